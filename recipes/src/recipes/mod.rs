@@ -1,0 +1,3 @@
+//! One module per recipe.
+
+pub mod worked_values;

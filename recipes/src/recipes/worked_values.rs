@@ -1,0 +1,45 @@
+//! `worked_values`: every worked value of SPEC §1 on the selected backend.
+//!
+//! A quick self-check of a backend (f32 on CUDA, wgpu or the CPU): each loss is evaluated on the
+//! example SPEC works out by hand and compared with the float64 reference value.
+
+use anyhow::{bail, Result};
+use curriculum_ssl::loss::worked_examples::spec_worked_values;
+
+use crate::backend;
+
+/// Largest error accepted in f32.
+const TOLERANCE: f64 = 1e-4;
+
+/// Prints the table and fails if a value is off by more than [`TOLERANCE`].
+pub fn run() -> Result<()> {
+    let device = Default::default();
+    let values = spec_worked_values::<backend::Inner>(&device);
+    println!("backend: {}", backend::NAME);
+    println!(
+        "{:<40} {:>12} {:>12} {:>10}",
+        "worked value", "expected", "computed", "error"
+    );
+    let mut failed = Vec::new();
+    for value in &values {
+        println!(
+            "{:<40} {:>12.6} {:>12.6} {:>10.2e}",
+            value.name,
+            value.expected,
+            value.computed,
+            value.error()
+        );
+        if value.error() > TOLERANCE || !value.computed.is_finite() {
+            failed.push(value.name);
+        }
+    }
+    if !failed.is_empty() {
+        bail!(
+            "{} worked value(s) off by more than {TOLERANCE}: {}",
+            failed.len(),
+            failed.join(", ")
+        );
+    }
+    println!("all {} worked values within {TOLERANCE}", values.len());
+    Ok(())
+}

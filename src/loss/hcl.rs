@@ -1,0 +1,119 @@
+//! Hard negative sampling for contrastive learning, HCL (Robinson et al. 2020), with the
+//! debiased contrastive loss (DCL) and NT-Xent as special cases (SPEC §1.5).
+//!
+//! Follows joshr17/HCL `image/main.py`: per anchor, the `N = 2B − 2` negatives
+//! `neg = exp(s/τ)`, `pos = exp(s⁺/τ)`, importance `imp = neg^β`,
+//! `reweight = Σ(imp·neg) / mean(imp)`,
+//! `Ng = max((−τ⁺·N·pos + reweight)/(1 − τ⁺), N·e^{−1/τ})`,
+//! `loss = mean −log(pos / (pos + Ng))`.
+//! `β = 0` gives the debiased loss, `β = 0, τ⁺ = 0` gives NT-Xent.
+//!
+//! Every exponential is computed as `exp((s − 1)/τ)`, i.e. divided by `e^{1/τ}`: `Ng` and `pos`
+//! are linear in that factor and the loss is a ratio, so the value is unchanged while nothing
+//! overflows for small temperatures. MICO's curriculum on `β` (§3.3) passes the scheduled value
+//! to [`HclLoss::forward_with_beta`].
+
+use burn::prelude::*;
+
+use super::{assert_min_batch, TwoViewSimilarities};
+use crate::error::{non_negative, positive, ConfigError};
+
+/// Configuration of [`HclLoss`].
+#[derive(Config, Debug)]
+pub struct HclLossConfig {
+    /// Temperature `τ`.
+    #[config(default = 0.5)]
+    pub temperature: f64,
+    /// Class prior `τ⁺` of the debiasing term, in `[0, 1)`.
+    #[config(default = 0.1)]
+    pub tau_plus: f64,
+    /// Concentration `β >= 0` of the hard-negative importance weights.
+    #[config(default = 1.0)]
+    pub beta: f64,
+}
+
+impl HclLossConfig {
+    /// Validates the hyperparameters and builds the loss.
+    pub fn init(&self) -> Result<HclLoss, ConfigError> {
+        positive("temperature", self.temperature)?;
+        non_negative("tau_plus", self.tau_plus)?;
+        if self.tau_plus >= 1.0 {
+            return Err(ConfigError::new(
+                "tau_plus",
+                format!("must lie in [0, 1), got {}", self.tau_plus),
+            ));
+        }
+        non_negative("beta", self.beta)?;
+        Ok(HclLoss {
+            temperature: self.temperature,
+            tau_plus: self.tau_plus,
+            beta: self.beta,
+        })
+    }
+}
+
+/// HCL / DCL loss. Build it with [`HclLossConfig::init`].
+#[derive(Debug, Clone)]
+pub struct HclLoss {
+    temperature: f64,
+    tau_plus: f64,
+    beta: f64,
+}
+
+impl HclLoss {
+    /// Mean HCL loss over the `2B` anchors with the configured `β`.
+    ///
+    /// # Shapes
+    /// - `z1`, `z2`: `[B, D]` with `B >= 2` (normalised here); output: `[1]`
+    pub fn forward<B: Backend>(&self, z1: Tensor<B, 2>, z2: Tensor<B, 2>) -> Tensor<B, 1> {
+        self.forward_with_beta(z1, z2, self.beta)
+    }
+
+    /// Mean HCL loss with a given `β` (for a curriculum on the hardness).
+    ///
+    /// # Panics
+    /// If `beta` is negative or not finite, or on the shape errors of [`HclLoss::forward`].
+    pub fn forward_with_beta<B: Backend>(
+        &self,
+        z1: Tensor<B, 2>,
+        z2: Tensor<B, 2>,
+        beta: f64,
+    ) -> Tensor<B, 1> {
+        assert!(
+            beta.is_finite() && beta >= 0.0,
+            "HCL: beta must be finite and >= 0, got {beta}"
+        );
+        assert_min_batch("HCL", "z1", z1.dims(), 2);
+        let [batch, _] = z1.dims();
+        let n = 2 * batch;
+        let negatives_per_anchor = (n - 2) as f64;
+        let tau = self.temperature;
+        let device = z1.device();
+        let views = TwoViewSimilarities::new("HCL", z1, z2);
+        let positive = views.sim.clone().gather(1, views.positive_index.clone());
+        let negative_mask = negatives_mask::<B>(batch, &device);
+        let shifted = views.sim.sub_scalar(1.0);
+        let neg = (shifted.clone() / tau).exp() * negative_mask.clone();
+        let importance = (shifted * (beta / tau)).exp() * negative_mask;
+        let reweight =
+            (importance.clone() * neg).sum_dim(1) / (importance.sum_dim(1) / negatives_per_anchor);
+        let log_pos = positive.sub_scalar(1.0) / tau;
+        let pos = log_pos.clone().exp();
+        let ng = ((pos.clone() * (-self.tau_plus * negatives_per_anchor) + reweight)
+            / (1.0 - self.tau_plus))
+            .clamp_min(negatives_per_anchor * (-2.0 / tau).exp());
+        ((pos + ng).log() - log_pos).mean()
+    }
+}
+
+/// `[2B, 2B]` float mask: 1 for the `2B − 2` negatives of each anchor, 0 on the diagonal and at
+/// the positive.
+fn negatives_mask<B: Backend>(batch: usize, device: &B::Device) -> Tensor<B, 2> {
+    let n = 2 * batch;
+    let mut mask = vec![1.0f64; n * n];
+    for i in 0..n {
+        mask[i * n + i] = 0.0;
+        mask[i * n + (i + batch) % n] = 0.0;
+    }
+    Tensor::from_data(TensorData::new(mask, [n, n]), device)
+}

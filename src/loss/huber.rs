@@ -1,0 +1,76 @@
+//! Huber-regularised NT-Xent, from "bad batches" (SPEC §1.7, papers/bad-batches-frd.txt eq. 3–5).
+//!
+//! `L = NT-Xent + λ·L_huber`, where `L_huber` is the Huber loss between the two (L2-normalised)
+//! projections of each positive pair, `0.5 d²` if `|d| < δ` else `δ(|d| − 0.5δ)`, applied
+//! elementwise to `d = z_i − z'_i` and averaged over the `D` elements and the `B` pairs (one mean
+//! over all `B·D` entries). The Huber term acts on the same unit vectors as NT-Xent, so it does
+//! not depend on the arbitrary scale of the projection head's output.
+
+use burn::prelude::*;
+
+use super::{assert_same_shape, l2_normalize, NtXentLoss, NtXentLossConfig};
+use crate::error::{non_negative, positive, ConfigError};
+
+/// Configuration of [`HuberNtXentLoss`].
+#[derive(Config, Debug)]
+pub struct HuberNtXentLossConfig {
+    /// Temperature `τ` of the NT-Xent part.
+    #[config(default = 0.5)]
+    pub temperature: f64,
+    /// Weight `λ >= 0` of the Huber term.
+    #[config(default = 0.1)]
+    pub lambda: f64,
+    /// Huber threshold `δ > 0` between the quadratic and linear parts (paper: 1.0).
+    #[config(default = 1.0)]
+    pub delta: f64,
+}
+
+impl HuberNtXentLossConfig {
+    /// Validates the hyperparameters and builds the loss.
+    pub fn init(&self) -> Result<HuberNtXentLoss, ConfigError> {
+        non_negative("lambda", self.lambda)?;
+        positive("delta", self.delta)?;
+        Ok(HuberNtXentLoss {
+            nt_xent: NtXentLossConfig::new()
+                .with_temperature(self.temperature)
+                .init()?,
+            lambda: self.lambda,
+            delta: self.delta,
+        })
+    }
+}
+
+/// NT-Xent plus a Huber penalty on the distance between positive pairs. Build it with
+/// [`HuberNtXentLossConfig::init`].
+#[derive(Debug, Clone)]
+pub struct HuberNtXentLoss {
+    nt_xent: NtXentLoss,
+    lambda: f64,
+    delta: f64,
+}
+
+impl HuberNtXentLoss {
+    /// `NT-Xent(z1, z2) + λ·huber(z1, z2)`.
+    ///
+    /// # Shapes
+    /// - `z1`, `z2`: `[B, D]`; output: `[1]`
+    pub fn forward<B: Backend>(&self, z1: Tensor<B, 2>, z2: Tensor<B, 2>) -> Tensor<B, 1> {
+        let huber = self.huber(z1.clone(), z2.clone());
+        self.nt_xent.forward(z1, z2) + huber * self.lambda
+    }
+
+    /// The Huber term alone: mean over all `B·D` elements of the normalised pair differences.
+    ///
+    /// # Shapes
+    /// - `z1`, `z2`: `[B, D]`; output: `[1]`
+    pub fn huber<B: Backend>(&self, z1: Tensor<B, 2>, z2: Tensor<B, 2>) -> Tensor<B, 1> {
+        assert_same_shape("Huber NT-Xent", ("z1", z1.dims()), ("z2", z2.dims()));
+        let diff = l2_normalize(z1) - l2_normalize(z2);
+        let abs = diff.clone().abs();
+        let quadratic = diff.powi_scalar(2) * 0.5;
+        let linear = (abs.clone() - 0.5 * self.delta) * self.delta;
+        quadratic
+            .mask_where(abs.greater_equal_elem(self.delta), linear)
+            .mean()
+    }
+}

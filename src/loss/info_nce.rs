@@ -1,0 +1,121 @@
+//! InfoNCE against a queue of negative keys, as in MoCo v1/v2 (SPEC §1.2).
+//!
+//! `q` is the online projection, `k+` the momentum encoder's key of the other view (no
+//! gradient), `queue` holds `K` past keys (no gradient). `logits = [q·k+, q·queue] / τ` with the
+//! target at index 0. The symmetric form swaps the views and SUMS the two losses, as the
+//! Light-MoCo code does (both key sets are then enqueued: see
+//! [`KeyQueue`](crate::method::queue::KeyQueue)).
+
+use burn::prelude::*;
+
+use super::{assert_min_batch, assert_same_shape, l2_normalize};
+use crate::error::{positive, ConfigError};
+
+/// Configuration of [`InfoNceLoss`].
+#[derive(Config, Debug)]
+pub struct InfoNceLossConfig {
+    /// Temperature `τ` (MoCo v1: 0.07, MoCo v2: 0.2, Light-MoCo: 0.1).
+    #[config(default = 0.07)]
+    pub temperature: f64,
+}
+
+impl InfoNceLossConfig {
+    /// Validates the hyperparameters and builds the loss.
+    pub fn init(&self) -> Result<InfoNceLoss, ConfigError> {
+        positive("temperature", self.temperature)?;
+        Ok(InfoNceLoss {
+            temperature: self.temperature,
+        })
+    }
+}
+
+/// InfoNCE with a queue of negatives. Build it with [`InfoNceLossConfig::init`].
+#[derive(Debug, Clone)]
+pub struct InfoNceLoss {
+    temperature: f64,
+}
+
+/// Cosine similarities of the queries with their positive key and with the queue, before the
+/// temperature.
+pub(crate) struct QueueSimilarities<B: Backend> {
+    /// `[B, 1]`: `q_i · k+_i`.
+    pub(crate) positive: Tensor<B, 2>,
+    /// `[B, K]`: `q_i · queue_j`.
+    pub(crate) negatives: Tensor<B, 2>,
+}
+
+impl<B: Backend> QueueSimilarities<B> {
+    /// Normalises `q` and `k`, detaches `k` and the queue (they get no gradient) and computes
+    /// the similarities. The queue rows are used as stored (keys are stored normalised).
+    pub(crate) fn new(loss: &str, q: Tensor<B, 2>, k: Tensor<B, 2>, queue: Tensor<B, 2>) -> Self {
+        assert_same_shape(loss, ("q", q.dims()), ("k", k.dims()));
+        assert_min_batch(loss, "q", q.dims(), 1);
+        let [_, dim] = q.dims();
+        let [queue_len, queue_dim] = queue.dims();
+        assert!(
+            queue_dim == dim && queue_len > 0,
+            "{loss}: `queue` has shape {:?} but the queries have shape {:?}; the queue needs at \
+             least one row and the same width",
+            queue.dims(),
+            q.dims()
+        );
+        let q = l2_normalize(q);
+        let k = l2_normalize(k.detach());
+        let positive = (q.clone() * k).sum_dim(1);
+        let negatives = q.matmul(queue.detach().transpose());
+        Self {
+            positive,
+            negatives,
+        }
+    }
+
+    /// `[B, 1]`: `logsumexp([positive, negatives] / τ)` per row, without materialising the
+    /// concatenated logits.
+    pub(crate) fn log_partition(&self, temperature: f64) -> Tensor<B, 2> {
+        let pos = self.positive.clone() / temperature;
+        let neg = self.negatives.clone() / temperature;
+        let shift = neg.clone().max_dim(1).max_pair(pos.clone()).detach();
+        let total = (neg - shift.clone()).exp().sum_dim(1) + (pos - shift.clone()).exp();
+        shift + total.log()
+    }
+}
+
+impl InfoNceLoss {
+    /// Temperature `τ`.
+    pub fn temperature(&self) -> f64 {
+        self.temperature
+    }
+
+    /// Mean InfoNCE of the queries against their keys and the queue.
+    ///
+    /// # Shapes
+    /// - `q`: `[B, D]` online projections (normalised here)
+    /// - `k`: `[B, D]` keys of the other view (normalised and detached here)
+    /// - `queue`: `[K, D]` stored keys (unit rows; detached here)
+    /// - output: `[1]`
+    pub fn forward<B: Backend>(
+        &self,
+        q: Tensor<B, 2>,
+        k: Tensor<B, 2>,
+        queue: Tensor<B, 2>,
+    ) -> Tensor<B, 1> {
+        let sims = QueueSimilarities::new("InfoNCE", q, k, queue);
+        (sims.log_partition(self.temperature) - sims.positive / self.temperature).mean()
+    }
+
+    /// Symmetric InfoNCE: `forward(q1, k2, queue) + forward(q2, k1, queue)` (a sum, as in the
+    /// Light-MoCo code).
+    ///
+    /// # Shapes
+    /// - `q1`, `q2`, `k1`, `k2`: `[B, D]`; `queue`: `[K, D]`; output: `[1]`
+    pub fn forward_symmetric<B: Backend>(
+        &self,
+        q1: Tensor<B, 2>,
+        q2: Tensor<B, 2>,
+        k1: Tensor<B, 2>,
+        k2: Tensor<B, 2>,
+        queue: Tensor<B, 2>,
+    ) -> Tensor<B, 1> {
+        self.forward(q1, k2, queue.clone()) + self.forward(q2, k1, queue)
+    }
+}

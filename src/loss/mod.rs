@@ -1,0 +1,133 @@
+//! Contrastive and metric-learning objectives, one file per idea.
+//!
+//! | file | objective | paper / code followed |
+//! |---|---|---|
+//! | [`nt_xent`] | NT-Xent (SimCLR) | SPEC §1.1 |
+//! | [`info_nce`] | InfoNCE against a queue (MoCo), symmetric form | SPEC §1.2 |
+//! | [`soft_nce`] | SoftNCE soft targets on the nearest negatives (Light-MoCo) | SPEC §1.4 |
+//! | [`negative_cosine`] | negative cosine with stop-gradient (SimSiam / BYOL) | SPEC §1.3 |
+//! | [`hcl`] | hard-negative sampling, debiased contrastive loss (HCL / DCL) | SPEC §1.5 |
+//! | [`curricular`] | curricular weighting of hard negatives, adaptive `t` | SPEC §1.6 |
+//! | [`huber`] | Huber-regularised NT-Xent ("bad batches") | SPEC §1.7 |
+//! | [`soft_target`] | soft-target cross-entropy for mixed queries (MixCo) | SPEC §1.8 |
+//! | [`magnet`] | magnet loss (SPL-ADVisE embedding network) | SPEC §1.9 |
+//!
+//! Every objective has a `#[derive(Config)]` config carrying the paper's defaults; `init()`
+//! validates the hyperparameters and returns a [`ConfigError`](crate::error::ConfigError) naming
+//! the field when one is impossible. `forward` is generic over the backend and returns a
+//! one-element tensor (the batch mean, unless the objective says otherwise). Projections are
+//! L2-normalised inside the losses that work on cosine similarities, as lightly does.
+//!
+//! Shapes that cannot be combined (two views of different sizes, a queue of another width)
+//! are bugs in the calling training step, not user input: the forward panics with a message that
+//! names the loss and both shapes.
+
+pub mod curricular;
+pub mod hcl;
+pub mod huber;
+pub mod info_nce;
+pub mod magnet;
+pub mod negative_cosine;
+pub mod nt_xent;
+pub mod soft_nce;
+pub mod soft_target;
+pub mod worked_examples;
+
+pub use curricular::{CurricularLoss, CurricularLossConfig, CurricularOutput, CurricularState};
+pub use hcl::{HclLoss, HclLossConfig};
+pub use huber::{HuberNtXentLoss, HuberNtXentLossConfig};
+pub use info_nce::{InfoNceLoss, InfoNceLossConfig};
+pub use magnet::{MagnetLoss, MagnetLossConfig};
+pub use negative_cosine::{NegativeCosineLoss, NegativeCosineLossConfig};
+pub use nt_xent::{NtXentLoss, NtXentLossConfig};
+pub use soft_nce::{AlphaSchedule, SoftNceLoss, SoftNceLossConfig, SoftNceWeights};
+pub use soft_target::{SoftTargetCrossEntropy, SoftTargetCrossEntropyConfig};
+
+use burn::prelude::*;
+
+/// Added to a masked logit (an anchor's similarity with itself). Finite so that no `inf - inf`
+/// can appear, large enough that `exp` of it underflows to exactly zero in f32 and f64.
+pub(crate) const MASKED_LOGIT: f64 = -1.0e9;
+
+/// Row-wise L2 normalisation, `x / max(‖x‖, 1e-12)` (PyTorch's `F.normalize`).
+///
+/// # Shapes
+/// - `x`: `[n, d]` → `[n, d]`
+pub fn l2_normalize<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+    let norm = x.clone().powi_scalar(2).sum_dim(1).sqrt().clamp_min(1e-12);
+    x / norm
+}
+
+/// Panics with a message naming `loss`, both arguments and their shapes unless they are equal.
+pub(crate) fn assert_same_shape<const D: usize>(
+    loss: &str,
+    a: (&str, [usize; D]),
+    b: (&str, [usize; D]),
+) {
+    assert!(
+        a.1 == b.1,
+        "{loss}: `{}` has shape {:?} but `{}` has shape {:?}; they must be equal",
+        a.0,
+        a.1,
+        b.0,
+        b.1
+    );
+}
+
+/// Panics unless the two-view batch has at least `min` rows.
+pub(crate) fn assert_min_batch(loss: &str, name: &str, dims: [usize; 2], min: usize) {
+    assert!(
+        dims[0] >= min,
+        "{loss}: `{name}` has shape {dims:?}; at least {min} rows are needed"
+    );
+}
+
+/// The two views stacked into one `[2B, D]` batch of unit vectors, their cosine-similarity
+/// matrix `[2B, 2B]`, the column of each row's positive (`i ± B`) as `[2B, 1]` and a mask of the
+/// diagonal (self-similarities).
+pub(crate) struct TwoViewSimilarities<B: Backend> {
+    pub(crate) sim: Tensor<B, 2>,
+    pub(crate) positive_index: Tensor<B, 2, Int>,
+    pub(crate) diagonal: Tensor<B, 2, Bool>,
+}
+
+impl<B: Backend> TwoViewSimilarities<B> {
+    pub(crate) fn new(loss: &str, z1: Tensor<B, 2>, z2: Tensor<B, 2>) -> Self {
+        assert_same_shape(loss, ("z1", z1.dims()), ("z2", z2.dims()));
+        assert_min_batch(loss, "z1", z1.dims(), 1);
+        let [batch, _] = z1.dims();
+        let device = z1.device();
+        let z = l2_normalize(Tensor::cat(vec![z1, z2], 0));
+        let sim = z.clone().matmul(z.transpose());
+        Self {
+            sim,
+            positive_index: positive_index(batch, &device),
+            diagonal: diagonal_mask(2 * batch, &device),
+        }
+    }
+}
+
+/// `[2B, 1]` column index of each anchor's positive in a two-view batch: `i + B` for the
+/// first view, `i − B` for the second.
+pub(crate) fn positive_index<B: Backend>(batch: usize, device: &B::Device) -> Tensor<B, 2, Int> {
+    let n = 2 * batch;
+    let idx: Vec<i64> = (0..n).map(|i| ((i + batch) % n) as i64).collect();
+    Tensor::<B, 1, Int>::from_data(TensorData::new(idx, [n]), device).reshape([n, 1])
+}
+
+/// `[n, n]` boolean mask, true on the diagonal.
+pub(crate) fn diagonal_mask<B: Backend>(n: usize, device: &B::Device) -> Tensor<B, 2, Bool> {
+    Tensor::<B, 2>::eye(n, device).greater_elem(0.5)
+}
+
+/// Mean over rows of `logsumexp(logits) − logits[target]`: cross-entropy with hard targets.
+///
+/// # Shapes
+/// - `logits`: `[n, c]`, `target`: `[n, 1]` → `[1]`
+pub(crate) fn cross_entropy_at<B: Backend>(
+    logits: Tensor<B, 2>,
+    target: Tensor<B, 2, Int>,
+) -> Tensor<B, 1> {
+    let log_probs = burn::tensor::activation::log_softmax(logits, 1);
+    log_probs.gather(1, target).mean().neg()
+}

@@ -1,0 +1,75 @@
+//! Negative cosine similarity with stop-gradient, the objective of SimSiam and BYOL (SPEC §1.3).
+//!
+//! `D(p, z) = −mean_i (p_i/‖p_i‖)·(z_i/‖z_i‖)` with `z` detached; SimSiam's loss is
+//! `D(p1, z2)/2 + D(p2, z1)/2`. BYOL's paper writes the same objective as the normalised MSE
+//! `‖p̂ − ẑ‖² = 2 − 2 cos`: an affine map of the same quantity (same minimiser, gradients ×2).
+//! [`NegativeCosineForm`] picks one; the default is SimSiam's `−cos`.
+
+use burn::prelude::*;
+
+use super::{assert_min_batch, assert_same_shape, l2_normalize};
+use crate::error::ConfigError;
+
+/// Which of the two equivalent forms is reported.
+#[derive(Config, Debug, PartialEq, Copy)]
+pub enum NegativeCosineForm {
+    /// `−cos(p, z)`, in `[−1, 1]` (SimSiam).
+    NegativeCosine,
+    /// `2 − 2 cos(p, z)`, in `[0, 4]` (BYOL's normalised MSE).
+    TwoMinusTwoCosine,
+}
+
+/// Configuration of [`NegativeCosineLoss`].
+#[derive(Config, Debug)]
+pub struct NegativeCosineLossConfig {
+    /// Reported form of the objective.
+    #[config(default = "NegativeCosineForm::NegativeCosine")]
+    pub form: NegativeCosineForm,
+}
+
+impl NegativeCosineLossConfig {
+    /// Builds the loss (every form is valid).
+    pub fn init(&self) -> Result<NegativeCosineLoss, ConfigError> {
+        Ok(NegativeCosineLoss { form: self.form })
+    }
+}
+
+/// Negative cosine loss with stop-gradient on the target. Build it with
+/// [`NegativeCosineLossConfig::init`].
+#[derive(Debug, Clone)]
+pub struct NegativeCosineLoss {
+    form: NegativeCosineForm,
+}
+
+impl NegativeCosineLoss {
+    /// `D(p, z)`: mean over rows; `z` gets no gradient.
+    ///
+    /// # Shapes
+    /// - `p`: `[B, D]` predictions, `z`: `[B, D]` targets (projections or EMA projections)
+    /// - output: `[1]`
+    pub fn forward<B: Backend>(&self, p: Tensor<B, 2>, z: Tensor<B, 2>) -> Tensor<B, 1> {
+        assert_same_shape("negative cosine", ("p", p.dims()), ("z", z.dims()));
+        assert_min_batch("negative cosine", "p", p.dims(), 1);
+        let cosine = (l2_normalize(p) * l2_normalize(z.detach()))
+            .sum_dim(1)
+            .mean();
+        match self.form {
+            NegativeCosineForm::NegativeCosine => cosine.neg(),
+            NegativeCosineForm::TwoMinusTwoCosine => cosine.mul_scalar(-2.0).add_scalar(2.0),
+        }
+    }
+
+    /// The symmetric SimSiam/BYOL loss `D(p1, z2)/2 + D(p2, z1)/2`.
+    ///
+    /// # Shapes
+    /// - `p1`, `p2`, `z1`, `z2`: `[B, D]`; output: `[1]`
+    pub fn forward_symmetric<B: Backend>(
+        &self,
+        p1: Tensor<B, 2>,
+        p2: Tensor<B, 2>,
+        z1: Tensor<B, 2>,
+        z2: Tensor<B, 2>,
+    ) -> Tensor<B, 1> {
+        (self.forward(p1, z2) + self.forward(p2, z1)) / 2.0
+    }
+}

@@ -1,0 +1,243 @@
+//! SoftNCE, the soft-target InfoNCE of Light-MoCo (SPEC §1.4, papers/light-moco-softnce.txt).
+//!
+//! Logits as in [InfoNCE](super::info_nce). Instead of a one-hot target, the positive gets `α`
+//! and the `K` negatives of the queue most similar to the query get `β_1 ≥ … ≥ β_K` (rank 1 =
+//! most similar), summing to `1 − α`; every other entry gets 0. The loss is
+//! `−Σ target · log_softmax(logits)`, averaged over rows. Since the target sums to one this is
+//! `logsumexp(logits) − α·l_pos/τ − Σ_k β_k·v_k/τ` with `v_k` the `k`-th largest negative
+//! similarity, which is how it is computed: no `[B, 1 + K_queue]` target is ever built.
+//!
+//! Picking the `K` nearest negatives among a large queue (65,536 keys) by sorting each row would
+//! cost more than the loss itself, so [`top_k_indices`] first keeps the `K` chunks with the
+//! largest maxima (they contain the top `K`) and sorts only those.
+
+use burn::prelude::*;
+
+use super::info_nce::QueueSimilarities;
+use crate::error::{in_range, positive, ConfigError};
+
+/// How the `1 − α` share is spread over the `K` nearest negatives.
+#[derive(Config, Debug, PartialEq, Copy)]
+pub enum SoftNceWeights {
+    /// `β_k = (1 − α) / K`.
+    Average,
+    /// `β_k = 2(K − k) / ((K − 1)K) · (1 − α)`, `k = 1..K` (the paper's default; `β_K = 0`).
+    LinearDecay,
+}
+
+/// How `α`, the target share of the positive, moves during training.
+#[derive(Config, Debug, PartialEq, Copy)]
+pub enum AlphaSchedule {
+    /// `α` fixed at its configured value (the paper's default).
+    Static,
+    /// "Incremental" difficulty: `α` falls along a cosine from 1 at the start of training to its
+    /// configured value at the end, `α(p) = α + (1 − α)(1 + cos πp)/2`.
+    Incremental,
+}
+
+/// Configuration of [`SoftNceLoss`]. Defaults are the paper's (ImageNet): `K = 20`, `α = 0.8`,
+/// `τ = 0.1`, linear-decay weights, static `α`.
+#[derive(Config, Debug)]
+pub struct SoftNceLossConfig {
+    /// Temperature `τ`.
+    #[config(default = 0.1)]
+    pub temperature: f64,
+    /// Target share of the positive, in `(0, 1]` (at the end of training for the incremental
+    /// schedule). `α = 1` is plain InfoNCE.
+    #[config(default = 0.8)]
+    pub alpha: f64,
+    /// Number `K` of nearest negatives that share `1 − α`; at most the queue length.
+    #[config(default = 20)]
+    pub top_k: usize,
+    /// Weight pattern over the `K` nearest negatives.
+    #[config(default = "SoftNceWeights::LinearDecay")]
+    pub weights: SoftNceWeights,
+    /// Schedule of `α` over training.
+    #[config(default = "AlphaSchedule::Static")]
+    pub alpha_schedule: AlphaSchedule,
+}
+
+impl SoftNceLossConfig {
+    /// Validates the hyperparameters and builds the loss.
+    pub fn init(&self) -> Result<SoftNceLoss, ConfigError> {
+        positive("temperature", self.temperature)?;
+        in_range("alpha", self.alpha, 0.0, 1.0, true)?;
+        if self.top_k == 0 {
+            return Err(ConfigError::new("top_k", "must be at least 1"));
+        }
+        if self.weights == SoftNceWeights::LinearDecay && self.top_k < 2 {
+            return Err(ConfigError::new(
+                "top_k",
+                format!(
+                    "linear-decay weights need K >= 2 (their sum has the factor 1/(K-1)), got {}",
+                    self.top_k
+                ),
+            ));
+        }
+        Ok(SoftNceLoss {
+            temperature: self.temperature,
+            alpha: self.alpha,
+            top_k: self.top_k,
+            weights: self.weights,
+            alpha_schedule: self.alpha_schedule,
+        })
+    }
+
+    /// Checks that the queue the loss will be used with has at least `top_k` keys.
+    pub fn validate_queue(&self, queue_len: usize) -> Result<(), ConfigError> {
+        if self.top_k > queue_len {
+            Err(ConfigError::new(
+                "top_k",
+                format!(
+                    "K = {} nearest negatives were asked for but the queue holds only {queue_len} keys",
+                    self.top_k
+                ),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// SoftNCE loss. Build it with [`SoftNceLossConfig::init`].
+#[derive(Debug, Clone)]
+pub struct SoftNceLoss {
+    temperature: f64,
+    alpha: f64,
+    top_k: usize,
+    weights: SoftNceWeights,
+    alpha_schedule: AlphaSchedule,
+}
+
+impl SoftNceLoss {
+    /// `α` at training progress `progress ∈ [0, 1]` (clamped); constant for the static schedule.
+    pub fn alpha_at(&self, progress: f64) -> f64 {
+        match self.alpha_schedule {
+            AlphaSchedule::Static => self.alpha,
+            AlphaSchedule::Incremental => {
+                let p = progress.clamp(0.0, 1.0);
+                self.alpha + (1.0 - self.alpha) * (1.0 + (std::f64::consts::PI * p).cos()) / 2.0
+            }
+        }
+    }
+
+    /// The weights `β_1..β_K` of the nearest negatives for a given `α`.
+    pub fn negative_weights(&self, alpha: f64) -> Vec<f64> {
+        let k = self.top_k as f64;
+        (1..=self.top_k)
+            .map(|rank| match self.weights {
+                SoftNceWeights::Average => (1.0 - alpha) / k,
+                SoftNceWeights::LinearDecay => {
+                    2.0 * (k - rank as f64) / ((k - 1.0) * k) * (1.0 - alpha)
+                }
+            })
+            .collect()
+    }
+
+    /// Mean SoftNCE at training progress `progress ∈ [0, 1]` (only the incremental `α` schedule
+    /// reads it).
+    ///
+    /// # Shapes
+    /// - `q`: `[B, D]` online projections (normalised here)
+    /// - `k`: `[B, D]` keys of the other view (normalised and detached here)
+    /// - `queue`: `[K_queue, D]` stored unit keys (detached here), `K_queue >= top_k`
+    /// - output: `[1]`
+    pub fn forward<B: Backend>(
+        &self,
+        q: Tensor<B, 2>,
+        k: Tensor<B, 2>,
+        queue: Tensor<B, 2>,
+        progress: f64,
+    ) -> Tensor<B, 1> {
+        let queue_len = queue.dims()[0];
+        assert!(
+            self.top_k <= queue_len,
+            "SoftNCE: top_k = {} nearest negatives but `queue` has shape {:?}",
+            self.top_k,
+            queue.dims()
+        );
+        let sims = QueueSimilarities::new("SoftNCE", q, k, queue);
+        let alpha = self.alpha_at(progress);
+        let log_partition = sims.log_partition(self.temperature);
+        let mut per_row = log_partition - sims.positive.clone() * (alpha / self.temperature);
+        if alpha < 1.0 {
+            let device = sims.negatives.device();
+            let nearest = top_k_indices(sims.negatives.clone().detach(), self.top_k);
+            let values = sims.negatives.gather(1, nearest);
+            let beta = Tensor::<B, 1>::from_data(
+                TensorData::new(self.negative_weights(alpha), [self.top_k]),
+                &device,
+            )
+            .reshape([1, self.top_k]);
+            per_row = per_row - (values * beta).sum_dim(1) / self.temperature;
+        }
+        per_row.mean()
+    }
+
+    /// Symmetric SoftNCE: `forward(q1, k2) + forward(q2, k1)` against the same queue.
+    ///
+    /// # Shapes
+    /// - `q1`, `q2`, `k1`, `k2`: `[B, D]`; `queue`: `[K_queue, D]`; output: `[1]`
+    pub fn forward_symmetric<B: Backend>(
+        &self,
+        q1: Tensor<B, 2>,
+        q2: Tensor<B, 2>,
+        k1: Tensor<B, 2>,
+        k2: Tensor<B, 2>,
+        queue: Tensor<B, 2>,
+        progress: f64,
+    ) -> Tensor<B, 1> {
+        self.forward(q1, k2, queue.clone(), progress) + self.forward(q2, k1, queue, progress)
+    }
+}
+
+/// Column indices of the `k` largest entries of each row, largest first.
+///
+/// Rows longer than 4,096 are cut into chunks of `S ≈ √(n/k)` entries; the `k` chunks with the
+/// largest maxima hold every one of the row's `k` largest entries (a chunk whose maximum is
+/// below the `k`-th largest value cannot hold one of them, and at most `k` chunks have a maximum
+/// at or above it), so only `k·S` candidates are sorted instead of the whole row.
+///
+/// # Shapes
+/// - `values`: `[rows, n]` with `n >= k` → `[rows, k]`
+pub fn top_k_indices<B: Backend>(values: Tensor<B, 2>, k: usize) -> Tensor<B, 2, Int> {
+    let [rows, n] = values.dims();
+    assert!(
+        k >= 1 && k <= n,
+        "top_k_indices: k = {k} but the rows have {n} entries"
+    );
+    let chunk = ((n as f64 / k as f64).sqrt().ceil() as usize).next_power_of_two();
+    let chunks = n.div_ceil(chunk);
+    if n <= 4096 || chunks <= k {
+        return values.sort_descending_with_indices(1).1.narrow(1, 0, k);
+    }
+    let device = values.device();
+    let padding = chunks * chunk - n;
+    let padded = if padding > 0 {
+        let fill = Tensor::<B, 2>::full([rows, padding], f64::NEG_INFINITY, &device);
+        Tensor::cat(vec![values, fill], 1)
+    } else {
+        values
+    };
+    let maxima = padded.clone().reshape([rows, chunks, chunk]).max_dim(2);
+    let best_chunks = maxima
+        .reshape([rows, chunks])
+        .sort_descending_with_indices(1)
+        .1
+        .narrow(1, 0, k);
+    let offsets = Tensor::<B, 1, Int>::arange(0..chunk as i64, &device)
+        .reshape([1, 1, chunk])
+        .expand([rows, k, chunk]);
+    let candidates = best_chunks
+        .reshape([rows, k, 1])
+        .mul_scalar(chunk as i64)
+        .expand([rows, k, chunk])
+        + offsets;
+    let candidates = candidates.reshape([rows, k * chunk]);
+    let local = padded
+        .gather(1, candidates.clone())
+        .sort_descending_with_indices(1)
+        .1
+        .narrow(1, 0, k);
+    candidates.gather(1, local)
+}

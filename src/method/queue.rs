@@ -1,0 +1,146 @@
+//! The FIFO queue of negative keys used by MoCo-style methods.
+
+use burn::prelude::*;
+use burn::tensor::Distribution;
+
+use crate::error::ConfigError;
+use crate::loss::l2_normalize;
+
+/// Configuration of a [`KeyQueue`].
+#[derive(Config, Debug)]
+pub struct KeyQueueConfig {
+    /// Number of keys held (MoCo: 65,536 on ImageNet, 4,096 on CIFAR).
+    pub size: usize,
+    /// Width of a key (the projection dimension).
+    pub dim: usize,
+}
+
+impl KeyQueueConfig {
+    /// Builds a queue of random unit keys (as MoCo initialises it) that receives
+    /// `keys_per_step` keys after every step (`B`, or `2B` with a symmetric loss).
+    ///
+    /// # Errors
+    /// If a size is zero, or `size` is not a multiple of `keys_per_step` (the FIFO then could not
+    /// replace whole batches of keys).
+    pub fn init<B: Backend>(
+        &self,
+        keys_per_step: usize,
+        device: &B::Device,
+    ) -> Result<KeyQueue<B>, ConfigError> {
+        if self.size == 0 {
+            return Err(ConfigError::new(
+                "size",
+                "the queue must hold at least one key",
+            ));
+        }
+        if self.dim == 0 {
+            return Err(ConfigError::new(
+                "dim",
+                "keys must have at least one element",
+            ));
+        }
+        if keys_per_step == 0 || !self.size.is_multiple_of(keys_per_step) {
+            return Err(ConfigError::new(
+                "size",
+                format!(
+                    "the queue size {} is not a multiple of the {keys_per_step} keys enqueued per \
+                     step (the batch size, doubled for a symmetric loss)",
+                    self.size
+                ),
+            ));
+        }
+        let keys = Tensor::random(
+            [self.size, self.dim],
+            Distribution::Normal(0.0, 1.0),
+            device,
+        );
+        Ok(KeyQueue {
+            keys: l2_normalize(keys),
+            pointer: 0,
+            keys_per_step,
+        })
+    }
+}
+
+/// A ring buffer of `size` keys of width `dim`; the oldest `keys_per_step` keys are replaced by
+/// each [`KeyQueue::enqueue`]. Keys carry no gradient.
+#[derive(Debug, Clone)]
+pub struct KeyQueue<B: Backend> {
+    keys: Tensor<B, 2>,
+    pointer: usize,
+    keys_per_step: usize,
+}
+
+impl<B: Backend> KeyQueue<B> {
+    /// All keys, `[size, dim]` (their order in the buffer, not their age).
+    pub fn keys(&self) -> Tensor<B, 2> {
+        self.keys.clone()
+    }
+
+    /// Number of keys held.
+    pub fn len(&self) -> usize {
+        self.keys.dims()[0]
+    }
+
+    /// Always false: a queue holds at least one key.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Index of the slot the next batch of keys is written to.
+    pub fn pointer(&self) -> usize {
+        self.pointer
+    }
+
+    /// Writes `keys` (detached) over the oldest slots and advances the pointer. Call it after
+    /// the loss of the step was computed.
+    ///
+    /// # Shapes
+    /// - `keys`: `[keys_per_step, dim]`
+    pub fn enqueue(&mut self, keys: Tensor<B, 2>) {
+        let [size, dim] = self.keys.dims();
+        assert!(
+            keys.dims() == [self.keys_per_step, dim],
+            "KeyQueue::enqueue: got keys of shape {:?}, expected [{}, {dim}]",
+            keys.dims(),
+            self.keys_per_step
+        );
+        let start = self.pointer;
+        let end = start + self.keys_per_step;
+        self.keys = self
+            .keys
+            .clone()
+            .slice_assign([start..end, 0..dim], keys.detach());
+        self.pointer = end % size;
+    }
+
+    /// Rebuilds a queue from checkpointed keys and pointer.
+    ///
+    /// # Errors
+    /// If the pointer is not at a multiple of `keys_per_step` inside the queue.
+    pub fn from_parts(
+        keys: Tensor<B, 2>,
+        pointer: usize,
+        keys_per_step: usize,
+    ) -> Result<Self, ConfigError> {
+        let size = keys.dims()[0];
+        if keys_per_step == 0
+            || !size.is_multiple_of(keys_per_step)
+            || !pointer.is_multiple_of(keys_per_step)
+            || pointer >= size
+        {
+            return Err(ConfigError::new(
+                "pointer",
+                format!(
+                    "pointer {pointer} does not fit a queue of {size} keys filled {keys_per_step} \
+                     at a time"
+                ),
+            ));
+        }
+        Ok(Self {
+            keys: keys.detach(),
+            pointer,
+            keys_per_step,
+        })
+    }
+}

@@ -1,0 +1,321 @@
+//! For every loss: autodiff gradients equal central finite differences in f64 on random inputs
+//! of realistic shapes (B = 8, D = 16, queue = 64), relative error ≤ 1e-6.
+//!
+//! Inputs that must receive no gradient (MoCo keys and queue, SimSiam/BYOL targets) are checked
+//! to get none.
+
+mod common;
+
+use burn::prelude::*;
+use common::{random_values, tensor, unit_rows, value, ExactAd};
+use curriculum_ssl::loss::*;
+
+const BATCH: usize = 8;
+const DIM: usize = 16;
+const QUEUE: usize = 64;
+const STEP: f64 = 1e-5;
+const TOLERANCE: f64 = 1e-6;
+
+/// Compares the autodiff gradient of `f` with respect to each input in `differentiable` with
+/// central finite differences over every element, and checks that the other inputs get no
+/// gradient. Returns the loss value at the base point.
+fn check_gradients(
+    name: &str,
+    inputs: &[(Vec<f64>, usize, usize)],
+    differentiable: &[bool],
+    f: impl Fn(Vec<Tensor<ExactAd, 2>>) -> Tensor<ExactAd, 1>,
+) -> f64 {
+    let build = |values: &[Vec<f64>], track: bool| -> Vec<Tensor<ExactAd, 2>> {
+        values
+            .iter()
+            .zip(inputs)
+            .zip(differentiable)
+            .map(|((v, (_, r, c)), &d)| {
+                let t = tensor::<ExactAd>(v, *r, *c);
+                if track && d {
+                    t.require_grad()
+                } else {
+                    t
+                }
+            })
+            .collect()
+    };
+    let base: Vec<Vec<f64>> = inputs.iter().map(|(v, _, _)| v.clone()).collect();
+    let tracked = build(&base, true);
+    // Keys/targets are tracked too, to prove the loss detaches them.
+    let tracked: Vec<_> = tracked
+        .into_iter()
+        .map(|t| {
+            if t.is_require_grad() {
+                t
+            } else {
+                t.require_grad()
+            }
+        })
+        .collect();
+    let loss = f(tracked.clone());
+    let loss_value = value(loss.clone());
+    let grads = loss.backward();
+    for (index, input) in tracked.iter().enumerate() {
+        let grad = input.grad(&grads);
+        if !differentiable[index] {
+            if let Some(g) = grad {
+                let max = g.abs().max().into_scalar();
+                assert!(
+                    max == 0.0,
+                    "{name}: input {index} must get no gradient, got |g|max = {max}"
+                );
+            }
+            continue;
+        }
+        let analytic: Vec<f64> = grad
+            .unwrap_or_else(|| panic!("{name}: input {index} got no gradient"))
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let mut numeric = vec![0.0; analytic.len()];
+        for (e, slot) in numeric.iter_mut().enumerate() {
+            let mut plus = base.clone();
+            plus[index][e] += STEP;
+            let mut minus = base.clone();
+            minus[index][e] -= STEP;
+            let fp = value(f(build(&plus, false)));
+            let fm = value(f(build(&minus, false)));
+            *slot = (fp - fm) / (2.0 * STEP);
+        }
+        let diff = analytic
+            .iter()
+            .zip(&numeric)
+            .map(|(a, b)| (a - b).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        let scale = analytic
+            .iter()
+            .map(|a| a * a)
+            .sum::<f64>()
+            .sqrt()
+            .max(numeric.iter().map(|a| a * a).sum::<f64>().sqrt());
+        assert!(
+            scale > 1e-8,
+            "{name}: input {index} has a vanishing gradient ({scale})"
+        );
+        let relative = diff / scale;
+        println!("{name}: input {index}: |grad| = {scale:.3e}, relative error {relative:.2e}");
+        assert!(
+            relative <= TOLERANCE,
+            "{name}: input {index}: relative error {relative:.3e} > {TOLERANCE}"
+        );
+    }
+    loss_value
+}
+
+fn views(seed: u64) -> (Vec<f64>, Vec<f64>) {
+    let z1 = random_values(BATCH, DIM, seed);
+    let noise = random_values(BATCH, DIM, seed + 1);
+    // Second view = first view plus noise, so positives are more similar than most negatives.
+    let z2 = z1.iter().zip(&noise).map(|(a, n)| a + 0.6 * n).collect();
+    (z1, z2)
+}
+
+#[test]
+fn nt_xent_gradient() {
+    let (z1, z2) = views(1);
+    let loss = NtXentLossConfig::new()
+        .with_temperature(0.2)
+        .init()
+        .unwrap();
+    check_gradients(
+        "NT-Xent",
+        &[(z1, BATCH, DIM), (z2, BATCH, DIM)],
+        &[true, true],
+        |x| loss.forward(x[0].clone(), x[1].clone()),
+    );
+}
+
+#[test]
+fn info_nce_gradient_and_no_gradient_to_keys_or_queue() {
+    let (q, k) = views(2);
+    let queue = unit_rows(&random_values(QUEUE, DIM, 3), DIM);
+    let loss = InfoNceLossConfig::new()
+        .with_temperature(0.2)
+        .init()
+        .unwrap();
+    check_gradients(
+        "InfoNCE",
+        &[(q, BATCH, DIM), (k, BATCH, DIM), (queue, QUEUE, DIM)],
+        &[true, false, false],
+        |x| loss.forward(x[0].clone(), x[1].clone(), x[2].clone()),
+    );
+}
+
+#[test]
+fn info_nce_symmetric_gradient() {
+    let (q1, k2) = views(4);
+    let (q2, k1) = views(5);
+    let queue = unit_rows(&random_values(QUEUE, DIM, 6), DIM);
+    let loss = InfoNceLossConfig::new()
+        .with_temperature(0.2)
+        .init()
+        .unwrap();
+    check_gradients(
+        "InfoNCE symmetric",
+        &[
+            (q1, BATCH, DIM),
+            (q2, BATCH, DIM),
+            (k1, BATCH, DIM),
+            (k2, BATCH, DIM),
+            (queue, QUEUE, DIM),
+        ],
+        &[true, true, false, false, false],
+        |x| {
+            loss.forward_symmetric(
+                x[0].clone(),
+                x[1].clone(),
+                x[2].clone(),
+                x[3].clone(),
+                x[4].clone(),
+            )
+        },
+    );
+}
+
+#[test]
+fn soft_nce_gradient_both_patterns() {
+    let (q, k) = views(7);
+    let queue = unit_rows(&random_values(QUEUE, DIM, 8), DIM);
+    for weights in [SoftNceWeights::LinearDecay, SoftNceWeights::Average] {
+        let loss = SoftNceLossConfig::new()
+            .with_weights(weights)
+            .init()
+            .unwrap();
+        check_gradients(
+            &format!("SoftNCE {weights:?}"),
+            &[
+                (q.clone(), BATCH, DIM),
+                (k.clone(), BATCH, DIM),
+                (queue.clone(), QUEUE, DIM),
+            ],
+            &[true, false, false],
+            |x| loss.forward(x[0].clone(), x[1].clone(), x[2].clone(), 0.0),
+        );
+    }
+}
+
+#[test]
+fn negative_cosine_gradient_and_stop_gradient() {
+    let (p1, z2) = views(9);
+    let (p2, z1) = views(10);
+    let loss = NegativeCosineLossConfig::new().init().unwrap();
+    check_gradients(
+        "negative cosine symmetric",
+        &[
+            (p1, BATCH, DIM),
+            (p2, BATCH, DIM),
+            (z1, BATCH, DIM),
+            (z2, BATCH, DIM),
+        ],
+        &[true, true, false, false],
+        |x| loss.forward_symmetric(x[0].clone(), x[1].clone(), x[2].clone(), x[3].clone()),
+    );
+}
+
+#[test]
+fn hcl_gradient() {
+    let (z1, z2) = views(11);
+    for (tau_plus, beta) in [(0.1, 1.0), (0.1, 0.0), (0.0, 0.5)] {
+        let loss = HclLossConfig::new()
+            .with_tau_plus(tau_plus)
+            .with_beta(beta)
+            .init()
+            .unwrap();
+        check_gradients(
+            &format!("HCL tau+={tau_plus} beta={beta}"),
+            &[(z1.clone(), BATCH, DIM), (z2.clone(), BATCH, DIM)],
+            &[true, true],
+            |x| loss.forward(x[0].clone(), x[1].clone()),
+        );
+    }
+}
+
+#[test]
+fn curricular_gradient_with_active_regulariser() {
+    // Independent views: positives are no more similar than negatives, so hard negatives abound.
+    let z1 = random_values(BATCH, DIM, 12);
+    let z2 = random_values(BATCH, DIM, 112);
+    let device = Default::default();
+    let loss = CurricularLossConfig::new()
+        .with_lambda(0.05)
+        .init::<ExactAd>(&device)
+        .unwrap();
+    let t = || Tensor::<ExactAd, 1>::from_data([0.9], &device);
+    // The regulariser must be active at this point for the check to cover it.
+    let reg = value(
+        loss.forward_with_t(tensor(&z1, BATCH, DIM), tensor(&z2, BATCH, DIM), t())
+            .regulariser,
+    );
+    assert!(
+        reg > 0.0,
+        "no hard negative with weight > 1 in the test input"
+    );
+    check_gradients(
+        "curricular",
+        &[(z1, BATCH, DIM), (z2, BATCH, DIM)],
+        &[true, true],
+        |x| loss.forward_with_t(x[0].clone(), x[1].clone(), t()).loss,
+    );
+}
+
+#[test]
+fn huber_nt_xent_gradient_both_branches() {
+    let (z1, z2) = views(13);
+    // delta = 0.2 puts some differences of unit vectors in each branch.
+    let loss = HuberNtXentLossConfig::new()
+        .with_delta(0.2)
+        .with_lambda(0.5)
+        .init()
+        .unwrap();
+    check_gradients(
+        "Huber NT-Xent",
+        &[(z1, BATCH, DIM), (z2, BATCH, DIM)],
+        &[true, true],
+        |x| loss.forward(x[0].clone(), x[1].clone()),
+    );
+}
+
+#[test]
+fn soft_target_gradient() {
+    let (q, _) = views(14);
+    let keys = random_values(BATCH + QUEUE, DIM, 15);
+    let partner: Vec<usize> = (0..BATCH).map(|i| (i + 3) % BATCH).collect();
+    let device = Default::default();
+    let targets =
+        curriculum_ssl::loss::soft_target::mixup_targets::<ExactAd>(0.7, &partner, QUEUE, &device)
+            .unwrap();
+    let loss = SoftTargetCrossEntropyConfig::new().init().unwrap();
+    check_gradients(
+        "soft-target CE",
+        &[(q, BATCH, DIM), (keys, BATCH + QUEUE, DIM)],
+        &[true, true],
+        |x| loss.forward(x[0].clone(), x[1].clone(), targets.clone()),
+    );
+}
+
+#[test]
+fn magnet_gradient() {
+    // 8 clusters x 4 examples, clusters 0-3 of class 0..3 and 4-7 of class 0..3 again.
+    let clusters: Vec<usize> = (0..32).map(|i| i / 4).collect();
+    let classes: Vec<usize> = (0..8).map(|c| c % 4).collect();
+    let mut r = random_values(32, DIM, 16);
+    for (i, x) in r.iter_mut().enumerate() {
+        // Pull each cluster towards its own centre so that some losses are zero, some not.
+        let cluster = (i / DIM) / 4;
+        if i % DIM == cluster % DIM {
+            *x += 1.5;
+        }
+    }
+    let loss = MagnetLossConfig::new().init().unwrap();
+    let mean = check_gradients("magnet", &[(r, 32, DIM)], &[true], |x| {
+        loss.forward(x[0].clone(), &clusters, &classes)
+    });
+    assert!(mean > 0.0);
+}
