@@ -74,3 +74,27 @@ impl HuberNtXentLoss {
             .mean()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::NdArray;
+
+    type B = NdArray<f64>;
+
+    #[test]
+    fn one_pair_by_hand() {
+        // One image: NT-Xent's only candidate is the positive, so it is 0. d = u0° − u60° =
+        // (0.5, −0.866025); δ = 0.6: 0.5·0.5² = 0.125 and 0.6·(0.866025 − 0.3) = 0.339615,
+        // mean 0.232308; λ = 0.1 → 0.0232308.
+        let device = Default::default();
+        let z1 = Tensor::<B, 2>::from_data([[2.0, 0.0]], &device);
+        let z2 = Tensor::<B, 2>::from_data([[0.5, 3f64.sqrt() / 2.0]], &device);
+        let loss = HuberNtXentLossConfig::new().with_delta(0.6).init().unwrap();
+        let huber: f64 = loss.huber(z1.clone(), z2.clone()).into_scalar();
+        let total: f64 = loss.forward(z1, z2).into_scalar();
+        let expected = (0.125 + 0.6 * (3f64.sqrt() / 2.0 - 0.3)) / 2.0;
+        assert!((huber - expected).abs() < 1e-12, "{huber}");
+        assert!((total - 0.1 * expected).abs() < 1e-12, "{total}");
+    }
+}

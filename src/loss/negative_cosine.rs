@@ -73,3 +73,28 @@ impl NegativeCosineLoss {
         (self.forward(p1, z2) + self.forward(p2, z1)) / 2.0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::NdArray;
+
+    type B = NdArray<f64>;
+
+    #[test]
+    fn both_forms_by_hand() {
+        // p = [u0°, u90°], z = [u60°, u90°]: cosines 0.5 and 1, mean 0.75.
+        let device = Default::default();
+        let p = Tensor::<B, 2>::from_data([[1.0, 0.0], [0.0, 2.0]], &device);
+        let z = Tensor::<B, 2>::from_data([[0.5, 3f64.sqrt() / 2.0], [0.0, 1.0]], &device);
+        let neg = NegativeCosineLossConfig::new().init().unwrap();
+        let mse = NegativeCosineLossConfig::new()
+            .with_form(NegativeCosineForm::TwoMinusTwoCosine)
+            .init()
+            .unwrap();
+        let a: f64 = neg.forward(p.clone(), z.clone()).into_scalar();
+        let b: f64 = mse.forward(p, z).into_scalar();
+        assert!((a + 0.75).abs() < 1e-12, "{a}");
+        assert!((b - 0.5).abs() < 1e-12, "{b}");
+    }
+}

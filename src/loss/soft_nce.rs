@@ -241,3 +241,37 @@ pub fn top_k_indices<B: Backend>(values: Tensor<B, 2>, k: usize) -> Tensor<B, 2,
         .narrow(1, 0, k);
     candidates.gather(1, local)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::NdArray;
+
+    type B = NdArray<f64>;
+
+    #[test]
+    fn top_k_of_a_short_row_by_hand() {
+        let values = Tensor::<B, 2>::from_data(
+            [[0.1, 0.9, 0.5, 0.7], [0.4, 0.3, 0.2, 0.8]],
+            &Default::default(),
+        );
+        let idx: Vec<i64> = top_k_indices(values, 2)
+            .into_data()
+            .convert::<i64>()
+            .to_vec()
+            .unwrap();
+        assert_eq!(idx, vec![1, 3, 3, 0]);
+    }
+
+    #[test]
+    fn average_weights_by_hand() {
+        let loss = SoftNceLossConfig::new()
+            .with_top_k(4)
+            .with_weights(SoftNceWeights::Average)
+            .init()
+            .unwrap();
+        for w in loss.negative_weights(0.6) {
+            assert!((w - 0.1).abs() < 1e-15);
+        }
+    }
+}

@@ -114,3 +114,25 @@ pub fn mixup_targets<B: Backend>(
         device,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::NdArray;
+
+    type B = NdArray<f64>;
+
+    #[test]
+    fn mixup_targets_by_hand() {
+        let t = mixup_targets::<B>(0.7, &[1, 0, 2], 1, &Default::default()).unwrap();
+        let t: Vec<f64> = t.into_data().to_vec().unwrap();
+        let expected = [
+            0.7, 0.3, 0.0, 0.0, //
+            0.3, 0.7, 0.0, 0.0, //
+            0.0, 0.0, 1.0, 0.0,
+        ];
+        for (a, b) in t.iter().zip(expected) {
+            assert!((a - b).abs() < 1e-15, "{t:?}");
+        }
+    }
+}

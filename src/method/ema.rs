@@ -1,0 +1,105 @@
+//! The exponential-moving-average update shared by MoCo's key encoder and BYOL's target:
+//! `θ_target ← m·θ_target + (1 − m)·θ_online`, plus the cosine momentum schedule.
+//!
+//! Two burn details matter here. Cloning a module SHARES its BatchNorm running statistics (they
+//! sit behind an `Arc<Mutex>` in `RunningState`), so a target made by `online.clone()` would
+//! silently average its running statistics with the online network's and every `map` over it
+//! would write into the online network too. [`detached_copy`] therefore loads the online weights
+//! into a freshly initialised module, whose running statistics are its own. And only trainable
+//! parameters are averaged: running statistics (buffers in PyTorch) are left to the target's
+//! own forward passes, as in MoCo and BYOL.
+
+use std::collections::HashMap;
+
+use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::prelude::*;
+
+use crate::error::{in_range, ConfigError};
+
+/// A copy of `online` that shares nothing with it: `fresh` (a newly initialised module of the
+/// same architecture) with the online weights, running statistics and parameter ids loaded, and
+/// no gradient required.
+///
+/// burn initialises parameters lazily, and a clone of a parameter that was never read draws its
+/// own random values: the online parameters are therefore materialised first, so that the copy
+/// and the online network hold the same values.
+pub fn detached_copy<B: Backend, M: Module<B>>(online: &M, fresh: M) -> M {
+    online.visit(&mut Materialise);
+    fresh.load_record(online.clone().into_record()).no_grad()
+}
+
+/// Reads every parameter once, which fixes the value of lazily initialised ones.
+struct Materialise;
+
+impl<B: Backend> ModuleVisitor<B> for Materialise {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let _ = param.val();
+    }
+}
+
+/// `target ← m·target + (1 − m)·online` for every trainable parameter of `online` (matched by
+/// parameter id, so `target` must come from [`detached_copy`] of the same module). Other
+/// tensors of `target` (running statistics, frozen parameters) are left as they are.
+///
+/// # Panics
+/// If `momentum` is outside `[0, 1]`.
+pub fn ema_update<B: Backend, M: Module<B>>(target: M, online: &M, momentum: f64) -> M {
+    assert!(
+        (0.0..=1.0).contains(&momentum),
+        "ema_update: momentum must lie in [0, 1], got {momentum}"
+    );
+    let mut collector = TrainableParams::default();
+    online.visit(&mut collector);
+    let mut mapper = Average {
+        online: collector.tensors,
+        momentum,
+    };
+    target.map(&mut mapper)
+}
+
+/// The momentum at training progress `progress ∈ [0, 1]` when it rises along a cosine from
+/// `base` to 1 (BYOL; optional in MoCo / Light-MoCo):
+/// `m(p) = 1 − (1 − base)·(1 + cos πp)/2`.
+pub fn cosine_momentum(base: f64, progress: f64) -> f64 {
+    let p = progress.clamp(0.0, 1.0);
+    1.0 - (1.0 - base) * (1.0 + (std::f64::consts::PI * p).cos()) / 2.0
+}
+
+/// Checks that a momentum lies in `[0, 1]`.
+pub fn validate_momentum(field: &'static str, momentum: f64) -> Result<(), ConfigError> {
+    in_range(field, momentum, 0.0, 1.0, false)
+}
+
+/// Collects the online network's trainable tensors by parameter id, flattened to 1-D.
+#[derive(Default)]
+struct TrainableParams<B: Backend> {
+    tensors: HashMap<ParamId, Tensor<B, 1>>,
+}
+
+impl<B: Backend> ModuleVisitor<B> for TrainableParams<B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if param.is_require_grad() {
+            let value = param.val().detach();
+            let n = value.shape().num_elements();
+            self.tensors.insert(param.id, value.reshape([n]));
+        }
+    }
+}
+
+struct Average<B: Backend> {
+    online: HashMap<ParamId, Tensor<B, 1>>,
+    momentum: f64,
+}
+
+impl<B: Backend> ModuleMapper<B> for Average<B> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let Some(online) = self.online.get(&param.id) else {
+            return param;
+        };
+        let (id, value, mapper) = param.consume();
+        let shape = value.shape();
+        let online = online.clone().reshape(shape);
+        let averaged = (value * self.momentum + online * (1.0 - self.momentum)).detach();
+        Param::from_mapped_value(id, averaged, mapper)
+    }
+}

@@ -1,0 +1,130 @@
+//! Learning-rate schedule: linear warm-up, then cosine decay, evaluated per step.
+
+use burn::optim::lr_scheduler::LrScheduler;
+use burn::optim::LearningRate;
+use burn::prelude::*;
+
+use crate::error::{non_negative, positive, ConfigError};
+
+/// Configuration of [`WarmupCosine`].
+#[derive(Config, Debug)]
+pub struct WarmupCosineConfig {
+    /// Peak learning rate, reached at the end of the warm-up.
+    pub base_lr: f64,
+    /// Total number of optimiser steps of the run (warm-up included).
+    pub total_steps: usize,
+    /// Number of warm-up steps (e.g. 10 epochs' worth).
+    #[config(default = 0)]
+    pub warmup_steps: usize,
+    /// Learning rate at the end of the cosine.
+    #[config(default = 0.0)]
+    pub final_lr: f64,
+}
+
+impl WarmupCosineConfig {
+    /// Validates the settings and builds the schedule at step 0.
+    pub fn init(&self) -> Result<WarmupCosine, ConfigError> {
+        positive("base_lr", self.base_lr)?;
+        non_negative("final_lr", self.final_lr)?;
+        if self.total_steps == 0 {
+            return Err(ConfigError::new("total_steps", "must be at least 1"));
+        }
+        if self.warmup_steps > self.total_steps {
+            return Err(ConfigError::new(
+                "warmup_steps",
+                format!(
+                    "{} warm-up steps exceed the {} steps of the run",
+                    self.warmup_steps, self.total_steps
+                ),
+            ));
+        }
+        Ok(WarmupCosine {
+            config: self.clone(),
+            step: 0,
+        })
+    }
+}
+
+/// Linear warm-up from `base_lr / warmup_steps` to `base_lr`, then a cosine down to `final_lr`
+/// at `total_steps`; constant at `final_lr` after that.
+#[derive(Debug, Clone)]
+pub struct WarmupCosine {
+    config: WarmupCosineConfig,
+    step: usize,
+}
+
+impl WarmupCosine {
+    /// The learning rate of (0-based) step `step`.
+    pub fn lr_at(&self, step: usize) -> f64 {
+        let c = &self.config;
+        if step < c.warmup_steps {
+            return c.base_lr * (step + 1) as f64 / c.warmup_steps as f64;
+        }
+        let span = (c.total_steps - c.warmup_steps).max(1) as f64;
+        let progress = ((step - c.warmup_steps) as f64 / span).min(1.0);
+        c.final_lr
+            + (c.base_lr - c.final_lr) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+    }
+
+    /// Index of the next step.
+    pub fn current_step(&self) -> usize {
+        self.step
+    }
+}
+
+impl LrScheduler for WarmupCosine {
+    type Record<B: Backend> = usize;
+
+    fn step(&mut self) -> LearningRate {
+        let lr = self.lr_at(self.step);
+        self.step += 1;
+        lr
+    }
+
+    fn to_record<B: Backend>(&self) -> Self::Record<B> {
+        self.step
+    }
+
+    fn load_record<B: Backend>(mut self, record: Self::Record<B>) -> Self {
+        self.step = record;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warm_up_then_cosine_by_hand() {
+        let s = WarmupCosineConfig::new(0.4, 10)
+            .with_warmup_steps(2)
+            .with_final_lr(0.0)
+            .init()
+            .unwrap();
+        // Warm-up: 0.2, 0.4; cosine over 8 steps: step 2 → 0.4, step 6 (half-way) → 0.2.
+        assert!((s.lr_at(0) - 0.2).abs() < 1e-15);
+        assert!((s.lr_at(1) - 0.4).abs() < 1e-15);
+        assert!((s.lr_at(2) - 0.4).abs() < 1e-15);
+        assert!((s.lr_at(6) - 0.2).abs() < 1e-15);
+        assert!(s.lr_at(10).abs() < 1e-15);
+        assert!(s.lr_at(50).abs() < 1e-15);
+    }
+
+    #[test]
+    fn impossible_settings_are_rejected() {
+        let err = WarmupCosineConfig::new(0.1, 5)
+            .with_warmup_steps(6)
+            .init()
+            .unwrap_err();
+        assert_eq!(err.field, "warmup_steps");
+        assert_eq!(
+            WarmupCosineConfig::new(0.0, 5).init().unwrap_err().field,
+            "base_lr"
+        );
+        assert_eq!(
+            WarmupCosineConfig::new(0.1, 0).init().unwrap_err().field,
+            "total_steps"
+        );
+    }
+}

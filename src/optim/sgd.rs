@@ -1,0 +1,175 @@
+//! SGD with momentum, Nesterov and weight decay, exactly as PyTorch's `torch.optim.SGD`.
+//!
+//! burn has an SGD, but its `MomentumConfig` defaults to `dampening = 0.1` (PyTorch: 0, so burn's
+//! velocity would be `m·v + 0.9·g` instead of `m·v + g`) and its weight decay is stored as an
+//! `f32`. This one keeps every hyperparameter in `f64` and follows PyTorch:
+//! ```text
+//! g ← g + wd·θ
+//! v ← μ·v + g        (v = g at the first step)
+//! θ ← θ − lr · (Nesterov ? g + μ·v : v)
+//! ```
+
+use burn::module::AutodiffModule;
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{LearningRate, SimpleOptimizer};
+use burn::prelude::*;
+use burn::record::Record;
+use burn::tensor::backend::AutodiffBackend;
+
+use crate::error::{in_range, non_negative, ConfigError};
+
+/// Configuration of [`Sgd`].
+#[derive(Config, Debug)]
+pub struct SgdConfig {
+    /// Momentum factor `μ` in `[0, 1)` (0 disables momentum).
+    #[config(default = 0.9)]
+    pub momentum: f64,
+    /// Nesterov momentum (needs `μ > 0`).
+    #[config(default = false)]
+    pub nesterov: bool,
+    /// L2 penalty `wd >= 0` added to the gradient.
+    #[config(default = 5e-4)]
+    pub weight_decay: f64,
+}
+
+impl SgdConfig {
+    /// Validates the hyperparameters and builds the update rule.
+    pub fn build(&self) -> Result<Sgd, ConfigError> {
+        in_range("momentum", self.momentum, 0.0, 1.0, false)?;
+        if self.momentum >= 1.0 {
+            return Err(ConfigError::new("momentum", "must be < 1"));
+        }
+        non_negative("weight_decay", self.weight_decay)?;
+        if self.nesterov && self.momentum == 0.0 {
+            return Err(ConfigError::new(
+                "nesterov",
+                "Nesterov momentum needs a momentum > 0",
+            ));
+        }
+        Ok(Sgd {
+            momentum: self.momentum,
+            nesterov: self.nesterov,
+            weight_decay: self.weight_decay,
+        })
+    }
+
+    /// An [`Optimizer`](burn::optim::Optimizer) for module `M` trained on backend `B`.
+    pub fn init<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &self,
+    ) -> Result<OptimizerAdaptor<Sgd, M, B>, ConfigError> {
+        Ok(OptimizerAdaptor::from(self.build()?))
+    }
+}
+
+/// The SGD update rule. Build it with [`SgdConfig::build`] or [`SgdConfig::init`].
+#[derive(Debug, Clone)]
+pub struct Sgd {
+    momentum: f64,
+    nesterov: bool,
+    weight_decay: f64,
+}
+
+/// Per-parameter state of [`Sgd`]: the momentum buffer.
+#[derive(Record, Clone)]
+pub struct SgdState<B: Backend, const D: usize> {
+    /// Momentum buffer `v`.
+    pub velocity: Tensor<B, D>,
+}
+
+impl<B: Backend> SimpleOptimizer<B> for Sgd {
+    type State<const D: usize> = SgdState<B, D>;
+
+    fn step<const D: usize>(
+        &self,
+        lr: LearningRate,
+        tensor: Tensor<B, D>,
+        grad: Tensor<B, D>,
+        state: Option<Self::State<D>>,
+    ) -> (Tensor<B, D>, Option<Self::State<D>>) {
+        let grad = if self.weight_decay > 0.0 {
+            grad + tensor.clone() * self.weight_decay
+        } else {
+            grad
+        };
+        if self.momentum == 0.0 {
+            return (tensor - grad * lr, None);
+        }
+        let velocity = match state {
+            Some(state) => state.velocity * self.momentum + grad.clone(),
+            None => grad.clone(),
+        };
+        let step = if self.nesterov {
+            grad + velocity.clone() * self.momentum
+        } else {
+            velocity.clone()
+        };
+        (tensor - step * lr, Some(SgdState { velocity }))
+    }
+
+    fn to_device<const D: usize>(state: Self::State<D>, device: &B::Device) -> Self::State<D> {
+        SgdState {
+            velocity: state.velocity.to_device(device),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::NdArray;
+
+    type B = NdArray<f64>;
+
+    #[test]
+    fn nesterov_by_hand() {
+        // θ = 1, g = 0.5 twice, μ = 0.9, no decay, lr = 0.1, Nesterov:
+        // v0 = 0.5, step = 0.5 + 0.45 = 0.95, θ1 = 0.905;
+        // v1 = 0.45 + 0.5 = 0.95, step = 0.5 + 0.855 = 1.355, θ2 = 0.905 − 0.1355 = 0.7695.
+        let sgd = SgdConfig::new()
+            .with_nesterov(true)
+            .with_weight_decay(0.0)
+            .build()
+            .unwrap();
+        let device = Default::default();
+        let grad = Tensor::<B, 1>::from_data([0.5], &device);
+        let (t1, s) = SimpleOptimizer::<B>::step(
+            &sgd,
+            0.1,
+            Tensor::from_data([1.0], &device),
+            grad.clone(),
+            None,
+        );
+        let (t2, _) = SimpleOptimizer::<B>::step(&sgd, 0.1, t1.clone(), grad, s);
+        assert!((t1.into_scalar() - 0.905).abs() < 1e-12);
+        assert!((t2.into_scalar() - 0.7695).abs() < 1e-12);
+    }
+
+    #[test]
+    fn impossible_settings_are_rejected() {
+        assert_eq!(
+            SgdConfig::new()
+                .with_momentum(1.0)
+                .build()
+                .unwrap_err()
+                .field,
+            "momentum"
+        );
+        assert_eq!(
+            SgdConfig::new()
+                .with_momentum(0.0)
+                .with_nesterov(true)
+                .build()
+                .unwrap_err()
+                .field,
+            "nesterov"
+        );
+        assert_eq!(
+            SgdConfig::new()
+                .with_weight_decay(-1.0)
+                .build()
+                .unwrap_err()
+                .field,
+            "weight_decay"
+        );
+    }
+}
