@@ -1,5 +1,6 @@
 //! The [`Backbone`] trait: what every feature extractor offers to the SSL frameworks.
 
+use burn::module::ModuleDisplay;
 use burn::prelude::*;
 
 /// A network that turns a batch of images into one pooled feature vector per image.
@@ -7,7 +8,8 @@ use burn::prelude::*;
 /// Every model of this crate implements it, and so can a user's own network: the frameworks of
 /// `curriculum-ssl` only need these two methods. The classifier head, when there is one, is kept
 /// separate so that the same backbone serves pretraining, kNN monitoring and linear probing.
-pub trait Backbone<B: Backend>: Module<B> {
+/// (`#[derive(Module)]` provides `ModuleDisplay`.)
+pub trait Backbone<B: Backend>: Module<B> + ModuleDisplay {
     /// Pooled features, without any classifier.
     ///
     /// # Shapes

@@ -1,7 +1,87 @@
-//! Building blocks of the SSL methods (frameworks) that hold training state: the MoCo key
-//! queue and the EMA update of key / target networks.
+//! SSL methods ("frameworks"): SimCLR, MoCo v1/v2 and Light-MoCo, BYOL, SimSiam, plus the
+//! state they share (the MoCo key queue, the EMA update).
+//!
+//! A method owns its networks and states. Its trainable part is one module,
+//! [`SslMethod::online`]; everything else (key / target networks, queue, loss states) is updated
+//! by [`SslMethod::after_step`] once the optimiser has stepped. A training loop therefore reads:
+//!
+//! ```text
+//! let out = method.forward(views, progress);                  // loss + statistics
+//! let grads = GradientsParams::from_grads(out.loss.backward(), method.online());
+//! method.set_online(optimiser.step(lr, method.online().clone(), grads));
+//! method.after_step(progress);                                  // EMA, queue
+//! ```
+//! and never needs to know which method it runs. Any backbone implementing
+//! [`Backbone`](curriculum_ssl_models::Backbone) plugs into any method — a user's own network too.
 
+pub mod byol;
 pub mod ema;
+pub mod moco;
 pub mod queue;
+pub mod simclr;
+pub mod simsiam;
 
+pub use byol::{Byol, ByolConfig};
+pub use moco::{MoCo, MoCoConfig};
 pub use queue::{KeyQueue, KeyQueueConfig};
+pub use simclr::{SimClr, SimClrConfig};
+pub use simsiam::{SimSiam, SimSiamConfig};
+
+use burn::module::AutodiffModule;
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+
+/// Where training stands: what schedulers and adaptive states read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Progress {
+    /// Optimiser steps done so far (0-based index of the current step).
+    pub step: usize,
+    /// Optimiser steps of the whole run.
+    pub total_steps: usize,
+}
+
+impl Progress {
+    /// `step / total_steps`, in `[0, 1]`.
+    pub fn fraction(&self) -> f64 {
+        if self.total_steps == 0 {
+            1.0
+        } else {
+            (self.step as f64 / self.total_steps as f64).min(1.0)
+        }
+    }
+}
+
+/// The loss of one step and named statistics for logging (detached).
+#[derive(Debug, Clone)]
+pub struct MethodOutput<B: Backend> {
+    /// Scalar loss to back-propagate, `[1]`.
+    pub loss: Tensor<B, 1>,
+    /// Named statistics, each `[1]` and detached (e.g. the curricular `t`, the momentum).
+    pub stats: Vec<(&'static str, Tensor<B, 1>)>,
+}
+
+/// A self-supervised method: turns two views of a batch into a loss and keeps its own states.
+pub trait SslMethod<B: AutodiffBackend> {
+    /// The trainable networks (backbone and heads) as one module.
+    type Online: AutodiffModule<B> + Clone;
+
+    /// The trainable networks.
+    fn online(&self) -> &Self::Online;
+
+    /// Puts back the networks after an optimiser step.
+    fn set_online(&mut self, online: Self::Online);
+
+    /// The loss of one step on two views of the same images.
+    ///
+    /// # Shapes
+    /// - `view1`, `view2`: `[N, C, H, W]`
+    fn forward(
+        &mut self,
+        view1: Tensor<B, 4>,
+        view2: Tensor<B, 4>,
+        progress: Progress,
+    ) -> MethodOutput<B>;
+
+    /// Updates the non-trained states (EMA networks, queue) after the optimiser step.
+    fn after_step(&mut self, progress: Progress);
+}

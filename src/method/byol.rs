@@ -1,0 +1,161 @@
+//! BYOL (Grill et al. 2020): online backbone + projector + predictor; a target backbone +
+//! projector that is an EMA of the online ones, the momentum rising along a cosine from
+//! `base_momentum` to 1; symmetric negative-cosine loss with the target detached.
+
+use burn::module::{AutodiffModule, ModuleDisplay};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl_models::Backbone;
+
+use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
+use super::{MethodOutput, Progress, SslMethod};
+use crate::error::ConfigError;
+use crate::head::{MlpHead, MlpHeadConfig};
+use crate::loss::negative_cosine::NegativeCosineForm;
+use crate::loss::{NegativeCosineLoss, NegativeCosineLossConfig};
+
+/// Configuration of [`Byol`].
+#[derive(Config, Debug)]
+pub struct ByolConfig {
+    /// Hidden width of projector and predictor.
+    #[config(default = 4096)]
+    pub hidden_dim: usize,
+    /// Projection width.
+    #[config(default = 256)]
+    pub output_dim: usize,
+    /// Momentum of the target at the start of training (rises to 1 along a cosine).
+    #[config(default = 0.99)]
+    pub base_momentum: f64,
+    /// Reported form of the loss (BYOL's paper: `2 − 2cos`).
+    #[config(default = "NegativeCosineForm::TwoMinusTwoCosine")]
+    pub form: NegativeCosineForm,
+}
+
+/// The trainable part of [`Byol`].
+#[derive(Module, Debug)]
+pub struct ByolNetwork<B: Backend, M> {
+    /// Feature extractor.
+    pub backbone: M,
+    /// Projection head.
+    pub projector: MlpHead<B>,
+    /// Prediction head (online only).
+    pub predictor: MlpHead<B>,
+}
+
+/// The EMA target of [`Byol`]: backbone and projector.
+#[derive(Module, Debug)]
+pub struct ByolTarget<B: Backend, M> {
+    /// Feature extractor.
+    pub backbone: M,
+    /// Projection head.
+    pub projector: MlpHead<B>,
+}
+
+impl ByolConfig {
+    /// Builds BYOL around a backbone made by `backbone` (called twice: online, and a fresh
+    /// module into which the target's copy is loaded).
+    pub fn init<B: Backend, M: Backbone<B>>(
+        &self,
+        backbone: impl Fn(&B::Device) -> M,
+        device: &B::Device,
+    ) -> Result<Byol<B, M>, ConfigError> {
+        validate_momentum("base_momentum", self.base_momentum)?;
+        let online_backbone = backbone(device);
+        let feature_dim = online_backbone.feature_dim();
+        let projector = MlpHeadConfig::new(feature_dim, self.hidden_dim, self.output_dim);
+        let predictor = MlpHeadConfig::new(self.output_dim, self.hidden_dim, self.output_dim);
+        let online = ByolNetwork {
+            backbone: online_backbone,
+            projector: projector.init(device)?,
+            predictor: predictor.init(device)?,
+        };
+        let target = ByolTarget {
+            backbone: detached_copy(&online.backbone, backbone(device)),
+            projector: detached_copy(&online.projector, projector.init(device)?),
+        };
+        Ok(Byol {
+            online,
+            target,
+            loss: NegativeCosineLossConfig::new()
+                .with_form(self.form)
+                .init()?,
+            base_momentum: self.base_momentum,
+        })
+    }
+}
+
+/// BYOL. Build it with [`ByolConfig::init`].
+#[derive(Debug, Clone)]
+pub struct Byol<B: Backend, M: Backbone<B>> {
+    online: ByolNetwork<B, M>,
+    target: ByolTarget<B, M>,
+    loss: NegativeCosineLoss,
+    base_momentum: f64,
+}
+
+impl<B: Backend, M: Backbone<B>> Byol<B, M> {
+    /// The EMA target.
+    pub fn target(&self) -> &ByolTarget<B, M> {
+        &self.target
+    }
+
+    /// The target's momentum at `progress`.
+    pub fn momentum_at(&self, progress: Progress) -> f64 {
+        cosine_momentum(self.base_momentum, progress.fraction())
+    }
+}
+
+impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for Byol<B, M>
+where
+    M::InnerModule: ModuleDisplay,
+{
+    type Online = ByolNetwork<B, M>;
+
+    fn online(&self) -> &Self::Online {
+        &self.online
+    }
+
+    fn set_online(&mut self, online: Self::Online) {
+        self.online = online;
+    }
+
+    fn forward(
+        &mut self,
+        view1: Tensor<B, 4>,
+        view2: Tensor<B, 4>,
+        progress: Progress,
+    ) -> MethodOutput<B> {
+        let predict = |x: Tensor<B, 4>| {
+            let z = self
+                .online
+                .projector
+                .forward(self.online.backbone.forward_features(x));
+            self.online.predictor.forward(z)
+        };
+        let target = |x: Tensor<B, 4>| {
+            self.target
+                .projector
+                .forward(self.target.backbone.forward_features(x))
+                .detach()
+        };
+        let (p1, p2) = (predict(view1.clone()), predict(view2.clone()));
+        let (t1, t2) = (target(view1), target(view2));
+        let loss = self.loss.forward_symmetric(p1, p2, t1, t2);
+        let device = loss.device();
+        let momentum = Tensor::from_data(
+            TensorData::new(vec![self.momentum_at(progress)], [1]),
+            &device,
+        );
+        MethodOutput {
+            loss,
+            stats: vec![("momentum", momentum)],
+        }
+    }
+
+    fn after_step(&mut self, progress: Progress) {
+        let m = self.momentum_at(progress);
+        self.target.backbone = ema_update(self.target.backbone.clone(), &self.online.backbone, m);
+        self.target.projector =
+            ema_update(self.target.projector.clone(), &self.online.projector, m);
+    }
+}

@@ -1,0 +1,261 @@
+//! MoCo v1 / v2 (He et al. 2020; Chen et al. 2020) and Light-MoCo (SoftNCE; Li et al.):
+//! a query encoder, a momentum key encoder `θk ← m·θk + (1 − m)·θq` (optionally with `m` rising
+//! along a cosine to 1), and a FIFO queue of past keys as negatives.
+//!
+//! v1 uses a linear projection, v2 an MLP; Light-MoCo is v2 with the `[2048, 128]` BN head,
+//! `τ = 0.1`, `m = 0.99`, the symmetric loss and SoftNCE ([`MoCoConfig::light_moco`]). Keys are
+//! enqueued in [`SslMethod::after_step`], after the loss of the step used the old queue. On one
+//! device there is no shuffling BatchNorm: the key encoder sees the whole batch in its own
+//! BatchNorm statistics (as lightly does on a single GPU).
+
+use burn::module::{AutodiffModule, ModuleDisplay};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl_models::Backbone;
+
+use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
+use super::queue::{KeyQueue, KeyQueueConfig};
+use super::{MethodOutput, Progress, SslMethod};
+use crate::error::ConfigError;
+use crate::head::{MlpHead, MlpHeadConfig};
+use crate::loss::{l2_normalize, InfoNceLoss, InfoNceLossConfig, SoftNceLoss, SoftNceLossConfig};
+
+/// Configuration of [`MoCo`].
+#[derive(Config, Debug)]
+pub struct MoCoConfig {
+    /// Projection width.
+    #[config(default = 128)]
+    pub output_dim: usize,
+    /// Hidden width of the MLP projector; `None` gives v1's linear projection.
+    #[config(default = "Some(2048)")]
+    pub hidden_dim: Option<usize>,
+    /// BatchNorm in the projector (Light-MoCo's head has it, MoCo v2's does not).
+    #[config(default = false)]
+    pub head_batch_norm: bool,
+    /// Number of keys in the queue (a multiple of the keys enqueued per step).
+    #[config(default = 4096)]
+    pub queue_size: usize,
+    /// Momentum `m` of the key encoder (at the start, if `cosine_momentum`).
+    #[config(default = 0.99)]
+    pub momentum: f64,
+    /// Raise the momentum along a cosine from `momentum` to 1 over training.
+    #[config(default = false)]
+    pub cosine_momentum: bool,
+    /// Symmetric loss: both views serve as queries (losses summed, both key sets enqueued).
+    #[config(default = false)]
+    pub symmetric: bool,
+    /// InfoNCE temperature (unused with SoftNCE, which has its own).
+    #[config(default = 0.2)]
+    pub temperature: f64,
+    /// SoftNCE instead of InfoNCE (Light-MoCo).
+    #[config(default = "None")]
+    pub soft_nce: Option<SoftNceLossConfig>,
+}
+
+impl MoCoConfig {
+    /// MoCo v1: linear projection to 128, `τ = 0.07`, `m = 0.999`.
+    pub fn moco_v1() -> Self {
+        Self::new()
+            .with_hidden_dim(None)
+            .with_temperature(0.07)
+            .with_momentum(0.999)
+    }
+
+    /// MoCo v2: MLP projection `[2048, 128]` without BN, `τ = 0.2`, `m = 0.999`.
+    pub fn moco_v2() -> Self {
+        Self::new().with_momentum(0.999)
+    }
+
+    /// Light-MoCo: MLP `[2048, 128]` with BN, `m = 0.99`, symmetric SoftNCE (`K = 20`, `α = 0.8`,
+    /// `τ = 0.1`, linear-decay weights).
+    pub fn light_moco() -> Self {
+        Self::new()
+            .with_head_batch_norm(true)
+            .with_symmetric(true)
+            .with_soft_nce(Some(SoftNceLossConfig::new()))
+    }
+
+    /// Builds MoCo around a backbone made by `backbone` (called twice: the query encoder, and a
+    /// fresh module into which the key encoder's copy is loaded). `batch_size` is the number of
+    /// images per step, used to check the queue size.
+    pub fn init<B: Backend, M: Backbone<B>>(
+        &self,
+        backbone: impl Fn(&B::Device) -> M,
+        batch_size: usize,
+        device: &B::Device,
+    ) -> Result<MoCo<B, M>, ConfigError> {
+        validate_momentum("momentum", self.momentum)?;
+        let query_backbone = backbone(device);
+        let feature_dim = query_backbone.feature_dim();
+        let head = match self.hidden_dim {
+            Some(hidden) => MlpHeadConfig::new(feature_dim, hidden, self.output_dim)
+                .with_batch_norm(self.head_batch_norm),
+            None => MlpHeadConfig::new(feature_dim, self.output_dim, self.output_dim)
+                .with_num_layers(1)
+                .with_batch_norm(false),
+        };
+        let online = MoCoNetwork {
+            backbone: query_backbone,
+            projector: head.init(device)?,
+        };
+        let fresh = MoCoNetwork {
+            backbone: backbone(device),
+            projector: head.init(device)?,
+        };
+        let key = detached_copy(&online, fresh);
+        let keys_per_step = if self.symmetric {
+            2 * batch_size
+        } else {
+            batch_size
+        };
+        let queue =
+            KeyQueueConfig::new(self.queue_size, self.output_dim).init(keys_per_step, device)?;
+        let loss = match &self.soft_nce {
+            Some(config) => {
+                config.validate_queue(self.queue_size)?;
+                QueueLoss::Soft(config.init()?)
+            }
+            None => QueueLoss::Info(
+                InfoNceLossConfig::new()
+                    .with_temperature(self.temperature)
+                    .init()?,
+            ),
+        };
+        Ok(MoCo {
+            online,
+            key,
+            queue,
+            loss,
+            momentum: self.momentum,
+            cosine_momentum: self.cosine_momentum,
+            symmetric: self.symmetric,
+            pending_keys: None,
+        })
+    }
+}
+
+/// Backbone and projector: the query encoder (trained) and, as a detached copy, the key encoder.
+#[derive(Module, Debug)]
+pub struct MoCoNetwork<B: Backend, M> {
+    /// Feature extractor.
+    pub backbone: M,
+    /// Projection head.
+    pub projector: MlpHead<B>,
+}
+
+impl<B: Backend, M: Backbone<B>> MoCoNetwork<B, M> {
+    /// Projections of a batch.
+    ///
+    /// # Shapes
+    /// - `images`: `[N, C, H, W]` → `[N, output_dim]`
+    pub fn project(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        self.projector
+            .forward(self.backbone.forward_features(images))
+    }
+}
+
+#[derive(Debug, Clone)]
+enum QueueLoss {
+    Info(InfoNceLoss),
+    Soft(SoftNceLoss),
+}
+
+/// MoCo with its key encoder and queue. Build it with [`MoCoConfig::init`].
+#[derive(Debug, Clone)]
+pub struct MoCo<B: Backend, M: Backbone<B>> {
+    online: MoCoNetwork<B, M>,
+    key: MoCoNetwork<B, M>,
+    queue: KeyQueue<B>,
+    loss: QueueLoss,
+    momentum: f64,
+    cosine_momentum: bool,
+    symmetric: bool,
+    pending_keys: Option<Tensor<B, 2>>,
+}
+
+impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
+    /// The key (momentum) encoder.
+    pub fn key_encoder(&self) -> &MoCoNetwork<B, M> {
+        &self.key
+    }
+
+    /// The queue of negative keys.
+    pub fn queue(&self) -> &KeyQueue<B> {
+        &self.queue
+    }
+
+    /// The key encoder's momentum at `progress`.
+    pub fn momentum_at(&self, progress: Progress) -> f64 {
+        if self.cosine_momentum {
+            cosine_momentum(self.momentum, progress.fraction())
+        } else {
+            self.momentum
+        }
+    }
+
+    fn queue_loss(
+        &self,
+        q: Tensor<B, 2>,
+        k: Tensor<B, 2>,
+        queue: Tensor<B, 2>,
+        progress: Progress,
+    ) -> Tensor<B, 1> {
+        match &self.loss {
+            QueueLoss::Info(loss) => loss.forward(q, k, queue),
+            QueueLoss::Soft(loss) => loss.forward(q, k, queue, progress.fraction()),
+        }
+    }
+}
+
+impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for MoCo<B, M>
+where
+    M::InnerModule: ModuleDisplay,
+{
+    type Online = MoCoNetwork<B, M>;
+
+    fn online(&self) -> &Self::Online {
+        &self.online
+    }
+
+    fn set_online(&mut self, online: Self::Online) {
+        self.online = online;
+    }
+
+    fn forward(
+        &mut self,
+        view1: Tensor<B, 4>,
+        view2: Tensor<B, 4>,
+        progress: Progress,
+    ) -> MethodOutput<B> {
+        let queue = self.queue.keys();
+        let k2 = l2_normalize(self.key.project(view2.clone())).detach();
+        let q1 = self.online.project(view1.clone());
+        let (loss, keys) = if self.symmetric {
+            let k1 = l2_normalize(self.key.project(view1)).detach();
+            let q2 = self.online.project(view2);
+            let loss = self.queue_loss(q1, k2.clone(), queue.clone(), progress)
+                + self.queue_loss(q2, k1.clone(), queue, progress);
+            (loss, Tensor::cat(vec![k1, k2], 0))
+        } else {
+            (self.queue_loss(q1, k2.clone(), queue, progress), k2)
+        };
+        self.pending_keys = Some(keys);
+        let device = loss.device();
+        let momentum = Tensor::from_data(
+            TensorData::new(vec![self.momentum_at(progress)], [1]),
+            &device,
+        );
+        MethodOutput {
+            loss,
+            stats: vec![("momentum", momentum)],
+        }
+    }
+
+    fn after_step(&mut self, progress: Progress) {
+        let momentum = self.momentum_at(progress);
+        self.key = ema_update(self.key.clone(), &self.online, momentum);
+        if let Some(keys) = self.pending_keys.take() {
+            self.queue.enqueue(keys);
+        }
+    }
+}

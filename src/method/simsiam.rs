@@ -1,0 +1,97 @@
+//! SimSiam (Chen & He 2021): backbone + 3-layer projector + bottleneck predictor, symmetric
+//! negative cosine with stop-gradient on the projections; no EMA, no negatives.
+
+use burn::module::{AutodiffModule, ModuleDisplay};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl_models::Backbone;
+
+use super::{MethodOutput, Progress, SslMethod};
+use crate::error::ConfigError;
+use crate::head::{MlpHead, MlpHeadConfig};
+use crate::loss::{NegativeCosineLoss, NegativeCosineLossConfig};
+
+/// Configuration of [`SimSiam`].
+#[derive(Config, Debug)]
+pub struct SimSiamConfig {
+    /// Projection width (and projector hidden width).
+    #[config(default = 2048)]
+    pub dim: usize,
+    /// Predictor bottleneck width.
+    #[config(default = 512)]
+    pub predictor_dim: usize,
+}
+
+/// The trainable part of [`SimSiam`] (all of it).
+#[derive(Module, Debug)]
+pub struct SimSiamNetwork<B: Backend, M> {
+    /// Feature extractor.
+    pub backbone: M,
+    /// Projection head (3 layers, BN at the output).
+    pub projector: MlpHead<B>,
+    /// Prediction head (`dim → predictor_dim → dim`).
+    pub predictor: MlpHead<B>,
+}
+
+impl SimSiamConfig {
+    /// Builds SimSiam around `backbone`.
+    pub fn init<B: Backend, M: Backbone<B>>(
+        &self,
+        backbone: M,
+        device: &B::Device,
+    ) -> Result<SimSiam<B, M>, ConfigError> {
+        let projector =
+            MlpHeadConfig::simsiam_projector(backbone.feature_dim(), self.dim).init(device)?;
+        let predictor = MlpHeadConfig::new(self.dim, self.predictor_dim, self.dim).init(device)?;
+        Ok(SimSiam {
+            online: SimSiamNetwork {
+                backbone,
+                projector,
+                predictor,
+            },
+            loss: NegativeCosineLossConfig::new().init()?,
+        })
+    }
+}
+
+/// SimSiam. Build it with [`SimSiamConfig::init`].
+#[derive(Debug, Clone)]
+pub struct SimSiam<B: Backend, M: Backbone<B>> {
+    online: SimSiamNetwork<B, M>,
+    loss: NegativeCosineLoss,
+}
+
+impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for SimSiam<B, M>
+where
+    M::InnerModule: ModuleDisplay,
+{
+    type Online = SimSiamNetwork<B, M>;
+
+    fn online(&self) -> &Self::Online {
+        &self.online
+    }
+
+    fn set_online(&mut self, online: Self::Online) {
+        self.online = online;
+    }
+
+    fn forward(
+        &mut self,
+        view1: Tensor<B, 4>,
+        view2: Tensor<B, 4>,
+        _: Progress,
+    ) -> MethodOutput<B> {
+        let net = &self.online;
+        let z1 = net.projector.forward(net.backbone.forward_features(view1));
+        let z2 = net.projector.forward(net.backbone.forward_features(view2));
+        let p1 = net.predictor.forward(z1.clone());
+        let p2 = net.predictor.forward(z2.clone());
+        // The loss detaches z1 and z2: the stop-gradient of SimSiam.
+        MethodOutput {
+            loss: self.loss.forward_symmetric(p1, p2, z1, z2),
+            stats: Vec::new(),
+        }
+    }
+
+    fn after_step(&mut self, _: Progress) {}
+}
