@@ -11,7 +11,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use curriculum_ssl::loss::soft_nce::top_k_indices;
 use curriculum_ssl::loss::soft_target::mixup_targets;
 use curriculum_ssl::loss::*;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 type B = Autodiff<Flex>;
 
@@ -136,6 +136,10 @@ fn losses(c: &mut Criterion) {
     group.bench_function("chunked_top_k_indices", |b| {
         b.iter(|| criterion::black_box(top_k_indices(sims.clone(), 20).into_data()))
     });
+    let tracked: Tensor<B, 2> = Tensor::from_inner(sims.clone()).require_grad();
+    group.bench_function("chunked_top_k_indices_autodiff_detached", |b| {
+        b.iter(|| criterion::black_box(top_k_indices(tracked.clone().detach(), 20).into_data()))
+    });
     group.bench_function("full_sort", |b| {
         b.iter(|| {
             criterion::black_box(
@@ -150,5 +154,39 @@ fn losses(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, losses);
+/// SoftNCE against InfoNCE on the same queue, timed alternately (9 rounds, medians) so that
+/// both see the same machine load; criterion's groups run one after the other, which on a shared
+/// 2-core machine can skew the comparison by more than the 10 % being checked.
+fn soft_nce_overhead(_: &mut Criterion) {
+    let (q, k) = (random(BATCH, DIM), random(BATCH, DIM));
+    let queue = curriculum_ssl::loss::l2_normalize(random(QUEUE, DIM));
+    let info = InfoNceLossConfig::new().init().unwrap();
+    let soft = SoftNceLossConfig::new().init().unwrap();
+    let time = |f: &dyn Fn(Tensor<B, 2>) -> Tensor<B, 1>| {
+        let start = Instant::now();
+        let leaf = q.clone().require_grad();
+        let grads = f(leaf.clone()).backward();
+        criterion::black_box(leaf.grad(&grads).expect("gradient").into_data());
+        start.elapsed().as_secs_f64()
+    };
+    let (mut t_info, mut t_soft) = (Vec::new(), Vec::new());
+    for _ in 0..9 {
+        t_info.push(time(&|x| info.forward(x, k.clone(), queue.clone())));
+        t_soft.push(time(&|x| soft.forward(x, k.clone(), queue.clone(), 0.0)));
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let (info, soft) = (median(&mut t_info), median(&mut t_soft));
+    println!(
+        "soft_nce_overhead: InfoNCE {:.1} ms, SoftNCE {:.1} ms (forward + backward, B = {BATCH}, \
+         D = {DIM}, queue {QUEUE}, medians of 9 alternating runs): SoftNCE / InfoNCE = {:.3}",
+        info * 1e3,
+        soft * 1e3,
+        soft / info
+    );
+}
+
+criterion_group!(benches, soft_nce_overhead, losses);
 criterion_main!(benches);

@@ -38,6 +38,10 @@ pub struct InfoNceLoss {
 /// Cosine similarities of the queries with their positive key and with the queue, before the
 /// temperature.
 pub(crate) struct QueueSimilarities<B: Backend> {
+    /// `[B, D]`: the normalised queries.
+    pub(crate) queries: Tensor<B, 2>,
+    /// `[K, D]`: the queue, detached.
+    pub(crate) queue: Tensor<B, 2>,
     /// `[B, 1]`: `q_i · k+_i`.
     pub(crate) positive: Tensor<B, 2>,
     /// `[B, K]`: `q_i · queue_j`.
@@ -61,9 +65,12 @@ impl<B: Backend> QueueSimilarities<B> {
         );
         let q = l2_normalize(q);
         let k = l2_normalize(k.detach());
+        let queue = queue.detach();
         let positive = (q.clone() * k).sum_dim(1);
-        let negatives = q.matmul(queue.detach().transpose());
+        let negatives = q.clone().matmul(queue.clone().transpose());
         Self {
+            queries: q,
+            queue,
             positive,
             negatives,
         }
