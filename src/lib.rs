@@ -1,1 +1,5 @@
 pub fn x(){}
+
+pub mod augment;
+pub mod data;
+pub mod error;
