@@ -1,4 +1,4 @@
-pub fn x(){}
+pub fn x() {}
 
 pub mod augment;
 pub mod data;

@@ -48,9 +48,15 @@ pub fn gaussian_blur<B: Backend>(x: Tensor<B, 4>, kernels: &[Vec<f64>]) -> Tenso
     let [n, _c, h, w] = x.dims();
     assert_eq!(kernels.len(), n, "one kernel per sample");
     let k = kernels[0].len();
-    assert!(k % 2 == 1 && kernels.iter().all(|kk| kk.len() == k), "odd kernels of one length");
+    assert!(
+        k % 2 == 1 && kernels.iter().all(|kk| kk.len() == k),
+        "odd kernels of one length"
+    );
     let pad = k / 2;
-    assert!(pad < h && pad < w, "blur kernel {k} too large for a {h}x{w} image");
+    assert!(
+        pad < h && pad < w,
+        "blur kernel {k} too large for a {h}x{w} image"
+    );
     if pad == 0 {
         return x;
     }
@@ -61,8 +67,14 @@ pub fn gaussian_blur<B: Backend>(x: Tensor<B, 4>, kernels: &[Vec<f64>]) -> Tenso
             per_sample::<B>(&v, &device)
         })
         .collect();
-    let idx_w = Tensor::<B, 1, Int>::from_data(TensorData::new(reflect_indices(w, pad), [w + 2 * pad]), &device);
-    let idx_h = Tensor::<B, 1, Int>::from_data(TensorData::new(reflect_indices(h, pad), [h + 2 * pad]), &device);
+    let idx_w = Tensor::<B, 1, Int>::from_data(
+        TensorData::new(reflect_indices(w, pad), [w + 2 * pad]),
+        &device,
+    );
+    let idx_h = Tensor::<B, 1, Int>::from_data(
+        TensorData::new(reflect_indices(h, pad), [h + 2 * pad]),
+        &device,
+    );
     // Horizontal pass.
     let xp = x.select(3, idx_w);
     let mut out = xp.clone().narrow(3, 0, w).mul(taps[0].clone());
@@ -94,7 +106,7 @@ impl RandomGaussianBlur {
     /// The odd kernel size closest to 10 % of `side` (at least 3), as SimCLR and lightly use.
     pub fn kernel_for(side: usize) -> usize {
         let k = ((side as f64) * 0.1).round() as usize;
-        (k.max(3)) | 1
+        k.max(3) | 1
     }
 
     /// Checks the settings.
@@ -141,9 +153,7 @@ impl RandomGaussianBlur {
 
     /// Applies drawn kernels.
     pub fn apply<B: Backend>(&self, x: Tensor<B, 4>, kernels: &[Vec<f64>]) -> Tensor<B, 4> {
-        let any = kernels
-            .iter()
-            .any(|k| k[self.kernel_size / 2] != 1.0);
+        let any = kernels.iter().any(|k| k[self.kernel_size / 2] != 1.0);
         if any {
             gaussian_blur(x, kernels)
         } else {

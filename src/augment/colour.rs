@@ -113,14 +113,13 @@ pub fn hsv_to_rgb<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
         .add_scalar(1.0)
         .mul(v.clone())
         .clamp(0.0, 1.0);
-    let t = sxf
-        .add(one_minus_s.clone())
-        .mul(v.clone())
-        .clamp(0.0, 1.0);
+    let t = sxf.add(one_minus_s.clone()).mul(v.clone()).clamp(0.0, 1.0);
     let p = one_minus_s.mul(v.clone()).clamp(0.0, 1.0);
     // i mod 6 (i is an integer in [0, 6]).
     let i = i.clone().sub(i.div_scalar(6.0).floor().mul_scalar(6.0));
-    let m: Vec<Tensor<B, 4>> = (0..6).map(|k| i.clone().equal_elem(k as f32).float()).collect();
+    let m: Vec<Tensor<B, 4>> = (0..6)
+        .map(|k| i.clone().equal_elem(k as f32).float())
+        .collect();
     let r = v.clone().mul(m[0].clone().add(m[5].clone()))
         + q.clone().mul(m[1].clone())
         + p.clone().mul(m[2].clone().add(m[3].clone()))

@@ -60,7 +60,10 @@ fn axis_grid<B: Backend>(
     let src = u.mul(scale).add(lo.clone()).sub_scalar(0.5);
     let src = src.max_pair(lo).min_pair(hi);
     // align_corners = false: x_norm = (2x + 1) / size − 1.
-    src.mul_scalar(2.0).add_scalar(1.0).div_scalar(size as f32).sub_scalar(1.0)
+    src.mul_scalar(2.0)
+        .add_scalar(1.0)
+        .div_scalar(size as f32)
+        .sub_scalar(1.0)
 }
 
 /// Crops `boxes[n]` out of sample `n` and resizes it to `out_h × out_w` (bilinear), for the whole

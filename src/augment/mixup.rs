@@ -19,7 +19,11 @@ pub fn mixup<B: Backend>(x1: Tensor<B, 4>, x2: Tensor<B, 4>, lambda: f64) -> Ten
 }
 
 /// `λ_n·x1 + (1 − λ_n)·x2` with one λ per sample.
-pub fn mixup_per_sample<B: Backend>(x1: Tensor<B, 4>, x2: Tensor<B, 4>, lambdas: &[f32]) -> Tensor<B, 4> {
+pub fn mixup_per_sample<B: Backend>(
+    x1: Tensor<B, 4>,
+    x2: Tensor<B, 4>,
+    lambdas: &[f32],
+) -> Tensor<B, 4> {
     let device = x1.device();
     let l = per_sample::<B>(lambdas, &device);
     let one_minus = l.clone().neg().add_scalar(1.0);
@@ -105,7 +109,12 @@ impl Mixup {
     }
 
     /// Mixes the views with drawn λs.
-    pub fn apply<B: Backend>(&self, x1: Tensor<B, 4>, x2: Tensor<B, 4>, lambdas: &[f32]) -> Tensor<B, 4> {
+    pub fn apply<B: Backend>(
+        &self,
+        x1: Tensor<B, 4>,
+        x2: Tensor<B, 4>,
+        lambdas: &[f32],
+    ) -> Tensor<B, 4> {
         mixup_per_sample(x1, x2, lambdas)
     }
 }

@@ -42,7 +42,10 @@ use rand::Rng;
 
 /// A per-sample scalar as a `[N, 1, 1, 1]` tensor (broadcasts over channels and pixels).
 pub fn per_sample<B: Backend>(values: &[f32], device: &B::Device) -> Tensor<B, 4> {
-    Tensor::from_data(TensorData::new(values.to_vec(), [values.len(), 1, 1, 1]), device)
+    Tensor::from_data(
+        TensorData::new(values.to_vec(), [values.len(), 1, 1, 1]),
+        device,
+    )
 }
 
 /// A per-sample 0/1 mask as a `[N, 1, 1, 1]` float tensor.
@@ -53,7 +56,11 @@ pub fn per_sample_mask<B: Backend>(flags: &[bool], device: &B::Device) -> Tensor
 
 /// `mask · a + (1 − mask) · b` with a per-sample 0/1 mask: exact selection (no rounding), one
 /// tensor expression for the whole batch.
-pub fn select_where<B: Backend>(mask: Tensor<B, 4>, a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B, 4> {
+pub fn select_where<B: Backend>(
+    mask: Tensor<B, 4>,
+    a: Tensor<B, 4>,
+    b: Tensor<B, 4>,
+) -> Tensor<B, 4> {
     let keep = mask.clone().neg().add_scalar(1.0);
     a.mul(mask).add(b.mul(keep))
 }
@@ -86,15 +93,24 @@ pub(crate) fn range(
 ) -> Result<(), crate::error::ConfigError> {
     use crate::error::ConfigError;
     if !(lo.is_finite() && hi.is_finite()) {
-        return Err(ConfigError::new(field, format!("bounds must be finite, got ({lo}, {hi})")));
+        return Err(ConfigError::new(
+            field,
+            format!("bounds must be finite, got ({lo}, {hi})"),
+        ));
     }
     if lo > hi {
-        return Err(ConfigError::new(field, format!("min {lo} is greater than max {hi}")));
+        return Err(ConfigError::new(
+            field,
+            format!("min {lo} is greater than max {hi}"),
+        ));
     }
     let ok = if open_min { lo > min } else { lo >= min };
     if !ok {
         let op = if open_min { ">" } else { ">=" };
-        return Err(ConfigError::new(field, format!("min must be {op} {min}, got {lo}")));
+        return Err(ConfigError::new(
+            field,
+            format!("min must be {op} {min}, got {lo}"),
+        ));
     }
     Ok(())
 }

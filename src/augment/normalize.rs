@@ -24,7 +24,10 @@ pub const FASHION_MNIST_STD: [f64; 1] = [0.3530];
 /// If `mean` / `std` do not have one entry per channel ([`Normalize::validate_for`] checks it).
 pub fn normalize<B: Backend>(x: Tensor<B, 4>, mean: &[f64], std: &[f64]) -> Tensor<B, 4> {
     let c = x.dims()[1];
-    assert!(mean.len() == c && std.len() == c, "one mean and std per channel");
+    assert!(
+        mean.len() == c && std.len() == c,
+        "one mean and std per channel"
+    );
     let device = x.device();
     let m: Vec<f32> = mean.iter().map(|&v| v as f32).collect();
     let s: Vec<f32> = std.iter().map(|&v| v as f32).collect();
@@ -68,7 +71,10 @@ impl Normalize {
         }
         for &m in &self.mean {
             if !m.is_finite() {
-                return Err(ConfigError::new("normalize.mean", format!("must be finite, got {m}")));
+                return Err(ConfigError::new(
+                    "normalize.mean",
+                    format!("must be finite, got {m}"),
+                ));
             }
         }
         Ok(())

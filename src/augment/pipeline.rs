@@ -71,7 +71,10 @@ pub struct PipelineConfig {
 
 fn normalize_for(side: usize, channels: usize) -> Normalize {
     match (channels, side <= 64) {
-        (1, _) => Normalize::new(&normalize::FASHION_MNIST_MEAN, &normalize::FASHION_MNIST_STD),
+        (1, _) => Normalize::new(
+            &normalize::FASHION_MNIST_MEAN,
+            &normalize::FASHION_MNIST_STD,
+        ),
         (_, true) => Normalize::new(&normalize::CIFAR10_MEAN, &normalize::CIFAR10_STD),
         _ => Normalize::new(&normalize::IMAGENET_MEAN, &normalize::IMAGENET_STD),
     }
@@ -222,7 +225,10 @@ impl PipelineConfig {
             if self.mixup.is_some() && a.size != b.size {
                 return Err(ConfigError::new(
                     "mixup",
-                    format!("views of different sizes {:?} and {:?} cannot be mixed", a.size, b.size),
+                    format!(
+                        "views of different sizes {:?} and {:?} cannot be mixed",
+                        a.size, b.size
+                    ),
                 ));
             }
         }
@@ -288,9 +294,18 @@ impl Augmenter {
     ///
     /// # Panics
     /// If `x` does not have the channel count given to [`PipelineConfig::init`].
-    pub fn view<B: Backend>(&self, view: &ViewConfig, x: Tensor<B, 4>, rng: &mut StdRng) -> Tensor<B, 4> {
+    pub fn view<B: Backend>(
+        &self,
+        view: &ViewConfig,
+        x: Tensor<B, 4>,
+        rng: &mut StdRng,
+    ) -> Tensor<B, 4> {
         let [n, c, h, w] = x.dims();
-        assert_eq!(c, self.channels, "the pipeline was built for {} channels", self.channels);
+        assert_eq!(
+            c, self.channels,
+            "the pipeline was built for {} channels",
+            self.channels
+        );
         let mut x = x;
         if let Some(crop) = &view.crop {
             let boxes = crop.sample(rng, n, h, w);

@@ -146,12 +146,23 @@ pub fn load_cifar100(
     };
     let mut pixels = Vec::new();
     let mut labels = Vec::new();
-    parse(&f, &read_maybe_gz(&f)?, 2, at, classes, &mut pixels, &mut labels)?;
+    parse(
+        &f,
+        &read_maybe_gz(&f)?,
+        2,
+        at,
+        classes,
+        &mut pixels,
+        &mut labels,
+    )?;
     ImageArray::new(f, SIDE, SIDE, 3, pixels, Some(labels), classes)
 }
 
 /// CIFAR-10 images without labels, for pretraining (labels are still validated).
-pub fn load_cifar10_unlabeled(dir: impl AsRef<Path>, split: Split) -> Result<ImageArray, DataError> {
+pub fn load_cifar10_unlabeled(
+    dir: impl AsRef<Path>,
+    split: Split,
+) -> Result<ImageArray, DataError> {
     Ok(load_cifar10(dir, split)?.unlabeled())
 }
 

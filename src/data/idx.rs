@@ -73,7 +73,12 @@ pub(crate) fn read_maybe_gz(path: &Path) -> Result<Vec<u8>, DataError> {
     }
 }
 
-fn header(path: &Path, bytes: &[u8], magic: u32, what: &'static str) -> Result<Vec<usize>, DataError> {
+fn header(
+    path: &Path,
+    bytes: &[u8],
+    magic: u32,
+    what: &'static str,
+) -> Result<Vec<usize>, DataError> {
     if bytes.len() < 4 {
         return Err(DataError::Truncated {
             path: path.to_path_buf(),
@@ -130,8 +135,16 @@ fn header(path: &Path, bytes: &[u8], magic: u32, what: &'static str) -> Result<V
 }
 
 /// Parses an IDX image file (already decompressed): returns `(count, rows, cols, pixels)`.
-pub fn parse_images(path: &Path, bytes: &[u8]) -> Result<(usize, usize, usize, Vec<u8>), DataError> {
-    let dims = header(path, bytes, IMAGES_MAGIC, "images: unsigned bytes, 3 dimensions")?;
+pub fn parse_images(
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(usize, usize, usize, Vec<u8>), DataError> {
+    let dims = header(
+        path,
+        bytes,
+        IMAGES_MAGIC,
+        "images: unsigned bytes, 3 dimensions",
+    )?;
     let (n, rows, cols) = (dims[0], dims[1], dims[2]);
     if rows == 0 || cols == 0 {
         return Err(DataError::BadHeader {
@@ -144,7 +157,12 @@ pub fn parse_images(path: &Path, bytes: &[u8]) -> Result<(usize, usize, usize, V
 
 /// Parses an IDX label file (already decompressed); every label must be `< classes`.
 pub fn parse_labels(path: &Path, bytes: &[u8], classes: usize) -> Result<Vec<u16>, DataError> {
-    header(path, bytes, LABELS_MAGIC, "labels: unsigned bytes, 1 dimension")?;
+    header(
+        path,
+        bytes,
+        LABELS_MAGIC,
+        "labels: unsigned bytes, 1 dimension",
+    )?;
     let labels = &bytes[8..];
     if let Some((index, &label)) = labels
         .iter()

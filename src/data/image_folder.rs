@@ -110,7 +110,10 @@ pub fn scan(root: &Path) -> Result<(Vec<(PathBuf, u16)>, Vec<String>), DataError
 
 /// Decodes one image file into `(height, width, channels, HWC bytes)`, converted to `channels`
 /// when given.
-pub fn decode(path: &Path, channels: Option<usize>) -> Result<(usize, usize, usize, Vec<u8>), DataError> {
+pub fn decode(
+    path: &Path,
+    channels: Option<usize>,
+) -> Result<(usize, usize, usize, Vec<u8>), DataError> {
     let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
     let img = image::load_from_memory(&bytes).map_err(|e| DataError::Decode {
         path: path.to_path_buf(),
@@ -211,7 +214,10 @@ pub fn load(root: impl AsRef<Path>, options: ImageFolderOptions) -> Result<Image
     // Chunks are in file order, so the first error reported is the first bad file's.
     results.into_iter().collect::<Result<Vec<()>, _>>()?;
     let labels = files.iter().map(|(_, l)| *l).collect();
-    Ok(ImageArray::new(root, h, w, c, pixels, Some(labels), classes.len())?.with_class_names(classes))
+    Ok(
+        ImageArray::new(root, h, w, c, pixels, Some(labels), classes.len())?
+            .with_class_names(classes),
+    )
 }
 
 /// Reads an image folder without labels, for pretraining.

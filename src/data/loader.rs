@@ -65,7 +65,10 @@ impl LoaderConfig {
 
 /// Mixes a seed and a stream number into one 64-bit seed (SplitMix64 finaliser).
 pub fn mix_seed(seed: u64, stream: u64) -> u64 {
-    let mut z = seed ^ stream.wrapping_add(0x9E37_79B9_7F4A_7C15).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    let mut z = seed
+        ^ stream
+            .wrapping_add(0x9E37_79B9_7F4A_7C15)
+            .wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -80,7 +83,11 @@ pub struct Loader<D> {
 
 impl<D: Dataset<ImageItem> + 'static> Loader<D> {
     /// A loader over `dataset`; `source` names the data in errors.
-    pub fn new(dataset: D, source: impl Into<PathBuf>, config: LoaderConfig) -> Result<Self, ConfigError> {
+    pub fn new(
+        dataset: D,
+        source: impl Into<PathBuf>,
+        config: LoaderConfig,
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
         Ok(Self {
             dataset: Arc::new(dataset),
@@ -155,7 +162,9 @@ impl<D: Dataset<ImageItem> + 'static> Loader<D> {
                 let dataset = Arc::clone(&self.dataset);
                 let source = self.source.clone();
                 let order = Arc::clone(&order);
-                Some(Box::new(move |b| gather(dataset.as_ref(), &source, &order, b, bs)))
+                Some(Box::new(move |b| {
+                    gather(dataset.as_ref(), &source, &order, b, bs)
+                }))
             } else {
                 None
             };
@@ -182,7 +191,10 @@ fn gather<D: Dataset<ImageItem>>(
     for &i in &idx {
         items.push(dataset.get(i).ok_or_else(|| DataError::Request {
             path: source.to_path_buf(),
-            reason: format!("the dataset has no item {i} although its length is {}", dataset.len()),
+            reason: format!(
+                "the dataset has no item {i} although its length is {}",
+                dataset.len()
+            ),
         })?);
     }
     HostBatch::from_items(source, &items, idx)
@@ -215,7 +227,10 @@ impl Iterator for EpochIter {
                 rx.recv().unwrap_or_else(|_| {
                     Err(DataError::Request {
                         path: PathBuf::from("<loader>"),
-                        reason: format!("worker {} stopped before batch {b}", b % self.receivers.len()),
+                        reason: format!(
+                            "worker {} stopped before batch {b}",
+                            b % self.receivers.len()
+                        ),
                     })
                 })
             }

@@ -249,7 +249,10 @@ impl ImageArray {
     pub fn select(&self, indices: &[usize]) -> Result<Self, DataError> {
         let per = self.height * self.width * self.channels;
         let mut pixels = Vec::with_capacity(indices.len() * per);
-        let mut labels = self.labels.as_ref().map(|_| Vec::with_capacity(indices.len()));
+        let mut labels = self
+            .labels
+            .as_ref()
+            .map(|_| Vec::with_capacity(indices.len()));
         for &i in indices {
             let p = self.pixels(i).ok_or_else(|| DataError::Request {
                 path: self.source.clone(),
@@ -371,9 +374,10 @@ impl HostBatch {
         let images = Tensor::<B, 4>::from_data(data, device)
             .permute([0, 3, 1, 2])
             .div_scalar(255.0);
-        let labels = self.labels.as_ref().map(|l| {
-            Tensor::<B, 1, Int>::from_data(TensorData::new(l.clone(), [l.len()]), device)
-        });
+        let labels = self
+            .labels
+            .as_ref()
+            .map(|l| Tensor::<B, 1, Int>::from_data(TensorData::new(l.clone(), [l.len()]), device));
         ImageBatch { images, labels }
     }
 }
