@@ -694,6 +694,8 @@ fn embedded_subset_is_balanced() {
     assert_eq!(train.class_names()[9], "Ankle boot");
     assert!(embedded::compressed_bytes() < 5_000_000);
     assert!(!embedded::train_unlabeled().unwrap().is_labeled());
+    let default = embedded::load_or_embedded(None, idx::Split::Test).unwrap();
+    assert_eq!(default.all_pixels(), test.all_pixels());
     // Real images: not constant, mean brightness of Fashion-MNIST (about 0.29).
     let mean = train.all_pixels().iter().map(|&p| p as f64).sum::<f64>()
         / train.all_pixels().len() as f64

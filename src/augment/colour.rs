@@ -16,7 +16,10 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{bernoulli, per_sample, per_sample_mask, probability, select_where, uniform};
+use super::{
+    bernoulli, index_tensor, per_sample, per_sample_mask, probability, replace_rows, select_where,
+    uniform,
+};
 use crate::error::{non_negative, ConfigError};
 
 /// Luma `[N, 1, H, W]` of an RGB batch (`0.2989 R + 0.587 G + 0.114 B`); a one-channel batch is
@@ -245,46 +248,43 @@ impl ColorJitter {
     }
 
     /// Applies drawn parameters: four stages; at stage `k` each sample gets the operation in its
-    /// `order[k]` (samples whose operation is another one, or that are not jittered, pass through
-    /// unchanged, selected exactly with a mask).
+    /// `order[k]`. Each operation runs once per stage on the rows that need it (gathered), and
+    /// the results are put back exactly; samples that are not jittered pass through unchanged.
     pub fn apply<B: Backend>(&self, x: Tensor<B, 4>, params: &JitterParams) -> Tensor<B, 4> {
         let device = x.device();
+        let n = x.dims()[0];
         let enabled = [
             self.brightness > 0.0,
             self.contrast > 0.0,
             self.saturation > 0.0,
             self.hue > 0.0,
         ];
-        let identity = [1.0f32, 1.0, 1.0, 0.0];
         let mut x = x;
         for stage in 0..4 {
             for (op, &on) in enabled.iter().enumerate() {
                 if !on {
                     continue;
                 }
-                let mask: Vec<bool> = params
-                    .apply
-                    .iter()
-                    .zip(&params.order)
-                    .map(|(&a, o)| a && o[stage] == op)
+                let rows: Vec<usize> = (0..n)
+                    .filter(|&i| params.apply[i] && params.order[i][stage] == op)
                     .collect();
-                if !mask.iter().any(|&m| m) {
+                if rows.is_empty() {
                     continue;
                 }
-                let f: Vec<f32> = params
-                    .factors
-                    .iter()
-                    .zip(&mask)
-                    .map(|(f, &m)| if m { f[op] } else { identity[op] })
-                    .collect();
+                let f: Vec<f32> = rows.iter().map(|&i| params.factors[i][op]).collect();
                 let f = per_sample::<B>(&f, &device);
-                let y = match op {
-                    0 => adjust_brightness(x.clone(), f),
-                    1 => adjust_contrast(x.clone(), f),
-                    2 => adjust_saturation(x.clone(), f),
-                    _ => adjust_hue(x.clone(), f),
+                let sub = if rows.len() == n {
+                    x.clone()
+                } else {
+                    x.clone().select(0, index_tensor::<B>(&rows, &device))
                 };
-                x = select_where(per_sample_mask::<B>(&mask, &device), y, x);
+                let y = match op {
+                    0 => adjust_brightness(sub, f),
+                    1 => adjust_contrast(sub, f),
+                    2 => adjust_saturation(sub, f),
+                    _ => adjust_hue(sub, f),
+                };
+                x = replace_rows(x, &rows, y);
             }
         }
         x

@@ -36,7 +36,7 @@ pub mod solarize;
 
 pub use pipeline::{Augmenter, PipelineConfig, ViewConfig};
 
-use burn::tensor::{backend::Backend, Tensor, TensorData};
+use burn::tensor::{backend::Backend, Int, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::Rng;
 
@@ -63,6 +63,27 @@ pub fn select_where<B: Backend>(
 ) -> Tensor<B, 4> {
     let keep = mask.clone().neg().add_scalar(1.0);
     a.mul(mask).add(b.mul(keep))
+}
+
+/// An index tensor `[len]` from host indices.
+pub fn index_tensor<B: Backend>(indices: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
+    let v: Vec<i64> = indices.iter().map(|&i| i as i64).collect();
+    Tensor::from_data(TensorData::new(v, [indices.len()]), device)
+}
+
+/// The batch `x` with its rows `rows[k]` replaced by `y[k]` (exact: one gather from
+/// `cat([x, y])`). `rows` must be distinct and `y` must have `rows.len()` rows.
+pub fn replace_rows<B: Backend>(x: Tensor<B, 4>, rows: &[usize], y: Tensor<B, 4>) -> Tensor<B, 4> {
+    let n = x.dims()[0];
+    if rows.len() == n && rows.iter().enumerate().all(|(k, &r)| k == r) {
+        return y;
+    }
+    let mut perm: Vec<usize> = (0..n).collect();
+    for (k, &r) in rows.iter().enumerate() {
+        perm[r] = n + k;
+    }
+    let device = x.device();
+    Tensor::cat(vec![x, y], 0).select(0, index_tensor::<B>(&perm, &device))
 }
 
 /// Draws `n` Bernoulli(`p`) flags.

@@ -180,3 +180,14 @@ pub fn make_subset(
     })?;
     Ok(Subset { files })
 }
+
+/// The default dataset: Fashion-MNIST (or MNIST) IDX files from `dir` when a directory is given,
+/// else the embedded subset. This is what the training binaries use when no data directory is
+/// passed.
+pub fn load_or_embedded(dir: Option<&Path>, split: idx::Split) -> Result<ImageArray, DataError> {
+    match (dir, split) {
+        (Some(d), s) => idx::load(d, s),
+        (None, idx::Split::Train) => train(),
+        (None, idx::Split::Test) => test(),
+    }
+}
