@@ -26,8 +26,7 @@ pub fn gaussian_kernel1d(k: usize, sigma: f64) -> Vec<f64> {
 fn reflect_indices(n: usize, pad: usize) -> Vec<i64> {
     (0..n + 2 * pad)
         .map(|i| {
-            let j = i as i64 - pad as i64;
-            let j = if j < 0 { -j } else { j };
+            let j = (i as i64 - pad as i64).abs();
             let last = n as i64 - 1;
             if j > last {
                 2 * last - j
@@ -111,7 +110,7 @@ impl RandomGaussianBlur {
 
     /// Checks the settings.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.kernel_size == 0 || self.kernel_size % 2 == 0 {
+        if self.kernel_size == 0 || self.kernel_size.is_multiple_of(2) {
             return Err(ConfigError::new(
                 "blur.kernel_size",
                 format!("must be an odd number >= 1, got {}", self.kernel_size),

@@ -65,7 +65,7 @@ fn parse(
             what: format!("no records (each is {record} bytes)"),
         });
     }
-    if bytes.len() % record != 0 {
+    if !bytes.len().is_multiple_of(record) {
         let whole = bytes.len() / record;
         return Err(DataError::Truncated {
             path: path.to_path_buf(),

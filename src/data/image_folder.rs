@@ -54,8 +54,11 @@ fn is_image(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// The `(file, label)` pairs of an image folder and its class names.
+pub type Listing = (Vec<(PathBuf, u16)>, Vec<String>);
+
 /// Lists `(file, label)` pairs and the class names, checking the layout.
-pub fn scan(root: &Path) -> Result<(Vec<(PathBuf, u16)>, Vec<String>), DataError> {
+pub fn scan(root: &Path) -> Result<Listing, DataError> {
     require_dir(root)?;
     let entries = read_dir_sorted(root)?;
     let mut classes = Vec::new();

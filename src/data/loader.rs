@@ -157,17 +157,16 @@ impl<D: Dataset<ImageItem> + 'static> Loader<D> {
             }));
             receivers.push(rx);
         }
-        let inline: Option<Box<dyn Fn(usize) -> Result<HostBatch, DataError> + Send>> =
-            if workers == 0 {
-                let dataset = Arc::clone(&self.dataset);
-                let source = self.source.clone();
-                let order = Arc::clone(&order);
-                Some(Box::new(move |b| {
-                    gather(dataset.as_ref(), &source, &order, b, bs)
-                }))
-            } else {
-                None
-            };
+        let inline: Option<BatchFn> = if workers == 0 {
+            let dataset = Arc::clone(&self.dataset);
+            let source = self.source.clone();
+            let order = Arc::clone(&order);
+            Some(Box::new(move |b| {
+                gather(dataset.as_ref(), &source, &order, b, bs)
+            }))
+        } else {
+            None
+        };
         EpochIter {
             next: 0,
             batches,
@@ -200,14 +199,16 @@ fn gather<D: Dataset<ImageItem>>(
     HostBatch::from_items(source, &items, idx)
 }
 
+/// Gathers batch `b` on the calling thread (loaders without workers).
+type BatchFn = Box<dyn Fn(usize) -> Result<HostBatch, DataError> + Send>;
+
 /// The batches of one epoch, in order. Dropping it stops the workers.
 pub struct EpochIter {
     next: usize,
     batches: usize,
     receivers: Vec<Receiver<Result<HostBatch, DataError>>>,
     handles: Vec<JoinHandle<()>>,
-    #[allow(clippy::type_complexity)]
-    inline: Option<Box<dyn Fn(usize) -> Result<HostBatch, DataError> + Send>>,
+    inline: Option<BatchFn>,
     failed: bool,
 }
 

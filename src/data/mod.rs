@@ -89,7 +89,7 @@ impl ImageArray {
                 reason: format!("image size {height}x{width}x{channels} has no pixels"),
             });
         }
-        if pixels.len() % per != 0 {
+        if !pixels.len().is_multiple_of(per) {
             return Err(DataError::UnexpectedLength {
                 path: source,
                 what: format!("a whole number of {height}x{width}x{channels} images"),

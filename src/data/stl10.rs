@@ -58,7 +58,7 @@ pub fn parse_images(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, DataError> {
             what: format!("no images (each is {IMAGE_BYTES} bytes)"),
         });
     }
-    if bytes.len() % IMAGE_BYTES != 0 {
+    if !bytes.len().is_multiple_of(IMAGE_BYTES) {
         let whole = bytes.len() / IMAGE_BYTES;
         return Err(DataError::Truncated {
             path: path.to_path_buf(),
