@@ -76,4 +76,7 @@ pub enum Error {
     /// An impossible hyperparameter.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A dataset file or directory that cannot be used.
+    #[error(transparent)]
+    Data(#[from] crate::data::DataError),
 }

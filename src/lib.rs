@@ -6,16 +6,23 @@
 //!
 //! - [`loss`]: NT-Xent, InfoNCE with a queue, SoftNCE, negative cosine, HCL, curricular
 //!   weighting, Huber-regularised NT-Xent, soft-target cross-entropy, magnet loss.
-//! - [`method`]: state shared by the SSL methods: the key queue, the EMA update.
+//! - [`method`]: SimCLR, MoCo v1/v2, Light-MoCo, BYOL, SimSiam behind one `SslMethod` trait, with
+//!   the key queue and the EMA update.
 //! - [`head`]: projection and prediction MLP heads.
 //! - [`optim`]: SGD with PyTorch semantics, LARS, warm-up + cosine learning rate.
 //! - [`eval`]: weighted kNN monitor and accuracy.
+//! - [`data`]: IDX, CIFAR, STL-10 and image-folder readers, the embedded Fashion-MNIST subset,
+//!   and a threaded, deterministic loader.
+//! - [`augment`]: batched augmentation on the backend (crop, flip, colour jitter, grayscale, blur,
+//!   solarisation, rotation, mixup, normalisation) with SimCLR / MoCo v2 / BYOL presets.
 //! - [`error`]: configuration errors that name the offending field.
 //!
 //! The library never names a concrete backend; the `recipe` binary, the tests and the benches
 //! pick one.
 #![warn(missing_docs)]
 
+pub mod augment;
+pub mod data;
 pub mod error;
 pub mod eval;
 pub mod head;

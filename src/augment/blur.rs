@@ -1,0 +1,162 @@
+//! Gaussian blur with a per-sample σ, as torchvision's `gaussian_blur` (reflect padding, odd
+//! kernel, weights `exp(−x²/(2σ²))` normalised to sum 1 over `x = −(k−1)/2 … (k−1)/2`),
+//! computed as two separable passes over the whole batch.
+
+use burn::tensor::{backend::Backend, Int, Tensor, TensorData};
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+
+use super::{bernoulli, per_sample, probability, range, uniform};
+use crate::error::ConfigError;
+
+/// The normalised 1-D Gaussian kernel of odd size `k` and standard deviation `sigma`.
+pub fn gaussian_kernel1d(k: usize, sigma: f64) -> Vec<f64> {
+    let half = (k as f64 - 1.0) / 2.0;
+    let w: Vec<f64> = (0..k)
+        .map(|i| {
+            let x = (i as f64 - half) / sigma;
+            (-0.5 * x * x).exp()
+        })
+        .collect();
+    let s: f64 = w.iter().sum();
+    w.into_iter().map(|v| v / s).collect()
+}
+
+/// Indices of a reflect padding (`pad` on each side) of a dimension of size `n` (`pad < n`).
+fn reflect_indices(n: usize, pad: usize) -> Vec<i64> {
+    (0..n + 2 * pad)
+        .map(|i| {
+            let j = (i as i64 - pad as i64).abs();
+            let last = n as i64 - 1;
+            if j > last {
+                2 * last - j
+            } else {
+                j
+            }
+        })
+        .collect()
+}
+
+/// Blurs each sample `n` with the 1-D kernel `kernels[n]` (all of the same odd length `k`)
+/// horizontally and vertically, with reflect padding.
+///
+/// # Panics
+/// If the kernels differ in length, the length is even, or `k / 2` is not smaller than both image
+/// sides (reflect padding needs it); [`RandomGaussianBlur::validate_for`] checks this up front.
+pub fn gaussian_blur<B: Backend>(x: Tensor<B, 4>, kernels: &[Vec<f64>]) -> Tensor<B, 4> {
+    let [n, _c, h, w] = x.dims();
+    assert_eq!(kernels.len(), n, "one kernel per sample");
+    let k = kernels[0].len();
+    assert!(
+        k % 2 == 1 && kernels.iter().all(|kk| kk.len() == k),
+        "odd kernels of one length"
+    );
+    let pad = k / 2;
+    assert!(
+        pad < h && pad < w,
+        "blur kernel {k} too large for a {h}x{w} image"
+    );
+    if pad == 0 {
+        return x;
+    }
+    let device = x.device();
+    let taps: Vec<Tensor<B, 4>> = (0..k)
+        .map(|t| {
+            let v: Vec<f32> = kernels.iter().map(|kk| kk[t] as f32).collect();
+            per_sample::<B>(&v, &device)
+        })
+        .collect();
+    let idx_w = Tensor::<B, 1, Int>::from_data(
+        TensorData::new(reflect_indices(w, pad), [w + 2 * pad]),
+        &device,
+    );
+    let idx_h = Tensor::<B, 1, Int>::from_data(
+        TensorData::new(reflect_indices(h, pad), [h + 2 * pad]),
+        &device,
+    );
+    // Horizontal pass.
+    let xp = x.select(3, idx_w);
+    let mut out = xp.clone().narrow(3, 0, w).mul(taps[0].clone());
+    for (t, tap) in taps.iter().enumerate().skip(1) {
+        out = out.add(xp.clone().narrow(3, t, w).mul(tap.clone()));
+    }
+    // Vertical pass.
+    let yp = out.select(2, idx_h);
+    let mut out = yp.clone().narrow(2, 0, h).mul(taps[0].clone());
+    for (t, tap) in taps.iter().enumerate().skip(1) {
+        out = out.add(yp.clone().narrow(2, t, h).mul(tap.clone()));
+    }
+    out
+}
+
+/// Random Gaussian blur: with probability `p` per sample, blur with σ uniform in `sigma`
+/// (torchvision's `RandomApply([GaussianBlur(kernel_size, sigma)], p)`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RandomGaussianBlur {
+    /// Odd kernel size (torchvision presets use about 10 % of the image side).
+    pub kernel_size: usize,
+    /// Range of σ (SimCLR / MoCo v2 / BYOL: `(0.1, 2.0)`).
+    pub sigma: (f64, f64),
+    /// Probability per sample.
+    pub p: f64,
+}
+
+impl RandomGaussianBlur {
+    /// The odd kernel size closest to 10 % of `side` (at least 3), as SimCLR and lightly use.
+    pub fn kernel_for(side: usize) -> usize {
+        let k = ((side as f64) * 0.1).round() as usize;
+        k.max(3) | 1
+    }
+
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.kernel_size == 0 || self.kernel_size.is_multiple_of(2) {
+            return Err(ConfigError::new(
+                "blur.kernel_size",
+                format!("must be an odd number >= 1, got {}", self.kernel_size),
+            ));
+        }
+        range("blur.sigma", self.sigma, 0.0, true)?;
+        probability("blur.p", self.p)
+    }
+
+    /// Checks the settings for images of `h × w` (reflect padding needs `kernel_size / 2 < side`).
+    pub fn validate_for(&self, h: usize, w: usize) -> Result<(), ConfigError> {
+        self.validate()?;
+        if self.kernel_size / 2 >= h.min(w) {
+            return Err(ConfigError::new(
+                "blur.kernel_size",
+                format!("{} is too large for {h}x{w} images", self.kernel_size),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Draws per-sample kernels (a unit impulse for samples that are not blurred).
+    pub fn sample(&self, rng: &mut StdRng, n: usize) -> Vec<Vec<f64>> {
+        let apply = bernoulli(rng, self.p, n);
+        apply
+            .into_iter()
+            .map(|a| {
+                let sigma = uniform(rng, self.sigma.0, self.sigma.1);
+                if a {
+                    gaussian_kernel1d(self.kernel_size, sigma)
+                } else {
+                    let mut d = vec![0.0; self.kernel_size];
+                    d[self.kernel_size / 2] = 1.0;
+                    d
+                }
+            })
+            .collect()
+    }
+
+    /// Applies drawn kernels.
+    pub fn apply<B: Backend>(&self, x: Tensor<B, 4>, kernels: &[Vec<f64>]) -> Tensor<B, 4> {
+        let any = kernels.iter().any(|k| k[self.kernel_size / 2] != 1.0);
+        if any {
+            gaussian_blur(x, kernels)
+        } else {
+            x
+        }
+    }
+}

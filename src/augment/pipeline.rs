@@ -1,0 +1,370 @@
+//! Two-view pipelines (SimCLR, MoCo v2, BYOL and their small-image variants) with a colour
+//! strength knob for curricula.
+//!
+//! A view applies, in this order: random resized crop, horizontal flip, colour jitter (random
+//! order per sample), random grayscale, Gaussian blur, solarisation, normalisation. (Flip commutes
+//! with the colour operations and with the symmetric blur, so this is the same distribution as
+//! torchvision's SimCLR / MoCo v2 / BYOL orders.) Every random choice is drawn per sample from a
+//! generator seeded with `(seed, key)`, where `key` is chosen by the caller (e.g. the global step):
+//! the same seed and key give the same views, whatever happened before.
+
+use burn::tensor::{backend::Backend, Tensor};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+
+use super::blur::RandomGaussianBlur;
+use super::colour::{ColorJitter, RandomGrayscale};
+use super::crop::RandomResizedCrop;
+use super::flip::RandomHorizontalFlip;
+use super::mixup::Mixup;
+use super::normalize::{self, Normalize};
+use super::solarize::RandomSolarize;
+use crate::data::loader::mix_seed;
+use crate::error::{non_negative, ConfigError};
+
+/// The operations of one view; `None` switches an operation off.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ViewConfig {
+    /// Random resized crop (also fixes the output size).
+    pub crop: Option<RandomResizedCrop>,
+    /// Horizontal flip.
+    pub hflip: Option<RandomHorizontalFlip>,
+    /// Colour jitter at strength 1 (the pipeline's `strength` scales it).
+    pub jitter: Option<ColorJitter>,
+    /// Random grayscale.
+    pub grayscale: Option<RandomGrayscale>,
+    /// Gaussian blur.
+    pub blur: Option<RandomGaussianBlur>,
+    /// Solarisation.
+    pub solarize: Option<RandomSolarize>,
+    /// Normalisation (last).
+    pub normalize: Option<Normalize>,
+}
+
+/// Which published pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Preset {
+    /// SimCLR (Chen et al. 2020).
+    SimClr,
+    /// MoCo v2 (Chen et al. 2020).
+    MocoV2,
+    /// BYOL (Grill et al. 2020): asymmetric blur and solarisation.
+    Byol,
+}
+
+/// Two views, an optional mixup of them, a seed and the colour strength.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PipelineConfig {
+    /// First view.
+    pub view1: ViewConfig,
+    /// Second view.
+    pub view2: ViewConfig,
+    /// Colour strength: multiplies the jitter magnitudes of both views (1, 1.5, 2, 3 in MICO's
+    /// tables). A plain number so that a curriculum can set it every epoch.
+    pub strength: f64,
+    /// Mixup: when set, the second view is replaced by `λ·view1 + (1 − λ)·view2`.
+    pub mixup: Option<Mixup>,
+    /// Seed of the per-sample random choices.
+    pub seed: u64,
+}
+
+fn normalize_for(side: usize, channels: usize) -> Normalize {
+    match (channels, side <= 64) {
+        (1, _) => Normalize::new(
+            &normalize::FASHION_MNIST_MEAN,
+            &normalize::FASHION_MNIST_STD,
+        ),
+        (_, true) => Normalize::new(&normalize::CIFAR10_MEAN, &normalize::CIFAR10_STD),
+        _ => Normalize::new(&normalize::IMAGENET_MEAN, &normalize::IMAGENET_STD),
+    }
+}
+
+impl PipelineConfig {
+    /// A published pipeline for square images of `side` pixels with `channels` channels.
+    ///
+    /// For `side >= 96` the papers' ImageNet settings; for small images (`side < 96`, e.g.
+    /// CIFAR 32×32, Fashion-MNIST 28×28) the common small-image variants: SimCLR with colour
+    /// strength 0.5 and no blur (SimCLR's CIFAR setting), MoCo v2 and BYOL with a 3-pixel blur
+    /// kernel. Normalisation: Fashion-MNIST statistics for one channel, CIFAR-10 statistics for
+    /// small RGB images, ImageNet statistics otherwise.
+    pub fn preset(preset: Preset, side: usize, channels: usize) -> Self {
+        let small = side < 96;
+        let blur_k = RandomGaussianBlur::kernel_for(side);
+        let blur = |p: f64| {
+            Some(RandomGaussianBlur {
+                kernel_size: blur_k,
+                sigma: (0.1, 2.0),
+                p,
+            })
+        };
+        let crop = |min_scale: f64| {
+            Some(RandomResizedCrop {
+                size: (side, side),
+                scale: (min_scale, 1.0),
+                ratio: (3.0 / 4.0, 4.0 / 3.0),
+            })
+        };
+        let hflip = Some(RandomHorizontalFlip { p: 0.5 });
+        let grayscale = Some(RandomGrayscale { p: 0.2 });
+        let normalize = Some(normalize_for(side, channels));
+        let (view1, view2) = match preset {
+            Preset::SimClr => {
+                let v = ViewConfig {
+                    crop: crop(0.08),
+                    hflip,
+                    jitter: Some(ColorJitter::simclr(if small { 0.5 } else { 1.0 })),
+                    grayscale,
+                    blur: if small { None } else { blur(0.5) },
+                    solarize: None,
+                    normalize,
+                };
+                (v.clone(), v)
+            }
+            Preset::MocoV2 => {
+                let v = ViewConfig {
+                    crop: crop(0.2),
+                    hflip,
+                    jitter: Some(ColorJitter {
+                        brightness: 0.4,
+                        contrast: 0.4,
+                        saturation: 0.4,
+                        hue: 0.1,
+                        p: 0.8,
+                    }),
+                    grayscale,
+                    blur: blur(0.5),
+                    solarize: None,
+                    normalize,
+                };
+                (v.clone(), v)
+            }
+            Preset::Byol => {
+                let base = ViewConfig {
+                    crop: crop(0.08),
+                    hflip,
+                    jitter: Some(ColorJitter {
+                        brightness: 0.4,
+                        contrast: 0.4,
+                        saturation: 0.2,
+                        hue: 0.1,
+                        p: 0.8,
+                    }),
+                    grayscale,
+                    blur: blur(1.0),
+                    solarize: Some(RandomSolarize {
+                        threshold: 0.5,
+                        p: 0.0,
+                    }),
+                    normalize,
+                };
+                let mut v2 = base.clone();
+                v2.blur = blur(0.1);
+                v2.solarize = Some(RandomSolarize {
+                    threshold: 0.5,
+                    p: 0.2,
+                });
+                (base, v2)
+            }
+        };
+        Self {
+            view1,
+            view2,
+            strength: 1.0,
+            mixup: None,
+            seed: 0,
+        }
+    }
+
+    /// SimCLR for `side × side` images with `channels` channels (see [`PipelineConfig::preset`]).
+    pub fn simclr(side: usize, channels: usize) -> Self {
+        Self::preset(Preset::SimClr, side, channels)
+    }
+
+    /// MoCo v2 for `side × side` images (see [`PipelineConfig::preset`]).
+    pub fn moco_v2(side: usize, channels: usize) -> Self {
+        Self::preset(Preset::MocoV2, side, channels)
+    }
+
+    /// BYOL for `side × side` images (see [`PipelineConfig::preset`]).
+    pub fn byol(side: usize, channels: usize) -> Self {
+        Self::preset(Preset::Byol, side, channels)
+    }
+
+    /// Checks every setting for input images with `channels` channels.
+    pub fn validate(&self, channels: usize) -> Result<(), ConfigError> {
+        non_negative("strength", self.strength)?;
+        for v in [&self.view1, &self.view2] {
+            if let Some(c) = &v.crop {
+                c.validate()?;
+            }
+            if let Some(f) = &v.hflip {
+                f.validate()?;
+            }
+            if let Some(j) = &v.jitter {
+                j.validate()?;
+                j.scaled(self.strength).validate()?;
+            }
+            if let Some(g) = &v.grayscale {
+                g.validate()?;
+            }
+            if let Some(b) = &v.blur {
+                match &v.crop {
+                    Some(c) => b.validate_for(c.size.0, c.size.1)?,
+                    None => b.validate()?,
+                }
+            }
+            if let Some(s) = &v.solarize {
+                s.validate()?;
+            }
+            if let Some(n) = &v.normalize {
+                n.validate_for(channels)?;
+            }
+        }
+        if let (Some(a), Some(b)) = (&self.view1.crop, &self.view2.crop) {
+            if self.mixup.is_some() && a.size != b.size {
+                return Err(ConfigError::new(
+                    "mixup",
+                    format!(
+                        "views of different sizes {:?} and {:?} cannot be mixed",
+                        a.size, b.size
+                    ),
+                ));
+            }
+        }
+        if let Some(m) = &self.mixup {
+            m.validate()?;
+        }
+        Ok(())
+    }
+
+    /// Validates and builds the augmenter for images with `channels` channels.
+    pub fn init(self, channels: usize) -> Result<Augmenter, ConfigError> {
+        self.validate(channels)?;
+        Ok(Augmenter {
+            config: self,
+            channels,
+        })
+    }
+}
+
+/// Two augmented views of a batch.
+#[derive(Debug, Clone)]
+pub struct TwoViews<B: Backend> {
+    /// First view `[N, C, H, W]`.
+    pub view1: Tensor<B, 4>,
+    /// Second view (the mixed one when mixup is on).
+    pub view2: Tensor<B, 4>,
+    /// The λ of each sample when mixup is on.
+    pub lambdas: Option<Vec<f32>>,
+}
+
+/// A validated pipeline. Cheap to clone; holds no random state (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Augmenter {
+    config: PipelineConfig,
+    channels: usize,
+}
+
+impl Augmenter {
+    /// The settings.
+    pub fn config(&self) -> &PipelineConfig {
+        &self.config
+    }
+
+    /// Sets the colour strength (the curriculum knob), checking it.
+    pub fn set_strength(&mut self, strength: f64) -> Result<(), ConfigError> {
+        let mut c = self.config.clone();
+        c.strength = strength;
+        c.validate(self.channels)?;
+        self.config = c;
+        Ok(())
+    }
+
+    /// Sets the mixup (e.g. a scheduled λ), checking it.
+    pub fn set_mixup(&mut self, mixup: Option<Mixup>) -> Result<(), ConfigError> {
+        let mut c = self.config.clone();
+        c.mixup = mixup;
+        c.validate(self.channels)?;
+        self.config = c;
+        Ok(())
+    }
+
+    /// Applies one view's operations, drawing from `rng`.
+    ///
+    /// # Panics
+    /// If `x` does not have the channel count given to [`PipelineConfig::init`].
+    pub fn view<B: Backend>(
+        &self,
+        view: &ViewConfig,
+        x: Tensor<B, 4>,
+        rng: &mut StdRng,
+    ) -> Tensor<B, 4> {
+        let [n, c, h, w] = x.dims();
+        assert_eq!(
+            c, self.channels,
+            "the pipeline was built for {} channels",
+            self.channels
+        );
+        let mut x = x;
+        if let Some(crop) = &view.crop {
+            let boxes = crop.sample(rng, n, h, w);
+            x = crop.apply(x, &boxes);
+        }
+        if let Some(f) = &view.hflip {
+            let flags = f.sample(rng, n);
+            x = f.apply(x, &flags);
+        }
+        if let Some(j) = &view.jitter {
+            let j = j.scaled(self.config.strength);
+            let params = j.sample(rng, n);
+            x = j.apply(x, &params);
+        }
+        if let Some(g) = &view.grayscale {
+            let flags = g.sample(rng, n);
+            x = g.apply(x, &flags);
+        }
+        if let Some(b) = &view.blur {
+            let kernels = b.sample(rng, n);
+            x = b.apply(x, &kernels);
+        }
+        if let Some(s) = &view.solarize {
+            let flags = s.sample(rng, n);
+            x = s.apply(x, &flags);
+        }
+        if let Some(nz) = &view.normalize {
+            x = nz.apply(x);
+        }
+        x
+    }
+
+    /// The generator for batch `key` (independent of any earlier call).
+    pub fn rng(&self, key: u64) -> StdRng {
+        StdRng::seed_from_u64(mix_seed(self.config.seed, key))
+    }
+
+    /// Two views of the batch `x` (`[N, C, H, W]`, floats in `[0, 1]`), reproducible from
+    /// `(seed, key)`.
+    pub fn two_views<B: Backend>(&self, x: Tensor<B, 4>, key: u64) -> TwoViews<B> {
+        let mut rng = self.rng(key);
+        let n = x.dims()[0];
+        let view1 = self.view(&self.config.view1, x.clone(), &mut rng);
+        let view2 = self.view(&self.config.view2, x, &mut rng);
+        match &self.config.mixup {
+            Some(m) => {
+                let lambdas = m.sample(&mut rng, n);
+                let mixed = m.apply(view1.clone(), view2, &lambdas);
+                TwoViews {
+                    view1,
+                    view2: mixed,
+                    lambdas: Some(lambdas),
+                }
+            }
+            None => TwoViews {
+                view1,
+                view2,
+                lambdas: None,
+            },
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! A folder of class sub-folders of PNG / JPEG images (torchvision's `ImageFolder` layout).
+//!
+//! ```text
+//! root/
+//!   cat/ 001.png 002.jpg …
+//!   dog/ a.jpeg …
+//! ```
+//!
+//! Classes are the sub-folder names in byte order (label = position); files are read in name
+//! order. All images must have the same size; the channel count is either that of the first image
+//! (then every image must match) or a requested one (1 = luma, 3 = RGB) that every image is
+//! converted to. Hidden entries (names starting with `.`) are ignored; any other file that is not
+//! `.png`, `.jpg` or `.jpeg` is an error, as are empty class folders. This layout also covers
+//! SVHN, Flowers102 or any user data once exported to folders (resized to one size).
+//!
+//! Decoding runs on all available cores when the folder is opened.
+
+use std::path::{Path, PathBuf};
+
+use super::error::require_dir;
+use super::{DataError, ImageArray};
+
+/// How to read an image folder.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ImageFolderOptions {
+    /// Convert every image to this many channels (1 or 3). `None`: keep the decoded channel count,
+    /// which must then be the same (1 or 3) for all images.
+    pub channels: Option<usize>,
+    /// Required `(height, width)`. `None`: the size of the first image.
+    pub size: Option<(usize, usize)>,
+    /// Decoding threads (`0` = all available cores).
+    pub threads: usize,
+}
+
+fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, DataError> {
+    let mut entries = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| DataError::io(dir, e))? {
+        let e = e.map_err(|e| DataError::io(dir, e))?;
+        if e.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        entries.push(e.path());
+    }
+    entries.sort();
+    Ok(entries)
+}
+
+fn is_image(path: &Path) -> bool {
+    path.extension()
+        .map(|e| {
+            let e = e.to_string_lossy().to_ascii_lowercase();
+            e == "png" || e == "jpg" || e == "jpeg"
+        })
+        .unwrap_or(false)
+}
+
+/// The `(file, label)` pairs of an image folder and its class names.
+pub type Listing = (Vec<(PathBuf, u16)>, Vec<String>);
+
+/// Lists `(file, label)` pairs and the class names, checking the layout.
+pub fn scan(root: &Path) -> Result<Listing, DataError> {
+    require_dir(root)?;
+    let entries = read_dir_sorted(root)?;
+    let mut classes = Vec::new();
+    let mut files = Vec::new();
+    for e in &entries {
+        if !e.is_dir() {
+            return Err(DataError::Request {
+                path: e.clone(),
+                reason: "a file at the top of an image folder: images must be inside class \
+                         sub-folders"
+                    .into(),
+            });
+        }
+    }
+    if entries.is_empty() {
+        return Err(DataError::Empty {
+            path: root.to_path_buf(),
+            what: "no class sub-folders".into(),
+        });
+    }
+    if entries.len() > u16::MAX as usize {
+        return Err(DataError::Request {
+            path: root.to_path_buf(),
+            reason: format!("{} classes, at most {} supported", entries.len(), u16::MAX),
+        });
+    }
+    for (label, class_dir) in entries.iter().enumerate() {
+        let name = class_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let class_files = read_dir_sorted(class_dir)?;
+        if class_files.is_empty() {
+            return Err(DataError::Empty {
+                path: class_dir.clone(),
+                what: "class folder without images".into(),
+            });
+        }
+        for f in class_files {
+            if !f.is_file() || !is_image(&f) {
+                return Err(DataError::Decode {
+                    path: f,
+                    reason: "not a .png, .jpg or .jpeg file".into(),
+                });
+            }
+            files.push((f, label as u16));
+        }
+        classes.push(name);
+    }
+    Ok((files, classes))
+}
+
+/// Decodes one image file into `(height, width, channels, HWC bytes)`, converted to `channels`
+/// when given.
+pub fn decode(
+    path: &Path,
+    channels: Option<usize>,
+) -> Result<(usize, usize, usize, Vec<u8>), DataError> {
+    let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+    let img = image::load_from_memory(&bytes).map_err(|e| DataError::Decode {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let (w, h) = (img.width() as usize, img.height() as usize);
+    let native = img.color().channel_count() as usize;
+    let want = match channels {
+        Some(c) => c,
+        None => native,
+    };
+    let data = match want {
+        1 => img.into_luma8().into_raw(),
+        3 => img.into_rgb8().into_raw(),
+        _ => {
+            return Err(DataError::ImageShape {
+                path: path.to_path_buf(),
+                height: h,
+                width: w,
+                channels: 3,
+                found_height: h,
+                found_width: w,
+                found_channels: want,
+            })
+        }
+    };
+    Ok((h, w, want, data))
+}
+
+/// Reads an image folder into a labeled array.
+pub fn load(root: impl AsRef<Path>, options: ImageFolderOptions) -> Result<ImageArray, DataError> {
+    let root = root.as_ref();
+    if let Some(c) = options.channels {
+        if c != 1 && c != 3 {
+            return Err(DataError::Request {
+                path: root.to_path_buf(),
+                reason: format!("channels must be 1 or 3, got {c}"),
+            });
+        }
+    }
+    let (files, classes) = scan(root)?;
+    let (h0, w0, c0, first) = decode(&files[0].0, options.channels)?;
+    let (h, w) = options.size.unwrap_or((h0, w0));
+    let c = options.channels.unwrap_or(c0);
+    let check = |path: &Path, fh: usize, fw: usize, fc: usize| {
+        if (fh, fw, fc) != (h, w, c) {
+            Err(DataError::ImageShape {
+                path: path.to_path_buf(),
+                height: h,
+                width: w,
+                channels: c,
+                found_height: fh,
+                found_width: fw,
+                found_channels: fc,
+            })
+        } else {
+            Ok(())
+        }
+    };
+    check(&files[0].0, h0, w0, c0)?;
+    let per = h * w * c;
+    let mut pixels = vec![0u8; files.len() * per];
+    pixels[..per].copy_from_slice(&first);
+    let threads = if options.threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        options.threads
+    };
+    let rest = &files[1..];
+    let chunk = rest.len().div_ceil(threads).max(1);
+    let results: Vec<Result<(), DataError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = rest
+            .chunks(chunk)
+            .zip(pixels[per..].chunks_mut(chunk * per))
+            .map(|(fs, out)| {
+                s.spawn(move || -> Result<(), DataError> {
+                    for ((path, _), dst) in fs.iter().zip(out.chunks_exact_mut(per)) {
+                        let (fh, fw, fc, data) = decode(path, options.channels)?;
+                        check(path, fh, fw, fc)?;
+                        dst.copy_from_slice(&data);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(DataError::Request {
+                        path: root.to_path_buf(),
+                        reason: "an image decoding thread panicked".into(),
+                    })
+                })
+            })
+            .collect()
+    });
+    // Chunks are in file order, so the first error reported is the first bad file's.
+    results.into_iter().collect::<Result<Vec<()>, _>>()?;
+    let labels = files.iter().map(|(_, l)| *l).collect();
+    Ok(
+        ImageArray::new(root, h, w, c, pixels, Some(labels), classes.len())?
+            .with_class_names(classes),
+    )
+}
+
+/// Reads an image folder without labels, for pretraining.
+pub fn load_unlabeled(
+    root: impl AsRef<Path>,
+    options: ImageFolderOptions,
+) -> Result<ImageArray, DataError> {
+    Ok(load(root, options)?.unlabeled())
+}

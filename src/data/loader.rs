@@ -1,0 +1,257 @@
+//! A loader that gathers and batches images on worker threads while the model trains.
+//!
+//! For epoch `e` the loader draws a permutation of the dataset from a generator seeded with
+//! `(seed, e)`, cuts it into batches, and hands batch `b` to worker `b mod workers`. Each worker
+//! sends its batches, in order, through its own bounded channel (`prefetch` batches deep), and the
+//! iterator reads the channels round-robin, so batches come out in the same order whatever the
+//! thread timing: the stream of batches depends only on the seed and the epoch (and, trivially,
+//! on the batch size), not on the worker count. Workers build [`HostBatch`]es (bytes); the
+//! training thread uploads them with [`HostBatch::to_device`], so the device is fed while the
+//! workers prepare the next batches.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::{DataError, Dataset, HostBatch, ImageItem};
+use crate::error::ConfigError;
+
+/// Settings of a [`Loader`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LoaderConfig {
+    /// Images per batch (> 0).
+    pub batch_size: usize,
+    /// Shuffle every epoch (seeded); `false` keeps dataset order.
+    pub shuffle: bool,
+    /// Drop the last, smaller batch.
+    pub drop_last: bool,
+    /// Worker threads; 0 gathers batches on the calling thread.
+    pub workers: usize,
+    /// Batches each worker may prepare ahead (> 0).
+    pub prefetch: usize,
+    /// Seed of the shuffling generator.
+    pub seed: u64,
+}
+
+impl Default for LoaderConfig {
+    fn default() -> Self {
+        Self {
+            batch_size: 256,
+            shuffle: true,
+            drop_last: true,
+            workers: 2,
+            prefetch: 2,
+            seed: 0,
+        }
+    }
+}
+
+impl LoaderConfig {
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.batch_size == 0 {
+            return Err(ConfigError::new("batch_size", "must be > 0"));
+        }
+        if self.prefetch == 0 {
+            return Err(ConfigError::new("prefetch", "must be > 0"));
+        }
+        Ok(())
+    }
+}
+
+/// Mixes a seed and a stream number into one 64-bit seed (SplitMix64 finaliser).
+pub fn mix_seed(seed: u64, stream: u64) -> u64 {
+    let mut z = seed
+        ^ stream
+            .wrapping_add(0x9E37_79B9_7F4A_7C15)
+            .wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Batches a dataset of [`ImageItem`]s on worker threads.
+pub struct Loader<D> {
+    dataset: Arc<D>,
+    config: LoaderConfig,
+    source: PathBuf,
+}
+
+impl<D: Dataset<ImageItem> + 'static> Loader<D> {
+    /// A loader over `dataset`; `source` names the data in errors.
+    pub fn new(
+        dataset: D,
+        source: impl Into<PathBuf>,
+        config: LoaderConfig,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self {
+            dataset: Arc::new(dataset),
+            config,
+            source: source.into(),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &LoaderConfig {
+        &self.config
+    }
+
+    /// The dataset.
+    pub fn dataset(&self) -> &D {
+        &self.dataset
+    }
+
+    /// Number of batches per epoch.
+    pub fn num_batches(&self) -> usize {
+        let n = self.dataset.len();
+        let b = self.config.batch_size;
+        if self.config.drop_last {
+            n / b
+        } else {
+            n.div_ceil(b)
+        }
+    }
+
+    /// The order in which epoch `epoch` visits the dataset (a seeded Fisher–Yates shuffle, or
+    /// `0..len` without shuffling).
+    pub fn order(&self, epoch: u64) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.dataset.len()).collect();
+        if self.config.shuffle {
+            let mut rng = StdRng::seed_from_u64(mix_seed(self.config.seed, epoch));
+            for i in (1..order.len()).rev() {
+                let j = rng.random_range(0..=i);
+                order.swap(i, j);
+            }
+        }
+        order
+    }
+
+    /// The batches of epoch `epoch`, gathered ahead on the worker threads.
+    pub fn epoch(&self, epoch: u64) -> EpochIter {
+        let order = Arc::new(self.order(epoch));
+        let batches = self.num_batches();
+        let bs = self.config.batch_size;
+        let workers = self.config.workers;
+        let mut receivers = Vec::with_capacity(workers);
+        let mut handles = Vec::with_capacity(workers);
+        for w in 0..workers {
+            let (tx, rx) = sync_channel(self.config.prefetch);
+            let dataset = Arc::clone(&self.dataset);
+            let order = Arc::clone(&order);
+            let source = self.source.clone();
+            handles.push(std::thread::spawn(move || {
+                let mut b = w;
+                while b < batches {
+                    let r = gather(dataset.as_ref(), &source, &order, b, bs);
+                    let failed = r.is_err();
+                    if tx.send(r).is_err() || failed {
+                        return;
+                    }
+                    b += workers;
+                }
+            }));
+            receivers.push(rx);
+        }
+        let inline: Option<BatchFn> = if workers == 0 {
+            let dataset = Arc::clone(&self.dataset);
+            let source = self.source.clone();
+            let order = Arc::clone(&order);
+            Some(Box::new(move |b| {
+                gather(dataset.as_ref(), &source, &order, b, bs)
+            }))
+        } else {
+            None
+        };
+        EpochIter {
+            next: 0,
+            batches,
+            receivers,
+            handles,
+            inline,
+            failed: false,
+        }
+    }
+}
+
+fn gather<D: Dataset<ImageItem>>(
+    dataset: &D,
+    source: &std::path::Path,
+    order: &[usize],
+    b: usize,
+    bs: usize,
+) -> Result<HostBatch, DataError> {
+    let idx: Vec<usize> = order[b * bs..((b + 1) * bs).min(order.len())].to_vec();
+    let mut items = Vec::with_capacity(idx.len());
+    for &i in &idx {
+        items.push(dataset.get(i).ok_or_else(|| DataError::Request {
+            path: source.to_path_buf(),
+            reason: format!(
+                "the dataset has no item {i} although its length is {}",
+                dataset.len()
+            ),
+        })?);
+    }
+    HostBatch::from_items(source, &items, idx)
+}
+
+/// Gathers batch `b` on the calling thread (loaders without workers).
+type BatchFn = Box<dyn Fn(usize) -> Result<HostBatch, DataError> + Send>;
+
+/// The batches of one epoch, in order. Dropping it stops the workers.
+pub struct EpochIter {
+    next: usize,
+    batches: usize,
+    receivers: Vec<Receiver<Result<HostBatch, DataError>>>,
+    handles: Vec<JoinHandle<()>>,
+    inline: Option<BatchFn>,
+    failed: bool,
+}
+
+impl Iterator for EpochIter {
+    type Item = Result<HostBatch, DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.next >= self.batches {
+            return None;
+        }
+        let b = self.next;
+        self.next += 1;
+        let r = match &self.inline {
+            Some(f) => f(b),
+            None => {
+                let rx = &self.receivers[b % self.receivers.len()];
+                rx.recv().unwrap_or_else(|_| {
+                    Err(DataError::Request {
+                        path: PathBuf::from("<loader>"),
+                        reason: format!(
+                            "worker {} stopped before batch {b}",
+                            b % self.receivers.len()
+                        ),
+                    })
+                })
+            }
+        };
+        self.failed = r.is_err();
+        Some(r)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.batches - self.next.min(self.batches);
+        (0, Some(left))
+    }
+}
+
+impl Drop for EpochIter {
+    fn drop(&mut self) {
+        // Closing the channels makes blocked workers' `send` fail, so they return.
+        self.receivers.clear();
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
