@@ -157,7 +157,14 @@ impl EfficientNetConfig {
                 blocks.push(MbConv {
                     expand,
                     depthwise: ConvBnAct::new(
-                        spec(expanded, expanded, st.kernel, stride, expanded, Activation::Silu),
+                        spec(
+                            expanded,
+                            expanded,
+                            st.kernel,
+                            stride,
+                            expanded,
+                            Activation::Silu,
+                        ),
                         device,
                     ),
                     se: SqueezeExcitation::new(

@@ -18,7 +18,9 @@ pub enum ModelError {
         shape: [usize; 4],
     },
     /// The images are smaller than the smallest size the network's down-sampling can handle.
-    #[error("{model}: images of {height}x{width} are too small, the network needs at least {min}x{min}")]
+    #[error(
+        "{model}: images of {height}x{width} are too small, the network needs at least {min}x{min}"
+    )]
     ImageTooSmall {
         /// Name of the backbone.
         model: &'static str,

@@ -38,7 +38,8 @@ pub fn resnet_key(key: &str) -> Option<String> {
 
 /// torchvision `resnet*` head key (`fc.*`) → [`Classifier`] path.
 pub fn resnet_head_key(key: &str) -> Option<String> {
-    key.strip_prefix("fc.").map(|rest| format!("layers.0.{rest}"))
+    key.strip_prefix("fc.")
+        .map(|rest| format!("layers.0.{rest}"))
 }
 
 /// Maps `N.0.x` / `N.1.x` of a torchvision `Conv2dNormActivation` to `conv.x` / `bn.x`.
@@ -288,7 +289,9 @@ fn apply_file<B: Backend, M: ModuleSnapshot<B>>(
         .remap(remap)
         .allow_partial(true)
         .validate(false);
-    module.load_from(&mut store).map_err(|e| open_error(path, e))
+    module
+        .load_from(&mut store)
+        .map_err(|e| open_error(path, e))
 }
 
 /// Loads a torchvision state_dict into `model` (and optionally into a classifier head).
@@ -350,7 +353,9 @@ mod pth {
             .remap(remap)
             .allow_partial(true)
             .validate(false);
-        module.load_from(&mut store).map_err(|e| open_error(path, e))
+        module
+            .load_from(&mut store)
+            .map_err(|e| open_error(path, e))
     }
 }
 

@@ -72,7 +72,8 @@ impl<B: Backend> BatchNorm2d<B> {
         let [n, c, h, w] = x.dims();
         let [features] = self.weight.dims();
         assert_eq!(
-            c, features,
+            c,
+            features,
             "BatchNorm2d built for {features} channels got an input of shape {:?}",
             [n, c, h, w]
         );
@@ -123,7 +124,11 @@ impl<B: Backend> BatchNorm2d<B> {
     fn normalize(&self, x: Tensor<B, 4>, mean: Tensor<B, 4>, var: Tensor<B, 4>) -> Tensor<B, 4> {
         let c = x.dims()[1];
         let device = x.device();
-        let inv_std = var.to_device(&device).add_scalar(self.epsilon).sqrt().recip();
+        let inv_std = var
+            .to_device(&device)
+            .add_scalar(self.epsilon)
+            .sqrt()
+            .recip();
         let scale = self.weight.val().reshape([1, c, 1, 1]).mul(inv_std);
         let shift = self.bias.val().reshape([1, c, 1, 1]);
         x.sub(mean.to_device(&device)).mul(scale).add(shift)
@@ -196,7 +201,9 @@ pub fn conv2d<B: Backend>(
 ) -> Conv2d<B> {
     Conv2dConfig::new([in_channels, out_channels], [kernel, kernel])
         .with_stride([stride, stride])
-        .with_padding(PaddingConfig2d::Explicit(padding, padding, padding, padding))
+        .with_padding(PaddingConfig2d::Explicit(
+            padding, padding, padding, padding,
+        ))
         .with_groups(groups)
         .with_bias(bias)
         .with_initializer(conv_init())

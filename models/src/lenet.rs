@@ -58,7 +58,16 @@ impl LeNetConfig {
             })
             .unwrap_or(usize::MAX);
         Ok(LeNet {
-            conv1: conv2d(self.in_channels, 6, 5, 1, self.conv1_padding, 1, true, device),
+            conv1: conv2d(
+                self.in_channels,
+                6,
+                5,
+                1,
+                self.conv1_padding,
+                1,
+                true,
+                device,
+            ),
             conv2: conv2d(6, 16, 5, 1, 0, 1, true, device),
             pool: MaxPool2dConfig::new([2, 2]).init(),
             adapt: AdaptiveAvgPool2dConfig::new([5, 5]).init(),

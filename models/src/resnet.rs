@@ -1,9 +1,9 @@
 //! ResNet-18/34/50 (He et al. 2016), laid out as torchvision's `resnet*` so that its state_dicts
 //! load with one renaming rule (see [`crate::import`]).
 
+use burn::nn::conv::Conv2d;
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::PaddingConfig2d;
-use burn::nn::conv::Conv2d;
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 

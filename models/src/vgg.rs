@@ -43,7 +43,12 @@ impl VggConfig {
     }
 
     fn last_width(&self) -> usize {
-        self.layout.iter().rev().copied().find(|&c| c > 0).unwrap_or(self.in_channels)
+        self.layout
+            .iter()
+            .rev()
+            .copied()
+            .find(|&c| c > 0)
+            .unwrap_or(self.in_channels)
     }
 
     /// Length of the feature vectors.

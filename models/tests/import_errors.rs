@@ -7,7 +7,9 @@ use curriculum_ssl_models::import::load_torchvision;
 use curriculum_ssl_models::{ModelError, ResNetConfig, Stem};
 
 fn small_resnet() -> ResNetConfig {
-    ResNetConfig::resnet18().with_stem(Stem::Cifar).with_base_width(4)
+    ResNetConfig::resnet18()
+        .with_stem(Stem::Cifar)
+        .with_base_width(4)
 }
 
 #[test]
@@ -24,11 +26,18 @@ fn missing_tensors_are_listed() {
         .with_stem(Stem::Cifar)
         .with_base_width(4)
         .init::<Infer>(&Default::default());
-    let err = load_torchvision(&mut model, None, fixture("resnet18_cifar_w4.safetensors")).unwrap_err();
+    let err =
+        load_torchvision(&mut model, None, fixture("resnet18_cifar_w4.safetensors")).unwrap_err();
     match &err {
         ModelError::MissingKeys { missing, .. } => {
-            assert!(missing.iter().any(|k| k == "layer1.2.conv1.weight"), "{err}");
-            assert!(missing.iter().any(|k| k == "layer1.2.bn2.running_var"), "{err}");
+            assert!(
+                missing.iter().any(|k| k == "layer1.2.conv1.weight"),
+                "{err}"
+            );
+            assert!(
+                missing.iter().any(|k| k == "layer1.2.bn2.running_var"),
+                "{err}"
+            );
         }
         other => panic!("expected MissingKeys, got {other}"),
     }
@@ -41,7 +50,8 @@ fn wrong_shapes_are_reported() {
         .with_stem(Stem::Cifar)
         .with_base_width(8)
         .init::<Infer>(&Default::default());
-    let err = load_torchvision(&mut model, None, fixture("resnet18_cifar_w4.safetensors")).unwrap_err();
+    let err =
+        load_torchvision(&mut model, None, fixture("resnet18_cifar_w4.safetensors")).unwrap_err();
     assert!(matches!(err, ModelError::WrongTensor { .. }), "{err}");
     assert!(err.to_string().contains("conv1.weight"), "{err}");
 }
@@ -52,6 +62,7 @@ fn wrong_stem_is_reported() {
     let mut model = ResNetConfig::resnet18()
         .with_base_width(4)
         .init::<Infer>(&Default::default());
-    let err = load_torchvision(&mut model, None, fixture("resnet18_cifar_w4.safetensors")).unwrap_err();
+    let err =
+        load_torchvision(&mut model, None, fixture("resnet18_cifar_w4.safetensors")).unwrap_err();
     assert!(err.to_string().contains("conv1.weight"), "{err}");
 }

@@ -11,7 +11,9 @@ use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn_store::{ModuleSnapshot, ModuleStore, SafetensorsStore};
 use common::{fixture, max_abs_diff, Infer, Train};
-use curriculum_ssl_models::import::{load_torchvision, HeadImport, TorchvisionHead, TorchvisionImport};
+use curriculum_ssl_models::import::{
+    load_torchvision, HeadImport, TorchvisionHead, TorchvisionImport,
+};
 use curriculum_ssl_models::{
     Backbone, Classifier, ClassifierConfig, EfficientNetConfig, MobileNetV3Config, ResNetConfig,
     Stem,
@@ -19,7 +21,11 @@ use curriculum_ssl_models::{
 
 const TOL: f32 = 1e-4;
 
-fn read<B: Backend, const D: usize>(store: &mut SafetensorsStore, name: &str, device: &B::Device) -> Tensor<B, D> {
+fn read<B: Backend, const D: usize>(
+    store: &mut SafetensorsStore,
+    name: &str,
+    device: &B::Device,
+) -> Tensor<B, D> {
     let snapshot = store
         .get_snapshot(name)
         .expect("fixture readable")
@@ -29,7 +35,12 @@ fn read<B: Backend, const D: usize>(store: &mut SafetensorsStore, name: &str, de
 
 /// Loads `file` into `model` and `head`, then checks eval features, eval logits, train features
 /// and the running statistics after one train-mode forward. Returns (eval, train) max errors.
-fn check_parity<M>(file: &str, mut model: M, head_config: ClassifierConfig, layout: TorchvisionHead) -> (f32, f32)
+fn check_parity<M>(
+    file: &str,
+    mut model: M,
+    head_config: ClassifierConfig,
+    layout: TorchvisionHead,
+) -> (f32, f32)
 where
     M: TorchvisionImport<Train> + Backbone<Train> + AutodiffModule<Train>,
     M::InnerModule: Backbone<Infer> + ModuleSnapshot<Infer>,
@@ -39,7 +50,10 @@ where
     let mut head: Classifier<Train> = head_config.init(&device);
     load_torchvision(
         &mut model,
-        Some(HeadImport { head: &mut head, layout }),
+        Some(HeadImport {
+            head: &mut head,
+            layout,
+        }),
         &path,
     )
     .expect("import");
@@ -66,7 +80,10 @@ where
     let keys: Vec<String> = store.keys().expect("keys");
     let mut checked = 0;
     let mut stats_err = 0f32;
-    for key in keys.iter().filter(|k| k.starts_with("expected.after_train.")) {
+    for key in keys
+        .iter()
+        .filter(|k| k.starts_with("expected.after_train."))
+    {
         let tv_key = key.trim_start_matches("expected.after_train.");
         let path = model.torchvision_key(tv_key).expect("mapped key");
         let ours = snapshots

@@ -18,7 +18,10 @@ fn check<M: Backbone<Infer>>(model: &M, c: usize, s: usize, dim: usize) {
     assert_eq!(y.dims(), [2, dim], "input {c}×{s}×{s}");
     assert_eq!(model.feature_dim(), dim);
     let values: Vec<f32> = y.into_data().to_vec().unwrap();
-    assert!(values.iter().all(|v| v.is_finite()), "non-finite features for {s}×{s}");
+    assert!(
+        values.iter().all(|v| v.is_finite()),
+        "non-finite features for {s}×{s}"
+    );
 }
 
 #[test]
@@ -58,7 +61,10 @@ fn efficientnet_shapes() {
 #[test]
 fn mobilenet_v3_shapes() {
     let device = Default::default();
-    for (config, dim) in [(MobileNetV3Config::large(), 960), (MobileNetV3Config::small(), 576)] {
+    for (config, dim) in [
+        (MobileNetV3Config::large(), 960),
+        (MobileNetV3Config::small(), 576),
+    ] {
         let rgb = config.init::<Infer>(&device);
         for s in [224, 96, 32] {
             check(&rgb, 3, s, dim);
