@@ -5,8 +5,8 @@ use burn::prelude::*;
 use crate::backbone::Backbone;
 use crate::error::ModelError;
 use crate::layers::{
-    global_avg_pool, make_divisible, stochastic_depth, Activation, ConvBnAct, ConvBnActSpec,
-    SqueezeExcitation,
+    check_channels_and_size, global_avg_pool, make_divisible, stochastic_depth, Activation,
+    ConvBnAct, ConvBnActSpec, SqueezeExcitation,
 };
 
 /// One stage of the EfficientNet table (before width and depth scaling).
@@ -278,30 +278,4 @@ impl<B: Backend> Backbone<B> for EfficientNet<B> {
     fn feature_dim(&self) -> usize {
         self.feature_dim
     }
-}
-
-/// Shared input check: channel count and a minimum side.
-pub(crate) fn check_channels_and_size(
-    model: &'static str,
-    in_channels: usize,
-    min: usize,
-    shape: [usize; 4],
-) -> Result<(), ModelError> {
-    if shape[1] != in_channels {
-        return Err(ModelError::ChannelMismatch {
-            model,
-            expected: in_channels,
-            got: shape[1],
-            shape,
-        });
-    }
-    if shape[2] < min || shape[3] < min {
-        return Err(ModelError::ImageTooSmall {
-            model,
-            height: shape[2],
-            width: shape[3],
-            min,
-        });
-    }
-    Ok(())
 }

@@ -8,6 +8,8 @@ use burn::prelude::*;
 use burn::tensor::activation;
 use burn::tensor::Distribution;
 
+use crate::error::ModelError;
+
 /// Configuration of [`BatchNorm2d`].
 #[derive(Config, Debug)]
 pub struct BatchNorm2dConfig {
@@ -356,4 +358,30 @@ pub(crate) fn out_size(size: usize, kernel: usize, stride: usize, padding: usize
     } else {
         (size + 2 * padding - kernel) / stride + 1
     }
+}
+
+/// Shared input check: channel count and a minimum side.
+pub(crate) fn check_channels_and_size(
+    model: &'static str,
+    in_channels: usize,
+    min: usize,
+    shape: [usize; 4],
+) -> Result<(), ModelError> {
+    if shape[1] != in_channels {
+        return Err(ModelError::ChannelMismatch {
+            model,
+            expected: in_channels,
+            got: shape[1],
+            shape,
+        });
+    }
+    if shape[2] < min || shape[3] < min {
+        return Err(ModelError::ImageTooSmall {
+            model,
+            height: shape[2],
+            width: shape[3],
+            min,
+        });
+    }
+    Ok(())
 }

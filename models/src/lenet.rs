@@ -6,9 +6,8 @@ use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
 use crate::backbone::Backbone;
-use crate::efficientnet::check_channels_and_size;
 use crate::error::ModelError;
-use crate::layers::{conv2d, out_size, Activation};
+use crate::layers::{check_channels_and_size, conv2d, out_size, Activation};
 
 /// Configuration of a [`LeNet`].
 #[derive(Config, Debug)]

@@ -3,11 +3,11 @@
 use burn::prelude::*;
 
 use crate::backbone::Backbone;
-use crate::efficientnet::check_channels_and_size;
 use crate::error::ModelError;
 use crate::head::ClassifierConfig;
 use crate::layers::{
-    global_avg_pool, make_divisible, Activation, ConvBnAct, ConvBnActSpec, SqueezeExcitation,
+    check_channels_and_size, global_avg_pool, make_divisible, Activation, ConvBnAct, ConvBnActSpec,
+    SqueezeExcitation,
 };
 
 /// One row of the MobileNet-V3 table.

@@ -9,7 +9,9 @@ use burn::tensor::activation::relu;
 
 use crate::backbone::Backbone;
 use crate::error::ModelError;
-use crate::layers::{conv2d, global_avg_pool, out_size, BatchNorm2d, BatchNorm2dConfig};
+use crate::layers::{
+    check_channels_and_size, conv2d, global_avg_pool, BatchNorm2d, BatchNorm2dConfig,
+};
 
 /// Residual block type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -261,31 +263,8 @@ pub struct ResNet<B: Backend> {
 impl<B: Backend> ResNet<B> {
     /// Checks that a batch of this shape can go through the network.
     pub fn check_input(&self, shape: [usize; 4]) -> Result<(), ModelError> {
-        if shape[1] != self.in_channels {
-            return Err(ModelError::ChannelMismatch {
-                model: "ResNet",
-                expected: self.in_channels,
-                got: shape[1],
-                shape,
-            });
-        }
-        let min = if self.maxpool.is_some() { 2 } else { 1 };
-        let side = |s: usize| {
-            let mut s = s;
-            if self.maxpool.is_some() {
-                s = out_size(out_size(s, 7, 2, 3), 3, 2, 1);
-            }
-            s
-        };
-        if side(shape[2]) == 0 || side(shape[3]) == 0 || shape[2] < min || shape[3] < min {
-            return Err(ModelError::ImageTooSmall {
-                model: "ResNet",
-                height: shape[2],
-                width: shape[3],
-                min,
-            });
-        }
-        Ok(())
+        // Both stems pad enough that any image of at least 1×1 goes through.
+        check_channels_and_size("ResNet", self.in_channels, 1, shape)
     }
 
     /// Feature map before pooling.

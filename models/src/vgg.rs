@@ -6,10 +6,11 @@ use burn::prelude::*;
 use burn::tensor::activation::relu;
 
 use crate::backbone::Backbone;
-use crate::efficientnet::check_channels_and_size;
 use crate::error::ModelError;
 use crate::head::ClassifierConfig;
-use crate::layers::{conv2d, global_avg_pool, BatchNorm2d, BatchNorm2dConfig};
+use crate::layers::{
+    check_channels_and_size, conv2d, global_avg_pool, BatchNorm2d, BatchNorm2dConfig,
+};
 
 /// How the last feature map becomes a vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -7,9 +7,10 @@ use burn::prelude::*;
 use burn::tensor::activation::relu;
 
 use crate::backbone::Backbone;
-use crate::efficientnet::check_channels_and_size;
 use crate::error::ModelError;
-use crate::layers::{conv2d, global_avg_pool, BatchNorm2d, BatchNorm2dConfig};
+use crate::layers::{
+    check_channels_and_size, conv2d, global_avg_pool, BatchNorm2d, BatchNorm2dConfig,
+};
 
 /// Configuration of a [`WideResNet`].
 #[derive(Config, Debug)]
@@ -51,7 +52,7 @@ impl WideResNetConfig {
 
     /// Builds the network, or says why the configuration is invalid.
     pub fn try_init<B: Backend>(&self, device: &B::Device) -> Result<WideResNet<B>, ModelError> {
-        if self.depth < 10 || (self.depth - 4) % 6 != 0 || self.widen_factor == 0 {
+        if self.depth < 10 || !(self.depth - 4).is_multiple_of(6) || self.widen_factor == 0 {
             return Err(ModelError::InvalidConfig(format!(
                 "WideResNet depth must be 6n + 4 with n ≥ 1 and widen_factor ≥ 1, got {} and {}",
                 self.depth, self.widen_factor
