@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The work of benches/backbones.rs in PyTorch: forward + backward at batch 64 on the CPU.
 
-    python3 benches/pytorch/backbones.py [--threads 2] [--batch 64] [--iters 5] [name ...]
+    python3 benches/pytorch/backbones.py [--threads 2] [--batch 64] [--iters 5] [--profile] [name ...]
 
 torch 2.15.0 / torchvision 0.29.2, CPU. Same networks as the Rust bench (torchvision's classes;
 ResNets with the CIFAR stem, WRN in the layout of models/src/wide_resnet.rs), training mode,
@@ -10,8 +10,13 @@ steps after one warm-up step).
 """
 
 import argparse
+import os
 import statistics
 import time
+
+# On a shared machine OpenMP's default spin-waiting collapses under oversubscription (LeNet:
+# 175 images/s instead of 3500 with 2 threads); passive waiting is what rayon does in burn.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 import torchvision
@@ -107,6 +112,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--profile", action="store_true", help="print torch.profiler's op table for one step")
     p.add_argument("names", nargs="*")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -125,6 +131,13 @@ def main():
                 times.append(time.perf_counter() - t)
         dt = statistics.median(times)
         print(f"{name:20s} {a.batch / dt:8.1f} images/s  ({dt * 1000:.0f} ms/step)", flush=True)
+        if a.profile:
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                model.zero_grad(set_to_none=True)
+                model(x).mean().backward()
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
 
 if __name__ == "__main__":
