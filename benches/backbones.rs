@@ -1,0 +1,126 @@
+//! Forward + backward of each backbone at batch 64 on the CPU backend (`Autodiff<Flex>`).
+//!
+//! `cargo bench --bench backbones`; set `BACKBONES=resnet18_cifar,lenet5` to run a subset and
+//! `BENCH_BATCH` to change the batch size. The same work in PyTorch: `benches/pytorch/backbones.py`;
+//! results side by side in `benches/README.md`.
+
+use std::time::Duration;
+
+use burn::backend::{Autodiff, Flex};
+use burn::prelude::*;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use curriculum_ssl_models::{
+    Backbone, EfficientNetConfig, LeNetConfig, MobileNetV3Config, ResNetConfig, Stem, VggConfig,
+    WideResNetConfig,
+};
+
+type B = Autodiff<Flex>;
+
+/// One training-mode forward, a scalar loss (mean of the features) and its backward pass.
+fn step<M: Backbone<B>>(model: &M, images: &Tensor<B, 4>) {
+    let loss = model.forward_features(images.clone()).mean();
+    let grads = loss.backward();
+    std::hint::black_box(grads);
+}
+
+fn run<M: Backbone<B>>(c: &mut Criterion, name: &str, model: M, shape: [usize; 3]) {
+    let wanted = std::env::var("BACKBONES").ok();
+    if let Some(list) = &wanted {
+        if !list.split(',').any(|n| n.trim() == name) {
+            return;
+        }
+    }
+    let batch: usize = std::env::var("BENCH_BATCH")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(64);
+    let device = Default::default();
+    let images = Tensor::<B, 4>::random(
+        [batch, shape[0], shape[1], shape[2]],
+        burn::tensor::Distribution::Normal(0.0, 1.0),
+        &device,
+    );
+    let mut group = c.benchmark_group("backbones");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(100))
+        .measurement_time(Duration::from_secs(5))
+        .sampling_mode(criterion::SamplingMode::Flat)
+        .throughput(Throughput::Elements(batch as u64));
+    group.bench_function(name, |b| b.iter(|| step(&model, &images)));
+    group.finish();
+}
+
+fn backbones(c: &mut Criterion) {
+    let device = Default::default();
+    let cifar = |config: ResNetConfig| config.with_stem(Stem::Cifar).init::<B>(&device);
+    run(
+        c,
+        "resnet18_cifar",
+        cifar(ResNetConfig::resnet18()),
+        [3, 32, 32],
+    );
+    run(
+        c,
+        "resnet34_cifar",
+        cifar(ResNetConfig::resnet34()),
+        [3, 32, 32],
+    );
+    run(
+        c,
+        "resnet50_cifar",
+        cifar(ResNetConfig::resnet50()),
+        [3, 32, 32],
+    );
+    run(
+        c,
+        "efficientnet_b0",
+        EfficientNetConfig::b0().init::<B>(&device),
+        [3, 32, 32],
+    );
+    run(
+        c,
+        "efficientnet_b1",
+        EfficientNetConfig::b1().init::<B>(&device),
+        [3, 32, 32],
+    );
+    run(
+        c,
+        "mobilenet_v3_large",
+        MobileNetV3Config::large().init::<B>(&device),
+        [3, 32, 32],
+    );
+    run(
+        c,
+        "mobilenet_v3_small",
+        MobileNetV3Config::small().init::<B>(&device),
+        [3, 32, 32],
+    );
+    run(
+        c,
+        "wrn_16_8",
+        WideResNetConfig::wrn_16_8().init::<B>(&device),
+        [3, 32, 32],
+    );
+    run(
+        c,
+        "wrn_28_10",
+        WideResNetConfig::wrn_28_10().init::<B>(&device),
+        [3, 32, 32],
+    );
+    run(
+        c,
+        "vgg16_bn",
+        VggConfig::vgg16_bn().init::<B>(&device),
+        [3, 32, 32],
+    );
+    run(
+        c,
+        "lenet5",
+        LeNetConfig::lenet5().init::<B>(&device),
+        [1, 28, 28],
+    );
+}
+
+criterion_group!(benches, backbones);
+criterion_main!(benches);

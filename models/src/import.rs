@@ -1,0 +1,385 @@
+//! Loading torchvision state_dicts into the backbones and heads.
+//!
+//! Each supported model has one function that maps a torchvision key to the path of the same
+//! tensor in our module ([`resnet_key`], [`efficientnet_key`], [`mobilenet_v3_key`]); keys it maps
+//! to `None` (the classifier, `num_batches_tracked`) are ignored. [`load_torchvision`] reads a
+//! safetensors file (or, with the `pytorch` feature, a `.pth` file through burn-store's PyTorch
+//! reader), renames the keys, transposes linear weights, and fails with a [`ModelError`] naming
+//! every missing tensor or every tensor with the wrong shape.
+//!
+//! Export a torchvision model to safetensors with
+//! `safetensors.torch.save_file(model.state_dict(), "resnet18.safetensors")`.
+
+use std::path::Path;
+
+use burn::prelude::*;
+use burn_store::{
+    ApplyResult, KeyRemapper, ModuleSnapshot, ModuleStore, PyTorchToBurnAdapter, SafetensorsStore,
+};
+
+use crate::efficientnet::EfficientNet;
+use crate::error::ModelError;
+use crate::head::Classifier;
+use crate::mobilenet_v3::MobileNetV3;
+use crate::resnet::ResNet;
+
+/// torchvision `resnet*` key → [`ResNet`] path. The shortcut's `downsample.0` / `downsample.1`
+/// become `downsample.conv` / `downsample.bn`; `fc.*` belongs to the head
+/// (see [`resnet_head_key`]).
+pub fn resnet_key(key: &str) -> Option<String> {
+    if key.ends_with("num_batches_tracked") || key.starts_with("fc.") {
+        return None;
+    }
+    Some(
+        key.replace(".downsample.0.", ".downsample.conv.")
+            .replace(".downsample.1.", ".downsample.bn."),
+    )
+}
+
+/// torchvision `resnet*` head key (`fc.*`) → [`Classifier`] path.
+pub fn resnet_head_key(key: &str) -> Option<String> {
+    key.strip_prefix("fc.")
+        .map(|rest| format!("layers.0.{rest}"))
+}
+
+/// Maps `N.0.x` / `N.1.x` of a torchvision `Conv2dNormActivation` to `conv.x` / `bn.x`.
+fn conv_norm(rest: &str) -> Option<String> {
+    let (idx, param) = rest.split_once('.')?;
+    match idx {
+        "0" => Some(format!("conv.{param}")),
+        "1" => Some(format!("bn.{param}")),
+        _ => None,
+    }
+}
+
+/// Splits `"12.rest"` into `(12, "rest")`.
+fn index(key: &str) -> Option<(usize, &str)> {
+    let (i, rest) = key.split_once('.')?;
+    Some((i.parse().ok()?, rest))
+}
+
+/// Maps the `block.K.…` part of an MBConv / inverted residual, given whether the block has an
+/// expansion convolution and a squeeze-excitation.
+fn inverted_block(rest: &str, has_expand: bool, has_se: bool) -> Option<String> {
+    let (k, rest) = index(rest.strip_prefix("block.")?)?;
+    let mut names = Vec::new();
+    if has_expand {
+        names.push("expand");
+    }
+    names.push("depthwise");
+    if has_se {
+        names.push("se");
+    }
+    names.push("project");
+    match *names.get(k)? {
+        "se" => Some(format!("se.{rest}")),
+        name => Some(format!("{name}.{}", conv_norm(rest)?)),
+    }
+}
+
+/// torchvision `efficientnet_b*` key → [`EfficientNet`] path: `features.0` is the stem,
+/// `features.1…7` the stages (`block.K` numbered with or without the expansion convolution),
+/// `features.8` the last 1×1 convolution; `classifier.*` belongs to the head.
+pub fn efficientnet_key<B: Backend>(model: &EfficientNet<B>, key: &str) -> Option<String> {
+    if key.ends_with("num_batches_tracked") {
+        return None;
+    }
+    let (i, rest) = index(key.strip_prefix("features.")?)?;
+    let n = model.stages.len();
+    if i == 0 {
+        return Some(format!("stem.{}", conv_norm(rest)?));
+    }
+    if i == n + 1 {
+        return Some(format!("head.{}", conv_norm(rest)?));
+    }
+    let (b, rest) = index(rest)?;
+    let block = model.stages.get(i - 1)?.get(b)?;
+    let mapped = inverted_block(rest, block.expand.is_some(), true)?;
+    Some(format!("stages.{}.{b}.{mapped}", i - 1))
+}
+
+/// torchvision EfficientNet head key (`classifier.1.*`) → [`Classifier`] path.
+pub fn efficientnet_head_key(key: &str) -> Option<String> {
+    key.strip_prefix("classifier.1.")
+        .map(|rest| format!("layers.0.{rest}"))
+}
+
+/// torchvision `mobilenet_v3_*` key → [`MobileNetV3`] path: `features.0` is the stem,
+/// `features.1…N` the inverted residual blocks, `features.N+1` the last 1×1 convolution.
+pub fn mobilenet_v3_key<B: Backend>(model: &MobileNetV3<B>, key: &str) -> Option<String> {
+    if key.ends_with("num_batches_tracked") {
+        return None;
+    }
+    let (i, rest) = index(key.strip_prefix("features.")?)?;
+    let n = model.blocks.len();
+    if i == 0 {
+        return Some(format!("stem.{}", conv_norm(rest)?));
+    }
+    if i == n + 1 {
+        return Some(format!("head.{}", conv_norm(rest)?));
+    }
+    let block = model.blocks.get(i - 1)?;
+    let mapped = inverted_block(rest, block.expand.is_some(), block.se.is_some())?;
+    Some(format!("blocks.{}.{mapped}", i - 1))
+}
+
+/// torchvision MobileNet-V3 head key (`classifier.0.*`, `classifier.3.*`) → [`Classifier`] path.
+pub fn mobilenet_v3_head_key(key: &str) -> Option<String> {
+    if let Some(rest) = key.strip_prefix("classifier.0.") {
+        Some(format!("layers.0.{rest}"))
+    } else {
+        key.strip_prefix("classifier.3.")
+            .map(|rest| format!("layers.1.{rest}"))
+    }
+}
+
+/// A model whose torchvision state_dict keys we know how to rename.
+pub trait TorchvisionImport<B: Backend>: ModuleSnapshot<B> + Sized {
+    /// The path in this module of torchvision's `key`, or `None` for keys that belong elsewhere.
+    fn torchvision_key(&self, key: &str) -> Option<String>;
+}
+
+impl<B: Backend> TorchvisionImport<B> for ResNet<B> {
+    fn torchvision_key(&self, key: &str) -> Option<String> {
+        resnet_key(key)
+    }
+}
+
+impl<B: Backend> TorchvisionImport<B> for EfficientNet<B> {
+    fn torchvision_key(&self, key: &str) -> Option<String> {
+        efficientnet_key(self, key)
+    }
+}
+
+impl<B: Backend> TorchvisionImport<B> for MobileNetV3<B> {
+    fn torchvision_key(&self, key: &str) -> Option<String> {
+        mobilenet_v3_key(self, key)
+    }
+}
+
+/// Which torchvision classifier layout a [`Classifier`] is loaded from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TorchvisionHead {
+    /// ResNet's `fc`.
+    ResNet,
+    /// EfficientNet's `classifier.1`.
+    EfficientNet,
+    /// MobileNet-V3's `classifier.0` and `classifier.3`.
+    MobileNetV3,
+}
+
+/// A classifier paired with the torchvision layout it is read from.
+pub struct HeadImport<'a, B: Backend> {
+    /// The head to fill.
+    pub head: &'a mut Classifier<B>,
+    /// Its torchvision layout.
+    pub layout: TorchvisionHead,
+}
+
+fn head_key(layout: TorchvisionHead, key: &str) -> Option<String> {
+    match layout {
+        TorchvisionHead::ResNet => resnet_head_key(key),
+        TorchvisionHead::EfficientNet => efficientnet_head_key(key),
+        TorchvisionHead::MobileNetV3 => mobilenet_v3_head_key(key),
+    }
+}
+
+/// Escapes a key for an anchored regex (keys only hold `[A-Za-z0-9_.]`).
+fn exact(key: &str) -> String {
+    let mut s = String::from("^");
+    for ch in key.chars() {
+        if !ch.is_ascii_alphanumeric() && ch != '_' {
+            s.push('\\');
+        }
+        s.push(ch);
+    }
+    s.push('$');
+    s
+}
+
+fn remapper(
+    keys: &[String],
+    map: impl Fn(&str) -> Option<String>,
+    path: &Path,
+) -> Result<KeyRemapper, ModelError> {
+    let pairs: Vec<(String, String)> = keys
+        .iter()
+        .filter_map(|k| map(k).filter(|m| m != k).map(|m| (exact(k), m)))
+        .collect();
+    KeyRemapper::from_patterns(pairs).map_err(|e| ModelError::WeightFile {
+        path: path.display().to_string(),
+        message: format!("key renaming failed: {e}"),
+    })
+}
+
+fn check(result: ApplyResult, path: &Path, expected: &[String]) -> Result<(), ModelError> {
+    let path_s = path.display().to_string();
+    if !result.errors.is_empty() {
+        return Err(ModelError::WrongTensor {
+            path: path_s,
+            message: result
+                .errors
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("; "),
+        });
+    }
+    let mut missing: Vec<String> = result.missing.iter().map(|(p, _)| p.clone()).collect();
+    // Tensors the model has that were neither applied nor reported (defensive).
+    for e in expected {
+        if !result.applied.contains(e) && !missing.contains(e) {
+            missing.push(e.clone());
+        }
+    }
+    if !missing.is_empty() {
+        return Err(ModelError::MissingKeys {
+            path: path_s,
+            missing,
+        });
+    }
+    Ok(())
+}
+
+fn module_paths<B: Backend, M: ModuleSnapshot<B>>(module: &M) -> Vec<String> {
+    module
+        .collect(None, None, false)
+        .iter()
+        .map(|s| s.full_path())
+        .collect()
+}
+
+fn open_error(path: &Path, e: impl std::fmt::Display) -> ModelError {
+    ModelError::WeightFile {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// Reads the keys of a weight file (safetensors, or `.pth`/`.pt` with the `pytorch` feature).
+fn file_keys(path: &Path) -> Result<Vec<String>, ModelError> {
+    if !path.exists() {
+        return Err(open_error(path, "no such file"));
+    }
+    if is_pth(path) {
+        return pth::keys(path);
+    }
+    SafetensorsStore::from_file(path)
+        .keys()
+        .map_err(|e| open_error(path, e))
+}
+
+fn is_pth(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("pth") | Some("pt")
+    )
+}
+
+fn apply_file<B: Backend, M: ModuleSnapshot<B>>(
+    module: &mut M,
+    path: &Path,
+    remap: KeyRemapper,
+) -> Result<ApplyResult, ModelError> {
+    if is_pth(path) {
+        return pth::apply(module, path, remap);
+    }
+    let mut store = SafetensorsStore::from_file(path)
+        .with_from_adapter(PyTorchToBurnAdapter)
+        .remap(remap)
+        .allow_partial(true)
+        .validate(false);
+    module
+        .load_from(&mut store)
+        .map_err(|e| open_error(path, e))
+}
+
+/// Loads a torchvision state_dict into `model` (and optionally into a classifier head).
+///
+/// `path` is a safetensors file, or with the `pytorch` feature a `.pth`/`.pt` file. The file
+/// may hold more tensors than the model needs (the classifier, `num_batches_tracked`); every
+/// tensor of the model must be present with the right shape.
+///
+/// # Errors
+/// [`ModelError::WeightFile`] if the file cannot be read, [`ModelError::MissingKeys`] listing
+/// every tensor the model needs that the file lacks, [`ModelError::WrongTensor`] for tensors of
+/// the wrong shape.
+pub fn load_torchvision<B: Backend, M: TorchvisionImport<B>>(
+    model: &mut M,
+    head: Option<HeadImport<'_, B>>,
+    path: impl AsRef<Path>,
+) -> Result<(), ModelError> {
+    let path = path.as_ref();
+    let keys = file_keys(path)?;
+    let expected = module_paths(model);
+    let remap = remapper(&keys, |k| model.torchvision_key(k), path)?;
+    let result = apply_file(model, path, remap)?;
+    check(result, path, &expected)?;
+    if let Some(HeadImport { head, layout }) = head {
+        let expected = module_paths(head);
+        let remap = remapper(&keys, |k| head_key(layout, k), path)?;
+        let prefix_ok = keys.iter().any(|k| head_key(layout, k).is_some());
+        if !prefix_ok {
+            return Err(ModelError::MissingKeys {
+                path: path.display().to_string(),
+                missing: expected,
+            });
+        }
+        let result = apply_file(head, path, remap)?;
+        check(result, path, &expected)?;
+    }
+    Ok(())
+}
+
+#[cfg(feature = "pytorch")]
+mod pth {
+    use super::*;
+    use burn_store::PytorchStore;
+
+    pub(super) fn keys(path: &Path) -> Result<Vec<String>, ModelError> {
+        PytorchStore::from_file(path)
+            .map_indices_contiguous(false)
+            .keys()
+            .map_err(|e| open_error(path, e))
+    }
+
+    pub(super) fn apply<B: Backend, M: ModuleSnapshot<B>>(
+        module: &mut M,
+        path: &Path,
+        remap: KeyRemapper,
+    ) -> Result<ApplyResult, ModelError> {
+        let mut store = PytorchStore::from_file(path)
+            .map_indices_contiguous(false)
+            .remap(remap)
+            .allow_partial(true)
+            .validate(false);
+        module
+            .load_from(&mut store)
+            .map_err(|e| open_error(path, e))
+    }
+}
+
+#[cfg(not(feature = "pytorch"))]
+mod pth {
+    use super::*;
+
+    fn disabled(path: &Path) -> ModelError {
+        open_error(
+            path,
+            "reading .pth files needs the `pytorch` feature of curriculum-ssl-models \
+             (or convert the file to safetensors)",
+        )
+    }
+
+    pub(super) fn keys(path: &Path) -> Result<Vec<String>, ModelError> {
+        Err(disabled(path))
+    }
+
+    pub(super) fn apply<B: Backend, M: ModuleSnapshot<B>>(
+        _module: &mut M,
+        path: &Path,
+        _remap: KeyRemapper,
+    ) -> Result<ApplyResult, ModelError> {
+        Err(disabled(path))
+    }
+}

@@ -1,0 +1,387 @@
+//! Building blocks shared by the backbones: a PyTorch-exact batch norm, activations,
+//! squeeze-excitation, conv–norm–activation units and stochastic depth.
+
+use burn::module::{Initializer, Param, RunningState};
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::PaddingConfig2d;
+use burn::prelude::*;
+use burn::tensor::activation;
+use burn::tensor::Distribution;
+
+use crate::error::ModelError;
+
+/// Configuration of [`BatchNorm2d`].
+#[derive(Config, Debug)]
+pub struct BatchNorm2dConfig {
+    /// Number of channels.
+    pub num_features: usize,
+    /// Added to the variance before the square root. PyTorch's default: 1e-5.
+    #[config(default = 1e-5)]
+    pub epsilon: f64,
+    /// Weight of the new batch statistics in the running averages. PyTorch's default: 0.1.
+    #[config(default = 0.1)]
+    pub momentum: f64,
+}
+
+impl BatchNorm2dConfig {
+    /// Builds the layer: weight 1, bias 0, running mean 0, running variance 1 (as PyTorch).
+    pub fn init<B: Backend>(&self, device: &B::Device) -> BatchNorm2d<B> {
+        BatchNorm2d {
+            weight: Initializer::Ones.init([self.num_features], device),
+            bias: Initializer::Zeros.init([self.num_features], device),
+            running_mean: RunningState::new(Tensor::zeros([self.num_features], device)),
+            running_var: RunningState::new(Tensor::ones([self.num_features], device)),
+            momentum: self.momentum,
+            epsilon: self.epsilon,
+        }
+    }
+}
+
+/// Batch normalisation over `[batch, channels, height, width]` with PyTorch's exact semantics.
+///
+/// In training (an autodiff backend) it normalises with the batch mean and the *biased* batch
+/// variance and updates the running averages with the *unbiased* variance (`n / (n − 1)`), as
+/// `torch.nn.BatchNorm2d` does; burn's own `BatchNorm` uses the biased variance for the running
+/// update. In inference (a non-autodiff backend, e.g. after `valid()`) it uses the running
+/// statistics. Parameter names (`weight`, `bias`, `running_mean`, `running_var`) are PyTorch's,
+/// so state_dicts load without renaming.
+///
+/// Note: like burn's `RunningState`, a `clone()` of this module shares its running statistics
+/// with the original until one of them is re-loaded; build EMA targets from a record instead.
+#[derive(Module, Debug)]
+pub struct BatchNorm2d<B: Backend> {
+    /// Scale (γ).
+    pub weight: Param<Tensor<B, 1>>,
+    /// Shift (β).
+    pub bias: Param<Tensor<B, 1>>,
+    /// Running mean, used in inference.
+    pub running_mean: RunningState<Tensor<B, 1>>,
+    /// Running (unbiased) variance, used in inference.
+    pub running_var: RunningState<Tensor<B, 1>>,
+    /// Momentum of the running averages.
+    pub momentum: f64,
+    /// Numerical-stability constant.
+    pub epsilon: f64,
+}
+
+impl<B: Backend> BatchNorm2d<B> {
+    /// Normalises the input.
+    ///
+    /// # Shapes
+    /// - input: `[batch, channels, height, width]`
+    /// - output: same as the input
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let [n, c, h, w] = x.dims();
+        let [features] = self.weight.dims();
+        assert_eq!(
+            c,
+            features,
+            "BatchNorm2d built for {features} channels got an input of shape {:?}",
+            [n, c, h, w]
+        );
+        if B::ad_enabled(&x.device()) {
+            self.forward_train(x)
+        } else {
+            let mean = self.running_mean.value().reshape([1, c, 1, 1]);
+            let var = self.running_var.value().reshape([1, c, 1, 1]);
+            self.normalize(x, mean, var)
+        }
+    }
+
+    fn forward_train(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let [n, c, h, w] = x.dims();
+        let count = n * h * w;
+        assert!(
+            count > 1,
+            "BatchNorm2d in training needs more than one value per channel, got input {:?}",
+            [n, c, h, w]
+        );
+        let flat = x.clone().swap_dims(0, 1).reshape([c, count]);
+        let mean = flat.clone().mean_dim(1); // [c, 1]
+        let var = flat.sub(mean.clone()).square().mean_dim(1); // biased, [c, 1]
+
+        let m = self.momentum;
+        let unbias = count as f64 / (count - 1) as f64;
+        let mean_d = mean.clone().detach().reshape([c]);
+        let var_d = var.clone().detach().reshape([c]).mul_scalar(unbias);
+        let running_mean = self.running_mean.value_sync();
+        let running_var = self.running_var.value_sync();
+        let device = running_mean.device();
+        self.running_mean.update(
+            running_mean
+                .mul_scalar(1.0 - m)
+                .add(mean_d.to_device(&device).mul_scalar(m))
+                .detach(),
+        );
+        self.running_var.update(
+            running_var
+                .mul_scalar(1.0 - m)
+                .add(var_d.to_device(&device).mul_scalar(m))
+                .detach(),
+        );
+
+        self.normalize(x, mean.reshape([1, c, 1, 1]), var.reshape([1, c, 1, 1]))
+    }
+
+    fn normalize(&self, x: Tensor<B, 4>, mean: Tensor<B, 4>, var: Tensor<B, 4>) -> Tensor<B, 4> {
+        let c = x.dims()[1];
+        let device = x.device();
+        let inv_std = var
+            .to_device(&device)
+            .add_scalar(self.epsilon)
+            .sqrt()
+            .recip();
+        let scale = self.weight.val().reshape([1, c, 1, 1]).mul(inv_std);
+        let shift = self.bias.val().reshape([1, c, 1, 1]);
+        x.sub(mean.to_device(&device)).mul(scale).add(shift)
+    }
+}
+
+/// Non-linearities used by the backbones (no parameters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Activation {
+    /// `max(x, 0)`.
+    Relu,
+    /// `x · sigmoid(x)` (swish).
+    Silu,
+    /// `x · relu6(x + 3) / 6`.
+    HardSwish,
+    /// `relu6(x + 3) / 6`.
+    HardSigmoid,
+    /// `1 / (1 + e^{−x})`.
+    Sigmoid,
+    /// `tanh(x)`.
+    Tanh,
+    /// The identity.
+    Identity,
+}
+
+impl Activation {
+    /// Applies the activation elementwise.
+    pub fn apply<B: Backend, const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        match self {
+            Activation::Relu => activation::relu(x),
+            Activation::Silu => activation::silu(x),
+            Activation::HardSwish => hard_swish(x),
+            Activation::HardSigmoid => hard_sigmoid(x),
+            Activation::Sigmoid => activation::sigmoid(x),
+            Activation::Tanh => activation::tanh(x),
+            Activation::Identity => x,
+        }
+    }
+}
+
+/// PyTorch's `Hardsigmoid`: `clamp(x / 6 + 1/2, 0, 1)`.
+pub fn hard_sigmoid<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    x.div_scalar(6.0).add_scalar(0.5).clamp(0.0, 1.0)
+}
+
+/// PyTorch's `Hardswish`: `x · hard_sigmoid(x)`.
+pub fn hard_swish<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    x.clone().mul(hard_sigmoid(x))
+}
+
+/// The weight initialisation torchvision uses for convolutions: Kaiming normal, fan-out, ReLU gain.
+pub fn conv_init() -> Initializer {
+    Initializer::KaimingNormal {
+        gain: core::f64::consts::SQRT_2,
+        fan_out_only: true,
+    }
+}
+
+/// A 2-D convolution with torchvision's conventions (symmetric padding, Kaiming fan-out init).
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d<B: Backend>(
+    in_channels: usize,
+    out_channels: usize,
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+    groups: usize,
+    bias: bool,
+    device: &B::Device,
+) -> Conv2d<B> {
+    Conv2dConfig::new([in_channels, out_channels], [kernel, kernel])
+        .with_stride([stride, stride])
+        .with_padding(PaddingConfig2d::Explicit(
+            padding, padding, padding, padding,
+        ))
+        .with_groups(groups)
+        .with_bias(bias)
+        .with_initializer(conv_init())
+        .init(device)
+}
+
+/// Convolution → batch norm → activation, torchvision's `Conv2dNormActivation`
+/// (its state_dict names are `N.0.*` for the convolution and `N.1.*` for the norm; ours are
+/// `conv.*` and `bn.*`).
+#[derive(Module, Debug)]
+pub struct ConvBnAct<B: Backend> {
+    /// Convolution without bias, padding `(kernel − 1) / 2`.
+    pub conv: Conv2d<B>,
+    /// Batch norm.
+    pub bn: BatchNorm2d<B>,
+    /// Activation applied after the norm.
+    #[module(skip)]
+    pub act: Activation,
+}
+
+/// Arguments of [`ConvBnAct::new`].
+#[derive(Debug, Clone, Copy)]
+pub struct ConvBnActSpec {
+    /// Input channels.
+    pub in_channels: usize,
+    /// Output channels.
+    pub out_channels: usize,
+    /// Square kernel side.
+    pub kernel: usize,
+    /// Stride.
+    pub stride: usize,
+    /// Convolution groups (`in_channels` for a depthwise convolution).
+    pub groups: usize,
+    /// Activation after the norm.
+    pub act: Activation,
+    /// Batch-norm epsilon.
+    pub bn_eps: f64,
+    /// Batch-norm momentum.
+    pub bn_momentum: f64,
+}
+
+impl<B: Backend> ConvBnAct<B> {
+    /// Builds the unit.
+    pub fn new(spec: ConvBnActSpec, device: &B::Device) -> Self {
+        Self {
+            conv: conv2d(
+                spec.in_channels,
+                spec.out_channels,
+                spec.kernel,
+                spec.stride,
+                (spec.kernel - 1) / 2,
+                spec.groups,
+                false,
+                device,
+            ),
+            bn: BatchNorm2dConfig::new(spec.out_channels)
+                .with_epsilon(spec.bn_eps)
+                .with_momentum(spec.bn_momentum)
+                .init(device),
+            act: spec.act,
+        }
+    }
+
+    /// # Shapes
+    /// - input: `[batch, in_channels, h, w]`
+    /// - output: `[batch, out_channels, h / stride, w / stride]` (rounded up)
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        self.act.apply(self.bn.forward(self.conv.forward(x)))
+    }
+}
+
+/// Squeeze-and-excitation: global average pool → 1×1 conv → activation → 1×1 conv → gate,
+/// torchvision's `SqueezeExcitation` (field names `fc1`, `fc2` are torchvision's).
+#[derive(Module, Debug)]
+pub struct SqueezeExcitation<B: Backend> {
+    /// Reduction convolution (with bias).
+    pub fc1: Conv2d<B>,
+    /// Expansion convolution (with bias).
+    pub fc2: Conv2d<B>,
+    /// Activation between the two convolutions.
+    #[module(skip)]
+    pub act: Activation,
+    /// Gate activation (sigmoid or hard-sigmoid).
+    #[module(skip)]
+    pub gate: Activation,
+}
+
+impl<B: Backend> SqueezeExcitation<B> {
+    /// Builds the block.
+    pub fn new(
+        channels: usize,
+        squeeze: usize,
+        act: Activation,
+        gate: Activation,
+        device: &B::Device,
+    ) -> Self {
+        Self {
+            fc1: conv2d(channels, squeeze, 1, 1, 0, 1, true, device),
+            fc2: conv2d(squeeze, channels, 1, 1, 0, 1, true, device),
+            act,
+            gate,
+        }
+    }
+
+    /// # Shapes
+    /// - input and output: `[batch, channels, h, w]`
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let s = x.clone().mean_dim(3).mean_dim(2);
+        let s = self.act.apply(self.fc1.forward(s));
+        let s = self.gate.apply(self.fc2.forward(s));
+        x.mul(s)
+    }
+}
+
+/// Stochastic depth in "row" mode (torchvision's `StochasticDepth(p, "row")`): in training each
+/// sample's residual branch is dropped with probability `p` and kept ones are scaled by
+/// `1 / (1 − p)`; in inference it is the identity.
+pub fn stochastic_depth<B: Backend>(x: Tensor<B, 4>, p: f64) -> Tensor<B, 4> {
+    if p <= 0.0 || !B::ad_enabled(&x.device()) {
+        return x;
+    }
+    let survival = 1.0 - p;
+    let [n, ..] = x.dims();
+    let mask = Tensor::<B, 4>::random([n, 1, 1, 1], Distribution::Bernoulli(survival), &x.device());
+    x.mul(mask.div_scalar(survival))
+}
+
+/// Global average pooling: `[batch, c, h, w]` → `[batch, c]`.
+pub fn global_avg_pool<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 2> {
+    let [n, c, _, _] = x.dims();
+    x.mean_dim(3).mean_dim(2).reshape([n, c])
+}
+
+/// torchvision's `_make_divisible`: rounds `v` to the nearest multiple of `divisor`, never going
+/// below `min_value` (default `divisor`) nor more than 10 % under `v`.
+pub fn make_divisible(v: f64, divisor: usize, min_value: Option<usize>) -> usize {
+    let min_value = min_value.unwrap_or(divisor);
+    let d = divisor as f64;
+    let mut new_v = min_value.max(((v + d / 2.0) / d).floor() as usize * divisor);
+    if (new_v as f64) < 0.9 * v {
+        new_v += divisor;
+    }
+    new_v
+}
+
+/// Output side of a convolution or pooling window.
+pub(crate) fn out_size(size: usize, kernel: usize, stride: usize, padding: usize) -> usize {
+    if size + 2 * padding < kernel {
+        0
+    } else {
+        (size + 2 * padding - kernel) / stride + 1
+    }
+}
+
+/// Shared input check: channel count and a minimum side.
+pub(crate) fn check_channels_and_size(
+    model: &'static str,
+    in_channels: usize,
+    min: usize,
+    shape: [usize; 4],
+) -> Result<(), ModelError> {
+    if shape[1] != in_channels {
+        return Err(ModelError::ChannelMismatch {
+            model,
+            expected: in_channels,
+            got: shape[1],
+            shape,
+        });
+    }
+    if shape[2] < min || shape[3] < min {
+        return Err(ModelError::ImageTooSmall {
+            model,
+            height: shape[2],
+            width: shape[3],
+            min,
+        });
+    }
+    Ok(())
+}

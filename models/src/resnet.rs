@@ -1,0 +1,309 @@
+//! ResNet-18/34/50 (He et al. 2016), laid out as torchvision's `resnet*` so that its state_dicts
+//! load with one renaming rule (see [`crate::import`]).
+
+use burn::nn::conv::Conv2d;
+use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::PaddingConfig2d;
+use burn::prelude::*;
+use burn::tensor::activation::relu;
+
+use crate::backbone::Backbone;
+use crate::error::ModelError;
+use crate::layers::{
+    check_channels_and_size, conv2d, global_avg_pool, BatchNorm2d, BatchNorm2dConfig,
+};
+
+/// Residual block type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum BlockKind {
+    /// Two 3×3 convolutions (ResNet-18/34), expansion 1.
+    Basic,
+    /// 1×1 → 3×3 → 1×1 convolutions (ResNet-50), expansion 4, stride on the 3×3 (v1.5).
+    Bottleneck,
+}
+
+impl BlockKind {
+    /// Ratio of a block's output channels to its width.
+    pub fn expansion(&self) -> usize {
+        match self {
+            BlockKind::Basic => 1,
+            BlockKind::Bottleneck => 4,
+        }
+    }
+}
+
+/// Stem of the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Stem {
+    /// 7×7 convolution with stride 2 and a 3×3 max-pool with stride 2 (for 224×224 images).
+    ImageNet,
+    /// 3×3 convolution with stride 1 and no max-pool (for 32×32 and 28×28 images).
+    Cifar,
+}
+
+/// Configuration of a [`ResNet`].
+#[derive(Config, Debug)]
+pub struct ResNetConfig {
+    /// Block type.
+    pub block: BlockKind,
+    /// Number of blocks in each of the four stages.
+    pub layers: [usize; 4],
+    /// Input channels (1 for Fashion-MNIST, 3 for RGB).
+    #[config(default = 3)]
+    pub in_channels: usize,
+    /// Stem type.
+    #[config(default = "Stem::ImageNet")]
+    pub stem: Stem,
+    /// Initialise the last batch norm of each residual branch with zeros, so that each block
+    /// starts as the identity (torchvision's `zero_init_residual`).
+    #[config(default = false)]
+    pub zero_init_residual: bool,
+    /// Channels of the stem and width of the first stage (64 in the paper; smaller values make
+    /// narrow variants, with stage widths `w, 2w, 4w, 8w`).
+    #[config(default = 64)]
+    pub base_width: usize,
+}
+
+impl ResNetConfig {
+    /// ResNet-18: basic blocks `[2, 2, 2, 2]`, 512 features.
+    pub fn resnet18() -> Self {
+        Self::new(BlockKind::Basic, [2, 2, 2, 2])
+    }
+    /// ResNet-34: basic blocks `[3, 4, 6, 3]`, 512 features.
+    pub fn resnet34() -> Self {
+        Self::new(BlockKind::Basic, [3, 4, 6, 3])
+    }
+    /// ResNet-50: bottleneck blocks `[3, 4, 6, 3]`, 2048 features.
+    pub fn resnet50() -> Self {
+        Self::new(BlockKind::Bottleneck, [3, 4, 6, 3])
+    }
+
+    /// Length of the feature vectors.
+    pub fn feature_dim(&self) -> usize {
+        self.base_width * 8 * self.block.expansion()
+    }
+
+    /// Builds the network.
+    ///
+    /// # Panics
+    /// If `in_channels` or `base_width` is 0 (use [`ResNetConfig::try_init`] for an error).
+    pub fn init<B: Backend>(&self, device: &B::Device) -> ResNet<B> {
+        self.try_init(device).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Builds the network, or says why the configuration is invalid.
+    pub fn try_init<B: Backend>(&self, device: &B::Device) -> Result<ResNet<B>, ModelError> {
+        if self.in_channels == 0 || self.base_width == 0 {
+            return Err(ModelError::InvalidConfig(format!(
+                "ResNet needs in_channels > 0 and base_width > 0, got {} and {}",
+                self.in_channels, self.base_width
+            )));
+        }
+        let w = self.base_width;
+        let (conv1, maxpool) = match self.stem {
+            Stem::ImageNet => (
+                conv2d(self.in_channels, w, 7, 2, 3, 1, false, device),
+                Some(
+                    MaxPool2dConfig::new([3, 3])
+                        .with_strides([2, 2])
+                        .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                        .init(),
+                ),
+            ),
+            Stem::Cifar => (conv2d(self.in_channels, w, 3, 1, 1, 1, false, device), None),
+        };
+        let mut in_planes = w;
+        let mut stage = |planes: usize, blocks: usize, stride: usize| {
+            (0..blocks)
+                .map(|i| {
+                    let s = if i == 0 { stride } else { 1 };
+                    let block = ResidualBlock::new(
+                        self.block,
+                        in_planes,
+                        planes,
+                        s,
+                        self.zero_init_residual,
+                        device,
+                    );
+                    in_planes = planes * self.block.expansion();
+                    block
+                })
+                .collect::<Vec<_>>()
+        };
+        let layer1 = stage(w, self.layers[0], 1);
+        let layer2 = stage(2 * w, self.layers[1], 2);
+        let layer3 = stage(4 * w, self.layers[2], 2);
+        let layer4 = stage(8 * w, self.layers[3], 2);
+        Ok(ResNet {
+            conv1,
+            bn1: BatchNorm2dConfig::new(w).init(device),
+            maxpool,
+            layer1,
+            layer2,
+            layer3,
+            layer4,
+            in_channels: self.in_channels,
+            feature_dim: self.feature_dim(),
+        })
+    }
+}
+
+/// The 1×1 convolution + norm on the shortcut of a block that changes shape
+/// (torchvision: `downsample.0` and `downsample.1`).
+#[derive(Module, Debug)]
+pub struct Downsample<B: Backend> {
+    /// 1×1 convolution with the block's stride.
+    pub conv: Conv2d<B>,
+    /// Batch norm.
+    pub bn: BatchNorm2d<B>,
+}
+
+/// A basic or bottleneck residual block (`conv3`/`bn3` exist only in bottlenecks).
+#[derive(Module, Debug)]
+pub struct ResidualBlock<B: Backend> {
+    /// First convolution (3×3 with the stride in basic blocks, 1×1 in bottlenecks).
+    pub conv1: Conv2d<B>,
+    /// Norm after `conv1`.
+    pub bn1: BatchNorm2d<B>,
+    /// Second convolution (3×3; carries the stride in bottlenecks).
+    pub conv2: Conv2d<B>,
+    /// Norm after `conv2`.
+    pub bn2: BatchNorm2d<B>,
+    /// Third convolution (bottleneck only, 1×1 expanding ×4).
+    pub conv3: Option<Conv2d<B>>,
+    /// Norm after `conv3`.
+    pub bn3: Option<BatchNorm2d<B>>,
+    /// Projection shortcut when the shape changes.
+    pub downsample: Option<Downsample<B>>,
+}
+
+impl<B: Backend> ResidualBlock<B> {
+    fn new(
+        kind: BlockKind,
+        in_planes: usize,
+        planes: usize,
+        stride: usize,
+        zero_init: bool,
+        device: &B::Device,
+    ) -> Self {
+        let out = planes * kind.expansion();
+        let bn = |c: usize| BatchNorm2dConfig::new(c).init::<B>(device);
+        let zero = |mut norm: BatchNorm2d<B>| {
+            if zero_init {
+                norm.weight = norm.weight.map(|w| w.zeros_like());
+            }
+            norm
+        };
+        let downsample = (stride != 1 || in_planes != out).then(|| Downsample {
+            conv: conv2d(in_planes, out, 1, stride, 0, 1, false, device),
+            bn: bn(out),
+        });
+        match kind {
+            BlockKind::Basic => Self {
+                conv1: conv2d(in_planes, planes, 3, stride, 1, 1, false, device),
+                bn1: bn(planes),
+                conv2: conv2d(planes, planes, 3, 1, 1, 1, false, device),
+                bn2: zero(bn(planes)),
+                conv3: None,
+                bn3: None,
+                downsample,
+            },
+            BlockKind::Bottleneck => Self {
+                conv1: conv2d(in_planes, planes, 1, 1, 0, 1, false, device),
+                bn1: bn(planes),
+                conv2: conv2d(planes, planes, 3, stride, 1, 1, false, device),
+                bn2: bn(planes),
+                conv3: Some(conv2d(planes, out, 1, 1, 0, 1, false, device)),
+                bn3: Some(zero(bn(out))),
+                downsample,
+            },
+        }
+    }
+
+    /// # Shapes
+    /// - input: `[batch, in_planes, h, w]`
+    /// - output: `[batch, planes · expansion, h / stride, w / stride]`
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let identity = match &self.downsample {
+            Some(d) => d.bn.forward(d.conv.forward(x.clone())),
+            None => x.clone(),
+        };
+        let mut y = relu(self.bn1.forward(self.conv1.forward(x)));
+        y = self.bn2.forward(self.conv2.forward(y));
+        if let (Some(conv3), Some(bn3)) = (&self.conv3, &self.bn3) {
+            y = bn3.forward(conv3.forward(relu(y)));
+        }
+        relu(y.add(identity))
+    }
+}
+
+/// A ResNet without its classifier; see [`ResNetConfig`].
+#[derive(Module, Debug)]
+pub struct ResNet<B: Backend> {
+    /// Stem convolution.
+    pub conv1: Conv2d<B>,
+    /// Stem norm.
+    pub bn1: BatchNorm2d<B>,
+    /// Stem max-pool (ImageNet stem only).
+    pub maxpool: Option<MaxPool2d>,
+    /// Stage 1 (stride 1).
+    pub layer1: Vec<ResidualBlock<B>>,
+    /// Stage 2 (stride 2).
+    pub layer2: Vec<ResidualBlock<B>>,
+    /// Stage 3 (stride 2).
+    pub layer3: Vec<ResidualBlock<B>>,
+    /// Stage 4 (stride 2).
+    pub layer4: Vec<ResidualBlock<B>>,
+    /// Input channels.
+    pub in_channels: usize,
+    /// Length of the feature vectors.
+    pub feature_dim: usize,
+}
+
+impl<B: Backend> ResNet<B> {
+    /// Checks that a batch of this shape can go through the network.
+    pub fn check_input(&self, shape: [usize; 4]) -> Result<(), ModelError> {
+        // Both stems pad enough that any image of at least 1×1 goes through.
+        check_channels_and_size("ResNet", self.in_channels, 1, shape)
+    }
+
+    /// Feature map before pooling.
+    ///
+    /// # Shapes
+    /// - input: `[batch, in_channels, h, w]`
+    /// - output: `[batch, feature_dim, h / s, w / s]` with `s` = 32 (ImageNet stem) or 8 (CIFAR)
+    pub fn forward_map(&self, images: Tensor<B, 4>) -> Tensor<B, 4> {
+        if let Err(e) = self.check_input(images.dims()) {
+            panic!("{e}");
+        }
+        let mut x = relu(self.bn1.forward(self.conv1.forward(images)));
+        if let Some(pool) = &self.maxpool {
+            x = pool.forward(x);
+        }
+        for block in self
+            .layer1
+            .iter()
+            .chain(&self.layer2)
+            .chain(&self.layer3)
+            .chain(&self.layer4)
+        {
+            x = block.forward(x);
+        }
+        x
+    }
+}
+
+impl<B: Backend> Backbone<B> for ResNet<B> {
+    /// Global-average-pooled output of the last stage.
+    ///
+    /// # Shapes
+    /// - input: `[batch, in_channels, h, w]`
+    /// - output: `[batch, feature_dim]` (512 for ResNet-18/34, 2048 for ResNet-50)
+    fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        global_avg_pool(self.forward_map(images))
+    }
+
+    fn feature_dim(&self) -> usize {
+        self.feature_dim
+    }
+}

@@ -1,0 +1,151 @@
+//! Output shapes of every backbone for 28×28×1, 32×32×3, 96×96×3 and 224×224×3 inputs (the
+//! small ones with the stems that fit them), in inference mode.
+
+mod common;
+
+use burn::prelude::*;
+use common::Infer;
+use curriculum_ssl_models::{
+    Backbone, EfficientNetConfig, LeNetConfig, MobileNetV3Config, ModelError, ResNetConfig, Stem,
+    VggConfig, VggPooling, WideResNetConfig,
+};
+
+/// Runs `model` on a zero batch of `[2, c, s, s]` and checks the output shape.
+fn check<M: Backbone<Infer>>(model: &M, c: usize, s: usize, dim: usize) {
+    let device = Default::default();
+    let x = Tensor::<Infer, 4>::random([2, c, s, s], burn::tensor::Distribution::Default, &device);
+    let y = model.forward_features(x);
+    assert_eq!(y.dims(), [2, dim], "input {c}×{s}×{s}");
+    assert_eq!(model.feature_dim(), dim);
+    let values: Vec<f32> = y.into_data().to_vec().unwrap();
+    assert!(
+        values.iter().all(|v| v.is_finite()),
+        "non-finite features for {s}×{s}"
+    );
+}
+
+#[test]
+fn resnet_shapes() {
+    let device = Default::default();
+    for (config, dim) in [
+        (ResNetConfig::resnet18(), 512),
+        (ResNetConfig::resnet34(), 512),
+        (ResNetConfig::resnet50(), 2048),
+    ] {
+        let imagenet = config.clone().init::<Infer>(&device);
+        check(&imagenet, 3, 224, dim);
+        check(&imagenet, 3, 96, dim);
+        let cifar = config.clone().with_stem(Stem::Cifar).init::<Infer>(&device);
+        check(&cifar, 3, 32, dim);
+        let mnist = config
+            .with_stem(Stem::Cifar)
+            .with_in_channels(1)
+            .init::<Infer>(&device);
+        check(&mnist, 1, 28, dim);
+    }
+}
+
+#[test]
+fn efficientnet_shapes() {
+    let device = Default::default();
+    for config in [EfficientNetConfig::b0(), EfficientNetConfig::b1()] {
+        let rgb = config.init::<Infer>(&device);
+        for s in [224, 96, 32] {
+            check(&rgb, 3, s, 1280);
+        }
+        let grey = config.with_in_channels(1).init::<Infer>(&device);
+        check(&grey, 1, 28, 1280);
+    }
+}
+
+#[test]
+fn mobilenet_v3_shapes() {
+    let device = Default::default();
+    for (config, dim) in [
+        (MobileNetV3Config::large(), 960),
+        (MobileNetV3Config::small(), 576),
+    ] {
+        let rgb = config.init::<Infer>(&device);
+        for s in [224, 96, 32] {
+            check(&rgb, 3, s, dim);
+        }
+        let grey = config.with_in_channels(1).init::<Infer>(&device);
+        check(&grey, 1, 28, dim);
+    }
+}
+
+#[test]
+fn wide_resnet_shapes() {
+    let device = Default::default();
+    let wrn = WideResNetConfig::wrn_16_8().init::<Infer>(&device);
+    check(&wrn, 3, 32, 512);
+    check(&wrn, 3, 96, 512);
+    let grey = WideResNetConfig::wrn_16_8()
+        .with_in_channels(1)
+        .init::<Infer>(&device);
+    check(&grey, 1, 28, 512);
+    let wrn = WideResNetConfig::wrn_28_10().init::<Infer>(&device);
+    check(&wrn, 3, 32, 640);
+    // 224×224 goes through the same code; a narrow WRN-16-1 keeps the test fast.
+    let narrow = WideResNetConfig::new(16, 1).init::<Infer>(&device);
+    check(&narrow, 3, 224, 64);
+}
+
+#[test]
+fn vgg16_bn_shapes() {
+    let device = Default::default();
+    let vgg = VggConfig::vgg16_bn().init::<Infer>(&device);
+    for s in [224, 96, 32] {
+        check(&vgg, 3, s, 512);
+    }
+    let flat = VggConfig::vgg16_bn()
+        .with_pooling(VggPooling::Flatten7x7)
+        .init::<Infer>(&device);
+    check(&flat, 3, 224, 25_088);
+    // Five 2×2 max-pools: 28×28 is too small.
+    let grey = VggConfig::vgg16_bn()
+        .with_in_channels(1)
+        .init::<Infer>(&device);
+    assert!(matches!(
+        grey.check_input([2, 1, 28, 28]),
+        Err(ModelError::ImageTooSmall { min: 32, .. })
+    ));
+    check(&grey, 1, 32, 512);
+}
+
+#[test]
+fn lenet_shapes() {
+    let device = Default::default();
+    let grey = LeNetConfig::lenet5().init::<Infer>(&device);
+    check(&grey, 1, 28, 84);
+    let rgb = LeNetConfig::lenet5()
+        .with_in_channels(3)
+        .with_conv1_padding(0)
+        .init::<Infer>(&device);
+    for s in [224, 96, 32] {
+        check(&rgb, 3, s, 84);
+    }
+    assert!(matches!(
+        rgb.check_input([1, 3, 12, 12]),
+        Err(ModelError::ImageTooSmall { min: 16, .. })
+    ));
+}
+
+#[test]
+#[should_panic(expected = "expected 3 input channels, got 1")]
+fn wrong_channel_count_panics_with_the_shapes() {
+    let device = Default::default();
+    let model = ResNetConfig::resnet18()
+        .with_stem(Stem::Cifar)
+        .with_base_width(4)
+        .init::<Infer>(&device);
+    assert!(matches!(
+        model.check_input([2, 1, 28, 28]),
+        Err(ModelError::ChannelMismatch {
+            expected: 3,
+            got: 1,
+            ..
+        })
+    ));
+    model.forward_features(Tensor::zeros([2, 1, 28, 28], &device));
+}
