@@ -79,9 +79,22 @@ impl<B: Backend> QueueSimilarities<B> {
     /// `[B, 1]`: `logsumexp([positive, negatives] / τ)` per row, without materialising the
     /// concatenated logits.
     pub(crate) fn log_partition(&self, temperature: f64) -> Tensor<B, 2> {
+        let negatives_max = self.negatives.clone().detach().max_dim(1);
+        self.log_partition_with_max(temperature, negatives_max)
+    }
+
+    /// [`Self::log_partition`] given each row's largest negative similarity `[B, 1]` (the top-K
+    /// selection of SoftNCE finds it anyway), which saves a pass over the `[B, K]` similarities.
+    pub(crate) fn log_partition_with_max(
+        &self,
+        temperature: f64,
+        negatives_max: Tensor<B, 2>,
+    ) -> Tensor<B, 2> {
         let pos = self.positive.clone() / temperature;
         let neg = self.negatives.clone() / temperature;
-        let shift = neg.clone().max_dim(1).max_pair(pos.clone()).detach();
+        let shift = (negatives_max.detach() / temperature)
+            .max_pair(pos.clone())
+            .detach();
         let total = (neg - shift.clone()).exp().sum_dim(1) + (pos - shift.clone()).exp();
         shift + total.log()
     }

@@ -158,31 +158,34 @@ impl SoftNceLoss {
         );
         let sims = QueueSimilarities::new("SoftNCE", q, k, queue);
         let alpha = self.alpha_at(progress);
-        let log_partition = sims.log_partition(self.temperature);
-        let mut per_row = log_partition - sims.positive.clone() * (alpha / self.temperature);
-        if alpha < 1.0 {
-            let device = sims.negatives.device();
-            // The similarities with the K nearest keys, recomputed from the K selected queue
-            // rows: their gradient then touches a [B, K, D] tensor instead of scattering into a
-            // [B, K_queue] one.
-            let nearest = top_k_indices(sims.negatives.clone().detach(), self.top_k);
-            let [rows, dim] = sims.queries.dims();
-            let keys = sims
-                .queue
-                .clone()
-                .select(0, nearest.reshape([rows * self.top_k]))
-                .reshape([rows, self.top_k, dim]);
-            let values = (sims.queries.clone().reshape([rows, 1, dim]) * keys)
-                .sum_dim(2)
-                .reshape([rows, self.top_k]);
-            let beta = Tensor::<B, 1>::from_data(
-                TensorData::new(self.negative_weights(alpha), [self.top_k]),
-                &device,
-            )
-            .reshape([1, self.top_k]);
-            per_row = per_row - (values * beta).sum_dim(1) / self.temperature;
+        if alpha >= 1.0 {
+            let log_partition = sims.log_partition(self.temperature);
+            return (log_partition - sims.positive / self.temperature).mean();
         }
-        per_row.mean()
+        let device = sims.negatives.device();
+        // The selection also yields each row's largest similarity, the log-sum-exp's shift.
+        let (nearest, negatives_max) =
+            top_k_indices_and_max(sims.negatives.clone().detach(), self.top_k);
+        let log_partition = sims.log_partition_with_max(self.temperature, negatives_max);
+        let per_row = log_partition - sims.positive.clone() * (alpha / self.temperature);
+        // The similarities with the K nearest keys, recomputed from the K selected queue rows:
+        // their gradient then touches a [B, K, D] tensor instead of scattering into a
+        // [B, K_queue] one.
+        let [rows, dim] = sims.queries.dims();
+        let keys = sims
+            .queue
+            .clone()
+            .select(0, nearest.reshape([rows * self.top_k]))
+            .reshape([rows, self.top_k, dim]);
+        let values = (sims.queries.clone().reshape([rows, 1, dim]) * keys)
+            .sum_dim(2)
+            .reshape([rows, self.top_k]);
+        let beta = Tensor::<B, 1>::from_data(
+            TensorData::new(self.negative_weights(alpha), [self.top_k]),
+            &device,
+        )
+        .reshape([1, self.top_k]);
+        (per_row - (values * beta).sum_dim(1) / self.temperature).mean()
     }
 
     /// Symmetric SoftNCE: `forward(q1, k2) + forward(q2, k1)` against the same queue.
@@ -217,6 +220,14 @@ const DIRECT_SORT_MAX: usize = 512;
 /// # Shapes
 /// - `values`: `[rows, n]` with `n >= k` → `[rows, k]`
 pub fn top_k_indices<B: Backend>(values: Tensor<B, 2>, k: usize) -> Tensor<B, 2, Int> {
+    top_k_indices_and_max(values, k).0
+}
+
+/// [`top_k_indices`] and each row's maximum `[rows, 1]`, which the selection finds on the way.
+pub(crate) fn top_k_indices_and_max<B: Backend>(
+    values: Tensor<B, 2>,
+    k: usize,
+) -> (Tensor<B, 2, Int>, Tensor<B, 2>) {
     let [rows, n] = values.dims();
     assert!(
         k >= 1 && k <= n,
@@ -225,7 +236,8 @@ pub fn top_k_indices<B: Backend>(values: Tensor<B, 2>, k: usize) -> Tensor<B, 2,
     let chunk = ((n as f64 / k as f64).sqrt().ceil() as usize).next_power_of_two();
     let chunks = n.div_ceil(chunk);
     if n <= DIRECT_SORT_MAX || chunks <= k || chunk == 1 {
-        return values.sort_descending_with_indices(1).1.narrow(1, 0, k);
+        let (sorted, indices) = values.sort_descending_with_indices(1);
+        return (indices.narrow(1, 0, k), sorted.narrow(1, 0, 1));
     }
     let device = values.device();
     let padding = chunks * chunk - n;
@@ -240,7 +252,7 @@ pub fn top_k_indices<B: Backend>(values: Tensor<B, 2>, k: usize) -> Tensor<B, 2,
         .reshape([rows, chunks, chunk])
         .max_dim(2)
         .reshape([rows, chunks]);
-    let best_chunks = top_k_indices(maxima, k);
+    let (best_chunks, row_max) = top_k_indices_and_max(maxima, k);
     let offsets = Tensor::<B, 1, Int>::arange(0..chunk as i64, &device)
         .reshape([1, 1, chunk])
         .expand([rows, k, chunk]);
@@ -251,7 +263,7 @@ pub fn top_k_indices<B: Backend>(values: Tensor<B, 2>, k: usize) -> Tensor<B, 2,
         + offsets;
     let candidates = candidates.reshape([rows, k * chunk]);
     let local = top_k_indices(padded.gather(1, candidates.clone()), k);
-    candidates.gather(1, local)
+    (candidates.gather(1, local), row_max)
 }
 
 #[cfg(test)]
@@ -273,6 +285,24 @@ mod tests {
             .to_vec()
             .unwrap();
         assert_eq!(idx, vec![1, 3, 3, 0]);
+    }
+
+    #[test]
+    fn the_selection_returns_each_rows_maximum() {
+        // 3 rows of 10,000 (the recursive path, with padding): the maximum is planted.
+        let n = 10_000;
+        let mut data: Vec<f64> = (0..3 * n)
+            .map(|i| ((i * 7919) % 10_007) as f64 / 10_007.0)
+            .collect();
+        for (row, col) in [(0usize, 17usize), (1, 9_999), (2, 5_000)] {
+            data[row * n + col] = 2.0 + row as f64;
+        }
+        let values = Tensor::<B, 2>::from_data(TensorData::new(data, [3, n]), &Default::default());
+        let (idx, max) = top_k_indices_and_max(values, 5);
+        let idx: Vec<i64> = idx.into_data().convert::<i64>().to_vec().unwrap();
+        let max: Vec<f64> = max.into_data().to_vec().unwrap();
+        assert_eq!(max, vec![2.0, 3.0, 4.0]);
+        assert_eq!([idx[0], idx[5], idx[10]], [17, 9_999, 5_000]);
     }
 
     #[test]
