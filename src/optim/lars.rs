@@ -19,6 +19,7 @@ use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 
+use super::sgd::momentum_step;
 use crate::error::{in_range, non_negative, positive, ConfigError};
 
 /// Configuration of [`Lars`].
@@ -118,15 +119,12 @@ impl<B: Backend> SimpleOptimizer<B> for Lars {
             let shape = [1; D];
             (grad + tensor.clone() * self.weight_decay) * ratio.reshape(shape)
         };
-        let velocity = match state {
-            Some(state) if self.momentum > 0.0 => state.velocity * self.momentum + update.clone(),
-            _ => update.clone(),
-        };
-        let step = if self.nesterov {
-            update + velocity.clone() * self.momentum
-        } else {
-            velocity.clone()
-        };
+        let (step, velocity) = momentum_step(
+            update,
+            state.map(|s| s.velocity),
+            self.momentum,
+            self.nesterov,
+        );
         (tensor - step * lr, Some(LarsState { velocity }))
     }
 

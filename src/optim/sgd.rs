@@ -69,6 +69,26 @@ pub struct Sgd {
     weight_decay: f64,
 }
 
+/// PyTorch's momentum on an update `d`: `v ← μ·v + d` (`v = d` at the first step), and the step
+/// `d + μ·v` with Nesterov, else `v`. Returns `(step, v)`.
+pub(crate) fn momentum_step<B: Backend, const D: usize>(
+    update: Tensor<B, D>,
+    velocity: Option<Tensor<B, D>>,
+    momentum: f64,
+    nesterov: bool,
+) -> (Tensor<B, D>, Tensor<B, D>) {
+    let velocity = match velocity {
+        Some(v) => v * momentum + update.clone(),
+        None => update.clone(),
+    };
+    let step = if nesterov {
+        update + velocity.clone() * momentum
+    } else {
+        velocity.clone()
+    };
+    (step, velocity)
+}
+
 /// Per-parameter state of [`Sgd`]: the momentum buffer.
 #[derive(Record, Clone)]
 pub struct SgdState<B: Backend, const D: usize> {
@@ -94,15 +114,12 @@ impl<B: Backend> SimpleOptimizer<B> for Sgd {
         if self.momentum == 0.0 {
             return (tensor - grad * lr, None);
         }
-        let velocity = match state {
-            Some(state) => state.velocity * self.momentum + grad.clone(),
-            None => grad.clone(),
-        };
-        let step = if self.nesterov {
-            grad + velocity.clone() * self.momentum
-        } else {
-            velocity.clone()
-        };
+        let (step, velocity) = momentum_step(
+            grad,
+            state.map(|s| s.velocity),
+            self.momentum,
+            self.nesterov,
+        );
         (tensor - step * lr, Some(SgdState { velocity }))
     }
 
