@@ -10,7 +10,8 @@
 //!   the key queue and the EMA update.
 //! - [`head`]: projection and prediction MLP heads.
 //! - [`optim`]: SGD with PyTorch semantics, LARS, warm-up + cosine learning rate.
-//! - [`eval`]: weighted kNN monitor and accuracy.
+//! - [`eval`]: frozen features, the weighted kNN monitor and the linear probe.
+//! - [`train`]: the training loop: run directory, CSV metrics, atomic checkpoints, exact resume.
 //! - [`data`]: IDX, CIFAR, STL-10 and image-folder readers, the embedded Fashion-MNIST subset,
 //!   and a threaded, deterministic loader.
 //! - [`augment`]: batched augmentation on the backend (crop, flip, colour jitter, grayscale, blur,
@@ -29,5 +30,6 @@ pub mod head;
 pub mod loss;
 pub mod method;
 pub mod optim;
+pub mod train;
 
 pub use error::{ConfigError, Error};

@@ -2,8 +2,9 @@
 //! projector that is an EMA of the online ones, the momentum rising along a cosine from
 //! `base_momentum` to 1; symmetric negative-cosine loss with the target detached.
 
-use burn::module::{AutodiffModule, ModuleDisplay};
+use burn::module::AutodiffModule;
 use burn::prelude::*;
+use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
@@ -84,6 +85,13 @@ impl ByolConfig {
     }
 }
 
+/// The checkpointed state of [`Byol`]: the EMA target (weights and batch-norm statistics).
+#[derive(Record)]
+pub struct ByolState<B: Backend, M: Backbone<B>> {
+    /// The target's record.
+    pub target: <ByolTarget<B, M> as Module<B>>::Record,
+}
+
 /// BYOL. Build it with [`ByolConfig::init`].
 #[derive(Debug, Clone)]
 pub struct Byol<B: Backend, M: Backbone<B>> {
@@ -107,12 +115,29 @@ impl<B: Backend, M: Backbone<B>> Byol<B, M> {
 
 impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for Byol<B, M>
 where
-    M::InnerModule: ModuleDisplay,
+    M::InnerModule: Backbone<B::InnerBackend>,
 {
     type Online = ByolNetwork<B, M>;
+    type Backbone = M;
+    type State = ByolState<B, M>;
 
     fn online(&self) -> &Self::Online {
         &self.online
+    }
+
+    fn backbone(&self) -> &M {
+        &self.online.backbone
+    }
+
+    fn state(&self) -> ByolState<B, M> {
+        ByolState {
+            target: self.target.clone().into_record(),
+        }
+    }
+
+    fn load_state(&mut self, state: ByolState<B, M>) -> Result<(), ConfigError> {
+        self.target = self.target.clone().load_record(state.target);
+        Ok(())
     }
 
     fn set_online(&mut self, online: Self::Online) {

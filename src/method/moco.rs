@@ -8,8 +8,9 @@
 //! device there is no shuffling BatchNorm: the key encoder sees the whole batch in its own
 //! BatchNorm statistics (as lightly does on a single GPU).
 
-use burn::module::{AutodiffModule, ModuleDisplay};
+use burn::module::AutodiffModule;
 use burn::prelude::*;
+use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
@@ -160,6 +161,17 @@ enum QueueLoss {
     Soft(SoftNceLoss),
 }
 
+/// The checkpointed state of [`MoCo`]: the key encoder, the queue and its pointer.
+#[derive(Record)]
+pub struct MoCoState<B: Backend, M: Backbone<B>> {
+    /// The key encoder's record (weights and batch-norm statistics).
+    pub key: <MoCoNetwork<B, M> as Module<B>>::Record,
+    /// The queued keys, `[size, dim]`.
+    pub queue: Tensor<B, 2>,
+    /// The slot the next keys are written to.
+    pub pointer: usize,
+}
+
 /// MoCo with its key encoder and queue. Build it with [`MoCoConfig::init`].
 #[derive(Debug, Clone)]
 pub struct MoCo<B: Backend, M: Backbone<B>> {
@@ -209,12 +221,43 @@ impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
 
 impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for MoCo<B, M>
 where
-    M::InnerModule: ModuleDisplay,
+    M::InnerModule: Backbone<B::InnerBackend>,
 {
     type Online = MoCoNetwork<B, M>;
+    type Backbone = M;
+    type State = MoCoState<B, M>;
 
     fn online(&self) -> &Self::Online {
         &self.online
+    }
+
+    fn backbone(&self) -> &M {
+        &self.online.backbone
+    }
+
+    fn state(&self) -> MoCoState<B, M> {
+        MoCoState {
+            key: self.key.clone().into_record(),
+            queue: self.queue.keys(),
+            pointer: self.queue.pointer(),
+        }
+    }
+
+    fn load_state(&mut self, state: MoCoState<B, M>) -> Result<(), ConfigError> {
+        let expected = self.queue.keys().dims();
+        if state.queue.dims() != expected {
+            return Err(ConfigError::new(
+                "queue",
+                format!(
+                    "the checkpoint holds a queue of shape {:?}, this MoCo one of {expected:?}",
+                    state.queue.dims()
+                ),
+            ));
+        }
+        self.queue = KeyQueue::from_parts(state.queue, state.pointer, self.queue.keys_per_step())?;
+        self.key = self.key.clone().load_record(state.key);
+        self.pending_keys = None;
+        Ok(())
     }
 
     fn set_online(&mut self, online: Self::Online) {

@@ -21,15 +21,19 @@ pub mod queue;
 pub mod simclr;
 pub mod simsiam;
 
-pub use byol::{Byol, ByolConfig};
-pub use moco::{MoCo, MoCoConfig};
+pub use byol::{Byol, ByolConfig, ByolState};
+pub use moco::{MoCo, MoCoConfig, MoCoState};
 pub use queue::{KeyQueue, KeyQueueConfig};
-pub use simclr::{SimClr, SimClrConfig};
+pub use simclr::{PairLossConfig, SimClr, SimClrConfig, SimClrState};
 pub use simsiam::{SimSiam, SimSiamConfig};
 
 use burn::module::AutodiffModule;
 use burn::prelude::*;
+use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl_models::Backbone;
+
+use crate::error::ConfigError;
 
 /// Where training stands: what schedulers and adaptive states read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -65,8 +69,28 @@ pub trait SslMethod<B: AutodiffBackend> {
     /// The trainable networks (backbone and heads) as one module.
     type Online: AutodiffModule<B> + Clone;
 
+    /// The backbone inside the online networks: what evaluation and export use. Its inference
+    /// copy ([`AutodiffModule::valid`]) is a backbone of the inner backend.
+    type Backbone: Backbone<B> + AutodiffModule<B, InnerModule: Backbone<B::InnerBackend>>;
+
+    /// Everything besides the online networks that a checkpoint must hold to resume exactly:
+    /// key / target networks, the queue and its pointer, loss states (e.g. the curricular `t`).
+    type State: Record<B>;
+
     /// The trainable networks.
     fn online(&self) -> &Self::Online;
+
+    /// The online backbone.
+    fn backbone(&self) -> &Self::Backbone;
+
+    /// The state to checkpoint (see [`SslMethod::State`]).
+    fn state(&self) -> Self::State;
+
+    /// Restores a checkpointed state.
+    ///
+    /// # Errors
+    /// If the state does not fit this method (e.g. a queue of another size).
+    fn load_state(&mut self, state: Self::State) -> Result<(), ConfigError>;
 
     /// Puts back the networks after an optimiser step.
     fn set_online(&mut self, online: Self::Online);

@@ -87,6 +87,11 @@ impl<B: Backend> KeyQueue<B> {
         false
     }
 
+    /// Keys written by each [`KeyQueue::enqueue`].
+    pub fn keys_per_step(&self) -> usize {
+        self.keys_per_step
+    }
+
     /// Index of the slot the next batch of keys is written to.
     pub fn pointer(&self) -> usize {
         self.pointer

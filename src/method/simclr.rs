@@ -1,14 +1,34 @@
-//! SimCLR (Chen et al. 2020): backbone + MLP projector, NT-Xent between the two views.
+//! SimCLR (Chen et al. 2020): backbone + MLP projector, a two-view contrastive loss between the
+//! views — NT-Xent by default, or one of its curriculum variants from `loss/` (HCL, curricular
+//! weighting, Huber-regularised NT-Xent).
 
-use burn::module::{AutodiffModule, ModuleDisplay};
+use burn::module::AutodiffModule;
 use burn::prelude::*;
+use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
+use serde::{Deserialize, Serialize};
 
 use super::{MethodOutput, Progress, SslMethod};
 use crate::error::ConfigError;
 use crate::head::{MlpHead, MlpHeadConfig};
-use crate::loss::{NtXentLoss, NtXentLossConfig};
+use crate::loss::{
+    CurricularLoss, CurricularLossConfig, HclLoss, HclLossConfig, HuberNtXentLoss,
+    HuberNtXentLossConfig, NtXentLoss, NtXentLossConfig,
+};
+
+/// The two-view loss SimCLR trains with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum PairLossConfig {
+    /// NT-Xent (SimCLR's own loss).
+    NtXent(NtXentLossConfig),
+    /// Hard-negative sampling / debiased contrastive loss (HCL, DCL).
+    Hcl(HclLossConfig),
+    /// Curricular weighting of hard negatives with its adaptive `t` (checkpointed).
+    Curricular(CurricularLossConfig),
+    /// NT-Xent with a Huber penalty on the positive pairs.
+    Huber(HuberNtXentLossConfig),
+}
 
 /// Configuration of [`SimClr`].
 #[derive(Config, Debug)]
@@ -19,9 +39,9 @@ pub struct SimClrConfig {
     /// Projection width.
     #[config(default = 128)]
     pub output_dim: usize,
-    /// The NT-Xent loss (τ = 0.5 as in SimCLR; 0.2 is common on CIFAR).
-    #[config(default = "NtXentLossConfig::new()")]
-    pub loss: NtXentLossConfig,
+    /// The loss between the views (NT-Xent with τ = 0.5 as in SimCLR; 0.2 is common on CIFAR).
+    #[config(default = "PairLossConfig::NtXent(NtXentLossConfig::new())")]
+    pub loss: PairLossConfig,
 }
 
 /// Backbone and projector, the trainable part of [`SimClr`].
@@ -54,31 +74,95 @@ impl SimClrConfig {
         let projector =
             MlpHeadConfig::simclr(backbone.feature_dim(), self.hidden_dim, self.output_dim)
                 .init(device)?;
+        let loss = match &self.loss {
+            PairLossConfig::NtXent(c) => PairLoss::NtXent(c.init()?),
+            PairLossConfig::Hcl(c) => PairLoss::Hcl(c.init()?),
+            PairLossConfig::Curricular(c) => PairLoss::Curricular(c.init(device)?),
+            PairLossConfig::Huber(c) => PairLoss::Huber(c.init()?),
+        };
         Ok(SimClr {
             online: SimClrNetwork {
                 backbone,
                 projector,
             },
-            loss: self.loss.init()?,
+            loss,
         })
     }
+}
+
+#[derive(Debug, Clone)]
+enum PairLoss<B: Backend> {
+    NtXent(NtXentLoss),
+    Hcl(HclLoss),
+    Curricular(CurricularLoss<B>),
+    Huber(HuberNtXentLoss),
+}
+
+/// The checkpointed state of [`SimClr`]: the curricular `t` when that loss is used.
+#[derive(Record)]
+pub struct SimClrState<B: Backend> {
+    /// The adaptive `t` of the curricular loss, `[1]`; `None` for the other losses.
+    pub curricular_t: Option<Tensor<B, 1>>,
 }
 
 /// SimCLR. Build it with [`SimClrConfig::init`].
 #[derive(Debug, Clone)]
 pub struct SimClr<B: Backend, M: Backbone<B>> {
     online: SimClrNetwork<B, M>,
-    loss: NtXentLoss,
+    loss: PairLoss<B>,
+}
+
+impl<B: Backend, M: Backbone<B>> SimClr<B, M> {
+    /// The curricular `t`, when that loss is used.
+    pub fn curricular_t(&self) -> Option<f64> {
+        match &self.loss {
+            PairLoss::Curricular(loss) => Some(loss.t()),
+            _ => None,
+        }
+    }
 }
 
 impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for SimClr<B, M>
 where
-    M::InnerModule: ModuleDisplay,
+    M::InnerModule: Backbone<B::InnerBackend>,
 {
     type Online = SimClrNetwork<B, M>;
+    type Backbone = M;
+    type State = SimClrState<B>;
 
     fn online(&self) -> &Self::Online {
         &self.online
+    }
+
+    fn backbone(&self) -> &M {
+        &self.online.backbone
+    }
+
+    fn state(&self) -> SimClrState<B> {
+        SimClrState {
+            curricular_t: match &self.loss {
+                PairLoss::Curricular(loss) => Some(loss.t_tensor()),
+                _ => None,
+            },
+        }
+    }
+
+    fn load_state(&mut self, state: SimClrState<B>) -> Result<(), ConfigError> {
+        match (&mut self.loss, state.curricular_t) {
+            (PairLoss::Curricular(loss), Some(t)) => {
+                loss.load_t_tensor(t);
+                Ok(())
+            }
+            (PairLoss::Curricular(_), None) => Err(ConfigError::new(
+                "loss",
+                "the checkpoint has no curricular t but this SimCLR uses the curricular loss",
+            )),
+            (_, Some(_)) => Err(ConfigError::new(
+                "loss",
+                "the checkpoint holds a curricular t but this SimCLR does not use that loss",
+            )),
+            (_, None) => Ok(()),
+        }
     }
 
     fn set_online(&mut self, online: Self::Online) {
@@ -93,9 +177,26 @@ where
     ) -> MethodOutput<B> {
         let z1 = self.online.project(view1);
         let z2 = self.online.project(view2);
-        MethodOutput {
-            loss: self.loss.forward(z1, z2),
-            stats: Vec::new(),
+        match &mut self.loss {
+            PairLoss::NtXent(loss) => MethodOutput {
+                loss: loss.forward(z1, z2),
+                stats: Vec::new(),
+            },
+            PairLoss::Hcl(loss) => MethodOutput {
+                loss: loss.forward(z1, z2),
+                stats: Vec::new(),
+            },
+            PairLoss::Huber(loss) => MethodOutput {
+                loss: loss.forward(z1, z2),
+                stats: Vec::new(),
+            },
+            PairLoss::Curricular(loss) => {
+                let out = loss.forward(z1, z2);
+                MethodOutput {
+                    loss: out.loss,
+                    stats: vec![("curricular_t", out.t)],
+                }
+            }
         }
     }
 

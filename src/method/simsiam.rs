@@ -1,7 +1,7 @@
 //! SimSiam (Chen & He 2021): backbone + 3-layer projector + bottleneck predictor, symmetric
 //! negative cosine with stop-gradient on the projections; no EMA, no negatives.
 
-use burn::module::{AutodiffModule, ModuleDisplay};
+use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
@@ -63,12 +63,25 @@ pub struct SimSiam<B: Backend, M: Backbone<B>> {
 
 impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for SimSiam<B, M>
 where
-    M::InnerModule: ModuleDisplay,
+    M::InnerModule: Backbone<B::InnerBackend>,
 {
     type Online = SimSiamNetwork<B, M>;
+    type Backbone = M;
+    /// SimSiam keeps no state besides its trainable networks.
+    type State = ();
 
     fn online(&self) -> &Self::Online {
         &self.online
+    }
+
+    fn backbone(&self) -> &M {
+        &self.online.backbone
+    }
+
+    fn state(&self) {}
+
+    fn load_state(&mut self, _: ()) -> Result<(), ConfigError> {
+        Ok(())
     }
 
     fn set_online(&mut self, online: Self::Online) {

@@ -1,0 +1,135 @@
+//! The kNN monitor run during training: features of a labeled train and test set by the frozen
+//! backbone, scored by weighted kNN at several `(k, T)` (by default `k = 20, T = 0.07` and
+//! `k = 200, T = 0.1`, the settings of InstDisc / solo-learn and lightly).
+
+use burn::prelude::*;
+use curriculum_ssl_models::Backbone;
+use serde::{Deserialize, Serialize};
+
+use super::features::{extract_features, require_labels};
+use super::knn::{Accuracy, KnnConfig};
+use crate::augment::normalize::Normalize;
+use crate::data::{DataError, ImageArray};
+use crate::error::ConfigError;
+
+/// The accuracy of one kNN setting.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct KnnResult {
+    /// Neighbours.
+    pub k: usize,
+    /// Vote temperature.
+    pub temperature: f64,
+    /// Top-1 / top-5 accuracy on the test set.
+    pub accuracy: Accuracy,
+}
+
+/// Labeled train (the feature bank) and test sets and the kNN settings to score them with.
+#[derive(Debug, Clone)]
+pub struct KnnMonitor {
+    train: ImageArray,
+    test: ImageArray,
+    settings: Vec<KnnConfig>,
+    batch_size: usize,
+    normalize: Option<Normalize>,
+}
+
+impl KnnMonitor {
+    /// A monitor with the two usual settings (`k = 20, T = 0.07` and `k = 200, T = 0.1`), `k`
+    /// capped at the size of the bank. `normalize` should be the training pipeline's.
+    ///
+    /// # Errors
+    /// If a set has no labels, the image shapes differ, or the class counts differ.
+    pub fn new(
+        train: ImageArray,
+        test: ImageArray,
+        normalize: Option<Normalize>,
+    ) -> Result<Self, crate::Error> {
+        require_labels(&train, "kNN bank (train)")?;
+        require_labels(&test, "kNN test")?;
+        if train.image_shape() != test.image_shape() {
+            return Err(DataError::Request {
+                path: test.source().to_path_buf(),
+                reason: format!(
+                    "test images are {:?} (h, w, c) but the bank's are {:?}",
+                    test.image_shape(),
+                    train.image_shape()
+                ),
+            }
+            .into());
+        }
+        if train.num_classes() != test.num_classes() {
+            return Err(DataError::Request {
+                path: test.source().to_path_buf(),
+                reason: format!(
+                    "{} classes in the test set, {} in the bank",
+                    test.num_classes(),
+                    train.num_classes()
+                ),
+            }
+            .into());
+        }
+        let n = burn_dataset::Dataset::len(&train);
+        let settings = [(20, 0.07), (200, 0.1)]
+            .into_iter()
+            .map(|(k, t)| KnnConfig::new().with_k(k.min(n)).with_temperature(t))
+            .collect();
+        Ok(Self {
+            train,
+            test,
+            settings,
+            batch_size: 256,
+            normalize,
+        })
+    }
+
+    /// Replaces the kNN settings.
+    ///
+    /// # Errors
+    /// If there is none.
+    pub fn with_settings(mut self, settings: Vec<KnnConfig>) -> Result<Self, ConfigError> {
+        if settings.is_empty() {
+            return Err(ConfigError::new("settings", "at least one kNN setting"));
+        }
+        self.settings = settings;
+        Ok(self)
+    }
+
+    /// Images per forward pass when computing features (default 256).
+    pub fn with_batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// The kNN settings.
+    pub fn settings(&self) -> &[KnnConfig] {
+        &self.settings
+    }
+
+    /// Scores an inference backbone (e.g. `method.backbone().valid()`).
+    ///
+    /// # Errors
+    /// If a kNN setting is impossible (e.g. `k` above the bank size).
+    pub fn evaluate<B: Backend, M: Backbone<B>>(
+        &self,
+        backbone: &M,
+        device: &B::Device,
+    ) -> Result<Vec<KnnResult>, crate::Error> {
+        let norm = self.normalize.as_ref();
+        let bank = extract_features(backbone, &self.train, self.batch_size, norm, device)?;
+        let test = extract_features(backbone, &self.test, self.batch_size, norm, device)?;
+        let (bank_labels, test_labels) = match (bank.labels, test.labels) {
+            (Some(a), Some(b)) => (a, b),
+            _ => unreachable!("both sets were checked to be labeled"),
+        };
+        let mut results = Vec::with_capacity(self.settings.len());
+        for setting in &self.settings {
+            let knn = setting.init(bank.features.clone(), bank_labels.clone(), bank.num_classes)?;
+            results.push(KnnResult {
+                k: setting.k,
+                temperature: setting.temperature,
+                accuracy: knn.accuracy(test.features.clone(), test_labels.clone()),
+            });
+        }
+        Ok(results)
+    }
+}

@@ -1,0 +1,479 @@
+//! The training loop on the CPU backend (Flex): exact resume, the non-finite-loss stop, the
+//! run directory, evaluation on a saved checkpoint, and end-to-end SimCLR and MoCo runs on the
+//! embedded Fashion-MNIST subset that must beat the untrained backbone's kNN accuracy.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use burn::backend::{Autodiff, Flex};
+use burn::module::Module;
+use burn::prelude::*;
+use curriculum_ssl::augment::{Augmenter, PipelineConfig};
+use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
+use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig};
+use curriculum_ssl::loss::CurricularLossConfig;
+use curriculum_ssl::method::*;
+use curriculum_ssl::optim::SgdConfig;
+use curriculum_ssl::train::{load_backbone, TrainConfig, TrainError, Trainer};
+use curriculum_ssl_models::{BlockKind, LeNet, LeNetConfig, ResNet, ResNetConfig, Stem};
+
+type Cpu = Flex;
+type Ad = Autodiff<Flex>;
+type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
+
+/// Seeding the backend is global: tests that build models one after another hold this lock.
+static SEEDED: Mutex<()> = Mutex::new(());
+
+fn run_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir()
+        .join("curriculum-ssl-tests")
+        .join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn subset(n: usize) -> ImageArray {
+    let train = embedded::train().unwrap();
+    train.select(&(0..n).collect::<Vec<_>>()).unwrap()
+}
+
+fn lenet(device: &Dev) -> LeNet<Ad> {
+    LeNetConfig::lenet5().init(device)
+}
+
+/// The small backbone of the end-to-end runs: a ResNet with one basic block per stage, 8 to 64
+/// channels, on 1-channel 28×28 images (64-d features). The ImageNet stem (stride 4) keeps a
+/// step cheap; with the CIFAR stem the same SimCLR run took 6× longer.
+fn small_resnet<B: Backend>(device: &B::Device) -> ResNet<B> {
+    ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
+        .with_base_width(8)
+        .with_in_channels(1)
+        .with_stem(Stem::ImageNet)
+        .init(device)
+}
+
+fn augmenter(seed: u64) -> Augmenter {
+    let mut config = PipelineConfig::simclr(28, 1);
+    config.seed = seed;
+    config.init(1).unwrap()
+}
+
+fn loader(data: ImageArray, batch: usize, seed: u64) -> Loader<ImageArray> {
+    Loader::new(
+        data,
+        "embedded",
+        LoaderConfig {
+            batch_size: batch,
+            seed,
+            workers: 1,
+            ..LoaderConfig::default()
+        },
+    )
+    .unwrap()
+}
+
+fn train_config(epochs: usize) -> TrainConfig {
+    TrainConfig::new()
+        .with_epochs(epochs)
+        .with_lr(0.05)
+        .with_checkpoint_every(1)
+        .with_knn_every(0)
+        .with_progress_bar(false)
+}
+
+fn moco(device: &Dev) -> MoCo<Ad, LeNet<Ad>> {
+    MoCoConfig::moco_v2()
+        .with_hidden_dim(Some(64))
+        .with_output_dim(32)
+        .with_queue_size(256)
+        .with_momentum(0.9)
+        .with_cosine_momentum(true)
+        .init(lenet, 32, device)
+        .unwrap()
+}
+
+fn curricular_simclr(device: &Dev) -> SimClr<Ad, LeNet<Ad>> {
+    SimClrConfig::new()
+        .with_hidden_dim(64)
+        .with_output_dim(32)
+        .with_loss(PairLossConfig::Curricular(
+            CurricularLossConfig::new().with_momentum(0.5),
+        ))
+        .init(lenet(device), device)
+        .unwrap()
+}
+
+fn losses(dir: &Path) -> Vec<(usize, String)> {
+    let text = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+    text.lines()
+        .skip(1)
+        .map(|l| {
+            let cols: Vec<&str> = l.split(',').collect();
+            (cols[0].parse().unwrap(), cols[2].to_string())
+        })
+        .collect()
+}
+
+fn params<M: Module<Ad>>(m: &M) -> Vec<f32> {
+    let bytes = curriculum_ssl_models::count_parameters::<Ad, M>(m);
+    let mut out = Vec::with_capacity(bytes);
+    struct V<'a>(&'a mut Vec<f32>);
+    impl<B: Backend> burn::module::ModuleVisitor<B> for V<'_> {
+        fn visit_float<const D: usize>(&mut self, p: &burn::module::Param<Tensor<B, D>>) {
+            self.0.extend(
+                p.val()
+                    .into_data()
+                    .convert::<f32>()
+                    .to_vec::<f32>()
+                    .unwrap(),
+            );
+        }
+    }
+    let m = m.clone();
+    let _ = m.clone().into_record();
+    m.visit(&mut V(&mut out));
+    out
+}
+
+/// Two epochs straight, and one epoch + resume + one epoch, give the same losses at every step
+/// and the same final weights.
+fn check_resume<S, F>(name: &str, build: F)
+where
+    S: SslMethod<Ad>,
+    F: Fn(&Dev) -> S,
+{
+    let _guard = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
+    let device = Default::default();
+    let data = subset(128);
+    let make = |dir: &Path| {
+        Ad::seed(&device, 7);
+        let method = build(&device);
+        let optimizer = SgdConfig::new().init::<Ad, S::Online>().unwrap();
+        Trainer::new(
+            method,
+            optimizer,
+            augmenter(3),
+            loader(data.clone(), 32, 5),
+            train_config(2),
+            serde_json::json!({ "test": name }),
+            dir,
+            &device,
+        )
+        .unwrap()
+    };
+    let straight = run_dir(&format!("{name}-straight"));
+    let summary = make(&straight).fit().unwrap();
+    assert_eq!(summary.steps.len(), 8);
+
+    let resumed = run_dir(&format!("{name}-resumed"));
+    let first = make(&resumed).fit_epochs(1).unwrap();
+    assert_eq!(first.steps.len(), 4);
+    let mut trainer = make(&resumed);
+    let from = trainer
+        .resume()
+        .unwrap()
+        .expect("a checkpoint after epoch 1");
+    assert!(from.ends_with("epoch-0001"), "{}", from.display());
+    assert_eq!((trainer.epoch(), trainer.step()), (1, 4));
+    let second = trainer.fit().unwrap();
+    assert_eq!(second.steps.len(), 4);
+
+    assert_eq!(
+        losses(&straight),
+        losses(&resumed),
+        "{name}: per-step losses"
+    );
+    let a: Vec<f64> = summary.steps.iter().map(|s| s.loss).collect();
+    let b: Vec<f64> = first
+        .steps
+        .iter()
+        .chain(&second.steps)
+        .map(|s| s.loss)
+        .collect();
+    assert_eq!(a, b, "{name}: losses of the two runs");
+    assert!(a.iter().all(|l| l.is_finite()));
+    let straight_again = {
+        let mut t = make(&straight);
+        t.resume().unwrap();
+        params(t.method().online())
+    };
+    assert_eq!(
+        straight_again,
+        params(trainer.method().online()),
+        "{name}: final weights"
+    );
+}
+
+#[test]
+fn moco_resumes_exactly() {
+    check_resume("moco", moco);
+}
+
+#[test]
+fn curricular_simclr_resumes_exactly() {
+    check_resume("curricular", curricular_simclr);
+}
+
+/// SimCLR whose loss becomes NaN at one step.
+struct NanAt {
+    inner: SimClr<Ad, LeNet<Ad>>,
+    step: usize,
+}
+
+impl SslMethod<Ad> for NanAt {
+    type Online = <SimClr<Ad, LeNet<Ad>> as SslMethod<Ad>>::Online;
+    type Backbone = LeNet<Ad>;
+    type State = SimClrState<Ad>;
+
+    fn online(&self) -> &Self::Online {
+        self.inner.online()
+    }
+    fn backbone(&self) -> &LeNet<Ad> {
+        self.inner.backbone()
+    }
+    fn state(&self) -> SimClrState<Ad> {
+        self.inner.state()
+    }
+    fn load_state(&mut self, s: SimClrState<Ad>) -> Result<(), curriculum_ssl::ConfigError> {
+        self.inner.load_state(s)
+    }
+    fn set_online(&mut self, online: Self::Online) {
+        self.inner.set_online(online)
+    }
+    fn forward(&mut self, v1: Tensor<Ad, 4>, v2: Tensor<Ad, 4>, p: Progress) -> MethodOutput<Ad> {
+        let mut out = self.inner.forward(v1, v2, p);
+        if p.step == self.step {
+            out.loss = out.loss * f64::NAN;
+        }
+        out
+    }
+    fn after_step(&mut self, p: Progress) {
+        self.inner.after_step(p)
+    }
+}
+
+#[test]
+fn a_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_checkpoint() {
+    let device = Default::default();
+    let dir = run_dir("nan");
+    let method = NanAt {
+        inner: SimClrConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .init(lenet(&device), &device)
+            .unwrap(),
+        step: 6,
+    };
+    let optimizer = SgdConfig::new().init::<Ad, _>().unwrap();
+    let mut trainer = Trainer::new(
+        method,
+        optimizer,
+        augmenter(0),
+        loader(subset(128), 32, 0),
+        train_config(3),
+        serde_json::json!({}),
+        &dir,
+        &device,
+    )
+    .unwrap();
+    let err = trainer.fit().unwrap_err();
+    match &err {
+        TrainError::NonFiniteLoss {
+            step,
+            epoch,
+            value,
+            last_checkpoint,
+        } => {
+            assert_eq!((*step, *epoch), (6, 1));
+            assert!(value.is_nan());
+            assert!(last_checkpoint.as_ref().unwrap().ends_with("epoch-0001"));
+        }
+        other => panic!("expected a non-finite loss error, got {other}"),
+    }
+    let message = err.to_string();
+    assert!(message.contains("step 6"), "{message}");
+    assert!(message.contains("epoch-0001"), "{message}");
+    // The last good checkpoint is intact and loads.
+    let latest = std::fs::read_to_string(dir.join("checkpoints/latest")).unwrap();
+    assert_eq!(latest.trim(), "epoch-0001");
+    let backbone = load_backbone::<Ad, _>(&dir, lenet(&device), &device).unwrap();
+    assert_eq!(
+        params(&backbone).len(),
+        params(trainer.method().backbone()).len()
+    );
+    // steps.csv holds the six good steps.
+    assert_eq!(losses(&dir).len(), 6);
+}
+
+#[test]
+fn a_run_directory_is_not_overwritten_and_a_resume_checks_its_settings() {
+    let _guard = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
+    let device = Default::default();
+    let dir = run_dir("guard");
+    let make = |loader_seed: u64, epochs: usize| {
+        let method = SimClrConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .init(lenet(&device), &device)
+            .unwrap();
+        Trainer::new(
+            method,
+            SgdConfig::new().init::<Ad, _>().unwrap(),
+            augmenter(0),
+            loader(subset(64), 32, loader_seed),
+            train_config(epochs),
+            serde_json::json!({}),
+            &dir,
+            &device,
+        )
+        .unwrap()
+    };
+    make(0, 2).fit_epochs(1).unwrap();
+    // A fresh start in the same directory is refused.
+    let err = make(0, 2).fit().unwrap_err().to_string();
+    assert!(err.contains("already holds a run"), "{err}");
+    // Another loader seed cannot continue this run.
+    let err = make(1, 2).resume().unwrap_err().to_string();
+    assert!(err.contains("seed"), "{err}");
+    // Other settings (more epochs change the schedule) are refused at the start.
+    let mut t = make(0, 3);
+    t.resume().unwrap();
+    let err = t.fit().unwrap_err().to_string();
+    assert!(err.contains("another configuration"), "{err}");
+    // A corrupt record is named.
+    std::fs::write(dir.join("checkpoints/epoch-0001/optimizer.mpk"), b"garbage").unwrap();
+    let err = make(0, 2).resume().unwrap_err().to_string();
+    assert!(err.contains("optimizer.mpk"), "{err}");
+    // A checkpoint of another architecture is refused by the evaluation loader.
+    let wide = LeNetConfig::lenet5()
+        .with_embedding_dim(50)
+        .init::<Ad>(&device);
+    let err = load_backbone::<Ad, _>(&dir, wide, &device)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("backbone.mpk"), "{err}");
+}
+
+/// SimCLR's pipeline with crops of at least half the image: 28×28 garments lose what tells
+/// them apart below that (measured: scale 0.2 left the kNN accuracy below its initial value
+/// after 3 epochs, 0.5 raised it).
+fn fashion_pipeline() -> PipelineConfig {
+    let mut p = PipelineConfig::simclr(28, 1);
+    for v in [&mut p.view1, &mut p.view2] {
+        if let Some(c) = v.crop.as_mut() {
+            c.scale = (0.5, 1.0);
+        }
+    }
+    p
+}
+
+fn knn_of(backbone: &ResNet<Cpu>, monitor: &KnnMonitor) -> f64 {
+    monitor.evaluate(backbone, &Default::default()).unwrap()[0]
+        .accuracy
+        .top1
+}
+
+/// Trains `method` on the embedded subset and returns (kNN top-1 before, after).
+fn end_to_end<S>(name: &str, method: S, epochs: usize, lr: f64) -> (f64, f64, PathBuf)
+where
+    S: SslMethod<Ad, Backbone = ResNet<Ad>>,
+{
+    let device = Default::default();
+    let train = embedded::train().unwrap();
+    let test = embedded::test().unwrap();
+    let pipeline = fashion_pipeline();
+    let normalize = pipeline.view1.normalize.clone();
+    let monitor = KnnMonitor::new(train.clone(), test, normalize).unwrap();
+    let dir = run_dir(name);
+    let mut trainer = Trainer::new(
+        method,
+        SgdConfig::new().init::<Ad, S::Online>().unwrap(),
+        pipeline.init(1).unwrap(),
+        loader(train, 128, 0),
+        TrainConfig::new()
+            .with_epochs(epochs)
+            .with_lr(lr)
+            .with_knn_every(0)
+            .with_progress_bar(false),
+        serde_json::json!({ "test": name }),
+        &dir,
+        &device,
+    )
+    .unwrap()
+    .with_knn_monitor(monitor.clone());
+    let before = trainer.evaluate_knn().unwrap().unwrap()[0].accuracy.top1;
+    let summary = trainer.fit().unwrap();
+    let after = summary.epochs.last().unwrap().knn[0].accuracy.top1;
+    // The saved checkpoint scores the same on its own.
+    let saved = load_backbone::<Cpu, _>(&dir, small_resnet::<Cpu>(&device), &device).unwrap();
+    assert_eq!(
+        knn_of(&saved, &monitor),
+        after,
+        "{name}: kNN of the checkpoint"
+    );
+    let first = summary.steps.first().unwrap().loss;
+    let last = summary.steps.last().unwrap().loss;
+    println!("{name}: kNN top-1 {before:.4} -> {after:.4}, loss {first:.4} -> {last:.4}");
+    (before, after, dir)
+}
+
+/// Measured here: kNN (k = 20, T = 0.07) top-1 0.7255 at initialisation, 0.7735 after three
+/// epochs (+4.8 points); the assertion leaves room for other CPUs' rounding.
+#[test]
+fn simclr_beats_the_untrained_backbone_on_knn() {
+    let device = Default::default();
+    // Parameters initialise lazily, at first use: hold the seed lock for the whole run.
+    let _guard = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
+    let method = {
+        Ad::seed(&device, 1);
+        SimClrConfig::new()
+            .with_hidden_dim(256)
+            .with_output_dim(64)
+            .with_loss(PairLossConfig::NtXent(
+                curriculum_ssl::loss::NtXentLossConfig::new().with_temperature(0.2),
+            ))
+            .init(small_resnet(&device), &device)
+            .unwrap()
+    };
+    let (before, after, dir) = end_to_end("e2e-simclr", method, 3, 0.1);
+    assert!(after > before + 0.03, "SimCLR kNN {before} -> {after}");
+
+    // The linear probe on the saved backbone, on cached features.
+    let backbone = load_backbone::<Cpu, _>(&dir, small_resnet::<Cpu>(&device), &device).unwrap();
+    let normalize = PipelineConfig::simclr(28, 1).view1.normalize;
+    let feats = |data: &ImageArray| {
+        extract_features(&backbone, data, 512, normalize.as_ref(), &device).unwrap()
+    };
+    let train = feats(&embedded::train().unwrap());
+    let test = feats(&embedded::test().unwrap());
+    let probe = LinearProbeConfig::new()
+        .with_epochs(10)
+        .with_lr(0.5)
+        .fit::<Ad>(&train, &test, &device)
+        .unwrap();
+    println!("linear probe: {probe:?}");
+    assert!(
+        probe.test.top1 > before,
+        "probe {probe:?} vs kNN at init {before}"
+    );
+}
+
+/// Measured here: kNN top-1 0.7255 at initialisation, 0.7760 after five epochs (+5.05 points).
+/// (A queue of 1024, the symmetric loss or `lr = 0.1` gained less in this short run.)
+#[test]
+fn moco_beats_the_untrained_backbone_on_knn() {
+    let device = Default::default();
+    let _guard = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
+    let method = {
+        Ad::seed(&device, 1);
+        MoCoConfig::moco_v2()
+            .with_hidden_dim(Some(256))
+            .with_output_dim(64)
+            .with_queue_size(512)
+            .with_momentum(0.9)
+            .init(small_resnet, 128, &device)
+            .unwrap()
+    };
+    let (before, after, _) = end_to_end("e2e-moco", method, 5, 0.05);
+    assert!(after > before + 0.03, "MoCo kNN {before} -> {after}");
+}
