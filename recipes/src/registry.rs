@@ -8,18 +8,56 @@ pub struct RecipeEntry {
     pub name: &'static str,
     /// What it does, in one line.
     pub summary: &'static str,
-    /// Runs it on the selected backend.
-    pub run: fn() -> Result<()>,
+    /// Runs it on the selected backend with its command-line arguments.
+    pub run: fn(&[String]) -> Result<()>,
 }
 
 /// Every recipe, in the order `recipe list` prints them.
 pub fn registry() -> Vec<RecipeEntry> {
-    vec![RecipeEntry {
-        name: "worked_values",
-        summary: "evaluate every loss of SPEC §1 on its worked example on the selected backend \
-                  and compare with the reference values (a backend self-check)",
-        run: crate::recipes::worked_values::run,
-    }]
+    use crate::recipes::*;
+    vec![
+        RecipeEntry {
+            name: "light_moco",
+            summary: "Light-MoCo: MoCo v2 + BN head, symmetric SoftNCE (K 20, alpha 0.8, tau 0.1), m 0.99",
+            run: light_moco::run,
+        },
+        RecipeEntry {
+            name: "moco_v2",
+            summary: "MoCo v2: MLP head, InfoNCE against a queue (tau 0.2), momentum key encoder",
+            run: moco_v2::run,
+        },
+        RecipeEntry {
+            name: "simclr",
+            summary: "SimCLR: BN projector, NT-Xent (tau 0.2)",
+            run: simclr::run,
+        },
+        RecipeEntry {
+            name: "byol",
+            summary: "BYOL: projector + predictor, EMA target (0.99 -> 1 cosine)",
+            run: byol::run,
+        },
+        RecipeEntry {
+            name: "simsiam",
+            summary: "SimSiam: projector + predictor, stop-gradient",
+            run: simsiam::run,
+        },
+        RecipeEntry {
+            name: "eval",
+            summary: "kNN and linear evaluation of a saved checkpoint (--run-dir DIR)",
+            run: eval::run,
+        },
+        RecipeEntry {
+            name: "worked_values",
+            summary: "evaluate every loss of SPEC §1 on its worked example on the selected backend \
+                      and compare with the reference values (a backend self-check)",
+            run: |args| {
+                if !args.is_empty() {
+                    anyhow::bail!("recipe `worked_values` takes no arguments, got: {}", args.join(" "));
+                }
+                worked_values::run()
+            },
+        },
+    ]
 }
 
 /// The recipe called `name`, or an error that lists the known ones.

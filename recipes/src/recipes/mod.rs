@@ -1,3 +1,10 @@
-//! One module per recipe.
+//! One module per recipe; `common` holds what the training recipes share.
 
+pub mod byol;
+pub mod common;
+pub mod eval;
+pub mod light_moco;
+pub mod moco_v2;
+pub mod simclr;
+pub mod simsiam;
 pub mod worked_values;

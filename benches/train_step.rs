@@ -1,0 +1,100 @@
+//! One training step (two views forward, backward, SGD update, EMA / queue update) of SimCLR,
+//! MoCo v2, BYOL and SimSiam with ResNet-18 (CIFAR stem) at batch 128 on 32×32 images, on the
+//! CPU backend (`Autodiff<Flex>`). Augmentation is left out (timed in `benches/augment.rs`);
+//! the views are fixed random tensors, as in the PyTorch script.
+//!
+//! `cargo bench --bench train_step`; `METHODS=simclr,byol` runs a subset and `BENCH_BATCH` sets
+//! the batch. The same steps in PyTorch: `benches/pytorch/train_step.py`; results side by side
+//! in `benches/README.md`.
+
+use std::time::Duration;
+
+use burn::backend::{Autodiff, Flex};
+use burn::optim::{GradientsParams, Optimizer};
+use burn::prelude::*;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use curriculum_ssl::method::*;
+use curriculum_ssl::optim::SgdConfig;
+use curriculum_ssl_models::{ResNet, ResNetConfig, Stem};
+
+type B = Autodiff<Flex>;
+
+fn resnet18(device: &<B as burn::tensor::backend::BackendTypes>::Device) -> ResNet<B> {
+    ResNetConfig::resnet18()
+        .with_stem(Stem::Cifar)
+        .init(device)
+}
+
+fn batch() -> usize {
+    std::env::var("BENCH_BATCH")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(128)
+}
+
+fn run<S: SslMethod<B>>(c: &mut Criterion, name: &str, build: impl FnOnce() -> S) {
+    if let Ok(list) = std::env::var("METHODS") {
+        if !list.split(',').any(|n| n.trim() == name) {
+            return;
+        }
+    }
+    let n = batch();
+    let device = Default::default();
+    let mut method = build();
+    let mut optimizer = SgdConfig::new().init::<B, S::Online>().unwrap();
+    let views = |seed: u64| {
+        B::seed(&device, seed);
+        Tensor::<B, 4>::random(
+            [n, 3, 32, 32],
+            burn::tensor::Distribution::Uniform(0.0, 1.0),
+            &device,
+        )
+    };
+    let (v1, v2) = (views(1), views(2));
+    let mut step = 0;
+    let mut group = c.benchmark_group("train_step");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(100))
+        .measurement_time(Duration::from_secs(10))
+        .sampling_mode(criterion::SamplingMode::Flat)
+        .throughput(Throughput::Elements(n as u64));
+    group.bench_function(name, |b| {
+        b.iter(|| {
+            let progress = Progress {
+                step,
+                total_steps: 1_000,
+            };
+            let out = method.forward(v1.clone(), v2.clone(), progress);
+            let grads = GradientsParams::from_grads(out.loss.backward(), method.online());
+            let online = optimizer.step(0.05, method.online().clone(), grads);
+            method.set_online(online);
+            method.after_step(progress);
+            step += 1;
+        })
+    });
+    group.finish();
+}
+
+fn train_step(c: &mut Criterion) {
+    let device = Default::default();
+    run(c, "simclr", || {
+        SimClrConfig::new()
+            .init(resnet18(&device), &device)
+            .unwrap()
+    });
+    run(c, "moco_v2", || {
+        MoCoConfig::moco_v2()
+            .init(resnet18, batch(), &device)
+            .unwrap()
+    });
+    run(c, "byol", || ByolConfig::new().init(resnet18, &device).unwrap());
+    run(c, "simsiam", || {
+        SimSiamConfig::new()
+            .init(resnet18(&device), &device)
+            .unwrap()
+    });
+}
+
+criterion_group!(benches, train_step);
+criterion_main!(benches);

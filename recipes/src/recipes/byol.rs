@@ -1,0 +1,42 @@
+//! `byol`: BYOL (Grill et al. 2020) — projector and predictor `[4096, 256]`, EMA target with
+//! the momentum rising from 0.99 to 1 along a cosine, symmetric `2 − 2cos` loss, SGD lr 0.1
+//! for batch 128 with weight decay 5e-4 (LARS in the paper's large-batch setting), the BYOL
+//! augmentations (asymmetric blur and solarisation).
+//!
+//! ```text
+//! for each batch x:
+//!     p1, p2 = q(g(f(aug1(x)))), q(g(f(aug2(x))));  z1, z2 = g'(f'(·))  (target, no gradient)
+//!     loss = (2 − 2cos(p1, z2)) + (2 − 2cos(p2, z1))
+//!     SGD step on f, g, q;  (f', g') ← m·(f', g') + (1 − m)·(f, g)
+//! ```
+
+use anyhow::Result;
+use curriculum_ssl::augment::PipelineConfig;
+use curriculum_ssl::method::ByolConfig;
+use curriculum_ssl::optim::SgdConfig;
+
+use super::common::{self, RecipeArgs, Settings, Train};
+
+/// Runs the recipe.
+pub fn run(args: &[String]) -> Result<()> {
+    let args = RecipeArgs::parse_from(args)?;
+    let settings = Settings::new("byol", &args, 20, 128, 0.1);
+    let device = Default::default();
+    common::seed(settings.seed, &device);
+    let data = common::load_data(&settings)?;
+    let pipeline = common::pipeline(PipelineConfig::byol, &data, settings.seed);
+    let config = ByolConfig::new();
+    let backbone_config = settings.backbone.config(data.train.image_shape().2);
+    let method = config.init(|d| backbone_config.init::<Train>(d), &device)?;
+    let optimizer = SgdConfig::new().init::<Train, _>()?;
+    common::run(
+        &args,
+        &settings,
+        data,
+        pipeline,
+        method,
+        serde_json::to_value(&config)?,
+        optimizer,
+        &device,
+    )
+}

@@ -1,0 +1,306 @@
+//! What every training recipe shares: its command-line options, the data, the backbone, and the
+//! run itself (trainer, kNN monitor, resume, summary).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use burn::module::AutodiffModule;
+use burn::optim::Optimizer;
+use clap::{Parser, ValueEnum};
+use curriculum_ssl::augment::{Augmenter, PipelineConfig};
+use curriculum_ssl::data::embedded::load_or_embedded;
+use curriculum_ssl::data::idx::Split;
+use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
+use curriculum_ssl::eval::KnnMonitor;
+use curriculum_ssl::method::SslMethod;
+use curriculum_ssl::train::{TrainConfig, Trainer};
+use curriculum_ssl_models::{Backbone, BlockKind, ResNet, ResNetConfig, Stem};
+use serde::Serialize;
+
+use crate::backend;
+
+/// Autodiff backend the recipes train on.
+pub type Train = burn::backend::Autodiff<backend::Inner>;
+/// Its device.
+pub type Device = <Train as burn::tensor::backend::BackendTypes>::Device;
+
+/// The backbone a recipe trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, serde::Deserialize)]
+pub enum BackboneChoice {
+    /// ResNet-18 with the CIFAR stem (512-d features): the papers' small-image backbone.
+    Resnet18,
+    /// ResNet with one block per stage, widths 8–64, ImageNet stem (64-d features): a fast
+    /// backbone for CPU demos and CI.
+    Small,
+}
+
+impl BackboneChoice {
+    /// The default for the build: ResNet-18 on a GPU backend, the small ResNet on the CPU.
+    pub fn default_for_backend() -> Self {
+        if backend::NAME.starts_with("cpu") {
+            Self::Small
+        } else {
+            Self::Resnet18
+        }
+    }
+
+    /// Its configuration for `channels` input channels.
+    pub fn config(self, channels: usize) -> ResNetConfig {
+        match self {
+            Self::Resnet18 => ResNetConfig::resnet18()
+                .with_stem(Stem::Cifar)
+                .with_in_channels(channels),
+            Self::Small => ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
+                .with_base_width(8)
+                .with_in_channels(channels)
+                .with_stem(Stem::ImageNet),
+        }
+    }
+}
+
+/// Options of every training recipe (defaults are the recipe's own when not given).
+#[derive(Parser, Debug, Clone)]
+#[command(no_binary_name = true)]
+pub struct RecipeArgs {
+    /// Fashion-MNIST (or MNIST) IDX directory; default: the embedded Fashion-MNIST subset
+    /// (8,000 training and 2,000 test images).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Run directory (config.json, steps.csv, epochs.csv, checkpoints/).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Continue the run in --run-dir from its latest checkpoint.
+    #[arg(long)]
+    pub resume: bool,
+    /// Epochs.
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Images per step.
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Peak learning rate.
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Backbone (default: resnet18 on a GPU, small on the CPU).
+    #[arg(long, value_enum)]
+    pub backbone: Option<BackboneChoice>,
+    /// Seed of the model initialisation, the batch order and the augmentation.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// kNN monitor every N epochs (0: only at the end).
+    #[arg(long, default_value_t = 5)]
+    pub knn_every: usize,
+    /// Checkpoint every N epochs (0: only at the end).
+    #[arg(long, default_value_t = 5)]
+    pub checkpoint_every: usize,
+    /// Loader threads.
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+}
+
+impl RecipeArgs {
+    /// Parses a recipe's arguments.
+    pub fn parse_from(args: &[String]) -> Result<Self> {
+        Self::try_parse_from(args).map_err(crate::help_or_error)
+    }
+}
+
+/// A recipe's defaults, overridden by the command line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Settings {
+    /// Recipe name.
+    pub recipe: &'static str,
+    /// Epochs.
+    pub epochs: usize,
+    /// Images per step.
+    pub batch_size: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Warm-up epochs.
+    pub warmup_epochs: usize,
+    /// Backbone.
+    pub backbone: BackboneChoice,
+    /// Seed.
+    pub seed: u64,
+    /// Data directory, or none for the embedded subset.
+    pub data: Option<PathBuf>,
+}
+
+impl Settings {
+    /// The recipe's defaults with the command line applied.
+    pub fn new(
+        recipe: &'static str,
+        args: &RecipeArgs,
+        epochs: usize,
+        batch_size: usize,
+        lr: f64,
+    ) -> Self {
+        Self {
+            recipe,
+            epochs: args.epochs.unwrap_or(epochs),
+            batch_size: args.batch_size.unwrap_or(batch_size),
+            lr: args.lr.unwrap_or(lr),
+            warmup_epochs: 0,
+            backbone: args
+                .backbone
+                .unwrap_or_else(BackboneChoice::default_for_backend),
+            seed: args.seed,
+            data: args.data.clone(),
+        }
+    }
+
+    /// The run directory (`runs/<recipe>` by default).
+    pub fn run_dir(&self, args: &RecipeArgs) -> PathBuf {
+        args.run_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("runs").join(self.recipe))
+    }
+}
+
+/// Training and test images.
+pub struct Data {
+    /// Training split (labels used only by the kNN monitor).
+    pub train: ImageArray,
+    /// Test split.
+    pub test: ImageArray,
+}
+
+/// Loads the data of `settings` (a directory, or the embedded subset).
+pub fn load_data(settings: &Settings) -> Result<Data> {
+    let dir = settings.data.as_deref();
+    let what = dir.map_or("the embedded subset".to_string(), |d| d.display().to_string());
+    let train = load_or_embedded(dir, Split::Train)
+        .with_context(|| format!("loading the training images of {what}"))?;
+    let test = load_or_embedded(dir, Split::Test)
+        .with_context(|| format!("loading the test images of {what}"))?;
+    Ok(Data { train, test })
+}
+
+/// The pipeline for the data: the preset at the images' size, crops of at least half the image
+/// on images smaller than 32 pixels (28×28 garments lose what tells them apart below that).
+pub fn pipeline(preset: fn(usize, usize) -> PipelineConfig, data: &Data, seed: u64) -> PipelineConfig {
+    let (h, _, c) = data.train.image_shape();
+    let mut p = preset(h, c);
+    if h < 32 {
+        for v in [&mut p.view1, &mut p.view2] {
+            if let Some(crop) = v.crop.as_mut() {
+                crop.scale = (crop.scale.0.max(0.5), crop.scale.1);
+            }
+        }
+    }
+    p.seed = seed;
+    p
+}
+
+/// Builds the backbone for the data.
+pub fn backbone(settings: &Settings, data: &Data, device: &Device) -> ResNet<Train> {
+    settings
+        .backbone
+        .config(data.train.image_shape().2)
+        .init(device)
+}
+
+/// Trains `method` and prints what the run measured.
+#[allow(clippy::too_many_arguments)]
+pub fn run<S, O>(
+    args: &RecipeArgs,
+    settings: &Settings,
+    data: Data,
+    pipeline: PipelineConfig,
+    method: S,
+    method_config: serde_json::Value,
+    optimizer: O,
+    device: &Device,
+) -> Result<()>
+where
+    S: SslMethod<Train>,
+    <S::Backbone as AutodiffModule<Train>>::InnerModule: Backbone<backend::Inner>,
+    O: Optimizer<S::Online, Train>,
+{
+    let channels = data.train.image_shape().2;
+    let augmenter: Augmenter = pipeline.clone().init(channels)?;
+    let loader_config = LoaderConfig {
+        batch_size: settings.batch_size,
+        seed: settings.seed,
+        workers: args.workers,
+        ..LoaderConfig::default()
+    };
+    let monitor = KnnMonitor::new(
+        data.train.clone(),
+        data.test.clone(),
+        pipeline.view1.normalize.clone(),
+    )?;
+    let loader = Loader::new(data.train, "training images", loader_config.clone())?;
+    let train_config = TrainConfig::new()
+        .with_epochs(settings.epochs)
+        .with_lr(settings.lr)
+        .with_warmup_epochs(settings.warmup_epochs)
+        .with_knn_every(args.knn_every)
+        .with_checkpoint_every(args.checkpoint_every);
+    let run_dir = settings.run_dir(args);
+    let resolved = serde_json::json!({
+        "settings": settings,
+        "method": method_config,
+        "augmentation": pipeline,
+        "loader": loader_config,
+        "backend": backend::NAME,
+    });
+    let mut trainer = Trainer::new(
+        method,
+        optimizer,
+        augmenter,
+        loader,
+        train_config,
+        resolved,
+        &run_dir,
+        device,
+    )?
+    .with_knn_monitor(monitor);
+    if args.resume {
+        match trainer.resume()? {
+            Some(dir) => println!("resuming from {}", dir.display()),
+            None => println!("no checkpoint in {}: starting afresh", run_dir.display()),
+        }
+    }
+    println!(
+        "{}: {} epochs, batch {}, lr {}, backbone {:?}, backend {}, run directory {}",
+        settings.recipe,
+        settings.epochs,
+        settings.batch_size,
+        settings.lr,
+        settings.backbone,
+        backend::NAME,
+        run_dir.display()
+    );
+    let summary = trainer.fit()?;
+    if let Some(last) = summary.epochs.last() {
+        println!(
+            "done: mean loss of the last epoch {:.4}, {:.1} images/s",
+            last.mean_loss, last.images_per_s
+        );
+        for r in &last.knn {
+            println!(
+                "kNN (k = {}, T = {}): top-1 {:.2}%, top-5 {:.2}%",
+                r.k,
+                r.temperature,
+                100.0 * r.accuracy.top1,
+                100.0 * r.accuracy.top5
+            );
+        }
+    }
+    print_where(&run_dir);
+    Ok(())
+}
+
+fn print_where(run_dir: &Path) {
+    println!(
+        "metrics: {0}/steps.csv, {0}/epochs.csv; checkpoints: {0}/checkpoints; evaluate with \
+         `recipe eval --run-dir {0}`",
+        run_dir.display()
+    );
+}
+
+/// Seeds the backend's generator (model initialisation).
+pub fn seed(seed: u64, device: &Device) {
+    <Train as burn::tensor::backend::Backend>::seed(device, seed);
+}

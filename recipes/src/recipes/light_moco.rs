@@ -1,0 +1,50 @@
+//! `light_moco`: Light-MoCo (Li et al., SoftNCE) — MoCo v2 with the `[2048, 128]` BN head,
+//! symmetric SoftNCE (K = 20 nearest queue keys, linear-decay weights, α = 0.8, τ = 0.1), key
+//! encoder momentum m = 0.99, SGD with lr 0.2, weight decay 1e-4 (ResNet-18), 5 warm-up epochs
+//! (SPEC §1.4). The queue is scaled down for small data (4,096 keys).
+//!
+//! ```text
+//! for each batch x:
+//!     x1, x2 = aug(x), aug(x)                         # MoCo v2 augmentations
+//!     q1, q2 = f_q(x1), f_q(x2);  k1, k2 = f_k(x1), f_k(x2)   (no gradient)
+//!     loss = SoftNCE(q1, k2, queue) + SoftNCE(q2, k1, queue)
+//!     SGD step on f_q;  f_k ← m·f_k + (1 − m)·f_q;  enqueue(k1, k2)
+//! ```
+
+use anyhow::Result;
+use curriculum_ssl::augment::PipelineConfig;
+use curriculum_ssl::method::MoCoConfig;
+use curriculum_ssl::optim::SgdConfig;
+
+use super::common::{self, RecipeArgs, Settings, Train};
+
+/// Runs the recipe.
+pub fn run(args: &[String]) -> Result<()> {
+    let args = RecipeArgs::parse_from(args)?;
+    let mut settings = Settings::new("light_moco", &args, 20, 128, 0.2);
+    settings.warmup_epochs = 5.min(settings.epochs);
+    let device = Default::default();
+    common::seed(settings.seed, &device);
+    let data = common::load_data(&settings)?;
+    let pipeline = common::pipeline(PipelineConfig::moco_v2, &data, settings.seed);
+    let config = MoCoConfig::light_moco().with_queue_size(4096);
+    let backbone_config = settings.backbone.config(data.train.image_shape().2);
+    let method = config.init(
+        |d| backbone_config.init::<Train>(d),
+        settings.batch_size,
+        &device,
+    )?;
+    let optimizer = SgdConfig::new()
+        .with_weight_decay(1e-4)
+        .init::<Train, _>()?;
+    common::run(
+        &args,
+        &settings,
+        data,
+        pipeline,
+        method,
+        serde_json::to_value(&config)?,
+        optimizer,
+        &device,
+    )
+}
