@@ -20,9 +20,7 @@ use curriculum_ssl_models::{ResNet, ResNetConfig, Stem};
 type B = Autodiff<Flex>;
 
 fn resnet18(device: &<B as burn::tensor::backend::BackendTypes>::Device) -> ResNet<B> {
-    ResNetConfig::resnet18()
-        .with_stem(Stem::Cifar)
-        .init(device)
+    ResNetConfig::resnet18().with_stem(Stem::Cifar).init(device)
 }
 
 fn batch() -> usize {
@@ -88,7 +86,9 @@ fn train_step(c: &mut Criterion) {
             .init(resnet18, batch(), &device)
             .unwrap()
     });
-    run(c, "byol", || ByolConfig::new().init(resnet18, &device).unwrap());
+    run(c, "byol", || {
+        ByolConfig::new().init(resnet18, &device).unwrap()
+    });
     run(c, "simsiam", || {
         SimSiamConfig::new()
             .init(resnet18(&device), &device)

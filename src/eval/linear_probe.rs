@@ -158,3 +158,71 @@ impl LinearProbeConfig {
         Ok((score(train), score(test), last_epoch_loss))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, NdArray};
+
+    type B = Autodiff<NdArray<f64>>;
+    type I = NdArray<f64>;
+
+    /// Three classes, each a point along its own axis plus a small per-sample offset: linearly
+    /// separable, so the probe must classify every train and test sample right.
+    fn separable(n: usize, shift: f64) -> Features<I> {
+        let device = Default::default();
+        let mut values = Vec::new();
+        let mut labels = Vec::new();
+        for i in 0..n {
+            let c = i % 3;
+            for d in 0..3 {
+                values.push(if d == c { 1.0 } else { 0.0 } + shift * (i as f64 / n as f64));
+            }
+            labels.push(c as i64);
+        }
+        Features {
+            features: Tensor::from_data(TensorData::new(values, [n, 3]), &device),
+            labels: Some(Tensor::from_data(TensorData::new(labels, [n]), &device)),
+            num_classes: 3,
+        }
+    }
+
+    #[test]
+    fn separable_features_are_classified_perfectly() {
+        let result = LinearProbeConfig::new()
+            .with_epochs(30)
+            .with_batch_size(8)
+            .with_lr(0.5)
+            .fit::<B>(
+                &separable(30, 0.1),
+                &separable(12, -0.1),
+                &Default::default(),
+            )
+            .unwrap();
+        assert_eq!(result.train.top1, 1.0, "{result:?}");
+        assert_eq!(result.test.top1, 1.0, "{result:?}");
+        assert_eq!(result.test.top5, 1.0, "{result:?}");
+        assert!(result.final_loss < 0.5 * 3f64.ln(), "{result:?}");
+    }
+
+    #[test]
+    fn impossible_settings_are_named() {
+        let f = separable(6, 0.0);
+        let d = Default::default();
+        let err = |c: LinearProbeConfig| c.fit::<B>(&f, &f, &d).unwrap_err().field;
+        assert_eq!(err(LinearProbeConfig::new().with_lr(0.0)), "lr");
+        assert_eq!(err(LinearProbeConfig::new().with_epochs(0)), "epochs");
+        assert_eq!(
+            err(LinearProbeConfig::new().with_batch_size(0)),
+            "batch_size"
+        );
+        let unlabeled = Features {
+            labels: None,
+            ..separable(6, 0.0)
+        };
+        let e = LinearProbeConfig::new()
+            .fit::<B>(&unlabeled, &f, &d)
+            .unwrap_err();
+        assert_eq!(e.field, "features");
+    }
+}

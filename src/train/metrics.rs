@@ -102,3 +102,41 @@ impl CsvLog {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resumed_log_drops_the_rows_after_the_checkpoint() {
+        let dir = std::env::temp_dir().join(format!("csvlog-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("steps.csv");
+        let mut log = CsvLog::new(path.clone());
+        for step in 0..4 {
+            log.append(
+                &["step", "loss"],
+                &[step.to_string(), format!("{}", step * 10)],
+            )
+            .unwrap();
+        }
+        log.flush().unwrap();
+        let mut resumed = CsvLog::new(path.clone());
+        resumed.truncate_to(2).unwrap();
+        resumed
+            .append(&["step", "loss"], &["2".into(), "99".into()])
+            .unwrap();
+        resumed.flush().unwrap();
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            "step,loss\n0,0\n1,10\n2,99\n"
+        );
+        // Other columns are refused rather than mixed into the file.
+        let err = resumed
+            .append(&["step", "other"], &["3".into(), "1".into()])
+            .unwrap_err();
+        assert!(err.to_string().contains("columns"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -168,7 +168,9 @@ pub struct Data {
 /// Loads the data of `settings` (a directory, or the embedded subset).
 pub fn load_data(settings: &Settings) -> Result<Data> {
     let dir = settings.data.as_deref();
-    let what = dir.map_or("the embedded subset".to_string(), |d| d.display().to_string());
+    let what = dir.map_or("the embedded subset".to_string(), |d| {
+        d.display().to_string()
+    });
     let train = load_or_embedded(dir, Split::Train)
         .with_context(|| format!("loading the training images of {what}"))?;
     let test = load_or_embedded(dir, Split::Test)
@@ -178,7 +180,11 @@ pub fn load_data(settings: &Settings) -> Result<Data> {
 
 /// The pipeline for the data: the preset at the images' size, crops of at least half the image
 /// on images smaller than 32 pixels (28×28 garments lose what tells them apart below that).
-pub fn pipeline(preset: fn(usize, usize) -> PipelineConfig, data: &Data, seed: u64) -> PipelineConfig {
+pub fn pipeline(
+    preset: fn(usize, usize) -> PipelineConfig,
+    data: &Data,
+    seed: u64,
+) -> PipelineConfig {
     let (h, _, c) = data.train.image_shape();
     let mut p = preset(h, c);
     if h < 32 {

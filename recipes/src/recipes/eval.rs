@@ -73,10 +73,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let fresh = backbone.config(channels).init::<Inner>(&device);
     let model = load_backbone::<Inner, _>(&checkpoint, fresh, &device)?;
     println!("checkpoint {}", checkpoint.display());
-    let normalize = serde_json::from_value(
-        config["run"]["augmentation"]["view1"]["normalize"].clone(),
-    )
-    .unwrap_or(None);
+    let normalize =
+        serde_json::from_value(config["run"]["augmentation"]["view1"]["normalize"].clone())
+            .unwrap_or(None);
     let Data { train, test } = data;
     let monitor = KnnMonitor::new(train.clone(), test.clone(), normalize.clone())?;
     for r in monitor.evaluate(&model, &device)? {
