@@ -223,7 +223,7 @@ struct NanAt {
 impl SslMethod<Ad> for NanAt {
     type Online = <SimClr<Ad, LeNet<Ad>> as SslMethod<Ad>>::Online;
     type Backbone = LeNet<Ad>;
-    type State = SimClrState<Ad>;
+    type State = SimClrState;
 
     fn online(&self) -> &Self::Online {
         self.inner.online()
@@ -231,10 +231,10 @@ impl SslMethod<Ad> for NanAt {
     fn backbone(&self) -> &LeNet<Ad> {
         self.inner.backbone()
     }
-    fn state(&self) -> SimClrState<Ad> {
+    fn state(&self) -> SimClrState {
         self.inner.state()
     }
-    fn load_state(&mut self, s: SimClrState<Ad>) -> Result<(), curriculum_ssl::ConfigError> {
+    fn load_state(&mut self, s: SimClrState) -> Result<(), curriculum_ssl::ConfigError> {
         self.inner.load_state(s)
     }
     fn set_online(&mut self, online: Self::Online) {

@@ -149,26 +149,6 @@ impl<B: Backend> CurricularLoss<B> {
         CurricularState { t: self.t() }
     }
 
-    /// The current `t` as a `[1]` tensor on the device (no host read-back).
-    pub fn t_tensor(&self) -> Tensor<B, 1> {
-        self.t.clone()
-    }
-
-    /// Restores `t` from a `[1]` tensor (e.g. a checkpoint record).
-    ///
-    /// # Panics
-    /// If `t` is not `[1]`.
-    pub fn load_t_tensor(&mut self, t: Tensor<B, 1>) {
-        assert_eq!(
-            t.dims(),
-            [1],
-            "CurricularLoss: t must be [1], got {:?}",
-            t.dims()
-        );
-        let device = self.t.device();
-        self.t = t.to_device(&device).detach();
-    }
-
     /// Restores a checkpointed state.
     pub fn load_state(&mut self, state: CurricularState) {
         let device = self.t.device();

@@ -13,7 +13,7 @@ use super::{MethodOutput, Progress, SslMethod};
 use crate::error::ConfigError;
 use crate::head::{MlpHead, MlpHeadConfig};
 use crate::loss::{
-    CurricularLoss, CurricularLossConfig, HclLoss, HclLossConfig, HuberNtXentLoss,
+    CurricularLoss, CurricularLossConfig, CurricularState, HclLoss, HclLossConfig, HuberNtXentLoss,
     HuberNtXentLossConfig, NtXentLoss, NtXentLossConfig,
 };
 
@@ -98,11 +98,12 @@ enum PairLoss<B: Backend> {
     Huber(HuberNtXentLoss),
 }
 
-/// The checkpointed state of [`SimClr`]: the curricular `t` when that loss is used.
+/// The checkpointed state of [`SimClr`]: the curricular loss's state when that loss is used
+/// (its `t`, read back from the device only when a checkpoint is written).
 #[derive(Record)]
-pub struct SimClrState<B: Backend> {
-    /// The adaptive `t` of the curricular loss, `[1]`; `None` for the other losses.
-    pub curricular_t: Option<Tensor<B, 1>>,
+pub struct SimClrState {
+    /// The adaptive `t` of the curricular loss; `None` for the other losses.
+    pub curricular_t: Option<f64>,
 }
 
 /// SimCLR. Build it with [`SimClrConfig::init`].
@@ -128,7 +129,7 @@ where
 {
     type Online = SimClrNetwork<B, M>;
     type Backbone = M;
-    type State = SimClrState<B>;
+    type State = SimClrState;
 
     fn online(&self) -> &Self::Online {
         &self.online
@@ -138,19 +139,16 @@ where
         &self.online.backbone
     }
 
-    fn state(&self) -> SimClrState<B> {
+    fn state(&self) -> SimClrState {
         SimClrState {
-            curricular_t: match &self.loss {
-                PairLoss::Curricular(loss) => Some(loss.t_tensor()),
-                _ => None,
-            },
+            curricular_t: self.curricular_t(),
         }
     }
 
-    fn load_state(&mut self, state: SimClrState<B>) -> Result<(), ConfigError> {
+    fn load_state(&mut self, state: SimClrState) -> Result<(), ConfigError> {
         match (&mut self.loss, state.curricular_t) {
             (PairLoss::Curricular(loss), Some(t)) => {
-                loss.load_t_tensor(t);
+                loss.load_state(CurricularState { t });
                 Ok(())
             }
             (PairLoss::Curricular(_), None) => Err(ConfigError::new(
