@@ -103,6 +103,15 @@ pub enum TrainError {
         /// What went wrong.
         reason: String,
     },
+    /// A run directory that does not fit the run asked for (it holds another run, or one with
+    /// other settings).
+    #[error("run directory {}: {reason}", .path.display())]
+    Run {
+        /// The run directory's file that tells.
+        path: PathBuf,
+        /// What does not fit.
+        reason: String,
+    },
     /// A file of the run directory that cannot be written.
     #[error("{}: {reason}", .path.display())]
     Io {
@@ -457,18 +466,18 @@ where
                         reason: format!("not JSON: {e}"),
                     })?;
                 if old != resolved {
-                    return Err(TrainError::Checkpoint {
+                    return Err(TrainError::Run {
                         path: config_path,
-                        reason: "the run was started with another configuration; resume with \
+                        reason: "its run was started with another configuration; resume with \
                                  the same settings, or start a new run directory"
                             .into(),
                     });
                 }
             }
         } else if self.checkpoints.latest()?.is_some() {
-            return Err(TrainError::Checkpoint {
-                path: self.checkpoints.root().to_path_buf(),
-                reason: "the run directory already holds a run: resume it, or choose another \
+            return Err(TrainError::Run {
+                path: self.run_dir.clone(),
+                reason: "already holds a run (checkpoints/latest): resume it, or choose another \
                          run directory"
                     .into(),
             });
