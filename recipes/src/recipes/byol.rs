@@ -15,28 +15,24 @@ use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::method::ByolConfig;
 use curriculum_ssl::optim::SgdConfig;
 
-use super::common::{self, RecipeArgs, Settings, Train};
+use super::common::{self, Defaults, Train};
 
 /// Runs the recipe.
 pub fn run(args: &[String]) -> Result<()> {
-    let args = RecipeArgs::parse_from(args)?;
-    let settings = Settings::new("byol", &args, 20, 128, 0.1);
-    let device = Default::default();
-    common::seed(settings.seed, &device);
-    let data = common::load_data(&settings)?;
-    let pipeline = common::pipeline(PipelineConfig::byol, &data, settings.seed);
+    let recipe = common::prepare(
+        args,
+        Defaults {
+            recipe: "byol",
+            epochs: 20,
+            batch_size: 128,
+            lr: 0.1,
+            warmup_epochs: 0,
+            preset: PipelineConfig::byol,
+        },
+    )?;
     let config = ByolConfig::new();
-    let backbone_config = settings.backbone.config(data.train.image_shape().2);
-    let method = config.init(|d| backbone_config.init::<Train>(d), &device)?;
+    let backbone = recipe.backbone_config();
+    let method = config.init(|d| backbone.init::<Train>(d), &recipe.device)?;
     let optimizer = SgdConfig::new().init::<Train, _>()?;
-    common::run(
-        &args,
-        &settings,
-        data,
-        pipeline,
-        method,
-        serde_json::to_value(&config)?,
-        optimizer,
-        &device,
-    )
+    recipe.train(method, &config, optimizer)
 }

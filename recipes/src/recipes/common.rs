@@ -180,11 +180,7 @@ pub fn load_data(settings: &Settings) -> Result<Data> {
 
 /// The pipeline for the data: the preset at the images' size, crops of at least half the image
 /// on images smaller than 32 pixels (28×28 garments lose what tells them apart below that).
-pub fn pipeline(
-    preset: fn(usize, usize) -> PipelineConfig,
-    data: &Data,
-    seed: u64,
-) -> PipelineConfig {
+fn pipeline(preset: fn(usize, usize) -> PipelineConfig, data: &Data, seed: u64) -> PipelineConfig {
     let (h, _, c) = data.train.image_shape();
     let mut p = preset(h, c);
     if h < 32 {
@@ -198,17 +194,98 @@ pub fn pipeline(
     p
 }
 
-/// Builds the backbone for the data.
-pub fn backbone(settings: &Settings, data: &Data, device: &Device) -> ResNet<Train> {
-    settings
-        .backbone
-        .config(data.train.image_shape().2)
-        .init(device)
+/// A recipe's own defaults (the command line overrides them).
+pub struct Defaults {
+    /// Recipe name (and the default run directory `runs/<name>`).
+    pub recipe: &'static str,
+    /// Epochs.
+    pub epochs: usize,
+    /// Images per step.
+    pub batch_size: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Warm-up epochs (capped at the epochs).
+    pub warmup_epochs: usize,
+    /// Augmentation preset.
+    pub preset: fn(usize, usize) -> PipelineConfig,
+}
+
+/// Everything a training recipe starts from: its options, settings, device, data and pipeline.
+pub struct Prepared {
+    /// Command-line options.
+    pub args: RecipeArgs,
+    /// Resolved settings.
+    pub settings: Settings,
+    /// The training device.
+    pub device: Device,
+    /// Train and test images.
+    pub data: Data,
+    /// The augmentation.
+    pub pipeline: PipelineConfig,
+}
+
+/// Parses the options, seeds the backend, loads the data and builds the pipeline.
+pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
+    let args = RecipeArgs::parse_from(args)?;
+    let mut settings = Settings::new(
+        defaults.recipe,
+        &args,
+        defaults.epochs,
+        defaults.batch_size,
+        defaults.lr,
+    );
+    settings.warmup_epochs = defaults.warmup_epochs.min(settings.epochs);
+    let device = Device::default();
+    <Train as burn::tensor::backend::Backend>::seed(&device, settings.seed);
+    let data = load_data(&settings)?;
+    let pipeline = pipeline(defaults.preset, &data, settings.seed);
+    Ok(Prepared {
+        args,
+        settings,
+        device,
+        data,
+        pipeline,
+    })
+}
+
+impl Prepared {
+    /// The backbone's configuration for the data's channel count.
+    pub fn backbone_config(&self) -> ResNetConfig {
+        self.settings
+            .backbone
+            .config(self.data.train.image_shape().2)
+    }
+
+    /// A freshly initialised backbone.
+    pub fn backbone(&self) -> ResNet<Train> {
+        self.backbone_config().init(&self.device)
+    }
+
+    /// Trains `method` (configured by `method_config`, recorded in `config.json`) with
+    /// `optimizer` and prints what the run measured.
+    pub fn train<S, O>(self, method: S, method_config: &impl Serialize, optimizer: O) -> Result<()>
+    where
+        S: SslMethod<Train>,
+        <S::Backbone as AutodiffModule<Train>>::InnerModule: Backbone<backend::Inner>,
+        O: Optimizer<S::Online, Train>,
+    {
+        let method_config = serde_json::to_value(method_config)?;
+        run(
+            &self.args,
+            &self.settings,
+            self.data,
+            self.pipeline,
+            method,
+            method_config,
+            optimizer,
+            &self.device,
+        )
+    }
 }
 
 /// Trains `method` and prints what the run measured.
 #[allow(clippy::too_many_arguments)]
-pub fn run<S, O>(
+fn run<S, O>(
     args: &RecipeArgs,
     settings: &Settings,
     data: Data,
@@ -304,9 +381,4 @@ fn print_where(run_dir: &Path) {
          `recipe eval --run-dir {0}`",
         run_dir.display()
     );
-}
-
-/// Seeds the backend's generator (model initialisation).
-pub fn seed(seed: u64, device: &Device) {
-    <Train as burn::tensor::backend::Backend>::seed(device, seed);
 }

@@ -14,34 +14,30 @@ use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::method::MoCoConfig;
 use curriculum_ssl::optim::SgdConfig;
 
-use super::common::{self, RecipeArgs, Settings, Train};
+use super::common::{self, Defaults, Train};
 
 /// Runs the recipe.
 pub fn run(args: &[String]) -> Result<()> {
-    let args = RecipeArgs::parse_from(args)?;
-    let settings = Settings::new("moco_v2", &args, 20, 128, 0.06);
-    let device = Default::default();
-    common::seed(settings.seed, &device);
-    let data = common::load_data(&settings)?;
-    let pipeline = common::pipeline(PipelineConfig::moco_v2, &data, settings.seed);
+    let recipe = common::prepare(
+        args,
+        Defaults {
+            recipe: "moco_v2",
+            epochs: 20,
+            batch_size: 128,
+            lr: 0.06,
+            warmup_epochs: 0,
+            preset: PipelineConfig::moco_v2,
+        },
+    )?;
     let config = MoCoConfig::moco_v2()
         .with_momentum(0.99)
         .with_queue_size(4096);
-    let backbone_config = settings.backbone.config(data.train.image_shape().2);
+    let backbone = recipe.backbone_config();
     let method = config.init(
-        |d| backbone_config.init::<Train>(d),
-        settings.batch_size,
-        &device,
+        |d| backbone.init::<Train>(d),
+        recipe.settings.batch_size,
+        &recipe.device,
     )?;
     let optimizer = SgdConfig::new().init::<Train, _>()?;
-    common::run(
-        &args,
-        &settings,
-        data,
-        pipeline,
-        method,
-        serde_json::to_value(&config)?,
-        optimizer,
-        &device,
-    )
+    recipe.train(method, &config, optimizer)
 }

@@ -15,29 +15,25 @@ use curriculum_ssl::loss::NtXentLossConfig;
 use curriculum_ssl::method::{PairLossConfig, SimClrConfig};
 use curriculum_ssl::optim::SgdConfig;
 
-use super::common::{self, RecipeArgs, Settings, Train};
+use super::common::{self, Defaults, Train};
 
 /// Runs the recipe.
 pub fn run(args: &[String]) -> Result<()> {
-    let args = RecipeArgs::parse_from(args)?;
-    let settings = Settings::new("simclr", &args, 20, 128, 0.3);
-    let device = Default::default();
-    common::seed(settings.seed, &device);
-    let data = common::load_data(&settings)?;
-    let pipeline = common::pipeline(PipelineConfig::simclr, &data, settings.seed);
+    let recipe = common::prepare(
+        args,
+        Defaults {
+            recipe: "simclr",
+            epochs: 20,
+            batch_size: 128,
+            lr: 0.3,
+            warmup_epochs: 0,
+            preset: PipelineConfig::simclr,
+        },
+    )?;
     let config = SimClrConfig::new().with_loss(PairLossConfig::NtXent(
         NtXentLossConfig::new().with_temperature(0.2),
     ));
-    let method = config.init(common::backbone(&settings, &data, &device), &device)?;
+    let method = config.init(recipe.backbone(), &recipe.device)?;
     let optimizer = SgdConfig::new().init::<Train, _>()?;
-    common::run(
-        &args,
-        &settings,
-        data,
-        pipeline,
-        method,
-        serde_json::to_value(&config)?,
-        optimizer,
-        &device,
-    )
+    recipe.train(method, &config, optimizer)
 }

@@ -14,27 +14,23 @@ use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::method::SimSiamConfig;
 use curriculum_ssl::optim::SgdConfig;
 
-use super::common::{self, RecipeArgs, Settings, Train};
+use super::common::{self, Defaults, Train};
 
 /// Runs the recipe.
 pub fn run(args: &[String]) -> Result<()> {
-    let args = RecipeArgs::parse_from(args)?;
-    let settings = Settings::new("simsiam", &args, 20, 128, 0.06);
-    let device = Default::default();
-    common::seed(settings.seed, &device);
-    let data = common::load_data(&settings)?;
-    let pipeline = common::pipeline(PipelineConfig::simclr, &data, settings.seed);
+    let recipe = common::prepare(
+        args,
+        Defaults {
+            recipe: "simsiam",
+            epochs: 20,
+            batch_size: 128,
+            lr: 0.06,
+            warmup_epochs: 0,
+            preset: PipelineConfig::simclr,
+        },
+    )?;
     let config = SimSiamConfig::new();
-    let method = config.init(common::backbone(&settings, &data, &device), &device)?;
+    let method = config.init(recipe.backbone(), &recipe.device)?;
     let optimizer = SgdConfig::new().init::<Train, _>()?;
-    common::run(
-        &args,
-        &settings,
-        data,
-        pipeline,
-        method,
-        serde_json::to_value(&config)?,
-        optimizer,
-        &device,
-    )
+    recipe.train(method, &config, optimizer)
 }
