@@ -15,7 +15,7 @@
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::{cross_entropy_at, TwoViewSimilarities, MASKED_LOGIT};
+use super::{cross_entropy_at, stop_gradient, TwoViewSimilarities, MASKED_LOGIT};
 use crate::error::{in_range, non_negative, positive, ConfigError};
 
 /// Configuration of [`CurricularLoss`].
@@ -114,7 +114,7 @@ impl<B: Backend> CurricularLoss<B> {
     }
 
     fn evaluate(&self, views: TwoViewSimilarities<B>, t: Tensor<B, 1>) -> CurricularOutput<B> {
-        let t = t.detach();
+        let t = stop_gradient(t);
         let n = views.sim.dims()[0];
         let sim = views.sim.clamp(-1.0, 1.0);
         let positive = sim

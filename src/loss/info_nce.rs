@@ -8,7 +8,7 @@
 
 use burn::prelude::*;
 
-use super::{assert_min_batch, assert_same_shape, l2_normalize};
+use super::{assert_min_batch, assert_same_shape, l2_normalize, stop_gradient};
 use crate::error::{positive, ConfigError};
 
 /// Configuration of [`InfoNceLoss`].
@@ -64,8 +64,8 @@ impl<B: Backend> QueueSimilarities<B> {
             q.dims()
         );
         let q = l2_normalize(q);
-        let k = l2_normalize(k.detach());
-        let queue = queue.detach();
+        let k = l2_normalize(stop_gradient(k));
+        let queue = stop_gradient(queue);
         let positive = (q.clone() * k).sum_dim(1);
         let negatives = q.clone().matmul(queue.clone().transpose());
         Self {

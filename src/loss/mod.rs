@@ -49,6 +49,16 @@ use burn::prelude::*;
 /// can appear, large enough that `exp` of it underflows to exactly zero in f32 and f64.
 pub(crate) const MASKED_LOGIT: f64 = -1.0e9;
 
+/// The stop-gradient of an input: no gradient flows through it, and none is computed for it.
+///
+/// burn's `detach` keeps a leaf's `require_grad`, so a detached leaf (a queue or keys built with
+/// `require_grad`) still has its own gradient computed in the backward pass — for a queue of
+/// 65,536 keys that is a full extra `[B, K]ᵀ × [B, D]` product, and for SoftNCE a scatter into
+/// the whole queue, all thrown away. Clearing the flag as well skips that work.
+pub(crate) fn stop_gradient<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    x.detach().set_require_grad(false)
+}
+
 /// Row-wise L2 normalisation, `x / max(‖x‖, 1e-12)` (PyTorch's `F.normalize`).
 ///
 /// # Shapes

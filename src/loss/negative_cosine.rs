@@ -7,7 +7,7 @@
 
 use burn::prelude::*;
 
-use super::{assert_min_batch, assert_same_shape, l2_normalize};
+use super::{assert_min_batch, assert_same_shape, l2_normalize, stop_gradient};
 use crate::error::ConfigError;
 
 /// Which of the two equivalent forms is reported.
@@ -50,7 +50,7 @@ impl NegativeCosineLoss {
     pub fn forward<B: Backend>(&self, p: Tensor<B, 2>, z: Tensor<B, 2>) -> Tensor<B, 1> {
         assert_same_shape("negative cosine", ("p", p.dims()), ("z", z.dims()));
         assert_min_batch("negative cosine", "p", p.dims(), 1);
-        let cosine = (l2_normalize(p) * l2_normalize(z.detach()))
+        let cosine = (l2_normalize(p) * l2_normalize(stop_gradient(z)))
             .sum_dim(1)
             .mean();
         match self.form {
