@@ -115,8 +115,7 @@ fn losses(dir: &Path) -> Vec<(usize, String)> {
 }
 
 fn params<M: Module<Ad>>(m: &M) -> Vec<f32> {
-    let bytes = curriculum_ssl_models::count_parameters::<Ad, M>(m);
-    let mut out = Vec::with_capacity(bytes);
+    let mut out = Vec::with_capacity(curriculum_ssl_models::count_parameters::<Ad, M>(m));
     struct V<'a>(&'a mut Vec<f32>);
     impl<B: Backend> burn::module::ModuleVisitor<B> for V<'_> {
         fn visit_float<const D: usize>(&mut self, p: &burn::module::Param<Tensor<B, D>>) {
