@@ -62,6 +62,8 @@ fn run<S: SslMethod<B>>(c: &mut Criterion, name: &str, build: impl FnOnce() -> S
             let progress = Progress {
                 step,
                 total_steps: 1_000,
+                epoch: 0,
+                total_epochs: 1,
             };
             let out = method.forward(v1.clone(), v2.clone(), progress);
             let grads = GradientsParams::from_grads(out.loss.backward(), method.online());

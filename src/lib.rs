@@ -16,6 +16,7 @@
 //!   and a threaded, deterministic loader.
 //! - [`augment`]: batched augmentation on the backend (crop, flip, colour jitter, grayscale, blur,
 //!   solarisation, rotation, mixup, normalisation) with SimCLR / MoCo v2 / BYOL presets.
+//! - [`seed`]: seeded use of the backend's random generator that other threads cannot disturb.
 //! - [`error`]: configuration errors that name the offending field.
 //!
 //! The library never names a concrete backend; the `recipe` binary, the tests and the benches
@@ -30,6 +31,7 @@ pub mod head;
 pub mod loss;
 pub mod method;
 pub mod optim;
+pub mod seed;
 pub mod train;
 
 pub use error::{ConfigError, Error};

@@ -100,6 +100,8 @@ fn moco_key_encoder_after_one_step_is_m_key_plus_one_minus_m_query() {
     let progress = Progress {
         step: 0,
         total_steps: 10,
+        epoch: 0,
+        total_epochs: 1,
     };
     train_step(&mut moco, progress);
     let query_after = values(moco.online());
@@ -132,6 +134,8 @@ fn moco_loss_uses_the_old_queue_and_enqueues_the_keys_after_the_step() {
     let progress = Progress {
         step: 0,
         total_steps: 10,
+        epoch: 0,
+        total_epochs: 1,
     };
     let out = moco.forward(v1, v2, progress);
     assert!((out.loss.clone().into_scalar() - expected).abs() < 1e-12);
@@ -166,6 +170,8 @@ fn symmetric_moco_enqueues_both_key_sets() {
         Progress {
             step: 0,
             total_steps: 10,
+            epoch: 0,
+            total_epochs: 1,
         },
     );
     assert_eq!(moco.queue().pointer(), 8);
@@ -177,6 +183,8 @@ fn key_and_target_networks_get_no_gradient() {
     let progress = Progress {
         step: 0,
         total_steps: 10,
+        epoch: 0,
+        total_epochs: 1,
     };
     let mut moco = moco(true);
     let out = moco.forward(v1.clone(), v2.clone(), progress);
@@ -203,6 +211,8 @@ fn byol_target_after_one_step_follows_the_cosine_momentum() {
     let progress = Progress {
         step: 5,
         total_steps: 10,
+        epoch: 0,
+        total_epochs: 1,
     };
     let m = byol.momentum_at(progress);
     assert!(
@@ -231,6 +241,8 @@ fn simsiam_gradient_flows_only_through_the_predictions() {
     let progress = Progress {
         step: 0,
         total_steps: 1,
+        epoch: 0,
+        total_epochs: 1,
     };
     let out = simsiam.forward(v1.clone(), v2.clone(), progress);
     let method_grads = GradientsParams::from_grads(out.loss.backward(), simsiam.online());
@@ -307,6 +319,8 @@ fn simclr_loss_is_nt_xent_of_the_projections() {
             Progress {
                 step: 0,
                 total_steps: 1,
+                epoch: 0,
+                total_epochs: 1,
             },
         )
         .loss

@@ -3,7 +3,6 @@
 //! embedded Fashion-MNIST subset that must beat the untrained backbone's kNN accuracy.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use burn::backend::{Autodiff, Flex};
 use burn::module::Module;
@@ -14,15 +13,12 @@ use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig};
 use curriculum_ssl::loss::CurricularLossConfig;
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
-use curriculum_ssl::train::{load_backbone, TrainConfig, TrainError, Trainer};
+use curriculum_ssl::train::{load_backbone, StartMode, TrainConfig, TrainError, Trainer};
 use curriculum_ssl_models::{BlockKind, LeNet, LeNetConfig, ResNet, ResNetConfig, Stem};
 
 type Cpu = Flex;
 type Ad = Autodiff<Flex>;
 type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
-
-/// Seeding the backend is global: tests that build models one after another hold this lock.
-static SEEDED: Mutex<()> = Mutex::new(());
 
 fn run_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir()
@@ -141,37 +137,32 @@ where
     S: SslMethod<Ad>,
     F: Fn(&Dev) -> S,
 {
-    let _guard = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
     let device = Default::default();
     let data = subset(128);
-    let make = |dir: &Path| {
-        Ad::seed(&device, 7);
-        let method = build(&device);
+    let make = |dir: &Path, mode: StartMode| {
+        // The initial weights come from the seed alone, whatever the other tests draw.
+        let method = init_method::<Ad, S, ()>(&device, 7, |d| Ok(build(d))).unwrap();
         let optimizer = SgdConfig::new().init::<Ad, S::Online>().unwrap();
-        Trainer::new(
-            method,
-            optimizer,
-            augmenter(3),
-            loader(data.clone(), 32, 5),
-            train_config(2),
-            serde_json::json!({ "test": name }),
-            dir,
-            &device,
-        )
-        .unwrap()
+        Trainer::builder(method, optimizer, augmenter(3), loader(data.clone(), 32, 5))
+            .config(train_config(2))
+            .describe(&serde_json::json!({ "test": name }))
+            .run_dir(dir)
+            .start(mode)
+            .build(&device)
+            .unwrap()
     };
     let straight = run_dir(&format!("{name}-straight"));
-    let summary = make(&straight).fit().unwrap();
+    let summary = make(&straight, StartMode::Fresh).fit().unwrap();
     assert_eq!(summary.steps.len(), 8);
 
     let resumed = run_dir(&format!("{name}-resumed"));
-    let first = make(&resumed).fit_epochs(1).unwrap();
+    let first = make(&resumed, StartMode::Fresh).fit_epochs(1).unwrap();
     assert_eq!(first.steps.len(), 4);
-    let mut trainer = make(&resumed);
+    let mut trainer = make(&resumed, StartMode::Resume);
     let from = trainer
-        .resume()
-        .unwrap()
-        .expect("a checkpoint after epoch 1");
+        .resumed_from()
+        .expect("a checkpoint after epoch 1")
+        .to_path_buf();
     assert!(from.ends_with("epoch-0001"), "{}", from.display());
     assert_eq!((trainer.epoch(), trainer.step()), (1, 4));
     let second = trainer.fit().unwrap();
@@ -191,11 +182,7 @@ where
         .collect();
     assert_eq!(a, b, "{name}: losses of the two runs");
     assert!(a.iter().all(|l| l.is_finite()));
-    let straight_again = {
-        let mut t = make(&straight);
-        t.resume().unwrap();
-        params(t.method().online())
-    };
+    let straight_again = params(make(&straight, StartMode::Resume).method().online());
     assert_eq!(
         straight_again,
         params(trainer.method().online()),
@@ -255,26 +242,20 @@ impl SslMethod<Ad> for NanAt {
 fn a_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_checkpoint() {
     let device = Default::default();
     let dir = run_dir("nan");
-    let method = NanAt {
-        inner: SimClrConfig::new()
+    let inner = init_method::<Ad, _, _>(&device, 0, |d| {
+        SimClrConfig::new()
             .with_hidden_dim(32)
             .with_output_dim(16)
-            .init(lenet(&device), &device)
-            .unwrap(),
-        step: 6,
-    };
-    let optimizer = SgdConfig::new().init::<Ad, _>().unwrap();
-    let mut trainer = Trainer::new(
-        method,
-        optimizer,
-        augmenter(0),
-        loader(subset(128), 32, 0),
-        train_config(3),
-        serde_json::json!({}),
-        &dir,
-        &device,
-    )
+            .init(lenet(d), d)
+    })
     .unwrap();
+    let method = NanAt { inner, step: 6 };
+    let optimizer = SgdConfig::new().init::<Ad, _>().unwrap();
+    let mut trainer = Trainer::builder(method, optimizer, augmenter(0), loader(subset(128), 32, 0))
+        .config(train_config(3))
+        .run_dir(&dir)
+        .build(&device)
+        .unwrap();
     let err = trainer.fit().unwrap_err();
     match &err {
         TrainError::NonFiniteLoss {
@@ -295,62 +276,14 @@ fn a_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_checkpoint() {
     // The last good checkpoint is intact and loads.
     let latest = std::fs::read_to_string(dir.join("checkpoints/latest")).unwrap();
     assert_eq!(latest.trim(), "epoch-0001");
-    let backbone = load_backbone::<Ad, _>(&dir, lenet(&device), &device).unwrap();
+    let fresh = curriculum_ssl::seed::init_module::<Ad, _>(&device, 0, lenet);
+    let backbone = load_backbone::<Ad, _>(&dir, fresh, &device).unwrap();
     assert_eq!(
         params(&backbone).len(),
         params(trainer.method().backbone()).len()
     );
     // steps.csv holds the six good steps.
     assert_eq!(losses(&dir).len(), 6);
-}
-
-#[test]
-fn a_run_directory_is_not_overwritten_and_a_resume_checks_its_settings() {
-    let _guard = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
-    let device = Default::default();
-    let dir = run_dir("guard");
-    let make = |loader_seed: u64, epochs: usize| {
-        let method = SimClrConfig::new()
-            .with_hidden_dim(32)
-            .with_output_dim(16)
-            .init(lenet(&device), &device)
-            .unwrap();
-        Trainer::new(
-            method,
-            SgdConfig::new().init::<Ad, _>().unwrap(),
-            augmenter(0),
-            loader(subset(64), 32, loader_seed),
-            train_config(epochs),
-            serde_json::json!({}),
-            &dir,
-            &device,
-        )
-        .unwrap()
-    };
-    make(0, 2).fit_epochs(1).unwrap();
-    // A fresh start in the same directory is refused.
-    let err = make(0, 2).fit().unwrap_err().to_string();
-    assert!(err.contains("already holds a run"), "{err}");
-    // Another loader seed cannot continue this run.
-    let err = make(1, 2).resume().unwrap_err().to_string();
-    assert!(err.contains("seed"), "{err}");
-    // Other settings (more epochs change the schedule) are refused at the start.
-    let mut t = make(0, 3);
-    t.resume().unwrap();
-    let err = t.fit().unwrap_err().to_string();
-    assert!(err.contains("another configuration"), "{err}");
-    // A corrupt record is named.
-    std::fs::write(dir.join("checkpoints/epoch-0001/optimizer.mpk"), b"garbage").unwrap();
-    let err = make(0, 2).resume().unwrap_err().to_string();
-    assert!(err.contains("optimizer.mpk"), "{err}");
-    // A checkpoint of another architecture is refused by the evaluation loader.
-    let wide = LeNetConfig::lenet5()
-        .with_embedding_dim(50)
-        .init::<Ad>(&device);
-    let err = load_backbone::<Ad, _>(&dir, wide, &device)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("backbone.mpk"), "{err}");
 }
 
 /// SimCLR's pipeline with crops of at least half the image: 28×28 garments lose what tells
@@ -384,27 +317,34 @@ where
     let normalize = pipeline.view1.normalize.clone();
     let monitor = KnnMonitor::new(train.clone(), test, normalize).unwrap();
     let dir = run_dir(name);
-    let mut trainer = Trainer::new(
+    let mut trainer = Trainer::builder(
         method,
         SgdConfig::new().init::<Ad, S::Online>().unwrap(),
         pipeline.init(1).unwrap(),
         loader(train, 128, 0),
+    )
+    .config(
         TrainConfig::new()
             .with_epochs(epochs)
             .with_lr(lr)
             .with_knn_every(0)
             .with_progress_bar(false),
-        serde_json::json!({ "test": name }),
-        &dir,
-        &device,
     )
-    .unwrap()
-    .with_knn_monitor(monitor.clone());
+    .describe(&serde_json::json!({ "test": name }))
+    .run_dir(&dir)
+    .knn_monitor(monitor.clone())
+    .build(&device)
+    .unwrap();
     let before = trainer.evaluate_knn().unwrap().unwrap()[0].accuracy.top1;
     let summary = trainer.fit().unwrap();
     let after = summary.epochs.last().unwrap().knn[0].accuracy.top1;
     // The saved checkpoint scores the same on its own.
-    let saved = load_backbone::<Cpu, _>(&dir, small_resnet::<Cpu>(&device), &device).unwrap();
+    let saved = load_backbone::<Cpu, _>(
+        &dir,
+        curriculum_ssl::seed::init_module(&device, 0, small_resnet::<Cpu>),
+        &device,
+    )
+    .unwrap();
     assert_eq!(
         knn_of(&saved, &monitor),
         after,
@@ -421,24 +361,26 @@ where
 #[test]
 fn simclr_beats_the_untrained_backbone_on_knn() {
     let device = Default::default();
-    // Parameters initialise lazily, at first use: hold the seed lock for the whole run.
-    let _guard = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
-    let method = {
-        Ad::seed(&device, 1);
+    let method = init_method::<Ad, _, _>(&device, 1, |d| {
         SimClrConfig::new()
             .with_hidden_dim(256)
             .with_output_dim(64)
             .with_loss(PairLossConfig::NtXent(
                 curriculum_ssl::loss::NtXentLossConfig::new().with_temperature(0.2),
             ))
-            .init(small_resnet(&device), &device)
-            .unwrap()
-    };
+            .init(small_resnet(d), d)
+    })
+    .unwrap();
     let (before, after, dir) = end_to_end("e2e-simclr", method, 3, 0.1);
     assert!(after > before + 0.03, "SimCLR kNN {before} -> {after}");
 
     // The linear probe on the saved backbone, on cached features.
-    let backbone = load_backbone::<Cpu, _>(&dir, small_resnet::<Cpu>(&device), &device).unwrap();
+    let backbone = load_backbone::<Cpu, _>(
+        &dir,
+        curriculum_ssl::seed::init_module(&device, 0, small_resnet::<Cpu>),
+        &device,
+    )
+    .unwrap();
     let normalize = PipelineConfig::simclr(28, 1).view1.normalize;
     let feats = |data: &ImageArray| {
         extract_features(&backbone, data, 512, normalize.as_ref(), &device).unwrap()
@@ -462,17 +404,15 @@ fn simclr_beats_the_untrained_backbone_on_knn() {
 #[test]
 fn moco_beats_the_untrained_backbone_on_knn() {
     let device = Default::default();
-    let _guard = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
-    let method = {
-        Ad::seed(&device, 1);
+    let method = init_method::<Ad, _, _>(&device, 1, |d| {
         MoCoConfig::moco_v2()
             .with_hidden_dim(Some(256))
             .with_output_dim(64)
             .with_queue_size(512)
             .with_momentum(0.9)
-            .init(small_resnet, 128, &device)
-            .unwrap()
-    };
+            .init(small_resnet, 128, d)
+    })
+    .unwrap();
     let (before, after, _) = end_to_end("e2e-moco", method, 5, 0.05);
     assert!(after > before + 0.03, "MoCo kNN {before} -> {after}");
 }

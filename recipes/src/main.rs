@@ -33,13 +33,94 @@ enum Command {
     Run(Vec<String>),
 }
 
-/// A clap error as an `anyhow` error, except `--help` / `--version`, which print and exit 0.
+/// An error in what the user gave (an option, a file, a run directory): exit code 2.
+#[derive(Debug)]
+pub(crate) struct Usage(String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// A usage error with this message.
+pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
+    Usage(message.into()).into()
+}
+
+/// A clap error as a usage error, except `--help` / `--version`, which print and exit 0.
 pub(crate) fn help_or_error(e: clap::Error) -> anyhow::Error {
     use clap::error::ErrorKind;
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
         e.exit();
     }
-    anyhow::anyhow!(e.render().to_string())
+    let text = e.render().to_string();
+    let text = text
+        .trim_end()
+        .strip_prefix("error: ")
+        .unwrap_or(text.trim_end());
+    usage(text)
+}
+
+/// The command-line option behind a setting of a run record, where there is one.
+fn option_of(setting: &str) -> Option<&'static str> {
+    Some(match setting {
+        "train.epochs" => "--epochs",
+        "train.lr" => "--lr",
+        "train.seed" | "loader.seed" | "augmentation.seed" => "--seed",
+        "loader.batch_size" => "--batch-size",
+        "run.backbone" => "--backbone",
+        "run.data" => "--data",
+        "run.recipe" => "the recipe",
+        _ => return None,
+    })
+}
+
+/// The message of an error, with the settings of a resume mismatch named by their options
+/// (each once).
+fn message(error: &anyhow::Error) -> String {
+    use curriculum_ssl::train::TrainError;
+    if let Some(TrainError::Mismatch { path, differences }) = error.downcast_ref::<TrainError>() {
+        let mut named: Vec<String> = Vec::new();
+        for d in differences {
+            let line = match option_of(&d.setting) {
+                Some(option) => format!("{option}: run {}, given {}", d.run, d.given),
+                None => d.to_string(),
+            };
+            if !named.contains(&line) {
+                named.push(line);
+            }
+        }
+        return format!(
+            "{} was written by a run with other settings: {}. Resume with the run's settings \
+             (--checkpoint-every, --knn-every and --workers may change; --extend with a larger \
+             --epochs makes it longer), or start a new --run-dir",
+            path.display(),
+            named.join("; ")
+        );
+    }
+    format!("{error:#}")
+}
+
+/// 2 for an error in what the user gave, 1 for a failure during the run.
+fn exit_code(error: &anyhow::Error) -> u8 {
+    use curriculum_ssl::data::DataError;
+    use curriculum_ssl::train::TrainError;
+    for cause in error.chain() {
+        if cause.is::<Usage>()
+            || cause.is::<curriculum_ssl::ConfigError>()
+            || cause.is::<DataError>()
+            || cause.is::<curriculum_ssl::Error>()
+        {
+            return 2;
+        }
+        if let Some(e) = cause.downcast_ref::<TrainError>() {
+            return if e.is_input_error() { 2 } else { 1 };
+        }
+    }
+    1
 }
 
 /// Prints `log` messages (info and above; `RUST_LOG=debug` for more) to standard error.
@@ -72,11 +153,19 @@ fn main() -> ExitCode {
     if log::set_logger(&LOGGER).is_ok() {
         log::set_max_level(level);
     }
-    match run(Cli::parse()) {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
+            eprintln!("error: {}", message(&error));
+            ExitCode::from(exit_code(&error))
         }
     }
 }
@@ -91,7 +180,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Run(args) => {
-            let recipe = registry::find(&args[0])?;
+            let recipe = registry::find(&args[0]).map_err(|e| usage(e.to_string()))?;
             (recipe.run)(&args[1..])
         }
     }

@@ -52,7 +52,10 @@ pub fn registry() -> Vec<RecipeEntry> {
                       and compare with the reference values (a backend self-check)",
             run: |args| {
                 if !args.is_empty() {
-                    anyhow::bail!("recipe `worked_values` takes no arguments, got: {}", args.join(" "));
+                    return Err(crate::usage(format!(
+                        "recipe `worked_values` takes no arguments, got: {}",
+                        args.join(" ")
+                    )));
                 }
                 worked_values::run()
             },

@@ -51,13 +51,24 @@ impl Default for LoaderConfig {
 }
 
 impl LoaderConfig {
+    /// The most worker threads a loader starts: four per core (more only wait on each other).
+    pub fn max_workers() -> usize {
+        4 * std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+
     /// Checks the settings.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.batch_size == 0 {
             return Err(ConfigError::new("batch_size", "must be > 0"));
         }
-        if self.prefetch == 0 {
-            return Err(ConfigError::new("prefetch", "must be > 0"));
+        if self.prefetch == 0 || self.prefetch > 64 {
+            return Err(ConfigError::new(
+                "prefetch",
+                format!(
+                    "must lie in 1..=64 batches per worker, got {}",
+                    self.prefetch
+                ),
+            ));
         }
         Ok(())
     }
@@ -89,6 +100,15 @@ impl<D: Dataset<ImageItem> + 'static> Loader<D> {
         config: LoaderConfig,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
+        let mut config = config;
+        let max = LoaderConfig::max_workers();
+        if config.workers > max {
+            log::warn!(
+                "{} loader workers asked for; using {max} (four per core): more would only wait",
+                config.workers
+            );
+            config.workers = max;
+        }
         Ok(Self {
             dataset: Arc::new(dataset),
             config,

@@ -62,6 +62,21 @@ pub struct ProbeResult {
 }
 
 impl LinearProbeConfig {
+    /// Checks the hyperparameters (before any feature is computed).
+    ///
+    /// # Errors
+    /// Naming the impossible one.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        positive("lr", self.lr)?;
+        if self.epochs == 0 {
+            return Err(ConfigError::new("epochs", "must be at least 1"));
+        }
+        if self.batch_size == 0 {
+            return Err(ConfigError::new("batch_size", "must be at least 1"));
+        }
+        Ok(())
+    }
+
     /// Trains a linear classifier on `train` features and scores it on `test`.
     ///
     /// # Errors
@@ -72,13 +87,7 @@ impl LinearProbeConfig {
         test: &Features<B::InnerBackend>,
         device: &B::Device,
     ) -> Result<ProbeResult, ConfigError> {
-        positive("lr", self.lr)?;
-        if self.epochs == 0 {
-            return Err(ConfigError::new("epochs", "must be at least 1"));
-        }
-        if self.batch_size == 0 {
-            return Err(ConfigError::new("batch_size", "must be at least 1"));
-        }
+        self.validate()?;
         if train.labels.is_none() || test.labels.is_none() {
             return Err(ConfigError::new(
                 "features",
@@ -99,7 +108,9 @@ impl LinearProbeConfig {
             return Err(ConfigError::new("features", "no training features"));
         }
         let classes = train.num_classes.max(test.num_classes);
-        let classifier = LinearConfig::new(d, classes).init::<B>(device);
+        let classifier = crate::seed::init_module::<B, _>(device, self.seed, |d_| {
+            LinearConfig::new(d, classes).init::<B>(d_)
+        });
         match &self.optimizer {
             ProbeOptimizer::Sgd(c) => self.train(classifier, c.init()?, train, test, device),
             ProbeOptimizer::Lars(c) => self.train(classifier, c.init()?, train, test, device),

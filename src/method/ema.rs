@@ -24,17 +24,8 @@ use crate::error::{in_range, ConfigError};
 /// own random values: the online parameters are therefore materialised first, so that the copy
 /// and the online network hold the same values.
 pub fn detached_copy<B: Backend, M: Module<B>>(online: &M, fresh: M) -> M {
-    online.visit(&mut Materialise);
+    crate::seed::materialise(online);
     fresh.load_record(online.clone().into_record()).no_grad()
-}
-
-/// Reads every parameter once, which fixes the value of lazily initialised ones.
-struct Materialise;
-
-impl<B: Backend> ModuleVisitor<B> for Materialise {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let _ = param.val();
-    }
 }
 
 /// `target ← m·target + (1 − m)·online` for every trainable parameter of `online` (matched by

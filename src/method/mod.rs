@@ -35,6 +35,29 @@ use curriculum_ssl_models::Backbone;
 
 use crate::error::ConfigError;
 
+/// Builds a method with `build` under [`crate::seed::with_seed`] and draws every lazily
+/// initialised parameter (online networks, key / target networks, queue) before the seed lock is
+/// released: the method's initial state depends on `seed` alone, whatever other threads draw.
+///
+/// # Errors
+/// Whatever `build` returns.
+pub fn init_method<B, S, E>(
+    device: &B::Device,
+    seed: u64,
+    build: impl FnOnce(&B::Device) -> Result<S, E>,
+) -> Result<S, E>
+where
+    B: AutodiffBackend,
+    S: SslMethod<B>,
+{
+    crate::seed::with_seed::<B, _>(device, seed, || {
+        let method = build(device)?;
+        crate::seed::materialise(method.online());
+        let _ = method.state();
+        Ok(method)
+    })
+}
+
 /// Where training stands: what schedulers and adaptive states read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Progress {
@@ -42,6 +65,10 @@ pub struct Progress {
     pub step: usize,
     /// Optimiser steps of the whole run.
     pub total_steps: usize,
+    /// Epochs done so far (0-based index of the current epoch).
+    pub epoch: usize,
+    /// Epochs of the whole run.
+    pub total_epochs: usize,
 }
 
 impl Progress {

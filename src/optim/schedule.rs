@@ -41,26 +41,74 @@ impl WarmupCosineConfig {
         Ok(WarmupCosine {
             config: self.clone(),
             step: 0,
+            replans: Vec::new(),
         })
     }
 }
 
 /// Linear warm-up from `base_lr / warmup_steps` to `base_lr`, then a cosine down to `final_lr`
 /// at `total_steps`; constant at `final_lr` after that.
+///
+/// A run made longer on purpose is re-planned with [`WarmupCosine::extend`]: from the step of
+/// the extension on, the learning rate follows the schedule of a run planned for the new length
+/// from the start (steps before it keep their learning rates).
 #[derive(Debug, Clone)]
 pub struct WarmupCosine {
     config: WarmupCosineConfig,
     step: usize,
+    replans: Vec<Replan>,
+}
+
+/// From `from_step` on, the plan is that of a run of `total_steps` steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Replan {
+    from_step: usize,
+    total_steps: usize,
 }
 
 impl WarmupCosine {
+    /// Re-plans the schedule for a run that now ends after `total_steps` steps, from step
+    /// `from_step` on.
+    ///
+    /// # Errors
+    /// If the new plan is not longer than the current one.
+    pub fn extend(&mut self, from_step: usize, total_steps: usize) -> Result<(), ConfigError> {
+        let end = self.total_steps();
+        if total_steps <= end {
+            return Err(ConfigError::new(
+                "total_steps",
+                format!(
+                    "an extension must end after the current end ({end} steps), got {total_steps}"
+                ),
+            ));
+        }
+        self.replans.push(Replan {
+            from_step,
+            total_steps,
+        });
+        Ok(())
+    }
+
+    /// Steps of the whole (possibly extended) plan.
+    pub fn total_steps(&self) -> usize {
+        self.replans
+            .last()
+            .map_or(self.config.total_steps, |r| r.total_steps)
+    }
+
     /// The learning rate of (0-based) step `step`.
     pub fn lr_at(&self, step: usize) -> f64 {
+        let total = self
+            .replans
+            .iter()
+            .rev()
+            .find(|r| step >= r.from_step)
+            .map_or(self.config.total_steps, |r| r.total_steps);
         let c = &self.config;
         if step < c.warmup_steps {
             return c.base_lr * (step + 1) as f64 / c.warmup_steps as f64;
         }
-        let span = (c.total_steps - c.warmup_steps).max(1) as f64;
+        let span = (total - c.warmup_steps).max(1) as f64;
         let progress = ((step - c.warmup_steps) as f64 / span).min(1.0);
         c.final_lr
             + (c.base_lr - c.final_lr) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
@@ -109,6 +157,28 @@ mod tests {
         assert!((s.lr_at(6) - 0.2).abs() < 1e-15);
         assert!(s.lr_at(10).abs() < 1e-15);
         assert!(s.lr_at(50).abs() < 1e-15);
+    }
+
+    #[test]
+    fn an_extension_follows_the_plan_of_the_longer_run_from_its_step() {
+        let mut s = WarmupCosineConfig::new(0.4, 10)
+            .with_warmup_steps(2)
+            .init()
+            .unwrap();
+        let before: Vec<f64> = (0..6).map(|i| s.lr_at(i)).collect();
+        // At step 6 the run becomes 20 steps long: a cosine over 18 steps after the warm-up.
+        s.extend(6, 20).unwrap();
+        let after: Vec<f64> = (0..6).map(|i| s.lr_at(i)).collect();
+        assert_eq!(before, after, "steps before the extension keep their rates");
+        let by_hand = 0.2 * (1.0 + (std::f64::consts::PI * 4.0 / 18.0).cos());
+        assert!((s.lr_at(6) - by_hand).abs() < 1e-15);
+        assert!(
+            (s.lr_at(11) - 0.2).abs() < 1e-15,
+            "half-way through the new cosine"
+        );
+        assert!(s.lr_at(20).abs() < 1e-15);
+        assert_eq!(s.total_steps(), 20);
+        assert!(s.extend(12, 20).is_err(), "not longer than the plan");
     }
 
     #[test]

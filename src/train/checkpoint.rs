@@ -1,36 +1,86 @@
-//! Checkpoints: everything needed to resume a run exactly, written atomically.
+//! Checkpoints: everything needed to resume a run exactly, written atomically and checksummed.
 //!
 //! A checkpoint is a directory `checkpoints/epoch-NNNN/` of the run directory holding
 //!
-//! | file | content |
+//! | file ([`files`]) | content |
 //! |---|---|
 //! | `online.mpk` | the trainable networks (weights, batch-norm statistics, parameter ids) |
 //! | `backbone.mpk` | the online backbone alone, for evaluation or export |
 //! | `method.mpk` | the method's state: key / target networks, queue and pointer, loss states |
 //! | `optimizer.mpk` | the optimiser's state (momentum buffers, keyed by parameter id) |
-//! | `meta.json` | epochs done, the next step, and the seeds of the loader and the augmentation |
+//! | `run.json` | the run's configuration when the checkpoint was written ([`super::RunRecord`]) |
+//! | `meta.json` | epochs done, the next step, the seeds, the SHA-256 of every other file and the parameter shapes of the networks |
 //!
 //! The records are named MessagePack in full precision (burn's `NamedMpkBytesRecorder`). Every
 //! random draw of training is keyed by `(seed, epoch)` (batch order) or `(seed, step)`
-//! (augmentation), so the seeds with the epoch and step are the whole RNG state.
+//! (augmentation, stochastic layers), so the seeds with the epoch and step are the whole RNG
+//! state.
 //!
 //! A checkpoint is first written to a hidden temporary directory, each file flushed to disk, and
 //! then renamed into place; `checkpoints/latest` (the name of the newest complete checkpoint) is
 //! replaced the same way. A crash leaves either the old or the new checkpoint, never half of one.
+//! Reading verifies the checksums before anything is deserialised and names a damaged file;
+//! [`CheckpointDir::newest_valid`] falls back to the previous complete checkpoint, saying so.
+//! The parameter shapes in `meta.json` are compared with the receiving networks before a record
+//! is loaded, so a checkpoint of another architecture is an error, not a panic inside burn.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
 use burn::module::Module;
 use burn::prelude::*;
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Record, Recorder};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::TrainError;
 
-/// Version of the checkpoint layout written by this crate.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the checkpoint layout written by this crate (2: checksums, shapes and `run.json`).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The names of the files and folders of a run directory and its checkpoints, in one place.
+pub mod files {
+    /// The trainable networks.
+    pub const ONLINE: &str = "online.mpk";
+    /// The online backbone alone.
+    pub const BACKBONE: &str = "backbone.mpk";
+    /// The method's state (key / target networks, queue, loss states).
+    pub const METHOD: &str = "method.mpk";
+    /// The optimiser's state.
+    pub const OPTIMIZER: &str = "optimizer.mpk";
+    /// The run's configuration, as saved with the checkpoint.
+    pub const RUN: &str = "run.json";
+    /// Where the checkpoint stands, with checksums and shapes.
+    pub const META: &str = "meta.json";
+    /// The run directory's folder of checkpoints.
+    pub const CHECKPOINTS: &str = "checkpoints";
+    /// The file in [`CHECKPOINTS`] naming the newest complete checkpoint.
+    pub const LATEST: &str = "latest";
+    /// The run's configuration in the run directory.
+    pub const CONFIG: &str = "config.json";
+    /// One row per optimiser step.
+    pub const STEPS: &str = "steps.csv";
+    /// One row per epoch.
+    pub const EPOCHS: &str = "epochs.csv";
+    /// Files every checkpoint of this layout holds besides `meta.json`.
+    pub const CHECKSUMMED: [&str; 5] = [ONLINE, BACKBONE, METHOD, OPTIMIZER, RUN];
+
+    /// The name of the checkpoint written after `epoch` epochs.
+    pub fn checkpoint_name(epoch: usize) -> String {
+        format!("epoch-{epoch:04}")
+    }
+
+    /// The epoch of a checkpoint name written by [`checkpoint_name`].
+    pub fn checkpoint_epoch(name: &str) -> Option<usize> {
+        let digits = name.strip_prefix("epoch-")?;
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse().ok()
+    }
+}
 
 /// Where a run stands when a checkpoint is written (`meta.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +95,12 @@ pub struct CheckpointMeta {
     pub loader_seed: u64,
     /// Seed of the augmentation.
     pub augment_seed: u64,
+    /// SHA-256 (lower-case hex) of every other file of the checkpoint.
+    pub checksums: BTreeMap<String, String>,
+    /// Shapes of the online networks' float parameters, in visiting order.
+    pub online_shapes: Vec<Vec<usize>>,
+    /// Shapes of the backbone's float parameters, in visiting order.
+    pub backbone_shapes: Vec<Vec<usize>>,
 }
 
 type Bytes = NamedMpkBytesRecorder<FullPrecisionSettings>;
@@ -60,18 +116,15 @@ pub(crate) fn to_bytes<B: Backend, R: Record<B>>(
     })
 }
 
-/// Reads a record written by [`to_bytes`].
+/// Reads a record written by [`to_bytes`] (after [`verify`] checked its bytes).
 pub(crate) fn read_record<B: Backend, R: Record<B>>(
     path: &Path,
     device: &B::Device,
 ) -> Result<R, TrainError> {
-    let bytes = fs::read(path).map_err(|e| TrainError::Checkpoint {
+    let bytes = fs::read(path).map_err(|e| io_error(path, e))?;
+    Recorder::<B>::load(&Bytes::default(), bytes, device).map_err(|_| TrainError::Checkpoint {
         path: path.to_path_buf(),
-        reason: format!("cannot read: {e}"),
-    })?;
-    Recorder::<B>::load(&Bytes::default(), bytes, device).map_err(|e| TrainError::Checkpoint {
-        path: path.to_path_buf(),
-        reason: format!("not a record of the expected kind (corrupt, or another model): {e}"),
+        reason: "not a record of the expected kind (another method or model)".into(),
     })
 }
 
@@ -81,17 +134,38 @@ pub(crate) struct CheckpointFiles {
     pub(crate) files: Vec<(&'static str, Vec<u8>)>,
 }
 
-fn io_error(path: &Path, e: std::io::Error) -> TrainError {
+/// An I/O error on a checkpoint file, worded by its kind.
+pub(crate) fn io_error(path: &Path, e: std::io::Error) -> TrainError {
     TrainError::Checkpoint {
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        reason: describe_io(&e),
+    }
+}
+
+/// An I/O error while writing the run directory (a failure of the run, not of its input).
+pub(crate) fn write_error(path: &Path, e: std::io::Error) -> TrainError {
+    TrainError::Io {
+        path: path.to_path_buf(),
+        reason: describe_io(&e),
+    }
+}
+
+/// An I/O error in words a user acts on (permission denied, missing, full disk...).
+pub(crate) fn describe_io(e: &std::io::Error) -> String {
+    match e.kind() {
+        ErrorKind::PermissionDenied => "permission denied".into(),
+        ErrorKind::NotFound => "not found".into(),
+        ErrorKind::StorageFull => "no space left on the device".into(),
+        ErrorKind::NotADirectory => "a path component is not a directory".into(),
+        ErrorKind::IsADirectory => "is a directory, not a file".into(),
+        _ => e.to_string(),
     }
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
-    let mut f = File::create(path).map_err(|e| io_error(path, e))?;
-    f.write_all(bytes).map_err(|e| io_error(path, e))?;
-    f.sync_all().map_err(|e| io_error(path, e))
+    let mut f = File::create(path).map_err(|e| write_error(path, e))?;
+    f.write_all(bytes).map_err(|e| write_error(path, e))?;
+    f.sync_all().map_err(|e| write_error(path, e))
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file beside it, flushed, then renamed.
@@ -102,7 +176,15 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> 
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp"));
     write_synced(&tmp, bytes)?;
-    fs::rename(&tmp, path).map_err(|e| io_error(path, e))
+    fs::rename(&tmp, path).map_err(|e| write_error(path, e))
+}
+
+/// SHA-256 of `bytes`, lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The checkpoints of a run directory.
@@ -115,7 +197,7 @@ impl CheckpointDir {
     /// The `checkpoints/` folder of `run_dir` (created on the first save).
     pub fn new(run_dir: &Path) -> Self {
         Self {
-            root: run_dir.join("checkpoints"),
+            root: run_dir.join(files::CHECKPOINTS),
         }
     }
 
@@ -124,57 +206,179 @@ impl CheckpointDir {
         &self.root
     }
 
-    /// Writes a checkpoint for `meta.epoch` and points `latest` at it; returns its directory.
-    pub(crate) fn save(&self, files: CheckpointFiles) -> Result<PathBuf, TrainError> {
-        fs::create_dir_all(&self.root).map_err(|e| io_error(&self.root, e))?;
-        let name = format!("epoch-{:04}", files.meta.epoch);
+    /// Writes a checkpoint for `meta.epoch` with the checksums of its files and points `latest`
+    /// at it; returns its directory.
+    pub(crate) fn save(&self, mut files: CheckpointFiles) -> Result<PathBuf, TrainError> {
+        fs::create_dir_all(&self.root).map_err(|e| write_error(&self.root, e))?;
+        let name = files::checkpoint_name(files.meta.epoch);
         let target = self.root.join(&name);
         let tmp = self.root.join(format!(".{name}.tmp"));
         if tmp.exists() {
-            fs::remove_dir_all(&tmp).map_err(|e| io_error(&tmp, e))?;
+            fs::remove_dir_all(&tmp).map_err(|e| write_error(&tmp, e))?;
         }
-        fs::create_dir(&tmp).map_err(|e| io_error(&tmp, e))?;
+        fs::create_dir(&tmp).map_err(|e| write_error(&tmp, e))?;
+        files.meta.checksums.clear();
         for (file, bytes) in &files.files {
             write_synced(&tmp.join(file), bytes)?;
+            files
+                .meta
+                .checksums
+                .insert(file.to_string(), sha256_hex(bytes));
         }
         let meta = serde_json::to_vec_pretty(&files.meta).expect("plain struct");
-        write_synced(&tmp.join("meta.json"), &meta)?;
+        write_synced(&tmp.join(files::META), &meta)?;
         if target.exists() {
             let old = self.root.join(format!(".{name}.old"));
             if old.exists() {
-                fs::remove_dir_all(&old).map_err(|e| io_error(&old, e))?;
+                fs::remove_dir_all(&old).map_err(|e| write_error(&old, e))?;
             }
-            fs::rename(&target, &old).map_err(|e| io_error(&target, e))?;
-            fs::rename(&tmp, &target).map_err(|e| io_error(&target, e))?;
-            fs::remove_dir_all(&old).map_err(|e| io_error(&old, e))?;
+            fs::rename(&target, &old).map_err(|e| write_error(&target, e))?;
+            fs::rename(&tmp, &target).map_err(|e| write_error(&target, e))?;
+            fs::remove_dir_all(&old).map_err(|e| write_error(&old, e))?;
         } else {
-            fs::rename(&tmp, &target).map_err(|e| io_error(&target, e))?;
+            fs::rename(&tmp, &target).map_err(|e| write_error(&target, e))?;
         }
-        write_atomic(&self.root.join("latest"), name.as_bytes())?;
+        write_atomic(&self.root.join(files::LATEST), name.as_bytes())?;
         if let Ok(dir) = File::open(&self.root) {
             let _ = dir.sync_all();
         }
         Ok(target)
     }
 
-    /// The newest complete checkpoint, if any.
+    /// Whether the folder holds any checkpoint (complete or not) or a `latest` pointer: then
+    /// its run directory is a run, whatever else it holds.
+    pub fn holds_checkpoints(&self) -> Result<bool, TrainError> {
+        if self.root.join(files::LATEST).exists() {
+            return Ok(true);
+        }
+        Ok(!self.complete()?.is_empty()
+            || self.entries()?.iter().any(|(name, _)| {
+                files::checkpoint_epoch(name).is_some()
+                    || name.starts_with(".epoch-") && name.ends_with(".tmp")
+            }))
+    }
+
+    fn entries(&self) -> Result<Vec<(String, PathBuf)>, TrainError> {
+        let read = match fs::read_dir(&self.root) {
+            Ok(read) => read,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error(&self.root, e)),
+        };
+        let mut out = Vec::new();
+        for entry in read {
+            let entry = entry.map_err(|e| io_error(&self.root, e))?;
+            out.push((
+                entry.file_name().to_string_lossy().into_owned(),
+                entry.path(),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Every complete checkpoint (a directory `epoch-NNNN` with `meta.json`), newest first.
+    pub fn complete(&self) -> Result<Vec<PathBuf>, TrainError> {
+        let mut found: Vec<(usize, PathBuf)> = self
+            .entries()?
+            .into_iter()
+            .filter_map(|(name, path)| {
+                let epoch = files::checkpoint_epoch(&name)?;
+                path.join(files::META).is_file().then_some((epoch, path))
+            })
+            .collect();
+        found.sort_by_key(|f| std::cmp::Reverse(f.0));
+        Ok(found.into_iter().map(|(_, p)| p).collect())
+    }
+
+    /// The checkpoint `latest` names, if the pointer exists.
     ///
     /// # Errors
-    /// If `latest` names a checkpoint that is missing.
-    pub fn latest(&self) -> Result<Option<PathBuf>, TrainError> {
-        let pointer = self.root.join("latest");
-        if !pointer.exists() {
-            return Ok(None);
-        }
-        let name = fs::read_to_string(&pointer).map_err(|e| io_error(&pointer, e))?;
-        let dir = self.root.join(name.trim());
-        if !dir.join("meta.json").is_file() {
+    /// If `latest` names anything but a checkpoint directory of this folder (`../x`, a path):
+    /// it is not followed.
+    fn pointer(&self) -> Result<Option<PathBuf>, TrainError> {
+        let pointer = self.root.join(files::LATEST);
+        let name = match fs::read_to_string(&pointer) {
+            Ok(name) => name,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_error(&pointer, e)),
+        };
+        let name = name.trim();
+        if files::checkpoint_epoch(name).is_none() {
             return Err(TrainError::Checkpoint {
-                path: dir,
-                reason: format!("named by {} but missing or incomplete", pointer.display()),
+                path: pointer,
+                reason: format!(
+                    "names `{name}`, which is not a checkpoint of this run directory (expected \
+                     a name like epoch-0005); it is not followed"
+                ),
             });
         }
-        Ok(Some(dir))
+        Ok(Some(self.root.join(name)))
+    }
+
+    /// The newest complete checkpoint: the one `latest` names, or, when `latest` is missing or
+    /// names a missing checkpoint (a kill between the rename and the pointer), the complete
+    /// checkpoint of the highest epoch. Checksums are not verified here (see
+    /// [`CheckpointDir::newest_valid`]).
+    ///
+    /// # Errors
+    /// If `latest` points outside the folder, or the folder cannot be read.
+    pub fn latest(&self) -> Result<Option<PathBuf>, TrainError> {
+        Ok(self.candidates()?.into_iter().next())
+    }
+
+    /// Candidates for resuming, best first: `latest`'s target, then every complete checkpoint
+    /// from the newest.
+    fn candidates(&self) -> Result<Vec<PathBuf>, TrainError> {
+        let mut out = Vec::new();
+        if let Some(named) = self.pointer()? {
+            if named.join(files::META).is_file() {
+                out.push(named);
+            } else {
+                log::warn!(
+                    "{} names {}, which is missing or incomplete; using the newest complete \
+                     checkpoint instead",
+                    self.root.join(files::LATEST).display(),
+                    named.display()
+                );
+            }
+        }
+        for dir in self.complete()? {
+            if !out.contains(&dir) {
+                out.push(dir);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The newest checkpoint whose files match their checksums, with its description. A damaged
+    /// checkpoint is skipped with a warning naming the damaged file, and the previous complete
+    /// one is used.
+    ///
+    /// # Errors
+    /// If `latest` points outside the folder, or every checkpoint is damaged (each is named).
+    pub fn newest_valid(&self) -> Result<Option<(PathBuf, CheckpointMeta)>, TrainError> {
+        let mut damaged = Vec::new();
+        for dir in self.candidates()? {
+            match read_meta(&dir).and_then(|meta| verify(&dir, &meta).map(|()| meta)) {
+                Ok(meta) => {
+                    if !damaged.is_empty() {
+                        log::warn!("falling back to the previous checkpoint {}", dir.display());
+                    }
+                    return Ok(Some((dir, meta)));
+                }
+                Err(e) => {
+                    log::warn!("skipping a damaged checkpoint: {e}");
+                    damaged.push(e.to_string());
+                }
+            }
+        }
+        if damaged.is_empty() {
+            Ok(None)
+        } else {
+            Err(TrainError::Checkpoint {
+                path: self.root.clone(),
+                reason: format!("every checkpoint is damaged: {}", damaged.join("; ")),
+            })
+        }
     }
 }
 
@@ -183,79 +387,125 @@ impl CheckpointDir {
 /// # Errors
 /// If it is missing, unreadable, or of another layout version.
 pub fn read_meta(checkpoint: &Path) -> Result<CheckpointMeta, TrainError> {
-    let path = checkpoint.join("meta.json");
+    let path = checkpoint.join(files::META);
     let text = fs::read(&path).map_err(|e| io_error(&path, e))?;
-    let meta: CheckpointMeta =
-        serde_json::from_slice(&text).map_err(|e| TrainError::Checkpoint {
-            path: path.clone(),
-            reason: format!("not a checkpoint description: {e}"),
-        })?;
-    if meta.format_version != FORMAT_VERSION {
+    let version: Option<u32> = serde_json::from_slice::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("format_version")?.as_u64())
+        .and_then(|v| u32::try_from(v).ok());
+    if let Some(version) = version.filter(|&v| v != FORMAT_VERSION) {
         return Err(TrainError::Checkpoint {
             path,
             reason: format!(
-                "layout version {} but this build reads version {FORMAT_VERSION}",
-                meta.format_version
+                "layout version {version} but this build reads version {FORMAT_VERSION} \
+                 (version 1 had no checksums: resume it with the version that wrote it)"
             ),
         });
     }
-    Ok(meta)
+    serde_json::from_slice(&text).map_err(|e| TrainError::Checkpoint {
+        path,
+        reason: format!("not a checkpoint description: {e}"),
+    })
 }
 
-/// Resolves a path given by a user to a checkpoint directory: a checkpoint itself, a run
-/// directory (its latest checkpoint), or a `checkpoints/` folder.
+/// Checks every file of a checkpoint against the SHA-256 recorded in its `meta.json`.
 ///
 /// # Errors
-/// If no checkpoint is found there.
+/// Naming the first file that is missing, unreadable or damaged.
+pub fn verify(checkpoint: &Path, meta: &CheckpointMeta) -> Result<(), TrainError> {
+    for name in files::CHECKSUMMED {
+        let path = checkpoint.join(name);
+        let Some(expected) = meta.checksums.get(name) else {
+            return Err(TrainError::Checkpoint {
+                path: checkpoint.join(files::META),
+                reason: format!("records no checksum for {name}"),
+            });
+        };
+        let bytes = fs::read(&path).map_err(|e| io_error(&path, e))?;
+        let found = sha256_hex(&bytes);
+        if &found != expected {
+            return Err(TrainError::Checkpoint {
+                path,
+                reason: format!(
+                    "damaged: its SHA-256 is {found}, {} recorded {expected}",
+                    files::META
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Resolves a path given by a user to a verified checkpoint directory: a checkpoint itself
+/// (verified strictly), a run directory or a `checkpoints/` folder (its newest valid checkpoint,
+/// falling back past damaged ones with a warning).
+///
+/// # Errors
+/// If no checkpoint is found there, or the one named is damaged.
 pub fn resolve_checkpoint(path: &Path) -> Result<PathBuf, TrainError> {
-    if path.join("meta.json").is_file() {
+    if path.join(files::META).is_file() {
+        verify(path, &read_meta(path)?)?;
         return Ok(path.to_path_buf());
     }
-    for root in [path.to_path_buf(), path.join("checkpoints")] {
+    for root in [path.to_path_buf(), path.join(files::CHECKPOINTS)] {
         let dir = CheckpointDir { root };
-        if let Some(found) = dir.latest()? {
+        if let Some((found, _)) = dir.newest_valid()? {
             return Ok(found);
         }
     }
     Err(TrainError::Checkpoint {
         path: path.to_path_buf(),
         reason: "no checkpoint here (expected a checkpoint directory with meta.json, or a run \
-                 directory with checkpoints/latest)"
+                 directory with checkpoints/epoch-*)"
             .into(),
     })
 }
 
-/// Loads the backbone saved in a checkpoint (or a run directory's latest one) into `backbone`,
-/// a freshly built backbone of the same architecture — for kNN or linear evaluation, or export.
+/// Compares the shapes a checkpoint recorded with those of the module that will receive it.
+pub(crate) fn check_shapes(
+    file: &Path,
+    saved: &[Vec<usize>],
+    expected: &[Vec<usize>],
+) -> Result<(), TrainError> {
+    if saved == expected {
+        return Ok(());
+    }
+    let first = saved.iter().zip(expected).position(|(a, b)| a != b);
+    let detail = match first {
+        Some(i) => format!(
+            "tensor {i} is {:?} there and {:?} here",
+            saved[i], expected[i]
+        ),
+        None => "one holds more tensors than the other".into(),
+    };
+    Err(TrainError::Checkpoint {
+        path: file.to_path_buf(),
+        reason: format!(
+            "its networks have {} parameter tensors, this model {} ({detail}): another \
+             architecture or width",
+            saved.len(),
+            expected.len()
+        ),
+    })
+}
+
+/// Loads the backbone saved in a checkpoint (or a run directory's newest valid one) into
+/// `backbone`, a freshly built backbone of the same architecture — for kNN or linear
+/// evaluation, or export.
 ///
 /// # Errors
-/// If there is no checkpoint, or its backbone is of another architecture.
+/// If there is no checkpoint, it is damaged, or its backbone is of another architecture.
 pub fn load_backbone<B: Backend, M: Module<B>>(
     path: &Path,
     backbone: M,
     device: &B::Device,
 ) -> Result<M, TrainError> {
     let dir = resolve_checkpoint(path)?;
-    read_meta(&dir)?;
-    let file = dir.join("backbone.mpk");
+    let meta = read_meta(&dir)?;
+    let file = dir.join(files::BACKBONE);
+    check_shapes(&file, &meta.backbone_shapes, &shapes(&backbone))?;
     let record = read_record::<B, M::Record>(&file, device)?;
-    let expected = shapes(&backbone);
-    let loaded = backbone.load_record(record);
-    let found = shapes(&loaded);
-    if found != expected {
-        return Err(TrainError::Checkpoint {
-            path: file,
-            reason: format!(
-                "parameter shapes differ from this backbone's ({} tensors saved, {} expected; \
-                 first saved {:?}, expected {:?}): another architecture or width",
-                found.len(),
-                expected.len(),
-                found.first(),
-                expected.first()
-            ),
-        });
-    }
-    Ok(loaded)
+    Ok(backbone.load_record(record))
 }
 
 /// Shapes of every float parameter of a module, in visiting order.
@@ -269,4 +519,34 @@ pub(crate) fn shapes<B: Backend, M: Module<B>>(module: &M) -> Vec<Vec<usize>> {
     let mut v = Shapes(Vec::new());
     module.visit(&mut v);
     v.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_names_round_trip_and_reject_paths() {
+        assert_eq!(files::checkpoint_name(7), "epoch-0007");
+        assert_eq!(files::checkpoint_epoch("epoch-0007"), Some(7));
+        assert_eq!(files::checkpoint_epoch("epoch-12345"), Some(12345));
+        for bad in [
+            "../../x",
+            "epoch-",
+            "epoch-1/../..",
+            "/tmp/epoch-1",
+            ".epoch-0001.tmp",
+        ] {
+            assert_eq!(files::checkpoint_epoch(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn sha256_of_a_known_string() {
+        // FIPS 180-2, appendix B.1.
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 }

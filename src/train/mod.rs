@@ -6,21 +6,32 @@
 //! for epoch in epochs:
 //!     for batch in loader.epoch(epoch):                       # order keyed by (seed, epoch)
 //!         view1, view2 = augment(batch, key = step)           # draws keyed by (seed, step)
-//!         out = method.forward(view1, view2, progress)
-//!         stop with an error naming the step if out.loss is not finite
+//!         out = method.forward(view1, view2, progress)        # stochastic layers seeded by step
 //!         online = optimiser.step(lr(step), online, grad(out.loss))
+//!         read loss and statistics (one transfer); stop naming the step if the loss is not finite
 //!         method.after_step(progress)                         # EMA, queue
 //!     kNN monitor every `knn_every` epochs; checkpoint every `checkpoint_every` epochs
 //! ```
 //!
-//! The run directory holds `config.json` (the resolved configuration given by the caller),
-//! `steps.csv` and `epochs.csv` ([`metrics`]) and `checkpoints/` ([`checkpoint`]). Because every
-//! random draw is keyed by counters, [`Trainer::resume`] followed by [`Trainer::fit`] repeats
-//! exactly what an uninterrupted run does (on a deterministic backend such as the CPU's).
+//! A run is built with [`Trainer::builder`]. The run directory ([`run_dir`]) holds
+//! `config.json` (the typed [`RunRecord`]), `steps.csv` and `epochs.csv` ([`metrics`]) and
+//! `checkpoints/` ([`checkpoint`]). Whether a run may start or resume in a directory is decided
+//! before any work ([`run_dir::inspect`]); a resume names every setting that differs from the
+//! run's. Because every random draw is keyed by counters, a resumed run repeats exactly what an
+//! uninterrupted run does (on a deterministic backend such as the CPU's).
+//!
+//! Why not burn-train's `Learner`: its step is `forward → backward → optimiser step`, while a
+//! momentum encoder and a key queue must be updated after the optimiser step
+//! ([`SslMethod::after_step`]); exact resume needs the method's own states (queue, pointer, key
+//! and target networks, loss states), the seeds and the counters in one checkpoint written
+//! atomically and verified on load, which its checkpointer (one file per component, no
+//! checksums) does not give; and its metrics are per-batch aggregates, not the per-step rows a
+//! curriculum study reads back.
 
 pub mod checkpoint;
 pub mod metrics;
 pub mod progress;
+pub mod run_dir;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -32,16 +43,23 @@ use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 
 use crate::augment::Augmenter;
+use crate::data::loader::mix_seed;
 use crate::data::{DataError, Dataset, ImageItem, Loader};
 use crate::error::{non_negative, positive, ConfigError};
 use crate::eval::monitor::{KnnMonitor, KnnResult};
 use crate::method::{Progress, SslMethod};
 use crate::optim::{WarmupCosine, WarmupCosineConfig};
-use checkpoint::{read_meta, read_record, shapes, to_bytes, CheckpointDir, CheckpointMeta};
+use checkpoint::{
+    check_shapes, files, read_record, shapes, to_bytes, write_atomic, CheckpointDir, CheckpointMeta,
+};
 use metrics::CsvLog;
 use progress::ProgressBar;
+use run_dir::{
+    differences, inspect, Difference, DirState, Extension, RESUMABLE_CHANGES, RUN_FORMAT,
+};
 
 pub use checkpoint::{load_backbone, resolve_checkpoint};
+pub use run_dir::RunRecord;
 
 /// Settings of a run.
 #[derive(Config, Debug)]
@@ -68,6 +86,24 @@ pub struct TrainConfig {
     /// Draw a progress bar on standard error (when it is a terminal).
     #[config(default = true)]
     pub progress_bar: bool,
+    /// Seed of the stochastic layers (dropout, stochastic depth): step `s` draws from
+    /// `(seed, s)`.
+    #[config(default = 0)]
+    pub seed: u64,
+}
+
+/// How a run starts in its directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StartMode {
+    /// A new run: the directory must be missing or empty.
+    #[default]
+    Fresh,
+    /// Continue the run in the directory from its newest valid checkpoint with the same
+    /// settings (a missing or empty directory starts afresh).
+    Resume,
+    /// As `Resume`, and the run may have more epochs than planned: the learning-rate schedule
+    /// is re-planned from the current step ([`WarmupCosine::extend`]).
+    Extend,
 }
 
 /// Why a run stopped.
@@ -78,8 +114,8 @@ pub enum TrainError {
     Library(#[from] crate::Error),
     /// The loss became NaN or infinite.
     #[error(
-        "the loss became {value} at step {step} (epoch {epoch}); the run stopped before the \
-         optimiser step. {}",
+        "the loss became {value} at step {step} (epoch {epoch}); the run stopped without \
+         writing anything more. {}",
         match last_checkpoint {
             Some(p) => format!("The last good checkpoint is {}.", p.display()),
             None => "No checkpoint had been written yet.".to_string(),
@@ -95,7 +131,7 @@ pub enum TrainError {
         /// The newest checkpoint on disk, left untouched.
         last_checkpoint: Option<PathBuf>,
     },
-    /// A checkpoint that cannot be written or used.
+    /// A checkpoint that cannot be read or used.
     #[error("checkpoint {}: {reason}", .path.display())]
     Checkpoint {
         /// The checkpoint file or directory.
@@ -103,14 +139,27 @@ pub enum TrainError {
         /// What went wrong.
         reason: String,
     },
-    /// A run directory that does not fit the run asked for (it holds another run, or one with
-    /// other settings).
+    /// A run directory that does not fit the run asked for (it holds another run, or files
+    /// that are not a run).
     #[error("run directory {}: {reason}", .path.display())]
     Run {
-        /// The run directory's file that tells.
+        /// The run directory, or its file that tells.
         path: PathBuf,
         /// What does not fit.
         reason: String,
+    },
+    /// A resume with settings that differ from the run's.
+    #[error(
+        "{} was written by a run with other settings: {}; resume with the run's settings, \
+         extend it on purpose (more epochs), or start a new run directory",
+        .path.display(),
+        .differences.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    )]
+    Mismatch {
+        /// The record compared with (a checkpoint's `run.json` or the run's `config.json`).
+        path: PathBuf,
+        /// Every setting that differs.
+        differences: Vec<Difference>,
     },
     /// A file of the run directory that cannot be written.
     #[error("{}: {reason}", .path.display())]
@@ -120,6 +169,18 @@ pub enum TrainError {
         /// What went wrong.
         reason: String,
     },
+}
+
+impl TrainError {
+    /// Whether the error comes from what the caller gave (settings, data, the run directory and
+    /// its checkpoints) rather than from something that failed during the run (a non-finite
+    /// loss, a write that failed): a command line exits with 2 for the former.
+    pub fn is_input_error(&self) -> bool {
+        matches!(
+            self,
+            Self::Library(_) | Self::Checkpoint { .. } | Self::Run { .. } | Self::Mismatch { .. }
+        )
+    }
 }
 
 impl From<ConfigError> for TrainError {
@@ -179,64 +240,94 @@ pub struct TrainSummary {
     pub epochs: Vec<EpochRecord>,
 }
 
-/// A run: method, optimiser, schedule, augmentation and data, with its run directory.
-pub struct Trainer<B: AutodiffBackend, S: SslMethod<B>, O: Optimizer<S::Online, B>, D> {
+/// Builds a [`Trainer`]: the parts of a run, then [`TrainerBuilder::build`] checks the settings
+/// and the run directory before any work.
+pub struct TrainerBuilder<B: AutodiffBackend, S, O, D> {
     method: S,
-    optimizer: Option<O>,
-    schedule: WarmupCosine,
+    optimizer: O,
     augmenter: Augmenter,
     loader: Loader<D>,
-    monitor: Option<KnnMonitor>,
     config: TrainConfig,
-    resolved_config: serde_json::Value,
+    description: serde_json::Value,
     run_dir: PathBuf,
-    checkpoints: CheckpointDir,
-    steps_log: CsvLog,
-    epochs_log: CsvLog,
-    device: B::Device,
-    epoch: usize,
-    step: usize,
-    resumed: bool,
-    started: bool,
-    last_checkpoint: Option<PathBuf>,
+    monitor: Option<KnnMonitor>,
+    mode: StartMode,
+    _backend: std::marker::PhantomData<B>,
 }
 
-impl<B, S, O, D> Trainer<B, S, O, D>
+impl<B, S, O, D> TrainerBuilder<B, S, O, D>
 where
     B: AutodiffBackend,
     S: SslMethod<B>,
     O: Optimizer<S::Online, B>,
     D: Dataset<ImageItem> + 'static,
 {
-    /// A run of `method` in `run_dir`. `resolved_config` is written to `config.json`: pass
-    /// everything that defines the run (method, augmentation, loader and training settings).
+    /// The trainer's settings (default: [`TrainConfig::new`]).
+    pub fn config(mut self, config: TrainConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The run directory (default: `runs/run`).
+    pub fn run_dir(mut self, run_dir: impl AsRef<Path>) -> Self {
+        self.run_dir = run_dir.as_ref().to_path_buf();
+        self
+    }
+
+    /// The caller's description of the run (method, backbone, data...), saved in the run
+    /// record and compared on resume.
+    ///
+    /// # Panics
+    /// If `description` cannot be serialised to JSON (a map with non-string keys).
+    pub fn describe(mut self, description: &impl Serialize) -> Self {
+        self.description =
+            serde_json::to_value(description).expect("a run description serialises to JSON");
+        self
+    }
+
+    /// A kNN monitor, run every `knn_every` epochs and at the end.
+    pub fn knn_monitor(mut self, monitor: KnnMonitor) -> Self {
+        self.monitor = Some(monitor);
+        self
+    }
+
+    /// How the run starts in its directory (default: [`StartMode::Fresh`]).
+    pub fn start(mut self, mode: StartMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Checks the settings and the run directory, resumes from the newest valid checkpoint when
+    /// asked, and writes the run's `config.json`.
     ///
     /// # Errors
-    /// If a setting is impossible, or the loader yields no batch.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        method: S,
-        optimizer: O,
-        augmenter: Augmenter,
-        loader: Loader<D>,
-        config: TrainConfig,
-        resolved_config: serde_json::Value,
-        run_dir: impl AsRef<Path>,
-        device: &B::Device,
-    ) -> Result<Self, TrainError> {
+    /// If a setting is impossible, the loader yields no full batch, the directory cannot hold
+    /// this run, or a resume finds other settings or only damaged checkpoints.
+    pub fn build(self, device: &B::Device) -> Result<Trainer<B, S, O, D>, TrainError> {
+        let config = self.config;
         if config.epochs == 0 {
             return Err(ConfigError::new("epochs", "must be at least 1").into());
         }
         positive("lr", config.lr)?;
         non_negative("final_lr", config.final_lr)?;
-        let batches = loader.num_batches();
+        let batch_size = self.loader.config().batch_size;
+        if batch_size < 2 {
+            return Err(ConfigError::new(
+                "batch_size",
+                format!(
+                    "must be at least 2, got {batch_size} (batch norm needs two values per \
+                     channel, and a contrastive loss needs negatives)"
+                ),
+            )
+            .into());
+        }
+        let batches = self.loader.num_batches();
         if batches == 0 {
             return Err(ConfigError::new(
                 "batch_size",
                 format!(
-                    "{} images give no full batch of {} (drop_last)",
-                    loader.dataset().len(),
-                    loader.config().batch_size
+                    "{} images give no full batch of {batch_size} (drop_last)",
+                    self.loader.dataset().len(),
                 ),
             )
             .into());
@@ -251,41 +342,120 @@ where
             )
             .into());
         }
-        let schedule = WarmupCosineConfig::new(config.lr, config.epochs * batches)
-            .with_warmup_steps(config.warmup_epochs * batches)
-            .with_final_lr(config.final_lr)
-            .init()?;
-        let run_dir = run_dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&run_dir).map_err(|e| TrainError::Io {
-            path: run_dir.clone(),
-            reason: format!("cannot create the run directory: {e}"),
-        })?;
-        Ok(Self {
-            method,
-            optimizer: Some(optimizer),
-            schedule,
-            augmenter,
-            loader,
-            monitor: None,
-            config,
-            resolved_config,
-            checkpoints: CheckpointDir::new(&run_dir),
-            steps_log: CsvLog::new(run_dir.join("steps.csv")),
-            epochs_log: CsvLog::new(run_dir.join("epochs.csv")),
-            run_dir,
+        config
+            .epochs
+            .checked_mul(batches)
+            .ok_or_else(|| ConfigError::new("epochs", "too many steps to count"))?;
+        let mut record = RunRecord {
+            format: RUN_FORMAT.to_string(),
+            train: config.clone(),
+            loader: self.loader.config().clone(),
+            augmentation: self.augmenter.config().clone(),
+            extensions: Vec::new(),
+            run: self.description,
+        };
+        let mut trainer = Trainer {
+            method: self.method,
+            optimizer: Some(self.optimizer),
+            schedule: WarmupCosineConfig::new(config.lr, config.epochs * batches)
+                .with_warmup_steps(config.warmup_epochs * batches)
+                .with_final_lr(config.final_lr)
+                .init()?,
+            augmenter: self.augmenter,
+            loader: self.loader,
+            monitor: self.monitor,
+            checkpoints: CheckpointDir::new(&self.run_dir),
+            steps_log: CsvLog::new(self.run_dir.join(files::STEPS)),
+            epochs_log: CsvLog::new(self.run_dir.join(files::EPOCHS)),
+            record: record.clone(),
+            run_dir: self.run_dir,
             device: device.clone(),
             epoch: 0,
             step: 0,
-            resumed: false,
-            started: false,
+            resumed_from: None,
             last_checkpoint: None,
-        })
+        };
+        match (inspect(&trainer.run_dir)?, self.mode) {
+            (DirState::Empty, _) => {}
+            (DirState::Foreign(names), _) => {
+                return Err(TrainError::Run {
+                    path: trainer.run_dir,
+                    reason: format!(
+                        "is not empty and is not a run directory (it holds {}); choose a new or \
+                         empty directory",
+                        names.join(", ")
+                    ),
+                })
+            }
+            (DirState::Run { .. }, StartMode::Fresh) => {
+                return Err(TrainError::Run {
+                    path: trainer.run_dir,
+                    reason: "already holds a run: resume it, or choose another run directory"
+                        .into(),
+                })
+            }
+            (DirState::Run { .. }, mode) => {
+                record = trainer.resume(record, mode == StartMode::Extend)?;
+            }
+        }
+        std::fs::create_dir_all(&trainer.run_dir)
+            .map_err(|e| checkpoint::write_error(&trainer.run_dir, e))?;
+        let text = serde_json::to_vec_pretty(&record).expect("JSON value");
+        write_atomic(&trainer.run_dir.join(files::CONFIG), &text)?;
+        trainer.steps_log.truncate_to(trainer.step)?;
+        trainer.epochs_log.truncate_to(trainer.epoch)?;
+        trainer.record = record;
+        Ok(trainer)
     }
+}
 
-    /// Adds a kNN monitor, run every `knn_every` epochs and at the end.
-    pub fn with_knn_monitor(mut self, monitor: KnnMonitor) -> Self {
-        self.monitor = Some(monitor);
-        self
+/// A run: method, optimiser, schedule, augmentation and data, with its run directory.
+pub struct Trainer<B: AutodiffBackend, S: SslMethod<B>, O: Optimizer<S::Online, B>, D> {
+    method: S,
+    optimizer: Option<O>,
+    schedule: WarmupCosine,
+    augmenter: Augmenter,
+    loader: Loader<D>,
+    monitor: Option<KnnMonitor>,
+    record: RunRecord,
+    run_dir: PathBuf,
+    checkpoints: CheckpointDir,
+    steps_log: CsvLog,
+    epochs_log: CsvLog,
+    device: B::Device,
+    epoch: usize,
+    step: usize,
+    resumed_from: Option<PathBuf>,
+    last_checkpoint: Option<PathBuf>,
+}
+
+impl<B, S, O, D> Trainer<B, S, O, D>
+where
+    B: AutodiffBackend,
+    S: SslMethod<B>,
+    O: Optimizer<S::Online, B>,
+    D: Dataset<ImageItem> + 'static,
+{
+    /// A run of `method` with `optimizer` on the batches of `loader`, augmented by `augmenter`;
+    /// the rest is set on the builder.
+    pub fn builder(
+        method: S,
+        optimizer: O,
+        augmenter: Augmenter,
+        loader: Loader<D>,
+    ) -> TrainerBuilder<B, S, O, D> {
+        TrainerBuilder {
+            method,
+            optimizer,
+            augmenter,
+            loader,
+            config: TrainConfig::new(),
+            description: serde_json::Value::Null,
+            run_dir: PathBuf::from("runs/run"),
+            monitor: None,
+            mode: StartMode::Fresh,
+            _backend: std::marker::PhantomData,
+        }
     }
 
     /// The method (e.g. to read its networks after training).
@@ -296,6 +466,11 @@ where
     /// The run directory.
     pub fn run_dir(&self) -> &Path {
         &self.run_dir
+    }
+
+    /// The run's record, as saved in `config.json`.
+    pub fn record(&self) -> &RunRecord {
+        &self.record
     }
 
     /// Epochs completed.
@@ -313,30 +488,95 @@ where
         self.schedule.lr_at(step)
     }
 
+    /// The checkpoint the run resumed from, if it did.
+    pub fn resumed_from(&self) -> Option<&Path> {
+        self.resumed_from.as_deref()
+    }
+
     /// The newest checkpoint written or loaded.
     pub fn last_checkpoint(&self) -> Option<&Path> {
         self.last_checkpoint.as_deref()
     }
 
-    /// Continues from the run directory's latest checkpoint, if it has one; returns it.
-    ///
-    /// # Errors
-    /// If the checkpoint is unreadable, or was written by a run with other seeds, another
-    /// batch count per epoch, or another method or model.
-    pub fn resume(&mut self) -> Result<Option<PathBuf>, TrainError> {
-        let Some(dir) = self.checkpoints.latest()? else {
-            return Ok(None);
+    /// Finds the run's newest valid checkpoint, compares its settings with `given` and loads
+    /// it; returns the record the run continues under.
+    fn resume(&mut self, mut given: RunRecord, extend: bool) -> Result<RunRecord, TrainError> {
+        let found = self.checkpoints.newest_valid()?;
+        let saved_path = match &found {
+            Some((dir, _)) => dir.join(files::RUN),
+            None => self.run_dir.join(files::CONFIG),
         };
-        self.load_checkpoint(&dir)?;
-        Ok(Some(dir))
+        let saved: RunRecord = RunRecord::read_file(&saved_path)?;
+        given.extensions = saved.extensions.clone();
+        let batches = self.loader.num_batches();
+        let (old_epochs, new_epochs) = (saved.train.epochs, given.train.epochs);
+        let extending = extend && new_epochs > old_epochs;
+        if extending {
+            // The warm-up belongs to the original plan.
+            given.train.warmup_epochs = saved.train.warmup_epochs;
+        }
+        if extend && !extending {
+            return Err(TrainError::Run {
+                path: self.run_dir.clone(),
+                reason: format!(
+                    "extending needs more epochs than the run's {old_epochs}, got {new_epochs}"
+                ),
+            });
+        }
+        let as_json = |r: &RunRecord| serde_json::to_value(r).expect("JSON value");
+        let differences: Vec<Difference> = differences(&as_json(&saved), &as_json(&given))
+            .into_iter()
+            .filter(|d| !RESUMABLE_CHANGES.contains(&d.setting.as_str()))
+            .filter(|d| !(extending && d.setting == "train.epochs"))
+            .collect();
+        if !differences.is_empty() {
+            return Err(TrainError::Mismatch {
+                path: saved_path,
+                differences,
+            });
+        }
+        // The schedule of the original plan, with its extensions.
+        let t = &saved.train;
+        let planned = saved.extensions.first().map_or(t.epochs, |e| e.from_epochs);
+        self.schedule = WarmupCosineConfig::new(t.lr, planned * batches)
+            .with_warmup_steps(t.warmup_epochs * batches)
+            .with_final_lr(t.final_lr)
+            .init()?;
+        for e in &given.extensions {
+            self.schedule.extend(e.at_step, e.to_epochs * batches)?;
+        }
+        let Some((dir, meta)) = found else {
+            log::info!(
+                "{} holds no checkpoint yet: starting the run afresh",
+                self.run_dir.display()
+            );
+            return Ok(given);
+        };
+        self.load_checkpoint(&dir, &meta)?;
+        if extending {
+            let extension = Extension {
+                at_step: self.step,
+                from_epochs: old_epochs,
+                to_epochs: new_epochs,
+            };
+            let lr_before = self.schedule.lr_at(self.step);
+            self.schedule
+                .extend(extension.at_step, new_epochs * batches)?;
+            log::info!(
+                "extending the run from {old_epochs} to {new_epochs} epochs: from step {} on, \
+                 the learning rate follows the plan of a {new_epochs}-epoch run ({:.4e} at \
+                 that step, {:.4e} under the old plan)",
+                self.step,
+                self.schedule.lr_at(self.step),
+                lr_before
+            );
+            given.extensions.push(extension);
+        }
+        Ok(given)
     }
 
-    /// Loads a checkpoint directory into this run.
-    ///
-    /// # Errors
-    /// As [`Trainer::resume`].
-    pub fn load_checkpoint(&mut self, dir: &Path) -> Result<(), TrainError> {
-        let meta = read_meta(dir)?;
+    /// Loads a verified checkpoint into this run.
+    fn load_checkpoint(&mut self, dir: &Path, meta: &CheckpointMeta) -> Result<(), TrainError> {
         let batches = self.loader.num_batches();
         let mismatch = |reason: String| TrainError::Checkpoint {
             path: dir.to_path_buf(),
@@ -353,29 +593,28 @@ where
                 self.augmenter.config().seed
             )));
         }
-        if meta.step != meta.epoch * batches || meta.epoch > self.config.epochs {
+        if meta.step != meta.epoch * batches || meta.epoch > self.schedule.total_steps() / batches {
             return Err(mismatch(format!(
                 "{} steps after {} epochs do not fit this run's {batches} batches per epoch \
-                 and {} epochs (another batch size or dataset?)",
-                meta.step, meta.epoch, self.config.epochs
+                 (another batch size or dataset?)",
+                meta.step, meta.epoch
             )));
         }
-        let online_file = dir.join("online.mpk");
+        let online_file = dir.join(files::ONLINE);
+        check_shapes(
+            &online_file,
+            &meta.online_shapes,
+            &shapes(self.method.online()),
+        )?;
         let record =
             read_record::<B, <S::Online as Module<B>>::Record>(&online_file, &self.device)?;
-        let expected = shapes(self.method.online());
         let online = self.method.online().clone().load_record(record);
-        if shapes(&online) != expected {
-            return Err(mismatch(
-                "its networks have other parameter shapes (another model or width)".into(),
-            ));
-        }
         self.method.set_online(online);
-        let state = read_record::<B, S::State>(&dir.join("method.mpk"), &self.device)?;
+        let state = read_record::<B, S::State>(&dir.join(files::METHOD), &self.device)?;
         self.method
             .load_state(state)
             .map_err(|e| mismatch(e.to_string()))?;
-        let record = read_record::<B, O::Record>(&dir.join("optimizer.mpk"), &self.device)?;
+        let record = read_record::<B, O::Record>(&dir.join(files::OPTIMIZER), &self.device)?;
         let optimizer = self
             .optimizer
             .take()
@@ -383,7 +622,7 @@ where
         self.optimizer = Some(optimizer.load_record(record));
         self.epoch = meta.epoch;
         self.step = meta.step;
-        self.resumed = true;
+        self.resumed_from = Some(dir.to_path_buf());
         self.last_checkpoint = Some(dir.to_path_buf());
         log::info!(
             "resumed from {} (epoch {}, step {})",
@@ -400,26 +639,28 @@ where
     /// On I/O errors.
     pub fn save_checkpoint(&mut self) -> Result<PathBuf, TrainError> {
         let optimizer = self.optimizer.as_ref().expect("put back after every step");
+        let run = serde_json::to_vec_pretty(&self.record).expect("JSON value");
         let files = vec![
             (
-                "online.mpk",
+                files::ONLINE,
                 to_bytes::<B, _>(
                     self.method.online().clone().into_record(),
                     "online networks",
                 )?,
             ),
             (
-                "backbone.mpk",
+                files::BACKBONE,
                 to_bytes::<B, _>(self.method.backbone().clone().into_record(), "backbone")?,
             ),
             (
-                "method.mpk",
+                files::METHOD,
                 to_bytes::<B, _>(self.method.state(), "method state")?,
             ),
             (
-                "optimizer.mpk",
+                files::OPTIMIZER,
                 to_bytes::<B, _>(optimizer.to_record(), "optimiser state")?,
             ),
+            (files::RUN, run),
         ];
         let meta = CheckpointMeta {
             format_version: checkpoint::FORMAT_VERSION,
@@ -427,6 +668,9 @@ where
             step: self.step,
             loader_seed: self.loader.config().seed,
             augment_seed: self.augmenter.config().seed,
+            checksums: Default::default(),
+            online_shapes: shapes(self.method.online()),
+            backbone_shapes: shapes(self.method.backbone()),
         };
         let dir = self
             .checkpoints
@@ -449,48 +693,7 @@ where
         }
     }
 
-    fn start(&mut self) -> Result<(), TrainError> {
-        if self.started {
-            return Ok(());
-        }
-        let config_path = self.run_dir.join("config.json");
-        let resolved = serde_json::json!({
-            "train": serde_json::to_value(&self.config).expect("plain config"),
-            "run": self.resolved_config,
-        });
-        if self.resumed {
-            if let Ok(text) = std::fs::read(&config_path) {
-                let old: serde_json::Value =
-                    serde_json::from_slice(&text).map_err(|e| TrainError::Io {
-                        path: config_path.clone(),
-                        reason: format!("not JSON: {e}"),
-                    })?;
-                if old != resolved {
-                    return Err(TrainError::Run {
-                        path: config_path,
-                        reason: "its run was started with another configuration; resume with \
-                                 the same settings, or start a new run directory"
-                            .into(),
-                    });
-                }
-            }
-        } else if self.checkpoints.latest()?.is_some() {
-            return Err(TrainError::Run {
-                path: self.run_dir.clone(),
-                reason: "already holds a run (checkpoints/latest): resume it, or choose another \
-                         run directory"
-                    .into(),
-            });
-        }
-        let text = serde_json::to_vec_pretty(&resolved).expect("JSON value");
-        checkpoint::write_atomic(&config_path, &text)?;
-        self.steps_log.truncate_to(self.step)?;
-        self.epochs_log.truncate_to(self.epoch)?;
-        self.started = true;
-        Ok(())
-    }
-
-    /// Trains to the last epoch of the configuration.
+    /// Trains to the last epoch of the plan.
     ///
     /// # Errors
     /// On a non-finite loss (naming the step; the checkpoints on disk are kept), unreadable
@@ -499,18 +702,67 @@ where
         self.fit_epochs(usize::MAX)
     }
 
+    /// One optimiser step on a batch: augmentation, forward (stochastic layers seeded by the
+    /// step), backward, optimiser step, one read-back of the loss and statistics, and the
+    /// method's after-step update. Returns the loss and statistics.
+    fn train_step(
+        &mut self,
+        images: Tensor<B::InnerBackend, 4>,
+        progress: Progress,
+        lr: f64,
+    ) -> Result<(f64, Vec<(String, f64)>), TrainError> {
+        let views = self.augmenter.two_views(images, progress.step as u64);
+        let seed = mix_seed(self.record.train.seed, progress.step as u64);
+        let method = &mut self.method;
+        let out = crate::seed::with_seed::<B, _>(&self.device, seed, || {
+            method.forward(
+                Tensor::from_inner(views.view1),
+                Tensor::from_inner(views.view2),
+                progress,
+            )
+        });
+        let grads = GradientsParams::from_grads(out.loss.backward(), self.method.online());
+        let optimizer = self.optimizer.as_mut().expect("put back after every step");
+        let online = optimizer.step(lr, self.method.online().clone(), grads);
+        self.method.set_online(online);
+        // The loss and the statistics in one transfer: the only synchronisation of the step.
+        let mut values = vec![out.loss.inner()];
+        values.extend(out.stats.iter().map(|(_, v)| v.clone().inner()));
+        let host: Vec<f64> = Tensor::cat(values, 0)
+            .into_data()
+            .convert::<f64>()
+            .to_vec()
+            .expect("a float tensor converts to f64");
+        let loss = host[0];
+        if !loss.is_finite() {
+            return Err(TrainError::NonFiniteLoss {
+                step: progress.step,
+                epoch: progress.epoch,
+                value: loss,
+                last_checkpoint: self.last_checkpoint.clone(),
+            });
+        }
+        self.method.after_step(progress);
+        let stats = out
+            .stats
+            .iter()
+            .zip(&host[1..])
+            .map(|((name, _), v)| (name.to_string(), *v))
+            .collect();
+        Ok((loss, stats))
+    }
+
     /// Trains at most `max_epochs` more epochs (e.g. a time budget), then writes a checkpoint
-    /// so that [`Trainer::resume`] can continue.
+    /// so that a resume can continue.
     ///
     /// # Errors
     /// As [`Trainer::fit`].
     pub fn fit_epochs(&mut self, max_epochs: usize) -> Result<TrainSummary, TrainError> {
-        self.start()?;
         let batches = self.loader.num_batches();
-        let epochs = self.config.epochs;
-        let total_steps = epochs * batches;
+        let total_steps = self.schedule.total_steps();
+        let epochs = total_steps / batches;
         let end_epoch = epochs.min(self.epoch.saturating_add(max_epochs));
-        let mut bar = ProgressBar::new(self.config.progress_bar, total_steps, self.step);
+        let mut bar = ProgressBar::new(self.record.train.progress_bar, total_steps, self.step);
         let mut summary = TrainSummary::default();
         while self.epoch < end_epoch {
             let epoch = self.epoch;
@@ -520,37 +772,23 @@ where
                 let batch = batch?;
                 let step = self.step;
                 let t0 = Instant::now();
-                let progress = Progress { step, total_steps };
-                let x = batch.to_device::<B::InnerBackend>(&self.device).images;
-                let views = self.augmenter.two_views(x, step as u64);
-                let out = self.method.forward(
-                    Tensor::from_inner(views.view1),
-                    Tensor::from_inner(views.view2),
-                    progress,
-                );
-                let loss = out.loss.clone().into_scalar().elem::<f64>();
-                if !loss.is_finite() {
-                    bar.finish_line();
-                    let _ = self.steps_log.flush();
-                    return Err(TrainError::NonFiniteLoss {
-                        step,
-                        epoch,
-                        value: loss,
-                        last_checkpoint: self.last_checkpoint.clone(),
-                    });
-                }
+                let progress = Progress {
+                    step,
+                    total_steps,
+                    epoch,
+                    total_epochs: epochs,
+                };
                 lr = self.schedule.lr_at(step);
-                let grads = GradientsParams::from_grads(out.loss.backward(), self.method.online());
-                let optimizer = self.optimizer.as_mut().expect("put back after every step");
-                let online = optimizer.step(lr, self.method.online().clone(), grads);
-                self.method.set_online(online);
-                self.method.after_step(progress);
+                let x = batch.to_device::<B::InnerBackend>(&self.device).images;
+                let (loss, stats) = match self.train_step(x, progress, lr) {
+                    Ok(out) => out,
+                    Err(e) => {
+                        bar.finish_line();
+                        let _ = self.steps_log.flush();
+                        return Err(e);
+                    }
+                };
                 self.step += 1;
-                let stats: Vec<(String, f64)> = out
-                    .stats
-                    .into_iter()
-                    .map(|(name, v)| (name.to_string(), v.into_scalar().elem::<f64>()))
-                    .collect();
                 let images_per_s = batch.len as f64 / t0.elapsed().as_secs_f64();
                 let mut header = vec!["step", "epoch", "loss", "lr", "images_per_s"];
                 header.extend(stats.iter().map(|(n, _)| n.as_str()));
@@ -580,12 +818,12 @@ where
             bar.finish_line();
             let last = self.epoch == epochs;
             let due = |every: usize| last || (every > 0 && self.epoch.is_multiple_of(every));
-            let knn = if due(self.config.knn_every) {
+            let knn = if due(self.record.train.knn_every) {
                 self.evaluate_knn()?.unwrap_or_default()
             } else {
                 Vec::new()
             };
-            let checkpoint = if due(self.config.checkpoint_every) || self.epoch == end_epoch {
+            let checkpoint = if due(self.record.train.checkpoint_every) || self.epoch == end_epoch {
                 Some(self.save_checkpoint()?)
             } else {
                 None
@@ -599,7 +837,7 @@ where
                 knn,
                 checkpoint,
             };
-            self.log_epoch(&record)?;
+            self.log_epoch(&record, epochs)?;
             summary.epochs.push(record);
         }
         self.steps_log.flush()?;
@@ -607,7 +845,7 @@ where
         Ok(summary)
     }
 
-    fn log_epoch(&mut self, record: &EpochRecord) -> Result<(), TrainError> {
+    fn log_epoch(&mut self, record: &EpochRecord, epochs: usize) -> Result<(), TrainError> {
         let mut header = vec![
             "epoch".to_string(),
             "mean_loss".into(),
@@ -649,7 +887,7 @@ where
         log::info!(
             "epoch {}/{}: loss {:.4}, lr {:.3e}, {:.1} images/s, {}{}{}",
             record.epoch + 1,
-            self.config.epochs,
+            epochs,
             record.mean_loss,
             record.lr,
             record.images_per_s,

@@ -32,7 +32,7 @@ pub fn run(args: &[String]) -> Result<()> {
     )?;
     let config = ByolConfig::new();
     let backbone = recipe.backbone_config();
-    let method = config.init(|d| backbone.init::<Train>(d), &recipe.device)?;
+    let method = recipe.init(|d| config.init(|d| backbone.init::<Train>(d), d))?;
     let optimizer = SgdConfig::new().init::<Train, _>()?;
     recipe.train(method, &config, optimizer)
 }

@@ -12,12 +12,13 @@ use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::eval::KnnMonitor;
-use curriculum_ssl::method::SslMethod;
-use curriculum_ssl::train::{TrainConfig, Trainer};
-use curriculum_ssl_models::{Backbone, BlockKind, ResNet, ResNetConfig, Stem};
-use serde::Serialize;
+use curriculum_ssl::method::{init_method, SslMethod};
+use curriculum_ssl::train::{StartMode, TrainConfig, Trainer};
+use curriculum_ssl::ConfigError;
+use curriculum_ssl_models::{Backbone, BlockKind, ResNetConfig, Stem};
+use serde::{Deserialize, Serialize};
 
-use crate::backend;
+use crate::{backend, usage};
 
 /// Autodiff backend the recipes train on.
 pub type Train = burn::backend::Autodiff<backend::Inner>;
@@ -60,7 +61,7 @@ impl BackboneChoice {
 
 /// Options of every training recipe (defaults are the recipe's own when not given).
 #[derive(Parser, Debug, Clone)]
-#[command(no_binary_name = true)]
+#[command(no_binary_name = true, name = "recipe", args_override_self = true)]
 pub struct RecipeArgs {
     /// Fashion-MNIST (or MNIST) IDX directory; default: the embedded Fashion-MNIST subset
     /// (8,000 training and 2,000 test images).
@@ -69,9 +70,14 @@ pub struct RecipeArgs {
     /// Run directory (config.json, steps.csv, epochs.csv, checkpoints/).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
-    /// Continue the run in --run-dir from its latest checkpoint.
+    /// Continue the run in --run-dir from its newest valid checkpoint, with the run's settings
+    /// (--checkpoint-every, --knn-every and --workers may change).
     #[arg(long)]
     pub resume: bool,
+    /// Resume and make the run longer on purpose (a larger --epochs): the learning rate is
+    /// re-planned from the current step to reach its final value at the new end.
+    #[arg(long)]
+    pub extend: bool,
     /// Epochs.
     #[arg(long)]
     pub epochs: Option<usize>,
@@ -93,9 +99,25 @@ pub struct RecipeArgs {
     /// Checkpoint every N epochs (0: only at the end).
     #[arg(long, default_value_t = 5)]
     pub checkpoint_every: usize,
-    /// Loader threads.
+    /// Loader threads (at most four per core).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
+}
+
+/// What a recipe's run directory records about the run besides the trainer, loader and
+/// augmentation settings (`run` in `config.json`): read back by `recipe eval`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RecipeRun {
+    /// Recipe name.
+    pub recipe: String,
+    /// Backbone.
+    pub backbone: BackboneChoice,
+    /// Data directory, or none for the embedded subset.
+    pub data: Option<PathBuf>,
+    /// The method's configuration.
+    pub method: serde_json::Value,
+    /// The backend it trained on.
+    pub backend: String,
 }
 
 impl RecipeArgs {
@@ -105,8 +127,78 @@ impl RecipeArgs {
     }
 }
 
+/// Checks that `--data DIR` names a directory (before anything is read or written).
+pub fn check_data_dir(dir: &Path) -> Result<()> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(usage(format!("--data {}: not a directory", dir.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(usage(format!(
+            "--data {}: permission denied",
+            dir.display()
+        ))),
+        Err(_) => Err(usage(format!(
+            "--data {}: no such directory",
+            dir.display()
+        ))),
+    }
+}
+
+/// Checks the settings a training recipe resolved, naming the option at fault.
+fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
+    if settings.epochs == 0 {
+        return Err(usage("--epochs: must be at least 1"));
+    }
+    if settings.batch_size < 2 {
+        return Err(usage(format!(
+            "--batch-size {}: must be at least 2 (batch norm needs two images per channel, and \
+             the contrastive losses need negatives)",
+            settings.batch_size
+        )));
+    }
+    if !(settings.lr.is_finite() && settings.lr > 0.0) {
+        return Err(usage(format!(
+            "--lr {}: must be a finite number > 0",
+            settings.lr
+        )));
+    }
+    if args.extend && args.resume {
+        return Err(usage("--extend resumes by itself: give --extend alone"));
+    }
+    if let Some(dir) = &settings.data {
+        check_data_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// The error of a MoCo-family method's configuration, with the queue's constraint said in terms
+/// of `--batch-size`.
+pub fn moco_error(
+    e: ConfigError,
+    settings: &Settings,
+    queue: usize,
+    symmetric: bool,
+) -> anyhow::Error {
+    if e.field == "size" {
+        let per_key = if symmetric { 2 } else { 1 };
+        usage(format!(
+            "--batch-size {}: the queue of {queue} keys must be a multiple of the keys enqueued \
+             per step ({} = the batch size{}); choose a batch size that divides {}",
+            settings.batch_size,
+            per_key * settings.batch_size,
+            if symmetric {
+                " × 2, for the symmetric loss"
+            } else {
+                ""
+            },
+            queue / per_key
+        ))
+    } else {
+        e.into()
+    }
+}
+
 /// A recipe's defaults, overridden by the command line.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     /// Recipe name.
     pub recipe: &'static str,
@@ -165,9 +257,8 @@ pub struct Data {
     pub test: ImageArray,
 }
 
-/// Loads the data of `settings` (a directory, or the embedded subset).
-pub fn load_data(settings: &Settings) -> Result<Data> {
-    let dir = settings.data.as_deref();
+/// Loads the data of a directory, or the embedded subset.
+pub fn load_data(dir: Option<&Path>) -> Result<Data> {
     let what = dir.map_or("the embedded subset".to_string(), |d| {
         d.display().to_string()
     });
@@ -224,7 +315,7 @@ pub struct Prepared {
     pub pipeline: PipelineConfig,
 }
 
-/// Parses the options, seeds the backend, loads the data and builds the pipeline.
+/// Parses and checks the options, loads the data and builds the pipeline.
 pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     let args = RecipeArgs::parse_from(args)?;
     let mut settings = Settings::new(
@@ -235,9 +326,9 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         defaults.lr,
     );
     settings.warmup_epochs = defaults.warmup_epochs.min(settings.epochs);
+    validate(&settings, &args)?;
     let device = Device::default();
-    <Train as burn::tensor::backend::Backend>::seed(&device, settings.seed);
-    let data = load_data(&settings)?;
+    let data = load_data(settings.data.as_deref())?;
     let pipeline = pipeline(defaults.preset, &data, settings.seed);
     Ok(Prepared {
         args,
@@ -256,9 +347,13 @@ impl Prepared {
             .config(self.data.train.image_shape().2)
     }
 
-    /// A freshly initialised backbone.
-    pub fn backbone(&self) -> ResNet<Train> {
-        self.backbone_config().init(&self.device)
+    /// Builds the method with the backend's generator seeded by `--seed`, so that its initial
+    /// weights depend on the seed alone.
+    pub fn init<S, E>(&self, build: impl FnOnce(&Device) -> Result<S, E>) -> Result<S, E>
+    where
+        S: SslMethod<Train>,
+    {
+        init_method::<Train, S, E>(&self.device, self.settings.seed, build)
     }
 
     /// Trains `method` (configured by `method_config`, recorded in `config.json`) with
@@ -313,37 +408,42 @@ where
         data.test.clone(),
         pipeline.view1.normalize.clone(),
     )?;
-    let loader = Loader::new(data.train, "training images", loader_config.clone())?;
+    let loader = Loader::new(data.train, "training images", loader_config)?;
     let train_config = TrainConfig::new()
         .with_epochs(settings.epochs)
         .with_lr(settings.lr)
         .with_warmup_epochs(settings.warmup_epochs)
         .with_knn_every(args.knn_every)
-        .with_checkpoint_every(args.checkpoint_every);
+        .with_checkpoint_every(args.checkpoint_every)
+        .with_seed(settings.seed);
     let run_dir = settings.run_dir(args);
-    let resolved = serde_json::json!({
-        "settings": settings,
-        "method": method_config,
-        "augmentation": pipeline,
-        "loader": loader_config,
-        "backend": backend::NAME,
-    });
-    let mut trainer = Trainer::new(
-        method,
-        optimizer,
-        augmenter,
-        loader,
-        train_config,
-        resolved,
-        &run_dir,
-        device,
-    )?
-    .with_knn_monitor(monitor);
-    if args.resume {
-        match trainer.resume()? {
-            Some(dir) => println!("resuming from {}", dir.display()),
-            None => println!("no checkpoint in {}: starting afresh", run_dir.display()),
+    let description = RecipeRun {
+        recipe: settings.recipe.to_string(),
+        backbone: settings.backbone,
+        data: settings.data.clone(),
+        method: method_config,
+        backend: backend::NAME.to_string(),
+    };
+    let mode = if args.extend {
+        StartMode::Extend
+    } else if args.resume {
+        StartMode::Resume
+    } else {
+        StartMode::Fresh
+    };
+    let mut trainer = Trainer::builder(method, optimizer, augmenter, loader)
+        .config(train_config)
+        .run_dir(&run_dir)
+        .describe(&description)
+        .knn_monitor(monitor)
+        .start(mode)
+        .build(device)?;
+    match trainer.resumed_from() {
+        Some(dir) => println!("resuming from {}", dir.display()),
+        None if mode != StartMode::Fresh => {
+            println!("no checkpoint in {}: starting afresh", run_dir.display())
         }
+        None => {}
     }
     println!(
         "{}: {} epochs, batch {}, lr {}, backbone {:?}, backend {}, run directory {}",

@@ -13,22 +13,23 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Parser;
 use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig};
-use curriculum_ssl::train::{load_backbone, resolve_checkpoint};
+use curriculum_ssl::train::{load_backbone, resolve_checkpoint, RunRecord};
 
-use super::common::{self, BackboneChoice, Data, Settings, Train};
+use super::common::{self, Data, RecipeRun, Train};
 use crate::backend::Inner;
+use crate::usage;
 
 /// Options of `recipe eval`.
 #[derive(Parser, Debug)]
-#[command(no_binary_name = true)]
+#[command(no_binary_name = true, name = "recipe", args_override_self = true)]
 struct EvalArgs {
     /// The run directory (its config.json names the backbone and the data).
     #[arg(long)]
     run_dir: PathBuf,
-    /// A checkpoint directory of the run (default: its latest).
+    /// A checkpoint directory of the run (default: its newest valid one).
     #[arg(long)]
     checkpoint: Option<PathBuf>,
     /// Data directory, instead of the run's.
@@ -42,40 +43,44 @@ struct EvalArgs {
     probe_lr: f64,
 }
 
-/// Runs the evaluation.
+/// Runs the evaluation. Every option is checked (the run's record, the checkpoint and its
+/// checksums, the data directory, the probe's settings) before anything is computed.
 pub fn run(args: &[String]) -> Result<()> {
     let args = EvalArgs::try_parse_from(args).map_err(crate::help_or_error)?;
-    let config_path = args.run_dir.join("config.json");
-    let text = std::fs::read(&config_path)
-        .with_context(|| format!("reading {}", config_path.display()))?;
-    let config: serde_json::Value = serde_json::from_slice(&text)
-        .with_context(|| format!("{} is not JSON", config_path.display()))?;
-    let settings = &config["run"]["settings"];
-    let backbone: BackboneChoice = serde_json::from_value(settings["backbone"].clone())
-        .with_context(|| format!("{}: no run.settings.backbone", config_path.display()))?;
-    let data_dir: Option<PathBuf> = match args.data {
-        Some(d) => Some(d),
-        None => serde_json::from_value(settings["data"].clone()).unwrap_or(None),
-    };
-    let data = common::load_data(&Settings {
-        recipe: "eval",
-        epochs: 0,
-        batch_size: 0,
-        lr: 0.0,
-        warmup_epochs: 0,
-        backbone,
-        seed: 0,
-        data: data_dir,
-    })?;
+    if args.probe_epochs > 0 && !(args.probe_lr.is_finite() && args.probe_lr > 0.0) {
+        return Err(usage(format!(
+            "--probe-lr {}: must be a finite number > 0",
+            args.probe_lr
+        )));
+    }
+    if !args.run_dir.is_dir() {
+        return Err(usage(format!(
+            "--run-dir {}: not a directory",
+            args.run_dir.display()
+        )));
+    }
+    let record = RunRecord::<RecipeRun>::read(&args.run_dir)?;
     let checkpoint = resolve_checkpoint(args.checkpoint.as_deref().unwrap_or(&args.run_dir))?;
+    let data_dir = args.data.or(record.run.data);
+    if let Some(dir) = &data_dir {
+        common::check_data_dir(dir)?;
+    }
+    let backbone = record.run.backbone;
+    let probe = LinearProbeConfig::new()
+        .with_epochs(args.probe_epochs.max(1))
+        .with_lr(if args.probe_epochs > 0 {
+            args.probe_lr
+        } else {
+            0.1
+        });
+    probe.validate()?;
+    let data = common::load_data(data_dir.as_deref())?;
     let device = Default::default();
     let channels = data.train.image_shape().2;
     let fresh = backbone.config(channels).init::<Inner>(&device);
     let model = load_backbone::<Inner, _>(&checkpoint, fresh, &device)?;
     println!("checkpoint {}", checkpoint.display());
-    let normalize =
-        serde_json::from_value(config["run"]["augmentation"]["view1"]["normalize"].clone())
-            .unwrap_or(None);
+    let normalize = record.augmentation.view1.normalize;
     let Data { train, test } = data;
     let monitor = KnnMonitor::new(train.clone(), test.clone(), normalize.clone())?;
     for r in monitor.evaluate(&model, &device)? {
@@ -90,10 +95,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if args.probe_epochs > 0 {
         let train = extract_features(&model, &train, 512, normalize.as_ref(), &device)?;
         let test = extract_features(&model, &test, 512, normalize.as_ref(), &device)?;
-        let probe = LinearProbeConfig::new()
-            .with_epochs(args.probe_epochs)
-            .with_lr(args.probe_lr)
-            .fit::<Train>(&train, &test, &device)?;
+        let probe = probe.fit::<Train>(&train, &test, &device)?;
         println!(
             "linear probe ({} epochs): test top-1 {:.2}%, top-5 {:.2}% (train top-1 {:.2}%)",
             args.probe_epochs,

@@ -33,7 +33,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let config = SimClrConfig::new().with_loss(PairLossConfig::NtXent(
         NtXentLossConfig::new().with_temperature(0.2),
     ));
-    let method = config.init(recipe.backbone(), &recipe.device)?;
+    let method = recipe.init(|d| config.init(recipe.backbone_config().init(d), d))?;
     let optimizer = SgdConfig::new().init::<Train, _>()?;
     recipe.train(method, &config, optimizer)
 }

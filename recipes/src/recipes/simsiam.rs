@@ -30,7 +30,7 @@ pub fn run(args: &[String]) -> Result<()> {
         },
     )?;
     let config = SimSiamConfig::new();
-    let method = config.init(recipe.backbone(), &recipe.device)?;
+    let method = recipe.init(|d| config.init(recipe.backbone_config().init(d), d))?;
     let optimizer = SgdConfig::new().init::<Train, _>()?;
     recipe.train(method, &config, optimizer)
 }

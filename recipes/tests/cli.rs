@@ -1,0 +1,289 @@
+//! The `recipe` command line as a user meets it: exit code 2 with one `error: …` line for bad
+//! input, 1 for a failure during a run, 0 otherwise, and no panic for any option at 0, 1,
+//! negative, huge or NaN. Runs the real binary on a tiny IDX dataset the test writes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn scratch() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("recipe-cli-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    })
+}
+
+fn write_idx(dir: &Path, prefix: &str, n: usize) {
+    let mut images = Vec::new();
+    for v in [0x0803u32, n as u32, 28, 28] {
+        images.extend(v.to_be_bytes());
+    }
+    let mut labels = Vec::new();
+    for v in [0x0801u32, n as u32] {
+        labels.extend(v.to_be_bytes());
+    }
+    for i in 0..n {
+        let class = i % 10;
+        for p in 0..28 * 28 {
+            // Class-dependent stripes plus a little per-image variation.
+            let stripe = ((p % 28) / 3 + p / 28 / 3 * class) % 2;
+            images.push((stripe * 200 + (i * 7 + p) % 40) as u8);
+        }
+        labels.push(class as u8);
+    }
+    std::fs::write(dir.join(format!("{prefix}-images-idx3-ubyte")), images).unwrap();
+    std::fs::write(dir.join(format!("{prefix}-labels-idx1-ubyte")), labels).unwrap();
+}
+
+/// 64 training and 40 test images of 28×28.
+fn data() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = scratch().join("data");
+        std::fs::create_dir_all(&dir).unwrap();
+        write_idx(&dir, "train", 64);
+        write_idx(&dir, "t10k", 40);
+        dir
+    })
+}
+
+fn recipe(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_recipe"));
+    c.args(args).current_dir(scratch()).env("RUST_LOG", "info");
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    recipe(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A quick light_moco run on the tiny data: 1 epoch of 2 steps unless overridden.
+fn tiny(run_dir: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "light_moco",
+        "--data",
+        data().to_str().unwrap(),
+        "--run-dir",
+        run_dir,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "32",
+        "--knn-every",
+        "0",
+        "--workers",
+        "1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    // Later options override earlier ones (clap keeps the last).
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+fn as_strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// Exit code and the checks every failing command must pass.
+fn check_error_shape(o: &Output, case: &str) -> i32 {
+    let err = stderr(o);
+    assert!(!err.contains("panicked"), "{case}: panic\n{err}");
+    let code = o.status.code().expect("exited");
+    if code != 0 {
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "{case}: one error line\n{err}");
+        assert!(
+            !err.contains("error: error"),
+            "{case}: doubled prefix\n{err}"
+        );
+    }
+    code
+}
+
+#[test]
+fn every_option_at_zero_one_negative_huge_and_nan_gives_no_panic() {
+    let options = [
+        "--epochs",
+        "--batch-size",
+        "--lr",
+        "--seed",
+        "--knn-every",
+        "--checkpoint-every",
+        "--workers",
+        "--backbone",
+        "--data",
+    ];
+    let values = ["0", "1", "-1", "18446744073709551616", "1e30", "NaN"];
+    let mut cases = 0;
+    for option in options {
+        for value in values {
+            let name = format!("sweep{}{}", option, value.replace('-', "m"));
+            let args = tiny(&name, &[option, value]);
+            let o = run(&as_strs(&args));
+            let code = check_error_shape(&o, &format!("{option} {value}"));
+            assert!(
+                matches!(code, 0..=2),
+                "{option} {value}: exit {code}\n{}",
+                stderr(&o)
+            );
+            cases += 1;
+        }
+    }
+    // In-range large values that run.
+    for (option, value, expected) in [
+        ("--workers", "100000", 0),
+        ("--knn-every", "1000000", 0),
+        ("--checkpoint-every", "1000000", 0),
+        ("--seed", "18446744073709551615", 0),
+        ("--batch-size", "1000000", 2),
+    ] {
+        let args = tiny(&format!("large{option}"), &[option, value]);
+        let o = run(&as_strs(&args));
+        let code = check_error_shape(&o, &format!("{option} {value}"));
+        assert_eq!(code, expected, "{option} {value}\n{}", stderr(&o));
+        if option == "--workers" {
+            assert!(
+                stderr(&o).contains("loader workers asked for"),
+                "{}",
+                stderr(&o)
+            );
+        }
+        cases += 1;
+    }
+    // A huge epoch count trains (and would for long): no panic in its first seconds.
+    let args = tiny("huge-epochs", &["--epochs", "1000000"]);
+    let mut child = recipe(&as_strs(&args))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let still_running = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        still_running,
+        "a million epochs ended early:\n{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    println!("{} option cases, no panic", cases + 1);
+}
+
+#[test]
+fn bad_input_exits_2_with_a_message_naming_it() {
+    let data_file = data().join("train-images-idx3-ubyte");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["no_such_recipe".into()],
+            "unknown recipe `no_such_recipe`",
+        ),
+        (
+            tiny("bs1", &["--batch-size", "1"]),
+            "--batch-size 1: must be at least 2",
+        ),
+        (
+            tiny("bs24", &["--batch-size", "24"]),
+            "--batch-size 24: the queue of 4096 keys",
+        ),
+        (
+            tiny("lr0", &["--lr", "0"]),
+            "--lr 0: must be a finite number > 0",
+        ),
+        (
+            tiny("datafile", &["--data", data_file.to_str().unwrap()]),
+            "not a directory",
+        ),
+        (tiny("unknown-opt", &["--frobnicate"]), "--frobnicate"),
+        (
+            vec!["eval".into(), "--run-dir".into(), "missing-run".into()],
+            "--run-dir missing-run: not a directory",
+        ),
+    ];
+    for (args, expected) in cases {
+        let o = run(&as_strs(&args));
+        let code = check_error_shape(&o, expected);
+        assert_eq!(code, 2, "{expected}\n{}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{expected}\n{}", stderr(&o));
+    }
+}
+
+#[test]
+fn resume_names_the_options_that_differ_and_extend_makes_the_run_longer() {
+    let dir = "resume-run";
+    let o = run(&as_strs(&tiny(dir, &[])));
+    assert_eq!(check_error_shape(&o, "first run"), 0, "{}", stderr(&o));
+    for (extra, expected) in [
+        (
+            vec!["--resume", "--lr", "0.05"],
+            "--lr: run 0.2, given 0.05",
+        ),
+        (
+            vec!["--resume", "--backbone", "resnet18"],
+            "--backbone: run \"Small\", given \"Resnet18\"",
+        ),
+        (
+            vec!["--resume", "--epochs", "2"],
+            "--epochs: run 1, given 2",
+        ),
+        (vec![], "already holds a run"),
+    ] {
+        let o = run(&as_strs(&tiny(dir, &extra)));
+        let code = check_error_shape(&o, expected);
+        assert_eq!(code, 2, "{expected}\n{}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{expected}\n{}", stderr(&o));
+    }
+    // Options that do not change the training may differ.
+    let o = run(&as_strs(&tiny(
+        dir,
+        &[
+            "--resume",
+            "--checkpoint-every",
+            "3",
+            "--knn-every",
+            "2",
+            "--workers",
+            "2",
+        ],
+    )));
+    assert_eq!(check_error_shape(&o, "harmless"), 0, "{}", stderr(&o));
+    let o = run(&as_strs(&tiny(dir, &["--extend", "--epochs", "2"])));
+    assert_eq!(check_error_shape(&o, "extend"), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("extending the run from 1 to 2 epochs"),
+        "{}",
+        stderr(&o)
+    );
+    let run_dir = scratch().join(dir);
+    assert!(run_dir.join("checkpoints/epoch-0002/meta.json").is_file());
+    // The evaluation of the run, and its option checks.
+    let o = run(&[
+        "eval",
+        "--run-dir",
+        dir,
+        "--probe-epochs",
+        "1",
+        "--data",
+        data().to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "eval"), 0, "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("linear probe"));
+    for value in ["0", "-1", "NaN", "1e400"] {
+        let o = run(&["eval", "--run-dir", dir, "--probe-lr", value]);
+        let code = check_error_shape(&o, value);
+        assert_eq!(code, 2, "--probe-lr {value}\n{}", stderr(&o));
+    }
+}

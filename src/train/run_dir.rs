@@ -1,0 +1,246 @@
+//! The run directory: what a directory holds, whether a run may start or resume there, and the
+//! run's configuration as one typed record ([`RunRecord`], saved as `config.json` and inside
+//! every checkpoint).
+//!
+//! The rules, checked before any work is done:
+//!
+//! | the directory | a fresh start | `resume` |
+//! |---|---|---|
+//! | missing or empty | starts | starts afresh (nothing to resume) |
+//! | a run: our `config.json`, or `checkpoints/` with `epoch-*` or `latest` | refused | continues from the newest valid checkpoint |
+//! | anything else that is not empty | refused, naming what it holds | refused |
+//!
+//! A resume compares the saved configuration with the one given and names every setting that
+//! differs with both values. Settings that do not change the training may differ
+//! ([`RESUMABLE_CHANGES`]); more epochs are allowed on purpose with `extend`.
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::checkpoint::{files, io_error, CheckpointDir};
+use super::{TrainConfig, TrainError};
+use crate::augment::PipelineConfig;
+use crate::data::LoaderConfig;
+
+/// The `format` field of every run record: what marks a directory as a run of this crate.
+pub const RUN_FORMAT: &str = "curriculum-ssl run";
+
+/// Settings that may differ on resume: they do not change what is trained.
+pub const RESUMABLE_CHANGES: [&str; 5] = [
+    "train.checkpoint_every",
+    "train.knn_every",
+    "train.progress_bar",
+    "loader.workers",
+    "loader.prefetch",
+];
+
+/// A planned run made longer on purpose: at step `at_step` the run of `from_epochs` epochs
+/// became one of `to_epochs` epochs, and the learning-rate schedule was re-planned from there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Extension {
+    /// The first step trained under the new plan.
+    pub at_step: usize,
+    /// Epochs planned before.
+    pub from_epochs: usize,
+    /// Epochs planned after.
+    pub to_epochs: usize,
+}
+
+/// Everything that defines a run, as saved in `config.json` and in each checkpoint's
+/// `run.json`: the trainer's settings, the loader, the augmentation, the extensions of the plan,
+/// and the caller's own description `run` (method, backbone, data; typed by the caller, e.g. a
+/// recipe's settings struct).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord<R = serde_json::Value> {
+    /// Always [`RUN_FORMAT`].
+    pub format: String,
+    /// The trainer's settings.
+    pub train: TrainConfig,
+    /// The loader's settings.
+    pub loader: LoaderConfig,
+    /// The augmentation.
+    pub augmentation: PipelineConfig,
+    /// Extensions of the plan, oldest first.
+    #[serde(default)]
+    pub extensions: Vec<Extension>,
+    /// The caller's description of the run.
+    pub run: R,
+}
+
+impl<R: DeserializeOwned> RunRecord<R> {
+    /// Reads the record of a run directory (`config.json`).
+    ///
+    /// # Errors
+    /// If it is missing, unreadable, or not a run record of this crate.
+    pub fn read(run_dir: &Path) -> Result<Self, TrainError> {
+        Self::read_file(&run_dir.join(files::CONFIG))
+    }
+
+    /// Reads a record from a file (`config.json`, or a checkpoint's `run.json`).
+    ///
+    /// # Errors
+    /// If it is missing, unreadable, or not a run record of this crate.
+    pub fn read_file(path: &Path) -> Result<Self, TrainError> {
+        let text = fs::read(path).map_err(|e| TrainError::Run {
+            path: path.to_path_buf(),
+            reason: super::checkpoint::describe_io(&e),
+        })?;
+        let not_ours = |reason: String| TrainError::Run {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let value: serde_json::Value =
+            serde_json::from_slice(&text).map_err(|e| not_ours(format!("not JSON ({e})")))?;
+        if value.get("format").and_then(|f| f.as_str()) != Some(RUN_FORMAT) {
+            return Err(not_ours(format!(
+                "not the configuration of a curriculum-ssl run (no \"format\": \"{RUN_FORMAT}\")"
+            )));
+        }
+        serde_json::from_value(value).map_err(|e| not_ours(format!("unreadable run record: {e}")))
+    }
+}
+
+/// What a directory holds, as far as starting a run there is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DirState {
+    /// Missing or empty: a run may start.
+    Empty,
+    /// A run of this crate (its `config.json`, or checkpoints).
+    Run {
+        /// Whether `config.json` is there and is ours.
+        has_config: bool,
+        /// Whether `checkpoints/` holds any checkpoint or a `latest` pointer.
+        has_checkpoints: bool,
+    },
+    /// Not empty and not a run: a few of its entries, for the message.
+    Foreign(Vec<String>),
+}
+
+/// Looks at a directory before a run starts or resumes there.
+///
+/// # Errors
+/// If the path is a file, or cannot be read (permission denied is said so).
+pub fn inspect(dir: &Path) -> Result<DirState, TrainError> {
+    let read = match fs::read_dir(dir) {
+        Ok(read) => read,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(DirState::Empty),
+        Err(_) if dir.is_file() => {
+            return Err(TrainError::Run {
+                path: dir.to_path_buf(),
+                reason: "is a file, not a directory".into(),
+            })
+        }
+        Err(e) => return Err(io_error(dir, e)),
+    };
+    let mut names = Vec::new();
+    for entry in read {
+        let entry = entry.map_err(|e| io_error(dir, e))?;
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    if names.is_empty() {
+        return Ok(DirState::Empty);
+    }
+    names.sort();
+    let has_config = RunRecord::<serde_json::Value>::read(dir).is_ok();
+    let has_checkpoints = CheckpointDir::new(dir).holds_checkpoints()?;
+    if has_config || has_checkpoints {
+        return Ok(DirState::Run {
+            has_config,
+            has_checkpoints,
+        });
+    }
+    names.truncate(5);
+    Ok(DirState::Foreign(names))
+}
+
+/// A setting that differs between a run's saved configuration and the one given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Difference {
+    /// Its path in the run record, e.g. `train.lr` or `run.settings.backbone`.
+    pub setting: String,
+    /// The run's value (JSON), `absent` if it had none.
+    pub run: String,
+    /// The given value (JSON), `absent` if none.
+    pub given: String,
+}
+
+impl std::fmt::Display for Difference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: run {}, given {}",
+            self.setting, self.run, self.given
+        )
+    }
+}
+
+/// Every leaf setting where `given` differs from `saved`, by path.
+pub fn differences(saved: &serde_json::Value, given: &serde_json::Value) -> Vec<Difference> {
+    fn walk(
+        path: &str,
+        a: Option<&serde_json::Value>,
+        b: Option<&serde_json::Value>,
+        out: &mut Vec<Difference>,
+    ) {
+        use serde_json::Value::Object;
+        match (a, b) {
+            (Some(Object(x)), Some(Object(y))) => {
+                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                for k in keys {
+                    let sub = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(&sub, x.get(k), y.get(k), out);
+                }
+            }
+            (a, b) if a == b => {}
+            (a, b) => {
+                let show = |v: Option<&serde_json::Value>| {
+                    v.map_or("absent".to_string(), |v| v.to_string())
+                };
+                out.push(Difference {
+                    setting: path.to_string(),
+                    run: show(a),
+                    given: show(b),
+                });
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk("", Some(saved), Some(given), &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn differences_name_each_leaf_with_both_values() {
+        let saved =
+            json!({"train": {"lr": 0.2, "epochs": 10}, "run": {"settings": {"backbone": "Small"}}});
+        let given = json!({"train": {"lr": 0.05, "epochs": 10}, "run": {"settings": {"backbone": "Resnet18", "x": 1}}});
+        let d: Vec<String> = differences(&saved, &given)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            d,
+            [
+                "run.settings.backbone: run \"Small\", given \"Resnet18\"",
+                "run.settings.x: run absent, given 1",
+                "train.lr: run 0.2, given 0.05",
+            ]
+        );
+        assert!(differences(&saved, &saved).is_empty());
+    }
+}
