@@ -287,3 +287,45 @@ fn resume_names_the_options_that_differ_and_extend_makes_the_run_longer() {
         assert_eq!(code, 2, "--probe-lr {value}\n{}", stderr(&o));
     }
 }
+
+/// A data directory the user may not read is reported as "permission denied", not as missing
+/// files. As root (CI) the binary runs as `nobody` through `setpriv`, since root reads anything.
+#[test]
+fn an_unreadable_data_directory_is_reported_as_permission_denied() {
+    use std::os::unix::fs::PermissionsExt;
+    let locked = scratch().join("locked");
+    std::fs::create_dir_all(&locked).unwrap();
+    for f in std::fs::read_dir(data()).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, locked.join(f.file_name().unwrap())).unwrap();
+    }
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let uid = Command::new("id").arg("-u").output().unwrap();
+    let root = String::from_utf8_lossy(&uid.stdout).trim() == "0";
+    let args = [
+        "light_moco",
+        "--data",
+        locked.to_str().unwrap(),
+        "--run-dir",
+        "locked-run",
+    ];
+    let o = if root {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_recipe"))
+            .args(args)
+            .current_dir("/")
+            .output()
+            .expect("setpriv (util-linux) runs the binary as nobody")
+    } else {
+        run(&args)
+    };
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let code = check_error_shape(&o, "locked");
+    assert_eq!(code, 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).to_lowercase().contains("permission denied"),
+        "{}",
+        stderr(&o)
+    );
+}

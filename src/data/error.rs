@@ -15,6 +15,12 @@ pub enum DataError {
         /// The directory that was looked for.
         path: PathBuf,
     },
+    /// A path that was expected to be a directory is a file.
+    #[error("{}: not a directory", .path.display())]
+    NotADirectory {
+        /// The path given.
+        path: PathBuf,
+    },
     /// A file that was expected to exist does not (none of the accepted names was found).
     #[error("{}: file not found{}", .path.display(), also_tried(.tried))]
     MissingFile {
@@ -167,6 +173,7 @@ impl DataError {
     pub fn path(&self) -> &Path {
         match self {
             DataError::MissingDirectory { path }
+            | DataError::NotADirectory { path }
             | DataError::MissingFile { path, .. }
             | DataError::Io { path, .. }
             | DataError::Truncated { path, .. }
@@ -185,11 +192,17 @@ impl DataError {
 
 /// Checks that `dir` exists and is a directory.
 pub(crate) fn require_dir(dir: &Path) -> Result<(), DataError> {
-    if dir.is_dir() {
-        Ok(())
-    } else {
-        Err(DataError::MissingDirectory {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(DataError::NotADirectory {
             path: dir.to_path_buf(),
-        })
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(DataError::MissingDirectory {
+            path: dir.to_path_buf(),
+        }),
+        Err(source) => Err(DataError::Io {
+            path: dir.to_path_buf(),
+            source,
+        }),
     }
 }

@@ -218,8 +218,13 @@ pub(crate) fn find_file(dir: &Path, stems: &[String]) -> Result<PathBuf, DataErr
     for stem in stems {
         for name in [stem.clone(), format!("{stem}.gz")] {
             let p = dir.join(&name);
-            if p.is_file() {
-                return Ok(p);
+            match std::fs::metadata(&p) {
+                Ok(m) if m.is_file() => return Ok(p),
+                // A file that is there but cannot be looked at is not "not found".
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    return Err(DataError::Io { path: p, source: e })
+                }
+                _ => {}
             }
             tried.push(name);
         }

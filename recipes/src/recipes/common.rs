@@ -257,15 +257,18 @@ pub struct Data {
     pub test: ImageArray,
 }
 
-/// Loads the data of a directory, or the embedded subset.
+/// Loads the data of a directory, or the embedded subset. (The readers' errors name the file,
+/// so the context only says which split was being read.)
 pub fn load_data(dir: Option<&Path>) -> Result<Data> {
-    let what = dir.map_or("the embedded subset".to_string(), |d| {
-        d.display().to_string()
-    });
+    let what = if dir.is_some() {
+        ""
+    } else {
+        " of the embedded subset"
+    };
     let train = load_or_embedded(dir, Split::Train)
-        .with_context(|| format!("loading the training images of {what}"))?;
+        .with_context(|| format!("loading the training images{what}"))?;
     let test = load_or_embedded(dir, Split::Test)
-        .with_context(|| format!("loading the test images of {what}"))?;
+        .with_context(|| format!("loading the test images{what}"))?;
     Ok(Data { train, test })
 }
 
