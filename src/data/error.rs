@@ -64,6 +64,18 @@ pub enum DataError {
         /// Bytes present.
         found: u64,
     },
+    /// A compressed file inflates to more than its header (or its format) allows: a foreign or
+    /// corrupt file, or a decompression bomb. Decompression stops at the limit, so the rest of
+    /// the stream is neither inflated nor counted.
+    #[error("{}: decompresses to more than {limit} bytes, the most {what}", .path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Where the limit comes from, e.g. "its IDX header dimensions [2, 28, 28] allow".
+        what: String,
+        /// Bytes allowed.
+        limit: u64,
+    },
     /// An IDX file starts with another magic number than the one for its kind.
     #[error("{}: wrong IDX magic number 0x{found:08x}, expected 0x{expected:08x} ({what})", .path.display())]
     BadMagic {
@@ -178,6 +190,7 @@ impl DataError {
             | DataError::Io { path, .. }
             | DataError::Truncated { path, .. }
             | DataError::UnexpectedLength { path, .. }
+            | DataError::TooLarge { path, .. }
             | DataError::BadMagic { path, .. }
             | DataError::BadHeader { path, .. }
             | DataError::LabelOutOfRange { path, .. }

@@ -503,9 +503,13 @@ pub fn load_backbone<B: Backend, M: Module<B>>(
     let dir = resolve_checkpoint(path)?;
     let meta = read_meta(&dir)?;
     let file = dir.join(files::BACKBONE);
-    check_shapes(&file, &meta.backbone_shapes, &shapes(&backbone))?;
+    let expected = shapes(&backbone);
+    check_shapes(&file, &meta.backbone_shapes, &expected)?;
     let record = read_record::<B, M::Record>(&file, device)?;
-    Ok(backbone.load_record(record))
+    let loaded = backbone.load_record(record);
+    // The record's own tensors must have the shapes meta.json promised.
+    check_shapes(&file, &shapes(&loaded), &expected)?;
+    Ok(loaded)
 }
 
 /// Shapes of every float parameter of a module, in visiting order.

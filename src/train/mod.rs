@@ -601,14 +601,12 @@ where
             )));
         }
         let online_file = dir.join(files::ONLINE);
-        check_shapes(
-            &online_file,
-            &meta.online_shapes,
-            &shapes(self.method.online()),
-        )?;
+        let expected = shapes(self.method.online());
+        check_shapes(&online_file, &meta.online_shapes, &expected)?;
         let record =
             read_record::<B, <S::Online as Module<B>>::Record>(&online_file, &self.device)?;
         let online = self.method.online().clone().load_record(record);
+        check_shapes(&online_file, &shapes(&online), &expected)?;
         self.method.set_online(online);
         let state = read_record::<B, S::State>(&dir.join(files::METHOD), &self.device)?;
         self.method
