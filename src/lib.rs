@@ -8,6 +8,8 @@
 //!   weighting, Huber-regularised NT-Xent, soft-target cross-entropy, magnet loss.
 //! - [`method`]: SimCLR, MoCo v1/v2, Light-MoCo, BYOL, SimSiam behind one `SslMethod` trait, with
 //!   the key queue and the EMA update.
+//! - [`curriculum`]: schedulers (k-step, linear, cosine, constant, a user's function) and the
+//!   knobs they drive (MICO's curriculum Mixup).
 //! - [`head`]: projection and prediction MLP heads.
 //! - [`optim`]: SGD with PyTorch semantics, LARS, warm-up + cosine learning rate.
 //! - [`eval`]: frozen features, the weighted kNN monitor and the linear probe.
@@ -24,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod augment;
+pub mod curriculum;
 pub mod data;
 pub mod error;
 pub mod eval;

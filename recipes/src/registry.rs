@@ -27,6 +27,11 @@ pub fn registry() -> Vec<RecipeEntry> {
             run: moco_v2::run,
         },
         RecipeEntry {
+            name: "moco_v1",
+            summary: "MoCo v1: linear head, InfoNCE against a queue (tau 0.07), momentum key encoder",
+            run: moco_v1::run,
+        },
+        RecipeEntry {
             name: "simclr",
             summary: "SimCLR: BN projector, NT-Xent (tau 0.2)",
             run: simclr::run,
@@ -40,6 +45,46 @@ pub fn registry() -> Vec<RecipeEntry> {
             name: "simsiam",
             summary: "SimSiam: projector + predictor, stop-gradient",
             run: simsiam::run,
+        },
+        RecipeEntry {
+            name: "mixup_simsiam",
+            summary: "MICO Table 1 baseline: SimSiam with plain Mixup of the positive pair (lambda 0.5)",
+            run: mico::mixup_simsiam,
+        },
+        RecipeEntry {
+            name: "mico_simsiam",
+            summary: "MICO Table 1: SimSiam with curriculum Mixup (4-step lambda 0.2-0.8 per epoch)",
+            run: mico::mico_simsiam,
+        },
+        RecipeEntry {
+            name: "mixup_byol",
+            summary: "MICO Table 1 baseline: BYOL with plain Mixup of the positive pair (lambda 0.5)",
+            run: mico::mixup_byol,
+        },
+        RecipeEntry {
+            name: "mico_byol",
+            summary: "MICO Table 1: BYOL with curriculum Mixup (4-step lambda 0.2-0.8 per epoch)",
+            run: mico::mico_byol,
+        },
+        RecipeEntry {
+            name: "mixup_simclr",
+            summary: "MICO Table 1 baseline: SimCLR with plain Mixup of the positive pair (lambda 0.5)",
+            run: mico::mixup_simclr,
+        },
+        RecipeEntry {
+            name: "mico_simclr",
+            summary: "MICO Table 1: SimCLR with curriculum Mixup (4-step lambda 0.2-0.8 per epoch)",
+            run: mico::mico_simclr,
+        },
+        RecipeEntry {
+            name: "mixup_moco",
+            summary: "MICO Table 1 baseline: MoCo v2 with plain Mixup of the positive pair (lambda 0.5)",
+            run: mico::mixup_moco,
+        },
+        RecipeEntry {
+            name: "mico_moco",
+            summary: "MICO Table 1: MoCo v2 with curriculum Mixup (4-step lambda 0.2-0.8 per epoch)",
+            run: mico::mico_moco,
         },
         RecipeEntry {
             name: "eval",

@@ -329,3 +329,53 @@ fn an_unreadable_data_directory_is_reported_as_permission_denied() {
         stderr(&o)
     );
 }
+
+/// Every MICO recipe (and MoCo v1) runs on the tiny data (two steps) and writes its run
+/// directory, with the λ of each step in steps.csv.
+#[test]
+fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
+    for name in [
+        "moco_v1",
+        "mixup_simsiam",
+        "mico_simsiam",
+        "mixup_byol",
+        "mico_byol",
+        "mixup_simclr",
+        "mico_simclr",
+        "mixup_moco",
+        "mico_moco",
+    ] {
+        let mut args = tiny(&format!("smoke-{name}"), &[]);
+        args[0] = name.to_string();
+        let o = run(&as_strs(&args));
+        assert_eq!(check_error_shape(&o, name), 0, "{name}\n{}", stderr(&o));
+        let dir = scratch().join(format!("smoke-{name}"));
+        let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+        assert_eq!(steps.lines().count(), 3, "{name}: two steps\n{steps}");
+        assert!(
+            dir.join("checkpoints/epoch-0001/meta.json").is_file(),
+            "{name}"
+        );
+        let header = steps.lines().next().unwrap();
+        if name.starts_with("mi") {
+            assert!(header.ends_with("mixup_lambda"), "{name}: {header}");
+            let lambda = steps.lines().nth(1).unwrap().rsplit(',').next().unwrap();
+            let expected = if name.starts_with("mico") {
+                "2e-1"
+            } else {
+                "5e-1"
+            };
+            assert_eq!(lambda, expected, "{name}");
+        }
+    }
+    // The easy-to-hard order starts at 0.8; a recipe without mixup refuses the option.
+    let mut args = tiny("smoke-reverse", &["--easy-to-hard"]);
+    args[0] = "mico_simclr".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "reverse"), 0, "{}", stderr(&o));
+    let steps = std::fs::read_to_string(scratch().join("smoke-reverse/steps.csv")).unwrap();
+    assert!(steps.lines().nth(1).unwrap().ends_with(",8e-1"), "{steps}");
+    let o = run(&as_strs(&tiny("smoke-no-mixup", &["--easy-to-hard"])));
+    assert_eq!(check_error_shape(&o, "no mixup"), 2);
+    assert!(stderr(&o).contains("schedules no mixup"), "{}", stderr(&o));
+}

@@ -17,11 +17,13 @@ use super::blur::RandomGaussianBlur;
 use super::colour::{ColorJitter, RandomGrayscale};
 use super::crop::RandomResizedCrop;
 use super::flip::RandomHorizontalFlip;
-use super::mixup::Mixup;
+use super::mixup::{Mixup, MixupLambda};
 use super::normalize::{self, Normalize};
 use super::solarize::RandomSolarize;
+use crate::curriculum::{MixupCurriculum, MixupCurriculumConfig, MixupSchedule};
 use crate::data::loader::mix_seed;
 use crate::error::{non_negative, ConfigError};
+use crate::method::Progress;
 
 /// The operations of one view; `None` switches an operation off.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,6 +67,10 @@ pub struct PipelineConfig {
     pub strength: f64,
     /// Mixup: when set, the second view is replaced by `λ·view1 + (1 − λ)·view2`.
     pub mixup: Option<Mixup>,
+    /// A mixup curriculum (MICO): λ (or Beta's α) scheduled over training; exclusive with
+    /// `mixup`.
+    #[serde(default)]
+    pub mixup_curriculum: Option<MixupCurriculumConfig>,
     /// Seed of the per-sample random choices.
     pub seed: u64,
 }
@@ -172,6 +178,7 @@ impl PipelineConfig {
             view2,
             strength: 1.0,
             mixup: None,
+            mixup_curriculum: None,
             seed: 0,
         }
     }
@@ -221,8 +228,18 @@ impl PipelineConfig {
                 n.validate_for(channels)?;
             }
         }
+        let mixes = self.mixup.is_some() || self.mixup_curriculum.is_some();
+        if self.mixup.is_some() && self.mixup_curriculum.is_some() {
+            return Err(ConfigError::new(
+                "mixup_curriculum",
+                "a fixed mixup and a mixup curriculum cannot both be set",
+            ));
+        }
+        if let Some(c) = &self.mixup_curriculum {
+            c.init()?;
+        }
         if let (Some(a), Some(b)) = (&self.view1.crop, &self.view2.crop) {
-            if self.mixup.is_some() && a.size != b.size {
+            if mixes && a.size != b.size {
                 return Err(ConfigError::new(
                     "mixup",
                     format!(
@@ -241,9 +258,15 @@ impl PipelineConfig {
     /// Validates and builds the augmenter for images with `channels` channels.
     pub fn init(self, channels: usize) -> Result<Augmenter, ConfigError> {
         self.validate(channels)?;
+        let mixup_schedule = self
+            .mixup_curriculum
+            .as_ref()
+            .map(|c| c.init())
+            .transpose()?;
         Ok(Augmenter {
             config: self,
             channels,
+            mixup_schedule,
         })
     }
 }
@@ -257,6 +280,8 @@ pub struct TwoViews<B: Backend> {
     pub view2: Tensor<B, 4>,
     /// The λ of each sample when mixup is on.
     pub lambdas: Option<Vec<f32>>,
+    /// The scheduled knobs of this batch, by name (e.g. `mixup_lambda`), for the logs.
+    pub knobs: Vec<(&'static str, f64)>,
 }
 
 /// A validated pipeline. Cheap to clone; holds no random state (see the module docs).
@@ -264,6 +289,7 @@ pub struct TwoViews<B: Backend> {
 pub struct Augmenter {
     config: PipelineConfig,
     channels: usize,
+    mixup_schedule: Option<MixupSchedule>,
 }
 
 impl Augmenter {
@@ -279,6 +305,14 @@ impl Augmenter {
         c.validate(self.channels)?;
         self.config = c;
         Ok(())
+    }
+
+    /// Drives the mixup by a curriculum (for example one with a user's own scheduler); replaces
+    /// the configured one.
+    pub fn with_mixup_schedule(mut self, schedule: MixupSchedule) -> Self {
+        self.config.mixup = None;
+        self.mixup_schedule = Some(schedule);
+        self
     }
 
     /// Sets the mixup (e.g. a scheduled λ), checking it.
@@ -344,13 +378,44 @@ impl Augmenter {
     }
 
     /// Two views of the batch `x` (`[N, C, H, W]`, floats in `[0, 1]`), reproducible from
-    /// `(seed, key)`.
+    /// `(seed, key)`. A mixup curriculum reads its value at step `key` of a one-epoch run; the
+    /// trainer calls [`Augmenter::two_views_at`] with the real progress.
     pub fn two_views<B: Backend>(&self, x: Tensor<B, 4>, key: u64) -> TwoViews<B> {
-        let mut rng = self.rng(key);
+        let step = key as usize;
+        self.two_views_at(
+            x,
+            Progress {
+                step,
+                total_steps: step + 1,
+                epoch: 0,
+                total_epochs: 1,
+            },
+        )
+    }
+
+    /// Two views of the batch `x` at `progress` (draws keyed by `progress.step`): the scheduled
+    /// knobs (the mixup curriculum) take their value at `progress` and are reported in
+    /// [`TwoViews::knobs`].
+    pub fn two_views_at<B: Backend>(&self, x: Tensor<B, 4>, progress: Progress) -> TwoViews<B> {
+        let mut rng = self.rng(progress.step as u64);
         let n = x.dims()[0];
         let view1 = self.view(&self.config.view1, x.clone(), &mut rng);
         let view2 = self.view(&self.config.view2, x, &mut rng);
-        match &self.config.mixup {
+        let mut knobs = Vec::new();
+        let mixup = match &self.mixup_schedule {
+            Some(schedule) => {
+                let draw = schedule.draw(progress, &mut rng);
+                knobs.push((schedule.knob(), draw.scheduled));
+                if schedule.mode() == MixupCurriculum::BetaAlpha {
+                    knobs.push(("mixup_lambda", draw.lambda));
+                }
+                Some(Mixup {
+                    lambda: MixupLambda::Fixed(draw.lambda),
+                })
+            }
+            None => self.config.mixup,
+        };
+        match mixup {
             Some(m) => {
                 let lambdas = m.sample(&mut rng, n);
                 let mixed = m.apply(view1.clone(), view2, &lambdas);
@@ -358,12 +423,14 @@ impl Augmenter {
                     view1,
                     view2: mixed,
                     lambdas: Some(lambdas),
+                    knobs,
                 }
             }
             None => TwoViews {
                 view1,
                 view2,
                 lambdas: None,
+                knobs,
             },
         }
     }

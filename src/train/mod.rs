@@ -702,14 +702,15 @@ where
 
     /// One optimiser step on a batch: augmentation, forward (stochastic layers seeded by the
     /// step), backward, optimiser step, one read-back of the loss and statistics, and the
-    /// method's after-step update. Returns the loss and statistics.
+    /// method's after-step update. Returns the loss, then the method's statistics and the
+    /// augmenter's scheduled knobs.
     fn train_step(
         &mut self,
         images: Tensor<B::InnerBackend, 4>,
         progress: Progress,
         lr: f64,
     ) -> Result<(f64, Vec<(String, f64)>), TrainError> {
-        let views = self.augmenter.two_views(images, progress.step as u64);
+        let views = self.augmenter.two_views_at(images, progress);
         let seed = mix_seed(self.record.train.seed, progress.step as u64);
         let method = &mut self.method;
         let out = crate::seed::with_seed::<B, _>(&self.device, seed, || {
@@ -746,6 +747,7 @@ where
             .iter()
             .zip(&host[1..])
             .map(|((name, _), v)| (name.to_string(), *v))
+            .chain(views.knobs.iter().map(|(name, v)| (name.to_string(), *v)))
             .collect();
         Ok((loss, stats))
     }
@@ -799,7 +801,7 @@ where
                 ];
                 row.extend(stats.iter().map(|(_, v)| format!("{v:e}")));
                 self.steps_log.append(&header, &row)?;
-                bar.update(epoch, epochs, step, loss, lr, images_per_s);
+                bar.update(epoch, epochs, step, loss, lr, images_per_s, &stats);
                 loss_sum += loss;
                 images += batch.len;
                 summary.steps.push(StepRecord {

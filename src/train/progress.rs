@@ -48,7 +48,8 @@ impl ProgressBar {
         self.started.elapsed().mul_f64(left as f64 / done as f64)
     }
 
-    /// Redraws the line (at most ten times a second).
+    /// Redraws the line (at most ten times a second), with the method's statistics and the
+    /// scheduled knobs.
     #[allow(clippy::too_many_arguments)]
     pub fn update(
         &mut self,
@@ -58,6 +59,7 @@ impl ProgressBar {
         loss: f64,
         lr: f64,
         images_per_s: f64,
+        values: &[(String, f64)],
     ) {
         if !self.enabled {
             return;
@@ -74,10 +76,14 @@ impl ProgressBar {
         let width = 24;
         let filled = ((step + 1) * width / self.total_steps.max(1)).min(width);
         let bar: String = "█".repeat(filled) + &"░".repeat(width - filled);
+        let values: String = values
+            .iter()
+            .map(|(name, v)| format!(" {name} {v:.4}"))
+            .collect();
         let mut err = std::io::stderr().lock();
         let _ = write!(
             err,
-            "\r\x1b[2Kepoch {}/{epochs} {bar} {}/{} loss {loss:.4} lr {lr:.3e} {images_per_s:.1} img/s ETA {}",
+            "\r\x1b[2Kepoch {}/{epochs} {bar} {}/{} loss {loss:.4} lr {lr:.3e}{values} {images_per_s:.1} img/s ETA {}",
             epoch + 1,
             step + 1,
             self.total_steps,

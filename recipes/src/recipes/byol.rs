@@ -15,21 +15,28 @@ use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::method::ByolConfig;
 use curriculum_ssl::optim::SgdConfig;
 
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults, Prepared, Train};
+
+/// The recipe's defaults.
+pub fn defaults() -> Defaults {
+    Defaults {
+        recipe: "byol",
+        epochs: 20,
+        batch_size: 128,
+        lr: 0.1,
+        warmup_epochs: 0,
+        preset: PipelineConfig::byol,
+        mixup: None,
+    }
+}
 
 /// Runs the recipe.
 pub fn run(args: &[String]) -> Result<()> {
-    let recipe = common::prepare(
-        args,
-        Defaults {
-            recipe: "byol",
-            epochs: 20,
-            batch_size: 128,
-            lr: 0.1,
-            warmup_epochs: 0,
-            preset: PipelineConfig::byol,
-        },
-    )?;
+    train(common::prepare(args, defaults())?)
+}
+
+/// Builds the method for a prepared recipe and trains it (shared with the MICO variants).
+pub fn train(recipe: Prepared) -> Result<()> {
     let config = ByolConfig::new();
     let backbone = recipe.backbone_config();
     let method = recipe.init(|d| config.init(|d| backbone.init::<Train>(d), d))?;

@@ -8,6 +8,7 @@ use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use clap::{Parser, ValueEnum};
 use curriculum_ssl::augment::{Augmenter, PipelineConfig};
+use curriculum_ssl::curriculum::MixupCurriculumConfig;
 use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
@@ -99,6 +100,10 @@ pub struct RecipeArgs {
     /// Checkpoint every N epochs (0: only at the end).
     #[arg(long, default_value_t = 5)]
     pub checkpoint_every: usize,
+    /// Curriculum recipes (mico_*): run the schedule from easy to hard (λ 0.8 → 0.2), the
+    /// reverse of the paper's order.
+    #[arg(long)]
+    pub easy_to_hard: bool,
     /// Loader threads (at most four per core).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
@@ -302,6 +307,19 @@ pub struct Defaults {
     pub warmup_epochs: usize,
     /// Augmentation preset.
     pub preset: fn(usize, usize) -> PipelineConfig,
+    /// Mixup of the positive pair (MICO), if the recipe uses one.
+    pub mixup: Option<MixupCurriculumConfig>,
+}
+
+impl Defaults {
+    /// The same recipe under another name, with a mixup of the positive pair.
+    pub fn with_mixup(self, recipe: &'static str, mixup: MixupCurriculumConfig) -> Self {
+        Self {
+            recipe,
+            mixup: Some(mixup),
+            ..self
+        }
+    }
 }
 
 /// Everything a training recipe starts from: its options, settings, device, data and pipeline.
@@ -330,9 +348,22 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     );
     settings.warmup_epochs = defaults.warmup_epochs.min(settings.epochs);
     validate(&settings, &args)?;
+    let mut mixup = defaults.mixup;
+    if args.easy_to_hard {
+        match &mut mixup {
+            Some(m) => m.schedule = m.schedule.reversed(),
+            None => {
+                return Err(usage(format!(
+                    "--easy-to-hard: recipe `{}` schedules no mixup",
+                    defaults.recipe
+                )))
+            }
+        }
+    }
     let device = Device::default();
     let data = load_data(settings.data.as_deref())?;
-    let pipeline = pipeline(defaults.preset, &data, settings.seed);
+    let mut pipeline = pipeline(defaults.preset, &data, settings.seed);
+    pipeline.mixup_curriculum = mixup;
     Ok(Prepared {
         args,
         settings,

@@ -16,21 +16,28 @@ use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::method::MoCoConfig;
 use curriculum_ssl::optim::SgdConfig;
 
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults, Prepared, Train};
+
+/// The recipe's defaults.
+pub fn defaults() -> Defaults {
+    Defaults {
+        recipe: "light_moco",
+        epochs: 20,
+        batch_size: 128,
+        lr: 0.2,
+        warmup_epochs: 5,
+        preset: PipelineConfig::moco_v2,
+        mixup: None,
+    }
+}
 
 /// Runs the recipe.
 pub fn run(args: &[String]) -> Result<()> {
-    let recipe = common::prepare(
-        args,
-        Defaults {
-            recipe: "light_moco",
-            epochs: 20,
-            batch_size: 128,
-            lr: 0.2,
-            warmup_epochs: 5,
-            preset: PipelineConfig::moco_v2,
-        },
-    )?;
+    train(common::prepare(args, defaults())?)
+}
+
+/// Builds the method for a prepared recipe and trains it (shared with the MICO variants).
+pub fn train(recipe: Prepared) -> Result<()> {
     let config = MoCoConfig::light_moco().with_queue_size(4096);
     let backbone = recipe.backbone_config();
     let batch_size = recipe.settings.batch_size;

@@ -14,21 +14,28 @@ use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::method::MoCoConfig;
 use curriculum_ssl::optim::SgdConfig;
 
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults, Prepared, Train};
+
+/// The recipe's defaults.
+pub fn defaults() -> Defaults {
+    Defaults {
+        recipe: "moco_v2",
+        epochs: 20,
+        batch_size: 128,
+        lr: 0.06,
+        warmup_epochs: 0,
+        preset: PipelineConfig::moco_v2,
+        mixup: None,
+    }
+}
 
 /// Runs the recipe.
 pub fn run(args: &[String]) -> Result<()> {
-    let recipe = common::prepare(
-        args,
-        Defaults {
-            recipe: "moco_v2",
-            epochs: 20,
-            batch_size: 128,
-            lr: 0.06,
-            warmup_epochs: 0,
-            preset: PipelineConfig::moco_v2,
-        },
-    )?;
+    train(common::prepare(args, defaults())?)
+}
+
+/// Builds the method for a prepared recipe and trains it (shared with the MICO variants).
+pub fn train(recipe: Prepared) -> Result<()> {
     let config = MoCoConfig::moco_v2()
         .with_momentum(0.99)
         .with_queue_size(4096);

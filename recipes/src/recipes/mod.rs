@@ -4,6 +4,8 @@ pub mod byol;
 pub mod common;
 pub mod eval;
 pub mod light_moco;
+pub mod mico;
+pub mod moco_v1;
 pub mod moco_v2;
 pub mod simclr;
 pub mod simsiam;

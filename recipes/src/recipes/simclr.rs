@@ -15,21 +15,28 @@ use curriculum_ssl::loss::NtXentLossConfig;
 use curriculum_ssl::method::{PairLossConfig, SimClrConfig};
 use curriculum_ssl::optim::SgdConfig;
 
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults, Prepared, Train};
+
+/// The recipe's defaults.
+pub fn defaults() -> Defaults {
+    Defaults {
+        recipe: "simclr",
+        epochs: 20,
+        batch_size: 128,
+        lr: 0.3,
+        warmup_epochs: 0,
+        preset: PipelineConfig::simclr,
+        mixup: None,
+    }
+}
 
 /// Runs the recipe.
 pub fn run(args: &[String]) -> Result<()> {
-    let recipe = common::prepare(
-        args,
-        Defaults {
-            recipe: "simclr",
-            epochs: 20,
-            batch_size: 128,
-            lr: 0.3,
-            warmup_epochs: 0,
-            preset: PipelineConfig::simclr,
-        },
-    )?;
+    train(common::prepare(args, defaults())?)
+}
+
+/// Builds the method for a prepared recipe and trains it (shared with the MICO variants).
+pub fn train(recipe: Prepared) -> Result<()> {
     let config = SimClrConfig::new().with_loss(PairLossConfig::NtXent(
         NtXentLossConfig::new().with_temperature(0.2),
     ));

@@ -14,21 +14,28 @@ use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::method::SimSiamConfig;
 use curriculum_ssl::optim::SgdConfig;
 
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults, Prepared, Train};
+
+/// The recipe's defaults.
+pub fn defaults() -> Defaults {
+    Defaults {
+        recipe: "simsiam",
+        epochs: 20,
+        batch_size: 128,
+        lr: 0.06,
+        warmup_epochs: 0,
+        preset: PipelineConfig::simclr,
+        mixup: None,
+    }
+}
 
 /// Runs the recipe.
 pub fn run(args: &[String]) -> Result<()> {
-    let recipe = common::prepare(
-        args,
-        Defaults {
-            recipe: "simsiam",
-            epochs: 20,
-            batch_size: 128,
-            lr: 0.06,
-            warmup_epochs: 0,
-            preset: PipelineConfig::simclr,
-        },
-    )?;
+    train(common::prepare(args, defaults())?)
+}
+
+/// Builds the method for a prepared recipe and trains it (shared with the MICO variants).
+pub fn train(recipe: Prepared) -> Result<()> {
     let config = SimSiamConfig::new();
     let method = recipe.init(|d| config.init(recipe.backbone_config().init(d), d))?;
     let optimizer = SgdConfig::new().init::<Train, _>()?;

@@ -1,0 +1,63 @@
+//! `moco_v1`: MoCo v1 (He et al. 2020, <https://arxiv.org/abs/1911.05722>) — a linear
+//! projection to 128, InfoNCE against a queue (τ = 0.07), key encoder momentum 0.99 (0.999 on
+//! ImageNet; small data moves faster), SGD lr 0.03 for batch 128 with weight decay 1e-4, the
+//! MoCo v1 augmentations (MoCo v2's without blur). MICO's curriculum ablation (its Tables 2 and
+//! 3) trains this framework.
+//!
+//! ```text
+//! for each batch x:
+//!     q = f_q(aug(x));  k = f_k(aug(x))   (no gradient)
+//!     loss = InfoNCE(q, k, queue)
+//!     SGD step on f_q;  f_k ← m·f_k + (1 − m)·f_q;  enqueue(k)
+//! ```
+
+use anyhow::Result;
+use curriculum_ssl::augment::PipelineConfig;
+use curriculum_ssl::method::MoCoConfig;
+use curriculum_ssl::optim::SgdConfig;
+
+use super::common::{self, Defaults, Prepared, Train};
+
+/// MoCo v2's augmentation without the blur (MoCo v1 had none).
+fn preset(side: usize, channels: usize) -> PipelineConfig {
+    let mut p = PipelineConfig::moco_v2(side, channels);
+    p.view1.blur = None;
+    p.view2.blur = None;
+    p
+}
+
+/// The recipe's defaults.
+pub fn defaults() -> Defaults {
+    Defaults {
+        recipe: "moco_v1",
+        epochs: 20,
+        batch_size: 128,
+        lr: 0.03,
+        warmup_epochs: 0,
+        preset,
+        mixup: None,
+    }
+}
+
+/// Runs the recipe.
+pub fn run(args: &[String]) -> Result<()> {
+    train(common::prepare(args, defaults())?)
+}
+
+/// Builds the method for a prepared recipe and trains it.
+pub fn train(recipe: Prepared) -> Result<()> {
+    let config = MoCoConfig::moco_v1()
+        .with_momentum(0.99)
+        .with_queue_size(4096);
+    let backbone = recipe.backbone_config();
+    let batch_size = recipe.settings.batch_size;
+    let method = recipe
+        .init(|d| config.init(|d| backbone.init::<Train>(d), batch_size, d))
+        .map_err(|e| {
+            common::moco_error(e, &recipe.settings, config.queue_size, config.symmetric)
+        })?;
+    let optimizer = SgdConfig::new()
+        .with_weight_decay(1e-4)
+        .init::<Train, _>()?;
+    recipe.train(method, &config, optimizer)
+}

@@ -1,0 +1,17 @@
+//! Curricula: schedulers and the knobs they drive.
+//!
+//! A curriculum is not a base class: each knob is a scheduled value owned by the component it
+//! changes and read with the current [`Progress`](crate::method::Progress) — the augmenter owns
+//! the mixup share and the colour strength, a loss its hardness, a method its momentum. The
+//! training loop passes the progress to each and logs the values they report as columns of
+//! `steps.csv`.
+//!
+//! - [`schedule`]: k-step, linear, cosine (reverse cosine), constant, per step or per epoch, and
+//!   a user's own function.
+//! - [`mixup`]: MICO's curriculum Mixup on the positive pair.
+
+pub mod mixup;
+pub mod schedule;
+
+pub use mixup::{MixupCurriculum, MixupCurriculumConfig, MixupDraw, MixupSchedule};
+pub use schedule::{Pace, ScheduleFn, Scheduler, SchedulerConfig};
