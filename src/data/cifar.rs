@@ -18,6 +18,17 @@ use super::{DataError, ImageArray};
 /// Side of a CIFAR image.
 pub const SIDE: usize = 32;
 const PIXELS: usize = SIDE * SIDE * 3;
+/// Records of the largest CIFAR file (CIFAR-100's `train.bin`). A gzipped file is inflated up to
+/// this many records and no further, so a decompression bomb fails instead of filling memory;
+/// an uncompressed file is read whole (its length is what it holds).
+pub const MAX_GZ_RECORDS: usize = 50_000;
+
+/// Reads a CIFAR file, raw or gzipped, with `record`-byte records.
+fn read(path: &Path, record: usize) -> Result<Vec<u8>, DataError> {
+    read_maybe_gz(path, (MAX_GZ_RECORDS * record) as u64, || {
+        format!("a CIFAR file holds ({MAX_GZ_RECORDS} records of {record} bytes)")
+    })
+}
 
 /// Which split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,7 +134,15 @@ pub fn load_cifar10(dir: impl AsRef<Path>, split: Split) -> Result<ImageArray, D
     let mut labels = Vec::new();
     for f in files {
         let f = require_file(f)?;
-        parse(&f, &read_maybe_gz(&f)?, 1, 0, 10, &mut pixels, &mut labels)?;
+        parse(
+            &f,
+            &read(&f, 1 + PIXELS)?,
+            1,
+            0,
+            10,
+            &mut pixels,
+            &mut labels,
+        )?;
     }
     ImageArray::new(dir, SIDE, SIDE, 3, pixels, Some(labels), 10)
 }
@@ -148,7 +167,7 @@ pub fn load_cifar100(
     let mut labels = Vec::new();
     parse(
         &f,
-        &read_maybe_gz(&f)?,
+        &read(&f, 2 + PIXELS)?,
         2,
         at,
         classes,

@@ -4,6 +4,11 @@
 //! of dimensions), then one `u32` per dimension — followed by the data. Images are
 //! `0x0000_0803` (count × rows × columns), labels `0x0000_0801` (count).
 //!
+//! The header is checked against the file before the data is read: a raw file must be exactly as
+//! long as its dimensions say, a gzip stream must be long enough to hold them (deflate expands at
+//! most [`MAX_DEFLATE_RATIO`]:1) and is never inflated past them, so a corrupt header or a
+//! decompression bomb fails with a [`DataError`] naming the file instead of exhausting memory.
+//!
 //! File names accepted in a directory (each also with `.gz`): `train-images-idx3-ubyte`,
 //! `train-labels-idx1-ubyte`, `t10k-images-idx3-ubyte`, `t10k-labels-idx1-ubyte`, and the same
 //! with a dot before `idx` (`train-images.idx3-ubyte`), as some mirrors spell them.
@@ -39,46 +44,181 @@ impl Split {
     }
 }
 
-/// Reads a whole file, gunzipping it when it starts with the gzip magic bytes.
-pub(crate) fn read_maybe_gz(path: &Path) -> Result<Vec<u8>, DataError> {
-    let raw = std::fs::read(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            DataError::MissingFile {
-                path: path.to_path_buf(),
-                tried: Vec::new(),
+/// Deflate expands at most 1032:1 (a 258-byte match coded in 2 bits), so a gzip stream of `n`
+/// bytes cannot decompress to more than `1032 * n` bytes.
+pub const MAX_DEFLATE_RATIO: u64 = 1032;
+
+const IMAGES_WHAT: &str = "images: unsigned bytes, 3 dimensions";
+const LABELS_WHAT: &str = "labels: unsigned bytes, 1 dimension";
+
+/// A dataset file opened for reading: its content is gunzipped on the fly when the file starts
+/// with the gzip magic bytes.
+struct Opened {
+    path: PathBuf,
+    /// Bytes of the file on disk.
+    len: u64,
+    /// Whether the file is a gzip stream.
+    gz: bool,
+    reader: Box<dyn Read>,
+}
+
+impl Opened {
+    fn open(path: &Path) -> Result<Self, DataError> {
+        use std::io::{Seek, SeekFrom};
+        let mut file = std::fs::File::open(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                DataError::MissingFile {
+                    path: path.to_path_buf(),
+                    tried: Vec::new(),
+                }
+            } else {
+                DataError::io(path, e)
             }
+        })?;
+        let len = file.metadata().map_err(|e| DataError::io(path, e))?.len();
+        let mut magic = Vec::with_capacity(2);
+        (&mut file)
+            .take(2)
+            .read_to_end(&mut magic)
+            .map_err(|e| DataError::io(path, e))?;
+        file.seek(SeekFrom::Start(0))
+            .map_err(|e| DataError::io(path, e))?;
+        let gz = magic == [0x1f, 0x8b];
+        let file = std::io::BufReader::new(file);
+        let reader: Box<dyn Read> = if gz {
+            Box::new(flate2::read::GzDecoder::new(file))
         } else {
-            DataError::io(path, e)
-        }
-    })?;
-    if raw.len() >= 2 && raw[0] == 0x1f && raw[1] == 0x8b {
-        let mut out = Vec::with_capacity(raw.len() * 2);
-        flate2::read::GzDecoder::new(raw.as_slice())
-            .read_to_end(&mut out)
+            Box::new(file)
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            len,
+            gz,
+            reader,
+        })
+    }
+
+    /// Appends at most `limit` more bytes of the content to `out` (fewer when it ends first).
+    /// The vector grows with the bytes actually read, never by `limit` up front.
+    fn read_up_to(&mut self, limit: u64, out: &mut Vec<u8>) -> Result<(), DataError> {
+        (&mut self.reader)
+            .take(limit)
+            .read_to_end(out)
+            .map(|_| ())
             .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                if self.gz && e.kind() == std::io::ErrorKind::UnexpectedEof {
                     DataError::Truncated {
-                        path: path.to_path_buf(),
+                        path: self.path.clone(),
                         what: "gzip stream ends early",
-                        expected: raw.len() as u64 + 1,
-                        found: raw.len() as u64,
+                        expected: self.len + 1,
+                        found: self.len,
                     }
                 } else {
-                    DataError::io(path, e)
+                    DataError::io(&self.path, e)
                 }
-            })?;
-        Ok(out)
-    } else {
-        Ok(raw)
+            })
+    }
+
+    /// The most bytes the content can hold: the file's length, or what deflate can expand a
+    /// stream of that length to.
+    fn max_content(&self) -> u64 {
+        if self.gz {
+            self.len.saturating_mul(MAX_DEFLATE_RATIO)
+        } else {
+            self.len
+        }
     }
 }
 
-fn header(
+/// Reads a whole file, gunzipping it when it starts with the gzip magic bytes. A gzip stream is
+/// inflated up to `gz_limit` bytes, the most the format can need (`limit_what` says which, for
+/// the error); a longer one is a [`DataError::TooLarge`]. A raw file is read as it is.
+pub(crate) fn read_maybe_gz(
+    path: &Path,
+    gz_limit: u64,
+    limit_what: impl FnOnce() -> String,
+) -> Result<Vec<u8>, DataError> {
+    let mut f = Opened::open(path)?;
+    let mut out = Vec::new();
+    if f.gz {
+        f.read_up_to(gz_limit.saturating_add(1), &mut out)?;
+        if out.len() as u64 > gz_limit {
+            return Err(DataError::TooLarge {
+                path: path.to_path_buf(),
+                what: limit_what(),
+                limit: gz_limit,
+            });
+        }
+    } else {
+        // The file's own length justifies reading all of it.
+        out.reserve_exact(usize::try_from(f.len).unwrap_or(0));
+        f.read_up_to(u64::MAX, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Reads an IDX file (raw or `.gz`) of the kind `magic`. The header is read first and checked
+/// against what the file can hold — its length, or for a gzip stream what deflate can expand it
+/// to — so a header that claims billions of items fails before anything of that size is
+/// allocated; a gzip stream is never inflated past one byte more than the header declares.
+fn read_idx(path: &Path, magic: u32, what: &'static str) -> Result<Vec<u8>, DataError> {
+    let mut f = Opened::open(path)?;
+    let head = header_len(magic);
+    let mut bytes = Vec::with_capacity(head);
+    f.read_up_to(head as u64, &mut bytes)?;
+    // Fewer bytes than a header: the whole content is in `bytes`, and this reports it.
+    let (dims, expected) = parse_header(path, &bytes, magic, what)?;
+    if expected > f.max_content() {
+        return Err(if f.gz {
+            DataError::BadHeader {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "dimensions {dims:?} need {expected} bytes, more than a gzip stream of {} \
+                     bytes can hold (deflate expands at most {MAX_DEFLATE_RATIO}:1)",
+                    f.len
+                ),
+            }
+        } else {
+            length_error(path, &dims, expected, f.len)
+        });
+    }
+    if !f.gz && f.len != expected {
+        return Err(length_error(path, &dims, expected, f.len));
+    }
+    if !f.gz {
+        // The file is as long as the header says: its length justifies the buffer.
+        bytes.reserve_exact(usize::try_from(expected - head as u64).unwrap_or(0));
+    }
+    f.read_up_to(expected - head as u64 + 1, &mut bytes)?;
+    let found = bytes.len() as u64;
+    if found > expected && f.gz {
+        return Err(DataError::TooLarge {
+            path: path.to_path_buf(),
+            what: format!("its IDX header dimensions {dims:?} allow"),
+            limit: expected,
+        });
+    }
+    if found != expected {
+        // A raw file that changed size while it was read, or a gzip stream that ends early.
+        return Err(length_error(path, &dims, expected, found));
+    }
+    Ok(bytes)
+}
+
+/// Bytes of the header of an IDX file of kind `magic` (magic number, one `u32` per dimension).
+fn header_len(magic: u32) -> usize {
+    4 + 4 * (magic & 0xff) as usize
+}
+
+/// Parses the header at the start of `bytes` (`bytes` may hold only the header, or be the whole
+/// content when it is shorter than a header); returns the dimensions and the length of the whole
+/// file they describe.
+fn parse_header(
     path: &Path,
     bytes: &[u8],
     magic: u32,
     what: &'static str,
-) -> Result<Vec<usize>, DataError> {
+) -> Result<(Vec<usize>, u64), DataError> {
     if bytes.len() < 4 {
         return Err(DataError::Truncated {
             path: path.to_path_buf(),
@@ -96,8 +236,7 @@ fn header(
             what,
         });
     }
-    let ndim = (magic & 0xff) as usize;
-    let head = 4 + 4 * ndim;
+    let head = header_len(magic);
     if bytes.len() < head {
         return Err(DataError::Truncated {
             path: path.to_path_buf(),
@@ -106,30 +245,57 @@ fn header(
             found: bytes.len() as u64,
         });
     }
-    let dims: Vec<usize> = (0..ndim)
+    let dims: Vec<usize> = (0..(magic & 0xff) as usize)
         .map(|d| {
             let o = 4 + 4 * d;
             u32::from_be_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]) as usize
         })
         .collect();
-    let body: u64 = dims.iter().map(|&d| d as u64).product();
-    let expected = head as u64 + body;
-    let found = bytes.len() as u64;
+    // Three `u32` dimensions can multiply past `u64`.
+    let body = if dims.contains(&0) {
+        Some(0)
+    } else {
+        dims.iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
+    };
+    let expected = body
+        .and_then(|b| b.checked_add(head as u64))
+        .ok_or_else(|| DataError::BadHeader {
+            path: path.to_path_buf(),
+            reason: format!("dimensions {dims:?} describe more than {} bytes", u64::MAX),
+        })?;
+    Ok((dims, expected))
+}
+
+/// The error for content of `found` bytes where the header dimensions need `expected`.
+fn length_error(path: &Path, dims: &[usize], expected: u64, found: u64) -> DataError {
     if found < expected {
-        return Err(DataError::Truncated {
+        DataError::Truncated {
             path: path.to_path_buf(),
             what: "IDX data (header dimensions need more bytes)",
             expected,
             found,
-        });
-    }
-    if found > expected {
-        return Err(DataError::UnexpectedLength {
+        }
+    } else {
+        DataError::UnexpectedLength {
             path: path.to_path_buf(),
             what: format!("header dimensions {dims:?}"),
             expected,
             found,
-        });
+        }
+    }
+}
+
+/// Checks the header of a whole (decompressed) IDX file and its length; returns the dimensions.
+fn header(
+    path: &Path,
+    bytes: &[u8],
+    magic: u32,
+    what: &'static str,
+) -> Result<Vec<usize>, DataError> {
+    let (dims, expected) = parse_header(path, bytes, magic, what)?;
+    if bytes.len() as u64 != expected {
+        return Err(length_error(path, &dims, expected, bytes.len() as u64));
     }
     Ok(dims)
 }
@@ -139,12 +305,7 @@ pub fn parse_images(
     path: &Path,
     bytes: &[u8],
 ) -> Result<(usize, usize, usize, Vec<u8>), DataError> {
-    let dims = header(
-        path,
-        bytes,
-        IMAGES_MAGIC,
-        "images: unsigned bytes, 3 dimensions",
-    )?;
+    let dims = header(path, bytes, IMAGES_MAGIC, IMAGES_WHAT)?;
     let (n, rows, cols) = (dims[0], dims[1], dims[2]);
     if rows == 0 || cols == 0 {
         return Err(DataError::BadHeader {
@@ -157,12 +318,7 @@ pub fn parse_images(
 
 /// Parses an IDX label file (already decompressed); every label must be `< classes`.
 pub fn parse_labels(path: &Path, bytes: &[u8], classes: usize) -> Result<Vec<u16>, DataError> {
-    header(
-        path,
-        bytes,
-        LABELS_MAGIC,
-        "labels: unsigned bytes, 1 dimension",
-    )?;
+    header(path, bytes, LABELS_MAGIC, LABELS_WHAT)?;
     let labels = &bytes[8..];
     if let Some((index, &label)) = labels
         .iter()
@@ -181,14 +337,19 @@ pub fn parse_labels(path: &Path, bytes: &[u8], classes: usize) -> Result<Vec<u16
 
 /// Reads an image file and a label file (each raw or `.gz`) into a labeled array.
 pub fn load_files(images: &Path, labels: &Path, classes: usize) -> Result<ImageArray, DataError> {
-    let (n, rows, cols, pixels) = parse_images(images, &read_maybe_gz(images)?)?;
+    let (n, rows, cols, pixels) =
+        parse_images(images, &read_idx(images, IMAGES_MAGIC, IMAGES_WHAT)?)?;
     if n == 0 {
         return Err(DataError::Empty {
             path: images.to_path_buf(),
             what: "the IDX header declares 0 images".into(),
         });
     }
-    let labels_v = parse_labels(labels, &read_maybe_gz(labels)?, classes)?;
+    let labels_v = parse_labels(
+        labels,
+        &read_idx(labels, LABELS_MAGIC, LABELS_WHAT)?,
+        classes,
+    )?;
     if labels_v.len() != n {
         return Err(DataError::CountMismatch {
             images_path: images.to_path_buf(),
@@ -202,7 +363,8 @@ pub fn load_files(images: &Path, labels: &Path, classes: usize) -> Result<ImageA
 
 /// Reads only an image file (raw or `.gz`) into an unlabeled array.
 pub fn load_images_only(images: &Path) -> Result<ImageArray, DataError> {
-    let (n, rows, cols, pixels) = parse_images(images, &read_maybe_gz(images)?)?;
+    let (n, rows, cols, pixels) =
+        parse_images(images, &read_idx(images, IMAGES_MAGIC, IMAGES_WHAT)?)?;
     if n == 0 {
         return Err(DataError::Empty {
             path: images.to_path_buf(),

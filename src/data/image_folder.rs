@@ -111,17 +111,47 @@ pub fn scan(root: &Path) -> Result<Listing, DataError> {
     Ok((files, classes))
 }
 
+/// The most bytes a decoded image may have per byte of its file: 1032 × 32, deflate's largest
+/// expansion (PNG) times the 32 bits of an RGBA pixel decoded from a 1-bit palette index. JPEG
+/// stays far below (a few bits per 8 × 8 block at the very least). A header declaring a larger
+/// image than its file can hold is rejected before the decoder allocates its pixels.
+pub const MAX_DECODED_PER_FILE_BYTE: u64 = 1032 * 32;
+
 /// Decodes one image file into `(height, width, channels, HWC bytes)`, converted to `channels`
 /// when given.
+///
+/// The size the header declares is checked against the file's length first (see
+/// [`MAX_DECODED_PER_FILE_BYTE`]), and the decoder's own allocations are capped by the same
+/// amount, so a small corrupt file cannot make it allocate gigabytes.
 pub fn decode(
     path: &Path,
     channels: Option<usize>,
 ) -> Result<(usize, usize, usize, Vec<u8>), DataError> {
+    use image::ImageDecoder;
     let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
-    let img = image::load_from_memory(&bytes).map_err(|e| DataError::Decode {
+    let bad = |reason: String| DataError::Decode {
         path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+        reason,
+    };
+    let most = (bytes.len() as u64).saturating_mul(MAX_DECODED_PER_FILE_BYTE);
+    let mut limits = image::Limits::default();
+    limits.max_alloc = Some(limits.max_alloc.map_or(most, |m| m.min(most)));
+    let mut reader = image::ImageReader::new(std::io::Cursor::new(&bytes))
+        .with_guessed_format()
+        .map_err(|e| bad(e.to_string()))?;
+    reader.limits(limits);
+    let decoder = reader.into_decoder().map_err(|e| bad(e.to_string()))?;
+    let declared = decoder.total_bytes();
+    if declared > most {
+        let (w, h) = decoder.dimensions();
+        return Err(bad(format!(
+            "the header declares {w}x{h} {:?} pixels ({declared} bytes), more than a file of {} \
+             bytes can hold (at most {MAX_DECODED_PER_FILE_BYTE} per byte)",
+            decoder.color_type(),
+            bytes.len()
+        )));
+    }
+    let img = image::DynamicImage::from_decoder(decoder).map_err(|e| bad(e.to_string()))?;
     let (w, h) = (img.width() as usize, img.height() as usize);
     let native = img.color().channel_count() as usize;
     let want = match channels {
@@ -177,9 +207,6 @@ pub fn load(root: impl AsRef<Path>, options: ImageFolderOptions) -> Result<Image
         }
     };
     check(&files[0].0, h0, w0, c0)?;
-    let per = h * w * c;
-    let mut pixels = vec![0u8; files.len() * per];
-    pixels[..per].copy_from_slice(&first);
     let threads = if options.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -187,18 +214,21 @@ pub fn load(root: impl AsRef<Path>, options: ImageFolderOptions) -> Result<Image
     };
     let rest = &files[1..];
     let chunk = rest.len().div_ceil(threads).max(1);
-    let results: Vec<Result<(), DataError>> = std::thread::scope(|s| {
+    // Each thread's buffer grows with the images it has decoded, rather than the whole array
+    // being sized up front as the first image times the number of files: a folder of garbage
+    // files behind one large image must not allocate for images that never decode.
+    let results: Vec<Result<Vec<u8>, DataError>> = std::thread::scope(|s| {
         let handles: Vec<_> = rest
             .chunks(chunk)
-            .zip(pixels[per..].chunks_mut(chunk * per))
-            .map(|(fs, out)| {
-                s.spawn(move || -> Result<(), DataError> {
-                    for ((path, _), dst) in fs.iter().zip(out.chunks_exact_mut(per)) {
+            .map(|fs| {
+                s.spawn(move || -> Result<Vec<u8>, DataError> {
+                    let mut out = Vec::new();
+                    for (path, _) in fs {
                         let (fh, fw, fc, data) = decode(path, options.channels)?;
                         check(path, fh, fw, fc)?;
-                        dst.copy_from_slice(&data);
+                        out.extend_from_slice(&data);
                     }
-                    Ok(())
+                    Ok(out)
                 })
             })
             .collect();
@@ -215,7 +245,12 @@ pub fn load(root: impl AsRef<Path>, options: ImageFolderOptions) -> Result<Image
             .collect()
     });
     // Chunks are in file order, so the first error reported is the first bad file's.
-    results.into_iter().collect::<Result<Vec<()>, _>>()?;
+    let parts = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let mut pixels = first;
+    pixels.reserve_exact(parts.iter().map(Vec::len).sum());
+    for part in parts {
+        pixels.extend_from_slice(&part);
+    }
     let labels = files.iter().map(|(_, l)| *l).collect();
     Ok(
         ImageArray::new(root, h, w, c, pixels, Some(labels), classes.len())?

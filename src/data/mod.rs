@@ -82,7 +82,15 @@ impl ImageArray {
         num_classes: usize,
     ) -> Result<Self, DataError> {
         let source = source.into();
-        let per = height * width * channels;
+        let Some(per) = height
+            .checked_mul(width)
+            .and_then(|hw| hw.checked_mul(channels))
+        else {
+            return Err(DataError::BadHeader {
+                path: source,
+                reason: format!("image size {height}x{width}x{channels} overflows"),
+            });
+        };
         if per == 0 {
             return Err(DataError::BadHeader {
                 path: source,
