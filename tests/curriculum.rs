@@ -283,3 +283,83 @@ fn a_run_with_a_mixup_curriculum_resumes_exactly() {
     assert_eq!(lambdas[8], "6e-1");
     assert_eq!(lambdas[15], "8e-1");
 }
+
+/// The strength curriculum changes the images, not only a stored number: at the step where the
+/// multiplier changes, the views differ; with the same multiplier they are the same.
+#[test]
+fn the_strength_curriculum_changes_the_views() {
+    use curriculum_ssl::curriculum::StrengthCurriculumConfig;
+    let device = Dev::default();
+    let mut p = PipelineConfig::moco_v2(28, 1);
+    p.seed = 1;
+    p.strength_curriculum = Some(StrengthCurriculumConfig {
+        target: 2.0,
+        schedule: Some(SchedulerConfig::Steps {
+            values: vec![0.5, 1.0],
+            pace: Pace::Epoch,
+        }),
+    });
+    let augmenter = p.clone().init(1).unwrap();
+    let batch = loader().epoch(0).next().unwrap().unwrap();
+    let x = batch.to_device::<Flex>(&device).images;
+    let at = |epoch| Progress {
+        step: 3,
+        total_steps: 8,
+        epoch,
+        total_epochs: 2,
+    };
+    let host = |v: Tensor<Flex, 4>| v.into_data().to_vec::<f32>().unwrap();
+    let early = augmenter.two_views_at(x.clone(), at(0));
+    let late = augmenter.two_views_at(x.clone(), at(1));
+    assert_eq!(early.knobs, [("strength", 1.0)]);
+    assert_eq!(late.knobs, [("strength", 2.0)]);
+    assert_ne!(
+        host(early.view1.clone()),
+        host(late.view1),
+        "strength must change the images"
+    );
+    // Multiplier 1 is the pipeline without a curriculum, bit for bit.
+    let mut plain = p;
+    plain.strength_curriculum = None;
+    let plain = plain.init(1).unwrap().two_views_at(x, at(0));
+    assert_eq!(host(early.view1), host(plain.view1));
+}
+
+/// HCL with a large β/τ stays finite in f32 and matches float64 (unshifted, exp(β(s − 1)/τ)
+/// underflows to 0 for every negative of a row and the loss is 0/0).
+#[test]
+fn hcl_at_a_large_beta_is_finite_in_f32_and_matches_f64() {
+    use burn::backend::NdArray;
+    use curriculum_ssl::loss::HclLossConfig;
+    let loss = HclLossConfig::new()
+        .with_temperature(0.1)
+        .with_beta(40.0)
+        .init()
+        .unwrap();
+    // Four pairs of unit vectors in the plane, 30° apart: every negative similarity is at most
+    // cos 60° = 0.5, so β(s − 1)/τ ≤ −200 for every negative (below f32's exp range).
+    let angle = |deg: f64| [deg.to_radians().cos(), deg.to_radians().sin()];
+    let z1: Vec<[f64; 2]> = [0.0, 90.0, 180.0, 270.0].map(angle).to_vec();
+    let z2: Vec<[f64; 2]> = [30.0, 120.0, 210.0, 300.0].map(angle).to_vec();
+    let flat = |z: &[[f64; 2]]| z.iter().flatten().copied().collect::<Vec<f64>>();
+    let f64_value = {
+        let d = Default::default();
+        let t = |z: &[[f64; 2]]| {
+            Tensor::<NdArray<f64>, 2>::from_data(TensorData::new(flat(z), [4, 2]), &d)
+        };
+        loss.forward(t(&z1), t(&z2)).into_scalar()
+    };
+    let f32_value = {
+        let d = Default::default();
+        let t = |z: &[[f64; 2]]| {
+            let v: Vec<f32> = flat(z).iter().map(|&x| x as f32).collect();
+            Tensor::<Flex, 2>::from_data(TensorData::new(v, [4, 2]), &d)
+        };
+        loss.forward(t(&z1), t(&z2)).into_scalar()
+    };
+    assert!(f32_value.is_finite(), "{f32_value}");
+    assert!(
+        (f64::from(f32_value) - f64_value).abs() < 1e-4 * f64_value.abs().max(1.0),
+        "f32 {f32_value} vs f64 {f64_value}"
+    );
+}

@@ -32,9 +32,24 @@ pub fn registry() -> Vec<RecipeEntry> {
             run: moco_v1::run,
         },
         RecipeEntry {
+            name: "moco_strength_curriculum",
+            summary: "MICO Tables 2-3: MoCo v1 with colour strength x2 reached on 4 steps (--strength, --schedule)",
+            run: moco_v1::strength_curriculum,
+        },
+        RecipeEntry {
             name: "simclr",
             summary: "SimCLR: BN projector, NT-Xent (tau 0.2)",
             run: simclr::run,
+        },
+        RecipeEntry {
+            name: "hcl",
+            summary: "SimCLR with hard negative sampling (HCL: beta 1, tau+ 0.1, tau 0.5)",
+            run: simclr::hcl,
+        },
+        RecipeEntry {
+            name: "hcl_curriculum",
+            summary: "MICO 3.3: HCL with beta rising linearly from 0 to 1 over the epochs",
+            run: simclr::hcl_curriculum,
         },
         RecipeEntry {
             name: "byol",

@@ -336,6 +336,9 @@ fn an_unreadable_data_directory_is_reported_as_permission_denied() {
 fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
     for name in [
         "moco_v1",
+        "moco_strength_curriculum",
+        "hcl",
+        "hcl_curriculum",
         "mixup_simsiam",
         "mico_simsiam",
         "mixup_byol",
@@ -357,6 +360,16 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
             "{name}"
         );
         let header = steps.lines().next().unwrap();
+        if name == "moco_strength_curriculum" {
+            // One epoch of the 4-step schedule at double strength: 0.2 × 2.
+            assert!(header.ends_with("strength"), "{header}");
+            assert!(steps.lines().nth(1).unwrap().ends_with(",4e-1"), "{steps}");
+        }
+        if name == "hcl_curriculum" {
+            // β rises linearly from 0: the first epoch of one reads 0.
+            assert!(header.ends_with("hcl_beta"), "{header}");
+            assert!(steps.lines().nth(1).unwrap().ends_with(",0e0"), "{steps}");
+        }
         if name.starts_with("mi") {
             assert!(header.ends_with("mixup_lambda"), "{name}: {header}");
             let lambda = steps.lines().nth(1).unwrap().rsplit(',').next().unwrap();
@@ -378,4 +391,15 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
     let o = run(&as_strs(&tiny("smoke-no-mixup", &["--easy-to-hard"])));
     assert_eq!(check_error_shape(&o, "no mixup"), 2);
     assert!(stderr(&o).contains("schedules no mixup"), "{}", stderr(&o));
+    // The strength options belong to the strength curriculum; their values are checked.
+    let o = run(&as_strs(&tiny("smoke-no-strength", &["--strength", "2"])));
+    assert_eq!(check_error_shape(&o, "no strength"), 2);
+    let mut args = tiny(
+        "smoke-bad-strength",
+        &["--strength", "9", "--schedule", "linear"],
+    );
+    args[0] = "moco_strength_curriculum".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "bad strength"), 2);
+    assert!(stderr(&o).contains("--strength 9"), "{}", stderr(&o));
 }

@@ -20,7 +20,9 @@ use super::flip::RandomHorizontalFlip;
 use super::mixup::{Mixup, MixupLambda};
 use super::normalize::{self, Normalize};
 use super::solarize::RandomSolarize;
-use crate::curriculum::{MixupCurriculum, MixupCurriculumConfig, MixupSchedule};
+use crate::curriculum::{
+    MixupCurriculum, MixupCurriculumConfig, MixupSchedule, StrengthCurriculumConfig,
+};
 use crate::data::loader::mix_seed;
 use crate::error::{non_negative, ConfigError};
 use crate::method::Progress;
@@ -71,6 +73,10 @@ pub struct PipelineConfig {
     /// `mixup`.
     #[serde(default)]
     pub mixup_curriculum: Option<MixupCurriculumConfig>,
+    /// A strength curriculum (MICO): a multiplier of the colour jitter and the grayscale
+    /// probability, scheduled over training.
+    #[serde(default)]
+    pub strength_curriculum: Option<StrengthCurriculumConfig>,
     /// Seed of the per-sample random choices.
     pub seed: u64,
 }
@@ -179,6 +185,7 @@ impl PipelineConfig {
             strength: 1.0,
             mixup: None,
             mixup_curriculum: None,
+            strength_curriculum: None,
             seed: 0,
         }
     }
@@ -237,6 +244,14 @@ impl PipelineConfig {
         }
         if let Some(c) = &self.mixup_curriculum {
             c.init()?;
+        }
+        if let Some(c) = &self.strength_curriculum {
+            c.validate()?;
+            for v in [&self.view1, &self.view2] {
+                if let Some(j) = &v.jitter {
+                    j.scaled(self.strength * c.target).validate()?;
+                }
+            }
         }
         if let (Some(a), Some(b)) = (&self.view1.crop, &self.view2.crop) {
             if mixes && a.size != b.size {
@@ -334,6 +349,18 @@ impl Augmenter {
         x: Tensor<B, 4>,
         rng: &mut StdRng,
     ) -> Tensor<B, 4> {
+        self.view_at_strength(view, x, rng, 1.0)
+    }
+
+    /// As [`Augmenter::view`], with the colour jitter and the grayscale probability multiplied
+    /// by `multiplier` (a strength curriculum's value).
+    pub fn view_at_strength<B: Backend>(
+        &self,
+        view: &ViewConfig,
+        x: Tensor<B, 4>,
+        rng: &mut StdRng,
+        multiplier: f64,
+    ) -> Tensor<B, 4> {
         let [n, c, h, w] = x.dims();
         assert_eq!(
             c, self.channels,
@@ -350,11 +377,14 @@ impl Augmenter {
             x = f.apply(x, &flags);
         }
         if let Some(j) = &view.jitter {
-            let j = j.scaled(self.config.strength);
+            let j = j.scaled(self.config.strength * multiplier);
             let params = j.sample(rng, n);
             x = j.apply(x, &params);
         }
         if let Some(g) = &view.grayscale {
+            let g = RandomGrayscale {
+                p: (g.p * multiplier).min(1.0),
+            };
             let flags = g.sample(rng, n);
             x = g.apply(x, &flags);
         }
@@ -399,9 +429,17 @@ impl Augmenter {
     pub fn two_views_at<B: Backend>(&self, x: Tensor<B, 4>, progress: Progress) -> TwoViews<B> {
         let mut rng = self.rng(progress.step as u64);
         let n = x.dims()[0];
-        let view1 = self.view(&self.config.view1, x.clone(), &mut rng);
-        let view2 = self.view(&self.config.view2, x, &mut rng);
         let mut knobs = Vec::new();
+        let multiplier = match &self.config.strength_curriculum {
+            Some(c) => {
+                let m = c.multiplier(progress);
+                knobs.push(("strength", m));
+                m
+            }
+            None => 1.0,
+        };
+        let view1 = self.view_at_strength(&self.config.view1, x.clone(), &mut rng, multiplier);
+        let view2 = self.view_at_strength(&self.config.view2, x, &mut rng, multiplier);
         let mixup = match &self.mixup_schedule {
             Some(schedule) => {
                 let draw = schedule.draw(progress, &mut rng);

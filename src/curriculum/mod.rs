@@ -9,9 +9,12 @@
 //! - [`schedule`]: k-step, linear, cosine (reverse cosine), constant, per step or per epoch, and
 //!   a user's own function.
 //! - [`mixup`]: MICO's curriculum Mixup on the positive pair.
+//! - [`strength`]: MICO's augmentation-strength curriculum (colour jitter and grayscale).
 
 pub mod mixup;
 pub mod schedule;
+pub mod strength;
 
 pub use mixup::{MixupCurriculum, MixupCurriculumConfig, MixupDraw, MixupSchedule};
 pub use schedule::{Pace, ScheduleFn, Scheduler, SchedulerConfig};
+pub use strength::StrengthCurriculumConfig;

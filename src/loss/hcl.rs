@@ -10,13 +10,17 @@
 //!
 //! Every exponential is computed as `exp((s − 1)/τ)`, i.e. divided by `e^{1/τ}`: `Ng` and `pos`
 //! are linear in that factor and the loss is a ratio, so the value is unchanged while nothing
-//! overflows for small temperatures. MICO's curriculum on `β` (§3.3) passes the scheduled value
+//! overflows for small temperatures. The importance weights are shifted by each row's largest
+//! negative similarity instead (they too only enter as a ratio), so that a large `β/τ` cannot
+//! underflow all of them to 0. MICO's curriculum on `β` (§3.3) passes the scheduled value
 //! to [`HclLoss::forward_with_beta`].
 
 use burn::prelude::*;
 
 use super::{assert_min_batch, TwoViewSimilarities};
+use crate::curriculum::SchedulerConfig;
 use crate::error::{non_negative, positive, ConfigError};
+use crate::method::Progress;
 
 /// Configuration of [`HclLoss`].
 #[derive(Config, Debug)]
@@ -30,6 +34,10 @@ pub struct HclLossConfig {
     /// Concentration `β >= 0` of the hard-negative importance weights.
     #[config(default = 1.0)]
     pub beta: f64,
+    /// MICO's hardness curriculum (§3.3): `β` from this schedule instead of `beta` (values in
+    /// `[0, 1000]`).
+    #[config(default = "None")]
+    pub beta_schedule: Option<SchedulerConfig>,
 }
 
 impl HclLossConfig {
@@ -44,10 +52,14 @@ impl HclLossConfig {
             ));
         }
         non_negative("beta", self.beta)?;
+        if let Some(s) = &self.beta_schedule {
+            s.validate("beta_schedule", 0.0, 1000.0)?;
+        }
         Ok(HclLoss {
             temperature: self.temperature,
             tau_plus: self.tau_plus,
             beta: self.beta,
+            beta_schedule: self.beta_schedule.clone(),
         })
     }
 }
@@ -58,9 +70,22 @@ pub struct HclLoss {
     temperature: f64,
     tau_plus: f64,
     beta: f64,
+    beta_schedule: Option<SchedulerConfig>,
 }
 
 impl HclLoss {
+    /// The `β` at `progress`: the schedule's value, or the fixed `beta`.
+    pub fn beta_at(&self, progress: Progress) -> f64 {
+        self.beta_schedule
+            .as_ref()
+            .map_or(self.beta, |s| s.value(progress))
+    }
+
+    /// Whether `β` follows a schedule.
+    pub fn is_scheduled(&self) -> bool {
+        self.beta_schedule.is_some()
+    }
+
     /// Mean HCL loss over the `2B` anchors with the configured `β`.
     ///
     /// # Shapes
@@ -92,9 +117,20 @@ impl HclLoss {
         let views = TwoViewSimilarities::new("HCL", z1, z2);
         let positive = views.sim.clone().gather(1, views.positive_index.clone());
         let negative_mask = negatives_mask::<B>(batch, &device);
-        let shifted = views.sim.sub_scalar(1.0);
-        let neg = (shifted.clone() / tau).exp() * negative_mask.clone();
-        let importance = (shifted * (beta / tau)).exp() * negative_mask;
+        let not_negative = negative_mask.clone().equal_elem(0.0);
+        let shifted = views.sim.clone().sub_scalar(1.0);
+        let neg = (shifted / tau).exp() * negative_mask.clone();
+        // The importance weights only enter as a ratio (Σ imp·neg / mean imp): shift each row by
+        // its largest negative similarity so that the largest weight is exactly 1. Unshifted,
+        // exp(β(s − 1)/τ) underflows to 0 for every negative at large β/τ in f32 (0/0).
+        let row_max = views
+            .sim
+            .clone()
+            .mask_fill(not_negative.clone(), -2.0)
+            .max_dim(1)
+            .detach();
+        let exponent = (views.sim - row_max) * (beta / tau);
+        let importance = exponent.mask_fill(not_negative, -1.0e4).exp() * negative_mask;
         let reweight =
             (importance.clone() * neg).sum_dim(1) / (importance.sum_dim(1) / negatives_per_anchor);
         let log_pos = positive.sub_scalar(1.0) / tau;

@@ -171,7 +171,7 @@ where
         &mut self,
         view1: Tensor<B, 4>,
         view2: Tensor<B, 4>,
-        _: Progress,
+        progress: Progress,
     ) -> MethodOutput<B> {
         let z1 = self.online.project(view1);
         let z2 = self.online.project(view2);
@@ -180,10 +180,19 @@ where
                 loss: loss.forward(z1, z2),
                 stats: Vec::new(),
             },
-            PairLoss::Hcl(loss) => MethodOutput {
-                loss: loss.forward(z1, z2),
-                stats: Vec::new(),
-            },
+            PairLoss::Hcl(loss) => {
+                let beta = loss.beta_at(progress);
+                let stats = if loss.is_scheduled() {
+                    let device = z1.device();
+                    vec![("hcl_beta", Tensor::from_floats([beta as f32], &device))]
+                } else {
+                    Vec::new()
+                };
+                MethodOutput {
+                    loss: loss.forward_with_beta(z1, z2, beta),
+                    stats,
+                }
+            }
             PairLoss::Huber(loss) => MethodOutput {
                 loss: loss.forward(z1, z2),
                 stats: Vec::new(),

@@ -27,6 +27,7 @@ pub fn defaults() -> Defaults {
         warmup_epochs: 0,
         preset: PipelineConfig::byol,
         mixup: None,
+        strength: None,
     }
 }
 

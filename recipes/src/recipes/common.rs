@@ -8,7 +8,9 @@ use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use clap::{Parser, ValueEnum};
 use curriculum_ssl::augment::{Augmenter, PipelineConfig};
-use curriculum_ssl::curriculum::MixupCurriculumConfig;
+use curriculum_ssl::curriculum::{
+    MixupCurriculumConfig, SchedulerConfig, StrengthCurriculumConfig,
+};
 use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
@@ -104,9 +106,44 @@ pub struct RecipeArgs {
     /// reverse of the paper's order.
     #[arg(long)]
     pub easy_to_hard: bool,
+    /// Strength curricula (moco_strength_curriculum): the target colour strength (MICO: 1, 1.5,
+    /// 2, 3).
+    #[arg(long)]
+    pub strength: Option<f64>,
+    /// Strength curricula: how the target is reached.
+    #[arg(long, value_enum)]
+    pub schedule: Option<ScheduleChoice>,
     /// Loader threads (at most four per core).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
+}
+
+/// The schedules of MICO's ablation (its Table 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScheduleChoice {
+    /// The target from the start (the tables' baseline).
+    None,
+    /// 2-step: 0.33, 0.66 of the target.
+    TwoStep,
+    /// 4-step: 0.2, 0.4, 0.6, 0.8 of the target.
+    FourStep,
+    /// Linear from 0 to the target.
+    Linear,
+    /// Reverse cosine from 0.8 to 0.2 of the target.
+    ReverseCosine,
+}
+
+impl ScheduleChoice {
+    /// The schedule, per epoch.
+    pub fn config(self) -> Option<SchedulerConfig> {
+        match self {
+            Self::None => None,
+            Self::TwoStep => Some(SchedulerConfig::two_step()),
+            Self::FourStep => Some(SchedulerConfig::four_step()),
+            Self::Linear => Some(SchedulerConfig::linear()),
+            Self::ReverseCosine => Some(SchedulerConfig::reverse_cosine()),
+        }
+    }
 }
 
 /// What a recipe's run directory records about the run besides the trainer, loader and
@@ -309,6 +346,8 @@ pub struct Defaults {
     pub preset: fn(usize, usize) -> PipelineConfig,
     /// Mixup of the positive pair (MICO), if the recipe uses one.
     pub mixup: Option<MixupCurriculumConfig>,
+    /// Augmentation-strength curriculum (MICO), if the recipe uses one.
+    pub strength: Option<StrengthCurriculumConfig>,
 }
 
 impl Defaults {
@@ -360,10 +399,29 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
             }
         }
     }
+    let mut strength = defaults.strength;
+    if args.strength.is_some() || args.schedule.is_some() {
+        let Some(s) = strength.as_mut() else {
+            return Err(usage(format!(
+                "--strength / --schedule: recipe `{}` has no strength curriculum",
+                defaults.recipe
+            )));
+        };
+        if let Some(target) = args.strength {
+            if !(target.is_finite() && target > 0.0 && target <= 4.0) {
+                return Err(usage(format!("--strength {target}: must lie in (0, 4]")));
+            }
+            s.target = target;
+        }
+        if let Some(schedule) = args.schedule {
+            s.schedule = schedule.config();
+        }
+    }
     let device = Device::default();
     let data = load_data(settings.data.as_deref())?;
     let mut pipeline = pipeline(defaults.preset, &data, settings.seed);
     pipeline.mixup_curriculum = mixup;
+    pipeline.strength_curriculum = strength;
     Ok(Prepared {
         args,
         settings,

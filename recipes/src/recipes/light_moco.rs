@@ -28,6 +28,7 @@ pub fn defaults() -> Defaults {
         warmup_epochs: 5,
         preset: PipelineConfig::moco_v2,
         mixup: None,
+        strength: None,
     }
 }
 

@@ -26,6 +26,7 @@ pub fn defaults() -> Defaults {
         warmup_epochs: 0,
         preset: PipelineConfig::moco_v2,
         mixup: None,
+        strength: None,
     }
 }
 

@@ -11,7 +11,8 @@
 
 use anyhow::Result;
 use curriculum_ssl::augment::PipelineConfig;
-use curriculum_ssl::loss::NtXentLossConfig;
+use curriculum_ssl::curriculum::{Pace, SchedulerConfig};
+use curriculum_ssl::loss::{HclLossConfig, NtXentLossConfig};
 use curriculum_ssl::method::{PairLossConfig, SimClrConfig};
 use curriculum_ssl::optim::SgdConfig;
 
@@ -27,6 +28,7 @@ pub fn defaults() -> Defaults {
         warmup_epochs: 0,
         preset: PipelineConfig::simclr,
         mixup: None,
+        strength: None,
     }
 }
 
@@ -37,10 +39,49 @@ pub fn run(args: &[String]) -> Result<()> {
 
 /// Builds the method for a prepared recipe and trains it (shared with the MICO variants).
 pub fn train(recipe: Prepared) -> Result<()> {
-    let config = SimClrConfig::new().with_loss(PairLossConfig::NtXent(
-        NtXentLossConfig::new().with_temperature(0.2),
-    ));
+    train_with_loss(
+        recipe,
+        PairLossConfig::NtXent(NtXentLossConfig::new().with_temperature(0.2)),
+    )
+}
+
+/// SimCLR with another two-view loss (the HCL recipes).
+pub fn train_with_loss(recipe: Prepared, loss: PairLossConfig) -> Result<()> {
+    let config = SimClrConfig::new().with_loss(loss);
     let method = recipe.init(|d| config.init(recipe.backbone_config().init(d), d))?;
     let optimizer = SgdConfig::new().init::<Train, _>()?;
     recipe.train(method, &config, optimizer)
+}
+
+/// `hcl`: SimCLR with hard negative sampling (Robinson et al. 2021,
+/// <https://arxiv.org/abs/2010.04592>): HCL with `β = 1`, `τ⁺ = 0.1`, `τ = 0.5` (its CIFAR-10
+/// settings).
+pub fn hcl(args: &[String]) -> Result<()> {
+    let defaults = Defaults {
+        recipe: "hcl",
+        ..defaults()
+    };
+    train_with_loss(
+        common::prepare(args, defaults)?,
+        PairLossConfig::Hcl(HclLossConfig::new()),
+    )
+}
+
+/// `hcl_curriculum`: as `hcl`, with MICO's hardness curriculum (§3.3): `β` rises linearly from
+/// 0 (uniform weights: the debiased loss) to 1 over the epochs, so the negatives get harder as
+/// training goes.
+pub fn hcl_curriculum(args: &[String]) -> Result<()> {
+    let defaults = Defaults {
+        recipe: "hcl_curriculum",
+        ..defaults()
+    };
+    let schedule = SchedulerConfig::Linear {
+        start: 0.0,
+        end: 1.0,
+        pace: Pace::Epoch,
+    };
+    train_with_loss(
+        common::prepare(args, defaults)?,
+        PairLossConfig::Hcl(HclLossConfig::new().with_beta_schedule(Some(schedule))),
+    )
 }

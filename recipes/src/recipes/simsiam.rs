@@ -26,6 +26,7 @@ pub fn defaults() -> Defaults {
         warmup_epochs: 0,
         preset: PipelineConfig::simclr,
         mixup: None,
+        strength: None,
     }
 }
 
