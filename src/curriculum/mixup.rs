@@ -1,6 +1,5 @@
 //! MICO's curriculum Mixup on the positive pair (H. Fang, "Curriculum SSL: An Efficient And
-//! Effective Data Augmentation For Contrastive Learning", §3.5 and Algorithm 1; see
-//! `docs/methods.md`).
+//! Effective Data Augmentation For Contrastive Learning", §3.5 and Algorithm 1).
 //!
 //! The second view of every pair is replaced by `mixed = λ·x1 + (1 − λ)·x2`, for every framework
 //! (SimSiam, BYOL, SimCLR, MoCo): the online branch sees `x1` and `mixed`. λ is the share of the

@@ -15,10 +15,9 @@ use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::eval::KnnMonitor;
-use curriculum_ssl::method::{init_method, SslMethod};
+use curriculum_ssl::method::{init_method, MoCo, MoCoConfig, SslMethod};
 use curriculum_ssl::train::{StartMode, TrainConfig, Trainer};
-use curriculum_ssl::ConfigError;
-use curriculum_ssl_models::{Backbone, BlockKind, ResNetConfig, Stem};
+use curriculum_ssl_models::{Backbone, BlockKind, ResNet, ResNetConfig, Stem};
 use serde::{Deserialize, Serialize};
 
 use crate::{backend, usage};
@@ -212,31 +211,31 @@ fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
     Ok(())
 }
 
-/// The error of a MoCo-family method's configuration, with the queue's constraint said in terms
-/// of `--batch-size`.
-pub fn moco_error(
-    e: ConfigError,
-    settings: &Settings,
-    queue: usize,
-    symmetric: bool,
-) -> anyhow::Error {
-    if e.field == "size" {
-        let per_key = if symmetric { 2 } else { 1 };
-        usage(format!(
-            "--batch-size {}: the queue of {queue} keys must be a multiple of the keys enqueued \
-             per step ({} = the batch size{}); choose a batch size that divides {}",
-            settings.batch_size,
-            per_key * settings.batch_size,
-            if symmetric {
-                " × 2, for the symmetric loss"
-            } else {
-                ""
-            },
-            queue / per_key
-        ))
-    } else {
-        e.into()
-    }
+/// MoCo (v1, v2 or Light-MoCo, as `config` says) around the recipe's backbone, seeded by
+/// `--seed`; the queue's constraint on the batch is said in terms of `--batch-size`.
+pub fn init_moco(recipe: &Prepared, config: &MoCoConfig) -> Result<MoCo<Train, ResNet<Train>>> {
+    let backbone = recipe.backbone_config();
+    let batch_size = recipe.settings.batch_size;
+    recipe
+        .init(|d| config.init(|d| backbone.init::<Train>(d), batch_size, d))
+        .map_err(|e| {
+            if e.field != "size" {
+                return e.into();
+            }
+            let per_key = if config.symmetric { 2 } else { 1 };
+            usage(format!(
+                "--batch-size {batch_size}: the queue of {} keys must be a multiple of the keys \
+                 enqueued per step ({} = the batch size{}); choose a batch size that divides {}",
+                config.queue_size,
+                per_key * batch_size,
+                if config.symmetric {
+                    " × 2, for the symmetric loss"
+                } else {
+                    ""
+                },
+                config.queue_size / per_key
+            ))
+        })
 }
 
 /// A recipe's defaults, overridden by the command line.

@@ -40,13 +40,7 @@ pub fn run(args: &[String]) -> Result<()> {
 /// Builds the method for a prepared recipe and trains it (shared with the MICO variants).
 pub fn train(recipe: Prepared) -> Result<()> {
     let config = MoCoConfig::light_moco().with_queue_size(4096);
-    let backbone = recipe.backbone_config();
-    let batch_size = recipe.settings.batch_size;
-    let method = recipe
-        .init(|d| config.init(|d| backbone.init::<Train>(d), batch_size, d))
-        .map_err(|e| {
-            common::moco_error(e, &recipe.settings, config.queue_size, config.symmetric)
-        })?;
+    let method = common::init_moco(&recipe, &config)?;
     let optimizer = SgdConfig::new()
         .with_weight_decay(1e-4)
         .init::<Train, _>()?;
