@@ -92,6 +92,20 @@ pub struct TrainConfig {
     pub seed: u64,
 }
 
+impl TrainConfig {
+    /// The learning-rate plan of a run of `epochs` epochs of `batches` steps: warm-up, then
+    /// cosine to `final_lr`.
+    ///
+    /// # Errors
+    /// If the learning rates or the warm-up are impossible.
+    pub fn schedule(&self, epochs: usize, batches: usize) -> Result<WarmupCosine, ConfigError> {
+        WarmupCosineConfig::new(self.lr, epochs * batches)
+            .with_warmup_steps(self.warmup_epochs * batches)
+            .with_final_lr(self.final_lr)
+            .init()
+    }
+}
+
 /// How a run starts in its directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StartMode {
@@ -357,10 +371,7 @@ where
         let mut trainer = Trainer {
             method: self.method,
             optimizer: Some(self.optimizer),
-            schedule: WarmupCosineConfig::new(config.lr, config.epochs * batches)
-                .with_warmup_steps(config.warmup_epochs * batches)
-                .with_final_lr(config.final_lr)
-                .init()?,
+            schedule: config.schedule(config.epochs, batches)?,
             augmenter: self.augmenter,
             loader: self.loader,
             monitor: self.monitor,
@@ -538,10 +549,7 @@ where
         // The schedule of the original plan, with its extensions.
         let t = &saved.train;
         let planned = saved.extensions.first().map_or(t.epochs, |e| e.from_epochs);
-        self.schedule = WarmupCosineConfig::new(t.lr, planned * batches)
-            .with_warmup_steps(t.warmup_epochs * batches)
-            .with_final_lr(t.final_lr)
-            .init()?;
+        self.schedule = t.schedule(planned, batches)?;
         for e in &given.extensions {
             self.schedule.extend(e.at_step, e.to_epochs * batches)?;
         }
