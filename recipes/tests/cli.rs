@@ -310,9 +310,14 @@ fn an_unreadable_data_directory_is_reported_as_permission_denied() {
         "locked-run",
     ];
     let o = if root {
+        // A copy of the binary under the scratch directory in /tmp, which `nobody` can reach
+        // wherever the checkout lives.
+        let binary = scratch().join("recipe-as-nobody");
+        std::fs::copy(env!("CARGO_BIN_EXE_recipe"), &binary).unwrap();
+        std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
         Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(env!("CARGO_BIN_EXE_recipe"))
+            .arg(&binary)
             .args(args)
             .current_dir("/")
             .output()
