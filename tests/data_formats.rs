@@ -1,7 +1,9 @@
 //! Dataset readers on small files written by the tests, every corrupt variant, the real
 //! Fashion-MNIST when the Debian package is installed, the embedded subset and the loader.
 
-use std::io::Write;
+mod common;
+
+use common::gz;
 use std::path::{Path, PathBuf};
 
 use burn::backend::NdArray;
@@ -13,20 +15,8 @@ use curriculum_ssl::data::{
 
 const FASHION_MNIST: &str = "/usr/share/datasets/fashion-mnist";
 
-/// A fresh, empty directory for one test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("data_formats")
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn gz(bytes: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    e.write_all(bytes).unwrap();
-    e.finish().unwrap()
+    common::scratch_dir("data_formats", name)
 }
 
 /// IDX bytes written by hand (big-endian header), independent of the library's encoder.

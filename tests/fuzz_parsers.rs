@@ -35,6 +35,9 @@
 //! Why proptest: it runs on stable Rust as ordinary `#[test]`s, so CI runs a bounded number of
 //! cases on every push with no extra tooling; cargo-fuzz (libFuzzer) needs a nightly toolchain.
 
+mod common;
+
+use common::gz;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -129,20 +132,8 @@ fn cases() -> u32 {
 // ---------------------------------------------------------------------------------------------
 // Files.
 
-/// A fresh, empty directory for one case.
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("fuzz_parsers")
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn gz(bytes: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    e.write_all(bytes).unwrap();
-    e.finish().unwrap()
+    common::scratch_dir("fuzz_parsers", name)
 }
 
 /// Deterministic pixel bytes.

@@ -181,6 +181,19 @@ impl DataError {
         }
     }
 
+    /// An error opening or reading `path`: a missing file is `MissingFile`, anything else (a
+    /// permission, an I/O failure) is `Io` with its cause.
+    pub(crate) fn open(path: &Path, source: std::io::Error) -> Self {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            DataError::MissingFile {
+                path: path.to_path_buf(),
+                tried: Vec::new(),
+            }
+        } else {
+            DataError::io(path, source)
+        }
+    }
+
     /// The file or directory the error is about.
     pub fn path(&self) -> &Path {
         match self {

@@ -65,16 +65,7 @@ struct Opened {
 impl Opened {
     fn open(path: &Path) -> Result<Self, DataError> {
         use std::io::{Seek, SeekFrom};
-        let mut file = std::fs::File::open(path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                DataError::MissingFile {
-                    path: path.to_path_buf(),
-                    tried: Vec::new(),
-                }
-            } else {
-                DataError::io(path, e)
-            }
-        })?;
+        let mut file = std::fs::File::open(path).map_err(|e| DataError::open(path, e))?;
         let len = file.metadata().map_err(|e| DataError::io(path, e))?.len();
         let mut magic = Vec::with_capacity(2);
         (&mut file)

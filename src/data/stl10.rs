@@ -38,16 +38,7 @@ fn resolve(dir: &Path) -> Result<PathBuf, DataError> {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, DataError> {
-    std::fs::read(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            DataError::MissingFile {
-                path: path.to_path_buf(),
-                tried: Vec::new(),
-            }
-        } else {
-            DataError::io(path, e)
-        }
-    })
+    std::fs::read(path).map_err(|e| DataError::open(path, e))
 }
 
 /// Converts STL-10 images (planar, column-major) into HWC row-major bytes.

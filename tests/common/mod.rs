@@ -1,4 +1,5 @@
-//! Helpers shared by the integration tests: f64 backends and seeded random inputs.
+//! Helpers shared by the integration tests: f64 backends, seeded random inputs, and scratch
+//! files.
 #![allow(dead_code)]
 
 use burn::backend::{Autodiff, NdArray};
@@ -41,4 +42,22 @@ pub fn unit_rows(values: &[f64], cols: usize) -> Vec<f64> {
 /// Scalar value of a one-element tensor.
 pub fn value<B: Backend>(t: Tensor<B, 1>) -> f64 {
     t.into_scalar().elem::<f64>()
+}
+
+/// A fresh, empty directory `group/name` under cargo's temporary directory for tests.
+pub fn scratch_dir(group: &str, name: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(group)
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `bytes` as a gzip stream.
+pub fn gz(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
 }
