@@ -11,6 +11,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use curriculum_ssl::loss::soft_nce::top_k_indices;
 use curriculum_ssl::loss::soft_target::mixup_targets;
 use curriculum_ssl::loss::*;
+use curriculum_ssl::method::Progress;
 use std::time::{Duration, Instant};
 
 type B = Autodiff<Flex>;
@@ -105,7 +106,12 @@ fn losses(c: &mut Criterion) {
     group.bench_function(BenchmarkId::new("soft_nce_queue", QUEUE), |b| {
         b.iter(|| {
             step(&with_queue, |x| {
-                soft_nce.forward(x[0].clone(), x[1].clone(), x[2].clone(), 0.0)
+                soft_nce.forward(
+                    x[0].clone(),
+                    x[1].clone(),
+                    x[2].clone(),
+                    Progress::default(),
+                )
             })
         })
     });
@@ -172,7 +178,9 @@ fn soft_nce_overhead(_: &mut Criterion) {
     let (mut t_info, mut t_soft) = (Vec::new(), Vec::new());
     for _ in 0..9 {
         t_info.push(time(&|x| info.forward(x, k.clone(), queue.clone())));
-        t_soft.push(time(&|x| soft.forward(x, k.clone(), queue.clone(), 0.0)));
+        t_soft.push(time(&|x| {
+            soft.forward(x, k.clone(), queue.clone(), Progress::default())
+        }));
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(|a, b| a.total_cmp(b));

@@ -94,7 +94,7 @@ fn soft_nce_k_larger_than_the_queue_is_rejected() {
 #[should_panic(expected = "SoftNCE: top_k = 20 nearest negatives but `queue` has shape [16, 4]")]
 fn soft_nce_forward_with_a_short_queue_names_the_shapes() {
     let loss = SoftNceLossConfig::new().init().unwrap();
-    loss.forward(zeros(2, 4), zeros(2, 4), zeros(16, 4), 0.0);
+    loss.forward(zeros(2, 4), zeros(2, 4), zeros(16, 4), Default::default());
 }
 
 #[test]

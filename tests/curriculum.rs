@@ -363,3 +363,97 @@ fn hcl_at_a_large_beta_is_finite_in_f32_and_matches_f64() {
         "f32 {f32_value} vs f64 {f64_value}"
     );
 }
+
+/// Each anchor's HCL loss in plain f64, from the formula of joshr17/HCL (independent of the
+/// library's tensor code), and its positive similarity.
+fn hcl_per_anchor_reference(
+    z1: &[[f64; 2]],
+    z2: &[[f64; 2]],
+    tau: f64,
+    tau_plus: f64,
+    beta: f64,
+) -> Vec<(f64, f64)> {
+    let z: Vec<[f64; 2]> = z1.iter().chain(z2).copied().collect();
+    let (b, n) = (z1.len(), 2 * z1.len());
+    let dot = |i: usize, j: usize| z[i][0] * z[j][0] + z[i][1] * z[j][1];
+    let count = (n - 2) as f64;
+    (0..n)
+        .map(|i| {
+            let p = (i + b) % n;
+            let s_pos = dot(i, p);
+            let pos = (s_pos / tau).exp();
+            let negs: Vec<f64> = (0..n)
+                .filter(|&j| j != i && j != p)
+                .map(|j| dot(i, j))
+                .collect();
+            let imp: Vec<f64> = negs.iter().map(|s| (beta * s / tau).exp()).collect();
+            let reweight = imp
+                .iter()
+                .zip(&negs)
+                .map(|(w, s)| w * (s / tau).exp())
+                .sum::<f64>()
+                / (imp.iter().sum::<f64>() / count);
+            let ng = ((-tau_plus * count * pos + reweight) / (1.0 - tau_plus))
+                .max(count * (-1.0 / tau).exp());
+            (-(pos / (pos + ng)).ln(), s_pos)
+        })
+        .collect()
+}
+
+/// MICO §3.3 eq. 3: the positive pairs weighted by `e^{(k − β)s⁺/τ}` normalised to mean 1; at
+/// `k = β` the loss is plain HCL; for `k − β < 0` the hardest pair weighs most.
+#[test]
+fn hcl_hard_positive_weights_follow_eq3() {
+    use burn::backend::NdArray;
+    use curriculum_ssl::loss::HclLossConfig;
+    let angle = |deg: f64| [deg.to_radians().cos(), deg.to_radians().sin()];
+    // SPEC's worked geometry: z1 = u(0°, 90°, 200°), z2 = u(30°, 100°, 180°), τ = 0.5.
+    let z1: Vec<[f64; 2]> = [0.0, 90.0, 200.0].map(angle).to_vec();
+    let z2: Vec<[f64; 2]> = [30.0, 100.0, 180.0].map(angle).to_vec();
+    let (tau, tau_plus, beta) = (0.5, 0.1, 1.0);
+    let reference = hcl_per_anchor_reference(&z1, &z2, tau, tau_plus, beta);
+    let plain: f64 = reference.iter().map(|r| r.0).sum::<f64>() / reference.len() as f64;
+    assert!((plain - 0.375811).abs() < 1e-6, "worked value: {plain}");
+    let t = |z: &[[f64; 2]]| {
+        let flat: Vec<f64> = z.iter().flatten().copied().collect();
+        Tensor::<NdArray<f64>, 2>::from_data(TensorData::new(flat, [3, 2]), &Default::default())
+    };
+    let loss_with = |k: Option<f64>| {
+        HclLossConfig::new()
+            .with_temperature(tau)
+            .with_tau_plus(tau_plus)
+            .with_beta(beta)
+            .with_hard_positive_k(k)
+            .init()
+            .unwrap()
+            .forward(t(&z1), t(&z2))
+            .into_scalar()
+    };
+    assert!((loss_with(None) - plain).abs() < 1e-12);
+    assert!((loss_with(Some(beta)) - plain).abs() < 1e-12, "k = beta");
+    for k in [0.0, 3.0] {
+        let w: Vec<f64> = reference
+            .iter()
+            .map(|r| ((k - beta) * r.1 / tau).exp())
+            .collect();
+        let mean_w = w.iter().sum::<f64>() / w.len() as f64;
+        let expected = reference
+            .iter()
+            .zip(&w)
+            .map(|(r, w)| r.0 * w / mean_w)
+            .sum::<f64>()
+            / reference.len() as f64;
+        let got = loss_with(Some(k));
+        assert!(
+            (got - expected).abs() < 1e-12,
+            "k = {k}: {got} vs {expected}"
+        );
+        assert!((got - plain).abs() > 1e-4, "k = {k} must change the loss");
+    }
+    // Out-of-range k is refused, naming the field.
+    let err = HclLossConfig::new()
+        .with_hard_positive_k(Some(-1.0))
+        .init()
+        .unwrap_err();
+    assert!(err.to_string().contains("hard_positive_k"), "{err}");
+}

@@ -52,7 +52,12 @@ fn soft_nce_with_alpha_1_is_info_nce() {
             tensor(&q, BATCH, DIM),
             tensor(&k, BATCH, DIM),
             tensor(&queue, 64, DIM),
-            0.3,
+            curriculum_ssl::method::Progress {
+                step: 3,
+                total_steps: 10,
+                epoch: 0,
+                total_epochs: 1,
+            },
         ));
         let b = value(info.forward::<Exact>(
             tensor(&q, BATCH, DIM),

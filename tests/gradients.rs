@@ -9,6 +9,7 @@ mod common;
 use burn::prelude::*;
 use common::{random_values, tensor, unit_rows, value, ExactAd};
 use curriculum_ssl::loss::*;
+use curriculum_ssl::method::Progress;
 
 const BATCH: usize = 8;
 const DIM: usize = 16;
@@ -196,7 +197,14 @@ fn soft_nce_gradient_both_patterns() {
                 (queue.clone(), QUEUE, DIM),
             ],
             &[true, false, false],
-            |x| loss.forward(x[0].clone(), x[1].clone(), x[2].clone(), 0.0),
+            |x| {
+                loss.forward(
+                    x[0].clone(),
+                    x[1].clone(),
+                    x[2].clone(),
+                    Progress::default(),
+                )
+            },
         );
     }
 }

@@ -43,17 +43,52 @@ fn soft_nce_weights_sum_to_one_minus_alpha() {
 
 #[test]
 fn soft_nce_incremental_alpha_follows_a_cosine_from_one() {
+    use curriculum_ssl::curriculum::{Pace, SchedulerConfig};
     use curriculum_ssl::loss::{AlphaSchedule, SoftNceLossConfig};
+    use curriculum_ssl::method::Progress;
     let loss = SoftNceLossConfig::new()
         .with_alpha_schedule(AlphaSchedule::Incremental)
         .init()
         .unwrap();
-    // alpha(p) = 0.8 + 0.2 (1 + cos(pi p)) / 2: 1 at p = 0, 0.9 at p = 0.5, 0.8 at p = 1.
-    assert!((loss.alpha_at(0.0) - 1.0).abs() < 1e-12);
-    assert!((loss.alpha_at(0.5) - 0.9).abs() < 1e-12);
-    assert!((loss.alpha_at(1.0) - 0.8).abs() < 1e-12);
+    let at = |step: usize| Progress {
+        step,
+        total_steps: 100,
+        epoch: step / 10,
+        total_epochs: 10,
+    };
+    // alpha(p) = 0.8 + 0.2 (1 + cos(pi p)) / 2 with p = step / total_steps: 1 at p = 0, 0.9 at
+    // p = 0.5, 0.8 at p = 1, 0.8 + 0.1 (1 + cos(pi / 4)) at p = 0.25.
+    assert!((loss.alpha_at(at(0)) - 1.0).abs() < 1e-12);
+    assert!((loss.alpha_at(at(50)) - 0.9).abs() < 1e-12);
+    assert!((loss.alpha_at(at(100)) - 0.8).abs() < 1e-12);
+    let quarter = 0.8 + 0.1 * (1.0 + std::f64::consts::FRAC_1_SQRT_2);
+    assert!((loss.alpha_at(at(25)) - quarter).abs() < 1e-12);
     assert!(
-        (loss.alpha_at(2.0) - 0.8).abs() < 1e-12,
+        (loss.alpha_at(at(200)) - 0.8).abs() < 1e-12,
         "progress is clamped to [0, 1]"
     );
+    // The same curve as the generic scheduler Cosine 1 -> alpha per step, at every step.
+    let cosine = SoftNceLossConfig::new()
+        .with_alpha_schedule(AlphaSchedule::Scheduled(SchedulerConfig::Cosine {
+            start: 1.0,
+            end: 0.8,
+            pace: Pace::Step,
+        }))
+        .init()
+        .unwrap();
+    for step in 0..=100 {
+        assert_eq!(
+            loss.alpha_at(at(step)),
+            cosine.alpha_at(at(step)),
+            "step {step}"
+        );
+    }
+    // A scheduled alpha outside [0, 1] is refused, naming the field.
+    let err = SoftNceLossConfig::new()
+        .with_alpha_schedule(AlphaSchedule::Scheduled(SchedulerConfig::Constant {
+            value: 1.5,
+        }))
+        .init()
+        .unwrap_err();
+    assert!(err.to_string().contains("alpha_schedule"), "{err}");
 }

@@ -16,8 +16,8 @@
 //! default ([`MixupCurriculumConfig::mico`]); the easy-to-hard order is
 //! [`MixupCurriculumConfig::mico_easy_to_hard`] (the same values reversed).
 
+use burn::config::Config;
 use rand::rngs::StdRng;
-use serde::{Deserialize, Serialize};
 
 use super::schedule::{Scheduler, SchedulerConfig};
 use crate::augment::mixup::sample_beta;
@@ -25,7 +25,7 @@ use crate::error::ConfigError;
 use crate::method::Progress;
 
 /// What is scheduled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
 pub enum MixupCurriculum {
     /// λ itself (in `[0, 1]`).
     Share,
@@ -33,8 +33,9 @@ pub enum MixupCurriculum {
     BetaAlpha,
 }
 
-/// The configuration of a mixup curriculum (saved in the run's configuration).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The configuration of a mixup curriculum (a burn [`Config`], saved in the run's
+/// configuration). The presets below carry the paper's numbers.
+#[derive(Config, Debug, PartialEq)]
 pub struct MixupCurriculumConfig {
     /// What the schedule gives.
     pub mode: MixupCurriculum,

@@ -18,6 +18,7 @@
 
 use std::sync::Arc;
 
+use burn::config::Config;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
@@ -53,8 +54,10 @@ impl Pace {
     }
 }
 
-/// A built-in schedule (serialisable into the run's configuration).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A built-in schedule: a burn [`Config`](burn::config::Config), saved in the run's
+/// configuration and validated by [`SchedulerConfig::validate`] against the range of the knob it
+/// drives.
+#[derive(Config, Debug, PartialEq)]
 pub enum SchedulerConfig {
     /// The same value throughout.
     Constant {
@@ -354,5 +357,28 @@ mod tests {
         .is_err());
         let custom = Scheduler::custom("double", |p| 2.0 * p.epoch as f64);
         assert_eq!(custom.value(at_epoch(3, 10), 0.0, 1.0), 1.0, "clamped");
+    }
+
+    #[test]
+    fn configs_round_trip_through_burn_config_files() {
+        let dir = std::env::temp_dir().join(format!("schedule-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for config in [
+            SchedulerConfig::four_step(),
+            SchedulerConfig::reverse_cosine(),
+            SchedulerConfig::Constant { value: 0.5 },
+            SchedulerConfig::Linear {
+                start: 1.0,
+                end: 0.0,
+                pace: Pace::Step,
+            },
+        ] {
+            let path = dir.join("schedule.json");
+            config.save(&path).unwrap();
+            let back = SchedulerConfig::load(&path).unwrap();
+            assert_eq!(back, config);
+            assert_eq!(back.value(at_epoch(7, 10)), config.value(at_epoch(7, 10)));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -8,14 +8,14 @@
 //! start (the tables' "baseline" rows). MICO's schedules are the k-step ones (2-step 0.33, 0.66;
 //! 4-step 0.2 … 0.8), linear 0 → 1 and reverse cosine 0.8 → 0.2.
 
-use serde::{Deserialize, Serialize};
+use burn::config::Config;
 
 use super::schedule::SchedulerConfig;
 use crate::error::{in_range, ConfigError};
 use crate::method::Progress;
 
-/// The strength curriculum (saved in the run's configuration).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The strength curriculum (a burn [`Config`], saved in the run's configuration).
+#[derive(Config, Debug, PartialEq)]
 pub struct StrengthCurriculumConfig {
     /// The strength multiplier at the schedule's value 1 (MICO: 1, 1.5, 2, 3).
     pub target: f64,

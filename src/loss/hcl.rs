@@ -14,6 +14,17 @@
 //! negative similarity instead (they too only enter as a ratio), so that a large `β/τ` cannot
 //! underflow all of them to 0. MICO's curriculum on `β` (§3.3) passes the scheduled value
 //! to [`HclLoss::forward_with_beta`].
+//!
+//! **Hard positives** (MICO §3.3 eq. 3, `q(x⁺) ∝ e^{(k − β) f(x)ᵀf(x⁺)}`, the same `β` and
+//! scheduler as the negatives, `k` a constant so that `k − β` falls as `β` grows). A SimCLR batch
+//! has one positive per anchor, so a distribution over "the" positive would be a single point.
+//! We read eq. 3 as a distribution over the batch's `2B` positive pairs instead, in the same
+//! importance-weighting form HCL uses for negatives: each anchor's loss is weighted by
+//! `w_i = e^{(k − β)s⁺_i/τ} / mean_j e^{(k − β)s⁺_j/τ}` (mean 1, so `k = β` gives plain HCL).
+//! While `k − β > 0` the easy pairs (similar views) weigh more; once `β` passes `k`, the hard
+//! ones (dissimilar views) do. The weights are sampling probabilities, so they carry no
+//! gradient; they are shifted by the batch's largest `s⁺` like the negatives' weights. Off by
+//! default ([`HclLossConfig::hard_positive_k`]); the paper gives no value of `k`.
 
 use burn::prelude::*;
 
@@ -38,6 +49,10 @@ pub struct HclLossConfig {
     /// `[0, 1000]`).
     #[config(default = "None")]
     pub beta_schedule: Option<SchedulerConfig>,
+    /// MICO's hard-positive weighting (§3.3 eq. 3): the constant `k` of `e^{(k − β)s⁺/τ}`
+    /// (finite, `>= 0`); `None` (the default) weighs every positive pair alike.
+    #[config(default = "None")]
+    pub hard_positive_k: Option<f64>,
 }
 
 impl HclLossConfig {
@@ -55,11 +70,15 @@ impl HclLossConfig {
         if let Some(s) = &self.beta_schedule {
             s.validate("beta_schedule", 0.0, 1000.0)?;
         }
+        if let Some(k) = self.hard_positive_k {
+            non_negative("hard_positive_k", k)?;
+        }
         Ok(HclLoss {
             temperature: self.temperature,
             tau_plus: self.tau_plus,
             beta: self.beta,
             beta_schedule: self.beta_schedule.clone(),
+            hard_positive_k: self.hard_positive_k,
         })
     }
 }
@@ -71,6 +90,7 @@ pub struct HclLoss {
     tau_plus: f64,
     beta: f64,
     beta_schedule: Option<SchedulerConfig>,
+    hard_positive_k: Option<f64>,
 }
 
 impl HclLoss {
@@ -94,7 +114,16 @@ impl HclLoss {
         self.forward_with_beta(z1, z2, self.beta)
     }
 
-    /// Mean HCL loss with a given `β` (for a curriculum on the hardness).
+    /// The exponent `k − β` of the hard-positive weights at a given `β`, when they are on.
+    pub fn hard_positive_exponent(&self, beta: f64) -> Option<f64> {
+        self.hard_positive_k.map(|k| k - beta)
+    }
+
+    /// Mean HCL loss with a given `β` (for a curriculum on the hardness), the anchors weighted by
+    /// the hard-positive weights when [`HclLossConfig::hard_positive_k`] is set.
+    ///
+    /// # Shapes
+    /// - `z1`, `z2`: `[B, D]` with `B >= 2` (normalised here); output: `[1]`
     ///
     /// # Panics
     /// If `beta` is negative or not finite, or on the shape errors of [`HclLoss::forward`].
@@ -104,6 +133,27 @@ impl HclLoss {
         z2: Tensor<B, 2>,
         beta: f64,
     ) -> Tensor<B, 1> {
+        let (per_anchor, positive) = self.per_anchor(z1, z2, beta);
+        match self.hard_positive_exponent(beta) {
+            None => per_anchor.mean(),
+            Some(exponent) => {
+                let positive = positive.detach();
+                let max = positive.clone().max();
+                let importance =
+                    ((positive - max.unsqueeze()) * (exponent / self.temperature)).exp();
+                let weights = importance.clone() / importance.mean().unsqueeze();
+                (per_anchor * weights).mean()
+            }
+        }
+    }
+
+    /// Each anchor's HCL loss and its positive similarity `s⁺`, both `[2B, 1]`.
+    fn per_anchor<B: Backend>(
+        &self,
+        z1: Tensor<B, 2>,
+        z2: Tensor<B, 2>,
+        beta: f64,
+    ) -> (Tensor<B, 2>, Tensor<B, 2>) {
         assert!(
             beta.is_finite() && beta >= 0.0,
             "HCL: beta must be finite and >= 0, got {beta}"
@@ -133,12 +183,12 @@ impl HclLoss {
         let importance = exponent.mask_fill(not_negative, -1.0e4).exp() * negative_mask;
         let reweight =
             (importance.clone() * neg).sum_dim(1) / (importance.sum_dim(1) / negatives_per_anchor);
-        let log_pos = positive.sub_scalar(1.0) / tau;
+        let log_pos = positive.clone().sub_scalar(1.0) / tau;
         let pos = log_pos.clone().exp();
         let ng = ((pos.clone() * (-self.tau_plus * negatives_per_anchor) + reweight)
             / (1.0 - self.tau_plus))
             .clamp_min(negatives_per_anchor * (-2.0 / tau).exp());
-        ((pos + ng).log() - log_pos).mean()
+        ((pos + ng).log() - log_pos, positive)
     }
 }
 

@@ -14,7 +14,9 @@
 use burn::prelude::*;
 
 use super::info_nce::QueueSimilarities;
+use crate::curriculum::{Pace, Scheduler, SchedulerConfig};
 use crate::error::{in_range, positive, ConfigError};
+use crate::method::Progress;
 
 /// How the `1 − α` share is spread over the `K` nearest negatives.
 #[derive(Config, Debug, PartialEq, Copy)]
@@ -25,14 +27,35 @@ pub enum SoftNceWeights {
     LinearDecay,
 }
 
-/// How `α`, the target share of the positive, moves during training.
-#[derive(Config, Debug, PartialEq, Copy)]
+/// How `α`, the target share of the positive, moves during training. Every variant is a
+/// [`SchedulerConfig`] underneath ([`AlphaSchedule::scheduler`]), read with the run's
+/// [`Progress`] like every other scheduled knob; a user's own function goes through
+/// [`SoftNceLoss::with_alpha_scheduler`].
+#[derive(Config, Debug, PartialEq)]
 pub enum AlphaSchedule {
     /// `α` fixed at its configured value (the paper's default).
     Static,
     /// "Incremental" difficulty: `α` falls along a cosine from 1 at the start of training to its
-    /// configured value at the end, `α(p) = α + (1 − α)(1 + cos πp)/2`.
+    /// configured value at the end, every step: `α(p) = α + (1 − α)(1 + cos πp)/2` with
+    /// `p = step / total_steps` — the scheduler `Cosine { start: 1, end: α, pace: Step }`.
     Incremental,
+    /// Any built-in schedule (values in `[0, 1]`); the configured `alpha` is then unused.
+    Scheduled(SchedulerConfig),
+}
+
+impl AlphaSchedule {
+    /// The scheduler behind this schedule for a configured `alpha`.
+    pub fn scheduler(&self, alpha: f64) -> SchedulerConfig {
+        match self {
+            Self::Static => SchedulerConfig::Constant { value: alpha },
+            Self::Incremental => SchedulerConfig::Cosine {
+                start: 1.0,
+                end: alpha,
+                pace: Pace::Step,
+            },
+            Self::Scheduled(config) => config.clone(),
+        }
+    }
 }
 
 /// Configuration of [`SoftNceLoss`]. Defaults are the paper's (ImageNet): `K = 20`, `α = 0.8`,
@@ -74,12 +97,13 @@ impl SoftNceLossConfig {
                 ),
             ));
         }
+        let schedule = self.alpha_schedule.scheduler(self.alpha);
+        schedule.validate("alpha_schedule", 0.0, 1.0)?;
         Ok(SoftNceLoss {
             temperature: self.temperature,
-            alpha: self.alpha,
+            alpha: schedule.into(),
             top_k: self.top_k,
             weights: self.weights,
-            alpha_schedule: self.alpha_schedule,
         })
     }
 
@@ -103,22 +127,21 @@ impl SoftNceLossConfig {
 #[derive(Debug, Clone)]
 pub struct SoftNceLoss {
     temperature: f64,
-    alpha: f64,
+    alpha: Scheduler,
     top_k: usize,
     weights: SoftNceWeights,
-    alpha_schedule: AlphaSchedule,
 }
 
 impl SoftNceLoss {
-    /// `α` at training progress `progress ∈ [0, 1]` (clamped); constant for the static schedule.
-    pub fn alpha_at(&self, progress: f64) -> f64 {
-        match self.alpha_schedule {
-            AlphaSchedule::Static => self.alpha,
-            AlphaSchedule::Incremental => {
-                let p = progress.clamp(0.0, 1.0);
-                self.alpha + (1.0 - self.alpha) * (1.0 + (std::f64::consts::PI * p).cos()) / 2.0
-            }
-        }
+    /// `α` at `progress` (in `[0, 1]`; a user's function is clamped there).
+    pub fn alpha_at(&self, progress: Progress) -> f64 {
+        self.alpha.value(progress, 0.0, 1.0)
+    }
+
+    /// The same loss with `α` driven by `scheduler` (e.g. [`Scheduler::custom`]).
+    pub fn with_alpha_scheduler(mut self, scheduler: Scheduler) -> Self {
+        self.alpha = scheduler;
+        self
     }
 
     /// The weights `β_1..β_K` of the nearest negatives for a given `α`.
@@ -134,8 +157,7 @@ impl SoftNceLoss {
             .collect()
     }
 
-    /// Mean SoftNCE at training progress `progress ∈ [0, 1]` (only the incremental `α` schedule
-    /// reads it).
+    /// Mean SoftNCE at `progress` (only a moving `α` schedule reads it).
     ///
     /// # Shapes
     /// - `q`: `[B, D]` online projections (normalised here)
@@ -147,7 +169,7 @@ impl SoftNceLoss {
         q: Tensor<B, 2>,
         k: Tensor<B, 2>,
         queue: Tensor<B, 2>,
-        progress: f64,
+        progress: Progress,
     ) -> Tensor<B, 1> {
         let queue_len = queue.dims()[0];
         assert!(
@@ -199,7 +221,7 @@ impl SoftNceLoss {
         k1: Tensor<B, 2>,
         k2: Tensor<B, 2>,
         queue: Tensor<B, 2>,
-        progress: f64,
+        progress: Progress,
     ) -> Tensor<B, 1> {
         self.forward(q1, k2, queue.clone(), progress) + self.forward(q2, k1, queue, progress)
     }

@@ -8,6 +8,7 @@
 use burn::prelude::*;
 
 use super::*;
+use crate::method::Progress;
 
 /// One worked value: what SPEC expects and what this crate computes.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,7 +85,7 @@ pub fn spec_worked_values<B: Backend>(device: &B::Device) -> Vec<WorkedValue> {
     push(
         "SoftNCE K=3 alpha=0.8 linear decay",
         1.343274,
-        scalar(soft.forward(q.clone(), k.clone(), queue.clone(), 0.0)),
+        scalar(soft.forward(q.clone(), k.clone(), queue.clone(), Progress::default())),
     );
     let info = InfoNceLossConfig::new()
         .with_temperature(0.1)

@@ -214,7 +214,7 @@ impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
     ) -> Tensor<B, 1> {
         match &self.loss {
             QueueLoss::Info(loss) => loss.forward(q, k, queue),
-            QueueLoss::Soft(loss) => loss.forward(q, k, queue, progress.fraction()),
+            QueueLoss::Soft(loss) => loss.forward(q, k, queue, progress),
         }
     }
 }
@@ -284,14 +284,12 @@ where
         };
         self.pending_keys = Some(keys);
         let device = loss.device();
-        let momentum = Tensor::from_data(
-            TensorData::new(vec![self.momentum_at(progress)], [1]),
-            &device,
-        );
-        MethodOutput {
-            loss,
-            stats: vec![("momentum", momentum)],
+        let scalar = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
+        let mut stats = vec![("momentum", scalar(self.momentum_at(progress)))];
+        if let QueueLoss::Soft(soft) = &self.loss {
+            stats.push(("softnce_alpha", scalar(soft.alpha_at(progress))));
         }
+        MethodOutput { loss, stats }
     }
 
     fn after_step(&mut self, progress: Progress) {

@@ -59,7 +59,7 @@ where
 }
 
 /// Where training stands: what schedulers and adaptive states read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Progress {
     /// Optimiser steps done so far (0-based index of the current step).
     pub step: usize,

@@ -182,12 +182,15 @@ where
             },
             PairLoss::Hcl(loss) => {
                 let beta = loss.beta_at(progress);
-                let stats = if loss.is_scheduled() {
-                    let device = z1.device();
-                    vec![("hcl_beta", Tensor::from_floats([beta as f32], &device))]
-                } else {
-                    Vec::new()
-                };
+                let device = z1.device();
+                let scalar = |v: f64| Tensor::from_floats([v as f32], &device);
+                let mut stats = Vec::new();
+                if loss.is_scheduled() {
+                    stats.push(("hcl_beta", scalar(beta)));
+                }
+                if let Some(exponent) = loss.hard_positive_exponent(beta) {
+                    stats.push(("hcl_k_minus_beta", scalar(exponent)));
+                }
                 MethodOutput {
                     loss: loss.forward_with_beta(z1, z2, beta),
                     stats,

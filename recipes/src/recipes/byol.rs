@@ -28,6 +28,7 @@ pub fn defaults() -> Defaults {
         preset: PipelineConfig::byol,
         mixup: None,
         strength: None,
+        hcl: None,
     }
 }
 

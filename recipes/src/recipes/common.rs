@@ -15,6 +15,7 @@ use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::eval::KnnMonitor;
+use curriculum_ssl::loss::HclLossConfig;
 use curriculum_ssl::method::{init_method, MoCo, MoCoConfig, SslMethod};
 use curriculum_ssl::train::{StartMode, TrainConfig, Trainer};
 use curriculum_ssl_models::{Backbone, BlockKind, ResNet, ResNetConfig, Stem};
@@ -115,6 +116,10 @@ pub struct RecipeArgs {
     /// Loader threads (at most four per core).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
+    /// HCL recipes (hcl, hcl_curriculum): MICO's hard-positive weighting (§3.3 eq. 3) with this
+    /// `k` in `e^{(k − β)s⁺/τ}`; off when not given.
+    #[arg(long)]
+    pub hard_positive_k: Option<f64>,
 }
 
 /// The schedules of MICO's ablation (its Table 2).
@@ -347,6 +352,8 @@ pub struct Defaults {
     pub mixup: Option<MixupCurriculumConfig>,
     /// Augmentation-strength curriculum (MICO), if the recipe uses one.
     pub strength: Option<StrengthCurriculumConfig>,
+    /// The HCL loss, if the recipe trains with it.
+    pub hcl: Option<HclLossConfig>,
 }
 
 impl Defaults {
@@ -372,6 +379,8 @@ pub struct Prepared {
     pub data: Data,
     /// The augmentation.
     pub pipeline: PipelineConfig,
+    /// The HCL loss with the command line's changes, if the recipe trains with it.
+    pub hcl: Option<HclLossConfig>,
 }
 
 /// Parses and checks the options, loads the data and builds the pipeline.
@@ -416,6 +425,21 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
             s.schedule = schedule.config();
         }
     }
+    let mut hcl = defaults.hcl;
+    if let Some(k) = args.hard_positive_k {
+        let Some(h) = hcl.as_mut() else {
+            return Err(usage(format!(
+                "--hard-positive-k: recipe `{}` does not train with HCL",
+                defaults.recipe
+            )));
+        };
+        if !(k.is_finite() && k >= 0.0) {
+            return Err(usage(format!(
+                "--hard-positive-k {k}: must be finite and >= 0"
+            )));
+        }
+        h.hard_positive_k = Some(k);
+    }
     let device = Device::default();
     let data = load_data(settings.data.as_deref())?;
     let mut pipeline = pipeline(defaults.preset, &data, settings.seed);
@@ -427,6 +451,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         device,
         data,
         pipeline,
+        hcl,
     })
 }
 

@@ -38,6 +38,7 @@ pub fn defaults() -> Defaults {
         preset,
         mixup: None,
         strength: None,
+        hcl: None,
     }
 }
 
@@ -57,6 +58,7 @@ pub fn strength_curriculum(args: &[String]) -> Result<()> {
             target: 2.0,
             schedule: Some(SchedulerConfig::four_step()),
         }),
+        hcl: None,
         ..defaults()
     };
     train(common::prepare(args, defaults)?)

@@ -29,6 +29,7 @@ pub fn defaults() -> Defaults {
         preset: PipelineConfig::simclr,
         mixup: None,
         strength: None,
+        hcl: None,
     }
 }
 
@@ -59,29 +60,34 @@ pub fn train_with_loss(recipe: Prepared, loss: PairLossConfig) -> Result<()> {
 pub fn hcl(args: &[String]) -> Result<()> {
     let defaults = Defaults {
         recipe: "hcl",
+        hcl: Some(HclLossConfig::new()),
         ..defaults()
     };
-    train_with_loss(
-        common::prepare(args, defaults)?,
-        PairLossConfig::Hcl(HclLossConfig::new()),
-    )
+    train_hcl(common::prepare(args, defaults)?)
+}
+
+/// Trains SimCLR with the recipe's HCL loss (after the command line's changes).
+fn train_hcl(recipe: Prepared) -> Result<()> {
+    let loss = recipe
+        .hcl
+        .clone()
+        .expect("an HCL recipe's defaults carry its loss");
+    train_with_loss(recipe, PairLossConfig::Hcl(loss))
 }
 
 /// `hcl_curriculum`: as `hcl`, with MICO's hardness curriculum (§3.3): `β` rises linearly from
 /// 0 (uniform weights: the debiased loss) to 1 over the epochs, so the negatives get harder as
-/// training goes.
+/// training goes. `--hard-positive-k K` adds eq. 3's hard-positive weighting on the same `β`.
 pub fn hcl_curriculum(args: &[String]) -> Result<()> {
-    let defaults = Defaults {
-        recipe: "hcl_curriculum",
-        ..defaults()
-    };
     let schedule = SchedulerConfig::Linear {
         start: 0.0,
         end: 1.0,
         pace: Pace::Epoch,
     };
-    train_with_loss(
-        common::prepare(args, defaults)?,
-        PairLossConfig::Hcl(HclLossConfig::new().with_beta_schedule(Some(schedule))),
-    )
+    let defaults = Defaults {
+        recipe: "hcl_curriculum",
+        hcl: Some(HclLossConfig::new().with_beta_schedule(Some(schedule))),
+        ..defaults()
+    };
+    train_hcl(common::prepare(args, defaults)?)
 }

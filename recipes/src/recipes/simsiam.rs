@@ -27,6 +27,7 @@ pub fn defaults() -> Defaults {
         preset: PipelineConfig::simclr,
         mixup: None,
         strength: None,
+        hcl: None,
     }
 }
 
