@@ -13,6 +13,8 @@
 //! - [`head`]: projection and prediction MLP heads.
 //! - [`optim`]: SGD with PyTorch semantics, LARS, warm-up + cosine learning rate.
 //! - [`eval`]: frozen features, the weighted kNN monitor and the linear probe.
+//! - [`spl_advise`]: SPL-ADVisE's selection: SPLD over clusters, seeded per-class k-means++, and
+//!   the magnet loss's neighbourhood sampler.
 //! - [`train`]: the training loop: run directory, CSV metrics, atomic checkpoints, exact resume.
 //! - [`data`]: IDX, CIFAR, STL-10 and image-folder readers, the embedded Fashion-MNIST subset,
 //!   and a threaded, deterministic loader.
@@ -35,6 +37,7 @@ pub mod loss;
 pub mod method;
 pub mod optim;
 pub mod seed;
+pub mod spl_advise;
 pub mod train;
 
 pub use error::{ConfigError, Error};

@@ -1,0 +1,164 @@
+//! The selection core of SPL-ADVisE: self-paced learning with diversity over clusters of a learned
+//! embedding, and the neighbourhood sampler that trains that embedding with the magnet loss.
+//!
+//! Thangarasa & Taylor, "Self-Paced Learning with Adaptive Deep Visual Embeddings", BMVC 2018,
+//! <https://arxiv.org/abs/1807.09200>. Two networks train side by side:
+//!
+//! - an *embedding* network trained with the magnet loss
+//!   ([`MagnetLoss`](crate::loss::MagnetLoss)). Its representations of the training set are
+//!   clustered per class with k-means++ (K clusters per class); each batch is a *neighbourhood*:
+//!   a seed cluster drawn with probability proportional to its mean loss, the clusters of other
+//!   classes whose centroids lie nearest to it, and a few examples of each (paper §3.1);
+//! - a *student* classifier whose examples are chosen by SPLD (Jiang et al., "Self-Paced Learning
+//!   with Diversity", NeurIPS 2014): within each cluster of the embedding, examples are ranked by
+//!   the student's loss and an example is kept when its loss is below a threshold that falls with
+//!   its rank, so easy examples are preferred but spread over many clusters (paper §3.2).
+//!
+//! | file | what it does |
+//! |---|---|
+//! | [`spld`] | the SPLD rule on any grouping; pace parameters `λ`, `γ`, `μ`; saveable state |
+//!
+//! Everything here runs on the host (plain `f64` arithmetic on slices); nothing names a backend.
+//! Randomness comes only from generators the caller seeds (`u64` seeds or a `&mut impl Rng`),
+//! never from process-wide state, so the same seed gives the same clusters and batches on any
+//! thread.
+
+pub mod spld;
+
+pub use spld::{Spld, SpldConfig, SpldState};
+
+use crate::error::ConfigError;
+
+/// What can go wrong when clustering, selecting or sampling: every variant names the input at
+/// fault.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SplAdviseError {
+    /// An impossible hyperparameter.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Two inputs that must describe the same examples have different lengths.
+    #[error("`{what}` has {got} entries, expected {expected}")]
+    Length {
+        /// The input with the wrong length.
+        what: &'static str,
+        /// The length it must have.
+        expected: usize,
+        /// The length it has.
+        got: usize,
+    },
+    /// A loss or a coordinate that is NaN or infinite.
+    #[error("`{what}[{index}]` is {value}, not a finite number")]
+    NonFinite {
+        /// The input holding the value.
+        what: &'static str,
+        /// Its position (an example, or a flat row-major offset for data).
+        index: usize,
+        /// The value.
+        value: f64,
+    },
+    /// Row-major data whose length is not a multiple of the dimension.
+    #[error("`data` has {len} values, not a multiple of the dimension {dim}")]
+    Ragged {
+        /// Values given.
+        len: usize,
+        /// Dimension of a point.
+        dim: usize,
+    },
+    /// A negative loss given to a loss-weighted sampler.
+    #[error("`losses[{index}]` is {value}; sampling weights must be >= 0")]
+    NegativeLoss {
+        /// Its position in the batch.
+        index: usize,
+        /// The value.
+        value: f64,
+    },
+    /// Clustering was asked of no points.
+    #[error("cannot cluster an empty set of points")]
+    NoPoints,
+    /// More clusters than points were asked of k-means.
+    #[error("cannot make {clusters} clusters of {points} points")]
+    TooFewPoints {
+        /// Clusters asked for.
+        clusters: usize,
+        /// Points given.
+        points: usize,
+    },
+    /// An example index or a cluster id beyond the end of what it indexes.
+    #[error("`{what}` holds {index}, but there are only {len}")]
+    OutOfRange {
+        /// The input holding the index.
+        what: &'static str,
+        /// The index.
+        index: usize,
+        /// The number of valid indices.
+        len: usize,
+    },
+    /// A cluster of a `ClusterIndex` with no example.
+    #[error("cluster {cluster} has no example")]
+    EmptyCluster {
+        /// The cluster id.
+        cluster: usize,
+    },
+    /// A cluster of a `ClusterIndex` holding examples of two classes.
+    #[error("cluster {cluster} holds examples of classes {first} and {second}")]
+    MixedCluster {
+        /// The cluster id.
+        cluster: usize,
+        /// The class of its first example.
+        first: usize,
+        /// Another class found in it.
+        second: usize,
+    },
+    /// A cluster with fewer clusters of other classes than a magnet batch needs.
+    #[error(
+        "cluster {cluster} (class {class}) has {available} clusters of other classes, but a \
+         batch of {clusters_per_batch} clusters needs {}",
+        clusters_per_batch - 1
+    )]
+    TooFewImpostors {
+        /// The cluster id.
+        cluster: usize,
+        /// Its class.
+        class: usize,
+        /// Clusters of other classes in the index.
+        available: usize,
+        /// `M`, the clusters of one batch.
+        clusters_per_batch: usize,
+    },
+}
+
+/// Converts host values to `f64`, rejecting NaN and infinities with the position of the first.
+pub(crate) fn finite_f64<T: Copy + Into<f64>>(
+    what: &'static str,
+    values: &[T],
+) -> Result<Vec<f64>, SplAdviseError> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(index, &v)| {
+            let value: f64 = v.into();
+            if value.is_finite() {
+                Ok(value)
+            } else {
+                Err(SplAdviseError::NonFinite { what, index, value })
+            }
+        })
+        .collect()
+}
+
+/// Checks that `got == expected`, naming `what` otherwise.
+pub(crate) fn same_length(
+    what: &'static str,
+    expected: usize,
+    got: usize,
+) -> Result<(), SplAdviseError> {
+    if got == expected {
+        Ok(())
+    } else {
+        Err(SplAdviseError::Length {
+            what,
+            expected,
+            got,
+        })
+    }
+}
