@@ -17,14 +17,19 @@
 //! | file | what it does |
 //! |---|---|
 //! | [`spld`] | the SPLD rule on any grouping; pace parameters `λ`, `γ`, `μ`; saveable state |
+//! | [`kmeans`](mod@kmeans) | seeded k-means++ and Lloyd on host data; [`ClusterIndex`] per class |
 //!
 //! Everything here runs on the host (plain `f64` arithmetic on slices); nothing names a backend.
 //! Randomness comes only from generators the caller seeds (`u64` seeds or a `&mut impl Rng`),
 //! never from process-wide state, so the same seed gives the same clusters and batches on any
 //! thread.
 
+pub mod kmeans;
 pub mod spld;
 
+pub use kmeans::{
+    cluster_per_class, kmeans, ClusterIndex, ClusterIndexState, KMeans, KMeansConfig,
+};
 pub use spld::{Spld, SpldConfig, SpldState};
 
 use crate::error::ConfigError;
@@ -93,13 +98,13 @@ pub enum SplAdviseError {
         /// The number of valid indices.
         len: usize,
     },
-    /// A cluster of a `ClusterIndex` with no example.
+    /// A cluster of a [`ClusterIndex`] with no example.
     #[error("cluster {cluster} has no example")]
     EmptyCluster {
         /// The cluster id.
         cluster: usize,
     },
-    /// A cluster of a `ClusterIndex` holding examples of two classes.
+    /// A cluster of a [`ClusterIndex`] holding examples of two classes.
     #[error("cluster {cluster} holds examples of classes {first} and {second}")]
     MixedCluster {
         /// The cluster id.
