@@ -18,6 +18,41 @@
 //! |---|---|
 //! | [`spld`] | the SPLD rule on any grouping; pace parameters `λ`, `γ`, `μ`; saveable state |
 //! | [`kmeans`](mod@kmeans) | seeded k-means++ and Lloyd on host data; [`ClusterIndex`] per class |
+//! | [`magnet_sampler`] | magnet-loss neighbourhood batches; per-cluster loss bookkeeping |
+//!
+//! # One epoch of SPL-ADVisE with these pieces
+//! ```
+//! use curriculum_ssl::spl_advise::{
+//!     cluster_per_class, KMeansConfig, MagnetSamplerConfig, SpldConfig,
+//! };
+//! use rand::{rngs::StdRng, SeedableRng};
+//!
+//! # fn main() -> Result<(), curriculum_ssl::spl_advise::SplAdviseError> {
+//! // Embeddings of the training set (N × E, row-major, from the embedding network) and labels.
+//! let embeddings: Vec<f32> = vec![0.0, 0.1, 0.2, 5.0, 5.1, 5.2, 9.0, 9.1];
+//! let labels = [0, 0, 0, 0, 1, 1, 1, 1];
+//! // Refresh the cluster index: here K = 2 clusters per class, seeded by (run seed, epoch).
+//! let kmeans = KMeansConfig::new().with_clusters(2);
+//! let index = cluster_per_class(&embeddings, 1, &labels, &kmeans, 7)?;
+//! let mut sampler = MagnetSamplerConfig::new()
+//!     .with_clusters_per_batch(2)
+//!     .with_examples_per_cluster(2)
+//!     .init(index.clone())?;
+//! // Embedding network steps: draw a neighbourhood, train on it, report its per-example losses.
+//! let mut rng = StdRng::seed_from_u64(7);
+//! let batch = sampler.sample(&mut rng);
+//! assert_eq!(batch.examples.len(), 4);
+//! let magnet_losses = vec![0.5f32; 4]; // MagnetLoss::forward_per_example, read back
+//! sampler.update_losses(&batch.examples, &magnet_losses)?;
+//! // Student: select this epoch's examples from its losses, grouped by cluster.
+//! let mut spld = SpldConfig::new().init()?;
+//! let student_losses = [0.05f32, 0.9, 0.2, 2.0, 0.01, 0.3, 0.4, 0.02];
+//! let chosen = spld.selected_indices(&student_losses, index.assignments())?;
+//! assert!(chosen.contains(&0) && chosen.contains(&4) && !chosen.contains(&3));
+//! spld.advance_epoch();
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! Everything here runs on the host (plain `f64` arithmetic on slices); nothing names a backend.
 //! Randomness comes only from generators the caller seeds (`u64` seeds or a `&mut impl Rng`),
@@ -25,11 +60,13 @@
 //! thread.
 
 pub mod kmeans;
+pub mod magnet_sampler;
 pub mod spld;
 
 pub use kmeans::{
     cluster_per_class, kmeans, ClusterIndex, ClusterIndexState, KMeans, KMeansConfig,
 };
+pub use magnet_sampler::{MagnetBatch, MagnetSampler, MagnetSamplerConfig, MagnetSamplerState};
 pub use spld::{Spld, SpldConfig, SpldState};
 
 use crate::error::ConfigError;
