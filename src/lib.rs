@@ -10,6 +10,7 @@
 //!   the key queue and the EMA update.
 //! - [`curriculum`]: schedulers (k-step, linear, cosine, constant, a user's function) and the
 //!   knobs they drive (MICO's curriculum Mixup).
+//! - [`curation`]: Fréchet batch curation ("bad batches"): distance of two views, redraw policy.
 //! - [`head`]: projection and prediction MLP heads.
 //! - [`optim`]: SGD with PyTorch semantics, LARS, warm-up + cosine learning rate.
 //! - [`eval`]: frozen features, the weighted kNN monitor and the linear probe.
@@ -28,6 +29,7 @@
 #![warn(missing_docs)]
 
 pub mod augment;
+pub mod curation;
 pub mod curriculum;
 pub mod data;
 pub mod error;
