@@ -15,10 +15,17 @@
 //!
 //! - [`frechet`]: the distance, on the host in `f64` (symmetric eigendecomposition) and on the
 //!   device (Newton–Schulz square roots).
+//! - [`policy`]: the curation decisions (apply, redraw, accept after too many redraws), their
+//!   counters and their saveable state.
 
 pub mod frechet;
+pub mod policy;
 
 pub use frechet::{
     frechet_distance_host, frechet_distance_readback, FrechetError, NewtonSchulz,
     NewtonSchulzConfig,
+};
+pub use policy::{
+    CurationCounters, CurationError, CurationState, Decision, FrechetCuration,
+    FrechetCurationConfig,
 };
