@@ -278,10 +278,10 @@ fn a_run_with_a_mixup_curriculum_resumes_exactly() {
         .iter()
         .map(|r| r.rsplit(',').next().unwrap())
         .collect();
-    assert_eq!(lambdas[0], "2e-1");
-    assert_eq!(lambdas[4], "4e-1");
-    assert_eq!(lambdas[8], "6e-1");
-    assert_eq!(lambdas[15], "8e-1");
+    assert_eq!(lambdas[0], "0.2");
+    assert_eq!(lambdas[4], "0.4");
+    assert_eq!(lambdas[8], "0.6");
+    assert_eq!(lambdas[15], "0.8");
 }
 
 /// The strength curriculum changes the images, not only a stored number: at the step where the

@@ -123,36 +123,18 @@ fn exit_code(error: &anyhow::Error) -> u8 {
     1
 }
 
-/// Prints `log` messages (info and above; `RUST_LOG=debug` for more) to standard error.
-struct StderrLogger;
-
-impl log::Log for StderrLogger {
-    fn enabled(&self, metadata: &log::Metadata) -> bool {
-        metadata.level() <= log::max_level()
-    }
-
-    fn log(&self, record: &log::Record) {
-        if self.enabled(record.metadata()) && record.target().starts_with("curriculum") {
-            eprintln!("[{}] {}", record.level(), record.args());
-        }
-    }
-
-    fn flush(&self) {}
+/// `log` messages to standard error through env_logger: the crates' info lines by default,
+/// `RUST_LOG` for more or less (`RUST_LOG=debug`, `RUST_LOG=curriculum_ssl=warn`).
+fn init_logging() {
+    use std::io::Write;
+    let default = "warn,curriculum_ssl=info,curriculum_ssl_recipes=info,recipe=info";
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
+        .format(|out, record| writeln!(out, "[{}] {}", record.level(), record.args()))
+        .try_init();
 }
 
-static LOGGER: StderrLogger = StderrLogger;
-
 fn main() -> ExitCode {
-    let level = match std::env::var("RUST_LOG").as_deref() {
-        Ok("debug") => log::LevelFilter::Debug,
-        Ok("trace") => log::LevelFilter::Trace,
-        Ok("warn") => log::LevelFilter::Warn,
-        Ok("error") => log::LevelFilter::Error,
-        _ => log::LevelFilter::Info,
-    };
-    if log::set_logger(&LOGGER).is_ok() {
-        log::set_max_level(level);
-    }
+    init_logging();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -368,20 +368,20 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
         if name == "moco_strength_curriculum" {
             // One epoch of the 4-step schedule at double strength: 0.2 × 2.
             assert!(header.ends_with("strength"), "{header}");
-            assert!(steps.lines().nth(1).unwrap().ends_with(",4e-1"), "{steps}");
+            assert!(steps.lines().nth(1).unwrap().ends_with(",0.4"), "{steps}");
         }
         if name == "hcl_curriculum" {
             // β rises linearly from 0: the first epoch of one reads 0.
             assert!(header.ends_with("hcl_beta"), "{header}");
-            assert!(steps.lines().nth(1).unwrap().ends_with(",0e0"), "{steps}");
+            assert!(steps.lines().nth(1).unwrap().ends_with(",0"), "{steps}");
         }
         if name.starts_with("mi") {
             assert!(header.ends_with("mixup_lambda"), "{name}: {header}");
             let lambda = steps.lines().nth(1).unwrap().rsplit(',').next().unwrap();
             let expected = if name.starts_with("mico") {
-                "2e-1"
+                "0.2"
             } else {
-                "5e-1"
+                "0.5"
             };
             assert_eq!(lambda, expected, "{name}");
         }
@@ -392,7 +392,7 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
     let o = run(&as_strs(&args));
     assert_eq!(check_error_shape(&o, "reverse"), 0, "{}", stderr(&o));
     let steps = std::fs::read_to_string(scratch().join("smoke-reverse/steps.csv")).unwrap();
-    assert!(steps.lines().nth(1).unwrap().ends_with(",8e-1"), "{steps}");
+    assert!(steps.lines().nth(1).unwrap().ends_with(",0.8"), "{steps}");
     let o = run(&as_strs(&tiny("smoke-no-mixup", &["--easy-to-hard"])));
     assert_eq!(check_error_shape(&o, "no mixup"), 2);
     assert!(stderr(&o).contains("schedules no mixup"), "{}", stderr(&o));
@@ -407,4 +407,36 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
     let o = run(&as_strs(&args));
     assert_eq!(check_error_shape(&o, "bad strength"), 2);
     assert!(stderr(&o).contains("--strength 9"), "{}", stderr(&o));
+    // MICO eq. 3 on the HCL recipes: k − β is a column (β = 0 in the first epoch); the option
+    // belongs to the HCL recipes and its value is checked.
+    let mut args = tiny("smoke-hard-positive", &["--hard-positive-k", "2"]);
+    args[0] = "hcl_curriculum".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "hard positive"), 0, "{}", stderr(&o));
+    let steps = std::fs::read_to_string(scratch().join("smoke-hard-positive/steps.csv")).unwrap();
+    assert!(
+        steps
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with("hcl_beta,hcl_k_minus_beta"),
+        "{steps}"
+    );
+    assert!(steps.lines().nth(1).unwrap().ends_with(",0,2"), "{steps}");
+    let o = run(&as_strs(&tiny("smoke-no-hcl", &["--hard-positive-k", "2"])));
+    assert_eq!(check_error_shape(&o, "no hcl"), 2);
+    assert!(
+        stderr(&o).contains("does not train with HCL"),
+        "{}",
+        stderr(&o)
+    );
+    let mut args = tiny("smoke-bad-k", &["--hard-positive-k", "-1"]);
+    args[0] = "hcl".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "bad k"), 2);
+    assert!(
+        stderr(&o).contains("--hard-positive-k -1"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -29,9 +29,8 @@
 //! curriculum study reads back.
 
 pub mod checkpoint;
-pub mod metrics;
-pub mod progress;
 pub mod run_dir;
+pub mod run_log;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -40,7 +39,7 @@ use burn::module::{AutodiffModule, Module};
 use burn::optim::{GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::augment::Augmenter;
 use crate::data::loader::mix_seed;
@@ -52,14 +51,14 @@ use crate::optim::{WarmupCosine, WarmupCosineConfig};
 use checkpoint::{
     check_shapes, files, read_record, shapes, to_bytes, write_atomic, CheckpointDir, CheckpointMeta,
 };
-use metrics::CsvLog;
-use progress::ProgressBar;
 use run_dir::{
     differences, inspect, Difference, DirState, Extension, RESUMABLE_CHANGES, RUN_FORMAT,
 };
+use run_log::RunLog;
 
 pub use checkpoint::{load_backbone, resolve_checkpoint};
 pub use run_dir::RunRecord;
+pub use run_log::{EpochRecord, StepRecord};
 
 /// Settings of a run.
 #[derive(Config, Debug)]
@@ -209,42 +208,6 @@ impl From<DataError> for TrainError {
     }
 }
 
-/// One optimiser step, as written to `steps.csv`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepRecord {
-    /// 0-based step.
-    pub step: usize,
-    /// 0-based epoch.
-    pub epoch: usize,
-    /// The loss.
-    pub loss: f64,
-    /// Learning rate used.
-    pub lr: f64,
-    /// Source images per second of this step (data, augmentation, forward, backward, update).
-    pub images_per_s: f64,
-    /// The method's statistics (e.g. momentum, curricular `t`).
-    pub stats: Vec<(String, f64)>,
-}
-
-/// One epoch, as written to `epochs.csv`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EpochRecord {
-    /// 0-based epoch.
-    pub epoch: usize,
-    /// Mean loss over its steps.
-    pub mean_loss: f64,
-    /// Learning rate of its last step.
-    pub lr: f64,
-    /// Source images per second over the epoch.
-    pub images_per_s: f64,
-    /// Wall time of the epoch, in seconds (kNN and checkpoint excluded).
-    pub seconds: f64,
-    /// kNN accuracies, when the monitor ran after this epoch.
-    pub knn: Vec<KnnResult>,
-    /// The checkpoint written after this epoch.
-    pub checkpoint: Option<PathBuf>,
-}
-
 /// What one call of [`Trainer::fit`] did.
 #[derive(Debug, Clone, Default)]
 pub struct TrainSummary {
@@ -368,6 +331,10 @@ where
             extensions: Vec::new(),
             run: self.description,
         };
+        let knn_ks = self
+            .monitor
+            .as_ref()
+            .map_or(Vec::new(), |m| m.settings().iter().map(|s| s.k).collect());
         let mut trainer = Trainer {
             method: self.method,
             optimizer: Some(self.optimizer),
@@ -376,8 +343,7 @@ where
             loader: self.loader,
             monitor: self.monitor,
             checkpoints: CheckpointDir::new(&self.run_dir),
-            steps_log: CsvLog::new(self.run_dir.join(files::STEPS)),
-            epochs_log: CsvLog::new(self.run_dir.join(files::EPOCHS)),
+            log: RunLog::new(&self.run_dir, knn_ks, config.progress_bar),
             record: record.clone(),
             run_dir: self.run_dir,
             device: device.clone(),
@@ -413,8 +379,7 @@ where
             .map_err(|e| checkpoint::write_error(&trainer.run_dir, e))?;
         let text = serde_json::to_vec_pretty(&record).expect("JSON value");
         write_atomic(&trainer.run_dir.join(files::CONFIG), &text)?;
-        trainer.steps_log.truncate_to(trainer.step)?;
-        trainer.epochs_log.truncate_to(trainer.epoch)?;
+        trainer.log.resume_at(trainer.step, trainer.epoch)?;
         trainer.record = record;
         Ok(trainer)
     }
@@ -431,8 +396,7 @@ pub struct Trainer<B: AutodiffBackend, S: SslMethod<B>, O: Optimizer<S::Online, 
     record: RunRecord,
     run_dir: PathBuf,
     checkpoints: CheckpointDir,
-    steps_log: CsvLog,
-    epochs_log: CsvLog,
+    log: RunLog,
     device: B::Device,
     epoch: usize,
     step: usize,
@@ -766,11 +730,21 @@ where
     /// # Errors
     /// As [`Trainer::fit`].
     pub fn fit_epochs(&mut self, max_epochs: usize) -> Result<TrainSummary, TrainError> {
+        let total_steps = self.schedule.total_steps();
+        self.log.start(total_steps, self.step);
+        let result = self.run_epochs(max_epochs);
+        // The bar ends and the rows reach the disk whether the epochs succeeded or not.
+        let finished = self.log.finish();
+        let summary = result?;
+        finished?;
+        Ok(summary)
+    }
+
+    fn run_epochs(&mut self, max_epochs: usize) -> Result<TrainSummary, TrainError> {
         let batches = self.loader.num_batches();
         let total_steps = self.schedule.total_steps();
         let epochs = total_steps / batches;
         let end_epoch = epochs.min(self.epoch.saturating_add(max_epochs));
-        let mut bar = ProgressBar::new(self.record.train.progress_bar, total_steps, self.step);
         let mut summary = TrainSummary::default();
         while self.epoch < end_epoch {
             let epoch = self.epoch;
@@ -788,42 +762,23 @@ where
                 };
                 lr = self.schedule.lr_at(step);
                 let x = batch.to_device::<B::InnerBackend>(&self.device).images;
-                let (loss, stats) = match self.train_step(x, progress, lr) {
-                    Ok(out) => out,
-                    Err(e) => {
-                        bar.finish_line();
-                        let _ = self.steps_log.flush();
-                        return Err(e);
-                    }
-                };
+                let (loss, stats) = self.train_step(x, progress, lr)?;
                 self.step += 1;
-                let images_per_s = batch.len as f64 / t0.elapsed().as_secs_f64();
-                let mut header = vec!["step", "epoch", "loss", "lr", "images_per_s"];
-                header.extend(stats.iter().map(|(n, _)| n.as_str()));
-                let mut row = vec![
-                    step.to_string(),
-                    epoch.to_string(),
-                    format!("{loss:e}"),
-                    format!("{lr:e}"),
-                    format!("{images_per_s:.3}"),
-                ];
-                row.extend(stats.iter().map(|(_, v)| format!("{v:e}")));
-                self.steps_log.append(&header, &row)?;
-                bar.update(epoch, epochs, step, loss, lr, images_per_s, &stats);
-                loss_sum += loss;
-                images += batch.len;
-                summary.steps.push(StepRecord {
+                let record = StepRecord {
                     step,
                     epoch,
                     loss,
                     lr,
-                    images_per_s,
+                    images_per_s: batch.len as f64 / t0.elapsed().as_secs_f64(),
                     stats,
-                });
+                };
+                self.log.step(&record, epochs)?;
+                loss_sum += loss;
+                images += batch.len;
+                summary.steps.push(record);
             }
             let seconds = started.elapsed().as_secs_f64();
             self.epoch += 1;
-            bar.finish_line();
             let last = self.epoch == epochs;
             let due = |every: usize| last || (every > 0 && self.epoch.is_multiple_of(every));
             let knn = if due(self.record.train.knn_every) {
@@ -845,67 +800,9 @@ where
                 knn,
                 checkpoint,
             };
-            self.log_epoch(&record, epochs)?;
+            self.log.epoch(&record, epochs)?;
             summary.epochs.push(record);
         }
-        self.steps_log.flush()?;
-        self.epochs_log.flush()?;
         Ok(summary)
-    }
-
-    fn log_epoch(&mut self, record: &EpochRecord, epochs: usize) -> Result<(), TrainError> {
-        let mut header = vec![
-            "epoch".to_string(),
-            "mean_loss".into(),
-            "lr".into(),
-            "images_per_s".into(),
-            "seconds".into(),
-        ];
-        let mut row = vec![
-            record.epoch.to_string(),
-            format!("{:e}", record.mean_loss),
-            format!("{:e}", record.lr),
-            format!("{:.3}", record.images_per_s),
-            format!("{:.3}", record.seconds),
-        ];
-        let mut knn_text = String::new();
-        if let Some(monitor) = &self.monitor {
-            for (i, s) in monitor.settings().iter().enumerate() {
-                header.push(format!("knn{}_top1", s.k));
-                header.push(format!("knn{}_top5", s.k));
-                match record.knn.get(i) {
-                    Some(r) => {
-                        row.push(format!("{:.4}", r.accuracy.top1));
-                        row.push(format!("{:.4}", r.accuracy.top5));
-                        knn_text.push_str(&format!(
-                            ", kNN(k={}, T={}) top-1 {:.2}%",
-                            r.k,
-                            r.temperature,
-                            100.0 * r.accuracy.top1
-                        ));
-                    }
-                    None => row.extend([String::new(), String::new()]),
-                }
-            }
-        }
-        let header: Vec<&str> = header.iter().map(String::as_str).collect();
-        self.epochs_log.append(&header, &row)?;
-        self.epochs_log.flush()?;
-        self.steps_log.flush()?;
-        log::info!(
-            "epoch {}/{}: loss {:.4}, lr {:.3e}, {:.1} images/s, {}{}{}",
-            record.epoch + 1,
-            epochs,
-            record.mean_loss,
-            record.lr,
-            record.images_per_s,
-            progress::format_duration(std::time::Duration::from_secs_f64(record.seconds)),
-            knn_text,
-            match &record.checkpoint {
-                Some(p) => format!(", checkpoint {}", p.display()),
-                None => String::new(),
-            }
-        );
-        Ok(())
     }
 }
