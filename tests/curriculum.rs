@@ -229,10 +229,9 @@ fn rows_without_speed(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Two epochs straight and one epoch + resume + one epoch give identical rows of steps.csv
-/// (losses and the λ column) under MICO's per-epoch 4-step schedule.
-#[test]
-fn a_run_with_a_mixup_curriculum_resumes_exactly() {
+/// The rows of steps.csv (without the speed column) of a 4-epoch SimSiam run straight, and of
+/// the same run stopped after 2 epochs and resumed.
+fn straight_and_resumed(name: &str, augmentation: PipelineConfig) -> (Vec<String>, Vec<String>) {
     let device = Dev::default();
     let make = |dir: &Path, mode: StartMode| {
         let method = init(|d| {
@@ -244,9 +243,7 @@ fn a_run_with_a_mixup_curriculum_resumes_exactly() {
         Trainer::builder(
             method,
             SgdConfig::new().init::<Ad, _>().unwrap(),
-            pipeline(Some(MixupCurriculumConfig::mico()))
-                .init(1)
-                .unwrap(),
+            augmentation.clone().init(1).unwrap(),
             loader(),
         )
         .config(
@@ -262,15 +259,21 @@ fn a_run_with_a_mixup_curriculum_resumes_exactly() {
         .build(&device)
         .unwrap()
     };
-    let straight = run_dir("mico-straight");
+    let straight = run_dir(&format!("{name}-straight"));
     make(&straight, StartMode::Fresh).fit().unwrap();
-    let resumed = run_dir("mico-resumed");
+    let resumed = run_dir(&format!("{name}-resumed"));
     make(&resumed, StartMode::Fresh).fit_epochs(2).unwrap();
     let mut t = make(&resumed, StartMode::Resume);
     assert_eq!(t.epoch(), 2);
     t.fit().unwrap();
-    let a = rows_without_speed(&straight);
-    let b = rows_without_speed(&resumed);
+    (rows_without_speed(&straight), rows_without_speed(&resumed))
+}
+
+/// Two epochs straight and one epoch + resume + one epoch give identical rows of steps.csv
+/// (losses and the λ column) under MICO's per-epoch 4-step schedule.
+#[test]
+fn a_run_with_a_mixup_curriculum_resumes_exactly() {
+    let (a, b) = straight_and_resumed("mico", pipeline(Some(MixupCurriculumConfig::mico())));
     assert_eq!(a.len(), 17);
     assert_eq!(a, b);
     // 4 epochs of 4 steps: λ 0.2, 0.4, 0.6, 0.8 per epoch.
@@ -282,6 +285,29 @@ fn a_run_with_a_mixup_curriculum_resumes_exactly() {
     assert_eq!(lambdas[4], "0.4");
     assert_eq!(lambdas[8], "0.6");
     assert_eq!(lambdas[15], "0.8");
+}
+
+/// The self-paced AutoAugment learns from the losses (an adaptive state, not a function of the
+/// step): its magnitudes and running losses travel in the checkpoint, so the resumed run draws
+/// the same sub-policies at the same magnitudes and gives the same losses.
+#[test]
+fn a_run_with_self_paced_auto_augment_resumes_exactly() {
+    use curriculum_ssl::curriculum::SelfPacedAutoAugmentConfig;
+    let mut p = pipeline(None);
+    p.auto_augment = Some(SelfPacedAutoAugmentConfig::new().with_controller_gain(1.0));
+    let (a, b) = straight_and_resumed("auto-augment", p);
+    assert_eq!(a.len(), 17);
+    assert!(a[0].ends_with("aa_policy,aa_magnitude"), "{}", a[0]);
+    assert_eq!(a, b);
+    let magnitudes: Vec<f64> = a[1..]
+        .iter()
+        .map(|r| r.rsplit(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(magnitudes[0], 0.1, "the initial magnitude");
+    assert!(
+        magnitudes[8..].iter().any(|&m| m != 0.1),
+        "the magnitudes learned before the checkpoint carry over: {magnitudes:?}"
+    );
 }
 
 /// The strength curriculum changes the images, not only a stored number: at the step where the

@@ -37,6 +37,11 @@ pub fn registry() -> Vec<RecipeEntry> {
             run: moco_v1::strength_curriculum,
         },
         RecipeEntry {
+            name: "auto_augment_self_paced",
+            summary: "MICO 3.4: MoCo v1 with normalised AutoAugment (5x2 sub-policies, self-paced magnitudes)",
+            run: moco_v1::auto_augment_self_paced,
+        },
+        RecipeEntry {
             name: "simclr",
             summary: "SimCLR: BN projector, NT-Xent (tau 0.2)",
             run: simclr::run,

@@ -342,6 +342,7 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
     for name in [
         "moco_v1",
         "moco_strength_curriculum",
+        "auto_augment_self_paced",
         "hcl",
         "hcl_curriculum",
         "mixup_simsiam",
@@ -369,6 +370,13 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
             // One epoch of the 4-step schedule at double strength: 0.2 × 2.
             assert!(header.ends_with("strength"), "{header}");
             assert!(steps.lines().nth(1).unwrap().ends_with(",0.4"), "{steps}");
+        }
+        if name == "auto_augment_self_paced" {
+            // The sub-policy and its magnitude under the ceiling (0.2 at the start, the
+            // initial magnitude 0.1 below it).
+            assert!(header.ends_with("aa_policy,aa_magnitude"), "{header}");
+            assert!(steps.lines().nth(1).unwrap().ends_with(",0.1"), "{steps}");
+            assert!(dir.join("checkpoints/epoch-0001/curricula.json").is_file());
         }
         if name == "hcl_curriculum" {
             // β rises linearly from 0: the first epoch of one reads 0.

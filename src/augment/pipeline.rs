@@ -20,6 +20,9 @@ use super::flip::RandomHorizontalFlip;
 use super::mixup::{Mixup, MixupLambda};
 use super::normalize::{self, Normalize};
 use super::solarize::RandomSolarize;
+use crate::curriculum::auto_augment::{
+    AutoAugmentState, PolicyChoice, SelfPacedAutoAugment, SelfPacedAutoAugmentConfig,
+};
 use crate::curriculum::{
     MixupCurriculum, MixupCurriculumConfig, MixupSchedule, StrengthCurriculumConfig,
 };
@@ -77,6 +80,10 @@ pub struct PipelineConfig {
     /// probability, scheduled over training.
     #[serde(default)]
     pub strength_curriculum: Option<StrengthCurriculumConfig>,
+    /// MICO's self-paced AutoAugment: a learned sub-policy applied to both views before the
+    /// normalisation.
+    #[serde(default)]
+    pub auto_augment: Option<SelfPacedAutoAugmentConfig>,
     /// Seed of the per-sample random choices.
     pub seed: u64,
 }
@@ -186,6 +193,7 @@ impl PipelineConfig {
             mixup: None,
             mixup_curriculum: None,
             strength_curriculum: None,
+            auto_augment: None,
             seed: 0,
         }
     }
@@ -267,6 +275,9 @@ impl PipelineConfig {
         if let Some(m) = &self.mixup {
             m.validate()?;
         }
+        if let Some(a) = &self.auto_augment {
+            a.init()?;
+        }
         Ok(())
     }
 
@@ -278,10 +289,12 @@ impl PipelineConfig {
             .as_ref()
             .map(|c| c.init())
             .transpose()?;
+        let auto_augment = self.auto_augment.as_ref().map(|c| c.init()).transpose()?;
         Ok(Augmenter {
             config: self,
             channels,
             mixup_schedule,
+            auto_augment,
         })
     }
 }
@@ -297,17 +310,59 @@ pub struct TwoViews<B: Backend> {
     pub lambdas: Option<Vec<f32>>,
     /// The scheduled knobs of this batch, by name (e.g. `mixup_lambda`), for the logs.
     pub knobs: Vec<(&'static str, f64)>,
+    /// The self-paced AutoAugment sub-policy applied to this batch, to be passed back with the
+    /// batch's loss to [`Augmenter::observe`].
+    pub policy: Option<PolicyChoice>,
 }
 
-/// A validated pipeline. Cheap to clone; holds no random state (see the module docs).
+/// The adaptive (loss-driven) states of an augmenter, saved in checkpoints.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AugmenterState {
+    /// The self-paced AutoAugment's magnitudes and running losses.
+    pub auto_augment: Option<AutoAugmentState>,
+}
+
+/// A validated pipeline. Cheap to clone; holds no random state (see the module docs). Its only
+/// state is what an adaptive curriculum learned from the losses ([`AugmenterState`]).
 #[derive(Debug, Clone)]
 pub struct Augmenter {
     config: PipelineConfig,
     channels: usize,
     mixup_schedule: Option<MixupSchedule>,
+    auto_augment: Option<SelfPacedAutoAugment>,
 }
 
 impl Augmenter {
+    /// What the adaptive curricula learned (for checkpoints).
+    pub fn state(&self) -> AugmenterState {
+        AugmenterState {
+            auto_augment: self.auto_augment.as_ref().map(|a| a.state().clone()),
+        }
+    }
+
+    /// Restores a saved state.
+    ///
+    /// # Errors
+    /// If the state does not belong to this configuration.
+    pub fn load_state(&mut self, state: AugmenterState) -> Result<(), ConfigError> {
+        match (&mut self.auto_augment, state.auto_augment) {
+            (Some(a), Some(s)) => a.load_state(s),
+            (None, None) => Ok(()),
+            _ => Err(ConfigError::new(
+                "auto_augment",
+                "the saved state and the configuration disagree on whether it is on",
+            )),
+        }
+    }
+
+    /// Feeds the loss of a batch back to the adaptive curricula (the self-paced AutoAugment),
+    /// with the [`TwoViews::policy`] the batch was augmented with.
+    pub fn observe(&mut self, progress: Progress, policy: Option<PolicyChoice>, loss: f64) {
+        if let (Some(a), Some(choice)) = (&mut self.auto_augment, policy) {
+            a.observe(progress, choice, loss);
+        }
+    }
+
     /// The settings.
     pub fn config(&self) -> &PipelineConfig {
         &self.config
@@ -361,6 +416,19 @@ impl Augmenter {
         rng: &mut StdRng,
         multiplier: f64,
     ) -> Tensor<B, 4> {
+        self.view_with(view, x, rng, multiplier, None)
+    }
+
+    /// One view: the view's operations, then the AutoAugment sub-policy (if chosen), then the
+    /// normalisation.
+    fn view_with<B: Backend>(
+        &self,
+        view: &ViewConfig,
+        x: Tensor<B, 4>,
+        rng: &mut StdRng,
+        multiplier: f64,
+        policy: Option<PolicyChoice>,
+    ) -> Tensor<B, 4> {
         let [n, c, h, w] = x.dims();
         assert_eq!(
             c, self.channels,
@@ -395,6 +463,9 @@ impl Augmenter {
         if let Some(s) = &view.solarize {
             let flags = s.sample(rng, n);
             x = s.apply(x, &flags);
+        }
+        if let (Some(a), Some(choice)) = (&self.auto_augment, policy) {
+            x = a.apply(x, choice, rng);
         }
         if let Some(nz) = &view.normalize {
             x = nz.apply(x);
@@ -438,8 +509,14 @@ impl Augmenter {
             }
             None => 1.0,
         };
-        let view1 = self.view_at_strength(&self.config.view1, x.clone(), &mut rng, multiplier);
-        let view2 = self.view_at_strength(&self.config.view2, x, &mut rng, multiplier);
+        let policy = self.auto_augment.as_ref().map(|a| {
+            let choice = a.choose(progress, &mut rng);
+            knobs.push(("aa_policy", choice.index as f64));
+            knobs.push(("aa_magnitude", choice.magnitude));
+            choice
+        });
+        let view1 = self.view_with(&self.config.view1, x.clone(), &mut rng, multiplier, policy);
+        let view2 = self.view_with(&self.config.view2, x, &mut rng, multiplier, policy);
         let mixup = match &self.mixup_schedule {
             Some(schedule) => {
                 let draw = schedule.draw(progress, &mut rng);
@@ -462,6 +539,7 @@ impl Augmenter {
                     view2: mixed,
                     lambdas: Some(lambdas),
                     knobs,
+                    policy,
                 }
             }
             None => TwoViews {
@@ -469,6 +547,7 @@ impl Augmenter {
                 view2,
                 lambdas: None,
                 knobs,
+                policy,
             },
         }
     }

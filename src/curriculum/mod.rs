@@ -10,11 +10,15 @@
 //!   a user's own function.
 //! - [`mixup`]: MICO's curriculum Mixup on the positive pair.
 //! - [`strength`]: MICO's augmentation-strength curriculum (colour jitter and grayscale).
+//! - [`auto_augment`]: MICO's normalised AutoAugment with a self-paced magnitude — an adaptive
+//!   curriculum that learns from the losses and is saved in checkpoints.
 
+pub mod auto_augment;
 pub mod mixup;
 pub mod schedule;
 pub mod strength;
 
+pub use auto_augment::{SelfPacedAutoAugment, SelfPacedAutoAugmentConfig};
 pub use mixup::{MixupCurriculum, MixupCurriculumConfig, MixupDraw, MixupSchedule};
 pub use schedule::{Pace, ScheduleFn, Scheduler, SchedulerConfig};
 pub use strength::StrengthCurriculumConfig;

@@ -38,7 +38,7 @@ use sha2::{Digest, Sha256};
 use super::TrainError;
 
 /// Version of the checkpoint layout written by this crate (2: checksums, shapes and `run.json`).
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The names of the files and folders of a run directory and its checkpoints, in one place.
 pub mod files {
@@ -52,6 +52,8 @@ pub mod files {
     pub const OPTIMIZER: &str = "optimizer.mpk";
     /// The run's configuration, as saved with the checkpoint.
     pub const RUN: &str = "run.json";
+    /// What the adaptive curricula learned (the augmenter's state), as JSON.
+    pub const CURRICULA: &str = "curricula.json";
     /// Where the checkpoint stands, with checksums and shapes.
     pub const META: &str = "meta.json";
     /// The run directory's folder of checkpoints.
@@ -65,7 +67,7 @@ pub mod files {
     /// One row per epoch.
     pub const EPOCHS: &str = "epochs.csv";
     /// Files every checkpoint of this layout holds besides `meta.json`.
-    pub const CHECKSUMMED: [&str; 5] = [ONLINE, BACKBONE, METHOD, OPTIMIZER, RUN];
+    pub const CHECKSUMMED: [&str; 6] = [ONLINE, BACKBONE, METHOD, OPTIMIZER, RUN, CURRICULA];
 
     /// The name of the checkpoint written after `epoch` epochs.
     pub fn checkpoint_name(epoch: usize) -> String {
@@ -398,7 +400,8 @@ pub fn read_meta(checkpoint: &Path) -> Result<CheckpointMeta, TrainError> {
             path,
             reason: format!(
                 "layout version {version} but this build reads version {FORMAT_VERSION} \
-                 (version 1 had no checksums: resume it with the version that wrote it)"
+                 (version 1 had no checksums, version 2 no curriculum state: resume it with \
+                 the version that wrote it)"
             ),
         });
     }

@@ -590,6 +590,15 @@ where
             .take()
             .expect("the optimiser is always put back");
         self.optimizer = Some(optimizer.load_record(record));
+        let curricula = dir.join(files::CURRICULA);
+        let text = std::fs::read(&curricula).map_err(|e| checkpoint::io_error(&curricula, e))?;
+        let state = serde_json::from_slice(&text).map_err(|e| TrainError::Checkpoint {
+            path: curricula.clone(),
+            reason: format!("not a curriculum state: {e}"),
+        })?;
+        self.augmenter
+            .load_state(state)
+            .map_err(|e| mismatch(e.to_string()))?;
         self.epoch = meta.epoch;
         self.step = meta.step;
         self.resumed_from = Some(dir.to_path_buf());
@@ -631,6 +640,10 @@ where
                 to_bytes::<B, _>(optimizer.to_record(), "optimiser state")?,
             ),
             (files::RUN, run),
+            (
+                files::CURRICULA,
+                serde_json::to_vec_pretty(&self.augmenter.state()).expect("JSON value"),
+            ),
         ];
         let meta = CheckpointMeta {
             format_version: checkpoint::FORMAT_VERSION,
@@ -683,6 +696,7 @@ where
         lr: f64,
     ) -> Result<(f64, Vec<(String, f64)>), TrainError> {
         let views = self.augmenter.two_views_at(images, progress);
+        let policy = views.policy;
         let seed = mix_seed(self.record.train.seed, progress.step as u64);
         let method = &mut self.method;
         let out = crate::seed::with_seed::<B, _>(&self.device, seed, || {
@@ -714,6 +728,7 @@ where
             });
         }
         self.method.after_step(progress);
+        self.augmenter.observe(progress, policy, loss);
         let stats = out
             .stats
             .iter()

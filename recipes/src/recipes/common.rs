@@ -118,7 +118,7 @@ pub struct RecipeArgs {
     pub workers: usize,
     /// HCL recipes (hcl, hcl_curriculum): MICO's hard-positive weighting (§3.3 eq. 3) with this
     /// `k` in `e^{(k − β)s⁺/τ}`; off when not given.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub hard_positive_k: Option<f64>,
 }
 

@@ -13,7 +13,9 @@
 
 use anyhow::Result;
 use curriculum_ssl::augment::PipelineConfig;
-use curriculum_ssl::curriculum::{SchedulerConfig, StrengthCurriculumConfig};
+use curriculum_ssl::curriculum::{
+    SchedulerConfig, SelfPacedAutoAugmentConfig, StrengthCurriculumConfig,
+};
 use curriculum_ssl::method::MoCoConfig;
 use curriculum_ssl::optim::SgdConfig;
 
@@ -62,6 +64,22 @@ pub fn strength_curriculum(args: &[String]) -> Result<()> {
         ..defaults()
     };
     train(common::prepare(args, defaults)?)
+}
+
+/// `auto_augment_self_paced`: MoCo v1 with MICO's normalised AutoAugment (§3.4, eq. 5,
+/// Figure 3): 5 sub-policies of 2 operations, one drawn per batch in proportion to its
+/// self-paced importance, whose magnitudes a controller learns from the losses, each moving at
+/// most 0.02 per batch under a ceiling rising linearly from 0.2 to 1 (the library's
+/// `SelfPacedAutoAugmentConfig` defaults; the paper publishes no values). The sub-policy and
+/// its magnitude are columns of steps.csv (`aa_policy`, `aa_magnitude`).
+pub fn auto_augment_self_paced(args: &[String]) -> Result<()> {
+    let defaults = Defaults {
+        recipe: "auto_augment_self_paced",
+        ..defaults()
+    };
+    let mut recipe = common::prepare(args, defaults)?;
+    recipe.pipeline.auto_augment = Some(SelfPacedAutoAugmentConfig::new());
+    train(recipe)
 }
 
 /// Builds the method for a prepared recipe and trains it.
