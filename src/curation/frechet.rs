@@ -20,10 +20,10 @@
 //! `Tr((Σ1 Σ2)^{1/2}) = Σᵢ √λᵢ(M)`, with eigenvalues that rounding pushed slightly below zero
 //! clamped to zero. Writing `Aₖ = (Xₖ − 1μₖᵀ)/√(N − 1)` (so `Σₖ = AₖᵀAₖ`), the same non-zero
 //! eigenvalues are those of the `N × N` matrix `G = C Cᵀ` with `C = A2 A1ᵀ`
-//! (`√Σ1 Σ2 √Σ1 = (A2√Σ1)ᵀ(A2√Σ1)` and `(A2√Σ1)(A2√Σ1)ᵀ = A2 Σ1 A2ᵀ = G`). Both functions use
-//! whichever is smaller: `M` (`D × D`, two eigendecompositions or square roots) when `N > D`,
-//! `G` (`N × N`, one) when `N ≤ D`. For a batch of 256 projections of dimension 2,048 that is one
-//! `256 × 256` problem instead of two of `2,048 × 2,048`.
+//! (`√Σ1 Σ2 √Σ1 = (A2√Σ1)ᵀ(A2√Σ1)` and `(A2√Σ1)(A2√Σ1)ᵀ = A2 Σ1 A2ᵀ = G`). Both
+//! implementations use whichever is smaller: `M` (`D × D`, two eigendecompositions or square
+//! roots) when `N > D`, `G` (`N × N`, one) when `N ≤ D`. For a batch of 256 projections of
+//! dimension 2,048 that is one `256 × 256` problem instead of two of `2,048 × 2,048`.
 //!
 //! # Worked values
 //!
@@ -63,7 +63,7 @@
 //! Householder tridiagonalisation and implicit QR with Wilkinson shifts) is maintained, pure
 //! Rust — no BLAS or LAPACK to install, so CI and every backend build keep working offline — and
 //! with its default features off (only `std`, which brings `matrixmultiply` for the products) it
-//! compiles in seconds. `faer` is faster on large matrices but a much larger dependency, and
+//! is a small build. `faer` is faster on large matrices but a much larger dependency, and
 //! `ndarray-linalg` needs a system LAPACK. The matrices here are at most `min(N, D)` wide, a few
 //! hundred for batch sizes used in practice.
 
@@ -410,11 +410,12 @@ impl NewtonSchulz {
             };
         }
         let eye = Tensor::<B, 2>::eye(k, &device);
+        let three_eye = eye.clone().mul_scalar(3.0);
         let mut y = a.div_scalar(norm);
         let mut z = eye.clone();
         let mut trace = f64::NAN;
         for _ in 0..self.max_iterations {
-            let t = (eye.clone().mul_scalar(3.0) - z.clone().matmul(y.clone())).mul_scalar(0.5);
+            let t = (three_eye.clone() - z.clone().matmul(y.clone())).mul_scalar(0.5);
             y = y.matmul(t.clone());
             z = t.matmul(z);
             let next = (y.clone() * eye.clone()).sum().into_scalar().elem::<f64>();
@@ -770,8 +771,9 @@ mod tests {
             for (other, expected) in [(&shifted, expect_shift), (&scaled, expect_scale)] {
                 let host = frechet_distance_host(&x, other, n, d).unwrap();
                 let ns = newton_schulz(&x, other, n, d);
-                prop_assert!((host - expected).abs() <= rounding(n.min(d), s), "host {} vs {}", host, expected);
-                prop_assert!((ns - expected).abs() <= 1e-6 * s, "newton-schulz {} vs {}", ns, expected);
+                let tol = rounding(n.min(d), s);
+                prop_assert!((host - expected).abs() <= tol, "host {} vs {}", host, expected);
+                prop_assert!((ns - expected).abs() <= 1e-6 * s, "NS {} vs {}", ns, expected);
             }
         }
     }

@@ -17,10 +17,9 @@
 //!
 //! The policy is pure bookkeeping, [`FrechetCuration::observe`], with no tensor in it: the
 //! training loop computes the FRD (see [`super::frechet`]) and acts on the [`Decision`]. Its
-//! whole mutable state is a [`CurationState`] that serialises exactly (floats are written as
-//! their shortest round-trip decimal strings, because a JSON number read back by `serde_json`'s
-//! default parser may come back one unit in the last place off), so a resumed run makes the same
-//! decisions as an uninterrupted one.
+//! whole mutable state is a [`CurationState`] that serialises exactly (through JSON too: the
+//! crate builds `serde_json` with `float_roundtrip`, without which some numbers come back one unit
+//! in the last place off), so a resumed run makes the same decisions as an uninterrupted one.
 //!
 //! For example, with the defaults: during epochs 0–3 every batch is applied; during epoch 4 every
 //! batch is applied and its FRD recorded, say 2.0, 4.0 and 3.0, so the threshold is 3.0; in epoch
@@ -114,12 +113,10 @@ pub struct CurationState {
     /// Epoch of the last observation (`None` before the first).
     pub epoch: Option<usize>,
     /// Sum of the FRDs of the calibration epoch observed so far.
-    #[serde(with = "exact_f64")]
     pub calibration_sum: f64,
     /// Number of FRDs in `calibration_sum`.
     pub calibration_batches: u64,
     /// The threshold, fixed at the first observation after the calibration epoch.
-    #[serde(with = "exact_f64_option")]
     pub threshold: Option<f64>,
     /// Redraws of the batch being curated now (reset when a batch trains).
     pub retries: usize,
@@ -313,46 +310,6 @@ impl FrechetCuration {
     }
 }
 
-/// An `f64` as its shortest round-trip decimal string (`"3.0"`, `"1e-300"`), read back exactly by
-/// the standard library's correctly rounded parser.
-mod exact_f64 {
-    use serde::{de::Error, Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&format!("{value:?}"))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        text.parse()
-            .map_err(|_| D::Error::custom(format!("not a number: {text:?}")))
-    }
-}
-
-/// [`exact_f64`] for an optional value (`null` for `None`).
-mod exact_f64_option {
-    use serde::{de::Error, Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(value: &Option<f64>, serializer: S) -> Result<S::Ok, S::Error> {
-        match value {
-            Some(v) => serializer.serialize_some(&format!("{v:?}")),
-            None => serializer.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<f64>, D::Error> {
-        match Option::<String>::deserialize(deserializer)? {
-            Some(text) => text
-                .parse()
-                .map(Some)
-                .map_err(|_| D::Error::custom(format!("not a number: {text:?}"))),
-            None => Ok(None),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -533,8 +490,8 @@ mod tests {
     #[test]
     fn state_round_trips_through_json_exactly() {
         let mut p = policy(2, 3);
-        // 18.749977344394786 is one of the values that serde_json's default parser reads back
-        // one unit in the last place off when written as a JSON number.
+        // 18.749977344394786 is one of the values that serde_json reads back one unit in the
+        // last place off without its `float_roundtrip` feature.
         let frds = [18.749977344394786, 0.1, 0.2, 1.0 / 3.0];
         for &frd in &frds[..3] {
             p.observe(1, frd).unwrap();
