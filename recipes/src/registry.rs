@@ -57,6 +57,16 @@ pub fn registry() -> Vec<RecipeEntry> {
             run: simclr::hcl_curriculum,
         },
         RecipeEntry {
+            name: "curricular_weighting",
+            summary: "SimCLR with curricular weighting of hard negatives (adaptive t, in checkpoints)",
+            run: simclr::curricular_weighting,
+        },
+        RecipeEntry {
+            name: "huber_nt_xent",
+            summary: "SimCLR with the Huber-regularised NT-Xent of The Bad Batches (no curation)",
+            run: simclr::huber_nt_xent,
+        },
+        RecipeEntry {
             name: "byol",
             summary: "BYOL: projector + predictor, EMA target (0.99 -> 1 cosine)",
             run: byol::run,

@@ -345,6 +345,8 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
         "auto_augment_self_paced",
         "hcl",
         "hcl_curriculum",
+        "curricular_weighting",
+        "huber_nt_xent",
         "mixup_simsiam",
         "mico_simsiam",
         "mixup_byol",
@@ -377,6 +379,10 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
             assert!(header.ends_with("aa_policy,aa_magnitude"), "{header}");
             assert!(steps.lines().nth(1).unwrap().ends_with(",0.1"), "{steps}");
             assert!(dir.join("checkpoints/epoch-0001/curricula.json").is_file());
+        }
+        if name == "curricular_weighting" {
+            // The adaptive t starts at 0 (the loss's EMA of the positive similarities).
+            assert!(header.ends_with("curricular_t"), "{header}");
         }
         if name == "hcl_curriculum" {
             // β rises linearly from 0: the first epoch of one reads 0.
@@ -431,6 +437,29 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
         "{steps}"
     );
     assert!(steps.lines().nth(1).unwrap().ends_with(",0,2"), "{steps}");
+    // --loss picks SimCLR's two-view loss; other families refuse it; --hard-positive-k goes
+    // with --loss hcl.
+    let mut args = tiny(
+        "smoke-loss-hcl",
+        &["--loss", "hcl", "--hard-positive-k", "1.5"],
+    );
+    args[0] = "simclr".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "loss hcl"), 0, "{}", stderr(&o));
+    let steps = std::fs::read_to_string(scratch().join("smoke-loss-hcl/steps.csv")).unwrap();
+    assert!(
+        steps.lines().nth(1).unwrap().ends_with(",0.5"),
+        "k - beta = 1.5 - 1\n{steps}"
+    );
+    let config = std::fs::read_to_string(scratch().join("smoke-loss-hcl/config.json")).unwrap();
+    assert!(config.contains("\"Hcl\""), "{config}");
+    let o = run(&as_strs(&tiny("smoke-loss-moco", &["--loss", "huber"])));
+    assert_eq!(check_error_shape(&o, "loss moco"), 2);
+    assert!(
+        stderr(&o).contains("not of the SimCLR family"),
+        "{}",
+        stderr(&o)
+    );
     let o = run(&as_strs(&tiny("smoke-no-hcl", &["--hard-positive-k", "2"])));
     assert_eq!(check_error_shape(&o, "no hcl"), 2);
     assert!(

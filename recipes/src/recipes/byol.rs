@@ -28,7 +28,7 @@ pub fn defaults() -> Defaults {
         preset: PipelineConfig::byol,
         mixup: None,
         strength: None,
-        hcl: None,
+        pair_loss: None,
     }
 }
 

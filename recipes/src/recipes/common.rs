@@ -15,8 +15,10 @@ use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::eval::KnnMonitor;
-use curriculum_ssl::loss::HclLossConfig;
-use curriculum_ssl::method::{init_method, MoCo, MoCoConfig, SslMethod};
+use curriculum_ssl::loss::{
+    CurricularLossConfig, HclLossConfig, HuberNtXentLossConfig, NtXentLossConfig,
+};
+use curriculum_ssl::method::{init_method, MoCo, MoCoConfig, PairLossConfig, SslMethod};
 use curriculum_ssl::train::{StartMode, TrainConfig, Trainer};
 use curriculum_ssl_models::{Backbone, BlockKind, ResNet, ResNetConfig, Stem};
 use serde::{Deserialize, Serialize};
@@ -116,10 +118,39 @@ pub struct RecipeArgs {
     /// Loader threads (at most four per core).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
-    /// HCL recipes (hcl, hcl_curriculum): MICO's hard-positive weighting (§3.3 eq. 3) with this
-    /// `k` in `e^{(k − β)s⁺/τ}`; off when not given.
+    /// SimCLR-family recipes: the two-view loss, with its own defaults (the recipe's loss when
+    /// not given).
+    #[arg(long, value_enum)]
+    pub loss: Option<LossChoice>,
+    /// HCL recipes (hcl, hcl_curriculum, or `--loss hcl`): MICO's hard-positive weighting (§3.3
+    /// eq. 3) with this `k` in `e^{(k − β)s⁺/τ}`; off when not given.
     #[arg(long, allow_negative_numbers = true)]
     pub hard_positive_k: Option<f64>,
+}
+
+/// The two-view losses of the SimCLR family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LossChoice {
+    /// NT-Xent (SimCLR, Chen et al. 2020), τ = 0.2.
+    NtXent,
+    /// Hard negative sampling (Robinson et al. 2021): β = 1, τ⁺ = 0.1, τ = 0.5.
+    Hcl,
+    /// Curricular weighting of hard negatives (Zhuang et al. 2024) with its adaptive `t`.
+    Curricular,
+    /// NT-Xent with a Huber penalty on the positive pairs (Göksu and Pugeault 2024).
+    Huber,
+}
+
+impl LossChoice {
+    /// The loss with its defaults.
+    pub fn config(self) -> PairLossConfig {
+        match self {
+            Self::NtXent => PairLossConfig::NtXent(NtXentLossConfig::new().with_temperature(0.2)),
+            Self::Hcl => PairLossConfig::Hcl(HclLossConfig::new()),
+            Self::Curricular => PairLossConfig::Curricular(CurricularLossConfig::new()),
+            Self::Huber => PairLossConfig::Huber(HuberNtXentLossConfig::new()),
+        }
+    }
 }
 
 /// The schedules of MICO's ablation (its Table 2).
@@ -352,8 +383,8 @@ pub struct Defaults {
     pub mixup: Option<MixupCurriculumConfig>,
     /// Augmentation-strength curriculum (MICO), if the recipe uses one.
     pub strength: Option<StrengthCurriculumConfig>,
-    /// The HCL loss, if the recipe trains with it.
-    pub hcl: Option<HclLossConfig>,
+    /// The two-view loss, if the recipe is of the SimCLR family (`--loss` may replace it).
+    pub pair_loss: Option<PairLossConfig>,
 }
 
 impl Defaults {
@@ -379,8 +410,8 @@ pub struct Prepared {
     pub data: Data,
     /// The augmentation.
     pub pipeline: PipelineConfig,
-    /// The HCL loss with the command line's changes, if the recipe trains with it.
-    pub hcl: Option<HclLossConfig>,
+    /// The two-view loss with the command line's changes, if the recipe is of the SimCLR family.
+    pub pair_loss: Option<PairLossConfig>,
 }
 
 /// Parses and checks the options, loads the data and builds the pipeline.
@@ -425,11 +456,22 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
             s.schedule = schedule.config();
         }
     }
-    let mut hcl = defaults.hcl;
-    if let Some(k) = args.hard_positive_k {
-        let Some(h) = hcl.as_mut() else {
+    let mut pair_loss = defaults.pair_loss;
+    if let Some(choice) = args.loss {
+        if pair_loss.is_none() {
             return Err(usage(format!(
-                "--hard-positive-k: recipe `{}` does not train with HCL",
+                "--loss: recipe `{}` is not of the SimCLR family (simclr, hcl, hcl_curriculum, \
+                 mixup_simclr, mico_simclr, curricular_weighting, huber_nt_xent)",
+                defaults.recipe
+            )));
+        }
+        pair_loss = Some(choice.config());
+    }
+    if let Some(k) = args.hard_positive_k {
+        let Some(PairLossConfig::Hcl(h)) = pair_loss.as_mut() else {
+            return Err(usage(format!(
+                "--hard-positive-k: recipe `{}` does not train with HCL (add --loss hcl to a \
+                 SimCLR-family recipe)",
                 defaults.recipe
             )));
         };
@@ -451,7 +493,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         device,
         data,
         pipeline,
-        hcl,
+        pair_loss,
     })
 }
 

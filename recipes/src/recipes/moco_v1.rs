@@ -40,7 +40,7 @@ pub fn defaults() -> Defaults {
         preset,
         mixup: None,
         strength: None,
-        hcl: None,
+        pair_loss: None,
     }
 }
 
@@ -60,7 +60,7 @@ pub fn strength_curriculum(args: &[String]) -> Result<()> {
             target: 2.0,
             schedule: Some(SchedulerConfig::four_step()),
         }),
-        hcl: None,
+        pair_loss: None,
         ..defaults()
     };
     train(common::prepare(args, defaults)?)

@@ -27,7 +27,7 @@ pub fn defaults() -> Defaults {
         preset: PipelineConfig::moco_v2,
         mixup: None,
         strength: None,
-        hcl: None,
+        pair_loss: None,
     }
 }
 

@@ -12,11 +12,11 @@
 use anyhow::Result;
 use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::curriculum::{Pace, SchedulerConfig};
-use curriculum_ssl::loss::{HclLossConfig, NtXentLossConfig};
+use curriculum_ssl::loss::HclLossConfig;
 use curriculum_ssl::method::{PairLossConfig, SimClrConfig};
 use curriculum_ssl::optim::SgdConfig;
 
-use super::common::{self, Defaults, Prepared, Train};
+use super::common::{self, Defaults, LossChoice, Prepared, Train};
 
 /// The recipe's defaults.
 pub fn defaults() -> Defaults {
@@ -29,7 +29,7 @@ pub fn defaults() -> Defaults {
         preset: PipelineConfig::simclr,
         mixup: None,
         strength: None,
-        hcl: None,
+        pair_loss: Some(LossChoice::NtXent.config()),
     }
 }
 
@@ -38,16 +38,13 @@ pub fn run(args: &[String]) -> Result<()> {
     train(common::prepare(args, defaults())?)
 }
 
-/// Builds the method for a prepared recipe and trains it (shared with the MICO variants).
+/// Builds the method for a prepared recipe and trains it with the recipe's two-view loss (after
+/// `--loss`; shared with the MICO variants and the loss recipes).
 pub fn train(recipe: Prepared) -> Result<()> {
-    train_with_loss(
-        recipe,
-        PairLossConfig::NtXent(NtXentLossConfig::new().with_temperature(0.2)),
-    )
-}
-
-/// SimCLR with another two-view loss (the HCL recipes).
-pub fn train_with_loss(recipe: Prepared, loss: PairLossConfig) -> Result<()> {
+    let loss = recipe
+        .pair_loss
+        .clone()
+        .expect("a SimCLR-family recipe's defaults carry its loss");
     let config = SimClrConfig::new().with_loss(loss);
     let method = recipe.init(|d| config.init(recipe.backbone_config().init(d), d))?;
     let optimizer = SgdConfig::new().init::<Train, _>()?;
@@ -60,19 +57,10 @@ pub fn train_with_loss(recipe: Prepared, loss: PairLossConfig) -> Result<()> {
 pub fn hcl(args: &[String]) -> Result<()> {
     let defaults = Defaults {
         recipe: "hcl",
-        hcl: Some(HclLossConfig::new()),
+        pair_loss: Some(LossChoice::Hcl.config()),
         ..defaults()
     };
-    train_hcl(common::prepare(args, defaults)?)
-}
-
-/// Trains SimCLR with the recipe's HCL loss (after the command line's changes).
-fn train_hcl(recipe: Prepared) -> Result<()> {
-    let loss = recipe
-        .hcl
-        .clone()
-        .expect("an HCL recipe's defaults carry its loss");
-    train_with_loss(recipe, PairLossConfig::Hcl(loss))
+    train(common::prepare(args, defaults)?)
 }
 
 /// `hcl_curriculum`: as `hcl`, with MICO's hardness curriculum (§3.3): `β` rises linearly from
@@ -86,8 +74,33 @@ pub fn hcl_curriculum(args: &[String]) -> Result<()> {
     };
     let defaults = Defaults {
         recipe: "hcl_curriculum",
-        hcl: Some(HclLossConfig::new().with_beta_schedule(Some(schedule))),
+        pair_loss: Some(PairLossConfig::Hcl(
+            HclLossConfig::new().with_beta_schedule(Some(schedule)),
+        )),
         ..defaults()
     };
-    train_hcl(common::prepare(args, defaults)?)
+    train(common::prepare(args, defaults)?)
+}
+
+/// `curricular_weighting`: SimCLR with the curricular weighting of hard negatives (Zhuang, Jing
+/// and Jia, Information Sciences 2024, <https://doi.org/10.1016/j.ins.2024.120474>): the
+/// adaptive `t` (a column of steps.csv, kept in checkpoints) and its defaults.
+pub fn curricular_weighting(args: &[String]) -> Result<()> {
+    let defaults = Defaults {
+        recipe: "curricular_weighting",
+        pair_loss: Some(LossChoice::Curricular.config()),
+        ..defaults()
+    };
+    train(common::prepare(args, defaults)?)
+}
+
+/// `huber_nt_xent`: SimCLR with the Huber-regularised NT-Xent of "The Bad Batches" (Göksu and
+/// Pugeault 2024, <https://arxiv.org/abs/2403.19579>, eq. 3–5), without batch curation.
+pub fn huber_nt_xent(args: &[String]) -> Result<()> {
+    let defaults = Defaults {
+        recipe: "huber_nt_xent",
+        pair_loss: Some(LossChoice::Huber.config()),
+        ..defaults()
+    };
+    train(common::prepare(args, defaults)?)
 }

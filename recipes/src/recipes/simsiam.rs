@@ -27,7 +27,7 @@ pub fn defaults() -> Defaults {
         preset: PipelineConfig::simclr,
         mixup: None,
         strength: None,
-        hcl: None,
+        pair_loss: None,
     }
 }
 
