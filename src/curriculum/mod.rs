@@ -12,9 +12,12 @@
 //! - [`strength`]: MICO's augmentation-strength curriculum (colour jitter and grayscale).
 //! - [`auto_augment`]: MICO's normalised AutoAugment with a self-paced magnitude — an adaptive
 //!   curriculum that learns from the losses and is saved in checkpoints.
+//! - [`rotation`]: MICO's rotation curricula — the growing set of RotNet angles, rotate-and-mix,
+//!   crop-and-rotate and its heat-map boxes.
 
 pub mod auto_augment;
 pub mod mixup;
+pub mod rotation;
 pub mod schedule;
 pub mod strength;
 

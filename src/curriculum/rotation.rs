@@ -1,0 +1,637 @@
+//! MICO's rotation curricula (H. Fang, "Curriculum SSL: An Efficient And Effective Data
+//! Augmentation For Contrastive Learning", <https://arxiv.org/abs/2301.06916>, §3.2): the angle
+//! curriculum of rotation prediction, rotate-and-mix, crop-and-rotate and the heat-map boxes that
+//! crop-and-rotate rotates.
+//!
+//! **Angle curriculum.** RotNet (Gidaris, Singh & Komodakis 2018, "Unsupervised Representation
+//! Learning by Predicting Image Rotations", <https://arxiv.org/abs/1803.07728>) predicts which of
+//! the rotations 0°, 90°, 180°, 270° an image went through. MICO rotates "gradually from 0 degree
+//! to 270 degree with training scheduler": the set of angles in play grows with a k-step
+//! scheduler, `{0°}` → `{0°, 90°}` → `{0°, 90°, 180°}` → all four. Here the scheduled value is the
+//! number of angles in play (rounded to the nearest integer, clamped to `1..=4`), and each image
+//! draws its angle uniformly from that set ([`RotationCurriculum::draw`]). Angles are counted in
+//! counter-clockwise quarter turns `k` (label `k` ↔ `90·k°`), as [`crate::augment::rotate`].
+//!
+//! **Rotate-and-mix** ([`mix_rotated`]): the rotated image blended with the unrotated one,
+//! `λ·rot_k(x) + (1 − λ)·x`, so that the network sees rotated and unrotated content together.
+//!
+//! **Crop-and-rotate** ([`rotate_in_boxes`]): only the part of each image inside a box around its
+//! object is rotated; the boxes come from a heat map of the backbone's last feature map
+//! ([`boxes_from_heatmap`]) as in ContrastiveCrop (Peng et al. 2022, "Crafting Better Contrastive
+//! Views for Siamese Representation Learning", <https://arxiv.org/abs/2202.03278>). MICO
+//! recomputes the boxes 4 times per run over the whole training set to bound the cost; that
+//! recomputation, and keeping the boxes in the checkpoint ([`CropBox`] is serialisable), belong
+//! to the training loop.
+
+use burn::config::Config;
+use burn::tensor::{backend::Backend, Int, Tensor, TensorData};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::schedule::{Pace, Scheduler, SchedulerConfig};
+use crate::data::loader::mix_seed;
+use crate::error::ConfigError;
+use crate::method::Progress;
+
+/// The number of rotations RotNet tells apart (0°, 90°, 180°, 270°).
+pub const NUM_ROTATIONS: usize = 4;
+
+/// The angle curriculum (a burn [`Config`], saved in the run's configuration).
+///
+/// Default: MICO's discrete scheduler with 4 steps per epoch pace, values `(1, 2, 3, 4)` angles in
+/// play — over `E` epochs, the first quarter sees only 0°, the second 0° and 90°, the third adds
+/// 180°, the last all four.
+#[derive(Config, Debug, PartialEq)]
+pub struct RotationCurriculumConfig {
+    /// Number of angles in play over training (values in `[1, 4]`, rounded to the nearest
+    /// integer); `None`: all four throughout (plain RotNet).
+    #[config(default = "Some(RotationCurriculumConfig::four_step_schedule())")]
+    pub schedule: Option<SchedulerConfig>,
+}
+
+impl RotationCurriculumConfig {
+    /// The default schedule: `(1, 2, 3, 4)` angles in play, 4 steps per epoch pace.
+    pub fn four_step_schedule() -> SchedulerConfig {
+        SchedulerConfig::Steps {
+            values: vec![1.0, 2.0, 3.0, 4.0],
+            pace: Pace::Epoch,
+        }
+    }
+
+    /// Plain RotNet: all four angles from the start.
+    pub fn all_angles() -> Self {
+        Self { schedule: None }
+    }
+
+    /// Checks the schedule (every value in `[1, 4]`) and builds the curriculum.
+    ///
+    /// # Errors
+    /// Naming `rotation.schedule` when a value falls outside `[1, 4]`.
+    pub fn init(&self) -> Result<RotationCurriculum, ConfigError> {
+        if let Some(s) = &self.schedule {
+            s.validate("rotation.schedule", 1.0, NUM_ROTATIONS as f64)?;
+        }
+        Ok(RotationCurriculum {
+            scheduler: self.schedule.clone().map(Scheduler::from),
+        })
+    }
+}
+
+/// A validated angle curriculum: which rotations are in play at a given progress.
+#[derive(Debug, Clone)]
+pub struct RotationCurriculum {
+    scheduler: Option<Scheduler>,
+}
+
+impl RotationCurriculum {
+    /// A curriculum whose number of angles comes from a user's scheduler (clamped to `[1, 4]`,
+    /// rounded to the nearest integer).
+    pub fn with_scheduler(scheduler: Scheduler) -> Self {
+        Self {
+            scheduler: Some(scheduler),
+        }
+    }
+
+    /// Whether the set of angles changes over training.
+    pub fn is_scheduled(&self) -> bool {
+        self.scheduler.is_some()
+    }
+
+    /// How many angles are in play at `progress` (1 to 4).
+    pub fn num_angles(&self, progress: Progress) -> usize {
+        match &self.scheduler {
+            None => NUM_ROTATIONS,
+            Some(s) => {
+                let v = s.value(progress, 1.0, NUM_ROTATIONS as f64).round() as usize;
+                v.clamp(1, NUM_ROTATIONS)
+            }
+        }
+    }
+
+    /// The angles in play at `progress`, in quarter turns: `[0]`, `[0, 1]`, `[0, 1, 2]` or
+    /// `[0, 1, 2, 3]`.
+    pub fn angles_at(&self, progress: Progress) -> Vec<usize> {
+        (0..self.num_angles(progress)).collect()
+    }
+
+    /// Draws `n` angles (quarter turns, also the RotNet labels) uniformly from the set in play.
+    pub fn draw(&self, progress: Progress, rng: &mut StdRng, n: usize) -> Vec<usize> {
+        let m = self.num_angles(progress);
+        (0..n).map(|_| rng.random_range(0..m)).collect()
+    }
+
+    /// [`RotationCurriculum::draw`] from a generator keyed by `(seed, progress.step)`: the same
+    /// seed and step give the same angles, whatever was drawn before (a resumed run repeats them).
+    pub fn draw_at(&self, progress: Progress, seed: u64, n: usize) -> Vec<usize> {
+        let mut rng = StdRng::seed_from_u64(mix_seed(seed, progress.step as u64));
+        self.draw(progress, &mut rng, n)
+    }
+}
+
+/// Rotate-and-mix: sample `n` becomes `λ·rot_{ks[n]}(x_n) + (1 − λ)·x_n`.
+///
+/// λ is the share of the rotated image. MICO gives no value; the RotNet method defaults to
+/// `λ = 0.5`, equal shares of rotated and unrotated content (the value of the paper's plain
+/// Mixup baseline). `λ = 1` is plain rotation and `λ = 0` the unrotated image; with `k = 0` the
+/// image is unchanged whatever λ.
+///
+/// # Panics
+/// If λ is outside `[0, 1]`, or the images are not square and some `k` is odd.
+pub fn mix_rotated<B: Backend>(x: Tensor<B, 4>, ks: &[usize], lambda: f64) -> Tensor<B, 4> {
+    assert!(
+        (0.0..=1.0).contains(&lambda),
+        "rotate-and-mix needs lambda in [0, 1], got {lambda}"
+    );
+    let rotated = crate::augment::rotate::rotate_k(x.clone(), ks);
+    rotated.mul_scalar(lambda).add(x.mul_scalar(1.0 - lambda))
+}
+
+/// A box in pixels: rows `top..top + height`, columns `left..left + width`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CropBox {
+    /// First row.
+    pub top: usize,
+    /// First column.
+    pub left: usize,
+    /// Number of rows.
+    pub height: usize,
+    /// Number of columns.
+    pub width: usize,
+}
+
+impl CropBox {
+    /// The whole `[height, width]` image.
+    pub fn whole(image_size: [usize; 2]) -> Self {
+        Self {
+            top: 0,
+            left: 0,
+            height: image_size[0],
+            width: image_size[1],
+        }
+    }
+
+    /// The square this box is rotated in: side `max(height, width)` (clipped to the image's
+    /// shorter side), centred on the box's centre (rounded towards the top left), and moved
+    /// inside the image where it would cross a border — moved, not shrunk, so that it still
+    /// covers the box. A quarter turn maps a square onto itself, which a non-square box would not.
+    pub fn square_in(&self, image_size: [usize; 2]) -> CropBox {
+        let [h, w] = image_size;
+        let side = self.height.max(self.width).min(h.min(w)).max(1);
+        let place = |start: usize, len: usize, limit: usize| -> usize {
+            // Twice the centre minus the side, halved (floor), then clamped to the image.
+            let twice = 2 * start as i64 + len as i64 - side as i64;
+            twice
+                .div_euclid(2)
+                .clamp(0, limit.saturating_sub(side) as i64) as usize
+        };
+        CropBox {
+            top: place(self.top, self.height, h),
+            left: place(self.left, self.width, w),
+            height: side,
+            width: side,
+        }
+    }
+}
+
+/// Crop-and-rotate: rotates by `ks[n]` quarter turns (counter-clockwise) the part of image `n`
+/// inside `boxes[n]` made square ([`CropBox::square_in`]); pixels outside the square are left
+/// untouched. Exact (one gather of the pixels).
+///
+/// # Panics
+/// If `ks` or `boxes` does not have one entry per image.
+pub fn rotate_in_boxes<B: Backend>(
+    x: Tensor<B, 4>,
+    ks: &[usize],
+    boxes: &[CropBox],
+) -> Tensor<B, 4> {
+    let [n, c, h, w] = x.dims();
+    assert_eq!(
+        ks.len(),
+        n,
+        "crop-and-rotate: {} angles for {n} images",
+        ks.len()
+    );
+    assert_eq!(
+        boxes.len(),
+        n,
+        "crop-and-rotate: {} boxes for {n} images",
+        boxes.len()
+    );
+    let mut index: Vec<i64> = Vec::with_capacity(n * h * w);
+    for (k, b) in ks.iter().zip(boxes) {
+        let sq = b.square_in([h, w]);
+        let s = sq.height;
+        for i in 0..h {
+            for j in 0..w {
+                let inside =
+                    (sq.top..sq.top + s).contains(&i) && (sq.left..sq.left + s).contains(&j);
+                let (si, sj) = if inside {
+                    // Output (a, b) of a counter-clockwise rotation reads (as torch.rot90):
+                    // k = 1: (b, s−1−a); k = 2: (s−1−a, s−1−b); k = 3: (s−1−b, a).
+                    let (a, bb) = (i - sq.top, j - sq.left);
+                    let (sa, sb) = match k % 4 {
+                        0 => (a, bb),
+                        1 => (bb, s - 1 - a),
+                        2 => (s - 1 - a, s - 1 - bb),
+                        _ => (s - 1 - bb, a),
+                    };
+                    (sq.top + sa, sq.left + sb)
+                } else {
+                    (i, j)
+                };
+                index.push((si * w + sj) as i64);
+            }
+        }
+    }
+    let device = x.device();
+    let index = Tensor::<B, 3, Int>::from_data(TensorData::new(index, [n, 1, h * w]), &device)
+        .repeat_dim(1, c);
+    x.reshape([n, c, h * w])
+        .gather(2, index)
+        .reshape([n, c, h, w])
+}
+
+/// The heat map of a feature map: the mean over channels, `[N, C, h, w]` → `[N, h, w]`.
+pub fn channel_mean<B: Backend>(features: Tensor<B, 4>) -> Tensor<B, 3> {
+    let [n, _, h, w] = features.dims();
+    features.mean_dim(1).reshape([n, h, w])
+}
+
+/// ContrastiveCrop's box threshold on CIFAR (`box_thresh = 0.10`).
+pub const DEFAULT_BOX_THRESHOLD: f64 = 0.1;
+
+/// Boxes from heat maps `[N, h, w]` (on the device; read back to the host): see
+/// [`boxes_from_heatmap_host`].
+pub fn boxes_from_heatmap<B: Backend>(
+    heat: Tensor<B, 3>,
+    image_size: [usize; 2],
+    threshold: f64,
+) -> Vec<CropBox> {
+    let shape = heat.dims();
+    let values: Vec<f64> = heat.into_data().iter::<f64>().collect();
+    boxes_from_heatmap_host(&values, shape, image_size, threshold)
+}
+
+/// Boxes from heat maps, as ContrastiveCrop's box update does: each `h × w` map (row-major in
+/// `values`, `shape = [N, h, w]`) is min–max normalised to `[0, 1]`, upsampled to `image_size`
+/// bilinearly (PyTorch's `interpolate(mode="bilinear")`, `align_corners = False`), and its box is
+/// the bounding box of the pixels whose value exceeds `threshold` (so the threshold is a fraction
+/// of the map's range above its minimum; ContrastiveCrop uses 0.1, [`DEFAULT_BOX_THRESHOLD`]).
+/// A constant map (or one with no pixel above the threshold) gives the whole image.
+///
+/// # Panics
+/// If `values` does not hold `N·h·w` numbers or a side is 0.
+pub fn boxes_from_heatmap_host(
+    values: &[f64],
+    shape: [usize; 3],
+    image_size: [usize; 2],
+    threshold: f64,
+) -> Vec<CropBox> {
+    let [n, h, w] = shape;
+    let [ih, iw] = image_size;
+    assert_eq!(
+        values.len(),
+        n * h * w,
+        "heat maps: {} values for shape {shape:?}",
+        values.len()
+    );
+    assert!(h > 0 && w > 0 && ih > 0 && iw > 0, "heat maps: empty side");
+    let rows = bilinear_weights(h, ih);
+    let cols = bilinear_weights(w, iw);
+    values
+        .chunks_exact(h * w)
+        .map(|map| {
+            let lo = map.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = map.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let range = hi - lo;
+            if !(range.is_finite() && range > 0.0) {
+                return CropBox::whole(image_size);
+            }
+            let norm = |r: usize, c: usize| (map[r * w + c] - lo) / range;
+            let mut bounds: Option<(usize, usize, usize, usize)> = None;
+            for (i, &(r0, r1, lr)) in rows.iter().enumerate() {
+                for (j, &(c0, c1, lc)) in cols.iter().enumerate() {
+                    let top = (1.0 - lc) * norm(r0, c0) + lc * norm(r0, c1);
+                    let bottom = (1.0 - lc) * norm(r1, c0) + lc * norm(r1, c1);
+                    let v = (1.0 - lr) * top + lr * bottom;
+                    if v > threshold {
+                        bounds = Some(match bounds {
+                            None => (i, i, j, j),
+                            Some((a, b, c, d)) => (a.min(i), b.max(i), c.min(j), d.max(j)),
+                        });
+                    }
+                }
+            }
+            match bounds {
+                None => CropBox::whole(image_size),
+                Some((r0, r1, c0, c1)) => CropBox {
+                    top: r0,
+                    left: c0,
+                    height: r1 - r0 + 1,
+                    width: c1 - c0 + 1,
+                },
+            }
+        })
+        .collect()
+}
+
+/// For each output index of a bilinear resize `input → output` (`align_corners = False`): the two
+/// input indices and the weight of the second.
+fn bilinear_weights(input: usize, output: usize) -> Vec<(usize, usize, f64)> {
+    let scale = input as f64 / output as f64;
+    (0..output)
+        .map(|o| {
+            let src = ((o as f64 + 0.5) * scale - 0.5).max(0.0);
+            let i0 = (src.floor() as usize).min(input - 1);
+            let i1 = (i0 + 1).min(input - 1);
+            (i0, i1, src - i0 as f64)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::augment::rotate::rot90;
+    use burn::backend::NdArray;
+
+    type B = NdArray<f64>;
+
+    fn ramp(n: usize, c: usize, h: usize, w: usize) -> Tensor<B, 4> {
+        let v: Vec<f64> = (0..n * c * h * w).map(|i| i as f64).collect();
+        Tensor::from_data(TensorData::new(v, [n, c, h, w]), &Default::default())
+    }
+
+    fn values(x: Tensor<B, 4>) -> Vec<f64> {
+        x.into_data().iter::<f64>().collect()
+    }
+
+    fn epoch(e: usize, total: usize) -> Progress {
+        Progress {
+            step: e * 10,
+            total_steps: total * 10,
+            epoch: e,
+            total_epochs: total,
+        }
+    }
+
+    #[test]
+    fn each_angle_moves_known_pixels_of_a_3x3_ramp() {
+        // [[0,1,2],[3,4,5],[6,7,8]] turned counter-clockwise (torch.rot90, k = 1, 2, 3).
+        let x = ramp(4, 1, 3, 3).sub(
+            Tensor::<B, 1>::from_floats([0.0, 9.0, 18.0, 27.0], &Default::default())
+                .reshape([4, 1, 1, 1]),
+        );
+        let out = rotate_in_boxes(x, &[0, 1, 2, 3], &[CropBox::whole([3, 3]); 4]);
+        let v = values(out);
+        assert_eq!(v[0..9], [0., 1., 2., 3., 4., 5., 6., 7., 8.]);
+        assert_eq!(v[9..18], [2., 5., 8., 1., 4., 7., 0., 3., 6.]);
+        assert_eq!(v[18..27], [8., 7., 6., 5., 4., 3., 2., 1., 0.]);
+        assert_eq!(v[27..36], [6., 3., 0., 7., 4., 1., 8., 5., 2.]);
+    }
+
+    #[test]
+    fn rotate_and_mix_of_a_2x2_ramp() {
+        // x = [[0,1],[2,3]]; rot90 = [[1,3],[0,2]]; 0.25·rot + 0.75·x.
+        let x = ramp(1, 1, 2, 2);
+        assert_eq!(
+            values(mix_rotated(x.clone(), &[1], 0.25)),
+            [0.25, 1.5, 1.5, 2.75]
+        );
+        // rot180 = [[3,2],[1,0]]; 0.5·rot + 0.5·x = 1.5 everywhere.
+        assert_eq!(values(mix_rotated(x.clone(), &[2], 0.5)), [1.5; 4]);
+        assert_eq!(values(mix_rotated(x, &[0], 0.7)), [0.0, 1.0, 2.0, 3.0]);
+    }
+
+    #[test]
+    fn angle_set_grows_with_the_four_step_schedule() {
+        let c = RotationCurriculumConfig::new().init().unwrap();
+        let sets: Vec<Vec<usize>> = (0..8).map(|e| c.angles_at(epoch(e, 8))).collect();
+        assert_eq!(
+            sets,
+            [
+                vec![0],
+                vec![0],
+                vec![0, 1],
+                vec![0, 1],
+                vec![0, 1, 2],
+                vec![0, 1, 2],
+                vec![0, 1, 2, 3],
+                vec![0, 1, 2, 3],
+            ]
+        );
+        let plain = RotationCurriculumConfig::all_angles().init().unwrap();
+        assert_eq!(plain.angles_at(epoch(0, 8)), [0, 1, 2, 3]);
+        assert!(!plain.is_scheduled());
+        // A linear schedule 1 → 4 over 10 epochs: 1 + 3·e/10, rounded.
+        let linear = RotationCurriculum::with_scheduler(
+            SchedulerConfig::Linear {
+                start: 1.0,
+                end: 4.0,
+                pace: Pace::Epoch,
+            }
+            .into(),
+        );
+        let counts: Vec<usize> = (0..10).map(|e| linear.num_angles(epoch(e, 10))).collect();
+        assert_eq!(counts, [1, 1, 2, 2, 2, 3, 3, 3, 3, 4]);
+        let bad = RotationCurriculumConfig {
+            schedule: Some(SchedulerConfig::Constant { value: 5.0 }),
+        };
+        assert_eq!(bad.init().unwrap_err().field, "rotation.schedule");
+    }
+
+    #[test]
+    fn drawn_labels_stay_in_the_set_in_play_and_repeat_for_a_seed_and_step() {
+        let c = RotationCurriculumConfig::new().init().unwrap();
+        // Epoch 2 of 8: angles {0, 1}; 4000 draws split about evenly.
+        let draws = c.draw_at(epoch(2, 8), 7, 4000);
+        let ones = draws.iter().filter(|&&k| k == 1).count();
+        assert!(draws.iter().all(|&k| k < 2));
+        assert!((ones as f64 / 4000.0 - 0.5).abs() < 0.03, "{ones}");
+        // Last quarter: all four, each about a quarter.
+        let all = c.draw_at(epoch(7, 8), 7, 4000);
+        for k in 0..4 {
+            let share = all.iter().filter(|&&d| d == k).count() as f64 / 4000.0;
+            assert!((share - 0.25).abs() < 0.03, "{k}: {share}");
+        }
+        assert_eq!(c.draw_at(epoch(7, 8), 7, 64), c.draw_at(epoch(7, 8), 7, 64));
+        assert_ne!(c.draw_at(epoch(7, 8), 7, 64), c.draw_at(epoch(7, 8), 8, 64));
+        // Labels match angles: rotating by the drawn label gives the drawn rotation.
+        let ks = c.draw_at(epoch(7, 8), 3, 6);
+        let x = ramp(6, 1, 3, 3);
+        let rotated = values(crate::augment::rotate::rotate_k(x.clone(), &ks));
+        for (n, &k) in ks.iter().enumerate() {
+            let one = x.clone().slice([n..n + 1]);
+            assert_eq!(
+                rotated[n * 9..(n + 1) * 9],
+                values(rot90(one, k))[..],
+                "image {n}"
+            );
+        }
+    }
+
+    #[test]
+    fn square_boxes_are_centred_and_moved_inside() {
+        let b = CropBox {
+            top: 1,
+            left: 2,
+            height: 2,
+            width: 4,
+        };
+        // Centre (2, 4), side 4: rows 0..4, columns 2..6.
+        assert_eq!(
+            b.square_in([8, 8]),
+            CropBox {
+                top: 0,
+                left: 2,
+                height: 4,
+                width: 4
+            }
+        );
+        // A corner box: the square would start at row −1, so it moves to row 0; columns 6..8.
+        let corner = CropBox {
+            top: 0,
+            left: 6,
+            height: 1,
+            width: 2,
+        };
+        assert_eq!(
+            corner.square_in([8, 8]),
+            CropBox {
+                top: 0,
+                left: 6,
+                height: 2,
+                width: 2
+            }
+        );
+        // Wider than the image is tall: side clipped to 4.
+        let wide = CropBox::whole([4, 6]);
+        assert_eq!(
+            wide.square_in([4, 6]),
+            CropBox {
+                top: 0,
+                left: 1,
+                height: 4,
+                width: 4
+            }
+        );
+    }
+
+    #[test]
+    fn crop_and_rotate_changes_only_the_square() {
+        let x = ramp(2, 2, 6, 6);
+        let boxes = [
+            CropBox {
+                top: 1,
+                left: 1,
+                height: 2,
+                width: 3,
+            },
+            CropBox {
+                top: 3,
+                left: 3,
+                height: 3,
+                width: 3,
+            },
+        ];
+        // Squares: image 0 rows 0..3, columns 1..4 (centre (2, 2.5), side 3); image 1 as given.
+        let squares = [(0, 1, 3), (3, 3, 3)];
+        for (n, (t, l, s)) in squares.iter().enumerate() {
+            let sq = boxes[n].square_in([6, 6]);
+            assert_eq!((sq.top, sq.left, sq.height), (*t, *l, *s));
+        }
+        let ks = [1, 3];
+        let out = rotate_in_boxes(x.clone(), &ks, &boxes);
+        let before = values(x.clone());
+        let after = values(out.clone());
+        for (n, &(t, l, s)) in squares.iter().enumerate() {
+            for ch in 0..2 {
+                for i in 0..6 {
+                    for j in 0..6 {
+                        let at = ((n * 2 + ch) * 6 + i) * 6 + j;
+                        let inside = (t..t + s).contains(&i) && (l..l + s).contains(&j);
+                        if !inside {
+                            assert_eq!(after[at], before[at], "outside pixel {n} {ch} {i} {j}");
+                        }
+                    }
+                }
+            }
+            let crop = x.clone().slice([n..n + 1, 0..2, t..t + s, l..l + s]);
+            let got = out.clone().slice([n..n + 1, 0..2, t..t + s, l..l + s]);
+            assert_eq!(
+                values(got),
+                values(rot90(crop, ks[n])),
+                "inside of image {n}"
+            );
+        }
+        // Pixel (0, 0) of image 0's square after a quarter turn is its (0, 2): value 3 (row 0,
+        // column 3 of the ramp).
+        assert_eq!(after[1], 3.0);
+    }
+
+    #[test]
+    fn box_of_one_bright_blob() {
+        // At image size: blob of 1s in rows 2..5, columns 3..7, background 0.05 → min–max
+        // normalised 0 outside, 1 inside.
+        let (h, w) = (8, 10);
+        let mut map = vec![0.05; h * w];
+        for i in 2..5 {
+            for j in 3..7 {
+                map[i * w + j] = 1.0;
+            }
+        }
+        let boxes = boxes_from_heatmap_host(&map, [1, h, w], [h, w], 0.1);
+        assert_eq!(
+            boxes,
+            [CropBox {
+                top: 2,
+                left: 3,
+                height: 3,
+                width: 4
+            }]
+        );
+        // A 4×4 map with one bright cell (1, 2) upsampled to 8×8: the row weights of input row 1
+        // are 0.25, 0.75, 0.75, 0.25 on rows 1..5, the column weights of input column 2 the same
+        // on columns 3..7. Above 0.1 (0.25·0.75 = 0.1875 passes): rows 1..5, columns 3..7; above
+        // 0.5 only the 0.75·0.75 = 0.5625 block: rows 2..4, columns 4..6 — the cell's footprint.
+        let mut small = vec![0.0; 16];
+        small[6] = 3.0;
+        let device = Default::default();
+        let heat = Tensor::<B, 3>::from_data(TensorData::new(small.clone(), [1, 4, 4]), &device);
+        assert_eq!(
+            boxes_from_heatmap(heat, [8, 8], 0.1),
+            [CropBox {
+                top: 1,
+                left: 3,
+                height: 4,
+                width: 4
+            }]
+        );
+        assert_eq!(
+            boxes_from_heatmap_host(&small, [1, 4, 4], [8, 8], 0.5),
+            [CropBox {
+                top: 2,
+                left: 4,
+                height: 2,
+                width: 2
+            }]
+        );
+        // A constant map: the whole image.
+        assert_eq!(
+            boxes_from_heatmap_host(&[2.0; 4], [1, 2, 2], [8, 8], 0.1),
+            [CropBox::whole([8, 8])]
+        );
+    }
+
+    #[test]
+    fn channel_mean_of_a_feature_map() {
+        // Two channels of a 1×2 map: (1, 3) and (5, 7) → (3, 5).
+        let f = Tensor::<B, 4>::from_data(
+            TensorData::new(vec![1.0, 3.0, 5.0, 7.0], [1, 2, 1, 2]),
+            &Default::default(),
+        );
+        let m: Vec<f64> = channel_mean(f).into_data().iter::<f64>().collect();
+        assert_eq!(m, [3.0, 5.0]);
+    }
+}
