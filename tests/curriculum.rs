@@ -483,3 +483,131 @@ fn hcl_hard_positive_weights_follow_eq3() {
         .unwrap_err();
     assert!(err.to_string().contains("hard_positive_k"), "{err}");
 }
+
+/// SimCLR runs of 3 epochs, 4 steps each, with Fréchet batch curation (two warm-up epochs:
+/// epochs 0 and 1 train on everything, epoch 1 sets the threshold) and at most 2 redraws.
+fn curated(
+    dir: &Path,
+    mode: StartMode,
+    curation: bool,
+) -> Trainer<
+    Ad,
+    SimClr<Ad, LeNet<Ad>>,
+    impl burn::optim::Optimizer<curriculum_ssl::method::simclr::SimClrNetwork<Ad, LeNet<Ad>>, Ad>,
+    ImageArray,
+> {
+    use curriculum_ssl::curation::FrechetCurationConfig;
+    let device = Dev::default();
+    let method = init(|d| {
+        SimClrConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(8)
+            .init(lenet(d), d)
+    });
+    Trainer::builder(
+        method,
+        SgdConfig::new().init::<Ad, _>().unwrap(),
+        pipeline(None).init(1).unwrap(),
+        loader(),
+    )
+    .config(
+        TrainConfig::new()
+            .with_epochs(3)
+            .with_lr(0.05)
+            .with_checkpoint_every(1)
+            .with_knn_every(0)
+            .with_progress_bar(false)
+            .with_curation(curation.then(|| {
+                FrechetCurationConfig::new()
+                    .with_warmup_epochs(2)
+                    .with_max_retries(2)
+            })),
+    )
+    .run_dir(dir)
+    .start(mode)
+    .build(&device)
+    .unwrap()
+}
+
+fn column(rows: &[String], name: &str) -> Vec<String> {
+    let i = rows[0].split(',').position(|c| c == name).unwrap();
+    rows[1..]
+        .iter()
+        .map(|r| r.split(',').nth(i).unwrap().to_string())
+        .collect()
+}
+
+/// Fréchet batch curation in the loop: the warm-up epoch trains exactly as a run without
+/// curation; afterwards batches above the threshold are redrawn (at most twice) without an
+/// extra optimiser step, the counts are columns of epochs.csv, each step's FRD and redraws are
+/// columns of steps.csv, and a resumed run keeps the threshold and the counters.
+#[test]
+fn batch_curation_redraws_batches_above_the_threshold_and_resumes_exactly() {
+    let plain = run_dir("curation-off");
+    curated(&plain, StartMode::Fresh, false).fit().unwrap();
+    let straight = run_dir("curation-straight");
+    let mut t = curated(&straight, StartMode::Fresh, true);
+    t.fit().unwrap();
+    assert_eq!(t.step(), 12, "a redraw is not an optimiser step");
+    let state = t.curation().unwrap().state().clone();
+    let threshold = state.threshold.unwrap();
+    // The threshold is the mean FRD of epoch 1 (steps 5-8 in the file).
+    let rows = rows_without_speed(&straight);
+    let frd: Vec<f64> = column(&rows, "frd")
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let mean1 = frd[4..8].iter().sum::<f64>() / 4.0;
+    assert!(
+        (threshold - mean1).abs() <= 1e-12 * mean1.abs(),
+        "{threshold} vs {mean1}"
+    );
+    // The warm-up is not curated: its losses equal the run without curation.
+    let losses = column(&rows, "loss");
+    assert_eq!(
+        losses[..8],
+        column(&rows_without_speed(&plain), "loss")[..8]
+    );
+    // Afterwards every applied batch is at most the threshold unless it used up its redraws.
+    let redraws: Vec<usize> = column(&rows, "redraws")
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert!(redraws[..8].iter().all(|&r| r == 0));
+    for s in 8..12 {
+        assert!(redraws[s] <= 2, "step {s}: {}", redraws[s]);
+        assert!(
+            frd[s] <= threshold || redraws[s] == 2,
+            "step {s}: {} > {threshold}",
+            frd[s]
+        );
+    }
+    let total_rejections = state.total_counters.rejections as usize;
+    assert_eq!(redraws.iter().sum::<usize>(), total_rejections);
+    assert!(
+        total_rejections > 0,
+        "this seed rejects some batches: {redraws:?}"
+    );
+    // Per-epoch counts in epochs.csv.
+    let epochs: Vec<String> = std::fs::read_to_string(straight.join("epochs.csv"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let per_epoch: usize = column(&epochs, "curation_rejections")
+        .iter()
+        .map(|v| v.parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(per_epoch, total_rejections);
+    // Stopped after 2 epochs (the calibration done, the threshold not yet applied) and resumed:
+    // the same rows, threshold and counters.
+    let resumed = run_dir("curation-resumed");
+    curated(&resumed, StartMode::Fresh, true)
+        .fit_epochs(2)
+        .unwrap();
+    let mut t = curated(&resumed, StartMode::Resume, true);
+    assert_eq!(t.curation().unwrap().state().calibration_batches, 4);
+    t.fit().unwrap();
+    assert_eq!(rows_without_speed(&resumed), rows);
+    assert_eq!(t.curation().unwrap().state(), &state);
+}

@@ -498,7 +498,23 @@ impl Augmenter {
     /// knobs (the mixup curriculum) take their value at `progress` and are reported in
     /// [`TwoViews::knobs`].
     pub fn two_views_at<B: Backend>(&self, x: Tensor<B, 4>, progress: Progress) -> TwoViews<B> {
-        let mut rng = self.rng(progress.step as u64);
+        self.redrawn_views(x, progress, 0)
+    }
+
+    /// As [`Augmenter::two_views_at`], for the `attempt`-th redraw of the batch (batch
+    /// curation): attempt 0 is [`Augmenter::two_views_at`] itself; every other attempt draws
+    /// from its own stream keyed by `(step, attempt)`.
+    pub fn redrawn_views<B: Backend>(
+        &self,
+        x: Tensor<B, 4>,
+        progress: Progress,
+        attempt: usize,
+    ) -> TwoViews<B> {
+        let key = match attempt {
+            0 => progress.step as u64,
+            a => mix_seed(progress.step as u64, a as u64),
+        };
+        let mut rng = self.rng(key);
         let n = x.dims()[0];
         let mut knobs = Vec::new();
         let multiplier = match &self.config.strength_curriculum {

@@ -165,6 +165,7 @@ where
         };
         let (p1, p2) = (predict(view1.clone()), predict(view2.clone()));
         let (t1, t2) = (target(view1), target(view2));
+        let embeddings = Some([t1.clone(), t2.clone()]);
         let loss = self.loss.forward_symmetric(p1, p2, t1, t2);
         let device = loss.device();
         let momentum = Tensor::from_data(
@@ -174,6 +175,7 @@ where
         MethodOutput {
             loss,
             stats: vec![("momentum", momentum)],
+            embeddings,
         }
     }
 

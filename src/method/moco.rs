@@ -273,6 +273,7 @@ where
         let queue = self.queue.keys();
         let k2 = l2_normalize(self.key.project(view2.clone())).detach();
         let q1 = self.online.project(view1.clone());
+        let embeddings = Some([l2_normalize(q1.clone()).detach(), k2.clone()]);
         let (loss, keys) = if self.symmetric {
             let k1 = l2_normalize(self.key.project(view1)).detach();
             let q2 = self.online.project(view2);
@@ -289,7 +290,11 @@ where
         if let QueueLoss::Soft(soft) = &self.loss {
             stats.push(("softnce_alpha", scalar(soft.alpha_at(progress))));
         }
-        MethodOutput { loss, stats }
+        MethodOutput {
+            loss,
+            stats,
+            embeddings,
+        }
     }
 
     fn after_step(&mut self, progress: Progress) {

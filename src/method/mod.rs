@@ -89,6 +89,10 @@ pub struct MethodOutput<B: Backend> {
     pub loss: Tensor<B, 1>,
     /// Named statistics, each `[1]` and detached (e.g. the curricular `t`, the momentum).
     pub stats: Vec<(&'static str, Tensor<B, 1>)>,
+    /// The two views' projections, `[N, D]` each and detached: what a selection piece such as
+    /// Fréchet batch curation measures before the step is applied (`None` for a method without
+    /// two views, e.g. rotation prediction).
+    pub embeddings: Option<[Tensor<B, 2>; 2]>,
 }
 
 /// A self-supervised method: turns two views of a batch into a loss and keeps its own states.

@@ -175,10 +175,12 @@ where
     ) -> MethodOutput<B> {
         let z1 = self.online.project(view1);
         let z2 = self.online.project(view2);
+        let embeddings = Some([z1.clone().detach(), z2.clone().detach()]);
         match &mut self.loss {
             PairLoss::NtXent(loss) => MethodOutput {
                 loss: loss.forward(z1, z2),
                 stats: Vec::new(),
+                embeddings,
             },
             PairLoss::Hcl(loss) => {
                 let beta = loss.beta_at(progress);
@@ -194,17 +196,20 @@ where
                 MethodOutput {
                     loss: loss.forward_with_beta(z1, z2, beta),
                     stats,
+                    embeddings,
                 }
             }
             PairLoss::Huber(loss) => MethodOutput {
                 loss: loss.forward(z1, z2),
                 stats: Vec::new(),
+                embeddings,
             },
             PairLoss::Curricular(loss) => {
                 let out = loss.forward(z1, z2);
                 MethodOutput {
                     loss: out.loss,
                     stats: vec![("curricular_t", out.t)],
+                    embeddings,
                 }
             }
         }

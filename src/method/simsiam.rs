@@ -100,9 +100,11 @@ where
         let p1 = net.predictor.forward(z1.clone());
         let p2 = net.predictor.forward(z2.clone());
         // The loss detaches z1 and z2: the stop-gradient of SimSiam.
+        let embeddings = Some([z1.clone().detach(), z2.clone().detach()]);
         MethodOutput {
             loss: self.loss.forward_symmetric(p1, p2, z1, z2),
             stats: Vec::new(),
+            embeddings,
         }
     }
 

@@ -41,7 +41,11 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use serde::Serialize;
 
+use crate::augment::pipeline::AugmenterState;
 use crate::augment::Augmenter;
+use crate::curation::{
+    frechet_distance_readback, CurationState, Decision, FrechetCuration, FrechetCurationConfig,
+};
 use crate::data::loader::mix_seed;
 use crate::data::{DataError, Dataset, ImageItem, Loader};
 use crate::error::{non_negative, positive, ConfigError};
@@ -89,6 +93,10 @@ pub struct TrainConfig {
     /// `(seed, s)`.
     #[config(default = 0)]
     pub seed: u64,
+    /// Fréchet batch curation ("The Bad Batches"): after the warm-up, a batch whose two views'
+    /// projections are farther apart than the threshold is not applied but re-augmented.
+    #[config(default = "None")]
+    pub curation: Option<FrechetCurationConfig>,
 }
 
 impl TrainConfig {
@@ -103,6 +111,17 @@ impl TrainConfig {
             .with_final_lr(self.final_lr)
             .init()
     }
+}
+
+/// What the adaptive pieces of a run learned from it, saved as `curricula.json` in every
+/// checkpoint: the augmenter's adaptive curricula and the batch curation's threshold and
+/// counters.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CurriculumStates {
+    /// The augmenter's state (the self-paced AutoAugment).
+    pub augmenter: AugmenterState,
+    /// Fréchet batch curation's state, when it is on.
+    pub curation: Option<CurationState>,
 }
 
 /// How a run starts in its directory.
@@ -179,6 +198,14 @@ pub enum TrainError {
     Io {
         /// The file.
         path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Batch curation could not measure or judge a batch (e.g. a non-finite distance).
+    #[error("batch curation at step {step}: {reason}")]
+    Curation {
+        /// 0-based step.
+        step: usize,
         /// What went wrong.
         reason: String,
     },
@@ -351,6 +378,7 @@ where
             step: 0,
             resumed_from: None,
             last_checkpoint: None,
+            curation: config.curation.as_ref().map(|c| c.init()).transpose()?,
         };
         match (inspect(&trainer.run_dir)?, self.mode) {
             (DirState::Empty, _) => {}
@@ -402,6 +430,7 @@ pub struct Trainer<B: AutodiffBackend, S: SslMethod<B>, O: Optimizer<S::Online, 
     step: usize,
     resumed_from: Option<PathBuf>,
     last_checkpoint: Option<PathBuf>,
+    curation: Option<FrechetCuration>,
 }
 
 impl<B, S, O, D> Trainer<B, S, O, D>
@@ -592,13 +621,23 @@ where
         self.optimizer = Some(optimizer.load_record(record));
         let curricula = dir.join(files::CURRICULA);
         let text = std::fs::read(&curricula).map_err(|e| checkpoint::io_error(&curricula, e))?;
-        let state = serde_json::from_slice(&text).map_err(|e| TrainError::Checkpoint {
-            path: curricula.clone(),
-            reason: format!("not a curriculum state: {e}"),
-        })?;
+        let states: CurriculumStates =
+            serde_json::from_slice(&text).map_err(|e| TrainError::Checkpoint {
+                path: curricula.clone(),
+                reason: format!("not a curriculum state: {e}"),
+            })?;
         self.augmenter
-            .load_state(state)
+            .load_state(states.augmenter)
             .map_err(|e| mismatch(e.to_string()))?;
+        match (&mut self.curation, states.curation) {
+            (Some(c), Some(state)) => c.restore(state).map_err(|e| mismatch(e.to_string()))?,
+            (None, None) => {}
+            _ => {
+                return Err(mismatch(
+                    "the checkpoint and the run disagree on whether batch curation is on".into(),
+                ))
+            }
+        }
         self.epoch = meta.epoch;
         self.step = meta.step;
         self.resumed_from = Some(dir.to_path_buf());
@@ -642,7 +681,11 @@ where
             (files::RUN, run),
             (
                 files::CURRICULA,
-                serde_json::to_vec_pretty(&self.augmenter.state()).expect("JSON value"),
+                serde_json::to_vec_pretty(&CurriculumStates {
+                    augmenter: self.augmenter.state(),
+                    curation: self.curation.as_ref().map(|c| c.state().clone()),
+                })
+                .expect("JSON value"),
             ),
         ];
         let meta = CheckpointMeta {
@@ -695,17 +738,46 @@ where
         progress: Progress,
         lr: f64,
     ) -> Result<(f64, Vec<(String, f64)>), TrainError> {
-        let views = self.augmenter.two_views_at(images, progress);
-        let policy = views.policy;
         let seed = mix_seed(self.record.train.seed, progress.step as u64);
-        let method = &mut self.method;
-        let out = crate::seed::with_seed::<B, _>(&self.device, seed, || {
-            method.forward(
-                Tensor::from_inner(views.view1),
-                Tensor::from_inner(views.view2),
-                progress,
-            )
-        });
+        let mut attempt = 0;
+        let (out, policy, knobs, frd) = loop {
+            let views = self
+                .augmenter
+                .redrawn_views(images.clone(), progress, attempt);
+            let method = &mut self.method;
+            let out = crate::seed::with_seed::<B, _>(&self.device, seed, || {
+                method.forward(
+                    Tensor::from_inner(views.view1),
+                    Tensor::from_inner(views.view2),
+                    progress,
+                )
+            });
+            let Some(curation) = self.curation.as_mut() else {
+                break (out, views.policy, views.knobs, None);
+            };
+            // The views' distance before anything is applied: a rejected batch's graph is
+            // dropped, so the weights never see it.
+            let curation_error = |reason: String| TrainError::Curation {
+                step: progress.step,
+                reason,
+            };
+            let Some([z1, z2]) = out.embeddings.clone() else {
+                return Err(curation_error(
+                    "the method gives no two-view embeddings to measure".into(),
+                ));
+            };
+            let frd = frechet_distance_readback(z1.inner(), z2.inner())
+                .map_err(|e| curation_error(e.to_string()))?;
+            match curation
+                .observe(progress.epoch, frd)
+                .map_err(|e| curation_error(e.to_string()))?
+            {
+                Decision::Redraw => attempt += 1,
+                Decision::Apply | Decision::AcceptAfterRetries => {
+                    break (out, views.policy, views.knobs, Some(frd))
+                }
+            }
+        };
         let grads = GradientsParams::from_grads(out.loss.backward(), self.method.online());
         let optimizer = self.optimizer.as_mut().expect("put back after every step");
         let online = optimizer.step(lr, self.method.online().clone(), grads);
@@ -734,7 +806,9 @@ where
             .iter()
             .zip(&host[1..])
             .map(|((name, _), v)| (name.to_string(), *v))
-            .chain(views.knobs.iter().map(|(name, v)| (name.to_string(), *v)))
+            .chain(knobs.iter().map(|(name, v)| (name.to_string(), *v)))
+            .chain(frd.map(|d| ("frd".to_string(), d)))
+            .chain(frd.map(|_| ("redraws".to_string(), attempt as f64)))
             .collect();
         Ok((loss, stats))
     }
@@ -753,6 +827,33 @@ where
         let summary = result?;
         finished?;
         Ok(summary)
+    }
+
+    /// The selection pieces' counts of an epoch, for epochs.csv: batch curation's rejections
+    /// (each followed by a redraw) and the batches accepted after the last redraw.
+    fn epoch_stats(&self, epoch: usize) -> Vec<(String, f64)> {
+        match &self.curation {
+            None => Vec::new(),
+            Some(c) => {
+                let counters = if c.state().epoch == Some(epoch) {
+                    c.epoch_counters()
+                } else {
+                    Default::default()
+                };
+                vec![
+                    ("curation_rejections".into(), counters.rejections as f64),
+                    (
+                        "curation_accepted_after_retries".into(),
+                        counters.accepted_after_retries as f64,
+                    ),
+                ]
+            }
+        }
+    }
+
+    /// The batch curation's state, when it is on (threshold, counters).
+    pub fn curation(&self) -> Option<&FrechetCuration> {
+        self.curation.as_ref()
     }
 
     fn run_epochs(&mut self, max_epochs: usize) -> Result<TrainSummary, TrainError> {
@@ -808,6 +909,7 @@ where
             };
             let record = EpochRecord {
                 epoch,
+                stats: self.epoch_stats(epoch),
                 mean_loss: loss_sum / batches as f64,
                 lr,
                 images_per_s: images as f64 / seconds,

@@ -55,6 +55,8 @@ pub struct EpochRecord {
     pub images_per_s: f64,
     /// Wall time of the epoch, in seconds (kNN and checkpoint excluded).
     pub seconds: f64,
+    /// Counts of the selection pieces (e.g. batch curation's rejections), as columns.
+    pub stats: Vec<(String, f64)>,
     /// kNN accuracies, when the monitor ran after this epoch.
     pub knn: Vec<KnnResult>,
     /// The checkpoint written after this epoch.
@@ -122,6 +124,11 @@ impl EpochRecord {
             ("images_per_s".into(), Cell::Rounded(self.images_per_s, 3)),
             ("seconds".into(), Cell::Rounded(self.seconds, 3)),
         ];
+        columns.extend(
+            self.stats
+                .iter()
+                .map(|(name, v)| (Cow::Owned(name.clone()), Cell::Value(*v))),
+        );
         for (i, k) in knn_ks.iter().enumerate() {
             let result = self.knn.get(i);
             let cell =
@@ -447,6 +454,7 @@ mod tests {
             lr: 0.0125,
             images_per_s: 50.0,
             seconds: 2.0,
+            stats: Vec::new(),
             knn: Vec::new(),
             checkpoint: None,
         };
