@@ -67,6 +67,11 @@ pub fn registry() -> Vec<RecipeEntry> {
             run: simclr::huber_nt_xent,
         },
         RecipeEntry {
+            name: "bad_batches",
+            summary: "The Bad Batches: SimCLR + Huber NT-Xent, batches above the FRD threshold of epoch 5 redrawn",
+            run: simclr::bad_batches,
+        },
+        RecipeEntry {
             name: "byol",
             summary: "BYOL: projector + predictor, EMA target (0.99 -> 1 cosine)",
             run: byol::run,

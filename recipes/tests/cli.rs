@@ -347,6 +347,7 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
         "hcl_curriculum",
         "curricular_weighting",
         "huber_nt_xent",
+        "bad_batches",
         "mixup_simsiam",
         "mico_simsiam",
         "mixup_byol",
@@ -379,6 +380,19 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
             assert!(header.ends_with("aa_policy,aa_magnitude"), "{header}");
             assert!(steps.lines().nth(1).unwrap().ends_with(",0.1"), "{steps}");
             assert!(dir.join("checkpoints/epoch-0001/curricula.json").is_file());
+        }
+        if name == "bad_batches" {
+            // Curation measures every step (no redraw during the warm-up); epochs.csv counts.
+            assert!(header.ends_with("frd,redraws"), "{header}");
+            assert!(steps.lines().nth(1).unwrap().ends_with(",0"), "{steps}");
+            let epochs = std::fs::read_to_string(dir.join("epochs.csv")).unwrap();
+            assert!(
+                epochs.starts_with(
+                    "epoch,mean_loss,lr,images_per_s,seconds,curation_rejections,\
+                     curation_accepted_after_retries"
+                ),
+                "{epochs}"
+            );
         }
         if name == "curricular_weighting" {
             // The adaptive t starts at 0 (the loss's EMA of the positive similarities).

@@ -8,6 +8,7 @@ use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use clap::{Parser, ValueEnum};
 use curriculum_ssl::augment::{Augmenter, PipelineConfig};
+use curriculum_ssl::curation::FrechetCurationConfig;
 use curriculum_ssl::curriculum::{
     MixupCurriculumConfig, SchedulerConfig, StrengthCurriculumConfig,
 };
@@ -412,6 +413,8 @@ pub struct Prepared {
     pub pipeline: PipelineConfig,
     /// The two-view loss with the command line's changes, if the recipe is of the SimCLR family.
     pub pair_loss: Option<PairLossConfig>,
+    /// Fréchet batch curation, if the recipe curates its batches.
+    pub curation: Option<FrechetCurationConfig>,
 }
 
 /// Parses and checks the options, loads the data and builds the pipeline.
@@ -494,6 +497,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         data,
         pipeline,
         pair_loss,
+        curation: None,
     })
 }
 
@@ -526,6 +530,7 @@ impl Prepared {
         run(
             &self.args,
             &self.settings,
+            self.curation,
             self.data,
             self.pipeline,
             method,
@@ -541,6 +546,7 @@ impl Prepared {
 fn run<S, O>(
     args: &RecipeArgs,
     settings: &Settings,
+    curation: Option<FrechetCurationConfig>,
     data: Data,
     pipeline: PipelineConfig,
     method: S,
@@ -573,7 +579,8 @@ where
         .with_warmup_epochs(settings.warmup_epochs)
         .with_knn_every(args.knn_every)
         .with_checkpoint_every(args.checkpoint_every)
-        .with_seed(settings.seed);
+        .with_seed(settings.seed)
+        .with_curation(curation);
     let run_dir = settings.run_dir(args);
     let description = RecipeRun {
         recipe: settings.recipe.to_string(),

@@ -11,6 +11,7 @@
 
 use anyhow::Result;
 use curriculum_ssl::augment::PipelineConfig;
+use curriculum_ssl::curation::FrechetCurationConfig;
 use curriculum_ssl::curriculum::{Pace, SchedulerConfig};
 use curriculum_ssl::loss::HclLossConfig;
 use curriculum_ssl::method::{PairLossConfig, SimClrConfig};
@@ -103,4 +104,21 @@ pub fn huber_nt_xent(args: &[String]) -> Result<()> {
         ..defaults()
     };
     train(common::prepare(args, defaults)?)
+}
+
+/// `bad_batches`: SimCLR with the Huber-regularised NT-Xent and Fréchet batch curation (Göksu
+/// and Pugeault 2024, <https://arxiv.org/abs/2403.19579>, §II-C): no curation for the first 5
+/// epochs, the threshold is the mean FRD of the two views' projections over the batches of the
+/// 5th, and afterwards a batch above it is re-augmented instead of trained on (at most 3 times,
+/// then it trains with a warning). Each step's FRD and redraws are columns of steps.csv, each
+/// epoch's rejections of epochs.csv.
+pub fn bad_batches(args: &[String]) -> Result<()> {
+    let defaults = Defaults {
+        recipe: "bad_batches",
+        pair_loss: Some(LossChoice::Huber.config()),
+        ..defaults()
+    };
+    let mut recipe = common::prepare(args, defaults)?;
+    recipe.curation = Some(FrechetCurationConfig::new());
+    train(recipe)
 }
