@@ -462,7 +462,7 @@ mod tests {
         let x = ramp(6, 1, 3, 3);
         let rotated = values(crate::augment::rotate::rotate_k(x.clone(), &ks));
         for (n, &k) in ks.iter().enumerate() {
-            let one = x.clone().slice([n..n + 1]);
+            let one = x.clone().narrow(0, n, 1);
             assert_eq!(
                 rotated[n * 9..(n + 1) * 9],
                 values(rot90(one, k))[..],

@@ -18,6 +18,7 @@ pub mod byol;
 pub mod ema;
 pub mod moco;
 pub mod queue;
+pub mod rotnet;
 pub mod simclr;
 pub mod simsiam;
 
