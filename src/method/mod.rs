@@ -17,6 +17,7 @@
 pub mod byol;
 pub mod ema;
 pub mod moco;
+pub mod pgd;
 pub mod queue;
 pub mod rotnet;
 pub mod simclr;
