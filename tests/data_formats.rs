@@ -508,6 +508,7 @@ fn image_folder_bad_input_is_reported() {
     let conv = image_folder::load(
         &root,
         ImageFolderOptions {
+            resize: false,
             channels: Some(3),
             ..opts
         },

@@ -832,6 +832,7 @@ fn folder_property(case: FolderCase) -> Result<(), TestCaseError> {
         total += bytes.len() as u64 * IMAGE_RATIO;
     }
     let options = ImageFolderOptions {
+        resize: false,
         channels: case.channels,
         size: None,
         threads: case.threads,
@@ -922,6 +923,7 @@ fn image_size_property(case: ImageSizeCase) -> Result<(), TestCaseError> {
         + put(&root.join("b").join(format!("0.{ext}")), &other))
         * IMAGE_RATIO;
     let options = ImageFolderOptions {
+        resize: false,
         channels: case.channels,
         ..ImageFolderOptions::default()
     };
@@ -1199,6 +1201,7 @@ fn image_folder_of_garbage_costs_no_more_than_the_images_decoded() {
         image_folder::load(
             &root,
             ImageFolderOptions {
+                resize: false,
                 threads: 2,
                 ..ImageFolderOptions::default()
             },

@@ -72,7 +72,9 @@ fn option_of(setting: &str) -> Option<&'static str> {
         "train.seed" | "loader.seed" | "augmentation.seed" => "--seed",
         "loader.batch_size" => "--batch-size",
         "run.backbone" => "--backbone",
-        "run.data" => "--data",
+        "run.data" => "--data-dir",
+        "run.dataset" => "--dataset",
+        "run.image_size" => "--image-size",
         "run.recipe" => "the recipe",
         _ => return None,
     })

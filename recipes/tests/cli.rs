@@ -491,3 +491,164 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
         stderr(&o)
     );
 }
+
+/// A pixel value that differs by image, row, column and channel.
+fn pixel(n: usize, r: usize, c: usize, ch: usize) -> u8 {
+    ((n * 37 + r * 5 + c * 3 + ch * 71) % 256) as u8
+}
+
+/// `n` CIFAR records (label bytes, then 32×32 planes), labels cycling over 10 classes.
+fn cifar_records(n: usize, label_bytes: usize) -> Vec<u8> {
+    let mut v = Vec::new();
+    for i in 0..n {
+        v.extend(std::iter::repeat_n((i % 10) as u8, label_bytes));
+        for ch in 0..3 {
+            for r in 0..32 {
+                for c in 0..32 {
+                    v.push(pixel(i, r, c, ch));
+                }
+            }
+        }
+    }
+    v
+}
+
+/// `n` STL-10 images (96×96, planar, column-major) and their labels (1 to 10).
+fn stl_images(n: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut x = Vec::new();
+    for i in 0..n {
+        for ch in 0..3 {
+            for c in 0..96 {
+                for r in 0..96 {
+                    x.push(pixel(i, r, c, ch));
+                }
+            }
+        }
+    }
+    (x, (0..n).map(|i| (i % 10) as u8 + 1).collect())
+}
+
+/// Every --dataset runs two steps on small files written here (64 images to train on, 40 to
+/// test), and its run directory records the dataset; wrong combinations exit 2.
+#[test]
+fn every_dataset_option_runs_two_steps() {
+    let root = scratch().join("datasets");
+    let _ = std::fs::remove_dir_all(&root);
+    // CIFAR-10: five training batches and the test batch.
+    let cifar10 = root.join("cifar10");
+    std::fs::create_dir_all(&cifar10).unwrap();
+    for k in 1..=5 {
+        let n = if k < 5 { 13 } else { 12 };
+        std::fs::write(
+            cifar10.join(format!("data_batch_{k}.bin")),
+            cifar_records(n, 1),
+        )
+        .unwrap();
+    }
+    std::fs::write(cifar10.join("test_batch.bin"), cifar_records(40, 1)).unwrap();
+    // CIFAR-100: coarse and fine label bytes.
+    let cifar100 = root.join("cifar100");
+    std::fs::create_dir_all(&cifar100).unwrap();
+    std::fs::write(cifar100.join("train.bin"), cifar_records(64, 2)).unwrap();
+    std::fs::write(cifar100.join("test.bin"), cifar_records(40, 2)).unwrap();
+    // STL-10: pre-training on the unlabeled split, the kNN monitor on train/test.
+    let stl = root.join("stl10");
+    std::fs::create_dir_all(&stl).unwrap();
+    let (x, _) = stl_images(64);
+    std::fs::write(stl.join("unlabeled_X.bin"), x).unwrap();
+    for split in ["train", "test"] {
+        let (x, y) = stl_images(20);
+        std::fs::write(stl.join(format!("{split}_X.bin")), x).unwrap();
+        std::fs::write(stl.join(format!("{split}_y.bin")), y).unwrap();
+    }
+    // An image folder of 20×20 PNGs, resized to 16.
+    let folder = root.join("folder");
+    for (split, n) in [("train", 32), ("val", 20)] {
+        for class in ["cat", "dog"] {
+            let dir = folder.join(split).join(class);
+            std::fs::create_dir_all(&dir).unwrap();
+            for i in 0..n {
+                let img = image::RgbImage::from_fn(20, 20, |c, r| {
+                    image::Rgb([0, 1, 2].map(|ch| pixel(i, r as usize, c as usize, ch)))
+                });
+                img.save(dir.join(format!("{i:02}.png"))).unwrap();
+            }
+        }
+    }
+    let cases: [(&str, &Path, &[&str], (usize, usize)); 4] = [
+        ("cifar10", &cifar10, &[], (32, 3)),
+        ("cifar100", &cifar100, &[], (32, 3)),
+        ("stl10", &stl, &[], (96, 3)),
+        ("image-folder", &folder, &["--image-size", "16"], (16, 3)),
+    ];
+    for (dataset, dir, extra, _) in cases {
+        let name = format!("dataset-{dataset}");
+        let mut args = tiny(
+            &name,
+            &["--dataset", dataset, "--data-dir", dir.to_str().unwrap()],
+        );
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let o = run(&as_strs(&args));
+        assert_eq!(
+            check_error_shape(&o, dataset),
+            0,
+            "{dataset}\n{}",
+            stderr(&o)
+        );
+        let run_dir = scratch().join(&name);
+        let steps = std::fs::read_to_string(run_dir.join("steps.csv")).unwrap();
+        assert_eq!(steps.lines().count(), 3, "{dataset}: two steps\n{steps}");
+        let config = std::fs::read_to_string(run_dir.join("config.json")).unwrap();
+        let recorded = format!("\"dataset\": \"{}\"", dataset_variant(dataset));
+        assert!(config.contains(&recorded), "{dataset}: {config}");
+        // eval reads the same dataset back from the run's record.
+        let o = run(&[
+            "eval",
+            "--run-dir",
+            run_dir.to_str().unwrap(),
+            "--probe-epochs",
+            "0",
+        ]);
+        assert_eq!(
+            check_error_shape(&o, dataset),
+            0,
+            "{dataset} eval\n{}",
+            stderr(&o)
+        );
+    }
+    // A dataset without its directory, --image-size elsewhere, a directory missing its files.
+    let o = run(&["light_moco", "--dataset", "cifar10", "--run-dir", "no-dir"]);
+    assert_eq!(check_error_shape(&o, "no dir"), 2);
+    assert!(
+        stderr(&o).contains("--dataset cifar10: needs --data-dir"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&as_strs(&tiny("size", &["--image-size", "16"])));
+    assert_eq!(check_error_shape(&o, "size"), 2);
+    assert!(
+        stderr(&o).contains("only for --dataset image-folder"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&as_strs(&tiny(
+        "missing-files",
+        &[
+            "--dataset",
+            "stl10",
+            "--data-dir",
+            cifar10.to_str().unwrap(),
+        ],
+    )));
+    assert_eq!(check_error_shape(&o, "missing files"), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("unlabeled_X.bin"), "{}", stderr(&o));
+}
+
+fn dataset_variant(dataset: &str) -> &'static str {
+    match dataset {
+        "cifar10" => "Cifar10",
+        "cifar100" => "Cifar100",
+        "stl10" => "Stl10",
+        _ => "ImageFolder",
+    }
+}

@@ -28,6 +28,9 @@ pub struct ImageFolderOptions {
     pub channels: Option<usize>,
     /// Required `(height, width)`. `None`: the size of the first image.
     pub size: Option<(usize, usize)>,
+    /// Resize every image to `size` (bilinear, `image`'s triangle filter) instead of requiring
+    /// it; needs `size`.
+    pub resize: bool,
     /// Decoding threads (`0` = all available cores).
     pub threads: usize,
 }
@@ -176,6 +179,26 @@ pub fn decode(
     Ok((h, w, want, data))
 }
 
+/// An image `(h, w, c, HWC bytes)` resized to `(height, width)` with the triangle filter.
+fn resized(
+    (h, w, c, data): (usize, usize, usize, Vec<u8>),
+    (height, width): (usize, usize),
+) -> (usize, usize, usize, Vec<u8>) {
+    use image::imageops::{resize, FilterType};
+    if (h, w) == (height, width) {
+        return (h, w, c, data);
+    }
+    let (nw, nh) = (width as u32, height as u32);
+    let out = if c == 1 {
+        let img = image::GrayImage::from_raw(w as u32, h as u32, data).expect("h·w bytes");
+        resize(&img, nw, nh, FilterType::Triangle).into_raw()
+    } else {
+        let img = image::RgbImage::from_raw(w as u32, h as u32, data).expect("h·w·3 bytes");
+        resize(&img, nw, nh, FilterType::Triangle).into_raw()
+    };
+    (height, width, c, out)
+}
+
 /// Reads an image folder into a labeled array.
 pub fn load(root: impl AsRef<Path>, options: ImageFolderOptions) -> Result<ImageArray, DataError> {
     let root = root.as_ref();
@@ -187,6 +210,19 @@ pub fn load(root: impl AsRef<Path>, options: ImageFolderOptions) -> Result<Image
             });
         }
     }
+    if options.resize && options.size.is_none() {
+        return Err(DataError::Request {
+            path: root.to_path_buf(),
+            reason: "resizing needs a size".into(),
+        });
+    }
+    let decode = |path: &Path, channels: Option<usize>| {
+        let decoded = decode(path, channels)?;
+        match options.size {
+            Some(size) if options.resize => Ok(resized(decoded, size)),
+            _ => Ok(decoded),
+        }
+    };
     let (files, classes) = scan(root)?;
     let (h0, w0, c0, first) = decode(&files[0].0, options.channels)?;
     let (h, w) = options.size.unwrap_or((h0, w0));

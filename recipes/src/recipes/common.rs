@@ -65,14 +65,170 @@ impl BackboneChoice {
     }
 }
 
+/// The datasets the recipes read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize)]
+pub enum DatasetChoice {
+    /// Fashion-MNIST IDX files (`train-images-idx3-ubyte[.gz]`, …), or the embedded subset.
+    #[default]
+    FashionMnist,
+    /// MNIST IDX files (the same layout).
+    Mnist,
+    /// CIFAR-10 binary batches (`data_batch_1.bin` … `test_batch.bin`).
+    Cifar10,
+    /// CIFAR-100 binary files (`train.bin`, `test.bin`), fine labels.
+    Cifar100,
+    /// STL-10 binaries: pre-training on the unlabeled split, the kNN monitor on train/test.
+    Stl10,
+    /// A `train/` and a `val/` tree of class folders of PNG or JPEG images.
+    ImageFolder,
+}
+
+/// Where a recipe's images come from (recorded in the run's description).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct DataSource {
+    /// The dataset.
+    pub dataset: DatasetChoice,
+    /// Its directory; `None`: the embedded subset.
+    pub dir: Option<PathBuf>,
+    /// image-folder: the square size images are resized to.
+    pub image_size: Option<usize>,
+}
+
+impl DataSource {
+    /// The source the options name (checked by [`DataSource::validate`]).
+    pub fn from_args(args: &RecipeArgs) -> Self {
+        Self {
+            dataset: args.dataset.unwrap_or_default(),
+            dir: args.data.clone(),
+            image_size: args.image_size,
+        }
+    }
+
+    /// Checks the combination before anything is read.
+    ///
+    /// # Errors
+    /// A dataset other than Fashion-MNIST without `--data-dir`, `--image-size` outside
+    /// image-folder or out of range, a `--data-dir` that is not a readable directory.
+    pub fn validate(&self) -> Result<()> {
+        let dataset = self.dataset;
+        if self.dir.is_none() && dataset != DatasetChoice::FashionMnist {
+            return Err(usage(format!(
+                "--dataset {}: needs --data-dir (only Fashion-MNIST has an embedded subset)",
+                dataset
+                    .to_possible_value()
+                    .expect("no skipped variant")
+                    .get_name()
+            )));
+        }
+        if let Some(size) = self.image_size {
+            if dataset != DatasetChoice::ImageFolder {
+                return Err(usage("--image-size: only for --dataset image-folder"));
+            }
+            if !(8..=1024).contains(&size) {
+                return Err(usage(format!("--image-size {size}: must lie in [8, 1024]")));
+            }
+        }
+        if let Some(dir) = &self.dir {
+            check_data_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// Loads the images: what the method trains on, and the labeled train and test splits of
+    /// the kNN monitor. (The readers' errors name the file that is missing or damaged, so the
+    /// context only says which split was being read.)
+    pub fn load(&self) -> Result<Data> {
+        self.load_splits(true)
+    }
+
+    /// As [`DataSource::load`]; without `pretrain`, STL-10's unlabeled split is not read (an
+    /// evaluation needs only the labeled splits).
+    pub fn load_splits(&self, pretrain: bool) -> Result<Data> {
+        use curriculum_ssl::data::{cifar, idx, image_folder, stl10};
+        let Some(dir) = self.dir.as_deref() else {
+            let train = load_or_embedded(None, Split::Train)
+                .context("loading the training images of the embedded subset")?;
+            let test = load_or_embedded(None, Split::Test)
+                .context("loading the test images of the embedded subset")?;
+            return Ok(Data {
+                pretrain: None,
+                train,
+                test,
+            });
+        };
+        let (pretrain, train, test) = match self.dataset {
+            DatasetChoice::FashionMnist | DatasetChoice::Mnist => (
+                None,
+                idx::load(dir, Split::Train).context("loading the training images")?,
+                idx::load(dir, Split::Test).context("loading the test images")?,
+            ),
+            DatasetChoice::Cifar10 => (
+                None,
+                cifar::load_cifar10(dir, cifar::Split::Train)
+                    .context("loading the training images")?,
+                cifar::load_cifar10(dir, cifar::Split::Test).context("loading the test images")?,
+            ),
+            DatasetChoice::Cifar100 => {
+                let fine = cifar::Cifar100Labels::Fine;
+                (
+                    None,
+                    cifar::load_cifar100(dir, cifar::Split::Train, fine)
+                        .context("loading the training images")?,
+                    cifar::load_cifar100(dir, cifar::Split::Test, fine)
+                        .context("loading the test images")?,
+                )
+            }
+            DatasetChoice::Stl10 => (
+                if pretrain {
+                    Some(
+                        stl10::load_unlabeled(dir, stl10::Split::Unlabeled)
+                            .context("loading the unlabeled images")?,
+                    )
+                } else {
+                    None
+                },
+                stl10::load(dir, stl10::Split::Train).context("loading the training images")?,
+                stl10::load(dir, stl10::Split::Test).context("loading the test images")?,
+            ),
+            DatasetChoice::ImageFolder => {
+                let options = image_folder::ImageFolderOptions {
+                    channels: Some(3),
+                    size: self.image_size.map(|s| (s, s)),
+                    resize: self.image_size.is_some(),
+                    threads: 0,
+                };
+                (
+                    None,
+                    image_folder::load(dir.join("train"), options.clone())
+                        .context("loading the training images (train/)")?,
+                    image_folder::load(dir.join("val"), options)
+                        .context("loading the validation images (val/)")?,
+                )
+            }
+        };
+        Ok(Data {
+            pretrain,
+            train,
+            test,
+        })
+    }
+}
+
 /// Options of every training recipe (defaults are the recipe's own when not given).
 #[derive(Parser, Debug, Clone)]
 #[command(no_binary_name = true, name = "recipe", args_override_self = true)]
 pub struct RecipeArgs {
-    /// Fashion-MNIST (or MNIST) IDX directory; default: the embedded Fashion-MNIST subset
-    /// (8,000 training and 2,000 test images).
-    #[arg(long)]
+    /// The dataset of --data-dir (default: fashion-mnist, whose IDX files also read MNIST's).
+    #[arg(long, value_enum)]
+    pub dataset: Option<DatasetChoice>,
+    /// The dataset's directory; with neither --dataset nor --data-dir: the embedded
+    /// Fashion-MNIST subset (8,000 training and 2,000 test images).
+    #[arg(long = "data-dir", alias = "data")]
     pub data: Option<PathBuf>,
+    /// image-folder: resize every image to this many pixels square (default: the size of the
+    /// first image, which all must then have).
+    #[arg(long)]
+    pub image_size: Option<usize>,
     /// Run directory (config.json, steps.csv, epochs.csv, checkpoints/).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
@@ -192,6 +348,12 @@ pub struct RecipeRun {
     pub backbone: BackboneChoice,
     /// Data directory, or none for the embedded subset.
     pub data: Option<PathBuf>,
+    /// The dataset of `data` (Fashion-MNIST in runs recorded before the option existed).
+    #[serde(default)]
+    pub dataset: DatasetChoice,
+    /// image-folder: the square size images were resized to.
+    #[serde(default)]
+    pub image_size: Option<usize>,
     /// The method's configuration.
     pub method: serde_json::Value,
     /// The backend it trained on.
@@ -205,17 +367,20 @@ impl RecipeArgs {
     }
 }
 
-/// Checks that `--data DIR` names a directory (before anything is read or written).
+/// Checks that `--data-dir DIR` names a directory (before anything is read or written).
 pub fn check_data_dir(dir: &Path) -> Result<()> {
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(usage(format!("--data {}: not a directory", dir.display()))),
+        Ok(_) => Err(usage(format!(
+            "--data-dir {}: not a directory",
+            dir.display()
+        ))),
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(usage(format!(
-            "--data {}: permission denied",
+            "--data-dir {}: permission denied",
             dir.display()
         ))),
         Err(_) => Err(usage(format!(
-            "--data {}: no such directory",
+            "--data-dir {}: no such directory",
             dir.display()
         ))),
     }
@@ -242,10 +407,7 @@ fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
     if args.extend && args.resume {
         return Err(usage("--extend resumes by itself: give --extend alone"));
     }
-    if let Some(dir) = &settings.data {
-        check_data_dir(dir)?;
-    }
-    Ok(())
+    settings.source.validate()
 }
 
 /// MoCo (v1, v2 or Light-MoCo, as `config` says) around the recipe's backbone, seeded by
@@ -292,8 +454,8 @@ pub struct Settings {
     pub backbone: BackboneChoice,
     /// Seed.
     pub seed: u64,
-    /// Data directory, or none for the embedded subset.
-    pub data: Option<PathBuf>,
+    /// Where the images come from.
+    pub source: DataSource,
 }
 
 impl Settings {
@@ -315,7 +477,7 @@ impl Settings {
                 .backbone
                 .unwrap_or_else(BackboneChoice::default_for_backend),
             seed: args.seed,
-            data: args.data.clone(),
+            source: DataSource::from_args(args),
         }
     }
 
@@ -329,25 +491,12 @@ impl Settings {
 
 /// Training and test images.
 pub struct Data {
-    /// Training split (labels used only by the kNN monitor).
+    /// What the method trains on when it is not `train` (STL-10's unlabeled split).
+    pub pretrain: Option<ImageArray>,
+    /// Labeled training split (trained on unless `pretrain` is given; the kNN monitor's bank).
     pub train: ImageArray,
     /// Test split.
     pub test: ImageArray,
-}
-
-/// Loads the data of a directory, or the embedded subset. (The readers' errors name the file,
-/// so the context only says which split was being read.)
-pub fn load_data(dir: Option<&Path>) -> Result<Data> {
-    let what = if dir.is_some() {
-        ""
-    } else {
-        " of the embedded subset"
-    };
-    let train = load_or_embedded(dir, Split::Train)
-        .with_context(|| format!("loading the training images{what}"))?;
-    let test = load_or_embedded(dir, Split::Test)
-        .with_context(|| format!("loading the test images{what}"))?;
-    Ok(Data { train, test })
 }
 
 /// The pipeline for the data: the preset at the images' size, crops of at least half the image
@@ -486,7 +635,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         h.hard_positive_k = Some(k);
     }
     let device = Device::default();
-    let data = load_data(settings.data.as_deref())?;
+    let data = settings.source.load()?;
     let mut pipeline = pipeline(defaults.preset, &data, settings.seed);
     pipeline.mixup_curriculum = mixup;
     pipeline.strength_curriculum = strength;
@@ -572,7 +721,11 @@ where
         data.test.clone(),
         pipeline.view1.normalize.clone(),
     )?;
-    let loader = Loader::new(data.train, "training images", loader_config)?;
+    let (images, what) = match data.pretrain {
+        Some(pretrain) => (pretrain, "pre-training images"),
+        None => (data.train, "training images"),
+    };
+    let loader = Loader::new(images, what, loader_config)?;
     let train_config = TrainConfig::new()
         .with_epochs(settings.epochs)
         .with_lr(settings.lr)
@@ -585,7 +738,9 @@ where
     let description = RecipeRun {
         recipe: settings.recipe.to_string(),
         backbone: settings.backbone,
-        data: settings.data.clone(),
+        data: settings.source.dir.clone(),
+        dataset: settings.source.dataset,
+        image_size: settings.source.image_size,
         method: method_config,
         backend: backend::NAME.to_string(),
     };

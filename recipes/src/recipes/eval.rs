@@ -32,8 +32,8 @@ struct EvalArgs {
     /// A checkpoint directory of the run (default: its newest valid one).
     #[arg(long)]
     checkpoint: Option<PathBuf>,
-    /// Data directory, instead of the run's.
-    #[arg(long)]
+    /// Data directory, instead of the run's (the same dataset).
+    #[arg(long = "data-dir", alias = "data")]
     data: Option<PathBuf>,
     /// Epochs of the linear probe (0 skips it).
     #[arg(long, default_value_t = 100)]
@@ -61,10 +61,12 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let record = RunRecord::<RecipeRun>::read(&args.run_dir)?;
     let checkpoint = resolve_checkpoint(args.checkpoint.as_deref().unwrap_or(&args.run_dir))?;
-    let data_dir = args.data.or(record.run.data);
-    if let Some(dir) = &data_dir {
-        common::check_data_dir(dir)?;
-    }
+    let source = common::DataSource {
+        dataset: record.run.dataset,
+        dir: args.data.or(record.run.data),
+        image_size: record.run.image_size,
+    };
+    source.validate()?;
     let backbone = record.run.backbone;
     let probe = LinearProbeConfig::new()
         .with_epochs(args.probe_epochs.max(1))
@@ -74,14 +76,14 @@ pub fn run(args: &[String]) -> Result<()> {
             0.1
         });
     probe.validate()?;
-    let data = common::load_data(data_dir.as_deref())?;
+    let data = source.load_splits(false)?;
     let device = Default::default();
     let channels = data.train.image_shape().2;
     let fresh = backbone.config(channels).init::<Inner>(&device);
     let model = load_backbone::<Inner, _>(&checkpoint, fresh, &device)?;
     println!("checkpoint {}", checkpoint.display());
     let normalize = record.augmentation.view1.normalize;
-    let Data { train, test } = data;
+    let Data { train, test, .. } = data;
     let monitor = KnnMonitor::new(train.clone(), test.clone(), normalize.clone())?;
     for r in monitor.evaluate(&model, &device)? {
         println!(
