@@ -37,6 +37,10 @@ use crate::method::Progress;
 /// The number of rotations RotNet tells apart (0°, 90°, 180°, 270°).
 pub const NUM_ROTATIONS: usize = 4;
 
+/// The stream number that separates the angle draws of [`RotationCurriculum::draw_at`] from
+/// other generators keyed by the same seed ("rotation" in ASCII).
+pub const ROTATION_STREAM: u64 = 0x726f_7461_7469_6f6e;
+
 /// The angle curriculum (a burn [`Config`], saved in the run's configuration).
 ///
 /// Default: MICO's discrete scheduler with 4 steps per epoch pace, values `(1, 2, 3, 4)` angles in
@@ -123,8 +127,11 @@ impl RotationCurriculum {
 
     /// [`RotationCurriculum::draw`] from a generator keyed by `(seed, progress.step)`: the same
     /// seed and step give the same angles, whatever was drawn before (a resumed run repeats them).
+    /// The seed is first mixed with a stream number of its own ([`ROTATION_STREAM`]), so that
+    /// the run's seed can be passed here without repeating the augmenter's `(seed, step)` draws.
     pub fn draw_at(&self, progress: Progress, seed: u64, n: usize) -> Vec<usize> {
-        let mut rng = StdRng::seed_from_u64(mix_seed(seed, progress.step as u64));
+        let stream = mix_seed(seed, ROTATION_STREAM);
+        let mut rng = StdRng::seed_from_u64(mix_seed(stream, progress.step as u64));
         self.draw(progress, &mut rng, n)
     }
 }
@@ -442,6 +449,21 @@ mod tests {
     }
 
     #[test]
+    fn config_round_trips_through_json() {
+        let c = RotationCurriculumConfig::new();
+        let json = serde_json::to_string(&c).unwrap();
+        let back: RotationCurriculumConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(
+            back.schedule,
+            Some(SchedulerConfig::Steps {
+                values: vec![1.0, 2.0, 3.0, 4.0],
+                pace: Pace::Epoch
+            })
+        );
+    }
+
+    #[test]
     fn drawn_labels_stay_in_the_set_in_play_and_repeat_for_a_seed_and_step() {
         let c = RotationCurriculumConfig::new().init().unwrap();
         // Epoch 2 of 8: angles {0, 1}; 4000 draws split about evenly.
@@ -457,6 +479,13 @@ mod tests {
         }
         assert_eq!(c.draw_at(epoch(7, 8), 7, 64), c.draw_at(epoch(7, 8), 7, 64));
         assert_ne!(c.draw_at(epoch(7, 8), 7, 64), c.draw_at(epoch(7, 8), 8, 64));
+        // Not the stream of another generator keyed by the same (seed, step), e.g. the
+        // augmenter's.
+        let mut other = StdRng::seed_from_u64(mix_seed(7, epoch(7, 8).step as u64));
+        assert_ne!(
+            c.draw_at(epoch(7, 8), 7, 64),
+            c.draw(epoch(7, 8), &mut other, 64)
+        );
         // Labels match angles: rotating by the drawn label gives the drawn rotation.
         let ks = c.draw_at(epoch(7, 8), 3, 6);
         let x = ramp(6, 1, 3, 3);

@@ -391,6 +391,9 @@ mod tests {
         let x = images(4, 2);
         let out = pgd.attack(x.clone(), at(0), |_| panic!("no pass while off"));
         assert_eq!(host(out.inner()), host(x.inner()));
+        let json = serde_json::to_string(&PgdConfig::new()).unwrap();
+        let back: PgdConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, PgdConfig::new());
         let err = PgdConfig::new().with_epsilon(-1.0).init().unwrap_err();
         assert_eq!(err.field, "pgd.epsilon");
     }

@@ -6,7 +6,7 @@
 //! backbone's features predicts `k` among the four rotations (cross-entropy on the 4-way label,
 //! label `k` ↔ `90·k°` counter-clockwise). The angles are drawn per image, uniformly from the set
 //! the angle curriculum has in play at the current progress
-//! ([`RotationCurriculum`](crate::curriculum::rotation::RotationCurriculum): `{0°}` → … → all
+//! ([`RotationCurriculum`]: `{0°}` → … → all
 //! four; all four from the start for plain RotNet). The draws come from a host generator keyed by
 //! `(seed, progress.step)`, so a resumed run rotates every batch as the uninterrupted one did.
 //!
