@@ -598,6 +598,15 @@ fn every_dataset_option_runs_two_steps() {
         let run_dir = scratch().join(&name);
         let steps = std::fs::read_to_string(run_dir.join("steps.csv")).unwrap();
         assert_eq!(steps.lines().count(), 3, "{dataset}: two steps\n{steps}");
+        // The summary compares the trained backbone with itself at initialisation.
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            stdout.contains("top-1")
+                && stdout.contains("at initialisation")
+                && stdout.contains("images/s"),
+            "{dataset}: {stdout}"
+        );
+        assert!(run_dir.join("knn_at_init.json").is_file(), "{dataset}");
         let config = std::fs::read_to_string(run_dir.join("config.json")).unwrap();
         let recorded = format!("\"dataset\": \"{}\"", dataset_variant(dataset));
         assert!(config.contains(&recorded), "{dataset}: {config}");

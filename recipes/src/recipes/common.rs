@@ -15,7 +15,7 @@ use curriculum_ssl::curriculum::{
 use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
-use curriculum_ssl::eval::KnnMonitor;
+use curriculum_ssl::eval::{KnnMonitor, KnnResult};
 use curriculum_ssl::loss::{
     CurricularLossConfig, HclLossConfig, HuberNtXentLossConfig, NtXentLossConfig,
 };
@@ -775,15 +775,47 @@ where
         backend::NAME,
         run_dir.display()
     );
+    // The same backbone before any training, measured once per run and kept beside it, so that
+    // the summary can say how much the training helped (also after a resume).
+    let init_file = run_dir.join(KNN_AT_INIT);
+    let at_init: Vec<KnnResult> = if trainer.step() == 0 {
+        let results = trainer.evaluate_knn()?.unwrap_or_default();
+        std::fs::write(&init_file, serde_json::to_vec_pretty(&results)?)
+            .with_context(|| format!("writing {}", init_file.display()))?;
+        results
+    } else {
+        std::fs::read(&init_file)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    };
+    let started = std::time::Instant::now();
     let summary = trainer.fit()?;
+    let seconds = started.elapsed().as_secs_f64();
+    let images: usize = summary.steps.len() * settings.batch_size;
     if let Some(last) = summary.epochs.last() {
         println!(
-            "done: mean loss of the last epoch {:.4}, {:.1} images/s",
-            last.mean_loss, last.images_per_s
+            "done in {}: {} steps, {:.1} images/s, mean loss of the last epoch {:.4}",
+            curriculum_ssl::train::run_log::format_duration(std::time::Duration::from_secs_f64(
+                seconds
+            )),
+            summary.steps.len(),
+            images as f64 / seconds,
+            last.mean_loss,
         );
         for r in &last.knn {
+            let init = at_init
+                .iter()
+                .find(|i| i.k == r.k && i.temperature == r.temperature);
+            let gain = init.map_or(String::new(), |i| {
+                format!(
+                    " (at initialisation {:.2}%: {:+.2} points)",
+                    100.0 * i.accuracy.top1,
+                    100.0 * (r.accuracy.top1 - i.accuracy.top1)
+                )
+            });
             println!(
-                "kNN (k = {}, T = {}): top-1 {:.2}%, top-5 {:.2}%",
+                "kNN (k = {}, T = {}): top-1 {:.2}%{gain}, top-5 {:.2}%",
                 r.k,
                 r.temperature,
                 100.0 * r.accuracy.top1,
@@ -794,6 +826,9 @@ where
     print_where(&run_dir);
     Ok(())
 }
+
+/// The file of the run directory holding the kNN accuracies of the backbone at initialisation.
+pub const KNN_AT_INIT: &str = "knn_at_init.json";
 
 fn print_where(run_dir: &Path) {
     println!(
