@@ -439,6 +439,17 @@ mod tests {
     }
 
     #[test]
+    fn config_round_trips_through_json() {
+        let c = RotNetConfig::new()
+            .with_mode(RotationMode::rotate_and_mix())
+            .with_seed(42);
+        let back: RotNetConfig = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back.mode, RotationMode::RotateAndMix { lambda: 0.5 });
+        assert_eq!(back.curriculum, RotationCurriculumConfig::new());
+        assert_eq!((back.seed, back.both_views), (42, true));
+    }
+
+    #[test]
     #[should_panic(expected = "no boxes given")]
     fn crop_and_rotate_without_boxes_panics() {
         let mut m = rotnet(RotNetConfig::new().with_mode(RotationMode::CropAndRotate));
