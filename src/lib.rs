@@ -43,3 +43,8 @@ pub mod spl_advise;
 pub mod train;
 
 pub use error::{ConfigError, Error};
+
+/// The README's Rust blocks, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
