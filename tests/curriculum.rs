@@ -484,18 +484,21 @@ fn hcl_hard_positive_weights_follow_eq3() {
     assert!(err.to_string().contains("hard_positive_k"), "{err}");
 }
 
+type SimClrLeNet = SimClr<Ad, LeNet<Ad>>;
+type CuratedTrainer = Trainer<
+    Ad,
+    SimClrLeNet,
+    burn::optim::adaptor::OptimizerAdaptor<
+        curriculum_ssl::optim::sgd::Sgd,
+        curriculum_ssl::method::simclr::SimClrNetwork<Ad, LeNet<Ad>>,
+        Ad,
+    >,
+    ImageArray,
+>;
+
 /// SimCLR runs of 3 epochs, 4 steps each, with Fréchet batch curation (two warm-up epochs:
 /// epochs 0 and 1 train on everything, epoch 1 sets the threshold) and at most 2 redraws.
-fn curated(
-    dir: &Path,
-    mode: StartMode,
-    curation: bool,
-) -> Trainer<
-    Ad,
-    SimClr<Ad, LeNet<Ad>>,
-    impl burn::optim::Optimizer<curriculum_ssl::method::simclr::SimClrNetwork<Ad, LeNet<Ad>>, Ad>,
-    ImageArray,
-> {
+fn curated(dir: &Path, mode: StartMode, curation: bool) -> CuratedTrainer {
     use curriculum_ssl::curation::FrechetCurationConfig;
     let device = Dev::default();
     let method = init(|d| {

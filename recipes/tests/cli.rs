@@ -575,13 +575,13 @@ fn every_dataset_option_runs_two_steps() {
             }
         }
     }
-    let cases: [(&str, &Path, &[&str], (usize, usize)); 4] = [
-        ("cifar10", &cifar10, &[], (32, 3)),
-        ("cifar100", &cifar100, &[], (32, 3)),
-        ("stl10", &stl, &[], (96, 3)),
-        ("image-folder", &folder, &["--image-size", "16"], (16, 3)),
+    let cases: [(&str, &Path, &[&str]); 4] = [
+        ("cifar10", &cifar10, &[]),
+        ("cifar100", &cifar100, &[]),
+        ("stl10", &stl, &[]),
+        ("image-folder", &folder, &["--image-size", "16"]),
     ];
-    for (dataset, dir, extra, _) in cases {
+    for (dataset, dir, extra) in cases {
         let name = format!("dataset-{dataset}");
         let mut args = tiny(
             &name,

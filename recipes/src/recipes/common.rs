@@ -199,7 +199,7 @@ impl DataSource {
                 };
                 (
                     None,
-                    image_folder::load(dir.join("train"), options.clone())
+                    image_folder::load(dir.join("train"), options)
                         .context("loading the training images (train/)")?,
                     image_folder::load(dir.join("val"), options)
                         .context("loading the validation images (val/)")?,
