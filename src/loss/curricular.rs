@@ -1,5 +1,6 @@
-//! Curricular weighting of hard negatives (Zhuang, Jing & Jia, Information Sciences 668, 2024;
-//! code HElenZWHU/CurricularContrastive) — SPEC §1.6, papers/curricular-weighting.txt.
+//! Curricular weighting of hard negatives (Zhuang, Jing & Jia, Information Sciences 668, 2024,
+//! <https://doi.org/10.1016/j.ins.2024.120534>; code HElenZWHU/CurricularContrastive); see
+//! `docs/methods.md#curricular-weighting`.
 //!
 //! `2B` unit projections, `s = clamp(z zᵀ, −1, 1)` without the self column, `p_i` the positive
 //! similarity of anchor `i`. An adaptive parameter `t` follows the mean positive similarity,

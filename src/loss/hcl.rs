@@ -1,5 +1,6 @@
-//! Hard negative sampling for contrastive learning, HCL (Robinson et al. 2020), with the
-//! debiased contrastive loss (DCL) and NT-Xent as special cases (SPEC §1.5).
+//! Hard negative sampling for contrastive learning, HCL (Robinson et al. 2020,
+//! <https://arxiv.org/abs/2010.04592>), with the debiased contrastive loss (DCL) and NT-Xent as
+//! special cases; see `docs/methods.md#hcl`.
 //!
 //! Follows joshr17/HCL `image/main.py`: per anchor, the `N = 2B − 2` negatives
 //! `neg = exp(s/τ)`, `pos = exp(s⁺/τ)`, importance `imp = neg^β`,
@@ -12,7 +13,8 @@
 //! are linear in that factor and the loss is a ratio, so the value is unchanged while nothing
 //! overflows for small temperatures. The importance weights are shifted by each row's largest
 //! negative similarity instead (they too only enter as a ratio), so that a large `β/τ` cannot
-//! underflow all of them to 0. MICO's curriculum on `β` (§3.3) passes the scheduled value
+//! underflow all of them to 0. MICO's curriculum on `β` (<https://arxiv.org/abs/2301.06916>,
+//! §3.3) passes the scheduled value
 //! to [`HclLoss::forward_with_beta`].
 //!
 //! **Hard positives** (MICO §3.3 eq. 3, `q(x⁺) ∝ e^{(k − β) f(x)ᵀf(x⁺)}`, the same `β` and

@@ -1,4 +1,5 @@
-//! Huber-regularised NT-Xent, from "bad batches" (SPEC §1.7, papers/bad-batches-frd.txt eq. 3–5).
+//! Huber-regularised NT-Xent, from "The Bad Batches" (Göksu and Pugeault, IJCNN 2024,
+//! <https://arxiv.org/abs/2403.19579>, eq. 3–5); see `docs/methods.md#huber-regularised-nt-xent`.
 //!
 //! `L = NT-Xent + λ·L_huber`, where `L_huber` is the Huber loss between the two (L2-normalised)
 //! projections of each positive pair, `0.5 d²` if `|d| < δ` else `δ(|d| − 0.5δ)`, applied

@@ -1,4 +1,6 @@
-//! InfoNCE against a queue of negative keys, as in MoCo v1/v2 (SPEC §1.2).
+//! InfoNCE against a queue of negative keys, as in MoCo v1/v2 (He et al. 2019,
+//! <https://arxiv.org/abs/1911.05722>; Chen et al. 2020, <https://arxiv.org/abs/2003.04297>; see
+//! `docs/methods.md#infonce-with-a-queue`).
 //!
 //! `q` is the online projection, `k+` the momentum encoder's key of the other view (no
 //! gradient), `queue` holds `K` past keys (no gradient). `logits = [q·k+, q·queue] / τ` with the

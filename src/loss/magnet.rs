@@ -1,5 +1,6 @@
-//! Magnet loss (Rippel et al. 2016), the embedding objective of SPL-ADVisE (SPEC §1.9,
-//! papers/spl-advise.txt §3.1).
+//! Magnet loss (Rippel et al. 2016, <https://arxiv.org/abs/1511.05939>), the embedding objective
+//! of SPL-ADVisE (Thangarasa & Taylor 2018, <https://arxiv.org/abs/1807.09200>, §3.1); see
+//! `docs/methods.md#magnet-loss`.
 //!
 //! A batch holds `M` clusters of `D` examples. With `μ_m` the mean of cluster `m`'s examples in
 //! the batch and `σ² = Σ‖r − μ_own‖² / (MD − 1)`, each example scores

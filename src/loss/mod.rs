@@ -1,16 +1,19 @@
 //! Contrastive and metric-learning objectives, one file per idea.
 //!
-//! | file | objective | paper / code followed |
-//! |---|---|---|
-//! | [`nt_xent`] | NT-Xent (SimCLR) | SPEC §1.1 |
-//! | [`info_nce`] | InfoNCE against a queue (MoCo), symmetric form | SPEC §1.2 |
-//! | [`soft_nce`] | SoftNCE soft targets on the nearest negatives (Light-MoCo) | SPEC §1.4 |
-//! | [`negative_cosine`] | negative cosine with stop-gradient (SimSiam / BYOL) | SPEC §1.3 |
-//! | [`hcl`] | hard-negative sampling, debiased contrastive loss (HCL / DCL) | SPEC §1.5 |
-//! | [`curricular`] | curricular weighting of hard negatives, adaptive `t` | SPEC §1.6 |
-//! | [`huber`] | Huber-regularised NT-Xent ("bad batches") | SPEC §1.7 |
-//! | [`soft_target`] | soft-target cross-entropy for mixed queries (MixCo) | SPEC §1.8 |
-//! | [`magnet`] | magnet loss (SPL-ADVisE embedding network) | SPEC §1.9 |
+//! The last column is the objective's section of `docs/methods.md` in the repository: its math,
+//! defaults, the choices made where paper and public code differ, and its worked values.
+//!
+//! | file | objective | paper | `docs/methods.md` |
+//! |---|---|---|---|
+//! | [`nt_xent`] | NT-Xent (SimCLR) | <https://arxiv.org/abs/2002.05709> | `#nt-xent` |
+//! | [`info_nce`] | InfoNCE against a queue (MoCo), symmetric form | <https://arxiv.org/abs/1911.05722> | `#infonce-with-a-queue` |
+//! | [`soft_nce`] | SoftNCE soft targets on the nearest negatives (Light-MoCo) | <https://arxiv.org/abs/2212.07158> | `#softnce` |
+//! | [`negative_cosine`] | negative cosine with stop-gradient (SimSiam / BYOL) | <https://arxiv.org/abs/2011.10566> | `#negative-cosine` |
+//! | [`hcl`] | hard-negative sampling, debiased contrastive loss (HCL / DCL) | <https://arxiv.org/abs/2010.04592> | `#hcl` |
+//! | [`curricular`] | curricular weighting of hard negatives, adaptive `t` | <https://doi.org/10.1016/j.ins.2024.120534> | `#curricular-weighting` |
+//! | [`huber`] | Huber-regularised NT-Xent ("bad batches") | <https://arxiv.org/abs/2403.19579> | `#huber-regularised-nt-xent` |
+//! | [`soft_target`] | soft-target cross-entropy for mixed queries (MixCo) | <https://arxiv.org/abs/2010.06300> | `#soft-target-cross-entropy` |
+//! | [`magnet`] | magnet loss (SPL-ADVisE embedding network) | <https://arxiv.org/abs/1511.05939> | `#magnet-loss` |
 //!
 //! Every objective has a `#[derive(Config)]` config carrying the paper's defaults; `init()`
 //! validates the hyperparameters and returns a [`ConfigError`](crate::error::ConfigError) naming

@@ -1,4 +1,6 @@
-//! Negative cosine similarity with stop-gradient, the objective of SimSiam and BYOL (SPEC §1.3).
+//! Negative cosine similarity with stop-gradient, the objective of SimSiam
+//! (<https://arxiv.org/abs/2011.10566>) and BYOL (<https://arxiv.org/abs/2006.07733>); see
+//! `docs/methods.md#negative-cosine`.
 //!
 //! `D(p, z) = −mean_i (p_i/‖p_i‖)·(z_i/‖z_i‖)` with `z` detached; SimSiam's loss is
 //! `D(p1, z2)/2 + D(p2, z1)/2`. BYOL's paper writes the same objective as the normalised MSE

@@ -1,4 +1,5 @@
-//! NT-Xent, the normalised temperature-scaled cross-entropy of SimCLR (SPEC §1.1).
+//! NT-Xent, the normalised temperature-scaled cross-entropy of SimCLR (Chen et al. 2020,
+//! <https://arxiv.org/abs/2002.05709>; see `docs/methods.md#nt-xent`).
 //!
 //! `2B` projections (two views of `B` images). For anchor `i` with positive `j(i)`, the logits are
 //! `s_ik / τ` over every `k ≠ i` (`2B − 1` entries) and `loss_i = −log softmax_{j(i)}`; the batch
@@ -65,7 +66,8 @@ mod tests {
 
     #[test]
     fn two_pairs_by_hand() {
-        // z1 = [u0°, u90°], z2 = [u50°, u125°], τ = 0.5: SPEC §1.6 quotes plain NT-Xent 0.596607.
+        // z1 = [u0°, u90°], z2 = [u50°, u125°], τ = 0.5: plain NT-Xent 0.596607 (the curricular
+        // example of docs/methods.md#curricular-weighting).
         let device = Default::default();
         let z1 = Tensor::<B, 2>::from_data([unit(0.0), unit(90.0)], &device);
         let z2 = Tensor::<B, 2>::from_data([unit(50.0), unit(125.0)], &device);

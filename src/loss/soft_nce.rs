@@ -1,4 +1,6 @@
-//! SoftNCE, the soft-target InfoNCE of Light-MoCo (SPEC §1.4, papers/light-moco-softnce.txt).
+//! SoftNCE, the soft-target InfoNCE of Light-MoCo (Lin et al., "Establishing a stronger baseline
+//! for lightweight contrastive models", <https://arxiv.org/abs/2212.07158>, eq. 2 and §3.2); see
+//! `docs/methods.md#softnce`.
 //!
 //! Logits as in [InfoNCE](super::info_nce). Instead of a one-hot target, the positive gets `α`
 //! and the `K` negatives of the queue most similar to the query get `β_1 ≥ … ≥ β_K` (rank 1 =

@@ -1,4 +1,5 @@
-//! Soft-target cross-entropy for mixed queries, in the MixCo form (Kim et al. 2020; SPEC §1.8).
+//! Soft-target cross-entropy for mixed queries, in the MixCo form (Kim et al. 2020,
+//! <https://arxiv.org/abs/2010.06300>); see `docs/methods.md#soft-target-cross-entropy`.
 //!
 //! A query made by mixing two images `a` and `b` with share `λ` is scored against a set of
 //! candidate keys (the keys of the batch, then the queue); its target puts `λ` on `a`'s key and

@@ -1,21 +1,22 @@
-//! The worked values of SPEC §1, evaluated by this crate's losses on any backend.
+//! The worked values of the losses (`docs/methods.md#worked-values`), evaluated by this crate's
+//! losses on any backend.
 //!
-//! The expected numbers are the ones SPEC.md quotes (recomputed in float64 by
-//! `shared/reference/reference_values.py`); the inputs are built here exactly as SPEC describes
-//! them. The test suite asserts every value to 1e-5 on `NdArray<f64>`; the `worked_values`
-//! recipe prints the same table on any backend, as a self-check of a GPU backend.
+//! The expected numbers are the ones `docs/methods.md` quotes (recomputed independently in
+//! float64 with numpy/scipy); the inputs are built here exactly as that page describes them.
+//! The test suite asserts every value to 1e-5 on `NdArray<f64>`; the `worked_values` recipe
+//! prints the same table on any backend, as a self-check of a GPU backend.
 
 use burn::prelude::*;
 
 use super::*;
 use crate::method::Progress;
 
-/// One worked value: what SPEC expects and what this crate computes.
+/// One worked value: what `docs/methods.md` expects and what this crate computes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkedValue {
     /// Which loss and setting, e.g. `"HCL beta=1 tau+=0.1"`.
     pub name: &'static str,
-    /// The value quoted by SPEC.md.
+    /// The value quoted by `docs/methods.md`.
     pub expected: f64,
     /// The value computed by this crate.
     pub computed: f64,
@@ -43,7 +44,7 @@ fn scalar<B: Backend>(t: Tensor<B, 1>) -> f64 {
     t.into_scalar().elem::<f64>()
 }
 
-/// SoftNCE's example (SPEC §1.4): unit vectors in 7-D with `q·k+ = 0.6` and
+/// SoftNCE's example (`docs/methods.md#softnce`): unit vectors in 7-D with `q·k+ = 0.6` and
 /// `q·queue = [0.5, −0.2, 0.7, 0.1, 0.0]`.
 fn soft_nce_inputs<B: Backend>(device: &B::Device) -> [Tensor<B, 2>; 3] {
     let dim = 7;
@@ -65,7 +66,7 @@ fn soft_nce_inputs<B: Backend>(device: &B::Device) -> [Tensor<B, 2>; 3] {
     ]
 }
 
-/// Every worked value of SPEC §1, computed on `device`.
+/// Every worked value of the losses (`docs/methods.md#worked-values`), computed on `device`.
 pub fn spec_worked_values<B: Backend>(device: &B::Device) -> Vec<WorkedValue> {
     let mut out = Vec::new();
     let mut push = |name, expected, computed| {
@@ -76,7 +77,7 @@ pub fn spec_worked_values<B: Backend>(device: &B::Device) -> Vec<WorkedValue> {
         })
     };
 
-    // §1.4 SoftNCE and plain InfoNCE on the same logits.
+    // docs/methods.md#softnce: SoftNCE and plain InfoNCE on the same logits.
     let [q, k, queue] = soft_nce_inputs::<B>(device);
     let soft = SoftNceLossConfig::new()
         .with_top_k(3)
@@ -105,7 +106,7 @@ pub fn spec_worked_values<B: Backend>(device: &B::Device) -> Vec<WorkedValue> {
     push("SoftNCE K=20 beta_19", 0.001053, weights[18]);
     push("SoftNCE K=20 beta_20", 0.0, weights[19]);
 
-    // §1.5 HCL, z1 = [u0, u90, u200], z2 = [u30, u100, u180], tau = 0.5.
+    // docs/methods.md#hcl: z1 = [u0, u90, u200], z2 = [u30, u100, u180], tau = 0.5.
     let h1 = rows::<B>(&[0.0, 90.0, 200.0], device);
     let h2 = rows::<B>(&[30.0, 100.0, 180.0], device);
     let hcl = |tau_plus: f64, beta: f64| {
@@ -133,7 +134,7 @@ pub fn spec_worked_values<B: Backend>(device: &B::Device) -> Vec<WorkedValue> {
     push("HCL beta=1 tau+=0.1", 0.375811, scalar(hcl(0.1, 1.0)));
     push("HCL beta=1 tau+=0", 0.582076, scalar(hcl(0.0, 1.0)));
 
-    // §1.6 curricular weighting, z1 = [u0, u90], z2 = [u50, u125], tau = 0.5.
+    // docs/methods.md#curricular-weighting: z1 = [u0, u90], z2 = [u50, u125], tau = 0.5.
     let c1 = rows::<B>(&[0.0, 90.0], device);
     let c2 = rows::<B>(&[50.0, 125.0], device);
     for (t_prev, t, ce, reg, loss) in [
@@ -171,7 +172,8 @@ pub fn spec_worked_values<B: Backend>(device: &B::Device) -> Vec<WorkedValue> {
         scalar(nt_xent.forward(c1, c2)),
     );
 
-    // §1.8 MixCo soft-target CE: query u20, keys u0 and u90, queue [u200, u45], lambda = 0.7.
+    // docs/methods.md#soft-target-cross-entropy: MixCo soft-target CE, query u20, keys u0 and
+    // u90, queue [u200, u45], lambda = 0.7.
     let soft_ce = SoftTargetCrossEntropyConfig::new()
         .init()
         .expect("valid soft-target config");
@@ -186,7 +188,8 @@ pub fn spec_worked_values<B: Backend>(device: &B::Device) -> Vec<WorkedValue> {
         )),
     );
 
-    // §1.9 magnet loss: A (class 0) = {(0,0),(2,0)}, B (class 1) = {(1,0),(3,0)}, alpha = 1.
+    // docs/methods.md#magnet-loss: A (class 0) = {(0,0),(2,0)}, B (class 1) = {(1,0),(3,0)},
+    // alpha = 1.
     let r = Tensor::from_data(
         TensorData::new(vec![0.0, 0.0, 2.0, 0.0, 1.0, 0.0, 3.0, 0.0], [4, 2]),
         device,
