@@ -17,6 +17,9 @@
 //!   device (Newton–Schulz square roots).
 //! - [`policy`]: the curation decisions (apply, redraw, accept after too many redraws), their
 //!   counters and their saveable state.
+//!
+//! The math, the defaults, the paper followed and the worked values are in
+//! `docs/methods.md#batch-curation`.
 
 pub mod frechet;
 pub mod policy;

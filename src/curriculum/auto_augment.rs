@@ -35,6 +35,9 @@
 //!
 //! The state (magnitudes, running losses) is a pure function of the losses seen; it is saved in
 //! every checkpoint, so a run resumes exactly.
+//!
+//! The math, the defaults, the paper followed and the worked values are in
+//! `docs/methods.md#self-paced-autoaugment`.
 
 use burn::config::Config;
 use burn::tensor::{backend::Backend, Tensor};

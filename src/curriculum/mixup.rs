@@ -1,5 +1,6 @@
 //! MICO's curriculum Mixup on the positive pair (H. Fang, "Curriculum SSL: An Efficient And
-//! Effective Data Augmentation For Contrastive Learning", §3.5 and Algorithm 1).
+//! Effective Data Augmentation For Contrastive Learning", <https://arxiv.org/abs/2301.06916>, §3.5
+//! and Algorithm 1).
 //!
 //! The second view of every pair is replaced by `mixed = λ·x1 + (1 − λ)·x2`, for every framework
 //! (SimSiam, BYOL, SimCLR, MoCo): the online branch sees `x1` and `mixed`. λ is the share of the
@@ -15,6 +16,9 @@
 //! task"), its increasing 0.2 → 0.8 schedule runs from hard to easy. The paper's numbers are the
 //! default ([`MixupCurriculumConfig::mico`]); the easy-to-hard order is
 //! [`MixupCurriculumConfig::mico_easy_to_hard`] (the same values reversed).
+//!
+//! The math, the defaults, the paper followed and the worked values are in
+//! `docs/methods.md#curriculum-mixup`.
 
 use burn::config::Config;
 use rand::rngs::StdRng;

@@ -1,6 +1,7 @@
 //! Schedulers: a difficulty value as a function of where training stands ([`Progress`]).
 //!
-//! The kinds MICO (Table 2, §4.6) compares, each per step or per epoch ([`Pace`]):
+//! The kinds MICO (<https://arxiv.org/abs/2301.06916>, Table 2, §4.6) compares, each per step or
+//! per epoch ([`Pace`]):
 //!
 //! | kind | value at progress `p ∈ [0, 1]` | MICO's settings |
 //! |---|---|---|
@@ -15,6 +16,9 @@
 //! epoch are their whole state; adaptive (model-driven) schedules keep their state in the
 //! component that owns them (the curricular loss's `t`, SoftNCE's incremental α) and are saved
 //! with the method's state.
+//!
+//! The math, the defaults, the paper followed and the worked values are in
+//! `docs/methods.md#schedulers`.
 
 use std::sync::Arc;
 
@@ -54,7 +58,7 @@ impl Pace {
     }
 }
 
-/// A built-in schedule: a burn [`Config`](burn::config::Config), saved in the run's
+/// A built-in schedule: a burn [`Config`], saved in the run's
 /// configuration and validated by [`SchedulerConfig::validate`] against the range of the knob it
 /// drives.
 #[derive(Config, Debug, PartialEq)]

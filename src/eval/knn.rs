@@ -5,7 +5,7 @@
 //! features vote for their label with weight `exp(sim / T)`; the class with the largest total
 //! wins. Test features are processed in chunks so that the `[chunk, N_train]` similarity matrix
 //! stays small, and the `k` nearest are found with the chunked
-//! [`top_k_indices`](crate::loss::soft_nce::top_k_indices) instead of sorting every row.
+//! [`top_k_indices`] instead of sorting every row.
 
 use burn::prelude::*;
 use burn::tensor::IndexingUpdateOp;

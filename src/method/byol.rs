@@ -1,6 +1,10 @@
-//! BYOL (Grill et al. 2020): online backbone + projector + predictor; a target backbone +
-//! projector that is an EMA of the online ones, the momentum rising along a cosine from
-//! `base_momentum` to 1; symmetric negative-cosine loss with the target detached.
+//! BYOL (Grill et al. 2020, <https://arxiv.org/abs/2006.07733>): online backbone + projector +
+//! predictor; a target backbone + projector that is an EMA of the online ones, the momentum
+//! rising along a cosine from `base_momentum` to 1; symmetric negative-cosine loss with the
+//! target detached.
+//!
+//! The math, the defaults, the paper followed and the worked values are in
+//! `docs/methods.md#byol`.
 
 use burn::module::AutodiffModule;
 use burn::prelude::*;

@@ -8,6 +8,9 @@
 //! into a freshly initialised module, whose running statistics are its own. And only trainable
 //! parameters are averaged: running statistics (buffers in PyTorch) are left to the target's
 //! own forward passes, as in MoCo and BYOL.
+//!
+//! The math, the defaults, the paper followed and the worked values are in
+//! `docs/methods.md#momentum-ema-update`.
 
 use std::collections::HashMap;
 

@@ -1,4 +1,6 @@
-//! MoCo v1 / v2 (He et al. 2020; Chen et al. 2020) and Light-MoCo (SoftNCE; Li et al.):
+//! MoCo v1 / v2 (He et al. 2020, <https://arxiv.org/abs/1911.05722>; Chen et al. 2020,
+//! <https://arxiv.org/abs/2003.04297>) and Light-MoCo (SoftNCE; Lin et al.,
+//! <https://arxiv.org/abs/2212.07158>):
 //! a query encoder, a momentum key encoder `θk ← m·θk + (1 − m)·θq` (optionally with `m` rising
 //! along a cosine to 1), and a FIFO queue of past keys as negatives.
 //!
@@ -7,6 +9,9 @@
 //! enqueued in [`SslMethod::after_step`], after the loss of the step used the old queue. On one
 //! device there is no shuffling BatchNorm: the key encoder sees the whole batch in its own
 //! BatchNorm statistics (as lightly does on a single GPU).
+//!
+//! The math, the defaults, the paper followed and the worked values are in
+//! `docs/methods.md#moco-v1-and-v2` and `docs/methods.md#light-moco`.
 
 use burn::module::AutodiffModule;
 use burn::prelude::*;

@@ -12,7 +12,7 @@
 //! method.after_step(progress);                                  // EMA, queue
 //! ```
 //! and never needs to know which method it runs. Any backbone implementing
-//! [`Backbone`](curriculum_ssl_models::Backbone) plugs into any method — a user's own network too.
+//! [`Backbone`] plugs into any method — a user's own network too.
 
 pub mod byol;
 pub mod ema;

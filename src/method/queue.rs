@@ -1,4 +1,7 @@
 //! The FIFO queue of negative keys used by MoCo-style methods.
+//!
+//! The math, the defaults, the paper followed and the worked values are in
+//! `docs/methods.md#infonce-with-a-queue`.
 
 use burn::prelude::*;
 use burn::tensor::Distribution;

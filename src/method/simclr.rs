@@ -1,6 +1,10 @@
-//! SimCLR (Chen et al. 2020): backbone + MLP projector, a two-view contrastive loss between the
-//! views — NT-Xent by default, or one of its curriculum variants from `loss/` (HCL, curricular
-//! weighting, Huber-regularised NT-Xent).
+//! SimCLR (Chen et al. 2020, <https://arxiv.org/abs/2002.05709>): backbone + MLP projector, a
+//! two-view contrastive loss between the views — NT-Xent by default, or one of its curriculum
+//! variants from `loss/` (HCL, curricular weighting, Huber-regularised NT-Xent).
+//!
+//! The math, the defaults, the paper followed and the worked values are in
+//! `docs/methods.md#simclr` (and `#nt-xent`, `#hcl`, `#curricular-weighting`,
+//! `#huber-regularised-nt-xent` for the losses).
 
 use burn::module::AutodiffModule;
 use burn::prelude::*;

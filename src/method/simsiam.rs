@@ -1,5 +1,9 @@
-//! SimSiam (Chen & He 2021): backbone + 3-layer projector + bottleneck predictor, symmetric
-//! negative cosine with stop-gradient on the projections; no EMA, no negatives.
+//! SimSiam (Chen & He 2021, <https://arxiv.org/abs/2011.10566>): backbone + 3-layer projector +
+//! bottleneck predictor, symmetric negative cosine with stop-gradient on the projections; no EMA,
+//! no negatives.
+//!
+//! The math, the defaults, the paper followed and the worked values are in
+//! `docs/methods.md#simsiam`.
 
 use burn::module::AutodiffModule;
 use burn::prelude::*;

@@ -19,6 +19,9 @@
 //! or `f64`; the arithmetic is in `f64`. Every random draw comes from a `StdRng` seeded with the
 //! caller's `u64` (mixed with the class label per class), so a seed gives the same clusters on
 //! any thread, and one class's clusters do not depend on the other classes.
+//!
+//! The math, the defaults, the paper followed and the worked values are in
+//! `docs/methods.md#k-means-clustering`.
 
 use burn::config::Config;
 use rand::rngs::StdRng;

@@ -29,6 +29,9 @@
 //! [`MagnetBatch`] lays a batch out the way [`MagnetLoss`](crate::loss::MagnetLoss) reads it:
 //! `clusters[n]` is the batch-local cluster (`0..M`) of example `n`, `cluster_classes[m]` the
 //! class of batch-local cluster `m`.
+//!
+//! The math, the defaults, the paper followed and the worked values are in
+//! `docs/methods.md#magnet-sampling`.
 
 use burn::config::Config;
 use rand::Rng;

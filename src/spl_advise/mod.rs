@@ -58,6 +58,10 @@
 //! Randomness comes only from generators the caller seeds (`u64` seeds or a `&mut impl Rng`),
 //! never from process-wide state, so the same seed gives the same clusters and batches on any
 //! thread.
+//!
+//! The math, the defaults, the paper followed and the worked values are in
+//! `docs/methods.md#spld`, `#k-means-clustering`,
+//! `#magnet-sampling` and `#magnet-loss`.
 
 pub mod kmeans;
 pub mod magnet_sampler;

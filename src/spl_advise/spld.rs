@@ -29,6 +29,9 @@
 //! 0.2 (rank 2, below 0.307) and drops 0.3 (rank 3, above 0.259); a second group with losses
 //! 0.25, 0.7, 0.1 keeps 0.1 and 0.25. With `γ = 0` only losses below `λ = 0.1` survive: just 0.05.
 //! The tests of this file check these numbers.
+//!
+//! The math, the defaults, the paper followed and the worked values are in
+//! `docs/methods.md#spld`.
 
 use burn::config::Config;
 use serde::{Deserialize, Serialize};
