@@ -72,6 +72,21 @@ pub fn registry() -> Vec<RecipeEntry> {
             run: simclr::bad_batches,
         },
         RecipeEntry {
+            name: "rotnet",
+            summary: "RotNet: 4-way rotation prediction (0/90/180/270) with a linear head",
+            run: rotnet::rotnet,
+        },
+        RecipeEntry {
+            name: "rotnet_curriculum",
+            summary: "MICO 3.2: RotNet with the angles in play growing on a 4-step schedule",
+            run: rotnet::rotnet_curriculum,
+        },
+        RecipeEntry {
+            name: "rotate_mix",
+            summary: "MICO 3.2: rotate-and-mix (0.5 rot(x) + 0.5 x) under the angle curriculum",
+            run: rotnet::rotate_mix,
+        },
+        RecipeEntry {
             name: "byol",
             summary: "BYOL: projector + predictor, EMA target (0.99 -> 1 cosine)",
             run: byol::run,
@@ -128,7 +143,7 @@ pub fn registry() -> Vec<RecipeEntry> {
         },
         RecipeEntry {
             name: "worked_values",
-            summary: "evaluate every loss of SPEC §1 on its worked example on the selected backend \
+            summary: "evaluate every loss on its worked example (docs/methods.md) on the selected backend \
                       and compare with the reference values (a backend self-check)",
             run: |args| {
                 if !args.is_empty() {

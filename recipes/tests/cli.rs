@@ -348,6 +348,9 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
         "curricular_weighting",
         "huber_nt_xent",
         "bad_batches",
+        "rotnet",
+        "rotnet_curriculum",
+        "rotate_mix",
         "mixup_simsiam",
         "mico_simsiam",
         "mixup_byol",
@@ -392,6 +395,15 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
                      curation_accepted_after_retries"
                 ),
                 "{epochs}"
+            );
+        }
+        if name.starts_with("rot") {
+            // The angles in play: all four for RotNet, one in the first quarter of a curriculum.
+            assert!(header.ends_with("rotation_angles"), "{header}");
+            let expected = if name == "rotnet" { ",4" } else { ",1" };
+            assert!(
+                steps.lines().nth(1).unwrap().ends_with(expected),
+                "{name}: {steps}"
             );
         }
         if name == "curricular_weighting" {

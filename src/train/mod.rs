@@ -14,7 +14,7 @@
 //! ```
 //!
 //! A run is built with [`Trainer::builder`]. The run directory ([`run_dir`]) holds
-//! `config.json` (the typed [`RunRecord`]), `steps.csv` and `epochs.csv` ([`metrics`]) and
+//! `config.json` (the typed [`RunRecord`]), `steps.csv` and `epochs.csv` ([`run_log`], with the progress bar and the log lines) and
 //! `checkpoints/` ([`checkpoint`]). Whether a run may start or resume in a directory is decided
 //! before any work ([`run_dir::inspect`]); a resume names every setting that differs from the
 //! run's. Because every random draw is keyed by counters, a resumed run repeats exactly what an

@@ -1,7 +1,7 @@
 //! `light_moco`: Light-MoCo (Li et al., SoftNCE) — MoCo v2 with the `[2048, 128]` BN head,
 //! symmetric SoftNCE (K = 20 nearest queue keys, linear-decay weights, α = 0.8, τ = 0.1), key
 //! encoder momentum m = 0.99, SGD with lr 0.2, weight decay 1e-4 (ResNet-18), 5 warm-up epochs
-//! (SPEC §1.4). The queue is scaled down for small data (4,096 keys).
+//! (docs/methods.md#softnce). The queue is scaled down for small data (4,096 keys).
 //!
 //! ```text
 //! for each batch x:

@@ -7,6 +7,7 @@ pub mod light_moco;
 pub mod mico;
 pub mod moco_v1;
 pub mod moco_v2;
+pub mod rotnet;
 pub mod simclr;
 pub mod simsiam;
 pub mod worked_values;

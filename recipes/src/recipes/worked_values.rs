@@ -1,7 +1,7 @@
-//! `worked_values`: every worked value of SPEC §1 on the selected backend.
+//! `worked_values`: every worked value of docs/methods.md#worked-values on the selected backend.
 //!
 //! A quick self-check of a backend (f32 on CUDA, wgpu or the CPU): each loss is evaluated on the
-//! example SPEC works out by hand and compared with the float64 reference value.
+//! example docs/methods.md works out by hand and compared with the float64 reference value.
 
 use anyhow::{bail, Result};
 use curriculum_ssl::loss::worked_examples::spec_worked_values;
