@@ -7,6 +7,7 @@
 //! ```
 
 mod backend;
+mod plots;
 mod recipes;
 mod registry;
 

@@ -619,6 +619,22 @@ fn every_dataset_option_runs_two_steps() {
             "{dataset}: {stdout}"
         );
         assert!(run_dir.join("knn_at_init.json").is_file(), "{dataset}");
+        // Plots of every logged quantity, and the summary that shows them.
+        let summary = std::fs::read_to_string(run_dir.join("summary.md")).unwrap();
+        for plot in ["loss", "lr", "knn_top1", "epoch_mean_loss"] {
+            let path = run_dir.join("plots").join(format!("{plot}.png"));
+            let img = image::open(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+                .to_rgb8();
+            assert_eq!(img.dimensions(), (800, 480), "{plot}");
+            let first = *img.get_pixel(0, 0);
+            let distinct = img.pixels().filter(|p| **p != first).count();
+            assert!(
+                distinct > 2_000,
+                "{plot}: nearly blank ({distinct} pixels drawn)"
+            );
+            assert!(summary.contains(&format!("plots/{plot}.png")), "{summary}");
+        }
         let config = std::fs::read_to_string(run_dir.join("config.json")).unwrap();
         let recorded = format!("\"dataset\": \"{}\"", dataset_variant(dataset));
         assert!(config.contains(&recorded), "{dataset}: {config}");

@@ -793,8 +793,9 @@ where
     let summary = trainer.fit()?;
     let seconds = started.elapsed().as_secs_f64();
     let images: usize = summary.steps.len() * settings.batch_size;
+    let mut lines = Vec::new();
     if let Some(last) = summary.epochs.last() {
-        println!(
+        lines.push(format!(
             "done in {}: {} steps, {:.1} images/s, mean loss of the last epoch {:.4}",
             curriculum_ssl::train::run_log::format_duration(std::time::Duration::from_secs_f64(
                 seconds
@@ -802,7 +803,7 @@ where
             summary.steps.len(),
             images as f64 / seconds,
             last.mean_loss,
-        );
+        ));
         for r in &last.knn {
             let init = at_init
                 .iter()
@@ -814,17 +815,64 @@ where
                     100.0 * (r.accuracy.top1 - i.accuracy.top1)
                 )
             });
-            println!(
+            lines.push(format!(
                 "kNN (k = {}, T = {}): top-1 {:.2}%{gain}, top-5 {:.2}%",
                 r.k,
                 r.temperature,
                 100.0 * r.accuracy.top1,
                 100.0 * r.accuracy.top5
-            );
+            ));
         }
     }
+    for line in &lines {
+        println!("{line}");
+    }
+    let plots = crate::plots::plot_run(&run_dir)?;
+    write_summary(&run_dir, settings, &lines, &plots)?;
     print_where(&run_dir);
     Ok(())
+}
+
+/// `summary.md` in the run directory: the settings, the results and the plots.
+fn write_summary(
+    run_dir: &Path,
+    settings: &Settings,
+    results: &[String],
+    plots: &[PathBuf],
+) -> Result<()> {
+    let source = match &settings.source.dir {
+        Some(dir) => format!("{:?} in {}", settings.source.dataset, dir.display()),
+        None => "the embedded Fashion-MNIST subset".to_string(),
+    };
+    let mut text = format!("# {}\n\n| setting | value |\n|---|---|\n", settings.recipe);
+    for (name, value) in [
+        ("data", source),
+        ("backbone", format!("{:?}", settings.backbone)),
+        ("backend", backend::NAME.to_string()),
+        ("epochs", settings.epochs.to_string()),
+        ("batch size", settings.batch_size.to_string()),
+        ("learning rate", settings.lr.to_string()),
+        ("warm-up epochs", settings.warmup_epochs.to_string()),
+        ("seed", settings.seed.to_string()),
+    ] {
+        text.push_str(&format!("| {name} | {value} |\n"));
+    }
+    text.push_str(
+        "\nEvery setting: [config.json](config.json); per step: [steps.csv](steps.csv); per \
+         epoch: [epochs.csv](epochs.csv).\n\n## Results\n\n",
+    );
+    for line in results {
+        text.push_str(&format!("- {line}\n"));
+    }
+    text.push_str("\n## Plots\n\n");
+    for plot in plots {
+        if let Ok(relative) = plot.strip_prefix(run_dir) {
+            let name = relative.display();
+            text.push_str(&format!("![{name}]({name})\n"));
+        }
+    }
+    let path = run_dir.join("summary.md");
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 /// The file of the run directory holding the kNN accuracies of the backbone at initialisation.
