@@ -14,12 +14,12 @@ mod registry;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Runs a recipe of curriculum-ssl on the backend chosen at build time (`--features cuda`,
 /// `--features wgpu`, or the CPU by default).
 #[derive(Parser, Debug)]
-#[command(name = "recipe", version, about)]
+#[command(name = "recipe", version, about, disable_help_subcommand = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -29,6 +29,11 @@ struct Cli {
 enum Command {
     /// List the known recipes.
     List,
+    /// Print this help, or a recipe's options (`recipe help light_moco`).
+    Help {
+        /// The recipe.
+        name: Option<String>,
+    },
     /// Run the recipe with this name.
     #[command(external_subcommand)]
     Run(Vec<String>),
@@ -136,9 +141,26 @@ fn init_logging() {
         .try_init();
 }
 
+/// The recipes, one line each, after the top-level help.
+fn recipe_list() -> String {
+    let mut text = String::from("Recipes (`recipe help NAME` for a recipe's options):\n");
+    for recipe in registry::registry() {
+        text.push_str(&format!("  {:<26} {}\n", recipe.name, recipe.summary));
+    }
+    text
+}
+
+/// The command line, with the recipes listed in its help.
+fn command() -> clap::Command {
+    Cli::command().after_help(recipe_list())
+}
+
 fn main() -> ExitCode {
     init_logging();
-    let cli = match Cli::try_parse() {
+    let parsed = command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
@@ -160,9 +182,18 @@ fn run(cli: Cli) -> Result<()> {
         Command::List => {
             println!("recipes (backend: {}):", backend::NAME);
             for recipe in registry::registry() {
-                println!("  {:<16} {}", recipe.name, recipe.summary);
+                println!("  {:<26} {}", recipe.name, recipe.summary);
             }
             Ok(())
+        }
+        Command::Help { name: None } => {
+            command().print_long_help()?;
+            Ok(())
+        }
+        Command::Help { name: Some(name) } => {
+            let recipe = registry::find(&name).map_err(|e| usage(e.to_string()))?;
+            // Every recipe prints its options for --help and exits 0.
+            (recipe.run)(&["--help".to_string()])
         }
         Command::Run(args) => {
             let recipe = registry::find(&args[0]).map_err(|e| usage(e.to_string()))?;

@@ -146,6 +146,14 @@ pub fn registry() -> Vec<RecipeEntry> {
             summary: "evaluate every loss on its worked example (docs/methods.md) on the selected backend \
                       and compare with the reference values (a backend self-check)",
             run: |args| {
+                if matches!(args, [flag] if flag == "--help" || flag == "-h") {
+                    println!(
+                        "Usage: recipe worked_values\n\nEvaluates every loss on its worked \
+                         example on the selected backend and compares it with the float64 \
+                         reference (1e-4 in f32); exits 1 if one differs. Takes no options."
+                    );
+                    return Ok(());
+                }
                 if !args.is_empty() {
                     return Err(crate::usage(format!(
                         "recipe `worked_values` takes no arguments, got: {}",

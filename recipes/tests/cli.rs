@@ -689,3 +689,34 @@ fn dataset_variant(dataset: &str) -> &'static str {
         _ => "ImageFolder",
     }
 }
+
+/// `recipe help NAME` prints the recipe's options under its own name and exits 0; the top-level
+/// help lists the recipes; an unknown name exits 2 naming the known ones.
+#[test]
+fn help_names_the_recipes_and_their_options() {
+    let o = run(&["help", "light_moco"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("Usage: recipe light_moco [OPTIONS]"), "{out}");
+    assert!(out.contains("--dataset") && out.contains("--loss"), "{out}");
+    let o = run(&["--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for name in [
+        "light_moco",
+        "bad_batches",
+        "rotnet_curriculum",
+        "auto_augment_self_paced",
+    ] {
+        assert!(out.contains(name), "{name}: {out}");
+    }
+    let o = run(&["help", "worked_values"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(&["help", "nope"]);
+    assert_eq!(check_error_shape(&o, "help nope"), 2);
+    assert!(
+        stderr(&o).contains("unknown recipe `nope`"),
+        "{}",
+        stderr(&o)
+    );
+}

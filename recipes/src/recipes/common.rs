@@ -361,9 +361,18 @@ pub struct RecipeRun {
 }
 
 impl RecipeArgs {
-    /// Parses a recipe's arguments.
-    pub fn parse_from(args: &[String]) -> Result<Self> {
-        Self::try_parse_from(args).map_err(crate::help_or_error)
+    /// Parses the arguments of `recipe` (its name heads the usage line of `--help`).
+    pub fn parse_from(recipe: &str, args: &[String]) -> Result<Self> {
+        use clap::{CommandFactory, FromArgMatches};
+        let command = Self::command()
+            .bin_name(format!("recipe {recipe}"))
+            .about(format!(
+                "Options of `recipe {recipe}` (the recipe's defaults when not given)"
+            ));
+        command
+            .try_get_matches_from(args)
+            .and_then(|m| Self::from_arg_matches(&m))
+            .map_err(crate::help_or_error)
     }
 }
 
@@ -568,7 +577,7 @@ pub struct Prepared {
 
 /// Parses and checks the options, loads the data and builds the pipeline.
 pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
-    let args = RecipeArgs::parse_from(args)?;
+    let args = RecipeArgs::parse_from(defaults.recipe, args)?;
     let mut settings = Settings::new(
         defaults.recipe,
         &args,
