@@ -16,6 +16,7 @@
 //! [`import::load_torchvision`].
 #![warn(missing_docs)]
 
+pub mod any;
 pub mod backbone;
 pub mod efficientnet;
 pub mod error;
@@ -28,6 +29,7 @@ pub mod resnet;
 pub mod vgg;
 pub mod wide_resnet;
 
+pub use any::{AnyBackbone, AnyBackboneConfig};
 pub use backbone::Backbone;
 pub use efficientnet::{EfficientNet, EfficientNetConfig};
 pub use error::ModelError;

@@ -81,6 +81,7 @@ fn option_of(setting: &str) -> Option<&'static str> {
         "run.data" => "--data-dir",
         "run.dataset" => "--dataset",
         "run.image_size" => "--image-size",
+        "run.stem" => "--stem",
         "run.recipe" => "the recipe",
         _ => return None,
     })

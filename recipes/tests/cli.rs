@@ -720,3 +720,76 @@ fn help_names_the_recipes_and_their_options() {
         stderr(&o)
     );
 }
+
+/// Every --backbone runs two steps of SimCLR on 32×32 RGB images (VGG-16's smallest input), and
+/// the run records it; --stem belongs to the ResNets.
+#[test]
+fn every_backbone_option_runs_two_steps() {
+    let dir = scratch().join("backbone-data");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Five training images (two steps of two), two test images: the heavy models (WRN-28-10,
+    // ResNet-50, VGG-16) stay at a few seconds each.
+    for k in 1..=5 {
+        std::fs::write(dir.join(format!("data_batch_{k}.bin")), cifar_records(1, 1)).unwrap();
+    }
+    std::fs::write(dir.join("test_batch.bin"), cifar_records(2, 1)).unwrap();
+    for backbone in [
+        "resnet18",
+        "resnet34",
+        "resnet50",
+        "wrn-16-8",
+        "wrn-28-10",
+        "efficientnet-b0",
+        "efficientnet-b1",
+        "mobilenet-v3-large",
+        "mobilenet-v3-small",
+        "vgg16-bn",
+        "lenet5",
+        "small",
+    ] {
+        let name = format!("backbone-{backbone}");
+        let mut args = tiny(
+            &name,
+            &[
+                "--dataset",
+                "cifar10",
+                "--data-dir",
+                dir.to_str().unwrap(),
+                "--backbone",
+                backbone,
+                "--batch-size",
+                "2",
+            ],
+        );
+        args[0] = "simclr".into();
+        let o = run(&as_strs(&args));
+        assert_eq!(
+            check_error_shape(&o, backbone),
+            0,
+            "{backbone}\n{}",
+            stderr(&o)
+        );
+        let steps = std::fs::read_to_string(scratch().join(&name).join("steps.csv")).unwrap();
+        assert_eq!(steps.lines().count(), 3, "{backbone}: two steps\n{steps}");
+    }
+    let mut args = tiny(
+        "stem-resnet",
+        &["--backbone", "resnet18", "--stem", "imagenet"],
+    );
+    args[0] = "simclr".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "stem"), 0, "{}", stderr(&o));
+    let config = std::fs::read_to_string(scratch().join("stem-resnet/config.json")).unwrap();
+    assert!(config.contains("\"stem\": \"Imagenet\""), "{config}");
+    let o = run(&as_strs(&tiny(
+        "stem-lenet",
+        &["--backbone", "lenet5", "--stem", "cifar"],
+    )));
+    assert_eq!(check_error_shape(&o, "stem lenet"), 2);
+    assert!(
+        stderr(&o).contains("--stem: only for the ResNets"),
+        "{}",
+        stderr(&o)
+    );
+}

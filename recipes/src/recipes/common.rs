@@ -21,7 +21,10 @@ use curriculum_ssl::loss::{
 };
 use curriculum_ssl::method::{init_method, MoCo, MoCoConfig, PairLossConfig, SslMethod};
 use curriculum_ssl::train::{StartMode, TrainConfig, Trainer};
-use curriculum_ssl_models::{Backbone, BlockKind, ResNet, ResNetConfig, Stem};
+use curriculum_ssl_models::{
+    AnyBackbone, AnyBackboneConfig, Backbone, BlockKind, EfficientNetConfig, LeNetConfig,
+    MobileNetV3Config, ResNetConfig, Stem, VggConfig, WideResNetConfig,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::{backend, usage};
@@ -31,14 +34,51 @@ pub type Train = burn::backend::Autodiff<backend::Inner>;
 /// Its device.
 pub type Device = <Train as burn::tensor::backend::BackendTypes>::Device;
 
-/// The backbone a recipe trains.
+/// The backbone a recipe trains: every model of `curriculum_ssl_models`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, serde::Deserialize)]
 pub enum BackboneChoice {
-    /// ResNet-18 with the CIFAR stem (512-d features): the papers' small-image backbone.
+    /// ResNet-18 (512-d features): the papers' small-image backbone (CIFAR stem by default).
     Resnet18,
+    /// ResNet-34 (512-d features).
+    Resnet34,
+    /// ResNet-50 (2048-d features, bottleneck blocks).
+    Resnet50,
+    /// WideResNet-16-8 (512-d features).
+    #[value(name = "wrn-16-8")]
+    Wrn16x8,
+    /// WideResNet-28-10 (640-d features).
+    #[value(name = "wrn-28-10")]
+    Wrn28x10,
+    /// EfficientNet-B0 (1280-d features): one of Light-MoCo's small backbones.
+    #[value(name = "efficientnet-b0")]
+    EfficientnetB0,
+    /// EfficientNet-B1 (1280-d features).
+    #[value(name = "efficientnet-b1")]
+    EfficientnetB1,
+    /// MobileNet-V3-Large (960-d features): Light-MoCo's subject.
+    #[value(name = "mobilenet-v3-large")]
+    MobilenetV3Large,
+    /// MobileNet-V3-Small (576-d features).
+    #[value(name = "mobilenet-v3-small")]
+    MobilenetV3Small,
+    /// VGG-16 with batch norm (512-d features; images of at least 32 pixels).
+    #[value(name = "vgg16-bn")]
+    Vgg16Bn,
+    /// LeNet-5 (84-d features): the SPL-ADVisE embedding network for Fashion-MNIST.
+    #[value(name = "lenet5")]
+    Lenet5,
     /// ResNet with one block per stage, widths 8–64, ImageNet stem (64-d features): a fast
     /// backbone for CPU demos and CI.
     Small,
+}
+
+/// The first layers of a ResNet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, serde::Deserialize)]
+pub enum StemChoice {
+    /// 3×3 convolution, stride 1, no pooling (small images).
+    Cifar,
+    /// 7×7 convolution, stride 2, then max pooling (ImageNet).
+    Imagenet,
 }
 
 impl BackboneChoice {
@@ -51,16 +91,61 @@ impl BackboneChoice {
         }
     }
 
-    /// Its configuration for `channels` input channels.
-    pub fn config(self, channels: usize) -> ResNetConfig {
+    /// Whether `--stem` applies.
+    pub fn is_resnet(self) -> bool {
+        matches!(
+            self,
+            Self::Resnet18 | Self::Resnet34 | Self::Resnet50 | Self::Small
+        )
+    }
+
+    /// Its configuration for `channels` input channels; `stem` for the ResNets (default: the
+    /// CIFAR stem for ResNet-18/34/50, the ImageNet stem for the small ResNet).
+    pub fn config(self, channels: usize, stem: Option<StemChoice>) -> AnyBackboneConfig {
+        let stem = |default| match stem.unwrap_or(default) {
+            StemChoice::Cifar => Stem::Cifar,
+            StemChoice::Imagenet => Stem::ImageNet,
+        };
+        let resnet = |c: ResNetConfig| {
+            AnyBackboneConfig::ResNet(
+                c.with_stem(stem(StemChoice::Cifar))
+                    .with_in_channels(channels),
+            )
+        };
         match self {
-            Self::Resnet18 => ResNetConfig::resnet18()
-                .with_stem(Stem::Cifar)
-                .with_in_channels(channels),
-            Self::Small => ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
-                .with_base_width(8)
-                .with_in_channels(channels)
-                .with_stem(Stem::ImageNet),
+            Self::Resnet18 => resnet(ResNetConfig::resnet18()),
+            Self::Resnet34 => resnet(ResNetConfig::resnet34()),
+            Self::Resnet50 => resnet(ResNetConfig::resnet50()),
+            Self::Small => AnyBackboneConfig::ResNet(
+                ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
+                    .with_base_width(8)
+                    .with_in_channels(channels)
+                    .with_stem(stem(StemChoice::Imagenet)),
+            ),
+            Self::Wrn16x8 => AnyBackboneConfig::WideResNet(
+                WideResNetConfig::wrn_16_8().with_in_channels(channels),
+            ),
+            Self::Wrn28x10 => AnyBackboneConfig::WideResNet(
+                WideResNetConfig::wrn_28_10().with_in_channels(channels),
+            ),
+            Self::EfficientnetB0 => {
+                AnyBackboneConfig::EfficientNet(EfficientNetConfig::b0().with_in_channels(channels))
+            }
+            Self::EfficientnetB1 => {
+                AnyBackboneConfig::EfficientNet(EfficientNetConfig::b1().with_in_channels(channels))
+            }
+            Self::MobilenetV3Large => AnyBackboneConfig::MobileNetV3(
+                MobileNetV3Config::large().with_in_channels(channels),
+            ),
+            Self::MobilenetV3Small => AnyBackboneConfig::MobileNetV3(
+                MobileNetV3Config::small().with_in_channels(channels),
+            ),
+            Self::Vgg16Bn => {
+                AnyBackboneConfig::Vgg(VggConfig::vgg16_bn().with_in_channels(channels))
+            }
+            Self::Lenet5 => {
+                AnyBackboneConfig::LeNet(LeNetConfig::lenet5().with_in_channels(channels))
+            }
         }
     }
 }
@@ -252,6 +337,9 @@ pub struct RecipeArgs {
     /// Backbone (default: resnet18 on a GPU, small on the CPU).
     #[arg(long, value_enum)]
     pub backbone: Option<BackboneChoice>,
+    /// ResNets: the stem (default: cifar for resnet18/34/50, imagenet for small).
+    #[arg(long, value_enum)]
+    pub stem: Option<StemChoice>,
     /// Seed of the model initialisation, the batch order and the augmentation.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -354,6 +442,9 @@ pub struct RecipeRun {
     /// image-folder: the square size images were resized to.
     #[serde(default)]
     pub image_size: Option<usize>,
+    /// The ResNet stem given with `--stem` (`None`: the backbone's default).
+    #[serde(default)]
+    pub stem: Option<StemChoice>,
     /// The method's configuration.
     pub method: serde_json::Value,
     /// The backend it trained on.
@@ -416,12 +507,25 @@ fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
     if args.extend && args.resume {
         return Err(usage("--extend resumes by itself: give --extend alone"));
     }
+    if settings.stem.is_some() && !settings.backbone.is_resnet() {
+        return Err(usage(format!(
+            "--stem: only for the ResNets (resnet18, resnet34, resnet50, small), not {}",
+            settings
+                .backbone
+                .to_possible_value()
+                .expect("no skipped variant")
+                .get_name()
+        )));
+    }
     settings.source.validate()
 }
 
 /// MoCo (v1, v2 or Light-MoCo, as `config` says) around the recipe's backbone, seeded by
 /// `--seed`; the queue's constraint on the batch is said in terms of `--batch-size`.
-pub fn init_moco(recipe: &Prepared, config: &MoCoConfig) -> Result<MoCo<Train, ResNet<Train>>> {
+pub fn init_moco(
+    recipe: &Prepared,
+    config: &MoCoConfig,
+) -> Result<MoCo<Train, AnyBackbone<Train>>> {
     let backbone = recipe.backbone_config();
     let batch_size = recipe.settings.batch_size;
     recipe
@@ -465,6 +569,8 @@ pub struct Settings {
     pub seed: u64,
     /// Where the images come from.
     pub source: DataSource,
+    /// The ResNet stem, when given.
+    pub stem: Option<StemChoice>,
 }
 
 impl Settings {
@@ -487,6 +593,7 @@ impl Settings {
                 .unwrap_or_else(BackboneChoice::default_for_backend),
             seed: args.seed,
             source: DataSource::from_args(args),
+            stem: args.stem,
         }
     }
 
@@ -661,10 +768,10 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
 
 impl Prepared {
     /// The backbone's configuration for the data's channel count.
-    pub fn backbone_config(&self) -> ResNetConfig {
+    pub fn backbone_config(&self) -> AnyBackboneConfig {
         self.settings
             .backbone
-            .config(self.data.train.image_shape().2)
+            .config(self.data.train.image_shape().2, self.settings.stem)
     }
 
     /// Builds the method with the backend's generator seeded by `--seed`, so that its initial
@@ -750,6 +857,7 @@ where
         data: settings.source.dir.clone(),
         dataset: settings.source.dataset,
         image_size: settings.source.image_size,
+        stem: settings.stem,
         method: method_config,
         backend: backend::NAME.to_string(),
     };

@@ -79,7 +79,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let data = source.load_splits(false)?;
     let device = Default::default();
     let channels = data.train.image_shape().2;
-    let fresh = backbone.config(channels).init::<Inner>(&device);
+    let fresh = backbone
+        .config(channels, record.run.stem)
+        .init::<Inner>(&device);
     let model = load_backbone::<Inner, _>(&checkpoint, fresh, &device)?;
     println!("checkpoint {}", checkpoint.display());
     let normalize = record.augmentation.view1.normalize;
