@@ -3,10 +3,12 @@
 //!
 //! Presets match the papers: [`MlpHeadConfig::simclr`] (2 layers, BN), [`MlpHeadConfig::moco_v2`]
 //! (2 layers, no BN), [`MlpHeadConfig::byol`] (2 layers, BN, 4096 hidden),
-//! [`MlpHeadConfig::simsiam_projector`] (3 layers with a BN at the output) and
-//! [`MlpHeadConfig::light_moco`] (`[2048, 128]`, BN). A linear layer followed by a BatchNorm has
-//! no bias (it would be cancelled by the normalisation).
+//! [`MlpHeadConfig::simsiam_projector`] (3 layers with a BN without affine parameters at the
+//! output) and [`MlpHeadConfig::light_moco`] (`[2048, 128]`, no BN, as Lin et al.'s paper and
+//! code build it). A linear layer followed by a BatchNorm has no bias (it would be cancelled by
+//! the normalisation). See `docs/methods.md#methods`.
 
+use burn::module::RunningState;
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 
@@ -30,6 +32,10 @@ pub struct MlpHeadConfig {
     /// BatchNorm after the output layer too (SimSiam's projector).
     #[config(default = false)]
     pub output_batch_norm: bool,
+    /// Whether that output BatchNorm has the learnable scale and shift `γ`, `β` (burn's
+    /// `BatchNorm`); `false` normalises only, as SimSiam's `BatchNorm1d(dim, affine=False)`.
+    #[config(default = true)]
+    pub output_batch_norm_affine: bool,
 }
 
 impl MlpHeadConfig {
@@ -43,9 +49,11 @@ impl MlpHeadConfig {
         Self::new(input_dim, hidden_dim, output_dim).with_batch_norm(false)
     }
 
-    /// Light-MoCo projector: `[2048, 128]` with BatchNorm.
+    /// Light-MoCo projector: `input → 2048 (ReLU) → 128`, no BatchNorm (Lin et al. 2022, §3.1.1
+    /// and §4.1: "a two-layer MLP projector with dimension [2048, 128]"; their public model
+    /// builder has no BatchNorm either).
     pub fn light_moco(input_dim: usize) -> Self {
-        Self::new(input_dim, 2048, 128)
+        Self::moco_v2(input_dim, 2048, 128)
     }
 
     /// BYOL projector or predictor: `input → 4096 (BN, ReLU) → 256`.
@@ -53,11 +61,14 @@ impl MlpHeadConfig {
         Self::new(input_dim, 4096, 256)
     }
 
-    /// SimSiam projector: three layers, BatchNorm after each, output included.
+    /// SimSiam projector: three layers, BatchNorm after each, output included; the output's
+    /// BatchNorm has no affine parameters (Chen & He 2021, §3 and their code:
+    /// `nn.BatchNorm1d(dim, affine=False)`).
     pub fn simsiam_projector(input_dim: usize, dim: usize) -> Self {
         Self::new(input_dim, dim, dim)
             .with_num_layers(3)
             .with_output_batch_norm(true)
+            .with_output_batch_norm_affine(false)
     }
 
     /// Validates the widths and initialises the head on `device`.
@@ -90,9 +101,10 @@ impl MlpHeadConfig {
             output: LinearConfig::new(width, self.output_dim)
                 .with_bias(!self.output_batch_norm)
                 .init(device),
-            output_norm: self
-                .output_batch_norm
+            output_norm: (self.output_batch_norm && self.output_batch_norm_affine)
                 .then(|| BatchNormConfig::new(self.output_dim).init(device)),
+            output_norm_plain: (self.output_batch_norm && !self.output_batch_norm_affine)
+                .then(|| PlainBatchNorm::new(self.output_dim, device)),
         })
     }
 }
@@ -104,12 +116,72 @@ pub struct HiddenLayer<B: Backend> {
     norm: Option<BatchNorm<B>>,
 }
 
+/// BatchNorm without affine parameters: `(x − mean) / sqrt(var + ε)` per channel of `[N, C]`,
+/// with the batch's statistics in training (autodiff backend) and the running ones otherwise.
+/// The running statistics follow burn's `BatchNorm` exactly (momentum 0.1, ε = 1e-5, biased
+/// batch variance), so the only difference from it is the absence of `γ` and `β`.
+#[derive(Module, Debug)]
+pub struct PlainBatchNorm<B: Backend> {
+    running_mean: RunningState<Tensor<B, 1>>,
+    running_var: RunningState<Tensor<B, 1>>,
+    momentum: f64,
+    epsilon: f64,
+}
+
+impl<B: Backend> PlainBatchNorm<B> {
+    /// `channels` features, running mean 0 and variance 1.
+    pub fn new(channels: usize, device: &B::Device) -> Self {
+        Self {
+            running_mean: RunningState::new(Tensor::zeros([channels], device)),
+            running_var: RunningState::new(Tensor::ones([channels], device)),
+            momentum: 0.1,
+            epsilon: 1e-5,
+        }
+    }
+
+    /// # Shapes
+    /// - input: `[N, C]` → `[N, C]`
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let device = x.device();
+        let channels = x.dims()[1];
+        let (mean, var) = if B::ad_enabled(&device) {
+            let mean = x.clone().mean_dim(0);
+            let var = (x.clone() - mean.clone()).square().mean_dim(0);
+            let update = |state: &RunningState<Tensor<B, 1>>, batch: Tensor<B, 2>| {
+                let running = state.value_sync().to_device(&device);
+                state.update(
+                    running
+                        .mul_scalar(1.0 - self.momentum)
+                        .add(batch.detach().reshape([channels]).mul_scalar(self.momentum))
+                        .detach(),
+                );
+            };
+            update(&self.running_mean, mean.clone());
+            update(&self.running_var, var.clone());
+            (mean, var)
+        } else {
+            (
+                self.running_mean
+                    .value()
+                    .to_device(&device)
+                    .reshape([1, channels]),
+                self.running_var
+                    .value()
+                    .to_device(&device)
+                    .reshape([1, channels]),
+            )
+        };
+        (x - mean) / var.add_scalar(self.epsilon).sqrt()
+    }
+}
+
 /// An MLP head. Build it with [`MlpHeadConfig::init`].
 #[derive(Module, Debug)]
 pub struct MlpHead<B: Backend> {
     hidden: Vec<HiddenLayer<B>>,
     output: Linear<B>,
     output_norm: Option<BatchNorm<B>>,
+    output_norm_plain: Option<PlainBatchNorm<B>>,
 }
 
 impl<B: Backend> MlpHead<B> {
@@ -125,15 +197,31 @@ impl<B: Backend> MlpHead<B> {
             x = burn::tensor::activation::relu(x);
         }
         x = self.output.forward(x);
-        match &self.output_norm {
-            Some(norm) => norm.forward(x),
-            None => x,
+        if let Some(norm) = &self.output_norm {
+            x = norm.forward(x);
         }
+        if let Some(norm) = &self.output_norm_plain {
+            x = norm.forward(x);
+        }
+        x
     }
 
     /// Output width.
     pub fn output_dim(&self) -> usize {
         self.output.weight.dims()[1]
+    }
+
+    /// The widths of the hidden layers, input side first (empty for a single linear layer).
+    pub fn hidden_dims(&self) -> Vec<usize> {
+        self.hidden
+            .iter()
+            .map(|layer| layer.linear.weight.dims()[1])
+            .collect()
+    }
+
+    /// Whether the hidden layers have a BatchNorm.
+    pub fn has_hidden_batch_norm(&self) -> bool {
+        self.hidden.iter().any(|layer| layer.norm.is_some())
     }
 }
 
@@ -141,6 +229,7 @@ impl<B: Backend> MlpHead<B> {
 mod tests {
     use super::*;
     use burn::backend::NdArray;
+    use burn::module::AutodiffModule;
 
     type B = NdArray<f64>;
 
@@ -161,10 +250,91 @@ mod tests {
             parameters(&MlpHeadConfig::moco_v2(512, 512, 128)),
             512 * 512 + 512 + 512 * 128 + 128
         );
-        // SimSiam 512 → 2048 → 2048 → 2048 with BN everywhere (no biases).
+        // SimSiam 512 → 2048 → 2048 → 2048 with BN everywhere (no biases); the output BN has
+        // no γ, β (affine=False), only its running mean and variance: 2 values per channel.
         assert_eq!(
             parameters(&MlpHeadConfig::simsiam_projector(512, 2048)),
-            512 * 2048 + 4 * 2048 + 2048 * 2048 + 4 * 2048 + 2048 * 2048 + 4 * 2048
+            512 * 2048 + 4 * 2048 + 2048 * 2048 + 4 * 2048 + 2048 * 2048 + 2 * 2048
+        );
+        // Light-MoCo 512 → 2048 → 128, no BN (Lin et al.'s projector): both linears have biases.
+        assert_eq!(
+            parameters(&MlpHeadConfig::light_moco(512)),
+            512 * 2048 + 2048 + 2048 * 128 + 128
+        );
+    }
+
+    /// The number of tensors that receive a gradient (what an optimiser trains).
+    fn trainable_tensors(config: MlpHeadConfig) -> usize {
+        type Ad = burn::backend::Autodiff<B>;
+        let device = Default::default();
+        let head = config.init::<Ad>(&device).unwrap();
+        let n = 4 * config.input_dim;
+        let data: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin()).collect();
+        let x = Tensor::<Ad, 2>::from_data(TensorData::new(data, [4, config.input_dim]), &device);
+        let out = head.forward(x);
+        let m = 4 * config.output_dim;
+        let weights: Vec<f64> = (0..m).map(|i| (i as f64 * 0.91).cos()).collect();
+        let weights =
+            Tensor::<Ad, 2>::from_data(TensorData::new(weights, [4, config.output_dim]), &device);
+        let grads = (out * weights).sum().backward();
+        burn::optim::GradientsParams::from_grads(grads, &head).len()
+    }
+
+    #[test]
+    fn simsiam_output_batch_norm_has_no_gamma_or_beta() {
+        // Two hidden blocks (weight, γ, β) and the output weight: 7 trained tensors; SimSiam's
+        // last BN adds none.
+        assert_eq!(trainable_tensors(MlpHeadConfig::simsiam_projector(6, 5)), 7);
+        // The affine variant has γ and β at the output too (burn's BatchNorm).
+        assert_eq!(
+            trainable_tensors(
+                MlpHeadConfig::simsiam_projector(6, 5).with_output_batch_norm_affine(true)
+            ),
+            9
+        );
+    }
+
+    #[test]
+    fn plain_batch_norm_equals_burn_batch_norm_at_gamma_one_beta_zero() {
+        type Ad = burn::backend::Autodiff<B>;
+        let device = Default::default();
+        let x = Tensor::<Ad, 2>::from_data(
+            [
+                [1.0, -2.0, 0.5],
+                [3.0, 0.0, 0.25],
+                [-1.0, 4.0, 2.0],
+                [0.5, 1.0, -3.0],
+            ],
+            &device,
+        );
+        let plain = PlainBatchNorm::<Ad>::new(3, &device);
+        let burn_bn = BatchNormConfig::new(3).init::<Ad>(&device);
+        let close = |a: Tensor<Ad, 2>, b: Tensor<Ad, 2>| {
+            let a: Vec<f64> = a.into_data().to_vec().unwrap();
+            let b: Vec<f64> = b.into_data().to_vec().unwrap();
+            a.iter().zip(&b).all(|(a, b)| (a - b).abs() < 1e-12)
+        };
+        // Training: batch statistics; and the same running statistics afterwards.
+        assert!(close(plain.forward(x.clone()), burn_bn.forward(x.clone())));
+        let out: Vec<f64> = plain.forward(x.clone()).into_data().to_vec().unwrap();
+        for c in 0..3 {
+            let col: Vec<f64> = (0..4).map(|r| out[r * 3 + c]).collect();
+            let mean = col.iter().sum::<f64>() / 4.0;
+            let var = col.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 4.0;
+            assert!(
+                mean.abs() < 1e-12 && (var - 1.0).abs() < 1e-4,
+                "{mean} {var}"
+            );
+        }
+        burn_bn.forward(x.clone());
+        // Inference: the running statistics.
+        let (plain, burn_bn) = (plain.valid(), burn_bn.valid());
+        let x = x.inner();
+        let a: Vec<f64> = plain.forward(x.clone()).into_data().to_vec().unwrap();
+        let b: Vec<f64> = burn_bn.forward(x).into_data().to_vec().unwrap();
+        assert!(
+            a.iter().zip(&b).all(|(a, b)| (a - b).abs() < 1e-12),
+            "{a:?} {b:?}"
         );
     }
 
@@ -175,6 +345,8 @@ mod tests {
         let out = head.forward(Tensor::zeros([3, 8], &device));
         assert_eq!(out.dims(), [3, 4]);
         assert_eq!(head.output_dim(), 4);
+        assert_eq!(head.hidden_dims(), vec![16]);
+        assert!(head.has_hidden_batch_norm());
         let err = MlpHeadConfig::new(8, 0, 4).init::<B>(&device).unwrap_err();
         assert_eq!(err.field, "hidden_dim");
     }

@@ -230,6 +230,162 @@ fn byol_target_after_one_step_follows_the_cosine_momentum() {
     }
 }
 
+/// Rows of a `[B, D]` tensor as f64 vectors.
+fn rows(t: Tensor<ExactAd, 2>) -> Vec<Vec<f64>> {
+    let [_, d] = t.dims();
+    let v: Vec<f64> = t.into_data().convert::<f64>().to_vec().unwrap();
+    v.chunks(d).map(<[f64]>::to_vec).collect()
+}
+
+/// `mean_i (2 − 2 cos(p_i, z_i))`, written out on the host in f64.
+fn two_minus_two_cos(p: &[Vec<f64>], z: &[Vec<f64>]) -> f64 {
+    let norm = |x: &[f64]| x.iter().map(|v| v * v).sum::<f64>().sqrt();
+    let sum: f64 = p
+        .iter()
+        .zip(z)
+        .map(|(p, z)| {
+            let dot: f64 = p.iter().zip(z).map(|(a, b)| a * b).sum();
+            2.0 - 2.0 * dot / (norm(p) * norm(z))
+        })
+        .sum();
+    sum / p.len() as f64
+}
+
+/// BYOL §3.1 (`L^BYOL = L + L̃`): the symmetrised loss is the SUM of the two orderings' normalised MSE
+/// (`2 − 2cos`), not their mean (which halves the gradient).
+#[test]
+fn byol_loss_is_the_sum_of_the_two_orderings() {
+    let mut byol = ByolConfig::new()
+        .with_hidden_dim(16)
+        .with_output_dim(4)
+        .init(Tiny::new, &Default::default())
+        .unwrap();
+    let (v1, v2) = views(4.0);
+    let online = byol.online();
+    let target = byol.target();
+    let predict = |x: Tensor<ExactAd, 4>| {
+        rows(
+            online.predictor.forward(
+                online
+                    .projector
+                    .forward(online.backbone.forward_features(x)),
+            ),
+        )
+    };
+    let project = |x: Tensor<ExactAd, 4>| {
+        rows(
+            target
+                .projector
+                .forward(target.backbone.forward_features(x)),
+        )
+    };
+    let (p1, p2) = (predict(v1.clone()), predict(v2.clone()));
+    let (z1, z2) = (project(v1.clone()), project(v2.clone()));
+    let (a, b) = (two_minus_two_cos(&p1, &z2), two_minus_two_cos(&p2, &z1));
+    let got = byol
+        .forward(
+            v1,
+            v2,
+            Progress {
+                step: 0,
+                total_steps: 1,
+                epoch: 0,
+                total_epochs: 1,
+            },
+        )
+        .loss
+        .into_scalar();
+    assert!(
+        (got - (a + b)).abs() < 1e-12,
+        "BYOL loss {got} vs the sum of the two orderings {a} + {b}"
+    );
+    assert!(
+        (got - (a + b) / 2.0).abs() > 1e-3,
+        "not their mean: {got} vs {}",
+        (a + b) / 2.0
+    );
+}
+
+/// SimSiam eq. 2: `L = D(p1, z2)/2 + D(p2, z1)/2` — the mean of the two orderings.
+#[test]
+fn simsiam_loss_is_the_mean_of_the_two_orderings() {
+    let mut simsiam = SimSiamConfig::new()
+        .with_dim(8)
+        .with_predictor_dim(4)
+        .init(Tiny::new(&Default::default()), &Default::default())
+        .unwrap();
+    let (v1, v2) = views(5.0);
+    let net = simsiam.online();
+    let z = |x: Tensor<ExactAd, 4>| net.projector.forward(net.backbone.forward_features(x));
+    let (z1, z2) = (z(v1.clone()), z(v2.clone()));
+    let (p1, p2) = (
+        rows(net.predictor.forward(z1.clone())),
+        rows(net.predictor.forward(z2.clone())),
+    );
+    let (z1, z2) = (rows(z1), rows(z2));
+    // −cos = (2 − 2cos)/2 − 1.
+    let d = |p: &[Vec<f64>], z: &[Vec<f64>]| two_minus_two_cos(p, z) / 2.0 - 1.0;
+    let expected = (d(&p1, &z2) + d(&p2, &z1)) / 2.0;
+    let got = simsiam
+        .forward(
+            v1,
+            v2,
+            Progress {
+                step: 0,
+                total_steps: 1,
+                epoch: 0,
+                total_epochs: 1,
+            },
+        )
+        .loss
+        .into_scalar();
+    assert!((got - expected).abs() < 1e-12, "{got} vs {expected}");
+}
+
+/// MoCo v2's projector is `Linear(d, d) → ReLU → Linear(d, 128)` with `d` the backbone's feature
+/// width; Light-MoCo's is the wider `[2048, 128]`; neither has BatchNorm; v1's is linear. An
+/// explicit `hidden_dim` wins.
+#[test]
+fn moco_projector_widths_follow_the_papers() {
+    let device = Default::default();
+    let projector = |config: MoCoConfig| {
+        let moco = config
+            .with_queue_size(32)
+            .init(Tiny::<ExactAd>::new, 4, &device)
+            .unwrap();
+        let head = &moco.online().projector;
+        (
+            head.hidden_dims(),
+            head.has_hidden_batch_norm(),
+            head.output_dim(),
+        )
+    };
+    let feature_dim = Tiny::<ExactAd>::new(&device).feature_dim();
+    assert_eq!(
+        projector(MoCoConfig::moco_v2()),
+        (vec![feature_dim], false, 128)
+    );
+    assert_eq!(
+        projector(MoCoConfig::light_moco().with_soft_nce(Some(
+            curriculum_ssl::loss::SoftNceLossConfig::new().with_top_k(4)
+        ))),
+        (vec![2048], false, 128)
+    );
+    assert_eq!(projector(MoCoConfig::moco_v1()), (vec![], false, 128));
+    assert_eq!(
+        projector(MoCoConfig::moco_v2().with_hidden_dim(Some(16))),
+        (vec![16], false, 128)
+    );
+    assert_eq!(
+        projector(
+            MoCoConfig::light_moco()
+                .with_soft_nce(None)
+                .with_head_batch_norm(true)
+        ),
+        (vec![2048], true, 128)
+    );
+}
+
 #[test]
 fn simsiam_gradient_flows_only_through_the_predictions() {
     let mut simsiam = SimSiamConfig::new()

@@ -3,7 +3,7 @@
 //! `docs/methods.md#negative-cosine`.
 //!
 //! `D(p, z) = −mean_i (p_i/‖p_i‖)·(z_i/‖z_i‖)` with `z` detached; SimSiam's loss is
-//! `D(p1, z2)/2 + D(p2, z1)/2`. BYOL's paper writes the same objective as the normalised MSE
+//! `D(p1, z2)/2 + D(p2, z1)/2`, BYOL's the sum of its two orderings. BYOL's paper writes the same objective as the normalised MSE
 //! `‖p̂ − ẑ‖² = 2 − 2 cos`: an affine map of the same quantity (same minimiser, gradients ×2).
 //! [`NegativeCosineForm`] picks one; the default is SimSiam's `−cos`.
 
@@ -61,7 +61,8 @@ impl NegativeCosineLoss {
         }
     }
 
-    /// The symmetric SimSiam/BYOL loss `D(p1, z2)/2 + D(p2, z1)/2`.
+    /// SimSiam's symmetric loss `D(p1, z2)/2 + D(p2, z1)/2` (Chen & He 2021, eq. 2): the mean of
+    /// the two orderings. BYOL sums them instead (`Byol` adds two [`Self::forward`] calls).
     ///
     /// # Shapes
     /// - `p1`, `p2`, `z1`, `z2`: `[B, D]`; output: `[1]`

@@ -1,7 +1,8 @@
 //! BYOL (Grill et al. 2020, <https://arxiv.org/abs/2006.07733>): online backbone + projector +
 //! predictor; a target backbone + projector that is an EMA of the online ones, the momentum
-//! rising along a cosine from `base_momentum` to 1; symmetric negative-cosine loss with the
-//! target detached.
+//! rising along a cosine from `base_momentum` to 1; the normalised-MSE loss `2 − 2cos` with the
+//! target detached, on both orderings of the views and **summed** (BYOL §3.1:
+//! `L^BYOL = L + L̃`, `L̃` with the views swapped; an average would halve the gradient).
 //!
 //! The math, the defaults, the paper followed and the worked values are in
 //! `docs/methods.md#byol`.
@@ -170,7 +171,9 @@ where
         let (p1, p2) = (predict(view1.clone()), predict(view2.clone()));
         let (t1, t2) = (target(view1), target(view2));
         let embeddings = Some([t1.clone(), t2.clone()]);
-        let loss = self.loss.forward_symmetric(p1, p2, t1, t2);
+        // BYOL's symmetrised loss is the sum of the two orderings (§3.1: `L^BYOL = L + L̃`), not
+        // their mean.
+        let loss = self.loss.forward(p1, t2) + self.loss.forward(p2, t1);
         let device = loss.device();
         let momentum = Tensor::from_data(
             TensorData::new(vec![self.momentum_at(progress)], [1]),

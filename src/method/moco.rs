@@ -4,8 +4,9 @@
 //! a query encoder, a momentum key encoder `θk ← m·θk + (1 − m)·θq` (optionally with `m` rising
 //! along a cosine to 1), and a FIFO queue of past keys as negatives.
 //!
-//! v1 uses a linear projection, v2 an MLP; Light-MoCo is v2 with the `[2048, 128]` BN head,
-//! `τ = 0.1`, `m = 0.99`, the symmetric loss and SoftNCE ([`MoCoConfig::light_moco`]). Keys are
+//! v1 uses a linear projection, v2 an MLP whose hidden width is the backbone's feature width;
+//! Light-MoCo is v2 with the wider `[2048, 128]` head (no BatchNorm), `τ = 0.1`, `m = 0.99`, the
+//! symmetric loss and SoftNCE ([`MoCoConfig::light_moco`]). Keys are
 //! enqueued in [`SslMethod::after_step`], after the loss of the step used the old queue. On one
 //! device there is no shuffling BatchNorm: the key encoder sees the whole batch in its own
 //! BatchNorm statistics (as lightly does on a single GPU).
@@ -32,10 +33,18 @@ pub struct MoCoConfig {
     /// Projection width.
     #[config(default = 128)]
     pub output_dim: usize,
-    /// Hidden width of the MLP projector; `None` gives v1's linear projection.
+    /// Hidden width of the MLP projector (Light-MoCo's 2048 by default); `None`: see
+    /// `feature_width_mlp`.
     #[config(default = "Some(2048)")]
     pub hidden_dim: Option<usize>,
-    /// BatchNorm in the projector (Light-MoCo's head has it, MoCo v2's does not).
+    /// With `hidden_dim = None`: `true` builds MoCo v2's MLP, whose hidden width is the
+    /// backbone's feature width (`Linear(d, d) → ReLU → Linear(d, 128)`, Chen et al. 2020 and
+    /// their code's `dim_mlp = fc.weight.shape[1]`); `false` MoCo v1's linear projection.
+    /// Ignored when `hidden_dim` is set.
+    #[config(default = false)]
+    pub feature_width_mlp: bool,
+    /// BatchNorm in the projector's hidden layer. Neither MoCo v2 nor Light-MoCo (paper and
+    /// public code) has one: off by default.
     #[config(default = false)]
     pub head_batch_norm: bool,
     /// Number of keys in the queue (a multiple of the keys enqueued per step).
@@ -59,7 +68,7 @@ pub struct MoCoConfig {
 }
 
 impl MoCoConfig {
-    /// MoCo v1: linear projection to 128, `τ = 0.07`, `m = 0.999`.
+    /// MoCo v1 (He et al. 2020, §3.3): linear projection to 128, `τ = 0.07`, `m = 0.999`.
     pub fn moco_v1() -> Self {
         Self::new()
             .with_hidden_dim(None)
@@ -67,16 +76,25 @@ impl MoCoConfig {
             .with_momentum(0.999)
     }
 
-    /// MoCo v2: MLP projection `[2048, 128]` without BN, `τ = 0.2`, `m = 0.999`.
+    /// MoCo v2 (Chen et al. 2020, §2): MLP projection `[feature width, 128]` without BN (the
+    /// hidden layer as wide as the backbone's features: 2048 for ResNet-50, 512 for ResNet-18),
+    /// `τ = 0.2`, `m = 0.999`.
     pub fn moco_v2() -> Self {
-        Self::new().with_momentum(0.999)
+        Self::new()
+            .with_hidden_dim(None)
+            .with_feature_width_mlp(true)
+            .with_momentum(0.999)
     }
 
-    /// Light-MoCo: MLP `[2048, 128]` with BN, `m = 0.99`, symmetric SoftNCE (`K = 20`, `α = 0.8`,
-    /// `τ = 0.1`, linear-decay weights).
+    /// Light-MoCo (Lin et al. 2022, §3.1 and §4.1): MLP `[2048, 128]` without BN (§3.1.1),
+    /// `τ = 0.1` (§3.1.2), `m = 0.99` (§4.1), symmetric loss (§3.1.5), SoftNCE with `K = 20`,
+    /// `α = 0.8`, linear-decay weights (§3.2, §4.1). The cosine increase of `m` (§3.1.4) is off:
+    /// the paper finds it helps ResNet-18 and hurts EfficientNet-B0 (turn it on with
+    /// `with_cosine_momentum(true)` for ResNet-18, as the `light_moco` recipe does).
     pub fn light_moco() -> Self {
         Self::new()
-            .with_head_batch_norm(true)
+            .with_hidden_dim(Some(2048))
+            .with_head_batch_norm(false)
             .with_symmetric(true)
             .with_soft_nce(Some(SoftNceLossConfig::new()))
     }
@@ -93,7 +111,12 @@ impl MoCoConfig {
         validate_momentum("momentum", self.momentum)?;
         let query_backbone = backbone(device);
         let feature_dim = query_backbone.feature_dim();
-        let head = match self.hidden_dim {
+        let hidden = match self.hidden_dim {
+            Some(hidden) => Some(hidden),
+            None if self.feature_width_mlp => Some(feature_dim),
+            None => None,
+        };
+        let head = match hidden {
             Some(hidden) => MlpHeadConfig::new(feature_dim, hidden, self.output_dim)
                 .with_batch_norm(self.head_batch_norm),
             None => MlpHeadConfig::new(feature_dim, self.output_dim, self.output_dim)

@@ -1,5 +1,7 @@
-//! SimSiam (Chen & He 2021, <https://arxiv.org/abs/2011.10566>): backbone + 3-layer projector +
-//! bottleneck predictor, symmetric negative cosine with stop-gradient on the projections; no EMA,
+//! SimSiam (Chen & He 2021, <https://arxiv.org/abs/2011.10566>): backbone + 3-layer projector
+//! whose last BatchNorm has no affine parameters (§3 and the authors' code,
+//! `BatchNorm1d(dim, affine=False)`) + bottleneck predictor, the symmetric negative cosine
+//! `D(p1, z2)/2 + D(p2, z1)/2` (eq. 2, averaged) with stop-gradient on the projections; no EMA,
 //! no negatives.
 //!
 //! The math, the defaults, the paper followed and the worked values are in
@@ -31,7 +33,7 @@ pub struct SimSiamConfig {
 pub struct SimSiamNetwork<B: Backend, M> {
     /// Feature extractor.
     pub backbone: M,
-    /// Projection head (3 layers, BN at the output).
+    /// Projection head (3 layers, a BN without `γ`, `β` at the output).
     pub projector: MlpHead<B>,
     /// Prediction head (`dim → predictor_dim → dim`).
     pub predictor: MlpHead<B>,

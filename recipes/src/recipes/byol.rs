@@ -1,7 +1,9 @@
-//! `byol`: BYOL (Grill et al. 2020) — projector and predictor `[4096, 256]`, EMA target with
-//! the momentum rising from 0.99 to 1 along a cosine, symmetric `2 − 2cos` loss, SGD lr 0.1
-//! for batch 128 with weight decay 5e-4 (LARS in the paper's large-batch setting), the BYOL
-//! augmentations (asymmetric blur and solarisation).
+//! `byol`: BYOL (Grill et al., "Bootstrap Your Own Latent", 2020,
+//! <https://arxiv.org/abs/2006.07733>; docs/methods.md#byol) — projector and predictor
+//! `[4096, 256]` (§3.3), EMA target with the momentum rising from 0.99 to 1 along a cosine
+//! (§3.3), the loss `2 − 2cos` on both orderings of the views **summed** (§3.1:
+//! `L^BYOL = L + L̃`), SGD lr 0.1 for batch 128 with weight decay 5e-4 (LARS in the paper's
+//! large-batch setting), the BYOL augmentations (asymmetric blur and solarisation, appendix B).
 //!
 //! ```text
 //! for each batch x:

@@ -1,7 +1,19 @@
-//! `light_moco`: Light-MoCo (Li et al., SoftNCE) — MoCo v2 with the `[2048, 128]` BN head,
-//! symmetric SoftNCE (K = 20 nearest queue keys, linear-decay weights, α = 0.8, τ = 0.1), key
-//! encoder momentum m = 0.99, SGD with lr 0.2, weight decay 1e-4 (ResNet-18), 5 warm-up epochs
-//! (docs/methods.md#softnce). The queue is scaled down for small data (4,096 keys).
+//! `light_moco`: Light-MoCo (Lin, Ding, Cao & Zheng, "Establishing a stronger baseline for
+//! lightweight contrastive models", 2022, <https://arxiv.org/abs/2212.07158>) with the settings of
+//! its §4.1 (docs/methods.md#light-moco):
+//!
+//! - MoCo v2 with the two-layer `[2048, 128]` projector and no BatchNorm (§3.1.1, §4.1; the
+//!   public code's projector has none either);
+//! - symmetric SoftNCE: K = 20 nearest queue keys, linear-decay weights, α = 0.8, τ = 0.1
+//!   (§3.1.2, §3.1.5, §3.2, §4.1);
+//! - key-encoder momentum m = 0.99 (§4.1), rising along a cosine to 1 on ResNet-18 only (§3.1.4:
+//!   it helps ResNet-18 and slightly hurts EfficientNet-B0);
+//! - SGD, lr 0.2 at batch 512 scaled linearly with the batch (0.05 at the default batch 128),
+//!   5 warm-up epochs (§3.1.3, §4.1), weight decay 1e-4 for ResNet-18 and 1e-5 for the other
+//!   backbones (§4.1);
+//! - MoCo v2's augmentation (§4.1).
+//!
+//! The queue is scaled down for small data: 4,096 keys (256K in the paper, §3.3).
 //!
 //! ```text
 //! for each batch x:
@@ -16,16 +28,50 @@ use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::method::MoCoConfig;
 use curriculum_ssl::optim::SgdConfig;
 
-use super::common::{self, Defaults, Prepared, Train};
+use super::common::{self, BackboneChoice, Defaults, Prepared, Train};
+
+/// The paper's learning rate (§4.1) at its batch size [`PAPER_BATCH`].
+pub const PAPER_LR: f64 = 0.2;
+/// The batch size of the paper's runs (§4.1: 512 images on 8 GPUs).
+pub const PAPER_BATCH: usize = 512;
+/// The recipe's default batch size (the paper's learning rate is scaled to it).
+pub const BATCH_SIZE: usize = 128;
+/// Linear warm-up of the learning rate from 0 (§3.1.3: "for 5 epochs").
+pub const WARMUP_EPOCHS: usize = 5;
+/// Queue length: the paper's 256K keys (§3.3) scaled down for small data.
+pub const QUEUE_SIZE: usize = 4096;
+
+/// The learning rate for `batch_size` images per step: the paper's 0.2 at batch 512, scaled
+/// linearly with the batch (the linear scaling rule of MoCo and SimCLR).
+pub fn lr_for_batch(batch_size: usize) -> f64 {
+    PAPER_LR * batch_size as f64 / PAPER_BATCH as f64
+}
+
+/// SGD weight decay (§4.1): 1e-4 for ResNet-18, 1e-5 for the other backbones.
+pub fn weight_decay(backbone: BackboneChoice) -> f64 {
+    if backbone == BackboneChoice::Resnet18 {
+        1e-4
+    } else {
+        1e-5
+    }
+}
+
+/// The method: [`MoCoConfig::light_moco`] with the cosine momentum on for ResNet-18 (§3.1.4) and
+/// the recipe's queue.
+pub fn method_config(backbone: BackboneChoice) -> MoCoConfig {
+    MoCoConfig::light_moco()
+        .with_cosine_momentum(backbone == BackboneChoice::Resnet18)
+        .with_queue_size(QUEUE_SIZE)
+}
 
 /// The recipe's defaults.
 pub fn defaults() -> Defaults {
     Defaults {
         recipe: "light_moco",
         epochs: 20,
-        batch_size: 128,
-        lr: 0.2,
-        warmup_epochs: 5,
+        batch_size: BATCH_SIZE,
+        lr: lr_for_batch(BATCH_SIZE),
+        warmup_epochs: WARMUP_EPOCHS,
         preset: PipelineConfig::moco_v2,
         mixup: None,
         strength: None,
@@ -38,12 +84,56 @@ pub fn run(args: &[String]) -> Result<()> {
     train(common::prepare(args, defaults())?)
 }
 
-/// Builds the method for a prepared recipe and trains it (shared with the MICO variants).
-pub fn train(recipe: Prepared) -> Result<()> {
-    let config = MoCoConfig::light_moco().with_queue_size(4096);
+/// Builds the method for a prepared recipe and trains it. Without `--lr` the learning rate
+/// follows `--batch-size` ([`lr_for_batch`]).
+pub fn train(mut recipe: Prepared) -> Result<()> {
+    if recipe.args.lr.is_none() {
+        recipe.settings.lr = lr_for_batch(recipe.settings.batch_size);
+    }
+    let backbone = recipe.settings.backbone;
+    let config = method_config(backbone);
     let method = common::init_moco(&recipe, &config)?;
     let optimizer = SgdConfig::new()
-        .with_weight_decay(1e-4)
+        .with_weight_decay(weight_decay(backbone))
         .init::<Train, _>()?;
     recipe.train(method, &config, optimizer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learning_rate_scales_linearly_with_the_batch() {
+        assert_eq!(lr_for_batch(512), 0.2);
+        assert_eq!(lr_for_batch(128), 0.05);
+        assert_eq!(lr_for_batch(256), 0.1);
+        assert_eq!(defaults().lr, 0.05);
+        assert_eq!(defaults().batch_size, 128);
+        assert_eq!(defaults().warmup_epochs, 5);
+    }
+
+    #[test]
+    fn weight_decay_and_cosine_momentum_follow_the_backbone() {
+        assert_eq!(weight_decay(BackboneChoice::Resnet18), 1e-4);
+        assert_eq!(weight_decay(BackboneChoice::Small), 1e-5);
+        assert!(method_config(BackboneChoice::Resnet18).cosine_momentum);
+        assert!(!method_config(BackboneChoice::Small).cosine_momentum);
+    }
+
+    #[test]
+    fn method_is_the_papers() {
+        let c = method_config(BackboneChoice::Resnet18);
+        assert_eq!(c.hidden_dim, Some(2048));
+        assert_eq!(c.output_dim, 128);
+        assert!(!c.head_batch_norm, "no BatchNorm in Light-MoCo's projector");
+        assert!(c.symmetric);
+        assert_eq!(c.momentum, 0.99);
+        let soft = c.soft_nce.expect("SoftNCE");
+        assert_eq!((soft.top_k, soft.alpha, soft.temperature), (20, 0.8, 0.1));
+        assert_eq!(
+            soft.weights,
+            curriculum_ssl::loss::SoftNceWeights::LinearDecay
+        );
+    }
 }

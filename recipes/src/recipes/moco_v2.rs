@@ -1,6 +1,11 @@
-//! `moco_v2`: MoCo v2 (Chen et al. 2020) — MLP head `[2048, 128]`, InfoNCE against a queue
-//! (τ = 0.2), key encoder momentum 0.99 (0.999 on ImageNet; small data moves faster), SGD lr
-//! 0.06 for batch 128 with weight decay 5e-4, the MoCo v2 augmentations.
+//! `moco_v2`: MoCo v2 (Chen, Fan, Girshick & He, "Improved Baselines with Momentum Contrastive
+//! Learning", 2020, <https://arxiv.org/abs/2003.04297>; docs/methods.md#moco-v1-and-v2) — an MLP
+//! head whose hidden layer is as wide as the backbone's features (§2: "a 2-layer MLP head
+//! (hidden layer 2048-d, with ReLU)" on ResNet-50's 2048-d features; 512 on ResNet-18), not
+//! Light-MoCo's wider 2048 (that is the "+MLP" step of Light-MoCo's Table 2), output 128, no
+//! BatchNorm; InfoNCE against a queue (τ = 0.2, §2); key encoder momentum 0.99 (0.999 on
+//! ImageNet; small data moves faster); SGD lr 0.06 for batch 128 with weight decay 5e-4 (the
+//! common CIFAR setting); the MoCo v2 augmentations (blur added to MoCo v1's, §2).
 //!
 //! ```text
 //! for each batch x:
@@ -38,10 +43,27 @@ pub fn run(args: &[String]) -> Result<()> {
 
 /// Builds the method for a prepared recipe and trains it (shared with the MICO variants).
 pub fn train(recipe: Prepared) -> Result<()> {
+    // The preset's projector: hidden width = the backbone's feature width.
     let config = MoCoConfig::moco_v2()
         .with_momentum(0.99)
         .with_queue_size(4096);
     let method = common::init_moco(&recipe, &config)?;
     let optimizer = SgdConfig::new().init::<Train, _>()?;
     recipe.train(method, &config, optimizer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn projector_hidden_width_is_the_feature_width() {
+        let config = MoCoConfig::moco_v2();
+        assert_eq!(config.hidden_dim, None);
+        assert!(
+            config.feature_width_mlp,
+            "MoCo v2's MLP, not v1's linear map"
+        );
+        assert!(!config.head_batch_norm);
+    }
 }

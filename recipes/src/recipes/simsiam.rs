@@ -1,6 +1,9 @@
-//! `simsiam`: SimSiam (Chen & He 2021) — three-layer BN projector, `[512]` bottleneck
-//! predictor, symmetric negative cosine with stop-gradient, SGD lr 0.06 for batch 128 with
-//! weight decay 5e-4, the SimCLR augmentations.
+//! `simsiam`: SimSiam (Chen & He, "Exploring Simple Siamese Representation Learning", CVPR 2021,
+//! <https://arxiv.org/abs/2011.10566>; docs/methods.md#simsiam) — three-layer BN projector whose
+//! last BatchNorm has no affine parameters (§3, and the authors' code), `[512]` bottleneck
+//! predictor, symmetric negative cosine averaged over the two orderings (eq. 2) with
+//! stop-gradient, SGD lr 0.06 for batch 128 with weight decay 5e-4, and SimSiam's augmentation
+//! ([`preset`]).
 //!
 //! ```text
 //! for each batch x:
@@ -16,6 +19,20 @@ use curriculum_ssl::optim::SgdConfig;
 
 use super::common::{self, Defaults, Prepared, Train};
 
+/// SimSiam's augmentation (its code's `main_simsiam.py`, which is MoCo v2's): random resized crop
+/// of scale (0.2, 1), horizontal flip, colour jitter (0.4, 0.4, 0.4, 0.1) with p 0.8, grayscale
+/// with p 0.2, and Gaussian blur (σ in [0.1, 2], p 0.5) on ImageNet-size images only: the
+/// paper's CIFAR setting has no blur, so it is dropped below 96 pixels (the presets' boundary
+/// between small and ImageNet-size images).
+pub fn preset(side: usize, channels: usize) -> PipelineConfig {
+    let mut p = PipelineConfig::moco_v2(side, channels);
+    if side < 96 {
+        p.view1.blur = None;
+        p.view2.blur = None;
+    }
+    p
+}
+
 /// The recipe's defaults.
 pub fn defaults() -> Defaults {
     Defaults {
@@ -24,7 +41,7 @@ pub fn defaults() -> Defaults {
         batch_size: 128,
         lr: 0.06,
         warmup_epochs: 0,
-        preset: PipelineConfig::simclr,
+        preset,
         mixup: None,
         strength: None,
         pair_loss: None,
@@ -42,4 +59,41 @@ pub fn train(recipe: Prepared) -> Result<()> {
     let method = recipe.init(|d| config.init(recipe.backbone_config().init(d), d))?;
     let optimizer = SgdConfig::new().init::<Train, _>()?;
     recipe.train(method, &config, optimizer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use curriculum_ssl::augment::colour::ColorJitter;
+
+    #[test]
+    fn augmentation_is_simsiams() {
+        for side in [32, 224] {
+            let p = preset(side, 3);
+            for v in [&p.view1, &p.view2] {
+                assert_eq!(v.crop.as_ref().unwrap().scale, (0.2, 1.0));
+                assert_eq!(v.hflip.as_ref().unwrap().p, 0.5);
+                assert_eq!(
+                    v.jitter,
+                    Some(ColorJitter {
+                        brightness: 0.4,
+                        contrast: 0.4,
+                        saturation: 0.4,
+                        hue: 0.1,
+                        p: 0.8
+                    })
+                );
+                assert_eq!(v.grayscale.as_ref().unwrap().p, 0.2);
+                assert!(v.solarize.is_none());
+                match side {
+                    32 => assert!(v.blur.is_none(), "no blur on CIFAR-size images"),
+                    _ => {
+                        let blur = v.blur.as_ref().unwrap();
+                        assert_eq!((blur.sigma, blur.p), ((0.1, 2.0), 0.5));
+                    }
+                }
+            }
+        }
+        assert_eq!(defaults().recipe, "simsiam");
+    }
 }
