@@ -4,6 +4,8 @@
 
 use burn::prelude::*;
 
+use crate::import::load_torchvision;
+use crate::ModelError;
 use crate::{
     Backbone, EfficientNet, EfficientNetConfig, LeNet, LeNetConfig, MobileNetV3, MobileNetV3Config,
     ResNet, ResNetConfig, Vgg, VggConfig, WideResNet, WideResNetConfig,
@@ -46,6 +48,26 @@ impl<B: Backend> Backbone<B> for AnyBackbone<B> {
             Self::MobileNetV3(m) => m.feature_dim(),
             Self::Vgg(m) => m.feature_dim(),
             Self::LeNet(m) => m.feature_dim(),
+        }
+    }
+}
+
+impl<B: Backend> AnyBackbone<B> {
+    /// Loads torchvision weights (a safetensors export of its `state_dict`) into the backbone.
+    ///
+    /// # Errors
+    /// For the models torchvision has no weights of ours for (WideResNet, VGG, LeNet here), and
+    /// the errors of [`load_torchvision`] (file, missing tensors, wrong shapes).
+    pub fn load_torchvision(&mut self, path: &std::path::Path) -> Result<(), ModelError> {
+        match self {
+            Self::ResNet(m) => load_torchvision(m, None, path),
+            Self::EfficientNet(m) => load_torchvision(m, None, path),
+            Self::MobileNetV3(m) => load_torchvision(m, None, path),
+            Self::WideResNet(_) | Self::Vgg(_) | Self::LeNet(_) => Err(ModelError::InvalidConfig(
+                "torchvision weights can be loaded into the ResNets, EfficientNets and \
+                 MobileNet-V3s only"
+                    .into(),
+            )),
         }
     }
 }

@@ -18,7 +18,7 @@ pub fn registry() -> Vec<RecipeEntry> {
     vec![
         RecipeEntry {
             name: "light_moco",
-            summary: "Light-MoCo: MoCo v2 + BN head, symmetric SoftNCE (K 20, alpha 0.8, tau 0.1), m 0.99",
+            summary: "Light-MoCo (Lin et al. 2022, sec. 4.1): [2048, 128] head, symmetric SoftNCE (K 20, alpha 0.8, tau 0.1), lr 0.2 x B/512",
             run: light_moco::run,
         },
         RecipeEntry {

@@ -229,7 +229,7 @@ fn resume_names_the_options_that_differ_and_extend_makes_the_run_longer() {
     for (extra, expected) in [
         (
             vec!["--resume", "--lr", "0.05"],
-            "--lr: run 0.2, given 0.05",
+            "--lr: run 0.0125, given 0.05",
         ),
         (
             vec!["--resume", "--backbone", "resnet18"],

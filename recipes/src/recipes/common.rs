@@ -150,6 +150,47 @@ impl BackboneChoice {
     }
 }
 
+/// A recipe's backbone: its configuration and the torchvision weights it starts from.
+#[derive(Debug, Clone)]
+pub struct BackboneSpec {
+    /// The model.
+    pub config: AnyBackboneConfig,
+    /// Weights checked by [`BackboneSpec::check_weights`] when the recipe was prepared.
+    pub weights: Option<PathBuf>,
+}
+
+impl BackboneSpec {
+    /// Builds the backbone (with its weights).
+    ///
+    /// # Panics
+    /// If the weights cannot be loaded, which [`BackboneSpec::check_weights`] rules out before
+    /// any backbone is built (the same file into the same model).
+    pub fn init<B: burn::tensor::backend::Backend>(&self, device: &B::Device) -> AnyBackbone<B> {
+        let mut backbone = self.config.init(device);
+        if let Some(path) = &self.weights {
+            backbone
+                .load_torchvision(path)
+                .expect("the weights were checked when the recipe was prepared");
+        }
+        backbone
+    }
+
+    /// Loads the weights once into a throwaway backbone, so that a wrong file is an input
+    /// error before anything else happens.
+    ///
+    /// # Errors
+    /// Naming `--weights` and what is wrong with the file.
+    pub fn check_weights(&self, device: &Device) -> Result<()> {
+        if let Some(path) = &self.weights {
+            let mut backbone = self.config.init::<backend::Inner>(device);
+            backbone
+                .load_torchvision(path)
+                .map_err(|e| usage(format!("--weights {}: {e}", path.display())))?;
+        }
+        Ok(())
+    }
+}
+
 /// The datasets the recipes read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize)]
 pub enum DatasetChoice {
@@ -340,6 +381,10 @@ pub struct RecipeArgs {
     /// ResNets: the stem (default: cifar for resnet18/34/50, imagenet for small).
     #[arg(long, value_enum)]
     pub stem: Option<StemChoice>,
+    /// Start the backbone from torchvision weights (a safetensors export of its state_dict;
+    /// ResNets, EfficientNets, MobileNet-V3s).
+    #[arg(long)]
+    pub weights: Option<PathBuf>,
     /// Seed of the model initialisation, the batch order and the augmentation.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -445,6 +490,9 @@ pub struct RecipeRun {
     /// The ResNet stem given with `--stem` (`None`: the backbone's default).
     #[serde(default)]
     pub stem: Option<StemChoice>,
+    /// Torchvision weights the backbone started from.
+    #[serde(default)]
+    pub weights: Option<PathBuf>,
     /// The method's configuration.
     pub method: serde_json::Value,
     /// The backend it trained on.
@@ -571,6 +619,8 @@ pub struct Settings {
     pub source: DataSource,
     /// The ResNet stem, when given.
     pub stem: Option<StemChoice>,
+    /// Torchvision weights the backbone starts from.
+    pub weights: Option<PathBuf>,
 }
 
 impl Settings {
@@ -594,6 +644,7 @@ impl Settings {
             seed: args.seed,
             source: DataSource::from_args(args),
             stem: args.stem,
+            weights: args.weights.clone(),
         }
     }
 
@@ -752,6 +803,12 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     }
     let device = Device::default();
     let data = settings.source.load()?;
+    let channels = data.train.image_shape().2;
+    BackboneSpec {
+        config: settings.backbone.config(channels, settings.stem),
+        weights: settings.weights.clone(),
+    }
+    .check_weights(&device)?;
     let mut pipeline = pipeline(defaults.preset, &data, settings.seed);
     pipeline.mixup_curriculum = mixup;
     pipeline.strength_curriculum = strength;
@@ -768,10 +825,14 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
 
 impl Prepared {
     /// The backbone's configuration for the data's channel count.
-    pub fn backbone_config(&self) -> AnyBackboneConfig {
-        self.settings
-            .backbone
-            .config(self.data.train.image_shape().2, self.settings.stem)
+    pub fn backbone_config(&self) -> BackboneSpec {
+        BackboneSpec {
+            config: self
+                .settings
+                .backbone
+                .config(self.data.train.image_shape().2, self.settings.stem),
+            weights: self.settings.weights.clone(),
+        }
     }
 
     /// Builds the method with the backend's generator seeded by `--seed`, so that its initial
@@ -858,6 +919,7 @@ where
         dataset: settings.source.dataset,
         image_size: settings.source.image_size,
         stem: settings.stem,
+        weights: settings.weights.clone(),
         method: method_config,
         backend: backend::NAME.to_string(),
     };
