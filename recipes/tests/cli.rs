@@ -653,6 +653,28 @@ fn every_dataset_option_runs_two_steps() {
             stderr(&o)
         );
     }
+    // Light-MoCo's linear protocol: LARS, the batch is the 64 training images, the learning rate
+    // scaled from 0.1 at 4096: 0.1 · 64 / 4096 = 0.0015625.
+    let o = run(&[
+        "eval",
+        "--run-dir",
+        scratch().join("dataset-cifar10").to_str().unwrap(),
+        "--protocol",
+        "light-moco",
+        "--probe-epochs",
+        "1",
+    ]);
+    assert_eq!(
+        check_error_shape(&o, "light-moco probe"),
+        0,
+        "{}",
+        stderr(&o)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("linear probe (LightMoco, 1 epochs, batch 64, lr 0.0015625)"),
+        "{out}"
+    );
     // A dataset without its directory, --image-size elsewhere, a directory missing its files.
     let o = run(&["light_moco", "--dataset", "cifar10", "--run-dir", "no-dir"]);
     assert_eq!(check_error_shape(&o, "no dir"), 2);

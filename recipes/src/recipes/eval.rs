@@ -2,20 +2,27 @@
 //!
 //! ```text
 //! recipe eval --run-dir runs/light_moco [--checkpoint runs/light_moco/checkpoints/epoch-0010]
-//!             [--data DIR] [--probe-epochs 100] [--probe-lr 0.1]
+//!             [--data-dir DIR] [--protocol sgd|light-moco] [--probe-epochs N] [--probe-lr LR]
 //! ```
 //!
 //! The backbone and the data are read from the run's `config.json`; the backbone's weights come
 //! from the checkpoint (the latest by default). Features of the train and test splits are
 //! computed once with the frozen backbone (inference mode); the kNN monitor scores them at
-//! `k = 20, T = 0.07` and `k = 200, T = 0.1`, and a linear classifier is trained on them (SGD,
-//! cosine schedule) and scored top-1 / top-5.
+//! `k = 20, T = 0.07` and `k = 200, T = 0.1`, and a linear classifier is trained on them
+//! (cosine schedule) and scored top-1 / top-5, under one of two protocols:
+//!
+//! - `sgd` (default): SGD with momentum 0.9, lr 0.1, batch 256, 100 epochs.
+//! - `light-moco`: Light-MoCo's linear evaluation (Lin et al. 2022, §4.1): LARS, lr 0.1 at
+//!   batch 4096, 90 epochs. On a dataset smaller than 4096 images the batch is the dataset and
+//!   the learning rate is scaled linearly with it (lr = 0.1 · batch / 4096).
 
 use std::path::PathBuf;
 
 use anyhow::Result;
-use clap::Parser;
+use clap::{Parser, ValueEnum};
+use curriculum_ssl::eval::linear_probe::ProbeOptimizer;
 use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig};
+use curriculum_ssl::optim::LarsConfig;
 use curriculum_ssl::train::{load_backbone, resolve_checkpoint, RunRecord};
 
 use super::common::{self, Data, RecipeRun, Train};
@@ -35,22 +42,53 @@ struct EvalArgs {
     /// Data directory, instead of the run's (the same dataset).
     #[arg(long = "data-dir", alias = "data")]
     data: Option<PathBuf>,
-    /// Epochs of the linear probe (0 skips it).
-    #[arg(long, default_value_t = 100)]
-    probe_epochs: usize,
-    /// Learning rate of the linear probe.
-    #[arg(long, default_value_t = 0.1)]
-    probe_lr: f64,
+    /// The linear-evaluation protocol.
+    #[arg(long, value_enum, default_value = "sgd")]
+    protocol: Protocol,
+    /// Epochs of the linear probe, 0 skips it (default: the protocol's, 100 or 90).
+    #[arg(long)]
+    probe_epochs: Option<usize>,
+    /// Learning rate of the linear probe (default: the protocol's).
+    #[arg(long)]
+    probe_lr: Option<f64>,
+}
+
+/// How the linear classifier is trained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Protocol {
+    /// SGD, momentum 0.9, lr 0.1, batch 256, 100 epochs.
+    Sgd,
+    /// Light-MoCo §4.1: LARS, lr 0.1 at batch 4096 (scaled to smaller data), 90 epochs.
+    LightMoco,
+}
+
+impl Protocol {
+    /// The probe for a training split of `n` images, with the command line's overrides.
+    fn probe(self, n: usize, epochs: Option<usize>, lr: Option<f64>) -> LinearProbeConfig {
+        match self {
+            Self::Sgd => LinearProbeConfig::new()
+                .with_epochs(epochs.unwrap_or(100))
+                .with_lr(lr.unwrap_or(0.1)),
+            Self::LightMoco => {
+                let batch = n.clamp(1, 4096);
+                LinearProbeConfig::new()
+                    .with_epochs(epochs.unwrap_or(90))
+                    .with_batch_size(batch)
+                    .with_lr(lr.unwrap_or(0.1 * batch as f64 / 4096.0))
+                    .with_optimizer(ProbeOptimizer::Lars(LarsConfig::new()))
+            }
+        }
+    }
 }
 
 /// Runs the evaluation. Every option is checked (the run's record, the checkpoint and its
 /// checksums, the data directory, the probe's settings) before anything is computed.
 pub fn run(args: &[String]) -> Result<()> {
     let args = EvalArgs::try_parse_from(args).map_err(crate::help_or_error)?;
-    if args.probe_epochs > 0 && !(args.probe_lr.is_finite() && args.probe_lr > 0.0) {
+    if let Some(lr) = args.probe_lr.filter(|lr| !(lr.is_finite() && *lr > 0.0)) {
         return Err(usage(format!(
             "--probe-lr {}: must be a finite number > 0",
-            args.probe_lr
+            lr
         )));
     }
     if !args.run_dir.is_dir() {
@@ -68,15 +106,14 @@ pub fn run(args: &[String]) -> Result<()> {
     };
     source.validate()?;
     let backbone = record.run.backbone;
-    let probe = LinearProbeConfig::new()
-        .with_epochs(args.probe_epochs.max(1))
-        .with_lr(if args.probe_epochs > 0 {
-            args.probe_lr
-        } else {
-            0.1
-        });
-    probe.validate()?;
     let data = source.load_splits(false)?;
+    let probe = args.protocol.probe(
+        curriculum_ssl::data::Dataset::len(&data.train),
+        args.probe_epochs.map(|e| e.max(1)),
+        args.probe_lr,
+    );
+    probe.validate()?;
+    let probe_epochs = probe.epochs * usize::from(args.probe_epochs != Some(0));
     let device = Default::default();
     let channels = data.train.image_shape().2;
     let fresh = backbone
@@ -96,13 +133,18 @@ pub fn run(args: &[String]) -> Result<()> {
             100.0 * r.accuracy.top5
         );
     }
-    if args.probe_epochs > 0 {
+    if probe_epochs > 0 {
         let train = extract_features(&model, &train, 512, normalize.as_ref(), &device)?;
         let test = extract_features(&model, &test, 512, normalize.as_ref(), &device)?;
+        let probe_config = probe.clone();
         let probe = probe.fit::<Train>(&train, &test, &device)?;
         println!(
-            "linear probe ({} epochs): test top-1 {:.2}%, top-5 {:.2}% (train top-1 {:.2}%)",
-            args.probe_epochs,
+            "linear probe ({:?}, {} epochs, batch {}, lr {}): test top-1 {:.2}%, top-5 {:.2}% \
+             (train top-1 {:.2}%)",
+            args.protocol,
+            probe_epochs,
+            probe_config.batch_size,
+            probe_config.lr,
             100.0 * probe.test.top1,
             100.0 * probe.test.top5,
             100.0 * probe.train.top1
