@@ -181,10 +181,13 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::List => {
-            println!("recipes (backend: {}):", backend::NAME);
+            use std::io::Write;
+            let mut text = format!("recipes (backend: {}):\n", backend::NAME);
             for recipe in registry::registry() {
-                println!("  {:<26} {}", recipe.name, recipe.summary);
+                text.push_str(&format!("  {:<26} {}\n", recipe.name, recipe.summary));
             }
+            // A closed pipe (`recipe list | head`) is not an error worth a panic.
+            let _ = std::io::stdout().write_all(text.as_bytes());
             Ok(())
         }
         Command::Help { name: None } => {

@@ -23,12 +23,12 @@ pub fn registry() -> Vec<RecipeEntry> {
         },
         RecipeEntry {
             name: "moco_v2",
-            summary: "MoCo v2: MLP head, InfoNCE against a queue (tau 0.2), momentum key encoder",
+            summary: "MoCo v2 (Chen et al. 2020; Light-MoCo Table 3 baseline): feature-width MLP head, InfoNCE (tau 0.2), queue",
             run: moco_v2::run,
         },
         RecipeEntry {
             name: "moco_v1",
-            summary: "MoCo v1: linear head, InfoNCE against a queue (tau 0.07), momentum key encoder",
+            summary: "MoCo v1 (He et al. 2020; MICO Tables 2-3 baseline): linear head, InfoNCE (tau 0.07), queue",
             run: moco_v1::run,
         },
         RecipeEntry {
@@ -43,37 +43,37 @@ pub fn registry() -> Vec<RecipeEntry> {
         },
         RecipeEntry {
             name: "simclr",
-            summary: "SimCLR: BN projector, NT-Xent (tau 0.2)",
+            summary: "SimCLR (Chen et al. 2020; MICO Table 1 baseline): BN projector, NT-Xent (tau 0.2); --loss",
             run: simclr::run,
         },
         RecipeEntry {
             name: "hcl",
-            summary: "SimCLR with hard negative sampling (HCL: beta 1, tau+ 0.1, tau 0.5)",
+            summary: "HCL (Robinson et al. 2021): SimCLR with hard negative sampling (beta 1, tau+ 0.1, tau 0.5)",
             run: simclr::hcl,
         },
         RecipeEntry {
             name: "hcl_curriculum",
-            summary: "MICO 3.3: HCL with beta rising linearly from 0 to 1 over the epochs",
+            summary: "MICO sec. 3.3: HCL with beta rising linearly from 0 to 1 (--hard-positive-k: eq. 3)",
             run: simclr::hcl_curriculum,
         },
         RecipeEntry {
             name: "curricular_weighting",
-            summary: "SimCLR with curricular weighting of hard negatives (adaptive t, in checkpoints)",
+            summary: "Curricular weighting (Zhuang et al. 2024): SimCLR, hard negatives weighted by an adaptive t",
             run: simclr::curricular_weighting,
         },
         RecipeEntry {
             name: "huber_nt_xent",
-            summary: "SimCLR with the Huber-regularised NT-Xent of The Bad Batches (no curation)",
+            summary: "The Bad Batches (Goksu and Pugeault 2024) eq. 3-5: SimCLR with Huber NT-Xent, no curation",
             run: simclr::huber_nt_xent,
         },
         RecipeEntry {
             name: "bad_batches",
-            summary: "The Bad Batches: SimCLR + Huber NT-Xent, batches above the FRD threshold of epoch 5 redrawn",
+            summary: "The Bad Batches sec. II-C (STL-10 87.74): Huber NT-Xent, batches above epoch 5's mean FRD redrawn",
             run: simclr::bad_batches,
         },
         RecipeEntry {
             name: "rotnet",
-            summary: "RotNet: 4-way rotation prediction (0/90/180/270) with a linear head",
+            summary: "RotNet (Gidaris et al. 2018): 4-way rotation prediction (0/90/180/270), linear head",
             run: rotnet::rotnet,
         },
         RecipeEntry {
@@ -88,12 +88,12 @@ pub fn registry() -> Vec<RecipeEntry> {
         },
         RecipeEntry {
             name: "byol",
-            summary: "BYOL: projector + predictor, EMA target (0.99 -> 1 cosine)",
+            summary: "BYOL (Grill et al. 2020; MICO Table 1 baseline): predictor, EMA target 0.99 -> 1, summed loss",
             run: byol::run,
         },
         RecipeEntry {
             name: "simsiam",
-            summary: "SimSiam: projector + predictor, stop-gradient",
+            summary: "SimSiam (Chen and He 2021; MICO Table 1 baseline): predictor, stop-gradient",
             run: simsiam::run,
         },
         RecipeEntry {
