@@ -502,6 +502,59 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
         "{}",
         stderr(&o)
     );
+    // Batch curation's options: a 1-epoch warm-up curates the second epoch with at most one
+    // redraw a batch; the counts and the curation's time are columns of epochs.csv. Other
+    // recipes refuse the options, and a warm-up of 0 is refused.
+    let mut args = tiny(
+        "smoke-curation",
+        &[
+            "--epochs",
+            "2",
+            "--curation-warmup",
+            "1",
+            "--curation-retries",
+            "1",
+        ],
+    );
+    args[0] = "bad_batches".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "curation"), 0, "{}", stderr(&o));
+    let epochs = std::fs::read_to_string(scratch().join("smoke-curation/epochs.csv")).unwrap();
+    let header: Vec<&str> = epochs.lines().next().unwrap().split(',').collect();
+    for name in [
+        "curation_rejections",
+        "curation_accepted_after_retries",
+        "curation_seconds",
+    ] {
+        assert!(header.contains(&name), "{epochs}");
+    }
+    let steps = std::fs::read_to_string(scratch().join("smoke-curation/steps.csv")).unwrap();
+    let redraws = steps
+        .lines()
+        .next()
+        .unwrap()
+        .split(',')
+        .position(|c| c == "redraws")
+        .unwrap();
+    for row in steps.lines().skip(1) {
+        let r: usize = row.split(',').nth(redraws).unwrap().parse().unwrap();
+        assert!(r <= 1, "{steps}");
+    }
+    let o = run(&as_strs(&tiny(
+        "smoke-no-curation",
+        &["--curation-warmup", "2"],
+    )));
+    assert_eq!(check_error_shape(&o, "no curation"), 2);
+    assert!(
+        stderr(&o).contains("does not curate its batches"),
+        "{}",
+        stderr(&o)
+    );
+    let mut args = tiny("smoke-curation-0", &["--curation-warmup", "0"]);
+    args[0] = "bad_batches".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "curation 0"), 2);
+    assert!(stderr(&o).contains("--curation-warmup 0"), "{}", stderr(&o));
 }
 
 /// A pixel value that differs by image, row, column and channel.

@@ -379,6 +379,7 @@ where
             resumed_from: None,
             last_checkpoint: None,
             curation: config.curation.as_ref().map(|c| c.init()).transpose()?,
+            curation_seconds: 0.0,
         };
         match (inspect(&trainer.run_dir)?, self.mode) {
             (DirState::Empty, _) => {}
@@ -431,6 +432,9 @@ pub struct Trainer<B: AutodiffBackend, S: SslMethod<B>, O: Optimizer<S::Online, 
     resumed_from: Option<PathBuf>,
     last_checkpoint: Option<PathBuf>,
     curation: Option<FrechetCuration>,
+    /// Wall time of the current epoch spent on batch curation: measuring every attempt's
+    /// distance, and augmenting and forwarding the attempts it rejected.
+    curation_seconds: f64,
 }
 
 impl<B, S, O, D> Trainer<B, S, O, D>
@@ -741,6 +745,7 @@ where
         let seed = mix_seed(self.record.train.seed, progress.step as u64);
         let mut attempt = 0;
         let (out, policy, knobs, frd) = loop {
+            let attempt_started = Instant::now();
             let views = self
                 .augmenter
                 .redrawn_views(images.clone(), progress, attempt);
@@ -766,15 +771,22 @@ where
                     "the method gives no two-view embeddings to measure".into(),
                 ));
             };
+            let measure_started = Instant::now();
             let frd = frechet_distance_readback(z1.inner(), z2.inner())
                 .map_err(|e| curation_error(e.to_string()))?;
             match curation
                 .observe(progress.epoch, frd)
                 .map_err(|e| curation_error(e.to_string()))?
             {
-                Decision::Redraw => attempt += 1,
+                Decision::Redraw => {
+                    // The whole rejected attempt is the curation's cost.
+                    self.curation_seconds += attempt_started.elapsed().as_secs_f64();
+                    attempt += 1;
+                }
                 Decision::Apply | Decision::AcceptAfterRetries => {
-                    break (out, views.policy, views.knobs, Some(frd))
+                    // Of the applied attempt, only the measurement is.
+                    self.curation_seconds += measure_started.elapsed().as_secs_f64();
+                    break (out, views.policy, views.knobs, Some(frd));
                 }
             }
         };
@@ -830,7 +842,9 @@ where
     }
 
     /// The selection pieces' counts of an epoch, for epochs.csv: batch curation's rejections
-    /// (each followed by a redraw) and the batches accepted after the last redraw.
+    /// (each followed by a redraw), the batches accepted after the last redraw, and the wall
+    /// time the curation took (measuring every attempt, and the rejected attempts' augmentation
+    /// and forward pass).
     fn epoch_stats(&self, epoch: usize) -> Vec<(String, f64)> {
         match &self.curation {
             None => Vec::new(),
@@ -845,6 +859,10 @@ where
                     (
                         "curation_accepted_after_retries".into(),
                         counters.accepted_after_retries as f64,
+                    ),
+                    (
+                        "curation_seconds".into(),
+                        (self.curation_seconds * 1e3).round() / 1e3,
                     ),
                 ]
             }
@@ -865,6 +883,7 @@ where
         while self.epoch < end_epoch {
             let epoch = self.epoch;
             let started = Instant::now();
+            self.curation_seconds = 0.0;
             let (mut loss_sum, mut images, mut lr) = (0.0, 0usize, 0.0);
             for batch in self.loader.epoch(epoch as u64) {
                 let batch = batch?;

@@ -416,6 +416,14 @@ pub struct RecipeArgs {
     /// eq. 3) with this `k` in `e^{(k − β)s⁺/τ}`; off when not given.
     #[arg(long, allow_negative_numbers = true)]
     pub hard_positive_k: Option<f64>,
+    /// Batch curation (bad_batches): epochs before curation starts; the threshold is the mean
+    /// FRD of the last of them (the paper's 5 when not given).
+    #[arg(long)]
+    pub curation_warmup: Option<usize>,
+    /// Batch curation (bad_batches): redraws of a rejected batch before it trains anyway, with
+    /// a warning (3 when not given).
+    #[arg(long)]
+    pub curation_retries: Option<usize>,
 }
 
 /// The two-view losses of the SimCLR family.
@@ -702,6 +710,9 @@ pub struct Defaults {
     pub strength: Option<StrengthCurriculumConfig>,
     /// The two-view loss, if the recipe is of the SimCLR family (`--loss` may replace it).
     pub pair_loss: Option<PairLossConfig>,
+    /// Fréchet batch curation, if the recipe curates its batches (`--curation-warmup` and
+    /// `--curation-retries` may change it).
+    pub curation: Option<FrechetCurationConfig>,
 }
 
 impl Defaults {
@@ -801,6 +812,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         }
         h.hard_positive_k = Some(k);
     }
+    let curation = curation(&args, defaults.curation, defaults.recipe, settings.epochs)?;
     let device = Device::default();
     let data = settings.source.load()?;
     let channels = data.train.image_shape().2;
@@ -819,8 +831,46 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         data,
         pipeline,
         pair_loss,
-        curation: None,
+        curation,
     })
+}
+
+/// The recipe's batch curation with `--curation-warmup` and `--curation-retries` applied.
+fn curation(
+    args: &RecipeArgs,
+    curation: Option<FrechetCurationConfig>,
+    recipe: &str,
+    epochs: usize,
+) -> Result<Option<FrechetCurationConfig>> {
+    let Some(mut config) = curation else {
+        if args.curation_warmup.is_some() || args.curation_retries.is_some() {
+            return Err(usage(format!(
+                "--curation-warmup / --curation-retries: recipe `{recipe}` does not curate its \
+                 batches (bad_batches does)"
+            )));
+        }
+        return Ok(None);
+    };
+    if let Some(warmup) = args.curation_warmup {
+        if warmup == 0 {
+            return Err(usage(
+                "--curation-warmup 0: must be at least 1 (the threshold is the mean distance of \
+                 the warm-up's last epoch)",
+            ));
+        }
+        config.warmup_epochs = warmup;
+    }
+    if let Some(retries) = args.curation_retries {
+        config.max_retries = retries;
+    }
+    if config.warmup_epochs >= epochs {
+        log::warn!(
+            "batch curation starts after epoch {} of {epochs}: this run only measures the \
+             distances (a larger --epochs or a smaller --curation-warmup curates)",
+            config.warmup_epochs
+        );
+    }
+    Ok(Some(config))
 }
 
 impl Prepared {

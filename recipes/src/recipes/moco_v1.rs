@@ -41,6 +41,7 @@ pub fn defaults() -> Defaults {
         mixup: None,
         strength: None,
         pair_loss: None,
+        curation: None,
     }
 }
 
@@ -61,6 +62,7 @@ pub fn strength_curriculum(args: &[String]) -> Result<()> {
             schedule: Some(SchedulerConfig::four_step()),
         }),
         pair_loss: None,
+        curation: None,
         ..defaults()
     };
     train(common::prepare(args, defaults)?)

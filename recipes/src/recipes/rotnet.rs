@@ -45,6 +45,7 @@ pub fn defaults(recipe: &'static str) -> Defaults {
         mixup: None,
         strength: None,
         pair_loss: None,
+        curation: None,
     }
 }
 

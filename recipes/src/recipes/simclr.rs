@@ -31,6 +31,7 @@ pub fn defaults() -> Defaults {
         mixup: None,
         strength: None,
         pair_loss: Some(LossChoice::NtXent.config()),
+        curation: None,
     }
 }
 
@@ -110,15 +111,15 @@ pub fn huber_nt_xent(args: &[String]) -> Result<()> {
 /// and Pugeault 2024, <https://arxiv.org/abs/2403.19579>, §II-C): no curation for the first 5
 /// epochs, the threshold is the mean FRD of the two views' projections over the batches of the
 /// 5th, and afterwards a batch above it is re-augmented instead of trained on (at most 3 times,
-/// then it trains with a warning). Each step's FRD and redraws are columns of steps.csv, each
-/// epoch's rejections of epochs.csv.
+/// then it trains with a warning; `--curation-warmup` and `--curation-retries` change both).
+/// Each step's FRD and redraws are columns of steps.csv, each epoch's rejections and the
+/// curation's wall time of epochs.csv.
 pub fn bad_batches(args: &[String]) -> Result<()> {
     let defaults = Defaults {
         recipe: "bad_batches",
         pair_loss: Some(LossChoice::Huber.config()),
+        curation: Some(FrechetCurationConfig::new()),
         ..defaults()
     };
-    let mut recipe = common::prepare(args, defaults)?;
-    recipe.curation = Some(FrechetCurationConfig::new());
-    train(recipe)
+    train(common::prepare(args, defaults)?)
 }

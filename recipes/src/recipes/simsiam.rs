@@ -45,6 +45,7 @@ pub fn defaults() -> Defaults {
         mixup: None,
         strength: None,
         pair_loss: None,
+        curation: None,
     }
 }
 
