@@ -72,6 +72,16 @@ pub fn registry() -> Vec<RecipeEntry> {
             run: simclr::bad_batches,
         },
         RecipeEntry {
+            name: "simclr_pgd",
+            summary: "MICO 3.3 eq. 4: SimCLR whose negatives are hardened by PGD (S 7, a 2/255, eps 8/255), on after a quarter",
+            run: simclr::simclr_pgd,
+        },
+        RecipeEntry {
+            name: "hcl_pgd",
+            summary: "MICO 3.3: HCL (beta 1), then its negatives hardened by PGD as in simclr_pgd",
+            run: simclr::hcl_pgd,
+        },
+        RecipeEntry {
             name: "rotnet",
             summary: "RotNet (Gidaris et al. 2018): 4-way rotation prediction (0/90/180/270), linear head",
             run: rotnet::rotnet,

@@ -348,6 +348,8 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
         "curricular_weighting",
         "huber_nt_xent",
         "bad_batches",
+        "simclr_pgd",
+        "hcl_pgd",
         "rotnet",
         "rotnet_curriculum",
         "rotate_mix",
@@ -405,6 +407,11 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
                 steps.lines().nth(1).unwrap().ends_with(expected),
                 "{name}: {steps}"
             );
+        }
+        if name.ends_with("_pgd") {
+            // The attack is off in the first quarter of the run.
+            assert!(header.ends_with("pgd_strength"), "{header}");
+            assert!(steps.lines().nth(1).unwrap().ends_with(",0"), "{steps}");
         }
         if name == "curricular_weighting" {
             // The adaptive t starts at 0 (the loss's EMA of the positive similarities).
@@ -540,6 +547,33 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
         let r: usize = row.split(',').nth(redraws).unwrap().parse().unwrap();
         assert!(r <= 1, "{steps}");
     }
+    // PGD: on in the last quarter of a 4-epoch run, with the steps asked for; other recipes
+    // refuse --pgd-steps, and the PGD recipes refuse a loss they do not harden.
+    let mut args = tiny("smoke-pgd-on", &["--epochs", "4", "--pgd-steps", "2"]);
+    args[0] = "hcl_pgd".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "pgd on"), 0, "{}", stderr(&o));
+    let steps = std::fs::read_to_string(scratch().join("smoke-pgd-on/steps.csv")).unwrap();
+    assert_eq!(steps.lines().count(), 9, "{steps}");
+    assert!(steps.lines().last().unwrap().ends_with(",1"), "{steps}");
+    let config = std::fs::read_to_string(scratch().join("smoke-pgd-on/config.json")).unwrap();
+    assert!(config.contains("\"steps\": 2"), "{config}");
+    let o = run(&as_strs(&tiny("smoke-no-pgd", &["--pgd-steps", "2"])));
+    assert_eq!(check_error_shape(&o, "no pgd"), 2);
+    assert!(
+        stderr(&o).contains("does not harden its negatives"),
+        "{}",
+        stderr(&o)
+    );
+    let mut args = tiny("smoke-pgd-curricular", &["--loss", "curricular"]);
+    args[0] = "simclr_pgd".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "pgd curricular"), 2);
+    assert!(
+        stderr(&o).contains("NT-Xent and HCL only"),
+        "{}",
+        stderr(&o)
+    );
     let o = run(&as_strs(&tiny(
         "smoke-no-curation",
         &["--curation-warmup", "2"],

@@ -84,4 +84,21 @@ impl Normalize {
     pub fn apply<B: Backend>(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         normalize(x, &self.mean, &self.std)
     }
+
+    /// Undoes the normalisation: `x·std[c] + mean[c]` (back to pixel values).
+    ///
+    /// # Panics
+    /// If `x` does not have one channel per mean.
+    pub fn invert<B: Backend>(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let inverse = Normalize {
+            mean: self
+                .mean
+                .iter()
+                .zip(&self.std)
+                .map(|(m, s)| -m / s)
+                .collect(),
+            std: self.std.iter().map(|s| 1.0 / s).collect(),
+        };
+        inverse.apply(x)
+    }
 }

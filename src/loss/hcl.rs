@@ -135,7 +135,38 @@ impl HclLoss {
         z2: Tensor<B, 2>,
         beta: f64,
     ) -> Tensor<B, 1> {
-        let (per_anchor, positive) = self.per_anchor(z1, z2, beta);
+        assert_min_batch("HCL", "z1", z1.dims(), 2);
+        self.weighted(TwoViewSimilarities::new("HCL", z1, z2), beta)
+    }
+
+    /// HCL at a given `β` whose negatives come from other batches (e.g. hardened by PGD): each
+    /// anchor of `[z1; z2]` keeps its clean positive, and its negatives (weighted and debiased
+    /// as usual) are the other images' rows of `[n1; n2]`. Equal to
+    /// [`HclLoss::forward_with_beta`] when `n1 = z1` and `n2 = z2`.
+    ///
+    /// # Shapes
+    /// - `z1`, `z2`, `n1`, `n2`: `[B, D]` with `B >= 2`; output: `[1]`
+    ///
+    /// # Panics
+    /// As [`HclLoss::forward_with_beta`], or if the negatives' shapes differ from `z1`'s.
+    pub fn forward_with_negatives<B: Backend>(
+        &self,
+        z1: Tensor<B, 2>,
+        z2: Tensor<B, 2>,
+        n1: Tensor<B, 2>,
+        n2: Tensor<B, 2>,
+        beta: f64,
+    ) -> Tensor<B, 1> {
+        assert_min_batch("HCL", "z1", z1.dims(), 2);
+        self.weighted(
+            TwoViewSimilarities::with_negatives("HCL", z1, z2, n1, n2),
+            beta,
+        )
+    }
+
+    /// The mean of the anchors' losses, weighted by the hard-positive weights when they are on.
+    fn weighted<B: Backend>(&self, views: TwoViewSimilarities<B>, beta: f64) -> Tensor<B, 1> {
+        let (per_anchor, positive) = self.per_anchor(views, beta);
         match self.hard_positive_exponent(beta) {
             None => per_anchor.mean(),
             Some(exponent) => {
@@ -152,21 +183,18 @@ impl HclLoss {
     /// Each anchor's HCL loss and its positive similarity `s⁺`, both `[2B, 1]`.
     fn per_anchor<B: Backend>(
         &self,
-        z1: Tensor<B, 2>,
-        z2: Tensor<B, 2>,
+        views: TwoViewSimilarities<B>,
         beta: f64,
     ) -> (Tensor<B, 2>, Tensor<B, 2>) {
         assert!(
             beta.is_finite() && beta >= 0.0,
             "HCL: beta must be finite and >= 0, got {beta}"
         );
-        assert_min_batch("HCL", "z1", z1.dims(), 2);
-        let [batch, _] = z1.dims();
-        let n = 2 * batch;
+        let [n, _] = views.sim.dims();
+        let batch = n / 2;
         let negatives_per_anchor = (n - 2) as f64;
         let tau = self.temperature;
-        let device = z1.device();
-        let views = TwoViewSimilarities::new("HCL", z1, z2);
+        let device = views.sim.device();
         let positive = views.sim.clone().gather(1, views.positive_index.clone());
         let negative_mask = negatives_mask::<B>(batch, &device);
         let not_negative = negative_mask.clone().equal_elem(0.0);
@@ -204,4 +232,128 @@ fn negatives_mask<B: Backend>(batch: usize, device: &B::Device) -> Tensor<B, 2> 
         mask[i * n + (i + batch) % n] = 0.0;
     }
     Tensor::from_data(TensorData::new(mask, [n, n]), device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loss::NtXentLossConfig;
+    use burn::backend::NdArray;
+
+    type B = NdArray<f64>;
+
+    fn unit(v: &[f64; 3]) -> [f64; 3] {
+        let n = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+        [v[0] / n, v[1] / n, v[2] / n]
+    }
+
+    fn dot(a: [f64; 3], b: [f64; 3]) -> f64 {
+        a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+    }
+
+    /// For each anchor of `[z1; z2]` (plain f64, independent of the tensor code): its clean
+    /// positive similarity and its similarities to the `2B − 2` other images' candidates.
+    fn similarities(z: &[[f64; 3]], candidates: &[[f64; 3]]) -> Vec<(f64, Vec<f64>)> {
+        let n = z.len();
+        let b = n / 2;
+        (0..n)
+            .map(|i| {
+                let p = (i + b) % n;
+                let negs = (0..n)
+                    .filter(|&j| j != i && j != p)
+                    .map(|j| dot(unit(&z[i]), unit(&candidates[j])))
+                    .collect();
+                (dot(unit(&z[i]), unit(&z[p])), negs)
+            })
+            .collect()
+    }
+
+    fn nt_xent_reference(z: &[[f64; 3]], c: &[[f64; 3]], tau: f64) -> f64 {
+        let rows = similarities(z, c);
+        rows.iter()
+            .map(|(s_pos, negs)| {
+                let pos = (s_pos / tau).exp();
+                let all = pos + negs.iter().map(|s| (s / tau).exp()).sum::<f64>();
+                -(pos / all).ln()
+            })
+            .sum::<f64>()
+            / rows.len() as f64
+    }
+
+    fn hcl_reference(z: &[[f64; 3]], c: &[[f64; 3]], tau: f64, tau_plus: f64, beta: f64) -> f64 {
+        let rows = similarities(z, c);
+        rows.iter()
+            .map(|(s_pos, negs)| {
+                let count = negs.len() as f64;
+                let pos = (s_pos / tau).exp();
+                let imp: Vec<f64> = negs.iter().map(|s| (beta * s / tau).exp()).collect();
+                let reweight = imp
+                    .iter()
+                    .zip(negs)
+                    .map(|(w, s)| w * (s / tau).exp())
+                    .sum::<f64>()
+                    / (imp.iter().sum::<f64>() / count);
+                let ng = ((-tau_plus * count * pos + reweight) / (1.0 - tau_plus))
+                    .max(count * (-1.0 / tau).exp());
+                -(pos / (pos + ng)).ln()
+            })
+            .sum::<f64>()
+            / rows.len() as f64
+    }
+
+    fn tensor(rows: &[[f64; 3]]) -> Tensor<B, 2> {
+        let flat: Vec<f64> = rows.iter().flatten().copied().collect();
+        Tensor::from_data(TensorData::new(flat, [rows.len(), 3]), &Default::default())
+    }
+
+    /// Negatives from other batches (PGD's hardened views): each anchor keeps its clean positive
+    /// and is contrasted with the other images' candidates, as a plain-f64 evaluation of the
+    /// formulas gives; with the clean views as candidates, the ordinary losses exactly.
+    #[test]
+    fn negatives_from_other_batches_follow_the_reference() {
+        let z1 = [[1.0, 0.2, -0.3], [0.1, 0.9, 0.4], [-0.5, 0.3, 0.8]];
+        let z2 = [[0.8, 0.4, -0.1], [0.3, 1.1, 0.2], [-0.2, -0.1, 0.9]];
+        let n1 = [[0.9, 0.5, 0.1], [-0.4, 0.7, 0.6], [0.2, 0.2, 1.0]];
+        let n2 = [[0.6, -0.3, 0.4], [0.5, 0.8, -0.2], [-0.7, 0.1, 0.5]];
+        let z: Vec<[f64; 3]> = z1.iter().chain(&z2).copied().collect();
+        let n: Vec<[f64; 3]> = n1.iter().chain(&n2).copied().collect();
+        let tau = 0.5;
+        let nt = NtXentLossConfig::new()
+            .with_temperature(tau)
+            .init()
+            .unwrap();
+        let got = nt
+            .forward_with_negatives(tensor(&z1), tensor(&z2), tensor(&n1), tensor(&n2))
+            .into_scalar();
+        let want = nt_xent_reference(&z, &n, tau);
+        assert!((got - want).abs() < 1e-14, "{got} vs {want}");
+        let same = nt
+            .forward_with_negatives(tensor(&z1), tensor(&z2), tensor(&z1), tensor(&z2))
+            .into_scalar();
+        let plain = nt.forward(tensor(&z1), tensor(&z2)).into_scalar();
+        assert!((same - plain).abs() < 1e-15, "{same} vs {plain}");
+        assert!((plain - nt_xent_reference(&z, &z, tau)).abs() < 1e-14);
+        for beta in [0.0, 1.0, 4.0] {
+            let hcl = HclLossConfig::new()
+                .with_temperature(tau)
+                .with_tau_plus(0.1)
+                .init()
+                .unwrap();
+            let got = hcl
+                .forward_with_negatives(tensor(&z1), tensor(&z2), tensor(&n1), tensor(&n2), beta)
+                .into_scalar();
+            let want = hcl_reference(&z, &n, tau, 0.1, beta);
+            assert!((got - want).abs() < 1e-13, "beta {beta}: {got} vs {want}");
+            let same = hcl
+                .forward_with_negatives(tensor(&z1), tensor(&z2), tensor(&z1), tensor(&z2), beta)
+                .into_scalar();
+            let plain = hcl
+                .forward_with_beta(tensor(&z1), tensor(&z2), beta)
+                .into_scalar();
+            assert!(
+                (same - plain).abs() < 1e-15,
+                "beta {beta}: {same} vs {plain}"
+            );
+        }
+    }
 }

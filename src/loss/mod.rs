@@ -118,6 +118,50 @@ impl<B: Backend> TwoViewSimilarities<B> {
             diagonal: diagonal_mask(2 * batch, &device),
         }
     }
+
+    /// As [`TwoViewSimilarities::new`], with the negatives taken from another pair of batches
+    /// (e.g. the images hardened by PGD): entry `(i, k)` is the cosine similarity of anchor `i`
+    /// (of `[z1; z2]`) with candidate `k` of `[n1; n2]`, except at each anchor's positive, which
+    /// stays `s(zᵢ, z_{i±B})` between the clean views. The diagonal (an anchor against its own
+    /// image's candidate) is masked as before. With `n1 = z1`, `n2 = z2` this is
+    /// [`TwoViewSimilarities::new`] exactly.
+    pub(crate) fn with_negatives(
+        loss: &str,
+        z1: Tensor<B, 2>,
+        z2: Tensor<B, 2>,
+        n1: Tensor<B, 2>,
+        n2: Tensor<B, 2>,
+    ) -> Self {
+        assert_same_shape(loss, ("z1", z1.dims()), ("z2", z2.dims()));
+        assert_same_shape(loss, ("z1", z1.dims()), ("n1", n1.dims()));
+        assert_same_shape(loss, ("z1", z1.dims()), ("n2", n2.dims()));
+        assert_min_batch(loss, "z1", z1.dims(), 1);
+        let [batch, _] = z1.dims();
+        let n = 2 * batch;
+        let device = z1.device();
+        let z = l2_normalize(Tensor::cat(vec![z1, z2], 0));
+        let partner = Tensor::cat(
+            vec![
+                z.clone().narrow(0, batch, batch),
+                z.clone().narrow(0, 0, batch),
+            ],
+            0,
+        );
+        let positive = (z.clone() * partner).sum_dim(1);
+        let candidates = l2_normalize(Tensor::cat(vec![n1, n2], 0));
+        let index = positive_index(batch, &device);
+        let at_positive: Vec<bool> = (0..n * n).map(|e| e % n == (e / n + batch) % n).collect();
+        let at_positive =
+            Tensor::<B, 2, Bool>::from_data(TensorData::new(at_positive, [n, n]), &device);
+        let sim = z
+            .matmul(candidates.transpose())
+            .mask_where(at_positive, positive.repeat_dim(1, n));
+        Self {
+            sim,
+            positive_index: index,
+            diagonal: diagonal_mask(n, &device),
+        }
+    }
 }
 
 /// `[2B, 1]` column index of each anchor's positive in a two-view batch: `i + B` for the

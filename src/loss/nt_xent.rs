@@ -46,7 +46,28 @@ impl NtXentLoss {
     /// - `z1`, `z2`: `[B, D]`, row `i` of each being the two views of image `i`
     /// - output: `[1]`
     pub fn forward<B: Backend>(&self, z1: Tensor<B, 2>, z2: Tensor<B, 2>) -> Tensor<B, 1> {
-        let views = TwoViewSimilarities::new("NT-Xent", z1, z2);
+        self.loss(TwoViewSimilarities::new("NT-Xent", z1, z2))
+    }
+
+    /// NT-Xent whose negatives come from other batches (e.g. hardened by PGD): each anchor of
+    /// `[z1; z2]` keeps its clean positive, and its `2B − 2` negatives are the other images'
+    /// rows of `[n1; n2]`. Equal to [`NtXentLoss::forward`] when `n1 = z1` and `n2 = z2`.
+    ///
+    /// # Shapes
+    /// - `z1`, `z2`, `n1`, `n2`: `[B, D]`; output: `[1]`
+    pub fn forward_with_negatives<B: Backend>(
+        &self,
+        z1: Tensor<B, 2>,
+        z2: Tensor<B, 2>,
+        n1: Tensor<B, 2>,
+        n2: Tensor<B, 2>,
+    ) -> Tensor<B, 1> {
+        self.loss(TwoViewSimilarities::with_negatives(
+            "NT-Xent", z1, z2, n1, n2,
+        ))
+    }
+
+    fn loss<B: Backend>(&self, views: TwoViewSimilarities<B>) -> Tensor<B, 1> {
         let logits = (views.sim / self.temperature).mask_fill(views.diagonal, MASKED_LOGIT);
         cross_entropy_at(logits, views.positive_index)
     }

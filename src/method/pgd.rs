@@ -33,8 +33,9 @@
 //! hard-negative sampling has done its part, so the default starts without it: a 4-step schedule
 //! per epoch `(0, 1/3, 2/3, 1)`. MICO gives no values for S, a and ε; the defaults are Madry et
 //! al.'s CIFAR-10 training attack (S = 7, a = 2/255, ε = 8/255, in units of the `[0, 1]` pixel
-//! range). The attack works on images in `[0, 1]`: with normalised views, give it the
-//! unnormalised images and normalise inside the closure.
+//! range). The attack works on images in `[0, 1]`: with normalised views, set
+//! [`PgdConfig::normalize`] to the views' normalisation and call [`Pgd::attack_views`], which
+//! undoes it, attacks the pixels and applies it again (the closure sees normalised images).
 
 use burn::config::Config;
 use burn::module::AutodiffModule;
@@ -42,6 +43,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Distribution;
 
+use crate::augment::normalize::Normalize;
 use crate::curriculum::schedule::{Pace, Scheduler, SchedulerConfig};
 use crate::error::{non_negative, ConfigError};
 use crate::method::Progress;
@@ -67,6 +69,11 @@ pub struct PgdConfig {
     /// throughout. Default: `(0, 1/3, 2/3, 1)`, 4 steps per epoch pace.
     #[config(default = "Some(PgdConfig::default_schedule())")]
     pub schedule: Option<SchedulerConfig>,
+    /// The per-channel normalisation of the images [`Pgd::attack_views`] is given (the views'),
+    /// so that a, ε and the pixel range are in units of `[0, 1]` pixels; `None`: the images are
+    /// plain pixels.
+    #[config(default = "None")]
+    pub normalize: Option<Normalize>,
 }
 
 impl PgdConfig {
@@ -90,12 +97,17 @@ impl PgdConfig {
         if let Some(s) = &self.schedule {
             s.validate("pgd.schedule", 0.0, 1.0)?;
         }
+        if let Some(n) = &self.normalize {
+            n.validate_for(n.mean.len())
+                .map_err(|e| ConfigError::new("pgd.normalize", e.to_string()))?;
+        }
         Ok(Pgd {
             steps: self.steps,
             step_size: self.step_size,
             epsilon: self.epsilon,
             random_start: self.random_start,
             schedule: self.schedule.clone().map(Scheduler::from),
+            normalize: self.normalize.clone(),
         })
     }
 }
@@ -128,6 +140,7 @@ pub struct Pgd {
     epsilon: f64,
     random_start: bool,
     schedule: Option<Scheduler>,
+    normalize: Option<Normalize>,
 }
 
 impl Pgd {
@@ -163,6 +176,28 @@ impl Pgd {
         loss: impl FnMut(Tensor<B, 4>) -> Tensor<B, 1>,
     ) -> Tensor<B, 4> {
         pgd_attack(clean, self.at(progress), loss)
+    }
+
+    /// Hardens normalised views (normalised with [`PgdConfig::normalize`]): the normalisation is
+    /// undone, the pixels are attacked as [`Pgd::attack`] does, and the result is normalised
+    /// again; `loss` is given normalised images. Without a normalisation, [`Pgd::attack`].
+    ///
+    /// # Shapes
+    /// - `views`: `[N, C, H, W]`, C the normalisation's channel count; `loss` returns `[1]`.
+    pub fn attack_views<B: AutodiffBackend>(
+        &self,
+        views: Tensor<B, 4>,
+        progress: Progress,
+        mut loss: impl FnMut(Tensor<B, 4>) -> Tensor<B, 1>,
+    ) -> Tensor<B, 4> {
+        match &self.normalize {
+            None => self.attack(views, progress, loss),
+            Some(n) => {
+                let pixels = n.invert(views.detach());
+                let hard = self.attack(pixels, progress, |x| loss(n.apply(x)));
+                n.apply(hard)
+            }
+        }
     }
 }
 

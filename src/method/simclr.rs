@@ -2,6 +2,15 @@
 //! two-view contrastive loss between the views — NT-Xent by default, or one of its curriculum
 //! variants from `loss/` (HCL, curricular weighting, Huber-regularised NT-Xent).
 //!
+//! With [`SimClrConfig::pgd`], the negatives are hardened by PGD before the step (MICO §3.3
+//! eq. 4, <https://arxiv.org/abs/2301.06916>; see [`crate::method::pgd`]): the two views are
+//! attacked together so that the loss of the clean anchors against them rises, each anchor keeps
+//! its clean positive, and its negatives are the other images' hardened views
+//! ([`NtXentLoss::forward_with_negatives`], [`HclLoss::forward_with_negatives`]). The hardened
+//! views go through the network with gradients, so the step also learns to push them away. Cost:
+//! S attack passes (forward and backward on `2B` images, on a copy of the network) and one more
+//! forward and backward on `2B` images per step, while the attack is on.
+//!
 //! The math, the defaults, the paper followed and the worked values are in
 //! `docs/methods.md#simclr` (and `#nt-xent`, `#hcl`, `#curricular-weighting`,
 //! `#huber-regularised-nt-xent` for the losses).
@@ -13,6 +22,7 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 use serde::{Deserialize, Serialize};
 
+use super::pgd::{attack_copy, Pgd, PgdConfig};
 use super::{MethodOutput, Progress, SslMethod};
 use crate::error::ConfigError;
 use crate::head::{MlpHead, MlpHeadConfig};
@@ -46,6 +56,10 @@ pub struct SimClrConfig {
     /// The loss between the views (NT-Xent with τ = 0.5 as in SimCLR; 0.2 is common on CIFAR).
     #[config(default = "PairLossConfig::NtXent(NtXentLossConfig::new())")]
     pub loss: PairLossConfig,
+    /// PGD-hardened negatives (MICO §3.3 eq. 4), for the NT-Xent and HCL losses; `None` (the
+    /// default): off. Set its `normalize` to the views' normalisation.
+    #[config(default = "None")]
+    pub pgd: Option<PgdConfig>,
 }
 
 /// Backbone and projector, the trainable part of [`SimClr`].
@@ -84,12 +98,25 @@ impl SimClrConfig {
             PairLossConfig::Curricular(c) => PairLoss::Curricular(c.init(device)?),
             PairLossConfig::Huber(c) => PairLoss::Huber(c.init()?),
         };
+        let pgd = match &self.pgd {
+            None => None,
+            Some(c) => match loss {
+                PairLoss::NtXent(_) | PairLoss::Hcl(_) => Some(c.init()?),
+                _ => {
+                    return Err(ConfigError::new(
+                        "pgd",
+                        "hardens the negatives of the NT-Xent and HCL losses only",
+                    ))
+                }
+            },
+        };
         Ok(SimClr {
             online: SimClrNetwork {
                 backbone,
                 projector,
             },
             loss,
+            pgd,
         })
     }
 }
@@ -100,6 +127,12 @@ enum PairLoss<B: Backend> {
     Hcl(HclLoss),
     Curricular(CurricularLoss<B>),
     Huber(HuberNtXentLoss),
+}
+
+/// The first and second halves of a `[2B, D]` batch.
+fn halves<B: Backend>(x: Tensor<B, 2>) -> [Tensor<B, 2>; 2] {
+    let batch = x.dims()[0] / 2;
+    [x.clone().narrow(0, 0, batch), x.narrow(0, batch, batch)]
 }
 
 /// The checkpointed state of [`SimClr`]: the curricular loss's state when that loss is used
@@ -115,6 +148,7 @@ pub struct SimClrState {
 pub struct SimClr<B: Backend, M: Backbone<B>> {
     online: SimClrNetwork<B, M>,
     loss: PairLoss<B>,
+    pgd: Option<Pgd>,
 }
 
 impl<B: Backend, M: Backbone<B>> SimClr<B, M> {
@@ -124,6 +158,58 @@ impl<B: Backend, M: Backbone<B>> SimClr<B, M> {
             PairLoss::Curricular(loss) => Some(loss.t()),
             _ => None,
         }
+    }
+}
+
+impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SimClr<B, M>
+where
+    M::InnerModule: Backbone<B::InnerBackend>,
+{
+    /// The loss of the anchors `z1`, `z2` (clean positives) against negatives `n1`, `n2`, as the
+    /// method's loss defines it (NT-Xent, or HCL at the `β` of `progress`).
+    fn loss_against(
+        &self,
+        [z1, z2]: [Tensor<B, 2>; 2],
+        [n1, n2]: [Tensor<B, 2>; 2],
+        progress: Progress,
+    ) -> Tensor<B, 1> {
+        match &self.loss {
+            PairLoss::NtXent(loss) => loss.forward_with_negatives(z1, z2, n1, n2),
+            PairLoss::Hcl(loss) => {
+                loss.forward_with_negatives(z1, z2, n1, n2, loss.beta_at(progress))
+            }
+            _ => unreachable!("SimClrConfig::init refuses PGD with the other losses"),
+        }
+    }
+
+    /// PGD on the two views `clean` (`[2B, C, H, W]`, view1's then view2's, normalised): the
+    /// attack raises the loss of the `anchors` (detached) against the candidates' projections
+    /// through a copy of the network ([`attack_copy`]: no gradient reaches the weights, the
+    /// running statistics stay). Returns the hardened views, normalised, detached.
+    fn harden(
+        &self,
+        clean: Tensor<B, 4>,
+        anchors: [Tensor<B, 2>; 2],
+        progress: Progress,
+    ) -> Tensor<B, 4> {
+        let pgd = self.pgd.as_ref().expect("called with the attack on");
+        let copy = attack_copy(&self.online);
+        pgd.attack_views(clean, progress, |x| {
+            self.loss_against(anchors.clone(), halves(copy.project(x)), progress)
+        })
+    }
+
+    /// The projections of the hardened views ([`SimClr::harden`]) by the network itself, with
+    /// gradients: view1's and view2's.
+    fn hardened_negatives(
+        &self,
+        clean: Tensor<B, 4>,
+        z1: &Tensor<B, 2>,
+        z2: &Tensor<B, 2>,
+        progress: Progress,
+    ) -> [Tensor<B, 2>; 2] {
+        let anchors = [z1.clone().detach(), z2.clone().detach()];
+        halves(self.online.project(self.harden(clean, anchors, progress)))
     }
 }
 
@@ -177,20 +263,33 @@ where
         view2: Tensor<B, 4>,
         progress: Progress,
     ) -> MethodOutput<B> {
+        let clean = self
+            .pgd
+            .as_ref()
+            .filter(|pgd| pgd.at(progress).is_on())
+            .map(|_| Tensor::cat(vec![view1.clone(), view2.clone()], 0).detach());
         let z1 = self.online.project(view1);
         let z2 = self.online.project(view2);
         let embeddings = Some([z1.clone().detach(), z2.clone().detach()]);
+        let device = z1.device();
+        let scalar = |v: f64| Tensor::from_floats([v as f32], &device);
+        let mut stats = Vec::new();
+        if let Some(pgd) = &self.pgd {
+            stats.push(("pgd_strength", scalar(pgd.strength(progress))));
+        }
+        // The hardened negatives' projections, when the attack is on.
+        let negatives = clean.map(|clean| self.hardened_negatives(clean, &z1, &z2, progress));
         match &mut self.loss {
             PairLoss::NtXent(loss) => MethodOutput {
-                loss: loss.forward(z1, z2),
-                stats: Vec::new(),
+                loss: match negatives {
+                    None => loss.forward(z1, z2),
+                    Some([n1, n2]) => loss.forward_with_negatives(z1, z2, n1, n2),
+                },
+                stats,
                 embeddings,
             },
             PairLoss::Hcl(loss) => {
                 let beta = loss.beta_at(progress);
-                let device = z1.device();
-                let scalar = |v: f64| Tensor::from_floats([v as f32], &device);
-                let mut stats = Vec::new();
                 if loss.is_scheduled() {
                     stats.push(("hcl_beta", scalar(beta)));
                 }
@@ -198,21 +297,25 @@ where
                     stats.push(("hcl_k_minus_beta", scalar(exponent)));
                 }
                 MethodOutput {
-                    loss: loss.forward_with_beta(z1, z2, beta),
+                    loss: match negatives {
+                        None => loss.forward_with_beta(z1, z2, beta),
+                        Some([n1, n2]) => loss.forward_with_negatives(z1, z2, n1, n2, beta),
+                    },
                     stats,
                     embeddings,
                 }
             }
             PairLoss::Huber(loss) => MethodOutput {
                 loss: loss.forward(z1, z2),
-                stats: Vec::new(),
+                stats,
                 embeddings,
             },
             PairLoss::Curricular(loss) => {
                 let out = loss.forward(z1, z2);
+                stats.push(("curricular_t", out.t));
                 MethodOutput {
                     loss: out.loss,
-                    stats: vec![("curricular_t", out.t)],
+                    stats,
                     embeddings,
                 }
             }
@@ -220,4 +323,176 @@ where
     }
 
     fn after_step(&mut self, _: Progress) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::augment::normalize::Normalize;
+    use crate::loss::CurricularLossConfig;
+    use burn::backend::{Autodiff, NdArray};
+    use burn::nn::{Linear, LinearConfig};
+    use burn::tensor::activation::relu;
+
+    type Inner = NdArray<f64>;
+    type Ad = Autodiff<Inner>;
+
+    /// A small backbone: flatten, linear, ReLU.
+    #[derive(Module, Debug)]
+    struct Tiny<B: Backend> {
+        fc: Linear<B>,
+    }
+
+    impl<B: Backend> Backbone<B> for Tiny<B> {
+        fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+            let [n, c, h, w] = images.dims();
+            relu(self.fc.forward(images.reshape([n, c * h * w])))
+        }
+
+        fn feature_dim(&self) -> usize {
+            6
+        }
+    }
+
+    const MEAN: f64 = 0.4;
+    const STD: f64 = 0.25;
+
+    fn simclr(config: SimClrConfig) -> SimClr<Ad, Tiny<Ad>> {
+        let device = Default::default();
+        crate::method::init_method::<Ad, _, ConfigError>(&device, 11, |d| {
+            let tiny = Tiny {
+                fc: LinearConfig::new(16, 6).init(d),
+            };
+            config.with_hidden_dim(8).with_output_dim(4).init(tiny, d)
+        })
+        .unwrap()
+    }
+
+    fn pgd(schedule: Option<crate::curriculum::SchedulerConfig>) -> PgdConfig {
+        PgdConfig::new()
+            .with_steps(4)
+            .with_step_size(0.03)
+            .with_epsilon(0.06)
+            .with_schedule(schedule)
+            .with_normalize(Some(Normalize::new(&[MEAN], &[STD])))
+    }
+
+    /// Normalised views of `n` images with pixels in [0, 1] (some at the range's ends).
+    fn views(n: usize, salt: usize) -> Tensor<Ad, 4> {
+        let pixels: Vec<f64> = (0..n * 16)
+            .map(|i| ((i * 7 + salt * 13) % 23) as f64 / 22.0)
+            .collect();
+        let x = Tensor::from_data(TensorData::new(pixels, [n, 1, 4, 4]), &Default::default());
+        Normalize::new(&[MEAN], &[STD]).apply(x)
+    }
+
+    fn host<const D: usize>(x: Tensor<Inner, D>) -> Vec<f64> {
+        x.into_data().iter::<f64>().collect()
+    }
+
+    /// Every weight and running statistic of the network, as bytes.
+    fn parameters(m: &SimClr<Ad, Tiny<Ad>>) -> Vec<u8> {
+        use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+        BinBytesRecorder::<FullPrecisionSettings>::default()
+            .record(m.online.clone().into_record(), ())
+            .unwrap()
+    }
+
+    /// MICO eq. 4 in SimCLR: the hardened views raise the loss of the clean anchors against them
+    /// (NT-Xent and HCL), stay within ε of the clean pixels and inside [0, 1] (in pixel units,
+    /// through the normalisation), and the attack changes neither the weights nor the running
+    /// statistics of the network.
+    #[test]
+    fn pgd_hardens_the_negatives_within_the_ball_and_leaves_the_network_alone() {
+        let losses = [
+            PairLossConfig::NtXent(NtXentLossConfig::new()),
+            PairLossConfig::Hcl(HclLossConfig::new()),
+        ];
+        for loss in losses {
+            let method = simclr(
+                SimClrConfig::new()
+                    .with_loss(loss)
+                    .with_pgd(Some(pgd(None))),
+            );
+            let progress = Progress::default();
+            let (v1, v2) = (views(4, 1), views(4, 2));
+            let z1 = method.online.project(v1.clone()).detach();
+            let z2 = method.online.project(v2.clone()).detach();
+            let clean = Tensor::cat(vec![v1, v2], 0);
+            let before = parameters(&method);
+            let hard = method.harden(clean.clone(), [z1.clone(), z2.clone()], progress);
+            assert_eq!(parameters(&method), before, "the attack moved the network");
+            let copy = attack_copy(&method.online);
+            let loss_of = |x: Tensor<Ad, 4>| {
+                method
+                    .loss_against([z1.clone(), z2.clone()], halves(copy.project(x)), progress)
+                    .into_scalar()
+            };
+            let (clean_loss, hard_loss) = (loss_of(clean.clone()), loss_of(hard.clone()));
+            assert!(
+                hard_loss > clean_loss + 1e-4,
+                "clean {clean_loss}, hardened {hard_loss}"
+            );
+            let pixels = |x: Tensor<Ad, 4>| {
+                host(x.inner())
+                    .iter()
+                    .map(|v| v * STD + MEAN)
+                    .collect::<Vec<_>>()
+            };
+            let (c, h) = (pixels(clean), pixels(hard));
+            let moved = c
+                .iter()
+                .zip(&h)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f64::max);
+            assert!(moved <= 0.06 + 1e-6, "{moved}");
+            assert!(moved > 0.03, "the attack moved the pixels: {moved}");
+            assert!(h.iter().all(|v| (-1e-6..=1.0 + 1e-6).contains(v)), "{h:?}");
+        }
+    }
+
+    /// While the schedule keeps the attack off, SimCLR with PGD is SimCLR: the same loss, bit
+    /// for bit; once it is on, the loss differs and its strength is logged.
+    #[test]
+    fn pgd_off_is_plain_simclr_and_on_changes_the_loss() {
+        let at = |epoch| Progress {
+            step: epoch * 2,
+            total_steps: 8,
+            epoch,
+            total_epochs: 4,
+        };
+        let loss_at = |pgd: Option<PgdConfig>, progress| {
+            let mut m = simclr(SimClrConfig::new().with_pgd(pgd));
+            let out = m.forward(views(4, 1), views(4, 2), progress);
+            let stats: Vec<(String, f64)> = out
+                .stats
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone().into_scalar()))
+                .collect();
+            (out.loss.into_scalar(), stats)
+        };
+        let schedule = Some(PgdConfig::default_schedule());
+        let (plain, _) = loss_at(None, at(0));
+        let (off, stats) = loss_at(Some(pgd(schedule.clone())), at(0));
+        assert_eq!(plain.to_bits(), off.to_bits());
+        assert_eq!(stats, vec![("pgd_strength".to_string(), 0.0)]);
+        let (plain, _) = loss_at(None, at(3));
+        let (on, stats) = loss_at(Some(pgd(schedule)), at(3));
+        assert_ne!(plain, on);
+        assert_eq!(stats, vec![("pgd_strength".to_string(), 1.0)]);
+    }
+
+    #[test]
+    fn pgd_is_refused_with_a_loss_it_does_not_harden() {
+        let device = Default::default();
+        let tiny: Tiny<Ad> = Tiny {
+            fc: LinearConfig::new(16, 6).init(&device),
+        };
+        let err = SimClrConfig::new()
+            .with_loss(PairLossConfig::Curricular(CurricularLossConfig::new()))
+            .with_pgd(Some(PgdConfig::new()))
+            .init(tiny, &device)
+            .unwrap_err();
+        assert_eq!(err.field, "pgd");
+    }
 }

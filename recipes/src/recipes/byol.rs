@@ -32,6 +32,7 @@ pub fn defaults() -> Defaults {
         strength: None,
         pair_loss: None,
         curation: None,
+        pgd: None,
     }
 }
 

@@ -19,6 +19,7 @@ use curriculum_ssl::eval::{KnnMonitor, KnnResult};
 use curriculum_ssl::loss::{
     CurricularLossConfig, HclLossConfig, HuberNtXentLossConfig, NtXentLossConfig,
 };
+use curriculum_ssl::method::pgd::PgdConfig;
 use curriculum_ssl::method::{init_method, MoCo, MoCoConfig, PairLossConfig, SslMethod};
 use curriculum_ssl::train::{StartMode, TrainConfig, Trainer};
 use curriculum_ssl_models::{
@@ -424,6 +425,10 @@ pub struct RecipeArgs {
     /// a warning (3 when not given).
     #[arg(long)]
     pub curation_retries: Option<usize>,
+    /// PGD recipes (simclr_pgd, hcl_pgd): ascent steps of the attack on the negatives (Madry et
+    /// al.'s 7 when not given; each costs a forward and backward pass on both views).
+    #[arg(long)]
+    pub pgd_steps: Option<usize>,
 }
 
 /// The two-view losses of the SimCLR family.
@@ -713,6 +718,9 @@ pub struct Defaults {
     /// Fréchet batch curation, if the recipe curates its batches (`--curation-warmup` and
     /// `--curation-retries` may change it).
     pub curation: Option<FrechetCurationConfig>,
+    /// PGD-hardened negatives, if the recipe uses them (`--pgd-steps` may change the steps;
+    /// the normalisation is set to the views').
+    pub pgd: Option<PgdConfig>,
 }
 
 impl Defaults {
@@ -742,6 +750,8 @@ pub struct Prepared {
     pub pair_loss: Option<PairLossConfig>,
     /// Fréchet batch curation, if the recipe curates its batches.
     pub curation: Option<FrechetCurationConfig>,
+    /// PGD-hardened negatives, if the recipe uses them, with the views' normalisation.
+    pub pgd: Option<PgdConfig>,
 }
 
 /// Parses and checks the options, loads the data and builds the pipeline.
@@ -813,6 +823,32 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         h.hard_positive_k = Some(k);
     }
     let curation = curation(&args, defaults.curation, defaults.recipe, settings.epochs)?;
+    let mut pgd = defaults.pgd;
+    if let Some(steps) = args.pgd_steps {
+        let Some(p) = pgd.as_mut() else {
+            return Err(usage(format!(
+                "--pgd-steps: recipe `{}` does not harden its negatives (simclr_pgd and hcl_pgd \
+                 do)",
+                defaults.recipe
+            )));
+        };
+        if !(1..=100).contains(&steps) {
+            return Err(usage(format!("--pgd-steps {steps}: must lie in [1, 100]")));
+        }
+        p.steps = steps;
+    }
+    if pgd.is_some()
+        && !matches!(
+            pair_loss,
+            Some(PairLossConfig::NtXent(_)) | Some(PairLossConfig::Hcl(_))
+        )
+    {
+        return Err(usage(format!(
+            "--loss: recipe `{}` hardens the negatives of NT-Xent and HCL only (--loss nt-xent \
+             or hcl)",
+            defaults.recipe
+        )));
+    }
     let device = Device::default();
     let data = settings.source.load()?;
     let channels = data.train.image_shape().2;
@@ -824,6 +860,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     let mut pipeline = pipeline(defaults.preset, &data, settings.seed);
     pipeline.mixup_curriculum = mixup;
     pipeline.strength_curriculum = strength;
+    let pgd = pgd.map(|p| p.with_normalize(pipeline.view1.normalize.clone()));
     Ok(Prepared {
         args,
         settings,
@@ -832,6 +869,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         pipeline,
         pair_loss,
         curation,
+        pgd,
     })
 }
 

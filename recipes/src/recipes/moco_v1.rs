@@ -42,6 +42,7 @@ pub fn defaults() -> Defaults {
         strength: None,
         pair_loss: None,
         curation: None,
+        pgd: None,
     }
 }
 
@@ -63,6 +64,7 @@ pub fn strength_curriculum(args: &[String]) -> Result<()> {
         }),
         pair_loss: None,
         curation: None,
+        pgd: None,
         ..defaults()
     };
     train(common::prepare(args, defaults)?)

@@ -34,6 +34,7 @@ pub fn defaults() -> Defaults {
         strength: None,
         pair_loss: None,
         curation: None,
+        pgd: None,
     }
 }
 

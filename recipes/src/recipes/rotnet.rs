@@ -46,6 +46,7 @@ pub fn defaults(recipe: &'static str) -> Defaults {
         strength: None,
         pair_loss: None,
         curation: None,
+        pgd: None,
     }
 }
 

@@ -14,6 +14,7 @@ use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::curation::FrechetCurationConfig;
 use curriculum_ssl::curriculum::{Pace, SchedulerConfig};
 use curriculum_ssl::loss::HclLossConfig;
+use curriculum_ssl::method::pgd::PgdConfig;
 use curriculum_ssl::method::{PairLossConfig, SimClrConfig};
 use curriculum_ssl::optim::SgdConfig;
 
@@ -32,6 +33,7 @@ pub fn defaults() -> Defaults {
         strength: None,
         pair_loss: Some(LossChoice::NtXent.config()),
         curation: None,
+        pgd: None,
     }
 }
 
@@ -47,7 +49,9 @@ pub fn train(recipe: Prepared) -> Result<()> {
         .pair_loss
         .clone()
         .expect("a SimCLR-family recipe's defaults carry its loss");
-    let config = SimClrConfig::new().with_loss(loss);
+    let config = SimClrConfig::new()
+        .with_loss(loss)
+        .with_pgd(recipe.pgd.clone());
     let method = recipe.init(|d| config.init(recipe.backbone_config().init(d), d))?;
     let optimizer = SgdConfig::new().init::<Train, _>()?;
     recipe.train(method, &config, optimizer)
@@ -119,6 +123,33 @@ pub fn bad_batches(args: &[String]) -> Result<()> {
         recipe: "bad_batches",
         pair_loss: Some(LossChoice::Huber.config()),
         curation: Some(FrechetCurationConfig::new()),
+        ..defaults()
+    };
+    train(common::prepare(args, defaults)?)
+}
+
+/// `simclr_pgd`: SimCLR (NT-Xent) with PGD-hardened negatives (MICO, Fang 2023,
+/// <https://arxiv.org/abs/2301.06916>, §3.3 eq. 4): before each step, S = 7 ascent steps of size
+/// a = 2/255 within ε = 8/255 of the clean pixels (Madry et al. 2018's training attack; MICO gives
+/// no values) make the other images' views harder negatives, each anchor keeping its clean
+/// positive; the attack's strength follows `(0, 1/3, 2/3, 1)` over the quarters of the run (off
+/// at first, as MICO suggests). `pgd_strength` is a column of steps.csv.
+pub fn simclr_pgd(args: &[String]) -> Result<()> {
+    let defaults = Defaults {
+        recipe: "simclr_pgd",
+        pgd: Some(PgdConfig::new()),
+        ..defaults()
+    };
+    train(common::prepare(args, defaults)?)
+}
+
+/// `hcl_pgd`: as `hcl` (β = 1, τ⁺ = 0.1, τ = 0.5), with the negatives hardened by PGD as in
+/// `simclr_pgd`: MICO's "first hard negative sampling with a moderate β, then PGD".
+pub fn hcl_pgd(args: &[String]) -> Result<()> {
+    let defaults = Defaults {
+        recipe: "hcl_pgd",
+        pair_loss: Some(LossChoice::Hcl.config()),
+        pgd: Some(PgdConfig::new()),
         ..defaults()
     };
     train(common::prepare(args, defaults)?)
