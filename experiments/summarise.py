@@ -50,6 +50,8 @@ def main(out):
     for recipe, by_seed in runs.items():
         for metric, name in [("probe", "linear top-1"), ("knn", "kNN top-1")]:
             vals = [by_seed.get(s, {}).get(metric) for s in seeds]
+            if all(v is None for v in vals):
+                continue
             cells = " | ".join("–" if v is None else f"{v:.2f}" for v in vals)
             print(f"| `{recipe}` | {name} | {cells} | {spread(vals)} |")
     print()
