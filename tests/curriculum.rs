@@ -13,7 +13,7 @@ use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::train::{StartMode, TrainConfig, Trainer};
-use curriculum_ssl_models::{LeNet, LeNetConfig};
+use curriculum_ssl_models::{Backbone, LeNet, LeNetConfig};
 
 type Ad = Autodiff<Flex>;
 type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
@@ -613,4 +613,538 @@ fn batch_curation_redraws_batches_above_the_threshold_and_resumes_exactly() {
     t.fit().unwrap();
     assert_eq!(rows_without_speed(&resumed), rows);
     assert_eq!(t.curation().unwrap().state(), &state);
+}
+
+// MICO's crop-and-rotate in the loop: the object boxes, when they are computed, how they reach
+// the method, what the method rotates, and exact resume.
+
+use curriculum_ssl::augment::rotate::rot90;
+use curriculum_ssl::curriculum::rotation::{
+    box_in_view, boxes_from_heatmap, channel_mean, CropBox, ObjectBoxes, RotationCurriculumConfig,
+    DEFAULT_BOX_THRESHOLD,
+};
+use curriculum_ssl::method::rotnet::{RotNet, RotNetConfig, RotNetNetwork, RotationMode};
+use curriculum_ssl::train::CurriculumStates;
+
+type Inner = Flex;
+
+/// What a crop-and-rotate step received and rotated.
+struct CropStep {
+    step: usize,
+    /// The two views, `[N, 1, 28, 28]` each.
+    views: [Tensor<Inner, 4>; 2],
+    /// The boxes handed over before the forward (view1's, then view2's).
+    boxes: Vec<CropBox>,
+    /// The method's rotated batch for those views and boxes, and its labels.
+    rotated: Tensor<Inner, 4>,
+    labels: Vec<usize>,
+}
+
+type CropSeen = Arc<Mutex<Vec<CropStep>>>;
+
+/// RotNet in crop-and-rotate mode, recording each step's views, boxes and rotated batch.
+struct CropSpy<M: Backbone<Ad>> {
+    inner: RotNet<Ad, M>,
+    boxes: Option<Vec<CropBox>>,
+    seen: CropSeen,
+}
+
+impl<M> SslMethod<Ad> for CropSpy<M>
+where
+    M: Backbone<Ad> + burn::module::AutodiffModule<Ad>,
+    M::InnerModule: Backbone<Inner>,
+{
+    type Online = RotNetNetwork<Ad, M>;
+    type Backbone = M;
+    type State = ();
+    fn online(&self) -> &Self::Online {
+        self.inner.online()
+    }
+    fn backbone(&self) -> &M {
+        self.inner.backbone()
+    }
+    fn state(&self) {}
+    fn load_state(&mut self, s: ()) -> Result<(), curriculum_ssl::ConfigError> {
+        self.inner.load_state(s)
+    }
+    fn set_online(&mut self, online: Self::Online) {
+        self.inner.set_online(online)
+    }
+    fn forward(&mut self, v1: Tensor<Ad, 4>, v2: Tensor<Ad, 4>, p: Progress) -> MethodOutput<Ad> {
+        let boxes = self.boxes.take().expect("boxes before every forward");
+        let batch = self
+            .inner
+            .rotation_batch(v1.clone(), v2.clone(), p, Some(&boxes));
+        self.seen.lock().unwrap().push(CropStep {
+            step: p.step,
+            views: [v1.clone().inner(), v2.clone().inner()],
+            boxes: boxes.clone(),
+            rotated: batch.images.inner(),
+            labels: batch.labels,
+        });
+        self.inner.forward(v1, v2, p)
+    }
+    fn after_step(&mut self, p: Progress) {
+        self.inner.after_step(p)
+    }
+    fn uses_object_boxes(&self) -> bool {
+        self.inner.uses_object_boxes()
+    }
+    fn set_object_boxes(&mut self, boxes: Vec<CropBox>) {
+        self.boxes = Some(boxes.clone());
+        self.inner.set_object_boxes(boxes);
+    }
+}
+
+type CropTrainer<M> = Trainer<
+    Ad,
+    CropSpy<M>,
+    burn::optim::adaptor::OptimizerAdaptor<
+        curriculum_ssl::optim::sgd::Sgd,
+        RotNetNetwork<Ad, M>,
+        Ad,
+    >,
+    ImageArray,
+>;
+
+fn crop_rotnet<M>(
+    curriculum: RotationCurriculumConfig,
+    backbone: impl FnOnce(&Dev) -> M,
+) -> RotNet<Ad, M>
+where
+    M: Backbone<Ad> + burn::module::AutodiffModule<Ad>,
+    M::InnerModule: Backbone<Inner>,
+{
+    init(|d| {
+        RotNetConfig::new()
+            .with_mode(RotationMode::CropAndRotate)
+            .with_curriculum(curriculum)
+            .with_seed(6)
+            .init(backbone(d), d)
+    })
+}
+
+/// A backbone whose heat map peaks on the brightest part of each image: its feature map is
+/// `exp(6·x̄)` of the image average-pooled 4×4 (`x̄`), so only the cells within about 0.4 of the
+/// brightest pass ContrastiveCrop's 10 % threshold; its features are a linear map of `x̄`.
+#[derive(Module, Debug)]
+struct Glimpse<B: Backend> {
+    fc: burn::nn::Linear<B>,
+}
+
+impl<B: Backend> Glimpse<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            fc: burn::nn::LinearConfig::new(49, 8).init(device),
+        }
+    }
+
+    fn map(images: Tensor<B, 4>) -> Tensor<B, 4> {
+        burn::tensor::module::avg_pool2d(images, [4, 4], [4, 4], [0, 0], true, false)
+    }
+}
+
+impl<B: Backend> Backbone<B> for Glimpse<B> {
+    fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        let map = Self::map(images);
+        let [n, c, h, w] = map.dims();
+        burn::tensor::activation::relu(self.fc.forward(map.reshape([n, c * h * w])))
+    }
+    fn feature_dim(&self) -> usize {
+        8
+    }
+    fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+        Some(Self::map(images).mul_scalar(6.0).exp())
+    }
+}
+
+/// A crop-and-rotate run of `epochs` epochs of 4 steps (64 embedded images, batch 16),
+/// checkpointed every epoch, on a LeNet.
+fn crop_trainer(
+    dir: &Path,
+    mode: StartMode,
+    epochs: usize,
+    curriculum: RotationCurriculumConfig,
+    seen: &CropSeen,
+) -> CropTrainer<LeNet<Ad>> {
+    crop_trainer_with(dir, mode, epochs, crop_rotnet(curriculum, lenet), seen)
+}
+
+fn crop_trainer_with<M>(
+    dir: &Path,
+    mode: StartMode,
+    epochs: usize,
+    rotnet: RotNet<Ad, M>,
+    seen: &CropSeen,
+) -> CropTrainer<M>
+where
+    M: Backbone<Ad> + burn::module::AutodiffModule<Ad>,
+    M::InnerModule: Backbone<Inner>,
+{
+    let spy = CropSpy {
+        inner: rotnet,
+        boxes: None,
+        seen: seen.clone(),
+    };
+    Trainer::builder(
+        spy,
+        SgdConfig::new().with_momentum(0.9).init::<Ad, _>().unwrap(),
+        pipeline(None).init(1).unwrap(),
+        loader(),
+    )
+    .config(
+        TrainConfig::new()
+            .with_epochs(epochs)
+            .with_lr(0.05)
+            .with_checkpoint_every(1)
+            .with_knn_every(0)
+            .with_progress_bar(false),
+    )
+    .run_dir(dir)
+    .start(mode)
+    .build(&Dev::default())
+    .unwrap()
+}
+
+fn curricula(dir: &Path, epoch: usize) -> CurriculumStates {
+    let path = dir.join(format!("checkpoints/epoch-{epoch:04}/curricula.json"));
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// The boxes in use during the epoch before checkpoint `epoch`.
+fn boxes_at(dir: &Path, epoch: usize) -> ObjectBoxes {
+    curricula(dir, epoch)
+        .object_boxes
+        .expect("a crop-and-rotate checkpoint holds its boxes")
+}
+
+/// The boxes of the 64 training images computed here, independently of the trainer: all at
+/// once (not in the loader's batches), from LeNet's feature map of the images normalised as
+/// view1 is.
+fn independent_boxes(backbone: &LeNet<Inner>) -> Vec<CropBox> {
+    use curriculum_ssl::data::Dataset;
+    let data = data();
+    let (h, w, c) = data.image_shape();
+    let pixels: Vec<f32> = data
+        .all_pixels()
+        .iter()
+        .map(|&p| p as f32 / 255.0)
+        .collect();
+    let x = Tensor::<Inner, 4>::from_data(
+        TensorData::new(pixels, [data.len(), h, w, c]),
+        &Default::default(),
+    )
+    .permute([0, 3, 1, 2]);
+    let x = pipeline(None).view1.normalize.unwrap().apply(x);
+    let map = backbone.forward_map(x);
+    boxes_from_heatmap(channel_mean(map), [h, w], DEFAULT_BOX_THRESHOLD)
+}
+
+/// The backbone of a checkpoint, in inference mode.
+fn checkpoint_backbone(dir: &Path, epoch: usize) -> LeNet<Inner> {
+    use burn::module::AutodiffModule;
+    let path = dir.join(format!("checkpoints/epoch-{epoch:04}"));
+    let blank = lenet(&Dev::default());
+    curriculum_ssl::train::load_backbone::<Ad, _>(&path, blank, &Dev::default())
+        .unwrap()
+        .valid()
+}
+
+fn host4(x: Tensor<Inner, 4>) -> Vec<f32> {
+    x.into_data().to_vec().unwrap()
+}
+
+/// Crop-and-rotate in the training loop, all four angles from the start: before every forward
+/// the method gets each image's box (the stored box of its dataset index mapped through each
+/// view's crop and flip, recomputed here from the augmenter's geometry), and the batch it trains
+/// on is each view rotated inside the square around its box and untouched outside it. (On
+/// [`Glimpse`], whose heat maps outline the garments: an untrained LeNet's boxes cover nearly
+/// the whole image.)
+#[test]
+fn crop_and_rotate_rotates_each_image_only_inside_its_boxs_square() {
+    let seen: CropSeen = Arc::default();
+    let dir = run_dir("crop-rotate-pixels");
+    let rotnet = crop_rotnet(RotationCurriculumConfig::all_angles(), Glimpse::new);
+    let mut t = crop_trainer_with(&dir, StartMode::Fresh, 2, rotnet, &seen);
+    t.fit().unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 8);
+    let augmenter = pipeline(None).init(1).unwrap();
+    let (mut partial, mut turned) = (0, 0);
+    for s in seen.iter() {
+        let epoch = s.step / 4;
+        // The boxes of the step's images, mapped into its views here.
+        let stored = boxes_at(&dir, epoch + 1);
+        assert_eq!(stored.epoch, epoch, "two epochs: boxes at epochs 0 and 1");
+        let batch = loader()
+            .epoch(epoch as u64)
+            .nth(s.step % 4)
+            .unwrap()
+            .unwrap();
+        let images = batch.to_device::<Inner>(&Default::default()).images;
+        let views = augmenter.two_views_at(
+            images,
+            Progress {
+                step: s.step,
+                total_steps: 8,
+                epoch,
+                total_epochs: 2,
+            },
+        );
+        let expected: Vec<CropBox> = views
+            .geometry
+            .iter()
+            .flat_map(|g| {
+                batch
+                    .indices
+                    .iter()
+                    .zip(g)
+                    .map(|(&i, g)| box_in_view(&stored.boxes[i], g))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(s.boxes, expected, "step {}", s.step);
+        // What the method rotated.
+        let both = Tensor::cat(vec![s.views[0].clone(), s.views[1].clone()], 0);
+        let before = host4(both.clone());
+        let after = host4(s.rotated.clone());
+        for (n, (b, &k)) in s.boxes.iter().zip(&s.labels).enumerate() {
+            let sq = b.square_in([28, 28]);
+            let (t0, l0, side) = (sq.top, sq.left, sq.height);
+            for i in 0..28 {
+                for j in 0..28 {
+                    let inside = (t0..t0 + side).contains(&i) && (l0..l0 + side).contains(&j);
+                    let at = (n * 28 + i) * 28 + j;
+                    if !inside {
+                        assert_eq!(
+                            after[at], before[at],
+                            "step {} image {n} ({i}, {j})",
+                            s.step
+                        );
+                    }
+                }
+            }
+            let crop = both
+                .clone()
+                .slice([n..n + 1, 0..1, t0..t0 + side, l0..l0 + side]);
+            let got = s
+                .rotated
+                .clone()
+                .slice([n..n + 1, 0..1, t0..t0 + side, l0..l0 + side]);
+            assert_eq!(
+                host4(got),
+                host4(rot90(crop, k)),
+                "step {} image {n}",
+                s.step
+            );
+            partial += usize::from(side < 28);
+            turned += usize::from(k != 0 && side > 1);
+        }
+    }
+    // Not vacuous: some squares leave part of the view outside, and some are really turned.
+    assert!(partial > 50, "{partial} partial squares of 256");
+    assert!(turned > 50, "{turned} rotated squares of 256");
+}
+
+/// A 6-epoch run computes the boxes at the start of epochs 0, 1, 3 and 4 (each quarter), from
+/// the backbone as it is then (checked against boxes computed here from the checkpoint before),
+/// keeps them in every checkpoint with the epoch they were computed at, and times each
+/// computation in epochs.csv. Stopped after 2 epochs and resumed, it trains epoch 2 with the
+/// boxes of epoch 1 from the checkpoint (no recomputation) and writes the same rows.
+#[test]
+fn boxes_are_recomputed_each_quarter_and_kept_in_checkpoints() {
+    let seen: CropSeen = Arc::default();
+    let dir = run_dir("crop-rotate-quarters");
+    let mut t = crop_trainer(
+        &dir,
+        StartMode::Fresh,
+        6,
+        RotationCurriculumConfig::new(),
+        &seen,
+    );
+    t.fit().unwrap();
+    let computed_at: Vec<usize> = (1..=6).map(|e| boxes_at(&dir, e).epoch).collect();
+    assert_eq!(computed_at, [0, 1, 1, 3, 4, 4]);
+    assert_eq!(t.object_boxes(), Some(&boxes_at(&dir, 6)));
+    // Each computation is the boxes of the backbone at the start of its epoch.
+    let initial = {
+        use burn::module::AutodiffModule;
+        crop_rotnet(RotationCurriculumConfig::new(), lenet)
+            .backbone()
+            .valid()
+    };
+    let first = boxes_at(&dir, 1);
+    assert_eq!(first.image_size, [28, 28]);
+    assert_eq!(first.boxes, independent_boxes(&initial));
+    // The trained network's heat maps narrow down (the untrained one's cover the images).
+    assert!(
+        boxes_at(&dir, 5)
+            .boxes
+            .iter()
+            .filter(|b| **b != CropBox::whole([28, 28]))
+            .count()
+            > 5,
+        "some boxes are smaller than the image"
+    );
+    for q in [1, 3, 4] {
+        let boxes = boxes_at(&dir, q + 1);
+        assert_eq!(
+            boxes.boxes,
+            independent_boxes(&checkpoint_backbone(&dir, q)),
+            "epoch {q}"
+        );
+    }
+    assert_ne!(
+        first.boxes,
+        boxes_at(&dir, 5).boxes,
+        "training moves the boxes"
+    );
+    // Timed in epochs.csv: seconds in the epochs that computed, 0 in the others.
+    let epochs: Vec<String> = std::fs::read_to_string(dir.join("epochs.csv"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let seconds: Vec<f64> = column(&epochs, "box_seconds")
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    for (e, s) in seconds.iter().enumerate() {
+        assert_eq!(*s > 0.0, [0, 1, 3, 4].contains(&e), "epoch {e}: {s}");
+    }
+    // Resumed after 2 epochs: the boxes of epoch 1 come from the checkpoint.
+    let resumed = run_dir("crop-rotate-quarters-resumed");
+    crop_trainer(
+        &resumed,
+        StartMode::Fresh,
+        6,
+        RotationCurriculumConfig::new(),
+        &Arc::default(),
+    )
+    .fit_epochs(2)
+    .unwrap();
+    let mut r = crop_trainer(
+        &resumed,
+        StartMode::Resume,
+        6,
+        RotationCurriculumConfig::new(),
+        &Arc::default(),
+    );
+    assert_eq!(r.object_boxes(), Some(&boxes_at(&dir, 2)));
+    r.fit().unwrap();
+    assert_eq!(rows_without_speed(&resumed), rows_without_speed(&dir));
+    let resumed_epochs: Vec<String> = std::fs::read_to_string(resumed.join("epochs.csv"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(column(&resumed_epochs, "box_seconds")[2], "0");
+    for e in 1..=6 {
+        assert_eq!(boxes_at(&resumed, e), boxes_at(&dir, e), "checkpoint {e}");
+    }
+}
+
+/// The brief's resume check: 4 epochs straight, and 2 epochs + resume + 2 epochs, give the
+/// same steps.csv rows (but the speed) and the same boxes in every checkpoint.
+#[test]
+fn a_crop_and_rotate_run_resumes_exactly() {
+    let straight = run_dir("crop-rotate-straight");
+    let curriculum = RotationCurriculumConfig::new;
+    crop_trainer(
+        &straight,
+        StartMode::Fresh,
+        4,
+        curriculum(),
+        &Arc::default(),
+    )
+    .fit()
+    .unwrap();
+    let resumed = run_dir("crop-rotate-resumed");
+    crop_trainer(&resumed, StartMode::Fresh, 4, curriculum(), &Arc::default())
+        .fit_epochs(2)
+        .unwrap();
+    let mut t = crop_trainer(
+        &resumed,
+        StartMode::Resume,
+        4,
+        curriculum(),
+        &Arc::default(),
+    );
+    assert_eq!(t.epoch(), 2);
+    t.fit().unwrap();
+    let rows = rows_without_speed(&straight);
+    assert_eq!(rows.len(), 17);
+    assert!(rows[0].ends_with("rotation_angles"), "{}", rows[0]);
+    assert_eq!(rows_without_speed(&resumed), rows);
+    for e in 1..=4 {
+        let boxes = boxes_at(&straight, e);
+        assert_eq!(boxes.epoch, e - 1);
+        assert_eq!(boxes_at(&resumed, e), boxes, "checkpoint {e}");
+    }
+}
+
+/// A backbone without a feature map cannot run crop-and-rotate: the trainer refuses it before
+/// any step, with an error naming the backbone, not a panic; other methods never ask for one.
+#[test]
+fn crop_and_rotate_needs_a_backbone_with_a_feature_map() {
+    use burn::nn::{Linear, LinearConfig};
+    /// A user's backbone that implements only the required methods.
+    #[derive(Module, Debug)]
+    struct Flat<B: Backend> {
+        fc: Linear<B>,
+    }
+    impl<B: Backend> Backbone<B> for Flat<B> {
+        fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+            let [n, c, h, w] = images.dims();
+            self.fc.forward(images.reshape([n, c * h * w]))
+        }
+        fn feature_dim(&self) -> usize {
+            8
+        }
+    }
+    let build = |mode: RotationMode| {
+        let method = init(|d| {
+            RotNetConfig::new().with_mode(mode).init(
+                Flat {
+                    fc: LinearConfig::new(28 * 28, 8).init(d),
+                },
+                d,
+            )
+        });
+        Trainer::builder(
+            method,
+            SgdConfig::new().init::<Ad, _>().unwrap(),
+            pipeline(None).init(1).unwrap(),
+            loader(),
+        )
+        .config(
+            TrainConfig::new()
+                .with_epochs(1)
+                .with_knn_every(0)
+                .with_progress_bar(false),
+        )
+        .run_dir(run_dir(&format!("crop-rotate-flat-{mode:?}")))
+        .build(&Dev::default())
+    };
+    let err = match build(RotationMode::CropAndRotate) {
+        Ok(_) => panic!("a backbone without a feature map was accepted"),
+        Err(e) => e,
+    };
+    assert!(err.is_input_error());
+    let text = err.to_string();
+    assert!(
+        text.contains("backbone") && text.contains("forward_feature_map"),
+        "{text}"
+    );
+    // Plain rotation trains with it.
+    build(RotationMode::Rotate).unwrap().fit().unwrap();
+}
+
+/// A curricula.json of checkpoint layout 3 (before the boxes) reads as a state without boxes.
+#[test]
+fn curriculum_states_of_layout_3_read_without_boxes() {
+    let v3 = r#"{"augmenter": {"auto_augment": null}, "curation": null}"#;
+    let states: CurriculumStates = serde_json::from_str(v3).unwrap();
+    assert_eq!(states.object_boxes, None);
+    assert_eq!(states, CurriculumStates::default());
 }

@@ -50,6 +50,22 @@ impl<B: Backend> Backbone<B> for AnyBackbone<B> {
             Self::LeNet(m) => m.feature_dim(),
         }
     }
+
+    /// The variant's own feature map (every model of the crate has one).
+    ///
+    /// # Shapes
+    /// - input: `[batch, channels, height, width]`
+    /// - output: `[batch, map_channels, map_height, map_width]`
+    fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+        match self {
+            Self::ResNet(m) => m.forward_feature_map(images),
+            Self::WideResNet(m) => m.forward_feature_map(images),
+            Self::EfficientNet(m) => m.forward_feature_map(images),
+            Self::MobileNetV3(m) => m.forward_feature_map(images),
+            Self::Vgg(m) => m.forward_feature_map(images),
+            Self::LeNet(m) => m.forward_feature_map(images),
+        }
+    }
 }
 
 impl<B: Backend> AnyBackbone<B> {
@@ -109,7 +125,7 @@ impl AnyBackboneConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::NdArray;
+    use burn::backend::{Flex, NdArray};
 
     /// Every variant forwards to its model: the same features as the model itself.
     #[test]
@@ -126,5 +142,72 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(any.feature_dim(), inner.feature_dim());
         assert_eq!(any.feature_dim(), 84);
+    }
+
+    fn input(shape: [usize; 4]) -> Tensor<Flex, 4> {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919) % 257) as f32 / 128.0 - 1.0)
+            .collect();
+        Tensor::from_data(TensorData::new(v, shape), &Default::default())
+    }
+
+    /// Every variant returns its last spatial map, of the documented shape, and its pooled
+    /// features are exactly that map's global average (LeNet: its fully connected layers read
+    /// that map through the 5×5 pool, the identity at 28×28). On Flex, whose kernels give the
+    /// same bits on every call (NdArray's threaded convolutions do not, so two forward passes
+    /// there may differ in the last bits).
+    #[test]
+    fn every_variant_has_a_feature_map_that_its_features_pool() {
+        use crate::layers::global_avg_pool;
+        use crate::{BlockKind, Stem};
+        let device = Default::default();
+        let cases: Vec<(AnyBackboneConfig, [usize; 4], [usize; 4])> = vec![
+            (
+                AnyBackboneConfig::ResNet(
+                    ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
+                        .with_base_width(4)
+                        .with_stem(Stem::Cifar),
+                ),
+                [2, 3, 32, 32],
+                [2, 32, 4, 4],
+            ),
+            (
+                AnyBackboneConfig::WideResNet(WideResNetConfig::new(10, 1)),
+                [2, 3, 12, 12],
+                [2, 64, 3, 3],
+            ),
+            (
+                AnyBackboneConfig::EfficientNet(EfficientNetConfig::b0()),
+                [2, 3, 64, 64],
+                [2, 1280, 2, 2],
+            ),
+            (
+                AnyBackboneConfig::MobileNetV3(MobileNetV3Config::small()),
+                [2, 3, 64, 64],
+                [2, 576, 2, 2],
+            ),
+            (
+                AnyBackboneConfig::Vgg(VggConfig::new(vec![8, 0, 16, 0])),
+                [2, 3, 16, 16],
+                [2, 16, 4, 4],
+            ),
+        ];
+        for (config, shape, map_shape) in cases {
+            let model = config.init::<Flex>(&device);
+            let x = input(shape);
+            let map = model
+                .forward_feature_map(x.clone())
+                .expect("every model of the crate has a feature map");
+            assert_eq!(map.dims(), map_shape, "{config:?}");
+            let pooled: Vec<f32> = global_avg_pool(map).into_data().to_vec().unwrap();
+            let features: Vec<f32> = model.forward_features(x).into_data().to_vec().unwrap();
+            assert_eq!(pooled.len(), shape[0] * model.feature_dim());
+            // Exactly: the features are computed from the same map by the same pooling.
+            assert_eq!(pooled, features, "{config:?}");
+        }
+        let lenet = AnyBackboneConfig::LeNet(LeNetConfig::lenet5()).init::<Flex>(&device);
+        let map = lenet.forward_feature_map(input([2, 1, 28, 28])).unwrap();
+        assert_eq!(map.dims(), [2, 16, 5, 5]);
     }
 }

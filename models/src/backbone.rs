@@ -6,7 +6,8 @@ use burn::prelude::*;
 /// A network that turns a batch of images into one pooled feature vector per image.
 ///
 /// Every model of this crate implements it, and so can a user's own network: the frameworks of
-/// `curriculum-ssl` only need these two methods. The classifier head, when there is one, is kept
+/// `curriculum-ssl` only need [`Backbone::forward_features`] and [`Backbone::feature_dim`];
+/// [`Backbone::forward_feature_map`] is optional (crop-and-rotate's heat maps need it). The classifier head, when there is one, is kept
 /// separate so that the same backbone serves pretraining, kNN monitoring and linear probing.
 /// (`#[derive(Module)]` provides `ModuleDisplay`.)
 pub trait Backbone<B: Backend>: Module<B> + ModuleDisplay {
@@ -19,4 +20,21 @@ pub trait Backbone<B: Backend>: Module<B> + ModuleDisplay {
 
     /// Length of the vectors returned by [`Backbone::forward_features`].
     fn feature_dim(&self) -> usize;
+
+    /// The last spatial feature map, before the pooling that [`Backbone::forward_features`]
+    /// applies: what heat maps of the object are computed from (MICO's crop-and-rotate, after
+    /// ContrastiveCrop, takes its channel mean).
+    ///
+    /// Every model of this crate returns one, and its `forward_features` pools that very map, so
+    /// the two cannot disagree. The default is `None`: a user's backbone that does not override
+    /// it still trains every method, but cannot run crop-and-rotate (the trainer says so before
+    /// the first step).
+    ///
+    /// # Shapes
+    /// - input: `[batch, channels, height, width]`
+    /// - output: `[batch, map_channels, map_height, map_width]`
+    fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+        let _ = images;
+        None
+    }
 }

@@ -256,6 +256,26 @@ impl<B: Backend> EfficientNet<B> {
     pub fn check_input(&self, shape: [usize; 4]) -> Result<(), ModelError> {
         check_channels_and_size("EfficientNet", self.in_channels, 1, shape)
     }
+
+    /// The output of the last 1×1 convolution (torchvision `features.8`): the map the features
+    /// pool.
+    ///
+    /// # Shapes
+    /// - input: `[batch, in_channels, h, w]`
+    /// - output: `[batch, feature_dim, ⌈h / 32⌉, ⌈w / 32⌉]`
+    ///
+    /// # Panics
+    /// If the input does not have `in_channels` channels.
+    pub fn forward_map(&self, images: Tensor<B, 4>) -> Tensor<B, 4> {
+        if let Err(e) = self.check_input(images.dims()) {
+            panic!("{e}");
+        }
+        let mut x = self.stem.forward(images);
+        for block in self.stages.iter().flatten() {
+            x = block.forward(x);
+        }
+        self.head.forward(x)
+    }
 }
 
 impl<B: Backend> Backbone<B> for EfficientNet<B> {
@@ -265,17 +285,19 @@ impl<B: Backend> Backbone<B> for EfficientNet<B> {
     /// - input: `[batch, in_channels, h, w]`
     /// - output: `[batch, feature_dim]` (1280 for B0/B1)
     fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-        if let Err(e) = self.check_input(images.dims()) {
-            panic!("{e}");
-        }
-        let mut x = self.stem.forward(images);
-        for block in self.stages.iter().flatten() {
-            x = block.forward(x);
-        }
-        global_avg_pool(self.head.forward(x))
+        global_avg_pool(self.forward_map(images))
     }
 
     fn feature_dim(&self) -> usize {
         self.feature_dim
+    }
+
+    /// The output of the last 1×1 convolution ([`EfficientNet::forward_map`]).
+    ///
+    /// # Shapes
+    /// - input: `[batch, in_channels, h, w]`
+    /// - output: `[batch, feature_dim, ⌈h / 32⌉, ⌈w / 32⌉]`
+    fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+        Some(self.forward_map(images))
     }
 }

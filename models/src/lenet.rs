@@ -108,6 +108,25 @@ impl<B: Backend> LeNet<B> {
     pub fn check_input(&self, shape: [usize; 4]) -> Result<(), ModelError> {
         check_channels_and_size("LeNet", self.in_channels, self.min_side, shape)
     }
+
+    /// The map after the second convolution and its pooling (16 channels), before the
+    /// adaptive 5×5 pool and the fully connected layers.
+    ///
+    /// # Shapes
+    /// - input: `[batch, in_channels, h, w]`
+    /// - output: `[batch, 16, h2, w2]` (`5 × 5` for 28×28 inputs with padding 2 and for 32×32
+    ///   inputs without)
+    ///
+    /// # Panics
+    /// If the input has the wrong channel count or is too small.
+    pub fn forward_map(&self, images: Tensor<B, 4>) -> Tensor<B, 4> {
+        if let Err(e) = self.check_input(images.dims()) {
+            panic!("{e}");
+        }
+        let act = self.activation;
+        let x = self.pool.forward(act.apply(self.conv1.forward(images)));
+        self.pool.forward(act.apply(self.conv2.forward(x)))
+    }
 }
 
 impl<B: Backend> Backbone<B> for LeNet<B> {
@@ -117,13 +136,8 @@ impl<B: Backend> Backbone<B> for LeNet<B> {
     /// - input: `[batch, in_channels, h, w]`
     /// - output: `[batch, embedding_dim]`
     fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-        if let Err(e) = self.check_input(images.dims()) {
-            panic!("{e}");
-        }
         let act = self.activation;
-        let x = self.pool.forward(act.apply(self.conv1.forward(images)));
-        let x = self.pool.forward(act.apply(self.conv2.forward(x)));
-        let x = self.adapt.forward(x);
+        let x = self.adapt.forward(self.forward_map(images));
         let [n, c, h, w] = x.dims();
         let x = act.apply(self.fc1.forward(x.reshape([n, c * h * w])));
         act.apply(self.fc2.forward(x))
@@ -131,5 +145,14 @@ impl<B: Backend> Backbone<B> for LeNet<B> {
 
     fn feature_dim(&self) -> usize {
         self.fc2.weight.dims()[1]
+    }
+
+    /// The map after the second convolution and pooling ([`LeNet::forward_map`]).
+    ///
+    /// # Shapes
+    /// - input: `[batch, in_channels, h, w]`
+    /// - output: `[batch, 16, h2, w2]`
+    fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+        Some(self.forward_map(images))
     }
 }

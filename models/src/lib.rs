@@ -1,7 +1,8 @@
 //! Backbones for curriculum-ssl, generic over burn's [`Backend`](burn::tensor::backend::Backend).
 //!
-//! Every model exposes [`Backbone::forward_features`] (pooled features, no classifier) and
-//! [`Backbone::feature_dim`]; classifier heads are separate modules ([`head::Classifier`]).
+//! Every model exposes [`Backbone::forward_features`] (pooled features, no classifier),
+//! [`Backbone::feature_dim`] and [`Backbone::forward_feature_map`] (the spatial map the features
+//! pool); classifier heads are separate modules ([`head::Classifier`]).
 //!
 //! | model | config preset | features |
 //! |---|---|---|

@@ -256,6 +256,25 @@ impl<B: Backend> MobileNetV3<B> {
     pub fn check_input(&self, shape: [usize; 4]) -> Result<(), ModelError> {
         check_channels_and_size("MobileNetV3", self.in_channels, 1, shape)
     }
+
+    /// The output of the last 1×1 convolution: the map the features pool.
+    ///
+    /// # Shapes
+    /// - input: `[batch, in_channels, h, w]`
+    /// - output: `[batch, feature_dim, ⌈h / 32⌉, ⌈w / 32⌉]`
+    ///
+    /// # Panics
+    /// If the input does not have `in_channels` channels.
+    pub fn forward_map(&self, images: Tensor<B, 4>) -> Tensor<B, 4> {
+        if let Err(e) = self.check_input(images.dims()) {
+            panic!("{e}");
+        }
+        let mut x = self.stem.forward(images);
+        for block in &self.blocks {
+            x = block.forward(x);
+        }
+        self.head.forward(x)
+    }
 }
 
 impl<B: Backend> Backbone<B> for MobileNetV3<B> {
@@ -265,17 +284,19 @@ impl<B: Backend> Backbone<B> for MobileNetV3<B> {
     /// - input: `[batch, in_channels, h, w]`
     /// - output: `[batch, feature_dim]` (960 Large, 576 Small)
     fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-        if let Err(e) = self.check_input(images.dims()) {
-            panic!("{e}");
-        }
-        let mut x = self.stem.forward(images);
-        for block in &self.blocks {
-            x = block.forward(x);
-        }
-        global_avg_pool(self.head.forward(x))
+        global_avg_pool(self.forward_map(images))
     }
 
     fn feature_dim(&self) -> usize {
         self.feature_dim
+    }
+
+    /// The output of the last 1×1 convolution ([`MobileNetV3::forward_map`]).
+    ///
+    /// # Shapes
+    /// - input: `[batch, in_channels, h, w]`
+    /// - output: `[batch, feature_dim, ⌈h / 32⌉, ⌈w / 32⌉]`
+    fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+        Some(self.forward_map(images))
     }
 }

@@ -306,4 +306,13 @@ impl<B: Backend> Backbone<B> for ResNet<B> {
     fn feature_dim(&self) -> usize {
         self.feature_dim
     }
+
+    /// The output of the last stage ([`ResNet::forward_map`]).
+    ///
+    /// # Shapes
+    /// - input: `[batch, in_channels, h, w]`
+    /// - output: `[batch, feature_dim, h / s, w / s]` with `s` = 32 (ImageNet stem) or 8 (CIFAR)
+    fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+        Some(self.forward_map(images))
+    }
 }

@@ -141,15 +141,17 @@ impl<B: Backend> Vgg<B> {
     pub fn check_input(&self, shape: [usize; 4]) -> Result<(), ModelError> {
         check_channels_and_size("VGG", self.in_channels, self.min_side, shape)
     }
-}
 
-impl<B: Backend> Backbone<B> for Vgg<B> {
-    /// Pooled output of the last convolution block.
+    /// The output of the last layer (convolution block or max-pool), before the feature pooling.
     ///
     /// # Shapes
-    /// - input: `[batch, in_channels, h, w]` with `h, w ≥ 32` for VGG-16
-    /// - output: `[batch, 512]` (global pooling) or `[batch, 25088]` (7×7 flattened)
-    fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+    /// - input: `[batch, in_channels, h, w]` with `h, w ≥ 2^pools` (32 for VGG-16)
+    /// - output: `[batch, last width, h / 2^pools, w / 2^pools]` (`[batch, 512, h/32, w/32]` for
+    ///   VGG-16)
+    ///
+    /// # Panics
+    /// If the input has the wrong channel count or is too small.
+    pub fn forward_map(&self, images: Tensor<B, 4>) -> Tensor<B, 4> {
         if let Err(e) = self.check_input(images.dims()) {
             panic!("{e}");
         }
@@ -162,6 +164,18 @@ impl<B: Backend> Backbone<B> for Vgg<B> {
                 x = pool.forward(x);
             }
         }
+        x
+    }
+}
+
+impl<B: Backend> Backbone<B> for Vgg<B> {
+    /// Pooled output of the last convolution block.
+    ///
+    /// # Shapes
+    /// - input: `[batch, in_channels, h, w]` with `h, w ≥ 32` for VGG-16
+    /// - output: `[batch, 512]` (global pooling) or `[batch, 25088]` (7×7 flattened)
+    fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        let x = self.forward_map(images);
         match &self.avgpool {
             Some(pool) => {
                 let x = pool.forward(x);
@@ -174,5 +188,14 @@ impl<B: Backend> Backbone<B> for Vgg<B> {
 
     fn feature_dim(&self) -> usize {
         self.feature_dim
+    }
+
+    /// The last layer's output ([`Vgg::forward_map`]), which both poolings read.
+    ///
+    /// # Shapes
+    /// - input: `[batch, in_channels, h, w]`
+    /// - output: `[batch, 512, h / 32, w / 32]` for VGG-16
+    fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+        Some(self.forward_map(images))
     }
 }

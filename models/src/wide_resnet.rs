@@ -142,6 +142,25 @@ impl<B: Backend> WideResNet<B> {
     pub fn check_input(&self, shape: [usize; 4]) -> Result<(), ModelError> {
         check_channels_and_size("WideResNet", self.in_channels, 1, shape)
     }
+
+    /// The last group's output after the final BN and ReLU: the map the features pool.
+    ///
+    /// # Shapes
+    /// - input: `[batch, in_channels, h, w]`
+    /// - output: `[batch, 64k, ⌈h / 4⌉, ⌈w / 4⌉]`
+    ///
+    /// # Panics
+    /// If the input does not have `in_channels` channels.
+    pub fn forward_map(&self, images: Tensor<B, 4>) -> Tensor<B, 4> {
+        if let Err(e) = self.check_input(images.dims()) {
+            panic!("{e}");
+        }
+        let mut x = self.conv1.forward(images);
+        for block in &self.blocks {
+            x = block.forward(x);
+        }
+        relu(self.bn.forward(x))
+    }
 }
 
 impl<B: Backend> Backbone<B> for WideResNet<B> {
@@ -151,17 +170,19 @@ impl<B: Backend> Backbone<B> for WideResNet<B> {
     /// - input: `[batch, in_channels, h, w]`
     /// - output: `[batch, 64k]`
     fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-        if let Err(e) = self.check_input(images.dims()) {
-            panic!("{e}");
-        }
-        let mut x = self.conv1.forward(images);
-        for block in &self.blocks {
-            x = block.forward(x);
-        }
-        global_avg_pool(relu(self.bn.forward(x)))
+        global_avg_pool(self.forward_map(images))
     }
 
     fn feature_dim(&self) -> usize {
         self.feature_dim
+    }
+
+    /// BN → ReLU output of the last group ([`WideResNet::forward_map`]).
+    ///
+    /// # Shapes
+    /// - input: `[batch, in_channels, h, w]`
+    /// - output: `[batch, 64k, ⌈h / 4⌉, ⌈w / 4⌉]`
+    fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+        Some(self.forward_map(images))
     }
 }

@@ -97,6 +97,11 @@ pub fn registry() -> Vec<RecipeEntry> {
             run: rotnet::rotate_mix,
         },
         RecipeEntry {
+            name: "crop_rotate",
+            summary: "MICO 3.2 / Fig. 1: crop-and-rotate (only the object's box, from the backbone's heat map recomputed 4 times, is rotated) under the angle curriculum",
+            run: rotnet::crop_rotate,
+        },
+        RecipeEntry {
             name: "byol",
             summary: "BYOL (Grill et al. 2020; MICO Table 1 baseline): predictor, EMA target 0.99 -> 1, summed loss",
             run: byol::run,

@@ -353,6 +353,7 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
         "rotnet",
         "rotnet_curriculum",
         "rotate_mix",
+        "crop_rotate",
         "mixup_simsiam",
         "mico_simsiam",
         "mixup_byol",
@@ -399,7 +400,7 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
                 "{epochs}"
             );
         }
-        if name.starts_with("rot") {
+        if name.starts_with("rot") || name == "crop_rotate" {
             // The angles in play: all four for RotNet, one in the first quarter of a curriculum.
             assert!(header.ends_with("rotation_angles"), "{header}");
             let expected = if name == "rotnet" { ",4" } else { ",1" };
@@ -407,6 +408,27 @@ fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
                 steps.lines().nth(1).unwrap().ends_with(expected),
                 "{name}: {steps}"
             );
+        }
+        if name == "crop_rotate" {
+            // The boxes are computed once (a one-epoch run), timed in epochs.csv and kept in the
+            // checkpoint: one per training image.
+            let epochs = std::fs::read_to_string(dir.join("epochs.csv")).unwrap();
+            let header = epochs.lines().next().unwrap();
+            assert!(header.contains(",box_seconds"), "{epochs}");
+            let curricula =
+                std::fs::read_to_string(dir.join("checkpoints/epoch-0001/curricula.json")).unwrap();
+            let curricula: serde_json::Value = serde_json::from_str(&curricula).unwrap();
+            let boxes = &curricula["object_boxes"];
+            assert_eq!(boxes["epoch"], 0, "{boxes}");
+            assert_eq!(boxes["boxes"].as_array().unwrap().len(), 64, "{boxes}");
+            assert!(
+                stderr(&o).contains("object boxes of 64 training images"),
+                "{}",
+                stderr(&o)
+            );
+        } else {
+            let epochs = std::fs::read_to_string(dir.join("epochs.csv")).unwrap();
+            assert!(!epochs.contains("box_seconds"), "{name}: {epochs}");
         }
         if name.ends_with("_pgd") {
             // The attack is off in the first quarter of the run.

@@ -34,7 +34,7 @@ pub mod pipeline;
 pub mod rotate;
 pub mod solarize;
 
-pub use pipeline::{Augmenter, PipelineConfig, ViewConfig};
+pub use pipeline::{Augmenter, PipelineConfig, ViewConfig, ViewGeometry};
 
 use burn::tensor::{backend::Backend, Int, Tensor, TensorData};
 use rand::rngs::StdRng;

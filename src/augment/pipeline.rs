@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::blur::RandomGaussianBlur;
 use super::colour::{ColorJitter, RandomGrayscale};
-use super::crop::RandomResizedCrop;
+use super::crop::{CropBox, RandomResizedCrop};
 use super::flip::RandomHorizontalFlip;
 use super::mixup::{Mixup, MixupLambda};
 use super::normalize::{self, Normalize};
@@ -299,6 +299,22 @@ impl PipelineConfig {
     }
 }
 
+/// Where one image of a view came from: what a piece that works in input-image coordinates
+/// (crop-and-rotate's object boxes) needs to find its pixels in the view.
+///
+/// Only the geometric operations move pixels: the random resized crop (a box of the input,
+/// resized to the output size) and the horizontal flip (applied after the crop). Colour
+/// operations, blur, solarisation and normalisation leave every pixel where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ViewGeometry {
+    /// The crop box drawn, in input pixels; the whole input image when the view has no crop.
+    pub crop: CropBox,
+    /// Whether the view was flipped horizontally (after the crop).
+    pub flipped: bool,
+    /// The view's `[height, width]` (the crop's output size, or the input size without a crop).
+    pub output: [usize; 2],
+}
+
 /// Two augmented views of a batch.
 #[derive(Debug, Clone)]
 pub struct TwoViews<B: Backend> {
@@ -313,6 +329,10 @@ pub struct TwoViews<B: Backend> {
     /// The self-paced AutoAugment sub-policy applied to this batch, to be passed back with the
     /// batch's loss to [`Augmenter::observe`].
     pub policy: Option<PolicyChoice>,
+    /// Where each image of each view came from: `geometry[v][n]` for view `v + 1` and image
+    /// `n`. With mixup, `view2` is a blend of `view1` and the second augmented view, whose
+    /// geometry `geometry[1]` describes.
+    pub geometry: [Vec<ViewGeometry>; 2],
 }
 
 /// The adaptive (loss-driven) states of an augmenter, saved in checkpoints.
@@ -416,11 +436,12 @@ impl Augmenter {
         rng: &mut StdRng,
         multiplier: f64,
     ) -> Tensor<B, 4> {
-        self.view_with(view, x, rng, multiplier, None)
+        self.view_with(view, x, rng, multiplier, None).0
     }
 
     /// One view: the view's operations, then the AutoAugment sub-policy (if chosen), then the
-    /// normalisation.
+    /// normalisation; with the geometry of each image (the draws are those of the operations
+    /// themselves: reporting them draws nothing more).
     fn view_with<B: Backend>(
         &self,
         view: &ViewConfig,
@@ -428,21 +449,42 @@ impl Augmenter {
         rng: &mut StdRng,
         multiplier: f64,
         policy: Option<PolicyChoice>,
-    ) -> Tensor<B, 4> {
+    ) -> (Tensor<B, 4>, Vec<ViewGeometry>) {
         let [n, c, h, w] = x.dims();
         assert_eq!(
             c, self.channels,
             "the pipeline was built for {} channels",
             self.channels
         );
+        let whole = CropBox {
+            top: 0,
+            left: 0,
+            height: h,
+            width: w,
+        };
+        let mut geometry = vec![
+            ViewGeometry {
+                crop: whole,
+                flipped: false,
+                output: [h, w],
+            };
+            n
+        ];
         let mut x = x;
         if let Some(crop) = &view.crop {
             let boxes = crop.sample(rng, n, h, w);
             x = crop.apply(x, &boxes);
+            for (g, b) in geometry.iter_mut().zip(&boxes) {
+                g.crop = *b;
+                g.output = [crop.size.0, crop.size.1];
+            }
         }
         if let Some(f) = &view.hflip {
             let flags = f.sample(rng, n);
             x = f.apply(x, &flags);
+            for (g, &flip) in geometry.iter_mut().zip(&flags) {
+                g.flipped = flip;
+            }
         }
         if let Some(j) = &view.jitter {
             let j = j.scaled(self.config.strength * multiplier);
@@ -470,7 +512,7 @@ impl Augmenter {
         if let Some(nz) = &view.normalize {
             x = nz.apply(x);
         }
-        x
+        (x, geometry)
     }
 
     /// The generator for batch `key` (independent of any earlier call).
@@ -531,8 +573,11 @@ impl Augmenter {
             knobs.push(("aa_magnitude", choice.magnitude));
             choice
         });
-        let view1 = self.view_with(&self.config.view1, x.clone(), &mut rng, multiplier, policy);
-        let view2 = self.view_with(&self.config.view2, x, &mut rng, multiplier, policy);
+        let (view1, geometry1) =
+            self.view_with(&self.config.view1, x.clone(), &mut rng, multiplier, policy);
+        let (view2, geometry2) =
+            self.view_with(&self.config.view2, x, &mut rng, multiplier, policy);
+        let geometry = [geometry1, geometry2];
         let mixup = match &self.mixup_schedule {
             Some(schedule) => {
                 let draw = schedule.draw(progress, &mut rng);
@@ -556,6 +601,7 @@ impl Augmenter {
                     lambdas: Some(lambdas),
                     knobs,
                     policy,
+                    geometry,
                 }
             }
             None => TwoViews {
@@ -564,7 +610,109 @@ impl Augmenter {
                 lambdas: None,
                 knobs,
                 policy,
+                geometry,
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::augment::crop::resized_crop;
+    use crate::augment::flip::hflip_where;
+    use burn::backend::NdArray;
+    use burn::tensor::TensorData;
+
+    /// f64, as every unit test of the crate: NdArray's float precision is shared by the tests of
+    /// one binary, and the f64 gradient checks need it.
+    type B = NdArray<f64>;
+
+    fn images(n: usize, h: usize, w: usize) -> Tensor<B, 4> {
+        let v: Vec<f64> = (0..n * h * w)
+            .map(|i| ((i * 37) % 101) as f64 / 100.0)
+            .collect();
+        Tensor::from_data(TensorData::new(v, [n, 1, h, w]), &Default::default())
+    }
+
+    fn host(x: Tensor<B, 4>) -> Vec<f64> {
+        x.into_data().to_vec().unwrap()
+    }
+
+    /// Crops and flips only (the operations that move pixels), then the normalisation.
+    fn geometric(side: usize) -> PipelineConfig {
+        let mut p = PipelineConfig::simclr(side, 1);
+        for v in [&mut p.view1, &mut p.view2] {
+            v.jitter = None;
+            v.grayscale = None;
+            v.blur = None;
+            v.solarize = None;
+        }
+        p.view2.crop = Some(RandomResizedCrop::new(6));
+        p.seed = 5;
+        p
+    }
+
+    /// The geometry is what the operations drew (the same generator, drawn in the same order,
+    /// gives the same boxes and flags), and it rebuilds each view from the input images.
+    #[test]
+    fn geometry_reports_the_drawn_crops_and_flips() {
+        let (n, h, w) = (6, 10, 10);
+        let aug = geometric(h).init(1).unwrap();
+        let x = images(n, h, w);
+        let views = aug.two_views(x.clone(), 3);
+        let config = aug.config().clone();
+        let mut rng = aug.rng(3);
+        for (v, view) in [&config.view1, &config.view2].into_iter().enumerate() {
+            let crop = view.crop.unwrap();
+            let boxes = crop.sample(&mut rng, n, h, w);
+            let flags = view.hflip.unwrap().sample(&mut rng, n);
+            let got = &views.geometry[v];
+            assert_eq!(got.len(), n);
+            for i in 0..n {
+                assert_eq!(got[i].crop, boxes[i], "view {v} image {i}");
+                assert_eq!(got[i].flipped, flags[i], "view {v} image {i}");
+                assert_eq!(got[i].output, [crop.size.0, crop.size.1]);
+            }
+            let rebuilt = view.normalize.as_ref().unwrap().apply(hflip_where(
+                resized_crop(x.clone(), &boxes, crop.size.0, crop.size.1),
+                &flags,
+            ));
+            let view_pixels = if v == 0 {
+                views.view1.clone()
+            } else {
+                views.view2.clone()
+            };
+            assert_eq!(host(view_pixels), host(rebuilt), "view {v}");
+        }
+        // Second view of another size: its own output size.
+        assert_eq!(views.geometry[1][0].output, [6, 6]);
+        assert!(views.geometry[0].iter().any(|g| g.flipped));
+        assert!(views.geometry[0].iter().any(|g| !g.flipped));
+    }
+
+    /// A view without a crop comes from the whole image, at the input size.
+    #[test]
+    fn a_view_without_a_crop_reports_the_whole_image() {
+        let mut p = geometric(8);
+        p.view1.crop = None;
+        p.view1.hflip = None;
+        let aug = p.init(1).unwrap();
+        let views = aug.two_views(images(3, 8, 7), 0);
+        for g in &views.geometry[0] {
+            assert_eq!(
+                *g,
+                ViewGeometry {
+                    crop: CropBox {
+                        top: 0,
+                        left: 0,
+                        height: 8,
+                        width: 7
+                    },
+                    flipped: false,
+                    output: [8, 7],
+                }
+            );
         }
     }
 }

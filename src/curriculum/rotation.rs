@@ -19,9 +19,10 @@
 //! object is rotated; the boxes come from a heat map of the backbone's last feature map
 //! ([`boxes_from_heatmap`]) as in ContrastiveCrop (Peng et al. 2022, "Crafting Better Contrastive
 //! Views for Siamese Representation Learning", <https://arxiv.org/abs/2202.03278>). MICO
-//! recomputes the boxes 4 times per run over the whole training set to bound the cost; that
-//! recomputation, and keeping the boxes in the checkpoint ([`CropBox`] is serialisable), belong
-//! to the training loop.
+//! recomputes the boxes 4 times per run over the whole training set to bound the cost
+//! ([`box_update_epochs`]); the training loop does so with [`object_boxes_of`] on the
+//! unaugmented images, keeps them in the checkpoint ([`ObjectBoxes`]), and maps each image's box
+//! into its two augmented views ([`box_in_view`]) before every step.
 
 use burn::config::Config;
 use burn::tensor::{backend::Backend, Int, Tensor, TensorData};
@@ -29,7 +30,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use curriculum_ssl_models::Backbone;
+
 use super::schedule::{Pace, Scheduler, SchedulerConfig};
+use crate::augment::pipeline::ViewGeometry;
 use crate::data::loader::mix_seed;
 use crate::error::ConfigError;
 use crate::method::Progress;
@@ -343,6 +347,129 @@ pub fn boxes_from_heatmap_host(
         .collect()
 }
 
+/// The boxes of a batch of images from the backbone's heat maps: the channel mean
+/// ([`channel_mean`]) of [`Backbone::forward_feature_map`], turned into one box per image in the
+/// images' pixels by [`boxes_from_heatmap`] with `threshold`. `None` when the backbone has no
+/// feature map.
+///
+/// Call it with an inference backbone (`valid()` of a trained one) on the images as the
+/// network sees them (normalised as the views are).
+///
+/// # Shapes
+/// - `images`: `[N, C, H, W]`; the boxes are in `H × W` pixels
+pub fn object_boxes_of<B: Backend, M: Backbone<B>>(
+    backbone: &M,
+    images: Tensor<B, 4>,
+    threshold: f64,
+) -> Option<Vec<CropBox>> {
+    let [_, _, h, w] = images.dims();
+    let map = backbone.forward_feature_map(images)?;
+    Some(boxes_from_heatmap(channel_mean(map), [h, w], threshold))
+}
+
+/// How many times a run computes its object boxes (MICO: 4, to bound the cost).
+pub const BOX_UPDATES: usize = 4;
+
+/// The epochs at whose start a run of `total_epochs` epochs computes its object boxes: the
+/// start of each quarter, `0, ⌊E/4⌋, ⌊E/2⌋, ⌊3E/4⌋`, without repeats (a run of fewer than 4
+/// epochs computes them fewer times).
+pub fn box_update_epochs(total_epochs: usize) -> Vec<usize> {
+    let mut epochs: Vec<usize> = (0..BOX_UPDATES)
+        .map(|q| q * total_epochs / BOX_UPDATES)
+        .collect();
+    epochs.dedup();
+    epochs
+}
+
+/// The epoch whose boxes are in use during `epoch`: the latest of [`box_update_epochs`] not after
+/// it.
+pub fn box_epoch_for(epoch: usize, total_epochs: usize) -> usize {
+    box_update_epochs(total_epochs)
+        .into_iter()
+        .filter(|&e| e <= epoch)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The object boxes of a training set, as the training loop keeps them between two
+/// computations and saves them in checkpoints (`curricula.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectBoxes {
+    /// The (0-based) epoch at whose start they were computed.
+    pub epoch: usize,
+    /// The `[height, width]` of the training images, whose pixels the boxes are in.
+    pub image_size: [usize; 2],
+    /// One box per training image, in dataset index order.
+    pub boxes: Vec<CropBox>,
+}
+
+impl ObjectBoxes {
+    /// Checks that the boxes fit a training set of `len` images of `image_size`.
+    ///
+    /// # Errors
+    /// Saying what does not fit (another dataset, or a box outside its image).
+    pub fn check(&self, len: usize, image_size: [usize; 2]) -> Result<(), String> {
+        if self.image_size != image_size || self.boxes.len() != len {
+            return Err(format!(
+                "object boxes for {} images of {:?} pixels, the training set has {len} of {:?}",
+                self.boxes.len(),
+                self.image_size,
+                image_size
+            ));
+        }
+        let [h, w] = image_size;
+        match self.boxes.iter().position(|b| {
+            b.height == 0 || b.width == 0 || b.top + b.height > h || b.left + b.width > w
+        }) {
+            Some(i) => Err(format!(
+                "object box {i} ({:?}) is empty or leaves its {h}×{w} image",
+                self.boxes[i]
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Maps an object box given in input-image pixels into a view made from that image: the box is
+/// intersected with the view's crop, scaled to the view's output size (rounding outward, so that
+/// the mapped box still covers every view pixel whose centre falls on the object: every pixel
+/// that is at least half object after the bilinear resize, which only spreads the object's edge
+/// thinly beyond), and mirrored when the view was flipped. An object box that the crop misses entirely gives the whole view (no object
+/// left to centre the rotation on).
+///
+/// Along one axis, input pixels `[a, b)` inside a crop starting at `c` of length `L` that is
+/// resized to `S` output pixels become `[⌊(a − c)·S / L⌋, ⌈(b − c)·S / L⌉)`; a flip maps columns
+/// `[l, r)` to `[W − r, W − l)`.
+pub fn box_in_view(object: &CropBox, geometry: &ViewGeometry) -> CropBox {
+    let crop = geometry.crop;
+    let [out_h, out_w] = geometry.output;
+    let axis = |start: usize, len: usize, c_start: usize, c_len: usize, out: usize| {
+        let lo = start.max(c_start);
+        let hi = (start + len).min(c_start + c_len);
+        if hi <= lo || c_len == 0 || out == 0 {
+            return None;
+        }
+        let first = (lo - c_start) * out / c_len;
+        let end = ((hi - c_start) * out).div_ceil(c_len).min(out);
+        Some((first, end - first))
+    };
+    let rows = axis(object.top, object.height, crop.top, crop.height, out_h);
+    let cols = axis(object.left, object.width, crop.left, crop.width, out_w);
+    match (rows, cols) {
+        (Some((top, height)), Some((left, width))) => CropBox {
+            top,
+            left: if geometry.flipped {
+                out_w - (left + width)
+            } else {
+                left
+            },
+            height,
+            width,
+        },
+        _ => CropBox::whole(geometry.output),
+    }
+}
+
 /// For each output index of a bilinear resize `input → output` (`align_corners = False`): the two
 /// input indices and the weight of the second.
 fn bilinear_weights(input: usize, output: usize) -> Vec<(usize, usize, f64)> {
@@ -651,6 +778,216 @@ mod tests {
             boxes_from_heatmap_host(&[2.0; 4], [1, 2, 2], [8, 8], 0.1),
             [CropBox::whole([8, 8])]
         );
+    }
+
+    fn cb(top: usize, left: usize, height: usize, width: usize) -> CropBox {
+        CropBox {
+            top,
+            left,
+            height,
+            width,
+        }
+    }
+
+    fn geometry(crop: CropBox, flipped: bool, output: [usize; 2]) -> ViewGeometry {
+        ViewGeometry {
+            crop: crate::augment::crop::CropBox {
+                top: crop.top,
+                left: crop.left,
+                height: crop.height,
+                width: crop.width,
+            },
+            flipped,
+            output,
+        }
+    }
+
+    #[test]
+    fn object_boxes_map_through_crop_scale_and_flip() {
+        // Crop rows 8..24, columns 4..24 of a 32×32 image, resized to 10×10. Object rows 10..18,
+        // columns 0..12: inside the crop rows 2..10 (of 16) and columns 0..8 (of 20). Rows:
+        // ⌊2·10/16⌋ = 1 to ⌈10·10/16⌉ = ⌈6.25⌉ = 7; columns: 0 to ⌈8·10/20⌉ = 4.
+        let crop = cb(8, 4, 16, 20);
+        let object = cb(10, 0, 8, 12);
+        assert_eq!(
+            box_in_view(&object, &geometry(crop, false, [10, 10])),
+            cb(1, 0, 6, 4)
+        );
+        // Flipped: columns 0..4 of 10 become 6..10.
+        assert_eq!(
+            box_in_view(&object, &geometry(crop, true, [10, 10])),
+            cb(1, 6, 6, 4)
+        );
+        // Upscaled and rounded outward: a crop of rows 2..6, columns 0..3 resized to 8×4. The
+        // object's column 1..2 spans 4/3..8/3 of the output, so columns 1..3; its rows 2..7
+        // cover the crop's rows, so all 8 output rows.
+        assert_eq!(
+            box_in_view(&cb(2, 1, 5, 1), &geometry(cb(2, 0, 4, 3), false, [8, 4])),
+            cb(0, 1, 8, 2)
+        );
+        // No crop (the whole image at its size), no flip: the box itself.
+        let b = cb(3, 5, 7, 2);
+        assert_eq!(
+            box_in_view(&b, &geometry(CropBox::whole([16, 12]), false, [16, 12])),
+            b
+        );
+        // Without a crop but flipped: columns 1..4 of 12 become 8..11.
+        assert_eq!(
+            box_in_view(
+                &cb(0, 1, 2, 3),
+                &geometry(CropBox::whole([16, 12]), true, [16, 12])
+            ),
+            cb(0, 8, 2, 3)
+        );
+    }
+
+    #[test]
+    fn an_object_the_crop_misses_gives_the_whole_view() {
+        let crop = cb(8, 4, 16, 20);
+        // Rows 0..5 end before the crop's row 8.
+        assert_eq!(
+            box_in_view(&cb(0, 0, 5, 30), &geometry(crop, false, [10, 12])),
+            CropBox::whole([10, 12])
+        );
+        // Columns 24..32 start where the crop's columns end (4 + 20 = 24): touching is missing.
+        assert_eq!(
+            box_in_view(&cb(8, 24, 4, 8), &geometry(crop, true, [10, 12])),
+            CropBox::whole([10, 12])
+        );
+    }
+
+    /// Through the real resize: a view pixel that is at least half object (bilinear weight of
+    /// the object's pixels ≥ 1/2 along both axes) lies inside the mapped box, for random crops
+    /// (down- and upscaling) and flips.
+    #[test]
+    fn mapped_boxes_cover_the_object_in_resized_views() {
+        use crate::augment::crop::{resized_crop, RandomResizedCrop};
+        use crate::augment::flip::hflip_where;
+        let (h, w) = (20, 24);
+        let mut rng = StdRng::seed_from_u64(17);
+        let crop = RandomResizedCrop::new(16);
+        let n = 40;
+        let crops = crop.sample(&mut rng, n, h, w);
+        let flips: Vec<bool> = (0..n).map(|_| rng.random_bool(0.5)).collect();
+        let objects: Vec<CropBox> = (0..n)
+            .map(|_| {
+                let top = rng.random_range(0..h);
+                let left = rng.random_range(0..w);
+                cb(
+                    top,
+                    left,
+                    rng.random_range(1..=h - top),
+                    rng.random_range(1..=w - left),
+                )
+            })
+            .collect();
+        let mut mask = vec![0.0f64; n * h * w];
+        for (i, o) in objects.iter().enumerate() {
+            for r in o.top..o.top + o.height {
+                for c in o.left..o.left + o.width {
+                    mask[(i * h + r) * w + c] = 1.0;
+                }
+            }
+        }
+        let x = Tensor::<B, 4>::from_data(TensorData::new(mask, [n, 1, h, w]), &Default::default());
+        let views: Vec<f64> = hflip_where(resized_crop(x, &crops, 16, 16), &flips)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let mut checked = 0;
+        for i in 0..n {
+            let g = ViewGeometry {
+                crop: crops[i],
+                flipped: flips[i],
+                output: [16, 16],
+            };
+            let b = box_in_view(&objects[i], &g);
+            for r in 0..16 {
+                for c in 0..16 {
+                    if views[(i * 16 + r) * 16 + c] > 0.5 + 1e-4 {
+                        checked += 1;
+                        assert!(
+                            (b.top..b.top + b.height).contains(&r)
+                                && (b.left..b.left + b.width).contains(&c),
+                            "image {i}: view pixel ({r}, {c}) is object but outside {b:?}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(checked > 100, "{checked} object pixels checked");
+    }
+
+    #[test]
+    fn boxes_are_recomputed_at_the_start_of_each_quarter() {
+        assert_eq!(box_update_epochs(8), [0, 2, 4, 6]);
+        assert_eq!(box_update_epochs(6), [0, 1, 3, 4]);
+        assert_eq!(box_update_epochs(10), [0, 2, 5, 7]);
+        // Short runs: fewer computations, never the same epoch twice.
+        assert_eq!(box_update_epochs(1), [0]);
+        assert_eq!(box_update_epochs(2), [0, 1]);
+        assert_eq!(box_update_epochs(3), [0, 1, 2]);
+        let in_use: Vec<usize> = (0..6).map(|e| box_epoch_for(e, 6)).collect();
+        assert_eq!(in_use, [0, 1, 1, 3, 4, 4]);
+    }
+
+    #[test]
+    fn stored_boxes_are_checked_against_the_training_set() {
+        let boxes = ObjectBoxes {
+            epoch: 2,
+            image_size: [8, 8],
+            boxes: vec![cb(0, 0, 8, 8), cb(2, 3, 4, 5)],
+        };
+        assert!(boxes.check(2, [8, 8]).is_ok());
+        assert!(boxes.check(3, [8, 8]).unwrap_err().contains("3 of [8, 8]"));
+        assert!(boxes.check(2, [8, 9]).is_err());
+        let mut outside = boxes.clone();
+        outside.boxes[1] = cb(2, 4, 4, 5);
+        assert!(outside
+            .check(2, [8, 8])
+            .unwrap_err()
+            .contains("object box 1"));
+        let json = serde_json::to_string(&boxes).unwrap();
+        assert_eq!(serde_json::from_str::<ObjectBoxes>(&json).unwrap(), boxes);
+    }
+
+    /// A backbone with a map gets one box per image from its heat maps; one without gets none.
+    #[test]
+    fn boxes_of_a_batch_come_from_the_feature_map() {
+        use burn::module::Module;
+        /// The map is the input itself (one channel), the features its mean.
+        #[derive(Module, Clone, Debug)]
+        struct Identity {
+            with_map: bool,
+        }
+        impl<B: Backend> Backbone<B> for Identity {
+            fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+                let [n, c, _, _] = images.dims();
+                images.mean_dim(3).mean_dim(2).reshape([n, c])
+            }
+            fn feature_dim(&self) -> usize {
+                1
+            }
+            fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+                self.with_map.then_some(images)
+            }
+        }
+        // Image 0: a bright 2×3 block at rows 1..3, columns 2..5 of 6×6; image 1: constant.
+        let mut v = vec![0.0; 72];
+        for r in 1..3 {
+            for c in 2..5 {
+                v[r * 6 + c] = 1.0;
+            }
+        }
+        for x in &mut v[36..] {
+            *x = 0.5;
+        }
+        let x = Tensor::<B, 4>::from_data(TensorData::new(v, [2, 1, 6, 6]), &Default::default());
+        assert_eq!(
+            object_boxes_of(&Identity { with_map: true }, x.clone(), 0.1),
+            Some(vec![cb(1, 2, 2, 3), CropBox::whole([6, 6])])
+        );
+        assert_eq!(object_boxes_of(&Identity { with_map: false }, x, 0.1), None);
     }
 
     #[test]

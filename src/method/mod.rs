@@ -35,6 +35,7 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
+use crate::curriculum::rotation::CropBox;
 use crate::error::ConfigError;
 
 /// Builds a method with `build` under [`crate::seed::with_seed`] and draws every lazily
@@ -141,4 +142,21 @@ pub trait SslMethod<B: AutodiffBackend> {
 
     /// Updates the non-trained states (EMA networks, queue) after the optimiser step.
     fn after_step(&mut self, progress: Progress);
+
+    /// Whether the method needs a box around each image's object (MICO's crop-and-rotate).
+    /// When it does, the trainer computes one box per training image from heat maps of the
+    /// backbone's last feature map ([`Backbone::forward_feature_map`]) four times per run, and
+    /// hands the batch's boxes to [`SslMethod::set_object_boxes`] before every forward.
+    /// Default: `false`.
+    fn uses_object_boxes(&self) -> bool {
+        false
+    }
+
+    /// The object boxes of the next forward's images, in the coordinates of the views: `2N`
+    /// boxes for a batch of `N` images, `view1`'s then `view2`'s (each image's box mapped
+    /// through that view's crop and flip). Called only when [`SslMethod::uses_object_boxes`]
+    /// says so. Default: ignored.
+    fn set_object_boxes(&mut self, boxes: Vec<CropBox>) {
+        let _ = boxes;
+    }
 }

@@ -22,11 +22,12 @@
 //! **Modes** ([`RotationMode`]): plain rotation; rotate-and-mix (`λ·rot(x) + (1 − λ)·x`, default
 //! λ = 0.5); crop-and-rotate (only the square around each image's object box is rotated). The
 //! boxes of crop-and-rotate are given by the caller before each forward
-//! ([`RotNet::set_boxes`]), in the coordinates of the views: computing them from heat maps of the
-//! backbone's last feature map
-//! ([`boxes_from_heatmap`](crate::curriculum::rotation::boxes_from_heatmap)) 4 times per run over
-//! the whole training set, mapping them through the views' crops and keeping them in the
-//! checkpoint is the training loop's job.
+//! ([`RotNet::set_boxes`], or [`SslMethod::set_object_boxes`], which the trainer calls because
+//! [`SslMethod::uses_object_boxes`] says so in this mode), in the coordinates of the views: the
+//! trainer computes them from heat maps of the backbone's last feature map
+//! ([`object_boxes_of`](crate::curriculum::rotation::object_boxes_of)) 4 times per run over the
+//! whole training set, maps them through the views' crops and flips
+//! ([`box_in_view`](crate::curriculum::rotation::box_in_view)) and keeps them in the checkpoint.
 
 use burn::module::AutodiffModule;
 use burn::nn::loss::CrossEntropyLossConfig;
@@ -284,6 +285,20 @@ where
     }
 
     fn after_step(&mut self, _: Progress) {}
+
+    /// In crop-and-rotate mode.
+    fn uses_object_boxes(&self) -> bool {
+        self.mode == RotationMode::CropAndRotate
+    }
+
+    /// [`RotNet::set_boxes`] with the boxes of the views RotNet rotates: all `2N` with
+    /// `both_views`, else `view1`'s (the first `N`).
+    fn set_object_boxes(&mut self, mut boxes: Vec<CropBox>) {
+        if !self.both_views {
+            boxes.truncate(boxes.len() / 2);
+        }
+        self.set_boxes(boxes);
+    }
 }
 
 #[cfg(test)]
@@ -447,6 +462,43 @@ mod tests {
         assert_eq!(back.mode, RotationMode::RotateAndMix { lambda: 0.5 });
         assert_eq!(back.curriculum, RotationCurriculumConfig::new());
         assert_eq!((back.seed, back.both_views), (42, true));
+    }
+
+    /// Only crop-and-rotate asks the trainer for boxes; of the `2N` boxes it is handed (view1's,
+    /// then view2's) it keeps view1's when it rotates `view1` only.
+    #[test]
+    fn crop_and_rotate_asks_for_the_boxes_of_the_views_it_rotates() {
+        let boxes: Vec<CropBox> = (0..6)
+            .map(|i| CropBox {
+                top: i % 3,
+                left: i / 3,
+                height: 1,
+                width: 1,
+            })
+            .collect();
+        for (mode, asks) in [
+            (RotationMode::Rotate, false),
+            (RotationMode::rotate_and_mix(), false),
+            (RotationMode::CropAndRotate, true),
+        ] {
+            let m = rotnet(RotNetConfig::new().with_mode(mode));
+            assert_eq!(m.uses_object_boxes(), asks, "{mode:?}");
+        }
+        let mut both = rotnet(RotNetConfig::new().with_mode(RotationMode::CropAndRotate));
+        both.set_object_boxes(boxes.clone());
+        assert_eq!(both.boxes.as_deref(), Some(&boxes[..]));
+        let mut one = rotnet(
+            RotNetConfig::new()
+                .with_mode(RotationMode::CropAndRotate)
+                .with_both_views(false),
+        );
+        one.set_object_boxes(boxes.clone());
+        assert_eq!(one.boxes.as_deref(), Some(&boxes[..3]));
+        // Used by the next forward (3 images, 3 boxes), then gone.
+        let (v1, v2) = views(3);
+        let out = one.forward(v1, v2, at_epoch(7));
+        assert!(out.loss.into_scalar().is_finite());
+        assert!(one.boxes.is_none());
     }
 
     #[test]

@@ -37,8 +37,13 @@ use sha2::{Digest, Sha256};
 
 use super::TrainError;
 
-/// Version of the checkpoint layout written by this crate (2: checksums, shapes and `run.json`).
-pub const FORMAT_VERSION: u32 = 3;
+/// Version of the checkpoint layout written by this crate (2: checksums, shapes and `run.json`;
+/// 3: `curricula.json`; 4: crop-and-rotate's object boxes in `curricula.json`).
+pub const FORMAT_VERSION: u32 = 4;
+
+/// The layout versions this build reads: 3 (whose `curricula.json` has no object boxes, read as
+/// none: no run of that layout used them) and 4.
+pub const READABLE_VERSIONS: [u32; 2] = [3, FORMAT_VERSION];
 
 /// The names of the files and folders of a run directory and its checkpoints, in one place.
 pub mod files {
@@ -387,7 +392,8 @@ impl CheckpointDir {
 /// Reads `meta.json` of a checkpoint directory.
 ///
 /// # Errors
-/// If it is missing, unreadable, or of another layout version.
+/// If it is missing, unreadable, or of a layout version this build does not read
+/// ([`READABLE_VERSIONS`]).
 pub fn read_meta(checkpoint: &Path) -> Result<CheckpointMeta, TrainError> {
     let path = checkpoint.join(files::META);
     let text = fs::read(&path).map_err(|e| io_error(&path, e))?;
@@ -395,13 +401,14 @@ pub fn read_meta(checkpoint: &Path) -> Result<CheckpointMeta, TrainError> {
         .ok()
         .and_then(|v| v.get("format_version")?.as_u64())
         .and_then(|v| u32::try_from(v).ok());
-    if let Some(version) = version.filter(|&v| v != FORMAT_VERSION) {
+    if let Some(version) = version.filter(|v| !READABLE_VERSIONS.contains(v)) {
         return Err(TrainError::Checkpoint {
             path,
             reason: format!(
-                "layout version {version} but this build reads version {FORMAT_VERSION} \
-                 (version 1 had no checksums, version 2 no curriculum state: resume it with \
-                 the version that wrote it)"
+                "layout version {version} but this build reads versions {} to {FORMAT_VERSION} \
+                 (version 1 had no checksums, version 2 no curriculum state, a newer version \
+                 comes from a newer build: resume it with the version that wrote it)",
+                READABLE_VERSIONS[0]
             ),
         });
     }
@@ -546,6 +553,43 @@ mod tests {
         ] {
             assert_eq!(files::checkpoint_epoch(bad), None, "{bad}");
         }
+    }
+
+    /// Version 3 (before the object boxes) is still read; 2 and a future 5 are refused, saying
+    /// which versions this build reads.
+    #[test]
+    fn older_layouts_are_read_or_refused_by_version() {
+        let dir = std::env::temp_dir().join(format!("curriculum-ssl-meta-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let meta = |version: u32| {
+            serde_json::json!({
+                "format_version": version,
+                "epoch": 2,
+                "step": 8,
+                "loader_seed": 1,
+                "augment_seed": 2,
+                "checksums": {},
+                "online_shapes": [[3, 4]],
+                "backbone_shapes": [],
+            })
+            .to_string()
+        };
+        for version in [3, 4] {
+            fs::write(dir.join(files::META), meta(version)).unwrap();
+            let read = read_meta(&dir).unwrap();
+            assert_eq!((read.format_version, read.epoch), (version, 2));
+        }
+        for version in [2, 5] {
+            fs::write(dir.join(files::META), meta(version)).unwrap();
+            let err = read_meta(&dir).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("layout version {version}"))
+                    && err.contains("reads versions 3 to 4"),
+                "{err}"
+            );
+        }
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

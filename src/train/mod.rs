@@ -6,6 +6,7 @@
 //! for epoch in epochs:
 //!     for batch in loader.epoch(epoch):                       # order keyed by (seed, epoch)
 //!         view1, view2 = augment(batch, key = step)           # draws keyed by (seed, step)
+//!         method.set_object_boxes(boxes mapped into the views) # crop-and-rotate only
 //!         out = method.forward(view1, view2, progress)        # stochastic layers seeded by step
 //!         online = optimiser.step(lr(step), online, grad(out.loss))
 //!         read loss and statistics (one transfer); stop naming the step if the loss is not finite
@@ -27,6 +28,18 @@
 //! atomically and verified on load, which its checkpointer (one file per component, no
 //! checksums) does not give; and its metrics are per-batch aggregates, not the per-step rows a
 //! curriculum study reads back.
+//!
+//! **Object boxes** (MICO's crop-and-rotate). A method whose [`SslMethod::uses_object_boxes`] is
+//! true gets one box per image around its object. The trainer computes them at the start of each
+//! quarter of the run ([`box_update_epochs`]: epochs `0, ⌊E/4⌋, ⌊E/2⌋, ⌊3E/4⌋`, at most 4 times)
+//! with the current backbone in inference mode, on every training image (dataset order,
+//! unaugmented, normalised as `view1` is, in batches of the loader's size): the channel mean of
+//! [`Backbone::forward_feature_map`] thresholded at [`DEFAULT_BOX_THRESHOLD`]
+//! ([`object_boxes_of`]). Before every forward it maps the batch's boxes through the two views'
+//! crops and flips ([`box_in_view`]) and hands them to [`SslMethod::set_object_boxes`]. The boxes
+//! and the epoch they were computed at are part of the checkpoint (`curricula.json`), so a
+//! resumed run uses the same boxes; the time each computation took is logged and is the
+//! `box_seconds` column of `epochs.csv`.
 
 pub mod checkpoint;
 pub mod run_dir;
@@ -46,8 +59,12 @@ use crate::augment::Augmenter;
 use crate::curation::{
     frechet_distance_readback, CurationState, Decision, FrechetCuration, FrechetCurationConfig,
 };
+use crate::curriculum::rotation::{
+    box_epoch_for, box_in_view, box_update_epochs, object_boxes_of, ObjectBoxes,
+    DEFAULT_BOX_THRESHOLD,
+};
 use crate::data::loader::mix_seed;
-use crate::data::{DataError, Dataset, ImageItem, Loader};
+use crate::data::{DataError, Dataset, HostBatch, ImageItem, Loader};
 use crate::error::{non_negative, positive, ConfigError};
 use crate::eval::monitor::{KnnMonitor, KnnResult};
 use crate::method::{Progress, SslMethod};
@@ -55,6 +72,7 @@ use crate::optim::{WarmupCosine, WarmupCosineConfig};
 use checkpoint::{
     check_shapes, files, read_record, shapes, to_bytes, write_atomic, CheckpointDir, CheckpointMeta,
 };
+use curriculum_ssl_models::Backbone;
 use run_dir::{
     differences, inspect, Difference, DirState, Extension, RESUMABLE_CHANGES, RUN_FORMAT,
 };
@@ -114,14 +132,18 @@ impl TrainConfig {
 }
 
 /// What the adaptive pieces of a run learned from it, saved as `curricula.json` in every
-/// checkpoint: the augmenter's adaptive curricula and the batch curation's threshold and
-/// counters.
+/// checkpoint: the augmenter's adaptive curricula, the batch curation's threshold and
+/// counters, and crop-and-rotate's object boxes.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CurriculumStates {
     /// The augmenter's state (the self-paced AutoAugment).
     pub augmenter: AugmenterState,
     /// Fréchet batch curation's state, when it is on.
     pub curation: Option<CurationState>,
+    /// The object boxes in use and the epoch they were computed at, when the method uses them
+    /// ([`SslMethod::uses_object_boxes`]); absent from checkpoints of layout 3, read as none.
+    #[serde(default)]
+    pub object_boxes: Option<ObjectBoxes>,
 }
 
 /// How a run starts in its directory.
@@ -380,7 +402,10 @@ where
             last_checkpoint: None,
             curation: config.curation.as_ref().map(|c| c.init()).transpose()?,
             curation_seconds: 0.0,
+            object_boxes: None,
+            box_seconds: 0.0,
         };
+        trainer.check_feature_map()?;
         match (inspect(&trainer.run_dir)?, self.mode) {
             (DirState::Empty, _) => {}
             (DirState::Foreign(names), _) => {
@@ -435,6 +460,10 @@ pub struct Trainer<B: AutodiffBackend, S: SslMethod<B>, O: Optimizer<S::Online, 
     /// Wall time of the current epoch spent on batch curation: measuring every attempt's
     /// distance, and augmenting and forwarding the attempts it rejected.
     curation_seconds: f64,
+    /// The object boxes in use (methods that use them), one per training image.
+    object_boxes: Option<ObjectBoxes>,
+    /// Wall time of the current epoch spent computing object boxes.
+    box_seconds: f64,
 }
 
 impl<B, S, O, D> Trainer<B, S, O, D>
@@ -494,6 +523,12 @@ where
     /// The learning rate of a step.
     pub fn lr_at(&self, step: usize) -> f64 {
         self.schedule.lr_at(step)
+    }
+
+    /// The object boxes in use, one per training image in dataset order, with the epoch they
+    /// were computed at (methods that use them, once computed or loaded).
+    pub fn object_boxes(&self) -> Option<&ObjectBoxes> {
+        self.object_boxes.as_ref()
     }
 
     /// The checkpoint the run resumed from, if it did.
@@ -642,6 +677,32 @@ where
                 ))
             }
         }
+        match (self.method.uses_object_boxes(), states.object_boxes) {
+            (true, Some(boxes)) => {
+                let size = self.training_image_size()?;
+                boxes
+                    .check(self.loader.dataset().len(), size)
+                    .map_err(|e| TrainError::Checkpoint {
+                        path: curricula.clone(),
+                        reason: e,
+                    })?;
+                self.object_boxes = Some(boxes);
+            }
+            (false, None) => {}
+            (true, None) => {
+                return Err(mismatch(
+                    "the method uses object boxes (crop-and-rotate) but the checkpoint holds none"
+                        .into(),
+                ))
+            }
+            (false, Some(_)) => {
+                return Err(mismatch(
+                    "the checkpoint holds object boxes (crop-and-rotate) but the method does not \
+                     use them"
+                        .into(),
+                ))
+            }
+        }
         self.epoch = meta.epoch;
         self.step = meta.step;
         self.resumed_from = Some(dir.to_path_buf());
@@ -688,6 +749,7 @@ where
                 serde_json::to_vec_pretty(&CurriculumStates {
                     augmenter: self.augmenter.state(),
                     curation: self.curation.as_ref().map(|c| c.state().clone()),
+                    object_boxes: self.object_boxes.clone(),
                 })
                 .expect("JSON value"),
             ),
@@ -739,6 +801,7 @@ where
     fn train_step(
         &mut self,
         images: Tensor<B::InnerBackend, 4>,
+        indices: &[usize],
         progress: Progress,
         lr: f64,
     ) -> Result<(f64, Vec<(String, f64)>), TrainError> {
@@ -749,6 +812,20 @@ where
             let views = self
                 .augmenter
                 .redrawn_views(images.clone(), progress, attempt);
+            if let Some(boxes) = &self.object_boxes {
+                // Each image's box in view1's coordinates, then in view2's.
+                let mapped = views
+                    .geometry
+                    .iter()
+                    .flat_map(|geometry| {
+                        indices
+                            .iter()
+                            .zip(geometry)
+                            .map(|(&i, g)| box_in_view(&boxes.boxes[i], g))
+                    })
+                    .collect();
+                self.method.set_object_boxes(mapped);
+            }
             let method = &mut self.method;
             let out = crate::seed::with_seed::<B, _>(&self.device, seed, || {
                 method.forward(
@@ -844,8 +921,19 @@ where
     /// The selection pieces' counts of an epoch, for epochs.csv: batch curation's rejections
     /// (each followed by a redraw), the batches accepted after the last redraw, and the wall
     /// time the curation took (measuring every attempt, and the rejected attempts' augmentation
-    /// and forward pass).
+    /// and forward pass); for a method that uses object boxes, the wall time spent computing
+    /// them (`box_seconds`, 0 in the epochs that reuse the previous ones).
     fn epoch_stats(&self, epoch: usize) -> Vec<(String, f64)> {
+        let mut stats = self.curation_stats(epoch);
+        if self.method.uses_object_boxes() {
+            // To the microsecond: a small training set's boxes take well under a millisecond.
+            stats.push(("box_seconds".into(), (self.box_seconds * 1e6).round() / 1e6));
+        }
+        stats
+    }
+
+    /// Batch curation's columns of epochs.csv (none without curation).
+    fn curation_stats(&self, epoch: usize) -> Vec<(String, f64)> {
         match &self.curation {
             None => Vec::new(),
             Some(c) => {
@@ -874,6 +962,120 @@ where
         self.curation.as_ref()
     }
 
+    /// The error of a method that uses object boxes with a backbone that has no feature map.
+    fn no_feature_map() -> TrainError {
+        ConfigError::new(
+            "backbone",
+            "the method rotates inside object boxes (crop-and-rotate), which come from the \
+             backbone's spatial feature map, and this backbone has none \
+             (Backbone::forward_feature_map returns None): implement it, or use another \
+             rotation mode",
+        )
+        .into()
+    }
+
+    /// The training images `start..end` (dataset order) as the network sees `view1`
+    /// unaugmented: scaled to `[0, 1]` and normalised as `view1` is; on the inner backend.
+    fn training_images(
+        &self,
+        start: usize,
+        end: usize,
+    ) -> Result<Tensor<B::InnerBackend, 4>, TrainError> {
+        let dataset = self.loader.dataset();
+        let source = Path::new("training images");
+        let indices: Vec<usize> = (start..end).collect();
+        let items = indices
+            .iter()
+            .map(|&i| {
+                dataset.get(i).ok_or_else(|| DataError::Request {
+                    path: source.to_path_buf(),
+                    reason: format!(
+                        "the dataset has no item {i} although its length is {}",
+                        dataset.len()
+                    ),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let batch = HostBatch::from_items(source, &items, indices)?;
+        let mut images = batch.to_device::<B::InnerBackend>(&self.device).images;
+        if let Some(normalize) = &self.augmenter.config().view1.normalize {
+            images = normalize.apply(images);
+        }
+        Ok(images)
+    }
+
+    /// The `[height, width]` of the training images.
+    fn training_image_size(&self) -> Result<[usize; 2], TrainError> {
+        let [_, _, h, w] = self.training_images(0, 1)?.dims();
+        Ok([h, w])
+    }
+
+    /// For a method that uses object boxes: checks, on one training image, that the backbone
+    /// has a feature map to compute them from.
+    fn check_feature_map(&self) -> Result<(), TrainError> {
+        if !self.method.uses_object_boxes() {
+            return Ok(());
+        }
+        let backbone = self.method.backbone().valid();
+        match backbone.forward_feature_map(self.training_images(0, 1)?) {
+            Some(_) => Ok(()),
+            None => Err(Self::no_feature_map()),
+        }
+    }
+
+    /// The object boxes of every training image from the current backbone (inference mode, no
+    /// gradient), in dataset order, computed in batches of the loader's size.
+    fn compute_object_boxes(&self, epoch: usize) -> Result<ObjectBoxes, TrainError> {
+        let backbone = self.method.backbone().valid();
+        let n = self.loader.dataset().len();
+        let batch_size = self.loader.config().batch_size;
+        let mut boxes = Vec::with_capacity(n);
+        let mut image_size = [0, 0];
+        for start in (0..n).step_by(batch_size) {
+            let images = self.training_images(start, (start + batch_size).min(n))?;
+            let [_, _, h, w] = images.dims();
+            image_size = [h, w];
+            let batch = object_boxes_of(&backbone, images, DEFAULT_BOX_THRESHOLD)
+                .ok_or_else(Self::no_feature_map)?;
+            boxes.extend(batch);
+        }
+        Ok(ObjectBoxes {
+            epoch,
+            image_size,
+            boxes,
+        })
+    }
+
+    /// At the start of `epoch` of a run of `epochs`: recomputes the object boxes when the boxes
+    /// in use were computed before the start of the current quarter ([`box_epoch_for`]) or
+    /// there are none yet; the boxes loaded from a checkpoint are kept until the next quarter.
+    fn update_object_boxes(&mut self, epoch: usize, epochs: usize) -> Result<(), TrainError> {
+        self.box_seconds = 0.0;
+        if !self.method.uses_object_boxes() {
+            return Ok(());
+        }
+        let due = box_epoch_for(epoch, epochs);
+        if self.object_boxes.as_ref().is_some_and(|b| b.epoch >= due) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let boxes = self.compute_object_boxes(epoch)?;
+        self.box_seconds = started.elapsed().as_secs_f64();
+        log::info!(
+            "object boxes of {} training images computed at epoch {} in {:.3} s (recomputed \
+             at the start of epochs {:?})",
+            boxes.boxes.len(),
+            epoch + 1,
+            self.box_seconds,
+            box_update_epochs(epochs)
+                .iter()
+                .map(|e| e + 1)
+                .collect::<Vec<_>>()
+        );
+        self.object_boxes = Some(boxes);
+        Ok(())
+    }
+
     fn run_epochs(&mut self, max_epochs: usize) -> Result<TrainSummary, TrainError> {
         let batches = self.loader.num_batches();
         let total_steps = self.schedule.total_steps();
@@ -884,6 +1086,7 @@ where
             let epoch = self.epoch;
             let started = Instant::now();
             self.curation_seconds = 0.0;
+            self.update_object_boxes(epoch, epochs)?;
             let (mut loss_sum, mut images, mut lr) = (0.0, 0usize, 0.0);
             for batch in self.loader.epoch(epoch as u64) {
                 let batch = batch?;
@@ -897,7 +1100,7 @@ where
                 };
                 lr = self.schedule.lr_at(step);
                 let x = batch.to_device::<B::InnerBackend>(&self.device).images;
-                let (loss, stats) = self.train_step(x, progress, lr)?;
+                let (loss, stats) = self.train_step(x, &batch.indices, progress, lr)?;
                 self.step += 1;
                 let record = StepRecord {
                     step,

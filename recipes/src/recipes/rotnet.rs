@@ -1,6 +1,6 @@
-//! `rotnet`, `rotnet_curriculum`, `rotate_mix`: rotation prediction (Gidaris, Singh and Komodakis
-//! 2018, <https://arxiv.org/abs/1803.07728>) and MICO's rotation curricula (Fang 2023,
-//! <https://arxiv.org/abs/2301.06916>, §3.2).
+//! `rotnet`, `rotnet_curriculum`, `rotate_mix`, `crop_rotate`: rotation prediction (Gidaris,
+//! Singh and Komodakis 2018, <https://arxiv.org/abs/1803.07728>) and MICO's rotation curricula
+//! (Fang 2023, <https://arxiv.org/abs/2301.06916>, §3.2).
 //!
 //! ```text
 //! for each batch x:
@@ -9,6 +9,11 @@
 //!     loss = cross-entropy(logits, angles)
 //!     SGD step on f, head
 //! ```
+//!
+//! `crop_rotate` rotates only the square around each image's object box: at the start of each
+//! quarter of the run the trainer computes one box per training image from the heat map of the
+//! backbone's last feature map (ContrastiveCrop's channel mean, threshold 0.1), and maps it into
+//! each view through the view's crop and flip.
 //!
 //! RotNet's settings: SGD lr 0.1 for batch 128 with momentum 0.9 and weight decay 5e-4; crops
 //! and flips only (the task needs no colour distortion).
@@ -70,6 +75,13 @@ pub fn rotnet_curriculum(args: &[String]) -> Result<()> {
 pub fn rotate_mix(args: &[String]) -> Result<()> {
     let config = RotNetConfig::new().with_mode(RotationMode::rotate_and_mix());
     train(common::prepare(args, defaults("rotate_mix"))?, config)
+}
+
+/// `crop_rotate`: MICO's crop-and-rotate under the same angle curriculum; the object boxes come
+/// from heat maps of the backbone's last feature map, recomputed 4 times per run.
+pub fn crop_rotate(args: &[String]) -> Result<()> {
+    let config = RotNetConfig::new().with_mode(RotationMode::CropAndRotate);
+    train(common::prepare(args, defaults("crop_rotate"))?, config)
 }
 
 /// Builds RotNet for a prepared recipe (the angle draws seeded by `--seed`) and trains it.
