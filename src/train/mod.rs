@@ -60,7 +60,7 @@ use crate::curation::{
     frechet_distance_readback, CurationState, Decision, FrechetCuration, FrechetCurationConfig,
 };
 use crate::curriculum::rotation::{
-    box_epoch_for, box_in_view, box_update_epochs, object_boxes_of, ObjectBoxes,
+    box_epoch_for, box_in_view, box_update_epochs, object_boxes_of, CropBox, ObjectBoxes,
     DEFAULT_BOX_THRESHOLD,
 };
 use crate::data::loader::mix_seed;
@@ -1072,6 +1072,15 @@ where
                 .map(|e| e + 1)
                 .collect::<Vec<_>>()
         );
+        let whole = CropBox::whole(boxes.image_size);
+        if boxes.boxes.iter().all(|b| *b == whole) {
+            log::warn!(
+                "every object box is the whole image (the backbone's last feature map is too \
+                 coarse, or its heat maps flat): crop-and-rotate rotates whole images until the \
+                 next computation; a backbone that keeps more resolution (e.g. a ResNet with the \
+                 CIFAR stem on small images) gives boxes around the objects"
+            );
+        }
         self.object_boxes = Some(boxes);
         Ok(())
     }
