@@ -160,3 +160,22 @@ pub trait SslMethod<B: AutodiffBackend> {
         let _ = boxes;
     }
 }
+
+/// A small backbone for the methods' unit tests: flatten, linear, ReLU.
+#[cfg(test)]
+#[derive(burn::module::Module, Debug)]
+pub(crate) struct TinyBackbone<B: burn::prelude::Backend> {
+    pub(crate) fc: burn::nn::Linear<B>,
+}
+
+#[cfg(test)]
+impl<B: burn::prelude::Backend> curriculum_ssl_models::Backbone<B> for TinyBackbone<B> {
+    fn forward_features(&self, images: burn::prelude::Tensor<B, 4>) -> burn::prelude::Tensor<B, 2> {
+        let [n, c, h, w] = images.dims();
+        burn::tensor::activation::relu(self.fc.forward(images.reshape([n, c * h * w])))
+    }
+
+    fn feature_dim(&self) -> usize {
+        self.fc.weight.dims()[1]
+    }
+}

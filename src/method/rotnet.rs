@@ -306,27 +306,11 @@ mod tests {
     use super::*;
     use crate::augment::rotate::rot90;
     use burn::backend::{Autodiff, NdArray};
-    use burn::tensor::activation::relu;
 
     type Inner = NdArray<f64>;
     type Ad = Autodiff<Inner>;
 
-    /// A small backbone: flatten, linear, ReLU.
-    #[derive(Module, Debug)]
-    struct Tiny<B: Backend> {
-        fc: Linear<B>,
-    }
-
-    impl<B: Backend> Backbone<B> for Tiny<B> {
-        fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-            let [n, c, h, w] = images.dims();
-            relu(self.fc.forward(images.reshape([n, c * h * w])))
-        }
-
-        fn feature_dim(&self) -> usize {
-            5
-        }
-    }
+    use crate::method::TinyBackbone as Tiny;
 
     fn rotnet(config: RotNetConfig) -> RotNet<Ad, Tiny<Ad>> {
         let device = Default::default();

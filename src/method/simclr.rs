@@ -331,28 +331,12 @@ mod tests {
     use crate::augment::normalize::Normalize;
     use crate::loss::CurricularLossConfig;
     use burn::backend::{Autodiff, NdArray};
-    use burn::nn::{Linear, LinearConfig};
-    use burn::tensor::activation::relu;
+    use burn::nn::LinearConfig;
 
     type Inner = NdArray<f64>;
     type Ad = Autodiff<Inner>;
 
-    /// A small backbone: flatten, linear, ReLU.
-    #[derive(Module, Debug)]
-    struct Tiny<B: Backend> {
-        fc: Linear<B>,
-    }
-
-    impl<B: Backend> Backbone<B> for Tiny<B> {
-        fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-            let [n, c, h, w] = images.dims();
-            relu(self.fc.forward(images.reshape([n, c * h * w])))
-        }
-
-        fn feature_dim(&self) -> usize {
-            6
-        }
-    }
+    use crate::method::TinyBackbone as Tiny;
 
     const MEAN: f64 = 0.4;
     const STD: f64 = 0.25;
