@@ -37,6 +37,8 @@ def main(out):
     runs = defaultdict(dict)
     for run in sorted(out.glob("*-seed*")):
         recipe, seed = run.name.rsplit("-seed", 1)
+        if not (run / "epochs.csv").exists():
+            continue  # a run that has not finished an epoch yet
         with open(run / "epochs.csv") as f:
             epochs = list(csv.DictReader(f))
         knn, probe = eval_numbers(out / "logs" / f"{run.name}.eval.txt")
