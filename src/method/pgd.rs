@@ -69,6 +69,10 @@ pub struct PgdConfig {
     /// throughout. Default: `(0, 1/3, 2/3, 1)`, 4 steps per epoch pace.
     #[config(default = "Some(PgdConfig::default_schedule())")]
     pub schedule: Option<SchedulerConfig>,
+    /// The share `f ∈ [0, 1]` of the S steps made over training (`round(f·S)` steps, at least
+    /// one while the attack is on); `None` (the default): all S whenever the attack is on.
+    #[config(default = "None")]
+    pub steps_schedule: Option<SchedulerConfig>,
     /// The per-channel normalisation of the images [`Pgd::attack_views`] is given (the views'),
     /// so that a, ε and the pixel range are in units of `[0, 1]` pixels; `None`: the images are
     /// plain pixels.
@@ -97,6 +101,9 @@ impl PgdConfig {
         if let Some(s) = &self.schedule {
             s.validate("pgd.schedule", 0.0, 1.0)?;
         }
+        if let Some(s) = &self.steps_schedule {
+            s.validate("pgd.steps_schedule", 0.0, 1.0)?;
+        }
         if let Some(n) = &self.normalize {
             n.validate_for(n.mean.len())
                 .map_err(|e| ConfigError::new("pgd.normalize", e.to_string()))?;
@@ -107,6 +114,7 @@ impl PgdConfig {
             epsilon: self.epsilon,
             random_start: self.random_start,
             schedule: self.schedule.clone().map(Scheduler::from),
+            steps_schedule: self.steps_schedule.clone().map(Scheduler::from),
             normalize: self.normalize.clone(),
         })
     }
@@ -140,6 +148,7 @@ pub struct Pgd {
     epsilon: f64,
     random_start: bool,
     schedule: Option<Scheduler>,
+    steps_schedule: Option<Scheduler>,
     normalize: Option<Normalize>,
 }
 
@@ -157,11 +166,16 @@ impl Pgd {
             .map_or(1.0, |s| s.value(progress, 0.0, 1.0))
     }
 
-    /// The attack at `progress`: `s·a`, `s·ε`, and no step when `s = 0`.
+    /// The attack at `progress`: `s·a`, `s·ε`, the scheduled share of the S steps, and no step
+    /// when `s = 0`.
     pub fn at(&self, progress: Progress) -> PgdStep {
         let s = self.strength(progress);
+        let steps = match &self.steps_schedule {
+            None => self.steps,
+            Some(f) => ((f.value(progress, 0.0, 1.0) * self.steps as f64).round() as usize).max(1),
+        };
         PgdStep {
-            steps: if s > 0.0 { self.steps } else { 0 },
+            steps: if s > 0.0 { steps.min(self.steps) } else { 0 },
             step_size: s * self.step_size,
             epsilon: s * self.epsilon,
             random_start: self.random_start,
@@ -431,5 +445,35 @@ mod tests {
         assert_eq!(back, PgdConfig::new());
         let err = PgdConfig::new().with_epsilon(-1.0).init().unwrap_err();
         assert_eq!(err.field, "pgd.epsilon");
+    }
+
+    /// S too can follow a schedule: a linear share 0 → 1 per epoch over 8 epochs of S = 7 makes
+    /// round(f·7) steps, at least one while the attack is on.
+    #[test]
+    fn the_number_of_steps_follows_its_schedule() {
+        let pgd = PgdConfig::new()
+            .with_schedule(None)
+            .with_steps_schedule(Some(SchedulerConfig::Linear {
+                start: 0.0,
+                end: 1.0,
+                pace: Pace::Epoch,
+            }))
+            .init()
+            .unwrap();
+        let at = |epoch| Progress {
+            step: epoch,
+            total_steps: 8,
+            epoch,
+            total_epochs: 8,
+        };
+        let steps: Vec<usize> = (0..8).map(|e| pgd.at(at(e)).steps).collect();
+        // f = e/8 at epoch e: round(7e/8) = 0 (at least 1), 1, 2, 3, 4 (3.5 rounds up), 4, 5, 6.
+        assert_eq!(steps, [1, 1, 2, 3, 4, 4, 5, 6]);
+        assert!(steps.windows(2).all(|w| w[0] <= w[1]), "{steps:?}");
+        let err = PgdConfig::new()
+            .with_steps_schedule(Some(SchedulerConfig::Constant { value: 2.0 }))
+            .init()
+            .unwrap_err();
+        assert_eq!(err.field, "pgd.steps_schedule");
     }
 }
