@@ -79,4 +79,7 @@ pub enum Error {
     /// A dataset file or directory that cannot be used.
     #[error(transparent)]
     Data(#[from] crate::data::DataError),
+    /// Clustering, selection or sampling of SPL-ADVisE that cannot be done on its input.
+    #[error(transparent)]
+    Selection(#[from] crate::spl_advise::SplAdviseError),
 }

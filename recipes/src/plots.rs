@@ -162,7 +162,11 @@ pub fn plot_run(run_dir: &Path) -> Result<Vec<PathBuf>> {
             written.push(path);
         }
         for (i, name) in epochs.names.iter().enumerate() {
-            if name == "mean_loss" || name.starts_with("curation_") {
+            if name == "mean_loss"
+                || name.starts_with("curation_")
+                || name.starts_with("test_")
+                || name == "selected_fraction"
+            {
                 let points = epochs.series(epoch, i);
                 if points.is_empty() {
                     continue;

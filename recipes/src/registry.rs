@@ -152,6 +152,21 @@ pub fn registry() -> Vec<RecipeEntry> {
             run: mico::mico_moco,
         },
         RecipeEntry {
+            name: "spl_advise",
+            summary: "SPL-ADVisE (Thangarasa and Taylor 2018; FMNIST 94.12): supervised, SPLD over the clusters of a magnet-loss embedding",
+            run: spl_advise::spl_advise,
+        },
+        RecipeEntry {
+            name: "spld",
+            summary: "SPL-ADVisE Table 1 baseline (FMNIST 93.17): supervised, SPLD over fixed k-means clusters of the raw pixels",
+            run: spl_advise::spld,
+        },
+        RecipeEntry {
+            name: "random_sampling",
+            summary: "SPL-ADVisE Table 1 baseline (FMNIST 92.77): supervised, every training image every epoch",
+            run: spl_advise::random_sampling,
+        },
+        RecipeEntry {
             name: "eval",
             summary: "kNN and linear evaluation of a saved checkpoint (--run-dir DIR)",
             run: eval::run,

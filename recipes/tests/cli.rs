@@ -929,3 +929,76 @@ fn every_backbone_option_runs_two_steps() {
         stderr(&o)
     );
 }
+
+/// The supervised recipes (SPL-ADVisE and its baselines) train two epochs of two steps on the
+/// tiny data — the second epoch selects by SPLD in `spl_advise` and `spld` — and write a
+/// supervised run directory; the self-supervised options and a self-supervised resume of it are
+/// refused by name.
+#[test]
+fn the_supervised_recipes_run_two_epochs() {
+    for name in ["spl_advise", "spld", "random_sampling"] {
+        let dir_name = format!("supervised-{name}");
+        let mut args = tiny(&dir_name, &["--epochs", "2"]);
+        args[0] = name.to_string();
+        let o = run(&as_strs(&args));
+        assert_eq!(check_error_shape(&o, name), 0, "{name}\n{}", stderr(&o));
+        let dir = scratch().join(&dir_name);
+        let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+        assert_eq!(steps.lines().count(), 5, "{name}: four steps\n{steps}");
+        let epochs = std::fs::read_to_string(dir.join("epochs.csv")).unwrap();
+        let header: Vec<&str> = epochs.lines().next().unwrap().split(',').collect();
+        let column = |c: &str| header.iter().position(|h| *h == c).unwrap();
+        let last: Vec<&str> = epochs.lines().nth(2).unwrap().split(',').collect();
+        let top1: f64 = last[column("test_top1")].parse().unwrap();
+        assert!((0.0..=1.0).contains(&top1), "{epochs}");
+        let meta = std::fs::read_to_string(dir.join("checkpoints/epoch-0002/meta.json")).unwrap();
+        assert!(meta.contains("\"kind\": \"supervised\""), "{meta}");
+        assert_eq!(
+            dir.join("checkpoints/epoch-0002/embedding.mpk").is_file(),
+            name == "spl_advise"
+        );
+        let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
+        assert!(config.contains("curriculum-ssl supervised run"), "{config}");
+        // A resume with the same settings and a longer --extend continue the run.
+        let mut more = tiny(&dir_name, &["--epochs", "3", "--extend"]);
+        more[0] = name.to_string();
+        let o = run(&as_strs(&more));
+        assert_eq!(check_error_shape(&o, name), 0, "{name}\n{}", stderr(&o));
+        let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+        assert_eq!(steps.lines().count(), 7, "{name}: two more steps\n{steps}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    for (args, message) in [
+        (
+            vec!["spld", "--loss", "hcl"],
+            "--loss: recipe `spld` is supervised",
+        ),
+        (
+            vec!["random_sampling", "--embedding-backbone", "lenet5"],
+            "--embedding-backbone: recipe `random_sampling` has no embedding network",
+        ),
+        (
+            vec!["random_sampling", "--clusters", "4"],
+            "--clusters: recipe `random_sampling` clusters nothing",
+        ),
+        (
+            vec!["spld", "--clusters", "0"],
+            "--clusters 0: must lie in [1, 1000]",
+        ),
+    ] {
+        let mut full = tiny("supervised-refused", &args[1..]);
+        full[0] = args[0].to_string();
+        let o = run(&as_strs(&full));
+        assert_eq!(check_error_shape(&o, args[0]), 2, "{}", stderr(&o));
+        assert!(stderr(&o).contains(message), "{}", stderr(&o));
+    }
+    // A self-supervised recipe does not resume a supervised run.
+    let mut args = tiny("supervised-then-ssl", &["--epochs", "1"]);
+    args[0] = "random_sampling".into();
+    assert_eq!(run(&as_strs(&args)).status.code(), Some(0));
+    let mut ssl = tiny("supervised-then-ssl", &["--resume"]);
+    ssl[0] = "light_moco".into();
+    let o = run(&as_strs(&ssl));
+    assert_eq!(check_error_shape(&o, "ssl resume"), 2, "{}", stderr(&o));
+    std::fs::remove_dir_all(scratch().join("supervised-then-ssl")).unwrap();
+}

@@ -19,6 +19,8 @@
 //! | [`spld`] | the SPLD rule on any grouping; pace parameters `λ`, `γ`, `μ`; saveable state |
 //! | [`kmeans`](mod@kmeans) | seeded k-means++ and Lloyd on host data; [`ClusterIndex`] per class |
 //! | [`magnet_sampler`] | magnet-loss neighbourhood batches; per-cluster loss bookkeeping |
+//! | [`embedding`] | the embedding network: a backbone with a linear embedding layer |
+//! | [`selection`] | the student's selectors: [`SplAdvise`] and the baseline [`SpldSampling`], for the [supervised trainer](crate::train::supervised) |
 //!
 //! # One epoch of SPL-ADVisE with these pieces
 //! ```
@@ -63,14 +65,18 @@
 //! `docs/methods.md#spld`, `#k-means-clustering`,
 //! `#magnet-sampling` and `#magnet-loss`.
 
+pub mod embedding;
 pub mod kmeans;
 pub mod magnet_sampler;
+pub mod selection;
 pub mod spld;
 
+pub use embedding::{EmbeddingNet, EmbeddingNetConfig};
 pub use kmeans::{
     cluster_per_class, kmeans, ClusterIndex, ClusterIndexState, KMeans, KMeansConfig,
 };
 pub use magnet_sampler::{MagnetBatch, MagnetSampler, MagnetSamplerConfig, MagnetSamplerState};
+pub use selection::{Pace, PaceConfig, PaceState, SplAdvise, SplAdviseConfig, SpldSampling};
 pub use spld::{Spld, SpldConfig, SpldState};
 
 use crate::error::ConfigError;

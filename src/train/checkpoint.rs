@@ -38,12 +38,35 @@ use sha2::{Digest, Sha256};
 use super::TrainError;
 
 /// Version of the checkpoint layout written by this crate (2: checksums, shapes and `run.json`;
-/// 3: `curricula.json`; 4: crop-and-rotate's object boxes in `curricula.json`).
-pub const FORMAT_VERSION: u32 = 4;
+/// 3: `curricula.json`; 4: crop-and-rotate's object boxes in `curricula.json`; 5: the `kind` of
+/// run in `meta.json`, and the supervised trainer's checkpoints).
+pub const FORMAT_VERSION: u32 = 5;
 
 /// The layout versions this build reads: 3 (whose `curricula.json` has no object boxes, read as
-/// none: no run of that layout used them) and 4.
-pub const READABLE_VERSIONS: [u32; 2] = [3, FORMAT_VERSION];
+/// none: no run of that layout used them), 4 (no `kind`: self-supervised) and 5.
+pub const READABLE_VERSIONS: [u32; 3] = [3, 4, FORMAT_VERSION];
+
+/// Which trainer wrote a checkpoint, and so which files it must hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointKind {
+    /// The self-supervised [`Trainer`](super::Trainer) ([`files::CHECKSUMMED`]).
+    #[default]
+    SelfSupervised,
+    /// The supervised [`SupervisedTrainer`](super::supervised::SupervisedTrainer)
+    /// ([`files::SUPERVISED`], plus the files of its example selection).
+    Supervised,
+}
+
+impl CheckpointKind {
+    /// The files every checkpoint of this kind holds besides `meta.json`.
+    pub fn required_files(self) -> &'static [&'static str] {
+        match self {
+            Self::SelfSupervised => &files::CHECKSUMMED,
+            Self::Supervised => &files::SUPERVISED,
+        }
+    }
+}
 
 /// The names of the files and folders of a run directory and its checkpoints, in one place.
 pub mod files {
@@ -71,8 +94,17 @@ pub mod files {
     pub const STEPS: &str = "steps.csv";
     /// One row per epoch.
     pub const EPOCHS: &str = "epochs.csv";
-    /// Files every checkpoint of this layout holds besides `meta.json`.
+    /// Files every self-supervised checkpoint holds besides `meta.json`.
     pub const CHECKSUMMED: [&str; 6] = [ONLINE, BACKBONE, METHOD, OPTIMIZER, RUN, CURRICULA];
+    /// The supervised trainer's example selection: its pace, clusters and sampler, as JSON.
+    pub const SELECTION: &str = "selection.json";
+    /// SPL-ADVisE's embedding network.
+    pub const EMBEDDING: &str = "embedding.mpk";
+    /// The embedding network's optimiser state.
+    pub const EMBEDDING_OPTIMIZER: &str = "embedding_optimizer.mpk";
+    /// Files every supervised checkpoint holds besides `meta.json` (`online.mpk` is the
+    /// classifier, `backbone.mpk` its backbone).
+    pub const SUPERVISED: [&str; 5] = [ONLINE, BACKBONE, OPTIMIZER, RUN, SELECTION];
 
     /// The name of the checkpoint written after `epoch` epochs.
     pub fn checkpoint_name(epoch: usize) -> String {
@@ -94,6 +126,9 @@ pub mod files {
 pub struct CheckpointMeta {
     /// Layout version ([`FORMAT_VERSION`]).
     pub format_version: u32,
+    /// The trainer that wrote it (absent before layout 5: self-supervised).
+    #[serde(default)]
+    pub kind: CheckpointKind,
     /// Epochs completed.
     pub epoch: usize,
     /// Optimiser steps completed (the index of the next step).
@@ -418,12 +453,25 @@ pub fn read_meta(checkpoint: &Path) -> Result<CheckpointMeta, TrainError> {
     })
 }
 
-/// Checks every file of a checkpoint against the SHA-256 recorded in its `meta.json`.
+/// Checks every file of a checkpoint against the SHA-256 recorded in its `meta.json`: the files
+/// its kind requires ([`CheckpointKind::required_files`]) and every other file it records.
 ///
 /// # Errors
 /// Naming the first file that is missing, unreadable or damaged.
 pub fn verify(checkpoint: &Path, meta: &CheckpointMeta) -> Result<(), TrainError> {
-    for name in files::CHECKSUMMED {
+    let required = meta.kind.required_files().iter().copied();
+    let recorded = meta
+        .checksums
+        .keys()
+        .map(String::as_str)
+        .filter(|name| !meta.kind.required_files().contains(name));
+    for name in required.chain(recorded) {
+        if name.contains(['/', '\\']) || name.starts_with('.') {
+            return Err(TrainError::Checkpoint {
+                path: checkpoint.join(files::META),
+                reason: format!("records a file outside the checkpoint: {name:?}"),
+            });
+        }
         let path = checkpoint.join(name);
         let Some(expected) = meta.checksums.get(name) else {
             return Err(TrainError::Checkpoint {
@@ -555,8 +603,8 @@ mod tests {
         }
     }
 
-    /// Version 3 (before the object boxes) is still read; 2 and a future 5 are refused, saying
-    /// which versions this build reads.
+    /// Versions 3 (before the object boxes) and 4 (before `kind`) are still read, as
+    /// self-supervised; 2 and a future 6 are refused, saying which versions this build reads.
     #[test]
     fn older_layouts_are_read_or_refused_by_version() {
         let dir = std::env::temp_dir().join(format!("curriculum-ssl-meta-{}", std::process::id()));
@@ -575,17 +623,18 @@ mod tests {
             })
             .to_string()
         };
-        for version in [3, 4] {
+        for version in [3, 4, 5] {
             fs::write(dir.join(files::META), meta(version)).unwrap();
             let read = read_meta(&dir).unwrap();
             assert_eq!((read.format_version, read.epoch), (version, 2));
+            assert_eq!(read.kind, CheckpointKind::SelfSupervised);
         }
-        for version in [2, 5] {
+        for version in [2, 6] {
             fs::write(dir.join(files::META), meta(version)).unwrap();
             let err = read_meta(&dir).unwrap_err().to_string();
             assert!(
                 err.contains(&format!("layout version {version}"))
-                    && err.contains("reads versions 3 to 4"),
+                    && err.contains("reads versions 3 to 5"),
                 "{err}"
             );
         }

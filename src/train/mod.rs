@@ -44,6 +44,7 @@
 pub mod checkpoint;
 pub mod run_dir;
 pub mod run_log;
+pub mod supervised;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -220,6 +221,13 @@ pub enum TrainError {
     Io {
         /// The file.
         path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The supervised trainer's example selection failed (e.g. its embedding network's loss
+    /// became NaN).
+    #[error("example selection: {reason}")]
+    Selection {
         /// What went wrong.
         reason: String,
     },
@@ -622,6 +630,11 @@ where
             path: dir.to_path_buf(),
             reason,
         };
+        if meta.kind != checkpoint::CheckpointKind::SelfSupervised {
+            return Err(mismatch(
+                "written by the supervised trainer, not by a self-supervised run".into(),
+            ));
+        }
         if meta.loader_seed != self.loader.config().seed
             || meta.augment_seed != self.augmenter.config().seed
         {
@@ -756,6 +769,7 @@ where
         ];
         let meta = CheckpointMeta {
             format_version: checkpoint::FORMAT_VERSION,
+            kind: checkpoint::CheckpointKind::SelfSupervised,
             epoch: self.epoch,
             step: self.step,
             loader_seed: self.loader.config().seed,

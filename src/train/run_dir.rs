@@ -29,6 +29,19 @@ use crate::data::LoaderConfig;
 /// The `format` field of every run record: what marks a directory as a run of this crate.
 pub const RUN_FORMAT: &str = "curriculum-ssl run";
 
+/// The `format` field of a supervised run's record
+/// ([`SupervisedRecord`](super::supervised::SupervisedRecord)).
+pub const SUPERVISED_RUN_FORMAT: &str = "curriculum-ssl supervised run";
+
+/// Whether `config.json` of `dir` is a run record of this crate, of either trainer.
+fn has_run_config(dir: &Path) -> bool {
+    fs::read(dir.join(files::CONFIG))
+        .ok()
+        .and_then(|text| serde_json::from_slice::<serde_json::Value>(&text).ok())
+        .and_then(|v| v.get("format")?.as_str().map(str::to_string))
+        .is_some_and(|f| f == RUN_FORMAT || f == SUPERVISED_RUN_FORMAT)
+}
+
 /// Settings that may differ on resume: they do not change what is trained.
 pub const RESUMABLE_CHANGES: [&str; 5] = [
     "train.checkpoint_every",
@@ -145,7 +158,7 @@ pub fn inspect(dir: &Path) -> Result<DirState, TrainError> {
         return Ok(DirState::Empty);
     }
     names.sort();
-    let has_config = RunRecord::<serde_json::Value>::read(dir).is_ok();
+    let has_config = has_run_config(dir);
     let has_checkpoints = CheckpointDir::new(dir).holds_checkpoints()?;
     if has_config || has_checkpoints {
         return Ok(DirState::Run {

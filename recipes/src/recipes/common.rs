@@ -548,7 +548,7 @@ pub fn check_data_dir(dir: &Path) -> Result<()> {
 }
 
 /// Checks the settings a training recipe resolved, naming the option at fault.
-fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
+pub(crate) fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
     if settings.epochs == 0 {
         return Err(usage("--epochs: must be at least 1"));
     }
@@ -1145,7 +1145,7 @@ fn write_summary(
 /// The file of the run directory holding the kNN accuracies of the backbone at initialisation.
 pub const KNN_AT_INIT: &str = "knn_at_init.json";
 
-fn print_where(run_dir: &Path) {
+pub(crate) fn print_where(run_dir: &Path) {
     println!(
         "metrics: {0}/steps.csv, {0}/epochs.csv; checkpoints: {0}/checkpoints; evaluate with \
          `recipe eval --run-dir {0}`",

@@ -10,4 +10,5 @@ pub mod moco_v2;
 pub mod rotnet;
 pub mod simclr;
 pub mod simsiam;
+pub mod spl_advise;
 pub mod worked_values;

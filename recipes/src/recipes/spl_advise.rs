@@ -1,0 +1,413 @@
+//! `spl_advise`, `spld`, `random_sampling`: supervised classification with self-paced example
+//! selection — Thangarasa & Taylor, "Self-Paced Learning with Adaptive Deep Visual Embeddings",
+//! BMVC 2018, <https://arxiv.org/abs/1807.09200> (docs/methods.md#spl-advise), and the two
+//! baselines of its Table 1.
+//!
+//! ```text
+//! every epoch:
+//!     spl_advise: embed the training set with the embedding network, k-means++ per class (K 8)
+//!     spld:       fixed k-means++ clusters of the raw pixels (K 8 per class)
+//!     losses = student's cross-entropy on every training image
+//!     pool = SPLD(losses, clusters): within a cluster, rank r kept if L < λ + γ/(√r + √(r−1))
+//!            (random_sampling: every image)
+//!     N/B steps of the student on batches from the pool (the same steps for the three methods)
+//!     spl_advise: one magnet-loss step of the embedding network (M 8 clusters × D 8) per step
+//!     λ ← μλ, γ ← μγ
+//! ```
+//!
+//! The paper's Fashion-MNIST setting, the default on a GPU: ResNet-18 student trained with SGD
+//! (Nesterov momentum 0.9, weight decay 5e-4, lr 1e-3), LeNet embedding network (VGG-16 for RGB
+//! images) with a 32-wide embedding layer trained with Adam at 1e-4, batch 128, augmentation by
+//! normalisation, horizontal and vertical flips, translation and rotation. On the CPU the
+//! default student is the small ResNet trained with Adam at 1e-3 (`--optimizer` chooses).
+
+use anyhow::Result;
+use burn::optim::{AdamConfig, Optimizer};
+use clap::{Parser, ValueEnum};
+use curriculum_ssl::augment::normalize::{self, Normalize};
+use curriculum_ssl::data::Dataset;
+use curriculum_ssl::optim::SgdConfig;
+use curriculum_ssl::spl_advise::{
+    EmbeddingNetConfig, KMeansConfig, PaceConfig, SplAdvise, SplAdviseConfig, SpldConfig,
+    SpldSampling,
+};
+use curriculum_ssl::train::supervised::{
+    Classifier, ClassifierAugmentConfig, ExampleSelector, RandomSampling, SupervisedConfig,
+    SupervisedTrainer,
+};
+use curriculum_ssl::train::StartMode;
+use curriculum_ssl_models::AnyBackbone;
+use serde::Serialize;
+
+use super::common::{self, BackboneChoice, BackboneSpec, Device, RecipeArgs, Settings, Train};
+use crate::{backend, usage};
+
+/// The three ways of choosing the student's examples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Selection {
+    /// SPLD over the clusters of a magnet-loss embedding (the paper).
+    SplAdvise,
+    /// SPLD over fixed k-means clusters of the raw pixels.
+    Spld,
+    /// Every example.
+    Random,
+}
+
+impl Selection {
+    fn recipe(self) -> &'static str {
+        match self {
+            Self::SplAdvise => "spl_advise",
+            Self::Spld => "spld",
+            Self::Random => "random_sampling",
+        }
+    }
+}
+
+/// The student's optimiser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+pub enum OptimizerChoice {
+    /// Adam (β 0.9, 0.999), no weight decay.
+    Adam,
+    /// SGD with Nesterov momentum 0.9 and weight decay 5e-4 (the paper's).
+    Sgd,
+}
+
+/// Options of the supervised recipes.
+#[derive(Parser, Debug, Clone)]
+#[command(no_binary_name = true, name = "recipe", args_override_self = true)]
+pub struct SupervisedArgs {
+    /// The options every recipe has.
+    #[command(flatten)]
+    pub common: RecipeArgs,
+    /// The student's optimiser (default: sgd, the paper's, on a GPU; adam on the CPU).
+    #[arg(long, value_enum)]
+    pub optimizer: Option<OptimizerChoice>,
+    /// spl_advise: the embedding network (default: lenet5, the paper's for Fashion-MNIST; VGG-16
+    /// for RGB images on a GPU).
+    #[arg(long, value_enum)]
+    pub embedding_backbone: Option<BackboneChoice>,
+    /// spl_advise, spld: clusters per class K (default 8).
+    #[arg(long)]
+    pub clusters: Option<usize>,
+}
+
+/// What the run directory records about the run (`run` in `config.json`).
+#[derive(Debug, Clone, Serialize)]
+struct SupervisedRun {
+    recipe: &'static str,
+    selection: Selection,
+    backbone: BackboneChoice,
+    embedding_backbone: Option<BackboneChoice>,
+    optimizer: OptimizerChoice,
+    data: Option<std::path::PathBuf>,
+    dataset: common::DatasetChoice,
+    stem: Option<common::StemChoice>,
+    backend: &'static str,
+}
+
+/// Runs `spl_advise`.
+pub fn spl_advise(args: &[String]) -> Result<()> {
+    run(args, Selection::SplAdvise)
+}
+
+/// Runs `spld`.
+pub fn spld(args: &[String]) -> Result<()> {
+    run(args, Selection::Spld)
+}
+
+/// Runs `random_sampling`.
+pub fn random_sampling(args: &[String]) -> Result<()> {
+    run(args, Selection::Random)
+}
+
+fn on_gpu() -> bool {
+    backend::NAME != "cpu (flex)"
+}
+
+/// The paper's augmentation of Fashion-MNIST (the magnitudes are not given: ±10° and ±2
+/// pixels, the common choices), with the dataset's normalisation.
+pub fn augmentation(channels: usize, seed: u64) -> ClassifierAugmentConfig {
+    ClassifierAugmentConfig::new()
+        .with_hflip(0.5)
+        .with_vflip(0.5)
+        .with_translate(2)
+        .with_rotate_degrees(10.0)
+        .with_normalize(Some(normalization(channels)))
+        .with_seed(seed)
+}
+
+fn normalization(channels: usize) -> Normalize {
+    match channels {
+        1 => Normalize::new(
+            &normalize::FASHION_MNIST_MEAN,
+            &normalize::FASHION_MNIST_STD,
+        ),
+        _ => Normalize::new(&normalize::CIFAR10_MEAN, &normalize::CIFAR10_STD),
+    }
+}
+
+/// The options that belong to the self-supervised recipes, refused here by name.
+fn refuse_ssl_options(args: &RecipeArgs, recipe: &str) -> Result<()> {
+    let given = [
+        ("--loss", args.loss.is_some()),
+        ("--hard-positive-k", args.hard_positive_k.is_some()),
+        ("--curation-warmup", args.curation_warmup.is_some()),
+        ("--curation-retries", args.curation_retries.is_some()),
+        ("--pgd-steps", args.pgd_steps.is_some()),
+        ("--strength", args.strength.is_some()),
+        ("--schedule", args.schedule.is_some()),
+        ("--easy-to-hard", args.easy_to_hard),
+        ("--weights", args.weights.is_some()),
+    ];
+    match given.iter().find(|(_, on)| *on) {
+        Some((option, _)) => Err(usage(format!(
+            "{option}: recipe `{recipe}` is supervised; the option belongs to the \
+             self-supervised recipes"
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn run(raw: &[String], selection: Selection) -> Result<()> {
+    let recipe = selection.recipe();
+    let args = SupervisedArgs::command_parse(recipe, raw)?;
+    let common_args = &args.common;
+    refuse_ssl_options(common_args, recipe)?;
+    if args.embedding_backbone.is_some() && selection != Selection::SplAdvise {
+        return Err(usage(format!(
+            "--embedding-backbone: recipe `{recipe}` has no embedding network (spl_advise has)"
+        )));
+    }
+    if args.clusters.is_some() && selection == Selection::Random {
+        return Err(usage(
+            "--clusters: recipe `random_sampling` clusters nothing (spl_advise and spld do)",
+        ));
+    }
+    if let Some(k) = args.clusters {
+        if !(1..=1000).contains(&k) {
+            return Err(usage(format!("--clusters {k}: must lie in [1, 1000]")));
+        }
+    }
+    let epochs = if on_gpu() { 50 } else { 10 };
+    let settings = Settings::new(recipe, common_args, epochs, 128, 1e-3);
+    common::validate(&settings, common_args)?;
+    let optimizer = args.optimizer.unwrap_or(if on_gpu() {
+        OptimizerChoice::Sgd
+    } else {
+        OptimizerChoice::Adam
+    });
+    let device = Device::default();
+    let data = settings.source.load_splits(false)?;
+    let (_, _, channels) = data.train.image_shape();
+    let embedding_backbone = (selection == Selection::SplAdvise).then(|| {
+        args.embedding_backbone
+            .unwrap_or(if channels == 3 && on_gpu() {
+                BackboneChoice::Vgg16Bn
+            } else {
+                BackboneChoice::Lenet5
+            })
+    });
+    let classes = data.train.num_classes().max(data.test.num_classes());
+    let spec = BackboneSpec {
+        config: settings.backbone.config(channels, settings.stem),
+        weights: None,
+    };
+    let model = Classifier::new(spec.init::<Train>(&device), classes, &device);
+    let images = ClassifierAugmentConfig::new().with_normalize(Some(normalization(channels)));
+    let kmeans = KMeansConfig::new()
+        .with_clusters(args.clusters.unwrap_or(8))
+        .with_max_iterations(50);
+    let pace = PaceConfig::new(SpldConfig::new());
+    let selector: Box<dyn ExampleSelector<Train>> = match selection {
+        Selection::Random => Box::new(RandomSampling::new(data.train.len())),
+        Selection::Spld => Box::new(SpldSampling::on_pixels(
+            &data.train,
+            &pace,
+            &kmeans,
+            settings.seed,
+        )?),
+        Selection::SplAdvise => {
+            let choice = embedding_backbone.expect("spl_advise has one");
+            let backbone = BackboneSpec {
+                config: choice.config(channels, None),
+                weights: None,
+            }
+            .init::<Train>(&device);
+            let net = EmbeddingNetConfig::new().init(backbone, &device);
+            let config = SplAdviseConfig::new(pace)
+                .with_kmeans(kmeans)
+                .with_seed(settings.seed);
+            Box::new(SplAdvise::new(
+                config,
+                net,
+                AdamConfig::new().init(),
+                data.train.clone(),
+                images,
+                &device,
+            )?)
+        }
+    };
+    let description = SupervisedRun {
+        recipe,
+        selection,
+        backbone: settings.backbone,
+        embedding_backbone,
+        optimizer,
+        data: settings.source.dir.clone(),
+        dataset: settings.source.dataset,
+        stem: settings.stem,
+        backend: backend::NAME,
+    };
+    let config = SupervisedConfig::new()
+        .with_epochs(settings.epochs)
+        .with_batch_size(settings.batch_size)
+        .with_lr(settings.lr)
+        .with_checkpoint_every(common_args.checkpoint_every)
+        .with_seed(settings.seed);
+    let mode = if common_args.extend {
+        StartMode::Extend
+    } else if common_args.resume {
+        StartMode::Resume
+    } else {
+        StartMode::Fresh
+    };
+    let run_dir = settings.run_dir(common_args);
+    let parts = Parts {
+        model,
+        selector,
+        data,
+        config,
+        augment: augmentation(channels, settings.seed),
+        description,
+        run_dir,
+        mode,
+        device,
+    };
+    match optimizer {
+        OptimizerChoice::Adam => train(parts, AdamConfig::new().init()),
+        OptimizerChoice::Sgd => train(
+            parts,
+            SgdConfig::new()
+                .with_momentum(0.9)
+                .with_nesterov(true)
+                .with_weight_decay(5e-4)
+                .init()?,
+        ),
+    }
+}
+
+struct Parts {
+    model: Classifier<Train, AnyBackbone<Train>>,
+    selector: Box<dyn ExampleSelector<Train>>,
+    data: common::Data,
+    config: SupervisedConfig,
+    augment: ClassifierAugmentConfig,
+    description: SupervisedRun,
+    run_dir: std::path::PathBuf,
+    mode: StartMode,
+    device: Device,
+}
+
+fn train<O>(parts: Parts, optimizer: O) -> Result<()>
+where
+    O: Optimizer<Classifier<Train, AnyBackbone<Train>>, Train>,
+{
+    let Parts {
+        model,
+        selector,
+        data,
+        config,
+        augment,
+        description,
+        run_dir,
+        mode,
+        device,
+    } = parts;
+    println!(
+        "{}: {} epochs of {} steps, batch {}, lr {}, {:?} student with {:?}{} on {}; run \
+         directory {}",
+        description.recipe,
+        config.epochs,
+        data.train.len() / config.batch_size,
+        config.batch_size,
+        config.lr,
+        description.backbone,
+        description.optimizer,
+        description
+            .embedding_backbone
+            .map_or(String::new(), |e| format!(", {e:?} embedding network")),
+        backend::NAME,
+        run_dir.display()
+    );
+    let mut trainer = SupervisedTrainer::builder(model, optimizer, selector, data.train, data.test)
+        .config(config)
+        .augmentation(augment)
+        .run_dir(&run_dir)
+        .describe(&description)
+        .start(mode)
+        .build(&device)?;
+    let summary = trainer.fit()?;
+    if let Some(last) = summary.epochs.last() {
+        let stat = |name: &str| {
+            last.stats
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(f64::NAN, |(_, v)| *v)
+        };
+        println!(
+            "epoch {}: test top-1 {:.2}%, top-5 {:.2}%, {:.0}% of the training set selected",
+            last.epoch + 1,
+            100.0 * stat("test_top1"),
+            100.0 * stat("test_top5"),
+            100.0 * stat("selected_fraction"),
+        );
+    }
+    crate::plots::plot_run(&run_dir)?;
+    common::print_where(&run_dir);
+    Ok(())
+}
+
+impl SupervisedArgs {
+    /// Parses the arguments of `recipe` (its name heads the usage line of `--help`).
+    pub fn command_parse(recipe: &str, args: &[String]) -> Result<Self> {
+        use clap::{CommandFactory, FromArgMatches};
+        let command = Self::command()
+            .bin_name(format!("recipe {recipe}"))
+            .about(format!(
+                "Options of `recipe {recipe}` (the recipe's defaults when not given)"
+            ));
+        command
+            .try_get_matches_from(args)
+            .and_then(|m| Self::from_arg_matches(&m))
+            .map_err(crate::help_or_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_papers_augmentation_and_the_optimiser_choice() {
+        let a = augmentation(1, 3);
+        assert_eq!((a.hflip, a.vflip, a.translate), (0.5, 0.5, 2));
+        assert_eq!(a.rotate_degrees, 10.0);
+        assert_eq!(a.seed, 3);
+        assert_eq!(
+            a.normalize.unwrap().mean,
+            normalize::FASHION_MNIST_MEAN.to_vec()
+        );
+        let args = SupervisedArgs::command_parse(
+            "spld",
+            &[
+                "--optimizer".into(),
+                "sgd".into(),
+                "--clusters".into(),
+                "4".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(args.optimizer, Some(OptimizerChoice::Sgd));
+        assert_eq!(args.clusters, Some(4));
+    }
+}
