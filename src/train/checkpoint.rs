@@ -9,7 +9,11 @@
 //! | `method.mpk` | the method's state: key / target networks, queue and pointer, loss states |
 //! | `optimizer.mpk` | the optimiser's state (momentum buffers, keyed by parameter id) |
 //! | `run.json` | the run's configuration when the checkpoint was written ([`super::RunRecord`]) |
-//! | `meta.json` | epochs done, the next step, the seeds, the SHA-256 of every other file and the parameter shapes of the networks |
+//! | `meta.json` | the kind of run, epochs done, the next step, the seeds, the SHA-256 of every other file and the parameter shapes of the networks |
+//!
+//! A supervised run ([`CheckpointKind::Supervised`]) writes `online.mpk` (the classifier),
+//! `backbone.mpk`, `optimizer.mpk`, `run.json`, and its example selector's files:
+//! `selection.json` and, for SPL-ADVisE, `embedding.mpk` and `embedding_optimizer.mpk`.
 //!
 //! The records are named MessagePack in full precision (burn's `NamedMpkBytesRecorder`). Every
 //! random draw of training is keyed by `(seed, epoch)` (batch order) or `(seed, step)`

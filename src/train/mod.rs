@@ -74,9 +74,7 @@ use checkpoint::{
     check_shapes, files, read_record, shapes, to_bytes, write_atomic, CheckpointDir, CheckpointMeta,
 };
 use curriculum_ssl_models::Backbone;
-use run_dir::{
-    differences, inspect, Difference, DirState, Extension, RESUMABLE_CHANGES, RUN_FORMAT,
-};
+use run_dir::{differences, Difference, Extension, RESUMABLE_CHANGES, RUN_FORMAT};
 use run_log::RunLog;
 
 pub use checkpoint::{load_backbone, resolve_checkpoint};
@@ -414,28 +412,8 @@ where
             box_seconds: 0.0,
         };
         trainer.check_feature_map()?;
-        match (inspect(&trainer.run_dir)?, self.mode) {
-            (DirState::Empty, _) => {}
-            (DirState::Foreign(names), _) => {
-                return Err(TrainError::Run {
-                    path: trainer.run_dir,
-                    reason: format!(
-                        "is not empty and is not a run directory (it holds {}); choose a new or \
-                         empty directory",
-                        names.join(", ")
-                    ),
-                })
-            }
-            (DirState::Run { .. }, StartMode::Fresh) => {
-                return Err(TrainError::Run {
-                    path: trainer.run_dir,
-                    reason: "already holds a run: resume it, or choose another run directory"
-                        .into(),
-                })
-            }
-            (DirState::Run { .. }, mode) => {
-                record = trainer.resume(record, mode == StartMode::Extend)?;
-            }
+        if run_dir::holds_a_run_to_resume(&trainer.run_dir, self.mode)? {
+            record = trainer.resume(record, self.mode == StartMode::Extend)?;
         }
         std::fs::create_dir_all(&trainer.run_dir)
             .map_err(|e| checkpoint::write_error(&trainer.run_dir, e))?;

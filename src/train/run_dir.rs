@@ -170,6 +170,34 @@ pub fn inspect(dir: &Path) -> Result<DirState, TrainError> {
     Ok(DirState::Foreign(names))
 }
 
+/// Whether a run starting in `dir` as `mode` says resumes the run there: `false` for a missing or
+/// empty directory, `true` for a run directory when resuming or extending.
+///
+/// # Errors
+/// If the directory holds files that are not a run, or holds a run and `mode` is
+/// [`StartMode::Fresh`](super::StartMode::Fresh).
+pub(crate) fn holds_a_run_to_resume(
+    dir: &Path,
+    mode: super::StartMode,
+) -> Result<bool, TrainError> {
+    match (inspect(dir)?, mode) {
+        (DirState::Empty, _) => Ok(false),
+        (DirState::Foreign(names), _) => Err(TrainError::Run {
+            path: dir.to_path_buf(),
+            reason: format!(
+                "is not empty and is not a run directory (it holds {}); choose a new or empty \
+                 directory",
+                names.join(", ")
+            ),
+        }),
+        (DirState::Run { .. }, super::StartMode::Fresh) => Err(TrainError::Run {
+            path: dir.to_path_buf(),
+            reason: "already holds a run: resume it, or choose another run directory".into(),
+        }),
+        (DirState::Run { .. }, _) => Ok(true),
+    }
+}
+
 /// A setting that differs between a run's saved configuration and the one given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Difference {

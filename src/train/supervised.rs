@@ -41,7 +41,7 @@ use super::checkpoint::{
     self, check_shapes, files, read_record, shapes, to_bytes, write_atomic, CheckpointDir,
     CheckpointKind, CheckpointMeta,
 };
-use super::run_dir::{differences, inspect, Difference, DirState, SUPERVISED_RUN_FORMAT};
+use super::run_dir::{self, differences, Difference, SUPERVISED_RUN_FORMAT};
 use super::run_log::{EpochRecord, RunLog, StepRecord};
 use super::{StartMode, TrainError, TrainSummary};
 use crate::augment::normalize::Normalize;
@@ -579,28 +579,8 @@ where
             steps_per_epoch,
             last_checkpoint: None,
         };
-        match (inspect(&trainer.run_dir)?, self.mode) {
-            (DirState::Empty, _) => {}
-            (DirState::Foreign(names), _) => {
-                return Err(TrainError::Run {
-                    path: trainer.run_dir,
-                    reason: format!(
-                        "is not empty and is not a run directory (it holds {}); choose a new or \
-                         empty directory",
-                        names.join(", ")
-                    ),
-                })
-            }
-            (DirState::Run { .. }, StartMode::Fresh) => {
-                return Err(TrainError::Run {
-                    path: trainer.run_dir,
-                    reason: "already holds a run: resume it, or choose another run directory"
-                        .into(),
-                })
-            }
-            (DirState::Run { .. }, mode) => {
-                record = trainer.resume(record, mode == StartMode::Extend)?;
-            }
+        if run_dir::holds_a_run_to_resume(&trainer.run_dir, self.mode)? {
+            record = trainer.resume(record, self.mode == StartMode::Extend)?;
         }
         std::fs::create_dir_all(&trainer.run_dir)
             .map_err(|e| checkpoint::write_error(&trainer.run_dir, e))?;

@@ -515,17 +515,22 @@ pub struct RecipeRun {
 impl RecipeArgs {
     /// Parses the arguments of `recipe` (its name heads the usage line of `--help`).
     pub fn parse_from(recipe: &str, args: &[String]) -> Result<Self> {
-        use clap::{CommandFactory, FromArgMatches};
-        let command = Self::command()
-            .bin_name(format!("recipe {recipe}"))
-            .about(format!(
-                "Options of `recipe {recipe}` (the recipe's defaults when not given)"
-            ));
-        command
-            .try_get_matches_from(args)
-            .and_then(|m| Self::from_arg_matches(&m))
-            .map_err(crate::help_or_error)
+        parse_recipe_args(recipe, args)
     }
+}
+
+/// Parses a recipe's arguments into its options struct `T` (the recipe's name heads the usage
+/// line of `--help`; a clap error is a usage error).
+pub fn parse_recipe_args<T: Parser>(recipe: &str, args: &[String]) -> Result<T> {
+    let command = T::command()
+        .bin_name(format!("recipe {recipe}"))
+        .about(format!(
+            "Options of `recipe {recipe}` (the recipe's defaults when not given)"
+        ));
+    command
+        .try_get_matches_from(args)
+        .and_then(|m| T::from_arg_matches(&m))
+        .map_err(crate::help_or_error)
 }
 
 /// Checks that `--data-dir DIR` names a directory (before anything is read or written).

@@ -370,16 +370,7 @@ where
 impl SupervisedArgs {
     /// Parses the arguments of `recipe` (its name heads the usage line of `--help`).
     pub fn command_parse(recipe: &str, args: &[String]) -> Result<Self> {
-        use clap::{CommandFactory, FromArgMatches};
-        let command = Self::command()
-            .bin_name(format!("recipe {recipe}"))
-            .about(format!(
-                "Options of `recipe {recipe}` (the recipe's defaults when not given)"
-            ));
-        command
-            .try_get_matches_from(args)
-            .and_then(|m| Self::from_arg_matches(&m))
-            .map_err(crate::help_or_error)
+        common::parse_recipe_args(recipe, args)
     }
 }
 
