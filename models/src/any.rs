@@ -69,6 +69,22 @@ impl<B: Backend> Backbone<B> for AnyBackbone<B> {
 }
 
 impl<B: Backend> AnyBackbone<B> {
+    /// Checks that images of `shape` (`[batch, channels, height, width]`) fit the model: the
+    /// channel count it was built for and the smallest size its downsampling allows.
+    ///
+    /// # Errors
+    /// Naming what does not fit, as the model's own `check_input`.
+    pub fn check_input(&self, shape: [usize; 4]) -> Result<(), ModelError> {
+        match self {
+            Self::ResNet(m) => m.check_input(shape),
+            Self::WideResNet(m) => m.check_input(shape),
+            Self::EfficientNet(m) => m.check_input(shape),
+            Self::MobileNetV3(m) => m.check_input(shape),
+            Self::Vgg(m) => m.check_input(shape),
+            Self::LeNet(m) => m.check_input(shape),
+        }
+    }
+
     /// Loads torchvision weights (a safetensors export of its `state_dict`) into the backbone.
     ///
     /// # Errors

@@ -985,6 +985,15 @@ fn the_supervised_recipes_run_two_epochs() {
             vec!["spld", "--clusters", "0"],
             "--clusters 0: must lie in [1, 1000]",
         ),
+        // VGG-16 needs 32×32 images: 28×28 garments are refused before any work.
+        (
+            vec!["spl_advise", "--embedding-backbone", "vgg16-bn"],
+            "--embedding-backbone: VGG: images of 28x28 are too small",
+        ),
+        (
+            vec!["random_sampling", "--backbone", "vgg16-bn"],
+            "--backbone: VGG: images of 28x28 are too small",
+        ),
     ] {
         let mut full = tiny("supervised-refused", &args[1..]);
         full[0] = args[0].to_string();

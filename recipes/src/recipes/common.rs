@@ -156,7 +156,7 @@ impl BackboneChoice {
 pub struct BackboneSpec {
     /// The model.
     pub config: AnyBackboneConfig,
-    /// Weights checked by [`BackboneSpec::check_weights`] when the recipe was prepared.
+    /// Weights checked by [`BackboneSpec::check`] when the recipe was prepared.
     pub weights: Option<PathBuf>,
 }
 
@@ -164,7 +164,7 @@ impl BackboneSpec {
     /// Builds the backbone (with its weights).
     ///
     /// # Panics
-    /// If the weights cannot be loaded, which [`BackboneSpec::check_weights`] rules out before
+    /// If the weights cannot be loaded, which [`BackboneSpec::check`] rules out before
     /// any backbone is built (the same file into the same model).
     pub fn init<B: burn::tensor::backend::Backend>(&self, device: &B::Device) -> AnyBackbone<B> {
         let mut backbone = self.config.init(device);
@@ -176,14 +176,23 @@ impl BackboneSpec {
         backbone
     }
 
-    /// Loads the weights once into a throwaway backbone, so that a wrong file is an input
-    /// error before anything else happens.
+    /// Builds a throwaway backbone once and checks it against the data before anything else
+    /// happens: images of `(height, width, channels)` must fit it (channels, smallest size), and
+    /// the weights, if given, must load into it.
     ///
     /// # Errors
-    /// Naming `--weights` and what is wrong with the file.
-    pub fn check_weights(&self, device: &Device) -> Result<()> {
+    /// Naming `option` (the backbone's option) or `--weights` and what is wrong.
+    pub fn check(
+        &self,
+        (height, width, channels): (usize, usize, usize),
+        option: &str,
+        device: &Device,
+    ) -> Result<()> {
+        let mut backbone = self.config.init::<backend::Inner>(device);
+        backbone
+            .check_input([1, channels, height, width])
+            .map_err(|e| usage(format!("{option}: {e}")))?;
         if let Some(path) = &self.weights {
-            let mut backbone = self.config.init::<backend::Inner>(device);
             backbone
                 .load_torchvision(path)
                 .map_err(|e| usage(format!("--weights {}: {e}", path.display())))?;
@@ -861,7 +870,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         config: settings.backbone.config(channels, settings.stem),
         weights: settings.weights.clone(),
     }
-    .check_weights(&device)?;
+    .check(data.train.image_shape(), "--backbone", &device)?;
     let mut pipeline = pipeline(defaults.preset, &data, settings.seed);
     pipeline.mixup_curriculum = mixup;
     pipeline.strength_curriculum = strength;

@@ -212,6 +212,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         config: settings.backbone.config(channels, settings.stem),
         weights: None,
     };
+    spec.check(data.train.image_shape(), "--backbone", &device)?;
     let model = Classifier::new(spec.init::<Train>(&device), classes, &device);
     let images = ClassifierAugmentConfig::new().with_normalize(Some(normalization(channels)));
     let kmeans = KMeansConfig::new()
@@ -228,11 +229,12 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         )?),
         Selection::SplAdvise => {
             let choice = embedding_backbone.expect("spl_advise has one");
-            let backbone = BackboneSpec {
+            let spec = BackboneSpec {
                 config: choice.config(channels, None),
                 weights: None,
-            }
-            .init::<Train>(&device);
+            };
+            spec.check(data.train.image_shape(), "--embedding-backbone", &device)?;
+            let backbone = spec.init::<Train>(&device);
             let net = EmbeddingNetConfig::new().init(backbone, &device);
             let config = SplAdviseConfig::new(pace)
                 .with_kmeans(kmeans)
