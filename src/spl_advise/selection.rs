@@ -150,6 +150,17 @@ impl Pace {
             .map_err(crate::Error::from)?)
     }
 
+    /// Whether epoch `epoch` is a warm-up epoch (every example, no losses needed).
+    pub fn in_warmup(&self, epoch: usize) -> bool {
+        epoch < self.warmup_epochs
+    }
+
+    /// Every one of `n` examples: a warm-up epoch's selection, which needs no losses.
+    pub fn select_all(&mut self, n: usize) -> Vec<usize> {
+        self.used = (f64::NAN, f64::NAN);
+        (0..n).collect()
+    }
+
     /// The end-of-epoch growth `λ ← μλ`, `γ ← μγ` (once the selection has started: a warm-up
     /// epoch leaves the pace as it is).
     pub fn advance_epoch(&mut self) {
@@ -259,13 +270,15 @@ impl<B: AutodiffBackend> ExampleSelector<B> for SpldSampling {
         self.describe.clone()
     }
 
-    fn needs_losses(&self) -> bool {
-        true
+    fn needs_losses(&self, epoch: usize) -> bool {
+        !self.pace.in_warmup(epoch)
     }
 
     fn select(&mut self, epoch: usize, losses: Option<&[f32]>) -> Result<Vec<usize>, TrainError> {
-        let losses = losses.expect("needs_losses");
-        self.pace.select(epoch, losses, self.index.assignments())
+        match losses {
+            None => Ok(self.pace.select_all(self.index.num_examples())),
+            Some(losses) => self.pace.select(epoch, losses, self.index.assignments()),
+        }
     }
 
     fn end_epoch(&mut self) {
@@ -512,17 +525,19 @@ where
         })
     }
 
-    fn needs_losses(&self) -> bool {
-        true
+    fn needs_losses(&self, epoch: usize) -> bool {
+        !self.pace.in_warmup(epoch)
     }
 
     fn select(&mut self, epoch: usize, losses: Option<&[f32]>) -> Result<Vec<usize>, TrainError> {
         self.refresh(epoch)?;
         self.epoch_loss = (0.0, 0);
+        let Some(losses) = losses else {
+            return Ok(self.pace.select_all(self.labels.len()));
+        };
         let index = self.sampler.as_ref().expect("refreshed").index();
         let groups = index.assignments().to_vec();
-        self.pace
-            .select(epoch, losses.expect("needs_losses"), &groups)
+        self.pace.select(epoch, losses, &groups)
     }
 
     fn after_step(&mut self, _: usize) -> Result<Vec<(String, f64)>, TrainError> {

@@ -328,12 +328,13 @@ pub trait ExampleSelector<B: AutodiffBackend> {
     /// resume.
     fn describe(&self) -> serde_json::Value;
 
-    /// Whether [`ExampleSelector::select`] needs the student's per-example losses.
-    fn needs_losses(&self) -> bool;
+    /// Whether [`ExampleSelector::select`] needs the student's per-example losses in epoch
+    /// `epoch` (their pass over the training set is skipped otherwise).
+    fn needs_losses(&self, epoch: usize) -> bool;
 
     /// The examples epoch `epoch` draws its batches from (indices into the training set; at
     /// least one). `losses[i]` is the student's cross-entropy on example `i` before the epoch,
-    /// when [`ExampleSelector::needs_losses`].
+    /// when [`ExampleSelector::needs_losses`] for that epoch.
     ///
     /// # Errors
     /// If the losses cannot be used, or the selector's own work fails.
@@ -389,7 +390,7 @@ impl<B: AutodiffBackend> ExampleSelector<B> for RandomSampling {
         serde_json::json!({ "method": "random" })
     }
 
-    fn needs_losses(&self) -> bool {
+    fn needs_losses(&self, _: usize) -> bool {
         false
     }
 
@@ -957,7 +958,7 @@ where
         while self.epoch < last {
             let epoch = self.epoch;
             let started = Instant::now();
-            let losses = if self.selector.needs_losses() {
+            let losses = if self.selector.needs_losses(epoch) {
                 Some(self.example_losses()?)
             } else {
                 None
