@@ -82,12 +82,21 @@ impl<B: Backend> BatchNorm2d<B> {
         if B::ad_enabled(&x.device()) {
             self.forward_train(x)
         } else {
-            let mean = self.running_mean.value().reshape([1, c, 1, 1]);
-            let var = self.running_var.value().reshape([1, c, 1, 1]);
-            self.normalize(x, mean, var)
+            let device = x.device();
+            let mean = self
+                .running_mean
+                .value()
+                .to_device(&device)
+                .reshape([1, c, 1]);
+            let var = self.running_var.value().reshape([1, c, 1]);
+            let centered = x.reshape([n, c, h * w]).sub(per_image(mean, n));
+            self.scale_and_shift(centered, var).reshape([n, c, h, w])
         }
     }
 
+    /// The batch statistics, without copying the activation into a channel-major layout: each
+    /// image's channel is a contiguous run of `h·w` values, so the sums run over that last
+    /// dimension first, then over the batch (both contiguous reductions).
     fn forward_train(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let [n, c, h, w] = x.dims();
         let count = n * h * w;
@@ -96,13 +105,14 @@ impl<B: Backend> BatchNorm2d<B> {
             "BatchNorm2d in training needs more than one value per channel, got input {:?}",
             [n, c, h, w]
         );
-        let flat = x.clone().swap_dims(0, 1).reshape([c, count]);
-        let mean = flat.clone().mean_dim(1); // [c, 1]
-        let var = flat.sub(mean.clone()).square().mean_dim(1); // biased, [c, 1]
+        let x = x.reshape([n, c, h * w]);
+        let mean = x.clone().mean_dim(2).mean_dim(0); // [1, c, 1]
+        let centered = x.sub(per_image(mean.clone(), n));
+        let var = centered.clone().square().mean_dim(2).mean_dim(0); // biased, [1, c, 1]
 
         let m = self.momentum;
         let unbias = count as f64 / (count - 1) as f64;
-        let mean_d = mean.clone().detach().reshape([c]);
+        let mean_d = mean.detach().reshape([c]);
         let var_d = var.clone().detach().reshape([c]).mul_scalar(unbias);
         let running_mean = self.running_mean.value_sync();
         let running_var = self.running_var.value_sync();
@@ -120,20 +130,37 @@ impl<B: Backend> BatchNorm2d<B> {
                 .detach(),
         );
 
-        self.normalize(x, mean.reshape([1, c, 1, 1]), var.reshape([1, c, 1, 1]))
+        self.scale_and_shift(centered, var).reshape([n, c, h, w])
     }
 
-    fn normalize(&self, x: Tensor<B, 4>, mean: Tensor<B, 4>, var: Tensor<B, 4>) -> Tensor<B, 4> {
-        let c = x.dims()[1];
-        let device = x.device();
+    /// `centered · γ/√(var + ε) + β` for `centered` of shape `[n, c, h·w]` and `var` of shape
+    /// `[1, c, 1]`: one per-channel multiply and one per-channel add over the activation.
+    fn scale_and_shift(&self, centered: Tensor<B, 3>, var: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [n, c, _] = centered.dims();
+        let device = centered.device();
         let inv_std = var
             .to_device(&device)
             .add_scalar(self.epsilon)
             .sqrt()
             .recip();
-        let scale = self.weight.val().reshape([1, c, 1, 1]).mul(inv_std);
-        let shift = self.bias.val().reshape([1, c, 1, 1]);
-        x.sub(mean.to_device(&device)).mul(scale).add(shift)
+        let scale = self.weight.val().reshape([1, c, 1]).mul(inv_std);
+        let shift = self.bias.val().reshape([1, c, 1]);
+        centered.mul(per_image(scale, n)).add(per_image(shift, n))
+    }
+}
+
+/// A per-channel value `[1, c, 1]` repeated for each of `n` images, `[n, c, 1]`.
+///
+/// Why: burn's CPU backend (`Flex`) broadcasts a contiguous `[n, c, 1]` operand over
+/// `[n, c, h·w]` with a vectorised one-scalar-per-row loop, but walks a `[1, c, 1]` operand
+/// (broadcast over two dimensions) element by element through its generic strided iterator,
+/// an order of magnitude slower. The repeat costs `n·c` values; its gradient is a sum over the
+/// batch.
+fn per_image<B: Backend>(v: Tensor<B, 3>, n: usize) -> Tensor<B, 3> {
+    if n == 1 {
+        v
+    } else {
+        v.repeat_dim(0, n)
     }
 }
 

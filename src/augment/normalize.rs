@@ -28,12 +28,16 @@ pub fn normalize<B: Backend>(x: Tensor<B, 4>, mean: &[f64], std: &[f64]) -> Tens
         mean.len() == c && std.len() == c,
         "one mean and std per channel"
     );
+    let n = x.dims()[0];
     let device = x.device();
-    let m: Vec<f32> = mean.iter().map(|&v| v as f32).collect();
-    let s: Vec<f32> = std.iter().map(|&v| v as f32).collect();
-    let m = Tensor::<B, 4>::from_data(TensorData::new(m, [1, c, 1, 1]), &device);
-    let s = Tensor::<B, 4>::from_data(TensorData::new(s, [1, c, 1, 1]), &device);
-    x.sub(m).div(s)
+    // One value per (image, channel), `[n, c, 1, 1]`, rather than `[1, c, 1, 1]`: burn's CPU
+    // backend broadcasts the former over `h·w` with a vectorised loop and the latter element by
+    // element (see `BatchNorm2d` in the models crate). Same values, same operations.
+    let per_image = |v: &[f64]| {
+        let values: Vec<f32> = (0..n).flat_map(|_| v.iter().map(|&v| v as f32)).collect();
+        Tensor::<B, 4>::from_data(TensorData::new(values, [n, c, 1, 1]), &device)
+    };
+    x.sub(per_image(mean)).div(per_image(std))
 }
 
 /// Normalisation settings.
