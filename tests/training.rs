@@ -8,6 +8,7 @@ use burn::backend::{Autodiff, Flex};
 use burn::module::Module;
 use burn::prelude::*;
 use curriculum_ssl::augment::{Augmenter, PipelineConfig};
+use curriculum_ssl::curriculum::MixupCurriculumConfig;
 use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig};
 use curriculum_ssl::loss::CurricularLossConfig;
@@ -198,6 +199,53 @@ fn moco_resumes_exactly() {
 #[test]
 fn curricular_simclr_resumes_exactly() {
     check_resume("curricular", curricular_simclr);
+}
+
+/// Augmenting each batch on its own thread while the step before runs draws exactly the views
+/// the training thread would have drawn: with a step-scheduled curriculum (MICO's mixup) the
+/// logged knob, every loss and the final weights are bit-identical with and without it.
+#[test]
+fn augmenting_ahead_changes_no_number() {
+    let device: Dev = Default::default();
+    let data = subset(128);
+    let run = |name: &str, ahead: bool| {
+        let method = init_method::<Ad, _, ()>(&device, 11, |d| Ok(moco(d))).unwrap();
+        let optimizer = SgdConfig::new().init::<Ad, _>().unwrap();
+        let mut pipeline = PipelineConfig::simclr(28, 1);
+        pipeline.seed = 3;
+        pipeline.mixup_curriculum = Some(MixupCurriculumConfig::mico());
+        let augmenter = pipeline.init(1).unwrap();
+        assert!(!augmenter.is_adaptive());
+        let dir = run_dir(name);
+        let mut trainer =
+            Trainer::builder(method, optimizer, augmenter, loader(data.clone(), 32, 5))
+                .config(train_config(2))
+                .describe(&serde_json::json!({ "test": name }))
+                .run_dir(&dir)
+                .augment_ahead(ahead)
+                .build(&device)
+                .unwrap();
+        let summary = trainer.fit().unwrap();
+        let weights = params(trainer.method().online());
+        (summary, weights, dir)
+    };
+    let (inline, inline_weights, inline_dir) = run("ahead-off", false);
+    let (ahead, ahead_weights, ahead_dir) = run("ahead-on", true);
+    assert_eq!(inline.steps.len(), 8);
+    let rows = |s: &curriculum_ssl::train::TrainSummary| -> Vec<(f64, Vec<(String, f64)>)> {
+        s.steps.iter().map(|r| (r.loss, r.stats.clone())).collect()
+    };
+    assert_eq!(rows(&inline), rows(&ahead), "losses and logged knobs");
+    assert!(
+        inline.steps[0]
+            .stats
+            .iter()
+            .any(|(name, _)| name == "mixup_lambda"),
+        "the curriculum's knob is logged: {:?}",
+        inline.steps[0].stats
+    );
+    assert_eq!(inline_weights, ahead_weights, "final weights");
+    assert_eq!(losses(&inline_dir), losses(&ahead_dir), "steps.csv");
 }
 
 /// SimCLR whose loss becomes NaN at one step.

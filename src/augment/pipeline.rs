@@ -375,6 +375,12 @@ impl Augmenter {
         }
     }
 
+    /// Whether the views depend on the losses of earlier batches (the self-paced AutoAugment
+    /// learns from them): such views cannot be drawn before the step before has run.
+    pub fn is_adaptive(&self) -> bool {
+        self.auto_augment.is_some()
+    }
+
     /// Feeds the loss of a batch back to the adaptive curricula (the self-paced AutoAugment),
     /// with the [`TwoViews::policy`] the batch was augmented with.
     pub fn observe(&mut self, progress: Progress, policy: Option<PolicyChoice>, loss: f64) {

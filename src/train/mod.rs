@@ -41,6 +41,7 @@
 //! resumed run uses the same boxes; the time each computation took is logged and is the
 //! `box_seconds` column of `epochs.csv`.
 
+mod ahead;
 pub mod checkpoint;
 pub mod run_dir;
 pub mod run_log;
@@ -55,7 +56,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use serde::Serialize;
 
-use crate::augment::pipeline::AugmenterState;
+use crate::augment::pipeline::{AugmenterState, TwoViews};
 use crate::augment::Augmenter;
 use crate::curation::{
     frechet_distance_readback, CurationState, Decision, FrechetCuration, FrechetCurationConfig,
@@ -70,6 +71,7 @@ use crate::error::{non_negative, positive, ConfigError};
 use crate::eval::monitor::{KnnMonitor, KnnResult};
 use crate::method::{Progress, SslMethod};
 use crate::optim::{WarmupCosine, WarmupCosineConfig};
+use ahead::{Batches, ReadyBatch};
 use checkpoint::{
     check_shapes, files, read_record, shapes, to_bytes, write_atomic, CheckpointDir, CheckpointMeta,
 };
@@ -284,6 +286,7 @@ pub struct TrainerBuilder<B: AutodiffBackend, S, O, D> {
     run_dir: PathBuf,
     monitor: Option<KnnMonitor>,
     mode: StartMode,
+    augment_ahead: bool,
     _backend: std::marker::PhantomData<B>,
 }
 
@@ -326,6 +329,16 @@ where
     /// How the run starts in its directory (default: [`StartMode::Fresh`]).
     pub fn start(mut self, mode: StartMode) -> Self {
         self.mode = mode;
+        self
+    }
+
+    /// Upload and augment each batch on a thread of its own while the step before runs
+    /// (default: `true`). The views are the same either way (each step's draws are keyed by
+    /// the step), so this only changes the speed; it is not part of the run's settings. An
+    /// augmenter that learns from the losses ([`Augmenter::is_adaptive`]) always augments
+    /// between steps.
+    pub fn augment_ahead(mut self, ahead: bool) -> Self {
+        self.augment_ahead = ahead;
         self
     }
 
@@ -410,6 +423,7 @@ where
             curation_seconds: 0.0,
             object_boxes: None,
             box_seconds: 0.0,
+            augment_ahead: self.augment_ahead,
         };
         trainer.check_feature_map()?;
         if run_dir::holds_a_run_to_resume(&trainer.run_dir, self.mode)? {
@@ -450,6 +464,8 @@ pub struct Trainer<B: AutodiffBackend, S: SslMethod<B>, O: Optimizer<S::Online, 
     object_boxes: Option<ObjectBoxes>,
     /// Wall time of the current epoch spent computing object boxes.
     box_seconds: f64,
+    /// Augment each batch on a thread of its own while the step before runs.
+    augment_ahead: bool,
 }
 
 impl<B, S, O, D> Trainer<B, S, O, D>
@@ -477,6 +493,7 @@ where
             run_dir: PathBuf::from("runs/run"),
             monitor: None,
             mode: StartMode::Fresh,
+            augment_ahead: true,
             _backend: std::marker::PhantomData,
         }
     }
@@ -793,6 +810,7 @@ where
     fn train_step(
         &mut self,
         images: Tensor<B::InnerBackend, 4>,
+        mut ahead: Option<TwoViews<B::InnerBackend>>,
         indices: &[usize],
         progress: Progress,
         lr: f64,
@@ -801,9 +819,13 @@ where
         let mut attempt = 0;
         let (out, policy, knobs, frd) = loop {
             let attempt_started = Instant::now();
-            let views = self
-                .augmenter
-                .redrawn_views(images.clone(), progress, attempt);
+            // The first draw may have been made ahead, on the augmentation thread.
+            let views = match ahead.take() {
+                Some(views) => views,
+                None => self
+                    .augmenter
+                    .redrawn_views(images.clone(), progress, attempt),
+            };
             if let Some(boxes) = &self.object_boxes {
                 // Each image's box in view1's coordinates, then in view2's.
                 let mapped = views
@@ -1089,19 +1111,33 @@ where
             self.curation_seconds = 0.0;
             self.update_object_boxes(epoch, epochs)?;
             let (mut loss_sum, mut images, mut lr) = (0.0, 0usize, 0.0);
-            for batch in self.loader.epoch(epoch as u64) {
-                let batch = batch?;
+            let first_step = self.step;
+            let progress_of = move |b: usize| Progress {
+                step: first_step + b,
+                total_steps,
+                epoch,
+                total_epochs: epochs,
+            };
+            let ahead = (self.augment_ahead && !self.augmenter.is_adaptive()).then(|| {
+                let progress: Box<dyn Fn(usize) -> Progress + Send> = Box::new(progress_of);
+                (self.augmenter.clone(), progress)
+            });
+            let ready_batches = Batches::<B::InnerBackend>::new(
+                self.loader.epoch(epoch as u64),
+                &self.device,
+                ahead,
+            );
+            for ready in ready_batches {
+                let ReadyBatch {
+                    batch,
+                    images: x,
+                    views,
+                } = ready?;
                 let step = self.step;
                 let t0 = Instant::now();
-                let progress = Progress {
-                    step,
-                    total_steps,
-                    epoch,
-                    total_epochs: epochs,
-                };
+                let progress = progress_of(step - first_step);
                 lr = self.schedule.lr_at(step);
-                let x = batch.to_device::<B::InnerBackend>(&self.device).images;
-                let (loss, stats) = self.train_step(x, &batch.indices, progress, lr)?;
+                let (loss, stats) = self.train_step(x, views, &batch.indices, progress, lr)?;
                 self.step += 1;
                 let record = StepRecord {
                     step,
