@@ -337,6 +337,43 @@ fn an_unreadable_data_directory_is_reported_as_permission_denied() {
     );
 }
 
+/// `--augment-ahead false` (each batch augmented between steps, on the training thread) gives
+/// the same steps.csv, number for number, as the default (augmented on its own thread while the
+/// step before runs): only the speed differs.
+#[test]
+fn augmenting_ahead_or_between_steps_gives_the_same_run() {
+    let runs = ["true", "false"].map(|ahead| {
+        let dir = scratch().join(format!("smoke-ahead-{ahead}"));
+        let args = tiny(dir.to_str().unwrap(), &["--augment-ahead", ahead]);
+        let o = run(&as_strs(&args));
+        assert!(
+            o.status.success(),
+            "--augment-ahead {ahead}: {}",
+            stderr(&o)
+        );
+        let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+        let header: Vec<&str> = steps.lines().next().unwrap().split(',').collect();
+        let timing = header.iter().position(|c| *c == "images_per_s").unwrap();
+        let rows: Vec<Vec<String>> = steps
+            .lines()
+            .skip(1)
+            .map(|l| {
+                l.split(',')
+                    .enumerate()
+                    .filter(|(i, _)| *i != timing)
+                    .map(|(_, v)| v.to_string())
+                    .collect()
+            })
+            .collect();
+        assert!(rows.len() >= 2, "two steps at least:\n{steps}");
+        rows
+    });
+    assert_eq!(
+        runs[0], runs[1],
+        "steps.csv with and without augmenting ahead"
+    );
+}
+
 /// Every MICO recipe (and MoCo v1) runs on the tiny data (two steps) and writes its run
 /// directory, with the λ of each step in steps.csv.
 #[test]
@@ -972,6 +1009,10 @@ fn the_supervised_recipes_run_two_epochs() {
         (
             vec!["spld", "--loss", "hcl"],
             "--loss: recipe `spld` is supervised",
+        ),
+        (
+            vec!["random_sampling", "--augment-ahead", "false"],
+            "--augment-ahead false: recipe `random_sampling` is supervised",
         ),
         (
             vec!["random_sampling", "--embedding-backbone", "lenet5"],

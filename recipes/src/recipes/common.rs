@@ -418,6 +418,10 @@ pub struct RecipeArgs {
     /// Loader threads (at most four per core).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
+    /// Upload and augment each batch on a thread of its own while the step before runs (`false`:
+    /// between steps, on the training thread). The numbers are the same either way.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub augment_ahead: bool,
     /// SimCLR-family recipes: the two-view loss, with its own defaults (the recipe's loss when
     /// not given).
     #[arg(long, value_enum)]
@@ -1038,6 +1042,7 @@ where
         .describe(&description)
         .knn_monitor(monitor)
         .start(mode)
+        .augment_ahead(args.augment_ahead)
         .build(device)?;
     match trainer.resumed_from() {
         Some(dir) => println!("resuming from {}", dir.display()),
