@@ -96,7 +96,7 @@ impl<B: Backend> BatchNorm2d<B> {
 
     /// The batch statistics, without copying the activation into a channel-major layout: each
     /// image's channel is a contiguous run of `h·w` values, so the sums run over that last
-    /// dimension first, then over the batch (both contiguous reductions).
+    /// dimension first (a contiguous reduction), then over the `n·c` partial means of the batch.
     fn forward_train(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let [n, c, h, w] = x.dims();
         let count = n * h * w;

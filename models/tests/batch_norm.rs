@@ -53,3 +53,89 @@ fn train_step_then_inference() {
         .reshape([1, 2, 1, 1]);
     assert!(max_abs_diff(y, expected) < 1e-6);
 }
+
+/// The gradient of a training-mode forward (with respect to the input, γ and β) equals central
+/// finite differences of the same forward, in f64: `L = Σ BN(x) ⊙ r` for fixed weights `r`.
+#[test]
+fn training_gradients_match_finite_differences() {
+    use burn::backend::{ndarray::NdArray, Autodiff};
+    use burn::module::Param;
+    use burn::tensor::TensorData;
+    type B = Autodiff<NdArray<f64>>;
+    let device = Default::default();
+    let shape = [3, 2, 2, 3];
+    let len: usize = shape.iter().product();
+    // Fixed, irregular values (no generator): inputs, loss weights, γ and β.
+    let xs: Vec<f64> = (0..len)
+        .map(|i| ((i * 37 % 23) as f64 / 7.0 - 1.3) * (1.0 + (i % 3) as f64))
+        .collect();
+    let rs: Vec<f64> = (0..len)
+        .map(|i| ((i * 11 % 13) as f64 - 6.0) / 5.0)
+        .collect();
+    let gamma = [1.7, -0.6];
+    let beta = [0.3, -1.1];
+    let loss = |x: &[f64], g: [f64; 2], b: [f64; 2]| {
+        let mut bn = BatchNorm2dConfig::new(2).init::<B>(&device);
+        // f64 data (`from_floats` would round through f32).
+        let f64s =
+            |v: &[f64]| Tensor::<B, 1>::from_data(TensorData::new(v.to_vec(), [v.len()]), &device);
+        bn.weight = Param::from_tensor(f64s(&g));
+        bn.bias = Param::from_tensor(f64s(&b));
+        let x = f64s(x).reshape(shape).require_grad();
+        let r = f64s(&rs).reshape(shape);
+        let l = bn.forward(x.clone()).mul(r).sum();
+        (l, x, bn)
+    };
+    let value = |x: &[f64], g: [f64; 2], b: [f64; 2]| -> f64 { loss(x, g, b).0.into_scalar() };
+    let (l, x, bn) = loss(&xs, gamma, beta);
+    let grads = l.backward();
+    let gx: Vec<f64> = x.grad(&grads).unwrap().into_data().to_vec().unwrap();
+    let gg: Vec<f64> = bn
+        .weight
+        .val()
+        .grad(&grads)
+        .unwrap()
+        .into_data()
+        .to_vec()
+        .unwrap();
+    let gb: Vec<f64> = bn
+        .bias
+        .val()
+        .grad(&grads)
+        .unwrap()
+        .into_data()
+        .to_vec()
+        .unwrap();
+    let h = 1e-6;
+    let close = |analytic: f64, numeric: f64, what: String| {
+        let err = (analytic - numeric).abs() / numeric.abs().max(1.0);
+        assert!(
+            err < 1e-6,
+            "{what}: autodiff {analytic}, finite differences {numeric}"
+        );
+    };
+    for i in 0..len {
+        let (mut up, mut down) = (xs.clone(), xs.clone());
+        up[i] += h;
+        down[i] -= h;
+        let numeric = (value(&up, gamma, beta) - value(&down, gamma, beta)) / (2.0 * h);
+        close(gx[i], numeric, format!("dL/dx[{i}]"));
+    }
+    for c in 0..2 {
+        let (mut up, mut down) = (gamma, gamma);
+        up[c] += h;
+        down[c] -= h;
+        let numeric = (value(&xs, up, beta) - value(&xs, down, beta)) / (2.0 * h);
+        close(gg[c], numeric, format!("dL/dgamma[{c}]"));
+        let (mut up, mut down) = (beta, beta);
+        up[c] += h;
+        down[c] -= h;
+        let numeric = (value(&xs, gamma, up) - value(&xs, gamma, down)) / (2.0 * h);
+        close(gb[c], numeric, format!("dL/dbeta[{c}]"));
+    }
+    // The input gradient of a batch norm sums to zero over each channel (the mean is removed).
+    for c in 0..2 {
+        let sum: f64 = (0..len).filter(|i| (i / 6) % 2 == c).map(|i| gx[i]).sum();
+        assert!(sum.abs() < 1e-9, "channel {c}: Σ dL/dx = {sum}");
+    }
+}

@@ -7,6 +7,9 @@ mod selected {
     pub type Inner = burn::backend::Cuda;
     /// Human-readable name.
     pub const NAME: &str = "cuda";
+    /// Whether `--augment-ahead` defaults to on: not until a run on a GPU has shown tensors
+    /// made on the augmentation thread to be safe under burn's fusion.
+    pub const AUGMENT_AHEAD: bool = false;
 }
 
 #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
@@ -15,6 +18,8 @@ mod selected {
     pub type Inner = burn::backend::Wgpu;
     /// Human-readable name.
     pub const NAME: &str = "wgpu";
+    /// Whether `--augment-ahead` defaults to on (see the CUDA backend's).
+    pub const AUGMENT_AHEAD: bool = false;
 }
 
 #[cfg(all(not(feature = "wgpu"), not(feature = "cuda")))]
@@ -23,6 +28,8 @@ mod selected {
     pub type Inner = burn::backend::Flex;
     /// Human-readable name.
     pub const NAME: &str = "cpu (flex)";
+    /// Whether `--augment-ahead` defaults to on.
+    pub const AUGMENT_AHEAD: bool = true;
 }
 
-pub use selected::{Inner, NAME};
+pub use selected::{Inner, AUGMENT_AHEAD, NAME};

@@ -1011,8 +1011,8 @@ fn the_supervised_recipes_run_two_epochs() {
             "--loss: recipe `spld` is supervised",
         ),
         (
-            vec!["random_sampling", "--augment-ahead", "false"],
-            "--augment-ahead false: recipe `random_sampling` is supervised",
+            vec!["random_sampling", "--augment-ahead", "true"],
+            "--augment-ahead: recipe `random_sampling` is supervised",
         ),
         (
             vec!["random_sampling", "--embedding-backbone", "lenet5"],

@@ -22,6 +22,9 @@ use crate::data::loader::EpochIter;
 use crate::data::{DataError, HostBatch};
 use crate::method::Progress;
 
+/// The step of each batch of the epoch: `progress(b)` for batch `b`.
+pub(crate) type StepOf = Box<dyn Fn(usize) -> Progress + Send>;
+
 /// A batch ready for its step: the bytes (indices, labels), the images on the device, and the
 /// views of the step's first draw when they were prepared ahead.
 pub(crate) struct ReadyBatch<B: Backend> {
@@ -60,11 +63,7 @@ impl<B: Backend> Batches<B> {
     /// The batches of an epoch, augmented ahead by `augmenter` when `ahead` (step `first + b`
     /// for batch `b`, as `progress` gives it), inline otherwise. If the thread cannot be
     /// started, the epoch runs inline (with a warning).
-    pub fn new(
-        batches: EpochIter,
-        device: &B::Device,
-        ahead: Option<(Augmenter, Box<dyn Fn(usize) -> Progress + Send>)>,
-    ) -> Self {
+    pub fn new(batches: EpochIter, device: &B::Device, ahead: Option<(Augmenter, StepOf)>) -> Self {
         let Some((augmenter, progress)) = ahead else {
             return Self::Inline {
                 batches,

@@ -71,7 +71,7 @@ use crate::error::{non_negative, positive, ConfigError};
 use crate::eval::monitor::{KnnMonitor, KnnResult};
 use crate::method::{Progress, SslMethod};
 use crate::optim::{WarmupCosine, WarmupCosineConfig};
-use ahead::{Batches, ReadyBatch};
+use ahead::{Batches, ReadyBatch, StepOf};
 use checkpoint::{
     check_shapes, files, read_record, shapes, to_bytes, write_atomic, CheckpointDir, CheckpointMeta,
 };
@@ -336,7 +336,8 @@ where
     /// (default: `true`). The views are the same either way (each step's draws are keyed by
     /// the step), so this only changes the speed; it is not part of the run's settings. An
     /// augmenter that learns from the losses ([`Augmenter::is_adaptive`]) always augments
-    /// between steps.
+    /// between steps; a user's own curriculum function (`Scheduler::custom`) is then called on
+    /// that thread, up to two steps early, so it must depend on its `Progress` alone.
     pub fn augment_ahead(mut self, ahead: bool) -> Self {
         self.augment_ahead = ahead;
         self
@@ -458,7 +459,8 @@ pub struct Trainer<B: AutodiffBackend, S: SslMethod<B>, O: Optimizer<S::Online, 
     last_checkpoint: Option<PathBuf>,
     curation: Option<FrechetCuration>,
     /// Wall time of the current epoch spent on batch curation: measuring every attempt's
-    /// distance, and augmenting and forwarding the attempts it rejected.
+    /// distance, and augmenting and forwarding the attempts it rejected (a first attempt's
+    /// augmentation done ahead, on the augmentation thread, is not counted).
     curation_seconds: f64,
     /// The object boxes in use (methods that use them), one per training image.
     object_boxes: Option<ObjectBoxes>,
@@ -1119,7 +1121,7 @@ where
                 total_epochs: epochs,
             };
             let ahead = (self.augment_ahead && !self.augmenter.is_adaptive()).then(|| {
-                let progress: Box<dyn Fn(usize) -> Progress + Send> = Box::new(progress_of);
+                let progress: StepOf = Box::new(progress_of);
                 (self.augmenter.clone(), progress)
             });
             let ready_batches = Batches::<B::InnerBackend>::new(
@@ -1127,6 +1129,9 @@ where
                 &self.device,
                 ahead,
             );
+            // Each step's time runs from the end of the step before: waiting for its batch
+            // included.
+            let mut t0 = Instant::now();
             for ready in ready_batches {
                 let ReadyBatch {
                     batch,
@@ -1134,7 +1139,6 @@ where
                     views,
                 } = ready?;
                 let step = self.step;
-                let t0 = Instant::now();
                 let progress = progress_of(step - first_step);
                 lr = self.schedule.lr_at(step);
                 let (loss, stats) = self.train_step(x, views, &batch.indices, progress, lr)?;
@@ -1148,6 +1152,7 @@ where
                     stats,
                 };
                 self.log.step(&record, epochs)?;
+                t0 = Instant::now();
                 loss_sum += loss;
                 images += batch.len;
                 summary.steps.push(record);

@@ -36,7 +36,9 @@ pub struct StepRecord {
     pub loss: f64,
     /// Learning rate used.
     pub lr: f64,
-    /// Source images per second of this step (data, augmentation, forward, backward, update).
+    /// Source images per second of this step: its images over the wall time since the step
+    /// before ended (waiting for the batch, the augmentation when it is not done ahead, forward,
+    /// backward, update, logging).
     pub images_per_s: f64,
     /// The method's statistics (e.g. momentum) and the scheduled knobs (e.g. `mixup_lambda`).
     pub stats: Vec<(String, f64)>,

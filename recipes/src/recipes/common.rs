@@ -369,7 +369,7 @@ pub struct RecipeArgs {
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
     /// Continue the run in --run-dir from its newest valid checkpoint, with the run's settings
-    /// (--checkpoint-every, --knn-every and --workers may change).
+    /// (--checkpoint-every, --knn-every, --workers and --augment-ahead may change).
     #[arg(long)]
     pub resume: bool,
     /// Resume and make the run longer on purpose (a larger --epochs): the learning rate is
@@ -419,9 +419,10 @@ pub struct RecipeArgs {
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
     /// Upload and augment each batch on a thread of its own while the step before runs (`false`:
-    /// between steps, on the training thread). The numbers are the same either way.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub augment_ahead: bool,
+    /// between steps, on the training thread); the numbers are the same either way (default:
+    /// true on the CPU, false on a GPU backend until it has been checked there).
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub augment_ahead: Option<bool>,
     /// SimCLR-family recipes: the two-view loss, with its own defaults (the recipe's loss when
     /// not given).
     #[arg(long, value_enum)]
@@ -1042,7 +1043,7 @@ where
         .describe(&description)
         .knn_monitor(monitor)
         .start(mode)
-        .augment_ahead(args.augment_ahead)
+        .augment_ahead(args.augment_ahead.unwrap_or(backend::AUGMENT_AHEAD))
         .build(device)?;
     match trainer.resumed_from() {
         Some(dir) => println!("resuming from {}", dir.display()),

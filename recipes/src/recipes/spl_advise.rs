@@ -158,7 +158,7 @@ fn refuse_ssl_options(args: &RecipeArgs, recipe: &str) -> Result<()> {
         ("--schedule", args.schedule.is_some()),
         ("--easy-to-hard", args.easy_to_hard),
         ("--weights", args.weights.is_some()),
-        ("--augment-ahead false", !args.augment_ahead),
+        ("--augment-ahead", args.augment_ahead.is_some()),
     ];
     match given.iter().find(|(_, on)| *on) {
         Some((option, _)) => Err(usage(format!(
