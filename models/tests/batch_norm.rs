@@ -90,22 +90,10 @@ fn training_gradients_match_finite_differences() {
     let (l, x, bn) = loss(&xs, gamma, beta);
     let grads = l.backward();
     let gx: Vec<f64> = x.grad(&grads).unwrap().into_data().to_vec().unwrap();
-    let gg: Vec<f64> = bn
-        .weight
-        .val()
-        .grad(&grads)
-        .unwrap()
-        .into_data()
-        .to_vec()
-        .unwrap();
-    let gb: Vec<f64> = bn
-        .bias
-        .val()
-        .grad(&grads)
-        .unwrap()
-        .into_data()
-        .to_vec()
-        .unwrap();
+    let grad_of = |p: &Param<Tensor<B, 1>>| -> Vec<f64> {
+        p.val().grad(&grads).unwrap().into_data().to_vec().unwrap()
+    };
+    let (gg, gb) = (grad_of(&bn.weight), grad_of(&bn.bias));
     let h = 1e-6;
     let close = |analytic: f64, numeric: f64, what: String| {
         let err = (analytic - numeric).abs() / numeric.abs().max(1.0);
