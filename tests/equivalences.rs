@@ -111,11 +111,14 @@ fn curricular_without_hard_negatives_is_nt_xent() {
 
 #[test]
 fn chunked_top_k_equals_a_full_sort() {
-    // 10,000 columns: above the 4,096 threshold and not a multiple of the chunk (padding).
+    // Above the 512-column threshold: 10,000 is not a multiple of the chunk (padding), 4,096
+    // is Light-MoCo's CPU queue, 8,000 with k = 200 the kNN monitor on the embedded subset.
     for (rows, n, k, seed) in [
         (8usize, 10_000usize, 20usize, 9u64),
         (4, 65_536, 20, 10),
         (3, 5_000, 1, 11),
+        (6, 4_096, 20, 12),
+        (3, 8_000, 200, 13),
     ] {
         let values = random_values(rows, n, seed);
         let indices = top_k_indices::<Exact>(tensor(&values, rows, n), k);

@@ -9,7 +9,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::optim::{GradientsParams, Optimizer};
 use burn::prelude::*;
 use common::ExactAd;
-use curriculum_ssl::loss::{l2_normalize, InfoNceLossConfig};
+use curriculum_ssl::loss::{l2_normalize, InfoNceLossConfig, SoftNceLossConfig};
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl_models::Backbone;
@@ -175,6 +175,53 @@ fn symmetric_moco_enqueues_both_key_sets() {
         },
     );
     assert_eq!(moco.queue().pointer(), 8);
+}
+
+#[test]
+fn symmetric_moco_loss_is_the_sum_of_both_orderings() {
+    // MoCo computes both orderings in one call over the 2B rows; the loss must still be
+    // `L(q1, k2) + L(q2, k1)`, recomputed here from the definition, for InfoNCE and SoftNCE.
+    let soft = SoftNceLossConfig::new().with_top_k(3);
+    for soft_nce in [None, Some(soft.clone())] {
+        let mut moco = MoCoConfig::moco_v2()
+            .with_hidden_dim(Some(16))
+            .with_output_dim(4)
+            .with_queue_size(16)
+            .with_symmetric(true)
+            .with_soft_nce(soft_nce.clone())
+            .init(Tiny::new, 4, &Default::default())
+            .unwrap();
+        let progress = Progress {
+            step: 3,
+            total_steps: 10,
+            epoch: 0,
+            total_epochs: 1,
+        };
+        let (v1, v2) = views(2.0);
+        let queue = moco.queue().keys();
+        let q = |v: &Tensor<ExactAd, 4>| moco.online().project(v.clone());
+        let k = |v: &Tensor<ExactAd, 4>| l2_normalize(moco.key_encoder().project(v.clone()));
+        let one = |q, k| match &soft_nce {
+            Some(config) => config
+                .init()
+                .unwrap()
+                .forward(q, k, queue.clone(), progress)
+                .into_scalar(),
+            None => InfoNceLossConfig::new()
+                .with_temperature(0.2)
+                .init()
+                .unwrap()
+                .forward(q, k, queue.clone())
+                .into_scalar(),
+        };
+        let expected = one(q(&v1), k(&v2)) + one(q(&v2), k(&v1));
+        let loss = moco.forward(v1, v2, progress).loss.into_scalar();
+        assert!(
+            (loss - expected).abs() < 1e-12,
+            "soft_nce {}: {loss} vs {expected}",
+            soft_nce.is_some()
+        );
+    }
 }
 
 #[test]

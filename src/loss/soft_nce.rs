@@ -201,8 +201,10 @@ impl SoftNceLoss {
             .clone()
             .select(0, nearest.reshape([rows * self.top_k]))
             .reshape([rows, self.top_k, dim]);
-        let values = (sims.queries.clone().reshape([rows, 1, dim]) * keys)
-            .sum_dim(2)
+        // A batched product `[B, K, D] × [B, D, 1]`: one GEMM per row, forward and backward,
+        // where a broadcast multiply and sum would walk the `[B, K, D]` product element-wise.
+        let values = keys
+            .matmul(sims.queries.clone().reshape([rows, dim, 1]))
             .reshape([rows, self.top_k]);
         let beta = Tensor::<B, 1>::from_data(
             TensorData::new(self.negative_weights(alpha), [self.top_k]),
@@ -277,17 +279,21 @@ pub(crate) fn top_k_indices_and_max<B: Backend>(
         .max_dim(2)
         .reshape([rows, chunks]);
     let (best_chunks, row_max) = top_k_indices_and_max(maxima, k);
-    let offsets = Tensor::<B, 1, Int>::arange(0..chunk as i64, &device)
-        .reshape([1, 1, chunk])
-        .expand([rows, k, chunk]);
-    let candidates = best_chunks
-        .reshape([rows, k, 1])
-        .mul_scalar(chunk as i64)
-        .expand([rows, k, chunk])
-        + offsets;
-    let candidates = candidates.reshape([rows, k * chunk]);
-    let local = top_k_indices(padded.gather(1, candidates.clone()), k);
-    (candidates.gather(1, local), row_max)
+    // The `k` chosen chunks of every row, as whole rows of the `[rows · chunks, chunk]` matrix:
+    // one row gather, with index arithmetic on `[rows, k]` only.
+    let row_starts = Tensor::<B, 1, Int>::arange(0..rows as i64, &device)
+        .mul_scalar(chunks as i64)
+        .reshape([rows, 1]);
+    let chosen = (best_chunks.clone() + row_starts).reshape([rows * k]);
+    let candidates = padded
+        .reshape([rows * chunks, chunk])
+        .select(0, chosen)
+        .reshape([rows, k * chunk]);
+    // Position `p` among the candidates is entry `p mod S` of chosen chunk `p div S`.
+    let local = top_k_indices(candidates, k);
+    let chunk_of = best_chunks.gather(1, local.clone().div_scalar(chunk as i64));
+    let indices = chunk_of.mul_scalar(chunk as i64) + local.remainder_scalar(chunk as i64);
+    (indices, row_max)
 }
 
 #[cfg(test)]

@@ -305,8 +305,14 @@ where
         let (loss, keys) = if self.symmetric {
             let k1 = l2_normalize(self.key.project(view1)).detach();
             let q2 = self.online.project(view2);
-            let loss = self.queue_loss(q1, k2.clone(), queue.clone(), progress)
-                + self.queue_loss(q2, k1.clone(), queue, progress);
+            // Both orderings in one call: twice the mean over the 2B rows is the sum of the two
+            // means, with half the ops and one product against the queue.
+            let loss = self.queue_loss(
+                Tensor::cat(vec![q1, q2], 0),
+                Tensor::cat(vec![k2.clone(), k1.clone()], 0),
+                queue,
+                progress,
+            ) * 2.0;
             (loss, Tensor::cat(vec![k1, k2], 0))
         } else {
             (self.queue_loss(q1, k2.clone(), queue, progress), k2)
