@@ -77,13 +77,17 @@ fn train_step<M: SslMethod<ExactAd>>(method: &mut M, progress: Progress) -> f64 
     loss
 }
 
-fn moco(symmetric: bool) -> MoCo<ExactAd, Tiny<ExactAd>> {
+fn moco_config(symmetric: bool) -> MoCoConfig {
     MoCoConfig::moco_v2()
         .with_hidden_dim(Some(16))
         .with_output_dim(4)
         .with_queue_size(16)
         .with_momentum(0.99)
         .with_symmetric(symmetric)
+}
+
+fn moco(symmetric: bool) -> MoCo<ExactAd, Tiny<ExactAd>> {
+    moco_config(symmetric)
         .init(Tiny::new, 4, &Default::default())
         .unwrap()
 }
@@ -183,11 +187,7 @@ fn symmetric_moco_loss_is_the_sum_of_both_orderings() {
     // `L(q1, k2) + L(q2, k1)`, recomputed here from the definition, for InfoNCE and SoftNCE.
     let soft = SoftNceLossConfig::new().with_top_k(3);
     for soft_nce in [None, Some(soft.clone())] {
-        let mut moco = MoCoConfig::moco_v2()
-            .with_hidden_dim(Some(16))
-            .with_output_dim(4)
-            .with_queue_size(16)
-            .with_symmetric(true)
+        let mut moco = moco_config(true)
             .with_soft_nce(soft_nce.clone())
             .init(Tiny::new, 4, &Default::default())
             .unwrap();
