@@ -70,7 +70,7 @@ fn train_step<M: SslMethod<ExactAd>>(method: &mut M, progress: Progress) -> f64 
     let (v1, v2) = views(progress.step as f64);
     let out = method.forward(v1, v2, progress);
     let loss = out.loss.clone().into_scalar();
-    let grads = GradientsParams::from_grads(out.loss.backward(), method.online());
+    let grads = method.gradients(&out.loss);
     let mut optim = SgdConfig::new().init::<ExactAd, M::Online>().unwrap();
     method.set_online(optim.step(0.1, method.online().clone(), grads));
     method.after_step(progress);
@@ -221,6 +221,94 @@ fn symmetric_moco_loss_is_the_sum_of_both_orderings() {
             "soft_nce {}: {loss} vs {expected}",
             soft_nce.is_some()
         );
+    }
+}
+
+/// Every trainable parameter's gradient (empty when it has none), in the module's order.
+struct GradientValues<'a>(&'a GradientsParams, Vec<Vec<f64>>);
+
+impl<B: Backend> ModuleVisitor<B> for GradientValues<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if !param.val().is_require_grad() {
+            return; // BatchNorm's running statistics
+        }
+        let grad = self
+            .0
+            .get::<<ExactAd as burn::tensor::backend::AutodiffBackend>::InnerBackend, D>(param.id);
+        self.1.push(grad.map_or(Vec::new(), |g| {
+            g.into_data().convert::<f64>().to_vec().unwrap()
+        }));
+    }
+}
+
+#[test]
+fn view_threads_change_no_gradient_and_no_running_statistic() {
+    // Symmetric MoCo with its two query passes back-propagated on two threads must give the
+    // gradients of one backward pass through both, to the last bit, and leave the same
+    // BatchNorm running statistics (a ResNet, so there are some), for InfoNCE and SoftNCE.
+    use curriculum_ssl_models::{BlockKind, ResNet, ResNetConfig, Stem};
+    let device = Default::default();
+    let resnet = |d: &<ExactAd as burn::tensor::backend::BackendTypes>::Device| -> ResNet<ExactAd> {
+        ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
+            .with_base_width(2)
+            .with_in_channels(3)
+            .with_stem(Stem::Cifar)
+            .init(d)
+    };
+    let image = |s: f64| {
+        let data: Vec<f64> = (0..4 * 3 * 8 * 8)
+            .map(|i| ((i as f64 + s) * 0.37).sin())
+            .collect();
+        Tensor::<ExactAd, 4>::from_data(TensorData::new(data, [4, 3, 8, 8]), &device)
+    };
+    for soft_nce in [None, Some(SoftNceLossConfig::new().with_top_k(3))] {
+        let config = moco_config(true).with_soft_nce(soft_nce.clone());
+        let first = config.init(resnet, 4, &device).unwrap();
+        let run = |threads: bool| {
+            // The same weights, queue and statistics as `first`, in states of their own.
+            let mut moco = config.init(resnet, 4, &device).unwrap();
+            moco.set_online(
+                moco.online()
+                    .clone()
+                    .load_record(first.online().clone().into_record()),
+            );
+            moco.load_state(first.state()).unwrap();
+            moco.set_view_threads(threads);
+            let mut grads = Vec::new();
+            for step in 0..2 {
+                let progress = Progress {
+                    step,
+                    total_steps: 10,
+                    epoch: 0,
+                    total_epochs: 1,
+                };
+                let out = moco.forward(image(step as f64), image(step as f64 + 0.5), progress);
+                let g = moco.gradients(&out.loss);
+                let mut visitor = GradientValues(&g, Vec::new());
+                moco.online().visit(&mut visitor);
+                grads.push(visitor.1);
+                let mut optim = SgdConfig::new().init::<ExactAd, _>().unwrap();
+                moco.set_online(optim.step(0.1, moco.online().clone(), g));
+                moco.after_step(progress);
+            }
+            (grads, values(moco.online()), values(moco.key_encoder()))
+        };
+        let (joint, split) = (run(false), run(true));
+        let label = if soft_nce.is_some() {
+            "SoftNCE"
+        } else {
+            "InfoNCE"
+        };
+        assert!(
+            joint.0[0].iter().all(|g| !g.is_empty()),
+            "{label}: every parameter has a gradient"
+        );
+        assert_eq!(joint.0, split.0, "{label}: gradients");
+        assert_eq!(
+            joint.1, split.1,
+            "{label}: online weights and running statistics"
+        );
+        assert_eq!(joint.2, split.2, "{label}: key encoder");
     }
 }
 

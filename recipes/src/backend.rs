@@ -10,6 +10,9 @@ mod selected {
     /// Whether `--augment-ahead` defaults to on: not until a run on a GPU has shown tensors
     /// made on the augmentation thread to be safe under burn's fusion.
     pub const AUGMENT_AHEAD: bool = false;
+    /// Whether `--view-threads` defaults to on: not until checked on a GPU (see
+    /// `AUGMENT_AHEAD`).
+    pub const VIEW_THREADS: bool = false;
 }
 
 #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
@@ -20,6 +23,8 @@ mod selected {
     pub const NAME: &str = "wgpu";
     /// Whether `--augment-ahead` defaults to on (see the CUDA backend's).
     pub const AUGMENT_AHEAD: bool = false;
+    /// Whether `--view-threads` defaults to on (see the CUDA backend's).
+    pub const VIEW_THREADS: bool = false;
 }
 
 #[cfg(all(not(feature = "wgpu"), not(feature = "cuda")))]
@@ -30,6 +35,9 @@ mod selected {
     pub const NAME: &str = "cpu (flex)";
     /// Whether `--augment-ahead` defaults to on.
     pub const AUGMENT_AHEAD: bool = true;
+    /// Whether `--view-threads` defaults to on: the convolutions' backward passes run mostly on
+    /// one core, so two of them side by side use both.
+    pub const VIEW_THREADS: bool = true;
 }
 
-pub use selected::{Inner, AUGMENT_AHEAD, NAME};
+pub use selected::{Inner, AUGMENT_AHEAD, NAME, VIEW_THREADS};

@@ -337,20 +337,23 @@ fn an_unreadable_data_directory_is_reported_as_permission_denied() {
     );
 }
 
-/// `--augment-ahead false` (each batch augmented between steps, on the training thread) gives
-/// the same steps.csv, number for number, as the default (augmented on its own thread while the
-/// step before runs): only the speed differs.
+/// `--augment-ahead false` (each batch augmented between steps, on the training thread) and
+/// `--view-threads false` (Light-MoCo's two query passes back-propagated one after the other, on
+/// the training thread) give the same steps.csv, number for number, as the CPU's defaults (the
+/// batch augmented on its own thread while the step before runs; the two backward passes on two
+/// threads): only the speed differs.
 #[test]
-fn augmenting_ahead_or_between_steps_gives_the_same_run() {
-    let runs = ["true", "false"].map(|ahead| {
-        let dir = scratch().join(format!("smoke-ahead-{ahead}"));
-        let args = tiny(dir.to_str().unwrap(), &["--augment-ahead", ahead]);
+fn augmenting_ahead_and_view_threads_give_the_same_run() {
+    let settings = [
+        ("default", vec![]),
+        ("between-steps", vec!["--augment-ahead", "false"]),
+        ("one-backward", vec!["--view-threads", "false"]),
+    ];
+    let runs = settings.map(|(name, extra)| {
+        let dir = scratch().join(format!("smoke-threads-{name}"));
+        let args = tiny(dir.to_str().unwrap(), &extra);
         let o = run(&as_strs(&args));
-        assert!(
-            o.status.success(),
-            "--augment-ahead {ahead}: {}",
-            stderr(&o)
-        );
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
         let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
         let header: Vec<&str> = steps.lines().next().unwrap().split(',').collect();
         let timing = header.iter().position(|c| *c == "images_per_s").unwrap();
@@ -371,6 +374,10 @@ fn augmenting_ahead_or_between_steps_gives_the_same_run() {
     assert_eq!(
         runs[0], runs[1],
         "steps.csv with and without augmenting ahead"
+    );
+    assert_eq!(
+        runs[0], runs[2],
+        "steps.csv with the views back-propagated on two threads or on one"
     );
 }
 
@@ -1013,6 +1020,10 @@ fn the_supervised_recipes_run_two_epochs() {
         (
             vec!["random_sampling", "--augment-ahead", "true"],
             "--augment-ahead: recipe `random_sampling` is supervised",
+        ),
+        (
+            vec!["spld", "--view-threads", "false"],
+            "--view-threads: recipe `spld` is supervised",
         ),
         (
             vec!["random_sampling", "--embedding-backbone", "lenet5"],

@@ -15,11 +15,13 @@
 //! `docs/methods.md#moco-v1-and-v2` and `docs/methods.md#light-moco`.
 
 use burn::module::AutodiffModule;
+use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
+use super::branches::{fresh_leaves, Branch, ViewBranches};
 use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
 use super::queue::{KeyQueue, KeyQueueConfig};
 use super::{MethodOutput, Progress, SslMethod};
@@ -159,6 +161,8 @@ impl MoCoConfig {
             cosine_momentum: self.cosine_momentum,
             symmetric: self.symmetric,
             pending_keys: None,
+            view_threads: false,
+            pending_branches: None,
         })
     }
 }
@@ -211,6 +215,10 @@ pub struct MoCo<B: Backend, M: Backbone<B>> {
     cosine_momentum: bool,
     symmetric: bool,
     pending_keys: Option<Tensor<B, 2>>,
+    /// Whether a symmetric loss back-propagates its two query passes on two threads.
+    view_threads: bool,
+    /// The last forward's two query passes when they were split ([`SslMethod::gradients`]).
+    pending_branches: Option<ViewBranches<B, MoCoNetwork<B, M>>>,
 }
 
 impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
@@ -285,6 +293,7 @@ where
         self.queue = KeyQueue::from_parts(state.queue, state.pointer, self.queue.keys_per_step())?;
         self.key = self.key.clone().load_record(state.key);
         self.pending_keys = None;
+        self.pending_branches = None;
         Ok(())
     }
 
@@ -298,13 +307,29 @@ where
         view2: Tensor<B, 4>,
         progress: Progress,
     ) -> MethodOutput<B> {
+        self.pending_branches = None;
         let queue = self.queue.keys();
         let k2 = l2_normalize(self.key.project(view2.clone())).detach();
         let q1 = self.online.project(view1.clone());
         let embeddings = Some([l2_normalize(q1.clone()).detach(), k2.clone()]);
         let (loss, keys) = if self.symmetric {
             let k1 = l2_normalize(self.key.project(view1)).detach();
-            let q2 = self.online.project(view2);
+            let (q1, q2) = if self.view_threads {
+                // The second query pass through a copy with fresh leaves: its own graph, to be
+                // back-propagated beside the first (`gradients`).
+                let copy = fresh_leaves(&self.online);
+                let q2 = copy.project(view2);
+                let branches = ViewBranches {
+                    first: Branch::new(q1),
+                    second: Branch::new(q2),
+                    copy,
+                };
+                let leaves = (branches.first.leaf(), branches.second.leaf());
+                self.pending_branches = Some(branches);
+                leaves
+            } else {
+                (q1, self.online.project(view2))
+            };
             // Both orderings in one call: twice the mean over the 2B rows is the sum of the two
             // means, with half the ops and one product against the queue.
             let loss = self.queue_loss(
@@ -329,6 +354,17 @@ where
             stats,
             embeddings,
         }
+    }
+
+    fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
+        match self.pending_branches.take() {
+            Some(branches) => branches.gradients(loss, &self.online),
+            None => GradientsParams::from_grads(loss.backward(), &self.online),
+        }
+    }
+
+    fn set_view_threads(&mut self, on: bool) {
+        self.view_threads = on;
     }
 
     fn after_step(&mut self, progress: Progress) {

@@ -7,13 +7,14 @@
 //!
 //! ```text
 //! let out = method.forward(views, progress);                  // loss + statistics
-//! let grads = GradientsParams::from_grads(out.loss.backward(), method.online());
+//! let grads = method.gradients(&out.loss);                    // backward
 //! method.set_online(optimiser.step(lr, method.online().clone(), grads));
 //! method.after_step(progress);                                  // EMA, queue
 //! ```
 //! and never needs to know which method it runs. Any backbone implementing
 //! [`Backbone`] plugs into any method — a user's own network too.
 
+pub mod branches;
 pub mod byol;
 pub mod ema;
 pub mod moco;
@@ -30,6 +31,7 @@ pub use simclr::{PairLossConfig, SimClr, SimClrConfig, SimClrState};
 pub use simsiam::{SimSiam, SimSiamConfig};
 
 use burn::module::AutodiffModule;
+use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
@@ -139,6 +141,25 @@ pub trait SslMethod<B: AutodiffBackend> {
         view2: Tensor<B, 4>,
         progress: Progress,
     ) -> MethodOutput<B>;
+
+    /// The gradients of `loss`, the [`MethodOutput::loss`] of the last [`SslMethod::forward`],
+    /// with respect to [`SslMethod::online`]. Default: one backward pass,
+    /// `GradientsParams::from_grads(loss.backward(), self.online())`; with
+    /// [`SslMethod::set_view_threads`] on, a method may back-propagate its views' passes on
+    /// threads of their own ([`branches`]), so a loop must ask for the gradients here rather
+    /// than call `loss.backward()` itself.
+    fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
+        GradientsParams::from_grads(loss.backward(), self.online())
+    }
+
+    /// Lets the method back-propagate its two views' passes through the online networks on two
+    /// threads ([`branches`]): the same gradients, sooner where one backward pass keeps one
+    /// core busy (the CPU backend's convolutions). Off until asked for; a method whose views
+    /// do not pass through the online networks separately (or not twice) ignores it.
+    /// Currently used by symmetric MoCo (Light-MoCo).
+    fn set_view_threads(&mut self, on: bool) {
+        let _ = on;
+    }
 
     /// Updates the non-trained states (EMA networks, queue) after the optimiser step.
     fn after_step(&mut self, progress: Progress);

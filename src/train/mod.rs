@@ -51,7 +51,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
-use burn::optim::{GradientsParams, Optimizer};
+use burn::optim::Optimizer;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use serde::Serialize;
@@ -287,6 +287,7 @@ pub struct TrainerBuilder<B: AutodiffBackend, S, O, D> {
     monitor: Option<KnnMonitor>,
     mode: StartMode,
     augment_ahead: bool,
+    view_threads: bool,
     _backend: std::marker::PhantomData<B>,
 }
 
@@ -340,6 +341,15 @@ where
     /// that thread, up to two steps early, so it must depend on its `Progress` alone.
     pub fn augment_ahead(mut self, ahead: bool) -> Self {
         self.augment_ahead = ahead;
+        self
+    }
+
+    /// Let the method back-propagate its two views' passes on two threads
+    /// ([`SslMethod::set_view_threads`]; default: `false`). The gradients are the same numbers
+    /// either way, so this only changes the speed and is not part of the run's settings. It
+    /// pays on the CPU backend, where a convolution's backward pass keeps one core busy.
+    pub fn view_threads(mut self, on: bool) -> Self {
+        self.view_threads = on;
         self
     }
 
@@ -404,8 +414,10 @@ where
             .monitor
             .as_ref()
             .map_or(Vec::new(), |m| m.settings().iter().map(|s| s.k).collect());
+        let mut method = self.method;
+        method.set_view_threads(self.view_threads);
         let mut trainer = Trainer {
-            method: self.method,
+            method,
             optimizer: Some(self.optimizer),
             schedule: config.schedule(config.epochs, batches)?,
             augmenter: self.augmenter,
@@ -496,6 +508,7 @@ where
             monitor: None,
             mode: StartMode::Fresh,
             augment_ahead: true,
+            view_threads: false,
             _backend: std::marker::PhantomData,
         }
     }
@@ -883,7 +896,7 @@ where
                 }
             }
         };
-        let grads = GradientsParams::from_grads(out.loss.backward(), self.method.online());
+        let grads = self.method.gradients(&out.loss);
         let optimizer = self.optimizer.as_mut().expect("put back after every step");
         let online = optimizer.step(lr, self.method.online().clone(), grads);
         self.method.set_online(online);

@@ -369,7 +369,7 @@ pub struct RecipeArgs {
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
     /// Continue the run in --run-dir from its newest valid checkpoint, with the run's settings
-    /// (--checkpoint-every, --knn-every, --workers and --augment-ahead may change).
+    /// (--checkpoint-every, --knn-every, --workers, --augment-ahead and --view-threads may change).
     #[arg(long)]
     pub resume: bool,
     /// Resume and make the run longer on purpose (a larger --epochs): the learning rate is
@@ -423,6 +423,11 @@ pub struct RecipeArgs {
     /// true on the CPU, false on a GPU backend until it has been checked there).
     #[arg(long, action = clap::ArgAction::Set)]
     pub augment_ahead: Option<bool>,
+    /// Back-propagate the two views' passes on two threads where the method allows it
+    /// (symmetric MoCo: light_moco); the gradients are the same numbers either way (default:
+    /// true on the CPU, false on a GPU backend until it has been checked there).
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub view_threads: Option<bool>,
     /// SimCLR-family recipes: the two-view loss, with its own defaults (the recipe's loss when
     /// not given).
     #[arg(long, value_enum)]
@@ -1044,6 +1049,7 @@ where
         .knn_monitor(monitor)
         .start(mode)
         .augment_ahead(args.augment_ahead.unwrap_or(backend::AUGMENT_AHEAD))
+        .view_threads(args.view_threads.unwrap_or(backend::VIEW_THREADS))
         .build(device)?;
     match trainer.resumed_from() {
         Some(dir) => println!("resuming from {}", dir.display()),

@@ -159,6 +159,7 @@ fn refuse_ssl_options(args: &RecipeArgs, recipe: &str) -> Result<()> {
         ("--easy-to-hard", args.easy_to_hard),
         ("--weights", args.weights.is_some()),
         ("--augment-ahead", args.augment_ahead.is_some()),
+        ("--view-threads", args.view_threads.is_some()),
     ];
     match given.iter().find(|(_, on)| *on) {
         Some((option, _)) => Err(usage(format!(

@@ -1,0 +1,158 @@
+//! Back-propagating a two-view loss as two independent graphs, one per thread.
+//!
+//! burn's autodiff runs a backward pass on the thread that asks for it, and on the CPU backend
+//! most of a convolution's backward (the input gradient, the layout copies of the weight
+//! gradient) runs on that one thread. When a method passes its two views through the same
+//! online networks, the two passes meet only in the loss, so their backward passes are
+//! independent. [`ViewBranches`] makes that explicit:
+//!
+//! 1. the second view goes through a copy of the networks whose parameters are fresh autodiff
+//!    leaves ([`fresh_leaves`]: the same tensors and [`ParamId`]s, another graph);
+//! 2. the loss is computed on detached copies of the two projections, so its backward pass
+//!    stops at them and yields `∂L/∂z₁` and `∂L/∂z₂`;
+//! 3. each pass is back-propagated from its projection with that gradient (the scalar
+//!    `Σ z ⊙ ∂L/∂z`, whose gradient with respect to `z` is exactly `∂L/∂z`), the second on a
+//!    thread of its own;
+//! 4. each parameter's gradient is the sum of its two contributions, the sum the single
+//!    backward pass forms too.
+//!
+//! The gradients are therefore the numbers of one backward pass through both views
+//! (`tests/frameworks.rs` checks this to the last bit in f64). The forward passes stay on the
+//! calling thread, in order, so BatchNorm's running statistics (burn's `RunningState`, shared
+//! by the copy) see the same updates in the same order.
+//!
+//! burn has no API for this (a backward pass of a graph with several independent sources on
+//! several threads), so it is written here.
+
+use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+
+/// A copy of `module` whose trainable parameters are new autodiff leaves: the same values and
+/// [`ParamId`]s, but a graph of their own, so that a pass through the copy and a pass through
+/// `module` can be back-propagated separately. Tensors that do not require a gradient
+/// (BatchNorm's running statistics) are left as they are and stay shared.
+pub fn fresh_leaves<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) -> M {
+    module.clone().map(&mut FreshLeaves)
+}
+
+struct FreshLeaves;
+
+impl<B: AutodiffBackend> ModuleMapper<B> for FreshLeaves {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        param.map(|tensor| {
+            if tensor.is_require_grad() {
+                tensor.detach().require_grad()
+            } else {
+                tensor
+            }
+        })
+    }
+}
+
+/// One view's projection: the graph through the networks, and the detached leaf the loss is
+/// computed on.
+#[derive(Debug, Clone)]
+pub struct Branch<B: Backend> {
+    graph: Tensor<B, 2>,
+    leaf: Tensor<B, 2>,
+}
+
+impl<B: AutodiffBackend> Branch<B> {
+    /// Cuts `projection` (the output of a pass through the networks) from the loss's graph.
+    ///
+    /// # Shapes
+    /// - `projection`: `[N, D]`
+    pub fn new(projection: Tensor<B, 2>) -> Self {
+        let leaf = projection.clone().detach().require_grad();
+        Self {
+            graph: projection,
+            leaf,
+        }
+    }
+
+    /// The tensor to compute the loss on: the projection's values, a leaf of the loss's graph.
+    pub fn leaf(&self) -> Tensor<B, 2> {
+        self.leaf.clone()
+    }
+}
+
+/// The two views' branches and the network copy the second went through, kept from the
+/// forward pass until the gradients are asked for.
+#[derive(Debug, Clone)]
+pub struct ViewBranches<B: Backend, M> {
+    /// The first view's pass, through the online networks.
+    pub first: Branch<B>,
+    /// The second view's pass, through `copy`.
+    pub second: Branch<B>,
+    /// The networks with fresh leaves ([`fresh_leaves`]) that the second view went through.
+    pub copy: M,
+}
+
+impl<B: AutodiffBackend, M: AutodiffModule<B>> ViewBranches<B, M> {
+    /// The gradients of `loss`, a function of the two branches' leaves, with respect to
+    /// `online` (the networks the first view went through): the loss's own backward pass, then
+    /// the two views' passes, the second on a thread of its own.
+    ///
+    /// # Panics
+    /// If `loss` does not depend on both leaves, or a backward pass panics.
+    pub fn gradients(self, loss: &Tensor<B, 1>, online: &M) -> GradientsParams {
+        let grads = loss.backward();
+        let upstream = |branch: &Branch<B>| {
+            Tensor::<B, 2>::from_inner(
+                branch
+                    .leaf
+                    .grad(&grads)
+                    .expect("the loss depends on both views' projections"),
+            )
+        };
+        let (d1, d2) = (upstream(&self.first), upstream(&self.second));
+        let Self {
+            first,
+            second,
+            copy,
+        } = self;
+        let (mut total, mut other) = std::thread::scope(|scope| {
+            let second = scope.spawn(move || {
+                GradientsParams::from_grads((second.graph * d2).sum().backward(), &copy)
+            });
+            let first = GradientsParams::from_grads((first.graph * d1).sum().backward(), online);
+            (
+                first,
+                second.join().expect("the second view's backward pass"),
+            )
+        });
+        online.visit(&mut AddGradients {
+            from: &mut other,
+            into: &mut total,
+        });
+        total
+    }
+}
+
+/// Moves every parameter's gradient from `from` into `into`, adding it to the one there.
+struct AddGradients<'a> {
+    from: &'a mut GradientsParams,
+    into: &'a mut GradientsParams,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for AddGradients<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        add::<B, D>(self.from, self.into, param.id);
+    }
+}
+
+fn add<B: AutodiffBackend, const D: usize>(
+    from: &mut GradientsParams,
+    into: &mut GradientsParams,
+    id: ParamId,
+) {
+    if let Some(b) = from.remove::<B::InnerBackend, D>(id) {
+        let sum = match into.remove::<B::InnerBackend, D>(id) {
+            Some(a) => a + b,
+            None => b,
+        };
+        into.register(id, sum);
+    }
+}
