@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use burn::backend::{Autodiff, Flex};
-use burn::optim::{GradientsParams, Optimizer};
+use burn::optim::Optimizer;
 use burn::prelude::*;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use curriculum_ssl::method::*;
@@ -66,7 +66,7 @@ fn run<S: SslMethod<B>>(c: &mut Criterion, name: &str, build: impl FnOnce() -> S
                 total_epochs: 1,
             };
             let out = method.forward(v1.clone(), v2.clone(), progress);
-            let grads = GradientsParams::from_grads(out.loss.backward(), method.online());
+            let grads = method.gradients(&out.loss);
             let online = optimizer.step(0.05, method.online().clone(), grads);
             method.set_online(online);
             method.after_step(progress);
