@@ -1,6 +1,8 @@
 //! Forward + backward of each backbone at batch 64 on the CPU backend (`Autodiff<Flex>`).
 //!
-//! `cargo bench --bench backbones`; set `BACKBONES=resnet18_cifar,lenet5` to run a subset and
+//! `cargo bench --bench backbones`; set `BACKBONES=small_resnet,small_resnet_banded_stem` (the CPU
+//! default backbone with its stem as burn's convolution or as banded products) or
+//! `BACKBONES=resnet18_cifar,lenet5` to run a subset and
 //! `BENCH_BATCH` to change the batch size. The same work in PyTorch: `benches/pytorch/backbones.py`;
 //! results side by side in `benches/README.md`.
 
@@ -10,8 +12,8 @@ use burn::backend::{Autodiff, Flex};
 use burn::prelude::*;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use curriculum_ssl_models::{
-    Backbone, EfficientNetConfig, LeNetConfig, MobileNetV3Config, ResNetConfig, Stem, VggConfig,
-    WideResNetConfig,
+    Backbone, BlockKind, EfficientNetConfig, LeNetConfig, MobileNetV3Config, ResNetConfig, Stem,
+    VggConfig, WideResNetConfig,
 };
 
 type B = Autodiff<Flex>;
@@ -53,6 +55,18 @@ fn run<M: Backbone<B>>(c: &mut Criterion, name: &str, model: M, shape: [usize; 3
 
 fn backbones(c: &mut Criterion) {
     let device = Default::default();
+    // The CPU default backbone (one basic block per stage, widths 8-64, ImageNet stem) on
+    // Fashion-MNIST's 28×28×1, with its stem as burn's convolution and as banded products.
+    let small = ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
+        .with_base_width(8)
+        .with_in_channels(1);
+    run(c, "small_resnet", small.init::<B>(&device), [1, 28, 28]);
+    run(
+        c,
+        "small_resnet_banded_stem",
+        small.with_banded_stem(true).init::<B>(&device),
+        [1, 28, 28],
+    );
     let cifar = |config: ResNetConfig| config.with_stem(Stem::Cifar).init::<B>(&device);
     run(
         c,

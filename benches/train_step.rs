@@ -3,8 +3,10 @@
 //! CPU backend (`Autodiff<Flex>`). Augmentation is left out (timed in `benches/augment.rs`);
 //! the views are fixed random tensors, as in the PyTorch script.
 //!
-//! `cargo bench --bench train_step`; `METHODS=simclr,byol` runs a subset and `BENCH_BATCH` sets
-//! the batch. The same steps in PyTorch: `benches/pytorch/train_step.py`; results side by side
+//! `cargo bench --bench train_step`; `METHODS=simclr,byol` runs a subset, `BENCH_BATCH` sets
+//! the batch, and `VIEW_THREADS=1` back-propagates the two views' passes on two threads
+//! (`SslMethod::set_view_threads`, what the recipes do on the CPU; off by default here, as in
+//! the library). The same steps in PyTorch: `benches/pytorch/train_step.py`; results side by side
 //! in `benches/README.md`.
 
 use std::time::Duration;
@@ -39,6 +41,7 @@ fn run<S: SslMethod<B>>(c: &mut Criterion, name: &str, build: impl FnOnce() -> S
     let n = batch();
     let device = Default::default();
     let mut method = build();
+    method.set_view_threads(std::env::var("VIEW_THREADS").is_ok_and(|v| v == "1"));
     let mut optimizer = SgdConfig::new().init::<B, S::Online>().unwrap();
     let views = |seed: u64| {
         B::seed(&device, seed);

@@ -241,75 +241,134 @@ impl<B: Backend> ModuleVisitor<B> for GradientValues<'_> {
     }
 }
 
-#[test]
-fn view_threads_change_no_gradient_and_no_running_statistic() {
-    // Symmetric MoCo with its two query passes back-propagated on two threads must give the
-    // gradients of one backward pass through both, to the last bit, and leave the same
-    // BatchNorm running statistics (a ResNet, so there are some), for InfoNCE and SoftNCE.
-    use curriculum_ssl_models::{BlockKind, ResNet, ResNetConfig, Stem};
+/// Each step's gradients, then the online networks' values (weights and running statistics)
+/// and `other`'s (key / target networks, loss states) after two SGD steps of `method` on
+/// 8×8 RGB images, with view threads `on`.
+type TwoSteps = (Vec<Vec<Vec<f64>>>, Vec<Vec<f64>>, Vec<Vec<f64>>);
+
+fn two_steps<S: SslMethod<ExactAd>>(
+    mut method: S,
+    on: bool,
+    other: impl Fn(&S) -> Vec<Vec<f64>>,
+) -> TwoSteps {
     let device = Default::default();
-    let resnet = |d: &<ExactAd as burn::tensor::backend::BackendTypes>::Device| -> ResNet<ExactAd> {
-        ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
-            .with_base_width(2)
-            .with_in_channels(3)
-            .with_stem(Stem::Cifar)
-            .init(d)
-    };
     let image = |s: f64| {
         let data: Vec<f64> = (0..4 * 3 * 8 * 8)
             .map(|i| ((i as f64 + s) * 0.37).sin())
             .collect();
         Tensor::<ExactAd, 4>::from_data(TensorData::new(data, [4, 3, 8, 8]), &device)
     };
+    method.set_view_threads(on);
+    let mut grads = Vec::new();
+    for step in 0..2 {
+        let progress = Progress {
+            step,
+            total_steps: 10,
+            epoch: 0,
+            total_epochs: 1,
+        };
+        let out = method.forward(image(step as f64), image(step as f64 + 0.5), progress);
+        let g = method.gradients(&out.loss);
+        let mut visitor = GradientValues(&g, Vec::new());
+        method.online().visit(&mut visitor);
+        grads.push(visitor.1);
+        let mut optim = SgdConfig::new().init::<ExactAd, S::Online>().unwrap();
+        method.set_online(optim.step(0.1, method.online().clone(), g));
+        method.after_step(progress);
+    }
+    let online = values(method.online());
+    (grads, online, other(&method))
+}
+
+/// Runs `build` (seeded, so both copies start equal) without and with view threads and asserts
+/// the same gradients, weights, running statistics and `other` to the last bit.
+fn assert_view_threads_exact<S: SslMethod<ExactAd>>(
+    label: &str,
+    build: impl Fn() -> S,
+    other: impl Fn(&S) -> Vec<Vec<f64>>,
+) {
+    let joint = two_steps(build(), false, &other);
+    let split = two_steps(build(), true, &other);
+    assert!(
+        joint.0[0].iter().all(|g| !g.is_empty()),
+        "{label}: every parameter has a gradient"
+    );
+    assert_eq!(joint.0, split.0, "{label}: gradients");
+    assert_eq!(
+        joint.1, split.1,
+        "{label}: online weights and running statistics"
+    );
+    assert_eq!(
+        joint.2, split.2,
+        "{label}: key / target networks, loss state"
+    );
+}
+
+#[test]
+fn view_threads_change_no_gradient_and_no_running_statistic() {
+    // Every two-view method with its views' passes back-propagated on two threads must give the
+    // gradients of one backward pass through both, to the last bit, and leave the same
+    // BatchNorm running statistics (a ResNet, so there are some) and other states.
+    use curriculum_ssl::loss::{CurricularLossConfig, NtXentLossConfig};
+    use curriculum_ssl_models::{BlockKind, ResNet, ResNetConfig, Stem};
+    type Device = <ExactAd as burn::tensor::backend::BackendTypes>::Device;
+    let resnet = |d: &Device| -> ResNet<ExactAd> {
+        ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
+            .with_base_width(2)
+            .with_in_channels(3)
+            .with_stem(Stem::Cifar)
+            .init(d)
+    };
+    fn seeded<S: SslMethod<ExactAd>>(
+        build: impl FnOnce(&Device) -> Result<S, curriculum_ssl::ConfigError>,
+    ) -> S {
+        init_method::<ExactAd, _, _>(&Default::default(), 5, build).unwrap()
+    }
     for soft_nce in [None, Some(SoftNceLossConfig::new().with_top_k(3))] {
         let config = moco_config(true).with_soft_nce(soft_nce.clone());
-        let first = config.init(resnet, 4, &device).unwrap();
-        let run = |threads: bool| {
-            // The same weights, queue and statistics as `first`, in states of their own.
-            let mut moco = config.init(resnet, 4, &device).unwrap();
-            moco.set_online(
-                moco.online()
-                    .clone()
-                    .load_record(first.online().clone().into_record()),
-            );
-            moco.load_state(first.state()).unwrap();
-            moco.set_view_threads(threads);
-            let mut grads = Vec::new();
-            for step in 0..2 {
-                let progress = Progress {
-                    step,
-                    total_steps: 10,
-                    epoch: 0,
-                    total_epochs: 1,
-                };
-                let out = moco.forward(image(step as f64), image(step as f64 + 0.5), progress);
-                let g = moco.gradients(&out.loss);
-                let mut visitor = GradientValues(&g, Vec::new());
-                moco.online().visit(&mut visitor);
-                grads.push(visitor.1);
-                let mut optim = SgdConfig::new().init::<ExactAd, _>().unwrap();
-                moco.set_online(optim.step(0.1, moco.online().clone(), g));
-                moco.after_step(progress);
-            }
-            (grads, values(moco.online()), values(moco.key_encoder()))
-        };
-        let (joint, split) = (run(false), run(true));
         let label = if soft_nce.is_some() {
-            "SoftNCE"
+            "Light-MoCo, SoftNCE"
         } else {
-            "InfoNCE"
+            "Light-MoCo, InfoNCE"
         };
-        assert!(
-            joint.0[0].iter().all(|g| !g.is_empty()),
-            "{label}: every parameter has a gradient"
+        assert_view_threads_exact(
+            label,
+            || seeded(|d| config.init(resnet, 4, d)),
+            |m: &MoCo<ExactAd, ResNet<ExactAd>>| values(m.key_encoder()),
         );
-        assert_eq!(joint.0, split.0, "{label}: gradients");
-        assert_eq!(
-            joint.1, split.1,
-            "{label}: online weights and running statistics"
-        );
-        assert_eq!(joint.2, split.2, "{label}: key encoder");
     }
+    for (label, loss) in [
+        (
+            "SimCLR, NT-Xent",
+            PairLossConfig::NtXent(NtXentLossConfig::new()),
+        ),
+        (
+            "SimCLR, curricular weighting",
+            PairLossConfig::Curricular(CurricularLossConfig::new()),
+        ),
+    ] {
+        let config = SimClrConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(4)
+            .with_loss(loss);
+        assert_view_threads_exact(
+            label,
+            || seeded(|d| config.init(resnet(d), d)),
+            |m: &SimClr<ExactAd, ResNet<ExactAd>>| vec![m.curricular_t().into_iter().collect()],
+        );
+    }
+    let byol = ByolConfig::new().with_hidden_dim(16).with_output_dim(4);
+    assert_view_threads_exact(
+        "BYOL",
+        || seeded(|d| byol.init(resnet, d)),
+        |m: &Byol<ExactAd, ResNet<ExactAd>>| values(m.target()),
+    );
+    let simsiam = SimSiamConfig::new().with_dim(8).with_predictor_dim(4);
+    assert_view_threads_exact(
+        "SimSiam",
+        || seeded(|d| simsiam.init(resnet(d), d)),
+        |_: &SimSiam<ExactAd, ResNet<ExactAd>>| Vec::new(),
+    );
 }
 
 #[test]

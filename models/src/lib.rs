@@ -19,6 +19,7 @@
 
 pub mod any;
 pub mod backbone;
+pub mod banded_conv;
 pub mod efficientnet;
 pub mod error;
 pub mod head;

@@ -8,6 +8,7 @@ use burn::prelude::*;
 use burn::tensor::activation::relu;
 
 use crate::backbone::Backbone;
+use crate::banded_conv::banded_conv2d;
 use crate::error::ModelError;
 use crate::layers::{
     check_channels_and_size, conv2d, global_avg_pool, BatchNorm2d, BatchNorm2dConfig,
@@ -62,6 +63,14 @@ pub struct ResNetConfig {
     /// narrow variants, with stage widths `w, 2w, 4w, 8w`).
     #[config(default = 64)]
     pub base_width: usize,
+    /// Compute the stem convolution as products with banded matrices
+    /// ([`crate::banded_conv::banded_conv2d`]): the same numbers up to the order of the sums,
+    /// and 2× faster forward + backward on burn's CPU backend for small images with few
+    /// channels (the small ResNet's 1 → 8, 7×7 stem on 28×28: 7.8 → 3.6 ms at batch 128),
+    /// where that backend's own small-channel kernel and weight gradient are slow. Off by
+    /// default; worth it on the CPU only (GPU backends have fast convolution kernels).
+    #[config(default = false)]
+    pub banded_stem: bool,
 }
 
 impl ResNetConfig {
@@ -144,6 +153,7 @@ impl ResNetConfig {
             layer4,
             in_channels: self.in_channels,
             feature_dim: self.feature_dim(),
+            banded_stem: self.banded_stem,
         })
     }
 }
@@ -258,6 +268,8 @@ pub struct ResNet<B: Backend> {
     pub in_channels: usize,
     /// Length of the feature vectors.
     pub feature_dim: usize,
+    /// Whether the stem convolution runs as banded products ([`ResNetConfig::banded_stem`]).
+    pub banded_stem: bool,
 }
 
 impl<B: Backend> ResNet<B> {
@@ -276,7 +288,12 @@ impl<B: Backend> ResNet<B> {
         if let Err(e) = self.check_input(images.dims()) {
             panic!("{e}");
         }
-        let mut x = relu(self.bn1.forward(self.conv1.forward(images)));
+        let stem = if self.banded_stem {
+            banded_conv2d(images, &self.conv1)
+        } else {
+            self.conv1.forward(images)
+        };
+        let mut x = relu(self.bn1.forward(stem));
         if let Some(pool) = &self.maxpool {
             x = pool.forward(x);
         }
@@ -314,5 +331,58 @@ impl<B: Backend> Backbone<B> for ResNet<B> {
     /// - output: `[batch, feature_dim, h / s, w / s]` with `s` = 32 (ImageNet stem) or 8 (CIFAR)
     fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
         Some(self.forward_map(images))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, NdArray};
+
+    type Ad = Autodiff<NdArray<f64>>;
+
+    #[test]
+    fn banded_stem_gives_the_features_and_gradients_of_the_plain_stem() {
+        // The small ResNet with the same weights, its stem run both ways, in training mode (batch
+        // statistics): the features and the stem's weight gradient agree to rounding.
+        let device = Default::default();
+        let config = ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
+            .with_base_width(4)
+            .with_in_channels(1);
+        let plain = config.init::<Ad>(&device);
+        let banded = config
+            .clone()
+            .with_banded_stem(true)
+            .init::<Ad>(&device)
+            .load_record(plain.clone().into_record());
+        // `plain`'s own parameters are drawn lazily: load the values its copy drew.
+        let plain = plain.load_record(banded.clone().into_record());
+        assert!(!plain.banded_stem && banded.banded_stem);
+        let data: Vec<f64> = (0..4 * 28 * 28).map(|i| (i as f64 * 0.19).sin()).collect();
+        let x = Tensor::<Ad, 4>::from_data(TensorData::new(data, [4, 1, 28, 28]), &device);
+        let run = |net: &ResNet<Ad>| {
+            let features = net.forward_features(x.clone());
+            let grads = (features.clone() * features.clone()).sum().backward();
+            let stem = net.conv1.weight.val().grad(&grads).unwrap();
+            (
+                features.inner().into_data().to_vec::<f64>().unwrap(),
+                stem.into_data().to_vec::<f64>().unwrap(),
+            )
+        };
+        let (a, b) = (run(&plain), run(&banded));
+        assert_eq!((a.0.len(), a.1.len()), (b.0.len(), b.1.len()));
+        for (i, (x, y)) in
+            a.0.iter()
+                .chain(&a.1)
+                .zip(b.0.iter().chain(&b.1))
+                .enumerate()
+        {
+            assert!(
+                (x - y).abs() <= 1e-10 * (1.0 + y.abs()),
+                "entry {i} of {} features then {} gradients: {x} against {y}",
+                a.0.len(),
+                a.1.len()
+            );
+        }
     }
 }

@@ -8,11 +8,13 @@
 //! `docs/methods.md#byol`.
 
 use burn::module::AutodiffModule;
+use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
+use super::branches::{self, two_views, ViewBranches};
 use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
 use super::{MethodOutput, Progress, SslMethod};
 use crate::error::ConfigError;
@@ -86,6 +88,8 @@ impl ByolConfig {
                 .with_form(self.form)
                 .init()?,
             base_momentum: self.base_momentum,
+            view_threads: false,
+            pending_branches: None,
         })
     }
 }
@@ -104,6 +108,10 @@ pub struct Byol<B: Backend, M: Backbone<B>> {
     target: ByolTarget<B, M>,
     loss: NegativeCosineLoss,
     base_momentum: f64,
+    /// Whether the two views' online passes are back-propagated on two threads.
+    view_threads: bool,
+    /// The last forward's two online passes when they were split ([`SslMethod::gradients`]).
+    pending_branches: Option<ViewBranches<B, ByolNetwork<B, M>>>,
 }
 
 impl<B: Backend, M: Backbone<B>> Byol<B, M> {
@@ -155,20 +163,26 @@ where
         view2: Tensor<B, 4>,
         progress: Progress,
     ) -> MethodOutput<B> {
-        let predict = |x: Tensor<B, 4>| {
-            let z = self
-                .online
-                .projector
-                .forward(self.online.backbone.forward_features(x));
-            self.online.predictor.forward(z)
-        };
+        self.pending_branches = None;
+        // With view threads on, view 2's pass goes through a copy with fresh leaves,
+        // back-propagated beside view 1's (`gradients`).
+        let views = two_views(
+            &self.online,
+            [view1.clone(), view2.clone()],
+            self.view_threads,
+            |net, x| {
+                let z = net.projector.forward(net.backbone.forward_features(x));
+                (net.predictor.forward(z), ())
+            },
+        );
+        self.pending_branches = views.branches;
+        let [p1, p2] = views.outputs;
         let target = |x: Tensor<B, 4>| {
             self.target
                 .projector
                 .forward(self.target.backbone.forward_features(x))
                 .detach()
         };
-        let (p1, p2) = (predict(view1.clone()), predict(view2.clone()));
         let (t1, t2) = (target(view1), target(view2));
         let embeddings = Some([t1.clone(), t2.clone()]);
         // BYOL's symmetrised loss is the sum of the two orderings (§3.1: `L^BYOL = L + L̃`), not
@@ -184,6 +198,14 @@ where
             stats: vec![("momentum", momentum)],
             embeddings,
         }
+    }
+
+    fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
+        branches::gradients(self.pending_branches.take(), loss, &self.online)
+    }
+
+    fn set_view_threads(&mut self, on: bool) {
+        self.view_threads = on;
     }
 
     fn after_step(&mut self, progress: Progress) {

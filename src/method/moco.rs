@@ -21,7 +21,7 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
-use super::branches::{fresh_leaves, Branch, ViewBranches};
+use super::branches::{self, two_views, ViewBranches};
 use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
 use super::queue::{KeyQueue, KeyQueueConfig};
 use super::{MethodOutput, Progress, SslMethod};
@@ -310,38 +310,33 @@ where
         self.pending_branches = None;
         let queue = self.queue.keys();
         let k2 = l2_normalize(self.key.project(view2.clone())).detach();
-        let q1 = self.online.project(view1.clone());
-        let embeddings = Some([l2_normalize(q1.clone()).detach(), k2.clone()]);
-        let (loss, keys) = if self.symmetric {
-            let k1 = l2_normalize(self.key.project(view1)).detach();
-            let (q1, q2) = if self.view_threads {
-                // The second query pass through a copy with fresh leaves: its own graph, to be
-                // back-propagated beside the first (`gradients`).
-                let copy = fresh_leaves(&self.online);
-                let q2 = copy.project(view2);
-                let branches = ViewBranches {
-                    first: Branch::new(q1),
-                    second: Branch::new(q2),
-                    copy,
-                };
-                let leaves = (branches.first.leaf(), branches.second.leaf());
-                self.pending_branches = Some(branches);
-                leaves
-            } else {
-                (q1, self.online.project(view2))
-            };
+        let (loss, keys, q1) = if self.symmetric {
+            let k1 = l2_normalize(self.key.project(view1.clone())).detach();
+            // With view threads on, the second query pass goes through a copy with fresh
+            // leaves: its own graph, back-propagated beside the first (`gradients`).
+            let views = two_views(&self.online, [view1, view2], self.view_threads, |net, x| {
+                (net.project(x), ())
+            });
+            self.pending_branches = views.branches;
+            let [q1, q2] = views.outputs;
             // Both orderings in one call: twice the mean over the 2B rows is the sum of the two
             // means, with half the ops and one product against the queue.
             let loss = self.queue_loss(
-                Tensor::cat(vec![q1, q2], 0),
+                Tensor::cat(vec![q1.clone(), q2], 0),
                 Tensor::cat(vec![k2.clone(), k1.clone()], 0),
                 queue,
                 progress,
             ) * 2.0;
-            (loss, Tensor::cat(vec![k1, k2], 0))
+            (loss, Tensor::cat(vec![k1, k2.clone()], 0), q1)
         } else {
-            (self.queue_loss(q1, k2.clone(), queue, progress), k2)
+            let q1 = self.online.project(view1);
+            (
+                self.queue_loss(q1.clone(), k2.clone(), queue, progress),
+                k2.clone(),
+                q1,
+            )
         };
+        let embeddings = Some([l2_normalize(q1).detach(), k2]);
         self.pending_keys = Some(keys);
         let device = loss.device();
         let scalar = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
@@ -357,10 +352,7 @@ where
     }
 
     fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
-        match self.pending_branches.take() {
-            Some(branches) => branches.gradients(loss, &self.online),
-            None => GradientsParams::from_grads(loss.backward(), &self.online),
-        }
+        branches::gradients(self.pending_branches.take(), loss, &self.online)
     }
 
     fn set_view_threads(&mut self, on: bool) {

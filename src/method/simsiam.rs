@@ -8,10 +8,12 @@
 //! `docs/methods.md#simsiam`.
 
 use burn::module::AutodiffModule;
+use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
+use super::branches::{self, two_views, ViewBranches};
 use super::{MethodOutput, Progress, SslMethod};
 use crate::error::ConfigError;
 use crate::head::{MlpHead, MlpHeadConfig};
@@ -56,6 +58,8 @@ impl SimSiamConfig {
                 predictor,
             },
             loss: NegativeCosineLossConfig::new().init()?,
+            view_threads: false,
+            pending_branches: None,
         })
     }
 }
@@ -65,6 +69,10 @@ impl SimSiamConfig {
 pub struct SimSiam<B: Backend, M: Backbone<B>> {
     online: SimSiamNetwork<B, M>,
     loss: NegativeCosineLoss,
+    /// Whether the two views' passes are back-propagated on two threads.
+    view_threads: bool,
+    /// The last forward's two passes when they were split ([`SslMethod::gradients`]).
+    pending_branches: Option<ViewBranches<B, SimSiamNetwork<B, M>>>,
 }
 
 impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for SimSiam<B, M>
@@ -100,18 +108,30 @@ where
         view2: Tensor<B, 4>,
         _: Progress,
     ) -> MethodOutput<B> {
-        let net = &self.online;
-        let z1 = net.projector.forward(net.backbone.forward_features(view1));
-        let z2 = net.projector.forward(net.backbone.forward_features(view2));
-        let p1 = net.predictor.forward(z1.clone());
-        let p2 = net.predictor.forward(z2.clone());
-        // The loss detaches z1 and z2: the stop-gradient of SimSiam.
-        let embeddings = Some([z1.clone().detach(), z2.clone().detach()]);
+        // With view threads on, view 2's pass goes through a copy with fresh leaves,
+        // back-propagated beside view 1's (`gradients`). The projections are detached: the
+        // stop-gradient of SimSiam (the loss detaches them too).
+        let views = two_views(&self.online, [view1, view2], self.view_threads, |net, x| {
+            let z = net.projector.forward(net.backbone.forward_features(x));
+            (net.predictor.forward(z.clone()), z.detach())
+        });
+        self.pending_branches = views.branches;
+        let [p1, p2] = views.outputs;
+        let [z1, z2] = views.extras;
+        let embeddings = Some([z1.clone(), z2.clone()]);
         MethodOutput {
             loss: self.loss.forward_symmetric(p1, p2, z1, z2),
             stats: Vec::new(),
             embeddings,
         }
+    }
+
+    fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
+        branches::gradients(self.pending_branches.take(), loss, &self.online)
+    }
+
+    fn set_view_threads(&mut self, on: bool) {
+        self.view_threads = on;
     }
 
     fn after_step(&mut self, _: Progress) {}

@@ -121,7 +121,8 @@ impl BackboneChoice {
                 ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
                     .with_base_width(8)
                     .with_in_channels(channels)
-                    .with_stem(stem(StemChoice::Imagenet)),
+                    .with_stem(stem(StemChoice::Imagenet))
+                    .with_banded_stem(backend::BANDED_STEM),
             ),
             Self::Wrn16x8 => AnyBackboneConfig::WideResNet(
                 WideResNetConfig::wrn_16_8().with_in_channels(channels),
@@ -424,7 +425,8 @@ pub struct RecipeArgs {
     #[arg(long, action = clap::ArgAction::Set)]
     pub augment_ahead: Option<bool>,
     /// Back-propagate the two views' passes on two threads where the method allows it
-    /// (symmetric MoCo: light_moco); the gradients are the same numbers either way (default:
+    /// (SimCLR, symmetric MoCo, BYOL, SimSiam; not MoCo v1/v2's one query pass, nor a step with
+    /// PGD's third pass); the gradients are the same numbers either way (default:
     /// true on the CPU, false on a GPU backend until it has been checked there).
     #[arg(long, action = clap::ArgAction::Set)]
     pub view_threads: Option<bool>,
