@@ -18,6 +18,11 @@ use curriculum_ssl_models::{
 
 type B = Autodiff<Flex>;
 
+/// The `recipe` binary's allocator (see `recipes/src/main.rs`): glibc's returns the large
+/// per-op buffers to the kernel and page-faults them in again every step.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// One training-mode forward, a scalar loss (mean of the features) and its backward pass.
 fn step<M: Backbone<B>>(model: &M, images: &Tensor<B, 4>) {
     let loss = model.forward_features(images.clone()).mean();

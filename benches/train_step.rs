@@ -21,6 +21,11 @@ use curriculum_ssl_models::{ResNet, ResNetConfig, Stem};
 
 type B = Autodiff<Flex>;
 
+/// The `recipe` binary's allocator (see `recipes/src/main.rs`): glibc's returns the large
+/// per-op buffers to the kernel and page-faults them in again every step.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn resnet18(device: &<B as burn::tensor::backend::BackendTypes>::Device) -> ResNet<B> {
     ResNetConfig::resnet18().with_stem(Stem::Cifar).init(device)
 }
