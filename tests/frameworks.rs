@@ -280,15 +280,30 @@ fn two_steps<S: SslMethod<ExactAd>>(
     (grads, online, other(&method))
 }
 
-/// Runs `build` (seeded, so both copies start equal) without and with view threads and asserts
-/// the same gradients, weights, running statistics and `other` to the last bit.
+/// Runs two methods made by `build`, the second loaded with the first's weights and state
+/// (other tests draw from the backend's generator meanwhile), without and with view threads,
+/// and asserts the same gradients, weights, running statistics and `other` to the last bit.
 fn assert_view_threads_exact<S: SslMethod<ExactAd>>(
     label: &str,
     build: impl Fn() -> S,
     other: impl Fn(&S) -> Vec<Vec<f64>>,
 ) {
-    let joint = two_steps(build(), false, &other);
-    let split = two_steps(build(), true, &other);
+    let first = build();
+    let mut second = build();
+    second.set_online(
+        second
+            .online()
+            .clone()
+            .load_record(first.online().clone().into_record()),
+    );
+    second.load_state(first.state()).unwrap();
+    assert_eq!(
+        values(first.online()),
+        values(second.online()),
+        "{label}: same start"
+    );
+    let joint = two_steps(first, false, &other);
+    let split = two_steps(second, true, &other);
     assert!(
         joint.0[0].iter().all(|g| !g.is_empty()),
         "{label}: every parameter has a gradient"
