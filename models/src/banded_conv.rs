@@ -6,9 +6,10 @@
 //! `C_out ≤ 16`), and the weight gradient, burn's generic rule, becomes a convolution whose
 //! "kernel" is the output gradient, run through an im2col gather of `N·H_out·W_out·C·K²`
 //! entries by a strided element-by-element copy. For the small ResNet's stem (1 → 8 channels,
-//! 7×7, stride 2, 28×28 images, batch 128) that is 3.3 ms forward and 7.8 ms forward + backward
-//! for under 10 M multiply-adds (measured on the 2-core build machine; see
-//! `benches/README.md`).
+//! 7×7, stride 2, 28×28 images, batch 128) that was 3.3 ms forward and 7.8 ms forward + backward
+//! for under 10 M multiply-adds, against 2.2 and 3.6 ms in the form below (a throwaway
+//! per-layer timing on the 2-core build machine; the committed figure is the whole backbone's,
+//! `cargo bench --bench backbones`, in `benches/README.md`).
 //!
 //! [`banded_conv2d`] computes the same convolution from matrix products and plain 2-D
 //! transposes, the operations that backend runs fastest:

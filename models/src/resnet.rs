@@ -65,9 +65,10 @@ pub struct ResNetConfig {
     pub base_width: usize,
     /// Compute the stem convolution as products with banded matrices
     /// ([`crate::banded_conv::banded_conv2d`]): the same numbers up to the order of the sums,
-    /// and 2× faster forward + backward on burn's CPU backend for small images with few
-    /// channels (the small ResNet's 1 → 8, 7×7 stem on 28×28: 7.8 → 3.6 ms at batch 128),
-    /// where that backend's own small-channel kernel and weight gradient are slow. Off by
+    /// and faster on burn's CPU backend for small images with few channels, where that
+    /// backend's own small-channel kernel and weight gradient are slow (the small ResNet on
+    /// 28×28×1, forward + backward at batch 128: 60.9 → 51.4 ms, `cargo bench --bench
+    /// backbones`). Off by
     /// default; worth it on the CPU only (GPU backends have fast convolution kernels).
     #[config(default = false)]
     pub banded_stem: bool,
