@@ -100,34 +100,39 @@ fn equals_burns_conv2d_on_the_small_resnet_stem() {
 
 #[test]
 fn equals_burns_conv2d_for_other_shapes_strides_and_paddings() {
-    // RGB, the CIFAR stem's 3×3 stride 1.
-    check(
-        [2, 3, 8, 8],
-        4,
-        [3, 3],
-        [1, 1],
-        PaddingConfig2d::Explicit(1, 1, 1, 1),
-        true,
-    );
-    // A non-square image and kernel, unequal strides and paddings, rows and columns the
-    // stride does not divide.
-    check(
-        [2, 2, 9, 11],
-        3,
-        [3, 5],
-        [3, 2],
-        PaddingConfig2d::Explicit(1, 2, 1, 2),
-        true,
-    );
-    // No padding; a kernel as high as the image.
-    check(
-        [2, 1, 5, 7],
-        2,
-        [5, 3],
-        [1, 2],
-        PaddingConfig2d::Valid,
-        false,
-    );
+    let cases = [
+        // RGB, the CIFAR stem's 3×3 stride 1.
+        (
+            [2, 3, 8, 8],
+            4,
+            [3, 3],
+            [1, 1],
+            PaddingConfig2d::Explicit(1, 1, 1, 1),
+            true,
+        ),
+        // A non-square image and kernel, unequal strides and paddings, rows and columns the
+        // stride does not divide.
+        (
+            [2, 2, 9, 11],
+            3,
+            [3, 5],
+            [3, 2],
+            PaddingConfig2d::Explicit(1, 2, 1, 2),
+            true,
+        ),
+        // No padding; a kernel as high as the image.
+        (
+            [2, 1, 5, 7],
+            2,
+            [5, 3],
+            [1, 2],
+            PaddingConfig2d::Valid,
+            false,
+        ),
+    ];
+    for (shape, c_out, kernel, stride, padding, bias) in cases {
+        check(shape, c_out, kernel, stride, padding, bias);
+    }
 }
 
 #[test]

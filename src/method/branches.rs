@@ -78,73 +78,83 @@ impl<B: AutodiffBackend> Branch<B> {
     }
 }
 
-/// The two views' outputs through `online`, ready for the loss: each view's `pass` returns
-/// the tensor the loss is back-propagated through (`[N, D]`) and whatever else the method
-/// needs of it (`extra`, e.g. SimSiam's detached projections).
-///
-/// With `split` off, both passes go through `online` in one graph and the returned tensors are
-/// the passes' outputs (one backward pass of the loss reaches the weights). With `split` on,
-/// the second view goes through a [`fresh_leaves`] copy, the returned tensors are the
-/// branches' leaves, and the [`ViewBranches`] to hand to [`ViewBranches::gradients`] come
-/// back too. The passes run on the calling thread, view 1 first, in both cases.
-///
-/// # Shapes
-/// - `view1`, `view2`: `[N, C, H, W]` → two `[N, D]`
-pub fn two_views<B, M, E>(
-    online: &M,
-    [view1, view2]: [Tensor<B, 4>; 2],
-    split: bool,
-    pass: impl Fn(&M, Tensor<B, 4>) -> (Tensor<B, 2>, E),
-) -> TwoViews<B, M, E>
-where
-    B: AutodiffBackend,
-    M: AutodiffModule<B>,
-{
-    let (out1, extra1) = pass(online, view1);
-    if !split {
-        let (out2, extra2) = pass(online, view2);
-        return TwoViews {
-            outputs: [out1, out2],
-            extras: [extra1, extra2],
-            branches: None,
+/// A method's view threads: whether its two views' backward passes run on two threads
+/// ([`SslMethod::set_view_threads`](super::SslMethod::set_view_threads)), and the last
+/// forward's split passes, kept until [`ViewThreads::gradients`]. One field of this type is
+/// all a two-view method needs.
+#[derive(Debug, Clone)]
+pub struct ViewThreads<B: Backend, M> {
+    on: bool,
+    pending: Option<ViewBranches<B, M>>,
+}
+
+impl<B: Backend, M> Default for ViewThreads<B, M> {
+    /// Off, nothing pending.
+    fn default() -> Self {
+        Self {
+            on: false,
+            pending: None,
+        }
+    }
+}
+
+impl<B: AutodiffBackend, M: AutodiffModule<B>> ViewThreads<B, M> {
+    /// Turns the split on or off for the following forwards.
+    pub fn set(&mut self, on: bool) {
+        self.on = on;
+    }
+
+    /// Drops a split left by a forward whose gradients were never asked for (e.g. when a
+    /// checkpoint is loaded).
+    pub fn clear(&mut self) {
+        self.pending = None;
+    }
+
+    /// The two views' outputs through `online`, ready for the loss: each view's `pass` returns
+    /// the tensor the loss is back-propagated through (`[N, D]`) and whatever else the method
+    /// needs of it (e.g. SimSiam's detached projections), view 1's then view 2's.
+    ///
+    /// Split (on, and `allowed`: a method passes `false` at a step whose loss also reaches the
+    /// networks another way, e.g. PGD's third pass): the second view goes through a
+    /// [`fresh_leaves`] copy, the returned tensors are the branches' leaves, and the branches
+    /// are kept for [`ViewThreads::gradients`]. Otherwise both passes go through `online` in one
+    /// graph. The passes run on the calling thread, view 1 first, either way.
+    ///
+    /// # Shapes
+    /// - `view1`, `view2`: `[N, C, H, W]` → two `[N, D]`
+    pub fn passes<E>(
+        &mut self,
+        online: &M,
+        [view1, view2]: [Tensor<B, 4>; 2],
+        allowed: bool,
+        pass: impl Fn(&M, Tensor<B, 4>) -> (Tensor<B, 2>, E),
+    ) -> ([Tensor<B, 2>; 2], [E; 2]) {
+        self.pending = None;
+        let (out1, extra1) = pass(online, view1);
+        if !(self.on && allowed) {
+            let (out2, extra2) = pass(online, view2);
+            return ([out1, out2], [extra1, extra2]);
+        }
+        let copy = fresh_leaves(online);
+        let (out2, extra2) = pass(&copy, view2);
+        let branches = ViewBranches {
+            first: Branch::new(out1),
+            second: Branch::new(out2),
+            copy,
         };
+        let leaves = [branches.first.leaf(), branches.second.leaf()];
+        self.pending = Some(branches);
+        (leaves, [extra1, extra2])
     }
-    let copy = fresh_leaves(online);
-    let (out2, extra2) = pass(&copy, view2);
-    let branches = ViewBranches {
-        first: Branch::new(out1),
-        second: Branch::new(out2),
-        copy,
-    };
-    TwoViews {
-        outputs: [branches.first.leaf(), branches.second.leaf()],
-        extras: [extra1, extra2],
-        branches: Some(branches),
-    }
-}
 
-/// What [`two_views`] returns.
-#[derive(Debug)]
-pub struct TwoViews<B: Backend, M, E> {
-    /// The tensors to compute the loss on, view 1's then view 2's, `[N, D]` each.
-    pub outputs: [Tensor<B, 2>; 2],
-    /// The passes' other outputs, view 1's then view 2's.
-    pub extras: [E; 2],
-    /// The split passes, when `split` was on: keep them until [`ViewBranches::gradients`].
-    pub branches: Option<ViewBranches<B, M>>,
-}
-
-/// The gradients of `loss` with respect to `online`: through `branches` when the last forward
-/// split its views ([`two_views`]), else one backward pass. What the methods'
-/// [`SslMethod::gradients`](super::SslMethod::gradients) call.
-pub fn gradients<B: AutodiffBackend, M: AutodiffModule<B>>(
-    branches: Option<ViewBranches<B, M>>,
-    loss: &Tensor<B, 1>,
-    online: &M,
-) -> GradientsParams {
-    match branches {
-        Some(branches) => branches.gradients(loss, online),
-        None => GradientsParams::from_grads(loss.backward(), online),
+    /// The gradients of `loss` with respect to `online`: through the last forward's split
+    /// passes when it split them, else one backward pass. What the methods'
+    /// [`SslMethod::gradients`](super::SslMethod::gradients) return.
+    pub fn gradients(&mut self, loss: &Tensor<B, 1>, online: &M) -> GradientsParams {
+        match self.pending.take() {
+            Some(branches) => branches.gradients(loss, online),
+            None => GradientsParams::from_grads(loss.backward(), online),
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
-use super::branches::{self, two_views, ViewBranches};
+use super::branches::ViewThreads;
 use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
 use super::{MethodOutput, Progress, SslMethod};
 use crate::error::ConfigError;
@@ -88,8 +88,7 @@ impl ByolConfig {
                 .with_form(self.form)
                 .init()?,
             base_momentum: self.base_momentum,
-            view_threads: false,
-            pending_branches: None,
+            view_threads: ViewThreads::default(),
         })
     }
 }
@@ -108,10 +107,8 @@ pub struct Byol<B: Backend, M: Backbone<B>> {
     target: ByolTarget<B, M>,
     loss: NegativeCosineLoss,
     base_momentum: f64,
-    /// Whether the two views' online passes are back-propagated on two threads.
-    view_threads: bool,
-    /// The last forward's two online passes when they were split ([`SslMethod::gradients`]).
-    pending_branches: Option<ViewBranches<B, ByolNetwork<B, M>>>,
+    /// The two views' online passes back-propagated on two threads, when on.
+    view_threads: ViewThreads<B, ByolNetwork<B, M>>,
 }
 
 impl<B: Backend, M: Backbone<B>> Byol<B, M> {
@@ -163,20 +160,15 @@ where
         view2: Tensor<B, 4>,
         progress: Progress,
     ) -> MethodOutput<B> {
-        self.pending_branches = None;
-        // With view threads on, view 2's pass goes through a copy with fresh leaves,
-        // back-propagated beside view 1's (`gradients`).
-        let views = two_views(
+        let ([p1, p2], _) = self.view_threads.passes(
             &self.online,
             [view1.clone(), view2.clone()],
-            self.view_threads,
+            true,
             |net, x| {
                 let z = net.projector.forward(net.backbone.forward_features(x));
                 (net.predictor.forward(z), ())
             },
         );
-        self.pending_branches = views.branches;
-        let [p1, p2] = views.outputs;
         let target = |x: Tensor<B, 4>| {
             self.target
                 .projector
@@ -201,11 +193,11 @@ where
     }
 
     fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
-        branches::gradients(self.pending_branches.take(), loss, &self.online)
+        self.view_threads.gradients(loss, &self.online)
     }
 
     fn set_view_threads(&mut self, on: bool) {
-        self.view_threads = on;
+        self.view_threads.set(on);
     }
 
     fn after_step(&mut self, progress: Progress) {

@@ -21,7 +21,7 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
-use super::branches::{self, two_views, ViewBranches};
+use super::branches::ViewThreads;
 use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
 use super::queue::{KeyQueue, KeyQueueConfig};
 use super::{MethodOutput, Progress, SslMethod};
@@ -161,8 +161,7 @@ impl MoCoConfig {
             cosine_momentum: self.cosine_momentum,
             symmetric: self.symmetric,
             pending_keys: None,
-            view_threads: false,
-            pending_branches: None,
+            view_threads: ViewThreads::default(),
         })
     }
 }
@@ -215,10 +214,8 @@ pub struct MoCo<B: Backend, M: Backbone<B>> {
     cosine_momentum: bool,
     symmetric: bool,
     pending_keys: Option<Tensor<B, 2>>,
-    /// Whether a symmetric loss back-propagates its two query passes on two threads.
-    view_threads: bool,
-    /// The last forward's two query passes when they were split ([`SslMethod::gradients`]).
-    pending_branches: Option<ViewBranches<B, MoCoNetwork<B, M>>>,
+    /// A symmetric loss's two query passes back-propagated on two threads, when on.
+    view_threads: ViewThreads<B, MoCoNetwork<B, M>>,
 }
 
 impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
@@ -293,7 +290,7 @@ where
         self.queue = KeyQueue::from_parts(state.queue, state.pointer, self.queue.keys_per_step())?;
         self.key = self.key.clone().load_record(state.key);
         self.pending_keys = None;
-        self.pending_branches = None;
+        self.view_threads.clear();
         Ok(())
     }
 
@@ -307,18 +304,16 @@ where
         view2: Tensor<B, 4>,
         progress: Progress,
     ) -> MethodOutput<B> {
-        self.pending_branches = None;
+        self.view_threads.clear();
         let queue = self.queue.keys();
         let k2 = l2_normalize(self.key.project(view2.clone())).detach();
         let (loss, keys, q1) = if self.symmetric {
             let k1 = l2_normalize(self.key.project(view1.clone())).detach();
-            // With view threads on, the second query pass goes through a copy with fresh
-            // leaves: its own graph, back-propagated beside the first (`gradients`).
-            let views = two_views(&self.online, [view1, view2], self.view_threads, |net, x| {
-                (net.project(x), ())
-            });
-            self.pending_branches = views.branches;
-            let [q1, q2] = views.outputs;
+            let ([q1, q2], _) =
+                self.view_threads
+                    .passes(&self.online, [view1, view2], true, |net, x| {
+                        (net.project(x), ())
+                    });
             // Both orderings in one call: twice the mean over the 2B rows is the sum of the two
             // means, with half the ops and one product against the queue.
             let loss = self.queue_loss(
@@ -352,11 +347,11 @@ where
     }
 
     fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
-        branches::gradients(self.pending_branches.take(), loss, &self.online)
+        self.view_threads.gradients(loss, &self.online)
     }
 
     fn set_view_threads(&mut self, on: bool) {
-        self.view_threads = on;
+        self.view_threads.set(on);
     }
 
     fn after_step(&mut self, progress: Progress) {

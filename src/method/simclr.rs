@@ -23,7 +23,7 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 use serde::{Deserialize, Serialize};
 
-use super::branches::{self, two_views, ViewBranches};
+use super::branches::ViewThreads;
 use super::pgd::{attack_copy, Pgd, PgdConfig};
 use super::{MethodOutput, Progress, SslMethod};
 use crate::error::ConfigError;
@@ -119,8 +119,7 @@ impl SimClrConfig {
             },
             loss,
             pgd,
-            view_threads: false,
-            pending_branches: None,
+            view_threads: ViewThreads::default(),
         })
     }
 }
@@ -153,11 +152,9 @@ pub struct SimClr<B: Backend, M: Backbone<B>> {
     online: SimClrNetwork<B, M>,
     loss: PairLoss<B>,
     pgd: Option<Pgd>,
-    /// Whether the two views' passes are back-propagated on two threads (not at the steps
-    /// where PGD's hardened negatives add a third pass).
-    view_threads: bool,
-    /// The last forward's two passes when they were split ([`SslMethod::gradients`]).
-    pending_branches: Option<ViewBranches<B, SimClrNetwork<B, M>>>,
+    /// The two views' passes back-propagated on two threads, when on (not at the steps where
+    /// PGD's hardened negatives add a third pass).
+    view_threads: ViewThreads<B, SimClrNetwork<B, M>>,
 }
 
 impl<B: Backend, M: Backbone<B>> SimClr<B, M> {
@@ -277,17 +274,12 @@ where
             .as_ref()
             .filter(|pgd| pgd.at(progress).is_on())
             .map(|_| Tensor::cat(vec![view1.clone(), view2.clone()], 0).detach());
-        self.pending_branches = None;
-        // With view threads on (and no attack at this step), view 2's pass goes through a copy
-        // with fresh leaves, back-propagated beside view 1's (`gradients`).
-        let views = two_views(
-            &self.online,
-            [view1, view2],
-            self.view_threads && clean.is_none(),
-            |net, x| (net.project(x), ()),
-        );
-        self.pending_branches = views.branches;
-        let [z1, z2] = views.outputs;
+        // No split at a step with the attack: its negatives reach the networks too.
+        let ([z1, z2], _) =
+            self.view_threads
+                .passes(&self.online, [view1, view2], clean.is_none(), |net, x| {
+                    (net.project(x), ())
+                });
         let embeddings = Some([z1.clone().detach(), z2.clone().detach()]);
         let device = z1.device();
         let scalar = |v: f64| Tensor::from_floats([v as f32], &device);
@@ -341,11 +333,11 @@ where
     }
 
     fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
-        branches::gradients(self.pending_branches.take(), loss, &self.online)
+        self.view_threads.gradients(loss, &self.online)
     }
 
     fn set_view_threads(&mut self, on: bool) {
-        self.view_threads = on;
+        self.view_threads.set(on);
     }
 
     fn after_step(&mut self, _: Progress) {}

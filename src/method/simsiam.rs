@@ -13,7 +13,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
-use super::branches::{self, two_views, ViewBranches};
+use super::branches::ViewThreads;
 use super::{MethodOutput, Progress, SslMethod};
 use crate::error::ConfigError;
 use crate::head::{MlpHead, MlpHeadConfig};
@@ -58,8 +58,7 @@ impl SimSiamConfig {
                 predictor,
             },
             loss: NegativeCosineLossConfig::new().init()?,
-            view_threads: false,
-            pending_branches: None,
+            view_threads: ViewThreads::default(),
         })
     }
 }
@@ -69,10 +68,8 @@ impl SimSiamConfig {
 pub struct SimSiam<B: Backend, M: Backbone<B>> {
     online: SimSiamNetwork<B, M>,
     loss: NegativeCosineLoss,
-    /// Whether the two views' passes are back-propagated on two threads.
-    view_threads: bool,
-    /// The last forward's two passes when they were split ([`SslMethod::gradients`]).
-    pending_branches: Option<ViewBranches<B, SimSiamNetwork<B, M>>>,
+    /// The two views' passes back-propagated on two threads, when on.
+    view_threads: ViewThreads<B, SimSiamNetwork<B, M>>,
 }
 
 impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for SimSiam<B, M>
@@ -108,16 +105,14 @@ where
         view2: Tensor<B, 4>,
         _: Progress,
     ) -> MethodOutput<B> {
-        // With view threads on, view 2's pass goes through a copy with fresh leaves,
-        // back-propagated beside view 1's (`gradients`). The projections are detached: the
-        // stop-gradient of SimSiam (the loss detaches them too).
-        let views = two_views(&self.online, [view1, view2], self.view_threads, |net, x| {
-            let z = net.projector.forward(net.backbone.forward_features(x));
-            (net.predictor.forward(z.clone()), z.detach())
-        });
-        self.pending_branches = views.branches;
-        let [p1, p2] = views.outputs;
-        let [z1, z2] = views.extras;
+        // The projections are detached: the stop-gradient of SimSiam (the loss detaches them
+        // too).
+        let ([p1, p2], [z1, z2]) =
+            self.view_threads
+                .passes(&self.online, [view1, view2], true, |net, x| {
+                    let z = net.projector.forward(net.backbone.forward_features(x));
+                    (net.predictor.forward(z.clone()), z.detach())
+                });
         let embeddings = Some([z1.clone(), z2.clone()]);
         MethodOutput {
             loss: self.loss.forward_symmetric(p1, p2, z1, z2),
@@ -127,11 +122,11 @@ where
     }
 
     fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
-        branches::gradients(self.pending_branches.take(), loss, &self.online)
+        self.view_threads.gradients(loss, &self.online)
     }
 
     fn set_view_threads(&mut self, on: bool) {
-        self.view_threads = on;
+        self.view_threads.set(on);
     }
 
     fn after_step(&mut self, _: Progress) {}
