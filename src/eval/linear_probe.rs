@@ -7,8 +7,9 @@
 //! scored top-1 / top-5 on the test features.
 
 use burn::module::AutodiffModule;
+use burn::module::Param;
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::{Linear, LinearConfig};
+use burn::nn::Linear;
 use burn::optim::{GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -108,9 +109,7 @@ impl LinearProbeConfig {
             return Err(ConfigError::new("features", "no training features"));
         }
         let classes = train.num_classes.max(test.num_classes);
-        let classifier = crate::seed::init_module::<B, _>(device, self.seed, |d_| {
-            LinearConfig::new(d, classes).init::<B>(d_)
-        });
+        let classifier = initial_classifier::<B>(d, classes, self.seed, device);
         match &self.optimizer {
             ProbeOptimizer::Sgd(c) => self.train(classifier, c.init()?, train, test, device),
             ProbeOptimizer::Lars(c) => self.train(classifier, c.init()?, train, test, device),
@@ -167,6 +166,38 @@ impl LinearProbeConfig {
             accuracy(classifier.forward(f.features.clone()), labels)
         };
         Ok((score(train), score(test), last_epoch_loss))
+    }
+}
+
+/// The probe's classifier before training: `d → classes`, initialised as burn's and PyTorch's
+/// `Linear` are (weights and bias uniform in `±1/√d`), but drawn from a host generator seeded
+/// with `seed` rather than from the backend's: the probe starts from the same weights on every
+/// backend, so a checkpoint evaluated on the CPU and on a GPU gives the same result (to the
+/// float precision), and no draw touches the backend's shared generator.
+fn initial_classifier<B: Backend>(
+    d: usize,
+    classes: usize,
+    seed: u64,
+    device: &B::Device,
+) -> Linear<B> {
+    let mut rng = StdRng::seed_from_u64(crate::data::loader::mix_seed(seed, 0x9e0b));
+    let bound = 1.0 / (d as f64).sqrt();
+    let mut uniform = |len: usize| -> Vec<f32> {
+        (0..len)
+            .map(|_| rng.random_range(-bound..bound) as f32)
+            .collect()
+    };
+    let weight = uniform(d * classes);
+    let bias = uniform(classes);
+    Linear {
+        weight: Param::from_tensor(Tensor::from_data(
+            TensorData::new(weight, [d, classes]),
+            device,
+        )),
+        bias: Some(Param::from_tensor(Tensor::from_data(
+            TensorData::new(bias, [classes]),
+            device,
+        ))),
     }
 }
 
