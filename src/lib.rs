@@ -21,6 +21,7 @@
 //!   and a threaded, deterministic loader.
 //! - [`augment`]: batched augmentation on the backend (crop, flip, colour jitter, grayscale, blur,
 //!   solarisation, rotation, mixup, normalisation) with SimCLR / MoCo v2 / BYOL presets.
+//! - [`device`]: handing tensors from one thread to another on a GPU backend.
 //! - [`seed`]: seeded use of the backend's random generator that other threads cannot disturb.
 //! - [`error`]: configuration errors that name the offending field.
 //!
@@ -32,6 +33,7 @@ pub mod augment;
 pub mod curation;
 pub mod curriculum;
 pub mod data;
+pub mod device;
 pub mod error;
 pub mod eval;
 pub mod head;

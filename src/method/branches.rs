@@ -193,9 +193,14 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> ViewBranches<B, M> {
             second,
             copy,
         } = self;
+        let device = d2.device();
         let (mut total, mut other) = std::thread::scope(|scope| {
             let second = scope.spawn(move || {
-                GradientsParams::from_grads((second.graph * d2).sum().backward(), &copy)
+                let grads =
+                    GradientsParams::from_grads((second.graph * d2).sum().backward(), &copy);
+                // The gradients are read on the calling thread (crate::device).
+                crate::device::finish_for_another_thread::<B>(&device);
+                grads
             });
             let first = GradientsParams::from_grads((first.graph * d1).sum().backward(), online);
             (

@@ -88,6 +88,8 @@ impl<B: Backend> Batches<B> {
                     let ready = batch.map(|batch| {
                         let images = batch.to_device::<B>(&thread_device).images;
                         let views = augmenter.redrawn_views(images.clone(), progress(b), 0);
+                        // The training thread uses these tensors (crate::device).
+                        crate::device::finish_for_another_thread::<B>(&thread_device);
                         ReadyBatch {
                             batch,
                             images,
