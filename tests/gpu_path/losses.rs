@@ -1,0 +1,303 @@
+//! Every loss on the GPU path: its worked values (what `recipe worked_values` prints) against
+//! the float64 references and against the CPU, and its gradients with respect to its inputs
+//! against the CPU's on the inputs of `tests/gradients.rs` (B = 8, D = 16, queue = 64).
+
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl::loss::worked_examples::spec_worked_values;
+use curriculum_ssl::loss::*;
+use curriculum_ssl::method::Progress;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::harness::*;
+
+const B: usize = 8;
+const D: usize = 16;
+const QUEUE: usize = 64;
+
+/// Every worked value within 1e-4 of its float64 reference (f32 keeps about 7 digits of values
+/// of order 1 to 10) and within [`TOLERANCE`] of the CPU's.
+#[test]
+fn worked_values_match_the_references_and_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let gpu_values = spec_worked_values::<Gpu>(&device);
+    let cpu_values = spec_worked_values::<Cpu>(&CpuDevice::default());
+    assert_eq!(gpu_values.len(), 26, "{gpu_values:#?}");
+    let mut seen = Comparisons::default();
+    for (g, c) in gpu_values.iter().zip(&cpu_values) {
+        assert_eq!(g.name, c.name);
+        assert!(
+            g.error() <= 1e-4,
+            "{}: {} on wgpu, {} expected",
+            g.name,
+            g.computed,
+            g.expected
+        );
+        seen.scalar(g.name, c.computed, g.computed);
+    }
+    seen.report("worked values");
+}
+
+/// `rows × cols` values uniform in [-1, 1).
+fn random(rows: usize, cols: usize, seed: u64) -> Vec<f32> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..rows * cols)
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect()
+}
+
+fn unit_rows(v: Vec<f32>, cols: usize) -> Vec<f32> {
+    v.chunks(cols)
+        .flat_map(|r| {
+            let n = r.iter().map(|x| x * x).sum::<f32>().sqrt();
+            r.iter().map(move |x| x / n).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// A pair of views: the second is the first plus noise.
+fn pair(seed: u64) -> [Vec<f32>; 2] {
+    let a = random(B, D, seed);
+    let noise = random(B, D, seed + 1);
+    let b = a.iter().zip(&noise).map(|(x, n)| x + 0.6 * n).collect();
+    [a, b]
+}
+
+/// One loss on its inputs: each input's rows, and whether it takes a gradient.
+struct Case {
+    name: &'static str,
+    inputs: Vec<(Vec<f32>, usize)>,
+}
+
+fn cases() -> Vec<Case> {
+    let [z1, z2] = pair(1);
+    let [p1, p2] = pair(3);
+    let queue = unit_rows(random(QUEUE, D, 5), D);
+    let views = |a: &Vec<f32>, b: &Vec<f32>| vec![(a.clone(), B), (b.clone(), B)];
+    let mut magnet = random(32, D, 16);
+    for (i, x) in magnet.iter_mut().enumerate() {
+        let cluster = (i / D) / 4;
+        if i % D == cluster % D {
+            *x += 1.5;
+        }
+    }
+    vec![
+        Case {
+            name: "NT-Xent",
+            inputs: views(&z1, &z2),
+        },
+        Case {
+            name: "InfoNCE",
+            inputs: vec![(z1.clone(), B), (z2.clone(), B), (queue.clone(), QUEUE)],
+        },
+        Case {
+            name: "InfoNCE symmetric",
+            inputs: vec![
+                (z1.clone(), B),
+                (p1.clone(), B),
+                (p2.clone(), B),
+                (z2.clone(), B),
+                (queue.clone(), QUEUE),
+            ],
+        },
+        Case {
+            name: "SoftNCE linear decay",
+            inputs: vec![(z1.clone(), B), (z2.clone(), B), (queue.clone(), QUEUE)],
+        },
+        Case {
+            name: "SoftNCE average",
+            inputs: vec![(z1.clone(), B), (z2.clone(), B), (queue.clone(), QUEUE)],
+        },
+        Case {
+            name: "SoftNCE symmetric",
+            inputs: vec![
+                (z1.clone(), B),
+                (p1.clone(), B),
+                (p2.clone(), B),
+                (z2.clone(), B),
+                (queue.clone(), QUEUE),
+            ],
+        },
+        Case {
+            name: "negative cosine symmetric",
+            inputs: vec![
+                (z1.clone(), B),
+                (p1.clone(), B),
+                (p2.clone(), B),
+                (z2.clone(), B),
+            ],
+        },
+        Case {
+            name: "HCL beta 1",
+            inputs: views(&z1, &z2),
+        },
+        Case {
+            name: "HCL beta 0",
+            inputs: views(&z1, &z2),
+        },
+        Case {
+            name: "HCL hard positives",
+            inputs: views(&z1, &z2),
+        },
+        Case {
+            name: "curricular",
+            inputs: views(&random(B, D, 12), &random(B, D, 112)),
+        },
+        Case {
+            name: "Huber NT-Xent",
+            inputs: views(&z1, &z2),
+        },
+        Case {
+            name: "soft-target CE",
+            inputs: vec![(z1.clone(), B), (random(B + QUEUE, D, 15), B + QUEUE)],
+        },
+        Case {
+            name: "magnet",
+            inputs: vec![(magnet, 32)],
+        },
+    ]
+}
+
+/// The loss of `name` on `x` (every input tracked, so that a loss that must detach an input is
+/// checked to give it no gradient on both backends).
+fn loss<Bk: AutodiffBackend>(
+    name: &str,
+    x: &[Tensor<Bk, 2>],
+    device: &Bk::Device,
+) -> Tensor<Bk, 1> {
+    let x = |i: usize| x[i].clone();
+    let soft = |w| SoftNceLossConfig::new().with_weights(w).init().unwrap();
+    match name {
+        "NT-Xent" => NtXentLossConfig::new()
+            .with_temperature(0.2)
+            .init()
+            .unwrap()
+            .forward(x(0), x(1)),
+        "InfoNCE" => InfoNceLossConfig::new()
+            .with_temperature(0.2)
+            .init()
+            .unwrap()
+            .forward(x(0), x(1), x(2)),
+        "InfoNCE symmetric" => InfoNceLossConfig::new()
+            .with_temperature(0.2)
+            .init()
+            .unwrap()
+            .forward_symmetric(x(0), x(1), x(2), x(3), x(4)),
+        "SoftNCE linear decay" => {
+            soft(SoftNceWeights::LinearDecay).forward(x(0), x(1), x(2), Progress::default())
+        }
+        "SoftNCE average" => {
+            soft(SoftNceWeights::Average).forward(x(0), x(1), x(2), Progress::default())
+        }
+        "SoftNCE symmetric" => soft(SoftNceWeights::LinearDecay).forward_symmetric(
+            x(0),
+            x(1),
+            x(2),
+            x(3),
+            x(4),
+            Progress::default(),
+        ),
+        "negative cosine symmetric" => NegativeCosineLossConfig::new()
+            .init()
+            .unwrap()
+            .forward_symmetric(x(0), x(1), x(2), x(3)),
+        "HCL beta 1" => HclLossConfig::new().init().unwrap().forward(x(0), x(1)),
+        "HCL beta 0" => HclLossConfig::new()
+            .with_beta(0.0)
+            .init()
+            .unwrap()
+            .forward(x(0), x(1)),
+        "HCL hard positives" => HclLossConfig::new()
+            .with_hard_positive_k(Some(2.0))
+            .init()
+            .unwrap()
+            .forward(x(0), x(1)),
+        "curricular" => {
+            let t = Tensor::<Bk, 1>::from_data([0.9], device);
+            CurricularLossConfig::new()
+                .with_lambda(0.05)
+                .init::<Bk>(device)
+                .unwrap()
+                .forward_with_t(x(0), x(1), t)
+                .loss
+        }
+        "Huber NT-Xent" => HuberNtXentLossConfig::new()
+            .with_delta(0.2)
+            .with_lambda(0.5)
+            .init()
+            .unwrap()
+            .forward(x(0), x(1)),
+        "soft-target CE" => {
+            let partner: Vec<usize> = (0..B).map(|i| (i + 3) % B).collect();
+            let targets = soft_target::mixup_targets::<Bk>(0.7, &partner, QUEUE, device).unwrap();
+            SoftTargetCrossEntropyConfig::new()
+                .init()
+                .unwrap()
+                .forward(x(0), x(1), targets)
+        }
+        "magnet" => {
+            let clusters: Vec<usize> = (0..32).map(|i| i / 4).collect();
+            let classes: Vec<usize> = (0..8).map(|c| c % 4).collect();
+            MagnetLossConfig::new()
+                .init()
+                .unwrap()
+                .forward(x(0), &clusters, &classes)
+        }
+        other => unreachable!("no loss case {other}"),
+    }
+}
+
+/// The loss and the gradient of each input (`None`: no gradient reached it).
+fn value_and_gradients<Bk: AutodiffBackend>(
+    case: &Case,
+    device: &Bk::Device,
+) -> (f64, Vec<Option<Vec<f32>>>) {
+    let inputs: Vec<Tensor<Bk, 2>> = case
+        .inputs
+        .iter()
+        .map(|(v, rows)| matrix::<Bk>(v, *rows, D, device).require_grad())
+        .collect();
+    let l = loss(case.name, &inputs, device);
+    let value = l.clone().into_scalar().elem::<f64>();
+    let grads = l.backward();
+    let g = inputs
+        .iter()
+        .map(|x| {
+            x.grad(&grads).map(|g| {
+                assert_eq!(&g.device(), device, "{}: a gradient's device", case.name);
+                host(g)
+            })
+        })
+        .collect();
+    (value, g)
+}
+
+#[test]
+fn every_loss_and_its_input_gradients_match_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let mut seen = Comparisons::default();
+    for case in cases() {
+        let (cv, cg) = value_and_gradients::<CpuAd>(&case, &CpuDevice::default());
+        let (gv, gg) = value_and_gradients::<GpuAd>(&case, &device);
+        seen.scalar(&format!("{} loss", case.name), cv, gv);
+        let mut compared = 0;
+        for (i, (c, g)) in cg.iter().zip(&gg).enumerate() {
+            let zero =
+                |v: &Option<Vec<f32>>| v.as_ref().is_none_or(|v| v.iter().all(|x| *x == 0.0));
+            match (c, g) {
+                (Some(c), Some(g)) if !zero(&Some(c.clone())) => {
+                    seen.close(&format!("{} input {i} gradient", case.name), c, g);
+                    compared += 1;
+                }
+                _ => assert!(
+                    zero(c) && zero(g),
+                    "{} input {i}: a gradient on one backend only",
+                    case.name
+                ),
+            }
+        }
+        assert!(compared > 0, "{}: no gradient compared", case.name);
+    }
+    seen.report("losses");
+}

@@ -1,0 +1,350 @@
+//! Two optimiser steps of every method and curriculum loss on the GPU path against the CPU, from
+//! the same weights and states on the same views: the loss and statistics of each step, the
+//! gradient of every parameter, the weights after each step (SGD with momentum, so the second
+//! step reads the optimiser's state), and what the methods keep between steps (MoCo's queue and
+//! key encoder, BYOL's target).
+
+use burn::module::Module;
+use burn::optim::Optimizer;
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl::curriculum::rotation::{CropBox, RotationCurriculumConfig};
+use curriculum_ssl::curriculum::SchedulerConfig;
+use curriculum_ssl::loss::{
+    CurricularLossConfig, HclLossConfig, HuberNtXentLossConfig, NtXentLossConfig,
+};
+use curriculum_ssl::method::pgd::PgdConfig;
+use curriculum_ssl::method::rotnet::{RotNetConfig, RotationMode};
+use curriculum_ssl::method::*;
+use curriculum_ssl::optim::SgdConfig;
+
+use crate::harness::*;
+use crate::{TinyConv, BATCH, SIDE};
+
+/// What one step gave, on the host.
+struct StepOut {
+    loss: f64,
+    stats: Vec<(String, f64)>,
+    grads: Vec<Vec<f32>>,
+    weights: Vec<Vec<f32>>,
+}
+
+/// The progress of step `s` of the two compared steps: the second half of a 4-step, 2-epoch run,
+/// where the scheduled knobs (HCL's β, PGD's strength, RotNet's angles) are neither at their
+/// start nor at their end.
+fn progress(s: usize) -> Progress {
+    Progress {
+        step: 2 + s,
+        total_steps: 4,
+        epoch: 1,
+        total_epochs: 2,
+    }
+}
+
+/// The views of step `s`, on the host.
+fn views(s: usize) -> [Vec<f32>; 2] {
+    [
+        pixels(BATCH, 1, SIDE, SIDE, s as f32),
+        pixels(BATCH, 1, SIDE, SIDE, s as f32 + 0.4),
+    ]
+}
+
+/// Crop-and-rotate's boxes of the views: one fixed box per image of each view.
+fn boxes() -> Vec<CropBox> {
+    (0..2 * BATCH)
+        .map(|i| CropBox {
+            top: i % 4,
+            left: (i / 2) % 5,
+            height: 6 + i % 3,
+            width: 5 + i % 4,
+        })
+        .collect()
+}
+
+/// Two steps of `method` with SGD (lr 0.1, momentum 0.9), the trainer's order: forward (under the
+/// step's seed), gradients, optimiser step, `after_step`.
+fn two_steps<B: AutodiffBackend, M: SslMethod<B>>(
+    method: &mut M,
+    device: &B::Device,
+) -> Vec<StepOut> {
+    let mut optimizer = SgdConfig::new()
+        .with_momentum(0.9)
+        .init::<B, M::Online>()
+        .unwrap();
+    let mut out = Vec::new();
+    for s in 0..2 {
+        let [v1, v2] = views(s);
+        let v1 = image_tensor::<B>(&v1, [BATCH, 1, SIDE, SIDE], device);
+        let v2 = image_tensor::<B>(&v2, [BATCH, 1, SIDE, SIDE], device);
+        if method.uses_object_boxes() {
+            method.set_object_boxes(boxes());
+        }
+        let step = curriculum_ssl::seed::with_seed::<B, _>(device, 7 + s as u64, || {
+            method.forward(v1, v2, progress(s))
+        });
+        assert_eq!(
+            step.loss.device(),
+            *device,
+            "the loss is on the given device"
+        );
+        let loss = step.loss.clone().into_scalar().elem::<f64>();
+        let stats = step
+            .stats
+            .iter()
+            .map(|(name, v)| (name.to_string(), v.clone().into_scalar().elem::<f64>()))
+            .collect();
+        let gradients = method.gradients(&step.loss);
+        let grads = grads(method.online(), &gradients);
+        let online = optimizer.step(0.1, method.online().clone(), gradients);
+        method.set_online(online);
+        method.after_step(progress(s));
+        assert_on_device("online networks after the step", method.online(), device);
+        out.push(StepOut {
+            loss,
+            stats,
+            grads,
+            weights: params(method.online()),
+        });
+    }
+    out
+}
+
+/// `dst` made the same as `src` (weights and state moved over as a checkpoint moves between
+/// machines).
+fn same_start<B1, B2, M1, M2>(src: &M1, dst: &mut M2, device: &B2::Device)
+where
+    B1: AutodiffBackend,
+    B2: AutodiffBackend,
+    M1: SslMethod<B1>,
+    M2: SslMethod<B2>,
+{
+    let online = dst.online().clone().load_record(transfer::<B1, B2, _, _>(
+        src.online().clone().into_record(),
+        device,
+    ));
+    dst.set_online(online);
+    dst.load_state(transfer::<B1, B2, _, _>(src.state(), device))
+        .unwrap();
+    assert_eq!(params(src.online()), params(dst.online()), "the same start");
+}
+
+type WgpuDeviceOf = <GpuAd as burn::tensor::backend::BackendTypes>::Device;
+
+/// Runs two steps on both backends from the same start and compares everything.
+fn compare<Mc: SslMethod<CpuAd>, Mg: SslMethod<GpuAd>>(
+    name: &str,
+    mut cpu: Mc,
+    mut gpu: Mg,
+    device: &WgpuDeviceOf,
+    seen: &mut Comparisons,
+) -> (Mc, Mg) {
+    same_start::<CpuAd, GpuAd, _, _>(&cpu, &mut gpu, device);
+    let a = two_steps(&mut cpu, &CpuDevice::default());
+    let b = two_steps(&mut gpu, device);
+    for (s, (a, b)) in a.iter().zip(&b).enumerate() {
+        seen.scalar(&format!("{name} step {s} loss"), a.loss, b.loss);
+        assert_eq!(a.stats.len(), b.stats.len(), "{name}: statistics");
+        for ((na, va), (nb, vb)) in a.stats.iter().zip(&b.stats) {
+            assert_eq!(na, nb);
+            seen.scalar(&format!("{name} step {s} {na}"), *va, *vb);
+        }
+        seen.all(&format!("{name} step {s} gradient"), &a.grads, &b.grads);
+        seen.all(&format!("{name} step {s} weights"), &a.weights, &b.weights);
+        assert!(
+            a.grads.iter().any(|g| g.iter().any(|v| *v != 0.0)),
+            "{name}: a step with no gradient compares nothing"
+        );
+    }
+    (cpu, gpu)
+}
+
+fn simclr<B: AutodiffBackend>(
+    loss: PairLossConfig,
+    pgd: Option<PgdConfig>,
+    device: &B::Device,
+) -> SimClr<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        SimClrConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(8)
+            .with_loss(loss)
+            .with_pgd(pgd)
+            .init(TinyConv::new(d), d)
+    })
+    .unwrap()
+}
+
+fn moco<B: AutodiffBackend>(config: MoCoConfig, device: &B::Device) -> MoCo<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        config
+            .with_output_dim(8)
+            .with_queue_size(32)
+            .init(TinyConv::new, BATCH, d)
+    })
+    .unwrap()
+}
+
+fn rotnet<B: AutodiffBackend>(mode: RotationMode, device: &B::Device) -> RotNet<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        RotNetConfig::new()
+            .with_curriculum(RotationCurriculumConfig::new())
+            .with_mode(mode)
+            .with_seed(5)
+            .init(TinyConv::new(d), d)
+    })
+    .unwrap()
+}
+
+use curriculum_ssl::method::rotnet::RotNet;
+
+fn byol<B: AutodiffBackend>(device: &B::Device) -> Byol<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        ByolConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(8)
+            .init(TinyConv::new, d)
+    })
+    .unwrap()
+}
+
+fn simsiam<B: AutodiffBackend>(device: &B::Device) -> SimSiam<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        SimSiamConfig::new()
+            .with_dim(8)
+            .with_predictor_dim(4)
+            .init(TinyConv::new(d), d)
+    })
+    .unwrap()
+}
+
+/// Every pair loss of SimCLR (NT-Xent, HCL with a fixed and a scheduled β, curricular weighting,
+/// Huber NT-Xent) and PGD-hardened negatives (NT-Xent and HCL).
+#[test]
+fn simclr_and_its_curriculum_losses_step_as_on_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let cpu_device = CpuDevice::default();
+    let mut seen = Comparisons::default();
+    let hcl = HclLossConfig::new();
+    let hcl_curriculum = HclLossConfig::new().with_beta_schedule(Some(SchedulerConfig::linear()));
+    let pgd = PgdConfig::new().with_steps(2);
+    let cases: Vec<(&str, PairLossConfig, Option<PgdConfig>)> = vec![
+        (
+            "NT-Xent",
+            PairLossConfig::NtXent(NtXentLossConfig::new().with_temperature(0.2)),
+            None,
+        ),
+        ("HCL", PairLossConfig::Hcl(hcl.clone()), None),
+        ("HCL curriculum", PairLossConfig::Hcl(hcl_curriculum), None),
+        (
+            "curricular",
+            PairLossConfig::Curricular(CurricularLossConfig::new().with_momentum(0.5)),
+            None,
+        ),
+        (
+            "Huber NT-Xent",
+            PairLossConfig::Huber(HuberNtXentLossConfig::new()),
+            None,
+        ),
+        (
+            "NT-Xent + PGD",
+            PairLossConfig::NtXent(NtXentLossConfig::new().with_temperature(0.2)),
+            Some(pgd.clone()),
+        ),
+        ("HCL + PGD", PairLossConfig::Hcl(hcl), Some(pgd)),
+    ];
+    for (name, loss, pgd) in cases {
+        compare(
+            &format!("SimCLR {name}"),
+            simclr::<CpuAd>(loss.clone(), pgd.clone(), &cpu_device),
+            simclr::<GpuAd>(loss, pgd, &device),
+            &device,
+            &mut seen,
+        );
+    }
+    seen.report("SimCLR");
+}
+
+/// MoCo v1 (linear head), MoCo v2 (MLP head) and Light-MoCo (symmetric SoftNCE): the loss reads
+/// the queue, the step enqueues the keys and moves the key encoder.
+#[test]
+fn moco_v1_v2_and_light_moco_step_as_on_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let cpu_device = CpuDevice::default();
+    let mut seen = Comparisons::default();
+    for (name, config) in [
+        ("MoCo v1", MoCoConfig::moco_v1()),
+        ("MoCo v2", MoCoConfig::moco_v2().with_hidden_dim(Some(16))),
+        (
+            "Light-MoCo",
+            MoCoConfig::light_moco().with_hidden_dim(Some(16)),
+        ),
+    ] {
+        let (cpu, gpu) = compare(
+            name,
+            moco::<CpuAd>(config.clone(), &cpu_device),
+            moco::<GpuAd>(config, &device),
+            &device,
+            &mut seen,
+        );
+        assert_eq!(cpu.queue().pointer(), gpu.queue().pointer());
+        seen.close(
+            &format!("{name} queue"),
+            &host(cpu.queue().keys()),
+            &host(gpu.queue().keys()),
+        );
+        seen.all(
+            &format!("{name} key encoder"),
+            &params(cpu.key_encoder()),
+            &params(gpu.key_encoder()),
+        );
+        assert_eq!(gpu.queue().keys().device(), device, "{name}: the queue");
+    }
+    seen.report("MoCo");
+}
+
+/// BYOL (predictor, EMA target) and SimSiam (predictor, stop-gradient).
+#[test]
+fn byol_and_simsiam_step_as_on_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let cpu_device = CpuDevice::default();
+    let mut seen = Comparisons::default();
+    let (cpu, gpu) = compare(
+        "BYOL",
+        byol::<CpuAd>(&cpu_device),
+        byol::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    seen.all("BYOL target", &params(cpu.target()), &params(gpu.target()));
+    compare(
+        "SimSiam",
+        simsiam::<CpuAd>(&cpu_device),
+        simsiam::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    seen.report("BYOL and SimSiam");
+}
+
+/// RotNet under the angle curriculum: plain rotation, rotate-and-mix and crop-and-rotate (boxes
+/// given, as the trainer gives them).
+#[test]
+fn rotnet_and_the_rotation_curricula_step_as_on_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let cpu_device = CpuDevice::default();
+    let mut seen = Comparisons::default();
+    for (name, mode) in [
+        ("rotate", RotationMode::Rotate),
+        ("rotate-and-mix", RotationMode::rotate_and_mix()),
+        ("crop-and-rotate", RotationMode::CropAndRotate),
+    ] {
+        compare(
+            &format!("RotNet {name}"),
+            rotnet::<CpuAd>(mode, &cpu_device),
+            rotnet::<GpuAd>(mode, &device),
+            &device,
+            &mut seen,
+        );
+    }
+    seen.report("RotNet");
+}
