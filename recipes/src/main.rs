@@ -112,7 +112,7 @@ fn message(error: &anyhow::Error) -> String {
         }
         return format!(
             "{} was written by a run with other settings: {}. Resume with the run's settings \
-             (--checkpoint-every, --knn-every and --workers may change; --extend with a larger \
+             (--checkpoint-every, --knn-every, --workers and --device may change; --extend with a larger \
              --epochs makes it longer), or start a new --run-dir",
             path.display(),
             named.join("; ")

@@ -178,19 +178,26 @@ pub fn registry() -> Vec<RecipeEntry> {
             run: |args| {
                 if matches!(args, [flag] if flag == "--help" || flag == "-h") {
                     println!(
-                        "Usage: recipe worked_values\n\nEvaluates every loss on its worked \
-                         example on the selected backend and compares it with the float64 \
-                         reference (1e-4 in f32); exits 1 if one differs. Takes no options."
+                        "Usage: recipe worked_values [--device N]\n\nEvaluates every loss on \
+                         its worked example on the selected backend and compares it with the \
+                         float64 reference (1e-4 in f32); exits 1 if one differs.\n\nOptions:\n  \
+                         --device N  the device to check (as the training recipes' --device)"
                     );
                     return Ok(());
                 }
-                if !args.is_empty() {
-                    return Err(crate::usage(format!(
-                        "recipe `worked_values` takes no arguments, got: {}",
-                        args.join(" ")
-                    )));
-                }
-                worked_values::run()
+                let device = match args {
+                    [] => None,
+                    [flag, n] if flag == "--device" => Some(n.parse::<usize>().map_err(|_| {
+                        crate::usage(format!("--device {n}: not a device number"))
+                    })?),
+                    _ => {
+                        return Err(crate::usage(format!(
+                            "recipe `worked_values` takes only --device N, got: {}",
+                            args.join(" ")
+                        )))
+                    }
+                };
+                worked_values::run(device)
             },
         },
     ]

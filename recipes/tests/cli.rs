@@ -898,6 +898,40 @@ fn help_names_the_recipes_and_their_options() {
     );
 }
 
+/// `--device`: the CPU backend has one device, 0; another number is a usage error that says so
+/// (exit 2, one line) for the training recipes, the supervised ones and `worked_values`, which
+/// runs on device 0.
+#[test]
+fn a_device_number_the_backend_lacks_is_refused() {
+    let data = data();
+    let data = data.to_str().unwrap();
+    for args in [
+        &["simclr", "--data", data, "--epochs", "1", "--device", "1"][..],
+        &[
+            "spl_advise",
+            "--data",
+            data,
+            "--epochs",
+            "1",
+            "--device",
+            "3",
+        ],
+        &["worked_values", "--device", "2"],
+    ] {
+        let o = run(args);
+        assert_eq!(check_error_shape(&o, &args.join(" ")), 2, "{args:?}");
+        assert!(
+            stderr(&o).contains("the CPU backend has one device (--device 0)"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    let o = run(&["worked_values", "--device", "0"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(&["worked_values", "--device", "x"]);
+    assert_eq!(check_error_shape(&o, "worked_values --device x"), 2);
+}
+
 /// Every --backbone runs two steps of SimCLR on 32×32 RGB images (VGG-16's smallest input), and
 /// the run records it; --stem belongs to the ResNets.
 #[test]

@@ -370,7 +370,8 @@ pub struct RecipeArgs {
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
     /// Continue the run in --run-dir from its newest valid checkpoint, with the run's settings
-    /// (--checkpoint-every, --knn-every, --workers, --augment-ahead and --view-threads may change).
+    /// (--checkpoint-every, --knn-every, --workers, --device, --augment-ahead and --view-threads may
+    /// change).
     #[arg(long)]
     pub resume: bool,
     /// Resume and make the run longer on purpose (a larger --epochs): the learning rate is
@@ -419,15 +420,21 @@ pub struct RecipeArgs {
     /// Loader threads (at most four per core).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
+    /// The device to train on: with --features cuda the CUDA device of this index, with
+    /// --features wgpu the N-th discrete GPU (default: device 0, or wgpu's default adapter); the
+    /// CPU backend has one device, 0. May change on --resume.
+    #[arg(long)]
+    pub device: Option<usize>,
     /// Upload and augment each batch on a thread of its own while the step before runs (`false`:
-    /// between steps, on the training thread); the numbers are the same either way (default:
-    /// true on the CPU, false on a GPU backend until it has been checked there).
+    /// between steps, on the training thread); on the CPU the numbers are the same either way
+    /// (default: true on the CPU; false on a GPU backend, where two threads working on one
+    /// device can change results: docs/gpu.md).
     #[arg(long, action = clap::ArgAction::Set)]
     pub augment_ahead: Option<bool>,
     /// Back-propagate the two views' passes on two threads where the method allows it
     /// (SimCLR, symmetric MoCo, BYOL, SimSiam; not MoCo v1/v2's one query pass, nor a step with
-    /// PGD's third pass); the gradients are the same numbers either way (default:
-    /// true on the CPU, false on a GPU backend until it has been checked there).
+    /// PGD's third pass); on the CPU the gradients are the same numbers either way (default:
+    /// true on the CPU; false on a GPU backend, as --augment-ahead).
     #[arg(long, action = clap::ArgAction::Set)]
     pub view_threads: Option<bool>,
     /// SimCLR-family recipes: the two-view loss, with its own defaults (the recipe's loss when
@@ -875,7 +882,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
             defaults.recipe
         )));
     }
-    let device = Device::default();
+    let device = backend::device(args.device)?;
     let data = settings.source.load()?;
     let channels = data.train.image_shape().2;
     BackboneSpec {
@@ -1044,6 +1051,20 @@ where
     } else {
         StartMode::Fresh
     };
+    if !backend::NAME.starts_with("cpu") {
+        for (flag, on) in [
+            ("--augment-ahead", args.augment_ahead),
+            ("--view-threads", args.view_threads),
+        ] {
+            if on == Some(true) {
+                log::warn!(
+                    "{flag} true on the {} backend: with burn 0.21, two threads working on one \
+                     GPU device at once changed training results on wgpu (docs/gpu.md)",
+                    backend::NAME
+                );
+            }
+        }
+    }
     let mut trainer = Trainer::builder(method, optimizer, augmenter, loader)
         .config(train_config)
         .run_dir(&run_dir)

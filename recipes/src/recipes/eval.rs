@@ -51,6 +51,9 @@ struct EvalArgs {
     /// Learning rate of the linear probe (default: the protocol's).
     #[arg(long)]
     probe_lr: Option<f64>,
+    /// The device to evaluate on (as the training recipes' --device).
+    #[arg(long)]
+    device: Option<usize>,
 }
 
 /// How the linear classifier is trained.
@@ -114,7 +117,7 @@ pub fn run(args: &[String]) -> Result<()> {
     );
     probe.validate()?;
     let probe_epochs = probe.epochs * usize::from(args.probe_epochs != Some(0));
-    let device = Default::default();
+    let device = crate::backend::device(args.device)?;
     let channels = data.train.image_shape().2;
     let fresh = backbone
         .config(channels, record.run.stem)

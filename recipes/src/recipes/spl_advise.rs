@@ -198,7 +198,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
     } else {
         OptimizerChoice::Adam
     });
-    let device = Device::default();
+    let device: Device = crate::backend::device(common_args.device)?;
     let data = settings.source.load_splits(false)?;
     let (_, _, channels) = data.train.image_shape();
     let embedding_backbone = (selection == Selection::SplAdvise).then(|| {

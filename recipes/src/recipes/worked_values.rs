@@ -11,9 +11,10 @@ use crate::backend;
 /// Largest error accepted in f32.
 const TOLERANCE: f64 = 1e-4;
 
-/// Prints the table and fails if a value is off by more than [`TOLERANCE`].
-pub fn run() -> Result<()> {
-    let device = Default::default();
+/// Prints the table on the device `--device` names and fails if a value is off by more than
+/// [`TOLERANCE`].
+pub fn run(device: Option<usize>) -> Result<()> {
+    let device = backend::device(device)?;
     let values = spec_worked_values::<backend::Inner>(&device);
     println!("backend: {}", backend::NAME);
     println!(
