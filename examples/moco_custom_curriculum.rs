@@ -64,6 +64,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .config(TrainConfig::new().with_epochs(2).with_lr(0.06))
     .run_dir(&run_dir)
+    // On the CPU backend: augment the next batch while this one trains (off on a GPU).
+    .augment_ahead(true)
     .build(&device)?;
     let summary = trainer.fit()?;
     for step in summary.steps.iter().step_by(4) {

@@ -92,6 +92,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     .config(TrainConfig::new().with_epochs(1).with_lr(0.3))
     .run_dir(&run_dir)
     .knn_monitor(monitor)
+    // On the CPU backend: augment the next batch while this one trains (off on a GPU).
+    .augment_ahead(true)
     .build(&device)?;
     let before = trainer.evaluate_knn()?.unwrap_or_default();
     trainer.fit()?;

@@ -334,20 +334,24 @@ where
     }
 
     /// Upload and augment each batch on a thread of its own while the step before runs
-    /// (default: `true`). The views are the same either way (each step's draws are keyed by
-    /// the step), so this only changes the speed; it is not part of the run's settings. An
-    /// augmenter that learns from the losses ([`Augmenter::is_adaptive`]) always augments
-    /// between steps; a user's own curriculum function (`Scheduler::custom`) is then called on
-    /// that thread, up to two steps early, so it must depend on its `Progress` alone.
+    /// (default: `false`; turn it on for the CPU backend, where it pays). On the CPU the views
+    /// are the same either way (each step's draws are keyed by the step), so this only changes
+    /// the speed; it is not part of the run's settings. Leave it off on the cubecl backends
+    /// (wgpu, CUDA): with burn 0.21 two threads working on one device at once changed results
+    /// on wgpu (`docs/gpu.md`). An augmenter that learns from the losses
+    /// ([`Augmenter::is_adaptive`]) always augments between steps; a user's own curriculum
+    /// function (`Scheduler::custom`) is then called on that thread, up to two steps early, so
+    /// it must depend on its `Progress` alone.
     pub fn augment_ahead(mut self, ahead: bool) -> Self {
         self.augment_ahead = ahead;
         self
     }
 
     /// Let the method back-propagate its two views' passes on two threads
-    /// ([`SslMethod::set_view_threads`]; default: `false`). The gradients are the same numbers
-    /// either way, so this only changes the speed and is not part of the run's settings. It
-    /// pays on the CPU backend, where a convolution's backward pass keeps one core busy.
+    /// ([`SslMethod::set_view_threads`]; default: `false`). On the CPU the gradients are the
+    /// same numbers either way, so this only changes the speed and is not part of the run's
+    /// settings. It pays on the CPU backend, where a convolution's backward pass keeps one core
+    /// busy; leave it off on the cubecl backends, as [`TrainerBuilder::augment_ahead`].
     pub fn view_threads(mut self, on: bool) -> Self {
         self.view_threads = on;
         self
@@ -507,7 +511,7 @@ where
             run_dir: PathBuf::from("runs/run"),
             monitor: None,
             mode: StartMode::Fresh,
-            augment_ahead: true,
+            augment_ahead: false,
             view_threads: false,
             _backend: std::marker::PhantomData,
         }
