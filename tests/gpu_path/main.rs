@@ -24,6 +24,7 @@
 //! relative difference).
 
 mod augment;
+mod build;
 mod evaluate;
 mod harness;
 mod losses;

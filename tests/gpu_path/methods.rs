@@ -4,22 +4,22 @@
 //! step reads the optimiser's state), and what the methods keep between steps (MoCo's queue and
 //! key encoder, BYOL's target).
 
-use burn::module::Module;
 use burn::optim::Optimizer;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl::curriculum::rotation::{CropBox, RotationCurriculumConfig};
+use curriculum_ssl::curriculum::rotation::CropBox;
 use curriculum_ssl::curriculum::SchedulerConfig;
 use curriculum_ssl::loss::{
     CurricularLossConfig, HclLossConfig, HuberNtXentLossConfig, NtXentLossConfig,
 };
 use curriculum_ssl::method::pgd::PgdConfig;
-use curriculum_ssl::method::rotnet::{RotNetConfig, RotationMode};
+use curriculum_ssl::method::rotnet::RotationMode;
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
 
+use crate::build::*;
 use crate::harness::*;
-use crate::{TinyConv, BATCH, SIDE};
+use crate::{BATCH, SIDE};
 
 /// What one step gave, on the host.
 struct StepOut {
@@ -109,25 +109,6 @@ fn two_steps<B: AutodiffBackend, M: SslMethod<B>>(
     out
 }
 
-/// `dst` made the same as `src` (weights and state moved over as a checkpoint moves between
-/// machines).
-fn same_start<B1, B2, M1, M2>(src: &M1, dst: &mut M2, device: &B2::Device)
-where
-    B1: AutodiffBackend,
-    B2: AutodiffBackend,
-    M1: SslMethod<B1>,
-    M2: SslMethod<B2>,
-{
-    let online = dst.online().clone().load_record(transfer::<B1, B2, _, _>(
-        src.online().clone().into_record(),
-        device,
-    ));
-    dst.set_online(online);
-    dst.load_state(transfer::<B1, B2, _, _>(src.state(), device))
-        .unwrap();
-    assert_eq!(params(src.online()), params(dst.online()), "the same start");
-}
-
 type WgpuDeviceOf = <GpuAd as burn::tensor::backend::BackendTypes>::Device;
 
 /// Runs two steps on both backends from the same start and compares everything.
@@ -156,65 +137,6 @@ fn compare<Mc: SslMethod<CpuAd>, Mg: SslMethod<GpuAd>>(
         );
     }
     (cpu, gpu)
-}
-
-fn simclr<B: AutodiffBackend>(
-    loss: PairLossConfig,
-    pgd: Option<PgdConfig>,
-    device: &B::Device,
-) -> SimClr<B, TinyConv<B>> {
-    init_method::<B, _, _>(device, 3, |d| {
-        SimClrConfig::new()
-            .with_hidden_dim(16)
-            .with_output_dim(8)
-            .with_loss(loss)
-            .with_pgd(pgd)
-            .init(TinyConv::new(d), d)
-    })
-    .unwrap()
-}
-
-fn moco<B: AutodiffBackend>(config: MoCoConfig, device: &B::Device) -> MoCo<B, TinyConv<B>> {
-    init_method::<B, _, _>(device, 3, |d| {
-        config
-            .with_output_dim(8)
-            .with_queue_size(32)
-            .init(TinyConv::new, BATCH, d)
-    })
-    .unwrap()
-}
-
-fn rotnet<B: AutodiffBackend>(mode: RotationMode, device: &B::Device) -> RotNet<B, TinyConv<B>> {
-    init_method::<B, _, _>(device, 3, |d| {
-        RotNetConfig::new()
-            .with_curriculum(RotationCurriculumConfig::new())
-            .with_mode(mode)
-            .with_seed(5)
-            .init(TinyConv::new(d), d)
-    })
-    .unwrap()
-}
-
-use curriculum_ssl::method::rotnet::RotNet;
-
-fn byol<B: AutodiffBackend>(device: &B::Device) -> Byol<B, TinyConv<B>> {
-    init_method::<B, _, _>(device, 3, |d| {
-        ByolConfig::new()
-            .with_hidden_dim(16)
-            .with_output_dim(8)
-            .init(TinyConv::new, d)
-    })
-    .unwrap()
-}
-
-fn simsiam<B: AutodiffBackend>(device: &B::Device) -> SimSiam<B, TinyConv<B>> {
-    init_method::<B, _, _>(device, 3, |d| {
-        SimSiamConfig::new()
-            .with_dim(8)
-            .with_predictor_dim(4)
-            .init(TinyConv::new(d), d)
-    })
-    .unwrap()
 }
 
 /// Every pair loss of SimCLR (NT-Xent, HCL with a fixed and a scheduled β, curricular weighting,

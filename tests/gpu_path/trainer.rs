@@ -6,24 +6,23 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::module::Module;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl::augment::mixup::{Mixup, MixupLambda};
 use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::curation::FrechetCurationConfig;
-use curriculum_ssl::curriculum::rotation::RotationCurriculumConfig;
 use curriculum_ssl::curriculum::{
     MixupCurriculumConfig, SchedulerConfig, SelfPacedAutoAugmentConfig, StrengthCurriculumConfig,
 };
 use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::loss::NtXentLossConfig;
-use curriculum_ssl::method::rotnet::{RotNetConfig, RotationMode};
+use curriculum_ssl::method::rotnet::RotationMode;
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::train::{StartMode, TrainConfig, TrainSummary, Trainer};
 
+use crate::build::*;
 use crate::harness::*;
-use crate::{TinyConv, BATCH, SIDE};
+use crate::{BATCH, SIDE};
 
 fn run_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir()
@@ -136,16 +135,7 @@ where
     Mc: SslMethod<CpuAd>,
     Mg: SslMethod<GpuAd>,
 {
-    let online = gpu
-        .online()
-        .clone()
-        .load_record(transfer::<CpuAd, GpuAd, _, _>(
-            cpu.online().clone().into_record(),
-            device,
-        ));
-    gpu.set_online(online);
-    gpu.load_state(transfer::<CpuAd, GpuAd, _, _>(cpu.state(), device))
-        .unwrap();
+    same_start::<CpuAd, GpuAd, _, _>(&cpu, &mut gpu, device);
     (cpu, gpu)
 }
 
@@ -176,49 +166,8 @@ fn compare_runs<Mc, Mg>(
     }
 }
 
-fn simclr<B: AutodiffBackend>(device: &B::Device) -> SimClr<B, TinyConv<B>> {
-    init_method::<B, _, _>(device, 11, |d| {
-        SimClrConfig::new()
-            .with_hidden_dim(16)
-            .with_output_dim(8)
-            .with_loss(PairLossConfig::NtXent(
-                NtXentLossConfig::new().with_temperature(0.2),
-            ))
-            .init(TinyConv::new(d), d)
-    })
-    .unwrap()
-}
-
-fn moco<B: AutodiffBackend>(config: MoCoConfig, device: &B::Device) -> MoCo<B, TinyConv<B>> {
-    init_method::<B, _, _>(device, 11, |d| {
-        config
-            .with_output_dim(8)
-            .with_queue_size(32)
-            .init(TinyConv::new, BATCH, d)
-    })
-    .unwrap()
-}
-
-fn simsiam<B: AutodiffBackend>(device: &B::Device) -> SimSiam<B, TinyConv<B>> {
-    init_method::<B, _, _>(device, 11, |d| {
-        SimSiamConfig::new()
-            .with_dim(8)
-            .with_predictor_dim(4)
-            .init(TinyConv::new(d), d)
-    })
-    .unwrap()
-}
-
-fn crop_rotate<B: AutodiffBackend>(
-    device: &B::Device,
-) -> curriculum_ssl::method::rotnet::RotNet<B, TinyConv<B>> {
-    init_method::<B, _, _>(device, 11, |d| {
-        RotNetConfig::new()
-            .with_curriculum(RotationCurriculumConfig::new())
-            .with_mode(RotationMode::CropAndRotate)
-            .init(TinyConv::new(d), d)
-    })
-    .unwrap()
+fn nt_xent() -> PairLossConfig {
+    PairLossConfig::NtXent(NtXentLossConfig::new().with_temperature(0.2))
 }
 
 /// The small-image MoCo v2 pipeline (crop to 12 × 12, blur) on one channel.
@@ -288,8 +237,8 @@ fn curriculum_knobs_train_as_on_the_cpu() {
     };
     compare_runs(
         "SimCLR + Frechet curation",
-        simclr::<CpuAd>(&cpu_device),
-        simclr::<GpuAd>(&device),
+        simclr::<CpuAd>(nt_xent(), None, &cpu_device),
+        simclr::<GpuAd>(nt_xent(), None, &device),
         &curated,
         &device,
         &mut seen,
@@ -297,8 +246,8 @@ fn curriculum_knobs_train_as_on_the_cpu() {
 
     compare_runs(
         "RotNet crop-and-rotate",
-        crop_rotate::<CpuAd>(&cpu_device),
-        crop_rotate::<GpuAd>(&device),
+        rotnet::<CpuAd>(RotationMode::CropAndRotate, &cpu_device),
+        rotnet::<GpuAd>(RotationMode::CropAndRotate, &device),
         &Run::new(pipeline()),
         &device,
         &mut seen,

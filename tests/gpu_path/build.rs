@@ -1,0 +1,91 @@
+//! The methods the GPU-path tests train, built the same way on either backend, and moving one's
+//! weights and state to another (as a checkpoint moves between machines).
+
+use burn::module::Module;
+use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl::curriculum::rotation::RotationCurriculumConfig;
+use curriculum_ssl::method::pgd::PgdConfig;
+use curriculum_ssl::method::rotnet::{RotNet, RotNetConfig, RotationMode};
+use curriculum_ssl::method::*;
+
+use crate::harness::{params, transfer};
+use crate::{TinyConv, BATCH};
+
+/// `dst` made the same as `src` (weights and state moved over as a checkpoint moves between
+/// machines).
+pub fn same_start<B1, B2, M1, M2>(src: &M1, dst: &mut M2, device: &B2::Device)
+where
+    B1: AutodiffBackend,
+    B2: AutodiffBackend,
+    M1: SslMethod<B1>,
+    M2: SslMethod<B2>,
+{
+    let online = dst.online().clone().load_record(transfer::<B1, B2, _, _>(
+        src.online().clone().into_record(),
+        device,
+    ));
+    dst.set_online(online);
+    dst.load_state(transfer::<B1, B2, _, _>(src.state(), device))
+        .unwrap();
+    assert_eq!(params(src.online()), params(dst.online()), "the same start");
+}
+
+pub fn simclr<B: AutodiffBackend>(
+    loss: PairLossConfig,
+    pgd: Option<PgdConfig>,
+    device: &B::Device,
+) -> SimClr<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        SimClrConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(8)
+            .with_loss(loss)
+            .with_pgd(pgd)
+            .init(TinyConv::new(d), d)
+    })
+    .unwrap()
+}
+
+pub fn moco<B: AutodiffBackend>(config: MoCoConfig, device: &B::Device) -> MoCo<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        config
+            .with_output_dim(8)
+            .with_queue_size(32)
+            .init(TinyConv::new, BATCH, d)
+    })
+    .unwrap()
+}
+
+pub fn rotnet<B: AutodiffBackend>(
+    mode: RotationMode,
+    device: &B::Device,
+) -> RotNet<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        RotNetConfig::new()
+            .with_curriculum(RotationCurriculumConfig::new())
+            .with_mode(mode)
+            .with_seed(5)
+            .init(TinyConv::new(d), d)
+    })
+    .unwrap()
+}
+
+pub fn byol<B: AutodiffBackend>(device: &B::Device) -> Byol<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        ByolConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(8)
+            .init(TinyConv::new, d)
+    })
+    .unwrap()
+}
+
+pub fn simsiam<B: AutodiffBackend>(device: &B::Device) -> SimSiam<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        SimSiamConfig::new()
+            .with_dim(8)
+            .with_predictor_dim(4)
+            .init(TinyConv::new(d), d)
+    })
+    .unwrap()
+}
