@@ -7,8 +7,8 @@
 
 use burn::backend::Flex;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use curriculum_ssl::augment::pipeline::{PipelineConfig, Preset};
 use curriculum_ssl::data::HostBatch;
+use curriculum_ssl::pipeline::{PipelineConfig, Preset};
 
 type B = Flex;
 

@@ -8,13 +8,13 @@
 //! ```
 
 use burn::backend::{Autodiff, Flex};
-use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::curriculum::{MixupCurriculum, MixupSchedule, Scheduler};
 use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{Loader, LoaderConfig};
 use curriculum_ssl::method::{init_method, MoCoConfig, Progress};
 use curriculum_ssl::optim::SgdConfig;
+use curriculum_ssl::pipeline::PipelineConfig;
 use curriculum_ssl::train::{TrainConfig, Trainer};
 use curriculum_ssl_models::{BlockKind, ResNetConfig, Stem};
 

@@ -13,13 +13,13 @@ use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, PaddingConfig2d, Relu};
 use burn::prelude::*;
-use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{Loader, LoaderConfig};
 use curriculum_ssl::eval::KnnMonitor;
 use curriculum_ssl::method::{init_method, SimClrConfig};
 use curriculum_ssl::optim::SgdConfig;
+use curriculum_ssl::pipeline::PipelineConfig;
 use curriculum_ssl::train::{TrainConfig, Trainer};
 use curriculum_ssl_models::Backbone;
 

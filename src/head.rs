@@ -12,7 +12,7 @@ use burn::module::RunningState;
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 
 /// Configuration of an [`MlpHead`].
 #[derive(Config, Debug)]

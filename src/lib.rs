@@ -30,6 +30,7 @@
 #![warn(missing_docs)]
 
 pub mod augment;
+pub mod base;
 pub mod curation;
 pub mod curriculum;
 pub mod data;
@@ -40,10 +41,11 @@ pub mod head;
 pub mod loss;
 pub mod method;
 pub mod optim;
-pub mod seed;
+pub mod pipeline;
 pub mod spl_advise;
 pub mod train;
 
+pub use base::seed;
 pub use error::{ConfigError, Error};
 
 /// The README's Rust blocks, compiled as doc tests.

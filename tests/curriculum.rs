@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex};
 
 use burn::backend::{Autodiff, Flex};
 use burn::prelude::*;
-use curriculum_ssl::augment::{Augmenter, PipelineConfig};
 use curriculum_ssl::curriculum::{MixupCurriculumConfig, Pace, SchedulerConfig};
 use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
+use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
 use curriculum_ssl::train::{StartMode, TrainConfig, Trainer};
 use curriculum_ssl_models::{Backbone, LeNet, LeNetConfig};
 

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use burn::backend::{Autodiff, Flex};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::prelude::*;
-use curriculum_ssl::augment::{Augmenter, PipelineConfig};
 use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::method::{init_method, SimClr, SimClrConfig, SslMethod};
 use curriculum_ssl::optim::{Sgd, SgdConfig};
+use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
 use curriculum_ssl::train::checkpoint::{files, read_meta, verify};
 use curriculum_ssl::train::{
     load_backbone, RunRecord, StartMode, TrainConfig, TrainError, Trainer,

@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 use burn::backend::{Autodiff, Flex};
 use burn::module::Module;
 use burn::prelude::*;
-use curriculum_ssl::augment::{Augmenter, PipelineConfig};
 use curriculum_ssl::curriculum::MixupCurriculumConfig;
 use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig};
 use curriculum_ssl::loss::CurricularLossConfig;
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
+use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
 use curriculum_ssl::train::{load_backbone, StartMode, TrainConfig, TrainError, Trainer};
 use curriculum_ssl_models::{BlockKind, LeNet, LeNetConfig, ResNet, ResNetConfig, Stem};
 

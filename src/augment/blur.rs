@@ -7,7 +7,7 @@ use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
 use super::{bernoulli, per_sample, probability, range, uniform};
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 
 /// The normalised 1-D Gaussian kernel of odd size `k` and standard deviation `sigma`.
 pub fn gaussian_kernel1d(k: usize, sigma: f64) -> Vec<f64> {

@@ -20,7 +20,7 @@ use super::{
     bernoulli, index_tensor, per_sample, per_sample_mask, probability, replace_rows, select_where,
     uniform,
 };
-use crate::error::{non_negative, ConfigError};
+use crate::base::error::{non_negative, ConfigError};
 
 /// Luma `[N, 1, H, W]` of an RGB batch (`0.2989 R + 0.587 G + 0.114 B`); a one-channel batch is
 /// returned as it is.
@@ -217,7 +217,7 @@ impl ColorJitter {
         non_negative("color_jitter.brightness", self.brightness)?;
         non_negative("color_jitter.contrast", self.contrast)?;
         non_negative("color_jitter.saturation", self.saturation)?;
-        crate::error::in_range("color_jitter.hue", self.hue, 0.0, 0.5, false)?;
+        crate::base::error::in_range("color_jitter.hue", self.hue, 0.0, 0.5, false)?;
         probability("color_jitter.p", self.p)
     }
 

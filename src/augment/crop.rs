@@ -15,20 +15,9 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::{range, uniform};
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 
-/// A crop box in pixels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CropBox {
-    /// First row.
-    pub top: usize,
-    /// First column.
-    pub left: usize,
-    /// Rows (> 0).
-    pub height: usize,
-    /// Columns (> 0).
-    pub width: usize,
-}
+pub use crate::base::geometry::CropBox;
 
 fn column<B: Backend>(values: Vec<f32>, device: &B::Device) -> Tensor<B, 2> {
     let n = values.len();

@@ -5,7 +5,7 @@ use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
 use super::{bernoulli, per_sample_mask, probability, select_where};
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 
 /// Mirrors every image left–right.
 pub fn hflip<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {

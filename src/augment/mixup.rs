@@ -11,7 +11,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::per_sample;
-use crate::error::{positive, ConfigError};
+use crate::base::error::{positive, ConfigError};
 
 /// `λ·x1 + (1 − λ)·x2` with one λ for the batch.
 pub fn mixup<B: Backend>(x1: Tensor<B, 4>, x2: Tensor<B, 4>, lambda: f64) -> Tensor<B, 4> {
@@ -93,7 +93,9 @@ impl Mixup {
     /// Checks the setting.
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self.lambda {
-            MixupLambda::Fixed(l) => crate::error::in_range("mixup.lambda", l, 0.0, 1.0, false),
+            MixupLambda::Fixed(l) => {
+                crate::base::error::in_range("mixup.lambda", l, 0.0, 1.0, false)
+            }
             MixupLambda::Beta { alpha } => positive("mixup.alpha", alpha),
         }
     }

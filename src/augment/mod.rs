@@ -21,8 +21,8 @@
 //! | [`mixup`] | [`mixup::mixup`] | [`mixup::Mixup`] |
 //! | [`normalize`] | [`normalize::normalize`] | — |
 //!
-//! [`pipeline`] chains them into the two-view pipelines of SimCLR, MoCo v2 and BYOL, with a
-//! colour-strength knob for curricula.
+//! [`crate::pipeline`] chains them into the two-view pipelines of SimCLR, MoCo v2 and BYOL, with
+//! the curricula that act on the views.
 
 pub mod blur;
 pub mod colour;
@@ -30,12 +30,10 @@ pub mod crop;
 pub mod flip;
 pub mod mixup;
 pub mod normalize;
-pub mod pipeline;
 pub mod rotate;
 pub mod solarize;
 
-pub use pipeline::{Augmenter, PipelineConfig, ViewConfig, ViewGeometry};
-
+pub(crate) use crate::base::error::probability;
 use burn::tensor::{backend::Backend, Int, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -100,19 +98,14 @@ pub fn uniform(rng: &mut StdRng, lo: f64, hi: f64) -> f64 {
     }
 }
 
-/// Checks that `p` is a probability.
-pub(crate) fn probability(field: &'static str, p: f64) -> Result<(), crate::error::ConfigError> {
-    crate::error::in_range(field, p, 0.0, 1.0, false)
-}
-
 /// Checks that `(lo, hi)` is an ordered range of finite numbers with `lo >= min`.
 pub(crate) fn range(
     field: &'static str,
     (lo, hi): (f64, f64),
     min: f64,
     open_min: bool,
-) -> Result<(), crate::error::ConfigError> {
-    use crate::error::ConfigError;
+) -> Result<(), crate::base::error::ConfigError> {
+    use crate::base::error::ConfigError;
     if !(lo.is_finite() && hi.is_finite()) {
         return Err(ConfigError::new(
             field,

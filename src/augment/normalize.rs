@@ -3,7 +3,7 @@
 use burn::tensor::{backend::Backend, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 
 /// ImageNet channel means (RGB).
 pub const IMAGENET_MEAN: [f64; 3] = [0.485, 0.456, 0.406];
@@ -71,7 +71,7 @@ impl Normalize {
             ));
         }
         for &s in &self.std {
-            crate::error::positive("normalize.std", s)?;
+            crate::base::error::positive("normalize.std", s)?;
         }
         for &m in &self.mean {
             if !m.is_finite() {

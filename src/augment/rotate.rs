@@ -9,7 +9,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::per_sample_mask;
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 
 /// Rotates every image by `k` quarter turns counter-clockwise (`k` taken mod 4). Odd `k` swaps
 /// height and width.

@@ -6,7 +6,7 @@ use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
 use super::{bernoulli, per_sample_mask, probability, select_where};
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 
 /// Inverts the pixels `>= threshold`.
 pub fn solarize<B: Backend>(x: Tensor<B, 4>, threshold: f64) -> Tensor<B, 4> {
@@ -28,7 +28,7 @@ pub struct RandomSolarize {
 impl RandomSolarize {
     /// Checks the settings.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        crate::error::in_range("solarize.threshold", self.threshold, 0.0, 1.0, false)?;
+        crate::base::error::in_range("solarize.threshold", self.threshold, 0.0, 1.0, false)?;
         probability("solarize.p", self.p)
     }
 

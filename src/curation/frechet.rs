@@ -71,7 +71,7 @@ use burn::prelude::*;
 use burn::tensor::DType;
 use nalgebra::{DMatrix, SymmetricEigen};
 
-use crate::error::{positive, ConfigError};
+use crate::base::error::{positive, ConfigError};
 
 /// Why a Fréchet distance could not be computed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

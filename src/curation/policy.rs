@@ -29,7 +29,7 @@
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 
 /// Configuration of [`FrechetCuration`].
 #[derive(Config, Debug)]

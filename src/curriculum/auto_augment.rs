@@ -45,13 +45,13 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::schedule::{Pace, SchedulerConfig};
 use crate::augment::blur::{gaussian_blur, gaussian_kernel1d, RandomGaussianBlur};
 use crate::augment::colour::{adjust_brightness, adjust_contrast};
 use crate::augment::solarize::solarize;
 use crate::augment::{bernoulli, per_sample, per_sample_mask, select_where};
-use crate::error::{in_range, ConfigError};
-use crate::method::Progress;
+use crate::base::error::{in_range, ConfigError};
+use crate::base::schedule::{Pace, SchedulerConfig};
+use crate::base::Progress;
 
 /// One operation of a sub-policy; its strength comes from the sub-policy's magnitude `m`.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]

@@ -23,10 +23,10 @@
 use burn::config::Config;
 use rand::rngs::StdRng;
 
-use super::schedule::{Scheduler, SchedulerConfig};
 use crate::augment::mixup::sample_beta;
-use crate::error::ConfigError;
-use crate::method::Progress;
+use crate::base::error::ConfigError;
+use crate::base::schedule::{Scheduler, SchedulerConfig};
+use crate::base::Progress;
 
 /// What is scheduled.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! Curricula: schedulers and the knobs they drive.
 //!
 //! A curriculum is not a base class: each knob is a scheduled value owned by the component it
-//! changes and read with the current [`Progress`](crate::method::Progress) — the augmenter owns
+//! changes and read with the current [`Progress`](crate::base::Progress) — the augmenter owns
 //! the mixup share and the colour strength, a loss its hardness, a method its momentum. The
 //! training loop passes the progress to each and logs the values they report as columns of
 //! `steps.csv`.
@@ -18,7 +18,7 @@
 pub mod auto_augment;
 pub mod mixup;
 pub mod rotation;
-pub mod schedule;
+pub use crate::base::schedule;
 pub mod strength;
 
 pub use auto_augment::{SelfPacedAutoAugment, SelfPacedAutoAugmentConfig};

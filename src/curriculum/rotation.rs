@@ -32,11 +32,12 @@ use serde::{Deserialize, Serialize};
 
 use curriculum_ssl_models::Backbone;
 
-use super::schedule::{Pace, Scheduler, SchedulerConfig};
-use crate::augment::pipeline::ViewGeometry;
-use crate::data::loader::mix_seed;
-use crate::error::ConfigError;
-use crate::method::Progress;
+use crate::base::error::ConfigError;
+pub use crate::base::geometry::CropBox;
+use crate::base::geometry::ViewGeometry;
+use crate::base::schedule::{Pace, Scheduler, SchedulerConfig};
+use crate::base::seed::mix_seed;
+use crate::base::Progress;
 
 /// The number of rotations RotNet tells apart (0°, 90°, 180°, 270°).
 pub const NUM_ROTATIONS: usize = 4;
@@ -156,53 +157,6 @@ pub fn mix_rotated<B: Backend>(x: Tensor<B, 4>, ks: &[usize], lambda: f64) -> Te
     );
     let rotated = crate::augment::rotate::rotate_k(x.clone(), ks);
     rotated.mul_scalar(lambda).add(x.mul_scalar(1.0 - lambda))
-}
-
-/// A box in pixels: rows `top..top + height`, columns `left..left + width`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CropBox {
-    /// First row.
-    pub top: usize,
-    /// First column.
-    pub left: usize,
-    /// Number of rows.
-    pub height: usize,
-    /// Number of columns.
-    pub width: usize,
-}
-
-impl CropBox {
-    /// The whole `[height, width]` image.
-    pub fn whole(image_size: [usize; 2]) -> Self {
-        Self {
-            top: 0,
-            left: 0,
-            height: image_size[0],
-            width: image_size[1],
-        }
-    }
-
-    /// The square this box is rotated in: side `max(height, width)` (clipped to the image's
-    /// shorter side), centred on the box's centre (rounded towards the top left), and moved
-    /// inside the image where it would cross a border — moved, not shrunk, so that it still
-    /// covers the box. A quarter turn maps a square onto itself, which a non-square box would not.
-    pub fn square_in(&self, image_size: [usize; 2]) -> CropBox {
-        let [h, w] = image_size;
-        let side = self.height.max(self.width).min(h.min(w)).max(1);
-        let place = |start: usize, len: usize, limit: usize| -> usize {
-            // Twice the centre minus the side, halved (floor), then clamped to the image.
-            let twice = 2 * start as i64 + len as i64 - side as i64;
-            twice
-                .div_euclid(2)
-                .clamp(0, limit.saturating_sub(side) as i64) as usize
-        };
-        CropBox {
-            top: place(self.top, self.height, h),
-            left: place(self.left, self.width, w),
-            height: side,
-            width: side,
-        }
-    }
 }
 
 /// Crop-and-rotate: rotates by `ks[n]` quarter turns (counter-clockwise) the part of image `n`
@@ -791,7 +745,7 @@ mod tests {
 
     fn geometry(crop: CropBox, flipped: bool, output: [usize; 2]) -> ViewGeometry {
         ViewGeometry {
-            crop: crate::augment::crop::CropBox {
+            crop: crate::base::geometry::CropBox {
                 top: crop.top,
                 left: crop.left,
                 height: crop.height,

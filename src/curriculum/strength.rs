@@ -14,9 +14,9 @@
 
 use burn::config::Config;
 
-use super::schedule::SchedulerConfig;
-use crate::error::{in_range, ConfigError};
-use crate::method::Progress;
+use crate::base::error::{in_range, ConfigError};
+use crate::base::schedule::SchedulerConfig;
+use crate::base::Progress;
 
 /// The strength curriculum (a burn [`Config`], saved in the run's configuration).
 #[derive(Config, Debug, PartialEq)]

@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{DataError, Dataset, HostBatch, ImageItem};
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 
 /// Settings of a [`Loader`].
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -74,16 +74,7 @@ impl LoaderConfig {
     }
 }
 
-/// Mixes a seed and a stream number into one 64-bit seed (SplitMix64 finaliser).
-pub fn mix_seed(seed: u64, stream: u64) -> u64 {
-    let mut z = seed
-        ^ stream
-            .wrapping_add(0x9E37_79B9_7F4A_7C15)
-            .wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+pub use crate::base::seed::mix_seed;
 
 /// Batches a dataset of [`ImageItem`]s on worker threads.
 pub struct Loader<D> {

@@ -6,8 +6,8 @@ use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
 
 use crate::augment::normalize::Normalize;
+use crate::base::error::ConfigError;
 use crate::data::{DataError, Dataset, HostBatch, ImageArray};
-use crate::error::ConfigError;
 
 /// Features `[N, D]` of a dataset and its labels `[N]` when it has them.
 #[derive(Debug, Clone)]

@@ -10,7 +10,7 @@
 use burn::prelude::*;
 use burn::tensor::IndexingUpdateOp;
 
-use crate::error::{positive, ConfigError};
+use crate::base::error::{positive, ConfigError};
 use crate::loss::l2_normalize;
 use crate::loss::soft_nce::top_k_indices;
 

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::features::Features;
 use super::knn::{accuracy, Accuracy};
-use crate::error::{positive, ConfigError};
+use crate::base::error::{positive, ConfigError};
 use crate::optim::{LarsConfig, SgdConfig, WarmupCosineConfig};
 
 /// The probe's optimiser.
@@ -180,7 +180,7 @@ fn initial_classifier<B: Backend>(
     seed: u64,
     device: &B::Device,
 ) -> Linear<B> {
-    let mut rng = StdRng::seed_from_u64(crate::data::loader::mix_seed(seed, 0x9e0b));
+    let mut rng = StdRng::seed_from_u64(crate::base::seed::mix_seed(seed, 0x9e0b));
     let bound = 1.0 / (d as f64).sqrt();
     let mut uniform = |len: usize| -> Vec<f32> {
         (0..len)

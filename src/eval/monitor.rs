@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use super::features::{extract_features, require_labels};
 use super::knn::{Accuracy, KnnConfig};
 use crate::augment::normalize::Normalize;
+use crate::base::error::ConfigError;
 use crate::data::{DataError, ImageArray};
-use crate::error::ConfigError;
 
 /// The accuracy of one kNN setting.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

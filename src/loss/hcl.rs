@@ -31,9 +31,9 @@
 use burn::prelude::*;
 
 use super::{assert_min_batch, TwoViewSimilarities};
-use crate::curriculum::SchedulerConfig;
-use crate::error::{non_negative, positive, ConfigError};
-use crate::method::Progress;
+use crate::base::error::{non_negative, positive, ConfigError};
+use crate::base::schedule::SchedulerConfig;
+use crate::base::Progress;
 
 /// Configuration of [`HclLoss`].
 #[derive(Config, Debug)]

@@ -10,7 +10,7 @@
 use burn::prelude::*;
 
 use super::{assert_same_shape, l2_normalize, NtXentLoss, NtXentLossConfig};
-use crate::error::{non_negative, positive, ConfigError};
+use crate::base::error::{non_negative, positive, ConfigError};
 
 /// Configuration of [`HuberNtXentLoss`].
 #[derive(Config, Debug)]

@@ -11,7 +11,7 @@
 use burn::prelude::*;
 
 use super::{assert_min_batch, assert_same_shape, l2_normalize, stop_gradient};
-use crate::error::{positive, ConfigError};
+use crate::base::error::{positive, ConfigError};
 
 /// Configuration of [`InfoNceLoss`].
 #[derive(Config, Debug)]

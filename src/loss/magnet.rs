@@ -12,7 +12,7 @@
 use burn::prelude::*;
 
 use super::MASKED_LOGIT;
-use crate::error::{non_negative, ConfigError};
+use crate::base::error::{non_negative, ConfigError};
 
 /// Configuration of [`MagnetLoss`].
 #[derive(Config, Debug)]

@@ -16,7 +16,7 @@
 //! | [`magnet`] | magnet loss (SPL-ADVisE embedding network) | <https://arxiv.org/abs/1511.05939> | `#magnet-loss` |
 //!
 //! Every objective has a `#[derive(Config)]` config carrying the paper's defaults; `init()`
-//! validates the hyperparameters and returns a [`ConfigError`](crate::error::ConfigError) naming
+//! validates the hyperparameters and returns a [`ConfigError`](crate::base::error::ConfigError) naming
 //! the field when one is impossible. `forward` is generic over the backend and returns a
 //! one-element tensor (the batch mean, unless the objective says otherwise). Projections are
 //! L2-normalised inside the losses that work on cosine similarities, as lightly does.

@@ -10,7 +10,7 @@
 use burn::prelude::*;
 
 use super::{assert_min_batch, assert_same_shape, l2_normalize, stop_gradient};
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 
 /// Which of the two equivalent forms is reported.
 #[derive(Config, Debug, PartialEq, Copy)]

@@ -8,7 +8,7 @@
 use burn::prelude::*;
 
 use super::{cross_entropy_at, TwoViewSimilarities, MASKED_LOGIT};
-use crate::error::{positive, ConfigError};
+use crate::base::error::{positive, ConfigError};
 
 /// Configuration of [`NtXentLoss`].
 #[derive(Config, Debug)]

@@ -16,9 +16,9 @@
 use burn::prelude::*;
 
 use super::info_nce::QueueSimilarities;
-use crate::curriculum::{Pace, Scheduler, SchedulerConfig};
-use crate::error::{in_range, positive, ConfigError};
-use crate::method::Progress;
+use crate::base::error::{in_range, positive, ConfigError};
+use crate::base::schedule::{Pace, Scheduler, SchedulerConfig};
+use crate::base::Progress;
 
 /// How the `1 − α` share is spread over the `K` nearest negatives.
 #[derive(Config, Debug, PartialEq, Copy)]

@@ -9,7 +9,7 @@
 use burn::prelude::*;
 
 use super::{assert_min_batch, l2_normalize};
-use crate::error::{in_range, positive, ConfigError};
+use crate::base::error::{in_range, positive, ConfigError};
 
 /// Configuration of [`SoftTargetCrossEntropy`].
 #[derive(Config, Debug)]

@@ -9,7 +9,7 @@
 use burn::prelude::*;
 
 use super::*;
-use crate::method::Progress;
+use crate::base::Progress;
 
 /// One worked value: what `docs/methods.md` expects and what this crate computes.
 #[derive(Debug, Clone, PartialEq)]

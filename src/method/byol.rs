@@ -17,7 +17,7 @@ use curriculum_ssl_models::Backbone;
 use super::branches::ViewThreads;
 use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
 use super::{MethodOutput, Progress, SslMethod};
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 use crate::head::{MlpHead, MlpHeadConfig};
 use crate::loss::negative_cosine::NegativeCosineForm;
 use crate::loss::{NegativeCosineLoss, NegativeCosineLossConfig};

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::prelude::*;
 
-use crate::error::{in_range, ConfigError};
+use crate::base::error::{in_range, ConfigError};
 
 /// A copy of `online` that shares nothing with it: `fresh` (a newly initialised module of the
 /// same architecture) with the online weights, running statistics and parameter ids loaded, and
@@ -27,7 +27,7 @@ use crate::error::{in_range, ConfigError};
 /// own random values: the online parameters are therefore materialised first, so that the copy
 /// and the online network hold the same values.
 pub fn detached_copy<B: Backend, M: Module<B>>(online: &M, fresh: M) -> M {
-    crate::seed::materialise(online);
+    crate::base::seed::materialise(online);
     fresh.load_record(online.clone().into_record()).no_grad()
 }
 

@@ -25,7 +25,7 @@ use super::branches::ViewThreads;
 use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
 use super::queue::{KeyQueue, KeyQueueConfig};
 use super::{MethodOutput, Progress, SslMethod};
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 use crate::head::{MlpHead, MlpHeadConfig};
 use crate::loss::{l2_normalize, InfoNceLoss, InfoNceLossConfig, SoftNceLoss, SoftNceLossConfig};
 

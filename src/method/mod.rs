@@ -37,10 +37,12 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
-use crate::curriculum::rotation::CropBox;
-use crate::error::ConfigError;
+pub use crate::base::Progress;
 
-/// Builds a method with `build` under [`crate::seed::with_seed`] and draws every lazily
+use crate::base::error::ConfigError;
+use crate::base::geometry::CropBox;
+
+/// Builds a method with `build` under [`crate::base::seed::with_seed`] and draws every lazily
 /// initialised parameter (online networks, key / target networks, queue) before the seed lock is
 /// released: the method's initial state depends on `seed` alone, whatever other threads draw.
 ///
@@ -55,36 +57,12 @@ where
     B: AutodiffBackend,
     S: SslMethod<B>,
 {
-    crate::seed::with_seed::<B, _>(device, seed, || {
+    crate::base::seed::with_seed::<B, _>(device, seed, || {
         let method = build(device)?;
-        crate::seed::materialise(method.online());
+        crate::base::seed::materialise(method.online());
         let _ = method.state();
         Ok(method)
     })
-}
-
-/// Where training stands: what schedulers and adaptive states read.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Progress {
-    /// Optimiser steps done so far (0-based index of the current step).
-    pub step: usize,
-    /// Optimiser steps of the whole run.
-    pub total_steps: usize,
-    /// Epochs done so far (0-based index of the current epoch).
-    pub epoch: usize,
-    /// Epochs of the whole run.
-    pub total_epochs: usize,
-}
-
-impl Progress {
-    /// `step / total_steps`, in `[0, 1]`.
-    pub fn fraction(&self) -> f64 {
-        if self.total_steps == 0 {
-            1.0
-        } else {
-            (self.step as f64 / self.total_steps as f64).min(1.0)
-        }
-    }
 }
 
 /// The loss of one step and named statistics for logging (detached).

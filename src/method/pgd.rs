@@ -44,9 +44,9 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Distribution;
 
 use crate::augment::normalize::Normalize;
-use crate::curriculum::schedule::{Pace, Scheduler, SchedulerConfig};
-use crate::error::{non_negative, ConfigError};
-use crate::method::Progress;
+use crate::base::error::{non_negative, ConfigError};
+use crate::base::schedule::{Pace, Scheduler, SchedulerConfig};
+use crate::base::Progress;
 
 /// The PGD attack on negatives and its schedule (a burn [`Config`], saved in the run's
 /// configuration).
@@ -345,7 +345,7 @@ mod tests {
     #[test]
     fn hardened_negatives_raise_nt_xent_within_the_ball_and_leave_the_network_alone() {
         let device = Default::default();
-        let net: Net<Ad> = crate::seed::with_seed::<Ad, _>(&device, 5, || Net {
+        let net: Net<Ad> = crate::base::seed::with_seed::<Ad, _>(&device, 5, || Net {
             fc: LinearConfig::new(8, 4).init(&device),
             bn: BatchNormConfig::new(4).init(&device),
         });
@@ -407,7 +407,7 @@ mod tests {
             epsilon: 0.1,
             random_start: true,
         };
-        let out = crate::seed::with_seed::<Ad, _>(&device, 9, || {
+        let out = crate::base::seed::with_seed::<Ad, _>(&device, 9, || {
             pgd_attack(clean.clone(), step, |x| x.powi_scalar(2).sum())
         });
         let (c, o) = (host(clean.inner()), host(out.inner()));

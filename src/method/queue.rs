@@ -6,7 +6,7 @@
 use burn::prelude::*;
 use burn::tensor::Distribution;
 
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 use crate::loss::l2_normalize;
 
 /// Configuration of a [`KeyQueue`].

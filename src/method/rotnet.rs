@@ -38,11 +38,11 @@ use curriculum_ssl_models::Backbone;
 
 use super::{MethodOutput, Progress, SslMethod};
 use crate::augment::rotate::rotate_k;
+use crate::base::error::{in_range, ConfigError};
 use crate::curriculum::rotation::{
     mix_rotated, rotate_in_boxes, CropBox, RotationCurriculum, RotationCurriculumConfig,
     NUM_ROTATIONS,
 };
-use crate::error::{in_range, ConfigError};
 
 /// How the drawn rotation is applied to an image.
 #[derive(Config, Debug, Copy, PartialEq)]
@@ -314,7 +314,7 @@ mod tests {
 
     fn rotnet(config: RotNetConfig) -> RotNet<Ad, Tiny<Ad>> {
         let device = Default::default();
-        crate::seed::with_seed::<Ad, _>(&device, 3, || {
+        crate::base::seed::with_seed::<Ad, _>(&device, 3, || {
             let tiny = Tiny {
                 fc: LinearConfig::new(2 * 4 * 4, 5).init(&device),
             };

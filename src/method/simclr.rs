@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::branches::ViewThreads;
 use super::pgd::{attack_copy, Pgd, PgdConfig};
 use super::{MethodOutput, Progress, SslMethod};
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 use crate::head::{MlpHead, MlpHeadConfig};
 use crate::loss::{
     CurricularLoss, CurricularLossConfig, CurricularState, HclLoss, HclLossConfig, HuberNtXentLoss,

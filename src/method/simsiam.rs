@@ -15,7 +15,7 @@ use curriculum_ssl_models::Backbone;
 
 use super::branches::ViewThreads;
 use super::{MethodOutput, Progress, SslMethod};
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 use crate::head::{MlpHead, MlpHeadConfig};
 use crate::loss::{NegativeCosineLoss, NegativeCosineLossConfig};
 

@@ -20,7 +20,7 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 
 use super::sgd::momentum_step;
-use crate::error::{in_range, non_negative, positive, ConfigError};
+use crate::base::error::{in_range, non_negative, positive, ConfigError};
 
 /// Configuration of [`Lars`].
 #[derive(Config, Debug)]

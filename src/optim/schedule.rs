@@ -4,7 +4,7 @@ use burn::optim::lr_scheduler::LrScheduler;
 use burn::optim::LearningRate;
 use burn::prelude::*;
 
-use crate::error::{non_negative, positive, ConfigError};
+use crate::base::error::{non_negative, positive, ConfigError};
 
 /// Configuration of [`WarmupCosine`].
 #[derive(Config, Debug)]

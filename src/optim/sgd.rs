@@ -16,7 +16,7 @@ use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 
-use crate::error::{in_range, non_negative, ConfigError};
+use crate::base::error::{in_range, non_negative, ConfigError};
 
 /// Configuration of [`Sgd`].
 #[derive(Config, Debug)]

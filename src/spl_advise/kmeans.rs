@@ -29,8 +29,8 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::{finite_f64, same_length, SplAdviseError};
-use crate::data::loader::mix_seed;
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
+use crate::base::seed::mix_seed;
 
 /// Configuration of [`kmeans`] and [`cluster_per_class`].
 #[derive(Config, Debug)]

@@ -38,7 +38,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::{finite_f64, same_length, ClusterIndex, SplAdviseError};
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 
 /// Configuration of [`MagnetSampler`]: the shape of a batch.
 #[derive(Config, Debug)]

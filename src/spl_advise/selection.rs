@@ -37,8 +37,8 @@ use super::{
     cluster_per_class, ClusterIndex, ClusterIndexState, KMeansConfig, MagnetSampler,
     MagnetSamplerConfig, MagnetSamplerState, Spld, SpldConfig, SpldState,
 };
+use crate::base::error::{in_range, ConfigError};
 use crate::data::{loader::mix_seed, Dataset, ImageArray};
-use crate::error::{in_range, ConfigError};
 use crate::loss::{MagnetLoss, MagnetLossConfig};
 use crate::train::checkpoint::files;
 use crate::train::supervised::{
@@ -93,7 +93,7 @@ impl PaceConfig {
         if let Some(q) = self.calibrate_quantile {
             in_range("calibrate_quantile", q, 0.0, 1.0, true)?;
         }
-        crate::error::non_negative("calibrate_gamma_ratio", self.calibrate_gamma_ratio)?;
+        crate::base::error::non_negative("calibrate_gamma_ratio", self.calibrate_gamma_ratio)?;
         let spld = self.spld.init()?;
         Ok(Pace {
             used: (spld.lambda(), spld.gamma()),
@@ -405,7 +405,7 @@ where
     ) -> Result<Self, crate::Error> {
         config.kmeans.validate()?;
         config.sampler.validate()?;
-        crate::error::positive("lr", config.lr)?;
+        crate::base::error::positive("lr", config.lr)?;
         if config.embed_batch_size == 0 {
             return Err(ConfigError::new("embed_batch_size", "must be at least 1").into());
         }

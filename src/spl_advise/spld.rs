@@ -37,7 +37,7 @@ use burn::config::Config;
 use serde::{Deserialize, Serialize};
 
 use super::{finite_f64, same_length, SplAdviseError};
-use crate::error::{non_negative, ConfigError};
+use crate::base::error::{non_negative, ConfigError};
 
 /// Configuration of [`Spld`]: the initial pace parameters and their growth per epoch.
 ///

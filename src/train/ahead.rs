@@ -16,11 +16,11 @@ use std::thread::JoinHandle;
 
 use burn::prelude::*;
 
-use crate::augment::pipeline::TwoViews;
-use crate::augment::Augmenter;
+use crate::base::Progress;
 use crate::data::loader::EpochIter;
 use crate::data::{DataError, HostBatch};
-use crate::method::Progress;
+use crate::pipeline::Augmenter;
+use crate::pipeline::TwoViews;
 
 /// The step of each batch of the epoch: `progress(b)` for batch `b`.
 pub(crate) type StepOf = Box<dyn Fn(usize) -> Progress + Send>;

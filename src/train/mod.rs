@@ -56,8 +56,8 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use serde::Serialize;
 
-use crate::augment::pipeline::{AugmenterState, TwoViews};
-use crate::augment::Augmenter;
+use crate::base::error::{non_negative, positive, ConfigError};
+use crate::base::seed::mix_seed;
 use crate::curation::{
     frechet_distance_readback, CurationState, Decision, FrechetCuration, FrechetCurationConfig,
 };
@@ -65,12 +65,12 @@ use crate::curriculum::rotation::{
     box_epoch_for, box_in_view, box_update_epochs, object_boxes_of, CropBox, ObjectBoxes,
     DEFAULT_BOX_THRESHOLD,
 };
-use crate::data::loader::mix_seed;
 use crate::data::{DataError, Dataset, HostBatch, ImageItem, Loader};
-use crate::error::{non_negative, positive, ConfigError};
 use crate::eval::monitor::{KnnMonitor, KnnResult};
 use crate::method::{Progress, SslMethod};
 use crate::optim::{WarmupCosine, WarmupCosineConfig};
+use crate::pipeline::Augmenter;
+use crate::pipeline::{AugmenterState, TwoViews};
 use ahead::{Batches, ReadyBatch, StepOf};
 use checkpoint::{
     check_shapes, files, read_record, shapes, to_bytes, write_atomic, CheckpointDir, CheckpointMeta,
@@ -860,7 +860,7 @@ where
                 self.method.set_object_boxes(mapped);
             }
             let method = &mut self.method;
-            let out = crate::seed::with_seed::<B, _>(&self.device, seed, || {
+            let out = crate::base::seed::with_seed::<B, _>(&self.device, seed, || {
                 method.forward(
                     Tensor::from_inner(views.view1),
                     Tensor::from_inner(views.view2),

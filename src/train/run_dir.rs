@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{files, io_error, CheckpointDir};
 use super::{TrainConfig, TrainError};
-use crate::augment::PipelineConfig;
 use crate::data::LoaderConfig;
+use crate::pipeline::PipelineConfig;
 
 /// The `format` field of every run record: what marks a directory as a run of this crate.
 pub const RUN_FORMAT: &str = "curriculum-ssl run";

@@ -45,8 +45,8 @@ use super::run_dir::{self, differences, Difference, SUPERVISED_RUN_FORMAT};
 use super::run_log::{EpochRecord, RunLog, StepRecord};
 use super::{StartMode, TrainError, TrainSummary};
 use crate::augment::normalize::Normalize;
+use crate::base::error::{non_negative, positive, ConfigError};
 use crate::data::{loader::mix_seed, DataError, Dataset, ImageArray};
-use crate::error::{non_negative, positive, ConfigError};
 
 /// A classifier: a backbone and a linear layer from its features to the class logits.
 #[derive(Module, Debug)]
@@ -123,7 +123,7 @@ impl ClassifierAugmentConfig {
     /// Naming the field that is out of range.
     pub fn validate(&self, channels: usize) -> Result<(), ConfigError> {
         for (field, p) in [("hflip", self.hflip), ("vflip", self.vflip)] {
-            crate::error::in_range(field, p, 0.0, 1.0, false)?;
+            crate::base::error::in_range(field, p, 0.0, 1.0, false)?;
         }
         non_negative("rotate_degrees", self.rotate_degrees)?;
         if self.rotate_degrees > 180.0 {

@@ -10,15 +10,16 @@ use curriculum_ssl::augment::crop::{resized_crop, CropBox, RandomResizedCrop};
 use curriculum_ssl::augment::flip::{hflip, RandomHorizontalFlip};
 use curriculum_ssl::augment::mixup::{mixup, Mixup, MixupLambda};
 use curriculum_ssl::augment::normalize::{Normalize, CIFAR10_MEAN, CIFAR10_STD};
+use curriculum_ssl::augment::per_sample;
 use curriculum_ssl::augment::rotate::{rot90, RandomRotation90};
 use curriculum_ssl::augment::solarize::{solarize, RandomSolarize};
-use curriculum_ssl::augment::{per_sample, PipelineConfig};
 use curriculum_ssl::curriculum::auto_augment::{posterize, PolicyChoice};
 use curriculum_ssl::curriculum::rotation::{self, mix_rotated, rotate_in_boxes};
 use curriculum_ssl::curriculum::{
     MixupCurriculumConfig, SchedulerConfig, SelfPacedAutoAugmentConfig, StrengthCurriculumConfig,
 };
 use curriculum_ssl::method::Progress;
+use curriculum_ssl::pipeline::PipelineConfig;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 

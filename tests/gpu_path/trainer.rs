@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl::augment::mixup::{Mixup, MixupLambda};
-use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::curation::FrechetCurationConfig;
 use curriculum_ssl::curriculum::{
     MixupCurriculumConfig, SchedulerConfig, SelfPacedAutoAugmentConfig, StrengthCurriculumConfig,
@@ -18,6 +17,7 @@ use curriculum_ssl::loss::NtXentLossConfig;
 use curriculum_ssl::method::rotnet::RotationMode;
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
+use curriculum_ssl::pipeline::PipelineConfig;
 use curriculum_ssl::train::{StartMode, TrainConfig, TrainSummary, Trainer};
 
 use crate::build::*;

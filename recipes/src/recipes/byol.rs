@@ -13,9 +13,9 @@
 //! ```
 
 use anyhow::Result;
-use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::method::ByolConfig;
 use curriculum_ssl::optim::SgdConfig;
+use curriculum_ssl::pipeline::PipelineConfig;
 
 use super::common::{self, Defaults, Prepared, Train};
 

@@ -7,7 +7,6 @@ use anyhow::{Context, Result};
 use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use clap::{Parser, ValueEnum};
-use curriculum_ssl::augment::{Augmenter, PipelineConfig};
 use curriculum_ssl::curation::FrechetCurationConfig;
 use curriculum_ssl::curriculum::{
     MixupCurriculumConfig, SchedulerConfig, StrengthCurriculumConfig,
@@ -21,6 +20,7 @@ use curriculum_ssl::loss::{
 };
 use curriculum_ssl::method::pgd::PgdConfig;
 use curriculum_ssl::method::{init_method, MoCo, MoCoConfig, PairLossConfig, SslMethod};
+use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
 use curriculum_ssl::train::{StartMode, TrainConfig, Trainer};
 use curriculum_ssl_models::{
     AnyBackbone, AnyBackboneConfig, Backbone, BlockKind, EfficientNetConfig, LeNetConfig,

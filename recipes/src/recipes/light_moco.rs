@@ -24,9 +24,9 @@
 //! ```
 
 use anyhow::Result;
-use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::method::MoCoConfig;
 use curriculum_ssl::optim::SgdConfig;
+use curriculum_ssl::pipeline::PipelineConfig;
 
 use super::common::{self, BackboneChoice, Defaults, Prepared, Train};
 

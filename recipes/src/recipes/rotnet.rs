@@ -19,10 +19,10 @@
 //! and flips only (the task needs no colour distortion).
 
 use anyhow::Result;
-use curriculum_ssl::augment::PipelineConfig;
 use curriculum_ssl::curriculum::rotation::RotationCurriculumConfig;
 use curriculum_ssl::method::rotnet::{RotNetConfig, RotationMode};
 use curriculum_ssl::optim::SgdConfig;
+use curriculum_ssl::pipeline::PipelineConfig;
 
 use super::common::{self, Defaults, Prepared, Train};
 

@@ -25,8 +25,8 @@ use std::sync::Arc;
 use burn::config::Config;
 use serde::{Deserialize, Serialize};
 
-use crate::error::ConfigError;
-use crate::method::Progress;
+use crate::base::error::ConfigError;
+use crate::base::Progress;
 
 /// Whether a schedule moves every optimiser step or once per epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

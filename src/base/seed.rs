@@ -65,3 +65,14 @@ impl<B: Backend> ModuleVisitor<B> for Materialise {
         let _ = param.val();
     }
 }
+
+/// Mixes a seed and a stream number into one 64-bit seed (SplitMix64 finaliser).
+pub fn mix_seed(seed: u64, stream: u64) -> u64 {
+    let mut z = seed
+        ^ stream
+            .wrapping_add(0x9E37_79B9_7F4A_7C15)
+            .wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

@@ -13,22 +13,24 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
-use super::blur::RandomGaussianBlur;
-use super::colour::{ColorJitter, RandomGrayscale};
-use super::crop::{CropBox, RandomResizedCrop};
-use super::flip::RandomHorizontalFlip;
-use super::mixup::{Mixup, MixupLambda};
-use super::normalize::{self, Normalize};
-use super::solarize::RandomSolarize;
+pub use crate::base::geometry::ViewGeometry;
+
+use crate::augment::blur::RandomGaussianBlur;
+use crate::augment::colour::{ColorJitter, RandomGrayscale};
+use crate::augment::crop::{CropBox, RandomResizedCrop};
+use crate::augment::flip::RandomHorizontalFlip;
+use crate::augment::mixup::{Mixup, MixupLambda};
+use crate::augment::normalize::{self, Normalize};
+use crate::augment::solarize::RandomSolarize;
+use crate::base::error::{non_negative, ConfigError};
+use crate::base::seed::mix_seed;
+use crate::base::Progress;
 use crate::curriculum::auto_augment::{
     AutoAugmentState, PolicyChoice, SelfPacedAutoAugment, SelfPacedAutoAugmentConfig,
 };
 use crate::curriculum::{
     MixupCurriculum, MixupCurriculumConfig, MixupSchedule, StrengthCurriculumConfig,
 };
-use crate::data::loader::mix_seed;
-use crate::error::{non_negative, ConfigError};
-use crate::method::Progress;
 
 /// The operations of one view; `None` switches an operation off.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -297,22 +299,6 @@ impl PipelineConfig {
             auto_augment,
         })
     }
-}
-
-/// Where one image of a view came from: what a piece that works in input-image coordinates
-/// (crop-and-rotate's object boxes) needs to find its pixels in the view.
-///
-/// Only the geometric operations move pixels: the random resized crop (a box of the input,
-/// resized to the output size) and the horizontal flip (applied after the crop). Colour
-/// operations, blur, solarisation and normalisation leave every pixel where it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ViewGeometry {
-    /// The crop box drawn, in input pixels; the whole input image when the view has no crop.
-    pub crop: CropBox,
-    /// Whether the view was flipped horizontally (after the crop).
-    pub flipped: bool,
-    /// The view's `[height, width]` (the crop's output size, or the input size without a crop).
-    pub output: [usize; 2],
 }
 
 /// Two augmented views of a batch.
