@@ -16,11 +16,12 @@ use burn::prelude::*;
 use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{Loader, LoaderConfig};
-use curriculum_ssl::eval::KnnMonitor;
+use curriculum_ssl::eval::{KnnMonitor, KnnResult};
+use curriculum_ssl::hooks::KnnHook;
 use curriculum_ssl::method::{init_method, SimClrConfig};
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
-use curriculum_ssl::train::{TrainConfig, Trainer};
+use curriculum_ssl::train::{TrainConfig, TrainError, Trainer};
 use curriculum_ssl_models::Backbone;
 
 type Train = Autodiff<Flex>;
@@ -91,13 +92,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .config(TrainConfig::new().with_epochs(1).with_lr(0.3))
     .run_dir(&run_dir)
-    .knn_monitor(monitor)
+    .hook(KnnHook::new(monitor, 1))
     // On the CPU backend: augment the next batch while this one trains (off on a GPU).
     .augment_ahead(true)
     .build(&device)?;
-    let before = trainer.evaluate_knn()?.unwrap_or_default();
+    let knn = |t: &Trainer<_, _, _, _>| -> Result<Vec<KnnResult>, TrainError> {
+        let hook = t.hook::<KnnHook>().expect("the run has the kNN hook");
+        hook.evaluate(t.method(), &device)
+    };
+    let before = knn(&trainer)?;
     trainer.fit()?;
-    let after = trainer.evaluate_knn()?.unwrap_or_default();
+    let after = knn(&trainer)?;
     for (b, a) in before.iter().zip(&after) {
         println!(
             "kNN (k = {}): top-1 {:.2}% at initialisation, {:.2}% after one epoch",

@@ -16,7 +16,10 @@
 //! - [`eval`]: frozen features, the weighted kNN monitor and the linear probe.
 //! - [`spl_advise`]: SPL-ADVisE's selection: SPLD over clusters, seeded per-class k-means++, and
 //!   the magnet loss's neighbourhood sampler.
-//! - [`train`]: the training loop: run directory, CSV metrics, atomic checkpoints, exact resume.
+//! - [`train`]: the training loop: run directory, CSV metrics, atomic checkpoints, exact resume;
+//!   [`train::hook`], its one extension point.
+//! - [`hooks`]: the crate's hooks: Fréchet batch curation, crop-and-rotate's object boxes, the
+//!   kNN monitor.
 //! - [`data`]: IDX, CIFAR, STL-10 and image-folder readers, the embedded Fashion-MNIST subset,
 //!   and a threaded, deterministic loader.
 //! - [`augment`]: batched augmentation on the backend (crop, flip, colour jitter, grayscale, blur,
@@ -38,6 +41,7 @@ pub mod device;
 pub mod error;
 pub mod eval;
 pub mod head;
+pub mod hooks;
 pub mod loss;
 pub mod method;
 pub mod optim;

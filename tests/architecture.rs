@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["curriculum", "error"],
     &["pipeline", "method", "eval"],
     &["train"],
-    &["spl_advise"],
+    &["spl_advise", "hooks"],
 ];
 
 fn layer_of(module: &str) -> usize {

@@ -9,6 +9,7 @@ use burn::backend::{Autodiff, Flex};
 use burn::prelude::*;
 use curriculum_ssl::curriculum::{MixupCurriculumConfig, Pace, SchedulerConfig};
 use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
+use curriculum_ssl::hooks::{FrechetCurationHook, ObjectBoxesHook};
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
@@ -132,7 +133,6 @@ fn check_mixed_views<S: SslMethod<Ad>>(name: &str, method: S) {
         TrainConfig::new()
             .with_epochs(1)
             .with_lr(0.01)
-            .with_knn_every(0)
             .with_progress_bar(false),
     )
     .run_dir(&dir)
@@ -251,7 +251,6 @@ fn straight_and_resumed(name: &str, augmentation: PipelineConfig) -> (Vec<String
                 .with_epochs(4)
                 .with_lr(0.05)
                 .with_checkpoint_every(1)
-                .with_knn_every(0)
                 .with_progress_bar(false),
         )
         .run_dir(dir)
@@ -507,7 +506,7 @@ fn curated(dir: &Path, mode: StartMode, curation: bool) -> CuratedTrainer {
             .with_output_dim(8)
             .init(lenet(d), d)
     });
-    Trainer::builder(
+    let mut builder = Trainer::builder(
         method,
         SgdConfig::new().init::<Ad, _>().unwrap(),
         pipeline(None).init(1).unwrap(),
@@ -518,18 +517,15 @@ fn curated(dir: &Path, mode: StartMode, curation: bool) -> CuratedTrainer {
             .with_epochs(3)
             .with_lr(0.05)
             .with_checkpoint_every(1)
-            .with_knn_every(0)
-            .with_progress_bar(false)
-            .with_curation(curation.then(|| {
-                FrechetCurationConfig::new()
-                    .with_warmup_epochs(2)
-                    .with_max_retries(2)
-            })),
-    )
-    .run_dir(dir)
-    .start(mode)
-    .build(&device)
-    .unwrap()
+            .with_progress_bar(false),
+    );
+    if curation {
+        let config = FrechetCurationConfig::new()
+            .with_warmup_epochs(2)
+            .with_max_retries(2);
+        builder = builder.hook(FrechetCurationHook::new(config).unwrap());
+    }
+    builder.run_dir(dir).start(mode).build(&device).unwrap()
 }
 
 fn column(rows: &[String], name: &str) -> Vec<String> {
@@ -552,7 +548,12 @@ fn batch_curation_redraws_batches_above_the_threshold_and_resumes_exactly() {
     let mut t = curated(&straight, StartMode::Fresh, true);
     t.fit().unwrap();
     assert_eq!(t.step(), 12, "a redraw is not an optimiser step");
-    let state = t.curation().unwrap().state().clone();
+    let state = t
+        .hook::<FrechetCurationHook>()
+        .unwrap()
+        .curation()
+        .state()
+        .clone();
     let threshold = state.threshold.unwrap();
     // The threshold is the mean FRD of epoch 1 (steps 5-8 in the file).
     let rows = rows_without_speed(&straight);
@@ -609,10 +610,20 @@ fn batch_curation_redraws_batches_above_the_threshold_and_resumes_exactly() {
         .fit_epochs(2)
         .unwrap();
     let mut t = curated(&resumed, StartMode::Resume, true);
-    assert_eq!(t.curation().unwrap().state().calibration_batches, 4);
+    assert_eq!(
+        t.hook::<FrechetCurationHook>()
+            .unwrap()
+            .curation()
+            .state()
+            .calibration_batches,
+        4
+    );
     t.fit().unwrap();
     assert_eq!(rows_without_speed(&resumed), rows);
-    assert_eq!(t.curation().unwrap().state(), &state);
+    assert_eq!(
+        t.hook::<FrechetCurationHook>().unwrap().curation().state(),
+        &state
+    );
 }
 
 // MICO's crop-and-rotate in the loop: the object boxes, when they are computed, how they reach
@@ -623,8 +634,8 @@ use curriculum_ssl::curriculum::rotation::{
     box_in_view, boxes_from_heatmap, channel_mean, CropBox, ObjectBoxes, RotationCurriculumConfig,
     DEFAULT_BOX_THRESHOLD,
 };
+use curriculum_ssl::hooks::CurriculumStates;
 use curriculum_ssl::method::rotnet::{RotNet, RotNetConfig, RotNetNetwork, RotationMode};
-use curriculum_ssl::train::CurriculumStates;
 
 type Inner = Flex;
 
@@ -797,9 +808,9 @@ where
             .with_epochs(epochs)
             .with_lr(0.05)
             .with_checkpoint_every(1)
-            .with_knn_every(0)
             .with_progress_bar(false),
     )
+    .hook(ObjectBoxesHook::new())
     .run_dir(dir)
     .start(mode)
     .build(&Dev::default())
@@ -965,7 +976,10 @@ fn boxes_are_recomputed_each_quarter_and_kept_in_checkpoints() {
     t.fit().unwrap();
     let computed_at: Vec<usize> = (1..=6).map(|e| boxes_at(&dir, e).epoch).collect();
     assert_eq!(computed_at, [0, 1, 1, 3, 4, 4]);
-    assert_eq!(t.object_boxes(), Some(&boxes_at(&dir, 6)));
+    assert_eq!(
+        t.hook::<ObjectBoxesHook>().unwrap().boxes(),
+        Some(&boxes_at(&dir, 6))
+    );
     // Each computation is the boxes of the backbone at the start of its epoch.
     let initial = {
         use burn::module::AutodiffModule;
@@ -1030,7 +1044,10 @@ fn boxes_are_recomputed_each_quarter_and_kept_in_checkpoints() {
         RotationCurriculumConfig::new(),
         &Arc::default(),
     );
-    assert_eq!(r.object_boxes(), Some(&boxes_at(&dir, 2)));
+    assert_eq!(
+        r.hook::<ObjectBoxesHook>().unwrap().boxes(),
+        Some(&boxes_at(&dir, 2))
+    );
     r.fit().unwrap();
     assert_eq!(rows_without_speed(&resumed), rows_without_speed(&dir));
     let resumed_epochs: Vec<String> = std::fs::read_to_string(resumed.join("epochs.csv"))
@@ -1111,19 +1128,18 @@ fn crop_and_rotate_needs_a_backbone_with_a_feature_map() {
                 d,
             )
         });
-        Trainer::builder(
+        let builder = Trainer::builder(
             method,
             SgdConfig::new().init::<Ad, _>().unwrap(),
             pipeline(None).init(1).unwrap(),
             loader(),
         )
-        .config(
-            TrainConfig::new()
-                .with_epochs(1)
-                .with_knn_every(0)
-                .with_progress_bar(false),
-        )
-        .run_dir(run_dir(&format!("crop-rotate-flat-{mode:?}")))
+        .config(TrainConfig::new().with_epochs(1).with_progress_bar(false))
+        .run_dir(run_dir(&format!("crop-rotate-flat-{mode:?}")));
+        match mode {
+            RotationMode::CropAndRotate => builder.hook(ObjectBoxesHook::new()),
+            _ => builder,
+        }
         .build(&Dev::default())
     };
     let err = match build(RotationMode::CropAndRotate) {
@@ -1138,6 +1154,27 @@ fn crop_and_rotate_needs_a_backbone_with_a_feature_map() {
     );
     // Plain rotation trains with it.
     build(RotationMode::Rotate).unwrap().fit().unwrap();
+    // Crop-and-rotate without a hook that provides the boxes is refused, naming the hook.
+    let method = init(|d| {
+        RotNetConfig::new()
+            .with_mode(RotationMode::CropAndRotate)
+            .init(lenet(d), d)
+    });
+    let err = match Trainer::builder(
+        method,
+        SgdConfig::new().init::<Ad, _>().unwrap(),
+        pipeline(None).init(1).unwrap(),
+        loader(),
+    )
+    .config(TrainConfig::new().with_epochs(1).with_progress_bar(false))
+    .run_dir(run_dir("crop-rotate-no-hook"))
+    .build(&Dev::default())
+    {
+        Ok(_) => panic!("crop-and-rotate without object boxes was accepted"),
+        Err(e) => e,
+    };
+    assert!(err.is_input_error());
+    assert!(err.to_string().contains("ObjectBoxesHook"), "{err}");
 }
 
 /// A curricula.json of checkpoint layout 3 (before the boxes) reads as a state without boxes.

@@ -74,7 +74,6 @@ fn trainer(dir: &Path, mode: StartMode) -> Result<(), curriculum_ssl::train::Tra
         TrainConfig::new()
             .with_epochs(1)
             .with_lr(0.05)
-            .with_knn_every(0)
             .with_progress_bar(false),
     )
     .run_dir(dir)

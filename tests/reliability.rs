@@ -92,7 +92,6 @@ fn trainer(dir: &Path, mode: StartMode, s: Setup) -> Result<Run, TrainError> {
                 .with_epochs(s.epochs)
                 .with_lr(s.lr)
                 .with_checkpoint_every(1)
-                .with_knn_every(0)
                 .with_progress_bar(false),
         )
         .run_dir(dir)

@@ -10,6 +10,7 @@ use burn::prelude::*;
 use curriculum_ssl::curriculum::MixupCurriculumConfig;
 use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig};
+use curriculum_ssl::hooks::KnnHook;
 use curriculum_ssl::loss::CurricularLossConfig;
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
@@ -74,7 +75,6 @@ fn train_config(epochs: usize) -> TrainConfig {
         .with_epochs(epochs)
         .with_lr(0.05)
         .with_checkpoint_every(1)
-        .with_knn_every(0)
         .with_progress_bar(false)
 }
 
@@ -375,17 +375,20 @@ where
         TrainConfig::new()
             .with_epochs(epochs)
             .with_lr(lr)
-            .with_knn_every(0)
             .with_progress_bar(false),
     )
     .describe(&serde_json::json!({ "test": name }))
     .run_dir(&dir)
-    .knn_monitor(monitor.clone())
+    .hook(KnnHook::new(monitor.clone(), 10))
     .build(&device)
     .unwrap();
-    let before = trainer.evaluate_knn().unwrap().unwrap()[0].accuracy.top1;
+    let knn = trainer.hook::<KnnHook>().unwrap();
+    let before = knn.evaluate(trainer.method(), &device).unwrap()[0]
+        .accuracy
+        .top1;
     let summary = trainer.fit().unwrap();
-    let after = summary.epochs.last().unwrap().knn[0].accuracy.top1;
+    let (_, last) = trainer.hook::<KnnHook>().unwrap().last().unwrap();
+    let after = last[0].accuracy.top1;
     // The saved checkpoint scores the same on its own.
     let saved = load_backbone::<Cpu, _>(
         &dir,

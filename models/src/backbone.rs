@@ -10,7 +10,7 @@ use burn::prelude::*;
 /// [`Backbone::forward_feature_map`] is optional (crop-and-rotate's heat maps need it). The classifier head, when there is one, is kept
 /// separate so that the same backbone serves pretraining, kNN monitoring and linear probing.
 /// (`#[derive(Module)]` provides `ModuleDisplay`.)
-pub trait Backbone<B: Backend>: Module<B> + ModuleDisplay {
+pub trait Backbone<B: Backend>: Module<B> + ModuleDisplay + 'static {
     /// Pooled features, without any classifier.
     ///
     /// # Shapes

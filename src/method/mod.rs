@@ -42,6 +42,10 @@ pub use crate::base::Progress;
 use crate::base::error::ConfigError;
 use crate::base::geometry::CropBox;
 
+/// The capability a method that [uses object boxes](SslMethod::uses_object_boxes) needs from a
+/// training hook (`crate::hooks::ObjectBoxesHook` provides it).
+pub const OBJECT_BOXES: &str = "object boxes";
+
 /// Builds a method with `build` under [`crate::base::seed::with_seed`] and draws every lazily
 /// initialised parameter (online networks, key / target networks, queue) before the seed lock is
 /// released: the method's initial state depends on `seed` alone, whatever other threads draw.
@@ -79,7 +83,7 @@ pub struct MethodOutput<B: Backend> {
 }
 
 /// A self-supervised method: turns two views of a batch into a loss and keeps its own states.
-pub trait SslMethod<B: AutodiffBackend> {
+pub trait SslMethod<B: AutodiffBackend>: 'static {
     /// The trainable networks (backbone and heads) as one module.
     type Online: AutodiffModule<B> + Clone;
 
@@ -145,18 +149,19 @@ pub trait SslMethod<B: AutodiffBackend> {
     fn after_step(&mut self, progress: Progress);
 
     /// Whether the method needs a box around each image's object (MICO's crop-and-rotate).
-    /// When it does, the trainer computes one box per training image from heat maps of the
-    /// backbone's last feature map ([`Backbone::forward_feature_map`]) four times per run, and
-    /// hands the batch's boxes to [`SslMethod::set_object_boxes`] before every forward.
-    /// Default: `false`.
+    /// When it does, a training hook that provides [`OBJECT_BOXES`] (the crate's computes one
+    /// box per training image from heat maps of the backbone's last feature map,
+    /// [`Backbone::forward_feature_map`], four times per run) hands the batch's boxes to
+    /// [`SslMethod::set_object_boxes`] before every forward; the trainer refuses to start
+    /// without one. Default: `false`.
     fn uses_object_boxes(&self) -> bool {
         false
     }
 
     /// The object boxes of the next forward's images, in the coordinates of the views: `2N`
     /// boxes for a batch of `N` images, `view1`'s then `view2`'s (each image's box mapped
-    /// through that view's crop and flip). Called only when [`SslMethod::uses_object_boxes`]
-    /// says so. Default: ignored.
+    /// through that view's crop and flip). Called by the hook that provides them. Default:
+    /// ignored.
     fn set_object_boxes(&mut self, boxes: Vec<CropBox>) {
         let _ = boxes;
     }

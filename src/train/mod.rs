@@ -1,25 +1,36 @@
-//! The training loop: a seeded, resumable run of any [`SslMethod`] with any optimiser.
+//! The training loop: a seeded, resumable run of any [`SslMethod`] with any optimiser, steered
+//! by [`Hook`]s.
 //!
 //! [`Trainer::fit`] reads like the algorithm box of the papers:
 //!
 //! ```text
 //! for epoch in epochs:
+//!     hooks.epoch_start                                       # e.g. crop-and-rotate's boxes
 //!     for batch in loader.epoch(epoch):                       # order keyed by (seed, epoch)
-//!         view1, view2 = augment(batch, key = step)           # draws keyed by (seed, step)
-//!         method.set_object_boxes(boxes mapped into the views) # crop-and-rotate only
-//!         out = method.forward(view1, view2, progress)        # stochastic layers seeded by step
+//!         for attempt in 0..:                                 # hooks may ask for a redraw
+//!             view1, view2 = augment(batch, key = (step, attempt))
+//!             hooks.before_forward(batch, views)
+//!             out = method.forward(view1, view2, progress)    # stochastic layers seeded by step
+//!             if every hook says Apply: break
 //!         online = optimiser.step(lr(step), online, grad(out.loss))
 //!         read loss and statistics (one transfer); stop naming the step if the loss is not finite
 //!         method.after_step(progress)                         # EMA, queue
-//!     kNN monitor every `knn_every` epochs; checkpoint every `checkpoint_every` epochs
+//!         augmenter.observe(loss); hooks.after_step           # their columns of steps.csv
+//!     hooks.epoch_end                                         # e.g. the kNN monitor
+//!     checkpoint every `checkpoint_every` epochs, with every hook's state
 //! ```
 //!
 //! A run is built with [`Trainer::builder`]. The run directory ([`run_dir`]) holds
-//! `config.json` (the typed [`RunRecord`]), `steps.csv` and `epochs.csv` ([`run_log`], with the progress bar and the log lines) and
-//! `checkpoints/` ([`checkpoint`]). Whether a run may start or resume in a directory is decided
-//! before any work ([`run_dir::inspect`]); a resume names every setting that differs from the
-//! run's. Because every random draw is keyed by counters, a resumed run repeats exactly what an
-//! uninterrupted run does (on a deterministic backend such as the CPU's).
+//! `config.json` (the typed [`RunRecord`]), `steps.csv` and `epochs.csv` ([`run_log`], with the
+//! progress bar and the log lines) and `checkpoints/` ([`checkpoint`]). Whether a run may start
+//! or resume in a directory is decided before any work ([`run_dir::inspect`]); a resume names
+//! every setting that differs from the run's. Because every random draw is keyed by counters, a
+//! resumed run repeats exactly what an uninterrupted run does (on a deterministic backend such
+//! as the CPU's).
+//!
+//! Everything that watches or steers training besides the method and the augmentation is a
+//! [`Hook`] ([`hook`]); the loop knows none of them by name. The crate's own are in
+//! `crate::hooks`: Fréchet batch curation, crop-and-rotate's object boxes, the kNN monitor.
 //!
 //! Why not burn-train's `Learner`: its step is `forward → backward → optimiser step`, while a
 //! momentum encoder and a key queue must be updated after the optimiser step
@@ -28,21 +39,10 @@
 //! atomically and verified on load, which its checkpointer (one file per component, no
 //! checksums) does not give; and its metrics are per-batch aggregates, not the per-step rows a
 //! curriculum study reads back.
-//!
-//! **Object boxes** (MICO's crop-and-rotate). A method whose [`SslMethod::uses_object_boxes`] is
-//! true gets one box per image around its object. The trainer computes them at the start of each
-//! quarter of the run ([`box_update_epochs`]: epochs `0, ⌊E/4⌋, ⌊E/2⌋, ⌊3E/4⌋`, at most 4 times)
-//! with the current backbone in inference mode, on every training image (dataset order,
-//! unaugmented, normalised as `view1` is, in batches of the loader's size): the channel mean of
-//! [`Backbone::forward_feature_map`] thresholded at [`DEFAULT_BOX_THRESHOLD`]
-//! ([`object_boxes_of`]). Before every forward it maps the batch's boxes through the two views'
-//! crops and flips ([`box_in_view`]) and hands them to [`SslMethod::set_object_boxes`]. The boxes
-//! and the epoch they were computed at are part of the checkpoint (`curricula.json`), so a
-//! resumed run uses the same boxes; the time each computation took is logged and is the
-//! `box_seconds` column of `epochs.csv`.
 
 mod ahead;
 pub mod checkpoint;
+pub mod hook;
 pub mod run_dir;
 pub mod run_log;
 pub mod supervised;
@@ -50,7 +50,7 @@ pub mod supervised;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::module::{AutodiffModule, Module};
+use burn::module::Module;
 use burn::optim::Optimizer;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -58,30 +58,22 @@ use serde::Serialize;
 
 use crate::base::error::{non_negative, positive, ConfigError};
 use crate::base::seed::mix_seed;
-use crate::curation::{
-    frechet_distance_readback, CurationState, Decision, FrechetCuration, FrechetCurationConfig,
-};
-use crate::curriculum::rotation::{
-    box_epoch_for, box_in_view, box_update_epochs, object_boxes_of, CropBox, ObjectBoxes,
-    DEFAULT_BOX_THRESHOLD,
-};
-use crate::data::{DataError, Dataset, HostBatch, ImageItem, Loader};
-use crate::eval::monitor::{KnnMonitor, KnnResult};
+use crate::data::{DataError, Dataset, ImageItem, Loader};
 use crate::method::{Progress, SslMethod};
 use crate::optim::{WarmupCosine, WarmupCosineConfig};
-use crate::pipeline::Augmenter;
-use crate::pipeline::{AugmenterState, TwoViews};
+use crate::pipeline::{Augmenter, TwoViews};
 use ahead::{Batches, ReadyBatch, StepOf};
 use checkpoint::{
     check_shapes, files, read_record, shapes, to_bytes, write_atomic, CheckpointDir, CheckpointMeta,
 };
-use curriculum_ssl_models::Backbone;
+use hook::{BatchView, Hook, RunView, Verdict};
 use run_dir::{differences, Difference, Extension, RESUMABLE_CHANGES, RUN_FORMAT};
 use run_log::RunLog;
 
 pub use checkpoint::{load_backbone, resolve_checkpoint};
+pub use hook::EpochReport;
 pub use run_dir::RunRecord;
-pub use run_log::{EpochRecord, StepRecord};
+pub use run_log::{Cell, Column, EpochRecord, StepRecord};
 
 /// Settings of a run.
 #[derive(Config, Debug)]
@@ -101,10 +93,6 @@ pub struct TrainConfig {
     /// A checkpoint every this many epochs, and always at the end; 0: only at the end.
     #[config(default = 10)]
     pub checkpoint_every: usize,
-    /// The kNN monitor (if one is set) every this many epochs, and always at the end; 0: only
-    /// at the end.
-    #[config(default = 10)]
-    pub knn_every: usize,
     /// Draw a progress bar on standard error (when it is a terminal).
     #[config(default = true)]
     pub progress_bar: bool,
@@ -112,10 +100,6 @@ pub struct TrainConfig {
     /// `(seed, s)`.
     #[config(default = 0)]
     pub seed: u64,
-    /// Fréchet batch curation ("The Bad Batches"): after the warm-up, a batch whose two views'
-    /// projections are farther apart than the threshold is not applied but re-augmented.
-    #[config(default = "None")]
-    pub curation: Option<FrechetCurationConfig>,
 }
 
 impl TrainConfig {
@@ -132,20 +116,11 @@ impl TrainConfig {
     }
 }
 
-/// What the adaptive pieces of a run learned from it, saved as `curricula.json` in every
-/// checkpoint: the augmenter's adaptive curricula, the batch curation's threshold and
-/// counters, and crop-and-rotate's object boxes.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct CurriculumStates {
-    /// The augmenter's state (the self-paced AutoAugment).
-    pub augmenter: AugmenterState,
-    /// Fréchet batch curation's state, when it is on.
-    pub curation: Option<CurationState>,
-    /// The object boxes in use and the epoch they were computed at, when the method uses them
-    /// ([`SslMethod::uses_object_boxes`]); absent from checkpoints of layout 3, read as none.
-    #[serde(default)]
-    pub object_boxes: Option<ObjectBoxes>,
-}
+/// A run's hooks, in the order they are called.
+pub type Hooks<B, S> = Vec<Box<dyn Hook<B, S>>>;
+
+/// The augmenter's key in `curricula.json` (the hooks' states sit beside it, under their names).
+pub const AUGMENTER_STATE: &str = "augmenter";
 
 /// How a run starts in its directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -231,9 +206,11 @@ pub enum TrainError {
         /// What went wrong.
         reason: String,
     },
-    /// Batch curation could not measure or judge a batch (e.g. a non-finite distance).
-    #[error("batch curation at step {step}: {reason}")]
-    Curation {
+    /// A hook could not do its work (e.g. batch curation met a non-finite distance).
+    #[error("{hook} at step {step}: {reason}")]
+    Hook {
+        /// The hook's name.
+        hook: &'static str,
         /// 0-based step.
         step: usize,
         /// What went wrong.
@@ -284,17 +261,16 @@ pub struct TrainerBuilder<B: AutodiffBackend, S, O, D> {
     config: TrainConfig,
     description: serde_json::Value,
     run_dir: PathBuf,
-    monitor: Option<KnnMonitor>,
+    hooks: Hooks<B, S>,
     mode: StartMode,
     augment_ahead: bool,
     view_threads: bool,
-    _backend: std::marker::PhantomData<B>,
 }
 
 impl<B, S, O, D> TrainerBuilder<B, S, O, D>
 where
     B: AutodiffBackend,
-    S: SslMethod<B>,
+    S: SslMethod<B> + 'static,
     O: Optimizer<S::Online, B>,
     D: Dataset<ImageItem> + 'static,
 {
@@ -321,9 +297,10 @@ where
         self
     }
 
-    /// A kNN monitor, run every `knn_every` epochs and at the end.
-    pub fn knn_monitor(mut self, monitor: KnnMonitor) -> Self {
-        self.monitor = Some(monitor);
+    /// Adds a hook (see [`hook`]): called after the ones added before it, its columns after
+    /// theirs.
+    pub fn hook(mut self, hook: impl Hook<B, S>) -> Self {
+        self.hooks.push(Box::new(hook));
         self
     }
 
@@ -406,18 +383,29 @@ where
             .epochs
             .checked_mul(batches)
             .ok_or_else(|| ConfigError::new("epochs", "too many steps to count"))?;
+        let mut hook_settings = std::collections::BTreeMap::new();
+        for (i, hook) in self.hooks.iter().enumerate() {
+            if self.hooks[..i].iter().any(|h| h.name() == hook.name()) {
+                return Err(ConfigError::new(
+                    "hooks",
+                    format!("two hooks are named `{}`", hook.name()),
+                )
+                .into());
+            }
+            let settings = hook.describe();
+            if !settings.is_null() {
+                hook_settings.insert(hook.name().to_string(), settings);
+            }
+        }
         let mut record = RunRecord {
             format: RUN_FORMAT.to_string(),
             train: config.clone(),
             loader: self.loader.config().clone(),
             augmentation: self.augmenter.config().clone(),
+            hooks: hook_settings,
             extensions: Vec::new(),
             run: self.description,
         };
-        let knn_ks = self
-            .monitor
-            .as_ref()
-            .map_or(Vec::new(), |m| m.settings().iter().map(|s| s.k).collect());
         let mut method = self.method;
         method.set_view_threads(self.view_threads);
         let mut trainer = Trainer {
@@ -426,9 +414,9 @@ where
             schedule: config.schedule(config.epochs, batches)?,
             augmenter: self.augmenter,
             loader: self.loader,
-            monitor: self.monitor,
+            hooks: self.hooks,
             checkpoints: CheckpointDir::new(&self.run_dir),
-            log: RunLog::new(&self.run_dir, knn_ks, config.progress_bar),
+            log: RunLog::new(&self.run_dir, config.progress_bar),
             record: record.clone(),
             run_dir: self.run_dir,
             device: device.clone(),
@@ -436,13 +424,22 @@ where
             step: 0,
             resumed_from: None,
             last_checkpoint: None,
-            curation: config.curation.as_ref().map(|c| c.init()).transpose()?,
-            curation_seconds: 0.0,
-            object_boxes: None,
-            box_seconds: 0.0,
             augment_ahead: self.augment_ahead,
         };
-        trainer.check_feature_map()?;
+        if trainer.method.uses_object_boxes()
+            && !trainer
+                .hooks
+                .iter()
+                .any(|h| h.provides().contains(&crate::method::OBJECT_BOXES))
+        {
+            return Err(ConfigError::new(
+                "hooks",
+                "the method rotates inside object boxes (crop-and-rotate) and no hook provides \
+                 them (add curriculum_ssl::hooks::ObjectBoxesHook)",
+            )
+            .into());
+        }
+        trainer.with_hooks(|hook, run| hook.check(run))?;
         if run_dir::holds_a_run_to_resume(&trainer.run_dir, self.mode)? {
             record = trainer.resume(record, self.mode == StartMode::Extend)?;
         }
@@ -463,7 +460,7 @@ pub struct Trainer<B: AutodiffBackend, S: SslMethod<B>, O: Optimizer<S::Online, 
     schedule: WarmupCosine,
     augmenter: Augmenter,
     loader: Loader<D>,
-    monitor: Option<KnnMonitor>,
+    hooks: Hooks<B, S>,
     record: RunRecord,
     run_dir: PathBuf,
     checkpoints: CheckpointDir,
@@ -473,15 +470,6 @@ pub struct Trainer<B: AutodiffBackend, S: SslMethod<B>, O: Optimizer<S::Online, 
     step: usize,
     resumed_from: Option<PathBuf>,
     last_checkpoint: Option<PathBuf>,
-    curation: Option<FrechetCuration>,
-    /// Wall time of the current epoch spent on batch curation: measuring every attempt's
-    /// distance, and augmenting and forwarding the attempts it rejected (a first attempt's
-    /// augmentation done ahead, on the augmentation thread, is not counted).
-    curation_seconds: f64,
-    /// The object boxes in use (methods that use them), one per training image.
-    object_boxes: Option<ObjectBoxes>,
-    /// Wall time of the current epoch spent computing object boxes.
-    box_seconds: f64,
     /// Augment each batch on a thread of its own while the step before runs.
     augment_ahead: bool,
 }
@@ -489,7 +477,7 @@ pub struct Trainer<B: AutodiffBackend, S: SslMethod<B>, O: Optimizer<S::Online, 
 impl<B, S, O, D> Trainer<B, S, O, D>
 where
     B: AutodiffBackend,
-    S: SslMethod<B>,
+    S: SslMethod<B> + 'static,
     O: Optimizer<S::Online, B>,
     D: Dataset<ImageItem> + 'static,
 {
@@ -509,11 +497,10 @@ where
             config: TrainConfig::new(),
             description: serde_json::Value::Null,
             run_dir: PathBuf::from("runs/run"),
-            monitor: None,
+            hooks: Vec::new(),
             mode: StartMode::Fresh,
             augment_ahead: false,
             view_threads: false,
-            _backend: std::marker::PhantomData,
         }
     }
 
@@ -547,10 +534,40 @@ where
         self.schedule.lr_at(step)
     }
 
-    /// The object boxes in use, one per training image in dataset order, with the epoch they
-    /// were computed at (methods that use them, once computed or loaded).
-    pub fn object_boxes(&self) -> Option<&ObjectBoxes> {
-        self.object_boxes.as_ref()
+    /// The hook of type `H`, if the run has one (e.g. to read what it measured).
+    pub fn hook<H: Hook<B, S>>(&self) -> Option<&H> {
+        self.hooks.iter().find_map(|hook| {
+            let any: &dyn std::any::Any = hook.as_ref();
+            any.downcast_ref::<H>()
+        })
+    }
+
+    /// The run as hooks see it.
+    fn view(&mut self) -> (RunView<'_, B, S>, &mut Hooks<B, S>) {
+        let epochs = self.schedule.total_steps() / self.loader.num_batches();
+        (
+            RunView {
+                method: &mut self.method,
+                augmenter: &self.augmenter,
+                device: &self.device,
+                epochs,
+                batch_size: self.loader.config().batch_size,
+                dataset: self.loader.dataset(),
+            },
+            &mut self.hooks,
+        )
+    }
+
+    /// Calls `f` on every hook in order, with the run as hooks see it.
+    fn with_hooks(
+        &mut self,
+        mut f: impl FnMut(&mut Box<dyn Hook<B, S>>, &mut RunView<'_, B, S>) -> Result<(), TrainError>,
+    ) -> Result<(), TrainError> {
+        let (mut run, hooks) = self.view();
+        for hook in hooks.iter_mut() {
+            f(hook, &mut run)?;
+        }
+        Ok(())
     }
 
     /// The checkpoint the run resumed from, if it did.
@@ -687,48 +704,32 @@ where
         self.optimizer = Some(optimizer.load_record(record));
         let curricula = dir.join(files::CURRICULA);
         let text = std::fs::read(&curricula).map_err(|e| checkpoint::io_error(&curricula, e))?;
-        let states: CurriculumStates =
-            serde_json::from_slice(&text).map_err(|e| TrainError::Checkpoint {
-                path: curricula.clone(),
-                reason: format!("not a curriculum state: {e}"),
-            })?;
+        let not_states = |reason: String| TrainError::Checkpoint {
+            path: curricula.clone(),
+            reason,
+        };
+        let mut states: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&text)
+            .map_err(|e| not_states(format!("not a curriculum state: {e}")))?;
+        let augmenter = states
+            .remove(AUGMENTER_STATE)
+            .ok_or_else(|| not_states(format!("no `{AUGMENTER_STATE}` state")))?;
+        let augmenter = serde_json::from_value(augmenter)
+            .map_err(|e| not_states(format!("not an augmenter state: {e}")))?;
         self.augmenter
-            .load_state(states.augmenter)
+            .load_state(augmenter)
             .map_err(|e| mismatch(e.to_string()))?;
-        match (&mut self.curation, states.curation) {
-            (Some(c), Some(state)) => c.restore(state).map_err(|e| mismatch(e.to_string()))?,
-            (None, None) => {}
-            _ => {
-                return Err(mismatch(
-                    "the checkpoint and the run disagree on whether batch curation is on".into(),
-                ))
-            }
+        // Layouts up to 5 wrote `null` for the pieces a run did not use.
+        states.retain(|_, v| !v.is_null());
+        let (mut run, hooks) = self.view();
+        for hook in hooks.iter_mut() {
+            let state = states.remove(hook.name());
+            hook.load_state(&mut run, state)
+                .map_err(|e| not_states(format!("hook `{}`: {e}", hook.name())))?;
         }
-        match (self.method.uses_object_boxes(), states.object_boxes) {
-            (true, Some(boxes)) => {
-                let size = self.training_image_size()?;
-                boxes
-                    .check(self.loader.dataset().len(), size)
-                    .map_err(|e| TrainError::Checkpoint {
-                        path: curricula.clone(),
-                        reason: e,
-                    })?;
-                self.object_boxes = Some(boxes);
-            }
-            (false, None) => {}
-            (true, None) => {
-                return Err(mismatch(
-                    "the method uses object boxes (crop-and-rotate) but the checkpoint holds none"
-                        .into(),
-                ))
-            }
-            (false, Some(_)) => {
-                return Err(mismatch(
-                    "the checkpoint holds object boxes (crop-and-rotate) but the method does not \
-                     use them"
-                        .into(),
-                ))
-            }
+        if let Some(name) = states.keys().next() {
+            return Err(not_states(format!(
+                "holds the state of `{name}`, which this run has no hook for"
+            )));
         }
         self.epoch = meta.epoch;
         self.step = meta.step;
@@ -771,15 +772,7 @@ where
                 to_bytes::<B, _>(optimizer.to_record(), "optimiser state")?,
             ),
             (files::RUN, run),
-            (
-                files::CURRICULA,
-                serde_json::to_vec_pretty(&CurriculumStates {
-                    augmenter: self.augmenter.state(),
-                    curation: self.curation.as_ref().map(|c| c.state().clone()),
-                    object_boxes: self.object_boxes.clone(),
-                })
-                .expect("JSON value"),
-            ),
+            (files::CURRICULA, self.curricula_bytes()),
         ];
         let meta = CheckpointMeta {
             format_version: checkpoint::FORMAT_VERSION,
@@ -799,18 +792,20 @@ where
         Ok(dir)
     }
 
-    /// Runs the kNN monitor on the current backbone (inference mode), if one is set.
-    ///
-    /// # Errors
-    /// If a kNN setting does not fit the data.
-    pub fn evaluate_knn(&self) -> Result<Option<Vec<KnnResult>>, TrainError> {
-        match &self.monitor {
-            None => Ok(None),
-            Some(monitor) => {
-                let backbone = self.method.backbone().valid();
-                Ok(Some(monitor.evaluate(&backbone, &self.device)?))
+    /// `curricula.json`: the augmenter's adaptive state, and the state of every hook that keeps
+    /// one, under the hook's name.
+    fn curricula_bytes(&self) -> Vec<u8> {
+        let mut states = serde_json::Map::new();
+        states.insert(
+            AUGMENTER_STATE.to_string(),
+            serde_json::to_value(self.augmenter.state()).expect("JSON value"),
+        );
+        for hook in &self.hooks {
+            if let Some(state) = hook.state() {
+                states.insert(hook.name().to_string(), state);
             }
         }
+        serde_json::to_vec_pretty(&states).expect("JSON value")
     }
 
     /// Trains to the last epoch of the plan.
@@ -822,10 +817,11 @@ where
         self.fit_epochs(usize::MAX)
     }
 
-    /// One optimiser step on a batch: augmentation, forward (stochastic layers seeded by the
-    /// step), backward, optimiser step, one read-back of the loss and statistics, and the
-    /// method's after-step update. Returns the loss, then the method's statistics and the
-    /// augmenter's scheduled knobs.
+    /// One optimiser step on a batch: attempts (augmentation, the hooks' look at the batch,
+    /// forward with stochastic layers seeded by the step) until every hook applies one, then
+    /// backward, optimiser step, one read-back of the loss and statistics, the method's
+    /// after-step update and the hooks'. Returns the loss, then the method's statistics, the
+    /// augmenter's scheduled knobs and the hooks' columns.
     fn train_step(
         &mut self,
         images: Tensor<B::InnerBackend, 4>,
@@ -836,8 +832,10 @@ where
     ) -> Result<(f64, Vec<(String, f64)>), TrainError> {
         let seed = mix_seed(self.record.train.seed, progress.step as u64);
         let mut attempt = 0;
-        let (out, policy, knobs, frd) = loop {
-            let attempt_started = Instant::now();
+        let (out, policy, knobs) = loop {
+            for hook in &mut self.hooks {
+                hook.attempt_start();
+            }
             // The first draw may have been made ahead, on the augmentation thread.
             let views = match ahead.take() {
                 Some(views) => views,
@@ -845,19 +843,14 @@ where
                     .augmenter
                     .redrawn_views(images.clone(), progress, attempt),
             };
-            if let Some(boxes) = &self.object_boxes {
-                // Each image's box in view1's coordinates, then in view2's.
-                let mapped = views
-                    .geometry
-                    .iter()
-                    .flat_map(|geometry| {
-                        indices
-                            .iter()
-                            .zip(geometry)
-                            .map(|(&i, g)| box_in_view(&boxes.boxes[i], g))
-                    })
-                    .collect();
-                self.method.set_object_boxes(mapped);
+            let batch = BatchView {
+                progress,
+                indices,
+                geometry: &views.geometry,
+            };
+            let (mut run, hooks) = self.view();
+            for hook in hooks.iter_mut() {
+                hook.before_forward(&mut run, &batch);
             }
             let method = &mut self.method;
             let out = crate::base::seed::with_seed::<B, _>(&self.device, seed, || {
@@ -867,37 +860,17 @@ where
                     progress,
                 )
             });
-            let Some(curation) = self.curation.as_mut() else {
-                break (out, views.policy, views.knobs, None);
-            };
-            // The views' distance before anything is applied: a rejected batch's graph is
-            // dropped, so the weights never see it.
-            let curation_error = |reason: String| TrainError::Curation {
-                step: progress.step,
-                reason,
-            };
-            let Some([z1, z2]) = out.embeddings.clone() else {
-                return Err(curation_error(
-                    "the method gives no two-view embeddings to measure".into(),
-                ));
-            };
-            let measure_started = Instant::now();
-            let frd = frechet_distance_readback(z1.inner(), z2.inner())
-                .map_err(|e| curation_error(e.to_string()))?;
-            match curation
-                .observe(progress.epoch, frd)
-                .map_err(|e| curation_error(e.to_string()))?
-            {
-                Decision::Redraw => {
-                    // The whole rejected attempt is the curation's cost.
-                    self.curation_seconds += attempt_started.elapsed().as_secs_f64();
-                    attempt += 1;
+            // Every hook judges the attempt before anything is applied: a rejected attempt's
+            // graph is dropped, so the weights never see it.
+            let mut verdict = Verdict::Apply;
+            for hook in &mut self.hooks {
+                if hook.after_forward(&out, progress)? == Verdict::Redraw {
+                    verdict = Verdict::Redraw;
                 }
-                Decision::Apply | Decision::AcceptAfterRetries => {
-                    // Of the applied attempt, only the measurement is.
-                    self.curation_seconds += measure_started.elapsed().as_secs_f64();
-                    break (out, views.policy, views.knobs, Some(frd));
-                }
+            }
+            match verdict {
+                Verdict::Apply => break (out, views.policy, views.knobs),
+                Verdict::Redraw => attempt += 1,
             }
         };
         let grads = self.method.gradients(&out.loss);
@@ -923,15 +896,16 @@ where
         }
         self.method.after_step(progress);
         self.augmenter.observe(progress, policy, loss);
-        let stats = out
+        let mut stats: Vec<(String, f64)> = out
             .stats
             .iter()
             .zip(&host[1..])
             .map(|((name, _), v)| (name.to_string(), *v))
             .chain(knobs.iter().map(|(name, v)| (name.to_string(), *v)))
-            .chain(frd.map(|d| ("frd".to_string(), d)))
-            .chain(frd.map(|_| ("redraws".to_string(), attempt as f64)))
             .collect();
+        for hook in &mut self.hooks {
+            stats.extend(hook.after_step(progress, loss));
+        }
         Ok((loss, stats))
     }
 
@@ -951,173 +925,6 @@ where
         Ok(summary)
     }
 
-    /// The selection pieces' counts of an epoch, for epochs.csv: batch curation's rejections
-    /// (each followed by a redraw), the batches accepted after the last redraw, and the wall
-    /// time the curation took (measuring every attempt, and the rejected attempts' augmentation
-    /// and forward pass); for a method that uses object boxes, the wall time spent computing
-    /// them (`box_seconds`, 0 in the epochs that reuse the previous ones).
-    fn epoch_stats(&self, epoch: usize) -> Vec<(String, f64)> {
-        let mut stats = self.curation_stats(epoch);
-        if self.method.uses_object_boxes() {
-            // To the microsecond: a small training set's boxes take well under a millisecond.
-            stats.push(("box_seconds".into(), (self.box_seconds * 1e6).round() / 1e6));
-        }
-        stats
-    }
-
-    /// Batch curation's columns of epochs.csv (none without curation).
-    fn curation_stats(&self, epoch: usize) -> Vec<(String, f64)> {
-        match &self.curation {
-            None => Vec::new(),
-            Some(c) => {
-                let counters = if c.state().epoch == Some(epoch) {
-                    c.epoch_counters()
-                } else {
-                    Default::default()
-                };
-                vec![
-                    ("curation_rejections".into(), counters.rejections as f64),
-                    (
-                        "curation_accepted_after_retries".into(),
-                        counters.accepted_after_retries as f64,
-                    ),
-                    (
-                        "curation_seconds".into(),
-                        (self.curation_seconds * 1e3).round() / 1e3,
-                    ),
-                ]
-            }
-        }
-    }
-
-    /// The batch curation's state, when it is on (threshold, counters).
-    pub fn curation(&self) -> Option<&FrechetCuration> {
-        self.curation.as_ref()
-    }
-
-    /// The error of a method that uses object boxes with a backbone that has no feature map.
-    fn no_feature_map() -> TrainError {
-        ConfigError::new(
-            "backbone",
-            "the method rotates inside object boxes (crop-and-rotate), which come from the \
-             backbone's spatial feature map, and this backbone has none \
-             (Backbone::forward_feature_map returns None): implement it, or use another \
-             rotation mode",
-        )
-        .into()
-    }
-
-    /// The training images `start..end` (dataset order) as the network sees `view1`
-    /// unaugmented: scaled to `[0, 1]` and normalised as `view1` is; on the inner backend.
-    fn training_images(
-        &self,
-        start: usize,
-        end: usize,
-    ) -> Result<Tensor<B::InnerBackend, 4>, TrainError> {
-        let dataset = self.loader.dataset();
-        let source = Path::new("training images");
-        let indices: Vec<usize> = (start..end).collect();
-        let items = indices
-            .iter()
-            .map(|&i| {
-                dataset.get(i).ok_or_else(|| DataError::Request {
-                    path: source.to_path_buf(),
-                    reason: format!(
-                        "the dataset has no item {i} although its length is {}",
-                        dataset.len()
-                    ),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let batch = HostBatch::from_items(source, &items, indices)?;
-        let mut images = batch.to_device::<B::InnerBackend>(&self.device).images;
-        if let Some(normalize) = &self.augmenter.config().view1.normalize {
-            images = normalize.apply(images);
-        }
-        Ok(images)
-    }
-
-    /// The `[height, width]` of the training images.
-    fn training_image_size(&self) -> Result<[usize; 2], TrainError> {
-        let [_, _, h, w] = self.training_images(0, 1)?.dims();
-        Ok([h, w])
-    }
-
-    /// For a method that uses object boxes: checks, on one training image, that the backbone
-    /// has a feature map to compute them from.
-    fn check_feature_map(&self) -> Result<(), TrainError> {
-        if !self.method.uses_object_boxes() {
-            return Ok(());
-        }
-        let backbone = self.method.backbone().valid();
-        match backbone.forward_feature_map(self.training_images(0, 1)?) {
-            Some(_) => Ok(()),
-            None => Err(Self::no_feature_map()),
-        }
-    }
-
-    /// The object boxes of every training image from the current backbone (inference mode, no
-    /// gradient), in dataset order, computed in batches of the loader's size.
-    fn compute_object_boxes(&self, epoch: usize) -> Result<ObjectBoxes, TrainError> {
-        let backbone = self.method.backbone().valid();
-        let n = self.loader.dataset().len();
-        let batch_size = self.loader.config().batch_size;
-        let mut boxes = Vec::with_capacity(n);
-        let mut image_size = [0, 0];
-        for start in (0..n).step_by(batch_size) {
-            let images = self.training_images(start, (start + batch_size).min(n))?;
-            let [_, _, h, w] = images.dims();
-            image_size = [h, w];
-            let batch = object_boxes_of(&backbone, images, DEFAULT_BOX_THRESHOLD)
-                .ok_or_else(Self::no_feature_map)?;
-            boxes.extend(batch);
-        }
-        Ok(ObjectBoxes {
-            epoch,
-            image_size,
-            boxes,
-        })
-    }
-
-    /// At the start of `epoch` of a run of `epochs`: recomputes the object boxes when the boxes
-    /// in use were computed before the start of the current quarter ([`box_epoch_for`]) or
-    /// there are none yet; the boxes loaded from a checkpoint are kept until the next quarter.
-    fn update_object_boxes(&mut self, epoch: usize, epochs: usize) -> Result<(), TrainError> {
-        self.box_seconds = 0.0;
-        if !self.method.uses_object_boxes() {
-            return Ok(());
-        }
-        let due = box_epoch_for(epoch, epochs);
-        if self.object_boxes.as_ref().is_some_and(|b| b.epoch >= due) {
-            return Ok(());
-        }
-        let started = Instant::now();
-        let boxes = self.compute_object_boxes(epoch)?;
-        self.box_seconds = started.elapsed().as_secs_f64();
-        log::info!(
-            "object boxes of {} training images computed at epoch {} in {:.3} s (recomputed \
-             at the start of epochs {:?})",
-            boxes.boxes.len(),
-            epoch + 1,
-            self.box_seconds,
-            box_update_epochs(epochs)
-                .iter()
-                .map(|e| e + 1)
-                .collect::<Vec<_>>()
-        );
-        let whole = CropBox::whole(boxes.image_size);
-        if boxes.boxes.iter().all(|b| *b == whole) {
-            log::warn!(
-                "every object box is the whole image (the backbone's last feature map is too \
-                 coarse, or its heat maps flat): crop-and-rotate rotates whole images until the \
-                 next computation; a backbone that keeps more resolution (e.g. a ResNet with the \
-                 CIFAR stem on small images) gives boxes around the objects"
-            );
-        }
-        self.object_boxes = Some(boxes);
-        Ok(())
-    }
-
     fn run_epochs(&mut self, max_epochs: usize) -> Result<TrainSummary, TrainError> {
         let batches = self.loader.num_batches();
         let total_steps = self.schedule.total_steps();
@@ -1127,8 +934,7 @@ where
         while self.epoch < end_epoch {
             let epoch = self.epoch;
             let started = Instant::now();
-            self.curation_seconds = 0.0;
-            self.update_object_boxes(epoch, epochs)?;
+            self.with_hooks(|hook, run| hook.epoch_start(run, epoch))?;
             let (mut loss_sum, mut images, mut lr) = (0.0, 0usize, 0.0);
             let first_step = self.step;
             let progress_of = move |b: usize| Progress {
@@ -1177,25 +983,27 @@ where
             let seconds = started.elapsed().as_secs_f64();
             self.epoch += 1;
             let last = self.epoch == epochs;
-            let due = |every: usize| last || (every > 0 && self.epoch.is_multiple_of(every));
-            let knn = if due(self.record.train.knn_every) {
-                self.evaluate_knn()?.unwrap_or_default()
-            } else {
-                Vec::new()
-            };
-            let checkpoint = if due(self.record.train.checkpoint_every) || self.epoch == end_epoch {
+            let mut reports = Vec::with_capacity(self.hooks.len());
+            self.with_hooks(|hook, run| {
+                reports.push(hook.epoch_end(run, epoch, last)?);
+                Ok(())
+            })?;
+            let every = self.record.train.checkpoint_every;
+            let due = last || (every > 0 && self.epoch.is_multiple_of(every));
+            let checkpoint = if due || self.epoch == end_epoch {
                 Some(self.save_checkpoint()?)
             } else {
                 None
             };
             let record = EpochRecord {
                 epoch,
-                stats: self.epoch_stats(epoch),
+                stats: Vec::new(),
                 mean_loss: loss_sum / batches as f64,
                 lr,
                 images_per_s: images as f64 / seconds,
                 seconds,
-                knn,
+                columns: reports.iter().flat_map(|r| r.columns.clone()).collect(),
+                notes: reports.into_iter().filter_map(|r| r.note).collect(),
                 checkpoint,
             };
             self.log.epoch(&record, epochs)?;

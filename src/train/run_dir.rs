@@ -43,9 +43,8 @@ fn has_run_config(dir: &Path) -> bool {
 }
 
 /// Settings that may differ on resume: they do not change what is trained.
-pub const RESUMABLE_CHANGES: [&str; 5] = [
+pub const RESUMABLE_CHANGES: [&str; 4] = [
     "train.checkpoint_every",
-    "train.knn_every",
     "train.progress_bar",
     "loader.workers",
     "loader.prefetch",
@@ -77,6 +76,10 @@ pub struct RunRecord<R = serde_json::Value> {
     pub loader: LoaderConfig,
     /// The augmentation.
     pub augmentation: PipelineConfig,
+    /// The settings of the run's hooks, by name ([`Hook::describe`](super::hook::Hook::describe);
+    /// hooks with nothing to record are left out).
+    #[serde(default)]
+    pub hooks: std::collections::BTreeMap<String, serde_json::Value>,
     /// Extensions of the plan, oldest first.
     #[serde(default)]
     pub extensions: Vec<Extension>,
@@ -106,14 +109,37 @@ impl<R: DeserializeOwned> RunRecord<R> {
             path: path.to_path_buf(),
             reason,
         };
-        let value: serde_json::Value =
+        let mut value: serde_json::Value =
             serde_json::from_slice(&text).map_err(|e| not_ours(format!("not JSON ({e})")))?;
         if value.get("format").and_then(|f| f.as_str()) != Some(RUN_FORMAT) {
             return Err(not_ours(format!(
                 "not the configuration of a curriculum-ssl run (no \"format\": \"{RUN_FORMAT}\")"
             )));
         }
+        migrate(&mut value);
         serde_json::from_value(value).map_err(|e| not_ours(format!("unreadable run record: {e}")))
+    }
+}
+
+/// Reads a record written before the hooks as today's: Fréchet batch curation's settings,
+/// `train.curation`, become the settings of the hook named `curation`, and the kNN monitor's
+/// cadence, `train.knn_every` (a setting a resume may change), is dropped: the monitor is a
+/// hook with its own.
+fn migrate(record: &mut serde_json::Value) {
+    let Some(train) = record.get_mut("train").and_then(|t| t.as_object_mut()) else {
+        return;
+    };
+    train.remove("knn_every");
+    let curation = train.remove("curation");
+    if let Some(curation) = curation.filter(|c| !c.is_null()) {
+        if let Some(fields) = record.as_object_mut() {
+            let hooks = fields
+                .entry("hooks")
+                .or_insert_with(|| serde_json::Value::Object(Default::default()));
+            if let Some(hooks) = hooks.as_object_mut() {
+                hooks.entry("curation").or_insert(curation);
+            }
+        }
     }
 }
 
@@ -264,6 +290,29 @@ pub fn differences(saved: &serde_json::Value, given: &serde_json::Value) -> Vec<
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A record written before the hooks: the curation's settings move to the hook's, the kNN
+    /// cadence goes, and a run without curation records no hook.
+    #[test]
+    fn records_before_the_hooks_read_as_today() {
+        let old = |curation: serde_json::Value| {
+            serde_json::json!({
+                "format": RUN_FORMAT,
+                "train": { "epochs": 6, "knn_every": 5, "curation": curation },
+            })
+        };
+        let mut curated = old(serde_json::json!({ "warmup_epochs": 2, "max_retries": 3 }));
+        migrate(&mut curated);
+        assert_eq!(curated["train"], serde_json::json!({ "epochs": 6 }));
+        assert_eq!(
+            curated["hooks"],
+            serde_json::json!({ "curation": { "warmup_epochs": 2, "max_retries": 3 } })
+        );
+        let mut plain = old(serde_json::Value::Null);
+        migrate(&mut plain);
+        assert_eq!(plain["train"], serde_json::json!({ "epochs": 6 }));
+        assert_eq!(plain.get("hooks"), None);
+    }
 
     #[test]
     fn differences_name_each_leaf_with_both_values() {

@@ -23,7 +23,6 @@ use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{files, write_atomic};
 use super::TrainError;
-use crate::eval::KnnResult;
 
 /// One optimiser step, as written to `steps.csv`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,16 +56,20 @@ pub struct EpochRecord {
     pub images_per_s: f64,
     /// Wall time of the epoch, in seconds (kNN and checkpoint excluded).
     pub seconds: f64,
-    /// Counts of the selection pieces (e.g. batch curation's rejections), as columns.
+    /// The trainer's own statistics of the epoch (e.g. the supervised trainer's test
+    /// accuracy), as columns after the fixed ones.
     pub stats: Vec<(String, f64)>,
-    /// kNN accuracies, when the monitor ran after this epoch.
-    pub knn: Vec<KnnResult>,
+    /// The hooks' columns (e.g. batch curation's rejections, the kNN monitor's accuracies),
+    /// after the statistics; an empty cell where a hook measured nothing this epoch.
+    pub columns: Vec<Column>,
+    /// The hooks' notes for the epoch's log line.
+    pub notes: Vec<String>,
     /// The checkpoint written after this epoch.
     pub checkpoint: Option<PathBuf>,
 }
 
 /// One cell of a CSV row.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Cell {
     /// A count (step, epoch).
     Count(usize),
@@ -116,9 +119,9 @@ impl StepRecord {
 }
 
 impl EpochRecord {
-    /// The row of `epochs.csv`; `knn_ks` are the monitor's settings (one top-1 and one top-5
-    /// column each, empty in the epochs it did not run).
-    pub fn columns(&self, knn_ks: &[usize]) -> Vec<Column> {
+    /// The row of `epochs.csv`: epoch, mean loss, lr, images/s, seconds, the statistics, then
+    /// the hooks' columns.
+    pub fn columns(&self) -> Vec<Column> {
         let mut columns: Vec<Column> = vec![
             ("epoch".into(), Cell::Count(self.epoch + 1)),
             ("mean_loss".into(), Cell::Value(self.mean_loss)),
@@ -131,13 +134,7 @@ impl EpochRecord {
                 .iter()
                 .map(|(name, v)| (Cow::Owned(name.clone()), Cell::Value(*v))),
         );
-        for (i, k) in knn_ks.iter().enumerate() {
-            let result = self.knn.get(i);
-            let cell =
-                |f: fn(&KnnResult) -> f64| result.map_or(Cell::Empty, |r| Cell::Rounded(f(r), 4));
-            columns.push((format!("knn{k}_top1").into(), cell(|r| r.accuracy.top1)));
-            columns.push((format!("knn{k}_top5").into(), cell(|r| r.accuracy.top5)));
-        }
+        columns.extend(self.columns.iter().cloned());
         columns
     }
 }
@@ -273,19 +270,17 @@ impl CsvFile {
 pub struct RunLog {
     steps: CsvFile,
     epochs: CsvFile,
-    knn_ks: Vec<usize>,
     progress_bar: bool,
     bar: ProgressBar,
 }
 
 impl RunLog {
-    /// The log of the run in `run_dir`; `knn_ks` are the kNN monitor's settings (its columns of
-    /// `epochs.csv`); the bar is drawn if `progress_bar` and standard error is a terminal.
-    pub fn new(run_dir: &Path, knn_ks: Vec<usize>, progress_bar: bool) -> Self {
+    /// The log of the run in `run_dir`; the bar is drawn if `progress_bar` and standard error is
+    /// a terminal.
+    pub fn new(run_dir: &Path, progress_bar: bool) -> Self {
         Self {
             steps: CsvFile::new(run_dir.join(files::STEPS)),
             epochs: CsvFile::new(run_dir.join(files::EPOCHS)),
-            knn_ks,
             progress_bar,
             bar: ProgressBar::hidden(),
         }
@@ -343,26 +338,15 @@ impl RunLog {
     /// # Errors
     /// On I/O errors, or if the columns differ from the file's.
     pub fn epoch(&mut self, record: &EpochRecord, total_epochs: usize) -> Result<(), TrainError> {
-        self.epochs.append(&record.columns(&self.knn_ks))?;
+        self.epochs.append(&record.columns())?;
         self.flush()?;
-        let knn: String = record
-            .knn
-            .iter()
-            .map(|r| {
-                format!(
-                    ", kNN(k={}, T={}) top-1 {:.2}%",
-                    r.k,
-                    r.temperature,
-                    100.0 * r.accuracy.top1
-                )
-            })
-            .collect();
+        let notes: String = record.notes.concat();
         let checkpoint = record
             .checkpoint
             .as_ref()
             .map_or(String::new(), |p| format!(", checkpoint {}", p.display()));
         let line = format!(
-            "epoch {}/{total_epochs}: loss {:.4}, lr {:.3e}, {:.1} images/s, {}{knn}{checkpoint}",
+            "epoch {}/{total_epochs}: loss {:.4}, lr {:.3e}, {:.1} images/s, {}{notes}{checkpoint}",
             record.epoch + 1,
             record.mean_loss,
             record.lr,
@@ -447,7 +431,7 @@ mod tests {
     #[test]
     fn steps_and_epochs_count_from_one_as_on_screen() {
         let dir = scratch("one-based");
-        let mut log = RunLog::new(&dir, vec![20], false);
+        let mut log = RunLog::new(&dir, false);
         log.start(4, 0);
         log.step(&step(0, 1.5), 2).unwrap();
         let epoch = EpochRecord {
@@ -457,7 +441,12 @@ mod tests {
             images_per_s: 50.0,
             seconds: 2.0,
             stats: Vec::new(),
-            knn: Vec::new(),
+            // The kNN monitor's columns in an epoch it did not run.
+            columns: vec![
+                ("knn20_top1".into(), Cell::Empty),
+                ("knn20_top5".into(), Cell::Empty),
+            ],
+            notes: Vec::new(),
             checkpoint: None,
         };
         log.epoch(&epoch, 2).unwrap();
@@ -476,12 +465,12 @@ mod tests {
     #[test]
     fn a_resumed_log_drops_the_rows_after_the_checkpoint() {
         let dir = scratch("resume");
-        let mut log = RunLog::new(&dir, Vec::new(), false);
+        let mut log = RunLog::new(&dir, false);
         for s in 0..4 {
             log.step(&step(s, s as f64), 2).unwrap();
         }
         log.finish().unwrap();
-        let mut resumed = RunLog::new(&dir, Vec::new(), false);
+        let mut resumed = RunLog::new(&dir, false);
         resumed.resume_at(2, 1).unwrap();
         resumed.step(&step(2, 99.0), 2).unwrap();
         resumed.finish().unwrap();

@@ -572,7 +572,7 @@ where
             config,
             record: record.clone(),
             checkpoints: CheckpointDir::new(&self.run_dir),
-            log: RunLog::new(&self.run_dir, Vec::new(), record.train.progress_bar),
+            log: RunLog::new(&self.run_dir, record.train.progress_bar),
             run_dir: self.run_dir,
             device: device.clone(),
             epoch: 0,
@@ -1024,7 +1024,8 @@ where
                 images_per_s: (self.steps_per_epoch * self.config.batch_size) as f64 / seconds,
                 seconds,
                 stats,
-                knn: Vec::new(),
+                columns: Vec::new(),
+                notes: Vec::new(),
                 checkpoint,
             };
             self.log.epoch(&record, self.config.epochs)?;

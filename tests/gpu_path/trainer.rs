@@ -13,6 +13,7 @@ use curriculum_ssl::curriculum::{
     MixupCurriculumConfig, SchedulerConfig, SelfPacedAutoAugmentConfig, StrengthCurriculumConfig,
 };
 use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
+use curriculum_ssl::hooks::{FrechetCurationHook, ObjectBoxesHook};
 use curriculum_ssl::loss::NtXentLossConfig;
 use curriculum_ssl::method::rotnet::RotationMode;
 use curriculum_ssl::method::*;
@@ -80,7 +81,8 @@ where
         },
     )
     .unwrap();
-    let mut trainer = Trainer::builder(
+    let uses_boxes = method.uses_object_boxes();
+    let mut builder = Trainer::builder(
         method,
         SgdConfig::new()
             .with_momentum(0.9)
@@ -94,15 +96,20 @@ where
             .with_epochs(2)
             .with_lr(0.05)
             .with_checkpoint_every(1)
-            .with_knn_every(0)
-            .with_progress_bar(false)
-            .with_curation(run.curation.clone()),
-    )
-    .run_dir(dir)
-    .start(mode)
-    .augment_ahead(false)
-    .build(device)
-    .unwrap();
+            .with_progress_bar(false),
+    );
+    if let Some(curation) = run.curation.clone() {
+        builder = builder.hook(FrechetCurationHook::new(curation).unwrap());
+    }
+    if uses_boxes {
+        builder = builder.hook(ObjectBoxesHook::new());
+    }
+    let mut trainer = builder
+        .run_dir(dir)
+        .start(mode)
+        .augment_ahead(false)
+        .build(device)
+        .unwrap();
     let summary = trainer.fit_epochs(epochs).unwrap();
     assert_on_device(
         "online networks after training",

@@ -15,6 +15,7 @@ use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::eval::{KnnMonitor, KnnResult};
+use curriculum_ssl::hooks::{FrechetCurationHook, KnnHook, ObjectBoxesHook};
 use curriculum_ssl::loss::{
     CurricularLossConfig, HclLossConfig, HuberNtXentLossConfig, NtXentLossConfig,
 };
@@ -988,6 +989,17 @@ impl Prepared {
     }
 }
 
+/// The kNN hook every training recipe adds.
+fn knn_hook<S, O>(trainer: &Trainer<Train, S, O, ImageArray>) -> &KnnHook
+where
+    S: SslMethod<Train>,
+    O: Optimizer<S::Online, Train>,
+{
+    trainer
+        .hook::<KnnHook>()
+        .expect("every training recipe adds the kNN hook")
+}
+
 /// Trains `method` and prints what the run measured.
 #[allow(clippy::too_many_arguments)]
 fn run<S, O>(
@@ -1028,10 +1040,8 @@ where
         .with_epochs(settings.epochs)
         .with_lr(settings.lr)
         .with_warmup_epochs(settings.warmup_epochs)
-        .with_knn_every(args.knn_every)
         .with_checkpoint_every(args.checkpoint_every)
-        .with_seed(settings.seed)
-        .with_curation(curation);
+        .with_seed(settings.seed);
     let run_dir = settings.run_dir(args);
     let description = RecipeRun {
         recipe: settings.recipe.to_string(),
@@ -1065,11 +1075,19 @@ where
             }
         }
     }
-    let mut trainer = Trainer::builder(method, optimizer, augmenter, loader)
+    let uses_boxes = method.uses_object_boxes();
+    let mut builder = Trainer::builder(method, optimizer, augmenter, loader)
         .config(train_config)
         .run_dir(&run_dir)
-        .describe(&description)
-        .knn_monitor(monitor)
+        .describe(&description);
+    if let Some(curation) = curation {
+        builder = builder.hook(FrechetCurationHook::new(curation)?);
+    }
+    if uses_boxes {
+        builder = builder.hook(ObjectBoxesHook::new());
+    }
+    let mut trainer = builder
+        .hook(KnnHook::new(monitor, args.knn_every))
         .start(mode)
         .augment_ahead(args.augment_ahead.unwrap_or(backend::AUGMENT_AHEAD))
         .view_threads(args.view_threads.unwrap_or(backend::VIEW_THREADS))
@@ -1095,7 +1113,7 @@ where
     // the summary can say how much the training helped (also after a resume).
     let init_file = run_dir.join(KNN_AT_INIT);
     let at_init: Vec<KnnResult> = if trainer.step() == 0 {
-        let results = trainer.evaluate_knn()?.unwrap_or_default();
+        let results = knn_hook(&trainer).evaluate(trainer.method(), device)?;
         std::fs::write(&init_file, serde_json::to_vec_pretty(&results)?)
             .with_context(|| format!("writing {}", init_file.display()))?;
         results
@@ -1120,7 +1138,8 @@ where
             images as f64 / seconds,
             last.mean_loss,
         ));
-        for r in &last.knn {
+        let measured = knn_hook(&trainer).last().map_or(&[][..], |(_, r)| r);
+        for r in measured {
             let init = at_init
                 .iter()
                 .find(|i| i.k == r.k && i.temperature == r.temperature);

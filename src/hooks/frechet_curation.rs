@@ -1,0 +1,181 @@
+//! Fréchet batch curation ("The Bad Batches", Goksu and Pugeault 2024) as a training hook: after
+//! the warm-up, a batch whose two views' projections are farther apart (Fréchet distance) than
+//! the threshold is not applied but drawn again; the decision rule and its state are
+//! [`FrechetCuration`](crate::curation::FrechetCuration).
+//!
+//! Columns: `frd` and `redraws` in `steps.csv` (the applied attempt's distance, and how many
+//! attempts of the step were rejected); `curation_rejections`, `curation_accepted_after_retries`
+//! and `curation_seconds` in `epochs.csv` (the wall time curation cost in the epoch: measuring
+//! every attempt, and the rejected attempts' augmentation and forward pass; a first attempt's
+//! augmentation done ahead, on the augmentation thread, is not counted).
+
+use std::time::Instant;
+
+use burn::tensor::backend::AutodiffBackend;
+
+use crate::base::error::ConfigError;
+use crate::base::Progress;
+use crate::curation::{
+    frechet_distance_readback, CurationState, Decision, FrechetCuration, FrechetCurationConfig,
+};
+use crate::method::{MethodOutput, SslMethod};
+use crate::train::hook::{EpochReport, Hook, RunView, Verdict};
+use crate::train::{Cell, TrainError};
+
+/// Fréchet batch curation in the training loop.
+#[derive(Debug, Clone)]
+pub struct FrechetCurationHook {
+    config: FrechetCurationConfig,
+    policy: FrechetCuration,
+    /// When the current attempt started.
+    attempt_started: Option<Instant>,
+    /// The applied attempt's distance and the attempts rejected before it, for the step's row.
+    applied: Option<(f64, usize)>,
+    rejected: usize,
+    /// Wall time of the current epoch spent on curation.
+    seconds: f64,
+}
+
+impl FrechetCurationHook {
+    /// The hook of a curation policy.
+    ///
+    /// # Errors
+    /// If the settings are impossible.
+    pub fn new(config: FrechetCurationConfig) -> Result<Self, ConfigError> {
+        Ok(Self {
+            policy: config.init()?,
+            config,
+            attempt_started: None,
+            applied: None,
+            rejected: 0,
+            seconds: 0.0,
+        })
+    }
+
+    /// The curation policy and its state (threshold, counters).
+    pub fn curation(&self) -> &FrechetCuration {
+        &self.policy
+    }
+
+    fn error(step: usize, reason: String) -> TrainError {
+        TrainError::Hook {
+            hook: "batch curation",
+            step,
+            reason,
+        }
+    }
+}
+
+impl<B: AutodiffBackend, S: SslMethod<B> + 'static> Hook<B, S> for FrechetCurationHook {
+    fn name(&self) -> &'static str {
+        "curation"
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        serde_json::to_value(&self.config).expect("JSON value")
+    }
+
+    fn epoch_start(&mut self, _: &mut RunView<'_, B, S>, _: usize) -> Result<(), TrainError> {
+        self.seconds = 0.0;
+        Ok(())
+    }
+
+    fn attempt_start(&mut self) {
+        self.attempt_started = Some(Instant::now());
+    }
+
+    fn after_forward(
+        &mut self,
+        output: &MethodOutput<B>,
+        progress: Progress,
+    ) -> Result<Verdict, TrainError> {
+        let Some([z1, z2]) = output.embeddings.clone() else {
+            return Err(Self::error(
+                progress.step,
+                "the method gives no two-view embeddings to measure".into(),
+            ));
+        };
+        let measure_started = Instant::now();
+        let frd = frechet_distance_readback(z1.inner(), z2.inner())
+            .map_err(|e| Self::error(progress.step, e.to_string()))?;
+        match self
+            .policy
+            .observe(progress.epoch, frd)
+            .map_err(|e| Self::error(progress.step, e.to_string()))?
+        {
+            Decision::Redraw => {
+                // The whole rejected attempt is the curation's cost.
+                let started = self.attempt_started.unwrap_or(measure_started);
+                self.seconds += started.elapsed().as_secs_f64();
+                self.rejected += 1;
+                Ok(Verdict::Redraw)
+            }
+            Decision::Apply | Decision::AcceptAfterRetries => {
+                // Of the applied attempt, only the measurement is.
+                self.seconds += measure_started.elapsed().as_secs_f64();
+                self.applied = Some((frd, self.rejected));
+                self.rejected = 0;
+                Ok(Verdict::Apply)
+            }
+        }
+    }
+
+    fn after_step(&mut self, _: Progress, _: f64) -> Vec<(String, f64)> {
+        match self.applied.take() {
+            Some((frd, redraws)) => vec![
+                ("frd".to_string(), frd),
+                ("redraws".to_string(), redraws as f64),
+            ],
+            None => Vec::new(),
+        }
+    }
+
+    fn epoch_end(
+        &mut self,
+        _: &mut RunView<'_, B, S>,
+        epoch: usize,
+        _: bool,
+    ) -> Result<EpochReport, TrainError> {
+        let counters = if self.policy.state().epoch == Some(epoch) {
+            self.policy.epoch_counters()
+        } else {
+            Default::default()
+        };
+        let value = |v: f64| Cell::Value(v);
+        Ok(EpochReport {
+            columns: vec![
+                (
+                    "curation_rejections".into(),
+                    value(counters.rejections as f64),
+                ),
+                (
+                    "curation_accepted_after_retries".into(),
+                    value(counters.accepted_after_retries as f64),
+                ),
+                (
+                    "curation_seconds".into(),
+                    value((self.seconds * 1e3).round() / 1e3),
+                ),
+            ],
+            note: None,
+        })
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        Some(serde_json::to_value(self.policy.state()).expect("JSON value"))
+    }
+
+    fn load_state(
+        &mut self,
+        _: &mut RunView<'_, B, S>,
+        state: Option<serde_json::Value>,
+    ) -> Result<(), String> {
+        let state = state.ok_or(
+            "the checkpoint holds no batch-curation state (a run without \
+                                 curation?)",
+        )?;
+        let state: CurationState =
+            serde_json::from_value(state).map_err(|e| format!("not a curation state: {e}"))?;
+        self.policy.restore(state).map_err(|e| e.to_string())
+    }
+}
