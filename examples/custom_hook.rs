@@ -17,11 +17,11 @@ use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{Loader, LoaderConfig};
 use curriculum_ssl::loss::l2_normalize;
-use curriculum_ssl::method::{init_method, MethodOutput, Progress, SimClrConfig, SslMethod};
+use curriculum_ssl::method::{init_method, Progress, SimClrConfig};
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 use curriculum_ssl::train::hook::{EpochReport, Hook, RunView, Verdict};
-use curriculum_ssl::train::{Cell, TrainConfig, TrainError, Trainer};
+use curriculum_ssl::train::{Cell, SelfSupervisedStep, TrainConfig, TrainError, Trainer};
 use curriculum_ssl_models::{BlockKind, ResNetConfig, Stem};
 
 type Train = Autodiff<Flex>;
@@ -48,7 +48,7 @@ impl EasyPairsFirst {
     }
 }
 
-impl<B: AutodiffBackend, S: SslMethod<B>> Hook<B, S> for EasyPairsFirst {
+impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for EasyPairsFirst {
     fn name(&self) -> &'static str {
         "easy_pairs_first"
     }
@@ -57,14 +57,14 @@ impl<B: AutodiffBackend, S: SslMethod<B>> Hook<B, S> for EasyPairsFirst {
         serde_json::json!({ "start": self.start, "until": self.until, "max_redraws": self.max_redraws })
     }
 
-    fn epoch_start(&mut self, _: &mut RunView<'_, B, S>, _: usize) -> Result<(), TrainError> {
+    fn epoch_start(&mut self, _: &mut RunView<'_, B, K>, _: usize) -> Result<(), TrainError> {
         self.epoch_redraws = 0;
         Ok(())
     }
 
     fn after_forward(
         &mut self,
-        output: &MethodOutput<B>,
+        output: &K::Output,
         progress: Progress,
     ) -> Result<Verdict, TrainError> {
         let Some([z1, z2]) = output.embeddings.clone() else {
@@ -85,17 +85,22 @@ impl<B: AutodiffBackend, S: SslMethod<B>> Hook<B, S> for EasyPairsFirst {
         Ok(Verdict::Apply)
     }
 
-    fn after_step(&mut self, _: Progress, _: f64) -> Vec<(String, f64)> {
+    fn after_step(
+        &mut self,
+        _: &mut RunView<'_, B, K>,
+        _: Progress,
+        _: f64,
+    ) -> Result<Vec<(String, f64)>, TrainError> {
         let redraws = std::mem::take(&mut self.redraws);
-        vec![
+        Ok(vec![
             ("pair_cosine".into(), self.cosine),
             ("pair_redraws".into(), redraws as f64),
-        ]
+        ])
     }
 
     fn epoch_end(
         &mut self,
-        _: &mut RunView<'_, B, S>,
+        _: &mut RunView<'_, B, K>,
         _: usize,
         _: bool,
     ) -> Result<EpochReport, TrainError> {
@@ -114,7 +119,7 @@ impl<B: AutodiffBackend, S: SslMethod<B>> Hook<B, S> for EasyPairsFirst {
 
     fn load_state(
         &mut self,
-        _: &mut RunView<'_, B, S>,
+        _: &mut RunView<'_, B, K>,
         state: Option<serde_json::Value>,
     ) -> Result<(), String> {
         let total = state

@@ -21,7 +21,7 @@ use curriculum_ssl::hooks::KnnHook;
 use curriculum_ssl::method::{init_method, SimClrConfig};
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
-use curriculum_ssl::train::{TrainConfig, TrainError, Trainer};
+use curriculum_ssl::train::{SelfSupervised, TrainConfig, TrainError, Trainer};
 use curriculum_ssl_models::Backbone;
 
 type Train = Autodiff<Flex>;
@@ -96,7 +96,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // On the CPU backend: augment the next batch while this one trains (off on a GPU).
     .augment_ahead(true)
     .build(&device)?;
-    let knn = |t: &Trainer<_, _, _, _>| -> Result<Vec<KnnResult>, TrainError> {
+    let knn = |t: &Trainer<_, SelfSupervised<_, _, _, _>>| -> Result<Vec<KnnResult>, TrainError> {
         let hook = t.hook::<KnnHook>().expect("the run has the kNN hook");
         hook.evaluate(t.method(), &device)
     };

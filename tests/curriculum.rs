@@ -13,7 +13,7 @@ use curriculum_ssl::hooks::{FrechetCurationHook, ObjectBoxesHook};
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
-use curriculum_ssl::train::{StartMode, TrainConfig, Trainer};
+use curriculum_ssl::train::{SelfSupervised, StartMode, TrainConfig, Trainer};
 use curriculum_ssl_models::{Backbone, LeNet, LeNetConfig};
 
 type Ad = Autodiff<Flex>;
@@ -486,13 +486,16 @@ fn hcl_hard_positive_weights_follow_eq3() {
 type SimClrLeNet = SimClr<Ad, LeNet<Ad>>;
 type CuratedTrainer = Trainer<
     Ad,
-    SimClrLeNet,
-    burn::optim::adaptor::OptimizerAdaptor<
-        curriculum_ssl::optim::sgd::Sgd,
-        curriculum_ssl::method::simclr::SimClrNetwork<Ad, LeNet<Ad>>,
+    SelfSupervised<
         Ad,
+        SimClrLeNet,
+        burn::optim::adaptor::OptimizerAdaptor<
+            curriculum_ssl::optim::sgd::Sgd,
+            curriculum_ssl::method::simclr::SimClrNetwork<Ad, LeNet<Ad>>,
+            Ad,
+        >,
+        ImageArray,
     >,
-    ImageArray,
 >;
 
 /// SimCLR runs of 3 epochs, 4 steps each, with Fréchet batch curation (two warm-up epochs:
@@ -709,13 +712,16 @@ where
 
 type CropTrainer<M> = Trainer<
     Ad,
-    CropSpy<M>,
-    burn::optim::adaptor::OptimizerAdaptor<
-        curriculum_ssl::optim::sgd::Sgd,
-        RotNetNetwork<Ad, M>,
+    SelfSupervised<
         Ad,
+        CropSpy<M>,
+        burn::optim::adaptor::OptimizerAdaptor<
+            curriculum_ssl::optim::sgd::Sgd,
+            RotNetNetwork<Ad, M>,
+            Ad,
+        >,
+        ImageArray,
     >,
-    ImageArray,
 >;
 
 fn crop_rotnet<M>(
@@ -1184,4 +1190,113 @@ fn curriculum_states_of_layout_3_read_without_boxes() {
     let states: CurriculumStates = serde_json::from_str(v3).unwrap();
     assert_eq!(states.object_boxes, None);
     assert_eq!(states, CurriculumStates::default());
+}
+
+/// A hook of this test that selects, at every epoch, the even examples of the first 40 (its own
+/// rule), and records the indices of every batch the loop trains on.
+struct EvenFirstForty {
+    seen: Arc<Mutex<Vec<Vec<usize>>>>,
+}
+
+impl<K: curriculum_ssl::train::SelfSupervisedStep<Ad>> curriculum_ssl::train::hook::Hook<Ad, K>
+    for EvenFirstForty
+{
+    fn name(&self) -> &'static str {
+        "even_first_forty"
+    }
+
+    fn epoch_start(
+        &mut self,
+        run: &mut curriculum_ssl::train::hook::RunView<'_, Ad, K>,
+        _: usize,
+    ) -> Result<(), curriculum_ssl::train::TrainError> {
+        run.select((0..40).step_by(2).collect())
+    }
+
+    fn before_forward(
+        &mut self,
+        _: &mut curriculum_ssl::train::hook::RunView<'_, Ad, K>,
+        batch: &curriculum_ssl::train::hook::BatchView<'_, K::Inputs>,
+    ) {
+        self.seen.lock().unwrap().push(batch.indices.to_vec());
+    }
+}
+
+/// A hook's selection of examples steers a self-supervised run too: every batch of two epochs
+/// comes from the 20 selected examples, each epoch still takes its 4 steps (the pool of 20 is
+/// reshuffled when used up: 64 draws = 3 rounds and 4 more), and the two epochs draw different
+/// orders. A selection naming an example the data lack is refused before the epoch's first step.
+#[test]
+fn a_hook_selects_the_examples_of_a_self_supervised_epoch() {
+    let seen: Arc<Mutex<Vec<Vec<usize>>>> = Arc::default();
+    let method = init(|d| {
+        SimSiamConfig::new()
+            .with_dim(16)
+            .with_predictor_dim(8)
+            .init(lenet(d), d)
+    });
+    let mut trainer = Trainer::builder(
+        method,
+        SgdConfig::new().init::<Ad, _>().unwrap(),
+        pipeline(None).init(1).unwrap(),
+        loader(),
+    )
+    .config(TrainConfig::new().with_epochs(2).with_progress_bar(false))
+    .run_dir(run_dir("selected-ssl"))
+    .hook(EvenFirstForty { seen: seen.clone() })
+    .build(&Dev::default())
+    .unwrap();
+    let summary = trainer.fit().unwrap();
+    assert_eq!(summary.steps.len(), 8);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 8);
+    for batch in &seen {
+        assert_eq!(batch.len(), 16);
+        assert!(batch.iter().all(|&i| i < 40 && i % 2 == 0), "{batch:?}");
+    }
+    // The first 20 draws of an epoch are one round: every selected example once.
+    let mut first_round: Vec<usize> = seen[0].iter().chain(&seen[1][..4]).copied().collect();
+    first_round.sort_unstable();
+    assert_eq!(first_round, (0..40).step_by(2).collect::<Vec<_>>());
+    assert_ne!(seen[0], seen[4], "each epoch has its own order");
+
+    struct Outside;
+    impl<K: curriculum_ssl::train::SelfSupervisedStep<Ad>> curriculum_ssl::train::hook::Hook<Ad, K>
+        for Outside
+    {
+        fn name(&self) -> &'static str {
+            "outside"
+        }
+        fn epoch_start(
+            &mut self,
+            run: &mut curriculum_ssl::train::hook::RunView<'_, Ad, K>,
+            _: usize,
+        ) -> Result<(), curriculum_ssl::train::TrainError> {
+            run.select(vec![3, 64])
+        }
+    }
+    let method = init(|d| {
+        SimSiamConfig::new()
+            .with_dim(16)
+            .with_predictor_dim(8)
+            .init(lenet(d), d)
+    });
+    let err = Trainer::builder(
+        method,
+        SgdConfig::new().init::<Ad, _>().unwrap(),
+        pipeline(None).init(1).unwrap(),
+        loader(),
+    )
+    .config(TrainConfig::new().with_epochs(1).with_progress_bar(false))
+    .run_dir(run_dir("selected-outside"))
+    .hook(Outside)
+    .build(&Dev::default())
+    .unwrap()
+    .fit()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("outside") && err.contains("outside the 64 training examples"),
+        "{err}"
+    );
 }

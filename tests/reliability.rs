@@ -16,7 +16,7 @@ use curriculum_ssl::optim::{Sgd, SgdConfig};
 use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
 use curriculum_ssl::train::checkpoint::{files, read_meta, verify};
 use curriculum_ssl::train::{
-    load_backbone, RunRecord, StartMode, TrainConfig, TrainError, Trainer,
+    load_backbone, RunRecord, SelfSupervised, StartMode, TrainConfig, TrainError, Trainer,
 };
 use curriculum_ssl_models::{LeNet, LeNetConfig};
 
@@ -24,7 +24,7 @@ type Ad = Autodiff<Flex>;
 type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
 type Method = SimClr<Ad, LeNet<Ad>>;
 type Online = <Method as SslMethod<Ad>>::Online;
-type Run = Trainer<Ad, Method, OptimizerAdaptor<Sgd, Online, Ad>, ImageArray>;
+type Run = Trainer<Ad, SelfSupervised<Ad, Method, OptimizerAdaptor<Sgd, Online, Ad>, ImageArray>>;
 
 fn run_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir()

@@ -1035,8 +1035,17 @@ fn the_supervised_recipes_run_two_epochs() {
             dir.join("checkpoints/epoch-0002/embedding.mpk").is_file(),
             name == "spl_advise"
         );
-        let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
-        assert!(config.contains("curriculum-ssl supervised run"), "{config}");
+        // One record format for every run: the supervised step's settings and the selection
+        // hook's.
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
+                .unwrap();
+        assert_eq!(config["format"], "curriculum-ssl run", "{config}");
+        assert!(config["supervised"]["batch_size"].is_u64(), "{config}");
+        assert!(
+            config["hooks"]["selection"]["method"].is_string(),
+            "{config}"
+        );
         // A resume with the same settings and a longer --extend continue the run.
         let mut more = tiny(&dir_name, &["--epochs", "3", "--extend"]);
         more[0] = name.to_string();

@@ -142,10 +142,46 @@ impl<D: Dataset<ImageItem> + 'static> Loader<D> {
         order
     }
 
+    /// The order in which epoch `epoch` visits a selection `pool` of the dataset: the pool
+    /// shuffled with `(seed, epoch, round)` (or in its order without shuffling), one round after
+    /// another until the epoch's [`Loader::num_batches`] batches are full, so an epoch takes the
+    /// same number of steps whatever is selected.
+    pub fn pool_order(&self, epoch: u64, pool: &[usize]) -> Vec<usize> {
+        let wanted = self.num_batches() * self.config.batch_size;
+        let mut order = Vec::with_capacity(wanted + pool.len());
+        let mut round = 0u64;
+        while order.len() < wanted && !pool.is_empty() {
+            let mut draw = pool.to_vec();
+            if self.config.shuffle {
+                let key = mix_seed(mix_seed(self.config.seed, epoch), round);
+                let mut rng = StdRng::seed_from_u64(key);
+                for i in (1..draw.len()).rev() {
+                    let j = rng.random_range(0..=i);
+                    draw.swap(i, j);
+                }
+            }
+            order.extend(draw);
+            round += 1;
+        }
+        order.truncate(wanted);
+        order
+    }
+
     /// The batches of epoch `epoch`, gathered ahead on the worker threads.
     pub fn epoch(&self, epoch: u64) -> EpochIter {
-        let order = Arc::new(self.order(epoch));
-        let batches = self.num_batches();
+        self.epoch_in_order(self.order(epoch))
+    }
+
+    /// The batches of epoch `epoch` drawn from the selection `pool` ([`Loader::pool_order`]).
+    pub fn epoch_of_pool(&self, epoch: u64, pool: &[usize]) -> EpochIter {
+        self.epoch_in_order(self.pool_order(epoch, pool))
+    }
+
+    fn epoch_in_order(&self, order: Vec<usize>) -> EpochIter {
+        let batches = self
+            .num_batches()
+            .min(order.len().div_ceil(self.config.batch_size));
+        let order = Arc::new(order);
         let bs = self.config.batch_size;
         let workers = self.config.workers;
         let mut receivers = Vec::with_capacity(workers);

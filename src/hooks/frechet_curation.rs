@@ -18,9 +18,8 @@ use crate::base::Progress;
 use crate::curation::{
     frechet_distance_readback, CurationState, Decision, FrechetCuration, FrechetCurationConfig,
 };
-use crate::method::{MethodOutput, SslMethod};
 use crate::train::hook::{EpochReport, Hook, RunView, Verdict};
-use crate::train::{Cell, TrainError};
+use crate::train::{Cell, SelfSupervisedStep, TrainError};
 
 /// Fréchet batch curation in the training loop.
 #[derive(Debug, Clone)]
@@ -66,7 +65,7 @@ impl FrechetCurationHook {
     }
 }
 
-impl<B: AutodiffBackend, S: SslMethod<B> + 'static> Hook<B, S> for FrechetCurationHook {
+impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for FrechetCurationHook {
     fn name(&self) -> &'static str {
         "curation"
     }
@@ -75,7 +74,7 @@ impl<B: AutodiffBackend, S: SslMethod<B> + 'static> Hook<B, S> for FrechetCurati
         serde_json::to_value(&self.config).expect("JSON value")
     }
 
-    fn epoch_start(&mut self, _: &mut RunView<'_, B, S>, _: usize) -> Result<(), TrainError> {
+    fn epoch_start(&mut self, _: &mut RunView<'_, B, K>, _: usize) -> Result<(), TrainError> {
         self.seconds = 0.0;
         Ok(())
     }
@@ -86,7 +85,7 @@ impl<B: AutodiffBackend, S: SslMethod<B> + 'static> Hook<B, S> for FrechetCurati
 
     fn after_forward(
         &mut self,
-        output: &MethodOutput<B>,
+        output: &K::Output,
         progress: Progress,
     ) -> Result<Verdict, TrainError> {
         let Some([z1, z2]) = output.embeddings.clone() else {
@@ -120,19 +119,24 @@ impl<B: AutodiffBackend, S: SslMethod<B> + 'static> Hook<B, S> for FrechetCurati
         }
     }
 
-    fn after_step(&mut self, _: Progress, _: f64) -> Vec<(String, f64)> {
-        match self.applied.take() {
+    fn after_step(
+        &mut self,
+        _: &mut RunView<'_, B, K>,
+        _: Progress,
+        _: f64,
+    ) -> Result<Vec<(String, f64)>, TrainError> {
+        Ok(match self.applied.take() {
             Some((frd, redraws)) => vec![
                 ("frd".to_string(), frd),
                 ("redraws".to_string(), redraws as f64),
             ],
             None => Vec::new(),
-        }
+        })
     }
 
     fn epoch_end(
         &mut self,
-        _: &mut RunView<'_, B, S>,
+        _: &mut RunView<'_, B, K>,
         epoch: usize,
         _: bool,
     ) -> Result<EpochReport, TrainError> {
@@ -167,7 +171,7 @@ impl<B: AutodiffBackend, S: SslMethod<B> + 'static> Hook<B, S> for FrechetCurati
 
     fn load_state(
         &mut self,
-        _: &mut RunView<'_, B, S>,
+        _: &mut RunView<'_, B, K>,
         state: Option<serde_json::Value>,
     ) -> Result<(), String> {
         let state = state.ok_or(

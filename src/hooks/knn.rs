@@ -9,7 +9,7 @@ use burn::tensor::backend::AutodiffBackend;
 use crate::eval::monitor::{KnnMonitor, KnnResult};
 use crate::method::SslMethod;
 use crate::train::hook::{EpochReport, Hook, RunView};
-use crate::train::{Cell, TrainError};
+use crate::train::{Cell, SelfSupervisedStep, TrainError};
 
 /// The kNN monitor in the training loop.
 #[derive(Debug, Clone)]
@@ -54,21 +54,21 @@ impl KnnHook {
     }
 }
 
-impl<B: AutodiffBackend, S: SslMethod<B> + 'static> Hook<B, S> for KnnHook {
+impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for KnnHook {
     fn name(&self) -> &'static str {
         "knn"
     }
 
     fn epoch_end(
         &mut self,
-        run: &mut RunView<'_, B, S>,
+        run: &mut RunView<'_, B, K>,
         epoch: usize,
         last: bool,
     ) -> Result<EpochReport, TrainError> {
         let done = epoch + 1;
         let due = last || (self.every > 0 && done.is_multiple_of(self.every));
         let results = if due {
-            let results = self.evaluate(&*run.method, run.device)?;
+            let results = self.evaluate(run.method(), run.device)?;
             self.last = Some((epoch, results.clone()));
             Some(results)
         } else {

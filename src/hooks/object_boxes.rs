@@ -26,7 +26,7 @@ use crate::curriculum::rotation::{
 };
 use crate::method::{SslMethod, OBJECT_BOXES};
 use crate::train::hook::{BatchView, EpochReport, Hook, RunView};
-use crate::train::{Cell, TrainError};
+use crate::train::{Cell, SelfSupervisedStep, TrainError};
 
 /// Crop-and-rotate's object boxes in the training loop.
 #[derive(Debug, Clone, Default)]
@@ -61,11 +61,11 @@ impl ObjectBoxesHook {
 
     /// The object boxes of every training image from the current backbone (inference mode, no
     /// gradient), in dataset order, computed in batches of the loader's size.
-    fn compute<B: AutodiffBackend, S: SslMethod<B>>(
-        run: &RunView<'_, B, S>,
+    fn compute<B: AutodiffBackend, K: SelfSupervisedStep<B>>(
+        run: &RunView<'_, B, K>,
         epoch: usize,
     ) -> Result<ObjectBoxes, TrainError> {
-        let backbone = run.method.backbone().valid();
+        let backbone = run.method().backbone().valid();
         let n = run.num_training_images();
         let mut boxes = Vec::with_capacity(n);
         let mut image_size = [0, 0];
@@ -85,7 +85,7 @@ impl ObjectBoxesHook {
     }
 }
 
-impl<B: AutodiffBackend, S: SslMethod<B> + 'static> Hook<B, S> for ObjectBoxesHook {
+impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for ObjectBoxesHook {
     fn name(&self) -> &'static str {
         "object_boxes"
     }
@@ -94,8 +94,8 @@ impl<B: AutodiffBackend, S: SslMethod<B> + 'static> Hook<B, S> for ObjectBoxesHo
         &[OBJECT_BOXES]
     }
 
-    fn check(&mut self, run: &mut RunView<'_, B, S>) -> Result<(), TrainError> {
-        if !run.method.uses_object_boxes() {
+    fn check(&mut self, run: &mut RunView<'_, B, K>) -> Result<(), TrainError> {
+        if !run.method().uses_object_boxes() {
             return Err(ConfigError::new(
                 "hooks",
                 "object boxes are for a method that rotates inside them (RotNet's \
@@ -103,14 +103,14 @@ impl<B: AutodiffBackend, S: SslMethod<B> + 'static> Hook<B, S> for ObjectBoxesHo
             )
             .into());
         }
-        let backbone = run.method.backbone().valid();
+        let backbone = run.method().backbone().valid();
         match backbone.forward_feature_map(run.training_images(0, 1)?) {
             Some(_) => Ok(()),
             None => Err(Self::no_feature_map()),
         }
     }
 
-    fn epoch_start(&mut self, run: &mut RunView<'_, B, S>, epoch: usize) -> Result<(), TrainError> {
+    fn epoch_start(&mut self, run: &mut RunView<'_, B, K>, epoch: usize) -> Result<(), TrainError> {
         self.seconds = 0.0;
         let due = box_epoch_for(epoch, run.epochs);
         if self.boxes.as_ref().is_some_and(|b| b.epoch >= due) {
@@ -143,12 +143,13 @@ impl<B: AutodiffBackend, S: SslMethod<B> + 'static> Hook<B, S> for ObjectBoxesHo
         Ok(())
     }
 
-    fn before_forward(&mut self, run: &mut RunView<'_, B, S>, batch: &BatchView<'_>) {
+    fn before_forward(&mut self, run: &mut RunView<'_, B, K>, batch: &BatchView<'_, K::Inputs>) {
         let Some(boxes) = &self.boxes else {
             return;
         };
         // Each image's box in view1's coordinates, then in view2's.
         let mapped = batch
+            .inputs
             .geometry
             .iter()
             .flat_map(|geometry| {
@@ -159,12 +160,12 @@ impl<B: AutodiffBackend, S: SslMethod<B> + 'static> Hook<B, S> for ObjectBoxesHo
                     .map(|(&i, g)| box_in_view(&boxes.boxes[i], g))
             })
             .collect();
-        run.method.set_object_boxes(mapped);
+        run.method_mut().set_object_boxes(mapped);
     }
 
     fn epoch_end(
         &mut self,
-        _: &mut RunView<'_, B, S>,
+        _: &mut RunView<'_, B, K>,
         _: usize,
         _: bool,
     ) -> Result<EpochReport, TrainError> {
@@ -186,7 +187,7 @@ impl<B: AutodiffBackend, S: SslMethod<B> + 'static> Hook<B, S> for ObjectBoxesHo
 
     fn load_state(
         &mut self,
-        run: &mut RunView<'_, B, S>,
+        run: &mut RunView<'_, B, K>,
         state: Option<serde_json::Value>,
     ) -> Result<(), String> {
         let state = state.ok_or(

@@ -20,7 +20,7 @@
 //! | [`kmeans`](mod@kmeans) | seeded k-means++ and Lloyd on host data; [`ClusterIndex`] per class |
 //! | [`magnet_sampler`] | magnet-loss neighbourhood batches; per-cluster loss bookkeeping |
 //! | [`embedding`] | the embedding network: a backbone with a linear embedding layer |
-//! | [`selection`] | the student's selectors: [`SplAdvise`] and the baseline [`SpldSampling`], for the [supervised trainer](crate::train::supervised) |
+//! | [`selection`] | the student's selections as hooks of the training loop: [`SplAdvise`], the baseline [`SpldSampling`] and [`RandomSampling`], for the [supervised step](crate::train::supervised) |
 //!
 //! # One epoch of SPL-ADVisE with these pieces
 //! ```
@@ -76,7 +76,10 @@ pub use kmeans::{
     cluster_per_class, kmeans, ClusterIndex, ClusterIndexState, KMeans, KMeansConfig,
 };
 pub use magnet_sampler::{MagnetBatch, MagnetSampler, MagnetSamplerConfig, MagnetSamplerState};
-pub use selection::{Pace, PaceConfig, PaceState, SplAdvise, SplAdviseConfig, SpldSampling};
+pub use selection::{
+    Pace, PaceConfig, PaceState, RandomSampling, SplAdvise, SplAdviseConfig, SpldSampling,
+    SELECTION,
+};
 pub use spld::{Spld, SpldConfig, SpldState};
 
 pub use crate::error::SplAdviseError;

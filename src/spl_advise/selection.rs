@@ -1,5 +1,8 @@
-//! The student's example selection of SPL-ADVisE and of its SPLD baseline, as
-//! [`ExampleSelector`]s of the supervised trainer.
+//! The student's example selection of SPL-ADVisE and of its SPLD baseline, as hooks of the
+//! training loop ([`Hook`], named [`SELECTION`]) for every
+//! [`SupervisedStep`](crate::train::supervised::SupervisedStep): each selects its epoch's
+//! examples in `epoch_start` ([`RunView::select`]), logs `selected` at every step and its pace at
+//! every epoch, and keeps its state in the checkpoints.
 //!
 //! - [`SplAdvise`]: the paper. An embedding network trains beside the student with the magnet
 //!   loss (one neighbourhood batch after every student step); at the start of every epoch the
@@ -7,7 +10,7 @@
 //!   and SPLD selects the epoch's examples with those clusters as its groups.
 //! - [`SpldSampling`]: the baseline "SPLD": the same selection over fixed k-means clusters of the
 //!   raw pixels, computed once.
-//! - [`RandomSampling`](crate::train::supervised::RandomSampling): every example.
+//! - [`RandomSampling`]: every example.
 //!
 //! # The pace
 //! The paper sets `λ` and `γ` "according to the ranked samples, and then absolute values are
@@ -38,13 +41,15 @@ use super::{
     MagnetSamplerConfig, MagnetSamplerState, Spld, SpldConfig, SpldState,
 };
 use crate::base::error::{in_range, ConfigError};
+use crate::base::Progress;
 use crate::data::{loader::mix_seed, Dataset, ImageArray};
 use crate::loss::{MagnetLoss, MagnetLossConfig};
 use crate::train::checkpoint::files;
+use crate::train::hook::{EpochReport, Hook, RunView};
 use crate::train::supervised::{
-    read_json, read_record_file, record_bytes, step_rng, ClassifierAugmentConfig, ExampleSelector,
+    from_state, read_record_file, record_bytes, step_rng, ClassifierAugmentConfig, SupervisedStep,
 };
-use crate::train::TrainError;
+use crate::train::{Cell, Column, TrainError};
 
 /// SPLD's pace: its parameters and how they are set from the losses.
 #[derive(Config, Debug)]
@@ -222,9 +227,10 @@ pub struct SpldSampling {
     pace: Pace,
     index: ClusterIndex,
     describe: serde_json::Value,
+    selected: usize,
 }
 
-/// The saved state of [`SpldSampling`] (`selection.json`).
+/// The saved state of [`SpldSampling`] (in `curricula.json`, under [`SELECTION`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct SpldSamplingState {
     pace: PaceState,
@@ -256,6 +262,7 @@ impl SpldSampling {
                 "kmeans": kmeans,
                 "seed": seed,
             }),
+            selected: 0,
         })
     }
 
@@ -265,59 +272,76 @@ impl SpldSampling {
     }
 }
 
-impl<B: AutodiffBackend> ExampleSelector<B> for SpldSampling {
+impl<B: AutodiffBackend, K: SupervisedStep<B>> Hook<B, K> for SpldSampling {
+    fn name(&self) -> &'static str {
+        SELECTION
+    }
+
     fn describe(&self) -> serde_json::Value {
         self.describe.clone()
     }
 
-    fn needs_losses(&self, epoch: usize) -> bool {
-        !self.pace.in_warmup(epoch)
+    fn epoch_start(&mut self, run: &mut RunView<'_, B, K>, epoch: usize) -> Result<(), TrainError> {
+        let pool = if self.pace.in_warmup(epoch) {
+            self.pace.select_all(self.index.num_examples())
+        } else {
+            let losses = run.step.example_losses()?;
+            self.pace.select(epoch, &losses, self.index.assignments())?
+        };
+        self.selected = pool.len();
+        run.select(pool)
     }
 
-    fn select(&mut self, epoch: usize, losses: Option<&[f32]>) -> Result<Vec<usize>, TrainError> {
-        match losses {
-            None => Ok(self.pace.select_all(self.index.num_examples())),
-            Some(losses) => self.pace.select(epoch, losses, self.index.assignments()),
-        }
+    fn after_step(
+        &mut self,
+        _: &mut RunView<'_, B, K>,
+        _: Progress,
+        _: f64,
+    ) -> Result<Vec<(String, f64)>, TrainError> {
+        Ok(vec![("selected".into(), self.selected as f64)])
     }
 
-    fn end_epoch(&mut self) {
+    fn epoch_end(
+        &mut self,
+        run: &mut RunView<'_, B, K>,
+        _: usize,
+        _: bool,
+    ) -> Result<EpochReport, TrainError> {
         self.pace.advance_epoch();
+        let mut columns = selected_columns(self.selected, run.step.num_examples());
+        columns.extend(as_columns(self.pace.stats(self.index.num_clusters())));
+        Ok(EpochReport {
+            columns,
+            note: None,
+        })
     }
 
-    fn epoch_stats(&self) -> Vec<(String, f64)> {
-        self.pace.stats(self.index.num_clusters())
-    }
-
-    fn save(&self) -> Result<Vec<(&'static str, Vec<u8>)>, TrainError> {
+    fn state(&self) -> Option<serde_json::Value> {
         let state = SpldSamplingState {
             pace: self.pace.state(),
             index: self.index.state(),
         };
-        Ok(vec![(
-            files::SELECTION,
-            serde_json::to_vec(&state).expect("JSON value"),
-        )])
+        Some(serde_json::to_value(state).expect("JSON value"))
     }
 
-    fn load(&mut self, checkpoint: &Path) -> Result<(), TrainError> {
-        let path = checkpoint.join(files::SELECTION);
-        let state: SpldSamplingState = read_json(&path)?;
-        let bad = |reason: String| TrainError::Checkpoint {
-            path: path.clone(),
-            reason,
-        };
-        let index = ClusterIndex::from_state(state.index).map_err(|e| bad(e.to_string()))?;
+    fn load_state(
+        &mut self,
+        _: &mut RunView<'_, B, K>,
+        state: Option<serde_json::Value>,
+    ) -> Result<(), String> {
+        let state: SpldSamplingState =
+            from_state(state.ok_or("the checkpoint holds no selection state")?)?;
+        let index = ClusterIndex::from_state(state.index).map_err(|e| e.to_string())?;
         if index.num_examples() != self.index.num_examples() {
-            return Err(bad(format!(
+            return Err(format!(
                 "its clusters cover {} examples, this run's data {}",
                 index.num_examples(),
                 self.index.num_examples()
-            )));
+            ));
         }
         self.pace
             .load_state(state.pace)
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(|e| e.to_string())?;
         self.index = index;
         Ok(())
     }
@@ -353,8 +377,8 @@ pub struct SplAdviseConfig {
     pub seed: u64,
 }
 
-/// The saved state of [`SplAdvise`] (`selection.json`; the network and its optimiser are
-/// records of their own).
+/// The saved state of [`SplAdvise`] (in `curricula.json`, under [`SELECTION`]; the network and
+/// its optimiser are files of their own).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct SplAdviseState {
     pace: PaceState,
@@ -380,6 +404,8 @@ pub struct SplAdvise<B: AutodiffBackend, M, O> {
     /// Sum and count of the magnet losses of the current epoch.
     epoch_loss: (f64, usize),
     refresh_seconds: f64,
+    /// Examples of the current epoch's selection.
+    selected: usize,
 }
 
 impl<B, M, O> SplAdvise<B, M, O>
@@ -424,6 +450,7 @@ where
             magnet_steps: 0,
             epoch_loss: (0.0, 0),
             refresh_seconds: 0.0,
+            selected: 0,
         })
     }
 
@@ -509,13 +536,18 @@ where
     }
 }
 
-impl<B, M, O> ExampleSelector<B> for SplAdvise<B, M, O>
+impl<B, M, O, K> Hook<B, K> for SplAdvise<B, M, O>
 where
     B: AutodiffBackend,
-    M: Backbone<B> + AutodiffModule<B>,
+    M: Backbone<B> + AutodiffModule<B> + 'static,
     M::InnerModule: Backbone<B::InnerBackend>,
-    O: Optimizer<EmbeddingNet<B, M>, B>,
+    O: Optimizer<EmbeddingNet<B, M>, B> + 'static,
+    K: SupervisedStep<B>,
 {
+    fn name(&self) -> &'static str {
+        SELECTION
+    }
+
     fn describe(&self) -> serde_json::Value {
         serde_json::json!({
             "method": "spl_advise",
@@ -525,40 +557,65 @@ where
         })
     }
 
-    fn needs_losses(&self, epoch: usize) -> bool {
-        !self.pace.in_warmup(epoch)
+    fn check(&mut self, run: &mut RunView<'_, B, K>) -> Result<(), TrainError> {
+        if run.step.num_examples() != self.labels.len() {
+            return Err(TrainError::Hook {
+                hook: SELECTION,
+                step: 0,
+                reason: format!(
+                    "SPL-ADVisE embeds {} images, the run trains on {}: give it the run's \
+                     training set",
+                    self.labels.len(),
+                    run.step.num_examples()
+                ),
+            });
+        }
+        Ok(())
     }
 
-    fn select(&mut self, epoch: usize, losses: Option<&[f32]>) -> Result<Vec<usize>, TrainError> {
+    fn epoch_start(&mut self, run: &mut RunView<'_, B, K>, epoch: usize) -> Result<(), TrainError> {
         self.refresh(epoch)?;
         self.epoch_loss = (0.0, 0);
-        let Some(losses) = losses else {
-            return Ok(self.pace.select_all(self.labels.len()));
+        let pool = if self.pace.in_warmup(epoch) {
+            self.pace.select_all(self.labels.len())
+        } else {
+            let losses = run.step.example_losses()?;
+            let index = self.sampler.as_ref().expect("refreshed").index();
+            let groups = index.assignments().to_vec();
+            self.pace.select(epoch, &losses, &groups)?
         };
-        let index = self.sampler.as_ref().expect("refreshed").index();
-        let groups = index.assignments().to_vec();
-        self.pace.select(epoch, losses, &groups)
+        self.selected = pool.len();
+        run.select(pool)
     }
 
-    fn after_step(&mut self, _: usize) -> Result<Vec<(String, f64)>, TrainError> {
-        let mut sum = 0.0;
-        for _ in 0..self.config.steps_per_student_step {
-            sum += self.magnet_step()?;
-        }
+    fn after_step(
+        &mut self,
+        _: &mut RunView<'_, B, K>,
+        _: Progress,
+        _: f64,
+    ) -> Result<Vec<(String, f64)>, TrainError> {
+        let mut columns = vec![("selected".to_string(), self.selected as f64)];
         let steps = self.config.steps_per_student_step;
         if steps == 0 {
-            return Ok(Vec::new());
+            return Ok(columns);
+        }
+        let mut sum = 0.0;
+        for _ in 0..steps {
+            sum += self.magnet_step()?;
         }
         self.epoch_loss.0 += sum;
         self.epoch_loss.1 += steps;
-        Ok(vec![("magnet_loss".into(), sum / steps as f64)])
+        columns.push(("magnet_loss".into(), sum / steps as f64));
+        Ok(columns)
     }
 
-    fn end_epoch(&mut self) {
+    fn epoch_end(
+        &mut self,
+        run: &mut RunView<'_, B, K>,
+        _: usize,
+        _: bool,
+    ) -> Result<EpochReport, TrainError> {
         self.pace.advance_epoch();
-    }
-
-    fn epoch_stats(&self) -> Vec<(String, f64)> {
         let groups = self.index().map_or(0, ClusterIndex::num_clusters);
         let mut stats = self.pace.stats(groups);
         let (sum, count) = self.epoch_loss;
@@ -566,23 +623,31 @@ where
             "magnet_loss".into(),
             if count > 0 { sum / count as f64 } else { 0.0 },
         ));
-        stats.push(("refresh_seconds".into(), self.refresh_seconds));
-        stats
+        let mut columns = selected_columns(self.selected, run.step.num_examples());
+        columns.extend(as_columns(stats));
+        columns.push((
+            "refresh_seconds".into(),
+            Cell::Rounded(self.refresh_seconds, 3),
+        ));
+        Ok(EpochReport {
+            columns,
+            note: None,
+        })
     }
 
-    fn save(&self) -> Result<Vec<(&'static str, Vec<u8>)>, TrainError> {
+    fn state(&self) -> Option<serde_json::Value> {
         let state = SplAdviseState {
             pace: self.pace.state(),
             index: self.index().map(ClusterIndex::state),
             sampler: self.sampler.as_ref().map(MagnetSampler::state),
             magnet_steps: self.magnet_steps,
         };
+        Some(serde_json::to_value(state).expect("JSON value"))
+    }
+
+    fn files(&self) -> Result<Vec<(&'static str, Vec<u8>)>, TrainError> {
         let optimizer = self.optimizer.as_ref().expect("put back after every step");
         Ok(vec![
-            (
-                files::SELECTION,
-                serde_json::to_vec(&state).expect("JSON value"),
-            ),
             (
                 files::EMBEDDING,
                 record_bytes::<B, _>(self.net.clone().into_record(), "embedding network")?,
@@ -594,22 +659,20 @@ where
         ])
     }
 
-    fn load(&mut self, checkpoint: &Path) -> Result<(), TrainError> {
-        let path = checkpoint.join(files::SELECTION);
-        let state: SplAdviseState = read_json(&path)?;
+    fn load_files(&mut self, _: &mut RunView<'_, B, K>, dir: &Path) -> Result<(), TrainError> {
         let bad = |reason: String| TrainError::Checkpoint {
-            path: path.clone(),
+            path: dir.to_path_buf(),
             reason,
         };
         for name in [files::EMBEDDING, files::EMBEDDING_OPTIMIZER] {
-            if !checkpoint.join(name).is_file() {
+            if !dir.join(name).is_file() {
                 return Err(bad(format!(
                     "{name} is missing: the checkpoint is not of an SPL-ADVisE run"
                 )));
             }
         }
         let record = read_record_file::<B, <EmbeddingNet<B, M> as burn::module::Module<B>>::Record>(
-            &checkpoint.join(files::EMBEDDING),
+            &dir.join(files::EMBEDDING),
             &self.device,
         )?;
         let expected = crate::train::checkpoint::shapes(&self.net);
@@ -619,42 +682,117 @@ where
                 "its embedding network has other shapes than this run's".into(),
             ));
         }
-        let record = read_record_file::<B, O::Record>(
-            &checkpoint.join(files::EMBEDDING_OPTIMIZER),
-            &self.device,
-        )?;
+        let record =
+            read_record_file::<B, O::Record>(&dir.join(files::EMBEDDING_OPTIMIZER), &self.device)?;
         let optimizer = self.optimizer.take().expect("put back after every step");
         self.optimizer = Some(optimizer.load_record(record));
         self.net = net;
+        Ok(())
+    }
+
+    fn load_state(
+        &mut self,
+        _: &mut RunView<'_, B, K>,
+        state: Option<serde_json::Value>,
+    ) -> Result<(), String> {
+        let state: SplAdviseState =
+            from_state(state.ok_or("the checkpoint holds no selection state")?)?;
         self.pace
             .load_state(state.pace)
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(|e| e.to_string())?;
         self.sampler = match (state.index, state.sampler) {
             (Some(index), Some(sampler_state)) => {
-                let index = ClusterIndex::from_state(index).map_err(|e| bad(e.to_string()))?;
+                let index = ClusterIndex::from_state(index).map_err(|e| e.to_string())?;
                 if index.num_examples() != self.labels.len() {
-                    return Err(bad(format!(
+                    return Err(format!(
                         "its clusters cover {} examples, this run's data {}",
                         index.num_examples(),
                         self.labels.len()
-                    )));
+                    ));
                 }
-                let mut sampler = self
-                    .config
-                    .sampler
-                    .init(index)
-                    .map_err(|e| bad(e.to_string()))?;
+                let mut sampler = self.config.sampler.init(index).map_err(|e| e.to_string())?;
                 sampler
                     .load_state(sampler_state)
-                    .map_err(|e| bad(e.to_string()))?;
+                    .map_err(|e| e.to_string())?;
                 Some(sampler)
             }
             (None, None) => None,
-            _ => return Err(bad("holds clusters without a sampler or the reverse".into())),
+            _ => return Err("holds clusters without a sampler or the reverse".into()),
         };
         self.magnet_steps = state.magnet_steps;
         Ok(())
     }
+}
+
+/// Random sampling: every example, every epoch (the baseline of SPL-ADVisE's Table 1), as a
+/// selection hook so that its runs log the same columns as the self-paced ones.
+#[derive(Debug, Clone, Default)]
+pub struct RandomSampling {
+    selected: usize,
+}
+
+impl RandomSampling {
+    /// Random sampling over the run's training set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl<B: AutodiffBackend, K: SupervisedStep<B>> Hook<B, K> for RandomSampling {
+    fn name(&self) -> &'static str {
+        SELECTION
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({ "method": "random" })
+    }
+
+    fn epoch_start(&mut self, run: &mut RunView<'_, B, K>, _: usize) -> Result<(), TrainError> {
+        self.selected = run.step.num_examples();
+        Ok(())
+    }
+
+    fn after_step(
+        &mut self,
+        _: &mut RunView<'_, B, K>,
+        _: Progress,
+        _: f64,
+    ) -> Result<Vec<(String, f64)>, TrainError> {
+        Ok(vec![("selected".into(), self.selected as f64)])
+    }
+
+    fn epoch_end(
+        &mut self,
+        run: &mut RunView<'_, B, K>,
+        _: usize,
+        _: bool,
+    ) -> Result<EpochReport, TrainError> {
+        Ok(EpochReport {
+            columns: selected_columns(self.selected, run.step.num_examples()),
+            note: None,
+        })
+    }
+}
+
+/// The name of every selection hook: its key in `curricula.json` and the record's hooks (one
+/// selection per run).
+pub const SELECTION: &str = "selection";
+
+fn selected_columns(selected: usize, examples: usize) -> Vec<Column> {
+    vec![
+        ("selected".into(), Cell::Value(selected as f64)),
+        (
+            "selected_fraction".into(),
+            Cell::Value(selected as f64 / examples as f64),
+        ),
+    ]
+}
+
+fn as_columns(stats: Vec<(String, f64)>) -> Vec<Column> {
+    stats
+        .into_iter()
+        .map(|(name, v)| (name.into(), Cell::Value(v)))
+        .collect()
 }
 
 #[cfg(test)]

@@ -12,8 +12,10 @@
 //! | `meta.json` | the kind of run, epochs done, the next step, the seeds, the SHA-256 of every other file and the parameter shapes of the networks |
 //!
 //! A supervised run ([`CheckpointKind::Supervised`]) writes `online.mpk` (the classifier),
-//! `backbone.mpk`, `optimizer.mpk`, `run.json`, and its example selector's files:
-//! `selection.json` and, for SPL-ADVisE, `embedding.mpk` and `embedding_optimizer.mpk`.
+//! `backbone.mpk`, `optimizer.mpk`, `run.json` and `curricula.json` (its example selection's
+//! state under the selection hook's name). Hooks may add files of their own
+//! ([`Hook::files`](super::hook::Hook::files)): SPL-ADVisE's `embedding.mpk` and
+//! `embedding_optimizer.mpk`.
 //!
 //! The records are named MessagePack in full precision (burn's `NamedMpkBytesRecorder`). Every
 //! random draw of training is keyed by `(seed, epoch)` (batch order) or `(seed, step)`
@@ -43,12 +45,14 @@ use super::TrainError;
 
 /// Version of the checkpoint layout written by this crate (2: checksums, shapes and `run.json`;
 /// 3: `curricula.json`; 4: crop-and-rotate's object boxes in `curricula.json`; 5: the `kind` of
-/// run in `meta.json`, and the supervised trainer's checkpoints).
-pub const FORMAT_VERSION: u32 = 5;
+/// run in `meta.json`, and the supervised trainer's checkpoints; 6: one loop for both kinds, a
+/// supervised checkpoint keeps its selection in `curricula.json` and its hooks' files).
+pub const FORMAT_VERSION: u32 = 6;
 
 /// The layout versions this build reads: 3 (whose `curricula.json` has no object boxes, read as
-/// none: no run of that layout used them), 4 (no `kind`: self-supervised) and 5.
-pub const READABLE_VERSIONS: [u32; 3] = [3, 4, FORMAT_VERSION];
+/// none: no run of that layout used them), 4 (no `kind`: self-supervised), 5 (a supervised one
+/// is read for evaluation; its record refuses a resume) and 6.
+pub const READABLE_VERSIONS: [u32; 4] = [3, 4, 5, FORMAT_VERSION];
 
 /// Which trainer wrote a checkpoint, and so which files it must hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -57,17 +61,26 @@ pub enum CheckpointKind {
     /// The self-supervised [`Trainer`](super::Trainer) ([`files::CHECKSUMMED`]).
     #[default]
     SelfSupervised,
-    /// The supervised [`SupervisedTrainer`](super::supervised::SupervisedTrainer)
-    /// ([`files::SUPERVISED`], plus the files of its example selection).
+    /// A supervised run ([`Supervised`](super::supervised::Supervised), [`files::SUPERVISED`],
+    /// plus its hooks' files).
     Supervised,
 }
 
 impl CheckpointKind {
-    /// The files every checkpoint of this kind holds besides `meta.json`.
-    pub fn required_files(self) -> &'static [&'static str] {
+    /// The files every checkpoint of this kind and layout `version` holds besides `meta.json`.
+    pub fn required_files(self, version: u32) -> &'static [&'static str] {
         match self {
             Self::SelfSupervised => &files::CHECKSUMMED,
+            Self::Supervised if version <= 5 => &files::SUPERVISED_V5,
             Self::Supervised => &files::SUPERVISED,
+        }
+    }
+
+    /// The kind in words, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::SelfSupervised => "self-supervised",
+            Self::Supervised => "supervised",
         }
     }
 }
@@ -100,15 +113,20 @@ pub mod files {
     pub const EPOCHS: &str = "epochs.csv";
     /// Files every self-supervised checkpoint holds besides `meta.json`.
     pub const CHECKSUMMED: [&str; 6] = [ONLINE, BACKBONE, METHOD, OPTIMIZER, RUN, CURRICULA];
-    /// The supervised trainer's example selection: its pace, clusters and sampler, as JSON.
+    /// A supervised checkpoint of layout 5: its example selection's pace, clusters and sampler,
+    /// as JSON (layout 6 keeps them in `curricula.json`).
     pub const SELECTION: &str = "selection.json";
-    /// SPL-ADVisE's embedding network.
+    /// SPL-ADVisE's embedding network (a file of its selection hook).
     pub const EMBEDDING: &str = "embedding.mpk";
     /// The embedding network's optimiser state.
     pub const EMBEDDING_OPTIMIZER: &str = "embedding_optimizer.mpk";
     /// Files every supervised checkpoint holds besides `meta.json` (`online.mpk` is the
-    /// classifier, `backbone.mpk` its backbone).
-    pub const SUPERVISED: [&str; 5] = [ONLINE, BACKBONE, OPTIMIZER, RUN, SELECTION];
+    /// classifier, `backbone.mpk` its backbone; the selection's state is in `curricula.json`
+    /// under its hook's name).
+    pub const SUPERVISED: [&str; 5] = [ONLINE, BACKBONE, OPTIMIZER, RUN, CURRICULA];
+    /// Files of a supervised checkpoint of layout 5 (its own trainer, the selection's state in
+    /// `selection.json`): read for evaluation, not resumed.
+    pub const SUPERVISED_V5: [&str; 5] = [ONLINE, BACKBONE, OPTIMIZER, RUN, SELECTION];
 
     /// The name of the checkpoint written after `epoch` epochs.
     pub fn checkpoint_name(epoch: usize) -> String {
@@ -463,12 +481,16 @@ pub fn read_meta(checkpoint: &Path) -> Result<CheckpointMeta, TrainError> {
 /// # Errors
 /// Naming the first file that is missing, unreadable or damaged.
 pub fn verify(checkpoint: &Path, meta: &CheckpointMeta) -> Result<(), TrainError> {
-    let required = meta.kind.required_files().iter().copied();
+    let required = meta
+        .kind
+        .required_files(meta.format_version)
+        .iter()
+        .copied();
     let recorded = meta
         .checksums
         .keys()
         .map(String::as_str)
-        .filter(|name| !meta.kind.required_files().contains(name));
+        .filter(|name| !meta.kind.required_files(meta.format_version).contains(name));
     for name in required.chain(recorded) {
         if name.contains(['/', '\\']) || name.starts_with('.') {
             return Err(TrainError::Checkpoint {
@@ -607,8 +629,9 @@ mod tests {
         }
     }
 
-    /// Versions 3 (before the object boxes) and 4 (before `kind`) are still read, as
-    /// self-supervised; 2 and a future 6 are refused, saying which versions this build reads.
+    /// Versions 3 (before the object boxes), 4 (before `kind`) and 5 (before the one loop) are
+    /// still read, as self-supervised without a `kind`; 2 and a future 7 are refused, saying which
+    /// versions this build reads.
     #[test]
     fn older_layouts_are_read_or_refused_by_version() {
         let dir = std::env::temp_dir().join(format!("curriculum-ssl-meta-{}", std::process::id()));
@@ -627,18 +650,18 @@ mod tests {
             })
             .to_string()
         };
-        for version in [3, 4, 5] {
+        for version in [3, 4, 5, 6] {
             fs::write(dir.join(files::META), meta(version)).unwrap();
             let read = read_meta(&dir).unwrap();
             assert_eq!((read.format_version, read.epoch), (version, 2));
             assert_eq!(read.kind, CheckpointKind::SelfSupervised);
         }
-        for version in [2, 6] {
+        for version in [2, 7] {
             fs::write(dir.join(files::META), meta(version)).unwrap();
             let err = read_meta(&dir).unwrap_err().to_string();
             assert!(
                 err.contains(&format!("layout version {version}"))
-                    && err.contains("reads versions 3 to 5"),
+                    && err.contains("reads versions 3 to 6"),
                 "{err}"
             );
         }

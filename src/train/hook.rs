@@ -1,38 +1,40 @@
-//! The training loop's one extension point: a [`Hook`] watches or steers training.
+//! The training loop's one extension point: a [`Hook`] watches or steers training, of every
+//! kind (self-supervised or supervised: a hook is written for the [`Step`]s it can serve).
 //!
 //! A hook is called at fixed points of the loop (the order of a run of `E` epochs):
 //!
 //! ```text
 //! build:        check(run)                          # before any work (e.g. the backbone fits)
-//!               load_state(run, saved)              # on resume: what the checkpoint kept
-//! each epoch:   epoch_start(run, epoch)             # e.g. recompute crop-and-rotate's boxes
-//!   each step:  attempt_start()                     # an attempt at the step: views drawn next
+//!               load_files(run, dir), load_state(run, saved)   # on resume
+//! each epoch:   epoch_start(run, epoch)             # e.g. select the epoch's examples (SPLD)
+//!   each step:  attempt_start()                     # an attempt at the step: inputs drawn next
 //!               before_forward(run, batch)          # e.g. hand the batch's boxes to the method
 //!               after_forward(output, progress)     # Apply, or Redraw the batch (e.g. curation)
-//!               after_step(progress, loss)          # the hook's columns of steps.csv
+//!               after_step(run, progress, loss)     # the hook's columns of steps.csv
 //!               epoch_end(run, epoch, last)         # its columns of epochs.csv (e.g. kNN)
-//!               state()                             # kept in every checkpoint (curricula.json)
+//!               state(), files()                    # kept in every checkpoint
 //! ```
 //!
-//! The loop knows no hook by name: Fréchet batch curation, crop-and-rotate's object boxes and the
-//! kNN monitor are hooks (`crate::hooks`), and so can be a user's own curriculum
-//! (`examples/custom_hook.rs`). Each hook owns its state: [`Hook::state`] is written under the
-//! hook's [`Hook::name`] in every checkpoint's `curricula.json`, and a resumed run gives it back
-//! with [`Hook::load_state`]; [`Hook::describe`] is its settings, saved in the run's record and
+//! The loop knows no hook by name: Fréchet batch curation, crop-and-rotate's object boxes, the
+//! kNN monitor (`crate::hooks`) and SPLD / SPL-ADVisE's example selection
+//! (`crate::spl_advise::selection`) are hooks, and so can be a user's own curriculum
+//! (`examples/custom_hook.rs`). A hook that watches self-supervised training is written for
+//! every [`SelfSupervisedStep`](super::SelfSupervisedStep), one that selects a classifier's
+//! examples for every [`SupervisedStep`](super::supervised::SupervisedStep). Each hook owns its
+//! state: [`Hook::state`] is written under the hook's [`Hook::name`] in every checkpoint's
+//! `curricula.json` (and [`Hook::files`] beside it), and a resumed run gives it back with
+//! [`Hook::load_state`]; [`Hook::describe`] is its settings, saved in the run's record and
 //! compared on resume like the trainer's own.
 
 use std::any::Any;
+use std::path::Path;
 
-use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 
 use super::run_log::Column;
+use super::step::Step;
 use super::TrainError;
-use crate::base::geometry::ViewGeometry;
 use crate::base::Progress;
-use crate::data::{Dataset, HostBatch, ImageItem};
-use crate::method::{MethodOutput, SslMethod};
-use crate::pipeline::Augmenter;
 
 /// What a hook decides about an attempt at a step, once the forward pass has run and before
 /// anything is applied.
@@ -40,7 +42,7 @@ use crate::pipeline::Augmenter;
 pub enum Verdict {
     /// Train on this attempt.
     Apply,
-    /// Drop this attempt (its graph, without an optimiser step) and draw the batch's views
+    /// Drop this attempt (its graph, without an optimiser step) and draw the batch's inputs
     /// again: the next attempt draws from its own stream keyed by `(step, attempt)`.
     Redraw,
 }
@@ -55,77 +57,76 @@ pub struct EpochReport {
     pub note: Option<String>,
 }
 
-/// The run as a hook sees it: the method (its networks and states), the augmentation, the
-/// training images and where training stands.
-pub struct RunView<'a, B: AutodiffBackend, S> {
-    /// The method.
-    pub method: &'a mut S,
-    /// The augmentation (its view-1 normalisation is what an unaugmented image gets).
-    pub augmenter: &'a Augmenter,
+/// The run as a hook sees it: the step (its networks, data and augmentation, through the
+/// step's own methods), the device, the plan, and the epoch's selection of examples.
+pub struct RunView<'a, B: AutodiffBackend, K> {
+    /// The step: for a self-supervised run a
+    /// [`SelfSupervisedStep`](super::SelfSupervisedStep) (the method, the augmenter, the
+    /// training images); for a supervised one a
+    /// [`SupervisedStep`](super::supervised::SupervisedStep) (the classifier, the per-example
+    /// losses).
+    pub step: &'a mut K,
     /// The device the run trains on.
     pub device: &'a B::Device,
     /// Epochs of the whole run.
     pub epochs: usize,
-    /// Images per batch.
+    /// Examples per batch.
     pub batch_size: usize,
-    pub(crate) dataset: &'a dyn Dataset<ImageItem>,
+    pub(crate) pool: &'a mut Option<(&'static str, Vec<usize>)>,
+    pub(crate) hook: &'static str,
+    pub(crate) at_step: usize,
 }
 
-impl<B: AutodiffBackend, S: SslMethod<B>> RunView<'_, B, S> {
-    /// Images in the training set.
-    pub fn num_training_images(&self) -> usize {
-        self.dataset.len()
-    }
-
-    /// The training images `start..end` (dataset order) as the network sees `view1`
-    /// unaugmented: scaled to `[0, 1]` and normalised as `view1` is; on the inner backend.
+impl<B: AutodiffBackend, K: Step<B>> RunView<'_, B, K> {
+    /// Selects the examples this epoch draws its batches from (indices into the training set),
+    /// in [`Hook::epoch_start`]; without a selection an epoch draws from every example. Every
+    /// epoch still takes its planned number of steps: the pool is reshuffled when used up.
     ///
     /// # Errors
-    /// If the dataset cannot give an image of the range.
-    pub fn training_images(
-        &self,
-        start: usize,
-        end: usize,
-    ) -> Result<Tensor<B::InnerBackend, 4>, TrainError> {
-        let source = std::path::Path::new("training images");
-        let indices: Vec<usize> = (start..end).collect();
-        let items = indices
-            .iter()
-            .map(|&i| {
-                self.dataset
-                    .get(i)
-                    .ok_or_else(|| crate::data::DataError::Request {
-                        path: source.to_path_buf(),
-                        reason: format!(
-                            "the dataset has no item {i} although its length is {}",
-                            self.dataset.len()
-                        ),
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let batch = HostBatch::from_items(source, &items, indices)?;
-        let mut images = batch.to_device::<B::InnerBackend>(self.device).images;
-        if let Some(normalize) = &self.augmenter.config().view1.normalize {
-            images = normalize.apply(images);
+    /// If the pool is empty, names an example the data lack, or another hook selected already.
+    pub fn select(&mut self, pool: Vec<usize>) -> Result<(), TrainError> {
+        let fail = |reason: String| TrainError::Hook {
+            hook: self.hook,
+            step: self.at_step,
+            reason,
+        };
+        if let Some((other, _)) = self.pool.as_ref() {
+            return Err(fail(format!(
+                "hook `{other}` selected this epoch's examples already; one hook selects"
+            )));
         }
-        Ok(images)
+        let n = self.step.num_examples();
+        if pool.is_empty() || pool.iter().any(|&i| i >= n) {
+            return Err(fail(format!(
+                "the selection chose {} examples, some outside the {n} training examples",
+                pool.len()
+            )));
+        }
+        *self.pool = Some((self.hook, pool));
+        Ok(())
+    }
+
+    /// The examples this epoch draws from, if a hook selected them.
+    pub fn selected(&self) -> Option<&[usize]> {
+        self.pool.as_ref().map(|(_, p)| p.as_slice())
     }
 }
 
 /// The batch of an attempt at a step, as the forward pass will see it.
 #[derive(Debug, Clone, Copy)]
-pub struct BatchView<'a> {
+pub struct BatchView<'a, I> {
     /// Where training stands.
     pub progress: Progress,
-    /// The batch's training images, by dataset index.
+    /// The batch's training examples, by dataset index.
     pub indices: &'a [usize],
-    /// Where each image of each view came from (`geometry[v][n]`: view `v + 1`, image `n`).
-    pub geometry: &'a [Vec<ViewGeometry>; 2],
+    /// The attempt's inputs (for a self-supervised run, the two views and where each image of
+    /// each came from).
+    pub inputs: &'a I,
 }
 
 /// Something that watches or steers training (see the module docs). Every method has a default
 /// that does nothing, so a hook implements only the points it needs.
-pub trait Hook<B: AutodiffBackend, S: SslMethod<B> + 'static>: Any {
+pub trait Hook<B: AutodiffBackend, K: Step<B>>: Any {
     /// The hook's name: its key in `curricula.json` and in the run record's hooks, unique in a
     /// run.
     fn name(&self) -> &'static str;
@@ -147,7 +148,7 @@ pub trait Hook<B: AutodiffBackend, S: SslMethod<B> + 'static>: Any {
     ///
     /// # Errors
     /// Naming what does not fit.
-    fn check(&mut self, run: &mut RunView<'_, B, S>) -> Result<(), TrainError> {
+    fn check(&mut self, run: &mut RunView<'_, B, K>) -> Result<(), TrainError> {
         let _ = run;
         Ok(())
     }
@@ -156,7 +157,7 @@ pub trait Hook<B: AutodiffBackend, S: SslMethod<B> + 'static>: Any {
     ///
     /// # Errors
     /// If the hook cannot do its work.
-    fn epoch_start(&mut self, run: &mut RunView<'_, B, S>, epoch: usize) -> Result<(), TrainError> {
+    fn epoch_start(&mut self, run: &mut RunView<'_, B, K>, epoch: usize) -> Result<(), TrainError> {
         let _ = (run, epoch);
         Ok(())
     }
@@ -165,7 +166,7 @@ pub trait Hook<B: AutodiffBackend, S: SslMethod<B> + 'static>: Any {
     fn attempt_start(&mut self) {}
 
     /// After the attempt's views are drawn, before the forward pass.
-    fn before_forward(&mut self, run: &mut RunView<'_, B, S>, batch: &BatchView<'_>) {
+    fn before_forward(&mut self, run: &mut RunView<'_, B, K>, batch: &BatchView<'_, K::Inputs>) {
         let _ = (run, batch);
     }
 
@@ -176,7 +177,7 @@ pub trait Hook<B: AutodiffBackend, S: SslMethod<B> + 'static>: Any {
     /// If the hook cannot judge the attempt (e.g. the method gives no embeddings).
     fn after_forward(
         &mut self,
-        output: &MethodOutput<B>,
+        output: &K::Output,
         progress: Progress,
     ) -> Result<Verdict, TrainError> {
         let _ = (output, progress);
@@ -185,9 +186,17 @@ pub trait Hook<B: AutodiffBackend, S: SslMethod<B> + 'static>: Any {
 
     /// After the optimiser step and the method's own update: the hook's columns of the step's
     /// row of `steps.csv` (the same names at every step).
-    fn after_step(&mut self, progress: Progress, loss: f64) -> Vec<(String, f64)> {
-        let _ = (progress, loss);
-        Vec::new()
+    ///
+    /// # Errors
+    /// If the hook's own work fails (e.g. a network it trains beside the run).
+    fn after_step(
+        &mut self,
+        run: &mut RunView<'_, B, K>,
+        progress: Progress,
+        loss: f64,
+    ) -> Result<Vec<(String, f64)>, TrainError> {
+        let _ = (run, progress, loss);
+        Ok(Vec::new())
     }
 
     /// At the end of every epoch (`last`: the run's last), before its checkpoint.
@@ -196,12 +205,31 @@ pub trait Hook<B: AutodiffBackend, S: SslMethod<B> + 'static>: Any {
     /// If the hook cannot do its work.
     fn epoch_end(
         &mut self,
-        run: &mut RunView<'_, B, S>,
+        run: &mut RunView<'_, B, K>,
         epoch: usize,
         last: bool,
     ) -> Result<EpochReport, TrainError> {
         let _ = (run, epoch, last);
         Ok(EpochReport::default())
+    }
+
+    /// Binary files the hook keeps in every checkpoint besides its state (e.g. a network it
+    /// trains beside the run), by file name; checksummed with the checkpoint's own.
+    ///
+    /// # Errors
+    /// If a record cannot be serialised.
+    fn files(&self) -> Result<Vec<(&'static str, Vec<u8>)>, TrainError> {
+        Ok(Vec::new())
+    }
+
+    /// Reads back the files [`Hook::files`] wrote, from the verified checkpoint `dir`, before
+    /// [`Hook::load_state`].
+    ///
+    /// # Errors
+    /// If a file is missing or does not fit this hook.
+    fn load_files(&mut self, run: &mut RunView<'_, B, K>, dir: &Path) -> Result<(), TrainError> {
+        let _ = (run, dir);
+        Ok(())
     }
 
     /// What a checkpoint keeps of the hook (`None`: nothing).
@@ -215,7 +243,7 @@ pub trait Hook<B: AutodiffBackend, S: SslMethod<B> + 'static>: Any {
     /// Saying why the state does not fit this hook or this run.
     fn load_state(
         &mut self,
-        run: &mut RunView<'_, B, S>,
+        run: &mut RunView<'_, B, K>,
         state: Option<serde_json::Value>,
     ) -> Result<(), String> {
         let _ = run;

@@ -1,36 +1,38 @@
-//! The training loop: a seeded, resumable run of any [`SslMethod`] with any optimiser, steered
-//! by [`Hook`]s.
+//! The one training loop: a seeded, resumable run of any [`Step`] (self-supervised:
+//! [`SelfSupervised`], any [`SslMethod`] on two views; supervised with example selection:
+//! [`supervised::Supervised`]), steered by [`Hook`]s.
 //!
 //! [`Trainer::fit`] reads like the algorithm box of the papers:
 //!
 //! ```text
 //! for epoch in epochs:
-//!     hooks.epoch_start                                       # e.g. crop-and-rotate's boxes
-//!     for batch in loader.epoch(epoch):                       # order keyed by (seed, epoch)
-//!         for attempt in 0..:                                 # hooks may ask for a redraw
-//!             view1, view2 = augment(batch, key = (step, attempt))
-//!             hooks.before_forward(batch, views)
-//!             out = method.forward(view1, view2, progress)    # stochastic layers seeded by step
+//!     hooks.epoch_start                          # e.g. crop-and-rotate's boxes, SPLD's selection
+//!     for batch in step.epoch(epoch, pool):      # order keyed by (seed, epoch); a hook's pool
+//!         for attempt in 0..:                    # hooks may ask for a redraw
+//!             inputs = step.attempt(batch, key = (step, attempt))   # e.g. the two views
+//!             hooks.before_forward(batch, inputs)
+//!             out = step.forward(inputs, progress)                  # stochastic layers seeded by step
 //!             if every hook says Apply: break
-//!         online = optimiser.step(lr(step), online, grad(out.loss))
-//!         read loss and statistics (one transfer); stop naming the step if the loss is not finite
-//!         method.after_step(progress)                         # EMA, queue
-//!         augmenter.observe(loss); hooks.after_step           # their columns of steps.csv
-//!     hooks.epoch_end                                         # e.g. the kNN monitor
-//!     checkpoint every `checkpoint_every` epochs, with every hook's state
+//!         loss, stats = step.apply(out, lr(step))  # optimiser step, one transfer back
+//!         stop naming the step if the loss is not finite
+//!         step.after_step(progress, loss)        # EMA, queue, the self-paced AutoAugment
+//!         hooks.after_step                       # their columns of steps.csv
+//!     hooks.epoch_end; step.epoch_end            # e.g. the kNN monitor; a classifier's test accuracy
+//!     checkpoint every `checkpoint_every` epochs: the step's files and state, every hook's
 //! ```
 //!
-//! A run is built with [`Trainer::builder`]. The run directory ([`run_dir`]) holds
-//! `config.json` (the typed [`RunRecord`]), `steps.csv` and `epochs.csv` ([`run_log`], with the
-//! progress bar and the log lines) and `checkpoints/` ([`checkpoint`]). Whether a run may start
-//! or resume in a directory is decided before any work ([`run_dir::inspect`]); a resume names
-//! every setting that differs from the run's. Because every random draw is keyed by counters, a
-//! resumed run repeats exactly what an uninterrupted run does (on a deterministic backend such
-//! as the CPU's).
+//! A run is built with [`Trainer::builder`] (self-supervised) or [`Trainer::with_step`]. The run
+//! directory ([`run_dir`]) holds `config.json` (the typed [`RunRecord`]), `steps.csv` and
+//! `epochs.csv` ([`run_log`], with the progress bar and the log lines) and `checkpoints/`
+//! ([`checkpoint`]). Whether a run may start or resume in a directory is decided before any work
+//! ([`run_dir::inspect`]); a resume names every setting that differs from the run's. Because
+//! every random draw is keyed by counters, a resumed run repeats exactly what an uninterrupted
+//! run does (on a deterministic backend such as the CPU's).
 //!
-//! Everything that watches or steers training besides the method and the augmentation is a
-//! [`Hook`] ([`hook`]); the loop knows none of them by name. The crate's own are in
-//! `crate::hooks`: Fréchet batch curation, crop-and-rotate's object boxes, the kNN monitor.
+//! Everything that watches or steers training besides the step is a [`Hook`] ([`hook`]); the
+//! loop knows none of them by name. The crate's own are in `crate::hooks` (Fréchet batch
+//! curation, crop-and-rotate's object boxes, the kNN monitor) and `crate::spl_advise::selection`
+//! (SPLD, SPL-ADVisE, random sampling).
 //!
 //! Why not burn-train's `Learner`: its step is `forward → backward → optimiser step`, while a
 //! momentum encoder and a key queue must be updated after the optimiser step
@@ -45,12 +47,13 @@ pub mod checkpoint;
 pub mod hook;
 pub mod run_dir;
 pub mod run_log;
+pub mod self_supervised;
+pub mod step;
 pub mod supervised;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::module::Module;
 use burn::optim::Optimizer;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -61,19 +64,22 @@ use crate::base::seed::mix_seed;
 use crate::data::{DataError, Dataset, ImageItem, Loader};
 use crate::method::{Progress, SslMethod};
 use crate::optim::{WarmupCosine, WarmupCosineConfig};
-use crate::pipeline::{Augmenter, TwoViews};
-use ahead::{Batches, ReadyBatch, StepOf};
-use checkpoint::{
-    check_shapes, files, read_record, shapes, to_bytes, write_atomic, CheckpointDir, CheckpointMeta,
-};
+use crate::pipeline::Augmenter;
+use checkpoint::{files, write_atomic, CheckpointDir, CheckpointMeta};
 use hook::{BatchView, Hook, RunView, Verdict};
 use run_dir::{differences, Difference, Extension, RESUMABLE_CHANGES, RUN_FORMAT};
 use run_log::RunLog;
+use step::LrPlan;
 
 pub use checkpoint::{load_backbone, resolve_checkpoint};
 pub use hook::EpochReport;
 pub use run_dir::RunRecord;
 pub use run_log::{Cell, Column, EpochRecord, StepRecord};
+pub use self_supervised::{SelfSupervised, SelfSupervisedSettings, SelfSupervisedStep};
+pub use step::Step;
+
+/// The record as the loop keeps it: the caller's description and the step's settings as JSON.
+type LoopRecord = RunRecord<serde_json::Value, serde_json::Value>;
 
 /// Settings of a run.
 #[derive(Config, Debug)]
@@ -117,10 +123,14 @@ impl TrainConfig {
 }
 
 /// A run's hooks, in the order they are called.
-pub type Hooks<B, S> = Vec<Box<dyn Hook<B, S>>>;
+pub type Hooks<B, K> = Vec<Box<dyn Hook<B, K>>>;
 
-/// The augmenter's key in `curricula.json` (the hooks' states sit beside it, under their names).
-pub const AUGMENTER_STATE: &str = "augmenter";
+/// The step's key in `curricula.json` (the self-supervised step keeps its augmenter's adaptive
+/// state there); the hooks' states sit beside it, under their names.
+pub const STEP_STATE: &str = "augmenter";
+
+/// The augmenter's key in `curricula.json` ([`STEP_STATE`]).
+pub const AUGMENTER_STATE: &str = STEP_STATE;
 
 /// How a run starts in its directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -199,7 +209,7 @@ pub enum TrainError {
         /// What went wrong.
         reason: String,
     },
-    /// The supervised trainer's example selection failed (e.g. its embedding network's loss
+    /// A supervised run's example selection failed (e.g. its embedding network's loss
     /// became NaN).
     #[error("example selection: {reason}")]
     Selection {
@@ -251,30 +261,19 @@ pub struct TrainSummary {
     pub epochs: Vec<EpochRecord>,
 }
 
-/// Builds a [`Trainer`]: the parts of a run, then [`TrainerBuilder::build`] checks the settings
-/// and the run directory before any work.
-pub struct TrainerBuilder<B: AutodiffBackend, S, O, D> {
-    method: S,
-    optimizer: O,
-    augmenter: Augmenter,
-    loader: Loader<D>,
+/// Builds a [`Trainer`]: the step, then the loop's settings, the run directory and the hooks;
+/// [`TrainerBuilder::build`] checks them all and the run directory before any work.
+pub struct TrainerBuilder<B: AutodiffBackend, K> {
+    step: K,
     config: TrainConfig,
     description: serde_json::Value,
     run_dir: PathBuf,
-    hooks: Hooks<B, S>,
+    hooks: Hooks<B, K>,
     mode: StartMode,
-    augment_ahead: bool,
-    view_threads: bool,
 }
 
-impl<B, S, O, D> TrainerBuilder<B, S, O, D>
-where
-    B: AutodiffBackend,
-    S: SslMethod<B> + 'static,
-    O: Optimizer<S::Online, B>,
-    D: Dataset<ImageItem> + 'static,
-{
-    /// The trainer's settings (default: [`TrainConfig::new`]).
+impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
+    /// The loop's settings (default: [`TrainConfig::new`]).
     pub fn config(mut self, config: TrainConfig) -> Self {
         self.config = config;
         self
@@ -299,8 +298,14 @@ where
 
     /// Adds a hook (see [`hook`]): called after the ones added before it, its columns after
     /// theirs.
-    pub fn hook(mut self, hook: impl Hook<B, S>) -> Self {
+    pub fn hook(mut self, hook: impl Hook<B, K>) -> Self {
         self.hooks.push(Box::new(hook));
+        self
+    }
+
+    /// Adds a boxed hook (e.g. one chosen at run time).
+    pub fn boxed_hook(mut self, hook: Box<dyn Hook<B, K>>) -> Self {
+        self.hooks.push(hook);
         self
     }
 
@@ -310,65 +315,27 @@ where
         self
     }
 
-    /// Upload and augment each batch on a thread of its own while the step before runs
-    /// (default: `false`; turn it on for the CPU backend, where it pays). On the CPU the views
-    /// are the same either way (each step's draws are keyed by the step), so this only changes
-    /// the speed; it is not part of the run's settings. Leave it off on the cubecl backends
-    /// (wgpu, CUDA): with burn 0.21 two threads working on one device at once changed results
-    /// on wgpu (`docs/gpu.md`). An augmenter that learns from the losses
-    /// ([`Augmenter::is_adaptive`]) always augments between steps; a user's own curriculum
-    /// function (`Scheduler::custom`) is then called on that thread, up to two steps early, so
-    /// it must depend on its `Progress` alone.
-    pub fn augment_ahead(mut self, ahead: bool) -> Self {
-        self.augment_ahead = ahead;
-        self
-    }
-
-    /// Let the method back-propagate its two views' passes on two threads
-    /// ([`SslMethod::set_view_threads`]; default: `false`). On the CPU the gradients are the
-    /// same numbers either way, so this only changes the speed and is not part of the run's
-    /// settings. It pays on the CPU backend, where a convolution's backward pass keeps one core
-    /// busy; leave it off on the cubecl backends, as [`TrainerBuilder::augment_ahead`].
-    pub fn view_threads(mut self, on: bool) -> Self {
-        self.view_threads = on;
-        self
+    /// The step, to change its own settings before the build.
+    pub fn step_mut(&mut self) -> &mut K {
+        &mut self.step
     }
 
     /// Checks the settings and the run directory, resumes from the newest valid checkpoint when
     /// asked, and writes the run's `config.json`.
     ///
     /// # Errors
-    /// If a setting is impossible, the loader yields no full batch, the directory cannot hold
+    /// If a setting is impossible, the step yields no full batch, the directory cannot hold
     /// this run, or a resume finds other settings or only damaged checkpoints.
-    pub fn build(self, device: &B::Device) -> Result<Trainer<B, S, O, D>, TrainError> {
+    pub fn build(self, device: &B::Device) -> Result<Trainer<B, K>, TrainError> {
         let config = self.config;
         if config.epochs == 0 {
             return Err(ConfigError::new("epochs", "must be at least 1").into());
         }
         positive("lr", config.lr)?;
         non_negative("final_lr", config.final_lr)?;
-        let batch_size = self.loader.config().batch_size;
-        if batch_size < 2 {
-            return Err(ConfigError::new(
-                "batch_size",
-                format!(
-                    "must be at least 2, got {batch_size} (batch norm needs two values per \
-                     channel, and a contrastive loss needs negatives)"
-                ),
-            )
-            .into());
-        }
-        let batches = self.loader.num_batches();
-        if batches == 0 {
-            return Err(ConfigError::new(
-                "batch_size",
-                format!(
-                    "{} images give no full batch of {batch_size} (drop_last)",
-                    self.loader.dataset().len(),
-                ),
-            )
-            .into());
-        }
+        let mut step = self.step;
+        step.prepare(device)?;
+        let batches = step.batches_per_epoch();
         if config.warmup_epochs > config.epochs {
             return Err(ConfigError::new(
                 "warmup_epochs",
@@ -392,6 +359,13 @@ where
                 )
                 .into());
             }
+            if hook.name() == STEP_STATE {
+                return Err(ConfigError::new(
+                    "hooks",
+                    format!("`{STEP_STATE}` is the step's key; name the hook otherwise"),
+                )
+                .into());
+            }
             let settings = hook.describe();
             if !settings.is_null() {
                 hook_settings.insert(hook.name().to_string(), settings);
@@ -400,20 +374,14 @@ where
         let mut record = RunRecord {
             format: RUN_FORMAT.to_string(),
             train: config.clone(),
-            loader: self.loader.config().clone(),
-            augmentation: self.augmenter.config().clone(),
+            step: serde_json::to_value(step.settings()).expect("JSON value"),
             hooks: hook_settings,
             extensions: Vec::new(),
             run: self.description,
         };
-        let mut method = self.method;
-        method.set_view_threads(self.view_threads);
         let mut trainer = Trainer {
-            method,
-            optimizer: Some(self.optimizer),
-            schedule: config.schedule(config.epochs, batches)?,
-            augmenter: self.augmenter,
-            loader: self.loader,
+            schedule: step.lr_plan(&config, config.epochs)?,
+            step,
             hooks: self.hooks,
             checkpoints: CheckpointDir::new(&self.run_dir),
             log: RunLog::new(&self.run_dir, config.progress_bar),
@@ -421,23 +389,19 @@ where
             run_dir: self.run_dir,
             device: device.clone(),
             epoch: 0,
-            step: 0,
+            step_count: 0,
+            pool: None,
             resumed_from: None,
             last_checkpoint: None,
-            augment_ahead: self.augment_ahead,
         };
-        if trainer.method.uses_object_boxes()
-            && !trainer
+        for (capability, refusal) in trainer.step.needs() {
+            if !trainer
                 .hooks
                 .iter()
-                .any(|h| h.provides().contains(&crate::method::OBJECT_BOXES))
-        {
-            return Err(ConfigError::new(
-                "hooks",
-                "the method rotates inside object boxes (crop-and-rotate) and no hook provides \
-                 them (add curriculum_ssl::hooks::ObjectBoxesHook)",
-            )
-            .into());
+                .any(|h| h.provides().contains(&capability))
+            {
+                return Err(ConfigError::new("hooks", refusal).into());
+            }
         }
         trainer.with_hooks(|hook, run| hook.check(run))?;
         if run_dir::holds_a_run_to_resume(&trainer.run_dir, self.mode)? {
@@ -447,66 +411,111 @@ where
             .map_err(|e| checkpoint::write_error(&trainer.run_dir, e))?;
         let text = serde_json::to_vec_pretty(&record).expect("JSON value");
         write_atomic(&trainer.run_dir.join(files::CONFIG), &text)?;
-        trainer.log.resume_at(trainer.step, trainer.epoch)?;
+        trainer.log.resume_at(trainer.step_count, trainer.epoch)?;
         trainer.record = record;
         Ok(trainer)
     }
 }
 
-/// A run: method, optimiser, schedule, augmentation and data, with its run directory.
-pub struct Trainer<B: AutodiffBackend, S: SslMethod<B>, O: Optimizer<S::Online, B>, D> {
-    method: S,
-    optimizer: Option<O>,
-    schedule: WarmupCosine,
-    augmenter: Augmenter,
-    loader: Loader<D>,
-    hooks: Hooks<B, S>,
-    record: RunRecord,
+impl<B, S, O, D> TrainerBuilder<B, SelfSupervised<B, S, O, D>>
+where
+    B: AutodiffBackend,
+    S: SslMethod<B> + 'static,
+    O: Optimizer<S::Online, B> + 'static,
+    D: Dataset<ImageItem> + 'static,
+{
+    /// Upload and augment each batch on a thread of its own while the step before runs
+    /// (default: `false`; turn it on for the CPU backend, where it pays). On the CPU the views
+    /// are the same either way (each step's draws are keyed by the step), so this only changes
+    /// the speed; it is not part of the run's settings. Leave it off on the cubecl backends
+    /// (wgpu, CUDA): with burn 0.21 two threads working on one device at once changed results
+    /// on wgpu (`docs/gpu.md`). An augmenter that learns from the losses
+    /// ([`Augmenter::is_adaptive`]) always augments between steps; a user's own curriculum
+    /// function (`Scheduler::custom`) is then called on that thread, up to two steps early, so
+    /// it must depend on its `Progress` alone.
+    pub fn augment_ahead(mut self, ahead: bool) -> Self {
+        self.step.set_augment_ahead(ahead);
+        self
+    }
+
+    /// Let the method back-propagate its two views' passes on two threads
+    /// ([`SslMethod::set_view_threads`]; default: `false`). On the CPU the gradients are the
+    /// same numbers either way, so this only changes the speed and is not part of the run's
+    /// settings. It pays on the CPU backend, where a convolution's backward pass keeps one core
+    /// busy; leave it off on the cubecl backends, as [`TrainerBuilder::augment_ahead`].
+    pub fn view_threads(mut self, on: bool) -> Self {
+        self.step.method_mut().set_view_threads(on);
+        self
+    }
+}
+
+/// A run: a [`Step`] (what is trained, on what), its hooks, its learning-rate plan and its run
+/// directory, driven epoch by epoch by [`Trainer::fit`].
+pub struct Trainer<B: AutodiffBackend, K> {
+    step: K,
+    schedule: Box<dyn LrPlan>,
+    hooks: Hooks<B, K>,
+    record: LoopRecord,
     run_dir: PathBuf,
     checkpoints: CheckpointDir,
     log: RunLog,
     device: B::Device,
     epoch: usize,
-    step: usize,
+    step_count: usize,
+    /// The examples this epoch draws from, and the hook that selected them.
+    pool: Option<(&'static str, Vec<usize>)>,
     resumed_from: Option<PathBuf>,
     last_checkpoint: Option<PathBuf>,
-    /// Augment each batch on a thread of its own while the step before runs.
-    augment_ahead: bool,
 }
 
-impl<B, S, O, D> Trainer<B, S, O, D>
+impl<B, S, O, D> Trainer<B, SelfSupervised<B, S, O, D>>
 where
     B: AutodiffBackend,
     S: SslMethod<B> + 'static,
-    O: Optimizer<S::Online, B>,
+    O: Optimizer<S::Online, B> + 'static,
     D: Dataset<ImageItem> + 'static,
 {
-    /// A run of `method` with `optimizer` on the batches of `loader`, augmented by `augmenter`;
-    /// the rest is set on the builder.
+    /// A self-supervised run of `method` with `optimizer` on the batches of `loader`, augmented
+    /// by `augmenter`; the rest is set on the builder.
     pub fn builder(
         method: S,
         optimizer: O,
         augmenter: Augmenter,
         loader: Loader<D>,
-    ) -> TrainerBuilder<B, S, O, D> {
+    ) -> TrainerBuilder<B, SelfSupervised<B, S, O, D>> {
         TrainerBuilder {
-            method,
-            optimizer,
-            augmenter,
-            loader,
+            step: SelfSupervised::new(method, optimizer, augmenter, loader),
             config: TrainConfig::new(),
             description: serde_json::Value::Null,
             run_dir: PathBuf::from("runs/run"),
             hooks: Vec::new(),
             mode: StartMode::Fresh,
-            augment_ahead: false,
-            view_threads: false,
         }
     }
 
     /// The method (e.g. to read its networks after training).
     pub fn method(&self) -> &S {
-        &self.method
+        self.step.method()
+    }
+}
+
+impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
+    /// A run of `step`; the rest is set on the builder (e.g. a supervised run:
+    /// `Trainer::with_step(Supervised::new(..))`).
+    pub fn with_step(step: K) -> TrainerBuilder<B, K> {
+        TrainerBuilder {
+            step,
+            config: TrainConfig::new(),
+            description: serde_json::Value::Null,
+            run_dir: PathBuf::from("runs/run"),
+            hooks: Vec::new(),
+            mode: StartMode::Fresh,
+        }
+    }
+
+    /// The step (its networks, data and augmentation).
+    pub fn task(&self) -> &K {
+        &self.step
     }
 
     /// The run directory.
@@ -514,8 +523,8 @@ where
         &self.run_dir
     }
 
-    /// The run's record, as saved in `config.json`.
-    pub fn record(&self) -> &RunRecord {
+    /// The run's record, as saved in `config.json` (the step's settings as JSON).
+    pub fn record(&self) -> &RunRecord<serde_json::Value, serde_json::Value> {
         &self.record
     }
 
@@ -526,7 +535,12 @@ where
 
     /// Steps completed.
     pub fn step(&self) -> usize {
-        self.step
+        self.step_count
+    }
+
+    /// Optimiser steps per epoch.
+    pub fn steps_per_epoch(&self) -> usize {
+        self.step.batches_per_epoch()
     }
 
     /// The learning rate of a step.
@@ -535,39 +549,11 @@ where
     }
 
     /// The hook of type `H`, if the run has one (e.g. to read what it measured).
-    pub fn hook<H: Hook<B, S>>(&self) -> Option<&H> {
+    pub fn hook<H: Hook<B, K>>(&self) -> Option<&H> {
         self.hooks.iter().find_map(|hook| {
             let any: &dyn std::any::Any = hook.as_ref();
             any.downcast_ref::<H>()
         })
-    }
-
-    /// The run as hooks see it.
-    fn view(&mut self) -> (RunView<'_, B, S>, &mut Hooks<B, S>) {
-        let epochs = self.schedule.total_steps() / self.loader.num_batches();
-        (
-            RunView {
-                method: &mut self.method,
-                augmenter: &self.augmenter,
-                device: &self.device,
-                epochs,
-                batch_size: self.loader.config().batch_size,
-                dataset: self.loader.dataset(),
-            },
-            &mut self.hooks,
-        )
-    }
-
-    /// Calls `f` on every hook in order, with the run as hooks see it.
-    fn with_hooks(
-        &mut self,
-        mut f: impl FnMut(&mut Box<dyn Hook<B, S>>, &mut RunView<'_, B, S>) -> Result<(), TrainError>,
-    ) -> Result<(), TrainError> {
-        let (mut run, hooks) = self.view();
-        for hook in hooks.iter_mut() {
-            f(hook, &mut run)?;
-        }
-        Ok(())
     }
 
     /// The checkpoint the run resumed from, if it did.
@@ -580,17 +566,39 @@ where
         self.last_checkpoint.as_deref()
     }
 
+    /// Calls `f` on every hook in order, with the run as hooks see it.
+    fn with_hooks(
+        &mut self,
+        mut f: impl FnMut(&mut Box<dyn Hook<B, K>>, &mut RunView<'_, B, K>) -> Result<(), TrainError>,
+    ) -> Result<(), TrainError> {
+        let epochs = self.schedule.total_steps() / self.step.batches_per_epoch();
+        let batch_size = self.step.batch_size();
+        for hook in self.hooks.iter_mut() {
+            let mut run = RunView {
+                step: &mut self.step,
+                device: &self.device,
+                epochs,
+                batch_size,
+                pool: &mut self.pool,
+                hook: hook.name(),
+                at_step: self.step_count,
+            };
+            f(hook, &mut run)?;
+        }
+        Ok(())
+    }
+
     /// Finds the run's newest valid checkpoint, compares its settings with `given` and loads
     /// it; returns the record the run continues under.
-    fn resume(&mut self, mut given: RunRecord, extend: bool) -> Result<RunRecord, TrainError> {
+    fn resume(&mut self, mut given: LoopRecord, extend: bool) -> Result<LoopRecord, TrainError> {
         let found = self.checkpoints.newest_valid()?;
         let saved_path = match &found {
             Some((dir, _)) => dir.join(files::RUN),
             None => self.run_dir.join(files::CONFIG),
         };
-        let saved: RunRecord = RunRecord::read_file(&saved_path)?;
+        let saved: LoopRecord = RunRecord::read_file(&saved_path)?;
         given.extensions = saved.extensions.clone();
-        let batches = self.loader.num_batches();
+        let batches = self.step.batches_per_epoch();
         let (old_epochs, new_epochs) = (saved.train.epochs, given.train.epochs);
         let extending = extend && new_epochs > old_epochs;
         if extending {
@@ -605,10 +613,14 @@ where
                 ),
             });
         }
-        let as_json = |r: &RunRecord| serde_json::to_value(r).expect("JSON value");
+        let as_json = |r: &LoopRecord| serde_json::to_value(r).expect("JSON value");
+        let resumable = self.step.resumable_changes();
         let differences: Vec<Difference> = differences(&as_json(&saved), &as_json(&given))
             .into_iter()
-            .filter(|d| !RESUMABLE_CHANGES.contains(&d.setting.as_str()))
+            .filter(|d| {
+                let setting = d.setting.as_str();
+                !RESUMABLE_CHANGES.contains(&setting) && !resumable.contains(&setting)
+            })
             .filter(|d| !(extending && d.setting == "train.epochs"))
             .collect();
         if !differences.is_empty() {
@@ -618,9 +630,11 @@ where
             });
         }
         // The schedule of the original plan, with its extensions.
-        let t = &saved.train;
-        let planned = saved.extensions.first().map_or(t.epochs, |e| e.from_epochs);
-        self.schedule = t.schedule(planned, batches)?;
+        let planned = saved
+            .extensions
+            .first()
+            .map_or(saved.train.epochs, |e| e.from_epochs);
+        self.schedule = self.step.lr_plan(&saved.train, planned)?;
         for e in &given.extensions {
             self.schedule.extend(e.at_step, e.to_epochs * batches)?;
         }
@@ -634,19 +648,19 @@ where
         self.load_checkpoint(&dir, &meta)?;
         if extending {
             let extension = Extension {
-                at_step: self.step,
+                at_step: self.step_count,
                 from_epochs: old_epochs,
                 to_epochs: new_epochs,
             };
-            let lr_before = self.schedule.lr_at(self.step);
+            let lr_before = self.schedule.lr_at(self.step_count);
             self.schedule
                 .extend(extension.at_step, new_epochs * batches)?;
             log::info!(
                 "extending the run from {old_epochs} to {new_epochs} epochs: from step {} on, \
                  the learning rate follows the plan of a {new_epochs}-epoch run ({:.4e} at \
                  that step, {:.4e} under the old plan)",
-                self.step,
-                self.schedule.lr_at(self.step),
+                self.step_count,
+                self.schedule.lr_at(self.step_count),
                 lr_before
             );
             given.extensions.push(extension);
@@ -656,25 +670,23 @@ where
 
     /// Loads a verified checkpoint into this run.
     fn load_checkpoint(&mut self, dir: &Path, meta: &CheckpointMeta) -> Result<(), TrainError> {
-        let batches = self.loader.num_batches();
+        let batches = self.step.batches_per_epoch();
         let mismatch = |reason: String| TrainError::Checkpoint {
             path: dir.to_path_buf(),
             reason,
         };
-        if meta.kind != checkpoint::CheckpointKind::SelfSupervised {
-            return Err(mismatch(
-                "written by the supervised trainer, not by a self-supervised run".into(),
-            ));
+        if meta.kind != K::KIND {
+            return Err(mismatch(format!(
+                "written by a {} run, this run is {}",
+                meta.kind.describe(),
+                K::KIND.describe()
+            )));
         }
-        if meta.loader_seed != self.loader.config().seed
-            || meta.augment_seed != self.augmenter.config().seed
-        {
+        let (order_seed, augment_seed) = self.step.seeds();
+        if meta.loader_seed != order_seed || meta.augment_seed != augment_seed {
             return Err(mismatch(format!(
                 "written with loader seed {} and augmentation seed {}, this run has {} and {}",
-                meta.loader_seed,
-                meta.augment_seed,
-                self.loader.config().seed,
-                self.augmenter.config().seed
+                meta.loader_seed, meta.augment_seed, order_seed, augment_seed
             )));
         }
         if meta.step != meta.epoch * batches || meta.epoch > self.schedule.total_steps() / batches {
@@ -684,24 +696,7 @@ where
                 meta.step, meta.epoch
             )));
         }
-        let online_file = dir.join(files::ONLINE);
-        let expected = shapes(self.method.online());
-        check_shapes(&online_file, &meta.online_shapes, &expected)?;
-        let record =
-            read_record::<B, <S::Online as Module<B>>::Record>(&online_file, &self.device)?;
-        let online = self.method.online().clone().load_record(record);
-        check_shapes(&online_file, &shapes(&online), &expected)?;
-        self.method.set_online(online);
-        let state = read_record::<B, S::State>(&dir.join(files::METHOD), &self.device)?;
-        self.method
-            .load_state(state)
-            .map_err(|e| mismatch(e.to_string()))?;
-        let record = read_record::<B, O::Record>(&dir.join(files::OPTIMIZER), &self.device)?;
-        let optimizer = self
-            .optimizer
-            .take()
-            .expect("the optimiser is always put back");
-        self.optimizer = Some(optimizer.load_record(record));
+        self.step.load(dir, meta)?;
         let curricula = dir.join(files::CURRICULA);
         let text = std::fs::read(&curricula).map_err(|e| checkpoint::io_error(&curricula, e))?;
         let not_states = |reason: String| TrainError::Checkpoint {
@@ -710,29 +705,24 @@ where
         };
         let mut states: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&text)
             .map_err(|e| not_states(format!("not a curriculum state: {e}")))?;
-        let augmenter = states
-            .remove(AUGMENTER_STATE)
-            .ok_or_else(|| not_states(format!("no `{AUGMENTER_STATE}` state")))?;
-        let augmenter = serde_json::from_value(augmenter)
-            .map_err(|e| not_states(format!("not an augmenter state: {e}")))?;
-        self.augmenter
-            .load_state(augmenter)
-            .map_err(|e| mismatch(e.to_string()))?;
         // Layouts up to 5 wrote `null` for the pieces a run did not use.
         states.retain(|_, v| !v.is_null());
-        let (mut run, hooks) = self.view();
-        for hook in hooks.iter_mut() {
-            let state = states.remove(hook.name());
-            hook.load_state(&mut run, state)
-                .map_err(|e| not_states(format!("hook `{}`: {e}", hook.name())))?;
-        }
+        self.step
+            .load_state(states.remove(STEP_STATE))
+            .map_err(|e| not_states(format!("`{STEP_STATE}`: {e}")))?;
+        self.with_hooks(|hook, run| {
+            let name = hook.name();
+            hook.load_files(run, dir)?;
+            hook.load_state(run, states.remove(name))
+                .map_err(|e| not_states(format!("hook `{name}`: {e}")))
+        })?;
         if let Some(name) = states.keys().next() {
             return Err(not_states(format!(
                 "holds the state of `{name}`, which this run has no hook for"
             )));
         }
         self.epoch = meta.epoch;
-        self.step = meta.step;
+        self.step_count = meta.step;
         self.resumed_from = Some(dir.to_path_buf());
         self.last_checkpoint = Some(dir.to_path_buf());
         log::info!(
@@ -747,59 +737,52 @@ where
     /// Writes a checkpoint of the current state now; returns its directory.
     ///
     /// # Errors
-    /// On I/O errors.
+    /// On I/O errors, or a hook file named like one of the loop's.
     pub fn save_checkpoint(&mut self) -> Result<PathBuf, TrainError> {
-        let optimizer = self.optimizer.as_ref().expect("put back after every step");
         let run = serde_json::to_vec_pretty(&self.record).expect("JSON value");
-        let files = vec![
-            (
-                files::ONLINE,
-                to_bytes::<B, _>(
-                    self.method.online().clone().into_record(),
-                    "online networks",
-                )?,
-            ),
-            (
-                files::BACKBONE,
-                to_bytes::<B, _>(self.method.backbone().clone().into_record(), "backbone")?,
-            ),
-            (
-                files::METHOD,
-                to_bytes::<B, _>(self.method.state(), "method state")?,
-            ),
-            (
-                files::OPTIMIZER,
-                to_bytes::<B, _>(optimizer.to_record(), "optimiser state")?,
-            ),
-            (files::RUN, run),
-            (files::CURRICULA, self.curricula_bytes()),
-        ];
+        let mut written = self.step.files()?;
+        written.push((files::RUN, run));
+        written.push((files::CURRICULA, self.curricula_bytes()));
+        for hook in &self.hooks {
+            for (name, bytes) in hook.files()? {
+                if written.iter().any(|(n, _)| *n == name) || name == files::META {
+                    return Err(TrainError::Hook {
+                        hook: hook.name(),
+                        step: self.step_count,
+                        reason: format!("its checkpoint file `{name}` is taken"),
+                    });
+                }
+                written.push((name, bytes));
+            }
+        }
+        let (online_shapes, backbone_shapes) = self.step.shapes();
+        let (loader_seed, augment_seed) = self.step.seeds();
         let meta = CheckpointMeta {
             format_version: checkpoint::FORMAT_VERSION,
-            kind: checkpoint::CheckpointKind::SelfSupervised,
+            kind: K::KIND,
             epoch: self.epoch,
-            step: self.step,
-            loader_seed: self.loader.config().seed,
-            augment_seed: self.augmenter.config().seed,
+            step: self.step_count,
+            loader_seed,
+            augment_seed,
             checksums: Default::default(),
-            online_shapes: shapes(self.method.online()),
-            backbone_shapes: shapes(self.method.backbone()),
+            online_shapes,
+            backbone_shapes,
         };
-        let dir = self
-            .checkpoints
-            .save(checkpoint::CheckpointFiles { meta, files })?;
+        let dir = self.checkpoints.save(checkpoint::CheckpointFiles {
+            meta,
+            files: written,
+        })?;
         self.last_checkpoint = Some(dir.clone());
         Ok(dir)
     }
 
-    /// `curricula.json`: the augmenter's adaptive state, and the state of every hook that keeps
-    /// one, under the hook's name.
+    /// `curricula.json`: the step's state, and the state of every hook that keeps one, under
+    /// the hook's name.
     fn curricula_bytes(&self) -> Vec<u8> {
         let mut states = serde_json::Map::new();
-        states.insert(
-            AUGMENTER_STATE.to_string(),
-            serde_json::to_value(self.augmenter.state()).expect("JSON value"),
-        );
+        if let Some(state) = self.step.state() {
+            states.insert(STEP_STATE.to_string(), state);
+        }
         for hook in &self.hooks {
             if let Some(state) = hook.state() {
                 states.insert(hook.name().to_string(), state);
@@ -812,53 +795,40 @@ where
     ///
     /// # Errors
     /// On a non-finite loss (naming the step; the checkpoints on disk are kept), unreadable
-    /// data, or I/O errors in the run directory.
+    /// data, a hook's failure, or I/O errors in the run directory.
     pub fn fit(&mut self) -> Result<TrainSummary, TrainError> {
         self.fit_epochs(usize::MAX)
     }
 
-    /// One optimiser step on a batch: attempts (augmentation, the hooks' look at the batch,
-    /// forward with stochastic layers seeded by the step) until every hook applies one, then
-    /// backward, optimiser step, one read-back of the loss and statistics, the method's
-    /// after-step update and the hooks'. Returns the loss, then the method's statistics, the
-    /// augmenter's scheduled knobs and the hooks' columns.
+    /// One optimiser step on a batch: attempts (the step's inputs, the hooks' look at them,
+    /// forward with stochastic layers seeded by the step) until every hook applies one, then the
+    /// step's backward, optimiser step and one read-back, its after-step update and the hooks'.
+    /// Returns the loss, then the step's statistics and the hooks' columns.
     fn train_step(
         &mut self,
-        images: Tensor<B::InnerBackend, 4>,
-        mut ahead: Option<TwoViews<B::InnerBackend>>,
-        indices: &[usize],
+        batch: &mut K::Batch,
         progress: Progress,
         lr: f64,
     ) -> Result<(f64, Vec<(String, f64)>), TrainError> {
         let seed = mix_seed(self.record.train.seed, progress.step as u64);
         let mut attempt = 0;
-        let (out, policy, knobs) = loop {
+        let out = loop {
             for hook in &mut self.hooks {
                 hook.attempt_start();
             }
-            // The first draw may have been made ahead, on the augmentation thread.
-            let views = match ahead.take() {
-                Some(views) => views,
-                None => self
-                    .augmenter
-                    .redrawn_views(images.clone(), progress, attempt),
-            };
-            let batch = BatchView {
+            let inputs = self.step.attempt(batch, progress, attempt);
+            let view = BatchView {
                 progress,
-                indices,
-                geometry: &views.geometry,
+                indices: K::indices(batch),
+                inputs: &inputs,
             };
-            let (mut run, hooks) = self.view();
-            for hook in hooks.iter_mut() {
-                hook.before_forward(&mut run, &batch);
-            }
-            let method = &mut self.method;
+            self.with_hooks(|hook, run| {
+                hook.before_forward(run, &view);
+                Ok(())
+            })?;
+            let step = &mut self.step;
             let out = crate::base::seed::with_seed::<B, _>(&self.device, seed, || {
-                method.forward(
-                    Tensor::from_inner(views.view1),
-                    Tensor::from_inner(views.view2),
-                    progress,
-                )
+                step.forward(inputs, progress)
             });
             // Every hook judges the attempt before anything is applied: a rejected attempt's
             // graph is dropped, so the weights never see it.
@@ -869,23 +839,11 @@ where
                 }
             }
             match verdict {
-                Verdict::Apply => break (out, views.policy, views.knobs),
+                Verdict::Apply => break out,
                 Verdict::Redraw => attempt += 1,
             }
         };
-        let grads = self.method.gradients(&out.loss);
-        let optimizer = self.optimizer.as_mut().expect("put back after every step");
-        let online = optimizer.step(lr, self.method.online().clone(), grads);
-        self.method.set_online(online);
-        // The loss and the statistics in one transfer: the only synchronisation of the step.
-        let mut values = vec![out.loss.inner()];
-        values.extend(out.stats.iter().map(|(_, v)| v.clone().inner()));
-        let host: Vec<f64> = Tensor::cat(values, 0)
-            .into_data()
-            .convert::<f64>()
-            .to_vec()
-            .expect("a float tensor converts to f64");
-        let loss = host[0];
+        let (loss, mut stats) = self.step.apply(out, lr)?;
         if !loss.is_finite() {
             return Err(TrainError::NonFiniteLoss {
                 step: progress.step,
@@ -894,18 +852,13 @@ where
                 last_checkpoint: self.last_checkpoint.clone(),
             });
         }
-        self.method.after_step(progress);
-        self.augmenter.observe(progress, policy, loss);
-        let mut stats: Vec<(String, f64)> = out
-            .stats
-            .iter()
-            .zip(&host[1..])
-            .map(|((name, _), v)| (name.to_string(), *v))
-            .chain(knobs.iter().map(|(name, v)| (name.to_string(), *v)))
-            .collect();
-        for hook in &mut self.hooks {
-            stats.extend(hook.after_step(progress, loss));
-        }
+        self.step.after_step(progress, loss);
+        let mut columns = Vec::new();
+        self.with_hooks(|hook, run| {
+            columns.extend(hook.after_step(run, progress, loss)?);
+            Ok(())
+        })?;
+        stats.extend(columns);
         Ok((loss, stats))
     }
 
@@ -916,7 +869,7 @@ where
     /// As [`Trainer::fit`].
     pub fn fit_epochs(&mut self, max_epochs: usize) -> Result<TrainSummary, TrainError> {
         let total_steps = self.schedule.total_steps();
-        self.log.start(total_steps, self.step);
+        self.log.start(total_steps, self.step_count);
         let result = self.run_epochs(max_epochs);
         // The bar ends and the rows reach the disk whether the epochs succeeded or not.
         let finished = self.log.finish();
@@ -926,7 +879,7 @@ where
     }
 
     fn run_epochs(&mut self, max_epochs: usize) -> Result<TrainSummary, TrainError> {
-        let batches = self.loader.num_batches();
+        let batches = self.step.batches_per_epoch();
         let total_steps = self.schedule.total_steps();
         let epochs = total_steps / batches;
         let end_epoch = epochs.min(self.epoch.saturating_add(max_epochs));
@@ -934,50 +887,46 @@ where
         while self.epoch < end_epoch {
             let epoch = self.epoch;
             let started = Instant::now();
+            self.pool = None;
             self.with_hooks(|hook, run| hook.epoch_start(run, epoch))?;
             let (mut loss_sum, mut images, mut lr) = (0.0, 0usize, 0.0);
-            let first_step = self.step;
+            let first_step = self.step_count;
             let progress_of = move |b: usize| Progress {
                 step: first_step + b,
                 total_steps,
                 epoch,
                 total_epochs: epochs,
             };
-            let ahead = (self.augment_ahead && !self.augmenter.is_adaptive()).then(|| {
-                let progress: StepOf = Box::new(progress_of);
-                (self.augmenter.clone(), progress)
-            });
-            let ready_batches = Batches::<B::InnerBackend>::new(
-                self.loader.epoch(epoch as u64),
-                &self.device,
-                ahead,
-            );
+            let pool = self.pool.take();
+            let epoch_batches = self.step.epoch(
+                epoch,
+                pool.as_ref().map(|(_, p)| p.as_slice()),
+                Box::new(progress_of),
+            )?;
+            self.pool = pool;
             // Each step's time runs from the end of the step before: waiting for its batch
             // included.
             let mut t0 = Instant::now();
-            for ready in ready_batches {
-                let ReadyBatch {
-                    batch,
-                    images: x,
-                    views,
-                } = ready?;
-                let step = self.step;
+            for batch in epoch_batches {
+                let mut batch = batch?;
+                let step = self.step_count;
                 let progress = progress_of(step - first_step);
                 lr = self.schedule.lr_at(step);
-                let (loss, stats) = self.train_step(x, views, &batch.indices, progress, lr)?;
-                self.step += 1;
+                let (loss, stats) = self.train_step(&mut batch, progress, lr)?;
+                let len = K::indices(&batch).len();
+                self.step_count += 1;
                 let record = StepRecord {
                     step,
                     epoch,
                     loss,
                     lr,
-                    images_per_s: batch.len as f64 / t0.elapsed().as_secs_f64(),
+                    images_per_s: len as f64 / t0.elapsed().as_secs_f64(),
                     stats,
                 };
                 self.log.step(&record, epochs)?;
                 t0 = Instant::now();
                 loss_sum += loss;
-                images += batch.len;
+                images += len;
                 summary.steps.push(record);
             }
             let seconds = started.elapsed().as_secs_f64();
@@ -988,6 +937,7 @@ where
                 reports.push(hook.epoch_end(run, epoch, last)?);
                 Ok(())
             })?;
+            let stats = self.step.epoch_end(epoch)?;
             let every = self.record.train.checkpoint_every;
             let due = last || (every > 0 && self.epoch.is_multiple_of(every));
             let checkpoint = if due || self.epoch == end_epoch {
@@ -997,7 +947,7 @@ where
             };
             let record = EpochRecord {
                 epoch,
-                stats: Vec::new(),
+                stats,
                 mean_loss: loss_sum / batches as f64,
                 lr,
                 images_per_s: images as f64 / seconds,

@@ -22,18 +22,17 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{files, io_error, CheckpointDir};
+use super::self_supervised::SelfSupervisedSettings;
 use super::{TrainConfig, TrainError};
-use crate::data::LoaderConfig;
-use crate::pipeline::PipelineConfig;
 
 /// The `format` field of every run record: what marks a directory as a run of this crate.
 pub const RUN_FORMAT: &str = "curriculum-ssl run";
 
-/// The `format` field of a supervised run's record
-/// ([`SupervisedRecord`](super::supervised::SupervisedRecord)).
+/// The `format` field of the records of supervised runs written before the one loop (their own
+/// trainer and layout): recognised as runs, refused on resume with a clear message.
 pub const SUPERVISED_RUN_FORMAT: &str = "curriculum-ssl supervised run";
 
-/// Whether `config.json` of `dir` is a run record of this crate, of either trainer.
+/// Whether `config.json` of `dir` is a run record of this crate, of any layout.
 fn has_run_config(dir: &Path) -> bool {
     fs::read(dir.join(files::CONFIG))
         .ok()
@@ -42,13 +41,9 @@ fn has_run_config(dir: &Path) -> bool {
         .is_some_and(|f| f == RUN_FORMAT || f == SUPERVISED_RUN_FORMAT)
 }
 
-/// Settings that may differ on resume: they do not change what is trained.
-pub const RESUMABLE_CHANGES: [&str; 4] = [
-    "train.checkpoint_every",
-    "train.progress_bar",
-    "loader.workers",
-    "loader.prefetch",
-];
+/// The loop's settings that may differ on resume: they do not change what is trained (a step
+/// adds its own, [`Step::resumable_changes`](super::step::Step::resumable_changes)).
+pub const RESUMABLE_CHANGES: [&str; 2] = ["train.checkpoint_every", "train.progress_bar"];
 
 /// A planned run made longer on purpose: at step `at_step` the run of `from_epochs` epochs
 /// became one of `to_epochs` epochs, and the learning-rate schedule was re-planned from there.
@@ -63,19 +58,23 @@ pub struct Extension {
 }
 
 /// Everything that defines a run, as saved in `config.json` and in each checkpoint's
-/// `run.json`: the trainer's settings, the loader, the augmentation, the extensions of the plan,
-/// and the caller's own description `run` (method, backbone, data; typed by the caller, e.g. a
-/// recipe's settings struct).
+/// `run.json`: the loop's settings, the step's (`T`, its fields at the top level: for a
+/// self-supervised run the loader and the augmentation, [`SelfSupervisedSettings`]), the hooks'
+/// settings, the extensions of the plan, and the caller's own description `run` (method,
+/// backbone, data; typed by the caller, e.g. a recipe's settings struct).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunRecord<R = serde_json::Value> {
+#[serde(bound(
+    serialize = "R: Serialize, T: Serialize",
+    deserialize = "R: DeserializeOwned, T: DeserializeOwned"
+))]
+pub struct RunRecord<R = serde_json::Value, T = SelfSupervisedSettings> {
     /// Always [`RUN_FORMAT`].
     pub format: String,
-    /// The trainer's settings.
+    /// The loop's settings.
     pub train: TrainConfig,
-    /// The loader's settings.
-    pub loader: LoaderConfig,
-    /// The augmentation.
-    pub augmentation: PipelineConfig,
+    /// The step's settings.
+    #[serde(flatten)]
+    pub step: T,
     /// The settings of the run's hooks, by name ([`Hook::describe`](super::hook::Hook::describe);
     /// hooks with nothing to record are left out).
     #[serde(default)]
@@ -87,7 +86,7 @@ pub struct RunRecord<R = serde_json::Value> {
     pub run: R,
 }
 
-impl<R: DeserializeOwned> RunRecord<R> {
+impl<R: DeserializeOwned, T: DeserializeOwned> RunRecord<R, T> {
     /// Reads the record of a run directory (`config.json`).
     ///
     /// # Errors
@@ -111,6 +110,14 @@ impl<R: DeserializeOwned> RunRecord<R> {
         };
         let mut value: serde_json::Value =
             serde_json::from_slice(&text).map_err(|e| not_ours(format!("not JSON ({e})")))?;
+        if value.get("format").and_then(|f| f.as_str()) == Some(SUPERVISED_RUN_FORMAT) {
+            return Err(not_ours(format!(
+                "the record of a supervised run of an earlier layout (\"{SUPERVISED_RUN_FORMAT}\", \
+                 written before the supervised trainer joined the one training loop): it cannot \
+                 be resumed; start a new run directory (its checkpoints' backbone.mpk still \
+                 loads for evaluation)"
+            )));
+        }
         if value.get("format").and_then(|f| f.as_str()) != Some(RUN_FORMAT) {
             return Err(not_ours(format!(
                 "not the configuration of a curriculum-ssl run (no \"format\": \"{RUN_FORMAT}\")"
@@ -312,6 +319,27 @@ mod tests {
         migrate(&mut plain);
         assert_eq!(plain["train"], serde_json::json!({ "epochs": 6 }));
         assert_eq!(plain.get("hooks"), None);
+    }
+
+    /// A supervised record of the layout before the one loop is refused by name, not read as
+    /// another run.
+    #[test]
+    fn a_supervised_record_of_the_old_layout_is_refused_clearly() {
+        let dir =
+            std::env::temp_dir().join(format!("curriculum-ssl-old-sup-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(files::CONFIG);
+        let old = json!({"format": SUPERVISED_RUN_FORMAT, "train": {"epochs": 2}, "run": null});
+        fs::write(&path, old.to_string()).unwrap();
+        let err = RunRecord::<serde_json::Value, serde_json::Value>::read_file(&path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("supervised run of an earlier layout")
+                && err.contains("cannot be resumed"),
+            "{err}"
+        );
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,30 +1,25 @@
-//! The supervised trainer: a classifier trained with cross-entropy on mini-batches whose
-//! examples an [`ExampleSelector`] chooses each epoch — all of them ([`RandomSampling`]), or a
-//! self-paced selection (SPLD, SPL-ADVisE: [`crate::spl_advise`]).
-//!
-//! It shares the self-supervised trainer's run directory, log and checkpoints: `config.json`
-//! ([`SupervisedRecord`]), `steps.csv` and `epochs.csv` ([`RunLog`]), and atomic, checksummed
-//! checkpoints ([`CheckpointDir`], kind [`CheckpointKind::Supervised`]) holding the classifier
-//! (`online.mpk`), its backbone alone (`backbone.mpk`, which `recipe eval` and
-//! [`load_backbone`](super::load_backbone) read), the optimiser, and the selector's state
-//! (`selection.json`, and SPL-ADVisE's embedding network). A resume continues bit for bit.
+//! The supervised step: a classifier trained with cross-entropy on mini-batches of labelled
+//! images, in the one training loop ([`Trainer`](super::Trainer)), so it shares the
+//! self-supervised runs' builder, run directory, log, checkpoints and resume. Which examples an
+//! epoch draws from is a hook's choice ([`RunView::select`](super::hook::RunView::select)):
+//! all of them ([`RandomSampling`](crate::spl_advise::selection::RandomSampling)), or a
+//! self-paced selection (SPLD, SPL-ADVisE: [`crate::spl_advise::selection`]).
 //!
 //! # One epoch
 //! ```text
-//! losses = student's per-example cross-entropy on the training set   (if the selector needs it)
-//! pool   = selector.select(epoch, losses)                             (every example: random)
+//! hooks.epoch_start: losses = student's per-example cross-entropy (if the selection needs them)
+//!                    pool = selection(epoch, losses)                  (every example: random)
 //! for each of the N / B steps:
 //!     batch = the next B examples of the pool, shuffled by (seed, epoch), reshuffled when used up
 //!     SGD / Adam step on cross-entropy(student(augment(batch)), labels)
-//!     selector.after_step(step)                                       (SPL-ADVisE: a magnet step)
-//! selector.end_epoch()                                                (SPLD: λ ← μλ, γ ← μγ)
-//! test top-1 / top-5, checkpoint
+//!     hooks.after_step                                                (SPL-ADVisE: a magnet step)
+//! hooks.epoch_end                                                     (SPLD: λ ← μλ, γ ← μγ)
+//! test top-1 / top-5 (the step's columns), checkpoint
 //! ```
-//! Every method takes the same number of steps per epoch (`N / B`), so runs of equal epochs
+//! Every selection takes the same number of steps per epoch (`N / B`), so runs of equal epochs
 //! cost the same optimiser steps whatever the selection.
 
-use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::path::Path;
 
 use burn::config::Config;
 use burn::module::{AutodiffModule, Module};
@@ -38,14 +33,13 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{
-    self, check_shapes, files, read_record, shapes, to_bytes, write_atomic, CheckpointDir,
-    CheckpointKind, CheckpointMeta,
+    check_shapes, files, read_record, shapes, to_bytes, CheckpointKind, CheckpointMeta,
 };
-use super::run_dir::{self, differences, Difference, SUPERVISED_RUN_FORMAT};
-use super::run_log::{EpochRecord, RunLog, StepRecord};
-use super::{StartMode, TrainError, TrainSummary};
+use super::step::{EpochBatches, LrPlan, ProgressOf, Step};
+use super::{TrainConfig, TrainError};
 use crate::augment::normalize::Normalize;
 use crate::base::error::{non_negative, positive, ConfigError};
+use crate::base::Progress;
 use crate::data::{loader::mix_seed, DataError, Dataset, ImageArray};
 
 /// A classifier: a backbone and a linear layer from its features to the class logits.
@@ -237,49 +231,29 @@ fn copy_planar(pixels: &[u8], out: &mut [f32], h: usize, w: usize, c: usize) {
     }
 }
 
-/// Settings of a supervised run.
+/// Settings of the supervised step (the loop's own, epochs and the peak learning rate, are in
+/// [`TrainConfig`]).
 #[derive(Config, Debug)]
 pub struct SupervisedConfig {
-    /// Passes over the training data (each of `N / batch_size` steps).
-    #[config(default = 30)]
-    pub epochs: usize,
     /// Examples per step.
     #[config(default = 128)]
     pub batch_size: usize,
-    /// Learning rate before the first milestone.
-    #[config(default = 1e-3)]
-    pub lr: f64,
     /// Epochs at which the learning rate is multiplied by `lr_gamma` (a step schedule).
     #[config(default = "Vec::new()")]
     pub lr_milestones: Vec<usize>,
     /// Factor of the learning rate at each milestone.
     #[config(default = 0.1)]
     pub lr_gamma: f64,
-    /// A checkpoint every this many epochs, and always at the end; 0: only at the end.
-    #[config(default = 10)]
-    pub checkpoint_every: usize,
     /// Images per forward pass when evaluating or measuring losses.
     #[config(default = 500)]
     pub eval_batch_size: usize,
-    /// Draw a progress bar on standard error (when it is a terminal).
-    #[config(default = true)]
-    pub progress_bar: bool,
     /// Seed of the batch order: epoch `e` shuffles its pool with `(seed, e)`.
     #[config(default = 0)]
     pub seed: u64,
 }
 
 impl SupervisedConfig {
-    /// The learning rate of epoch `epoch` (0-based): `lr · γ^{milestones <= epoch}`.
-    pub fn lr_at(&self, epoch: usize) -> f64 {
-        let passed = self.lr_milestones.iter().filter(|&&m| m <= epoch).count();
-        self.lr * self.lr_gamma.powi(passed as i32)
-    }
-
     fn validate(&self) -> Result<(), ConfigError> {
-        if self.epochs == 0 {
-            return Err(ConfigError::new("epochs", "must be at least 1"));
-        }
         if self.batch_size < 2 {
             return Err(ConfigError::new(
                 "batch_size",
@@ -292,220 +266,279 @@ impl SupervisedConfig {
         if self.eval_batch_size == 0 {
             return Err(ConfigError::new("eval_batch_size", "must be at least 1"));
         }
-        positive("lr", self.lr)?;
         positive("lr_gamma", self.lr_gamma)?;
         Ok(())
     }
 }
 
-/// Everything that defines a supervised run, as saved in `config.json` and each checkpoint's
-/// `run.json`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SupervisedRecord {
-    /// Always [`SUPERVISED_RUN_FORMAT`].
-    pub format: String,
-    /// The trainer's settings.
-    pub train: SupervisedConfig,
-    /// The augmentation.
-    pub augmentation: ClassifierAugmentConfig,
-    /// The selector's own description ([`ExampleSelector::describe`]).
-    pub selection: serde_json::Value,
-    /// The caller's description of the run (recipe, backbone, data).
-    pub run: serde_json::Value,
+/// A step schedule: `lr · γ^{milestones passed}`, a milestone passed from the first step of its
+/// epoch on. Its steps do not depend on the run's length, so an extension only moves the end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepDecay {
+    lr: f64,
+    gamma: f64,
+    milestones: Vec<usize>,
+    batches_per_epoch: usize,
+    total_steps: usize,
 }
 
-/// Settings that may differ on resume: they do not change what is trained.
-pub const SUPERVISED_RESUMABLE_CHANGES: [&str; 3] = [
-    "train.checkpoint_every",
-    "train.progress_bar",
-    "train.eval_batch_size",
-];
-
-/// Chooses the examples a supervised run trains on, epoch by epoch, and keeps whatever it learns
-/// on the side (SPL-ADVisE's embedding network) in the run's checkpoints.
-pub trait ExampleSelector<B: AutodiffBackend> {
-    /// What defines the selection (its settings), saved in `config.json` and compared on
-    /// resume.
-    fn describe(&self) -> serde_json::Value;
-
-    /// Whether [`ExampleSelector::select`] needs the student's per-example losses in epoch
-    /// `epoch` (their pass over the training set is skipped otherwise).
-    fn needs_losses(&self, epoch: usize) -> bool;
-
-    /// The examples epoch `epoch` draws its batches from (indices into the training set; at
-    /// least one). `losses[i]` is the student's cross-entropy on example `i` before the epoch,
-    /// when [`ExampleSelector::needs_losses`] for that epoch.
-    ///
-    /// # Errors
-    /// If the losses cannot be used, or the selector's own work fails.
-    fn select(&mut self, epoch: usize, losses: Option<&[f32]>) -> Result<Vec<usize>, TrainError>;
-
-    /// Called after every student step (0-based `step`); returns statistics for `steps.csv`.
-    ///
-    /// # Errors
-    /// If the selector's own training fails (a non-finite loss).
-    fn after_step(&mut self, step: usize) -> Result<Vec<(String, f64)>, TrainError> {
-        let _ = step;
-        Ok(Vec::new())
-    }
-
-    /// Called at the end of every epoch (SPLD grows its pace here).
-    fn end_epoch(&mut self) {}
-
-    /// Statistics of the epoch for `epochs.csv`.
-    fn epoch_stats(&self) -> Vec<(String, f64)> {
-        Vec::new()
-    }
-
-    /// The selector's state as files of a checkpoint; one of them must be
-    /// [`files::SELECTION`].
-    ///
-    /// # Errors
-    /// If a record cannot be serialised.
-    fn save(&self) -> Result<Vec<(&'static str, Vec<u8>)>, TrainError>;
-
-    /// Restores the state [`ExampleSelector::save`] wrote into the verified checkpoint
-    /// `checkpoint`.
-    ///
-    /// # Errors
-    /// If a file is missing or of another selector or model.
-    fn load(&mut self, checkpoint: &Path) -> Result<(), TrainError>;
-}
-
-/// Random sampling: every example, every epoch (the baseline of SPL-ADVisE's Table 1).
-#[derive(Debug, Clone)]
-pub struct RandomSampling {
-    examples: usize,
-}
-
-impl RandomSampling {
-    /// Random sampling over a training set of `examples` examples.
-    pub fn new(examples: usize) -> Self {
-        Self { examples }
+impl StepDecay {
+    /// `lr` decayed by `gamma` at each epoch of `milestones`, over `epochs` epochs of
+    /// `batches_per_epoch` steps.
+    pub fn new(
+        lr: f64,
+        gamma: f64,
+        milestones: Vec<usize>,
+        epochs: usize,
+        batches_per_epoch: usize,
+    ) -> Self {
+        Self {
+            lr,
+            gamma,
+            milestones,
+            batches_per_epoch,
+            total_steps: epochs * batches_per_epoch,
+        }
     }
 }
 
-impl<B: AutodiffBackend> ExampleSelector<B> for RandomSampling {
-    fn describe(&self) -> serde_json::Value {
-        serde_json::json!({ "method": "random" })
+impl LrPlan for StepDecay {
+    fn lr_at(&self, step: usize) -> f64 {
+        let epoch = step / self.batches_per_epoch.max(1);
+        let passed = self.milestones.iter().filter(|&&m| m <= epoch).count();
+        self.lr * self.gamma.powi(passed as i32)
     }
 
-    fn needs_losses(&self, _: usize) -> bool {
-        false
+    fn total_steps(&self) -> usize {
+        self.total_steps
     }
 
-    fn select(&mut self, _: usize, _: Option<&[f32]>) -> Result<Vec<usize>, TrainError> {
-        Ok((0..self.examples).collect())
-    }
-
-    fn save(&self) -> Result<Vec<(&'static str, Vec<u8>)>, TrainError> {
-        Ok(vec![(files::SELECTION, b"{}".to_vec())])
-    }
-
-    fn load(&mut self, _: &Path) -> Result<(), TrainError> {
+    fn extend(&mut self, _from_step: usize, total_steps: usize) -> Result<(), ConfigError> {
+        if total_steps <= self.total_steps {
+            return Err(ConfigError::new(
+                "total_steps",
+                format!(
+                    "an extension must end after the current end ({} steps), got {total_steps}",
+                    self.total_steps
+                ),
+            ));
+        }
+        self.total_steps = total_steps;
         Ok(())
     }
 }
 
-/// Reads a JSON file of a checkpoint (`selection.json`).
-///
-/// # Errors
-/// If it cannot be read or is not a `T`.
-pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, TrainError> {
-    let text = std::fs::read(path).map_err(|e| checkpoint::io_error(path, e))?;
-    serde_json::from_slice(&text).map_err(|e| TrainError::Checkpoint {
-        path: path.to_path_buf(),
-        reason: format!("not the state of this selection: {e}"),
-    })
+/// The supervised step's settings in the run record.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SupervisedSettings {
+    /// Batch size, step schedule, batch order.
+    pub supervised: SupervisedConfig,
+    /// The augmentation.
+    pub augmentation: ClassifierAugmentConfig,
 }
 
-/// Serialises a module's record for a checkpoint file (for selectors holding networks).
-///
-/// # Errors
-/// If the record cannot be serialised.
-pub fn record_bytes<B: Backend, R: burn::record::Record<B>>(
-    record: R,
-    what: &str,
-) -> Result<Vec<u8>, TrainError> {
-    to_bytes::<B, R>(record, what)
+/// An attempt's forward pass on a batch: the mean cross-entropy and each example's.
+pub struct SupervisedOutput<B: AutodiffBackend> {
+    /// Mean cross-entropy of the batch (the loss trained on).
+    pub loss: Tensor<B, 1>,
+    /// Each example's cross-entropy, `[N]`.
+    pub per_example: Tensor<B, 1>,
 }
 
-/// Reads a record written by [`record_bytes`] from a verified checkpoint file.
-///
-/// # Errors
-/// If the file cannot be read or holds another kind of record.
-pub fn read_record_file<B: Backend, R: burn::record::Record<B>>(
-    path: &Path,
-    device: &B::Device,
-) -> Result<R, TrainError> {
-    read_record::<B, R>(path, device)
+/// Top-1 and top-5 accuracy on the test split.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TestAccuracy {
+    /// Fraction of test images whose highest logit is their class.
+    pub top1: f64,
+    /// Fraction whose class is among the five highest logits (all of them with fewer classes).
+    pub top5: f64,
 }
 
-/// Builds a [`SupervisedTrainer`].
-pub struct SupervisedTrainerBuilder<B: AutodiffBackend, M, O> {
-    model: Classifier<B, M>,
-    optimizer: O,
-    selector: Box<dyn ExampleSelector<B>>,
-    train: ImageArray,
-    test: ImageArray,
-    config: SupervisedConfig,
-    augment: ClassifierAugmentConfig,
-    description: serde_json::Value,
-    run_dir: PathBuf,
-    mode: StartMode,
-}
-
-impl<B, M, O> SupervisedTrainerBuilder<B, M, O>
-where
-    B: AutodiffBackend,
-    M: Backbone<B> + AutodiffModule<B>,
-    M::InnerModule: Backbone<B::InnerBackend>,
-    O: Optimizer<Classifier<B, M>, B>,
+/// What a hook of supervised training may use of the step: the classifier's per-example losses
+/// and the labelled training set. Selection hooks are written for every type with this trait.
+pub trait SupervisedStep<B: AutodiffBackend>:
+    Step<B, Batch = Vec<usize>, Output = SupervisedOutput<B>>
 {
-    /// The trainer's settings (default: [`SupervisedConfig::new`]).
-    pub fn config(mut self, config: SupervisedConfig) -> Self {
-        self.config = config;
-        self
-    }
+    /// The labelled training images.
+    fn train_data(&self) -> &ImageArray;
 
-    /// The augmentation (default: none, no normalisation).
-    pub fn augmentation(mut self, augment: ClassifierAugmentConfig) -> Self {
-        self.augment = augment;
-        self
-    }
-
-    /// The run directory (default: `runs/supervised`).
-    pub fn run_dir(mut self, run_dir: impl AsRef<Path>) -> Self {
-        self.run_dir = run_dir.as_ref().to_path_buf();
-        self
-    }
-
-    /// The caller's description of the run, saved and compared on resume.
-    ///
-    /// # Panics
-    /// If `description` cannot be serialised to JSON.
-    pub fn describe(mut self, description: &impl Serialize) -> Self {
-        self.description =
-            serde_json::to_value(description).expect("a run description serialises to JSON");
-        self
-    }
-
-    /// How the run starts in its directory ([`StartMode::Extend`] lets a resumed run have more
-    /// epochs: the step schedule does not depend on the length).
-    pub fn start(mut self, mode: StartMode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// Checks the settings, the data and the run directory, resumes when asked, and writes
-    /// `config.json`.
+    /// The student's cross-entropy on every training image (inference mode, no augmentation).
     ///
     /// # Errors
-    /// If a setting is impossible, the data are unlabeled or give no full batch, the directory
-    /// cannot hold this run, or a resume finds other settings or only damaged checkpoints.
-    pub fn build(self, device: &B::Device) -> Result<SupervisedTrainer<B, M, O>, TrainError> {
-        let config = self.config;
-        config.validate()?;
+    /// If a loss is not finite.
+    fn example_losses(&self) -> Result<Vec<f32>, TrainError>;
+
+    /// Top-1 and top-5 accuracy of the classifier on the test split (inference mode).
+    fn evaluate(&self) -> TestAccuracy;
+}
+
+/// The supervised step (see the module docs): a classifier, its optimiser, the labelled
+/// training and test splits and the augmentation.
+pub struct Supervised<B: AutodiffBackend, M, O> {
+    model: Classifier<B, M>,
+    optimizer: Option<O>,
+    train: ImageArray,
+    labels: Vec<i64>,
+    test: ImageArray,
+    augment: ClassifierAugmentConfig,
+    config: SupervisedConfig,
+    device: Option<B::Device>,
+}
+
+impl<B, M, O> Supervised<B, M, O>
+where
+    B: AutodiffBackend,
+    M: Backbone<B> + AutodiffModule<B> + 'static,
+    M::InnerModule: Backbone<B::InnerBackend>,
+    O: Optimizer<Classifier<B, M>, B> + 'static,
+{
+    /// `model` trained with `optimizer` on the labelled `train` split, tested on `test`.
+    pub fn new(
+        model: Classifier<B, M>,
+        optimizer: O,
+        train: ImageArray,
+        test: ImageArray,
+        config: SupervisedConfig,
+        augment: ClassifierAugmentConfig,
+    ) -> Self {
+        Self {
+            model,
+            optimizer: Some(optimizer),
+            labels: Vec::new(),
+            train,
+            test,
+            augment,
+            config,
+            device: None,
+        }
+    }
+
+    /// The classifier.
+    pub fn model(&self) -> &Classifier<B, M> {
+        &self.model
+    }
+
+    fn device(&self) -> &B::Device {
+        self.device
+            .as_ref()
+            .expect("the trainer's build gives the step its device")
+    }
+
+    fn labels_of(&self, indices: &[usize]) -> TensorData {
+        TensorData::new(
+            indices.iter().map(|&i| self.labels[i]).collect::<Vec<_>>(),
+            [indices.len()],
+        )
+    }
+}
+
+impl<B, M, O> SupervisedStep<B> for Supervised<B, M, O>
+where
+    B: AutodiffBackend,
+    M: Backbone<B> + AutodiffModule<B> + 'static,
+    M::InnerModule: Backbone<B::InnerBackend>,
+    O: Optimizer<Classifier<B, M>, B> + 'static,
+{
+    fn train_data(&self) -> &ImageArray {
+        &self.train
+    }
+
+    fn example_losses(&self) -> Result<Vec<f32>, TrainError> {
+        let model = self.model.valid();
+        let n = self.train.len();
+        let mut out = Vec::with_capacity(n);
+        let indices: Vec<usize> = (0..n).collect();
+        for chunk in indices.chunks(self.config.eval_batch_size) {
+            let images =
+                self.augment
+                    .images::<B::InnerBackend>(&self.train, chunk, None, self.device());
+            let labels =
+                Tensor::<B::InnerBackend, 1, Int>::from_data(self.labels_of(chunk), self.device());
+            let losses = cross_entropy_per_example(model.forward(images), labels);
+            out.extend(
+                losses
+                    .into_data()
+                    .convert::<f32>()
+                    .into_vec::<f32>()
+                    .expect("f32 data"),
+            );
+        }
+        if let Some(i) = out.iter().position(|l| !l.is_finite()) {
+            return Err(TrainError::Selection {
+                reason: format!(
+                    "the student's cross-entropy on training example {i} is {}",
+                    out[i]
+                ),
+            });
+        }
+        Ok(out)
+    }
+
+    fn evaluate(&self) -> TestAccuracy {
+        let model = self.model.valid();
+        let n = self.test.len();
+        let (mut top1, mut top5) = (0usize, 0usize);
+        let indices: Vec<usize> = (0..n).collect();
+        for chunk in indices.chunks(self.config.eval_batch_size) {
+            let images =
+                self.augment
+                    .images::<B::InnerBackend>(&self.test, chunk, None, self.device());
+            let logits = model.forward(images);
+            let classes = logits.dims()[1];
+            let values = logits
+                .into_data()
+                .convert::<f32>()
+                .into_vec::<f32>()
+                .expect("f32 data");
+            for (row, &i) in chunk.iter().enumerate() {
+                let label = self.test.label(i).expect("labeled");
+                let logits = &values[row * classes..(row + 1) * classes];
+                // Rank of the true class: how many logits beat it (ties count against it).
+                let own = logits[label];
+                let above = logits
+                    .iter()
+                    .enumerate()
+                    .filter(|&(j, &v)| j != label && (v > own || v.is_nan()))
+                    .count();
+                top1 += usize::from(above == 0);
+                top5 += usize::from(above < 5);
+            }
+        }
+        TestAccuracy {
+            top1: top1 as f64 / n as f64,
+            top5: top5 as f64 / n as f64,
+        }
+    }
+}
+
+impl<B, M, O> Step<B> for Supervised<B, M, O>
+where
+    B: AutodiffBackend,
+    M: Backbone<B> + AutodiffModule<B> + 'static,
+    M::InnerModule: Backbone<B::InnerBackend>,
+    O: Optimizer<Classifier<B, M>, B> + 'static,
+{
+    type Settings = SupervisedSettings;
+    type Batch = Vec<usize>;
+    type Inputs = (Tensor<B, 4>, Tensor<B, 1, Int>);
+    type Output = SupervisedOutput<B>;
+
+    const KIND: CheckpointKind = CheckpointKind::Supervised;
+
+    fn settings(&self) -> SupervisedSettings {
+        SupervisedSettings {
+            supervised: self.config.clone(),
+            augmentation: self.augment.clone(),
+        }
+    }
+
+    fn resumable_changes(&self) -> &'static [&'static str] {
+        &["supervised.eval_batch_size"]
+    }
+
+    fn prepare(&mut self, device: &B::Device) -> Result<(), TrainError> {
+        self.device = Some(device.clone());
+        self.config.validate()?;
         let (h, w, c) = self.train.image_shape();
         self.augment.validate(c)?;
         for (split, data) in [("training", &self.train), ("test", &self.test)] {
@@ -539,242 +572,149 @@ where
             )
             .into());
         }
-        let steps_per_epoch = self.train.len() / config.batch_size;
-        if steps_per_epoch == 0 {
+        if self.batches_per_epoch() == 0 {
             return Err(ConfigError::new(
                 "batch_size",
                 format!(
                     "{} training images give no full batch of {}",
                     self.train.len(),
-                    config.batch_size
+                    self.config.batch_size
                 ),
             )
             .into());
         }
-        let mut record = SupervisedRecord {
-            format: SUPERVISED_RUN_FORMAT.to_string(),
-            train: config.clone(),
-            augmentation: self.augment.clone(),
-            selection: self.selector.describe(),
-            run: self.description,
-        };
-        let labels: Vec<i64> = (0..self.train.len())
+        self.labels = (0..self.train.len())
             .map(|i| self.train.label(i).expect("labeled") as i64)
             .collect();
-        let mut trainer = SupervisedTrainer {
-            model: self.model,
-            optimizer: Some(self.optimizer),
-            selector: self.selector,
-            train: self.train,
-            labels,
-            test: self.test,
-            augment: self.augment,
-            config,
-            record: record.clone(),
-            checkpoints: CheckpointDir::new(&self.run_dir),
-            log: RunLog::new(&self.run_dir, record.train.progress_bar),
-            run_dir: self.run_dir,
-            device: device.clone(),
-            epoch: 0,
-            step: 0,
-            steps_per_epoch,
-            last_checkpoint: None,
-        };
-        if run_dir::holds_a_run_to_resume(&trainer.run_dir, self.mode)? {
-            record = trainer.resume(record, self.mode == StartMode::Extend)?;
-        }
-        std::fs::create_dir_all(&trainer.run_dir)
-            .map_err(|e| checkpoint::write_error(&trainer.run_dir, e))?;
-        let text = serde_json::to_vec_pretty(&record).expect("JSON value");
-        write_atomic(&trainer.run_dir.join(files::CONFIG), &text)?;
-        trainer.log.resume_at(trainer.step, trainer.epoch)?;
-        trainer.record = record;
-        Ok(trainer)
-    }
-}
-
-/// A supervised run: classifier, optimiser, example selector, data, run directory.
-pub struct SupervisedTrainer<B: AutodiffBackend, M, O> {
-    model: Classifier<B, M>,
-    optimizer: Option<O>,
-    selector: Box<dyn ExampleSelector<B>>,
-    train: ImageArray,
-    labels: Vec<i64>,
-    test: ImageArray,
-    augment: ClassifierAugmentConfig,
-    config: SupervisedConfig,
-    record: SupervisedRecord,
-    run_dir: PathBuf,
-    checkpoints: CheckpointDir,
-    log: RunLog,
-    device: B::Device,
-    epoch: usize,
-    step: usize,
-    steps_per_epoch: usize,
-    last_checkpoint: Option<PathBuf>,
-}
-
-/// Top-1 and top-5 accuracy on the test split.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct TestAccuracy {
-    /// Fraction of test images whose highest logit is their class.
-    pub top1: f64,
-    /// Fraction whose class is among the five highest logits (all of them with fewer classes).
-    pub top5: f64,
-}
-
-impl<B, M, O> SupervisedTrainer<B, M, O>
-where
-    B: AutodiffBackend,
-    M: Backbone<B> + AutodiffModule<B>,
-    M::InnerModule: Backbone<B::InnerBackend>,
-    O: Optimizer<Classifier<B, M>, B>,
-{
-    /// A run of `model` with `optimizer`, choosing its examples with `selector`, on the labeled
-    /// `train` and `test` splits; the rest is set on the builder.
-    pub fn builder(
-        model: Classifier<B, M>,
-        optimizer: O,
-        selector: Box<dyn ExampleSelector<B>>,
-        train: ImageArray,
-        test: ImageArray,
-    ) -> SupervisedTrainerBuilder<B, M, O> {
-        SupervisedTrainerBuilder {
-            model,
-            optimizer,
-            selector,
-            train,
-            test,
-            config: SupervisedConfig::new(),
-            augment: ClassifierAugmentConfig::new(),
-            description: serde_json::Value::Null,
-            run_dir: PathBuf::from("runs/supervised"),
-            mode: StartMode::Fresh,
-        }
-    }
-
-    /// The classifier.
-    pub fn model(&self) -> &Classifier<B, M> {
-        &self.model
-    }
-
-    /// Epochs completed.
-    pub fn epoch(&self) -> usize {
-        self.epoch
-    }
-
-    /// Steps completed.
-    pub fn step(&self) -> usize {
-        self.step
-    }
-
-    /// Steps of every epoch (`N / batch_size`).
-    pub fn steps_per_epoch(&self) -> usize {
-        self.steps_per_epoch
-    }
-
-    /// The run directory.
-    pub fn run_dir(&self) -> &Path {
-        &self.run_dir
-    }
-
-    /// The newest checkpoint written or resumed from.
-    pub fn last_checkpoint(&self) -> Option<&Path> {
-        self.last_checkpoint.as_deref()
-    }
-
-    fn resume(
-        &mut self,
-        given: SupervisedRecord,
-        extend: bool,
-    ) -> Result<SupervisedRecord, TrainError> {
-        let found = self.checkpoints.newest_valid()?;
-        let saved_path = match &found {
-            Some((dir, _)) => dir.join(files::RUN),
-            None => self.run_dir.join(files::CONFIG),
-        };
-        let saved: SupervisedRecord = read_json(&saved_path).map_err(|_| TrainError::Run {
-            path: saved_path.clone(),
-            reason: "not the record of a supervised run (a self-supervised run's directory?)"
-                .into(),
-        })?;
-        let as_json = |r: &SupervisedRecord| serde_json::to_value(r).expect("JSON value");
-        let diffs: Vec<Difference> = differences(&as_json(&saved), &as_json(&given))
-            .into_iter()
-            .filter(|d| !SUPERVISED_RESUMABLE_CHANGES.contains(&d.setting.as_str()))
-            .filter(|d| !(extend && d.setting == "train.epochs"))
-            .collect();
-        if !diffs.is_empty() {
-            return Err(TrainError::Mismatch {
-                path: saved_path,
-                differences: diffs,
-            });
-        }
-        let Some((dir, meta)) = found else {
-            log::info!(
-                "{} holds no checkpoint yet: starting the run afresh",
-                self.run_dir.display()
-            );
-            return Ok(given);
-        };
-        self.load_checkpoint(&dir, &meta)?;
-        Ok(given)
-    }
-
-    fn load_checkpoint(&mut self, dir: &Path, meta: &CheckpointMeta) -> Result<(), TrainError> {
-        let mismatch = |reason: String| TrainError::Checkpoint {
-            path: dir.to_path_buf(),
-            reason,
-        };
-        if meta.kind != CheckpointKind::Supervised {
-            return Err(mismatch(
-                "written by a self-supervised run, not by the supervised trainer".into(),
-            ));
-        }
-        if meta.loader_seed != self.config.seed || meta.augment_seed != self.augment.seed {
-            return Err(mismatch(format!(
-                "written with batch-order seed {} and augmentation seed {}, this run has {} and {}",
-                meta.loader_seed, meta.augment_seed, self.config.seed, self.augment.seed
-            )));
-        }
-        if meta.step != meta.epoch * self.steps_per_epoch {
-            return Err(mismatch(format!(
-                "{} steps after {} epochs do not fit this run's {} steps per epoch (another \
-                 batch size or dataset?)",
-                meta.step, meta.epoch, self.steps_per_epoch
-            )));
-        }
-        let file = dir.join(files::ONLINE);
-        let expected = shapes(&self.model);
-        check_shapes(&file, &meta.online_shapes, &expected)?;
-        let record =
-            read_record::<B, <Classifier<B, M> as Module<B>>::Record>(&file, &self.device)?;
-        let model = self.model.clone().load_record(record);
-        check_shapes(&file, &shapes(&model), &expected)?;
-        self.model = model;
-        let record = read_record::<B, O::Record>(&dir.join(files::OPTIMIZER), &self.device)?;
-        let optimizer = self.optimizer.take().expect("put back after every step");
-        self.optimizer = Some(optimizer.load_record(record));
-        self.selector.load(dir)?;
-        self.epoch = meta.epoch;
-        self.step = meta.step;
-        self.last_checkpoint = Some(dir.to_path_buf());
-        log::info!(
-            "resumed from {} (epoch {}, step {})",
-            dir.display(),
-            meta.epoch,
-            meta.step
-        );
         Ok(())
     }
 
-    /// Writes a checkpoint of the current state now; returns its directory.
-    ///
-    /// # Errors
-    /// On I/O errors.
-    pub fn save_checkpoint(&mut self) -> Result<PathBuf, TrainError> {
+    fn batches_per_epoch(&self) -> usize {
+        self.train.len() / self.config.batch_size
+    }
+
+    fn batch_size(&self) -> usize {
+        self.config.batch_size
+    }
+
+    fn num_examples(&self) -> usize {
+        self.train.len()
+    }
+
+    fn seeds(&self) -> (u64, u64) {
+        (self.config.seed, self.augment.seed)
+    }
+
+    fn lr_plan(&self, config: &TrainConfig, epochs: usize) -> Result<Box<dyn LrPlan>, ConfigError> {
+        if config.warmup_epochs > 0 || config.final_lr != 0.0 {
+            return Err(ConfigError::new(
+                "warmup_epochs",
+                "the supervised step follows a step schedule (lr_milestones, lr_gamma): \
+                 warmup_epochs and final_lr, the cosine's, must be 0",
+            ));
+        }
+        Ok(Box::new(StepDecay::new(
+            config.lr,
+            self.config.lr_gamma,
+            self.config.lr_milestones.clone(),
+            epochs,
+            self.batches_per_epoch(),
+        )))
+    }
+
+    /// The pool (every example without a selection) shuffled with `(seed, epoch, round)`, in
+    /// order, one round after another until the epoch's batches are drawn.
+    fn epoch(
+        &mut self,
+        epoch: usize,
+        pool: Option<&[usize]>,
+        _: ProgressOf,
+    ) -> Result<EpochBatches<Vec<usize>>, TrainError> {
+        let every: Vec<usize>;
+        let pool = match pool {
+            Some(pool) => pool,
+            None => {
+                every = (0..self.train.len()).collect();
+                &every
+            }
+        };
+        let b = self.config.batch_size;
+        let steps = self.batches_per_epoch();
+        let mut flat = Vec::with_capacity(steps * b);
+        let mut round = 0u64;
+        while flat.len() < steps * b {
+            let mut order = pool.to_vec();
+            let key = mix_seed(mix_seed(self.config.seed, epoch as u64), round);
+            order.shuffle(&mut StdRng::seed_from_u64(key));
+            flat.extend(order);
+            round += 1;
+        }
+        flat.truncate(steps * b);
+        let batches: Vec<Vec<usize>> = flat.chunks(b).map(<[usize]>::to_vec).collect();
+        Ok(Box::new(batches.into_iter().map(Ok)))
+    }
+
+    fn indices(batch: &Vec<usize>) -> &[usize] {
+        batch
+    }
+
+    /// The batch augmented with the draws of the step (a redrawn attempt: of `(step, attempt)`).
+    fn attempt(
+        &mut self,
+        batch: &mut Vec<usize>,
+        progress: Progress,
+        attempt: usize,
+    ) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
+        let key = match attempt {
+            0 => progress.step as u64,
+            a => mix_seed(progress.step as u64, a as u64),
+        };
+        let images = self
+            .augment
+            .images::<B>(&self.train, batch, Some(key), self.device());
+        let labels = Tensor::<B, 1, Int>::from_data(self.labels_of(batch), self.device());
+        (images, labels)
+    }
+
+    fn forward(
+        &mut self,
+        (images, labels): (Tensor<B, 4>, Tensor<B, 1, Int>),
+        _: Progress,
+    ) -> SupervisedOutput<B> {
+        let per_example = cross_entropy_per_example(self.model.forward(images), labels);
+        SupervisedOutput {
+            loss: per_example.clone().mean(),
+            per_example,
+        }
+    }
+
+    fn apply(
+        &mut self,
+        out: SupervisedOutput<B>,
+        lr: f64,
+    ) -> Result<(f64, Vec<(String, f64)>), TrainError> {
+        let value = out.loss.clone().into_scalar().elem::<f64>();
+        if !value.is_finite() {
+            // The loop names the step; the weights are left as they are.
+            return Ok((value, Vec::new()));
+        }
+        let grads = GradientsParams::from_grads(out.loss.backward(), &self.model);
+        let optimizer = self.optimizer.as_mut().expect("put back after every step");
+        self.model = optimizer.step(lr, self.model.clone(), grads);
+        Ok((value, Vec::new()))
+    }
+
+    fn epoch_end(&mut self, _: usize) -> Result<Vec<(String, f64)>, TrainError> {
+        let accuracy = self.evaluate();
+        Ok(vec![
+            ("test_top1".to_string(), accuracy.top1),
+            ("test_top5".to_string(), accuracy.top5),
+        ])
+    }
+
+    fn files(&self) -> Result<Vec<(&'static str, Vec<u8>)>, TrainError> {
         let optimizer = self.optimizer.as_ref().expect("put back after every step");
-        let mut written = vec![
+        Ok(vec![
             (
                 files::ONLINE,
                 to_bytes::<B, _>(self.model.clone().into_record(), "classifier")?,
@@ -787,253 +727,57 @@ where
                 files::OPTIMIZER,
                 to_bytes::<B, _>(optimizer.to_record(), "optimiser state")?,
             ),
-            (
-                files::RUN,
-                serde_json::to_vec_pretty(&self.record).expect("JSON value"),
-            ),
-        ];
-        written.extend(self.selector.save()?);
-        let meta = CheckpointMeta {
-            format_version: checkpoint::FORMAT_VERSION,
-            kind: CheckpointKind::Supervised,
-            epoch: self.epoch,
-            step: self.step,
-            loader_seed: self.config.seed,
-            augment_seed: self.augment.seed,
-            checksums: Default::default(),
-            online_shapes: shapes(&self.model),
-            backbone_shapes: shapes(&self.model.backbone),
-        };
-        let dir = self.checkpoints.save(checkpoint::CheckpointFiles {
-            meta,
-            files: written,
-        })?;
-        self.last_checkpoint = Some(dir.clone());
-        Ok(dir)
+        ])
     }
 
-    /// The student's cross-entropy on every training image (inference mode, no augmentation).
-    ///
-    /// # Errors
-    /// If a loss is not finite.
-    pub fn example_losses(&self) -> Result<Vec<f32>, TrainError> {
-        let model = self.model.valid();
-        let n = self.train.len();
-        let mut out = Vec::with_capacity(n);
-        let indices: Vec<usize> = (0..n).collect();
-        for chunk in indices.chunks(self.config.eval_batch_size) {
-            let images =
-                self.augment
-                    .images::<B::InnerBackend>(&self.train, chunk, None, &self.device);
-            let labels = Tensor::<B::InnerBackend, 1, Int>::from_data(
-                TensorData::new(
-                    chunk.iter().map(|&i| self.labels[i]).collect::<Vec<_>>(),
-                    [chunk.len()],
-                ),
-                &self.device,
-            );
-            let losses = cross_entropy_per_example(model.forward(images), labels);
-            out.extend(
-                losses
-                    .into_data()
-                    .convert::<f32>()
-                    .into_vec::<f32>()
-                    .expect("f32 data"),
-            );
-        }
-        if let Some(i) = out.iter().position(|l| !l.is_finite()) {
-            return Err(TrainError::NonFiniteLoss {
-                step: self.step,
-                epoch: self.epoch,
-                value: f64::from(out[i]),
-                last_checkpoint: self.last_checkpoint.clone(),
-            });
-        }
-        Ok(out)
+    fn shapes(&self) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
+        (shapes(&self.model), shapes(&self.model.backbone))
     }
 
-    /// Top-1 and top-5 accuracy of the classifier on the test split (inference mode).
-    pub fn evaluate(&self) -> TestAccuracy {
-        let model = self.model.valid();
-        let n = self.test.len();
-        let (mut top1, mut top5) = (0usize, 0usize);
-        let indices: Vec<usize> = (0..n).collect();
-        for chunk in indices.chunks(self.config.eval_batch_size) {
-            let images =
-                self.augment
-                    .images::<B::InnerBackend>(&self.test, chunk, None, &self.device);
-            let logits = model.forward(images);
-            let classes = logits.dims()[1];
-            let values = logits
-                .into_data()
-                .convert::<f32>()
-                .into_vec::<f32>()
-                .expect("f32 data");
-            for (row, &i) in chunk.iter().enumerate() {
-                let label = self.test.label(i).expect("labeled");
-                let logits = &values[row * classes..(row + 1) * classes];
-                // Rank of the true class: how many logits beat it (ties count against it).
-                let own = logits[label];
-                let above = logits
-                    .iter()
-                    .enumerate()
-                    .filter(|&(j, &v)| j != label && (v > own || v.is_nan()))
-                    .count();
-                top1 += usize::from(above == 0);
-                top5 += usize::from(above < 5);
-            }
-        }
-        TestAccuracy {
-            top1: top1 as f64 / n as f64,
-            top5: top5 as f64 / n as f64,
-        }
+    fn load(&mut self, dir: &Path, meta: &CheckpointMeta) -> Result<(), TrainError> {
+        let file = dir.join(files::ONLINE);
+        let expected = shapes(&self.model);
+        check_shapes(&file, &meta.online_shapes, &expected)?;
+        let record =
+            read_record::<B, <Classifier<B, M> as Module<B>>::Record>(&file, self.device())?;
+        let model = self.model.clone().load_record(record);
+        check_shapes(&file, &shapes(&model), &expected)?;
+        self.model = model;
+        let record = read_record::<B, O::Record>(&dir.join(files::OPTIMIZER), self.device())?;
+        let optimizer = self.optimizer.take().expect("put back after every step");
+        self.optimizer = Some(optimizer.load_record(record));
+        Ok(())
     }
+}
 
-    /// The batches of an epoch: its pool shuffled with `(seed, epoch, round)`, in order, one
-    /// round after another until `steps_per_epoch` batches are drawn.
-    fn epoch_batches(&self, epoch: usize, pool: &[usize]) -> Vec<Vec<usize>> {
-        let b = self.config.batch_size;
-        let mut flat = Vec::with_capacity(self.steps_per_epoch * b);
-        let mut round = 0u64;
-        while flat.len() < self.steps_per_epoch * b {
-            let mut order = pool.to_vec();
-            let key = mix_seed(mix_seed(self.config.seed, epoch as u64), round);
-            order.shuffle(&mut StdRng::seed_from_u64(key));
-            flat.extend(order);
-            round += 1;
-        }
-        flat.truncate(self.steps_per_epoch * b);
-        flat.chunks(b).map(<[usize]>::to_vec).collect()
-    }
+/// Reads a JSON value as a hook's state, naming what did not fit.
+///
+/// # Errors
+/// If it is not a `T`.
+pub fn from_state<T: serde::de::DeserializeOwned>(state: serde_json::Value) -> Result<T, String> {
+    serde_json::from_value(state).map_err(|e| format!("not the state of this selection: {e}"))
+}
 
-    /// One optimiser step on the examples `indices`; returns the mean loss.
-    fn train_step(&mut self, indices: &[usize], lr: f64) -> Result<f64, TrainError> {
-        let images =
-            self.augment
-                .images::<B>(&self.train, indices, Some(self.step as u64), &self.device);
-        let labels = Tensor::<B, 1, Int>::from_data(
-            TensorData::new(
-                indices.iter().map(|&i| self.labels[i]).collect::<Vec<_>>(),
-                [indices.len()],
-            ),
-            &self.device,
-        );
-        let loss = cross_entropy_per_example(self.model.forward(images), labels).mean();
-        let value = loss.clone().into_scalar().elem::<f64>();
-        if !value.is_finite() {
-            return Err(TrainError::NonFiniteLoss {
-                step: self.step,
-                epoch: self.epoch,
-                value,
-                last_checkpoint: self.last_checkpoint.clone(),
-            });
-        }
-        let grads = GradientsParams::from_grads(loss.backward(), &self.model);
-        let optimizer = self.optimizer.as_mut().expect("put back after every step");
-        self.model = optimizer.step(lr, self.model.clone(), grads);
-        Ok(value)
-    }
+/// Serialises a module's record for a checkpoint file (for hooks holding networks).
+///
+/// # Errors
+/// If the record cannot be serialised.
+pub fn record_bytes<B: Backend, R: burn::record::Record<B>>(
+    record: R,
+    what: &str,
+) -> Result<Vec<u8>, TrainError> {
+    to_bytes::<B, R>(record, what)
+}
 
-    /// Trains to the last epoch of the plan.
-    ///
-    /// # Errors
-    /// On a non-finite loss (the checkpoints on disk are kept), a selector failure, or I/O
-    /// errors in the run directory.
-    pub fn fit(&mut self) -> Result<TrainSummary, TrainError> {
-        self.fit_epochs(usize::MAX)
-    }
-
-    /// Trains at most `max_epochs` more epochs (stopping at the plan's end).
-    ///
-    /// # Errors
-    /// As [`SupervisedTrainer::fit`].
-    pub fn fit_epochs(&mut self, max_epochs: usize) -> Result<TrainSummary, TrainError> {
-        let mut summary = TrainSummary::default();
-        let last = self
-            .config
-            .epochs
-            .min(self.epoch.saturating_add(max_epochs));
-        let total_steps = self.config.epochs * self.steps_per_epoch;
-        self.log.start(total_steps, self.step);
-        while self.epoch < last {
-            let epoch = self.epoch;
-            let started = Instant::now();
-            let losses = if self.selector.needs_losses(epoch) {
-                Some(self.example_losses()?)
-            } else {
-                None
-            };
-            let pool = self.selector.select(epoch, losses.as_deref())?;
-            if pool.is_empty() || pool.iter().any(|&i| i >= self.train.len()) {
-                return Err(TrainError::Run {
-                    path: self.run_dir.clone(),
-                    reason: format!(
-                        "the example selection of epoch {} chose {} examples, some outside the \
-                         {} training images",
-                        epoch + 1,
-                        pool.len(),
-                        self.train.len()
-                    ),
-                });
-            }
-            let lr = self.config.lr_at(epoch);
-            let mut loss_sum = 0.0;
-            for batch in self.epoch_batches(epoch, &pool) {
-                let step_started = Instant::now();
-                let loss = self.train_step(&batch, lr)?;
-                let mut stats = vec![("selected".to_string(), pool.len() as f64)];
-                stats.extend(self.selector.after_step(self.step)?);
-                loss_sum += loss;
-                let record = StepRecord {
-                    step: self.step,
-                    epoch,
-                    loss,
-                    lr,
-                    images_per_s: batch.len() as f64 / step_started.elapsed().as_secs_f64(),
-                    stats,
-                };
-                self.log.step(&record, self.config.epochs)?;
-                summary.steps.push(record);
-                self.step += 1;
-            }
-            self.selector.end_epoch();
-            let seconds = started.elapsed().as_secs_f64();
-            let accuracy = self.evaluate();
-            self.epoch += 1;
-            let due = self.config.checkpoint_every > 0
-                && self.epoch.is_multiple_of(self.config.checkpoint_every);
-            let checkpoint = if due || self.epoch == self.config.epochs {
-                Some(self.save_checkpoint()?)
-            } else {
-                None
-            };
-            let mut stats = vec![
-                ("test_top1".to_string(), accuracy.top1),
-                ("test_top5".to_string(), accuracy.top5),
-                ("selected".to_string(), pool.len() as f64),
-                (
-                    "selected_fraction".to_string(),
-                    pool.len() as f64 / self.train.len() as f64,
-                ),
-            ];
-            stats.extend(self.selector.epoch_stats());
-            let record = EpochRecord {
-                epoch,
-                mean_loss: loss_sum / self.steps_per_epoch as f64,
-                lr,
-                images_per_s: (self.steps_per_epoch * self.config.batch_size) as f64 / seconds,
-                seconds,
-                stats,
-                columns: Vec::new(),
-                notes: Vec::new(),
-                checkpoint,
-            };
-            self.log.epoch(&record, self.config.epochs)?;
-            summary.epochs.push(record);
-        }
-        self.log.finish()?;
-        Ok(summary)
-    }
+/// Reads a record written by [`record_bytes`] from a verified checkpoint file.
+///
+/// # Errors
+/// If the file cannot be read or holds another kind of record.
+pub fn read_record_file<B: Backend, R: burn::record::Record<B>>(
+    path: &Path,
+    device: &B::Device,
+) -> Result<R, TrainError> {
+    read_record::<B, R>(path, device)
 }
 
 /// A random draw helper for selectors: the generator of step `step` under `seed`.
@@ -1043,13 +787,18 @@ pub fn step_rng(seed: u64, step: usize) -> StdRng {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
     use crate::method::TinyBackbone;
     use crate::optim::SgdConfig;
+    use crate::spl_advise::RandomSampling;
     use crate::spl_advise::{
         EmbeddingNetConfig, KMeansConfig, MagnetSamplerConfig, PaceConfig, SplAdvise,
         SplAdviseConfig, SpldConfig,
     };
+    use crate::train::checkpoint;
+    use crate::train::{StartMode, Trainer};
     use burn::backend::{Autodiff, Flex, NdArray};
     use burn::optim::AdamConfig;
 
@@ -1164,30 +913,31 @@ mod tests {
         );
 
         let dir = scratch("one-step");
-        let mut trainer = SupervisedTrainer::builder(
+        let mut trainer = Trainer::with_step(Supervised::new(
             model,
             SgdConfig::new()
                 .with_momentum(0.0)
                 .with_weight_decay(0.0)
                 .init::<B, Classifier<B, TinyBackbone<B>>>()
                 .unwrap(),
-            Box::new(RandomSampling::new(n)),
             data.clone(),
             data,
-        )
+            SupervisedConfig::new().with_batch_size(n),
+            ClassifierAugmentConfig::new(),
+        ))
         .config(
-            SupervisedConfig::new()
+            TrainConfig::new()
                 .with_epochs(1)
-                .with_batch_size(n)
                 .with_lr(lr)
                 .with_progress_bar(false),
         )
+        .hook(RandomSampling::new())
         .run_dir(&dir)
         .build(&device)
         .unwrap();
         let summary = trainer.fit().unwrap();
         assert_eq!(summary.steps.len(), 1);
-        let model = trainer.model();
+        let model = trainer.task().model();
         for (got, want, what) in [
             (values(model.backbone.fc.weight.val()), w1_new, "W1"),
             (
@@ -1212,10 +962,10 @@ mod tests {
     type Ad = Autodiff<Flex>;
     type Student = Classifier<Ad, TinyBackbone<Ad>>;
 
-    fn spl_advise_trainer(
-        dir: &Path,
-        mode: StartMode,
-    ) -> SupervisedTrainer<Ad, TinyBackbone<Ad>, impl Optimizer<Student, Ad>> {
+    type SplAdviseRun = Trainer<Ad, Supervised<Ad, TinyBackbone<Ad>, Adam>>;
+    type Adam = burn::optim::adaptor::OptimizerAdaptor<burn::optim::Adam, Student, Ad>;
+
+    fn spl_advise_trainer(dir: &Path, mode: StartMode) -> SplAdviseRun {
         let device = Default::default();
         let train = images(48, 2, 1);
         let test = images(10, 2, 2);
@@ -1248,29 +998,26 @@ mod tests {
             &device,
         )
         .unwrap();
-        SupervisedTrainer::builder(
+        Trainer::with_step(Supervised::new(
             model,
             AdamConfig::new().init(),
-            Box::new(selector),
             train,
             test,
-        )
-        .config(
-            SupervisedConfig::new()
-                .with_epochs(3)
-                .with_batch_size(8)
-                .with_lr(1e-2)
-                .with_checkpoint_every(1)
-                .with_progress_bar(false)
-                .with_seed(3),
-        )
-        .augmentation(
+            SupervisedConfig::new().with_batch_size(8).with_seed(3),
             ClassifierAugmentConfig::new()
                 .with_hflip(0.5)
                 .with_translate(1)
                 .with_rotate_degrees(10.0)
                 .with_seed(4),
+        ))
+        .config(
+            TrainConfig::new()
+                .with_epochs(3)
+                .with_lr(1e-2)
+                .with_checkpoint_every(1)
+                .with_progress_bar(false),
         )
+        .hook(selector)
         .run_dir(dir)
         .start(mode)
         .build(&device)
@@ -1312,7 +1059,13 @@ mod tests {
         let selected: Vec<f64> = summary
             .epochs
             .iter()
-            .map(|e| e.stats.iter().find(|(n, _)| n == "selected").unwrap().1)
+            .map(|e| {
+                let (_, cell) = e.columns.iter().find(|(n, _)| n == "selected").unwrap();
+                match cell {
+                    crate::train::Cell::Value(v) => *v,
+                    other => panic!("selected: {other:?}"),
+                }
+            })
             .collect();
         assert_eq!(selected[0], 48.0, "the warm-up epoch trains on everything");
         assert!(selected[1] < 48.0, "SPLD leaves examples out: {selected:?}");
@@ -1324,9 +1077,9 @@ mod tests {
         let mut b = spl_advise_trainer(&stopped, StartMode::Resume);
         assert_eq!((b.epoch(), b.step()), (1, 6));
         b.fit().unwrap();
-        let weights = |t: &SupervisedTrainer<Ad, TinyBackbone<Ad>, _>| {
-            let mut v = values(t.model().backbone.fc.weight.val());
-            v.extend(values(t.model().head.weight.val()));
+        let weights = |t: &SplAdviseRun| {
+            let mut v = values(t.task().model().backbone.fc.weight.val());
+            v.extend(values(t.task().model().head.weight.val()));
             v
         };
         assert_eq!(weights(&a), weights(&b));
@@ -1338,7 +1091,7 @@ mod tests {
             );
         }
         let last = |d: &Path| d.join("checkpoints/epoch-0003");
-        let read = |d: &Path| std::fs::read(last(d).join(files::SELECTION)).unwrap();
+        let read = |d: &Path| std::fs::read(last(d).join(files::CURRICULA)).unwrap();
         assert_eq!(
             read(&straight),
             read(&stopped),
@@ -1360,11 +1113,11 @@ mod tests {
             v
         };
         assert_eq!(embedding(&straight), embedding(&stopped));
-        // A supervised checkpoint holds the selection's files, all checksummed.
+        // A supervised checkpoint holds the selection's state and files, all checksummed.
         let meta = checkpoint::read_meta(&straight.join("checkpoints/epoch-0003")).unwrap();
         assert_eq!(meta.kind, CheckpointKind::Supervised);
         for name in [
-            files::SELECTION,
+            files::CURRICULA,
             files::EMBEDDING,
             files::EMBEDDING_OPTIMIZER,
         ] {

@@ -22,7 +22,7 @@ use curriculum_ssl::loss::{
 use curriculum_ssl::method::pgd::PgdConfig;
 use curriculum_ssl::method::{init_method, MoCo, MoCoConfig, PairLossConfig, SslMethod};
 use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
-use curriculum_ssl::train::{StartMode, TrainConfig, Trainer};
+use curriculum_ssl::train::{SelfSupervised, StartMode, TrainConfig, Trainer};
 use curriculum_ssl_models::{
     AnyBackbone, AnyBackboneConfig, Backbone, BlockKind, EfficientNetConfig, LeNetConfig,
     MobileNetV3Config, ResNetConfig, Stem, VggConfig, WideResNetConfig,
@@ -972,7 +972,7 @@ impl Prepared {
     where
         S: SslMethod<Train>,
         <S::Backbone as AutodiffModule<Train>>::InnerModule: Backbone<backend::Inner>,
-        O: Optimizer<S::Online, Train>,
+        O: Optimizer<S::Online, Train> + 'static,
     {
         let method_config = serde_json::to_value(method_config)?;
         run(
@@ -990,10 +990,10 @@ impl Prepared {
 }
 
 /// The kNN hook every training recipe adds.
-fn knn_hook<S, O>(trainer: &Trainer<Train, S, O, ImageArray>) -> &KnnHook
+fn knn_hook<S, O>(trainer: &Trainer<Train, SelfSupervised<Train, S, O, ImageArray>>) -> &KnnHook
 where
-    S: SslMethod<Train>,
-    O: Optimizer<S::Online, Train>,
+    S: SslMethod<Train> + 'static,
+    O: Optimizer<S::Online, Train> + 'static,
 {
     trainer
         .hook::<KnnHook>()
@@ -1016,7 +1016,7 @@ fn run<S, O>(
 where
     S: SslMethod<Train>,
     <S::Backbone as AutodiffModule<Train>>::InnerModule: Backbone<backend::Inner>,
-    O: Optimizer<S::Online, Train>,
+    O: Optimizer<S::Online, Train> + 'static,
 {
     let channels = data.train.image_shape().2;
     let augmenter: Augmenter = pipeline.clone().init(channels)?;

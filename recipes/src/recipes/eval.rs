@@ -124,7 +124,7 @@ pub fn run(args: &[String]) -> Result<()> {
         .init::<Inner>(&device);
     let model = load_backbone::<Inner, _>(&checkpoint, fresh, &device)?;
     println!("checkpoint {}", checkpoint.display());
-    let normalize = record.augmentation.view1.normalize;
+    let normalize = record.step.augmentation.view1.normalize;
     let Data { train, test, .. } = data;
     let monitor = KnnMonitor::new(train.clone(), test.clone(), normalize.clone())?;
     for r in monitor.evaluate(&model, &device)? {

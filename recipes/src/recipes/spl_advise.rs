@@ -28,14 +28,13 @@ use curriculum_ssl::augment::normalize::{self, Normalize};
 use curriculum_ssl::data::Dataset;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::spl_advise::{
-    EmbeddingNetConfig, KMeansConfig, PaceConfig, SplAdvise, SplAdviseConfig, SpldConfig,
-    SpldSampling,
+    EmbeddingNet, EmbeddingNetConfig, KMeansConfig, PaceConfig, RandomSampling, SplAdvise,
+    SplAdviseConfig, SpldConfig, SpldSampling,
 };
 use curriculum_ssl::train::supervised::{
-    Classifier, ClassifierAugmentConfig, ExampleSelector, RandomSampling, SupervisedConfig,
-    SupervisedTrainer,
+    Classifier, ClassifierAugmentConfig, Supervised, SupervisedConfig,
 };
-use curriculum_ssl::train::StartMode;
+use curriculum_ssl::train::{Cell, StartMode, TrainConfig, Trainer};
 use curriculum_ssl_models::AnyBackbone;
 use serde::Serialize;
 
@@ -221,14 +220,14 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         .with_clusters(args.clusters.unwrap_or(8))
         .with_max_iterations(50);
     let pace = PaceConfig::new(SpldConfig::new());
-    let selector: Box<dyn ExampleSelector<Train>> = match selection {
-        Selection::Random => Box::new(RandomSampling::new(data.train.len())),
-        Selection::Spld => Box::new(SpldSampling::on_pixels(
+    let selector = match selection {
+        Selection::Random => Selector::Random(RandomSampling::new()),
+        Selection::Spld => Selector::Spld(Box::new(SpldSampling::on_pixels(
             &data.train,
             &pace,
             &kmeans,
             settings.seed,
-        )?),
+        )?)),
         Selection::SplAdvise => {
             let choice = embedding_backbone.expect("spl_advise has one");
             let spec = BackboneSpec {
@@ -241,14 +240,14 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
             let config = SplAdviseConfig::new(pace)
                 .with_kmeans(kmeans)
                 .with_seed(settings.seed);
-            Box::new(SplAdvise::new(
+            Selector::SplAdvise(Box::new(SplAdvise::new(
                 config,
                 net,
                 AdamConfig::new().init(),
                 data.train.clone(),
                 images,
                 &device,
-            )?)
+            )?))
         }
     };
     let description = SupervisedRun {
@@ -263,11 +262,12 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         backend: backend::NAME,
     };
     let config = SupervisedConfig::new()
-        .with_epochs(settings.epochs)
         .with_batch_size(settings.batch_size)
-        .with_lr(settings.lr)
-        .with_checkpoint_every(common_args.checkpoint_every)
         .with_seed(settings.seed);
+    let train_config = TrainConfig::new()
+        .with_epochs(settings.epochs)
+        .with_lr(settings.lr)
+        .with_checkpoint_every(common_args.checkpoint_every);
     let mode = if common_args.extend {
         StartMode::Extend
     } else if common_args.resume {
@@ -281,6 +281,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         selector,
         data,
         config,
+        train_config,
         augment: augmentation(channels, settings.seed),
         description,
         run_dir,
@@ -300,11 +301,25 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
     }
 }
 
+/// The student's selection, as chosen on the command line.
+enum Selector {
+    Random(RandomSampling),
+    Spld(Box<SpldSampling>),
+    SplAdvise(Box<SplAdvise<Train, AnyBackbone<Train>, EmbeddingAdam>>),
+}
+
+type EmbeddingAdam = burn::optim::adaptor::OptimizerAdaptor<
+    burn::optim::Adam,
+    EmbeddingNet<Train, AnyBackbone<Train>>,
+    Train,
+>;
+
 struct Parts {
     model: Classifier<Train, AnyBackbone<Train>>,
-    selector: Box<dyn ExampleSelector<Train>>,
+    selector: Selector,
     data: common::Data,
     config: SupervisedConfig,
+    train_config: TrainConfig,
     augment: ClassifierAugmentConfig,
     description: SupervisedRun,
     run_dir: std::path::PathBuf,
@@ -314,13 +329,14 @@ struct Parts {
 
 fn train<O>(parts: Parts, optimizer: O) -> Result<()>
 where
-    O: Optimizer<Classifier<Train, AnyBackbone<Train>>, Train>,
+    O: Optimizer<Classifier<Train, AnyBackbone<Train>>, Train> + 'static,
 {
     let Parts {
         model,
         selector,
         data,
         config,
+        train_config,
         augment,
         description,
         run_dir,
@@ -331,10 +347,10 @@ where
         "{}: {} epochs of {} steps, batch {}, lr {}, {:?} student with {:?}{} on {}; run \
          directory {}",
         description.recipe,
-        config.epochs,
+        train_config.epochs,
         data.train.len() / config.batch_size,
         config.batch_size,
-        config.lr,
+        train_config.lr,
         description.backbone,
         description.optimizer,
         description
@@ -343,9 +359,14 @@ where
         backend::NAME,
         run_dir.display()
     );
-    let mut trainer = SupervisedTrainer::builder(model, optimizer, selector, data.train, data.test)
-        .config(config)
-        .augmentation(augment)
+    let step = Supervised::new(model, optimizer, data.train, data.test, config, augment);
+    let builder = Trainer::with_step(step).config(train_config);
+    let builder = match selector {
+        Selector::Random(s) => builder.hook(s),
+        Selector::Spld(s) => builder.hook(*s),
+        Selector::SplAdvise(s) => builder.hook(*s),
+    };
+    let mut trainer = builder
         .run_dir(&run_dir)
         .describe(&description)
         .start(mode)
@@ -353,10 +374,16 @@ where
     let summary = trainer.fit()?;
     if let Some(last) = summary.epochs.last() {
         let stat = |name: &str| {
+            let column = last.columns.iter().find_map(|(n, c)| match c {
+                Cell::Value(v) if n == name => Some(*v),
+                _ => None,
+            });
             last.stats
                 .iter()
                 .find(|(n, _)| n == name)
-                .map_or(f64::NAN, |(_, v)| *v)
+                .map(|(_, v)| *v)
+                .or(column)
+                .unwrap_or(f64::NAN)
         };
         println!(
             "epoch {}: test top-1 {:.2}%, top-5 {:.2}%, {:.0}% of the training set selected",

@@ -1,0 +1,461 @@
+//! The self-supervised step: any [`SslMethod`] on two augmented views of every batch of a
+//! [`Loader`], with any optimiser.
+//!
+//! ```text
+//! epoch:   the loader's batches, order keyed by (seed, epoch); uploaded and augmented one step
+//!          ahead on a thread of its own when asked (`augment_ahead`)
+//! attempt: view1, view2 = augmenter.redrawn_views(batch, progress, attempt)   # keyed by (step, attempt)
+//! forward: out = method.forward(view1, view2, progress)
+//! apply:   online = optimiser.step(lr, online, grad(out.loss)); loss and statistics in one read
+//! after:   method.after_step (EMA, queue); augmenter.observe (the self-paced AutoAugment)
+//! ```
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::optim::Optimizer;
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use serde::{Deserialize, Serialize};
+
+use super::ahead::{Batches, ReadyBatch};
+use super::checkpoint::{
+    check_shapes, files, read_record, shapes, to_bytes, CheckpointKind, CheckpointMeta,
+};
+use super::step::{EpochBatches, LrPlan, ProgressOf, Step};
+use super::{TrainConfig, TrainError};
+use crate::base::error::ConfigError;
+use crate::base::Progress;
+use crate::curriculum::auto_augment::PolicyChoice;
+use crate::data::{Dataset, HostBatch, ImageItem, Loader, LoaderConfig};
+use crate::method::{MethodOutput, SslMethod};
+use crate::pipeline::{Augmenter, PipelineConfig, TwoViews};
+
+/// The self-supervised step's settings in the run record: the loader and the augmentation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SelfSupervisedSettings {
+    /// The loader's settings.
+    pub loader: LoaderConfig,
+    /// The augmentation.
+    pub augmentation: PipelineConfig,
+}
+
+/// Settings of the self-supervised step that may differ on resume.
+pub const SELF_SUPERVISED_RESUMABLE: [&str; 2] = ["loader.workers", "loader.prefetch"];
+
+/// A batch of the self-supervised step: the loader's batch, its images on the device, and the
+/// views of the first attempt when they were drawn ahead.
+pub struct SslBatch<B: AutodiffBackend>(ReadyBatch<B::InnerBackend>);
+
+/// The self-paced AutoAugment's choice and the scheduled knobs of an attempt.
+type Applied = (Option<PolicyChoice>, Vec<(&'static str, f64)>);
+
+/// The self-supervised step (see the module docs).
+pub struct SelfSupervised<B: AutodiffBackend, S, O, D> {
+    method: S,
+    optimizer: Option<O>,
+    augmenter: Augmenter,
+    loader: Loader<D>,
+    device: Option<B::Device>,
+    augment_ahead: bool,
+    /// The augmentation policy and scheduled knobs of the attempt being applied.
+    applied: Option<Applied>,
+}
+
+impl<B, S, O, D> SelfSupervised<B, S, O, D>
+where
+    B: AutodiffBackend,
+    S: SslMethod<B> + 'static,
+    O: Optimizer<S::Online, B> + 'static,
+    D: Dataset<ImageItem> + 'static,
+{
+    /// `method` trained with `optimizer` on the batches of `loader`, augmented by `augmenter`
+    /// (on the device the trainer's build gives it).
+    pub fn new(method: S, optimizer: O, augmenter: Augmenter, loader: Loader<D>) -> Self {
+        Self {
+            method,
+            optimizer: Some(optimizer),
+            augmenter,
+            loader,
+            device: None,
+            augment_ahead: false,
+            applied: None,
+        }
+    }
+
+    /// Upload and augment each batch on a thread of its own while the step before runs
+    /// (see [`TrainerBuilder::augment_ahead`](super::TrainerBuilder::augment_ahead)).
+    pub fn set_augment_ahead(&mut self, ahead: bool) {
+        self.augment_ahead = ahead;
+    }
+
+    /// The loader.
+    pub fn loader(&self) -> &Loader<D> {
+        &self.loader
+    }
+
+    fn device(&self) -> &B::Device {
+        self.device
+            .as_ref()
+            .expect("the trainer's build gives the step its device")
+    }
+}
+
+/// What a hook of self-supervised training may use of the step: the method, the augmentation
+/// and the training images. Hooks are written for every type with this trait, so one hook
+/// serves every method, optimiser and dataset.
+pub trait SelfSupervisedStep<B: AutodiffBackend>:
+    Step<B, Inputs = TwoViews<B::InnerBackend>, Output = MethodOutput<B>>
+{
+    /// The method.
+    type Method: SslMethod<B>;
+
+    /// The method.
+    fn method(&self) -> &Self::Method;
+
+    /// The method, to hand it what it needs (e.g. object boxes).
+    fn method_mut(&mut self) -> &mut Self::Method;
+
+    /// The augmentation (its view-1 normalisation is what an unaugmented image gets).
+    fn augmenter(&self) -> &Augmenter;
+
+    /// Images in the training set.
+    fn num_training_images(&self) -> usize;
+
+    /// The training images `start..end` (dataset order) as the network sees `view1`
+    /// unaugmented: scaled to `[0, 1]` and normalised as `view1` is; on the inner backend.
+    ///
+    /// # Errors
+    /// If the dataset cannot give an image of the range.
+    fn training_images(
+        &self,
+        start: usize,
+        end: usize,
+    ) -> Result<Tensor<B::InnerBackend, 4>, TrainError>;
+}
+
+impl<B, S, O, D> SelfSupervisedStep<B> for SelfSupervised<B, S, O, D>
+where
+    B: AutodiffBackend,
+    S: SslMethod<B> + 'static,
+    O: Optimizer<S::Online, B> + 'static,
+    D: Dataset<ImageItem> + 'static,
+{
+    type Method = S;
+
+    fn method(&self) -> &S {
+        &self.method
+    }
+
+    fn method_mut(&mut self) -> &mut S {
+        &mut self.method
+    }
+
+    fn augmenter(&self) -> &Augmenter {
+        &self.augmenter
+    }
+
+    fn num_training_images(&self) -> usize {
+        self.loader.dataset().len()
+    }
+
+    fn training_images(
+        &self,
+        start: usize,
+        end: usize,
+    ) -> Result<Tensor<B::InnerBackend, 4>, TrainError> {
+        let dataset = self.loader.dataset();
+        let source = Path::new("training images");
+        let indices: Vec<usize> = (start..end).collect();
+        let items = indices
+            .iter()
+            .map(|&i| {
+                dataset
+                    .get(i)
+                    .ok_or_else(|| crate::data::DataError::Request {
+                        path: source.to_path_buf(),
+                        reason: format!(
+                            "the dataset has no item {i} although its length is {}",
+                            dataset.len()
+                        ),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let batch = HostBatch::from_items(source, &items, indices)?;
+        let mut images = batch.to_device::<B::InnerBackend>(self.device()).images;
+        if let Some(normalize) = &self.augmenter.config().view1.normalize {
+            images = normalize.apply(images);
+        }
+        Ok(images)
+    }
+}
+
+impl<B, S, O, D> Step<B> for SelfSupervised<B, S, O, D>
+where
+    B: AutodiffBackend,
+    S: SslMethod<B> + 'static,
+    O: Optimizer<S::Online, B> + 'static,
+    D: Dataset<ImageItem> + 'static,
+{
+    type Settings = SelfSupervisedSettings;
+    type Batch = SslBatch<B>;
+    type Inputs = TwoViews<B::InnerBackend>;
+    type Output = MethodOutput<B>;
+
+    const KIND: CheckpointKind = CheckpointKind::SelfSupervised;
+
+    fn settings(&self) -> SelfSupervisedSettings {
+        SelfSupervisedSettings {
+            loader: self.loader.config().clone(),
+            augmentation: self.augmenter.config().clone(),
+        }
+    }
+
+    fn resumable_changes(&self) -> &'static [&'static str] {
+        &SELF_SUPERVISED_RESUMABLE
+    }
+
+    fn prepare(&mut self, device: &B::Device) -> Result<(), TrainError> {
+        self.device = Some(device.clone());
+        let batch_size = self.loader.config().batch_size;
+        if batch_size < 2 {
+            return Err(ConfigError::new(
+                "batch_size",
+                format!(
+                    "must be at least 2, got {batch_size} (batch norm needs two values per \
+                     channel, and a contrastive loss needs negatives)"
+                ),
+            )
+            .into());
+        }
+        if self.loader.num_batches() == 0 {
+            return Err(ConfigError::new(
+                "batch_size",
+                format!(
+                    "{} images give no full batch of {batch_size} (drop_last)",
+                    self.loader.dataset().len(),
+                ),
+            )
+            .into());
+        }
+        Ok(())
+    }
+
+    fn needs(&self) -> Vec<(&'static str, &'static str)> {
+        if self.method.uses_object_boxes() {
+            vec![(
+                crate::method::OBJECT_BOXES,
+                "the method rotates inside object boxes (crop-and-rotate) and no hook provides \
+                 them (add curriculum_ssl::hooks::ObjectBoxesHook)",
+            )]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn batches_per_epoch(&self) -> usize {
+        self.loader.num_batches()
+    }
+
+    fn batch_size(&self) -> usize {
+        self.loader.config().batch_size
+    }
+
+    fn num_examples(&self) -> usize {
+        self.loader.dataset().len()
+    }
+
+    fn seeds(&self) -> (u64, u64) {
+        (self.loader.config().seed, self.augmenter.config().seed)
+    }
+
+    fn lr_plan(&self, config: &TrainConfig, epochs: usize) -> Result<Box<dyn LrPlan>, ConfigError> {
+        Ok(Box::new(config.schedule(epochs, self.batches_per_epoch())?))
+    }
+
+    fn epoch(
+        &mut self,
+        epoch: usize,
+        pool: Option<&[usize]>,
+        progress_of: ProgressOf,
+    ) -> Result<EpochBatches<SslBatch<B>>, TrainError> {
+        let batches = match pool {
+            None => self.loader.epoch(epoch as u64),
+            Some(pool) => self.loader.epoch_of_pool(epoch as u64, pool),
+        };
+        let ahead = (self.augment_ahead && !self.augmenter.is_adaptive())
+            .then(|| (self.augmenter.clone(), progress_of));
+        let batches = Batches::<B::InnerBackend>::new(batches, self.device(), ahead);
+        Ok(Box::new(batches.map(|ready| {
+            ready.map(SslBatch).map_err(TrainError::from)
+        })))
+    }
+
+    fn indices(batch: &SslBatch<B>) -> &[usize] {
+        &batch.0.batch.indices
+    }
+
+    fn attempt(
+        &mut self,
+        batch: &mut SslBatch<B>,
+        progress: Progress,
+        attempt: usize,
+    ) -> TwoViews<B::InnerBackend> {
+        // The first draw may have been made ahead, on the augmentation thread.
+        match batch.0.views.take() {
+            Some(views) => views,
+            None => self
+                .augmenter
+                .redrawn_views(batch.0.images.clone(), progress, attempt),
+        }
+    }
+
+    fn forward(&mut self, views: TwoViews<B::InnerBackend>, progress: Progress) -> MethodOutput<B> {
+        self.applied = Some((views.policy, views.knobs));
+        self.method.forward(
+            Tensor::from_inner(views.view1),
+            Tensor::from_inner(views.view2),
+            progress,
+        )
+    }
+
+    fn apply(
+        &mut self,
+        out: MethodOutput<B>,
+        lr: f64,
+    ) -> Result<(f64, Vec<(String, f64)>), TrainError> {
+        let grads = self.method.gradients(&out.loss);
+        let optimizer = self.optimizer.as_mut().expect("put back after every step");
+        let online = optimizer.step(lr, self.method.online().clone(), grads);
+        self.method.set_online(online);
+        // The loss and the statistics in one transfer: the only synchronisation of the step.
+        let mut values = vec![out.loss.inner()];
+        values.extend(out.stats.iter().map(|(_, v)| v.clone().inner()));
+        let host: Vec<f64> = Tensor::cat(values, 0)
+            .into_data()
+            .convert::<f64>()
+            .to_vec()
+            .expect("a float tensor converts to f64");
+        let knobs = self
+            .applied
+            .as_ref()
+            .map(|(_, knobs)| knobs.clone())
+            .unwrap_or_default();
+        let stats = out
+            .stats
+            .iter()
+            .zip(&host[1..])
+            .map(|((name, _), v)| (name.to_string(), *v))
+            .chain(knobs.iter().map(|(name, v)| (name.to_string(), *v)))
+            .collect();
+        Ok((host[0], stats))
+    }
+
+    fn after_step(&mut self, progress: Progress, loss: f64) {
+        self.method.after_step(progress);
+        if let Some((policy, _)) = self.applied.take() {
+            self.augmenter.observe(progress, policy, loss);
+        }
+    }
+
+    fn files(&self) -> Result<Vec<(&'static str, Vec<u8>)>, TrainError> {
+        let optimizer = self.optimizer.as_ref().expect("put back after every step");
+        Ok(vec![
+            (
+                files::ONLINE,
+                to_bytes::<B, _>(
+                    self.method.online().clone().into_record(),
+                    "online networks",
+                )?,
+            ),
+            (
+                files::BACKBONE,
+                to_bytes::<B, _>(self.method.backbone().clone().into_record(), "backbone")?,
+            ),
+            (
+                files::METHOD,
+                to_bytes::<B, _>(self.method.state(), "method state")?,
+            ),
+            (
+                files::OPTIMIZER,
+                to_bytes::<B, _>(optimizer.to_record(), "optimiser state")?,
+            ),
+        ])
+    }
+
+    fn shapes(&self) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
+        (shapes(self.method.online()), shapes(self.method.backbone()))
+    }
+
+    fn load(&mut self, dir: &Path, meta: &CheckpointMeta) -> Result<(), TrainError> {
+        let mismatch = |reason: String| TrainError::Checkpoint {
+            path: dir.to_path_buf(),
+            reason,
+        };
+        let online_file = dir.join(files::ONLINE);
+        let expected = shapes(self.method.online());
+        check_shapes(&online_file, &meta.online_shapes, &expected)?;
+        let record =
+            read_record::<B, <S::Online as Module<B>>::Record>(&online_file, self.device())?;
+        let online = self.method.online().clone().load_record(record);
+        check_shapes(&online_file, &shapes(&online), &expected)?;
+        self.method.set_online(online);
+        let state = read_record::<B, S::State>(&dir.join(files::METHOD), self.device())?;
+        self.method
+            .load_state(state)
+            .map_err(|e| mismatch(e.to_string()))?;
+        let record = read_record::<B, O::Record>(&dir.join(files::OPTIMIZER), self.device())?;
+        let optimizer = self
+            .optimizer
+            .take()
+            .expect("the optimiser is always put back");
+        self.optimizer = Some(optimizer.load_record(record));
+        Ok(())
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        Some(serde_json::to_value(self.augmenter.state()).expect("JSON value"))
+    }
+
+    fn load_state(&mut self, state: Option<serde_json::Value>) -> Result<(), String> {
+        let state = state.ok_or_else(|| "no augmenter state".to_string())?;
+        let state =
+            serde_json::from_value(state).map_err(|e| format!("not an augmenter state: {e}"))?;
+        self.augmenter.load_state(state).map_err(|e| e.to_string())
+    }
+}
+
+impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> super::hook::RunView<'_, B, K> {
+    /// The method.
+    pub fn method(&self) -> &K::Method {
+        self.step.method()
+    }
+
+    /// The method, to hand it what it needs (e.g. object boxes).
+    pub fn method_mut(&mut self) -> &mut K::Method {
+        self.step.method_mut()
+    }
+
+    /// The augmentation.
+    pub fn augmenter(&self) -> &Augmenter {
+        self.step.augmenter()
+    }
+
+    /// Images in the training set.
+    pub fn num_training_images(&self) -> usize {
+        self.step.num_training_images()
+    }
+
+    /// The training images `start..end` as the network sees `view1` unaugmented
+    /// ([`SelfSupervisedStep::training_images`]).
+    ///
+    /// # Errors
+    /// If the dataset cannot give an image of the range.
+    pub fn training_images(
+        &self,
+        start: usize,
+        end: usize,
+    ) -> Result<Tensor<B::InnerBackend, 4>, TrainError> {
+        self.step.training_images(start, end)
+    }
+}
