@@ -321,6 +321,11 @@ pub struct TwoViews<B: Backend> {
     pub geometry: [Vec<ViewGeometry>; 2],
 }
 
+/// The capability an adaptive augmentation ([`Augmenter::is_adaptive`]) needs from a hook: the
+/// loop's losses fed back to [`Augmenter::observe`]
+/// (`curriculum_ssl::hooks::SelfPacedAutoAugmentHook`).
+pub const LOSS_FEEDBACK: &str = "loss_feedback";
+
 /// The adaptive (loss-driven) states of an augmenter, saved in checkpoints.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AugmenterState {

@@ -9,7 +9,7 @@ use burn::backend::{Autodiff, Flex};
 use burn::prelude::*;
 use curriculum_ssl::curriculum::{MixupCurriculumConfig, Pace, SchedulerConfig};
 use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
-use curriculum_ssl::hooks::{FrechetCurationHook, ObjectBoxesHook};
+use curriculum_ssl::hooks::{FrechetCurationHook, ObjectBoxesHook, SelfPacedAutoAugmentHook};
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
@@ -240,7 +240,7 @@ fn straight_and_resumed(name: &str, augmentation: PipelineConfig) -> (Vec<String
                 .with_predictor_dim(8)
                 .init(lenet(d), d)
         });
-        Trainer::builder(
+        let mut builder = Trainer::builder(
             method,
             SgdConfig::new().init::<Ad, _>().unwrap(),
             augmentation.clone().init(1).unwrap(),
@@ -252,11 +252,11 @@ fn straight_and_resumed(name: &str, augmentation: PipelineConfig) -> (Vec<String
                 .with_lr(0.05)
                 .with_checkpoint_every(1)
                 .with_progress_bar(false),
-        )
-        .run_dir(dir)
-        .start(mode)
-        .build(&device)
-        .unwrap()
+        );
+        if augmentation.auto_augment.is_some() {
+            builder = builder.hook(SelfPacedAutoAugmentHook::new());
+        }
+        builder.run_dir(dir).start(mode).build(&device).unwrap()
     };
     let straight = run_dir(&format!("{name}-straight"));
     make(&straight, StartMode::Fresh).fit().unwrap();
@@ -294,7 +294,7 @@ fn a_run_with_self_paced_auto_augment_resumes_exactly() {
     use curriculum_ssl::curriculum::SelfPacedAutoAugmentConfig;
     let mut p = pipeline(None);
     p.auto_augment = Some(SelfPacedAutoAugmentConfig::new().with_controller_gain(1.0));
-    let (a, b) = straight_and_resumed("auto-augment", p);
+    let (a, b) = straight_and_resumed("auto-augment", p.clone());
     assert_eq!(a.len(), 17);
     assert!(a[0].ends_with("aa_policy,aa_magnitude"), "{}", a[0]);
     assert_eq!(a, b);
@@ -306,6 +306,31 @@ fn a_run_with_self_paced_auto_augment_resumes_exactly() {
     assert!(
         magnitudes[8..].iter().any(|&m| m != 0.1),
         "the magnitudes learned before the checkpoint carry over: {magnitudes:?}"
+    );
+    // Without the hook that feeds the losses back, the run is refused, naming the hook.
+    let method = init(|d| {
+        SimSiamConfig::new()
+            .with_dim(16)
+            .with_predictor_dim(8)
+            .init(lenet(d), d)
+    });
+    let err = match Trainer::builder(
+        method,
+        SgdConfig::new().init::<Ad, _>().unwrap(),
+        p.init(1).unwrap(),
+        loader(),
+    )
+    .config(TrainConfig::new().with_epochs(1).with_progress_bar(false))
+    .run_dir(run_dir("auto-augment-no-hook"))
+    .build(&Dev::default())
+    {
+        Ok(_) => panic!("a self-paced AutoAugment without its hook was accepted"),
+        Err(e) => e,
+    };
+    assert!(err.is_input_error());
+    assert!(
+        err.to_string().contains("SelfPacedAutoAugmentHook"),
+        "{err}"
     );
 }
 

@@ -6,14 +6,17 @@
 //! | [`FrechetCurationHook`] | Fréchet batch curation: redraws batches whose views are too far apart | `curation` |
 //! | [`ObjectBoxesHook`] | crop-and-rotate's object boxes from the backbone's heat maps | `object_boxes` |
 //! | [`KnnHook`] | the kNN monitor every few epochs | — |
+//! | [`SelfPacedAutoAugmentHook`] | the losses fed back to MICO's self-paced AutoAugment | — (the augmenter's own, under `augmenter`) |
 
 pub mod frechet_curation;
 pub mod knn;
 pub mod object_boxes;
+pub mod self_paced_auto_augment;
 
 pub use frechet_curation::FrechetCurationHook;
 pub use knn::KnnHook;
 pub use object_boxes::ObjectBoxesHook;
+pub use self_paced_auto_augment::SelfPacedAutoAugmentHook;
 
 use crate::curation::CurationState;
 use crate::curriculum::rotation::ObjectBoxes;

@@ -15,8 +15,8 @@
 //!             if every hook says Apply: break
 //!         loss, stats = step.apply(out, lr(step))  # optimiser step, one transfer back
 //!         stop naming the step if the loss is not finite
-//!         step.after_step(progress, loss)        # EMA, queue, the self-paced AutoAugment
-//!         hooks.after_step                       # their columns of steps.csv
+//!         step.after_step(progress, loss)        # EMA, queue
+//!         hooks.after_step                       # e.g. the self-paced AutoAugment learns; columns
 //!     hooks.epoch_end; step.epoch_end            # e.g. the kNN monitor; a classifier's test accuracy
 //!     checkpoint every `checkpoint_every` epochs: the step's files and state, every hook's
 //! ```
@@ -31,7 +31,8 @@
 //!
 //! Everything that watches or steers training besides the step is a [`Hook`] ([`hook`]); the
 //! loop knows none of them by name. The crate's own are in `crate::hooks` (Fréchet batch
-//! curation, crop-and-rotate's object boxes, the kNN monitor) and `crate::spl_advise::selection`
+//! curation, crop-and-rotate's object boxes, the self-paced AutoAugment's feedback, the kNN
+//! monitor) and `crate::spl_advise::selection`
 //! (SPLD, SPL-ADVisE, random sampling).
 //!
 //! Why not burn-train's `Learner`: its step is `forward → backward → optimiser step`, while a

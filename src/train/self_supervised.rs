@@ -7,7 +7,8 @@
 //! attempt: view1, view2 = augmenter.redrawn_views(batch, progress, attempt)   # keyed by (step, attempt)
 //! forward: out = method.forward(view1, view2, progress)
 //! apply:   online = optimiser.step(lr, online, grad(out.loss)); loss and statistics in one read
-//! after:   method.after_step (EMA, queue); augmenter.observe (the self-paced AutoAugment)
+//! after:   method.after_step (EMA, queue); the self-paced AutoAugment learns from the loss
+//!          through its hook (crate::hooks::SelfPacedAutoAugmentHook)
 //! ```
 
 use std::path::Path;
@@ -26,10 +27,9 @@ use super::step::{EpochBatches, LrPlan, ProgressOf, Step};
 use super::{TrainConfig, TrainError};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
-use crate::curriculum::auto_augment::PolicyChoice;
 use crate::data::{Dataset, HostBatch, ImageItem, Loader, LoaderConfig};
 use crate::method::{MethodOutput, SslMethod};
-use crate::pipeline::{Augmenter, PipelineConfig, TwoViews};
+use crate::pipeline::{Augmenter, PipelineConfig, TwoViews, LOSS_FEEDBACK};
 
 /// The self-supervised step's settings in the run record: the loader and the augmentation.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -47,9 +47,6 @@ pub const SELF_SUPERVISED_RESUMABLE: [&str; 2] = ["loader.workers", "loader.pref
 /// views of the first attempt when they were drawn ahead.
 pub struct SslBatch<B: AutodiffBackend>(ReadyBatch<B::InnerBackend>);
 
-/// The self-paced AutoAugment's choice and the scheduled knobs of an attempt.
-type Applied = (Option<PolicyChoice>, Vec<(&'static str, f64)>);
-
 /// The self-supervised step (see the module docs).
 pub struct SelfSupervised<B: AutodiffBackend, S, O, D> {
     method: S,
@@ -58,8 +55,8 @@ pub struct SelfSupervised<B: AutodiffBackend, S, O, D> {
     loader: Loader<D>,
     device: Option<B::Device>,
     augment_ahead: bool,
-    /// The augmentation policy and scheduled knobs of the attempt being applied.
-    applied: Option<Applied>,
+    /// The scheduled knobs of the attempt being applied.
+    knobs: Vec<(&'static str, f64)>,
 }
 
 impl<B, S, O, D> SelfSupervised<B, S, O, D>
@@ -79,7 +76,7 @@ where
             loader,
             device: None,
             augment_ahead: false,
-            applied: None,
+            knobs: Vec::new(),
         }
     }
 
@@ -119,6 +116,9 @@ pub trait SelfSupervisedStep<B: AutodiffBackend>:
     /// The augmentation (its view-1 normalisation is what an unaugmented image gets).
     fn augmenter(&self) -> &Augmenter;
 
+    /// The augmentation, to feed its adaptive curricula ([`Augmenter::observe`]).
+    fn augmenter_mut(&mut self) -> &mut Augmenter;
+
     /// Images in the training set.
     fn num_training_images(&self) -> usize;
 
@@ -153,6 +153,10 @@ where
 
     fn augmenter(&self) -> &Augmenter {
         &self.augmenter
+    }
+
+    fn augmenter_mut(&mut self) -> &mut Augmenter {
+        &mut self.augmenter
     }
 
     fn num_training_images(&self) -> usize {
@@ -242,15 +246,22 @@ where
     }
 
     fn needs(&self) -> Vec<(&'static str, &'static str)> {
+        let mut needs = Vec::new();
         if self.method.uses_object_boxes() {
-            vec![(
+            needs.push((
                 crate::method::OBJECT_BOXES,
                 "the method rotates inside object boxes (crop-and-rotate) and no hook provides \
                  them (add curriculum_ssl::hooks::ObjectBoxesHook)",
-            )]
-        } else {
-            Vec::new()
+            ));
         }
+        if self.augmenter.is_adaptive() {
+            needs.push((
+                LOSS_FEEDBACK,
+                "the augmentation's self-paced AutoAugment learns from the losses and no hook \
+                 feeds them back (add curriculum_ssl::hooks::SelfPacedAutoAugmentHook)",
+            ));
+        }
+        needs
     }
 
     fn batches_per_epoch(&self) -> usize {
@@ -311,7 +322,7 @@ where
     }
 
     fn forward(&mut self, views: TwoViews<B::InnerBackend>, progress: Progress) -> MethodOutput<B> {
-        self.applied = Some((views.policy, views.knobs));
+        self.knobs = views.knobs;
         self.method.forward(
             Tensor::from_inner(views.view1),
             Tensor::from_inner(views.view2),
@@ -336,11 +347,7 @@ where
             .convert::<f64>()
             .to_vec()
             .expect("a float tensor converts to f64");
-        let knobs = self
-            .applied
-            .as_ref()
-            .map(|(_, knobs)| knobs.clone())
-            .unwrap_or_default();
+        let knobs = std::mem::take(&mut self.knobs);
         let stats = out
             .stats
             .iter()
@@ -351,11 +358,8 @@ where
         Ok((host[0], stats))
     }
 
-    fn after_step(&mut self, progress: Progress, loss: f64) {
+    fn after_step(&mut self, progress: Progress, _: f64) {
         self.method.after_step(progress);
-        if let Some((policy, _)) = self.applied.take() {
-            self.augmenter.observe(progress, policy, loss);
-        }
     }
 
     fn files(&self) -> Result<Vec<(&'static str, Vec<u8>)>, TrainError> {
@@ -439,6 +443,11 @@ impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> super::hook::RunView<'_, B, K
     /// The augmentation.
     pub fn augmenter(&self) -> &Augmenter {
         self.step.augmenter()
+    }
+
+    /// The augmentation, to feed its adaptive curricula.
+    pub fn augmenter_mut(&mut self) -> &mut Augmenter {
+        self.step.augmenter_mut()
     }
 
     /// Images in the training set.

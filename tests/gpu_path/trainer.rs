@@ -13,7 +13,7 @@ use curriculum_ssl::curriculum::{
     MixupCurriculumConfig, SchedulerConfig, SelfPacedAutoAugmentConfig, StrengthCurriculumConfig,
 };
 use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
-use curriculum_ssl::hooks::{FrechetCurationHook, ObjectBoxesHook};
+use curriculum_ssl::hooks::{FrechetCurationHook, ObjectBoxesHook, SelfPacedAutoAugmentHook};
 use curriculum_ssl::loss::NtXentLossConfig;
 use curriculum_ssl::method::rotnet::RotationMode;
 use curriculum_ssl::method::*;
@@ -103,6 +103,9 @@ where
     }
     if uses_boxes {
         builder = builder.hook(ObjectBoxesHook::new());
+    }
+    if run.pipeline.auto_augment.is_some() {
+        builder = builder.hook(SelfPacedAutoAugmentHook::new());
     }
     let mut trainer = builder
         .run_dir(dir)

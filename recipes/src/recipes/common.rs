@@ -15,7 +15,9 @@ use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::eval::{KnnMonitor, KnnResult};
-use curriculum_ssl::hooks::{FrechetCurationHook, KnnHook, ObjectBoxesHook};
+use curriculum_ssl::hooks::{
+    FrechetCurationHook, KnnHook, ObjectBoxesHook, SelfPacedAutoAugmentHook,
+};
 use curriculum_ssl::loss::{
     CurricularLossConfig, HclLossConfig, HuberNtXentLossConfig, NtXentLossConfig,
 };
@@ -1076,6 +1078,7 @@ where
         }
     }
     let uses_boxes = method.uses_object_boxes();
+    let adaptive = augmenter.is_adaptive();
     let mut builder = Trainer::builder(method, optimizer, augmenter, loader)
         .config(train_config)
         .run_dir(&run_dir)
@@ -1085,6 +1088,9 @@ where
     }
     if uses_boxes {
         builder = builder.hook(ObjectBoxesHook::new());
+    }
+    if adaptive {
+        builder = builder.hook(SelfPacedAutoAugmentHook::new());
     }
     let mut trainer = builder
         .hook(KnnHook::new(monitor, args.knn_every))
