@@ -12,6 +12,7 @@
 //!     SGD step on f, g, q;  (f', g') ← m·(f', g') + (1 − m)·(f, g)
 //! ```
 
+use crate::registry::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::method::ByolConfig;
 use curriculum_ssl::optim::SgdConfig;
@@ -49,3 +50,12 @@ pub fn train(recipe: Prepared) -> Result<()> {
     let optimizer = SgdConfig::new().init::<Train, _>()?;
     recipe.train(method, &config, optimizer)
 }
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[
+    RecipeEntry {
+        name: "byol",
+        summary: "BYOL (Grill et al. 2020; MICO Table 1 baseline): predictor, EMA target 0.99 -> 1, summed loss",
+        run,
+    },
+];

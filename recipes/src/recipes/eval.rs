@@ -18,6 +18,7 @@
 
 use std::path::PathBuf;
 
+use crate::registry::RecipeEntry;
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
 use curriculum_ssl::eval::linear_probe::ProbeOptimizer;
@@ -155,3 +156,12 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     Ok(())
 }
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[
+    RecipeEntry {
+        name: "eval",
+        summary: "kNN and linear evaluation of a saved checkpoint (--run-dir DIR)",
+        run,
+    },
+];

@@ -23,6 +23,7 @@
 //!     SGD step on f_q;  f_k ← m·f_k + (1 − m)·f_q;  enqueue(k1, k2)
 //! ```
 
+use crate::registry::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::method::MoCoConfig;
 use curriculum_ssl::optim::SgdConfig;
@@ -100,6 +101,16 @@ pub fn train(mut recipe: Prepared) -> Result<()> {
         .init::<Train, _>()?;
     recipe.train(method, &config, optimizer)
 }
+
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[
+    RecipeEntry {
+        name: "light_moco",
+        summary: "Light-MoCo (Lin et al. 2022, sec. 4.1): [2048, 128] head, symmetric SoftNCE (K 20, alpha 0.8, tau 0.1), lr 0.2 x B/512",
+        run,
+    },
+];
 
 #[cfg(test)]
 mod tests {

@@ -19,6 +19,7 @@
 //!         update
 //! ```
 
+use crate::registry::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::curriculum::MixupCurriculumConfig;
 
@@ -55,3 +56,47 @@ variants! {
     mixup_simclr, mico_simclr, simclr;
     mixup_moco, mico_moco, moco_v2;
 }
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[
+    RecipeEntry {
+        name: "mixup_simsiam",
+        summary: "MICO Table 1 baseline: SimSiam with plain Mixup of the positive pair (lambda 0.5)",
+        run: mixup_simsiam,
+    },
+    RecipeEntry {
+        name: "mico_simsiam",
+        summary: "MICO Table 1: SimSiam with curriculum Mixup (4-step lambda 0.2-0.8 per epoch)",
+        run: mico_simsiam,
+    },
+    RecipeEntry {
+        name: "mixup_byol",
+        summary: "MICO Table 1 baseline: BYOL with plain Mixup of the positive pair (lambda 0.5)",
+        run: mixup_byol,
+    },
+    RecipeEntry {
+        name: "mico_byol",
+        summary: "MICO Table 1: BYOL with curriculum Mixup (4-step lambda 0.2-0.8 per epoch)",
+        run: mico_byol,
+    },
+    RecipeEntry {
+        name: "mixup_simclr",
+        summary: "MICO Table 1 baseline: SimCLR with plain Mixup of the positive pair (lambda 0.5)",
+        run: mixup_simclr,
+    },
+    RecipeEntry {
+        name: "mico_simclr",
+        summary: "MICO Table 1: SimCLR with curriculum Mixup (4-step lambda 0.2-0.8 per epoch)",
+        run: mico_simclr,
+    },
+    RecipeEntry {
+        name: "mixup_moco",
+        summary: "MICO Table 1 baseline: MoCo v2 with plain Mixup of the positive pair (lambda 0.5)",
+        run: mixup_moco,
+    },
+    RecipeEntry {
+        name: "mico_moco",
+        summary: "MICO Table 1: MoCo v2 with curriculum Mixup (4-step lambda 0.2-0.8 per epoch)",
+        run: mico_moco,
+    },
+];

@@ -11,6 +11,7 @@
 //!     SGD step on f_q;  f_k ← m·f_k + (1 − m)·f_q;  enqueue(k)
 //! ```
 
+use crate::registry::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::curriculum::{
     SchedulerConfig, SelfPacedAutoAugmentConfig, StrengthCurriculumConfig,
@@ -97,3 +98,22 @@ pub fn train(recipe: Prepared) -> Result<()> {
         .init::<Train, _>()?;
     recipe.train(method, &config, optimizer)
 }
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[
+    RecipeEntry {
+        name: "moco_v1",
+        summary: "MoCo v1 (He et al. 2020; MICO Tables 2-3 baseline): linear head, InfoNCE (tau 0.07), queue",
+        run,
+    },
+    RecipeEntry {
+        name: "moco_strength_curriculum",
+        summary: "MICO Tables 2-3: MoCo v1 with colour strength x2 reached on 4 steps (--strength, --schedule)",
+        run: strength_curriculum,
+    },
+    RecipeEntry {
+        name: "auto_augment_self_paced",
+        summary: "MICO 3.4: MoCo v1 with normalised AutoAugment (5x2 sub-policies, self-paced magnitudes)",
+        run: auto_augment_self_paced,
+    },
+];

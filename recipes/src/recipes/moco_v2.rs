@@ -14,6 +14,7 @@
 //!     SGD step on f_q;  f_k ← m·f_k + (1 − m)·f_q;  enqueue(k)
 //! ```
 
+use crate::registry::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::method::MoCoConfig;
 use curriculum_ssl::optim::SgdConfig;
@@ -53,6 +54,16 @@ pub fn train(recipe: Prepared) -> Result<()> {
     let optimizer = SgdConfig::new().init::<Train, _>()?;
     recipe.train(method, &config, optimizer)
 }
+
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[
+    RecipeEntry {
+        name: "moco_v2",
+        summary: "MoCo v2 (Chen et al. 2020; Light-MoCo Table 3 baseline): feature-width MLP head, InfoNCE (tau 0.2), queue",
+        run,
+    },
+];
 
 #[cfg(test)]
 mod tests {

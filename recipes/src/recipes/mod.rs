@@ -1,14 +1,33 @@
-//! One module per recipe; `common` holds what the training recipes share.
+//! One module per recipe (or per family of recipes), each with its typed defaults, the short
+//! function that builds its method and extensions, and its `RECIPES` entries; `common` holds
+//! what the training recipes share (arguments, data, backbones, the run).
+//!
+//! A new recipe module is registered by one name in the list below: it becomes a module, and
+//! its `RECIPES` join `recipe list` in this order.
 
-pub mod byol;
 pub mod common;
-pub mod eval;
-pub mod light_moco;
-pub mod mico;
-pub mod moco_v1;
-pub mod moco_v2;
-pub mod rotnet;
-pub mod simclr;
-pub mod simsiam;
-pub mod spl_advise;
-pub mod worked_values;
+
+macro_rules! recipe_modules {
+    ($($module:ident),* $(,)?) => {
+        $(pub mod $module;)*
+
+        /// Every recipe of every module, in the order of the list.
+        pub fn all() -> Vec<crate::registry::RecipeEntry> {
+            [$($module::RECIPES),*].concat()
+        }
+    };
+}
+
+recipe_modules!(
+    light_moco,
+    moco_v2,
+    moco_v1,
+    simclr,
+    rotnet,
+    byol,
+    simsiam,
+    mico,
+    spl_advise,
+    eval,
+    worked_values,
+);

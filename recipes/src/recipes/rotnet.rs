@@ -18,6 +18,7 @@
 //! RotNet's settings: SGD lr 0.1 for batch 128 with momentum 0.9 and weight decay 5e-4; crops
 //! and flips only (the task needs no colour distortion).
 
+use crate::registry::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::curriculum::rotation::RotationCurriculumConfig;
 use curriculum_ssl::method::rotnet::{RotNetConfig, RotationMode};
@@ -94,3 +95,27 @@ fn train(recipe: Prepared, config: RotNetConfig) -> Result<()> {
         .init::<Train, _>()?;
     recipe.train(method, &config, optimizer)
 }
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[
+    RecipeEntry {
+        name: "rotnet",
+        summary: "RotNet (Gidaris et al. 2018): 4-way rotation prediction (0/90/180/270), linear head",
+        run: rotnet,
+    },
+    RecipeEntry {
+        name: "rotnet_curriculum",
+        summary: "MICO 3.2: RotNet with the angles in play growing on a 4-step schedule",
+        run: rotnet_curriculum,
+    },
+    RecipeEntry {
+        name: "rotate_mix",
+        summary: "MICO 3.2: rotate-and-mix (0.5 rot(x) + 0.5 x) under the angle curriculum",
+        run: rotate_mix,
+    },
+    RecipeEntry {
+        name: "crop_rotate",
+        summary: "MICO 3.2 / Fig. 1: crop-and-rotate (only the object's box, from the backbone's heat map recomputed 4 times, is rotated) under the angle curriculum",
+        run: crop_rotate,
+    },
+];

@@ -9,6 +9,7 @@
 //!     SGD step on f, g
 //! ```
 
+use crate::registry::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::curation::FrechetCurationConfig;
 use curriculum_ssl::curriculum::{Pace, SchedulerConfig};
@@ -154,3 +155,47 @@ pub fn hcl_pgd(args: &[String]) -> Result<()> {
     };
     train(common::prepare(args, defaults)?)
 }
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[
+    RecipeEntry {
+        name: "simclr",
+        summary: "SimCLR (Chen et al. 2020; MICO Table 1 baseline): BN projector, NT-Xent (tau 0.2); --loss",
+        run,
+    },
+    RecipeEntry {
+        name: "hcl",
+        summary: "HCL (Robinson et al. 2021): SimCLR with hard negative sampling (beta 1, tau+ 0.1, tau 0.5)",
+        run: hcl,
+    },
+    RecipeEntry {
+        name: "hcl_curriculum",
+        summary: "MICO sec. 3.3: HCL with beta rising linearly from 0 to 1 (--hard-positive-k: eq. 3)",
+        run: hcl_curriculum,
+    },
+    RecipeEntry {
+        name: "curricular_weighting",
+        summary: "Curricular weighting (Zhuang et al. 2024): SimCLR, hard negatives weighted by an adaptive t",
+        run: curricular_weighting,
+    },
+    RecipeEntry {
+        name: "huber_nt_xent",
+        summary: "The Bad Batches (Goksu and Pugeault 2024) eq. 3-5: SimCLR with Huber NT-Xent, no curation",
+        run: huber_nt_xent,
+    },
+    RecipeEntry {
+        name: "bad_batches",
+        summary: "The Bad Batches sec. II-C (STL-10 87.74): Huber NT-Xent, batches above epoch 5's mean FRD redrawn",
+        run: bad_batches,
+    },
+    RecipeEntry {
+        name: "simclr_pgd",
+        summary: "MICO 3.3 eq. 4: SimCLR whose negatives are hardened by PGD (S 7, a 2/255, eps 8/255), on after a quarter",
+        run: simclr_pgd,
+    },
+    RecipeEntry {
+        name: "hcl_pgd",
+        summary: "MICO 3.3: HCL (beta 1), then its negatives hardened by PGD as in simclr_pgd",
+        run: hcl_pgd,
+    },
+];

@@ -12,6 +12,7 @@
 //!     SGD step on f, g, h
 //! ```
 
+use crate::registry::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::method::SimSiamConfig;
 use curriculum_ssl::optim::SgdConfig;
@@ -62,6 +63,16 @@ pub fn train(recipe: Prepared) -> Result<()> {
     let optimizer = SgdConfig::new().init::<Train, _>()?;
     recipe.train(method, &config, optimizer)
 }
+
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[
+    RecipeEntry {
+        name: "simsiam",
+        summary: "SimSiam (Chen and He 2021; MICO Table 1 baseline): predictor, stop-gradient",
+        run,
+    },
+];
 
 #[cfg(test)]
 mod tests {

@@ -21,6 +21,7 @@
 //! normalisation, horizontal and vertical flips, translation and rotation. On the CPU the
 //! default student is the small ResNet trained with Adam at 1e-3 (`--optimizer` chooses).
 
+use crate::registry::RecipeEntry;
 use anyhow::Result;
 use burn::optim::{AdamConfig, Optimizer};
 use clap::{Parser, ValueEnum};
@@ -404,6 +405,26 @@ impl SupervisedArgs {
         common::parse_recipe_args(recipe, args)
     }
 }
+
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[
+    RecipeEntry {
+        name: "spl_advise",
+        summary: "SPL-ADVisE (Thangarasa and Taylor 2018; FMNIST 94.12): supervised, SPLD over the clusters of a magnet-loss embedding",
+        run: spl_advise,
+    },
+    RecipeEntry {
+        name: "spld",
+        summary: "SPL-ADVisE Table 1 baseline (FMNIST 93.17): supervised, SPLD over fixed k-means clusters of the raw pixels",
+        run: spld,
+    },
+    RecipeEntry {
+        name: "random_sampling",
+        summary: "SPL-ADVisE Table 1 baseline (FMNIST 92.77): supervised, every training image every epoch",
+        run: random_sampling,
+    },
+];
 
 #[cfg(test)]
 mod tests {

@@ -7,6 +7,7 @@ use anyhow::{bail, Result};
 use curriculum_ssl::loss::worked_examples::spec_worked_values;
 
 use crate::backend;
+use crate::registry::RecipeEntry;
 
 /// Largest error accepted in f32.
 const TOLERANCE: f64 = 1e-4;
@@ -44,3 +45,37 @@ pub fn run(device: Option<usize>) -> Result<()> {
     println!("all {} worked values within {TOLERANCE}", values.len());
     Ok(())
 }
+
+/// `recipe worked_values [--device N]`: parses the arguments and runs [`run`].
+pub fn run_cli(args: &[String]) -> Result<()> {
+        if matches!(args, [flag] if flag == "--help" || flag == "-h") {
+            println!(
+                "Usage: recipe worked_values [--device N]\n\nEvaluates every loss on \
+                 its worked example on the selected backend and compares it with the \
+                 float64 reference (1e-4 in f32); exits 1 if one differs.\n\nOptions:\n  \
+                 --device N  the device to check (as the training recipes' --device)"
+            );
+            return Ok(());
+        }
+        let device = match args {
+            [] => None,
+            [flag, n] if flag == "--device" => Some(n.parse::<usize>().map_err(|_| {
+                crate::usage(format!("--device {n}: not a device number"))
+            })?),
+            _ => {
+                return Err(crate::usage(format!(
+                    "recipe `worked_values` takes only --device N, got: {}",
+                    args.join(" ")
+                )))
+            }
+        };
+        run(device)
+}
+
+/// The recipe of this module.
+pub const RECIPES: &[RecipeEntry] = &[RecipeEntry {
+    name: "worked_values",
+    summary: "evaluate every loss on its worked example (docs/methods.md) on the selected backend \
+                      and compare with the reference values (a backend self-check)",
+    run: run_cli,
+}];
