@@ -110,6 +110,7 @@ impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for EasyPairsFirst
                 Cell::Value(self.epoch_redraws as f64),
             )],
             note: Some(format!(", {} hard batches drawn again", self.epoch_redraws)),
+            checkpoint: false,
         })
     }
 

@@ -1241,7 +1241,7 @@ impl<K: curriculum_ssl::train::SelfSupervisedStep<Ad>> curriculum_ssl::train::ho
     fn before_forward(
         &mut self,
         _: &mut curriculum_ssl::train::hook::RunView<'_, Ad, K>,
-        batch: &curriculum_ssl::train::hook::BatchView<'_, K::Inputs>,
+        batch: &mut curriculum_ssl::train::hook::BatchView<'_, K::Inputs>,
     ) {
         self.seen.lock().unwrap().push(batch.indices.to_vec());
     }
@@ -1324,4 +1324,95 @@ fn a_hook_selects_the_examples_of_a_self_supervised_epoch() {
         err.contains("outside") && err.contains("outside the 64 training examples"),
         "{err}"
     );
+}
+
+/// A hook of this test that changes the batch (the second view becomes the first, flipped
+/// upside down) and asks for a checkpoint after the first epoch.
+struct FlipSecondView;
+
+impl<K: curriculum_ssl::train::SelfSupervisedStep<Ad>> curriculum_ssl::train::hook::Hook<Ad, K>
+    for FlipSecondView
+{
+    fn name(&self) -> &'static str {
+        "flip_second_view"
+    }
+
+    fn before_forward(
+        &mut self,
+        _: &mut curriculum_ssl::train::hook::RunView<'_, Ad, K>,
+        batch: &mut curriculum_ssl::train::hook::BatchView<'_, K::Inputs>,
+    ) {
+        batch.inputs.view2 = batch.inputs.view1.clone().flip([2]);
+    }
+
+    fn epoch_end(
+        &mut self,
+        _: &mut curriculum_ssl::train::hook::RunView<'_, Ad, K>,
+        epoch: usize,
+        _: bool,
+    ) -> Result<curriculum_ssl::train::EpochReport, curriculum_ssl::train::TrainError> {
+        Ok(curriculum_ssl::train::EpochReport {
+            checkpoint: epoch == 0,
+            ..Default::default()
+        })
+    }
+}
+
+/// A hook changes the batch the forward pass sees: at every step the method receives, as its
+/// second view, its first view flipped vertically (checked pixel by pixel against the first
+/// view the method received). A hook's request for a checkpoint is honoured: a 3-epoch run with
+/// `checkpoint_every = 0` keeps the checkpoint after epoch 1 (asked) and after epoch 3 (the end),
+/// and no other.
+#[test]
+fn a_hook_changes_the_batch_and_asks_for_a_checkpoint() {
+    let seen: Seen = Arc::default();
+    let spy = Spy {
+        inner: init(|d| {
+            SimSiamConfig::new()
+                .with_dim(16)
+                .with_predictor_dim(8)
+                .init(lenet(d), d)
+        }),
+        seen: seen.clone(),
+    };
+    let dir = run_dir("hook-changes-batch");
+    let mut trainer = Trainer::builder(
+        spy,
+        SgdConfig::new().init::<Ad, _>().unwrap(),
+        pipeline(None).init(1).unwrap(),
+        loader(),
+    )
+    .config(
+        TrainConfig::new()
+            .with_epochs(3)
+            .with_checkpoint_every(0)
+            .with_progress_bar(false),
+    )
+    .run_dir(&dir)
+    .hook(FlipSecondView)
+    .build(&Dev::default())
+    .unwrap();
+    trainer.fit().unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 12);
+    let (h, w) = (28, 28);
+    for (step, v1, v2) in seen.iter() {
+        let n = v1.len() / (h * w);
+        for image in 0..n {
+            for y in 0..h {
+                for x in 0..w {
+                    let a = v1[image * h * w + y * w + x];
+                    let b = v2[image * h * w + (h - 1 - y) * w + x];
+                    assert_eq!(a, b, "step {step}, image {image}, ({y}, {x})");
+                }
+            }
+        }
+    }
+    let mut kept: Vec<String> = std::fs::read_dir(dir.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("epoch-"))
+        .collect();
+    kept.sort();
+    assert_eq!(kept, ["epoch-0001", "epoch-0003"]);
 }

@@ -161,7 +161,7 @@ impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for FrechetCuratio
                     value((self.seconds * 1e3).round() / 1e3),
                 ),
             ],
-            note: None,
+            ..Default::default()
         })
     }
 

@@ -101,6 +101,10 @@ impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for KnnHook {
                 })
                 .collect()
         });
-        Ok(EpochReport { columns, note })
+        Ok(EpochReport {
+            columns,
+            note,
+            checkpoint: false,
+        })
     }
 }

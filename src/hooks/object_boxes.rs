@@ -143,7 +143,11 @@ impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for ObjectBoxesHoo
         Ok(())
     }
 
-    fn before_forward(&mut self, run: &mut RunView<'_, B, K>, batch: &BatchView<'_, K::Inputs>) {
+    fn before_forward(
+        &mut self,
+        run: &mut RunView<'_, B, K>,
+        batch: &mut BatchView<'_, K::Inputs>,
+    ) {
         let Some(boxes) = &self.boxes else {
             return;
         };
@@ -175,7 +179,7 @@ impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for ObjectBoxesHoo
                 "box_seconds".into(),
                 Cell::Value((self.seconds * 1e6).round() / 1e6),
             )],
-            note: None,
+            ..Default::default()
         })
     }
 

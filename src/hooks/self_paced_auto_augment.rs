@@ -51,7 +51,7 @@ impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for SelfPacedAutoA
         Ok(())
     }
 
-    fn before_forward(&mut self, _: &mut RunView<'_, B, K>, batch: &BatchView<'_, K::Inputs>) {
+    fn before_forward(&mut self, _: &mut RunView<'_, B, K>, batch: &mut BatchView<'_, K::Inputs>) {
         self.choice = batch.inputs.policy;
     }
 

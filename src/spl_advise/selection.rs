@@ -312,7 +312,7 @@ impl<B: AutodiffBackend, K: SupervisedStep<B>> Hook<B, K> for SpldSampling {
         columns.extend(as_columns(self.pace.stats(self.index.num_clusters())));
         Ok(EpochReport {
             columns,
-            note: None,
+            ..Default::default()
         })
     }
 
@@ -631,7 +631,7 @@ where
         ));
         Ok(EpochReport {
             columns,
-            note: None,
+            ..Default::default()
         })
     }
 
@@ -769,7 +769,7 @@ impl<B: AutodiffBackend, K: SupervisedStep<B>> Hook<B, K> for RandomSampling {
     ) -> Result<EpochReport, TrainError> {
         Ok(EpochReport {
             columns: selected_columns(self.selected, run.step.num_examples()),
-            note: None,
+            ..Default::default()
         })
     }
 }

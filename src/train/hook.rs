@@ -8,10 +8,12 @@
 //!               load_files(run, dir), load_state(run, saved)   # on resume
 //! each epoch:   epoch_start(run, epoch)             # e.g. select the epoch's examples (SPLD)
 //!   each step:  attempt_start()                     # an attempt at the step: inputs drawn next
-//!               before_forward(run, batch)          # e.g. hand the batch's boxes to the method
+//!               before_forward(run, batch)          # e.g. hand the batch's boxes to the method;
+//!                                                   #   a hook may change the inputs
 //!               after_forward(output, progress)     # Apply, or Redraw the batch (e.g. curation)
 //!               after_step(run, progress, loss)     # the hook's columns of steps.csv
-//!               epoch_end(run, epoch, last)         # its columns of epochs.csv (e.g. kNN)
+//!               epoch_end(run, epoch, last)         # its columns of epochs.csv (e.g. kNN); it
+//!                                                   #   may ask for a checkpoint
 //!               state(), files()                    # kept in every checkpoint
 //! ```
 //!
@@ -48,13 +50,18 @@ pub enum Verdict {
 }
 
 /// A hook's report at the end of an epoch: its columns of `epochs.csv` (an empty cell where it
-/// measured nothing this epoch) and an optional note for the epoch's log line.
+/// measured nothing this epoch), an optional note for the epoch's log line, and whether it asks
+/// for a checkpoint after this epoch.
 #[derive(Debug, Clone, Default)]
 pub struct EpochReport {
     /// Named cells, appended to the epoch's row in the order of the hooks.
     pub columns: Vec<Column>,
     /// Text appended to the epoch's log line (e.g. `, kNN(k=20, T=0.07) top-1 81.75%`).
     pub note: Option<String>,
+    /// Write a checkpoint after this epoch even when `checkpoint_every` does not (e.g. a hook
+    /// that keeps the checkpoint of the best kNN accuracy); the loop writes one, with every
+    /// hook's state, however many hooks ask.
+    pub checkpoint: bool,
 }
 
 /// The run as a hook sees it: the step (its networks, data and augmentation, through the
@@ -113,15 +120,16 @@ impl<B: AutodiffBackend, K: Step<B>> RunView<'_, B, K> {
 }
 
 /// The batch of an attempt at a step, as the forward pass will see it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct BatchView<'a, I> {
     /// Where training stands.
     pub progress: Progress,
     /// The batch's training examples, by dataset index.
     pub indices: &'a [usize],
     /// The attempt's inputs (for a self-supervised run, the two views and where each image of
-    /// each came from).
-    pub inputs: &'a I,
+    /// each came from). A hook may change them (e.g. blend or mask the views): the forward pass
+    /// sees what the hooks leave, in the order they were added.
+    pub inputs: &'a mut I,
 }
 
 /// Something that watches or steers training (see the module docs). Every method has a default
@@ -165,8 +173,13 @@ pub trait Hook<B: AutodiffBackend, K: Step<B>>: Any {
     /// At the start of every attempt at a step, before its views are drawn.
     fn attempt_start(&mut self) {}
 
-    /// After the attempt's views are drawn, before the forward pass.
-    fn before_forward(&mut self, run: &mut RunView<'_, B, K>, batch: &BatchView<'_, K::Inputs>) {
+    /// After the attempt's inputs are drawn, before the forward pass: the hook may read them
+    /// (e.g. where each view came from) or change them.
+    fn before_forward(
+        &mut self,
+        run: &mut RunView<'_, B, K>,
+        batch: &mut BatchView<'_, K::Inputs>,
+    ) {
         let _ = (run, batch);
     }
 

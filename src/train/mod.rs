@@ -18,7 +18,8 @@
 //!         step.after_step(progress, loss)        # EMA, queue
 //!         hooks.after_step                       # e.g. the self-paced AutoAugment learns; columns
 //!     hooks.epoch_end; step.epoch_end            # e.g. the kNN monitor; a classifier's test accuracy
-//!     checkpoint every `checkpoint_every` epochs: the step's files and state, every hook's
+//!     checkpoint every `checkpoint_every` epochs or when a hook asks: the step's files and state,
+//!         every hook's state and files
 //! ```
 //!
 //! A run is built with [`Trainer::builder`] (self-supervised) or [`Trainer::with_step`]. The run
@@ -818,13 +819,14 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 hook.attempt_start();
             }
             let inputs = self.step.attempt(batch, progress, attempt);
-            let view = BatchView {
+            let mut inputs = inputs;
+            let mut view = BatchView {
                 progress,
                 indices: K::indices(batch),
-                inputs: &inputs,
+                inputs: &mut inputs,
             };
             self.with_hooks(|hook, run| {
-                hook.before_forward(run, &view);
+                hook.before_forward(run, &mut view);
                 Ok(())
             })?;
             let step = &mut self.step;
@@ -940,7 +942,8 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
             })?;
             let stats = self.step.epoch_end(epoch)?;
             let every = self.record.train.checkpoint_every;
-            let due = last || (every > 0 && self.epoch.is_multiple_of(every));
+            let asked = reports.iter().any(|r| r.checkpoint);
+            let due = last || asked || (every > 0 && self.epoch.is_multiple_of(every));
             let checkpoint = if due || self.epoch == end_epoch {
                 Some(self.save_checkpoint()?)
             } else {
