@@ -1,0 +1,213 @@
+//! The training recipes' shared command-line options and how they are parsed.
+
+use super::*;
+
+/// Options of every training recipe (defaults are the recipe's own when not given).
+#[derive(Parser, Debug, Clone)]
+#[command(no_binary_name = true, name = "recipe", args_override_self = true)]
+pub struct RecipeArgs {
+    /// The dataset of --data-dir (default: fashion-mnist, whose IDX files also read MNIST's).
+    #[arg(long, value_enum)]
+    pub dataset: Option<DatasetChoice>,
+    /// The dataset's directory; with neither --dataset nor --data-dir: the embedded
+    /// Fashion-MNIST subset (8,000 training and 2,000 test images).
+    #[arg(long = "data-dir", alias = "data")]
+    pub data: Option<PathBuf>,
+    /// image-folder: resize every image to this many pixels square (default: the size of the
+    /// first image, which all must then have).
+    #[arg(long)]
+    pub image_size: Option<usize>,
+    /// Run directory (config.json, steps.csv, epochs.csv, checkpoints/).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Continue the run in --run-dir from its newest valid checkpoint, with the run's settings
+    /// (--checkpoint-every, --knn-every, --workers, --device, --augment-ahead and --view-threads may
+    /// change).
+    #[arg(long)]
+    pub resume: bool,
+    /// Resume and make the run longer on purpose (a larger --epochs): the learning rate is
+    /// re-planned from the current step to reach its final value at the new end.
+    #[arg(long)]
+    pub extend: bool,
+    /// Epochs.
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Images per step.
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Peak learning rate.
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Backbone (default: resnet18 on a GPU, small on the CPU).
+    #[arg(long, value_enum)]
+    pub backbone: Option<BackboneChoice>,
+    /// ResNets: the stem (default: cifar for resnet18/34/50, imagenet for small).
+    #[arg(long, value_enum)]
+    pub stem: Option<StemChoice>,
+    /// Start the backbone from torchvision weights (a safetensors export of its state_dict;
+    /// ResNets, EfficientNets, MobileNet-V3s).
+    #[arg(long)]
+    pub weights: Option<PathBuf>,
+    /// Seed of the model initialisation, the batch order and the augmentation.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// kNN monitor every N epochs (0: only at the end).
+    #[arg(long, default_value_t = 5)]
+    pub knn_every: usize,
+    /// Checkpoint every N epochs (0: only at the end).
+    #[arg(long, default_value_t = 5)]
+    pub checkpoint_every: usize,
+    /// Curriculum recipes (mico_*): run the schedule from easy to hard (λ 0.8 → 0.2), the
+    /// reverse of the paper's order.
+    #[arg(long)]
+    pub easy_to_hard: bool,
+    /// Strength curricula (moco_strength_curriculum): the target colour strength (MICO: 1, 1.5,
+    /// 2, 3).
+    #[arg(long)]
+    pub strength: Option<f64>,
+    /// Strength curricula: how the target is reached.
+    #[arg(long, value_enum)]
+    pub schedule: Option<ScheduleChoice>,
+    /// Loader threads (at most four per core).
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// The device to train on: with --features cuda the CUDA device of this index, with
+    /// --features wgpu the N-th discrete GPU (default: device 0, or wgpu's default adapter); the
+    /// CPU backend has one device, 0. May change on --resume.
+    #[arg(long)]
+    pub device: Option<usize>,
+    /// Upload and augment each batch on a thread of its own while the step before runs (`false`:
+    /// between steps, on the training thread); on the CPU the numbers are the same either way
+    /// (default: true on the CPU; false on a GPU backend, where two threads working on one
+    /// device can change results: docs/gpu.md).
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub augment_ahead: Option<bool>,
+    /// Back-propagate the two views' passes on two threads where the method allows it
+    /// (SimCLR, symmetric MoCo, BYOL, SimSiam; not MoCo v1/v2's one query pass, nor a step with
+    /// PGD's third pass); on the CPU the gradients are the same numbers either way (default:
+    /// true on the CPU; false on a GPU backend, as --augment-ahead).
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub view_threads: Option<bool>,
+    /// SimCLR-family recipes: the two-view loss, with its own defaults (the recipe's loss when
+    /// not given).
+    #[arg(long, value_enum)]
+    pub loss: Option<LossChoice>,
+    /// HCL recipes (hcl, hcl_curriculum, or `--loss hcl`): MICO's hard-positive weighting (§3.3
+    /// eq. 3) with this `k` in `e^{(k − β)s⁺/τ}`; off when not given.
+    #[arg(long, allow_negative_numbers = true)]
+    pub hard_positive_k: Option<f64>,
+    /// Batch curation (bad_batches): epochs before curation starts; the threshold is the mean
+    /// FRD of the last of them (the paper's 5 when not given).
+    #[arg(long)]
+    pub curation_warmup: Option<usize>,
+    /// Batch curation (bad_batches): redraws of a rejected batch before it trains anyway, with
+    /// a warning (3 when not given).
+    #[arg(long)]
+    pub curation_retries: Option<usize>,
+    /// PGD recipes (simclr_pgd, hcl_pgd): ascent steps of the attack on the negatives (Madry et
+    /// al.'s 7 when not given; each costs a forward and backward pass on both views).
+    #[arg(long)]
+    pub pgd_steps: Option<usize>,
+}
+
+/// The two-view losses of the SimCLR family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LossChoice {
+    /// NT-Xent (SimCLR, Chen et al. 2020), τ = 0.2.
+    NtXent,
+    /// Hard negative sampling (Robinson et al. 2021): β = 1, τ⁺ = 0.1, τ = 0.5.
+    Hcl,
+    /// Curricular weighting of hard negatives (Zhuang et al. 2024) with its adaptive `t`.
+    Curricular,
+    /// NT-Xent with a Huber penalty on the positive pairs (Göksu and Pugeault 2024).
+    Huber,
+}
+
+impl LossChoice {
+    /// The loss with its defaults.
+    pub fn config(self) -> PairLossConfig {
+        match self {
+            Self::NtXent => PairLossConfig::NtXent(NtXentLossConfig::new().with_temperature(0.2)),
+            Self::Hcl => PairLossConfig::Hcl(HclLossConfig::new()),
+            Self::Curricular => PairLossConfig::Curricular(CurricularLossConfig::new()),
+            Self::Huber => PairLossConfig::Huber(HuberNtXentLossConfig::new()),
+        }
+    }
+}
+
+/// The schedules of MICO's ablation (its Table 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScheduleChoice {
+    /// The target from the start (the tables' baseline).
+    None,
+    /// 2-step: 0.33, 0.66 of the target.
+    TwoStep,
+    /// 4-step: 0.2, 0.4, 0.6, 0.8 of the target.
+    FourStep,
+    /// Linear from 0 to the target.
+    Linear,
+    /// Reverse cosine from 0.8 to 0.2 of the target.
+    ReverseCosine,
+}
+
+impl ScheduleChoice {
+    /// The schedule, per epoch.
+    pub fn config(self) -> Option<SchedulerConfig> {
+        match self {
+            Self::None => None,
+            Self::TwoStep => Some(SchedulerConfig::two_step()),
+            Self::FourStep => Some(SchedulerConfig::four_step()),
+            Self::Linear => Some(SchedulerConfig::linear()),
+            Self::ReverseCosine => Some(SchedulerConfig::reverse_cosine()),
+        }
+    }
+}
+
+/// What a recipe's run directory records about the run besides the trainer, loader and
+/// augmentation settings (`run` in `config.json`): read back by `recipe eval`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RecipeRun {
+    /// Recipe name.
+    pub recipe: String,
+    /// Backbone.
+    pub backbone: BackboneChoice,
+    /// Data directory, or none for the embedded subset.
+    pub data: Option<PathBuf>,
+    /// The dataset of `data` (Fashion-MNIST in runs recorded before the option existed).
+    #[serde(default)]
+    pub dataset: DatasetChoice,
+    /// image-folder: the square size images were resized to.
+    #[serde(default)]
+    pub image_size: Option<usize>,
+    /// The ResNet stem given with `--stem` (`None`: the backbone's default).
+    #[serde(default)]
+    pub stem: Option<StemChoice>,
+    /// Torchvision weights the backbone started from.
+    #[serde(default)]
+    pub weights: Option<PathBuf>,
+    /// The method's configuration.
+    pub method: serde_json::Value,
+    /// The backend it trained on.
+    pub backend: String,
+}
+
+impl RecipeArgs {
+    /// Parses the arguments of `recipe` (its name heads the usage line of `--help`).
+    pub fn parse_from(recipe: &str, args: &[String]) -> Result<Self> {
+        parse_recipe_args(recipe, args)
+    }
+}
+
+/// Parses a recipe's arguments into its options struct `T` (the recipe's name heads the usage
+/// line of `--help`; a clap error is a usage error).
+pub fn parse_recipe_args<T: Parser>(recipe: &str, args: &[String]) -> Result<T> {
+    let command = T::command()
+        .bin_name(format!("recipe {recipe}"))
+        .about(format!(
+            "Options of `recipe {recipe}` (the recipe's defaults when not given)"
+        ));
+    command
+        .try_get_matches_from(args)
+        .and_then(|m| T::from_arg_matches(&m))
+        .map_err(crate::help_or_error)
+}

@@ -1,0 +1,170 @@
+//! The backbone a recipe trains (`--backbone`, `--stem`, `--weights`) and its checks.
+
+use super::*;
+
+/// The backbone a recipe trains: every model of `curriculum_ssl_models`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, serde::Deserialize)]
+pub enum BackboneChoice {
+    /// ResNet-18 (512-d features): the papers' small-image backbone (CIFAR stem by default).
+    Resnet18,
+    /// ResNet-34 (512-d features).
+    Resnet34,
+    /// ResNet-50 (2048-d features, bottleneck blocks).
+    Resnet50,
+    /// WideResNet-16-8 (512-d features).
+    #[value(name = "wrn-16-8")]
+    Wrn16x8,
+    /// WideResNet-28-10 (640-d features).
+    #[value(name = "wrn-28-10")]
+    Wrn28x10,
+    /// EfficientNet-B0 (1280-d features): one of Light-MoCo's small backbones.
+    #[value(name = "efficientnet-b0")]
+    EfficientnetB0,
+    /// EfficientNet-B1 (1280-d features).
+    #[value(name = "efficientnet-b1")]
+    EfficientnetB1,
+    /// MobileNet-V3-Large (960-d features): Light-MoCo's subject.
+    #[value(name = "mobilenet-v3-large")]
+    MobilenetV3Large,
+    /// MobileNet-V3-Small (576-d features).
+    #[value(name = "mobilenet-v3-small")]
+    MobilenetV3Small,
+    /// VGG-16 with batch norm (512-d features; images of at least 32 pixels).
+    #[value(name = "vgg16-bn")]
+    Vgg16Bn,
+    /// LeNet-5 (84-d features): the SPL-ADVisE embedding network for Fashion-MNIST.
+    #[value(name = "lenet5")]
+    Lenet5,
+    /// ResNet with one block per stage, widths 8–64, ImageNet stem (64-d features): a fast
+    /// backbone for CPU demos and CI.
+    Small,
+}
+
+/// The first layers of a ResNet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, serde::Deserialize)]
+pub enum StemChoice {
+    /// 3×3 convolution, stride 1, no pooling (small images).
+    Cifar,
+    /// 7×7 convolution, stride 2, then max pooling (ImageNet).
+    Imagenet,
+}
+
+impl BackboneChoice {
+    /// The default for the build: ResNet-18 on a GPU backend, the small ResNet on the CPU.
+    pub fn default_for_backend() -> Self {
+        if backend::NAME.starts_with("cpu") {
+            Self::Small
+        } else {
+            Self::Resnet18
+        }
+    }
+
+    /// Whether `--stem` applies.
+    pub fn is_resnet(self) -> bool {
+        matches!(
+            self,
+            Self::Resnet18 | Self::Resnet34 | Self::Resnet50 | Self::Small
+        )
+    }
+
+    /// Its configuration for `channels` input channels; `stem` for the ResNets (default: the
+    /// CIFAR stem for ResNet-18/34/50, the ImageNet stem for the small ResNet).
+    pub fn config(self, channels: usize, stem: Option<StemChoice>) -> AnyBackboneConfig {
+        let stem = |default| match stem.unwrap_or(default) {
+            StemChoice::Cifar => Stem::Cifar,
+            StemChoice::Imagenet => Stem::ImageNet,
+        };
+        let resnet = |c: ResNetConfig| {
+            AnyBackboneConfig::ResNet(
+                c.with_stem(stem(StemChoice::Cifar))
+                    .with_in_channels(channels),
+            )
+        };
+        match self {
+            Self::Resnet18 => resnet(ResNetConfig::resnet18()),
+            Self::Resnet34 => resnet(ResNetConfig::resnet34()),
+            Self::Resnet50 => resnet(ResNetConfig::resnet50()),
+            Self::Small => AnyBackboneConfig::ResNet(
+                ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
+                    .with_base_width(8)
+                    .with_in_channels(channels)
+                    .with_stem(stem(StemChoice::Imagenet))
+                    .with_banded_stem(backend::BANDED_STEM),
+            ),
+            Self::Wrn16x8 => AnyBackboneConfig::WideResNet(
+                WideResNetConfig::wrn_16_8().with_in_channels(channels),
+            ),
+            Self::Wrn28x10 => AnyBackboneConfig::WideResNet(
+                WideResNetConfig::wrn_28_10().with_in_channels(channels),
+            ),
+            Self::EfficientnetB0 => {
+                AnyBackboneConfig::EfficientNet(EfficientNetConfig::b0().with_in_channels(channels))
+            }
+            Self::EfficientnetB1 => {
+                AnyBackboneConfig::EfficientNet(EfficientNetConfig::b1().with_in_channels(channels))
+            }
+            Self::MobilenetV3Large => AnyBackboneConfig::MobileNetV3(
+                MobileNetV3Config::large().with_in_channels(channels),
+            ),
+            Self::MobilenetV3Small => AnyBackboneConfig::MobileNetV3(
+                MobileNetV3Config::small().with_in_channels(channels),
+            ),
+            Self::Vgg16Bn => {
+                AnyBackboneConfig::Vgg(VggConfig::vgg16_bn().with_in_channels(channels))
+            }
+            Self::Lenet5 => {
+                AnyBackboneConfig::LeNet(LeNetConfig::lenet5().with_in_channels(channels))
+            }
+        }
+    }
+}
+
+/// A recipe's backbone: its configuration and the torchvision weights it starts from.
+#[derive(Debug, Clone)]
+pub struct BackboneSpec {
+    /// The model.
+    pub config: AnyBackboneConfig,
+    /// Weights checked by [`BackboneSpec::check`] when the recipe was prepared.
+    pub weights: Option<PathBuf>,
+}
+
+impl BackboneSpec {
+    /// Builds the backbone (with its weights).
+    ///
+    /// # Panics
+    /// If the weights cannot be loaded, which [`BackboneSpec::check`] rules out before
+    /// any backbone is built (the same file into the same model).
+    pub fn init<B: burn::tensor::backend::Backend>(&self, device: &B::Device) -> AnyBackbone<B> {
+        let mut backbone = self.config.init(device);
+        if let Some(path) = &self.weights {
+            backbone
+                .load_torchvision(path)
+                .expect("the weights were checked when the recipe was prepared");
+        }
+        backbone
+    }
+
+    /// Builds a throwaway backbone once and checks it against the data before anything else
+    /// happens: images of `(height, width, channels)` must fit it (channels, smallest size), and
+    /// the weights, if given, must load into it.
+    ///
+    /// # Errors
+    /// Naming `option` (the backbone's option) or `--weights` and what is wrong.
+    pub fn check(
+        &self,
+        (height, width, channels): (usize, usize, usize),
+        option: &str,
+        device: &Device,
+    ) -> Result<()> {
+        let mut backbone = self.config.init::<backend::Inner>(device);
+        backbone
+            .check_input([1, channels, height, width])
+            .map_err(|e| usage(format!("{option}: {e}")))?;
+        if let Some(path) = &self.weights {
+            backbone
+                .load_torchvision(path)
+                .map_err(|e| usage(format!("--weights {}: {e}", path.display())))?;
+        }
+        Ok(())
+    }
+}

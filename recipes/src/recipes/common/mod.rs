@@ -1,0 +1,648 @@
+//! What every training recipe shares: its command-line options ([`args`]), the data
+//! ([`data`]), the backbone ([`backbone`]), and, here, the run itself (the recipe's defaults,
+//! the trainer with its hooks, the kNN monitor, resume, summary).
+
+mod args;
+mod backbone;
+mod data;
+
+pub use args::*;
+pub use backbone::*;
+pub use data::*;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use burn::module::AutodiffModule;
+use burn::optim::Optimizer;
+use clap::{Parser, ValueEnum};
+use curriculum_ssl::curation::FrechetCurationConfig;
+use curriculum_ssl::curriculum::{
+    MixupCurriculumConfig, SchedulerConfig, StrengthCurriculumConfig,
+};
+use curriculum_ssl::data::embedded::load_or_embedded;
+use curriculum_ssl::data::idx::Split;
+use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
+use curriculum_ssl::eval::{KnnMonitor, KnnResult};
+use curriculum_ssl::hooks::{
+    FrechetCurationHook, KnnHook, ObjectBoxesHook, SelfPacedAutoAugmentHook,
+};
+use curriculum_ssl::loss::{
+    CurricularLossConfig, HclLossConfig, HuberNtXentLossConfig, NtXentLossConfig,
+};
+use curriculum_ssl::method::pgd::PgdConfig;
+use curriculum_ssl::method::{init_method, MoCo, MoCoConfig, PairLossConfig, SslMethod};
+use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
+use curriculum_ssl::train::{SelfSupervised, StartMode, TrainConfig, Trainer};
+use curriculum_ssl_models::{
+    AnyBackbone, AnyBackboneConfig, Backbone, BlockKind, EfficientNetConfig, LeNetConfig,
+    MobileNetV3Config, ResNetConfig, Stem, VggConfig, WideResNetConfig,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{backend, usage};
+
+/// Autodiff backend the recipes train on.
+pub type Train = burn::backend::Autodiff<backend::Inner>;
+/// Its device.
+pub type Device = <Train as burn::tensor::backend::BackendTypes>::Device;
+
+/// MoCo (v1, v2 or Light-MoCo, as `config` says) around the recipe's backbone, seeded by
+/// `--seed`; the queue's constraint on the batch is said in terms of `--batch-size`.
+pub fn init_moco(
+    recipe: &Prepared,
+    config: &MoCoConfig,
+) -> Result<MoCo<Train, AnyBackbone<Train>>> {
+    let backbone = recipe.backbone_config();
+    let batch_size = recipe.settings.batch_size;
+    recipe
+        .init(|d| config.init(|d| backbone.init::<Train>(d), batch_size, d))
+        .map_err(|e| {
+            if e.field != "size" {
+                return e.into();
+            }
+            let per_key = if config.symmetric { 2 } else { 1 };
+            usage(format!(
+                "--batch-size {batch_size}: the queue of {} keys must be a multiple of the keys \
+                 enqueued per step ({} = the batch size{}); choose a batch size that divides {}",
+                config.queue_size,
+                per_key * batch_size,
+                if config.symmetric {
+                    " × 2, for the symmetric loss"
+                } else {
+                    ""
+                },
+                config.queue_size / per_key
+            ))
+        })
+}
+
+/// A recipe's defaults, overridden by the command line.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Recipe name.
+    pub recipe: &'static str,
+    /// Epochs.
+    pub epochs: usize,
+    /// Images per step.
+    pub batch_size: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Warm-up epochs.
+    pub warmup_epochs: usize,
+    /// Backbone.
+    pub backbone: BackboneChoice,
+    /// Seed.
+    pub seed: u64,
+    /// Where the images come from.
+    pub source: DataSource,
+    /// The ResNet stem, when given.
+    pub stem: Option<StemChoice>,
+    /// Torchvision weights the backbone starts from.
+    pub weights: Option<PathBuf>,
+}
+
+impl Settings {
+    /// The recipe's defaults with the command line applied.
+    pub fn new(
+        recipe: &'static str,
+        args: &RecipeArgs,
+        epochs: usize,
+        batch_size: usize,
+        lr: f64,
+    ) -> Self {
+        Self {
+            recipe,
+            epochs: args.epochs.unwrap_or(epochs),
+            batch_size: args.batch_size.unwrap_or(batch_size),
+            lr: args.lr.unwrap_or(lr),
+            warmup_epochs: 0,
+            backbone: args
+                .backbone
+                .unwrap_or_else(BackboneChoice::default_for_backend),
+            seed: args.seed,
+            source: DataSource::from_args(args),
+            stem: args.stem,
+            weights: args.weights.clone(),
+        }
+    }
+
+    /// The run directory (`runs/<recipe>` by default).
+    pub fn run_dir(&self, args: &RecipeArgs) -> PathBuf {
+        args.run_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("runs").join(self.recipe))
+    }
+}
+
+/// The pipeline for the data: the preset at the images' size, crops of at least half the image
+/// on images smaller than 32 pixels (28×28 garments lose what tells them apart below that).
+fn pipeline(preset: fn(usize, usize) -> PipelineConfig, data: &Data, seed: u64) -> PipelineConfig {
+    let (h, _, c) = data.train.image_shape();
+    let mut p = preset(h, c);
+    if h < 32 {
+        for v in [&mut p.view1, &mut p.view2] {
+            if let Some(crop) = v.crop.as_mut() {
+                crop.scale = (crop.scale.0.max(0.5), crop.scale.1);
+            }
+        }
+    }
+    p.seed = seed;
+    p
+}
+
+/// A recipe's own defaults (the command line overrides them).
+pub struct Defaults {
+    /// Recipe name (and the default run directory `runs/<name>`).
+    pub recipe: &'static str,
+    /// Epochs.
+    pub epochs: usize,
+    /// Images per step.
+    pub batch_size: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Warm-up epochs (capped at the epochs).
+    pub warmup_epochs: usize,
+    /// Augmentation preset.
+    pub preset: fn(usize, usize) -> PipelineConfig,
+    /// Mixup of the positive pair (MICO), if the recipe uses one.
+    pub mixup: Option<MixupCurriculumConfig>,
+    /// Augmentation-strength curriculum (MICO), if the recipe uses one.
+    pub strength: Option<StrengthCurriculumConfig>,
+    /// The two-view loss, if the recipe is of the SimCLR family (`--loss` may replace it).
+    pub pair_loss: Option<PairLossConfig>,
+    /// Fréchet batch curation, if the recipe curates its batches (`--curation-warmup` and
+    /// `--curation-retries` may change it).
+    pub curation: Option<FrechetCurationConfig>,
+    /// PGD-hardened negatives, if the recipe uses them (`--pgd-steps` may change the steps;
+    /// the normalisation is set to the views').
+    pub pgd: Option<PgdConfig>,
+}
+
+impl Defaults {
+    /// The same recipe under another name, with a mixup of the positive pair.
+    pub fn with_mixup(self, recipe: &'static str, mixup: MixupCurriculumConfig) -> Self {
+        Self {
+            recipe,
+            mixup: Some(mixup),
+            ..self
+        }
+    }
+}
+
+/// Everything a training recipe starts from: its options, settings, device, data and pipeline.
+pub struct Prepared {
+    /// Command-line options.
+    pub args: RecipeArgs,
+    /// Resolved settings.
+    pub settings: Settings,
+    /// The training device.
+    pub device: Device,
+    /// Train and test images.
+    pub data: Data,
+    /// The augmentation.
+    pub pipeline: PipelineConfig,
+    /// The two-view loss with the command line's changes, if the recipe is of the SimCLR family.
+    pub pair_loss: Option<PairLossConfig>,
+    /// Fréchet batch curation, if the recipe curates its batches.
+    pub curation: Option<FrechetCurationConfig>,
+    /// PGD-hardened negatives, if the recipe uses them, with the views' normalisation.
+    pub pgd: Option<PgdConfig>,
+}
+
+/// Parses and checks the options, loads the data and builds the pipeline.
+pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
+    let args = RecipeArgs::parse_from(defaults.recipe, args)?;
+    let mut settings = Settings::new(
+        defaults.recipe,
+        &args,
+        defaults.epochs,
+        defaults.batch_size,
+        defaults.lr,
+    );
+    settings.warmup_epochs = defaults.warmup_epochs.min(settings.epochs);
+    validate(&settings, &args)?;
+    let mut mixup = defaults.mixup;
+    if args.easy_to_hard {
+        match &mut mixup {
+            Some(m) => m.schedule = m.schedule.reversed(),
+            None => {
+                return Err(usage(format!(
+                    "--easy-to-hard: recipe `{}` schedules no mixup",
+                    defaults.recipe
+                )))
+            }
+        }
+    }
+    let mut strength = defaults.strength;
+    if args.strength.is_some() || args.schedule.is_some() {
+        let Some(s) = strength.as_mut() else {
+            return Err(usage(format!(
+                "--strength / --schedule: recipe `{}` has no strength curriculum",
+                defaults.recipe
+            )));
+        };
+        if let Some(target) = args.strength {
+            if !(target.is_finite() && target > 0.0 && target <= 4.0) {
+                return Err(usage(format!("--strength {target}: must lie in (0, 4]")));
+            }
+            s.target = target;
+        }
+        if let Some(schedule) = args.schedule {
+            s.schedule = schedule.config();
+        }
+    }
+    let mut pair_loss = defaults.pair_loss;
+    if let Some(choice) = args.loss {
+        if pair_loss.is_none() {
+            return Err(usage(format!(
+                "--loss: recipe `{}` is not of the SimCLR family (simclr, hcl, hcl_curriculum, \
+                 mixup_simclr, mico_simclr, curricular_weighting, huber_nt_xent)",
+                defaults.recipe
+            )));
+        }
+        pair_loss = Some(choice.config());
+    }
+    if let Some(k) = args.hard_positive_k {
+        let Some(PairLossConfig::Hcl(h)) = pair_loss.as_mut() else {
+            return Err(usage(format!(
+                "--hard-positive-k: recipe `{}` does not train with HCL (add --loss hcl to a \
+                 SimCLR-family recipe)",
+                defaults.recipe
+            )));
+        };
+        if !(k.is_finite() && k >= 0.0) {
+            return Err(usage(format!(
+                "--hard-positive-k {k}: must be finite and >= 0"
+            )));
+        }
+        h.hard_positive_k = Some(k);
+    }
+    let curation = curation(&args, defaults.curation, defaults.recipe, settings.epochs)?;
+    let mut pgd = defaults.pgd;
+    if let Some(steps) = args.pgd_steps {
+        let Some(p) = pgd.as_mut() else {
+            return Err(usage(format!(
+                "--pgd-steps: recipe `{}` does not harden its negatives (simclr_pgd and hcl_pgd \
+                 do)",
+                defaults.recipe
+            )));
+        };
+        if !(1..=100).contains(&steps) {
+            return Err(usage(format!("--pgd-steps {steps}: must lie in [1, 100]")));
+        }
+        p.steps = steps;
+    }
+    if pgd.is_some()
+        && !matches!(
+            pair_loss,
+            Some(PairLossConfig::NtXent(_)) | Some(PairLossConfig::Hcl(_))
+        )
+    {
+        return Err(usage(format!(
+            "--loss: recipe `{}` hardens the negatives of NT-Xent and HCL only (--loss nt-xent \
+             or hcl)",
+            defaults.recipe
+        )));
+    }
+    let device = backend::device(args.device)?;
+    let data = settings.source.load()?;
+    let channels = data.train.image_shape().2;
+    BackboneSpec {
+        config: settings.backbone.config(channels, settings.stem),
+        weights: settings.weights.clone(),
+    }
+    .check(data.train.image_shape(), "--backbone", &device)?;
+    let mut pipeline = pipeline(defaults.preset, &data, settings.seed);
+    pipeline.mixup_curriculum = mixup;
+    pipeline.strength_curriculum = strength;
+    let pgd = pgd.map(|p| p.with_normalize(pipeline.view1.normalize.clone()));
+    Ok(Prepared {
+        args,
+        settings,
+        device,
+        data,
+        pipeline,
+        pair_loss,
+        curation,
+        pgd,
+    })
+}
+
+/// The recipe's batch curation with `--curation-warmup` and `--curation-retries` applied.
+fn curation(
+    args: &RecipeArgs,
+    curation: Option<FrechetCurationConfig>,
+    recipe: &str,
+    epochs: usize,
+) -> Result<Option<FrechetCurationConfig>> {
+    let Some(mut config) = curation else {
+        if args.curation_warmup.is_some() || args.curation_retries.is_some() {
+            return Err(usage(format!(
+                "--curation-warmup / --curation-retries: recipe `{recipe}` does not curate its \
+                 batches (bad_batches does)"
+            )));
+        }
+        return Ok(None);
+    };
+    if let Some(warmup) = args.curation_warmup {
+        if warmup == 0 {
+            return Err(usage(
+                "--curation-warmup 0: must be at least 1 (the threshold is the mean distance of \
+                 the warm-up's last epoch)",
+            ));
+        }
+        config.warmup_epochs = warmup;
+    }
+    if let Some(retries) = args.curation_retries {
+        config.max_retries = retries;
+    }
+    if config.warmup_epochs >= epochs {
+        log::warn!(
+            "batch curation starts after epoch {} of {epochs}: this run only measures the \
+             distances (a larger --epochs or a smaller --curation-warmup curates)",
+            config.warmup_epochs
+        );
+    }
+    Ok(Some(config))
+}
+
+impl Prepared {
+    /// The backbone's configuration for the data's channel count.
+    pub fn backbone_config(&self) -> BackboneSpec {
+        BackboneSpec {
+            config: self
+                .settings
+                .backbone
+                .config(self.data.train.image_shape().2, self.settings.stem),
+            weights: self.settings.weights.clone(),
+        }
+    }
+
+    /// Builds the method with the backend's generator seeded by `--seed`, so that its initial
+    /// weights depend on the seed alone.
+    pub fn init<S, E>(&self, build: impl FnOnce(&Device) -> Result<S, E>) -> Result<S, E>
+    where
+        S: SslMethod<Train>,
+    {
+        init_method::<Train, S, E>(&self.device, self.settings.seed, build)
+    }
+
+    /// Trains `method` (configured by `method_config`, recorded in `config.json`) with
+    /// `optimizer` and prints what the run measured.
+    pub fn train<S, O>(self, method: S, method_config: &impl Serialize, optimizer: O) -> Result<()>
+    where
+        S: SslMethod<Train>,
+        <S::Backbone as AutodiffModule<Train>>::InnerModule: Backbone<backend::Inner>,
+        O: Optimizer<S::Online, Train> + 'static,
+    {
+        let method_config = serde_json::to_value(method_config)?;
+        run(
+            &self.args,
+            &self.settings,
+            self.curation,
+            self.data,
+            self.pipeline,
+            method,
+            method_config,
+            optimizer,
+            &self.device,
+        )
+    }
+}
+
+/// The kNN hook every training recipe adds.
+fn knn_hook<S, O>(trainer: &Trainer<Train, SelfSupervised<Train, S, O, ImageArray>>) -> &KnnHook
+where
+    S: SslMethod<Train> + 'static,
+    O: Optimizer<S::Online, Train> + 'static,
+{
+    trainer
+        .hook::<KnnHook>()
+        .expect("every training recipe adds the kNN hook")
+}
+
+/// Trains `method` and prints what the run measured.
+#[allow(clippy::too_many_arguments)]
+fn run<S, O>(
+    args: &RecipeArgs,
+    settings: &Settings,
+    curation: Option<FrechetCurationConfig>,
+    data: Data,
+    pipeline: PipelineConfig,
+    method: S,
+    method_config: serde_json::Value,
+    optimizer: O,
+    device: &Device,
+) -> Result<()>
+where
+    S: SslMethod<Train>,
+    <S::Backbone as AutodiffModule<Train>>::InnerModule: Backbone<backend::Inner>,
+    O: Optimizer<S::Online, Train> + 'static,
+{
+    let channels = data.train.image_shape().2;
+    let augmenter: Augmenter = pipeline.clone().init(channels)?;
+    let loader_config = LoaderConfig {
+        batch_size: settings.batch_size,
+        seed: settings.seed,
+        workers: args.workers,
+        ..LoaderConfig::default()
+    };
+    let monitor = KnnMonitor::new(
+        data.train.clone(),
+        data.test.clone(),
+        pipeline.view1.normalize.clone(),
+    )?;
+    let (images, what) = match data.pretrain {
+        Some(pretrain) => (pretrain, "pre-training images"),
+        None => (data.train, "training images"),
+    };
+    let loader = Loader::new(images, what, loader_config)?;
+    let train_config = TrainConfig::new()
+        .with_epochs(settings.epochs)
+        .with_lr(settings.lr)
+        .with_warmup_epochs(settings.warmup_epochs)
+        .with_checkpoint_every(args.checkpoint_every)
+        .with_seed(settings.seed);
+    let run_dir = settings.run_dir(args);
+    let description = RecipeRun {
+        recipe: settings.recipe.to_string(),
+        backbone: settings.backbone,
+        data: settings.source.dir.clone(),
+        dataset: settings.source.dataset,
+        image_size: settings.source.image_size,
+        stem: settings.stem,
+        weights: settings.weights.clone(),
+        method: method_config,
+        backend: backend::NAME.to_string(),
+    };
+    let mode = if args.extend {
+        StartMode::Extend
+    } else if args.resume {
+        StartMode::Resume
+    } else {
+        StartMode::Fresh
+    };
+    if !backend::NAME.starts_with("cpu") {
+        for (flag, on) in [
+            ("--augment-ahead", args.augment_ahead),
+            ("--view-threads", args.view_threads),
+        ] {
+            if on == Some(true) {
+                log::warn!(
+                    "{flag} true on the {} backend: with burn 0.21, two threads working on one \
+                     GPU device at once changed training results on wgpu (docs/gpu.md)",
+                    backend::NAME
+                );
+            }
+        }
+    }
+    let uses_boxes = method.uses_object_boxes();
+    let adaptive = augmenter.is_adaptive();
+    let mut builder = Trainer::builder(method, optimizer, augmenter, loader)
+        .config(train_config)
+        .run_dir(&run_dir)
+        .describe(&description);
+    if let Some(curation) = curation {
+        builder = builder.hook(FrechetCurationHook::new(curation)?);
+    }
+    if uses_boxes {
+        builder = builder.hook(ObjectBoxesHook::new());
+    }
+    if adaptive {
+        builder = builder.hook(SelfPacedAutoAugmentHook::new());
+    }
+    let mut trainer = builder
+        .hook(KnnHook::new(monitor, args.knn_every))
+        .start(mode)
+        .augment_ahead(args.augment_ahead.unwrap_or(backend::AUGMENT_AHEAD))
+        .view_threads(args.view_threads.unwrap_or(backend::VIEW_THREADS))
+        .build(device)?;
+    match trainer.resumed_from() {
+        Some(dir) => println!("resuming from {}", dir.display()),
+        None if mode != StartMode::Fresh => {
+            println!("no checkpoint in {}: starting afresh", run_dir.display())
+        }
+        None => {}
+    }
+    println!(
+        "{}: {} epochs, batch {}, lr {}, backbone {:?}, backend {}, run directory {}",
+        settings.recipe,
+        settings.epochs,
+        settings.batch_size,
+        settings.lr,
+        settings.backbone,
+        backend::NAME,
+        run_dir.display()
+    );
+    // The same backbone before any training, measured once per run and kept beside it, so that
+    // the summary can say how much the training helped (also after a resume).
+    let init_file = run_dir.join(KNN_AT_INIT);
+    let at_init: Vec<KnnResult> = if trainer.step() == 0 {
+        let results = knn_hook(&trainer).evaluate(trainer.method(), device)?;
+        std::fs::write(&init_file, serde_json::to_vec_pretty(&results)?)
+            .with_context(|| format!("writing {}", init_file.display()))?;
+        results
+    } else {
+        std::fs::read(&init_file)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    };
+    let started = std::time::Instant::now();
+    let summary = trainer.fit()?;
+    let seconds = started.elapsed().as_secs_f64();
+    let images: usize = summary.steps.len() * settings.batch_size;
+    let mut lines = Vec::new();
+    if let Some(last) = summary.epochs.last() {
+        lines.push(format!(
+            "done in {}: {} steps, {:.1} images/s, mean loss of the last epoch {:.4}",
+            curriculum_ssl::train::run_log::format_duration(std::time::Duration::from_secs_f64(
+                seconds
+            )),
+            summary.steps.len(),
+            images as f64 / seconds,
+            last.mean_loss,
+        ));
+        let measured = knn_hook(&trainer).last().map_or(&[][..], |(_, r)| r);
+        for r in measured {
+            let init = at_init
+                .iter()
+                .find(|i| i.k == r.k && i.temperature == r.temperature);
+            let gain = init.map_or(String::new(), |i| {
+                format!(
+                    " (at initialisation {:.2}%: {:+.2} points)",
+                    100.0 * i.accuracy.top1,
+                    100.0 * (r.accuracy.top1 - i.accuracy.top1)
+                )
+            });
+            lines.push(format!(
+                "kNN (k = {}, T = {}): top-1 {:.2}%{gain}, top-5 {:.2}%",
+                r.k,
+                r.temperature,
+                100.0 * r.accuracy.top1,
+                100.0 * r.accuracy.top5
+            ));
+        }
+    }
+    for line in &lines {
+        println!("{line}");
+    }
+    let plots = crate::plots::plot_run(&run_dir)?;
+    write_summary(&run_dir, settings, &lines, &plots)?;
+    print_where(&run_dir);
+    Ok(())
+}
+
+/// `summary.md` in the run directory: the settings, the results and the plots.
+fn write_summary(
+    run_dir: &Path,
+    settings: &Settings,
+    results: &[String],
+    plots: &[PathBuf],
+) -> Result<()> {
+    let source = match &settings.source.dir {
+        Some(dir) => format!("{:?} in {}", settings.source.dataset, dir.display()),
+        None => "the embedded Fashion-MNIST subset".to_string(),
+    };
+    let mut text = format!("# {}\n\n| setting | value |\n|---|---|\n", settings.recipe);
+    for (name, value) in [
+        ("data", source),
+        ("backbone", format!("{:?}", settings.backbone)),
+        ("backend", backend::NAME.to_string()),
+        ("epochs", settings.epochs.to_string()),
+        ("batch size", settings.batch_size.to_string()),
+        ("learning rate", settings.lr.to_string()),
+        ("warm-up epochs", settings.warmup_epochs.to_string()),
+        ("seed", settings.seed.to_string()),
+    ] {
+        text.push_str(&format!("| {name} | {value} |\n"));
+    }
+    text.push_str(
+        "\nEvery setting: [config.json](config.json); per step: [steps.csv](steps.csv); per \
+         epoch: [epochs.csv](epochs.csv).\n\n## Results\n\n",
+    );
+    for line in results {
+        text.push_str(&format!("- {line}\n"));
+    }
+    text.push_str("\n## Plots\n\n");
+    for plot in plots {
+        if let Ok(relative) = plot.strip_prefix(run_dir) {
+            let name = relative.display();
+            text.push_str(&format!("![{name}]({name})\n"));
+        }
+    }
+    let path = run_dir.join("summary.md");
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// The file of the run directory holding the kNN accuracies of the backbone at initialisation.
+pub const KNN_AT_INIT: &str = "knn_at_init.json";
+
+pub(crate) fn print_where(run_dir: &Path) {
+    println!(
+        "metrics: {0}/steps.csv, {0}/epochs.csv; checkpoints: {0}/checkpoints; evaluate with \
+         `recipe eval --run-dir {0}`",
+        run_dir.display()
+    );
+}
