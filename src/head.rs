@@ -8,9 +8,10 @@
 //! code build it). A linear layer followed by a BatchNorm has no bias (it would be cancelled by
 //! the normalisation). See `docs/methods.md#methods`.
 
-use burn::module::RunningState;
-use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
+use burn::module::{Param, RunningState};
+use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
+use curriculum_ssl_models::replica_stats::replica_mean;
 
 use crate::base::error::ConfigError;
 
@@ -92,7 +93,7 @@ impl MlpHeadConfig {
                     .init(device),
                 norm: self
                     .batch_norm
-                    .then(|| BatchNormConfig::new(self.hidden_dim).init(device)),
+                    .then(|| BatchNorm1d::new(self.hidden_dim, device)),
             });
             width = self.hidden_dim;
         }
@@ -102,7 +103,7 @@ impl MlpHeadConfig {
                 .with_bias(!self.output_batch_norm)
                 .init(device),
             output_norm: (self.output_batch_norm && self.output_batch_norm_affine)
-                .then(|| BatchNormConfig::new(self.output_dim).init(device)),
+                .then(|| BatchNorm1d::new(self.output_dim, device)),
             output_norm_plain: (self.output_batch_norm && !self.output_batch_norm_affine)
                 .then(|| PlainBatchNorm::new(self.output_dim, device)),
         })
@@ -113,11 +114,105 @@ impl MlpHeadConfig {
 #[derive(Module, Debug)]
 pub struct HiddenLayer<B: Backend> {
     linear: Linear<B>,
-    norm: Option<BatchNorm<B>>,
+    norm: Option<BatchNorm1d<B>>,
+}
+
+/// Batch normalisation of `[N, C]` features with learnable scale `γ` and shift `β`: burn's
+/// `BatchNorm` (the same parameter names, so records load unchanged, and the same arithmetic:
+/// momentum 0.1, ε = 1e-5, biased batch variance in the running average), whose batch moments
+/// are averaged over data-parallel replicas when a trainer synchronises them
+/// ([`curriculum_ssl_models::replica_stats`]).
+#[derive(Module, Debug)]
+pub struct BatchNorm1d<B: Backend> {
+    /// The learnable scale `γ`.
+    pub gamma: Param<Tensor<B, 1>>,
+    /// The learnable shift `β`.
+    pub beta: Param<Tensor<B, 1>>,
+    /// The running mean.
+    pub running_mean: RunningState<Tensor<B, 1>>,
+    /// The running (biased) variance.
+    pub running_var: RunningState<Tensor<B, 1>>,
+    /// Weight of the batch statistics in the running averages.
+    pub momentum: f64,
+    /// Added to the variance before the square root.
+    pub epsilon: f64,
+}
+
+impl<B: Backend> BatchNorm1d<B> {
+    /// `channels` features: `γ = 1`, `β = 0`, running mean 0 and variance 1.
+    pub fn new(channels: usize, device: &B::Device) -> Self {
+        Self {
+            gamma: burn::module::Initializer::Ones.init([channels], device),
+            beta: burn::module::Initializer::Zeros.init([channels], device),
+            running_mean: RunningState::new(Tensor::zeros([channels], device)),
+            running_var: RunningState::new(Tensor::ones([channels], device)),
+            momentum: 0.1,
+            epsilon: 1e-5,
+        }
+    }
+
+    /// # Shapes
+    /// - input: `[N, C]` → `[N, C]`
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let (mean, var) = moments(&x, &self.running_mean, &self.running_var, self.momentum);
+        let std = var.add_scalar(self.epsilon).sqrt();
+        let [_, channels] = x.dims();
+        x.sub(mean)
+            .div(std)
+            .mul(self.gamma.val().reshape([1, channels]))
+            .add(self.beta.val().reshape([1, channels]))
+    }
+}
+
+/// The per-channel mean and biased variance `[1, C]` to normalise `x` `[N, C]` with: the batch's
+/// (averaged over data-parallel replicas when synchronised), which also move the running
+/// averages, in training (an autodiff backend); the running ones otherwise. The arithmetic is
+/// burn's `BatchNorm`'s, operation for operation.
+fn moments<B: Backend>(
+    x: &Tensor<B, 2>,
+    running_mean: &RunningState<Tensor<B, 1>>,
+    running_var: &RunningState<Tensor<B, 1>>,
+    momentum: f64,
+) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let device = x.device();
+    let [n, channels] = x.dims();
+    if !B::ad_enabled(&device) {
+        return (
+            running_mean
+                .value()
+                .to_device(&device)
+                .reshape([1, channels]),
+            running_var
+                .value()
+                .to_device(&device)
+                .reshape([1, channels]),
+        );
+    }
+    let channel_mean = |t: Tensor<B, 2>| {
+        t.swap_dims(0, 1)
+            .reshape([channels, n])
+            .mean_dim(1)
+            .reshape([1, channels])
+    };
+    let (mean, _) = replica_mean(channel_mean(x.clone()));
+    let (var, _) = replica_mean(channel_mean(x.clone().sub(mean.clone()).square()));
+    let update = |state: &RunningState<Tensor<B, 1>>, batch: Tensor<B, 2>| {
+        let running = state.value_sync().to_device(&device);
+        state.update(
+            running
+                .mul_scalar(1.0 - momentum)
+                .add(batch.detach().mul_scalar(momentum).reshape([channels]))
+                .detach(),
+        );
+    };
+    update(running_mean, mean.clone());
+    update(running_var, var.clone());
+    (mean, var)
 }
 
 /// BatchNorm without affine parameters: `(x − mean) / sqrt(var + ε)` per channel of `[N, C]`,
-/// with the batch's statistics in training (autodiff backend) and the running ones otherwise.
+/// with the batch's statistics in training (autodiff backend; averaged over data-parallel
+/// replicas when synchronised) and the running ones otherwise.
 /// The running statistics follow burn's `BatchNorm` exactly (momentum 0.1, ε = 1e-5, biased
 /// batch variance), so the only difference from it is the absence of `γ` and `β`.
 #[derive(Module, Debug)]
@@ -142,35 +237,7 @@ impl<B: Backend> PlainBatchNorm<B> {
     /// # Shapes
     /// - input: `[N, C]` → `[N, C]`
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let device = x.device();
-        let channels = x.dims()[1];
-        let (mean, var) = if B::ad_enabled(&device) {
-            let mean = x.clone().mean_dim(0);
-            let var = (x.clone() - mean.clone()).square().mean_dim(0);
-            let update = |state: &RunningState<Tensor<B, 1>>, batch: Tensor<B, 2>| {
-                let running = state.value_sync().to_device(&device);
-                state.update(
-                    running
-                        .mul_scalar(1.0 - self.momentum)
-                        .add(batch.detach().reshape([channels]).mul_scalar(self.momentum))
-                        .detach(),
-                );
-            };
-            update(&self.running_mean, mean.clone());
-            update(&self.running_var, var.clone());
-            (mean, var)
-        } else {
-            (
-                self.running_mean
-                    .value()
-                    .to_device(&device)
-                    .reshape([1, channels]),
-                self.running_var
-                    .value()
-                    .to_device(&device)
-                    .reshape([1, channels]),
-            )
-        };
+        let (mean, var) = moments(&x, &self.running_mean, &self.running_var, self.momentum);
         (x - mean) / var.add_scalar(self.epsilon).sqrt()
     }
 }
@@ -180,7 +247,7 @@ impl<B: Backend> PlainBatchNorm<B> {
 pub struct MlpHead<B: Backend> {
     hidden: Vec<HiddenLayer<B>>,
     output: Linear<B>,
-    output_norm: Option<BatchNorm<B>>,
+    output_norm: Option<BatchNorm1d<B>>,
     output_norm_plain: Option<PlainBatchNorm<B>>,
 }
 
@@ -230,8 +297,10 @@ mod tests {
     use super::*;
     use burn::backend::NdArray;
     use burn::module::AutodiffModule;
+    use burn::nn::BatchNormConfig;
 
     type B = NdArray<f64>;
+    type Ad = burn::backend::Autodiff<B>;
 
     fn parameters(config: &MlpHeadConfig) -> usize {
         config.init::<B>(&Default::default()).unwrap().num_params()
@@ -336,6 +405,61 @@ mod tests {
             a.iter().zip(&b).all(|(a, b)| (a - b).abs() < 1e-12),
             "{a:?} {b:?}"
         );
+    }
+
+    #[test]
+    fn batch_norm_1d_is_burns_batch_norm_bit_for_bit_and_loads_its_record() {
+        let device = Default::default();
+        let x = Tensor::<Ad, 2>::from_floats(
+            [
+                [1.0, -2.0],
+                [3.0, 0.0],
+                [-1.0, 4.0],
+                [0.5, 1.0],
+                [2.0, -0.5],
+            ],
+            &device,
+        );
+        let burn_bn = BatchNormConfig::new(2).init::<Ad>(&device);
+        // Same parameter names: burn's record loads into ours, γ and β set off their defaults.
+        let burn_bn = burn_bn.map(&mut Scale);
+        let record = burn_bn.clone().into_record();
+        let ours = BatchNorm1d::<Ad>::new(2, &device).load_record(BatchNorm1dRecord {
+            gamma: record.gamma,
+            beta: record.beta,
+            running_mean: record.running_mean,
+            running_var: record.running_var,
+            momentum: record.momentum,
+            epsilon: record.epsilon,
+        });
+        let host = |t: Tensor<Ad, 2>| t.into_data().to_vec::<f64>().unwrap();
+        // Training (twice: the running statistics move the same way), then inference.
+        for _ in 0..2 {
+            assert_eq!(
+                host(ours.forward(x.clone())),
+                host(burn_bn.forward(x.clone()))
+            );
+        }
+        let (ours, burn_bn) = (ours.valid(), burn_bn.valid());
+        let a: Vec<f64> = ours
+            .forward(x.clone().inner())
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let b: Vec<f64> = burn_bn.forward(x.inner()).into_data().to_vec().unwrap();
+        assert_eq!(a, b);
+    }
+
+    /// Multiplies every float parameter by 1.5 and adds 0.25, so that γ and β matter.
+    struct Scale;
+
+    impl burn::module::ModuleMapper<Ad> for Scale {
+        fn map_float<const D: usize>(
+            &mut self,
+            param: burn::module::Param<Tensor<Ad, D>>,
+        ) -> burn::module::Param<Tensor<Ad, D>> {
+            param.map(|t| t.mul_scalar(1.5).add_scalar(0.25))
+        }
     }
 
     #[test]

@@ -24,6 +24,8 @@
 //!   and a threaded, deterministic loader.
 //! - [`augment`]: batched augmentation on the backend (crop, flip, colour jitter, grayscale, blur,
 //!   solarisation, rotation, mixup, normalisation) with SimCLR / MoCo v2 / BYOL presets.
+//! - [`data_parallel`]: one replica per device (and across machines) through burn-collective:
+//!   averaged gradients, gathered negatives, synchronised batch norm.
 //! - [`device`]: handing tensors from one thread to another on a GPU backend.
 //! - [`seed`]: seeded use of the backend's random generator that other threads cannot disturb.
 //! - [`error`]: configuration errors that name the offending field.
@@ -37,6 +39,7 @@ pub mod base;
 pub mod curation;
 pub mod curriculum;
 pub mod data;
+pub mod data_parallel;
 pub mod device;
 pub mod error;
 pub mod eval;

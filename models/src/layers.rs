@@ -9,6 +9,7 @@ use burn::tensor::activation;
 use burn::tensor::Distribution;
 
 use crate::error::ModelError;
+use crate::replica_stats::replica_mean;
 
 /// Configuration of [`BatchNorm2d`].
 #[derive(Config, Debug)]
@@ -45,6 +46,9 @@ impl BatchNorm2dConfig {
 /// update. In inference (a non-autodiff backend, e.g. after `valid()`) it uses the running
 /// statistics. Parameter names (`weight`, `bias`, `running_mean`, `running_var`) are PyTorch's,
 /// so state_dicts load without renaming.
+///
+/// Under a data-parallel trainer, the batch moments are averaged over the replicas
+/// ([`crate::replica_stats`]): synchronised batch norm.
 ///
 /// Note: like burn's `RunningState`, a `clone()` of this module shares its running statistics
 /// with the original until one of them is re-loaded; build EMA targets from a record instead.
@@ -106,9 +110,12 @@ impl<B: Backend> BatchNorm2d<B> {
             [n, c, h, w]
         );
         let x = x.reshape([n, c, h * w]);
-        let mean = x.clone().mean_dim(2).mean_dim(0); // [1, c, 1]
+        // Over data-parallel replicas (sync-BN), the moments are those of every replica's shard.
+        let (mean, _) = replica_mean(x.clone().mean_dim(2).mean_dim(0)); // [1, c, 1]
         let centered = x.sub(per_image(mean.clone(), n));
-        let var = centered.clone().square().mean_dim(2).mean_dim(0); // biased, [1, c, 1]
+        // Biased, [1, c, 1].
+        let (var, replicas) = replica_mean(centered.clone().square().mean_dim(2).mean_dim(0));
+        let count = count * replicas;
 
         let m = self.momentum;
         let unbias = count as f64 / (count - 1) as f64;

@@ -27,6 +27,7 @@ pub mod import;
 pub mod layers;
 pub mod lenet;
 pub mod mobilenet_v3;
+pub mod replica_stats;
 pub mod resnet;
 pub mod vgg;
 pub mod wide_resnet;

@@ -18,6 +18,7 @@ use super::branches::ViewThreads;
 use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
 use super::{MethodOutput, Progress, SslMethod};
 use crate::base::error::ConfigError;
+use crate::data_parallel::Replica;
 use crate::head::{MlpHead, MlpHeadConfig};
 use crate::loss::negative_cosine::NegativeCosineForm;
 use crate::loss::{NegativeCosineLoss, NegativeCosineLossConfig};
@@ -89,6 +90,7 @@ impl ByolConfig {
                 .init()?,
             base_momentum: self.base_momentum,
             view_threads: ViewThreads::default(),
+            replicated: false,
         })
     }
 }
@@ -109,6 +111,8 @@ pub struct Byol<B: Backend, M: Backbone<B>> {
     base_momentum: f64,
     /// The two views' online passes back-propagated on two threads, when on.
     view_threads: ViewThreads<B, ByolNetwork<B, M>>,
+    /// Whether this is one replica of a data-parallel run (its passes stay on its thread).
+    replicated: bool,
 }
 
 impl<B: Backend, M: Backbone<B>> Byol<B, M> {
@@ -197,7 +201,16 @@ where
     }
 
     fn set_view_threads(&mut self, on: bool) {
-        self.view_threads.set(on);
+        self.view_threads.set(on && !self.replicated);
+    }
+
+    /// The loss is a mean over images: each replica's is the mean over its shard, and the
+    /// average of the replicas' gradients is the one-device gradient (with synchronised batch
+    /// norms). Nothing is gathered.
+    fn set_replica(&mut self, _: Replica<B>) -> Result<(), ConfigError> {
+        self.view_threads.set(false);
+        self.replicated = true;
+        Ok(())
     }
 
     fn after_step(&mut self, progress: Progress) {

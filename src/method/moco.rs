@@ -26,6 +26,7 @@ use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
 use super::queue::{KeyQueue, KeyQueueConfig};
 use super::{MethodOutput, Progress, SslMethod};
 use crate::base::error::ConfigError;
+use crate::data_parallel::Replica;
 use crate::head::{MlpHead, MlpHeadConfig};
 use crate::loss::{l2_normalize, InfoNceLoss, InfoNceLossConfig, SoftNceLoss, SoftNceLossConfig};
 
@@ -162,6 +163,7 @@ impl MoCoConfig {
             symmetric: self.symmetric,
             pending_keys: None,
             view_threads: ViewThreads::default(),
+            replica: None,
         })
     }
 }
@@ -216,6 +218,8 @@ pub struct MoCo<B: Backend, M: Backbone<B>> {
     pending_keys: Option<Tensor<B, 2>>,
     /// A symmetric loss's two query passes back-propagated on two threads, when on.
     view_threads: ViewThreads<B, MoCoNetwork<B, M>>,
+    /// This method's replica in a data-parallel run: every replica's keys are enqueued.
+    replica: Option<Replica<B>>,
 }
 
 impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
@@ -322,12 +326,23 @@ where
                 queue,
                 progress,
             ) * 2.0;
-            (loss, Tensor::cat(vec![k1, k2.clone()], 0), q1)
+            let keys = match &self.replica {
+                // The one-device order: every image's first-view keys, then its second-view's.
+                Some(replica) => {
+                    Tensor::cat(vec![replica.gather(k1), replica.gather(k2.clone())], 0)
+                }
+                None => Tensor::cat(vec![k1, k2.clone()], 0),
+            };
+            (loss, keys, q1)
         } else {
             let q1 = self.online.project(view1);
+            let keys = match &self.replica {
+                Some(replica) => replica.gather(k2.clone()),
+                None => k2.clone(),
+            };
             (
                 self.queue_loss(q1.clone(), k2.clone(), queue, progress),
-                k2.clone(),
+                keys,
                 q1,
             )
         };
@@ -351,7 +366,27 @@ where
     }
 
     fn set_view_threads(&mut self, on: bool) {
-        self.view_threads.set(on);
+        self.view_threads.set(on && self.replica.is_none());
+    }
+
+    /// Every replica's keys are enqueued (in the one-device order), so the queue must hold
+    /// whole steps of `W` replicas' keys: MoCo must be built with the global batch size
+    /// (the trainer does).
+    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
+        let per_step = self.queue.keys_per_step();
+        if !per_step.is_multiple_of(replica.replicas()) {
+            return Err(ConfigError::new(
+                "devices",
+                format!(
+                    "MoCo enqueues {per_step} keys per step, which {} replicas cannot share \
+                     equally (build it with the global batch size)",
+                    replica.replicas()
+                ),
+            ));
+        }
+        self.view_threads.set(false);
+        self.replica = Some(replica);
+        Ok(())
     }
 
     fn after_step(&mut self, progress: Progress) {

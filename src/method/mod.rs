@@ -41,6 +41,7 @@ pub use crate::base::Progress;
 
 use crate::base::error::ConfigError;
 use crate::base::geometry::CropBox;
+use crate::data_parallel::Replica;
 
 /// The capability a method that [uses object boxes](SslMethod::uses_object_boxes) needs from a
 /// training hook (`crate::hooks::ObjectBoxesHook` provides it).
@@ -143,6 +144,23 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
     /// ignore it.
     fn set_view_threads(&mut self, on: bool) {
         let _ = on;
+    }
+
+    /// Makes this method one replica of a data-parallel run ([`crate::data_parallel`]): from
+    /// then on its [`SslMethod::forward`] receives this replica's shard of every batch, a loss
+    /// that compares images across the batch gathers them from every replica
+    /// ([`Replica::gather`]), a queue enqueues every replica's keys, and its passes stay on the
+    /// replica's thread (view threads off: the batch norms synchronise on it). Default: refused,
+    /// for a method that has not said how its loss spreads over replicas.
+    ///
+    /// # Errors
+    /// If the method (or the way it is configured) cannot be trained data-parallel.
+    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
+        let _ = replica;
+        Err(ConfigError::new(
+            "devices",
+            "this method does not say how its loss spreads over replicas; train it on one device",
+        ))
     }
 
     /// Updates the non-trained states (EMA networks, queue) after the optimiser step.

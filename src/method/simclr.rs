@@ -27,6 +27,7 @@ use super::branches::ViewThreads;
 use super::pgd::{attack_copy, Pgd, PgdConfig};
 use super::{MethodOutput, Progress, SslMethod};
 use crate::base::error::ConfigError;
+use crate::data_parallel::Replica;
 use crate::head::{MlpHead, MlpHeadConfig};
 use crate::loss::{
     CurricularLoss, CurricularLossConfig, CurricularState, HclLoss, HclLossConfig, HuberNtXentLoss,
@@ -120,6 +121,7 @@ impl SimClrConfig {
             loss,
             pgd,
             view_threads: ViewThreads::default(),
+            replica: None,
         })
     }
 }
@@ -155,6 +157,9 @@ pub struct SimClr<B: Backend, M: Backbone<B>> {
     /// The two views' passes back-propagated on two threads, when on (not at the steps where
     /// PGD's hardened negatives add a third pass).
     view_threads: ViewThreads<B, SimClrNetwork<B, M>>,
+    /// This method's replica in a data-parallel run: the loss is computed on every replica's
+    /// projections, gathered.
+    replica: Option<Replica<B>>,
 }
 
 impl<B: Backend, M: Backbone<B>> SimClr<B, M> {
@@ -281,6 +286,11 @@ where
                     (net.project(x), ())
                 });
         let embeddings = Some([z1.clone().detach(), z2.clone().detach()]);
+        // Data-parallel: the loss sees every replica's images (negatives included), in rank order.
+        let (z1, z2) = match &self.replica {
+            Some(replica) => (replica.gather(z1), replica.gather(z2)),
+            None => (z1, z2),
+        };
         let device = z1.device();
         let scalar = |v: f64| Tensor::from_floats([v as f32], &device);
         let mut stats = Vec::new();
@@ -337,7 +347,20 @@ where
     }
 
     fn set_view_threads(&mut self, on: bool) {
-        self.view_threads.set(on);
+        self.view_threads.set(on && self.replica.is_none());
+    }
+
+    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
+        if self.pgd.is_some() {
+            return Err(ConfigError::new(
+                "devices",
+                "SimCLR with PGD-hardened negatives (MICO) runs on one device: the attack's \
+                 passes are not spread over replicas",
+            ));
+        }
+        self.view_threads.set(false);
+        self.replica = Some(replica);
+        Ok(())
     }
 
     fn after_step(&mut self, _: Progress) {}

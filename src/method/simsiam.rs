@@ -16,6 +16,7 @@ use curriculum_ssl_models::Backbone;
 use super::branches::ViewThreads;
 use super::{MethodOutput, Progress, SslMethod};
 use crate::base::error::ConfigError;
+use crate::data_parallel::Replica;
 use crate::head::{MlpHead, MlpHeadConfig};
 use crate::loss::{NegativeCosineLoss, NegativeCosineLossConfig};
 
@@ -59,6 +60,7 @@ impl SimSiamConfig {
             },
             loss: NegativeCosineLossConfig::new().init()?,
             view_threads: ViewThreads::default(),
+            replicated: false,
         })
     }
 }
@@ -70,6 +72,8 @@ pub struct SimSiam<B: Backend, M: Backbone<B>> {
     loss: NegativeCosineLoss,
     /// The two views' passes back-propagated on two threads, when on.
     view_threads: ViewThreads<B, SimSiamNetwork<B, M>>,
+    /// Whether this is one replica of a data-parallel run (its passes stay on its thread).
+    replicated: bool,
 }
 
 impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for SimSiam<B, M>
@@ -126,7 +130,16 @@ where
     }
 
     fn set_view_threads(&mut self, on: bool) {
-        self.view_threads.set(on);
+        self.view_threads.set(on && !self.replicated);
+    }
+
+    /// The loss is a mean over images: each replica's is the mean over its shard, and the
+    /// average of the replicas' gradients is the one-device gradient (with synchronised batch
+    /// norms). Nothing is gathered.
+    fn set_replica(&mut self, _: Replica<B>) -> Result<(), ConfigError> {
+        self.view_threads.set(false);
+        self.replicated = true;
+        Ok(())
     }
 
     fn after_step(&mut self, _: Progress) {}

@@ -1,0 +1,351 @@
+//! Data-parallel training: one replica of the networks per device (a thread each, and across
+//! machines), each on its shard of every batch, kept identical by averaging their gradients,
+//! on burn's own collective layer (`burn-collective`).
+//!
+//! # How a step runs on `W` replicas
+//! A global batch of `W·B` images is split in rank order: replica `r` gets images
+//! `r·B .. (r+1)·B`. Each replica
+//! 1. runs its networks on its shard; every batch norm averages its batch moments over the
+//!    replicas ([`curriculum_ssl_models::replica_stats`], installed for the replica's thread):
+//!    synchronised batch norm;
+//! 2. gathers what the loss compares across images ([`Replica::gather`]): SimCLR's projections,
+//!    MoCo's keys for the queue. The gather is an all-reduce of each replica's rows scattered into
+//!    a zero `[W·B, D]` tensor, and its backward is an all-reduce of the gradient: each replica
+//!    receives the sum over replicas of the gradient of its own rows (lightly's `GatherLayer`
+//!    after its issue #1528);
+//! 3. back-propagates, then averages its gradients with the others' ([`Replica::average`], one
+//!    all-reduce of all parameters' gradients laid end to end);
+//! 4. steps its own optimiser. Every replica holds the same parameters and the same optimiser
+//!    state, as PyTorch's `DistributedDataParallel` does: no parameter is ever sent, only
+//!    gradients, and no replica waits for an owner to broadcast.
+//!
+//! The loss of a method that compares images across the batch (SimCLR) is computed by every
+//! replica on the gathered rows, the same value everywhere; the backward of the gather then gives
+//! replica `r`'s rows `W` times their gradient, and the average over replicas is the gradient of
+//! the one-device loss. The loss of a method whose loss is a mean over images (BYOL, SimSiam,
+//! MoCo with a queue every replica fills alike) is the mean over the replica's shard, and the
+//! average of the replicas' gradients is again the one-device gradient. Either way, a step on
+//! `W` replicas of `B` images gives the parameters of a step on one device with `W·B` images, up
+//! to the order of floating-point sums (tests/data_parallel.rs).
+//!
+//! # The collective layer
+//! `burn-collective` keeps one server per backend type per process; a peer registers, then every
+//! peer calls the same operations in the same order. The differentiable all-reduce is an autodiff
+//! operation of [`CollectiveBackend`], implemented for burn's `Autodiff` over any backend. Two
+//! data-parallel runs of one backend type in one process take turns ([`replicas::run`]).
+
+pub mod replicas;
+
+use std::sync::{Arc, Mutex};
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{unary, Backward, Ops, OpsKind};
+use burn::backend::Autodiff;
+use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::TensorPrimitive;
+pub use burn_collective::PeerId;
+use burn_collective::{CollectiveError, ReduceOperation};
+use curriculum_ssl_models::replica_stats::ReplicaMean;
+
+pub use replicas::{DataParallelConfig, DataParallelError, MultiNode};
+
+/// Backends whose float tensors can be summed over replicas inside the autodiff graph: the
+/// forward pass sums every replica's tensor, the backward pass sums every replica's gradient of
+/// the result. Implemented for burn's `Autodiff` over any backend, through `burn-collective` on
+/// the inner backend.
+pub trait CollectiveBackend: AutodiffBackend {
+    /// `Σ_replicas tensor`, differentiable.
+    ///
+    /// # Errors
+    /// When the collective layer fails (a replica gone, a peer lost, a mismatched call).
+    fn all_reduce_sum(
+        tensor: FloatTensor<Self>,
+        peer: PeerId,
+        failure: &Failure,
+    ) -> Result<FloatTensor<Self>, CollectiveError>;
+}
+
+/// The backward step of [`CollectiveBackend::all_reduce_sum`].
+#[derive(Debug)]
+struct AllReduceSum;
+
+impl<I: Backend> Backward<I, 1> for AllReduceSum {
+    type State = (PeerId, Failure);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let (peer, failure) = ops.state;
+        unary::<I, _>(ops.parents, ops.node, grads, |grad| {
+            match burn_collective::all_reduce::<I>(peer, grad.clone(), ReduceOperation::Sum) {
+                Ok(sum) => sum,
+                Err(error) => {
+                    // The backward pass cannot return an error: the replica notes it, and its
+                    // step ends with it before the optimiser runs (`Replica::average`).
+                    failure.set(format!("the backward all-reduce failed: {error:?}"));
+                    grad
+                }
+            }
+        });
+    }
+}
+
+impl<I: Backend, C: CheckpointStrategy> CollectiveBackend for Autodiff<I, C> {
+    fn all_reduce_sum(
+        tensor: FloatTensor<Self>,
+        peer: PeerId,
+        failure: &Failure,
+    ) -> Result<FloatTensor<Self>, CollectiveError> {
+        let sum =
+            burn_collective::all_reduce::<I>(peer, tensor.primitive.clone(), ReduceOperation::Sum)?;
+        Ok(
+            match AllReduceSum
+                .prepare::<C>([tensor.node.clone()])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => prep.finish((peer, failure.clone()), sum),
+                OpsKind::UnTracked(prep) => prep.finish(sum),
+            },
+        )
+    }
+}
+
+/// The first failure of a replica's collective operations, kept until its step reads it: the
+/// forward and backward passes cannot return errors, so they note them here and go on with
+/// their local values; [`Replica::average`] then ends the step with the error before any
+/// parameter changes.
+#[derive(Debug, Clone, Default)]
+pub struct Failure(Arc<Mutex<Option<String>>>);
+
+impl Failure {
+    /// Notes `reason` unless a failure is already noted.
+    pub fn set(&self, reason: String) {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        slot.get_or_insert(reason);
+    }
+
+    /// The failure noted, if any, leaving it in place.
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// `Σ_replicas tensor` through [`CollectiveBackend::all_reduce_sum`], with the backend's
+/// bound erased so that a [`Replica`] can be held by code generic over any autodiff backend.
+type SumFn<B> = fn(FloatTensor<B>, PeerId, &Failure) -> Result<FloatTensor<B>, CollectiveError>;
+
+/// One replica of a data-parallel run, as its step sees it: its rank among all replicas, the
+/// number of replicas, and the collective operations between them. Cheap to clone; every clone
+/// speaks for the same peer.
+pub struct Replica<B: Backend> {
+    rank: usize,
+    replicas: usize,
+    peer: PeerId,
+    sum: SumFn<B>,
+    failure: Failure,
+}
+
+impl<B: Backend> Clone for Replica<B> {
+    fn clone(&self) -> Self {
+        Self {
+            rank: self.rank,
+            replicas: self.replicas,
+            peer: self.peer,
+            sum: self.sum,
+            failure: self.failure.clone(),
+        }
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for Replica<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("rank", &self.rank)
+            .field("replicas", &self.replicas)
+            .field("peer", &self.peer)
+            .finish()
+    }
+}
+
+impl<B: CollectiveBackend> Replica<B> {
+    /// The replica of rank `rank` among `replicas`, speaking as `peer` (registered with
+    /// `burn-collective` by [`replicas::run`], which builds every replica of a run).
+    pub(crate) fn new(rank: usize, replicas: usize, peer: PeerId) -> Self {
+        Self {
+            rank,
+            replicas,
+            peer,
+            sum: B::all_reduce_sum,
+            failure: Failure::default(),
+        }
+    }
+}
+
+impl<B: Backend> Replica<B> {
+    /// This replica's rank, `0 .. replicas()`: its shard of every batch, its rows in a gather.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of replicas `W` (over every machine).
+    pub fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// Whether this replica writes the run's files (rank 0).
+    pub fn is_lead(&self) -> bool {
+        self.rank == 0
+    }
+
+    /// The first failure of this replica's collective operations, if any.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.get()
+    }
+
+    /// `Σ_replicas tensor`, differentiable (see [`CollectiveBackend`]). On a failure the local
+    /// tensor comes back and the failure is noted for [`Replica::average`].
+    pub fn sum<const D: usize>(&self, tensor: Tensor<B, D>) -> Tensor<B, D> {
+        let primitive = tensor.clone().into_primitive().tensor();
+        match (self.sum)(primitive, self.peer, &self.failure) {
+            Ok(sum) => Tensor::from_primitive(TensorPrimitive::Float(sum)),
+            Err(error) => {
+                self.failure.set(format!(
+                    "replica {}: an all-reduce failed: {error:?}",
+                    self.rank
+                ));
+                tensor
+            }
+        }
+    }
+
+    /// Every replica's rows, in rank order: `[W·N, D]` from each replica's `[N, D]`. The
+    /// gradient of a replica's rows is the sum over replicas of the gradient their copy of the
+    /// gathered tensor receives.
+    ///
+    /// # Shapes
+    /// - `rows`: `[N, D]` (the same `N` on every replica) → `[W·N, D]`
+    pub fn gather(&self, rows: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [n, d] = rows.dims();
+        let start = self.rank * n;
+        let scattered = Tensor::zeros([self.replicas * n, d], &rows.device())
+            .slice_assign([start..start + n, 0..d], rows);
+        self.sum(scattered)
+    }
+
+    /// This replica's rows of a gathered tensor.
+    ///
+    /// # Shapes
+    /// - `gathered`: `[W·N, D]` → `[N, D]`
+    pub fn own_rows(&self, gathered: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [rows, d] = gathered.dims();
+        let n = rows / self.replicas;
+        gathered.slice([self.rank * n..(self.rank + 1) * n, 0..d])
+    }
+}
+
+impl<B: AutodiffBackend> Replica<B> {
+    /// The mean over replicas of `value` (for logging: each replica's loss and statistics).
+    pub fn mean_of(&self, values: Tensor<B::InnerBackend, 1>) -> Tensor<B::InnerBackend, 1> {
+        self.sum(Tensor::<B, 1>::from_inner(values))
+            .inner()
+            .div_scalar(self.replicas as f64)
+    }
+
+    /// The replicas' gradients of `module`, averaged: laid end to end in the module's parameter
+    /// order, all-reduced once, divided by `W` and put back. Every replica must call it at the
+    /// same point with a module of the same structure.
+    ///
+    /// # Errors
+    /// The first failure of this replica's collective operations in the step (its forward, its
+    /// backward, or this all-reduce): the step must end before the optimiser runs.
+    pub fn average<M: AutodiffModule<B>>(
+        &self,
+        mut grads: GradientsParams,
+        module: &M,
+    ) -> Result<GradientsParams, String> {
+        let mut taken = TakeGradients::<B> {
+            grads: &mut grads,
+            taken: Vec::new(),
+        };
+        module.visit(&mut taken);
+        let taken = std::mem::take(&mut taken.taken);
+        if !taken.is_empty() {
+            let flat = Tensor::cat(taken.iter().map(|g| g.flat.clone()).collect(), 0);
+            let mean = self
+                .sum(Tensor::<B, 1>::from_inner(flat))
+                .inner()
+                .div_scalar(self.replicas as f64);
+            let mut offset = 0;
+            for gradient in taken {
+                let len = gradient.shape.iter().product::<usize>();
+                let values = mean.clone().slice([offset..offset + len]);
+                (gradient.put_back)(&mut grads, gradient.id, values, &gradient.shape);
+                offset += len;
+            }
+        }
+        match self.failure() {
+            Some(reason) => Err(reason),
+            None => Ok(grads),
+        }
+    }
+
+    /// The sync-BN hook of this replica, to install on its thread
+    /// ([`curriculum_ssl_models::replica_stats::install`]).
+    pub(crate) fn batch_stats(&self) -> Arc<dyn ReplicaMean<B>> {
+        Arc::new(self.clone())
+    }
+}
+
+impl<B: Backend> ReplicaMean<B> for Replica<B> {
+    fn mean(&self, values: Tensor<B, 1>) -> Tensor<B, 1> {
+        self.sum(values).div_scalar(self.replicas as f64)
+    }
+
+    fn replicas(&self) -> usize {
+        self.replicas
+    }
+}
+
+/// One parameter's gradient taken out of a [`GradientsParams`], flattened.
+struct TakenGradient<B: AutodiffBackend> {
+    id: ParamId,
+    shape: Vec<usize>,
+    flat: Tensor<B::InnerBackend, 1>,
+    put_back: fn(&mut GradientsParams, ParamId, Tensor<B::InnerBackend, 1>, &[usize]),
+}
+
+/// Takes every float parameter's gradient out of `grads`, in the module's visiting order.
+struct TakeGradients<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    taken: Vec<TakenGradient<B>>,
+}
+
+fn put_back<B: AutodiffBackend, const D: usize>(
+    grads: &mut GradientsParams,
+    id: ParamId,
+    values: Tensor<B::InnerBackend, 1>,
+    shape: &[usize],
+) {
+    let shape: [usize; D] = shape.try_into().expect("the shape it was taken with");
+    grads.register::<B::InnerBackend, D>(id, values.reshape(shape));
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for TakeGradients<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+            let shape = grad.dims().to_vec();
+            let len = shape.iter().product::<usize>();
+            self.taken.push(TakenGradient {
+                id: param.id,
+                shape,
+                flat: grad.reshape([len]),
+                put_back: put_back::<B, D>,
+            });
+        }
+    }
+}
