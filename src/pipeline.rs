@@ -297,6 +297,7 @@ impl PipelineConfig {
             channels,
             mixup_schedule,
             auto_augment,
+            stream: 0,
         })
     }
 }
@@ -341,9 +342,18 @@ pub struct Augmenter {
     channels: usize,
     mixup_schedule: Option<MixupSchedule>,
     auto_augment: Option<SelfPacedAutoAugment>,
+    /// The random stream of a data-parallel replica (0: one device, or replica 0).
+    stream: u64,
 }
 
 impl Augmenter {
+    /// Makes the draws those of data-parallel replica `rank`: every replica augments its own
+    /// shard with a stream of its own (replica 0's is the one-device stream), still keyed by
+    /// the step, so a run is reproducible for a given number of replicas.
+    pub fn set_stream(&mut self, rank: usize) {
+        self.stream = rank as u64;
+    }
+
     /// What the adaptive curricula learned (for checkpoints).
     pub fn state(&self) -> AugmenterState {
         AugmenterState {
@@ -514,7 +524,11 @@ impl Augmenter {
 
     /// The generator for batch `key` (independent of any earlier call).
     pub fn rng(&self, key: u64) -> StdRng {
-        StdRng::seed_from_u64(mix_seed(self.config.seed, key))
+        let seed = mix_seed(self.config.seed, key);
+        StdRng::seed_from_u64(match self.stream {
+            0 => seed,
+            stream => mix_seed(seed, stream),
+        })
     }
 
     /// Two views of the batch `x` (`[N, C, H, W]`, floats in `[0, 1]`), reproducible from

@@ -132,6 +132,23 @@ mod selected {
 
 pub use selected::{device, Inner, AUGMENT_AHEAD, BANDED_STEM, NAME, VIEW_THREADS};
 
+/// The devices of `replicas` data-parallel replicas from `--device` on: on the CPU backend
+/// (one device) every replica shares it; on a GPU backend replica `i` takes device
+/// `--device + i`, each checked as [`device`] checks one.
+pub fn devices(
+    first: Option<usize>,
+    replicas: usize,
+) -> anyhow::Result<Vec<<Inner as burn::tensor::backend::BackendTypes>::Device>> {
+    if NAME.starts_with("cpu") {
+        let device = device(first)?;
+        return Ok(vec![device; replicas]);
+    }
+    let first = first.unwrap_or(0);
+    (first..first + replicas)
+        .map(|index| device(Some(index)))
+        .collect()
+}
+
 /// `index` if it is below `count`, else a usage error naming how many `what` there are.
 #[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
 fn within(index: usize, count: usize, what: &str) -> anyhow::Result<usize> {

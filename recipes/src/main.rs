@@ -42,6 +42,13 @@ enum Command {
         /// The recipe.
         name: Option<String>,
     },
+    /// Run burn-collective's orchestrator for a data-parallel run on several machines (the
+    /// nodes' --orchestrator ws://THIS_HOST:PORT); it serves until interrupted.
+    Orchestrator {
+        /// The port to listen on.
+        #[arg(long)]
+        port: u16,
+    },
     /// Run the recipe with this name.
     #[command(external_subcommand)]
     Run(Vec<String>),
@@ -206,6 +213,11 @@ fn run(cli: Cli) -> Result<()> {
             let recipe = registry::find(&name).map_err(|e| usage(e.to_string()))?;
             // Every recipe prints its options for --help and exits 0.
             (recipe.run)(&["--help".to_string()])
+        }
+        Command::Orchestrator { port } => {
+            println!("orchestrator listening on port {port} (Ctrl-C to stop)");
+            curriculum_ssl::data_parallel::replicas::orchestrate(port);
+            Ok(())
         }
         Command::Run(args) => {
             let recipe = registry::find(&args[0]).map_err(|e| usage(e.to_string()))?;

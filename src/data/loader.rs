@@ -81,6 +81,8 @@ pub struct Loader<D> {
     dataset: Arc<D>,
     config: LoaderConfig,
     source: PathBuf,
+    /// This replica's rank and the number of replicas, in a data-parallel run.
+    shard: Option<(usize, usize)>,
 }
 
 impl<D: Dataset<ImageItem> + 'static> Loader<D> {
@@ -104,7 +106,36 @@ impl<D: Dataset<ImageItem> + 'static> Loader<D> {
             dataset: Arc::new(dataset),
             config,
             source: source.into(),
+            shard: None,
         })
+    }
+
+    /// Makes this loader replica `rank`'s of `replicas` in a data-parallel run: every epoch's
+    /// order and batches stay those of the whole run (so the data order does not depend on the
+    /// number of replicas), and each batch it yields is the replica's shard of the global batch
+    /// (the `batch_size / replicas` images from `rank · batch_size / replicas` on).
+    ///
+    /// # Errors
+    /// If the batch does not split equally, or the epoch keeps a last partial batch.
+    pub fn set_shard(&mut self, rank: usize, replicas: usize) -> Result<(), ConfigError> {
+        let batch = self.config.batch_size;
+        if replicas == 0 || rank >= replicas || !batch.is_multiple_of(replicas) {
+            return Err(ConfigError::new(
+                "batch_size",
+                format!(
+                    "the global batch of {batch} images does not split equally over {replicas} \
+                     replicas"
+                ),
+            ));
+        }
+        if !self.config.drop_last {
+            return Err(ConfigError::new(
+                "drop_last",
+                "a data-parallel run drops the last partial batch (it would not split equally)",
+            ));
+        }
+        self.shard = Some((rank, replicas));
+        Ok(())
     }
 
     /// The settings.
@@ -183,6 +214,7 @@ impl<D: Dataset<ImageItem> + 'static> Loader<D> {
             .min(order.len().div_ceil(self.config.batch_size));
         let order = Arc::new(order);
         let bs = self.config.batch_size;
+        let shard = self.shard;
         let workers = self.config.workers;
         let mut receivers = Vec::with_capacity(workers);
         let mut handles = Vec::with_capacity(workers);
@@ -194,7 +226,7 @@ impl<D: Dataset<ImageItem> + 'static> Loader<D> {
             handles.push(std::thread::spawn(move || {
                 let mut b = w;
                 while b < batches {
-                    let r = gather(dataset.as_ref(), &source, &order, b, bs);
+                    let r = gather(dataset.as_ref(), &source, &order, b, bs, shard);
                     let failed = r.is_err();
                     if tx.send(r).is_err() || failed {
                         return;
@@ -209,7 +241,7 @@ impl<D: Dataset<ImageItem> + 'static> Loader<D> {
             let source = self.source.clone();
             let order = Arc::clone(&order);
             Some(Box::new(move |b| {
-                gather(dataset.as_ref(), &source, &order, b, bs)
+                gather(dataset.as_ref(), &source, &order, b, bs, shard)
             }))
         } else {
             None
@@ -231,8 +263,16 @@ fn gather<D: Dataset<ImageItem>>(
     order: &[usize],
     b: usize,
     bs: usize,
+    shard: Option<(usize, usize)>,
 ) -> Result<HostBatch, DataError> {
-    let idx: Vec<usize> = order[b * bs..((b + 1) * bs).min(order.len())].to_vec();
+    let (start, end) = match shard {
+        None => (b * bs, ((b + 1) * bs).min(order.len())),
+        Some((rank, replicas)) => {
+            let per = bs / replicas;
+            (b * bs + rank * per, b * bs + (rank + 1) * per)
+        }
+    };
+    let idx: Vec<usize> = order[start..end].to_vec();
     let mut items = Vec::with_capacity(idx.len());
     for &i in &idx {
         items.push(dataset.get(i).ok_or_else(|| DataError::Request {

@@ -283,7 +283,7 @@ impl<B: AutodiffBackend> Replica<B> {
             let mut offset = 0;
             for gradient in taken {
                 let len = gradient.shape.iter().product::<usize>();
-                let values = mean.clone().slice([offset..offset + len]);
+                let values = mean.clone().slice(offset..offset + len);
                 (gradient.put_back)(&mut grads, gradient.id, values, &gradient.shape);
                 offset += len;
             }

@@ -59,6 +59,12 @@ impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for KnnHook {
         "knn"
     }
 
+    /// The monitor measures the backbone, which every replica holds identically; each replica
+    /// measures it (in inference mode, without collective operations) and replica 0 writes it.
+    fn runs_on_replicas(&self) -> bool {
+        true
+    }
+
     fn epoch_end(
         &mut self,
         run: &mut RunView<'_, B, K>,

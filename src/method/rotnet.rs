@@ -284,6 +284,13 @@ where
         }
     }
 
+    /// The loss is a mean over images (cross-entropy of each image's rotation): each replica's
+    /// is the mean over its shard, and the average of the replicas' gradients is the
+    /// one-device gradient (with synchronised batch norms). Nothing is gathered.
+    fn set_replica(&mut self, _: crate::data_parallel::Replica<B>) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
     fn after_step(&mut self, _: Progress) {}
 
     /// In crop-and-rotate mode.

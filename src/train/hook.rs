@@ -146,6 +146,16 @@ pub trait Hook<B: AutodiffBackend, K: Step<B>>: Any {
         &[]
     }
 
+    /// Whether the hook may run in every replica of a data-parallel run
+    /// ([`crate::data_parallel`]): each replica has its own copy of the hook, sees its own shard
+    /// of every batch and the same (averaged) losses and networks, and only replica 0 writes the
+    /// hook's files and columns. A hook that decides from the batch's contents (curation,
+    /// selection, object boxes, losses per image) would decide differently on each replica,
+    /// so the default is `false`, and the trainer refuses such a hook in a data-parallel run.
+    fn runs_on_replicas(&self) -> bool {
+        false
+    }
+
     /// The hook's settings, saved in the run's record and compared on resume (`Null`: nothing to
     /// record).
     fn describe(&self) -> serde_json::Value {

@@ -64,6 +64,7 @@ use serde::Serialize;
 use crate::base::error::{non_negative, positive, ConfigError};
 use crate::base::seed::mix_seed;
 use crate::data::{DataError, Dataset, ImageItem, Loader};
+use crate::data_parallel::Replica;
 use crate::method::{Progress, SslMethod};
 use crate::optim::{WarmupCosine, WarmupCosineConfig};
 use crate::pipeline::Augmenter;
@@ -218,6 +219,15 @@ pub enum TrainError {
         /// What went wrong.
         reason: String,
     },
+    /// A replica of a data-parallel run could not complete a collective operation with the
+    /// others (one of them failed, or a connection dropped).
+    #[error("replica {rank}: {reason}")]
+    Replica {
+        /// The rank of the replica that noticed.
+        rank: usize,
+        /// What went wrong.
+        reason: String,
+    },
     /// A hook could not do its work (e.g. batch curation met a non-finite distance).
     #[error("{hook} at step {step}: {reason}")]
     Hook {
@@ -272,9 +282,21 @@ pub struct TrainerBuilder<B: AutodiffBackend, K> {
     run_dir: PathBuf,
     hooks: Hooks<B, K>,
     mode: StartMode,
+    replica: Option<Replica<B>>,
 }
 
 impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
+    /// Makes this run replica `replica.rank()` of a data-parallel run
+    /// ([`crate::data_parallel`]; build it inside [`crate::data_parallel::replicas::run`], one
+    /// trainer per replica, all with the same settings and the global batch size): the step
+    /// trains on its shard of every batch with averaged gradients; replica 0 alone writes the
+    /// run directory (`config.json`, the logs, the checkpoints), which the others read to
+    /// resume. A checkpoint resumes on any number of replicas.
+    pub fn replica(mut self, replica: Replica<B>) -> Self {
+        self.replica = Some(replica);
+        self
+    }
+
     /// The loop's settings (default: [`TrainConfig::new`]).
     pub fn config(mut self, config: TrainConfig) -> Self {
         self.config = config;
@@ -336,6 +358,20 @@ impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
         positive("lr", config.lr)?;
         non_negative("final_lr", config.final_lr)?;
         let mut step = self.step;
+        if let Some(replica) = &self.replica {
+            step.set_replica(replica.clone())?;
+            if let Some(hook) = self.hooks.iter().find(|h| !h.runs_on_replicas()) {
+                return Err(ConfigError::new(
+                    "devices",
+                    format!(
+                        "the hook `{}` decides from each batch's contents and does not run \
+                         data-parallel; train with it on one device",
+                        hook.name()
+                    ),
+                )
+                .into());
+            }
+        }
         step.prepare(device)?;
         let batches = step.batches_per_epoch();
         if config.warmup_epochs > config.epochs {
@@ -395,6 +431,8 @@ impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
             pool: None,
             resumed_from: None,
             last_checkpoint: None,
+            replicas: self.replica.as_ref().map_or(1, |r| r.replicas()),
+            lead: self.replica.as_ref().is_none_or(|r| r.is_lead()),
         };
         for (capability, refusal) in trainer.step.needs() {
             if !trainer
@@ -406,14 +444,30 @@ impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
             }
         }
         trainer.with_hooks(|hook, run| hook.check(run))?;
-        if run_dir::holds_a_run_to_resume(&trainer.run_dir, self.mode)? {
-            record = trainer.resume(record, self.mode == StartMode::Extend)?;
+        if trainer.lead {
+            if run_dir::holds_a_run_to_resume(&trainer.run_dir, self.mode)? {
+                record = trainer.resume(record, self.mode == StartMode::Extend)?;
+            }
+            std::fs::create_dir_all(&trainer.run_dir)
+                .map_err(|e| checkpoint::write_error(&trainer.run_dir, e))?;
+            let text = serde_json::to_vec_pretty(&record).expect("JSON value");
+            write_atomic(&trainer.run_dir.join(files::CONFIG), &text)?;
+            trainer.log.resume_at(trainer.step_count, trainer.epoch)?;
         }
-        std::fs::create_dir_all(&trainer.run_dir)
-            .map_err(|e| checkpoint::write_error(&trainer.run_dir, e))?;
-        let text = serde_json::to_vec_pretty(&record).expect("JSON value");
-        write_atomic(&trainer.run_dir.join(files::CONFIG), &text)?;
-        trainer.log.resume_at(trainer.step_count, trainer.epoch)?;
+        if let Some(replica) = &self.replica {
+            // The other replicas follow replica 0's decision once it has made it: they resume
+            // from the run it has prepared (the newest checkpoint it loaded, or none).
+            let _ = replica.sum(Tensor::<B, 1>::zeros([1], device));
+            if let Some(reason) = replica.failure() {
+                return Err(TrainError::Replica {
+                    rank: replica.rank(),
+                    reason: format!("replica 0 did not prepare the run directory: {reason}"),
+                });
+            }
+            if !trainer.lead {
+                record = trainer.resume(record, self.mode == StartMode::Extend)?;
+            }
+        }
         trainer.record = record;
         Ok(trainer)
     }
@@ -468,6 +522,10 @@ pub struct Trainer<B: AutodiffBackend, K> {
     pool: Option<(&'static str, Vec<usize>)>,
     resumed_from: Option<PathBuf>,
     last_checkpoint: Option<PathBuf>,
+    /// Replicas of a data-parallel run (1 on one device).
+    replicas: usize,
+    /// Whether this trainer writes the run directory (one device, or replica 0).
+    lead: bool,
 }
 
 impl<B, S, O, D> Trainer<B, SelfSupervised<B, S, O, D>>
@@ -492,6 +550,7 @@ where
             run_dir: PathBuf::from("runs/run"),
             hooks: Vec::new(),
             mode: StartMode::Fresh,
+            replica: None,
         }
     }
 
@@ -512,6 +571,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
             run_dir: PathBuf::from("runs/run"),
             hooks: Vec::new(),
             mode: StartMode::Fresh,
+            replica: None,
         }
     }
 
@@ -830,9 +890,16 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 Ok(())
             })?;
             let step = &mut self.step;
-            let out = crate::base::seed::with_seed::<B, _>(&self.device, seed, || {
+            let out = if self.replicas == 1 {
+                crate::base::seed::with_seed::<B, _>(&self.device, seed, || {
+                    step.forward(inputs, progress)
+                })
+            } else {
+                // A replica's forward waits for the others' (gathers, synchronised batch
+                // norms), so it cannot hold the process's generator lock, which they need too:
+                // stochastic layers (dropout, stochastic depth) then draw unseeded.
                 step.forward(inputs, progress)
-            });
+            };
             // Every hook judges the attempt before anything is applied: a rejected attempt's
             // graph is dropped, so the weights never see it.
             let mut verdict = Verdict::Apply;
@@ -872,10 +939,12 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
     /// As [`Trainer::fit`].
     pub fn fit_epochs(&mut self, max_epochs: usize) -> Result<TrainSummary, TrainError> {
         let total_steps = self.schedule.total_steps();
-        self.log.start(total_steps, self.step_count);
+        if self.lead {
+            self.log.start(total_steps, self.step_count);
+        }
         let result = self.run_epochs(max_epochs);
         // The bar ends and the rows reach the disk whether the epochs succeeded or not.
-        let finished = self.log.finish();
+        let finished = if self.lead { self.log.finish() } else { Ok(()) };
         let summary = result?;
         finished?;
         Ok(summary)
@@ -916,7 +985,8 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 let progress = progress_of(step - first_step);
                 lr = self.schedule.lr_at(step);
                 let (loss, stats) = self.train_step(&mut batch, progress, lr)?;
-                let len = K::indices(&batch).len();
+                // Every replica's images (each holds an equal shard).
+                let len = K::indices(&batch).len() * self.replicas;
                 self.step_count += 1;
                 let record = StepRecord {
                     step,
@@ -926,7 +996,9 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                     images_per_s: len as f64 / t0.elapsed().as_secs_f64(),
                     stats,
                 };
-                self.log.step(&record, epochs)?;
+                if self.lead {
+                    self.log.step(&record, epochs)?;
+                }
                 t0 = Instant::now();
                 loss_sum += loss;
                 images += len;
@@ -944,7 +1016,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
             let every = self.record.train.checkpoint_every;
             let asked = reports.iter().any(|r| r.checkpoint);
             let due = last || asked || (every > 0 && self.epoch.is_multiple_of(every));
-            let checkpoint = if due || self.epoch == end_epoch {
+            let checkpoint = if self.lead && (due || self.epoch == end_epoch) {
                 Some(self.save_checkpoint()?)
             } else {
                 None
@@ -960,7 +1032,9 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 notes: reports.into_iter().filter_map(|r| r.note).collect(),
                 checkpoint,
             };
-            self.log.epoch(&record, epochs)?;
+            if self.lead {
+                self.log.epoch(&record, epochs)?;
+            }
             summary.epochs.push(record);
         }
         Ok(summary)

@@ -28,6 +28,7 @@ use super::{TrainConfig, TrainError};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data::{Dataset, HostBatch, ImageItem, Loader, LoaderConfig};
+use crate::data_parallel::Replica;
 use crate::method::{MethodOutput, SslMethod};
 use crate::pipeline::{Augmenter, PipelineConfig, TwoViews, LOSS_FEEDBACK};
 
@@ -57,6 +58,8 @@ pub struct SelfSupervised<B: AutodiffBackend, S, O, D> {
     augment_ahead: bool,
     /// The scheduled knobs of the attempt being applied.
     knobs: Vec<(&'static str, f64)>,
+    /// This step's replica in a data-parallel run.
+    replica: Option<Replica<B>>,
 }
 
 impl<B, S, O, D> SelfSupervised<B, S, O, D>
@@ -77,6 +80,7 @@ where
             device: None,
             augment_ahead: false,
             knobs: Vec::new(),
+            replica: None,
         }
     }
 
@@ -335,14 +339,27 @@ where
         out: MethodOutput<B>,
         lr: f64,
     ) -> Result<(f64, Vec<(String, f64)>), TrainError> {
-        let grads = self.method.gradients(&out.loss);
+        let mut grads = self.method.gradients(&out.loss);
+        if let Some(replica) = &self.replica {
+            grads = replica
+                .average(grads, self.method.online())
+                .map_err(|reason| TrainError::Replica {
+                    rank: replica.rank(),
+                    reason,
+                })?;
+        }
         let optimizer = self.optimizer.as_mut().expect("put back after every step");
         let online = optimizer.step(lr, self.method.online().clone(), grads);
         self.method.set_online(online);
         // The loss and the statistics in one transfer: the only synchronisation of the step.
         let mut values = vec![out.loss.inner()];
         values.extend(out.stats.iter().map(|(_, v)| v.clone().inner()));
-        let host: Vec<f64> = Tensor::cat(values, 0)
+        let mut values = Tensor::cat(values, 0);
+        if let Some(replica) = &self.replica {
+            // Every replica reports the replicas' mean: the one-device loss of the global batch.
+            values = replica.mean_of(values);
+        }
+        let host: Vec<f64> = values
             .into_data()
             .convert::<f64>()
             .to_vec()
@@ -356,6 +373,14 @@ where
             .chain(knobs.iter().map(|(name, v)| (name.to_string(), *v)))
             .collect();
         Ok((host[0], stats))
+    }
+
+    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), TrainError> {
+        self.method.set_replica(replica.clone())?;
+        self.loader.set_shard(replica.rank(), replica.replicas())?;
+        self.augmenter.set_stream(replica.rank());
+        self.replica = Some(replica);
+        Ok(())
     }
 
     fn after_step(&mut self, progress: Progress, _: f64) {

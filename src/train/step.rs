@@ -27,6 +27,7 @@ use super::checkpoint::{CheckpointKind, CheckpointMeta};
 use super::{TrainConfig, TrainError};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
+use crate::data_parallel::Replica;
 use crate::optim::WarmupCosine;
 
 /// The step of each batch of an epoch: `progress(b)` for batch `b`.
@@ -157,6 +158,18 @@ pub trait Step<B: AutodiffBackend>: Sized + 'static {
         output: Self::Output,
         lr: f64,
     ) -> Result<(f64, Vec<(String, f64)>), TrainError>;
+
+    /// Makes the step one replica of a data-parallel run ([`crate::data_parallel`]): its batches
+    /// become its shard of every global batch, its gradients are averaged over the replicas
+    /// before the optimiser steps, and the loss and statistics it reports are the replicas'
+    /// means. Called once, before [`Step::prepare`]. Default: refused.
+    ///
+    /// # Errors
+    /// If this step (or its method) cannot be trained data-parallel.
+    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), TrainError> {
+        let _ = replica;
+        Err(ConfigError::new("devices", "this kind of training runs on one device").into())
+    }
 
     /// After a step with a finite loss: updates that follow the optimiser step (EMA, queue, an
     /// augmentation that learns from the loss).

@@ -46,9 +46,11 @@ pub fn run(args: &[String]) -> Result<()> {
 pub fn train(recipe: Prepared) -> Result<()> {
     let config = ByolConfig::new();
     let backbone = recipe.backbone_config();
-    let method = recipe.init(|d| config.init(|d| backbone.init::<Train>(d), d))?;
-    let optimizer = SgdConfig::new().init::<Train, _>()?;
-    recipe.train(method, &config, optimizer)
+    recipe.train(&config, |recipe, device| {
+        let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
+        let optimizer = SgdConfig::new().init::<Train, _>()?;
+        Ok((method, optimizer))
+    })
 }
 
 /// The recipes of this module, as `recipe list` prints them.

@@ -95,11 +95,13 @@ pub fn train(mut recipe: Prepared) -> Result<()> {
     }
     let backbone = recipe.settings.backbone;
     let config = method_config(backbone);
-    let method = common::init_moco(&recipe, &config)?;
-    let optimizer = SgdConfig::new()
-        .with_weight_decay(weight_decay(backbone))
-        .init::<Train, _>()?;
-    recipe.train(method, &config, optimizer)
+    recipe.train(&config, |recipe, device| {
+        let method = common::init_moco(recipe, &config, device)?;
+        let optimizer = SgdConfig::new()
+            .with_weight_decay(weight_decay(backbone))
+            .init::<Train, _>()?;
+        Ok((method, optimizer))
+    })
 }
 
 

@@ -92,11 +92,13 @@ pub fn train(recipe: Prepared) -> Result<()> {
     let config = MoCoConfig::moco_v1()
         .with_momentum(0.99)
         .with_queue_size(4096);
-    let method = common::init_moco(&recipe, &config)?;
-    let optimizer = SgdConfig::new()
-        .with_weight_decay(1e-4)
-        .init::<Train, _>()?;
-    recipe.train(method, &config, optimizer)
+    recipe.train(&config, |recipe, device| {
+        let method = common::init_moco(recipe, &config, device)?;
+        let optimizer = SgdConfig::new()
+            .with_weight_decay(1e-4)
+            .init::<Train, _>()?;
+        Ok((method, optimizer))
+    })
 }
 
 /// The recipes of this module, as `recipe list` prints them.

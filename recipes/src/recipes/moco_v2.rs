@@ -50,9 +50,11 @@ pub fn train(recipe: Prepared) -> Result<()> {
     let config = MoCoConfig::moco_v2()
         .with_momentum(0.99)
         .with_queue_size(4096);
-    let method = common::init_moco(&recipe, &config)?;
-    let optimizer = SgdConfig::new().init::<Train, _>()?;
-    recipe.train(method, &config, optimizer)
+    recipe.train(&config, |recipe, device| {
+        let method = common::init_moco(recipe, &config, device)?;
+        let optimizer = SgdConfig::new().init::<Train, _>()?;
+        Ok((method, optimizer))
+    })
 }
 
 

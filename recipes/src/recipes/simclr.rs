@@ -53,9 +53,11 @@ pub fn train(recipe: Prepared) -> Result<()> {
     let config = SimClrConfig::new()
         .with_loss(loss)
         .with_pgd(recipe.pgd.clone());
-    let method = recipe.init(|d| config.init(recipe.backbone_config().init(d), d))?;
-    let optimizer = SgdConfig::new().init::<Train, _>()?;
-    recipe.train(method, &config, optimizer)
+    recipe.train(&config, |recipe, device| {
+        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
+        let optimizer = SgdConfig::new().init::<Train, _>()?;
+        Ok((method, optimizer))
+    })
 }
 
 /// `hcl`: SimCLR with hard negative sampling (Robinson et al. 2021,

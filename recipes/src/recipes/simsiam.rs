@@ -59,9 +59,11 @@ pub fn run(args: &[String]) -> Result<()> {
 /// Builds the method for a prepared recipe and trains it (shared with the MICO variants).
 pub fn train(recipe: Prepared) -> Result<()> {
     let config = SimSiamConfig::new();
-    let method = recipe.init(|d| config.init(recipe.backbone_config().init(d), d))?;
-    let optimizer = SgdConfig::new().init::<Train, _>()?;
-    recipe.train(method, &config, optimizer)
+    recipe.train(&config, |recipe, device| {
+        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
+        let optimizer = SgdConfig::new().init::<Train, _>()?;
+        Ok((method, optimizer))
+    })
 }
 
 

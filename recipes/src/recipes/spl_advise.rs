@@ -161,6 +161,12 @@ fn refuse_ssl_options(args: &RecipeArgs, recipe: &str) -> Result<()> {
         ("--augment-ahead", args.augment_ahead.is_some()),
         ("--view-threads", args.view_threads.is_some()),
     ];
+    if args.devices != 1 || args.nodes.is_some() {
+        return Err(usage(format!(
+            "--devices / --nodes: recipe `{recipe}` is supervised and trains on one device \
+             (data-parallel training covers the self-supervised recipes)"
+        )));
+    }
     match given.iter().find(|(_, on)| *on) {
         Some((option, _)) => Err(usage(format!(
             "{option}: recipe `{recipe}` is supervised; the option belongs to the \

@@ -76,6 +76,27 @@ pub struct RecipeArgs {
     /// CPU backend has one device, 0. May change on --resume.
     #[arg(long)]
     pub device: Option<usize>,
+    /// Data-parallel training: this many replicas on this machine, each on its shard of every
+    /// --batch-size batch (the global batch), with averaged gradients, gathered negatives and
+    /// synchronised batch norm. On the CPU they share its cores; with --features cuda or wgpu
+    /// replica i runs on device --device + i. A run resumes on any number of replicas.
+    #[arg(long, default_value_t = 1)]
+    pub devices: usize,
+    /// Several machines: how many take part (each with --devices replicas).
+    #[arg(long)]
+    pub nodes: Option<u32>,
+    /// Several machines: this machine's rank, 0 .. --nodes (machine 0 writes the run
+    /// directory).
+    #[arg(long)]
+    pub node_rank: Option<u32>,
+    /// Several machines: the orchestrator's address, ws://HOST:PORT (`recipe orchestrator
+    /// --port PORT` on a machine all reach).
+    #[arg(long)]
+    pub orchestrator: Option<String>,
+    /// Several machines: this machine's address as the others reach it, ws://HOST:PORT; its
+    /// data service listens on PORT.
+    #[arg(long)]
+    pub node_address: Option<String>,
     /// Upload and augment each batch on a thread of its own while the step before runs (`false`:
     /// between steps, on the training thread); on the CPU the numbers are the same either way
     /// (default: true on the CPU; false on a GPU backend, where two threads working on one

@@ -205,7 +205,8 @@ pub(crate) fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
     settings.source.validate()
 }
 
-/// Training and test images.
+/// Training and test images (cheap to clone: the pixels are shared).
+#[derive(Clone)]
 pub struct Data {
     /// What the method trains on when it is not `train` (STL-10's unlabeled split).
     pub pretrain: Option<ImageArray>,

@@ -23,6 +23,9 @@ use curriculum_ssl::curriculum::{
 use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
+use curriculum_ssl::data_parallel::{
+    replicas, DataParallelConfig, DataParallelError, MultiNode, Replica,
+};
 use curriculum_ssl::eval::{KnnMonitor, KnnResult};
 use curriculum_ssl::hooks::{
     FrechetCurationHook, KnnHook, ObjectBoxesHook, SelfPacedAutoAugmentHook,
@@ -52,11 +55,14 @@ pub type Device = <Train as burn::tensor::backend::BackendTypes>::Device;
 pub fn init_moco(
     recipe: &Prepared,
     config: &MoCoConfig,
+    device: &Device,
 ) -> Result<MoCo<Train, AnyBackbone<Train>>> {
     let backbone = recipe.backbone_config();
     let batch_size = recipe.settings.batch_size;
     recipe
-        .init(|d| config.init(|d| backbone.init::<Train>(d), batch_size, d))
+        .init(device, |d| {
+            config.init(|d| backbone.init::<Train>(d), batch_size, d)
+        })
         .map_err(|e| {
             if e.field != "size" {
                 return e.into();
@@ -379,35 +385,133 @@ impl Prepared {
         }
     }
 
-    /// Builds the method with the backend's generator seeded by `--seed`, so that its initial
-    /// weights depend on the seed alone.
-    pub fn init<S, E>(&self, build: impl FnOnce(&Device) -> Result<S, E>) -> Result<S, E>
+    /// Builds the method on `device` with the backend's generator seeded by `--seed`, so that
+    /// its initial weights depend on the seed alone (every replica of a data-parallel run starts
+    /// from the same weights).
+    pub fn init<S, E>(
+        &self,
+        device: &Device,
+        build: impl FnOnce(&Device) -> Result<S, E>,
+    ) -> Result<S, E>
     where
         S: SslMethod<Train>,
     {
-        init_method::<Train, S, E>(&self.device, self.settings.seed, build)
+        init_method::<Train, S, E>(device, self.settings.seed, build)
     }
 
-    /// Trains `method` (configured by `method_config`, recorded in `config.json`) with
-    /// `optimizer` and prints what the run measured.
-    pub fn train<S, O>(self, method: S, method_config: &impl Serialize, optimizer: O) -> Result<()>
+    /// The data-parallel layout of `--devices` and `--nodes` (`None`: one device).
+    fn data_parallel(&self) -> Result<Option<DataParallelConfig>> {
+        let args = &self.args;
+        let nodes = match (
+            args.nodes,
+            args.node_rank,
+            &args.orchestrator,
+            &args.node_address,
+        ) {
+            (None, None, None, None) => None,
+            (Some(nodes), Some(rank), Some(orchestrator), Some(address)) => {
+                let port = address
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.trim_end_matches('/').parse::<u16>().ok())
+                    .ok_or_else(|| {
+                        usage(format!("--node-address {address}: not ws://HOST:PORT"))
+                    })?;
+                Some(MultiNode {
+                    nodes,
+                    rank,
+                    orchestrator: orchestrator.clone(),
+                    address: address.clone(),
+                    data_port: port,
+                })
+            }
+            _ => {
+                return Err(usage(
+                    "--nodes, --node-rank, --orchestrator and --node-address go together (a \
+                     run on several machines needs all four)",
+                ))
+            }
+        };
+        let config = DataParallelConfig {
+            devices: args.devices,
+            nodes,
+        };
+        config.validate().map_err(|e| usage(e.to_string()))?;
+        if config.replicas() == 1 && config.nodes.is_none() {
+            return Ok(None);
+        }
+        let batch = self.settings.batch_size;
+        if !batch.is_multiple_of(config.replicas()) {
+            return Err(usage(format!(
+                "--batch-size {batch}: the global batch must split equally over the {} replicas",
+                config.replicas()
+            )));
+        }
+        Ok(Some(config))
+    }
+
+    /// Trains the method `build` makes (configured by `method_config`, recorded in
+    /// `config.json`) with the optimiser it makes, and prints what the run measured. With
+    /// `--devices` or `--nodes`, every replica builds its own from the same seed.
+    pub fn train<S, O>(
+        self,
+        method_config: &impl Serialize,
+        build: impl Fn(&Prepared, &Device) -> Result<(S, O)> + Sync,
+    ) -> Result<()>
     where
         S: SslMethod<Train>,
         <S::Backbone as AutodiffModule<Train>>::InnerModule: Backbone<backend::Inner>,
         O: Optimizer<S::Online, Train> + 'static,
     {
         let method_config = serde_json::to_value(method_config)?;
-        run(
-            &self.args,
-            &self.settings,
-            self.curation,
-            self.data,
-            self.pipeline,
-            method,
-            method_config,
-            optimizer,
-            &self.device,
-        )
+        let Some(parallel) = self.data_parallel()? else {
+            let (method, optimizer) = build(&self, &self.device)?;
+            return run(&self, method, method_config, optimizer, &self.device, None);
+        };
+        let devices = backend::devices(self.args.device, parallel.devices)?;
+        // The first replica's error itself, so that its exit code (2 for what the user gave)
+        // survives the replicas' threads.
+        let first: std::sync::Mutex<Option<anyhow::Error>> = std::sync::Mutex::new(None);
+        let outcome =
+            replicas::run::<Train, (), String, _>(&parallel, &devices, |replica, device| {
+                let result = build(&self, device).and_then(|(method, optimizer)| {
+                    run(
+                        &self,
+                        method,
+                        method_config.clone(),
+                        optimizer,
+                        device,
+                        Some(replica),
+                    )
+                });
+                result.map_err(|error| {
+                    let text = format!("{error:#}");
+                    first
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get_or_insert(error);
+                    text
+                })
+            });
+        match outcome {
+            Ok(_) => Ok(()),
+            Err(DataParallelError::Replica {
+                rank,
+                replicas,
+                others,
+                ..
+            }) => {
+                for (other, reason) in others {
+                    log::warn!("replica {other} stopped too: {reason}");
+                }
+                let error = first
+                    .into_inner()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_else(|| anyhow::anyhow!("the replica failed"));
+                Err(error.context(format!("replica {rank} of {replicas}")))
+            }
+            Err(error) => Err(usage(error.to_string())),
+        }
     }
 }
 
@@ -422,24 +526,26 @@ where
         .expect("every training recipe adds the kNN hook")
 }
 
-/// Trains `method` and prints what the run measured.
-#[allow(clippy::too_many_arguments)]
+/// Trains `method` and prints what the run measured; in a data-parallel run, as one replica
+/// (replica 0 writes and prints).
 fn run<S, O>(
-    args: &RecipeArgs,
-    settings: &Settings,
-    curation: Option<FrechetCurationConfig>,
-    data: Data,
-    pipeline: PipelineConfig,
+    prepared: &Prepared,
     method: S,
     method_config: serde_json::Value,
     optimizer: O,
     device: &Device,
+    replica: Option<Replica<Train>>,
 ) -> Result<()>
 where
     S: SslMethod<Train>,
     <S::Backbone as AutodiffModule<Train>>::InnerModule: Backbone<backend::Inner>,
     O: Optimizer<S::Online, Train> + 'static,
 {
+    let (args, settings) = (&prepared.args, &prepared.settings);
+    let (data, pipeline) = (prepared.data.clone(), prepared.pipeline.clone());
+    let curation = prepared.curation.clone();
+    let lead = replica.as_ref().is_none_or(|r| r.is_lead());
+    let replicas = replica.as_ref().map_or(1, |r| r.replicas());
     let channels = data.train.image_shape().2;
     let augmenter: Augmenter = pipeline.clone().init(channels)?;
     let loader_config = LoaderConfig {
@@ -483,7 +589,7 @@ where
     } else {
         StartMode::Fresh
     };
-    if !backend::NAME.starts_with("cpu") {
+    if lead && !backend::NAME.starts_with("cpu") {
         for (flag, on) in [
             ("--augment-ahead", args.augment_ahead),
             ("--view-threads", args.view_threads),
@@ -512,12 +618,20 @@ where
     if adaptive {
         builder = builder.hook(SelfPacedAutoAugmentHook::new());
     }
-    let mut trainer = builder
+    let mut builder = builder
         .hook(KnnHook::new(monitor, args.knn_every))
         .start(mode)
         .augment_ahead(args.augment_ahead.unwrap_or(backend::AUGMENT_AHEAD))
-        .view_threads(args.view_threads.unwrap_or(backend::VIEW_THREADS))
-        .build(device)?;
+        .view_threads(args.view_threads.unwrap_or(backend::VIEW_THREADS));
+    if let Some(replica) = replica {
+        builder = builder.replica(replica);
+    }
+    let mut trainer = builder.build(device)?;
+    if !lead {
+        // Replica 0 reports; the others train.
+        trainer.fit()?;
+        return Ok(());
+    }
     match trainer.resumed_from() {
         Some(dir) => println!("resuming from {}", dir.display()),
         None if mode != StartMode::Fresh => {
@@ -526,10 +640,15 @@ where
         None => {}
     }
     println!(
-        "{}: {} epochs, batch {}, lr {}, backbone {:?}, backend {}, run directory {}",
+        "{}: {} epochs, batch {}{}, lr {}, backbone {:?}, backend {}, run directory {}",
         settings.recipe,
         settings.epochs,
         settings.batch_size,
+        if replicas > 1 {
+            format!(" over {replicas} replicas")
+        } else {
+            String::new()
+        },
         settings.lr,
         settings.backbone,
         backend::NAME,
