@@ -458,7 +458,11 @@ mod tests {
             &mut self,
             param: burn::module::Param<Tensor<Ad, D>>,
         ) -> burn::module::Param<Tensor<Ad, D>> {
-            param.map(|t| t.mul_scalar(1.5).add_scalar(0.25))
+            // On the inner tensor, so that the parameter stays a leaf (a record of a
+            // computed tensor cannot be loaded as a parameter).
+            param.map(|t| {
+                Tensor::from_inner(t.inner().mul_scalar(1.5).add_scalar(0.25)).require_grad()
+            })
         }
     }
 

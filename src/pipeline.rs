@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::base::geometry::ViewGeometry;
 
 use crate::augment::blur::RandomGaussianBlur;
-use crate::augment::colour::{ColorJitter, RandomGrayscale};
+use crate::augment::colour::{ColorJitter, JitterParams, RandomGrayscale};
 use crate::augment::crop::{CropBox, RandomResizedCrop};
 use crate::augment::flip::RandomHorizontalFlip;
 use crate::augment::mixup::{Mixup, MixupLambda};
@@ -297,7 +297,7 @@ impl PipelineConfig {
             channels,
             mixup_schedule,
             auto_augment,
-            stream: 0,
+            shard: None,
         })
     }
 }
@@ -342,16 +342,46 @@ pub struct Augmenter {
     channels: usize,
     mixup_schedule: Option<MixupSchedule>,
     auto_augment: Option<SelfPacedAutoAugment>,
-    /// The random stream of a data-parallel replica (0: one device, or replica 0).
-    stream: u64,
+    /// Data-parallel: `(rank, replicas)` of the replica whose shard this augmenter sees.
+    shard: Option<(usize, usize)>,
 }
 
 impl Augmenter {
-    /// Makes the draws those of data-parallel replica `rank`: every replica augments its own
-    /// shard with a stream of its own (replica 0's is the one-device stream), still keyed by
-    /// the step, so a run is reproducible for a given number of replicas.
-    pub fn set_stream(&mut self, rank: usize) {
-        self.stream = rank as u64;
+    /// Makes this the augmenter of data-parallel replica `rank` of `replicas`, whose batches are
+    /// its shard (rows `rank·n .. (rank+1)·n` of each global batch of `replicas·n` images): every
+    /// random draw is made for the whole global batch, from the one-device stream, and the
+    /// replica keeps its rows. The views are then those of a one-device run of the global batch,
+    /// image for image, whatever the number of replicas (drawing parameters costs next to
+    /// nothing; the pixels are only augmented for the shard).
+    ///
+    /// # Errors
+    /// The AutoAugment policies, whose operations draw inside the pixel work (and which learn
+    /// from the losses), cannot be sharded so.
+    pub fn set_shard(&mut self, rank: usize, replicas: usize) -> Result<(), ConfigError> {
+        if self.auto_augment.is_some() && replicas > 1 {
+            return Err(ConfigError::new(
+                "devices",
+                "the self-paced AutoAugment runs on one device (its operations draw inside the \
+                 pixel work, and it learns from each batch's loss)",
+            ));
+        }
+        self.shard = (replicas > 1).then_some((rank, replicas));
+        Ok(())
+    }
+
+    /// How many images to draw for a batch of `n` (the global batch under a shard), and this
+    /// batch's first row among them.
+    fn draw_span(&self, n: usize) -> (usize, usize) {
+        match self.shard {
+            Some((rank, replicas)) => (n * replicas, rank * n),
+            None => (n, 0),
+        }
+    }
+
+    /// This batch's `n` rows of draws made for [`Augmenter::draw_span`].
+    fn own<T>(&self, all: Vec<T>, n: usize) -> Vec<T> {
+        let (_, first) = self.draw_span(n);
+        all.into_iter().skip(first).take(n).collect()
     }
 
     /// What the adaptive curricula learned (for checkpoints).
@@ -478,8 +508,9 @@ impl Augmenter {
             n
         ];
         let mut x = x;
+        let (all, _) = self.draw_span(n);
         if let Some(crop) = &view.crop {
-            let boxes = crop.sample(rng, n, h, w);
+            let boxes = self.own(crop.sample(rng, all, h, w), n);
             x = crop.apply(x, &boxes);
             for (g, b) in geometry.iter_mut().zip(&boxes) {
                 g.crop = *b;
@@ -487,7 +518,7 @@ impl Augmenter {
             }
         }
         if let Some(f) = &view.hflip {
-            let flags = f.sample(rng, n);
+            let flags = self.own(f.sample(rng, all), n);
             x = f.apply(x, &flags);
             for (g, &flip) in geometry.iter_mut().zip(&flags) {
                 g.flipped = flip;
@@ -495,22 +526,27 @@ impl Augmenter {
         }
         if let Some(j) = &view.jitter {
             let j = j.scaled(self.config.strength * multiplier);
-            let params = j.sample(rng, n);
+            let params = j.sample(rng, all);
+            let params = JitterParams {
+                apply: self.own(params.apply, n),
+                order: self.own(params.order, n),
+                factors: self.own(params.factors, n),
+            };
             x = j.apply(x, &params);
         }
         if let Some(g) = &view.grayscale {
             let g = RandomGrayscale {
                 p: (g.p * multiplier).min(1.0),
             };
-            let flags = g.sample(rng, n);
+            let flags = self.own(g.sample(rng, all), n);
             x = g.apply(x, &flags);
         }
         if let Some(b) = &view.blur {
-            let kernels = b.sample(rng, n);
+            let kernels = self.own(b.sample(rng, all), n);
             x = b.apply(x, &kernels);
         }
         if let Some(s) = &view.solarize {
-            let flags = s.sample(rng, n);
+            let flags = self.own(s.sample(rng, all), n);
             x = s.apply(x, &flags);
         }
         if let (Some(a), Some(choice)) = (&self.auto_augment, policy) {
@@ -525,10 +561,7 @@ impl Augmenter {
     /// The generator for batch `key` (independent of any earlier call).
     pub fn rng(&self, key: u64) -> StdRng {
         let seed = mix_seed(self.config.seed, key);
-        StdRng::seed_from_u64(match self.stream {
-            0 => seed,
-            stream => mix_seed(seed, stream),
-        })
+        StdRng::seed_from_u64(seed)
     }
 
     /// Two views of the batch `x` (`[N, C, H, W]`, floats in `[0, 1]`), reproducible from
@@ -604,7 +637,7 @@ impl Augmenter {
         };
         match mixup {
             Some(m) => {
-                let lambdas = m.sample(&mut rng, n);
+                let lambdas = self.own(m.sample(&mut rng, self.draw_span(n).0), n);
                 let mixed = m.apply(view1.clone(), view2, &lambdas);
                 TwoViews {
                     view1,
@@ -725,5 +758,45 @@ mod tests {
                 }
             );
         }
+    }
+
+    /// Replicas' shards get the views of the one-device batch, image for image, with every
+    /// random operation of SimCLR's and BYOL's pipelines and mixup; AutoAugment is refused.
+    #[test]
+    fn shards_draw_the_views_of_the_whole_batch() {
+        let (n, side) = (6, 12);
+        let x = images(n, side, side);
+        for mut config in [
+            PipelineConfig::simclr(side, 1),
+            PipelineConfig::byol(side, 1),
+        ] {
+            config.mixup = Some(Mixup {
+                lambda: MixupLambda::Beta { alpha: 1.0 },
+            });
+            let whole = config.clone().init(1).unwrap().two_views(x.clone(), 7);
+            for replicas in [2usize, 3] {
+                let shard = n / replicas;
+                let (mut v1, mut v2, mut lambdas) = (Vec::new(), Vec::new(), Vec::new());
+                for rank in 0..replicas {
+                    let mut aug = config.clone().init(1).unwrap();
+                    aug.set_shard(rank, replicas).unwrap();
+                    let views = aug.two_views(x.clone().narrow(0, rank * shard, shard), 7);
+                    v1.extend(host(views.view1));
+                    v2.extend(host(views.view2));
+                    lambdas.extend(views.lambdas.unwrap());
+                    assert_eq!(
+                        views.geometry[0][..],
+                        whole.geometry[0][rank * shard..(rank + 1) * shard]
+                    );
+                }
+                assert_eq!(v1, host(whole.view1.clone()), "{replicas} replicas");
+                assert_eq!(v2, host(whole.view2.clone()), "{replicas} replicas");
+                assert_eq!(&lambdas, whole.lambdas.as_ref().unwrap());
+            }
+        }
+        let mut aa = PipelineConfig::simclr(side, 1);
+        aa.auto_augment = Some(SelfPacedAutoAugmentConfig::new());
+        let err = aa.init(1).unwrap().set_shard(0, 2).unwrap_err();
+        assert_eq!(err.field, "devices");
     }
 }

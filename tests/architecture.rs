@@ -8,7 +8,15 @@ use std::path::Path;
 /// The layers, bottom first. A new top-level module must be placed here.
 const LAYERS: &[&[&str]] = &[
     &["base", "device"],
-    &["data", "augment", "loss", "head", "optim", "curation"],
+    &[
+        "data",
+        "augment",
+        "loss",
+        "head",
+        "optim",
+        "curation",
+        "data_parallel",
+    ],
     &["curriculum", "error"],
     &["pipeline", "method", "eval"],
     &["train"],

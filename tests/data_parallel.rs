@@ -389,7 +389,7 @@ fn a_method_without_a_rule_for_replicas_is_refused() {
 mod trainer {
     use super::*;
     use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
-    use curriculum_ssl::pipeline::{Augmenter, PipelineConfig, ViewConfig};
+    use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
     use curriculum_ssl::train::hook::Hook;
     use curriculum_ssl::train::{SelfSupervised, StartMode, TrainConfig, TrainError, Trainer};
     use std::path::{Path, PathBuf};
@@ -415,23 +415,11 @@ mod trainer {
         dir
     }
 
-    /// SimCLR's pipeline without its random operations (normalisation only): the views do not
-    /// depend on the replica's random stream, so a run on replicas can equal a run on one
-    /// device step for step.
-    fn fixed_pipeline() -> Augmenter {
-        let mut p = PipelineConfig::simclr(28, 1);
-        let keep = |v: &ViewConfig| ViewConfig {
-            crop: None,
-            hflip: None,
-            jitter: None,
-            grayscale: None,
-            blur: None,
-            solarize: None,
-            normalize: v.normalize.clone(),
-        };
-        p.view1 = keep(&p.view1);
-        p.view2 = keep(&p.view2);
-        p.init(1).unwrap()
+    /// SimCLR's pipeline with all its random operations (crop, flip, colour jitter, grayscale):
+    /// each replica draws the parameters of the whole global batch and keeps its rows, so the
+    /// views are the one-device run's.
+    fn pipeline() -> Augmenter {
+        PipelineConfig::simclr(28, 1).init(1).unwrap()
     }
 
     /// SimCLR on the small CIFAR-stem ResNet (sync-BN in every block and the head). Not LeNet:
@@ -482,7 +470,7 @@ mod trainer {
         let mut builder = Trainer::builder(
             method(d),
             curriculum_ssl::optim::SgdConfig::new().init().unwrap(),
-            fixed_pipeline(),
+            pipeline(),
             loader(),
         )
         .config(
@@ -638,5 +626,194 @@ mod trainer {
         let hook: Vec<Box<dyn Hook<Fast, Step>>> = vec![Box::new(Fails { at: usize::MAX })];
         let (_, losses) = train(&dir, 2, StartMode::Resume, None, hook, &d).unwrap();
         assert_eq!(losses.len(), 4, "epoch 2 only");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Two machines, played by two processes on the loopback address with burn-collective's
+// orchestrator: the global level of the collective layer (websockets and its data service).
+
+mod machines {
+    use super::*;
+    use curriculum_ssl::data_parallel::MultiNode;
+    use std::net::TcpListener;
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    const NODE: &str = "CURRICULUM_SSL_TEST_NODE";
+
+    /// A port free now on the loopback address.
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    /// One machine's part of the two-machine SimCLR run: run by [`start`] in a process of its
+    /// own (the environment names the
+    /// machine), its result written as JSON; without that environment there is nothing to do.
+    #[test]
+    #[ignore = "a machine of two_processes_equal_one_device, started by it"]
+    fn machine() {
+        let Ok(spec) = std::env::var(NODE) else {
+            return;
+        };
+        let [rank, orchestrator, port, out, stops]: [String; 5] = spec
+            .split(' ')
+            .map(String::from)
+            .collect::<Vec<_>>()
+            .try_into()
+            .unwrap();
+        let (rank, port): (u32, u16) = (rank.parse().unwrap(), port.parse().unwrap());
+        let config = DataParallelConfig {
+            devices: 1,
+            nodes: Some(MultiNode {
+                nodes: 2,
+                rank,
+                orchestrator,
+                address: format!("ws://127.0.0.1:{port}"),
+                data_port: port,
+            }),
+        };
+        let shard = GLOBAL / 2;
+        let outcome =
+            replicas::run::<Exact, _, String, _>(&config, &[Default::default()], |r, d| {
+                if stops == "stops" {
+                    // A machine that stops once registered (a crash, a lost machine).
+                    std::process::exit(3);
+                }
+                let mut method = init_method::<Exact, _, _>(d, 7, |d| simclr(d, GLOBAL)).unwrap();
+                method.set_replica(r.clone()).map_err(|e| e.to_string())?;
+                train(
+                    method,
+                    &|_| Vec::new(),
+                    Some(&r),
+                    r.rank() * shard,
+                    shard,
+                    d,
+                )
+            })
+            .unwrap_or_else(|e| {
+                eprintln!("{e}");
+                std::process::exit(2)
+            });
+        std::fs::write(out, serde_json::to_vec(&outcome[0].values).unwrap()).unwrap();
+    }
+
+    /// The machines' processes, killed if the test ends before them (a hung machine must not
+    /// outlive the test and hold its output open).
+    struct Machines(Vec<std::process::Child>);
+
+    impl Drop for Machines {
+        fn drop(&mut self) {
+            for child in &mut self.0 {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    /// Starts the two machines (rank 1 stopping at once when `stops`), each with its log and
+    /// result file in `dir`.
+    fn start(dir: &Path, stops: bool) -> (Machines, Vec<PathBuf>) {
+        let orchestrator_port = free_port();
+        std::thread::spawn(move || replicas::orchestrate(orchestrator_port));
+        std::fs::create_dir_all(dir).unwrap();
+        let mut machines = Machines(Vec::new());
+        let mut outs = Vec::new();
+        for rank in 0..2 {
+            let out = dir.join(format!("machine-{rank}.json"));
+            let spec = format!(
+                "{rank} ws://127.0.0.1:{orchestrator_port} {} {} {}",
+                free_port(),
+                out.display(),
+                if stops && rank == 1 { "stops" } else { "runs" }
+            );
+            let log = std::fs::File::create(dir.join(format!("machine-{rank}.log"))).unwrap();
+            let child = Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "machines::machine",
+                    "--include-ignored",
+                    "--quiet",
+                    "--nocapture",
+                ])
+                .env(NODE, spec)
+                .stdout(Stdio::from(log.try_clone().unwrap()))
+                .stderr(Stdio::from(log))
+                .spawn()
+                .unwrap();
+            machines.0.push(child);
+            outs.push(out);
+        }
+        (machines, outs)
+    }
+
+    /// Waits a minute at most for a machine.
+    fn wait(child: &mut std::process::Child, out: &Path) -> std::process::ExitStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                panic!("machine {} did not finish in a minute", out.display());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn dir(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("curriculum-ssl-{name}-{}", std::process::id()))
+    }
+
+    #[test]
+    fn two_processes_equal_one_device() {
+        let dir = dir("machines");
+        let (mut machines, outs) = start(&dir, false);
+        let device = Default::default();
+        let method = init_method::<Exact, _, _>(&device, 7, |d| simclr(d, GLOBAL)).unwrap();
+        let whole = train(method, &|_| Vec::new(), None, 0, GLOBAL, &device).unwrap();
+        for (child, out) in machines.0.iter_mut().zip(&outs) {
+            let status = wait(child, out);
+            assert!(status.success(), "machine {}: {status}", out.display());
+            let values: Vec<f64> = serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap();
+            let worst = whole
+                .values
+                .iter()
+                .zip(&values)
+                .map(|(a, b)| (a - b).abs() / (1e-11 * a.abs().max(b.abs()) + 1e-12))
+                .fold(0.0, f64::max);
+            assert_eq!(values.len(), whole.values.len());
+            assert!(
+                worst <= 1.0,
+                "{}: off by {worst:.2} tolerances",
+                out.display()
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_machine_that_stops_ends_the_other_with_an_error_naming_its_replicas() {
+        let dir = dir("machine-stops");
+        let (mut machines, outs) = start(&dir, true);
+        let survivor = wait(&mut machines.0[0], &outs[0]);
+        let log = std::fs::read_to_string(dir.join("machine-0.log")).unwrap();
+        assert_eq!(survivor.code(), Some(2), "{log}");
+        let error = log
+            .lines()
+            .find(|l| l.starts_with("replica 0 of 2 failed: "))
+            .unwrap_or_else(|| panic!("no error line in {log}"));
+        assert!(
+            error.contains("another machine stopped or its connection dropped: replicas 1 run on the other machines"),
+            "{error}"
+        );
+        assert_eq!(wait(&mut machines.0[1], &outs[1]).code(), Some(3));
+        eprintln!("{error}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -126,19 +126,22 @@ mod tests {
         let local = || Tensor::<B, 2>::from_floats([[1.0, 3.0]], &device);
         let (m, w) = replica_mean(local());
         assert_eq!(
-            (m.into_data().to_vec::<f64>().unwrap(), w),
+            (m.into_data().convert::<f64>().to_vec::<f64>().unwrap(), w),
             (vec![1.0, 3.0], 1)
         );
         {
             let _guard = install::<B>(Arc::new(WithOther(vec![3.0, 5.0])));
             let (m, w) = replica_mean(local());
             assert_eq!(
-                (m.into_data().to_vec::<f64>().unwrap(), w),
+                (m.into_data().convert::<f64>().to_vec::<f64>().unwrap(), w),
                 (vec![2.0, 4.0], 2)
             );
             // Another backend type is not affected.
             let (m, w) = replica_mean(Tensor::<NdArray<f32>, 1>::from_floats([1.0], &device));
-            assert_eq!((m.into_data().to_vec::<f32>().unwrap(), w), (vec![1.0], 1));
+            assert_eq!(
+                (m.into_data().convert::<f32>().to_vec::<f32>().unwrap(), w),
+                (vec![1.0], 1)
+            );
             // Another thread is not affected.
             std::thread::spawn(move || {
                 let (_, w) = replica_mean(Tensor::<B, 1>::from_floats([1.0], &device));

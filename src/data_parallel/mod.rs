@@ -210,6 +210,25 @@ impl<B: Backend> Replica<B> {
     /// `Σ_replicas tensor`, differentiable (see [`CollectiveBackend`]). On a failure the local
     /// tensor comes back and the failure is noted for [`Replica::average`].
     pub fn sum<const D: usize>(&self, tensor: Tensor<B, D>) -> Tensor<B, D> {
+        let dims = tensor.dims();
+        if dims.iter().all(|&d| d < self.replicas) {
+            // burn-collective's ring across machines cuts the largest dimension into one part
+            // per machine: a smaller tensor is laid flat and padded with zeros to one value per
+            // replica (a batch norm's few channels, a loss and its statistics, a barrier).
+            let len = dims.iter().product::<usize>();
+            let device = tensor.device();
+            let flat = tensor.reshape([len]);
+            let padded = if len < self.replicas {
+                Tensor::cat(vec![flat, Tensor::zeros([self.replicas - len], &device)], 0)
+            } else {
+                flat
+            };
+            return self.sum_unpadded(padded).slice(0..len).reshape(dims);
+        }
+        self.sum_unpadded(tensor)
+    }
+
+    fn sum_unpadded<const D: usize>(&self, tensor: Tensor<B, D>) -> Tensor<B, D> {
         let primitive = tensor.clone().into_primitive().tensor();
         match (self.sum)(primitive, self.peer, &self.failure) {
             Ok(sum) => Tensor::from_primitive(TensorPrimitive::Float(sum)),

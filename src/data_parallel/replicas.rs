@@ -135,6 +135,13 @@ pub enum DataParallelError {
         /// How the other replicas ended, as a consequence (rank and reason).
         others: Vec<(usize, String)>,
     },
+    /// `burn-collective`'s server of this process stopped in an earlier run (it does not
+    /// restart): a new process is needed.
+    #[error(
+        "the collective layer of this process stopped in an earlier run; start a new process \
+         to run on several devices again"
+    )]
+    Collective,
 }
 
 fn others_note(others: &[(usize, String)]) -> String {
@@ -191,20 +198,41 @@ where
     let replicas = config.replicas();
     let first = config.first_rank();
     let _turn = RUNS.lock().unwrap_or_else(|e| e.into_inner());
-    burn_collective::reset_collective::<B::InnerBackend>();
+    if !reset::<B>() {
+        return Err(DataParallelError::Collective);
+    }
+    let remote = config.nodes.as_ref().filter(|n| n.nodes > 1).map(|_| {
+        let local = first..first + config.devices;
+        let others: Vec<String> = (0..replicas)
+            .filter(|r| !local.contains(r))
+            .map(|r| r.to_string())
+            .collect();
+        format!(
+            " (across machines, burn-collective panics so when another machine stopped or its \
+             connection dropped: replicas {} run on the other machines)",
+            others.join(", ")
+        )
+    });
     let (sender, results) = mpsc::channel::<(usize, Result<T, String>)>();
     let mut ended: Vec<(usize, Result<T, String>)> = Vec::with_capacity(devices.len());
     std::thread::scope(|scope| {
         for (local, device) in devices.iter().enumerate() {
             let rank = first + local;
             let (sender, collective, replica) = (sender.clone(), collective.clone(), &replica);
+            let remote = &remote;
             std::thread::Builder::new()
                 .name(format!("replica-{rank}"))
                 .spawn_scoped(scope, move || {
                     let result = catch_unwind(AssertUnwindSafe(|| {
                         run_one::<B, T, E, F>(rank, replicas, device, collective, replica)
                     }))
-                    .unwrap_or_else(|panic| Err(format!("panicked: {}", panic_text(&panic))));
+                    .unwrap_or_else(|panic| {
+                        Err(format!(
+                            "panicked: {}{}",
+                            panic_text(&panic),
+                            remote.as_deref().unwrap_or_default()
+                        ))
+                    });
                     let _ = sender.send((rank, result));
                 })
                 .expect("a thread for a replica");
@@ -213,7 +241,7 @@ where
         for (rank, result) in results.iter() {
             if result.is_err() && ended.iter().all(|(_, r)| r.is_ok()) {
                 // The first failure: make the others' pending collective operations fail.
-                burn_collective::reset_collective::<B::InnerBackend>();
+                reset::<B>();
             }
             ended.push((rank, result));
         }
@@ -257,10 +285,19 @@ where
         let _sync_bn = curriculum_ssl_models::replica_stats::install(handle.batch_stats());
         replica(handle.clone(), device).map_err(|e| e.to_string())
     };
-    let finished = burn_collective::finish_collective::<B::InnerBackend>(peer);
+    // A failed replica stays registered: were it to leave, the others' next all-reduce would
+    // complete without it (the server counts the peers registered) instead of failing; the run's
+    // reset releases them.
     let value = result?;
-    finished.map_err(|e| format!("could not leave the other replicas: {e:?}"))?;
+    burn_collective::finish_collective::<B::InnerBackend>(peer)
+        .map_err(|e| format!("could not leave the other replicas: {e:?}"))?;
     Ok(value)
+}
+
+/// Resets `burn-collective`'s server of this process; false when it cannot be reached any more
+/// (a failure across machines can stop it: its panics are not returned as errors).
+fn reset<B: CollectiveBackend>() -> bool {
+    catch_unwind(burn_collective::reset_collective::<B::InnerBackend>).is_ok()
 }
 
 fn panic_text(panic: &Box<dyn Any + Send>) -> String {

@@ -455,17 +455,37 @@ impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
             trainer.log.resume_at(trainer.step_count, trainer.epoch)?;
         }
         if let Some(replica) = &self.replica {
-            // The other replicas follow replica 0's decision once it has made it: they resume
-            // from the run it has prepared (the newest checkpoint it loaded, or none).
-            let _ = replica.sum(Tensor::<B, 1>::zeros([1], device));
+            // The other replicas follow replica 0's decision once it has made it: the step it
+            // resumes at (0: a fresh start) comes with the barrier, and they load the same
+            // checkpoint. (The slot per replica keeps the tensor as long as the replicas, which
+            // burn-collective's ring all-reduce needs.)
+            let mut slots = vec![0.0f32; replica.replicas()];
+            if trainer.lead {
+                slots[0] = trainer.step_count as f32;
+            }
+            let summed = replica.sum(Tensor::<B, 1>::from_floats(slots.as_slice(), device));
             if let Some(reason) = replica.failure() {
                 return Err(TrainError::Replica {
                     rank: replica.rank(),
                     reason: format!("replica 0 did not prepare the run directory: {reason}"),
                 });
             }
-            if !trainer.lead {
+            let lead_step = summed.into_data().convert::<f64>().to_vec::<f64>().unwrap()[0];
+            let lead_step = lead_step.round() as usize;
+            if !trainer.lead && lead_step > 0 {
                 record = trainer.resume(record, self.mode == StartMode::Extend)?;
+                if trainer.step_count != lead_step {
+                    return Err(TrainError::Replica {
+                        rank: replica.rank(),
+                        reason: format!(
+                            "replica 0 resumed at step {lead_step} but this replica found its \
+                             newest checkpoint at step {} in {}: across machines every machine \
+                             needs the run directory (a shared file system, or a copy)",
+                            trainer.step_count,
+                            trainer.run_dir.display()
+                        ),
+                    });
+                }
             }
         }
         trainer.record = record;

@@ -378,7 +378,8 @@ where
     fn set_replica(&mut self, replica: Replica<B>) -> Result<(), TrainError> {
         self.method.set_replica(replica.clone())?;
         self.loader.set_shard(replica.rank(), replica.replicas())?;
-        self.augmenter.set_stream(replica.rank());
+        self.augmenter
+            .set_shard(replica.rank(), replica.replicas())?;
         self.replica = Some(replica);
         Ok(())
     }

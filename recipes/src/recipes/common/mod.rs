@@ -498,8 +498,8 @@ impl Prepared {
             Err(DataParallelError::Replica {
                 rank,
                 replicas,
+                reason,
                 others,
-                ..
             }) => {
                 for (other, reason) in others {
                     log::warn!("replica {other} stopped too: {reason}");
@@ -507,7 +507,9 @@ impl Prepared {
                 let error = first
                     .into_inner()
                     .unwrap_or_else(|e| e.into_inner())
-                    .unwrap_or_else(|| anyhow::anyhow!("the replica failed"));
+                    // A panic (in the collective layer, e.g. a machine that stopped) has no
+                    // error of its own: its text is the reason.
+                    .unwrap_or_else(|| anyhow::anyhow!(reason));
                 Err(error.context(format!("replica {rank} of {replicas}")))
             }
             Err(error) => Err(usage(error.to_string())),

@@ -1,0 +1,3 @@
+mod all_reduce;
+mod broadcast;
+mod reduce;
