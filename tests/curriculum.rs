@@ -1416,3 +1416,120 @@ fn a_hook_changes_the_batch_and_asks_for_a_checkpoint() {
     kept.sort();
     assert_eq!(kept, ["epoch-0001", "epoch-0003"]);
 }
+
+/// Runs `method` for two epochs of one step with every curriculum piece that works on two
+/// views: MICO's curriculum Mixup (λ per step), the strength curriculum (×2 on a 2-step
+/// schedule), Fréchet batch curation (one warm-up epoch, so the second step is curated, one
+/// redraw at most) and the kNN monitor; returns the run's steps.csv rows.
+fn with_every_piece<S: SslMethod<Ad>>(name: &str, method: S) -> Vec<String> {
+    use curriculum_ssl::curation::FrechetCurationConfig;
+    use curriculum_ssl::curriculum::StrengthCurriculumConfig;
+    use curriculum_ssl::eval::KnnMonitor;
+    use curriculum_ssl::hooks::KnnHook;
+    let device = Dev::default();
+    let mut p = pipeline(Some(per_step_mico()));
+    p.strength_curriculum = Some(StrengthCurriculumConfig {
+        target: 2.0,
+        schedule: Some(SchedulerConfig::Steps {
+            values: vec![0.5, 1.0],
+            pace: Pace::Epoch,
+        }),
+    });
+    let images = data();
+    let monitor = KnnMonitor::new(
+        images.select(&(0..32).collect::<Vec<_>>()).unwrap(),
+        images.select(&(32..48).collect::<Vec<_>>()).unwrap(),
+        p.view1.normalize.clone(),
+    )
+    .unwrap();
+    let loader = Loader::new(
+        images.select(&(0..16).collect::<Vec<_>>()).unwrap(),
+        "embedded",
+        LoaderConfig {
+            batch_size: 16,
+            seed: 2,
+            workers: 1,
+            ..LoaderConfig::default()
+        },
+    )
+    .unwrap();
+    let dir = run_dir(name);
+    let mut trainer = Trainer::builder(
+        method,
+        SgdConfig::new().init::<Ad, S::Online>().unwrap(),
+        p.init(1).unwrap(),
+        loader,
+    )
+    .config(
+        TrainConfig::new()
+            .with_epochs(2)
+            .with_lr(0.05)
+            .with_progress_bar(false),
+    )
+    .hook(
+        FrechetCurationHook::new(
+            FrechetCurationConfig::new()
+                .with_warmup_epochs(1)
+                .with_max_retries(1),
+        )
+        .unwrap(),
+    )
+    .hook(KnnHook::new(monitor, 5))
+    .run_dir(&dir)
+    .build(&device)
+    .unwrap();
+    let summary = trainer.fit().unwrap();
+    assert_eq!(summary.steps.len(), 2, "{name}");
+    assert!(
+        summary.steps.iter().all(|s| s.loss.is_finite()),
+        "{name}: {:?}",
+        summary.steps
+    );
+    // The monitor scored the trained backbone after the last epoch (16 queries: any accuracy).
+    let (epoch, knn) = trainer.hook::<KnnHook>().unwrap().last().unwrap();
+    assert_eq!(epoch, 1, "{name}");
+    assert!((0.0..=1.0).contains(&knn[0].accuracy.top1), "{name}");
+    let rows = rows_without_speed(&dir);
+    for knob in ["mixup_lambda", "strength", "frd"] {
+        assert!(rows[0].split(',').any(|c| c == knob), "{name}: {}", rows[0]);
+    }
+    rows
+}
+
+/// The method table's two-view methods with every curriculum and selection piece, two steps
+/// each: Barlow Twins, VICReg (its three terms logged), SimCLR with DCL and with DCLW.
+#[test]
+fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
+    use curriculum_ssl::loss::{BarlowTwinsLossConfig, DclLossConfig};
+    let bt = init(|d| {
+        BarlowTwinsConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .with_loss(BarlowTwinsLossConfig::new())
+            .init(lenet(d), d)
+    });
+    with_every_piece("barlow_twins", bt);
+    let vicreg = init(|d| {
+        VicRegConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .init(lenet(d), d)
+    });
+    let rows = with_every_piece("vicreg", vicreg);
+    for term in ["vicreg_invariance", "vicreg_variance", "vicreg_covariance"] {
+        assert!(rows[0].split(',').any(|c| c == term), "{}", rows[0]);
+    }
+    for (name, loss) in [
+        ("dcl", DclLossConfig::new()),
+        ("dclw", DclLossConfig::weighted(0.5)),
+    ] {
+        let simclr = init(|d| {
+            SimClrConfig::new()
+                .with_hidden_dim(32)
+                .with_output_dim(16)
+                .with_loss(PairLossConfig::Dcl(loss))
+                .init(lenet(d), d)
+        });
+        with_every_piece(name, simclr);
+    }
+}

@@ -243,6 +243,23 @@ fn byol<B: Backend>(d: &B::Device, _: usize) -> Result<Byol<B, ResNet<B>>, Confi
         .init(resnet, d)
 }
 
+fn barlow_twins<B: Backend>(
+    d: &B::Device,
+    _: usize,
+) -> Result<BarlowTwins<B, ResNet<B>>, ConfigError> {
+    BarlowTwinsConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .init(resnet(d), d)
+}
+
+fn vicreg<B: Backend>(d: &B::Device, _: usize) -> Result<VicReg<B, ResNet<B>>, ConfigError> {
+    VicRegConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .init(resnet(d), d)
+}
+
 fn moco_extra<B: Backend>(m: &MoCo<B, ResNet<B>>) -> Vec<f64> {
     let mut v = values(m.key_encoder());
     v.extend(
@@ -273,6 +290,19 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
         "BYOL (f64)",
         runs::<Exact, _>(&byol, &|m| values(m.target())),
         1e-11,
+    );
+    // Losses on the batch's statistics, on the gathered projections. 1e-10: the standardisation
+    // over 8 rows divides the sums' last-bit differences (the gather adds zeros in another
+    // order) by small standard deviations; the half-batch control stays > 1000 tolerances away.
+    assert_same(
+        "Barlow Twins (f64)",
+        runs::<Exact, _>(&barlow_twins, &|_| Vec::new()),
+        1e-10,
+    );
+    assert_same(
+        "VICReg (f64)",
+        runs::<Exact, _>(&vicreg, &|_| Vec::new()),
+        1e-10,
     );
     // The CPU training backend.
     assert_same(

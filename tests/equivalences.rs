@@ -1,6 +1,7 @@
 //! Special cases that must reduce to another loss exactly (f64):
 //! HCL with β = 0, τ⁺ = 0 is NT-Xent; SoftNCE with α = 1 is InfoNCE; curricular weighting with
-//! no hard negative is NT-Xent; the chunked top-K of SoftNCE equals a full sort.
+//! no hard negative is NT-Xent; the chunked top-K of SoftNCE equals a full sort; DCLW with σ → ∞
+//! is DCL, and DCL is NT-Xent without the positive in the denominator.
 
 mod common;
 
@@ -212,5 +213,57 @@ fn key_queue_is_fifo_and_keeps_its_size() {
     // The initial keys were random unit vectors.
     for row in before.chunks(2) {
         assert!((row[0] * row[0] + row[1] * row[1] - 1.0).abs() < 1e-12);
+    }
+}
+
+#[test]
+fn dclw_with_a_huge_sigma_is_dcl_and_dcl_is_nt_xent_without_the_positive_below() {
+    for (seed, tau) in [(5u64, 0.5), (6, 0.1)] {
+        let z1 = random_values(BATCH, DIM, seed);
+        let z2 = random_values(BATCH, DIM, seed + 100);
+        let input = || {
+            (
+                tensor::<Exact>(&z1, BATCH, DIM),
+                tensor::<Exact>(&z2, BATCH, DIM),
+            )
+        };
+        let dcl = DclLossConfig::new().with_temperature(tau).init().unwrap();
+        let dclw = DclLossConfig::weighted(1e12)
+            .with_temperature(tau)
+            .init()
+            .unwrap();
+        let (a, b) = input();
+        let (c, d) = input();
+        let (dcl_value, dclw_value) = (value(dcl.forward(a, b)), value(dclw.forward(c, d)));
+        assert!(
+            (dcl_value - dclw_value).abs() < 1e-10,
+            "{dcl_value} {dclw_value}"
+        );
+        // NT-Xent_i = −s⁺/τ + log(e^{s⁺/τ} + Σ_neg e^{s/τ}); DCL_i = −s⁺/τ + log Σ_neg e^{s/τ}.
+        let (u1, u2) = (unit_rows(&z1, DIM), unit_rows(&z2, DIM));
+        let cos = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+        let rows: Vec<&[f64]> = u1.chunks(DIM).chain(u2.chunks(DIM)).collect();
+        let n = rows.len();
+        let (mut nt, mut dc) = (0.0, 0.0);
+        for i in 0..n {
+            let p = (i + BATCH) % n;
+            let pos = cos(rows[i], rows[p]) / tau;
+            let neg: f64 = (0..n)
+                .filter(|&k| k != i && k != p)
+                .map(|k| (cos(rows[i], rows[k]) / tau).exp())
+                .sum();
+            nt += -pos + (pos.exp() + neg).ln();
+            dc += -pos + neg.ln();
+        }
+        let (a, b) = input();
+        let nt_xent = value(
+            NtXentLossConfig::new()
+                .with_temperature(tau)
+                .init()
+                .unwrap()
+                .forward(a, b),
+        );
+        assert!((nt_xent - nt / n as f64).abs() < 1e-10);
+        assert!((dcl_value - dc / n as f64).abs() < 1e-10);
     }
 }

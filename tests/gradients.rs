@@ -327,3 +327,55 @@ fn magnet_gradient() {
     });
     assert!(mean > 0.0);
 }
+
+#[test]
+fn barlow_twins_gradient() {
+    let (z1, z2) = views(31);
+    for lambda in [5e-3, 0.5] {
+        let loss = BarlowTwinsLossConfig::new()
+            .with_lambda(lambda)
+            .init()
+            .unwrap();
+        check_gradients(
+            "Barlow Twins",
+            &[(z1.clone(), BATCH, DIM), (z2.clone(), BATCH, DIM)],
+            &[true, true],
+            |x| loss.forward(x[0].clone(), x[1].clone()),
+        );
+    }
+}
+
+#[test]
+fn vicreg_gradient_with_active_and_inactive_variance_hinges() {
+    // Scaled so that some features' standard deviations are below 1 (hinge active) and some
+    // above (inactive).
+    let (z1, z2) = views(37);
+    let scale = |v: Vec<f64>| -> Vec<f64> {
+        v.iter()
+            .enumerate()
+            .map(|(e, x)| x * if e % DIM < DIM / 2 { 0.3 } else { 3.0 })
+            .collect()
+    };
+    let loss = VicRegLossConfig::new().init().unwrap();
+    check_gradients(
+        "VICReg",
+        &[(scale(z1), BATCH, DIM), (scale(z2), BATCH, DIM)],
+        &[true, true],
+        |x| loss.forward(x[0].clone(), x[1].clone()),
+    );
+}
+
+/// DCL only: DCLW's weights are constants of the backward pass (the paper's code and lightly
+/// compute them without gradient), so its gradient is not the derivative of its value; it is
+/// checked against lightly's in tests/worked_values.rs.
+#[test]
+fn dcl_gradient() {
+    let (z1, z2) = views(41);
+    let loss = DclLossConfig::new().with_temperature(0.2).init().unwrap();
+    check_gradients(
+        "DCL",
+        &[(z1, BATCH, DIM), (z2, BATCH, DIM)],
+        &[true, true],
+        |x| loss.forward(x[0].clone(), x[1].clone()),
+    );
+}

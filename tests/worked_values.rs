@@ -92,3 +92,115 @@ fn soft_nce_incremental_alpha_follows_a_cosine_from_one() {
         .unwrap_err();
     assert!(err.to_string().contains("alpha_schedule"), "{err}");
 }
+
+/// Relative tolerance of the gradients against lightly's: burn 0.21's autodiff rounds the
+/// scalar of a scalar operation's backward pass to f32 (`div_scalar(3.0)` back-propagates
+/// `1/3` with a relative error of 3.0e-8, the means and temperatures likewise), so f64 gradients
+/// carry errors of a few 1e-8 while the values agree to 1e-13.
+const GRADIENT_TOLERANCE: f64 = 1e-7;
+
+/// A loss of two views' projections.
+type PairLoss<B> =
+    dyn Fn(burn::prelude::Tensor<B, 2>, burn::prelude::Tensor<B, 2>) -> burn::prelude::Tensor<B, 1>;
+
+/// The losses of the method table against lightly's own implementations in float64
+/// (`tests/pytorch/ssl_losses.py` wrote `tests/fixtures/ssl_losses.json`): the value and the
+/// gradients with respect to both views, to 1e-12 and [`GRADIENT_TOLERANCE`] relative (all pass at
+/// 1e-13 and 5e-8).
+#[test]
+fn barlow_twins_vicreg_dcl_dclw_equal_lightly_values_and_gradients() {
+    use burn::prelude::*;
+    use curriculum_ssl::loss::*;
+
+    let text = include_str!("fixtures/ssl_losses.json");
+    let fixture: serde_json::Value = serde_json::from_str(text).unwrap();
+    let (b, d) = (
+        fixture["batch"].as_u64().unwrap() as usize,
+        fixture["dim"].as_u64().unwrap() as usize,
+    );
+    let input = |f: &dyn Fn(usize, usize) -> f64| -> Vec<f64> {
+        (0..b * d).map(|e| f(e / d, e % d)).collect()
+    };
+    let z1 = input(&|i, j| (0.7 * (i * d + j) as f64 + 0.3).sin() + 0.1 * i as f64);
+    let z2 = input(&|i, j| (0.45 * (i * d + j) as f64 - 0.2).cos() + 0.05 * j as f64);
+    type Ad = common::ExactAd;
+    let device = Default::default();
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 8);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let loss: Box<PairLoss<Ad>> = match name {
+            "barlow_twins lambda=5e-3" => {
+                let l = BarlowTwinsLossConfig::new().init().unwrap();
+                Box::new(move |a, b| l.forward(a, b))
+            }
+            "barlow_twins lambda=0.1" => {
+                let l = BarlowTwinsLossConfig::new()
+                    .with_lambda(0.1)
+                    .init()
+                    .unwrap();
+                Box::new(move |a, b| l.forward(a, b))
+            }
+            "vicreg 25/25/1 eps=1e-4" => {
+                let l = VicRegLossConfig::new().init().unwrap();
+                Box::new(move |a, b| l.forward(a, b))
+            }
+            "vicreg 1/2/3 eps=1e-4" => {
+                let l = VicRegLossConfig::new()
+                    .with_invariance(1.0)
+                    .with_variance(2.0)
+                    .with_covariance(3.0)
+                    .init()
+                    .unwrap();
+                Box::new(move |a, b| l.forward(a, b))
+            }
+            "dcl tau=0.1" => {
+                let l = DclLossConfig::new().init().unwrap();
+                Box::new(move |a, b| l.forward(a, b))
+            }
+            "dcl tau=0.5" => {
+                let l = DclLossConfig::new().with_temperature(0.5).init().unwrap();
+                Box::new(move |a, b| l.forward(a, b))
+            }
+            "dclw tau=0.1 sigma=0.5" => {
+                let l = DclLossConfig::weighted(0.5).init().unwrap();
+                Box::new(move |a, b| l.forward(a, b))
+            }
+            "dclw tau=0.5 sigma=2" => {
+                let l = DclLossConfig::weighted(2.0)
+                    .with_temperature(0.5)
+                    .init()
+                    .unwrap();
+                Box::new(move |a, b| l.forward(a, b))
+            }
+            other => panic!("no loss for fixture case {other}"),
+        };
+        let t = |v: &[f64]| {
+            Tensor::<Ad, 2>::from_data(TensorData::new(v.to_vec(), [b, d]), &device).require_grad()
+        };
+        let (a, bb) = (t(&z1), t(&z2));
+        let out = loss(a.clone(), bb.clone());
+        let value: f64 = out.clone().into_scalar();
+        let grads = out.backward();
+        let close = |what: &str, ours: f64, theirs: f64, rel: f64| {
+            assert!(
+                (ours - theirs).abs() <= rel * theirs.abs().max(1.0),
+                "{name}: {what}: ours {ours}, lightly {theirs}"
+            );
+        };
+        close("value", value, case["value"].as_f64().unwrap(), 1e-12);
+        for (label, input) in [("grad_z1", &a), ("grad_z2", &bb)] {
+            let ours: Vec<f64> = input.grad(&grads).unwrap().into_data().to_vec().unwrap();
+            let theirs: Vec<f64> = case[label]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
+            assert_eq!(ours.len(), theirs.len());
+            for (e, (o, t)) in ours.iter().zip(&theirs).enumerate() {
+                close(&format!("{label}[{e}]"), *o, *t, GRADIENT_TOLERANCE);
+            }
+        }
+    }
+}

@@ -383,6 +383,39 @@ fn augmenting_ahead_and_view_threads_give_the_same_run() {
 
 /// Every MICO recipe (and MoCo v1) runs on the tiny data (two steps) and writes its run
 /// directory, with the λ of each step in steps.csv.
+/// The method table's recipes: Barlow Twins and VICReg (VICReg's three terms logged), SimCLR with
+/// DCL and DCLW; two steps each, a checkpoint, and the kNN monitor on.
+#[test]
+fn the_method_table_recipes_run_two_steps() {
+    for (name, extra) in [
+        ("barlow_twins", &[][..]),
+        ("vicreg", &[][..]),
+        ("simclr", &["--loss", "dcl"][..]),
+        ("simclr", &["--loss", "dclw"][..]),
+    ] {
+        let label = format!("{name}{}", extra.join(""));
+        let dir_name = format!("table-{label}");
+        let mut args = tiny(&dir_name, &["--knn-every", "1"]);
+        args[0] = name.to_string();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let o = run(&as_strs(&args));
+        assert_eq!(check_error_shape(&o, &label), 0, "{label}\n{}", stderr(&o));
+        let dir = scratch().join(&dir_name);
+        let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+        assert_eq!(steps.lines().count(), 3, "{label}: two steps\n{steps}");
+        assert!(dir.join("checkpoints/epoch-0001/meta.json").is_file());
+        let header = steps.lines().next().unwrap();
+        if name == "vicreg" {
+            assert!(
+                header.ends_with("vicreg_invariance,vicreg_variance,vicreg_covariance"),
+                "{header}"
+            );
+        }
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("kNN (k = 20"), "{label}: {out}");
+    }
+}
+
 #[test]
 fn the_mico_recipes_run_two_steps_and_log_their_lambda() {
     for name in [

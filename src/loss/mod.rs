@@ -14,6 +14,9 @@
 //! | [`huber`] | Huber-regularised NT-Xent ("bad batches") | <https://arxiv.org/abs/2403.19579> | `#huber-regularised-nt-xent` |
 //! | [`soft_target`] | soft-target cross-entropy for mixed queries (MixCo) | <https://arxiv.org/abs/2010.06300> | `#soft-target-cross-entropy` |
 //! | [`magnet`] | magnet loss (SPL-ADVisE embedding network) | <https://arxiv.org/abs/1511.05939> | `#magnet-loss` |
+//! | [`barlow_twins`] | cross-correlation towards the identity (Barlow Twins) | <https://arxiv.org/abs/2103.03230> | `#barlow-twins-loss` |
+//! | [`vicreg`] | variance, invariance, covariance (VICReg) | <https://arxiv.org/abs/2105.04906> | `#vicreg-loss` |
+//! | [`dcl`] | decoupled contrastive loss and its weighted form (DCL / DCLW) | <https://arxiv.org/abs/2110.06848> | `#dcl-and-dclw` |
 //!
 //! Every objective has a `#[derive(Config)]` config carrying the paper's defaults; `init()`
 //! validates the hyperparameters and returns a [`ConfigError`](crate::base::error::ConfigError) naming
@@ -25,7 +28,9 @@
 //! are bugs in the calling training step, not user input: the forward panics with a message that
 //! names the loss and both shapes.
 
+pub mod barlow_twins;
 pub mod curricular;
+pub mod dcl;
 pub mod hcl;
 pub mod huber;
 pub mod info_nce;
@@ -34,9 +39,12 @@ pub mod negative_cosine;
 pub mod nt_xent;
 pub mod soft_nce;
 pub mod soft_target;
+pub mod vicreg;
 pub mod worked_examples;
 
+pub use barlow_twins::{BarlowTwinsLoss, BarlowTwinsLossConfig};
 pub use curricular::{CurricularLoss, CurricularLossConfig, CurricularOutput, CurricularState};
+pub use dcl::{DclLoss, DclLossConfig};
 pub use hcl::{HclLoss, HclLossConfig};
 pub use huber::{HuberNtXentLoss, HuberNtXentLossConfig};
 pub use info_nce::{InfoNceLoss, InfoNceLossConfig};
@@ -45,6 +53,7 @@ pub use negative_cosine::{NegativeCosineLoss, NegativeCosineLossConfig};
 pub use nt_xent::{NtXentLoss, NtXentLossConfig};
 pub use soft_nce::{AlphaSchedule, SoftNceLoss, SoftNceLossConfig, SoftNceWeights};
 pub use soft_target::{SoftTargetCrossEntropy, SoftTargetCrossEntropyConfig};
+pub use vicreg::{VicRegLoss, VicRegLossConfig, VicRegTerms};
 
 use burn::prelude::*;
 

@@ -1,5 +1,6 @@
-//! SSL methods ("frameworks"): SimCLR, MoCo v1/v2 and Light-MoCo, BYOL, SimSiam, plus the
-//! state they share (the MoCo key queue, the EMA update).
+//! SSL methods ("frameworks"): SimCLR (with NT-Xent, HCL, curricular weighting, Huber NT-Xent,
+//! DCL / DCLW), MoCo v1/v2 and Light-MoCo, BYOL, SimSiam, Barlow Twins, VICReg, rotation
+//! prediction, plus the state they share (the MoCo key queue, the EMA update).
 //!
 //! A method owns its networks and states. Its trainable part is one module,
 //! [`SslMethod::online`]; everything else (key / target networks, queue, loss states) is updated
@@ -14,21 +15,27 @@
 //! and never needs to know which method it runs. Any backbone implementing
 //! [`Backbone`] plugs into any method — a user's own network too.
 
+pub mod barlow_twins;
 pub mod branches;
 pub mod byol;
 pub mod ema;
 pub mod moco;
 pub mod pgd;
+pub mod projected_pair;
 pub mod queue;
 pub mod rotnet;
 pub mod simclr;
 pub mod simsiam;
+pub mod vicreg;
 
+pub use barlow_twins::{BarlowTwins, BarlowTwinsConfig};
 pub use byol::{Byol, ByolConfig, ByolState};
 pub use moco::{MoCo, MoCoConfig, MoCoState};
+pub use projected_pair::{PairObjective, ProjectedNetwork, ProjectedPair};
 pub use queue::{KeyQueue, KeyQueueConfig};
 pub use simclr::{PairLossConfig, SimClr, SimClrConfig, SimClrState};
 pub use simsiam::{SimSiam, SimSiamConfig};
+pub use vicreg::{VicReg, VicRegConfig};
 
 use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;

@@ -1,6 +1,7 @@
 //! SimCLR (Chen et al. 2020, <https://arxiv.org/abs/2002.05709>): backbone + MLP projector, a
-//! two-view contrastive loss between the views — NT-Xent by default, or one of its curriculum
-//! variants from `loss/` (HCL, curricular weighting, Huber-regularised NT-Xent).
+//! two-view contrastive loss between the views — NT-Xent by default, one of its curriculum
+//! variants from `loss/` (HCL, curricular weighting, Huber-regularised NT-Xent), or the
+//! decoupled contrastive loss (DCL / DCLW, whose paper trains SimCLR with it).
 //!
 //! With [`SimClrConfig::pgd`], the negatives are hardened by PGD before the step (MICO §3.3
 //! eq. 4, <https://arxiv.org/abs/2301.06916>; see [`crate::method::pgd`]): the two views are
@@ -13,7 +14,7 @@
 //!
 //! The math, the defaults, the paper followed and the worked values are in
 //! `docs/methods.md#simclr` (and `#nt-xent`, `#hcl`, `#curricular-weighting`,
-//! `#huber-regularised-nt-xent` for the losses).
+//! `#huber-regularised-nt-xent`, `#dcl-and-dclw` for the losses).
 
 use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
@@ -30,8 +31,8 @@ use crate::base::error::ConfigError;
 use crate::data_parallel::Replica;
 use crate::head::{MlpHead, MlpHeadConfig};
 use crate::loss::{
-    CurricularLoss, CurricularLossConfig, CurricularState, HclLoss, HclLossConfig, HuberNtXentLoss,
-    HuberNtXentLossConfig, NtXentLoss, NtXentLossConfig,
+    CurricularLoss, CurricularLossConfig, CurricularState, DclLoss, DclLossConfig, HclLoss,
+    HclLossConfig, HuberNtXentLoss, HuberNtXentLossConfig, NtXentLoss, NtXentLossConfig,
 };
 
 /// The two-view loss SimCLR trains with.
@@ -45,6 +46,8 @@ pub enum PairLossConfig {
     Curricular(CurricularLossConfig),
     /// NT-Xent with a Huber penalty on the positive pairs.
     Huber(HuberNtXentLossConfig),
+    /// The decoupled contrastive loss, DCL, or its weighted form DCLW.
+    Dcl(DclLossConfig),
 }
 
 /// Configuration of [`SimClr`].
@@ -100,6 +103,7 @@ impl SimClrConfig {
             PairLossConfig::Hcl(c) => PairLoss::Hcl(c.init()?),
             PairLossConfig::Curricular(c) => PairLoss::Curricular(c.init(device)?),
             PairLossConfig::Huber(c) => PairLoss::Huber(c.init()?),
+            PairLossConfig::Dcl(c) => PairLoss::Dcl(c.init()?),
         };
         let pgd = match &self.pgd {
             None => None,
@@ -132,6 +136,7 @@ enum PairLoss<B: Backend> {
     Hcl(HclLoss),
     Curricular(CurricularLoss<B>),
     Huber(HuberNtXentLoss),
+    Dcl(DclLoss),
 }
 
 /// The first and second halves of a `[2B, D]` batch.
@@ -326,6 +331,11 @@ where
                 }
             }
             PairLoss::Huber(loss) => MethodOutput {
+                loss: loss.forward(z1, z2),
+                stats,
+                embeddings,
+            },
+            PairLoss::Dcl(loss) => MethodOutput {
                 loss: loss.forward(z1, z2),
                 stats,
                 embeddings,

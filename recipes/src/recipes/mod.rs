@@ -26,6 +26,7 @@ recipe_modules!(
     rotnet,
     byol,
     simsiam,
+    redundancy,
     mico,
     spl_advise,
     eval,

@@ -142,6 +142,11 @@ pub enum LossChoice {
     Curricular,
     /// NT-Xent with a Huber penalty on the positive pairs (Göksu and Pugeault 2024).
     Huber,
+    /// The decoupled contrastive loss (Yeh et al. 2022): NT-Xent without the positive in the
+    /// denominator, τ = 0.1.
+    Dcl,
+    /// DCL with the negative von Mises-Fisher weights on the positives, τ = 0.1, σ = 0.5.
+    Dclw,
 }
 
 impl LossChoice {
@@ -152,6 +157,8 @@ impl LossChoice {
             Self::Hcl => PairLossConfig::Hcl(HclLossConfig::new()),
             Self::Curricular => PairLossConfig::Curricular(CurricularLossConfig::new()),
             Self::Huber => PairLossConfig::Huber(HuberNtXentLossConfig::new()),
+            Self::Dcl => PairLossConfig::Dcl(DclLossConfig::new()),
+            Self::Dclw => PairLossConfig::Dcl(DclLossConfig::weighted(0.5)),
         }
     }
 }

@@ -31,7 +31,7 @@ use curriculum_ssl::hooks::{
     FrechetCurationHook, KnnHook, ObjectBoxesHook, SelfPacedAutoAugmentHook,
 };
 use curriculum_ssl::loss::{
-    CurricularLossConfig, HclLossConfig, HuberNtXentLossConfig, NtXentLossConfig,
+    CurricularLossConfig, DclLossConfig, HclLossConfig, HuberNtXentLossConfig, NtXentLossConfig,
 };
 use curriculum_ssl::method::pgd::PgdConfig;
 use curriculum_ssl::method::{init_method, MoCo, MoCoConfig, PairLossConfig, SslMethod};

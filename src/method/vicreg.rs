@@ -1,0 +1,68 @@
+//! VICReg (Bardes, Ponce & LeCun, ICLR 2022, <https://arxiv.org/abs/2105.04906>): backbone + a
+//! three-layer expander (`features → 8192 → 8192 → 8192`, BatchNorm and ReLU after the first
+//! two) and the variance-invariance-covariance loss of [`crate::loss::vicreg`] (25 / 25 / 1,
+//! `ε = 1e-4`). No negatives, no predictor, no momentum network, no stop-gradient; the paper
+//! trains it with LARS. The three terms are logged (`vicreg_invariance`, `vicreg_variance`,
+//! `vicreg_covariance`).
+//!
+//! The math, the defaults and the worked values are in `docs/methods.md#barlow-twins-and-vicreg`.
+
+use burn::prelude::*;
+use curriculum_ssl_models::Backbone;
+
+use super::projected_pair::{PairObjective, ProjectedPair};
+use crate::base::error::ConfigError;
+use crate::head::MlpHeadConfig;
+use crate::loss::{VicRegLoss, VicRegLossConfig};
+
+/// Configuration of [`VicReg`].
+#[derive(Config, Debug)]
+pub struct VicRegConfig {
+    /// Width of the expander's two hidden layers (the paper's 8192).
+    #[config(default = 8192)]
+    pub hidden_dim: usize,
+    /// Expander output width (the paper's 8192).
+    #[config(default = 8192)]
+    pub output_dim: usize,
+    /// The loss (25 / 25 / 1, `ε = 1e-4`).
+    #[config(default = "VicRegLossConfig::new()")]
+    pub loss: VicRegLossConfig,
+}
+
+/// VICReg: a [`ProjectedPair`] with the VICReg loss.
+pub type VicReg<B, M> = ProjectedPair<B, M, VicRegLoss>;
+
+impl VicRegConfig {
+    /// Builds VICReg around `backbone`.
+    ///
+    /// # Errors
+    /// A zero width or an impossible weight, named.
+    pub fn init<B: Backend, M: Backbone<B>>(
+        &self,
+        backbone: M,
+        device: &B::Device,
+    ) -> Result<VicReg<B, M>, ConfigError> {
+        let expander = MlpHeadConfig::new(backbone.feature_dim(), self.hidden_dim, self.output_dim)
+            .with_num_layers(3)
+            .init(device)?;
+        Ok(ProjectedPair::new(backbone, expander, self.loss.init()?))
+    }
+}
+
+impl<B: Backend> PairObjective<B> for VicRegLoss {
+    fn loss(
+        &self,
+        z1: Tensor<B, 2>,
+        z2: Tensor<B, 2>,
+    ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>) {
+        let terms = self.terms(z1, z2);
+        (
+            terms.loss,
+            vec![
+                ("vicreg_invariance", terms.invariance.detach()),
+                ("vicreg_variance", terms.variance.detach()),
+                ("vicreg_covariance", terms.covariance.detach()),
+            ],
+        )
+    }
+}

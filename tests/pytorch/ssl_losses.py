@@ -1,0 +1,63 @@
+"""Worked values and input gradients of the non-contrastive and decoupled losses, in float64,
+from lightly's own implementations (lightly 1.6, torch 2.15), for tests/method_zoo_losses.rs.
+
+Inputs (the Rust test builds them the same way): B = 6 images, D = 4 features,
+    z1[i, j] = sin(0.7 * (i * D + j) + 0.3) + 0.1 * i
+    z2[i, j] = cos(0.45 * (i * D + j) - 0.2) + 0.05 * j
+Writes tests/fixtures/ssl_losses.json: for each loss and setting, the value and the gradients
+with respect to z1 and z2 (row-major).
+
+    pip install torch lightly==1.6.0
+    python tests/pytorch/ssl_losses.py
+"""
+
+import json
+import math
+import os
+
+import torch
+from lightly.loss import BarlowTwinsLoss, DCLLoss, DCLWLoss, VICRegLoss
+
+torch.set_default_dtype(torch.float64)
+B, D = 6, 4
+
+
+def inputs():
+    z1 = torch.tensor(
+        [[math.sin(0.7 * (i * D + j) + 0.3) + 0.1 * i for j in range(D)] for i in range(B)]
+    )
+    z2 = torch.tensor(
+        [[math.cos(0.45 * (i * D + j) - 0.2) + 0.05 * j for j in range(D)] for i in range(B)]
+    )
+    return z1, z2
+
+
+def case(name, loss_fn):
+    z1, z2 = inputs()
+    z1.requires_grad_(True)
+    z2.requires_grad_(True)
+    loss = loss_fn(z1, z2)
+    loss.backward()
+    return {
+        "name": name,
+        "value": loss.item(),
+        "grad_z1": z1.grad.flatten().tolist(),
+        "grad_z2": z2.grad.flatten().tolist(),
+    }
+
+
+cases = [
+    case("barlow_twins lambda=5e-3", BarlowTwinsLoss(lambda_param=5e-3)),
+    case("barlow_twins lambda=0.1", BarlowTwinsLoss(lambda_param=0.1)),
+    case("vicreg 25/25/1 eps=1e-4", VICRegLoss()),
+    case("vicreg 1/2/3 eps=1e-4", VICRegLoss(lambda_param=1.0, mu_param=2.0, nu_param=3.0)),
+    case("dcl tau=0.1", DCLLoss(temperature=0.1)),
+    case("dcl tau=0.5", DCLLoss(temperature=0.5)),
+    case("dclw tau=0.1 sigma=0.5", DCLWLoss(temperature=0.1, sigma=0.5)),
+    case("dclw tau=0.5 sigma=2", DCLWLoss(temperature=0.5, sigma=2.0)),
+]
+out = os.path.join(os.path.dirname(__file__), "..", "fixtures", "ssl_losses.json")
+with open(out, "w") as f:
+    json.dump({"batch": B, "dim": D, "cases": cases}, f, indent=1)
+for c in cases:
+    print(f"{c['name']:28s} {c['value']:.12f}")
