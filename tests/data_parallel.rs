@@ -322,6 +322,87 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
     );
 }
 
+/// MoCo's shuffling batch norm on two replicas: the keys each replica enqueues are the key
+/// encoder's on the replicas' slices of the shuffled global batch, each slice normalised with its
+/// own statistics, put back in the images' order (computed here on one device); synchronised
+/// batch norm would give other keys.
+#[test]
+fn shuffle_bn_encodes_each_slice_of_the_shuffle_with_its_own_statistics() {
+    use curriculum_ssl::loss::l2_normalize;
+    use curriculum_ssl::method::moco::shuffle_permutation;
+    let build = |d: &<Exact as burn::tensor::backend::BackendTypes>::Device| {
+        MoCoConfig::moco_v2()
+            .with_hidden_dim(Some(8))
+            .with_output_dim(4)
+            .with_queue_size(2 * GLOBAL)
+            .with_shuffle_bn(true)
+            .init(resnet, GLOBAL, d)
+    };
+    let device = Default::default();
+    let reference = init_method::<Exact, _, _>(&device, 7, build).unwrap();
+    let [v1, v2] = views(0);
+    let whole = shard::<Exact>(&v2, 0, GLOBAL, &device);
+    let order = shuffle_permutation(GLOBAL, 0, 2);
+    let half = GLOBAL / 2;
+    let rows = |t: Tensor<Exact, 2>| -> Vec<Vec<f64>> {
+        let [n, d] = t.dims();
+        let v: Vec<f64> = t.into_data().convert::<f64>().to_vec().unwrap();
+        (0..n).map(|i| v[i * d..(i + 1) * d].to_vec()).collect()
+    };
+    let mut expected = vec![Vec::new(); GLOBAL];
+    for slice in order.chunks(half) {
+        let ids: Vec<i64> = slice.iter().map(|&i| i as i64).collect();
+        let x = whole
+            .clone()
+            .select(0, Tensor::from_data(TensorData::new(ids, [half]), &device));
+        let keys = rows(l2_normalize(reference.key_encoder().project(x)));
+        for (key, &image) in keys.into_iter().zip(slice) {
+            expected[image] = key;
+        }
+    }
+    let synchronised = rows(l2_normalize(reference.key_encoder().project(whole)));
+    let progress = Progress {
+        step: 0,
+        total_steps: 10,
+        epoch: 0,
+        total_epochs: 1,
+    };
+    let queues = replicas::run::<Exact, _, String, _>(
+        &DataParallelConfig::local(2),
+        &[Default::default(), Default::default()],
+        |replica, d| {
+            let mut method = init_method::<Exact, _, _>(d, 7, build).map_err(|e| e.to_string())?;
+            method
+                .set_replica(replica.clone())
+                .map_err(|e| e.to_string())?;
+            let start = replica.rank() * half;
+            let out = method.forward(
+                shard(&v1, start, half, d),
+                shard(&v2, start, half, d),
+                progress,
+            );
+            let _ = method.gradients(&out.loss);
+            method.after_step(progress);
+            Ok(rows(method.queue().keys().narrow(0, 0, GLOBAL)))
+        },
+    )
+    .unwrap();
+    let off = |a: &[Vec<f64>], b: &[Vec<f64>]| -> f64 {
+        a.iter()
+            .flatten()
+            .zip(b.iter().flatten())
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max)
+    };
+    for queue in &queues {
+        assert!(off(queue, &expected) < 1e-12, "{}", off(queue, &expected));
+        assert!(
+            off(queue, &synchronised) > 1e-3,
+            "sync-BN keys would pass too"
+        );
+    }
+}
+
 #[test]
 fn the_gather_concatenates_in_rank_order_and_sums_gradients_back() {
     // Replica r holds rows [r + 1, 10(r + 1)] (x2 rows); the loss on the gathered [4, 2] is
@@ -601,6 +682,62 @@ mod trainer {
         let extended = on_replicas(&one, 2, StartMode::Extend, |_| vec![]).unwrap();
         close("2 then 1 against 1 then 2", &extended[0].0, &two_then_one);
         close("the replicas stay equal", &extended[0].0, &extended[1].0);
+    }
+
+    /// The steps.csv columns `name` of a run.
+    fn column(dir: &Path, name: &str) -> Vec<String> {
+        let text = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+        let mut lines = text.lines();
+        let i = lines
+            .next()
+            .unwrap()
+            .split(',')
+            .position(|c| c == name)
+            .unwrap_or_else(|| panic!("no column {name}"));
+        lines
+            .map(|l| l.split(',').nth(i).unwrap().to_string())
+            .collect()
+    }
+
+    /// Fréchet batch curation on two replicas: every replica measures the gathered batch, so
+    /// they keep one threshold and redraw the same batches, as the one-device run does.
+    #[test]
+    fn batch_curation_on_two_replicas_decides_as_one_device() {
+        use curriculum_ssl::curation::FrechetCurationConfig;
+        use curriculum_ssl::hooks::FrechetCurationHook;
+        let curation = || -> Vec<Box<dyn Hook<Fast, Step>>> {
+            vec![Box::new(
+                FrechetCurationHook::new(
+                    FrechetCurationConfig::new()
+                        .with_warmup_epochs(1)
+                        .with_max_retries(2),
+                )
+                .unwrap(),
+            )]
+        };
+        let d = Dev::default();
+        let one = run_dir("curation-one");
+        let (one_values, one_losses) =
+            train(&one, 3, StartMode::Fresh, None, curation(), &d).unwrap();
+        let two = run_dir("curation-two");
+        let replicas = on_replicas(&two, 3, StartMode::Fresh, |_| curation()).unwrap();
+        let redraws = column(&one, "redraws");
+        assert_eq!(redraws, column(&two, "redraws"));
+        assert!(
+            redraws.iter().any(|r| r != "0"),
+            "no batch was redrawn: the test cannot tell ({redraws:?})"
+        );
+        let frd = |dir: &Path| -> Vec<f64> {
+            column(dir, "frd")
+                .iter()
+                .map(|v| v.parse().unwrap())
+                .collect()
+        };
+        close("FRD", &frd(&one), &frd(&two));
+        for (values, losses) in &replicas {
+            close("losses", &one_losses, losses);
+            close("online networks", &one_values, values);
+        }
     }
 
     /// Fails the step `at` of replica `rank` (the data of a replica that could not be read,

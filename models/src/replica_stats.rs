@@ -74,6 +74,15 @@ pub fn install<B: Backend>(hook: Arc<dyn ReplicaMean<B>>) -> Installed {
     Installed { key, previous }
 }
 
+/// Suspends the hook of backend `B` on this thread until the returned guard is dropped: batch
+/// norms then use their shard's own moments (MoCo's shuffling batch norm, whose key encoder
+/// must not see the other replicas' statistics).
+pub fn suspend<B: Backend>() -> Installed {
+    let key = TypeId::of::<B>();
+    let previous = HOOKS.with(|slots| slots.borrow_mut().remove(&key));
+    Installed { key, previous }
+}
+
 /// The hook installed on this thread for backend `B`, if any.
 fn hook<B: Backend>() -> Option<Arc<dyn ReplicaMean<B>>> {
     HOOKS.with(|slots| {
@@ -152,5 +161,12 @@ mod tests {
         }
         let (_, w) = replica_mean(local());
         assert_eq!(w, 1);
+        // Suspended, then back.
+        let _guard = install::<B>(Arc::new(WithOther(vec![3.0, 5.0])));
+        {
+            let _local = suspend::<B>();
+            assert_eq!(replica_mean(local()).1, 1);
+        }
+        assert_eq!(replica_mean(local()).1, 2);
     }
 }

@@ -383,6 +383,28 @@ fn augmenting_ahead_and_view_threads_give_the_same_run() {
 
 /// Every MICO recipe (and MoCo v1) runs on the tiny data (two steps) and writes its run
 /// directory, with the λ of each step in steps.csv.
+/// `--shuffle-bn` trains a MoCo recipe on two replicas with shuffling batch norm; another
+/// recipe refuses it by name.
+#[test]
+fn shuffle_bn_is_a_moco_option() {
+    let mut args = tiny("shuffle-bn-moco", &["--devices", "2", "--shuffle-bn"]);
+    args[0] = "moco_v2".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "moco_v2"), 0, "{}", stderr(&o));
+    let config =
+        std::fs::read_to_string(scratch().join("shuffle-bn-moco").join("config.json")).unwrap();
+    assert!(config.contains("\"shuffle_bn\": true"), "{config}");
+    let mut args = tiny("shuffle-bn-simclr", &["--shuffle-bn"]);
+    args[0] = "simclr".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "simclr"), 2);
+    assert!(
+        stderr(&o).contains("error: --shuffle-bn: only the MoCo recipes"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// The method table's recipes: Barlow Twins and VICReg (VICReg's three terms logged), SimCLR with
 /// DCL and DCLW; two steps each, a checkpoint, and the kNN monitor on.
 #[test]

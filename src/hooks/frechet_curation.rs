@@ -74,6 +74,13 @@ impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for FrechetCuratio
         serde_json::to_value(&self.config).expect("JSON value")
     }
 
+    /// Data-parallel: the step gathers the embeddings, so every replica measures the global
+    /// batch's distance, keeps the same threshold and redraws the same batches (each redraw is
+    /// the one-device redraw, the augmentation being drawn for the global batch).
+    fn runs_on_replicas(&self) -> bool {
+        true
+    }
+
     fn epoch_start(&mut self, _: &mut RunView<'_, B, K>, _: usize) -> Result<(), TrainError> {
         self.seconds = 0.0;
         Ok(())

@@ -9,7 +9,9 @@
 //! symmetric loss and SoftNCE ([`MoCoConfig::light_moco`]). Keys are
 //! enqueued in [`SslMethod::after_step`], after the loss of the step used the old queue. On one
 //! device there is no shuffling BatchNorm: the key encoder sees the whole batch in its own
-//! BatchNorm statistics (as lightly does on a single GPU).
+//! BatchNorm statistics (as lightly does on a single GPU). Under data-parallel replicas the batch
+//! norms are synchronised by default; [`MoCoConfig::shuffle_bn`] selects MoCo's own shuffling
+//! BatchNorm instead (He et al. 2020, §3.3).
 //!
 //! The math, the defaults, the paper followed and the worked values are in
 //! `docs/methods.md#moco-v1-and-v2` and `docs/methods.md#light-moco`.
@@ -68,6 +70,16 @@ pub struct MoCoConfig {
     /// SoftNCE instead of InfoNCE (Light-MoCo).
     #[config(default = "None")]
     pub soft_nce: Option<SoftNceLossConfig>,
+    /// Under data-parallel replicas, MoCo's shuffling BatchNorm (He et al. 2020, §3.3) instead
+    /// of synchronised batch norm: every batch norm uses its replica's own shard, and the key
+    /// encoder sees the global batch in a shuffled order, each replica encoding its slice of the
+    /// shuffle, so that a query and its key are normalised with different images' statistics
+    /// (the leak through batch statistics that the paper's shuffling prevents). The order is a
+    /// permutation drawn from the step number, the same on every replica. On one device it
+    /// changes nothing. Default `false`: synchronised batch norm, which also prevents the leak
+    /// (MoCo v3's choice).
+    #[config(default = false)]
+    pub shuffle_bn: bool,
 }
 
 impl MoCoConfig {
@@ -164,6 +176,7 @@ impl MoCoConfig {
             pending_keys: None,
             view_threads: ViewThreads::default(),
             replica: None,
+            shuffle_bn: self.shuffle_bn,
         })
     }
 }
@@ -220,6 +233,8 @@ pub struct MoCo<B: Backend, M: Backbone<B>> {
     view_threads: ViewThreads<B, MoCoNetwork<B, M>>,
     /// This method's replica in a data-parallel run: every replica's keys are enqueued.
     replica: Option<Replica<B>>,
+    /// MoCo's shuffling BatchNorm under replicas ([`MoCoConfig::shuffle_bn`]).
+    shuffle_bn: bool,
 }
 
 impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
@@ -242,6 +257,49 @@ impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
         }
     }
 
+    /// Whether this MoCo runs with shuffling batch norm (a replica, and [`MoCoConfig::shuffle_bn`]).
+    pub fn shuffles_batch_norm(&self) -> bool {
+        self.shuffle_bn && self.replica.is_some()
+    }
+
+    /// The L2-normalised keys of `images` (detached): this replica's rows and, under replicas,
+    /// every replica's in the one-device order. With shuffling batch norm, the global batch is
+    /// gathered, permuted by [`shuffle_permutation`] of `(step, salt)`, this replica encodes its
+    /// slice of the permutation with its own batch statistics, and the keys are gathered and put
+    /// back in the images' order.
+    fn keys(
+        &self,
+        images: Tensor<B, 4>,
+        step: usize,
+        salt: u64,
+    ) -> (Tensor<B, 2>, Option<Tensor<B, 2>>) {
+        let Some(replica) = self.replica.as_ref().filter(|_| self.shuffle_bn) else {
+            let own = l2_normalize(self.key.project(images)).detach();
+            let all = self.replica.as_ref().map(|r| r.gather(own.clone()));
+            return (own, all);
+        };
+        let [n, c, h, w] = images.dims();
+        let total = n * replica.replicas();
+        let device = images.device();
+        let all_images = replica
+            .gather(images.detach().reshape([n, c * h * w]))
+            .reshape([total, c, h, w]);
+        let order = shuffle_permutation(total, step, salt);
+        let rows = |ids: &[usize]| {
+            let len = ids.len();
+            let ids: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
+            Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [len]), &device)
+        };
+        let mine = &order[replica.rank() * n..(replica.rank() + 1) * n];
+        let encoded = l2_normalize(self.key.project(all_images.select(0, rows(mine)))).detach();
+        let mut inverse = vec![0; total];
+        for (position, &image) in order.iter().enumerate() {
+            inverse[image] = position;
+        }
+        let all = replica.gather(encoded).select(0, rows(&inverse)).detach();
+        (replica.own_rows(all.clone()), Some(all))
+    }
+
     fn queue_loss(
         &self,
         q: Tensor<B, 2>,
@@ -254,6 +312,18 @@ impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
             QueueLoss::Soft(loss) => loss.forward(q, k, queue, progress),
         }
     }
+}
+
+/// The order in which shuffling batch norm hands the `total` images of a global batch to the
+/// replicas at `step` (`salt` tells the views apart): a permutation of `0..total` drawn from
+/// `(step, salt)` alone, so that every replica draws the same one and a resumed run the same.
+pub fn shuffle_permutation(total: usize, step: usize, salt: u64) -> Vec<usize> {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    let seed = crate::base::seed::mix_seed(0x5348_5546_464c_4542, (step as u64) << 2 | salt);
+    let mut order: Vec<usize> = (0..total).collect();
+    order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
+    order
 }
 
 impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for MoCo<B, M>
@@ -310,9 +380,13 @@ where
     ) -> MethodOutput<B> {
         self.view_threads.clear();
         let queue = self.queue.keys();
-        let k2 = l2_normalize(self.key.project(view2.clone())).detach();
+        // Shuffling batch norm: every batch norm of this forward uses the shard's own moments.
+        let _own_moments = self
+            .shuffles_batch_norm()
+            .then(curriculum_ssl_models::replica_stats::suspend::<B>);
+        let (k2, all_k2) = self.keys(view2.clone(), progress.step, 2);
         let (loss, keys, q1) = if self.symmetric {
-            let k1 = l2_normalize(self.key.project(view1.clone())).detach();
+            let (k1, all_k1) = self.keys(view1.clone(), progress.step, 1);
             let ([q1, q2], _) =
                 self.view_threads
                     .passes(&self.online, [view1, view2], true, |net, x| {
@@ -326,20 +400,15 @@ where
                 queue,
                 progress,
             ) * 2.0;
-            let keys = match &self.replica {
+            let keys = match (all_k1, all_k2) {
                 // The one-device order: every image's first-view keys, then its second-view's.
-                Some(replica) => {
-                    Tensor::cat(vec![replica.gather(k1), replica.gather(k2.clone())], 0)
-                }
-                None => Tensor::cat(vec![k1, k2.clone()], 0),
+                (Some(all_k1), Some(all_k2)) => Tensor::cat(vec![all_k1, all_k2], 0),
+                _ => Tensor::cat(vec![k1, k2.clone()], 0),
             };
             (loss, keys, q1)
         } else {
             let q1 = self.online.project(view1);
-            let keys = match &self.replica {
-                Some(replica) => replica.gather(k2.clone()),
-                None => k2.clone(),
-            };
+            let keys = all_k2.unwrap_or_else(|| k2.clone());
             (
                 self.queue_loss(q1.clone(), k2.clone(), queue, progress),
                 keys,

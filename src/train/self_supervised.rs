@@ -327,11 +327,22 @@ where
 
     fn forward(&mut self, views: TwoViews<B::InnerBackend>, progress: Progress) -> MethodOutput<B> {
         self.knobs = views.knobs;
-        self.method.forward(
+        let mut out = self.method.forward(
             Tensor::from_inner(views.view1),
             Tensor::from_inner(views.view2),
             progress,
-        )
+        );
+        // Data-parallel: the hooks measure the global batch (Fréchet curation's distance, a
+        // user's rule), the same on every replica, so that they decide alike.
+        if let Some(replica) = &self.replica {
+            out.embeddings = out.embeddings.map(|[z1, z2]| {
+                [
+                    replica.gather(z1.detach()).detach(),
+                    replica.gather(z2.detach()).detach(),
+                ]
+            });
+        }
+        out
     }
 
     fn apply(

@@ -94,7 +94,7 @@ pub fn train(mut recipe: Prepared) -> Result<()> {
         recipe.settings.lr = lr_for_batch(recipe.settings.batch_size);
     }
     let backbone = recipe.settings.backbone;
-    let config = method_config(backbone);
+    let config = recipe.moco(method_config(backbone));
     recipe.train(&config, |recipe, device| {
         let method = common::init_moco(recipe, &config, device)?;
         let optimizer = SgdConfig::new()

@@ -89,9 +89,11 @@ pub fn auto_augment_self_paced(args: &[String]) -> Result<()> {
 
 /// Builds the method for a prepared recipe and trains it.
 pub fn train(recipe: Prepared) -> Result<()> {
-    let config = MoCoConfig::moco_v1()
-        .with_momentum(0.99)
-        .with_queue_size(4096);
+    let config = recipe.moco(
+        MoCoConfig::moco_v1()
+            .with_momentum(0.99)
+            .with_queue_size(4096),
+    );
     recipe.train(&config, |recipe, device| {
         let method = common::init_moco(recipe, &config, device)?;
         let optimizer = SgdConfig::new()

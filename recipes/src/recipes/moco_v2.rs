@@ -47,9 +47,11 @@ pub fn run(args: &[String]) -> Result<()> {
 /// Builds the method for a prepared recipe and trains it (shared with the MICO variants).
 pub fn train(recipe: Prepared) -> Result<()> {
     // The preset's projector: hidden width = the backbone's feature width.
-    let config = MoCoConfig::moco_v2()
-        .with_momentum(0.99)
-        .with_queue_size(4096);
+    let config = recipe.moco(
+        MoCoConfig::moco_v2()
+            .with_momentum(0.99)
+            .with_queue_size(4096),
+    );
     recipe.train(&config, |recipe, device| {
         let method = common::init_moco(recipe, &config, device)?;
         let optimizer = SgdConfig::new().init::<Train, _>()?;

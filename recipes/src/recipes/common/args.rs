@@ -97,6 +97,11 @@ pub struct RecipeArgs {
     /// data service listens on PORT.
     #[arg(long)]
     pub node_address: Option<String>,
+    /// MoCo recipes on several replicas: MoCo's shuffling BatchNorm (each replica's own batch
+    /// statistics, the key encoder on a shuffled global batch) instead of synchronised batch
+    /// norm.
+    #[arg(long)]
+    pub shuffle_bn: bool,
     /// Upload and augment each batch on a thread of its own while the step before runs (`false`:
     /// between steps, on the training thread); on the CPU the numbers are the same either way
     /// (default: true on the CPU; false on a GPU backend, where two threads working on one

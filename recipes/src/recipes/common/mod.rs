@@ -214,6 +214,8 @@ pub struct Prepared {
     pub curation: Option<FrechetCurationConfig>,
     /// PGD-hardened negatives, if the recipe uses them, with the views' normalisation.
     pub pgd: Option<PgdConfig>,
+    /// Whether a MoCo recipe took `--shuffle-bn` ([`Prepared::moco`]); another recipe refuses it.
+    shuffle_bn_taken: std::sync::atomic::AtomicBool,
 }
 
 /// Parses and checks the options, loads the data and builds the pipeline.
@@ -332,6 +334,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         pair_loss,
         curation,
         pgd,
+        shuffle_bn_taken: Default::default(),
     })
 }
 
@@ -399,6 +402,13 @@ impl Prepared {
         init_method::<Train, S, E>(device, self.settings.seed, build)
     }
 
+    /// A MoCo recipe's method with the command line's `--shuffle-bn`.
+    pub fn moco(&self, config: MoCoConfig) -> MoCoConfig {
+        self.shuffle_bn_taken
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        config.with_shuffle_bn(self.args.shuffle_bn)
+    }
+
     /// The data-parallel layout of `--devices` and `--nodes` (`None`: one device).
     fn data_parallel(&self) -> Result<Option<DataParallelConfig>> {
         let args = &self.args;
@@ -464,6 +474,16 @@ impl Prepared {
         O: Optimizer<S::Online, Train> + 'static,
     {
         let method_config = serde_json::to_value(method_config)?;
+        if self.args.shuffle_bn
+            && !self
+                .shuffle_bn_taken
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(usage(
+                "--shuffle-bn: only the MoCo recipes (MoCo v1/v2, Light-MoCo and their MICO \
+                 variants) have a key encoder whose batch can be shuffled",
+            ));
+        }
         let Some(parallel) = self.data_parallel()? else {
             let (method, optimizer) = build(&self, &self.device)?;
             return run(&self, method, method_config, optimizer, &self.device, None);
