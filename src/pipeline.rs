@@ -354,15 +354,16 @@ impl Augmenter {
     /// image for image, whatever the number of replicas (drawing parameters costs next to
     /// nothing; the pixels are only augmented for the shard).
     ///
+    /// The self-paced AutoAugment draws its coins the same way; it learns from the replicas' mean
+    /// loss, the same on every replica, so its magnitudes stay equal.
+    ///
     /// # Errors
-    /// The AutoAugment policies, whose operations draw inside the pixel work (and which learn
-    /// from the losses), cannot be sharded so.
+    /// A rank out of range.
     pub fn set_shard(&mut self, rank: usize, replicas: usize) -> Result<(), ConfigError> {
-        if self.auto_augment.is_some() && replicas > 1 {
+        if replicas == 0 || rank >= replicas {
             return Err(ConfigError::new(
                 "devices",
-                "the self-paced AutoAugment runs on one device (its operations draw inside the \
-                 pixel work, and it learns from each batch's loss)",
+                format!("replica {rank} of {replicas} does not exist"),
             ));
         }
         self.shard = (replicas > 1).then_some((rank, replicas));
@@ -550,7 +551,7 @@ impl Augmenter {
             x = s.apply(x, &flags);
         }
         if let (Some(a), Some(choice)) = (&self.auto_augment, policy) {
-            x = a.apply(x, choice, rng);
+            x = a.apply_rows(x, choice, rng, self.draw_span(n));
         }
         if let Some(nz) = &view.normalize {
             x = nz.apply(x);
@@ -761,7 +762,7 @@ mod tests {
     }
 
     /// Replicas' shards get the views of the one-device batch, image for image, with every
-    /// random operation of SimCLR's and BYOL's pipelines and mixup; AutoAugment is refused.
+    /// random operation of SimCLR's and BYOL's pipelines, mixup and the self-paced AutoAugment.
     #[test]
     fn shards_draw_the_views_of_the_whole_batch() {
         let (n, side) = (6, 12);
@@ -794,9 +795,23 @@ mod tests {
                 assert_eq!(&lambdas, whole.lambdas.as_ref().unwrap());
             }
         }
+        // The self-paced AutoAugment's coins too (magnitudes raised so that its operations
+        // act), at several steps.
         let mut aa = PipelineConfig::simclr(side, 1);
-        aa.auto_augment = Some(SelfPacedAutoAugmentConfig::new());
-        let err = aa.init(1).unwrap().set_shard(0, 2).unwrap_err();
+        aa.auto_augment = Some(SelfPacedAutoAugmentConfig::new().with_initial_magnitude(0.6));
+        for step in 0..4 {
+            let whole = aa.clone().init(1).unwrap().two_views(x.clone(), step);
+            let mut v1 = Vec::new();
+            for rank in 0..2 {
+                let mut aug = aa.clone().init(1).unwrap();
+                aug.set_shard(rank, 2).unwrap();
+                v1.extend(host(
+                    aug.two_views(x.clone().narrow(0, rank * 3, 3), step).view1,
+                ));
+            }
+            assert_eq!(v1, host(whole.view1), "AutoAugment, step {step}");
+        }
+        let err = aa.init(1).unwrap().set_shard(2, 2).unwrap_err();
         assert_eq!(err.field, "devices");
     }
 }

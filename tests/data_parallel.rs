@@ -506,17 +506,18 @@ mod trainer {
     use std::path::{Path, PathBuf};
 
     type Dev = <Fast as burn::tensor::backend::BackendTypes>::Device;
-    type Method = SimClr<Fast, ResNet<Fast>>;
-    type Step = SelfSupervised<
-        Fast,
-        Method,
+    type MethodOn<B> = SimClr<B, ResNet<B>>;
+    type StepOn<B> = SelfSupervised<
+        B,
+        MethodOn<B>,
         burn::optim::adaptor::OptimizerAdaptor<
             curriculum_ssl::optim::Sgd,
-            <Method as SslMethod<Fast>>::Online,
-            Fast,
+            <MethodOn<B> as SslMethod<B>>::Online,
+            B,
         >,
         ImageArray,
     >;
+    type Step = StepOn<Fast>;
 
     fn run_dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir()
@@ -536,8 +537,8 @@ mod trainer {
     /// SimCLR on the small CIFAR-stem ResNet (sync-BN in every block and the head). Not LeNet:
     /// its max-pooling over Fashion-MNIST's flat background meets exact ties, which a last-bit
     /// difference between the runs breaks the other way (one weight of 53,084 ended 1.6 % off).
-    fn method(d: &Dev) -> Method {
-        init_method::<Fast, _, ConfigError>(d, 3, |d| {
+    fn method<B: CollectiveBackend>(d: &B::Device) -> MethodOn<B> {
+        init_method::<B, _, ConfigError>(d, 3, |d| {
             SimClrConfig::new()
                 .with_hidden_dim(16)
                 .with_output_dim(8)
@@ -578,10 +579,23 @@ mod trainer {
         hooks: Vec<Box<dyn Hook<Fast, Step>>>,
         d: &Dev,
     ) -> Result<Trained, TrainError> {
+        train_with(pipeline(), dir, epochs, mode, replica, hooks, d)
+    }
+
+    /// [`train`] with another augmentation, on any backend.
+    fn train_with<B: CollectiveBackend>(
+        augmenter: Augmenter,
+        dir: &Path,
+        epochs: usize,
+        mode: StartMode,
+        replica: Option<Replica<B>>,
+        hooks: Vec<Box<dyn Hook<B, StepOn<B>>>>,
+        d: &B::Device,
+    ) -> Result<Trained, TrainError> {
         let mut builder = Trainer::builder(
             method(d),
             curriculum_ssl::optim::SgdConfig::new().init().unwrap(),
-            pipeline(),
+            augmenter,
             loader(),
         )
         .config(
@@ -734,6 +748,67 @@ mod trainer {
                 .collect()
         };
         close("FRD", &frd(&one), &frd(&two));
+        for (values, losses) in &replicas {
+            close("losses", &one_losses, losses);
+            close("online networks", &one_values, values);
+        }
+    }
+
+    /// MICO's self-paced AutoAugment on two replicas: the same sub-policies, coins and learned
+    /// magnitudes as on one device (the magnitudes move, so the test can tell). In f64: its
+    /// posterise and solarise operations are steps in the magnitude, which f32's last-bit
+    /// differences between the runs' losses cross within a few steps.
+    #[test]
+    fn self_paced_auto_augment_on_two_replicas_learns_as_one_device() {
+        use curriculum_ssl::curriculum::SelfPacedAutoAugmentConfig;
+        use curriculum_ssl::hooks::SelfPacedAutoAugmentHook;
+        let augmenter = || {
+            let mut p = PipelineConfig::simclr(28, 1);
+            p.auto_augment = Some(SelfPacedAutoAugmentConfig::new());
+            p.init(1).unwrap()
+        };
+        let hooks = || -> Vec<Box<dyn Hook<Exact, StepOn<Exact>>>> {
+            vec![Box::new(SelfPacedAutoAugmentHook::new())]
+        };
+        let d = Default::default();
+        let one = run_dir("aa-one");
+        let (one_values, one_losses) =
+            train_with::<Exact>(augmenter(), &one, 1, StartMode::Fresh, None, hooks(), &d).unwrap();
+        let two = run_dir("aa-two");
+        let replicas = replicas::run::<Exact, _, TrainError, _>(
+            &DataParallelConfig::local(2),
+            &[Default::default(), Default::default()],
+            |replica, d| {
+                train_with(
+                    augmenter(),
+                    &two,
+                    1,
+                    StartMode::Fresh,
+                    Some(replica),
+                    hooks(),
+                    d,
+                )
+            },
+        )
+        .unwrap();
+        assert_eq!(column(&one, "aa_policy"), column(&two, "aa_policy"));
+        let magnitudes = |dir: &Path| -> Vec<f64> {
+            let text =
+                std::fs::read_to_string(dir.join("checkpoints/epoch-0001/curricula.json")).unwrap();
+            let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+            json["augmenter"]["auto_augment"]["magnitudes"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{text}"))
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect()
+        };
+        let (m1, m2) = (magnitudes(&one), magnitudes(&two));
+        assert!(
+            m1.iter().any(|&m| (m - 0.1).abs() > 1e-6),
+            "{m1:?}: nothing learned"
+        );
+        close("magnitudes", &m1, &m2);
         for (values, losses) in &replicas {
             close("losses", &one_losses, losses);
             close("online networks", &one_values, values);

@@ -383,6 +383,42 @@ fn augmenting_ahead_and_view_threads_give_the_same_run() {
 
 /// Every MICO recipe (and MoCo v1) runs on the tiny data (two steps) and writes its run
 /// directory, with the λ of each step in steps.csv.
+/// The recipes whose curricula watch the batch run on two replicas as on one device: the first
+/// step's loss (the same views, object boxes, sub-policy and curation) is the one-device run's.
+#[test]
+fn curricula_on_two_replicas_start_as_one_device() {
+    for (name, extra) in [
+        ("crop_rotate", &["--stem", "cifar"][..]),
+        ("auto_augment_self_paced", &[][..]),
+        ("bad_batches", &[][..]),
+    ] {
+        let first_loss = |devices: &str| -> f64 {
+            let dir_name = format!("replicas-{name}-{devices}");
+            let mut args = tiny(&dir_name, &["--devices", devices]);
+            args[0] = name.to_string();
+            args.extend(extra.iter().map(|s| s.to_string()));
+            let o = run(&as_strs(&args));
+            assert_eq!(check_error_shape(&o, name), 0, "{name}\n{}", stderr(&o));
+            let steps =
+                std::fs::read_to_string(scratch().join(&dir_name).join("steps.csv")).unwrap();
+            steps
+                .lines()
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .nth(2)
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let (one, two) = (first_loss("1"), first_loss("2"));
+        assert!(
+            (one - two).abs() <= 1e-5 * one.abs(),
+            "{name}: {one} vs {two}"
+        );
+    }
+}
+
 /// `--shuffle-bn` trains a MoCo recipe on two replicas with shuffling batch norm; another
 /// recipe refuses it by name.
 #[test]

@@ -296,9 +296,26 @@ impl SelfPacedAutoAugment {
         choice: PolicyChoice,
         rng: &mut StdRng,
     ) -> Tensor<B, 4> {
+        let n = x.dims()[0];
+        self.apply_rows(x, choice, rng, (n, 0))
+    }
+
+    /// As [`SelfPacedAutoAugment::apply`] for rows `first .. first + N` of a batch of `all`
+    /// images (a data-parallel replica's shard): the coins are drawn for the `all` images, as on
+    /// one device, and the shard keeps its own.
+    ///
+    /// # Shapes
+    /// - `x`: `[N, C, H, W]`; output: the same
+    pub fn apply_rows<B: Backend>(
+        &self,
+        x: Tensor<B, 4>,
+        choice: PolicyChoice,
+        rng: &mut StdRng,
+        (all, first): (usize, usize),
+    ) -> Tensor<B, 4> {
         let sub = self.config.policy.sub_policies[choice.index];
-        let x = apply_op(x, sub.first, choice.magnitude, rng);
-        apply_op(x, sub.second, choice.magnitude, rng)
+        let x = apply_op(x, sub.first, choice.magnitude, rng, (all, first));
+        apply_op(x, sub.second, choice.magnitude, rng, (all, first))
     }
 
     /// Learns from the loss of a batch augmented by `choice`: updates the running losses, then
@@ -323,21 +340,31 @@ impl SelfPacedAutoAugment {
 }
 
 /// One operation at magnitude `m`, applied to each image with probability `op.p`.
-fn apply_op<B: Backend>(x: Tensor<B, 4>, op: PolicyOp, m: f64, rng: &mut StdRng) -> Tensor<B, 4> {
+/// The coins are drawn for the `all` images of the batch whose rows `first ..` are `x`'s.
+fn apply_op<B: Backend>(
+    x: Tensor<B, 4>,
+    op: PolicyOp,
+    m: f64,
+    rng: &mut StdRng,
+    (all, first): (usize, usize),
+) -> Tensor<B, 4> {
     let [n, _, h, w] = x.dims();
-    let flags = bernoulli(rng, op.p, n);
-    if !flags.iter().any(|&f| f) {
+    let every_flag = bernoulli(rng, op.p, all);
+    // No draw more when no image of the whole batch is hit: the one-device stream.
+    if !every_flag.iter().any(|&f| f) {
         return x;
     }
     let device = x.device();
     let signed_factors = |rng: &mut StdRng| -> Vec<f32> {
-        (0..n)
+        let every: Vec<f32> = (0..all)
             .map(|_| {
                 let sign = if rng.random::<bool>() { 1.0 } else { -1.0 };
                 (1.0 + sign * 0.9 * m) as f32
             })
-            .collect()
+            .collect();
+        every[first..first + n].to_vec()
     };
+    let flags = every_flag[first..first + n].to_vec();
     let out = match op.op {
         AugmentOp::Brightness => {
             let f = signed_factors(rng);
@@ -503,6 +530,7 @@ mod tests {
             op(AugmentOp::Brightness, 1.0),
             0.5,
             &mut rng,
+            (1, 0),
         ));
         let ratio = bright[0] / 0.1;
         assert!(
@@ -510,7 +538,13 @@ mod tests {
             "{ratio}"
         );
         assert_eq!(
-            host(apply_op(x.clone(), op(AugmentOp::Blur, 0.0), 0.5, &mut rng)),
+            host(apply_op(
+                x.clone(),
+                op(AugmentOp::Blur, 0.0),
+                0.5,
+                &mut rng,
+                (1, 0)
+            )),
             host(x.clone())
         );
         assert_eq!(
@@ -518,7 +552,8 @@ mod tests {
                 x.clone(),
                 op(AugmentOp::Brightness, 1.0),
                 0.0,
-                &mut rng
+                &mut rng,
+                (1, 0)
             )),
             host(x)
         );

@@ -94,6 +94,14 @@ impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for ObjectBoxesHoo
         &[OBJECT_BOXES]
     }
 
+    /// Data-parallel: every replica computes the boxes of every training image from the same
+    /// backbone (inference mode: no batch statistics to synchronise; the work is repeated on
+    /// each replica, four times per run) and hands the method those of its shard's images,
+    /// mapped through its shard's views: the boxes of a one-device run.
+    fn runs_on_replicas(&self) -> bool {
+        true
+    }
+
     fn check(&mut self, run: &mut RunView<'_, B, K>) -> Result<(), TrainError> {
         if !run.method().uses_object_boxes() {
             return Err(ConfigError::new(

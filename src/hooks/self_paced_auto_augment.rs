@@ -39,6 +39,13 @@ impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for SelfPacedAutoA
         &[LOSS_FEEDBACK]
     }
 
+    /// Data-parallel: every replica chooses the same sub-policy (the choice is drawn from the
+    /// step's stream), draws its coins for the whole batch, and learns from the replicas' mean
+    /// loss, so the magnitudes stay the same on every replica and equal a one-device run's.
+    fn runs_on_replicas(&self) -> bool {
+        true
+    }
+
     fn check(&mut self, run: &mut RunView<'_, B, K>) -> Result<(), TrainError> {
         if !run.augmenter().is_adaptive() {
             return Err(crate::base::error::ConfigError::new(

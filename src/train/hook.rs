@@ -150,10 +150,10 @@ pub trait Hook<B: AutodiffBackend, K: Step<B>>: Any {
     /// ([`crate::data_parallel`]): each replica has its own copy of the hook, sees its own shard
     /// of every batch, the gathered embeddings of the whole batch in `after_forward`, and the
     /// same (averaged) losses and networks; only replica 0 writes the hook's files and columns.
-    /// A hook that decides from its shard's images or per-image losses (selection, object
-    /// boxes, an augmentation's feedback) would decide differently on each replica, so the
-    /// default is `false`, and the trainer refuses such a hook in a data-parallel run. The
-    /// kNN monitor and Fréchet batch curation say `true`.
+    /// A hook that decides from its shard's images or per-image losses (an example selection)
+    /// would decide differently on each replica, so the default is `false`, and the trainer
+    /// refuses such a hook in a data-parallel run. The kNN monitor, Fréchet batch curation, the
+    /// object boxes and the self-paced AutoAugment's feedback say `true`.
     fn runs_on_replicas(&self) -> bool {
         false
     }
