@@ -561,8 +561,7 @@ impl Augmenter {
 
     /// The generator for batch `key` (independent of any earlier call).
     pub fn rng(&self, key: u64) -> StdRng {
-        let seed = mix_seed(self.config.seed, key);
-        StdRng::seed_from_u64(seed)
+        StdRng::seed_from_u64(mix_seed(self.config.seed, key))
     }
 
     /// Two views of the batch `x` (`[N, C, H, W]`, floats in `[0, 1]`), reproducible from

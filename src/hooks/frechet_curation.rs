@@ -81,6 +81,10 @@ impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for FrechetCuratio
         true
     }
 
+    fn reads_embeddings(&self) -> bool {
+        true
+    }
+
     fn epoch_start(&mut self, _: &mut RunView<'_, B, K>, _: usize) -> Result<(), TrainError> {
         self.seconds = 0.0;
         Ok(())

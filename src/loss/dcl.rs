@@ -11,7 +11,7 @@
 
 use burn::prelude::*;
 
-use super::{stop_gradient, TwoViewSimilarities, MASKED_LOGIT};
+use super::{positive_mask, stop_gradient, TwoViewSimilarities, MASKED_LOGIT};
 use crate::base::error::{positive, ConfigError};
 
 /// Configuration of [`DclLoss`].
@@ -82,11 +82,7 @@ impl DclLoss {
                 positive.clone() * w
             }
         };
-        let [rows, cols] = views.sim.dims();
-        let at_positive = Tensor::<B, 1, Int>::arange(0..cols as i64, &views.sim.device())
-            .reshape([1, cols])
-            .repeat_dim(0, rows)
-            .equal(views.positive_index.repeat_dim(1, cols));
+        let at_positive = positive_mask(n, &views.sim.device());
         let logits = views
             .sim
             .div_scalar(self.temperature)

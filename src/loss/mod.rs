@@ -159,12 +159,9 @@ impl<B: Backend> TwoViewSimilarities<B> {
         let positive = (z.clone() * partner).sum_dim(1);
         let candidates = l2_normalize(Tensor::cat(vec![n1, n2], 0));
         let index = positive_index(batch, &device);
-        let at_positive: Vec<bool> = (0..n * n).map(|e| e % n == (e / n + batch) % n).collect();
-        let at_positive =
-            Tensor::<B, 2, Bool>::from_data(TensorData::new(at_positive, [n, n]), &device);
         let sim = z
             .matmul(candidates.transpose())
-            .mask_where(at_positive, positive.repeat_dim(1, n));
+            .mask_where(positive_mask(batch, &device), positive.repeat_dim(1, n));
         Self {
             sim,
             positive_index: index,
@@ -179,6 +176,14 @@ pub(crate) fn positive_index<B: Backend>(batch: usize, device: &B::Device) -> Te
     let n = 2 * batch;
     let idx: Vec<i64> = (0..n).map(|i| ((i + batch) % n) as i64).collect();
     Tensor::<B, 1, Int>::from_data(TensorData::new(idx, [n]), device).reshape([n, 1])
+}
+
+/// `[2B, 2B]` boolean mask of a two-view batch, true at each anchor's positive (column
+/// `i ± B` of row `i`).
+pub(crate) fn positive_mask<B: Backend>(batch: usize, device: &B::Device) -> Tensor<B, 2, Bool> {
+    let n = 2 * batch;
+    let at_positive: Vec<bool> = (0..n * n).map(|e| e % n == (e / n + batch) % n).collect();
+    Tensor::from_data(TensorData::new(at_positive, [n, n]), device)
 }
 
 /// `[n, n]` boolean mask, true on the diagonal.

@@ -87,7 +87,8 @@ pub struct MethodOutput<B: Backend> {
     /// The two views' projections, `[N, D]` each and detached: what a selection piece such as
     /// Fréchet batch curation measures before the step is applied (`None` for a method without
     /// two views, e.g. rotation prediction). In a data-parallel run the training step hands the
-    /// hooks every replica's rows, gathered (`[W·N, D]`, the same on every replica).
+    /// hooks every replica's rows, gathered (`[W·N, D]`, the same on every replica), when a hook
+    /// reads them (`Hook::reads_embeddings`).
     pub embeddings: Option<[Tensor<B, 2>; 2]>,
 }
 

@@ -148,13 +148,21 @@ pub trait Hook<B: AutodiffBackend, K: Step<B>>: Any {
 
     /// Whether the hook may run in every replica of a data-parallel run
     /// ([`crate::data_parallel`]): each replica has its own copy of the hook, sees its own shard
-    /// of every batch, the gathered embeddings of the whole batch in `after_forward`, and the
-    /// same (averaged) losses and networks; only replica 0 writes the hook's files and columns.
+    /// of every batch, the gathered embeddings of the whole batch in `after_forward` (when it
+    /// [reads them](Hook::reads_embeddings)), and the same (averaged) losses and networks; only replica 0 writes the hook's files and columns.
     /// A hook that decides from its shard's images or per-image losses (an example selection)
     /// would decide differently on each replica, so the default is `false`, and the trainer
     /// refuses such a hook in a data-parallel run. The kNN monitor, Fréchet batch curation, the
     /// object boxes and the self-paced AutoAugment's feedback say `true`.
     fn runs_on_replicas(&self) -> bool {
+        false
+    }
+
+    /// Whether [`Hook::after_forward`] reads the output's per-image values (the method's
+    /// embeddings). In a data-parallel run the step then gathers them from every replica before
+    /// the hooks judge the attempt (two all-reduces a step, paid only when a hook asks).
+    /// Default: `false`.
+    fn reads_embeddings(&self) -> bool {
         false
     }
 

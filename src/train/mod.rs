@@ -359,7 +359,8 @@ impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
         non_negative("final_lr", config.final_lr)?;
         let mut step = self.step;
         if let Some(replica) = &self.replica {
-            step.set_replica(replica.clone())?;
+            let gather_for_hooks = self.hooks.iter().any(|h| h.reads_embeddings());
+            step.set_replica(replica.clone(), gather_for_hooks)?;
             if let Some(hook) = self.hooks.iter().find(|h| !h.runs_on_replicas()) {
                 return Err(ConfigError::new(
                     "devices",

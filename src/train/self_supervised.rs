@@ -60,6 +60,8 @@ pub struct SelfSupervised<B: AutodiffBackend, S, O, D> {
     knobs: Vec<(&'static str, f64)>,
     /// This step's replica in a data-parallel run.
     replica: Option<Replica<B>>,
+    /// Whether the embeddings the hooks judge are gathered from every replica (a hook reads them).
+    gather_embeddings: bool,
 }
 
 impl<B, S, O, D> SelfSupervised<B, S, O, D>
@@ -81,6 +83,7 @@ where
             augment_ahead: false,
             knobs: Vec::new(),
             replica: None,
+            gather_embeddings: false,
         }
     }
 
@@ -332,9 +335,10 @@ where
             Tensor::from_inner(views.view2),
             progress,
         );
-        // Data-parallel: the hooks measure the global batch (Fréchet curation's distance, a
-        // user's rule), the same on every replica, so that they decide alike.
-        if let Some(replica) = &self.replica {
+        // Data-parallel: a hook that reads the embeddings measures the global batch (Fréchet
+        // curation's distance, a user's rule), the same on every replica, so that all decide
+        // alike.
+        if let Some(replica) = self.replica.as_ref().filter(|_| self.gather_embeddings) {
             out.embeddings = out.embeddings.map(|[z1, z2]| {
                 [
                     replica.gather(z1.detach()).detach(),
@@ -386,8 +390,13 @@ where
         Ok((host[0], stats))
     }
 
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), TrainError> {
+    fn set_replica(
+        &mut self,
+        replica: Replica<B>,
+        gather_for_hooks: bool,
+    ) -> Result<(), TrainError> {
         self.method.set_replica(replica.clone())?;
+        self.gather_embeddings = gather_for_hooks;
         self.loader.set_shard(replica.rank(), replica.replicas())?;
         self.augmenter
             .set_shard(replica.rank(), replica.replicas())?;

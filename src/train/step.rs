@@ -162,12 +162,18 @@ pub trait Step<B: AutodiffBackend>: Sized + 'static {
     /// Makes the step one replica of a data-parallel run ([`crate::data_parallel`]): its batches
     /// become its shard of every global batch, its gradients are averaged over the replicas
     /// before the optimiser steps, and the loss and statistics it reports are the replicas'
-    /// means. Called once, before [`Step::prepare`]. Default: refused.
+    /// means. With `gather_for_hooks` (a hook [reads the output's per-image
+    /// values](super::hook::Hook::reads_embeddings)), the output the hooks judge holds every
+    /// replica's. Called once, before [`Step::prepare`]. Default: refused.
     ///
     /// # Errors
     /// If this step (or its method) cannot be trained data-parallel.
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), TrainError> {
-        let _ = replica;
+    fn set_replica(
+        &mut self,
+        replica: Replica<B>,
+        gather_for_hooks: bool,
+    ) -> Result<(), TrainError> {
+        let _ = (replica, gather_for_hooks);
         Err(ConfigError::new("devices", "this kind of training runs on one device").into())
     }
 
