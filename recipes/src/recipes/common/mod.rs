@@ -491,9 +491,10 @@ impl Prepared {
         let devices = backend::devices(self.args.device, parallel.devices)?;
         // The first replica's error itself, so that its exit code (2 for what the user gave)
         // survives the replicas' threads.
-        let first: std::sync::Mutex<Option<anyhow::Error>> = std::sync::Mutex::new(None);
+        let first: std::sync::Mutex<Option<(usize, anyhow::Error)>> = std::sync::Mutex::new(None);
         let outcome =
             replicas::run::<Train, (), String, _>(&parallel, &devices, |replica, device| {
+                let rank = replica.rank();
                 let result = build(&self, device).and_then(|(method, optimizer)| {
                     run(
                         &self,
@@ -509,7 +510,7 @@ impl Prepared {
                     first
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .get_or_insert(error);
+                        .get_or_insert((rank, error));
                     text
                 })
             });
@@ -524,12 +525,12 @@ impl Prepared {
                 for (other, reason) in others {
                     log::warn!("replica {other} stopped too: {reason}");
                 }
-                let error = first
+                // The error of the replica that failed first (a panic, e.g. in the collective
+                // layer when a machine stopped, has no error of its own: its text is the reason).
+                let (rank, error) = first
                     .into_inner()
                     .unwrap_or_else(|e| e.into_inner())
-                    // A panic (in the collective layer, e.g. a machine that stopped) has no
-                    // error of its own: its text is the reason.
-                    .unwrap_or_else(|| anyhow::anyhow!(reason));
+                    .unwrap_or_else(|| (rank, anyhow::anyhow!(reason)));
                 Err(error.context(format!("replica {rank} of {replicas}")))
             }
             Err(error) => Err(usage(error.to_string())),
