@@ -1,5 +1,6 @@
 //! Two-view pipelines (SimCLR, MoCo v2, BYOL and their small-image variants) with a colour
-//! strength knob for curricula.
+//! strength knob for curricula, and multi-crop (SwAV, DINO: two global views plus `V` smaller
+//! local crops, [`LocalCrops`], [`PipelineConfig::multi_crop`]).
 //!
 //! A view applies, in this order: random resized crop, horizontal flip, colour jitter (random
 //! order per sample), random grayscale, Gaussian blur, solarisation, normalisation. (Flip commutes
@@ -86,8 +87,25 @@ pub struct PipelineConfig {
     /// normalisation.
     #[serde(default)]
     pub auto_augment: Option<SelfPacedAutoAugmentConfig>,
+    /// Multi-crop: `count` local crops of every image besides the two global views (SwAV,
+    /// DINO); only a method whose loss takes them accepts them.
+    #[serde(default)]
+    pub local_crops: Option<LocalCrops>,
     /// Seed of the per-sample random choices.
     pub seed: u64,
+}
+
+/// The local crops of multi-crop (Caron et al., SwAV, NeurIPS 2020, §3.2,
+/// <https://arxiv.org/abs/2006.09882>): `count` small views of every image, each with its own
+/// draws of `view`'s operations (whose random resized crop fixes their size). The colour
+/// strength, the strength curriculum and the AutoAugment sub-policy apply to them as to the two
+/// global views; mixup mixes only the global views.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalCrops {
+    /// Local crops per image (`V`; SwAV's 6 on ImageNet, DINO's 6 to 10).
+    pub count: usize,
+    /// The operations of a local crop.
+    pub view: ViewConfig,
 }
 
 fn normalize_for(side: usize, channels: usize) -> Normalize {
@@ -196,8 +214,52 @@ impl PipelineConfig {
             mixup_curriculum: None,
             strength_curriculum: None,
             auto_augment: None,
+            local_crops: None,
             seed: 0,
         }
+    }
+
+    /// Multi-crop on `preset`'s operations for square images of `side` pixels: two global crops
+    /// of scale `global_scale` at `side` pixels and `count` local crops of scale `local_scale`
+    /// at `local_side(side)` pixels (`96` for `224`: SwAV's and DINO's ImageNet setting, scaled
+    /// for small images: 14 px for CIFAR's 32, 12 px for Fashion-MNIST's 28). The blur kernel of
+    /// the local crops follows their size. SwAV: global `(0.14, 1)`, local `(0.05, 0.14)`; DINO:
+    /// global `(0.4, 1)` (`(0.14, 1)` in its small-image runs), local `(0.05, 0.4)`.
+    pub fn multi_crop(
+        preset: Preset,
+        side: usize,
+        channels: usize,
+        count: usize,
+        global_scale: (f64, f64),
+        local_scale: (f64, f64),
+    ) -> Self {
+        let mut config = Self::preset(preset, side, channels);
+        for view in [&mut config.view1, &mut config.view2] {
+            if let Some(crop) = &mut view.crop {
+                crop.scale = global_scale;
+            }
+        }
+        let small = Self::local_side(side);
+        let mut local = config.view1.clone();
+        local.crop = Some(RandomResizedCrop {
+            size: (small, small),
+            scale: local_scale,
+            ratio: (3.0 / 4.0, 4.0 / 3.0),
+        });
+        if let Some(blur) = &mut local.blur {
+            blur.kernel_size = RandomGaussianBlur::kernel_for(small);
+            // BYOL's and DINO's first view always blurs; a local crop blurs half of the time.
+            blur.p = blur.p.min(0.5);
+        }
+        local.solarize = None;
+        config.local_crops = (count > 0).then_some(LocalCrops { count, view: local });
+        config
+    }
+
+    /// The side of a local crop for global views of `side` pixels: `side · 96 / 224`, at least 8
+    /// (224 → 96, 96 → 41, 32 → 14, 28 → 12).
+    pub fn local_side(side: usize) -> usize {
+        ((side as f64 * 96.0 / 224.0).round() as usize).max(8)
     }
 
     /// SimCLR for `side × side` images with `channels` channels (see [`PipelineConfig::preset`]).
@@ -218,7 +280,22 @@ impl PipelineConfig {
     /// Checks every setting for input images with `channels` channels.
     pub fn validate(&self, channels: usize) -> Result<(), ConfigError> {
         non_negative("strength", self.strength)?;
-        for v in [&self.view1, &self.view2] {
+        let local = self.local_crops.as_ref().map(|l| &l.view);
+        if let Some(l) = &self.local_crops {
+            if l.count == 0 {
+                return Err(ConfigError::new(
+                    "local_crops.count",
+                    "must be at least 1 (leave local_crops out for none)",
+                ));
+            }
+            if l.view.crop.is_none() {
+                return Err(ConfigError::new(
+                    "local_crops.view.crop",
+                    "a local crop needs a random resized crop (it fixes the crops' size)",
+                ));
+            }
+        }
+        for v in [&self.view1, &self.view2].into_iter().chain(local) {
             if let Some(c) = &v.crop {
                 c.validate()?;
             }
@@ -257,7 +334,7 @@ impl PipelineConfig {
         }
         if let Some(c) = &self.strength_curriculum {
             c.validate()?;
-            for v in [&self.view1, &self.view2] {
+            for v in [&self.view1, &self.view2].into_iter().chain(local) {
                 if let Some(j) = &v.jitter {
                     j.scaled(self.strength * c.target).validate()?;
                 }
@@ -320,6 +397,9 @@ pub struct TwoViews<B: Backend> {
     /// `n`. With mixup, `view2` is a blend of `view1` and the second augmented view, whose
     /// geometry `geometry[1]` describes.
     pub geometry: [Vec<ViewGeometry>; 2],
+    /// The local crops of multi-crop, `[N, C, h, w]` each (empty without
+    /// [`PipelineConfig::local_crops`]).
+    pub locals: Vec<Tensor<B, 4>>,
 }
 
 /// The capability an adaptive augmentation ([`Augmenter::is_adaptive`]) needs from a hook: the
@@ -620,7 +700,7 @@ impl Augmenter {
         let (view1, geometry1) =
             self.view_with(&self.config.view1, x.clone(), &mut rng, multiplier, policy);
         let (view2, geometry2) =
-            self.view_with(&self.config.view2, x, &mut rng, multiplier, policy);
+            self.view_with(&self.config.view2, x.clone(), &mut rng, multiplier, policy);
         let geometry = [geometry1, geometry2];
         let mixup = match &self.mixup_schedule {
             Some(schedule) => {
@@ -635,27 +715,31 @@ impl Augmenter {
             }
             None => self.config.mixup,
         };
-        match mixup {
+        let (view2, lambdas) = match mixup {
             Some(m) => {
                 let lambdas = self.own(m.sample(&mut rng, self.draw_span(n).0), n);
-                let mixed = m.apply(view1.clone(), view2, &lambdas);
-                TwoViews {
-                    view1,
-                    view2: mixed,
-                    lambdas: Some(lambdas),
-                    knobs,
-                    policy,
-                    geometry,
-                }
+                (m.apply(view1.clone(), view2, &lambdas), Some(lambdas))
             }
-            None => TwoViews {
-                view1,
-                view2,
-                lambdas: None,
-                knobs,
-                policy,
-                geometry,
-            },
+            None => (view2, None),
+        };
+        // The local crops draw last: a pipeline without them draws as it always did.
+        let locals = match &self.config.local_crops {
+            Some(l) => (0..l.count)
+                .map(|_| {
+                    self.view_with(&l.view, x.clone(), &mut rng, multiplier, policy)
+                        .0
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        TwoViews {
+            view1,
+            view2,
+            lambdas,
+            knobs,
+            policy,
+            geometry,
+            locals,
         }
     }
 }

@@ -204,3 +204,131 @@ fn barlow_twins_vicreg_dcl_dclw_equal_lightly_values_and_gradients() {
         }
     }
 }
+
+/// SwAV's and DINO's losses against lightly's own implementations in float64
+/// (`tests/pytorch/multi_crop_losses.py` wrote `tests/fixtures/multi_crop_losses.json`): the
+/// Sinkhorn–Knopp codes, each case's value (two global views, with and without local crops and a
+/// queue, other temperatures) and its gradients with respect to every view, DINO's updated
+/// centre; values and codes to 1e-12, gradients to [`GRADIENT_TOLERANCE`] relative.
+#[test]
+fn swav_and_dino_equal_lightly_values_gradients_codes_and_centre() {
+    use burn::prelude::*;
+    use curriculum_ssl::loss::*;
+
+    let text = include_str!("fixtures/multi_crop_losses.json");
+    let fixture: serde_json::Value = serde_json::from_str(text).unwrap();
+    let (n, k) = (
+        fixture["images"].as_u64().unwrap() as usize,
+        fixture["dim"].as_u64().unwrap() as usize,
+    );
+    type Ad = common::ExactAd;
+    let device = Default::default();
+    let matrix = |rows: usize, f: &dyn Fn(usize, usize) -> f64| -> Tensor<Ad, 2> {
+        let values: Vec<f64> = (0..rows * k).map(|e| f(e / k, e % k)).collect();
+        Tensor::from_data(TensorData::new(values, [rows, k]), &device)
+    };
+    let view = |v: usize| {
+        matrix(n, &|i, j| {
+            0.9 * (0.37 * (i * k + j) as f64 + 0.8 * v as f64 + 0.1).sin()
+        })
+        .require_grad()
+    };
+    let queue = |g: usize| {
+        matrix(3, &|i, j| {
+            0.9 * (0.29 * (i * k + j) as f64 + 0.5 * g as f64).cos()
+        })
+    };
+    let teacher = |g: usize| {
+        matrix(n, &|i, j| {
+            2.0 * (0.53 * (i * k + j) as f64 - 0.4 * g as f64).cos()
+        })
+    };
+    let center = matrix(1, &|_, j| 0.1 * j as f64 - 0.15);
+    let floats = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let host = |x: Tensor<Ad, 2>| -> Vec<f64> { x.into_data().convert::<f64>().to_vec().unwrap() };
+    let close = |what: &str, ours: f64, theirs: f64, rel: f64| {
+        assert!(
+            (ours - theirs).abs() <= rel * theirs.abs().max(1.0),
+            "{what}: ours {ours}, lightly {theirs}"
+        );
+    };
+
+    let codes = host(sinkhorn(view(0), 3, 0.05));
+    for (e, (o, t)) in codes
+        .iter()
+        .zip(floats(&fixture["sinkhorn_codes"]))
+        .enumerate()
+    {
+        close(&format!("sinkhorn[{e}]"), *o, t, 1e-12);
+    }
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 7);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let setting = |key: &str| -> f64 {
+            let tail = name.split(&format!("{key}=")).nth(1).unwrap();
+            tail.split(' ').next().unwrap().parse().unwrap()
+        };
+        let views: Vec<Tensor<Ad, 2>> = (0..setting("views") as usize).map(view).collect();
+        let (global, local) = views.split_at(2);
+        let loss = if name.starts_with("swav") {
+            let l = SwavLossConfig::new()
+                .with_temperature(setting("tau"))
+                .with_sinkhorn_iterations(setting("iters") as usize)
+                .with_sinkhorn_epsilon(setting("eps"))
+                .init()
+                .unwrap();
+            let q = [queue(0), queue(1)];
+            l.forward(
+                global,
+                local,
+                name.ends_with("queue=True").then_some(&q[..]),
+            )
+        } else {
+            let l = DinoLossConfig::new()
+                .with_student_temp(setting("student_temp"))
+                .with_center_momentum(setting("momentum"))
+                .init()
+                .unwrap();
+            let t = [teacher(0), teacher(1)];
+            let next = host(l.updated_center(center.clone(), &t));
+            for (e, (o, t)) in next.iter().zip(floats(&case["center"])).enumerate() {
+                close(&format!("{name}: centre[{e}]"), *o, t, 1e-12);
+            }
+            l.forward(&t, &views, center.clone(), setting("teacher_temp"))
+        };
+        let value: f64 = loss.clone().into_scalar();
+        close(
+            &format!("{name}: value"),
+            value,
+            case["value"].as_f64().unwrap(),
+            1e-12,
+        );
+        let grads = loss.backward();
+        let theirs = case["grads"].as_array().unwrap();
+        assert_eq!(theirs.len(), views.len());
+        for (v, (x, t)) in views.iter().zip(theirs).enumerate() {
+            let ours: Vec<f64> = x
+                .grad(&grads)
+                .unwrap()
+                .into_data()
+                .convert::<f64>()
+                .to_vec()
+                .unwrap();
+            for (e, (o, t)) in ours.iter().zip(floats(t)).enumerate() {
+                close(
+                    &format!("{name}: grad view {v}[{e}]"),
+                    *o,
+                    t,
+                    GRADIENT_TOLERANCE,
+                );
+            }
+        }
+    }
+}

@@ -17,6 +17,8 @@
 //! | [`barlow_twins`] | cross-correlation towards the identity (Barlow Twins) | <https://arxiv.org/abs/2103.03230> | `#barlow-twins-loss` |
 //! | [`vicreg`] | variance, invariance, covariance (VICReg) | <https://arxiv.org/abs/2105.04906> | `#vicreg-loss` |
 //! | [`dcl`] | decoupled contrastive loss and its weighted form (DCL / DCLW) | <https://arxiv.org/abs/2110.06848> | `#dcl-and-dclw` |
+//! | [`swav`] | swapped prediction of Sinkhorn–Knopp codes (SwAV) | <https://arxiv.org/abs/2006.09882> | `#swav` |
+//! | [`dino`] | self-distillation with centring and sharpening (DINO) | <https://arxiv.org/abs/2104.14294> | `#dino` |
 //!
 //! Every objective has a `#[derive(Config)]` config carrying the paper's defaults; `init()`
 //! validates the hyperparameters and returns a [`ConfigError`](crate::base::error::ConfigError) naming
@@ -31,6 +33,7 @@
 pub mod barlow_twins;
 pub mod curricular;
 pub mod dcl;
+pub mod dino;
 pub mod hcl;
 pub mod huber;
 pub mod info_nce;
@@ -39,12 +42,14 @@ pub mod negative_cosine;
 pub mod nt_xent;
 pub mod soft_nce;
 pub mod soft_target;
+pub mod swav;
 pub mod vicreg;
 pub mod worked_examples;
 
 pub use barlow_twins::{BarlowTwinsLoss, BarlowTwinsLossConfig};
 pub use curricular::{CurricularLoss, CurricularLossConfig, CurricularOutput, CurricularState};
 pub use dcl::{DclLoss, DclLossConfig};
+pub use dino::{DinoLoss, DinoLossConfig};
 pub use hcl::{HclLoss, HclLossConfig};
 pub use huber::{HuberNtXentLoss, HuberNtXentLossConfig};
 pub use info_nce::{InfoNceLoss, InfoNceLossConfig};
@@ -53,6 +58,7 @@ pub use negative_cosine::{NegativeCosineLoss, NegativeCosineLossConfig};
 pub use nt_xent::{NtXentLoss, NtXentLossConfig};
 pub use soft_nce::{AlphaSchedule, SoftNceLoss, SoftNceLossConfig, SoftNceWeights};
 pub use soft_target::{SoftTargetCrossEntropy, SoftTargetCrossEntropyConfig};
+pub use swav::{sinkhorn, SwavLoss, SwavLossConfig};
 pub use vicreg::{VicRegLoss, VicRegLossConfig, VicRegTerms};
 
 use burn::prelude::*;
