@@ -17,6 +17,7 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::Optimizer;
 use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl::data_parallel::{replicas, CollectiveBackend, DataParallelConfig, Replica};
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
@@ -52,11 +53,36 @@ fn views(step: usize) -> [Vec<f32>; 2] {
     [view(0), view(1)]
 }
 
-/// Rows `start .. start + n` of a view, on `device`.
-fn shard<B: Backend>(view: &[f32], start: usize, n: usize, device: &B::Device) -> Tensor<B, 4> {
-    let per = 3 * SIDE * SIDE;
+/// Side of the local crops of the multi-crop methods (SwAV, DINO).
+const LOCAL_SIDE: usize = 4;
+
+/// Two local crops of step `step`'s global batch, `[GLOBAL, 3, LOCAL_SIDE, LOCAL_SIDE]` each.
+fn local_views(step: usize) -> [Vec<f32>; 2] {
+    let len = GLOBAL * 3 * LOCAL_SIDE * LOCAL_SIDE;
+    let view = |v: usize| {
+        (0..len)
+            .map(|i| ((i as f64 * 0.53 + (step * 2 + v) as f64 * 0.77).cos() * 1.1) as f32)
+            .collect()
+    };
+    [view(0), view(1)]
+}
+
+/// Rows `start .. start + n` of a view of `side` pixels, on `device`.
+fn shard_of<B: Backend>(
+    view: &[f32],
+    side: usize,
+    start: usize,
+    n: usize,
+    device: &B::Device,
+) -> Tensor<B, 4> {
+    let per = 3 * side * side;
     let data = view[start * per..(start + n) * per].to_vec();
-    Tensor::from_data(TensorData::new(data, [n, 3, SIDE, SIDE]), device)
+    Tensor::from_data(TensorData::new(data, [n, 3, side, side]), device)
+}
+
+/// Rows `start .. start + n` of a global view, on `device`.
+fn shard<B: Backend>(view: &[f32], start: usize, n: usize, device: &B::Device) -> Tensor<B, 4> {
+    shard_of(view, SIDE, start, n, device)
 }
 
 #[derive(Default)]
@@ -114,9 +140,18 @@ where
             total_epochs: 1,
         };
         let [v1, v2] = views(step);
-        let out = method.forward(
+        // A multi-crop method gets two local crops as well.
+        let locals = match method.takes_local_crops() {
+            true => local_views(step)
+                .iter()
+                .map(|v| shard_of(v, LOCAL_SIDE, start, n, device))
+                .collect(),
+            false => Vec::new(),
+        };
+        let out = method.forward_multi_crop(
             shard(&v1, start, n, device),
             shard(&v2, start, n, device),
+            locals,
             progress,
         );
         let loss = out
@@ -260,6 +295,47 @@ fn vicreg<B: Backend>(d: &B::Device, _: usize) -> Result<VicReg<B, ResNet<B>>, C
         .init(resnet(d), d)
 }
 
+/// SwAV with a queue of one global batch, used from the second step, and prototypes that
+/// train from the first.
+fn swav<B: Backend>(d: &B::Device, _: usize) -> Result<Swav<B, ResNet<B>>, ConfigError> {
+    SwavConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .with_num_prototypes(6)
+        .with_freeze_prototypes_epochs(0)
+        .with_queue_size(GLOBAL)
+        .with_queue_start_epoch(0)
+        .init(resnet(d), d)
+}
+
+fn swav_extra<B: AutodiffBackend>(m: &Swav<B, ResNet<B>>) -> Vec<f64> {
+    let queue = m.state().queue.expect("a queue");
+    queue.into_data().convert::<f64>().to_vec::<f64>().unwrap()
+}
+
+/// DINO whose last layer trains from the first step.
+fn dino<B: Backend>(d: &B::Device, _: usize) -> Result<Dino<B, ResNet<B>>, ConfigError> {
+    DinoConfig::new()
+        .with_hidden_dim(8)
+        .with_bottleneck_dim(4)
+        .with_output_dim(6)
+        .with_base_momentum(0.9)
+        .with_freeze_last_layer_epochs(0)
+        .init(resnet, d)
+}
+
+fn dino_extra<B: Backend>(m: &Dino<B, ResNet<B>>) -> Vec<f64> {
+    let mut v = values(m.teacher());
+    v.extend(
+        m.center()
+            .into_data()
+            .convert::<f64>()
+            .to_vec::<f64>()
+            .unwrap(),
+    );
+    v
+}
+
 fn moco_extra<B: Backend>(m: &MoCo<B, ResNet<B>>) -> Vec<f64> {
     let mut v = values(m.key_encoder());
     v.extend(
@@ -304,6 +380,10 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
         runs::<Exact, _>(&vicreg, &|_| Vec::new()),
         1e-10,
     );
+    // Multi-crop with two local crops; SwAV's codes over the gathered batch and its queue,
+    // DINO's centre from the replicas' mean teacher output.
+    assert_same("SwAV (f64)", runs::<Exact, _>(&swav, &swav_extra), 1e-10);
+    assert_same("DINO (f64)", runs::<Exact, _>(&dino, &dino_extra), 1e-10);
     // The CPU training backend.
     assert_same(
         "SimCLR (Flex)",

@@ -379,3 +379,58 @@ fn dcl_gradient() {
         |x| loss.forward(x[0].clone(), x[1].clone()),
     );
 }
+
+/// SwAV: the codes are constants of the backward pass (Sinkhorn–Knopp runs without gradient,
+/// as in the paper and lightly), so the derivative is taken with the codes given: two global
+/// views and a local crop, each view's codes from its own scores; the codes get no gradient.
+#[test]
+fn swav_gradient_with_the_codes_held() {
+    let (s1, s2) = views(43);
+    let (s3, _) = views(47);
+    let loss = SwavLossConfig::new().init().unwrap();
+    let codes = |s: &[f64]| -> Vec<f64> {
+        let t = tensor::<ExactAd>(s, BATCH, DIM);
+        sinkhorn(t, 3, 0.05)
+            .into_data()
+            .convert::<f64>()
+            .to_vec()
+            .unwrap()
+    };
+    let (q1, q2) = (codes(&s1), codes(&s2));
+    check_gradients(
+        "SwAV",
+        &[
+            (s1, BATCH, DIM),
+            (s2, BATCH, DIM),
+            (s3, BATCH, DIM),
+            (q1, BATCH, DIM),
+            (q2, BATCH, DIM),
+        ],
+        &[true, true, true, false, false],
+        |x| loss.forward_with_codes(&x[..2], &x[2..3], &x[3..5]),
+    );
+}
+
+/// DINO: the student's gradient on two global views and a local crop; the teacher's outputs and
+/// the centre get none.
+#[test]
+fn dino_gradient_and_no_gradient_to_teacher_or_centre() {
+    let (s1, s2) = views(53);
+    let (s3, t1) = views(59);
+    let (t2, _) = views(61);
+    let center: Vec<f64> = (0..DIM).map(|j| 0.05 * j as f64 - 0.1).collect();
+    let loss = DinoLossConfig::new().init().unwrap();
+    check_gradients(
+        "DINO",
+        &[
+            (s1, BATCH, DIM),
+            (s2, BATCH, DIM),
+            (s3, BATCH, DIM),
+            (t1, BATCH, DIM),
+            (t2, BATCH, DIM),
+            (center, 1, DIM),
+        ],
+        &[true, true, true, false, false, false],
+        |x| loss.forward(&x[3..5], &x[..3], x[5].clone(), 0.07),
+    );
+}

@@ -145,7 +145,8 @@ impl SwavLoss {
     }
 
     /// The loss with the codes of each global view given (`codes[i]` for `global[i]`), e.g.
-    /// computed on the scores of every replica's images in a data-parallel run.
+    /// computed on the scores of every replica's images in a data-parallel run. No gradient
+    /// flows into the codes.
     ///
     /// # Shapes
     /// - `global[i]`, `local[v]`, `codes[i]`: `[N, K]` → `[1]`
@@ -187,7 +188,7 @@ impl SwavLoss {
                 .map(|(_, s)| s)
                 .chain(local);
             for s in others {
-                let term = self.prediction(s.clone(), q.clone());
+                let term = self.prediction(s.clone(), stop_gradient(q.clone()));
                 sub = Some(match sub {
                     Some(acc) => acc + term,
                     None => term,

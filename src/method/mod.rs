@@ -1,5 +1,5 @@
 //! SSL methods ("frameworks"): SimCLR (with NT-Xent, HCL, curricular weighting, Huber NT-Xent,
-//! DCL / DCLW), MoCo v1/v2 and Light-MoCo, BYOL, SimSiam, Barlow Twins, VICReg, rotation
+//! DCL / DCLW), MoCo v1/v2 and Light-MoCo, BYOL, SimSiam, Barlow Twins, VICReg, SwAV, DINO, rotation
 //! prediction, plus the state they share (the MoCo key queue, the EMA update).
 //!
 //! A method owns its networks and states. Its trainable part is one module,
@@ -18,6 +18,7 @@
 pub mod barlow_twins;
 pub mod branches;
 pub mod byol;
+pub mod dino;
 pub mod ema;
 pub mod moco;
 pub mod pgd;
@@ -26,15 +27,18 @@ pub mod queue;
 pub mod rotnet;
 pub mod simclr;
 pub mod simsiam;
+pub mod swav;
 pub mod vicreg;
 
 pub use barlow_twins::{BarlowTwins, BarlowTwinsConfig};
 pub use byol::{Byol, ByolConfig, ByolState};
+pub use dino::{Dino, DinoConfig, DinoHead, DinoHeadConfig, DinoNetwork, DinoState};
 pub use moco::{MoCo, MoCoConfig, MoCoState};
 pub use projected_pair::{PairObjective, ProjectedNetwork, ProjectedPair};
 pub use queue::{KeyQueue, KeyQueueConfig};
 pub use simclr::{PairLossConfig, SimClr, SimClrConfig, SimClrState};
 pub use simsiam::{SimSiam, SimSiamConfig};
+pub use swav::{Swav, SwavConfig, SwavNetwork, SwavState};
 pub use vicreg::{VicReg, VicRegConfig};
 
 use burn::module::AutodiffModule;
@@ -133,6 +137,31 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
         view2: Tensor<B, 4>,
         progress: Progress,
     ) -> MethodOutput<B>;
+
+    /// Whether the loss takes the local crops of multi-crop (SwAV, DINO): the trainer hands
+    /// them to [`SslMethod::forward_multi_crop`], and refuses a pipeline with local crops for a
+    /// method that does not take them. Default: `false`.
+    fn takes_local_crops(&self) -> bool {
+        false
+    }
+
+    /// The loss of one step on the two global views and `locals`, the local crops of
+    /// multi-crop (`[N, C, h, w]` each, smaller than the global views). What the trainer calls.
+    /// Default: [`SslMethod::forward`] on the global views, for a method that does not
+    /// [take local crops](SslMethod::takes_local_crops) (it is never handed any).
+    ///
+    /// # Shapes
+    /// - `view1`, `view2`: `[N, C, H, W]`; `locals[v]`: `[N, C, h, w]`
+    fn forward_multi_crop(
+        &mut self,
+        view1: Tensor<B, 4>,
+        view2: Tensor<B, 4>,
+        locals: Vec<Tensor<B, 4>>,
+        progress: Progress,
+    ) -> MethodOutput<B> {
+        debug_assert!(locals.is_empty(), "local crops for a two-view method");
+        self.forward(view1, view2, progress)
+    }
 
     /// The gradients of `loss`, the [`MethodOutput::loss`] of the last [`SslMethod::forward`],
     /// with respect to [`SslMethod::online`]. Default: one backward pass,

@@ -5,7 +5,7 @@
 //! epoch:   the loader's batches, order keyed by (seed, epoch); uploaded and augmented one step
 //!          ahead on a thread of its own when asked (`augment_ahead`)
 //! attempt: view1, view2 = augmenter.redrawn_views(batch, progress, attempt)   # keyed by (step, attempt)
-//! forward: out = method.forward(view1, view2, progress)
+//! forward: out = method.forward_multi_crop(view1, view2, local crops, progress)
 //! apply:   online = optimiser.step(lr, online, grad(out.loss)); loss and statistics in one read
 //! after:   method.after_step (EMA, queue); the self-paced AutoAugment learns from the loss
 //!          through its hook (crate::hooks::SelfPacedAutoAugmentHook)
@@ -239,6 +239,19 @@ where
             )
             .into());
         }
+        if let Some(local) = &self.augmenter.config().local_crops {
+            if !self.method.takes_local_crops() {
+                return Err(ConfigError::new(
+                    "local_crops",
+                    format!(
+                        "the method's loss takes two views; its {} local crops per image would be \
+                         drawn and never seen (multi-crop is for SwAV and DINO)",
+                        local.count
+                    ),
+                )
+                .into());
+            }
+        }
         if self.loader.num_batches() == 0 {
             return Err(ConfigError::new(
                 "batch_size",
@@ -330,9 +343,11 @@ where
 
     fn forward(&mut self, views: TwoViews<B::InnerBackend>, progress: Progress) -> MethodOutput<B> {
         self.knobs = views.knobs;
-        let mut out = self.method.forward(
+        let locals = views.locals.into_iter().map(Tensor::from_inner).collect();
+        let mut out = self.method.forward_multi_crop(
             Tensor::from_inner(views.view1),
             Tensor::from_inner(views.view2),
+            locals,
             progress,
         );
         // Data-parallel: a hook that reads the embeddings measures the global batch (Fréchet
