@@ -232,6 +232,7 @@ impl DinoConfig {
             base_momentum: self.base_momentum,
             freeze_last_layer_epochs: self.freeze_last_layer_epochs,
             frozen: false,
+            pending_center: None,
             replica: None,
         })
     }
@@ -257,6 +258,8 @@ pub struct Dino<B: Backend, M: Backbone<B>> {
     freeze_last_layer_epochs: usize,
     /// Whether the last layer is frozen at the step being computed.
     frozen: bool,
+    /// The centre after the step being computed.
+    pending_center: Option<Tensor<B, 2>>,
     /// This method's replica in a data-parallel run (the centre moves by the global mean).
     replica: Option<Replica<B>>,
 }
@@ -314,6 +317,7 @@ where
         }
         self.teacher = self.teacher.clone().load_record(state.teacher);
         self.center = state.center.set_require_grad(false);
+        self.pending_center = None;
         Ok(())
     }
 
@@ -376,7 +380,8 @@ where
             }
             None => self.loss.updated_center(self.center.clone(), &teacher),
         };
-        self.center = center.detach().set_require_grad(false);
+        // Moved after the step (a redrawn attempt's outputs never move it).
+        self.pending_center = Some(center.detach().set_require_grad(false));
         let device = loss.device();
         let scalar = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
         MethodOutput {
@@ -406,6 +411,9 @@ where
     }
 
     fn after_step(&mut self, progress: Progress) {
+        if let Some(center) = self.pending_center.take() {
+            self.center = center;
+        }
         let m = self.momentum_at(progress);
         self.teacher.backbone =
             ema_update(self.teacher.backbone.clone(), &self.student.backbone, m);
@@ -534,5 +542,22 @@ mod tests {
         assert!(first > 1e-6, "the MLP trains in epoch 0");
         let (last, _) = step(&mut m, at(10, 1));
         assert!(last > 1e-6, "the last layer trains in epoch 1");
+    }
+
+    /// A redrawn attempt (batch curation runs the forward again) leaves no trace: the centre
+    /// moves by the outputs of the attempt that was applied.
+    #[test]
+    fn only_the_applied_attempt_moves_the_centre() {
+        let (mut once, mut twice) = (dino(DinoConfig::new()), dino(DinoConfig::new()));
+        // The same start whatever other tests' threads drew from the backend's generator.
+        twice.set_online(once.online().clone());
+        twice.load_state(once.state()).unwrap();
+        once.forward(images(4, 0.0), images(4, 1.0), at(0, 0));
+        once.after_step(at(0, 0));
+        twice.forward(images(4, 5.0), images(4, 6.0), at(0, 0));
+        assert_eq!(host(twice.center()), vec![0.0; 5], "not before the step");
+        twice.forward(images(4, 0.0), images(4, 1.0), at(0, 0));
+        twice.after_step(at(0, 0));
+        assert_eq!(host(once.center()), host(twice.center()));
     }
 }

@@ -141,6 +141,7 @@ impl SwavConfig {
             queue_start_epoch: self.queue_start_epoch,
             queue,
             frozen: false,
+            pending: None,
             replica: None,
         })
     }
@@ -173,6 +174,8 @@ pub struct Swav<B: Backend, M: Backbone<B>> {
     queue: Option<SwavQueue<B>>,
     /// Whether the prototypes are frozen at the step being computed.
     frozen: bool,
+    /// The projections the queue takes after the step (both global views').
+    pending: Option<[Tensor<B, 2>; 2]>,
     /// This method's replica in a data-parallel run: the codes are the global batch's.
     replica: Option<Replica<B>>,
 }
@@ -234,6 +237,7 @@ where
                         .reshape([size, dim])
                 });
                 queue.filled = state.filled;
+                self.pending = None;
                 Ok(())
             }
             (mine, _) => Err(ConfigError::new(
@@ -321,22 +325,10 @@ where
             })
             .collect();
         let loss = self.loss.forward_with_codes(&global, &local, &codes);
-        // The queue takes this batch's projections (the global batch's) once it is in use.
-        if progress.epoch >= self.queue_start_epoch {
-            if let Some(queue) = &mut self.queue {
-                let size = queue.views[0].dims()[0];
-                let rows = all_projections[0].dims()[0];
-                for (slot, p) in queue.views.iter_mut().zip(&all_projections) {
-                    let mut parts = vec![p.clone()];
-                    if size > rows {
-                        parts.push(slot.clone().slice(0..size - rows));
-                    }
-                    let joined = Tensor::cat(parts, 0);
-                    *slot = joined.slice(0..size).set_require_grad(false);
-                }
-                queue.filled = (queue.filled + rows).min(size);
-            }
-        }
+        // The queue takes this batch's projections (the global batch's) once it is in use, after
+        // the step (a redrawn attempt's projections never enter it).
+        self.pending = (progress.epoch >= self.queue_start_epoch && self.queue.is_some())
+            .then_some([all_projections[0].clone(), all_projections[1].clone()]);
         let device = loss.device();
         let flag =
             |on: bool| Tensor::from_data(TensorData::new(vec![on as u8 as f64], [1]), &device);
@@ -369,6 +361,18 @@ where
 
     fn after_step(&mut self, _: Progress) {
         self.online.prototypes = normalised_prototypes(self.online.prototypes.clone());
+        if let (Some(queue), Some(projections)) = (&mut self.queue, self.pending.take()) {
+            let size = queue.views[0].dims()[0];
+            let rows = projections[0].dims()[0];
+            for (slot, p) in queue.views.iter_mut().zip(projections) {
+                let mut parts = vec![p];
+                if size > rows {
+                    parts.push(slot.clone().slice(0..size - rows));
+                }
+                *slot = Tensor::cat(parts, 0).slice(0..size).set_require_grad(false);
+            }
+            queue.filled = (queue.filled + rows).min(size);
+        }
     }
 }
 
@@ -506,6 +510,7 @@ mod tests {
         let out = m.forward(v1, v2, at(3, 1));
         let (ours, theirs) = (host(out.loss)[0], host(expected)[0]);
         assert!((ours - theirs).abs() < 1e-12, "{ours} vs {theirs}");
+        m.after_step(at(3, 1));
         // And the newest rows of each queue are this batch's projections.
         let after = m.state().queue.unwrap();
         let newest = host(after.slice([0..1, 0..4, 0..4]).reshape([4, 4]));
@@ -540,5 +545,30 @@ mod tests {
         assert_eq!(e.field, "queue_size");
         let mut none = swav(SwavConfig::new());
         assert!(none.load_state(m.state()).is_err());
+    }
+
+    /// A redrawn attempt (batch curation runs the forward again) leaves no trace: the queue
+    /// takes only the projections of the attempt that was applied.
+    #[test]
+    fn only_the_applied_attempt_enters_the_queue() {
+        let config = || {
+            SwavConfig::new()
+                .with_queue_size(8)
+                .with_queue_start_epoch(0)
+        };
+        let (mut once, mut twice) = (swav(config()), swav(config()));
+        // The same start whatever other tests' threads drew from the backend's generator.
+        twice.set_online(once.online().clone());
+        twice.load_state(once.state()).unwrap();
+        once.forward(images(4, 0.0), images(4, 1.0), at(0, 0));
+        once.after_step(at(0, 0));
+        twice.forward(images(4, 5.0), images(4, 6.0), at(0, 0));
+        twice.forward(images(4, 0.0), images(4, 1.0), at(0, 0));
+        twice.after_step(at(0, 0));
+        assert_eq!(
+            host(once.state().queue.unwrap()),
+            host(twice.state().queue.unwrap())
+        );
+        assert_eq!(twice.state().filled, 4);
     }
 }
