@@ -897,4 +897,49 @@ mod tests {
         let err = aa.init(1).unwrap().set_shard(2, 2).unwrap_err();
         assert_eq!(err.field, "devices");
     }
+
+    /// Multi-crop: the local crops come at their own size, as many as asked, each with its own
+    /// draws; the global views are those the pipeline draws without local crops (the local
+    /// crops draw last); replicas' shards get the whole batch's local crops, image for image.
+    #[test]
+    fn local_crops_draw_after_the_global_views_and_shard_like_them() {
+        let (n, side) = (6, 28);
+        let x = images(n, side, side);
+        let config = PipelineConfig::multi_crop(Preset::Byol, side, 1, 3, (0.4, 1.0), (0.05, 0.4));
+        let local = config.local_crops.clone().unwrap();
+        assert_eq!(local.count, 3);
+        assert_eq!(local.view.crop.unwrap().size, (12, 12));
+        assert_eq!(local.view.solarize, None);
+        assert_eq!(local.view.blur.unwrap().p, 0.5);
+        assert_eq!(config.view1.crop.unwrap().scale, (0.4, 1.0));
+        let views = config.clone().init(1).unwrap().two_views(x.clone(), 5);
+        assert_eq!(views.locals.len(), 3);
+        for l in &views.locals {
+            assert_eq!(l.dims(), [n, 1, 12, 12]);
+        }
+        assert_ne!(host(views.locals[0].clone()), host(views.locals[1].clone()));
+        let mut two = config.clone();
+        two.local_crops = None;
+        let plain = two.init(1).unwrap().two_views(x.clone(), 5);
+        assert!(plain.locals.is_empty());
+        assert_eq!(host(plain.view1), host(views.view1.clone()));
+        assert_eq!(host(plain.view2), host(views.view2.clone()));
+        for rank in 0..2 {
+            let mut aug = config.clone().init(1).unwrap();
+            aug.set_shard(rank, 2).unwrap();
+            let shard = aug.two_views(x.clone().narrow(0, rank * 3, 3), 5);
+            for (mine, whole) in shard.locals.iter().zip(&views.locals) {
+                assert_eq!(
+                    host(mine.clone()),
+                    host(whole.clone().narrow(0, rank * 3, 3))
+                );
+            }
+        }
+        let mut bad = config.clone();
+        bad.local_crops.as_mut().unwrap().count = 0;
+        assert_eq!(bad.init(1).unwrap_err().field, "local_crops.count");
+        let mut bad = config;
+        bad.local_crops.as_mut().unwrap().view.crop = None;
+        assert_eq!(bad.init(1).unwrap_err().field, "local_crops.view.crop");
+    }
 }

@@ -12,7 +12,7 @@ use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::hooks::{FrechetCurationHook, ObjectBoxesHook, SelfPacedAutoAugmentHook};
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
-use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
+use curriculum_ssl::pipeline::{Augmenter, PipelineConfig, Preset};
 use curriculum_ssl::train::{SelfSupervised, StartMode, TrainConfig, Trainer};
 use curriculum_ssl_models::{Backbone, LeNet, LeNetConfig};
 
@@ -1497,7 +1497,9 @@ fn with_every_piece<S: SslMethod<Ad>>(name: &str, method: S) -> Vec<String> {
 }
 
 /// The method table's two-view methods with every curriculum and selection piece, two steps
-/// each: Barlow Twins, VICReg (its three terms logged), SimCLR with DCL and with DCLW.
+/// each: Barlow Twins, VICReg (its three terms logged), SimCLR with DCL and with DCLW, SwAV and
+/// DINO on their two global views (their multi-crop runs in tests/data_parallel.rs and the CLI
+/// tests), NNCLR, TiCo and MoCo v3.
 #[test]
 fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
     use curriculum_ssl::loss::{BarlowTwinsLossConfig, DclLossConfig};
@@ -1532,4 +1534,83 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
         });
         with_every_piece(name, simclr);
     }
+    let swav = init(|d| {
+        SwavConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .with_num_prototypes(20)
+            .init(lenet(d), d)
+    });
+    let rows = with_every_piece("swav", swav);
+    assert!(
+        rows[0].split(',').any(|c| c == "prototypes_frozen"),
+        "{}",
+        rows[0]
+    );
+    let dino = init(|d| {
+        DinoConfig::new()
+            .with_hidden_dim(32)
+            .with_bottleneck_dim(8)
+            .with_output_dim(20)
+            .init(lenet, d)
+    });
+    let rows = with_every_piece("dino", dino);
+    assert!(
+        rows[0].split(',').any(|c| c == "teacher_temp"),
+        "{}",
+        rows[0]
+    );
+    let nnclr = init(|d| {
+        NnclrConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .with_predictor_hidden_dim(32)
+            .with_support_set_size(64)
+            .init(lenet(d), 16, d)
+    });
+    with_every_piece("nnclr", nnclr);
+    let tico = init(|d| {
+        TiCoConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .init(lenet, d)
+    });
+    with_every_piece("tico", tico);
+    let moco_v3 = init(|d| {
+        MocoV3Config::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .init(lenet, d)
+    });
+    with_every_piece("moco_v3", moco_v3);
+}
+
+/// A pipeline with local crops and a method whose loss takes two views: refused before any step,
+/// naming the setting.
+#[test]
+fn local_crops_are_refused_for_a_two_view_method() {
+    let mut p = PipelineConfig::multi_crop(Preset::SimClr, 28, 1, 2, (0.5, 1.0), (0.2, 0.5));
+    p.seed = 3;
+    let simclr = init(|d| {
+        SimClrConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .init(lenet(d), d)
+    });
+    let err = match Trainer::builder(
+        simclr,
+        SgdConfig::new().init::<Ad, _>().unwrap(),
+        p.clone().init(1).unwrap(),
+        loader(),
+    )
+    .config(TrainConfig::new().with_epochs(1).with_progress_bar(false))
+    .run_dir(run_dir("local-crops-simclr"))
+    .build(&Dev::default())
+    {
+        Ok(_) => panic!("local crops for SimCLR were accepted"),
+        Err(e) => e,
+    };
+    assert!(err.is_input_error());
+    assert!(err.to_string().contains("local_crops"), "{err}");
+    assert!(err.to_string().contains("2 local crops"), "{err}");
 }

@@ -434,3 +434,56 @@ fn dino_gradient_and_no_gradient_to_teacher_or_centre() {
         |x| loss.forward(&x[3..5], &x[..3], x[5].clone(), 0.07),
     );
 }
+
+/// NNCLR: the predictions' gradient; the neighbours get none.
+#[test]
+fn nnclr_gradient_and_no_gradient_to_the_neighbours() {
+    let (nn, p) = views(67);
+    let loss = NnclrLossConfig::new().init().unwrap();
+    check_gradients(
+        "NNCLR",
+        &[(nn, BATCH, DIM), (p, BATCH, DIM)],
+        &[false, true],
+        |x| loss.forward(x[0].clone(), x[1].clone()),
+    );
+}
+
+/// TiCo: both embeddings' gradients with a running covariance given; the covariance gets none.
+/// (Its update `B = z_aᵀz_a/N` is without gradient, as in the paper and lightly, so the
+/// derivative is taken with it held: the covariance is an input here.)
+#[test]
+fn tico_gradient_with_the_covariance_held() {
+    let (za, zb) = views(71);
+    let c = random_values(DIM, DIM, 73);
+    let c: Vec<f64> = (0..DIM * DIM)
+        .map(|e| (c[e] + c[(e % DIM) * DIM + e / DIM]) * 0.05)
+        .collect();
+    let loss = TiCoLossConfig::new().with_beta(1.0).init().unwrap();
+    check_gradients(
+        "TiCo",
+        &[(za, BATCH, DIM), (zb, BATCH, DIM), (c, DIM, DIM)],
+        &[true, true, false],
+        |x| loss.forward(x[0].clone(), x[1].clone(), x[2].clone()).0,
+    );
+}
+
+/// MoCo v3: the queries' gradient against in-batch keys, on one device and with a replica's
+/// offset into a larger set of keys; the keys get none.
+#[test]
+fn moco_v3_gradient_and_no_gradient_to_the_keys() {
+    let (q, k) = views(79);
+    let loss = MocoV3LossConfig::new().init().unwrap();
+    check_gradients(
+        "MoCo v3",
+        &[(q.clone(), BATCH, DIM), (k.clone(), BATCH, DIM)],
+        &[true, false],
+        |x| loss.forward(x[0].clone(), x[1].clone()),
+    );
+    let half = q[..BATCH / 2 * DIM].to_vec();
+    check_gradients(
+        "MoCo v3 with an offset",
+        &[(half, BATCH / 2, DIM), (k, BATCH, DIM)],
+        &[true, false],
+        |x| loss.forward_with_offset(x[0].clone(), x[1].clone(), BATCH / 2),
+    );
+}

@@ -332,3 +332,111 @@ fn swav_and_dino_equal_lightly_values_gradients_codes_and_centre() {
         }
     }
 }
+
+/// NNCLR's loss (the paper's, written out in PyTorch), TiCo's (lightly's `TiCoLoss`, its
+/// second call reading the covariance the first left) and MoCo v3's (the authors' formula, also
+/// with a replica's offset) in float64 (`tests/pytorch/method_zoo_losses.py` wrote
+/// `tests/fixtures/method_zoo_losses.json`): values and running covariance to 1e-12, gradients
+/// to [`GRADIENT_TOLERANCE`] relative.
+#[test]
+fn nnclr_tico_and_moco_v3_equal_pytorch_and_lightly() {
+    use burn::prelude::*;
+    use curriculum_ssl::loss::*;
+
+    let text = include_str!("fixtures/method_zoo_losses.json");
+    let fixture: serde_json::Value = serde_json::from_str(text).unwrap();
+    let (n, d) = (
+        fixture["batch"].as_u64().unwrap() as usize,
+        fixture["dim"].as_u64().unwrap() as usize,
+    );
+    type Ad = common::ExactAd;
+    let device = Default::default();
+    let matrix = |f: &dyn Fn(usize, usize) -> f64| -> Tensor<Ad, 2> {
+        let values: Vec<f64> = (0..n * d).map(|e| f(e / d, e % d)).collect();
+        Tensor::from_data(TensorData::new(values, [n, d]), &device)
+    };
+    let a = || matrix(&|i, j| (0.7 * (i * d + j) as f64 + 0.3).sin() + 0.1 * i as f64);
+    let b = || matrix(&|i, j| (0.45 * (i * d + j) as f64 - 0.2).cos() + 0.05 * j as f64);
+    let c = || matrix(&|i, j| (0.31 * (i * d + j) as f64 + 1.1).sin() - 0.2 * j as f64);
+    let floats = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let host =
+        |x: Tensor<<Ad as burn::tensor::backend::AutodiffBackend>::InnerBackend, 2>| -> Vec<f64> {
+            x.into_data().convert::<f64>().to_vec().unwrap()
+        };
+    let close = |what: &str, ours: f64, theirs: f64, rel: f64| {
+        assert!(
+            (ours - theirs).abs() <= rel * theirs.abs().max(1.0),
+            "{what}: ours {ours}, theirs {theirs}"
+        );
+    };
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 7);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let setting = |key: &str| -> f64 {
+            let tail = name.split(&format!("{key}=")).nth(1).unwrap();
+            tail.split(' ').next().unwrap().parse().unwrap()
+        };
+        let (mut za, zb) = (a().require_grad(), b().require_grad());
+        let (loss, covariance) = if name.starts_with("moco_v3") {
+            let l = MocoV3LossConfig::new()
+                .with_temperature(setting("tau"))
+                .init()
+                .unwrap();
+            let offset = setting("offset") as usize;
+            // The queries of rows offset.. against every key (keys get no gradient).
+            za = a().slice(offset..n).require_grad();
+            (l.forward_with_offset(za.clone(), zb.clone(), offset), None)
+        } else if name.starts_with("nnclr") {
+            let l = NnclrLossConfig::new()
+                .with_temperature(setting("tau"))
+                .init()
+                .unwrap();
+            (l.forward(za.clone(), zb.clone()), None)
+        } else {
+            let l = TiCoLossConfig::new()
+                .with_beta(setting("beta"))
+                .with_rho(setting("rho"))
+                .init()
+                .unwrap();
+            let (_, first) = l.forward(c(), b(), Tensor::zeros([d, d], &device));
+            let (loss, next) = l.forward(za.clone(), zb.clone(), first);
+            (loss, Some(next))
+        };
+        let value: f64 = loss.clone().into_scalar();
+        close(
+            &format!("{name}: value"),
+            value,
+            case["value"].as_f64().unwrap(),
+            1e-12,
+        );
+        if let Some(cov) = covariance {
+            for (e, (o, t)) in host(cov.inner())
+                .iter()
+                .zip(floats(&case["covariance"]))
+                .enumerate()
+            {
+                close(&format!("{name}: covariance[{e}]"), *o, t, 1e-12);
+            }
+        }
+        let grads = loss.backward();
+        for (label, x) in [("grad_a", &za), ("grad_b", &zb)] {
+            match case.get(label) {
+                Some(theirs) => {
+                    let ours = host(x.grad(&grads).unwrap());
+                    for (e, (o, t)) in ours.iter().zip(floats(theirs)).enumerate() {
+                        close(&format!("{name}: {label}[{e}]"), *o, t, GRADIENT_TOLERANCE);
+                    }
+                }
+                // NNCLR's neighbours and MoCo v3's keys are constants: no gradient reaches them.
+                None => assert!(x.grad(&grads).is_none(), "{name}: {label} must be absent"),
+            }
+        }
+    }
+}

@@ -1,5 +1,5 @@
 //! The DINO loss (Caron et al., "Emerging Properties in Self-Supervised Vision Transformers",
-//! ICCV 2021, <https://arxiv.org/abs/2104.14294>; see `docs/methods.md#dino`): self-distillation
+//! ICCV 2021, <https://arxiv.org/abs/2104.14294>; see `docs/methods.md#dino-loss`): self-distillation
 //! of a momentum teacher's centred, sharpened output into the student.
 //!
 //! The teacher sees the global views `g ∈ G`, the student every view `s` (global views first,

@@ -17,8 +17,11 @@
 //! | [`barlow_twins`] | cross-correlation towards the identity (Barlow Twins) | <https://arxiv.org/abs/2103.03230> | `#barlow-twins-loss` |
 //! | [`vicreg`] | variance, invariance, covariance (VICReg) | <https://arxiv.org/abs/2105.04906> | `#vicreg-loss` |
 //! | [`dcl`] | decoupled contrastive loss and its weighted form (DCL / DCLW) | <https://arxiv.org/abs/2110.06848> | `#dcl-and-dclw` |
-//! | [`swav`] | swapped prediction of Sinkhorn–Knopp codes (SwAV) | <https://arxiv.org/abs/2006.09882> | `#swav` |
-//! | [`dino`] | self-distillation with centring and sharpening (DINO) | <https://arxiv.org/abs/2104.14294> | `#dino` |
+//! | [`swav`] | swapped prediction of Sinkhorn–Knopp codes (SwAV) | <https://arxiv.org/abs/2006.09882> | `#swav-loss` |
+//! | [`moco_v3`] | in-batch InfoNCE scaled by 2τ (MoCo v3) | <https://arxiv.org/abs/2104.02057> | `#moco-v3-loss` |
+//! | [`nnclr`] | nearest neighbour from a support set as the positive (NNCLR) | <https://arxiv.org/abs/2104.14548> | `#nnclr-loss` |
+//! | [`tico`] | transformation invariance and covariance contrast (TiCo) | <https://arxiv.org/abs/2206.10698> | `#tico-loss` |
+//! | [`dino`] | self-distillation with centring and sharpening (DINO) | <https://arxiv.org/abs/2104.14294> | `#dino-loss` |
 //!
 //! Every objective has a `#[derive(Config)]` config carrying the paper's defaults; `init()`
 //! validates the hyperparameters and returns a [`ConfigError`](crate::base::error::ConfigError) naming
@@ -38,11 +41,14 @@ pub mod hcl;
 pub mod huber;
 pub mod info_nce;
 pub mod magnet;
+pub mod moco_v3;
 pub mod negative_cosine;
+pub mod nnclr;
 pub mod nt_xent;
 pub mod soft_nce;
 pub mod soft_target;
 pub mod swav;
+pub mod tico;
 pub mod vicreg;
 pub mod worked_examples;
 
@@ -54,11 +60,14 @@ pub use hcl::{HclLoss, HclLossConfig};
 pub use huber::{HuberNtXentLoss, HuberNtXentLossConfig};
 pub use info_nce::{InfoNceLoss, InfoNceLossConfig};
 pub use magnet::{MagnetLoss, MagnetLossConfig};
+pub use moco_v3::{MocoV3Loss, MocoV3LossConfig};
 pub use negative_cosine::{NegativeCosineLoss, NegativeCosineLossConfig};
+pub use nnclr::{NnclrLoss, NnclrLossConfig};
 pub use nt_xent::{NtXentLoss, NtXentLossConfig};
 pub use soft_nce::{AlphaSchedule, SoftNceLoss, SoftNceLossConfig, SoftNceWeights};
 pub use soft_target::{SoftTargetCrossEntropy, SoftTargetCrossEntropyConfig};
 pub use swav::{sinkhorn, SwavLoss, SwavLossConfig};
+pub use tico::{TiCoLoss, TiCoLossConfig};
 pub use vicreg::{VicRegLoss, VicRegLossConfig, VicRegTerms};
 
 use burn::prelude::*;

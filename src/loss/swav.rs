@@ -1,6 +1,6 @@
 //! The SwAV loss (Caron et al., "Unsupervised Learning of Visual Features by Contrasting Cluster
 //! Assignments", NeurIPS 2020, <https://arxiv.org/abs/2006.09882>; see
-//! `docs/methods.md#swav`): swapped prediction of codes computed online by Sinkhorn–Knopp.
+//! `docs/methods.md#swav-loss`): swapped prediction of codes computed online by Sinkhorn–Knopp.
 //!
 //! For every global view `i`, its codes `Q_i = sinkhorn(S_i)` are computed from its prototype
 //! scores `S_i = z_i Cᵀ` (`[N, K]`, cosines: `z` and the prototypes `C` are unit vectors),

@@ -1,0 +1,332 @@
+//! NNCLR (Dwibedi et al., "With a Little Help from My Friends: Nearest-Neighbor Contrastive
+//! Learning of Visual Representations", ICCV 2021, <https://arxiv.org/abs/2104.14548>): backbone,
+//! three-layer projector (`features → 2048 → 2048 → 256`, BatchNorm after every layer, the
+//! output's included) and predictor (`256 → 4096 (BN, ReLU) → 256`); each view's projection is
+//! replaced by its nearest neighbour (cosine, top-1) in a support set of earlier projections,
+//! which must pick out the other view's prediction among the batch's ([`crate::loss::nnclr`]).
+//!
+//! The support set is a FIFO queue ([`KeyQueue`]) of L2-normalised first-view projections, 98,304
+//! of them in the paper, filled after each step with the batch's (random unit vectors at the
+//! start, as lightly's memory bank); the neighbours carry no gradient. The loss is symmetrised:
+//! `(L(NN(z1), p2) + L(NN(z2), p1)) / 2`.
+//!
+//! On several replicas the support set takes every replica's projections (the same set on every
+//! replica), and the loss, whose negatives are the batch's predictions, is computed on the
+//! gathered neighbours and predictions, as SimCLR's.
+//!
+//! The math, the defaults and the worked values are in `docs/methods.md#nnclr`.
+
+use burn::module::AutodiffModule;
+use burn::prelude::*;
+use burn::record::Record;
+use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl_models::Backbone;
+
+use super::queue::{KeyQueue, KeyQueueConfig};
+use super::{MethodOutput, Progress, SslMethod};
+use crate::base::error::ConfigError;
+use crate::data_parallel::Replica;
+use crate::head::{MlpHead, MlpHeadConfig};
+use crate::loss::{l2_normalize, NnclrLoss, NnclrLossConfig};
+
+/// Configuration of [`Nnclr`].
+#[derive(Config, Debug)]
+pub struct NnclrConfig {
+    /// Hidden width of the projector (the paper's 2048).
+    #[config(default = 2048)]
+    pub hidden_dim: usize,
+    /// Projection width (the paper's 256).
+    #[config(default = 256)]
+    pub output_dim: usize,
+    /// Hidden width of the predictor (the paper's 4096).
+    #[config(default = 4096)]
+    pub predictor_hidden_dim: usize,
+    /// Projections in the support set (the paper's 98,304).
+    #[config(default = 98304)]
+    pub support_set_size: usize,
+    /// The loss (temperature 0.1).
+    #[config(default = "NnclrLossConfig::new()")]
+    pub loss: NnclrLossConfig,
+}
+
+/// The trainable part of [`Nnclr`].
+#[derive(Module, Debug)]
+pub struct NnclrNetwork<B: Backend, M> {
+    /// Feature extractor.
+    pub backbone: M,
+    /// Projection head.
+    pub projector: MlpHead<B>,
+    /// Prediction head.
+    pub predictor: MlpHead<B>,
+}
+
+impl NnclrConfig {
+    /// Builds NNCLR around `backbone` for global batches of `batch_size` images (the support
+    /// set takes that many projections per step).
+    ///
+    /// # Errors
+    /// A zero width, or a support set that is not a multiple of the batch size.
+    pub fn init<B: Backend, M: Backbone<B>>(
+        &self,
+        backbone: M,
+        batch_size: usize,
+        device: &B::Device,
+    ) -> Result<Nnclr<B, M>, ConfigError> {
+        let projector =
+            MlpHeadConfig::new(backbone.feature_dim(), self.hidden_dim, self.output_dim)
+                .with_num_layers(3)
+                .with_output_batch_norm(true)
+                .init(device)?;
+        let predictor =
+            MlpHeadConfig::new(self.output_dim, self.predictor_hidden_dim, self.output_dim)
+                .init(device)?;
+        let support = KeyQueueConfig::new(self.support_set_size, self.output_dim)
+            .init(batch_size, device)
+            .map_err(|e| ConfigError::new("support_set_size", e.reason))?;
+        Ok(Nnclr {
+            online: NnclrNetwork {
+                backbone,
+                projector,
+                predictor,
+            },
+            support,
+            loss: self.loss.init()?,
+            pending: None,
+            replica: None,
+        })
+    }
+}
+
+/// The checkpointed state of [`Nnclr`]: the support set and its pointer.
+#[derive(Record)]
+pub struct NnclrState<B: Backend> {
+    /// The support set, `[size, dim]`.
+    pub support: Tensor<B, 2>,
+    /// The slot the next projections are written to.
+    pub pointer: usize,
+}
+
+/// NNCLR. Build it with [`NnclrConfig::init`].
+#[derive(Debug, Clone)]
+pub struct Nnclr<B: Backend, M: Backbone<B>> {
+    online: NnclrNetwork<B, M>,
+    support: KeyQueue<B>,
+    loss: NnclrLoss,
+    /// The projections the support set takes after the step.
+    pending: Option<Tensor<B, 2>>,
+    /// This method's replica in a data-parallel run.
+    replica: Option<Replica<B>>,
+}
+
+impl<B: Backend, M: Backbone<B>> Nnclr<B, M> {
+    /// The support set.
+    pub fn support_set(&self) -> &KeyQueue<B> {
+        &self.support
+    }
+
+    /// The nearest neighbour (cosine) of each row of `z` in the support set, without gradient.
+    ///
+    /// # Shapes
+    /// - `z`: `[N, D]` → `[N, D]`
+    pub fn nearest_neighbours(&self, z: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [n, _] = z.dims();
+        let bank = self.support.keys();
+        let similarity = l2_normalize(z.detach()).matmul(bank.clone().transpose());
+        let index = similarity.argmax(1).reshape([n]);
+        bank.select(0, index).detach()
+    }
+}
+
+impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for Nnclr<B, M>
+where
+    M::InnerModule: Backbone<B::InnerBackend>,
+{
+    type Online = NnclrNetwork<B, M>;
+    type Backbone = M;
+    type State = NnclrState<B>;
+
+    fn online(&self) -> &Self::Online {
+        &self.online
+    }
+
+    fn backbone(&self) -> &M {
+        &self.online.backbone
+    }
+
+    fn state(&self) -> NnclrState<B> {
+        NnclrState {
+            support: self.support.keys(),
+            pointer: self.support.pointer(),
+        }
+    }
+
+    fn load_state(&mut self, state: NnclrState<B>) -> Result<(), ConfigError> {
+        let expected = self.support.keys().dims();
+        if state.support.dims() != expected {
+            return Err(ConfigError::new(
+                "support_set_size",
+                format!(
+                    "the checkpoint holds a support set of shape {:?}, this NNCLR one of \
+                     {expected:?}",
+                    state.support.dims()
+                ),
+            ));
+        }
+        self.support =
+            KeyQueue::from_parts(state.support, state.pointer, self.support.keys_per_step())?;
+        self.pending = None;
+        Ok(())
+    }
+
+    fn set_online(&mut self, online: Self::Online) {
+        self.online = online;
+    }
+
+    fn forward(
+        &mut self,
+        view1: Tensor<B, 4>,
+        view2: Tensor<B, 4>,
+        _: Progress,
+    ) -> MethodOutput<B> {
+        let pass = |x: Tensor<B, 4>| {
+            let z = self
+                .online
+                .projector
+                .forward(self.online.backbone.forward_features(x));
+            let p = self.online.predictor.forward(z.clone());
+            (z, p)
+        };
+        let ((z1, p1), (z2, p2)) = (pass(view1), pass(view2));
+        let (nn1, nn2) = (
+            self.nearest_neighbours(z1.clone()),
+            self.nearest_neighbours(z2.clone()),
+        );
+        let mine = l2_normalize(z1.clone().detach());
+        let (nn1, nn2, p1, p2, everyone) = match &self.replica {
+            Some(r) => (
+                r.gather(nn1).detach(),
+                r.gather(nn2).detach(),
+                r.gather(p1),
+                r.gather(p2),
+                r.gather(mine).detach(),
+            ),
+            None => (nn1, nn2, p1, p2, mine),
+        };
+        let loss = (self.loss.forward(nn1, p2) + self.loss.forward(nn2, p1)).div_scalar(2.0);
+        self.pending = Some(everyone);
+        MethodOutput {
+            loss,
+            stats: Vec::new(),
+            embeddings: Some([z1.detach(), z2.detach()]),
+        }
+    }
+
+    /// The support set takes every replica's projections; the loss is computed on the gathered
+    /// neighbours and predictions (the same everywhere), and the gather's backward with the
+    /// average over replicas gives the one-device gradient.
+    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
+        self.replica = Some(replica);
+        Ok(())
+    }
+
+    fn after_step(&mut self, _: Progress) {
+        if let Some(z) = self.pending.take() {
+            self.support.enqueue(z);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::method::TinyBackbone as Tiny;
+    use burn::backend::{Autodiff, NdArray};
+    use burn::nn::LinearConfig;
+
+    type Ad = Autodiff<NdArray<f64>>;
+
+    fn nnclr() -> Nnclr<Ad, Tiny<Ad>> {
+        let device = Default::default();
+        crate::method::init_method::<Ad, _, ConfigError>(&device, 8, |d| {
+            let tiny = Tiny {
+                fc: LinearConfig::new(16, 6).init(d),
+            };
+            NnclrConfig::new()
+                .with_hidden_dim(8)
+                .with_output_dim(4)
+                .with_predictor_hidden_dim(8)
+                .with_support_set_size(12)
+                .init(tiny, 4, d)
+        })
+        .unwrap()
+    }
+
+    fn images(n: usize, shift: f64) -> Tensor<Ad, 4> {
+        let values: Vec<f64> = (0..n * 16)
+            .map(|i| (0.41 * i as f64 + shift).sin())
+            .collect();
+        Tensor::from_data(TensorData::new(values, [n, 1, 4, 4]), &Default::default())
+    }
+
+    fn host<const D: usize>(x: Tensor<Ad, D>) -> Vec<f64> {
+        x.into_data().convert::<f64>().to_vec().unwrap()
+    }
+
+    fn at(step: usize) -> Progress {
+        Progress {
+            step,
+            total_steps: 10,
+            epoch: 0,
+            total_epochs: 1,
+        }
+    }
+
+    /// The neighbour of each projection is the support-set row of largest cosine, found here by
+    /// a search over every row.
+    #[test]
+    fn the_nearest_neighbour_is_the_most_similar_row() {
+        let m = nnclr();
+        let z: Tensor<Ad, 2> = Tensor::from_data(
+            TensorData::new(
+                (0..12)
+                    .map(|i| (1.3 * i as f64).cos())
+                    .collect::<Vec<f64>>(),
+                [3, 4],
+            ),
+            &Default::default(),
+        );
+        let bank = host(m.support_set().keys());
+        let found = host(m.nearest_neighbours(z.clone()));
+        let z = host(z);
+        for n in 0..3 {
+            let row = &z[n * 4..(n + 1) * 4];
+            let norm = row.iter().map(|x| x * x).sum::<f64>().sqrt();
+            let best = (0..12)
+                .max_by(|&a, &b| {
+                    let cos = |k: usize| -> f64 {
+                        (0..4).map(|j| row[j] * bank[k * 4 + j]).sum::<f64>() / norm
+                    };
+                    cos(a).total_cmp(&cos(b))
+                })
+                .unwrap();
+            assert_eq!(&found[n * 4..(n + 1) * 4], &bank[best * 4..(best + 1) * 4]);
+        }
+    }
+
+    /// After the step the support set holds the first view's unit projections at the old pointer;
+    /// a redrawn attempt (batch curation) leaves no trace.
+    #[test]
+    fn the_support_set_takes_the_applied_attempts_projections() {
+        let mut m = nnclr();
+        m.forward(images(4, 3.0), images(4, 4.0), at(0));
+        let out = m.forward(images(4, 0.0), images(4, 1.0), at(0));
+        let z = out.embeddings.unwrap()[0].clone();
+        let z = host(crate::loss::l2_normalize(z));
+        m.after_step(at(0));
+        let keys = host(m.support_set().keys());
+        for (a, b) in keys[..16].iter().zip(&z) {
+            assert!((a - b).abs() < 1e-12);
+        }
+        assert_eq!(m.support_set().pointer(), 4);
+    }
+}
