@@ -8,7 +8,7 @@ use crate::import::load_torchvision;
 use crate::ModelError;
 use crate::{
     Backbone, EfficientNet, EfficientNetConfig, LeNet, LeNetConfig, MobileNetV3, MobileNetV3Config,
-    ResNet, ResNetConfig, Vgg, VggConfig, WideResNet, WideResNetConfig,
+    ResNet, ResNetConfig, Vgg, VggConfig, Vit, VitConfig, WideResNet, WideResNetConfig,
 };
 
 /// Any backbone of the crate.
@@ -26,6 +26,8 @@ pub enum AnyBackbone<B: Backend> {
     Vgg(Vgg<B>),
     /// LeNet-5.
     LeNet(LeNet<B>),
+    /// A Vision Transformer.
+    Vit(Vit<B>),
 }
 
 impl<B: Backend> Backbone<B> for AnyBackbone<B> {
@@ -37,6 +39,7 @@ impl<B: Backend> Backbone<B> for AnyBackbone<B> {
             Self::MobileNetV3(m) => m.forward_features(images),
             Self::Vgg(m) => m.forward_features(images),
             Self::LeNet(m) => m.forward_features(images),
+            Self::Vit(m) => m.forward_features(images),
         }
     }
 
@@ -48,6 +51,7 @@ impl<B: Backend> Backbone<B> for AnyBackbone<B> {
             Self::MobileNetV3(m) => m.feature_dim(),
             Self::Vgg(m) => m.feature_dim(),
             Self::LeNet(m) => m.feature_dim(),
+            Self::Vit(m) => m.feature_dim(),
         }
     }
 
@@ -64,6 +68,7 @@ impl<B: Backend> Backbone<B> for AnyBackbone<B> {
             Self::MobileNetV3(m) => m.forward_feature_map(images),
             Self::Vgg(m) => m.forward_feature_map(images),
             Self::LeNet(m) => m.forward_feature_map(images),
+            Self::Vit(m) => m.forward_feature_map(images),
         }
     }
 }
@@ -82,6 +87,7 @@ impl<B: Backend> AnyBackbone<B> {
             Self::MobileNetV3(m) => m.check_input(shape),
             Self::Vgg(m) => m.check_input(shape),
             Self::LeNet(m) => m.check_input(shape),
+            Self::Vit(m) => m.check_input(shape),
         }
     }
 
@@ -95,9 +101,10 @@ impl<B: Backend> AnyBackbone<B> {
             Self::ResNet(m) => load_torchvision(m, None, path),
             Self::EfficientNet(m) => load_torchvision(m, None, path),
             Self::MobileNetV3(m) => load_torchvision(m, None, path),
+            Self::Vit(m) => load_torchvision(m, None, path),
             Self::WideResNet(_) | Self::Vgg(_) | Self::LeNet(_) => Err(ModelError::InvalidConfig(
                 "torchvision weights can be loaded into the ResNets, EfficientNets and \
-                 MobileNet-V3s only"
+                 MobileNet-V3s only (timm weights into the ViT)"
                     .into(),
             )),
         }
@@ -119,6 +126,8 @@ pub enum AnyBackboneConfig {
     Vgg(VggConfig),
     /// A LeNet.
     LeNet(LeNetConfig),
+    /// A Vision Transformer.
+    Vit(VitConfig),
 }
 
 impl AnyBackboneConfig {
@@ -134,6 +143,7 @@ impl AnyBackboneConfig {
             Self::MobileNetV3(c) => AnyBackbone::MobileNetV3(c.init(device)),
             Self::Vgg(c) => AnyBackbone::Vgg(c.init(device)),
             Self::LeNet(c) => AnyBackbone::LeNet(c.init(device)),
+            Self::Vit(c) => AnyBackbone::Vit(c.init(device)),
         }
     }
 }

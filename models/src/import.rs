@@ -1,7 +1,8 @@
 //! Loading torchvision state_dicts into the backbones and heads.
 //!
-//! Each supported model has one function that maps a torchvision key to the path of the same
-//! tensor in our module ([`resnet_key`], [`efficientnet_key`], [`mobilenet_v3_key`]); keys it maps
+//! Each supported model has one function that maps a torchvision (or, for the ViT, timm) key to
+//! the path of the same tensor in our module ([`resnet_key`], [`efficientnet_key`],
+//! [`mobilenet_v3_key`], [`vit_key`]); keys it maps
 //! to `None` (the classifier, `num_batches_tracked`) are ignored. [`load_torchvision`] reads a
 //! safetensors file (or, with the `pytorch` feature, a `.pth` file through burn-store's PyTorch
 //! reader), renames the keys, transposes linear weights, and fails with a [`ModelError`] naming
@@ -22,6 +23,7 @@ use crate::error::ModelError;
 use crate::head::Classifier;
 use crate::mobilenet_v3::MobileNetV3;
 use crate::resnet::ResNet;
+use crate::vit::Vit;
 
 /// torchvision `resnet*` key → [`ResNet`] path. The shortcut's `downsample.0` / `downsample.1`
 /// become `downsample.conv` / `downsample.bn`; `fc.*` belongs to the head
@@ -133,7 +135,18 @@ pub fn mobilenet_v3_head_key(key: &str) -> Option<String> {
     }
 }
 
-/// A model whose torchvision state_dict keys we know how to rename.
+/// timm `VisionTransformer` key → [`Vit`] path: `patch_embed.proj.*` becomes `patch_embed.*`;
+/// the classifier (`head.*`) and the pooled-feature norm of average pooling (`fc_norm.*`) are
+/// not part of the backbone. LayerNorm `weight` / `bias` become `gamma` / `beta` and linear
+/// weights are transposed by the loader, as for torchvision's models.
+pub fn vit_key(key: &str) -> Option<String> {
+    if key.starts_with("head.") || key.starts_with("fc_norm.") {
+        return None;
+    }
+    Some(key.replace("patch_embed.proj.", "patch_embed."))
+}
+
+/// A model whose torchvision (or timm) state_dict keys we know how to rename.
 pub trait TorchvisionImport<B: Backend>: ModuleSnapshot<B> + Sized {
     /// The path in this module of torchvision's `key`, or `None` for keys that belong elsewhere.
     fn torchvision_key(&self, key: &str) -> Option<String>;
@@ -148,6 +161,12 @@ impl<B: Backend> TorchvisionImport<B> for ResNet<B> {
 impl<B: Backend> TorchvisionImport<B> for EfficientNet<B> {
     fn torchvision_key(&self, key: &str) -> Option<String> {
         efficientnet_key(self, key)
+    }
+}
+
+impl<B: Backend> TorchvisionImport<B> for Vit<B> {
+    fn torchvision_key(&self, key: &str) -> Option<String> {
+        vit_key(key)
     }
 }
 

@@ -12,9 +12,10 @@
 //! | WRN-16-8 / 28-10 | [`WideResNetConfig::wrn_16_8`], `wrn_28_10` | 512 / 640 |
 //! | VGG-16-BN | [`VggConfig::vgg16_bn`] | 512 (or 25 088) |
 //! | LeNet-5 | [`LeNetConfig::lenet5`] | 84 |
+//! | ViT-Tiny/Small/Base | [`VitConfig::tiny`], `small`, `base` | 192 / 384 / 768 |
 //!
 //! Batch norm follows PyTorch exactly ([`layers::BatchNorm2d`]); torchvision weights load with
-//! [`import::load_torchvision`].
+//! [`import::load_torchvision`] (timm's for the ViT).
 #![warn(missing_docs)]
 
 pub mod any;
@@ -30,6 +31,7 @@ pub mod mobilenet_v3;
 pub mod replica_stats;
 pub mod resnet;
 pub mod vgg;
+pub mod vit;
 pub mod wide_resnet;
 
 pub use any::{AnyBackbone, AnyBackboneConfig};
@@ -41,6 +43,7 @@ pub use lenet::{LeNet, LeNetConfig};
 pub use mobilenet_v3::{MobileNetV3, MobileNetV3Config};
 pub use resnet::{BlockKind, ResNet, ResNetConfig, Stem};
 pub use vgg::{Vgg, VggConfig, VggPooling};
+pub use vit::{Vit, VitConfig};
 pub use wide_resnet::{WideResNet, WideResNetConfig};
 
 use burn::module::{Module, ModuleVisitor, Param};

@@ -149,3 +149,33 @@ fn mobilenet_v3_large_matches_pytorch() {
         TorchvisionHead::MobileNetV3,
     );
 }
+
+/// timm's `VisionTransformer` (`tests/pytorch/export_vit.py`: image 16, patch 4, width 32,
+/// depth 2, 4 heads, randomised LayerNorms) loaded through the import path: the class-token
+/// features on the configured grid, and on a 6 × 6 grid with bicubically resized positional
+/// embeddings, to 1e-4.
+#[test]
+fn vit_matches_timm() {
+    use curriculum_ssl_models::VitConfig;
+    let device = Default::default();
+    let path = fixture("vit_timm.safetensors");
+    let mut vit = VitConfig::new(16)
+        .with_patch_size(4)
+        .with_embed_dim(32)
+        .with_depth(2)
+        .with_num_heads(4)
+        .init::<Infer>(&device);
+    load_torchvision(&mut vit, None, &path).expect("import");
+    let mut store = SafetensorsStore::from_file(&path);
+    for (input, expected) in [
+        ("input", "expected.features"),
+        ("input_large", "expected.features_large"),
+    ] {
+        let x: Tensor<Infer, 4> = read(&mut store, input, &device);
+        let want: Tensor<Infer, 2> = read(&mut store, expected, &device);
+        let got = vit.forward_features(x);
+        let err = max_abs_diff(got, want);
+        println!("ViT {input}: max |Δ| = {err:.2e}");
+        assert!(err < TOL, "ViT on {input}: {err}");
+    }
+}

@@ -1,0 +1,393 @@
+//! Vision Transformer (Dosovitskiy et al., "An Image is Worth 16x16 Words", ICLR 2021,
+//! <https://arxiv.org/abs/2010.11929>), as timm's `VisionTransformer` builds it: a patch
+//! embedding (a convolution of kernel and stride `patch_size`), a class token, learned absolute
+//! positional embeddings, `depth` pre-norm blocks (LayerNorm → multi-head self-attention with one
+//! fused `qkv` projection → residual; LayerNorm → MLP with GELU → residual), a final LayerNorm,
+//! and the class token's output as the features (timm's `global_pool="token"`).
+//!
+//! Presets: ViT-Tiny (192 wide, 3 heads), ViT-Small (384, 6) and ViT-Base (768, 12), depth 12,
+//! MLP ratio 4, LayerNorm `ε = 1e-6`. The patch size and the image size are parameters; images
+//! of another size than the configured one get positional embeddings interpolated (bicubic,
+//! align-corners off, as timm's `resample_abs_pos_embed` without its antialiasing, which only
+//! matters when shrinking the grid). Weights load from timm state_dicts
+//! ([`crate::import::vit_key`]).
+//!
+//! The feature map for heat maps ([`Backbone::forward_feature_map`]) is the patch tokens after
+//! the final norm, laid out on the patch grid.
+
+use burn::module::Param;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::prelude::*;
+use burn::tensor::activation::{gelu, softmax};
+use burn::tensor::module::interpolate;
+use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
+
+use crate::backbone::Backbone;
+use crate::error::ModelError;
+use crate::layers::check_channels_and_size;
+
+/// Configuration of a [`Vit`].
+#[derive(Config, Debug)]
+pub struct VitConfig {
+    /// Side of the square images the positional embeddings are made for (224 for ImageNet).
+    pub image_size: usize,
+    /// Side of a square patch (16 for ViT-*/16).
+    #[config(default = 16)]
+    pub patch_size: usize,
+    /// Input channels.
+    #[config(default = 3)]
+    pub in_channels: usize,
+    /// Token width.
+    #[config(default = 384)]
+    pub embed_dim: usize,
+    /// Number of blocks.
+    #[config(default = 12)]
+    pub depth: usize,
+    /// Attention heads (they divide `embed_dim`).
+    #[config(default = 6)]
+    pub num_heads: usize,
+    /// Hidden width of the MLP as a multiple of `embed_dim`.
+    #[config(default = 4.0)]
+    pub mlp_ratio: f64,
+    /// `ε` of the LayerNorms (timm's 1e-6).
+    #[config(default = 1e-6)]
+    pub layer_norm_eps: f64,
+}
+
+impl VitConfig {
+    /// ViT-Tiny: 192 wide, 12 blocks, 3 heads.
+    pub fn tiny(image_size: usize, patch_size: usize) -> Self {
+        Self::new(image_size)
+            .with_patch_size(patch_size)
+            .with_embed_dim(192)
+            .with_num_heads(3)
+    }
+
+    /// ViT-Small: 384 wide, 12 blocks, 6 heads.
+    pub fn small(image_size: usize, patch_size: usize) -> Self {
+        Self::new(image_size)
+            .with_patch_size(patch_size)
+            .with_embed_dim(384)
+            .with_num_heads(6)
+    }
+
+    /// ViT-Base: 768 wide, 12 blocks, 12 heads.
+    pub fn base(image_size: usize, patch_size: usize) -> Self {
+        Self::new(image_size)
+            .with_patch_size(patch_size)
+            .with_embed_dim(768)
+            .with_num_heads(12)
+    }
+
+    /// Patches along a side of the configured image.
+    pub fn grid(&self) -> usize {
+        self.image_size / self.patch_size.max(1)
+    }
+
+    /// Why this configuration cannot be built, if it cannot.
+    pub fn check(&self) -> Result<(), String> {
+        if self.patch_size == 0 || self.image_size < self.patch_size {
+            return Err(format!(
+                "patch size {} must be at least 1 and at most the image size {}",
+                self.patch_size, self.image_size
+            ));
+        }
+        if self.embed_dim == 0 || self.num_heads == 0 || self.depth == 0 || self.in_channels == 0 {
+            return Err("width, heads, depth and channels must be at least 1".into());
+        }
+        if !self.embed_dim.is_multiple_of(self.num_heads) {
+            return Err(format!(
+                "{} heads do not divide the width {}",
+                self.num_heads, self.embed_dim
+            ));
+        }
+        if !(self.mlp_ratio.is_finite() && self.mlp_ratio > 0.0) {
+            return Err(format!(
+                "mlp_ratio must be positive, got {}",
+                self.mlp_ratio
+            ));
+        }
+        Ok(())
+    }
+
+    /// Initialises the network: linear weights and the class token and positional embeddings
+    /// from `N(0, 0.02²)` (timm truncates at ±2, which never happens at this scale), biases 0,
+    /// LayerNorms 1 and 0, the patch embedding as a default convolution.
+    ///
+    /// # Panics
+    /// On a configuration [`VitConfig::check`] refuses.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Vit<B> {
+        if let Err(reason) = self.check() {
+            panic!("VitConfig: {reason}");
+        }
+        let d = self.embed_dim;
+        let normal = Initializer::Normal {
+            mean: 0.0,
+            std: 0.02,
+        };
+        let linear = |from: usize, to: usize| {
+            LinearConfig::new(from, to)
+                .with_initializer(normal.clone())
+                .init(device)
+        };
+        let norm = || {
+            LayerNormConfig::new(d)
+                .with_epsilon(self.layer_norm_eps)
+                .init(device)
+        };
+        let hidden = (d as f64 * self.mlp_ratio) as usize;
+        let tokens = self.grid() * self.grid() + 1;
+        Vit {
+            patch_embed: Conv2dConfig::new(
+                [self.in_channels, d],
+                [self.patch_size, self.patch_size],
+            )
+            .with_stride([self.patch_size, self.patch_size])
+            .init(device),
+            cls_token: normal.init([1, 1, d], device),
+            pos_embed: normal.init([1, tokens, d], device),
+            blocks: (0..self.depth)
+                .map(|_| VitBlock {
+                    norm1: norm(),
+                    attn: Attention {
+                        qkv: linear(d, 3 * d),
+                        proj: linear(d, d),
+                        num_heads: self.num_heads,
+                    },
+                    norm2: norm(),
+                    mlp: Mlp {
+                        fc1: linear(d, hidden),
+                        fc2: linear(hidden, d),
+                    },
+                })
+                .collect(),
+            norm: norm(),
+            patch_size: self.patch_size,
+        }
+    }
+}
+
+/// Multi-head self-attention with a fused `qkv` projection (timm's `Attention`).
+#[derive(Module, Debug)]
+pub struct Attention<B: Backend> {
+    /// Queries, keys and values in one projection, `[D, 3D]`.
+    pub qkv: Linear<B>,
+    /// Output projection.
+    pub proj: Linear<B>,
+    /// Number of heads.
+    pub num_heads: usize,
+}
+
+impl<B: Backend> Attention<B> {
+    /// # Shapes
+    /// - `x`: `[N, T, D]` → `[N, T, D]`
+    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [n, t, d] = x.dims();
+        let h = self.num_heads;
+        let hd = d / h;
+        // [N, T, 3, H, hd] → [3, N, H, T, hd]
+        let qkv = self
+            .qkv
+            .forward(x)
+            .reshape([n, t, 3, h, hd])
+            .permute([2, 0, 3, 1, 4]);
+        let part = |i: usize| -> Tensor<B, 4> {
+            qkv.clone()
+                .slice([i..i + 1, 0..n, 0..h, 0..t, 0..hd])
+                .reshape([n, h, t, hd])
+        };
+        let (q, k, v) = (part(0), part(1), part(2));
+        let scores = q
+            .matmul(k.swap_dims(2, 3))
+            .mul_scalar((hd as f64).powf(-0.5));
+        let out = softmax(scores, 3).matmul(v); // [N, H, T, hd]
+        self.proj.forward(out.swap_dims(1, 2).reshape([n, t, d]))
+    }
+}
+
+/// The MLP of a block: `D → hidden (GELU) → D`.
+#[derive(Module, Debug)]
+pub struct Mlp<B: Backend> {
+    /// First layer.
+    pub fc1: Linear<B>,
+    /// Second layer.
+    pub fc2: Linear<B>,
+}
+
+/// One pre-norm transformer block.
+#[derive(Module, Debug)]
+pub struct VitBlock<B: Backend> {
+    /// Norm before the attention.
+    pub norm1: LayerNorm<B>,
+    /// Self-attention.
+    pub attn: Attention<B>,
+    /// Norm before the MLP.
+    pub norm2: LayerNorm<B>,
+    /// The MLP.
+    pub mlp: Mlp<B>,
+}
+
+impl<B: Backend> VitBlock<B> {
+    /// # Shapes
+    /// - `x`: `[N, T, D]` → `[N, T, D]`
+    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let x = x.clone() + self.attn.forward(self.norm1.forward(x));
+        let hidden = gelu(self.mlp.fc1.forward(self.norm2.forward(x.clone())));
+        x + self.mlp.fc2.forward(hidden)
+    }
+}
+
+/// A Vision Transformer. Build it with [`VitConfig::init`].
+#[derive(Module, Debug)]
+pub struct Vit<B: Backend> {
+    /// Patch embedding: kernel and stride `patch_size`.
+    pub patch_embed: Conv2d<B>,
+    /// The class token, `[1, 1, D]`.
+    pub cls_token: Param<Tensor<B, 3>>,
+    /// Positional embeddings of the class token and the configured grid, `[1, 1 + g², D]`.
+    pub pos_embed: Param<Tensor<B, 3>>,
+    /// The blocks.
+    pub blocks: Vec<VitBlock<B>>,
+    /// The final norm.
+    pub norm: LayerNorm<B>,
+    /// Side of a patch.
+    pub patch_size: usize,
+}
+
+impl<B: Backend> Vit<B> {
+    /// Checks that images of `shape` (`[batch, channels, height, width]`) fit: the channel count
+    /// it was built for, and at least one patch per side (pixels past the last whole patch are
+    /// not seen, as a strided convolution leaves them).
+    ///
+    /// # Errors
+    /// [`ModelError::ChannelMismatch`] or [`ModelError::ImageTooSmall`].
+    pub fn check_input(&self, shape: [usize; 4]) -> Result<(), ModelError> {
+        let channels = self.patch_embed.weight.dims()[1];
+        check_channels_and_size("ViT", channels, self.patch_size, shape)
+    }
+
+    /// Token width.
+    pub fn embed_dim(&self) -> usize {
+        self.cls_token.dims()[2]
+    }
+
+    /// The positional embeddings for a grid of `h × w` patches: the stored ones when the grid is
+    /// the configured one, otherwise the grid part interpolated bicubically (the class token's
+    /// embedding is kept).
+    ///
+    /// # Shapes
+    /// → `[1, 1 + h·w, D]`
+    pub fn pos_embed_for(&self, h: usize, w: usize) -> Tensor<B, 3> {
+        let pos = self.pos_embed.val();
+        let [_, tokens, d] = pos.dims();
+        let side = ((tokens - 1) as f64).sqrt().round() as usize;
+        if side * side == h * w && side == h {
+            return pos;
+        }
+        let cls = pos.clone().slice([0..1, 0..1, 0..d]);
+        let grid = pos
+            .slice([0..1, 1..tokens, 0..d])
+            .reshape([1, side, side, d])
+            .permute([0, 3, 1, 2]);
+        let grid = interpolate(
+            grid,
+            [h, w],
+            InterpolateOptions::new(InterpolateMode::Bicubic).with_align_corners(false),
+        );
+        let grid = grid.permute([0, 2, 3, 1]).reshape([1, h * w, d]);
+        Tensor::cat(vec![cls, grid], 1)
+    }
+
+    /// Every token after the final norm: the class token first, then the patches row by row.
+    ///
+    /// # Shapes
+    /// - `images`: `[N, C, H, W]` → `[N, 1 + (H/p)(W/p), D]`
+    pub fn forward_tokens(&self, images: Tensor<B, 4>) -> Tensor<B, 3> {
+        let patches = self.patch_embed.forward(images); // [N, D, h, w]
+        let [n, d, h, w] = patches.dims();
+        let patches = patches.reshape([n, d, h * w]).swap_dims(1, 2);
+        let cls = self.cls_token.val().expand([n, 1, d]);
+        let mut x = Tensor::cat(vec![cls, patches], 1) + self.pos_embed_for(h, w);
+        for block in &self.blocks {
+            x = block.forward(x);
+        }
+        self.norm.forward(x)
+    }
+}
+
+impl<B: Backend> Backbone<B> for Vit<B> {
+    /// The class token's output.
+    fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        let tokens = self.forward_tokens(images);
+        let [n, _, d] = tokens.dims();
+        tokens.slice([0..n, 0..1, 0..d]).reshape([n, d])
+    }
+
+    fn feature_dim(&self) -> usize {
+        self.embed_dim()
+    }
+
+    /// The patch tokens on the patch grid, `[N, D, H/p, W/p]`.
+    fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+        let [_, _, height, width] = images.dims();
+        let (h, w) = (height / self.patch_size, width / self.patch_size);
+        let tokens = self.forward_tokens(images);
+        let [n, t, d] = tokens.dims();
+        Some(
+            tokens
+                .slice([0..n, 1..t, 0..d])
+                .swap_dims(1, 2)
+                .reshape([n, d, h, w]),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::NdArray;
+
+    type B = NdArray<f32>;
+
+    fn tiny() -> VitConfig {
+        VitConfig::new(16)
+            .with_patch_size(4)
+            .with_embed_dim(8)
+            .with_depth(2)
+            .with_num_heads(2)
+    }
+
+    #[test]
+    fn shapes_features_map_and_another_input_size() {
+        let device = Default::default();
+        let vit = tiny().init::<B>(&device);
+        let x = Tensor::<B, 4>::ones([2, 3, 16, 16], &device);
+        assert_eq!(vit.forward_features(x.clone()).dims(), [2, 8]);
+        assert_eq!(vit.forward_feature_map(x).unwrap().dims(), [2, 8, 4, 4]);
+        // A larger image: a 6 × 6 grid with interpolated positional embeddings.
+        let big = Tensor::<B, 4>::ones([2, 3, 24, 24], &device);
+        assert_eq!(vit.pos_embed_for(6, 6).dims(), [1, 37, 8]);
+        assert_eq!(vit.forward_features(big).dims(), [2, 8]);
+        // The configured grid keeps the stored embeddings exactly.
+        let same = vit.pos_embed_for(4, 4).into_data();
+        assert_eq!(same, vit.pos_embed.val().into_data());
+    }
+
+    #[test]
+    fn impossible_configurations_are_explained() {
+        assert!(tiny()
+            .with_num_heads(3)
+            .check()
+            .unwrap_err()
+            .contains("divide"));
+        assert!(tiny()
+            .with_patch_size(32)
+            .check()
+            .unwrap_err()
+            .contains("patch size"));
+        assert_eq!(VitConfig::small(224, 16).grid(), 14);
+        assert_eq!(VitConfig::tiny(224, 16).embed_dim, 192);
+        assert_eq!(VitConfig::base(224, 16).num_heads, 12);
+    }
+}
