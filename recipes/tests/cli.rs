@@ -442,7 +442,8 @@ fn shuffle_bn_is_a_moco_option() {
 }
 
 /// The method table's recipes: Barlow Twins and VICReg (VICReg's three terms logged), SimCLR with
-/// DCL and DCLW; two steps each, a checkpoint, and the kNN monitor on.
+/// DCL and DCLW, SwAV and DINO with their multi-crop (6, 2 and no local crops), NNCLR, TiCo, MoCo
+/// v3 on the small ResNet and on ViT-Tiny; two steps each, a checkpoint, and the kNN monitor on.
 #[test]
 fn the_method_table_recipes_run_two_steps() {
     for (name, extra) in [
@@ -450,6 +451,13 @@ fn the_method_table_recipes_run_two_steps() {
         ("vicreg", &[][..]),
         ("simclr", &["--loss", "dcl"][..]),
         ("simclr", &["--loss", "dclw"][..]),
+        ("swav", &[][..]),
+        ("swav", &["--local-crops", "0"][..]),
+        ("dino", &["--local-crops", "2"][..]),
+        ("nnclr", &[][..]),
+        ("tico", &[][..]),
+        ("moco_v3", &[][..]),
+        ("moco_v3", &["--backbone", "vit-tiny"][..]),
     ] {
         let label = format!("{name}{}", extra.join(""));
         let dir_name = format!("table-{label}");
@@ -469,9 +477,48 @@ fn the_method_table_recipes_run_two_steps() {
                 "{header}"
             );
         }
+        if name == "swav" {
+            assert!(header.ends_with("prototypes_frozen,swav_queue"), "{header}");
+        }
+        if name == "dino" {
+            assert!(header.ends_with("teacher_temp,momentum"), "{header}");
+        }
+        if name == "swav" || name == "dino" {
+            // The run records how many local crops it drew.
+            let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
+            let expected = match extra {
+                [] => "\"count\": 6",
+                [_, n] => &format!("\"count\": {n}"),
+                _ => unreachable!(),
+            };
+            if extra == ["--local-crops", "0"] {
+                assert!(config.contains("\"local_crops\": null"), "{config}");
+            } else {
+                assert!(config.contains(expected), "{label}: {config}");
+            }
+        }
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(out.contains("kNN (k = 20"), "{label}: {out}");
     }
+}
+
+/// `--local-crops` belongs to the multi-crop recipes: a two-view recipe refuses it by name.
+#[test]
+fn local_crops_are_a_multi_crop_option() {
+    let mut args = tiny("local-crops-simclr", &["--local-crops", "4"]);
+    args[0] = "simclr".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "simclr"), 2);
+    assert!(
+        stderr(&o).contains("error: --local-crops: recipe `simclr` trains on two views"),
+        "{}",
+        stderr(&o)
+    );
+    let mut args = tiny("local-crops-many", &["--local-crops", "100"]);
+    args[0] = "dino".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "dino"), 2);
+    assert!(stderr(&o).contains("at most 32"), "{}", stderr(&o));
 }
 
 #[test]

@@ -121,7 +121,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let device = crate::backend::device(args.device)?;
     let channels = data.train.image_shape().2;
     let fresh = backbone
-        .config(channels, record.run.stem)
+        .config(channels, data.train.image_shape().0, record.run.stem)
         .init::<Inner>(&device);
     let model = load_backbone::<Inner, _>(&checkpoint, fresh, &device)?;
     println!("checkpoint {}", checkpoint.display());

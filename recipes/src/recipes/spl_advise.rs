@@ -217,7 +217,9 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
     });
     let classes = data.train.num_classes().max(data.test.num_classes());
     let spec = BackboneSpec {
-        config: settings.backbone.config(channels, settings.stem),
+        config: settings
+            .backbone
+            .config(channels, data.train.image_shape().0, settings.stem),
         weights: None,
     };
     spec.check(data.train.image_shape(), "--backbone", &device)?;
@@ -238,7 +240,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         Selection::SplAdvise => {
             let choice = embedding_backbone.expect("spl_advise has one");
             let spec = BackboneSpec {
-                config: choice.config(channels, None),
+                config: choice.config(channels, data.train.image_shape().0, None),
                 weights: None,
             };
             spec.check(data.train.image_shape(), "--embedding-backbone", &device)?;

@@ -102,6 +102,10 @@ pub struct RecipeArgs {
     /// norm.
     #[arg(long)]
     pub shuffle_bn: bool,
+    /// Multi-crop recipes (swav, dino): local crops per image besides the two global views (0:
+    /// the two views alone; default 6).
+    #[arg(long)]
+    pub local_crops: Option<usize>,
     /// Upload and augment each batch on a thread of its own while the step before runs (`false`:
     /// between steps, on the training thread); on the CPU the numbers are the same either way
     /// (default: true on the CPU; false on a GPU backend, where two threads working on one

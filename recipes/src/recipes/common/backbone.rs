@@ -38,6 +38,15 @@ pub enum BackboneChoice {
     /// ResNet with one block per stage, widths 8–64, ImageNet stem (64-d features): a fast
     /// backbone for CPU demos and CI.
     Small,
+    /// ViT-Tiny (192-d class token): patches of 16 pixels on images of 96 and more, 4 below.
+    #[value(name = "vit-tiny")]
+    VitTiny,
+    /// ViT-Small (384-d class token), MoCo v3's and DINO's ViT; patches as ViT-Tiny's.
+    #[value(name = "vit-small")]
+    VitSmall,
+    /// ViT-Base (768-d class token); patches as ViT-Tiny's.
+    #[value(name = "vit-base")]
+    VitBase,
 }
 
 /// The first layers of a ResNet.
@@ -67,9 +76,25 @@ impl BackboneChoice {
         )
     }
 
-    /// Its configuration for `channels` input channels; `stem` for the ResNets (default: the
+    /// The ViTs' patch size on images of `side` pixels: 16 (the papers') from 96 pixels, 4 below
+    /// (a 7 × 7 grid on 28-pixel images, 8 × 8 on 32).
+    pub fn vit_patch(side: usize) -> usize {
+        if side >= 96 {
+            16
+        } else {
+            4
+        }
+    }
+
+    /// Its configuration for `channels` input channels and square images of `side` pixels (the
+    /// ViTs' positional embeddings are made for that grid); `stem` for the ResNets (default: the
     /// CIFAR stem for ResNet-18/34/50, the ImageNet stem for the small ResNet).
-    pub fn config(self, channels: usize, stem: Option<StemChoice>) -> AnyBackboneConfig {
+    pub fn config(
+        self,
+        channels: usize,
+        side: usize,
+        stem: Option<StemChoice>,
+    ) -> AnyBackboneConfig {
         let stem = |default| match stem.unwrap_or(default) {
             StemChoice::Cifar => Stem::Cifar,
             StemChoice::Imagenet => Stem::ImageNet,
@@ -115,6 +140,15 @@ impl BackboneChoice {
             Self::Lenet5 => {
                 AnyBackboneConfig::LeNet(LeNetConfig::lenet5().with_in_channels(channels))
             }
+            Self::VitTiny => AnyBackboneConfig::Vit(
+                VitConfig::tiny(side, Self::vit_patch(side)).with_in_channels(channels),
+            ),
+            Self::VitSmall => AnyBackboneConfig::Vit(
+                VitConfig::small(side, Self::vit_patch(side)).with_in_channels(channels),
+            ),
+            Self::VitBase => AnyBackboneConfig::Vit(
+                VitConfig::base(side, Self::vit_patch(side)).with_in_channels(channels),
+            ),
         }
     }
 }

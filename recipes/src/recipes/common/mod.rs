@@ -39,7 +39,7 @@ use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
 use curriculum_ssl::train::{SelfSupervised, StartMode, TrainConfig, Trainer};
 use curriculum_ssl_models::{
     AnyBackbone, AnyBackboneConfig, Backbone, BlockKind, EfficientNetConfig, LeNetConfig,
-    MobileNetV3Config, ResNetConfig, Stem, VggConfig, WideResNetConfig,
+    MobileNetV3Config, ResNetConfig, Stem, VggConfig, VitConfig, WideResNetConfig,
 };
 use serde::{Deserialize, Serialize};
 
@@ -317,11 +317,30 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     let data = settings.source.load()?;
     let channels = data.train.image_shape().2;
     BackboneSpec {
-        config: settings.backbone.config(channels, settings.stem),
+        config: settings
+            .backbone
+            .config(channels, data.train.image_shape().0, settings.stem),
         weights: settings.weights.clone(),
     }
     .check(data.train.image_shape(), "--backbone", &device)?;
     let mut pipeline = pipeline(defaults.preset, &data, settings.seed);
+    if let Some(count) = args.local_crops {
+        match &mut pipeline.local_crops {
+            None => {
+                return Err(usage(format!(
+                    "--local-crops: recipe `{}` trains on two views (multi-crop: swav, dino)",
+                    defaults.recipe
+                )))
+            }
+            Some(_) if count == 0 => pipeline.local_crops = None,
+            Some(_) if count > 32 => {
+                return Err(usage(format!(
+                    "--local-crops {count}: at most 32 local crops per image"
+                )))
+            }
+            Some(local) => local.count = count,
+        }
+    }
     pipeline.mixup_curriculum = mixup;
     pipeline.strength_curriculum = strength;
     let pgd = pgd.map(|p| p.with_normalize(pipeline.view1.normalize.clone()));
@@ -380,10 +399,11 @@ impl Prepared {
     /// The backbone's configuration for the data's channel count.
     pub fn backbone_config(&self) -> BackboneSpec {
         BackboneSpec {
-            config: self
-                .settings
-                .backbone
-                .config(self.data.train.image_shape().2, self.settings.stem),
+            config: self.settings.backbone.config(
+                self.data.train.image_shape().2,
+                self.data.train.image_shape().0,
+                self.settings.stem,
+            ),
             weights: self.settings.weights.clone(),
         }
     }

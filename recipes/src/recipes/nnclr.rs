@@ -1,0 +1,74 @@
+//! `nnclr`: NNCLR (Dwibedi et al., ICCV 2021, <https://arxiv.org/abs/2104.14548>; see
+//! docs/methods.md#nnclr) with solo-learn's CIFAR-size settings (`scripts/pretrain/cifar/
+//! nnclr.yaml`) scaled to this batch: projector `[2048, 2048, 256]` with BatchNorm after every
+//! layer, predictor `[4096, 256]`, temperature 0.2, LARS (η = 0.02, biases and norms excluded,
+//! weight decay 1e-5) at lr 0.4 × B/256, warm-up then cosine, SimCLR's augmentations.
+//!
+//! The support set holds [`SUPPORT_SET`] projections: the paper's 98,304 is 7.7 % of ImageNet;
+//! 16,384 is a quarter of Fashion-MNIST and keeps the neighbour search (a `[B, S]` product per
+//! view and step) below the backbone's cost on the CPU.
+//!
+//! ```text
+//! for each batch x:
+//!     z1, z2 = g(f(aug1(x))), g(f(aug2(x)));  p1, p2 = h(z1), h(z2)
+//!     nn1, nn2 = nearest neighbours of z1, z2 in the support set Q (cosine)
+//!     loss = (CE(nn1·p2ᵀ/τ, diag) + CE(nn2·p1ᵀ/τ, diag)) / 2
+//!     LARS step on f, g, h;  Q ← Q + normalise(z1)  (FIFO)
+//! ```
+
+use crate::registry::RecipeEntry;
+use anyhow::Result;
+use curriculum_ssl::loss::NnclrLossConfig;
+use curriculum_ssl::method::NnclrConfig;
+use curriculum_ssl::optim::LarsConfig;
+use curriculum_ssl::pipeline::PipelineConfig;
+
+use super::common::{self, Defaults, Train};
+
+/// Projections in the recipe's support set.
+pub const SUPPORT_SET: usize = 16_384;
+
+fn defaults() -> Defaults {
+    Defaults {
+        recipe: "nnclr",
+        epochs: 20,
+        batch_size: 128,
+        // solo-learn's 0.4 at batch 256, scaled linearly to 128.
+        lr: 0.2,
+        warmup_epochs: 2,
+        preset: PipelineConfig::simclr,
+        mixup: None,
+        strength: None,
+        pair_loss: None,
+        curation: None,
+        pgd: None,
+    }
+}
+
+/// The recipe's method.
+pub fn config() -> NnclrConfig {
+    NnclrConfig::new()
+        .with_support_set_size(SUPPORT_SET)
+        .with_loss(NnclrLossConfig::new().with_temperature(0.2))
+}
+
+/// Runs `nnclr`.
+pub fn run(args: &[String]) -> Result<()> {
+    let recipe = common::prepare(args, defaults())?;
+    let config = config();
+    let batch = recipe.settings.batch_size;
+    recipe.train(&config, |recipe, device| {
+        let method = recipe.init(device, |d| {
+            config.init(recipe.backbone_config().init(d), batch, d)
+        })?;
+        let lars = LarsConfig::new().with_weight_decay(1e-5).with_eta(0.02);
+        Ok((method, lars.init::<Train, _>()?))
+    })
+}
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[RecipeEntry {
+    name: "nnclr",
+    summary: "NNCLR (Dwibedi et al. 2021): nearest neighbour from a support set of 16,384 as the positive, LARS",
+    run,
+}];
