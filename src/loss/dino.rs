@@ -128,22 +128,35 @@ impl DinoLoss {
                 burn::tensor::activation::softmax(t.div_scalar(teacher_temp), 1)
             })
             .collect();
+        // Σ_v Σ_{g ≠ v} (p_g · log p_v) regrouped by student view: each view's log-softmax
+        // meets the sum of the other teacher views' targets once (every local crop meets all
+        // of them), one product per view instead of one per pair.
+        let others = |skip: Option<usize>| -> Option<Tensor<B, 2>> {
+            targets
+                .iter()
+                .enumerate()
+                .filter(|(g, _)| Some(*g) != skip)
+                .map(|(_, p)| p.clone())
+                .reduce(|a, b| a + b)
+        };
+        let all_targets = others(None);
         let mut total: Option<Tensor<B, 1>> = None;
         for (v, s) in student.iter().enumerate() {
+            let sum = if v < targets.len() {
+                others(Some(v))
+            } else {
+                all_targets.clone()
+            };
+            let Some(sum) = sum else { continue };
             let log_p = burn::tensor::activation::log_softmax(
                 s.clone().div_scalar(self.config.student_temp),
                 1,
             );
-            for (g, p_t) in targets.iter().enumerate() {
-                if g == v {
-                    continue;
-                }
-                let term = (p_t.clone() * log_p.clone()).sum();
-                total = Some(match total {
-                    Some(acc) => acc + term,
-                    None => term,
-                });
-            }
+            let term = (sum * log_p).sum();
+            total = Some(match total {
+                Some(acc) => acc + term,
+                None => term,
+            });
         }
         total
             .expect("at least one pair")

@@ -178,33 +178,40 @@ impl SwavLoss {
                 shape
             );
         }
-        let mut total: Option<Tensor<B, 1>> = None;
-        for (i, q) in codes.iter().enumerate() {
-            let mut sub: Option<Tensor<B, 1>> = None;
-            let others = global
+        // Σ_i Σ_{v ≠ i} CE(q_i, p_v) regrouped by view: each view's log-softmax is taken once
+        // and meets the sum of the other global views' codes (every local crop meets all of
+        // them), V log-softmaxes instead of G·(V − 1).
+        let n = shape[0];
+        let codes: Vec<Tensor<B, 2>> = codes.iter().map(|q| stop_gradient(q.clone())).collect();
+        let others = |skip: Option<usize>| -> Option<Tensor<B, 2>> {
+            codes
                 .iter()
                 .enumerate()
-                .filter(|(v, _)| *v != i)
-                .map(|(_, s)| s)
-                .chain(local);
-            for s in others {
-                let term = self.prediction(s.clone(), stop_gradient(q.clone()));
-                sub = Some(match sub {
-                    Some(acc) => acc + term,
-                    None => term,
-                });
-            }
-            let sub = sub
-                .expect("two views in all")
-                .div_scalar((views - 1) as f64);
+                .filter(|(i, _)| Some(*i) != skip)
+                .map(|(_, q)| q.clone())
+                .reduce(|a, b| a + b)
+        };
+        let all_codes = others(None);
+        let mut total: Option<Tensor<B, 1>> = None;
+        for (v, s) in global.iter().chain(local).enumerate() {
+            let targets = if v < global.len() {
+                others(Some(v))
+            } else {
+                all_codes.clone()
+            };
+            let Some(targets) = targets else { continue };
+            let log_p =
+                burn::tensor::activation::log_softmax(s.clone().div_scalar(self.temperature), 1);
+            let term = (targets * log_p).sum();
             total = Some(match total {
-                Some(acc) => acc + sub,
-                None => sub,
+                Some(acc) => acc + term,
+                None => term,
             });
         }
         total
-            .expect("a global view")
-            .div_scalar(global.len() as f64)
+            .expect("two views in all")
+            .neg()
+            .div_scalar((n * (views - 1) * global.len()) as f64)
     }
 }
 
