@@ -122,6 +122,7 @@ fn every_option_at_zero_one_negative_huge_and_nan_gives_no_panic() {
         "--workers",
         "--backbone",
         "--data",
+        "--warmup-epochs",
     ];
     let values = ["0", "1", "-1", "18446744073709551616", "1e30", "NaN"];
     let mut cases = 0;
@@ -181,6 +182,35 @@ fn every_option_at_zero_one_negative_huge_and_nan_gives_no_panic() {
     );
     assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
     println!("{} option cases, no panic", cases + 1);
+}
+
+/// `--warmup-epochs` sets the warm-up (kept in config.json); a run that is all warm-up says
+/// so; more warm-up than epochs is refused.
+#[test]
+fn warm_up_is_a_setting_and_a_run_of_warm_up_alone_is_named() {
+    // light_moco's 5 warm-up epochs capped at the run's 1: all warm-up.
+    let o = run(&as_strs(&tiny("warmup-all", &[])));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the run is all warm-up"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&as_strs(&tiny("warmup-none", &["--warmup-epochs", "0"])));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("all warm-up"), "{}", stderr(&o));
+    let config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(scratch().join("warmup-none/config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(config["train"]["warmup_epochs"], 0, "{config}");
+    let o = run(&as_strs(&tiny("warmup-long", &["--warmup-epochs", "2"])));
+    assert_eq!(check_error_shape(&o, "--warmup-epochs 2"), 2);
+    assert!(
+        stderr(&o).contains("--warmup-epochs 2: more than the run's 1 epochs"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -280,7 +310,49 @@ fn resume_names_the_options_that_differ_and_extend_makes_the_run_longer() {
         data().to_str().unwrap(),
     ]);
     assert_eq!(check_error_shape(&o, "eval"), 0, "{}", stderr(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("linear probe"));
+    let printed = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(printed.contains("linear probe"));
+    // Its results are kept in the run directory, a row per evaluation.
+    let o = run(&["eval", "--run-dir", dir, "--probe-epochs", "0"]);
+    assert_eq!(
+        check_error_shape(&o, "eval without probe"),
+        0,
+        "{}",
+        stderr(&o)
+    );
+    let evals = std::fs::read_to_string(run_dir.join("evals.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = evals.lines().map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 3, "{evals}");
+    assert_eq!(
+        rows[0],
+        [
+            "checkpoint",
+            "protocol",
+            "knn_k20_top1",
+            "knn_k20_top5",
+            // k = 200 meets a bank of 64 training images: the column names the k used.
+            "knn_k64_top1",
+            "knn_k64_top5",
+            "probe_epochs",
+            "probe_top1",
+            "probe_top5"
+        ],
+        "{evals}"
+    );
+    let knn20 = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("kNN (k = 20, T = 0.07): top-1 "))
+        .and_then(|rest| rest.split('%').next())
+        .unwrap_or_else(|| panic!("{printed}"));
+    assert_eq!(rows[1][2], knn20, "{evals}\n{printed}");
+    assert!(rows[1][0].ends_with("epoch-0002"), "{evals}");
+    assert_eq!((rows[1][1], rows[1][6]), ("sgd", "1"), "{evals}");
+    assert!(rows[1][7].parse::<f64>().is_ok(), "{evals}");
+    assert_eq!(
+        (rows[2][2], rows[2][6], rows[2][7]),
+        (knn20, "0", ""),
+        "{evals}"
+    );
     for value in ["0", "-1", "NaN", "1e400"] {
         let o = run(&["eval", "--run-dir", dir, "--probe-lr", value]);
         let code = check_error_shape(&o, value);

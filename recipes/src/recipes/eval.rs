@@ -15,6 +15,10 @@
 //! - `light-moco`: Light-MoCo's linear evaluation (Lin et al. 2022, §4.1): LARS, lr 0.1 at
 //!   batch 4096, 90 epochs. On a dataset smaller than 4096 images the batch is the dataset and
 //!   the learning rate is scaled linearly with it (lr = 0.1 · batch / 4096).
+//!
+//! Each evaluation appends a row to the run directory's `evals.csv` ([`EVALS`]): the checkpoint,
+//! the protocol, each kNN's top-1 / top-5 and the probe's, so that evaluations of a run (other
+//! checkpoints, protocols, probe lengths) are kept beside its training logs.
 
 use std::path::PathBuf;
 
@@ -128,6 +132,17 @@ pub fn run(args: &[String]) -> Result<()> {
     let normalize = record.step.augmentation.view1.normalize;
     let Data { train, test, .. } = data;
     let monitor = KnnMonitor::new(train.clone(), test.clone(), normalize.clone())?;
+    let protocol = args
+        .protocol
+        .to_possible_value()
+        .expect("no skipped variant")
+        .get_name()
+        .to_string();
+    let mut row: Vec<(String, String)> = vec![
+        ("checkpoint".into(), checkpoint.display().to_string()),
+        ("protocol".into(), protocol),
+    ];
+    let percent = |x: f64| format!("{:.2}", 100.0 * x);
     for r in monitor.evaluate(&model, &device)? {
         println!(
             "kNN (k = {}, T = {}): top-1 {:.2}%, top-5 {:.2}%",
@@ -136,12 +151,16 @@ pub fn run(args: &[String]) -> Result<()> {
             100.0 * r.accuracy.top1,
             100.0 * r.accuracy.top5
         );
+        row.push((format!("knn_k{}_top1", r.k), percent(r.accuracy.top1)));
+        row.push((format!("knn_k{}_top5", r.k), percent(r.accuracy.top5)));
     }
+    let mut probe_result = None;
     if probe_epochs > 0 {
         let train = extract_features(&model, &train, 512, normalize.as_ref(), &device)?;
         let test = extract_features(&model, &test, 512, normalize.as_ref(), &device)?;
         let probe_config = probe.clone();
         let probe = probe.fit::<Train>(&train, &test, &device)?;
+        probe_result = Some(probe);
         println!(
             "linear probe ({:?}, {} epochs, batch {}, lr {}): test top-1 {:.2}%, top-5 {:.2}% \
              (train top-1 {:.2}%)",
@@ -154,7 +173,49 @@ pub fn run(args: &[String]) -> Result<()> {
             100.0 * probe.train.top1
         );
     }
+    let (probe_top1, probe_top5) = match &probe_result {
+        Some(p) => (percent(p.test.top1), percent(p.test.top5)),
+        None => (String::new(), String::new()),
+    };
+    row.push(("probe_epochs".into(), probe_epochs.to_string()));
+    row.push(("probe_top1".into(), probe_top1));
+    row.push(("probe_top5".into(), probe_top5));
+    let path = args.run_dir.join(EVALS);
+    append_row(&path, &row)
+        .map_err(|e| anyhow::anyhow!("could not write {}: {e}", path.display()))?;
+    println!("results appended to {}", path.display());
     Ok(())
+}
+
+/// The file of a run directory that `recipe eval` appends its results to.
+pub const EVALS: &str = "evals.csv";
+
+/// Appends `row` to the CSV file `path`, writing the header first when the file is new or
+/// empty. Fields with a comma or a quote are quoted (a checkpoint's path may hold either).
+fn append_row(path: &std::path::Path, row: &[(String, String)]) -> std::io::Result<()> {
+    use std::io::Write;
+    let quote = |f: &str| {
+        if f.contains([',', '"', '\n']) {
+            format!("\"{}\"", f.replace('"', "\"\""))
+        } else {
+            f.to_string()
+        }
+    };
+    let line = |fields: Vec<&str>| fields.into_iter().map(quote).collect::<Vec<_>>().join(",");
+    let new = std::fs::metadata(path).map(|m| m.len() == 0).unwrap_or(true);
+    let mut text = String::new();
+    if new {
+        text.push_str(&line(row.iter().map(|(k, _)| k.as_str()).collect()));
+        text.push('\n');
+    }
+    text.push_str(&line(row.iter().map(|(_, v)| v.as_str()).collect()));
+    text.push('\n');
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()
 }
 
 /// The recipes of this module, as `recipe list` prints them.

@@ -38,6 +38,11 @@ pub struct RecipeArgs {
     /// Peak learning rate.
     #[arg(long)]
     pub lr: Option<f64>,
+    /// Epochs of linear learning-rate warm-up before the cosine decay (default: the recipe's,
+    /// at most --epochs; a run that is all warm-up ends at the peak learning rate, with a
+    /// warning).
+    #[arg(long)]
+    pub warmup_epochs: Option<usize>,
     /// Backbone (default: resnet18 on a GPU, small on the CPU).
     #[arg(long, value_enum)]
     pub backbone: Option<BackboneChoice>,

@@ -228,8 +228,26 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         defaults.batch_size,
         defaults.lr,
     );
-    settings.warmup_epochs = defaults.warmup_epochs.min(settings.epochs);
     validate(&settings, &args)?;
+    settings.warmup_epochs = match args.warmup_epochs {
+        Some(w) if w > settings.epochs => {
+            return Err(usage(format!(
+                "--warmup-epochs {w}: more than the run's {} epochs",
+                settings.epochs
+            )))
+        }
+        Some(w) => w,
+        None => defaults.warmup_epochs.min(settings.epochs),
+    };
+    if settings.warmup_epochs > 0 && settings.warmup_epochs == settings.epochs {
+        log::warn!(
+            "the run is all warm-up: the learning rate rises over all {} epochs and ends at its \
+             peak, {} (--warmup-epochs below --epochs, or more --epochs, leaves room for the \
+             decay)",
+            settings.epochs,
+            settings.lr
+        );
+    }
     let mut mixup = defaults.mixup;
     if args.easy_to_hard {
         match &mut mixup {
