@@ -190,32 +190,21 @@ pub fn run(args: &[String]) -> Result<()> {
 /// The file of a run directory that `recipe eval` appends its results to.
 pub const EVALS: &str = "evals.csv";
 
-/// Appends `row` to the CSV file `path`, writing the header first when the file is new or
-/// empty. Fields with a comma or a quote are quoted (a checkpoint's path may hold either).
-fn append_row(path: &std::path::Path, row: &[(String, String)]) -> std::io::Result<()> {
-    use std::io::Write;
-    let quote = |f: &str| {
-        if f.contains([',', '"', '\n']) {
-            format!("\"{}\"", f.replace('"', "\"\""))
-        } else {
-            f.to_string()
-        }
-    };
-    let line = |fields: Vec<&str>| fields.into_iter().map(quote).collect::<Vec<_>>().join(",");
+/// Appends `row` to the CSV file `path` (the `csv` crate quotes a checkpoint path that holds a
+/// comma or a quote), writing the column names first when the file is new or empty.
+fn append_row(path: &std::path::Path, row: &[(String, String)]) -> Result<()> {
     let new = std::fs::metadata(path).map(|m| m.len() == 0).unwrap_or(true);
-    let mut text = String::new();
-    if new {
-        text.push_str(&line(row.iter().map(|(k, _)| k.as_str()).collect()));
-        text.push('\n');
-    }
-    text.push_str(&line(row.iter().map(|(_, v)| v.as_str()).collect()));
-    text.push('\n');
-    let mut file = std::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()
+    let mut out = csv::Writer::from_writer(file);
+    if new {
+        out.write_record(row.iter().map(|(k, _)| k))?;
+    }
+    out.write_record(row.iter().map(|(_, v)| v))?;
+    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    Ok(())
 }
 
 /// The recipes of this module, as `recipe list` prints them.
