@@ -1316,3 +1316,179 @@ fn the_supervised_recipes_run_two_epochs() {
     assert_eq!(check_error_shape(&o, "ssl resume"), 2, "{}", stderr(&o));
     std::fs::remove_dir_all(scratch().join("supervised-then-ssl")).unwrap();
 }
+
+/// The colour of uniform image `i` of the unlabelled-folder test.
+fn flat_colour(i: usize) -> [u8; 3] {
+    [(i * 7) % 256, (i * 13 + 50) % 256, (i * 29 + 100) % 256].map(|v| v as u8)
+}
+
+/// The views' normalisation a run recorded in its config.json.
+fn recorded_normalisation(run_dir: &Path) -> (Vec<f64>, Vec<f64>) {
+    let text = std::fs::read_to_string(run_dir.join("config.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let n = &config["augmentation"]["view1"]["normalize"];
+    let list = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap_or_else(|| panic!("no normalisation in {text}"))
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    (list(&n["mean"]), list(&n["std"]))
+}
+
+/// Pre-training on one's own images: a folder of any sizes, flat and nested, with a text file
+/// among them, resized and centre-cropped; the normalisation is computed from the images; the
+/// kNN monitor is off without labels and on with a labelled --knn-data tree, which `recipe eval`
+/// then reads back.
+#[test]
+fn a_folder_of_unlabelled_images_of_any_size_trains_with_its_own_statistics() {
+    let root = scratch().join("own-images");
+    let _ = std::fs::remove_dir_all(&root);
+    // 32 uniform images: 12 of 16×16 at the top, 10 of 24×16 in a/, 10 of 40×40 in b/c/.
+    let sizes = [
+        (0..12, "", 16, 16),
+        (12..22, "a", 24, 16),
+        (22..32, "b/c", 40, 40),
+    ];
+    for (range, sub, w, h) in sizes {
+        let dir = root.join(sub);
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in range {
+            image::RgbImage::from_pixel(w, h, image::Rgb(flat_colour(i)))
+                .save(dir.join(format!("img{i:02}.png")))
+                .unwrap();
+        }
+    }
+    std::fs::write(root.join("README.txt"), "my photos").unwrap();
+    // Every image is one colour, so resizing and cropping keep it: the statistics are those of
+    // the 32 colours, each image weighing the same.
+    let (mut mean, mut std) = (vec![0.0; 3], vec![0.0; 3]);
+    for ch in 0..3 {
+        let values: Vec<f64> = (0..32).map(|i| flat_colour(i)[ch] as f64 / 255.0).collect();
+        mean[ch] = values.iter().sum::<f64>() / 32.0;
+        std[ch] = (values.iter().map(|v| (v - mean[ch]).powi(2)).sum::<f64>() / 32.0).sqrt();
+    }
+    let base = |name: &str| -> Vec<String> {
+        tiny(
+            name,
+            &[
+                "--dataset",
+                "folder",
+                "--data-dir",
+                root.to_str().unwrap(),
+                "--batch-size",
+                "16",
+            ],
+        )
+    };
+
+    // Several sizes without --image-size: the error names the option that resizes.
+    let o = run(&as_strs(&base("own-nosize")));
+    assert_eq!(check_error_shape(&o, "no size"), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--image-size"), "{}", stderr(&o));
+
+    let mut args = base("own-run");
+    args.extend(["--image-size", "16"].map(String::from));
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "own"), 0, "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("kNN monitor off"), "{out}");
+    assert!(
+        stderr(&o).contains("1 files that are not"),
+        "{}",
+        stderr(&o)
+    );
+    let run_dir = scratch().join("own-run");
+    let steps = std::fs::read_to_string(run_dir.join("steps.csv")).unwrap();
+    assert_eq!(steps.lines().count(), 3, "two steps of 16\n{steps}");
+    assert!(!run_dir.join("knn_at_init.json").exists());
+    let (got_mean, got_std) = recorded_normalisation(&run_dir);
+    for ch in 0..3 {
+        assert!(
+            (got_mean[ch] - mean[ch]).abs() < 1e-9,
+            "{got_mean:?} {mean:?}"
+        );
+        assert!((got_std[ch] - std[ch]).abs() < 1e-6, "{got_std:?} {std:?}");
+    }
+    // Without labels there is nothing to evaluate on: the error says what to give.
+    let o = run(&["eval", "--run-dir", run_dir.to_str().unwrap()]);
+    assert_eq!(
+        check_error_shape(&o, "eval unlabelled"),
+        2,
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("--knn-data"), "{}", stderr(&o));
+
+    // Given statistics replace the computed ones; their count must match the channels.
+    let mut args = base("own-given");
+    args.extend(
+        [
+            "--image-size",
+            "16",
+            "--mean",
+            "0.5,0.4,0.3",
+            "--std",
+            "0.2,0.2,0.25",
+        ]
+        .map(String::from),
+    );
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "given stats"), 0, "{}", stderr(&o));
+    let (got_mean, got_std) = recorded_normalisation(&scratch().join("own-given"));
+    assert_eq!(
+        (got_mean, got_std),
+        (vec![0.5, 0.4, 0.3], vec![0.2, 0.2, 0.25])
+    );
+    let mut args = base("own-badstats");
+    args.extend(["--image-size", "16", "--mean", "0.5", "--std", "0.2"].map(String::from));
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "one mean"), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--mean: 1 values for images of 3 channels"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A labelled tree of other sizes turns the monitor on; eval reads it from the run.
+    let knn = scratch().join("own-knn");
+    let _ = std::fs::remove_dir_all(&knn);
+    for (split, n) in [("train", 12), ("val", 6)] {
+        for (class, base_value) in [("dark", 20u8), ("bright", 220u8)] {
+            let dir = knn.join(split).join(class);
+            std::fs::create_dir_all(&dir).unwrap();
+            for i in 0..n {
+                let v = base_value.wrapping_add(i as u8);
+                image::RgbImage::from_pixel(20 + i as u32, 18, image::Rgb([v, v / 2, 255 - v]))
+                    .save(dir.join(format!("{i}.png")))
+                    .unwrap();
+            }
+        }
+    }
+    let mut args = base("own-knn-run");
+    args.extend(["--image-size", "16", "--knn-data", knn.to_str().unwrap()].map(String::from));
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "knn data"), 0, "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("kNN (k = ") && out.contains("at initialisation"),
+        "{out}"
+    );
+    let run_dir = scratch().join("own-knn-run");
+    let o = run(&[
+        "eval",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--probe-epochs",
+        "0",
+    ]);
+    assert_eq!(check_error_shape(&o, "eval knn data"), 0, "{}", stderr(&o));
+    assert!(run_dir.join("evals.csv").is_file());
+    // A --knn-data without val/ is refused before anything is read.
+    let mut args = base("own-knn-bad");
+    args.extend(["--image-size", "16", "--knn-data", root.to_str().unwrap()].map(String::from));
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "knn no split"), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("no train/ folder"), "{}", stderr(&o));
+}

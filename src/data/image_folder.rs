@@ -14,6 +14,11 @@
 //! SVHN, Flowers102 or any user data once exported to folders (resized to one size).
 //!
 //! Decoding runs on all available cores when the folder is opened.
+//!
+//! [`scan_images`] and [`load_images`] read a folder of images without classes instead: flat or
+//! nested to any depth (sub-folders are only places, not labels), files in path order, any other
+//! file skipped, every image resized and centre-cropped to one size when one is given — the
+//! input of self-supervised pre-training on one's own data.
 
 use std::path::{Path, PathBuf};
 
@@ -28,8 +33,9 @@ pub struct ImageFolderOptions {
     pub channels: Option<usize>,
     /// Required `(height, width)`. `None`: the size of the first image.
     pub size: Option<(usize, usize)>,
-    /// Resize every image to `size` (bilinear, `image`'s triangle filter) instead of requiring
-    /// it; needs `size`.
+    /// Resize every image to cover `size` (its aspect ratio kept, bilinear: `image`'s triangle
+    /// filter) and crop the centre to `size` — torchvision's `Resize` then `CenterCrop` —
+    /// instead of requiring it; needs `size`.
     pub resize: bool,
     /// Decoding threads (`0` = all available cores).
     pub threads: usize,
@@ -179,7 +185,9 @@ pub fn decode(
     Ok((h, w, want, data))
 }
 
-/// An image `(h, w, c, HWC bytes)` resized to `(height, width)` with the triangle filter.
+/// An image `(h, w, c, HWC bytes)` resized, its aspect ratio kept, to the smallest size that
+/// covers `(height, width)` (triangle filter), then cropped to `(height, width)` around its
+/// centre.
 fn resized(
     (h, w, c, data): (usize, usize, usize, Vec<u8>),
     (height, width): (usize, usize),
@@ -188,20 +196,44 @@ fn resized(
     if (h, w) == (height, width) {
         return (h, w, c, data);
     }
-    let (nw, nh) = (width as u32, height as u32);
-    let out = if c == 1 {
+    // The scale that makes both sides at least the target's; the side it binds is exact.
+    let scale = (height as f64 / h as f64).max(width as f64 / w as f64);
+    let nh = ((h as f64 * scale).round() as usize).max(height);
+    let nw = ((w as f64 * scale).round() as usize).max(width);
+    let scaled = if (nh, nw) == (h, w) {
+        data
+    } else if c == 1 {
         let img = image::GrayImage::from_raw(w as u32, h as u32, data).expect("h·w bytes");
-        resize(&img, nw, nh, FilterType::Triangle).into_raw()
+        resize(&img, nw as u32, nh as u32, FilterType::Triangle).into_raw()
     } else {
         let img = image::RgbImage::from_raw(w as u32, h as u32, data).expect("h·w·3 bytes");
-        resize(&img, nw, nh, FilterType::Triangle).into_raw()
+        resize(&img, nw as u32, nh as u32, FilterType::Triangle).into_raw()
     };
+    let (top, left) = ((nh - height) / 2, (nw - width) / 2);
+    let mut out = Vec::with_capacity(height * width * c);
+    for row in top..top + height {
+        let start = (row * nw + left) * c;
+        out.extend_from_slice(&scaled[start..start + width * c]);
+    }
     (height, width, c, out)
 }
 
 /// Reads an image folder into a labeled array.
 pub fn load(root: impl AsRef<Path>, options: ImageFolderOptions) -> Result<ImageArray, DataError> {
     let root = root.as_ref();
+    check_options(root, options)?;
+    let (files, classes) = scan(root)?;
+    let paths: Vec<PathBuf> = files.iter().map(|(f, _)| f.clone()).collect();
+    let (h, w, c, pixels) = decode_all(root, &paths, options)?;
+    let labels = files.iter().map(|(_, l)| *l).collect();
+    Ok(
+        ImageArray::new(root, h, w, c, pixels, Some(labels), classes.len())?
+            .with_class_names(classes),
+    )
+}
+
+/// Checks the channel count and that resizing has a size.
+fn check_options(root: &Path, options: ImageFolderOptions) -> Result<(), DataError> {
     if let Some(c) = options.channels {
         if c != 1 && c != 3 {
             return Err(DataError::Request {
@@ -216,6 +248,16 @@ pub fn load(root: impl AsRef<Path>, options: ImageFolderOptions) -> Result<Image
             reason: "resizing needs a size".into(),
         });
     }
+    Ok(())
+}
+
+/// Decodes `files` (at least one) on the option's threads into one HWC buffer of equal-size
+/// images: `(height, width, channels, pixels)`.
+fn decode_all(
+    root: &Path,
+    files: &[PathBuf],
+    options: ImageFolderOptions,
+) -> Result<(usize, usize, usize, Vec<u8>), DataError> {
     let decode = |path: &Path, channels: Option<usize>| {
         let decoded = decode(path, channels)?;
         match options.size {
@@ -223,8 +265,7 @@ pub fn load(root: impl AsRef<Path>, options: ImageFolderOptions) -> Result<Image
             _ => Ok(decoded),
         }
     };
-    let (files, classes) = scan(root)?;
-    let (h0, w0, c0, first) = decode(&files[0].0, options.channels)?;
+    let (h0, w0, c0, first) = decode(&files[0], options.channels)?;
     let (h, w) = options.size.unwrap_or((h0, w0));
     let c = options.channels.unwrap_or(c0);
     let check = |path: &Path, fh: usize, fw: usize, fc: usize| {
@@ -242,7 +283,7 @@ pub fn load(root: impl AsRef<Path>, options: ImageFolderOptions) -> Result<Image
             Ok(())
         }
     };
-    check(&files[0].0, h0, w0, c0)?;
+    check(&files[0], h0, w0, c0)?;
     let threads = if options.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -259,7 +300,7 @@ pub fn load(root: impl AsRef<Path>, options: ImageFolderOptions) -> Result<Image
             .map(|fs| {
                 s.spawn(move || -> Result<Vec<u8>, DataError> {
                     let mut out = Vec::new();
-                    for (path, _) in fs {
+                    for path in fs {
                         let (fh, fw, fc, data) = decode(path, options.channels)?;
                         check(path, fh, fw, fc)?;
                         out.extend_from_slice(&data);
@@ -287,11 +328,59 @@ pub fn load(root: impl AsRef<Path>, options: ImageFolderOptions) -> Result<Image
     for part in parts {
         pixels.extend_from_slice(&part);
     }
-    let labels = files.iter().map(|(_, l)| *l).collect();
-    Ok(
-        ImageArray::new(root, h, w, c, pixels, Some(labels), classes.len())?
-            .with_class_names(classes),
-    )
+    Ok((h, w, c, pixels))
+}
+
+/// The image files (`.png`, `.jpg`, `.jpeg`) under `root`, at any depth, in path order, and
+/// the number of other files skipped. Hidden entries (names starting with `.`) are not entered.
+///
+/// # Errors
+/// `root` is not a readable directory, or holds no image.
+pub fn scan_images(root: &Path) -> Result<(Vec<PathBuf>, usize), DataError> {
+    require_dir(root)?;
+    let mut images = Vec::new();
+    let mut skipped = 0;
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in read_dir_sorted(&dir)? {
+            if entry.is_dir() {
+                pending.push(entry);
+            } else if is_image(&entry) {
+                images.push(entry);
+            } else {
+                skipped += 1;
+            }
+        }
+    }
+    if images.is_empty() {
+        return Err(DataError::Empty {
+            path: root.to_path_buf(),
+            what: format!("no .png, .jpg or .jpeg image at any depth ({skipped} other files)"),
+        });
+    }
+    images.sort();
+    Ok((images, skipped))
+}
+
+/// Reads a folder of images without classes ([`scan_images`]) into an unlabeled array, images
+/// in path order; returns the files too (row `i` of the array is `files[i]`).
+///
+/// Without `options.resize` every image must have the size of the first (or `options.size`).
+pub fn load_images(
+    root: impl AsRef<Path>,
+    options: ImageFolderOptions,
+) -> Result<(ImageArray, Vec<PathBuf>), DataError> {
+    let root = root.as_ref();
+    check_options(root, options)?;
+    let (files, skipped) = scan_images(root)?;
+    if skipped > 0 {
+        log::warn!(
+            "{}: {skipped} files that are not .png, .jpg or .jpeg skipped",
+            root.display()
+        );
+    }
+    let (h, w, c, pixels) = decode_all(root, &files, options)?;
+    Ok((ImageArray::new(root, h, w, c, pixels, None, 0)?, files))
 }
 
 /// Reads an image folder without labels, for pretraining.
@@ -300,4 +389,118 @@ pub fn load_unlabeled(
     options: ImageFolderOptions,
 ) -> Result<ImageArray, DataError> {
     Ok(load(root, options)?.unlabeled())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "curriculum-ssl-image-folder-{name}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn gray(path: &Path, w: u32, h: u32, value: impl Fn(u32, u32) -> u8) {
+        image::GrayImage::from_fn(w, h, |x, y| image::Luma([value(x, y)]))
+            .save(path)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_wide_image_is_cropped_around_its_centre_when_no_scaling_is_needed() {
+        // 2 rows × 4 columns to 2 × 2: the height binds (scale 1), columns 1 and 2 remain.
+        let data: Vec<u8> = vec![0, 10, 20, 30, 40, 50, 60, 70];
+        let (h, w, c, out) = resized((2, 4, 1, data), (2, 2));
+        assert_eq!((h, w, c), (2, 2, 1));
+        assert_eq!(out, vec![10, 20, 50, 60]);
+        // A tall RGB image: rows 1 and 2 of 4.
+        let data: Vec<u8> = (0..4 * 2 * 3).map(|i| i as u8).collect();
+        let (_, _, _, out) = resized((4, 2, 3, data.clone()), (2, 2));
+        assert_eq!(out, data[6..18].to_vec());
+    }
+
+    #[test]
+    fn resizing_keeps_the_aspect_ratio_and_a_flat_image_flat() {
+        // 10 × 20 to 5 × 5: scaled to 5 × 10, then cropped; a constant image stays constant.
+        let (h, w, _, out) = resized((10, 20, 1, vec![77; 200]), (5, 5));
+        assert_eq!((h, w), (5, 5));
+        assert_eq!(out, vec![77; 25]);
+    }
+
+    #[test]
+    fn images_are_found_at_any_depth_in_path_order_and_other_files_skipped() {
+        let root = scratch("scan");
+        std::fs::create_dir_all(root.join("b/deeper")).unwrap();
+        std::fs::create_dir_all(root.join(".hidden")).unwrap();
+        gray(&root.join("z.png"), 6, 4, |_, _| 10);
+        gray(&root.join("b/a.png"), 4, 4, |_, _| 20);
+        gray(&root.join("b/deeper/c.png"), 3, 9, |_, _| 30);
+        gray(&root.join(".hidden/x.png"), 4, 4, |_, _| 40);
+        std::fs::write(root.join("notes.txt"), "not an image").unwrap();
+        let (files, skipped) = scan_images(&root).unwrap();
+        let names: Vec<_> = files
+            .iter()
+            .map(|f| {
+                f.strip_prefix(&root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        assert_eq!(names, ["b/a.png", "b/deeper/c.png", "z.png"]);
+        assert_eq!(skipped, 1);
+
+        // Three sizes: refused without resizing, one 4 × 4 array with it.
+        let options = ImageFolderOptions {
+            channels: Some(1),
+            size: None,
+            resize: false,
+            threads: 2,
+        };
+        assert!(matches!(
+            load_images(&root, options),
+            Err(DataError::ImageShape { .. })
+        ));
+        let (images, order) = load_images(
+            &root,
+            ImageFolderOptions {
+                size: Some((4, 4)),
+                resize: true,
+                ..options
+            },
+        )
+        .unwrap();
+        assert_eq!(order, files);
+        assert_eq!(images.image_shape(), (4, 4, 1));
+        assert!(!images.is_labeled());
+        assert_eq!(images.pixels(0).unwrap(), &[20; 16]);
+        assert_eq!(images.pixels(1).unwrap(), &[30; 16]);
+        assert_eq!(images.pixels(2).unwrap(), &[10; 16]);
+
+        let empty = scratch("empty");
+        std::fs::write(empty.join("a.txt"), "x").unwrap();
+        assert!(matches!(scan_images(&empty), Err(DataError::Empty { .. })));
+        let _ = std::fs::remove_dir_all(root);
+        let _ = std::fs::remove_dir_all(empty);
+    }
+
+    #[test]
+    fn channel_statistics_are_on_the_unit_scale() {
+        // Two RGB pixels: red channel 0 and 255 (mean ½, std ½), green 51 twice (0.2, 0),
+        // blue 0 and 102 (0.2, 0.2).
+        let images =
+            ImageArray::new("mem", 1, 2, 3, vec![0, 51, 0, 255, 51, 102], None, 0).unwrap();
+        let (mean, std) = images.channel_stats();
+        for (got, want) in mean.iter().zip([0.5, 0.2, 0.2]) {
+            assert!((got - want).abs() < 1e-12, "{mean:?}");
+        }
+        for (got, want) in std.iter().zip([0.5, 0.0, 0.2]) {
+            assert!((got - want).abs() < 1e-7, "{std:?}");
+        }
+    }
 }

@@ -189,6 +189,29 @@ impl ImageArray {
         &self.pixels
     }
 
+    /// Each channel's mean and standard deviation over every pixel of every image, on the
+    /// `[0, 1]` scale the views are normalised on: the statistics a normalisation of this data
+    /// would use (torchvision's `Normalize(mean, std)`).
+    pub fn channel_stats(&self) -> (Vec<f64>, Vec<f64>) {
+        let c = self.channels;
+        let mut sum = vec![0u64; c];
+        let mut squares = vec![0u64; c];
+        for pixel in self.pixels.chunks_exact(c) {
+            for (ch, &v) in pixel.iter().enumerate() {
+                sum[ch] += u64::from(v);
+                squares[ch] += u64::from(v) * u64::from(v);
+            }
+        }
+        let n = (self.pixels.len() / c) as f64;
+        let mean: Vec<f64> = sum.iter().map(|&s| s as f64 / n / 255.0).collect();
+        let std = squares
+            .iter()
+            .zip(&mean)
+            .map(|(&q, m)| (q as f64 / n / (255.0 * 255.0) - m * m).max(0.0).sqrt())
+            .collect();
+        (mean, std)
+    }
+
     /// Concatenates arrays of the same image shape (e.g. STL-10's train and unlabeled splits).
     /// The result is labeled only if all parts are labeled with the same number of classes.
     pub fn concat(parts: &[ImageArray]) -> Result<Self, DataError> {

@@ -30,7 +30,7 @@ use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig};
 use curriculum_ssl::optim::LarsConfig;
 use curriculum_ssl::train::{load_backbone, resolve_checkpoint, RunRecord};
 
-use super::common::{self, Data, RecipeRun, Train};
+use super::common::{self, RecipeRun, Train};
 use crate::backend::Inner;
 use crate::usage;
 
@@ -47,6 +47,10 @@ struct EvalArgs {
     /// Data directory, instead of the run's (the same dataset).
     #[arg(long = "data-dir", alias = "data")]
     data: Option<PathBuf>,
+    /// The labelled train/ + val/ tree to evaluate on, instead of the run's --knn-data (a run
+    /// on a folder without labels needs one of the two).
+    #[arg(long)]
+    knn_data: Option<PathBuf>,
     /// The linear-evaluation protocol.
     #[arg(long, value_enum, default_value = "sgd")]
     protocol: Protocol,
@@ -111,6 +115,7 @@ pub fn run(args: &[String]) -> Result<()> {
         dataset: record.run.dataset,
         dir: args.data.or(record.run.data),
         image_size: record.run.image_size,
+        knn_data: args.knn_data.or(record.run.knn_data),
     };
     source.validate()?;
     let backbone = record.run.backbone;
@@ -123,14 +128,15 @@ pub fn run(args: &[String]) -> Result<()> {
     probe.validate()?;
     let probe_epochs = probe.epochs * usize::from(args.probe_epochs != Some(0));
     let device = crate::backend::device(args.device)?;
-    let channels = data.train.image_shape().2;
+    let channels = data.shape().2;
     let fresh = backbone
-        .config(channels, data.train.image_shape().0, record.run.stem)
+        .config(channels, data.shape().0, record.run.stem)
         .init::<Inner>(&device);
     let model = load_backbone::<Inner, _>(&checkpoint, fresh, &device)?;
     println!("checkpoint {}", checkpoint.display());
     let normalize = record.step.augmentation.view1.normalize;
-    let Data { train, test, .. } = data;
+    let (train, test) = data.labelled("recipe eval")?;
+    let (train, test) = (train.clone(), test.clone());
     let monitor = KnnMonitor::new(train.clone(), test.clone(), normalize.clone())?;
     let protocol = args
         .protocol

@@ -205,7 +205,14 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         OptimizerChoice::Adam
     });
     let device: Device = crate::backend::device(common_args.device)?;
+    if common_args.knn_data.is_some() || common_args.mean.is_some() {
+        return Err(usage(format!(
+            "--knn-data / --mean / --std: recipe `{recipe}` is supervised (its own labelled \
+             splits, its own normalisation)"
+        )));
+    }
     let data = settings.source.load_splits(false)?;
+    data.labelled(&format!("recipe `{recipe}`"))?;
     let (_, _, channels) = data.train.image_shape();
     let embedding_backbone = (selection == Selection::SplAdvise).then(|| {
         args.embedding_backbone
@@ -215,7 +222,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
                 BackboneChoice::Lenet5
             })
     });
-    let classes = data.train.num_classes().max(data.test.num_classes());
+    let classes = data.train.num_classes().max(data.test.as_ref().map_or(0, |t| t.num_classes()));
     let spec = BackboneSpec {
         config: settings
             .backbone
@@ -368,7 +375,8 @@ where
         backend::NAME,
         run_dir.display()
     );
-    let step = Supervised::new(model, optimizer, data.train, data.test, config, augment);
+    let test = data.test.expect("checked to be labelled before training");
+    let step = Supervised::new(model, optimizer, data.train, test, config, augment);
     let builder = Trainer::with_step(step).config(train_config);
     let builder = match selector {
         Selector::Random(s) => builder.hook(s),

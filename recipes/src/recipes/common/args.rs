@@ -13,10 +13,23 @@ pub struct RecipeArgs {
     /// Fashion-MNIST subset (8,000 training and 2,000 test images).
     #[arg(long = "data-dir", alias = "data")]
     pub data: Option<PathBuf>,
-    /// image-folder: resize every image to this many pixels square (default: the size of the
-    /// first image, which all must then have).
+    /// image-folder, folder: resize every image to cover this many pixels square and crop its
+    /// centre (default: the size of the first image, which all must then have).
     #[arg(long)]
     pub image_size: Option<usize>,
+    /// The kNN monitor's labelled images: a folder with a train/ and a val/ tree of class
+    /// folders (PNG / JPEG), read at the size of the images trained on; the monitor of a
+    /// --dataset folder run, which has no labels of its own.
+    #[arg(long)]
+    pub knn_data: Option<PathBuf>,
+    /// Per-channel means of the views' normalisation, comma-separated on the [0, 1] scale
+    /// (default: computed from the images for image-folder and folder, the dataset's known
+    /// statistics otherwise).
+    #[arg(long, value_delimiter = ',', requires = "std")]
+    pub mean: Option<Vec<f64>>,
+    /// Per-channel standard deviations of the views' normalisation (with --mean).
+    #[arg(long, value_delimiter = ',', requires = "mean")]
+    pub std: Option<Vec<f64>>,
     /// Run directory (config.json, steps.csv, epochs.csv, checkpoints/).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
@@ -218,9 +231,12 @@ pub struct RecipeRun {
     /// The dataset of `data` (Fashion-MNIST in runs recorded before the option existed).
     #[serde(default)]
     pub dataset: DatasetChoice,
-    /// image-folder: the square size images were resized to.
+    /// image-folder, folder: the square size images were resized to.
     #[serde(default)]
     pub image_size: Option<usize>,
+    /// The kNN monitor's labelled folder (--knn-data).
+    #[serde(default)]
+    pub knn_data: Option<PathBuf>,
     /// The ResNet stem given with `--stem` (`None`: the backbone's default).
     #[serde(default)]
     pub stem: Option<StemChoice>,

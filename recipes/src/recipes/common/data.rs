@@ -2,6 +2,7 @@
 //! before anything is read, and the splits.
 
 use super::*;
+use curriculum_ssl::data::{image_folder, DataError};
 
 /// The datasets the recipes read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize)]
@@ -17,8 +18,33 @@ pub enum DatasetChoice {
     Cifar100,
     /// STL-10 binaries: pre-training on the unlabeled split, the kNN monitor on train/test.
     Stl10,
-    /// A `train/` and a `val/` tree of class folders of PNG or JPEG images.
+    /// A `train/` tree of class folders of PNG or JPEG images, and a `val/` one for the kNN
+    /// monitor (without `val/` the monitor is off).
     ImageFolder,
+    /// Any folder of PNG or JPEG images, flat or nested (sub-folders are not classes): no
+    /// labels; the kNN monitor is off unless --knn-data names a labelled `train/` + `val/` tree.
+    Folder,
+}
+
+impl DatasetChoice {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::FashionMnist => "fashion-mnist",
+            Self::Mnist => "mnist",
+            Self::Cifar10 => "cifar10",
+            Self::Cifar100 => "cifar100",
+            Self::Stl10 => "stl10",
+            Self::ImageFolder => "image-folder",
+            Self::Folder => "folder",
+        }
+    }
+
+    /// Whether the images are the user's own files (image-folder, folder): resized with
+    /// --image-size, normalised with their own statistics.
+    pub fn is_files(self) -> bool {
+        matches!(self, Self::ImageFolder | Self::Folder)
+    }
 }
 
 /// Where a recipe's images come from (recorded in the run's description).
@@ -28,8 +54,11 @@ pub struct DataSource {
     pub dataset: DatasetChoice,
     /// Its directory; `None`: the embedded subset.
     pub dir: Option<PathBuf>,
-    /// image-folder: the square size images are resized to.
+    /// image-folder, folder: the square size images are resized and centre-cropped to.
     pub image_size: Option<usize>,
+    /// A labelled `train/` + `val/` tree of class folders for the kNN monitor, instead of the
+    /// dataset's own labelled splits.
+    pub knn_data: Option<PathBuf>,
 }
 
 impl DataSource {
@@ -39,6 +68,7 @@ impl DataSource {
             dataset: args.dataset.unwrap_or_default(),
             dir: args.data.clone(),
             image_size: args.image_size,
+            knn_data: args.knn_data.clone(),
         }
     }
 
@@ -52,15 +82,15 @@ impl DataSource {
         if self.dir.is_none() && dataset != DatasetChoice::FashionMnist {
             return Err(usage(format!(
                 "--dataset {}: needs --data-dir (only Fashion-MNIST has an embedded subset)",
-                dataset
-                    .to_possible_value()
-                    .expect("no skipped variant")
-                    .get_name()
+                dataset.name()
             )));
         }
         if let Some(size) = self.image_size {
-            if dataset != DatasetChoice::ImageFolder {
-                return Err(usage("--image-size: only for --dataset image-folder"));
+            if !dataset.is_files() {
+                return Err(usage(
+                    "--image-size: only for --dataset image-folder or folder (the others have \
+                     their own size)",
+                ));
             }
             if !(8..=1024).contains(&size) {
                 return Err(usage(format!("--image-size {size}: must lie in [8, 1024]")));
@@ -68,6 +98,18 @@ impl DataSource {
         }
         if let Some(dir) = &self.dir {
             check_data_dir(dir)?;
+        }
+        if let Some(dir) = &self.knn_data {
+            check_dir("--knn-data", dir)?;
+            for split in ["train", "val"] {
+                if !dir.join(split).is_dir() {
+                    return Err(usage(format!(
+                        "--knn-data {}: no {split}/ folder (the kNN monitor needs a train/ and a \
+                         val/ tree of class folders)",
+                        dir.display()
+                    )));
+                }
+            }
         }
         Ok(())
     }
@@ -82,7 +124,7 @@ impl DataSource {
     /// As [`DataSource::load`]; without `pretrain`, STL-10's unlabeled split is not read (an
     /// evaluation needs only the labeled splits).
     pub fn load_splits(&self, pretrain: bool) -> Result<Data> {
-        use curriculum_ssl::data::{cifar, idx, image_folder, stl10};
+        use curriculum_ssl::data::{cifar, idx, stl10};
         let Some(dir) = self.dir.as_deref() else {
             let train = load_or_embedded(None, Split::Train)
                 .context("loading the training images of the embedded subset")?;
@@ -91,20 +133,23 @@ impl DataSource {
             return Ok(Data {
                 pretrain: None,
                 train,
-                test,
+                test: Some(test),
             });
         };
         let (pretrain, train, test) = match self.dataset {
             DatasetChoice::FashionMnist | DatasetChoice::Mnist => (
                 None,
                 idx::load(dir, Split::Train).context("loading the training images")?,
-                idx::load(dir, Split::Test).context("loading the test images")?,
+                Some(idx::load(dir, Split::Test).context("loading the test images")?),
             ),
             DatasetChoice::Cifar10 => (
                 None,
                 cifar::load_cifar10(dir, cifar::Split::Train)
                     .context("loading the training images")?,
-                cifar::load_cifar10(dir, cifar::Split::Test).context("loading the test images")?,
+                Some(
+                    cifar::load_cifar10(dir, cifar::Split::Test)
+                        .context("loading the test images")?,
+                ),
             ),
             DatasetChoice::Cifar100 => {
                 let fine = cifar::Cifar100Labels::Fine;
@@ -112,8 +157,10 @@ impl DataSource {
                     None,
                     cifar::load_cifar100(dir, cifar::Split::Train, fine)
                         .context("loading the training images")?,
-                    cifar::load_cifar100(dir, cifar::Split::Test, fine)
-                        .context("loading the test images")?,
+                    Some(
+                        cifar::load_cifar100(dir, cifar::Split::Test, fine)
+                            .context("loading the test images")?,
+                    ),
                 )
             }
             DatasetChoice::Stl10 => (
@@ -126,24 +173,58 @@ impl DataSource {
                     None
                 },
                 stl10::load(dir, stl10::Split::Train).context("loading the training images")?,
-                stl10::load(dir, stl10::Split::Test).context("loading the test images")?,
+                Some(stl10::load(dir, stl10::Split::Test).context("loading the test images")?),
             ),
             DatasetChoice::ImageFolder => {
-                let options = image_folder::ImageFolderOptions {
-                    channels: Some(3),
-                    size: self.image_size.map(|s| (s, s)),
-                    resize: self.image_size.is_some(),
-                    threads: 0,
+                let options = self.folder_options(None);
+                let train = image_folder::load(dir.join("train"), options)
+                    .map_err(|e| size_hint(e, "train/"))
+                    .context("loading the training images (train/)")?;
+                let val = dir.join("val");
+                let test = if val.is_dir() {
+                    Some(
+                        image_folder::load(val, self.folder_options(Some(&train)))
+                            .map_err(|e| size_hint(e, "val/"))
+                            .context("loading the validation images (val/)")?,
+                    )
+                } else if self.knn_data.is_none() {
+                    log::warn!(
+                        "{}: no val/ folder, so the kNN monitor is off (add a val/ tree of the \
+                         same classes to measure the features as training goes)",
+                        dir.display()
+                    );
+                    None
+                } else {
+                    None
                 };
-                (
-                    None,
-                    image_folder::load(dir.join("train"), options)
-                        .context("loading the training images (train/)")?,
-                    image_folder::load(dir.join("val"), options)
-                        .context("loading the validation images (val/)")?,
-                )
+                (None, train, test)
+            }
+            DatasetChoice::Folder => {
+                let (images, _) = image_folder::load_images(dir, self.folder_options(None))
+                    .map_err(|e| size_hint(e, "the folder"))
+                    .context("loading the images")?;
+                (None, images, None)
             }
         };
+        if let Some(knn) = &self.knn_data {
+            // The monitor's images at the size and channels of those trained on.
+            let like = pretrain.as_ref().unwrap_or(&train);
+            let options = self.folder_options(Some(like));
+            let bank = image_folder::load(knn.join("train"), options)
+                .context("loading the kNN monitor's labelled images (--knn-data …/train)")?;
+            let queries = image_folder::load(knn.join("val"), options)
+                .context("loading the kNN monitor's labelled images (--knn-data …/val)")?;
+            let images = if pretrain.is_some() {
+                pretrain.expect("checked")
+            } else {
+                train.unlabeled()
+            };
+            return Ok(Data {
+                pretrain: Some(images),
+                train: bank,
+                test: Some(queries),
+            });
+        }
         Ok(Data {
             pretrain,
             train,
@@ -152,20 +233,63 @@ impl DataSource {
     }
 }
 
+impl DataSource {
+    /// How image files are read: three channels, at --image-size (resized and centre-cropped)
+    /// or at the size of `like`'s images when given, else at the size of the first image.
+    fn folder_options(&self, like: Option<&ImageArray>) -> image_folder::ImageFolderOptions {
+        let size = match (self.image_size, like) {
+            (Some(s), _) => Some((s, s)),
+            (None, Some(like)) => Some((like.image_shape().0, like.image_shape().1)),
+            (None, None) => None,
+        };
+        image_folder::ImageFolderOptions {
+            channels: Some(3),
+            size,
+            resize: size.is_some(),
+            threads: 0,
+        }
+    }
+}
+
+/// Images of several sizes without --image-size: the error says which option resizes them.
+fn size_hint(error: DataError, place: &str) -> anyhow::Error {
+    match error {
+        DataError::ImageShape {
+            path,
+            height,
+            width,
+            found_height,
+            found_width,
+            ..
+        } if (height, width) != (found_height, found_width) => usage(format!(
+            "{}: {found_width}x{found_height} pixels where the first image of {place} has \
+             {width}x{height}; give --image-size N to resize and centre-crop every image to \
+             N×N",
+            path.display()
+        )),
+        other => other.into(),
+    }
+}
+
 /// Checks that `--data-dir DIR` names a directory (before anything is read or written).
 pub fn check_data_dir(dir: &Path) -> Result<()> {
+    check_dir("--data-dir", dir)
+}
+
+/// Checks that the directory an option names exists.
+fn check_dir(option: &str, dir: &Path) -> Result<()> {
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => Err(usage(format!(
-            "--data-dir {}: not a directory",
+            "{option} {}: not a directory",
             dir.display()
         ))),
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(usage(format!(
-            "--data-dir {}: permission denied",
+            "{option} {}: permission denied",
             dir.display()
         ))),
         Err(_) => Err(usage(format!(
-            "--data-dir {}: no such directory",
+            "{option} {}: no such directory",
             dir.display()
         ))),
     }
@@ -208,10 +332,36 @@ pub(crate) fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
 /// Training and test images (cheap to clone: the pixels are shared).
 #[derive(Clone)]
 pub struct Data {
-    /// What the method trains on when it is not `train` (STL-10's unlabeled split).
+    /// What the method trains on when it is not `train` (STL-10's unlabeled split, a folder
+    /// whose kNN monitor reads --knn-data).
     pub pretrain: Option<ImageArray>,
-    /// Labeled training split (trained on unless `pretrain` is given; the kNN monitor's bank).
+    /// Training split (trained on unless `pretrain` is given; the kNN monitor's bank when it is
+    /// labelled).
     pub train: ImageArray,
-    /// Test split.
-    pub test: ImageArray,
+    /// Test split (the kNN monitor's queries); `None` where the data has no labels.
+    pub test: Option<ImageArray>,
+}
+
+impl Data {
+    /// The images the method trains on.
+    pub fn trained_on(&self) -> &ImageArray {
+        self.pretrain.as_ref().unwrap_or(&self.train)
+    }
+
+    /// `(height, width, channels)` of the images the method trains on.
+    pub fn shape(&self) -> (usize, usize, usize) {
+        self.trained_on().image_shape()
+    }
+
+    /// The labelled train and test splits, or an error saying that `what` needs them.
+    pub fn labelled(&self, what: &str) -> Result<(&ImageArray, &ImageArray)> {
+        match &self.test {
+            Some(test) if self.train.is_labeled() => Ok((&self.train, test)),
+            _ => Err(usage(format!(
+                "{what} needs labelled images: this data has none (--dataset folder: give \
+                 --knn-data with a train/ and a val/ tree of class folders; image-folder: add \
+                 val/)"
+            ))),
+        }
+    }
 }

@@ -16,6 +16,7 @@ use anyhow::{Context, Result};
 use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use clap::{Parser, ValueEnum};
+use curriculum_ssl::augment::normalize::Normalize;
 use curriculum_ssl::curation::FrechetCurationConfig;
 use curriculum_ssl::curriculum::{
     MixupCurriculumConfig, SchedulerConfig, StrengthCurriculumConfig,
@@ -142,9 +143,15 @@ impl Settings {
 }
 
 /// The pipeline for the data: the preset at the images' size, crops of at least half the image
-/// on images smaller than 32 pixels (28×28 garments lose what tells them apart below that).
-fn pipeline(preset: fn(usize, usize) -> PipelineConfig, data: &Data, seed: u64) -> PipelineConfig {
-    let (h, _, c) = data.train.image_shape();
+/// on images smaller than 32 pixels (28×28 garments lose what tells them apart below that), and
+/// the views normalised with `normalize` when given.
+fn pipeline(
+    preset: fn(usize, usize) -> PipelineConfig,
+    data: &Data,
+    seed: u64,
+    normalize: Option<Normalize>,
+) -> PipelineConfig {
+    let (h, _, c) = data.shape();
     let mut p = preset(h, c);
     if h < 32 {
         for v in [&mut p.view1, &mut p.view2] {
@@ -153,8 +160,48 @@ fn pipeline(preset: fn(usize, usize) -> PipelineConfig, data: &Data, seed: u64) 
             }
         }
     }
+    if let Some(n) = normalize {
+        for v in [&mut p.view1, &mut p.view2] {
+            v.normalize = Some(n.clone());
+        }
+        if let Some(local) = p.local_crops.as_mut() {
+            local.view.normalize = Some(n);
+        }
+    }
     p.seed = seed;
     p
+}
+
+/// The views' normalisation: `--mean` / `--std` when given (checked against the channels),
+/// else the statistics of the images themselves for the user's own files (image-folder,
+/// folder), else `None` (the preset's statistics of the known dataset).
+fn normalization(args: &RecipeArgs, source: &DataSource, data: &Data) -> Result<Option<Normalize>> {
+    let channels = data.shape().2;
+    if let (Some(mean), Some(std)) = (&args.mean, &args.std) {
+        for (option, values) in [("--mean", mean), ("--std", std)] {
+            if values.len() != channels {
+                return Err(usage(format!(
+                    "{option}: {} values for images of {channels} channels",
+                    values.len()
+                )));
+            }
+        }
+        if let Some(bad) = mean.iter().find(|m| !m.is_finite()) {
+            return Err(usage(format!("--mean: {bad} is not a finite number")));
+        }
+        if let Some(bad) = std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+            return Err(usage(format!("--std: {bad} must be a finite number > 0")));
+        }
+        return Ok(Some(Normalize::new(mean, std)));
+    }
+    if !source.dataset.is_files() {
+        return Ok(None);
+    }
+    let (mean, std) = data.trained_on().channel_stats();
+    // A channel that never varies (a blank folder) would divide by zero.
+    let std: Vec<f64> = std.into_iter().map(|s| s.max(1e-3)).collect();
+    log::info!("normalisation computed from the images: mean {mean:.4?}, std {std:.4?}");
+    Ok(Some(Normalize::new(&mean, &std)))
 }
 
 /// A recipe's own defaults (the command line overrides them).
@@ -333,15 +380,16 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     }
     let device = backend::device(args.device)?;
     let data = settings.source.load()?;
-    let channels = data.train.image_shape().2;
+    let channels = data.shape().2;
     BackboneSpec {
         config: settings
             .backbone
-            .config(channels, data.train.image_shape().0, settings.stem),
+            .config(channels, data.shape().0, settings.stem),
         weights: settings.weights.clone(),
     }
-    .check(data.train.image_shape(), "--backbone", &device)?;
-    let mut pipeline = pipeline(defaults.preset, &data, settings.seed);
+    .check(data.shape(), "--backbone", &device)?;
+    let normalize = normalization(&args, &settings.source, &data)?;
+    let mut pipeline = pipeline(defaults.preset, &data, settings.seed, normalize);
     if let Some(count) = args.local_crops {
         match &mut pipeline.local_crops {
             None => {
@@ -418,8 +466,8 @@ impl Prepared {
     pub fn backbone_config(&self) -> BackboneSpec {
         BackboneSpec {
             config: self.settings.backbone.config(
-                self.data.train.image_shape().2,
-                self.data.train.image_shape().0,
+                self.data.shape().2,
+                self.data.shape().0,
                 self.settings.stem,
             ),
             weights: self.settings.weights.clone(),
@@ -576,15 +624,15 @@ impl Prepared {
     }
 }
 
-/// The kNN hook every training recipe adds.
-fn knn_hook<S, O>(trainer: &Trainer<Train, SelfSupervised<Train, S, O, ImageArray>>) -> &KnnHook
+/// The kNN hook of a training recipe whose data has labels.
+fn knn_hook<S, O>(
+    trainer: &Trainer<Train, SelfSupervised<Train, S, O, ImageArray>>,
+) -> Option<&KnnHook>
 where
     S: SslMethod<Train> + 'static,
     O: Optimizer<S::Online, Train> + 'static,
 {
-    trainer
-        .hook::<KnnHook>()
-        .expect("every training recipe adds the kNN hook")
+    trainer.hook::<KnnHook>()
 }
 
 /// Trains `method` and prints what the run measured; in a data-parallel run, as one replica
@@ -615,11 +663,14 @@ where
         workers: args.workers,
         ..LoaderConfig::default()
     };
-    let monitor = KnnMonitor::new(
-        data.train.clone(),
-        data.test.clone(),
-        pipeline.view1.normalize.clone(),
-    )?;
+    let monitor = match &data.test {
+        Some(test) if data.train.is_labeled() => Some(KnnMonitor::new(
+            data.train.clone(),
+            test.clone(),
+            pipeline.view1.normalize.clone(),
+        )?),
+        _ => None,
+    };
     let (images, what) = match data.pretrain {
         Some(pretrain) => (pretrain, "pre-training images"),
         None => (data.train, "training images"),
@@ -638,6 +689,7 @@ where
         data: settings.source.dir.clone(),
         dataset: settings.source.dataset,
         image_size: settings.source.image_size,
+        knn_data: settings.source.knn_data.clone(),
         stem: settings.stem,
         weights: settings.weights.clone(),
         method: method_config,
@@ -679,8 +731,15 @@ where
     if adaptive {
         builder = builder.hook(SelfPacedAutoAugmentHook::new());
     }
+    if let Some(monitor) = monitor {
+        builder = builder.hook(KnnHook::new(monitor, args.knn_every));
+    } else if lead {
+        log::info!(
+            "no labelled images: the kNN monitor is off (--knn-data DIR with a train/ and a val/ \
+             tree of class folders turns it on)"
+        );
+    }
     let mut builder = builder
-        .hook(KnnHook::new(monitor, args.knn_every))
         .start(mode)
         .augment_ahead(args.augment_ahead.unwrap_or(backend::AUGMENT_AHEAD))
         .view_threads(args.view_threads.unwrap_or(backend::VIEW_THREADS));
@@ -719,10 +778,15 @@ where
     // the summary can say how much the training helped (also after a resume).
     let init_file = run_dir.join(KNN_AT_INIT);
     let at_init: Vec<KnnResult> = if trainer.step() == 0 {
-        let results = knn_hook(&trainer).evaluate(trainer.method(), device)?;
-        std::fs::write(&init_file, serde_json::to_vec_pretty(&results)?)
-            .with_context(|| format!("writing {}", init_file.display()))?;
-        results
+        match knn_hook(&trainer) {
+            Some(hook) => {
+                let results = hook.evaluate(trainer.method(), device)?;
+                std::fs::write(&init_file, serde_json::to_vec_pretty(&results)?)
+                    .with_context(|| format!("writing {}", init_file.display()))?;
+                results
+            }
+            None => Vec::new(),
+        }
     } else {
         std::fs::read(&init_file)
             .ok()
@@ -744,7 +808,16 @@ where
             images as f64 / seconds,
             last.mean_loss,
         ));
-        let measured = knn_hook(&trainer).last().map_or(&[][..], |(_, r)| r);
+        let measured = knn_hook(&trainer)
+            .and_then(|h| h.last())
+            .map_or(&[][..], |(_, r)| r);
+        if knn_hook(&trainer).is_none() {
+            lines.push(
+                "kNN monitor off: the images have no labels (--knn-data DIR measures the \
+                 features on a labelled train/ + val/ tree)"
+                    .to_string(),
+            );
+        }
         for r in measured {
             let init = at_init
                 .iter()
