@@ -49,6 +49,16 @@ enum Command {
         #[arg(long)]
         port: u16,
     },
+    /// Continue a run from its directory alone: the recipe and its settings come from the
+    /// run's recipe.toml (`recipe resume runs/light_moco`; options after it may change what a
+    /// resume allows, e.g. --knn-every, or lengthen it with --extend --epochs N).
+    Resume {
+        /// The run directory.
+        run_dir: std::path::PathBuf,
+        /// Options for the recipe.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        options: Vec<String>,
+    },
     /// Run the recipe with this name.
     #[command(external_subcommand)]
     Run(Vec<String>),
@@ -218,6 +228,26 @@ fn run(cli: Cli) -> Result<()> {
             println!("orchestrator listening on port {port} (Ctrl-C to stop)");
             curriculum_ssl::data_parallel::replicas::orchestrate(port);
             Ok(())
+        }
+        Command::Resume { run_dir, options } => {
+            let file = run_dir.join(recipes::common::RECIPE_TOML);
+            if !file.is_file() {
+                return Err(usage(format!(
+                    "{}: no {} (a run directory written by `recipe NAME --run-dir DIR`)",
+                    run_dir.display(),
+                    recipes::common::RECIPE_TOML
+                )));
+            }
+            let name = recipes::common::config_file::ConfigFile::read(&file)?
+                .recipe
+                .ok_or_else(|| usage(format!("{}: names no recipe", file.display())))?;
+            let recipe = registry::find(&name).map_err(|e| usage(e.to_string()))?;
+            let mut args = vec!["--run-dir".to_string(), run_dir.display().to_string()];
+            if !options.iter().any(|o| o == "--extend") {
+                args.push("--resume".into());
+            }
+            args.extend(options);
+            (recipe.run)(&args)
         }
         Command::Run(args) => {
             let recipe = registry::find(&args[0]).map_err(|e| usage(e.to_string()))?;

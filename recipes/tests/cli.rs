@@ -1492,3 +1492,156 @@ fn a_folder_of_unlabelled_images_of_any_size_trains_with_its_own_statistics() {
     assert_eq!(check_error_shape(&o, "knn no split"), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("no train/ folder"), "{}", stderr(&o));
 }
+
+/// The losses of a run's steps.csv, as written.
+fn losses(run_dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(run_dir.join("steps.csv")).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let column = header
+        .iter()
+        .position(|c| *c == "loss")
+        .expect("a loss column");
+    lines
+        .map(|l| l.split(',').nth(column).unwrap().to_string())
+        .collect()
+}
+
+/// Settings without recompiling: KEY=VALUE overrides reach the method, the optimiser and the
+/// augmentation; every run writes recipe.toml; the file run again reproduces the run to the
+/// last digit of its losses; --resume and `recipe resume` need only the run directory.
+#[test]
+fn settings_come_from_key_value_overrides_and_the_runs_own_recipe_toml() {
+    let first = scratch().join("settings-first");
+    let o = run(&as_strs(&tiny(
+        "settings-first",
+        &[
+            "--epochs",
+            "2",
+            "method.queue_size=2048",
+            "method.soft_nce.temperature=0.2",
+            "optimizer.weight_decay=1e-5",
+            "augmentation.view1.blur=none",
+            "warmup_epochs=1",
+        ],
+    )));
+    assert_eq!(check_error_shape(&o, "overrides"), 0, "{}", stderr(&o));
+    // The overrides reached what trained: config.json records the method, optimiser-free
+    // trainer settings and the augmentation as the trainer saw them.
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(first.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["run"]["method"]["queue_size"], 2048);
+    assert_eq!(config["run"]["method"]["soft_nce"]["temperature"], 0.2);
+    assert!(config["augmentation"]["view1"]["blur"].is_null());
+    assert!(!config["augmentation"]["view2"]["blur"].is_null());
+    assert_eq!(config["train"]["warmup_epochs"], 1);
+    let file: toml::Table = std::fs::read_to_string(first.join("recipe.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(file["recipe"].as_str(), Some("light_moco"));
+    assert_eq!(file["optimizer"]["weight_decay"].as_float(), Some(1e-5));
+    assert_eq!(file["method"]["queue_size"].as_integer(), Some(2048));
+    assert_eq!(file["options"]["epochs"].as_integer(), Some(2));
+    assert_eq!(file["options"]["lr"].as_float(), Some(0.0125));
+    assert_eq!(file["augmentation"]["view1"]["blur"].as_str(), Some("none"));
+
+    // The file alone, in a new directory, is the same run.
+    let again = scratch().join("settings-again");
+    let o = run(&[
+        "light_moco",
+        "--config",
+        first.join("recipe.toml").to_str().unwrap(),
+        "--run-dir",
+        again.to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "from file"), 0, "{}", stderr(&o));
+    assert_eq!(losses(&first), losses(&again));
+    assert_eq!(losses(&first).len(), 4);
+    // The command line wins over the file.
+    let o = run(&[
+        "light_moco",
+        "--config",
+        first.join("recipe.toml").to_str().unwrap(),
+        "--run-dir",
+        scratch().join("settings-other").to_str().unwrap(),
+        "method.queue_size=1024",
+        "--epochs",
+        "1",
+    ]);
+    assert_eq!(
+        check_error_shape(&o, "file and overrides"),
+        0,
+        "{}",
+        stderr(&o)
+    );
+    let other: toml::Table =
+        std::fs::read_to_string(scratch().join("settings-other").join("recipe.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
+    assert_eq!(other["method"]["queue_size"].as_integer(), Some(1024));
+    assert_eq!(other["options"]["epochs"].as_integer(), Some(1));
+
+    // Resume and extend with the run directory alone.
+    let o = run(&[
+        "light_moco",
+        "--run-dir",
+        first.to_str().unwrap(),
+        "--resume",
+    ]);
+    assert_eq!(check_error_shape(&o, "resume"), 0, "{}", stderr(&o));
+    let o = run(&[
+        "resume",
+        first.to_str().unwrap(),
+        "--extend",
+        "--epochs",
+        "3",
+    ]);
+    assert_eq!(check_error_shape(&o, "recipe resume"), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("extending the run from 2 to 3 epochs"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(losses(&first).len(), 6);
+    let o = run(&["resume", scratch().to_str().unwrap()]);
+    assert_eq!(check_error_shape(&o, "resume no file"), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("no recipe.toml"), "{}", stderr(&o));
+
+    // Bad settings name what is wrong.
+    for (extra, expected) in [
+        (
+            "method.queue_sise=1",
+            "has no setting `queue_sise` (it has: ",
+        ),
+        ("model.depth=3", "`model` is not a section"),
+        ("queue_size", "settings are given as KEY=VALUE"),
+        ("epoch=3", "`epoch` is not an option"),
+        (
+            "optimizer.weight_decay=heavy",
+            "optimizer: the settings given do not make",
+        ),
+        (
+            "augmentation.view1.solarize.p=0.2",
+            "augmentation.view1.solarize is off",
+        ),
+    ] {
+        let o = run(&as_strs(&tiny("settings-bad", &[extra])));
+        assert_eq!(check_error_shape(&o, extra), 2, "{extra}\n{}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{extra}\n{}", stderr(&o));
+    }
+    let o = run(&[
+        "simclr",
+        "--config",
+        first.join("recipe.toml").to_str().unwrap(),
+        "--run-dir",
+        "settings-wrong-recipe",
+    ]);
+    assert_eq!(check_error_shape(&o, "other recipe"), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("written for recipe `light_moco`"),
+        "{}",
+        stderr(&o)
+    );
+}

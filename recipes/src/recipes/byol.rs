@@ -46,10 +46,11 @@ pub fn run(args: &[String]) -> Result<()> {
 pub fn train(recipe: Prepared) -> Result<()> {
     let config = ByolConfig::new();
     let backbone = recipe.backbone_config();
+    let config = recipe.section("method", config)?;
+    let optimizer = recipe.section("optimizer", SgdConfig::new())?;
     recipe.train(&config, |recipe, device| {
         let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
-        let optimizer = SgdConfig::new().init::<Train, _>()?;
-        Ok((method, optimizer))
+        Ok((method, optimizer.init::<Train, _>()?))
     })
 }
 

@@ -95,12 +95,14 @@ pub fn train(mut recipe: Prepared) -> Result<()> {
     }
     let backbone = recipe.settings.backbone;
     let config = recipe.moco(method_config(backbone));
+    let config = recipe.section("method", config)?;
+    let optimizer = recipe.section(
+        "optimizer",
+        SgdConfig::new().with_weight_decay(weight_decay(backbone)),
+    )?;
     recipe.train(&config, |recipe, device| {
         let method = common::init_moco(recipe, &config, device)?;
-        let optimizer = SgdConfig::new()
-            .with_weight_decay(weight_decay(backbone))
-            .init::<Train, _>()?;
-        Ok((method, optimizer))
+        Ok((method, optimizer.init::<Train, _>()?))
     })
 }
 

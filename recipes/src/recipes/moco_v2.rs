@@ -52,10 +52,11 @@ pub fn train(recipe: Prepared) -> Result<()> {
             .with_momentum(0.99)
             .with_queue_size(4096),
     );
+    let config = recipe.section("method", config)?;
+    let optimizer = recipe.section("optimizer", SgdConfig::new())?;
     recipe.train(&config, |recipe, device| {
         let method = common::init_moco(recipe, &config, device)?;
-        let optimizer = SgdConfig::new().init::<Train, _>()?;
-        Ok((method, optimizer))
+        Ok((method, optimizer.init::<Train, _>()?))
     })
 }
 

@@ -73,18 +73,25 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let config = config(recipe.settings.backbone);
     let backbone = recipe.backbone_config();
+    let config = recipe.section("method", config)?;
     if vit {
+        let adamw = recipe.section(
+            "optimizer",
+            AdamWConfig::new()
+                .with_weight_decay(0.1)
+                .with_epsilon(1e-8),
+        )?;
         recipe.train(&config, |recipe, device| {
             let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
-            let adamw = AdamWConfig::new()
-                .with_weight_decay(0.1)
-                .with_epsilon(1e-8);
             Ok((method, adamw.init::<Train, _>()))
         })
     } else {
+        let lars = recipe.section(
+            "optimizer",
+            LarsConfig::new().with_weight_decay(1e-6).with_eta(0.02),
+        )?;
         recipe.train(&config, |recipe, device| {
             let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
-            let lars = LarsConfig::new().with_weight_decay(1e-6).with_eta(0.02);
             Ok((method, lars.init::<Train, _>()?))
         })
     }

@@ -114,10 +114,11 @@ pub fn dino_config() -> DinoConfig {
 pub fn swav(args: &[String]) -> Result<()> {
     // solo-learn's 0.6 at batch 256, scaled linearly to 128.
     let recipe = common::prepare(args, defaults("swav", 0.3, swav_views))?;
-    let config = swav_config();
+    let config = recipe.section("method", swav_config())?;
+    let lars = recipe.section("optimizer", lars())?;
     recipe.train(&config, |recipe, device| {
         let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        Ok((method, lars().init::<Train, _>()?))
+        Ok((method, lars.init::<Train, _>()?))
     })
 }
 
@@ -125,11 +126,12 @@ pub fn swav(args: &[String]) -> Result<()> {
 pub fn dino(args: &[String]) -> Result<()> {
     // solo-learn's 0.3 at batch 256, scaled linearly to 128.
     let recipe = common::prepare(args, defaults("dino", 0.15, dino_views))?;
-    let config = dino_config();
+    let config = recipe.section("method", dino_config())?;
+    let lars = recipe.section("optimizer", lars())?;
     let backbone = recipe.backbone_config();
     recipe.train(&config, |recipe, device| {
         let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
-        Ok((method, lars().init::<Train, _>()?))
+        Ok((method, lars.init::<Train, _>()?))
     })
 }
 

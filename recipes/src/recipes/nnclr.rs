@@ -55,13 +55,16 @@ pub fn config() -> NnclrConfig {
 /// Runs `nnclr`.
 pub fn run(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults())?;
-    let config = config();
+    let config = recipe.section("method", config())?;
+    let lars = recipe.section(
+        "optimizer",
+        LarsConfig::new().with_weight_decay(1e-5).with_eta(0.02),
+    )?;
     let batch = recipe.settings.batch_size;
     recipe.train(&config, |recipe, device| {
         let method = recipe.init(device, |d| {
             config.init(recipe.backbone_config().init(d), batch, d)
         })?;
-        let lars = LarsConfig::new().with_weight_decay(1e-5).with_eta(0.02);
         Ok((method, lars.init::<Train, _>()?))
     })
 }

@@ -71,20 +71,22 @@ pub fn vicreg_config() -> VicRegConfig {
 /// Runs `barlow_twins`.
 pub fn barlow_twins(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults("barlow_twins"))?;
-    let config = barlow_twins_config();
+    let config = recipe.section("method", barlow_twins_config())?;
+    let lars = recipe.section("optimizer", lars())?;
     recipe.train(&config, |recipe, device| {
         let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        Ok((method, lars().init::<Train, _>()?))
+        Ok((method, lars.init::<Train, _>()?))
     })
 }
 
 /// Runs `vicreg`.
 pub fn vicreg(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults("vicreg"))?;
-    let config = vicreg_config();
+    let config = recipe.section("method", vicreg_config())?;
+    let lars = recipe.section("optimizer", lars())?;
     recipe.train(&config, |recipe, device| {
         let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        Ok((method, lars().init::<Train, _>()?))
+        Ok((method, lars.init::<Train, _>()?))
     })
 }
 

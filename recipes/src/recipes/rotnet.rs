@@ -88,13 +88,14 @@ pub fn crop_rotate(args: &[String]) -> Result<()> {
 /// Builds RotNet for a prepared recipe (the angle draws seeded by `--seed`) and trains it.
 fn train(recipe: Prepared, config: RotNetConfig) -> Result<()> {
     let config = config.with_seed(recipe.settings.seed);
+    let config = recipe.section("method", config)?;
+    let optimizer = recipe.section(
+        "optimizer",
+        SgdConfig::new().with_momentum(0.9).with_weight_decay(5e-4),
+    )?;
     recipe.train(&config, |recipe, device| {
         let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        let optimizer = SgdConfig::new()
-            .with_momentum(0.9)
-            .with_weight_decay(5e-4)
-            .init::<Train, _>()?;
-        Ok((method, optimizer))
+        Ok((method, optimizer.init::<Train, _>()?))
     })
 }
 

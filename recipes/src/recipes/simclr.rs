@@ -53,10 +53,11 @@ pub fn train(recipe: Prepared) -> Result<()> {
     let config = SimClrConfig::new()
         .with_loss(loss)
         .with_pgd(recipe.pgd.clone());
+    let config = recipe.section("method", config)?;
+    let optimizer = recipe.section("optimizer", SgdConfig::new())?;
     recipe.train(&config, |recipe, device| {
         let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        let optimizer = SgdConfig::new().init::<Train, _>()?;
-        Ok((method, optimizer))
+        Ok((method, optimizer.init::<Train, _>()?))
     })
 }
 

@@ -59,10 +59,11 @@ pub fn run(args: &[String]) -> Result<()> {
 /// Builds the method for a prepared recipe and trains it (shared with the MICO variants).
 pub fn train(recipe: Prepared) -> Result<()> {
     let config = SimSiamConfig::new();
+    let config = recipe.section("method", config)?;
+    let optimizer = recipe.section("optimizer", SgdConfig::new())?;
     recipe.train(&config, |recipe, device| {
         let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        let optimizer = SgdConfig::new().init::<Train, _>()?;
-        Ok((method, optimizer))
+        Ok((method, optimizer.init::<Train, _>()?))
     })
 }
 

@@ -160,6 +160,12 @@ fn refuse_ssl_options(args: &RecipeArgs, recipe: &str) -> Result<()> {
         ("--weights", args.weights.is_some()),
         ("--augment-ahead", args.augment_ahead.is_some()),
         ("--view-threads", args.view_threads.is_some()),
+        ("--knn-data", args.knn_data.is_some()),
+        ("--mean / --std", args.mean.is_some()),
+        (
+            "--config / KEY=VALUE settings",
+            args.config.is_some() || !args.overrides.is_empty(),
+        ),
     ];
     if args.devices != 1 || args.nodes.is_some() {
         return Err(usage(format!(
@@ -205,12 +211,6 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         OptimizerChoice::Adam
     });
     let device: Device = crate::backend::device(common_args.device)?;
-    if common_args.knn_data.is_some() || common_args.mean.is_some() {
-        return Err(usage(format!(
-            "--knn-data / --mean / --std: recipe `{recipe}` is supervised (its own labelled \
-             splits, its own normalisation)"
-        )));
-    }
     let data = settings.source.load_splits(false)?;
     data.labelled(&format!("recipe `{recipe}`"))?;
     let (_, _, channels) = data.train.image_shape();

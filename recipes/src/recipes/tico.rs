@@ -37,11 +37,12 @@ fn defaults() -> Defaults {
 /// Runs `tico`.
 pub fn run(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults())?;
-    let config = TiCoConfig::new();
+    let config = recipe.section("method", TiCoConfig::new())?;
+    let optimizer = recipe.section("optimizer", SgdConfig::new())?;
     let backbone = recipe.backbone_config();
     recipe.train(&config, |recipe, device| {
         let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
-        Ok((method, SgdConfig::new().init::<Train, _>()?))
+        Ok((method, optimizer.init::<Train, _>()?))
     })
 }
 

@@ -6,6 +6,18 @@ use super::*;
 #[derive(Parser, Debug, Clone)]
 #[command(no_binary_name = true, name = "recipe", args_override_self = true)]
 pub struct RecipeArgs {
+    /// Settings of the recipe as KEY=VALUE, over its defaults and a --config file: an option
+    /// (`epochs=10`), or a setting of the method, the optimiser or the augmentation
+    /// (`method.temperature=0.1`, `optimizer.weight_decay=1e-5`,
+    /// `augmentation.view1.blur.p=0.2`; `none` turns a setting off). recipe.toml in a run
+    /// directory lists every one.
+    #[arg(value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+    /// A settings file (TOML) as every run writes to its directory (recipe.toml): its options
+    /// and its [method], [optimizer] and [augmentation] settings replace the recipe's defaults;
+    /// the command line wins over it. --resume and --extend read the run directory's.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// The dataset of --data-dir (default: fashion-mnist, whose IDX files also read MNIST's).
     #[arg(long, value_enum)]
     pub dataset: Option<DatasetChoice>,
@@ -250,9 +262,35 @@ pub struct RecipeRun {
 }
 
 impl RecipeArgs {
-    /// Parses the arguments of `recipe` (its name heads the usage line of `--help`).
-    pub fn parse_from(recipe: &str, args: &[String]) -> Result<Self> {
-        parse_recipe_args(recipe, args)
+    /// Parses the arguments of `recipe` with its settings file (--config, or the run
+    /// directory's recipe.toml on --resume / --extend) and its KEY=VALUE overrides: the options,
+    /// and the overrides of the method, optimiser and augmentation the recipe applies as it
+    /// builds them.
+    pub fn parse_with_settings(recipe: &str, args: &[String]) -> Result<(Self, Overrides)> {
+        let first: Self = parse_recipe_args(recipe, args)?;
+        let run_dir = first
+            .run_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("runs").join(recipe));
+        let file = match &first.config {
+            Some(path) => Some(path.clone()),
+            None if first.resume || first.extend => {
+                Some(run_dir.join(RECIPE_TOML)).filter(|p| p.is_file())
+            }
+            None => None,
+        };
+        let (resolved, overrides) = config_file::resolve(
+            &<Self as clap::CommandFactory>::command(),
+            recipe,
+            file.as_deref(),
+            args,
+            &first.overrides,
+        )?;
+        let args: Self = parse_recipe_args(recipe, &resolved)?;
+        if let Some(file) = &file {
+            log::info!("settings from {}", file.display());
+        }
+        Ok((args, overrides))
     }
 }
 
@@ -268,4 +306,63 @@ pub fn parse_recipe_args<T: Parser>(recipe: &str, args: &[String]) -> Result<T> 
         .try_get_matches_from(args)
         .and_then(|m| T::from_arg_matches(&m))
         .map_err(crate::help_or_error)
+}
+
+/// The options of a run as recipe.toml records them: every setting of the command line that
+/// shapes the run, with the recipe's defaults resolved (the run directory, resuming, the device
+/// and the machines are left out: they belong to one invocation).
+pub fn options_table(args: &RecipeArgs, settings: &Settings) -> toml::Table {
+    use toml::Value as V;
+    fn name(v: impl ValueEnum) -> V {
+        V::String(
+            v.to_possible_value()
+                .expect("no skipped variant")
+                .get_name()
+                .to_string(),
+        )
+    }
+    let int = |n: usize| V::Integer(n as i64);
+    let path = |p: &Path| V::String(p.display().to_string());
+    let floats = |v: &[f64]| V::Array(v.iter().map(|x| V::Float(*x)).collect());
+    let mut t = toml::Table::new();
+    let mut put = |key: &str, value: Option<V>| {
+        if let Some(v) = value {
+            t.insert(key.to_string(), v);
+        }
+    };
+    let source = &settings.source;
+    put("dataset", Some(name(source.dataset)));
+    put("data_dir", source.dir.as_deref().map(path));
+    put("image_size", source.image_size.map(int));
+    put("knn_data", source.knn_data.as_deref().map(path));
+    put("mean", args.mean.as_deref().map(floats));
+    put("std", args.std.as_deref().map(floats));
+    put("epochs", Some(int(settings.epochs)));
+    put("batch_size", Some(int(settings.batch_size)));
+    put("lr", Some(V::Float(settings.lr)));
+    put("warmup_epochs", Some(int(settings.warmup_epochs)));
+    put("backbone", Some(name(settings.backbone)));
+    put("stem", settings.stem.map(name));
+    put("weights", settings.weights.as_deref().map(path));
+    // A seed above i64's range is written as text (clap reads it back).
+    put(
+        "seed",
+        Some(i64::try_from(settings.seed).map_or(V::String(settings.seed.to_string()), V::Integer)),
+    );
+    put("knn_every", Some(int(args.knn_every)));
+    put("checkpoint_every", Some(int(args.checkpoint_every)));
+    put("workers", Some(int(args.workers)));
+    put("easy_to_hard", Some(V::Boolean(args.easy_to_hard)));
+    put("strength", args.strength.map(V::Float));
+    put("schedule", args.schedule.map(name));
+    put("shuffle_bn", Some(V::Boolean(args.shuffle_bn)));
+    put("local_crops", args.local_crops.map(int));
+    put("augment_ahead", args.augment_ahead.map(V::Boolean));
+    put("view_threads", args.view_threads.map(V::Boolean));
+    put("loss", args.loss.map(name));
+    put("hard_positive_k", args.hard_positive_k.map(V::Float));
+    put("curation_warmup", args.curation_warmup.map(int));
+    put("curation_retries", args.curation_retries.map(int));
+    put("pgd_steps", args.pgd_steps.map(int));
+    t
 }

@@ -4,10 +4,12 @@
 
 mod args;
 mod backbone;
+pub mod config_file;
 mod data;
 
 pub use args::*;
 pub use backbone::*;
+pub use config_file::{Overrides, RECIPE_TOML};
 pub use data::*;
 
 use std::path::{Path, PathBuf};
@@ -263,11 +265,14 @@ pub struct Prepared {
     pub pgd: Option<PgdConfig>,
     /// Whether a MoCo recipe took `--shuffle-bn` ([`Prepared::moco`]); another recipe refuses it.
     shuffle_bn_taken: std::sync::atomic::AtomicBool,
+    /// The settings file's and the command line's settings of the method, optimiser and
+    /// augmentation ([`Prepared::section`]).
+    pub overrides: Overrides,
 }
 
 /// Parses and checks the options, loads the data and builds the pipeline.
 pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
-    let args = RecipeArgs::parse_from(defaults.recipe, args)?;
+    let (args, overrides) = RecipeArgs::parse_with_settings(defaults.recipe, args)?;
     let mut settings = Settings::new(
         defaults.recipe,
         &args,
@@ -409,6 +414,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     }
     pipeline.mixup_curriculum = mixup;
     pipeline.strength_curriculum = strength;
+    let pipeline = overrides.apply("augmentation", pipeline)?;
     let pgd = pgd.map(|p| p.with_normalize(pipeline.view1.normalize.clone()));
     Ok(Prepared {
         args,
@@ -420,6 +426,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         curation,
         pgd,
         shuffle_bn_taken: Default::default(),
+        overrides,
     })
 }
 
@@ -462,6 +469,18 @@ fn curation(
 }
 
 impl Prepared {
+    /// `config` (of the method, or the optimiser) with the settings file's `[section]` and the
+    /// command line's `section.KEY=VALUE` applied, recorded for the run's recipe.toml.
+    ///
+    /// # Errors
+    /// A key the configuration does not have, or a value of the wrong kind.
+    pub fn section<C>(&self, section: &str, config: C) -> Result<C>
+    where
+        C: Serialize + serde::de::DeserializeOwned,
+    {
+        self.overrides.apply(section, config)
+    }
+
     /// The backbone's configuration for the data's channel count.
     pub fn backbone_config(&self) -> BackboneSpec {
         BackboneSpec {
@@ -716,6 +735,7 @@ where
             }
         }
     }
+    prepared.overrides.check_used(settings.recipe)?;
     let uses_boxes = method.uses_object_boxes();
     let adaptive = augmenter.is_adaptive();
     let mut builder = Trainer::builder(method, optimizer, augmenter, loader)
@@ -747,6 +767,11 @@ where
         builder = builder.replica(replica);
     }
     let mut trainer = builder.build(device)?;
+    if lead {
+        prepared
+            .overrides
+            .write(&run_dir, settings.recipe, options_table(args, settings))?;
+    }
     if !lead {
         // Replica 0 reports; the others train.
         trainer.fit()?;

@@ -1,0 +1,582 @@
+//! A recipe's settings as a file: `recipe.toml`, written into every run directory and read back
+//! with `--config FILE` (and by `--resume` / `--extend` from the run directory), plus `key=value`
+//! overrides on the command line.
+//!
+//! ```toml
+//! recipe = "light_moco"
+//!
+//! [options]            # the command-line options: `epochs = 20` is `--epochs 20`
+//! epochs = 20
+//! batch_size = 128
+//!
+//! [method]             # the method's configuration (loss, heads, queue, momentum, …)
+//! queue_size = 4096
+//!
+//! [optimizer]          # the optimiser's (learning-rate schedule aside: options lr, warmup_epochs)
+//! weight_decay = 0.0001
+//!
+//! [augmentation]       # the views' operations and their probabilities
+//! [augmentation.view1.jitter]
+//! p = 0.8
+//! ```
+//!
+//! Precedence, lowest first: the recipe's defaults, the file's values, the command line's
+//! options and `key=value` overrides (`method.queue_size=8192`, `augmentation.view1.blur.p=0.2`,
+//! `optimizer.weight_decay=1e-5`, `epochs=10`). A section's keys are the recipe's own: a key it
+//! does not have is an error that lists the ones it has. A setting that is off (`None`) reads
+//! `"none"` in the file (TOML has no null), and `"none"` (or `key=none`) turns one off.
+//!
+//! The TOML is read and written with the `toml` crate (Cargo's); the sections go through
+//! `serde_json` values because the configurations serialise to JSON already (`config.json`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::{Context, Result};
+use serde::{de::DeserializeOwned, Serialize};
+use serde_json::Value;
+
+use crate::usage;
+
+/// The file every run directory holds.
+pub const RECIPE_TOML: &str = "recipe.toml";
+
+/// The sections a recipe configures besides its options.
+pub const SECTIONS: [&str; 3] = ["method", "optimizer", "augmentation"];
+
+/// One `key=value` of the command line or one key of a file's section: a path below a section
+/// and its value.
+#[derive(Debug, Clone)]
+struct Setting {
+    /// Where it came from (for errors): `method.queue_size=8192` or `FILE [method]`.
+    origin: String,
+    /// The keys below the section.
+    path: Vec<String>,
+    /// The value (`Null` turns a setting off).
+    value: Value,
+}
+
+/// The settings given for the sections (from a file and the command line), applied as the
+/// recipe builds each one ([`Overrides::apply`]), and the sections as built, for `recipe.toml`.
+#[derive(Debug, Default)]
+pub struct Overrides {
+    /// Per section: file values first, then command-line overrides.
+    given: BTreeMap<String, Vec<Setting>>,
+    /// Per section: the section file's whole table (merged under the overrides).
+    file: BTreeMap<String, Value>,
+    /// The sections as the recipe built them (after the overrides).
+    built: Mutex<BTreeMap<String, Value>>,
+    /// The file the options came from, if any.
+    pub source: Option<PathBuf>,
+}
+
+impl Overrides {
+    /// `config` with the file's section `section` and the command line's `section.*` overrides
+    /// applied; recorded for `recipe.toml`.
+    ///
+    /// # Errors
+    /// A key the configuration does not have (the error lists those it has), or a value of the
+    /// wrong kind for its setting.
+    pub fn apply<C: Serialize + DeserializeOwned>(&self, section: &str, config: C) -> Result<C> {
+        let mut value = serde_json::to_value(&config)?;
+        if let Some(file) = self.file.get(section) {
+            let origin = format!(
+                "[{section}] of {}",
+                self.source
+                    .as_deref()
+                    .map_or("the file".into(), |p| p.display().to_string())
+            );
+            merge(&mut value, file, &origin, section)?;
+        }
+        for setting in self.given.get(section).into_iter().flatten() {
+            set(&mut value, section, setting)?;
+        }
+        let config = serde_json::from_value::<C>(value.clone()).map_err(|e| {
+            usage(format!(
+                "{section}: the settings given do not make a valid configuration: {e}"
+            ))
+        })?;
+        // What was built, as it serialises (a round trip normalises the value).
+        let built = serde_json::to_value(&config)?;
+        self.built
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(section.to_string(), built);
+        Ok(config)
+    }
+
+    /// Checks that every section given a value was built by the recipe.
+    pub fn check_used(&self, recipe: &str) -> Result<()> {
+        let built = self.built.lock().unwrap_or_else(|e| e.into_inner());
+        let given: BTreeSet<&String> = self.given.keys().chain(self.file.keys()).collect();
+        for section in given {
+            if !built.contains_key(section) {
+                return Err(usage(format!(
+                    "{section}.*: recipe `{recipe}` has no {section} settings"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `recipe.toml` into `run_dir`: the recipe, its options and the sections built.
+    pub fn write(&self, run_dir: &Path, recipe: &str, options: toml::Table) -> Result<()> {
+        let mut table = toml::Table::new();
+        table.insert("recipe".into(), toml::Value::String(recipe.into()));
+        table.insert("options".into(), toml::Value::Table(options));
+        let built = self.built.lock().unwrap_or_else(|e| e.into_inner());
+        for section in SECTIONS {
+            if let Some(value) = built.get(section) {
+                if let Some(v) = to_toml(value) {
+                    table.insert(section.into(), v);
+                }
+            }
+        }
+        let text = format!(
+            "# The settings of this run, as `recipe {recipe}` resolved them. Run them again with\n\
+             # `recipe {recipe} --config recipe.toml --run-dir NEW_DIR` (command-line options and\n\
+             # key=value overrides such as `method.temperature=0.1` win over the file); `--resume`\n\
+             # and `--extend` read this file from the run directory. A setting that is off reads\n\
+             # \"none\".\n\n{}",
+            toml::to_string(&table)?
+        );
+        let path = run_dir.join(RECIPE_TOML);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+/// A settings file: its recipe, its options (as command-line arguments) and its sections.
+pub struct ConfigFile {
+    /// The recipe it was written for, if it says.
+    pub recipe: Option<String>,
+    /// `[options]`.
+    pub options: toml::Table,
+    /// `[method]`, `[optimizer]`, `[augmentation]`.
+    pub sections: BTreeMap<String, Value>,
+}
+
+impl ConfigFile {
+    /// Reads and checks a settings file.
+    ///
+    /// # Errors
+    /// An unreadable file, invalid TOML, or a top-level key other than `recipe`, `options` and
+    /// the sections.
+    pub fn read(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| usage(format!("--config {}: {e}", path.display())))?;
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e| usage(format!("--config {}: not valid TOML: {e}", path.display())))?;
+        let mut file = Self {
+            recipe: None,
+            options: toml::Table::new(),
+            sections: BTreeMap::new(),
+        };
+        for (key, value) in table {
+            match (key.as_str(), value) {
+                ("recipe", toml::Value::String(name)) => file.recipe = Some(name),
+                ("options", toml::Value::Table(options)) => file.options = options,
+                (section, toml::Value::Table(t)) if SECTIONS.contains(&section) => {
+                    file.sections
+                        .insert(section.to_string(), from_toml(toml::Value::Table(t)));
+                }
+                (key, _) => {
+                    return Err(usage(format!(
+                        "--config {}: `{key}` is not a setting of a recipe file (recipe, \
+                         [options], [method], [optimizer], [augmentation])",
+                        path.display()
+                    )))
+                }
+            }
+        }
+        Ok(file)
+    }
+}
+
+/// The command line with a settings file and `key=value` overrides resolved: the arguments
+/// clap parses (the file's options first, so that the command line wins) and the section
+/// overrides.
+///
+/// `command` is the recipe's clap command (to turn option names into flags); `file` the file
+/// to read, if any; `pairs` the command line's `key=value` tokens.
+pub fn resolve(
+    command: &clap::Command,
+    recipe: &str,
+    file: Option<&Path>,
+    args: &[String],
+    pairs: &[String],
+) -> Result<(Vec<String>, Overrides)> {
+    let mut overrides = Overrides::default();
+    let mut resolved = Vec::new();
+    if let Some(path) = file {
+        let file = ConfigFile::read(path)?;
+        if let Some(other) = file.recipe.as_deref().filter(|r| *r != recipe) {
+            return Err(usage(format!(
+                "--config {}: written for recipe `{other}`, not `{recipe}`",
+                path.display()
+            )));
+        }
+        for (key, value) in &file.options {
+            resolved.extend(as_flag(
+                command,
+                key,
+                value,
+                &format!("{}", path.display()),
+            )?);
+        }
+        overrides.file = file.sections;
+        overrides.source = Some(path.to_path_buf());
+    }
+    // The command line itself, without its key=value tokens (they are applied below).
+    resolved.extend(args.iter().filter(|a| !pairs.contains(a)).cloned());
+    for pair in pairs {
+        let Some((key, text)) = pair.split_once('=') else {
+            return Err(usage(format!(
+                "`{pair}`: not an option; settings are given as KEY=VALUE (e.g. \
+                 method.temperature=0.1) or --option VALUE"
+            )));
+        };
+        let mut path: Vec<String> = key.split('.').map(str::to_string).collect();
+        let head = path.remove(0);
+        match head.as_str() {
+            "options" if path.len() == 1 => {
+                resolved.extend(as_flag(command, &path[0], &parse_value(text), pair)?)
+            }
+            section if SECTIONS.contains(&section) && !path.is_empty() => {
+                let value = match parse_value(text) {
+                    toml::Value::String(s) if s == "none" => Value::Null,
+                    v => from_toml(v),
+                };
+                overrides
+                    .given
+                    .entry(section.to_string())
+                    .or_default()
+                    .push(Setting {
+                        origin: pair.clone(),
+                        path,
+                        value,
+                    });
+            }
+            option if path.is_empty() => {
+                resolved.extend(as_flag(command, option, &parse_value(text), pair)?)
+            }
+            _ => {
+                return Err(usage(format!(
+                    "`{pair}`: `{head}` is not a section (options, method, optimizer, \
+                     augmentation)"
+                )))
+            }
+        }
+    }
+    Ok((resolved, overrides))
+}
+
+/// A value of the command line: TOML's (`0.1`, `true`, `[0.2, 1.0]`, `"text"`), else the text
+/// itself as a string.
+fn parse_value(text: &str) -> toml::Value {
+    format!("v = {text}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(text.to_string()))
+}
+
+/// The command-line arguments of option `key` (`batch_size` → `--batch-size VALUE`; a switch
+/// that is true → `--switch`; a list → `--mean 0.5,0.4,0.3`).
+fn as_flag(
+    command: &clap::Command,
+    key: &str,
+    value: &toml::Value,
+    origin: &str,
+) -> Result<Vec<String>> {
+    let long = key.replace('_', "-");
+    let Some(arg) = command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long.as_str()) && !a.is_positional())
+    else {
+        let mut known: Vec<String> = command
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .filter(|l| !matches!(*l, "help" | "config"))
+            .map(|l| l.replace('-', "_"))
+            .collect();
+        known.sort();
+        return Err(usage(format!(
+            "{origin}: `{key}` is not an option of the recipe (options: {})",
+            known.join(", ")
+        )));
+    };
+    let text = match value {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Array(items) => items
+            .iter()
+            .map(|v| match v {
+                toml::Value::String(s) => s.clone(),
+                v => v.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+        v => v.to_string(),
+    };
+    if !arg.get_action().takes_values() {
+        return match value {
+            toml::Value::Boolean(true) => Ok(vec![format!("--{long}")]),
+            toml::Value::Boolean(false) => Ok(Vec::new()),
+            _ => Err(usage(format!(
+                "{origin}: `{key}` is a switch: true or false, not {text}"
+            ))),
+        };
+    }
+    Ok(vec![format!("--{long}"), text])
+}
+
+/// Sets `setting` inside the section's value: every key on the way must exist.
+fn set(root: &mut Value, section: &str, setting: &Setting) -> Result<()> {
+    let mut node = root;
+    let mut walked = section.to_string();
+    for (i, key) in setting.path.iter().enumerate() {
+        let last = i + 1 == setting.path.len();
+        let Value::Object(map) = node else {
+            return Err(usage(format!(
+                "{}: {walked} is a single value, it has no `{key}`",
+                setting.origin
+            )));
+        };
+        if !map.contains_key(key) {
+            return Err(unknown(&setting.origin, &walked, key, map));
+        }
+        walked = format!("{walked}.{key}");
+        let slot = map.get_mut(key).expect("checked");
+        if last {
+            *slot = setting.value.clone();
+            return Ok(());
+        }
+        if slot.is_null() {
+            return Err(usage(format!(
+                "{}: {walked} is off (none); give the whole setting in a --config file to turn \
+                 it on",
+                setting.origin
+            )));
+        }
+        node = slot;
+    }
+    Ok(())
+}
+
+/// Merges a file's table into the configuration's value: keys must exist; tables merge into
+/// tables, anything else replaces (a table turns on a setting that was off).
+fn merge(base: &mut Value, overlay: &Value, origin: &str, walked: &str) -> Result<()> {
+    let (Value::Object(map), Value::Object(over)) = (&mut *base, overlay) else {
+        *base = overlay.clone();
+        return Ok(());
+    };
+    for (key, value) in over {
+        if !map.contains_key(key) {
+            return Err(unknown(origin, walked, key, map));
+        }
+        let slot = map.get_mut(key).expect("checked");
+        if slot.is_object() && value.is_object() {
+            merge(slot, value, origin, &format!("{walked}.{key}"))?;
+        } else {
+            *slot = value.clone();
+        }
+    }
+    Ok(())
+}
+
+/// The error for a key the configuration does not have.
+fn unknown(
+    origin: &str,
+    walked: &str,
+    key: &str,
+    map: &serde_json::Map<String, Value>,
+) -> anyhow::Error {
+    let known: Vec<&str> = map.keys().map(String::as_str).collect();
+    usage(format!(
+        "{origin}: {walked} has no setting `{key}` (it has: {})",
+        known.join(", ")
+    ))
+}
+
+/// A TOML value as JSON; the string "none" is `null` (a setting turned off).
+fn from_toml(value: toml::Value) -> Value {
+    match value {
+        toml::Value::String(s) if s == "none" => Value::Null,
+        toml::Value::String(s) => Value::String(s),
+        toml::Value::Integer(i) => Value::from(i),
+        toml::Value::Float(f) => serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
+        toml::Value::Boolean(b) => Value::Bool(b),
+        toml::Value::Datetime(d) => Value::String(d.to_string()),
+        toml::Value::Array(items) => Value::Array(items.into_iter().map(from_toml).collect()),
+        toml::Value::Table(t) => {
+            Value::Object(t.into_iter().map(|(k, v)| (k, from_toml(v))).collect())
+        }
+    }
+}
+
+/// A JSON value as TOML, `null` as the string "none" (TOML has no null).
+fn to_toml(value: &Value) -> Option<toml::Value> {
+    Some(match value {
+        Value::Null => toml::Value::String("none".into()),
+        Value::Bool(b) => toml::Value::Boolean(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => toml::Value::Integer(i),
+            (None, Some(f)) => toml::Value::Float(f),
+            _ => toml::Value::String(n.to_string()),
+        },
+        Value::String(s) => toml::Value::String(s.clone()),
+        Value::Array(items) => toml::Value::Array(items.iter().filter_map(to_toml).collect()),
+        Value::Object(map) => toml::Value::Table(
+            map.iter()
+                .filter_map(|(k, v)| to_toml(v).map(|v| (k.clone(), v)))
+                .collect(),
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Inner {
+        p: f64,
+        sigma: Vec<f64>,
+    }
+
+    #[derive(Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Example {
+        temperature: f64,
+        queue_size: usize,
+        blur: Option<Inner>,
+        name: String,
+    }
+
+    fn example() -> Example {
+        Example {
+            temperature: 0.2,
+            queue_size: 4096,
+            blur: Some(Inner {
+                p: 0.5,
+                sigma: vec![0.1, 2.0],
+            }),
+            name: "x".into(),
+        }
+    }
+
+    fn command() -> clap::Command {
+        clap::Command::new("t")
+            .no_binary_name(true)
+            .arg(clap::Arg::new("epochs").long("epochs"))
+            .arg(clap::Arg::new("batch").long("batch-size"))
+            .arg(clap::Arg::new("mean").long("mean"))
+            .arg(
+                clap::Arg::new("resume")
+                    .long("resume")
+                    .action(clap::ArgAction::SetTrue),
+            )
+    }
+
+    fn resolved(pairs: &[&str]) -> Result<(Vec<String>, Overrides)> {
+        let pairs: Vec<String> = pairs.iter().map(|s| s.to_string()).collect();
+        resolve(&command(), "r", None, &pairs, &pairs)
+    }
+
+    #[test]
+    fn overrides_reach_nested_settings_and_turn_them_off() {
+        let (args, overrides) = resolved(&[
+            "method.temperature=0.1",
+            "method.blur.sigma=[0.5, 1.5]",
+            "method.queue_size=8192",
+        ])
+        .unwrap();
+        assert!(args.is_empty());
+        let got = overrides.apply("method", example()).unwrap();
+        assert_eq!(got.temperature, 0.1);
+        assert_eq!(got.queue_size, 8192);
+        assert_eq!(got.blur.unwrap().sigma, vec![0.5, 1.5]);
+        let (_, overrides) = resolved(&["method.blur=none"]).unwrap();
+        assert_eq!(overrides.apply("method", example()).unwrap().blur, None);
+    }
+
+    #[test]
+    fn an_unknown_key_lists_the_known_ones_and_a_wrong_kind_is_refused() {
+        let (_, overrides) = resolved(&["method.temprature=0.1"]).unwrap();
+        let e = overrides
+            .apply("method", example())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("method has no setting `temprature`") && e.contains("temperature"),
+            "{e}"
+        );
+        let (_, overrides) = resolved(&["method.queue_size=big"]).unwrap();
+        let e = overrides
+            .apply("method", example())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("do not make a valid configuration"), "{e}");
+        assert!(resolved(&["epochs"]).is_err());
+        assert!(resolved(&["model.depth=3"]).is_err());
+        let (_, overrides) = resolved(&["optimizer.weight_decay=0"]).unwrap();
+        assert!(overrides.check_used("r").is_err());
+    }
+
+    #[test]
+    fn options_become_flags_with_the_command_line_last() {
+        let (args, _) = resolved(&["epochs=3", "options.batch_size=16", "resume=true"]).unwrap();
+        assert_eq!(args, ["--epochs", "3", "--batch-size", "16", "--resume"]);
+        let e = resolved(&["epoch=3"]).unwrap_err().to_string();
+        assert!(
+            e.contains("`epoch` is not an option") && e.contains("batch_size"),
+            "{e}"
+        );
+        let dir = std::env::temp_dir().join(format!("config-file-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("r.toml");
+        std::fs::write(
+            &file,
+            "recipe = \"r\"\n[options]\nepochs = 7\nmean = [0.5, 0.25]\n[method]\ntemperature = \
+             0.5\n[method.blur]\np = 0.0\n",
+        )
+        .unwrap();
+        let args = vec!["--epochs".to_string(), "9".to_string()];
+        let (resolved, overrides) = resolve(&command(), "r", Some(&file), &args, &[]).unwrap();
+        assert_eq!(
+            resolved,
+            ["--epochs", "7", "--mean", "0.5,0.25", "--epochs", "9"]
+        );
+        let got = overrides.apply("method", example()).unwrap();
+        assert_eq!((got.temperature, got.blur.unwrap().p), (0.5, 0.0));
+        let e = resolve(&command(), "other", Some(&file), &args, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("written for recipe `r`"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_written_file_reads_back_to_the_same_configuration() {
+        let overrides = Overrides::default();
+        let mut config = example();
+        config.blur = None;
+        config.temperature = 0.1 + 0.2; // not a short decimal
+        let built = overrides.apply("method", config).unwrap();
+        let dir = std::env::temp_dir().join(format!("config-file-rt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        overrides.write(&dir, "r", toml::Table::new()).unwrap();
+        let file = ConfigFile::read(&dir.join(RECIPE_TOML)).unwrap();
+        assert_eq!(file.recipe.as_deref(), Some("r"));
+        let (_, back) = resolve(&command(), "r", Some(&dir.join(RECIPE_TOML)), &[], &[]).unwrap();
+        assert_eq!(
+            back.apply("method", example()).unwrap().temperature,
+            built.temperature
+        );
+        // `blur` was off: it reads "none" and turns the default's off again.
+        assert!(back.apply("method", example()).unwrap().blur.is_none());
+        let text = std::fs::read_to_string(dir.join(RECIPE_TOML)).unwrap();
+        assert!(text.contains("blur = \"none\""), "{text}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
