@@ -4,7 +4,7 @@
 
 use burn::prelude::*;
 
-use crate::import::load_torchvision;
+use crate::import::{load_torchvision, save_safetensors, TorchvisionImport};
 use crate::ModelError;
 use crate::{
     Backbone, EfficientNet, EfficientNetConfig, LeNet, LeNetConfig, MobileNetV3, MobileNetV3Config,
@@ -108,6 +108,48 @@ impl<B: Backend> AnyBackbone<B> {
                     .into(),
             )),
         }
+    }
+}
+
+/// The names under which [`AnyBackbone::save_safetensors`] wrote a backbone's tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportNames {
+    /// torchvision's and timm's `resnet*` keys.
+    TorchvisionResNet,
+    /// timm's `VisionTransformer` keys.
+    TimmVit,
+    /// The burn module's own paths (no PyTorch model has this architecture's layout, or its
+    /// keys are not renamed yet: EfficientNet, MobileNet-V3), with PyTorch's tensor layout.
+    Burn,
+}
+
+impl<B: Backend> AnyBackbone<B> {
+    /// Writes the backbone to a safetensors file in PyTorch's layout, under torchvision's or
+    /// timm's key names where the architecture exists there ([`ExportNames`]), with `metadata`
+    /// in the header. Returns the names used and the keys written.
+    ///
+    /// # Errors
+    /// [`ModelError::WeightFile`] if the file cannot be written.
+    pub fn save_safetensors(
+        &self,
+        metadata: &[(String, String)],
+        path: &std::path::Path,
+    ) -> Result<(ExportNames, Vec<String>), ModelError> {
+        Ok(match self {
+            Self::ResNet(m) => (
+                ExportNames::TorchvisionResNet,
+                save_safetensors(m, &m.export_renames().unwrap_or_default(), metadata, path)?,
+            ),
+            Self::Vit(m) => (
+                ExportNames::TimmVit,
+                save_safetensors(m, &m.export_renames().unwrap_or_default(), metadata, path)?,
+            ),
+            Self::WideResNet(m) => (ExportNames::Burn, save_safetensors(m, &[], metadata, path)?),
+            Self::EfficientNet(m) => (ExportNames::Burn, save_safetensors(m, &[], metadata, path)?),
+            Self::MobileNetV3(m) => (ExportNames::Burn, save_safetensors(m, &[], metadata, path)?),
+            Self::Vgg(m) => (ExportNames::Burn, save_safetensors(m, &[], metadata, path)?),
+            Self::LeNet(m) => (ExportNames::Burn, save_safetensors(m, &[], metadata, path)?),
+        })
     }
 }
 

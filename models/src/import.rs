@@ -10,12 +10,19 @@
 //!
 //! Export a torchvision model to safetensors with
 //! `safetensors.torch.save_file(model.state_dict(), "resnet18.safetensors")`.
+//!
+//! The other way, [`save_safetensors`] writes a model's tensors under PyTorch's conventions
+//! (linear weights transposed back, norm `gamma` / `beta` as `weight` / `bias`) with the
+//! structural renames of [`TorchvisionImport::export_renames`], so that a ResNet loads into
+//! torchvision's (or timm's) `resnet*` and a ViT into timm's `VisionTransformer` with
+//! `load_state_dict(…, strict=False)` (only the classifier is missing).
 
 use std::path::Path;
 
 use burn::prelude::*;
 use burn_store::{
-    ApplyResult, KeyRemapper, ModuleSnapshot, ModuleStore, PyTorchToBurnAdapter, SafetensorsStore,
+    ApplyResult, BurnToPyTorchAdapter, KeyRemapper, ModuleSnapshot, ModuleStore,
+    PyTorchToBurnAdapter, SafetensorsStore,
 };
 
 use crate::efficientnet::EfficientNet;
@@ -150,11 +157,26 @@ pub fn vit_key(key: &str) -> Option<String> {
 pub trait TorchvisionImport<B: Backend>: ModuleSnapshot<B> + Sized {
     /// The path in this module of torchvision's `key`, or `None` for keys that belong elsewhere.
     fn torchvision_key(&self, key: &str) -> Option<String>;
+
+    /// The renames from this module's paths to torchvision's (timm's) keys, as `(regex,
+    /// replacement)` pairs, for [`save_safetensors`]; `None` where the inverse of
+    /// [`TorchvisionImport::torchvision_key`] is not a set of patterns (the file then keeps
+    /// the module's own paths).
+    fn export_renames(&self) -> Option<Vec<(&'static str, &'static str)>> {
+        None
+    }
 }
 
 impl<B: Backend> TorchvisionImport<B> for ResNet<B> {
     fn torchvision_key(&self, key: &str) -> Option<String> {
         resnet_key(key)
+    }
+
+    fn export_renames(&self) -> Option<Vec<(&'static str, &'static str)>> {
+        Some(vec![
+            (r"\.downsample\.conv\.", ".downsample.0."),
+            (r"\.downsample\.bn\.", ".downsample.1."),
+        ])
     }
 }
 
@@ -167,6 +189,10 @@ impl<B: Backend> TorchvisionImport<B> for EfficientNet<B> {
 impl<B: Backend> TorchvisionImport<B> for Vit<B> {
     fn torchvision_key(&self, key: &str) -> Option<String> {
         vit_key(key)
+    }
+
+    fn export_renames(&self) -> Option<Vec<(&'static str, &'static str)>> {
+        Some(vec![(r"^patch_embed\.", "patch_embed.proj.")])
     }
 }
 
@@ -348,6 +374,42 @@ pub fn load_torchvision<B: Backend, M: TorchvisionImport<B>>(
         check(result, path, &expected)?;
     }
     Ok(())
+}
+
+/// Writes `module`'s tensors to the safetensors file `path` (replacing it) under PyTorch's
+/// conventions: linear weights transposed to `[out, in]`, norm layers' `gamma` / `beta` named
+/// `weight` / `bias`, and the keys renamed by `renames` (`(regex, replacement)` pairs); the
+/// `metadata` pairs go into the file's header. Returns the keys written, sorted.
+///
+/// # Errors
+/// [`ModelError::WeightFile`] if a pattern is not a valid regex or the file cannot be written.
+pub fn save_safetensors<B: Backend, M: ModuleSnapshot<B>>(
+    module: &M,
+    renames: &[(&str, &str)],
+    metadata: &[(String, String)],
+    path: impl AsRef<Path>,
+) -> Result<Vec<String>, ModelError> {
+    let path = path.as_ref();
+    let pairs: Vec<(String, String)> = renames
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    let remap = KeyRemapper::from_patterns(pairs).map_err(|e| open_error(path, e))?;
+    let mut store = SafetensorsStore::from_file(path)
+        .with_to_adapter(BurnToPyTorchAdapter)
+        .remap(remap)
+        .overwrite(true);
+    for (key, value) in metadata {
+        store = store.metadata(key.clone(), value.clone());
+    }
+    module
+        .save_into(&mut store)
+        .map_err(|e| open_error(path, e))?;
+    let mut keys = SafetensorsStore::from_file(path)
+        .keys()
+        .map_err(|e| open_error(path, e))?;
+    keys.sort();
+    Ok(keys)
 }
 
 #[cfg(feature = "pytorch")]

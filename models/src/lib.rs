@@ -34,7 +34,7 @@ pub mod vgg;
 pub mod vit;
 pub mod wide_resnet;
 
-pub use any::{AnyBackbone, AnyBackboneConfig};
+pub use any::{AnyBackbone, AnyBackboneConfig, ExportNames};
 pub use backbone::Backbone;
 pub use efficientnet::{EfficientNet, EfficientNetConfig};
 pub use error::ModelError;

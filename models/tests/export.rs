@@ -1,0 +1,99 @@
+//! Export to PyTorch: a backbone loaded from a torchvision (timm) state_dict and written back
+//! with [`AnyBackbone::save_safetensors`] gives that state_dict again — the same keys, shapes and
+//! values — less the classifier and `num_batches_tracked` (PyTorch's batch norm fills in a
+//! missing counter). The fixtures are PyTorch's own files (`tests/pytorch/export_backbones.py`,
+//! `tests/pytorch/export_vit.py`), so the names and layout are checked against PyTorch, not
+//! against our import path alone.
+
+mod common;
+
+use burn_store::{ModuleStore, SafetensorsStore};
+use common::{fixture, Infer};
+use curriculum_ssl_models::import::load_torchvision;
+use curriculum_ssl_models::{AnyBackbone, ExportNames, ResNetConfig, Stem, VitConfig};
+
+/// Checks that `exported` holds exactly the tensors of `original` that `keep` selects, equal.
+fn same_tensors(original: &std::path::Path, exported: &std::path::Path, keep: fn(&str) -> bool) {
+    let mut theirs = SafetensorsStore::from_file(original);
+    let mut ours = SafetensorsStore::from_file(exported);
+    let mut want: Vec<String> = theirs
+        .keys()
+        .unwrap()
+        .into_iter()
+        .filter(|k| keep(k))
+        .collect();
+    want.sort();
+    let mut got = ours.keys().unwrap();
+    got.sort();
+    assert_eq!(got, want, "the exported keys are the state_dict's");
+    for key in &want {
+        let a = theirs
+            .get_snapshot(key)
+            .unwrap()
+            .unwrap()
+            .to_data()
+            .unwrap();
+        let b = ours.get_snapshot(key).unwrap().unwrap().to_data().unwrap();
+        assert_eq!(a.shape, b.shape, "{key}");
+        assert_eq!(
+            a.to_vec::<f32>().unwrap(),
+            b.to_vec::<f32>().unwrap(),
+            "{key}"
+        );
+    }
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("models-export-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn a_resnet_exports_as_the_torchvision_state_dict_it_was_loaded_from() {
+    let device = Default::default();
+    let original = fixture("resnet18_cifar_w4.safetensors");
+    let mut model = ResNetConfig::resnet18()
+        .with_stem(Stem::Cifar)
+        .with_base_width(4)
+        .init::<Infer>(&device);
+    load_torchvision(&mut model, None, &original).expect("import");
+    let path = scratch("resnet.safetensors");
+    let metadata = vec![("recipe".to_string(), "test".to_string())];
+    let (names, keys) = AnyBackbone::ResNet(model)
+        .save_safetensors(&metadata, &path)
+        .unwrap();
+    assert_eq!(names, ExportNames::TorchvisionResNet);
+    assert!(keys.contains(&"layer2.0.downsample.0.weight".to_string()));
+    assert!(keys.contains(&"layer2.0.downsample.1.running_var".to_string()));
+    same_tensors(&original, &path, |k| {
+        !(k.starts_with("fc.")
+            || k.starts_with("input")
+            || k.starts_with("expected.")
+            || k.ends_with("num_batches_tracked"))
+    });
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn a_vit_exports_as_the_timm_state_dict_it_was_loaded_from() {
+    let device = Default::default();
+    let original = fixture("vit_timm.safetensors");
+    let mut vit = VitConfig::new(16)
+        .with_patch_size(4)
+        .with_embed_dim(32)
+        .with_depth(2)
+        .with_num_heads(4)
+        .init::<Infer>(&device);
+    load_torchvision(&mut vit, None, &original).expect("import");
+    let path = scratch("vit.safetensors");
+    let (names, _) = AnyBackbone::Vit(vit).save_safetensors(&[], &path).unwrap();
+    assert_eq!(names, ExportNames::TimmVit);
+    same_tensors(&original, &path, |k| {
+        !(k.starts_with("head.")
+            || k.starts_with("fc_norm.")
+            || k.starts_with("input")
+            || k.starts_with("expected."))
+    });
+    let _ = std::fs::remove_file(path);
+}
