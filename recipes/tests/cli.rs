@@ -1645,3 +1645,160 @@ fn settings_come_from_key_value_overrides_and_the_runs_own_recipe_toml() {
         stderr(&o)
     );
 }
+
+/// The header of a safetensors file: its tensors' shapes and its metadata.
+fn safetensors_header(path: &Path) -> serde_json::Value {
+    let bytes = std::fs::read(path).unwrap();
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    serde_json::from_slice(&bytes[8..8 + len]).unwrap()
+}
+
+/// A `.npy` file's shape and float32 values.
+fn read_npy(path: &Path) -> (Vec<u64>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+    let shape = npy.shape().to_vec();
+    (shape, npy.into_vec::<f32>().unwrap())
+}
+
+/// The example binary that `cargo test` builds beside the test binaries.
+fn example(name: &str) -> PathBuf {
+    let recipe = PathBuf::from(env!("CARGO_BIN_EXE_recipe"));
+    let path = recipe.parent().unwrap().join("examples").join(name);
+    assert!(
+        path.is_file(),
+        "{} is not built: `cargo test --workspace` builds the examples",
+        path.display()
+    );
+    path
+}
+
+/// A model comes out: `recipe export` writes the backbone under torchvision's ResNet names with
+/// the run's input and normalisation in the header; `recipe embed` writes the features of a
+/// folder (any sizes, with file names) or of a split (with labels) as .npy + .csv; and the
+/// example reads the same run and gives the same numbers.
+#[test]
+fn a_run_exports_its_backbone_and_embeds_a_folder_as_the_example_does() {
+    let run_dir = scratch().join("export-run");
+    let o = run(&as_strs(&tiny("export-run", &[])));
+    assert_eq!(check_error_shape(&o, "run"), 0, "{}", stderr(&o));
+    let dir = run_dir.to_str().unwrap();
+
+    let o = run(&["export", "--run-dir", dir]);
+    assert_eq!(check_error_shape(&o, "export"), 0, "{}", stderr(&o));
+    let header = safetensors_header(&run_dir.join("backbone.safetensors"));
+    let meta = &header["__metadata__"];
+    assert_eq!(meta["recipe"], "light_moco");
+    assert_eq!(meta["backbone"], "small");
+    assert_eq!(meta["in_chans"], "1");
+    assert_eq!(meta["input_size"], "28x28");
+    assert_eq!(meta["stem"], "imagenet");
+    assert_eq!(meta["key_names"], "torchvision-resnet");
+    assert_eq!(meta["mean"], "[0.286]");
+    // torchvision's names and layout: the 7×7 stem of 8 channels, batch norm as weight / bias.
+    assert_eq!(
+        header["conv1.weight"]["shape"],
+        serde_json::json!([8, 1, 7, 7])
+    );
+    for key in [
+        "bn1.weight",
+        "bn1.bias",
+        "bn1.running_mean",
+        "layer1.0.conv2.weight",
+    ] {
+        assert!(header.get(key).is_some(), "{key} missing: {header}");
+    }
+    assert!(!header.to_string().contains("gamma"), "{header}");
+
+    // A folder: two copies of one image under two names, and one of another size.
+    let images = scratch().join("embed-images");
+    let _ = std::fs::remove_dir_all(&images);
+    std::fs::create_dir_all(images.join("sub")).unwrap();
+    let garment =
+        image::GrayImage::from_fn(28, 28, |x, y| image::Luma([((x * 9 + y * 5) % 256) as u8]));
+    garment.save(images.join("a.png")).unwrap();
+    garment.save(images.join("sub/b.png")).unwrap();
+    image::GrayImage::from_fn(40, 30, |x, y| image::Luma([((x * y) % 200) as u8]))
+        .save(images.join("c.png"))
+        .unwrap();
+    let out = scratch().join("embed-out.npy");
+    let o = run(&[
+        "embed",
+        "--run-dir",
+        dir,
+        "--images",
+        images.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "embed"), 0, "{}", stderr(&o));
+    let (shape, values) = read_npy(&out);
+    assert_eq!(shape.len(), 2);
+    assert_eq!(shape[0], 3);
+    let d = shape[1] as usize;
+    let rows: Vec<&[f32]> = values.chunks(d).collect();
+    let table = std::fs::read_to_string(out.with_extension("csv")).unwrap();
+    assert_eq!(
+        table,
+        "index,file,label\n0,a.png,\n1,c.png,\n2,sub/b.png,\n"
+    );
+    assert_eq!(rows[0], rows[2], "one image under two names");
+    assert_ne!(rows[0], rows[1]);
+
+    // The example on the same run and folder: the same features.
+    let csv_out = scratch().join("example-features.csv");
+    let o = Command::new(example("extract_features"))
+        .args([dir, images.to_str().unwrap(), csv_out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&csv_out).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3);
+    for (line, (name, row)) in lines
+        .iter()
+        .zip(["a.png", "c.png", "sub/b.png"].iter().zip(&rows))
+    {
+        let mut cells = line.split(',');
+        assert_eq!(cells.next(), Some(*name));
+        let got: Vec<f32> = cells.map(|c| c.parse().unwrap()).collect();
+        assert_eq!(&got[..], *row, "{name}");
+    }
+
+    // The run's test split, with its labels (the test data's are i mod 10).
+    let out = scratch().join("embed-test.npy");
+    let o = run(&[
+        "embed",
+        "--run-dir",
+        dir,
+        "--split",
+        "test",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "embed test"), 0, "{}", stderr(&o));
+    assert_eq!(read_npy(&out).0, vec![40, d as u64]);
+    let table = std::fs::read_to_string(out.with_extension("csv")).unwrap();
+    for (i, line) in table.lines().skip(1).enumerate() {
+        assert_eq!(line, format!("{i},test/{i},{}", i % 10));
+    }
+
+    for (args, expected) in [
+        (
+            vec!["embed", "--run-dir", dir, "--out", "x.txt"],
+            "must end in .npy",
+        ),
+        (
+            vec!["export", "--run-dir", "no-such-run"],
+            "not a directory",
+        ),
+        (
+            vec!["embed", "--run-dir", dir, "--images", "no-such-folder"],
+            "--images no-such-folder: not a directory",
+        ),
+    ] {
+        let o = run(&args);
+        assert_eq!(check_error_shape(&o, expected), 2, "{}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{}", stderr(&o));
+    }
+}

@@ -34,5 +34,6 @@ recipe_modules!(
     mico,
     spl_advise,
     eval,
+    export,
     worked_values,
 );

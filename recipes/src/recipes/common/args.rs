@@ -249,6 +249,9 @@ pub struct RecipeRun {
     /// The kNN monitor's labelled folder (--knn-data).
     #[serde(default)]
     pub knn_data: Option<PathBuf>,
+    /// `[height, width, channels]` of the images trained on (runs recorded before it: `None`).
+    #[serde(default)]
+    pub input_shape: Option<[usize; 3]>,
     /// The ResNet stem given with `--stem` (`None`: the backbone's default).
     #[serde(default)]
     pub stem: Option<StemChoice>,

@@ -86,6 +86,16 @@ impl BackboneChoice {
         }
     }
 
+    /// The stem of a ResNet when --stem is not given: CIFAR's for ResNet-18/34/50, ImageNet's
+    /// for the small ResNet.
+    pub fn default_stem(self) -> StemChoice {
+        if self == Self::Small {
+            StemChoice::Imagenet
+        } else {
+            StemChoice::Cifar
+        }
+    }
+
     /// Its configuration for `channels` input channels and square images of `side` pixels (the
     /// ViTs' positional embeddings are made for that grid); `stem` for the ResNets (default: the
     /// CIFAR stem for ResNet-18/34/50, the ImageNet stem for the small ResNet).
@@ -95,15 +105,12 @@ impl BackboneChoice {
         side: usize,
         stem: Option<StemChoice>,
     ) -> AnyBackboneConfig {
-        let stem = |default| match stem.unwrap_or(default) {
+        let stem = || match stem.unwrap_or(self.default_stem()) {
             StemChoice::Cifar => Stem::Cifar,
             StemChoice::Imagenet => Stem::ImageNet,
         };
         let resnet = |c: ResNetConfig| {
-            AnyBackboneConfig::ResNet(
-                c.with_stem(stem(StemChoice::Cifar))
-                    .with_in_channels(channels),
-            )
+            AnyBackboneConfig::ResNet(c.with_stem(stem()).with_in_channels(channels))
         };
         match self {
             Self::Resnet18 => resnet(ResNetConfig::resnet18()),
@@ -113,7 +120,7 @@ impl BackboneChoice {
                 ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
                     .with_base_width(8)
                     .with_in_channels(channels)
-                    .with_stem(stem(StemChoice::Imagenet))
+                    .with_stem(stem())
                     .with_banded_stem(backend::BANDED_STEM),
             ),
             Self::Wrn16x8 => AnyBackboneConfig::WideResNet(

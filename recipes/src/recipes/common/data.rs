@@ -234,6 +234,16 @@ impl DataSource {
 }
 
 impl DataSource {
+    /// The source a run's record names.
+    pub fn of_run(run: &RecipeRun) -> Self {
+        Self {
+            dataset: run.dataset,
+            dir: run.data.clone(),
+            image_size: run.image_size,
+            knn_data: run.knn_data.clone(),
+        }
+    }
+
     /// How image files are read: three channels, at --image-size (resized and centre-cropped)
     /// or at the size of `like`'s images when given, else at the size of the first image.
     fn folder_options(&self, like: Option<&ImageArray>) -> image_folder::ImageFolderOptions {

@@ -709,6 +709,10 @@ where
         dataset: settings.source.dataset,
         image_size: settings.source.image_size,
         knn_data: settings.source.knn_data.clone(),
+        input_shape: {
+            let (h, w, c) = prepared.data.shape();
+            Some([h, w, c])
+        },
         stem: settings.stem,
         weights: settings.weights.clone(),
         method: method_config,

@@ -1,0 +1,355 @@
+//! `export` and `embed`: a trained backbone out of a run directory.
+//!
+//! ```text
+//! recipe export --run-dir runs/simclr [--checkpoint DIR] [--out backbone.safetensors]
+//! recipe embed  --run-dir runs/simclr [--checkpoint DIR] [--images DIR | --split train|test]
+//!               [--out features.npy]
+//! ```
+//!
+//! `export` writes the backbone as safetensors in PyTorch's layout: under torchvision's (and
+//! timm's) `resnet*` key names for the ResNets and timm's `VisionTransformer` names for the
+//! ViTs, so that `model.load_state_dict(load_file(path), strict=False)` fills all but the
+//! classifier; the other backbones keep their burn module paths. The header's metadata says what
+//! the tensors are (recipe, backbone, stem, input size and channels, the normalisation the
+//! features expect, the key names). ONNX: burn 0.21 cannot write ONNX
+//! (<https://github.com/tracel-ai/burn/issues/918>); `scripts/safetensors_to_onnx.py` makes one
+//! from the export through torchvision / timm.
+//!
+//! `embed` writes one feature vector per image as a float32 NumPy array `[N, D]` (`.npy`, read by
+//! `numpy.load`), and beside it a CSV of the rows (`index,file,label`): the files of an
+//! `--images` folder (flat or nested, resized and centre-cropped to the run's input size), or the
+//! images of the run's own data.
+
+use std::path::{Path, PathBuf};
+
+use crate::registry::RecipeEntry;
+use anyhow::{Context, Result};
+use burn::module::Module;
+use clap::{Parser, ValueEnum};
+use curriculum_ssl::data::image_folder::{self, ImageFolderOptions};
+use curriculum_ssl::data::{Dataset, ImageArray};
+use curriculum_ssl::eval::extract_features;
+use curriculum_ssl::train::{load_backbone, resolve_checkpoint, RunRecord};
+use curriculum_ssl_models::{AnyBackbone, Backbone, ExportNames};
+
+use super::common::{self, Device, RecipeRun};
+use crate::backend::Inner;
+use crate::usage;
+
+/// The trained backbone of a run, with what it was trained on.
+pub struct RunBackbone {
+    /// The backbone, with the checkpoint's weights.
+    pub model: AnyBackbone<Inner>,
+    /// The run's record (config.json).
+    pub record: RunRecord<RecipeRun>,
+    /// The checkpoint it was read from.
+    pub checkpoint: PathBuf,
+    /// `(height, width, channels)` of the images it was trained on.
+    pub input: (usize, usize, usize),
+}
+
+/// Reads the backbone of the run in `run_dir` from `checkpoint` (default: the run's newest
+/// valid one), built as the run's record says.
+///
+/// # Errors
+/// A directory that holds no run, a missing or damaged checkpoint, data that can no longer be
+/// read (runs recorded before the input shape was, whose shape is read off the data).
+pub fn load_run_backbone(
+    run_dir: &Path,
+    checkpoint: Option<&Path>,
+    device: &Device,
+) -> Result<RunBackbone> {
+    check_run_dir(run_dir)?;
+    let record = RunRecord::<RecipeRun>::read(run_dir)?;
+    let checkpoint = resolve_checkpoint(checkpoint.unwrap_or(run_dir))?;
+    let input = match record.run.input_shape {
+        Some([h, w, c]) => (h, w, c),
+        None => common::DataSource::of_run(&record.run)
+            .load_splits(false)
+            .context("reading the run's data for its image size (recorded by newer runs)")?
+            .shape(),
+    };
+    let fresh = record
+        .run
+        .backbone
+        .config(input.2, input.0, record.run.stem)
+        .init::<Inner>(device);
+    let model = load_backbone::<Inner, _>(&checkpoint, fresh, device)?;
+    Ok(RunBackbone {
+        model,
+        record,
+        checkpoint,
+        input,
+    })
+}
+
+/// Refuses a --run-dir that is not a directory.
+fn check_run_dir(run_dir: &Path) -> Result<()> {
+    if !run_dir.is_dir() {
+        return Err(usage(format!(
+            "--run-dir {}: not a directory",
+            run_dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Options of `recipe export`.
+#[derive(Parser, Debug)]
+#[command(no_binary_name = true, name = "recipe export", args_override_self = true)]
+struct ExportArgs {
+    /// The run directory.
+    #[arg(long)]
+    run_dir: PathBuf,
+    /// A checkpoint directory of the run (default: its newest valid one).
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+    /// The file to write (default: RUN_DIR/backbone.safetensors).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Runs `recipe export`.
+pub fn export(args: &[String]) -> Result<()> {
+    let args = ExportArgs::try_parse_from(args).map_err(crate::help_or_error)?;
+    check_run_dir(&args.run_dir)?;
+    let out = args
+        .out
+        .unwrap_or_else(|| args.run_dir.join("backbone.safetensors"));
+    check_out(&out, "safetensors")?;
+    let device = crate::backend::device(None)?;
+    let run = load_run_backbone(&args.run_dir, args.checkpoint.as_deref(), &device)?;
+    let normalize = run.record.step.augmentation.view1.normalize.clone();
+    let (h, w, c) = run.input;
+    let mut metadata = vec![
+        ("format".to_string(), "curriculum-ssl backbone".to_string()),
+        ("recipe".to_string(), run.record.run.recipe.clone()),
+        ("backbone".to_string(), name(run.record.run.backbone)),
+        ("input_size".to_string(), format!("{h}x{w}")),
+        ("in_chans".to_string(), c.to_string()),
+        (
+            "feature_dim".to_string(),
+            run.model.feature_dim().to_string(),
+        ),
+        ("checkpoint".to_string(), run.checkpoint.display().to_string()),
+    ];
+    if let Some(stem) = run.record.run.stem.or_else(|| {
+        run.record
+            .run
+            .backbone
+            .is_resnet()
+            .then_some(run.record.run.backbone.default_stem())
+    }) {
+        metadata.push(("stem".to_string(), name(stem)));
+    }
+    if let Some(n) = &normalize {
+        metadata.push(("mean".to_string(), serde_json::to_string(&n.mean)?));
+        metadata.push(("std".to_string(), serde_json::to_string(&n.std)?));
+    }
+    let model = run.model.clone();
+    let (names, keys) = {
+        // The names go into the header too, so they are known before the file is written.
+        let names = match &model {
+            AnyBackbone::ResNet(_) => ExportNames::TorchvisionResNet,
+            AnyBackbone::Vit(_) => ExportNames::TimmVit,
+            _ => ExportNames::Burn,
+        };
+        metadata.push(("key_names".to_string(), key_names(names).to_string()));
+        model
+            .save_safetensors(&metadata, &out)
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?
+    };
+    println!(
+        "{} tensors ({} parameters) under {} key names: {}",
+        keys.len(),
+        model.num_params(),
+        key_names(names),
+        out.display()
+    );
+    Ok(())
+}
+
+/// How the header names the key convention.
+fn key_names(names: ExportNames) -> &'static str {
+    match names {
+        ExportNames::TorchvisionResNet => "torchvision-resnet",
+        ExportNames::TimmVit => "timm-vit",
+        ExportNames::Burn => "burn",
+    }
+}
+
+/// The name of a value on the command line.
+fn name(v: impl ValueEnum) -> String {
+    v.to_possible_value()
+        .expect("no skipped variant")
+        .get_name()
+        .to_string()
+}
+
+/// Refuses an output path without the expected extension or in a missing directory (before
+/// anything is computed).
+fn check_out(out: &Path, extension: &str) -> Result<()> {
+    if out.extension().and_then(|e| e.to_str()) != Some(extension) {
+        return Err(usage(format!(
+            "--out {}: must end in .{extension}",
+            out.display()
+        )));
+    }
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(dir) = parent.filter(|d| !d.is_dir()) {
+        return Err(usage(format!(
+            "--out {}: no directory {}",
+            out.display(),
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The split of the run's data `embed` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Split {
+    /// The images the method trained on.
+    Train,
+    /// The test (validation) images.
+    Test,
+}
+
+/// Options of `recipe embed`.
+#[derive(Parser, Debug)]
+#[command(no_binary_name = true, name = "recipe embed", args_override_self = true)]
+struct EmbedArgs {
+    /// The run directory.
+    #[arg(long)]
+    run_dir: PathBuf,
+    /// A checkpoint directory of the run (default: its newest valid one).
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+    /// A folder of images (PNG / JPEG, flat or nested) to embed, resized and centre-cropped to
+    /// the run's input size; without it, the run's own data (--split).
+    #[arg(long, conflicts_with = "split")]
+    images: Option<PathBuf>,
+    /// The split of the run's data to embed.
+    #[arg(long, value_enum)]
+    split: Option<Split>,
+    /// The NumPy file to write; the rows' files and labels go to the same name with .csv.
+    #[arg(long, default_value = "features.npy")]
+    out: PathBuf,
+    /// Images per forward pass.
+    #[arg(long, default_value_t = 256)]
+    batch_size: usize,
+}
+
+/// Runs `recipe embed`.
+pub fn embed(args: &[String]) -> Result<()> {
+    let args = EmbedArgs::try_parse_from(args).map_err(crate::help_or_error)?;
+    check_run_dir(&args.run_dir)?;
+    check_out(&args.out, "npy")?;
+    if args.batch_size == 0 {
+        return Err(usage("--batch-size 0: must be at least 1"));
+    }
+    if let Some(dir) = &args.images {
+        if !dir.is_dir() {
+            return Err(usage(format!(
+                "--images {}: not a directory",
+                dir.display()
+            )));
+        }
+    }
+    let device = crate::backend::device(None)?;
+    let run = load_run_backbone(&args.run_dir, args.checkpoint.as_deref(), &device)?;
+    let (h, w, c) = run.input;
+    let (images, names): (ImageArray, Vec<String>) = match &args.images {
+        Some(dir) => {
+            let options = ImageFolderOptions {
+                channels: Some(c),
+                size: Some((h, w)),
+                resize: true,
+                threads: 0,
+            };
+            let (images, files) = image_folder::load_images(dir, options)?;
+            let names = files
+                .iter()
+                .map(|f| f.strip_prefix(dir).unwrap_or(f).display().to_string())
+                .collect();
+            (images, names)
+        }
+        None => {
+            let data = common::DataSource::of_run(&run.record.run).load()?;
+            let split = args.split.unwrap_or(Split::Train);
+            let images = match split {
+                Split::Train => data.trained_on().clone(),
+                Split::Test => data.test.clone().ok_or_else(|| {
+                    usage("--split test: the run's data has no test split (no labels)")
+                })?,
+            };
+            let prefix = name(split);
+            let names = (0..images.len()).map(|i| format!("{prefix}/{i}")).collect();
+            (images, names)
+        }
+    };
+    let normalize = run.record.step.augmentation.view1.normalize.clone();
+    let features = extract_features(
+        &run.model,
+        &images,
+        args.batch_size,
+        normalize.as_ref(),
+        &device,
+    )?;
+    let [n, d] = features.features.dims();
+    let values = features
+        .features
+        .into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .map_err(|e| anyhow::anyhow!("reading the features: {e:?}"))?;
+    write_npy(&args.out, &values, n, d)?;
+    let table = args.out.with_extension("csv");
+    let mut csv = csv::Writer::from_path(&table)
+        .with_context(|| format!("writing {}", table.display()))?;
+    csv.write_record(["index", "file", "label"])?;
+    for (i, file) in names.iter().enumerate() {
+        let label = images.label(i).map_or(String::new(), |l| l.to_string());
+        csv.write_record([i.to_string(), file.clone(), label])?;
+    }
+    csv.flush()?;
+    println!(
+        "{n} images, {d} features each (checkpoint {}): {} and {}",
+        run.checkpoint.display(),
+        args.out.display(),
+        table.display()
+    );
+    Ok(())
+}
+
+/// Writes `values` as a C-order float32 `.npy` array of shape `[n, d]`.
+fn write_npy(path: &Path, values: &[f32], n: usize, d: usize) -> Result<()> {
+    use npyz::WriterBuilder;
+    use std::io::Write;
+    let file =
+        std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    let mut writer = npyz::WriteOptions::<f32>::new()
+        .default_dtype()
+        .shape(&[n as u64, d as u64])
+        .writer(&mut out)
+        .begin_nd()?;
+    writer.extend(values.iter().copied())?;
+    writer.finish()?;
+    out.flush()
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[
+    RecipeEntry {
+        name: "export",
+        summary: "a run's backbone as safetensors, under torchvision / timm key names (--run-dir DIR)",
+        run: export,
+    },
+    RecipeEntry {
+        name: "embed",
+        summary: "features of a folder of images or the run's data, as .npy + .csv of files (--run-dir DIR)",
+        run: embed,
+    },
+];
