@@ -11,6 +11,11 @@
 //! Export a torchvision model to safetensors with
 //! `safetensors.torch.save_file(model.state_dict(), "resnet18.safetensors")`.
 //!
+//! A model built for other than three input channels takes three-channel weights the way timm's
+//! `adapt_input_conv` does: the first convolution's filters are summed over the colour channels
+//! for one channel, and for `c` channels the colour channels repeat cyclically, scaled by `3 / c`
+//! (safetensors files; [`TorchvisionImport::first_conv_key`]).
+//!
 //! The other way, [`save_safetensors`] writes a model's tensors under PyTorch's conventions
 //! (linear weights transposed back, norm `gamma` / `beta` as `weight` / `bias`) with the
 //! structural renames of [`TorchvisionImport::export_renames`], so that a ResNet loads into
@@ -165,11 +170,21 @@ pub trait TorchvisionImport<B: Backend>: ModuleSnapshot<B> + Sized {
     fn export_renames(&self) -> Option<Vec<(&'static str, &'static str)>> {
         None
     }
+
+    /// The state_dict key of the first convolution's weight (`[out, in, kh, kw]`), whose input
+    /// channels [`load_torchvision`] adapts when the model has other than the file's three.
+    fn first_conv_key(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 impl<B: Backend> TorchvisionImport<B> for ResNet<B> {
     fn torchvision_key(&self, key: &str) -> Option<String> {
         resnet_key(key)
+    }
+
+    fn first_conv_key(&self) -> Option<&'static str> {
+        Some("conv1.weight")
     }
 
     fn export_renames(&self) -> Option<Vec<(&'static str, &'static str)>> {
@@ -184,6 +199,10 @@ impl<B: Backend> TorchvisionImport<B> for EfficientNet<B> {
     fn torchvision_key(&self, key: &str) -> Option<String> {
         efficientnet_key(self, key)
     }
+
+    fn first_conv_key(&self) -> Option<&'static str> {
+        Some("features.0.0.weight")
+    }
 }
 
 impl<B: Backend> TorchvisionImport<B> for Vit<B> {
@@ -194,11 +213,19 @@ impl<B: Backend> TorchvisionImport<B> for Vit<B> {
     fn export_renames(&self) -> Option<Vec<(&'static str, &'static str)>> {
         Some(vec![(r"^patch_embed\.", "patch_embed.proj.")])
     }
+
+    fn first_conv_key(&self) -> Option<&'static str> {
+        Some("patch_embed.proj.weight")
+    }
 }
 
 impl<B: Backend> TorchvisionImport<B> for MobileNetV3<B> {
     fn torchvision_key(&self, key: &str) -> Option<String> {
         mobilenet_v3_key(self, key)
+    }
+
+    fn first_conv_key(&self) -> Option<&'static str> {
+        Some("features.0.0.weight")
     }
 }
 
@@ -324,12 +351,17 @@ fn is_pth(path: &Path) -> bool {
 fn apply_file<B: Backend, M: ModuleSnapshot<B>>(
     module: &mut M,
     path: &Path,
+    adapted: Option<&[u8]>,
     remap: KeyRemapper,
 ) -> Result<ApplyResult, ModelError> {
     if is_pth(path) {
         return pth::apply(module, path, remap);
     }
-    let mut store = SafetensorsStore::from_file(path)
+    let store = match adapted {
+        Some(bytes) => SafetensorsStore::from_bytes(Some(bytes.to_vec())),
+        None => SafetensorsStore::from_file(path),
+    };
+    let mut store = store
         .with_from_adapter(PyTorchToBurnAdapter)
         .remap(remap)
         .allow_partial(true)
@@ -358,7 +390,12 @@ pub fn load_torchvision<B: Backend, M: TorchvisionImport<B>>(
     let keys = file_keys(path)?;
     let expected = module_paths(model);
     let remap = remapper(&keys, |k| model.torchvision_key(k), path)?;
-    let result = apply_file(model, path, remap)?;
+    let adapted = if is_pth(path) {
+        None
+    } else {
+        adapt_input_channels(model, path)?
+    };
+    let result = apply_file(model, path, adapted.as_deref(), remap)?;
     check(result, path, &expected)?;
     if let Some(HeadImport { head, layout }) = head {
         let expected = module_paths(head);
@@ -370,10 +407,94 @@ pub fn load_torchvision<B: Backend, M: TorchvisionImport<B>>(
                 missing: expected,
             });
         }
-        let result = apply_file(head, path, remap)?;
+        let result = apply_file(head, path, None, remap)?;
         check(result, path, &expected)?;
     }
     Ok(())
+}
+
+/// The first convolution's weights `[out, 3, kh, kw]` (row-major) for `channels` input channels,
+/// as timm's `adapt_input_conv`: summed over the three for one channel; for `c` channels, channel
+/// `i` takes colour channel `i mod 3`, all scaled by `3 / c`.
+pub fn adapt_input_conv(weights: &[f32], shape: [usize; 4], channels: usize) -> Vec<f32> {
+    let [out, three, kh, kw] = shape;
+    let plane = kh * kw;
+    let mut adapted = Vec::with_capacity(out * channels * plane);
+    for o in 0..out {
+        let filter = &weights[o * three * plane..(o + 1) * three * plane];
+        if channels == 1 {
+            adapted
+                .extend((0..plane).map(|p| (0..three).map(|c| filter[c * plane + p]).sum::<f32>()));
+        } else {
+            let scale = three as f32 / channels as f32;
+            for i in 0..channels {
+                let source = &filter[(i % three) * plane..(i % three + 1) * plane];
+                adapted.extend(source.iter().map(|w| w * scale));
+            }
+        }
+    }
+    adapted
+}
+
+/// The file's bytes with the first convolution adapted to the model's input channels, or
+/// `None` when they already match (or the model names no first convolution).
+fn adapt_input_channels<B: Backend, M: TorchvisionImport<B>>(
+    model: &M,
+    path: &Path,
+) -> Result<Option<Vec<u8>>, ModelError> {
+    use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+    let Some(key) = model.first_conv_key() else {
+        return Ok(None);
+    };
+    let Some(ours) = model.torchvision_key(key).and_then(|mapped| {
+        model
+            .collect(None, None, false)
+            .into_iter()
+            .find(|s| s.full_path() == mapped)
+            .map(|s| s.shape.to_vec())
+    }) else {
+        return Ok(None);
+    };
+    let bytes = std::fs::read(path).map_err(|e| open_error(path, e))?;
+    let file = SafeTensors::deserialize(&bytes).map_err(|e| open_error(path, e))?;
+    let Ok(theirs) = file.tensor(key) else {
+        return Ok(None);
+    };
+    let shape = theirs.shape().to_vec();
+    if shape.len() != 4 || ours.len() != 4 || shape[1] == ours[1] || shape[1] != 3 {
+        // Equal, or not a three-channel file: the shape check reports any mismatch.
+        return Ok(None);
+    }
+    if theirs.dtype() != Dtype::F32 {
+        return Err(ModelError::WrongTensor {
+            path: path.display().to_string(),
+            message: format!(
+                "{key}: {:?} weights; adapting them to {} input channels needs float32",
+                theirs.dtype(),
+                ours[1]
+            ),
+        });
+    }
+    let weights: Vec<f32> = theirs
+        .data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let adapted = adapt_input_conv(&weights, [shape[0], 3, shape[2], shape[3]], ours[1]);
+    let adapted_bytes: Vec<u8> = adapted.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let adapted_shape = vec![shape[0], ours[1], shape[2], shape[3]];
+    let mut tensors = Vec::new();
+    for (name, view) in file.tensors() {
+        if name == key {
+            let view = TensorView::new(Dtype::F32, adapted_shape.clone(), &adapted_bytes)
+                .map_err(|e| open_error(path, e))?;
+            tensors.push((name, view));
+        } else {
+            tensors.push((name, view));
+        }
+    }
+    let out = safetensors::serialize(tensors, None).map_err(|e| open_error(path, e))?;
+    Ok(Some(out))
 }
 
 /// Writes `module`'s tensors to the safetensors file `path` (replacing it) under PyTorch's

@@ -1802,3 +1802,89 @@ fn a_run_exports_its_backbone_and_embeds_a_folder_as_the_example_does() {
         assert!(stderr(&o).contains(expected), "{}", stderr(&o));
     }
 }
+
+/// Weights in, as timm would take them: a three-channel torchvision-named ResNet-18 (exported
+/// from a run on RGB images with the ImageNet stem) starts a run on one-channel images — its
+/// first convolution summed over the colours — and the CIFAR-stem default names --stem in its
+/// error.
+#[test]
+fn three_channel_weights_start_a_one_channel_run_and_a_stem_mismatch_names_the_option() {
+    let cifar = scratch().join("weights-cifar10");
+    std::fs::create_dir_all(&cifar).unwrap();
+    for k in 1..=5 {
+        std::fs::write(
+            cifar.join(format!("data_batch_{k}.bin")),
+            cifar_records(8, 1),
+        )
+        .unwrap();
+    }
+    std::fs::write(cifar.join("test_batch.bin"), cifar_records(20, 1)).unwrap();
+    let rgb_run = scratch().join("weights-rgb");
+    let mut args = tiny(
+        rgb_run.to_str().unwrap(),
+        &[
+            "--dataset",
+            "cifar10",
+            "--data-dir",
+            cifar.to_str().unwrap(),
+        ],
+    );
+    args.extend(
+        [
+            "--backbone",
+            "resnet18",
+            "--stem",
+            "imagenet",
+            "--batch-size",
+            "16",
+        ]
+        .map(String::from),
+    );
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "rgb run"), 0, "{}", stderr(&o));
+    let weights = scratch().join("weights-rgb.safetensors");
+    let o = run(&[
+        "export",
+        "--run-dir",
+        rgb_run.to_str().unwrap(),
+        "--out",
+        weights.to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "export"), 0, "{}", stderr(&o));
+    let header = safetensors_header(&weights);
+    assert_eq!(
+        header["conv1.weight"]["shape"],
+        serde_json::json!([64, 3, 7, 7])
+    );
+
+    let w = weights.to_str().unwrap();
+    let o = run(&as_strs(&tiny(
+        "weights-grey-cifar-stem",
+        &["--backbone", "resnet18", "--weights", w],
+    )));
+    assert_eq!(check_error_shape(&o, "stem"), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("add --stem imagenet"), "{}", stderr(&o));
+
+    let grey = scratch().join("weights-grey");
+    let o = run(&as_strs(&tiny(
+        grey.to_str().unwrap(),
+        &[
+            "--backbone",
+            "resnet18",
+            "--stem",
+            "imagenet",
+            "--weights",
+            w,
+        ],
+    )));
+    assert_eq!(check_error_shape(&o, "adapted"), 0, "{}", stderr(&o));
+    // It started from the file, not from a random initialisation (the models crate's test checks
+    // the adapted filters themselves).
+    let scratch_run = scratch().join("weights-none");
+    let o = run(&as_strs(&tiny(
+        scratch_run.to_str().unwrap(),
+        &["--backbone", "resnet18", "--stem", "imagenet"],
+    )));
+    assert_eq!(check_error_shape(&o, "from scratch"), 0, "{}", stderr(&o));
+    assert_ne!(losses(&grey)[0], losses(&scratch_run)[0]);
+}

@@ -202,10 +202,35 @@ impl BackboneSpec {
             .check_input([1, channels, height, width])
             .map_err(|e| usage(format!("{option}: {e}")))?;
         if let Some(path) = &self.weights {
-            backbone
-                .load_torchvision(path)
-                .map_err(|e| usage(format!("--weights {}: {e}", path.display())))?;
+            backbone.load_torchvision(path).map_err(|e| {
+                usage(format!(
+                    "--weights {}: {e}{}",
+                    path.display(),
+                    self.stem_hint(&e.to_string())
+                ))
+            })?;
         }
         Ok(())
+    }
+
+    /// For a ResNet whose first convolution did not fit the file's: the --stem that would (the
+    /// CIFAR stem is a 3×3 convolution, ImageNet's — torchvision's weights — a 7×7 one).
+    fn stem_hint(&self, error: &str) -> &'static str {
+        let AnyBackboneConfig::ResNet(c) = &self.config else {
+            return "";
+        };
+        if !error.contains("conv1.weight") {
+            return "";
+        }
+        match c.stem {
+            Stem::Cifar => {
+                " (the model has the CIFAR stem, a 3×3 first convolution; torchvision's ResNet \
+                 weights have ImageNet's 7×7 stem: add --stem imagenet)"
+            }
+            Stem::ImageNet => {
+                " (the model has the ImageNet stem, a 7×7 first convolution; weights trained \
+                 with the CIFAR stem need --stem cifar)"
+            }
+        }
     }
 }

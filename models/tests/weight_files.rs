@@ -1,3 +1,10 @@
+//! Weight files both ways.
+//!
+//! Channel adaptation: a ResNet built for one (or two) input channels takes a three-channel
+//! torchvision state_dict as timm's `adapt_input_conv` does, and on a grey image gives the
+//! three-channel network's features on that image in all three channels (the convolution is
+//! linear in its input).
+//!
 //! Export to PyTorch: a backbone loaded from a torchvision (timm) state_dict and written back
 //! with [`AnyBackbone::save_safetensors`] gives that state_dict again — the same keys, shapes and
 //! values — less the classifier and `num_batches_tracked` (PyTorch's batch norm fills in a
@@ -7,10 +14,11 @@
 
 mod common;
 
+use burn::prelude::*;
 use burn_store::{ModuleStore, SafetensorsStore};
 use common::{fixture, Infer};
 use curriculum_ssl_models::import::load_torchvision;
-use curriculum_ssl_models::{AnyBackbone, ExportNames, ResNetConfig, Stem, VitConfig};
+use curriculum_ssl_models::{AnyBackbone, Backbone, ExportNames, ResNetConfig, Stem, VitConfig};
 
 /// Checks that `exported` holds exactly the tensors of `original` that `keep` selects, equal.
 fn same_tensors(original: &std::path::Path, exported: &std::path::Path, keep: fn(&str) -> bool) {
@@ -96,4 +104,44 @@ fn a_vit_exports_as_the_timm_state_dict_it_was_loaded_from() {
             || k.starts_with("expected."))
     });
     let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn a_one_channel_resnet_takes_three_channel_weights_summed_over_the_colours() {
+    let device = Default::default();
+    let original = fixture("resnet18_cifar_w4.safetensors");
+    let config = ResNetConfig::resnet18()
+        .with_stem(Stem::Cifar)
+        .with_base_width(4);
+    let mut rgb = config.clone().init::<Infer>(&device);
+    load_torchvision(&mut rgb, None, &original).expect("three channels");
+    let mut grey = config.clone().with_in_channels(1).init::<Infer>(&device);
+    load_torchvision(&mut grey, None, &original).expect("adapted to one channel");
+    let mut two = config.with_in_channels(2).init::<Infer>(&device);
+    load_torchvision(&mut two, None, &original).expect("adapted to two channels");
+
+    // The filters: the sum of the colour channels; for two channels, R and G times 3/2.
+    let w = rgb.conv1.weight.val();
+    let [o, _, kh, kw] = w.dims();
+    let summed = w.clone().sum_dim(1);
+    let got = grey.conv1.weight.val();
+    assert_eq!(got.dims(), [o, 1, kh, kw]);
+    assert_eq!(got.into_data(), summed.into_data());
+    let expected = w.slice([0..o, 0..2, 0..kh, 0..kw]).mul_scalar(1.5);
+    two.conv1.weight.val().into_data().assert_approx_eq::<f32>(
+        &expected.into_data(),
+        burn::tensor::Tolerance::absolute(1e-7),
+    );
+
+    // A grey image: one channel through the adapted network, three equal channels through the
+    // original.
+    let x: Tensor<Infer, 4> = Tensor::random(
+        [2, 1, 16, 16],
+        burn::tensor::Distribution::Uniform(-1.0, 1.0),
+        &device,
+    );
+    let a = grey.forward_features(x.clone());
+    let b = rgb.forward_features(Tensor::cat(vec![x.clone(), x.clone(), x], 1));
+    a.into_data()
+        .assert_approx_eq::<f32>(&b.into_data(), burn::tensor::Tolerance::absolute(1e-4));
 }
