@@ -984,6 +984,7 @@ fn every_dataset_option_runs_two_steps() {
             "{dataset}: {stdout}"
         );
         assert!(run_dir.join("knn_at_init.json").is_file(), "{dataset}");
+        assert!(stdout.contains("raw pixels"), "{dataset}: {stdout}");
         // Plots of every logged quantity, and the summary that shows them.
         let summary = std::fs::read_to_string(run_dir.join("summary.md")).unwrap();
         for plot in ["loss", "lr", "knn_top1", "epoch_mean_loss"] {
@@ -1887,4 +1888,23 @@ fn three_channel_weights_start_a_one_channel_run_and_a_stem_mismatch_names_the_o
     )));
     assert_eq!(check_error_shape(&o, "from scratch"), 0, "{}", stderr(&o));
     assert_ne!(losses(&grey)[0], losses(&scratch_run)[0]);
+}
+
+/// The raw-pixel baseline is the data's, not the network's: two seeds give two networks at
+/// initialisation and one baseline, printed beside the trained kNN.
+#[test]
+fn the_raw_pixel_baseline_depends_on_the_data_alone() {
+    let mut at_init = Vec::new();
+    let mut raw = Vec::new();
+    for seed in ["0", "1"] {
+        let name = format!("raw-pixels-{seed}");
+        let o = run(&as_strs(&tiny(&name, &["--seed", seed])));
+        assert_eq!(check_error_shape(&o, seed), 0, "{}", stderr(&o));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("; raw pixels "));
+        let dir = scratch().join(&name);
+        at_init.push(std::fs::read_to_string(dir.join("knn_at_init.json")).unwrap());
+        raw.push(std::fs::read_to_string(dir.join("knn_raw_pixels.json")).unwrap());
+    }
+    assert_eq!(raw[0], raw[1]);
+    assert_ne!(at_init[0], at_init[1]);
 }

@@ -6,8 +6,10 @@ pub mod features;
 pub mod knn;
 pub mod linear_probe;
 pub mod monitor;
+pub mod raw_pixels;
 
 pub use features::{extract_features, Features};
 pub use knn::{Accuracy, KnnClassifier, KnnConfig};
 pub use linear_probe::{LinearProbeConfig, ProbeOptimizer, ProbeResult};
 pub use monitor::{KnnMonitor, KnnResult};
+pub use raw_pixels::RawPixels;

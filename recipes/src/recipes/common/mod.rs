@@ -29,7 +29,7 @@ use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::data_parallel::{
     replicas, DataParallelConfig, DataParallelError, MultiNode, Replica,
 };
-use curriculum_ssl::eval::{KnnMonitor, KnnResult};
+use curriculum_ssl::eval::{KnnMonitor, KnnResult, RawPixels};
 use curriculum_ssl::hooks::{
     FrechetCurationHook, KnnHook, ObjectBoxesHook, SelfPacedAutoAugmentHook,
 };
@@ -805,22 +805,33 @@ where
     );
     // The same backbone before any training, measured once per run and kept beside it, so that
     // the summary can say how much the training helped (also after a resume).
+    // And the normalised pixels themselves, the baseline a representation has to beat.
     let init_file = run_dir.join(KNN_AT_INIT);
-    let at_init: Vec<KnnResult> = if trainer.step() == 0 {
+    let raw_file = run_dir.join(KNN_RAW_PIXELS);
+    let (at_init, raw): (Vec<KnnResult>, Vec<KnnResult>) = if trainer.step() == 0 {
         match knn_hook(&trainer) {
             Some(hook) => {
                 let results = hook.evaluate(trainer.method(), device)?;
-                std::fs::write(&init_file, serde_json::to_vec_pretty(&results)?)
-                    .with_context(|| format!("writing {}", init_file.display()))?;
-                results
+                let raw = hook.monitor().evaluate::<backend::Inner, _>(
+                    &RawPixels::new(prepared.data.shape()),
+                    device,
+                )?;
+                for (file, r) in [(&init_file, &results), (&raw_file, &raw)] {
+                    std::fs::write(file, serde_json::to_vec_pretty(r)?)
+                        .with_context(|| format!("writing {}", file.display()))?;
+                }
+                (results, raw)
             }
-            None => Vec::new(),
+            None => Default::default(),
         }
     } else {
-        std::fs::read(&init_file)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-            .unwrap_or_default()
+        let read = |file: &Path| -> Vec<KnnResult> {
+            std::fs::read(file)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+                .unwrap_or_default()
+        };
+        (read(&init_file), read(&raw_file))
     };
     let started = std::time::Instant::now();
     let summary = trainer.fit()?;
@@ -848,12 +859,14 @@ where
             );
         }
         for r in measured {
-            let init = at_init
-                .iter()
-                .find(|i| i.k == r.k && i.temperature == r.temperature);
+            let same = |i: &&KnnResult| i.k == r.k && i.temperature == r.temperature;
+            let init = at_init.iter().find(same);
+            let pixels = raw.iter().find(same).map_or(String::new(), |p| {
+                format!("; raw pixels {:.2}%", 100.0 * p.accuracy.top1)
+            });
             let gain = init.map_or(String::new(), |i| {
                 format!(
-                    " (at initialisation {:.2}%: {:+.2} points)",
+                    " (at initialisation {:.2}%: {:+.2} points{pixels})",
                     100.0 * i.accuracy.top1,
                     100.0 * (r.accuracy.top1 - i.accuracy.top1)
                 )
@@ -920,6 +933,8 @@ fn write_summary(
 
 /// The file of the run directory holding the kNN accuracies of the backbone at initialisation.
 pub const KNN_AT_INIT: &str = "knn_at_init.json";
+/// The file of the run directory holding the kNN accuracies of the raw pixels (the baseline).
+pub const KNN_RAW_PIXELS: &str = "knn_raw_pixels.json";
 
 pub(crate) fn print_where(run_dir: &Path) {
     println!(
