@@ -985,6 +985,11 @@ fn every_dataset_option_runs_two_steps() {
         );
         assert!(run_dir.join("knn_at_init.json").is_file(), "{dataset}");
         assert!(stdout.contains("raw pixels"), "{dataset}: {stdout}");
+        // TensorBoard's event file beside the CSVs.
+        let events = std::fs::read_dir(run_dir.join("tensorboard"))
+            .unwrap()
+            .count();
+        assert_eq!(events, 1, "{dataset}");
         // Plots of every logged quantity, and the summary that shows them.
         let summary = std::fs::read_to_string(run_dir.join("summary.md")).unwrap();
         for plot in ["loss", "lr", "knn_top1", "epoch_mean_loss"] {

@@ -16,7 +16,7 @@
 use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -265,13 +265,74 @@ impl CsvFile {
     }
 }
 
-/// What a run reports: its two CSV files, its progress bar and its log lines.
+/// The directory of a run that holds its TensorBoard event files.
+pub const TENSORBOARD_DIR: &str = "tensorboard";
+
+/// How often the step rows reach the disk (and, with no progress bar on a terminal, how often a
+/// progress line is logged) within an epoch.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(2);
+
+/// A plain progress line every this long when no bar is drawn (output to a file or a pipe).
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(30);
+
+/// TensorBoard's event file of a run: every step's and epoch's numbers as scalars, through
+/// `syntaxdot-summary` (a small writer of TensorBoard's record format; the records reach the
+/// file as they are written, unbuffered).
+struct Events {
+    writer: syntaxdot_summary::SummaryWriter<File>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Events").field("path", &self.path).finish()
+    }
+}
+
+impl Events {
+    /// A new event file in `dir` (TensorBoard reads every `events.out.tfevents.*` file of a
+    /// directory, so a resumed run adds one).
+    fn create(dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let micros = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros());
+        let path = dir.join(format!(
+            "events.out.tfevents.{micros}.curriculum-ssl.{}",
+            std::process::id()
+        ));
+        let writer = syntaxdot_summary::SummaryWriter::new(File::create(&path)?)?;
+        Ok(Self { writer, path })
+    }
+
+    fn scalars(
+        &mut self,
+        step: usize,
+        values: impl IntoIterator<Item = (String, f64)>,
+    ) -> std::io::Result<()> {
+        for (tag, value) in values {
+            self.writer.write_scalar(tag, step as i64, value as f32)?;
+        }
+        Ok(())
+    }
+}
+
+/// What a run reports: its two CSV files, its TensorBoard events, its progress bar and its log
+/// lines.
 #[derive(Debug)]
 pub struct RunLog {
     steps: CsvFile,
     epochs: CsvFile,
     progress_bar: bool,
     bar: ProgressBar,
+    events: Option<Events>,
+    events_dir: PathBuf,
+    /// The 1-based global step of the last step written.
+    last_step: usize,
+    total_steps: usize,
+    flushed: Instant,
+    reported: Instant,
+    flush_every: Duration,
 }
 
 impl RunLog {
@@ -283,6 +344,43 @@ impl RunLog {
             epochs: CsvFile::new(run_dir.join(files::EPOCHS)),
             progress_bar,
             bar: ProgressBar::hidden(),
+            events: None,
+            events_dir: run_dir.join(TENSORBOARD_DIR),
+            last_step: 0,
+            total_steps: 0,
+            flushed: Instant::now(),
+            reported: Instant::now(),
+            flush_every: FLUSH_EVERY,
+        }
+    }
+
+    /// How often step rows reach the disk within an epoch ([`FLUSH_EVERY`] by default).
+    pub fn with_flush_every(mut self, every: Duration) -> Self {
+        self.flush_every = every;
+        self
+    }
+
+    /// Writes scalars to the event file (opened on first use). A run does not stop for its
+    /// TensorBoard file: an error is logged once and the events are off for the rest of it.
+    fn events(&mut self, step: usize, values: Vec<(String, f64)>) {
+        if self.events.is_none() {
+            if self.events_dir.as_os_str().is_empty() {
+                return;
+            }
+            match Events::create(&self.events_dir) {
+                Ok(events) => self.events = Some(events),
+                Err(e) => {
+                    log::warn!("TensorBoard events off: {}: {e}", self.events_dir.display());
+                    self.events_dir = PathBuf::new();
+                    return;
+                }
+            }
+        }
+        let events = self.events.as_mut().expect("opened above");
+        if let Err(e) = events.scalars(step, values) {
+            log::warn!("TensorBoard events off: {}: {e}", events.path.display());
+            self.events = None;
+            self.events_dir = PathBuf::new();
         }
     }
 
@@ -310,6 +408,10 @@ impl RunLog {
         bar.set_position(first_step as u64);
         bar.reset_eta();
         self.bar = bar;
+        self.total_steps = total_steps;
+        self.last_step = first_step;
+        self.flushed = Instant::now();
+        self.reported = Instant::now();
     }
 
     /// Writes a step's row and moves the bar.
@@ -330,6 +432,32 @@ impl RunLog {
             record.loss, record.lr, record.images_per_s
         ));
         self.bar.set_position(record.step as u64 + 1);
+        self.last_step = record.step + 1;
+        let mut scalars = vec![
+            ("train/loss".to_string(), record.loss),
+            ("train/lr".to_string(), record.lr),
+            ("train/images_per_s".to_string(), record.images_per_s),
+        ];
+        scalars.extend(record.stats.iter().map(|(n, v)| (format!("train/{n}"), *v)));
+        self.events(self.last_step, scalars);
+        // Rows reach the disk every few seconds, not only at the end of an epoch; and where no
+        // bar is drawn (output to a file), a progress line now and then.
+        if self.flushed.elapsed() >= self.flush_every {
+            self.steps.flush()?;
+            self.flushed = Instant::now();
+        }
+        if self.bar.is_hidden() && self.reported.elapsed() >= PROGRESS_EVERY {
+            self.reported = Instant::now();
+            log::info!(
+                "epoch {}/{total_epochs}, step {}/{}: loss {:.4}, lr {:.3e}{knobs}, {:.1} images/s",
+                record.epoch + 1,
+                record.step + 1,
+                self.total_steps,
+                record.loss,
+                record.lr,
+                record.images_per_s
+            );
+        }
         Ok(())
     }
 
@@ -340,6 +468,17 @@ impl RunLog {
     pub fn epoch(&mut self, record: &EpochRecord, total_epochs: usize) -> Result<(), TrainError> {
         self.epochs.append(&record.columns())?;
         self.flush()?;
+        let mut scalars = vec![
+            ("epoch/mean_loss".to_string(), record.mean_loss),
+            ("epoch/images_per_s".to_string(), record.images_per_s),
+        ];
+        scalars.extend(record.stats.iter().map(|(n, v)| (format!("epoch/{n}"), *v)));
+        for (name, cell) in &record.columns {
+            if let Cell::Value(v) | Cell::Rounded(v, _) = cell {
+                scalars.push((format!("epoch/{name}"), *v));
+            }
+        }
+        self.events(self.last_step, scalars);
         let notes: String = record.notes.concat();
         let checkpoint = record
             .checkpoint
@@ -486,6 +625,151 @@ mod tests {
         other.stats = vec![("other".into(), 1.0)];
         let err = resumed.step(&other, 2).unwrap_err();
         assert!(err.to_string().contains("columns"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The masked CRC-32C of TensorBoard's records, bit by bit (independent of the writer's
+    /// table-driven one).
+    fn masked_crc32c(data: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &byte in data {
+            crc ^= u32::from(byte);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0x82F6_3B78
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        let crc = !crc;
+        (crc.rotate_right(15)).wrapping_add(0xA282_EAD8)
+    }
+
+    fn varint(bytes: &[u8], at: &mut usize) -> u64 {
+        let mut value = 0u64;
+        let mut shift = 0;
+        loop {
+            let b = bytes[*at];
+            *at += 1;
+            value |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return value;
+            }
+            shift += 7;
+        }
+    }
+
+    /// The `(step, tag, value)` scalars of an event file, read as TensorBoard reads it: framed
+    /// records with checked CRCs, each an `Event` protobuf (step = field 2, summary = field 5
+    /// holding `Value`s with tag = field 1 and simple_value = field 2).
+    fn read_events(path: &Path) -> (usize, Vec<(i64, String, f32)>) {
+        let bytes = std::fs::read(path).unwrap();
+        let (mut at, mut records, mut scalars) = (0, 0, Vec::new());
+        while at < bytes.len() {
+            let len_bytes = &bytes[at..at + 8];
+            let len = u64::from_le_bytes(len_bytes.try_into().unwrap()) as usize;
+            let crc = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap());
+            assert_eq!(crc, masked_crc32c(len_bytes), "length CRC");
+            let data = &bytes[at + 12..at + 12 + len];
+            let crc = u32::from_le_bytes(bytes[at + 12 + len..at + 16 + len].try_into().unwrap());
+            assert_eq!(crc, masked_crc32c(data), "data CRC");
+            at += 16 + len;
+            records += 1;
+            let (mut i, mut step) = (0, 0i64);
+            while i < data.len() {
+                let key = varint(data, &mut i);
+                match (key >> 3, key & 7) {
+                    (2, 0) => step = varint(data, &mut i) as i64,
+                    (5, 2) => {
+                        let end = varint(data, &mut i) as usize + i;
+                        while i < end {
+                            assert_eq!(varint(data, &mut i), (1 << 3) | 2, "Summary.value");
+                            let value_end = varint(data, &mut i) as usize + i;
+                            let (mut tag, mut value) = (String::new(), f32::NAN);
+                            while i < value_end {
+                                match varint(data, &mut i) {
+                                    0x0a => {
+                                        let n = varint(data, &mut i) as usize;
+                                        tag = String::from_utf8(data[i..i + n].to_vec()).unwrap();
+                                        i += n;
+                                    }
+                                    0x15 => {
+                                        value =
+                                            f32::from_le_bytes(data[i..i + 4].try_into().unwrap());
+                                        i += 4;
+                                    }
+                                    other => panic!("unexpected Value field {other}"),
+                                }
+                            }
+                            scalars.push((step, tag, value));
+                        }
+                    }
+                    (_, 1) => i += 8,
+                    (_, 0) => {
+                        varint(data, &mut i);
+                    }
+                    (_, 2) => i += varint(data, &mut i) as usize,
+                    other => panic!("unexpected wire type {other:?}"),
+                }
+            }
+        }
+        (records, scalars)
+    }
+
+    #[test]
+    fn steps_reach_the_disk_within_an_epoch_and_tensorboard_reads_every_number() {
+        let dir = scratch("events");
+        let mut log = RunLog::new(&dir, false).with_flush_every(Duration::ZERO);
+        log.start(4, 0);
+        log.step(&step(0, 1.5), 2).unwrap();
+        log.step(&step(1, 1.25), 2).unwrap();
+        // No epoch has ended, nothing has been finished: the rows are on disk.
+        let text = std::fs::read_to_string(dir.join(files::STEPS)).unwrap();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        let epoch = EpochRecord {
+            epoch: 0,
+            mean_loss: 1.375,
+            lr: 0.0125,
+            images_per_s: 50.0,
+            seconds: 2.0,
+            stats: Vec::new(),
+            columns: vec![
+                ("knn20_top1".into(), Cell::Rounded(0.75, 4)),
+                ("curation_rejected".into(), Cell::Empty),
+            ],
+            notes: Vec::new(),
+            checkpoint: None,
+        };
+        log.epoch(&epoch, 2).unwrap();
+        let files: Vec<PathBuf> = std::fs::read_dir(dir.join(TENSORBOARD_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(files.len(), 1);
+        let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("events.out.tfevents."), "{name}");
+        let (records, scalars) = read_events(&files[0]);
+        // The file-version record, four scalars per step, three at the epoch (no empty cell).
+        assert_eq!(records, 1 + 2 * 4 + 3);
+        let expected = [
+            (1, "train/loss", 1.5f32),
+            (1, "train/lr", 0.0125),
+            (1, "train/images_per_s", 100.0),
+            (1, "train/mixup_lambda", 0.2),
+            (2, "train/loss", 1.25),
+            (2, "train/lr", 0.0125),
+            (2, "train/images_per_s", 100.0),
+            (2, "train/mixup_lambda", 0.2),
+            (2, "epoch/mean_loss", 1.375),
+            (2, "epoch/images_per_s", 50.0),
+            (2, "epoch/knn20_top1", 0.75),
+        ];
+        let got: Vec<(i64, &str, f32)> = scalars
+            .iter()
+            .map(|(s, t, v)| (*s, t.as_str(), *v))
+            .collect();
+        assert_eq!(got, expected);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
