@@ -1,6 +1,9 @@
 //! The pictures of a run: one PNG per logged quantity, drawn from `steps.csv` and `epochs.csv`
 //! after training — the loss, the learning rate, every statistic and scheduled knob over the
-//! steps, the kNN accuracies and the selection counts over the epochs.
+//! steps (with a smoothed line over the raw one), the kNN accuracies over the epochs from the
+//! network at initialisation (epoch 0) beside the raw-pixel baseline, and the selection counts.
+//! A quantity that never changed gets no plot: the summary names its value. [`compare_runs`]
+//! draws several runs' curves on shared axes.
 //!
 //! Drawn with plotters' bitmap backend; the text uses DejaVu Sans, embedded in the binary
 //! (`assets/DejaVuSans.ttf`, its licence beside it), so no system font or library is needed.
@@ -53,15 +56,65 @@ impl Table {
     }
 }
 
-/// One line plot of `series` (name, points) into `path`.
-fn draw(
-    path: &Path,
-    title: &str,
-    x_label: &str,
-    series: &[(String, Vec<(f64, f64)>)],
-) -> Result<()> {
+/// One line of a plot: its name, its points, and how it is drawn.
+pub struct Line {
+    /// The legend's name.
+    pub name: String,
+    /// `(x, y)` points.
+    pub points: Vec<(f64, f64)>,
+    /// A thin, pale line (the raw values under a smoothed one).
+    pub faint: bool,
+    /// A dashed line in the colour of the line after it (a baseline).
+    pub dashed: bool,
+}
+
+impl Line {
+    fn new(name: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Self {
+            name: name.into(),
+            points,
+            faint: false,
+            dashed: false,
+        }
+    }
+}
+
+/// The exponential moving average TensorBoard draws (weight `w` on the past, debiased so the
+/// first points are not pulled to zero).
+pub fn smooth(points: &[(f64, f64)], w: f64) -> Vec<(f64, f64)> {
+    let mut average = 0.0;
+    let mut weight = 0.0;
+    points
+        .iter()
+        .map(|&(x, y)| {
+            average = w * average + (1.0 - w) * y;
+            weight = w * weight + (1.0 - w);
+            (x, average / weight)
+        })
+        .collect()
+}
+
+/// The series, and under it its smoothed line when it has enough points to be noisy.
+fn with_smoothing(name: &str, points: Vec<(f64, f64)>) -> Vec<Line> {
+    if points.len() < 20 {
+        return vec![Line::new(name, points)];
+    }
+    let smoothed = smooth(&points, 0.9);
+    vec![
+        Line {
+            name: format!("{name} (raw)"),
+            points,
+            faint: true,
+            dashed: false,
+        },
+        Line::new(format!("{name} (smoothed)"), smoothed),
+    ]
+}
+
+/// One line plot of `lines` into `path`, with its axes named.
+pub fn draw(path: &Path, title: &str, x_label: &str, y_label: &str, lines: &[Line]) -> Result<()> {
     register_font();
-    let points = series.iter().flat_map(|(_, s)| s.iter());
+    let points = lines.iter().flat_map(|l| l.points.iter());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for &(x, y) in points {
         (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
@@ -82,28 +135,61 @@ fn draw(
         .caption(title, ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(40)
-        .y_label_area_size(70)
+        .y_label_area_size(80)
         .build_cartesian_2d(x0..x1, y0..y1)
         .map_err(|e| error(&e))?;
     chart
         .configure_mesh()
         .x_desc(x_label)
+        .y_desc(y_label)
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(|e| error(&e))?;
     let colours = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
-    for (i, (name, points)) in series.iter().enumerate() {
-        let colour = colours[i % colours.len()];
+    let mut colour_index = 0;
+    for line in lines {
+        // A faint or dashed line shares the colour of the line drawn after it (raw under
+        // smoothed, a baseline before its curve).
+        let colour = colours[colour_index % colours.len()];
+        if !(line.faint || line.dashed) {
+            colour_index += 1;
+        }
+        let style = if line.faint {
+            colour.mix(0.3).stroke_width(1)
+        } else if line.dashed {
+            colour.mix(0.7).stroke_width(1)
+        } else {
+            colour.stroke_width(2)
+        };
+        if line.dashed {
+            chart
+                .draw_series(DashedLineSeries::new(
+                    line.points.iter().copied(),
+                    10,
+                    6,
+                    style,
+                ))
+                .map_err(|e| error(&e))?
+                .label(line.name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
+            continue;
+        }
+        if line.points.len() == 1 {
+            chart
+                .draw_series(std::iter::once(Circle::new(
+                    line.points[0],
+                    4,
+                    colour.filled(),
+                )))
+                .map_err(|e| error(&e))?;
+        }
         chart
-            .draw_series(LineSeries::new(
-                points.iter().copied(),
-                colour.stroke_width(2),
-            ))
+            .draw_series(LineSeries::new(line.points.iter().copied(), style))
             .map_err(|e| error(&e))?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour));
+            .label(line.name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
     }
-    if series.len() > 1 {
+    if lines.len() > 1 {
         chart
             .configure_series_labels()
             .background_style(WHITE.mix(0.8))
@@ -116,14 +202,76 @@ fn draw(
     Ok(())
 }
 
-/// Draws the plots of the run in `run_dir` into `run_dir/plots/`; returns their paths.
+/// What [`plot_run`] made: the pictures, and the quantities that never changed.
+#[derive(Debug, Default)]
+pub struct Plots {
+    /// The PNG files.
+    pub files: Vec<PathBuf>,
+    /// `(name, value)` of every logged quantity that kept one value (no plot drawn).
+    pub constants: Vec<(String, f64)>,
+}
+
+/// A run's kNN top-1 accuracies at initialisation (or of the raw pixels), by column name
+/// (`knn20_top1`), read from `file` (absent: none).
+fn knn_file(file: &Path) -> Vec<(String, f64)> {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return Vec::new();
+    };
+    let Ok(serde_json::Value::Array(results)) = serde_json::from_str(&text) else {
+        return Vec::new();
+    };
+    results
+        .iter()
+        .filter_map(|r| {
+            let k = r["k"].as_u64()?;
+            let top1 = r["accuracy"]["top1"].as_f64()?;
+            Some((format!("knn{k}_top1"), top1))
+        })
+        .collect()
+}
+
+/// The kNN top-1 curves of a run, in percent, each from epoch 0 (the network at initialisation)
+/// when the run measured it.
+fn knn_curves(run_dir: &Path, epochs: &Table) -> Vec<(String, Vec<(f64, f64)>)> {
+    let epoch = epochs.names.iter().position(|n| n == "epoch").unwrap_or(0);
+    let at_init = knn_file(&run_dir.join(crate::recipes::common::KNN_AT_INIT));
+    epochs
+        .names
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.starts_with("knn") && n.ends_with("_top1"))
+        .map(|(i, n)| {
+            let mut points: Vec<(f64, f64)> = at_init
+                .iter()
+                .filter(|(name, _)| name == n)
+                .map(|(_, v)| (0.0, 100.0 * v))
+                .collect();
+            points.extend(
+                epochs
+                    .series(epoch, i)
+                    .into_iter()
+                    .map(|(x, y)| (x, 100.0 * y)),
+            );
+            (n.clone(), points)
+        })
+        .filter(|(_, s)| !s.is_empty())
+        .collect()
+}
+
+/// Whether every value of the series is the same.
+fn constant(points: &[(f64, f64)]) -> Option<f64> {
+    let first = points.first()?.1;
+    points.iter().all(|p| p.1 == first).then_some(first)
+}
+
+/// Draws the plots of the run in `run_dir` into `run_dir/plots/`.
 ///
 /// # Errors
 /// If a log cannot be read or a picture cannot be written.
-pub fn plot_run(run_dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn plot_run(run_dir: &Path) -> Result<Plots> {
     let out = run_dir.join("plots");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let mut written = Vec::new();
+    let mut plots = Plots::default();
     let steps = Table::read(&run_dir.join("steps.csv"))?;
     let step = steps.names.iter().position(|n| n == "step").unwrap_or(0);
     for (i, name) in steps.names.iter().enumerate() {
@@ -134,32 +282,46 @@ pub fn plot_run(run_dir: &Path) -> Result<Vec<PathBuf>> {
         if points.is_empty() {
             continue;
         }
+        if let Some(value) = constant(&points).filter(|_| points.len() > 1) {
+            plots.constants.push((name.clone(), value));
+            continue;
+        }
         let path = out.join(format!("{name}.png"));
-        draw(&path, name, "step", &[(name.clone(), points)])?;
-        written.push(path);
+        draw(&path, name, "step", name, &with_smoothing(name, points))?;
+        plots.files.push(path);
     }
     let epochs_file = run_dir.join("epochs.csv");
     if epochs_file.is_file() {
         let epochs = Table::read(&epochs_file)?;
         let epoch = epochs.names.iter().position(|n| n == "epoch").unwrap_or(0);
-        let knn: Vec<(String, Vec<(f64, f64)>)> = epochs
-            .names
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| n.starts_with("knn") && n.ends_with("_top1"))
-            .map(|(i, n)| {
-                let percent = epochs
-                    .series(epoch, i)
-                    .into_iter()
-                    .map(|(x, y)| (x, 100.0 * y));
-                (n.clone(), percent.collect::<Vec<_>>())
-            })
-            .filter(|(_, s)| !s.is_empty())
-            .collect();
-        if !knn.is_empty() {
+        let curves = knn_curves(run_dir, &epochs);
+        if !curves.is_empty() {
+            let last_epoch = curves
+                .iter()
+                .flat_map(|(_, s)| s.iter().map(|p| p.0))
+                .fold(1.0, f64::max);
+            let mut lines: Vec<Line> = Vec::new();
+            let raw = knn_file(&run_dir.join(crate::recipes::common::KNN_RAW_PIXELS));
+            for (name, points) in curves {
+                if let Some((_, v)) = raw.iter().find(|(n, _)| *n == name) {
+                    lines.push(Line {
+                        name: format!("{name}, raw pixels"),
+                        points: vec![(0.0, 100.0 * v), (last_epoch, 100.0 * v)],
+                        faint: false,
+                        dashed: true,
+                    });
+                }
+                lines.push(Line::new(name, points));
+            }
             let path = out.join("knn_top1.png");
-            draw(&path, "kNN top-1 (%)", "epoch", &knn)?;
-            written.push(path);
+            draw(
+                &path,
+                "kNN top-1 (epoch 0: at initialisation)",
+                "epoch",
+                "top-1 accuracy (%)",
+                &lines,
+            )?;
+            plots.files.push(path);
         }
         for (i, name) in epochs.names.iter().enumerate() {
             if name == "mean_loss"
@@ -171,11 +333,93 @@ pub fn plot_run(run_dir: &Path) -> Result<Vec<PathBuf>> {
                 if points.is_empty() {
                     continue;
                 }
+                if let Some(value) = constant(&points).filter(|_| points.len() > 1) {
+                    plots.constants.push((format!("epoch {name}"), value));
+                    continue;
+                }
                 let path = out.join(format!("epoch_{name}.png"));
-                draw(&path, name, "epoch", &[(name.clone(), points)])?;
-                written.push(path);
+                draw(
+                    &path,
+                    name,
+                    "epoch",
+                    name,
+                    &[Line::new(name.clone(), points)],
+                )?;
+                plots.files.push(path);
             }
         }
     }
+    Ok(plots)
+}
+
+/// The runs' curves on shared axes, into `out`: the loss per step (smoothed) and each kNN
+/// top-1 per epoch that the runs measured, one line per run named `names[i]`. Returns the
+/// files written.
+///
+/// # Errors
+/// If a run's logs cannot be read or a picture cannot be written.
+pub fn compare_runs(runs: &[PathBuf], names: &[String], out: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut written = Vec::new();
+    let mut losses = Vec::new();
+    let mut knn: Vec<(String, Vec<Line>)> = Vec::new();
+    for (run, name) in runs.iter().zip(names) {
+        let steps = Table::read(&run.join("steps.csv"))?;
+        let step = steps.names.iter().position(|n| n == "step").unwrap_or(0);
+        if let Some(loss) = steps.names.iter().position(|n| n == "loss") {
+            let points = steps.series(step, loss);
+            let points = if points.len() >= 20 {
+                smooth(&points, 0.9)
+            } else {
+                points
+            };
+            losses.push(Line::new(name.clone(), points));
+        }
+        let epochs_file = run.join("epochs.csv");
+        if epochs_file.is_file() {
+            for (column, points) in knn_curves(run, &Table::read(&epochs_file)?) {
+                let line = Line::new(name.clone(), points);
+                match knn.iter_mut().find(|(c, _)| *c == column) {
+                    Some((_, lines)) => lines.push(line),
+                    None => knn.push((column, vec![line])),
+                }
+            }
+        }
+    }
+    if !losses.is_empty() {
+        let path = out.join("loss.png");
+        draw(&path, "loss (smoothed)", "step", "loss", &losses)?;
+        written.push(path);
+    }
+    for (column, lines) in knn {
+        let path = out.join(format!("{column}.png"));
+        draw(
+            &path,
+            &format!("{column} (epoch 0: at initialisation)"),
+            "epoch",
+            "top-1 accuracy (%)",
+            &lines,
+        )?;
+        written.push(path);
+    }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn smoothing_is_a_debiased_moving_average() {
+        let points = [(1.0, 1.0), (2.0, 3.0), (3.0, 3.0)];
+        let s = smooth(&points, 0.5);
+        // By hand, a = 0.5·a + 0.5·y and w = 0.5·w + 0.5: a = 0.5, w = 0.5 → 1; a = 1.75,
+        // w = 0.75 → 7/3; a = 2.375, w = 0.875 → 19/7.
+        let want = [1.0, 7.0 / 3.0, 19.0 / 7.0];
+        for ((_, got), want) in s.iter().zip(want) {
+            assert!((got - want).abs() < 1e-12, "{s:?}");
+        }
+        assert_eq!(constant(&[(1.0, 0.99), (2.0, 0.99)]), Some(0.99));
+        assert_eq!(constant(&[(1.0, 0.99), (2.0, 0.98)]), None);
+    }
 }

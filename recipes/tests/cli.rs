@@ -1913,3 +1913,74 @@ fn the_raw_pixel_baseline_depends_on_the_data_alone() {
     assert_eq!(raw[0], raw[1]);
     assert_ne!(at_init[0], at_init[1]);
 }
+
+/// Runs compared: `recipe compare` draws the runs on shared axes and tabulates their final
+/// numbers with each run's initialisation and raw-pixel kNN; a run's own summary folds the
+/// quantities that never changed instead of plotting them.
+#[test]
+fn runs_are_compared_on_shared_axes_and_constants_are_folded_into_the_summary() {
+    let first = scratch().join("compare-a");
+    let second = scratch().join("compare-b");
+    for (dir, recipe_name) in [(&first, "light_moco"), (&second, "simclr")] {
+        let mut args = tiny(
+            dir.to_str().unwrap(),
+            &["--epochs", "2", "--knn-every", "1"],
+        );
+        args[0] = recipe_name.to_string();
+        let o = run(&as_strs(&args));
+        assert_eq!(check_error_shape(&o, recipe_name), 0, "{}", stderr(&o));
+    }
+    // Light-MoCo on the small backbone: the key encoder's momentum and SoftNCE's α never move.
+    let summary = std::fs::read_to_string(first.join("summary.md")).unwrap();
+    assert!(summary.contains("- momentum: 0.99"), "{summary}");
+    assert!(summary.contains("- softnce_alpha: 0.8"), "{summary}");
+    assert!(!first.join("plots/momentum.png").exists());
+    assert!(first.join("plots/loss.png").is_file());
+
+    let out = scratch().join("compare-out");
+    let o = run(&[
+        "compare",
+        first.to_str().unwrap(),
+        second.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "compare"), 0, "{}", stderr(&o));
+    for plot in ["loss.png", "knn20_top1.png", "compare.md"] {
+        assert!(out.join(plot).is_file(), "{plot}");
+    }
+    let table = String::from_utf8_lossy(&o.stdout).into_owned();
+    // Each run's row holds its own initialisation's and raw pixels' k = 20 top-1.
+    for (dir, recipe_name) in [(&first, "light_moco"), (&second, "simclr")] {
+        let of = |file: &str| -> f64 {
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.join(file)).unwrap()).unwrap();
+            v.as_array().unwrap().iter().find(|r| r["k"] == 20).unwrap()["accuracy"]["top1"]
+                .as_f64()
+                .unwrap()
+        };
+        let row = table
+            .lines()
+            .find(|l| l.contains(recipe_name))
+            .unwrap_or_else(|| panic!("{table}"));
+        let cell = format!(
+            "({:.2}; {:.2})",
+            100.0 * of("knn_at_init.json"),
+            100.0 * of("knn_raw_pixels.json")
+        );
+        assert!(row.contains(&cell), "{row} lacks {cell}");
+        assert!(row.contains("| 2/2 |"), "{row}");
+    }
+    let o = run(&["compare", "no-such-run"]);
+    assert_eq!(
+        check_error_shape(&o, "compare missing"),
+        2,
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("no-such-run: not a directory"),
+        "{}",
+        stderr(&o)
+    );
+}

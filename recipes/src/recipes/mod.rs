@@ -35,5 +35,6 @@ recipe_modules!(
     spl_advise,
     eval,
     export,
+    compare,
     worked_values,
 );

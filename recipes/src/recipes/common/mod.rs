@@ -894,7 +894,7 @@ fn write_summary(
     run_dir: &Path,
     settings: &Settings,
     results: &[String],
-    plots: &[PathBuf],
+    plots: &crate::plots::Plots,
 ) -> Result<()> {
     let source = match &settings.source.dir {
         Some(dir) => format!("{:?} in {}", settings.source.dataset, dir.display()),
@@ -920,8 +920,14 @@ fn write_summary(
     for line in results {
         text.push_str(&format!("- {line}\n"));
     }
+    if !plots.constants.is_empty() {
+        text.push_str("\nConstant throughout the run (no plot):\n\n");
+        for (name, value) in &plots.constants {
+            text.push_str(&format!("- {name}: {value}\n"));
+        }
+    }
     text.push_str("\n## Plots\n\n");
-    for plot in plots {
+    for plot in &plots.files {
         if let Ok(relative) = plot.strip_prefix(run_dir) {
             let name = relative.display();
             text.push_str(&format!("![{name}]({name})\n"));

@@ -1,0 +1,183 @@
+//! `compare`: several runs side by side.
+//!
+//! ```text
+//! recipe compare runs/simclr runs/light_moco [--out compare]
+//! ```
+//!
+//! Draws the runs' curves on shared axes (the smoothed loss per step; each kNN top-1 per epoch,
+//! from the network at initialisation) into `--out`, and prints a table of their final numbers
+//! (also written as `--out/compare.md` with the plots): the recipe, backbone, epochs done, speed,
+//! the last mean loss, each kNN's last top-1 with the initialisation's and the raw pixels', and
+//! the best linear probe `recipe eval` recorded.
+
+use std::path::{Path, PathBuf};
+
+use crate::registry::RecipeEntry;
+use anyhow::{Context, Result};
+use clap::Parser;
+use curriculum_ssl::train::RunRecord;
+
+use super::common::{RecipeRun, KNN_AT_INIT, KNN_RAW_PIXELS};
+use crate::usage;
+
+/// Options of `recipe compare`.
+#[derive(Parser, Debug)]
+#[command(no_binary_name = true, name = "recipe compare", args_override_self = true)]
+struct CompareArgs {
+    /// The run directories.
+    #[arg(required = true, value_name = "RUN_DIR")]
+    runs: Vec<PathBuf>,
+    /// Where the plots and compare.md go.
+    #[arg(long, default_value = "compare")]
+    out: PathBuf,
+}
+
+/// A CSV file's rows as `(column, text)` maps.
+fn rows(path: &Path) -> Result<Vec<Vec<(String, String)>>> {
+    if !path.is_file() {
+        return Ok(Vec::new());
+    }
+    let mut reader =
+        csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
+    let names: Vec<String> = reader.headers()?.iter().map(str::to_string).collect();
+    let mut out = Vec::new();
+    for row in reader.records() {
+        let row = row.with_context(|| format!("reading {}", path.display()))?;
+        out.push(
+            names
+                .iter()
+                .cloned()
+                .zip(row.iter().map(str::to_string))
+                .collect(),
+        );
+    }
+    Ok(out)
+}
+
+/// The last non-empty value of `column` over `rows`.
+fn last(rows: &[Vec<(String, String)>], column: &str) -> Option<f64> {
+    rows.iter().rev().find_map(|r| {
+        r.iter()
+            .find(|(c, _)| c == column)
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+    })
+}
+
+/// `k` → top-1 of a kNN results file.
+fn knn(file: &Path) -> Vec<(u64, f64)> {
+    std::fs::read_to_string(file)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|r| Some((r["k"].as_u64()?, r["accuracy"]["top1"].as_f64()?)))
+        .collect()
+}
+
+/// Runs `recipe compare`.
+pub fn run(args: &[String]) -> Result<()> {
+    let args = CompareArgs::try_parse_from(args).map_err(crate::help_or_error)?;
+    let mut records = Vec::new();
+    for run in &args.runs {
+        if !run.is_dir() {
+            return Err(usage(format!("{}: not a directory", run.display())));
+        }
+        if !run.join("steps.csv").is_file() {
+            return Err(usage(format!(
+                "{}: no steps.csv (not a run directory, or a run that has not trained a step)",
+                run.display()
+            )));
+        }
+        records.push(RunRecord::<RecipeRun>::read(run)?);
+    }
+    let names: Vec<String> = args.runs.iter().map(|r| r.display().to_string()).collect();
+    let plots = crate::plots::compare_runs(&args.runs, &names, &args.out)?;
+    // The kNN settings any run measured, in order of k.
+    let mut ks: Vec<u64> = Vec::new();
+    for run in &args.runs {
+        for (k, _) in knn(&run.join(KNN_AT_INIT)) {
+            if !ks.contains(&k) {
+                ks.push(k);
+            }
+        }
+    }
+    ks.sort_unstable();
+    let mut header = vec![
+        "run".to_string(),
+        "recipe".into(),
+        "backbone".into(),
+        "epochs".into(),
+        "images/s".into(),
+        "last mean loss".into(),
+    ];
+    for k in &ks {
+        header.push(format!("kNN k={k} top-1 % (init; raw pixels)"));
+    }
+    header.push("best probe top-1 %".into());
+    let mut table = format!("| {} |\n|{}\n", header.join(" | "), "---|".repeat(header.len()));
+    for ((run, name), record) in args.runs.iter().zip(&names).zip(&records) {
+        let epochs = rows(&run.join("epochs.csv"))?;
+        let speed: Vec<f64> = epochs
+            .iter()
+            .filter_map(|r| {
+                r.iter()
+                    .find(|(c, _)| c == "images_per_s")
+                    .and_then(|(_, v)| v.parse().ok())
+            })
+            .collect();
+        let number = |v: Option<f64>, digits: usize| {
+            v.map_or("–".to_string(), |v| format!("{v:.digits$}"))
+        };
+        let mut cells = vec![
+            name.clone(),
+            record.run.recipe.clone(),
+            format!("{:?}", record.run.backbone),
+            format!("{}/{}", epochs.len(), record.train.epochs),
+            number(
+                (!speed.is_empty()).then(|| speed.iter().sum::<f64>() / speed.len() as f64),
+                0,
+            ),
+            number(last(&epochs, "mean_loss"), 4),
+        ];
+        let (init, raw) = (knn(&run.join(KNN_AT_INIT)), knn(&run.join(KNN_RAW_PIXELS)));
+        for k in &ks {
+            let of = |list: &[(u64, f64)]| list.iter().find(|(x, _)| x == k).map(|(_, v)| 100.0 * v);
+            cells.push(format!(
+                "{} ({}; {})",
+                number(last(&epochs, &format!("knn{k}_top1")).map(|v| 100.0 * v), 2),
+                number(of(&init), 2),
+                number(of(&raw), 2)
+            ));
+        }
+        let probe = rows(&run.join(super::eval::EVALS))?
+            .iter()
+            .filter_map(|r| {
+                r.iter()
+                    .find(|(c, _)| c == "probe_top1")
+                    .and_then(|(_, v)| v.parse::<f64>().ok())
+            })
+            .fold(None, |best: Option<f64>, v| Some(best.map_or(v, |b| b.max(v))));
+        cells.push(number(probe, 2));
+        table.push_str(&format!("| {} |\n", cells.join(" | ")));
+    }
+    print!("{table}");
+    let mut text = format!("# {} runs compared\n\n{table}\n", args.runs.len());
+    for plot in &plots {
+        if let Some(file) = plot.file_name() {
+            let file = file.to_string_lossy();
+            text.push_str(&format!("![{file}]({file})\n"));
+        }
+    }
+    let md = args.out.join("compare.md");
+    std::fs::write(&md, text).with_context(|| format!("writing {}", md.display()))?;
+    println!("plots and table: {}", md.display());
+    Ok(())
+}
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[RecipeEntry {
+    name: "compare",
+    summary: "several runs' curves on shared axes and a table of their final numbers (RUN_DIR...)",
+    run,
+}];
