@@ -1632,11 +1632,26 @@ fn settings_come_from_key_value_overrides_and_the_runs_own_recipe_toml() {
             "augmentation.view1.solarize.p=0.2",
             "augmentation.view1.solarize is off",
         ),
+        (
+            "curation.max_retries=1",
+            "recipe `light_moco` has no curation settings",
+        ),
     ] {
         let o = run(&as_strs(&tiny("settings-bad", &[extra])));
         assert_eq!(check_error_shape(&o, extra), 2, "{extra}\n{}", stderr(&o));
         assert!(stderr(&o).contains(expected), "{extra}\n{}", stderr(&o));
     }
+    // The recipe that curates its batches takes the curation's settings.
+    let mut args = tiny("settings-curation", &["curation.max_retries=1"]);
+    args[0] = "bad_batches".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "curation"), 0, "{}", stderr(&o));
+    let file: toml::Table =
+        std::fs::read_to_string(scratch().join("settings-curation").join("recipe.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
+    assert_eq!(file["curation"]["max_retries"].as_integer(), Some(1));
     let o = run(&[
         "simclr",
         "--config",

@@ -54,7 +54,7 @@ mod tests {
     fn raw_pixels_classify_pattern_images_and_only_through_the_pixels() {
         let pattern = |class: usize, i: usize| -> Vec<u8> {
             (0..16)
-                .map(|p| if (p / 4 + class) % 2 == 0 { 200 } else { 20 } + ((i * 7 + p) % 5) as u8)
+                .map(|p| if (p / 4 + class).is_multiple_of(2) { 200 } else { 20 } + ((i * 7 + p) % 5) as u8)
                 .collect()
         };
         let build = |n: usize, shift: usize| {

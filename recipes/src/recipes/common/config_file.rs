@@ -18,6 +18,8 @@
 //! [augmentation]       # the views' operations and their probabilities
 //! [augmentation.view1.jitter]
 //! p = 0.8
+//!
+//! [curation]           # batch curation's settings, for the recipe that curates (bad_batches)
 //! ```
 //!
 //! Precedence, lowest first: the recipe's defaults, the file's values, the command line's
@@ -43,7 +45,7 @@ use crate::usage;
 pub const RECIPE_TOML: &str = "recipe.toml";
 
 /// The sections a recipe configures besides its options.
-pub const SECTIONS: [&str; 3] = ["method", "optimizer", "augmentation"];
+pub const SECTIONS: [&str; 4] = ["method", "optimizer", "augmentation", "curation"];
 
 /// One `key=value` of the command line or one key of a file's section: a path below a section
 /// and its value.
@@ -184,7 +186,7 @@ impl ConfigFile {
                 (key, _) => {
                     return Err(usage(format!(
                         "--config {}: `{key}` is not a setting of a recipe file (recipe, \
-                         [options], [method], [optimizer], [augmentation])",
+                         [options], [method], [optimizer], [augmentation], [curation])",
                         path.display()
                     )))
                 }
@@ -264,7 +266,7 @@ pub fn resolve(
             _ => {
                 return Err(usage(format!(
                     "`{pair}`: `{head}` is not a section (options, method, optimizer, \
-                     augmentation)"
+                     augmentation, curation)"
                 )))
             }
         }

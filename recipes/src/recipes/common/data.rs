@@ -214,10 +214,9 @@ impl DataSource {
                 .context("loading the kNN monitor's labelled images (--knn-data …/train)")?;
             let queries = image_folder::load(knn.join("val"), options)
                 .context("loading the kNN monitor's labelled images (--knn-data …/val)")?;
-            let images = if pretrain.is_some() {
-                pretrain.expect("checked")
-            } else {
-                train.unlabeled()
+            let images = match pretrain {
+                Some(images) => images,
+                None => train.unlabeled(),
             };
             return Ok(Data {
                 pretrain: Some(images),

@@ -356,7 +356,9 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         }
         h.hard_positive_k = Some(k);
     }
-    let curation = curation(&args, defaults.curation, defaults.recipe, settings.epochs)?;
+    let curation = curation(&args, defaults.curation, defaults.recipe, settings.epochs)?
+        .map(|c| overrides.apply("curation", c))
+        .transpose()?;
     let mut pgd = defaults.pgd;
     if let Some(steps) = args.pgd_steps {
         let Some(p) = pgd.as_mut() else {
