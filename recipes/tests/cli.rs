@@ -1636,6 +1636,11 @@ fn settings_come_from_key_value_overrides_and_the_runs_own_recipe_toml() {
             "curation.max_retries=1",
             "recipe `light_moco` has no curation settings",
         ),
+        ("method.queue_size=0", "must hold at least one step's keys"),
+        (
+            "method.momentum=1e400",
+            "method: the settings given do not make",
+        ),
     ] {
         let o = run(&as_strs(&tiny("settings-bad", &[extra])));
         assert_eq!(check_error_shape(&o, extra), 2, "{extra}\n{}", stderr(&o));

@@ -71,6 +71,16 @@ pub fn init_moco(
                 return e.into();
             }
             let per_key = if config.symmetric { 2 } else { 1 };
+            if config.queue_size < per_key * batch_size {
+                return usage(format!(
+                    "the queue of {} keys (method.queue_size) must hold at least one step's \
+                     keys ({} = --batch-size {batch_size}{}): a larger method.queue_size or a \
+                     smaller --batch-size",
+                    config.queue_size,
+                    per_key * batch_size,
+                    if config.symmetric { " × 2" } else { "" }
+                ));
+            }
             usage(format!(
                 "--batch-size {batch_size}: the queue of {} keys must be a multiple of the keys \
                  enqueued per step ({} = the batch size{}); choose a batch size that divides {}",
