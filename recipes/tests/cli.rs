@@ -2004,3 +2004,47 @@ fn runs_are_compared_on_shared_axes_and_constants_are_folded_into_the_summary() 
         stderr(&o)
     );
 }
+
+/// Redirected output still shows a run inside its epoch: steps.csv reaches the disk every few
+/// seconds, long before the epoch's end (an epoch of 250 steps on the embedded subset).
+#[test]
+fn steps_reach_the_disk_before_the_epoch_ends() {
+    let run_dir = scratch().join("flush-run");
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let mut child = recipe(&[
+        "light_moco",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "32",
+        "--knn-every",
+        "0",
+        "--workers",
+        "1",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let started = Instant::now();
+    let mut seen = None;
+    while started.elapsed() < Duration::from_secs(120) {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the run ended ({status}) before steps.csv was seen mid-epoch");
+        }
+        let rows = std::fs::read_to_string(run_dir.join("steps.csv"))
+            .map(|t| t.lines().count().saturating_sub(1))
+            .unwrap_or(0);
+        if rows > 0 && !run_dir.join("epochs.csv").exists() {
+            seen = Some(rows);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let rows = seen.expect("steps.csv had rows before the epoch ended");
+    assert!(rows < 250, "{rows} rows: the epoch had not ended");
+}
