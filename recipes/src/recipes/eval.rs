@@ -28,10 +28,9 @@ use clap::{Parser, ValueEnum};
 use curriculum_ssl::eval::linear_probe::ProbeOptimizer;
 use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig};
 use curriculum_ssl::optim::LarsConfig;
-use curriculum_ssl::train::{load_backbone, resolve_checkpoint, RunRecord};
+use curriculum_ssl::train::RunRecord;
 
 use super::common::{self, RecipeRun, Train};
-use crate::backend::Inner;
 use crate::usage;
 
 /// Options of `recipe eval`.
@@ -109,16 +108,15 @@ pub fn run(args: &[String]) -> Result<()> {
             args.run_dir.display()
         )));
     }
-    let record = RunRecord::<RecipeRun>::read(&args.run_dir)?;
-    let checkpoint = resolve_checkpoint(args.checkpoint.as_deref().unwrap_or(&args.run_dir))?;
-    let source = common::DataSource {
-        dataset: record.run.dataset,
-        dir: args.data.or(record.run.data),
-        image_size: record.run.image_size,
-        knn_data: args.knn_data.or(record.run.knn_data),
+    let source = {
+        let record = RunRecord::<RecipeRun>::read(&args.run_dir)?;
+        common::DataSource {
+            dir: args.data.or(record.run.data.clone()),
+            knn_data: args.knn_data.or(record.run.knn_data.clone()),
+            ..common::DataSource::of_run(&record.run)
+        }
     };
     source.validate()?;
-    let backbone = record.run.backbone;
     let data = source.load_splits(false)?;
     let probe = args.protocol.probe(
         curriculum_ssl::data::Dataset::len(&data.train),
@@ -128,11 +126,12 @@ pub fn run(args: &[String]) -> Result<()> {
     probe.validate()?;
     let probe_epochs = probe.epochs * usize::from(args.probe_epochs != Some(0));
     let device = crate::backend::device(args.device)?;
-    let channels = data.shape().2;
-    let fresh = backbone
-        .config(channels, data.shape().0, record.run.stem)
-        .init::<Inner>(&device);
-    let model = load_backbone::<Inner, _>(&checkpoint, fresh, &device)?;
+    let super::export::RunBackbone {
+        model,
+        record,
+        checkpoint,
+        ..
+    } = super::export::load_run_backbone(&args.run_dir, args.checkpoint.as_deref(), &device)?;
     println!("checkpoint {}", checkpoint.display());
     let normalize = record.step.augmentation.view1.normalize;
     let (train, test) = data.labelled("recipe eval")?;
