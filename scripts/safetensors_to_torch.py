@@ -1,5 +1,6 @@
 """A backbone exported by `recipe export` as a PyTorch module: torchvision's ResNet-18/34/50
-(with the CIFAR stem when the run used it) or timm's VisionTransformer, built from the header's
+(with the CIFAR stem when the run used it), EfficientNet-B0/B1 or MobileNet-V3-Large/Small, or
+timm's VisionTransformer, built from the header's
 metadata and loaded with `load_state_dict(strict=True)` (the classifier replaced by the identity).
 
     python scripts/safetensors_to_torch.py runs/simclr/backbone.safetensors --onnx backbone.onnx
@@ -49,6 +50,19 @@ def build(path):
         if meta.get("stem") == "cifar":
             model.maxpool = torch.nn.Identity()
         model.fc = torch.nn.Identity()
+    elif names in ("torchvision-efficientnet", "torchvision-mobilenet-v3"):
+        import torchvision
+
+        name = backbone.replace("-", "_")
+        if name not in ("efficientnet_b0", "efficientnet_b1", "mobilenet_v3_large", "mobilenet_v3_small"):
+            sys.exit(f"{backbone}: not a torchvision model")
+        model = getattr(torchvision.models, name)()
+        stem = model.features[0][0]
+        if in_chans != stem.in_channels:
+            model.features[0][0] = torch.nn.Conv2d(
+                in_chans, stem.out_channels, stem.kernel_size, stem.stride, stem.padding, bias=False
+            )
+        model.classifier = torch.nn.Identity()
     elif names == "timm-vit":
         import timm
 
@@ -62,7 +76,8 @@ def build(path):
             num_heads=heads, num_classes=0, global_pool="token",
         )
     else:
-        sys.exit(f"key names {names!r}: no PyTorch model to load them into (ResNets and ViTs only)")
+        sys.exit(f"key names {names!r}: no PyTorch model to load them into (the ResNets, "
+                 "EfficientNets, MobileNet-V3s and ViTs have one)")
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("num_batches_tracked")]
     if missing or unexpected:

@@ -116,14 +116,29 @@ impl<B: Backend> AnyBackbone<B> {
 pub enum ExportNames {
     /// torchvision's and timm's `resnet*` keys.
     TorchvisionResNet,
+    /// torchvision's `efficientnet_b*` keys.
+    TorchvisionEfficientNet,
+    /// torchvision's `mobilenet_v3_*` keys.
+    TorchvisionMobileNetV3,
     /// timm's `VisionTransformer` keys.
     TimmVit,
-    /// The burn module's own paths (no PyTorch model has this architecture's layout, or its
-    /// keys are not renamed yet: EfficientNet, MobileNet-V3), with PyTorch's tensor layout.
+    /// The burn module's own paths (no PyTorch model has this architecture's layout: the
+    /// WideResNets, VGG and LeNet here), with PyTorch's tensor layout.
     Burn,
 }
 
 impl<B: Backend> AnyBackbone<B> {
+    /// The key names [`AnyBackbone::save_safetensors`] writes this backbone under.
+    pub fn export_names(&self) -> ExportNames {
+        match self {
+            Self::ResNet(_) => ExportNames::TorchvisionResNet,
+            Self::EfficientNet(_) => ExportNames::TorchvisionEfficientNet,
+            Self::MobileNetV3(_) => ExportNames::TorchvisionMobileNetV3,
+            Self::Vit(_) => ExportNames::TimmVit,
+            Self::WideResNet(_) | Self::Vgg(_) | Self::LeNet(_) => ExportNames::Burn,
+        }
+    }
+
     /// Writes the backbone to a safetensors file in PyTorch's layout, under torchvision's or
     /// timm's key names where the architecture exists there ([`ExportNames`]), with `metadata`
     /// in the header. Returns the names used and the keys written.
@@ -135,22 +150,28 @@ impl<B: Backend> AnyBackbone<B> {
         metadata: &[(String, String)],
         path: &std::path::Path,
     ) -> Result<(ExportNames, Vec<String>), ModelError> {
-        Ok(match self {
-            Self::ResNet(m) => (
-                ExportNames::TorchvisionResNet,
-                save_safetensors(m, &m.export_renames().unwrap_or_default(), metadata, path)?,
-            ),
-            Self::Vit(m) => (
-                ExportNames::TimmVit,
-                save_safetensors(m, &m.export_renames().unwrap_or_default(), metadata, path)?,
-            ),
-            Self::WideResNet(m) => (ExportNames::Burn, save_safetensors(m, &[], metadata, path)?),
-            Self::EfficientNet(m) => (ExportNames::Burn, save_safetensors(m, &[], metadata, path)?),
-            Self::MobileNetV3(m) => (ExportNames::Burn, save_safetensors(m, &[], metadata, path)?),
-            Self::Vgg(m) => (ExportNames::Burn, save_safetensors(m, &[], metadata, path)?),
-            Self::LeNet(m) => (ExportNames::Burn, save_safetensors(m, &[], metadata, path)?),
-        })
+        let names = self.export_names();
+        let keys = match self {
+            Self::ResNet(m) => save(m, m.export_renames(), metadata, path),
+            Self::EfficientNet(m) => save(m, m.export_renames(), metadata, path),
+            Self::MobileNetV3(m) => save(m, m.export_renames(), metadata, path),
+            Self::Vit(m) => save(m, m.export_renames(), metadata, path),
+            Self::WideResNet(m) => save_safetensors(m, &[], metadata, path),
+            Self::Vgg(m) => save_safetensors(m, &[], metadata, path),
+            Self::LeNet(m) => save_safetensors(m, &[], metadata, path),
+        }?;
+        Ok((names, keys))
     }
+}
+
+/// [`save_safetensors`] with a model's renames (none: its own paths).
+fn save<B: Backend, M: burn_store::ModuleSnapshot<B>>(
+    model: &M,
+    renames: Option<Vec<(String, String)>>,
+    metadata: &[(String, String)],
+    path: &std::path::Path,
+) -> Result<Vec<String>, ModelError> {
+    save_safetensors(model, &renames.unwrap_or_default(), metadata, path)
 }
 
 /// The configuration of an [`AnyBackbone`].

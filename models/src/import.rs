@@ -19,8 +19,9 @@
 //! The other way, [`save_safetensors`] writes a model's tensors under PyTorch's conventions
 //! (linear weights transposed back, norm `gamma` / `beta` as `weight` / `bias`) with the
 //! structural renames of [`TorchvisionImport::export_renames`], so that a ResNet loads into
-//! torchvision's (or timm's) `resnet*` and a ViT into timm's `VisionTransformer` with
-//! `load_state_dict(…, strict=False)` (only the classifier is missing).
+//! torchvision's (or timm's) `resnet*`, an EfficientNet or MobileNet-V3 into torchvision's, and a
+//! ViT into timm's `VisionTransformer` with `load_state_dict(…, strict=False)` (only the
+//! classifier is missing).
 
 use std::path::Path;
 
@@ -158,6 +159,60 @@ pub fn vit_key(key: &str) -> Option<String> {
     Some(key.replace("patch_embed.proj.", "patch_embed."))
 }
 
+/// Owned `(regex, replacement)` pairs.
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+/// The inverse of [`conv_norm`] for the stem (`features.0`) and the last 1×1 convolution
+/// (`features.{n+1}`) of an EfficientNet or MobileNet-V3 with `n` stages or blocks.
+fn stem_and_head(n: usize) -> Vec<(String, String)> {
+    vec![
+        (r"^stem\.conv\.".into(), "features.0.0.".into()),
+        (r"^stem\.bn\.".into(), "features.0.1.".into()),
+        (r"^head\.conv\.".into(), format!("features.{}.0.", n + 1)),
+        (r"^head\.bn\.".into(), format!("features.{}.1.", n + 1)),
+    ]
+}
+
+/// The inverse of [`inverted_block`] for the block at `ours`, whose torchvision prefix is
+/// `theirs`: each part to `theirs.block.K.` (a convolution's `conv` / `bn` to `0` / `1`).
+fn block_renames(
+    ours: &str,
+    theirs: &str,
+    has_expand: bool,
+    has_se: bool,
+) -> Vec<(String, String)> {
+    let ours = ours.replace('.', r"\.");
+    let mut names = Vec::new();
+    if has_expand {
+        names.push("expand");
+    }
+    names.push("depthwise");
+    if has_se {
+        names.push("se");
+    }
+    names.push("project");
+    let mut renames = Vec::new();
+    for (k, name) in names.into_iter().enumerate() {
+        if name == "se" {
+            renames.push((format!(r"^{ours}\.se\."), format!("{theirs}.block.{k}.")));
+        } else {
+            renames.push((
+                format!(r"^{ours}\.{name}\.conv\."),
+                format!("{theirs}.block.{k}.0."),
+            ));
+            renames.push((
+                format!(r"^{ours}\.{name}\.bn\."),
+                format!("{theirs}.block.{k}.1."),
+            ));
+        }
+    }
+    renames
+}
+
 /// A model whose torchvision (or timm) state_dict keys we know how to rename.
 pub trait TorchvisionImport<B: Backend>: ModuleSnapshot<B> + Sized {
     /// The path in this module of torchvision's `key`, or `None` for keys that belong elsewhere.
@@ -167,7 +222,7 @@ pub trait TorchvisionImport<B: Backend>: ModuleSnapshot<B> + Sized {
     /// replacement)` pairs, for [`save_safetensors`]; `None` where the inverse of
     /// [`TorchvisionImport::torchvision_key`] is not a set of patterns (the file then keeps
     /// the module's own paths).
-    fn export_renames(&self) -> Option<Vec<(&'static str, &'static str)>> {
+    fn export_renames(&self) -> Option<Vec<(String, String)>> {
         None
     }
 
@@ -187,17 +242,33 @@ impl<B: Backend> TorchvisionImport<B> for ResNet<B> {
         Some("conv1.weight")
     }
 
-    fn export_renames(&self) -> Option<Vec<(&'static str, &'static str)>> {
-        Some(vec![
+    fn export_renames(&self) -> Option<Vec<(String, String)>> {
+        Some(pairs(&[
             (r"\.downsample\.conv\.", ".downsample.0."),
             (r"\.downsample\.bn\.", ".downsample.1."),
-        ])
+        ]))
     }
 }
 
 impl<B: Backend> TorchvisionImport<B> for EfficientNet<B> {
     fn torchvision_key(&self, key: &str) -> Option<String> {
         efficientnet_key(self, key)
+    }
+
+    fn export_renames(&self) -> Option<Vec<(String, String)>> {
+        let n = self.stages.len();
+        let mut renames = stem_and_head(n);
+        for (s, stage) in self.stages.iter().enumerate() {
+            for (b, block) in stage.iter().enumerate() {
+                renames.extend(block_renames(
+                    &format!("stages.{s}.{b}"),
+                    &format!("features.{}.{b}", s + 1),
+                    block.expand.is_some(),
+                    true,
+                ));
+            }
+        }
+        Some(renames)
     }
 
     fn first_conv_key(&self) -> Option<&'static str> {
@@ -210,8 +281,8 @@ impl<B: Backend> TorchvisionImport<B> for Vit<B> {
         vit_key(key)
     }
 
-    fn export_renames(&self) -> Option<Vec<(&'static str, &'static str)>> {
-        Some(vec![(r"^patch_embed\.", "patch_embed.proj.")])
+    fn export_renames(&self) -> Option<Vec<(String, String)>> {
+        Some(pairs(&[(r"^patch_embed\.", "patch_embed.proj.")]))
     }
 
     fn first_conv_key(&self) -> Option<&'static str> {
@@ -222,6 +293,19 @@ impl<B: Backend> TorchvisionImport<B> for Vit<B> {
 impl<B: Backend> TorchvisionImport<B> for MobileNetV3<B> {
     fn torchvision_key(&self, key: &str) -> Option<String> {
         mobilenet_v3_key(self, key)
+    }
+
+    fn export_renames(&self) -> Option<Vec<(String, String)>> {
+        let mut renames = stem_and_head(self.blocks.len());
+        for (i, block) in self.blocks.iter().enumerate() {
+            renames.extend(block_renames(
+                &format!("blocks.{i}"),
+                &format!("features.{}", i + 1),
+                block.expand.is_some(),
+                block.se.is_some(),
+            ));
+        }
+        Some(renames)
     }
 
     fn first_conv_key(&self) -> Option<&'static str> {
@@ -506,16 +590,12 @@ fn adapt_input_channels<B: Backend, M: TorchvisionImport<B>>(
 /// [`ModelError::WeightFile`] if a pattern is not a valid regex or the file cannot be written.
 pub fn save_safetensors<B: Backend, M: ModuleSnapshot<B>>(
     module: &M,
-    renames: &[(&str, &str)],
+    renames: &[(String, String)],
     metadata: &[(String, String)],
     path: impl AsRef<Path>,
 ) -> Result<Vec<String>, ModelError> {
     let path = path.as_ref();
-    let pairs: Vec<(String, String)> = renames
-        .iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect();
-    let remap = KeyRemapper::from_patterns(pairs).map_err(|e| open_error(path, e))?;
+    let remap = KeyRemapper::from_patterns(renames.to_vec()).map_err(|e| open_error(path, e))?;
     let mut store = SafetensorsStore::from_file(path)
         .with_to_adapter(BurnToPyTorchAdapter)
         .remap(remap)

@@ -18,7 +18,10 @@ use burn::prelude::*;
 use burn_store::{ModuleStore, SafetensorsStore};
 use common::{fixture, Infer};
 use curriculum_ssl_models::import::load_torchvision;
-use curriculum_ssl_models::{AnyBackbone, Backbone, ExportNames, ResNetConfig, Stem, VitConfig};
+use curriculum_ssl_models::{
+    AnyBackbone, Backbone, EfficientNetConfig, ExportNames, MobileNetV3Config, ResNetConfig, Stem,
+    VitConfig,
+};
 
 /// Checks that `exported` holds exactly the tensors of `original` that `keep` selects, equal.
 fn same_tensors(original: &std::path::Path, exported: &std::path::Path, keep: fn(&str) -> bool) {
@@ -144,4 +147,90 @@ fn a_one_channel_resnet_takes_three_channel_weights_summed_over_the_colours() {
     let b = rgb.forward_features(Tensor::cat(vec![x.clone(), x.clone(), x], 1));
     a.into_data()
         .assert_approx_eq::<f32>(&b.into_data(), burn::tensor::Tolerance::absolute(1e-4));
+}
+
+/// A state_dict's tensors that belong to the backbone: no classifier, no batch counters, no
+/// fixture entries.
+fn backbone_key(k: &str) -> bool {
+    !(k.starts_with("classifier.")
+        || k.starts_with("fc.")
+        || k.starts_with("input")
+        || k.starts_with("expected.")
+        || k.ends_with("num_batches_tracked"))
+}
+
+#[test]
+fn efficientnets_and_mobilenets_export_as_the_torchvision_state_dicts_they_were_loaded_from() {
+    let device = Default::default();
+    let original = fixture("efficientnet_b0_w025_d025.safetensors");
+    let mut model = EfficientNetConfig::new(0.25, 0.25)
+        .with_stochastic_depth_prob(0.0)
+        .init::<Infer>(&device);
+    load_torchvision(&mut model, None, &original).expect("import");
+    let path = scratch("efficientnet.safetensors");
+    let (names, _) = AnyBackbone::EfficientNet(model)
+        .save_safetensors(&[], &path)
+        .unwrap();
+    assert_eq!(names, ExportNames::TorchvisionEfficientNet);
+    same_tensors(&original, &path, backbone_key);
+
+    let original = fixture("mobilenet_v3_large_w0125.safetensors");
+    let mut model = MobileNetV3Config::large()
+        .with_width_mult(0.125)
+        .init::<Infer>(&device);
+    load_torchvision(&mut model, None, &original).expect("import");
+    let path_m = scratch("mobilenet.safetensors");
+    let (names, _) = AnyBackbone::MobileNetV3(model)
+        .save_safetensors(&[], &path_m)
+        .unwrap();
+    assert_eq!(names, ExportNames::TorchvisionMobileNetV3);
+    same_tensors(&original, &path_m, backbone_key);
+    let _ = std::fs::remove_file(path);
+    let _ = std::fs::remove_file(path_m);
+}
+
+/// Full-size models: every key and shape of torchvision's own state_dicts
+/// (`tests/pytorch/export_state_dict_keys.py`), less the classifier and the counters.
+#[test]
+fn full_size_exports_have_torchvisions_keys_and_shapes() {
+    use std::collections::BTreeMap;
+    type Shapes = BTreeMap<String, Vec<usize>>;
+    let text = std::fs::read_to_string(fixture("torchvision_state_dict_keys.json")).unwrap();
+    let all: BTreeMap<String, Shapes> = serde_json::from_str(&text).unwrap();
+    let device = Default::default();
+    let cases: Vec<(&str, AnyBackbone<Infer>)> = vec![
+        (
+            "resnet50",
+            AnyBackbone::ResNet(ResNetConfig::resnet50().init(&device)),
+        ),
+        (
+            "efficientnet_b1",
+            AnyBackbone::EfficientNet(EfficientNetConfig::b1().init(&device)),
+        ),
+        (
+            "mobilenet_v3_large",
+            AnyBackbone::MobileNetV3(MobileNetV3Config::large().init(&device)),
+        ),
+    ];
+    for (name, model) in cases {
+        let path = scratch(&format!("{name}.safetensors"));
+        model.save_safetensors(&[], &path).unwrap();
+        let mut store = SafetensorsStore::from_file(&path);
+        let got: Shapes = store
+            .keys()
+            .unwrap()
+            .into_iter()
+            .map(|k| {
+                let shape = store.get_snapshot(&k).unwrap().unwrap().shape.to_vec();
+                (k, shape)
+            })
+            .collect();
+        let want: Shapes = all[name]
+            .iter()
+            .filter(|(k, _)| backbone_key(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        assert_eq!(got, want, "{name}");
+        let _ = std::fs::remove_file(path);
+    }
 }

@@ -7,8 +7,8 @@
 //! ```
 //!
 //! `export` writes the backbone as safetensors in PyTorch's layout: under torchvision's (and
-//! timm's) `resnet*` key names for the ResNets and timm's `VisionTransformer` names for the
-//! ViTs, so that `model.load_state_dict(load_file(path), strict=False)` fills all but the
+//! timm's) `resnet*` key names for the ResNets, torchvision's for the EfficientNets and
+//! MobileNet-V3s, and timm's `VisionTransformer` names for the ViTs, so that `model.load_state_dict(load_file(path), strict=False)` fills all but the
 //! classifier; the other backbones keep their burn module paths. The header's metadata says what
 //! the tensors are (recipe, backbone, stem, input size and channels, the normalisation the
 //! features expect, the key names). ONNX: burn 0.21 cannot write ONNX
@@ -146,19 +146,14 @@ pub fn export(args: &[String]) -> Result<()> {
         metadata.push(("mean".to_string(), serde_json::to_string(&n.mean)?));
         metadata.push(("std".to_string(), serde_json::to_string(&n.std)?));
     }
-    let model = run.model.clone();
-    let (names, keys) = {
-        // The names go into the header too, so they are known before the file is written.
-        let names = match &model {
-            AnyBackbone::ResNet(_) => ExportNames::TorchvisionResNet,
-            AnyBackbone::Vit(_) => ExportNames::TimmVit,
-            _ => ExportNames::Burn,
-        };
-        metadata.push(("key_names".to_string(), key_names(names).to_string()));
-        model
-            .save_safetensors(&metadata, &out)
-            .map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?
-    };
+    let model = run.model;
+    metadata.push((
+        "key_names".to_string(),
+        key_names(model.export_names()).to_string(),
+    ));
+    let (names, keys) = model
+        .save_safetensors(&metadata, &out)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
     println!(
         "{} tensors ({} parameters) under {} key names: {}",
         keys.len(),
@@ -173,6 +168,8 @@ pub fn export(args: &[String]) -> Result<()> {
 fn key_names(names: ExportNames) -> &'static str {
     match names {
         ExportNames::TorchvisionResNet => "torchvision-resnet",
+        ExportNames::TorchvisionEfficientNet => "torchvision-efficientnet",
+        ExportNames::TorchvisionMobileNetV3 => "torchvision-mobilenet-v3",
         ExportNames::TimmVit => "timm-vit",
         ExportNames::Burn => "burn",
     }
