@@ -73,10 +73,9 @@ fn index(key: &str) -> Option<(usize, &str)> {
     Some((i.parse().ok()?, rest))
 }
 
-/// Maps the `block.K.…` part of an MBConv / inverted residual, given whether the block has an
-/// expansion convolution and a squeeze-excitation.
-fn inverted_block(rest: &str, has_expand: bool, has_se: bool) -> Option<String> {
-    let (k, rest) = index(rest.strip_prefix("block.")?)?;
+/// The parts of an MBConv / inverted residual in torchvision's `block.K` order, given whether it
+/// has an expansion convolution and a squeeze-excitation.
+fn block_parts(has_expand: bool, has_se: bool) -> Vec<&'static str> {
     let mut names = Vec::new();
     if has_expand {
         names.push("expand");
@@ -86,7 +85,14 @@ fn inverted_block(rest: &str, has_expand: bool, has_se: bool) -> Option<String> 
         names.push("se");
     }
     names.push("project");
-    match *names.get(k)? {
+    names
+}
+
+/// Maps the `block.K.…` part of an MBConv / inverted residual, given whether the block has an
+/// expansion convolution and a squeeze-excitation.
+fn inverted_block(rest: &str, has_expand: bool, has_se: bool) -> Option<String> {
+    let (k, rest) = index(rest.strip_prefix("block.")?)?;
+    match *block_parts(has_expand, has_se).get(k)? {
         "se" => Some(format!("se.{rest}")),
         name => Some(format!("{name}.{}", conv_norm(rest)?)),
     }
@@ -186,17 +192,8 @@ fn block_renames(
     has_se: bool,
 ) -> Vec<(String, String)> {
     let ours = ours.replace('.', r"\.");
-    let mut names = Vec::new();
-    if has_expand {
-        names.push("expand");
-    }
-    names.push("depthwise");
-    if has_se {
-        names.push("se");
-    }
-    names.push("project");
     let mut renames = Vec::new();
-    for (k, name) in names.into_iter().enumerate() {
+    for (k, name) in block_parts(has_expand, has_se).into_iter().enumerate() {
         if name == "se" {
             renames.push((format!(r"^{ours}\.se\."), format!("{theirs}.block.{k}.")));
         } else {
