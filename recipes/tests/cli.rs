@@ -1452,7 +1452,8 @@ fn a_folder_of_unlabelled_images_of_any_size_trains_with_its_own_statistics() {
     let o = run(&as_strs(&args));
     assert_eq!(check_error_shape(&o, "one mean"), 2, "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("--mean: 1 values for images of 3 channels"),
+        stderr(&o).contains("--mean / --std for images of 3 channels")
+            && stderr(&o).contains("needs 3 means and stds, got 1 and 1"),
         "{}",
         stderr(&o)
     );

@@ -190,21 +190,13 @@ fn pipeline(
 fn normalization(args: &RecipeArgs, source: &DataSource, data: &Data) -> Result<Option<Normalize>> {
     let channels = data.shape().2;
     if let (Some(mean), Some(std)) = (&args.mean, &args.std) {
-        for (option, values) in [("--mean", mean), ("--std", std)] {
-            if values.len() != channels {
-                return Err(usage(format!(
-                    "{option}: {} values for images of {channels} channels",
-                    values.len()
-                )));
-            }
-        }
-        if let Some(bad) = mean.iter().find(|m| !m.is_finite()) {
-            return Err(usage(format!("--mean: {bad} is not a finite number")));
-        }
-        if let Some(bad) = std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
-            return Err(usage(format!("--std: {bad} must be a finite number > 0")));
-        }
-        return Ok(Some(Normalize::new(mean, std)));
+        let given = Normalize::new(mean, std);
+        given.validate_for(channels).map_err(|e| {
+            usage(format!(
+                "--mean / --std for images of {channels} channels: {e}"
+            ))
+        })?;
+        return Ok(Some(given));
     }
     if !source.dataset.is_files() {
         return Ok(None);
