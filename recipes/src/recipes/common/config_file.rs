@@ -94,7 +94,7 @@ impl Overrides {
         for setting in self.given.get(section).into_iter().flatten() {
             set(&mut value, section, setting)?;
         }
-        let config = serde_json::from_value::<C>(value.clone()).map_err(|e| {
+        let config = serde_json::from_value::<C>(value).map_err(|e| {
             usage(format!(
                 "{section}: the settings given do not make a valid configuration: {e}"
             ))
@@ -130,9 +130,7 @@ impl Overrides {
         let built = self.built.lock().unwrap_or_else(|e| e.into_inner());
         for section in SECTIONS {
             if let Some(value) = built.get(section) {
-                if let Some(v) = to_toml(value) {
-                    table.insert(section.into(), v);
-                }
+                table.insert(section.into(), to_toml(value));
             }
         }
         let text = format!(
@@ -418,8 +416,8 @@ fn from_toml(value: toml::Value) -> Value {
 }
 
 /// A JSON value as TOML, `null` as the string "none" (TOML has no null).
-fn to_toml(value: &Value) -> Option<toml::Value> {
-    Some(match value {
+fn to_toml(value: &Value) -> toml::Value {
+    match value {
         Value::Null => toml::Value::String("none".into()),
         Value::Bool(b) => toml::Value::Boolean(*b),
         Value::Number(n) => match (n.as_i64(), n.as_f64()) {
@@ -428,13 +426,11 @@ fn to_toml(value: &Value) -> Option<toml::Value> {
             _ => toml::Value::String(n.to_string()),
         },
         Value::String(s) => toml::Value::String(s.clone()),
-        Value::Array(items) => toml::Value::Array(items.iter().filter_map(to_toml).collect()),
-        Value::Object(map) => toml::Value::Table(
-            map.iter()
-                .filter_map(|(k, v)| to_toml(v).map(|v| (k.clone(), v)))
-                .collect(),
-        ),
-    })
+        Value::Array(items) => toml::Value::Array(items.iter().map(to_toml).collect()),
+        Value::Object(map) => {
+            toml::Value::Table(map.iter().map(|(k, v)| (k.clone(), to_toml(v))).collect())
+        }
+    }
 }
 
 #[cfg(test)]
