@@ -28,13 +28,14 @@ fn register_font() {
 }
 
 /// A CSV file as its column names and, per column, the values of the rows that have one.
-struct Table {
+pub(crate) struct Table {
     names: Vec<String>,
     rows: Vec<Vec<Option<f64>>>,
 }
 
 impl Table {
-    fn read(path: &Path) -> Result<Self> {
+    /// Reads `path`.
+    pub(crate) fn read(path: &Path) -> Result<Self> {
         let mut reader =
             csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
         let names = reader.headers()?.iter().map(str::to_string).collect();
@@ -44,6 +45,30 @@ impl Table {
             rows.push(row.iter().map(|v| v.parse::<f64>().ok()).collect());
         }
         Ok(Self { names, rows })
+    }
+
+    /// Reads `path`, or an empty table when there is no such file (a run without epochs yet,
+    /// without evaluations).
+    pub(crate) fn read_if_any(path: &Path) -> Result<Self> {
+        if path.is_file() {
+            Self::read(path)
+        } else {
+            Ok(Self {
+                names: Vec::new(),
+                rows: Vec::new(),
+            })
+        }
+    }
+
+    /// Every value of the column called `name`, in row order.
+    pub(crate) fn values(&self, name: &str) -> Vec<f64> {
+        let Some(i) = self.names.iter().position(|n| n == name) else {
+            return Vec::new();
+        };
+        self.rows
+            .iter()
+            .filter_map(|r| r.get(i).copied()?)
+            .collect()
     }
 
     /// `(x, y)` points of column `y` against column `x`, where both have a value.
@@ -211,22 +236,12 @@ pub struct Plots {
     pub constants: Vec<(String, f64)>,
 }
 
-/// A run's kNN top-1 accuracies at initialisation (or of the raw pixels), by column name
+/// A run's kNN top-1 accuracies at initialisation (or of the raw pixels) by column name
 /// (`knn20_top1`), read from `file` (absent: none).
 fn knn_file(file: &Path) -> Vec<(String, f64)> {
-    let Ok(text) = std::fs::read_to_string(file) else {
-        return Vec::new();
-    };
-    let Ok(serde_json::Value::Array(results)) = serde_json::from_str(&text) else {
-        return Vec::new();
-    };
-    results
+    crate::recipes::common::read_knn_results(file)
         .iter()
-        .filter_map(|r| {
-            let k = r["k"].as_u64()?;
-            let top1 = r["accuracy"]["top1"].as_f64()?;
-            Some((format!("knn{k}_top1"), top1))
-        })
+        .map(|r| (format!("knn{}_top1", r.k), r.accuracy.top1))
         .collect()
 }
 

@@ -17,7 +17,8 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use curriculum_ssl::train::RunRecord;
 
-use super::common::{RecipeRun, KNN_AT_INIT, KNN_RAW_PIXELS};
+use super::common::{read_knn_results, RecipeRun, KNN_AT_INIT, KNN_RAW_PIXELS};
+use crate::plots::Table;
 use crate::usage;
 
 /// Options of `recipe compare`.
@@ -32,46 +33,11 @@ struct CompareArgs {
     out: PathBuf,
 }
 
-/// A CSV file's rows as `(column, text)` maps.
-fn rows(path: &Path) -> Result<Vec<Vec<(String, String)>>> {
-    if !path.is_file() {
-        return Ok(Vec::new());
-    }
-    let mut reader =
-        csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
-    let names: Vec<String> = reader.headers()?.iter().map(str::to_string).collect();
-    let mut out = Vec::new();
-    for row in reader.records() {
-        let row = row.with_context(|| format!("reading {}", path.display()))?;
-        out.push(
-            names
-                .iter()
-                .cloned()
-                .zip(row.iter().map(str::to_string))
-                .collect(),
-        );
-    }
-    Ok(out)
-}
-
-/// The last non-empty value of `column` over `rows`.
-fn last(rows: &[Vec<(String, String)>], column: &str) -> Option<f64> {
-    rows.iter().rev().find_map(|r| {
-        r.iter()
-            .find(|(c, _)| c == column)
-            .and_then(|(_, v)| v.parse::<f64>().ok())
-    })
-}
-
-/// `k` → top-1 of a kNN results file.
-fn knn(file: &Path) -> Vec<(u64, f64)> {
-    std::fs::read_to_string(file)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| v.as_array().cloned())
-        .unwrap_or_default()
+/// `k` → top-1 of a run's kNN results file.
+fn knn(file: &Path) -> Vec<(usize, f64)> {
+    read_knn_results(file)
         .iter()
-        .filter_map(|r| Some((r["k"].as_u64()?, r["accuracy"]["top1"].as_f64()?)))
+        .map(|r| (r.k, r.accuracy.top1))
         .collect()
 }
 
@@ -94,7 +60,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let names: Vec<String> = args.runs.iter().map(|r| r.display().to_string()).collect();
     let plots = crate::plots::compare_runs(&args.runs, &names, &args.out)?;
     // The kNN settings any run measured, in order of k.
-    let mut ks: Vec<u64> = Vec::new();
+    let mut ks: Vec<usize> = Vec::new();
     for run in &args.runs {
         for (k, _) in knn(&run.join(KNN_AT_INIT)) {
             if !ks.contains(&k) {
@@ -117,15 +83,9 @@ pub fn run(args: &[String]) -> Result<()> {
     header.push("best probe top-1 %".into());
     let mut table = format!("| {} |\n|{}\n", header.join(" | "), "---|".repeat(header.len()));
     for ((run, name), record) in args.runs.iter().zip(&names).zip(&records) {
-        let epochs = rows(&run.join("epochs.csv"))?;
-        let speed: Vec<f64> = epochs
-            .iter()
-            .filter_map(|r| {
-                r.iter()
-                    .find(|(c, _)| c == "images_per_s")
-                    .and_then(|(_, v)| v.parse().ok())
-            })
-            .collect();
+        let epochs = Table::read_if_any(&run.join("epochs.csv"))?;
+        let last = |column: &str| epochs.values(column).last().copied();
+        let speed = epochs.values("images_per_s");
         let number = |v: Option<f64>, digits: usize| {
             v.map_or("–".to_string(), |v| format!("{v:.digits$}"))
         };
@@ -133,31 +93,27 @@ pub fn run(args: &[String]) -> Result<()> {
             name.clone(),
             record.run.recipe.clone(),
             format!("{:?}", record.run.backbone),
-            format!("{}/{}", epochs.len(), record.train.epochs),
+            format!("{}/{}", epochs.values("epoch").len(), record.train.epochs),
             number(
                 (!speed.is_empty()).then(|| speed.iter().sum::<f64>() / speed.len() as f64),
                 0,
             ),
-            number(last(&epochs, "mean_loss"), 4),
+            number(last("mean_loss"), 4),
         ];
         let (init, raw) = (knn(&run.join(KNN_AT_INIT)), knn(&run.join(KNN_RAW_PIXELS)));
         for k in &ks {
-            let of = |list: &[(u64, f64)]| list.iter().find(|(x, _)| x == k).map(|(_, v)| 100.0 * v);
+            let of = |list: &[(usize, f64)]| list.iter().find(|(x, _)| x == k).map(|(_, v)| 100.0 * v);
             cells.push(format!(
                 "{} ({}; {})",
-                number(last(&epochs, &format!("knn{k}_top1")).map(|v| 100.0 * v), 2),
+                number(last(&format!("knn{k}_top1")).map(|v| 100.0 * v), 2),
                 number(of(&init), 2),
                 number(of(&raw), 2)
             ));
         }
-        let probe = rows(&run.join(super::eval::EVALS))?
-            .iter()
-            .filter_map(|r| {
-                r.iter()
-                    .find(|(c, _)| c == "probe_top1")
-                    .and_then(|(_, v)| v.parse::<f64>().ok())
-            })
-            .fold(None, |best: Option<f64>, v| Some(best.map_or(v, |b| b.max(v))));
+        let probe = Table::read_if_any(&run.join(super::eval::EVALS))?
+            .values("probe_top1")
+            .into_iter()
+            .reduce(f64::max);
         cells.push(number(probe, 2));
         table.push_str(&format!("| {} |\n", cells.join(" | ")));
     }

@@ -829,13 +829,7 @@ where
             None => Default::default(),
         }
     } else {
-        let read = |file: &Path| -> Vec<KnnResult> {
-            std::fs::read(file)
-                .ok()
-                .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-                .unwrap_or_default()
-        };
-        (read(&init_file), read(&raw_file))
+        (read_knn_results(&init_file), read_knn_results(&raw_file))
     };
     let started = std::time::Instant::now();
     let summary = trainer.fit()?;
@@ -939,6 +933,15 @@ fn write_summary(
     }
     let path = run_dir.join("summary.md");
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// The kNN results a run directory keeps in `file` ([`KNN_AT_INIT`], [`KNN_RAW_PIXELS`]); none
+/// when the file is absent or unreadable (runs recorded before it, runs without labels).
+pub fn read_knn_results(file: &Path) -> Vec<KnnResult> {
+    std::fs::read(file)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
 }
 
 /// The file of the run directory holding the kNN accuracies of the backbone at initialisation.
