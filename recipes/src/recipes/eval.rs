@@ -102,12 +102,7 @@ pub fn run(args: &[String]) -> Result<()> {
             lr
         )));
     }
-    if !args.run_dir.is_dir() {
-        return Err(usage(format!(
-            "--run-dir {}: not a directory",
-            args.run_dir.display()
-        )));
-    }
+    super::export::check_run_dir(&args.run_dir)?;
     let source = {
         let record = RunRecord::<RecipeRun>::read(&args.run_dir)?;
         common::DataSource {
@@ -137,12 +132,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let (train, test) = data.labelled("recipe eval")?;
     let (train, test) = (train.clone(), test.clone());
     let monitor = KnnMonitor::new(train.clone(), test.clone(), normalize.clone())?;
-    let protocol = args
-        .protocol
-        .to_possible_value()
-        .expect("no skipped variant")
-        .get_name()
-        .to_string();
+    let protocol = common::value_name(args.protocol);
     let mut row: Vec<(String, String)> = vec![
         ("checkpoint".into(), checkpoint.display().to_string()),
         ("protocol".into(), protocol),

@@ -32,7 +32,7 @@ use curriculum_ssl::eval::extract_features;
 use curriculum_ssl::train::{load_backbone, resolve_checkpoint, RunRecord};
 use curriculum_ssl_models::{AnyBackbone, Backbone, ExportNames};
 
-use super::common::{self, Device, RecipeRun};
+use super::common::{self, value_name, Device, RecipeRun};
 use crate::backend::Inner;
 use crate::usage;
 
@@ -84,7 +84,7 @@ pub fn load_run_backbone(
 }
 
 /// Refuses a --run-dir that is not a directory.
-fn check_run_dir(run_dir: &Path) -> Result<()> {
+pub(crate) fn check_run_dir(run_dir: &Path) -> Result<()> {
     if !run_dir.is_dir() {
         return Err(usage(format!(
             "--run-dir {}: not a directory",
@@ -124,7 +124,7 @@ pub fn export(args: &[String]) -> Result<()> {
     let mut metadata = vec![
         ("format".to_string(), "curriculum-ssl backbone".to_string()),
         ("recipe".to_string(), run.record.run.recipe.clone()),
-        ("backbone".to_string(), name(run.record.run.backbone)),
+        ("backbone".to_string(), value_name(run.record.run.backbone)),
         ("input_size".to_string(), format!("{h}x{w}")),
         ("in_chans".to_string(), c.to_string()),
         (
@@ -140,7 +140,7 @@ pub fn export(args: &[String]) -> Result<()> {
             .is_resnet()
             .then_some(run.record.run.backbone.default_stem())
     }) {
-        metadata.push(("stem".to_string(), name(stem)));
+        metadata.push(("stem".to_string(), value_name(stem)));
     }
     if let Some(n) = &normalize {
         metadata.push(("mean".to_string(), serde_json::to_string(&n.mean)?));
@@ -175,13 +175,6 @@ fn key_names(names: ExportNames) -> &'static str {
     }
 }
 
-/// The name of a value on the command line.
-fn name(v: impl ValueEnum) -> String {
-    v.to_possible_value()
-        .expect("no skipped variant")
-        .get_name()
-        .to_string()
-}
 
 /// Refuses an output path without the expected extension or in a missing directory (before
 /// anything is computed).
@@ -280,7 +273,7 @@ pub fn embed(args: &[String]) -> Result<()> {
                     usage("--split test: the run's data has no test split (no labels)")
                 })?,
             };
-            let prefix = name(split);
+            let prefix = value_name(split);
             let names = (0..images.len()).map(|i| format!("{prefix}/{i}")).collect();
             (images, names)
         }

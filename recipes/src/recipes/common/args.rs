@@ -311,18 +311,21 @@ pub fn parse_recipe_args<T: Parser>(recipe: &str, args: &[String]) -> Result<T> 
         .map_err(crate::help_or_error)
 }
 
+/// The name of a value on the command line (`resnet18`, `fashion-mnist`).
+pub fn value_name(v: impl ValueEnum) -> String {
+    v.to_possible_value()
+        .expect("no skipped variant")
+        .get_name()
+        .to_string()
+}
+
 /// The options of a run as recipe.toml records them: every setting of the command line that
 /// shapes the run, with the recipe's defaults resolved (the run directory, resuming, the device
 /// and the machines are left out: they belong to one invocation).
 pub fn options_table(args: &RecipeArgs, settings: &Settings) -> toml::Table {
     use toml::Value as V;
     fn name(v: impl ValueEnum) -> V {
-        V::String(
-            v.to_possible_value()
-                .expect("no skipped variant")
-                .get_name()
-                .to_string(),
-        )
+        V::String(value_name(v))
     }
     let int = |n: usize| V::Integer(n as i64);
     let path = |p: &Path| V::String(p.display().to_string());

@@ -27,19 +27,6 @@ pub enum DatasetChoice {
 }
 
 impl DatasetChoice {
-    /// The name on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::FashionMnist => "fashion-mnist",
-            Self::Mnist => "mnist",
-            Self::Cifar10 => "cifar10",
-            Self::Cifar100 => "cifar100",
-            Self::Stl10 => "stl10",
-            Self::ImageFolder => "image-folder",
-            Self::Folder => "folder",
-        }
-    }
-
     /// Whether the images are the user's own files (image-folder, folder): resized with
     /// --image-size, normalised with their own statistics.
     pub fn is_files(self) -> bool {
@@ -82,7 +69,7 @@ impl DataSource {
         if self.dir.is_none() && dataset != DatasetChoice::FashionMnist {
             return Err(usage(format!(
                 "--dataset {}: needs --data-dir (only Fashion-MNIST has an embedded subset)",
-                dataset.name()
+                value_name(dataset)
             )));
         }
         if let Some(size) = self.image_size {
@@ -328,11 +315,7 @@ pub(crate) fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
     if settings.stem.is_some() && !settings.backbone.is_resnet() {
         return Err(usage(format!(
             "--stem: only for the ResNets (resnet18, resnet34, resnet50, small), not {}",
-            settings
-                .backbone
-                .to_possible_value()
-                .expect("no skipped variant")
-                .get_name()
+            value_name(settings.backbone)
         )));
     }
     settings.source.validate()
