@@ -1215,3 +1215,29 @@ fn image_folder_of_garbage_costs_no_more_than_the_images_decoded() {
         "an allocation of {peak} bytes"
     );
 }
+
+/// A decompression bomb: a PNG whose header declares 60000 × 60000 grey pixels (3.6 GB) in a
+/// file of 11 MB, which deflated zeros could honestly fill (deflate packs up to 1032 bytes in
+/// one), so the bound per byte of file lets it through. It is refused by the bound on one
+/// image's bytes before the decoder allocates, naming the size it declares.
+#[test]
+fn a_png_declaring_sixty_thousand_squared_pixels_is_refused_before_it_allocates() {
+    let _serial = serial();
+    let dir = scratch("bomb");
+    let mut bytes = encode_image(ImageKind::PngGray, 6, 5, 1);
+    // IHDR's width and height: bytes 16..24 (after the signature, the chunk's length and type).
+    bytes[16..20].copy_from_slice(&60000u32.to_be_bytes());
+    bytes[20..24].copy_from_slice(&60000u32.to_be_bytes());
+    fix_png_crcs(&mut bytes);
+    bytes.resize(bytes.len() + (11 << 20), 0);
+    let path = dir.join("bomb.png");
+    put(&path, &bytes);
+    let (result, peak) = measured(|| image_folder::decode(&path, None));
+    let err = result.unwrap_err().to_string();
+    assert!(
+        err.contains("60000x60000")
+            && err.contains("more than the 512 MiB one image may decode to"),
+        "{err}"
+    );
+    check_peak("the bomb", peak, bytes.len() as u64).unwrap();
+}

@@ -6,17 +6,22 @@
 //! `docs/reliability.md`.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use burn::backend::{Autodiff, Flex};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::prelude::*;
+use curriculum_ssl::base::Progress;
 use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::method::{init_method, SimClr, SimClrConfig, SslMethod};
 use curriculum_ssl::optim::{Sgd, SgdConfig};
 use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
 use curriculum_ssl::train::checkpoint::{files, read_meta, verify};
+use curriculum_ssl::train::hook::{Hook, RunView};
 use curriculum_ssl::train::{
-    load_backbone, RunRecord, SelfSupervised, StartMode, TrainConfig, TrainError, Trainer,
+    load_backbone, DataFingerprint, RunRecord, SelfSupervised, StartMode, TrainConfig, TrainError,
+    Trainer,
 };
 use curriculum_ssl_models::{LeNet, LeNetConfig};
 
@@ -35,8 +40,15 @@ fn run_dir(name: &str) -> PathBuf {
 }
 
 fn data() -> ImageArray {
+    images_from(0)
+}
+
+/// 64 embedded images from `first`.
+fn images_from(first: usize) -> ImageArray {
     let train = embedded::train().unwrap();
-    train.select(&(0..64).collect::<Vec<_>>()).unwrap()
+    train
+        .select(&(first..first + 64).collect::<Vec<_>>())
+        .unwrap()
 }
 
 fn method(device: &Dev, width: usize) -> Method {
@@ -49,12 +61,18 @@ fn method(device: &Dev, width: usize) -> Method {
     .unwrap()
 }
 
+type Step = SelfSupervised<Ad, Method, OptimizerAdaptor<Sgd, Online, Ad>, ImageArray>;
+
 struct Setup {
     epochs: usize,
     lr: f64,
     batch: usize,
     width: usize,
     describe: bool,
+    /// The first of the 64 embedded images trained on.
+    first_image: usize,
+    hooks: Vec<Box<dyn Hook<Ad, Step>>>,
+    stop: Option<Arc<AtomicBool>>,
 }
 
 impl Default for Setup {
@@ -65,6 +83,9 @@ impl Default for Setup {
             batch: 32,
             width: 84,
             describe: true,
+            first_image: 0,
+            hooks: Vec::new(),
+            stop: None,
         }
     }
 }
@@ -74,8 +95,10 @@ fn trainer(dir: &Path, mode: StartMode, s: Setup) -> Result<Run, TrainError> {
     let mut pipeline = PipelineConfig::simclr(28, 1);
     pipeline.seed = 3;
     let augmenter: Augmenter = pipeline.init(1).unwrap();
+    let images = images_from(s.first_image);
+    let fingerprint = DataFingerprint::of_images(&images);
     let loader = Loader::new(
-        data(),
+        images,
         "embedded",
         LoaderConfig {
             batch_size: s.batch,
@@ -95,7 +118,14 @@ fn trainer(dir: &Path, mode: StartMode, s: Setup) -> Result<Run, TrainError> {
                 .with_progress_bar(false),
         )
         .run_dir(dir)
+        .data(fingerprint)
         .start(mode);
+    for hook in s.hooks {
+        builder = builder.boxed_hook(hook);
+    }
+    if let Some(stop) = s.stop {
+        builder = builder.stop_when(stop);
+    }
     if s.describe {
         builder =
             builder.describe(&serde_json::json!({ "backbone": format!("lenet-{}", s.width) }));
@@ -310,7 +340,8 @@ fn damaged_files_are_named_and_resume_falls_back_to_the_previous_checkpoint() {
     let t = trainer(&dir, StartMode::Resume, Setup::default()).unwrap();
     assert!(t.resumed_from().unwrap().ends_with("epoch-0001"));
     assert_eq!(t.step(), 2);
-    // Evaluation of the damaged checkpoint, named explicitly, is refused naming the file.
+    drop(t); // it holds the run directory's lock
+             // Evaluation of the damaged checkpoint, named explicitly, is refused naming the file.
     flip_byte_in_the_middle(&newest.join("backbone.mpk"));
     let device = Dev::default();
     let fresh =
@@ -365,6 +396,7 @@ fn extend_makes_a_finished_run_longer_and_replans_the_learning_rate() {
     assert_eq!(t.record().extensions.len(), 1);
     let summary = t.fit().unwrap();
     assert_eq!(summary.steps.len(), 4);
+    drop(t); // it holds the run directory's lock
     let after = lrs(&dir);
     assert_eq!(
         &after[..4],
@@ -496,6 +528,330 @@ fn the_file_names_of_a_checkpoint_are_those_on_disk() {
     names.sort();
     let mut expected: Vec<String> = files::CHECKSUMMED.iter().map(|s| s.to_string()).collect();
     expected.push(files::META.to_string());
+    expected.push(files::META_SUM.to_string());
     expected.sort();
     assert_eq!(names, expected);
+}
+
+/// Two processes (or trainers) writing one run directory at once would overwrite each other's
+/// checkpoints and mix their logs: the second is refused, naming the first's process, before it
+/// writes anything; the lock goes with the first.
+#[test]
+fn a_second_writer_is_refused_while_the_first_holds_the_run_directory() {
+    let dir = finished_run("locked");
+    let config = std::fs::read(dir.join("config.json")).unwrap();
+    let first = trainer(&dir, StartMode::Resume, Setup::default()).unwrap();
+    for mode in [StartMode::Resume, StartMode::Extend] {
+        let err = trainer(
+            &dir,
+            mode,
+            Setup {
+                epochs: 4,
+                ..Setup::default()
+            },
+        )
+        .err()
+        .expect("a second writer is refused");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("is in use by process {}", std::process::id())),
+            "{text}"
+        );
+        assert!(err.is_input_error());
+    }
+    assert_eq!(std::fs::read(dir.join("config.json")).unwrap(), config);
+    drop(first);
+    let again = trainer(&dir, StartMode::Resume, Setup::default()).unwrap();
+    assert_eq!(again.epoch(), 2);
+    // A directory that holds only the lock of a run that never started counts as empty.
+    let empty = run_dir("lock-only");
+    drop(trainer(&empty, StartMode::Fresh, Setup::default()).unwrap());
+    std::fs::remove_file(empty.join("config.json")).unwrap();
+    for name in ["steps.csv", "epochs.csv"] {
+        let _ = std::fs::remove_file(empty.join(name));
+    }
+    let _ = std::fs::remove_dir_all(empty.join("tensorboard"));
+    trainer(&empty, StartMode::Fresh, Setup::default()).unwrap();
+}
+
+/// `latest` naming an older complete checkpoint (a stop between a checkpoint's rename and the
+/// pointer's update): the resume takes the newest complete checkpoint, not the pointer's, so
+/// that it does not overwrite the newer ones.
+#[test]
+fn a_stale_latest_does_not_hide_a_newer_checkpoint() {
+    let dir = finished_run("stale-latest");
+    std::fs::write(dir.join("checkpoints/latest"), "epoch-0001").unwrap();
+    let t = trainer(&dir, StartMode::Resume, Setup::default()).unwrap();
+    assert!(t.resumed_from().unwrap().ends_with("epoch-0002"));
+    assert_eq!((t.epoch(), t.step()), (2, 4));
+}
+
+/// One changed byte in the newest checkpoint's meta.json (a step count that still parses) is
+/// damage like any other: the resume falls back to the previous checkpoint instead of refusing
+/// the run for "another batch size".
+#[test]
+fn a_damaged_meta_json_falls_back_to_the_previous_checkpoint() {
+    let dir = finished_run("damaged-meta");
+    let meta = dir.join("checkpoints/epoch-0002/meta.json");
+    let text = std::fs::read_to_string(&meta).unwrap();
+    assert!(text.contains("\"step\": 4"), "{text}");
+    std::fs::write(&meta, text.replace("\"step\": 4", "\"step\": 5")).unwrap();
+    let t = trainer(&dir, StartMode::Resume, Setup::default()).unwrap();
+    assert!(t.resumed_from().unwrap().ends_with("epoch-0001"));
+    assert_eq!(t.step(), 2);
+}
+
+/// What a killed or failed writer leaves (its temporary directory, a checkpoint left only as
+/// its `.old` copy between the two renames of a rewrite) is cleared by the next resume, the
+/// checkpoint put back.
+#[test]
+fn leftovers_of_an_interrupted_write_are_cleared_on_resume() {
+    let dir = finished_run("leftovers");
+    let checkpoints = dir.join("checkpoints");
+    std::fs::create_dir_all(checkpoints.join(".epoch-0003.12345.tmp")).unwrap();
+    std::fs::write(
+        checkpoints.join(".epoch-0003.12345.tmp/online.mpk"),
+        b"half",
+    )
+    .unwrap();
+    std::fs::write(checkpoints.join(".latest.12345.tmp"), b"epoch-0003").unwrap();
+    std::fs::rename(
+        checkpoints.join("epoch-0002"),
+        checkpoints.join(".epoch-0002.old"),
+    )
+    .unwrap();
+    let t = trainer(&dir, StartMode::Resume, Setup::default()).unwrap();
+    assert!(t.resumed_from().unwrap().ends_with("epoch-0002"));
+    let mut names: Vec<String> = std::fs::read_dir(&checkpoints)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["epoch-0001", "epoch-0002", "latest"]);
+}
+
+/// A hook whose checkpoint file cannot be written (its name points into a folder that does
+/// not exist): the write fails and takes its temporary directory with it.
+struct UnwritableFile;
+
+impl Hook<Ad, Step> for UnwritableFile {
+    fn name(&self) -> &'static str {
+        "unwritable"
+    }
+
+    fn files(&self) -> Result<Vec<(&'static str, Vec<u8>)>, TrainError> {
+        Ok(vec![("missing-folder/state.bin", vec![1, 2, 3])])
+    }
+}
+
+#[test]
+fn a_failed_checkpoint_write_leaves_no_temporary_directory() {
+    let dir = run_dir("failed-write");
+    let err = trainer(
+        &dir,
+        StartMode::Fresh,
+        Setup {
+            hooks: vec![Box::new(UnwritableFile)],
+            ..Setup::default()
+        },
+    )
+    .unwrap()
+    .fit()
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("missing-folder/state.bin"),
+        "{err}"
+    );
+    let left: Vec<String> = std::fs::read_dir(dir.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// A run log another command wrote over (`recipe embed --out RUN/steps.npy` writes
+/// `RUN/steps.csv`): the resume refuses, naming the file, before it rewrites config.json.
+#[test]
+fn a_run_log_written_over_is_named_before_the_run_is_rewritten() {
+    let dir = finished_run("log-overwritten");
+    std::fs::write(dir.join("steps.csv"), "index,file,label\n0,a.png,1\n").unwrap();
+    let config = std::fs::read(dir.join("config.json")).unwrap();
+    let err = trainer(
+        &dir,
+        StartMode::Extend,
+        Setup {
+            epochs: 4,
+            ..Setup::default()
+        },
+    )
+    .err()
+    .expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("steps.csv") && text.contains("is not this run's log"),
+        "{text}"
+    );
+    assert_eq!(std::fs::read(dir.join("config.json")).unwrap(), config);
+}
+
+/// The run records what it trains on; a resume on other images (a folder whose files changed)
+/// is refused saying so, while the same images resume.
+#[test]
+fn a_resume_on_changed_data_is_refused() {
+    let dir = finished_run("data-changed");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(record["data"]["examples"], 64, "{record}");
+    let err = trainer(
+        &dir,
+        StartMode::Resume,
+        Setup {
+            first_image: 64,
+            ..Setup::default()
+        },
+    )
+    .err()
+    .expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("the training data changed since the run was written (64 labelled images 28x28x1, SHA-256"),
+        "{text}"
+    );
+    trainer(&dir, StartMode::Resume, Setup::default()).unwrap();
+}
+
+/// Makes the networks' values infinite after step `at` (0-based), as a diverging step does to
+/// a batch norm's running variance while the loss is still finite.
+struct Diverges {
+    at: usize,
+}
+
+impl Hook<Ad, Step> for Diverges {
+    fn name(&self) -> &'static str {
+        "diverges"
+    }
+
+    fn after_step(
+        &mut self,
+        run: &mut RunView<'_, Ad, Step>,
+        progress: Progress,
+        _: f64,
+    ) -> Result<Vec<(String, f64)>, TrainError> {
+        if progress.step == self.at {
+            struct Infinite;
+            impl burn::module::ModuleMapper<Ad> for Infinite {
+                fn map_float<const D: usize>(
+                    &mut self,
+                    param: burn::module::Param<Tensor<Ad, D>>,
+                ) -> burn::module::Param<Tensor<Ad, D>> {
+                    param.map(|t| t.mul_scalar(f64::INFINITY))
+                }
+            }
+            let method = run.method_mut();
+            let online = method.online().clone().map(&mut Infinite);
+            method.set_online(online);
+        }
+        Ok(Vec::new())
+    }
+}
+
+/// A checkpoint is written only if every value of the networks is finite: a run whose values
+/// became infinite stops at the checkpoint that would have held them, naming a tensor, and the
+/// last good checkpoint is the one before (before, it was written with the infinities, and
+/// `recipe export` exported them).
+#[test]
+fn a_checkpoint_with_values_that_are_not_finite_is_not_written() {
+    let dir = run_dir("diverges");
+    let err = trainer(
+        &dir,
+        StartMode::Fresh,
+        Setup {
+            hooks: vec![Box::new(Diverges { at: 3 })],
+            ..Setup::default()
+        },
+    )
+    .unwrap()
+    .fit()
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(
+            err,
+            TrainError::NonFiniteState {
+                epoch: 2,
+                step: 4,
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("not finite")
+            && text.contains("The last good checkpoint is")
+            && text.contains("epoch-0001"),
+        "{text}"
+    );
+    assert!(!dir.join("checkpoints/epoch-0002").exists());
+    // The checkpoint that stays loads, with finite values.
+    let device = Dev::default();
+    let fresh =
+        curriculum_ssl::seed::init_module::<Ad, _>(&device, 0, |d| LeNetConfig::lenet5().init(d));
+    load_backbone::<Ad, _>(&dir, fresh, &device).unwrap();
+}
+
+/// Stops the run at the end of step `at` (0-based), as Ctrl-C does in the command line.
+struct PressesStop {
+    at: usize,
+    flag: Arc<AtomicBool>,
+}
+
+impl Hook<Ad, Step> for PressesStop {
+    fn name(&self) -> &'static str {
+        "presses-stop"
+    }
+
+    fn after_step(
+        &mut self,
+        _: &mut RunView<'_, Ad, Step>,
+        progress: Progress,
+        _: f64,
+    ) -> Result<Vec<(String, f64)>, TrainError> {
+        if progress.step == self.at {
+            self.flag.store(true, Ordering::SeqCst);
+        }
+        Ok(Vec::new())
+    }
+}
+
+/// A run asked to stop ends after the step under way, saying where it was and which
+/// checkpoint a resume continues from; the resume finishes it.
+#[test]
+fn a_run_asked_to_stop_ends_after_its_step_and_resumes() {
+    let dir = run_dir("stopped");
+    let flag = Arc::new(AtomicBool::new(false));
+    let err = trainer(
+        &dir,
+        StartMode::Fresh,
+        Setup {
+            hooks: vec![Box::new(PressesStop {
+                at: 2,
+                flag: flag.clone(),
+            })],
+            stop: Some(flag),
+            ..Setup::default()
+        },
+    )
+    .unwrap()
+    .fit()
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with(
+            "interrupted at step 3 (epoch 2); the run continues from its last checkpoint"
+        ) && text.contains("epoch-0001"),
+        "{text}"
+    );
+    let mut t = trainer(&dir, StartMode::Resume, Setup::default()).unwrap();
+    assert_eq!(t.step(), 2);
+    assert_eq!(t.fit().unwrap().steps.len(), 2);
 }

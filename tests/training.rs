@@ -318,8 +318,10 @@ fn a_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_checkpoint() {
         }
         other => panic!("expected a non-finite loss error, got {other}"),
     }
+    // The message counts from 1, as steps.csv and the progress line do: step index 6 is the
+    // 7th step, in the 2nd epoch.
     let message = err.to_string();
-    assert!(message.contains("step 6"), "{message}");
+    assert!(message.contains("at step 7 (epoch 2)"), "{message}");
     assert!(message.contains("epoch-0001"), "{message}");
     // The last good checkpoint is intact and loads.
     let latest = std::fs::read_to_string(dir.join("checkpoints/latest")).unwrap();

@@ -43,11 +43,17 @@ enum Command {
         name: Option<String>,
     },
     /// Run burn-collective's orchestrator for a data-parallel run on several machines (the
-    /// nodes' --orchestrator ws://THIS_HOST:PORT); it serves until interrupted.
+    /// nodes' --orchestrator ws://THIS_HOST:PORT); it serves until interrupted. A registration
+    /// that does not complete within the nodes' --timeout is answered with the machines that
+    /// arrived.
     Orchestrator {
-        /// The port to listen on.
+        /// The port to listen on (0: a free one, printed).
         #[arg(long)]
         port: u16,
+        /// The address to listen on: 0.0.0.0 (every interface: other machines reach it), or
+        /// this machine's address on one network, or 127.0.0.1 (this machine only).
+        #[arg(long, default_value = "0.0.0.0")]
+        address: String,
     },
     /// Continue a run from its directory alone: the recipe and its settings come from the
     /// run's recipe.toml (`recipe resume runs/light_moco`; options after it may change what a
@@ -224,10 +230,26 @@ fn run(cli: Cli) -> Result<()> {
             // Every recipe prints its options for --help and exits 0.
             (recipe.run)(&["--help".to_string()])
         }
-        Command::Orchestrator { port } => {
-            println!("orchestrator listening on port {port} (Ctrl-C to stop)");
-            curriculum_ssl::data_parallel::replicas::orchestrate(port);
-            Ok(())
+        Command::Orchestrator { port, address } => {
+            use curriculum_ssl::data_parallel::replicas::Orchestrator;
+            let host = match address.contains(':') {
+                true => format!("[{address}]"),
+                false => address.clone(),
+            };
+            let orchestrator = Orchestrator::bind(&format!("{host}:{port}")).map_err(|e| {
+                usage(format!(
+                    "--address {address} --port {port}: cannot listen there: {e}"
+                ))
+            })?;
+            let bound = orchestrator.address()?;
+            println!(
+                "orchestrator listening on ws://{bound} (nodes: --orchestrator ws://HOST:{}; \
+                 Ctrl-C to stop)",
+                bound.port()
+            );
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            orchestrator.serve().map_err(anyhow::Error::msg)
         }
         Command::Resume { run_dir, options } => {
             let file = run_dir.join(recipes::common::RECIPE_TOML);

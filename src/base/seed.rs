@@ -66,6 +66,21 @@ impl<B: Backend> ModuleVisitor<B> for Materialise {
     }
 }
 
+/// The number of float values of a module's parameters and running statistics, read from their
+/// shapes without drawing or allocating a lazily initialised one: what a caller checks before
+/// [`materialise`] allocates them (e.g. against the memory the machine has).
+pub fn parameter_count<B: Backend, M: Module<B>>(module: &M) -> u64 {
+    struct Count(u64);
+    impl<B: Backend> ModuleVisitor<B> for Count {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0 += param.lazy_shape().num_elements() as u64;
+        }
+    }
+    let mut count = Count(0);
+    module.visit(&mut count);
+    count.0
+}
+
 /// Mixes a seed and a stream number into one 64-bit seed (SplitMix64 finaliser).
 pub fn mix_seed(seed: u64, stream: u64) -> u64 {
     let mut z = seed

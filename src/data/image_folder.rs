@@ -110,7 +110,7 @@ pub fn scan(root: &Path) -> Result<Listing, DataError> {
             if !f.is_file() || !is_image(&f) {
                 return Err(DataError::Decode {
                     path: f,
-                    reason: "not a .png, .jpg or .jpeg file".into(),
+                    reason: "not a regular .png, .jpg or .jpeg file".into(),
                 });
             }
             files.push((f, label as u16));
@@ -126,23 +126,48 @@ pub fn scan(root: &Path) -> Result<Listing, DataError> {
 /// image than its file can hold is rejected before the decoder allocates its pixels.
 pub const MAX_DECODED_PER_FILE_BYTE: u64 = 1032 * 32;
 
+/// The most bytes one decoded image may take, whatever its file's size: 512 MiB (the `image`
+/// crate's own default allocation limit; a 16384 × 8192 RGBA image). A 10 MB PNG of zeros can
+/// honestly declare 60000 × 60000 pixels (deflate compresses zeros a thousandfold), so the
+/// per-byte bound alone does not stop such a decompression bomb.
+pub const MAX_IMAGE_BYTES: u64 = 512 << 20;
+
+/// The largest image file read: 256 MiB (the whole file is read before it is decoded).
+pub const MAX_FILE_BYTES: u64 = 256 << 20;
+
 /// Decodes one image file into `(height, width, channels, HWC bytes)`, converted to `channels`
 /// when given.
 ///
-/// The size the header declares is checked against the file's length first (see
-/// [`MAX_DECODED_PER_FILE_BYTE`]), and the decoder's own allocations are capped by the same
-/// amount, so a small corrupt file cannot make it allocate gigabytes.
+/// Only a regular file is opened (a FIFO named `x.png` would block the reader forever). The
+/// size the header declares is checked against the file's length (see
+/// [`MAX_DECODED_PER_FILE_BYTE`]) and against [`MAX_IMAGE_BYTES`] before the decoder allocates
+/// its pixels, and the decoder's own allocations are capped by the same amount, so neither a
+/// small corrupt file nor a decompression bomb can make it allocate gigabytes.
 pub fn decode(
     path: &Path,
     channels: Option<usize>,
 ) -> Result<(usize, usize, usize, Vec<u8>), DataError> {
     use image::ImageDecoder;
-    let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
     let bad = |reason: String| DataError::Decode {
         path: path.to_path_buf(),
         reason,
     };
-    let most = (bytes.len() as u64).saturating_mul(MAX_DECODED_PER_FILE_BYTE);
+    let meta = std::fs::metadata(path).map_err(|e| DataError::io(path, e))?;
+    if !meta.is_file() {
+        return Err(bad(
+            "not a regular file (a FIFO, socket or device): not read".into(),
+        ));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(bad(format!(
+            "{} bytes: larger than the {} MiB an image file may have",
+            meta.len(),
+            MAX_FILE_BYTES >> 20
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+    let by_file = (bytes.len() as u64).saturating_mul(MAX_DECODED_PER_FILE_BYTE);
+    let most = by_file.min(MAX_IMAGE_BYTES);
     let mut limits = image::Limits::default();
     limits.max_alloc = Some(limits.max_alloc.map_or(most, |m| m.min(most)));
     let mut reader = image::ImageReader::new(std::io::Cursor::new(&bytes))
@@ -153,11 +178,21 @@ pub fn decode(
     let declared = decoder.total_bytes();
     if declared > most {
         let (w, h) = decoder.dimensions();
+        let bound = if by_file <= MAX_IMAGE_BYTES {
+            format!(
+                "more than a file of {} bytes can hold (at most {MAX_DECODED_PER_FILE_BYTE} per \
+                 byte)",
+                bytes.len()
+            )
+        } else {
+            format!(
+                "more than the {} MiB one image may decode to",
+                MAX_IMAGE_BYTES >> 20
+            )
+        };
         return Err(bad(format!(
-            "the header declares {w}x{h} {:?} pixels ({declared} bytes), more than a file of {} \
-             bytes can hold (at most {MAX_DECODED_PER_FILE_BYTE} per byte)",
+            "the header declares {w}x{h} {:?} pixels ({declared} bytes), {bound}",
             decoder.color_type(),
-            bytes.len()
         )));
     }
     let img = image::DynamicImage::from_decoder(decoder).map_err(|e| bad(e.to_string()))?;
@@ -333,6 +368,10 @@ fn decode_all(
 
 /// The image files (`.png`, `.jpg`, `.jpeg`) under `root`, at any depth, in path order, and
 /// the number of other files skipped. Hidden entries (names starting with `.`) are not entered.
+/// Links are followed, but a folder is read once however many links lead to it (a link to a
+/// folder above it would otherwise be read again at every depth the system allows), with a
+/// warning; what is not a regular file or a folder (a FIFO, a socket, a dangling link) is
+/// skipped.
 ///
 /// # Errors
 /// `root` is not a readable directory, or holds no image.
@@ -340,14 +379,38 @@ pub fn scan_images(root: &Path) -> Result<(Vec<PathBuf>, usize), DataError> {
     require_dir(root)?;
     let mut images = Vec::new();
     let mut skipped = 0;
+    let mut seen = std::collections::HashSet::new();
+    seen.insert(folder_identity(root)?);
     let mut pending = vec![root.to_path_buf()];
     while let Some(dir) = pending.pop() {
         for entry in read_dir_sorted(&dir)? {
-            if entry.is_dir() {
-                pending.push(entry);
-            } else if is_image(&entry) {
+            let meta = match std::fs::metadata(&entry) {
+                Ok(meta) => meta,
+                Err(e) => {
+                    log::warn!("{}: skipped ({e})", entry.display());
+                    skipped += 1;
+                    continue;
+                }
+            };
+            if meta.is_dir() {
+                if seen.insert(folder_identity(&entry)?) {
+                    pending.push(entry);
+                } else {
+                    log::warn!(
+                        "{}: a folder already read (a link back to a folder above it, or a \
+                         second link to one): not read again",
+                        entry.display()
+                    );
+                }
+            } else if meta.is_file() && is_image(&entry) {
                 images.push(entry);
             } else {
+                if is_image(&entry) {
+                    log::warn!(
+                        "{}: not a regular file (a FIFO, socket or device): skipped",
+                        entry.display()
+                    );
+                }
                 skipped += 1;
             }
         }
@@ -360,6 +423,22 @@ pub fn scan_images(root: &Path) -> Result<(Vec<PathBuf>, usize), DataError> {
     }
     images.sort();
     Ok((images, skipped))
+}
+
+/// What identifies a folder however it is reached: its device and inode on Unix, its canonical
+/// path elsewhere.
+fn folder_identity(dir: &Path) -> Result<(u64, u64, PathBuf), DataError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(dir).map_err(|e| DataError::io(dir, e))?;
+        Ok((meta.dev(), meta.ino(), PathBuf::new()))
+    }
+    #[cfg(not(unix))]
+    {
+        let path = std::fs::canonicalize(dir).map_err(|e| DataError::io(dir, e))?;
+        Ok((0, 0, path))
+    }
 }
 
 /// Reads a folder of images without classes ([`scan_images`]) into an unlabeled array, images
@@ -502,5 +581,54 @@ mod tests {
         for (got, want) in std.iter().zip([0.5, 0.0, 0.2]) {
             assert!((got - want).abs() < 1e-7, "{std:?}");
         }
+    }
+
+    /// A link back to a folder above it is read once (the system would otherwise follow it
+    /// to its depth limit: 41 copies of every image), and a FIFO named like an image is skipped
+    /// by the scan and refused by the decoder without being opened (opening it blocks until
+    /// something writes to it).
+    #[cfg(unix)]
+    #[test]
+    fn links_back_and_fifos_are_neither_followed_again_nor_opened() {
+        let root = scratch("links");
+        std::fs::create_dir_all(root.join("b")).unwrap();
+        gray(&root.join("a.png"), 4, 4, |_, _| 10);
+        gray(&root.join("b/c.png"), 4, 4, |_, _| 20);
+        std::os::unix::fs::symlink(&root, root.join("b/loop")).unwrap();
+        std::os::unix::fs::symlink(root.join("b"), root.join("b2")).unwrap();
+        let fifo = root.join("x.png");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // On a thread: a scan or decode that opened the FIFO would never return.
+        let (sender, answer) = std::sync::mpsc::channel();
+        let (scan_root, fifo_path) = (root.clone(), fifo.clone());
+        std::thread::spawn(move || {
+            let scanned = scan_images(&scan_root).unwrap();
+            let decoded = decode(&fifo_path, Some(1))
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+            let _ = sender.send((scanned, decoded));
+        });
+        let ((files, skipped), decoded) = answer
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the scan or the decoder blocked on the FIFO");
+        let names: Vec<_> = files
+            .iter()
+            .map(|f| {
+                f.strip_prefix(&root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        // `b` is read once, by its first name in path order (b/ before b2/).
+        assert_eq!(names, ["a.png", "b/c.png"]);
+        assert_eq!(skipped, 1, "the FIFO");
+        let err = decoded.unwrap_err();
+        assert!(err.contains("not a regular file"), "{err}");
+        let _ = std::fs::remove_dir_all(root);
     }
 }

@@ -128,6 +128,19 @@ impl<D: Dataset<ImageItem> + 'static> Loader<D> {
                 ),
             ));
         }
+        if replicas > 0 && batch / replicas < 2 {
+            return Err(ConfigError::new(
+                "batch_size",
+                format!(
+                    "the global batch of {batch} images gives each of the {replicas} replicas \
+                     {} image(s): each needs at least 2 (a batch norm's statistics on one \
+                     replica, e.g. MoCo's shuffling batch norm, need two images); use a global \
+                     batch of at least {}",
+                    batch / replicas,
+                    2 * replicas
+                ),
+            ));
+        }
         if !self.config.drop_last {
             return Err(ConfigError::new(
                 "drop_last",

@@ -86,7 +86,7 @@ impl<I: Backend> Backward<I, 1> for AllReduceSum {
                 Err(error) => {
                     // The backward pass cannot return an error: the replica notes it, and its
                     // step ends with it before the optimiser runs (`Replica::average`).
-                    failure.set(format!("the backward all-reduce failed: {error:?}"));
+                    failure.set_error("the backward all-reduce failed", &error);
                     grad
                 }
             }
@@ -120,18 +120,39 @@ impl<I: Backend, C: CheckpointStrategy> CollectiveBackend for Autodiff<I, C> {
 /// their local values; [`Replica::average`] then ends the step with the error before any
 /// parameter changes.
 #[derive(Debug, Clone, Default)]
-pub struct Failure(Arc<Mutex<Option<String>>>);
+pub struct Failure {
+    slot: Arc<Mutex<Option<String>>>,
+    /// The run's layout, to word the collective layer's errors ([`DataParallelConfig::describe`]).
+    layout: Option<Arc<DataParallelConfig>>,
+}
 
 impl Failure {
     /// Notes `reason` unless a failure is already noted.
     pub fn set(&self, reason: String) {
-        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         slot.get_or_insert(reason);
+    }
+
+    /// Notes the collective layer's `error` after `what`, in words.
+    pub fn set_error(&self, what: &str, error: &CollectiveError) {
+        let text = match &self.layout {
+            Some(layout) => layout.describe(error),
+            None => format!("{error:?}"),
+        };
+        self.set(format!("{what}: {text}"));
+    }
+
+    /// Whether a failure is noted.
+    pub fn is_set(&self) -> bool {
+        self.slot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 
     /// The failure noted, if any, leaving it in place.
     pub fn get(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.slot.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -174,14 +195,22 @@ impl<B: Backend> std::fmt::Debug for Replica<B> {
 
 impl<B: CollectiveBackend> Replica<B> {
     /// The replica of rank `rank` among `replicas`, speaking as `peer` (registered with
-    /// `burn-collective` by [`replicas::run`], which builds every replica of a run).
-    pub(crate) fn new(rank: usize, replicas: usize, peer: PeerId) -> Self {
+    /// `burn-collective` by [`replicas::run`], which builds every replica of a run, `layout`).
+    pub(crate) fn new(
+        rank: usize,
+        replicas: usize,
+        peer: PeerId,
+        layout: Arc<DataParallelConfig>,
+    ) -> Self {
         Self {
             rank,
             replicas,
             peer,
             sum: B::all_reduce_sum,
-            failure: Failure::default(),
+            failure: Failure {
+                slot: Arc::default(),
+                layout: Some(layout),
+            },
         }
     }
 }
@@ -229,14 +258,19 @@ impl<B: Backend> Replica<B> {
     }
 
     fn sum_unpadded<const D: usize>(&self, tensor: Tensor<B, D>) -> Tensor<B, D> {
+        // After a failure the other replicas are gone or going: the step ends at its next
+        // check, and no more collective operations are asked of a layer that has stopped.
+        if self.failure.is_set() {
+            return tensor;
+        }
         let primitive = tensor.clone().into_primitive().tensor();
         match (self.sum)(primitive, self.peer, &self.failure) {
             Ok(sum) => Tensor::from_primitive(TensorPrimitive::Float(sum)),
             Err(error) => {
-                self.failure.set(format!(
-                    "replica {}: an all-reduce failed: {error:?}",
-                    self.rank
-                ));
+                self.failure.set_error(
+                    &format!("replica {}: an all-reduce failed", self.rank),
+                    &error,
+                );
                 tensor
             }
         }
@@ -254,6 +288,50 @@ impl<B: Backend> Replica<B> {
         let scattered = Tensor::zeros([self.replicas * n, d], &rows.device())
             .slice_assign([start..start + n, 0..d], rows);
         self.sum(scattered)
+    }
+
+    /// Every replica's `bytes`, in rank order (e.g. their run records, compared before a run
+    /// starts). Two all-reduces: the lengths, then the bytes, each replica's row padded to the
+    /// longest. Every value summed is an integer below 256 (a length as three base-256 digits)
+    /// beside zeros, so the sums are exact in any float type down to bf16. On a failure of the
+    /// collective layer the rows are this replica's alone; see [`Replica::failure`].
+    pub fn gather_bytes(&self, bytes: &[u8], device: &B::Device) -> Vec<Vec<u8>> {
+        let read = |t: Tensor<B, 2>| -> Vec<u8> {
+            t.into_data()
+                .convert::<f64>()
+                .to_vec::<f64>()
+                .unwrap_or_default()
+                .iter()
+                .map(|v| v.round().clamp(0.0, 255.0) as u8)
+                .collect()
+        };
+        let len = bytes.len().min((1 << 24) - 1);
+        let digits = [len >> 16, (len >> 8) & 255, len & 255].map(|d| d as f32);
+        let lens = read(self.gather(Tensor::<B, 1>::from_floats(digits, device).reshape([1, 3])));
+        let lens: Vec<usize> = lens
+            .chunks(3)
+            .map(|d| (usize::from(d[0]) << 16) | (usize::from(d[1]) << 8) | usize::from(d[2]))
+            .collect();
+        if lens.len() != self.replicas {
+            return vec![bytes.to_vec(); self.replicas];
+        }
+        let longest = lens.iter().copied().max().unwrap_or(0).max(1);
+        let row: Vec<f32> = bytes[..len]
+            .iter()
+            .map(|&b| f32::from(b))
+            .chain(std::iter::repeat(0.0))
+            .take(longest)
+            .collect();
+        let rows = read(
+            self.gather(Tensor::<B, 1>::from_floats(row.as_slice(), device).reshape([1, longest])),
+        );
+        if rows.len() != self.replicas * longest {
+            return vec![bytes.to_vec(); self.replicas];
+        }
+        lens.iter()
+            .enumerate()
+            .map(|(r, &n)| rows[r * longest..r * longest + n.min(longest)].to_vec())
+            .collect()
     }
 
     /// This replica's rows of a gathered tensor.

@@ -10,6 +10,7 @@
 //! | `optimizer.mpk` | the optimiser's state (momentum buffers, keyed by parameter id) |
 //! | `run.json` | the run's configuration when the checkpoint was written ([`super::RunRecord`]) |
 //! | `meta.json` | the kind of run, epochs done, the next step, the seeds, the SHA-256 of every other file and the parameter shapes of the networks |
+//! | `meta.sha256` | the SHA-256 of `meta.json` itself (layout 7 on), so that a damaged description is caught like a damaged record |
 //!
 //! A supervised run ([`CheckpointKind::Supervised`]) writes `online.mpk` (the classifier),
 //! `backbone.mpk`, `optimizer.mpk`, `run.json` and `curricula.json` (its example selection's
@@ -22,11 +23,14 @@
 //! (augmentation, stochastic layers), so the seeds with the epoch and step are the whole RNG
 //! state.
 //!
-//! A checkpoint is first written to a hidden temporary directory, each file flushed to disk, and
-//! then renamed into place; `checkpoints/latest` (the name of the newest complete checkpoint) is
-//! replaced the same way. A crash leaves either the old or the new checkpoint, never half of one.
-//! Reading verifies the checksums before anything is deserialised and names a damaged file;
-//! [`CheckpointDir::newest_valid`] falls back to the previous complete checkpoint, saying so.
+//! A checkpoint is first written to a hidden temporary directory (named by the writing process),
+//! each file flushed to disk, and then renamed into place; `checkpoints/latest` (the name of the
+//! newest complete checkpoint) is replaced the same way. A crash leaves either the old or the new
+//! checkpoint, never half of one; a write that fails (a full disk) removes its temporary
+//! directory, and [`CheckpointDir::clear_leftovers`] removes what a killed writer left. Reading
+//! verifies the checksums (of `meta.json` too) before anything is deserialised and names a
+//! damaged file; [`CheckpointDir::newest_valid`] takes the complete checkpoint of the highest
+//! epoch and falls back to the previous one past damage, saying so.
 //! The parameter shapes in `meta.json` are compared with the receiving networks before a record
 //! is loaded, so a checkpoint of another architecture is an error, not a panic inside burn.
 
@@ -46,13 +50,15 @@ use super::TrainError;
 /// Version of the checkpoint layout written by this crate (2: checksums, shapes and `run.json`;
 /// 3: `curricula.json`; 4: crop-and-rotate's object boxes in `curricula.json`; 5: the `kind` of
 /// run in `meta.json`, and the supervised trainer's checkpoints; 6: one loop for both kinds, a
-/// supervised checkpoint keeps its selection in `curricula.json` and its hooks' files).
-pub const FORMAT_VERSION: u32 = 6;
+/// supervised checkpoint keeps its selection in `curricula.json` and its hooks' files; 7:
+/// `meta.sha256`, the checksum of `meta.json`).
+pub const FORMAT_VERSION: u32 = 7;
 
 /// The layout versions this build reads: 3 (whose `curricula.json` has no object boxes, read as
 /// none: no run of that layout used them), 4 (no `kind`: self-supervised), 5 (a supervised one
-/// is read for evaluation; its record refuses a resume) and 6.
-pub const READABLE_VERSIONS: [u32; 4] = [3, 4, 5, FORMAT_VERSION];
+/// is read for evaluation; its record refuses a resume), 6 (no `meta.sha256`: `meta.json` is
+/// read unchecked) and 7.
+pub const READABLE_VERSIONS: [u32; 5] = [3, 4, 5, 6, FORMAT_VERSION];
 
 /// Which trainer wrote a checkpoint, and so which files it must hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -101,12 +107,17 @@ pub mod files {
     pub const CURRICULA: &str = "curricula.json";
     /// Where the checkpoint stands, with checksums and shapes.
     pub const META: &str = "meta.json";
+    /// The SHA-256 of `meta.json` (layout 7 on).
+    pub const META_SUM: &str = "meta.sha256";
     /// The run directory's folder of checkpoints.
     pub const CHECKPOINTS: &str = "checkpoints";
     /// The file in [`CHECKPOINTS`] naming the newest complete checkpoint.
     pub const LATEST: &str = "latest";
     /// The run's configuration in the run directory.
     pub const CONFIG: &str = "config.json";
+    /// The run directory's lock, held by the process that trains there
+    /// ([`RunLock`](super::super::RunLock)).
+    pub const LOCK: &str = ".lock";
     /// One row per optimiser step.
     pub const STEPS: &str = "steps.csv";
     /// One row per epoch.
@@ -238,9 +249,13 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> 
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    write_synced(&tmp, bytes)?;
-    fs::rename(&tmp, path).map_err(|e| write_error(path, e))
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let written = write_synced(&tmp, bytes)
+        .and_then(|()| fs::rename(&tmp, path).map_err(|e| write_error(path, e)));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// SHA-256 of `bytes`, lower-case hex.
@@ -272,15 +287,32 @@ impl CheckpointDir {
 
     /// Writes a checkpoint for `meta.epoch` with the checksums of its files and points `latest`
     /// at it; returns its directory.
-    pub(crate) fn save(&self, mut files: CheckpointFiles) -> Result<PathBuf, TrainError> {
+    pub(crate) fn save(&self, files: CheckpointFiles) -> Result<PathBuf, TrainError> {
         fs::create_dir_all(&self.root).map_err(|e| write_error(&self.root, e))?;
         let name = files::checkpoint_name(files.meta.epoch);
-        let target = self.root.join(&name);
-        let tmp = self.root.join(format!(".{name}.tmp"));
+        let tmp = self
+            .root
+            .join(format!(".{name}.{}.tmp", std::process::id()));
         if tmp.exists() {
             fs::remove_dir_all(&tmp).map_err(|e| write_error(&tmp, e))?;
         }
-        fs::create_dir(&tmp).map_err(|e| write_error(&tmp, e))?;
+        let written = self.write_into(&tmp, &name, files);
+        if written.is_err() {
+            // A failed write (a full disk) takes its partial copy with it.
+            let _ = fs::remove_dir_all(&tmp);
+        }
+        written
+    }
+
+    /// [`CheckpointDir::save`]'s work once its temporary directory `tmp` is chosen.
+    fn write_into(
+        &self,
+        tmp: &Path,
+        name: &str,
+        mut files: CheckpointFiles,
+    ) -> Result<PathBuf, TrainError> {
+        let target = self.root.join(name);
+        fs::create_dir(tmp).map_err(|e| write_error(tmp, e))?;
         files.meta.checksums.clear();
         for (file, bytes) in &files.files {
             write_synced(&tmp.join(file), bytes)?;
@@ -291,16 +323,17 @@ impl CheckpointDir {
         }
         let meta = serde_json::to_vec_pretty(&files.meta).expect("plain struct");
         write_synced(&tmp.join(files::META), &meta)?;
+        write_synced(&tmp.join(files::META_SUM), sha256_hex(&meta).as_bytes())?;
         if target.exists() {
             let old = self.root.join(format!(".{name}.old"));
             if old.exists() {
                 fs::remove_dir_all(&old).map_err(|e| write_error(&old, e))?;
             }
             fs::rename(&target, &old).map_err(|e| write_error(&target, e))?;
-            fs::rename(&tmp, &target).map_err(|e| write_error(&target, e))?;
+            fs::rename(tmp, &target).map_err(|e| write_error(&target, e))?;
             fs::remove_dir_all(&old).map_err(|e| write_error(&old, e))?;
         } else {
-            fs::rename(&tmp, &target).map_err(|e| write_error(&target, e))?;
+            fs::rename(tmp, &target).map_err(|e| write_error(&target, e))?;
         }
         write_atomic(&self.root.join(files::LATEST), name.as_bytes())?;
         if let Ok(dir) = File::open(&self.root) {
@@ -320,6 +353,42 @@ impl CheckpointDir {
                 files::checkpoint_epoch(name).is_some()
                     || name.starts_with(".epoch-") && name.ends_with(".tmp")
             }))
+    }
+
+    /// Removes what an interrupted or failed writer left in the folder (its temporary
+    /// directories and pointer files), and puts back a checkpoint that a kill left only as its
+    /// `.epoch-NNNN.old` copy (between the two renames of a rewrite). Called by a resume, under
+    /// the run's lock, so no other writer is at work.
+    ///
+    /// # Errors
+    /// If the folder cannot be read or a leftover cannot be removed.
+    pub fn clear_leftovers(&self) -> Result<(), TrainError> {
+        for (name, path) in self.entries()? {
+            let Some(rest) = name.strip_prefix('.') else {
+                continue;
+            };
+            if let Some(checkpoint) = rest.strip_suffix(".old") {
+                let target = self.root.join(checkpoint);
+                if files::checkpoint_epoch(checkpoint).is_some() && !target.exists() {
+                    log::warn!(
+                        "{}: a rewrite of {checkpoint} was interrupted; putting the previous copy                          back",
+                        path.display()
+                    );
+                    fs::rename(&path, &target).map_err(|e| write_error(&target, e))?;
+                    continue;
+                }
+            } else if !rest.ends_with(".tmp") {
+                continue;
+            }
+            log::info!("removing {}, left by an interrupted write", path.display());
+            let removed = if path.is_dir() {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+            removed.map_err(|e| write_error(&path, e))?;
+        }
+        Ok(())
     }
 
     fn entries(&self) -> Result<Vec<(String, PathBuf)>, TrainError> {
@@ -378,9 +447,9 @@ impl CheckpointDir {
         Ok(Some(self.root.join(name)))
     }
 
-    /// The newest complete checkpoint: the one `latest` names, or, when `latest` is missing or
-    /// names a missing checkpoint (a kill between the rename and the pointer), the complete
-    /// checkpoint of the highest epoch. Checksums are not verified here (see
+    /// The newest complete checkpoint: the complete checkpoint of the highest epoch, whatever
+    /// `latest` says (a kill between the rename of a checkpoint and the pointer's update leaves
+    /// it naming an older one, or a missing one). Checksums are not verified here (see
     /// [`CheckpointDir::newest_valid`]).
     ///
     /// # Errors
@@ -389,28 +458,37 @@ impl CheckpointDir {
         Ok(self.candidates()?.into_iter().next())
     }
 
-    /// Candidates for resuming, best first: `latest`'s target, then every complete checkpoint
-    /// from the newest.
+    /// Candidates for resuming, best first: every complete checkpoint from the newest. `latest`
+    /// is checked (a pointer outside the folder is refused) and a stale one is said: resuming
+    /// from the checkpoint it names would overwrite the newer ones.
     fn candidates(&self) -> Result<Vec<PathBuf>, TrainError> {
-        let mut out = Vec::new();
-        if let Some(named) = self.pointer()? {
-            if named.join(files::META).is_file() {
-                out.push(named);
-            } else {
+        let named = self.pointer()?;
+        let complete = self.complete()?;
+        let base = |p: &Path| {
+            p.file_name()
+                .map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into())
+        };
+        if let (Some(named), Some(newest)) = (&named, complete.first()) {
+            let pointer = self.root.join(files::LATEST);
+            if !complete.contains(named) {
                 log::warn!(
                     "{} names {}, which is missing or incomplete; using the newest complete \
-                     checkpoint instead",
-                    self.root.join(files::LATEST).display(),
-                    named.display()
+                     checkpoint, {}",
+                    pointer.display(),
+                    base(named),
+                    base(newest)
+                );
+            } else if named != newest {
+                log::warn!(
+                    "{} names {}, but {} is complete and newer (a stop between the checkpoint's \
+                     rename and the pointer's update); using the newest",
+                    pointer.display(),
+                    base(named),
+                    base(newest)
                 );
             }
         }
-        for dir in self.complete()? {
-            if !out.contains(&dir) {
-                out.push(dir);
-            }
-        }
-        Ok(out)
+        Ok(complete)
     }
 
     /// The newest checkpoint whose files match their checksums, with its description. A damaged
@@ -454,6 +532,24 @@ impl CheckpointDir {
 pub fn read_meta(checkpoint: &Path) -> Result<CheckpointMeta, TrainError> {
     let path = checkpoint.join(files::META);
     let text = fs::read(&path).map_err(|e| io_error(&path, e))?;
+    let sum_path = checkpoint.join(files::META_SUM);
+    match fs::read_to_string(&sum_path) {
+        Ok(recorded) => {
+            let found = sha256_hex(&text);
+            if recorded.trim() != found {
+                return Err(TrainError::Checkpoint {
+                    path,
+                    reason: format!(
+                        "damaged: its SHA-256 is {found}, {} recorded {}",
+                        files::META_SUM,
+                        recorded.trim()
+                    ),
+                });
+            }
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(io_error(&sum_path, e)),
+    }
     let version: Option<u32> = serde_json::from_slice::<serde_json::Value>(&text)
         .ok()
         .and_then(|v| v.get("format_version")?.as_u64())
@@ -466,6 +562,15 @@ pub fn read_meta(checkpoint: &Path) -> Result<CheckpointMeta, TrainError> {
                  (version 1 had no checksums, version 2 no curriculum state, a newer version \
                  comes from a newer build: resume it with the version that wrote it)",
                 READABLE_VERSIONS[0]
+            ),
+        });
+    }
+    if version.is_some_and(|v| v >= 7) && !sum_path.is_file() {
+        return Err(TrainError::Checkpoint {
+            path: sum_path,
+            reason: format!(
+                "missing: layout 7 keeps the SHA-256 of {} there",
+                files::META
             ),
         });
     }
@@ -578,7 +683,8 @@ pub(crate) fn check_shapes(
 /// evaluation, or export.
 ///
 /// # Errors
-/// If there is no checkpoint, it is damaged, or its backbone is of another architecture.
+/// If there is no checkpoint, it is damaged, its backbone is of another architecture, or it
+/// holds values that are not finite.
 pub fn load_backbone<B: Backend, M: Module<B>>(
     path: &Path,
     backbone: M,
@@ -593,7 +699,72 @@ pub fn load_backbone<B: Backend, M: Module<B>>(
     let loaded = backbone.load_record(record);
     // The record's own tensors must have the shapes meta.json promised.
     check_shapes(&file, &shapes(&loaded), &expected)?;
+    let bad = non_finite_tensors(&loaded);
+    if let Some(first) = bad.first() {
+        return Err(TrainError::Checkpoint {
+            path: file,
+            reason: format!(
+                "holds values that are not finite (NaN or infinite) in `{first}`{} (a diverged \
+                 run's checkpoint, written before checkpoints were checked): use an earlier \
+                 checkpoint",
+                if bad.len() > 1 {
+                    format!(" and {} more tensors", bad.len() - 1)
+                } else {
+                    String::new()
+                }
+            ),
+        });
+    }
     Ok(loaded)
+}
+
+/// The float tensors of `module` (parameters and batch-norm running statistics) holding a value
+/// that is not finite (NaN, ±inf), by module path (e.g. `backbone.layer1.0.bn1`), in visiting
+/// order; one read-back for the whole module.
+pub fn non_finite_tensors<B: Backend, M: Module<B>>(module: &M) -> Vec<String> {
+    struct Check<B: Backend> {
+        path: Vec<String>,
+        names: Vec<String>,
+        flags: Vec<Tensor<B, 1, Int>>,
+    }
+    impl<B: Backend> burn::module::ModuleVisitor<B> for Check<B> {
+        fn enter_module(&mut self, name: &str, _: &str) {
+            self.path.push(name.to_string());
+        }
+        fn exit_module(&mut self, _: &str, _: &str) {
+            self.path.pop();
+        }
+        fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {
+            let name = match self.path.join(".") {
+                path if path.is_empty() => format!("tensor {}", self.names.len()),
+                path => path,
+            };
+            self.names.push(name);
+            self.flags
+                .push(param.val().is_finite().bool_not().any().int().reshape([1]));
+        }
+    }
+    let mut check = Check::<B> {
+        path: Vec::new(),
+        names: Vec::new(),
+        flags: Vec::new(),
+    };
+    module.visit(&mut check);
+    if check.flags.is_empty() {
+        return Vec::new();
+    }
+    let flags = Tensor::cat(check.flags, 0)
+        .into_data()
+        .convert::<i64>()
+        .to_vec::<i64>()
+        .unwrap_or_default();
+    check
+        .names
+        .into_iter()
+        .zip(flags)
+        .filter(|(_, bad)| *bad != 0)
+        .map(|(name, _)| name)
+        .collect()
 }
 
 /// Shapes of every float parameter of a module, in visiting order.
@@ -629,9 +800,9 @@ mod tests {
         }
     }
 
-    /// Versions 3 (before the object boxes), 4 (before `kind`) and 5 (before the one loop) are
-    /// still read, as self-supervised without a `kind`; 2 and a future 7 are refused, saying which
-    /// versions this build reads.
+    /// Versions 3 (before the object boxes), 4 (before `kind`), 5 (before the one loop) and 6
+    /// (before `meta.sha256`) are still read, as self-supervised without a `kind`; 2 and a future
+    /// 8 are refused, saying which versions this build reads.
     #[test]
     fn older_layouts_are_read_or_refused_by_version() {
         let dir = std::env::temp_dir().join(format!("curriculum-ssl-meta-{}", std::process::id()));
@@ -656,15 +827,33 @@ mod tests {
             assert_eq!((read.format_version, read.epoch), (version, 2));
             assert_eq!(read.kind, CheckpointKind::SelfSupervised);
         }
-        for version in [2, 7] {
+        for version in [2, 8] {
             fs::write(dir.join(files::META), meta(version)).unwrap();
             let err = read_meta(&dir).unwrap_err().to_string();
             assert!(
                 err.contains(&format!("layout version {version}"))
-                    && err.contains("reads versions 3 to 6"),
+                    && err.contains("reads versions 3 to 7"),
                 "{err}"
             );
         }
+        // Layout 7 keeps meta.json's checksum beside it: one changed byte is damage, and a
+        // missing checksum too.
+        let text = meta(7);
+        fs::write(dir.join(files::META), &text).unwrap();
+        let err = read_meta(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("meta.sha256") && err.contains("missing"),
+            "{err}"
+        );
+        fs::write(dir.join(files::META_SUM), sha256_hex(text.as_bytes())).unwrap();
+        assert_eq!(read_meta(&dir).unwrap().epoch, 2);
+        fs::write(
+            dir.join(files::META),
+            text.replace("\"step\":8", "\"step\":9"),
+        )
+        .unwrap();
+        let err = read_meta(&dir).unwrap_err().to_string();
+        assert!(err.contains("damaged: its SHA-256 is"), "{err}");
         fs::remove_dir_all(&dir).unwrap();
     }
 

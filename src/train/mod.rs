@@ -54,6 +54,8 @@ pub mod step;
 pub mod supervised;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use burn::optim::Optimizer;
@@ -76,7 +78,7 @@ use step::LrPlan;
 
 pub use checkpoint::{load_backbone, resolve_checkpoint};
 pub use hook::EpochReport;
-pub use run_dir::RunRecord;
+pub use run_dir::{DataFingerprint, RunLock, RunRecord};
 pub use run_log::{Cell, Column, EpochRecord, StepRecord};
 pub use self_supervised::{SelfSupervised, SelfSupervisedSettings, SelfSupervisedStep};
 pub use step::Step;
@@ -157,12 +159,11 @@ pub enum TrainError {
     Library(#[from] crate::Error),
     /// The loss became NaN or infinite.
     #[error(
-        "the loss became {value} at step {step} (epoch {epoch}); the run stopped without \
-         writing anything more. {}",
-        match last_checkpoint {
-            Some(p) => format!("The last good checkpoint is {}.", p.display()),
-            None => "No checkpoint had been written yet.".to_string(),
-        }
+        "the loss became {value} at step {} (epoch {}); the run stopped without writing \
+         anything more. {}",
+        .step + 1,
+        .epoch + 1,
+        last_good(.last_checkpoint.as_deref())
     )]
     NonFiniteLoss {
         /// The (0-based) step whose loss was not finite.
@@ -172,6 +173,45 @@ pub enum TrainError {
         /// The loss.
         value: f64,
         /// The newest checkpoint on disk, left untouched.
+        last_checkpoint: Option<PathBuf>,
+    },
+    /// The networks hold values that are not finite (NaN, ±inf; e.g. a batch norm's running
+    /// variance after a diverging step) when a checkpoint is due: it is not written, so that
+    /// every checkpoint on disk holds finite values.
+    #[error(
+        "after epoch {epoch} (step {step}) the networks hold values that are not finite (NaN or \
+         infinite) in {}: the training diverged (a learning rate too large?); no checkpoint \
+         was written. {}",
+        describe_tensors(.tensors),
+        last_good(.last_checkpoint.as_deref())
+    )]
+    NonFiniteState {
+        /// Epochs completed (1-based: the epoch that ended).
+        epoch: usize,
+        /// Steps completed.
+        step: usize,
+        /// The tensors holding such values, by module path.
+        tensors: Vec<String>,
+        /// The newest checkpoint on disk, left untouched.
+        last_checkpoint: Option<PathBuf>,
+    },
+    /// The run was asked to stop ([`TrainerBuilder::stop_when`], e.g. on Ctrl-C).
+    #[error(
+        "interrupted at step {step} (epoch {epoch}); {}",
+        match last_checkpoint {
+            Some(p) => format!(
+                "the run continues from its last checkpoint, {}, when resumed",
+                p.display()
+            ),
+            None => "no checkpoint had been written yet: a resume starts afresh".to_string(),
+        }
+    )]
+    Interrupted {
+        /// Steps completed.
+        step: usize,
+        /// The epoch it was in (1-based).
+        epoch: usize,
+        /// The newest checkpoint on disk.
         last_checkpoint: Option<PathBuf>,
     },
     /// A checkpoint that cannot be read or used.
@@ -228,8 +268,25 @@ pub enum TrainError {
         /// What went wrong.
         reason: String,
     },
+    /// The replicas of a data-parallel run were started with other settings (another `--seed`
+    /// or `--epochs` on one machine, other data): refused before anything is written.
+    #[error(
+        "replica {rank} was started with other settings than replica 0: {}; start every machine \
+         with the same settings",
+        .differences
+            .iter()
+            .map(|d| format!("{}: replica 0 {}, replica {rank} {}", d.setting, d.run, d.given))
+            .collect::<Vec<_>>()
+            .join("; ")
+    )]
+    ReplicaSettings {
+        /// The first replica whose settings differ from replica 0's.
+        rank: usize,
+        /// What differs (`run`: replica 0's value, `given`: this replica's).
+        differences: Vec<Difference>,
+    },
     /// A hook could not do its work (e.g. batch curation met a non-finite distance).
-    #[error("{hook} at step {step}: {reason}")]
+    #[error("{hook} at step {}: {reason}", .step + 1)]
     Hook {
         /// The hook's name.
         hook: &'static str,
@@ -240,6 +297,28 @@ pub enum TrainError {
     },
 }
 
+/// "The last good checkpoint is …", or that there is none.
+fn last_good(checkpoint: Option<&Path>) -> String {
+    match checkpoint {
+        Some(p) => format!("The last good checkpoint is {}.", p.display()),
+        None => "No checkpoint had been written yet.".to_string(),
+    }
+}
+
+/// The first tensors of a list, and how many more.
+fn describe_tensors(tensors: &[String]) -> String {
+    let mut text = tensors
+        .iter()
+        .take(3)
+        .map(|t| format!("`{t}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if tensors.len() > 3 {
+        text.push_str(&format!(" and {} more tensors", tensors.len() - 3));
+    }
+    text
+}
+
 impl TrainError {
     /// Whether the error comes from what the caller gave (settings, data, the run directory and
     /// its checkpoints) rather than from something that failed during the run (a non-finite
@@ -247,7 +326,11 @@ impl TrainError {
     pub fn is_input_error(&self) -> bool {
         matches!(
             self,
-            Self::Library(_) | Self::Checkpoint { .. } | Self::Run { .. } | Self::Mismatch { .. }
+            Self::Library(_)
+                | Self::Checkpoint { .. }
+                | Self::Run { .. }
+                | Self::Mismatch { .. }
+                | Self::ReplicaSettings { .. }
         )
     }
 }
@@ -279,6 +362,9 @@ pub struct TrainerBuilder<B: AutodiffBackend, K> {
     step: K,
     config: TrainConfig,
     description: serde_json::Value,
+    data: Option<DataFingerprint>,
+    machine_specific: Vec<String>,
+    stop: Option<Arc<AtomicBool>>,
     run_dir: PathBuf,
     hooks: Hooks<B, K>,
     mode: StartMode,
@@ -317,6 +403,32 @@ impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
     pub fn describe(mut self, description: &impl Serialize) -> Self {
         self.description =
             serde_json::to_value(description).expect("a run description serialises to JSON");
+        self
+    }
+
+    /// What the run trains on ([`DataFingerprint::of_images`]), saved in the run record: a
+    /// resume on other data is refused, saying so (the images of a folder changed, another
+    /// subset), and so is a replica on another machine that reads other data.
+    pub fn data(mut self, fingerprint: DataFingerprint) -> Self {
+        self.data = Some(fingerprint);
+        self
+    }
+
+    /// Settings of the run record (dotted paths, e.g. `run.data`, a data directory's path) that
+    /// may differ between the machines of a data-parallel run: every replica compares its run
+    /// record with replica 0's before the run starts, and refuses the run naming any other
+    /// setting that differs (another `--seed` or `--epochs` on one machine).
+    pub fn machine_specific(mut self, settings: &[&str]) -> Self {
+        self.machine_specific = settings.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// Stops the run at the end of the step during which `flag` became true (on several
+    /// replicas: at the end of that epoch, which every replica agrees on), with
+    /// [`TrainError::Interrupted`]; the checkpoints on disk are kept. A command line sets it
+    /// on Ctrl-C (SIGINT) or SIGTERM.
+    pub fn stop_when(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.stop = Some(flag);
         self
     }
 
@@ -416,8 +528,15 @@ impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
             step: serde_json::to_value(step.settings()).expect("JSON value"),
             hooks: hook_settings,
             extensions: Vec::new(),
+            data: self.data,
             run: self.description,
         };
+        if let Some(replica) = &self.replica {
+            let mut local: Vec<&str> = RESUMABLE_CHANGES.to_vec();
+            local.extend(step.resumable_changes());
+            local.extend(self.machine_specific.iter().map(String::as_str));
+            same_settings_everywhere(replica, &record, &local, device)?;
+        }
         let mut trainer = Trainer {
             schedule: step.lr_plan(&config, config.epochs)?,
             step,
@@ -434,6 +553,9 @@ impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
             last_checkpoint: None,
             replicas: self.replica.as_ref().map_or(1, |r| r.replicas()),
             lead: self.replica.as_ref().is_none_or(|r| r.is_lead()),
+            replica: self.replica.clone(),
+            stop: self.stop,
+            _lock: None,
         };
         for (capability, refusal) in trainer.step.needs() {
             if !trainer
@@ -446,11 +568,17 @@ impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
         }
         trainer.with_hooks(|hook, run| hook.check(run))?;
         if trainer.lead {
+            // Checked before the lock is taken (which creates the directory), so that a
+            // foreign directory gets nothing written into it, and again under the lock: another
+            // process may have started a run there in between.
+            run_dir::holds_a_run_to_resume(&trainer.run_dir, self.mode)?;
+            trainer._lock = Some(RunLock::acquire(&trainer.run_dir)?);
             if run_dir::holds_a_run_to_resume(&trainer.run_dir, self.mode)? {
+                trainer.checkpoints.clear_leftovers()?;
                 record = trainer.resume(record, self.mode == StartMode::Extend)?;
             }
-            std::fs::create_dir_all(&trainer.run_dir)
-                .map_err(|e| checkpoint::write_error(&trainer.run_dir, e))?;
+            // Everything is checked before the run directory is rewritten.
+            trainer.log.check()?;
             let text = serde_json::to_vec_pretty(&record).expect("JSON value");
             write_atomic(&trainer.run_dir.join(files::CONFIG), &text)?;
             trainer.log.resume_at(trainer.step_count, trainer.epoch)?;
@@ -547,6 +675,12 @@ pub struct Trainer<B: AutodiffBackend, K> {
     replicas: usize,
     /// Whether this trainer writes the run directory (one device, or replica 0).
     lead: bool,
+    /// This trainer's replica, in a data-parallel run.
+    replica: Option<Replica<B>>,
+    /// Stops the run when set ([`TrainerBuilder::stop_when`]).
+    stop: Option<Arc<AtomicBool>>,
+    /// The run directory's lock, held by the lead while the trainer lives.
+    _lock: Option<RunLock>,
 }
 
 impl<B, S, O, D> Trainer<B, SelfSupervised<B, S, O, D>>
@@ -568,6 +702,9 @@ where
             step: SelfSupervised::new(method, optimizer, augmenter, loader),
             config: TrainConfig::new(),
             description: serde_json::Value::Null,
+            data: None,
+            machine_specific: Vec::new(),
+            stop: None,
             run_dir: PathBuf::from("runs/run"),
             hooks: Vec::new(),
             mode: StartMode::Fresh,
@@ -589,6 +726,9 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
             step,
             config: TrainConfig::new(),
             description: serde_json::Value::Null,
+            data: None,
+            machine_specific: Vec::new(),
+            stop: None,
             run_dir: PathBuf::from("runs/run"),
             hooks: Vec::new(),
             mode: StartMode::Fresh,
@@ -696,13 +836,29 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 ),
             });
         }
+        match (&saved.data, &given.data) {
+            (Some(then), Some(now)) if then != now => {
+                return Err(TrainError::Run {
+                    path: saved_path,
+                    reason: format!(
+                        "the training data changed since the run was written ({then} then, \
+                         {now} now): resume on the same data, or start a new run directory"
+                    ),
+                })
+            }
+            // A run recorded before the fingerprint takes the one given.
+            _ => {}
+        }
         let as_json = |r: &LoopRecord| serde_json::to_value(r).expect("JSON value");
         let resumable = self.step.resumable_changes();
         let differences: Vec<Difference> = differences(&as_json(&saved), &as_json(&given))
             .into_iter()
             .filter(|d| {
                 let setting = d.setting.as_str();
-                !RESUMABLE_CHANGES.contains(&setting) && !resumable.contains(&setting)
+                !RESUMABLE_CHANGES.contains(&setting)
+                    && !resumable.contains(&setting)
+                    && setting != "data"
+                    && !setting.starts_with("data.")
             })
             .filter(|d| !(extending && d.setting == "train.epochs"))
             .collect();
@@ -780,6 +936,15 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
             )));
         }
         self.step.load(dir, meta)?;
+        let bad = self.step.non_finite();
+        if !bad.is_empty() {
+            return Err(mismatch(format!(
+                "its networks hold values that are not finite (NaN or infinite) in {} (written \
+                 before checkpoints were checked); resume from an earlier checkpoint (move this \
+                 one away) or start a new run",
+                describe_tensors(&bad)
+            )));
+        }
         let curricula = dir.join(files::CURRICULA);
         let text = std::fs::read(&curricula).map_err(|e| checkpoint::io_error(&curricula, e))?;
         let not_states = |reason: String| TrainError::Checkpoint {
@@ -824,6 +989,16 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
     pub fn save_checkpoint(&mut self) -> Result<PathBuf, TrainError> {
         let run = serde_json::to_vec_pretty(&self.record).expect("JSON value");
         let mut written = self.step.files()?;
+        // After the records are made (which brings the running statistics up to date).
+        let bad = self.step.non_finite();
+        if !bad.is_empty() {
+            return Err(TrainError::NonFiniteState {
+                epoch: self.epoch,
+                step: self.step_count,
+                tensors: bad,
+                last_checkpoint: self.last_checkpoint.clone(),
+            });
+        }
         written.push((files::RUN, run));
         written.push((files::CURRICULA, self.curricula_bytes()));
         for hook in &self.hooks {
@@ -1024,6 +1199,9 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 loss_sum += loss;
                 images += len;
                 summary.steps.push(record);
+                if self.replica.is_none() && self.stop_asked() {
+                    return Err(self.interrupted(epoch));
+                }
             }
             let seconds = started.elapsed().as_secs_f64();
             self.epoch += 1;
@@ -1034,9 +1212,30 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 Ok(())
             })?;
             let stats = self.step.epoch_end(epoch)?;
+            // Replicas stop together, at the end of the epoch in which any of them was asked.
+            let stop = match &self.replica {
+                Some(replica) => {
+                    let mut slots = vec![0.0f32; replica.replicas()];
+                    slots[replica.rank()] = f32::from(u8::from(self.stop_asked()));
+                    let asked = replica
+                        .sum(Tensor::<B, 1>::from_floats(slots.as_slice(), &self.device))
+                        .into_data()
+                        .convert::<f64>()
+                        .to_vec::<f64>()
+                        .unwrap_or_default();
+                    if let Some(reason) = replica.failure() {
+                        return Err(TrainError::Replica {
+                            rank: replica.rank(),
+                            reason,
+                        });
+                    }
+                    asked.iter().any(|&a| a > 0.0)
+                }
+                None => false,
+            };
             let every = self.record.train.checkpoint_every;
             let asked = reports.iter().any(|r| r.checkpoint);
-            let due = last || asked || (every > 0 && self.epoch.is_multiple_of(every));
+            let due = last || asked || stop || (every > 0 && self.epoch.is_multiple_of(every));
             let checkpoint = if self.lead && (due || self.epoch == end_epoch) {
                 Some(self.save_checkpoint()?)
             } else {
@@ -1057,7 +1256,68 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 self.log.epoch(&record, epochs)?;
             }
             summary.epochs.push(record);
+            if stop && !last {
+                return Err(self.interrupted(epoch));
+            }
         }
         Ok(summary)
     }
+
+    /// Whether the run was asked to stop ([`TrainerBuilder::stop_when`]).
+    fn stop_asked(&self) -> bool {
+        self.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
+    }
+
+    /// The error of a run that stopped because it was asked to, during (0-based) `epoch`.
+    fn interrupted(&self, epoch: usize) -> TrainError {
+        TrainError::Interrupted {
+            step: self.step_count,
+            epoch: epoch + 1,
+            last_checkpoint: self.last_checkpoint.clone(),
+        }
+    }
+}
+
+/// Compares this replica's run record with every other replica's (the settings in `local`
+/// left out), before anything is written: a machine started with another `--seed`, `--epochs`
+/// or data would train another run. Every replica reaches the same verdict from the same
+/// records, so all stop together.
+fn same_settings_everywhere<B: AutodiffBackend>(
+    replica: &Replica<B>,
+    record: &LoopRecord,
+    local: &[&str],
+    device: &B::Device,
+) -> Result<(), TrainError> {
+    let mut value = serde_json::to_value(record).expect("JSON value");
+    for path in local {
+        run_dir::remove_setting(&mut value, path);
+    }
+    let text = serde_json::to_vec(&value).expect("JSON value");
+    let all = replica.gather_bytes(&text, device);
+    if let Some(reason) = replica.failure() {
+        return Err(TrainError::Replica {
+            rank: replica.rank(),
+            reason: format!("the replicas could not compare their settings: {reason}"),
+        });
+    }
+    let parse = |bytes: &[u8]| serde_json::from_slice::<serde_json::Value>(bytes).ok();
+    let first = parse(&all[0]);
+    for (rank, bytes) in all.iter().enumerate().skip(1) {
+        let found = parse(bytes);
+        let differ = match (&first, &found) {
+            (Some(a), Some(b)) => differences(a, b),
+            _ => vec![Difference {
+                setting: "the run record".into(),
+                run: "(unreadable)".into(),
+                given: "(unreadable)".into(),
+            }],
+        };
+        if !differ.is_empty() {
+            return Err(TrainError::ReplicaSettings {
+                rank,
+                differences: differ,
+            });
+        }
+    }
+    Ok(())
 }

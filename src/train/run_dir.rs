@@ -41,6 +41,137 @@ fn has_run_config(dir: &Path) -> bool {
         .is_some_and(|f| f == RUN_FORMAT || f == SUPERVISED_RUN_FORMAT)
 }
 
+/// What a run trains on, in a few bytes: the number of examples, their shape and the SHA-256
+/// of their pixels and labels. Kept in the run record, so that a resume on changed data (a
+/// folder whose images changed, another subset) is refused instead of silently continuing on
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataFingerprint {
+    /// Examples.
+    pub examples: usize,
+    /// `[height, width, channels]` of every example.
+    pub shape: [usize; 3],
+    /// Whether the examples have labels.
+    pub labelled: bool,
+    /// SHA-256 (lower-case hex) of the shape, the pixels and the labels (little-endian).
+    pub sha256: String,
+}
+
+impl DataFingerprint {
+    /// The fingerprint of an array of images (a pass over its bytes: well under a second for
+    /// CIFAR-10).
+    pub fn of_images(images: &crate::data::ImageArray) -> Self {
+        use crate::data::Dataset as _;
+        use sha2::{Digest, Sha256};
+        let (h, w, c) = images.image_shape();
+        let mut hash = Sha256::new();
+        for n in [images.len(), h, w, c] {
+            hash.update((n as u64).to_le_bytes());
+        }
+        hash.update(images.all_pixels());
+        if let Some(labels) = images.labels() {
+            for label in labels {
+                hash.update(label.to_le_bytes());
+            }
+        }
+        Self {
+            examples: images.len(),
+            shape: [h, w, c],
+            labelled: images.labels().is_some(),
+            sha256: hash.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+        }
+    }
+}
+
+impl std::fmt::Display for DataFingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [h, w, c] = self.shape;
+        write!(
+            f,
+            "{} {}images {h}x{w}x{c}, SHA-256 {}",
+            self.examples,
+            if self.labelled { "labelled " } else { "" },
+            &self.sha256[..self.sha256.len().min(12)]
+        )
+    }
+}
+
+/// Removes the setting at a dotted path (`run.data`) from a run record as JSON, if it is there.
+pub fn remove_setting(record: &mut serde_json::Value, path: &str) {
+    let mut parts: Vec<&str> = path.split('.').collect();
+    let Some(last) = parts.pop() else {
+        return;
+    };
+    let mut node = record;
+    for part in parts {
+        match node.get_mut(part) {
+            Some(next) => node = next,
+            None => return,
+        }
+    }
+    if let Some(map) = node.as_object_mut() {
+        map.remove(last);
+    }
+}
+
+/// A process's exclusive hold on a run directory while it trains there (a fresh start, a resume
+/// or an extension): an advisory lock on `.lock` (`flock` on Unix, `LockFileEx` on Windows),
+/// released when the process ends, however it ends. A second writer is refused, naming the
+/// process that holds the directory, before it writes anything. The file stays (removing it
+/// would let a third process lock a new file while the second still holds the old one); a
+/// directory holding only `.lock` counts as empty.
+#[derive(Debug)]
+pub struct RunLock {
+    _file: fs::File,
+}
+
+impl RunLock {
+    /// Creates `run_dir` if needed and takes its lock.
+    ///
+    /// # Errors
+    /// If another process holds it (naming its process id), or the directory cannot be made.
+    /// A file system without locks is warned about, not refused.
+    pub fn acquire(run_dir: &Path) -> Result<Self, TrainError> {
+        fs::create_dir_all(run_dir).map_err(|e| super::checkpoint::write_error(run_dir, e))?;
+        let path = run_dir.join(files::LOCK);
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| super::checkpoint::write_error(&path, e))?;
+        match file.try_lock() {
+            Ok(()) => {
+                use std::io::Write;
+                // The holder's id, for the message of the one refused.
+                let _ = file.set_len(0);
+                let _ = write!(file, "{}", std::process::id());
+                let _ = file.flush();
+            }
+            Err(fs::TryLockError::WouldBlock) => {
+                let holder = fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|t| t.trim().parse::<u32>().ok())
+                    .map_or_else(|| "another process".to_string(), |p| format!("process {p}"));
+                return Err(TrainError::Run {
+                    path: run_dir.to_path_buf(),
+                    reason: format!(
+                        "is in use by {holder} (a training, resume or extension of this run); \
+                         wait for it to end, or stop it, before starting another here"
+                    ),
+                });
+            }
+            Err(fs::TryLockError::Error(e)) => log::warn!(
+                "{}: cannot be locked ({e}); two processes writing this run at once would not \
+                 be stopped",
+                path.display()
+            ),
+        }
+        Ok(Self { _file: file })
+    }
+}
+
 /// The loop's settings that may differ on resume: they do not change what is trained (a step
 /// adds its own, [`Step::resumable_changes`](super::step::Step::resumable_changes)).
 pub const RESUMABLE_CHANGES: [&str; 2] = ["train.checkpoint_every", "train.progress_bar"];
@@ -82,6 +213,10 @@ pub struct RunRecord<R = serde_json::Value, T = SelfSupervisedSettings> {
     /// Extensions of the plan, oldest first.
     #[serde(default)]
     pub extensions: Vec<Extension>,
+    /// What the run trains on ([`DataFingerprint`]; absent in runs recorded before it, or when
+    /// the caller gives none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<DataFingerprint>,
     /// The caller's description of the run.
     pub run: R,
 }
@@ -185,7 +320,11 @@ pub fn inspect(dir: &Path) -> Result<DirState, TrainError> {
     let mut names = Vec::new();
     for entry in read {
         let entry = entry.map_err(|e| io_error(dir, e))?;
-        names.push(entry.file_name().to_string_lossy().into_owned());
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // The lock a run takes before it writes ([`RunLock`]) makes no run by itself.
+        if name != files::LOCK {
+            names.push(name);
+        }
     }
     if names.is_empty() {
         return Ok(DirState::Empty);

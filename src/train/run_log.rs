@@ -218,6 +218,35 @@ impl CsvFile {
         write_atomic(&self.path, &bytes)
     }
 
+    /// Checks, before anything of the run is rewritten, that an existing file is a log whose
+    /// first column is `first` (`step` or `epoch`): not, say, a table another command wrote over
+    /// it.
+    ///
+    /// # Errors
+    /// If the file cannot be read or its first column is another.
+    pub fn check_first_column(&self, first: &str) -> Result<(), TrainError> {
+        if !self.path.exists() {
+            return Ok(());
+        }
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(true)
+            .from_path(&self.path)
+            .map_err(|e| io_error(&self.path, e))?;
+        let header = reader.headers().map_err(|e| io_error(&self.path, e))?;
+        if header.get(0) == Some(first) {
+            return Ok(());
+        }
+        Err(TrainError::Run {
+            path: self.path.clone(),
+            reason: format!(
+                "is not this run's log: its columns are {} where the log's first column is \
+                 `{first}` (a file written over it, e.g. by `recipe embed --out` inside the run \
+                 directory); move it away to resume (the rows are rebuilt from the next step on)",
+                header.iter().take(4).collect::<Vec<_>>().join(",")
+            ),
+        })
+    }
+
     /// Appends a row; the first row of a new file writes the column names first.
     ///
     /// # Errors
@@ -384,11 +413,22 @@ impl RunLog {
         }
     }
 
+    /// Checks that the run's logs are logs (their first columns), before a resume rewrites
+    /// anything.
+    ///
+    /// # Errors
+    /// Naming a file that is not.
+    pub fn check(&self) -> Result<(), TrainError> {
+        self.steps.check_first_column("step")?;
+        self.epochs.check_first_column("epoch")
+    }
+
     /// Drops the rows written after a checkpoint taken at `steps` steps and `epochs` epochs.
     ///
     /// # Errors
     /// If a file cannot be read or rewritten.
     pub fn resume_at(&mut self, steps: usize, epochs: usize) -> Result<(), TrainError> {
+        self.check()?;
         self.steps.truncate_to(steps)?;
         self.epochs.truncate_to(epochs)
     }

@@ -21,7 +21,8 @@ use serde::{Deserialize, Serialize};
 
 use super::ahead::{Batches, ReadyBatch};
 use super::checkpoint::{
-    check_shapes, files, read_record, shapes, to_bytes, CheckpointKind, CheckpointMeta,
+    check_shapes, files, non_finite_tensors, read_record, shapes, to_bytes, CheckpointKind,
+    CheckpointMeta,
 };
 use super::step::{EpochBatches, LrPlan, ProgressOf, Step};
 use super::{TrainConfig, TrainError};
@@ -450,6 +451,10 @@ where
 
     fn shapes(&self) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
         (shapes(self.method.online()), shapes(self.method.backbone()))
+    }
+
+    fn non_finite(&self) -> Vec<String> {
+        non_finite_tensors(self.method.online())
     }
 
     fn load(&mut self, dir: &Path, meta: &CheckpointMeta) -> Result<(), TrainError> {

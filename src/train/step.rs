@@ -202,6 +202,13 @@ pub trait Step<B: AutodiffBackend>: Sized + 'static {
     /// `meta.json` and compared before a record is loaded.
     fn shapes(&self) -> (Vec<Vec<usize>>, Vec<Vec<usize>>);
 
+    /// The tensors of its networks holding a value that is not finite (NaN, ±inf), by module
+    /// path: checked before every checkpoint is written and after one is loaded, so that no
+    /// checkpoint called good holds them. Default: none checked.
+    fn non_finite(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Loads its files from the verified checkpoint `dir`.
     ///
     /// # Errors

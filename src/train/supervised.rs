@@ -734,6 +734,10 @@ where
         (shapes(&self.model), shapes(&self.model.backbone))
     }
 
+    fn non_finite(&self) -> Vec<String> {
+        super::checkpoint::non_finite_tensors(&self.model)
+    }
+
     fn load(&mut self, dir: &Path, meta: &CheckpointMeta) -> Result<(), TrainError> {
         let file = dir.join(files::ONLINE);
         let expected = shapes(&self.model);

@@ -115,7 +115,10 @@ pub fn finish_collective<B: Backend>(id: PeerId) -> Result<(), CollectiveError> 
 }
 
 /// Resets the local collective server. All registered callers and ongoing operations are forgotten
-pub fn reset_collective<B: Backend>() {
+///
+/// curriculum-ssl patch: `Err(LocalServerMissing)` when the server has stopped (0.21.0
+/// panicked).
+pub fn reset_collective<B: Backend>() -> Result<(), CollectiveError> {
     let client = get_collective_client::<B>();
-    client.reset();
+    client.reset()
 }

@@ -18,6 +18,9 @@ pub struct CollectiveConfig {
     pub(crate) global_address: Option<Address>,
     pub(crate) node_address: Option<Address>,
     pub(crate) data_service_port: Option<u16>,
+    // curriculum-ssl patch: the longest wait, in milliseconds, for the other nodes (to connect to
+    // the orchestrator, to register, to reach a barrier); `None` waits forever (0.21.0's way).
+    pub(crate) global_timeout_ms: Option<u64>,
 
     // These strategies may be defined when no other global params are defined
     pub(crate) global_all_reduce_strategy: Option<AllReduceStrategy>,
@@ -78,6 +81,7 @@ impl CollectiveConfig {
             global_address: None,
             node_address: None,
             data_service_port: None,
+            global_timeout_ms: None,
             global_all_reduce_strategy: Some(AllReduceStrategy::Ring),
             global_reduce_strategy: Some(ReduceStrategy::Tree(2)),
             global_broadcast_strategy: Some(BroadcastStrategy::Tree(2)),
@@ -149,6 +153,16 @@ impl CollectiveConfig {
         self
     }
 
+    /// curriculum-ssl patch: the longest wait for the other nodes — to reach the orchestrator, for
+    /// every node to register, for every node to reach a barrier — after which the operation
+    /// fails with an error naming the nodes that did not arrive
+    /// ([`GlobalCollectiveError::RegisterTimeout`](crate::GlobalCollectiveError::RegisterTimeout),
+    /// [`GlobalCollectiveError::SyncTimeout`](crate::GlobalCollectiveError::SyncTimeout)).
+    pub fn with_global_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.global_timeout_ms = Some(timeout.as_millis().min(u128::from(u64::MAX)) as u64);
+        self
+    }
+
     /// Selects an all-reduce strategy to use on the global level.
     ///
     /// This parameter is a global parameter and should only be set in multi-node contexts.
@@ -212,6 +226,7 @@ impl CollectiveConfig {
                     global_address: global_addr.clone(),
                     node_address: node_addr.clone(),
                     data_service_port,
+                    timeout_ms: self.global_timeout_ms,
                 })
             }
             // Config is invalid!
@@ -235,6 +250,10 @@ pub struct GlobalRegisterParams {
 
     /// The number of nodes globally. Should be the same between different nodes
     pub num_nodes: u32,
+
+    /// curriculum-ssl patch: the longest wait for the other nodes, in milliseconds (`None`:
+    /// forever).
+    pub timeout_ms: Option<u64>,
 }
 
 /// Parameters for an all-reduce that should be the same between all devices

@@ -127,6 +127,11 @@ pub struct RecipeArgs {
     /// data service listens on PORT.
     #[arg(long)]
     pub node_address: Option<String>,
+    /// Several machines: the longest wait, in seconds, for the other machines (to reach the
+    /// orchestrator, for all to register, at every collective operation); past it the run ends
+    /// naming the machines that did not arrive.
+    #[arg(long, default_value_t = curriculum_ssl::data_parallel::replicas::DEFAULT_TIMEOUT_S)]
+    pub timeout: u64,
     /// MoCo recipes on several replicas: MoCo's shuffling BatchNorm (each replica's own batch
     /// statistics, the key encoder on a shuffled global batch) instead of synchronised batch
     /// norm.

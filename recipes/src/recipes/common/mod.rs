@@ -19,6 +19,7 @@ use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use clap::{Parser, ValueEnum};
 use curriculum_ssl::augment::normalize::Normalize;
+use curriculum_ssl::base::seed::parameter_count;
 use curriculum_ssl::curation::FrechetCurationConfig;
 use curriculum_ssl::curriculum::{
     MixupCurriculumConfig, SchedulerConfig, StrengthCurriculumConfig,
@@ -67,8 +68,10 @@ pub fn init_moco(
             config.init(|d| backbone.init::<Train>(d), batch_size, d)
         })
         .map_err(|e| {
-            if e.field != "size" {
-                return e.into();
+            if e.downcast_ref::<curriculum_ssl::ConfigError>()
+                .is_none_or(|c| c.field != "size")
+            {
+                return e;
             }
             let per_key = if config.symmetric { 2 } else { 1 };
             if config.queue_size < per_key * batch_size {
@@ -500,15 +503,25 @@ impl Prepared {
     /// Builds the method on `device` with the backend's generator seeded by `--seed`, so that
     /// its initial weights depend on the seed alone (every replica of a data-parallel run starts
     /// from the same weights).
+    ///
+    /// The networks' size is checked from their shapes before their weights are drawn: a run
+    /// that cannot fit in memory (e.g. `method.hidden_dim=100000000`) is refused naming its size,
+    /// instead of growing until the system kills it.
     pub fn init<S, E>(
         &self,
         device: &Device,
         build: impl FnOnce(&Device) -> Result<S, E>,
-    ) -> Result<S, E>
+    ) -> Result<S>
     where
         S: SslMethod<Train>,
+        E: Into<anyhow::Error>,
     {
-        init_method::<Train, S, E>(device, self.settings.seed, build)
+        let replicas = self.args.devices.max(1);
+        init_method::<Train, S, anyhow::Error>(device, self.settings.seed, |d| {
+            let method = build(d).map_err(Into::into)?;
+            check_fits(parameter_count(method.online()), replicas)?;
+            Ok(method)
+        })
     }
 
     /// A MoCo recipe's method with the command line's `--shuffle-bn`.
@@ -542,6 +555,7 @@ impl Prepared {
                     orchestrator: orchestrator.clone(),
                     address: address.clone(),
                     data_port: port,
+                    timeout_s: args.timeout,
                 })
             }
             _ => {
@@ -564,6 +578,24 @@ impl Prepared {
             return Err(usage(format!(
                 "--batch-size {batch}: the global batch must split equally over the {} replicas",
                 config.replicas()
+            )));
+        }
+        if batch / config.replicas() < 2 {
+            return Err(usage(format!(
+                "--batch-size {batch}: each of the {} replicas would get {} image(s) of every \
+                 batch; each needs at least 2 (batch norm's statistics on one replica): use \
+                 --batch-size {} or more",
+                config.replicas(),
+                batch / config.replicas(),
+                2 * config.replicas()
+            )));
+        }
+        if backend::NAME.starts_with("cpu") && config.devices > MAX_CPU_REPLICAS {
+            return Err(usage(format!(
+                "--devices {}: the CPU backend runs each replica as a thread on the same cores; \
+                 at most {MAX_CPU_REPLICAS} (this machine has {} cores)",
+                config.devices,
+                std::thread::available_parallelism().map_or(1, |n| n.get())
             )));
         }
         Ok(Some(config))
@@ -646,6 +678,64 @@ impl Prepared {
         }
     }
 }
+
+/// The most parameters a run may have whatever the machine: 2³² (16 GiB of f32 weights alone).
+const MAX_PARAMETERS: u64 = 1 << 32;
+
+/// Bytes a run needs per parameter at the least: f32 weights, their gradients, the optimiser's
+/// state (momentum; Adam and LARS keep more) and a momentum encoder's copy. Activations come
+/// on top, so a run refused by this bound could never have fitted.
+const BYTES_PER_PARAMETER: u64 = 16;
+
+/// Refuses networks of `parameters` values (on each of `replicas` replicas) that cannot fit:
+/// above [`MAX_PARAMETERS`], or, on the CPU backend, above the memory the system says is
+/// available.
+fn check_fits(parameters: u64, replicas: usize) -> Result<()> {
+    let needed = parameters
+        .saturating_mul(BYTES_PER_PARAMETER)
+        .saturating_mul(replicas as u64);
+    let gib = |bytes: u64| bytes as f64 / f64::from(1u32 << 30);
+    let refuse = |limit: String| {
+        usage(format!(
+            "the networks have {parameters} parameters: at least {:.1} GiB with their gradients \
+             and optimiser state{}, more than {limit}; lower the method's widths \
+             (method.hidden_dim, method.output_dim) or choose a smaller --backbone",
+            gib(needed),
+            if replicas > 1 {
+                format!(" on {replicas} replicas")
+            } else {
+                String::new()
+            }
+        ))
+    };
+    if parameters > MAX_PARAMETERS {
+        return Err(refuse(format!("the {MAX_PARAMETERS} a run may have")));
+    }
+    if backend::NAME.starts_with("cpu") {
+        if let Some(available) = available_memory() {
+            if needed > available {
+                return Err(refuse(format!(
+                    "the {:.1} GiB of memory available",
+                    gib(available)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The memory the system can give without swapping (`MemAvailable` of /proc/meminfo), where it
+/// says.
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// The most replicas `--devices` runs on the CPU backend: each is a thread sharing the same
+/// cores, so more only slow a run down (and thousands exhaust the system's threads).
+const MAX_CPU_REPLICAS: usize = 64;
 
 /// The kNN hook of a training recipe whose data has labels.
 fn knn_hook<S, O>(

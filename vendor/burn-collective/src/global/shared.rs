@@ -63,6 +63,9 @@ pub(crate) enum RemoteRequest {
         num_nodes: u32,
         /// List of peers on this node
         peers: Vec<PeerId>,
+        /// curriculum-ssl patch: how long the orchestrator waits for every node to register
+        /// before it answers every waiting node with `RegisterTimeout` (`None`: forever).
+        timeout_ms: Option<u64>,
     },
 
     /// Unregister node
@@ -123,6 +126,30 @@ pub enum GlobalCollectiveError {
     WrongOrchestratorResponse,
     /// Node couldn't connect to coordinator
     OrchestratorUnreachable,
+
+    /// curriculum-ssl patch: not every node registered within the timeout; the nodes that did,
+    /// with the peers (devices) they registered.
+    RegisterTimeout {
+        /// The number of nodes the run needs.
+        expected_nodes: u32,
+        /// The nodes that registered: their addresses and peers.
+        registered: Vec<(Address, Vec<PeerId>)>,
+        /// How long the orchestrator waited, in milliseconds.
+        waited_ms: u64,
+    },
+    /// curriculum-ssl patch: not every node reached a barrier within the timeout; the nodes that
+    /// did not (their addresses).
+    SyncTimeout {
+        /// The nodes that did not arrive.
+        missing: Vec<Address>,
+        /// How long this node waited, in milliseconds.
+        waited_ms: u64,
+    },
+    /// curriculum-ssl patch: the orchestrator did not answer within the timeout, or closed the
+    /// connection.
+    OrchestratorLost,
+    /// curriculum-ssl patch: a peer node could not be reached, or dropped the connection.
+    PeerUnreachable(Address),
 }
 
 impl<E: CommunicationError> From<E> for GlobalCollectiveError {

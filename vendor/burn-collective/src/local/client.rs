@@ -54,7 +54,9 @@ impl<B: Backend> LocalCollectiveClient<B> {
         F: FnOnce(SyncSender<Result<T, CollectiveError>>) -> Message<B>,
     {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.channel.send((builder)(tx)).unwrap();
+        // curriculum-ssl patch: a server that has stopped fails the operation (its receiver
+        // reports `LocalServerMissing`) instead of panicking here.
+        let _ = self.channel.send((builder)(tx));
         PendingCollectiveOperation { rx }
     }
 
@@ -74,15 +76,19 @@ impl<B: Backend> LocalCollectiveClient<B> {
         match valid {
             Err(e) => {
                 let (tx, rx) = std::sync::mpsc::sync_channel(1);
-                tx.send(Err(e)).unwrap();
+                let _ = tx.send(Err(e));
                 PendingCollectiveOperation { rx }
             }
             _ => self.start_operation(builder),
         }
     }
 
-    pub(crate) fn reset(&self) {
-        self.channel.send(Message::Reset).unwrap();
+    /// curriculum-ssl patch: `Err(LocalServerMissing)` when the server has stopped (0.21.0
+    /// panicked).
+    pub(crate) fn reset(&self) -> Result<(), CollectiveError> {
+        self.channel
+            .send(Message::Reset)
+            .map_err(|_| CollectiveError::LocalServerMissing)
     }
 
     pub(crate) fn register(

@@ -262,13 +262,11 @@ impl<B: Backend> LocalCollectiveServer<B> {
         callback: &SyncSender<RegisterResult>,
     ) {
         if !config.is_valid() {
-            callback.send(Err(CollectiveError::InvalidConfig)).unwrap();
+            let _ = callback.send(Err(CollectiveError::InvalidConfig));
             return;
         }
         if self.peers.contains(&device_id) {
-            callback
-                .send(Err(CollectiveError::MultipleRegister))
-                .unwrap();
+            let _ = callback.send(Err(CollectiveError::MultipleRegister));
             return;
         }
         if self.peers.is_empty() || self.config.is_none() {
@@ -276,9 +274,7 @@ impl<B: Backend> LocalCollectiveServer<B> {
         } else if let Some(cfg) = &self.config
             && *cfg != config
         {
-            callback
-                .send(Err(CollectiveError::RegisterParamsMismatch))
-                .unwrap();
+            let _ = callback.send(Err(CollectiveError::RegisterParamsMismatch));
             return;
         }
 
@@ -291,8 +287,17 @@ impl<B: Backend> LocalCollectiveServer<B> {
         if let Some(global_params) = &global_params
             && self.global_client.is_none()
         {
-            let server = WsServer::new(global_params.data_service_port);
-            let client = Node::new(&global_params.global_address, server);
+            // curriculum-ssl patch: the data service listens on the host of the node's address
+            // (a loopback address stays local), and every wait for the other nodes is bounded.
+            let host = global_params
+                .node_address
+                .host()
+                .unwrap_or_else(|| "0.0.0.0".to_string());
+            let server = WsServer::on(&host, global_params.data_service_port);
+            let timeout = global_params
+                .timeout_ms
+                .map(std::time::Duration::from_millis);
+            let client = Node::new(&global_params.global_address, server, timeout);
             self.global_client = Some(client)
         }
 
@@ -314,9 +319,9 @@ impl<B: Backend> LocalCollectiveServer<B> {
             };
 
             // Send results to all callbacks.
-            self.callbacks_register
-                .drain(..)
-                .for_each(|tx| tx.send(register_result.clone()).unwrap());
+            self.callbacks_register.drain(..).for_each(|tx| {
+                let _ = tx.send(register_result.clone());
+            });
         }
     }
 
@@ -329,9 +334,7 @@ impl<B: Backend> LocalCollectiveServer<B> {
         callback: SyncSender<AllReduceResult<FloatTensor<B>>>,
     ) {
         if !self.peers.contains(&peer_id) {
-            callback
-                .send(Err(CollectiveError::RegisterNotFirstOperation))
-                .unwrap();
+            let _ = callback.send(Err(CollectiveError::RegisterNotFirstOperation));
             return;
         }
 
@@ -372,9 +375,7 @@ impl<B: Backend> LocalCollectiveServer<B> {
         callback: SyncSender<ReduceResult<B::FloatTensorPrimitive>>,
     ) {
         if !self.peers.contains(&root) {
-            callback
-                .send(Err(CollectiveError::RegisterNotFirstOperation))
-                .unwrap();
+            let _ = callback.send(Err(CollectiveError::RegisterNotFirstOperation));
             return;
         }
 
@@ -418,15 +419,11 @@ impl<B: Backend> LocalCollectiveServer<B> {
         callback: SyncSender<BroadcastResult<B::FloatTensorPrimitive>>,
     ) {
         if self.config.is_none() {
-            callback
-                .send(Err(CollectiveError::RegisterNotFirstOperation))
-                .unwrap();
+            let _ = callback.send(Err(CollectiveError::RegisterNotFirstOperation));
             return;
         }
         if !self.peers.contains(&caller) {
-            callback
-                .send(Err(CollectiveError::RegisterNotFirstOperation))
-                .unwrap();
+            let _ = callback.send(Err(CollectiveError::RegisterNotFirstOperation));
             return;
         }
 
@@ -469,15 +466,11 @@ impl<B: Backend> LocalCollectiveServer<B> {
     /// Processes a Message::Finish.
     async fn process_finish_message(&mut self, id: PeerId, callback: SyncSender<RegisterResult>) {
         if self.config.is_none() {
-            callback
-                .send(Err(CollectiveError::RegisterNotFirstOperation))
-                .unwrap();
+            let _ = callback.send(Err(CollectiveError::RegisterNotFirstOperation));
             return;
         }
         if !self.peers.contains(&id) {
-            callback
-                .send(Err(CollectiveError::MultipleUnregister))
-                .unwrap();
+            let _ = callback.send(Err(CollectiveError::MultipleUnregister));
             return;
         }
 
@@ -490,6 +483,6 @@ impl<B: Backend> LocalCollectiveServer<B> {
             global_client.finish().await;
         }
 
-        callback.send(Ok(())).unwrap();
+        let _ = callback.send(Ok(()));
     }
 }

@@ -48,11 +48,16 @@ where
     B: Backend,
     P: Protocol,
 {
-    pub fn new(global_address: &Address, comms_server: P::Server) -> Self {
+    /// curriculum-ssl patch: `timeout` bounds every wait for the other nodes (`None`: forever).
+    pub fn new(
+        global_address: &Address,
+        comms_server: P::Server,
+        timeout: Option<std::time::Duration>,
+    ) -> Self {
         let state = Arc::new(tokio::sync::RwLock::new(None));
         let cancel_token = CancellationToken::new();
         let data_service = Arc::new(TensorDataService::new(cancel_token.clone()));
-        let sync_service = Arc::new(SyncService::new(state.clone()));
+        let sync_service = Arc::new(SyncService::new(state.clone(), timeout));
 
         let runtime = get_collective_server_runtime();
         let server = comms_server
@@ -68,9 +73,15 @@ where
                 async move { cancel_token.cancelled().await }
             });
 
-        runtime.spawn(server);
+        runtime.spawn(async move {
+            // curriculum-ssl patch: a data service that cannot listen says so.
+            if let Err(err) = server.await {
+                log::error!("The node's data service stopped: {err:?}");
+            }
+        });
 
-        let worker = GlobalClientWorker::new(&runtime, cancel_token.clone(), global_address);
+        let worker =
+            GlobalClientWorker::new(&runtime, cancel_token.clone(), global_address, timeout);
 
         Self {
             state,
@@ -90,8 +101,14 @@ where
             node_addr: global_params.node_address,
             num_nodes: global_params.num_nodes,
             peers,
+            timeout_ms: global_params.timeout_ms,
         };
-        match self.worker.request(req).await {
+        // curriculum-ssl patch: the orchestrator answers every node at its deadline; this node
+        // waits a little longer for that answer (which names the nodes that registered).
+        let wait = global_params
+            .timeout_ms
+            .map(|ms| std::time::Duration::from_millis(ms.saturating_add(15_000)));
+        match self.worker.request(req, wait).await? {
             RemoteResponse::Register {
                 node_id,
                 nodes,

@@ -91,6 +91,7 @@ where
         prev_node.clone(),
         &data_service,
         device,
+        sync_service.timeout(),
     )
     .await?;
 
@@ -103,11 +104,12 @@ where
         prev_node.clone(),
         &data_service,
         device,
+        sync_service.timeout(),
     )
     .await?;
 
     // Wait for all nodes to finish
-    sync_service.sync().await;
+    sync_service.sync().await?;
 
     // merge slices
     Ok(B::float_cat(slices, slice_dim))
@@ -129,6 +131,7 @@ async fn do_cycles<B, P>(
     prev_node: Address,
     data_service: &Arc<TensorDataService<B, P>>,
     device: &B::Device,
+    timeout: Option<std::time::Duration>,
 ) -> Result<(), GlobalCollectiveError>
 where
     B: Backend,
@@ -155,14 +158,26 @@ where
             tokio::spawn(async move { data_client.download_tensor(next_node, transfer_id).await })
         };
 
-        upload.await.unwrap();
-        let download = download.await.unwrap();
+        // curriculum-ssl patch: a peer that is gone is an error naming it, not a panic.
+        let lost = || GlobalCollectiveError::PeerUnreachable(prev_node.clone());
+        upload.await.map_err(|_| lost())?;
+        // curriculum-ssl patch: a peer that hangs (its tensor never comes) is named at the
+        // timeout.
+        let download = match timeout {
+            Some(timeout) => tokio::time::timeout(timeout, download).await.map_err(|_| {
+                GlobalCollectiveError::SyncTimeout {
+                    missing: vec![prev_node.clone()],
+                    waited_ms: timeout.as_millis() as u64,
+                }
+            })?,
+            None => download.await,
+        };
+        let download = download.map_err(|_| lost())?.ok_or_else(lost)?;
         if is_phase_one {
-            let download = download.expect("Peer closed download connection");
             let tensor = B::float_from_data(download, device);
             slices[recv_slice_idx] = B::float_add(slices[recv_slice_idx].clone(), tensor);
         } else {
-            let tensor = B::float_from_data(download.unwrap(), device);
+            let tensor = B::float_from_data(download, device);
             let old_shape = slices[recv_slice_idx].shape();
             if old_shape != tensor.shape() {
                 return Err(GlobalCollectiveError::PeerSentIncoherentTensor);

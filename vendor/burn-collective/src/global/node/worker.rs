@@ -21,6 +21,10 @@ pub(crate) struct GlobalClientWorker<P: ProtocolClient> {
     handle: Option<JoinHandle<Result<(), GlobalCollectiveError>>>,
     cancel_token: CancellationToken,
     request_sender: Sender<ClientRequest>,
+    // curriculum-ssl patch: why the worker ended, when it ended before a request (the
+    // orchestrator could not be reached), and the longest wait for an answer.
+    ended: Arc<std::sync::Mutex<Option<GlobalCollectiveError>>>,
+    timeout: Option<Duration>,
     _phantom_data: PhantomData<P>,
 }
 
@@ -55,22 +59,37 @@ impl<C: ProtocolClient> GlobalClientWorker<C> {
         runtime: &Runtime,
         cancel_token: CancellationToken,
         global_address: &Address,
+        timeout: Option<Duration>,
     ) -> Self {
         let (request_sender, request_recv) = tokio::sync::mpsc::channel::<ClientRequest>(10);
 
         let state = Arc::new(Mutex::new(GlobalClientWorkerState::new()));
+        let ended = Arc::new(std::sync::Mutex::new(None));
 
-        let handle = runtime.spawn(Self::start(
-            state,
-            cancel_token.clone(),
-            global_address.clone(),
-            request_recv,
-        ));
+        let handle = runtime.spawn({
+            let ended = ended.clone();
+            let start = Self::start(
+                state,
+                cancel_token.clone(),
+                global_address.clone(),
+                request_recv,
+                timeout,
+            );
+            async move {
+                let result = start.await;
+                if let Err(err) = &result {
+                    *ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(err.clone());
+                }
+                result
+            }
+        });
 
         Self {
             handle: Some(handle),
             cancel_token,
             request_sender,
+            ended,
+            timeout,
             _phantom_data: PhantomData,
         }
     }
@@ -81,9 +100,10 @@ impl<C: ProtocolClient> GlobalClientWorker<C> {
         cancel_token: CancellationToken,
         global_address: Address,
         request_recv: Receiver<ClientRequest>,
+        timeout: Option<Duration>,
     ) -> Result<(), GlobalCollectiveError> {
         // Init the connection.
-        let (request, response) = Self::init_connection(&global_address).await?;
+        let (request, response) = Self::init_connection(&global_address, timeout).await?;
 
         // Websocket async worker loading responses from the server.
         let response_handle = tokio::spawn(Self::response_loader(
@@ -112,21 +132,25 @@ impl<C: ProtocolClient> GlobalClientWorker<C> {
 
     async fn init_connection(
         address: &Address,
+        timeout: Option<Duration>,
     ) -> Result<(C::Channel, C::Channel), GlobalCollectiveError> {
         let session_id = SessionId::new();
+        // curriculum-ssl patch: one attempt a second for as long as the timeout allows (0.21.0
+        // retried forever).
+        let retry_max = timeout.map(|t| t.as_secs().max(1).min(u64::from(u32::MAX)) as u32);
 
         let stream_request = tokio::spawn(Self::connect_with_retry(
             address.clone(),
             "request",
             std::time::Duration::from_secs(1),
-            None,
+            retry_max,
             session_id,
         ));
         let stream_response = tokio::spawn(Self::connect_with_retry(
             address.clone(),
             "response",
             std::time::Duration::from_secs(1),
-            None,
+            retry_max,
             session_id,
         ));
 
@@ -157,21 +181,23 @@ impl<C: ProtocolClient> GlobalClientWorker<C> {
                 return None;
             }
 
-            // Try to connect to the request address.
-            println!("Connecting to {address} ...");
+            // Try to connect to the request address. curriculum-ssl patch: log lines, not
+            // println! on standard output.
+            log::debug!("Connecting to {address} ...");
             let result = C::connect(address.clone(), route).await;
 
             if let Some(mut stream) = result {
                 let init_msg = CollectiveMessage::Init(session_id);
                 let bytes: bytes::Bytes = rmp_serde::to_vec(&init_msg).unwrap().into();
-                stream
-                    .send(Message::new(bytes))
-                    .await
-                    .expect("Can send the init message on the websocket.");
-                return Some(stream);
+                if stream.send(Message::new(bytes)).await.is_ok() {
+                    return Some(stream);
+                }
             }
 
-            println!("Failed to connect to {address}, retrying... Attempt #{retries}");
+            if retries == 0 {
+                log::info!("Waiting for the orchestrator at {address} ...");
+            }
+            log::debug!("Failed to connect to {address}, retrying... Attempt #{retries}");
             tokio::time::sleep(retry_pause).await;
             retries += 1;
         }
@@ -182,7 +208,7 @@ impl<C: ProtocolClient> GlobalClientWorker<C> {
         if let Some(handle) = self.handle.take() {
             // Un-register from server
             let req = RemoteRequest::Finish;
-            let resp = self.request(req).await;
+            let resp = self.request(req, self.timeout).await?;
             if resp != RemoteResponse::FinishAck {
                 log::error!("Requested to finish, did not get FinishAck; got {resp:?}");
                 return Err(GlobalCollectiveError::WrongOrchestratorResponse);
@@ -190,7 +216,7 @@ impl<C: ProtocolClient> GlobalClientWorker<C> {
 
             self.cancel_token.cancel();
 
-            if let Err(e) = handle.await.unwrap() {
+            if let Ok(Err(e)) = handle.await {
                 log::error!("Connection error {e:?}");
             }
         }
@@ -222,14 +248,22 @@ impl<C: ProtocolClient> GlobalClientWorker<C> {
                                 break;
                             };
 
-                            let response: CollectiveMessageResponse = rmp_serde::from_slice(&response.data)
-                                .expect("Can deserialize messages from the websocket.");
+                            // curriculum-ssl patch: what cannot be read, or whose requester is
+                            // gone, is logged, not a panic on the runtime's thread.
+                            let Ok(response) =
+                                rmp_serde::from_slice::<CollectiveMessageResponse>(&response.data)
+                            else {
+                                log::warn!("An orchestrator's message could not be read");
+                                continue;
+                            };
                             let state_resp = state.lock().await;
-                            let response_callback = state_resp
-                                .requests
-                                .get(&response.request_id)
-                                .expect("Got a response to an unknown request");
-                            response_callback.send(response.content).await.unwrap();
+                            let Some(response_callback) =
+                                state_resp.requests.get(&response.request_id)
+                            else {
+                                log::warn!("Got a response to an unknown request");
+                                continue;
+                            };
+                            let _ = response_callback.send(response.content).await;
                         }
                     }
                 }
@@ -237,10 +271,7 @@ impl<C: ProtocolClient> GlobalClientWorker<C> {
         }
 
         log::info!("Worker closing connection");
-        stream_response
-            .close()
-            .await
-            .expect("Can close the websocket stream.");
+        let _ = stream_response.close().await;
     }
 
     async fn request_sender(
@@ -272,26 +303,43 @@ impl<C: ProtocolClient> GlobalClientWorker<C> {
                     let bytes = rmp_serde::to_vec::<CollectiveMessage>(&request)
                         .expect("Can serialize tasks to bytes.")
                         .into();
-                    stream_request
-                        .send(Message::new(bytes))
-                        .await
-                        .expect("Can send the message on the websocket.");
+                    if let Err(err) = stream_request.send(Message::new(bytes)).await {
+                        log::warn!("The orchestrator's connection dropped: {err:?}");
+                        break;
+                    }
                 }
             }
         }
 
         log::info!("Worker closing connection");
-        stream_request
-            .close()
-            .await
-            .expect("Can send the close message on the websocket.");
+        let _ = stream_request.close().await;
     }
 
-    pub(crate) async fn request(&self, req: RemoteRequest) -> RemoteResponse {
+    /// curriculum-ssl patch: the orchestrator's answer, or an error when it could not be reached,
+    /// went away, or did not answer within `timeout` (0.21.0 panicked or waited forever).
+    pub(crate) async fn request(
+        &self,
+        req: RemoteRequest,
+        timeout: Option<Duration>,
+    ) -> Result<RemoteResponse, GlobalCollectiveError> {
+        let ended = || {
+            self.ended
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+                .unwrap_or(GlobalCollectiveError::OrchestratorLost)
+        };
         let (callback, mut response_recv) = tokio::sync::mpsc::channel::<RemoteResponse>(10);
         let client_req = ClientRequest::new(req, callback);
-        self.request_sender.send(client_req).await.unwrap();
-
-        response_recv.recv().await.unwrap()
+        if self.request_sender.send(client_req).await.is_err() {
+            return Err(ended());
+        }
+        let answer = match timeout {
+            Some(timeout) => tokio::time::timeout(timeout, response_recv.recv())
+                .await
+                .map_err(|_| GlobalCollectiveError::OrchestratorLost)?,
+            None => response_recv.recv().await,
+        };
+        answer.ok_or_else(ended)
     }
 }

@@ -99,6 +99,20 @@ impl GlobalOrchestrator {
 
         let mut session_id = None;
 
+        let result = self.serve_requests::<S>(&mut stream, &mut session_id).await;
+        // curriculum-ssl patch: a node whose connection closed (it stopped, or was killed) leaves
+        // the registration under way, so that the others are told it is missing.
+        if let Some(id) = session_id {
+            self.state.lock().await.close_session(id);
+        }
+        result
+    }
+
+    async fn serve_requests<S: ProtocolServer>(
+        &self,
+        stream: &mut S::Channel,
+        session_id: &mut Option<crate::global::shared::SessionId>,
+    ) -> Result<(), GlobalCollectiveError> {
         loop {
             let packet = stream.recv().await?;
             let Some(msg) = packet else {
@@ -113,13 +127,22 @@ impl GlobalOrchestrator {
             match msg {
                 CollectiveMessage::Init(id) => {
                     state.init_session(id);
-                    session_id = Some(id);
+                    *session_id = Some(id);
                 }
                 CollectiveMessage::Request(request_id, remote_request) => {
                     let session_id = session_id.ok_or(GlobalCollectiveError::FirstMsgNotInit)?;
                     state
                         .process_request(session_id, request_id, remote_request)
                         .await;
+                    // curriculum-ssl patch: the first node of a registration round with a
+                    // deadline starts its timer.
+                    if let Some((round, deadline)) = state.take_new_deadline() {
+                        let shared = self.state.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep_until(deadline).await;
+                            shared.lock().await.expire_round(round).await;
+                        });
+                    }
                 }
             }
         }
@@ -135,4 +158,14 @@ pub async fn start_global_orchestrator(port: u16) {
     if let Err(err) = res {
         log::error!("Global Collective Orchestrator error: {err:?}");
     }
+}
+
+/// curriculum-ssl patch: a global orchestrator on a listener the caller has bound (so that its
+/// address is known, and a port that is taken is an error before anything is said); serves
+/// until the process is interrupted, or returns the server's error.
+pub async fn serve_global_orchestrator(
+    listener: std::net::TcpListener,
+) -> Result<(), GlobalCollectiveError> {
+    let server = WsServer::from_listener(listener);
+    GlobalOrchestrator::start(os_shutdown_signal(), server).await
 }

@@ -27,7 +27,8 @@ impl Session {
     }
 
     async fn respond(&mut self, response: CollectiveMessageResponse) {
-        self.response_sender.send(response).await.unwrap();
+        // curriculum-ssl patch: a node that has gone is not a panic of the orchestrator.
+        let _ = self.response_sender.send(response).await;
     }
 }
 
@@ -47,6 +48,11 @@ pub(crate) struct GlobalCollectiveState {
     register_requests: Vec<(SessionId, RequestId, NodeId)>,
 
     sessions: HashMap<SessionId, Session>,
+
+    /// curriculum-ssl patch: the registration round under way (counts rounds), when its
+    /// deadline is, and when it began.
+    round: u64,
+    round_deadline: Option<(tokio::time::Instant, tokio::time::Instant)>,
 }
 
 impl GlobalCollectiveState {
@@ -59,7 +65,104 @@ impl GlobalCollectiveState {
             num_global_peers: 0,
             register_requests: Vec::new(),
             sessions: HashMap::new(),
+            round: 0,
+            round_deadline: None,
         }
+    }
+
+    /// curriculum-ssl patch: the round a registration deadline belongs to, if a round with a
+    /// deadline has just begun and needs a timer (see [`Self::expire_round`]).
+    pub(crate) fn take_new_deadline(&mut self) -> Option<(u64, tokio::time::Instant)> {
+        match self.round_deadline {
+            Some((deadline, _)) if self.register_requests.len() == 1 => {
+                Some((self.round, deadline))
+            }
+            _ => None,
+        }
+    }
+
+    /// curriculum-ssl patch: at a round's deadline, answers every node still waiting with the
+    /// nodes that registered, and forgets the round, so that the nodes can start again.
+    pub(crate) async fn expire_round(&mut self, round: u64) {
+        if round != self.round || self.register_requests.is_empty() {
+            return;
+        }
+        let waited_ms = self
+            .round_deadline
+            .map_or(0, |(deadline, began)| (deadline - began).as_millis() as u64);
+        let registered: Vec<(Address, Vec<PeerId>)> = {
+            let mut nodes: Vec<NodeId> = self.node_addresses.keys().cloned().collect();
+            nodes.sort();
+            nodes
+                .iter()
+                .map(|id| {
+                    (
+                        self.node_addresses[id].clone(),
+                        self.node_peers.get(id).cloned().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        };
+        let expected_nodes = self.cur_num_nodes.unwrap_or(0);
+        log::warn!(
+            "registration timed out after {waited_ms} ms: {} of {expected_nodes} nodes registered",
+            registered.len()
+        );
+        let waiting = std::mem::take(&mut self.register_requests);
+        for (session, request, _) in waiting {
+            let content = RemoteResponse::Error(GlobalCollectiveError::RegisterTimeout {
+                expected_nodes,
+                registered: registered.clone(),
+                waited_ms,
+            });
+            let response = CollectiveMessageResponse {
+                request_id: request,
+                content,
+            };
+            self.respond(session, response).await;
+        }
+        self.forget_round();
+    }
+
+    /// curriculum-ssl patch: a node's connection closed: it leaves a registration still under
+    /// way (a node that stopped before the others arrived is not counted, and may register
+    /// again), and its session is dropped.
+    pub(crate) fn close_session(&mut self, session_id: SessionId) {
+        self.sessions.remove(&session_id);
+        if self
+            .register_requests
+            .iter()
+            .any(|(s, _, _)| *s == session_id)
+        {
+            self.register_requests.retain(|(s, _, _)| *s != session_id);
+            if let Some(node) = self.registered_nodes.remove(&session_id) {
+                self.node_addresses.remove(&node);
+                if let Some(peers) = self.node_peers.remove(&node) {
+                    self.num_global_peers -= peers.len() as u32;
+                }
+            }
+            if self.register_requests.is_empty() {
+                self.forget_round();
+            }
+        } else if let Some(node) = self.registered_nodes.remove(&session_id) {
+            // A registered node that stopped: the run it was part of is over.
+            self.node_addresses.remove(&node);
+            self.node_peers.remove(&node);
+            if self.registered_nodes.is_empty() {
+                self.forget_round();
+            }
+        }
+    }
+
+    fn forget_round(&mut self) {
+        self.registered_nodes.clear();
+        self.node_addresses.clear();
+        self.node_peers.clear();
+        self.cur_num_nodes = None;
+        self.num_global_peers = 0;
+        self.register_requests.clear();
+        self.round += 1;
+        self.round_deadline = None;
     }
 
     pub(crate) fn init_session(&mut self, id: SessionId) {
@@ -86,8 +189,10 @@ impl GlobalCollectiveState {
         session_id: SessionId,
         response: CollectiveMessageResponse,
     ) {
-        let session = self.sessions.get_mut(&session_id).unwrap();
-        session.respond(response).await;
+        // curriculum-ssl patch: a session that has closed gets no answer (not a panic).
+        if let Some(session) = self.sessions.get_mut(&session_id) {
+            session.respond(response).await;
+        }
     }
 
     /// Process an incoming node's request
@@ -102,7 +207,15 @@ impl GlobalCollectiveState {
                 node_addr,
                 num_nodes,
                 peers,
+                timeout_ms,
             } => {
+                if self.register_requests.is_empty()
+                    && let Some(ms) = timeout_ms
+                {
+                    let began = tokio::time::Instant::now();
+                    self.round_deadline =
+                        Some((began + std::time::Duration::from_millis(ms), began));
+                }
                 self.register(session_id, request_id, node_addr, num_nodes, peers)
                     .await
             }
@@ -199,6 +312,9 @@ impl GlobalCollectiveState {
         if self.registered_nodes.len() == num_nodes as usize {
             let mut callbacks = vec![];
             core::mem::swap(&mut callbacks, &mut self.register_requests);
+            // curriculum-ssl patch: the round is complete; its deadline no longer applies.
+            self.round += 1;
+            self.round_deadline = None;
 
             for (session, request, node_id) in callbacks {
                 let content = RemoteResponse::Register {

@@ -98,7 +98,7 @@ impl<B: Backend> AllReduceOp<B> {
                     let result = tensors
                         .remove(&call.caller)
                         .expect("tensor/peer internal mismatch.");
-                    call.result_sender.send(Ok(result)).unwrap();
+                    let _ = call.result_sender.send(Ok(result));
                 });
                 assert_eq!(tensors.len(), 0, "tensor/peer internal mismatch.");
             }
@@ -135,7 +135,7 @@ impl<B: Backend> AllReduceOp<B> {
     /// Send a collective error as result to operation caller
     pub fn fail(self, err: CollectiveError) {
         self.calls.iter().for_each(|op| {
-            op.result_sender.send(Err(err.clone())).unwrap();
+            let _ = op.result_sender.send(Err(err.clone()));
         });
     }
 }

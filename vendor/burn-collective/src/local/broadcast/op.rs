@@ -111,7 +111,7 @@ impl<B: Backend> BroadcastOp<B> {
                     let result = tensors
                         .remove(&call.caller)
                         .expect("tensor/peer internal mismatch.");
-                    call.result_sender.send(Ok(result)).unwrap();
+                    let _ = call.result_sender.send(Ok(result));
                 });
                 assert_eq!(tensors.len(), 0, "tensor/peer internal mismatch.");
             }
@@ -167,7 +167,7 @@ impl<B: Backend> BroadcastOp<B> {
     /// Send a collective error as result to operation caller
     pub fn fail(self, err: CollectiveError) {
         self.calls.iter().for_each(|call| {
-            call.result_sender.send(Err(err.clone())).unwrap();
+            let _ = call.result_sender.send(Err(err.clone()));
         });
     }
 }

@@ -103,7 +103,7 @@ impl<B: Backend> ReduceOp<B> {
                     } else {
                         Ok(None)
                     };
-                    op.result_sender.send(msg).unwrap();
+                    let _ = op.result_sender.send(msg);
                 });
             }
             Err(err) => {
@@ -158,7 +158,7 @@ impl<B: Backend> ReduceOp<B> {
     /// Send a collective error as result to operation caller
     pub fn fail(self, err: CollectiveError) {
         self.calls.iter().for_each(|op| {
-            op.result_sender.send(Err(err.clone())).unwrap();
+            let _ = op.result_sender.send(Err(err.clone()));
         });
     }
 }
