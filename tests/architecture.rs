@@ -111,3 +111,64 @@ fn every_import_goes_to_a_lower_layer() {
     let found: BTreeSet<&str> = edges.keys().map(String::as_str).collect();
     assert_eq!(placed, found, "the layers and the modules of src/ differ");
 }
+
+/// A burn project that depends on this crate gets the patched collective layer: it is an
+/// ordinary dependency under its own name (`curriculum-ssl-collective`, vendor/), not a
+/// `[patch.crates-io]` entry, which applies only inside this workspace and left dependents with
+/// upstream's burn-collective, whose every all-reduce after the first hangs across machines.
+/// The test writes a crate outside the workspace that depends on this one and asks cargo for
+/// its dependency tree (offline, with this workspace's lock: nothing is built or downloaded).
+#[test]
+fn a_crate_outside_the_workspace_gets_the_patched_collective_layer() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::temp_dir().join(format!("curriculum-ssl-dependent-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"dependent\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\
+             publish = false\n\n[workspace]\n\n[dependencies]\ncurriculum-ssl = {{ path = {:?} }}\n",
+            root.display().to_string()
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("src/lib.rs"), "").unwrap();
+    std::fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["tree", "--offline", "-e", "normal", "--prefix", "none"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let collective: BTreeSet<&str> = tree
+        .lines()
+        .filter(|l| l.contains("collective") || l.contains("communication"))
+        .map(|l| l.trim_end_matches(" (*)"))
+        .collect();
+    let vendored = |name: &str| {
+        format!(
+            "{name} v0.21.0 ({})",
+            root.join("vendor").join(match name {
+                "curriculum-ssl-collective" => "burn-collective",
+                _ => "burn-communication",
+            })
+            .display()
+        )
+    };
+    assert_eq!(
+        collective,
+        BTreeSet::from([
+            vendored("curriculum-ssl-collective").as_str(),
+            vendored("curriculum-ssl-communication").as_str(),
+        ]),
+        "{tree}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

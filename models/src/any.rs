@@ -144,7 +144,7 @@ impl<B: Backend> AnyBackbone<B> {
     /// in the header. Returns the names used and the keys written.
     ///
     /// # Errors
-    /// [`ModelError::WeightFile`] if the file cannot be written.
+    /// [`ModelError::WeightWrite`] if the file cannot be written.
     pub fn save_safetensors(
         &self,
         metadata: &[(String, String)],

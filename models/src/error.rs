@@ -42,6 +42,14 @@ pub enum ModelError {
         /// What the reader said.
         message: String,
     },
+    /// The weight file could not be written.
+    #[error("cannot write weights to {path}: {message}")]
+    WeightWrite {
+        /// The file.
+        path: String,
+        /// What the writer said.
+        message: String,
+    },
     /// The state_dict lacks tensors the model needs.
     #[error("state_dict {path} is missing {} tensor(s) the model needs: {}", missing.len(), missing.join(", "))]
     MissingKeys {

@@ -584,7 +584,8 @@ fn adapt_input_channels<B: Backend, M: TorchvisionImport<B>>(
 /// `metadata` pairs go into the file's header. Returns the keys written, sorted.
 ///
 /// # Errors
-/// [`ModelError::WeightFile`] if a pattern is not a valid regex or the file cannot be written.
+/// [`ModelError::WeightFile`] if a pattern is not a valid regex, [`ModelError::WeightWrite`] if
+/// the file cannot be written.
 pub fn save_safetensors<B: Backend, M: ModuleSnapshot<B>>(
     module: &M,
     renames: &[(String, String)],
@@ -602,7 +603,10 @@ pub fn save_safetensors<B: Backend, M: ModuleSnapshot<B>>(
     }
     module
         .save_into(&mut store)
-        .map_err(|e| open_error(path, e))?;
+        .map_err(|e| ModelError::WeightWrite {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
     let mut keys = SafetensorsStore::from_file(path)
         .keys()
         .map_err(|e| open_error(path, e))?;

@@ -10,6 +10,7 @@ mod backend;
 mod plots;
 mod recipes;
 mod registry;
+mod signals;
 
 use std::process::ExitCode;
 
@@ -141,14 +142,44 @@ fn message(error: &anyhow::Error) -> String {
             named.join("; ")
         );
     }
-    format!("{error:#}")
+    if let Some(TrainError::Interrupted { run_dir, .. }) =
+        error.chain().find_map(|c| c.downcast_ref::<TrainError>())
+    {
+        return format!(
+            "{}; resume with `recipe resume {}`",
+            chain_text(error),
+            run_dir.display()
+        );
+    }
+    chain_text(error)
 }
 
-/// 2 for an error in what the user gave, 1 for a failure during the run.
+/// An error and its causes joined by ": ", each said once: a cause whose text its context
+/// already holds (an I/O error a message quotes) is not repeated.
+pub(crate) fn chain_text(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
+}
+
+/// 2 for an error in what the user gave, 1 for a failure during the run, 130 for a run stopped
+/// by Ctrl-C or SIGTERM.
 fn exit_code(error: &anyhow::Error) -> u8 {
     use curriculum_ssl::data::DataError;
     use curriculum_ssl::train::TrainError;
     for cause in error.chain() {
+        if let Some(TrainError::Interrupted { .. }) = cause.downcast_ref::<TrainError>() {
+            return signals::INTERRUPTED;
+        }
         if cause.is::<Usage>()
             || cause.is::<curriculum_ssl::ConfigError>()
             || cause.is::<DataError>()
@@ -226,6 +257,16 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Help { name: Some(name) } => {
+            // A command of its own (`recipe help resume`), else a recipe.
+            let mut cli = command();
+            cli.build();
+            if let Some(sub) = cli
+                .get_subcommands_mut()
+                .find(|s| s.get_name() == name && s.get_name() != "help")
+            {
+                sub.print_long_help()?;
+                return Ok(());
+            }
             let recipe = registry::find(&name).map_err(|e| usage(e.to_string()))?;
             // Every recipe prints its options for --help and exits 0.
             (recipe.run)(&["--help".to_string()])

@@ -137,6 +137,29 @@ fn with_smoothing(name: &str, points: Vec<(f64, f64)>) -> Vec<Line> {
 }
 
 /// One line plot of `lines` into `path`, with its axes named.
+/// The bitmap backend's error (plotters does not re-export its name).
+type BitMapBackendError = <BitMapBackend<'static> as DrawingBackend>::ErrorType;
+
+/// A drawing error in words: the system's for a file that cannot be written (plotters' own
+/// `Display` is its `Debug`).
+fn drawing_error(e: &DrawingAreaErrorKind<BitMapBackendError>) -> String {
+    use plotters_backend::DrawingErrorKind;
+    match e {
+        DrawingAreaErrorKind::BackendError(DrawingErrorKind::DrawingError(backend)) => {
+            match backend {
+                BitMapBackendError::IOError(io) => io.to_string(),
+                BitMapBackendError::ImageError(image) => image.to_string(),
+                BitMapBackendError::InvalidBuffer => "an invalid pixel buffer".into(),
+            }
+        }
+        DrawingAreaErrorKind::BackendError(DrawingErrorKind::FontError(font)) => {
+            format!("a font error: {font}")
+        }
+        DrawingAreaErrorKind::SharingError => "the drawing area is in use".into(),
+        DrawingAreaErrorKind::LayoutError => "the layout does not fit".into(),
+    }
+}
+
 pub fn draw(path: &Path, title: &str, x_label: &str, y_label: &str, lines: &[Line]) -> Result<()> {
     register_font();
     let points = lines.iter().flat_map(|l| l.points.iter());
@@ -154,7 +177,9 @@ pub fn draw(path: &Path, title: &str, x_label: &str, y_label: &str, lines: &[Lin
     };
     let (y0, y1) = (y0 - pad, y1 + pad);
     let root = BitMapBackend::new(path, SIZE).into_drawing_area();
-    let error = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
+    let error = |e: &DrawingAreaErrorKind<BitMapBackendError>| {
+        anyhow::anyhow!("drawing {}: {}", path.display(), drawing_error(e))
+    };
     root.fill(&WHITE).map_err(|e| error(&e))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 22))

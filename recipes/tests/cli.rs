@@ -106,6 +106,16 @@ fn check_error_shape(o: &Output, case: &str) -> i32 {
             !err.contains("error: error"),
             "{case}: doubled prefix\n{err}"
         );
+        // No part of the message said twice (an OS error quoted by a message and again as its
+        // cause).
+        let line = errors[0];
+        let parts: Vec<&str> = line.split(": ").filter(|p| p.len() >= 12).collect();
+        for (i, part) in parts.iter().enumerate() {
+            assert!(
+                !parts[i + 1..].contains(part),
+                "{case}: `{part}` said twice\n{err}"
+            );
+        }
     }
     code
 }
@@ -242,13 +252,82 @@ fn bad_input_exits_2_with_a_message_naming_it() {
             vec!["eval".into(), "--run-dir".into(), "missing-run".into()],
             "--run-dir missing-run: not a directory",
         ),
+        // One image per replica: batch norm's statistics need two (it panicked in the
+        // replicas' threads, and left a half-made run directory).
+        (
+            tiny("dp-bs2", &["--devices", "2", "--batch-size", "2"]),
+            "--batch-size 2: each of the 2 replicas would get 1 image(s) of every batch",
+        ),
+        // A thread per replica: 100000 of them exhausted the system and aborted.
+        (
+            tiny("dp-many", &["--devices", "100000"]),
+            "100000 replicas on one machine: at most 1024",
+        ),
+        (
+            tiny("dp-cpu", &["--devices", "100", "--batch-size", "200"]),
+            "--devices 100: the CPU backend runs each replica as a thread",
+        ),
+        // A negative value is the option's value, refused by the option's own check (it read
+        // as a flag `-1`, with a tip that led astray).
+        (
+            tiny("lr-neg-pair", &["lr=-1"]),
+            "--lr -1: must be a finite number > 0",
+        ),
+        (
+            tiny("lr-neg", &["--lr", "-1"]),
+            "--lr -1: must be a finite number > 0",
+        ),
+        // A setting given twice (it was resolved silently, the last winning).
+        (
+            tiny("twice", &["--epochs", "1", "epochs=2"]),
+            "`epochs=2`: --epochs is given as well; give it once",
+        ),
+        (
+            tiny(
+                "twice-pair",
+                &["method.queue_size=64", "method.queue_size=128"],
+            ),
+            "method.queue_size is given twice",
+        ),
+        // Not a number a setting can take (it read as "invalid type: null").
+        (
+            tiny("nan", &["method.temperature=nan"]),
+            "`method.temperature=nan`: nan is not a finite number",
+        ),
+        (
+            tiny("huge", &["method.temperature=1e400"]),
+            "1e400 is not a finite number",
+        ),
+        // The help's own example, on a method whose temperature is its loss's.
+        (
+            simclr("simclr-temperature", &["method.temperature=0.1"]),
+            "did you mean method.loss.NtXent.temperature?",
+        ),
+        // Networks that cannot fit are refused from their shapes, before their weights are
+        // drawn (it grew to 24 GB until the system killed it).
+        (
+            simclr("huge-head", &["method.hidden_dim=100000000"]),
+            "parameters: at least 292.1 GiB with their gradients and optimiser state",
+        ),
     ];
     for (args, expected) in cases {
         let o = run(&as_strs(&args));
         let code = check_error_shape(&o, expected);
         assert_eq!(code, 2, "{expected}\n{}", stderr(&o));
         assert!(stderr(&o).contains(expected), "{expected}\n{}", stderr(&o));
+        // Refused before anything is written.
+        if let Some(i) = args.iter().position(|a| a == "--run-dir") {
+            let dir = scratch().join(&args[i + 1]);
+            assert!(!dir.exists(), "{expected}: {} was made", dir.display());
+        }
     }
+}
+
+/// `tiny`'s run with SimCLR.
+fn simclr(run_dir: &str, extra: &[&str]) -> Vec<String> {
+    let mut args = tiny(run_dir, extra);
+    args[0] = "simclr".into();
+    args
 }
 
 #[test]
@@ -1105,6 +1184,16 @@ fn help_names_the_recipes_and_their_options() {
     }
     let o = run(&["help", "worked_values"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // The commands' own help (it said "unknown recipe `resume`").
+    for (command, expected) in [
+        ("resume", "Usage: recipe resume <RUN_DIR>"),
+        ("orchestrator", "Usage: recipe orchestrator"),
+    ] {
+        let o = run(&["help", command]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains(expected), "{out}");
+    }
     let o = run(&["help", "nope"]);
     assert_eq!(check_error_shape(&o, "help nope"), 2);
     assert!(
@@ -1316,6 +1405,30 @@ fn the_supervised_recipes_run_two_epochs() {
     let mut args = tiny("supervised-then-ssl", &["--epochs", "1"]);
     args[0] = "random_sampling".into();
     assert_eq!(run(&as_strs(&args)).status.code(), Some(0));
+    // Nor do eval, export and embed read it: they say what it is (it was "missing field
+    // `method`").
+    let supervised = scratch().join("supervised-then-ssl");
+    let run_dir = supervised.to_str().unwrap();
+    let out = scratch().join("supervised.npy");
+    for command in [
+        vec!["eval", "--run-dir", run_dir],
+        vec!["export", "--run-dir", run_dir],
+        vec![
+            "embed",
+            "--run-dir",
+            run_dir,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    ] {
+        let o = run(&command);
+        assert_eq!(check_error_shape(&o, command[0]), 2, "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("a supervised run (random_sampling)") && !err.contains("missing field"),
+            "{err}"
+        );
+    }
     let mut ssl = tiny("supervised-then-ssl", &["--resume"]);
     ssl[0] = "light_moco".into();
     let o = run(&as_strs(&ssl));
@@ -1640,7 +1753,7 @@ fn settings_come_from_key_value_overrides_and_the_runs_own_recipe_toml() {
         ("method.queue_size=0", "must hold at least one step's keys"),
         (
             "method.momentum=1e400",
-            "method: the settings given do not make",
+            "`method.momentum=1e400`: 1e400 is not a finite number",
         ),
     ] {
         let o = run(&as_strs(&tiny("settings-bad", &[extra])));
@@ -2048,4 +2161,332 @@ fn steps_reach_the_disk_before_the_epoch_ends() {
     let _ = child.wait();
     let rows = seen.expect("steps.csv had rows before the epoch ended");
     assert!(rows < 250, "{rows} rows: the epoch had not ended");
+}
+
+/// A run of `tiny` in `name`, finished.
+fn finished_tiny(name: &str) -> PathBuf {
+    let dir = scratch().join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = run(&as_strs(&tiny(name, &[])));
+    assert_eq!(check_error_shape(&o, name), 0, "{}", stderr(&o));
+    dir
+}
+
+/// `recipe embed --out RUN/steps.npy` would write its table to RUN/steps.csv, the run's step
+/// log: refused before anything is computed, the log intact; an export to a place that cannot
+/// be written says so (it said "cannot read weights").
+#[test]
+fn exports_do_not_write_over_the_runs_files_and_say_where_they_cannot_write() {
+    let dir = finished_tiny("export-guard");
+    let steps = std::fs::read(dir.join("steps.csv")).unwrap();
+    let run_dir = dir.to_str().unwrap();
+    for (command, expected) in [
+        (
+            vec![
+                "embed",
+                "--run-dir",
+                run_dir,
+                "--out",
+                &format!("{run_dir}/steps.npy"),
+            ],
+            "its table",
+        ),
+        (
+            vec![
+                "export",
+                "--run-dir",
+                run_dir,
+                "--out",
+                &format!("{run_dir}/checkpoints/b.safetensors"),
+            ],
+            "the run's own checkpoints",
+        ),
+        (
+            vec![
+                "export",
+                "--run-dir",
+                run_dir,
+                "--out",
+                "/proc/backbone.safetensors",
+            ],
+            "--out /proc/backbone.safetensors: cannot write in /proc",
+        ),
+    ] {
+        let o = run(&command);
+        assert_eq!(check_error_shape(&o, expected), 2, "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains(expected) && !err.contains("cannot read"),
+            "{err}"
+        );
+    }
+    assert_eq!(std::fs::read(dir.join("steps.csv")).unwrap(), steps);
+    // The run still extends.
+    let o = run(&["resume", run_dir, "--extend", "--epochs", "2"]);
+    assert_eq!(check_error_shape(&o, "extend"), 0, "{}", stderr(&o));
+}
+
+/// A plot that cannot be drawn after a complete run is a warning, not a failed run (it was exit
+/// 1 with plotters' Debug text).
+#[test]
+fn a_plot_that_cannot_be_drawn_does_not_fail_a_complete_run() {
+    let dir = finished_tiny("plot-fails");
+    let loss = dir.join("plots/loss.png");
+    std::fs::remove_file(&loss).unwrap();
+    std::fs::create_dir_all(loss.join("in-the-way")).unwrap();
+    let o = run(&["resume", dir.to_str().unwrap(), "--extend", "--epochs", "2"]);
+    let err = stderr(&o);
+    assert_eq!(check_error_shape(&o, "plot"), 0, "{err}");
+    assert!(
+        err.contains("the run is complete, but its plots could not be drawn")
+            && !err.contains("Os {"),
+        "{err}"
+    );
+}
+
+/// A run directory inside a folder of images is refused: its plots would become training
+/// images of the next run (and change the data of its own resume).
+#[test]
+fn a_run_directory_inside_the_image_folder_is_refused() {
+    let images = scratch().join("folder-with-run");
+    std::fs::create_dir_all(&images).unwrap();
+    for i in 0..4u8 {
+        image::GrayImage::from_pixel(8, 8, image::Luma([i * 50]))
+            .save(images.join(format!("{i}.png")))
+            .unwrap();
+    }
+    let inside = images.join("runs/simclr");
+    let o = run(&[
+        "simclr",
+        "--dataset",
+        "folder",
+        "--data-dir",
+        images.to_str().unwrap(),
+        "--run-dir",
+        inside.to_str().unwrap(),
+        "--epochs",
+        "1",
+    ]);
+    assert_eq!(check_error_shape(&o, "inside"), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("inside --data-dir")
+            && stderr(&o).contains("choose a run directory outside it"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!images.join("runs").exists());
+}
+
+/// Spawns a light_moco run of one epoch on the embedded subset (250 steps) in `run_dir` and
+/// waits until its first steps are on disk.
+fn spawn_long_run(run_dir: &Path) -> std::process::Child {
+    let _ = std::fs::remove_dir_all(run_dir);
+    let child = recipe(&[
+        "light_moco",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "32",
+        "--knn-every",
+        "0",
+        "--workers",
+        "1",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(120) {
+        let rows = std::fs::read_to_string(run_dir.join("steps.csv"))
+            .map(|t| t.lines().count().saturating_sub(1))
+            .unwrap_or(0);
+        if rows > 0 {
+            return child;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("no step reached {}", run_dir.display());
+}
+
+/// Two processes on one run directory: the second (a resume, an extension) is refused while the
+/// first trains, naming its process id, before it writes anything (both used to run, the
+/// second overwriting the first's checkpoints).
+#[test]
+fn a_second_process_on_a_run_directory_is_refused_naming_the_first() {
+    let dir = scratch().join("two-writers");
+    let mut first = spawn_long_run(&dir);
+    let config = std::fs::read(dir.join("config.json")).unwrap();
+    let o = run(&["resume", dir.to_str().unwrap(), "--extend", "--epochs", "9"]);
+    let _ = first.kill();
+    let _ = first.wait();
+    let err = stderr(&o);
+    assert_eq!(check_error_shape(&o, "second"), 2, "{err}");
+    assert!(
+        err.contains(&format!("is in use by process {}", first.id())),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(dir.join("config.json")).unwrap(), config);
+}
+
+/// Ctrl-C stops a run after its step with the resume command and exit code 130 (it printed
+/// nothing); the resume finishes the run.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_stops_a_run_with_the_command_that_resumes_it() {
+    let dir = scratch().join("interrupted");
+    let child = spawn_long_run(&dir);
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(check_error_shape(&o, "interrupted"), 130, "{err}");
+    assert!(
+        err.contains("stopping after this step")
+            && err.contains("error: interrupted at step")
+            && err.contains(&format!("resume with `recipe resume {}`", dir.display())),
+        "{err}"
+    );
+}
+
+/// `recipe orchestrator` binds the address it is given (port 0: a free one, printed) and says
+/// when it cannot (it printed "listening", then an error, and exited 0).
+#[test]
+fn the_orchestrator_binds_the_address_given_and_refuses_a_taken_port() {
+    let mut child = recipe(&["orchestrator", "--port", "0", "--address", "127.0.0.1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    {
+        use std::io::BufRead;
+        let mut out = std::io::BufReader::new(child.stdout.as_mut().unwrap());
+        out.read_line(&mut line).unwrap();
+    }
+    let port: u16 = line
+        .split("ws://127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no loopback address and port in {line:?}"));
+    assert_ne!(port, 0);
+    // The same port again: taken.
+    let o = run(&[
+        "orchestrator",
+        "--port",
+        &port.to_string(),
+        "--address",
+        "127.0.0.1",
+    ]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(check_error_shape(&o, "taken"), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "--address 127.0.0.1 --port {port}: cannot listen there"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("listening"));
+}
+
+/// A port nothing listens on, on the loopback address.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A run on two machines whose second was started with another --seed: both are refused,
+/// naming the setting and both values, before anything is trained (the writer used to report
+/// success for replicas that trained different runs). And a machine whose orchestrator is
+/// absent stops after --timeout.
+#[test]
+fn machines_started_with_other_settings_are_refused_and_an_absent_orchestrator_ends_the_wait() {
+    let mut orchestrator = recipe(&["orchestrator", "--port", "0", "--address", "127.0.0.1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    {
+        use std::io::BufRead;
+        let mut out = std::io::BufReader::new(orchestrator.stdout.as_mut().unwrap());
+        out.read_line(&mut line).unwrap();
+    }
+    let address = line
+        .split_whitespace()
+        .find(|w| w.starts_with("ws://"))
+        .unwrap()
+        .to_string();
+    let node = |rank: &str, seed: &str| {
+        let dir = scratch().join(format!("seeds-{rank}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut args = tiny(dir.to_str().unwrap(), &["--seed", seed, "--timeout", "60"]);
+        args.extend(
+            [
+                "--nodes".to_string(),
+                "2".into(),
+                "--node-rank".into(),
+                rank.into(),
+                "--orchestrator".into(),
+                address.clone(),
+                "--node-address".into(),
+                format!("ws://127.0.0.1:{}", free_port()),
+            ]
+            .into_iter(),
+        );
+        recipe(&as_strs(&args))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let machines = [node("0", "0"), node("1", "1")];
+    let outputs: Vec<Output> = machines
+        .into_iter()
+        .map(|m| m.wait_with_output().unwrap())
+        .collect();
+    let _ = orchestrator.kill();
+    let _ = orchestrator.wait();
+    for o in &outputs {
+        let err = stderr(o);
+        assert_eq!(check_error_shape(o, "seeds"), 2, "{err}");
+        assert!(
+            err.contains("replica 1 was started with other settings than replica 0")
+                && err.contains("train.seed: replica 0 0, replica 1 1"),
+            "{err}"
+        );
+    }
+    assert!(!scratch().join("seeds-0/checkpoints").exists());
+    // No orchestrator at all: the machine tries for --timeout seconds, then says so.
+    let started = Instant::now();
+    let mut args = tiny("no-orchestrator", &["--timeout", "2"]);
+    args.extend(
+        [
+            "--nodes".to_string(),
+            "2".into(),
+            "--node-rank".into(),
+            "0".into(),
+            "--orchestrator".into(),
+            format!("ws://127.0.0.1:{}", free_port()),
+            "--node-address".into(),
+            format!("ws://127.0.0.1:{}", free_port()),
+        ]
+        .into_iter(),
+    );
+    let o = run(&as_strs(&args));
+    let err = stderr(&o);
+    assert_eq!(check_error_shape(&o, "no orchestrator"), 1, "{err}");
+    assert!(err.contains("could not be reached within 2 s"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(60));
 }

@@ -207,6 +207,8 @@ pub enum TrainError {
         }
     )]
     Interrupted {
+        /// The run directory.
+        run_dir: PathBuf,
         /// Steps completed.
         step: usize,
         /// The epoch it was in (1-based).
@@ -1271,6 +1273,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
     /// The error of a run that stopped because it was asked to, during (0-based) `epoch`.
     fn interrupted(&self, epoch: usize) -> TrainError {
         TrainError::Interrupted {
+            run_dir: self.run_dir.clone(),
             step: self.step_count,
             epoch: epoch + 1,
             last_checkpoint: self.last_checkpoint.clone(),

@@ -15,9 +15,8 @@ use std::path::{Path, PathBuf};
 use crate::registry::RecipeEntry;
 use anyhow::{Context, Result};
 use clap::Parser;
-use curriculum_ssl::train::RunRecord;
 
-use super::common::{read_knn_results, RecipeRun, KNN_AT_INIT, KNN_RAW_PIXELS};
+use super::common::{read_knn_results, KNN_AT_INIT, KNN_RAW_PIXELS};
 use crate::plots::Table;
 use crate::usage;
 
@@ -55,7 +54,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 run.display()
             )));
         }
-        records.push(RunRecord::<RecipeRun>::read(run)?);
+        records.push(super::export::read_recipe_record(run)?);
     }
     let names: Vec<String> = args.runs.iter().map(|r| r.display().to_string()).collect();
     let plots = crate::plots::compare_runs(&args.runs, &names, &args.out)?;

@@ -28,9 +28,8 @@ use clap::{Parser, ValueEnum};
 use curriculum_ssl::eval::linear_probe::ProbeOptimizer;
 use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig};
 use curriculum_ssl::optim::LarsConfig;
-use curriculum_ssl::train::RunRecord;
 
-use super::common::{self, RecipeRun, Train};
+use super::common::{self, Train};
 use crate::usage;
 
 /// Options of `recipe eval`.
@@ -104,7 +103,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     super::export::check_run_dir(&args.run_dir)?;
     let source = {
-        let record = RunRecord::<RecipeRun>::read(&args.run_dir)?;
+        let record = super::export::read_recipe_record(&args.run_dir)?;
         common::DataSource {
             dir: args.data.or(record.run.data.clone()),
             knn_data: args.knn_data.or(record.run.knn_data.clone()),

@@ -60,7 +60,7 @@ pub fn load_run_backbone(
     device: &Device,
 ) -> Result<RunBackbone> {
     check_run_dir(run_dir)?;
-    let record = RunRecord::<RecipeRun>::read(run_dir)?;
+    let record = read_recipe_record(run_dir)?;
     let checkpoint = resolve_checkpoint(checkpoint.unwrap_or(run_dir))?;
     let input = match record.run.input_shape {
         Some([h, w, c]) => (h, w, c),
@@ -81,6 +81,27 @@ pub fn load_run_backbone(
         checkpoint,
         input,
     })
+}
+
+/// The record of a self-supervised recipe's run; a supervised run (`spl_advise`, `spld`,
+/// `random_sampling`) is named as such.
+///
+/// # Errors
+/// No run record, or the record of a supervised run.
+pub(crate) fn read_recipe_record(run_dir: &Path) -> Result<RunRecord<RecipeRun>> {
+    let raw: RunRecord<serde_json::Value, serde_json::Value> = RunRecord::read(run_dir)?;
+    if raw.step.get("supervised").is_some() || raw.run.get("selection").is_some() {
+        return Err(usage(format!(
+            "{}: a supervised run ({}): eval, export and embed read the backbones of \
+             self-supervised runs; its test accuracy is in its epochs.csv",
+            run_dir.display(),
+            raw.run
+                .get("recipe")
+                .and_then(|r| r.as_str())
+                .unwrap_or("spl_advise")
+        )));
+    }
+    Ok(RunRecord::<RecipeRun>::read(run_dir)?)
 }
 
 /// Refuses a --run-dir that is not a directory.
@@ -116,7 +137,7 @@ pub fn export(args: &[String]) -> Result<()> {
     let out = args
         .out
         .unwrap_or_else(|| args.run_dir.join("backbone.safetensors"));
-    check_out(&out, "safetensors")?;
+    check_out(&out, "safetensors", &args.run_dir)?;
     let device = crate::backend::device(None)?;
     let run = load_run_backbone(&args.run_dir, args.checkpoint.as_deref(), &device)?;
     let normalize = run.record.step.augmentation.view1.normalize.clone();
@@ -151,9 +172,21 @@ pub fn export(args: &[String]) -> Result<()> {
         "key_names".to_string(),
         key_names(model.export_names()).to_string(),
     ));
-    let (names, keys) = model
-        .save_safetensors(&metadata, &out)
-        .map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
+    // Written beside the target and renamed over it: an export that fails (a full disk) leaves
+    // the previous file whole.
+    let tmp = temporary_beside(&out);
+    let saved = model.save_safetensors(&metadata, &tmp).and_then(|saved| {
+        std::fs::rename(&tmp, &out)
+            .map(|()| saved)
+            .map_err(|e| curriculum_ssl_models::ModelError::WeightWrite {
+                path: out.display().to_string(),
+                message: e.to_string(),
+            })
+    });
+    if saved.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    let (names, keys) = saved?;
     println!(
         "{} tensors ({} parameters) under {} key names: {}",
         keys.len(),
@@ -176,24 +209,112 @@ fn key_names(names: ExportNames) -> &'static str {
 }
 
 
-/// Refuses an output path without the expected extension or in a missing directory (before
-/// anything is computed).
-fn check_out(out: &Path, extension: &str) -> Result<()> {
+/// A hidden temporary file beside `path`, named by this process.
+fn temporary_beside(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
+}
+
+/// The files and folders of a run directory its runs write (an output written over one would
+/// destroy the run's record or logs).
+const RUN_FILES: &[&str] = &[
+    "config.json",
+    "recipe.toml",
+    "steps.csv",
+    "epochs.csv",
+    "evals.csv",
+    "summary.md",
+    "knn_at_init.json",
+    "knn_raw_pixels.json",
+    ".lock",
+    "checkpoints",
+    "tensorboard",
+    "plots",
+];
+
+/// Refuses an output path without the expected extension, in a missing or unwritable
+/// directory, or onto a file of the run (before anything is computed).
+fn check_out(out: &Path, extension: &str, run_dir: &Path) -> Result<()> {
     if out.extension().and_then(|e| e.to_str()) != Some(extension) {
         return Err(usage(format!(
             "--out {}: must end in .{extension}",
             out.display()
         )));
     }
-    let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
-    if let Some(dir) = parent.filter(|d| !d.is_dir()) {
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !parent.is_dir() {
         return Err(usage(format!(
             "--out {}: no directory {}",
             out.display(),
-            dir.display()
+            parent.display()
+        )));
+    }
+    check_not_the_runs(out, run_dir)?;
+    // Can a file be written there? (Said now, not after the features are computed.)
+    let probe = temporary_beside(out);
+    match std::fs::File::create(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(usage(format!(
+            "--out {}: cannot write in {}: {}",
+            out.display(),
+            parent.display(),
+            describe_io(&e)
+        ))),
+    }
+}
+
+/// Refuses `path` when it is one of the run's own files (or inside one of its folders).
+fn check_not_the_runs(path: &Path, run_dir: &Path) -> Result<()> {
+    let (Ok(run), Some(parent)) = (run_dir.canonicalize(), path.parent()) else {
+        return Ok(());
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    let Ok(parent) = parent.canonicalize() else {
+        return Ok(());
+    };
+    let Some(name) = path.file_name() else {
+        return Ok(());
+    };
+    let full = parent.join(name);
+    let Ok(inside) = full.strip_prefix(&run) else {
+        return Ok(());
+    };
+    let first = inside
+        .components()
+        .next()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if RUN_FILES.contains(&first.as_str()) {
+        return Err(usage(format!(
+            "{}: the run's own {first} (the run's record, logs or checkpoints would be written \
+             over); choose another --out",
+            path.display()
         )));
     }
     Ok(())
+}
+
+/// An I/O error in the words a user acts on.
+fn describe_io(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        std::io::ErrorKind::ReadOnlyFilesystem => "a read-only file system".into(),
+        std::io::ErrorKind::StorageFull => "no space left on the device".into(),
+        _ => e.to_string(),
+    }
 }
 
 /// The split of the run's data `embed` reads.
@@ -234,7 +355,10 @@ struct EmbedArgs {
 pub fn embed(args: &[String]) -> Result<()> {
     let args = EmbedArgs::try_parse_from(args).map_err(crate::help_or_error)?;
     check_run_dir(&args.run_dir)?;
-    check_out(&args.out, "npy")?;
+    check_out(&args.out, "npy", &args.run_dir)?;
+    // The rows' table goes beside it, with .csv.
+    check_not_the_runs(&args.out.with_extension("csv"), &args.run_dir)
+        .map_err(|e| usage(format!("--out {}: its table {e}", args.out.display())))?;
     if args.batch_size == 0 {
         return Err(usage("--batch-size 0: must be at least 1"));
     }

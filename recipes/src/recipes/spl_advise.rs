@@ -35,7 +35,7 @@ use curriculum_ssl::spl_advise::{
 use curriculum_ssl::train::supervised::{
     Classifier, ClassifierAugmentConfig, Supervised, SupervisedConfig,
 };
-use curriculum_ssl::train::{Cell, StartMode, TrainConfig, Trainer};
+use curriculum_ssl::train::{Cell, DataFingerprint, StartMode, TrainConfig, Trainer};
 use curriculum_ssl_models::AnyBackbone;
 use serde::Serialize;
 
@@ -376,6 +376,7 @@ where
         run_dir.display()
     );
     let test = data.test.expect("checked to be labelled before training");
+    let fingerprint = DataFingerprint::of_images(&data.train);
     let step = Supervised::new(model, optimizer, data.train, test, config, augment);
     let builder = Trainer::with_step(step).config(train_config);
     let builder = match selector {
@@ -386,6 +387,8 @@ where
     let mut trainer = builder
         .run_dir(&run_dir)
         .describe(&description)
+        .data(fingerprint)
+        .stop_when(crate::signals::stop_flag())
         .start(mode)
         .build(&device)?;
     let summary = trainer.fit()?;
@@ -410,7 +413,9 @@ where
             100.0 * stat("selected_fraction"),
         );
     }
-    crate::plots::plot_run(&run_dir)?;
+    if let Err(e) = crate::plots::plot_run(&run_dir) {
+        log::warn!("the run is complete, but its plots could not be drawn: {}", crate::chain_text(&e));
+    }
     common::print_where(&run_dir);
     Ok(())
 }

@@ -8,9 +8,9 @@ use super::*;
 pub struct RecipeArgs {
     /// Settings of the recipe as KEY=VALUE, over its defaults and a --config file: an option
     /// (`epochs=10`), or a setting of the method, the optimiser or the augmentation
-    /// (`method.temperature=0.1`, `optimizer.weight_decay=1e-5`,
-    /// `augmentation.view1.blur.p=0.2`; `none` turns a setting off). recipe.toml in a run
-    /// directory lists every one.
+    /// (`optimizer.weight_decay=1e-5`, `augmentation.view1.blur.p=0.2`, MoCo's
+    /// `method.temperature=0.1`, SimCLR's `method.loss.NtXent.temperature=0.1`; `none` turns a
+    /// setting off). recipe.toml in a run directory lists every one; each is given once.
     #[arg(value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
     /// A settings file (TOML) as every run writes to its directory (recipe.toml): its options
@@ -305,11 +305,20 @@ impl RecipeArgs {
 /// Parses a recipe's arguments into its options struct `T` (the recipe's name heads the usage
 /// line of `--help`; a clap error is a usage error).
 pub fn parse_recipe_args<T: Parser>(recipe: &str, args: &[String]) -> Result<T> {
+    // `--lr -1` is the option's value (refused by the option's own check, naming it), not an
+    // unknown flag `-1` with a tip that leads astray.
     let command = T::command()
         .bin_name(format!("recipe {recipe}"))
         .about(format!(
             "Options of `recipe {recipe}` (the recipe's defaults when not given)"
-        ));
+        ))
+        .mut_args(|a| {
+            if a.get_action().takes_values() && !a.is_positional() {
+                a.allow_negative_numbers(true)
+            } else {
+                a
+            }
+        });
     command
         .try_get_matches_from(args)
         .and_then(|m| T::from_arg_matches(&m))

@@ -91,8 +91,18 @@ impl Overrides {
             );
             merge(&mut value, file, &origin, section)?;
         }
+        let defaults = value.clone();
         for setting in self.given.get(section).into_iter().flatten() {
-            set(&mut value, section, setting)?;
+            set(&mut value, section, setting).map_err(|e| {
+                // A key at the wrong level (`method.temperature` for SimCLR, whose temperature
+                // is its loss's): name where the key is.
+                let found = leaves_named(&defaults, setting.path.last().map_or("", |k| k), section);
+                if found.is_empty() {
+                    e
+                } else {
+                    usage(format!("{e}; did you mean {}?", found.join(" or ")))
+                }
+            })?;
         }
         let config = serde_json::from_value::<C>(value).map_err(|e| {
             usage(format!(
@@ -136,9 +146,9 @@ impl Overrides {
         let text = format!(
             "# The settings of this run, as `recipe {recipe}` resolved them. Run them again with\n\
              # `recipe {recipe} --config recipe.toml --run-dir NEW_DIR` (command-line options and\n\
-             # key=value overrides such as `method.temperature=0.1` win over the file); `--resume`\n\
-             # and `--extend` read this file from the run directory. A setting that is off reads\n\
-             # \"none\".\n\n{}",
+             # key=value overrides such as `epochs=3` or `optimizer.weight_decay=1e-5` win over\n\
+             # the file); `--resume` and `--extend` read this file from the run directory. A\n\
+             # setting that is off reads \"none\".\n\n{}",
             toml::to_string(&table)?
         );
         let path = run_dir.join(RECIPE_TOML);
@@ -173,6 +183,12 @@ impl ConfigFile {
             options: toml::Table::new(),
             sections: BTreeMap::new(),
         };
+        if let Some(key) = first_non_finite(&toml::Value::Table(table.clone()), "") {
+            return Err(usage(format!(
+                "--config {}: {key} is not a finite number (nan and inf are not settings)",
+                path.display()
+            )));
+        }
         for (key, value) in table {
             match (key.as_str(), value) {
                 ("recipe", toml::Value::String(name)) => file.recipe = Some(name),
@@ -229,16 +245,54 @@ pub fn resolve(
         overrides.source = Some(path.to_path_buf());
     }
     // The command line itself, without its key=value tokens (they are applied below).
-    resolved.extend(args.iter().filter(|a| !pairs.contains(a)).cloned());
+    let given: Vec<String> = args
+        .iter()
+        .filter(|a| !pairs.contains(a))
+        .cloned()
+        .collect();
+    resolved.extend(given.iter().cloned());
+    // The options the command line names (`--epochs 3`, `--epochs=3`), by argument id.
+    let flagged: Vec<&str> = given
+        .iter()
+        .filter_map(|a| a.strip_prefix("--"))
+        .filter_map(|a| option_id(command, a.split('=').next().unwrap_or(a)))
+        .collect();
+    let mut seen: BTreeMap<String, &String> = BTreeMap::new();
     for pair in pairs {
         let Some((key, text)) = pair.split_once('=') else {
             return Err(usage(format!(
-                "`{pair}`: not an option; settings are given as KEY=VALUE (e.g. \
-                 method.temperature=0.1) or --option VALUE"
+                "`{pair}`: not an option; settings are given as KEY=VALUE (e.g. epochs=3, \
+                 optimizer.weight_decay=1e-5) or --option VALUE"
             )));
         };
+        let non_finite = text.trim().parse::<f64>().is_ok_and(|f| !f.is_finite())
+            || first_non_finite(&parse_value(text), "").is_some();
+        if non_finite {
+            return Err(usage(format!("`{pair}`: {text} is not a finite number")));
+        }
         let mut path: Vec<String> = key.split('.').map(str::to_string).collect();
         let head = path.remove(0);
+        // An option and `options.OPTION` are one setting; a section's setting is its path.
+        let name = match head.as_str() {
+            "options" if path.len() == 1 => path[0].replace('-', "_"),
+            _ if path.is_empty() => head.replace('-', "_"),
+            _ => key.to_string(),
+        };
+        if let Some(earlier) = seen.insert(name.clone(), pair) {
+            return Err(usage(format!(
+                "`{pair}`: {name} is given twice (also `{earlier}`); give it once"
+            )));
+        }
+        if head == "options" || path.is_empty() {
+            if let Some(id) = option_id(command, &name.replace('_', "-")) {
+                if flagged.contains(&id) {
+                    return Err(usage(format!(
+                        "`{pair}`: --{} is given as well; give it once",
+                        name.replace('_', "-")
+                    )));
+                }
+            }
+        }
         match head.as_str() {
             "options" if path.len() == 1 => {
                 resolved.extend(as_flag(command, &path[0], &parse_value(text), pair)?)
@@ -270,6 +324,58 @@ pub fn resolve(
         }
     }
     Ok((resolved, overrides))
+}
+
+/// The id of the option whose long name or alias is `long` (without the dashes).
+fn option_id<'a>(command: &'a clap::Command, long: &str) -> Option<&'a str> {
+    command
+        .get_arguments()
+        .find(|a| {
+            a.get_long() == Some(long)
+                || a.get_all_aliases()
+                    .is_some_and(|aliases| aliases.contains(&long))
+        })
+        .map(|a| a.get_id().as_str())
+}
+
+/// The dotted path of the first float in `value` that is not finite (NaN, ±inf), if any.
+fn first_non_finite(value: &toml::Value, at: &str) -> Option<String> {
+    let join = |key: &str| {
+        if at.is_empty() {
+            key.to_string()
+        } else {
+            format!("{at}.{key}")
+        }
+    };
+    match value {
+        toml::Value::Float(f) if !f.is_finite() => Some(if at.is_empty() {
+            f.to_string()
+        } else {
+            at.to_string()
+        }),
+        toml::Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| first_non_finite(v, &join(&i.to_string()))),
+        toml::Value::Table(t) => t.iter().find_map(|(k, v)| first_non_finite(v, &join(k))),
+        _ => None,
+    }
+}
+
+/// The dotted paths (from `section`) of the leaves of `value` named `key`, at any depth.
+fn leaves_named(value: &Value, key: &str, section: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    if let Value::Object(map) = value {
+        for (k, v) in map {
+            let path = format!("{section}.{k}");
+            if k == key && !v.is_object() {
+                found.push(path);
+            } else {
+                found.extend(leaves_named(v, key, &path));
+            }
+        }
+    }
+    found
 }
 
 /// A value of the command line: TOML's (`0.1`, `true`, `[0.2, 1.0]`, `"text"`), else the text
@@ -328,7 +434,8 @@ fn as_flag(
             ))),
         };
     }
-    Ok(vec![format!("--{long}"), text])
+    // One token: a value that starts with a dash (`lr=-1`) is the option's value, not a flag.
+    Ok(vec![format!("--{long}={text}")])
 }
 
 /// Sets `setting` inside the section's value: every key on the way must exist.
@@ -524,7 +631,7 @@ mod tests {
     #[test]
     fn options_become_flags_with_the_command_line_last() {
         let (args, _) = resolved(&["epochs=3", "options.batch_size=16", "resume=true"]).unwrap();
-        assert_eq!(args, ["--epochs", "3", "--batch-size", "16", "--resume"]);
+        assert_eq!(args, ["--epochs=3", "--batch-size=16", "--resume"]);
         let e = resolved(&["epoch=3"]).unwrap_err().to_string();
         assert!(
             e.contains("`epoch` is not an option") && e.contains("batch_size"),
@@ -541,10 +648,7 @@ mod tests {
         .unwrap();
         let args = vec!["--epochs".to_string(), "9".to_string()];
         let (resolved, overrides) = resolve(&command(), "r", Some(&file), &args, &[]).unwrap();
-        assert_eq!(
-            resolved,
-            ["--epochs", "7", "--mean", "0.5,0.25", "--epochs", "9"]
-        );
+        assert_eq!(resolved, ["--epochs=7", "--mean=0.5,0.25", "--epochs", "9"]);
         let got = overrides.apply("method", example()).unwrap();
         assert_eq!((got.temperature, got.blur.unwrap().p), (0.5, 0.0));
         let e = resolve(&command(), "other", Some(&file), &args, &[])
@@ -576,5 +680,90 @@ mod tests {
         let text = std::fs::read_to_string(dir.join(RECIPE_TOML)).unwrap();
         assert!(text.contains("blur = \"none\""), "{text}");
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A setting given twice on the command line, or as an option and as KEY=VALUE, is refused
+    /// (it used to be resolved silently, the last one winning).
+    #[test]
+    fn a_setting_given_twice_is_refused() {
+        let e = resolved(&["method.temperature=0.1", "method.temperature=0.2"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`method.temperature=0.2`: method.temperature is given twice (also `method.temperature=0.1`)"),
+            "{e}"
+        );
+        let e = resolved(&["epochs=2", "options.epochs=3"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("epochs is given twice"), "{e}");
+        let args: Vec<String> = ["--epochs", "1", "epochs=2"].map(String::from).to_vec();
+        let pairs = vec!["epochs=2".to_string()];
+        let e = resolve(&command(), "r", None, &args, &pairs)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`epochs=2`: --epochs is given as well"), "{e}");
+        let args: Vec<String> = ["--epochs=1", "epochs=2"].map(String::from).to_vec();
+        assert!(resolve(&command(), "r", None, &args, &pairs).is_err());
+    }
+
+    /// `nan`, `inf` and `1e400` (which TOML reads as infinite, or not at all) are not settings:
+    /// refused naming them, in a pair and in a file (they used to read as "invalid type: null",
+    /// or turned an optional setting off).
+    #[test]
+    fn values_that_are_not_finite_numbers_are_refused() {
+        for value in ["nan", "inf", "-inf", "1e400", "[0.1, nan]"] {
+            let e = resolved(&[&format!("method.temperature={value}")])
+                .err()
+                .unwrap_or_else(|| panic!("{value} accepted"))
+                .to_string();
+            assert!(e.contains("is not a finite number"), "{value}: {e}");
+        }
+        let dir = std::env::temp_dir().join(format!("config-file-nan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("r.toml");
+        std::fs::write(&file, "recipe = \"r\"\n[method.blur]\np = nan\n").unwrap();
+        let e = ConfigFile::read(&file).err().unwrap().to_string();
+        assert!(e.contains("method.blur.p is not a finite number"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A negative value is the option's value, one token (`--lr=-1`), not a flag `-1`.
+    #[test]
+    fn a_negative_value_stays_the_options_value() {
+        let (args, _) = resolved(&["epochs=-1"]).unwrap();
+        assert_eq!(args, ["--epochs=-1"]);
+    }
+
+    /// A key that is not at the level given, but deeper in the section, is named: SimCLR's
+    /// temperature is its loss's.
+    #[test]
+    fn a_key_found_deeper_in_the_section_is_suggested() {
+        #[derive(Serialize, serde::Deserialize)]
+        struct Loss {
+            temperature: f64,
+        }
+        #[derive(Serialize, serde::Deserialize)]
+        struct SimClrLike {
+            hidden_dim: usize,
+            loss: Loss,
+        }
+        let (_, overrides) = resolved(&["method.temperature=0.1"]).unwrap();
+        let e = overrides
+            .apply(
+                "method",
+                SimClrLike {
+                    hidden_dim: 8,
+                    loss: Loss { temperature: 0.5 },
+                },
+            )
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("method has no setting `temperature`")
+                && e.contains("did you mean method.loss.temperature?"),
+            "{e}"
+        );
     }
 }

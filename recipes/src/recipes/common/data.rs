@@ -291,6 +291,32 @@ fn check_dir(option: &str, dir: &Path) -> Result<()> {
     }
 }
 
+/// Whether `path` (which need not exist yet) lies inside the existing directory `dir`, links
+/// resolved.
+fn is_inside(path: &Path, dir: &Path) -> bool {
+    let Ok(dir) = dir.canonicalize() else {
+        return false;
+    };
+    let Ok(mut base) = std::path::absolute(path) else {
+        return false;
+    };
+    let mut rest = Vec::new();
+    while !base.exists() {
+        match (base.file_name(), base.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name.to_os_string());
+                base = parent.to_path_buf();
+            }
+            _ => return false,
+        }
+    }
+    let Ok(mut resolved) = base.canonicalize() else {
+        return false;
+    };
+    resolved.extend(rest.iter().rev());
+    resolved.starts_with(&dir)
+}
+
 /// Checks the settings a training recipe resolved, naming the option at fault.
 pub(crate) fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
     if settings.epochs == 0 {
@@ -311,6 +337,25 @@ pub(crate) fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
     }
     if args.extend && args.resume {
         return Err(usage("--extend resumes by itself: give --extend alone"));
+    }
+    if settings.source.dataset.is_files() {
+        // A folder's images are read at any depth: a run directory inside it would have its
+        // plots trained on by the next run (and would change the data of its own resume).
+        let run_dir = settings.run_dir(args);
+        for (option, dir) in [
+            ("--data-dir", settings.source.dir.as_ref()),
+            ("--knn-data", settings.source.knn_data.as_ref()),
+        ] {
+            if let Some(dir) = dir.filter(|d| is_inside(&run_dir, d)) {
+                return Err(usage(format!(
+                    "--run-dir {}: inside {option} {}, whose images are read at any depth (the \
+                     run's plots would become training images); choose a run directory outside \
+                     it",
+                    run_dir.display(),
+                    dir.display()
+                )));
+            }
+        }
     }
     if settings.stem.is_some() && !settings.backbone.is_resnet() {
         return Err(usage(format!(

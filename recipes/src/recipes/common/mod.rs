@@ -40,7 +40,7 @@ use curriculum_ssl::loss::{
 use curriculum_ssl::method::pgd::PgdConfig;
 use curriculum_ssl::method::{init_method, MoCo, MoCoConfig, PairLossConfig, SslMethod};
 use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
-use curriculum_ssl::train::{SelfSupervised, StartMode, TrainConfig, Trainer};
+use curriculum_ssl::train::{DataFingerprint, SelfSupervised, StartMode, TrainConfig, Trainer};
 use curriculum_ssl_models::{
     AnyBackbone, AnyBackboneConfig, Backbone, BlockKind, EfficientNetConfig, LeNetConfig,
     MobileNetV3Config, ResNetConfig, Stem, VggConfig, VitConfig, WideResNetConfig,
@@ -647,7 +647,7 @@ impl Prepared {
                     )
                 });
                 result.map_err(|error| {
-                    let text = format!("{error:#}");
+                    let text = crate::chain_text(&error);
                     first
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -788,6 +788,7 @@ where
         Some(pretrain) => (pretrain, "pre-training images"),
         None => (data.train, "training images"),
     };
+    let fingerprint = DataFingerprint::of_images(&images);
     let loader = Loader::new(images, what, loader_config)?;
     let train_config = TrainConfig::new()
         .with_epochs(settings.epochs)
@@ -839,7 +840,10 @@ where
     let mut builder = Trainer::builder(method, optimizer, augmenter, loader)
         .config(train_config)
         .run_dir(&run_dir)
-        .describe(&description);
+        .describe(&description)
+        .data(fingerprint)
+        .machine_specific(MACHINE_SPECIFIC)
+        .stop_when(crate::signals::stop_flag());
     if let Some(curation) = curation {
         builder = builder.hook(FrechetCurationHook::new(curation)?);
     }
@@ -971,11 +975,28 @@ where
     for line in &lines {
         println!("{line}");
     }
-    let plots = crate::plots::plot_run(&run_dir)?;
-    write_summary(&run_dir, settings, &lines, &plots)?;
+    // The run is complete: a plot or summary that cannot be written is a warning, not a
+    // failed run.
+    let plots = crate::plots::plot_run(&run_dir).unwrap_or_else(|e| {
+        log::warn!(
+            "the run is complete, but its plots could not be drawn: {}",
+            crate::chain_text(&e)
+        );
+        Default::default()
+    });
+    if let Err(e) = write_summary(&run_dir, settings, &lines, &plots) {
+        log::warn!(
+            "the run is complete, but its summary could not be written: {}",
+            crate::chain_text(&e)
+        );
+    }
     print_where(&run_dir);
     Ok(())
 }
+
+/// The run record's settings that may differ between the machines of a run on several
+/// (paths: each machine reads its own copy of the data; the data's fingerprint is compared).
+pub(crate) const MACHINE_SPECIFIC: &[&str] = &["run.data", "run.knn_data", "run.weights"];
 
 /// `summary.md` in the run directory: the settings, the results and the plots.
 fn write_summary(

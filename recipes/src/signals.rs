@@ -1,0 +1,55 @@
+//! Ctrl-C (SIGINT) and SIGTERM during a run: the first asks the run to stop after its step (on
+//! several replicas, at the end of the epoch), which ends with the resume command and exit code
+//! 130; a second stops the process at once (the checkpoints on disk are written atomically, so
+//! at most the epoch under way is lost).
+//!
+//! Why a thread: a signal handler may do next to nothing safely; signal-hook's iterator records
+//! the signal in the handler and hands it to an ordinary thread, which sets the run's flag and
+//! prints. (The `ctrlc` crate does the same for SIGINT only.)
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// The exit code of a run stopped by a signal (128 + SIGINT, as shells report Ctrl-C).
+pub const INTERRUPTED: u8 = 130;
+
+/// The flag a run stops on ([`curriculum_ssl::train::TrainerBuilder::stop_when`]), set by the
+/// first SIGINT or SIGTERM the process receives; the signals are listened for from the first
+/// call on.
+pub fn stop_flag() -> Arc<AtomicBool> {
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    FLAG.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        listen(flag.clone());
+        flag
+    })
+    .clone()
+}
+
+fn listen(flag: Arc<AtomicBool>) {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) {
+        Ok(signals) => signals,
+        Err(e) => {
+            log::warn!("Ctrl-C will stop the process at once: its signal cannot be caught ({e})");
+            return;
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                if flag.swap(true, Ordering::SeqCst) {
+                    eprintln!("\nstopped at once (the checkpoints on disk are complete)");
+                    std::process::exit(i32::from(INTERRUPTED));
+                }
+                eprintln!(
+                    "\nstopping after this step (on several replicas: at the end of this epoch); \
+                     press Ctrl-C again to stop at once"
+                );
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("Ctrl-C will stop the process at once: no thread to catch it ({e})");
+    }
+}
