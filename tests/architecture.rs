@@ -155,11 +155,12 @@ fn a_crate_outside_the_workspace_gets_the_patched_collective_layer() {
     let vendored = |name: &str| {
         format!(
             "{name} v0.21.0 ({})",
-            root.join("vendor").join(match name {
-                "curriculum-ssl-collective" => "burn-collective",
-                _ => "burn-communication",
-            })
-            .display()
+            root.join("vendor")
+                .join(match name {
+                    "curriculum-ssl-collective" => "burn-collective",
+                    _ => "burn-communication",
+                })
+                .display()
         )
     };
     assert_eq!(

@@ -39,10 +39,6 @@ fn run_dir(name: &str) -> PathBuf {
     dir
 }
 
-fn data() -> ImageArray {
-    images_from(0)
-}
-
 /// 64 embedded images from `first`.
 fn images_from(first: usize) -> ImageArray {
     let train = embedded::train().unwrap();

@@ -2298,6 +2298,7 @@ fn spawn_long_run(run_dir: &Path) -> std::process::Child {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
+    let mut child = child;
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(120) {
         let rows = std::fs::read_to_string(run_dir.join("steps.csv"))
@@ -2308,6 +2309,8 @@ fn spawn_long_run(run_dir: &Path) -> std::process::Child {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("no step reached {}", run_dir.display());
 }
 
@@ -2376,6 +2379,11 @@ fn the_orchestrator_binds_the_address_given_and_refuses_a_taken_port() {
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no loopback address and port in {line:?}"));
     assert_ne!(port, 0);
+    // It holds 127.0.0.1:PORT only: the same port on another loopback address is free (bound
+    // to every interface, as before, it was taken there too).
+    std::net::TcpListener::bind(("127.0.0.2", port)).unwrap_or_else(|e| {
+        panic!("127.0.0.2:{port} is taken ({e}): not bound to 127.0.0.1 alone")
+    });
     // The same port again: taken.
     let o = run(&[
         "orchestrator",
@@ -2432,19 +2440,16 @@ fn machines_started_with_other_settings_are_refused_and_an_absent_orchestrator_e
         let dir = scratch().join(format!("seeds-{rank}"));
         let _ = std::fs::remove_dir_all(&dir);
         let mut args = tiny(dir.to_str().unwrap(), &["--seed", seed, "--timeout", "60"]);
-        args.extend(
-            [
-                "--nodes".to_string(),
-                "2".into(),
-                "--node-rank".into(),
-                rank.into(),
-                "--orchestrator".into(),
-                address.clone(),
-                "--node-address".into(),
-                format!("ws://127.0.0.1:{}", free_port()),
-            ]
-            .into_iter(),
-        );
+        args.extend([
+            "--nodes".to_string(),
+            "2".into(),
+            "--node-rank".into(),
+            rank.into(),
+            "--orchestrator".into(),
+            address.clone(),
+            "--node-address".into(),
+            format!("ws://127.0.0.1:{}", free_port()),
+        ]);
         recipe(&as_strs(&args))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -2471,19 +2476,16 @@ fn machines_started_with_other_settings_are_refused_and_an_absent_orchestrator_e
     // No orchestrator at all: the machine tries for --timeout seconds, then says so.
     let started = Instant::now();
     let mut args = tiny("no-orchestrator", &["--timeout", "2"]);
-    args.extend(
-        [
-            "--nodes".to_string(),
-            "2".into(),
-            "--node-rank".into(),
-            "0".into(),
-            "--orchestrator".into(),
-            format!("ws://127.0.0.1:{}", free_port()),
-            "--node-address".into(),
-            format!("ws://127.0.0.1:{}", free_port()),
-        ]
-        .into_iter(),
-    );
+    args.extend([
+        "--nodes".to_string(),
+        "2".into(),
+        "--node-rank".into(),
+        "0".into(),
+        "--orchestrator".into(),
+        format!("ws://127.0.0.1:{}", free_port()),
+        "--node-address".into(),
+        format!("ws://127.0.0.1:{}", free_port()),
+    ]);
     let o = run(&as_strs(&args));
     let err = stderr(&o);
     assert_eq!(check_error_shape(&o, "no orchestrator"), 1, "{err}");
