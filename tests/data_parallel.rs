@@ -1191,10 +1191,7 @@ mod machines {
         timeout: u64,
     ) -> (Machines, Vec<PathBuf>) {
         let orchestrator_port = if orchestrator {
-            let orchestrator = replicas::Orchestrator::bind("127.0.0.1:0").unwrap();
-            let port = orchestrator.address().unwrap().port();
-            std::thread::spawn(move || orchestrator.serve());
-            port
+            start_orchestrator()
         } else {
             free_port()
         };
@@ -1202,33 +1199,53 @@ mod machines {
         let mut machines = Machines(Vec::new());
         let mut outs = Vec::new();
         for (rank, mode) in modes.iter().enumerate() {
-            let out = dir.join(format!("machine-{rank}.json"));
             if *mode == "absent" {
                 continue;
             }
-            let spec = format!(
-                "{rank} ws://127.0.0.1:{orchestrator_port} {} {} {mode} {timeout}",
-                free_port(),
-                out.display(),
-            );
-            let log = std::fs::File::create(dir.join(format!("machine-{rank}.log"))).unwrap();
-            let child = Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "machines::machine",
-                    "--include-ignored",
-                    "--quiet",
-                    "--nocapture",
-                ])
-                .env(NODE, spec)
-                .stdout(Stdio::from(log.try_clone().unwrap()))
-                .stderr(Stdio::from(log))
-                .spawn()
-                .unwrap();
+            let (child, out) = spawn_machine(dir, rank, orchestrator_port, mode, timeout);
             machines.0.push(child);
             outs.push(out);
         }
         (machines, outs)
+    }
+
+    /// An orchestrator on a free loopback port, serving on a thread of this process; its port.
+    fn start_orchestrator() -> u16 {
+        let orchestrator = replicas::Orchestrator::bind("127.0.0.1:0").unwrap();
+        let port = orchestrator.address().unwrap().port();
+        std::thread::spawn(move || orchestrator.serve());
+        port
+    }
+
+    /// Starts machine `rank` (see [`start_with`]) with its log and result file in `dir`.
+    fn spawn_machine(
+        dir: &Path,
+        rank: usize,
+        orchestrator_port: u16,
+        mode: &str,
+        timeout: u64,
+    ) -> (std::process::Child, PathBuf) {
+        let out = dir.join(format!("machine-{rank}.json"));
+        let spec = format!(
+            "{rank} ws://127.0.0.1:{orchestrator_port} {} {} {mode} {timeout}",
+            free_port(),
+            out.display(),
+        );
+        let log = std::fs::File::create(dir.join(format!("machine-{rank}.log"))).unwrap();
+        let child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "machines::machine",
+                "--include-ignored",
+                "--quiet",
+                "--nocapture",
+            ])
+            .env(NODE, spec)
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap();
+        (child, out)
     }
 
     /// Starts the two machines (rank 1 stopping at once when `stops`).
@@ -1381,6 +1398,56 @@ mod machines {
             ) && error.contains("they stopped, hung or lost their connection"),
             "{error}"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A machine killed while it waits for the others to register leaves the registration (the
+    /// orchestrator forgot nothing, so the run of the machines started next met a ghost): the
+    /// machines started after it run, and end as one device does. With a long-running
+    /// orchestrator, a second run of other machines follows the first.
+    #[test]
+    fn a_machine_killed_while_waiting_is_forgotten_and_the_next_run_starts_afresh() {
+        let dir = dir("machine-ghost");
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = start_orchestrator();
+        let (mut ghost, _) = spawn_machine(&dir, 1, port, "runs", 60);
+        // Registered (or trying to): it waits for machine 0, which is not there yet.
+        std::thread::sleep(Duration::from_millis(1500));
+        ghost.kill().unwrap();
+        ghost.wait().unwrap();
+        let device = Default::default();
+        let method = init_method::<Exact, _, _>(&device, 7, |d| simclr(d, GLOBAL)).unwrap();
+        let whole = train(method, &|_| Vec::new(), None, 0, GLOBAL, &device).unwrap();
+        for round in 0..2 {
+            let mut machines = Machines(Vec::new());
+            let mut outs = Vec::new();
+            for rank in 0..2 {
+                let (child, out) = spawn_machine(&dir, rank, port, "runs", 60);
+                machines.0.push(child);
+                outs.push(out);
+            }
+            for (rank, (child, out)) in machines.0.iter_mut().zip(&outs).enumerate() {
+                let status = wait(child, out);
+                let log = std::fs::read_to_string(dir.join(format!("machine-{rank}.log")));
+                assert!(
+                    status.success(),
+                    "round {round}, machine {rank}: {status}\n{log:?}"
+                );
+                let values: Vec<f64> =
+                    serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap();
+                assert_eq!(values.len(), whole.values.len());
+                let worst = whole
+                    .values
+                    .iter()
+                    .zip(&values)
+                    .map(|(a, b)| (a - b).abs() / (1e-11 * a.abs().max(b.abs()) + 1e-12))
+                    .fold(0.0, f64::max);
+                assert!(
+                    worst <= 1.0,
+                    "round {round}, machine {rank}: off by {worst:.2}"
+                );
+            }
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -44,8 +44,9 @@ fn listen(flag: Arc<AtomicBool>) {
                     std::process::exit(i32::from(INTERRUPTED));
                 }
                 eprintln!(
-                    "\nstopping after this step (on several replicas: at the end of this epoch); \
-                     press Ctrl-C again to stop at once"
+                    "\nstopping after this step (on several replicas: at the end of this epoch, \
+                     with a checkpoint); a resume continues from the last checkpoint; press \
+                     Ctrl-C again to stop at once"
                 );
             }
         });

@@ -110,7 +110,7 @@ pub fn scan(root: &Path) -> Result<Listing, DataError> {
             if !f.is_file() || !is_image(&f) {
                 return Err(DataError::Decode {
                     path: f,
-                    reason: "not a regular .png, .jpg or .jpeg file".into(),
+                    reason: "not a .png, .jpg or .jpeg file".into(),
                 });
             }
             files.push((f, label as u16));

@@ -438,7 +438,7 @@ impl Gate {
 }
 
 /// Checks that this machine's data service can listen on the host and port of its address
-/// before the run registers (a port another process holds, a host that is not this machine's).
+/// before the run registers (a port another process holds).
 fn check_data_port(nodes: &MultiNode) -> Result<(), ConfigError> {
     let rest = nodes
         .address
@@ -452,18 +452,29 @@ fn check_data_port(nodes: &MultiNode) -> Result<(), ConfigError> {
             .map_or(authority, |(h, _)| h)
             .to_string(),
     };
-    std::net::TcpListener::bind((host.as_str(), nodes.data_port))
-        .map(drop)
-        .map_err(|e| {
-            ConfigError::new(
-                "node_address",
-                format!(
-                    "{}: this machine cannot listen on {host}:{} ({e}); give a free port, and the \
-                     host of one of this machine's interfaces",
-                    nodes.address, nodes.data_port
-                ),
-            )
-        })
+    let bound = match std::net::TcpListener::bind((host.as_str(), nodes.data_port)) {
+        // Not an address of this machine (a NAT's, a proxy's, a container's port mapping): the
+        // data service then listens on every interface (burn-communication's WsServer::on).
+        Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {
+            log::warn!(
+                "{}: {host} is not an address of this machine; its data service listens on every \
+                 interface, port {}",
+                nodes.address,
+                nodes.data_port
+            );
+            std::net::TcpListener::bind(("0.0.0.0", nodes.data_port))
+        }
+        bound => bound,
+    };
+    bound.map(drop).map_err(|e| {
+        ConfigError::new(
+            "node_address",
+            format!(
+                "{}: this machine cannot listen on {host}:{} ({e}); give a free port",
+                nodes.address, nodes.data_port
+            ),
+        )
+    })
 }
 
 /// One replica's thread: register, synchronise the batch norms, run, unregister.

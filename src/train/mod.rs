@@ -1241,6 +1241,15 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
             let checkpoint = if self.lead && (due || self.epoch == end_epoch) {
                 Some(self.save_checkpoint()?)
             } else {
+                if due || self.epoch == end_epoch {
+                    // The lead writes it (every replica agrees on `due`): what a resume of this
+                    // replica's run continues from.
+                    self.last_checkpoint = Some(
+                        self.checkpoints
+                            .root()
+                            .join(files::checkpoint_name(self.epoch)),
+                    );
+                }
                 None
             };
             let record = EpochRecord {

@@ -129,7 +129,9 @@ pub struct RecipeArgs {
     pub node_address: Option<String>,
     /// Several machines: the longest wait, in seconds, for the other machines (to reach the
     /// orchestrator, for all to register, at every collective operation); past it the run ends
-    /// naming the machines that did not arrive.
+    /// naming the machines that did not arrive. It also bounds what machine 0 does alone
+    /// between two steps while the others wait (the kNN monitor at the start and every
+    /// --knn-every epochs, a checkpoint): raise it when that takes longer.
     #[arg(long, default_value_t = curriculum_ssl::data_parallel::replicas::DEFAULT_TIMEOUT_S)]
     pub timeout: u64,
     /// MoCo recipes on several replicas: MoCo's shuffling BatchNorm (each replica's own batch

@@ -265,13 +265,16 @@ pub fn resolve(
                  optimizer.weight_decay=1e-5) or --option VALUE"
             )));
         };
-        let non_finite = text.trim().parse::<f64>().is_ok_and(|f| !f.is_finite())
-            || first_non_finite(&parse_value(text), "").is_some();
-        if non_finite {
-            return Err(usage(format!("`{pair}`: {text} is not a finite number")));
-        }
         let mut path: Vec<String> = key.split('.').map(str::to_string).collect();
         let head = path.remove(0);
+        // A section's numbers become JSON, which has no NaN or infinity (they read as null, or
+        // turned an optional setting off). An option's value goes to its own parser and check.
+        let section = SECTIONS.contains(&head.as_str()) && !path.is_empty();
+        let non_finite = text.trim().parse::<f64>().is_ok_and(|f| !f.is_finite())
+            || first_non_finite(&parse_value(text), "").is_some();
+        if section && non_finite {
+            return Err(usage(format!("`{pair}`: {text} is not a finite number")));
+        }
         // An option and `options.OPTION` are one setting; a section's setting is its path.
         let name = match head.as_str() {
             "options" if path.len() == 1 => path[0].replace('-', "_"),

@@ -273,6 +273,8 @@ pub struct Prepared {
     /// The settings file's and the command line's settings of the method, optimiser and
     /// augmentation ([`Prepared::section`]).
     pub overrides: Overrides,
+    /// The fingerprint of the images trained on, computed once for every replica.
+    fingerprint: std::sync::OnceLock<DataFingerprint>,
 }
 
 /// Parses and checks the options, loads the data and builds the pipeline.
@@ -434,6 +436,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         pgd,
         shuffle_bn_taken: Default::default(),
         overrides,
+        fingerprint: Default::default(),
     })
 }
 
@@ -630,9 +633,9 @@ impl Prepared {
             return run(&self, method, method_config, optimizer, &self.device, None);
         };
         let devices = backend::devices(self.args.device, parallel.devices)?;
-        // The first replica's error itself, so that its exit code (2 for what the user gave)
-        // survives the replicas' threads.
-        let first: std::sync::Mutex<Option<(usize, anyhow::Error)>> = std::sync::Mutex::new(None);
+        // The replicas' errors themselves, so that the exit code of the first (2 for what the
+        // user gave) survives the replicas' threads.
+        let errors: std::sync::Mutex<Vec<(usize, anyhow::Error)>> = Default::default();
         let outcome =
             replicas::run::<Train, (), String, _>(&parallel, &devices, |replica, device| {
                 let rank = replica.rank();
@@ -648,10 +651,10 @@ impl Prepared {
                 });
                 result.map_err(|error| {
                     let text = crate::chain_text(&error);
-                    first
+                    errors
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .get_or_insert((rank, error));
+                        .push((rank, error));
                     text
                 })
             });
@@ -663,15 +666,29 @@ impl Prepared {
                 reason,
                 others,
             }) => {
+                let mut errors = errors.into_inner().unwrap_or_else(|e| e.into_inner());
+                let interrupted = |e: &anyhow::Error| {
+                    matches!(
+                        e.downcast_ref::<curriculum_ssl::train::TrainError>(),
+                        Some(curriculum_ssl::train::TrainError::Interrupted { .. })
+                    )
+                };
+                // Stopped on purpose (Ctrl-C) everywhere: the lowest replica's word, which
+                // wrote the last checkpoint on machine 0.
+                if !errors.is_empty() && errors.iter().all(|(_, e)| interrupted(e)) {
+                    errors.sort_by_key(|(rank, _)| *rank);
+                    let (rank, error) = errors.swap_remove(0);
+                    return Err(error.context(format!("replica {rank} of {replicas}")));
+                }
                 for (other, reason) in others {
                     log::warn!("replica {other} stopped too: {reason}");
                 }
-                // The error of the replica that failed first (a panic, e.g. in the collective
-                // layer when a machine stopped, has no error of its own: its text is the reason).
-                let (rank, error) = first
-                    .into_inner()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .unwrap_or_else(|| (rank, anyhow::anyhow!(reason)));
+                // The error of the replica that failed first (a panic has no error of its own:
+                // its text is the reason).
+                let (rank, error) = match errors.is_empty() {
+                    true => (rank, anyhow::anyhow!(reason)),
+                    false => errors.swap_remove(0),
+                };
                 Err(error.context(format!("replica {rank} of {replicas}")))
             }
             Err(error) => Err(usage(error.to_string())),
@@ -725,12 +742,15 @@ fn check_fits(parameters: u64, replicas: usize) -> Result<()> {
 }
 
 /// The memory the system can give without swapping (`MemAvailable` of /proc/meminfo), where it
-/// says.
+/// says: read once, before the replicas' threads allocate their networks.
 fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    static AVAILABLE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    })
 }
 
 /// The most replicas `--devices` runs on the CPU backend: each is a thread sharing the same
@@ -788,7 +808,10 @@ where
         Some(pretrain) => (pretrain, "pre-training images"),
         None => (data.train, "training images"),
     };
-    let fingerprint = DataFingerprint::of_images(&images);
+    let fingerprint = prepared
+        .fingerprint
+        .get_or_init(|| DataFingerprint::of_images(&images))
+        .clone();
     let loader = Loader::new(images, what, loader_config)?;
     let train_config = TrainConfig::new()
         .with_epochs(settings.epochs)

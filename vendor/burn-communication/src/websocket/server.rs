@@ -80,7 +80,19 @@ impl ProtocolServer for WsServer {
                 };
                 let address = format!("{host}:{}", self.port);
                 log::info!("Starting server {address}");
-                tokio::net::TcpListener::bind(address).await?
+                match tokio::net::TcpListener::bind(&address).await {
+                    // A host this machine does not have (an address another machine reaches
+                    // it at through NAT, a proxy, a container's port mapping): every interface.
+                    Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {
+                        log::warn!(
+                            "{address} is not an address of this machine ({e}); listening on \
+                             every interface, port {}",
+                            self.port
+                        );
+                        tokio::net::TcpListener::bind(format!("0.0.0.0:{}", self.port)).await?
+                    }
+                    bound => bound?,
+                }
             }
         };
 

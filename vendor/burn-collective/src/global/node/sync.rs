@@ -69,7 +69,17 @@ impl<P: Protocol> SyncService<P> {
                 continue;
             }
 
-            let Some(mut connection) = P::Client::connect(addr.clone(), "sync").await else {
+            let connect = P::Client::connect(addr.clone(), "sync");
+            let connected = match self.timeout {
+                Some(timeout) => tokio::time::timeout_at(started + timeout, connect)
+                    .await
+                    .map_err(|_| GlobalCollectiveError::SyncTimeout {
+                        missing: vec![addr.clone()],
+                        waited_ms: started.elapsed().as_millis() as u64,
+                    })?,
+                None => connect.await,
+            };
+            let Some(mut connection) = connected else {
                 return Err(GlobalCollectiveError::PeerUnreachable(addr.clone()));
             };
             let msg = SyncRequest(node_state.node_id);

@@ -66,23 +66,14 @@ impl<C: ProtocolClient> GlobalClientWorker<C> {
         let state = Arc::new(Mutex::new(GlobalClientWorkerState::new()));
         let ended = Arc::new(std::sync::Mutex::new(None));
 
-        let handle = runtime.spawn({
-            let ended = ended.clone();
-            let start = Self::start(
-                state,
-                cancel_token.clone(),
-                global_address.clone(),
-                request_recv,
-                timeout,
-            );
-            async move {
-                let result = start.await;
-                if let Err(err) = &result {
-                    *ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(err.clone());
-                }
-                result
-            }
-        });
+        let handle = runtime.spawn(Self::start(
+            state,
+            cancel_token.clone(),
+            global_address.clone(),
+            request_recv,
+            timeout,
+            ended.clone(),
+        ));
 
         Self {
             handle: Some(handle),
@@ -101,9 +92,18 @@ impl<C: ProtocolClient> GlobalClientWorker<C> {
         global_address: Address,
         request_recv: Receiver<ClientRequest>,
         timeout: Option<Duration>,
+        ended: Arc<std::sync::Mutex<Option<GlobalCollectiveError>>>,
     ) -> Result<(), GlobalCollectiveError> {
-        // Init the connection.
-        let (request, response) = Self::init_connection(&global_address, timeout).await?;
+        // Init the connection. curriculum-ssl patch: why it failed is noted before the request
+        // channel closes (a waiting request then reads it).
+        let (request, response) = match Self::init_connection(&global_address, timeout).await {
+            Ok(streams) => streams,
+            Err(err) => {
+                *ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(err.clone());
+                drop(request_recv);
+                return Err(err);
+            }
+        };
 
         // Websocket async worker loading responses from the server.
         let response_handle = tokio::spawn(Self::response_loader(

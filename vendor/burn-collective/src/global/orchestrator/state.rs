@@ -19,7 +19,10 @@ pub(crate) struct Session {
 
 impl Session {
     fn new() -> Self {
-        let (response_sender, recv) = tokio::sync::mpsc::channel::<CollectiveMessageResponse>(1);
+        // curriculum-ssl patch: room for the few answers a session gets, sent without waiting
+        // (`try_send`): the state's lock is held while answering, and a session whose response
+        // socket never connected must not stall the orchestrator (0.21.0: capacity 1, `send`).
+        let (response_sender, recv) = tokio::sync::mpsc::channel::<CollectiveMessageResponse>(64);
         Self {
             response_sender,
             response_receiver: Some(recv),
@@ -28,7 +31,9 @@ impl Session {
 
     async fn respond(&mut self, response: CollectiveMessageResponse) {
         // curriculum-ssl patch: a node that has gone is not a panic of the orchestrator.
-        let _ = self.response_sender.send(response).await;
+        if self.response_sender.try_send(response).is_err() {
+            log::warn!("a node's answer could not be queued (its connection is gone or stalled)");
+        }
     }
 }
 
@@ -53,6 +58,8 @@ pub(crate) struct GlobalCollectiveState {
     /// deadline is, and when it began.
     round: u64,
     round_deadline: Option<(tokio::time::Instant, tokio::time::Instant)>,
+    /// Whether a deadline was just set and needs its timer.
+    deadline_new: bool,
 }
 
 impl GlobalCollectiveState {
@@ -67,18 +74,19 @@ impl GlobalCollectiveState {
             sessions: HashMap::new(),
             round: 0,
             round_deadline: None,
+            deadline_new: false,
         }
     }
 
     /// curriculum-ssl patch: the round a registration deadline belongs to, if a round with a
     /// deadline has just begun and needs a timer (see [`Self::expire_round`]).
     pub(crate) fn take_new_deadline(&mut self) -> Option<(u64, tokio::time::Instant)> {
-        match self.round_deadline {
-            Some((deadline, _)) if self.register_requests.len() == 1 => {
-                Some((self.round, deadline))
-            }
-            _ => None,
+        if !std::mem::take(&mut self.deadline_new) {
+            return None;
         }
+        self.round_deadline
+            .filter(|_| !self.register_requests.is_empty())
+            .map(|(deadline, _)| (self.round, deadline))
     }
 
     /// curriculum-ssl patch: at a round's deadline, answers every node still waiting with the
@@ -138,7 +146,8 @@ impl GlobalCollectiveState {
             if let Some(node) = self.registered_nodes.remove(&session_id) {
                 self.node_addresses.remove(&node);
                 if let Some(peers) = self.node_peers.remove(&node) {
-                    self.num_global_peers -= peers.len() as u32;
+                    self.num_global_peers =
+                        self.num_global_peers.saturating_sub(peers.len() as u32);
                 }
             }
             if self.register_requests.is_empty() {
@@ -163,6 +172,7 @@ impl GlobalCollectiveState {
         self.register_requests.clear();
         self.round += 1;
         self.round_deadline = None;
+        self.deadline_new = false;
     }
 
     pub(crate) fn init_session(&mut self, id: SessionId) {
@@ -215,6 +225,7 @@ impl GlobalCollectiveState {
                     let began = tokio::time::Instant::now();
                     self.round_deadline =
                         Some((began + std::time::Duration::from_millis(ms), began));
+                    self.deadline_new = true;
                 }
                 self.register(session_id, request_id, node_addr, num_nodes, peers)
                     .await
@@ -274,6 +285,17 @@ impl GlobalCollectiveState {
         )
         .await;
 
+        // curriculum-ssl patch: no registration waits any more: its deadline is void; and once
+        // every node has finished, the next run starts afresh (another --nodes is no mismatch).
+        if self.register_requests.is_empty() {
+            self.round += 1;
+            self.round_deadline = None;
+            self.deadline_new = false;
+        }
+        if self.registered_nodes.is_empty() {
+            self.forget_round();
+        }
+
         Ok(())
     }
 
@@ -285,24 +307,23 @@ impl GlobalCollectiveState {
         num_nodes: u32,
         peers: Vec<PeerId>,
     ) -> Result<(), GlobalCollectiveError> {
-        match &self.cur_num_nodes {
-            Some(cur_num_nodes) => {
-                if *cur_num_nodes != num_nodes {
-                    return Err(GlobalCollectiveError::RegisterParamsMismatch);
-                }
-            }
-            None => {
-                self.cur_num_nodes = Some(num_nodes);
-            }
+        if self.cur_num_nodes.is_some_and(|n| n != num_nodes) {
+            return Err(GlobalCollectiveError::RegisterParamsMismatch);
         }
-
-        self.num_global_peers += peers.len() as u32;
-
-        let node_id: NodeId = self.registered_nodes.len().into();
-        self.registered_nodes.insert(session_id, node_id);
+        // curriculum-ssl patch: checked before anything changes (0.21.0 counted the node first),
+        // and a node takes the smallest id no node holds (a node that left a registration must
+        // not leave two nodes with one id).
         if self.node_addresses.values().any(|addr| node_addr == *addr) {
             return Err(GlobalCollectiveError::DoubleRegister);
         }
+        self.cur_num_nodes = Some(num_nodes);
+        self.num_global_peers += peers.len() as u32;
+
+        let node_id: NodeId = (0u32..)
+            .map(NodeId::from)
+            .find(|id| !self.node_addresses.contains_key(id))
+            .expect("fewer nodes than ids");
+        self.registered_nodes.insert(session_id, node_id);
         self.node_addresses.insert(node_id, node_addr);
         self.node_peers.insert(node_id, peers);
 
