@@ -2,7 +2,7 @@
 //! `tests/pytorch/colour_ops.py`), geometry on known pixels, mixup arithmetic, determinism and
 //! config validation.
 
-use burn::backend::NdArray;
+use burn::backend::Flex;
 use burn::tensor::{Tensor, TensorData};
 use curriculum_ssl::augment::blur::{gaussian_blur, gaussian_kernel1d, RandomGaussianBlur};
 use curriculum_ssl::augment::colour::{
@@ -22,7 +22,9 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde_json::Value;
 
-type B = NdArray<f32>;
+/// The CPU backend in f32 (not `NdArray<f32>`: burn keeps one default float type per device type
+/// and process, and the f64 tests of this binary use `NdArray<f64>`).
+type B = Flex;
 
 fn dev() -> burn::tensor::Device<B> {
     Default::default()

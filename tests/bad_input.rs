@@ -1,10 +1,8 @@
 //! Impossible hyperparameters are errors naming the field; impossible shapes panic with a
 //! message naming the shapes.
 
-mod common;
-
+use crate::common::Exact;
 use burn::prelude::*;
-use common::Exact;
 use curriculum_ssl::loss::*;
 use curriculum_ssl::method::KeyQueueConfig;
 
@@ -99,22 +97,25 @@ fn soft_nce_forward_with_a_short_queue_names_the_shapes() {
 
 #[test]
 fn queue_size_not_divided_by_the_batch_is_rejected() {
-    let err = KeyQueueConfig::new(100, 8)
-        .init::<Exact>(24, &Default::default())
-        .unwrap_err();
+    let err = crate::common::seeded::<Exact, _>(|| {
+        KeyQueueConfig::new(100, 8).init::<Exact>(24, &Default::default())
+    })
+    .unwrap_err();
     assert_eq!(err.field, "size");
     assert!(
         err.to_string().contains("100") && err.to_string().contains("24"),
         "{err}"
     );
-    assert!(KeyQueueConfig::new(96, 8)
-        .init::<Exact>(24, &Default::default())
-        .is_ok());
+    assert!(crate::common::seeded::<Exact, _>(
+        || KeyQueueConfig::new(96, 8).init::<Exact>(24, &Default::default())
+    )
+    .is_ok());
     assert_eq!(
-        KeyQueueConfig::new(0, 8)
-            .init::<Exact>(1, &Default::default())
-            .unwrap_err()
-            .field,
+        crate::common::seeded::<Exact, _>(
+            || KeyQueueConfig::new(0, 8).init::<Exact>(1, &Default::default())
+        )
+        .unwrap_err()
+        .field,
         "size"
     );
 }
@@ -262,8 +263,9 @@ fn magnet_needs_two_classes() {
 #[test]
 #[should_panic(expected = "KeyQueue::enqueue: got keys of shape [3, 8], expected [4, 8]")]
 fn enqueue_of_the_wrong_batch_names_the_shapes() {
-    let mut queue = KeyQueueConfig::new(16, 8)
-        .init::<Exact>(4, &Default::default())
-        .unwrap();
+    let mut queue = crate::common::seeded::<Exact, _>(|| {
+        KeyQueueConfig::new(16, 8).init::<Exact>(4, &Default::default())
+    })
+    .unwrap();
     queue.enqueue(zeros(3, 8));
 }

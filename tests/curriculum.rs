@@ -886,7 +886,7 @@ fn independent_boxes(backbone: &LeNet<Inner>) -> Vec<CropBox> {
 fn checkpoint_backbone(dir: &Path, epoch: usize) -> LeNet<Inner> {
     use burn::module::AutodiffModule;
     let path = dir.join(format!("checkpoints/epoch-{epoch:04}"));
-    let blank = lenet(&Dev::default());
+    let blank = curriculum_ssl::seed::init_module::<Ad, _>(&Dev::default(), 0, lenet);
     curriculum_ssl::train::load_backbone::<Ad, _>(&path, blank, &Dev::default())
         .unwrap()
         .valid()

@@ -1,12 +1,9 @@
 //! Dataset readers on small files written by the tests, every corrupt variant, the real
 //! Fashion-MNIST when the Debian package is installed, the embedded subset and the loader.
 
-mod common;
-
-use common::gz;
+use crate::common::gz;
 use std::path::{Path, PathBuf};
 
-use burn::backend::NdArray;
 use curriculum_ssl::data::cifar::{self, Cifar100Labels};
 use curriculum_ssl::data::image_folder::{self, ImageFolderOptions};
 use curriculum_ssl::data::{
@@ -16,7 +13,7 @@ use curriculum_ssl::data::{
 const FASHION_MNIST: &str = "/usr/share/datasets/fashion-mnist";
 
 fn scratch(name: &str) -> PathBuf {
-    common::scratch_dir("data_formats", name)
+    crate::common::scratch_dir("data_formats", name)
 }
 
 /// IDX bytes written by hand (big-endian header), independent of the library's encoder.
@@ -572,7 +569,9 @@ fn array_checks_labels_and_sizes() {
 
 #[test]
 fn host_batch_uploads_nchw_floats_and_labels() {
-    type B = NdArray<f32>;
+    // Flex, not `NdArray<f32>`: burn keeps one default float type per device type and
+    // process, and the f64 tests of this binary use `NdArray<f64>`.
+    type B = burn::backend::Flex;
     let a = ImageArray::new(
         "mem",
         1,

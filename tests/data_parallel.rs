@@ -610,12 +610,14 @@ fn a_method_without_a_rule_for_replicas_is_refused() {
         &DataParallelConfig::local(1),
         &[Default::default()],
         |replica, d| {
-            let mut method = SimClrConfig::new()
-                .with_hidden_dim(8)
-                .with_output_dim(4)
-                .with_pgd(Some(curriculum_ssl::method::pgd::PgdConfig::new()))
-                .init(resnet::<Exact>(d), d)
-                .map_err(|e| e.to_string())?;
+            let mut method = init_method::<Exact, _, _>(d, 0, |d| {
+                SimClrConfig::new()
+                    .with_hidden_dim(8)
+                    .with_output_dim(4)
+                    .with_pgd(Some(curriculum_ssl::method::pgd::PgdConfig::new()))
+                    .init(resnet::<Exact>(d), d)
+            })
+            .map_err(|e| e.to_string())?;
             method.set_replica(replica).map_err(|e| e.to_string())
         },
     )
@@ -1101,6 +1103,13 @@ mod machines {
 
     const NODE: &str = "CURRICULUM_SSL_TEST_NODE";
 
+    /// The test name of [`machine`] in this binary (its module path less the crate's name).
+    fn machine_test() -> String {
+        let path = module_path!();
+        let inside = path.split_once("::").map_or(path, |(_, rest)| rest);
+        format!("{inside}::machine")
+    }
+
     /// A port free now on the loopback address.
     fn free_port() -> u16 {
         TcpListener::bind("127.0.0.1:0")
@@ -1235,7 +1244,7 @@ mod machines {
         let child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "machines::machine",
+                &machine_test(),
                 "--include-ignored",
                 "--quiet",
                 "--nocapture",

@@ -3,10 +3,8 @@
 //! no hard negative is NT-Xent; the chunked top-K of SoftNCE equals a full sort; DCLW with σ → ∞
 //! is DCL, and DCL is NT-Xent without the positive in the denominator.
 
-mod common;
-
+use crate::common::{random_values, tensor, unit_rows, value, Exact};
 use burn::prelude::*;
-use common::{random_values, tensor, unit_rows, value, Exact};
 use curriculum_ssl::loss::soft_nce::top_k_indices;
 use curriculum_ssl::loss::*;
 
@@ -196,7 +194,9 @@ fn info_nce_matches_host_cross_entropy() {
 fn key_queue_is_fifo_and_keeps_its_size() {
     use curriculum_ssl::method::KeyQueueConfig;
     let device = Default::default();
-    let mut queue = KeyQueueConfig::new(6, 2).init::<Exact>(2, &device).unwrap();
+    let mut queue =
+        crate::common::seeded::<Exact, _>(|| KeyQueueConfig::new(6, 2).init::<Exact>(2, &device))
+            .unwrap();
     let before: Vec<f64> = queue.keys().into_data().to_vec().unwrap();
     for step in 0..4 {
         let keys = Tensor::<Exact, 2>::from_data([[step as f64, 0.5], [step as f64, 1.5]], &device);

@@ -4,10 +4,8 @@
 //! Inputs that must receive no gradient (MoCo keys and queue, SimSiam/BYOL targets) are checked
 //! to get none.
 
-mod common;
-
+use crate::common::{random_values, tensor, unit_rows, value, ExactAd};
 use burn::prelude::*;
-use common::{random_values, tensor, unit_rows, value, ExactAd};
 use curriculum_ssl::loss::*;
 use curriculum_ssl::method::Progress;
 

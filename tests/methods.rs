@@ -1,17 +1,42 @@
-//! State of the SSL methods: the EMA helper (exact momentum update, stop-gradient, running
-//! statistics of its own) and the LARS / SGD optimisers inside burn's optimiser machinery.
+//! The SSL methods on a tiny user-defined backbone (which also shows that a user's own network
+//! plugs in through the `Backbone` trait): exact momentum update after one step, queue order
+//! and timing, stop-gradient of key / target networks and of SimSiam's projections.
 
-mod common;
-
+use crate::common::ExactAd;
 use burn::module::{ModuleVisitor, Param};
+use burn::nn::{Linear, LinearConfig};
 use burn::optim::{GradientsParams, Optimizer};
 use burn::prelude::*;
-use common::ExactAd;
-use curriculum_ssl::head::{MlpHead, MlpHeadConfig};
-use curriculum_ssl::method::ema::{cosine_momentum, detached_copy, ema_update};
+use curriculum_ssl::loss::{l2_normalize, InfoNceLossConfig, SoftNceLossConfig};
+use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
+use curriculum_ssl_models::Backbone;
 
-/// Every float tensor of a module (parameters and running statistics), in visiting order.
+/// A user's own backbone: flatten, linear, ReLU.
+#[derive(Module, Debug)]
+struct Tiny<B: Backend> {
+    linear: Linear<B>,
+}
+
+impl<B: Backend> Tiny<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            linear: LinearConfig::new(4, 8).init(device),
+        }
+    }
+}
+
+impl<B: Backend> Backbone<B> for Tiny<B> {
+    fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        let [n, ..] = images.dims();
+        burn::tensor::activation::relu(self.linear.forward(images.reshape([n, 4])))
+    }
+
+    fn feature_dim(&self) -> usize {
+        8
+    }
+}
+
 #[derive(Default)]
 struct Values(Vec<Vec<f64>>);
 
@@ -23,120 +48,680 @@ impl<B: Backend> ModuleVisitor<B> for Values {
 }
 
 fn values<M: Module<ExactAd>>(module: &M) -> Vec<Vec<f64>> {
-    // `into_record` folds pending BatchNorm updates into the running statistics first.
     let _ = module.clone().into_record();
     let mut v = Values::default();
     module.visit(&mut v);
     v.0
 }
 
-fn head() -> (MlpHeadConfig, MlpHead<ExactAd>) {
-    let config = MlpHeadConfig::simclr(4, 8, 3);
-    let head = config.init::<ExactAd>(&Default::default()).unwrap();
-    (config, head)
+fn views(seed: f64) -> (Tensor<ExactAd, 4>, Tensor<ExactAd, 4>) {
+    let device = Default::default();
+    let make = |s: f64| {
+        let data: Vec<f64> = (0..16).map(|i| ((i as f64 + s) * 0.71).sin()).collect();
+        Tensor::<ExactAd, 4>::from_data(TensorData::new(data, [4, 1, 2, 2]), &device)
+    };
+    (make(seed), make(seed + 0.5))
 }
 
-fn input(seed: f64) -> Tensor<ExactAd, 2> {
-    let data: Vec<f64> = (0..24).map(|i| ((i as f64 + seed) * 0.37).sin()).collect();
-    Tensor::from_data(TensorData::new(data, [6, 4]), &Default::default())
+/// One optimiser step of `method` (SGD, lr 0.1); returns the loss.
+fn train_step<M: SslMethod<ExactAd>>(method: &mut M, progress: Progress) -> f64 {
+    let (v1, v2) = views(progress.step as f64);
+    let out = method.forward(v1, v2, progress);
+    let loss = out.loss.clone().into_scalar();
+    let grads = method.gradients(&out.loss);
+    let mut optim = SgdConfig::new().init::<ExactAd, M::Online>().unwrap();
+    method.set_online(optim.step(0.1, method.online().clone(), grads));
+    method.after_step(progress);
+    loss
 }
 
-/// One SGD step on the online head (lr 0.1) so that it differs from the target.
-fn train_step(online: MlpHead<ExactAd>) -> MlpHead<ExactAd> {
-    let mut optim = SgdConfig::new()
-        .init::<ExactAd, MlpHead<ExactAd>>()
-        .unwrap();
-    let loss = online.forward(input(1.0)).powi_scalar(2).mean();
-    let grads = GradientsParams::from_grads(loss.backward(), &online);
-    optim.step(0.1, online, grads)
+fn moco_config(symmetric: bool) -> MoCoConfig {
+    MoCoConfig::moco_v2()
+        .with_hidden_dim(Some(16))
+        .with_output_dim(4)
+        .with_queue_size(16)
+        .with_momentum(0.99)
+        .with_symmetric(symmetric)
+}
+
+fn moco(symmetric: bool) -> MoCo<ExactAd, Tiny<ExactAd>> {
+    init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
+        moco_config(symmetric).init(Tiny::new, 4, d)
+    })
+    .unwrap()
 }
 
 #[test]
-fn ema_update_is_exactly_m_target_plus_one_minus_m_online_for_parameters() {
-    let (config, online) = head();
-    let target = detached_copy(&online, config.init(&Default::default()).unwrap());
-    assert_eq!(values(&target), values(&online), "the copy starts equal");
-    let online = train_step(online);
-    let before = values(&target);
-    let online_values = values(&online);
-    let target = ema_update(target, &online, 0.99);
-    let after = values(&target);
-    // Visiting order of MlpHead: linear weight, BN gamma, beta, running mean, running var,
-    // output weight, output bias. Running statistics (indices 3 and 4) are not averaged.
-    for (index, ((a, b), o)) in after.iter().zip(&before).zip(&online_values).enumerate() {
-        for ((a, b), o) in a.iter().zip(b).zip(o) {
-            let expected = if index == 3 || index == 4 {
-                *b
-            } else {
-                0.99 * b + (1.0 - 0.99) * o
-            };
-            assert_eq!(*a, expected, "tensor {index}");
+fn moco_key_encoder_after_one_step_is_m_key_plus_one_minus_m_query() {
+    let mut moco = moco(false);
+    let key_before = values(moco.key_encoder());
+    assert_eq!(
+        key_before,
+        values(moco.online()),
+        "the key encoder starts as a copy"
+    );
+    let progress = Progress {
+        step: 0,
+        total_steps: 10,
+        epoch: 0,
+        total_epochs: 1,
+    };
+    train_step(&mut moco, progress);
+    let query_after = values(moco.online());
+    let key_after = values(moco.key_encoder());
+    assert_ne!(
+        query_after, key_before,
+        "the step changed the query encoder"
+    );
+    for ((k1, k0), q) in key_after.iter().zip(&key_before).zip(&query_after) {
+        for ((k1, k0), q) in k1.iter().zip(k0).zip(q) {
+            assert_eq!(*k1, 0.99 * k0 + (1.0 - 0.99) * q);
         }
     }
-    assert_ne!(
-        before[0], online_values[0],
-        "the SGD step changed the online weights"
+}
+
+#[test]
+fn moco_loss_uses_the_old_queue_and_enqueues_the_keys_after_the_step() {
+    let mut moco = moco(false);
+    let queue_before = moco.queue().keys();
+    let (v1, v2) = views(0.0);
+    // The loss of the step, recomputed from its definition with the queue as it was.
+    let q = moco.online().project(v1.clone());
+    let k = l2_normalize(moco.key_encoder().project(v2.clone()));
+    let expected = InfoNceLossConfig::new()
+        .with_temperature(0.2)
+        .init()
+        .unwrap()
+        .forward(q, k.clone(), queue_before.clone())
+        .into_scalar();
+    let progress = Progress {
+        step: 0,
+        total_steps: 10,
+        epoch: 0,
+        total_epochs: 1,
+    };
+    let out = moco.forward(v1, v2, progress);
+    assert!((out.loss.clone().into_scalar() - expected).abs() < 1e-12);
+    assert_eq!(
+        moco.queue().pointer(),
+        0,
+        "nothing is enqueued before the step ends"
+    );
+    moco.after_step(progress);
+    assert_eq!(moco.queue().pointer(), 4);
+    let after: Vec<f64> = moco.queue().keys().into_data().to_vec().unwrap();
+    let keys: Vec<f64> = k.into_data().to_vec().unwrap();
+    let old: Vec<f64> = queue_before.into_data().to_vec().unwrap();
+    assert_eq!(
+        &after[..16],
+        &keys[..],
+        "the batch keys replace the oldest slots"
+    );
+    assert_eq!(
+        &after[16..],
+        &old[16..],
+        "the rest of the queue is unchanged"
+    );
+    assert_eq!(after.len(), 16 * 4, "the queue keeps its size");
+}
+
+#[test]
+fn symmetric_moco_enqueues_both_key_sets() {
+    let mut moco = moco(true);
+    train_step(
+        &mut moco,
+        Progress {
+            step: 0,
+            total_steps: 10,
+            epoch: 0,
+            total_epochs: 1,
+        },
+    );
+    assert_eq!(moco.queue().pointer(), 8);
+}
+
+#[test]
+fn symmetric_moco_loss_is_the_sum_of_both_orderings() {
+    // MoCo computes both orderings in one call over the 2B rows; the loss must still be
+    // `L(q1, k2) + L(q2, k1)`, recomputed here from the definition, for InfoNCE and SoftNCE.
+    let soft = SoftNceLossConfig::new().with_top_k(3);
+    for soft_nce in [None, Some(soft.clone())] {
+        let mut moco = init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
+            moco_config(true)
+                .with_soft_nce(soft_nce.clone())
+                .init(Tiny::new, 4, d)
+        })
+        .unwrap();
+        let progress = Progress {
+            step: 3,
+            total_steps: 10,
+            epoch: 0,
+            total_epochs: 1,
+        };
+        let (v1, v2) = views(2.0);
+        let queue = moco.queue().keys();
+        let q = |v: &Tensor<ExactAd, 4>| moco.online().project(v.clone());
+        let k = |v: &Tensor<ExactAd, 4>| l2_normalize(moco.key_encoder().project(v.clone()));
+        let one = |q, k| match &soft_nce {
+            Some(config) => config
+                .init()
+                .unwrap()
+                .forward(q, k, queue.clone(), progress)
+                .into_scalar(),
+            None => InfoNceLossConfig::new()
+                .with_temperature(0.2)
+                .init()
+                .unwrap()
+                .forward(q, k, queue.clone())
+                .into_scalar(),
+        };
+        let expected = one(q(&v1), k(&v2)) + one(q(&v2), k(&v1));
+        let loss = moco.forward(v1, v2, progress).loss.into_scalar();
+        assert!(
+            (loss - expected).abs() < 1e-12,
+            "soft_nce {}: {loss} vs {expected}",
+            soft_nce.is_some()
+        );
+    }
+}
+
+/// Every trainable parameter's gradient (empty when it has none), in the module's order.
+struct GradientValues<'a>(&'a GradientsParams, Vec<Vec<f64>>);
+
+impl<B: Backend> ModuleVisitor<B> for GradientValues<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if !param.val().is_require_grad() {
+            return; // BatchNorm's running statistics
+        }
+        let grad = self
+            .0
+            .get::<<ExactAd as burn::tensor::backend::AutodiffBackend>::InnerBackend, D>(param.id);
+        self.1.push(grad.map_or(Vec::new(), |g| {
+            g.into_data().convert::<f64>().to_vec().unwrap()
+        }));
+    }
+}
+
+/// Each step's gradients, then the online networks' values (weights and running statistics)
+/// and `other`'s (key / target networks, loss states) after two SGD steps of `method` on
+/// 8×8 RGB images, with view threads `on`.
+type TwoSteps = (Vec<Vec<Vec<f64>>>, Vec<Vec<f64>>, Vec<Vec<f64>>);
+
+fn two_steps<S: SslMethod<ExactAd>>(
+    mut method: S,
+    on: bool,
+    other: impl Fn(&S) -> Vec<Vec<f64>>,
+) -> TwoSteps {
+    let device = Default::default();
+    let image = |s: f64| {
+        let data: Vec<f64> = (0..4 * 3 * 8 * 8)
+            .map(|i| ((i as f64 + s) * 0.37).sin())
+            .collect();
+        Tensor::<ExactAd, 4>::from_data(TensorData::new(data, [4, 3, 8, 8]), &device)
+    };
+    method.set_view_threads(on);
+    let mut grads = Vec::new();
+    for step in 0..2 {
+        let progress = Progress {
+            step,
+            total_steps: 10,
+            epoch: 0,
+            total_epochs: 1,
+        };
+        let out = method.forward(image(step as f64), image(step as f64 + 0.5), progress);
+        let g = method.gradients(&out.loss);
+        let mut visitor = GradientValues(&g, Vec::new());
+        method.online().visit(&mut visitor);
+        grads.push(visitor.1);
+        let mut optim = SgdConfig::new().init::<ExactAd, S::Online>().unwrap();
+        method.set_online(optim.step(0.1, method.online().clone(), g));
+        method.after_step(progress);
+    }
+    let online = values(method.online());
+    (grads, online, other(&method))
+}
+
+/// Runs two methods made by `build`, the second loaded with the first's weights and state
+/// (other tests draw from the backend's generator meanwhile), without and with view threads,
+/// and asserts the same gradients, weights, running statistics and `other` to the last bit.
+fn assert_view_threads_exact<S: SslMethod<ExactAd>>(
+    label: &str,
+    build: impl Fn() -> S,
+    other: impl Fn(&S) -> Vec<Vec<f64>>,
+) {
+    let first = build();
+    let mut second = build();
+    second.set_online(
+        second
+            .online()
+            .clone()
+            .load_record(first.online().clone().into_record()),
+    );
+    second.load_state(first.state()).unwrap();
+    assert_eq!(
+        values(first.online()),
+        values(second.online()),
+        "{label}: same start"
+    );
+    let joint = two_steps(first, false, &other);
+    let split = two_steps(second, true, &other);
+    assert!(
+        joint.0[0].iter().all(|g| !g.is_empty()),
+        "{label}: every parameter has a gradient"
+    );
+    assert_eq!(joint.0, split.0, "{label}: gradients");
+    assert_eq!(
+        joint.1, split.1,
+        "{label}: online weights and running statistics"
+    );
+    assert_eq!(
+        joint.2, split.2,
+        "{label}: key / target networks, loss state"
     );
 }
 
 #[test]
-fn target_running_statistics_are_not_shared_with_the_online_network() {
-    let (config, online) = head();
-    let target = detached_copy(&online, config.init(&Default::default()).unwrap());
-    let cloned = online.clone();
-    let before = values(&target);
-    // A train-mode forward (autodiff backend) updates the online BatchNorm statistics ...
-    let _ = online.forward(input(2.0));
-    let online_after = values(&online);
-    assert_ne!(online_after[3], before[3], "running mean moved");
-    // ... which a plain clone shares (burn's RunningState), but the detached copy does not.
-    assert_eq!(values(&cloned)[3], online_after[3]);
-    assert_eq!(values(&target)[3], before[3]);
-    assert_eq!(values(&target)[4], before[4]);
-}
-
-#[test]
-fn the_target_receives_no_gradient() {
-    let (config, online) = head();
-    let target = detached_copy(&online, config.init(&Default::default()).unwrap());
-    let loss = (online.forward(input(3.0)) + target.forward(input(3.0))).sum();
-    let grads = GradientsParams::from_grads(loss.backward(), &target);
-    assert!(grads.is_empty(), "the target network got gradients");
-}
-
-#[test]
-fn cosine_momentum_rises_from_base_to_one() {
-    assert!((cosine_momentum(0.99, 0.0) - 0.99).abs() < 1e-15);
-    assert!((cosine_momentum(0.99, 0.5) - 0.995).abs() < 1e-15);
-    assert!((cosine_momentum(0.99, 1.0) - 1.0).abs() < 1e-15);
-}
-
-#[test]
-fn sgd_matches_pytorch_semantics_over_two_steps() {
-    // A single weight w = 2 with loss w²/2 (gradient w), momentum 0.9, weight decay 0.1, lr 0.1,
-    // dampening 0 as in torch.optim.SGD:
-    //   g0 = 2 + 0.2 = 2.2, v0 = 2.2, w1 = 2 − 0.22 = 1.78
-    //   g1 = 1.78 + 0.178 = 1.958, v1 = 0.9·2.2 + 1.958 = 3.938, w2 = 1.78 − 0.3938 = 1.3862
-    // (burn's default dampening 0.1 would give v1 = 1.98 + 1.7622 and w2 = 1.40578.)
-    #[derive(Module, Debug)]
-    struct Scalar<B: Backend> {
-        w: Param<Tensor<B, 1>>,
-    }
-    let device = Default::default();
-    let mut model = Scalar::<ExactAd> {
-        w: Param::from_tensor(Tensor::from_data([2.0], &device)),
+fn view_threads_change_no_gradient_and_no_running_statistic() {
+    // Every two-view method with its views' passes back-propagated on two threads must give the
+    // gradients of one backward pass through both, to the last bit, and leave the same
+    // BatchNorm running statistics (a ResNet, so there are some) and other states.
+    use curriculum_ssl::loss::{CurricularLossConfig, NtXentLossConfig};
+    use curriculum_ssl_models::{BlockKind, ResNet, ResNetConfig, Stem};
+    type Device = <ExactAd as burn::tensor::backend::BackendTypes>::Device;
+    let resnet = |d: &Device| -> ResNet<ExactAd> {
+        ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
+            .with_base_width(2)
+            .with_in_channels(3)
+            .with_stem(Stem::Cifar)
+            .init(d)
     };
-    let mut optim = SgdConfig::new()
-        .with_weight_decay(0.1)
-        .init::<ExactAd, Scalar<ExactAd>>()
-        .unwrap();
-    let mut seen = Vec::new();
-    for _ in 0..2 {
-        let loss = model.w.val().powi_scalar(2).sum() / 2.0;
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        model = optim.step(0.1, model, grads);
-        seen.push(model.w.val().into_scalar());
+    fn seeded<S: SslMethod<ExactAd>>(
+        build: impl FnOnce(&Device) -> Result<S, curriculum_ssl::ConfigError>,
+    ) -> S {
+        init_method::<ExactAd, _, _>(&Default::default(), 5, build).unwrap()
     }
-    assert!((seen[0] - 1.78).abs() < 1e-12, "{seen:?}");
-    assert!((seen[1] - 1.3862).abs() < 1e-12, "{seen:?}");
+    for soft_nce in [None, Some(SoftNceLossConfig::new().with_top_k(3))] {
+        let config = moco_config(true).with_soft_nce(soft_nce.clone());
+        let label = if soft_nce.is_some() {
+            "Light-MoCo, SoftNCE"
+        } else {
+            "Light-MoCo, InfoNCE"
+        };
+        assert_view_threads_exact(
+            label,
+            || seeded(|d| config.init(resnet, 4, d)),
+            |m: &MoCo<ExactAd, ResNet<ExactAd>>| values(m.key_encoder()),
+        );
+    }
+    for (label, loss) in [
+        (
+            "SimCLR, NT-Xent",
+            PairLossConfig::NtXent(NtXentLossConfig::new()),
+        ),
+        (
+            "SimCLR, curricular weighting",
+            PairLossConfig::Curricular(CurricularLossConfig::new()),
+        ),
+    ] {
+        let config = SimClrConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(4)
+            .with_loss(loss);
+        assert_view_threads_exact(
+            label,
+            || seeded(|d| config.init(resnet(d), d)),
+            |m: &SimClr<ExactAd, ResNet<ExactAd>>| vec![m.curricular_t().into_iter().collect()],
+        );
+    }
+    let byol = ByolConfig::new().with_hidden_dim(16).with_output_dim(4);
+    assert_view_threads_exact(
+        "BYOL",
+        || seeded(|d| byol.init(resnet, d)),
+        |m: &Byol<ExactAd, ResNet<ExactAd>>| values(m.target()),
+    );
+    let simsiam = SimSiamConfig::new().with_dim(8).with_predictor_dim(4);
+    assert_view_threads_exact(
+        "SimSiam",
+        || seeded(|d| simsiam.init(resnet(d), d)),
+        |_: &SimSiam<ExactAd, ResNet<ExactAd>>| Vec::new(),
+    );
+}
+
+#[test]
+fn key_and_target_networks_get_no_gradient() {
+    let (v1, v2) = views(1.0);
+    let progress = Progress {
+        step: 0,
+        total_steps: 10,
+        epoch: 0,
+        total_epochs: 1,
+    };
+    let mut moco = moco(true);
+    let out = moco.forward(v1.clone(), v2.clone(), progress);
+    let grads = out.loss.backward();
+    assert!(GradientsParams::from_grads(grads, moco.key_encoder()).is_empty());
+
+    let mut byol = init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
+        ByolConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(4)
+            .init(Tiny::new, d)
+    })
+    .unwrap();
+    let out = byol.forward(v1, v2, progress);
+    let grads = out.loss.backward();
+    assert!(GradientsParams::from_grads(grads, byol.target()).is_empty());
+}
+
+#[test]
+fn byol_target_after_one_step_follows_the_cosine_momentum() {
+    let mut byol = init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
+        ByolConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(4)
+            .init(Tiny::new, d)
+    })
+    .unwrap();
+    let progress = Progress {
+        step: 5,
+        total_steps: 10,
+        epoch: 0,
+        total_epochs: 1,
+    };
+    let m = byol.momentum_at(progress);
+    assert!(
+        (m - 0.995).abs() < 1e-15,
+        "half-way along the cosine from 0.99 to 1: {m}"
+    );
+    let target_before = values(&byol.target().backbone);
+    train_step(&mut byol, progress);
+    let online_after = values(&byol.online().backbone);
+    let target_after = values(&byol.target().backbone);
+    for ((t1, t0), o) in target_after.iter().zip(&target_before).zip(&online_after) {
+        for ((t1, t0), o) in t1.iter().zip(t0).zip(o) {
+            assert_eq!(*t1, m * t0 + (1.0 - m) * o);
+        }
+    }
+}
+
+/// Rows of a `[B, D]` tensor as f64 vectors.
+fn rows(t: Tensor<ExactAd, 2>) -> Vec<Vec<f64>> {
+    let [_, d] = t.dims();
+    let v: Vec<f64> = t.into_data().convert::<f64>().to_vec().unwrap();
+    v.chunks(d).map(<[f64]>::to_vec).collect()
+}
+
+/// `mean_i (2 − 2 cos(p_i, z_i))`, written out on the host in f64.
+fn two_minus_two_cos(p: &[Vec<f64>], z: &[Vec<f64>]) -> f64 {
+    let norm = |x: &[f64]| x.iter().map(|v| v * v).sum::<f64>().sqrt();
+    let sum: f64 = p
+        .iter()
+        .zip(z)
+        .map(|(p, z)| {
+            let dot: f64 = p.iter().zip(z).map(|(a, b)| a * b).sum();
+            2.0 - 2.0 * dot / (norm(p) * norm(z))
+        })
+        .sum();
+    sum / p.len() as f64
+}
+
+/// BYOL §3.1 (`L^BYOL = L + L̃`): the symmetrised loss is the SUM of the two orderings' normalised MSE
+/// (`2 − 2cos`), not their mean (which halves the gradient).
+#[test]
+fn byol_loss_is_the_sum_of_the_two_orderings() {
+    let mut byol = init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
+        ByolConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(4)
+            .init(Tiny::new, d)
+    })
+    .unwrap();
+    let (v1, v2) = views(4.0);
+    let online = byol.online();
+    let target = byol.target();
+    let predict = |x: Tensor<ExactAd, 4>| {
+        rows(
+            online.predictor.forward(
+                online
+                    .projector
+                    .forward(online.backbone.forward_features(x)),
+            ),
+        )
+    };
+    let project = |x: Tensor<ExactAd, 4>| {
+        rows(
+            target
+                .projector
+                .forward(target.backbone.forward_features(x)),
+        )
+    };
+    let (p1, p2) = (predict(v1.clone()), predict(v2.clone()));
+    let (z1, z2) = (project(v1.clone()), project(v2.clone()));
+    let (a, b) = (two_minus_two_cos(&p1, &z2), two_minus_two_cos(&p2, &z1));
+    let got = byol
+        .forward(
+            v1,
+            v2,
+            Progress {
+                step: 0,
+                total_steps: 1,
+                epoch: 0,
+                total_epochs: 1,
+            },
+        )
+        .loss
+        .into_scalar();
+    assert!(
+        (got - (a + b)).abs() < 1e-12,
+        "BYOL loss {got} vs the sum of the two orderings {a} + {b}"
+    );
+    assert!(
+        (got - (a + b) / 2.0).abs() > 1e-3,
+        "not their mean: {got} vs {}",
+        (a + b) / 2.0
+    );
+}
+
+/// SimSiam eq. 2: `L = D(p1, z2)/2 + D(p2, z1)/2` — the mean of the two orderings.
+#[test]
+fn simsiam_loss_is_the_mean_of_the_two_orderings() {
+    let mut simsiam = init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
+        SimSiamConfig::new()
+            .with_dim(8)
+            .with_predictor_dim(4)
+            .init(Tiny::new(d), d)
+    })
+    .unwrap();
+    let (v1, v2) = views(5.0);
+    let net = simsiam.online();
+    let z = |x: Tensor<ExactAd, 4>| net.projector.forward(net.backbone.forward_features(x));
+    let (z1, z2) = (z(v1.clone()), z(v2.clone()));
+    let (p1, p2) = (
+        rows(net.predictor.forward(z1.clone())),
+        rows(net.predictor.forward(z2.clone())),
+    );
+    let (z1, z2) = (rows(z1), rows(z2));
+    // −cos = (2 − 2cos)/2 − 1.
+    let d = |p: &[Vec<f64>], z: &[Vec<f64>]| two_minus_two_cos(p, z) / 2.0 - 1.0;
+    let expected = (d(&p1, &z2) + d(&p2, &z1)) / 2.0;
+    let got = simsiam
+        .forward(
+            v1,
+            v2,
+            Progress {
+                step: 0,
+                total_steps: 1,
+                epoch: 0,
+                total_epochs: 1,
+            },
+        )
+        .loss
+        .into_scalar();
+    assert!((got - expected).abs() < 1e-12, "{got} vs {expected}");
+}
+
+/// MoCo v2's projector is `Linear(d, d) → ReLU → Linear(d, 128)` with `d` the backbone's feature
+/// width; Light-MoCo's is the wider `[2048, 128]`; neither has BatchNorm; v1's is linear. An
+/// explicit `hidden_dim` wins.
+#[test]
+fn moco_projector_widths_follow_the_papers() {
+    let device = Default::default();
+    let projector = |config: MoCoConfig| {
+        let moco = init_method::<ExactAd, _, _>(&device, 0, |d| {
+            config.with_queue_size(32).init(Tiny::<ExactAd>::new, 4, d)
+        })
+        .unwrap();
+        let head = &moco.online().projector;
+        (
+            head.hidden_dims(),
+            head.has_hidden_batch_norm(),
+            head.output_dim(),
+        )
+    };
+    let feature_dim = Tiny::<ExactAd>::new(&device).feature_dim();
+    assert_eq!(
+        projector(MoCoConfig::moco_v2()),
+        (vec![feature_dim], false, 128)
+    );
+    assert_eq!(
+        projector(MoCoConfig::light_moco().with_soft_nce(Some(
+            curriculum_ssl::loss::SoftNceLossConfig::new().with_top_k(4)
+        ))),
+        (vec![2048], false, 128)
+    );
+    assert_eq!(projector(MoCoConfig::moco_v1()), (vec![], false, 128));
+    assert_eq!(
+        projector(MoCoConfig::moco_v2().with_hidden_dim(Some(16))),
+        (vec![16], false, 128)
+    );
+    assert_eq!(
+        projector(
+            MoCoConfig::light_moco()
+                .with_soft_nce(None)
+                .with_head_batch_norm(true)
+        ),
+        (vec![2048], true, 128)
+    );
+}
+
+#[test]
+fn simsiam_gradient_flows_only_through_the_predictions() {
+    let mut simsiam = init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
+        SimSiamConfig::new()
+            .with_dim(8)
+            .with_predictor_dim(4)
+            .init(Tiny::new(d), d)
+    })
+    .unwrap();
+    let (v1, v2) = views(2.0);
+    let progress = Progress {
+        step: 0,
+        total_steps: 1,
+        epoch: 0,
+        total_epochs: 1,
+    };
+    let out = simsiam.forward(v1.clone(), v2.clone(), progress);
+    let method_grads = GradientsParams::from_grads(out.loss.backward(), simsiam.online());
+
+    // The same loss written out by hand, with and without the stop-gradient.
+    let net = simsiam.online();
+    let cos = |p: Tensor<ExactAd, 2>, z: Tensor<ExactAd, 2>| {
+        (l2_normalize(p) * l2_normalize(z)).sum_dim(1).mean().neg()
+    };
+    let by_hand = |detach: bool| {
+        let z1 = net
+            .projector
+            .forward(net.backbone.forward_features(v1.clone()));
+        let z2 = net
+            .projector
+            .forward(net.backbone.forward_features(v2.clone()));
+        let p1 = net.predictor.forward(z1.clone());
+        let p2 = net.predictor.forward(z2.clone());
+        let (t1, t2) = if detach {
+            (z1.detach(), z2.detach())
+        } else {
+            (z1, z2)
+        };
+        let loss = (cos(p1, t2) + cos(p2, t1)) / 2.0;
+        GradientsParams::from_grads(loss.backward(), net)
+    };
+    let detached = by_hand(true);
+    let attached = by_hand(false);
+    let weight = net.backbone.linear.weight.id;
+    let grad = |g: &GradientsParams| -> Vec<f64> {
+        g.get::<<ExactAd as burn::tensor::backend::AutodiffBackend>::InnerBackend, 2>(weight)
+            .unwrap()
+            .into_data()
+            .to_vec()
+            .unwrap()
+    };
+    let (m, d, a) = (grad(&method_grads), grad(&detached), grad(&attached));
+    let max_diff = |x: &[f64], y: &[f64]| {
+        x.iter()
+            .zip(y)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max)
+    };
+    assert!(
+        max_diff(&m, &d) < 1e-12,
+        "method vs stop-gradient by hand: {}",
+        max_diff(&m, &d)
+    );
+    assert!(
+        max_diff(&m, &a) > 1e-6,
+        "the stop-gradient changes the gradient"
+    );
+}
+
+#[test]
+fn simclr_loss_is_nt_xent_of_the_projections() {
+    let mut simclr = init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
+        SimClrConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(4)
+            .init(Tiny::new(d), d)
+    })
+    .unwrap();
+    let (v1, v2) = views(3.0);
+    let z1 = simclr.online().project(v1.clone());
+    let z2 = simclr.online().project(v2.clone());
+    let expected = curriculum_ssl::loss::NtXentLossConfig::new()
+        .init()
+        .unwrap()
+        .forward(z1, z2)
+        .into_scalar();
+    let got = simclr
+        .forward(
+            v1,
+            v2,
+            Progress {
+                step: 0,
+                total_steps: 1,
+                epoch: 0,
+                total_epochs: 1,
+            },
+        )
+        .loss
+        .into_scalar();
+    assert!((got - expected).abs() < 1e-12);
+}
+
+#[test]
+fn bad_queue_size_and_k_are_errors() {
+    let err = init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
+        MoCoConfig::moco_v2()
+            .with_queue_size(10)
+            .init(Tiny::<ExactAd>::new, 4, d)
+    })
+    .err()
+    .unwrap();
+    assert_eq!(err.field, "size");
+    let err = init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
+        MoCoConfig::light_moco()
+            .with_queue_size(16)
+            .init(Tiny::<ExactAd>::new, 4, d)
+    })
+    .err()
+    .unwrap();
+    assert_eq!(err.field, "top_k", "K = 20 > queue of 16");
 }

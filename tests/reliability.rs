@@ -489,6 +489,8 @@ fn trainings_on_concurrent_threads_are_each_deterministic() {
                             .into_data();
                 });
                 i += 1;
+                // The lock is not fair: let the other tests of this binary take it too.
+                std::thread::yield_now();
             }
         })
     };

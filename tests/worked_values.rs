@@ -1,9 +1,7 @@
 //! Every worked value of SPEC §1 reproduced to 1e-5 in f64 (the expected numbers are SPEC.md's,
 //! recomputed independently by shared/reference/reference_values.py with numpy).
 
-mod common;
-
-use common::Exact;
+use crate::common::Exact;
 use curriculum_ssl::loss::worked_examples::spec_worked_values;
 
 #[test]
@@ -123,7 +121,7 @@ fn barlow_twins_vicreg_dcl_dclw_equal_lightly_values_and_gradients() {
     };
     let z1 = input(&|i, j| (0.7 * (i * d + j) as f64 + 0.3).sin() + 0.1 * i as f64);
     let z2 = input(&|i, j| (0.45 * (i * d + j) as f64 - 0.2).cos() + 0.05 * j as f64);
-    type Ad = common::ExactAd;
+    type Ad = crate::common::ExactAd;
     let device = Default::default();
     let cases = fixture["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 8);
@@ -221,7 +219,7 @@ fn swav_and_dino_equal_lightly_values_gradients_codes_and_centre() {
         fixture["images"].as_u64().unwrap() as usize,
         fixture["dim"].as_u64().unwrap() as usize,
     );
-    type Ad = common::ExactAd;
+    type Ad = crate::common::ExactAd;
     let device = Default::default();
     let matrix = |rows: usize, f: &dyn Fn(usize, usize) -> f64| -> Tensor<Ad, 2> {
         let values: Vec<f64> = (0..rows * k).map(|e| f(e / k, e % k)).collect();
@@ -349,7 +347,7 @@ fn nnclr_tico_and_moco_v3_equal_pytorch_and_lightly() {
         fixture["batch"].as_u64().unwrap() as usize,
         fixture["dim"].as_u64().unwrap() as usize,
     );
-    type Ad = common::ExactAd;
+    type Ad = crate::common::ExactAd;
     let device = Default::default();
     let matrix = |f: &dyn Fn(usize, usize) -> f64| -> Tensor<Ad, 2> {
         let values: Vec<f64> = (0..n * d).map(|e| f(e / d, e % d)).collect();

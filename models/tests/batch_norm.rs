@@ -1,11 +1,9 @@
 //! `BatchNorm2d` follows PyTorch: batch statistics (biased variance) in training, running
 //! averages updated with the unbiased variance, running statistics in inference.
 
-mod common;
-
+use crate::common::{max_abs_diff, Infer, Train};
 use burn::module::AutodiffModule;
 use burn::prelude::*;
-use common::{max_abs_diff, Infer, Train};
 use curriculum_ssl_models::layers::BatchNorm2dConfig;
 
 #[test]

@@ -1,8 +1,6 @@
 //! The import path reports bad files as errors naming the problem.
 
-mod common;
-
-use common::{fixture, Infer};
+use crate::common::{fixture, Infer};
 use curriculum_ssl_models::import::load_torchvision;
 use curriculum_ssl_models::{ModelError, ResNetConfig, Stem};
 

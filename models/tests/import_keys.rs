@@ -3,12 +3,10 @@
 //! or its 1000-class head, and every tensor of ours is covered: the renaming of the import path
 //! is complete for ResNet-18/50, EfficientNet-B0/B1 and MobileNet-V3-Large.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::common::{fixture, Infer};
 use burn_store::ModuleSnapshot;
-use common::{fixture, Infer};
 use curriculum_ssl_models::import::{
     efficientnet_head_key, mobilenet_v3_head_key, resnet_head_key, TorchvisionImport,
 };

@@ -1,10 +1,8 @@
 //! Parameter counts with a 1000-class head equal torchvision's
 //! (`sum(p.numel() for p in model.parameters())`, buffers excluded).
 
-mod common;
-
+use crate::common::Infer;
 use burn::prelude::*;
-use common::Infer;
 use curriculum_ssl_models::{
     count_parameters, ClassifierConfig, EfficientNetConfig, MobileNetV3Config, ResNetConfig,
     VggConfig, VggPooling,

@@ -5,12 +5,10 @@
 //! PyTorch's pooled features in eval and train mode, the head's logits in eval mode, and every
 //! running mean / variance after the train-mode forward.
 
-mod common;
-
+use crate::common::{fixture, max_abs_diff, Infer, Train};
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn_store::{ModuleSnapshot, ModuleStore, SafetensorsStore};
-use common::{fixture, max_abs_diff, Infer, Train};
 use curriculum_ssl_models::import::{
     load_torchvision, HeadImport, TorchvisionHead, TorchvisionImport,
 };

@@ -1,9 +1,7 @@
 //! Zero-initialised residual branches (ResNet) and stochastic depth (EfficientNet).
 
-mod common;
-
+use crate::common::{max_abs_diff, Infer, Train};
 use burn::prelude::*;
-use common::{max_abs_diff, Infer, Train};
 use curriculum_ssl_models::{Backbone, EfficientNetConfig, ResNetConfig};
 
 fn weight_sum<B: Backend>(t: Tensor<B, 1>) -> f32 {

@@ -1,10 +1,8 @@
 //! Output shapes of every backbone for 28×28×1, 32×32×3, 96×96×3 and 224×224×3 inputs (the
 //! small ones with the stems that fit them), in inference mode.
 
-mod common;
-
+use crate::common::Infer;
 use burn::prelude::*;
-use common::Infer;
 use curriculum_ssl_models::{
     Backbone, EfficientNetConfig, LeNetConfig, MobileNetV3Config, ModelError, ResNetConfig, Stem,
     VggConfig, VggPooling, WideResNetConfig,

@@ -12,11 +12,9 @@
 //! `tests/pytorch/export_vit.py`), so the names and layout are checked against PyTorch, not
 //! against our import path alone.
 
-mod common;
-
+use crate::common::{fixture, Infer};
 use burn::prelude::*;
 use burn_store::{ModuleStore, SafetensorsStore};
-use common::{fixture, Infer};
 use curriculum_ssl_models::import::load_torchvision;
 use curriculum_ssl_models::{
     AnyBackbone, Backbone, EfficientNetConfig, ExportNames, MobileNetV3Config, ResNetConfig, Stem,

@@ -17,7 +17,7 @@
 //!    backward pass forms too.
 //!
 //! The gradients are therefore the numbers of one backward pass through both views
-//! (`tests/frameworks.rs` checks this to the last bit in f64). The forward passes stay on the
+//! (`tests/methods.rs` checks this to the last bit in f64). The forward passes stay on the
 //! calling thread, in order, so BatchNorm's running statistics (burn's `RunningState`, shared
 //! by the copy) see the same updates in the same order.
 //!

@@ -25,7 +25,10 @@ use crate::base::error::{in_range, ConfigError};
 ///
 /// burn initialises parameters lazily, and a clone of a parameter that was never read draws its
 /// own random values: the online parameters are therefore materialised first, so that the copy
-/// and the online network hold the same values.
+/// and the online network hold the same values. Loading the record into `fresh` reads its
+/// optional parameters (burn 0.21 counts them), which draws their lazy initial values from the
+/// backend's generator: call it under [`crate::base::seed::with_seed`], as every method's `init`
+/// is by [`crate::method::init_method`].
 pub fn detached_copy<B: Backend, M: Module<B>>(online: &M, fresh: M) -> M {
     crate::base::seed::materialise(online);
     fresh.load_record(online.clone().into_record()).no_grad()

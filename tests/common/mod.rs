@@ -12,6 +12,14 @@ pub type Exact = NdArray<f64>;
 /// Exact backend with autodiff for gradient checks.
 pub type ExactAd = Autodiff<NdArray<f64>>;
 
+/// Runs `f` with backend `B`'s generator seeded (0) under the library's lock: what a test that
+/// draws from the backend (a key queue's first keys, a module's initial weights) does, so that it
+/// cannot take draws meant for a seeded run on another test thread of this binary (the tests
+/// share one process, and the generator is one per backend and process).
+pub fn seeded<B: Backend, T>(f: impl FnOnce() -> T) -> T {
+    curriculum_ssl::seed::with_seed::<B, _>(&Default::default(), 0, f)
+}
+
 /// `rows × cols` values uniform in [-1, 1) from a seeded generator.
 pub fn random_values(rows: usize, cols: usize, seed: u64) -> Vec<f64> {
     let mut rng = StdRng::seed_from_u64(seed);

@@ -1,0 +1,154 @@
+//! State of the SSL methods: the EMA helper (exact momentum update, stop-gradient, running
+//! statistics of its own) and the LARS / SGD optimisers inside burn's optimiser machinery.
+
+use crate::common::ExactAd;
+use burn::module::{ModuleVisitor, Param};
+use burn::optim::{GradientsParams, Optimizer};
+use burn::prelude::*;
+use curriculum_ssl::head::{MlpHead, MlpHeadConfig};
+use curriculum_ssl::method::ema::{cosine_momentum, detached_copy, ema_update};
+use curriculum_ssl::optim::SgdConfig;
+
+/// Every float tensor of a module (parameters and running statistics), in visiting order.
+#[derive(Default)]
+struct Values(Vec<Vec<f64>>);
+
+impl<B: Backend> ModuleVisitor<B> for Values {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.0
+            .push(param.val().into_data().convert::<f64>().to_vec().unwrap());
+    }
+}
+
+fn values<M: Module<ExactAd>>(module: &M) -> Vec<Vec<f64>> {
+    // `into_record` folds pending BatchNorm updates into the running statistics first.
+    let _ = module.clone().into_record();
+    let mut v = Values::default();
+    module.visit(&mut v);
+    v.0
+}
+
+fn head() -> (MlpHeadConfig, MlpHead<ExactAd>) {
+    let config = MlpHeadConfig::simclr(4, 8, 3);
+    let head = curriculum_ssl::seed::init_module::<ExactAd, _>(&Default::default(), 0, |d| {
+        config.init::<ExactAd>(d).unwrap()
+    });
+    (config, head)
+}
+
+fn input(seed: f64) -> Tensor<ExactAd, 2> {
+    let data: Vec<f64> = (0..24).map(|i| ((i as f64 + seed) * 0.37).sin()).collect();
+    Tensor::from_data(TensorData::new(data, [6, 4]), &Default::default())
+}
+
+/// One SGD step on the online head (lr 0.1) so that it differs from the target.
+fn train_step(online: MlpHead<ExactAd>) -> MlpHead<ExactAd> {
+    let mut optim = SgdConfig::new()
+        .init::<ExactAd, MlpHead<ExactAd>>()
+        .unwrap();
+    let loss = online.forward(input(1.0)).powi_scalar(2).mean();
+    let grads = GradientsParams::from_grads(loss.backward(), &online);
+    optim.step(0.1, online, grads)
+}
+
+#[test]
+fn ema_update_is_exactly_m_target_plus_one_minus_m_online_for_parameters() {
+    let (config, online) = head();
+    // Under the seed lock: loading a record into a fresh module reads its optional
+    // parameters, which draws their lazy initial values.
+    let target = crate::common::seeded::<ExactAd, _>(|| {
+        detached_copy(&online, config.init(&Default::default()).unwrap())
+    });
+    assert_eq!(values(&target), values(&online), "the copy starts equal");
+    let online = train_step(online);
+    let before = values(&target);
+    let online_values = values(&online);
+    let target = ema_update(target, &online, 0.99);
+    let after = values(&target);
+    // Visiting order of MlpHead: linear weight, BN gamma, beta, running mean, running var,
+    // output weight, output bias. Running statistics (indices 3 and 4) are not averaged.
+    for (index, ((a, b), o)) in after.iter().zip(&before).zip(&online_values).enumerate() {
+        for ((a, b), o) in a.iter().zip(b).zip(o) {
+            let expected = if index == 3 || index == 4 {
+                *b
+            } else {
+                0.99 * b + (1.0 - 0.99) * o
+            };
+            assert_eq!(*a, expected, "tensor {index}");
+        }
+    }
+    assert_ne!(
+        before[0], online_values[0],
+        "the SGD step changed the online weights"
+    );
+}
+
+#[test]
+fn target_running_statistics_are_not_shared_with_the_online_network() {
+    let (config, online) = head();
+    // Under the seed lock: loading a record into a fresh module reads its optional
+    // parameters, which draws their lazy initial values.
+    let target = crate::common::seeded::<ExactAd, _>(|| {
+        detached_copy(&online, config.init(&Default::default()).unwrap())
+    });
+    let cloned = online.clone();
+    let before = values(&target);
+    // A train-mode forward (autodiff backend) updates the online BatchNorm statistics ...
+    let _ = online.forward(input(2.0));
+    let online_after = values(&online);
+    assert_ne!(online_after[3], before[3], "running mean moved");
+    // ... which a plain clone shares (burn's RunningState), but the detached copy does not.
+    assert_eq!(values(&cloned)[3], online_after[3]);
+    assert_eq!(values(&target)[3], before[3]);
+    assert_eq!(values(&target)[4], before[4]);
+}
+
+#[test]
+fn the_target_receives_no_gradient() {
+    let (config, online) = head();
+    // Under the seed lock: loading a record into a fresh module reads its optional
+    // parameters, which draws their lazy initial values.
+    let target = crate::common::seeded::<ExactAd, _>(|| {
+        detached_copy(&online, config.init(&Default::default()).unwrap())
+    });
+    let loss = (online.forward(input(3.0)) + target.forward(input(3.0))).sum();
+    let grads = GradientsParams::from_grads(loss.backward(), &target);
+    assert!(grads.is_empty(), "the target network got gradients");
+}
+
+#[test]
+fn cosine_momentum_rises_from_base_to_one() {
+    assert!((cosine_momentum(0.99, 0.0) - 0.99).abs() < 1e-15);
+    assert!((cosine_momentum(0.99, 0.5) - 0.995).abs() < 1e-15);
+    assert!((cosine_momentum(0.99, 1.0) - 1.0).abs() < 1e-15);
+}
+
+#[test]
+fn sgd_matches_pytorch_semantics_over_two_steps() {
+    // A single weight w = 2 with loss w²/2 (gradient w), momentum 0.9, weight decay 0.1, lr 0.1,
+    // dampening 0 as in torch.optim.SGD:
+    //   g0 = 2 + 0.2 = 2.2, v0 = 2.2, w1 = 2 − 0.22 = 1.78
+    //   g1 = 1.78 + 0.178 = 1.958, v1 = 0.9·2.2 + 1.958 = 3.938, w2 = 1.78 − 0.3938 = 1.3862
+    // (burn's default dampening 0.1 would give v1 = 1.98 + 1.7622 and w2 = 1.40578.)
+    #[derive(Module, Debug)]
+    struct Scalar<B: Backend> {
+        w: Param<Tensor<B, 1>>,
+    }
+    let device = Default::default();
+    let mut model = Scalar::<ExactAd> {
+        w: Param::from_tensor(Tensor::from_data([2.0], &device)),
+    };
+    let mut optim = SgdConfig::new()
+        .with_weight_decay(0.1)
+        .init::<ExactAd, Scalar<ExactAd>>()
+        .unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let loss = model.w.val().powi_scalar(2).sum() / 2.0;
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(0.1, model, grads);
+        seen.push(model.w.val().into_scalar());
+    }
+    assert!((seen[0] - 1.78).abs() < 1e-12, "{seen:?}");
+    assert!((seen[1] - 1.3862).abs() < 1e-12, "{seen:?}");
+}
