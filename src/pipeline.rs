@@ -523,15 +523,6 @@ impl Augmenter {
         self
     }
 
-    /// Sets the mixup (e.g. a scheduled λ), checking it.
-    pub fn set_mixup(&mut self, mixup: Option<Mixup>) -> Result<(), ConfigError> {
-        let mut c = self.config.clone();
-        c.mixup = mixup;
-        c.validate(self.channels)?;
-        self.config = c;
-        Ok(())
-    }
-
     /// Applies one view's operations, drawing from `rng`.
     ///
     /// # Panics

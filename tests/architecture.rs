@@ -112,6 +112,138 @@ fn every_import_goes_to_a_lower_layer() {
     assert_eq!(placed, found, "the layers and the modules of src/ differ");
 }
 
+/// The layers of the recipe binary (`recipes/src`), bottom first: the vocabulary of errors and
+/// run files, the backend and signals, the plots, the recipes, and `main` on top. A module that
+/// names the crate root (`crate::some_fn` of main.rs) is refused: main.rs stays a leaf.
+const RECIPE_LAYERS: &[&[&str]] = &[
+    &["usage", "run_files"],
+    &["backend", "signals"],
+    &["plots"],
+    &["recipes"],
+];
+
+/// `crate::NAME` paths of a file's code (outside comments and its unit tests).
+fn crate_paths(text: &str) -> Vec<String> {
+    let code = text.split("#[cfg(test)]").next().unwrap();
+    let mut found = Vec::new();
+    for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+        for (i, _) in line.match_indices("crate::") {
+            let rest = &line[i + "crate::".len()..];
+            found.push(
+                rest.chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                    .collect::<String>(),
+            );
+        }
+    }
+    found
+}
+
+/// The recipe binary's files: (path under `recipes/src`, text), main.rs left out.
+fn recipe_files() -> Vec<(std::path::PathBuf, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/src");
+    let mut files = Vec::new();
+    let mut stack = vec![src.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().and_then(|e| e.to_str()) == Some("rs") {
+                let relative = path.strip_prefix(&src).unwrap().to_path_buf();
+                if relative != Path::new("main.rs") && !relative.starts_with("bin") {
+                    files.push((relative, std::fs::read_to_string(&path).unwrap()));
+                }
+            }
+        }
+    }
+    files
+}
+
+/// The recipe binary has no import cycle: its modules form layers (main.rs on top, named by
+/// no module), and inside `recipes` the shared `common` names no recipe and the recipes name
+/// each other without a cycle.
+#[test]
+fn the_recipe_binary_has_no_import_cycle() {
+    let layer = |module: &str| {
+        RECIPE_LAYERS
+            .iter()
+            .position(|l| l.contains(&module))
+            .unwrap_or_else(|| {
+                panic!(
+                    "`crate::{module}`: not a module of a layer of RECIPE_LAYERS (a name of \
+                     main.rs? main.rs is a leaf: move it into a module)"
+                )
+            })
+    };
+    let mut upward = Vec::new();
+    let mut inner: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (relative, text) in recipe_files() {
+        let mut parts = relative.iter().map(|p| p.to_str().unwrap().trim_end_matches(".rs"));
+        let top = parts.next().unwrap().to_string();
+        let second = parts.next().map(str::to_string).filter(|_| top == "recipes");
+        for path in crate_paths(&text) {
+            let mut names = path.split("::");
+            let to = names.next().unwrap_or_default().to_string();
+            assert!(
+                !to.is_empty(),
+                "{}: a grouped `crate::{{…}}` import; name each path",
+                relative.display()
+            );
+            if to != top && layer(&to) >= layer(&top) {
+                upward.push(format!("{} -> crate::{path}", relative.display()));
+            }
+            if let (Some(from), "recipes", Some(to)) = (&second, to.as_str(), names.next()) {
+                if from != to && from != "mod" {
+                    inner.entry(from.clone()).or_default().insert(to.to_string());
+                }
+            }
+        }
+        // A recipe module's `super::NAME` is a sibling (in `common` it is `common` itself).
+        if let Some(from) = second.as_ref().filter(|s| *s != "common" && *s != "mod") {
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            for (i, _) in code.match_indices("super::") {
+                let name: String = code[i + "super::".len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() && name.chars().next().unwrap().is_lowercase() {
+                    inner.entry(from.clone()).or_default().insert(name);
+                }
+            }
+        }
+    }
+    assert!(upward.is_empty(), "imports that do not go down: {upward:#?}");
+    assert!(
+        inner.get("common").is_none_or(|to| to.is_empty()),
+        "recipes::common names recipes: {:?}",
+        inner.get("common")
+    );
+    // No cycle among the recipes: a depth-first search finds no edge back to its path.
+    fn visit<'a>(
+        node: &'a str,
+        edges: &'a BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) {
+        if let Some(at) = path.iter().position(|n| *n == node) {
+            panic!("an import cycle among the recipes: {:?}", &path[at..]);
+        }
+        if !done.insert(node) {
+            return;
+        }
+        path.push(node);
+        for next in edges.get(node).into_iter().flatten() {
+            visit(next, edges, path, done);
+        }
+        path.pop();
+    }
+    let mut done = BTreeSet::new();
+    for node in inner.keys() {
+        visit(node, &inner, &mut Vec::new(), &mut done);
+    }
+}
+
 /// A burn project that depends on this crate gets the patched collective layer: it is an
 /// ordinary dependency under its own name (`curriculum-ssl-collective`, vendor/), not a
 /// `[patch.crates-io]` entry, which applies only inside this workspace and left dependents with

@@ -457,7 +457,7 @@ fn hcl_hard_positive_weights_follow_eq3() {
     use burn::backend::NdArray;
     use curriculum_ssl::loss::HclLossConfig;
     let angle = |deg: f64| [deg.to_radians().cos(), deg.to_radians().sin()];
-    // SPEC's worked geometry: z1 = u(0°, 90°, 200°), z2 = u(30°, 100°, 180°), τ = 0.5.
+    // The worked geometry of docs/methods.md (HCL): z1 = u(0°, 90°, 200°), z2 = u(30°, 100°, 180°), τ = 0.5.
     let z1: Vec<[f64; 2]> = [0.0, 90.0, 200.0].map(angle).to_vec();
     let z2: Vec<[f64; 2]> = [30.0, 100.0, 180.0].map(angle).to_vec();
     let (tau, tau_plus, beta) = (0.5, 0.1, 1.0);
@@ -516,7 +516,7 @@ type CuratedTrainer = Trainer<
         SimClrLeNet,
         burn::optim::adaptor::OptimizerAdaptor<
             curriculum_ssl::optim::sgd::Sgd,
-            curriculum_ssl::method::simclr::SimClrNetwork<Ad, LeNet<Ad>>,
+            curriculum_ssl::method::Projected<Ad, LeNet<Ad>>,
             Ad,
         >,
         ImageArray,

@@ -488,12 +488,12 @@ fn shuffle_bn_encodes_each_slice_of_the_shuffle_with_its_own_statistics() {
         let x = whole
             .clone()
             .select(0, Tensor::from_data(TensorData::new(ids, [half]), &device));
-        let keys = rows(l2_normalize(reference.key_encoder().project(x)));
+        let keys = rows(l2_normalize(reference.key_encoder().forward(x)));
         for (key, &image) in keys.into_iter().zip(slice) {
             expected[image] = key;
         }
     }
-    let synchronised = rows(l2_normalize(reference.key_encoder().project(whole)));
+    let synchronised = rows(l2_normalize(reference.key_encoder().forward(whole)));
     let progress = Progress {
         step: 0,
         total_steps: 10,

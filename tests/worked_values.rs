@@ -1,12 +1,12 @@
-//! Every worked value of SPEC §1 reproduced to 1e-5 in f64 (the expected numbers are SPEC.md's,
-//! recomputed independently by shared/reference/reference_values.py with numpy).
+//! Every worked value of docs/methods.md (#worked-values) reproduced to 1e-5 in f64: the expected
+//! numbers are recomputed independently with numpy by `tests/pytorch/worked_values.py`.
 
 use crate::common::Exact;
-use curriculum_ssl::loss::worked_examples::spec_worked_values;
+use curriculum_ssl::loss::worked_examples::worked_values;
 
 #[test]
-fn every_spec_worked_value_within_1e_5() {
-    let values = spec_worked_values::<Exact>(&Default::default());
+fn every_worked_value_within_1e_5() {
+    let values = worked_values::<Exact>(&Default::default());
     // 6 SoftNCE/InfoNCE, 5 HCL/NT-Xent, 9 curricular/NT-Xent, 1 MixCo, 5 magnet.
     assert_eq!(
         values.len(),

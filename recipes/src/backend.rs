@@ -93,7 +93,7 @@ mod selected {
             return Ok(device);
         }
         if discrete == 0 {
-            return Err(crate::usage(format!(
+            return Err(crate::usage::usage(format!(
                 "--device {n}: wgpu finds no discrete GPU, only its default adapter (--device 0)"
             )));
         }
@@ -122,7 +122,7 @@ mod selected {
     pub fn device(index: Option<usize>) -> anyhow::Result<burn::backend::flex::FlexDevice> {
         match index {
             None | Some(0) => Ok(Default::default()),
-            Some(n) => Err(crate::usage(format!(
+            Some(n) => Err(crate::usage::usage(format!(
                 "--device {n}: the CPU backend has one device (--device 0); a build with \
                  --features cuda or --features wgpu chooses among GPUs"
             ))),
@@ -155,7 +155,7 @@ fn within(index: usize, count: usize, what: &str) -> anyhow::Result<usize> {
     if index < count {
         Ok(index)
     } else {
-        Err(crate::usage(format!(
+        Err(crate::usage::usage(format!(
             "--device {index}: {count} {what} present (--device 0 to {})",
             count - 1
         )))

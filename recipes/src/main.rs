@@ -9,8 +9,9 @@
 mod backend;
 mod plots;
 mod recipes;
-mod registry;
+mod run_files;
 mod signals;
+mod usage;
 
 use std::process::ExitCode;
 
@@ -24,6 +25,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use usage::{chain_text, usage, Usage};
 
 /// Runs a recipe of curriculum-ssl on the backend chosen at build time (`--features cuda`,
 /// `--features wgpu`, or the CPU by default).
@@ -69,37 +71,6 @@ enum Command {
     /// Run the recipe with this name.
     #[command(external_subcommand)]
     Run(Vec<String>),
-}
-
-/// An error in what the user gave (an option, a file, a run directory): exit code 2.
-#[derive(Debug)]
-pub(crate) struct Usage(String);
-
-impl std::fmt::Display for Usage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Usage {}
-
-/// A usage error with this message.
-pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
-    Usage(message.into()).into()
-}
-
-/// A clap error as a usage error, except `--help` / `--version`, which print and exit 0.
-pub(crate) fn help_or_error(e: clap::Error) -> anyhow::Error {
-    use clap::error::ErrorKind;
-    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-        e.exit();
-    }
-    let text = e.render().to_string();
-    let text = text
-        .trim_end()
-        .strip_prefix("error: ")
-        .unwrap_or(text.trim_end());
-    usage(text)
 }
 
 /// The command-line option behind a setting of a run record, where there is one.
@@ -154,22 +125,6 @@ fn message(error: &anyhow::Error) -> String {
     chain_text(error)
 }
 
-/// An error and its causes joined by ": ", each said once: a cause whose text its context
-/// already holds (an I/O error a message quotes) is not repeated.
-pub(crate) fn chain_text(error: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in error.chain() {
-        let cause = cause.to_string();
-        if text.contains(&cause) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&cause);
-    }
-    text
-}
 
 /// 2 for an error in what the user gave, 1 for a failure during the run, 130 for a run stopped
 /// by Ctrl-C or SIGTERM.
@@ -207,7 +162,7 @@ fn init_logging() {
 /// The recipes, one line each, after the top-level help.
 fn recipe_list() -> String {
     let mut text = String::from("Recipes (`recipe help NAME` for a recipe's options):\n");
-    for recipe in registry::registry() {
+    for recipe in recipes::all() {
         text.push_str(&format!("  {:<26} {}\n", recipe.name, recipe.summary));
     }
     text
@@ -245,7 +200,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::List => {
             use std::io::Write;
             let mut text = format!("recipes (backend: {}):\n", backend::NAME);
-            for recipe in registry::registry() {
+            for recipe in recipes::all() {
                 text.push_str(&format!("  {:<26} {}\n", recipe.name, recipe.summary));
             }
             // A closed pipe (`recipe list | head`) is not an error worth a panic.
@@ -267,7 +222,7 @@ fn run(cli: Cli) -> Result<()> {
                 sub.print_long_help()?;
                 return Ok(());
             }
-            let recipe = registry::find(&name).map_err(|e| usage(e.to_string()))?;
+            let recipe = recipes::find(&name).map_err(|e| usage(e.to_string()))?;
             // Every recipe prints its options for --help and exits 0.
             (recipe.run)(&["--help".to_string()])
         }
@@ -304,7 +259,7 @@ fn run(cli: Cli) -> Result<()> {
             let name = recipes::common::config_file::ConfigFile::read(&file)?
                 .recipe
                 .ok_or_else(|| usage(format!("{}: names no recipe", file.display())))?;
-            let recipe = registry::find(&name).map_err(|e| usage(e.to_string()))?;
+            let recipe = recipes::find(&name).map_err(|e| usage(e.to_string()))?;
             let mut args = vec!["--run-dir".to_string(), run_dir.display().to_string()];
             if !options.iter().any(|o| o == "--extend") {
                 args.push("--resume".into());
@@ -313,7 +268,7 @@ fn run(cli: Cli) -> Result<()> {
             (recipe.run)(&args)
         }
         Command::Run(args) => {
-            let recipe = registry::find(&args[0]).map_err(|e| usage(e.to_string()))?;
+            let recipe = recipes::find(&args[0]).map_err(|e| usage(e.to_string()))?;
             (recipe.run)(&args[1..])
         }
     }

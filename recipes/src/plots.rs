@@ -264,7 +264,7 @@ pub struct Plots {
 /// A run's kNN top-1 accuracies at initialisation (or of the raw pixels) by column name
 /// (`knn20_top1`), read from `file` (absent: none).
 fn knn_file(file: &Path) -> Vec<(String, f64)> {
-    crate::recipes::common::read_knn_results(file)
+    crate::run_files::read_knn_results(file)
         .iter()
         .map(|r| (format!("knn{}_top1", r.k), r.accuracy.top1))
         .collect()
@@ -274,7 +274,7 @@ fn knn_file(file: &Path) -> Vec<(String, f64)> {
 /// when the run measured it.
 fn knn_curves(run_dir: &Path, epochs: &Table) -> Vec<(String, Vec<(f64, f64)>)> {
     let epoch = epochs.names.iter().position(|n| n == "epoch").unwrap_or(0);
-    let at_init = knn_file(&run_dir.join(crate::recipes::common::KNN_AT_INIT));
+    let at_init = knn_file(&run_dir.join(crate::run_files::KNN_AT_INIT));
     epochs
         .names
         .iter()
@@ -341,7 +341,7 @@ pub fn plot_run(run_dir: &Path) -> Result<Plots> {
                 .flat_map(|(_, s)| s.iter().map(|p| p.0))
                 .fold(1.0, f64::max);
             let mut lines: Vec<Line> = Vec::new();
-            let raw = knn_file(&run_dir.join(crate::recipes::common::KNN_RAW_PIXELS));
+            let raw = knn_file(&run_dir.join(crate::run_files::KNN_RAW_PIXELS));
             for (name, points) in curves {
                 if let Some((_, v)) = raw.iter().find(|(n, _)| *n == name) {
                     lines.push(Line {

@@ -185,10 +185,3 @@ pub fn load_cifar10_unlabeled(
     Ok(load_cifar10(dir, split)?.unlabeled())
 }
 
-/// CIFAR-100 images without labels, for pretraining (labels are still validated).
-pub fn load_cifar100_unlabeled(
-    dir: impl AsRef<Path>,
-    split: Split,
-) -> Result<ImageArray, DataError> {
-    Ok(load_cifar100(dir, split, Cifar100Labels::Fine)?.unlabeled())
-}

@@ -82,18 +82,6 @@ impl KnnMonitor {
         })
     }
 
-    /// Replaces the kNN settings.
-    ///
-    /// # Errors
-    /// If there is none.
-    pub fn with_settings(mut self, settings: Vec<KnnConfig>) -> Result<Self, ConfigError> {
-        if settings.is_empty() {
-            return Err(ConfigError::new("settings", "at least one kNN setting"));
-        }
-        self.settings = settings;
-        Ok(self)
-    }
-
     /// Images per forward pass when computing features (default 256).
     pub fn with_batch_size(mut self, batch_size: usize) -> Self {
         self.batch_size = batch_size;

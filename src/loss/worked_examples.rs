@@ -67,7 +67,7 @@ fn soft_nce_inputs<B: Backend>(device: &B::Device) -> [Tensor<B, 2>; 3] {
 }
 
 /// Every worked value of the losses (`docs/methods.md#worked-values`), computed on `device`.
-pub fn spec_worked_values<B: Backend>(device: &B::Device) -> Vec<WorkedValue> {
+pub fn worked_values<B: Backend>(device: &B::Device) -> Vec<WorkedValue> {
     let mut out = Vec::new();
     let mut push = |name, expected, computed| {
         out.push(WorkedValue {

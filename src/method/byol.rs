@@ -15,11 +15,12 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
 use super::branches::ViewThreads;
-use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
+use super::encoder::{Predicted, Projected};
+use super::momentum::MomentumEncoder;
 use super::{MethodOutput, Progress, SslMethod};
 use crate::base::error::ConfigError;
 use crate::data_parallel::Replica;
-use crate::head::{MlpHead, MlpHeadConfig};
+use crate::head::MlpHeadConfig;
 use crate::loss::negative_cosine::NegativeCosineForm;
 use crate::loss::{NegativeCosineLoss, NegativeCosineLossConfig};
 
@@ -40,26 +41,6 @@ pub struct ByolConfig {
     pub form: NegativeCosineForm,
 }
 
-/// The trainable part of [`Byol`].
-#[derive(Module, Debug)]
-pub struct ByolNetwork<B: Backend, M> {
-    /// Feature extractor.
-    pub backbone: M,
-    /// Projection head.
-    pub projector: MlpHead<B>,
-    /// Prediction head (online only).
-    pub predictor: MlpHead<B>,
-}
-
-/// The EMA target of [`Byol`]: backbone and projector.
-#[derive(Module, Debug)]
-pub struct ByolTarget<B: Backend, M> {
-    /// Feature extractor.
-    pub backbone: M,
-    /// Projection head.
-    pub projector: MlpHead<B>,
-}
-
 impl ByolConfig {
     /// Builds BYOL around a backbone made by `backbone` (called twice: online, and a fresh
     /// module into which the target's copy is loaded).
@@ -68,27 +49,33 @@ impl ByolConfig {
         backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<Byol<B, M>, ConfigError> {
-        validate_momentum("base_momentum", self.base_momentum)?;
         let online_backbone = backbone(device);
         let feature_dim = online_backbone.feature_dim();
         let projector = MlpHeadConfig::new(feature_dim, self.hidden_dim, self.output_dim);
         let predictor = MlpHeadConfig::new(self.output_dim, self.hidden_dim, self.output_dim);
-        let online = ByolNetwork {
+        let online = Predicted {
             backbone: online_backbone,
             projector: projector.init(device)?,
             predictor: predictor.init(device)?,
         };
-        let target = ByolTarget {
-            backbone: detached_copy(&online.backbone, backbone(device)),
-            projector: detached_copy(&online.projector, projector.init(device)?),
+        crate::base::seed::materialise(&online);
+        let fresh = Projected {
+            backbone: backbone(device),
+            projector: projector.init(device)?,
         };
+        let target = MomentumEncoder::new(
+            &online.encoder(),
+            fresh,
+            self.base_momentum,
+            true,
+            "base_momentum",
+        )?;
         Ok(Byol {
             online,
             target,
             loss: NegativeCosineLossConfig::new()
                 .with_form(self.form)
                 .init()?,
-            base_momentum: self.base_momentum,
             view_threads: ViewThreads::default(),
             replicated: false,
         })
@@ -99,31 +86,30 @@ impl ByolConfig {
 #[derive(Record)]
 pub struct ByolState<B: Backend, M: Backbone<B>> {
     /// The target's record.
-    pub target: <ByolTarget<B, M> as Module<B>>::Record,
+    pub target: <Projected<B, M> as Module<B>>::Record,
 }
 
 /// BYOL. Build it with [`ByolConfig::init`].
 #[derive(Debug, Clone)]
 pub struct Byol<B: Backend, M: Backbone<B>> {
-    online: ByolNetwork<B, M>,
-    target: ByolTarget<B, M>,
+    online: Predicted<B, M>,
+    target: MomentumEncoder<Projected<B, M>>,
     loss: NegativeCosineLoss,
-    base_momentum: f64,
     /// The two views' online passes back-propagated on two threads, when on.
-    view_threads: ViewThreads<B, ByolNetwork<B, M>>,
+    view_threads: ViewThreads<B, Predicted<B, M>>,
     /// Whether this is one replica of a data-parallel run (its passes stay on its thread).
     replicated: bool,
 }
 
 impl<B: Backend, M: Backbone<B>> Byol<B, M> {
     /// The EMA target.
-    pub fn target(&self) -> &ByolTarget<B, M> {
-        &self.target
+    pub fn target(&self) -> &Projected<B, M> {
+        self.target.network()
     }
 
     /// The target's momentum at `progress`.
     pub fn momentum_at(&self, progress: Progress) -> f64 {
-        cosine_momentum(self.base_momentum, progress.fraction())
+        self.target.momentum_at(progress)
     }
 }
 
@@ -131,7 +117,7 @@ impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for By
 where
     M::InnerModule: Backbone<B::InnerBackend>,
 {
-    type Online = ByolNetwork<B, M>;
+    type Online = Predicted<B, M>;
     type Backbone = M;
     type State = ByolState<B, M>;
 
@@ -145,12 +131,12 @@ where
 
     fn state(&self) -> ByolState<B, M> {
         ByolState {
-            target: self.target.clone().into_record(),
+            target: self.target.record(),
         }
     }
 
     fn load_state(&mut self, state: ByolState<B, M>) -> Result<(), ConfigError> {
-        self.target = self.target.clone().load_record(state.target);
+        self.target.load_record(state.target);
         Ok(())
     }
 
@@ -168,30 +154,18 @@ where
             &self.online,
             [view1.clone(), view2.clone()],
             true,
-            |net, x| {
-                let z = net.projector.forward(net.backbone.forward_features(x));
-                (net.predictor.forward(z), ())
-            },
+            |net, x| (net.forward(x).1, ()),
         );
-        let target = |x: Tensor<B, 4>| {
-            self.target
-                .projector
-                .forward(self.target.backbone.forward_features(x))
-                .detach()
-        };
+        let target = |x: Tensor<B, 4>| self.target.network().forward(x).detach();
         let (t1, t2) = (target(view1), target(view2));
         let embeddings = Some([t1.clone(), t2.clone()]);
         // BYOL's symmetrised loss is the sum of the two orderings (§3.1: `L^BYOL = L + L̃`), not
         // their mean.
         let loss = self.loss.forward(p1, t2) + self.loss.forward(p2, t1);
-        let device = loss.device();
-        let momentum = Tensor::from_data(
-            TensorData::new(vec![self.momentum_at(progress)], [1]),
-            &device,
-        );
+        let stats = vec![self.target.stat(progress, &loss.device())];
         MethodOutput {
             loss,
-            stats: vec![("momentum", momentum)],
+            stats,
             embeddings,
         }
     }
@@ -214,9 +188,6 @@ where
     }
 
     fn after_step(&mut self, progress: Progress) {
-        let m = self.momentum_at(progress);
-        self.target.backbone = ema_update(self.target.backbone.clone(), &self.online.backbone, m);
-        self.target.projector =
-            ema_update(self.target.projector.clone(), &self.online.projector, m);
+        self.target.update(&self.online, progress);
     }
 }

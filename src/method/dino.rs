@@ -31,7 +31,7 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
-use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
+use super::momentum::MomentumEncoder;
 use super::{MethodOutput, Progress, SslMethod};
 use crate::base::error::ConfigError;
 use crate::data_parallel::Replica;
@@ -209,7 +209,6 @@ impl DinoConfig {
         backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<Dino<B, M>, ConfigError> {
-        validate_momentum("base_momentum", self.base_momentum)?;
         let student_backbone = backbone(device);
         let head = DinoHeadConfig::new(student_backbone.feature_dim())
             .with_hidden_dim(self.hidden_dim)
@@ -220,16 +219,17 @@ impl DinoConfig {
             backbone: student_backbone,
             head: head.init(device)?,
         };
-        let teacher = DinoNetwork {
-            backbone: detached_copy(&student.backbone, backbone(device)),
-            head: detached_copy(&student.head, head.init(device)?),
+        let fresh = DinoNetwork {
+            backbone: backbone(device),
+            head: head.init(device)?,
         };
+        let teacher =
+            MomentumEncoder::new(&student, fresh, self.base_momentum, true, "base_momentum")?;
         Ok(Dino {
             student,
             teacher,
             loss: self.loss.init()?,
             center: Tensor::zeros([1, self.output_dim], device),
-            base_momentum: self.base_momentum,
             freeze_last_layer_epochs: self.freeze_last_layer_epochs,
             frozen: false,
             pending_center: None,
@@ -251,10 +251,9 @@ pub struct DinoState<B: Backend, M: Backbone<B>> {
 #[derive(Debug, Clone)]
 pub struct Dino<B: Backend, M: Backbone<B>> {
     student: DinoNetwork<B, M>,
-    teacher: DinoNetwork<B, M>,
+    teacher: MomentumEncoder<DinoNetwork<B, M>>,
     loss: DinoLoss,
     center: Tensor<B, 2>,
-    base_momentum: f64,
     freeze_last_layer_epochs: usize,
     /// Whether the last layer is frozen at the step being computed.
     frozen: bool,
@@ -267,7 +266,7 @@ pub struct Dino<B: Backend, M: Backbone<B>> {
 impl<B: Backend, M: Backbone<B>> Dino<B, M> {
     /// The EMA teacher.
     pub fn teacher(&self) -> &DinoNetwork<B, M> {
-        &self.teacher
+        self.teacher.network()
     }
 
     /// The centre of the teacher's outputs, `[1, K]`.
@@ -277,7 +276,7 @@ impl<B: Backend, M: Backbone<B>> Dino<B, M> {
 
     /// The teacher's momentum at `progress`.
     pub fn momentum_at(&self, progress: Progress) -> f64 {
-        cosine_momentum(self.base_momentum, progress.fraction())
+        self.teacher.momentum_at(progress)
     }
 }
 
@@ -299,7 +298,7 @@ where
 
     fn state(&self) -> DinoState<B, M> {
         DinoState {
-            teacher: self.teacher.clone().into_record(),
+            teacher: self.teacher.record(),
             center: self.center.clone(),
         }
     }
@@ -315,7 +314,7 @@ where
                 ),
             ));
         }
-        self.teacher = self.teacher.clone().load_record(state.teacher);
+        self.teacher.load_record(state.teacher);
         self.center = state.center.set_require_grad(false);
         self.pending_center = None;
         Ok(())
@@ -353,7 +352,7 @@ where
                 .map(|v| x.clone().slice(v * n..(v + 1) * n))
                 .collect()
         };
-        let (_, teacher_out) = self.teacher.forward(globals.clone().detach());
+        let (_, teacher_out) = self.teacher.network().forward(globals.clone().detach());
         let teacher = split(teacher_out.detach(), 2);
         let (bottleneck, student_out) = self.student.forward(globals);
         let embeddings = split(bottleneck.detach(), 2);
@@ -388,7 +387,7 @@ where
             loss,
             stats: vec![
                 ("teacher_temp", scalar(teacher_temp)),
-                ("momentum", scalar(self.momentum_at(progress))),
+                self.teacher.stat(progress, &device),
             ],
             embeddings: Some([embeddings[0].clone(), embeddings[1].clone()]),
         }
@@ -414,10 +413,7 @@ where
         if let Some(center) = self.pending_center.take() {
             self.center = center;
         }
-        let m = self.momentum_at(progress);
-        self.teacher.backbone =
-            ema_update(self.teacher.backbone.clone(), &self.student.backbone, m);
-        self.teacher.head = ema_update(self.teacher.head.clone(), &self.student.head, m);
+        self.teacher.update(&self.student, progress);
     }
 }
 

@@ -1,5 +1,7 @@
-//! The exponential-moving-average update shared by MoCo's key encoder and BYOL's target:
-//! `θ_target ← m·θ_target + (1 − m)·θ_online`, plus the cosine momentum schedule.
+//! The exponential-moving-average update of every momentum copy
+//! ([`super::momentum::MomentumEncoder`]: MoCo's key encoder, BYOL's target, TiCo's and MoCo v3's
+//! momentum encoders, DINO's teacher): `θ_target ← m·θ_target + (1 − m)·θ_online`, plus the
+//! cosine momentum schedule.
 //!
 //! Two burn details matter here. Cloning a module SHARES its BatchNorm running statistics (they
 //! sit behind an `Arc<Mutex>` in `RunningState`), so a target made by `online.clone()` would
@@ -7,7 +9,7 @@
 //! would write into the online network too. [`detached_copy`] therefore loads the online weights
 //! into a freshly initialised module, whose running statistics are its own. And only trainable
 //! parameters are averaged: running statistics (buffers in PyTorch) are left to the target's
-//! own forward passes, as in MoCo and BYOL.
+//! own forward passes, as in MoCo, BYOL and DINO.
 //!
 //! The math, the defaults, the paper followed and the worked values are in
 //! `docs/methods.md#momentum-ema-update`.
@@ -35,12 +37,17 @@ pub fn detached_copy<B: Backend, M: Module<B>>(online: &M, fresh: M) -> M {
 }
 
 /// `target ← m·target + (1 − m)·online` for every trainable parameter of `online` (matched by
-/// parameter id, so `target` must come from [`detached_copy`] of the same module). Other
-/// tensors of `target` (running statistics, frozen parameters) are left as they are.
+/// parameter id, so `target` must come from [`detached_copy`] of `online`, or of a part of it:
+/// `online`'s other parameters are ignored). Other tensors of `target` (running statistics,
+/// frozen parameters) are left as they are.
 ///
 /// # Panics
 /// If `momentum` is outside `[0, 1]`.
-pub fn ema_update<B: Backend, M: Module<B>>(target: M, online: &M, momentum: f64) -> M {
+pub fn ema_update<B: Backend, M: Module<B>, O: Module<B>>(
+    target: M,
+    online: &O,
+    momentum: f64,
+) -> M {
     assert!(
         (0.0..=1.0).contains(&momentum),
         "ema_update: momentum must lie in [0, 1], got {momentum}"

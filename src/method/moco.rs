@@ -24,12 +24,13 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
 use super::branches::ViewThreads;
-use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
+use super::encoder::Projected;
+use super::momentum::MomentumEncoder;
 use super::queue::{KeyQueue, KeyQueueConfig};
 use super::{MethodOutput, Progress, SslMethod};
 use crate::base::error::ConfigError;
 use crate::data_parallel::Replica;
-use crate::head::{MlpHead, MlpHeadConfig};
+use crate::head::MlpHeadConfig;
 use crate::loss::{l2_normalize, InfoNceLoss, InfoNceLossConfig, SoftNceLoss, SoftNceLossConfig};
 
 /// Configuration of [`MoCo`].
@@ -114,6 +115,24 @@ impl MoCoConfig {
             .with_soft_nce(Some(SoftNceLossConfig::new()))
     }
 
+    /// The keys one step of `batch_size` images enqueues: the batch, twice for the symmetric
+    /// loss.
+    pub fn keys_per_step(&self, batch_size: usize) -> usize {
+        if self.symmetric {
+            2 * batch_size
+        } else {
+            batch_size
+        }
+    }
+
+    /// Whether the queue takes the keys of steps of `batch_size` images.
+    ///
+    /// # Errors
+    /// The [`QueueFit`](super::queue::QueueFit) that says why not.
+    pub fn check_batch(&self, batch_size: usize) -> Result<(), super::queue::QueueFit> {
+        KeyQueueConfig::new(self.queue_size, self.output_dim).fits(self.keys_per_step(batch_size))
+    }
+
     /// Builds MoCo around a backbone made by `backbone` (called twice: the query encoder, and a
     /// fresh module into which the key encoder's copy is loaded). `batch_size` is the number of
     /// images per step, used to check the queue size.
@@ -123,7 +142,6 @@ impl MoCoConfig {
         batch_size: usize,
         device: &B::Device,
     ) -> Result<MoCo<B, M>, ConfigError> {
-        validate_momentum("momentum", self.momentum)?;
         let query_backbone = backbone(device);
         let feature_dim = query_backbone.feature_dim();
         let hidden = match self.hidden_dim {
@@ -138,20 +156,22 @@ impl MoCoConfig {
                 .with_num_layers(1)
                 .with_batch_norm(false),
         };
-        let online = MoCoNetwork {
+        let online = Projected {
             backbone: query_backbone,
             projector: head.init(device)?,
         };
-        let fresh = MoCoNetwork {
+        let fresh = Projected {
             backbone: backbone(device),
             projector: head.init(device)?,
         };
-        let key = detached_copy(&online, fresh);
-        let keys_per_step = if self.symmetric {
-            2 * batch_size
-        } else {
-            batch_size
-        };
+        let key = MomentumEncoder::new(
+            &online,
+            fresh,
+            self.momentum,
+            self.cosine_momentum,
+            "momentum",
+        )?;
+        let keys_per_step = self.keys_per_step(batch_size);
         let queue =
             KeyQueueConfig::new(self.queue_size, self.output_dim).init(keys_per_step, device)?;
         let loss = match &self.soft_nce {
@@ -170,34 +190,12 @@ impl MoCoConfig {
             key,
             queue,
             loss,
-            momentum: self.momentum,
-            cosine_momentum: self.cosine_momentum,
             symmetric: self.symmetric,
             pending_keys: None,
             view_threads: ViewThreads::default(),
             replica: None,
             shuffle_bn: self.shuffle_bn,
         })
-    }
-}
-
-/// Backbone and projector: the query encoder (trained) and, as a detached copy, the key encoder.
-#[derive(Module, Debug)]
-pub struct MoCoNetwork<B: Backend, M> {
-    /// Feature extractor.
-    pub backbone: M,
-    /// Projection head.
-    pub projector: MlpHead<B>,
-}
-
-impl<B: Backend, M: Backbone<B>> MoCoNetwork<B, M> {
-    /// Projections of a batch.
-    ///
-    /// # Shapes
-    /// - `images`: `[N, C, H, W]` → `[N, output_dim]`
-    pub fn project(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-        self.projector
-            .forward(self.backbone.forward_features(images))
     }
 }
 
@@ -211,7 +209,7 @@ enum QueueLoss {
 #[derive(Record)]
 pub struct MoCoState<B: Backend, M: Backbone<B>> {
     /// The key encoder's record (weights and batch-norm statistics).
-    pub key: <MoCoNetwork<B, M> as Module<B>>::Record,
+    pub key: <Projected<B, M> as Module<B>>::Record,
     /// The queued keys, `[size, dim]`.
     pub queue: Tensor<B, 2>,
     /// The slot the next keys are written to.
@@ -221,16 +219,14 @@ pub struct MoCoState<B: Backend, M: Backbone<B>> {
 /// MoCo with its key encoder and queue. Build it with [`MoCoConfig::init`].
 #[derive(Debug, Clone)]
 pub struct MoCo<B: Backend, M: Backbone<B>> {
-    online: MoCoNetwork<B, M>,
-    key: MoCoNetwork<B, M>,
+    online: Projected<B, M>,
+    key: MomentumEncoder<Projected<B, M>>,
     queue: KeyQueue<B>,
     loss: QueueLoss,
-    momentum: f64,
-    cosine_momentum: bool,
     symmetric: bool,
     pending_keys: Option<Tensor<B, 2>>,
     /// A symmetric loss's two query passes back-propagated on two threads, when on.
-    view_threads: ViewThreads<B, MoCoNetwork<B, M>>,
+    view_threads: ViewThreads<B, Projected<B, M>>,
     /// This method's replica in a data-parallel run: every replica's keys are enqueued.
     replica: Option<Replica<B>>,
     /// MoCo's shuffling BatchNorm under replicas ([`MoCoConfig::shuffle_bn`]).
@@ -239,8 +235,8 @@ pub struct MoCo<B: Backend, M: Backbone<B>> {
 
 impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
     /// The key (momentum) encoder.
-    pub fn key_encoder(&self) -> &MoCoNetwork<B, M> {
-        &self.key
+    pub fn key_encoder(&self) -> &Projected<B, M> {
+        self.key.network()
     }
 
     /// The queue of negative keys.
@@ -250,11 +246,7 @@ impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
 
     /// The key encoder's momentum at `progress`.
     pub fn momentum_at(&self, progress: Progress) -> f64 {
-        if self.cosine_momentum {
-            cosine_momentum(self.momentum, progress.fraction())
-        } else {
-            self.momentum
-        }
+        self.key.momentum_at(progress)
     }
 
     /// Whether this MoCo runs with shuffling batch norm (a replica, and [`MoCoConfig::shuffle_bn`]).
@@ -274,7 +266,7 @@ impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
         salt: u64,
     ) -> (Tensor<B, 2>, Option<Tensor<B, 2>>) {
         let Some(replica) = self.replica.as_ref().filter(|_| self.shuffle_bn) else {
-            let own = l2_normalize(self.key.project(images)).detach();
+            let own = l2_normalize(self.key.network().forward(images)).detach();
             let all = self.replica.as_ref().map(|r| r.gather(own.clone()));
             return (own, all);
         };
@@ -291,7 +283,8 @@ impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
             Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [len]), &device)
         };
         let mine = &order[replica.rank() * n..(replica.rank() + 1) * n];
-        let encoded = l2_normalize(self.key.project(all_images.select(0, rows(mine)))).detach();
+        let encoded =
+            l2_normalize(self.key.network().forward(all_images.select(0, rows(mine)))).detach();
         let mut inverse = vec![0; total];
         for (position, &image) in order.iter().enumerate() {
             inverse[image] = position;
@@ -330,7 +323,7 @@ impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for Mo
 where
     M::InnerModule: Backbone<B::InnerBackend>,
 {
-    type Online = MoCoNetwork<B, M>;
+    type Online = Projected<B, M>;
     type Backbone = M;
     type State = MoCoState<B, M>;
 
@@ -344,7 +337,7 @@ where
 
     fn state(&self) -> MoCoState<B, M> {
         MoCoState {
-            key: self.key.clone().into_record(),
+            key: self.key.record(),
             queue: self.queue.keys(),
             pointer: self.queue.pointer(),
         }
@@ -362,7 +355,7 @@ where
             ));
         }
         self.queue = KeyQueue::from_parts(state.queue, state.pointer, self.queue.keys_per_step())?;
-        self.key = self.key.clone().load_record(state.key);
+        self.key.load_record(state.key);
         self.pending_keys = None;
         self.view_threads.clear();
         Ok(())
@@ -390,7 +383,7 @@ where
             let ([q1, q2], _) =
                 self.view_threads
                     .passes(&self.online, [view1, view2], true, |net, x| {
-                        (net.project(x), ())
+                        (net.forward(x), ())
                     });
             // Both orderings in one call: twice the mean over the 2B rows is the sum of the two
             // means, with half the ops and one product against the queue.
@@ -407,7 +400,7 @@ where
             };
             (loss, keys, q1)
         } else {
-            let q1 = self.online.project(view1);
+            let q1 = self.online.forward(view1);
             let keys = all_k2.unwrap_or_else(|| k2.clone());
             (
                 self.queue_loss(q1.clone(), k2.clone(), queue, progress),
@@ -419,7 +412,7 @@ where
         self.pending_keys = Some(keys);
         let device = loss.device();
         let scalar = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
-        let mut stats = vec![("momentum", scalar(self.momentum_at(progress)))];
+        let mut stats = vec![self.key.stat(progress, &device)];
         if let QueueLoss::Soft(soft) = &self.loss {
             stats.push(("softnce_alpha", scalar(soft.alpha_at(progress))));
         }
@@ -459,8 +452,7 @@ where
     }
 
     fn after_step(&mut self, progress: Progress) {
-        let momentum = self.momentum_at(progress);
-        self.key = ema_update(self.key.clone(), &self.online, momentum);
+        self.key.update(&self.online, progress);
         if let Some(keys) = self.pending_keys.take() {
             self.queue.enqueue(keys);
         }

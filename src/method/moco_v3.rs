@@ -22,11 +22,12 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
-use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
+use super::encoder::{Predicted, Projected};
+use super::momentum::MomentumEncoder;
 use super::{MethodOutput, Progress, SslMethod};
 use crate::base::error::ConfigError;
 use crate::data_parallel::Replica;
-use crate::head::{MlpHead, MlpHeadConfig};
+use crate::head::MlpHeadConfig;
 use crate::loss::{MocoV3Loss, MocoV3LossConfig};
 
 /// Configuration of [`MocoV3`].
@@ -50,35 +51,6 @@ pub struct MocoV3Config {
 }
 
 impl MocoV3Config {
-    /// The paper's ResNet setting: a two-layer projector and `τ = 1`.
-    pub fn resnet() -> Self {
-        Self::new()
-            .with_projector_layers(2)
-            .with_loss(MocoV3LossConfig::new().with_temperature(1.0))
-    }
-}
-
-/// The momentum encoder of [`MocoV3`] (the query encoder without its predictor).
-#[derive(Module, Debug)]
-pub struct MocoV3Encoder<B: Backend, M> {
-    /// Feature extractor.
-    pub backbone: M,
-    /// Projection head.
-    pub projector: MlpHead<B>,
-}
-
-/// The trainable part of [`MocoV3`]: the query encoder.
-#[derive(Module, Debug)]
-pub struct MocoV3Network<B: Backend, M> {
-    /// Feature extractor.
-    pub backbone: M,
-    /// Projection head.
-    pub projector: MlpHead<B>,
-    /// Prediction head.
-    pub predictor: MlpHead<B>,
-}
-
-impl MocoV3Config {
     /// Builds MoCo v3 around a backbone made by `backbone` (called twice: the query encoder's,
     /// and a fresh module into which the momentum encoder's copy is loaded).
     ///
@@ -89,7 +61,6 @@ impl MocoV3Config {
         backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<MocoV3<B, M>, ConfigError> {
-        validate_momentum("base_momentum", self.base_momentum)?;
         if self.projector_layers < 2 {
             return Err(ConfigError::new(
                 "projector_layers",
@@ -106,20 +77,27 @@ impl MocoV3Config {
         .with_output_batch_norm(true)
         .with_output_batch_norm_affine(false);
         let predictor = MlpHeadConfig::new(self.output_dim, self.hidden_dim, self.output_dim);
-        let online = MocoV3Network {
+        let online = Predicted {
             backbone: query_backbone,
             projector: projector.init(device)?,
             predictor: predictor.init(device)?,
         };
-        let momentum = MocoV3Encoder {
-            backbone: detached_copy(&online.backbone, backbone(device)),
-            projector: detached_copy(&online.projector, projector.init(device)?),
+        crate::base::seed::materialise(&online);
+        let fresh = Projected {
+            backbone: backbone(device),
+            projector: projector.init(device)?,
         };
+        let momentum = MomentumEncoder::new(
+            &online.encoder(),
+            fresh,
+            self.base_momentum,
+            true,
+            "base_momentum",
+        )?;
         Ok(MocoV3 {
             online,
             momentum,
             loss: self.loss.init()?,
-            base_momentum: self.base_momentum,
             replica: None,
         })
     }
@@ -129,29 +107,28 @@ impl MocoV3Config {
 #[derive(Record)]
 pub struct MocoV3State<B: Backend, M: Backbone<B>> {
     /// The momentum encoder's record (weights and batch-norm statistics).
-    pub momentum: <MocoV3Encoder<B, M> as Module<B>>::Record,
+    pub momentum: <Projected<B, M> as Module<B>>::Record,
 }
 
 /// MoCo v3. Build it with [`MocoV3Config::init`].
 #[derive(Debug, Clone)]
 pub struct MocoV3<B: Backend, M: Backbone<B>> {
-    online: MocoV3Network<B, M>,
-    momentum: MocoV3Encoder<B, M>,
+    online: Predicted<B, M>,
+    momentum: MomentumEncoder<Projected<B, M>>,
     loss: MocoV3Loss,
-    base_momentum: f64,
     /// This method's replica in a data-parallel run: the keys are every replica's.
     replica: Option<Replica<B>>,
 }
 
 impl<B: Backend, M: Backbone<B>> MocoV3<B, M> {
     /// The momentum encoder.
-    pub fn momentum_encoder(&self) -> &MocoV3Encoder<B, M> {
-        &self.momentum
+    pub fn momentum_encoder(&self) -> &Projected<B, M> {
+        self.momentum.network()
     }
 
     /// The momentum at `progress`.
     pub fn momentum_at(&self, progress: Progress) -> f64 {
-        cosine_momentum(self.base_momentum, progress.fraction())
+        self.momentum.momentum_at(progress)
     }
 }
 
@@ -159,7 +136,7 @@ impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for Mo
 where
     M::InnerModule: Backbone<B::InnerBackend>,
 {
-    type Online = MocoV3Network<B, M>;
+    type Online = Predicted<B, M>;
     type Backbone = M;
     type State = MocoV3State<B, M>;
 
@@ -173,12 +150,12 @@ where
 
     fn state(&self) -> MocoV3State<B, M> {
         MocoV3State {
-            momentum: self.momentum.clone().into_record(),
+            momentum: self.momentum.record(),
         }
     }
 
     fn load_state(&mut self, state: MocoV3State<B, M>) -> Result<(), ConfigError> {
-        self.momentum = self.momentum.clone().load_record(state.momentum);
+        self.momentum.load_record(state.momentum);
         Ok(())
     }
 
@@ -193,20 +170,9 @@ where
         progress: Progress,
     ) -> MethodOutput<B> {
         let n = view1.dims()[0];
-        let query = |x: Tensor<B, 4>| {
-            let z = self
-                .online
-                .projector
-                .forward(self.online.backbone.forward_features(x));
-            self.online.predictor.forward(z)
-        };
+        let query = |x: Tensor<B, 4>| self.online.forward(x).1;
         let (q1, q2) = (query(view1.clone()), query(view2.clone()));
-        let key = |x: Tensor<B, 4>| {
-            self.momentum
-                .projector
-                .forward(self.momentum.backbone.forward_features(x.detach()))
-                .detach()
-        };
+        let key = |x: Tensor<B, 4>| self.momentum.network().forward(x.detach()).detach();
         let (k1, k2) = (key(view1), key(view2));
         let embeddings = Some([k1.clone(), k2.clone()]);
         let (k1, k2, offset) = match &self.replica {
@@ -215,14 +181,10 @@ where
         };
         let loss = self.loss.forward_with_offset(q1, k2, offset)
             + self.loss.forward_with_offset(q2, k1, offset);
-        let device = loss.device();
-        let momentum = Tensor::from_data(
-            TensorData::new(vec![self.momentum_at(progress)], [1]),
-            &device,
-        );
+        let stats = vec![self.momentum.stat(progress, &loss.device())];
         MethodOutput {
             loss,
-            stats: vec![("momentum", momentum)],
+            stats,
             embeddings,
         }
     }
@@ -236,10 +198,6 @@ where
     }
 
     fn after_step(&mut self, progress: Progress) {
-        let m = self.momentum_at(progress);
-        self.momentum.backbone =
-            ema_update(self.momentum.backbone.clone(), &self.online.backbone, m);
-        self.momentum.projector =
-            ema_update(self.momentum.projector.clone(), &self.online.projector, m);
+        self.momentum.update(&self.online, progress);
     }
 }

@@ -1,7 +1,8 @@
 //! SSL methods ("frameworks"): SimCLR (with NT-Xent, HCL, curricular weighting, Huber NT-Xent,
 //! DCL / DCLW), MoCo v1/v2, Light-MoCo and MoCo v3, BYOL, SimSiam, Barlow Twins, VICReg, SwAV and DINO
-//! (with multi-crop), NNCLR, TiCo, rotation prediction, plus the state they share (the MoCo key
-//! queue, the EMA update).
+//! (with multi-crop), NNCLR, TiCo, rotation prediction, plus the pieces they share: the networks'
+//! two shapes ([`encoder`]), the momentum copy ([`momentum`], on the EMA update of [`ema`]), the
+//! key queue ([`queue`]).
 //!
 //! A method owns its networks and states. Its trainable part is one module,
 //! [`SslMethod::online`]; everything else (key / target networks, queue, loss states) is updated
@@ -21,8 +22,10 @@ pub mod branches;
 pub mod byol;
 pub mod dino;
 pub mod ema;
+pub mod encoder;
 pub mod moco;
 pub mod moco_v3;
+pub mod momentum;
 pub mod nnclr;
 pub mod pgd;
 pub mod projected_pair;
@@ -37,15 +40,17 @@ pub mod vicreg;
 pub use barlow_twins::{BarlowTwins, BarlowTwinsConfig};
 pub use byol::{Byol, ByolConfig, ByolState};
 pub use dino::{Dino, DinoConfig, DinoHead, DinoHeadConfig, DinoNetwork, DinoState};
+pub use encoder::{Predicted, Projected};
 pub use moco::{MoCo, MoCoConfig, MoCoState};
-pub use moco_v3::{MocoV3, MocoV3Config, MocoV3Encoder, MocoV3Network, MocoV3State};
-pub use nnclr::{Nnclr, NnclrConfig, NnclrNetwork, NnclrState};
-pub use projected_pair::{PairObjective, ProjectedNetwork, ProjectedPair};
-pub use queue::{KeyQueue, KeyQueueConfig};
+pub use moco_v3::{MocoV3, MocoV3Config, MocoV3State};
+pub use momentum::MomentumEncoder;
+pub use nnclr::{Nnclr, NnclrConfig, NnclrState};
+pub use projected_pair::{PairObjective, ProjectedPair};
+pub use queue::{KeyQueue, KeyQueueConfig, QueueFit};
 pub use simclr::{PairLossConfig, SimClr, SimClrConfig, SimClrState};
 pub use simsiam::{SimSiam, SimSiamConfig};
 pub use swav::{Swav, SwavConfig, SwavNetwork, SwavState};
-pub use tico::{TiCo, TiCoConfig, TiCoNetwork, TiCoState};
+pub use tico::{TiCo, TiCoConfig, TiCoState};
 pub use vicreg::{VicReg, VicRegConfig};
 
 use burn::module::AutodiffModule;

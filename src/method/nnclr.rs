@@ -22,11 +22,12 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
+use super::encoder::Predicted;
 use super::queue::{KeyQueue, KeyQueueConfig};
 use super::{MethodOutput, Progress, SslMethod};
 use crate::base::error::ConfigError;
 use crate::data_parallel::Replica;
-use crate::head::{MlpHead, MlpHeadConfig};
+use crate::head::MlpHeadConfig;
 use crate::loss::{l2_normalize, NnclrLoss, NnclrLossConfig};
 
 /// Configuration of [`Nnclr`].
@@ -47,17 +48,6 @@ pub struct NnclrConfig {
     /// The loss (temperature 0.1).
     #[config(default = "NnclrLossConfig::new()")]
     pub loss: NnclrLossConfig,
-}
-
-/// The trainable part of [`Nnclr`].
-#[derive(Module, Debug)]
-pub struct NnclrNetwork<B: Backend, M> {
-    /// Feature extractor.
-    pub backbone: M,
-    /// Projection head.
-    pub projector: MlpHead<B>,
-    /// Prediction head.
-    pub predictor: MlpHead<B>,
 }
 
 impl NnclrConfig {
@@ -84,7 +74,7 @@ impl NnclrConfig {
             .init(batch_size, device)
             .map_err(|e| ConfigError::new("support_set_size", e.reason))?;
         Ok(Nnclr {
-            online: NnclrNetwork {
+            online: Predicted {
                 backbone,
                 projector,
                 predictor,
@@ -109,7 +99,7 @@ pub struct NnclrState<B: Backend> {
 /// NNCLR. Build it with [`NnclrConfig::init`].
 #[derive(Debug, Clone)]
 pub struct Nnclr<B: Backend, M: Backbone<B>> {
-    online: NnclrNetwork<B, M>,
+    online: Predicted<B, M>,
     support: KeyQueue<B>,
     loss: NnclrLoss,
     /// The projections the support set takes after the step.
@@ -141,7 +131,7 @@ impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for Nn
 where
     M::InnerModule: Backbone<B::InnerBackend>,
 {
-    type Online = NnclrNetwork<B, M>;
+    type Online = Predicted<B, M>;
     type Backbone = M;
     type State = NnclrState<B>;
 
@@ -188,14 +178,7 @@ where
         view2: Tensor<B, 4>,
         _: Progress,
     ) -> MethodOutput<B> {
-        let pass = |x: Tensor<B, 4>| {
-            let z = self
-                .online
-                .projector
-                .forward(self.online.backbone.forward_features(x));
-            let p = self.online.predictor.forward(z.clone());
-            (z, p)
-        };
+        let pass = |x: Tensor<B, 4>| self.online.forward(x);
         let ((z1, p1), (z2, p2)) = (pass(view1), pass(view2));
         let (nn1, nn2) = (
             self.nearest_neighbours(z1.clone()),

@@ -11,6 +11,7 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
 use super::branches::ViewThreads;
+use super::encoder::Projected;
 use super::{MethodOutput, Progress, SslMethod};
 use crate::base::error::ConfigError;
 use crate::data_parallel::Replica;
@@ -30,23 +31,14 @@ pub trait PairObjective<B: Backend>: Clone + std::fmt::Debug + 'static {
     ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>);
 }
 
-/// Backbone and projector, the trainable part of a [`ProjectedPair`].
-#[derive(Module, Debug)]
-pub struct ProjectedNetwork<B: Backend, M> {
-    /// Feature extractor.
-    pub backbone: M,
-    /// Projection head.
-    pub projector: MlpHead<B>,
-}
-
 /// A method made of a backbone, a projector and a [`PairObjective`] (Barlow Twins, VICReg).
 /// Build one with [`super::BarlowTwinsConfig::init`] or [`super::VicRegConfig::init`].
 #[derive(Debug, Clone)]
 pub struct ProjectedPair<B: Backend, M: Backbone<B>, L> {
-    online: ProjectedNetwork<B, M>,
+    online: Projected<B, M>,
     loss: L,
     /// The two views' passes back-propagated on two threads, when on.
-    view_threads: ViewThreads<B, ProjectedNetwork<B, M>>,
+    view_threads: ViewThreads<B, Projected<B, M>>,
     /// This method's replica in a data-parallel run: the loss sees every replica's projections.
     replica: Option<Replica<B>>,
 }
@@ -55,7 +47,7 @@ impl<B: Backend, M: Backbone<B>, L> ProjectedPair<B, M, L> {
     /// A method of `backbone`, `projector` and `loss`.
     pub fn new(backbone: M, projector: MlpHead<B>, loss: L) -> Self {
         Self {
-            online: ProjectedNetwork {
+            online: Projected {
                 backbone,
                 projector,
             },
@@ -78,7 +70,7 @@ where
     M::InnerModule: Backbone<B::InnerBackend>,
     L: PairObjective<B>,
 {
-    type Online = ProjectedNetwork<B, M>;
+    type Online = Projected<B, M>;
     type Backbone = M;
     /// Nothing besides the trainable networks.
     type State = ();
@@ -110,7 +102,7 @@ where
         let ([z1, z2], _) =
             self.view_threads
                 .passes(&self.online, [view1, view2], true, |net, x| {
-                    (net.projector.forward(net.backbone.forward_features(x)), ())
+                    (net.forward(x), ())
                 });
         let embeddings = Some([z1.clone().detach(), z2.clone().detach()]);
         // Data-parallel: the statistics over the batch are those of the global batch.

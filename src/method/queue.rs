@@ -42,15 +42,8 @@ impl KeyQueueConfig {
                 "keys must have at least one element",
             ));
         }
-        if keys_per_step == 0 || !self.size.is_multiple_of(keys_per_step) {
-            return Err(ConfigError::new(
-                "size",
-                format!(
-                    "the queue size {} is not a multiple of the {keys_per_step} keys enqueued per \
-                     step (the batch size, doubled for a symmetric loss)",
-                    self.size
-                ),
-            ));
+        if let Err(fit) = self.fits(keys_per_step) {
+            return Err(ConfigError::new("size", fit.to_string()));
         }
         let keys = Tensor::random(
             [self.size, self.dim],
@@ -62,6 +55,57 @@ impl KeyQueueConfig {
             pointer: 0,
             keys_per_step,
         })
+    }
+}
+
+/// Why a queue cannot take the keys one step enqueues ([`KeyQueueConfig::fits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum QueueFit {
+    /// Fewer keys than one step enqueues.
+    #[error(
+        "the queue of {size} keys holds fewer than the {keys_per_step} keys enqueued per step \
+         (the batch size, doubled for a symmetric loss)"
+    )]
+    TooSmall {
+        /// The queue's size.
+        size: usize,
+        /// The keys one step enqueues.
+        keys_per_step: usize,
+    },
+    /// A size the steps' keys do not divide.
+    #[error(
+        "the queue size {size} is not a multiple of the {keys_per_step} keys enqueued per step \
+         (the batch size, doubled for a symmetric loss)"
+    )]
+    NotAMultiple {
+        /// The queue's size.
+        size: usize,
+        /// The keys one step enqueues.
+        keys_per_step: usize,
+    },
+}
+
+impl KeyQueueConfig {
+    /// Whether the queue takes `keys_per_step` keys a step: at least that many, and a multiple
+    /// of it (each step replaces a whole block of keys).
+    ///
+    /// # Errors
+    /// The [`QueueFit`] that says why not.
+    pub fn fits(&self, keys_per_step: usize) -> Result<(), QueueFit> {
+        let (size, keys_per_step) = (self.size, keys_per_step);
+        if keys_per_step == 0 || size < keys_per_step {
+            return Err(QueueFit::TooSmall {
+                size,
+                keys_per_step,
+            });
+        }
+        if !size.is_multiple_of(keys_per_step) {
+            return Err(QueueFit::NotAMultiple {
+                size,
+                keys_per_step,
+            });
+        }
+        Ok(())
     }
 }
 

@@ -25,11 +25,12 @@ use curriculum_ssl_models::Backbone;
 use serde::{Deserialize, Serialize};
 
 use super::branches::ViewThreads;
+use super::encoder::Projected;
 use super::pgd::{attack_copy, Pgd, PgdConfig};
 use super::{MethodOutput, Progress, SslMethod};
 use crate::base::error::ConfigError;
 use crate::data_parallel::Replica;
-use crate::head::{MlpHead, MlpHeadConfig};
+use crate::head::MlpHeadConfig;
 use crate::loss::{
     CurricularLoss, CurricularLossConfig, CurricularState, DclLoss, DclLossConfig, HclLoss,
     HclLossConfig, HuberNtXentLoss, HuberNtXentLossConfig, NtXentLoss, NtXentLossConfig,
@@ -68,26 +69,6 @@ pub struct SimClrConfig {
     pub pgd: Option<PgdConfig>,
 }
 
-/// Backbone and projector, the trainable part of [`SimClr`].
-#[derive(Module, Debug)]
-pub struct SimClrNetwork<B: Backend, M> {
-    /// Feature extractor.
-    pub backbone: M,
-    /// Projection head.
-    pub projector: MlpHead<B>,
-}
-
-impl<B: Backend, M: Backbone<B>> SimClrNetwork<B, M> {
-    /// Projections of a batch.
-    ///
-    /// # Shapes
-    /// - `images`: `[N, C, H, W]` → `[N, output_dim]`
-    pub fn project(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-        self.projector
-            .forward(self.backbone.forward_features(images))
-    }
-}
-
 impl SimClrConfig {
     /// Builds SimCLR around `backbone`.
     pub fn init<B: Backend, M: Backbone<B>>(
@@ -118,7 +99,7 @@ impl SimClrConfig {
             },
         };
         Ok(SimClr {
-            online: SimClrNetwork {
+            online: Projected {
                 backbone,
                 projector,
             },
@@ -156,12 +137,12 @@ pub struct SimClrState {
 /// SimCLR. Build it with [`SimClrConfig::init`].
 #[derive(Debug, Clone)]
 pub struct SimClr<B: Backend, M: Backbone<B>> {
-    online: SimClrNetwork<B, M>,
+    online: Projected<B, M>,
     loss: PairLoss<B>,
     pgd: Option<Pgd>,
     /// The two views' passes back-propagated on two threads, when on (not at the steps where
     /// PGD's hardened negatives add a third pass).
-    view_threads: ViewThreads<B, SimClrNetwork<B, M>>,
+    view_threads: ViewThreads<B, Projected<B, M>>,
     /// This method's replica in a data-parallel run: the loss is computed on every replica's
     /// projections, gathered.
     replica: Option<Replica<B>>,
@@ -211,7 +192,7 @@ where
         let pgd = self.pgd.as_ref().expect("called with the attack on");
         let copy = attack_copy(&self.online);
         pgd.attack_views(clean, progress, |x| {
-            self.loss_against(anchors.clone(), halves(copy.project(x)), progress)
+            self.loss_against(anchors.clone(), halves(copy.forward(x)), progress)
         })
     }
 
@@ -225,7 +206,7 @@ where
         progress: Progress,
     ) -> [Tensor<B, 2>; 2] {
         let anchors = [z1.clone().detach(), z2.clone().detach()];
-        halves(self.online.project(self.harden(clean, anchors, progress)))
+        halves(self.online.forward(self.harden(clean, anchors, progress)))
     }
 }
 
@@ -233,7 +214,7 @@ impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for Si
 where
     M::InnerModule: Backbone<B::InnerBackend>,
 {
-    type Online = SimClrNetwork<B, M>;
+    type Online = Projected<B, M>;
     type Backbone = M;
     type State = SimClrState;
 
@@ -288,7 +269,7 @@ where
         let ([z1, z2], _) =
             self.view_threads
                 .passes(&self.online, [view1, view2], clean.is_none(), |net, x| {
-                    (net.project(x), ())
+                    (net.forward(x), ())
                 });
         let embeddings = Some([z1.clone().detach(), z2.clone().detach()]);
         // Data-parallel: the loss sees every replica's images (negatives included), in rank order.
@@ -451,8 +432,8 @@ mod tests {
             );
             let progress = Progress::default();
             let (v1, v2) = (views(4, 1), views(4, 2));
-            let z1 = method.online.project(v1.clone()).detach();
-            let z2 = method.online.project(v2.clone()).detach();
+            let z1 = method.online.forward(v1.clone()).detach();
+            let z2 = method.online.forward(v2.clone()).detach();
             let clean = Tensor::cat(vec![v1, v2], 0);
             let before = parameters(&method);
             let hard = method.harden(clean.clone(), [z1.clone(), z2.clone()], progress);
@@ -460,7 +441,7 @@ mod tests {
             let copy = attack_copy(&method.online);
             let loss_of = |x: Tensor<Ad, 4>| {
                 method
-                    .loss_against([z1.clone(), z2.clone()], halves(copy.project(x)), progress)
+                    .loss_against([z1.clone(), z2.clone()], halves(copy.forward(x)), progress)
                     .into_scalar()
             };
             let (clean_loss, hard_loss) = (loss_of(clean.clone()), loss_of(hard.clone()));

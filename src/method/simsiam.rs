@@ -14,10 +14,11 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
 use super::branches::ViewThreads;
+use super::encoder::Predicted;
 use super::{MethodOutput, Progress, SslMethod};
 use crate::base::error::ConfigError;
 use crate::data_parallel::Replica;
-use crate::head::{MlpHead, MlpHeadConfig};
+use crate::head::MlpHeadConfig;
 use crate::loss::{NegativeCosineLoss, NegativeCosineLossConfig};
 
 /// Configuration of [`SimSiam`].
@@ -31,17 +32,6 @@ pub struct SimSiamConfig {
     pub predictor_dim: usize,
 }
 
-/// The trainable part of [`SimSiam`] (all of it).
-#[derive(Module, Debug)]
-pub struct SimSiamNetwork<B: Backend, M> {
-    /// Feature extractor.
-    pub backbone: M,
-    /// Projection head (3 layers, a BN without `γ`, `β` at the output).
-    pub projector: MlpHead<B>,
-    /// Prediction head (`dim → predictor_dim → dim`).
-    pub predictor: MlpHead<B>,
-}
-
 impl SimSiamConfig {
     /// Builds SimSiam around `backbone`.
     pub fn init<B: Backend, M: Backbone<B>>(
@@ -53,7 +43,7 @@ impl SimSiamConfig {
             MlpHeadConfig::simsiam_projector(backbone.feature_dim(), self.dim).init(device)?;
         let predictor = MlpHeadConfig::new(self.dim, self.predictor_dim, self.dim).init(device)?;
         Ok(SimSiam {
-            online: SimSiamNetwork {
+            online: Predicted {
                 backbone,
                 projector,
                 predictor,
@@ -68,10 +58,10 @@ impl SimSiamConfig {
 /// SimSiam. Build it with [`SimSiamConfig::init`].
 #[derive(Debug, Clone)]
 pub struct SimSiam<B: Backend, M: Backbone<B>> {
-    online: SimSiamNetwork<B, M>,
+    online: Predicted<B, M>,
     loss: NegativeCosineLoss,
     /// The two views' passes back-propagated on two threads, when on.
-    view_threads: ViewThreads<B, SimSiamNetwork<B, M>>,
+    view_threads: ViewThreads<B, Predicted<B, M>>,
     /// Whether this is one replica of a data-parallel run (its passes stay on its thread).
     replicated: bool,
 }
@@ -80,7 +70,7 @@ impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for Si
 where
     M::InnerModule: Backbone<B::InnerBackend>,
 {
-    type Online = SimSiamNetwork<B, M>;
+    type Online = Predicted<B, M>;
     type Backbone = M;
     /// SimSiam keeps no state besides its trainable networks.
     type State = ();
@@ -114,8 +104,8 @@ where
         let ([p1, p2], [z1, z2]) =
             self.view_threads
                 .passes(&self.online, [view1, view2], true, |net, x| {
-                    let z = net.projector.forward(net.backbone.forward_features(x));
-                    (net.predictor.forward(z.clone()), z.detach())
+                    let (z, p) = net.forward(x);
+                    (p, z.detach())
                 });
         let embeddings = Some([z1.clone(), z2.clone()]);
         MethodOutput {

@@ -17,11 +17,12 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 
-use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
+use super::encoder::Projected;
+use super::momentum::MomentumEncoder;
 use super::{MethodOutput, Progress, SslMethod};
 use crate::base::error::ConfigError;
 use crate::data_parallel::Replica;
-use crate::head::{MlpHead, MlpHeadConfig};
+use crate::head::MlpHeadConfig;
 use crate::loss::{TiCoLoss, TiCoLossConfig};
 
 /// Configuration of [`TiCo`].
@@ -41,25 +42,6 @@ pub struct TiCoConfig {
     pub loss: TiCoLossConfig,
 }
 
-/// The online networks of [`TiCo`] (and, detached, its momentum encoder).
-#[derive(Module, Debug)]
-pub struct TiCoNetwork<B: Backend, M> {
-    /// Feature extractor.
-    pub backbone: M,
-    /// Projection head.
-    pub projector: MlpHead<B>,
-}
-
-impl<B: Backend, M: Backbone<B>> TiCoNetwork<B, M> {
-    /// The embeddings of a batch.
-    ///
-    /// # Shapes
-    /// - `x`: `[N, C, H, W]` → `[N, D]`
-    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
-        self.projector.forward(self.backbone.forward_features(x))
-    }
-}
-
 impl TiCoConfig {
     /// Builds TiCo around a backbone made by `backbone` (called twice: online, and a fresh module
     /// into which the momentum encoder's copy is loaded).
@@ -71,28 +53,28 @@ impl TiCoConfig {
         backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<TiCo<B, M>, ConfigError> {
-        validate_momentum("base_momentum", self.base_momentum)?;
         let online_backbone = backbone(device);
         let projector = MlpHeadConfig::new(
             online_backbone.feature_dim(),
             self.hidden_dim,
             self.output_dim,
         );
-        let online = TiCoNetwork {
+        let online = Projected {
             backbone: online_backbone,
             projector: projector.init(device)?,
         };
-        let momentum = TiCoNetwork {
-            backbone: detached_copy(&online.backbone, backbone(device)),
-            projector: detached_copy(&online.projector, projector.init(device)?),
+        let fresh = Projected {
+            backbone: backbone(device),
+            projector: projector.init(device)?,
         };
+        let momentum =
+            MomentumEncoder::new(&online, fresh, self.base_momentum, true, "base_momentum")?;
         Ok(TiCo {
             online,
             momentum,
             loss: self.loss.init()?,
             covariance: Tensor::zeros([self.output_dim, self.output_dim], device),
             pending: None,
-            base_momentum: self.base_momentum,
             replica: None,
         })
     }
@@ -102,7 +84,7 @@ impl TiCoConfig {
 #[derive(Record)]
 pub struct TiCoState<B: Backend, M: Backbone<B>> {
     /// The momentum encoder's record.
-    pub momentum: <TiCoNetwork<B, M> as Module<B>>::Record,
+    pub momentum: <Projected<B, M> as Module<B>>::Record,
     /// The running covariance, `[D, D]`.
     pub covariance: Tensor<B, 2>,
 }
@@ -110,21 +92,20 @@ pub struct TiCoState<B: Backend, M: Backbone<B>> {
 /// TiCo. Build it with [`TiCoConfig::init`].
 #[derive(Debug, Clone)]
 pub struct TiCo<B: Backend, M: Backbone<B>> {
-    online: TiCoNetwork<B, M>,
-    momentum: TiCoNetwork<B, M>,
+    online: Projected<B, M>,
+    momentum: MomentumEncoder<Projected<B, M>>,
     loss: TiCoLoss,
     covariance: Tensor<B, 2>,
     /// The covariance after the step being computed.
     pending: Option<Tensor<B, 2>>,
-    base_momentum: f64,
     /// This method's replica in a data-parallel run.
     replica: Option<Replica<B>>,
 }
 
 impl<B: Backend, M: Backbone<B>> TiCo<B, M> {
     /// The momentum encoder.
-    pub fn momentum_encoder(&self) -> &TiCoNetwork<B, M> {
-        &self.momentum
+    pub fn momentum_encoder(&self) -> &Projected<B, M> {
+        self.momentum.network()
     }
 
     /// The running covariance, `[D, D]`.
@@ -134,7 +115,7 @@ impl<B: Backend, M: Backbone<B>> TiCo<B, M> {
 
     /// The momentum at `progress`.
     pub fn momentum_at(&self, progress: Progress) -> f64 {
-        cosine_momentum(self.base_momentum, progress.fraction())
+        self.momentum.momentum_at(progress)
     }
 }
 
@@ -142,7 +123,7 @@ impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for Ti
 where
     M::InnerModule: Backbone<B::InnerBackend>,
 {
-    type Online = TiCoNetwork<B, M>;
+    type Online = Projected<B, M>;
     type Backbone = M;
     type State = TiCoState<B, M>;
 
@@ -156,7 +137,7 @@ where
 
     fn state(&self) -> TiCoState<B, M> {
         TiCoState {
-            momentum: self.momentum.clone().into_record(),
+            momentum: self.momentum.record(),
             covariance: self.covariance.clone(),
         }
     }
@@ -172,7 +153,7 @@ where
                 ),
             ));
         }
-        self.momentum = self.momentum.clone().load_record(state.momentum);
+        self.momentum.load_record(state.momentum);
         self.covariance = state.covariance.set_require_grad(false);
         self.pending = None;
         Ok(())
@@ -189,7 +170,7 @@ where
         progress: Progress,
     ) -> MethodOutput<B> {
         let z_a = self.online.forward(view1);
-        let z_b = self.momentum.forward(view2).detach();
+        let z_b = self.momentum.network().forward(view2).detach();
         let embeddings = Some([z_a.clone().detach(), z_b.clone()]);
         let (z_a, z_b) = match &self.replica {
             Some(r) => (r.gather(z_a), r.gather(z_b).detach()),
@@ -197,14 +178,10 @@ where
         };
         let (loss, covariance) = self.loss.forward(z_a, z_b, self.covariance.clone());
         self.pending = Some(covariance.set_require_grad(false));
-        let device = loss.device();
-        let momentum = Tensor::from_data(
-            TensorData::new(vec![self.momentum_at(progress)], [1]),
-            &device,
-        );
+        let stats = vec![self.momentum.stat(progress, &loss.device())];
         MethodOutput {
             loss,
-            stats: vec![("momentum", momentum)],
+            stats,
             embeddings,
         }
     }
@@ -221,11 +198,7 @@ where
         if let Some(covariance) = self.pending.take() {
             self.covariance = covariance;
         }
-        let m = self.momentum_at(progress);
-        self.momentum.backbone =
-            ema_update(self.momentum.backbone.clone(), &self.online.backbone, m);
-        self.momentum.projector =
-            ema_update(self.momentum.projector.clone(), &self.online.projector, m);
+        self.momentum.update(&self.online, progress);
     }
 }
 

@@ -114,10 +114,6 @@ impl WarmupCosine {
             + (c.base_lr - c.final_lr) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
     }
 
-    /// Index of the next step.
-    pub fn current_step(&self) -> usize {
-        self.step
-    }
 }
 
 impl LrScheduler for WarmupCosine {

@@ -134,9 +134,6 @@ pub type Hooks<B, K> = Vec<Box<dyn Hook<B, K>>>;
 /// state there); the hooks' states sit beside it, under their names.
 pub const STEP_STATE: &str = "augmenter";
 
-/// The augmenter's key in `curricula.json` ([`STEP_STATE`]).
-pub const AUGMENTER_STATE: &str = STEP_STATE;
-
 /// How a run starts in its directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StartMode {
@@ -451,11 +448,6 @@ impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
     pub fn start(mut self, mode: StartMode) -> Self {
         self.mode = mode;
         self
-    }
-
-    /// The step, to change its own settings before the build.
-    pub fn step_mut(&mut self) -> &mut K {
-        &mut self.step
     }
 
     /// Checks the settings and the run directory, resumes from the newest valid checkpoint when

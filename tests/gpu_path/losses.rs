@@ -4,7 +4,7 @@
 
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl::loss::worked_examples::spec_worked_values;
+use curriculum_ssl::loss::worked_examples::worked_values;
 use curriculum_ssl::loss::*;
 use curriculum_ssl::method::Progress;
 use rand::rngs::StdRng;
@@ -21,8 +21,8 @@ const QUEUE: usize = 64;
 #[test]
 fn worked_values_match_the_references_and_the_cpu() {
     let Some(device) = gpu() else { return };
-    let gpu_values = spec_worked_values::<Gpu>(&device);
-    let cpu_values = spec_worked_values::<Cpu>(&CpuDevice::default());
+    let gpu_values = worked_values::<Gpu>(&device);
+    let cpu_values = worked_values::<Cpu>(&CpuDevice::default());
     assert_eq!(gpu_values.len(), 26, "{gpu_values:#?}");
     let mut seen = Comparisons::default();
     for (g, c) in gpu_values.iter().zip(&cpu_values) {

@@ -12,7 +12,7 @@
 //!     SGD step on f, g, q;  (f', g') ← m·(f', g') + (1 − m)·(f, g)
 //! ```
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::method::ByolConfig;
 use curriculum_ssl::optim::SgdConfig;
@@ -22,19 +22,7 @@ use super::common::{self, Defaults, Prepared, Train};
 
 /// The recipe's defaults.
 pub fn defaults() -> Defaults {
-    Defaults {
-        recipe: "byol",
-        epochs: 20,
-        batch_size: 128,
-        lr: 0.1,
-        warmup_epochs: 0,
-        preset: PipelineConfig::byol,
-        mixup: None,
-        strength: None,
-        pair_loss: None,
-        curation: None,
-        pgd: None,
-    }
+    Defaults::new("byol", 20, 128, 0.1, PipelineConfig::byol)
 }
 
 /// Runs the recipe.

@@ -12,13 +12,13 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::{Context, Result};
 use clap::Parser;
 
-use super::common::{read_knn_results, KNN_AT_INIT, KNN_RAW_PIXELS};
+use crate::run_files::{read_knn_results, KNN_AT_INIT, KNN_RAW_PIXELS};
 use crate::plots::Table;
-use crate::usage;
+use crate::usage::usage;
 
 /// Options of `recipe compare`.
 #[derive(Parser, Debug)]
@@ -42,7 +42,7 @@ fn knn(file: &Path) -> Vec<(usize, f64)> {
 
 /// Runs `recipe compare`.
 pub fn run(args: &[String]) -> Result<()> {
-    let args = CompareArgs::try_parse_from(args).map_err(crate::help_or_error)?;
+    let args = CompareArgs::try_parse_from(args).map_err(crate::usage::help_or_error)?;
     let mut records = Vec::new();
     for run in &args.runs {
         if !run.is_dir() {

@@ -22,7 +22,7 @@
 
 use std::path::PathBuf;
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
 use curriculum_ssl::eval::linear_probe::ProbeOptimizer;
@@ -30,7 +30,7 @@ use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig};
 use curriculum_ssl::optim::LarsConfig;
 
 use super::common::{self, Train};
-use crate::usage;
+use crate::usage::usage;
 
 /// Options of `recipe eval`.
 #[derive(Parser, Debug)]
@@ -94,7 +94,7 @@ impl Protocol {
 /// Runs the evaluation. Every option is checked (the run's record, the checkpoint and its
 /// checksums, the data directory, the probe's settings) before anything is computed.
 pub fn run(args: &[String]) -> Result<()> {
-    let args = EvalArgs::try_parse_from(args).map_err(crate::help_or_error)?;
+    let args = EvalArgs::try_parse_from(args).map_err(crate::usage::help_or_error)?;
     if let Some(lr) = args.probe_lr.filter(|lr| !(lr.is_finite() && *lr > 0.0)) {
         return Err(usage(format!(
             "--probe-lr {}: must be a finite number > 0",

@@ -22,7 +22,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::{Context, Result};
 use burn::module::Module;
 use clap::{Parser, ValueEnum};
@@ -34,7 +34,7 @@ use curriculum_ssl_models::{AnyBackbone, Backbone, ExportNames};
 
 use super::common::{self, value_name, Device, RecipeRun};
 use crate::backend::Inner;
-use crate::usage;
+use crate::usage::usage;
 
 /// The trained backbone of a run, with what it was trained on.
 pub struct RunBackbone {
@@ -132,7 +132,7 @@ struct ExportArgs {
 
 /// Runs `recipe export`.
 pub fn export(args: &[String]) -> Result<()> {
-    let args = ExportArgs::try_parse_from(args).map_err(crate::help_or_error)?;
+    let args = ExportArgs::try_parse_from(args).map_err(crate::usage::help_or_error)?;
     check_run_dir(&args.run_dir)?;
     let out = args
         .out
@@ -218,22 +218,6 @@ fn temporary_beside(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
 }
 
-/// The files and folders of a run directory its runs write (an output written over one would
-/// destroy the run's record or logs).
-const RUN_FILES: &[&str] = &[
-    "config.json",
-    "recipe.toml",
-    "steps.csv",
-    "epochs.csv",
-    "evals.csv",
-    "summary.md",
-    "knn_at_init.json",
-    "knn_raw_pixels.json",
-    ".lock",
-    "checkpoints",
-    "tensorboard",
-    "plots",
-];
 
 /// Refuses an output path without the expected extension, in a missing or unwritable
 /// directory, or onto a file of the run (before anything is computed).
@@ -297,7 +281,7 @@ fn check_not_the_runs(path: &Path, run_dir: &Path) -> Result<()> {
         .next()
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .unwrap_or_default();
-    if RUN_FILES.contains(&first.as_str()) {
+    if crate::run_files::RUN_FILES.contains(&first.as_str()) {
         return Err(usage(format!(
             "{}: the run's own {first} (the run's record, logs or checkpoints would be written \
              over); choose another --out",
@@ -353,7 +337,7 @@ struct EmbedArgs {
 
 /// Runs `recipe embed`.
 pub fn embed(args: &[String]) -> Result<()> {
-    let args = EmbedArgs::try_parse_from(args).map_err(crate::help_or_error)?;
+    let args = EmbedArgs::try_parse_from(args).map_err(crate::usage::help_or_error)?;
     check_run_dir(&args.run_dir)?;
     check_out(&args.out, "npy", &args.run_dir)?;
     // The rows' table goes beside it, with .csv.

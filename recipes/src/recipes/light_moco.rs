@@ -23,7 +23,7 @@
 //!     SGD step on f_q;  f_k ← m·f_k + (1 − m)·f_q;  enqueue(k1, k2)
 //! ```
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::method::MoCoConfig;
 use curriculum_ssl::optim::SgdConfig;
@@ -67,19 +67,8 @@ pub fn method_config(backbone: BackboneChoice) -> MoCoConfig {
 
 /// The recipe's defaults.
 pub fn defaults() -> Defaults {
-    Defaults {
-        recipe: "light_moco",
-        epochs: 20,
-        batch_size: BATCH_SIZE,
-        lr: lr_for_batch(BATCH_SIZE),
-        warmup_epochs: WARMUP_EPOCHS,
-        preset: PipelineConfig::moco_v2,
-        mixup: None,
-        strength: None,
-        pair_loss: None,
-        curation: None,
-        pgd: None,
-    }
+    Defaults::new("light_moco", 20, BATCH_SIZE, lr_for_batch(BATCH_SIZE), PipelineConfig::moco_v2)
+        .warmup(WARMUP_EPOCHS)
 }
 
 /// Runs the recipe.
@@ -101,7 +90,7 @@ pub fn train(mut recipe: Prepared) -> Result<()> {
         SgdConfig::new().with_weight_decay(weight_decay(backbone)),
     )?;
     recipe.train(&config, |recipe, device| {
-        let method = common::init_moco(recipe, &config, device)?;
+        let method = super::moco_v1::init_moco(recipe, &config, device)?;
         Ok((method, optimizer.init::<Train, _>()?))
     })
 }

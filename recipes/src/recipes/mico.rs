@@ -19,7 +19,7 @@
 //!         update
 //! ```
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::curriculum::MixupCurriculumConfig;
 

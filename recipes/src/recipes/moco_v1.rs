@@ -11,16 +11,18 @@
 //!     SGD step on f_q;  f_k ← m·f_k + (1 − m)·f_q;  enqueue(k)
 //! ```
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::curriculum::{
     SchedulerConfig, SelfPacedAutoAugmentConfig, StrengthCurriculumConfig,
 };
-use curriculum_ssl::method::MoCoConfig;
+use curriculum_ssl::method::{MoCo, MoCoConfig, QueueFit};
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
-use super::common::{self, Defaults, Prepared, Train};
+use super::common::{self, Defaults, Device, Prepared, Train};
+use crate::usage::usage;
+use curriculum_ssl_models::AnyBackbone;
 
 /// MoCo v2's augmentation without the blur (MoCo v1 had none).
 fn preset(side: usize, channels: usize) -> PipelineConfig {
@@ -32,19 +34,7 @@ fn preset(side: usize, channels: usize) -> PipelineConfig {
 
 /// The recipe's defaults.
 pub fn defaults() -> Defaults {
-    Defaults {
-        recipe: "moco_v1",
-        epochs: 20,
-        batch_size: 128,
-        lr: 0.03,
-        warmup_epochs: 0,
-        preset,
-        mixup: None,
-        strength: None,
-        pair_loss: None,
-        curation: None,
-        pgd: None,
-    }
+    Defaults::new("moco_v1", 20, 128, 0.03, preset)
 }
 
 /// Runs the recipe.
@@ -57,17 +47,9 @@ pub fn run(args: &[String]) -> Result<()> {
 /// 800-epoch table (90.54 on CIFAR-10); `--strength 1|1.5|2|3` and `--schedule
 /// none|two-step|four-step|linear|reverse-cosine` select the other rows.
 pub fn strength_curriculum(args: &[String]) -> Result<()> {
-    let defaults = Defaults {
-        recipe: "moco_strength_curriculum",
-        strength: Some(StrengthCurriculumConfig {
-            target: 2.0,
-            schedule: Some(SchedulerConfig::four_step()),
-        }),
-        pair_loss: None,
-        curation: None,
-        pgd: None,
-        ..defaults()
-    };
+    let defaults = defaults()
+        .named("moco_strength_curriculum")
+        .strength(StrengthCurriculumConfig { target: 2.0, schedule: Some(SchedulerConfig::four_step()), });
     train(common::prepare(args, defaults)?)
 }
 
@@ -78,10 +60,8 @@ pub fn strength_curriculum(args: &[String]) -> Result<()> {
 /// `SelfPacedAutoAugmentConfig` defaults; the paper publishes no values). The sub-policy and
 /// its magnitude are columns of steps.csv (`aa_policy`, `aa_magnitude`).
 pub fn auto_augment_self_paced(args: &[String]) -> Result<()> {
-    let defaults = Defaults {
-        recipe: "auto_augment_self_paced",
-        ..defaults()
-    };
+    let defaults = defaults()
+        .named("auto_augment_self_paced");
     let mut recipe = common::prepare(args, defaults)?;
     recipe.pipeline.auto_augment = Some(SelfPacedAutoAugmentConfig::new());
     train(recipe)
@@ -97,8 +77,53 @@ pub fn train(recipe: Prepared) -> Result<()> {
     let config = recipe.section("method", config)?;
     let optimizer = recipe.section("optimizer", SgdConfig::new().with_weight_decay(1e-4))?;
     recipe.train(&config, |recipe, device| {
-        let method = common::init_moco(recipe, &config, device)?;
+        let method = init_moco(recipe, &config, device)?;
         Ok((method, optimizer.init::<Train, _>()?))
+    })
+}
+
+/// MoCo (v1, v2 or Light-MoCo, as `config` says) around the recipe's backbone, seeded by
+/// `--seed`; a queue that cannot take the steps' keys is said in terms of `--batch-size` and
+/// `method.queue_size`, before anything is built.
+pub fn init_moco(
+    recipe: &Prepared,
+    config: &MoCoConfig,
+    device: &Device,
+) -> Result<MoCo<Train, AnyBackbone<Train>>> {
+    let batch_size = recipe.settings.batch_size;
+    let per_step = if config.symmetric { " × 2" } else { "" };
+    match config.check_batch(batch_size) {
+        Ok(()) => {}
+        Err(QueueFit::TooSmall {
+            size,
+            keys_per_step,
+        }) => {
+            return Err(usage(format!(
+                "the queue of {size} keys (method.queue_size) must hold at least one step's \
+                 keys ({keys_per_step} = --batch-size {batch_size}{per_step}): a larger \
+                 method.queue_size or a smaller --batch-size"
+            )))
+        }
+        Err(QueueFit::NotAMultiple {
+            size,
+            keys_per_step,
+        }) => {
+            return Err(usage(format!(
+                "--batch-size {batch_size}: the queue of {size} keys must be a multiple of the \
+                 keys enqueued per step ({keys_per_step} = the batch size{}); choose a batch \
+                 size that divides {}",
+                if config.symmetric {
+                    " × 2, for the symmetric loss"
+                } else {
+                    ""
+                },
+                size / (keys_per_step / batch_size)
+            )))
+        }
+    }
+    let backbone = recipe.backbone_config();
+    recipe.init(device, |d| {
+        config.init(|d| backbone.init::<Train>(d), batch_size, d)
     })
 }
 

@@ -14,7 +14,7 @@
 //!     SGD step on f_q;  f_k ← m·f_k + (1 − m)·f_q;  enqueue(k)
 //! ```
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::method::MoCoConfig;
 use curriculum_ssl::optim::SgdConfig;
@@ -24,19 +24,7 @@ use super::common::{self, Defaults, Prepared, Train};
 
 /// The recipe's defaults.
 pub fn defaults() -> Defaults {
-    Defaults {
-        recipe: "moco_v2",
-        epochs: 20,
-        batch_size: 128,
-        lr: 0.06,
-        warmup_epochs: 0,
-        preset: PipelineConfig::moco_v2,
-        mixup: None,
-        strength: None,
-        pair_loss: None,
-        curation: None,
-        pgd: None,
-    }
+    Defaults::new("moco_v2", 20, 128, 0.06, PipelineConfig::moco_v2)
 }
 
 /// Runs the recipe.
@@ -55,7 +43,7 @@ pub fn train(recipe: Prepared) -> Result<()> {
     let config = recipe.section("method", config)?;
     let optimizer = recipe.section("optimizer", SgdConfig::new())?;
     recipe.train(&config, |recipe, device| {
-        let method = common::init_moco(recipe, &config, device)?;
+        let method = super::moco_v1::init_moco(recipe, &config, device)?;
         Ok((method, optimizer.init::<Train, _>()?))
     })
 }

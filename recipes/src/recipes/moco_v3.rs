@@ -19,7 +19,7 @@
 //!     optimiser step on f, g, h;  f_m, g_m ← EMA(f, g)
 //! ```
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::Result;
 use burn::optim::AdamWConfig;
 use curriculum_ssl::loss::MocoV3LossConfig;
@@ -30,20 +30,9 @@ use curriculum_ssl::pipeline::PipelineConfig;
 use super::common::{self, BackboneChoice, Defaults, Train};
 
 fn defaults() -> Defaults {
-    Defaults {
-        recipe: "moco_v3",
-        epochs: 20,
-        batch_size: 128,
-        // solo-learn's 0.3 at batch 256, scaled linearly to 128 (a ViT's default is set below).
-        lr: 0.15,
-        warmup_epochs: 2,
-        preset: PipelineConfig::byol,
-        mixup: None,
-        strength: None,
-        pair_loss: None,
-        curation: None,
-        pgd: None,
-    }
+    // solo-learn's 0.3 at batch 256, scaled linearly to 128 (a ViT's default is set below).
+    Defaults::new("moco_v3", 20, 128, 0.15, PipelineConfig::byol)
+        .warmup(2)
 }
 
 /// Whether `backbone` is a Vision Transformer.

@@ -30,7 +30,7 @@
 //!     LARS step on the online networks
 //! ```
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::loss::DinoLossConfig;
 use curriculum_ssl::method::{DinoConfig, SwavConfig};
@@ -79,19 +79,8 @@ pub fn lars() -> LarsConfig {
 }
 
 fn defaults(recipe: &'static str, lr: f64, preset: fn(usize, usize) -> PipelineConfig) -> Defaults {
-    Defaults {
-        recipe,
-        epochs: EPOCHS,
-        batch_size: 128,
-        lr,
-        warmup_epochs: 2,
-        preset,
-        mixup: None,
-        strength: None,
-        pair_loss: None,
-        curation: None,
-        pgd: None,
-    }
+    Defaults::new(recipe, EPOCHS, 128, lr, preset)
+        .warmup(2)
 }
 
 /// The SwAV recipe's method.

@@ -16,7 +16,7 @@
 //!     LARS step on f, g, h;  Q ← Q + normalise(z1)  (FIFO)
 //! ```
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::loss::NnclrLossConfig;
 use curriculum_ssl::method::NnclrConfig;
@@ -29,20 +29,9 @@ use super::common::{self, Defaults, Train};
 pub const SUPPORT_SET: usize = 16_384;
 
 fn defaults() -> Defaults {
-    Defaults {
-        recipe: "nnclr",
-        epochs: 20,
-        batch_size: 128,
-        // solo-learn's 0.4 at batch 256, scaled linearly to 128.
-        lr: 0.2,
-        warmup_epochs: 2,
-        preset: PipelineConfig::simclr,
-        mixup: None,
-        strength: None,
-        pair_loss: None,
-        curation: None,
-        pgd: None,
-    }
+    // solo-learn's 0.4 at batch 256, scaled linearly to 128.
+    Defaults::new("nnclr", 20, 128, 0.2, PipelineConfig::simclr)
+        .warmup(2)
 }
 
 /// The recipe's method.

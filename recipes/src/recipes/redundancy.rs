@@ -18,7 +18,7 @@
 //!     LARS step on f, g
 //! ```
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::loss::{BarlowTwinsLossConfig, VicRegLossConfig};
 use curriculum_ssl::method::{BarlowTwinsConfig, VicRegConfig};
@@ -36,20 +36,9 @@ pub fn lars() -> LarsConfig {
 }
 
 fn defaults(recipe: &'static str) -> Defaults {
-    Defaults {
-        recipe,
-        epochs: 20,
-        batch_size: 128,
-        // solo-learn's 0.3 at batch 256, scaled linearly to 128.
-        lr: 0.15,
-        warmup_epochs: 2,
-        preset: PipelineConfig::byol,
-        mixup: None,
-        strength: None,
-        pair_loss: None,
-        curation: None,
-        pgd: None,
-    }
+    // solo-learn's 0.3 at batch 256, scaled linearly to 128.
+    Defaults::new(recipe, 20, 128, 0.15, PipelineConfig::byol)
+        .warmup(2)
 }
 
 /// The Barlow Twins recipe's method.

@@ -18,7 +18,7 @@
 //! RotNet's settings: SGD lr 0.1 for batch 128 with momentum 0.9 and weight decay 5e-4; crops
 //! and flips only (the task needs no colour distortion).
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::curriculum::rotation::RotationCurriculumConfig;
 use curriculum_ssl::method::rotnet::{RotNetConfig, RotationMode};
@@ -41,19 +41,7 @@ fn preset(side: usize, channels: usize) -> PipelineConfig {
 
 /// The recipe's defaults.
 pub fn defaults(recipe: &'static str) -> Defaults {
-    Defaults {
-        recipe,
-        epochs: 20,
-        batch_size: 128,
-        lr: 0.1,
-        warmup_epochs: 0,
-        preset,
-        mixup: None,
-        strength: None,
-        pair_loss: None,
-        curation: None,
-        pgd: None,
-    }
+    Defaults::new(recipe, 20, 128, 0.1, preset)
 }
 
 /// `rotnet`: all four angles from the start.

@@ -9,7 +9,7 @@
 //!     SGD step on f, g
 //! ```
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::curation::FrechetCurationConfig;
 use curriculum_ssl::curriculum::{Pace, SchedulerConfig};
@@ -23,19 +23,8 @@ use super::common::{self, Defaults, LossChoice, Prepared, Train};
 
 /// The recipe's defaults.
 pub fn defaults() -> Defaults {
-    Defaults {
-        recipe: "simclr",
-        epochs: 20,
-        batch_size: 128,
-        lr: 0.3,
-        warmup_epochs: 0,
-        preset: PipelineConfig::simclr,
-        mixup: None,
-        strength: None,
-        pair_loss: Some(LossChoice::NtXent.config()),
-        curation: None,
-        pgd: None,
-    }
+    Defaults::new("simclr", 20, 128, 0.3, PipelineConfig::simclr)
+        .pair_loss(LossChoice::NtXent.config())
 }
 
 /// Runs the recipe.
@@ -65,11 +54,9 @@ pub fn train(recipe: Prepared) -> Result<()> {
 /// <https://arxiv.org/abs/2010.04592>): HCL with `β = 1`, `τ⁺ = 0.1`, `τ = 0.5` (its CIFAR-10
 /// settings).
 pub fn hcl(args: &[String]) -> Result<()> {
-    let defaults = Defaults {
-        recipe: "hcl",
-        pair_loss: Some(LossChoice::Hcl.config()),
-        ..defaults()
-    };
+    let defaults = defaults()
+        .named("hcl")
+        .pair_loss(LossChoice::Hcl.config());
     train(common::prepare(args, defaults)?)
 }
 
@@ -82,13 +69,9 @@ pub fn hcl_curriculum(args: &[String]) -> Result<()> {
         end: 1.0,
         pace: Pace::Epoch,
     };
-    let defaults = Defaults {
-        recipe: "hcl_curriculum",
-        pair_loss: Some(PairLossConfig::Hcl(
-            HclLossConfig::new().with_beta_schedule(Some(schedule)),
-        )),
-        ..defaults()
-    };
+    let defaults = defaults()
+        .named("hcl_curriculum")
+        .pair_loss(PairLossConfig::Hcl( HclLossConfig::new().with_beta_schedule(Some(schedule)), ));
     train(common::prepare(args, defaults)?)
 }
 
@@ -96,22 +79,18 @@ pub fn hcl_curriculum(args: &[String]) -> Result<()> {
 /// and Jia, Information Sciences 2024, <https://doi.org/10.1016/j.ins.2024.120474>): the
 /// adaptive `t` (a column of steps.csv, kept in checkpoints) and its defaults.
 pub fn curricular_weighting(args: &[String]) -> Result<()> {
-    let defaults = Defaults {
-        recipe: "curricular_weighting",
-        pair_loss: Some(LossChoice::Curricular.config()),
-        ..defaults()
-    };
+    let defaults = defaults()
+        .named("curricular_weighting")
+        .pair_loss(LossChoice::Curricular.config());
     train(common::prepare(args, defaults)?)
 }
 
 /// `huber_nt_xent`: SimCLR with the Huber-regularised NT-Xent of "The Bad Batches" (Göksu and
 /// Pugeault 2024, <https://arxiv.org/abs/2403.19579>, eq. 3–5), without batch curation.
 pub fn huber_nt_xent(args: &[String]) -> Result<()> {
-    let defaults = Defaults {
-        recipe: "huber_nt_xent",
-        pair_loss: Some(LossChoice::Huber.config()),
-        ..defaults()
-    };
+    let defaults = defaults()
+        .named("huber_nt_xent")
+        .pair_loss(LossChoice::Huber.config());
     train(common::prepare(args, defaults)?)
 }
 
@@ -123,12 +102,10 @@ pub fn huber_nt_xent(args: &[String]) -> Result<()> {
 /// Each step's FRD and redraws are columns of steps.csv, each epoch's rejections and the
 /// curation's wall time of epochs.csv.
 pub fn bad_batches(args: &[String]) -> Result<()> {
-    let defaults = Defaults {
-        recipe: "bad_batches",
-        pair_loss: Some(LossChoice::Huber.config()),
-        curation: Some(FrechetCurationConfig::new()),
-        ..defaults()
-    };
+    let defaults = defaults()
+        .named("bad_batches")
+        .pair_loss(LossChoice::Huber.config())
+        .curation(FrechetCurationConfig::new());
     train(common::prepare(args, defaults)?)
 }
 
@@ -139,23 +116,19 @@ pub fn bad_batches(args: &[String]) -> Result<()> {
 /// positive; the attack's strength follows `(0, 1/3, 2/3, 1)` over the quarters of the run (off
 /// at first, as MICO suggests). `pgd_strength` is a column of steps.csv.
 pub fn simclr_pgd(args: &[String]) -> Result<()> {
-    let defaults = Defaults {
-        recipe: "simclr_pgd",
-        pgd: Some(PgdConfig::new()),
-        ..defaults()
-    };
+    let defaults = defaults()
+        .named("simclr_pgd")
+        .pgd(PgdConfig::new());
     train(common::prepare(args, defaults)?)
 }
 
 /// `hcl_pgd`: as `hcl` (β = 1, τ⁺ = 0.1, τ = 0.5), with the negatives hardened by PGD as in
 /// `simclr_pgd`: MICO's "first hard negative sampling with a moderate β, then PGD".
 pub fn hcl_pgd(args: &[String]) -> Result<()> {
-    let defaults = Defaults {
-        recipe: "hcl_pgd",
-        pair_loss: Some(LossChoice::Hcl.config()),
-        pgd: Some(PgdConfig::new()),
-        ..defaults()
-    };
+    let defaults = defaults()
+        .named("hcl_pgd")
+        .pair_loss(LossChoice::Hcl.config())
+        .pgd(PgdConfig::new());
     train(common::prepare(args, defaults)?)
 }
 

@@ -12,7 +12,7 @@
 //!     SGD step on f, g, h
 //! ```
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::method::SimSiamConfig;
 use curriculum_ssl::optim::SgdConfig;
@@ -36,19 +36,7 @@ pub fn preset(side: usize, channels: usize) -> PipelineConfig {
 
 /// The recipe's defaults.
 pub fn defaults() -> Defaults {
-    Defaults {
-        recipe: "simsiam",
-        epochs: 20,
-        batch_size: 128,
-        lr: 0.06,
-        warmup_epochs: 0,
-        preset,
-        mixup: None,
-        strength: None,
-        pair_loss: None,
-        curation: None,
-        pgd: None,
-    }
+    Defaults::new("simsiam", 20, 128, 0.06, preset)
 }
 
 /// Runs the recipe.

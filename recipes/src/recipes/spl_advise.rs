@@ -21,7 +21,7 @@
 //! normalisation, horizontal and vertical flips, translation and rotation. On the CPU the
 //! default student is the small ResNet trained with Adam at 1e-3 (`--optimizer` chooses).
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::Result;
 use burn::optim::{AdamConfig, Optimizer};
 use clap::{Parser, ValueEnum};
@@ -40,7 +40,8 @@ use curriculum_ssl_models::AnyBackbone;
 use serde::Serialize;
 
 use super::common::{self, BackboneChoice, BackboneSpec, Device, RecipeArgs, Settings, Train};
-use crate::{backend, usage};
+use crate::backend;
+use crate::usage::usage;
 
 /// The three ways of choosing the student's examples.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -414,7 +415,7 @@ where
         );
     }
     if let Err(e) = crate::plots::plot_run(&run_dir) {
-        log::warn!("the run is complete, but its plots could not be drawn: {}", crate::chain_text(&e));
+        log::warn!("the run is complete, but its plots could not be drawn: {}", crate::usage::chain_text(&e));
     }
     common::print_where(&run_dir);
     Ok(())

@@ -10,7 +10,7 @@
 //!     SGD step on f, g;  f_m, g_m ← EMA(f, g)
 //! ```
 
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::method::TiCoConfig;
 use curriculum_ssl::optim::SgdConfig;
@@ -19,19 +19,7 @@ use curriculum_ssl::pipeline::PipelineConfig;
 use super::common::{self, Defaults, Train};
 
 fn defaults() -> Defaults {
-    Defaults {
-        recipe: "tico",
-        epochs: 20,
-        batch_size: 128,
-        lr: 0.1,
-        warmup_epochs: 0,
-        preset: PipelineConfig::byol,
-        mixup: None,
-        strength: None,
-        pair_loss: None,
-        curation: None,
-        pgd: None,
-    }
+    Defaults::new("tico", 20, 128, 0.1, PipelineConfig::byol)
 }
 
 /// Runs `tico`.

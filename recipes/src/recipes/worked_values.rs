@@ -4,10 +4,10 @@
 //! example docs/methods.md works out by hand and compared with the float64 reference value.
 
 use anyhow::{bail, Result};
-use curriculum_ssl::loss::worked_examples::spec_worked_values;
+use curriculum_ssl::loss::worked_examples::worked_values;
 
 use crate::backend;
-use crate::registry::RecipeEntry;
+use super::RecipeEntry;
 
 /// Largest error accepted in f32.
 const TOLERANCE: f64 = 1e-4;
@@ -16,7 +16,7 @@ const TOLERANCE: f64 = 1e-4;
 /// [`TOLERANCE`].
 pub fn run(device: Option<usize>) -> Result<()> {
     let device = backend::device(device)?;
-    let values = spec_worked_values::<backend::Inner>(&device);
+    let values = worked_values::<backend::Inner>(&device);
     println!("backend: {}", backend::NAME);
     println!(
         "{:<40} {:>12} {:>12} {:>10}",
@@ -60,10 +60,10 @@ pub fn run_cli(args: &[String]) -> Result<()> {
         let device = match args {
             [] => None,
             [flag, n] if flag == "--device" => Some(n.parse::<usize>().map_err(|_| {
-                crate::usage(format!("--device {n}: not a device number"))
+                crate::usage::usage(format!("--device {n}: not a device number"))
             })?),
             _ => {
-                return Err(crate::usage(format!(
+                return Err(crate::usage::usage(format!(
                     "recipe `worked_values` takes only --device N, got: {}",
                     args.join(" ")
                 )))

@@ -324,7 +324,7 @@ pub fn parse_recipe_args<T: Parser>(recipe: &str, args: &[String]) -> Result<T> 
     command
         .try_get_matches_from(args)
         .and_then(|m| T::from_arg_matches(&m))
-        .map_err(crate::help_or_error)
+        .map_err(crate::usage::help_or_error)
 }
 
 /// The name of a value on the command line (`resnet18`, `fashion-mnist`).

@@ -39,10 +39,9 @@ use anyhow::{Context, Result};
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;
 
-use crate::usage;
+use crate::usage::usage;
 
-/// The file every run directory holds.
-pub const RECIPE_TOML: &str = "recipe.toml";
+pub use crate::run_files::RECIPE_TOML;
 
 /// The sections a recipe configures besides its options.
 pub const SECTIONS: [&str; 4] = ["method", "optimizer", "augmentation", "curation"];

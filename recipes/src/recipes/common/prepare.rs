@@ -1,0 +1,572 @@
+//! Preparing a run: the recipe's defaults, the resolved settings, the data and the pipeline,
+//! and the method built from its seed (its size checked against the machine first).
+
+use super::*;
+
+/// A recipe's defaults, overridden by the command line.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Recipe name.
+    pub recipe: &'static str,
+    /// Epochs.
+    pub epochs: usize,
+    /// Images per step.
+    pub batch_size: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Warm-up epochs.
+    pub warmup_epochs: usize,
+    /// Backbone.
+    pub backbone: BackboneChoice,
+    /// Seed.
+    pub seed: u64,
+    /// Where the images come from.
+    pub source: DataSource,
+    /// The ResNet stem, when given.
+    pub stem: Option<StemChoice>,
+    /// Torchvision weights the backbone starts from.
+    pub weights: Option<PathBuf>,
+}
+
+impl Settings {
+    /// The recipe's defaults with the command line applied.
+    pub fn new(
+        recipe: &'static str,
+        args: &RecipeArgs,
+        epochs: usize,
+        batch_size: usize,
+        lr: f64,
+    ) -> Self {
+        Self {
+            recipe,
+            epochs: args.epochs.unwrap_or(epochs),
+            batch_size: args.batch_size.unwrap_or(batch_size),
+            lr: args.lr.unwrap_or(lr),
+            warmup_epochs: 0,
+            backbone: args
+                .backbone
+                .unwrap_or_else(BackboneChoice::default_for_backend),
+            seed: args.seed,
+            source: DataSource::from_args(args),
+            stem: args.stem,
+            weights: args.weights.clone(),
+        }
+    }
+
+    /// The run directory (`runs/<recipe>` by default).
+    pub fn run_dir(&self, args: &RecipeArgs) -> PathBuf {
+        args.run_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("runs").join(self.recipe))
+    }
+}
+
+/// The pipeline for the data: the preset at the images' size, crops of at least half the image
+/// on images smaller than 32 pixels (28×28 garments lose what tells them apart below that), and
+/// the views normalised with `normalize` when given.
+fn pipeline(
+    preset: fn(usize, usize) -> PipelineConfig,
+    data: &Data,
+    seed: u64,
+    normalize: Option<Normalize>,
+) -> PipelineConfig {
+    let (h, _, c) = data.shape();
+    let mut p = preset(h, c);
+    if h < 32 {
+        for v in [&mut p.view1, &mut p.view2] {
+            if let Some(crop) = v.crop.as_mut() {
+                crop.scale = (crop.scale.0.max(0.5), crop.scale.1);
+            }
+        }
+    }
+    if let Some(n) = normalize {
+        for v in [&mut p.view1, &mut p.view2] {
+            v.normalize = Some(n.clone());
+        }
+        if let Some(local) = p.local_crops.as_mut() {
+            local.view.normalize = Some(n);
+        }
+    }
+    p.seed = seed;
+    p
+}
+
+/// The views' normalisation: `--mean` / `--std` when given (checked against the channels),
+/// else the statistics of the images themselves for the user's own files (image-folder,
+/// folder), else `None` (the preset's statistics of the known dataset).
+fn normalization(args: &RecipeArgs, source: &DataSource, data: &Data) -> Result<Option<Normalize>> {
+    let channels = data.shape().2;
+    if let (Some(mean), Some(std)) = (&args.mean, &args.std) {
+        let given = Normalize::new(mean, std);
+        given.validate_for(channels).map_err(|e| {
+            usage(format!(
+                "--mean / --std for images of {channels} channels: {e}"
+            ))
+        })?;
+        return Ok(Some(given));
+    }
+    if !source.dataset.is_files() {
+        return Ok(None);
+    }
+    let (mean, std) = data.trained_on().channel_stats();
+    // A channel that never varies (a blank folder) would divide by zero.
+    let std: Vec<f64> = std.into_iter().map(|s| s.max(1e-3)).collect();
+    log::info!("normalisation computed from the images: mean {mean:.4?}, std {std:.4?}");
+    Ok(Some(Normalize::new(&mean, &std)))
+}
+
+/// A recipe's own defaults (the command line overrides them).
+pub struct Defaults {
+    /// Recipe name (and the default run directory `runs/<name>`).
+    pub recipe: &'static str,
+    /// Epochs.
+    pub epochs: usize,
+    /// Images per step.
+    pub batch_size: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Warm-up epochs (capped at the epochs).
+    pub warmup_epochs: usize,
+    /// Augmentation preset.
+    pub preset: fn(usize, usize) -> PipelineConfig,
+    /// Mixup of the positive pair (MICO), if the recipe uses one.
+    pub mixup: Option<MixupCurriculumConfig>,
+    /// Augmentation-strength curriculum (MICO), if the recipe uses one.
+    pub strength: Option<StrengthCurriculumConfig>,
+    /// The two-view loss, if the recipe is of the SimCLR family (`--loss` may replace it).
+    pub pair_loss: Option<PairLossConfig>,
+    /// Fréchet batch curation, if the recipe curates its batches (`--curation-warmup` and
+    /// `--curation-retries` may change it).
+    pub curation: Option<FrechetCurationConfig>,
+    /// PGD-hardened negatives, if the recipe uses them (`--pgd-steps` may change the steps;
+    /// the normalisation is set to the views').
+    pub pgd: Option<PgdConfig>,
+}
+
+impl Defaults {
+    /// A recipe's defaults: its name (and default run directory), epochs, batch size, peak
+    /// learning rate and augmentation preset; no warm-up and none of the optional pieces.
+    pub fn new(
+        recipe: &'static str,
+        epochs: usize,
+        batch_size: usize,
+        lr: f64,
+        preset: fn(usize, usize) -> PipelineConfig,
+    ) -> Self {
+        Self {
+            recipe,
+            epochs,
+            batch_size,
+            lr,
+            warmup_epochs: 0,
+            preset,
+            mixup: None,
+            strength: None,
+            pair_loss: None,
+            curation: None,
+            pgd: None,
+        }
+    }
+
+    /// The same defaults under another recipe's name.
+    pub fn named(self, recipe: &'static str) -> Self {
+        Self { recipe, ..self }
+    }
+
+    /// Warm-up epochs (capped at the epochs).
+    pub fn warmup(self, warmup_epochs: usize) -> Self {
+        Self {
+            warmup_epochs,
+            ..self
+        }
+    }
+
+    /// A mixup of the positive pair (MICO).
+    pub fn mixup(self, mixup: MixupCurriculumConfig) -> Self {
+        Self {
+            mixup: Some(mixup),
+            ..self
+        }
+    }
+
+    /// An augmentation-strength curriculum (MICO).
+    pub fn strength(self, strength: StrengthCurriculumConfig) -> Self {
+        Self {
+            strength: Some(strength),
+            ..self
+        }
+    }
+
+    /// The two-view loss of a recipe of the SimCLR family.
+    pub fn pair_loss(self, pair_loss: PairLossConfig) -> Self {
+        Self {
+            pair_loss: Some(pair_loss),
+            ..self
+        }
+    }
+
+    /// Fréchet batch curation.
+    pub fn curation(self, curation: FrechetCurationConfig) -> Self {
+        Self {
+            curation: Some(curation),
+            ..self
+        }
+    }
+
+    /// PGD-hardened negatives.
+    pub fn pgd(self, pgd: PgdConfig) -> Self {
+        Self {
+            pgd: Some(pgd),
+            ..self
+        }
+    }
+
+    /// The same recipe under another name, with a mixup of the positive pair.
+    pub fn with_mixup(self, recipe: &'static str, mixup: MixupCurriculumConfig) -> Self {
+        self.named(recipe).mixup(mixup)
+    }
+}
+
+/// Everything a training recipe starts from: its options, settings, device, data and pipeline.
+pub struct Prepared {
+    /// Command-line options.
+    pub args: RecipeArgs,
+    /// Resolved settings.
+    pub settings: Settings,
+    /// The training device.
+    pub device: Device,
+    /// Train and test images.
+    pub data: Data,
+    /// The augmentation.
+    pub pipeline: PipelineConfig,
+    /// The two-view loss with the command line's changes, if the recipe is of the SimCLR family.
+    pub pair_loss: Option<PairLossConfig>,
+    /// Fréchet batch curation, if the recipe curates its batches.
+    pub curation: Option<FrechetCurationConfig>,
+    /// PGD-hardened negatives, if the recipe uses them, with the views' normalisation.
+    pub pgd: Option<PgdConfig>,
+    /// Whether a MoCo recipe took `--shuffle-bn` ([`Prepared::moco`]); another recipe refuses it.
+    pub(super) shuffle_bn_taken: std::sync::atomic::AtomicBool,
+    /// The settings file's and the command line's settings of the method, optimiser and
+    /// augmentation ([`Prepared::section`]).
+    pub overrides: Overrides,
+    /// The fingerprint of the images trained on, computed once for every replica.
+    pub(super) fingerprint: std::sync::OnceLock<DataFingerprint>,
+}
+
+/// Parses and checks the options, loads the data and builds the pipeline.
+pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
+    let (args, overrides) = RecipeArgs::parse_with_settings(defaults.recipe, args)?;
+    let mut settings = Settings::new(
+        defaults.recipe,
+        &args,
+        defaults.epochs,
+        defaults.batch_size,
+        defaults.lr,
+    );
+    validate(&settings, &args)?;
+    settings.warmup_epochs = match args.warmup_epochs {
+        Some(w) if w > settings.epochs => {
+            return Err(usage(format!(
+                "--warmup-epochs {w}: more than the run's {} epochs",
+                settings.epochs
+            )))
+        }
+        Some(w) => w,
+        None => defaults.warmup_epochs.min(settings.epochs),
+    };
+    if settings.warmup_epochs > 0 && settings.warmup_epochs == settings.epochs {
+        log::warn!(
+            "the run is all warm-up: the learning rate rises over all {} epochs and ends at its \
+             peak, {} (--warmup-epochs below --epochs, or more --epochs, leaves room for the \
+             decay)",
+            settings.epochs,
+            settings.lr
+        );
+    }
+    let mut mixup = defaults.mixup;
+    if args.easy_to_hard {
+        match &mut mixup {
+            Some(m) => m.schedule = m.schedule.reversed(),
+            None => {
+                return Err(usage(format!(
+                    "--easy-to-hard: recipe `{}` schedules no mixup",
+                    defaults.recipe
+                )))
+            }
+        }
+    }
+    let mut strength = defaults.strength;
+    if args.strength.is_some() || args.schedule.is_some() {
+        let Some(s) = strength.as_mut() else {
+            return Err(usage(format!(
+                "--strength / --schedule: recipe `{}` has no strength curriculum",
+                defaults.recipe
+            )));
+        };
+        if let Some(target) = args.strength {
+            if !(target.is_finite() && target > 0.0 && target <= 4.0) {
+                return Err(usage(format!("--strength {target}: must lie in (0, 4]")));
+            }
+            s.target = target;
+        }
+        if let Some(schedule) = args.schedule {
+            s.schedule = schedule.config();
+        }
+    }
+    let mut pair_loss = defaults.pair_loss;
+    if let Some(choice) = args.loss {
+        if pair_loss.is_none() {
+            return Err(usage(format!(
+                "--loss: recipe `{}` is not of the SimCLR family (simclr, hcl, hcl_curriculum, \
+                 mixup_simclr, mico_simclr, curricular_weighting, huber_nt_xent)",
+                defaults.recipe
+            )));
+        }
+        pair_loss = Some(choice.config());
+    }
+    if let Some(k) = args.hard_positive_k {
+        let Some(PairLossConfig::Hcl(h)) = pair_loss.as_mut() else {
+            return Err(usage(format!(
+                "--hard-positive-k: recipe `{}` does not train with HCL (add --loss hcl to a \
+                 SimCLR-family recipe)",
+                defaults.recipe
+            )));
+        };
+        if !(k.is_finite() && k >= 0.0) {
+            return Err(usage(format!(
+                "--hard-positive-k {k}: must be finite and >= 0"
+            )));
+        }
+        h.hard_positive_k = Some(k);
+    }
+    let curation = curation(&args, defaults.curation, defaults.recipe, settings.epochs)?
+        .map(|c| overrides.apply("curation", c))
+        .transpose()?;
+    let mut pgd = defaults.pgd;
+    if let Some(steps) = args.pgd_steps {
+        let Some(p) = pgd.as_mut() else {
+            return Err(usage(format!(
+                "--pgd-steps: recipe `{}` does not harden its negatives (simclr_pgd and hcl_pgd \
+                 do)",
+                defaults.recipe
+            )));
+        };
+        if !(1..=100).contains(&steps) {
+            return Err(usage(format!("--pgd-steps {steps}: must lie in [1, 100]")));
+        }
+        p.steps = steps;
+    }
+    if pgd.is_some()
+        && !matches!(
+            pair_loss,
+            Some(PairLossConfig::NtXent(_)) | Some(PairLossConfig::Hcl(_))
+        )
+    {
+        return Err(usage(format!(
+            "--loss: recipe `{}` hardens the negatives of NT-Xent and HCL only (--loss nt-xent \
+             or hcl)",
+            defaults.recipe
+        )));
+    }
+    let device = backend::device(args.device)?;
+    let data = settings.source.load()?;
+    let channels = data.shape().2;
+    BackboneSpec {
+        config: settings
+            .backbone
+            .config(channels, data.shape().0, settings.stem),
+        weights: settings.weights.clone(),
+    }
+    .check(data.shape(), "--backbone", &device)?;
+    let normalize = normalization(&args, &settings.source, &data)?;
+    let mut pipeline = pipeline(defaults.preset, &data, settings.seed, normalize);
+    if let Some(count) = args.local_crops {
+        match &mut pipeline.local_crops {
+            None => {
+                return Err(usage(format!(
+                    "--local-crops: recipe `{}` trains on two views (multi-crop: swav, dino)",
+                    defaults.recipe
+                )))
+            }
+            Some(_) if count == 0 => pipeline.local_crops = None,
+            Some(_) if count > 32 => {
+                return Err(usage(format!(
+                    "--local-crops {count}: at most 32 local crops per image"
+                )))
+            }
+            Some(local) => local.count = count,
+        }
+    }
+    pipeline.mixup_curriculum = mixup;
+    pipeline.strength_curriculum = strength;
+    let pipeline = overrides.apply("augmentation", pipeline)?;
+    let pgd = pgd.map(|p| p.with_normalize(pipeline.view1.normalize.clone()));
+    Ok(Prepared {
+        args,
+        settings,
+        device,
+        data,
+        pipeline,
+        pair_loss,
+        curation,
+        pgd,
+        shuffle_bn_taken: Default::default(),
+        overrides,
+        fingerprint: Default::default(),
+    })
+}
+
+/// The recipe's batch curation with `--curation-warmup` and `--curation-retries` applied.
+fn curation(
+    args: &RecipeArgs,
+    curation: Option<FrechetCurationConfig>,
+    recipe: &str,
+    epochs: usize,
+) -> Result<Option<FrechetCurationConfig>> {
+    let Some(mut config) = curation else {
+        if args.curation_warmup.is_some() || args.curation_retries.is_some() {
+            return Err(usage(format!(
+                "--curation-warmup / --curation-retries: recipe `{recipe}` does not curate its \
+                 batches (bad_batches does)"
+            )));
+        }
+        return Ok(None);
+    };
+    if let Some(warmup) = args.curation_warmup {
+        if warmup == 0 {
+            return Err(usage(
+                "--curation-warmup 0: must be at least 1 (the threshold is the mean distance of \
+                 the warm-up's last epoch)",
+            ));
+        }
+        config.warmup_epochs = warmup;
+    }
+    if let Some(retries) = args.curation_retries {
+        config.max_retries = retries;
+    }
+    if config.warmup_epochs >= epochs {
+        log::warn!(
+            "batch curation starts after epoch {} of {epochs}: this run only measures the \
+             distances (a larger --epochs or a smaller --curation-warmup curates)",
+            config.warmup_epochs
+        );
+    }
+    Ok(Some(config))
+}
+
+impl Prepared {
+    /// `config` (of the method, or the optimiser) with the settings file's `[section]` and the
+    /// command line's `section.KEY=VALUE` applied, recorded for the run's recipe.toml.
+    ///
+    /// # Errors
+    /// A key the configuration does not have, or a value of the wrong kind.
+    pub fn section<C>(&self, section: &str, config: C) -> Result<C>
+    where
+        C: Serialize + serde::de::DeserializeOwned,
+    {
+        self.overrides.apply(section, config)
+    }
+
+    /// The backbone's configuration for the data's channel count.
+    pub fn backbone_config(&self) -> BackboneSpec {
+        BackboneSpec {
+            config: self.settings.backbone.config(
+                self.data.shape().2,
+                self.data.shape().0,
+                self.settings.stem,
+            ),
+            weights: self.settings.weights.clone(),
+        }
+    }
+
+    /// Builds the method on `device` with the backend's generator seeded by `--seed`, so that
+    /// its initial weights depend on the seed alone (every replica of a data-parallel run starts
+    /// from the same weights).
+    ///
+    /// The networks' size is checked from their shapes before their weights are drawn: a run
+    /// that cannot fit in memory (e.g. `method.hidden_dim=100000000`) is refused naming its size,
+    /// instead of growing until the system kills it.
+    pub fn init<S, E>(
+        &self,
+        device: &Device,
+        build: impl FnOnce(&Device) -> Result<S, E>,
+    ) -> Result<S>
+    where
+        S: SslMethod<Train>,
+        E: Into<anyhow::Error>,
+    {
+        let replicas = self.args.devices.max(1);
+        init_method::<Train, S, anyhow::Error>(device, self.settings.seed, |d| {
+            let method = build(d).map_err(Into::into)?;
+            check_fits(parameter_count(method.online()), replicas)?;
+            Ok(method)
+        })
+    }
+
+    /// A MoCo recipe's method with the command line's `--shuffle-bn`.
+    pub fn moco(&self, config: MoCoConfig) -> MoCoConfig {
+        self.shuffle_bn_taken
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        config.with_shuffle_bn(self.args.shuffle_bn)
+    }
+
+}
+
+/// The most parameters a run may have whatever the machine: 2³² (16 GiB of f32 weights alone).
+const MAX_PARAMETERS: u64 = 1 << 32;
+
+/// Bytes a run needs per parameter at the least: f32 weights, their gradients, the optimiser's
+/// state (momentum; Adam and LARS keep more) and a momentum encoder's copy. Activations come
+/// on top, so a run refused by this bound could never have fitted.
+const BYTES_PER_PARAMETER: u64 = 16;
+
+/// Refuses networks of `parameters` values (on each of `replicas` replicas) that cannot fit:
+/// above [`MAX_PARAMETERS`], or, on the CPU backend, above the memory the system says is
+/// available.
+fn check_fits(parameters: u64, replicas: usize) -> Result<()> {
+    let needed = parameters
+        .saturating_mul(BYTES_PER_PARAMETER)
+        .saturating_mul(replicas as u64);
+    let gib = |bytes: u64| bytes as f64 / f64::from(1u32 << 30);
+    let refuse = |limit: String| {
+        usage(format!(
+            "the networks have {parameters} parameters: at least {:.1} GiB with their gradients \
+             and optimiser state{}, more than {limit}; lower the method's widths \
+             (method.hidden_dim, method.output_dim) or choose a smaller --backbone",
+            gib(needed),
+            if replicas > 1 {
+                format!(" on {replicas} replicas")
+            } else {
+                String::new()
+            }
+        ))
+    };
+    if parameters > MAX_PARAMETERS {
+        return Err(refuse(format!("the {MAX_PARAMETERS} a run may have")));
+    }
+    if backend::NAME.starts_with("cpu") {
+        if let Some(available) = available_memory() {
+            if needed > available {
+                return Err(refuse(format!(
+                    "the {:.1} GiB of memory available",
+                    gib(available)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The memory the system can give without swapping (`MemAvailable` of /proc/meminfo), where it
+/// says: read once, before the replicas' threads allocate their networks.
+fn available_memory() -> Option<u64> {
+    static AVAILABLE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    })
+}
+

@@ -1,0 +1,118 @@
+//! What a finished run reports: `summary.md` (the settings, the results, the plots) and where
+//! its files are.
+
+use super::*;
+use curriculum_ssl::train::TrainSummary;
+
+/// The lines a run's report opens with: its time, speed and last loss, and each kNN accuracy
+/// next to the backbone's at initialisation and the raw pixels'.
+pub(super) fn result_lines(
+    summary: &TrainSummary,
+    elapsed: std::time::Duration,
+    batch_size: usize,
+    knn: Option<&KnnHook>,
+    at_init: &[KnnResult],
+    raw: &[KnnResult],
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let Some(last) = summary.epochs.last() else {
+        return lines;
+    };
+    let seconds = elapsed.as_secs_f64();
+    let images = summary.steps.len() * batch_size;
+    lines.push(format!(
+        "done in {}: {} steps, {:.1} images/s, mean loss of the last epoch {:.4}",
+        curriculum_ssl::train::run_log::format_duration(elapsed),
+        summary.steps.len(),
+        images as f64 / seconds,
+        last.mean_loss,
+    ));
+    let Some(knn) = knn else {
+        lines.push(
+            "kNN monitor off: the images have no labels (--knn-data DIR measures the features \
+             on a labelled train/ + val/ tree)"
+                .to_string(),
+        );
+        return lines;
+    };
+    let measured = knn.last().map_or(&[][..], |(_, r)| r);
+    for r in measured {
+        let same = |i: &&KnnResult| i.k == r.k && i.temperature == r.temperature;
+        let pixels = raw.iter().find(same).map_or(String::new(), |p| {
+            format!("; raw pixels {:.2}%", 100.0 * p.accuracy.top1)
+        });
+        let gain = at_init.iter().find(same).map_or(String::new(), |i| {
+            format!(
+                " (at initialisation {:.2}%: {:+.2} points{pixels})",
+                100.0 * i.accuracy.top1,
+                100.0 * (r.accuracy.top1 - i.accuracy.top1)
+            )
+        });
+        lines.push(format!(
+            "kNN (k = {}, T = {}): top-1 {:.2}%{gain}, top-5 {:.2}%",
+            r.k,
+            r.temperature,
+            100.0 * r.accuracy.top1,
+            100.0 * r.accuracy.top5
+        ));
+    }
+    lines
+}
+
+/// `summary.md` in the run directory: the settings, the results and the plots.
+pub(super) fn write_summary(
+    run_dir: &Path,
+    settings: &Settings,
+    results: &[String],
+    plots: &crate::plots::Plots,
+) -> Result<()> {
+    let source = match &settings.source.dir {
+        Some(dir) => format!("{:?} in {}", settings.source.dataset, dir.display()),
+        None => "the embedded Fashion-MNIST subset".to_string(),
+    };
+    let mut text = format!("# {}\n\n| setting | value |\n|---|---|\n", settings.recipe);
+    for (name, value) in [
+        ("data", source),
+        ("backbone", format!("{:?}", settings.backbone)),
+        ("backend", backend::NAME.to_string()),
+        ("epochs", settings.epochs.to_string()),
+        ("batch size", settings.batch_size.to_string()),
+        ("learning rate", settings.lr.to_string()),
+        ("warm-up epochs", settings.warmup_epochs.to_string()),
+        ("seed", settings.seed.to_string()),
+    ] {
+        text.push_str(&format!("| {name} | {value} |\n"));
+    }
+    text.push_str(
+        "\nEvery setting: [config.json](config.json); per step: [steps.csv](steps.csv); per \
+         epoch: [epochs.csv](epochs.csv).\n\n## Results\n\n",
+    );
+    for line in results {
+        text.push_str(&format!("- {line}\n"));
+    }
+    if !plots.constants.is_empty() {
+        text.push_str("\nConstant throughout the run (no plot):\n\n");
+        for (name, value) in &plots.constants {
+            text.push_str(&format!("- {name}: {value}\n"));
+        }
+    }
+    text.push_str("\n## Plots\n\n");
+    for plot in &plots.files {
+        if let Ok(relative) = plot.strip_prefix(run_dir) {
+            let name = relative.display();
+            text.push_str(&format!("![{name}]({name})\n"));
+        }
+    }
+    let path = run_dir.join("summary.md");
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+
+pub(crate) fn print_where(run_dir: &Path) {
+    println!(
+        "metrics: {0}/steps.csv, {0}/epochs.csv; checkpoints: {0}/checkpoints; evaluate with \
+         `recipe eval --run-dir {0}`",
+        run_dir.display()
+    );
+}
+

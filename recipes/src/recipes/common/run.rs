@@ -1,0 +1,452 @@
+//! Running a prepared recipe: on one device or as replicas (`--devices`, `--nodes`), the trainer
+//! with its hooks, the kNN of the backbone at initialisation and of the raw pixels, and the
+//! report.
+
+use super::*;
+
+impl Prepared {
+    /// The data-parallel layout of `--devices` and `--nodes` (`None`: one device).
+    fn data_parallel(&self) -> Result<Option<DataParallelConfig>> {
+        let args = &self.args;
+        let nodes = match (
+            args.nodes,
+            args.node_rank,
+            &args.orchestrator,
+            &args.node_address,
+        ) {
+            (None, None, None, None) => None,
+            (Some(nodes), Some(rank), Some(orchestrator), Some(address)) => {
+                let port = address
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.trim_end_matches('/').parse::<u16>().ok())
+                    .ok_or_else(|| {
+                        usage(format!("--node-address {address}: not ws://HOST:PORT"))
+                    })?;
+                Some(MultiNode {
+                    nodes,
+                    rank,
+                    orchestrator: orchestrator.clone(),
+                    address: address.clone(),
+                    data_port: port,
+                    timeout_s: args.timeout,
+                })
+            }
+            _ => {
+                return Err(usage(
+                    "--nodes, --node-rank, --orchestrator and --node-address go together (a \
+                     run on several machines needs all four)",
+                ))
+            }
+        };
+        let config = DataParallelConfig {
+            devices: args.devices,
+            nodes,
+        };
+        config.validate().map_err(|e| usage(e.to_string()))?;
+        if config.replicas() == 1 && config.nodes.is_none() {
+            return Ok(None);
+        }
+        let batch = self.settings.batch_size;
+        if !batch.is_multiple_of(config.replicas()) {
+            return Err(usage(format!(
+                "--batch-size {batch}: the global batch must split equally over the {} replicas",
+                config.replicas()
+            )));
+        }
+        if batch / config.replicas() < 2 {
+            return Err(usage(format!(
+                "--batch-size {batch}: each of the {} replicas would get {} image(s) of every \
+                 batch; each needs at least 2 (batch norm's statistics on one replica): use \
+                 --batch-size {} or more",
+                config.replicas(),
+                batch / config.replicas(),
+                2 * config.replicas()
+            )));
+        }
+        if backend::NAME.starts_with("cpu") && config.devices > MAX_CPU_REPLICAS {
+            return Err(usage(format!(
+                "--devices {}: the CPU backend runs each replica as a thread on the same cores; \
+                 at most {MAX_CPU_REPLICAS} (this machine has {} cores)",
+                config.devices,
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            )));
+        }
+        Ok(Some(config))
+    }
+
+    /// Trains the method `build` makes (configured by `method_config`, recorded in
+    /// `config.json`) with the optimiser it makes, and prints what the run measured. With
+    /// `--devices` or `--nodes`, every replica builds its own from the same seed.
+    pub fn train<S, O>(
+        self,
+        method_config: &impl Serialize,
+        build: impl Fn(&Prepared, &Device) -> Result<(S, O)> + Sync,
+    ) -> Result<()>
+    where
+        S: SslMethod<Train>,
+        <S::Backbone as AutodiffModule<Train>>::InnerModule: Backbone<backend::Inner>,
+        O: Optimizer<S::Online, Train> + 'static,
+    {
+        let method_config = serde_json::to_value(method_config)?;
+        if self.args.shuffle_bn
+            && !self
+                .shuffle_bn_taken
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(usage(
+                "--shuffle-bn: only the MoCo recipes (MoCo v1/v2, Light-MoCo and their MICO \
+                 variants) have a key encoder whose batch can be shuffled",
+            ));
+        }
+        let Some(parallel) = self.data_parallel()? else {
+            let (method, optimizer) = build(&self, &self.device)?;
+            return run(&self, method, method_config, optimizer, &self.device, None);
+        };
+        let devices = backend::devices(self.args.device, parallel.devices)?;
+        // The replicas' errors themselves, so that the exit code of the first (2 for what the
+        // user gave) survives the replicas' threads.
+        let errors: std::sync::Mutex<Vec<(usize, anyhow::Error)>> = Default::default();
+        let outcome =
+            replicas::run::<Train, (), String, _>(&parallel, &devices, |replica, device| {
+                let rank = replica.rank();
+                let result = build(&self, device).and_then(|(method, optimizer)| {
+                    run(
+                        &self,
+                        method,
+                        method_config.clone(),
+                        optimizer,
+                        device,
+                        Some(replica),
+                    )
+                });
+                result.map_err(|error| {
+                    let text = crate::usage::chain_text(&error);
+                    errors
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((rank, error));
+                    text
+                })
+            });
+        match outcome {
+            Ok(_) => Ok(()),
+            Err(DataParallelError::Replica {
+                rank,
+                replicas,
+                reason,
+                others,
+            }) => {
+                let mut errors = errors.into_inner().unwrap_or_else(|e| e.into_inner());
+                let interrupted = |e: &anyhow::Error| {
+                    matches!(
+                        e.downcast_ref::<curriculum_ssl::train::TrainError>(),
+                        Some(curriculum_ssl::train::TrainError::Interrupted { .. })
+                    )
+                };
+                // Stopped on purpose (Ctrl-C) everywhere: the lowest replica's word, which
+                // wrote the last checkpoint on machine 0.
+                if !errors.is_empty() && errors.iter().all(|(_, e)| interrupted(e)) {
+                    errors.sort_by_key(|(rank, _)| *rank);
+                    let (rank, error) = errors.swap_remove(0);
+                    return Err(error.context(format!("replica {rank} of {replicas}")));
+                }
+                for (other, reason) in others {
+                    log::warn!("replica {other} stopped too: {reason}");
+                }
+                // The error of the replica that failed first (a panic has no error of its own:
+                // its text is the reason).
+                let (rank, error) = match errors.is_empty() {
+                    true => (rank, anyhow::anyhow!(reason)),
+                    false => errors.swap_remove(0),
+                };
+                Err(error.context(format!("replica {rank} of {replicas}")))
+            }
+            Err(error) => Err(usage(error.to_string())),
+        }
+    }
+}
+
+/// The most replicas `--devices` runs on the CPU backend: each is a thread sharing the same
+/// cores, so more only slow a run down (and thousands exhaust the system's threads).
+const MAX_CPU_REPLICAS: usize = 64;
+
+/// The kNN hook of a training recipe whose data has labels.
+fn knn_hook<S, O>(
+    trainer: &Trainer<Train, SelfSupervised<Train, S, O, ImageArray>>,
+) -> Option<&KnnHook>
+where
+    S: SslMethod<Train> + 'static,
+    O: Optimizer<S::Online, Train> + 'static,
+{
+    trainer.hook::<KnnHook>()
+}
+
+/// Trains `method` and prints what the run measured; in a data-parallel run, as one replica
+/// (replica 0 writes and prints).
+fn run<S, O>(
+    prepared: &Prepared,
+    method: S,
+    method_config: serde_json::Value,
+    optimizer: O,
+    device: &Device,
+    replica: Option<Replica<Train>>,
+) -> Result<()>
+where
+    S: SslMethod<Train>,
+    <S::Backbone as AutodiffModule<Train>>::InnerModule: Backbone<backend::Inner>,
+    O: Optimizer<S::Online, Train> + 'static,
+{
+    let lead = replica.as_ref().is_none_or(|r| r.is_lead());
+    let replicas = replica.as_ref().map_or(1, |r| r.replicas());
+    let (mut trainer, mode) =
+        build_trainer(prepared, method, method_config, optimizer, device, replica)?;
+    if !lead {
+        // Replica 0 reports; the others train.
+        trainer.fit()?;
+        return Ok(());
+    }
+    let settings = &prepared.settings;
+    let run_dir = trainer.run_dir().to_path_buf();
+    print_start(&trainer, settings, mode, replicas);
+    let (at_init, raw) = baselines(&trainer, prepared, device)?;
+    let started = std::time::Instant::now();
+    let summary = trainer.fit()?;
+    let lines = result_lines(
+        &summary,
+        started.elapsed(),
+        settings.batch_size,
+        knn_hook(&trainer),
+        &at_init,
+        &raw,
+    );
+    for line in &lines {
+        println!("{line}");
+    }
+    // The run is complete: a plot or summary that cannot be written is a warning, not a
+    // failed run.
+    let plots = crate::plots::plot_run(&run_dir).unwrap_or_else(|e| {
+        log::warn!(
+            "the run is complete, but its plots could not be drawn: {}",
+            crate::usage::chain_text(&e)
+        );
+        Default::default()
+    });
+    if let Err(e) = write_summary(&run_dir, settings, &lines, &plots) {
+        log::warn!(
+            "the run is complete, but its summary could not be written: {}",
+            crate::usage::chain_text(&e)
+        );
+    }
+    print_where(&run_dir);
+    Ok(())
+}
+
+/// The trainer of a prepared recipe's run (this replica's, in a data-parallel run): the
+/// loader, the augmentation, the run's record, its hooks (batch curation, object boxes, the
+/// self-paced AutoAugment, the kNN monitor), its directory checked and, on replica 0, its
+/// recipe.toml written; and how it started.
+fn build_trainer<S, O>(
+    prepared: &Prepared,
+    method: S,
+    method_config: serde_json::Value,
+    optimizer: O,
+    device: &Device,
+    replica: Option<Replica<Train>>,
+) -> Result<(RecipeTrainer<S, O>, StartMode)>
+where
+    S: SslMethod<Train>,
+    O: Optimizer<S::Online, Train> + 'static,
+{
+    let (args, settings) = (&prepared.args, &prepared.settings);
+    let (data, pipeline) = (prepared.data.clone(), prepared.pipeline.clone());
+    let curation = prepared.curation.clone();
+    let lead = replica.as_ref().is_none_or(|r| r.is_lead());
+    let channels = data.train.image_shape().2;
+    let augmenter: Augmenter = pipeline.clone().init(channels)?;
+    let loader_config = LoaderConfig {
+        batch_size: settings.batch_size,
+        seed: settings.seed,
+        workers: args.workers,
+        ..LoaderConfig::default()
+    };
+    let monitor = match &data.test {
+        Some(test) if data.train.is_labeled() => Some(KnnMonitor::new(
+            data.train.clone(),
+            test.clone(),
+            pipeline.view1.normalize.clone(),
+        )?),
+        _ => None,
+    };
+    let (images, what) = match data.pretrain {
+        Some(pretrain) => (pretrain, "pre-training images"),
+        None => (data.train, "training images"),
+    };
+    let fingerprint = prepared
+        .fingerprint
+        .get_or_init(|| DataFingerprint::of_images(&images))
+        .clone();
+    let loader = Loader::new(images, what, loader_config)?;
+    let train_config = TrainConfig::new()
+        .with_epochs(settings.epochs)
+        .with_lr(settings.lr)
+        .with_warmup_epochs(settings.warmup_epochs)
+        .with_checkpoint_every(args.checkpoint_every)
+        .with_seed(settings.seed);
+    let run_dir = settings.run_dir(args);
+    let description = RecipeRun {
+        recipe: settings.recipe.to_string(),
+        backbone: settings.backbone,
+        data: settings.source.dir.clone(),
+        dataset: settings.source.dataset,
+        image_size: settings.source.image_size,
+        knn_data: settings.source.knn_data.clone(),
+        input_shape: {
+            let (h, w, c) = prepared.data.shape();
+            Some([h, w, c])
+        },
+        stem: settings.stem,
+        weights: settings.weights.clone(),
+        method: method_config,
+        backend: backend::NAME.to_string(),
+    };
+    let mode = if args.extend {
+        StartMode::Extend
+    } else if args.resume {
+        StartMode::Resume
+    } else {
+        StartMode::Fresh
+    };
+    if lead && !backend::NAME.starts_with("cpu") {
+        for (flag, on) in [
+            ("--augment-ahead", args.augment_ahead),
+            ("--view-threads", args.view_threads),
+        ] {
+            if on == Some(true) {
+                log::warn!(
+                    "{flag} true on the {} backend: with burn 0.21, two threads working on one \
+                     GPU device at once changed training results on wgpu (docs/gpu.md)",
+                    backend::NAME
+                );
+            }
+        }
+    }
+    prepared.overrides.check_used(settings.recipe)?;
+    let uses_boxes = method.uses_object_boxes();
+    let adaptive = augmenter.is_adaptive();
+    let mut builder = Trainer::builder(method, optimizer, augmenter, loader)
+        .config(train_config)
+        .run_dir(&run_dir)
+        .describe(&description)
+        .data(fingerprint)
+        .machine_specific(MACHINE_SPECIFIC)
+        .stop_when(crate::signals::stop_flag());
+    if let Some(curation) = curation {
+        builder = builder.hook(FrechetCurationHook::new(curation)?);
+    }
+    if uses_boxes {
+        builder = builder.hook(ObjectBoxesHook::new());
+    }
+    if adaptive {
+        builder = builder.hook(SelfPacedAutoAugmentHook::new());
+    }
+    if let Some(monitor) = monitor {
+        builder = builder.hook(KnnHook::new(monitor, args.knn_every));
+    } else if lead {
+        log::info!(
+            "no labelled images: the kNN monitor is off (--knn-data DIR with a train/ and a val/ \
+             tree of class folders turns it on)"
+        );
+    }
+    let mut builder = builder
+        .start(mode)
+        .augment_ahead(args.augment_ahead.unwrap_or(backend::AUGMENT_AHEAD))
+        .view_threads(args.view_threads.unwrap_or(backend::VIEW_THREADS));
+    if let Some(replica) = replica {
+        builder = builder.replica(replica);
+    }
+    let trainer = builder.build(device)?;
+    if lead {
+        prepared
+            .overrides
+            .write(&run_dir, settings.recipe, options_table(args, settings))?;
+    }
+    Ok((trainer, mode))
+}
+
+/// A recipe's trainer.
+type RecipeTrainer<S, O> = Trainer<Train, SelfSupervised<Train, S, O, ImageArray>>;
+
+/// Says where the run starts (resumed, or afresh) and with what.
+fn print_start<S, O>(
+    trainer: &RecipeTrainer<S, O>,
+    settings: &Settings,
+    mode: StartMode,
+    replicas: usize,
+) where
+    S: SslMethod<Train> + 'static,
+    O: Optimizer<S::Online, Train> + 'static,
+{
+    let run_dir = trainer.run_dir();
+    match trainer.resumed_from() {
+        Some(dir) => println!("resuming from {}", dir.display()),
+        None if mode != StartMode::Fresh => {
+            println!("no checkpoint in {}: starting afresh", run_dir.display())
+        }
+        None => {}
+    }
+    println!(
+        "{}: {} epochs, batch {}{}, lr {}, backbone {:?}, backend {}, run directory {}",
+        settings.recipe,
+        settings.epochs,
+        settings.batch_size,
+        if replicas > 1 {
+            format!(" over {replicas} replicas")
+        } else {
+            String::new()
+        },
+        settings.lr,
+        settings.backbone,
+        backend::NAME,
+        run_dir.display()
+    );
+}
+
+/// The kNN accuracies of the backbone at initialisation and of the raw pixels (the baseline a
+/// representation has to beat): measured at the start of a run and kept in its directory, so
+/// that the report of a resumed run says how much the training helped too; none without
+/// labels.
+fn baselines<S, O>(
+    trainer: &RecipeTrainer<S, O>,
+    prepared: &Prepared,
+    device: &Device,
+) -> Result<(Vec<KnnResult>, Vec<KnnResult>)>
+where
+    S: SslMethod<Train> + 'static,
+    <S::Backbone as AutodiffModule<Train>>::InnerModule: Backbone<backend::Inner>,
+    O: Optimizer<S::Online, Train> + 'static,
+{
+    let init_file = trainer.run_dir().join(KNN_AT_INIT);
+    let raw_file = trainer.run_dir().join(KNN_RAW_PIXELS);
+    if trainer.step() > 0 {
+        return Ok((read_knn_results(&init_file), read_knn_results(&raw_file)));
+    }
+    let Some(hook) = knn_hook(trainer) else {
+        return Ok(Default::default());
+    };
+    let at_init = hook.evaluate(trainer.method(), device)?;
+    let raw = hook.monitor().evaluate::<backend::Inner, _>(
+        &RawPixels::new(prepared.data.shape()),
+        device,
+    )?;
+    for (file, r) in [(&init_file, &at_init), (&raw_file, &raw)] {
+        std::fs::write(file, serde_json::to_vec_pretty(r)?)
+            .with_context(|| format!("writing {}", file.display()))?;
+    }
+    Ok((at_init, raw))
+}
+
+/// The run record's settings that may differ between the machines of a run on several
+/// (paths: each machine reads its own copy of the data; the data's fingerprint is compared).
+const MACHINE_SPECIFIC: &[&str] = &["run.data", "run.knn_data", "run.weights"];
+

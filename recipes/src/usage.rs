@@ -1,0 +1,50 @@
+//! Errors in what the user gave (exit code 2) and how an error's text is put together: what
+//! every part of the binary reports through.
+
+/// An error in what the user gave (an option, a file, a run directory): exit code 2.
+#[derive(Debug)]
+pub(crate) struct Usage(String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// A usage error with this message.
+pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
+    Usage(message.into()).into()
+}
+
+/// A clap error as a usage error, except `--help` / `--version`, which print and exit 0.
+pub(crate) fn help_or_error(e: clap::Error) -> anyhow::Error {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        e.exit();
+    }
+    let text = e.render().to_string();
+    let text = text
+        .trim_end()
+        .strip_prefix("error: ")
+        .unwrap_or(text.trim_end());
+    usage(text)
+}
+
+/// An error and its causes joined by ": ", each said once: a cause whose text its context
+/// already holds (an I/O error a message quotes) is not repeated.
+pub(crate) fn chain_text(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
+}

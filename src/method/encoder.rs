@@ -1,0 +1,75 @@
+//! The two shapes of a method's network, shared by every method that has them: an encoder
+//! ([`Projected`]: backbone + projector; SimCLR, MoCo, TiCo, Barlow Twins, VICReg, and the
+//! momentum copies of BYOL and MoCo v3) and an encoder with a predictor ([`Predicted`]: BYOL,
+//! SimSiam, MoCo v3, NNCLR). A method's record keys are its fields' names (`backbone`,
+//! `projector`, `predictor`), so checkpoints written when each method had a struct of its own
+//! load into these (`tests/methods.rs` reads a checkpoint of that layout).
+//!
+//! lightly and solo-learn write the same two shapes out in every method (`backbone`,
+//! `projection_head`, `prediction_head`); here they are two types.
+
+use burn::prelude::*;
+use curriculum_ssl_models::Backbone;
+
+use crate::head::MlpHead;
+
+/// A backbone and a projection head: the projections of a batch.
+#[derive(Module, Debug)]
+pub struct Projected<B: Backend, M> {
+    /// Feature extractor.
+    pub backbone: M,
+    /// Projection head.
+    pub projector: MlpHead<B>,
+}
+
+impl<B: Backend, M: Backbone<B>> Projected<B, M> {
+    /// The projections of a batch.
+    ///
+    /// # Shapes
+    /// - `images`: `[N, C, H, W]` → `[N, output_dim]`
+    pub fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        self.projector
+            .forward(self.backbone.forward_features(images))
+    }
+}
+
+/// A backbone, a projection head and a prediction head on the projections.
+#[derive(Module, Debug)]
+pub struct Predicted<B: Backend, M> {
+    /// Feature extractor.
+    pub backbone: M,
+    /// Projection head.
+    pub projector: MlpHead<B>,
+    /// Prediction head.
+    pub predictor: MlpHead<B>,
+}
+
+impl<B: Backend, M: Backbone<B>> Predicted<B, M> {
+    /// The projections of a batch.
+    ///
+    /// # Shapes
+    /// - `images`: `[N, C, H, W]` → `[N, output_dim]`
+    pub fn project(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        self.projector
+            .forward(self.backbone.forward_features(images))
+    }
+
+    /// The projections of a batch and the predictions from them.
+    ///
+    /// # Shapes
+    /// - `images`: `[N, C, H, W]` → (`[N, output_dim]`, `[N, prediction_dim]`)
+    pub fn forward(&self, images: Tensor<B, 4>) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        let z = self.project(images);
+        let p = self.predictor.forward(z.clone());
+        (z, p)
+    }
+
+    /// The encoder without its predictor (sharing its tensors: the source of a momentum copy,
+    /// [`super::momentum::MomentumEncoder::new`]).
+    pub fn encoder(&self) -> Projected<B, M> {
+        Projected {
+            backbone: self.backbone.clone(),
+            projector: self.projector.clone(),
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! The momentum copy of an online network: MoCo's key encoder, BYOL's target, TiCo's and MoCo
+//! v3's momentum encoders, DINO's teacher (solo-learn's `MomentumUpdater` / `momentum_pairs`,
+//! here one type). Its invariants, stated once:
+//! - it starts as a copy that shares nothing with the online network
+//!   ([`detached_copy`](super::ema::detached_copy): its own batch-norm statistics, no gradient);
+//! - after every optimiser step it moves to `m·θ_copy + (1 − m)·θ_online` for the trainable
+//!   parameters, matched by parameter id ([`ema_update`](super::ema::ema_update)); its running
+//!   statistics follow its own forward passes;
+//! - `m` is constant, or rises along a cosine from its base to 1 over training
+//!   ([`cosine_momentum`](super::ema::cosine_momentum)).
+//!
+//! The math and the worked values are in `docs/methods.md#momentum-ema-update`.
+
+use burn::prelude::*;
+
+use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
+use super::Progress;
+use crate::base::error::ConfigError;
+
+/// A momentum copy of (a part of) an online network. Build it with [`MomentumEncoder::new`].
+#[derive(Debug, Clone)]
+pub struct MomentumEncoder<N> {
+    network: N,
+    base: f64,
+    cosine: bool,
+}
+
+impl<N> MomentumEncoder<N> {
+    /// A copy of `online` in `fresh` (a newly built module of the same architecture), with
+    /// momentum `base` (constant, or rising to 1 along a cosine when `cosine`). `field` names the
+    /// setting of `base` in an error. Call it under the seed lock, as every method's `init` is by
+    /// [`super::init_method`] (loading into `fresh` draws its optional parameters' lazy values).
+    ///
+    /// # Errors
+    /// A momentum outside `[0, 1]`, named by `field`.
+    pub fn new<B: Backend>(
+        online: &N,
+        fresh: N,
+        base: f64,
+        cosine: bool,
+        field: &'static str,
+    ) -> Result<Self, ConfigError>
+    where
+        N: Module<B>,
+    {
+        validate_momentum(field, base)?;
+        Ok(Self {
+            network: detached_copy(online, fresh),
+            base,
+            cosine,
+        })
+    }
+
+    /// The copy.
+    pub fn network(&self) -> &N {
+        &self.network
+    }
+
+    /// The momentum at `progress`.
+    pub fn momentum_at(&self, progress: Progress) -> f64 {
+        if self.cosine {
+            cosine_momentum(self.base, progress.fraction())
+        } else {
+            self.base
+        }
+    }
+
+    /// After an optimiser step: `θ ← m·θ + (1 − m)·θ_online` for every trainable parameter of
+    /// the copy, `online` being the network it was copied from or one holding it (BYOL's online
+    /// network holds its target's backbone and projector).
+    pub fn update<B: Backend, O: Module<B>>(&mut self, online: &O, progress: Progress)
+    where
+        N: Module<B>,
+    {
+        let m = self.momentum_at(progress);
+        self.network = ema_update(self.network.clone(), online, m);
+    }
+
+    /// The copy's record, for a checkpoint.
+    pub fn record<B: Backend>(&self) -> N::Record
+    where
+        N: Module<B>,
+    {
+        self.network.clone().into_record()
+    }
+
+    /// Takes back a checkpoint's record.
+    pub fn load_record<B: Backend>(&mut self, record: N::Record)
+    where
+        N: Module<B>,
+    {
+        self.network = self.network.clone().load_record(record);
+    }
+
+    /// The momentum at `progress` as a statistic of the step (`momentum` in steps.csv).
+    pub fn stat<B: Backend>(
+        &self,
+        progress: Progress,
+        device: &B::Device,
+    ) -> (&'static str, Tensor<B, 1>) {
+        let m = self.momentum_at(progress);
+        (
+            "momentum",
+            Tensor::from_data(TensorData::new(vec![m], [1]), device),
+        )
+    }
+}
