@@ -184,4 +184,3 @@ pub fn load_cifar10_unlabeled(
 ) -> Result<ImageArray, DataError> {
     Ok(load_cifar10(dir, split)?.unlabeled())
 }
-

@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 use super::features::{extract_features, require_labels};
 use super::knn::{Accuracy, KnnConfig};
 use crate::augment::normalize::Normalize;
-use crate::base::error::ConfigError;
 use crate::data::{DataError, ImageArray};
 
 /// The accuracy of one kNN setting.

@@ -113,7 +113,6 @@ impl WarmupCosine {
         c.final_lr
             + (c.base_lr - c.final_lr) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
     }
-
 }
 
 impl LrScheduler for WarmupCosine {
