@@ -179,9 +179,14 @@ fn the_recipe_binary_has_no_import_cycle() {
     let mut upward = Vec::new();
     let mut inner: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (relative, text) in recipe_files() {
-        let mut parts = relative.iter().map(|p| p.to_str().unwrap().trim_end_matches(".rs"));
+        let mut parts = relative
+            .iter()
+            .map(|p| p.to_str().unwrap().trim_end_matches(".rs"));
         let top = parts.next().unwrap().to_string();
-        let second = parts.next().map(str::to_string).filter(|_| top == "recipes");
+        let second = parts
+            .next()
+            .map(str::to_string)
+            .filter(|_| top == "recipes");
         for path in crate_paths(&text) {
             let mut names = path.split("::");
             let to = names.next().unwrap_or_default().to_string();
@@ -195,7 +200,10 @@ fn the_recipe_binary_has_no_import_cycle() {
             }
             if let (Some(from), "recipes", Some(to)) = (&second, to.as_str(), names.next()) {
                 if from != to && from != "mod" {
-                    inner.entry(from.clone()).or_default().insert(to.to_string());
+                    inner
+                        .entry(from.clone())
+                        .or_default()
+                        .insert(to.to_string());
                 }
             }
         }
@@ -213,7 +221,10 @@ fn the_recipe_binary_has_no_import_cycle() {
             }
         }
     }
-    assert!(upward.is_empty(), "imports that do not go down: {upward:#?}");
+    assert!(
+        upward.is_empty(),
+        "imports that do not go down: {upward:#?}"
+    );
     assert!(
         inner.get("common").is_none_or(|to| to.is_empty()),
         "recipes::common names recipes: {:?}",

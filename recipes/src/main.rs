@@ -125,7 +125,6 @@ fn message(error: &anyhow::Error) -> String {
     chain_text(error)
 }
 
-
 /// 2 for an error in what the user gave, 1 for a failure during the run, 130 for a run stopped
 /// by Ctrl-C or SIGTERM.
 fn exit_code(error: &anyhow::Error) -> u8 {

@@ -510,7 +510,6 @@ impl Prepared {
             .store(true, std::sync::atomic::Ordering::Relaxed);
         config.with_shuffle_bn(self.args.shuffle_bn)
     }
-
 }
 
 /// The most parameters a run may have whatever the machine: 2³² (16 GiB of f32 weights alone).
@@ -569,4 +568,3 @@ fn available_memory() -> Option<u64> {
         Some(kib * 1024)
     })
 }
-

@@ -107,7 +107,6 @@ pub(super) fn write_summary(
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
 }
 
-
 pub(crate) fn print_where(run_dir: &Path) {
     println!(
         "metrics: {0}/steps.csv, {0}/epochs.csv; checkpoints: {0}/checkpoints; evaluate with \
@@ -115,4 +114,3 @@ pub(crate) fn print_where(run_dir: &Path) {
         run_dir.display()
     );
 }
-

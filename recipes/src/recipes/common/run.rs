@@ -2,6 +2,7 @@
 //! with its hooks, the kNN of the backbone at initialisation and of the raw pixels, and the
 //! report.
 
+use super::report::{result_lines, write_summary};
 use super::*;
 
 impl Prepared {
@@ -435,10 +436,9 @@ where
         return Ok(Default::default());
     };
     let at_init = hook.evaluate(trainer.method(), device)?;
-    let raw = hook.monitor().evaluate::<backend::Inner, _>(
-        &RawPixels::new(prepared.data.shape()),
-        device,
-    )?;
+    let raw = hook
+        .monitor()
+        .evaluate::<backend::Inner, _>(&RawPixels::new(prepared.data.shape()), device)?;
     for (file, r) in [(&init_file, &at_init), (&raw_file, &raw)] {
         std::fs::write(file, serde_json::to_vec_pretty(r)?)
             .with_context(|| format!("writing {}", file.display()))?;
@@ -449,4 +449,3 @@ where
 /// The run record's settings that may differ between the machines of a run on several
 /// (paths: each machine reads its own copy of the data; the data's fingerprint is compared).
 const MACHINE_SPECIFIC: &[&str] = &["run.data", "run.knn_data", "run.weights"];
-
