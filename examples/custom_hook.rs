@@ -21,7 +21,7 @@ use curriculum_ssl::method::{init_method, Progress, SimClrConfig};
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 use curriculum_ssl::train::hook::{EpochReport, Hook, RunView, Verdict};
-use curriculum_ssl::train::{Cell, SelfSupervisedStep, TrainConfig, TrainError, Trainer};
+use curriculum_ssl::train::{Cell, SelfSupervisedTask, TrainConfig, TrainError, Trainer};
 use curriculum_ssl_models::{BlockKind, ResNetConfig, Stem};
 
 type Train = Autodiff<Flex>;
@@ -48,7 +48,7 @@ impl EasyPairsFirst {
     }
 }
 
-impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for EasyPairsFirst {
+impl<B: AutodiffBackend, K: SelfSupervisedTask<B>> Hook<B, K> for EasyPairsFirst {
     fn name(&self) -> &'static str {
         "easy_pairs_first"
     }

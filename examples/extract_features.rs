@@ -32,7 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     // What the run trained on: the views' size and normalisation (config.json).
     let record = RunRecord::<serde_json::Value>::read(run.as_ref())?;
-    let view = &record.step.augmentation.view1;
+    let view = &record.task.augmentation.view1;
     let Some((height, width)) = view.crop.as_ref().map(|c| c.size) else {
         return Err("the run's views have no crop, so no fixed image size".into());
     };

@@ -1223,7 +1223,7 @@ struct EvenFirstForty {
     seen: Arc<Mutex<Vec<Vec<usize>>>>,
 }
 
-impl<K: curriculum_ssl::train::SelfSupervisedStep<Ad>> curriculum_ssl::train::hook::Hook<Ad, K>
+impl<K: curriculum_ssl::train::SelfSupervisedTask<Ad>> curriculum_ssl::train::hook::Hook<Ad, K>
     for EvenFirstForty
 {
     fn name(&self) -> &'static str {
@@ -1286,7 +1286,7 @@ fn a_hook_selects_the_examples_of_a_self_supervised_epoch() {
     assert_ne!(seen[0], seen[4], "each epoch has its own order");
 
     struct Outside;
-    impl<K: curriculum_ssl::train::SelfSupervisedStep<Ad>> curriculum_ssl::train::hook::Hook<Ad, K>
+    impl<K: curriculum_ssl::train::SelfSupervisedTask<Ad>> curriculum_ssl::train::hook::Hook<Ad, K>
         for Outside
     {
         fn name(&self) -> &'static str {
@@ -1330,7 +1330,7 @@ fn a_hook_selects_the_examples_of_a_self_supervised_epoch() {
 /// upside down) and asks for a checkpoint after the first epoch.
 struct FlipSecondView;
 
-impl<K: curriculum_ssl::train::SelfSupervisedStep<Ad>> curriculum_ssl::train::hook::Hook<Ad, K>
+impl<K: curriculum_ssl::train::SelfSupervisedTask<Ad>> curriculum_ssl::train::hook::Hook<Ad, K>
     for FlipSecondView
 {
     fn name(&self) -> &'static str {

@@ -19,7 +19,7 @@ use crate::curation::{
     frechet_distance_readback, CurationState, Decision, FrechetCuration, FrechetCurationConfig,
 };
 use crate::train::hook::{EpochReport, Hook, RunView, Verdict};
-use crate::train::{Cell, SelfSupervisedStep, TrainError};
+use crate::train::{Cell, SelfSupervisedTask, TrainError};
 
 /// Fréchet batch curation in the training loop.
 #[derive(Debug, Clone)]
@@ -65,7 +65,7 @@ impl FrechetCurationHook {
     }
 }
 
-impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for FrechetCurationHook {
+impl<B: AutodiffBackend, K: SelfSupervisedTask<B>> Hook<B, K> for FrechetCurationHook {
     fn name(&self) -> &'static str {
         "curation"
     }

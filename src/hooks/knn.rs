@@ -9,7 +9,7 @@ use burn::tensor::backend::AutodiffBackend;
 use crate::eval::monitor::{KnnMonitor, KnnResult};
 use crate::method::SslMethod;
 use crate::train::hook::{EpochReport, Hook, RunView};
-use crate::train::{Cell, SelfSupervisedStep, TrainError};
+use crate::train::{Cell, SelfSupervisedTask, TrainError};
 
 /// The kNN monitor in the training loop.
 #[derive(Debug, Clone)]
@@ -54,7 +54,7 @@ impl KnnHook {
     }
 }
 
-impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for KnnHook {
+impl<B: AutodiffBackend, K: SelfSupervisedTask<B>> Hook<B, K> for KnnHook {
     fn name(&self) -> &'static str {
         "knn"
     }

@@ -26,7 +26,7 @@ use crate::curriculum::rotation::{
 };
 use crate::method::{SslMethod, OBJECT_BOXES};
 use crate::train::hook::{BatchView, EpochReport, Hook, RunView};
-use crate::train::{Cell, SelfSupervisedStep, TrainError};
+use crate::train::{Cell, SelfSupervisedTask, TrainError};
 
 /// Crop-and-rotate's object boxes in the training loop.
 #[derive(Debug, Clone, Default)]
@@ -61,7 +61,7 @@ impl ObjectBoxesHook {
 
     /// The object boxes of every training image from the current backbone (inference mode, no
     /// gradient), in dataset order, computed in batches of the loader's size.
-    fn compute<B: AutodiffBackend, K: SelfSupervisedStep<B>>(
+    fn compute<B: AutodiffBackend, K: SelfSupervisedTask<B>>(
         run: &RunView<'_, B, K>,
         epoch: usize,
     ) -> Result<ObjectBoxes, TrainError> {
@@ -85,7 +85,7 @@ impl ObjectBoxesHook {
     }
 }
 
-impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for ObjectBoxesHook {
+impl<B: AutodiffBackend, K: SelfSupervisedTask<B>> Hook<B, K> for ObjectBoxesHook {
     fn name(&self) -> &'static str {
         "object_boxes"
     }

@@ -14,7 +14,7 @@ use crate::base::Progress;
 use crate::curriculum::auto_augment::PolicyChoice;
 use crate::pipeline::LOSS_FEEDBACK;
 use crate::train::hook::{BatchView, Hook, RunView};
-use crate::train::{SelfSupervisedStep, TrainError};
+use crate::train::{SelfSupervisedTask, TrainError};
 
 /// The self-paced AutoAugment's feedback in the training loop.
 #[derive(Debug, Clone, Default)]
@@ -30,7 +30,7 @@ impl SelfPacedAutoAugmentHook {
     }
 }
 
-impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for SelfPacedAutoAugmentHook {
+impl<B: AutodiffBackend, K: SelfSupervisedTask<B>> Hook<B, K> for SelfPacedAutoAugmentHook {
     fn name(&self) -> &'static str {
         "auto_augment"
     }
@@ -68,7 +68,7 @@ impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> Hook<B, K> for SelfPacedAutoA
         progress: Progress,
         loss: f64,
     ) -> Result<Vec<(String, f64)>, TrainError> {
-        run.step
+        run.task
             .augmenter_mut()
             .observe(progress, self.choice.take(), loss);
         Ok(Vec::new())

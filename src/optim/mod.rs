@@ -13,5 +13,5 @@ pub mod schedule;
 pub mod sgd;
 
 pub use lars::{Lars, LarsConfig, LarsState};
-pub use schedule::{WarmupCosine, WarmupCosineConfig};
+pub use schedule::{StepDecay, WarmupCosine, WarmupCosineConfig};
 pub use sgd::{Sgd, SgdConfig, SgdState};

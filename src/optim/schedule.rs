@@ -1,4 +1,6 @@
-//! Learning-rate schedule: linear warm-up, then cosine decay, evaluated per step.
+//! Learning-rate schedules, evaluated per step: linear warm-up then cosine decay
+//! ([`WarmupCosine`], the self-supervised runs'), and step decay at epoch milestones
+//! ([`StepDecay`], the supervised runs').
 
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::optim::LearningRate;
@@ -131,6 +133,69 @@ impl LrScheduler for WarmupCosine {
     fn load_record<B: Backend>(mut self, record: Self::Record<B>) -> Self {
         self.step = record;
         self
+    }
+}
+
+/// A step schedule: `lr · γ^{milestones passed}`, a milestone passed from the first step of its
+/// epoch on. Its steps do not depend on the run's length, so an extension only moves the end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepDecay {
+    lr: f64,
+    gamma: f64,
+    milestones: Vec<usize>,
+    batches_per_epoch: usize,
+    total_steps: usize,
+}
+
+impl StepDecay {
+    /// `lr` decayed by `gamma` at each epoch of `milestones`, over `epochs` epochs of
+    /// `batches_per_epoch` steps.
+    pub fn new(
+        lr: f64,
+        gamma: f64,
+        milestones: Vec<usize>,
+        epochs: usize,
+        batches_per_epoch: usize,
+    ) -> Self {
+        Self {
+            lr,
+            gamma,
+            milestones,
+            batches_per_epoch,
+            total_steps: epochs * batches_per_epoch,
+        }
+    }
+}
+
+impl StepDecay {
+    /// The learning rate of (0-based) step `step`.
+    pub fn lr_at(&self, step: usize) -> f64 {
+        let epoch = step / self.batches_per_epoch.max(1);
+        let passed = self.milestones.iter().filter(|&&m| m <= epoch).count();
+        self.lr * self.gamma.powi(passed as i32)
+    }
+
+    /// Steps of the whole (possibly extended) plan.
+    pub fn total_steps(&self) -> usize {
+        self.total_steps
+    }
+
+    /// The plan ends after `total_steps` steps (the milestones do not move).
+    ///
+    /// # Errors
+    /// If the new end is not after the current one.
+    pub fn extend(&mut self, _from_step: usize, total_steps: usize) -> Result<(), ConfigError> {
+        if total_steps <= self.total_steps {
+            return Err(ConfigError::new(
+                "total_steps",
+                format!(
+                    "an extension must end after the current end ({} steps), got {total_steps}",
+                    self.total_steps
+                ),
+            ));
+        }
+        self.total_steps = total_steps;
+        Ok(())
     }
 }
 

@@ -10,7 +10,7 @@ use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
 
 use crate::data::{Dataset, ImageArray};
-use crate::train::supervised::ClassifierAugmentConfig;
+use crate::train::classifier::ClassifierAugmentConfig;
 
 /// Configuration of an [`EmbeddingNet`].
 #[derive(Config, Debug)]

@@ -1,6 +1,6 @@
 //! The student's example selection of SPL-ADVisE and of its SPLD baseline, as hooks of the
 //! training loop ([`Hook`], named [`SELECTION`]) for every
-//! [`SupervisedStep`](crate::train::supervised::SupervisedStep): each selects its epoch's
+//! [`SupervisedTask`](crate::train::supervised::SupervisedTask): each selects its epoch's
 //! examples in `epoch_start` ([`RunView::select`]), logs `selected` at every step and its pace at
 //! every epoch, and keeps its state in the checkpoints.
 //!
@@ -45,10 +45,10 @@ use crate::base::Progress;
 use crate::data::{loader::mix_seed, Dataset, ImageArray};
 use crate::loss::{MagnetLoss, MagnetLossConfig};
 use crate::train::checkpoint::files;
+use crate::train::checkpoint::{read_record, to_bytes};
+use crate::train::classifier::ClassifierAugmentConfig;
 use crate::train::hook::{EpochReport, Hook, RunView};
-use crate::train::supervised::{
-    from_state, read_record_file, record_bytes, step_rng, ClassifierAugmentConfig, SupervisedStep,
-};
+use crate::train::supervised::SupervisedTask;
 use crate::train::{Cell, Column, TrainError};
 
 /// SPLD's pace: its parameters and how they are set from the losses.
@@ -272,7 +272,7 @@ impl SpldSampling {
     }
 }
 
-impl<B: AutodiffBackend, K: SupervisedStep<B>> Hook<B, K> for SpldSampling {
+impl<B: AutodiffBackend, K: SupervisedTask<B>> Hook<B, K> for SpldSampling {
     fn name(&self) -> &'static str {
         SELECTION
     }
@@ -285,7 +285,7 @@ impl<B: AutodiffBackend, K: SupervisedStep<B>> Hook<B, K> for SpldSampling {
         let pool = if self.pace.in_warmup(epoch) {
             self.pace.select_all(self.index.num_examples())
         } else {
-            let losses = run.step.example_losses()?;
+            let losses = run.task.example_losses()?;
             self.pace.select(epoch, &losses, self.index.assignments())?
         };
         self.selected = pool.len();
@@ -308,7 +308,7 @@ impl<B: AutodiffBackend, K: SupervisedStep<B>> Hook<B, K> for SpldSampling {
         _: bool,
     ) -> Result<EpochReport, TrainError> {
         self.pace.advance_epoch();
-        let mut columns = selected_columns(self.selected, run.step.num_examples());
+        let mut columns = selected_columns(self.selected, run.task.num_examples());
         columns.extend(as_columns(self.pace.stats(self.index.num_clusters())));
         Ok(EpochReport {
             columns,
@@ -542,7 +542,7 @@ where
     M: Backbone<B> + AutodiffModule<B> + 'static,
     M::InnerModule: Backbone<B::InnerBackend>,
     O: Optimizer<EmbeddingNet<B, M>, B> + 'static,
-    K: SupervisedStep<B>,
+    K: SupervisedTask<B>,
 {
     fn name(&self) -> &'static str {
         SELECTION
@@ -558,7 +558,7 @@ where
     }
 
     fn check(&mut self, run: &mut RunView<'_, B, K>) -> Result<(), TrainError> {
-        if run.step.num_examples() != self.labels.len() {
+        if run.task.num_examples() != self.labels.len() {
             return Err(TrainError::Hook {
                 hook: SELECTION,
                 step: 0,
@@ -566,7 +566,7 @@ where
                     "SPL-ADVisE embeds {} images, the run trains on {}: give it the run's \
                      training set",
                     self.labels.len(),
-                    run.step.num_examples()
+                    run.task.num_examples()
                 ),
             });
         }
@@ -579,7 +579,7 @@ where
         let pool = if self.pace.in_warmup(epoch) {
             self.pace.select_all(self.labels.len())
         } else {
-            let losses = run.step.example_losses()?;
+            let losses = run.task.example_losses()?;
             let index = self.sampler.as_ref().expect("refreshed").index();
             let groups = index.assignments().to_vec();
             self.pace.select(epoch, &losses, &groups)?
@@ -623,7 +623,7 @@ where
             "magnet_loss".into(),
             if count > 0 { sum / count as f64 } else { 0.0 },
         ));
-        let mut columns = selected_columns(self.selected, run.step.num_examples());
+        let mut columns = selected_columns(self.selected, run.task.num_examples());
         columns.extend(as_columns(stats));
         columns.push((
             "refresh_seconds".into(),
@@ -650,11 +650,11 @@ where
         Ok(vec![
             (
                 files::EMBEDDING,
-                record_bytes::<B, _>(self.net.clone().into_record(), "embedding network")?,
+                to_bytes::<B, _>(self.net.clone().into_record(), "embedding network")?,
             ),
             (
                 files::EMBEDDING_OPTIMIZER,
-                record_bytes::<B, _>(optimizer.to_record(), "embedding optimiser")?,
+                to_bytes::<B, _>(optimizer.to_record(), "embedding optimiser")?,
             ),
         ])
     }
@@ -671,7 +671,7 @@ where
                 )));
             }
         }
-        let record = read_record_file::<B, <EmbeddingNet<B, M> as burn::module::Module<B>>::Record>(
+        let record = read_record::<B, <EmbeddingNet<B, M> as burn::module::Module<B>>::Record>(
             &dir.join(files::EMBEDDING),
             &self.device,
         )?;
@@ -683,7 +683,7 @@ where
             ));
         }
         let record =
-            read_record_file::<B, O::Record>(&dir.join(files::EMBEDDING_OPTIMIZER), &self.device)?;
+            read_record::<B, O::Record>(&dir.join(files::EMBEDDING_OPTIMIZER), &self.device)?;
         let optimizer = self.optimizer.take().expect("put back after every step");
         self.optimizer = Some(optimizer.load_record(record));
         self.net = net;
@@ -738,7 +738,7 @@ impl RandomSampling {
     }
 }
 
-impl<B: AutodiffBackend, K: SupervisedStep<B>> Hook<B, K> for RandomSampling {
+impl<B: AutodiffBackend, K: SupervisedTask<B>> Hook<B, K> for RandomSampling {
     fn name(&self) -> &'static str {
         SELECTION
     }
@@ -748,7 +748,7 @@ impl<B: AutodiffBackend, K: SupervisedStep<B>> Hook<B, K> for RandomSampling {
     }
 
     fn epoch_start(&mut self, run: &mut RunView<'_, B, K>, _: usize) -> Result<(), TrainError> {
-        self.selected = run.step.num_examples();
+        self.selected = run.task.num_examples();
         Ok(())
     }
 
@@ -768,7 +768,7 @@ impl<B: AutodiffBackend, K: SupervisedStep<B>> Hook<B, K> for RandomSampling {
         _: bool,
     ) -> Result<EpochReport, TrainError> {
         Ok(EpochReport {
-            columns: selected_columns(self.selected, run.step.num_examples()),
+            columns: selected_columns(self.selected, run.task.num_examples()),
             ..Default::default()
         })
     }
@@ -793,6 +793,17 @@ fn as_columns(stats: Vec<(String, f64)>) -> Vec<Column> {
         .into_iter()
         .map(|(name, v)| (name.into(), Cell::Value(v)))
         .collect()
+}
+
+/// Reads a JSON value as a selection's state, naming what did not fit.
+fn from_state<T: serde::de::DeserializeOwned>(state: serde_json::Value) -> Result<T, String> {
+    serde_json::from_value(state).map_err(|e| format!("not the state of this selection: {e}"))
+}
+
+/// The generator of step `step` under `seed` (a selector's draws at a step).
+fn step_rng(seed: u64, step: usize) -> rand::rngs::StdRng {
+    use rand::SeedableRng;
+    rand::rngs::StdRng::seed_from_u64(crate::data::loader::mix_seed(seed, step as u64))
 }
 
 #[cfg(test)]

@@ -180,19 +180,17 @@ pub struct CheckpointMeta {
 
 type Bytes = NamedMpkBytesRecorder<FullPrecisionSettings>;
 
-/// Serialises a record to bytes.
-pub(crate) fn to_bytes<B: Backend, R: Record<B>>(
-    record: R,
-    what: &str,
-) -> Result<Vec<u8>, TrainError> {
+/// Serialises a record to bytes (a checkpoint file; hooks holding networks write theirs so).
+pub fn to_bytes<B: Backend, R: Record<B>>(record: R, what: &str) -> Result<Vec<u8>, TrainError> {
     Recorder::<B>::record(&Bytes::default(), record, ()).map_err(|e| TrainError::Checkpoint {
         path: PathBuf::from(what),
         reason: format!("cannot serialise the {what}: {e}"),
     })
 }
 
-/// Reads a record written by [`to_bytes`] (after [`verify`] checked its bytes).
-pub(crate) fn read_record<B: Backend, R: Record<B>>(
+/// Reads a record written by [`to_bytes`] from a checkpoint file (after [`verify`] checked its
+/// bytes).
+pub fn read_record<B: Backend, R: Record<B>>(
     path: &Path,
     device: &B::Device,
 ) -> Result<R, TrainError> {

@@ -1,5 +1,5 @@
 //! The training loop's one extension point: a [`Hook`] watches or steers training, of every
-//! kind (self-supervised or supervised: a hook is written for the [`Step`]s it can serve).
+//! kind (self-supervised or supervised: a hook is written for the [`Task`]s it can serve).
 //!
 //! A hook is called at fixed points of the loop (the order of a run of `E` epochs):
 //!
@@ -21,8 +21,8 @@
 //! kNN monitor (`crate::hooks`) and SPLD / SPL-ADVisE's example selection
 //! (`crate::spl_advise::selection`) are hooks, and so can be a user's own curriculum
 //! (`examples/custom_hook.rs`). A hook that watches self-supervised training is written for
-//! every [`SelfSupervisedStep`](super::SelfSupervisedStep), one that selects a classifier's
-//! examples for every [`SupervisedStep`](super::supervised::SupervisedStep). Each hook owns its
+//! every [`SelfSupervisedTask`](super::SelfSupervisedTask), one that selects a classifier's
+//! examples for every [`SupervisedTask`](super::supervised::SupervisedTask). Each hook owns its
 //! state: [`Hook::state`] is written under the hook's [`Hook::name`] in every checkpoint's
 //! `curricula.json` (and [`Hook::files`] beside it), and a resumed run gives it back with
 //! [`Hook::load_state`]; [`Hook::describe`] is its settings, saved in the run's record and
@@ -34,7 +34,7 @@ use std::path::Path;
 use burn::tensor::backend::AutodiffBackend;
 
 use super::run_log::Column;
-use super::step::Step;
+use super::task::Task;
 use super::TrainError;
 use crate::base::Progress;
 
@@ -68,11 +68,11 @@ pub struct EpochReport {
 /// step's own methods), the device, the plan, and the epoch's selection of examples.
 pub struct RunView<'a, B: AutodiffBackend, K> {
     /// The step: for a self-supervised run a
-    /// [`SelfSupervisedStep`](super::SelfSupervisedStep) (the method, the augmenter, the
+    /// [`SelfSupervisedTask`](super::SelfSupervisedTask) (the method, the augmenter, the
     /// training images); for a supervised one a
-    /// [`SupervisedStep`](super::supervised::SupervisedStep) (the classifier, the per-example
+    /// [`SupervisedTask`](super::supervised::SupervisedTask) (the classifier, the per-example
     /// losses).
-    pub step: &'a mut K,
+    pub task: &'a mut K,
     /// The device the run trains on.
     pub device: &'a B::Device,
     /// Epochs of the whole run.
@@ -84,7 +84,7 @@ pub struct RunView<'a, B: AutodiffBackend, K> {
     pub(crate) at_step: usize,
 }
 
-impl<B: AutodiffBackend, K: Step<B>> RunView<'_, B, K> {
+impl<B: AutodiffBackend, K: Task<B>> RunView<'_, B, K> {
     /// Selects the examples this epoch draws its batches from (indices into the training set),
     /// in [`Hook::epoch_start`]; without a selection an epoch draws from every example. Every
     /// epoch still takes its planned number of steps: the pool is reshuffled when used up.
@@ -102,7 +102,7 @@ impl<B: AutodiffBackend, K: Step<B>> RunView<'_, B, K> {
                 "hook `{other}` selected this epoch's examples already; one hook selects"
             )));
         }
-        let n = self.step.num_examples();
+        let n = self.task.num_examples();
         if pool.is_empty() || pool.iter().any(|&i| i >= n) {
             return Err(fail(format!(
                 "the selection chose {} examples, some outside the {n} training examples",
@@ -134,7 +134,7 @@ pub struct BatchView<'a, I> {
 
 /// Something that watches or steers training (see the module docs). Every method has a default
 /// that does nothing, so a hook implements only the points it needs.
-pub trait Hook<B: AutodiffBackend, K: Step<B>>: Any {
+pub trait Hook<B: AutodiffBackend, K: Task<B>>: Any {
     /// The hook's name: its key in `curricula.json` and in the run record's hooks, unique in a
     /// run.
     fn name(&self) -> &'static str;

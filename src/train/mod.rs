@@ -1,4 +1,4 @@
-//! The one training loop: a seeded, resumable run of any [`Step`] (self-supervised:
+//! The one training loop: a seeded, resumable run of any [`Task`] (self-supervised:
 //! [`SelfSupervised`], any [`SslMethod`] on two views; supervised with example selection:
 //! [`supervised::Supervised`]), steered by [`Hook`]s.
 //!
@@ -22,7 +22,7 @@
 //!         every hook's state and files
 //! ```
 //!
-//! A run is built with [`Trainer::builder`] (self-supervised) or [`Trainer::with_step`]. The run
+//! A run is built with [`Trainer::builder`] (self-supervised) or [`Trainer::with_task`]. The run
 //! directory ([`run_dir`]) holds `config.json` (the typed [`RunRecord`]), `steps.csv` and
 //! `epochs.csv` ([`run_log`], with the progress bar and the log lines) and `checkpoints/`
 //! ([`checkpoint`]). Whether a run may start or resume in a directory is decided before any work
@@ -46,12 +46,13 @@
 
 mod ahead;
 pub mod checkpoint;
+pub mod classifier;
 pub mod hook;
 pub mod run_dir;
 pub mod run_log;
 pub mod self_supervised;
-pub mod step;
 pub mod supervised;
+pub mod task;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,14 +75,14 @@ use checkpoint::{files, write_atomic, CheckpointDir, CheckpointMeta};
 use hook::{BatchView, Hook, RunView, Verdict};
 use run_dir::{differences, Difference, Extension, RESUMABLE_CHANGES, RUN_FORMAT};
 use run_log::RunLog;
-use step::LrPlan;
+use task::LrPlan;
 
 pub use checkpoint::{load_backbone, resolve_checkpoint};
 pub use hook::EpochReport;
 pub use run_dir::{DataFingerprint, RunLock, RunRecord};
 pub use run_log::{Cell, Column, EpochRecord, StepRecord};
-pub use self_supervised::{SelfSupervised, SelfSupervisedSettings, SelfSupervisedStep};
-pub use step::Step;
+pub use self_supervised::{SelfSupervised, SelfSupervisedSettings, SelfSupervisedTask};
+pub use task::Task;
 
 /// The record as the loop keeps it: the caller's description and the step's settings as JSON.
 type LoopRecord = RunRecord<serde_json::Value, serde_json::Value>;
@@ -358,7 +359,7 @@ pub struct TrainSummary {
 /// Builds a [`Trainer`]: the step, then the loop's settings, the run directory and the hooks;
 /// [`TrainerBuilder::build`] checks them all and the run directory before any work.
 pub struct TrainerBuilder<B: AutodiffBackend, K> {
-    step: K,
+    task: K,
     config: TrainConfig,
     description: serde_json::Value,
     data: Option<DataFingerprint>,
@@ -370,7 +371,7 @@ pub struct TrainerBuilder<B: AutodiffBackend, K> {
     replica: Option<Replica<B>>,
 }
 
-impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
+impl<B: AutodiffBackend, K: Task<B>> TrainerBuilder<B, K> {
     /// Makes this run replica `replica.rank()` of a data-parallel run
     /// ([`crate::data_parallel`]; build it inside [`crate::data_parallel::replicas::run`], one
     /// trainer per replica, all with the same settings and the global batch size): the step
@@ -463,10 +464,10 @@ impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
         }
         positive("lr", config.lr)?;
         non_negative("final_lr", config.final_lr)?;
-        let mut step = self.step;
+        let mut task = self.task;
         if let Some(replica) = &self.replica {
             let gather_for_hooks = self.hooks.iter().any(|h| h.reads_embeddings());
-            step.set_replica(replica.clone(), gather_for_hooks)?;
+            task.set_replica(replica.clone(), gather_for_hooks)?;
             if let Some(hook) = self.hooks.iter().find(|h| !h.runs_on_replicas()) {
                 return Err(ConfigError::new(
                     "devices",
@@ -479,8 +480,8 @@ impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
                 .into());
             }
         }
-        step.prepare(device)?;
-        let batches = step.batches_per_epoch();
+        task.prepare(device)?;
+        let batches = task.batches_per_epoch();
         if config.warmup_epochs > config.epochs {
             return Err(ConfigError::new(
                 "warmup_epochs",
@@ -519,7 +520,7 @@ impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
         let mut record = RunRecord {
             format: RUN_FORMAT.to_string(),
             train: config.clone(),
-            step: serde_json::to_value(step.settings()).expect("JSON value"),
+            task: serde_json::to_value(task.settings()).expect("JSON value"),
             hooks: hook_settings,
             extensions: Vec::new(),
             data: self.data,
@@ -527,13 +528,13 @@ impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
         };
         if let Some(replica) = &self.replica {
             let mut local: Vec<&str> = RESUMABLE_CHANGES.to_vec();
-            local.extend(step.resumable_changes());
+            local.extend(task.resumable_changes());
             local.extend(self.machine_specific.iter().map(String::as_str));
             same_settings_everywhere(replica, &record, &local, device)?;
         }
         let mut trainer = Trainer {
-            schedule: step.lr_plan(&config, config.epochs)?,
-            step,
+            schedule: task.lr_plan(&config, config.epochs)?,
+            task,
             hooks: self.hooks,
             checkpoints: CheckpointDir::new(&self.run_dir),
             log: RunLog::new(&self.run_dir, config.progress_bar),
@@ -551,7 +552,7 @@ impl<B: AutodiffBackend, K: Step<B>> TrainerBuilder<B, K> {
             stop: self.stop,
             _lock: None,
         };
-        for (capability, refusal) in trainer.step.needs() {
+        for (capability, refusal) in trainer.task.needs() {
             if !trainer
                 .hooks
                 .iter()
@@ -633,7 +634,7 @@ where
     /// function (`Scheduler::custom`) is then called on that thread, up to two steps early, so
     /// it must depend on its `Progress` alone.
     pub fn augment_ahead(mut self, ahead: bool) -> Self {
-        self.step.set_augment_ahead(ahead);
+        self.task.set_augment_ahead(ahead);
         self
     }
 
@@ -643,15 +644,15 @@ where
     /// settings. It pays on the CPU backend, where a convolution's backward pass keeps one core
     /// busy; leave it off on the cubecl backends, as [`TrainerBuilder::augment_ahead`].
     pub fn view_threads(mut self, on: bool) -> Self {
-        self.step.method_mut().set_view_threads(on);
+        self.task.method_mut().set_view_threads(on);
         self
     }
 }
 
-/// A run: a [`Step`] (what is trained, on what), its hooks, its learning-rate plan and its run
+/// A run: a [`Task`] (what is trained, on what), its hooks, its learning-rate plan and its run
 /// directory, driven epoch by epoch by [`Trainer::fit`].
 pub struct Trainer<B: AutodiffBackend, K> {
-    step: K,
+    task: K,
     schedule: Box<dyn LrPlan>,
     hooks: Hooks<B, K>,
     record: LoopRecord,
@@ -693,7 +694,7 @@ where
         loader: Loader<D>,
     ) -> TrainerBuilder<B, SelfSupervised<B, S, O, D>> {
         TrainerBuilder {
-            step: SelfSupervised::new(method, optimizer, augmenter, loader),
+            task: SelfSupervised::new(method, optimizer, augmenter, loader),
             config: TrainConfig::new(),
             description: serde_json::Value::Null,
             data: None,
@@ -708,16 +709,16 @@ where
 
     /// The method (e.g. to read its networks after training).
     pub fn method(&self) -> &S {
-        self.step.method()
+        self.task.method()
     }
 }
 
-impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
+impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
     /// A run of `step`; the rest is set on the builder (e.g. a supervised run:
-    /// `Trainer::with_step(Supervised::new(..))`).
-    pub fn with_step(step: K) -> TrainerBuilder<B, K> {
+    /// `Trainer::with_task(Supervised::new(..))`).
+    pub fn with_task(task: K) -> TrainerBuilder<B, K> {
         TrainerBuilder {
-            step,
+            task,
             config: TrainConfig::new(),
             description: serde_json::Value::Null,
             data: None,
@@ -732,7 +733,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
 
     /// The step (its networks, data and augmentation).
     pub fn task(&self) -> &K {
-        &self.step
+        &self.task
     }
 
     /// The run directory.
@@ -757,7 +758,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
 
     /// Optimiser steps per epoch.
     pub fn steps_per_epoch(&self) -> usize {
-        self.step.batches_per_epoch()
+        self.task.batches_per_epoch()
     }
 
     /// The learning rate of a step.
@@ -788,11 +789,11 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
         &mut self,
         mut f: impl FnMut(&mut Box<dyn Hook<B, K>>, &mut RunView<'_, B, K>) -> Result<(), TrainError>,
     ) -> Result<(), TrainError> {
-        let epochs = self.schedule.total_steps() / self.step.batches_per_epoch();
-        let batch_size = self.step.batch_size();
+        let epochs = self.schedule.total_steps() / self.task.batches_per_epoch();
+        let batch_size = self.task.batch_size();
         for hook in self.hooks.iter_mut() {
             let mut run = RunView {
-                step: &mut self.step,
+                task: &mut self.task,
                 device: &self.device,
                 epochs,
                 batch_size,
@@ -815,7 +816,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
         };
         let saved: LoopRecord = RunRecord::read_file(&saved_path)?;
         given.extensions = saved.extensions.clone();
-        let batches = self.step.batches_per_epoch();
+        let batches = self.task.batches_per_epoch();
         let (old_epochs, new_epochs) = (saved.train.epochs, given.train.epochs);
         let extending = extend && new_epochs > old_epochs;
         if extending {
@@ -844,7 +845,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
             _ => {}
         }
         let as_json = |r: &LoopRecord| serde_json::to_value(r).expect("JSON value");
-        let resumable = self.step.resumable_changes();
+        let resumable = self.task.resumable_changes();
         let differences: Vec<Difference> = differences(&as_json(&saved), &as_json(&given))
             .into_iter()
             .filter(|d| {
@@ -867,7 +868,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
             .extensions
             .first()
             .map_or(saved.train.epochs, |e| e.from_epochs);
-        self.schedule = self.step.lr_plan(&saved.train, planned)?;
+        self.schedule = self.task.lr_plan(&saved.train, planned)?;
         for e in &given.extensions {
             self.schedule.extend(e.at_step, e.to_epochs * batches)?;
         }
@@ -903,7 +904,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
 
     /// Loads a verified checkpoint into this run.
     fn load_checkpoint(&mut self, dir: &Path, meta: &CheckpointMeta) -> Result<(), TrainError> {
-        let batches = self.step.batches_per_epoch();
+        let batches = self.task.batches_per_epoch();
         let mismatch = |reason: String| TrainError::Checkpoint {
             path: dir.to_path_buf(),
             reason,
@@ -915,7 +916,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 K::KIND.describe()
             )));
         }
-        let (order_seed, augment_seed) = self.step.seeds();
+        let (order_seed, augment_seed) = self.task.seeds();
         if meta.loader_seed != order_seed || meta.augment_seed != augment_seed {
             return Err(mismatch(format!(
                 "written with loader seed {} and augmentation seed {}, this run has {} and {}",
@@ -929,8 +930,8 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 meta.step, meta.epoch
             )));
         }
-        self.step.load(dir, meta)?;
-        let bad = self.step.non_finite();
+        self.task.load(dir, meta)?;
+        let bad = self.task.non_finite();
         if !bad.is_empty() {
             return Err(mismatch(format!(
                 "its networks hold values that are not finite (NaN or infinite) in {} (written \
@@ -949,7 +950,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
             .map_err(|e| not_states(format!("not a curriculum state: {e}")))?;
         // Layouts up to 5 wrote `null` for the pieces a run did not use.
         states.retain(|_, v| !v.is_null());
-        self.step
+        self.task
             .load_state(states.remove(STEP_STATE))
             .map_err(|e| not_states(format!("`{STEP_STATE}`: {e}")))?;
         self.with_hooks(|hook, run| {
@@ -982,9 +983,9 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
     /// On I/O errors, or a hook file named like one of the loop's.
     pub fn save_checkpoint(&mut self) -> Result<PathBuf, TrainError> {
         let run = serde_json::to_vec_pretty(&self.record).expect("JSON value");
-        let mut written = self.step.files()?;
+        let mut written = self.task.files()?;
         // After the records are made (which brings the running statistics up to date).
-        let bad = self.step.non_finite();
+        let bad = self.task.non_finite();
         if !bad.is_empty() {
             return Err(TrainError::NonFiniteState {
                 epoch: self.epoch,
@@ -1007,8 +1008,8 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 written.push((name, bytes));
             }
         }
-        let (online_shapes, backbone_shapes) = self.step.shapes();
-        let (loader_seed, augment_seed) = self.step.seeds();
+        let (online_shapes, backbone_shapes) = self.task.shapes();
+        let (loader_seed, augment_seed) = self.task.seeds();
         let meta = CheckpointMeta {
             format_version: checkpoint::FORMAT_VERSION,
             kind: K::KIND,
@@ -1032,7 +1033,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
     /// the hook's name.
     fn curricula_bytes(&self) -> Vec<u8> {
         let mut states = serde_json::Map::new();
-        if let Some(state) = self.step.state() {
+        if let Some(state) = self.task.state() {
             states.insert(STEP_STATE.to_string(), state);
         }
         for hook in &self.hooks {
@@ -1068,7 +1069,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
             for hook in &mut self.hooks {
                 hook.attempt_start();
             }
-            let inputs = self.step.attempt(batch, progress, attempt);
+            let inputs = self.task.attempt(batch, progress, attempt);
             let mut inputs = inputs;
             let mut view = BatchView {
                 progress,
@@ -1079,16 +1080,16 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 hook.before_forward(run, &mut view);
                 Ok(())
             })?;
-            let step = &mut self.step;
+            let task = &mut self.task;
             let out = if self.replicas == 1 {
                 crate::base::seed::with_seed::<B, _>(&self.device, seed, || {
-                    step.forward(inputs, progress)
+                    task.forward(inputs, progress)
                 })
             } else {
                 // A replica's forward waits for the others' (gathers, synchronised batch
                 // norms), so it cannot hold the process's generator lock, which they need too:
                 // stochastic layers (dropout, stochastic depth) then draw unseeded.
-                step.forward(inputs, progress)
+                task.forward(inputs, progress)
             };
             // Every hook judges the attempt before anything is applied: a rejected attempt's
             // graph is dropped, so the weights never see it.
@@ -1103,7 +1104,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 Verdict::Redraw => attempt += 1,
             }
         };
-        let (loss, mut stats) = self.step.apply(out, lr)?;
+        let (loss, mut stats) = self.task.apply(out, lr)?;
         if !loss.is_finite() {
             return Err(TrainError::NonFiniteLoss {
                 step: progress.step,
@@ -1112,7 +1113,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 last_checkpoint: self.last_checkpoint.clone(),
             });
         }
-        self.step.after_step(progress, loss);
+        self.task.after_step(progress, loss);
         let mut columns = Vec::new();
         self.with_hooks(|hook, run| {
             columns.extend(hook.after_step(run, progress, loss)?);
@@ -1141,7 +1142,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
     }
 
     fn run_epochs(&mut self, max_epochs: usize) -> Result<TrainSummary, TrainError> {
-        let batches = self.step.batches_per_epoch();
+        let batches = self.task.batches_per_epoch();
         let total_steps = self.schedule.total_steps();
         let epochs = total_steps / batches;
         let end_epoch = epochs.min(self.epoch.saturating_add(max_epochs));
@@ -1160,7 +1161,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 total_epochs: epochs,
             };
             let pool = self.pool.take();
-            let epoch_batches = self.step.epoch(
+            let epoch_batches = self.task.epoch(
                 epoch,
                 pool.as_ref().map(|(_, p)| p.as_slice()),
                 Box::new(progress_of),
@@ -1205,7 +1206,7 @@ impl<B: AutodiffBackend, K: Step<B>> Trainer<B, K> {
                 reports.push(hook.epoch_end(run, epoch, last)?);
                 Ok(())
             })?;
-            let stats = self.step.epoch_end(epoch)?;
+            let stats = self.task.epoch_end(epoch)?;
             // Replicas stop together, at the end of the epoch in which any of them was asked.
             let stop = match &self.replica {
                 Some(replica) => {

@@ -173,7 +173,7 @@ impl RunLock {
 }
 
 /// The loop's settings that may differ on resume: they do not change what is trained (a step
-/// adds its own, [`Step::resumable_changes`](super::step::Step::resumable_changes)).
+/// adds its own, [`Task::resumable_changes`](super::task::Task::resumable_changes)).
 pub const RESUMABLE_CHANGES: [&str; 2] = ["train.checkpoint_every", "train.progress_bar"];
 
 /// A planned run made longer on purpose: at step `at_step` the run of `from_epochs` epochs
@@ -205,7 +205,7 @@ pub struct RunRecord<R = serde_json::Value, T = SelfSupervisedSettings> {
     pub train: TrainConfig,
     /// The step's settings.
     #[serde(flatten)]
-    pub step: T,
+    pub task: T,
     /// The settings of the run's hooks, by name ([`Hook::describe`](super::hook::Hook::describe);
     /// hooks with nothing to record are left out).
     #[serde(default)]

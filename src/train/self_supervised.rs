@@ -24,7 +24,7 @@ use super::checkpoint::{
     check_shapes, files, non_finite_tensors, read_record, shapes, to_bytes, CheckpointKind,
     CheckpointMeta,
 };
-use super::step::{EpochBatches, LrPlan, ProgressOf, Step};
+use super::task::{EpochBatches, LrPlan, ProgressOf, Task};
 use super::{TrainConfig, TrainError};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
@@ -109,8 +109,8 @@ where
 /// What a hook of self-supervised training may use of the step: the method, the augmentation
 /// and the training images. Hooks are written for every type with this trait, so one hook
 /// serves every method, optimiser and dataset.
-pub trait SelfSupervisedStep<B: AutodiffBackend>:
-    Step<B, Inputs = TwoViews<B::InnerBackend>, Output = MethodOutput<B>>
+pub trait SelfSupervisedTask<B: AutodiffBackend>:
+    Task<B, Inputs = TwoViews<B::InnerBackend>, Output = MethodOutput<B>>
 {
     /// The method.
     type Method: SslMethod<B>;
@@ -142,7 +142,7 @@ pub trait SelfSupervisedStep<B: AutodiffBackend>:
     ) -> Result<Tensor<B::InnerBackend, 4>, TrainError>;
 }
 
-impl<B, S, O, D> SelfSupervisedStep<B> for SelfSupervised<B, S, O, D>
+impl<B, S, O, D> SelfSupervisedTask<B> for SelfSupervised<B, S, O, D>
 where
     B: AutodiffBackend,
     S: SslMethod<B> + 'static,
@@ -202,7 +202,7 @@ where
     }
 }
 
-impl<B, S, O, D> Step<B> for SelfSupervised<B, S, O, D>
+impl<B, S, O, D> Task<B> for SelfSupervised<B, S, O, D>
 where
     B: AutodiffBackend,
     S: SslMethod<B> + 'static,
@@ -495,34 +495,34 @@ where
     }
 }
 
-impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> super::hook::RunView<'_, B, K> {
+impl<B: AutodiffBackend, K: SelfSupervisedTask<B>> super::hook::RunView<'_, B, K> {
     /// The method.
     pub fn method(&self) -> &K::Method {
-        self.step.method()
+        self.task.method()
     }
 
     /// The method, to hand it what it needs (e.g. object boxes).
     pub fn method_mut(&mut self) -> &mut K::Method {
-        self.step.method_mut()
+        self.task.method_mut()
     }
 
     /// The augmentation.
     pub fn augmenter(&self) -> &Augmenter {
-        self.step.augmenter()
+        self.task.augmenter()
     }
 
     /// The augmentation, to feed its adaptive curricula.
     pub fn augmenter_mut(&mut self) -> &mut Augmenter {
-        self.step.augmenter_mut()
+        self.task.augmenter_mut()
     }
 
     /// Images in the training set.
     pub fn num_training_images(&self) -> usize {
-        self.step.num_training_images()
+        self.task.num_training_images()
     }
 
     /// The training images `start..end` as the network sees `view1` unaugmented
-    /// ([`SelfSupervisedStep::training_images`]).
+    /// ([`SelfSupervisedTask::training_images`]).
     ///
     /// # Errors
     /// If the dataset cannot give an image of the range.
@@ -531,6 +531,6 @@ impl<B: AutodiffBackend, K: SelfSupervisedStep<B>> super::hook::RunView<'_, B, K
         start: usize,
         end: usize,
     ) -> Result<Tensor<B::InnerBackend, 4>, TrainError> {
-        self.step.training_images(start, end)
+        self.task.training_images(start, end)
     }
 }

@@ -23,213 +23,24 @@ use std::path::Path;
 
 use burn::config::Config;
 use burn::module::{AutodiffModule, Module};
-use burn::nn::{Linear, LinearConfig};
 use burn::optim::{GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::Backbone;
 use rand::seq::SliceRandom;
-use rand::{rngs::StdRng, Rng, SeedableRng};
+use rand::{rngs::StdRng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{
     check_shapes, files, read_record, shapes, to_bytes, CheckpointKind, CheckpointMeta,
 };
-use super::step::{EpochBatches, LrPlan, ProgressOf, Step};
+use super::classifier::{cross_entropy_per_example, ClassifierAugmentConfig, LinearClassifier};
+use super::task::{EpochBatches, LrPlan, ProgressOf, Task};
 use super::{TrainConfig, TrainError};
-use crate::augment::normalize::Normalize;
-use crate::base::error::{non_negative, positive, ConfigError};
+use crate::base::error::{positive, ConfigError};
 use crate::base::Progress;
 use crate::data::{loader::mix_seed, DataError, Dataset, ImageArray};
-
-/// A classifier: a backbone and a linear layer from its features to the class logits.
-#[derive(Module, Debug)]
-pub struct Classifier<B: Backend, M> {
-    /// Feature extractor.
-    pub backbone: M,
-    /// Features to logits.
-    pub head: Linear<B>,
-}
-
-impl<B: Backend, M: Backbone<B>> Classifier<B, M> {
-    /// `backbone` followed by a linear layer to `classes` logits (PyTorch's initialisation).
-    pub fn new(backbone: M, classes: usize, device: &B::Device) -> Self {
-        let head = LinearConfig::new(backbone.feature_dim(), classes).init(device);
-        Self { backbone, head }
-    }
-
-    /// Class logits.
-    ///
-    /// # Shapes
-    /// - `images`: `[N, C, H, W]` → `[N, classes]`
-    pub fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-        self.head.forward(self.backbone.forward_features(images))
-    }
-}
-
-/// Per-example cross-entropy `−log softmax(logits)[label]`.
-///
-/// # Shapes
-/// - `logits`: `[N, classes]`, `labels`: `[N]` → `[N]`
-pub fn cross_entropy_per_example<B: Backend>(
-    logits: Tensor<B, 2>,
-    labels: Tensor<B, 1, Int>,
-) -> Tensor<B, 1> {
-    let [n, _] = logits.dims();
-    burn::tensor::activation::log_softmax(logits, 1)
-        .gather(1, labels.reshape([n, 1]))
-        .reshape([n])
-        .neg()
-}
-
-/// The classifier's augmentation, on the host, image by image: random rotation, translation
-/// and flips, then `x / 255` and the normalisation. SPL-ADVisE's Fashion-MNIST setting uses all
-/// of them (random crop and random translation are one operation at a fixed output size).
-///
-/// Hand-written: ~60 lines of inverse mapping on our own pixel layout, with every draw keyed by
-/// our seeds; an image crate's warp would add a large dependency for this alone.
-#[derive(Config, Debug, PartialEq)]
-pub struct ClassifierAugmentConfig {
-    /// Probability of a horizontal flip.
-    #[config(default = 0.0)]
-    pub hflip: f64,
-    /// Probability of a vertical flip.
-    #[config(default = 0.0)]
-    pub vflip: f64,
-    /// Largest shift in pixels along each axis (uniform integer; uncovered pixels are 0).
-    #[config(default = 0)]
-    pub translate: usize,
-    /// Largest rotation in degrees (uniform in `[−r, r]`, bilinear, about the centre).
-    #[config(default = 0.0)]
-    pub rotate_degrees: f64,
-    /// Normalisation after `x / 255`.
-    #[config(default = "None")]
-    pub normalize: Option<Normalize>,
-    /// Seed of the draws: the batch of step `s` draws from `(seed, s)`.
-    #[config(default = 0)]
-    pub seed: u64,
-}
-
-impl ClassifierAugmentConfig {
-    /// Checks the probabilities, the angle and the normalisation's channels.
-    ///
-    /// # Errors
-    /// Naming the field that is out of range.
-    pub fn validate(&self, channels: usize) -> Result<(), ConfigError> {
-        for (field, p) in [("hflip", self.hflip), ("vflip", self.vflip)] {
-            crate::base::error::in_range(field, p, 0.0, 1.0, false)?;
-        }
-        non_negative("rotate_degrees", self.rotate_degrees)?;
-        if self.rotate_degrees > 180.0 {
-            return Err(ConfigError::new(
-                "rotate_degrees",
-                format!("must be at most 180, got {}", self.rotate_degrees),
-            ));
-        }
-        if let Some(n) = &self.normalize {
-            if n.mean.len() != channels || n.std.len() != channels {
-                return Err(ConfigError::new(
-                    "normalize",
-                    format!(
-                        "has {} means and {} deviations for images of {channels} channels",
-                        n.mean.len(),
-                        n.std.len()
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Images `indices` of `data` as a `[N, C, H, W]` tensor: augmented with the draws of
-    /// `key` when `augment`, else as they are; then scaled and normalised.
-    pub fn images<B: Backend>(
-        &self,
-        data: &ImageArray,
-        indices: &[usize],
-        key: Option<u64>,
-        device: &B::Device,
-    ) -> Tensor<B, 4> {
-        let (h, w, c) = data.image_shape();
-        let mut out = vec![0f32; indices.len() * c * h * w];
-        let mut rng = key.map(|k| StdRng::seed_from_u64(mix_seed(self.seed, k)));
-        for (slot, &i) in indices.iter().enumerate() {
-            let pixels = data.pixels(i).expect("indices come from the data");
-            let image = &mut out[slot * c * h * w..(slot + 1) * c * h * w];
-            match rng.as_mut() {
-                None => copy_planar(pixels, image, h, w, c),
-                Some(rng) => self.augment_one(pixels, image, [h, w, c], rng),
-            }
-            for ch in 0..c {
-                let (mean, std) = match &self.normalize {
-                    Some(n) => (n.mean[ch] as f32, n.std[ch] as f32),
-                    None => (0.0, 1.0),
-                };
-                for v in &mut image[ch * h * w..(ch + 1) * h * w] {
-                    *v = (*v / 255.0 - mean) / std;
-                }
-            }
-        }
-        Tensor::from_data(TensorData::new(out, [indices.len(), c, h, w]), device)
-    }
-
-    /// One image: HWC bytes in, CHW values in `[0, 255]` out. The draws, in order: angle,
-    /// shift y, shift x, horizontal flip, vertical flip (each drawn only when its operation is
-    /// on).
-    fn augment_one(&self, pixels: &[u8], out: &mut [f32], [h, w, c]: [usize; 3], rng: &mut StdRng) {
-        let angle = if self.rotate_degrees > 0.0 {
-            rng.random_range(-self.rotate_degrees..=self.rotate_degrees)
-                .to_radians()
-        } else {
-            0.0
-        };
-        let t = self.translate as i64;
-        let (dy, dx) = if t > 0 {
-            (rng.random_range(-t..=t), rng.random_range(-t..=t))
-        } else {
-            (0, 0)
-        };
-        let hflip = self.hflip > 0.0 && rng.random::<f64>() < self.hflip;
-        let vflip = self.vflip > 0.0 && rng.random::<f64>() < self.vflip;
-        let (cy, cx) = ((h as f64 - 1.0) / 2.0, (w as f64 - 1.0) / 2.0);
-        let (sin, cos) = angle.sin_cos();
-        let at = |y: i64, x: i64, ch: usize| -> f64 {
-            if y < 0 || x < 0 || y >= h as i64 || x >= w as i64 {
-                0.0
-            } else {
-                f64::from(pixels[(y as usize * w + x as usize) * c + ch])
-            }
-        };
-        for y in 0..h {
-            for x in 0..w {
-                // Output pixel (y, x) comes from: undo the flips, the shift, then the rotation.
-                let fy = if vflip { h - 1 - y } else { y } as f64 - dy as f64;
-                let fx = if hflip { w - 1 - x } else { x } as f64 - dx as f64;
-                let (ry, rx) = (fy - cy, fx - cx);
-                let sy = cos * ry - sin * rx + cy;
-                let sx = sin * ry + cos * rx + cx;
-                let (y0, x0) = (sy.floor(), sx.floor());
-                let (wy, wx) = (sy - y0, sx - x0);
-                let (y0, x0) = (y0 as i64, x0 as i64);
-                for ch in 0..c {
-                    let v = at(y0, x0, ch) * (1.0 - wy) * (1.0 - wx)
-                        + at(y0, x0 + 1, ch) * (1.0 - wy) * wx
-                        + at(y0 + 1, x0, ch) * wy * (1.0 - wx)
-                        + at(y0 + 1, x0 + 1, ch) * wy * wx;
-                    out[ch * h * w + y * w + x] = v as f32;
-                }
-            }
-        }
-    }
-}
-
-fn copy_planar(pixels: &[u8], out: &mut [f32], h: usize, w: usize, c: usize) {
-    for p in 0..h * w {
-        for ch in 0..c {
-            out[ch * h * w + p] = f32::from(pixels[p * c + ch]);
-        }
-    }
-}
+use crate::optim::StepDecay;
 
 /// Settings of the supervised step (the loop's own, epochs and the peak learning rate, are in
 /// [`TrainConfig`]).
@@ -271,63 +82,6 @@ impl SupervisedConfig {
     }
 }
 
-/// A step schedule: `lr · γ^{milestones passed}`, a milestone passed from the first step of its
-/// epoch on. Its steps do not depend on the run's length, so an extension only moves the end.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StepDecay {
-    lr: f64,
-    gamma: f64,
-    milestones: Vec<usize>,
-    batches_per_epoch: usize,
-    total_steps: usize,
-}
-
-impl StepDecay {
-    /// `lr` decayed by `gamma` at each epoch of `milestones`, over `epochs` epochs of
-    /// `batches_per_epoch` steps.
-    pub fn new(
-        lr: f64,
-        gamma: f64,
-        milestones: Vec<usize>,
-        epochs: usize,
-        batches_per_epoch: usize,
-    ) -> Self {
-        Self {
-            lr,
-            gamma,
-            milestones,
-            batches_per_epoch,
-            total_steps: epochs * batches_per_epoch,
-        }
-    }
-}
-
-impl LrPlan for StepDecay {
-    fn lr_at(&self, step: usize) -> f64 {
-        let epoch = step / self.batches_per_epoch.max(1);
-        let passed = self.milestones.iter().filter(|&&m| m <= epoch).count();
-        self.lr * self.gamma.powi(passed as i32)
-    }
-
-    fn total_steps(&self) -> usize {
-        self.total_steps
-    }
-
-    fn extend(&mut self, _from_step: usize, total_steps: usize) -> Result<(), ConfigError> {
-        if total_steps <= self.total_steps {
-            return Err(ConfigError::new(
-                "total_steps",
-                format!(
-                    "an extension must end after the current end ({} steps), got {total_steps}",
-                    self.total_steps
-                ),
-            ));
-        }
-        self.total_steps = total_steps;
-        Ok(())
-    }
-}
-
 /// The supervised step's settings in the run record.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SupervisedSettings {
@@ -356,8 +110,8 @@ pub struct TestAccuracy {
 
 /// What a hook of supervised training may use of the step: the classifier's per-example losses
 /// and the labelled training set. Selection hooks are written for every type with this trait.
-pub trait SupervisedStep<B: AutodiffBackend>:
-    Step<B, Batch = Vec<usize>, Output = SupervisedOutput<B>>
+pub trait SupervisedTask<B: AutodiffBackend>:
+    Task<B, Batch = Vec<usize>, Output = SupervisedOutput<B>>
 {
     /// The labelled training images.
     fn train_data(&self) -> &ImageArray;
@@ -375,7 +129,7 @@ pub trait SupervisedStep<B: AutodiffBackend>:
 /// The supervised step (see the module docs): a classifier, its optimiser, the labelled
 /// training and test splits and the augmentation.
 pub struct Supervised<B: AutodiffBackend, M, O> {
-    model: Classifier<B, M>,
+    model: LinearClassifier<B, M>,
     optimizer: Option<O>,
     train: ImageArray,
     labels: Vec<i64>,
@@ -390,11 +144,11 @@ where
     B: AutodiffBackend,
     M: Backbone<B> + AutodiffModule<B> + 'static,
     M::InnerModule: Backbone<B::InnerBackend>,
-    O: Optimizer<Classifier<B, M>, B> + 'static,
+    O: Optimizer<LinearClassifier<B, M>, B> + 'static,
 {
     /// `model` trained with `optimizer` on the labelled `train` split, tested on `test`.
     pub fn new(
-        model: Classifier<B, M>,
+        model: LinearClassifier<B, M>,
         optimizer: O,
         train: ImageArray,
         test: ImageArray,
@@ -414,7 +168,7 @@ where
     }
 
     /// The classifier.
-    pub fn model(&self) -> &Classifier<B, M> {
+    pub fn model(&self) -> &LinearClassifier<B, M> {
         &self.model
     }
 
@@ -432,12 +186,12 @@ where
     }
 }
 
-impl<B, M, O> SupervisedStep<B> for Supervised<B, M, O>
+impl<B, M, O> SupervisedTask<B> for Supervised<B, M, O>
 where
     B: AutodiffBackend,
     M: Backbone<B> + AutodiffModule<B> + 'static,
     M::InnerModule: Backbone<B::InnerBackend>,
-    O: Optimizer<Classifier<B, M>, B> + 'static,
+    O: Optimizer<LinearClassifier<B, M>, B> + 'static,
 {
     fn train_data(&self) -> &ImageArray {
         &self.train
@@ -511,12 +265,12 @@ where
     }
 }
 
-impl<B, M, O> Step<B> for Supervised<B, M, O>
+impl<B, M, O> Task<B> for Supervised<B, M, O>
 where
     B: AutodiffBackend,
     M: Backbone<B> + AutodiffModule<B> + 'static,
     M::InnerModule: Backbone<B::InnerBackend>,
-    O: Optimizer<Classifier<B, M>, B> + 'static,
+    O: Optimizer<LinearClassifier<B, M>, B> + 'static,
 {
     type Settings = SupervisedSettings;
     type Batch = Vec<usize>;
@@ -743,7 +497,7 @@ where
         let expected = shapes(&self.model);
         check_shapes(&file, &meta.online_shapes, &expected)?;
         let record =
-            read_record::<B, <Classifier<B, M> as Module<B>>::Record>(&file, self.device())?;
+            read_record::<B, <LinearClassifier<B, M> as Module<B>>::Record>(&file, self.device())?;
         let model = self.model.clone().load_record(record);
         check_shapes(&file, &shapes(&model), &expected)?;
         self.model = model;
@@ -752,41 +506,6 @@ where
         self.optimizer = Some(optimizer.load_record(record));
         Ok(())
     }
-}
-
-/// Reads a JSON value as a hook's state, naming what did not fit.
-///
-/// # Errors
-/// If it is not a `T`.
-pub fn from_state<T: serde::de::DeserializeOwned>(state: serde_json::Value) -> Result<T, String> {
-    serde_json::from_value(state).map_err(|e| format!("not the state of this selection: {e}"))
-}
-
-/// Serialises a module's record for a checkpoint file (for hooks holding networks).
-///
-/// # Errors
-/// If the record cannot be serialised.
-pub fn record_bytes<B: Backend, R: burn::record::Record<B>>(
-    record: R,
-    what: &str,
-) -> Result<Vec<u8>, TrainError> {
-    to_bytes::<B, R>(record, what)
-}
-
-/// Reads a record written by [`record_bytes`] from a verified checkpoint file.
-///
-/// # Errors
-/// If the file cannot be read or holds another kind of record.
-pub fn read_record_file<B: Backend, R: burn::record::Record<B>>(
-    path: &Path,
-    device: &B::Device,
-) -> Result<R, TrainError> {
-    read_record::<B, R>(path, device)
-}
-
-/// A random draw helper for selectors: the generator of step `step` under `seed`.
-pub fn step_rng(seed: u64, step: usize) -> StdRng {
-    StdRng::seed_from_u64(mix_seed(seed, step as u64))
 }
 
 #[cfg(test)]
@@ -804,6 +523,7 @@ mod tests {
     use crate::train::checkpoint;
     use crate::train::{StartMode, Trainer};
     use burn::backend::{Autodiff, Flex, NdArray};
+    use burn::nn::LinearConfig;
     use burn::optim::AdamConfig;
 
     fn scratch(name: &str) -> PathBuf {
@@ -840,7 +560,7 @@ mod tests {
         let backbone = TinyBackbone::<B> {
             fc: LinearConfig::new(4, 3).init(&device),
         };
-        let model = Classifier::new(backbone, classes, &device);
+        let model = LinearClassifier::new(backbone, classes, &device);
         let w1 = values(model.backbone.fc.weight.val());
         let b1 = values(model.backbone.fc.bias.as_ref().unwrap().val());
         let w2 = values(model.head.weight.val());
@@ -917,12 +637,12 @@ mod tests {
         );
 
         let dir = scratch("one-step");
-        let mut trainer = Trainer::with_step(Supervised::new(
+        let mut trainer = Trainer::with_task(Supervised::new(
             model,
             SgdConfig::new()
                 .with_momentum(0.0)
                 .with_weight_decay(0.0)
-                .init::<B, Classifier<B, TinyBackbone<B>>>()
+                .init::<B, LinearClassifier<B, TinyBackbone<B>>>()
                 .unwrap(),
             data.clone(),
             data,
@@ -964,7 +684,7 @@ mod tests {
     }
 
     type Ad = Autodiff<Flex>;
-    type Student = Classifier<Ad, TinyBackbone<Ad>>;
+    type Student = LinearClassifier<Ad, TinyBackbone<Ad>>;
 
     type SplAdviseRun = Trainer<Ad, Supervised<Ad, TinyBackbone<Ad>, Adam>>;
     type Adam = burn::optim::adaptor::OptimizerAdaptor<burn::optim::Adam, Student, Ad>;
@@ -979,7 +699,7 @@ mod tests {
                 fc: LinearConfig::new(4, 6).init(&device),
             }
         };
-        let model = Classifier::new(seeded(1), 2, &device);
+        let model = LinearClassifier::new(seeded(1), 2, &device);
         let net = EmbeddingNetConfig::new()
             .with_dim(3)
             .init(seeded(2), &device);
@@ -1002,7 +722,7 @@ mod tests {
             &device,
         )
         .unwrap();
-        Trainer::with_step(Supervised::new(
+        Trainer::with_task(Supervised::new(
             model,
             AdamConfig::new().init(),
             train,

@@ -127,7 +127,7 @@ pub fn run(args: &[String]) -> Result<()> {
         ..
     } = super::export::load_run_backbone(&args.run_dir, args.checkpoint.as_deref(), &device)?;
     println!("checkpoint {}", checkpoint.display());
-    let normalize = record.step.augmentation.view1.normalize;
+    let normalize = record.task.augmentation.view1.normalize;
     let (train, test) = data.labelled("recipe eval")?;
     let (train, test) = (train.clone(), test.clone());
     let monitor = KnnMonitor::new(train.clone(), test.clone(), normalize.clone())?;

@@ -90,7 +90,7 @@ pub fn load_run_backbone(
 /// No run record, or the record of a supervised run.
 pub(crate) fn read_recipe_record(run_dir: &Path) -> Result<RunRecord<RecipeRun>> {
     let raw: RunRecord<serde_json::Value, serde_json::Value> = RunRecord::read(run_dir)?;
-    if raw.step.get("supervised").is_some() || raw.run.get("selection").is_some() {
+    if raw.task.get("supervised").is_some() || raw.run.get("selection").is_some() {
         return Err(usage(format!(
             "{}: a supervised run ({}): eval, export and embed read the backbones of \
              self-supervised runs; its test accuracy is in its epochs.csv",
@@ -140,7 +140,7 @@ pub fn export(args: &[String]) -> Result<()> {
     check_out(&out, "safetensors", &args.run_dir)?;
     let device = crate::backend::device(None)?;
     let run = load_run_backbone(&args.run_dir, args.checkpoint.as_deref(), &device)?;
-    let normalize = run.record.step.augmentation.view1.normalize.clone();
+    let normalize = run.record.task.augmentation.view1.normalize.clone();
     let (h, w, c) = run.input;
     let mut metadata = vec![
         ("format".to_string(), "curriculum-ssl backbone".to_string()),
@@ -386,7 +386,7 @@ pub fn embed(args: &[String]) -> Result<()> {
             (images, names)
         }
     };
-    let normalize = run.record.step.augmentation.view1.normalize.clone();
+    let normalize = run.record.task.augmentation.view1.normalize.clone();
     let features = extract_features(
         &run.model,
         &images,

@@ -32,9 +32,8 @@ use curriculum_ssl::spl_advise::{
     EmbeddingNet, EmbeddingNetConfig, KMeansConfig, PaceConfig, RandomSampling, SplAdvise,
     SplAdviseConfig, SpldConfig, SpldSampling,
 };
-use curriculum_ssl::train::supervised::{
-    Classifier, ClassifierAugmentConfig, Supervised, SupervisedConfig,
-};
+use curriculum_ssl::train::classifier::{ClassifierAugmentConfig, LinearClassifier};
+use curriculum_ssl::train::supervised::{Supervised, SupervisedConfig};
 use curriculum_ssl::train::{Cell, DataFingerprint, StartMode, TrainConfig, Trainer};
 use curriculum_ssl_models::AnyBackbone;
 use serde::Serialize;
@@ -231,7 +230,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         weights: None,
     };
     spec.check(data.train.image_shape(), "--backbone", &device)?;
-    let model = Classifier::new(spec.init::<Train>(&device), classes, &device);
+    let model = LinearClassifier::new(spec.init::<Train>(&device), classes, &device);
     let images = ClassifierAugmentConfig::new().with_normalize(Some(normalization(channels)));
     let kmeans = KMeansConfig::new()
         .with_clusters(args.clusters.unwrap_or(8))
@@ -332,7 +331,7 @@ type EmbeddingAdam = burn::optim::adaptor::OptimizerAdaptor<
 >;
 
 struct Parts {
-    model: Classifier<Train, AnyBackbone<Train>>,
+    model: LinearClassifier<Train, AnyBackbone<Train>>,
     selector: Selector,
     data: common::Data,
     config: SupervisedConfig,
@@ -346,7 +345,7 @@ struct Parts {
 
 fn train<O>(parts: Parts, optimizer: O) -> Result<()>
 where
-    O: Optimizer<Classifier<Train, AnyBackbone<Train>>, Train> + 'static,
+    O: Optimizer<LinearClassifier<Train, AnyBackbone<Train>>, Train> + 'static,
 {
     let Parts {
         model,
@@ -379,7 +378,7 @@ where
     let test = data.test.expect("checked to be labelled before training");
     let fingerprint = DataFingerprint::of_images(&data.train);
     let step = Supervised::new(model, optimizer, data.train, test, config, augment);
-    let builder = Trainer::with_step(step).config(train_config);
+    let builder = Trainer::with_task(step).config(train_config);
     let builder = match selector {
         Selector::Random(s) => builder.hook(s),
         Selector::Spld(s) => builder.hook(*s),

@@ -1,4 +1,4 @@
-//! What differs between kinds of training: the [`Step`] the loop runs (self-supervised:
+//! What differs between kinds of training: the [`Task`] the loop runs (self-supervised:
 //! [`SelfSupervised`](super::SelfSupervised); supervised with example selection:
 //! [`Supervised`](super::supervised::Supervised)), and its learning-rate plan ([`LrPlan`]).
 //!
@@ -28,7 +28,7 @@ use super::{TrainConfig, TrainError};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
-use crate::optim::WarmupCosine;
+use crate::optim::{StepDecay, WarmupCosine};
 
 /// The step of each batch of an epoch: `progress(b)` for batch `b`.
 pub type ProgressOf = Box<dyn Fn(usize) -> Progress + Send>;
@@ -66,8 +66,22 @@ impl LrPlan for WarmupCosine {
     }
 }
 
+impl LrPlan for StepDecay {
+    fn lr_at(&self, step: usize) -> f64 {
+        StepDecay::lr_at(self, step)
+    }
+
+    fn total_steps(&self) -> usize {
+        StepDecay::total_steps(self)
+    }
+
+    fn extend(&mut self, from_step: usize, total_steps: usize) -> Result<(), ConfigError> {
+        StepDecay::extend(self, from_step, total_steps)
+    }
+}
+
 /// One kind of training, as the loop drives it (see the module docs).
-pub trait Step<B: AutodiffBackend>: Sized + 'static {
+pub trait Task<B: AutodiffBackend>: Sized + 'static {
     /// The step's own settings, saved in the run record beside the loop's `train` (its fields
     /// at the record's top level) and compared on resume.
     type Settings: Serialize + DeserializeOwned + Clone + std::fmt::Debug;
@@ -164,7 +178,7 @@ pub trait Step<B: AutodiffBackend>: Sized + 'static {
     /// before the optimiser steps, and the loss and statistics it reports are the replicas'
     /// means. With `gather_for_hooks` (a hook [reads the output's per-image
     /// values](super::hook::Hook::reads_embeddings)), the output the hooks judge holds every
-    /// replica's. Called once, before [`Step::prepare`]. Default: refused.
+    /// replica's. Called once, before [`Task::prepare`]. Default: refused.
     ///
     /// # Errors
     /// If this step (or its method) cannot be trained data-parallel.
@@ -221,7 +235,7 @@ pub trait Step<B: AutodiffBackend>: Sized + 'static {
         None
     }
 
-    /// Takes back what [`Step::state`] gave.
+    /// Takes back what [`Task::state`] gave.
     ///
     /// # Errors
     /// Saying why the state does not fit.
