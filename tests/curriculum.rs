@@ -14,7 +14,7 @@ use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::{Augmenter, PipelineConfig, Preset};
 use curriculum_ssl::train::{SelfSupervised, StartMode, TrainConfig, Trainer};
-use curriculum_ssl_models::{Backbone, LeNet, LeNetConfig};
+use curriculum_ssl_models::{Backbone, LeNet, LeNetConfig, TrainableBackbone};
 
 type Ad = Autodiff<Flex>;
 type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
@@ -97,12 +97,10 @@ impl<S: SslMethod<Ad>> SslMethod<Ad> for Spy<S> {
     fn set_online(&mut self, online: S::Online) {
         self.inner.set_online(online)
     }
-    fn forward(&mut self, v1: Tensor<Ad, 4>, v2: Tensor<Ad, 4>, p: Progress) -> MethodOutput<Ad> {
-        self.seen
-            .lock()
-            .unwrap()
-            .push((p.step, host(&v1), host(&v2)));
-        self.inner.forward(v1, v2, p)
+    fn forward_views(&mut self, views: Views<Ad>, p: Progress) -> MethodOutput<Ad> {
+        let [v1, v2] = &views.global;
+        self.seen.lock().unwrap().push((p.step, host(v1), host(v2)));
+        self.inner.forward_views(views, p)
     }
     fn after_step(&mut self, p: Progress) {
         self.inner.after_step(p)
@@ -690,8 +688,7 @@ struct CropSpy<M: Backbone<Ad>> {
 
 impl<M> SslMethod<Ad> for CropSpy<M>
 where
-    M: Backbone<Ad> + burn::module::AutodiffModule<Ad>,
-    M::InnerModule: Backbone<Inner>,
+    M: TrainableBackbone<Ad>,
 {
     type Online = RotNetNetwork<Ad, M>;
     type Backbone = M;
@@ -709,7 +706,8 @@ where
     fn set_online(&mut self, online: Self::Online) {
         self.inner.set_online(online)
     }
-    fn forward(&mut self, v1: Tensor<Ad, 4>, v2: Tensor<Ad, 4>, p: Progress) -> MethodOutput<Ad> {
+    fn forward_views(&mut self, views: Views<Ad>, p: Progress) -> MethodOutput<Ad> {
+        let [v1, v2] = views.two();
         let boxes = self.boxes.take().expect("boxes before every forward");
         let batch = self
             .inner
@@ -754,8 +752,7 @@ fn crop_rotnet<M>(
     backbone: impl FnOnce(&Dev) -> M,
 ) -> RotNet<Ad, M>
 where
-    M: Backbone<Ad> + burn::module::AutodiffModule<Ad>,
-    M::InnerModule: Backbone<Inner>,
+    M: TrainableBackbone<Ad>,
 {
     init(|d| {
         RotNetConfig::new()
@@ -820,8 +817,7 @@ fn crop_trainer_with<M>(
     seen: &CropSeen,
 ) -> CropTrainer<M>
 where
-    M: Backbone<Ad> + burn::module::AutodiffModule<Ad>,
-    M::InnerModule: Backbone<Inner>,
+    M: TrainableBackbone<Ad>,
 {
     let spy = CropSpy {
         inner: rotnet,

@@ -148,12 +148,11 @@ where
                 .collect(),
             false => Vec::new(),
         };
-        let out = method.forward_multi_crop(
-            shard(&v1, start, n, device),
-            shard(&v2, start, n, device),
-            locals,
-            progress,
-        );
+        let views = Views {
+            global: [shard(&v1, start, n, device), shard(&v2, start, n, device)],
+            local: locals,
+        };
+        let out = method.forward_views(views, progress);
         let loss = out
             .loss
             .clone()
@@ -325,7 +324,7 @@ fn dino<B: Backend>(d: &B::Device, _: usize) -> Result<Dino<B, ResNet<B>>, Confi
 }
 
 fn dino_extra<B: Backend>(m: &Dino<B, ResNet<B>>) -> Vec<f64> {
-    let mut v = values(m.teacher());
+    let mut v = values(m.teacher().network());
     v.extend(
         m.center()
             .into_data()
@@ -359,7 +358,7 @@ fn tico<B: Backend>(d: &B::Device, _: usize) -> Result<TiCo<B, ResNet<B>>, Confi
 }
 
 fn tico_extra<B: Backend>(m: &TiCo<B, ResNet<B>>) -> Vec<f64> {
-    let mut v = values(m.momentum_encoder());
+    let mut v = values(m.momentum_encoder().network());
     v.extend(
         m.covariance()
             .into_data()
@@ -379,7 +378,7 @@ fn moco_v3<B: Backend>(d: &B::Device, _: usize) -> Result<MocoV3<B, ResNet<B>>, 
 }
 
 fn moco_extra<B: Backend>(m: &MoCo<B, ResNet<B>>) -> Vec<f64> {
-    let mut v = values(m.key_encoder());
+    let mut v = values(m.key_encoder().network());
     v.extend(
         m.queue()
             .keys()
@@ -406,7 +405,7 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
     );
     assert_same(
         "BYOL (f64)",
-        runs::<Exact, _>(&byol, &|m| values(m.target())),
+        runs::<Exact, _>(&byol, &|m| values(m.target().network())),
         1e-11,
     );
     // Losses on the batch's statistics, on the gathered projections. 1e-10: the standardisation
@@ -434,7 +433,7 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
     // own rows.
     assert_same(
         "MoCo v3 (f64)",
-        runs::<Exact, _>(&moco_v3, &|m| values(m.momentum_encoder())),
+        runs::<Exact, _>(&moco_v3, &|m| values(m.momentum_encoder().network())),
         1e-10,
     );
     // The CPU training backend.
@@ -450,7 +449,7 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
     );
     assert_same(
         "BYOL (Flex)",
-        runs::<Fast, _>(&byol, &|m| values(m.target())),
+        runs::<Fast, _>(&byol, &|m| values(m.target().network())),
         2e-4,
     );
 }
@@ -488,12 +487,14 @@ fn shuffle_bn_encodes_each_slice_of_the_shuffle_with_its_own_statistics() {
         let x = whole
             .clone()
             .select(0, Tensor::from_data(TensorData::new(ids, [half]), &device));
-        let keys = rows(l2_normalize(reference.key_encoder().forward(x)));
+        let keys = rows(l2_normalize(reference.key_encoder().network().forward(x)));
         for (key, &image) in keys.into_iter().zip(slice) {
             expected[image] = key;
         }
     }
-    let synchronised = rows(l2_normalize(reference.key_encoder().forward(whole)));
+    let synchronised = rows(l2_normalize(
+        reference.key_encoder().network().forward(whole),
+    ));
     let progress = Progress {
         step: 0,
         total_steps: 10,

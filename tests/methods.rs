@@ -94,7 +94,7 @@ fn moco(symmetric: bool) -> MoCo<ExactAd, Tiny<ExactAd>> {
 #[test]
 fn moco_key_encoder_after_one_step_is_m_key_plus_one_minus_m_query() {
     let mut moco = moco(false);
-    let key_before = values(moco.key_encoder());
+    let key_before = values(moco.key_encoder().network());
     assert_eq!(
         key_before,
         values(moco.online()),
@@ -108,7 +108,7 @@ fn moco_key_encoder_after_one_step_is_m_key_plus_one_minus_m_query() {
     };
     train_step(&mut moco, progress);
     let query_after = values(moco.online());
-    let key_after = values(moco.key_encoder());
+    let key_after = values(moco.key_encoder().network());
     assert_ne!(
         query_after, key_before,
         "the step changed the query encoder"
@@ -127,7 +127,7 @@ fn moco_loss_uses_the_old_queue_and_enqueues_the_keys_after_the_step() {
     let (v1, v2) = views(0.0);
     // The loss of the step, recomputed from its definition with the queue as it was.
     let q = moco.online().forward(v1.clone());
-    let k = l2_normalize(moco.key_encoder().forward(v2.clone()));
+    let k = l2_normalize(moco.key_encoder().network().forward(v2.clone()));
     let expected = InfoNceLossConfig::new()
         .with_temperature(0.2)
         .init()
@@ -201,7 +201,8 @@ fn symmetric_moco_loss_is_the_sum_of_both_orderings() {
         let (v1, v2) = views(2.0);
         let queue = moco.queue().keys();
         let q = |v: &Tensor<ExactAd, 4>| moco.online().forward(v.clone());
-        let k = |v: &Tensor<ExactAd, 4>| l2_normalize(moco.key_encoder().forward(v.clone()));
+        let k =
+            |v: &Tensor<ExactAd, 4>| l2_normalize(moco.key_encoder().network().forward(v.clone()));
         let one = |q, k| match &soft_nce {
             Some(config) => config
                 .init()
@@ -350,7 +351,7 @@ fn view_threads_change_no_gradient_and_no_running_statistic() {
         assert_view_threads_exact(
             label,
             || seeded(|d| config.init(resnet, 4, d)),
-            |m: &MoCo<ExactAd, ResNet<ExactAd>>| values(m.key_encoder()),
+            |m: &MoCo<ExactAd, ResNet<ExactAd>>| values(m.key_encoder().network()),
         );
     }
     for (label, loss) in [
@@ -377,7 +378,7 @@ fn view_threads_change_no_gradient_and_no_running_statistic() {
     assert_view_threads_exact(
         "BYOL",
         || seeded(|d| byol.init(resnet, d)),
-        |m: &Byol<ExactAd, ResNet<ExactAd>>| values(m.target()),
+        |m: &Byol<ExactAd, ResNet<ExactAd>>| values(m.target().network()),
     );
     let simsiam = SimSiamConfig::new().with_dim(8).with_predictor_dim(4);
     assert_view_threads_exact(
@@ -399,7 +400,7 @@ fn key_and_target_networks_get_no_gradient() {
     let mut moco = moco(true);
     let out = moco.forward(v1.clone(), v2.clone(), progress);
     let grads = out.loss.backward();
-    assert!(GradientsParams::from_grads(grads, moco.key_encoder()).is_empty());
+    assert!(GradientsParams::from_grads(grads, moco.key_encoder().network()).is_empty());
 
     let mut byol = init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
         ByolConfig::new()
@@ -410,7 +411,7 @@ fn key_and_target_networks_get_no_gradient() {
     .unwrap();
     let out = byol.forward(v1, v2, progress);
     let grads = out.loss.backward();
-    assert!(GradientsParams::from_grads(grads, byol.target()).is_empty());
+    assert!(GradientsParams::from_grads(grads, byol.target().network()).is_empty());
 }
 
 #[test]
@@ -428,15 +429,15 @@ fn byol_target_after_one_step_follows_the_cosine_momentum() {
         epoch: 0,
         total_epochs: 1,
     };
-    let m = byol.momentum_at(progress);
+    let m = byol.target().momentum_at(progress);
     assert!(
         (m - 0.995).abs() < 1e-15,
         "half-way along the cosine from 0.99 to 1: {m}"
     );
-    let target_before = values(&byol.target().backbone);
+    let target_before = values(&byol.target().network().backbone);
     train_step(&mut byol, progress);
     let online_after = values(&byol.online().backbone);
-    let target_after = values(&byol.target().backbone);
+    let target_after = values(&byol.target().network().backbone);
     for ((t1, t0), o) in target_after.iter().zip(&target_before).zip(&online_after) {
         for ((t1, t0), o) in t1.iter().zip(t0).zip(o) {
             assert_eq!(*t1, m * t0 + (1.0 - m) * o);
@@ -478,7 +479,7 @@ fn byol_loss_is_the_sum_of_the_two_orderings() {
     .unwrap();
     let (v1, v2) = views(4.0);
     let online = byol.online();
-    let target = byol.target();
+    let target = byol.target().network();
     let predict = |x: Tensor<ExactAd, 4>| {
         rows(
             online.predictor.forward(

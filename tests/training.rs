@@ -274,8 +274,8 @@ impl SslMethod<Ad> for NanAt {
     fn set_online(&mut self, online: Self::Online) {
         self.inner.set_online(online)
     }
-    fn forward(&mut self, v1: Tensor<Ad, 4>, v2: Tensor<Ad, 4>, p: Progress) -> MethodOutput<Ad> {
-        let mut out = self.inner.forward(v1, v2, p);
+    fn forward_views(&mut self, views: Views<Ad>, p: Progress) -> MethodOutput<Ad> {
+        let mut out = self.inner.forward_views(views, p);
         if p.step == self.step {
             out.loss = out.loss * f64::NAN;
         }

@@ -1,7 +1,8 @@
 //! The [`Backbone`] trait: what every feature extractor offers to the SSL frameworks.
 
-use burn::module::ModuleDisplay;
+use burn::module::{AutodiffModule, ModuleDisplay};
 use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
 
 /// A network that turns a batch of images into one pooled feature vector per image.
 ///
@@ -37,4 +38,20 @@ pub trait Backbone<B: Backend>: Module<B> + ModuleDisplay + 'static {
         let _ = images;
         None
     }
+}
+
+/// A backbone that trains: a [`Backbone`] of an autodiff backend whose inference copy
+/// ([`AutodiffModule::valid`]) is a backbone of the inner backend, which evaluation (kNN
+/// monitoring, linear probes) and export use during and after training. Implemented for every
+/// such module; `M: TrainableBackbone<B>` stands for the three bounds.
+pub trait TrainableBackbone<B: AutodiffBackend>:
+    Backbone<B> + AutodiffModule<B, InnerModule: Backbone<B::InnerBackend>>
+{
+}
+
+impl<B, M> TrainableBackbone<B> for M
+where
+    B: AutodiffBackend,
+    M: Backbone<B> + AutodiffModule<B, InnerModule: Backbone<B::InnerBackend>>,
+{
 }

@@ -6,7 +6,7 @@ use burn::tensor::{backend::Backend, Int, Tensor, TensorData};
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
-use super::{bernoulli, per_sample, probability, range, uniform};
+use super::sampling::{bernoulli, per_sample, probability, range, uniform};
 use crate::base::error::ConfigError;
 
 /// The normalised 1-D Gaussian kernel of odd size `k` and standard deviation `sigma`.

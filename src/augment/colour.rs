@@ -16,7 +16,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{
+use super::sampling::{
     bernoulli, index_tensor, per_sample, per_sample_mask, probability, replace_rows, select_where,
     uniform,
 };

@@ -14,7 +14,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{range, uniform};
+use super::sampling::{range, uniform};
 use crate::base::error::ConfigError;
 
 pub use crate::base::geometry::CropBox;

@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::per_sample;
+use super::sampling::per_sample;
 use crate::base::error::{positive, ConfigError};
 
 /// `λ·x1 + (1 − λ)·x2` with one λ for the batch.

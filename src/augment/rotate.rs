@@ -8,7 +8,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::per_sample_mask;
+use super::sampling::per_sample_mask;
 use crate::base::error::ConfigError;
 
 /// Rotates every image by `k` quarter turns counter-clockwise (`k` taken mod 4). Odd `k` swaps

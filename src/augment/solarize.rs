@@ -5,7 +5,7 @@ use burn::tensor::{backend::Backend, Tensor};
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
-use super::{bernoulli, per_sample_mask, probability, select_where};
+use super::sampling::{bernoulli, per_sample_mask, probability, select_where};
 use crate::base::error::ConfigError;
 
 /// Inverts the pixels `>= threshold`.

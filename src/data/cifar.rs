@@ -12,8 +12,9 @@
 use std::path::{Path, PathBuf};
 
 use super::error::require_dir;
+use super::error::DataError;
 use super::idx::read_maybe_gz;
-use super::{DataError, ImageArray};
+use super::image_array::ImageArray;
 
 /// Side of a CIFAR image.
 pub const SIDE: usize = 32;

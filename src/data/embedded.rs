@@ -15,8 +15,9 @@
 
 use std::path::{Path, PathBuf};
 
+use super::error::DataError;
 use super::idx::{self, NUM_CLASSES};
-use super::{DataError, ImageArray};
+use super::image_array::ImageArray;
 
 /// Training images per class in the embedded subset.
 pub const TRAIN_PER_CLASS: usize = 800;

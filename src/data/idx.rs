@@ -17,7 +17,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::error::require_dir;
-use super::{DataError, ImageArray};
+use super::error::DataError;
+use super::image_array::ImageArray;
 
 /// Magic number of an IDX file of unsigned bytes with three dimensions (images).
 pub const IMAGES_MAGIC: u32 = 0x0000_0803;

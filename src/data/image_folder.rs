@@ -23,7 +23,8 @@
 use std::path::{Path, PathBuf};
 
 use super::error::require_dir;
-use super::{DataError, ImageArray};
+use super::error::DataError;
+use super::image_array::ImageArray;
 
 /// How to read an image folder.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -17,7 +17,11 @@ use std::thread::JoinHandle;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{DataError, Dataset, HostBatch, ImageItem};
+use burn_dataset::Dataset;
+
+use super::batch::HostBatch;
+use super::error::DataError;
+use super::image_array::ImageItem;
 use crate::base::error::ConfigError;
 
 /// Settings of a [`Loader`].

@@ -11,7 +11,8 @@
 use std::path::{Path, PathBuf};
 
 use super::error::require_dir;
-use super::{DataError, ImageArray};
+use super::error::DataError;
+use super::image_array::ImageArray;
 
 /// Side of an STL-10 image.
 pub const SIDE: usize = 96;

@@ -16,7 +16,7 @@
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::{cross_entropy_at, stop_gradient, TwoViewSimilarities, MASKED_LOGIT};
+use super::similarity::{cross_entropy_at, stop_gradient, TwoViewSimilarities, MASKED_LOGIT};
 use crate::base::error::{in_range, non_negative, positive, ConfigError};
 
 /// Configuration of [`CurricularLoss`].

@@ -11,7 +11,7 @@
 
 use burn::prelude::*;
 
-use super::{positive_mask, stop_gradient, TwoViewSimilarities, MASKED_LOGIT};
+use super::similarity::{positive_mask, stop_gradient, TwoViewSimilarities, MASKED_LOGIT};
 use crate::base::error::{positive, ConfigError};
 
 /// Configuration of [`DclLoss`].

@@ -18,7 +18,7 @@
 
 use burn::prelude::*;
 
-use super::stop_gradient;
+use super::similarity::stop_gradient;
 use crate::base::error::{in_range, positive, ConfigError};
 
 /// Configuration of [`DinoLoss`].

@@ -30,7 +30,8 @@
 
 use burn::prelude::*;
 
-use super::{assert_min_batch, TwoViewSimilarities};
+use super::shape_checks::assert_min_batch;
+use super::similarity::TwoViewSimilarities;
 use crate::base::error::{non_negative, positive, ConfigError};
 use crate::base::schedule::SchedulerConfig;
 use crate::base::Progress;

@@ -9,7 +9,9 @@
 
 use burn::prelude::*;
 
-use super::{assert_same_shape, l2_normalize, NtXentLoss, NtXentLossConfig};
+use super::nt_xent::{NtXentLoss, NtXentLossConfig};
+use super::shape_checks::assert_same_shape;
+use super::similarity::l2_normalize;
 use crate::base::error::{non_negative, positive, ConfigError};
 
 /// Configuration of [`HuberNtXentLoss`].

@@ -11,7 +11,7 @@
 
 use burn::prelude::*;
 
-use super::MASKED_LOGIT;
+use super::similarity::MASKED_LOGIT;
 use crate::base::error::{non_negative, ConfigError};
 
 /// Configuration of [`MagnetLoss`].

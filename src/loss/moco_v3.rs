@@ -15,7 +15,7 @@
 
 use burn::prelude::*;
 
-use super::{l2_normalize, stop_gradient};
+use super::similarity::{l2_normalize, stop_gradient};
 use crate::base::error::{positive, ConfigError};
 
 /// Configuration of [`MocoV3Loss`].

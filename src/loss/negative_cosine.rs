@@ -9,7 +9,8 @@
 
 use burn::prelude::*;
 
-use super::{assert_min_batch, assert_same_shape, l2_normalize, stop_gradient};
+use super::shape_checks::{assert_min_batch, assert_same_shape};
+use super::similarity::{l2_normalize, stop_gradient};
 use crate::base::error::ConfigError;
 
 /// Which of the two equivalent forms is reported.

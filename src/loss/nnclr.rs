@@ -18,7 +18,8 @@
 
 use burn::prelude::*;
 
-use super::{assert_same_shape, l2_normalize, stop_gradient};
+use super::shape_checks::assert_same_shape;
+use super::similarity::{l2_normalize, stop_gradient};
 use crate::base::error::{positive, ConfigError};
 
 /// Configuration of [`NnclrLoss`].

@@ -7,7 +7,7 @@
 
 use burn::prelude::*;
 
-use super::{cross_entropy_at, TwoViewSimilarities, MASKED_LOGIT};
+use super::similarity::{cross_entropy_at, TwoViewSimilarities, MASKED_LOGIT};
 use crate::base::error::{positive, ConfigError};
 
 /// Configuration of [`NtXentLoss`].

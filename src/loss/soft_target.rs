@@ -8,7 +8,8 @@
 
 use burn::prelude::*;
 
-use super::{assert_min_batch, l2_normalize};
+use super::shape_checks::assert_min_batch;
+use super::similarity::l2_normalize;
 use crate::base::error::{in_range, positive, ConfigError};
 
 /// Configuration of [`SoftTargetCrossEntropy`].

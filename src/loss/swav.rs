@@ -20,7 +20,7 @@
 
 use burn::prelude::*;
 
-use super::stop_gradient;
+use super::similarity::stop_gradient;
 use crate::base::error::{positive, ConfigError};
 
 /// Configuration of [`SwavLoss`].

@@ -16,7 +16,8 @@
 
 use burn::prelude::*;
 
-use super::{assert_same_shape, l2_normalize, stop_gradient};
+use super::shape_checks::assert_same_shape;
+use super::similarity::{l2_normalize, stop_gradient};
 use crate::base::error::{in_range, non_negative, ConfigError};
 
 /// Configuration of [`TiCoLoss`].

@@ -10,7 +10,7 @@
 
 use burn::prelude::*;
 
-use super::assert_same_shape;
+use super::shape_checks::assert_same_shape;
 use crate::base::error::{positive, ConfigError};
 
 /// Configuration of [`VicRegLoss`].

@@ -85,6 +85,9 @@ impl<B: AutodiffBackend> Branch<B> {
 #[derive(Debug, Clone)]
 pub struct ViewThreads<B: Backend, M> {
     on: bool,
+    /// A replica of a data-parallel run keeps its passes on its thread (its batch norms
+    /// synchronise there): never on.
+    replicated: bool,
     pending: Option<ViewBranches<B, M>>,
 }
 
@@ -93,15 +96,24 @@ impl<B: Backend, M> Default for ViewThreads<B, M> {
     fn default() -> Self {
         Self {
             on: false,
+            replicated: false,
             pending: None,
         }
     }
 }
 
 impl<B: AutodiffBackend, M: AutodiffModule<B>> ViewThreads<B, M> {
-    /// Turns the split on or off for the following forwards.
+    /// Turns the split on or off for the following forwards (never on for a
+    /// [replica](ViewThreads::replicated)).
     pub fn set(&mut self, on: bool) {
-        self.on = on;
+        self.on = on && !self.replicated;
+    }
+
+    /// The method became one replica of a data-parallel run
+    /// ([`SslMethod::set_replica`](super::SslMethod::set_replica)): off from now on.
+    pub fn replicated(&mut self) {
+        self.replicated = true;
+        self.on = false;
     }
 
     /// Drops a split left by a forward whose gradients were never asked for (e.g. when a

@@ -7,18 +7,18 @@
 //! The math, the defaults, the paper followed and the worked values are in
 //! `docs/methods.md#byol`.
 
-use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::Backbone;
+use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::branches::ViewThreads;
 use super::encoder::{Predicted, Projected};
 use super::momentum::MomentumEncoder;
-use super::{MethodOutput, Progress, SslMethod};
+use super::ssl_method::{MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::MlpHeadConfig;
 use crate::loss::negative_cosine::NegativeCosineForm;
@@ -77,7 +77,6 @@ impl ByolConfig {
                 .with_form(self.form)
                 .init()?,
             view_threads: ViewThreads::default(),
-            replicated: false,
         })
     }
 }
@@ -97,36 +96,22 @@ pub struct Byol<B: Backend, M: Backbone<B>> {
     loss: NegativeCosineLoss,
     /// The two views' online passes back-propagated on two threads, when on.
     view_threads: ViewThreads<B, Predicted<B, M>>,
-    /// Whether this is one replica of a data-parallel run (its passes stay on its thread).
-    replicated: bool,
 }
 
 impl<B: Backend, M: Backbone<B>> Byol<B, M> {
-    /// The EMA target.
-    pub fn target(&self) -> &Projected<B, M> {
-        self.target.network()
-    }
-
-    /// The target's momentum at `progress`.
-    pub fn momentum_at(&self, progress: Progress) -> f64 {
-        self.target.momentum_at(progress)
+    /// The momentum copy (the EMA target): its network and its momentum schedule.
+    pub fn target(&self) -> &MomentumEncoder<Projected<B, M>> {
+        &self.target
     }
 }
 
-impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for Byol<B, M>
-where
-    M::InnerModule: Backbone<B::InnerBackend>,
-{
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Byol<B, M> {
     type Online = Predicted<B, M>;
     type Backbone = M;
     type State = ByolState<B, M>;
 
     fn online(&self) -> &Self::Online {
         &self.online
-    }
-
-    fn backbone(&self) -> &M {
-        &self.online.backbone
     }
 
     fn state(&self) -> ByolState<B, M> {
@@ -144,12 +129,8 @@ where
         self.online = online;
     }
 
-    fn forward(
-        &mut self,
-        view1: Tensor<B, 4>,
-        view2: Tensor<B, 4>,
-        progress: Progress,
-    ) -> MethodOutput<B> {
+    fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
+        let [view1, view2] = views.two();
         let ([p1, p2], _) = self.view_threads.passes(
             &self.online,
             [view1.clone(), view2.clone()],
@@ -175,19 +156,85 @@ where
     }
 
     fn set_view_threads(&mut self, on: bool) {
-        self.view_threads.set(on && !self.replicated);
+        self.view_threads.set(on);
     }
 
     /// The loss is a mean over images: each replica's is the mean over its shard, and the
     /// average of the replicas' gradients is the one-device gradient (with synchronised batch
     /// norms). Nothing is gathered.
     fn set_replica(&mut self, _: Replica<B>) -> Result<(), ConfigError> {
-        self.view_threads.set(false);
-        self.replicated = true;
+        self.view_threads.replicated();
         Ok(())
     }
 
     fn after_step(&mut self, progress: Progress) {
         self.target.update(&self.online, progress);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::method::testing::TinyBackbone as Tiny;
+    use crate::method::testing::{cosine, host, images, mean_over_rows, progress};
+    use crate::optim::SgdConfig;
+    use burn::backend::{Autodiff, NdArray};
+    use burn::optim::Optimizer;
+
+    type Ad = Autodiff<NdArray<f64>>;
+
+    fn byol() -> Byol<Ad, Tiny<Ad>> {
+        let device = Default::default();
+        crate::method::init_method::<Ad, _, ConfigError>(&device, 5, |d| {
+            ByolConfig::new()
+                .with_hidden_dim(8)
+                .with_output_dim(4)
+                .init(|d| Tiny::new(16, 6, d), d)
+        })
+        .unwrap()
+    }
+
+    /// The loss is `2 − 2·cos(p, t)` averaged over the images, summed over both orderings of
+    /// the views (BYOL §3.1), recomputed here on the host from the online predictions and the
+    /// target's projections.
+    #[test]
+    fn the_loss_sums_both_orderings_of_two_minus_two_cosine() {
+        let mut m = byol();
+        let (v1, v2) = (images::<Ad>(4, 0.0), images::<Ad>(4, 1.0));
+        let predict = |x: &Tensor<Ad, 4>| m.online().forward(x.clone()).1;
+        let target = |x: &Tensor<Ad, 4>| m.target().network().forward(x.clone());
+        let term = |p, t| mean_over_rows(p, t, |p, t| 2.0 - 2.0 * cosine(p, t));
+        let expected = term(predict(&v1), target(&v2)) + term(predict(&v2), target(&v1));
+        let loss = host(m.forward(v1, v2, progress(0, 10, 0, 1)).loss)[0];
+        assert!((loss - expected).abs() < 1e-12, "{loss} vs {expected}");
+    }
+
+    /// After an optimiser step the target is `m·θ_target + (1 − m)·θ_online`, `m` on the cosine
+    /// from the base momentum to 1 (`1 − (1 − m₀)·(cos(π·t) + 1)/2` at fraction `t`), checked on
+    /// the backbone's weights; the optimiser step itself leaves the target as it was.
+    #[test]
+    fn the_target_moves_by_the_scheduled_momentum() {
+        let mut m = byol();
+        let at = progress(3, 10, 0, 1);
+        let target_before = host(m.target().network().backbone.fc.weight.val());
+        let out = m.forward(images(4, 0.0), images(4, 1.0), at);
+        let grads = m.gradients(&out.loss);
+        let mut optim = SgdConfig::new()
+            .init::<Ad, Predicted<Ad, Tiny<Ad>>>()
+            .unwrap();
+        m.set_online(optim.step(0.5, m.online().clone(), grads));
+        let stepped = host(m.target().network().backbone.fc.weight.val());
+        assert_eq!(
+            stepped, target_before,
+            "the optimiser does not move the target"
+        );
+        m.after_step(at);
+        let online = host(m.online().backbone.fc.weight.val());
+        let after = host(m.target().network().backbone.fc.weight.val());
+        let tau = 1.0 - 0.01 * ((std::f64::consts::PI * 0.3).cos() + 1.0) / 2.0;
+        assert!(online != target_before, "the online network moved");
+        for ((a, t), o) in after.iter().zip(&target_before).zip(&online) {
+            assert!((a - (tau * t + (1.0 - tau) * o)).abs() < 1e-12);
+        }
     }
 }

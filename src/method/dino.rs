@@ -23,17 +23,19 @@
 //!
 //! The math, the defaults and the worked values are in `docs/methods.md#dino`.
 
-use burn::module::{AutodiffModule, Param};
+use burn::module::Param;
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::Backbone;
+use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::momentum::MomentumEncoder;
-use super::{MethodOutput, Progress, SslMethod};
+use super::running::Running;
+use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::BatchNorm1d;
 use crate::loss::{l2_normalize, DinoLoss, DinoLossConfig};
@@ -187,6 +189,12 @@ pub struct DinoNetwork<B: Backend, M> {
     pub head: DinoHead<B>,
 }
 
+impl<B: Backend, M> HasBackbone<M> for DinoNetwork<B, M> {
+    fn backbone(&self) -> &M {
+        &self.backbone
+    }
+}
+
 impl<B: Backend, M: Backbone<B>> DinoNetwork<B, M> {
     /// The normalised bottleneck and the outputs of a batch of crops.
     ///
@@ -229,10 +237,9 @@ impl DinoConfig {
             student,
             teacher,
             loss: self.loss.init()?,
-            center: Tensor::zeros([1, self.output_dim], device),
+            center: Running::new(Tensor::zeros([1, self.output_dim], device)),
             freeze_last_layer_epochs: self.freeze_last_layer_epochs,
             frozen: false,
-            pending_center: None,
             replica: None,
         })
     }
@@ -253,37 +260,27 @@ pub struct Dino<B: Backend, M: Backbone<B>> {
     student: DinoNetwork<B, M>,
     teacher: MomentumEncoder<DinoNetwork<B, M>>,
     loss: DinoLoss,
-    center: Tensor<B, 2>,
+    center: Running<B, 2>,
     freeze_last_layer_epochs: usize,
     /// Whether the last layer is frozen at the step being computed.
     frozen: bool,
-    /// The centre after the step being computed.
-    pending_center: Option<Tensor<B, 2>>,
     /// This method's replica in a data-parallel run (the centre moves by the global mean).
     replica: Option<Replica<B>>,
 }
 
 impl<B: Backend, M: Backbone<B>> Dino<B, M> {
-    /// The EMA teacher.
-    pub fn teacher(&self) -> &DinoNetwork<B, M> {
-        self.teacher.network()
+    /// The momentum copy (the EMA teacher): its network and its momentum schedule.
+    pub fn teacher(&self) -> &MomentumEncoder<DinoNetwork<B, M>> {
+        &self.teacher
     }
 
     /// The centre of the teacher's outputs, `[1, K]`.
     pub fn center(&self) -> Tensor<B, 2> {
-        self.center.clone()
-    }
-
-    /// The teacher's momentum at `progress`.
-    pub fn momentum_at(&self, progress: Progress) -> f64 {
-        self.teacher.momentum_at(progress)
+        self.center.value()
     }
 }
 
-impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for Dino<B, M>
-where
-    M::InnerModule: Backbone<B::InnerBackend>,
-{
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Dino<B, M> {
     type Online = DinoNetwork<B, M>;
     type Backbone = M;
     type State = DinoState<B, M>;
@@ -292,31 +289,17 @@ where
         &self.student
     }
 
-    fn backbone(&self) -> &M {
-        &self.student.backbone
-    }
-
     fn state(&self) -> DinoState<B, M> {
         DinoState {
             teacher: self.teacher.record(),
-            center: self.center.clone(),
+            center: self.center.value(),
         }
     }
 
     fn load_state(&mut self, state: DinoState<B, M>) -> Result<(), ConfigError> {
-        if state.center.dims() != self.center.dims() {
-            return Err(ConfigError::new(
-                "output_dim",
-                format!(
-                    "the checkpoint's centre has shape {:?}, this DINO's {:?}",
-                    state.center.dims(),
-                    self.center.dims()
-                ),
-            ));
-        }
+        self.center
+            .restore(state.center, "output_dim", "DINO's centre")?;
         self.teacher.load_record(state.teacher);
-        self.center = state.center.set_require_grad(false);
-        self.pending_center = None;
         Ok(())
     }
 
@@ -324,26 +307,15 @@ where
         self.student = online;
     }
 
-    fn forward(
-        &mut self,
-        view1: Tensor<B, 4>,
-        view2: Tensor<B, 4>,
-        progress: Progress,
-    ) -> MethodOutput<B> {
-        self.forward_multi_crop(view1, view2, Vec::new(), progress)
-    }
-
     fn takes_local_crops(&self) -> bool {
         true
     }
 
-    fn forward_multi_crop(
-        &mut self,
-        view1: Tensor<B, 4>,
-        view2: Tensor<B, 4>,
-        locals: Vec<Tensor<B, 4>>,
-        progress: Progress,
-    ) -> MethodOutput<B> {
+    fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
+        let Views {
+            global: [view1, view2],
+            local: locals,
+        } = views;
         self.frozen = progress.epoch < self.freeze_last_layer_epochs;
         let n = view1.dims()[0];
         let globals = Tensor::cat(vec![view1, view2], 0);
@@ -365,22 +337,22 @@ where
         let teacher_temp = self.loss.teacher_temp_at(progress.epoch);
         let loss = self
             .loss
-            .forward(&teacher, &student, self.center.clone(), teacher_temp);
+            .forward(&teacher, &student, self.center.value(), teacher_temp);
         // The centre moves by the mean of the teacher's outputs over the global batch.
         let center = match &self.replica {
             Some(r) => {
-                let k = self.center.dims()[1];
+                let k = self.center.value().dims()[1];
                 let mine = self
                     .loss
-                    .updated_center(self.center.clone(), &teacher)
+                    .updated_center(self.center.value(), &teacher)
                     .inner()
                     .reshape([k]);
                 Tensor::from_inner(r.mean_of(mine).reshape([1, k]))
             }
-            None => self.loss.updated_center(self.center.clone(), &teacher),
+            None => self.loss.updated_center(self.center.value(), &teacher),
         };
         // Moved after the step (a redrawn attempt's outputs never move it).
-        self.pending_center = Some(center.detach().set_require_grad(false));
+        self.center.propose(center);
         let device = loss.device();
         let scalar = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
         MethodOutput {
@@ -410,9 +382,7 @@ where
     }
 
     fn after_step(&mut self, progress: Progress) {
-        if let Some(center) = self.pending_center.take() {
-            self.center = center;
-        }
+        self.center.commit();
         self.teacher.update(&self.student, progress);
     }
 }
@@ -420,7 +390,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::TinyBackbone as Tiny;
+    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
     use crate::optim::SgdConfig;
     use burn::backend::{Autodiff, NdArray};
     use burn::optim::Optimizer;
@@ -430,9 +400,8 @@ mod tests {
     fn dino(config: DinoConfig) -> Dino<Ad, Tiny<Ad>> {
         let device = Default::default();
         crate::method::init_method::<Ad, _, ConfigError>(&device, 3, |d| {
-            let tiny = |d: &<Ad as burn::tensor::backend::BackendTypes>::Device| Tiny {
-                fc: LinearConfig::new(16, 6).init(d),
-            };
+            let tiny =
+                |d: &<Ad as burn::tensor::backend::BackendTypes>::Device| Tiny::new(16, 6, d);
             config
                 .with_hidden_dim(8)
                 .with_bottleneck_dim(4)
@@ -442,24 +411,8 @@ mod tests {
         .unwrap()
     }
 
-    fn images(n: usize, shift: f64) -> Tensor<Ad, 4> {
-        let values: Vec<f64> = (0..n * 16)
-            .map(|i| (0.41 * i as f64 + shift).sin())
-            .collect();
-        Tensor::from_data(TensorData::new(values, [n, 1, 4, 4]), &Default::default())
-    }
-
-    fn host<const D: usize>(x: Tensor<Ad, D>) -> Vec<f64> {
-        x.into_data().convert::<f64>().to_vec().unwrap()
-    }
-
     fn at(step: usize, epoch: usize) -> Progress {
-        Progress {
-            step,
-            total_steps: 100,
-            epoch,
-            total_epochs: 10,
-        }
+        progress(step, 100, epoch, 10)
     }
 
     /// The head's output is the normalised bottleneck times the last layer's direction with
@@ -510,9 +463,16 @@ mod tests {
             let (v1, v2) = (images(4, 0.0), images(4, 1.0));
             let (_, t) = m
                 .teacher()
+                .network()
                 .forward(Tensor::cat(vec![v1.clone(), v2.clone()], 0));
             let t = host(t);
-            let out = m.forward_multi_crop(v1, v2, vec![images(4, 2.0)], progress);
+            let out = m.forward_views(
+                Views {
+                    global: [v1, v2],
+                    local: vec![images(4, 2.0)],
+                },
+                progress,
+            );
             let grads = m.gradients(&out.loss);
             m.set_online(optim.step(0.5, m.online().clone(), grads));
             m.after_step(progress);

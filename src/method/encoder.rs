@@ -11,6 +11,7 @@
 use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
 
+use super::ssl_method::HasBackbone;
 use crate::head::MlpHead;
 
 /// A backbone and a projection head: the projections of a batch.
@@ -20,6 +21,12 @@ pub struct Projected<B: Backend, M> {
     pub backbone: M,
     /// Projection head.
     pub projector: MlpHead<B>,
+}
+
+impl<B: Backend, M> HasBackbone<M> for Projected<B, M> {
+    fn backbone(&self) -> &M {
+        &self.backbone
+    }
 }
 
 impl<B: Backend, M: Backbone<B>> Projected<B, M> {
@@ -42,6 +49,12 @@ pub struct Predicted<B: Backend, M> {
     pub projector: MlpHead<B>,
     /// Prediction head.
     pub predictor: MlpHead<B>,
+}
+
+impl<B: Backend, M> HasBackbone<M> for Predicted<B, M> {
+    fn backbone(&self) -> &M {
+        &self.backbone
+    }
 }
 
 impl<B: Backend, M: Backbone<B>> Predicted<B, M> {

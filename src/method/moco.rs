@@ -16,19 +16,19 @@
 //! The math, the defaults, the paper followed and the worked values are in
 //! `docs/methods.md#moco-v1-and-v2` and `docs/methods.md#light-moco`.
 
-use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::Backbone;
+use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::branches::ViewThreads;
 use super::encoder::Projected;
 use super::momentum::MomentumEncoder;
 use super::queue::{KeyQueue, KeyQueueConfig};
-use super::{MethodOutput, Progress, SslMethod};
+use super::ssl_method::{MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::MlpHeadConfig;
 use crate::loss::{l2_normalize, InfoNceLoss, InfoNceLossConfig, SoftNceLoss, SoftNceLossConfig};
@@ -191,7 +191,6 @@ impl MoCoConfig {
             queue,
             loss,
             symmetric: self.symmetric,
-            pending_keys: None,
             view_threads: ViewThreads::default(),
             replica: None,
             shuffle_bn: self.shuffle_bn,
@@ -224,7 +223,6 @@ pub struct MoCo<B: Backend, M: Backbone<B>> {
     queue: KeyQueue<B>,
     loss: QueueLoss,
     symmetric: bool,
-    pending_keys: Option<Tensor<B, 2>>,
     /// A symmetric loss's two query passes back-propagated on two threads, when on.
     view_threads: ViewThreads<B, Projected<B, M>>,
     /// This method's replica in a data-parallel run: every replica's keys are enqueued.
@@ -234,19 +232,14 @@ pub struct MoCo<B: Backend, M: Backbone<B>> {
 }
 
 impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
-    /// The key (momentum) encoder.
-    pub fn key_encoder(&self) -> &Projected<B, M> {
-        self.key.network()
+    /// The momentum copy (the key encoder): its network and its momentum schedule.
+    pub fn key_encoder(&self) -> &MomentumEncoder<Projected<B, M>> {
+        &self.key
     }
 
     /// The queue of negative keys.
     pub fn queue(&self) -> &KeyQueue<B> {
         &self.queue
-    }
-
-    /// The key encoder's momentum at `progress`.
-    pub fn momentum_at(&self, progress: Progress) -> f64 {
-        self.key.momentum_at(progress)
     }
 
     /// Whether this MoCo runs with shuffling batch norm (a replica, and [`MoCoConfig::shuffle_bn`]).
@@ -319,20 +312,13 @@ pub fn shuffle_permutation(total: usize, step: usize, salt: u64) -> Vec<usize> {
     order
 }
 
-impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for MoCo<B, M>
-where
-    M::InnerModule: Backbone<B::InnerBackend>,
-{
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MoCo<B, M> {
     type Online = Projected<B, M>;
     type Backbone = M;
     type State = MoCoState<B, M>;
 
     fn online(&self) -> &Self::Online {
         &self.online
-    }
-
-    fn backbone(&self) -> &M {
-        &self.online.backbone
     }
 
     fn state(&self) -> MoCoState<B, M> {
@@ -344,19 +330,9 @@ where
     }
 
     fn load_state(&mut self, state: MoCoState<B, M>) -> Result<(), ConfigError> {
-        let expected = self.queue.keys().dims();
-        if state.queue.dims() != expected {
-            return Err(ConfigError::new(
-                "queue",
-                format!(
-                    "the checkpoint holds a queue of shape {:?}, this MoCo one of {expected:?}",
-                    state.queue.dims()
-                ),
-            ));
-        }
-        self.queue = KeyQueue::from_parts(state.queue, state.pointer, self.queue.keys_per_step())?;
+        self.queue
+            .restore(state.queue, state.pointer, "queue", "MoCo's queue")?;
         self.key.load_record(state.key);
-        self.pending_keys = None;
         self.view_threads.clear();
         Ok(())
     }
@@ -365,12 +341,8 @@ where
         self.online = online;
     }
 
-    fn forward(
-        &mut self,
-        view1: Tensor<B, 4>,
-        view2: Tensor<B, 4>,
-        progress: Progress,
-    ) -> MethodOutput<B> {
+    fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
+        let [view1, view2] = views.two();
         self.view_threads.clear();
         let queue = self.queue.keys();
         // Shuffling batch norm: every batch norm of this forward uses the shard's own moments.
@@ -409,7 +381,7 @@ where
             )
         };
         let embeddings = Some([l2_normalize(q1).detach(), k2]);
-        self.pending_keys = Some(keys);
+        self.queue.stage(keys);
         let device = loss.device();
         let scalar = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
         let mut stats = vec![self.key.stat(progress, &device)];
@@ -428,7 +400,7 @@ where
     }
 
     fn set_view_threads(&mut self, on: bool) {
-        self.view_threads.set(on && self.replica.is_none());
+        self.view_threads.set(on);
     }
 
     /// Every replica's keys are enqueued (in the one-device order), so the queue must hold
@@ -446,15 +418,74 @@ where
                 ),
             ));
         }
-        self.view_threads.set(false);
+        self.view_threads.replicated();
         self.replica = Some(replica);
         Ok(())
     }
 
     fn after_step(&mut self, progress: Progress) {
         self.key.update(&self.online, progress);
-        if let Some(keys) = self.pending_keys.take() {
-            self.queue.enqueue(keys);
+        self.queue.commit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::method::testing::TinyBackbone as Tiny;
+    use crate::method::testing::{cosine, host, images, progress, rows};
+    use burn::backend::{Autodiff, NdArray};
+
+    type Ad = Autodiff<NdArray<f64>>;
+
+    fn moco() -> MoCo<Ad, Tiny<Ad>> {
+        let device = Default::default();
+        crate::method::init_method::<Ad, _, ConfigError>(&device, 4, |d| {
+            MoCoConfig::new()
+                .with_hidden_dim(Some(8))
+                .with_output_dim(4)
+                .with_queue_size(8)
+                .init(|d| Tiny::new(16, 6, d), 4, d)
+        })
+        .unwrap()
+    }
+
+    /// The loss is InfoNCE with `τ = 0.2`: each query's key (the key encoder's projection of the
+    /// other view) against the queue's keys, `−log(e^{s⁺/τ} / (e^{s⁺/τ} + Σ e^{sₖ/τ}))` with
+    /// cosine similarities, averaged over the images and computed here on the host; after the
+    /// step the keys replace the queue's oldest slots (from slot 0).
+    #[test]
+    fn the_loss_is_infonce_against_the_queue_and_the_keys_enter_it() {
+        let mut m = moco();
+        let (v1, v2) = (images::<Ad>(4, 0.0), images::<Ad>(4, 1.0));
+        let q = host(m.online().forward(v1.clone()));
+        let k = host(m.key_encoder().network().forward(v2.clone()));
+        let queue = host(m.queue().keys());
+        let (q, k, queue) = (rows(&q, 4), rows(&k, 4), rows(&queue, 4));
+        let expected = (0..4)
+            .map(|i| {
+                let positive = cosine(q[i], k[i]) / 0.2;
+                let negatives = queue.iter().map(|n| (cosine(q[i], n) / 0.2).exp());
+                (positive.exp() + negatives.sum::<f64>()).ln() - positive
+            })
+            .sum::<f64>()
+            / 4.0;
+        let at = progress(0, 10, 0, 1);
+        let loss = host(m.forward(v1, v2, at).loss)[0];
+        assert!((loss - expected).abs() < 1e-12, "{loss} vs {expected}");
+        m.after_step(at);
+        let after = host(m.queue().keys());
+        for (i, key) in k.iter().enumerate() {
+            let norm = key.iter().map(|v| v * v).sum::<f64>().sqrt();
+            for (j, v) in key.iter().enumerate() {
+                assert!((after[i * 4 + j] - v / norm).abs() < 1e-12);
+            }
         }
+        assert_eq!(
+            &after[16..],
+            &queue.concat()[16..],
+            "the other slots are kept"
+        );
+        assert_eq!(m.queue().pointer(), 4);
     }
 }

@@ -16,16 +16,16 @@
 //!
 //! The math, the defaults and the worked values are in `docs/methods.md#moco-v3`.
 
-use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::Backbone;
+use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::encoder::{Predicted, Projected};
 use super::momentum::MomentumEncoder;
-use super::{MethodOutput, Progress, SslMethod};
+use super::ssl_method::{MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::MlpHeadConfig;
 use crate::loss::{MocoV3Loss, MocoV3LossConfig};
@@ -121,31 +121,19 @@ pub struct MocoV3<B: Backend, M: Backbone<B>> {
 }
 
 impl<B: Backend, M: Backbone<B>> MocoV3<B, M> {
-    /// The momentum encoder.
-    pub fn momentum_encoder(&self) -> &Projected<B, M> {
-        self.momentum.network()
-    }
-
-    /// The momentum at `progress`.
-    pub fn momentum_at(&self, progress: Progress) -> f64 {
-        self.momentum.momentum_at(progress)
+    /// The momentum copy (the momentum encoder): its network and its momentum schedule.
+    pub fn momentum_encoder(&self) -> &MomentumEncoder<Projected<B, M>> {
+        &self.momentum
     }
 }
 
-impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for MocoV3<B, M>
-where
-    M::InnerModule: Backbone<B::InnerBackend>,
-{
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MocoV3<B, M> {
     type Online = Predicted<B, M>;
     type Backbone = M;
     type State = MocoV3State<B, M>;
 
     fn online(&self) -> &Self::Online {
         &self.online
-    }
-
-    fn backbone(&self) -> &M {
-        &self.online.backbone
     }
 
     fn state(&self) -> MocoV3State<B, M> {
@@ -163,12 +151,8 @@ where
         self.online = online;
     }
 
-    fn forward(
-        &mut self,
-        view1: Tensor<B, 4>,
-        view2: Tensor<B, 4>,
-        progress: Progress,
-    ) -> MethodOutput<B> {
+    fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
+        let [view1, view2] = views.two();
         let n = view1.dims()[0];
         let query = |x: Tensor<B, 4>| self.online.forward(x).1;
         let (q1, q2) = (query(view1.clone()), query(view2.clone()));
@@ -199,5 +183,52 @@ where
 
     fn after_step(&mut self, progress: Progress) {
         self.momentum.update(&self.online, progress);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::method::testing::TinyBackbone as Tiny;
+    use crate::method::testing::{cosine, host, images, progress, rows};
+    use burn::backend::{Autodiff, NdArray};
+
+    type Ad = Autodiff<NdArray<f64>>;
+
+    /// `2τ · mean_i −log softmax_j(cos(q_i, k_j)/τ)[i]`: MoCo v3's loss of queries against the
+    /// keys of the same images, computed on the host.
+    fn contrast(q: Tensor<Ad, 2>, k: Tensor<Ad, 2>, tau: f64) -> f64 {
+        let width = q.dims()[1];
+        let (q, k) = (host(q), host(k));
+        let (q, k) = (rows(&q, width), rows(&k, width));
+        let n = q.len();
+        let ce: f64 = (0..n)
+            .map(|i| {
+                let logits: Vec<f64> = k.iter().map(|kj| cosine(q[i], kj) / tau).collect();
+                let lse = logits.iter().map(|l| l.exp()).sum::<f64>().ln();
+                lse - logits[i]
+            })
+            .sum();
+        2.0 * tau * ce / n as f64
+    }
+
+    /// The loss is the contrast of each view's predictions with the other view's momentum
+    /// keys, both orderings summed (MoCo v3's `ctr(q₁, k₂) + ctr(q₂, k₁)`), with `τ = 0.2`.
+    #[test]
+    fn the_loss_contrasts_each_views_queries_with_the_other_views_keys() {
+        let device = Default::default();
+        let mut m = crate::method::init_method::<Ad, _, ConfigError>(&device, 7, |d| {
+            MocoV3Config::new()
+                .with_hidden_dim(8)
+                .with_output_dim(4)
+                .init(|d| Tiny::new(16, 6, d), d)
+        })
+        .unwrap();
+        let (v1, v2) = (images::<Ad>(4, 0.0), images::<Ad>(4, 1.0));
+        let query = |x: &Tensor<Ad, 4>| m.online().forward(x.clone()).1;
+        let key = |x: &Tensor<Ad, 4>| m.momentum_encoder().network().forward(x.clone());
+        let expected = contrast(query(&v1), key(&v2), 0.2) + contrast(query(&v2), key(&v1), 0.2);
+        let loss = host(m.forward(v1, v2, progress(0, 10, 0, 1)).loss)[0];
+        assert!((loss - expected).abs() < 1e-12, "{loss} vs {expected}");
     }
 }

@@ -14,8 +14,8 @@
 use burn::prelude::*;
 
 use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
-use super::Progress;
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 
 /// A momentum copy of (a part of) an online network. Build it with [`MomentumEncoder::new`].
 #[derive(Debug, Clone)]

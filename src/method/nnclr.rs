@@ -16,16 +16,16 @@
 //!
 //! The math, the defaults and the worked values are in `docs/methods.md#nnclr`.
 
-use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::Backbone;
+use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::encoder::Predicted;
 use super::queue::{KeyQueue, KeyQueueConfig};
-use super::{MethodOutput, Progress, SslMethod};
+use super::ssl_method::{MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::MlpHeadConfig;
 use crate::loss::{l2_normalize, NnclrLoss, NnclrLossConfig};
@@ -81,7 +81,6 @@ impl NnclrConfig {
             },
             support,
             loss: self.loss.init()?,
-            pending: None,
             replica: None,
         })
     }
@@ -102,8 +101,6 @@ pub struct Nnclr<B: Backend, M: Backbone<B>> {
     online: Predicted<B, M>,
     support: KeyQueue<B>,
     loss: NnclrLoss,
-    /// The projections the support set takes after the step.
-    pending: Option<Tensor<B, 2>>,
     /// This method's replica in a data-parallel run.
     replica: Option<Replica<B>>,
 }
@@ -127,20 +124,13 @@ impl<B: Backend, M: Backbone<B>> Nnclr<B, M> {
     }
 }
 
-impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for Nnclr<B, M>
-where
-    M::InnerModule: Backbone<B::InnerBackend>,
-{
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Nnclr<B, M> {
     type Online = Predicted<B, M>;
     type Backbone = M;
     type State = NnclrState<B>;
 
     fn online(&self) -> &Self::Online {
         &self.online
-    }
-
-    fn backbone(&self) -> &M {
-        &self.online.backbone
     }
 
     fn state(&self) -> NnclrState<B> {
@@ -151,33 +141,20 @@ where
     }
 
     fn load_state(&mut self, state: NnclrState<B>) -> Result<(), ConfigError> {
-        let expected = self.support.keys().dims();
-        if state.support.dims() != expected {
-            return Err(ConfigError::new(
-                "support_set_size",
-                format!(
-                    "the checkpoint holds a support set of shape {:?}, this NNCLR one of \
-                     {expected:?}",
-                    state.support.dims()
-                ),
-            ));
-        }
-        self.support =
-            KeyQueue::from_parts(state.support, state.pointer, self.support.keys_per_step())?;
-        self.pending = None;
-        Ok(())
+        self.support.restore(
+            state.support,
+            state.pointer,
+            "support_set_size",
+            "NNCLR's support set",
+        )
     }
 
     fn set_online(&mut self, online: Self::Online) {
         self.online = online;
     }
 
-    fn forward(
-        &mut self,
-        view1: Tensor<B, 4>,
-        view2: Tensor<B, 4>,
-        _: Progress,
-    ) -> MethodOutput<B> {
+    fn forward_views(&mut self, views: Views<B>, _: Progress) -> MethodOutput<B> {
+        let [view1, view2] = views.two();
         let pass = |x: Tensor<B, 4>| self.online.forward(x);
         let ((z1, p1), (z2, p2)) = (pass(view1), pass(view2));
         let (nn1, nn2) = (
@@ -196,7 +173,7 @@ where
             None => (nn1, nn2, p1, p2, mine),
         };
         let loss = (self.loss.forward(nn1, p2) + self.loss.forward(nn2, p1)).div_scalar(2.0);
-        self.pending = Some(everyone);
+        self.support.stage(everyone);
         MethodOutput {
             loss,
             stats: Vec::new(),
@@ -213,27 +190,22 @@ where
     }
 
     fn after_step(&mut self, _: Progress) {
-        if let Some(z) = self.pending.take() {
-            self.support.enqueue(z);
-        }
+        self.support.commit();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::TinyBackbone as Tiny;
+    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
     use burn::backend::{Autodiff, NdArray};
-    use burn::nn::LinearConfig;
 
     type Ad = Autodiff<NdArray<f64>>;
 
     fn nnclr() -> Nnclr<Ad, Tiny<Ad>> {
         let device = Default::default();
         crate::method::init_method::<Ad, _, ConfigError>(&device, 8, |d| {
-            let tiny = Tiny {
-                fc: LinearConfig::new(16, 6).init(d),
-            };
+            let tiny = Tiny::new(16, 6, d);
             NnclrConfig::new()
                 .with_hidden_dim(8)
                 .with_output_dim(4)
@@ -244,24 +216,8 @@ mod tests {
         .unwrap()
     }
 
-    fn images(n: usize, shift: f64) -> Tensor<Ad, 4> {
-        let values: Vec<f64> = (0..n * 16)
-            .map(|i| (0.41 * i as f64 + shift).sin())
-            .collect();
-        Tensor::from_data(TensorData::new(values, [n, 1, 4, 4]), &Default::default())
-    }
-
-    fn host<const D: usize>(x: Tensor<Ad, D>) -> Vec<f64> {
-        x.into_data().convert::<f64>().to_vec().unwrap()
-    }
-
     fn at(step: usize) -> Progress {
-        Progress {
-            step,
-            total_steps: 10,
-            epoch: 0,
-            total_epochs: 1,
-        }
+        progress(step, 10, 0, 1)
     }
 
     /// The neighbour of each projection is the support-set row of largest cosine, found here by

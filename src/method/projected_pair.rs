@@ -4,16 +4,16 @@
 //! [`super::barlow_twins`] and [`super::vicreg`] (their projectors and defaults) and in
 //! `loss/` (their losses).
 
-use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::Backbone;
+use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::branches::ViewThreads;
 use super::encoder::Projected;
-use super::{MethodOutput, Progress, SslMethod};
+use super::ssl_method::{MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::MlpHead;
 
@@ -66,8 +66,7 @@ impl<B: Backend, M: Backbone<B>, L> ProjectedPair<B, M, L> {
 impl<B, M, L> SslMethod<B> for ProjectedPair<B, M, L>
 where
     B: AutodiffBackend,
-    M: Backbone<B> + AutodiffModule<B>,
-    M::InnerModule: Backbone<B::InnerBackend>,
+    M: TrainableBackbone<B>,
     L: PairObjective<B>,
 {
     type Online = Projected<B, M>;
@@ -77,10 +76,6 @@ where
 
     fn online(&self) -> &Self::Online {
         &self.online
-    }
-
-    fn backbone(&self) -> &M {
-        &self.online.backbone
     }
 
     fn state(&self) {}
@@ -93,12 +88,8 @@ where
         self.online = online;
     }
 
-    fn forward(
-        &mut self,
-        view1: Tensor<B, 4>,
-        view2: Tensor<B, 4>,
-        _: Progress,
-    ) -> MethodOutput<B> {
+    fn forward_views(&mut self, views: Views<B>, _: Progress) -> MethodOutput<B> {
+        let [view1, view2] = views.two();
         let ([z1, z2], _) =
             self.view_threads
                 .passes(&self.online, [view1, view2], true, |net, x| {
@@ -123,7 +114,7 @@ where
     }
 
     fn set_view_threads(&mut self, on: bool) {
-        self.view_threads.set(on && self.replica.is_none());
+        self.view_threads.set(on);
     }
 
     /// The loss compares images across the batch: every replica computes it on the gathered
@@ -131,7 +122,7 @@ where
     /// `W` times its rows' gradient, which the average over replicas brings back to the
     /// one-device gradient (`docs/methods.md#on-several-replicas`).
     fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.view_threads.set(false);
+        self.view_threads.replicated();
         self.replica = Some(replica);
         Ok(())
     }

@@ -54,6 +54,7 @@ impl KeyQueueConfig {
             keys: l2_normalize(keys),
             pointer: 0,
             keys_per_step,
+            staged: None,
         })
     }
 }
@@ -111,11 +112,17 @@ impl KeyQueueConfig {
 
 /// A ring buffer of `size` keys of width `dim`; the oldest `keys_per_step` keys are replaced by
 /// each [`KeyQueue::enqueue`]. Keys carry no gradient.
+///
+/// A method's step [stages](KeyQueue::stage) its keys while the loss is computed and
+/// [commits](KeyQueue::commit) them after the optimiser step, so that an attempt that is redrawn
+/// (batch curation) or abandoned never enters the queue.
 #[derive(Debug, Clone)]
 pub struct KeyQueue<B: Backend> {
     keys: Tensor<B, 2>,
     pointer: usize,
     keys_per_step: usize,
+    /// The keys the step being computed enqueues once it is applied.
+    staged: Option<Tensor<B, 2>>,
 }
 
 impl<B: Backend> KeyQueue<B> {
@@ -193,6 +200,50 @@ impl<B: Backend> KeyQueue<B> {
             keys: keys.detach(),
             pointer,
             keys_per_step,
+            staged: None,
         })
+    }
+
+    /// The keys of the step being computed, enqueued by [`KeyQueue::commit`] (replaces keys
+    /// staged before).
+    ///
+    /// # Shapes
+    /// - `keys`: `[keys_per_step, dim]`
+    pub fn stage(&mut self, keys: Tensor<B, 2>) {
+        self.staged = Some(keys);
+    }
+
+    /// After the optimiser step: enqueues the staged keys, if any.
+    pub fn commit(&mut self) {
+        if let Some(keys) = self.staged.take() {
+            self.enqueue(keys);
+        }
+    }
+
+    /// Takes back a checkpoint's keys and pointer (the same number of keys per step) and drops
+    /// any staged keys.
+    ///
+    /// # Errors
+    /// If `keys` has another shape than this queue's (the error names `field`, the setting that
+    /// fixes it, and says whose `what` it is, e.g. "MoCo's queue"), or the pointer does not fit.
+    pub fn restore(
+        &mut self,
+        keys: Tensor<B, 2>,
+        pointer: usize,
+        field: &'static str,
+        what: &str,
+    ) -> Result<(), ConfigError> {
+        if keys.dims() != self.keys.dims() {
+            return Err(ConfigError::new(
+                field,
+                format!(
+                    "the checkpoint's {what} has shape {:?}, this one {:?}",
+                    keys.dims(),
+                    self.keys.dims()
+                ),
+            ));
+        }
+        *self = Self::from_parts(keys, pointer, self.keys_per_step)?;
+        Ok(())
     }
 }

@@ -29,16 +29,16 @@
 //! whole training set, maps them through the views' crops and flips
 //! ([`box_in_view`](crate::curriculum::rotation::box_in_view)) and keeps them in the checkpoint.
 
-use burn::module::AutodiffModule;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::Backbone;
+use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::{MethodOutput, Progress, SslMethod};
+use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
 use crate::augment::rotate::rotate_k;
 use crate::base::error::{in_range, ConfigError};
+use crate::base::Progress;
 use crate::curriculum::rotation::{
     mix_rotated, rotate_in_boxes, CropBox, RotationCurriculum, RotationCurriculumConfig,
     NUM_ROTATIONS,
@@ -119,6 +119,12 @@ pub struct RotNetNetwork<B: Backend, M> {
     pub backbone: M,
     /// Linear classifier over the four rotations.
     pub head: Linear<B>,
+}
+
+impl<B: Backend, M> HasBackbone<M> for RotNetNetwork<B, M> {
+    fn backbone(&self) -> &M {
+        &self.backbone
+    }
 }
 
 impl<B: Backend, M: Backbone<B>> RotNetNetwork<B, M> {
@@ -221,10 +227,7 @@ impl<B: Backend, M: Backbone<B>> RotNet<B, M> {
     }
 }
 
-impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for RotNet<B, M>
-where
-    M::InnerModule: Backbone<B::InnerBackend>,
-{
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for RotNet<B, M> {
     type Online = RotNetNetwork<B, M>;
     type Backbone = M;
     /// RotNet keeps no state besides its networks: its angles are a function of the seed and the
@@ -233,10 +236,6 @@ where
 
     fn online(&self) -> &Self::Online {
         &self.online
-    }
-
-    fn backbone(&self) -> &M {
-        &self.online.backbone
     }
 
     fn state(&self) {}
@@ -249,12 +248,8 @@ where
         self.online = online;
     }
 
-    fn forward(
-        &mut self,
-        view1: Tensor<B, 4>,
-        view2: Tensor<B, 4>,
-        progress: Progress,
-    ) -> MethodOutput<B> {
+    fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
+        let [view1, view2] = views.two();
         let boxes = self.boxes.take();
         let batch = self.rotation_batch(view1, view2, progress, boxes.as_deref());
         let device = batch.images.device();
@@ -313,18 +308,17 @@ mod tests {
     use super::*;
     use crate::augment::rotate::rot90;
     use burn::backend::{Autodiff, NdArray};
+    use burn::module::AutodiffModule;
 
     type Inner = NdArray<f64>;
     type Ad = Autodiff<Inner>;
 
-    use crate::method::TinyBackbone as Tiny;
+    use crate::method::testing::TinyBackbone as Tiny;
 
     fn rotnet(config: RotNetConfig) -> RotNet<Ad, Tiny<Ad>> {
         let device = Default::default();
         crate::base::seed::with_seed::<Ad, _>(&device, 3, || {
-            let tiny = Tiny {
-                fc: LinearConfig::new(2 * 4 * 4, 5).init(&device),
-            };
+            let tiny = Tiny::new(2 * 4 * 4, 5, &device);
             config.init(tiny, &device).unwrap()
         })
     }

@@ -16,19 +16,19 @@
 //! `docs/methods.md#simclr` (and `#nt-xent`, `#hcl`, `#curricular-weighting`,
 //! `#huber-regularised-nt-xent`, `#dcl-and-dclw` for the losses).
 
-use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::Backbone;
+use curriculum_ssl_models::{Backbone, TrainableBackbone};
 use serde::{Deserialize, Serialize};
 
 use super::branches::ViewThreads;
 use super::encoder::Projected;
 use super::pgd::{attack_copy, Pgd, PgdConfig};
-use super::{MethodOutput, Progress, SslMethod};
+use super::ssl_method::{MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::MlpHeadConfig;
 use crate::loss::{
@@ -158,10 +158,7 @@ impl<B: Backend, M: Backbone<B>> SimClr<B, M> {
     }
 }
 
-impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SimClr<B, M>
-where
-    M::InnerModule: Backbone<B::InnerBackend>,
-{
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SimClr<B, M> {
     /// The loss of the anchors `z1`, `z2` (clean positives) against negatives `n1`, `n2`, as the
     /// method's loss defines it (NT-Xent, or HCL at the `β` of `progress`).
     fn loss_against(
@@ -210,20 +207,13 @@ where
     }
 }
 
-impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for SimClr<B, M>
-where
-    M::InnerModule: Backbone<B::InnerBackend>,
-{
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimClr<B, M> {
     type Online = Projected<B, M>;
     type Backbone = M;
     type State = SimClrState;
 
     fn online(&self) -> &Self::Online {
         &self.online
-    }
-
-    fn backbone(&self) -> &M {
-        &self.online.backbone
     }
 
     fn state(&self) -> SimClrState {
@@ -254,12 +244,8 @@ where
         self.online = online;
     }
 
-    fn forward(
-        &mut self,
-        view1: Tensor<B, 4>,
-        view2: Tensor<B, 4>,
-        progress: Progress,
-    ) -> MethodOutput<B> {
+    fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
+        let [view1, view2] = views.two();
         let clean = self
             .pgd
             .as_ref()
@@ -338,7 +324,7 @@ where
     }
 
     fn set_view_threads(&mut self, on: bool) {
-        self.view_threads.set(on && self.replica.is_none());
+        self.view_threads.set(on);
     }
 
     fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
@@ -349,7 +335,7 @@ where
                  passes are not spread over replicas",
             ));
         }
-        self.view_threads.set(false);
+        self.view_threads.replicated();
         self.replica = Some(replica);
         Ok(())
     }
@@ -363,12 +349,11 @@ mod tests {
     use crate::augment::normalize::Normalize;
     use crate::loss::CurricularLossConfig;
     use burn::backend::{Autodiff, NdArray};
-    use burn::nn::LinearConfig;
 
     type Inner = NdArray<f64>;
     type Ad = Autodiff<Inner>;
 
-    use crate::method::TinyBackbone as Tiny;
+    use crate::method::testing::TinyBackbone as Tiny;
 
     const MEAN: f64 = 0.4;
     const STD: f64 = 0.25;
@@ -376,9 +361,7 @@ mod tests {
     fn simclr(config: SimClrConfig) -> SimClr<Ad, Tiny<Ad>> {
         let device = Default::default();
         crate::method::init_method::<Ad, _, ConfigError>(&device, 11, |d| {
-            let tiny = Tiny {
-                fc: LinearConfig::new(16, 6).init(d),
-            };
+            let tiny = Tiny::new(16, 6, d);
             config.with_hidden_dim(8).with_output_dim(4).init(tiny, d)
         })
         .unwrap()
@@ -501,9 +484,7 @@ mod tests {
     #[test]
     fn pgd_is_refused_with_a_loss_it_does_not_harden() {
         let device = Default::default();
-        let tiny: Tiny<Ad> = Tiny {
-            fc: LinearConfig::new(16, 6).init(&device),
-        };
+        let tiny: Tiny<Ad> = Tiny::new(16, 6, &device);
         let err = SimClrConfig::new()
             .with_loss(PairLossConfig::Curricular(CurricularLossConfig::new()))
             .with_pgd(Some(PgdConfig::new()))

@@ -7,16 +7,16 @@
 //! The math, the defaults, the paper followed and the worked values are in
 //! `docs/methods.md#simsiam`.
 
-use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::Backbone;
+use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::branches::ViewThreads;
 use super::encoder::Predicted;
-use super::{MethodOutput, Progress, SslMethod};
+use super::ssl_method::{MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::MlpHeadConfig;
 use crate::loss::{NegativeCosineLoss, NegativeCosineLossConfig};
@@ -50,7 +50,6 @@ impl SimSiamConfig {
             },
             loss: NegativeCosineLossConfig::new().init()?,
             view_threads: ViewThreads::default(),
-            replicated: false,
         })
     }
 }
@@ -62,14 +61,9 @@ pub struct SimSiam<B: Backend, M: Backbone<B>> {
     loss: NegativeCosineLoss,
     /// The two views' passes back-propagated on two threads, when on.
     view_threads: ViewThreads<B, Predicted<B, M>>,
-    /// Whether this is one replica of a data-parallel run (its passes stay on its thread).
-    replicated: bool,
 }
 
-impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for SimSiam<B, M>
-where
-    M::InnerModule: Backbone<B::InnerBackend>,
-{
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimSiam<B, M> {
     type Online = Predicted<B, M>;
     type Backbone = M;
     /// SimSiam keeps no state besides its trainable networks.
@@ -77,10 +71,6 @@ where
 
     fn online(&self) -> &Self::Online {
         &self.online
-    }
-
-    fn backbone(&self) -> &M {
-        &self.online.backbone
     }
 
     fn state(&self) {}
@@ -93,12 +83,8 @@ where
         self.online = online;
     }
 
-    fn forward(
-        &mut self,
-        view1: Tensor<B, 4>,
-        view2: Tensor<B, 4>,
-        _: Progress,
-    ) -> MethodOutput<B> {
+    fn forward_views(&mut self, views: Views<B>, _: Progress) -> MethodOutput<B> {
+        let [view1, view2] = views.two();
         // The projections are detached: the stop-gradient of SimSiam (the loss detaches them
         // too).
         let ([p1, p2], [z1, z2]) =
@@ -120,17 +106,51 @@ where
     }
 
     fn set_view_threads(&mut self, on: bool) {
-        self.view_threads.set(on && !self.replicated);
+        self.view_threads.set(on);
     }
 
     /// The loss is a mean over images: each replica's is the mean over its shard, and the
     /// average of the replicas' gradients is the one-device gradient (with synchronised batch
     /// norms). Nothing is gathered.
     fn set_replica(&mut self, _: Replica<B>) -> Result<(), ConfigError> {
-        self.view_threads.set(false);
-        self.replicated = true;
+        self.view_threads.replicated();
         Ok(())
     }
 
     fn after_step(&mut self, _: Progress) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::method::testing::TinyBackbone as Tiny;
+    use crate::method::testing::{cosine, host, images, mean_over_rows, progress};
+    use burn::backend::{Autodiff, NdArray};
+
+    type Ad = Autodiff<NdArray<f64>>;
+
+    fn simsiam() -> SimSiam<Ad, Tiny<Ad>> {
+        let device = Default::default();
+        crate::method::init_method::<Ad, _, ConfigError>(&device, 6, |d| {
+            SimSiamConfig::new()
+                .with_dim(4)
+                .with_predictor_dim(3)
+                .init(Tiny::new(16, 6, d), d)
+        })
+        .unwrap()
+    }
+
+    /// The loss is `−cos(p₁, z₂)/2 − cos(p₂, z₁)/2` averaged over the images (Chen & He 2021,
+    /// eq. 2), recomputed here on the host from the network's projections and predictions.
+    #[test]
+    fn the_loss_is_the_mean_of_both_orderings_of_the_negative_cosine() {
+        let mut m = simsiam();
+        let (v1, v2) = (images::<Ad>(4, 0.0), images::<Ad>(4, 1.0));
+        let (z1, p1) = m.online().forward(v1.clone());
+        let (z2, p2) = m.online().forward(v2.clone());
+        let term = |p, z| mean_over_rows(p, z, |p, z| -cosine(p, z));
+        let expected = (term(p1, z2) + term(p2, z1)) / 2.0;
+        let loss = host(m.forward(v1, v2, progress(0, 10, 0, 1)).loss)[0];
+        assert!((loss - expected).abs() < 1e-12, "{loss} vs {expected}");
+    }
 }

@@ -23,16 +23,16 @@
 //!
 //! The math, the defaults and the worked values are in `docs/methods.md#swav`.
 
-use burn::module::AutodiffModule;
 use burn::nn::{Linear, LinearConfig};
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::Backbone;
+use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::{MethodOutput, Progress, SslMethod};
+use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::{MlpHead, MlpHeadConfig};
 use crate::loss::{l2_normalize, SwavLoss, SwavLossConfig};
@@ -74,6 +74,12 @@ pub struct SwavNetwork<B: Backend, M> {
     /// The prototypes: a linear map without bias, weight `[D, K]` whose columns are the unit
     /// prototype vectors.
     pub prototypes: Linear<B>,
+}
+
+impl<B: Backend, M> HasBackbone<M> for SwavNetwork<B, M> {
+    fn backbone(&self) -> &M {
+        &self.backbone
+    }
 }
 
 impl<B: Backend, M: Backbone<B>> SwavNetwork<B, M> {
@@ -189,20 +195,13 @@ impl<B: Backend, M: Backbone<B>> Swav<B, M> {
     }
 }
 
-impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for Swav<B, M>
-where
-    M::InnerModule: Backbone<B::InnerBackend>,
-{
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Swav<B, M> {
     type Online = SwavNetwork<B, M>;
     type Backbone = M;
     type State = SwavState<B>;
 
     fn online(&self) -> &Self::Online {
         &self.online
-    }
-
-    fn backbone(&self) -> &M {
-        &self.online.backbone
     }
 
     fn state(&self) -> SwavState<B> {
@@ -259,26 +258,15 @@ where
         self.online = online;
     }
 
-    fn forward(
-        &mut self,
-        view1: Tensor<B, 4>,
-        view2: Tensor<B, 4>,
-        progress: Progress,
-    ) -> MethodOutput<B> {
-        self.forward_multi_crop(view1, view2, Vec::new(), progress)
-    }
-
     fn takes_local_crops(&self) -> bool {
         true
     }
 
-    fn forward_multi_crop(
-        &mut self,
-        view1: Tensor<B, 4>,
-        view2: Tensor<B, 4>,
-        locals: Vec<Tensor<B, 4>>,
-        progress: Progress,
-    ) -> MethodOutput<B> {
+    fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
+        let Views {
+            global: [view1, view2],
+            local: locals,
+        } = views;
         self.frozen = progress.epoch < self.freeze_prototypes_epochs;
         let n = view1.dims()[0];
         // One pass per resolution, as the authors' multi-crop forward.
@@ -380,7 +368,7 @@ where
 mod tests {
     use super::*;
     use crate::loss::sinkhorn;
-    use crate::method::TinyBackbone as Tiny;
+    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
     use crate::optim::SgdConfig;
     use burn::backend::{Autodiff, NdArray};
     use burn::optim::Optimizer;
@@ -390,9 +378,7 @@ mod tests {
     fn swav(config: SwavConfig) -> Swav<Ad, Tiny<Ad>> {
         let device = Default::default();
         crate::method::init_method::<Ad, _, ConfigError>(&device, 5, |d| {
-            let tiny = Tiny {
-                fc: LinearConfig::new(16, 6).init(d),
-            };
+            let tiny = Tiny::new(16, 6, d);
             config
                 .with_hidden_dim(8)
                 .with_output_dim(4)
@@ -402,24 +388,8 @@ mod tests {
         .unwrap()
     }
 
-    fn images(n: usize, shift: f64) -> Tensor<Ad, 4> {
-        let values: Vec<f64> = (0..n * 16)
-            .map(|i| (0.41 * i as f64 + shift).sin())
-            .collect();
-        Tensor::from_data(TensorData::new(values, [n, 1, 4, 4]), &Default::default())
-    }
-
-    fn host<const D: usize>(x: Tensor<Ad, D>) -> Vec<f64> {
-        x.into_data().convert::<f64>().to_vec().unwrap()
-    }
-
     fn at(step: usize, epoch: usize) -> Progress {
-        Progress {
-            step,
-            total_steps: 100,
-            epoch,
-            total_epochs: 10,
-        }
+        progress(step, 100, epoch, 10)
     }
 
     /// One SGD step (with weight decay, which would move even a parameter whose gradient is 0);
@@ -430,12 +400,11 @@ mod tests {
             .with_weight_decay(0.1)
             .init::<Ad, SwavNetwork<Ad, Tiny<Ad>>>()
             .unwrap();
-        let out = m.forward_multi_crop(
-            images(4, 0.0),
-            images(4, 1.0),
-            vec![images(4, 2.0)],
-            progress,
-        );
+        let views = Views {
+            global: [images(4, 0.0), images(4, 1.0)],
+            local: vec![images(4, 2.0)],
+        };
+        let out = m.forward_views(views, progress);
         let grads = m.gradients(&out.loss);
         m.set_online(optim.step(0.5, m.online().clone(), grads));
         m.after_step(progress);

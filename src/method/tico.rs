@@ -11,16 +11,17 @@
 //!
 //! The math, the defaults and the worked values are in `docs/methods.md#tico`.
 
-use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::Backbone;
+use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::encoder::Projected;
 use super::momentum::MomentumEncoder;
-use super::{MethodOutput, Progress, SslMethod};
+use super::running::Running;
+use super::ssl_method::{MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::MlpHeadConfig;
 use crate::loss::{TiCoLoss, TiCoLossConfig};
@@ -73,8 +74,7 @@ impl TiCoConfig {
             online,
             momentum,
             loss: self.loss.init()?,
-            covariance: Tensor::zeros([self.output_dim, self.output_dim], device),
-            pending: None,
+            covariance: Running::new(Tensor::zeros([self.output_dim, self.output_dim], device)),
             replica: None,
         })
     }
@@ -95,34 +95,24 @@ pub struct TiCo<B: Backend, M: Backbone<B>> {
     online: Projected<B, M>,
     momentum: MomentumEncoder<Projected<B, M>>,
     loss: TiCoLoss,
-    covariance: Tensor<B, 2>,
-    /// The covariance after the step being computed.
-    pending: Option<Tensor<B, 2>>,
+    covariance: Running<B, 2>,
     /// This method's replica in a data-parallel run.
     replica: Option<Replica<B>>,
 }
 
 impl<B: Backend, M: Backbone<B>> TiCo<B, M> {
-    /// The momentum encoder.
-    pub fn momentum_encoder(&self) -> &Projected<B, M> {
-        self.momentum.network()
+    /// The momentum copy (the momentum encoder): its network and its momentum schedule.
+    pub fn momentum_encoder(&self) -> &MomentumEncoder<Projected<B, M>> {
+        &self.momentum
     }
 
     /// The running covariance, `[D, D]`.
     pub fn covariance(&self) -> Tensor<B, 2> {
-        self.covariance.clone()
-    }
-
-    /// The momentum at `progress`.
-    pub fn momentum_at(&self, progress: Progress) -> f64 {
-        self.momentum.momentum_at(progress)
+        self.covariance.value()
     }
 }
 
-impl<B: AutodiffBackend, M: Backbone<B> + AutodiffModule<B>> SslMethod<B> for TiCo<B, M>
-where
-    M::InnerModule: Backbone<B::InnerBackend>,
-{
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for TiCo<B, M> {
     type Online = Projected<B, M>;
     type Backbone = M;
     type State = TiCoState<B, M>;
@@ -131,31 +121,17 @@ where
         &self.online
     }
 
-    fn backbone(&self) -> &M {
-        &self.online.backbone
-    }
-
     fn state(&self) -> TiCoState<B, M> {
         TiCoState {
             momentum: self.momentum.record(),
-            covariance: self.covariance.clone(),
+            covariance: self.covariance.value(),
         }
     }
 
     fn load_state(&mut self, state: TiCoState<B, M>) -> Result<(), ConfigError> {
-        if state.covariance.dims() != self.covariance.dims() {
-            return Err(ConfigError::new(
-                "output_dim",
-                format!(
-                    "the checkpoint's covariance has shape {:?}, this TiCo's {:?}",
-                    state.covariance.dims(),
-                    self.covariance.dims()
-                ),
-            ));
-        }
+        self.covariance
+            .restore(state.covariance, "output_dim", "TiCo's covariance")?;
         self.momentum.load_record(state.momentum);
-        self.covariance = state.covariance.set_require_grad(false);
-        self.pending = None;
         Ok(())
     }
 
@@ -163,12 +139,8 @@ where
         self.online = online;
     }
 
-    fn forward(
-        &mut self,
-        view1: Tensor<B, 4>,
-        view2: Tensor<B, 4>,
-        progress: Progress,
-    ) -> MethodOutput<B> {
+    fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
+        let [view1, view2] = views.two();
         let z_a = self.online.forward(view1);
         let z_b = self.momentum.network().forward(view2).detach();
         let embeddings = Some([z_a.clone().detach(), z_b.clone()]);
@@ -176,8 +148,8 @@ where
             Some(r) => (r.gather(z_a), r.gather(z_b).detach()),
             None => (z_a, z_b),
         };
-        let (loss, covariance) = self.loss.forward(z_a, z_b, self.covariance.clone());
-        self.pending = Some(covariance.set_require_grad(false));
+        let (loss, covariance) = self.loss.forward(z_a, z_b, self.covariance.value());
+        self.covariance.propose(covariance);
         let stats = vec![self.momentum.stat(progress, &loss.device())];
         MethodOutput {
             loss,
@@ -195,9 +167,7 @@ where
     }
 
     fn after_step(&mut self, progress: Progress) {
-        if let Some(covariance) = self.pending.take() {
-            self.covariance = covariance;
-        }
+        self.covariance.commit();
         self.momentum.update(&self.online, progress);
     }
 }
@@ -205,18 +175,16 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::TinyBackbone as Tiny;
+    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
     use burn::backend::{Autodiff, NdArray};
-    use burn::nn::LinearConfig;
 
     type Ad = Autodiff<NdArray<f64>>;
 
     fn tico() -> TiCo<Ad, Tiny<Ad>> {
         let device = Default::default();
         crate::method::init_method::<Ad, _, ConfigError>(&device, 9, |d| {
-            let tiny = |d: &<Ad as burn::tensor::backend::BackendTypes>::Device| Tiny {
-                fc: LinearConfig::new(16, 6).init(d),
-            };
+            let tiny =
+                |d: &<Ad as burn::tensor::backend::BackendTypes>::Device| Tiny::new(16, 6, d);
             TiCoConfig::new()
                 .with_hidden_dim(8)
                 .with_output_dim(4)
@@ -225,24 +193,8 @@ mod tests {
         .unwrap()
     }
 
-    fn images(n: usize, shift: f64) -> Tensor<Ad, 4> {
-        let values: Vec<f64> = (0..n * 16)
-            .map(|i| (0.41 * i as f64 + shift).sin())
-            .collect();
-        Tensor::from_data(TensorData::new(values, [n, 1, 4, 4]), &Default::default())
-    }
-
-    fn host<const D: usize>(x: Tensor<Ad, D>) -> Vec<f64> {
-        x.into_data().convert::<f64>().to_vec().unwrap()
-    }
-
     fn at(step: usize) -> Progress {
-        Progress {
-            step,
-            total_steps: 10,
-            epoch: 0,
-            total_epochs: 1,
-        }
+        progress(step, 10, 0, 1)
     }
 
     /// After the step the covariance is `(1 − β)·z_aᵀz_a/N` of the online unit embeddings of the

@@ -16,10 +16,9 @@ use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{LearningRate, SimpleOptimizer};
 use burn::prelude::*;
-use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 
-use super::sgd::momentum_step;
+use super::sgd::{momentum_update, SgdState};
 use crate::base::error::{in_range, non_negative, positive, ConfigError};
 
 /// Configuration of [`Lars`].
@@ -85,12 +84,8 @@ pub struct Lars {
     exclude_bias_and_norm: bool,
 }
 
-/// Per-parameter state of [`Lars`]: the momentum buffer.
-#[derive(Record, Clone)]
-pub struct LarsState<B: Backend, const D: usize> {
-    /// Momentum buffer `v`.
-    pub velocity: Tensor<B, D>,
-}
+/// Per-parameter state of [`Lars`]: the momentum buffer, as SGD's (the same record).
+pub type LarsState<B, const D: usize> = SgdState<B, D>;
 
 impl<B: Backend> SimpleOptimizer<B> for Lars {
     type State<const D: usize> = LarsState<B, D>;
@@ -119,19 +114,11 @@ impl<B: Backend> SimpleOptimizer<B> for Lars {
             let shape = [1; D];
             (grad + tensor.clone() * self.weight_decay) * ratio.reshape(shape)
         };
-        let (step, velocity) = momentum_step(
-            update,
-            state.map(|s| s.velocity),
-            self.momentum,
-            self.nesterov,
-        );
-        (tensor - step * lr, Some(LarsState { velocity }))
+        momentum_update(tensor, update, state, lr, self.momentum, self.nesterov)
     }
 
     fn to_device<const D: usize>(state: Self::State<D>, device: &B::Device) -> Self::State<D> {
-        LarsState {
-            velocity: state.velocity.to_device(device),
-        }
+        state.to_device(device)
     }
 }
 

@@ -89,11 +89,34 @@ pub(crate) fn momentum_step<B: Backend, const D: usize>(
     (step, velocity)
 }
 
-/// Per-parameter state of [`Sgd`]: the momentum buffer.
+/// `θ − lr·s` for the step `s` of PyTorch's momentum on `update` ([`momentum_step`]), and the
+/// state that keeps its buffer: the last move of SGD and of LARS.
+pub(crate) fn momentum_update<B: Backend, const D: usize>(
+    tensor: Tensor<B, D>,
+    update: Tensor<B, D>,
+    state: Option<SgdState<B, D>>,
+    lr: LearningRate,
+    momentum: f64,
+    nesterov: bool,
+) -> (Tensor<B, D>, Option<SgdState<B, D>>) {
+    let (step, velocity) = momentum_step(update, state.map(|s| s.velocity), momentum, nesterov);
+    (tensor - step * lr, Some(SgdState { velocity }))
+}
+
+/// Per-parameter state of [`Sgd`] and of [`Lars`](super::Lars): the momentum buffer.
 #[derive(Record, Clone)]
 pub struct SgdState<B: Backend, const D: usize> {
     /// Momentum buffer `v`.
     pub velocity: Tensor<B, D>,
+}
+
+impl<B: Backend, const D: usize> SgdState<B, D> {
+    /// The same state on `device`.
+    pub fn to_device(self, device: &B::Device) -> Self {
+        Self {
+            velocity: self.velocity.to_device(device),
+        }
+    }
 }
 
 impl<B: Backend> SimpleOptimizer<B> for Sgd {
@@ -114,19 +137,11 @@ impl<B: Backend> SimpleOptimizer<B> for Sgd {
         if self.momentum == 0.0 {
             return (tensor - grad * lr, None);
         }
-        let (step, velocity) = momentum_step(
-            grad,
-            state.map(|s| s.velocity),
-            self.momentum,
-            self.nesterov,
-        );
-        (tensor - step * lr, Some(SgdState { velocity }))
+        momentum_update(tensor, grad, state, lr, self.momentum, self.nesterov)
     }
 
     fn to_device<const D: usize>(state: Self::State<D>, device: &B::Device) -> Self::State<D> {
-        SgdState {
-            velocity: state.velocity.to_device(device),
-        }
+        state.to_device(device)
     }
 }
 

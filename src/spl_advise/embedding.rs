@@ -94,9 +94,7 @@ mod tests {
     #[test]
     fn embedding_is_the_linear_layer_on_the_features() {
         let device = Default::default();
-        let backbone = crate::method::TinyBackbone::<B> {
-            fc: LinearConfig::new(4, 3).init(&device),
-        };
+        let backbone = crate::method::testing::TinyBackbone::<B>::new(4, 3, &device);
         let net = EmbeddingNetConfig::new()
             .with_dim(2)
             .init(backbone, &device);

@@ -28,9 +28,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::{finite_f64, same_length, SplAdviseError};
+use super::checks::{finite_f64, same_length};
 use crate::base::error::ConfigError;
 use crate::base::seed::mix_seed;
+use crate::error::SplAdviseError;
 
 /// Configuration of [`kmeans`] and [`cluster_per_class`].
 #[derive(Config, Debug)]

@@ -37,8 +37,10 @@ use burn::config::Config;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{finite_f64, same_length, ClusterIndex, SplAdviseError};
+use super::checks::{finite_f64, same_length};
+use super::kmeans::ClusterIndex;
 use crate::base::error::ConfigError;
+use crate::error::SplAdviseError;
 
 /// Configuration of [`MagnetSampler`]: the shape of a batch.
 #[derive(Config, Debug)]

@@ -32,14 +32,13 @@ use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::Backbone;
+use curriculum_ssl_models::TrainableBackbone;
 use serde::{Deserialize, Serialize};
 
 use super::embedding::EmbeddingNet;
-use super::{
-    cluster_per_class, ClusterIndex, ClusterIndexState, KMeansConfig, MagnetSampler,
-    MagnetSamplerConfig, MagnetSamplerState, Spld, SpldConfig, SpldState,
-};
+use super::kmeans::{cluster_per_class, ClusterIndex, ClusterIndexState, KMeansConfig};
+use super::magnet_sampler::{MagnetSampler, MagnetSamplerConfig, MagnetSamplerState};
+use super::spld::{Spld, SpldConfig, SpldState};
 use crate::base::error::{in_range, ConfigError};
 use crate::base::Progress;
 use crate::data::{loader::mix_seed, Dataset, ImageArray};
@@ -411,8 +410,7 @@ pub struct SplAdvise<B: AutodiffBackend, M, O> {
 impl<B, M, O> SplAdvise<B, M, O>
 where
     B: AutodiffBackend,
-    M: Backbone<B> + AutodiffModule<B>,
-    M::InnerModule: Backbone<B::InnerBackend>,
+    M: TrainableBackbone<B>,
     O: Optimizer<EmbeddingNet<B, M>, B>,
 {
     /// SPL-ADVisE with the embedding network `net` trained by `optimizer` on `data` (the
@@ -539,8 +537,7 @@ where
 impl<B, M, O, K> Hook<B, K> for SplAdvise<B, M, O>
 where
     B: AutodiffBackend,
-    M: Backbone<B> + AutodiffModule<B> + 'static,
-    M::InnerModule: Backbone<B::InnerBackend>,
+    M: TrainableBackbone<B>,
     O: Optimizer<EmbeddingNet<B, M>, B> + 'static,
     K: SupervisedTask<B>,
 {

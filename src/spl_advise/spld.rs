@@ -36,8 +36,9 @@
 use burn::config::Config;
 use serde::{Deserialize, Serialize};
 
-use super::{finite_f64, same_length, SplAdviseError};
+use super::checks::{finite_f64, same_length};
 use crate::base::error::{non_negative, ConfigError};
+use crate::error::SplAdviseError;
 
 /// Configuration of [`Spld`]: the initial pace parameters and their growth per epoch.
 ///

@@ -45,7 +45,11 @@ use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Record, Recorde
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::TrainError;
+use super::error::TrainError;
+
+/// The step's key in `curricula.json` (the self-supervised step keeps its augmenter's adaptive
+/// state there); the hooks' states sit beside it, under their names.
+pub const STEP_STATE: &str = "augmenter";
 
 /// Version of the checkpoint layout written by this crate (2: checksums, shapes and `run.json`;
 /// 3: `curricula.json`; 4: crop-and-rotate's object boxes in `curricula.json`; 5: the `kind` of

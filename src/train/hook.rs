@@ -33,10 +33,13 @@ use std::path::Path;
 
 use burn::tensor::backend::AutodiffBackend;
 
+use super::error::TrainError;
 use super::run_log::Column;
 use super::task::Task;
-use super::TrainError;
 use crate::base::Progress;
+
+/// A run's hooks, in the order they are called.
+pub type Hooks<B, K> = Vec<Box<dyn Hook<B, K>>>;
 
 /// What a hook decides about an attempt at a step, once the forward pass has run and before
 /// anything is applied.

@@ -22,8 +22,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{files, io_error, CheckpointDir};
+use super::config::TrainConfig;
+use super::error::TrainError;
 use super::self_supervised::SelfSupervisedSettings;
-use super::{TrainConfig, TrainError};
 
 /// The `format` field of every run record: what marks a directory as a run of this crate.
 pub const RUN_FORMAT: &str = "curriculum-ssl run";

@@ -22,7 +22,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{files, write_atomic};
-use super::TrainError;
+use super::error::TrainError;
 
 /// One optimiser step, as written to `steps.csv`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

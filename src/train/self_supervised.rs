@@ -5,7 +5,7 @@
 //! epoch:   the loader's batches, order keyed by (seed, epoch); uploaded and augmented one step
 //!          ahead on a thread of its own when asked (`augment_ahead`)
 //! attempt: view1, view2 = augmenter.redrawn_views(batch, progress, attempt)   # keyed by (step, attempt)
-//! forward: out = method.forward_multi_crop(view1, view2, local crops, progress)
+//! forward: out = method.forward_views(Views { global: [view1, view2], local crops }, progress)
 //! apply:   online = optimiser.step(lr, online, grad(out.loss)); loss and statistics in one read
 //! after:   method.after_step (EMA, queue); the self-paced AutoAugment learns from the loss
 //!          through its hook (crate::hooks::SelfPacedAutoAugmentHook)
@@ -24,13 +24,14 @@ use super::checkpoint::{
     check_shapes, files, non_finite_tensors, read_record, shapes, to_bytes, CheckpointKind,
     CheckpointMeta,
 };
+use super::config::TrainConfig;
+use super::error::TrainError;
 use super::task::{EpochBatches, LrPlan, ProgressOf, Task};
-use super::{TrainConfig, TrainError};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data::{Dataset, HostBatch, ImageItem, Loader, LoaderConfig};
 use crate::data_parallel::Replica;
-use crate::method::{MethodOutput, SslMethod};
+use crate::method::{MethodOutput, SslMethod, Views};
 use crate::pipeline::{Augmenter, PipelineConfig, TwoViews, LOSS_FEEDBACK};
 
 /// The self-supervised step's settings in the run record: the loader and the augmentation.
@@ -345,12 +346,11 @@ where
     fn forward(&mut self, views: TwoViews<B::InnerBackend>, progress: Progress) -> MethodOutput<B> {
         self.knobs = views.knobs;
         let locals = views.locals.into_iter().map(Tensor::from_inner).collect();
-        let mut out = self.method.forward_multi_crop(
-            Tensor::from_inner(views.view1),
-            Tensor::from_inner(views.view2),
-            locals,
-            progress,
-        );
+        let views = Views {
+            global: [views.view1, views.view2].map(Tensor::from_inner),
+            local: locals,
+        };
+        let mut out = self.method.forward_views(views, progress);
         // Data-parallel: a hook that reads the embeddings measures the global batch (Fréchet
         // curation's distance, a user's rule), the same on every replica, so that all decide
         // alike.

@@ -26,7 +26,7 @@ use burn::module::{AutodiffModule, Module};
 use burn::optim::{GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::Backbone;
+use curriculum_ssl_models::TrainableBackbone;
 use rand::seq::SliceRandom;
 use rand::{rngs::StdRng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -35,8 +35,9 @@ use super::checkpoint::{
     check_shapes, files, read_record, shapes, to_bytes, CheckpointKind, CheckpointMeta,
 };
 use super::classifier::{cross_entropy_per_example, ClassifierAugmentConfig, LinearClassifier};
+use super::config::TrainConfig;
+use super::error::TrainError;
 use super::task::{EpochBatches, LrPlan, ProgressOf, Task};
-use super::{TrainConfig, TrainError};
 use crate::base::error::{positive, ConfigError};
 use crate::base::Progress;
 use crate::data::{loader::mix_seed, DataError, Dataset, ImageArray};
@@ -142,8 +143,7 @@ pub struct Supervised<B: AutodiffBackend, M, O> {
 impl<B, M, O> Supervised<B, M, O>
 where
     B: AutodiffBackend,
-    M: Backbone<B> + AutodiffModule<B> + 'static,
-    M::InnerModule: Backbone<B::InnerBackend>,
+    M: TrainableBackbone<B>,
     O: Optimizer<LinearClassifier<B, M>, B> + 'static,
 {
     /// `model` trained with `optimizer` on the labelled `train` split, tested on `test`.
@@ -189,8 +189,7 @@ where
 impl<B, M, O> SupervisedTask<B> for Supervised<B, M, O>
 where
     B: AutodiffBackend,
-    M: Backbone<B> + AutodiffModule<B> + 'static,
-    M::InnerModule: Backbone<B::InnerBackend>,
+    M: TrainableBackbone<B>,
     O: Optimizer<LinearClassifier<B, M>, B> + 'static,
 {
     fn train_data(&self) -> &ImageArray {
@@ -268,8 +267,7 @@ where
 impl<B, M, O> Task<B> for Supervised<B, M, O>
 where
     B: AutodiffBackend,
-    M: Backbone<B> + AutodiffModule<B> + 'static,
-    M::InnerModule: Backbone<B::InnerBackend>,
+    M: TrainableBackbone<B>,
     O: Optimizer<LinearClassifier<B, M>, B> + 'static,
 {
     type Settings = SupervisedSettings;
@@ -513,7 +511,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::method::TinyBackbone;
+    use crate::method::testing::TinyBackbone;
     use crate::optim::SgdConfig;
     use crate::spl_advise::RandomSampling;
     use crate::spl_advise::{
@@ -523,7 +521,6 @@ mod tests {
     use crate::train::checkpoint;
     use crate::train::{StartMode, Trainer};
     use burn::backend::{Autodiff, Flex, NdArray};
-    use burn::nn::LinearConfig;
     use burn::optim::AdamConfig;
 
     fn scratch(name: &str) -> PathBuf {
@@ -557,9 +554,7 @@ mod tests {
         let device = Default::default();
         let (n, classes, lr) = (4, 3, 0.5);
         let data = images(n, classes, 0);
-        let backbone = TinyBackbone::<B> {
-            fc: LinearConfig::new(4, 3).init(&device),
-        };
+        let backbone = TinyBackbone::<B>::new(4, 3, &device);
         let model = LinearClassifier::new(backbone, classes, &device);
         let w1 = values(model.backbone.fc.weight.val());
         let b1 = values(model.backbone.fc.bias.as_ref().unwrap().val());
@@ -695,9 +690,7 @@ mod tests {
         let test = images(10, 2, 2);
         let seeded = |seed: u64| {
             <Ad as Backend>::seed(&device, seed);
-            TinyBackbone::<Ad> {
-                fc: LinearConfig::new(4, 6).init(&device),
-            }
+            TinyBackbone::<Ad>::new(4, 6, &device)
         };
         let model = LinearClassifier::new(seeded(1), 2, &device);
         let net = EmbeddingNetConfig::new()
@@ -824,12 +817,9 @@ mod tests {
         // The records name parameters by random ids: compare the embedding networks' values.
         let embedding = |d: &Path| {
             let device = Default::default();
-            let net = EmbeddingNetConfig::new().with_dim(3).init(
-                TinyBackbone::<Ad> {
-                    fc: LinearConfig::new(4, 6).init(&device),
-                },
-                &device,
-            );
+            let net = EmbeddingNetConfig::new()
+                .with_dim(3)
+                .init(TinyBackbone::<Ad>::new(4, 6, &device), &device);
             let record = read_record::<Ad, _>(&last(d).join(files::EMBEDDING), &device).unwrap();
             let net = net.load_record(record);
             let mut v = values(net.backbone.fc.weight.val());

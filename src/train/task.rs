@@ -24,7 +24,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::checkpoint::{CheckpointKind, CheckpointMeta};
-use super::{TrainConfig, TrainError};
+use super::config::TrainConfig;
+use super::error::TrainError;
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -230,7 +231,7 @@ pub trait Task<B: AutodiffBackend>: Sized + 'static {
     fn load(&mut self, dir: &Path, meta: &CheckpointMeta) -> Result<(), TrainError>;
 
     /// What the step learned that is not a network (the self-paced AutoAugment's state), kept in
-    /// `curricula.json` under [`STEP_STATE`](super::STEP_STATE).
+    /// `curricula.json` under [`STEP_STATE`](super::checkpoint::STEP_STATE).
     fn state(&self) -> Option<serde_json::Value> {
         None
     }

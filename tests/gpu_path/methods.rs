@@ -216,8 +216,8 @@ fn moco_v1_v2_and_light_moco_step_as_on_the_cpu() {
         );
         seen.all(
             &format!("{name} key encoder"),
-            &params(cpu.key_encoder()),
-            &params(gpu.key_encoder()),
+            &params(cpu.key_encoder().network()),
+            &params(gpu.key_encoder().network()),
         );
         assert_eq!(gpu.queue().keys().device(), device, "{name}: the queue");
     }
@@ -237,7 +237,11 @@ fn byol_and_simsiam_step_as_on_the_cpu() {
         &device,
         &mut seen,
     );
-    seen.all("BYOL target", &params(cpu.target()), &params(gpu.target()));
+    seen.all(
+        "BYOL target",
+        &params(cpu.target().network()),
+        &params(gpu.target().network()),
+    );
     compare(
         "SimSiam",
         simsiam::<CpuAd>(&cpu_device),

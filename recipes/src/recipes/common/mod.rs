@@ -22,7 +22,6 @@ pub(crate) use report::print_where;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use clap::{Parser, ValueEnum};
 use curriculum_ssl::augment::normalize::Normalize;
@@ -49,8 +48,8 @@ use curriculum_ssl::method::{init_method, MoCoConfig, PairLossConfig, SslMethod}
 use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
 use curriculum_ssl::train::{DataFingerprint, SelfSupervised, StartMode, TrainConfig, Trainer};
 use curriculum_ssl_models::{
-    AnyBackbone, AnyBackboneConfig, Backbone, BlockKind, EfficientNetConfig, LeNetConfig,
-    MobileNetV3Config, ResNetConfig, Stem, VggConfig, VitConfig, WideResNetConfig,
+    AnyBackbone, AnyBackboneConfig, BlockKind, EfficientNetConfig, LeNetConfig, MobileNetV3Config,
+    ResNetConfig, Stem, VggConfig, VitConfig, WideResNetConfig,
 };
 use serde::{Deserialize, Serialize};
 

@@ -86,7 +86,6 @@ impl Prepared {
     ) -> Result<()>
     where
         S: SslMethod<Train>,
-        <S::Backbone as AutodiffModule<Train>>::InnerModule: Backbone<backend::Inner>,
         O: Optimizer<S::Online, Train> + 'static,
     {
         let method_config = serde_json::to_value(method_config)?;
@@ -195,7 +194,6 @@ fn run<S, O>(
 ) -> Result<()>
 where
     S: SslMethod<Train>,
-    <S::Backbone as AutodiffModule<Train>>::InnerModule: Backbone<backend::Inner>,
     O: Optimizer<S::Online, Train> + 'static,
 {
     let lead = replica.as_ref().is_none_or(|r| r.is_lead());
@@ -424,7 +422,6 @@ fn baselines<S, O>(
 ) -> Result<(Vec<KnnResult>, Vec<KnnResult>)>
 where
     S: SslMethod<Train> + 'static,
-    <S::Backbone as AutodiffModule<Train>>::InnerModule: Backbone<backend::Inner>,
     O: Optimizer<S::Online, Train> + 'static,
 {
     let init_file = trainer.run_dir().join(KNN_AT_INIT);

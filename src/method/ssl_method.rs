@@ -1,0 +1,213 @@
+//! What every self-supervised method is to the training loop: [`SslMethod`], the
+//! [`MethodOutput`] of its step, the [`HasBackbone`] view of its networks, and [`init_method`],
+//! which builds one reproducibly from a seed.
+
+use burn::module::AutodiffModule;
+use burn::optim::GradientsParams;
+use burn::prelude::*;
+use burn::record::Record;
+use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl_models::TrainableBackbone;
+
+use crate::base::Progress;
+
+use crate::base::error::ConfigError;
+use crate::base::geometry::CropBox;
+use crate::data_parallel::Replica;
+
+/// The capability a method that [uses object boxes](SslMethod::uses_object_boxes) needs from a
+/// training hook (`crate::hooks::ObjectBoxesHook` provides it).
+pub const OBJECT_BOXES: &str = "object boxes";
+
+/// Builds a method with `build` under [`crate::base::seed::with_seed`] and draws every lazily
+/// initialised parameter (online networks, key / target networks, queue) before the seed lock is
+/// released: the method's initial state depends on `seed` alone, whatever other threads draw.
+///
+/// # Errors
+/// Whatever `build` returns.
+pub fn init_method<B, S, E>(
+    device: &B::Device,
+    seed: u64,
+    build: impl FnOnce(&B::Device) -> Result<S, E>,
+) -> Result<S, E>
+where
+    B: AutodiffBackend,
+    S: SslMethod<B>,
+{
+    crate::base::seed::with_seed::<B, _>(device, seed, || {
+        let method = build(device)?;
+        crate::base::seed::materialise(method.online());
+        let _ = method.state();
+        Ok(method)
+    })
+}
+
+/// The loss of one step and named statistics for logging (detached).
+#[derive(Debug, Clone)]
+pub struct MethodOutput<B: Backend> {
+    /// Scalar loss to back-propagate, `[1]`.
+    pub loss: Tensor<B, 1>,
+    /// Named statistics, each `[1]` and detached (e.g. the curricular `t`, the momentum).
+    pub stats: Vec<(&'static str, Tensor<B, 1>)>,
+    /// The two views' projections, `[N, D]` each and detached: what a selection piece such as
+    /// Fréchet batch curation measures before the step is applied (`None` for a method without
+    /// two views, e.g. rotation prediction). In a data-parallel run the training step hands the
+    /// hooks every replica's rows, gathered (`[W·N, D]`, the same on every replica), when a hook
+    /// reads them (`Hook::reads_embeddings`).
+    pub embeddings: Option<[Tensor<B, 2>; 2]>,
+}
+
+/// The views of a batch that one step of a method sees.
+#[derive(Debug, Clone)]
+pub struct Views<B: Backend> {
+    /// The two global views, `[N, C, H, W]` each.
+    pub global: [Tensor<B, 4>; 2],
+    /// Multi-crop's local crops, `[N, C, h, w]` each, smaller than the global views; empty
+    /// unless the method [takes them](SslMethod::takes_local_crops).
+    pub local: Vec<Tensor<B, 4>>,
+}
+
+impl<B: Backend> Views<B> {
+    /// Two global views, no local crops.
+    pub fn pair(view1: Tensor<B, 4>, view2: Tensor<B, 4>) -> Self {
+        Self {
+            global: [view1, view2],
+            local: Vec::new(),
+        }
+    }
+
+    /// The two global views, for a method that takes no local crops (the trainer hands it none).
+    pub fn two(self) -> [Tensor<B, 4>; 2] {
+        debug_assert!(self.local.is_empty(), "local crops for a two-view method");
+        self.global
+    }
+}
+
+/// A method's trainable network, which holds the backbone that evaluation and export read
+/// ([`SslMethod::backbone`]).
+pub trait HasBackbone<M> {
+    /// The backbone.
+    fn backbone(&self) -> &M;
+}
+
+/// A self-supervised method: turns two views of a batch into a loss and keeps its own states.
+pub trait SslMethod<B: AutodiffBackend>: 'static {
+    /// The trainable networks (backbone and heads) as one module.
+    type Online: AutodiffModule<B> + Clone + HasBackbone<Self::Backbone>;
+
+    /// The backbone inside the online networks: what evaluation and export use. Its inference
+    /// copy ([`AutodiffModule::valid`]) is a backbone of the inner backend.
+    type Backbone: TrainableBackbone<B>;
+
+    /// Everything besides the online networks that a checkpoint must hold to resume exactly:
+    /// key / target networks, the queue and its pointer, loss states (e.g. the curricular `t`).
+    type State: Record<B>;
+
+    /// The trainable networks.
+    fn online(&self) -> &Self::Online;
+
+    /// The online backbone. Default: the one [`SslMethod::online`] holds.
+    fn backbone(&self) -> &Self::Backbone {
+        self.online().backbone()
+    }
+
+    /// The state to checkpoint (see [`SslMethod::State`]).
+    fn state(&self) -> Self::State;
+
+    /// Restores a checkpointed state.
+    ///
+    /// # Errors
+    /// If the state does not fit this method (e.g. a queue of another size).
+    fn load_state(&mut self, state: Self::State) -> Result<(), ConfigError>;
+
+    /// Puts back the networks after an optimiser step.
+    fn set_online(&mut self, online: Self::Online);
+
+    /// The loss of one step on the views of a batch. What the trainer calls; a method that
+    /// does not [take local crops](SslMethod::takes_local_crops) is never handed any
+    /// ([`Views::two`]).
+    ///
+    /// # Shapes
+    /// - `views.global[v]`: `[N, C, H, W]`; `views.local[v]`: `[N, C, h, w]`
+    fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B>;
+
+    /// The loss of one step on two views of the same images, without local crops:
+    /// [`SslMethod::forward_views`] on [`Views::pair`].
+    ///
+    /// # Shapes
+    /// - `view1`, `view2`: `[N, C, H, W]`
+    fn forward(
+        &mut self,
+        view1: Tensor<B, 4>,
+        view2: Tensor<B, 4>,
+        progress: Progress,
+    ) -> MethodOutput<B> {
+        self.forward_views(Views::pair(view1, view2), progress)
+    }
+
+    /// Whether the loss takes the local crops of multi-crop (SwAV, DINO): the trainer hands
+    /// them to [`SslMethod::forward_views`], and refuses a pipeline with local crops for a
+    /// method that does not take them. Default: `false`.
+    fn takes_local_crops(&self) -> bool {
+        false
+    }
+
+    /// The gradients of `loss`, the [`MethodOutput::loss`] of the last [`SslMethod::forward`],
+    /// with respect to [`SslMethod::online`]. Default: one backward pass,
+    /// `GradientsParams::from_grads(loss.backward(), self.online())`; with
+    /// [`SslMethod::set_view_threads`] on, a method may back-propagate its views' passes on
+    /// threads of their own ([`branches`]), so a loop must ask for the gradients here rather
+    /// than call `loss.backward()` itself.
+    fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
+        GradientsParams::from_grads(loss.backward(), self.online())
+    }
+
+    /// Lets the method back-propagate its two views' passes through the online networks on two
+    /// threads ([`branches`]): the same gradients, sooner where one backward pass keeps one
+    /// core busy (the CPU backend's convolutions). Off until asked for; a method whose views
+    /// do not pass through the online networks separately (or not twice) ignores it.
+    /// Used by SimCLR (not at steps where PGD adds a third pass), symmetric MoCo
+    /// (Light-MoCo), BYOL and SimSiam; MoCo v1/v2 (one query pass) and rotation prediction
+    /// ignore it.
+    fn set_view_threads(&mut self, on: bool) {
+        let _ = on;
+    }
+
+    /// Makes this method one replica of a data-parallel run ([`crate::data_parallel`]): from
+    /// then on its [`SslMethod::forward`] receives this replica's shard of every batch, a loss
+    /// that compares images across the batch gathers them from every replica
+    /// ([`Replica::gather`]), a queue enqueues every replica's keys, and its passes stay on the
+    /// replica's thread (view threads off: the batch norms synchronise on it). Default: refused,
+    /// for a method that has not said how its loss spreads over replicas.
+    ///
+    /// # Errors
+    /// If the method (or the way it is configured) cannot be trained data-parallel.
+    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
+        let _ = replica;
+        Err(ConfigError::new(
+            "devices",
+            "this method does not say how its loss spreads over replicas; train it on one device",
+        ))
+    }
+
+    /// Updates the non-trained states (EMA networks, queue) after the optimiser step.
+    fn after_step(&mut self, progress: Progress);
+
+    /// Whether the method needs a box around each image's object (MICO's crop-and-rotate).
+    /// When it does, a training hook that provides [`OBJECT_BOXES`] (the crate's computes one
+    /// box per training image from heat maps of the backbone's last feature map,
+    /// [`Backbone::forward_feature_map`], four times per run) hands the batch's boxes to
+    /// [`SslMethod::set_object_boxes`] before every forward; the trainer refuses to start
+    /// without one. Default: `false`.
+    fn uses_object_boxes(&self) -> bool {
+        false
+    }
+
+    /// The object boxes of the next forward's images, in the coordinates of the views: `2N`
+    /// boxes for a batch of `N` images, `view1`'s then `view2`'s (each image's box mapped
+    /// through that view's crop and flip). Called by the hook that provides them. Default:
+    /// ignored.
+    fn set_object_boxes(&mut self, boxes: Vec<CropBox>) {
+        let _ = boxes;
+    }
+}

@@ -1,0 +1,85 @@
+//! What the methods' unit tests share: a tiny backbone, a batch of deterministic images, a
+//! tensor's values on the host and a point of training.
+
+use burn::nn::{Linear, LinearConfig};
+use burn::prelude::*;
+use curriculum_ssl_models::Backbone;
+
+use crate::base::Progress;
+
+/// A small backbone for the methods' unit tests: flatten, linear, ReLU.
+#[derive(Module, Debug)]
+pub(crate) struct TinyBackbone<B: Backend> {
+    pub(crate) fc: Linear<B>,
+}
+
+impl<B: Backend> TinyBackbone<B> {
+    /// `inputs` pixels (`C·H·W`) to `features` features.
+    pub(crate) fn new(inputs: usize, features: usize, device: &B::Device) -> Self {
+        Self {
+            fc: LinearConfig::new(inputs, features).init(device),
+        }
+    }
+}
+
+impl<B: Backend> Backbone<B> for TinyBackbone<B> {
+    fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        let [n, c, h, w] = images.dims();
+        burn::tensor::activation::relu(self.fc.forward(images.reshape([n, c * h * w])))
+    }
+
+    fn feature_dim(&self) -> usize {
+        self.fc.weight.dims()[1]
+    }
+}
+
+/// `n` one-channel 4 × 4 images, `sin(0.41·i + shift)` for the `i`-th value of the batch.
+pub(crate) fn images<B: Backend>(n: usize, shift: f64) -> Tensor<B, 4> {
+    let values: Vec<f64> = (0..n * 16)
+        .map(|i| (0.41 * i as f64 + shift).sin())
+        .collect();
+    Tensor::from_data(TensorData::new(values, [n, 1, 4, 4]), &Default::default())
+}
+
+/// A tensor's values as f64.
+pub(crate) fn host<B: Backend, const D: usize>(x: Tensor<B, D>) -> Vec<f64> {
+    x.into_data().convert::<f64>().to_vec().unwrap()
+}
+
+/// Step `step` of `total_steps`, in epoch `epoch` of `total_epochs`.
+pub(crate) fn progress(
+    step: usize,
+    total_steps: usize,
+    epoch: usize,
+    total_epochs: usize,
+) -> Progress {
+    Progress {
+        step,
+        total_steps,
+        epoch,
+        total_epochs,
+    }
+}
+
+/// The rows of a `[n, width]` tensor's host values.
+pub(crate) fn rows(values: &[f64], width: usize) -> Vec<&[f64]> {
+    values.chunks(width).collect()
+}
+
+/// The cosine similarity of two vectors.
+pub(crate) fn cosine(a: &[f64], b: &[f64]) -> f64 {
+    let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
+    dot(a, b) / (dot(a, a).sqrt() * dot(b, b).sqrt())
+}
+
+/// The mean over rows of `f(row of a, row of b)` for two `[n, width]` tensors.
+pub(crate) fn mean_over_rows<B: Backend>(
+    a: Tensor<B, 2>,
+    b: Tensor<B, 2>,
+    f: impl Fn(&[f64], &[f64]) -> f64,
+) -> f64 {
+    let width = a.dims()[1];
+    let (a, b) = (host(a), host(b));
+    let (a, b) = (rows(&a, width), rows(&b, width));
+    a.iter().zip(&b).map(|(x, y)| f(x, y)).sum::<f64>() / a.len() as f64
+}
