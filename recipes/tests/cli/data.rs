@@ -1,0 +1,427 @@
+//! Every dataset format, a folder of images of any size, and what a run reads from its data.
+
+use std::path::Path;
+
+use crate::common::{as_strs, check_error_shape, cifar_records, pixel, run, scratch, stderr, tiny};
+
+/// `n` STL-10 images (96×96, planar, column-major) and their labels (1 to 10).
+fn stl_images(n: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut x = Vec::new();
+    for i in 0..n {
+        for ch in 0..3 {
+            for c in 0..96 {
+                for r in 0..96 {
+                    x.push(pixel(i, r, c, ch));
+                }
+            }
+        }
+    }
+    (x, (0..n).map(|i| (i % 10) as u8 + 1).collect())
+}
+
+fn dataset_variant(dataset: &str) -> &'static str {
+    match dataset {
+        "cifar10" => "Cifar10",
+        "cifar100" => "Cifar100",
+        "stl10" => "Stl10",
+        _ => "ImageFolder",
+    }
+}
+
+/// The colour of uniform image `i` of the unlabelled-folder test.
+fn flat_colour(i: usize) -> [u8; 3] {
+    [(i * 7) % 256, (i * 13 + 50) % 256, (i * 29 + 100) % 256].map(|v| v as u8)
+}
+
+/// The views' normalisation a run recorded in its config.json.
+fn recorded_normalisation(run_dir: &Path) -> (Vec<f64>, Vec<f64>) {
+    let text = std::fs::read_to_string(run_dir.join("config.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let n = &config["augmentation"]["view1"]["normalize"];
+    let list = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap_or_else(|| panic!("no normalisation in {text}"))
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    (list(&n["mean"]), list(&n["std"]))
+}
+
+/// Every --dataset runs two steps on small files written here (64 images to train on, 40 to
+/// test), and its run directory records the dataset; wrong combinations exit 2.
+#[test]
+fn every_dataset_option_runs_two_steps() {
+    let root = scratch().join("datasets");
+    let _ = std::fs::remove_dir_all(&root);
+    // CIFAR-10: five training batches and the test batch.
+    let cifar10 = root.join("cifar10");
+    std::fs::create_dir_all(&cifar10).unwrap();
+    for k in 1..=5 {
+        let n = if k < 5 { 13 } else { 12 };
+        std::fs::write(
+            cifar10.join(format!("data_batch_{k}.bin")),
+            cifar_records(n, 1),
+        )
+        .unwrap();
+    }
+    std::fs::write(cifar10.join("test_batch.bin"), cifar_records(40, 1)).unwrap();
+    // CIFAR-100: coarse and fine label bytes.
+    let cifar100 = root.join("cifar100");
+    std::fs::create_dir_all(&cifar100).unwrap();
+    std::fs::write(cifar100.join("train.bin"), cifar_records(64, 2)).unwrap();
+    std::fs::write(cifar100.join("test.bin"), cifar_records(40, 2)).unwrap();
+    // STL-10: pre-training on the unlabeled split, the kNN monitor on train/test.
+    let stl = root.join("stl10");
+    std::fs::create_dir_all(&stl).unwrap();
+    let (x, _) = stl_images(64);
+    std::fs::write(stl.join("unlabeled_X.bin"), x).unwrap();
+    for split in ["train", "test"] {
+        let (x, y) = stl_images(20);
+        std::fs::write(stl.join(format!("{split}_X.bin")), x).unwrap();
+        std::fs::write(stl.join(format!("{split}_y.bin")), y).unwrap();
+    }
+    // An image folder of 20×20 PNGs, resized to 16.
+    let folder = root.join("folder");
+    for (split, n) in [("train", 32), ("val", 20)] {
+        for class in ["cat", "dog"] {
+            let dir = folder.join(split).join(class);
+            std::fs::create_dir_all(&dir).unwrap();
+            for i in 0..n {
+                let img = image::RgbImage::from_fn(20, 20, |c, r| {
+                    image::Rgb([0, 1, 2].map(|ch| pixel(i, r as usize, c as usize, ch)))
+                });
+                img.save(dir.join(format!("{i:02}.png"))).unwrap();
+            }
+        }
+    }
+    let cases: [(&str, &Path, &[&str]); 4] = [
+        ("cifar10", &cifar10, &[]),
+        ("cifar100", &cifar100, &[]),
+        ("stl10", &stl, &[]),
+        ("image-folder", &folder, &["--image-size", "16"]),
+    ];
+    for (dataset, dir, extra) in cases {
+        let name = format!("dataset-{dataset}");
+        let mut args = tiny(
+            &name,
+            &["--dataset", dataset, "--data-dir", dir.to_str().unwrap()],
+        );
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let o = run(&as_strs(&args));
+        assert_eq!(
+            check_error_shape(&o, dataset),
+            0,
+            "{dataset}\n{}",
+            stderr(&o)
+        );
+        let run_dir = scratch().join(&name);
+        let steps = std::fs::read_to_string(run_dir.join("steps.csv")).unwrap();
+        assert_eq!(steps.lines().count(), 3, "{dataset}: two steps\n{steps}");
+        // The summary compares the trained backbone with itself at initialisation.
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            stdout.contains("top-1")
+                && stdout.contains("at initialisation")
+                && stdout.contains("images/s"),
+            "{dataset}: {stdout}"
+        );
+        assert!(run_dir.join("knn_at_init.json").is_file(), "{dataset}");
+        assert!(stdout.contains("raw pixels"), "{dataset}: {stdout}");
+        // TensorBoard's event file beside the CSVs.
+        let events = std::fs::read_dir(run_dir.join("tensorboard"))
+            .unwrap()
+            .count();
+        assert_eq!(events, 1, "{dataset}");
+        // Plots of every logged quantity, and the summary that shows them.
+        let summary = std::fs::read_to_string(run_dir.join("summary.md")).unwrap();
+        for plot in ["loss", "lr", "knn_top1", "epoch_mean_loss"] {
+            let path = run_dir.join("plots").join(format!("{plot}.png"));
+            let img = image::open(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+                .to_rgb8();
+            assert_eq!(img.dimensions(), (800, 480), "{plot}");
+            let first = *img.get_pixel(0, 0);
+            let distinct = img.pixels().filter(|p| **p != first).count();
+            assert!(
+                distinct > 2_000,
+                "{plot}: nearly blank ({distinct} pixels drawn)"
+            );
+            assert!(summary.contains(&format!("plots/{plot}.png")), "{summary}");
+        }
+        let config = std::fs::read_to_string(run_dir.join("config.json")).unwrap();
+        let recorded = format!("\"dataset\": \"{}\"", dataset_variant(dataset));
+        assert!(config.contains(&recorded), "{dataset}: {config}");
+        // eval reads the same dataset back from the run's record.
+        let o = run(&[
+            "eval",
+            "--run-dir",
+            run_dir.to_str().unwrap(),
+            "--probe-epochs",
+            "0",
+        ]);
+        assert_eq!(
+            check_error_shape(&o, dataset),
+            0,
+            "{dataset} eval\n{}",
+            stderr(&o)
+        );
+    }
+    // Light-MoCo's linear protocol: LARS, the batch is the 64 training images, the learning rate
+    // scaled from 0.1 at 4096: 0.1 · 64 / 4096 = 0.0015625.
+    let o = run(&[
+        "eval",
+        "--run-dir",
+        scratch().join("dataset-cifar10").to_str().unwrap(),
+        "--protocol",
+        "light-moco",
+        "--probe-epochs",
+        "1",
+    ]);
+    assert_eq!(
+        check_error_shape(&o, "light-moco probe"),
+        0,
+        "{}",
+        stderr(&o)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("linear probe (LightMoco, 1 epochs, batch 64, lr 0.0015625)"),
+        "{out}"
+    );
+    // A dataset without its directory, --image-size elsewhere, a directory missing its files.
+    let o = run(&["light_moco", "--dataset", "cifar10", "--run-dir", "no-dir"]);
+    assert_eq!(check_error_shape(&o, "no dir"), 2);
+    assert!(
+        stderr(&o).contains("--dataset cifar10: needs --data-dir"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&as_strs(&tiny("size", &["--image-size", "16"])));
+    assert_eq!(check_error_shape(&o, "size"), 2);
+    assert!(
+        stderr(&o).contains("only for --dataset image-folder"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&as_strs(&tiny(
+        "missing-files",
+        &[
+            "--dataset",
+            "stl10",
+            "--data-dir",
+            cifar10.to_str().unwrap(),
+        ],
+    )));
+    assert_eq!(check_error_shape(&o, "missing files"), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("unlabeled_X.bin"), "{}", stderr(&o));
+}
+
+/// Pre-training on one's own images: a folder of any sizes, flat and nested, with a text file
+/// among them, resized and centre-cropped; the normalisation is computed from the images; the
+/// kNN monitor is off without labels and on with a labelled --knn-data tree, which `recipe eval`
+/// then reads back.
+#[test]
+fn a_folder_of_unlabelled_images_of_any_size_trains_with_its_own_statistics() {
+    let root = scratch().join("own-images");
+    let _ = std::fs::remove_dir_all(&root);
+    // 32 uniform images: 12 of 16×16 at the top, 10 of 24×16 in a/, 10 of 40×40 in b/c/.
+    let sizes = [
+        (0..12, "", 16, 16),
+        (12..22, "a", 24, 16),
+        (22..32, "b/c", 40, 40),
+    ];
+    for (range, sub, w, h) in sizes {
+        let dir = root.join(sub);
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in range {
+            image::RgbImage::from_pixel(w, h, image::Rgb(flat_colour(i)))
+                .save(dir.join(format!("img{i:02}.png")))
+                .unwrap();
+        }
+    }
+    std::fs::write(root.join("README.txt"), "my photos").unwrap();
+    // Every image is one colour, so resizing and cropping keep it: the statistics are those of
+    // the 32 colours, each image weighing the same.
+    let (mut mean, mut std) = (vec![0.0; 3], vec![0.0; 3]);
+    for ch in 0..3 {
+        let values: Vec<f64> = (0..32).map(|i| flat_colour(i)[ch] as f64 / 255.0).collect();
+        mean[ch] = values.iter().sum::<f64>() / 32.0;
+        std[ch] = (values.iter().map(|v| (v - mean[ch]).powi(2)).sum::<f64>() / 32.0).sqrt();
+    }
+    let base = |name: &str| -> Vec<String> {
+        tiny(
+            name,
+            &[
+                "--dataset",
+                "folder",
+                "--data-dir",
+                root.to_str().unwrap(),
+                "--batch-size",
+                "16",
+            ],
+        )
+    };
+
+    // Several sizes without --image-size: the error names the option that resizes.
+    let o = run(&as_strs(&base("own-nosize")));
+    assert_eq!(check_error_shape(&o, "no size"), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--image-size"), "{}", stderr(&o));
+
+    let mut args = base("own-run");
+    args.extend(["--image-size", "16"].map(String::from));
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "own"), 0, "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("kNN monitor off"), "{out}");
+    assert!(
+        stderr(&o).contains("1 files that are not"),
+        "{}",
+        stderr(&o)
+    );
+    let run_dir = scratch().join("own-run");
+    let steps = std::fs::read_to_string(run_dir.join("steps.csv")).unwrap();
+    assert_eq!(steps.lines().count(), 3, "two steps of 16\n{steps}");
+    assert!(!run_dir.join("knn_at_init.json").exists());
+    let (got_mean, got_std) = recorded_normalisation(&run_dir);
+    for ch in 0..3 {
+        assert!(
+            (got_mean[ch] - mean[ch]).abs() < 1e-9,
+            "{got_mean:?} {mean:?}"
+        );
+        assert!((got_std[ch] - std[ch]).abs() < 1e-6, "{got_std:?} {std:?}");
+    }
+    // Without labels there is nothing to evaluate on: the error says what to give.
+    let o = run(&["eval", "--run-dir", run_dir.to_str().unwrap()]);
+    assert_eq!(
+        check_error_shape(&o, "eval unlabelled"),
+        2,
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("--knn-data"), "{}", stderr(&o));
+
+    // Given statistics replace the computed ones; their count must match the channels.
+    let mut args = base("own-given");
+    args.extend(
+        [
+            "--image-size",
+            "16",
+            "--mean",
+            "0.5,0.4,0.3",
+            "--std",
+            "0.2,0.2,0.25",
+        ]
+        .map(String::from),
+    );
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "given stats"), 0, "{}", stderr(&o));
+    let (got_mean, got_std) = recorded_normalisation(&scratch().join("own-given"));
+    assert_eq!(
+        (got_mean, got_std),
+        (vec![0.5, 0.4, 0.3], vec![0.2, 0.2, 0.25])
+    );
+    let mut args = base("own-badstats");
+    args.extend(["--image-size", "16", "--mean", "0.5", "--std", "0.2"].map(String::from));
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "one mean"), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--mean / --std for images of 3 channels")
+            && stderr(&o).contains("needs 3 means and stds, got 1 and 1"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A labelled tree of other sizes turns the monitor on; eval reads it from the run.
+    let knn = scratch().join("own-knn");
+    let _ = std::fs::remove_dir_all(&knn);
+    for (split, n) in [("train", 12), ("val", 6)] {
+        for (class, base_value) in [("dark", 20u8), ("bright", 220u8)] {
+            let dir = knn.join(split).join(class);
+            std::fs::create_dir_all(&dir).unwrap();
+            for i in 0..n {
+                let v = base_value.wrapping_add(i as u8);
+                image::RgbImage::from_pixel(20 + i as u32, 18, image::Rgb([v, v / 2, 255 - v]))
+                    .save(dir.join(format!("{i}.png")))
+                    .unwrap();
+            }
+        }
+    }
+    let mut args = base("own-knn-run");
+    args.extend(["--image-size", "16", "--knn-data", knn.to_str().unwrap()].map(String::from));
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "knn data"), 0, "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("kNN (k = ") && out.contains("at initialisation"),
+        "{out}"
+    );
+    let run_dir = scratch().join("own-knn-run");
+    let o = run(&[
+        "eval",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--probe-epochs",
+        "0",
+    ]);
+    assert_eq!(check_error_shape(&o, "eval knn data"), 0, "{}", stderr(&o));
+    assert!(run_dir.join("evals.csv").is_file());
+    // A --knn-data without val/ is refused before anything is read.
+    let mut args = base("own-knn-bad");
+    args.extend(["--image-size", "16", "--knn-data", root.to_str().unwrap()].map(String::from));
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "knn no split"), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("no train/ folder"), "{}", stderr(&o));
+}
+
+/// The raw-pixel baseline is the data's, not the network's: two seeds give two networks at
+/// initialisation and one baseline, printed beside the trained kNN.
+#[test]
+fn the_raw_pixel_baseline_depends_on_the_data_alone() {
+    let mut at_init = Vec::new();
+    let mut raw = Vec::new();
+    for seed in ["0", "1"] {
+        let name = format!("raw-pixels-{seed}");
+        let o = run(&as_strs(&tiny(&name, &["--seed", seed])));
+        assert_eq!(check_error_shape(&o, seed), 0, "{}", stderr(&o));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("; raw pixels "));
+        let dir = scratch().join(&name);
+        at_init.push(std::fs::read_to_string(dir.join("knn_at_init.json")).unwrap());
+        raw.push(std::fs::read_to_string(dir.join("knn_raw_pixels.json")).unwrap());
+    }
+    assert_eq!(raw[0], raw[1]);
+    assert_ne!(at_init[0], at_init[1]);
+}
+
+/// A run directory inside a folder of images is refused: its plots would become training
+/// images of the next run (and change the data of its own resume).
+#[test]
+fn a_run_directory_inside_the_image_folder_is_refused() {
+    let images = scratch().join("folder-with-run");
+    std::fs::create_dir_all(&images).unwrap();
+    for i in 0..4u8 {
+        image::GrayImage::from_pixel(8, 8, image::Luma([i * 50]))
+            .save(images.join(format!("{i}.png")))
+            .unwrap();
+    }
+    let inside = images.join("runs/simclr");
+    let o = run(&[
+        "simclr",
+        "--dataset",
+        "folder",
+        "--data-dir",
+        images.to_str().unwrap(),
+        "--run-dir",
+        inside.to_str().unwrap(),
+        "--epochs",
+        "1",
+    ]);
+    assert_eq!(check_error_shape(&o, "inside"), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("inside --data-dir")
+            && stderr(&o).contains("choose a run directory outside it"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!images.join("runs").exists());
+}

@@ -1,0 +1,333 @@
+//! Bad input and the help: exit code 2 with one line naming the problem, no panic.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{as_strs, check_error_shape, data, recipe, run, scratch, simclr, stderr, tiny};
+
+#[test]
+fn every_option_at_zero_one_negative_huge_and_nan_gives_no_panic() {
+    let options = [
+        "--epochs",
+        "--batch-size",
+        "--lr",
+        "--seed",
+        "--knn-every",
+        "--checkpoint-every",
+        "--workers",
+        "--backbone",
+        "--data",
+        "--warmup-epochs",
+    ];
+    let values = ["0", "1", "-1", "18446744073709551616", "1e30", "NaN"];
+    let mut cases = 0;
+    for option in options {
+        for value in values {
+            let name = format!("sweep{}{}", option, value.replace('-', "m"));
+            let args = tiny(&name, &[option, value]);
+            let o = run(&as_strs(&args));
+            let code = check_error_shape(&o, &format!("{option} {value}"));
+            assert!(
+                matches!(code, 0..=2),
+                "{option} {value}: exit {code}\n{}",
+                stderr(&o)
+            );
+            cases += 1;
+        }
+    }
+    // In-range large values that run.
+    for (option, value, expected) in [
+        ("--workers", "100000", 0),
+        ("--knn-every", "1000000", 0),
+        ("--checkpoint-every", "1000000", 0),
+        ("--seed", "18446744073709551615", 0),
+        ("--batch-size", "1000000", 2),
+    ] {
+        let args = tiny(&format!("large{option}"), &[option, value]);
+        let o = run(&as_strs(&args));
+        let code = check_error_shape(&o, &format!("{option} {value}"));
+        assert_eq!(code, expected, "{option} {value}\n{}", stderr(&o));
+        if option == "--workers" {
+            assert!(
+                stderr(&o).contains("loader workers asked for"),
+                "{}",
+                stderr(&o)
+            );
+        }
+        cases += 1;
+    }
+    // A huge epoch count trains (and would for long): no panic in its first seconds.
+    let args = tiny("huge-epochs", &["--epochs", "1000000"]);
+    let mut child = recipe(&as_strs(&args))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let still_running = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        still_running,
+        "a million epochs ended early:\n{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    println!("{} option cases, no panic", cases + 1);
+}
+
+/// `--warmup-epochs` sets the warm-up (kept in config.json); a run that is all warm-up says
+/// so; more warm-up than epochs is refused.
+#[test]
+fn warm_up_is_a_setting_and_a_run_of_warm_up_alone_is_named() {
+    // light_moco's 5 warm-up epochs capped at the run's 1: all warm-up.
+    let o = run(&as_strs(&tiny("warmup-all", &[])));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the run is all warm-up"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&as_strs(&tiny("warmup-none", &["--warmup-epochs", "0"])));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("all warm-up"), "{}", stderr(&o));
+    let config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(scratch().join("warmup-none/config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(config["train"]["warmup_epochs"], 0, "{config}");
+    let o = run(&as_strs(&tiny("warmup-long", &["--warmup-epochs", "2"])));
+    assert_eq!(check_error_shape(&o, "--warmup-epochs 2"), 2);
+    assert!(
+        stderr(&o).contains("--warmup-epochs 2: more than the run's 1 epochs"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn bad_input_exits_2_with_a_message_naming_it() {
+    let data_file = data().join("train-images-idx3-ubyte");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["no_such_recipe".into()],
+            "unknown recipe `no_such_recipe`",
+        ),
+        (
+            tiny("bs1", &["--batch-size", "1"]),
+            "--batch-size 1: must be at least 2",
+        ),
+        (
+            tiny("bs24", &["--batch-size", "24"]),
+            "--batch-size 24: the queue of 4096 keys",
+        ),
+        (
+            tiny("lr0", &["--lr", "0"]),
+            "--lr 0: must be a finite number > 0",
+        ),
+        (
+            tiny("datafile", &["--data", data_file.to_str().unwrap()]),
+            "not a directory",
+        ),
+        (tiny("unknown-opt", &["--frobnicate"]), "--frobnicate"),
+        (
+            vec!["eval".into(), "--run-dir".into(), "missing-run".into()],
+            "--run-dir missing-run: not a directory",
+        ),
+        // One image per replica: batch norm's statistics need two (it panicked in the
+        // replicas' threads, and left a half-made run directory).
+        (
+            tiny("dp-bs2", &["--devices", "2", "--batch-size", "2"]),
+            "--batch-size 2: each of the 2 replicas would get 1 image(s) of every batch",
+        ),
+        // A thread per replica: 100000 of them exhausted the system and aborted.
+        (
+            tiny("dp-many", &["--devices", "100000"]),
+            "100000 replicas on one machine: at most 1024",
+        ),
+        (
+            tiny("dp-cpu", &["--devices", "100", "--batch-size", "200"]),
+            "--devices 100: the CPU backend runs each replica as a thread",
+        ),
+        // A negative value is the option's value, refused by the option's own check (it read
+        // as a flag `-1`, with a tip that led astray).
+        (
+            tiny("lr-neg-pair", &["lr=-1"]),
+            "--lr -1: must be a finite number > 0",
+        ),
+        (
+            tiny("lr-neg", &["--lr", "-1"]),
+            "--lr -1: must be a finite number > 0",
+        ),
+        // A setting given twice (it was resolved silently, the last winning).
+        (
+            tiny("twice", &["--epochs", "1", "epochs=2"]),
+            "`epochs=2`: --epochs is given as well; give it once",
+        ),
+        (
+            tiny(
+                "twice-pair",
+                &["method.queue_size=64", "method.queue_size=128"],
+            ),
+            "method.queue_size is given twice",
+        ),
+        // Not a number a setting can take (it read as "invalid type: null").
+        (
+            tiny("nan", &["method.temperature=nan"]),
+            "`method.temperature=nan`: nan is not a finite number",
+        ),
+        (
+            tiny("huge", &["method.temperature=1e400"]),
+            "1e400 is not a finite number",
+        ),
+        // The help's own example, on a method whose temperature is its loss's.
+        (
+            simclr("simclr-temperature", &["method.temperature=0.1"]),
+            "did you mean method.loss.NtXent.temperature?",
+        ),
+        // Networks that cannot fit are refused from their shapes, before their weights are
+        // drawn (it grew to 24 GB until the system killed it).
+        (
+            simclr("huge-head", &["method.hidden_dim=100000000"]),
+            "parameters: at least 292.1 GiB with their gradients and optimiser state",
+        ),
+    ];
+    for (args, expected) in cases {
+        let o = run(&as_strs(&args));
+        let code = check_error_shape(&o, expected);
+        assert_eq!(code, 2, "{expected}\n{}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{expected}\n{}", stderr(&o));
+        // Refused before anything is written.
+        if let Some(i) = args.iter().position(|a| a == "--run-dir") {
+            let dir = scratch().join(&args[i + 1]);
+            assert!(!dir.exists(), "{expected}: {} was made", dir.display());
+        }
+    }
+}
+
+/// A data directory the user may not read is reported as "permission denied", not as missing
+/// files. As root (CI) the binary runs as `nobody` through `setpriv`, since root reads anything.
+#[test]
+fn an_unreadable_data_directory_is_reported_as_permission_denied() {
+    use std::os::unix::fs::PermissionsExt;
+    let locked = scratch().join("locked");
+    std::fs::create_dir_all(&locked).unwrap();
+    for f in std::fs::read_dir(data()).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, locked.join(f.file_name().unwrap())).unwrap();
+    }
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let uid = Command::new("id").arg("-u").output().unwrap();
+    let root = String::from_utf8_lossy(&uid.stdout).trim() == "0";
+    let args = [
+        "light_moco",
+        "--data",
+        locked.to_str().unwrap(),
+        "--run-dir",
+        "locked-run",
+    ];
+    let o = if root {
+        // A copy of the binary under the scratch directory in /tmp, which `nobody` can reach
+        // wherever the checkout lives.
+        let binary = scratch().join("recipe-as-nobody");
+        std::fs::copy(env!("CARGO_BIN_EXE_recipe"), &binary).unwrap();
+        std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&binary)
+            .args(args)
+            .current_dir("/")
+            .output()
+            .expect("setpriv (util-linux) runs the binary as nobody")
+    } else {
+        run(&args)
+    };
+    // The copy is as large as the binary: CI's disk is small.
+    let _ = std::fs::remove_file(scratch().join("recipe-as-nobody"));
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let code = check_error_shape(&o, "locked");
+    assert_eq!(code, 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).to_lowercase().contains("permission denied"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// `recipe help NAME` prints the recipe's options under its own name and exits 0; the top-level
+/// help lists the recipes; an unknown name exits 2 naming the known ones.
+#[test]
+fn help_names_the_recipes_and_their_options() {
+    let o = run(&["help", "light_moco"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("Usage: recipe light_moco [OPTIONS]"), "{out}");
+    assert!(out.contains("--dataset") && out.contains("--loss"), "{out}");
+    let o = run(&["--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for name in [
+        "light_moco",
+        "bad_batches",
+        "rotnet_curriculum",
+        "auto_augment_self_paced",
+    ] {
+        assert!(out.contains(name), "{name}: {out}");
+    }
+    let o = run(&["help", "worked_values"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // The commands' own help (it said "unknown recipe `resume`").
+    for (command, expected) in [
+        ("resume", "Usage: recipe resume <RUN_DIR>"),
+        ("orchestrator", "Usage: recipe orchestrator"),
+    ] {
+        let o = run(&["help", command]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains(expected), "{out}");
+    }
+    let o = run(&["help", "nope"]);
+    assert_eq!(check_error_shape(&o, "help nope"), 2);
+    assert!(
+        stderr(&o).contains("unknown recipe `nope`"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// `--device`: the CPU backend has one device, 0; another number is a usage error that says so
+/// (exit 2, one line) for the training recipes, the supervised ones and `worked_values`, which
+/// runs on device 0.
+#[test]
+fn a_device_number_the_backend_lacks_is_refused() {
+    let data = data();
+    let data = data.to_str().unwrap();
+    for args in [
+        &["simclr", "--data", data, "--epochs", "1", "--device", "1"][..],
+        &[
+            "spl_advise",
+            "--data",
+            data,
+            "--epochs",
+            "1",
+            "--device",
+            "3",
+        ],
+        &["worked_values", "--device", "2"],
+    ] {
+        let o = run(args);
+        assert_eq!(check_error_shape(&o, &args.join(" ")), 2, "{args:?}");
+        assert!(
+            stderr(&o).contains("the CPU backend has one device (--device 0)"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    let o = run(&["worked_values", "--device", "0"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(&["worked_values", "--device", "x"]);
+    assert_eq!(check_error_shape(&o, "worked_values --device x"), 2);
+}

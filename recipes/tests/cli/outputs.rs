@@ -1,0 +1,436 @@
+//! What a run writes and what is made from it: exports, embeddings, comparisons, plots, logs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{
+    as_strs, check_error_shape, cifar_records, example, losses, recipe, run, scratch, stderr, tiny,
+};
+
+/// The header of a safetensors file: its tensors' shapes and its metadata.
+fn safetensors_header(path: &Path) -> serde_json::Value {
+    let bytes = std::fs::read(path).unwrap();
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    serde_json::from_slice(&bytes[8..8 + len]).unwrap()
+}
+
+/// A `.npy` file's shape and float32 values.
+fn read_npy(path: &Path) -> (Vec<u64>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+    let shape = npy.shape().to_vec();
+    (shape, npy.into_vec::<f32>().unwrap())
+}
+
+/// A run of `tiny` in `name`, finished.
+fn finished_tiny(name: &str) -> PathBuf {
+    let dir = scratch().join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = run(&as_strs(&tiny(name, &[])));
+    assert_eq!(check_error_shape(&o, name), 0, "{}", stderr(&o));
+    dir
+}
+
+/// A model comes out: `recipe export` writes the backbone under torchvision's ResNet names with
+/// the run's input and normalisation in the header; `recipe embed` writes the features of a
+/// folder (any sizes, with file names) or of a split (with labels) as .npy + .csv; and the
+/// example reads the same run and gives the same numbers.
+#[test]
+fn a_run_exports_its_backbone_and_embeds_a_folder_as_the_example_does() {
+    let run_dir = scratch().join("export-run");
+    let o = run(&as_strs(&tiny("export-run", &[])));
+    assert_eq!(check_error_shape(&o, "run"), 0, "{}", stderr(&o));
+    let dir = run_dir.to_str().unwrap();
+
+    let o = run(&["export", "--run-dir", dir]);
+    assert_eq!(check_error_shape(&o, "export"), 0, "{}", stderr(&o));
+    let header = safetensors_header(&run_dir.join("backbone.safetensors"));
+    let meta = &header["__metadata__"];
+    assert_eq!(meta["recipe"], "light_moco");
+    assert_eq!(meta["backbone"], "small");
+    assert_eq!(meta["in_chans"], "1");
+    assert_eq!(meta["input_size"], "28x28");
+    assert_eq!(meta["stem"], "imagenet");
+    assert_eq!(meta["key_names"], "torchvision-resnet");
+    assert_eq!(meta["mean"], "[0.286]");
+    // torchvision's names and layout: the 7×7 stem of 8 channels, batch norm as weight / bias.
+    assert_eq!(
+        header["conv1.weight"]["shape"],
+        serde_json::json!([8, 1, 7, 7])
+    );
+    for key in [
+        "bn1.weight",
+        "bn1.bias",
+        "bn1.running_mean",
+        "layer1.0.conv2.weight",
+    ] {
+        assert!(header.get(key).is_some(), "{key} missing: {header}");
+    }
+    assert!(!header.to_string().contains("gamma"), "{header}");
+
+    // A folder: two copies of one image under two names, and one of another size.
+    let images = scratch().join("embed-images");
+    let _ = std::fs::remove_dir_all(&images);
+    std::fs::create_dir_all(images.join("sub")).unwrap();
+    let garment =
+        image::GrayImage::from_fn(28, 28, |x, y| image::Luma([((x * 9 + y * 5) % 256) as u8]));
+    garment.save(images.join("a.png")).unwrap();
+    garment.save(images.join("sub/b.png")).unwrap();
+    image::GrayImage::from_fn(40, 30, |x, y| image::Luma([((x * y) % 200) as u8]))
+        .save(images.join("c.png"))
+        .unwrap();
+    let out = scratch().join("embed-out.npy");
+    let o = run(&[
+        "embed",
+        "--run-dir",
+        dir,
+        "--images",
+        images.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "embed"), 0, "{}", stderr(&o));
+    let (shape, values) = read_npy(&out);
+    assert_eq!(shape.len(), 2);
+    assert_eq!(shape[0], 3);
+    let d = shape[1] as usize;
+    let rows: Vec<&[f32]> = values.chunks(d).collect();
+    let table = std::fs::read_to_string(out.with_extension("csv")).unwrap();
+    assert_eq!(
+        table,
+        "index,file,label\n0,a.png,\n1,c.png,\n2,sub/b.png,\n"
+    );
+    assert_eq!(rows[0], rows[2], "one image under two names");
+    assert_ne!(rows[0], rows[1]);
+
+    // The example on the same run and folder: the same features.
+    let csv_out = scratch().join("example-features.csv");
+    let o = Command::new(example("extract_features"))
+        .args([dir, images.to_str().unwrap(), csv_out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&csv_out).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3);
+    for (line, (name, row)) in lines
+        .iter()
+        .zip(["a.png", "c.png", "sub/b.png"].iter().zip(&rows))
+    {
+        let mut cells = line.split(',');
+        assert_eq!(cells.next(), Some(*name));
+        let got: Vec<f32> = cells.map(|c| c.parse().unwrap()).collect();
+        assert_eq!(&got[..], *row, "{name}");
+    }
+
+    // The run's test split, with its labels (the test data's are i mod 10).
+    let out = scratch().join("embed-test.npy");
+    let o = run(&[
+        "embed",
+        "--run-dir",
+        dir,
+        "--split",
+        "test",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "embed test"), 0, "{}", stderr(&o));
+    assert_eq!(read_npy(&out).0, vec![40, d as u64]);
+    let table = std::fs::read_to_string(out.with_extension("csv")).unwrap();
+    for (i, line) in table.lines().skip(1).enumerate() {
+        assert_eq!(line, format!("{i},test/{i},{}", i % 10));
+    }
+
+    for (args, expected) in [
+        (
+            vec!["embed", "--run-dir", dir, "--out", "x.txt"],
+            "must end in .npy",
+        ),
+        (
+            vec!["export", "--run-dir", "no-such-run"],
+            "not a directory",
+        ),
+        (
+            vec!["embed", "--run-dir", dir, "--images", "no-such-folder"],
+            "--images no-such-folder: not a directory",
+        ),
+    ] {
+        let o = run(&args);
+        assert_eq!(check_error_shape(&o, expected), 2, "{}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{}", stderr(&o));
+    }
+}
+
+/// Weights in, as timm would take them: a three-channel torchvision-named ResNet-18 (exported
+/// from a run on RGB images with the ImageNet stem) starts a run on one-channel images — its
+/// first convolution summed over the colours — and the CIFAR-stem default names --stem in its
+/// error.
+#[test]
+fn three_channel_weights_start_a_one_channel_run_and_a_stem_mismatch_names_the_option() {
+    let cifar = scratch().join("weights-cifar10");
+    std::fs::create_dir_all(&cifar).unwrap();
+    for k in 1..=5 {
+        std::fs::write(
+            cifar.join(format!("data_batch_{k}.bin")),
+            cifar_records(8, 1),
+        )
+        .unwrap();
+    }
+    std::fs::write(cifar.join("test_batch.bin"), cifar_records(20, 1)).unwrap();
+    let rgb_run = scratch().join("weights-rgb");
+    let mut args = tiny(
+        rgb_run.to_str().unwrap(),
+        &[
+            "--dataset",
+            "cifar10",
+            "--data-dir",
+            cifar.to_str().unwrap(),
+        ],
+    );
+    args.extend(
+        [
+            "--backbone",
+            "resnet18",
+            "--stem",
+            "imagenet",
+            "--batch-size",
+            "16",
+        ]
+        .map(String::from),
+    );
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "rgb run"), 0, "{}", stderr(&o));
+    let weights = scratch().join("weights-rgb.safetensors");
+    let o = run(&[
+        "export",
+        "--run-dir",
+        rgb_run.to_str().unwrap(),
+        "--out",
+        weights.to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "export"), 0, "{}", stderr(&o));
+    let header = safetensors_header(&weights);
+    assert_eq!(
+        header["conv1.weight"]["shape"],
+        serde_json::json!([64, 3, 7, 7])
+    );
+
+    let w = weights.to_str().unwrap();
+    let o = run(&as_strs(&tiny(
+        "weights-grey-cifar-stem",
+        &["--backbone", "resnet18", "--weights", w],
+    )));
+    assert_eq!(check_error_shape(&o, "stem"), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("add --stem imagenet"), "{}", stderr(&o));
+
+    let grey = scratch().join("weights-grey");
+    let o = run(&as_strs(&tiny(
+        grey.to_str().unwrap(),
+        &[
+            "--backbone",
+            "resnet18",
+            "--stem",
+            "imagenet",
+            "--weights",
+            w,
+        ],
+    )));
+    assert_eq!(check_error_shape(&o, "adapted"), 0, "{}", stderr(&o));
+    // It started from the file, not from a random initialisation (the models crate's test checks
+    // the adapted filters themselves).
+    let scratch_run = scratch().join("weights-none");
+    let o = run(&as_strs(&tiny(
+        scratch_run.to_str().unwrap(),
+        &["--backbone", "resnet18", "--stem", "imagenet"],
+    )));
+    assert_eq!(check_error_shape(&o, "from scratch"), 0, "{}", stderr(&o));
+    assert_ne!(losses(&grey)[0], losses(&scratch_run)[0]);
+}
+
+/// Runs compared: `recipe compare` draws the runs on shared axes and tabulates their final
+/// numbers with each run's initialisation and raw-pixel kNN; a run's own summary folds the
+/// quantities that never changed instead of plotting them.
+#[test]
+fn runs_are_compared_on_shared_axes_and_constants_are_folded_into_the_summary() {
+    let first = scratch().join("compare-a");
+    let second = scratch().join("compare-b");
+    for (dir, recipe_name) in [(&first, "light_moco"), (&second, "simclr")] {
+        let mut args = tiny(
+            dir.to_str().unwrap(),
+            &["--epochs", "2", "--knn-every", "1"],
+        );
+        args[0] = recipe_name.to_string();
+        let o = run(&as_strs(&args));
+        assert_eq!(check_error_shape(&o, recipe_name), 0, "{}", stderr(&o));
+    }
+    // Light-MoCo on the small backbone: the key encoder's momentum and SoftNCE's α never move.
+    let summary = std::fs::read_to_string(first.join("summary.md")).unwrap();
+    assert!(summary.contains("- momentum: 0.99"), "{summary}");
+    assert!(summary.contains("- softnce_alpha: 0.8"), "{summary}");
+    assert!(!first.join("plots/momentum.png").exists());
+    assert!(first.join("plots/loss.png").is_file());
+
+    let out = scratch().join("compare-out");
+    let o = run(&[
+        "compare",
+        first.to_str().unwrap(),
+        second.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "compare"), 0, "{}", stderr(&o));
+    for plot in ["loss.png", "knn20_top1.png", "compare.md"] {
+        assert!(out.join(plot).is_file(), "{plot}");
+    }
+    let table = String::from_utf8_lossy(&o.stdout).into_owned();
+    // Each run's row holds its own initialisation's and raw pixels' k = 20 top-1.
+    for (dir, recipe_name) in [(&first, "light_moco"), (&second, "simclr")] {
+        let of = |file: &str| -> f64 {
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.join(file)).unwrap()).unwrap();
+            v.as_array().unwrap().iter().find(|r| r["k"] == 20).unwrap()["accuracy"]["top1"]
+                .as_f64()
+                .unwrap()
+        };
+        let row = table
+            .lines()
+            .find(|l| l.contains(recipe_name))
+            .unwrap_or_else(|| panic!("{table}"));
+        let cell = format!(
+            "({:.2}; {:.2})",
+            100.0 * of("knn_at_init.json"),
+            100.0 * of("knn_raw_pixels.json")
+        );
+        assert!(row.contains(&cell), "{row} lacks {cell}");
+        assert!(row.contains("| 2/2 |"), "{row}");
+    }
+    let o = run(&["compare", "no-such-run"]);
+    assert_eq!(
+        check_error_shape(&o, "compare missing"),
+        2,
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("no-such-run: not a directory"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Redirected output still shows a run inside its epoch: steps.csv reaches the disk every few
+/// seconds, long before the epoch's end (an epoch of 250 steps on the embedded subset).
+#[test]
+fn steps_reach_the_disk_before_the_epoch_ends() {
+    let run_dir = scratch().join("flush-run");
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let mut child = recipe(&[
+        "light_moco",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "32",
+        "--knn-every",
+        "0",
+        "--workers",
+        "1",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let started = Instant::now();
+    let mut seen = None;
+    while started.elapsed() < Duration::from_secs(120) {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the run ended ({status}) before steps.csv was seen mid-epoch");
+        }
+        let rows = std::fs::read_to_string(run_dir.join("steps.csv"))
+            .map(|t| t.lines().count().saturating_sub(1))
+            .unwrap_or(0);
+        if rows > 0 && !run_dir.join("epochs.csv").exists() {
+            seen = Some(rows);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let rows = seen.expect("steps.csv had rows before the epoch ended");
+    assert!(rows < 250, "{rows} rows: the epoch had not ended");
+}
+
+/// `recipe embed --out RUN/steps.npy` would write its table to RUN/steps.csv, the run's step
+/// log: refused before anything is computed, the log intact; an export to a place that cannot
+/// be written says so (it said "cannot read weights").
+#[test]
+fn exports_do_not_write_over_the_runs_files_and_say_where_they_cannot_write() {
+    let dir = finished_tiny("export-guard");
+    let steps = std::fs::read(dir.join("steps.csv")).unwrap();
+    let run_dir = dir.to_str().unwrap();
+    for (command, expected) in [
+        (
+            vec![
+                "embed",
+                "--run-dir",
+                run_dir,
+                "--out",
+                &format!("{run_dir}/steps.npy"),
+            ],
+            "its table",
+        ),
+        (
+            vec![
+                "export",
+                "--run-dir",
+                run_dir,
+                "--out",
+                &format!("{run_dir}/checkpoints/b.safetensors"),
+            ],
+            "the run's own checkpoints",
+        ),
+        (
+            vec![
+                "export",
+                "--run-dir",
+                run_dir,
+                "--out",
+                "/proc/backbone.safetensors",
+            ],
+            "--out /proc/backbone.safetensors: cannot write in /proc",
+        ),
+    ] {
+        let o = run(&command);
+        assert_eq!(check_error_shape(&o, expected), 2, "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains(expected) && !err.contains("cannot read"),
+            "{err}"
+        );
+    }
+    assert_eq!(std::fs::read(dir.join("steps.csv")).unwrap(), steps);
+    // The run still extends.
+    let o = run(&["resume", run_dir, "--extend", "--epochs", "2"]);
+    assert_eq!(check_error_shape(&o, "extend"), 0, "{}", stderr(&o));
+}
+
+/// A plot that cannot be drawn after a complete run is a warning, not a failed run (it was exit
+/// 1 with plotters' Debug text).
+#[test]
+fn a_plot_that_cannot_be_drawn_does_not_fail_a_complete_run() {
+    let dir = finished_tiny("plot-fails");
+    let loss = dir.join("plots/loss.png");
+    std::fs::remove_file(&loss).unwrap();
+    std::fs::create_dir_all(loss.join("in-the-way")).unwrap();
+    let o = run(&["resume", dir.to_str().unwrap(), "--extend", "--epochs", "2"]);
+    let err = stderr(&o);
+    assert_eq!(check_error_shape(&o, "plot"), 0, "{err}");
+    assert!(
+        err.contains("the run is complete, but its plots could not be drawn")
+            && !err.contains("Os {"),
+        "{err}"
+    );
+}

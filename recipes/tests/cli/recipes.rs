@@ -1,0 +1,657 @@
+//! Every recipe, backbone and recipe option runs two steps and logs its knobs.
+
+use crate::common::{as_strs, check_error_shape, cifar_records, run, scratch, stderr, tiny};
+
+/// `--augment-ahead false` (each batch augmented between steps, on the training thread) and
+/// `--view-threads false` (Light-MoCo's two query passes back-propagated one after the other, on
+/// the training thread) give the same steps.csv, number for number, as the CPU's defaults (the
+/// batch augmented on its own thread while the step before runs; the two backward passes on two
+/// threads): only the speed differs.
+#[test]
+fn augmenting_ahead_and_view_threads_give_the_same_run() {
+    let settings = [
+        ("default", vec![]),
+        ("between-steps", vec!["--augment-ahead", "false"]),
+        ("one-backward", vec!["--view-threads", "false"]),
+    ];
+    let runs = settings.map(|(name, extra)| {
+        let dir = scratch().join(format!("smoke-threads-{name}"));
+        let args = tiny(dir.to_str().unwrap(), &extra);
+        let o = run(&as_strs(&args));
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+        let header: Vec<&str> = steps.lines().next().unwrap().split(',').collect();
+        let timing = header.iter().position(|c| *c == "images_per_s").unwrap();
+        let rows: Vec<Vec<String>> = steps
+            .lines()
+            .skip(1)
+            .map(|l| {
+                l.split(',')
+                    .enumerate()
+                    .filter(|(i, _)| *i != timing)
+                    .map(|(_, v)| v.to_string())
+                    .collect()
+            })
+            .collect();
+        assert!(rows.len() >= 2, "two steps at least:\n{steps}");
+        rows
+    });
+    assert_eq!(
+        runs[0], runs[1],
+        "steps.csv with and without augmenting ahead"
+    );
+    assert_eq!(
+        runs[0], runs[2],
+        "steps.csv with the views back-propagated on two threads or on one"
+    );
+}
+
+/// Every MICO recipe (and MoCo v1) runs on the tiny data (two steps) and writes its run
+/// directory, with the λ of each step in steps.csv.
+/// The recipes whose curricula watch the batch run on two replicas as on one device: the first
+/// step's loss (the same views, object boxes, sub-policy and curation) is the one-device run's.
+#[test]
+fn curricula_on_two_replicas_start_as_one_device() {
+    for (name, extra) in [
+        ("crop_rotate", &["--stem", "cifar"][..]),
+        ("auto_augment_self_paced", &[][..]),
+        ("bad_batches", &[][..]),
+    ] {
+        let first_loss = |devices: &str| -> f64 {
+            let dir_name = format!("replicas-{name}-{devices}");
+            let mut args = tiny(&dir_name, &["--devices", devices]);
+            args[0] = name.to_string();
+            args.extend(extra.iter().map(|s| s.to_string()));
+            let o = run(&as_strs(&args));
+            assert_eq!(check_error_shape(&o, name), 0, "{name}\n{}", stderr(&o));
+            let steps =
+                std::fs::read_to_string(scratch().join(&dir_name).join("steps.csv")).unwrap();
+            steps
+                .lines()
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .nth(2)
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let (one, two) = (first_loss("1"), first_loss("2"));
+        assert!(
+            (one - two).abs() <= 1e-5 * one.abs(),
+            "{name}: {one} vs {two}"
+        );
+    }
+}
+
+/// `--shuffle-bn` trains a MoCo recipe on two replicas with shuffling batch norm; another
+/// recipe refuses it by name.
+#[test]
+fn shuffle_bn_is_a_moco_option() {
+    let mut args = tiny("shuffle-bn-moco", &["--devices", "2", "--shuffle-bn"]);
+    args[0] = "moco_v2".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "moco_v2"), 0, "{}", stderr(&o));
+    let config =
+        std::fs::read_to_string(scratch().join("shuffle-bn-moco").join("config.json")).unwrap();
+    assert!(config.contains("\"shuffle_bn\": true"), "{config}");
+    let mut args = tiny("shuffle-bn-simclr", &["--shuffle-bn"]);
+    args[0] = "simclr".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "simclr"), 2);
+    assert!(
+        stderr(&o).contains("error: --shuffle-bn: only the MoCo recipes"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The method table's recipes: Barlow Twins and VICReg (VICReg's three terms logged), SimCLR with
+/// DCL and DCLW, SwAV and DINO with their multi-crop (6, 2 and no local crops), NNCLR, TiCo, MoCo
+/// v3 on the small ResNet and on ViT-Tiny; two steps each, a checkpoint, and the kNN monitor on.
+#[test]
+fn the_method_table_recipes_run_two_steps() {
+    for (name, extra) in [
+        ("barlow_twins", &[][..]),
+        ("vicreg", &[][..]),
+        ("simclr", &["--loss", "dcl"][..]),
+        ("simclr", &["--loss", "dclw"][..]),
+        ("swav", &[][..]),
+        ("swav", &["--local-crops", "0"][..]),
+        ("dino", &["--local-crops", "2"][..]),
+        ("nnclr", &[][..]),
+        ("tico", &[][..]),
+        ("moco_v3", &[][..]),
+        ("moco_v3", &["--backbone", "vit-tiny"][..]),
+    ] {
+        let label = format!("{name}{}", extra.join(""));
+        let dir_name = format!("table-{label}");
+        let mut args = tiny(&dir_name, &["--knn-every", "1"]);
+        args[0] = name.to_string();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let o = run(&as_strs(&args));
+        assert_eq!(check_error_shape(&o, &label), 0, "{label}\n{}", stderr(&o));
+        let dir = scratch().join(&dir_name);
+        let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+        assert_eq!(steps.lines().count(), 3, "{label}: two steps\n{steps}");
+        assert!(dir.join("checkpoints/epoch-0001/meta.json").is_file());
+        let header = steps.lines().next().unwrap();
+        if name == "vicreg" {
+            assert!(
+                header.ends_with("vicreg_invariance,vicreg_variance,vicreg_covariance"),
+                "{header}"
+            );
+        }
+        if name == "swav" {
+            assert!(header.ends_with("prototypes_frozen,swav_queue"), "{header}");
+        }
+        if name == "dino" {
+            assert!(header.ends_with("teacher_temp,momentum"), "{header}");
+        }
+        if name == "swav" || name == "dino" {
+            // The run records how many local crops it drew.
+            let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
+            let expected = match extra {
+                [] => "\"count\": 6",
+                [_, n] => &format!("\"count\": {n}"),
+                _ => unreachable!(),
+            };
+            if extra == ["--local-crops", "0"] {
+                assert!(config.contains("\"local_crops\": null"), "{config}");
+            } else {
+                assert!(config.contains(expected), "{label}: {config}");
+            }
+        }
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("kNN (k = 20"), "{label}: {out}");
+    }
+}
+
+/// `--local-crops` belongs to the multi-crop recipes: a two-view recipe refuses it by name.
+#[test]
+fn local_crops_are_a_multi_crop_option() {
+    let mut args = tiny("local-crops-simclr", &["--local-crops", "4"]);
+    args[0] = "simclr".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "simclr"), 2);
+    assert!(
+        stderr(&o).contains("error: --local-crops: recipe `simclr` trains on two views"),
+        "{}",
+        stderr(&o)
+    );
+    let mut args = tiny("local-crops-many", &["--local-crops", "100"]);
+    args[0] = "dino".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "dino"), 2);
+    assert!(stderr(&o).contains("at most 32"), "{}", stderr(&o));
+}
+
+/// A recipe of the papers, the columns its `steps.csv` ends with, and the value its first step
+/// logs in the last of them (`None`: not fixed by a schedule).
+const PAPER_RECIPES: &[(&str, &str, Option<&str>)] = &[
+    ("moco_v1", "", None),
+    // One epoch of the 4-step schedule at double strength: 0.2 × 2.
+    ("moco_strength_curriculum", "strength", Some("0.4")),
+    // The sub-policy and its magnitude under the ceiling (0.2 at the start, the initial
+    // magnitude 0.1 below it).
+    (
+        "auto_augment_self_paced",
+        "aa_policy,aa_magnitude",
+        Some("0.1"),
+    ),
+    ("hcl", "", None),
+    // β rises linearly from 0: the first epoch of one reads 0.
+    ("hcl_curriculum", "hcl_beta", Some("0")),
+    // The adaptive t (the loss's EMA of the positive similarities).
+    ("curricular_weighting", "curricular_t", None),
+    ("huber_nt_xent", "", None),
+    // Curation measures every step, with no redraw during the warm-up.
+    ("bad_batches", "frd,redraws", Some("0")),
+    // The attack is off in the first quarter of the run.
+    ("simclr_pgd", "pgd_strength", Some("0")),
+    ("hcl_pgd", "pgd_strength", Some("0")),
+    // The angles in play: all four for RotNet, one in the first quarter of a curriculum.
+    ("rotnet", "rotation_angles", Some("4")),
+    ("rotnet_curriculum", "rotation_angles", Some("1")),
+    ("rotate_mix", "rotation_angles", Some("1")),
+    ("crop_rotate", "rotation_angles", Some("1")),
+    // Mixup's λ: 0.5 without a curriculum; MICO's curriculum starts at 0.2.
+    ("mixup_simsiam", "mixup_lambda", Some("0.5")),
+    ("mico_simsiam", "mixup_lambda", Some("0.2")),
+    ("mixup_byol", "mixup_lambda", Some("0.5")),
+    ("mico_byol", "mixup_lambda", Some("0.2")),
+    ("mixup_simclr", "mixup_lambda", Some("0.5")),
+    ("mico_simclr", "mixup_lambda", Some("0.2")),
+    ("mixup_moco", "mixup_lambda", Some("0.5")),
+    ("mico_moco", "mixup_lambda", Some("0.2")),
+];
+
+#[test]
+fn the_paper_recipes_run_two_steps_and_log_their_knobs() {
+    for &(name, columns, first) in PAPER_RECIPES {
+        let mut args = tiny(&format!("smoke-{name}"), &[]);
+        args[0] = name.to_string();
+        let o = run(&as_strs(&args));
+        assert_eq!(check_error_shape(&o, name), 0, "{name}\n{}", stderr(&o));
+        let dir = scratch().join(format!("smoke-{name}"));
+        let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+        assert_eq!(steps.lines().count(), 3, "{name}: two steps\n{steps}");
+        assert!(
+            dir.join("checkpoints/epoch-0001/meta.json").is_file(),
+            "{name}"
+        );
+        let header = steps.lines().next().unwrap();
+        assert!(header.ends_with(columns), "{name}: {header}");
+        if let Some(value) = first {
+            let last = steps.lines().nth(1).unwrap().rsplit(',').next();
+            assert_eq!(last, Some(value), "{name}: {steps}");
+        }
+        let epochs = std::fs::read_to_string(dir.join("epochs.csv")).unwrap();
+        match name {
+            "auto_augment_self_paced" => {
+                assert!(dir.join("checkpoints/epoch-0001/curricula.json").is_file());
+            }
+            // epochs.csv counts the curation's decisions.
+            "bad_batches" => assert!(
+                epochs.starts_with(
+                    "epoch,mean_loss,lr,images_per_s,seconds,curation_rejections,\
+                     curation_accepted_after_retries"
+                ),
+                "{epochs}"
+            ),
+            // The boxes are computed once (a one-epoch run), timed in epochs.csv and kept in
+            // the checkpoint: one per training image.
+            "crop_rotate" => {
+                let header = epochs.lines().next().unwrap();
+                assert!(header.contains(",box_seconds"), "{epochs}");
+                let curricula =
+                    std::fs::read_to_string(dir.join("checkpoints/epoch-0001/curricula.json"))
+                        .unwrap();
+                let curricula: serde_json::Value = serde_json::from_str(&curricula).unwrap();
+                let boxes = &curricula["object_boxes"];
+                assert_eq!(boxes["epoch"], 0, "{boxes}");
+                assert_eq!(boxes["boxes"].as_array().unwrap().len(), 64, "{boxes}");
+                assert!(
+                    stderr(&o).contains("object boxes of 64 training images"),
+                    "{}",
+                    stderr(&o)
+                );
+            }
+            _ => {}
+        }
+        if name != "crop_rotate" {
+            assert!(!epochs.contains("box_seconds"), "{name}: {epochs}");
+        }
+    }
+}
+
+#[test]
+fn the_mixup_and_strength_options_are_checked() {
+    // The easy-to-hard order starts at 0.8; a recipe without mixup refuses the option.
+    let mut args = tiny("smoke-reverse", &["--easy-to-hard"]);
+    args[0] = "mico_simclr".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "reverse"), 0, "{}", stderr(&o));
+    let steps = std::fs::read_to_string(scratch().join("smoke-reverse/steps.csv")).unwrap();
+    assert!(steps.lines().nth(1).unwrap().ends_with(",0.8"), "{steps}");
+    let o = run(&as_strs(&tiny("smoke-no-mixup", &["--easy-to-hard"])));
+    assert_eq!(check_error_shape(&o, "no mixup"), 2);
+    assert!(stderr(&o).contains("schedules no mixup"), "{}", stderr(&o));
+    // The strength options belong to the strength curriculum; their values are checked.
+    let o = run(&as_strs(&tiny("smoke-no-strength", &["--strength", "2"])));
+    assert_eq!(check_error_shape(&o, "no strength"), 2);
+    let mut args = tiny(
+        "smoke-bad-strength",
+        &["--strength", "9", "--schedule", "linear"],
+    );
+    args[0] = "moco_strength_curriculum".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "bad strength"), 2);
+    assert!(stderr(&o).contains("--strength 9"), "{}", stderr(&o));
+}
+
+#[test]
+fn the_hcl_options_are_checked() {
+    // MICO eq. 3 on the HCL recipes: k − β is a column (β = 0 in the first epoch); the option
+    // belongs to the HCL recipes and its value is checked.
+    let mut args = tiny("smoke-hard-positive", &["--hard-positive-k", "2"]);
+    args[0] = "hcl_curriculum".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "hard positive"), 0, "{}", stderr(&o));
+    let steps = std::fs::read_to_string(scratch().join("smoke-hard-positive/steps.csv")).unwrap();
+    assert!(
+        steps
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with("hcl_beta,hcl_k_minus_beta"),
+        "{steps}"
+    );
+    assert!(steps.lines().nth(1).unwrap().ends_with(",0,2"), "{steps}");
+    // --loss picks SimCLR's two-view loss; other families refuse it; --hard-positive-k goes
+    // with --loss hcl.
+    let mut args = tiny(
+        "smoke-loss-hcl",
+        &["--loss", "hcl", "--hard-positive-k", "1.5"],
+    );
+    args[0] = "simclr".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "loss hcl"), 0, "{}", stderr(&o));
+    let steps = std::fs::read_to_string(scratch().join("smoke-loss-hcl/steps.csv")).unwrap();
+    assert!(
+        steps.lines().nth(1).unwrap().ends_with(",0.5"),
+        "k - beta = 1.5 - 1\n{steps}"
+    );
+    let config = std::fs::read_to_string(scratch().join("smoke-loss-hcl/config.json")).unwrap();
+    assert!(config.contains("\"Hcl\""), "{config}");
+    let o = run(&as_strs(&tiny("smoke-loss-moco", &["--loss", "huber"])));
+    assert_eq!(check_error_shape(&o, "loss moco"), 2);
+    assert!(
+        stderr(&o).contains("not of the SimCLR family"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&as_strs(&tiny("smoke-no-hcl", &["--hard-positive-k", "2"])));
+    assert_eq!(check_error_shape(&o, "no hcl"), 2);
+    assert!(
+        stderr(&o).contains("does not train with HCL"),
+        "{}",
+        stderr(&o)
+    );
+    let mut args = tiny("smoke-bad-k", &["--hard-positive-k", "-1"]);
+    args[0] = "hcl".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "bad k"), 2);
+    assert!(
+        stderr(&o).contains("--hard-positive-k -1"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn the_batch_curation_options_are_checked() {
+    // Batch curation's options: a 1-epoch warm-up curates the second epoch with at most one
+    // redraw a batch; the counts and the curation's time are columns of epochs.csv. Other
+    // recipes refuse the options, and a warm-up of 0 is refused.
+    let mut args = tiny(
+        "smoke-curation",
+        &[
+            "--epochs",
+            "2",
+            "--curation-warmup",
+            "1",
+            "--curation-retries",
+            "1",
+        ],
+    );
+    args[0] = "bad_batches".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "curation"), 0, "{}", stderr(&o));
+    let epochs = std::fs::read_to_string(scratch().join("smoke-curation/epochs.csv")).unwrap();
+    let header: Vec<&str> = epochs.lines().next().unwrap().split(',').collect();
+    for name in [
+        "curation_rejections",
+        "curation_accepted_after_retries",
+        "curation_seconds",
+    ] {
+        assert!(header.contains(&name), "{epochs}");
+    }
+    let steps = std::fs::read_to_string(scratch().join("smoke-curation/steps.csv")).unwrap();
+    let redraws = steps
+        .lines()
+        .next()
+        .unwrap()
+        .split(',')
+        .position(|c| c == "redraws")
+        .unwrap();
+    for row in steps.lines().skip(1) {
+        let r: usize = row.split(',').nth(redraws).unwrap().parse().unwrap();
+        assert!(r <= 1, "{steps}");
+    }
+    let o = run(&as_strs(&tiny(
+        "smoke-no-curation",
+        &["--curation-warmup", "2"],
+    )));
+    assert_eq!(check_error_shape(&o, "no curation"), 2);
+    assert!(
+        stderr(&o).contains("does not curate its batches"),
+        "{}",
+        stderr(&o)
+    );
+    let mut args = tiny("smoke-curation-0", &["--curation-warmup", "0"]);
+    args[0] = "bad_batches".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "curation 0"), 2);
+    assert!(stderr(&o).contains("--curation-warmup 0"), "{}", stderr(&o));
+}
+
+#[test]
+fn the_pgd_options_are_checked() {
+    // PGD: on in the last quarter of a 4-epoch run, with the steps asked for; other recipes
+    // refuse --pgd-steps, and the PGD recipes refuse a loss they do not harden.
+    let mut args = tiny("smoke-pgd-on", &["--epochs", "4", "--pgd-steps", "2"]);
+    args[0] = "hcl_pgd".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "pgd on"), 0, "{}", stderr(&o));
+    let steps = std::fs::read_to_string(scratch().join("smoke-pgd-on/steps.csv")).unwrap();
+    assert_eq!(steps.lines().count(), 9, "{steps}");
+    assert!(steps.lines().last().unwrap().ends_with(",1"), "{steps}");
+    let config = std::fs::read_to_string(scratch().join("smoke-pgd-on/config.json")).unwrap();
+    assert!(config.contains("\"steps\": 2"), "{config}");
+    let o = run(&as_strs(&tiny("smoke-no-pgd", &["--pgd-steps", "2"])));
+    assert_eq!(check_error_shape(&o, "no pgd"), 2);
+    assert!(
+        stderr(&o).contains("does not harden its negatives"),
+        "{}",
+        stderr(&o)
+    );
+    let mut args = tiny("smoke-pgd-curricular", &["--loss", "curricular"]);
+    args[0] = "simclr_pgd".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "pgd curricular"), 2);
+    assert!(
+        stderr(&o).contains("NT-Xent and HCL only"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Every --backbone runs two steps of SimCLR on 32×32 RGB images (VGG-16's smallest input), and
+/// the run records it; --stem belongs to the ResNets.
+#[test]
+fn every_backbone_option_runs_two_steps() {
+    let dir = scratch().join("backbone-data");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Five training images (two steps of two), two test images: the heavy models (WRN-28-10,
+    // ResNet-50, VGG-16) stay at a few seconds each.
+    for k in 1..=5 {
+        std::fs::write(dir.join(format!("data_batch_{k}.bin")), cifar_records(1, 1)).unwrap();
+    }
+    std::fs::write(dir.join("test_batch.bin"), cifar_records(2, 1)).unwrap();
+    for backbone in [
+        "resnet18",
+        "resnet34",
+        "resnet50",
+        "wrn-16-8",
+        "wrn-28-10",
+        "efficientnet-b0",
+        "efficientnet-b1",
+        "mobilenet-v3-large",
+        "mobilenet-v3-small",
+        "vgg16-bn",
+        "lenet5",
+        "small",
+    ] {
+        let name = format!("backbone-{backbone}");
+        let mut args = tiny(
+            &name,
+            &[
+                "--dataset",
+                "cifar10",
+                "--data-dir",
+                dir.to_str().unwrap(),
+                "--backbone",
+                backbone,
+                "--batch-size",
+                "2",
+            ],
+        );
+        args[0] = "simclr".into();
+        let o = run(&as_strs(&args));
+        assert_eq!(
+            check_error_shape(&o, backbone),
+            0,
+            "{backbone}\n{}",
+            stderr(&o)
+        );
+        let steps = std::fs::read_to_string(scratch().join(&name).join("steps.csv")).unwrap();
+        assert_eq!(steps.lines().count(), 3, "{backbone}: two steps\n{steps}");
+        // A checkpoint of VGG-16 or WRN-28-10 with its optimiser state is over a gigabyte, and
+        // CI's disk is small: each run directory goes once it has been checked.
+        std::fs::remove_dir_all(scratch().join(&name)).unwrap();
+    }
+    let mut args = tiny(
+        "stem-resnet",
+        &["--backbone", "resnet18", "--stem", "imagenet"],
+    );
+    args[0] = "simclr".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "stem"), 0, "{}", stderr(&o));
+    let config = std::fs::read_to_string(scratch().join("stem-resnet/config.json")).unwrap();
+    assert!(config.contains("\"stem\": \"Imagenet\""), "{config}");
+    let o = run(&as_strs(&tiny(
+        "stem-lenet",
+        &["--backbone", "lenet5", "--stem", "cifar"],
+    )));
+    assert_eq!(check_error_shape(&o, "stem lenet"), 2);
+    assert!(
+        stderr(&o).contains("--stem: only for the ResNets"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The supervised recipes (SPL-ADVisE and its baselines) train two epochs of two steps on the
+/// tiny data — the second epoch selects by SPLD in `spl_advise` and `spld` — and write a
+/// supervised run directory; the self-supervised options and a self-supervised resume of it are
+/// refused by name.
+#[test]
+fn the_supervised_recipes_run_two_epochs() {
+    for name in ["spl_advise", "spld", "random_sampling"] {
+        let dir_name = format!("supervised-{name}");
+        let mut args = tiny(&dir_name, &["--epochs", "2"]);
+        args[0] = name.to_string();
+        let o = run(&as_strs(&args));
+        assert_eq!(check_error_shape(&o, name), 0, "{name}\n{}", stderr(&o));
+        let dir = scratch().join(&dir_name);
+        let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+        assert_eq!(steps.lines().count(), 5, "{name}: four steps\n{steps}");
+        let epochs = std::fs::read_to_string(dir.join("epochs.csv")).unwrap();
+        let header: Vec<&str> = epochs.lines().next().unwrap().split(',').collect();
+        let column = |c: &str| header.iter().position(|h| *h == c).unwrap();
+        let last: Vec<&str> = epochs.lines().nth(2).unwrap().split(',').collect();
+        let top1: f64 = last[column("test_top1")].parse().unwrap();
+        assert!((0.0..=1.0).contains(&top1), "{epochs}");
+        let meta = std::fs::read_to_string(dir.join("checkpoints/epoch-0002/meta.json")).unwrap();
+        assert!(meta.contains("\"kind\": \"supervised\""), "{meta}");
+        assert_eq!(
+            dir.join("checkpoints/epoch-0002/embedding.mpk").is_file(),
+            name == "spl_advise"
+        );
+        // One record format for every run: the supervised step's settings and the selection
+        // hook's.
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
+                .unwrap();
+        assert_eq!(config["format"], "curriculum-ssl run", "{config}");
+        assert!(config["supervised"]["batch_size"].is_u64(), "{config}");
+        assert!(
+            config["hooks"]["selection"]["method"].is_string(),
+            "{config}"
+        );
+        // A resume with the same settings and a longer --extend continue the run.
+        let mut more = tiny(&dir_name, &["--epochs", "3", "--extend"]);
+        more[0] = name.to_string();
+        let o = run(&as_strs(&more));
+        assert_eq!(check_error_shape(&o, name), 0, "{name}\n{}", stderr(&o));
+        let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+        assert_eq!(steps.lines().count(), 7, "{name}: two more steps\n{steps}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    for (args, message) in [
+        (
+            vec!["spld", "--loss", "hcl"],
+            "--loss: recipe `spld` is supervised",
+        ),
+        (
+            vec!["random_sampling", "--augment-ahead", "true"],
+            "--augment-ahead: recipe `random_sampling` is supervised",
+        ),
+        (
+            vec!["spld", "--view-threads", "false"],
+            "--view-threads: recipe `spld` is supervised",
+        ),
+        (
+            vec!["random_sampling", "--embedding-backbone", "lenet5"],
+            "--embedding-backbone: recipe `random_sampling` has no embedding network",
+        ),
+        (
+            vec!["random_sampling", "--clusters", "4"],
+            "--clusters: recipe `random_sampling` clusters nothing",
+        ),
+        (
+            vec!["spld", "--clusters", "0"],
+            "--clusters 0: must lie in [1, 1000]",
+        ),
+        // VGG-16 needs 32×32 images: 28×28 garments are refused before any work.
+        (
+            vec!["spl_advise", "--embedding-backbone", "vgg16-bn"],
+            "--embedding-backbone: VGG: images of 28x28 are too small",
+        ),
+        (
+            vec!["random_sampling", "--backbone", "vgg16-bn"],
+            "--backbone: VGG: images of 28x28 are too small",
+        ),
+    ] {
+        let mut full = tiny("supervised-refused", &args[1..]);
+        full[0] = args[0].to_string();
+        let o = run(&as_strs(&full));
+        assert_eq!(check_error_shape(&o, args[0]), 2, "{}", stderr(&o));
+        assert!(stderr(&o).contains(message), "{}", stderr(&o));
+    }
+    // A self-supervised recipe does not resume a supervised run.
+    let mut args = tiny("supervised-then-ssl", &["--epochs", "1"]);
+    args[0] = "random_sampling".into();
+    assert_eq!(run(&as_strs(&args)).status.code(), Some(0));
+    // Nor do eval, export and embed read it: they say what it is (it was "missing field
+    // `method`").
+    let supervised = scratch().join("supervised-then-ssl");
+    let run_dir = supervised.to_str().unwrap();
+    let out = scratch().join("supervised.npy");
+    for command in [
+        vec!["eval", "--run-dir", run_dir],
+        vec!["export", "--run-dir", run_dir],
+        vec![
+            "embed",
+            "--run-dir",
+            run_dir,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    ] {
+        let o = run(&command);
+        assert_eq!(check_error_shape(&o, command[0]), 2, "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("a supervised run (random_sampling)") && !err.contains("missing field"),
+            "{err}"
+        );
+    }
+    let mut ssl = tiny("supervised-then-ssl", &["--resume"]);
+    ssl[0] = "light_moco".into();
+    let o = run(&as_strs(&ssl));
+    assert_eq!(check_error_shape(&o, "ssl resume"), 2, "{}", stderr(&o));
+    std::fs::remove_dir_all(scratch().join("supervised-then-ssl")).unwrap();
+}

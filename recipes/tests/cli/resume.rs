@@ -1,0 +1,271 @@
+//! Resuming and extending a run, and settings from KEY=VALUE overrides and recipe.toml.
+
+use crate::common::{as_strs, check_error_shape, data, losses, run, scratch, stderr, tiny};
+
+#[test]
+fn resume_names_the_options_that_differ_and_extend_makes_the_run_longer() {
+    let dir = "resume-run";
+    let o = run(&as_strs(&tiny(dir, &[])));
+    assert_eq!(check_error_shape(&o, "first run"), 0, "{}", stderr(&o));
+    for (extra, expected) in [
+        (
+            vec!["--resume", "--lr", "0.05"],
+            "--lr: run 0.0125, given 0.05",
+        ),
+        (
+            vec!["--resume", "--backbone", "resnet18"],
+            "--backbone: run \"Small\", given \"Resnet18\"",
+        ),
+        (
+            vec!["--resume", "--epochs", "2"],
+            "--epochs: run 1, given 2",
+        ),
+        (vec![], "already holds a run"),
+    ] {
+        let o = run(&as_strs(&tiny(dir, &extra)));
+        let code = check_error_shape(&o, expected);
+        assert_eq!(code, 2, "{expected}\n{}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{expected}\n{}", stderr(&o));
+    }
+    // Options that do not change the training may differ.
+    let o = run(&as_strs(&tiny(
+        dir,
+        &[
+            "--resume",
+            "--checkpoint-every",
+            "3",
+            "--knn-every",
+            "2",
+            "--workers",
+            "2",
+        ],
+    )));
+    assert_eq!(check_error_shape(&o, "harmless"), 0, "{}", stderr(&o));
+    let o = run(&as_strs(&tiny(dir, &["--extend", "--epochs", "2"])));
+    assert_eq!(check_error_shape(&o, "extend"), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("extending the run from 1 to 2 epochs"),
+        "{}",
+        stderr(&o)
+    );
+    let run_dir = scratch().join(dir);
+    assert!(run_dir.join("checkpoints/epoch-0002/meta.json").is_file());
+    // The evaluation of the run, and its option checks.
+    let o = run(&[
+        "eval",
+        "--run-dir",
+        dir,
+        "--probe-epochs",
+        "1",
+        "--data",
+        data().to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "eval"), 0, "{}", stderr(&o));
+    let printed = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(printed.contains("linear probe"));
+    // Its results are kept in the run directory, a row per evaluation.
+    let o = run(&["eval", "--run-dir", dir, "--probe-epochs", "0"]);
+    assert_eq!(
+        check_error_shape(&o, "eval without probe"),
+        0,
+        "{}",
+        stderr(&o)
+    );
+    let evals = std::fs::read_to_string(run_dir.join("evals.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = evals.lines().map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 3, "{evals}");
+    assert_eq!(
+        rows[0],
+        [
+            "checkpoint",
+            "protocol",
+            "knn_k20_top1",
+            "knn_k20_top5",
+            // k = 200 meets a bank of 64 training images: the column names the k used.
+            "knn_k64_top1",
+            "knn_k64_top5",
+            "probe_epochs",
+            "probe_top1",
+            "probe_top5"
+        ],
+        "{evals}"
+    );
+    let knn20 = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("kNN (k = 20, T = 0.07): top-1 "))
+        .and_then(|rest| rest.split('%').next())
+        .unwrap_or_else(|| panic!("{printed}"));
+    assert_eq!(rows[1][2], knn20, "{evals}\n{printed}");
+    assert!(rows[1][0].ends_with("epoch-0002"), "{evals}");
+    assert_eq!((rows[1][1], rows[1][6]), ("sgd", "1"), "{evals}");
+    assert!(rows[1][7].parse::<f64>().is_ok(), "{evals}");
+    assert_eq!(
+        (rows[2][2], rows[2][6], rows[2][7]),
+        (knn20, "0", ""),
+        "{evals}"
+    );
+    for value in ["0", "-1", "NaN", "1e400"] {
+        let o = run(&["eval", "--run-dir", dir, "--probe-lr", value]);
+        let code = check_error_shape(&o, value);
+        assert_eq!(code, 2, "--probe-lr {value}\n{}", stderr(&o));
+    }
+}
+
+/// Settings without recompiling: KEY=VALUE overrides reach the method, the optimiser and the
+/// augmentation; every run writes recipe.toml; the file run again reproduces the run to the
+/// last digit of its losses; --resume and `recipe resume` need only the run directory.
+#[test]
+fn settings_come_from_key_value_overrides_and_the_runs_own_recipe_toml() {
+    let first = scratch().join("settings-first");
+    let o = run(&as_strs(&tiny(
+        "settings-first",
+        &[
+            "--epochs",
+            "2",
+            "method.queue_size=2048",
+            "method.soft_nce.temperature=0.2",
+            "optimizer.weight_decay=1e-5",
+            "augmentation.view1.blur=none",
+            "warmup_epochs=1",
+        ],
+    )));
+    assert_eq!(check_error_shape(&o, "overrides"), 0, "{}", stderr(&o));
+    // The overrides reached what trained: config.json records the method, optimiser-free
+    // trainer settings and the augmentation as the trainer saw them.
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(first.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["run"]["method"]["queue_size"], 2048);
+    assert_eq!(config["run"]["method"]["soft_nce"]["temperature"], 0.2);
+    assert!(config["augmentation"]["view1"]["blur"].is_null());
+    assert!(!config["augmentation"]["view2"]["blur"].is_null());
+    assert_eq!(config["train"]["warmup_epochs"], 1);
+    let file: toml::Table = std::fs::read_to_string(first.join("recipe.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(file["recipe"].as_str(), Some("light_moco"));
+    assert_eq!(file["optimizer"]["weight_decay"].as_float(), Some(1e-5));
+    assert_eq!(file["method"]["queue_size"].as_integer(), Some(2048));
+    assert_eq!(file["options"]["epochs"].as_integer(), Some(2));
+    assert_eq!(file["options"]["lr"].as_float(), Some(0.0125));
+    assert_eq!(file["augmentation"]["view1"]["blur"].as_str(), Some("none"));
+
+    // The file alone, in a new directory, is the same run.
+    let again = scratch().join("settings-again");
+    let o = run(&[
+        "light_moco",
+        "--config",
+        first.join("recipe.toml").to_str().unwrap(),
+        "--run-dir",
+        again.to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "from file"), 0, "{}", stderr(&o));
+    assert_eq!(losses(&first), losses(&again));
+    assert_eq!(losses(&first).len(), 4);
+    // The command line wins over the file.
+    let o = run(&[
+        "light_moco",
+        "--config",
+        first.join("recipe.toml").to_str().unwrap(),
+        "--run-dir",
+        scratch().join("settings-other").to_str().unwrap(),
+        "method.queue_size=1024",
+        "--epochs",
+        "1",
+    ]);
+    assert_eq!(
+        check_error_shape(&o, "file and overrides"),
+        0,
+        "{}",
+        stderr(&o)
+    );
+    let other: toml::Table =
+        std::fs::read_to_string(scratch().join("settings-other").join("recipe.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
+    assert_eq!(other["method"]["queue_size"].as_integer(), Some(1024));
+    assert_eq!(other["options"]["epochs"].as_integer(), Some(1));
+
+    // Resume and extend with the run directory alone.
+    let o = run(&[
+        "light_moco",
+        "--run-dir",
+        first.to_str().unwrap(),
+        "--resume",
+    ]);
+    assert_eq!(check_error_shape(&o, "resume"), 0, "{}", stderr(&o));
+    let o = run(&[
+        "resume",
+        first.to_str().unwrap(),
+        "--extend",
+        "--epochs",
+        "3",
+    ]);
+    assert_eq!(check_error_shape(&o, "recipe resume"), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("extending the run from 2 to 3 epochs"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(losses(&first).len(), 6);
+    let o = run(&["resume", scratch().to_str().unwrap()]);
+    assert_eq!(check_error_shape(&o, "resume no file"), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("no recipe.toml"), "{}", stderr(&o));
+
+    // Bad settings name what is wrong.
+    for (extra, expected) in [
+        (
+            "method.queue_sise=1",
+            "has no setting `queue_sise` (it has: ",
+        ),
+        ("model.depth=3", "`model` is not a section"),
+        ("queue_size", "settings are given as KEY=VALUE"),
+        ("epoch=3", "`epoch` is not an option"),
+        (
+            "optimizer.weight_decay=heavy",
+            "optimizer: the settings given do not make",
+        ),
+        (
+            "augmentation.view1.solarize.p=0.2",
+            "augmentation.view1.solarize is off",
+        ),
+        (
+            "curation.max_retries=1",
+            "recipe `light_moco` has no curation settings",
+        ),
+        ("method.queue_size=0", "must hold at least one step's keys"),
+        (
+            "method.momentum=1e400",
+            "`method.momentum=1e400`: 1e400 is not a finite number",
+        ),
+    ] {
+        let o = run(&as_strs(&tiny("settings-bad", &[extra])));
+        assert_eq!(check_error_shape(&o, extra), 2, "{extra}\n{}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{extra}\n{}", stderr(&o));
+    }
+    // The recipe that curates its batches takes the curation's settings.
+    let mut args = tiny("settings-curation", &["curation.max_retries=1"]);
+    args[0] = "bad_batches".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "curation"), 0, "{}", stderr(&o));
+    let file: toml::Table =
+        std::fs::read_to_string(scratch().join("settings-curation").join("recipe.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
+    assert_eq!(file["curation"]["max_retries"].as_integer(), Some(1));
+    let o = run(&[
+        "simclr",
+        "--config",
+        first.join("recipe.toml").to_str().unwrap(),
+        "--run-dir",
+        "settings-wrong-recipe",
+    ]);
+    assert_eq!(check_error_shape(&o, "other recipe"), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("written for recipe `light_moco`"),
+        "{}",
+        stderr(&o)
+    );
+}
