@@ -7,8 +7,9 @@ use burn::prelude::*;
 use crate::import::{load_torchvision, save_safetensors, TorchvisionImport};
 use crate::ModelError;
 use crate::{
-    Backbone, EfficientNet, EfficientNetConfig, LeNet, LeNetConfig, MobileNetV3, MobileNetV3Config,
-    ResNet, ResNetConfig, Vgg, VggConfig, Vit, VitConfig, WideResNet, WideResNetConfig,
+    AsVit, Backbone, EfficientNet, EfficientNetConfig, LeNet, LeNetConfig, MobileNetV3,
+    MobileNetV3Config, ResNet, ResNetConfig, Vgg, VggConfig, Vit, VitConfig, WideResNet,
+    WideResNetConfig,
 };
 
 /// Any backbone of the crate.
@@ -28,6 +29,15 @@ pub enum AnyBackbone<B: Backend> {
     LeNet(LeNet<B>),
     /// A Vision Transformer.
     Vit(Vit<B>),
+}
+
+impl<B: Backend> AsVit<B> for AnyBackbone<B> {
+    fn as_vit(&self) -> Option<&Vit<B>> {
+        match self {
+            Self::Vit(m) => Some(m),
+            _ => None,
+        }
+    }
 }
 
 impl<B: Backend> Backbone<B> for AnyBackbone<B> {

@@ -35,7 +35,7 @@ pub mod vit;
 pub mod wide_resnet;
 
 pub use any::{AnyBackbone, AnyBackboneConfig, ExportNames};
-pub use backbone::{Backbone, TrainableBackbone};
+pub use backbone::{AsVit, Backbone, TrainableBackbone};
 pub use efficientnet::{EfficientNet, EfficientNetConfig};
 pub use error::ModelError;
 pub use head::{Classifier, ClassifierConfig};

@@ -23,7 +23,7 @@ use burn::tensor::activation::{gelu, softmax};
 use burn::tensor::module::interpolate;
 use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 
-use crate::backbone::Backbone;
+use crate::backbone::{AsVit, Backbone};
 use crate::error::ModelError;
 use crate::layers::check_channels_and_size;
 
@@ -126,17 +126,6 @@ impl VitConfig {
             mean: 0.0,
             std: 0.02,
         };
-        let linear = |from: usize, to: usize| {
-            LinearConfig::new(from, to)
-                .with_initializer(normal.clone())
-                .init(device)
-        };
-        let norm = || {
-            LayerNormConfig::new(d)
-                .with_epsilon(self.layer_norm_eps)
-                .init(device)
-        };
-        let hidden = (d as f64 * self.mlp_ratio) as usize;
         let tokens = self.grid() * self.grid() + 1;
         Vit {
             patch_embed: Conv2dConfig::new(
@@ -148,21 +137,19 @@ impl VitConfig {
             cls_token: normal.init([1, 1, d], device),
             pos_embed: normal.init([1, tokens, d], device),
             blocks: (0..self.depth)
-                .map(|_| VitBlock {
-                    norm1: norm(),
-                    attn: Attention {
-                        qkv: linear(d, 3 * d),
-                        proj: linear(d, d),
-                        num_heads: self.num_heads,
-                    },
-                    norm2: norm(),
-                    mlp: Mlp {
-                        fc1: linear(d, hidden),
-                        fc2: linear(hidden, d),
-                    },
+                .map(|_| {
+                    VitBlock::new(
+                        d,
+                        self.num_heads,
+                        self.mlp_ratio,
+                        self.layer_norm_eps,
+                        device,
+                    )
                 })
                 .collect(),
-            norm: norm(),
+            norm: LayerNormConfig::new(d)
+                .with_epsilon(self.layer_norm_eps)
+                .init(device),
             patch_size: self.patch_size,
         }
     }
@@ -229,6 +216,34 @@ pub struct VitBlock<B: Backend> {
 }
 
 impl<B: Backend> VitBlock<B> {
+    /// A block of width `dim` with `heads` attention heads, an MLP `mlp_ratio` times as wide,
+    /// LayerNorms with `ε = eps`; linear weights drawn from `N(0, 0.02²)` (timm's), biases zero.
+    pub fn new(dim: usize, heads: usize, mlp_ratio: f64, eps: f64, device: &B::Device) -> Self {
+        let linear = |from: usize, to: usize| {
+            LinearConfig::new(from, to)
+                .with_initializer(Initializer::Normal {
+                    mean: 0.0,
+                    std: 0.02,
+                })
+                .init(device)
+        };
+        let norm = || LayerNormConfig::new(dim).with_epsilon(eps).init(device);
+        let hidden = (dim as f64 * mlp_ratio) as usize;
+        Self {
+            norm1: norm(),
+            attn: Attention {
+                qkv: linear(dim, 3 * dim),
+                proj: linear(dim, dim),
+                num_heads: heads,
+            },
+            norm2: norm(),
+            mlp: Mlp {
+                fc1: linear(dim, hidden),
+                fc2: linear(hidden, dim),
+            },
+        }
+    }
+
     /// # Shapes
     /// - `x`: `[N, T, D]` → `[N, T, D]`
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
@@ -340,6 +355,12 @@ impl<B: Backend> Backbone<B> for Vit<B> {
                 .swap_dims(1, 2)
                 .reshape([n, d, h, w]),
         )
+    }
+}
+
+impl<B: Backend> AsVit<B> for Vit<B> {
+    fn as_vit(&self) -> Option<&Vit<B>> {
+        Some(self)
     }
 }
 

@@ -1,6 +1,6 @@
 //! SSL methods ("frameworks"): SimCLR (with NT-Xent, HCL, curricular weighting, Huber NT-Xent,
 //! DCL / DCLW), MoCo v1/v2, Light-MoCo and MoCo v3, BYOL, SimSiam, Barlow Twins, VICReg, SwAV and DINO
-//! (with multi-crop), NNCLR, TiCo, rotation prediction, plus the pieces they share: the networks'
+//! (with multi-crop), NNCLR, TiCo, rotation prediction, MAE (masked image modelling), plus the pieces they share: the networks'
 //! two shapes ([`encoder`]), the momentum copy ([`momentum`], on the EMA update of [`ema`]), the
 //! key queue ([`queue`]).
 //!
@@ -23,6 +23,8 @@ pub mod byol;
 pub mod dino;
 pub mod ema;
 pub mod encoder;
+pub mod mae;
+pub mod masking;
 pub mod moco;
 pub mod moco_v3;
 pub mod momentum;
@@ -45,6 +47,8 @@ pub use barlow_twins::{BarlowTwins, BarlowTwinsConfig};
 pub use byol::{Byol, ByolConfig, ByolState};
 pub use dino::{Dino, DinoConfig, DinoHead, DinoHeadConfig, DinoNetwork, DinoState};
 pub use encoder::{Predicted, Projected};
+pub use mae::{Mae, MaeConfig, MaeDecoder, MaeNetwork};
+pub use masking::PatchMask;
 pub use moco::{MoCo, MoCoConfig, MoCoState};
 pub use moco_v3::{MocoV3, MocoV3Config, MocoV3State};
 pub use momentum::MomentumEncoder;

@@ -49,6 +49,7 @@ recipe_modules!(
     moco_v2,
     moco_v1,
     moco_v3,
+    mae,
     simclr,
     rotnet,
     byol,

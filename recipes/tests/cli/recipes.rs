@@ -123,6 +123,7 @@ fn the_method_table_recipes_run_two_steps() {
         ("tico", &[][..]),
         ("moco_v3", &[][..]),
         ("moco_v3", &["--backbone", "vit-tiny"][..]),
+        ("mae", &[][..]),
     ] {
         let label = format!("{name}{}", extra.join(""));
         let dir_name = format!("table-{label}");
@@ -148,6 +149,13 @@ fn the_method_table_recipes_run_two_steps() {
         if name == "dino" {
             assert!(header.ends_with("teacher_temp,momentum"), "{header}");
         }
+        if name == "mae" {
+            // A ViT-Tiny by default, the ratio of hidden patches logged.
+            assert!(header.ends_with("mask_ratio"), "{header}");
+            assert!(steps.lines().nth(1).unwrap().ends_with(",0.75"), "{steps}");
+            let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
+            assert!(config.contains("\"backbone\": \"VitTiny\""), "{config}");
+        }
         if name == "swav" || name == "dino" {
             // The run records how many local crops it drew.
             let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
@@ -165,6 +173,16 @@ fn the_method_table_recipes_run_two_steps() {
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(out.contains("kNN (k = 20"), "{label}: {out}");
     }
+}
+
+/// MAE hides the patch tokens of a ViT: another backbone is refused, naming the option.
+#[test]
+fn mae_refuses_a_backbone_that_is_not_a_vit() {
+    let mut args = tiny("mae-lenet", &["--backbone", "lenet5"]);
+    args[0] = "mae".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "mae lenet"), 2);
+    assert!(stderr(&o).contains("ViT backbone"), "{}", stderr(&o));
 }
 
 /// `--local-crops` belongs to the multi-crop recipes: a two-view recipe refuses it by name.

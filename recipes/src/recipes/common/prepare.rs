@@ -141,6 +141,9 @@ pub struct Defaults {
     /// PGD-hardened negatives, if the recipe uses them (`--pgd-steps` may change the steps;
     /// the normalisation is set to the views').
     pub pgd: Option<PgdConfig>,
+    /// The backbone when `--backbone` is not given (`None`: the backend's default), for a
+    /// method that needs one kind (MAE: a ViT).
+    pub backbone: Option<BackboneChoice>,
 }
 
 impl Defaults {
@@ -165,6 +168,15 @@ impl Defaults {
             pair_loss: None,
             curation: None,
             pgd: None,
+            backbone: None,
+        }
+    }
+
+    /// The backbone when `--backbone` is not given.
+    pub fn backbone(self, backbone: BackboneChoice) -> Self {
+        Self {
+            backbone: Some(backbone),
+            ..self
         }
     }
 
@@ -264,6 +276,9 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         defaults.batch_size,
         defaults.lr,
     );
+    if let (None, Some(backbone)) = (args.backbone, defaults.backbone) {
+        settings.backbone = backbone;
+    }
     validate(&settings, &args)?;
     settings.warmup_epochs = match args.warmup_epochs {
         Some(w) if w > settings.epochs => {

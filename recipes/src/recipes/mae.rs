@@ -1,0 +1,77 @@
+//! `mae`: MAE (He et al. 2022, <https://arxiv.org/abs/2111.06377>; see docs/methods.md#mae) on a
+//! Vision Transformer, ViT-Tiny by default (`--backbone vit-tiny|vit-small|vit-base`; patches of
+//! 4 pixels under 96-pixel images).
+//!
+//! The paper's setting where it runs on the CPU: 75 % of the patches hidden, targets normalised
+//! per patch, AdamW (β 0.9/0.95, weight decay 0.05) at lr 1.5e-4 × B/256 with a warm-up, one
+//! view cropped to 20–100 % of the image and flipped. The decoder is scaled down from the
+//! paper's 8 blocks of 512 (16 heads) to 2 blocks of 128 (4 heads) for ViT-Tiny on small images;
+//! `method.decoder_dim=512 method.decoder_depth=8 method.decoder_heads=16` restores it.
+//!
+//! ```text
+//! for each batch x:
+//!     v = aug(x);  keep = a random 25 % of each image's patches
+//!     z = encoder(patches(v)[keep])                           (the visible tokens only)
+//!     p = decoder(z with a mask token at every hidden patch)   (pixels of every patch)
+//!     loss = mean over hidden patches of ‖p − norm(patch)‖² / p²C
+//!     AdamW step on encoder and decoder
+//! ```
+
+use super::RecipeEntry;
+use anyhow::Result;
+use burn::optim::AdamWConfig;
+use curriculum_ssl::method::MaeConfig;
+use curriculum_ssl::pipeline::PipelineConfig;
+
+use super::common::{self, BackboneChoice, Defaults, Train};
+
+/// One view, cropped to 20–100 % of the image and flipped, without colour distortion (MAE's).
+fn preset(side: usize, channels: usize) -> PipelineConfig {
+    let mut p = PipelineConfig::simclr(side, channels);
+    for v in [&mut p.view1, &mut p.view2] {
+        if let Some(crop) = &mut v.crop {
+            crop.scale = (0.2, 1.0);
+        }
+        v.jitter = None;
+        v.grayscale = None;
+        v.blur = None;
+        v.solarize = None;
+    }
+    p
+}
+
+fn defaults() -> Defaults {
+    // The paper's 1.5e-4 × B / 256 at batch 128; a warm-up of 5 % of the run (40 of 800).
+    Defaults::new("mae", 20, 128, 1.5e-4 * 128.0 / 256.0, preset)
+        .warmup(1)
+        .backbone(BackboneChoice::VitTiny)
+}
+
+/// Runs `mae`.
+pub fn run(args: &[String]) -> Result<()> {
+    let mut recipe = common::prepare(args, defaults())?;
+    if recipe.args.lr.is_none() {
+        recipe.settings.lr = 1.5e-4 * recipe.settings.batch_size as f64 / 256.0;
+    }
+    let config = MaeConfig::new()
+        .with_decoder_dim(128)
+        .with_decoder_depth(2)
+        .with_decoder_heads(4);
+    let config = recipe.section("method", config)?;
+    let optimizer = recipe.section(
+        "optimizer",
+        AdamWConfig::new().with_beta_2(0.95).with_weight_decay(0.05),
+    )?;
+    let backbone = recipe.backbone_config();
+    recipe.train(&config, |recipe, device| {
+        let method = recipe.init(device, |d| config.init(backbone.init::<Train>(d), d))?;
+        Ok((method, optimizer.init::<Train, _>()))
+    })
+}
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[RecipeEntry {
+    name: "mae",
+    summary: "MAE (He et al. 2022): 75 % of the patches hidden, pixels reconstructed; ViT-Tiny by default",
+    run,
+}];

@@ -1,0 +1,566 @@
+//! MAE (He et al. 2022, <https://arxiv.org/abs/2111.06377>): a Vision Transformer encodes only
+//! the visible patches of an image (75 % are hidden at random, per image), a light decoder puts
+//! a learned mask token at every hidden patch and predicts the pixels of every patch, and the
+//! loss is the mean squared error on the hidden patches, against targets normalised per patch
+//! (the paper's `norm_pix_loss`, its best setting).
+//!
+//! The method sees the first global view of the batch (MAE augments one view: a crop of 20–100 %
+//! of the image and a flip). The decoder's positional embeddings are the fixed 2-D sine-cosine
+//! ones of the authors' code; the encoder keeps the backbone's own. The math, the defaults and
+//! what was chosen where paper and code differ are in `docs/methods.md#mae`.
+
+use burn::module::Param;
+use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl_models::vit::VitBlock;
+use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
+use rand::SeedableRng;
+
+use super::masking::PatchMask;
+use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
+use crate::base::error::ConfigError;
+use crate::base::seed::mix_seed;
+use crate::base::Progress;
+use crate::data_parallel::Replica;
+
+/// Configuration of [`Mae`].
+#[derive(Config, Debug)]
+pub struct MaeConfig {
+    /// Fraction of each image's patches hidden from the encoder (the paper's 0.75).
+    #[config(default = 0.75)]
+    pub mask_ratio: f64,
+    /// Decoder width (the paper's 512); a multiple of 4 (its sine-cosine embeddings).
+    #[config(default = 512)]
+    pub decoder_dim: usize,
+    /// Decoder blocks (the paper's 8).
+    #[config(default = 8)]
+    pub decoder_depth: usize,
+    /// Decoder attention heads (the paper's 16); they divide the width.
+    #[config(default = 16)]
+    pub decoder_heads: usize,
+    /// Targets normalised by each patch's mean and variance (the paper's `norm_pix_loss`).
+    #[config(default = true)]
+    pub normalize_targets: bool,
+    /// Seed of the masks: a step's masks are drawn from `(seed, step)`.
+    #[config(default = 0)]
+    pub seed: u64,
+}
+
+impl MaeConfig {
+    /// Builds MAE around `backbone`, which must be a Vision Transformer.
+    ///
+    /// # Errors
+    /// A backbone that is not a ViT, a mask ratio outside `[0, 1)`, a decoder width that is
+    /// zero, not a multiple of 4 or of the heads, no decoder block.
+    pub fn init<B: Backend, M: Backbone<B> + AsVit<B>>(
+        &self,
+        backbone: M,
+        device: &B::Device,
+    ) -> Result<Mae<B, M>, ConfigError> {
+        if !(0.0..1.0).contains(&self.mask_ratio) {
+            return Err(ConfigError::new(
+                "mask_ratio",
+                format!(
+                    "must lie in [0, 1) (the encoder needs a visible patch), got {}",
+                    self.mask_ratio
+                ),
+            ));
+        }
+        let (dim, heads) = (self.decoder_dim, self.decoder_heads);
+        if dim == 0 || dim % 4 != 0 {
+            return Err(ConfigError::new(
+                "decoder_dim",
+                format!("must be a positive multiple of 4 (its sine-cosine embeddings), got {dim}"),
+            ));
+        }
+        if heads == 0 || dim % heads != 0 {
+            return Err(ConfigError::new(
+                "decoder_heads",
+                format!("must divide the decoder width {dim}, got {heads}"),
+            ));
+        }
+        if self.decoder_depth == 0 {
+            return Err(ConfigError::new(
+                "decoder_depth",
+                "the decoder needs at least one block",
+            ));
+        }
+        let vit = backbone.as_vit().ok_or_else(|| {
+            ConfigError::new(
+                "backbone",
+                "MAE hides patch tokens from a Vision Transformer: train it with a ViT backbone \
+                 (--backbone vit-tiny, vit-small or vit-base)",
+            )
+        })?;
+        let (width, patch, channels) = (
+            vit.embed_dim(),
+            vit.patch_size,
+            vit.patch_embed.weight.dims()[1],
+        );
+        let linear = |from: usize, to: usize| {
+            LinearConfig::new(from, to)
+                .with_initializer(Initializer::XavierUniform { gain: 1.0 })
+                .init(device)
+        };
+        let decoder = MaeDecoder {
+            embed: linear(width, dim),
+            mask_token: Initializer::Normal {
+                mean: 0.0,
+                std: 0.02,
+            }
+            .init([1, 1, dim], device),
+            blocks: (0..self.decoder_depth)
+                .map(|_| VitBlock::new(dim, heads, 4.0, 1e-6, device))
+                .collect(),
+            norm: LayerNormConfig::new(dim).with_epsilon(1e-6).init(device),
+            pred: linear(dim, patch * patch * channels),
+        };
+        Ok(Mae {
+            online: MaeNetwork { backbone, decoder },
+            mask_ratio: self.mask_ratio,
+            normalize_targets: self.normalize_targets,
+            seed: self.seed,
+            replica: None,
+        })
+    }
+}
+
+/// MAE's decoder: the encoded visible tokens widened to the decoder's width, a mask token at
+/// every hidden patch, transformer blocks, and the pixels of every patch.
+#[derive(Module, Debug)]
+pub struct MaeDecoder<B: Backend> {
+    /// Encoder width → decoder width.
+    pub embed: Linear<B>,
+    /// The token at every hidden patch, `[1, 1, decoder_dim]`.
+    pub mask_token: Param<Tensor<B, 3>>,
+    /// Transformer blocks.
+    pub blocks: Vec<VitBlock<B>>,
+    /// Final norm.
+    pub norm: LayerNorm<B>,
+    /// Decoder width → a patch's pixels (`p²·C`, in row, column, channel order).
+    pub pred: Linear<B>,
+}
+
+impl<B: Backend> MaeDecoder<B> {
+    /// The predicted pixels of every patch from the encoded class token and visible patches.
+    ///
+    /// # Shapes
+    /// - `encoded`: `[N, 1 + visible, D]` → `[N, L, p²·C]` (`L = grid.0 · grid.1`)
+    pub fn forward(
+        &self,
+        encoded: Tensor<B, 3>,
+        mask: &PatchMask,
+        grid: (usize, usize),
+    ) -> Tensor<B, 3> {
+        let x = self.embed.forward(encoded);
+        let [n, tokens, dim] = x.dims();
+        let class = x.clone().slice([0..n, 0..1, 0..dim]);
+        let patches = mask.scatter(x.slice([0..n, 1..tokens, 0..dim]), self.mask_token.val());
+        let positions = sine_cosine_2d::<B>(grid, dim, &patches.device());
+        let mut x = Tensor::cat(vec![class, patches], 1) + positions;
+        for block in &self.blocks {
+            x = block.forward(x);
+        }
+        let x = self.pred.forward(self.norm.forward(x));
+        let [_, l1, out] = x.dims();
+        x.slice([0..n, 1..l1, 0..out])
+    }
+}
+
+/// MAE's networks: the ViT backbone (the encoder) and the decoder.
+#[derive(Module, Debug)]
+pub struct MaeNetwork<B: Backend, M> {
+    /// The encoder.
+    pub backbone: M,
+    /// The decoder.
+    pub decoder: MaeDecoder<B>,
+}
+
+impl<B: Backend, M> HasBackbone<M> for MaeNetwork<B, M> {
+    fn backbone(&self) -> &M {
+        &self.backbone
+    }
+}
+
+/// The fixed 2-D sine-cosine positional embeddings of the authors' code
+/// (`get_2d_sincos_pos_embed` with a class token): a zero row for the class token, then for the
+/// patch at row `r`, column `c` the 1-D embeddings of `c` (first half) and of `r` (second half),
+/// each `[sin(x·ω_k), cos(x·ω_k)]` with `ω_k = 10000^(−k/(D/4))`, `k < D/4`.
+///
+/// # Shapes
+/// → `[1, 1 + rows·cols, D]`
+pub fn sine_cosine_2d<B: Backend>(
+    (rows, cols): (usize, usize),
+    dim: usize,
+    device: &B::Device,
+) -> Tensor<B, 3> {
+    let quarter = dim / 4;
+    let omega: Vec<f64> = (0..quarter)
+        .map(|k| 1.0 / 10000f64.powf(k as f64 / quarter as f64))
+        .collect();
+    let one_d = |x: f64| -> Vec<f64> {
+        let sin = omega.iter().map(|w| (x * w).sin());
+        let cos = omega.iter().map(|w| (x * w).cos());
+        sin.chain(cos).collect()
+    };
+    let mut values = vec![0.0; dim];
+    for r in 0..rows {
+        for c in 0..cols {
+            values.extend(one_d(c as f64));
+            values.extend(one_d(r as f64));
+        }
+    }
+    Tensor::<B, 1>::from_data(TensorData::new(values, [(1 + rows * cols) * dim]), device).reshape([
+        1,
+        1 + rows * cols,
+        dim,
+    ])
+}
+
+/// The pixels of every whole `p × p` patch of `images`, patches row by row, each patch's pixels
+/// in row, column, channel order (the authors' `patchify`).
+///
+/// # Shapes
+/// - `images`: `[N, C, H, W]` → `[N, (H/p)(W/p), p²·C]`
+pub fn patchify<B: Backend>(images: Tensor<B, 4>, p: usize) -> Tensor<B, 3> {
+    let [n, c, h, w] = images.dims();
+    let (rows, cols) = (h / p, w / p);
+    images
+        .slice([0..n, 0..c, 0..rows * p, 0..cols * p])
+        .reshape([n, c, rows, p, cols, p])
+        .permute([0, 2, 4, 3, 5, 1])
+        .reshape([n, rows * cols, p * p * c])
+}
+
+/// Each patch normalised by its own mean and (unbiased) variance:
+/// `(t − mean) / sqrt(var + 1e-6)`, as the authors' `norm_pix_loss`.
+///
+/// # Shapes
+/// - `patches`: `[N, L, P]` → `[N, L, P]`
+pub fn normalize_patches<B: Backend>(patches: Tensor<B, 3>) -> Tensor<B, 3> {
+    let p = patches.dims()[2];
+    let mean = patches.clone().mean_dim(2);
+    let centred = patches - mean;
+    let var = centred.clone().powi_scalar(2).sum_dim(2) / (p as f64 - 1.0).max(1.0);
+    centred / (var + 1e-6).sqrt()
+}
+
+/// MAE. Build it with [`MaeConfig::init`].
+#[derive(Debug, Clone)]
+pub struct Mae<B: Backend, M: Backbone<B>> {
+    online: MaeNetwork<B, M>,
+    mask_ratio: f64,
+    normalize_targets: bool,
+    seed: u64,
+    /// This method's replica in a data-parallel run: it draws the global batch's masks.
+    replica: Option<Replica<B>>,
+}
+
+impl<B: Backend, M: Backbone<B> + AsVit<B>> Mae<B, M> {
+    /// The masks of step `step` for this method's `n` images of `patches` patches: the global
+    /// batch's drawn from `(seed, step)`, this replica's rows.
+    pub fn masks(&self, step: usize, n: usize, patches: usize) -> PatchMask {
+        let (total, first) = match &self.replica {
+            Some(r) => (n * r.replicas(), r.rank() * n),
+            None => (n, 0),
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(
+            mix_seed(0x4d41_455f_4d41_534b, self.seed),
+            step as u64,
+        ));
+        PatchMask::random(total, patches, self.mask_ratio, &mut rng).rows(first, n)
+    }
+
+    /// The encoder on the visible patches: the class token and the visible patches' tokens,
+    /// after the backbone's blocks and final norm.
+    ///
+    /// # Shapes
+    /// - `images`: `[N, C, H, W]` → `[N, 1 + visible, D]`
+    pub fn encode(&self, images: Tensor<B, 4>, mask: &PatchMask) -> Tensor<B, 3> {
+        let vit: &Vit<B> = self
+            .online
+            .backbone
+            .as_vit()
+            .expect("a ViT, checked at init");
+        let patches = vit.patch_embed.forward(images);
+        let [n, d, h, w] = patches.dims();
+        let patches = patches.reshape([n, d, h * w]).swap_dims(1, 2);
+        let positions = vit.pos_embed_for(h, w);
+        let patches = patches + positions.clone().slice([0..1, 1..1 + h * w, 0..d]);
+        let class = (vit.cls_token.val() + positions.slice([0..1, 0..1, 0..d])).expand([n, 1, d]);
+        let mut x = Tensor::cat(vec![class, mask.gather(patches)], 1);
+        for block in &vit.blocks {
+            x = block.forward(x);
+        }
+        vit.norm.forward(x)
+    }
+
+    /// The loss on `images` with `mask`: the mean squared error of the predicted pixels against
+    /// the (normalised) targets, averaged over each hidden patch's pixels and then over the
+    /// hidden patches of the batch.
+    ///
+    /// # Shapes
+    /// - `images`: `[N, C, H, W]` → `[1]`
+    pub fn loss(&self, images: Tensor<B, 4>, mask: &PatchMask) -> Tensor<B, 1> {
+        let vit = self
+            .online
+            .backbone
+            .as_vit()
+            .expect("a ViT, checked at init");
+        let p = vit.patch_size;
+        let [n, _, h, w] = images.dims();
+        let encoded = self.encode(images.clone(), mask);
+        let predicted = self.online.decoder.forward(encoded, mask, (h / p, w / p));
+        let mut target = patchify(images.detach(), p);
+        if self.normalize_targets {
+            target = normalize_patches(target);
+        }
+        let l = mask.patches();
+        let per_patch = (predicted - target)
+            .powi_scalar(2)
+            .mean_dim(2)
+            .reshape([n, l]);
+        let hidden = mask.hidden_weights::<B>(&per_patch.device());
+        let count = (n * (l - mask.visible())) as f64;
+        (per_patch * hidden).sum().div_scalar(count.max(1.0))
+    }
+}
+
+impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Mae<B, M> {
+    type Online = MaeNetwork<B, M>;
+    type Backbone = M;
+    /// Nothing besides the trainable networks (the masks come from the seed and the step).
+    type State = ();
+
+    fn online(&self) -> &Self::Online {
+        &self.online
+    }
+
+    fn state(&self) {}
+
+    fn load_state(&mut self, _: ()) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
+    fn set_online(&mut self, online: Self::Online) {
+        self.online = online;
+    }
+
+    /// MAE's loss on the first global view (the second is not used).
+    fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
+        let [images, _] = views.two();
+        let [n, _, h, w] = images.dims();
+        let p = self
+            .online
+            .backbone
+            .as_vit()
+            .expect("checked at init")
+            .patch_size;
+        let mask = self.masks(progress.step, n, (h / p) * (w / p));
+        let loss = self.loss(images, &mask);
+        let ratio = Tensor::from_data(TensorData::new(vec![self.mask_ratio], [1]), &loss.device());
+        MethodOutput {
+            loss,
+            stats: vec![("mask_ratio", ratio)],
+            embeddings: None,
+        }
+    }
+
+    /// Every image hides the same number of patches: each replica's loss is the mean over its
+    /// hidden patches, and the average over replicas is the one-device loss and gradient. The
+    /// masks are the global batch's rows ([`Mae::masks`]).
+    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
+        self.replica = Some(replica);
+        Ok(())
+    }
+
+    fn after_step(&mut self, _: Progress) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::method::testing::host;
+    use burn::backend::{Autodiff, NdArray};
+    use curriculum_ssl_models::VitConfig;
+    use rand::rngs::StdRng;
+
+    type Inner = NdArray<f64>;
+    type Ad = Autodiff<Inner>;
+
+    /// 8 × 8 one-channel images in four 4 × 4 patches, tokens 8 wide, one block of two heads.
+    fn tiny_vit() -> VitConfig {
+        VitConfig::new(8)
+            .with_patch_size(4)
+            .with_in_channels(1)
+            .with_embed_dim(8)
+            .with_depth(1)
+            .with_num_heads(2)
+    }
+
+    fn mae(normalize: bool) -> Mae<Ad, Vit<Ad>> {
+        let device = Default::default();
+        crate::method::init_method::<Ad, _, ConfigError>(&device, 3, |d| {
+            let vit = tiny_vit().init(d);
+            MaeConfig::new()
+                .with_decoder_dim(8)
+                .with_decoder_depth(1)
+                .with_decoder_heads(2)
+                .with_mask_ratio(0.5)
+                .with_normalize_targets(normalize)
+                .init(vit, d)
+        })
+        .unwrap()
+    }
+
+    fn images(n: usize, shift: f64) -> Tensor<Ad, 4> {
+        let values: Vec<f64> = (0..n * 64)
+            .map(|i| (0.37 * i as f64 + shift).sin())
+            .collect();
+        Tensor::from_data(TensorData::new(values, [n, 1, 8, 8]), &Default::default())
+    }
+
+    /// The encoder never sees a hidden patch: changing the pixels of the hidden patches leaves
+    /// every encoded token as it was, changing a visible one does not.
+    #[test]
+    fn the_encoder_sees_only_the_visible_patches() {
+        let m = mae(true);
+        let mask = PatchMask::random(2, 4, 0.5, &mut StdRng::seed_from_u64(5));
+        let x = images(2, 0.0);
+        let mut changed = host(x.clone());
+        let mut visible_changed = changed.clone();
+        for i in 0..2 {
+            for patch in 0..4 {
+                let (r0, c0) = (patch / 2 * 4, patch % 2 * 4);
+                for (r, c) in (0..4).flat_map(|r| (0..4).map(move |c| (r, c))) {
+                    let at = i * 64 + (r0 + r) * 8 + c0 + c;
+                    if mask.is_hidden(i, patch) {
+                        changed[at] += 1.0;
+                    } else {
+                        visible_changed[at] += 1.0;
+                    }
+                }
+            }
+        }
+        let tensor = |v: Vec<f64>| {
+            Tensor::<Ad, 4>::from_data(TensorData::new(v, [2, 1, 8, 8]), &Default::default())
+        };
+        let before = host(m.encode(x, &mask));
+        assert_eq!(host(m.encode(tensor(changed), &mask)), before);
+        assert_ne!(host(m.encode(tensor(visible_changed), &mask)), before);
+    }
+
+    /// The targets: each patch's 16 pixels in row, column order, normalised by the patch's mean
+    /// and unbiased variance, computed here by loops over the image.
+    #[test]
+    fn the_targets_are_the_patches_normalised_by_their_own_statistics() {
+        let x = images(1, 0.3);
+        let pixels = host(x.clone());
+        let got = host(normalize_patches(patchify(x, 4)));
+        for patch in 0..4 {
+            let (r0, c0) = (patch / 2 * 4, patch % 2 * 4);
+            let values: Vec<f64> = (0..16)
+                .map(|k| pixels[(r0 + k / 4) * 8 + c0 + k % 4])
+                .collect();
+            let mean = values.iter().sum::<f64>() / 16.0;
+            let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 15.0;
+            for (k, v) in values.iter().enumerate() {
+                let expected = (v - mean) / (var + 1e-6).sqrt();
+                assert!((got[patch * 16 + k] - expected).abs() < 1e-12);
+            }
+        }
+    }
+
+    /// The loss is the mean over the hidden patches of each patch's mean squared error between
+    /// the decoder's prediction and the normalised target, summed here on the host over the
+    /// hidden patches only; its gradient with respect to the decoder's output bias matches
+    /// central finite differences (f64: the truncation error of a step of 1e-6 is far below the
+    /// tolerance).
+    #[test]
+    fn the_loss_is_the_hidden_patches_error_and_its_gradient_matches_finite_differences() {
+        let m = mae(true);
+        let x = images(2, 0.0);
+        let mask = m.masks(0, 2, 4);
+        let predicted = host(
+            m.online
+                .decoder
+                .forward(m.encode(x.clone(), &mask), &mask, (2, 2)),
+        );
+        let target = host(normalize_patches(patchify(x.clone(), 4)));
+        let mut sum = 0.0;
+        for i in 0..2 {
+            for patch in (0..4).filter(|&p| mask.is_hidden(i, p)) {
+                let at = (i * 4 + patch) * 16;
+                sum += (0..16)
+                    .map(|k| (predicted[at + k] - target[at + k]).powi(2))
+                    .sum::<f64>()
+                    / 16.0;
+            }
+        }
+        let expected = sum / 4.0;
+        let loss = m.loss(x.clone(), &mask);
+        assert!((host(loss.clone())[0] - expected).abs() < 1e-12);
+
+        let bias = m.online.decoder.pred.bias.clone().unwrap();
+        let grads = loss.backward();
+        let analytic = host(bias.val().grad(&grads).unwrap());
+        let eps = 1e-6;
+        for k in [0, 5, 15] {
+            let at = |delta: f64| {
+                let mut shifted = m.clone();
+                let b = host(bias.val());
+                let mut b2 = b.clone();
+                b2[k] += delta;
+                let value =
+                    Tensor::<Ad, 1>::from_data(TensorData::new(b2, [16]), &Default::default());
+                shifted.online.decoder.pred.bias = Some(Param::from_tensor(value));
+                host(shifted.loss(x.clone(), &mask))[0]
+            };
+            let numeric = (at(eps) - at(-eps)) / (2.0 * eps);
+            assert!(
+                (numeric - analytic[k]).abs() < 1e-7,
+                "{k}: {numeric} vs {}",
+                analytic[k]
+            );
+        }
+    }
+
+    /// Worked values: width 4 (one frequency, `ω = 1`) on a grid of one row of two patches.
+    #[test]
+    fn the_decoder_positions_are_the_authors_sine_cosine_table() {
+        let got = host(sine_cosine_2d::<Inner>((1, 2), 4, &Default::default()));
+        let (s, c) = (1f64.sin(), 1f64.cos());
+        let expected = [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, s, c, 0.0, 1.0];
+        for (g, e) in got.iter().zip(expected) {
+            assert!((g - e).abs() < 1e-15, "{got:?}");
+        }
+    }
+
+    #[test]
+    fn a_backbone_that_is_no_vit_and_impossible_settings_are_named() {
+        let device = Default::default();
+        let vit = || tiny_vit().init::<Inner>(&device);
+        let err = MaeConfig::new()
+            .with_mask_ratio(1.0)
+            .init(vit(), &device)
+            .unwrap_err();
+        assert_eq!(err.field, "mask_ratio");
+        let err = MaeConfig::new()
+            .with_decoder_dim(6)
+            .init(vit(), &device)
+            .unwrap_err();
+        assert_eq!(err.field, "decoder_dim");
+        let err = MaeConfig::new()
+            .with_decoder_dim(8)
+            .with_decoder_heads(3)
+            .init(vit(), &device)
+            .unwrap_err();
+        assert_eq!(err.field, "decoder_heads");
+        let lenet = curriculum_ssl_models::LeNetConfig::lenet5().init::<Inner>(&device);
+        let err = MaeConfig::new()
+            .init(curriculum_ssl_models::AnyBackbone::LeNet(lenet), &device)
+            .unwrap_err();
+        assert_eq!(err.field, "backbone");
+    }
+}

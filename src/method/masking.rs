@@ -1,0 +1,229 @@
+//! Patch masks for masked image modelling: which patch tokens of each image the encoder sees,
+//! the gather of the visible tokens and its inverse.
+//!
+//! A mask is drawn on the host from a seeded generator (MAE's per-image random shuffle: the
+//! first `⌊L·(1 − ratio)⌋` patches of a random permutation stay visible), so that a step's masks
+//! depend on `(seed, step)` alone: a resumed run draws the same, and the replicas of a
+//! data-parallel run draw the global batch's masks and keep their own rows, as one device would.
+//! The tokens move on the device, through `select` (whose backward is its scatter).
+
+use burn::prelude::*;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+
+/// The masks of a batch: for each of `N` images, which of its `L` patches are hidden.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatchMask {
+    patches: usize,
+    /// For each image, its visible patches in increasing order.
+    visible: Vec<Vec<usize>>,
+}
+
+impl PatchMask {
+    /// `⌊L·(1 − ratio)⌋` of the `patches` patches of each of `images` images stay visible, the
+    /// rest are hidden, drawn independently per image from `rng` (at least one stays visible).
+    pub fn random(images: usize, patches: usize, ratio: f64, rng: &mut StdRng) -> Self {
+        let keep = Self::visible_count(patches, ratio);
+        let visible = (0..images)
+            .map(|_| {
+                let mut order: Vec<usize> = (0..patches).collect();
+                order.shuffle(rng);
+                let mut kept = order[..keep].to_vec();
+                kept.sort_unstable();
+                kept
+            })
+            .collect();
+        Self { patches, visible }
+    }
+
+    /// How many of `patches` patches stay visible at `ratio`: `⌊L·(1 − ratio)⌋`, at least one.
+    pub fn visible_count(patches: usize, ratio: f64) -> usize {
+        (((patches as f64) * (1.0 - ratio)).floor() as usize).clamp(1, patches)
+    }
+
+    /// The masks of images `start..start + len` (a replica's rows of the global batch's).
+    pub fn rows(&self, start: usize, len: usize) -> Self {
+        Self {
+            patches: self.patches,
+            visible: self.visible[start..start + len].to_vec(),
+        }
+    }
+
+    /// Images.
+    pub fn images(&self) -> usize {
+        self.visible.len()
+    }
+
+    /// Patches per image.
+    pub fn patches(&self) -> usize {
+        self.patches
+    }
+
+    /// Visible patches per image.
+    pub fn visible(&self) -> usize {
+        self.visible.first().map_or(0, Vec::len)
+    }
+
+    /// Whether patch `patch` of image `image` is hidden.
+    pub fn is_hidden(&self, image: usize, patch: usize) -> bool {
+        self.visible[image].binary_search(&patch).is_err()
+    }
+
+    /// The visible tokens of every image, in their order.
+    ///
+    /// # Shapes
+    /// - `tokens`: `[N, L, D]` → `[N, visible, D]`
+    pub fn gather<B: Backend>(&self, tokens: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [n, l, d] = tokens.dims();
+        assert_eq!([n, l], [self.images(), self.patches], "PatchMask::gather");
+        let rows: Vec<usize> = (0..n)
+            .flat_map(|i| self.visible[i].iter().map(move |&p| i * l + p))
+            .collect();
+        let device = tokens.device();
+        tokens
+            .reshape([n * l, d])
+            .select(0, index(&rows, &device))
+            .reshape([n, self.visible(), d])
+    }
+
+    /// The inverse of [`PatchMask::gather`]: every image's `L` tokens, the visible ones back in
+    /// their places and `fill` (e.g. a learned mask token) at the hidden ones.
+    ///
+    /// # Shapes
+    /// - `visible`: `[N, visible, D]`, `fill`: `[1, 1, D]` → `[N, L, D]`
+    pub fn scatter<B: Backend>(&self, visible: Tensor<B, 3>, fill: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [n, k, d] = visible.dims();
+        assert_eq!(
+            [n, k],
+            [self.images(), self.visible()],
+            "PatchMask::scatter"
+        );
+        let (l, hidden) = (self.patches, self.patches - k);
+        // Row r of [visible rows; fill rows]: where each of the N·L positions takes its token.
+        let mut next_fill = n * k;
+        let mut rows = Vec::with_capacity(n * l);
+        for (i, kept) in self.visible.iter().enumerate() {
+            let mut v = 0;
+            for p in 0..l {
+                if v < k && kept[v] == p {
+                    rows.push(i * k + v);
+                    v += 1;
+                } else {
+                    rows.push(next_fill);
+                    next_fill += 1;
+                }
+            }
+        }
+        let device = visible.device();
+        let mut sources = vec![visible.reshape([n * k, d])];
+        if hidden > 0 {
+            sources.push(fill.reshape([1, d]).expand([n * hidden, d]));
+        }
+        Tensor::cat(sources, 0)
+            .select(0, index(&rows, &device))
+            .reshape([n, l, d])
+    }
+
+    /// `1` at the hidden patches, `0` at the visible ones.
+    ///
+    /// # Shapes
+    /// → `[N, L]`
+    pub fn hidden_weights<B: Backend>(&self, device: &B::Device) -> Tensor<B, 2> {
+        let n = self.images();
+        let values: Vec<f32> = (0..n)
+            .flat_map(|i| (0..self.patches).map(move |p| (i, p)))
+            .map(|(i, p)| if self.is_hidden(i, p) { 1.0 } else { 0.0 })
+            .collect();
+        Tensor::from_data(TensorData::new(values, [n, self.patches]), device)
+    }
+}
+
+fn index<B: Backend>(rows: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
+    let rows: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+    let len = rows.len();
+    Tensor::from_data(TensorData::new(rows, [len]), device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::NdArray;
+    use rand::SeedableRng;
+
+    type B = NdArray<f64>;
+
+    fn tokens(n: usize, l: usize, d: usize) -> Tensor<B, 3> {
+        let values: Vec<f64> = (0..n * l * d).map(|i| i as f64).collect();
+        Tensor::from_data(TensorData::new(values, [n, l, d]), &Default::default())
+    }
+
+    #[test]
+    fn the_mask_keeps_the_floor_of_the_visible_fraction_and_differs_by_image() {
+        let mask = PatchMask::random(3, 16, 0.75, &mut StdRng::seed_from_u64(1));
+        assert_eq!(mask.visible(), 4);
+        for i in 0..3 {
+            let hidden = (0..16).filter(|&p| mask.is_hidden(i, p)).count();
+            assert_eq!(hidden, 12);
+        }
+        assert_ne!(mask.visible[0], mask.visible[1]);
+        assert_eq!(PatchMask::visible_count(10, 0.75), 2);
+        assert_eq!(PatchMask::visible_count(4, 0.99), 1);
+        let again = PatchMask::random(3, 16, 0.75, &mut StdRng::seed_from_u64(1));
+        assert_eq!(mask, again, "the same seed, the same masks");
+    }
+
+    /// Gathered tokens are the visible ones (each token's value names its image, patch and
+    /// channel); scattering them back with a fill gives the tokens at the visible places and
+    /// the fill at the hidden ones.
+    #[test]
+    fn gathered_tokens_round_trip_through_the_scatter() {
+        let (n, l, d) = (2, 6, 3);
+        let mask = PatchMask::random(n, l, 0.5, &mut StdRng::seed_from_u64(7));
+        let x = tokens(n, l, d);
+        let visible = mask.gather(x.clone());
+        let got = visible.clone().into_data().to_vec::<f64>().unwrap();
+        let mut k = 0;
+        for i in 0..n {
+            for p in (0..l).filter(|&p| !mask.is_hidden(i, p)) {
+                for c in 0..d {
+                    assert_eq!(got[k], ((i * l + p) * d + c) as f64);
+                    k += 1;
+                }
+            }
+        }
+        let fill = Tensor::<B, 3>::from_data([[[-1.0, -2.0, -3.0]]], &Default::default());
+        let back = mask
+            .scatter(visible, fill)
+            .into_data()
+            .to_vec::<f64>()
+            .unwrap();
+        let x = x.into_data().to_vec::<f64>().unwrap();
+        for i in 0..n {
+            for p in 0..l {
+                for c in 0..d {
+                    let at = (i * l + p) * d + c;
+                    let expected = if mask.is_hidden(i, p) {
+                        -1.0 - c as f64
+                    } else {
+                        x[at]
+                    };
+                    assert_eq!(back[at], expected, "image {i} patch {p}");
+                }
+            }
+        }
+        let weights = mask.hidden_weights::<B>(&Default::default());
+        let weights = weights.into_data().to_vec::<f64>().unwrap();
+        assert_eq!(weights.iter().sum::<f64>(), (n * (l - 3)) as f64);
+    }
+
+    #[test]
+    fn a_replicas_rows_are_the_global_batchs() {
+        let mask = PatchMask::random(4, 9, 0.5, &mut StdRng::seed_from_u64(3));
+        let rows = mask.rows(2, 2);
+        for i in 0..2 {
+            for p in 0..9 {
+                assert_eq!(rows.is_hidden(i, p), mask.is_hidden(i + 2, p));
+            }
+        }
+    }
+}
