@@ -132,6 +132,11 @@ mod selected {
 
 pub use selected::{device, Inner, AUGMENT_AHEAD, BANDED_STEM, NAME, VIEW_THREADS};
 
+/// Autodiff backend the recipes train on.
+pub type Train = burn::backend::Autodiff<Inner>;
+/// Its device.
+pub type Device = <Train as burn::tensor::backend::BackendTypes>::Device;
+
 /// The devices of `replicas` data-parallel replicas from `--device` on: on the CPU backend
 /// (one device) every replica shares it; on a GPU backend replica `i` takes device
 /// `--device + i`, each checked as [`device`] checks one.

@@ -1,6 +1,20 @@
 //! The training recipes' shared command-line options and how they are parsed.
 
-use super::*;
+use super::backbone::{BackboneChoice, StemChoice};
+use super::config_file;
+use super::config_file::Overrides;
+use super::data::DatasetChoice;
+use super::prepare::Settings;
+use crate::run_files::RECIPE_TOML;
+use anyhow::Result;
+use clap::{Parser, ValueEnum};
+use curriculum_ssl::curriculum::SchedulerConfig;
+use curriculum_ssl::loss::{
+    CurricularLossConfig, DclLossConfig, HclLossConfig, HuberNtXentLossConfig, NtXentLossConfig,
+};
+use curriculum_ssl::method::PairLossConfig;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 /// Options of every training recipe (defaults are the recipe's own when not given).
 #[derive(Parser, Debug, Clone)]

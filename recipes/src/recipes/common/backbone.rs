@@ -1,6 +1,16 @@
 //! The backbone a recipe trains (`--backbone`, `--stem`, `--weights`) and its checks.
 
-use super::*;
+use crate::backend;
+use crate::backend::Device;
+use crate::usage::usage;
+use anyhow::Result;
+use clap::ValueEnum;
+use curriculum_ssl_models::{
+    AnyBackbone, AnyBackboneConfig, BlockKind, EfficientNetConfig, LeNetConfig, MobileNetV3Config,
+    ResNetConfig, Stem, VggConfig, VitConfig, WideResNetConfig,
+};
+use serde::Serialize;
+use std::path::PathBuf;
 
 /// The backbone a recipe trains: every model of `curriculum_ssl_models`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, serde::Deserialize)]

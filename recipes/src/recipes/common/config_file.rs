@@ -31,15 +31,13 @@
 //! The TOML is read and written with the `toml` crate (Cargo's); the sections go through
 //! `serde_json` values because the configurations serialise to JSON already (`config.json`).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-
+use crate::usage::usage;
 use anyhow::{Context, Result};
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;
-
-use crate::usage::usage;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 pub use crate::run_files::RECIPE_TOML;
 

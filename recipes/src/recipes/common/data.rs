@@ -1,8 +1,16 @@
 //! The data a recipe trains on (`--data-dir`, `--dataset`): where it comes from, the checks
 //! before anything is read, and the splits.
 
-use super::*;
-use curriculum_ssl::data::{image_folder, DataError};
+use super::args::{value_name, RecipeArgs, RecipeRun};
+use super::prepare::Settings;
+use crate::usage::usage;
+use anyhow::{Context, Result};
+use clap::ValueEnum;
+use curriculum_ssl::data::embedded::load_or_embedded;
+use curriculum_ssl::data::idx::Split;
+use curriculum_ssl::data::{image_folder, DataError, ImageArray};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 /// The datasets the recipes read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize)]

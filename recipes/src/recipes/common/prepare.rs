@@ -1,7 +1,24 @@
 //! Preparing a run: the recipe's defaults, the resolved settings, the data and the pipeline,
 //! and the method built from its seed (its size checked against the machine first).
 
-use super::*;
+use super::args::RecipeArgs;
+use super::backbone::{BackboneChoice, BackboneSpec, StemChoice};
+use super::config_file::Overrides;
+use super::data::{validate, Data, DataSource};
+use crate::backend;
+use crate::backend::{Device, Train};
+use crate::usage::usage;
+use anyhow::Result;
+use curriculum_ssl::augment::normalize::Normalize;
+use curriculum_ssl::base::seed::parameter_count;
+use curriculum_ssl::curation::FrechetCurationConfig;
+use curriculum_ssl::curriculum::{MixupCurriculumConfig, StrengthCurriculumConfig};
+use curriculum_ssl::method::pgd::PgdConfig;
+use curriculum_ssl::method::{init_method, MoCoConfig, PairLossConfig, SslMethod};
+use curriculum_ssl::pipeline::PipelineConfig;
+use curriculum_ssl::train::DataFingerprint;
+use serde::Serialize;
+use std::path::PathBuf;
 
 /// A recipe's defaults, overridden by the command line.
 #[derive(Debug, Clone)]

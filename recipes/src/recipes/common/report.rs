@@ -1,8 +1,13 @@
 //! What a finished run reports: `summary.md` (the settings, the results, the plots) and where
 //! its files are.
 
-use super::*;
+use super::prepare::Settings;
+use crate::backend;
+use anyhow::{Context, Result};
+use curriculum_ssl::eval::KnnResult;
+use curriculum_ssl::hooks::KnnHook;
 use curriculum_ssl::train::TrainSummary;
+use std::path::Path;
 
 /// The lines a run's report opens with: its time, speed and last loss, and each kNN accuracy
 /// next to the backbone's at initialisation and the raw pixels'.

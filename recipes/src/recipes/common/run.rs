@@ -2,8 +2,27 @@
 //! with its hooks, the kNN of the backbone at initialisation and of the raw pixels, and the
 //! report.
 
-use super::report::{result_lines, write_summary};
-use super::*;
+use super::args::{options_table, RecipeRun};
+use super::prepare::{Prepared, Settings};
+use super::report::{print_where, result_lines, write_summary};
+use crate::backend;
+use crate::backend::{Device, Train};
+use crate::run_files::{read_knn_results, KNN_AT_INIT, KNN_RAW_PIXELS};
+use crate::usage::usage;
+use anyhow::{Context, Result};
+use burn::optim::Optimizer;
+use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
+use curriculum_ssl::data_parallel::{
+    replicas, DataParallelConfig, DataParallelError, MultiNode, Replica,
+};
+use curriculum_ssl::eval::{KnnMonitor, KnnResult, RawPixels};
+use curriculum_ssl::hooks::{
+    FrechetCurationHook, KnnHook, ObjectBoxesHook, SelfPacedAutoAugmentHook,
+};
+use curriculum_ssl::method::SslMethod;
+use curriculum_ssl::pipeline::Augmenter;
+use curriculum_ssl::train::{DataFingerprint, SelfSupervised, StartMode, TrainConfig, Trainer};
+use serde::Serialize;
 
 impl Prepared {
     /// The data-parallel layout of `--devices` and `--nodes` (`None`: one device).
