@@ -316,3 +316,40 @@ fn a_crate_outside_the_workspace_gets_the_patched_collective_layer() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The differentiable math (`src/loss`, `src/method`, the models' layers) divides a float tensor
+/// by a number only as a product with its reciprocal: burn-autodiff 0.21 takes the derivative
+/// of `div_scalar` as `1 / (divisor as f32)`, so an f64 gradient through it is off by up to
+/// 1e-8 relative, which the f64 exactness tests against PyTorch would then have to tolerate.
+/// (An integer tensor's `div_scalar(… as i64)` has no gradient and stays, as does a line after a
+/// comment that says `not differentiated`.)
+#[test]
+fn differentiable_code_has_no_float_scalar_division() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    let mut stack = vec![
+        root.join("src/loss"),
+        root.join("src/method"),
+        root.join("models/src/layers.rs"),
+        root.join("models/src/vit.rs"),
+    ];
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (n, line) in lines.iter().enumerate() {
+            let code = line.split("//").next().unwrap();
+            let exempt = n > 0 && lines[n - 1].contains("not differentiated");
+            if code.contains(".div_scalar(") && !code.contains("as i64") && !exempt {
+                found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "float div_scalar in differentiable code: {found:#?}"
+    );
+}

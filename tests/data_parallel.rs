@@ -22,7 +22,7 @@ use curriculum_ssl::data_parallel::{replicas, CollectiveBackend, DataParallelCon
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::ConfigError;
-use curriculum_ssl_models::{BlockKind, ResNet, ResNetConfig, Stem};
+use curriculum_ssl_models::{BlockKind, ResNet, ResNetConfig, Stem, Vit, VitConfig};
 
 type Exact = Autodiff<NdArray<f64>>;
 type Fast = Autodiff<Flex>;
@@ -312,6 +312,21 @@ fn swav_extra<B: AutodiffBackend>(m: &Swav<B, ResNet<B>>) -> Vec<f64> {
     queue.into_data().convert::<f64>().to_vec::<f64>().unwrap()
 }
 
+/// MAE on a ViT of the views' size: width 8, one block, a one-block decoder.
+fn mae<B: Backend>(d: &B::Device, _: usize) -> Result<Mae<B, Vit<B>>, ConfigError> {
+    let vit = VitConfig::new(SIDE)
+        .with_patch_size(4)
+        .with_embed_dim(8)
+        .with_depth(1)
+        .with_num_heads(2)
+        .init(d);
+    MaeConfig::new()
+        .with_decoder_dim(8)
+        .with_decoder_depth(1)
+        .with_decoder_heads(2)
+        .init(vit, d)
+}
+
 /// DINO whose last layer trains from the first step.
 fn dino<B: Backend>(d: &B::Device, _: usize) -> Result<Dino<B, ResNet<B>>, ConfigError> {
     DinoConfig::new()
@@ -436,6 +451,9 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
         runs::<Exact, _>(&moco_v3, &|m| values(m.momentum_encoder().network())),
         1e-10,
     );
+    // MAE: each replica draws the global batch's masks and keeps its rows; every image hides
+    // as many patches, so the replicas' mean loss is the one-device loss (no batch statistics).
+    assert_same("MAE (f64)", runs::<Exact, _>(&mae, &|_| Vec::new()), 1e-11);
     // The CPU training backend.
     assert_same(
         "SimCLR (Flex)",

@@ -205,9 +205,24 @@ impl Activation {
     }
 }
 
+/// The exact GELU, `x·Φ(x) = x·(1 + erf(x/√2))/2` (PyTorch's default, timm's), composed from
+/// `erf` so that its gradient is exact on every backend.
+///
+/// Hand-written because burn 0.21's `activation::gelu` pairs an exact forward with the
+/// derivative of the tanh approximation (`burn-backend`'s default `gelu_backward`, which
+/// `NdArray` and the cubecl backends — wgpu, CUDA — use; only Flex overrides it with the exact
+/// one): a ViT's gradients then differ from PyTorch's in the fourth digit
+/// (`tests/methods.rs`, `mae_matches_lightly_in_f64`; `tests/gradients.rs`, the ViT block's). `erf`'s backward
+/// is exact everywhere.
+pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    // A product, not `div_scalar(√2)`: burn-autodiff 0.21 takes a scalar division's
+    // derivative in f32.
+    x.clone() * (x.mul_scalar(core::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5
+}
+
 /// PyTorch's `Hardsigmoid`: `clamp(x / 6 + 1/2, 0, 1)`.
 pub fn hard_sigmoid<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    x.div_scalar(6.0).add_scalar(0.5).clamp(0.0, 1.0)
+    x.mul_scalar(1.0 / 6.0).add_scalar(0.5).clamp(0.0, 1.0)
 }
 
 /// PyTorch's `Hardswish`: `x · hard_sigmoid(x)`.
@@ -364,6 +379,8 @@ pub fn stochastic_depth<B: Backend>(x: Tensor<B, 4>, p: f64) -> Tensor<B, 4> {
     let survival = 1.0 - p;
     let [n, ..] = x.dims();
     let mask = Tensor::<B, 4>::random([n, 1, 1, 1], Distribution::Bernoulli(survival), &x.device());
+    // A quotient kept (the mask carries no gradient, so burn's f32 derivative of `div_scalar`
+    // does not apply): not differentiated.
     x.mul(mask.div_scalar(survival))
 }
 

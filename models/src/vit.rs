@@ -19,13 +19,13 @@ use burn::module::Param;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::{gelu, softmax};
+use burn::tensor::activation::softmax;
 use burn::tensor::module::interpolate;
 use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 
 use crate::backbone::{AsVit, Backbone};
 use crate::error::ModelError;
-use crate::layers::check_channels_and_size;
+use crate::layers::{check_channels_and_size, gelu};
 
 /// Configuration of a [`Vit`].
 #[derive(Config, Debug)]

@@ -77,8 +77,10 @@ impl BarlowTwinsLoss {
         );
         let (a, b) = (standardise(z1, self.epsilon), standardise(z2, self.epsilon));
         // C_ii = Σ_n a_ni·b_ni / N, without forming a mask: Σ_{i≠j} C_ij² = Σ C² − Σ_i C_ii².
-        let diagonal = (a.clone() * b.clone()).sum_dim(0).div_scalar(n as f64);
-        let c = a.transpose().matmul(b).div_scalar(n as f64);
+        let diagonal = (a.clone() * b.clone())
+            .sum_dim(0)
+            .mul_scalar(1.0 / (n as f64));
+        let c = a.transpose().matmul(b).mul_scalar(1.0 / (n as f64));
         let squares = diagonal.clone().powi_scalar(2).sum();
         let on_diagonal = (diagonal.neg() + 1.0).powi_scalar(2).sum();
         let off_diagonal = c.powi_scalar(2).sum() - squares;

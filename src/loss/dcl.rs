@@ -77,7 +77,7 @@ impl DclLoss {
             Some(sigma) => {
                 // The weights of the N pairs (anchors i and i + N share theirs).
                 let pairs = stop_gradient(positive.clone().narrow(0, 0, n));
-                let softmax = burn::tensor::activation::softmax(pairs.div_scalar(sigma), 0);
+                let softmax = burn::tensor::activation::softmax(pairs.mul_scalar(1.0 / sigma), 0);
                 let w = (softmax.mul_scalar(n as f64).neg() + 2.0).repeat_dim(0, 2);
                 positive.clone() * w
             }
@@ -85,11 +85,11 @@ impl DclLoss {
         let at_positive = positive_mask(n, &views.sim.device());
         let logits = views
             .sim
-            .div_scalar(self.temperature)
+            .mul_scalar(1.0 / self.temperature)
             .mask_fill(views.diagonal.bool_or(at_positive), MASKED_LOGIT);
         let max = stop_gradient(logits.clone().max_dim(1));
         let log_sum_exp = (logits - max.clone()).exp().sum_dim(1).log() + max;
-        (log_sum_exp - weighted.div_scalar(self.temperature)).mean()
+        (log_sum_exp - weighted.mul_scalar(1.0 / self.temperature)).mean()
     }
 }
 

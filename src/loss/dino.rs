@@ -125,7 +125,7 @@ impl DinoLoss {
             .iter()
             .map(|t| {
                 let t = stop_gradient(t.clone()) - center.clone();
-                burn::tensor::activation::softmax(t.div_scalar(teacher_temp), 1)
+                burn::tensor::activation::softmax(t.mul_scalar(1.0 / teacher_temp), 1)
             })
             .collect();
         // Σ_v Σ_{g ≠ v} (p_g · log p_v) regrouped by student view: each view's log-softmax
@@ -149,7 +149,7 @@ impl DinoLoss {
             };
             let Some(sum) = sum else { continue };
             let log_p = burn::tensor::activation::log_softmax(
-                s.clone().div_scalar(self.config.student_temp),
+                s.clone().mul_scalar(1.0 / self.config.student_temp),
                 1,
             );
             let term = (sum * log_p).sum();
@@ -161,7 +161,7 @@ impl DinoLoss {
         total
             .expect("at least one pair")
             .neg()
-            .div_scalar((pairs * shape[0]) as f64)
+            .mul_scalar(1.0 / ((pairs * shape[0]) as f64))
     }
 
     /// The centre after a step whose teacher outputs were `teacher`:

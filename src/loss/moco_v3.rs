@@ -83,7 +83,7 @@ impl MocoV3Loss {
         );
         let q = l2_normalize(q);
         let k = l2_normalize(stop_gradient(k));
-        let logits = q.matmul(k.transpose()).div_scalar(self.temperature);
+        let logits = q.matmul(k.transpose()).mul_scalar(1.0 / self.temperature);
         let log_p = burn::tensor::activation::log_softmax(logits, 1);
         // The positives: column offset + i of row i.
         let device = log_p.device();
@@ -92,7 +92,7 @@ impl MocoV3Loss {
         (log_p * mask)
             .sum()
             .neg()
-            .div_scalar(n as f64)
+            .mul_scalar(1.0 / (n as f64))
             .mul_scalar(2.0 * self.temperature)
     }
 }

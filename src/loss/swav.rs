@@ -80,12 +80,12 @@ pub fn sinkhorn<B: Backend>(scores: Tensor<B, 2>, iterations: usize, epsilon: f6
     let [b, _] = scores.dims();
     let max = scores.clone().max().reshape([1, 1]);
     // [K, B]: prototypes along the rows, as in the paper's code.
-    let q = (scores - max).div_scalar(epsilon).exp().transpose();
+    let q = (scores - max).mul_scalar(1.0 / epsilon).exp().transpose();
     let mut q = q.clone() / q.sum().reshape([1, 1]);
     for _ in 0..iterations {
         q = q.clone() / q.clone().sum_dim(1);
         q = q.clone() / q.clone().sum_dim(0);
-        q = q.div_scalar(b as f64);
+        q = q.mul_scalar(1.0 / (b as f64));
     }
     q.mul_scalar(b as f64).transpose()
 }
@@ -110,8 +110,9 @@ impl SwavLoss {
         codes: Tensor<B, 2>,
     ) -> Tensor<B, 1> {
         let [n, _] = scores.dims();
-        let log_p = burn::tensor::activation::log_softmax(scores.div_scalar(self.temperature), 1);
-        (codes * log_p).sum().neg().div_scalar(n as f64)
+        let log_p =
+            burn::tensor::activation::log_softmax(scores.mul_scalar(1.0 / self.temperature), 1);
+        (codes * log_p).sum().neg().mul_scalar(1.0 / (n as f64))
     }
 
     /// The loss of the global views' scores `global` and the local crops' `local`, with the
@@ -200,8 +201,10 @@ impl SwavLoss {
                 all_codes.clone()
             };
             let Some(targets) = targets else { continue };
-            let log_p =
-                burn::tensor::activation::log_softmax(s.clone().div_scalar(self.temperature), 1);
+            let log_p = burn::tensor::activation::log_softmax(
+                s.clone().mul_scalar(1.0 / self.temperature),
+                1,
+            );
             let term = (targets * log_p).sum();
             total = Some(match total {
                 Some(acc) => acc + term,
@@ -211,7 +214,7 @@ impl SwavLoss {
         total
             .expect("two views in all")
             .neg()
-            .div_scalar((n * (views - 1) * global.len()) as f64)
+            .mul_scalar(1.0 / ((n * (views - 1) * global.len()) as f64))
     }
 }
 

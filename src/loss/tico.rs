@@ -85,16 +85,16 @@ impl TiCoLoss {
             .clone()
             .transpose()
             .matmul(detached)
-            .div_scalar(n as f64);
+            .mul_scalar(1.0 / (n as f64));
         let c = stop_gradient(covariance).mul_scalar(self.beta) + b.mul_scalar(1.0 - self.beta);
         let invariance = (z_a.clone() * z_b)
             .sum()
-            .div_scalar(n as f64)
+            .mul_scalar(1.0 / (n as f64))
             .neg()
             .add_scalar(1.0);
         let contrast = (z_a.clone().matmul(c.clone()) * z_a)
             .sum()
-            .div_scalar(n as f64)
+            .mul_scalar(1.0 / (n as f64))
             .mul_scalar(self.rho);
         (invariance + contrast, c)
     }

@@ -107,7 +107,10 @@ impl VicRegLoss {
     fn variance_hinge<B: Backend>(&self, z: Tensor<B, 2>) -> Tensor<B, 1> {
         let [n, _] = z.dims();
         let centred = z.clone() - z.mean_dim(0);
-        let variance = centred.powi_scalar(2).sum_dim(0).div_scalar((n - 1) as f64);
+        let variance = centred
+            .powi_scalar(2)
+            .sum_dim(0)
+            .mul_scalar(1.0 / ((n - 1) as f64));
         let std = variance.add_scalar(self.epsilon).sqrt();
         (std.neg() + 1.0).clamp_min(0.0).mean()
     }
@@ -121,13 +124,13 @@ fn covariance_penalty<B: Backend>(z: Tensor<B, 2>) -> Tensor<B, 1> {
         .clone()
         .powi_scalar(2)
         .sum_dim(0)
-        .div_scalar((n - 1) as f64);
+        .mul_scalar(1.0 / ((n - 1) as f64));
     let cov = centred
         .clone()
         .transpose()
         .matmul(centred)
-        .div_scalar((n - 1) as f64);
-    (cov.powi_scalar(2).sum() - variance.powi_scalar(2).sum()).div_scalar(d as f64)
+        .mul_scalar(1.0 / ((n - 1) as f64));
+    (cov.powi_scalar(2).sum() - variance.powi_scalar(2).sum()).mul_scalar(1.0 / (d as f64))
 }
 
 #[cfg(test)]

@@ -131,7 +131,7 @@ impl<B: Backend> DinoHead<B> {
                 if let Some(norm) = self.norms.get(i) {
                     x = norm.forward(x);
                 }
-                x = burn::tensor::activation::gelu(x);
+                x = curriculum_ssl_models::layers::gelu(x);
             }
         }
         let bottleneck = l2_normalize(x);

@@ -323,7 +323,9 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Mae<B, M> {
             .reshape([n, l]);
         let hidden = mask.hidden_weights::<B>(&per_patch.device());
         let count = (n * (l - mask.visible())) as f64;
-        (per_patch * hidden).sum().div_scalar(count.max(1.0))
+        // A product, not `div_scalar`: burn-autodiff 0.21 takes a scalar division's derivative
+        // in f32.
+        (per_patch * hidden).sum().mul_scalar(1.0 / count.max(1.0))
     }
 }
 

@@ -11,6 +11,8 @@ use burn::prelude::*;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 
+use crate::base::error::ConfigError;
+
 /// The masks of a batch: for each of `N` images, which of its `L` patches are hidden.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PatchMask {
@@ -34,6 +36,42 @@ impl PatchMask {
             })
             .collect();
         Self { patches, visible }
+    }
+
+    /// The masks that keep `visible[i]` of image `i`'s `patches` patches (e.g. a block
+    /// sampler's, or another library's masks to compare with).
+    ///
+    /// # Errors
+    /// If an image keeps no patch, a patch twice or a patch past `patches`, or the images keep
+    /// different numbers of patches.
+    pub fn from_visible(patches: usize, visible: Vec<Vec<usize>>) -> Result<Self, ConfigError> {
+        let keep = visible.first().map_or(0, Vec::len);
+        for (i, kept) in visible.iter().enumerate() {
+            let mut sorted = kept.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            if kept.is_empty()
+                || kept.len() != keep
+                || sorted.len() != kept.len()
+                || sorted.last().is_some_and(|&p| p >= patches)
+            {
+                return Err(ConfigError::new(
+                    "visible",
+                    format!(
+                        "image {i} keeps patches {kept:?}: every image must keep the same number \
+                         ({keep}) of distinct patches below {patches}, at least one"
+                    ),
+                ));
+            }
+        }
+        let visible = visible
+            .into_iter()
+            .map(|mut kept| {
+                kept.sort_unstable();
+                kept
+            })
+            .collect();
+        Ok(Self { patches, visible })
     }
 
     /// How many of `patches` patches stay visible at `ratio`: `⌊L·(1 − ratio)⌋`, at least one.
@@ -214,6 +252,21 @@ mod tests {
         let weights = mask.hidden_weights::<B>(&Default::default());
         let weights = weights.into_data().to_vec::<f64>().unwrap();
         assert_eq!(weights.iter().sum::<f64>(), (n * (l - 3)) as f64);
+    }
+
+    #[test]
+    fn masks_given_by_their_visible_patches_are_checked() {
+        let mask = PatchMask::from_visible(4, vec![vec![3, 1], vec![0, 2]]).unwrap();
+        assert!(mask.is_hidden(0, 0) && !mask.is_hidden(0, 1) && !mask.is_hidden(0, 3));
+        for bad in [
+            vec![vec![1, 3], vec![0]],
+            vec![vec![1, 1], vec![0, 2]],
+            vec![vec![1, 4], vec![0, 2]],
+            vec![vec![], vec![]],
+        ] {
+            let e = PatchMask::from_visible(4, bad).unwrap_err();
+            assert_eq!(e.field, "visible");
+        }
     }
 
     #[test]

@@ -172,7 +172,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Nnclr<B, M> {
             ),
             None => (nn1, nn2, p1, p2, mine),
         };
-        let loss = (self.loss.forward(nn1, p2) + self.loss.forward(nn2, p1)).div_scalar(2.0);
+        let loss = (self.loss.forward(nn1, p2) + self.loss.forward(nn2, p1)).mul_scalar(0.5);
         self.support.stage(everyone);
         MethodOutput {
             loss,

@@ -129,3 +129,67 @@ where
 
     fn after_step(&mut self, _: Progress) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loss::{BarlowTwinsLossConfig, VicRegLossConfig};
+    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
+    use crate::method::{BarlowTwinsConfig, VicRegConfig};
+    use burn::backend::{Autodiff, NdArray};
+
+    type Ad = Autodiff<NdArray<f64>>;
+
+    /// Barlow Twins and VICReg train their objective on the two views' projections through one
+    /// network (the loss of `online().forward` of each view, in that order), and VICReg logs its
+    /// three terms as the step's statistics.
+    #[test]
+    fn the_objective_sees_both_views_projections_and_vicreg_logs_its_terms() {
+        let device = Default::default();
+        let (v1, v2) = (images::<Ad>(8, 0.0), images::<Ad>(8, 1.0));
+        let mut barlow = crate::method::init_method::<Ad, _, ConfigError>(&device, 4, |d| {
+            BarlowTwinsConfig::new()
+                .with_hidden_dim(8)
+                .with_output_dim(4)
+                .init(Tiny::new(16, 6, d), d)
+        })
+        .unwrap();
+        let (z1, z2) = (
+            barlow.online().forward(v1.clone()),
+            barlow.online().forward(v2.clone()),
+        );
+        let expected = host(BarlowTwinsLossConfig::new().init().unwrap().forward(z1, z2))[0];
+        let out = barlow.forward(v1.clone(), v2.clone(), progress(0, 10, 0, 1));
+        assert!((host(out.loss)[0] - expected).abs() < 1e-12);
+
+        let mut vicreg = crate::method::init_method::<Ad, _, ConfigError>(&device, 4, |d| {
+            VicRegConfig::new()
+                .with_hidden_dim(8)
+                .with_output_dim(4)
+                .init(Tiny::new(16, 6, d), d)
+        })
+        .unwrap();
+        let (z1, z2) = (
+            vicreg.online().forward(v1.clone()),
+            vicreg.online().forward(v2.clone()),
+        );
+        let terms = VicRegLossConfig::new().init().unwrap().terms(z1, z2);
+        let out = vicreg.forward(v1, v2, progress(0, 10, 0, 1));
+        assert!((host(out.loss)[0] - host(terms.loss)[0]).abs() < 1e-12);
+        let stats: Vec<(&str, f64)> = out
+            .stats
+            .into_iter()
+            .map(|(n, v)| (n, host(v)[0]))
+            .collect();
+        let expected = [
+            ("vicreg_invariance", host(terms.invariance)[0]),
+            ("vicreg_variance", host(terms.variance)[0]),
+            ("vicreg_covariance", host(terms.covariance)[0]),
+        ];
+        assert_eq!(stats.len(), 3);
+        for ((name, value), (want_name, want)) in stats.iter().zip(expected) {
+            assert_eq!(*name, want_name);
+            assert!((value - want).abs() < 1e-12, "{name}");
+        }
+    }
+}

@@ -80,6 +80,26 @@ pub fn byol<B: AutodiffBackend>(device: &B::Device) -> Byol<B, TinyConv<B>> {
     .unwrap()
 }
 
+/// MAE on a ViT of the views' size (patches of 4: a 3 × 3 grid), width 8, one block, with a
+/// one-block decoder.
+pub fn mae<B: AutodiffBackend>(device: &B::Device) -> Mae<B, curriculum_ssl_models::Vit<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        let vit = curriculum_ssl_models::VitConfig::new(crate::SIDE)
+            .with_patch_size(4)
+            .with_in_channels(1)
+            .with_embed_dim(8)
+            .with_depth(1)
+            .with_num_heads(2)
+            .init(d);
+        MaeConfig::new()
+            .with_decoder_dim(8)
+            .with_decoder_depth(1)
+            .with_decoder_heads(2)
+            .init(vit, d)
+    })
+    .unwrap()
+}
+
 pub fn simsiam<B: AutodiffBackend>(device: &B::Device) -> SimSiam<B, TinyConv<B>> {
     init_method::<B, _, _>(device, 3, |d| {
         SimSiamConfig::new()

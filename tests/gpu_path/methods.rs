@@ -252,6 +252,22 @@ fn byol_and_simsiam_step_as_on_the_cpu() {
     seen.report("BYOL and SimSiam");
 }
 
+/// MAE on a small ViT: the masks (drawn on the host from the step), the gather of the visible
+/// tokens and its inverse, attention, the exact GELU and the per-patch targets on the device.
+#[test]
+fn mae_steps_as_on_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let mut seen = Comparisons::default();
+    compare(
+        "MAE",
+        mae::<CpuAd>(&CpuDevice::default()),
+        mae::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    seen.report("MAE");
+}
+
 /// RotNet under the angle curriculum: plain rotation, rotate-and-mix and crop-and-rotate (boxes
 /// given, as the trainer gives them).
 #[test]

@@ -5,10 +5,25 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+/// This process's scratch directory (`recipe-cli-<pid>` in the temporary directory). The runs
+/// of one test process fill some 2 GB and the harness has no hook at its end, so the first call
+/// removes the directories that earlier test processes left, where their process is gone.
 pub(crate) fn scratch() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("recipe-cli-{}", std::process::id()));
+        let tmp = std::env::temp_dir();
+        // Where /proc tells which processes live (Linux); elsewhere nothing is removed.
+        let procfs = Path::new("/proc/self").exists();
+        for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            let pid = name
+                .strip_prefix("recipe-cli-")
+                .and_then(|p| p.parse::<u32>().ok());
+            if procfs && pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        let dir = tmp.join(format!("recipe-cli-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
