@@ -1,32 +1,13 @@
 //! State of the SSL methods: the EMA helper (exact momentum update, stop-gradient, running
 //! statistics of its own) and the LARS / SGD optimisers inside burn's optimiser machinery.
 
-use crate::common::ExactAd;
-use burn::module::{ModuleVisitor, Param};
+use crate::common::{values, ExactAd};
+use burn::module::Param;
 use burn::optim::{GradientsParams, Optimizer};
 use burn::prelude::*;
 use curriculum_ssl::head::{MlpHead, MlpHeadConfig};
 use curriculum_ssl::method::ema::{cosine_momentum, detached_copy, ema_update};
 use curriculum_ssl::optim::SgdConfig;
-
-/// Every float tensor of a module (parameters and running statistics), in visiting order.
-#[derive(Default)]
-struct Values(Vec<Vec<f64>>);
-
-impl<B: Backend> ModuleVisitor<B> for Values {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.0
-            .push(param.val().into_data().convert::<f64>().to_vec().unwrap());
-    }
-}
-
-fn values<M: Module<ExactAd>>(module: &M) -> Vec<Vec<f64>> {
-    // `into_record` folds pending BatchNorm updates into the running statistics first.
-    let _ = module.clone().into_record();
-    let mut v = Values::default();
-    module.visit(&mut v);
-    v.0
-}
 
 fn head() -> (MlpHeadConfig, MlpHead<ExactAd>) {
     let config = MlpHeadConfig::simclr(4, 8, 3);

@@ -2,7 +2,7 @@
 //! plugs in through the `Backbone` trait): exact momentum update after one step, queue order
 //! and timing, stop-gradient of key / target networks and of SimSiam's projections.
 
-use crate::common::ExactAd;
+use crate::common::{values, ExactAd};
 use burn::module::{ModuleVisitor, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::optim::{GradientsParams, Optimizer};
@@ -35,23 +35,6 @@ impl<B: Backend> Backbone<B> for Tiny<B> {
     fn feature_dim(&self) -> usize {
         8
     }
-}
-
-#[derive(Default)]
-struct Values(Vec<Vec<f64>>);
-
-impl<B: Backend> ModuleVisitor<B> for Values {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.0
-            .push(param.val().into_data().convert::<f64>().to_vec().unwrap());
-    }
-}
-
-fn values<M: Module<ExactAd>>(module: &M) -> Vec<Vec<f64>> {
-    let _ = module.clone().into_record();
-    let mut v = Values::default();
-    module.visit(&mut v);
-    v.0
 }
 
 fn views(seed: f64) -> (Tensor<ExactAd, 4>, Tensor<ExactAd, 4>) {

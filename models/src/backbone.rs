@@ -55,10 +55,3 @@ where
     M: Backbone<B> + AutodiffModule<B, InnerModule: Backbone<B::InnerBackend>>,
 {
 }
-
-/// A backbone that may be a Vision Transformer: masked image modelling (MAE) reaches its patch
-/// tokens through [`AsVit::as_vit`] and refuses a backbone without them.
-pub trait AsVit<B: Backend> {
-    /// The Vision Transformer this backbone is, if it is one.
-    fn as_vit(&self) -> Option<&crate::vit::Vit<B>>;
-}

@@ -35,7 +35,7 @@ pub mod vit;
 pub mod wide_resnet;
 
 pub use any::{AnyBackbone, AnyBackboneConfig, ExportNames};
-pub use backbone::{AsVit, Backbone, TrainableBackbone};
+pub use backbone::{Backbone, TrainableBackbone};
 pub use efficientnet::{EfficientNet, EfficientNetConfig};
 pub use error::ModelError;
 pub use head::{Classifier, ClassifierConfig};
@@ -43,7 +43,7 @@ pub use lenet::{LeNet, LeNetConfig};
 pub use mobilenet_v3::{MobileNetV3, MobileNetV3Config};
 pub use resnet::{BlockKind, ResNet, ResNetConfig, Stem};
 pub use vgg::{Vgg, VggConfig, VggPooling};
-pub use vit::{Vit, VitConfig};
+pub use vit::{AsVit, Vit, VitConfig};
 pub use wide_resnet::{WideResNet, WideResNetConfig};
 
 use burn::module::{Module, ModuleVisitor, Param};

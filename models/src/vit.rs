@@ -23,7 +23,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::module::interpolate;
 use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 
-use crate::backbone::{AsVit, Backbone};
+use crate::backbone::Backbone;
 use crate::error::ModelError;
 use crate::layers::{check_channels_and_size, gelu};
 
@@ -356,6 +356,13 @@ impl<B: Backend> Backbone<B> for Vit<B> {
                 .reshape([n, d, h, w]),
         )
     }
+}
+
+/// A backbone that may be a Vision Transformer: masked image modelling (MAE) reaches its patch
+/// tokens through [`AsVit::as_vit`] and refuses a backbone without them.
+pub trait AsVit<B: Backend> {
+    /// The Vision Transformer this backbone is, if it is one.
+    fn as_vit(&self) -> Option<&Vit<B>>;
 }
 
 impl<B: Backend> AsVit<B> for Vit<B> {

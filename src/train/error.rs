@@ -2,7 +2,6 @@
 
 use std::path::{Path, PathBuf};
 
-use super::run_dir::Difference;
 use crate::base::error::ConfigError;
 use crate::data::DataError;
 
@@ -201,5 +200,26 @@ impl From<ConfigError> for TrainError {
 impl From<DataError> for TrainError {
     fn from(e: DataError) -> Self {
         Self::Library(e.into())
+    }
+}
+
+/// A setting that differs between a run's saved configuration and the one given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Difference {
+    /// Its path in the run record, e.g. `train.lr` or `run.settings.backbone`.
+    pub setting: String,
+    /// The run's value (JSON), `absent` if it had none.
+    pub run: String,
+    /// The given value (JSON), `absent` if none.
+    pub given: String,
+}
+
+impl std::fmt::Display for Difference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: run {}, given {}",
+            self.setting, self.run, self.given
+        )
     }
 }

@@ -59,7 +59,7 @@ pub mod trainer;
 
 pub use checkpoint::{load_backbone, resolve_checkpoint, STEP_STATE};
 pub use config::{StartMode, TrainConfig};
-pub use error::TrainError;
+pub use error::{Difference, TrainError};
 pub use hook::{EpochReport, Hooks};
 pub use run_dir::{DataFingerprint, RunLock, RunRecord};
 pub use run_log::{Cell, Column, EpochRecord, StepRecord};

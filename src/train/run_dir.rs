@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{files, io_error, CheckpointDir};
 use super::config::TrainConfig;
-use super::error::TrainError;
+use super::error::{Difference, TrainError};
 use super::self_supervised::SelfSupervisedSettings;
 
 /// The `format` field of every run record: what marks a directory as a run of this crate.
@@ -368,27 +368,6 @@ pub(crate) fn holds_a_run_to_resume(
             reason: "already holds a run: resume it, or choose another run directory".into(),
         }),
         (DirState::Run { .. }, _) => Ok(true),
-    }
-}
-
-/// A setting that differs between a run's saved configuration and the one given.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Difference {
-    /// Its path in the run record, e.g. `train.lr` or `run.settings.backbone`.
-    pub setting: String,
-    /// The run's value (JSON), `absent` if it had none.
-    pub run: String,
-    /// The given value (JSON), `absent` if none.
-    pub given: String,
-}
-
-impl std::fmt::Display for Difference {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}: run {}, given {}",
-            self.setting, self.run, self.given
-        )
     }
 }
 

@@ -13,11 +13,11 @@ use serde::Serialize;
 
 use super::checkpoint::{self, files, write_atomic, CheckpointDir, CheckpointMeta, STEP_STATE};
 use super::config::{StartMode, TrainConfig};
-use super::error::{describe_tensors, TrainError};
+use super::error::{describe_tensors, Difference, TrainError};
 use super::hook::{BatchView, Hook, Hooks, RunView, Verdict};
 use super::run_dir::{
-    self, differences, DataFingerprint, Difference, Extension, RunLock, RunRecord,
-    RESUMABLE_CHANGES, RUN_FORMAT,
+    self, differences, DataFingerprint, Extension, RunLock, RunRecord, RESUMABLE_CHANGES,
+    RUN_FORMAT,
 };
 use super::run_log::{EpochRecord, RunLog, StepRecord};
 use super::self_supervised::{SelfSupervised, SelfSupervisedTask};
@@ -378,18 +378,7 @@ where
         augmenter: Augmenter,
         loader: Loader<D>,
     ) -> TrainerBuilder<B, SelfSupervised<B, S, O, D>> {
-        TrainerBuilder {
-            task: SelfSupervised::new(method, optimizer, augmenter, loader),
-            config: TrainConfig::new(),
-            description: serde_json::Value::Null,
-            data: None,
-            machine_specific: Vec::new(),
-            stop: None,
-            run_dir: PathBuf::from("runs/run"),
-            hooks: Vec::new(),
-            mode: StartMode::Fresh,
-            replica: None,
-        }
+        Trainer::with_task(SelfSupervised::new(method, optimizer, augmenter, loader))
     }
 
     /// The method (e.g. to read its networks after training).

@@ -69,3 +69,23 @@ pub fn gz(bytes: &[u8]) -> Vec<u8> {
     e.write_all(bytes).unwrap();
     e.finish().unwrap()
 }
+
+/// Every float tensor of a module (parameters and running statistics), in visiting order.
+#[derive(Default)]
+struct Values(Vec<Vec<f64>>);
+
+impl<B: Backend> burn::module::ModuleVisitor<B> for Values {
+    fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {
+        self.0
+            .push(param.val().into_data().convert::<f64>().to_vec().unwrap());
+    }
+}
+
+/// A module's float tensors as f64, in visiting order.
+pub fn values<M: burn::module::Module<ExactAd>>(module: &M) -> Vec<Vec<f64>> {
+    // `into_record` folds pending BatchNorm updates into the running statistics first.
+    let _ = module.clone().into_record();
+    let mut v = Values::default();
+    module.visit(&mut v);
+    v.0
+}

@@ -70,6 +70,24 @@ pub(crate) fn recipe(args: &[&str]) -> Command {
     c
 }
 
+/// A run long enough to be watched or interrupted: one epoch of `light_moco` on the embedded
+/// Fashion-MNIST subset (no `--data`), batches of 32.
+pub(crate) fn long_run(run_dir: &Path) -> Command {
+    recipe(&[
+        "light_moco",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "32",
+        "--knn-every",
+        "0",
+        "--workers",
+        "1",
+    ])
+}
+
 pub(crate) fn run(args: &[&str]) -> Output {
     recipe(args).output().unwrap()
 }

@@ -5,7 +5,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    as_strs, check_error_shape, cifar_records, example, losses, recipe, run, scratch, stderr, tiny,
+    as_strs, check_error_shape, cifar_records, example, long_run, losses, run, scratch, stderr,
+    tiny,
 };
 
 /// The header of a safetensors file: its tensors' shapes and its metadata.
@@ -325,23 +326,11 @@ fn runs_are_compared_on_shared_axes_and_constants_are_folded_into_the_summary() 
 fn steps_reach_the_disk_before_the_epoch_ends() {
     let run_dir = scratch().join("flush-run");
     let _ = std::fs::remove_dir_all(&run_dir);
-    let mut child = recipe(&[
-        "light_moco",
-        "--run-dir",
-        run_dir.to_str().unwrap(),
-        "--epochs",
-        "1",
-        "--batch-size",
-        "32",
-        "--knn-every",
-        "0",
-        "--workers",
-        "1",
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let mut child = long_run(&run_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let started = Instant::now();
     let mut seen = None;
     while started.elapsed() < Duration::from_secs(120) {

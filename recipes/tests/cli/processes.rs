@@ -4,29 +4,17 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{as_strs, check_error_shape, recipe, run, scratch, stderr, tiny};
+use crate::common::{as_strs, check_error_shape, long_run, recipe, run, scratch, stderr, tiny};
 
 /// Spawns a light_moco run of one epoch on the embedded subset (250 steps) in `run_dir` and
 /// waits until its first steps are on disk.
 fn spawn_long_run(run_dir: &Path) -> std::process::Child {
     let _ = std::fs::remove_dir_all(run_dir);
-    let child = recipe(&[
-        "light_moco",
-        "--run-dir",
-        run_dir.to_str().unwrap(),
-        "--epochs",
-        "1",
-        "--batch-size",
-        "32",
-        "--knn-every",
-        "0",
-        "--workers",
-        "1",
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    let child = long_run(run_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut child = child;
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(120) {

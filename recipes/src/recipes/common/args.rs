@@ -3,8 +3,6 @@
 use super::backbone::{BackboneChoice, StemChoice};
 use super::config_file;
 use super::config_file::Overrides;
-use super::data::DatasetChoice;
-use super::prepare::Settings;
 use crate::run_files::RECIPE_TOML;
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
@@ -14,7 +12,7 @@ use curriculum_ssl::loss::{
 };
 use curriculum_ssl::method::PairLossConfig;
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Options of every training recipe (defaults are the recipe's own when not given).
 #[derive(Parser, Debug, Clone)]
@@ -349,56 +347,32 @@ pub fn value_name(v: impl ValueEnum) -> String {
         .to_string()
 }
 
-/// The options of a run as recipe.toml records them: every setting of the command line that
-/// shapes the run, with the recipe's defaults resolved (the run directory, resuming, the device
-/// and the machines are left out: they belong to one invocation).
-pub fn options_table(args: &RecipeArgs, settings: &Settings) -> toml::Table {
-    use toml::Value as V;
-    fn name(v: impl ValueEnum) -> V {
-        V::String(value_name(v))
+/// The datasets the recipes read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize)]
+pub enum DatasetChoice {
+    /// Fashion-MNIST IDX files (`train-images-idx3-ubyte[.gz]`, …), or the embedded subset.
+    #[default]
+    FashionMnist,
+    /// MNIST IDX files (the same layout).
+    Mnist,
+    /// CIFAR-10 binary batches (`data_batch_1.bin` … `test_batch.bin`).
+    Cifar10,
+    /// CIFAR-100 binary files (`train.bin`, `test.bin`), fine labels.
+    Cifar100,
+    /// STL-10 binaries: pre-training on the unlabeled split, the kNN monitor on train/test.
+    Stl10,
+    /// A `train/` tree of class folders of PNG or JPEG images, and a `val/` one for the kNN
+    /// monitor (without `val/` the monitor is off).
+    ImageFolder,
+    /// Any folder of PNG or JPEG images, flat or nested (sub-folders are not classes): no
+    /// labels; the kNN monitor is off unless --knn-data names a labelled `train/` + `val/` tree.
+    Folder,
+}
+
+impl DatasetChoice {
+    /// Whether the images are the user's own files (image-folder, folder): resized with
+    /// --image-size, normalised with their own statistics.
+    pub fn is_files(self) -> bool {
+        matches!(self, Self::ImageFolder | Self::Folder)
     }
-    let int = |n: usize| V::Integer(n as i64);
-    let path = |p: &Path| V::String(p.display().to_string());
-    let floats = |v: &[f64]| V::Array(v.iter().map(|x| V::Float(*x)).collect());
-    let mut t = toml::Table::new();
-    let mut put = |key: &str, value: Option<V>| {
-        if let Some(v) = value {
-            t.insert(key.to_string(), v);
-        }
-    };
-    let source = &settings.source;
-    put("dataset", Some(name(source.dataset)));
-    put("data_dir", source.dir.as_deref().map(path));
-    put("image_size", source.image_size.map(int));
-    put("knn_data", source.knn_data.as_deref().map(path));
-    put("mean", args.mean.as_deref().map(floats));
-    put("std", args.std.as_deref().map(floats));
-    put("epochs", Some(int(settings.epochs)));
-    put("batch_size", Some(int(settings.batch_size)));
-    put("lr", Some(V::Float(settings.lr)));
-    put("warmup_epochs", Some(int(settings.warmup_epochs)));
-    put("backbone", Some(name(settings.backbone)));
-    put("stem", settings.stem.map(name));
-    put("weights", settings.weights.as_deref().map(path));
-    // A seed above i64's range is written as text (clap reads it back).
-    put(
-        "seed",
-        Some(i64::try_from(settings.seed).map_or(V::String(settings.seed.to_string()), V::Integer)),
-    );
-    put("knn_every", Some(int(args.knn_every)));
-    put("checkpoint_every", Some(int(args.checkpoint_every)));
-    put("workers", Some(int(args.workers)));
-    put("easy_to_hard", Some(V::Boolean(args.easy_to_hard)));
-    put("strength", args.strength.map(V::Float));
-    put("schedule", args.schedule.map(name));
-    put("shuffle_bn", Some(V::Boolean(args.shuffle_bn)));
-    put("local_crops", args.local_crops.map(int));
-    put("augment_ahead", args.augment_ahead.map(V::Boolean));
-    put("view_threads", args.view_threads.map(V::Boolean));
-    put("loss", args.loss.map(name));
-    put("hard_positive_k", args.hard_positive_k.map(V::Float));
-    put("curation_warmup", args.curation_warmup.map(int));
-    put("curation_retries", args.curation_retries.map(int));
-    put("pgd_steps", args.pgd_steps.map(int));
-    t
 }

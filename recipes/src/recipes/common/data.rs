@@ -1,46 +1,14 @@
 //! The data a recipe trains on (`--data-dir`, `--dataset`): where it comes from, the checks
 //! before anything is read, and the splits.
 
-use super::args::{value_name, RecipeArgs, RecipeRun};
-use super::prepare::Settings;
+use super::args::{value_name, DatasetChoice, RecipeArgs, RecipeRun};
 use crate::usage::usage;
 use anyhow::{Context, Result};
-use clap::ValueEnum;
 use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{image_folder, DataError, ImageArray};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-
-/// The datasets the recipes read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize)]
-pub enum DatasetChoice {
-    /// Fashion-MNIST IDX files (`train-images-idx3-ubyte[.gz]`, …), or the embedded subset.
-    #[default]
-    FashionMnist,
-    /// MNIST IDX files (the same layout).
-    Mnist,
-    /// CIFAR-10 binary batches (`data_batch_1.bin` … `test_batch.bin`).
-    Cifar10,
-    /// CIFAR-100 binary files (`train.bin`, `test.bin`), fine labels.
-    Cifar100,
-    /// STL-10 binaries: pre-training on the unlabeled split, the kNN monitor on train/test.
-    Stl10,
-    /// A `train/` tree of class folders of PNG or JPEG images, and a `val/` one for the kNN
-    /// monitor (without `val/` the monitor is off).
-    ImageFolder,
-    /// Any folder of PNG or JPEG images, flat or nested (sub-folders are not classes): no
-    /// labels; the kNN monitor is off unless --knn-data names a labelled `train/` + `val/` tree.
-    Folder,
-}
-
-impl DatasetChoice {
-    /// Whether the images are the user's own files (image-folder, folder): resized with
-    /// --image-size, normalised with their own statistics.
-    pub fn is_files(self) -> bool {
-        matches!(self, Self::ImageFolder | Self::Folder)
-    }
-}
 
 /// Where a recipe's images come from (recorded in the run's description).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -301,7 +269,7 @@ fn check_dir(option: &str, dir: &Path) -> Result<()> {
 
 /// Whether `path` (which need not exist yet) lies inside the existing directory `dir`, links
 /// resolved.
-fn is_inside(path: &Path, dir: &Path) -> bool {
+pub(crate) fn is_inside(path: &Path, dir: &Path) -> bool {
     let Ok(dir) = dir.canonicalize() else {
         return false;
     };
@@ -323,55 +291,6 @@ fn is_inside(path: &Path, dir: &Path) -> bool {
     };
     resolved.extend(rest.iter().rev());
     resolved.starts_with(&dir)
-}
-
-/// Checks the settings a training recipe resolved, naming the option at fault.
-pub(crate) fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
-    if settings.epochs == 0 {
-        return Err(usage("--epochs: must be at least 1"));
-    }
-    if settings.batch_size < 2 {
-        return Err(usage(format!(
-            "--batch-size {}: must be at least 2 (batch norm needs two images per channel, and \
-             the contrastive losses need negatives)",
-            settings.batch_size
-        )));
-    }
-    if !(settings.lr.is_finite() && settings.lr > 0.0) {
-        return Err(usage(format!(
-            "--lr {}: must be a finite number > 0",
-            settings.lr
-        )));
-    }
-    if args.extend && args.resume {
-        return Err(usage("--extend resumes by itself: give --extend alone"));
-    }
-    if settings.source.dataset.is_files() {
-        // A folder's images are read at any depth: a run directory inside it would have its
-        // plots trained on by the next run (and would change the data of its own resume).
-        let run_dir = settings.run_dir(args);
-        for (option, dir) in [
-            ("--data-dir", settings.source.dir.as_ref()),
-            ("--knn-data", settings.source.knn_data.as_ref()),
-        ] {
-            if let Some(dir) = dir.filter(|d| is_inside(&run_dir, d)) {
-                return Err(usage(format!(
-                    "--run-dir {}: inside {option} {}, whose images are read at any depth (the \
-                     run's plots would become training images); choose a run directory outside \
-                     it",
-                    run_dir.display(),
-                    dir.display()
-                )));
-            }
-        }
-    }
-    if settings.stem.is_some() && !settings.backbone.is_resnet() {
-        return Err(usage(format!(
-            "--stem: only for the ResNets (resnet18, resnet34, resnet50, small), not {}",
-            value_name(settings.backbone)
-        )));
-    }
-    settings.source.validate()
 }
 
 /// Training and test images (cheap to clone: the pixels are shared).

@@ -1,14 +1,15 @@
 //! Preparing a run: the recipe's defaults, the resolved settings, the data and the pipeline,
 //! and the method built from its seed (its size checked against the machine first).
 
-use super::args::RecipeArgs;
+use super::args::{value_name, RecipeArgs};
 use super::backbone::{BackboneChoice, BackboneSpec, StemChoice};
 use super::config_file::Overrides;
-use super::data::{validate, Data, DataSource};
+use super::data::{is_inside, Data, DataSource};
 use crate::backend;
 use crate::backend::{Device, Train};
 use crate::usage::usage;
 use anyhow::Result;
+use clap::ValueEnum;
 use curriculum_ssl::augment::normalize::Normalize;
 use curriculum_ssl::base::seed::parameter_count;
 use curriculum_ssl::curation::FrechetCurationConfig;
@@ -18,7 +19,7 @@ use curriculum_ssl::method::{init_method, MoCoConfig, PairLossConfig, SslMethod}
 use curriculum_ssl::pipeline::PipelineConfig;
 use curriculum_ssl::train::DataFingerprint;
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A recipe's defaults, overridden by the command line.
 #[derive(Debug, Clone)]
@@ -599,4 +600,107 @@ fn available_memory() -> Option<u64> {
         let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
         Some(kib * 1024)
     })
+}
+
+/// Checks the settings a training recipe resolved, naming the option at fault.
+pub(crate) fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
+    if settings.epochs == 0 {
+        return Err(usage("--epochs: must be at least 1"));
+    }
+    if settings.batch_size < 2 {
+        return Err(usage(format!(
+            "--batch-size {}: must be at least 2 (batch norm needs two images per channel, and \
+             the contrastive losses need negatives)",
+            settings.batch_size
+        )));
+    }
+    if !(settings.lr.is_finite() && settings.lr > 0.0) {
+        return Err(usage(format!(
+            "--lr {}: must be a finite number > 0",
+            settings.lr
+        )));
+    }
+    if args.extend && args.resume {
+        return Err(usage("--extend resumes by itself: give --extend alone"));
+    }
+    if settings.source.dataset.is_files() {
+        // A folder's images are read at any depth: a run directory inside it would have its
+        // plots trained on by the next run (and would change the data of its own resume).
+        let run_dir = settings.run_dir(args);
+        for (option, dir) in [
+            ("--data-dir", settings.source.dir.as_ref()),
+            ("--knn-data", settings.source.knn_data.as_ref()),
+        ] {
+            if let Some(dir) = dir.filter(|d| is_inside(&run_dir, d)) {
+                return Err(usage(format!(
+                    "--run-dir {}: inside {option} {}, whose images are read at any depth (the \
+                     run's plots would become training images); choose a run directory outside \
+                     it",
+                    run_dir.display(),
+                    dir.display()
+                )));
+            }
+        }
+    }
+    if settings.stem.is_some() && !settings.backbone.is_resnet() {
+        return Err(usage(format!(
+            "--stem: only for the ResNets (resnet18, resnet34, resnet50, small), not {}",
+            value_name(settings.backbone)
+        )));
+    }
+    settings.source.validate()
+}
+
+/// The options of a run as recipe.toml records them: every setting of the command line that
+/// shapes the run, with the recipe's defaults resolved (the run directory, resuming, the device
+/// and the machines are left out: they belong to one invocation).
+pub fn options_table(args: &RecipeArgs, settings: &Settings) -> toml::Table {
+    use toml::Value as V;
+    fn name(v: impl ValueEnum) -> V {
+        V::String(value_name(v))
+    }
+    let int = |n: usize| V::Integer(n as i64);
+    let path = |p: &Path| V::String(p.display().to_string());
+    let floats = |v: &[f64]| V::Array(v.iter().map(|x| V::Float(*x)).collect());
+    let mut t = toml::Table::new();
+    let mut put = |key: &str, value: Option<V>| {
+        if let Some(v) = value {
+            t.insert(key.to_string(), v);
+        }
+    };
+    let source = &settings.source;
+    put("dataset", Some(name(source.dataset)));
+    put("data_dir", source.dir.as_deref().map(path));
+    put("image_size", source.image_size.map(int));
+    put("knn_data", source.knn_data.as_deref().map(path));
+    put("mean", args.mean.as_deref().map(floats));
+    put("std", args.std.as_deref().map(floats));
+    put("epochs", Some(int(settings.epochs)));
+    put("batch_size", Some(int(settings.batch_size)));
+    put("lr", Some(V::Float(settings.lr)));
+    put("warmup_epochs", Some(int(settings.warmup_epochs)));
+    put("backbone", Some(name(settings.backbone)));
+    put("stem", settings.stem.map(name));
+    put("weights", settings.weights.as_deref().map(path));
+    // A seed above i64's range is written as text (clap reads it back).
+    put(
+        "seed",
+        Some(i64::try_from(settings.seed).map_or(V::String(settings.seed.to_string()), V::Integer)),
+    );
+    put("knn_every", Some(int(args.knn_every)));
+    put("checkpoint_every", Some(int(args.checkpoint_every)));
+    put("workers", Some(int(args.workers)));
+    put("easy_to_hard", Some(V::Boolean(args.easy_to_hard)));
+    put("strength", args.strength.map(V::Float));
+    put("schedule", args.schedule.map(name));
+    put("shuffle_bn", Some(V::Boolean(args.shuffle_bn)));
+    put("local_crops", args.local_crops.map(int));
+    put("augment_ahead", args.augment_ahead.map(V::Boolean));
+    put("view_threads", args.view_threads.map(V::Boolean));
+    put("loss", args.loss.map(name));
+    put("hard_positive_k", args.hard_positive_k.map(V::Float));
+    put("curation_warmup", args.curation_warmup.map(int));
+    put("curation_retries", args.curation_retries.map(int));
+    put("pgd_steps", args.pgd_steps.map(int));
+    t
 }

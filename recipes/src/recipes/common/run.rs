@@ -2,8 +2,8 @@
 //! with its hooks, the kNN of the backbone at initialisation and of the raw pixels, and the
 //! report.
 
-use super::args::{options_table, RecipeRun};
-use super::prepare::{Prepared, Settings};
+use super::args::RecipeRun;
+use super::prepare::{options_table, Prepared, Settings};
 use super::report::{print_where, result_lines, write_summary};
 use crate::backend;
 use crate::backend::{Device, Train};
