@@ -353,3 +353,97 @@ fn differentiable_code_has_no_float_scalar_division() {
         "float div_scalar in differentiable code: {found:#?}"
     );
 }
+
+/// Module paths of a crate's files (`src/a/b.rs` and `src/a/b/mod.rs` are `a::b`; the root is
+/// ``), with each file's code before its unit tests, comments removed.
+fn crate_files(root: &Path) -> BTreeMap<String, String> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().and_then(|e| e.to_str()) != Some("rs") {
+                continue;
+            }
+            let relative = path.strip_prefix(root).unwrap().with_extension("");
+            let mut parts: Vec<String> = relative
+                .components()
+                .map(|c| c.as_os_str().to_str().unwrap().to_string())
+                .collect();
+            if matches!(
+                parts.last().map(String::as_str),
+                Some("mod" | "lib" | "main")
+            ) {
+                parts.pop();
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+            let code: String = code
+                .lines()
+                .map(|l| l.split("//").next().unwrap())
+                .collect::<Vec<_>>()
+                .join("\n");
+            files.insert(parts.join("::"), code);
+        }
+    }
+    files
+}
+
+/// No two files of a crate import each other (the layers above are the top-level modules;
+/// this is every file below them too): for each `crate::…` and `super::…` path, the longest
+/// module it names, other than the file's own ancestors.
+#[test]
+fn no_two_files_import_each_other() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for krate in ["src", "models/src", "recipes/src"] {
+        let files = crate_files(&root.join(krate));
+        let mut edges: BTreeSet<(String, String)> = BTreeSet::new();
+        for (module, code) in &files {
+            let own: Vec<&str> = module.split("::").filter(|p| !p.is_empty()).collect();
+            for (start, _) in code
+                .match_indices("crate::")
+                .chain(code.match_indices("super::"))
+            {
+                let before = code[..start].chars().last();
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                    continue;
+                }
+                let path: String = code[start..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                    .collect();
+                let mut parts: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
+                if parts.first() == Some(&"crate") {
+                    parts.remove(0);
+                } else {
+                    // `super::` from a file is its parent module.
+                    let mut base = own[..own.len().saturating_sub(1)].to_vec();
+                    base.extend(parts.drain(1..));
+                    parts = base;
+                }
+                let target = (1..=parts.len())
+                    .rev()
+                    .map(|k| parts[..k].join("::"))
+                    .find(|m| files.contains_key(m));
+                if let Some(target) = target {
+                    let ancestor = module == &target || module.starts_with(&format!("{target}::"));
+                    if !ancestor && !target.is_empty() {
+                        edges.insert((module.clone(), target));
+                    }
+                }
+            }
+        }
+        let both: Vec<_> = edges
+            .iter()
+            .filter(|(a, b)| a < b && edges.contains(&(b.clone(), a.clone())))
+            .collect();
+        assert!(
+            both.is_empty(),
+            "{krate}: files that import each other: {both:?}"
+        );
+    }
+}
