@@ -303,7 +303,11 @@ mod tests {
     type Ad = burn::backend::Autodiff<B>;
 
     fn parameters(config: &MlpHeadConfig) -> usize {
-        config.init::<B>(&Default::default()).unwrap().num_params()
+        // Under the seed lock: `num_params` reads the lazily initialised parameters.
+        crate::base::seed::init_module::<B, _>(&Default::default(), 0, |d| {
+            config.init::<B>(d).unwrap()
+        })
+        .num_params()
     }
 
     #[test]
@@ -336,7 +340,8 @@ mod tests {
     fn trainable_tensors(config: MlpHeadConfig) -> usize {
         type Ad = burn::backend::Autodiff<B>;
         let device = Default::default();
-        let head = config.init::<Ad>(&device).unwrap();
+        let head =
+            crate::base::seed::init_module::<Ad, _>(&device, 0, |d| config.init::<Ad>(d).unwrap());
         let n = 4 * config.input_dim;
         let data: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin()).collect();
         let x = Tensor::<Ad, 2>::from_data(TensorData::new(data, [4, config.input_dim]), &device);
@@ -469,7 +474,9 @@ mod tests {
     #[test]
     fn shapes_and_bad_widths() {
         let device = Default::default();
-        let head = MlpHeadConfig::simclr(8, 16, 4).init::<B>(&device).unwrap();
+        let head = crate::base::seed::init_module::<B, _>(&device, 0, |d| {
+            MlpHeadConfig::simclr(8, 16, 4).init::<B>(d).unwrap()
+        });
         let out = head.forward(Tensor::zeros([3, 8], &device));
         assert_eq!(out.dims(), [3, 4]);
         assert_eq!(head.output_dim(), 4);

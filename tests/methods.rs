@@ -917,20 +917,23 @@ fn mae_matches_lightly_in_f64() {
         "positions",
     );
     for (case, normalize) in [("plain", false), ("normalized", true)] {
-        let vit = VitConfig::new(8)
-            .with_patch_size(4)
-            .with_in_channels(1)
-            .with_embed_dim(8)
-            .with_depth(1)
-            .with_num_heads(2)
-            .init::<ExactAd>(&device);
-        let mut mae = MaeConfig::new()
-            .with_decoder_dim(8)
-            .with_decoder_depth(1)
-            .with_decoder_heads(2)
-            .with_normalize_targets(normalize)
-            .init(vit, &device)
-            .unwrap();
+        // Built under the seed lock (loading a record draws the lazy values it replaces).
+        let mut mae = init_method::<ExactAd, _, _>(&device, 0, |d| {
+            let vit = VitConfig::new(8)
+                .with_patch_size(4)
+                .with_in_channels(1)
+                .with_embed_dim(8)
+                .with_depth(1)
+                .with_num_heads(2)
+                .init::<ExactAd>(d);
+            MaeConfig::new()
+                .with_decoder_dim(8)
+                .with_decoder_depth(1)
+                .with_decoder_heads(2)
+                .with_normalize_targets(normalize)
+                .init(vit, d)
+        })
+        .unwrap();
         let mut wrapper = LightlyMae {
             net: mae.online().clone(),
         };

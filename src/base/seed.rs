@@ -19,24 +19,103 @@
 //! (batch order, augmentation parameters) never touches the backend generator: it comes from
 //! generators seeded by `(seed, epoch)` and `(seed, step)`.
 //!
+//! The audit. With `CURRICULUM_SSL_SEED_AUDIT=1` in the environment (this workspace's cargo
+//! commands set it, `.cargo/config.toml`), every seeded section checks on entry that nothing drew
+//! from the backend's generator since the previous section ended, and panics naming the hazard
+//! when something did: each section ends by seeding a sentinel and drawing once, so the next one
+//! knows the value its first draw must give. An unlocked draw lands between two sections far more
+//! often than inside one, so a test or a code path that draws outside [`with_seed`] fails the
+//! test suite instead of making another test's seeded run differ now and then.
+//!
 //! Across backends the same seed gives the same batch order and augmentation parameters, but not
 //! the same initial weights (each backend has its own generator), and float results differ in
 //! the last bits (kernels sum in other orders); runs are bit-exact on one backend and machine.
 
-use std::sync::Mutex;
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::prelude::*;
+use burn::tensor::Distribution;
 
-/// The lock held around every seeded use of a backend's generator.
-static RNG: Mutex<()> = Mutex::new(());
+/// The lock held around every seeded use of a backend's generator; with the audit on, the value
+/// each backend type's next draw must give if nothing drew since its last section ended.
+static RNG: Mutex<Option<HashMap<TypeId, Armed>>> = Mutex::new(None);
+
+/// What the audit expects of a backend type's next draw, and the thread whose section armed it.
+struct Armed {
+    value: f64,
+    thread: String,
+}
+
+/// The seed of the audit's sentinel draws.
+const SENTINEL: u64 = 0x5EED_A0D1;
+
+/// Whether `CURRICULUM_SSL_SEED_AUDIT` asks for the audit (read once per process).
+fn auditing() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("CURRICULUM_SSL_SEED_AUDIT").is_ok_and(|v| !v.is_empty() && v != "0")
+    })
+}
+
+/// One draw from `B`'s generator, read back.
+fn draw<B: Backend>(device: &B::Device) -> f64 {
+    Tensor::<B, 1>::random([1], Distribution::Default, device)
+        .into_data()
+        .convert::<f64>()
+        .to_vec::<f64>()
+        .map_or(f64::NAN, |v| v[0])
+}
 
 /// Runs `f` with the backend generator seeded with `seed`, while no other [`with_seed`] call of
 /// the process can draw from it.
+///
+/// # Panics
+/// With the audit on (see the module's documentation), when something drew from `B`'s generator
+/// outside a seeded section since the previous one ended.
 pub fn with_seed<B: Backend, T>(device: &B::Device, seed: u64, f: impl FnOnce() -> T) -> T {
-    let _guard = RNG.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut guard = RNG.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let key = TypeId::of::<B>();
+    if auditing() {
+        if let Some(armed) = guard.get_or_insert_with(HashMap::new).remove(&key) {
+            let drawn = draw::<B>(device);
+            if drawn.to_bits() != armed.value.to_bits() {
+                panic!(
+                    "something drew from the generator of {} outside \
+                     curriculum_ssl::seed::with_seed since the seeded section of thread '{}' \
+                     ended: such a draw takes values meant for a seeded run on another thread \
+                     (build modules with seed::init_module and draw random tensors inside \
+                     seed::with_seed)",
+                    std::any::type_name::<B>(),
+                    armed.thread
+                );
+            }
+        }
+    }
     B::seed(device, seed);
-    f()
+    let out = f();
+    if auditing() {
+        // The value of the sentinel's second draw, then the generator left after its first.
+        B::seed(device, SENTINEL);
+        draw::<B>(device);
+        let second = draw::<B>(device);
+        B::seed(device, SENTINEL);
+        draw::<B>(device);
+        let thread = std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_string();
+        guard.get_or_insert_with(HashMap::new).insert(
+            key,
+            Armed {
+                value: second,
+                thread,
+            },
+        );
+    }
+    out
 }
 
 /// Builds a module with `build` under [`with_seed`] and reads every parameter before the lock is
@@ -90,4 +169,68 @@ pub fn mix_seed(seed: u64, stream: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::NdArray;
+
+    type B = NdArray<f64>;
+
+    /// The draw the audit child makes between two seeded sections (`"draw"`), or none.
+    const CHILD: &str = "CURRICULUM_SSL_SEED_AUDIT_CHILD";
+
+    /// Run by [`the_audit_names_a_draw_between_seeded_sections`] in a process of its own (an
+    /// unlocked draw here would trip the other tests of this binary): two seeded sections, with
+    /// or without a draw outside them in between.
+    #[test]
+    #[ignore = "run in a child process by the_audit_names_a_draw_between_seeded_sections"]
+    fn audit_child() {
+        let Ok(mode) = std::env::var(CHILD) else {
+            return;
+        };
+        let device = Default::default();
+        let first = with_seed::<B, _>(&device, 1, || draw::<B>(&device));
+        if mode == "draw" {
+            let _ = Tensor::<B, 1>::random([3], Distribution::Default, &device).into_data();
+        }
+        let again = with_seed::<B, _>(&device, 1, || draw::<B>(&device));
+        assert_eq!(first.to_bits(), again.to_bits(), "a seed gives its values");
+    }
+
+    #[test]
+    fn the_audit_names_a_draw_between_seeded_sections() {
+        let run = |audit: &str, mode: &str| {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "base::seed::tests::audit_child",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                ])
+                .env("CURRICULUM_SSL_SEED_AUDIT", audit)
+                .env(CHILD, mode)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            (out.status.success(), text)
+        };
+        let (ok, text) = run("1", "draw");
+        assert!(!ok, "the draw between the sections went unnoticed: {text}");
+        assert!(
+            text.contains(
+                "something drew from the generator of burn_ndarray::backend::NdArray<f64> \
+                 outside curriculum_ssl::seed::with_seed since the seeded section of thread \
+                 'base::seed::tests::audit_child' ended"
+            ),
+            "{text}"
+        );
+        // Control: without the draw, and with the audit off, the child passes.
+        let (ok, text) = run("1", "none");
+        assert!(ok, "{text}");
+        let (ok, text) = run("0", "draw");
+        assert!(ok, "{text}");
+    }
 }

@@ -345,9 +345,9 @@ mod tests {
     #[test]
     fn hardened_negatives_raise_nt_xent_within_the_ball_and_leave_the_network_alone() {
         let device = Default::default();
-        let net: Net<Ad> = crate::base::seed::with_seed::<Ad, _>(&device, 5, || Net {
-            fc: LinearConfig::new(8, 4).init(&device),
-            bn: BatchNormConfig::new(4).init(&device),
+        let net: Net<Ad> = crate::base::seed::init_module::<Ad, _>(&device, 5, |d| Net {
+            fc: LinearConfig::new(8, 4).init(d),
+            bn: BatchNormConfig::new(4).init(d),
         });
         let before = parameters(&net);
         let nt_xent = NtXentLossConfig::new()

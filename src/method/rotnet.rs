@@ -317,10 +317,12 @@ mod tests {
 
     fn rotnet(config: RotNetConfig) -> RotNet<Ad, Tiny<Ad>> {
         let device = Default::default();
-        crate::base::seed::with_seed::<Ad, _>(&device, 3, || {
-            let tiny = Tiny::new(2 * 4 * 4, 5, &device);
-            config.init(tiny, &device).unwrap()
+        // Built and materialised under the seed lock (`with_seed` alone would leave the lazily
+        // initialised parameters to be drawn at their first use, unlocked).
+        crate::method::init_method::<Ad, _, ConfigError>(&device, 3, |d| {
+            config.init(Tiny::new(2 * 4 * 4, 5, d), d)
         })
+        .unwrap()
     }
 
     fn views(n: usize) -> (Tensor<Ad, 4>, Tensor<Ad, 4>) {

@@ -94,10 +94,11 @@ mod tests {
     #[test]
     fn embedding_is_the_linear_layer_on_the_features() {
         let device = Default::default();
-        let backbone = crate::method::testing::TinyBackbone::<B>::new(4, 3, &device);
-        let net = EmbeddingNetConfig::new()
-            .with_dim(2)
-            .init(backbone, &device);
+        let net = crate::base::seed::init_module::<B, _>(&device, 0, |d| {
+            EmbeddingNetConfig::new()
+                .with_dim(2)
+                .init(crate::method::testing::TinyBackbone::<B>::new(4, 3, d), d)
+        });
         assert_eq!(net.dim(), 2);
         let pixels: Vec<u8> = (0..3 * 4).map(|v| (v * 20) as u8).collect();
         let data = ImageArray::new("mem", 2, 2, 1, pixels, Some(vec![0, 1, 0]), 2).unwrap();

@@ -554,8 +554,9 @@ mod tests {
         let device = Default::default();
         let (n, classes, lr) = (4, 3, 0.5);
         let data = images(n, classes, 0);
-        let backbone = TinyBackbone::<B>::new(4, 3, &device);
-        let model = LinearClassifier::new(backbone, classes, &device);
+        let model = crate::base::seed::init_module::<B, _>(&device, 0, |d| {
+            LinearClassifier::new(TinyBackbone::<B>::new(4, 3, d), classes, d)
+        });
         let w1 = values(model.backbone.fc.weight.val());
         let b1 = values(model.backbone.fc.bias.as_ref().unwrap().val());
         let w2 = values(model.head.weight.val());
@@ -688,14 +689,14 @@ mod tests {
         let device = Default::default();
         let train = images(48, 2, 1);
         let test = images(10, 2, 2);
-        let seeded = |seed: u64| {
-            <Ad as Backend>::seed(&device, seed);
-            TinyBackbone::<Ad>::new(4, 6, &device)
-        };
-        let model = LinearClassifier::new(seeded(1), 2, &device);
-        let net = EmbeddingNetConfig::new()
-            .with_dim(3)
-            .init(seeded(2), &device);
+        let model = crate::base::seed::init_module::<Ad, _>(&device, 1, |d| {
+            LinearClassifier::new(TinyBackbone::<Ad>::new(4, 6, d), 2, d)
+        });
+        let net = crate::base::seed::init_module::<Ad, _>(&device, 2, |d| {
+            EmbeddingNetConfig::new()
+                .with_dim(3)
+                .init(TinyBackbone::<Ad>::new(4, 6, d), d)
+        });
         let pace = PaceConfig::new(SpldConfig::new()).with_calibrate_gamma_ratio(0.2);
         let config = SplAdviseConfig::new(pace)
             .with_kmeans(KMeansConfig::new().with_clusters(2))
@@ -817,9 +818,11 @@ mod tests {
         // The records name parameters by random ids: compare the embedding networks' values.
         let embedding = |d: &Path| {
             let device = Default::default();
-            let net = EmbeddingNetConfig::new()
-                .with_dim(3)
-                .init(TinyBackbone::<Ad>::new(4, 6, &device), &device);
+            let net = crate::base::seed::init_module::<Ad, _>(&device, 0, |d| {
+                EmbeddingNetConfig::new()
+                    .with_dim(3)
+                    .init(TinyBackbone::<Ad>::new(4, 6, d), d)
+            });
             let record = read_record::<Ad, _>(&last(d).join(files::EMBEDDING), &device).unwrap();
             let net = net.load_record(record);
             let mut v = values(net.backbone.fc.weight.val());
