@@ -327,6 +327,22 @@ fn mae<B: Backend>(d: &B::Device, _: usize) -> Result<Mae<B, Vit<B>>, ConfigErro
         .init(vit, d)
 }
 
+/// SimMIM on a ViT of the views' size in 2-pixel patches (a 4 × 4 grid) with units of 3 × 3
+/// patches: clipped at the edges, so images hide different numbers of patches and the replicas'
+/// losses must be scaled by the global batch's hidden pixels.
+fn simmim<B: Backend>(d: &B::Device, _: usize) -> Result<SimMim<B, Vit<B>>, ConfigError> {
+    let vit = VitConfig::new(SIDE)
+        .with_patch_size(2)
+        .with_embed_dim(8)
+        .with_depth(1)
+        .with_num_heads(2)
+        .init(d);
+    SimMimConfig::new()
+        .with_mask_unit(3)
+        .with_mask_ratio(0.5)
+        .init(vit, d)
+}
+
 /// DINO whose last layer trains from the first step.
 fn dino<B: Backend>(d: &B::Device, _: usize) -> Result<Dino<B, ResNet<B>>, ConfigError> {
     DinoConfig::new()
@@ -454,6 +470,13 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
     // MAE: each replica draws the global batch's masks and keeps its rows; every image hides
     // as many patches, so the replicas' mean loss is the one-device loss (no batch statistics).
     assert_same("MAE (f64)", runs::<Exact, _>(&mae, &|_| Vec::new()), 1e-11);
+    // SimMIM: the images of a replica hide other numbers of patches than the other's; each
+    // replica's loss divides by the global batch's hidden pixels.
+    assert_same(
+        "SimMIM (f64)",
+        runs::<Exact, _>(&simmim, &|_| Vec::new()),
+        1e-11,
+    );
     // The CPU training backend.
     assert_same(
         "SimCLR (Flex)",

@@ -994,3 +994,121 @@ fn mae_matches_lightly_in_f64() {
         );
     }
 }
+
+/// lightly's SimMIM (its example's `MaskedVisionTransformerTIMM` on a timm ViT and a linear
+/// decoder) wrapped for the importer: `backbone.*` are timm's keys.
+#[derive(Module, Debug)]
+struct LightlySimMim<B: Backend> {
+    net: SimMimNetwork<B, curriculum_ssl_models::Vit<B>>,
+}
+
+impl<B: Backend> curriculum_ssl_models::import::TorchvisionImport<B> for LightlySimMim<B> {
+    fn torchvision_key(&self, key: &str) -> Option<String> {
+        if let Some(rest) = key.strip_prefix("backbone.") {
+            return curriculum_ssl_models::import::vit_key(rest)
+                .map(|k| format!("net.backbone.{k}"));
+        }
+        match key {
+            "mask_token" => Some("net.mask_token".into()),
+            "decoder.weight" | "decoder.bias" => Some(key.replace("decoder.", "net.head.")),
+            _ => None,
+        }
+    }
+}
+
+/// SimMIM's loss and gradients equal lightly's in float64 (`tests/pytorch/simmim.py` wrote
+/// `tests/fixtures/simmim_lightly.*`: lightly 1.6's SimMIM example on a timm ViT with every
+/// parameter drawn at random, masks given) to 1e-12 (every operation in float64; the
+/// differences are summation order).
+#[test]
+fn simmim_matches_lightly_in_f64() {
+    use curriculum_ssl_models::VitConfig;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let want: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("simmim_lightly.json")).unwrap())
+            .unwrap();
+    let numbers = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let close = |got: Vec<f64>, want: Vec<f64>, what: &str| {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-12, "{what}[{i}]: {g} vs {w}");
+        }
+    };
+    let device = Default::default();
+    // Built under the seed lock (loading a record draws the lazy values it replaces).
+    let mut simmim = init_method::<ExactAd, _, _>(&device, 0, |d| {
+        let vit = VitConfig::new(8)
+            .with_patch_size(4)
+            .with_in_channels(1)
+            .with_embed_dim(8)
+            .with_depth(1)
+            .with_num_heads(2)
+            .init::<ExactAd>(d);
+        SimMimConfig::new().with_mask_unit(1).init(vit, d)
+    })
+    .unwrap();
+    let mut wrapper = LightlySimMim {
+        net: simmim.online().clone(),
+    };
+    let path = dir.join("simmim_lightly.safetensors");
+    curriculum_ssl_models::import::load_torchvision(&mut wrapper, None, &path).unwrap();
+    simmim.set_online(wrapper.net);
+    let images: Tensor<ExactAd, 4> = Tensor::from_data(
+        TensorData::new(
+            (0..128)
+                .map(|i| (0.37 * i as f64 + 0.1 * (i / 64) as f64).sin())
+                .collect::<Vec<f64>>(),
+            [2, 1, 8, 8],
+        ),
+        &device,
+    );
+    // lightly's idx_mask [[1, 3], [2, 4]] counts the class token as token 0.
+    let mask = UnitMask::from_hidden(4, &[vec![0, 2], vec![1, 3]]).unwrap();
+    let loss = simmim.loss(images, &mask);
+    let value = loss.clone().into_data().to_vec::<f64>().unwrap()[0];
+    assert!(
+        (value - want["loss"].as_f64().unwrap()).abs() < 1e-12,
+        "{value}"
+    );
+    let grads = loss.backward();
+    let online = simmim.online();
+    // burn's linear weight is [in, out], PyTorch's [out, in].
+    let head = online
+        .head
+        .weight
+        .val()
+        .grad(&grads)
+        .unwrap()
+        .into_data()
+        .to_vec::<f64>()
+        .unwrap();
+    let head_t: Vec<f64> = (0..16)
+        .flat_map(|o| (0..8).map(move |i| (o, i)))
+        .map(|(o, i)| head[i * 16 + o])
+        .collect();
+    close(head_t, numbers(&want["grad_decoder_weight"]), "head");
+    let token = online.mask_token.val().grad(&grads).unwrap();
+    close(
+        token.into_data().to_vec::<f64>().unwrap(),
+        numbers(&want["grad_mask_token"]),
+        "mask token",
+    );
+    let conv = online
+        .backbone
+        .patch_embed
+        .weight
+        .val()
+        .grad(&grads)
+        .unwrap();
+    close(
+        conv.into_data().to_vec::<f64>().unwrap(),
+        numbers(&want["grad_patch_embed_weight"]),
+        "patch embedding",
+    );
+}

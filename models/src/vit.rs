@@ -319,9 +319,32 @@ impl<B: Backend> Vit<B> {
     /// # Shapes
     /// - `images`: `[N, C, H, W]` → `[N, 1 + (H/p)(W/p), D]`
     pub fn forward_tokens(&self, images: Tensor<B, 4>) -> Tensor<B, 3> {
+        let (patches, grid) = self.patch_tokens(images);
+        self.encode_patch_tokens(patches, grid)
+    }
+
+    /// The patch embedding of every whole patch, row by row, before the positional embeddings,
+    /// and the patch grid `(rows, cols)` (what masked image modelling edits before encoding).
+    ///
+    /// # Shapes
+    /// - `images`: `[N, C, H, W]` → `[N, (H/p)(W/p), D]`
+    pub fn patch_tokens(&self, images: Tensor<B, 4>) -> (Tensor<B, 3>, (usize, usize)) {
         let patches = self.patch_embed.forward(images); // [N, D, h, w]
         let [n, d, h, w] = patches.dims();
-        let patches = patches.reshape([n, d, h * w]).swap_dims(1, 2);
+        (patches.reshape([n, d, h * w]).swap_dims(1, 2), (h, w))
+    }
+
+    /// The class token prepended to `patches`, the positional embeddings of a `grid` added, the
+    /// blocks and the final norm.
+    ///
+    /// # Shapes
+    /// - `patches`: `[N, rows·cols, D]` → `[N, 1 + rows·cols, D]`
+    pub fn encode_patch_tokens(
+        &self,
+        patches: Tensor<B, 3>,
+        (h, w): (usize, usize),
+    ) -> Tensor<B, 3> {
+        let [n, _, d] = patches.dims();
         let cls = self.cls_token.val().expand([n, 1, d]);
         let mut x = Tensor::cat(vec![cls, patches], 1) + self.pos_embed_for(h, w);
         for block in &self.blocks {

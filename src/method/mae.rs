@@ -283,9 +283,8 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Mae<B, M> {
             .backbone
             .as_vit()
             .expect("a ViT, checked at init");
-        let patches = vit.patch_embed.forward(images);
-        let [n, d, h, w] = patches.dims();
-        let patches = patches.reshape([n, d, h * w]).swap_dims(1, 2);
+        let (patches, (h, w)) = vit.patch_tokens(images);
+        let [n, _, d] = patches.dims();
         let positions = vit.pos_embed_for(h, w);
         let patches = patches + positions.clone().slice([0..1, 1..1 + h * w, 0..d]);
         let class = (vit.cls_token.val() + positions.slice([0..1, 0..1, 0..d])).expand([n, 1, d]);

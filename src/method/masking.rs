@@ -1,5 +1,6 @@
 //! Patch masks for masked image modelling: which patch tokens of each image the encoder sees,
-//! the gather of the visible tokens and its inverse.
+//! the gather of the visible tokens and its inverse ([`PatchMask`], MAE's), and masks of square
+//! units that stay in place ([`UnitMask`], SimMIM's).
 //!
 //! A mask is drawn on the host from a seeded generator (MAE's per-image random shuffle: the
 //! first `⌊L·(1 − ratio)⌋` patches of a random permutation stay visible), so that a step's masks
@@ -176,6 +177,131 @@ impl PatchMask {
     }
 }
 
+/// SimMIM's masks: each image's patch grid cut into square units of `unit × unit` patches
+/// (clipped at the right and bottom edges when the grid is not a multiple of `unit`), a share of
+/// the units hidden at random per image. Unlike [`PatchMask`], images may hide different numbers
+/// of patches (an edge unit is smaller), so the tokens stay in place: the encoder replaces the
+/// hidden ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitMask {
+    patches: usize,
+    /// For each image and patch, whether it is hidden (`N·L`, image by image).
+    hidden: Vec<bool>,
+}
+
+impl UnitMask {
+    /// `⌈rows/unit⌉·⌈cols/unit⌉` units per image; `⌈units·ratio⌉` of them hidden (the authors'
+    /// `MaskGenerator`), drawn independently per image from `rng`.
+    ///
+    /// # Errors
+    /// A unit of zero patches, or a ratio outside `(0, 1]`.
+    pub fn random(
+        images: usize,
+        (rows, cols): (usize, usize),
+        unit: usize,
+        ratio: f64,
+        rng: &mut StdRng,
+    ) -> Result<Self, ConfigError> {
+        if unit == 0 {
+            return Err(ConfigError::new("mask_unit", "must be at least one patch"));
+        }
+        if !(ratio > 0.0 && ratio <= 1.0) {
+            return Err(ConfigError::new(
+                "mask_ratio",
+                format!("must lie in (0, 1], got {ratio}"),
+            ));
+        }
+        let (unit_rows, unit_cols) = (rows.div_ceil(unit), cols.div_ceil(unit));
+        let units = unit_rows * unit_cols;
+        let hide = ((units as f64 * ratio).ceil() as usize).clamp(1, units.max(1));
+        let mut hidden = vec![false; images * rows * cols];
+        for image in 0..images {
+            let mut order: Vec<usize> = (0..units).collect();
+            order.shuffle(rng);
+            for &u in &order[..hide] {
+                let (ur, uc) = (u / unit_cols, u % unit_cols);
+                for r in ur * unit..((ur + 1) * unit).min(rows) {
+                    for c in uc * unit..((uc + 1) * unit).min(cols) {
+                        hidden[image * rows * cols + r * cols + c] = true;
+                    }
+                }
+            }
+        }
+        Ok(Self {
+            patches: rows * cols,
+            hidden,
+        })
+    }
+
+    /// The masks that hide `hidden[i]` of image `i`'s `patches` patches (another library's
+    /// masks to compare with).
+    ///
+    /// # Errors
+    /// A patch past `patches`.
+    pub fn from_hidden(patches: usize, hidden: &[Vec<usize>]) -> Result<Self, ConfigError> {
+        let mut flags = vec![false; hidden.len() * patches];
+        for (i, list) in hidden.iter().enumerate() {
+            for &p in list {
+                if p >= patches {
+                    return Err(ConfigError::new(
+                        "hidden",
+                        format!("image {i} hides patch {p}, past its {patches} patches"),
+                    ));
+                }
+                flags[i * patches + p] = true;
+            }
+        }
+        Ok(Self {
+            patches,
+            hidden: flags,
+        })
+    }
+
+    /// The masks of images `start..start + len` (a replica's rows of the global batch's).
+    pub fn rows(&self, start: usize, len: usize) -> Self {
+        Self {
+            patches: self.patches,
+            hidden: self.hidden[start * self.patches..(start + len) * self.patches].to_vec(),
+        }
+    }
+
+    /// Images.
+    pub fn images(&self) -> usize {
+        self.hidden.len().checked_div(self.patches).unwrap_or(0)
+    }
+
+    /// Patches per image.
+    pub fn patches(&self) -> usize {
+        self.patches
+    }
+
+    /// Hidden patches over all images.
+    pub fn hidden_count(&self) -> usize {
+        self.hidden.iter().filter(|&&h| h).count()
+    }
+
+    /// Whether patch `patch` of image `image` is hidden.
+    pub fn is_hidden(&self, image: usize, patch: usize) -> bool {
+        self.hidden[image * self.patches + patch]
+    }
+
+    /// `1` at the hidden patches, `0` at the visible ones.
+    ///
+    /// # Shapes
+    /// → `[N, L]`
+    pub fn weights<B: Backend>(&self, device: &B::Device) -> Tensor<B, 2> {
+        let values: Vec<f32> = self
+            .hidden
+            .iter()
+            .map(|&h| f32::from(u8::from(h)))
+            .collect();
+        Tensor::from_data(
+            TensorData::new(values, [self.images(), self.patches]),
+            device,
+        )
+    }
+}
+
 fn index<B: Backend>(rows: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
     let rows: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
     let len = rows.len();
@@ -278,5 +404,46 @@ mod tests {
                 assert_eq!(rows.is_hidden(i, p), mask.is_hidden(i + 2, p));
             }
         }
+    }
+
+    /// Units of 2 × 2 patches on a 5 × 5 grid: 3 × 3 units, the last row and column of them
+    /// clipped to one patch; ⌈9 · 0.6⌉ = 6 hidden per image; every hidden patch belongs to a
+    /// unit hidden whole; the same seed draws the same masks.
+    #[test]
+    fn unit_masks_hide_whole_units_clipped_at_the_edges() {
+        let draw =
+            |seed| UnitMask::random(3, (5, 5), 2, 0.6, &mut StdRng::seed_from_u64(seed)).unwrap();
+        let mask = draw(4);
+        assert_eq!(mask, draw(4));
+        assert_ne!(mask, draw(5));
+        let unit_of = |p: usize| (p / 5 / 2) * 3 + (p % 5) / 2;
+        let size = |u: usize| (if u / 3 == 2 { 1 } else { 2 }) * (if u % 3 == 2 { 1 } else { 2 });
+        for image in 0..3 {
+            let mut units = std::collections::BTreeSet::new();
+            for p in (0..25).filter(|&p| mask.is_hidden(image, p)) {
+                units.insert(unit_of(p));
+            }
+            assert_eq!(units.len(), 6, "image {image}");
+            let hidden = (0..25).filter(|&p| mask.is_hidden(image, p)).count();
+            assert_eq!(hidden, units.iter().map(|&u| size(u)).sum::<usize>());
+        }
+        assert_eq!(mask.rows(1, 2).images(), 2);
+        assert_eq!(
+            mask.rows(1, 1).hidden_count() + mask.rows(2, 1).hidden_count(),
+            mask.rows(1, 2).hidden_count()
+        );
+        let w: Vec<f64> = mask
+            .weights::<B>(&Default::default())
+            .into_data()
+            .to_vec()
+            .unwrap();
+        assert_eq!(w.iter().sum::<f64>() as usize, mask.hidden_count());
+        assert_eq!(
+            UnitMask::random(1, (4, 4), 0, 0.5, &mut StdRng::seed_from_u64(0))
+                .unwrap_err()
+                .field,
+            "mask_unit"
+        );
+        assert!(UnitMask::from_hidden(4, &[vec![4]]).is_err());
     }
 }

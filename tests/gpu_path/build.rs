@@ -100,6 +100,21 @@ pub fn mae<B: AutodiffBackend>(device: &B::Device) -> Mae<B, curriculum_ssl_mode
     .unwrap()
 }
 
+/// SimMIM on MAE's ViT (a 3 × 3 grid: 2 × 2-patch units clipped at the edges).
+pub fn simmim<B: AutodiffBackend>(device: &B::Device) -> SimMim<B, curriculum_ssl_models::Vit<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        let vit = curriculum_ssl_models::VitConfig::new(crate::SIDE)
+            .with_patch_size(4)
+            .with_in_channels(1)
+            .with_embed_dim(8)
+            .with_depth(1)
+            .with_num_heads(2)
+            .init(d);
+        SimMimConfig::new().init(vit, d)
+    })
+    .unwrap()
+}
+
 pub fn simsiam<B: AutodiffBackend>(device: &B::Device) -> SimSiam<B, TinyConv<B>> {
     init_method::<B, _, _>(device, 3, |d| {
         SimSiamConfig::new()

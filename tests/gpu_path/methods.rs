@@ -252,10 +252,11 @@ fn byol_and_simsiam_step_as_on_the_cpu() {
     seen.report("BYOL and SimSiam");
 }
 
-/// MAE on a small ViT: the masks (drawn on the host from the step), the gather of the visible
-/// tokens and its inverse, attention, the exact GELU and the per-patch targets on the device.
+/// MAE and SimMIM on a small ViT (one shape for both): the masks (drawn on the host from the
+/// step), MAE's gather of the visible tokens and its inverse, SimMIM's mask token in place,
+/// attention, the exact GELU, the per-patch targets and the L1 on the device.
 #[test]
-fn mae_steps_as_on_the_cpu() {
+fn masked_image_modelling_steps_as_on_the_cpu() {
     let Some(device) = gpu() else { return };
     let mut seen = Comparisons::default();
     compare(
@@ -265,7 +266,14 @@ fn mae_steps_as_on_the_cpu() {
         &device,
         &mut seen,
     );
-    seen.report("MAE");
+    compare(
+        "SimMIM",
+        simmim::<CpuAd>(&CpuDevice::default()),
+        simmim::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    seen.report("MAE and SimMIM");
 }
 
 /// RotNet under the angle curriculum: plain rotation, rotate-and-mix and crop-and-rotate (boxes

@@ -50,6 +50,7 @@ recipe_modules!(
     moco_v1,
     moco_v3,
     mae,
+    simmim,
     simclr,
     rotnet,
     byol,

@@ -124,6 +124,7 @@ fn the_method_table_recipes_run_two_steps() {
         ("moco_v3", &[][..]),
         ("moco_v3", &["--backbone", "vit-tiny"][..]),
         ("mae", &[][..]),
+        ("simmim", &[][..]),
     ] {
         let label = format!("{name}{}", extra.join(""));
         let dir_name = format!("table-{label}");
@@ -156,6 +157,15 @@ fn the_method_table_recipes_run_two_steps() {
             let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
             assert!(config.contains("\"backbone\": \"VitTiny\""), "{config}");
         }
+        if name == "simmim" {
+            // The hidden fraction logged: a 7 × 7 grid in 4 × 4 units of 2 × 2 patches (the
+            // last row and column one patch wide: nine units of 4 patches, six of 2, one of 1);
+            // ⌈16 · 0.6⌉ = 10 hidden hide between 1 + 6·2 + 3·4 = 25 and 9·4 + 2 = 38 of 49.
+            assert!(header.ends_with("hidden_fraction"), "{header}");
+            let row = steps.lines().nth(1).unwrap();
+            let fraction: f64 = row.rsplit(',').next().unwrap().parse().unwrap();
+            assert!((25.0 / 49.0..=38.0 / 49.0).contains(&fraction), "{steps}");
+        }
         if name == "swav" || name == "dino" {
             // The run records how many local crops it drew.
             let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
@@ -175,14 +185,20 @@ fn the_method_table_recipes_run_two_steps() {
     }
 }
 
-/// MAE hides the patch tokens of a ViT: another backbone is refused, naming the option.
+/// MAE and SimMIM mask the patch tokens of a ViT: another backbone is refused, naming the option.
 #[test]
-fn mae_refuses_a_backbone_that_is_not_a_vit() {
-    let mut args = tiny("mae-lenet", &["--backbone", "lenet5"]);
-    args[0] = "mae".into();
-    let o = run(&as_strs(&args));
-    assert_eq!(check_error_shape(&o, "mae lenet"), 2);
-    assert!(stderr(&o).contains("ViT backbone"), "{}", stderr(&o));
+fn masked_image_modelling_refuses_a_backbone_that_is_not_a_vit() {
+    for name in ["mae", "simmim"] {
+        let mut args = tiny(&format!("{name}-lenet"), &["--backbone", "lenet5"]);
+        args[0] = name.into();
+        let o = run(&as_strs(&args));
+        assert_eq!(check_error_shape(&o, name), 2);
+        assert!(
+            stderr(&o).contains("ViT backbone"),
+            "{name}: {}",
+            stderr(&o)
+        );
+    }
 }
 
 /// `--local-crops` belongs to the multi-crop recipes: a two-view recipe refuses it by name.
