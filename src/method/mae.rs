@@ -20,8 +20,10 @@ use rand::SeedableRng;
 use super::masking::PatchMask;
 use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
+use crate::base::schedule::SchedulerConfig;
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
+use crate::curriculum::masking;
 use crate::data_parallel::Replica;
 
 /// Configuration of [`Mae`].
@@ -30,6 +32,10 @@ pub struct MaeConfig {
     /// Fraction of each image's patches hidden from the encoder (the paper's 0.75).
     #[config(default = 0.75)]
     pub mask_ratio: f64,
+    /// The fraction along a schedule instead (a masking curriculum,
+    /// [`crate::curriculum::masking`]; values in `[0, 0.99]`); `None`: `mask_ratio` throughout.
+    #[config(default = "None")]
+    pub mask_ratio_schedule: Option<SchedulerConfig>,
     /// Decoder width (the paper's 512); a multiple of 4 (its sine-cosine embeddings).
     #[config(default = 512)]
     pub decoder_dim: usize,
@@ -51,7 +57,8 @@ impl MaeConfig {
     /// Builds MAE around `backbone`, which must be a Vision Transformer.
     ///
     /// # Errors
-    /// A backbone that is not a ViT, a mask ratio outside `[0, 1)`, a decoder width that is
+    /// A backbone that is not a ViT, a mask ratio outside `[0, 1)` (or a scheduled one outside
+    /// `[0, 0.99]`), a decoder width that is
     /// zero, not a multiple of 4 or of the heads, no decoder block.
     pub fn init<B: Backend, M: Backbone<B> + AsVit<B>>(
         &self,
@@ -67,6 +74,12 @@ impl MaeConfig {
                 ),
             ));
         }
+        masking::validate(
+            "mask_ratio_schedule",
+            self.mask_ratio_schedule.as_ref(),
+            0.0,
+            0.99,
+        )?;
         let (dim, heads) = (self.decoder_dim, self.decoder_heads);
         if dim == 0 || dim % 4 != 0 {
             return Err(ConfigError::new(
@@ -119,6 +132,7 @@ impl MaeConfig {
         Ok(Mae {
             online: MaeNetwork { backbone, decoder },
             mask_ratio: self.mask_ratio,
+            schedule: self.mask_ratio_schedule.clone(),
             normalize_targets: self.normalize_targets,
             seed: self.seed,
             replica: None,
@@ -251,6 +265,7 @@ pub fn normalize_patches<B: Backend>(patches: Tensor<B, 3>) -> Tensor<B, 3> {
 pub struct Mae<B: Backend, M: Backbone<B>> {
     online: MaeNetwork<B, M>,
     mask_ratio: f64,
+    schedule: Option<SchedulerConfig>,
     normalize_targets: bool,
     seed: u64,
     /// This method's replica in a data-parallel run: it draws the global batch's masks.
@@ -258,9 +273,15 @@ pub struct Mae<B: Backend, M: Backbone<B>> {
 }
 
 impl<B: Backend, M: Backbone<B> + AsVit<B>> Mae<B, M> {
-    /// The masks of step `step` for this method's `n` images of `patches` patches: the global
-    /// batch's drawn from `(seed, step)`, this replica's rows.
-    pub fn masks(&self, step: usize, n: usize, patches: usize) -> PatchMask {
+    /// The fraction of patches hidden at `progress` (the schedule's, or the constant).
+    pub fn mask_ratio(&self, progress: Progress) -> f64 {
+        masking::mask_ratio_at(self.mask_ratio, self.schedule.as_ref(), progress)
+    }
+
+    /// The masks of the step at `progress` for this method's `n` images of `patches` patches:
+    /// the global batch's drawn from `(seed, step)` at the step's ratio, this replica's rows.
+    pub fn masks(&self, progress: Progress, n: usize, patches: usize) -> PatchMask {
+        let step = progress.step;
         let (total, first) = match &self.replica {
             Some(r) => (n * r.replicas(), r.rank() * n),
             None => (n, 0),
@@ -269,7 +290,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Mae<B, M> {
             mix_seed(0x4d41_455f_4d41_534b, self.seed),
             step as u64,
         ));
-        PatchMask::random(total, patches, self.mask_ratio, &mut rng).rows(first, n)
+        PatchMask::random(total, patches, self.mask_ratio(progress), &mut rng).rows(first, n)
     }
 
     /// The encoder on the visible patches: the class token and the visible patches' tokens,
@@ -358,9 +379,12 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ma
             .as_vit()
             .expect("checked at init")
             .patch_size;
-        let mask = self.masks(progress.step, n, (h / p) * (w / p));
+        let mask = self.masks(progress, n, (h / p) * (w / p));
         let loss = self.loss(images, &mask);
-        let ratio = Tensor::from_data(TensorData::new(vec![self.mask_ratio], [1]), &loss.device());
+        let ratio = Tensor::from_data(
+            TensorData::new(vec![self.mask_ratio(progress)], [1]),
+            &loss.device(),
+        );
         MethodOutput {
             loss,
             stats: vec![("mask_ratio", ratio)],
@@ -482,7 +506,7 @@ mod tests {
     fn the_loss_is_the_hidden_patches_error_and_its_gradient_matches_finite_differences() {
         let m = mae(true);
         let x = images(2, 0.0);
-        let mask = m.masks(0, 2, 4);
+        let mask = m.masks(crate::method::testing::progress(0, 10, 0, 1), 2, 4);
         let predicted = host(
             m.online
                 .decoder
@@ -563,5 +587,35 @@ mod tests {
             .init(curriculum_ssl_models::AnyBackbone::LeNet(lenet), &device)
             .unwrap_err();
         assert_eq!(err.field, "backbone");
+    }
+
+    /// A masking curriculum: with the ratio scheduled from 0.25 to 0.75 over ten steps, the
+    /// masks of step 0 keep ⌊4 · 0.75⌋ = 3 of the 4 patches, step 5 two, step 10 one, and each
+    /// step logs its ratio.
+    #[test]
+    fn a_scheduled_ratio_moves_the_masks_as_scheduled() {
+        let device = Default::default();
+        let mut m = crate::method::init_method::<Ad, _, ConfigError>(&device, 3, |d| {
+            MaeConfig::new()
+                .with_decoder_dim(8)
+                .with_decoder_depth(1)
+                .with_decoder_heads(2)
+                .with_mask_ratio_schedule(Some(crate::curriculum::masking::easy_to_hard(
+                    0.25, 0.75,
+                )))
+                .init(tiny_vit().init(d), d)
+        })
+        .unwrap();
+        let at = |step| crate::method::testing::progress(step, 10, 0, 1);
+        for (step, visible, ratio) in [(0, 3, 0.25), (5, 2, 0.5), (10, 1, 0.75)] {
+            assert_eq!(m.masks(at(step), 2, 4).visible(), visible, "step {step}");
+            let out = m.forward(images(2, 0.0), images(2, 1.0), at(step));
+            assert_eq!(host(out.stats[0].1.clone()), vec![ratio]);
+        }
+        let err = MaeConfig::new()
+            .with_mask_ratio_schedule(Some(crate::curriculum::masking::easy_to_hard(0.5, 1.0)))
+            .init(tiny_vit().init::<Ad>(&device), &device)
+            .unwrap_err();
+        assert_eq!(err.field, "mask_ratio_schedule");
     }
 }

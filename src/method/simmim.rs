@@ -22,8 +22,10 @@ use super::mae::patchify;
 use super::masking::UnitMask;
 use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
+use crate::base::schedule::SchedulerConfig;
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
+use crate::curriculum::masking;
 use crate::data_parallel::Replica;
 
 /// Configuration of [`SimMim`].
@@ -32,6 +34,10 @@ pub struct SimMimConfig {
     /// Fraction of each image's mask units hidden, rounded up (the paper's 0.6).
     #[config(default = 0.6)]
     pub mask_ratio: f64,
+    /// The fraction along a schedule instead (a masking curriculum,
+    /// [`crate::curriculum::masking`]; values in `[0.01, 1]`); `None`: `mask_ratio` throughout.
+    #[config(default = "None")]
+    pub mask_ratio_schedule: Option<SchedulerConfig>,
     /// Side of a mask unit, in patches (the paper's 32-pixel units on 16-pixel patches: 2; 1
     /// hides single patches, as lightly's example).
     #[config(default = 2)]
@@ -45,7 +51,8 @@ impl SimMimConfig {
     /// Builds SimMIM around `backbone`, which must be a Vision Transformer.
     ///
     /// # Errors
-    /// A backbone that is not a ViT, a mask ratio outside `(0, 1]`, a unit of zero patches.
+    /// A backbone that is not a ViT, a mask ratio outside `(0, 1]` (or a scheduled one outside
+    /// `[0.01, 1]`), a unit of zero patches.
     pub fn init<B: Backend, M: Backbone<B> + AsVit<B>>(
         &self,
         backbone: M,
@@ -57,6 +64,12 @@ impl SimMimConfig {
                 format!("must lie in (0, 1], got {}", self.mask_ratio),
             ));
         }
+        masking::validate(
+            "mask_ratio_schedule",
+            self.mask_ratio_schedule.as_ref(),
+            0.01,
+            1.0,
+        )?;
         if self.mask_unit == 0 {
             return Err(ConfigError::new("mask_unit", "must be at least one patch"));
         }
@@ -84,6 +97,7 @@ impl SimMimConfig {
         Ok(SimMim {
             online,
             mask_ratio: self.mask_ratio,
+            schedule: self.mask_ratio_schedule.clone(),
             mask_unit: self.mask_unit,
             seed: self.seed,
             replica: None,
@@ -113,6 +127,7 @@ impl<B: Backend, M> HasBackbone<M> for SimMimNetwork<B, M> {
 pub struct SimMim<B: Backend, M: Backbone<B>> {
     online: SimMimNetwork<B, M>,
     mask_ratio: f64,
+    schedule: Option<SchedulerConfig>,
     mask_unit: usize,
     seed: u64,
     /// This method's replica in a data-parallel run: it draws the global batch's masks.
@@ -127,15 +142,31 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> SimMim<B, M> {
             .expect("a ViT, checked at init")
     }
 
-    /// The masks of step `step` for the global batch of `n × replicas` images on a
-    /// `grid.0 × grid.1` patch grid, drawn from `(seed, step)`.
-    pub fn global_masks(&self, step: usize, images: usize, grid: (usize, usize)) -> UnitMask {
+    /// The fraction of mask units hidden at `progress` (the schedule's, or the constant).
+    pub fn mask_ratio(&self, progress: Progress) -> f64 {
+        masking::mask_ratio_at(self.mask_ratio, self.schedule.as_ref(), progress)
+    }
+
+    /// The masks of the step at `progress` for the global batch of `images` images on a
+    /// `grid.0 × grid.1` patch grid, drawn from `(seed, step)` at the step's ratio.
+    pub fn global_masks(
+        &self,
+        progress: Progress,
+        images: usize,
+        grid: (usize, usize),
+    ) -> UnitMask {
         let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(
             mix_seed(0x5349_4d4d_494d_4d4b, self.seed),
-            step as u64,
+            progress.step as u64,
         ));
-        UnitMask::random(images, grid, self.mask_unit, self.mask_ratio, &mut rng)
-            .expect("the ratio and the unit are checked at init")
+        UnitMask::random(
+            images,
+            grid,
+            self.mask_unit,
+            self.mask_ratio(progress),
+            &mut rng,
+        )
+        .expect("the ratio and the unit are checked at init")
     }
 
     /// Every token after the final norm, the hidden patches' tokens replaced by the mask token
@@ -223,17 +254,21 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Si
             Some(r) => (r.replicas(), r.rank() * n),
             None => (1, 0),
         };
-        let global = self.global_masks(progress.step, n * replicas, grid);
+        let global = self.global_masks(progress, n * replicas, grid);
         let mask = global.rows(first, n);
         let (error, _) = self.hidden_error(images, &mask);
         // The global batch's hidden pixels: a patch has as many as the head predicts.
         let count = global.hidden_count() * self.online.head.weight.dims()[1];
         let loss = error.mul_scalar(replicas as f64 / count.max(1) as f64);
         let hidden = mask.hidden_count() as f64 / (n * grid.0 * grid.1).max(1) as f64;
-        let hidden = Tensor::from_data(TensorData::new(vec![hidden], [1]), &loss.device());
+        let device = loss.device();
+        let stat = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
         MethodOutput {
+            stats: vec![
+                ("mask_ratio", stat(self.mask_ratio(progress))),
+                ("hidden_fraction", stat(hidden)),
+            ],
             loss,
-            stats: vec![("hidden_fraction", hidden)],
             embeddings: None,
         }
     }
@@ -368,10 +403,10 @@ mod tests {
         let x = images(3, 0.1);
         let at = |step| progress(step, 10, 0, 1);
         let out = m.forward(x.clone(), x.clone(), at(4));
-        let mask = m.global_masks(4, 3, (2, 2));
+        let mask = m.global_masks(at(4), 3, (2, 2));
         assert_eq!(host(out.loss), host(m.loss(x.clone(), &mask)));
-        assert_eq!(mask, m.global_masks(4, 3, (2, 2)));
-        assert_ne!(mask, m.global_masks(5, 3, (2, 2)));
+        assert_eq!(mask, m.global_masks(at(4), 3, (2, 2)));
+        assert_ne!(mask, m.global_masks(at(5), 3, (2, 2)));
         assert_eq!(mask.hidden_count(), 3 * 2);
     }
 
@@ -393,6 +428,35 @@ mod tests {
             (SimMimConfig::new().with_mask_unit(0), "mask_unit"),
         ] {
             assert_eq!(config.init(vit(), &device).unwrap_err().field, field);
+        }
+    }
+
+    /// A masking curriculum: the ratio scheduled from 0.25 to 1 over ten steps hides ⌈4 · r⌉ of
+    /// the 4 single-patch units: one at step 0, all four at step 10; each step logs its ratio.
+    #[test]
+    fn a_scheduled_ratio_moves_the_masks_as_scheduled() {
+        let mut m = crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 3, |d| {
+            let vit = VitConfig::new(8)
+                .with_patch_size(4)
+                .with_in_channels(1)
+                .with_embed_dim(8)
+                .with_depth(1)
+                .with_num_heads(2)
+                .init(d);
+            SimMimConfig::new()
+                .with_mask_unit(1)
+                .with_mask_ratio_schedule(Some(crate::curriculum::masking::easy_to_hard(0.25, 1.0)))
+                .init(vit, d)
+        })
+        .unwrap();
+        let at = |step| progress(step, 10, 0, 1);
+        for (step, hidden, ratio) in [(0, 1, 0.25), (5, 3, 0.625), (10, 4, 1.0)] {
+            assert_eq!(
+                m.global_masks(at(step), 2, (2, 2)).hidden_count(),
+                2 * hidden
+            );
+            let out = m.forward(images(2, 0.0), images(2, 1.0), at(step));
+            assert_eq!(host(out.stats[0].1.clone()), vec![ratio], "step {step}");
         }
     }
 }

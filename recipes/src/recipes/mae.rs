@@ -20,6 +20,7 @@
 use super::RecipeEntry;
 use anyhow::Result;
 use burn::optim::AdamWConfig;
+use curriculum_ssl::curriculum::masking;
 use curriculum_ssl::method::MaeConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
@@ -40,23 +41,38 @@ fn preset(side: usize, channels: usize) -> PipelineConfig {
     p
 }
 
-fn defaults() -> Defaults {
+fn defaults(name: &'static str) -> Defaults {
     // The paper's 1.5e-4 × B / 256 at batch 128; a warm-up of 5 % of the run (40 of 800).
-    Defaults::new("mae", 20, 128, 1.5e-4 * 128.0 / 256.0, preset)
+    Defaults::new(name, 20, 128, 1.5e-4 * 128.0 / 256.0, preset)
         .warmup(1)
         .backbone(BackboneChoice::VitTiny)
 }
 
+/// The recipe's MAE: the decoder scaled to ViT-Tiny.
+fn config() -> MaeConfig {
+    MaeConfig::new()
+        .with_decoder_dim(128)
+        .with_decoder_depth(2)
+        .with_decoder_heads(4)
+}
+
 /// Runs `mae`.
 pub fn run(args: &[String]) -> Result<()> {
-    let mut recipe = common::prepare(args, defaults())?;
+    train(args, defaults("mae"), config())
+}
+
+/// Runs `mae_ratio_curriculum`: the hidden fraction from 0.5 to the paper's 0.75 in a straight
+/// line over the run's steps (docs/methods.md#masking-curricula).
+pub fn ratio_curriculum(args: &[String]) -> Result<()> {
+    let config = config().with_mask_ratio_schedule(Some(masking::easy_to_hard(0.5, 0.75)));
+    train(args, defaults("mae_ratio_curriculum"), config)
+}
+
+fn train(args: &[String], defaults: Defaults, config: MaeConfig) -> Result<()> {
+    let mut recipe = common::prepare(args, defaults)?;
     if recipe.args.lr.is_none() {
         recipe.settings.lr = 1.5e-4 * recipe.settings.batch_size as f64 / 256.0;
     }
-    let config = MaeConfig::new()
-        .with_decoder_dim(128)
-        .with_decoder_depth(2)
-        .with_decoder_heads(4);
     let config = recipe.section("method", config)?;
     let optimizer = recipe.section(
         "optimizer",
@@ -70,8 +86,15 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 /// The recipes of this module, as `recipe list` prints them.
-pub const RECIPES: &[RecipeEntry] = &[RecipeEntry {
-    name: "mae",
-    summary: "MAE (He et al. 2022): 75 % of the patches hidden, pixels reconstructed; ViT-Tiny by default",
-    run,
-}];
+pub const RECIPES: &[RecipeEntry] = &[
+    RecipeEntry {
+        name: "mae",
+        summary: "MAE (He et al. 2022): 75 % of the patches hidden, pixels reconstructed; ViT-Tiny by default",
+        run,
+    },
+    RecipeEntry {
+        name: "mae_ratio_curriculum",
+        summary: "MAE under a masking curriculum: the hidden fraction from 0.5 to 0.75 along the run",
+        run: ratio_curriculum,
+    },
+];

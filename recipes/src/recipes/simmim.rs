@@ -19,6 +19,7 @@
 use super::RecipeEntry;
 use anyhow::Result;
 use burn::optim::AdamWConfig;
+use curriculum_ssl::curriculum::masking;
 use curriculum_ssl::method::SimMimConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
@@ -44,20 +45,31 @@ fn lr(batch: usize) -> f64 {
     8e-4 * batch as f64 / 512.0
 }
 
-fn defaults() -> Defaults {
+fn defaults(name: &'static str) -> Defaults {
     // A warm-up of 10 % of the run (the paper's 10 of 100 epochs).
-    Defaults::new("simmim", 20, 128, lr(128), preset)
+    Defaults::new(name, 20, 128, lr(128), preset)
         .warmup(2)
         .backbone(BackboneChoice::VitTiny)
 }
 
 /// Runs `simmim`.
 pub fn run(args: &[String]) -> Result<()> {
-    let mut recipe = common::prepare(args, defaults())?;
+    train(args, defaults("simmim"), SimMimConfig::new())
+}
+
+/// Runs `simmim_ratio_curriculum`: the hidden fraction of the units from 0.3 to the paper's 0.6
+/// in a straight line over the run's steps (docs/methods.md#masking-curricula).
+pub fn ratio_curriculum(args: &[String]) -> Result<()> {
+    let config = SimMimConfig::new().with_mask_ratio_schedule(Some(masking::easy_to_hard(0.3, 0.6)));
+    train(args, defaults("simmim_ratio_curriculum"), config)
+}
+
+fn train(args: &[String], defaults: Defaults, config: SimMimConfig) -> Result<()> {
+    let mut recipe = common::prepare(args, defaults)?;
     if recipe.args.lr.is_none() {
         recipe.settings.lr = lr(recipe.settings.batch_size);
     }
-    let config = recipe.section("method", SimMimConfig::new())?;
+    let config = recipe.section("method", config)?;
     let optimizer = recipe.section("optimizer", AdamWConfig::new().with_weight_decay(0.05))?;
     let backbone = recipe.backbone_config();
     recipe.train(&config, |recipe, device| {
@@ -67,8 +79,15 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 /// The recipes of this module, as `recipe list` prints them.
-pub const RECIPES: &[RecipeEntry] = &[RecipeEntry {
-    name: "simmim",
-    summary: "SimMIM (Xie et al. 2022): 60 % of 2 × 2-patch units hidden, pixels predicted by a linear head; ViT-Tiny by default",
-    run,
-}];
+pub const RECIPES: &[RecipeEntry] = &[
+    RecipeEntry {
+        name: "simmim",
+        summary: "SimMIM (Xie et al. 2022): 60 % of 2 × 2-patch units hidden, pixels predicted by a linear head; ViT-Tiny by default",
+        run,
+    },
+    RecipeEntry {
+        name: "simmim_ratio_curriculum",
+        summary: "SimMIM under a masking curriculum: the hidden fraction of the units from 0.3 to 0.6 along the run",
+        run: ratio_curriculum,
+    },
+];

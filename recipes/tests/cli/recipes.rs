@@ -125,6 +125,8 @@ fn the_method_table_recipes_run_two_steps() {
         ("moco_v3", &["--backbone", "vit-tiny"][..]),
         ("mae", &[][..]),
         ("simmim", &[][..]),
+        ("mae_ratio_curriculum", &[][..]),
+        ("simmim_ratio_curriculum", &[][..]),
     ] {
         let label = format!("{name}{}", extra.join(""));
         let dir_name = format!("table-{label}");
@@ -157,11 +159,31 @@ fn the_method_table_recipes_run_two_steps() {
             let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
             assert!(config.contains("\"backbone\": \"VitTiny\""), "{config}");
         }
+        if let Some((start, end)) = match name {
+            "mae_ratio_curriculum" => Some((0.5, 0.75)),
+            "simmim_ratio_curriculum" => Some((0.3, 0.6)),
+            _ => None,
+        } {
+            // The masking curriculum moves the ratio along its line, step by step: steps 0 and
+            // 1 of 2 read the start and the midpoint.
+            let column = header.split(',').position(|c| c == "mask_ratio").unwrap();
+            let ratios: Vec<f64> = steps
+                .lines()
+                .skip(1)
+                .map(|row| row.split(',').nth(column).unwrap().parse().unwrap())
+                .collect();
+            // (The log writes the shortest decimal of each f32-logged value: 1e-6 apart at most.)
+            let want = [start, start + (end - start) / 2.0];
+            assert!(
+                ratios.iter().zip(want).all(|(r, w)| (r - w).abs() < 1e-6),
+                "{label}: {ratios:?} vs {want:?}\n{steps}"
+            );
+        }
         if name == "simmim" {
             // The hidden fraction logged: a 7 × 7 grid in 4 × 4 units of 2 × 2 patches (the
             // last row and column one patch wide: nine units of 4 patches, six of 2, one of 1);
             // ⌈16 · 0.6⌉ = 10 hidden hide between 1 + 6·2 + 3·4 = 25 and 9·4 + 2 = 38 of 49.
-            assert!(header.ends_with("hidden_fraction"), "{header}");
+            assert!(header.ends_with("mask_ratio,hidden_fraction"), "{header}");
             let row = steps.lines().nth(1).unwrap();
             let fraction: f64 = row.rsplit(',').next().unwrap().parse().unwrap();
             assert!((25.0 / 49.0..=38.0 / 49.0).contains(&fraction), "{steps}");
