@@ -296,6 +296,10 @@ mod tests {
     /// SimMIM on a ViT of 8 × 8 one-channel images in four 4 × 4 patches, tokens 8 wide, one
     /// block of two heads; single-patch units.
     fn simmim(ratio: f64) -> SimMim<Ad, Vit<Ad>> {
+        build(SimMimConfig::new().with_mask_ratio(ratio).with_mask_unit(1))
+    }
+
+    fn build(config: SimMimConfig) -> SimMim<Ad, Vit<Ad>> {
         crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 3, |d| {
             let vit = VitConfig::new(8)
                 .with_patch_size(4)
@@ -304,10 +308,7 @@ mod tests {
                 .with_depth(1)
                 .with_num_heads(2)
                 .init(d);
-            SimMimConfig::new()
-                .with_mask_ratio(ratio)
-                .with_mask_unit(1)
-                .init(vit, d)
+            config.init(vit, d)
         })
         .unwrap()
     }
@@ -435,20 +436,12 @@ mod tests {
     /// the 4 single-patch units: one at step 0, all four at step 10; each step logs its ratio.
     #[test]
     fn a_scheduled_ratio_moves_the_masks_as_scheduled() {
-        let mut m = crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 3, |d| {
-            let vit = VitConfig::new(8)
-                .with_patch_size(4)
-                .with_in_channels(1)
-                .with_embed_dim(8)
-                .with_depth(1)
-                .with_num_heads(2)
-                .init(d);
+        let ramp = crate::curriculum::masking::easy_to_hard(0.25, 1.0);
+        let mut m = build(
             SimMimConfig::new()
                 .with_mask_unit(1)
-                .with_mask_ratio_schedule(Some(crate::curriculum::masking::easy_to_hard(0.25, 1.0)))
-                .init(vit, d)
-        })
-        .unwrap();
+                .with_mask_ratio_schedule(Some(ramp)),
+        );
         let at = |step| progress(step, 10, 0, 1);
         for (step, hidden, ratio) in [(0, 1, 0.25), (5, 3, 0.625), (10, 4, 1.0)] {
             assert_eq!(
