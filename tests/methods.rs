@@ -856,6 +856,64 @@ fn records_of_the_per_method_networks_load_into_the_shared_shapes() {
     round_trip(dino, online, Some(fixture("dino_state")), "DINO");
 }
 
+/// The fixtures of tests/pytorch/: `tests/fixtures/NAME`.
+fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// A fixture's JSON.
+fn fixture_json(name: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture(name)).unwrap()).unwrap()
+}
+
+/// A JSON array of numbers.
+fn numbers(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+/// Every value of `got` within `tol` of `want`'s.
+fn close(got: Vec<f64>, want: Vec<f64>, tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!((g - w).abs() <= tol, "{what}[{i}]: {g} vs {w}");
+    }
+}
+
+/// The ViT of the lightly fixtures (tests/pytorch/mae.py, simmim.py): 8 × 8 one-channel images in
+/// 4-pixel patches, width 8, one block of 2 heads.
+fn lightly_vit(
+    d: &<ExactAd as burn::tensor::backend::BackendTypes>::Device,
+) -> curriculum_ssl_models::Vit<ExactAd> {
+    curriculum_ssl_models::VitConfig::new(8)
+        .with_patch_size(4)
+        .with_in_channels(1)
+        .with_embed_dim(8)
+        .with_depth(1)
+        .with_num_heads(2)
+        .init::<ExactAd>(d)
+}
+
+/// The fixtures' input: x[n, 0, r, c] = sin(0.37 · (64n + 8r + c) + 0.1 · n), two images.
+fn lightly_images(
+    device: &<ExactAd as burn::tensor::backend::BackendTypes>::Device,
+) -> Tensor<ExactAd, 4> {
+    Tensor::from_data(
+        TensorData::new(
+            (0..128)
+                .map(|i| (0.37 * i as f64 + 0.1 * (i / 64) as f64).sin())
+                .collect::<Vec<f64>>(),
+            [2, 1, 8, 8],
+        ),
+        device,
+    )
+}
+
 /// lightly's MAE (its example's `MaskedVisionTransformerTIMM` + `MAEDecoderTIMM` on a timm ViT)
 /// wrapped for the importer: `backbone.*` are timm's keys, `decoder.*` lightly's decoder's.
 #[derive(Module, Debug)]
@@ -890,24 +948,7 @@ impl<B: Backend> curriculum_ssl_models::import::TorchvisionImport<B> for Lightly
 #[test]
 fn mae_matches_lightly_in_f64() {
     use curriculum_ssl::method::mae::sine_cosine_2d;
-    use curriculum_ssl_models::VitConfig;
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let expected: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("mae_lightly.json")).unwrap())
-            .unwrap();
-    let numbers = |v: &serde_json::Value| -> Vec<f64> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect()
-    };
-    let close = |got: Vec<f64>, want: Vec<f64>, tol: f64, what: &str| {
-        assert_eq!(got.len(), want.len(), "{what}");
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert!((g - w).abs() <= tol, "{what}[{i}]: {g} vs {w}");
-        }
-    };
+    let expected = fixture_json("mae_lightly.json");
     let device = Default::default();
     let positions = sine_cosine_2d::<ExactAd>((2, 2), 8, &device);
     close(
@@ -919,36 +960,21 @@ fn mae_matches_lightly_in_f64() {
     for (case, normalize) in [("plain", false), ("normalized", true)] {
         // Built under the seed lock (loading a record draws the lazy values it replaces).
         let mut mae = init_method::<ExactAd, _, _>(&device, 0, |d| {
-            let vit = VitConfig::new(8)
-                .with_patch_size(4)
-                .with_in_channels(1)
-                .with_embed_dim(8)
-                .with_depth(1)
-                .with_num_heads(2)
-                .init::<ExactAd>(d);
             MaeConfig::new()
                 .with_decoder_dim(8)
                 .with_decoder_depth(1)
                 .with_decoder_heads(2)
                 .with_normalize_targets(normalize)
-                .init(vit, d)
+                .init(lightly_vit(d), d)
         })
         .unwrap();
         let mut wrapper = LightlyMae {
             net: mae.online().clone(),
         };
-        let path = dir.join("mae_lightly.safetensors");
+        let path = fixture("mae_lightly.safetensors");
         curriculum_ssl_models::import::load_torchvision(&mut wrapper, None, &path).unwrap();
         mae.set_online(wrapper.net);
-        let images: Tensor<ExactAd, 4> = Tensor::from_data(
-            TensorData::new(
-                (0..128)
-                    .map(|i| (0.37 * i as f64 + 0.1 * (i / 64) as f64).sin())
-                    .collect::<Vec<f64>>(),
-                [2, 1, 8, 8],
-            ),
-            &device,
-        );
+        let images = lightly_images(&device);
         let mask = PatchMask::from_visible(4, vec![vec![1, 3], vec![0, 2]]).unwrap();
         let loss = mae.loss(images, &mask);
         let want = &expected[case];
@@ -1022,52 +1048,22 @@ impl<B: Backend> curriculum_ssl_models::import::TorchvisionImport<B> for Lightly
 /// differences are summation order).
 #[test]
 fn simmim_matches_lightly_in_f64() {
-    use curriculum_ssl_models::VitConfig;
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let want: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("simmim_lightly.json")).unwrap())
-            .unwrap();
-    let numbers = |v: &serde_json::Value| -> Vec<f64> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect()
-    };
-    let close = |got: Vec<f64>, want: Vec<f64>, what: &str| {
-        assert_eq!(got.len(), want.len(), "{what}");
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert!((g - w).abs() <= 1e-12, "{what}[{i}]: {g} vs {w}");
-        }
-    };
+    let want = fixture_json("simmim_lightly.json");
     let device = Default::default();
     // Built under the seed lock (loading a record draws the lazy values it replaces).
     let mut simmim = init_method::<ExactAd, _, _>(&device, 0, |d| {
-        let vit = VitConfig::new(8)
-            .with_patch_size(4)
-            .with_in_channels(1)
-            .with_embed_dim(8)
-            .with_depth(1)
-            .with_num_heads(2)
-            .init::<ExactAd>(d);
-        SimMimConfig::new().with_mask_unit(1).init(vit, d)
+        SimMimConfig::new()
+            .with_mask_unit(1)
+            .init(lightly_vit(d), d)
     })
     .unwrap();
     let mut wrapper = LightlySimMim {
         net: simmim.online().clone(),
     };
-    let path = dir.join("simmim_lightly.safetensors");
+    let path = fixture("simmim_lightly.safetensors");
     curriculum_ssl_models::import::load_torchvision(&mut wrapper, None, &path).unwrap();
     simmim.set_online(wrapper.net);
-    let images: Tensor<ExactAd, 4> = Tensor::from_data(
-        TensorData::new(
-            (0..128)
-                .map(|i| (0.37 * i as f64 + 0.1 * (i / 64) as f64).sin())
-                .collect::<Vec<f64>>(),
-            [2, 1, 8, 8],
-        ),
-        &device,
-    );
+    let images = lightly_images(&device);
     // lightly's idx_mask [[1, 3], [2, 4]] counts the class token as token 0.
     let mask = UnitMask::from_hidden(4, &[vec![0, 2], vec![1, 3]]).unwrap();
     let loss = simmim.loss(images, &mask);
@@ -1092,11 +1088,12 @@ fn simmim_matches_lightly_in_f64() {
         .flat_map(|o| (0..8).map(move |i| (o, i)))
         .map(|(o, i)| head[i * 16 + o])
         .collect();
-    close(head_t, numbers(&want["grad_decoder_weight"]), "head");
+    close(head_t, numbers(&want["grad_decoder_weight"]), 1e-12, "head");
     let token = online.mask_token.val().grad(&grads).unwrap();
     close(
         token.into_data().to_vec::<f64>().unwrap(),
         numbers(&want["grad_mask_token"]),
+        1e-12,
         "mask token",
     );
     let conv = online
@@ -1109,6 +1106,7 @@ fn simmim_matches_lightly_in_f64() {
     close(
         conv.into_data().to_vec::<f64>().unwrap(),
         numbers(&want["grad_patch_embed_weight"]),
+        1e-12,
         "patch embedding",
     );
 }

@@ -27,32 +27,18 @@ its gradients with respect to the decoder's weight, the mask token and the patch
 import json
 import math
 import os
-import struct
+import sys
 
 import torch
 from lightly.models import utils
 from lightly.models.modules import MaskedVisionTransformerTIMM
 from timm.models.vision_transformer import VisionTransformer
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mae import save_safetensors  # noqa: E402  (the minimal safetensors writer)
+
 torch.set_default_dtype(torch.float64)
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
-
-
-def save_safetensors(tensors, path):
-    """Minimal safetensors writer (little-endian, header = JSON), float64 tensors."""
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        data = t.detach().contiguous().cpu().numpy().tobytes()
-        header[name] = {"dtype": "F64", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
 
 
 def main():
