@@ -245,8 +245,12 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
     f.sync_all().map_err(|e| write_error(path, e))
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file beside it, flushed, then renamed.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
+/// Writes `bytes` to `path` atomically: a temporary file beside it, flushed, then renamed, so
+/// that a reader never sees a half-written file and an interruption leaves the old one.
+///
+/// # Errors
+/// The file system's, naming `path`.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -61,6 +61,18 @@ struct EvalArgs {
     /// The device to evaluate on (as the training recipes' --device).
     #[arg(long)]
     device: Option<usize>,
+    /// Also train the probe on this fraction of the training labels (per class, at least one
+    /// image of each; 0.01: SimCLR's 1 % protocol), scored on the whole test split.
+    #[arg(long)]
+    label_fraction: Option<f64>,
+    /// The seed of the few-label subset (default: the run's seed).
+    #[arg(long)]
+    label_seed: Option<u64>,
+    /// Evaluate the raw pixels instead of the checkpoint: the baseline a representation has
+    /// to beat, measured the same way on the run's data (the row's checkpoint reads
+    /// `raw-pixels`).
+    #[arg(long)]
+    raw_pixels: bool,
 }
 
 /// How the linear classifier is trained.
@@ -119,25 +131,88 @@ pub fn run(args: &[String]) -> Result<()> {
     );
     probe.validate()?;
     let probe_epochs = probe.epochs * usize::from(args.probe_epochs != Some(0));
+    let label_fraction = args.label_fraction.unwrap_or(0.0);
+    if args.label_fraction.is_some() && !(label_fraction > 0.0 && label_fraction <= 1.0) {
+        return Err(usage(format!(
+            "--label-fraction {label_fraction}: must lie in (0, 1]"
+        )));
+    }
     let device = crate::backend::device(args.device)?;
     let super::export::RunBackbone {
         model,
         record,
         checkpoint,
-        ..
+        input,
     } = super::export::load_run_backbone(&args.run_dir, args.checkpoint.as_deref(), &device)?;
-    println!("checkpoint {}", checkpoint.display());
-    let normalize = record.task.augmentation.view1.normalize;
+    let normalize = record.task.augmentation.view1.normalize.clone();
     let (train, test) = data.labelled("recipe eval")?;
     let (train, test) = (train.clone(), test.clone());
-    let monitor = KnnMonitor::new(train.clone(), test.clone(), normalize.clone())?;
-    let protocol = common::value_name(args.protocol);
+    let few_labels = match args.label_fraction {
+        Some(fraction) => {
+            let labels = train.labels().expect("labelled() checked the labels");
+            let seed = args.label_seed.unwrap_or(record.train.seed);
+            let indices = curriculum_ssl::eval::few_label_indices(labels, fraction, seed)?;
+            Some((fraction, train.select(&indices)?))
+        }
+        None => None,
+    };
+    let what = if args.raw_pixels {
+        "raw-pixels".to_string()
+    } else {
+        checkpoint.display().to_string()
+    };
+    println!("checkpoint {what}");
+    let split = Split {
+        train,
+        test,
+        few_labels,
+        normalize,
+    };
     let mut row: Vec<(String, String)> = vec![
-        ("checkpoint".into(), checkpoint.display().to_string()),
-        ("protocol".into(), protocol),
+        ("checkpoint".into(), what),
+        ("protocol".into(), common::value_name(args.protocol)),
     ];
+    if args.raw_pixels {
+        let pixels = curriculum_ssl::eval::RawPixels::new(input);
+        row.extend(measure(&pixels, &split, &probe, probe_epochs, args.protocol, &device)?);
+    } else {
+        row.extend(measure(&model, &split, &probe, probe_epochs, args.protocol, &device)?);
+    }
+    let path = args.run_dir.join(EVALS);
+    append_row(&path, &row)
+        .map_err(|e| anyhow::anyhow!("could not write {}: {e}", path.display()))?;
+    println!("results appended to {}", path.display());
+    Ok(())
+}
+
+/// What an evaluation scores on: the run's labelled splits, the few-label subset when asked
+/// for (with its fraction), and the views' normalisation.
+struct Split {
+    train: curriculum_ssl::data::ImageArray,
+    test: curriculum_ssl::data::ImageArray,
+    few_labels: Option<(f64, curriculum_ssl::data::ImageArray)>,
+    normalize: Option<curriculum_ssl::augment::normalize::Normalize>,
+}
+
+/// The kNN monitor's accuracies, the linear probe's (unless `probe_epochs` is 0) and the
+/// few-label probe's of the frozen `model`, printed and returned as the columns of a row of
+/// [`EVALS`] (percent, two decimals; empty where not measured).
+fn measure<M: curriculum_ssl_models::Backbone<crate::backend::Inner>>(
+    model: &M,
+    split: &Split,
+    probe: &LinearProbeConfig,
+    probe_epochs: usize,
+    protocol: Protocol,
+    device: &crate::backend::Device,
+) -> Result<Vec<(String, String)>> {
     let percent = |x: f64| format!("{:.2}", 100.0 * x);
-    for r in monitor.evaluate(&model, &device)? {
+    let mut row: Vec<(String, String)> = Vec::new();
+    let monitor = KnnMonitor::new(
+        split.train.clone(),
+        split.test.clone(),
+        split.normalize.clone(),
+    )?;
+    for r in monitor.evaluate(model, device)? {
         println!(
             "kNN (k = {}, T = {}): top-1 {:.2}%, top-5 {:.2}%",
             r.k,
@@ -148,53 +223,101 @@ pub fn run(args: &[String]) -> Result<()> {
         row.push((format!("knn_k{}_top1", r.k), percent(r.accuracy.top1)));
         row.push((format!("knn_k{}_top5", r.k), percent(r.accuracy.top5)));
     }
-    let mut probe_result = None;
-    if probe_epochs > 0 {
-        let train = extract_features(&model, &train, 512, normalize.as_ref(), &device)?;
-        let test = extract_features(&model, &test, 512, normalize.as_ref(), &device)?;
-        let probe_config = probe.clone();
-        let probe = probe.fit::<Train>(&train, &test, &device)?;
-        probe_result = Some(probe);
+    let normalize = split.normalize.as_ref();
+    let features = |data| extract_features(model, data, 512, normalize, device);
+    let test = (probe_epochs > 0 || split.few_labels.is_some())
+        .then(|| features(&split.test))
+        .transpose()?;
+    let (mut top1, mut top5) = (String::new(), String::new());
+    if let (true, Some(test)) = (probe_epochs > 0, &test) {
+        let fitted = probe.fit::<Train>(&features(&split.train)?, test, device)?;
         println!(
             "linear probe ({:?}, {} epochs, batch {}, lr {}): test top-1 {:.2}%, top-5 {:.2}% \
              (train top-1 {:.2}%)",
-            args.protocol,
+            protocol,
             probe_epochs,
-            probe_config.batch_size,
-            probe_config.lr,
-            100.0 * probe.test.top1,
-            100.0 * probe.test.top5,
-            100.0 * probe.train.top1
+            probe.batch_size,
+            probe.lr,
+            100.0 * fitted.test.top1,
+            100.0 * fitted.test.top5,
+            100.0 * fitted.train.top1
+        );
+        (top1, top5) = (percent(fitted.test.top1), percent(fitted.test.top5));
+    }
+    row.push(("probe_epochs".into(), probe_epochs.to_string()));
+    row.push(("probe_top1".into(), top1));
+    row.push(("probe_top5".into(), top5));
+    let (mut fraction, mut top1, mut top5) = (String::new(), String::new(), String::new());
+    if let (Some((f, few)), Some(test)) = (&split.few_labels, &test) {
+        // The probe's epochs count passes over a few hundred images: as many steps as the
+        // protocol takes over the whole split would overfit no less, so the same epochs stand.
+        let epochs = probe.epochs.max(1);
+        let fitted = probe
+            .clone()
+            .with_epochs(epochs)
+            .fit::<Train>(&features(few)?, test, device)?;
+        println!(
+            "few-label probe ({} labelled images, {:.4} of the training split): test top-1 \
+             {:.2}%, top-5 {:.2}%",
+            curriculum_ssl::data::Dataset::len(few),
+            f,
+            100.0 * fitted.test.top1,
+            100.0 * fitted.test.top5
+        );
+        (fraction, top1, top5) = (
+            f.to_string(),
+            percent(fitted.test.top1),
+            percent(fitted.test.top5),
         );
     }
-    let (probe_top1, probe_top5) = match &probe_result {
-        Some(p) => (percent(p.test.top1), percent(p.test.top5)),
-        None => (String::new(), String::new()),
-    };
-    row.push(("probe_epochs".into(), probe_epochs.to_string()));
-    row.push(("probe_top1".into(), probe_top1));
-    row.push(("probe_top5".into(), probe_top5));
-    let path = args.run_dir.join(EVALS);
-    append_row(&path, &row)
-        .map_err(|e| anyhow::anyhow!("could not write {}: {e}", path.display()))?;
-    println!("results appended to {}", path.display());
-    Ok(())
+    row.push(("label_fraction".into(), fraction));
+    row.push(("few_label_top1".into(), top1));
+    row.push(("few_label_top5".into(), top5));
+    Ok(row)
 }
 
 /// The file of a run directory that `recipe eval` appends its results to.
 pub const EVALS: &str = "evals.csv";
 
 /// Appends `row` to the CSV file `path` (the `csv` crate quotes a checkpoint path that holds a
-/// comma or a quote), writing the column names first when the file is new or empty.
+/// comma or a quote), writing the column names first when the file is new or empty. A file
+/// written before the few-label columns existed (its columns a prefix of the row's) is
+/// rewritten with them, its rows' new cells empty.
 fn append_row(path: &std::path::Path, row: &[(String, String)]) -> Result<()> {
+    let names: Vec<&str> = row.iter().map(|(k, _)| k.as_str()).collect();
     let new = std::fs::metadata(path).map(|m| m.len() == 0).unwrap_or(true);
+    if !new {
+        let mut reader = csv::Reader::from_path(path)?;
+        let header: Vec<String> = reader.headers()?.iter().map(str::to_string).collect();
+        if header != names {
+            if header.len() > names.len() || header.iter().zip(&names).any(|(a, b)| a != b) {
+                anyhow::bail!(
+                    "its columns ({}) are not those of this version's evaluations",
+                    header.join(", ")
+                );
+            }
+            let mut rows = Vec::new();
+            for record in reader.records() {
+                let mut record: Vec<String> = record?.iter().map(str::to_string).collect();
+                record.resize(names.len(), String::new());
+                rows.push(record);
+            }
+            let mut out = csv::Writer::from_writer(Vec::new());
+            out.write_record(&names)?;
+            for r in rows {
+                out.write_record(r)?;
+            }
+            let bytes = out.into_inner().map_err(|e| e.into_error())?;
+            curriculum_ssl::train::write_atomic(path, &bytes)?;
+        }
+    }
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)?;
     let mut out = csv::Writer::from_writer(file);
     if new {
-        out.write_record(row.iter().map(|(k, _)| k))?;
+        out.write_record(&names)?;
     }
     out.write_record(row.iter().map(|(_, v)| v))?;
     out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
@@ -209,3 +332,38 @@ pub const RECIPES: &[RecipeEntry] = &[
         run,
     },
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::append_row;
+
+    fn row(values: &[(&str, &str)]) -> Vec<(String, String)> {
+        values
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// A file of an earlier version (without the few-label columns) gains them, its rows kept
+    /// with empty cells; a file of other columns is refused, not appended to.
+    #[test]
+    fn an_older_evals_file_gains_the_new_columns_and_keeps_its_rows() {
+        let dir = std::env::temp_dir().join(format!("evals-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("evals.csv");
+        std::fs::write(&path, "checkpoint,probe_top1\nc1,80.00\n").unwrap();
+        append_row(
+            &path,
+            &row(&[("checkpoint", "c2"), ("probe_top1", "81.00"), ("few_label_top1", "60.00")]),
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "checkpoint,probe_top1,few_label_top1\nc1,80.00,\nc2,81.00,60.00\n"
+        );
+        let e = append_row(&path, &row(&[("other", "1")])).unwrap_err();
+        assert!(e.to_string().contains("are not those of this version"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
