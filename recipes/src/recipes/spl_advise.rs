@@ -230,6 +230,10 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         weights: None,
     };
     spec.check(data.train.image_shape(), "--backbone", &device)?;
+    if common_args.check {
+        println!("recipe `{recipe}`: the options are valid (--check: nothing trained)");
+        return Ok(());
+    }
     let model = LinearClassifier::new(spec.init::<Train>(&device), classes, &device);
     let images = ClassifierAugmentConfig::new().with_normalize(Some(normalization(channels)));
     let kmeans = KMeansConfig::new()

@@ -99,6 +99,11 @@ pub struct RecipeArgs {
     /// Checkpoint every N epochs (0: only at the end).
     #[arg(long, default_value_t = 5)]
     pub checkpoint_every: usize,
+    /// Check the options, every KEY=VALUE setting, the data and the backbone, print that they
+    /// are fine, and stop before anything trains or is written (what `recipe study` asks of
+    /// each arm before its first run).
+    #[arg(long)]
+    pub check: bool,
     /// Curriculum recipes (mico_*): run the schedule from easy to hard (λ 0.8 → 0.2), the
     /// reverse of the paper's order.
     #[arg(long)]

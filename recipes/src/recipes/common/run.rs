@@ -118,6 +118,14 @@ impl Prepared {
                  variants) have a key encoder whose batch can be shuffled",
             ));
         }
+        if self.args.check {
+            self.overrides.check_used(self.settings.recipe)?;
+            println!(
+                "recipe `{}`: the options and settings are valid (--check: nothing trained)",
+                self.settings.recipe
+            );
+            return Ok(());
+        }
         let Some(parallel) = self.data_parallel()? else {
             let (method, optimizer) = build(&self, &self.device)?;
             return run(&self, method, method_config, optimizer, &self.device, None);
