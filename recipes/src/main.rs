@@ -148,6 +148,9 @@ fn exit_code(error: &anyhow::Error) -> u8 {
     use curriculum_ssl::data::DataError;
     use curriculum_ssl::train::TrainError;
     for cause in error.chain() {
+        if cause.is::<signals::Interrupted>() {
+            return signals::INTERRUPTED;
+        }
         if let Some(TrainError::Interrupted { .. }) = cause.downcast_ref::<TrainError>() {
             return signals::INTERRUPTED;
         }

@@ -60,6 +60,23 @@ impl Table {
         }
     }
 
+    /// The column names.
+    pub(crate) fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The column called `name`, a cell per row (`None` where empty or not a number); empty
+    /// when there is no such column.
+    pub(crate) fn column(&self, name: &str) -> Vec<Option<f64>> {
+        let Some(i) = self.names.iter().position(|n| n == name) else {
+            return Vec::new();
+        };
+        self.rows
+            .iter()
+            .map(|r| r.get(i).copied().flatten())
+            .collect()
+    }
+
     /// Every value of the column called `name`, in row order.
     pub(crate) fn values(&self, name: &str) -> Vec<f64> {
         let Some(i) = self.names.iter().position(|n| n == name) else {
@@ -91,6 +108,9 @@ pub struct Line {
     pub faint: bool,
     /// A dashed line in the colour of the line after it (a baseline).
     pub dashed: bool,
+    /// A shaded band around the line, `(low, high)` at each of its points (an interval over
+    /// seeds); empty for none.
+    pub band: Vec<(f64, f64)>,
 }
 
 impl Line {
@@ -100,6 +120,19 @@ impl Line {
             points,
             faint: false,
             dashed: false,
+            band: Vec::new(),
+        }
+    }
+
+    /// A line with a shaded band, `(low, high)` at each point.
+    pub fn with_band(
+        name: impl Into<String>,
+        points: Vec<(f64, f64)>,
+        band: Vec<(f64, f64)>,
+    ) -> Self {
+        Self {
+            band,
+            ..Self::new(name, points)
         }
     }
 }
@@ -131,6 +164,7 @@ fn with_smoothing(name: &str, points: Vec<(f64, f64)>) -> Vec<Line> {
             points,
             faint: true,
             dashed: false,
+            band: Vec::new(),
         },
         Line::new(format!("{name} (smoothed)"), smoothed),
     ]
@@ -166,6 +200,9 @@ pub fn draw(path: &Path, title: &str, x_label: &str, y_label: &str, lines: &[Lin
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for &(x, y) in points {
         (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
+    }
+    for &(low, high) in lines.iter().flat_map(|l| l.band.iter()) {
+        (y0, y1) = (y0.min(low), y1.max(high));
     }
     if x1 <= x0 {
         x1 = x0 + 1.0;
@@ -211,6 +248,28 @@ pub fn draw(path: &Path, title: &str, x_label: &str, y_label: &str, lines: &[Lin
         } else {
             colour.stroke_width(2)
         };
+        if !line.band.is_empty() {
+            // The band's outline: along the lows, back along the highs.
+            let outline: Vec<(f64, f64)> = line
+                .points
+                .iter()
+                .zip(&line.band)
+                .map(|(&(x, _), &(low, _))| (x, low))
+                .chain(
+                    line.points
+                        .iter()
+                        .zip(&line.band)
+                        .rev()
+                        .map(|(&(x, _), &(_, high))| (x, high)),
+                )
+                .collect();
+            chart
+                .draw_series(std::iter::once(Polygon::new(
+                    outline,
+                    colour.mix(0.15).filled(),
+                )))
+                .map_err(|e| error(&e))?;
+        }
         if line.dashed {
             chart
                 .draw_series(DashedLineSeries::new(
@@ -349,6 +408,7 @@ pub fn plot_run(run_dir: &Path) -> Result<Plots> {
                         points: vec![(0.0, 100.0 * v), (last_epoch, 100.0 * v)],
                         faint: false,
                         dashed: true,
+                        band: Vec::new(),
                     });
                 }
                 lines.push(Line::new(name, points));

@@ -13,6 +13,19 @@ use std::sync::{Arc, OnceLock};
 /// The exit code of a run stopped by a signal (128 + SIGINT, as shells report Ctrl-C).
 pub const INTERRUPTED: u8 = 130;
 
+/// A stop by Ctrl-C or SIGTERM outside a run's own trainer (a study between or during its
+/// runs): exit code [`INTERRUPTED`], with what continues it.
+#[derive(Debug)]
+pub struct Interrupted(pub String);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
 /// The flag a run stops on ([`curriculum_ssl::train::TrainerBuilder::stop_when`]), set by the
 /// first SIGINT or SIGTERM the process receives; the signals are listened for from the first
 /// call on.

@@ -64,5 +64,6 @@ recipe_modules!(
     eval,
     export,
     compare,
+    study,
     worked_values,
 );

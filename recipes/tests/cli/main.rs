@@ -11,3 +11,4 @@ mod outputs;
 mod processes;
 mod recipes;
 mod resume;
+mod study;

@@ -1,0 +1,482 @@
+//! `study`: an A/B comparison of recipes over seeds, with intervals (`recipe study FILE.toml`).
+//!
+//! ```text
+//! recipe study studies/light_moco.toml [--dir DIR] [--rerun-changed] [--report-only]
+//! ```
+//!
+//! Every (arm, seed) is an ordinary run in `DIR/runs/<arm>/seed-<seed>/` (by default `DIR` is
+//! the file's path without `.toml`), checkpointed every epoch, then evaluated by `recipe eval`
+//! (linear probe, few-label probe) and recorded in `DIR/runs/<arm>/seed-<seed>.json`. Runs go
+//! seed by seed, every arm of a seed before the next seed, so that paired differences come as
+//! early as possible. A finished run is skipped and an interrupted one resumed, so the same
+//! command continues a study after Ctrl-C, a reboot, or on another day; an arm whose
+//! definition changed since its runs is refused (or, with `--rerun-changed`, its runs are
+//! moved to `DIR/replaced/` and run again), never mixed into one row. After every run the
+//! report is written again: `study.md`, `study.csv` (a row per run), `summary.csv` (a row per
+//! arm and metric) and the per-epoch curves as PNG (`report`).
+//!
+//! Each run is a child process of this binary (a fresh process per run: no state of one run
+//! reaches the next; Ctrl-C reaches the child, which checkpoints and stops).
+
+mod file;
+mod report;
+mod stats;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+
+pub use file::{Arm, StudyFile};
+
+use super::RecipeEntry;
+use crate::plots::Table;
+use crate::usage::usage;
+
+/// Options of `recipe study`.
+#[derive(Parser, Debug)]
+#[command(no_binary_name = true, name = "recipe study", args_override_self = true)]
+struct StudyArgs {
+    /// The study file (TOML: seeds, baseline, [options], [evaluation], [[arm]]s).
+    file: PathBuf,
+    /// The study's directory (default: the file's path without `.toml`); it may live anywhere.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Runs of an arm whose definition changed are moved to DIR/replaced/ and run again
+    /// (without it the study refuses to start, naming the arm).
+    #[arg(long)]
+    rerun_changed: bool,
+    /// Write the report from the runs that finished, and run nothing.
+    #[arg(long)]
+    report_only: bool,
+}
+
+/// What the study records of one run: the definition it ran under and, once finished and
+/// evaluated, its numbers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The arm's definition ([`StudyFile::fingerprint`]).
+    pub definition: serde_json::Value,
+    /// The seed.
+    pub seed: u64,
+    /// Its numbers, once finished (percent).
+    pub result: Option<RunResult>,
+}
+
+/// The numbers of a finished run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunResult {
+    /// Metric name → top-1 accuracy in percent.
+    pub metrics: std::collections::BTreeMap<String, f64>,
+    /// Seconds of training, summed over the epochs (a resumed run's pauses not counted).
+    pub train_seconds: f64,
+    /// Images per second, averaged over the epochs.
+    pub images_per_s: f64,
+}
+
+/// The name of the reference rows of the raw pixels.
+pub const RAW_PIXELS: &str = "raw-pixels";
+
+/// The directory of the run of `arm` with `seed`.
+pub fn run_dir(dir: &Path, arm: &str, seed: u64) -> PathBuf {
+    dir.join("runs").join(arm).join(format!("seed-{seed}"))
+}
+
+/// The record of the run of `arm` with `seed`.
+pub fn record_path(dir: &Path, arm: &str, seed: u64) -> PathBuf {
+    dir.join("runs").join(arm).join(format!("seed-{seed}.json"))
+}
+
+/// Reads a run's record, if the run has one.
+///
+/// # Errors
+/// A record that cannot be read or parsed.
+pub fn read_record(path: &Path) -> Result<Option<RunRecord>> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(
+            serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))?,
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+fn write_record(path: &Path, record: &RunRecord) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    curriculum_ssl::train::write_atomic(path, &serde_json::to_vec_pretty(record)?)?;
+    Ok(())
+}
+
+/// Runs the study.
+pub fn run(args: &[String]) -> Result<()> {
+    let args = StudyArgs::try_parse_from(args).map_err(crate::usage::help_or_error)?;
+    let study = StudyFile::read(&args.file)?;
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| args.file.with_extension(""));
+    if dir == args.file {
+        return Err(usage(format!(
+            "{}: the study directory would be the file itself; give --dir",
+            args.file.display()
+        )));
+    }
+    let title = study.title.clone().unwrap_or_else(|| {
+        args.file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    });
+    if args.report_only {
+        return report::write(&dir, &study, &title);
+    }
+    let changed = changed_runs(&dir, &study)?;
+    if !changed.is_empty() {
+        if !args.rerun_changed {
+            return Err(usage(format!(
+                "{}: {} since their runs were made ({}); restore it, give the new definition \
+                 another arm name, or run again with --rerun-changed (their runs move to {})",
+                args.file.display(),
+                if changed.len() == 1 {
+                    "an arm changed"
+                } else {
+                    "arms changed"
+                },
+                changed
+                    .iter()
+                    .map(|(arm, seed)| format!("arm `{arm}`, seed {seed}"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                dir.join("replaced").display()
+            )));
+        }
+        for (arm, seed) in &changed {
+            replace(&dir, arm, *seed)?;
+        }
+    }
+    check_arms(&study)?;
+    let stop = crate::signals::stop_flag();
+    let plan: Vec<(&Arm, u64)> = study
+        .seeds
+        .iter()
+        .flat_map(|&seed| study.arms.iter().map(move |arm| (arm, seed)))
+        .collect();
+    let total = plan.len();
+    let mut durations = Vec::new();
+    for (index, (arm, seed)) in plan.iter().enumerate() {
+        let path = record_path(&dir, &arm.name, *seed);
+        if read_record(&path)?.is_some_and(|r| r.result.is_some()) {
+            continue;
+        }
+        let remaining = plan[index..]
+            .iter()
+            .filter(|(a, s)| {
+                read_record(&record_path(&dir, &a.name, *s))
+                    .ok()
+                    .flatten()
+                    .is_none_or(|r| r.result.is_none())
+            })
+            .count();
+        let eta = if durations.is_empty() {
+            "ETA after this run".to_string()
+        } else {
+            let mean = durations.iter().sum::<f64>() / durations.len() as f64;
+            format!("ETA {}", hms(mean * remaining as f64))
+        };
+        println!(
+            "study: run {} of {total}: arm `{}`, seed {seed} ({} left with it; {eta})",
+            index + 1,
+            arm.name,
+            remaining
+        );
+        let started = Instant::now();
+        run_one(&dir, &study, arm, *seed)?;
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(crate::signals::Interrupted(format!(
+                "the study stopped during arm `{}`, seed {seed}; `recipe study {}` continues it",
+                arm.name,
+                args.file.display()
+            ))
+            .into());
+        }
+        durations.push(started.elapsed().as_secs_f64());
+        if study.evaluation.raw_pixels && study.evaluation.any() {
+            raw_pixels(&dir, &study, *seed)?;
+        }
+        report::write(&dir, &study, &title)?;
+    }
+    report::write(&dir, &study, &title)?;
+    println!(
+        "study: every run finished; the report is {}",
+        dir.join(report::REPORT).display()
+    );
+    Ok(())
+}
+
+/// `seconds` as `1h 02m 03s`.
+fn hms(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match (s / 3600, s / 60 % 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m {s:02}s"),
+        (h, m, s) => format!("{h}h {m:02}m {s:02}s"),
+    }
+}
+
+/// The (arm, seed) whose record was made under another definition of the arm, or whose
+/// directory holds something the study did not make.
+fn changed_runs(dir: &Path, study: &StudyFile) -> Result<Vec<(String, u64)>> {
+    let mut changed = Vec::new();
+    for arm in &study.arms {
+        let definition = study.fingerprint(arm);
+        for &seed in &study.seeds {
+            match read_record(&record_path(dir, &arm.name, seed))? {
+                Some(r) if r.definition != definition => changed.push((arm.name.clone(), seed)),
+                Some(_) => {}
+                None => {
+                    let run = run_dir(dir, &arm.name, seed);
+                    if run.exists() {
+                        return Err(usage(format!(
+                            "{}: a directory the study did not record (no {}); move it away",
+                            run.display(),
+                            record_path(dir, &arm.name, seed).display()
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    Ok(changed)
+}
+
+/// Moves the run of `arm` with `seed` and its record to `DIR/replaced/<arm>/seed-<seed>-<n>`.
+fn replace(dir: &Path, arm: &str, seed: u64) -> Result<()> {
+    let base = dir.join("replaced").join(arm);
+    std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+    let target = (1..)
+        .map(|n| base.join(format!("seed-{seed}-{n}")))
+        .find(|p| !p.exists())
+        .expect("some number is free");
+    std::fs::create_dir_all(&target)?;
+    let run = run_dir(dir, arm, seed);
+    if run.exists() {
+        std::fs::rename(&run, target.join("run"))
+            .with_context(|| format!("moving {}", run.display()))?;
+    }
+    let record = record_path(dir, arm, seed);
+    std::fs::rename(&record, target.join("record.json"))
+        .with_context(|| format!("moving {}", record.display()))?;
+    println!(
+        "study: arm `{arm}` changed: its run with seed {seed} moved to {}",
+        target.display()
+    );
+    Ok(())
+}
+
+/// This binary, to run a recipe in a process of its own.
+fn this_binary() -> Result<PathBuf> {
+    std::env::current_exe().context("finding this program to run the study's recipes")
+}
+
+/// Asks each arm's recipe to check its options and settings (`--check`) before anything runs.
+fn check_arms(study: &StudyFile) -> Result<()> {
+    for arm in &study.arms {
+        let mut args = study.arm_args(arm);
+        args.push("--check".into());
+        let output = Command::new(this_binary()?)
+            .args(&args)
+            .env("RUST_LOG", "error")
+            .output()
+            .context("starting a recipe to check an arm")?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let message = stderr
+                .lines()
+                .filter_map(|l| l.strip_prefix("error: "))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(usage(format!("arm `{}`: {message}", arm.name)));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `recipe` is one of the supervised recipes (which measure their own test accuracy;
+/// `recipe eval` does not read their runs).
+fn supervised(recipe: &str) -> bool {
+    super::spl_advise::RECIPES.iter().any(|r| r.name == recipe)
+}
+
+/// Trains (or resumes) the run of `arm` with `seed`, evaluates it and records its numbers.
+fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<()> {
+    let run = run_dir(dir, &arm.name, seed);
+    let path = record_path(dir, &arm.name, seed);
+    let mut record = RunRecord {
+        definition: study.fingerprint(arm),
+        seed,
+        result: None,
+    };
+    write_record(&path, &record)?;
+    let mut args = study.arm_args(arm);
+    args.extend([
+        "--run-dir".to_string(),
+        run.display().to_string(),
+        "--seed".to_string(),
+        seed.to_string(),
+        "--checkpoint-every".to_string(),
+        "1".to_string(),
+    ]);
+    if matches!(
+        curriculum_ssl::train::run_dir::inspect(&run)?,
+        curriculum_ssl::train::run_dir::DirState::Run { .. }
+    ) {
+        args.push("--resume".into());
+    }
+    let status = Command::new(this_binary()?)
+        .args(&args)
+        .status()
+        .context("starting the run's recipe")?;
+    if !status.success() {
+        if status.code() == Some(i32::from(crate::signals::INTERRUPTED)) {
+            return Ok(());
+        }
+        anyhow::bail!(
+            "arm `{}`, seed {seed}: `recipe {}` failed (exit code {}; its message is above); \
+             the study continues from here when run again",
+            arm.name,
+            args.join(" "),
+            status.code().map_or("none".into(), |c| c.to_string())
+        );
+    }
+    let mut metrics = final_metrics(&run)?;
+    if study.evaluation.any() && !supervised(&arm.recipe) {
+        let row = evaluate(&run, study, seed, false)?;
+        metrics.extend(row);
+    }
+    let epochs = Table::read(&run.join("epochs.csv"))?;
+    let speeds = epochs.values("images_per_s");
+    record.result = Some(RunResult {
+        metrics,
+        train_seconds: epochs.values("seconds").iter().sum(),
+        images_per_s: speeds.iter().sum::<f64>() / speeds.len().max(1) as f64,
+    });
+    write_record(&path, &record)
+}
+
+/// The top-1 accuracies of a run's last epoch (`epochs.csv`'s `*_top1` columns), in percent.
+fn final_metrics(run: &Path) -> Result<std::collections::BTreeMap<String, f64>> {
+    let path = run.join("epochs.csv");
+    let mut reader =
+        csv::Reader::from_path(&path).with_context(|| format!("reading {}", path.display()))?;
+    let names: Vec<String> = reader.headers()?.iter().map(str::to_string).collect();
+    let last = reader
+        .records()
+        .last()
+        .with_context(|| format!("{}: no epoch", path.display()))??;
+    Ok(names
+        .iter()
+        .zip(last.iter())
+        .filter(|(n, _)| n.ends_with("_top1"))
+        .filter_map(|(n, v)| Some((n.clone(), 100.0 * v.parse::<f64>().ok()?)))
+        .collect())
+}
+
+/// Runs `recipe eval` on a run (on the raw pixels with `raw`) and returns its row's top-1
+/// accuracies under the study's metric names: the probes' and, for the raw pixels, the kNN's.
+fn evaluate(
+    run: &Path,
+    study: &StudyFile,
+    seed: u64,
+    raw: bool,
+) -> Result<std::collections::BTreeMap<String, f64>> {
+    let mut args = vec![
+        "eval".to_string(),
+        "--run-dir".to_string(),
+        run.display().to_string(),
+    ];
+    args.extend(study.evaluation.eval_args(seed));
+    if raw {
+        args.push("--raw-pixels".into());
+    }
+    println!("study: recipe {}", args.join(" "));
+    let output = Command::new(this_binary()?)
+        .args(&args)
+        .output()
+        .context("starting `recipe eval`")?;
+    if !output.status.success() {
+        anyhow::bail!(
+            "`recipe {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    let path = run.join(super::eval::EVALS);
+    let mut reader =
+        csv::Reader::from_path(&path).with_context(|| format!("reading {}", path.display()))?;
+    let names: Vec<String> = reader.headers()?.iter().map(str::to_string).collect();
+    let last = reader
+        .records()
+        .last()
+        .with_context(|| format!("{}: no evaluation", path.display()))??;
+    let mut metrics = std::collections::BTreeMap::new();
+    for (name, value) in names.iter().zip(last.iter()) {
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        // The kNN columns `knn_k{k}_top1` are named as epochs.csv names them, `knn{k}_top1`.
+        let knn = name
+            .strip_prefix("knn_k")
+            .filter(|rest| rest.ends_with("_top1"));
+        let name = match (name.as_str(), knn) {
+            ("probe_top1" | "few_label_top1", _) => name.clone(),
+            (_, Some(rest)) if raw => format!("knn{rest}"),
+            _ => continue,
+        };
+        metrics.insert(name, value);
+    }
+    Ok(metrics)
+}
+
+/// The raw pixels' reference numbers for `seed` (the few-label subset depends on it), measured
+/// once on the data of the seed's first finished run.
+fn raw_pixels(dir: &Path, study: &StudyFile, seed: u64) -> Result<()> {
+    let path = record_path(dir, RAW_PIXELS, seed);
+    let definition = serde_json::json!({ "evaluation": study.evaluation });
+    if read_record(&path)?.is_some_and(|r| r.result.is_some() && r.definition == definition) {
+        return Ok(());
+    }
+    let Some(arm) = study.arms.iter().find(|a| {
+        !supervised(&a.recipe)
+            && read_record(&record_path(dir, &a.name, seed))
+                .ok()
+                .flatten()
+                .is_some_and(|r| r.result.is_some())
+    }) else {
+        return Ok(());
+    };
+    let metrics = evaluate(&run_dir(dir, &arm.name, seed), study, seed, true)?;
+    write_record(
+        &path,
+        &RunRecord {
+            definition,
+            seed,
+            result: Some(RunResult {
+                metrics,
+                train_seconds: 0.0,
+                images_per_s: 0.0,
+            }),
+        },
+    )
+}
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[RecipeEntry {
+    name: "study",
+    summary: "arms (recipes + settings) over seeds, resumable, with intervals and paired tests vs a baseline (FILE.toml)",
+    run,
+}];

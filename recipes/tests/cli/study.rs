@@ -1,0 +1,297 @@
+//! `recipe study`: arms over seeds, finished runs skipped, an interrupted one resumed, a changed
+//! arm refused, bad study files refused with exit 2, and a report whose numbers are the runs'.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::common::{check_error_shape, data, run, scratch, stderr};
+
+/// A study of two light_moco arms (SoftNCE's α at the recipe's 0.8 and at 0.5) over two seeds,
+/// on the tiny data: two epochs of two steps per run, a one-epoch probe and a 10 % label probe.
+fn study_file(name: &str, alpha_b: &str) -> std::path::PathBuf {
+    let text = format!(
+        r#"
+title = "alpha"
+seeds = [0, 1]
+baseline = "a"
+
+[options]
+data_dir = "{}"
+epochs = 2
+batch_size = 32
+knn_every = 1
+workers = 1
+
+[evaluation]
+probe_epochs = 1
+label_fraction = 0.1
+
+[[arm]]
+name = "a"
+recipe = "light_moco"
+
+[[arm]]
+name = "b"
+recipe = "light_moco"
+set = ["method.soft_nce.alpha={alpha_b}"]
+"#,
+        data().display()
+    );
+    let path = scratch().join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn record(dir: &Path, arm: &str, seed: u64) -> serde_json::Value {
+    let path = dir.join(format!("runs/{arm}/seed-{seed}.json"));
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+}
+
+/// The last row's `knn20_top1` of a run's epochs.csv, in percent.
+fn final_knn(dir: &Path, arm: &str, seed: u64) -> f64 {
+    let text =
+        std::fs::read_to_string(dir.join(format!("runs/{arm}/seed-{seed}/epochs.csv"))).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let column = header.iter().position(|h| *h == "knn20_top1").unwrap();
+    let last: Vec<&str> = lines.last().unwrap().split(',').collect();
+    100.0 * last[column].parse::<f64>().unwrap()
+}
+
+#[test]
+fn a_study_runs_every_arm_and_seed_once_resumes_and_reports_paired_differences() {
+    let file = study_file("study", "0.5");
+    let dir = scratch().join("study");
+    let o = run(&["study", file.to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(check_error_shape(&o, "study"), 0, "{out}\n{}", stderr(&o));
+    // Seed by seed, every arm of a seed first.
+    let order: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("study: run "))
+        .collect();
+    assert_eq!(order.len(), 4, "{out}");
+    for (line, want) in order.iter().zip([
+        "run 1 of 4: arm `a`, seed 0",
+        "run 2 of 4: arm `b`, seed 0",
+        "run 3 of 4: arm `a`, seed 1",
+        "run 4 of 4: arm `b`, seed 1",
+    ]) {
+        assert!(line.contains(want), "{line} / {want}");
+    }
+    assert!(order[3].contains("1 left with it; ETA"), "{}", order[3]);
+    for arm in ["a", "b"] {
+        for seed in [0, 1] {
+            let r = record(&dir, arm, seed);
+            let m = &r["result"]["metrics"];
+            // k = 200 is capped at the 64 training images of the tiny data.
+            for metric in ["knn20_top1", "knn64_top1", "probe_top1", "few_label_top1"] {
+                assert!(m[metric].as_f64().is_some(), "{arm} {seed} {metric}: {r}");
+            }
+            assert_eq!(
+                m["knn20_top1"].as_f64().unwrap(),
+                final_knn(&dir, arm, seed)
+            );
+        }
+        let raw = record(&dir, "raw-pixels", 0);
+        assert!(raw["result"]["metrics"]["probe_top1"].is_number(), "{raw}");
+        // `recipe eval --raw-pixels` measures what the run measured of the pixels at its start.
+        let at_start: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(dir.join("runs/a/seed-0/knn_raw_pixels.json")).unwrap(),
+        )
+        .unwrap();
+        let knn = raw["result"]["metrics"]["knn20_top1"].as_f64().unwrap();
+        let want = 100.0 * at_start[0]["accuracy"]["top1"].as_f64().unwrap();
+        assert!((knn - want).abs() < 0.006, "{knn} vs {want} (two decimals)");
+    }
+    // The report's numbers are the runs': arm a's kNN mean and the paired difference b − a.
+    let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+    let row = |arm: &str| -> Vec<String> {
+        summary
+            .lines()
+            .find(|l| l.starts_with(&format!("{arm},knn20_top1,")))
+            .unwrap_or_else(|| panic!("{arm}\n{summary}"))
+            .split(',')
+            .map(str::to_string)
+            .collect()
+    };
+    let (a0, a1) = (final_knn(&dir, "a", 0), final_knn(&dir, "a", 1));
+    let (b0, b1) = (final_knn(&dir, "b", 0), final_knn(&dir, "b", 1));
+    let a = row("a");
+    assert_eq!(a[2], "2");
+    assert!(
+        (a[3].parse::<f64>().unwrap() - (a0 + a1) / 2.0).abs() < 1e-9,
+        "{a:?}"
+    );
+    let b = row("b");
+    let difference = ((b0 - a0) + (b1 - a1)) / 2.0;
+    assert!(
+        (b[8].parse::<f64>().unwrap() - difference).abs() < 1e-9,
+        "{b:?}"
+    );
+    let report = std::fs::read_to_string(dir.join("study.md")).unwrap();
+    for want in [
+        "# alpha",
+        "4 of 4 runs finished",
+        "| a | light_moco | 2 |",
+        "| *raw pixels* |",
+        "| b | kNN k=20 | 2 |",
+        "![curve-knn20_top1.png](curve-knn20_top1.png)",
+    ] {
+        assert!(report.contains(want), "{want}\n{report}");
+    }
+    assert!(dir.join("curve-knn20_top1.png").is_file());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("study.csv"))
+            .unwrap()
+            .lines()
+            .count(),
+        1 + 4 + 2,
+        "a row per run and per seed of the raw pixels"
+    );
+
+    // Again: every run finished, nothing runs.
+    let before = std::fs::read(dir.join("runs/a/seed-0.json")).unwrap();
+    let o = run(&["study", file.to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(check_error_shape(&o, "again"), 0, "{}", stderr(&o));
+    assert!(!out.contains("study: run "), "{out}");
+    assert_eq!(
+        std::fs::read(dir.join("runs/a/seed-0.json")).unwrap(),
+        before
+    );
+
+    // A run stopped after its first epoch (its record unfinished, the second epoch's
+    // checkpoint not written): the study resumes it from the first.
+    let path = dir.join("runs/b/seed-1.json");
+    let mut r = record(&dir, "b", 1);
+    r["result"] = serde_json::Value::Null;
+    std::fs::write(&path, serde_json::to_vec(&r).unwrap()).unwrap();
+    std::fs::remove_dir_all(dir.join("runs/b/seed-1/checkpoints/epoch-0002")).unwrap();
+    let o = run(&["study", file.to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(check_error_shape(&o, "resume"), 0, "{}", stderr(&o));
+    assert!(
+        out.contains("run 4 of 4: arm `b`, seed 1") && out.contains("resuming from"),
+        "{out}"
+    );
+    assert!(out.contains("epoch-0001"), "{out}");
+    assert!(dir.join("runs/b/seed-1/checkpoints/epoch-0002").is_dir());
+    assert!(record(&dir, "b", 1)["result"]["metrics"]["knn20_top1"].is_number());
+
+    // Arm b changed: refused, naming it; with --rerun-changed its runs move aside and run again.
+    let changed = study_file("study", "0.6");
+    let o = run(&["study", changed.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert_eq!(check_error_shape(&o, "changed"), 2, "{err}");
+    assert!(
+        err.contains("arm `b`, seed 0; arm `b`, seed 1") && err.contains("--rerun-changed"),
+        "{err}"
+    );
+    let o = run(&["study", changed.to_str().unwrap(), "--rerun-changed"]);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(check_error_shape(&o, "rerun"), 0, "{}", stderr(&o));
+    assert_eq!(out.matches("study: run ").count(), 2, "{out}");
+    assert!(dir.join("replaced/b/seed-0-1/run/epochs.csv").is_file());
+    assert!(dir.join("replaced/b/seed-1-1/record.json").is_file());
+}
+
+#[test]
+fn bad_study_files_exit_2_naming_the_problem() {
+    let good = std::fs::read_to_string(study_file("bad-base", "0.5")).unwrap();
+    for (name, text, expected) in [
+        (
+            "unknown-key",
+            good.replace("alpha=0.5", "alhpa=0.5"),
+            "arm `b`: ",
+        ),
+        (
+            "no-seeds",
+            good.replace("seeds = [0, 1]", "seeds = []"),
+            "`seeds` is empty",
+        ),
+        (
+            "two-names",
+            good.replace("name = \"b\"", "name = \"a\""),
+            "two arms are called `a`",
+        ),
+        (
+            "baseline",
+            good.replace("baseline = \"a\"", "baseline = \"c\""),
+            "baseline `c` is not an arm",
+        ),
+        (
+            "recipe",
+            good.replace(
+                "recipe = \"light_moco\"\n\n[[arm]]",
+                "recipe = \"nope\"\n\n[[arm]]",
+            ),
+            "unknown recipe `nope`",
+        ),
+        (
+            "option",
+            good.replace("workers = 1", "workers = 1\nlearning_rate = 3"),
+            "arm `a`: ",
+        ),
+    ] {
+        let path = scratch().join(format!("{name}.toml"));
+        std::fs::write(&path, &text).unwrap();
+        let o = run(&["study", path.to_str().unwrap()]);
+        let err = stderr(&o);
+        assert_eq!(check_error_shape(&o, name), 2, "{name}\n{err}");
+        assert!(err.contains(expected), "{name}: {expected}\n{err}");
+        assert!(
+            !scratch().join(name).join("runs").exists(),
+            "{name}: nothing ran"
+        );
+    }
+    let o = run(&["study", scratch().join("missing.toml").to_str().unwrap()]);
+    assert_eq!(check_error_shape(&o, "missing"), 2, "{}", stderr(&o));
+}
+
+/// Ctrl-C during a study stops its run with a checkpoint-free exit and the study with exit code
+/// 130 and the command that continues it; nothing is recorded as finished.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_stops_a_study_with_the_command_that_continues_it() {
+    use std::os::unix::process::CommandExt;
+    // One arm, one seed, one epoch on the embedded subset: long enough to be interrupted.
+    let text = "seeds = [0]\nbaseline = \"a\"\n[options]\nepochs = 1\nbatch_size = 32\n\
+                knn_every = 0\nworkers = 1\n[evaluation]\nlinear_probe = false\n\
+                raw_pixels = false\n[[arm]]\nname = \"a\"\nrecipe = \"light_moco\"\n";
+    let file = scratch().join("interrupted-study.toml");
+    std::fs::write(&file, text).unwrap();
+    let dir = scratch().join("interrupted-study");
+    let child = Command::new(env!("CARGO_BIN_EXE_recipe"))
+        .args(["study", file.to_str().unwrap()])
+        .current_dir(scratch())
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the run has taken a step, then Ctrl-C the whole process group as a terminal
+    // would.
+    let steps = dir.join("runs/a/seed-0/steps.csv");
+    let start = std::time::Instant::now();
+    while std::fs::read_to_string(&steps).map_or(true, |s| s.lines().count() < 3) {
+        assert!(start.elapsed().as_secs() < 300, "the run never stepped");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let killed = Command::new("kill")
+        .args(["-INT", "--", &format!("-{}", child.id())])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the study stopped during arm `a`, seed 0; `recipe study {}` continues it",
+            file.display()
+        )),
+        "{err}"
+    );
+    assert!(record(&dir, "a", 0)["result"].is_null());
+}
