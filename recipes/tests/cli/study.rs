@@ -245,6 +245,17 @@ fn bad_study_files_exit_2_naming_the_problem() {
             "{name}: nothing ran"
         );
     }
+    // --check: the file and every arm valid, nothing run.
+    let path = scratch().join("checked.toml");
+    std::fs::write(&path, &good).unwrap();
+    let o = run(&["study", path.to_str().unwrap(), "--check"]);
+    assert_eq!(check_error_shape(&o, "check"), 0, "{}", stderr(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("2 arms over 2 seeds, every arm valid"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(!scratch().join("checked").exists(), "nothing ran");
     let o = run(&["study", scratch().join("missing.toml").to_str().unwrap()]);
     assert_eq!(check_error_shape(&o, "missing"), 2, "{}", stderr(&o));
 }

@@ -1,7 +1,7 @@
 //! `study`: an A/B comparison of recipes over seeds, with intervals (`recipe study FILE.toml`).
 //!
 //! ```text
-//! recipe study studies/light_moco.toml [--dir DIR] [--rerun-changed] [--report-only]
+//! recipe study studies/light_moco.toml [--dir DIR] [--rerun-changed] [--report-only] [--check]
 //! ```
 //!
 //! Every (arm, seed) is an ordinary run in `DIR/runs/<arm>/seed-<seed>/` (by default `DIR` is
@@ -52,6 +52,10 @@ struct StudyArgs {
     /// Write the report from the runs that finished, and run nothing.
     #[arg(long)]
     report_only: bool,
+    /// Check the file and every arm (each recipe checks its options and settings), and run
+    /// nothing.
+    #[arg(long)]
+    check: bool,
 }
 
 /// What the study records of one run: the definition it ran under and, once finished and
@@ -136,7 +140,7 @@ pub fn run(args: &[String]) -> Result<()> {
         return report::write(&dir, &study, &title);
     }
     let changed = changed_runs(&dir, &study)?;
-    if !changed.is_empty() {
+    if !changed.is_empty() && !args.check {
         if !args.rerun_changed {
             return Err(usage(format!(
                 "{}: {} since their runs were made ({}); restore it, give the new definition \
@@ -160,6 +164,15 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
     check_arms(&study)?;
+    if args.check {
+        println!(
+            "study {}: {} arms over {} seeds, every arm valid (--check: nothing ran)",
+            args.file.display(),
+            study.arms.len(),
+            study.seeds.len()
+        );
+        return Ok(());
+    }
     let stop = crate::signals::stop_flag();
     let plan: Vec<(&Arm, u64)> = study
         .seeds
