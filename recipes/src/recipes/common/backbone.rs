@@ -48,6 +48,9 @@ pub enum BackboneChoice {
     /// ResNet with one block per stage, widths 8–64, ImageNet stem (64-d features): a fast
     /// backbone for CPU demos and CI.
     Small,
+    /// The small ResNet four times as wide: widths 32–256, ImageNet stem (256-d features).
+    #[value(name = "small-wide")]
+    SmallWide,
     /// ViT-Tiny (192-d class token): patches of 16 pixels on images of 96 and more, 4 below.
     #[value(name = "vit-tiny")]
     VitTiny,
@@ -82,7 +85,7 @@ impl BackboneChoice {
     pub fn is_resnet(self) -> bool {
         matches!(
             self,
-            Self::Resnet18 | Self::Resnet34 | Self::Resnet50 | Self::Small
+            Self::Resnet18 | Self::Resnet34 | Self::Resnet50 | Self::Small | Self::SmallWide
         )
     }
 
@@ -99,7 +102,7 @@ impl BackboneChoice {
     /// The stem of a ResNet when --stem is not given: CIFAR's for ResNet-18/34/50, ImageNet's
     /// for the small ResNet.
     pub fn default_stem(self) -> StemChoice {
-        if self == Self::Small {
+        if matches!(self, Self::Small | Self::SmallWide) {
             StemChoice::Imagenet
         } else {
             StemChoice::Cifar
@@ -129,6 +132,13 @@ impl BackboneChoice {
             Self::Small => AnyBackboneConfig::ResNet(
                 ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
                     .with_base_width(8)
+                    .with_in_channels(channels)
+                    .with_stem(stem())
+                    .with_banded_stem(backend::BANDED_STEM),
+            ),
+            Self::SmallWide => AnyBackboneConfig::ResNet(
+                ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
+                    .with_base_width(32)
                     .with_in_channels(channels)
                     .with_stem(stem())
                     .with_banded_stem(backend::BANDED_STEM),
