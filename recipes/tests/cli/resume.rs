@@ -86,7 +86,11 @@ fn resume_names_the_options_that_differ_and_extend_makes_the_run_longer() {
             "knn_k64_top5",
             "probe_epochs",
             "probe_top1",
-            "probe_top5"
+            "probe_top5",
+            // The few-label probe's, empty without --label-fraction.
+            "label_fraction",
+            "few_label_top1",
+            "few_label_top5"
         ],
         "{evals}"
     );

@@ -129,16 +129,9 @@ impl BackboneChoice {
             Self::Resnet18 => resnet(ResNetConfig::resnet18()),
             Self::Resnet34 => resnet(ResNetConfig::resnet34()),
             Self::Resnet50 => resnet(ResNetConfig::resnet50()),
-            Self::Small => AnyBackboneConfig::ResNet(
+            Self::Small | Self::SmallWide => AnyBackboneConfig::ResNet(
                 ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
-                    .with_base_width(8)
-                    .with_in_channels(channels)
-                    .with_stem(stem())
-                    .with_banded_stem(backend::BANDED_STEM),
-            ),
-            Self::SmallWide => AnyBackboneConfig::ResNet(
-                ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
-                    .with_base_width(32)
+                    .with_base_width(if self == Self::Small { 8 } else { 32 })
                     .with_in_channels(channels)
                     .with_stem(stem())
                     .with_banded_stem(backend::BANDED_STEM),

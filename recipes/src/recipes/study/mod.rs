@@ -381,16 +381,21 @@ fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<()> {
     write_record(&path, &record)
 }
 
-/// The top-1 accuracies of a run's last epoch (`epochs.csv`'s `*_top1` columns), in percent.
-fn final_metrics(run: &Path) -> Result<std::collections::BTreeMap<String, f64>> {
-    let path = run.join("epochs.csv");
+/// The column names of the CSV file `path` and its last row.
+fn last_row(path: &Path) -> Result<(Vec<String>, csv::StringRecord)> {
     let mut reader =
-        csv::Reader::from_path(&path).with_context(|| format!("reading {}", path.display()))?;
+        csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
     let names: Vec<String> = reader.headers()?.iter().map(str::to_string).collect();
     let last = reader
         .records()
         .last()
-        .with_context(|| format!("{}: no epoch", path.display()))??;
+        .with_context(|| format!("{}: no row", path.display()))??;
+    Ok((names, last))
+}
+
+/// The top-1 accuracies of a run's last epoch (`epochs.csv`'s `*_top1` columns), in percent.
+fn final_metrics(run: &Path) -> Result<std::collections::BTreeMap<String, f64>> {
+    let (names, last) = last_row(&run.join("epochs.csv"))?;
     Ok(names
         .iter()
         .zip(last.iter())
@@ -428,14 +433,7 @@ fn evaluate(
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
-    let path = run.join(super::eval::EVALS);
-    let mut reader =
-        csv::Reader::from_path(&path).with_context(|| format!("reading {}", path.display()))?;
-    let names: Vec<String> = reader.headers()?.iter().map(str::to_string).collect();
-    let last = reader
-        .records()
-        .last()
-        .with_context(|| format!("{}: no evaluation", path.display()))??;
+    let (names, last) = last_row(&run.join(super::eval::EVALS))?;
     let mut metrics = std::collections::BTreeMap::new();
     for (name, value) in names.iter().zip(last.iter()) {
         let Ok(value) = value.parse::<f64>() else {
