@@ -274,7 +274,10 @@ fn curves(dir: &Path, study: &StudyFile) -> Result<Vec<String>> {
         }
     }
     let mut files = Vec::new();
-    for (column, arms) in by_column {
+    let mut columns: Vec<(String, Vec<(String, EpochValues)>)> = by_column.into_iter().collect();
+    // The report's order of the metrics (kNN k=20 before k=200), then by name.
+    columns.sort_by_key(|(c, _)| METRICS.iter().position(|(m, _)| m == c).unwrap_or(METRICS.len()));
+    for (column, arms) in columns {
         let mut lines = Vec::new();
         for (arm, points) in arms {
             let mut xy = Vec::new();
