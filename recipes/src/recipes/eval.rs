@@ -126,7 +126,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let data = source.load_splits(false)?;
     let probe = args.protocol.probe(
         curriculum_ssl::data::Dataset::len(&data.train),
-        args.probe_epochs.map(|e| e.max(1)),
+        // `--probe-epochs 0` skips the full probe; the few-label one keeps the protocol's epochs.
+        args.probe_epochs.filter(|&e| e > 0),
         args.probe_lr,
     );
     probe.validate()?;
@@ -249,13 +250,8 @@ fn measure<M: curriculum_ssl_models::Backbone<crate::backend::Inner>>(
     row.push(("probe_top5".into(), top5));
     let (mut fraction, mut top1, mut top5) = (String::new(), String::new(), String::new());
     if let (Some((f, few)), Some(test)) = (&split.few_labels, &test) {
-        // The probe's epochs count passes over a few hundred images: as many steps as the
-        // protocol takes over the whole split would overfit no less, so the same epochs stand.
-        let epochs = probe.epochs.max(1);
-        let fitted = probe
-            .clone()
-            .with_epochs(epochs)
-            .fit::<Train>(&features(few)?, test, device)?;
+        // The protocol's probe, its epochs passes over the few labelled images.
+        let fitted = probe.fit::<Train>(&features(few)?, test, device)?;
         println!(
             "few-label probe ({} labelled images, {:.4} of the training split): test top-1 \
              {:.2}%, top-5 {:.2}%",

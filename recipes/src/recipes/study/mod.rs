@@ -139,6 +139,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if args.report_only {
         return report::write(&dir, &study, &title);
     }
+    check_arms(&study)?;
     let changed = changed_runs(&dir, &study)?;
     if !changed.is_empty() && !args.check {
         if !args.rerun_changed {
@@ -163,7 +164,6 @@ pub fn run(args: &[String]) -> Result<()> {
             replace(&dir, arm, *seed)?;
         }
     }
-    check_arms(&study)?;
     if args.check {
         println!(
             "study {}: {} arms over {} seeds, every arm valid (--check: nothing ran)",
@@ -180,21 +180,17 @@ pub fn run(args: &[String]) -> Result<()> {
         .flat_map(|&seed| study.arms.iter().map(move |arm| (arm, seed)))
         .collect();
     let total = plan.len();
+    let mut unfinished = Vec::with_capacity(total);
+    for (arm, seed) in &plan {
+        let record = read_record(&record_path(&dir, &arm.name, *seed))?;
+        unfinished.push(record.is_none_or(|r| r.result.is_none()));
+    }
     let mut durations = Vec::new();
     for (index, (arm, seed)) in plan.iter().enumerate() {
-        let path = record_path(&dir, &arm.name, *seed);
-        if read_record(&path)?.is_some_and(|r| r.result.is_some()) {
+        if !unfinished[index] {
             continue;
         }
-        let remaining = plan[index..]
-            .iter()
-            .filter(|(a, s)| {
-                read_record(&record_path(&dir, &a.name, *s))
-                    .ok()
-                    .flatten()
-                    .is_none_or(|r| r.result.is_none())
-            })
-            .count();
+        let remaining = unfinished[index..].iter().filter(|u| **u).count();
         let eta = if durations.is_empty() {
             "ETA after this run".to_string()
         } else {
@@ -208,8 +204,8 @@ pub fn run(args: &[String]) -> Result<()> {
             remaining
         );
         let started = Instant::now();
-        run_one(&dir, &study, arm, *seed)?;
-        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let finished = run_one(&dir, &study, arm, *seed)?;
+        if !finished || stop.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(crate::signals::Interrupted(format!(
                 "the study stopped during arm `{}`, seed {seed}; `recipe study {}` continues it",
                 arm.name,
@@ -217,6 +213,7 @@ pub fn run(args: &[String]) -> Result<()> {
             ))
             .into());
         }
+        unfinished[index] = false;
         durations.push(started.elapsed().as_secs_f64());
         if study.evaluation.raw_pixels && study.evaluation.any() {
             raw_pixels(&dir, &study, *seed)?;
@@ -231,14 +228,11 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// `seconds` as `1h 02m 03s`.
+/// `seconds` as the run logs write a duration (`1h02m03s`).
 fn hms(seconds: f64) -> String {
-    let s = seconds.max(0.0).round() as u64;
-    match (s / 3600, s / 60 % 60, s % 60) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, s) => format!("{m}m {s:02}s"),
-        (h, m, s) => format!("{h}h {m:02}m {s:02}s"),
-    }
+    curriculum_ssl::train::run_log::format_duration(std::time::Duration::from_secs_f64(
+        seconds.max(0.0),
+    ))
 }
 
 /// The (arm, seed) whose record was made under another definition of the arm, or whose
@@ -325,8 +319,9 @@ fn supervised(recipe: &str) -> bool {
     super::spl_advise::RECIPES.iter().any(|r| r.name == recipe)
 }
 
-/// Trains (or resumes) the run of `arm` with `seed`, evaluates it and records its numbers.
-fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<()> {
+/// Trains (or resumes) the run of `arm` with `seed`, evaluates it and records its numbers;
+/// `false` when the run was interrupted (Ctrl-C or SIGTERM: exit code 130), recording nothing.
+fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<bool> {
     let run = run_dir(dir, &arm.name, seed);
     let path = record_path(dir, &arm.name, seed);
     let mut record = RunRecord {
@@ -356,7 +351,7 @@ fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<()> {
         .context("starting the run's recipe")?;
     if !status.success() {
         if status.code() == Some(i32::from(crate::signals::INTERRUPTED)) {
-            return Ok(());
+            return Ok(false);
         }
         anyhow::bail!(
             "arm `{}`, seed {seed}: `recipe {}` failed (exit code {}; its message is above); \
@@ -378,29 +373,26 @@ fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<()> {
         train_seconds: epochs.values("seconds").iter().sum(),
         images_per_s: speeds.iter().sum::<f64>() / speeds.len().max(1) as f64,
     });
-    write_record(&path, &record)
+    write_record(&path, &record)?;
+    Ok(true)
 }
 
-/// The column names of the CSV file `path` and its last row.
-fn last_row(path: &Path) -> Result<(Vec<String>, csv::StringRecord)> {
-    let mut reader =
-        csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
-    let names: Vec<String> = reader.headers()?.iter().map(str::to_string).collect();
-    let last = reader
-        .records()
-        .last()
-        .with_context(|| format!("{}: no row", path.display()))??;
-    Ok((names, last))
+/// The last row's value of each column of the CSV file `path` that has one (a number).
+fn last_row(path: &Path) -> Result<Vec<(String, f64)>> {
+    let table = Table::read(path)?;
+    Ok(table
+        .names()
+        .iter()
+        .filter_map(|n| Some((n.clone(), table.column(n).last().copied().flatten()?)))
+        .collect())
 }
 
 /// The top-1 accuracies of a run's last epoch (`epochs.csv`'s `*_top1` columns), in percent.
 fn final_metrics(run: &Path) -> Result<std::collections::BTreeMap<String, f64>> {
-    let (names, last) = last_row(&run.join("epochs.csv"))?;
-    Ok(names
-        .iter()
-        .zip(last.iter())
+    Ok(last_row(&run.join("epochs.csv"))?
+        .into_iter()
         .filter(|(n, _)| n.ends_with("_top1"))
-        .filter_map(|(n, v)| Some((n.clone(), 100.0 * v.parse::<f64>().ok()?)))
+        .map(|(n, v)| (n, 100.0 * v))
         .collect())
 }
 
@@ -433,12 +425,8 @@ fn evaluate(
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
-    let (names, last) = last_row(&run.join(super::eval::EVALS))?;
     let mut metrics = std::collections::BTreeMap::new();
-    for (name, value) in names.iter().zip(last.iter()) {
-        let Ok(value) = value.parse::<f64>() else {
-            continue;
-        };
+    for (name, value) in last_row(&run.join(super::eval::EVALS))? {
         // The kNN columns `knn_k{k}_top1` are named as epochs.csv names them, `knn{k}_top1`.
         let knn = name
             .strip_prefix("knn_k")

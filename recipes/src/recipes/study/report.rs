@@ -220,7 +220,7 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
             runs_csv.write_record(&row)?;
         }
     }
-    let plots = curves(dir, study)?;
+    let plots = curves(dir, &arms)?;
     if !plots.is_empty() {
         writeln!(
             md,
@@ -245,26 +245,21 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
 /// A metric's values over the seeds, by epoch.
 type EpochValues = BTreeMap<u64, Vec<f64>>;
 
-/// One PNG per `*_top1` column of the runs' `epochs.csv`: per arm, the mean over its finished
-/// seeds at each epoch and the interval as a band. Returns the files' names.
-fn curves(dir: &Path, study: &StudyFile) -> Result<Vec<String>> {
+/// One PNG per `*_top1` column of the finished runs' `epochs.csv` (`arms`: each arm's
+/// finished runs): per arm, the mean over its seeds at each epoch and the interval as a band. Returns the files' names.
+fn curves(dir: &Path, arms: &[(String, Vec<(u64, RunResult)>)]) -> Result<Vec<String>> {
     // column → arm → epoch → values over seeds.
     let mut by_column: BTreeMap<String, Vec<(String, EpochValues)>> = BTreeMap::new();
-    for arm in &study.arms {
-        for &seed in &study.seeds {
-            let finished = read_record(&record_path(dir, &arm.name, seed))?
-                .is_some_and(|r| r.result.is_some());
-            if !finished {
-                continue;
-            }
-            let table = Table::read(&run_dir(dir, &arm.name, seed).join("epochs.csv"))?;
+    for (name, runs) in arms {
+        for (seed, _) in runs {
+            let table = Table::read(&run_dir(dir, name, *seed).join("epochs.csv"))?;
             let epochs = table.column("epoch");
             for column in table.names().iter().filter(|n| n.ends_with("_top1")) {
                 let arms = by_column.entry(column.clone()).or_default();
-                if !arms.iter().any(|(a, _)| *a == arm.name) {
-                    arms.push((arm.name.clone(), BTreeMap::new()));
+                if !arms.iter().any(|(a, _)| a == name) {
+                    arms.push((name.clone(), BTreeMap::new()));
                 }
-                let points = &mut arms.iter_mut().find(|(a, _)| *a == arm.name).unwrap().1;
+                let points = &mut arms.iter_mut().find(|(a, _)| a == name).unwrap().1;
                 for (epoch, value) in epochs.iter().zip(table.column(column)) {
                     if let (Some(e), Some(v)) = (epoch, value) {
                         points.entry(*e as u64).or_default().push(100.0 * v);
