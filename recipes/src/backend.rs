@@ -17,11 +17,19 @@ mod selected {
     /// Whether the small ResNet's stem runs as banded products: no, cuDNN-class kernels do
     /// better.
     pub const BANDED_STEM: bool = false;
+    /// The largest error `recipe worked_values` accepts: 1e-3. burn's CUDA matmuls (cubek-matmul
+    /// 0.2, `adjust_dtypes`) stage f32 operands as TF32 in their tensor-core kernels, which
+    /// autotune picks where they are faster: 10-bit significands, a relative error of up to
+    /// about 5e-4 per product. Measured on an H200: 1.34e-4 (curricular loss, t_prev 0.8).
+    pub const WORKED_VALUE_TOLERANCE: f64 = 1e-3;
 
     /// The CUDA device `--device` names (`None`: device 0), after checking that a driver and
     /// that device are there: CUDA is loaded at run time, and without a driver burn panics at
     /// the first tensor.
-    pub fn device(index: Option<usize>) -> anyhow::Result<burn::backend::cuda::CudaDevice> {
+    pub fn device(
+        index: Option<usize>,
+        _precision: super::Precision,
+    ) -> anyhow::Result<burn::backend::cuda::CudaDevice> {
         use cudarc::driver::CudaContext;
         // SAFETY: loads the driver's shared library by name to see whether it is there; no
         // function of it is called.
@@ -56,15 +64,24 @@ mod selected {
     pub const VIEW_THREADS: bool = false;
     /// Whether the small ResNet's stem runs as banded products (see the CUDA backend's).
     pub const BANDED_STEM: bool = false;
+    /// The largest error `recipe worked_values` accepts: f32 throughout (lavapipe has no
+    /// tensor cores; measured there: 4e-7).
+    pub const WORKED_VALUE_TOLERANCE: f64 = 1e-4;
 
     /// The wgpu device `--device` names: `None` is wgpu's default adapter; `N` the N-th
     /// discrete GPU, and on a machine without one `0` is the default adapter (an integrated GPU,
     /// or a software device such as Mesa's lavapipe). Each candidate is checked by making a
     /// tensor on it: wgpu panics at the first tensor of a device it cannot open.
-    pub fn device(index: Option<usize>) -> anyhow::Result<burn::backend::wgpu::WgpuDevice> {
+    pub fn device(
+        index: Option<usize>,
+        precision: super::Precision,
+    ) -> anyhow::Result<burn::backend::wgpu::WgpuDevice> {
         use burn::backend::wgpu::WgpuDevice;
         let opens = |device: &WgpuDevice| {
             let probe = device.clone();
+            // The probe's tensor fixes the device's float type: the precision asked for first
+            // (whether the device supports it, `super::set_precision` says after).
+            let _ = super::set_precision(device, precision);
             super::quietly(move || {
                 burn::tensor::Tensor::<Inner, 1>::from_floats([1.0], &probe).into_scalar()
             })
@@ -117,9 +134,14 @@ mod selected {
     /// convolution are scalar (forward) and gather an im2col copy element by element (weight
     /// gradient); the banded products are GEMMs.
     pub const BANDED_STEM: bool = true;
+    /// The largest error `recipe worked_values` accepts: f32 throughout.
+    pub const WORKED_VALUE_TOLERANCE: f64 = 1e-4;
 
     /// The CPU device: the backend has one (`--device 0`).
-    pub fn device(index: Option<usize>) -> anyhow::Result<burn::backend::flex::FlexDevice> {
+    pub fn device(
+        index: Option<usize>,
+        _precision: super::Precision,
+    ) -> anyhow::Result<burn::backend::flex::FlexDevice> {
         match index {
             None | Some(0) => Ok(Default::default()),
             Some(n) => Err(crate::usage::usage(format!(
@@ -130,7 +152,94 @@ mod selected {
     }
 }
 
-pub use selected::{device, Inner, AUGMENT_AHEAD, BANDED_STEM, NAME, VIEW_THREADS};
+pub use selected::{Inner, AUGMENT_AHEAD, BANDED_STEM, NAME, VIEW_THREADS, WORKED_VALUE_TOLERANCE};
+
+/// The float type of a run's tensors (`--precision`): parameters, activations, gradients and
+/// optimiser state alike. burn 0.21 has no automatic mixed precision (no per-operation casting
+/// with f32 master weights), so a half-precision run is one whose device creates every float
+/// tensor in that type (`burn::tensor::set_default_dtypes`, fixed before the first tensor);
+/// docs/gpu.md says what that means for accuracy and which backends support which type.
+#[derive(
+    clap::ValueEnum,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// 32-bit floats everywhere (the default).
+    #[default]
+    F32,
+    /// bfloat16 everywhere (8-bit exponent as f32, 8-bit significand): no loss scaling needed.
+    Bf16,
+    /// IEEE half everywhere (5-bit exponent): small gradients underflow without loss scaling.
+    F16,
+}
+
+impl Precision {
+    /// The name `--precision` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
+        }
+    }
+
+    fn dtype(self) -> burn::tensor::FloatDType {
+        match self {
+            Precision::F32 => burn::tensor::FloatDType::F32,
+            Precision::Bf16 => burn::tensor::FloatDType::BF16,
+            Precision::F16 => burn::tensor::FloatDType::F16,
+        }
+    }
+}
+
+/// Makes `precision` the float type of the tensors created on `device` from now on. Must come
+/// before the device's first tensor; f32 (the backend's own) changes nothing. A type the
+/// backend does not support on this device is a usage error naming both.
+pub fn set_precision(device: &Device, precision: Precision) -> anyhow::Result<()> {
+    use burn::tensor::backend::{get_device_settings, set_default_float_dtype, DeviceError};
+    if precision == Precision::F32 {
+        return Ok(());
+    }
+    match set_default_float_dtype::<Inner>(device, precision.dtype()) {
+        Ok(()) => Ok(()),
+        Err(DeviceError::AlreadyInitialized { .. })
+            if get_device_settings::<Inner>(device).float_dtype == precision.dtype() =>
+        {
+            Ok(())
+        }
+        Err(DeviceError::UnsupportedDType { .. }) => Err(crate::usage::usage(format!(
+            "--precision {}: the {NAME} backend does not support {} tensors on this device \
+             (--precision f32 does)",
+            precision.name(),
+            precision.name()
+        ))),
+        Err(e) => anyhow::bail!(
+            "--precision {}: the device's float type could not be set ({e})",
+            precision.name()
+        ),
+    }
+}
+
+/// The device `--device` names (see each backend's `device`), its float type set to
+/// `precision` before anything is made on it.
+pub fn open(index: Option<usize>, precision: Precision) -> anyhow::Result<Device> {
+    let device = selected::device(index, precision)?;
+    set_precision(&device, precision)?;
+    Ok(device)
+}
+
+/// The device `--device` names, in f32.
+pub fn device(index: Option<usize>) -> anyhow::Result<Device> {
+    open(index, Precision::F32)
+}
 
 /// Autodiff backend the recipes train on.
 pub type Train = burn::backend::Autodiff<Inner>;
@@ -138,19 +247,21 @@ pub type Train = burn::backend::Autodiff<Inner>;
 pub type Device = <Train as burn::tensor::backend::BackendTypes>::Device;
 
 /// The devices of `replicas` data-parallel replicas from `--device` on: on the CPU backend
-/// (one device) every replica shares it; on a GPU backend replica `i` takes device
-/// `--device + i`, each checked as [`device`] checks one.
+/// (one device), or with `share` (`--share-device`), every replica shares it; on a GPU backend
+/// replica `i` takes device `--device + i`, each checked as [`device`] checks one.
 pub fn devices(
     first: Option<usize>,
     replicas: usize,
+    precision: Precision,
+    share: bool,
 ) -> anyhow::Result<Vec<<Inner as burn::tensor::backend::BackendTypes>::Device>> {
-    if NAME.starts_with("cpu") {
-        let device = device(first)?;
+    if share || NAME.starts_with("cpu") {
+        let device = open(first, precision)?;
         return Ok(vec![device; replicas]);
     }
     let first = first.unwrap_or(0);
     (first..first + replicas)
-        .map(|index| device(Some(index)))
+        .map(|index| open(Some(index), precision))
         .collect()
 }
 

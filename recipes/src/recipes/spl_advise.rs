@@ -210,7 +210,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
     } else {
         OptimizerChoice::Adam
     });
-    let device: Device = crate::backend::device(common_args.device)?;
+    let device: Device = crate::backend::open(common_args.device, common_args.precision)?;
     let data = settings.source.load_splits(false)?;
     data.labelled(&format!("recipe `{recipe}`"))?;
     let (_, _, channels) = data.train.image_shape();

@@ -129,6 +129,17 @@ pub struct RecipeArgs {
     /// replica i runs on device --device + i. A run resumes on any number of replicas.
     #[arg(long, default_value_t = 1)]
     pub devices: usize,
+    /// The float type of every tensor of the run: parameters, activations, gradients and
+    /// optimiser state (burn 0.21 has no automatic mixed precision; docs/gpu.md#precision).
+    /// bf16 and f16 halve the memory and use a GPU's tensor cores; a backend without the type
+    /// refuses it.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: crate::backend::Precision,
+    /// GPU backends: run every --devices replica on --device, as the CPU backend does (a check
+    /// of the data-parallel path on a machine with one GPU; it trains no faster). May change on
+    /// --resume.
+    #[arg(long)]
+    pub share_device: bool,
     /// Several machines: how many take part (each with --devices replicas).
     #[arg(long)]
     pub nodes: Option<u32>,

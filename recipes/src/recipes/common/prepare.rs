@@ -402,7 +402,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
             defaults.recipe
         )));
     }
-    let device = backend::device(args.device)?;
+    let device = backend::open(args.device, args.precision)?;
     let data = settings.source.load()?;
     let channels = data.shape().2;
     BackboneSpec {
@@ -702,5 +702,8 @@ pub fn options_table(args: &RecipeArgs, settings: &Settings) -> toml::Table {
     put("curation_warmup", args.curation_warmup.map(int));
     put("curation_retries", args.curation_retries.map(int));
     put("pgd_steps", args.pgd_steps.map(int));
+    if args.precision != crate::backend::Precision::F32 {
+        put("precision", Some(name(args.precision)));
+    }
     t
 }
