@@ -1,26 +1,60 @@
 #!/usr/bin/env python3
-"""The PyTorch + lightly side of a CPU throughput comparison: the work of
+"""The PyTorch + lightly side of a throughput comparison: the work of
 
     recipe moco_v2 --data-dir /usr/share/datasets/fashion-mnist --epochs 3     # --recipe moco_v2
     recipe light_moco --data-dir /usr/share/datasets/fashion-mnist --epochs 3  # --recipe light_moco
 
-(CPU build: backbone `small`) in torch 2.15 / torchvision 0.29 / lightly 1.6, on the CPU.
+in torch 2.15 / torchvision 0.29 / lightly 1.6, on the CPU (the Rust CPU build's default
+backbone `small`) or on a GPU (`--device cuda --backbone resnet18`: the Rust GPU builds' default
+backbone, ResNet-18 with the CIFAR stem).
 
     python3 benches/pytorch/moco_v2_fmnist.py [--recipe moco_v2|light_moco] [--epochs 3]
         [--threads 2] [--workers 2] [--data /usr/share/datasets/fashion-mnist] [--seed 0]
+        [--device cpu|cuda] [--backbone small|resnet18] [--batch 128]
         [--max-steps N] [--knn-subset N] [--knn-at-init]
+
+    # the GPU comparison (8 DataLoader workers augmenting on the CPU):
+    python3 benches/pytorch/moco_v2_fmnist.py --device cuda --backbone resnet18 --workers 8
+
+Options added for the GPU: `--device cuda` puts the model, the queue and every batch on the GPU
+(batches copied from pinned memory, DataLoader `pin_memory=True`, `non_blocking=True`; the kNN
+features are computed and the votes counted there too) and synchronises the GPU before every
+clock read; the augmentation stays in the DataLoader worker processes on the CPU (torchvision v2
+transforms, one image at a time): that is the "torchvision DataLoader" side of the comparison.
+`--backbone resnet18`: see "Backbone" below; the projector's hidden width follows the feature
+width (512) for moco_v2 as for small; light_moco with resnet18 takes the recipe's ResNet-18
+settings (weight decay 1e-4, cosine momentum). `--batch`: images per step (default 128, both
+recipes'); moco_v2's lr stays 0.06, light_moco's follows it (0.2 x batch / 512), and an epoch
+is 60000 // batch steps. PyTorch's own GPU defaults are kept: cudnn.benchmark off, cuDNN
+convolutions allowed to use TF32 (`torch.backends.cudnn.allow_tf32`, default True; matmuls stay
+full f32); the header line prints these settings.
+
+lightly is optional: without it (`ImportError`) the script uses small plain-torch equivalents
+written in this file (`TorchMoCoProjectionHead`, `TorchMemoryBankModule`, `TorchNTXentLoss`
+(its memory-bank branch), `torch_deactivate_requires_grad`, `torch_update_momentum`,
+`torch_knn_predict`), each written from the definition of the lightly piece it stands for, with
+the same random draws in the same order (the projector's two Linear layers, the bank's one
+`torch.randn`), so a run with the same seed starts from the same weights and queue either way.
+benches/pytorch/check_lightly_fallbacks.py compares them with lightly's on random inputs in f32:
+the InfoNCE loss agrees to 1e-6 (values near 8), its gradient to 1e-10, the rest exactly.
+The header line says which was used: "lightly 1.6.0" or "lightly absent: plain-torch
+equivalents". (One difference of no numerical consequence: the fallback's queue pointer is a
+Python int, lightly's a tensor read back every step, a GPU synchronisation on cuda.)
 
 Prints one line per epoch, the kNN accuracies, and a last machine-readable line
 
-    RESULT side=pytorch recipe=... images_per_s=... wall_s=... knn_top1=... ...
+    RESULT side=pytorch recipe=... images_per_s=... wall_s=... knn_top1=... ... device=...
+        backbone=... batch=... peak_alloc_mib=... peak_reserved_mib=...
 
-images_per_s = training images processed (steps x 128) / wall_s; wall_s = from the first batch
+images_per_s = training images processed (steps x batch) / wall_s; wall_s = from the first batch
 request (the first DataLoader iterator, which starts the worker processes) to the end of the
 last step, kNN excluded. knn_s is the final kNN evaluation, images_per_s_incl_knn divides by
 wall_s + knn_s (what the Rust recipe's "done in ... images/s" line measures, less its
 checkpoint write), total_s is the whole process (imports and data loading included).
 knn_top1/knn_top5 are percentages at k = 20, T = 0.07; knn200_* at k = 200, T = 0.1 (the Rust
-monitor scores both settings, so both are computed here).
+monitor scores both settings, so both are computed here). peak_alloc_mib / peak_reserved_mib:
+`torch.cuda.max_memory_allocated()` / `max_memory_reserved()` over the whole process (training
+and kNN) in MiB on cuda, nan on the CPU.
 
 What it mirrors (paths in this repository). Everything but the recipe-specific settings is
 shared by both recipes; the moco_v2 settings come first, light_moco's differences from them in
@@ -37,15 +71,33 @@ the section after.
   ReLU gain; global average pool), 1 input channel, 64-d features. Here: torchvision's `ResNet`
   with `BasicBlock, [1, 1, 1, 1]`, its stem and stages rebuilt at widths 8-64 with its own
   `_make_layer` and init loop, `fc` = identity.
+  `--backbone resnet18` (the Rust default on GPU backends, `BackboneChoice::
+  default_for_backend`): recipes/src/recipes/common/backbone.rs `ResNetConfig::resnet18()
+  .with_stem(Cifar).with_in_channels(1)` (CIFAR stem by default for ResNet-18,
+  `default_stem`): models/src/resnet.rs basic blocks [2, 2, 2, 2], widths 64-512, stem 3x3/1 conv
+  pad 1 no bias + BN + ReLU, no max pool, zero_init_residual false, 512-d features. Here:
+  torchvision's `ResNet(BasicBlock, [2, 2, 2, 2])` (= `resnet18()`) with conv1 replaced by
+  Conv2d(1, 64, 3, 1, 1, bias=False), maxpool and fc by identities. Initialisation: ours draws
+  every convolution from N(0, 2 / fan_out) with fan_out = out_channels / groups x k x k (burn's
+  `Initializer::KaimingNormal { gain: sqrt 2, fan_out_only: true }`, layers.rs `conv_init`), BN
+  weight 1, bias 0; torchvision's init loop is the same (kaiming_normal_, mode fan_out, ReLU
+  gain: std sqrt(2 / (out_channels x k x k)); BN 1 / 0). The two fan-outs differ only for
+  grouped convolutions (torch does not divide by the groups), and ResNet-18 has none. The one
+  trap is on this side: the replaced conv1 would keep nn.Conv2d's default init
+  (kaiming_uniform_, a = sqrt 5, fan-in) since torchvision's loop ran in the constructor, so it
+  is re-initialised here with torchvision's kaiming_normal_ fan-out. (torchvision also draws
+  the 7x7 conv1 and the 512 x 1000 fc it builds and drops: a different position in the random
+  stream only; the draws differ from ours anyway.)
 - Method: src/method/moco.rs (query = online backbone + projector on view 1, key = momentum
   encoder on view 2 in training mode, i.e. batch statistics, no shuffle-BN; not symmetric;
   InfoNCE against a 4096-key queue initialised with normalised Gaussian keys, the step's keys
   enqueued after the loss; EMA of the trainable parameters only, m = 0.99 constant, after the
   optimiser step), src/method/ema.rs, src/method/queue.rs, src/loss/info_nce.rs (q and k
   L2-normalised, logits [q.k+, q.queue] / 0.2, mean cross-entropy), src/head.rs (MoCo v2
-  projector Linear(64, 64) + ReLU + Linear(64, 128), both with bias, no BN). Here: lightly's
-  `MoCoProjectionHead(64, 64, 128)`, `NTXentLoss(temperature=0.2, memory_bank_size=(4096, 128))`
-  (same logits, queue and FIFO), `deactivate_requires_grad`, `update_momentum`.
+  projector Linear(64, 64) + ReLU + Linear(64, 128), both with bias, no BN; Linear(512, 512)
+  + ReLU + Linear(512, 128) on resnet18). Here: lightly's `MoCoProjectionHead(64, 64, 128)`,
+  `NTXentLoss(temperature=0.2, memory_bank_size=(4096, 128))` (same logits, queue and FIFO),
+  `deactivate_requires_grad`, `update_momentum` (or their plain-torch equivalents, above).
 - Optimiser and schedule: src/optim/sgd.rs (PyTorch's SGD: momentum 0.9, dampening 0, no
   Nesterov, weight decay 5e-4 added to the gradient of every trainable parameter, BN and biases
   included), src/optim/schedule.rs + `TrainConfig::schedule` in src/train/mod.rs (per step:
@@ -68,13 +120,17 @@ the section after.
   the views, batches of 256; the bank is the 60,000 training images, the queries the 10,000 test
   images; features L2-normalised; the k most cosine-similar bank features vote with weight
   exp(sim / T); settings (k 20, T 0.07) and (k 200, T 0.1); top-1 and top-5. Here: lightly's
-  `knn_predict` on chunks of 256 queries. Run once at the end (the Rust trainer's last epoch,
-  `knn_every` 5 > 3 epochs); `--knn-at-init` adds the Rust recipe's evaluation before training
-  (outside its timer too).
+  `knn_predict` (or `torch_knn_predict`) on chunks of 256 queries. Run once at the end (the
+  Rust trainer's last epoch, `knn_every` 5 > 3 epochs); `--knn-at-init` adds the Rust recipe's
+  evaluation before training (outside its timer too).
 
 light_moco (`--recipe light_moco`): MoCo v2's network, data, augmentation, backbone, loader
 and kNN monitor as above, with these settings (line numbers as of this writing):
 
+- With `--backbone resnet18` (light_moco.rs `weight_decay`, `method_config`): weight decay 1e-4
+  instead of 1e-5, and the key-encoder momentum rises along a cosine from 0.99 to 1
+  (src/method/ema.rs `cosine_momentum`: m = 1 - 0.01 (1 + cos(pi s / total)) / 2 at step s,
+  0-based, src/method/momentum.rs `momentum_at`); everything below is for `small`.
 - Recipe: recipes/src/recipes/light_moco.rs `defaults` (l. 68-82): batch 128 (`BATCH_SIZE`,
   l. 38), preset `PipelineConfig::moco_v2` (l. 75), warm-up `WARMUP_EPOCHS` = 5 (l. 40);
   `train` (l. 91-102) with the CPU default backbone `small` (`BackboneChoice::
@@ -142,6 +198,9 @@ Where the two sides knowingly differ:
   and part of what the comparison measures.
 - Threads: burn's Flex backend runs on rayon (one thread per core); torch here uses
   `--threads` intra-op threads (2) with OMP_WAIT_POLICY=PASSIVE, plus the worker processes.
+- On a GPU: ours augments the batch on the GPU (the same batched tensor ops on the GPU backend),
+  here the DataLoader workers augment on the CPU and the batches are copied to the GPU; PyTorch's
+  cuDNN convolutions may run in TF32 (its default), burn's in f32.
 - Bookkeeping: ours writes steps.csv / epochs.csv rows and a progress bar, a checkpoint at the
   end and plots afterwards; none of that is done here (the checkpoint write falls inside the
   Rust "done in" time, not inside its per-epoch images/s).
@@ -186,31 +245,166 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from torchvision.models.resnet import BasicBlock, ResNet
 
-import lightly
-from lightly.loss import NTXentLoss
-from lightly.models.modules import MoCoProjectionHead
-from lightly.models.modules.memory_bank import MemoryBankModule
-from lightly.models.utils import deactivate_requires_grad, update_momentum
-from lightly.utils.benchmarking import knn_predict
+
+# ---------------------------------------------------------------------------------------------
+# Plain-torch equivalents of the lightly 1.6 pieces used below, written from their definitions
+# (not copied). Used when lightly is not installed; benches/pytorch/check_lightly_fallbacks.py
+# checks that they give lightly's numbers (same seed, same random draws in the same order).
+
+
+class TorchMoCoProjectionHead(nn.Module):
+    """Stands for lightly's `MoCoProjectionHead(input_dim, hidden_dim, output_dim)` as used here
+    (2 layers, batch_norm False): Linear(d, h) + ReLU + Linear(h, out), both with bias, no BN,
+    in an `nn.Sequential` named `layers` (the same parameters, created in the same order)."""
+
+    def __init__(self, input_dim: int, hidden_dim: int, output_dim: int):
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Linear(input_dim, hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, output_dim)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+class TorchMemoryBankModule(nn.Module):
+    """Stands for lightly's `MemoryBankModule(size=(n, d), feature_dim_first=...)`: a FIFO of n
+    keys of d values, initialised with standard Gaussian rows (one `torch.randn((n, d))` draw)
+    each L2-normalised, the write pointer at 0. `forward(keys, update=True)` returns
+    (keys, a detached copy of the bank as it was before this call: [d, n] if feature_dim_first,
+    else [n, d]) and then writes the (detached) keys at the pointer: rows ptr..ptr+b, the
+    pointer moving on by b; when ptr + b reaches n, only the first n - ptr keys are written
+    (rows ptr..n; the rest of the batch is dropped, as lightly does) and the pointer returns
+    to 0."""
+
+    def __init__(self, size, feature_dim_first: bool = True):
+        super().__init__()
+        n, d = size
+        self.size = (n, d)
+        self.feature_dim_first = feature_dim_first
+        self.register_buffer("bank", F.normalize(torch.randn((n, d)), dim=-1), persistent=False)
+        self.ptr = 0  # a Python int: no device read-back per step (lightly keeps a tensor)
+
+    def forward(self, output: torch.Tensor, labels=None, update: bool = False):
+        bank = self.bank.clone().detach()
+        if self.feature_dim_first:
+            bank = bank.t()
+        if update:
+            self._dequeue_and_enqueue(output)
+        return output, bank
+
+    @torch.no_grad()
+    def _dequeue_and_enqueue(self, keys: torch.Tensor) -> None:
+        n, b, ptr = self.size[0], keys.shape[0], self.ptr
+        if ptr + b >= n:
+            self.bank[ptr:] = keys[: n - ptr].detach()
+            self.ptr = 0
+        else:
+            self.bank[ptr : ptr + b] = keys.detach()
+            self.ptr = ptr + b
+
+
+class TorchNTXentLoss(nn.Module):
+    """Stands for lightly's `NTXentLoss(temperature, memory_bank_size=(n, d))`, its memory-bank
+    branch only (the one MoCo uses): q = normalise(out0), k = normalise(out1); the bank as it
+    was before the call (its `TorchMemoryBankModule` is made in the constructor, so its draw
+    comes at the same point of the random stream as lightly's); k enqueued when q requires a
+    gradient; logits [q.k, q.bank] / T with the positive at index 0; mean cross-entropy."""
+
+    def __init__(self, temperature: float = 0.5, memory_bank_size=(4096, 128)):
+        super().__init__()
+        if abs(temperature) < 1e-8:
+            raise ValueError(f"Illegal temperature: abs({temperature}) < 1e-8")
+        self.memory_bank = TorchMemoryBankModule(size=memory_bank_size, feature_dim_first=True)
+        self.temperature = temperature
+
+    def forward(self, out0: torch.Tensor, out1: torch.Tensor) -> torch.Tensor:
+        q = F.normalize(out0, dim=1)
+        k = F.normalize(out1, dim=1)
+        k, negatives = self.memory_bank(k, update=q.requires_grad)  # negatives: [d, n]
+        positive = (q * k).sum(dim=1, keepdim=True)  # [B, 1]
+        logits = torch.cat([positive, q @ negatives.to(q.device)], dim=1) / self.temperature
+        labels = torch.zeros(q.shape[0], dtype=torch.long, device=q.device)
+        return F.cross_entropy(logits, labels)
+
+
+def torch_deactivate_requires_grad(model: nn.Module) -> None:
+    """Stands for lightly's `deactivate_requires_grad`: no gradient for any parameter."""
+    for p in model.parameters():
+        p.requires_grad = False
+
+
+@torch.no_grad()
+def torch_update_momentum(model: nn.Module, model_ema: nn.Module, m: float) -> None:
+    """Stands for lightly's `update_momentum`: p_ema = m * p_ema + (1 - m) * p, parameter by
+    parameter (buffers such as BN running statistics untouched)."""
+    ema = list(model_ema.parameters())
+    torch._foreach_mul_(ema, m)
+    torch._foreach_add_(ema, list(model.parameters()), alpha=1.0 - m)
+
+
+@torch.no_grad()
+def torch_knn_predict(feature, feature_bank, feature_labels, num_classes: int,
+                      knn_k: int = 200, knn_t: float = 0.1) -> torch.Tensor:
+    """Stands for lightly's `knn_predict` (feature [B, D], feature_bank [D, N], labels [N]):
+    the k most similar bank columns (dot products) vote for their label with weight
+    exp(sim / T) (a one-hot [B*k, C] scattered from the labels, weighted and summed over the
+    k); returns the classes sorted by descending score, [B, C] (argsort, as lightly)."""
+    sim = feature @ feature_bank  # [B, N]
+    weight, index = sim.topk(k=knn_k, dim=-1)  # [B, k]
+    labels = torch.gather(feature_labels.expand(feature.shape[0], -1), dim=-1, index=index)
+    weight = (weight / knn_t).exp()
+    one_hot = torch.zeros(feature.shape[0] * knn_k, num_classes, device=labels.device)
+    one_hot = one_hot.scatter(dim=-1, index=labels.reshape(-1, 1), value=1.0)
+    scores = (one_hot.view(feature.shape[0], knn_k, num_classes) * weight.unsqueeze(-1)).sum(1)
+    return scores.argsort(dim=-1, descending=True)
+
+
+try:
+    import lightly
+    from lightly.loss import NTXentLoss
+    from lightly.models.modules import MoCoProjectionHead
+    from lightly.models.modules.memory_bank import MemoryBankModule
+    from lightly.models.utils import deactivate_requires_grad, update_momentum
+    from lightly.utils.benchmarking import knn_predict
+
+    LIGHTLY = f"lightly {lightly.__version__}"
+except ImportError:
+    lightly = None
+    NTXentLoss = TorchNTXentLoss
+    MoCoProjectionHead = TorchMoCoProjectionHead
+    MemoryBankModule = TorchMemoryBankModule
+    deactivate_requires_grad = torch_deactivate_requires_grad
+    update_momentum = torch_update_momentum
+    knn_predict = torch_knn_predict
+    LIGHTLY = "lightly absent: plain-torch equivalents"
 
 # Shared by both recipes (recipes/src/recipes/{moco_v2,light_moco}.rs, src/method/moco.rs)
-BATCH = 128
+BATCH = 128  # the default of --batch
 MOMENTUM_SGD = 0.9
 EMA_MOMENTUM = 0.99
 QUEUE = 4096
 OUT_DIM = 128
-# Per recipe. hidden_dim None: the backbone's feature width (MoCo v2's MLP).
+# Per recipe. hidden_dim None: the backbone's feature width (MoCo v2's MLP). lr: a function of
+# the batch size; weight_decay and cosine_momentum: functions of the backbone.
 RECIPES = {
-    # recipes/src/recipes/moco_v2.rs: lr 0.06, no warm-up, SgdConfig::new() (wd 5e-4),
-    # MoCoConfig::moco_v2() (InfoNCE, tau 0.2, not symmetric).
-    "moco_v2": dict(lr=0.06, warmup_epochs=0, weight_decay=5e-4, hidden_dim=None,
-                    temperature=0.2, symmetric=False, soft_nce=None),
-    # recipes/src/recipes/light_moco.rs: lr 0.2 * 128 / 512, 5 warm-up epochs (capped at the
-    # epochs), wd 1e-5 (not ResNet-18), MoCoConfig::light_moco() (head 2048, symmetric SoftNCE
-    # with tau 0.1, alpha 0.8, K 20, linear-decay weights, static alpha).
-    "light_moco": dict(lr=0.2 * BATCH / 512, warmup_epochs=5, weight_decay=1e-5, hidden_dim=2048,
-                       temperature=0.1, symmetric=True,
-                       soft_nce=dict(alpha=0.8, top_k=20, weights="linear_decay")),
+    # recipes/src/recipes/moco_v2.rs: lr 0.06 whatever the batch, no warm-up, SgdConfig::new()
+    # (wd 5e-4), MoCoConfig::moco_v2() (InfoNCE, tau 0.2, not symmetric, m 0.99 constant) on
+    # every backbone.
+    "moco_v2": dict(lr=lambda batch: 0.06, warmup_epochs=0,
+                    weight_decay=lambda backbone: 5e-4, hidden_dim=None,
+                    temperature=0.2, symmetric=False, soft_nce=None,
+                    cosine_momentum=lambda backbone: False),
+    # recipes/src/recipes/light_moco.rs: lr 0.2 * batch / 512 (`lr_for_batch`), 5 warm-up epochs
+    # (capped at the epochs), wd 1e-4 on ResNet-18 and 1e-5 otherwise (`weight_decay`),
+    # MoCoConfig::light_moco() (head 2048, symmetric SoftNCE with tau 0.1, alpha 0.8, K 20,
+    # linear-decay weights, static alpha), m 0.99 rising along a cosine to 1 on ResNet-18 only
+    # (`method_config`).
+    "light_moco": dict(lr=lambda batch: 0.2 * batch / 512, warmup_epochs=5,
+                       weight_decay=lambda backbone: 1e-4 if backbone == "resnet18" else 1e-5,
+                       hidden_dim=2048, temperature=0.1, symmetric=True,
+                       soft_nce=dict(alpha=0.8, top_k=20, weights="linear_decay"),
+                       cosine_momentum=lambda backbone: backbone == "resnet18"),
 }
 # src/augment/normalize.rs
 MEAN, STD = [0.2860], [0.3530]
@@ -304,14 +498,38 @@ class SmallResNet(ResNet):
                 nn.init.constant_(m.bias, 0)
 
 
+class CifarResNet18(ResNet):
+    """`--backbone resnet18` (the Rust GPU default): recipes/src/recipes/common/backbone.rs
+    `ResNetConfig::resnet18().with_stem(Cifar).with_in_channels(1)`, i.e. torchvision's
+    resnet18 (BasicBlock, [2, 2, 2, 2], widths 64-512, zero_init_residual False) with the CIFAR
+    stem: conv1 = 3x3/1 conv pad 1 no bias on `in_channels` channels, no max pool, fc =
+    identity; returns the 512 pooled features."""
+
+    def __init__(self, in_channels: int = 1):
+        super().__init__(BasicBlock, [2, 2, 2, 2])  # torchvision's resnet18(weights=None)
+        self.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
+        # torchvision's init of the convolution it replaces (a fresh nn.Conv2d would otherwise
+        # keep PyTorch's default kaiming_uniform_(a=sqrt(5)), fan-in)
+        nn.init.kaiming_normal_(self.conv1.weight, mode="fan_out", nonlinearity="relu")
+        self.maxpool = nn.Identity()
+        self.fc = nn.Identity()
+        self.feature_dim = 512
+
+
+BACKBONES = {
+    "small": lambda: SmallResNet(in_channels=1, width=8),
+    "resnet18": lambda: CifarResNet18(in_channels=1),
+}
+
+
 class MoCoV2(nn.Module):
     """src/method/moco.rs with `MoCoConfig::moco_v2().with_momentum(0.99).with_queue_size(4096)`
     (`hidden_dim` None: the feature width), or Light-MoCo's network, the same with a 2048-wide
     hidden layer (`MoCoConfig::light_moco()`, `hidden_dim` 2048)."""
 
-    def __init__(self, hidden_dim=None):
+    def __init__(self, hidden_dim=None, backbone: str = "small"):
         super().__init__()
-        self.backbone = SmallResNet(in_channels=1, width=8)
+        self.backbone = BACKBONES[backbone]()
         d = self.backbone.feature_dim
         hidden = d if hidden_dim is None else hidden_dim
         self.projection_head = MoCoProjectionHead(d, hidden, OUT_DIM)  # no BN
@@ -377,6 +595,13 @@ class SoftNCELoss(nn.Module):
         return (log_partition - positive * (self.alpha / tau) - soft / tau).mean()
 
 
+def cosine_momentum_at(base: float, progress: float) -> float:
+    """src/method/ema.rs `cosine_momentum`: m(p) = 1 - (1 - base) (1 + cos(pi p)) / 2,
+    p clamped to [0, 1]: base at the first step, rising to 1 at the end."""
+    p = min(max(progress, 0.0), 1.0)
+    return 1.0 - (1.0 - base) * (1.0 + math.cos(math.pi * p)) / 2.0
+
+
 def lr_at(step: int, total: int, base_lr: float, warmup: int = 0) -> float:
     """src/optim/schedule.rs `WarmupCosine::lr_at` with final lr 0: linear warm-up from
     base_lr / warmup to base_lr over the first `warmup` steps, then a cosine to 0 at `total`."""
@@ -392,22 +617,31 @@ def lr_at(step: int, total: int, base_lr: float, warmup: int = 0) -> float:
 
 
 @torch.no_grad()
-def features_of(backbone: nn.Module, images: torch.Tensor) -> torch.Tensor:
+def features_of(backbone: nn.Module, images: torch.Tensor, device=None) -> torch.Tensor:
+    """The backbone's features of uint8 `images`, batches of 256, on `device` (default: the
+    images' device; the uint8 batches are copied there before the conversion to floats)."""
     norm = T.Normalize(MEAN, STD)
     out = []
     for start in range(0, images.shape[0], KNN_BATCH):
-        x = images[start : start + KNN_BATCH].float().div_(255.0)
+        x = images[start : start + KNN_BATCH]
+        if device is not None:
+            x = x.to(device, non_blocking=True)
+        x = x.float().div_(255.0)
         out.append(backbone(norm(x)))
     return torch.cat(out)
 
 
 @torch.no_grad()
-def knn_evaluate(backbone, train_x, train_y, test_x, test_y, num_classes=10):
+def knn_evaluate(backbone, train_x, train_y, test_x, test_y, num_classes=10, device=None):
+    """kNN accuracies of the backbone's features; `device` None: where the tensors are (the
+    CPU), else the images are fed to the backbone there and the votes are counted there."""
     was_training = backbone.training
     backbone.eval()
-    bank = F.normalize(features_of(backbone, train_x), dim=1)
-    queries = F.normalize(features_of(backbone, test_x), dim=1)
+    bank = F.normalize(features_of(backbone, train_x, device), dim=1)
+    queries = F.normalize(features_of(backbone, test_x, device), dim=1)
     backbone.train(was_training)
+    if device is not None:
+        train_y, test_y = train_y.to(device), test_y.to(device)
     bank_t = bank.t().contiguous()
     results = []
     for k, t in KNN_SETTINGS:
@@ -441,6 +675,14 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (main process)")
     ap.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where the model, queue and batches live (augmentation stays in the "
+                         "DataLoader workers on the CPU); default cpu")
+    ap.add_argument("--backbone", choices=sorted(BACKBONES), default="small",
+                    help="small (the Rust CPU default) or resnet18 with the CIFAR stem (the Rust "
+                         "GPU default); default small")
+    ap.add_argument("--batch", type=int, default=BATCH,
+                    help=f"images per step (default {BATCH}, the recipes' batch)")
     ap.add_argument("--max-steps", type=int, default=None,
                     help="stop after this many steps (a smoke test; the lr plan stays the full run's)")
     ap.add_argument("--knn-subset", type=int, default=None,
@@ -449,13 +691,34 @@ def main():
                     help="also score the untrained backbone before training, as the Rust recipe does")
     args = ap.parse_args()
     cfg = RECIPES[args.recipe]
-    base_lr = cfg["lr"]
+    batch_size = args.batch
+    if batch_size < 2:
+        raise SystemExit(f"--batch {batch_size}: must be at least 2")
+    base_lr = cfg["lr"](batch_size)
+    weight_decay = cfg["weight_decay"](args.backbone)
+    cosine_momentum = cfg["cosine_momentum"](args.backbone)
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch.cuda.is_available() is False")
+    device = torch.device(args.device)
+
+    def clock() -> float:
+        """time.perf_counter() after the GPU's queued work has finished (on cuda)."""
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, lightly "
-          f"{lightly.__version__}; {args.threads} threads, {args.workers} workers, "
+    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, {LIGHTLY}; "
+          f"{args.threads} threads, {args.workers} workers, "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}", flush=True)
+    if cuda:
+        print(f"device: {torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda}, cuDNN "
+              f"{torch.backends.cudnn.version()}; cudnn.benchmark "
+              f"{torch.backends.cudnn.benchmark}, cudnn.allow_tf32 "
+              f"{torch.backends.cudnn.allow_tf32}, matmul.allow_tf32 "
+              f"{torch.backends.cuda.matmul.allow_tf32})", flush=True)
 
     train_x, train_y = load_split(args.data, "train")
     test_x, test_y = load_split(args.data, "t10k")
@@ -472,9 +735,9 @@ def main():
     dataset = TwoViews(train_x, view_transform(side))
     generator = torch.Generator().manual_seed(args.seed)
     loader = DataLoader(
-        dataset, batch_size=BATCH, shuffle=True, drop_last=True, num_workers=args.workers,
+        dataset, batch_size=batch_size, shuffle=True, drop_last=True, num_workers=args.workers,
         persistent_workers=args.workers > 0, prefetch_factor=2 if args.workers > 0 else None,
-        generator=generator,
+        generator=generator, pin_memory=cuda,
     )
     batches = len(loader)  # 60000 // 128 = 468 (drop_last, src/data/loader.rs num_batches)
     total_steps = args.epochs * batches
@@ -482,7 +745,8 @@ def main():
     warmup_epochs = min(cfg["warmup_epochs"], args.epochs)
     warmup_steps = warmup_epochs * batches
 
-    model = MoCoV2(hidden_dim=cfg["hidden_dim"]).train()
+    # built on the CPU (the same random draws on either device), then moved
+    model = MoCoV2(hidden_dim=cfg["hidden_dim"], backbone=args.backbone).train()
     tau = cfg["temperature"]
     if cfg["soft_nce"] is None:
         criterion = NTXentLoss(temperature=tau, memory_bank_size=(QUEUE, OUT_DIM))
@@ -490,33 +754,41 @@ def main():
     else:
         criterion = SoftNCELoss(temperature=tau, **cfg["soft_nce"])
         # src/method/queue.rs: normalised Gaussian keys, FIFO of 2B = 256 keys per step
-        queue = MemoryBankModule(size=(QUEUE, OUT_DIM), feature_dim_first=False)
+        queue = MemoryBankModule(size=(QUEUE, OUT_DIM), feature_dim_first=False).to(device)
+    model.to(device)
+    criterion.to(device)  # NTXentLoss's memory bank; SoftNCE's weights
     optimizer = torch.optim.SGD(model.online_parameters(), lr=base_lr, momentum=MOMENTUM_SGD,
-                                weight_decay=cfg["weight_decay"])
+                                weight_decay=weight_decay)
     n_params = sum(p.numel() for p in model.online_parameters())
     soft = cfg["soft_nce"]
     loss_desc = (f"InfoNCE tau {tau}" if soft is None else
                  f"symmetric SoftNCE tau {tau} alpha {soft['alpha']} K {soft['top_k']} "
                  f"{soft['weights']}")
-    print(f"{args.recipe}: {args.epochs} epochs x {batches} steps, batch {BATCH}, lr {base_lr:g} "
-          f"({warmup_epochs} warm-up epochs), weight decay {cfg['weight_decay']:g}, backbone "
-          f"small ({n_params} trainable parameters with the projector), queue {QUEUE}, "
-          f"{loss_desc}, m {EMA_MOMENTUM}", flush=True)
+    print(f"{args.recipe}: {args.epochs} epochs x {batches} steps, batch {batch_size}, lr "
+          f"{base_lr:g} ({warmup_epochs} warm-up epochs), weight decay {weight_decay:g}, backbone "
+          f"{args.backbone} ({n_params} trainable parameters with the projector), queue {QUEUE}, "
+          f"{loss_desc}, m {EMA_MOMENTUM}{' rising to 1 (cosine)' if cosine_momentum else ''}, "
+          f"device {args.device}", flush=True)
+    knn_device = device if cuda else None
 
     if args.knn_at_init:
-        t = time.perf_counter()
-        res = knn_evaluate(model.backbone, knn_train_x, knn_train_y, knn_test_x, knn_test_y)
+        t = clock()
+        res = knn_evaluate(model.backbone, knn_train_x, knn_train_y, knn_test_x, knn_test_y,
+                           device=knn_device)
         print_knn(res, "kNN at initialisation")
-        print(f"  ({time.perf_counter() - t:.1f} s)", flush=True)
+        print(f"  ({clock() - t:.1f} s)", flush=True)
 
     step = 0
     done = False
-    train_start = time.perf_counter()
+    train_start = clock()
     train_end = train_start
     for epoch in range(args.epochs):
-        epoch_start = time.perf_counter()
+        epoch_start = clock()
         loss_sum, images, lr = 0.0, 0, 0.0
         for x1, x2 in loader:
+            if cuda:
+                x1 = x1.to(device, non_blocking=True)
+                x2 = x2.to(device, non_blocking=True)
             lr = lr_at(step, total_steps, base_lr, warmup_steps)
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -538,33 +810,46 @@ def main():
             loss_value = loss.item()  # the Rust trainer's one read-back per step
             if not math.isfinite(loss_value):
                 raise SystemExit(f"non-finite loss {loss_value} at step {step}")
-            model.update_momentum(EMA_MOMENTUM)  # after the step, as MoCo::after_step
+            # after the step, as MoCo::after_step (src/method/momentum.rs `momentum_at`: the
+            # cosine rise at progress step / total_steps, step the 0-based index of this step)
+            m = cosine_momentum_at(EMA_MOMENTUM, step / total_steps) if cosine_momentum \
+                else EMA_MOMENTUM
+            model.update_momentum(m)
             loss_sum += loss_value
             images += x1.shape[0]
             step += 1
-            train_end = time.perf_counter()
+            train_end = clock()
             if args.max_steps is not None and step >= args.max_steps:
                 done = True
                 break
-        seconds = time.perf_counter() - epoch_start
-        steps_in_epoch = images // BATCH
+        seconds = clock() - epoch_start
+        steps_in_epoch = images // batch_size
         print(f"epoch {epoch + 1}/{args.epochs}: mean loss {loss_sum / max(steps_in_epoch, 1):.4f}, "
               f"lr {lr:.5f}, {images / seconds:.1f} images/s, {seconds:.1f} s"
               + (f" ({steps_in_epoch} steps, --max-steps)" if done else ""), flush=True)
         if done:
             break
     wall = train_end - train_start
-    trained_images = step * BATCH
+    trained_images = step * batch_size
 
-    knn_start = time.perf_counter()
-    results = knn_evaluate(model.backbone, knn_train_x, knn_train_y, knn_test_x, knn_test_y)
-    knn_s = time.perf_counter() - knn_start
+    knn_start = clock()
+    results = knn_evaluate(model.backbone, knn_train_x, knn_train_y, knn_test_x, knn_test_y,
+                           device=knn_device)
+    knn_s = clock() - knn_start
     print(f"done: {step} steps, {trained_images / wall:.1f} images/s, training {wall:.1f} s, "
           f"kNN {knn_s:.1f} s (bank {knn_train_x.shape[0]}, queries {knn_test_x.shape[0]})",
           flush=True)
     print_knn(results)
-    total = time.perf_counter() - PROCESS_START
+    total = clock() - PROCESS_START
     print(f"total process time {total:.1f} s", flush=True)
+    if cuda:  # the whole process: training and kNN
+        mib = 1024.0 * 1024.0
+        peak_alloc = torch.cuda.max_memory_allocated(device) / mib
+        peak_reserved = torch.cuda.max_memory_reserved(device) / mib
+        print(f"GPU memory: peak allocated {peak_alloc:.1f} MiB, peak reserved "
+              f"{peak_reserved:.1f} MiB", flush=True)
+    else:
+        peak_alloc = peak_reserved = float("nan")
     (k20, t20, top1, top5), (_, _, top1_200, top5_200) = results[0], results[1]
     print(
         f"RESULT side=pytorch recipe={args.recipe} images_per_s={trained_images / wall:.2f} "
@@ -573,7 +858,9 @@ def main():
         f"knn200_top5={top5_200:.2f} knn_s={knn_s:.2f} "
         f"images_per_s_incl_knn={trained_images / (wall + knn_s):.2f} steps={step} "
         f"images={trained_images} epochs={args.epochs} threads={args.threads} "
-        f"workers={args.workers} total_s={total:.2f}",
+        f"workers={args.workers} total_s={total:.2f} device={args.device} "
+        f"backbone={args.backbone} batch={batch_size} peak_alloc_mib={peak_alloc:.1f} "
+        f"peak_reserved_mib={peak_reserved:.1f}",
         flush=True,
     )
 

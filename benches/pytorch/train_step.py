@@ -1,23 +1,61 @@
 #!/usr/bin/env python3
-"""The work of benches/train_step.rs in PyTorch: one training step of SimCLR, MoCo v2, BYOL and
-SimSiam with ResNet-18 (CIFAR stem) at batch 128 on 32×32 images, on the CPU.
+"""The work of benches/train_step.rs and `recipe bench_step` (recipes/src/recipes/bench_step.rs)
+in PyTorch: one training step of SimCLR, MoCo v2, BYOL and SimSiam with ResNet-18 (CIFAR stem)
+on fixed views, on the CPU (default) or a CUDA GPU.
 
-    python3 benches/pytorch/train_step.py [--threads 2] [--batch 128] [--iters 3] [method ...]
+    python3 benches/pytorch/train_step.py [--device cpu|cuda] [--threads 2] [--batch 128]
+        [--image-size 32] [--precision f32|bf16|f16] [--compile] [--no-tf32]
+        [--iters 3 | --steps N] [--warmup N] [--json] [method ...]
 
 Same networks and heads as the Rust methods (defaults of SimClrConfig, MoCoConfig::moco_v2,
 ByolConfig, SimSiamConfig): forward of both views, the loss, backward, SGD (momentum 0.9,
-weight decay 5e-4), then the EMA / queue update. Views are fixed random tensors (augmentation
-is timed separately). Prints source images/s (median of --iters timed steps after one warm-up).
+weight decay 5e-4), then the EMA / queue update. Views are fixed pseudo-random images, the same
+values as `recipe bench_step`'s (a multiplicative hash of the index and the seed; augmentation
+is timed separately).
+
+Timing, two modes:
+- default (`--iters N`, the CPU comparison of benches/README.md): `--warmup` step(s) (default 1),
+  then N steps each timed on its own (the device synchronised after each); the median.
+- `--steps N` (the semantics of `recipe bench_step`): `--warmup` steps (default 5), synchronise
+  (`torch.cuda.synchronize()` on cuda), then N steps timed together, synchronise;
+  ms_per_step = total / N. The warm-up time (warmup_s) absorbs `--compile`'s compilation.
+
+`--precision bf16|f16` is PyTorch's mixed precision: `torch.autocast(device, dtype)` around the
+forward and the loss, f32 master weights, gradients and optimizer state, and for f16 a
+`torch.amp.GradScaler`. The Rust side's `--precision bf16` instead makes every tensor bf16
+(weights, activations, gradients, optimizer state: burn 0.21 has no autocast), so the comparison
+is "each framework's half-precision mode", not the same arithmetic. f32 is plain f32 with
+PyTorch's defaults on cuda (cuDNN convolutions may use TF32, matmuls not); `--no-tf32` turns
+TF32 off for both. On cuda, cudnn.benchmark is on (kernels tuned during the warm-up, as burn's
+autotune is).
+
+`--compile` wraps the model's loss computation (`model.loss`, the forward of both views and the
+loss) in `torch.compile` (default mode); backward goes through the compiled graph (AOTAutograd),
+the SGD step and the EMA / queue update stay eager. If compiling or running a method fails, its
+line carries an "error" field and the next method runs.
+
+`--json` prints one JSON line per method with the fields of `recipe bench_step` (method,
+backend "pytorch-eager" / "pytorch-compile", precision, batch_size, image_size, steps, warmup_s,
+ms_per_step, images_per_s, first_loss, last_loss) plus peak_alloc_mib / peak_reserved_mib
+(torch.cuda.max_memory_allocated / max_memory_reserved over the method, NaN on the CPU), device
+and torch. Otherwise one line of text per method: ms/step and source images/s.
 """
 
 import argparse
+import contextlib
 import copy
+import gc
+import json
+import math
 import os
 import statistics
+import sys
 import time
+import traceback
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 import torchvision
@@ -48,7 +86,7 @@ def nt_xent(z1, z2, t=0.5):
     n = z1.shape[0]
     sim = z @ z.t() / t
     sim.fill_diagonal_(float("-inf"))
-    target = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)])
+    target = torch.cat([torch.arange(n, 2 * n, device=z.device), torch.arange(0, n, device=z.device)])
     return F.cross_entropy(sim, target)
 
 
@@ -83,7 +121,7 @@ class MoCo(nn.Module):
         neg = q @ self.queue.t()
         logits = torch.cat([pos, neg], 1) / self.t
         self.pending = k
-        return F.cross_entropy(logits, torch.zeros(q.shape[0], dtype=torch.long))
+        return F.cross_entropy(logits, torch.zeros(q.shape[0], dtype=torch.long, device=q.device))
 
     @torch.no_grad()
     def after_step(self):
@@ -142,36 +180,171 @@ class SimSiam(nn.Module):
 METHODS = {"simclr": SimClr, "moco_v2": MoCo, "byol": Byol, "simsiam": SimSiam}
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("methods", nargs="*", default=list(METHODS))
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    x1 = torch.rand(args.batch, 3, 32, 32)
-    x2 = torch.rand(args.batch, 3, 32, 32)
-    print(f"torch {torch.__version__}, {args.threads} threads, batch {args.batch}")
-    for name in args.methods:
-        model = METHODS[name]().train()
-        opt = torch.optim.SGD(
-            [p for p in model.parameters() if p.requires_grad],
-            lr=0.05, momentum=0.9, weight_decay=5e-4,
-        )
-        times = []
-        for i in range(args.iters + 1):
-            t0 = time.perf_counter()
-            loss = model.loss(x1, x2)
-            opt.zero_grad()
+METHODS = {"simclr": SimClr, "moco_v2": MoCo, "byol": Byol, "simsiam": SimSiam}
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def views(n, side, seed, device):
+    """`recipe bench_step`'s views: value i = ((i ^ (seed << 40)) * 0x9E3779B97F4A7C15 mod 2^64
+    >> 40) / 2^24, in [0, 1)."""
+    i = np.arange(n * 3 * side * side, dtype=np.uint64)
+    h = (i ^ np.uint64(seed << 40)) * np.uint64(0x9E3779B97F4A7C15)
+    v = (h >> np.uint64(40)).astype(np.float32) / np.float32(1 << 24)
+    return torch.from_numpy(v.reshape(n, 3, side, side)).to(device)
+
+
+def time_method(name, args, device, x1, x2):
+    """Builds the method, runs the warm-up and the timed steps; returns the result's fields."""
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    model = METHODS[name]().to(device).train()
+    opt = torch.optim.SGD(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=0.05, momentum=0.9, weight_decay=5e-4,
+    )
+    loss_fn = torch.compile(model.loss) if args.compile else model.loss
+    if args.precision == "f32":
+        amp = contextlib.nullcontext
+    else:
+        amp = lambda: torch.autocast(device.type, dtype=DTYPES[args.precision])
+    scaler = torch.amp.GradScaler(device.type) if args.precision == "f16" else None
+
+    def step():
+        with amp():
+            loss = loss_fn(x1, x2)
+        opt.zero_grad()
+        if scaler is None:
             loss.backward()
             opt.step()
-            model.after_step()
-            if i > 0:
-                times.append(time.perf_counter() - t0)
-        t = statistics.median(times)
-        print(f"{name:10s} {t * 1000:9.1f} ms/step  {args.batch / t:7.2f} images/s")
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        model.after_step()
+        return loss.detach()
+
+    losses = []
+    started = time.perf_counter()
+    for _ in range(args.warmup):
+        losses.append(step())
+    sync()
+    warmup_s = time.perf_counter() - started
+    if args.steps is not None:
+        timed = time.perf_counter()
+        for _ in range(args.steps):
+            losses.append(step())
+        sync()
+        seconds = (time.perf_counter() - timed) / args.steps
+        steps = args.steps
+    else:
+        times = []
+        for _ in range(args.iters):
+            t0 = time.perf_counter()
+            losses.append(step())
+            sync()
+            times.append(time.perf_counter() - t0)
+        seconds = statistics.median(times)
+        steps = args.iters
+    first_loss = losses[0].float().item() if losses else math.nan
+    last_loss = losses[-1].float().item() if losses else math.nan
+    return dict(
+        steps=steps,
+        warmup_s=warmup_s,
+        ms_per_step=seconds * 1e3,
+        images_per_s=args.batch / seconds,
+        first_loss=first_loss,
+        last_loss=last_loss,
+    )
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="intra-op CPU threads (default 2 on cpu, PyTorch's default on cuda)")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--image-size", type=int, default=32)
+    ap.add_argument("--precision", choices=["f32", "bf16", "f16"], default="f32")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the loss computation")
+    ap.add_argument("--no-tf32", action="store_true", help="no TF32 in cuDNN and matmuls")
+    ap.add_argument("--iters", type=int, default=3,
+                    help="steps timed one by one, median (when --steps is not given)")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="steps timed together after the warm-up (recipe bench_step's --steps)")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="steps before the timing (default 5 with --steps, else 1)")
+    ap.add_argument("--json", action="store_true", help="one JSON line per method")
+    ap.add_argument("methods", nargs="*", metavar="method",
+                    help=f"{' | '.join(METHODS)} (default: all four)")
+    args = ap.parse_args()
+    args.methods = args.methods or list(METHODS)
+    unknown = [m for m in args.methods if m not in METHODS]
+    if unknown:
+        ap.error(f"unknown method(s) {unknown}: choose from {list(METHODS)}")
+    if args.warmup is None:
+        args.warmup = 5 if args.steps is not None else 1
+    if (args.steps if args.steps is not None else args.iters) < 1 or args.batch < 2:
+        ap.error("--steps / --iters must be at least 1 and --batch at least 2")
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            ap.error("--device cuda: torch.cuda.is_available() is False")
+        torch.backends.cudnn.benchmark = True
+        if args.no_tf32:
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
+        device_name = torch.cuda.get_device_name(device)
+    else:
+        device_name = "cpu"
+    threads = args.threads if args.threads is not None else (2 if device.type == "cpu" else None)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    backend = "pytorch-compile" if args.compile else "pytorch-eager"
+    torch.manual_seed(0)
+    x1 = views(args.batch, args.image_size, 1, device)
+    x2 = views(args.batch, args.image_size, 2, device)
+    print(
+        f"torch {torch.__version__}, {device_name}, {torch.get_num_threads()} threads, "
+        f"batch {args.batch}, {args.image_size}x{args.image_size}, {args.precision}, {backend}",
+        file=sys.stderr if args.json else sys.stdout,
+        flush=True,
+    )
+    for name in args.methods:
+        record = dict(
+            method=name,
+            backend=backend,
+            precision=args.precision,
+            batch_size=args.batch,
+            image_size=args.image_size,
+        )
+        if device.type == "cuda":
+            gc.collect()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+        try:
+            record.update(time_method(name, args, device, x1, x2))
+        except Exception as e:  # a failed compile (or an out-of-memory) ends this method only
+            traceback.print_exc(file=sys.stderr)
+            record["error"] = f"{type(e).__name__}: {e}"[:2000]
+        if device.type == "cuda":
+            record["peak_alloc_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+            record["peak_reserved_mib"] = torch.cuda.max_memory_reserved(device) / 2**20
+        else:
+            record["peak_alloc_mib"] = record["peak_reserved_mib"] = math.nan
+        record["device"] = device_name
+        record["torch"] = torch.__version__
+        if args.json:
+            print(json.dumps(record), flush=True)
+        elif "error" in record:
+            print(f"{name:10s} error: {record['error'].splitlines()[0]}", flush=True)
+        else:
+            print(
+                f"{name:10s} {record['ms_per_step']:9.1f} ms/step  "
+                f"{record['images_per_s']:7.2f} images/s",
+                flush=True,
+            )
+        if args.compile:
+            torch._dynamo.reset()
 
 
 if __name__ == "__main__":
