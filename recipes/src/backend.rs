@@ -247,15 +247,16 @@ pub type Train = burn::backend::Autodiff<Inner>;
 pub type Device = <Train as burn::tensor::backend::BackendTypes>::Device;
 
 /// The devices of `replicas` data-parallel replicas from `--device` on: on the CPU backend
-/// (one device), or with `share` (`--share-device`), every replica shares it; on a GPU backend
-/// replica `i` takes device `--device + i`, each checked as [`device`] checks one.
+/// (one device) every replica shares it; on a GPU backend replica `i` takes device
+/// `--device + i`, each checked as [`device`] checks one. (Two replicas on one GPU are not
+/// offered: with burn 0.21's fusion, two threads' tensors on one device meet in the collective's
+/// all-reduce and burn panics, "Should have handle for tensor", seen on wgpu; docs/gpu.md.)
 pub fn devices(
     first: Option<usize>,
     replicas: usize,
     precision: Precision,
-    share: bool,
 ) -> anyhow::Result<Vec<<Inner as burn::tensor::backend::BackendTypes>::Device>> {
-    if share || NAME.starts_with("cpu") {
+    if NAME.starts_with("cpu") {
         let device = open(first, precision)?;
         return Ok(vec![device; replicas]);
     }

@@ -66,4 +66,5 @@ recipe_modules!(
     compare,
     study,
     worked_values,
+    bench_step,
 );

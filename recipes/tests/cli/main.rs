@@ -8,6 +8,7 @@ mod common;
 mod data;
 mod input;
 mod outputs;
+mod precision;
 mod processes;
 mod recipes;
 mod resume;

@@ -135,11 +135,6 @@ pub struct RecipeArgs {
     /// refuses it.
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: crate::backend::Precision,
-    /// GPU backends: run every --devices replica on --device, as the CPU backend does (a check
-    /// of the data-parallel path on a machine with one GPU; it trains no faster). May change on
-    /// --resume.
-    #[arg(long)]
-    pub share_device: bool,
     /// Several machines: how many take part (each with --devices replicas).
     #[arg(long)]
     pub nodes: Option<u32>,

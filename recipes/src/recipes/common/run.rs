@@ -130,12 +130,7 @@ impl Prepared {
             let (method, optimizer) = build(&self, &self.device)?;
             return run(&self, method, method_config, optimizer, &self.device, None);
         };
-        let devices = backend::devices(
-            self.args.device,
-            parallel.devices,
-            self.args.precision,
-            self.args.share_device,
-        )?;
+        let devices = backend::devices(self.args.device, parallel.devices, self.args.precision)?;
         // The replicas' errors themselves, so that the exit code of the first (2 for what the
         // user gave) survives the replicas' threads.
         let errors: std::sync::Mutex<Vec<(usize, anyhow::Error)>> = Default::default();
