@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# The production path on a GPU in one call: the `recipe` binary (built elsewhere with
+# `--features cuda`, or `--features wgpu` for the rehearsal on Mesa's lavapipe) against PyTorch on
+# the same work, within a time budget, writing one markdown table and one JSON under the output
+# directory. docs/gpu.md#the-gpu-check says what each row means and what it found.
+#
+#   scripts/gpu_check.sh [--recipe PATH] [--data DIR] [--out DIR] [--budget SECONDS] [--quick]
+#
+#   --recipe   the recipe binary (default: target/release/recipe)
+#   --data     the full Fashion-MNIST IDX files (default: /usr/share/datasets/fashion-mnist)
+#   --out      where gpu_check.md, gpu_check.json and logs.tar.gz go (default: $OUT, else
+#              ./gpu_check)
+#   --budget   seconds for all sections together (default 480); a section that no longer fits is
+#              recorded as skipped, never started
+#   --only     a comma-separated list of sections to run (a rerun of some), the others skipped
+#   --steps N, --warmup N   the timed and warm-up steps of the step sections (default 20, 5)
+#   --section-limit S   every section's time limit (default: each its own)
+#   --kernel-cache DIR  cubecl's caches of compiled kernels (PTX) and autotune results, read and
+#              written there (default: a fresh one); the run leaves them packed as
+#              kernel_cache.tar.gz (and the driver's as nv_cache.tar.gz) in the output
+#              directory: unpacked under .gpu/ and carried, they spare the next call the first
+#              step's compilations and tuning (on lavapipe 215.8 s -> 20.2 s)
+#   --quick    tiny sizes (batch 16 on 16-pixel views, 2 timed steps, 1-epoch runs on 512
+#              images): the rehearsal on a CPU or a software GPU, where only the backend differs
+#
+# Sections, in order of importance (each with its own time limit, its log kept, its peak GPU
+# memory read from nvidia-smi where there is one, as the rise over the idle reading):
+#   worked_values      every loss's worked value on the device against the f64 reference
+#   step_*             one training step of SimCLR, MoCo v2, BYOL (ResNet-18, CIFAR stem, batch
+#                      256, 32x32): `recipe bench_step` f32 and bf16 against
+#                      benches/pytorch/train_step.py eager f32, bf16 (autocast) and compiled
+#   warm_kernels       one ResNet-18 step, to compile and tune its kernels once
+#   run_*              two epochs of light_moco, mico_moco (small backbone; its run directory
+#                      comes back for `recipe eval` on the CPU), simclr, byol, dino on the
+#                      embedded subset: the kNN at initialisation and after
+#   epoch_moco_v2_*    one epoch of moco_v2 on the 60,000 images against
+#                      benches/pytorch/moco_v2_fmnist.py with a torchvision DataLoader
+# (Two replicas on the one GPU against one are not run: with burn 0.21's fusion two replicas on
+# one device panic in the collective's all-reduce; docs/gpu.md.)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+recipe=target/release/recipe
+data=/usr/share/datasets/fashion-mnist
+out=${OUT:-gpu_check}
+budget=480
+quick=0
+only=
+kernel_cache=
+section_limit=
+steps_arg=
+warmup_arg=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --recipe) recipe=$2; shift 2 ;;
+    --data) data=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --budget) budget=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
+    --only) only=,$2,; shift 2 ;;
+    --steps) steps_arg=$2; shift 2 ;;
+    --section-limit) section_limit=$2; shift 2 ;;
+    --kernel-cache) kernel_cache=$2; shift 2 ;;
+    --warmup) warmup_arg=$2; shift 2 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check.sh: unknown argument $1 (--help lists them)" >&2; exit 2 ;;
+  esac
+done
+[ -x "$recipe" ] || { echo "gpu_check.sh: no executable recipe binary at $recipe" >&2; exit 2; }
+[ -d "$data" ] || { echo "gpu_check.sh: no data directory $data" >&2; exit 2; }
+recipe=$(cd "$(dirname "$recipe")" && pwd)/$(basename "$recipe")
+data=$(cd "$data" && pwd)
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+work=$(mktemp -d)
+logs=$work/logs
+mkdir -p "$logs" "$work/runs"
+sections=$work/sections.jsonl
+: > "$sections"
+python=${PYTHON:-python3}
+# The binary runs in a directory of its own whose cubecl.toml keeps cubecl's caches (compiled
+# kernels: off by default in cubecl 0.10, so every process compiled every kernel again; autotune
+# results) in one place and logs each compilation and autotune: the first step on a GPU compiles
+# and tunes every kernel of the network, and the logs say where its time went.
+kernel_cache=${kernel_cache:-$work/kernel_cache}
+mkdir -p "$kernel_cache" "$work/cwd"
+kernel_cache=$(cd "$kernel_cache" && pwd)
+cat > "$work/cwd/cubecl.toml" <<EOF
+[compilation]
+cache = { file = "$kernel_cache/ptx" }
+[compilation.logger]
+level = "basic"
+file = "$logs/cubecl_compilation.log"
+[autotune]
+cache = { file = "$kernel_cache/autotune" }
+[autotune.logger]
+level = "full"
+file = "$logs/cubecl_autotune.log"
+EOF
+# The driver's own cache of PTX compiled to machine code (else every process JIT-compiles each
+# kernel again even when cubecl's cache skipped NVRTC).
+export CUDA_CACHE_PATH=$kernel_cache/nv CUDA_CACHE_MAXSIZE=4294967296
+ours=(env -C "$work/cwd" "$recipe")
+export PYTHONUNBUFFERED=1 RUST_BACKTRACE=1
+export CUBECL_AUTOTUNE_LEVEL=${CUBECL_AUTOTUNE_LEVEL:-minimal}
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$work}
+# NVRTC (burn's CUDA kernels are compiled at run time): the CUDA toolkit's or PyTorch's copy.
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+  $("$python" -c 'import nvidia, os; print(" ".join(os.path.join(p, "cu13", "lib") for p in nvidia.__path__))' 2>/dev/null); do
+  [ -d "$dir" ] && export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+
+if [ "$quick" = 1 ]; then
+  batch=16 side=16 steps=2 warmup=1 epochs=1
+  tiny=$work/tiny
+  "$python" - "$data" "$tiny" <<'EOF'
+import gzip, os, struct, sys
+src, dst = sys.argv[1:]
+os.makedirs(dst, exist_ok=True)
+def read(name):
+    for n in (name, name + ".gz"):
+        p = os.path.join(src, n)
+        if os.path.exists(p):
+            return (gzip.open if p.endswith(".gz") else open)(p, "rb").read()
+    sys.exit(f"no {name} in {src}")
+for prefix, n in (("train", 512), ("t10k", 128)):
+    im, lb = read(f"{prefix}-images-idx3-ubyte"), read(f"{prefix}-labels-idx1-ubyte")
+    open(f"{dst}/{prefix}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 2051, n, 28, 28) + im[16:16 + n * 784])
+    open(f"{dst}/{prefix}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 2049, n) + lb[8:8 + n])
+EOF
+  subset=(--data-dir "$tiny" --batch-size 32)
+  full=(--data-dir "$tiny")
+  torch_full=(--data "$tiny" --max-steps 4 --knn-subset 128 --workers 0)
+else
+  batch=256 side=32 steps=20 warmup=5 epochs=2
+  subset=()
+  full=(--data-dir "$data")
+  torch_full=(--data "$data" --workers 8)
+fi
+
+steps=${steps_arg:-$steps}
+warmup=${warmup_arg:-$warmup}
+started=$SECONDS
+gpu_mib() {
+  command -v nvidia-smi >/dev/null 2>&1 || return 0
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1
+}
+
+# section NAME LIMIT CMD...: runs CMD with its output in logs/NAME.log if at least 20 s of the
+# budget are left, for at most LIMIT seconds (or what is left), sampling the GPU's memory.
+section() {
+  local name=$1 limit=${section_limit:-$2}
+  shift 2
+  if [ -n "$only" ] && [[ "$only" != *",$name,"* ]]; then
+    return
+  fi
+  local left=$(( budget - (SECONDS - started) ))
+  if [ "$left" -lt 20 ]; then
+    echo "== $name: skipped, ${left} s of the budget left"
+    printf '{"name":"%s","rc":null,"seconds":0,"skipped":true}\n' "$name" >> "$sections"
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  echo "== $name (at most $limit s)"
+  local idle
+  idle=$(gpu_mib)
+  local t0=$SECONDS
+  timeout --kill-after=5 "$limit" "$@" > "$logs/$name.log" 2>&1 &
+  local pid=$! peak=${idle:-0} now tick=0
+  while kill -0 "$pid" 2>/dev/null; do
+    now=$(gpu_mib)
+    [ -n "$now" ] && [ "$now" -gt "$peak" ] && peak=$now
+    sleep 0.5
+    # Every 10 s: how far cubecl got (kernels compiled, shapes tuned), so a section stopped at
+    # its limit still says whether it was compiling, tuning or stuck.
+    tick=$(( tick + 1 ))
+    if [ $(( tick % 20 )) -eq 0 ]; then
+      echo "$(( SECONDS - t0 )) s: $(grep -c 'Compiling kernel' "$logs/cubecl_compilation.log" 2>/dev/null || echo 0) kernels compiled, $(grep -c 'Fastest result' "$logs/cubecl_autotune.log" 2>/dev/null || echo 0) shapes tuned, GPU ${now:-?} MiB" >> "$logs/$name.progress"
+    fi
+  done
+  wait "$pid"
+  local rc=$?
+  local peak_json=null
+  [ -n "$idle" ] && peak_json=$(( peak - idle ))
+  printf '{"name":"%s","rc":%d,"seconds":%d,"gpu_mib":%s}\n' "$name" "$rc" $(( SECONDS - t0 )) "$peak_json" >> "$sections"
+  echo "   rc $rc, $(( SECONDS - t0 )) s"
+  tail -n 3 "$logs/$name.log" | sed 's/^/   /'
+}
+
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "recipe: $("$recipe" --version 2>&1)"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  command -v nvidia-smi >/dev/null && nvidia-smi | grep -o 'CUDA Version: [0-9.]*'
+  "$python" -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no cuda")' 2>&1
+  nproc | sed 's/^/cpus: /'
+} > "$logs/environment.log" 2>&1
+cat "$logs/environment.log"
+torch_device=cpu
+"$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && torch_device=cuda
+
+section worked_values 120 "${ours[@]}" worked_values
+# The small backbone first: fewer and smaller kernels to compile than ResNet-18's.
+section run_mico_moco_small 90 "${ours[@]}" mico_moco "${subset[@]}" --backbone small --epochs "$epochs" --knn-every 1 --checkpoint-every 1 --run-dir "$work/runs/mico_moco_small"
+# One ResNet-18 step with time to compile and tune every kernel (on the H200 of 2026-11-26 the
+# first step did not finish within 140 s); the step sections after it find the kernels cached.
+section warm_kernels 240 "${ours[@]}" bench_step --method simclr --batch-size "$batch" --image-size "$side" --steps 1 --warmup 1
+
+step=(--batch-size "$batch" --image-size "$side" --steps "$steps" --warmup "$warmup")
+torch_step=(benches/pytorch/train_step.py --device "$torch_device" --batch "$batch" --image-size "$side" --steps "$steps" --warmup "$warmup" --json)
+for m in simclr moco_v2 byol; do
+  section "step_${m}_ours_f32" 90 "${ours[@]}" bench_step --method "$m" "${step[@]}"
+done
+section step_pytorch_eager_f32 90 "$python" "${torch_step[@]}" simclr moco_v2 byol
+section step_pytorch_eager_bf16 90 "$python" "${torch_step[@]}" --precision bf16 simclr moco_v2 byol
+for m in simclr moco_v2 byol; do
+  section "step_${m}_ours_bf16" 90 "${ours[@]}" bench_step --method "$m" "${step[@]}" --precision bf16
+done
+
+section run_light_moco 120 "${ours[@]}" light_moco "${subset[@]}" --epochs "$epochs" --knn-every 1 --run-dir "$work/runs/light_moco"
+
+section epoch_moco_v2_ours 150 "${ours[@]}" moco_v2 "${full[@]}" --epochs 1 --run-dir "$work/runs/moco_v2_full"
+section epoch_moco_v2_pytorch 150 "$python" benches/pytorch/moco_v2_fmnist.py --device "$torch_device" --backbone resnet18 --epochs 1 "${torch_full[@]}"
+
+
+for r in simclr byol dino; do
+  section "run_$r" 100 "${ours[@]}" "$r" "${subset[@]}" --epochs "$epochs" --knn-every 1 --run-dir "$work/runs/$r"
+done
+section step_pytorch_compile_f32 150 "$python" "${torch_step[@]}" --compile simclr moco_v2 byol
+
+"$python" scripts/gpu_check_report.py "$work" "$out" --budget "$budget" --elapsed $(( SECONDS - started ))
+# The small run comes back whole (its checkpoints are evaluated on the CPU); the others' CSVs.
+tar -C "$work/runs" -czf "$out/mico_moco_small.tar.gz" mico_moco_small 2>/dev/null
+# cubecl's caches (autotune results, PTX) in one file, the driver's machine code in another
+# (each file that comes back from the GPU machine is limited in size).
+tar -C "$kernel_cache/.." -czf "$out/kernel_cache.tar.gz" --exclude="$(basename "$kernel_cache")/nv" "$(basename "$kernel_cache")" 2>/dev/null
+[ -d "$kernel_cache/nv" ] && tar -C "$kernel_cache/.." -czf "$out/nv_cache.tar.gz" "$(basename "$kernel_cache")/nv" 2>/dev/null
+tar -C "$work" -czf "$out/logs.tar.gz" logs sections.jsonl \
+  $(cd "$work" && find runs -name '*.csv' -o -name 'recipe.toml' | grep -v '^runs/mico_moco_small/') 2>/dev/null
+rm -rf "$work"
+echo "gpu_check: $out/gpu_check.md, $out/gpu_check.json"

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""gpu_check.sh's report: reads the sections' records and logs from its work directory and writes
+gpu_check.md (the tables) and gpu_check.json (every number) to the output directory.
+
+    python3 scripts/gpu_check_report.py WORK_DIR OUT_DIR [--budget S] [--elapsed S]
+"""
+
+import argparse
+import json
+import math
+import re
+from pathlib import Path
+
+KNN = re.compile(
+    r"kNN \(k = 20, T = 0\.07\): top-1 ([0-9.]+)% \(at initialisation ([0-9.]+)%"
+)
+DONE = re.compile(r"done in ([^:]+): (\d+) steps, ([0-9.]+) images/s")
+RESULT = re.compile(r"^RESULT (.*)$", re.M)
+
+
+def read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def json_lines(text: str):
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                pass
+
+
+def fmt(x, spec=".1f"):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return format(x, spec)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("work", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--budget", type=int, default=None)
+    ap.add_argument("--elapsed", type=int, default=None)
+    args = ap.parse_args()
+    logs = args.work / "logs"
+    sections = [json.loads(l) for l in read(args.work / "sections.jsonl").splitlines() if l]
+    by_name = {s["name"]: s for s in sections}
+    report = {
+        "environment": read(logs / "environment.log").strip().splitlines(),
+        "budget_s": args.budget,
+        "elapsed_s": args.elapsed,
+        "sections": sections,
+    }
+
+    # Training steps: one row per (side, mode, method).
+    steps = []
+    for s in sections:
+        name = s["name"]
+        if not name.startswith("step_"):
+            continue
+        for rec in json_lines(read(logs / f"{name}.log")):
+            rec = dict(rec)
+            if "_ours_" in name:
+                rec["side"] = "ours"
+                rec["gpu_mib"] = s.get("gpu_mib")
+            else:
+                rec["side"] = "pytorch"
+            rec["section"] = name
+            steps.append(rec)
+    report["steps"] = steps
+
+    # Recipe runs: kNN at initialisation and at the end, throughput.
+    runs = {}
+    for s in sections:
+        name = s["name"]
+        if not (name.startswith("run_") or name.startswith("epoch_")):
+            continue
+        text = read(logs / f"{name}.log")
+        row = {"rc": s["rc"], "seconds": s["seconds"], "gpu_mib": s.get("gpu_mib")}
+        if m := KNN.search(text):
+            row["knn_top1"], row["knn_init_top1"] = float(m.group(1)), float(m.group(2))
+        if m := DONE.search(text):
+            row["steps"], row["images_per_s"] = int(m.group(2)), float(m.group(3))
+        if m := RESULT.search(text):
+            fields = dict(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv)
+            row["pytorch"] = fields
+            for key in ("images_per_s", "knn_top1"):
+                try:
+                    row[key] = float(fields[key])
+                except (KeyError, ValueError):
+                    pass
+        runs[name] = row
+    report["runs"] = runs
+
+    wv = read(logs / "worked_values.log").strip().splitlines()
+    report["worked_values"] = wv[-1] if wv else None
+    warm = list(json_lines(read(logs / "warm_kernels.log")))
+    report["warm_kernels"] = {
+        "section": by_name.get("warm_kernels"),
+        "first_step_s": warm[0].get("warmup_s") if warm else None,
+        "warm_up_lines": [l for l in read(logs / "warm_kernels.log").splitlines() if l.startswith("warm-up")],
+    }
+    # cubecl's logs (gpu_check.sh's cubecl.toml): how many kernels were compiled and tuned.
+    report["cubecl"] = {
+        "compilation_log_lines": len(read(logs / "cubecl_compilation.log").splitlines()),
+        "autotune_log_lines": len(read(logs / "cubecl_autotune.log").splitlines()),
+    }
+
+
+    md = ["# GPU check", "", "```text", *report["environment"], "```", ""]
+    md += [f"worked_values: {report['worked_values']}", ""]
+    wk = report["warm_kernels"]
+    if wk["section"]:
+        md += [f"warm_kernels (one ResNet-18 step, kernels compiled and tuned): rc {wk['section']['rc']}, "
+               f"{wk['section']['seconds']} s, first step {fmt(wk['first_step_s'], '.1f')} s; cubecl logged "
+               f"{report['cubecl']['compilation_log_lines']} compilation and "
+               f"{report['cubecl']['autotune_log_lines']} autotune lines", ""]
+    md += ["## Training step (ResNet-18, CIFAR stem, fixed views)", "",
+           "| method | side | precision | ms/step | images/s | warm-up s | peak GPU MiB | first → last loss |",
+           "|---|---|---|---:|---:|---:|---:|---|"]
+    for r in sorted(steps, key=lambda r: (r.get("method", ""), r["side"], r.get("backend", ""), r.get("precision", ""))):
+        if "error" in r:
+            md.append(f"| {r.get('method','?')} | {r.get('backend','?')} | {r.get('precision','?')} | error: {r['error'][:80]} | | | | |")
+            continue
+        mem = r.get("gpu_mib") if r["side"] == "ours" else r.get("peak_reserved_mib")
+        md.append(
+            f"| {r['method']} | {r['backend']} | {r['precision']} | {fmt(r.get('ms_per_step'), '.2f')} | "
+            f"{fmt(r.get('images_per_s'), '.0f')} | {fmt(r.get('warmup_s'), '.1f')} | {fmt(mem, '.0f') if isinstance(mem, (int, float)) else '–'} | "
+            f"{fmt(r.get('first_loss'), '.4f')} → {fmt(r.get('last_loss'), '.4f')} |")
+    md += ["", "Peak GPU memory: ours = the rise of nvidia-smi's reading over the idle one during the "
+           "process; PyTorch = torch.cuda.max_memory_reserved.", ""]
+    md += ["## Runs", "", "| section | rc | s | kNN k=20 init → end | images/s | peak GPU MiB |",
+           "|---|---:|---:|---|---:|---:|"]
+    for name, r in runs.items():
+        knn = f"{fmt(r.get('knn_init_top1'), '.2f')} → {fmt(r.get('knn_top1'), '.2f')}"
+        md.append(f"| {name} | {r['rc']} | {r['seconds']} | {knn} | {fmt(r.get('images_per_s'), '.0f')} | "
+                  f"{r['gpu_mib'] if r.get('gpu_mib') is not None else '–'} |")
+    md += ["", "## Sections", "", "| section | rc | seconds | cubecl at the last reading |",
+           "|---|---:|---:|---|"]
+    for s in sections:
+        progress = read(logs / f"{s['name']}.progress").strip().splitlines()
+        s["progress"] = progress
+        md.append(f"| {s['name']} | {'skipped' if s.get('skipped') else s['rc']} | {s['seconds']} | "
+                  f"{progress[-1] if progress else ''} |")
+    md.append("")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "gpu_check.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / "gpu_check.md").write_text("\n".join(md))
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
