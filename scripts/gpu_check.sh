@@ -11,7 +11,9 @@
 #   --out      where gpu_check.md, gpu_check.json and logs.tar.gz go (default: $OUT, else
 #              ./gpu_check)
 #   --budget   seconds for all sections together (default 480); a section that no longer fits is
-#              recorded as skipped, never started
+#              recorded as skipped, never started. The report and the logs are rewritten under
+#              --out after every section (a call stopped from outside keeps them); give the call
+#              itself about a minute more than the budget for the final packing
 #   --only     a comma-separated list of sections to run (a rerun of some), the others skipped
 #   --steps N, --warmup N   the timed and warm-up steps of the step sections (default 20, 5)
 #   --section-limit S   every section's time limit (default: each its own)
@@ -23,24 +25,27 @@
 #   --quick    tiny sizes (batch 16 on 16-pixel views, 2 timed steps, 1-epoch runs on 512
 #              images): the rehearsal on a CPU or a software GPU, where only the backend differs
 #
-# Sections, in order of importance (each with its own time limit, its log kept, its peak GPU
+# Sections, in the order they run (each with its own time limit, its log kept, its peak GPU
 # memory read from nvidia-smi where there is one, as the rise over the idle reading):
-#   worked_values      every loss's worked value on the device against the f64 reference
-#   step_*             one training step of SimCLR, MoCo v2, BYOL (ResNet-18, CIFAR stem, batch
-#                      256, 32x32): `recipe bench_step` f32 and bf16 against
-#                      benches/pytorch/train_step.py eager f32, bf16 (autocast) and compiled
-#   warm_kernels       one ResNet-18 step, to compile and tune its kernels once
-#   run_*              two epochs of light_moco, mico_moco (small backbone; its run directory
-#                      comes back for `recipe eval` on the CPU), simclr, byol, dino on the
-#                      embedded subset: the kNN at initialisation and after
-#   epoch_moco_v2_*    one epoch of moco_v2 on the 60,000 images against
-#                      benches/pytorch/moco_v2_fmnist.py with a torchvision DataLoader
+#   worked_values        every loss's worked value on the device against the f64 reference
+#   run_mico_moco_small  two epochs of mico_moco on the small backbone (fewer kernels to compile
+#                        than ResNet-18's); its run directory comes back for `recipe eval` on
+#                        the CPU
+#   warm_kernels         one ResNet-18 step, to compile and tune its kernels once
+#   step_*               the training step of SimCLR, MoCo v2, BYOL (ResNet-18, CIFAR stem,
+#                        batch 256, 32x32): `recipe bench_step` f32, then PyTorch eager f32 and
+#                        bf16 (autocast), then ours bf16 (benches/pytorch/train_step.py)
+#   run_light_moco       two epochs on the embedded subset: the kNN at initialisation and after
+#   epoch_moco_v2_*      one epoch of moco_v2 on the 60,000 images, ours, then
+#                        benches/pytorch/moco_v2_fmnist.py with a torchvision DataLoader
+#   run_simclr, run_byol, run_dino   as run_light_moco
+#   step_pytorch_compile_f32         PyTorch's step under torch.compile (slow to compile: last)
 # (Two replicas on the one GPU against one are not run: with burn 0.21's fusion two replicas on
 # one device panic in the collective's all-reduce; docs/gpu.md.)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+repo=$(cd "$(dirname "$0")/.." && pwd)
 
-recipe=target/release/recipe
+recipe=$repo/target/release/recipe
 data=/usr/share/datasets/fashion-mnist
 out=${OUT:-gpu_check}
 budget=480
@@ -62,16 +67,22 @@ while [ $# -gt 0 ]; do
     --section-limit) section_limit=$2; shift 2 ;;
     --kernel-cache) kernel_cache=$2; shift 2 ;;
     --warmup) warmup_arg=$2; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (--help lists them)" >&2; exit 2 ;;
   esac
 done
 [ -x "$recipe" ] || { echo "gpu_check.sh: no executable recipe binary at $recipe" >&2; exit 2; }
 [ -d "$data" ] || { echo "gpu_check.sh: no data directory $data" >&2; exit 2; }
+# Paths as the caller gave them (relative to the caller's directory), then from the repository.
 recipe=$(cd "$(dirname "$recipe")" && pwd)/$(basename "$recipe")
 data=$(cd "$data" && pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+if [ -n "$kernel_cache" ]; then
+  mkdir -p "$kernel_cache"
+  kernel_cache=$(cd "$kernel_cache" && pwd)
+fi
+cd "$repo" || exit 2
 work=$(mktemp -d)
 logs=$work/logs
 mkdir -p "$logs" "$work/runs"
@@ -84,7 +95,6 @@ python=${PYTHON:-python3}
 # and tunes every kernel of the network, and the logs say where its time went.
 kernel_cache=${kernel_cache:-$work/kernel_cache}
 mkdir -p "$kernel_cache" "$work/cwd"
-kernel_cache=$(cd "$kernel_cache" && pwd)
 cat > "$work/cwd/cubecl.toml" <<EOF
 [compilation]
 cache = { file = "$kernel_cache/ptx" }
@@ -100,7 +110,7 @@ EOF
 # The driver's own cache of PTX compiled to machine code (else every process JIT-compiles each
 # kernel again even when cubecl's cache skipped NVRTC).
 export CUDA_CACHE_PATH=$kernel_cache/nv CUDA_CACHE_MAXSIZE=4294967296
-ours=(env -C "$work/cwd" "$recipe")
+ours=(sh -c 'cd "$0" && exec "$@"' "$work/cwd" "$recipe")
 export PYTHONUNBUFFERED=1 RUST_BACKTRACE=1
 export CUBECL_AUTOTUNE_LEVEL=${CUBECL_AUTOTUNE_LEVEL:-minimal}
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$work}
@@ -113,7 +123,7 @@ done
 if [ "$quick" = 1 ]; then
   batch=16 side=16 steps=2 warmup=1 epochs=1
   tiny=$work/tiny
-  "$python" - "$data" "$tiny" <<'EOF'
+  "$python" - "$data" "$tiny" <<'EOF' || { echo "gpu_check.sh: could not make the --quick data" >&2; exit 1; }
 import gzip, os, struct, sys
 src, dst = sys.argv[1:]
 os.makedirs(dst, exist_ok=True)
@@ -143,7 +153,34 @@ warmup=${warmup_arg:-$warmup}
 started=$SECONDS
 gpu_mib() {
   command -v nvidia-smi >/dev/null 2>&1 || return 0
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1
+  local v
+  v=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
+  case $v in ''|*[!0-9]*) return 0 ;; esac
+  echo "$v"
+}
+
+# count PATTERN FILE: matching lines, 0 when none or no file.
+count() {
+  local n
+  n=$(grep -c "$1" "$2" 2>/dev/null)
+  echo "${n:-0}"
+}
+
+# The report and the logs under --out after every section, so that a call stopped from outside
+# (the GPU machine's time limit) still returns what ran.
+publish() {
+  "$python" scripts/gpu_check_report.py "$work" "$out" --budget "$budget" --elapsed $(( SECONDS - started )) > /dev/null 2>&1
+  tar -C "$work" -czf "$out/logs.tar.gz.part" logs sections.jsonl \
+    $(cd "$work" && find runs -name '*.csv' -o -name 'recipe.toml' 2>/dev/null | grep -v '^runs/mico_moco_small/') 2>/dev/null \
+    && mv "$out/logs.tar.gz.part" "$out/logs.tar.gz"
+}
+
+# cubecl's caches (autotune results, PTX) in one file, the driver's machine code in another
+# (each file that comes back from the GPU machine is limited in size).
+pack_caches() {
+  tar -C "$kernel_cache/.." -czf "$out/kernel_cache.tar.gz" --exclude="$(basename "$kernel_cache")/nv" "$(basename "$kernel_cache")" 2>/dev/null
+  [ -d "$kernel_cache/nv" ] && tar -C "$kernel_cache/.." -czf "$out/nv_cache.tar.gz" "$(basename "$kernel_cache")/nv" 2>/dev/null
+  return 0
 }
 
 # section NAME LIMIT CMD...: runs CMD with its output in logs/NAME.log if at least 20 s of the
@@ -165,6 +202,9 @@ section() {
   local idle
   idle=$(gpu_mib)
   local t0=$SECONDS
+  local compiled0 tuned0
+  compiled0=$(count 'Compiling kernel' "$logs/cubecl_compilation.log")
+  tuned0=$(count 'Fastest result' "$logs/cubecl_autotune.log")
   timeout --kill-after=5 "$limit" "$@" > "$logs/$name.log" 2>&1 &
   local pid=$! peak=${idle:-0} now tick=0
   while kill -0 "$pid" 2>/dev/null; do
@@ -175,7 +215,7 @@ section() {
     # its limit still says whether it was compiling, tuning or stuck.
     tick=$(( tick + 1 ))
     if [ $(( tick % 20 )) -eq 0 ]; then
-      echo "$(( SECONDS - t0 )) s: $(grep -c 'Compiling kernel' "$logs/cubecl_compilation.log" 2>/dev/null || echo 0) kernels compiled, $(grep -c 'Fastest result' "$logs/cubecl_autotune.log" 2>/dev/null || echo 0) shapes tuned, GPU ${now:-?} MiB" >> "$logs/$name.progress"
+      echo "$(( SECONDS - t0 )) s: $(( $(count 'Compiling kernel' "$logs/cubecl_compilation.log") - compiled0 )) kernels compiled, $(( $(count 'Fastest result' "$logs/cubecl_autotune.log") - tuned0 )) shapes tuned, GPU ${now:-?} MiB" >> "$logs/$name.progress"
     fi
   done
   wait "$pid"
@@ -185,6 +225,7 @@ section() {
   printf '{"name":"%s","rc":%d,"seconds":%d,"gpu_mib":%s}\n' "$name" "$rc" $(( SECONDS - t0 )) "$peak_json" >> "$sections"
   echo "   rc $rc, $(( SECONDS - t0 )) s"
   tail -n 3 "$logs/$name.log" | sed 's/^/   /'
+  publish
 }
 
 {
@@ -201,10 +242,11 @@ torch_device=cpu
 
 section worked_values 120 "${ours[@]}" worked_values
 # The small backbone first: fewer and smaller kernels to compile than ResNet-18's.
-section run_mico_moco_small 90 "${ours[@]}" mico_moco "${subset[@]}" --backbone small --epochs "$epochs" --knn-every 1 --checkpoint-every 1 --run-dir "$work/runs/mico_moco_small"
+section run_mico_moco_small 90 "${ours[@]}" mico_moco ${subset[@]+"${subset[@]}"} --backbone small --epochs "$epochs" --knn-every 1 --checkpoint-every 1 --run-dir "$work/runs/mico_moco_small"
 # One ResNet-18 step with time to compile and tune every kernel (on the H200 of 2026-11-26 the
 # first step did not finish within 140 s); the step sections after it find the kernels cached.
 section warm_kernels 240 "${ours[@]}" bench_step --method simclr --batch-size "$batch" --image-size "$side" --steps 1 --warmup 1
+pack_caches
 
 step=(--batch-size "$batch" --image-size "$side" --steps "$steps" --warmup "$warmup")
 torch_step=(benches/pytorch/train_step.py --device "$torch_device" --batch "$batch" --image-size "$side" --steps "$steps" --warmup "$warmup" --json)
@@ -217,25 +259,21 @@ for m in simclr moco_v2 byol; do
   section "step_${m}_ours_bf16" 90 "${ours[@]}" bench_step --method "$m" "${step[@]}" --precision bf16
 done
 
-section run_light_moco 120 "${ours[@]}" light_moco "${subset[@]}" --epochs "$epochs" --knn-every 1 --run-dir "$work/runs/light_moco"
+section run_light_moco 120 "${ours[@]}" light_moco ${subset[@]+"${subset[@]}"} --epochs "$epochs" --knn-every 1 --run-dir "$work/runs/light_moco"
 
 section epoch_moco_v2_ours 150 "${ours[@]}" moco_v2 "${full[@]}" --epochs 1 --run-dir "$work/runs/moco_v2_full"
 section epoch_moco_v2_pytorch 150 "$python" benches/pytorch/moco_v2_fmnist.py --device "$torch_device" --backbone resnet18 --epochs 1 "${torch_full[@]}"
 
 
 for r in simclr byol dino; do
-  section "run_$r" 100 "${ours[@]}" "$r" "${subset[@]}" --epochs "$epochs" --knn-every 1 --run-dir "$work/runs/$r"
+  section "run_$r" 100 "${ours[@]}" "$r" ${subset[@]+"${subset[@]}"} --epochs "$epochs" --knn-every 1 --run-dir "$work/runs/$r"
 done
 section step_pytorch_compile_f32 150 "$python" "${torch_step[@]}" --compile simclr moco_v2 byol
 
+publish
 "$python" scripts/gpu_check_report.py "$work" "$out" --budget "$budget" --elapsed $(( SECONDS - started ))
-# The small run comes back whole (its checkpoints are evaluated on the CPU); the others' CSVs.
-tar -C "$work/runs" -czf "$out/mico_moco_small.tar.gz" mico_moco_small 2>/dev/null
-# cubecl's caches (autotune results, PTX) in one file, the driver's machine code in another
-# (each file that comes back from the GPU machine is limited in size).
-tar -C "$kernel_cache/.." -czf "$out/kernel_cache.tar.gz" --exclude="$(basename "$kernel_cache")/nv" "$(basename "$kernel_cache")" 2>/dev/null
-[ -d "$kernel_cache/nv" ] && tar -C "$kernel_cache/.." -czf "$out/nv_cache.tar.gz" "$(basename "$kernel_cache")/nv" 2>/dev/null
-tar -C "$work" -czf "$out/logs.tar.gz" logs sections.jsonl \
-  $(cd "$work" && find runs -name '*.csv' -o -name 'recipe.toml' | grep -v '^runs/mico_moco_small/') 2>/dev/null
+pack_caches
+# The small run comes back whole, for `recipe eval` on the CPU.
+[ -d "$work/runs/mico_moco_small" ] && tar -C "$work/runs" -czf "$out/mico_moco_small.tar.gz" mico_moco_small
 rm -rf "$work"
 echo "gpu_check: $out/gpu_check.md, $out/gpu_check.json"

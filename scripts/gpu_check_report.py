@@ -36,9 +36,25 @@ def json_lines(text: str):
 
 
 def fmt(x, spec=".1f"):
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+    if not isinstance(x, (int, float)) or (isinstance(x, float) and math.isnan(x)):
         return "–"
     return format(x, spec)
+
+
+def cell(text) -> str:
+    """One line of text for a markdown table cell."""
+    return str(text).splitlines()[0].replace("|", "\\|") if str(text) else ""
+
+
+def finite(value):
+    """NaN (what PyTorch's side writes for peak memory on the CPU) as null, for strict JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
 
 
 def main():
@@ -49,8 +65,10 @@ def main():
     ap.add_argument("--elapsed", type=int, default=None)
     args = ap.parse_args()
     logs = args.work / "logs"
-    sections = [json.loads(l) for l in read(args.work / "sections.jsonl").splitlines() if l]
+    sections = list(json_lines(read(args.work / "sections.jsonl")))
     by_name = {s["name"]: s for s in sections}
+    for s_ in sections:
+        s_["progress"] = read(logs / f"{s_['name']}.progress").strip().splitlines()
     report = {
         "environment": read(logs / "environment.log").strip().splitlines(),
         "budget_s": args.budget,
@@ -118,19 +136,21 @@ def main():
     wk = report["warm_kernels"]
     if wk["section"]:
         md += [f"warm_kernels (one ResNet-18 step, kernels compiled and tuned): rc {wk['section']['rc']}, "
-               f"{wk['section']['seconds']} s, first step {fmt(wk['first_step_s'], '.1f')} s; cubecl logged "
-               f"{report['cubecl']['compilation_log_lines']} compilation and "
+               f"{wk['section']['seconds']} s, first step {fmt(wk['first_step_s'], '.1f')} s "
+               f"({(wk['section'].get('progress') or ['no progress reading'])[-1]}); cubecl's logs of "
+               f"the whole check: {report['cubecl']['compilation_log_lines']} compilation and "
                f"{report['cubecl']['autotune_log_lines']} autotune lines", ""]
     md += ["## Training step (ResNet-18, CIFAR stem, fixed views)", "",
-           "| method | side | precision | ms/step | images/s | warm-up s | peak GPU MiB | first → last loss |",
+           "| method | backend | precision | ms/step | images/s | warm-up s | peak GPU MiB | first → last loss |",
            "|---|---|---|---:|---:|---:|---:|---|"]
-    for r in sorted(steps, key=lambda r: (r.get("method", ""), r["side"], r.get("backend", ""), r.get("precision", ""))):
+    for r in sorted(steps, key=lambda r: (str(r.get("method", "")), r["side"], str(r.get("backend", "")), str(r.get("precision", "")))):
         if "error" in r:
-            md.append(f"| {r.get('method','?')} | {r.get('backend','?')} | {r.get('precision','?')} | error: {r['error'][:80]} | | | | |")
+            md.append(f"| {cell(r.get('method', '?'))} | {cell(r.get('backend', '?'))} | {cell(r.get('precision', '?'))} | "
+                      f"error: {cell(r['error'])[:100]} | | | | |")
             continue
         mem = r.get("gpu_mib") if r["side"] == "ours" else r.get("peak_reserved_mib")
         md.append(
-            f"| {r['method']} | {r['backend']} | {r['precision']} | {fmt(r.get('ms_per_step'), '.2f')} | "
+            f"| {cell(r.get('method', '?'))} | {cell(r.get('backend', '?'))} | {cell(r.get('precision', '?'))} | {fmt(r.get('ms_per_step'), '.2f')} | "
             f"{fmt(r.get('images_per_s'), '.0f')} | {fmt(r.get('warmup_s'), '.1f')} | {fmt(mem, '.0f') if isinstance(mem, (int, float)) else '–'} | "
             f"{fmt(r.get('first_loss'), '.4f')} → {fmt(r.get('last_loss'), '.4f')} |")
     md += ["", "Peak GPU memory: ours = the rise of nvidia-smi's reading over the idle one during the "
@@ -144,13 +164,12 @@ def main():
     md += ["", "## Sections", "", "| section | rc | seconds | cubecl at the last reading |",
            "|---|---:|---:|---|"]
     for s in sections:
-        progress = read(logs / f"{s['name']}.progress").strip().splitlines()
-        s["progress"] = progress
+        progress = s.get("progress") or []
         md.append(f"| {s['name']} | {'skipped' if s.get('skipped') else s['rc']} | {s['seconds']} | "
                   f"{progress[-1] if progress else ''} |")
     md.append("")
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gpu_check.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / "gpu_check.json").write_text(json.dumps(finite(report), indent=1) + "\n")
     (args.out / "gpu_check.md").write_text("\n".join(md))
     print("\n".join(md))
 

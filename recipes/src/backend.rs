@@ -19,8 +19,10 @@ mod selected {
     pub const BANDED_STEM: bool = false;
     /// The largest error `recipe worked_values` accepts: 1e-3. burn's CUDA matmuls (cubek-matmul
     /// 0.2, `adjust_dtypes`) stage f32 operands as TF32 in their tensor-core kernels, which
-    /// autotune picks where they are faster: 10-bit significands, a relative error of up to
-    /// about 5e-4 per product. Measured on an H200: 1.34e-4 (curricular loss, t_prev 0.8).
+    /// autotune picks where they are faster: 10-bit significands, each operand rounded by up to
+    /// 2^-11, so a product is off by up to about 1e-3 relative, less on a sum of many. Measured
+    /// on an H200: 1.34e-4 (curricular loss, t_prev 0.8); the bound is that measurement with a
+    /// margin, not a proof.
     pub const WORKED_VALUE_TOLERANCE: f64 = 1e-3;
 
     /// The CUDA device `--device` names (`None`: device 0), after checking that a driver and
@@ -64,8 +66,8 @@ mod selected {
     pub const VIEW_THREADS: bool = false;
     /// Whether the small ResNet's stem runs as banded products (see the CUDA backend's).
     pub const BANDED_STEM: bool = false;
-    /// The largest error `recipe worked_values` accepts: f32 throughout (lavapipe has no
-    /// tensor cores; measured there: 4e-7).
+    /// The largest error `recipe worked_values` accepts: f32 (measured on lavapipe, which has no
+    /// tensor cores: 4e-7; a GPU whose Vulkan adapter reports TF32 may need CUDA's 1e-3).
     pub const WORKED_VALUE_TOLERANCE: f64 = 1e-4;
 
     /// The wgpu device `--device` names: `None` is wgpu's default adapter; `N` the N-th
@@ -79,10 +81,12 @@ mod selected {
         use burn::backend::wgpu::WgpuDevice;
         let opens = |device: &WgpuDevice| {
             let probe = device.clone();
-            // The probe's tensor fixes the device's float type: the precision asked for first
-            // (whether the device supports it, `super::set_precision` says after).
-            let _ = super::set_precision(device, precision);
             super::quietly(move || {
+                // The probe's tensor fixes the device's float type: the precision asked for
+                // first (whether the device supports it, `super::set_precision` says after).
+                // Inside `quietly`: asking whether a type is supported opens the adapter, which
+                // panics where there is none.
+                let _ = super::set_precision(&probe, precision);
                 burn::tensor::Tensor::<Inner, 1>::from_floats([1.0], &probe).into_scalar()
             })
         };
@@ -177,11 +181,17 @@ pub enum Precision {
     F32,
     /// bfloat16 everywhere (8-bit exponent as f32, 8-bit significand): no loss scaling needed.
     Bf16,
-    /// IEEE half everywhere (5-bit exponent): small gradients underflow without loss scaling.
+    /// IEEE half: refused. Without f32 master weights and loss scaling (burn 0.21 has neither)
+    /// its 5-bit exponent and f16 arithmetic were measured to break training (docs/gpu.md).
     F16,
 }
 
 impl Precision {
+    /// Whether this is f32 (what a run record leaves out).
+    pub fn is_f32(&self) -> bool {
+        *self == Precision::F32
+    }
+
     /// The name `--precision` takes.
     pub fn name(self) -> &'static str {
         match self {
@@ -202,11 +212,28 @@ impl Precision {
 
 /// Makes `precision` the float type of the tensors created on `device` from now on. Must come
 /// before the device's first tensor; f32 (the backend's own) changes nothing. A type the
-/// backend does not support on this device is a usage error naming both.
+/// backend does not support on this device is a usage error naming both, and f16 is refused
+/// everywhere (see [`Precision::F16`]).
 pub fn set_precision(device: &Device, precision: Precision) -> anyhow::Result<()> {
     use burn::tensor::backend::{get_device_settings, set_default_float_dtype, DeviceError};
-    if precision == Precision::F32 {
-        return Ok(());
+    match precision {
+        Precision::F32 => {
+            // f32 is the backends' own type: set unless the device was given another before.
+            let dtype = get_device_settings::<Inner>(device).float_dtype;
+            if dtype != burn::tensor::FloatDType::F32 {
+                anyhow::bail!("the device's float type is already {dtype:?}, not f32");
+            }
+            return Ok(());
+        }
+        Precision::F16 => {
+            return Err(crate::usage::usage(
+                "--precision f16: not offered: without f32 master weights and loss scaling \
+                 (burn 0.21 has neither) an all-f16 run went wrong from its first step (NaN \
+                 after one SimCLR step on wgpu; the first loss of a ResNet-18 13 % off f32's on \
+                 the CPU, against 1.6 % for bf16); use --precision bf16",
+            ))
+        }
+        Precision::Bf16 => {}
     }
     match set_default_float_dtype::<Inner>(device, precision.dtype()) {
         Ok(()) => Ok(()),

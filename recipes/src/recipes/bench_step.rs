@@ -38,12 +38,7 @@ enum Method {
 
 /// `recipe bench_step`'s options.
 #[derive(Parser, Debug)]
-#[command(
-    name = "recipe bench_step",
-    about = "Time the training step (two views forward, loss, backward, SGD, EMA / queue) of a \
-             method with ResNet-18 (CIFAR stem) on fixed views on the selected backend; prints \
-             one JSON line"
-)]
+#[command(no_binary_name = true, name = "recipe", args_override_self = true)]
 struct BenchArgs {
     /// The method.
     #[arg(long, value_enum, default_value = "simclr")]
@@ -179,10 +174,7 @@ fn time<S: SslMethod<Train>>(
 /// `recipe bench_step [--method M] [--batch-size N] [--image-size S] [--steps N] [--warmup N]
 /// [--precision P] [--device N]`.
 pub fn run_cli(args: &[String]) -> Result<()> {
-    let args = BenchArgs::try_parse_from(std::iter::once("recipe bench_step".to_string()).chain(
-        args.iter().cloned(),
-    ))
-    .map_err(crate::usage::help_or_error)?;
+    let args: BenchArgs = super::common::parse_recipe_args("bench_step", args)?;
     if args.steps == 0 || args.batch_size < 2 || args.image_size < 8 {
         return Err(crate::usage::usage(format!(
             "recipe bench_step needs --steps of at least 1, --batch-size of at least 2 and \

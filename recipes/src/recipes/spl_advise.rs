@@ -103,6 +103,8 @@ struct SupervisedRun {
     dataset: common::DatasetChoice,
     stem: Option<common::StemChoice>,
     backend: &'static str,
+    #[serde(skip_serializing_if = "crate::backend::Precision::is_f32")]
+    precision: crate::backend::Precision,
 }
 
 /// Runs `spl_advise`.
@@ -280,6 +282,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         dataset: settings.source.dataset,
         stem: settings.stem,
         backend: backend::NAME,
+        precision: common_args.precision,
     };
     let config = SupervisedConfig::new()
         .with_batch_size(settings.batch_size)

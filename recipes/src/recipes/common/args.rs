@@ -131,8 +131,7 @@ pub struct RecipeArgs {
     pub devices: usize,
     /// The float type of every tensor of the run: parameters, activations, gradients and
     /// optimiser state (burn 0.21 has no automatic mixed precision; docs/gpu.md#precision).
-    /// bf16 and f16 halve the memory and use a GPU's tensor cores; a backend without the type
-    /// refuses it.
+    /// A backend without the type refuses it; f16 is refused everywhere (no loss scaling).
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: crate::backend::Precision,
     /// Several machines: how many take part (each with --devices replicas).
@@ -292,6 +291,10 @@ pub struct RecipeRun {
     pub method: serde_json::Value,
     /// The backend it trained on.
     pub backend: String,
+    /// The float type of its tensors (`--precision`; absent in f32 runs and in runs recorded
+    /// before the option): a resume with another is refused as a changed setting.
+    #[serde(default, skip_serializing_if = "crate::backend::Precision::is_f32")]
+    pub precision: crate::backend::Precision,
 }
 
 impl RecipeArgs {

@@ -335,6 +335,7 @@ where
         weights: settings.weights.clone(),
         method: method_config,
         backend: backend::NAME.to_string(),
+        precision: args.precision,
     };
     let mode = if args.extend {
         StartMode::Extend
