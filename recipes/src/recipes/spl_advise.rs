@@ -89,6 +89,16 @@ pub struct SupervisedArgs {
     /// spl_advise, spld: clusters per class K (default 8).
     #[arg(long)]
     pub clusters: Option<usize>,
+    /// Train on this fraction of the training labels only (per class, at least one image of
+    /// each, as `recipe eval --label-fraction` chooses them): the same network trained from
+    /// scratch on the labels a few-label probe gets, the baseline a self-supervised
+    /// representation has to beat with 1 % of the labels (0.01). The test split stays whole.
+    #[arg(long)]
+    pub label_fraction: Option<f64>,
+    /// The seed of the --label-fraction subset (default: the run's --seed; `recipe eval`'s
+    /// --label-seed defaults to the evaluated run's seed, so equal seeds give equal subsets).
+    #[arg(long)]
+    pub label_seed: Option<u64>,
 }
 
 /// What the run directory records about the run (`run` in `config.json`).
@@ -105,6 +115,9 @@ struct SupervisedRun {
     backend: &'static str,
     #[serde(skip_serializing_if = "crate::backend::Precision::is_f32")]
     precision: crate::backend::Precision,
+    /// `--label-fraction` and its seed (absent: every training label).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    label_fraction: Option<(f64, u64)>,
 }
 
 /// Runs `spl_advise`.
@@ -204,6 +217,12 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
             return Err(usage(format!("--clusters {k}: must lie in [1, 1000]")));
         }
     }
+    if let Some(f) = args.label_fraction.filter(|f| !(*f > 0.0 && *f <= 1.0)) {
+        return Err(usage(format!("--label-fraction {f}: must lie in (0, 1]")));
+    }
+    if args.label_seed.is_some() && args.label_fraction.is_none() {
+        return Err(usage("--label-seed: only with --label-fraction"));
+    }
     let epochs = if on_gpu() { 50 } else { 10 };
     let settings = Settings::new(recipe, common_args, epochs, 128, 1e-3);
     common::validate(&settings, common_args)?;
@@ -213,8 +232,22 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         OptimizerChoice::Adam
     });
     let device: Device = crate::backend::open(common_args.device, common_args.precision)?;
-    let data = settings.source.load_splits(false)?;
+    let mut data = settings.source.load_splits(false)?;
     data.labelled(&format!("recipe `{recipe}`"))?;
+    let label_fraction = args
+        .label_fraction
+        .map(|f| (f, args.label_seed.unwrap_or(settings.seed)));
+    if let Some((fraction, seed)) = label_fraction {
+        let labels = data.train.labels().expect("labelled() checked the labels");
+        let indices = curriculum_ssl::eval::few_label_indices(labels, fraction, seed)?;
+        println!(
+            "recipe `{recipe}`: training on {} of the {} labelled images (--label-fraction \
+             {fraction}, seed {seed}); the test split whole",
+            indices.len(),
+            labels.len()
+        );
+        data.train = data.train.select(&indices)?;
+    }
     let (_, _, channels) = data.train.image_shape();
     let embedding_backbone = (selection == Selection::SplAdvise).then(|| {
         args.embedding_backbone
@@ -283,6 +316,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         stem: settings.stem,
         backend: backend::NAME,
         precision: common_args.precision,
+        label_fraction,
     };
     let config = SupervisedConfig::new()
         .with_batch_size(settings.batch_size)

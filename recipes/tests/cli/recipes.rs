@@ -589,6 +589,68 @@ fn every_backbone_option_runs_two_steps() {
     );
 }
 
+/// `--label-fraction F` trains a supervised recipe from scratch on a class-balanced fraction of
+/// the training labels: ⌈F·n_c⌉ of each class's n_c images. Counted here from how the tiny data
+/// is labelled (image i has class i % 10: 64 images, classes 0-3 with 7, 4-9 with 6), F = 0.5
+/// keeps 4·4 + 6·3 = 34, so batches of 16 make 2 steps an epoch (the last partial batch
+/// dropped) where the whole data makes 4. The run records the fraction and its seed; a fraction
+/// outside (0, 1] and a --label-seed without a fraction exit 2.
+#[test]
+fn supervised_recipes_train_on_a_fraction_of_the_labels() {
+    let chosen: usize = (0..10)
+        .map(|c| {
+            let n = (0..64).filter(|i| i % 10 == c).count();
+            (n as f64 * 0.5).ceil() as usize
+        })
+        .sum();
+    assert_eq!(chosen, 34);
+    let dir_name = "supervised-few-labels";
+    let mut args = tiny(dir_name, &["--batch-size", "16", "--label-fraction", "0.5"]);
+    args[0] = "random_sampling".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "few labels"), 0, "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(&format!("training on {chosen} of the 64 labelled images")),
+        "{out}"
+    );
+    let dir = scratch().join(dir_name);
+    let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+    assert_eq!(steps.lines().count(), 1 + chosen / 16, "{steps}");
+    let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    let recorded = config
+        .as_object()
+        .unwrap()
+        .values()
+        .find_map(|v| v.get("label_fraction"))
+        .unwrap_or_else(|| panic!("no label_fraction in {config}"));
+    assert_eq!(recorded, &serde_json::json!([0.5, 0]), "{config}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    for (extra, message) in [
+        (
+            vec!["--label-fraction", "0"],
+            "--label-fraction 0: must lie in (0, 1]",
+        ),
+        (
+            vec!["--label-fraction", "1.5"],
+            "--label-fraction 1.5: must lie in (0, 1]",
+        ),
+        (
+            vec!["--label-seed", "3"],
+            "--label-seed: only with --label-fraction",
+        ),
+    ] {
+        let mut args = tiny("supervised-few-labels-bad", &extra);
+        args[0] = "random_sampling".into();
+        let o = run(&as_strs(&args));
+        assert_eq!(check_error_shape(&o, message), 2, "{}", stderr(&o));
+        assert!(stderr(&o).contains(message), "{}", stderr(&o));
+        assert!(!scratch().join("supervised-few-labels-bad").exists());
+    }
+}
+
 /// The supervised recipes (SPL-ADVisE and its baselines) train two epochs of two steps on the
 /// tiny data — the second epoch selects by SPLD in `spl_advise` and `spld` — and write a
 /// supervised run directory; the self-supervised options and a self-supervised resume of it are
