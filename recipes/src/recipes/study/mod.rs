@@ -287,7 +287,25 @@ fn replace(dir: &Path, arm: &str, seed: u64) -> Result<()> {
 
 /// This binary, to run a recipe in a process of its own.
 fn this_binary() -> Result<PathBuf> {
-    std::env::current_exe().context("finding this program to run the study's recipes")
+    let path =
+        std::env::current_exe().context("finding this program to run the study's recipes")?;
+    still_there(path)
+}
+
+/// `path` if this program's file is still there: a rebuild that replaces the binary while a
+/// study runs leaves Linux's `/proc/self/exe` pointing at `PATH (deleted)`, and starting it would
+/// fail with a bare "No such file or directory".
+fn still_there(path: PathBuf) -> Result<PathBuf> {
+    let deleted = path.to_string_lossy().ends_with(" (deleted)");
+    if deleted || !path.is_file() {
+        anyhow::bail!(
+            "this program's file {} was replaced or removed while the study ran (a rebuild?); \
+             the finished runs are kept: run the same `recipe study` command again (with the \
+             new binary) to continue",
+            path.display()
+        );
+    }
+    Ok(path)
 }
 
 /// Asks each arm's recipe to check its options and settings (`--check`) before anything runs.
@@ -479,3 +497,23 @@ pub const RECIPES: &[RecipeEntry] = &[RecipeEntry {
     summary: "arms (recipes + settings) over seeds, resumable, with intervals and paired tests vs a baseline (FILE.toml)",
     run,
 }];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A replaced binary (Linux names it `PATH (deleted)`) or a missing one is refused with the
+    /// way to continue; a binary that is there (this test's own) is accepted as it is.
+    #[test]
+    fn a_replaced_binary_is_named_with_the_way_to_continue() {
+        let here = std::env::current_exe().unwrap();
+        assert_eq!(still_there(here.clone()).unwrap(), here);
+        let deleted = PathBuf::from(format!("{} (deleted)", here.display()));
+        let err = still_there(deleted).unwrap_err().to_string();
+        assert!(
+            err.contains("replaced or removed") && err.contains("run the same `recipe study`"),
+            "{err}"
+        );
+        assert!(still_there(here.with_file_name("no-such-recipe-binary")).is_err());
+    }
+}
