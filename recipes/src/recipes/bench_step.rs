@@ -117,7 +117,8 @@ fn time<S: SslMethod<Train>>(
         views(args.batch_size, args.image_size, 2, device),
     );
     let total = args.warmup + args.steps;
-    let mut losses = Vec::with_capacity(total);
+    // The first and the last step's losses, read back once the timing is over.
+    let (mut first, mut last) = (None, None);
     let mut step = |i: usize| {
         let progress = Progress {
             step: i,
@@ -137,7 +138,8 @@ fn time<S: SslMethod<Train>>(
     let started = Instant::now();
     for i in 0..args.warmup {
         let t = Instant::now();
-        losses.push(step(i));
+        let loss = step(i);
+        first.get_or_insert(loss);
         sync(device)?;
         // On a GPU the first steps compile and tune kernels: each one's time says how long.
         eprintln!(
@@ -150,12 +152,17 @@ fn time<S: SslMethod<Train>>(
     let warmup_s = started.elapsed().as_secs_f64();
     let timed = Instant::now();
     for i in args.warmup..total {
-        losses.push(step(i));
+        let loss = step(i);
+        if first.is_none() {
+            first = Some(loss);
+        } else {
+            last = Some(loss);
+        }
     }
     sync(device)?;
     let seconds = timed.elapsed().as_secs_f64();
-    let first_loss = losses.first().cloned().map(host_scalar).unwrap_or(f32::NAN);
-    let last_loss = losses.pop().map(host_scalar).unwrap_or(f32::NAN);
+    let first_loss = first.map(host_scalar).unwrap_or(f32::NAN);
+    let last_loss = last.map(host_scalar).unwrap_or(first_loss);
     Ok(Timing {
         method: name,
         backend: backend::NAME,
