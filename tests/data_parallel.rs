@@ -715,11 +715,7 @@ mod trainer {
     const F64: f64 = 1e-9;
 
     fn run_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir()
-            .join("curriculum-ssl-data-parallel")
-            .join(format!("{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
+        crate::common::run_scratch("curriculum-ssl-data-parallel", name)
     }
 
     /// SimCLR's pipeline with all its random operations (crop, flip, colour jitter, grayscale):
@@ -1335,7 +1331,7 @@ mod machines {
     }
 
     fn dir(name: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("curriculum-ssl-{name}-{}", std::process::id()))
+        crate::common::run_scratch("curriculum-ssl-machines", name)
     }
 
     #[test]

@@ -35,10 +35,11 @@ fn cases() -> u32 {
         .unwrap_or(32)
 }
 
+/// This process's directory for the template and the cases (made empty once).
 fn root() -> PathBuf {
-    std::env::temp_dir()
-        .join("curriculum-ssl-fuzz-checkpoint")
-        .join(std::process::id().to_string())
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| crate::common::run_scratch("curriculum-ssl-fuzz-checkpoint", "cases"))
+        .clone()
 }
 
 fn trainer(dir: &Path, mode: StartMode) -> Result<(), curriculum_ssl::train::TrainError> {

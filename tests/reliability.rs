@@ -32,11 +32,7 @@ type Online = <Method as SslMethod<Ad>>::Online;
 type Run = Trainer<Ad, SelfSupervised<Ad, Method, OptimizerAdaptor<Sgd, Online, Ad>, ImageArray>>;
 
 fn run_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join("curriculum-ssl-reliability")
-        .join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    crate::common::run_scratch("curriculum-ssl-reliability", name)
 }
 
 /// 64 embedded images from `first`.

@@ -23,11 +23,7 @@ type Ad = Autodiff<Flex>;
 type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
 
 fn run_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join("curriculum-ssl-tests")
-        .join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    crate::common::run_scratch("curriculum-ssl-tests", name)
 }
 
 fn subset(n: usize) -> ImageArray {

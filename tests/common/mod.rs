@@ -89,3 +89,38 @@ pub fn values<M: burn::module::Module<ExactAd>>(module: &M) -> Vec<Vec<f64>> {
     module.visit(&mut v);
     v.0
 }
+
+/// A test's own run directory, `<temp>/<group>/<name>-<pid>`, not there yet (the trainer makes
+/// it). The first call of a process for a group removes the directories that processes no
+/// longer running left there (a failed test's directory stays for looking at until the next
+/// run), so repeated `cargo test` runs do not fill the temp disk. Where `/proc` does not tell
+/// which processes live, nothing is removed.
+pub fn run_scratch(group: &str, name: &str) -> std::path::PathBuf {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static SWEPT: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let root = std::env::temp_dir().join(group);
+    let mut swept = SWEPT.lock().unwrap_or_else(|e| e.into_inner());
+    if swept
+        .get_or_insert_with(HashSet::new)
+        .insert(group.to_string())
+        && std::path::Path::new("/proc/self").exists()
+    {
+        for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+            let file_name = entry.file_name().to_string_lossy().to_string();
+            let pid = file_name
+                .rsplit('-')
+                .next()
+                .and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|p| {
+                p != std::process::id() && !std::path::Path::new(&format!("/proc/{p}")).exists()
+            }) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    drop(swept);
+    let dir = root.join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
