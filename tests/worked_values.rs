@@ -331,6 +331,106 @@ fn swav_and_dino_equal_lightly_values_gradients_codes_and_centre() {
     }
 }
 
+/// iBOT's patch loss (its per-image weights, an image hiding no token, the patch centre) and
+/// the KoLeo regulariser (with and without two equal rows, where ε decides) against lightly's
+/// own implementations in float64 (`tests/pytorch/ibot_koleo_losses.py` wrote
+/// `tests/fixtures/ibot_koleo_losses.json`): values and centre to 1e-12, gradients to
+/// [`GRADIENT_TOLERANCE`] relative (KoLeo's duplicate rows included: each row's term there has
+/// a gradient of about 1e7 through the ε that PyTorch adds to the difference, and the two terms
+/// cancel, in f64 to about 1e-9).
+#[test]
+fn ibot_patch_loss_and_koleo_equal_lightly() {
+    use burn::prelude::*;
+    use curriculum_ssl::loss::*;
+
+    type Ad = crate::common::ExactAd;
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/ibot_koleo_losses.json")).unwrap();
+    let device = Default::default();
+    let matrix = |rows: usize, cols: usize, f: &dyn Fn(usize, usize) -> f64| -> Tensor<Ad, 2> {
+        let values: Vec<f64> = (0..rows * cols).map(|e| f(e / cols, e % cols)).collect();
+        Tensor::from_data(TensorData::new(values, [rows, cols]), &device)
+    };
+    let floats = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let close = |what: &str, ours: f64, theirs: f64, rel: f64| {
+        assert!(
+            (ours - theirs).abs() <= rel * theirs.abs().max(1.0),
+            "{what}: ours {ours}, lightly {theirs}"
+        );
+    };
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 4);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let setting = |key: &str| -> f64 {
+            let tail = name.split(&format!("{key}=")).nth(1).unwrap();
+            tail.split(' ').next().unwrap().parse().unwrap()
+        };
+        let (input, loss) = if name.starts_with("ibot") {
+            let k = 5;
+            let student =
+                matrix(3, k, &|r, j| 0.8 * (0.41 * (r * k + j) as f64 + 0.3).sin()).require_grad();
+            let teacher = matrix(3, k, &|r, j| 1.7 * (0.23 * (r * k + j) as f64 - 0.2).cos());
+            let center = matrix(1, k, &|_, j| 0.05 * j as f64 - 0.1);
+            let l = IbotPatchLossConfig::new()
+                .with_student_temp(setting("student_temp"))
+                .with_center_momentum(setting("momentum"))
+                .init()
+                .unwrap();
+            let next: Vec<f64> = l
+                .updated_center(center.clone(), teacher.clone())
+                .into_data()
+                .to_vec()
+                .unwrap();
+            for (e, (o, t)) in next.iter().zip(floats(&case["center"])).enumerate() {
+                close(&format!("{name}: centre[{e}]"), *o, t, 1e-12);
+            }
+            // Image 0 hides two tokens, image 1 one, image 2 none.
+            let loss = l.forward(
+                teacher,
+                student.clone(),
+                &[2, 1, 0],
+                center,
+                setting("teacher_temp"),
+            );
+            (student, loss)
+        } else {
+            let d = 4;
+            let x = matrix(6, d, &|i, j| {
+                let i = if name.ends_with("duplicate=True") && i == 5 {
+                    4
+                } else {
+                    i
+                };
+                (0.7 * (i * d + j) as f64 + 0.25).sin() + 0.3 * (1.3 * (i * j) as f64).cos()
+            })
+            .require_grad();
+            let loss = KoLeoLossConfig::new().init().unwrap().forward(x.clone());
+            (x, loss)
+        };
+        let value: f64 = loss.clone().into_scalar();
+        close(
+            &format!("{name}: value"),
+            value,
+            case["value"].as_f64().unwrap(),
+            1e-12,
+        );
+        let grads = loss.backward();
+        let ours: Vec<f64> = input.grad(&grads).unwrap().into_data().to_vec().unwrap();
+        let theirs = floats(&case["grad"]);
+        assert_eq!(ours.len(), theirs.len());
+        for (e, (o, t)) in ours.iter().zip(&theirs).enumerate() {
+            close(&format!("{name}: grad[{e}]"), *o, *t, GRADIENT_TOLERANCE);
+        }
+    }
+}
+
 /// NNCLR's loss (the paper's, written out in PyTorch), TiCo's (lightly's `TiCoLoss`, its
 /// second call reading the covariance the first left) and MoCo v3's (the authors' formula, also
 /// with a replica's offset) in float64 (`tests/pytorch/method_zoo_losses.py` wrote

@@ -22,6 +22,8 @@
 //! | [`nnclr`] | nearest neighbour from a support set as the positive (NNCLR) | <https://arxiv.org/abs/2104.14548> | `#nnclr-loss` |
 //! | [`tico`] | transformation invariance and covariance contrast (TiCo) | <https://arxiv.org/abs/2206.10698> | `#tico-loss` |
 //! | [`dino`] | self-distillation with centring and sharpening (DINO) | <https://arxiv.org/abs/2104.14294> | `#dino-loss` |
+//! | [`ibot`] | masked patch-token self-distillation (iBOT, DINOv2) | <https://arxiv.org/abs/2111.07832> | `#ibot-patch-loss` |
+//! | [`koleo`] | nearest-neighbour spreading regulariser (KoLeo, DINOv2) | <https://arxiv.org/abs/1806.03198> | `#koleo` |
 //!
 //! Every objective has a `#[derive(Config)]` config carrying the paper's defaults; `init()`
 //! validates the hyperparameters and returns a [`ConfigError`](crate::base::error::ConfigError) naming
@@ -39,7 +41,9 @@ pub mod dcl;
 pub mod dino;
 pub mod hcl;
 pub mod huber;
+pub mod ibot;
 pub mod info_nce;
+pub mod koleo;
 pub mod magnet;
 pub mod moco_v3;
 pub mod negative_cosine;
@@ -60,7 +64,9 @@ pub use dcl::{DclLoss, DclLossConfig};
 pub use dino::{DinoLoss, DinoLossConfig};
 pub use hcl::{HclLoss, HclLossConfig};
 pub use huber::{HuberNtXentLoss, HuberNtXentLossConfig};
+pub use ibot::{IbotPatchLoss, IbotPatchLossConfig};
 pub use info_nce::{InfoNceLoss, InfoNceLossConfig};
+pub use koleo::{KoLeoLoss, KoLeoLossConfig};
 pub use magnet::{MagnetLoss, MagnetLossConfig};
 pub use moco_v3::{MocoV3Loss, MocoV3LossConfig};
 pub use negative_cosine::{NegativeCosineLoss, NegativeCosineLossConfig};
