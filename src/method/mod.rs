@@ -1,6 +1,7 @@
 //! SSL methods ("frameworks"): SimCLR (with NT-Xent, HCL, curricular weighting, Huber NT-Xent,
 //! DCL / DCLW), MoCo v1/v2, Light-MoCo and MoCo v3, BYOL, SimSiam, Barlow Twins, VICReg, SwAV and DINO
-//! (with multi-crop), NNCLR, TiCo, rotation prediction, MAE (masked image modelling), plus the pieces they share: the networks'
+//! (with multi-crop), iBOT and DINOv2's objective, NNCLR, TiCo, rotation prediction, MAE and SimMIM
+//! (masked image modelling), plus the pieces they share: the networks'
 //! two shapes ([`encoder`]), the momentum copy ([`momentum`], on the EMA update of [`ema`]), the
 //! key queue ([`queue`]).
 //!
@@ -23,6 +24,7 @@ pub mod byol;
 pub mod dino;
 pub mod ema;
 pub mod encoder;
+pub mod ibot;
 pub mod mae;
 pub mod masking;
 pub mod moco;
@@ -48,6 +50,7 @@ pub use barlow_twins::{BarlowTwins, BarlowTwinsConfig};
 pub use byol::{Byol, ByolConfig, ByolState};
 pub use dino::{Dino, DinoConfig, DinoHead, DinoHeadConfig, DinoNetwork, DinoState};
 pub use encoder::{Predicted, Projected};
+pub use ibot::{Ibot, IbotConfig, IbotNetwork, IbotState};
 pub use mae::{Mae, MaeConfig, MaeDecoder, MaeNetwork};
 pub use masking::{PatchMask, UnitMask};
 pub use moco::{MoCo, MoCoConfig, MoCoState};

@@ -57,6 +57,7 @@ recipe_modules!(
     simsiam,
     redundancy,
     multi_crop,
+    ibot,
     nnclr,
     tico,
     mico,

@@ -108,7 +108,8 @@ fn shuffle_bn_is_a_moco_option() {
 
 /// The method table's recipes: Barlow Twins and VICReg (VICReg's three terms logged), SimCLR with
 /// DCL and DCLW, SwAV and DINO with their multi-crop (6, 2 and no local crops), NNCLR, TiCo, MoCo
-/// v3 on the small ResNet and on ViT-Tiny; two steps each, a checkpoint, and the kNN monitor on.
+/// v3 on the small ResNet and on ViT-Tiny, the masked-image methods (MAE, SimMIM, iBOT, DINOv2's
+/// objective); two steps each, a checkpoint, and the kNN monitor on.
 #[test]
 fn the_method_table_recipes_run_two_steps() {
     for (name, extra) in [
@@ -127,6 +128,8 @@ fn the_method_table_recipes_run_two_steps() {
         ("simmim", &[][..]),
         ("mae_ratio_curriculum", &[][..]),
         ("simmim_ratio_curriculum", &[][..]),
+        ("ibot", &["--local-crops", "2"][..]),
+        ("dinov2", &["--local-crops", "2"][..]),
     ] {
         let label = format!("{name}{}", extra.join(""));
         let dir_name = format!("table-{label}");
@@ -188,6 +191,28 @@ fn the_method_table_recipes_run_two_steps() {
             let fraction: f64 = row.rsplit(',').next().unwrap().parse().unwrap();
             assert!((25.0 / 49.0..=38.0 / 49.0).contains(&fraction), "{steps}");
         }
+        if name == "ibot" || name == "dinov2" {
+            // Its terms logged (KoLeo for DINOv2's objective), and the hidden fraction of the
+            // global views' patches: half the views hide ⌊49·u⌋ patches, u in [0.1, 0.5], so
+            // between 4 and 24 of every two views' 98.
+            let terms = "cls_loss,patch_loss,hidden_fraction,teacher_temp,momentum";
+            let want = if name == "dinov2" {
+                format!("koleo,{terms}")
+            } else {
+                terms.to_string()
+            };
+            assert!(header.ends_with(&want), "{header}");
+            let column = header
+                .split(',')
+                .position(|c| c == "hidden_fraction")
+                .unwrap();
+            let row = steps.lines().nth(1).unwrap();
+            let fraction: f64 = row.split(',').nth(column).unwrap().parse().unwrap();
+            assert!(
+                (4.0 / 98.0 - 1e-6..=24.0 / 98.0 + 1e-6).contains(&fraction),
+                "{steps}"
+            );
+        }
         if name == "swav" || name == "dino" {
             // The run records how many local crops it drew.
             let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
@@ -207,10 +232,21 @@ fn the_method_table_recipes_run_two_steps() {
     }
 }
 
-/// MAE and SimMIM mask the patch tokens of a ViT: another backbone is refused, naming the option.
+/// MAE, SimMIM, iBOT and DINOv2's objective mask the patch tokens of a ViT: another backbone is
+/// refused, naming the option. iBOT trains on one device: `--devices 2` is refused before a
+/// step, saying so.
 #[test]
 fn masked_image_modelling_refuses_a_backbone_that_is_not_a_vit() {
-    for name in ["mae", "simmim"] {
+    let mut args = tiny("ibot-replicas", &["--devices", "2"]);
+    args[0] = "ibot".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "ibot"), 2);
+    assert!(
+        stderr(&o).contains("train it on one device"),
+        "{}",
+        stderr(&o)
+    );
+    for name in ["mae", "simmim", "ibot", "dinov2"] {
         let mut args = tiny(&format!("{name}-lenet"), &["--backbone", "lenet5"]);
         args[0] = name.into();
         let o = run(&as_strs(&args));

@@ -1,0 +1,106 @@
+//! `ibot` and `dinov2`: iBOT (Zhou et al. 2022, <https://arxiv.org/abs/2111.07832>) and
+//! DINOv2's training objective (Oquab et al. 2023, <https://arxiv.org/abs/2304.07193>) on a
+//! Vision Transformer, ViT-Tiny by default (`--backbone vit-tiny|vit-small|vit-base`; patches of
+//! 4 pixels under 96-pixel images); see docs/methods.md#ibot.
+//!
+//! Both: DINO's multi-crop views (two global views and [`multi_crop::LOCAL_CROPS`] local crops,
+//! BYOL's operations; the papers' 2 + 10), half of the global views hiding 10–50 % of their
+//! patches, one head shared by [CLS] and patch tokens with 4,096 outputs (the papers' 8,192, as
+//! the `dino` recipe's CPU width), teacher temperature 0.04 → 0.07 over the first 30 % of the
+//! epochs, student 0.1, centres 0.9, teacher momentum 0.996 → 1, AdamW with weight decay 0.04
+//! (the papers' 0.04 → 0.4 / 0.2 schedule is not here) and a warm-up of 10 % of the epochs.
+//! - `ibot`: the patch loss weighted 1, no KoLeo; lr 5e-4 × B/256 (the paper's).
+//! - `dinov2`: KoLeo at 0.1 on the student's [CLS] features; lr 4e-3 × √(B/1024) (DINOv2's
+//!   square-root rule). Not here: Sinkhorn–Knopp centring, layer scale, stochastic depth,
+//!   layer-wise lr decay, the register tokens of the later paper.
+//!
+//! ```text
+//! for each batch x:
+//!     g1, g2, l1 .. lV = multi_crop(x);  hide patches of half the global views
+//!     teacher(g1, g2) → [CLS] and patch outputs (centred, sharpened)
+//!     student(masked g1, g2; l1 .. lV) → outputs
+//!     loss = DINO on [CLS] + iBOT on the hidden tokens (+ 0.1 · KoLeo for dinov2)
+//!     AdamW step on the student; teacher ← EMA(student)
+//! ```
+
+use super::RecipeEntry;
+use anyhow::Result;
+use burn::optim::AdamWConfig;
+use curriculum_ssl::loss::DinoLossConfig;
+use curriculum_ssl::method::IbotConfig;
+
+use super::common::{self, BackboneChoice, Defaults, Train};
+use super::multi_crop;
+
+/// Epochs of the recipes.
+const EPOCHS: usize = 20;
+
+fn defaults(name: &'static str, lr: f64) -> Defaults {
+    Defaults::new(name, EPOCHS, 128, lr, multi_crop::dino_views)
+        .warmup(EPOCHS / 10)
+        .backbone(BackboneChoice::VitTiny)
+}
+
+/// iBOT's learning rate for a batch of `batch`: 5e-4 × B / 256.
+fn ibot_lr(batch: usize) -> f64 {
+    5e-4 * batch as f64 / 256.0
+}
+
+/// DINOv2's learning rate for a batch of `batch`: 4e-3 × √(B / 1024).
+fn dinov2_lr(batch: usize) -> f64 {
+    4e-3 * (batch as f64 / 1024.0).sqrt()
+}
+
+/// The `ibot` recipe's method.
+pub fn ibot_config() -> IbotConfig {
+    IbotConfig::new().with_output_dim(4096).with_loss(
+        DinoLossConfig::new()
+            .with_warmup_teacher_temp(0.04)
+            .with_teacher_temp(0.07)
+            .with_warmup_teacher_temp_epochs(EPOCHS * 3 / 10),
+    )
+}
+
+/// Runs `ibot`.
+pub fn ibot(args: &[String]) -> Result<()> {
+    train(args, defaults("ibot", ibot_lr(128)), ibot_config(), ibot_lr)
+}
+
+/// Runs `dinov2`.
+pub fn dinov2(args: &[String]) -> Result<()> {
+    let config = ibot_config().with_koleo_weight(0.1);
+    train(args, defaults("dinov2", dinov2_lr(128)), config, dinov2_lr)
+}
+
+fn train(
+    args: &[String],
+    defaults: Defaults,
+    config: IbotConfig,
+    lr: fn(usize) -> f64,
+) -> Result<()> {
+    let mut recipe = common::prepare(args, defaults)?;
+    if recipe.args.lr.is_none() {
+        recipe.settings.lr = lr(recipe.settings.batch_size);
+    }
+    let config = recipe.section("method", config)?;
+    let optimizer = recipe.section("optimizer", AdamWConfig::new().with_weight_decay(0.04))?;
+    let backbone = recipe.backbone_config();
+    recipe.train(&config, |recipe, device| {
+        let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
+        Ok((method, optimizer.init::<Train, _>()))
+    })
+}
+
+/// The recipes of this module, as `recipe list` prints them.
+pub const RECIPES: &[RecipeEntry] = &[
+    RecipeEntry {
+        name: "ibot",
+        summary: "iBOT (Zhou et al. 2022): DINO on [CLS] plus masked patch-token self-distillation, multi-crop 2+6; ViT-Tiny by default",
+        run: ibot,
+    },
+    RecipeEntry {
+        name: "dinov2",
+        summary: "DINOv2's objective (Oquab et al. 2023): iBOT plus the KoLeo regulariser, lr by DINOv2's square-root rule; ViT-Tiny by default",
+        run: dinov2,
+    },
+];

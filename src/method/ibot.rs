@@ -1,0 +1,721 @@
+//! iBOT (Zhou et al., "iBOT: Image BERT Pre-Training with Online Tokenizer", ICLR 2022,
+//! <https://arxiv.org/abs/2111.07832>) and DINOv2's training objective at the scale that runs
+//! here (Oquab et al., "DINOv2: Learning Robust Visual Features without Supervision", 2023,
+//! <https://arxiv.org/abs/2304.07193>): DINO's self-distillation of the [CLS] token
+//! ([`crate::loss::dino`]) plus masked image modelling in the teacher's output space — the
+//! student sees its global views with some patch tokens replaced by a learned mask token, the
+//! teacher sees them whole, and every hidden token's student output learns the teacher's for the
+//! same token ([`crate::loss::ibot`]). DINOv2 adds the KoLeo regulariser on the student's [CLS]
+//! features ([`crate::loss::koleo`]).
+//!
+//! ```text
+//! for each batch x:
+//!     g1, g2, l1 .. lV = multi_crop(x);  masks m1, m2 for g1, g2 (DINOv2's collate, below)
+//!     teacher: every token of g1, g2 → head → t_cls, t_patch      (no gradient)
+//!     student: g1, g2 with the hidden tokens replaced → head → s_cls, s_patch; locals → s_cls
+//!     loss = DINO(t_cls, s_cls)                                    (pairs of different views)
+//!          + λ_patch · iBOT(t_patch, s_patch at the hidden tokens of the same view)
+//!          + λ_koleo · Σ_g KoLeo(student [CLS] features of g)
+//!     teacher ← EMA(student); both centres ← EMA(mean teacher output)
+//! ```
+//!
+//! The masks of a step (DINOv2's `collate_data_and_cast` and iBOT's `pred_ratio`): of the
+//! `2N` global views (view-major), `⌊2N·p⌋` hide patches (`p = mask_probability`, 0.5), the
+//! `i`-th of them `⌊L·u_i⌋` random patches with `u_i` uniform in the `i`-th of `⌊2N·p⌋` equal
+//! slices of `[ratio_min, ratio_max]` (0.1, 0.5), the rest none; which views hide is shuffled.
+//! Drawn on the host from `(seed, step)`, so a resumed run draws the same. DINOv2's masks are
+//! BEiT-style blocks of patches; here they are single patches (iBOT's `pred_shape = rand`), a
+//! choice for the 7 × 7 grids of Fashion-MNIST, where a block is most of the image.
+//!
+//! The head is shared between [CLS] and patch tokens (iBOT's `shared_head`, DINOv2's default),
+//! or a second [`DinoHead`] for the patch tokens (`shared_head = false`); both are DINO's head,
+//! with its last layer frozen for the first `freeze_last_layer_epochs` epochs. The patch loss's
+//! teacher temperature follows the [CLS] loss's warm-up. One device only: the patch centre over
+//! replicas is not written yet (the trainer refuses `--devices` with this method). The math and
+//! the defaults are in `docs/methods.md#ibot`.
+
+use burn::module::Param;
+use burn::nn::Initializer;
+use burn::optim::GradientsParams;
+use burn::prelude::*;
+use burn::record::Record;
+use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+use super::dino::{DinoHead, DinoHeadConfig};
+use super::masking::UnitMask;
+use super::momentum::MomentumEncoder;
+use super::running::Running;
+use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
+use crate::base::error::{in_range, ConfigError};
+use crate::base::seed::mix_seed;
+use crate::base::Progress;
+use crate::loss::{
+    DinoLoss, DinoLossConfig, IbotPatchLoss, IbotPatchLossConfig, KoLeoLoss, KoLeoLossConfig,
+};
+
+/// Configuration of [`Ibot`].
+#[derive(Config, Debug)]
+pub struct IbotConfig {
+    /// Hidden width of the head (the papers' 2048).
+    #[config(default = 2048)]
+    pub hidden_dim: usize,
+    /// Bottleneck width (256).
+    #[config(default = 256)]
+    pub bottleneck_dim: usize,
+    /// Output width `K` of the head (iBOT's 8192).
+    #[config(default = 8192)]
+    pub output_dim: usize,
+    /// One head for [CLS] and patch tokens (iBOT's `shared_head`, DINOv2's default); `false`
+    /// gives the patch tokens a head of their own.
+    #[config(default = true)]
+    pub shared_head: bool,
+    /// The teacher's momentum at the start (0.996), rising to 1 along a cosine.
+    #[config(default = 0.996)]
+    pub base_momentum: f64,
+    /// Epochs during which the heads' last layers receive no update (1).
+    #[config(default = 1)]
+    pub freeze_last_layer_epochs: usize,
+    /// The [CLS] loss (temperatures and their warm-up, centre momentum).
+    #[config(default = "DinoLossConfig::new()")]
+    pub loss: DinoLossConfig,
+    /// The patch loss (student temperature, centre momentum; its teacher temperature follows
+    /// `loss`'s warm-up).
+    #[config(default = "IbotPatchLossConfig::new()")]
+    pub patch_loss: IbotPatchLossConfig,
+    /// Weight of the patch loss (iBOT's λ₂ = 1, DINOv2's 1).
+    #[config(default = 1.0)]
+    pub patch_loss_weight: f64,
+    /// Weight of the KoLeo regulariser on the student's [CLS] features (0: iBOT; DINOv2's 0.1).
+    #[config(default = 0.0)]
+    pub koleo_weight: f64,
+    /// Share of the global views that hide patches (0.5).
+    #[config(default = 0.5)]
+    pub mask_probability: f64,
+    /// Least share of a view's patches hidden (0.1).
+    #[config(default = 0.1)]
+    pub mask_ratio_min: f64,
+    /// Largest share of a view's patches hidden (0.5).
+    #[config(default = 0.5)]
+    pub mask_ratio_max: f64,
+    /// Seed of the masks: a step's masks are drawn from `(seed, step)`.
+    #[config(default = 0)]
+    pub seed: u64,
+}
+
+impl IbotConfig {
+    /// Builds iBOT around backbones made by `backbone` (called twice: the student, and a fresh
+    /// module into which the teacher's copy is loaded), which must be Vision Transformers.
+    ///
+    /// # Errors
+    /// A backbone that is not a ViT, a zero width, a probability or ratio outside `[0, 1]`,
+    /// ratios in the wrong order, a negative weight, an impossible momentum or temperature;
+    /// each named.
+    pub fn init<B: Backend, M: Backbone<B> + AsVit<B>>(
+        &self,
+        backbone: impl Fn(&B::Device) -> M,
+        device: &B::Device,
+    ) -> Result<Ibot<B, M>, ConfigError> {
+        in_range("mask_probability", self.mask_probability, 0.0, 1.0, false)?;
+        in_range("mask_ratio_min", self.mask_ratio_min, 0.0, 1.0, false)?;
+        in_range("mask_ratio_max", self.mask_ratio_max, 0.0, 1.0, false)?;
+        if self.mask_ratio_min > self.mask_ratio_max {
+            return Err(ConfigError::new(
+                "mask_ratio_min",
+                format!(
+                    "must not exceed mask_ratio_max ({} > {})",
+                    self.mask_ratio_min, self.mask_ratio_max
+                ),
+            ));
+        }
+        for (field, value) in [
+            ("patch_loss_weight", self.patch_loss_weight),
+            ("koleo_weight", self.koleo_weight),
+        ] {
+            if !(value >= 0.0 && value.is_finite()) {
+                return Err(ConfigError::new(
+                    field,
+                    format!("must be 0 or more, got {value}"),
+                ));
+            }
+        }
+        let student_backbone = backbone(device);
+        let width = student_backbone
+            .as_vit()
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "backbone",
+                    "iBOT masks patch tokens of a Vision Transformer: train it with a ViT \
+                     backbone (--backbone vit-tiny, vit-small or vit-base)",
+                )
+            })?
+            .embed_dim();
+        let head = DinoHeadConfig::new(width)
+            .with_hidden_dim(self.hidden_dim)
+            .with_bottleneck_dim(self.bottleneck_dim)
+            .with_output_dim(self.output_dim);
+        let network = |backbone: M| -> Result<IbotNetwork<B, M>, ConfigError> {
+            Ok(IbotNetwork {
+                backbone,
+                mask_token: Initializer::Zeros.init([1, 1, width], device),
+                head: head.init(device)?,
+                patch_head: if self.shared_head {
+                    None
+                } else {
+                    Some(head.init(device)?)
+                },
+            })
+        };
+        let student = network(student_backbone)?;
+        let fresh = network(backbone(device))?;
+        let teacher =
+            MomentumEncoder::new(&student, fresh, self.base_momentum, true, "base_momentum")?;
+        Ok(Ibot {
+            student,
+            teacher,
+            loss: self.loss.init()?,
+            patch_loss: self.patch_loss.init()?,
+            koleo: KoLeoLossConfig::new().init()?,
+            center: Running::new(Tensor::zeros([1, self.output_dim], device)),
+            patch_center: Running::new(Tensor::zeros([1, self.output_dim], device)),
+            config: self.clone(),
+            frozen: false,
+        })
+    }
+}
+
+/// The student (or teacher): the ViT backbone, its mask token and the head(s).
+#[derive(Module, Debug)]
+pub struct IbotNetwork<B: Backend, M> {
+    /// The encoder.
+    pub backbone: M,
+    /// The token that replaces every hidden patch's embedding, `[1, 1, D]` (iBOT's
+    /// `masked_embed`, initialised to zeros).
+    pub mask_token: Param<Tensor<B, 3>>,
+    /// DINO's head, for the [CLS] token (and the patch tokens when shared).
+    pub head: DinoHead<B>,
+    /// The patch tokens' own head (`shared_head = false`).
+    pub patch_head: Option<DinoHead<B>>,
+}
+
+impl<B: Backend, M> HasBackbone<M> for IbotNetwork<B, M> {
+    fn backbone(&self) -> &M {
+        &self.backbone
+    }
+}
+
+impl<B: Backend, M: Backbone<B> + AsVit<B>> IbotNetwork<B, M> {
+    fn vit(&self) -> &Vit<B> {
+        self.backbone.as_vit().expect("a ViT, checked at init")
+    }
+
+    /// Every token after the final norm, the patches that `mask` hides replaced by the mask
+    /// token before the positional embeddings (none when `mask` is `None`).
+    ///
+    /// # Shapes
+    /// - `images`: `[N, C, H, W]` → `[N, 1 + L, D]`
+    pub fn tokens(&self, images: Tensor<B, 4>, mask: Option<&UnitMask>) -> Tensor<B, 3> {
+        let vit = self.vit();
+        let (patches, grid) = vit.patch_tokens(images);
+        let patches = match mask {
+            Some(mask) => {
+                let [n, l, d] = patches.dims();
+                let hidden = mask
+                    .weights::<B>(&patches.device())
+                    .reshape([n, l, 1])
+                    .expand([n, l, d]);
+                let token = self.mask_token.val().expand([n, l, d]);
+                patches * (hidden.clone().neg() + 1.0) + token * hidden
+            }
+            None => patches,
+        };
+        vit.encode_patch_tokens(patches, grid)
+    }
+
+    /// The patch tokens' head.
+    pub fn patch_head(&self) -> &DinoHead<B> {
+        self.patch_head.as_ref().unwrap_or(&self.head)
+    }
+}
+
+/// The checkpointed state of [`Ibot`]: the teacher and both centres.
+#[derive(Record)]
+pub struct IbotState<B: Backend, M: Backbone<B>> {
+    /// The teacher's record.
+    pub teacher: <IbotNetwork<B, M> as Module<B>>::Record,
+    /// The [CLS] centre, `[1, K]`.
+    pub center: Tensor<B, 2>,
+    /// The patch centre, `[1, K]`.
+    pub patch_center: Tensor<B, 2>,
+}
+
+/// iBOT (and DINOv2's objective with `koleo_weight > 0`). Build it with [`IbotConfig::init`].
+#[derive(Debug, Clone)]
+pub struct Ibot<B: Backend, M: Backbone<B>> {
+    student: IbotNetwork<B, M>,
+    teacher: MomentumEncoder<IbotNetwork<B, M>>,
+    loss: DinoLoss,
+    patch_loss: IbotPatchLoss,
+    koleo: KoLeoLoss,
+    center: Running<B, 2>,
+    patch_center: Running<B, 2>,
+    config: IbotConfig,
+    /// Whether the last layers are frozen at the step being computed.
+    frozen: bool,
+}
+
+/// The masks of `views` global views (view-major) of `patches` patches each, drawn from `rng`
+/// as DINOv2's collate draws them (see the module docs).
+pub fn ibot_masks(
+    views: usize,
+    patches: usize,
+    probability: f64,
+    (ratio_min, ratio_max): (f64, f64),
+    rng: &mut impl Rng,
+) -> UnitMask {
+    let masked = (views as f64 * probability).floor() as usize;
+    let mut hidden: Vec<Vec<usize>> = (0..views)
+        .map(|i| {
+            if i >= masked {
+                return Vec::new();
+            }
+            let slice = (ratio_max - ratio_min) / masked as f64;
+            let low = ratio_min + slice * i as f64;
+            let ratio = low + slice * rng.random::<f64>();
+            let count = ((patches as f64 * ratio).floor() as usize).min(patches);
+            let mut order: Vec<usize> = (0..patches).collect();
+            order.shuffle(rng);
+            let mut chosen = order[..count].to_vec();
+            chosen.sort_unstable();
+            chosen
+        })
+        .collect();
+    hidden.shuffle(rng);
+    UnitMask::from_hidden(patches, &hidden).expect("patches below the count")
+}
+
+impl<B: Backend, M: Backbone<B> + AsVit<B>> Ibot<B, M> {
+    /// The momentum copy (the EMA teacher).
+    pub fn teacher(&self) -> &MomentumEncoder<IbotNetwork<B, M>> {
+        &self.teacher
+    }
+
+    /// The [CLS] centre, `[1, K]`.
+    pub fn center(&self) -> Tensor<B, 2> {
+        self.center.value()
+    }
+
+    /// The patch centre, `[1, K]`.
+    pub fn patch_center(&self) -> Tensor<B, 2> {
+        self.patch_center.value()
+    }
+
+    /// The masks of the step at `progress` for the `2N` global views of a batch of `images`
+    /// images with `patches` patches each (view-major), drawn from `(seed, step)`.
+    pub fn masks(&self, progress: Progress, images: usize, patches: usize) -> UnitMask {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(
+            mix_seed(0x6942_4f54_4d41_534b, self.config.seed),
+            progress.step as u64,
+        ));
+        let c = &self.config;
+        ibot_masks(
+            2 * images,
+            patches,
+            c.mask_probability,
+            (c.mask_ratio_min, c.mask_ratio_max),
+            &mut rng,
+        )
+    }
+}
+
+/// The rows `image·L + patch` of the hidden patches (image by image), and each image's count.
+fn hidden_rows(mask: &UnitMask) -> (Vec<i64>, Vec<usize>) {
+    let (images, patches) = (mask.images(), mask.patches());
+    let mut rows = Vec::new();
+    let counts = (0..images)
+        .map(|i| {
+            let before = rows.len();
+            rows.extend(
+                (0..patches)
+                    .filter(|&p| mask.is_hidden(i, p))
+                    .map(|p| (i * patches + p) as i64),
+            );
+            rows.len() - before
+        })
+        .collect();
+    (rows, counts)
+}
+
+/// The hidden patch tokens of `tokens` (the [CLS] token first, then `L` patches), `[M, D]`.
+fn gather_hidden<B: Backend>(tokens: Tensor<B, 3>, rows: &[i64]) -> Tensor<B, 2> {
+    let [n, t, d] = tokens.dims();
+    let patches = tokens.slice([0..n, 1..t, 0..d]).reshape([n * (t - 1), d]);
+    let index = Tensor::<B, 1, Int>::from_data(
+        TensorData::new(rows.to_vec(), [rows.len()]),
+        &patches.device(),
+    );
+    patches.select(0, index)
+}
+
+/// The [CLS] token, `[N, D]`.
+fn cls<B: Backend>(tokens: Tensor<B, 3>) -> Tensor<B, 2> {
+    let [n, _, d] = tokens.dims();
+    tokens.slice([0..n, 0..1, 0..d]).reshape([n, d])
+}
+
+impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ibot<B, M> {
+    type Online = IbotNetwork<B, M>;
+    type Backbone = M;
+    type State = IbotState<B, M>;
+
+    fn online(&self) -> &Self::Online {
+        &self.student
+    }
+
+    fn state(&self) -> IbotState<B, M> {
+        IbotState {
+            teacher: self.teacher.record(),
+            center: self.center.value(),
+            patch_center: self.patch_center.value(),
+        }
+    }
+
+    fn load_state(&mut self, state: IbotState<B, M>) -> Result<(), ConfigError> {
+        self.center
+            .restore(state.center, "output_dim", "iBOT's [CLS] centre")?;
+        self.patch_center
+            .restore(state.patch_center, "output_dim", "iBOT's patch centre")?;
+        self.teacher.load_record(state.teacher);
+        Ok(())
+    }
+
+    fn set_online(&mut self, online: Self::Online) {
+        self.student = online;
+    }
+
+    fn takes_local_crops(&self) -> bool {
+        true
+    }
+
+    fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
+        let Views {
+            global: [view1, view2],
+            local: locals,
+        } = views;
+        self.frozen = progress.epoch < self.config.freeze_last_layer_epochs;
+        let n = view1.dims()[0];
+        let globals = Tensor::cat(vec![view1, view2], 0);
+        let patches = {
+            let vit = self.student.vit();
+            let [_, _, h, w] = globals.dims();
+            (h / vit.patch_size) * (w / vit.patch_size)
+        };
+        let mask = self.masks(progress, n, patches);
+        let (rows, counts) = hidden_rows(&mask);
+        let split = |x: Tensor<B, 2>, parts: usize| -> Vec<Tensor<B, 2>> {
+            (0..parts)
+                .map(|v| x.clone().slice(v * n..(v + 1) * n))
+                .collect()
+        };
+
+        let teacher_net = self.teacher.network();
+        let teacher_tokens = teacher_net.tokens(globals.clone().detach(), None).detach();
+        let teacher_cls = teacher_net
+            .head
+            .forward(cls(teacher_tokens.clone()))
+            .detach();
+        let teacher_patch = teacher_net
+            .patch_head()
+            .forward(gather_hidden(teacher_tokens, &rows))
+            .detach();
+
+        let student_tokens = self.student.tokens(globals, Some(&mask));
+        let student_features = cls(student_tokens.clone());
+        let (bottleneck, student_cls) = self
+            .student
+            .head
+            .forward_with_bottleneck(student_features.clone());
+        let student_patch = self
+            .student
+            .patch_head()
+            .forward(gather_hidden(student_tokens, &rows));
+        let embeddings = split(bottleneck.detach(), 2);
+        let teacher = split(teacher_cls, 2);
+        let mut student = split(student_cls, 2);
+        if !locals.is_empty() {
+            let v = locals.len();
+            let local_features = self
+                .student
+                .backbone
+                .forward_features(Tensor::cat(locals, 0));
+            student.extend(split(self.student.head.forward(local_features), v));
+        }
+
+        let teacher_temp = self.loss.teacher_temp_at(progress.epoch);
+        let cls_loss = self
+            .loss
+            .forward(&teacher, &student, self.center.value(), teacher_temp);
+        let patch_loss = self.patch_loss.forward(
+            teacher_patch.clone(),
+            student_patch,
+            &counts,
+            self.patch_center.value(),
+            teacher_temp,
+        );
+        let mut loss =
+            cls_loss.clone() + patch_loss.clone().mul_scalar(self.config.patch_loss_weight);
+        let mut stats = Vec::new();
+        if self.config.koleo_weight > 0.0 {
+            let koleo = split(student_features, 2)
+                .into_iter()
+                .map(|x| self.koleo.forward(x))
+                .reduce(|a, b| a + b)
+                .expect("two views");
+            loss = loss + koleo.clone().mul_scalar(self.config.koleo_weight);
+            stats.push(("koleo", koleo.detach()));
+        }
+        self.center
+            .propose(self.loss.updated_center(self.center.value(), &teacher));
+        self.patch_center.propose(
+            self.patch_loss
+                .updated_center(self.patch_center.value(), teacher_patch),
+        );
+        let device = loss.device();
+        let scalar = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
+        let hidden = rows.len() as f64 / (2 * n * patches).max(1) as f64;
+        stats.extend([
+            ("cls_loss", cls_loss.detach()),
+            ("patch_loss", patch_loss.detach()),
+            ("hidden_fraction", scalar(hidden)),
+            ("teacher_temp", scalar(teacher_temp)),
+            self.teacher.stat(progress, &device),
+        ]);
+        MethodOutput {
+            loss,
+            stats,
+            embeddings: Some([embeddings[0].clone(), embeddings[1].clone()]),
+        }
+    }
+
+    /// Drops the last layers' gradients while they are frozen.
+    fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
+        let mut grads = GradientsParams::from_grads(loss.backward(), &self.student);
+        if self.frozen {
+            grads.remove::<B::InnerBackend, 2>(self.student.head.last_layer.id);
+            if let Some(head) = &self.student.patch_head {
+                grads.remove::<B::InnerBackend, 2>(head.last_layer.id);
+            }
+        }
+        grads
+    }
+
+    fn after_step(&mut self, progress: Progress) {
+        self.center.commit();
+        self.patch_center.commit();
+        self.teacher.update(&self.student, progress);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::method::testing::{host, progress};
+    use burn::backend::{Autodiff, NdArray};
+    use curriculum_ssl_models::VitConfig;
+
+    type Ad = Autodiff<NdArray<f64>>;
+    type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
+
+    /// A ViT of 8 × 8 one-channel images in sixteen 2 × 2 patches, tokens 8 wide, one block of
+    /// two heads.
+    fn tiny_vit(d: &Dev) -> Vit<Ad> {
+        VitConfig::new(8)
+            .with_patch_size(2)
+            .with_in_channels(1)
+            .with_embed_dim(8)
+            .with_depth(1)
+            .with_num_heads(2)
+            .init(d)
+    }
+
+    fn ibot(config: IbotConfig) -> Ibot<Ad, Vit<Ad>> {
+        let device = Default::default();
+        crate::method::init_method::<Ad, _, ConfigError>(&device, 5, |d| {
+            config
+                .with_hidden_dim(8)
+                .with_bottleneck_dim(4)
+                .with_output_dim(6)
+                .init(tiny_vit, d)
+        })
+        .unwrap()
+    }
+
+    fn images(n: usize, phase: f64) -> Tensor<Ad, 4> {
+        let values: Vec<f64> = (0..n * 64)
+            .map(|e| (0.37 * e as f64 + phase).sin())
+            .collect();
+        Tensor::from_data(TensorData::new(values, [n, 1, 8, 8]), &Default::default())
+    }
+
+    /// DINOv2's collate: ⌊2N·p⌋ views hide patches, the i-th of them a share of the patches
+    /// inside the i-th slice of [min, max]; the others hide none.
+    #[test]
+    fn the_masks_follow_dinov2s_collate() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let (views, patches) = (8, 100);
+        let mask = ibot_masks(views, patches, 0.5, (0.1, 0.5), &mut rng);
+        let (_, counts) = hidden_rows(&mask);
+        let mut hiding: Vec<usize> = counts.iter().copied().filter(|&c| c > 0).collect();
+        assert_eq!(hiding.len(), 4, "{counts:?}");
+        assert_eq!(counts.iter().filter(|&&c| c == 0).count(), 4);
+        hiding.sort_unstable();
+        for (i, c) in hiding.iter().enumerate() {
+            let (low, high) = (10 + 10 * i, 20 + 10 * i);
+            assert!(
+                (low..=high).contains(c),
+                "view {i} hides {c}, not in [{low}, {high}]"
+            );
+        }
+    }
+
+    /// The student's hidden patches never reach its tokens (changing their pixels changes
+    /// nothing), while the teacher's tokens see them.
+    #[test]
+    fn hidden_pixels_do_not_reach_the_student() {
+        let m = ibot(IbotConfig::new());
+        let mask = UnitMask::from_hidden(16, &[vec![0, 5], vec![3]]).unwrap();
+        let a = images(2, 0.0);
+        // Patch 0 of image 0 is its top-left 2 × 2 pixels; patch 3 of image 1 its top-right.
+        let mut values = host(a.clone());
+        values[0] += 5.0;
+        values[64 + 7] -= 3.0;
+        let b =
+            Tensor::<Ad, 4>::from_data(TensorData::new(values, [2, 1, 8, 8]), &Default::default());
+        let ta = host(m.online().tokens(a.clone(), Some(&mask)));
+        let tb = host(m.online().tokens(b.clone(), Some(&mask)));
+        assert_eq!(ta, tb);
+        let ua = host(m.online().tokens(a, None));
+        let ub = host(m.online().tokens(b, None));
+        assert_ne!(ua, ub);
+    }
+
+    /// The step's loss is the [CLS] loss plus the patch loss on the gathered hidden tokens
+    /// plus KoLeo, each recomputed here from the networks; the centres move after the step.
+    #[test]
+    fn the_loss_adds_its_three_terms() {
+        let mut m = ibot(
+            IbotConfig::new()
+                .with_koleo_weight(0.25)
+                .with_patch_loss_weight(0.5),
+        );
+        let (v1, v2) = (images(3, 0.0), images(3, 1.0));
+        let at = progress(4, 100, 0, 10);
+        let mask = m.masks(at, 3, 16);
+        let (rows, counts) = hidden_rows(&mask);
+        assert!(!rows.is_empty());
+        let globals = Tensor::cat(vec![v1.clone(), v2.clone()], 0);
+        let teacher_tokens = m.teacher().network().tokens(globals.clone(), None);
+        let student_tokens = m.online().tokens(globals, Some(&mask));
+        let t_cls = m
+            .teacher()
+            .network()
+            .head
+            .forward(cls(teacher_tokens.clone()));
+        let s_features = cls(student_tokens.clone());
+        let s_cls = m.online().head.forward(s_features.clone());
+        let t_patch = m
+            .teacher()
+            .network()
+            .head
+            .forward(gather_hidden(teacher_tokens, &rows));
+        let s_patch = m
+            .online()
+            .head
+            .forward(gather_hidden(student_tokens, &rows));
+        let half = |x: Tensor<Ad, 2>, v: usize| x.slice(v * 3..(v + 1) * 3);
+        let cls_loss: f64 = m
+            .loss
+            .forward(
+                &[half(t_cls.clone(), 0), half(t_cls, 1)],
+                &[half(s_cls.clone(), 0), half(s_cls, 1)],
+                m.center(),
+                0.04,
+            )
+            .into_scalar();
+        let patch_loss: f64 = m
+            .patch_loss
+            .forward(t_patch.clone(), s_patch, &counts, m.patch_center(), 0.04)
+            .into_scalar();
+        let koleo: f64 = (0..2)
+            .map(|v| m.koleo.forward(half(s_features.clone(), v)).into_scalar())
+            .sum();
+        let out = m.forward_views(Views::pair(v1, v2), at);
+        let total: f64 = out.loss.into_scalar();
+        let expected = cls_loss + 0.5 * patch_loss + 0.25 * koleo;
+        assert!((total - expected).abs() < 1e-12, "{total} vs {expected}");
+        assert_eq!(host(m.patch_center()), vec![0.0; 6], "not before the step");
+        m.after_step(at);
+        let t = host(t_patch);
+        let mean: Vec<f64> = (0..6)
+            .map(|k| (0..rows.len()).map(|r| t[r * 6 + k]).sum::<f64>() / rows.len() as f64)
+            .collect();
+        for (a, b) in host(m.patch_center()).iter().zip(&mean) {
+            assert!((a - 0.1 * b).abs() < 1e-12, "patch centre");
+        }
+    }
+
+    /// The mask token is trained: its gradient equals a central finite difference of the loss
+    /// (the teacher's outputs held fixed, as the loss detaches them).
+    #[test]
+    fn the_mask_tokens_gradient_matches_finite_differences() {
+        let m = ibot(IbotConfig::new());
+        let (v1, v2) = (images(2, 0.3), images(2, 1.3));
+        let at = progress(7, 100, 2, 10);
+        let loss_with = |m: &Ibot<Ad, Vit<Ad>>| -> Tensor<Ad, 1> {
+            let mut m = m.clone();
+            m.forward_views(Views::pair(v1.clone(), v2.clone()), at)
+                .loss
+        };
+        let grads = loss_with(&m).backward();
+        let analytic = host(m.online().mask_token.val().grad(&grads).unwrap());
+        let h = 1e-6;
+        for i in [0, 3, 7] {
+            let shifted = |delta: f64| {
+                let mut m = m.clone();
+                let mut net = m.online().clone();
+                let mut token = host(net.mask_token.val());
+                token[i] += delta;
+                net.mask_token = Param::from_tensor(Tensor::from_data(
+                    TensorData::new(token, [1, 1, 8]),
+                    &Default::default(),
+                ));
+                m.set_online(net);
+                loss_with(&m).into_scalar()
+            };
+            let numeric = (shifted(h) - shifted(-h)) / (2.0 * h);
+            assert!(
+                (numeric - analytic[i]).abs() < 1e-6 * numeric.abs().max(1.0),
+                "component {i}: {numeric} vs {}",
+                analytic[i]
+            );
+            assert!(analytic[i].abs() > 1e-9, "component {i} is trained");
+        }
+    }
+
+    #[test]
+    fn impossible_settings_are_named() {
+        let device = Default::default();
+        let e = IbotConfig::new()
+            .with_mask_ratio_min(0.6)
+            .init(tiny_vit, &device)
+            .unwrap_err();
+        assert_eq!(e.field, "mask_ratio_min");
+        let e = IbotConfig::new()
+            .with_koleo_weight(-1.0)
+            .init(tiny_vit, &device)
+            .unwrap_err();
+        assert_eq!(e.field, "koleo_weight");
+    }
+}
