@@ -30,9 +30,15 @@
 //! The head is shared between [CLS] and patch tokens (iBOT's `shared_head`, DINOv2's default),
 //! or a second [`DinoHead`] for the patch tokens (`shared_head = false`); both are DINO's head,
 //! with its last layer frozen for the first `freeze_last_layer_epochs` epochs. The patch loss's
-//! teacher temperature follows the [CLS] loss's warm-up. One device only: the patch centre over
-//! replicas is not written yet (the trainer refuses `--devices` with this method). The math and
-//! the defaults are in `docs/methods.md#ibot`.
+//! teacher temperature follows the [CLS] loss's warm-up.
+//!
+//! On several replicas each replica draws the global batch's masks and keeps its rows (its two
+//! views' slices); each replica's [CLS] and patch losses are means over its own images (their
+//! average over replicas is the one-device loss); the [CLS] centre moves by the replicas' mean
+//! teacher output, the patch centre by the mean over every replica's hidden tokens (a sum and a
+//! count all-reduced: replicas hide different numbers); KoLeo runs on the gathered global batch
+//! (DINOv2 computes it per GPU; here the replicas equal one device). The math and the defaults are
+//! in `docs/methods.md#ibot`.
 
 use burn::module::Param;
 use burn::nn::Initializer;
@@ -52,6 +58,7 @@ use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::{in_range, ConfigError};
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
+use crate::data_parallel::Replica;
 use crate::loss::{
     DinoLoss, DinoLossConfig, IbotPatchLoss, IbotPatchLossConfig, KoLeoLoss, KoLeoLossConfig,
 };
@@ -182,6 +189,7 @@ impl IbotConfig {
             patch_center: Running::new(Tensor::zeros([1, self.output_dim], device)),
             config: self.clone(),
             frozen: false,
+            replica: None,
         })
     }
 }
@@ -264,6 +272,8 @@ pub struct Ibot<B: Backend, M: Backbone<B>> {
     config: IbotConfig,
     /// Whether the last layers are frozen at the step being computed.
     frozen: bool,
+    /// This method's replica in a data-parallel run.
+    replica: Option<Replica<B>>,
 }
 
 /// The masks of `views` global views (view-major) of `patches` patches each, drawn from `rng`
@@ -328,6 +338,18 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Ibot<B, M> {
             &mut rng,
         )
     }
+}
+
+/// The masks of `first`'s images, then `second`'s.
+fn stack_masks(first: &UnitMask, second: &UnitMask) -> UnitMask {
+    let patches = first.patches();
+    let hidden: Vec<Vec<usize>> = [first, second]
+        .iter()
+        .flat_map(|m| {
+            (0..m.images()).map(move |i| (0..patches).filter(|&p| m.is_hidden(i, p)).collect())
+        })
+        .collect();
+    UnitMask::from_hidden(patches, &hidden).expect("the same patches")
 }
 
 /// The rows `image·L + patch` of the hidden patches (image by image), and each image's count.
@@ -412,7 +434,15 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             let [_, _, h, w] = globals.dims();
             (h / vit.patch_size) * (w / vit.patch_size)
         };
-        let mask = self.masks(progress, n, patches);
+        let mask = match &self.replica {
+            // The global batch's views are view-major: this replica's rows of each view.
+            Some(r) => {
+                let global = self.masks(progress, n * r.replicas(), patches);
+                let own = |view: usize| global.rows((view * r.replicas() + r.rank()) * n, n);
+                stack_masks(&own(0), &own(1))
+            }
+            None => self.masks(progress, n, patches),
+        };
         let (rows, counts) = hidden_rows(&mask);
         let split = |x: Tensor<B, 2>, parts: usize| -> Vec<Tensor<B, 2>> {
             (0..parts)
@@ -470,18 +500,55 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
         if self.config.koleo_weight > 0.0 {
             let koleo = split(student_features, 2)
                 .into_iter()
-                .map(|x| self.koleo.forward(x))
+                .map(|x| match &self.replica {
+                    Some(r) => self.koleo.forward(r.gather(x)),
+                    None => self.koleo.forward(x),
+                })
                 .reduce(|a, b| a + b)
                 .expect("two views");
             loss = loss + koleo.clone().mul_scalar(self.config.koleo_weight);
             stats.push(("koleo", koleo.detach()));
         }
-        self.center
-            .propose(self.loss.updated_center(self.center.value(), &teacher));
-        self.patch_center.propose(
-            self.patch_loss
-                .updated_center(self.patch_center.value(), teacher_patch),
-        );
+        // Moved after the step (a redrawn attempt's outputs never move them).
+        let (center, patch_center) = match &self.replica {
+            Some(r) => {
+                let k = self.center.value().dims()[1];
+                let mine = self
+                    .loss
+                    .updated_center(self.center.value(), &teacher)
+                    .inner()
+                    .reshape([k]);
+                let center = Tensor::from_inner(r.mean_of(mine).reshape([1, k]));
+                // Every replica's hidden tokens: their sum and count, all-reduced.
+                let device = teacher_patch.device();
+                let count = Tensor::<B, 2>::from_data(
+                    TensorData::new(vec![rows.len() as f64], [1, 1]),
+                    &device,
+                );
+                let sum = if rows.is_empty() {
+                    Tensor::zeros([1, k], &device)
+                } else {
+                    teacher_patch.sum_dim(0)
+                };
+                let total = r.sum(Tensor::cat(vec![sum, count], 1).detach());
+                let hidden: f64 = total.clone().slice([0..1, k..k + 1]).into_scalar().elem();
+                let patch_center = if hidden > 0.0 {
+                    let mean = total.slice([0..1, 0..k]).mul_scalar(1.0 / hidden);
+                    let m = self.config.patch_loss.center_momentum;
+                    self.patch_center.value().mul_scalar(m) + mean.mul_scalar(1.0 - m)
+                } else {
+                    self.patch_center.value()
+                };
+                (center, patch_center)
+            }
+            None => (
+                self.loss.updated_center(self.center.value(), &teacher),
+                self.patch_loss
+                    .updated_center(self.patch_center.value(), teacher_patch),
+            ),
+        };
+        self.center.propose(center);
+        self.patch_center.propose(patch_center);
         let device = loss.device();
         let scalar = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
         let hidden = rows.len() as f64 / (2 * n * patches).max(1) as f64;
@@ -509,6 +576,13 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             }
         }
         grads
+    }
+
+    /// See the module docs: the global batch's masks, each replica's losses over its images,
+    /// the centres from every replica's outputs, KoLeo on the gathered batch.
+    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
+        self.replica = Some(replica);
+        Ok(())
     }
 
     fn after_step(&mut self, progress: Progress) {
