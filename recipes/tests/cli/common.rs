@@ -5,9 +5,24 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+/// Removes what a test that passed its checks wrote under [`scratch`]: a run of a ViT or a
+/// ResNet-18 keeps checkpoints of 100–400 MB, and the suite's runs would otherwise hold
+/// several GB until the next run sweeps them (CI's disk is small). A failing test panics
+/// before this, so its files stay for looking at.
+pub(crate) fn checked(paths: &[&Path]) {
+    for path in paths {
+        if path.is_dir() {
+            let _ = std::fs::remove_dir_all(path);
+        } else {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 /// This process's scratch directory (`recipe-cli-<pid>` in the temporary directory). The runs
-/// of one test process fill some 2 GB and the harness has no hook at its end, so the first call
-/// removes the directories that earlier test processes left, where their process is gone.
+/// of one test process filled some 3 GB before the largest were removed as they pass
+/// ([`checked`]), and the harness has no hook at its end, so the first call removes the
+/// directories that earlier test processes left, where their process is gone.
 pub(crate) fn scratch() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {

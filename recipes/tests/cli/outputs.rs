@@ -5,8 +5,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    as_strs, check_error_shape, cifar_records, example, long_run, losses, run, scratch, stderr,
-    tiny,
+    as_strs, check_error_shape, checked, cifar_records, example, long_run, losses, run, scratch,
+    stderr, tiny,
 };
 
 /// The header of a safetensors file: its tensors' shapes and its metadata.
@@ -247,6 +247,7 @@ fn three_channel_weights_start_a_one_channel_run_and_a_stem_mismatch_names_the_o
     )));
     assert_eq!(check_error_shape(&o, "from scratch"), 0, "{}", stderr(&o));
     assert_ne!(losses(&grey)[0], losses(&scratch_run)[0]);
+    checked(&[&rgb_run, &weights, &grey, &scratch_run]);
 }
 
 /// Runs compared: `recipe compare` draws the runs on shared axes and tabulates their final
