@@ -51,6 +51,7 @@ recipe_modules!(
     moco_v3,
     mae,
     simmim,
+    ijepa,
     simclr,
     rotnet,
     byol,

@@ -116,7 +116,7 @@ fn shuffle_bn_is_a_moco_option() {
 /// The method table's recipes: Barlow Twins and VICReg (VICReg's three terms logged), SimCLR with
 /// DCL and DCLW, SwAV and DINO with their multi-crop (6, 2 and no local crops), NNCLR, TiCo, MoCo
 /// v3 on the small ResNet and on ViT-Tiny, the masked-image methods (MAE, SimMIM, iBOT, DINOv2's
-/// objective); two steps each, a checkpoint, and the kNN monitor on.
+/// objective, I-JEPA); two steps each, a checkpoint, and the kNN monitor on.
 #[test]
 fn the_method_table_recipes_run_two_steps() {
     for (name, extra) in [
@@ -137,6 +137,7 @@ fn the_method_table_recipes_run_two_steps() {
         ("simmim_ratio_curriculum", &[][..]),
         ("ibot", &["--local-crops", "2"][..]),
         ("dinov2", &["--local-crops", "2"][..]),
+        ("ijepa", &[][..]),
     ] {
         let label = format!("{name}{}", extra.join(""));
         let dir_name = format!("table-{label}");
@@ -198,6 +199,26 @@ fn the_method_table_recipes_run_two_steps() {
             let fraction: f64 = row.rsplit(',').next().unwrap().parse().unwrap();
             assert!((25.0 / 49.0..=38.0 / 49.0).contains(&fraction), "{steps}");
         }
+        if name == "ijepa" {
+            // The shares of the 7 × 7 grid the context and each target block keep: a target
+            // block of ⌊49 · [0.15, 0.2]⌋ = 7..9 patches, sides rounded and below 7, holds
+            // 4..12; the context at least the 4 of min_keep.
+            assert!(
+                header.ends_with("context_fraction,target_fraction,momentum"),
+                "{header}"
+            );
+            let row: Vec<f64> = steps
+                .lines()
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .map(|v| v.parse().unwrap())
+                .collect();
+            let n = row.len();
+            let (context, target) = (row[n - 3] * 49.0, row[n - 2] * 49.0);
+            assert!((4.0 - 1e-4..=12.0 + 1e-4).contains(&target), "{steps}");
+            assert!((4.0 - 1e-4..=49.0).contains(&context), "{steps}");
+        }
         if name == "ibot" || name == "dinov2" {
             // Its terms logged (KoLeo for DINOv2's objective), and the hidden fraction of the
             // global views' patches: half the views hide ⌊49·u⌋ patches, u in [0.1, 0.5], so
@@ -240,11 +261,11 @@ fn the_method_table_recipes_run_two_steps() {
     }
 }
 
-/// MAE, SimMIM, iBOT and DINOv2's objective mask the patch tokens of a ViT: another backbone is
-/// refused, naming the option.
+/// MAE, SimMIM, iBOT, DINOv2's objective and I-JEPA mask the patch tokens of a ViT: another
+/// backbone is refused, naming the option.
 #[test]
 fn masked_image_modelling_refuses_a_backbone_that_is_not_a_vit() {
-    for name in ["mae", "simmim", "ibot", "dinov2"] {
+    for name in ["mae", "simmim", "ibot", "dinov2", "ijepa"] {
         let mut args = tiny(&format!("{name}-lenet"), &["--backbone", "lenet5"]);
         args[0] = name.into();
         let o = run(&as_strs(&args));
