@@ -1110,3 +1110,149 @@ fn simmim_matches_lightly_in_f64() {
         "patch embedding",
     );
 }
+
+/// lightly's I-JEPA (its `MaskedVisionTransformerTIMM` on a timm ViT and `IJEPAPredictorTIMM`)
+/// wrapped for the importer: `backbone.*` are timm's keys, `predictor.*` lightly's predictor's.
+#[derive(Module, Debug)]
+struct LightlyIjepa<B: Backend> {
+    net: IjepaNetwork<B, curriculum_ssl_models::Vit<B>>,
+}
+
+impl<B: Backend> curriculum_ssl_models::import::TorchvisionImport<B> for LightlyIjepa<B> {
+    fn torchvision_key(&self, key: &str) -> Option<String> {
+        if let Some(rest) = key.strip_prefix("backbone.") {
+            return curriculum_ssl_models::import::vit_key(rest)
+                .map(|k| format!("net.backbone.{k}"));
+        }
+        let rest = key.strip_prefix("predictor.")?;
+        let ours = match rest.split_once('.') {
+            Some(("predictor_embed", tail)) => format!("embed.{tail}"),
+            Some(("predictor_proj", tail)) => format!("proj.{tail}"),
+            Some(("decoder", "mask_token")) => "mask_token".to_string(),
+            Some(("decoder", tail)) if tail.starts_with("blocks.") || tail.starts_with("norm.") => {
+                tail.to_string()
+            }
+            _ => return None, // the fixed positions: compared separately
+        };
+        Some(format!("net.predictor.{ours}"))
+    }
+}
+
+/// I-JEPA's loss and gradients equal lightly's in float64 (`tests/pytorch/ijepa.py` wrote
+/// `tests/fixtures/ijepa_lightly.*`: lightly 1.6's context encoder and `IJEPAPredictorTIMM` on a
+/// timm ViT with every parameter drawn at random, the target encoder the same weights, the blocks
+/// given) to 1e-12 (every operation in float64; the differences are summation order); the
+/// predictor's sine-cosine positions equal the authors' table to 1e-15.
+#[test]
+fn ijepa_matches_lightly_in_f64() {
+    use curriculum_ssl::method::mae::sine_cosine_2d;
+    let expected = fixture_json("ijepa_lightly.json");
+    let device = Default::default();
+    let positions = sine_cosine_2d::<ExactAd>((3, 3), 8, &device).slice([0..1, 1..10, 0..8]);
+    close(
+        positions.into_data().to_vec::<f64>().unwrap(),
+        numbers(&expected["predictor_pos_embed"]),
+        1e-15,
+        "positions",
+    );
+    let vit = |d: &<ExactAd as burn::tensor::backend::BackendTypes>::Device| {
+        curriculum_ssl_models::VitConfig::new(12)
+            .with_patch_size(4)
+            .with_in_channels(1)
+            .with_embed_dim(8)
+            .with_depth(1)
+            .with_num_heads(2)
+            .init::<ExactAd>(d)
+    };
+    let mut ijepa = init_method::<ExactAd, _, _>(&device, 0, |d| {
+        IjepaConfig::new()
+            .with_predictor_dim(8)
+            .with_predictor_depth(1)
+            .with_predictor_heads(2)
+            .init(vit, d)
+    })
+    .unwrap();
+    let mut wrapper = LightlyIjepa {
+        net: ijepa.online().clone(),
+    };
+    let path = fixture("ijepa_lightly.safetensors");
+    curriculum_ssl_models::import::load_torchvision(&mut wrapper, None, &path).unwrap();
+    // The target encoder starts as the encoder, as an EMA copy does.
+    ijepa
+        .load_state(wrapper.net.backbone.clone().into_record())
+        .unwrap();
+    ijepa.set_online(wrapper.net);
+    let images: Tensor<ExactAd, 4> = Tensor::from_data(
+        TensorData::new(
+            (0..288)
+                .map(|i| (0.37 * i as f64 + 0.1 * (i / 144) as f64).sin())
+                .collect::<Vec<f64>>(),
+            [2, 1, 12, 12],
+        ),
+        &device,
+    );
+    let mask = |lists: [Vec<usize>; 2]| PatchMask::from_visible(9, lists.to_vec()).unwrap();
+    let masks = IjepaMasks {
+        context: mask([vec![0, 1, 2, 5], vec![3, 4, 6, 8]]),
+        targets: vec![
+            mask([vec![7, 8], vec![0, 1]]),
+            mask([vec![3, 6], vec![2, 5]]),
+        ],
+    };
+    let loss = ijepa.loss(images, &masks);
+    let value = loss.clone().into_data().to_vec::<f64>().unwrap()[0];
+    assert!(
+        (value - expected["loss"].as_f64().unwrap()).abs() < 1e-12,
+        "loss {value}"
+    );
+    let grads = loss.backward();
+    let online = ijepa.online();
+    let grad_of =
+        |t: Tensor<ExactAd, 3>| t.grad(&grads).unwrap().into_data().to_vec::<f64>().unwrap();
+    close(
+        grad_of(online.predictor.mask_token.val()),
+        numbers(&expected["grad_mask_token"]),
+        1e-12,
+        "mask token",
+    );
+    close(
+        grad_of(online.backbone.cls_token.val()),
+        numbers(&expected["grad_cls_token"]),
+        1e-12,
+        "class token",
+    );
+    // burn's linear weight is [in, out], PyTorch's [out, in].
+    let embed = online
+        .predictor
+        .embed
+        .weight
+        .val()
+        .grad(&grads)
+        .unwrap()
+        .into_data()
+        .to_vec::<f64>()
+        .unwrap();
+    let embed_t: Vec<f64> = (0..8)
+        .flat_map(|o| (0..8).map(move |i| (o, i)))
+        .map(|(o, i)| embed[i * 8 + o])
+        .collect();
+    close(
+        embed_t,
+        numbers(&expected["grad_predictor_embed_weight"]),
+        1e-12,
+        "predictor embed",
+    );
+    let conv = online
+        .backbone
+        .patch_embed
+        .weight
+        .val()
+        .grad(&grads)
+        .unwrap();
+    close(
+        conv.into_data().to_vec::<f64>().unwrap(),
+        numbers(&expected["grad_patch_embed_weight"]),
+        1e-12,
+        "patch embedding",
+    );
+}
