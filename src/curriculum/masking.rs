@@ -1,5 +1,6 @@
-//! Masking curricula for masked image modelling (MAE, SimMIM): the share of patches hidden,
-//! moved along a schedule instead of held. An easy-to-hard curriculum hides fewer patches first
+//! Masking curricula for masked image modelling (MAE, SimMIM; and I-JEPA's target block scale,
+//! `IjepaConfig::target_scale_schedule`): the share of patches hidden, moved along a schedule
+//! instead of held. An easy-to-hard curriculum hides fewer patches first
 //! (more context, an easier reconstruction) and reaches the method's ratio at the end; the
 //! reverse, or any [`SchedulerConfig`], is one setting away. CL-MAE (Madan et al., WACV 2024,
 //! <https://arxiv.org/abs/2308.16572>) makes masks harder along training with a learned masking

@@ -22,7 +22,8 @@
 //! only patches outside every target block (if fewer than `min_keep` remain, the constraint
 //! drops the target blocks one by one, as the authors' retries do). Every image's lists are cut
 //! to the batch's shortest, in row-major order, so the batch's tensors are rectangular. Drawn on
-//! the host from `(seed, step)`.
+//! the host from `(seed, step)`. `target_scale_schedule` multiplies the target scale range along a
+//! schedule (a masking curriculum: small, local targets first).
 //!
 //! What differs from the authors' code, and why: the ViT here has a class token, which the
 //! encoder carries along with the context patches and the predictor does not see (the authors'
@@ -44,8 +45,10 @@ use super::masking::PatchMask;
 use super::momentum::MomentumEncoder;
 use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::{in_range, ConfigError};
+use crate::base::schedule::SchedulerConfig;
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
+use crate::curriculum::masking;
 
 /// Configuration of [`Ijepa`].
 #[derive(Config, Debug)]
@@ -65,6 +68,12 @@ pub struct IjepaConfig {
     /// Least and largest share of the patches a target block covers (0.15, 0.2).
     #[config(default = "(0.15, 0.2)")]
     pub target_scale: (f64, f64),
+    /// The target blocks' scale range multiplied by a factor along a schedule (a masking
+    /// curriculum, [`crate::curriculum::masking`]: e.g. 0.5 → 1, small and local targets first,
+    /// the paper's semantic ones at the end); `None`: `target_scale` throughout. Its values must
+    /// keep the range inside `(0, 1]`.
+    #[config(default = "None")]
+    pub target_scale_schedule: Option<SchedulerConfig>,
     /// Least and largest aspect ratio (height / width) of a target block (0.75, 1.5).
     #[config(default = "(0.75, 1.5)")]
     pub target_aspect: (f64, f64),
@@ -133,6 +142,12 @@ impl IjepaConfig {
                 ));
             }
         }
+        masking::validate(
+            "target_scale_schedule",
+            self.target_scale_schedule.as_ref(),
+            1e-3,
+            1.0 / self.target_scale.1,
+        )?;
         let encoder = backbone(device);
         let width = encoder
             .as_vit()
@@ -346,13 +361,22 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Ijepa<B, M> {
         &self.target
     }
 
-    /// The blocks of the step at `progress` for `images` images on `grid`, from `(seed, step)`.
+    /// The factor on the target blocks' scale range at `progress` (the schedule's, or 1).
+    pub fn target_scale_factor(&self, progress: Progress) -> f64 {
+        masking::mask_ratio_at(1.0, self.config.target_scale_schedule.as_ref(), progress)
+    }
+
+    /// The blocks of the step at `progress` for `images` images on `grid`, from `(seed, step)`,
+    /// the target scale range at the step's factor.
     pub fn masks(&self, progress: Progress, images: usize, grid: (usize, usize)) -> IjepaMasks {
         let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(
             mix_seed(0x494a_4550_4142_4c4b, self.config.seed),
             progress.step as u64,
         ));
-        self.config.masks(images, grid, &mut rng)
+        let f = self.target_scale_factor(progress);
+        let (low, high) = self.config.target_scale;
+        let config = self.config.clone().with_target_scale((low * f, high * f));
+        config.masks(images, grid, &mut rng)
     }
 
     /// The encoder on the context patches: their tokens after the blocks and the final norm
@@ -471,6 +495,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ij
         let stat = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
         MethodOutput {
             stats: vec![
+                (
+                    "target_scale_factor",
+                    stat(self.target_scale_factor(progress)),
+                ),
                 ("context_fraction", stat(masks.context.visible() as f64 / l)),
                 (
                     "target_fraction",
@@ -716,6 +744,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Under a block-scale curriculum (0.5 → 1 along the run) the target blocks grow as
+    /// scheduled: on a 14 × 14 grid at step 0 of 10 a block holds about ⌊196 · [0.075, 0.1]⌋
+    /// = 14..19 patches (sides rounded: 10..25), at the end the paper's 29..39 (23..45).
+    #[test]
+    fn a_scheduled_block_scale_grows_the_targets() {
+        let m = crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 5, |d| {
+            config()
+                .with_target_scale_schedule(Some(masking::easy_to_hard(0.5, 1.0)))
+                .init(tiny_vit, d)
+        })
+        .unwrap();
+        let at = |step| progress(step, 10, 0, 1);
+        assert_eq!(m.target_scale_factor(at(0)), 0.5);
+        assert_eq!(m.target_scale_factor(at(5)), 0.75);
+        assert_eq!(m.target_scale_factor(at(10)), 1.0);
+        for (step, range) in [(0, 10..=25), (10, 23..=45)] {
+            let kt = m.masks(at(step), 4, (14, 14)).targets[0].visible();
+            assert!(range.contains(&kt), "step {step}: {kt}");
+        }
+        let e = config()
+            .with_target_scale_schedule(Some(masking::easy_to_hard(0.5, 6.0)))
+            .init(tiny_vit, &Default::default())
+            .unwrap_err();
+        assert_eq!(e.field, "target_scale_schedule");
     }
 
     #[test]

@@ -138,6 +138,7 @@ fn the_method_table_recipes_run_two_steps() {
         ("ibot", &["--local-crops", "2"][..]),
         ("dinov2", &["--local-crops", "2"][..]),
         ("ijepa", &[][..]),
+        ("ijepa_scale_curriculum", &[][..]),
     ] {
         let label = format!("{name}{}", extra.join(""));
         let dir_name = format!("table-{label}");
@@ -170,14 +171,15 @@ fn the_method_table_recipes_run_two_steps() {
             let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
             assert!(config.contains("\"backbone\": \"VitTiny\""), "{config}");
         }
-        if let Some((start, end)) = match name {
-            "mae_ratio_curriculum" => Some((0.5, 0.75)),
-            "simmim_ratio_curriculum" => Some((0.3, 0.6)),
+        if let Some((knob, start, end)) = match name {
+            "mae_ratio_curriculum" => Some(("mask_ratio", 0.5, 0.75)),
+            "simmim_ratio_curriculum" => Some(("mask_ratio", 0.3, 0.6)),
+            "ijepa_scale_curriculum" => Some(("target_scale_factor", 0.5, 1.0)),
             _ => None,
         } {
-            // The masking curriculum moves the ratio along its line, step by step: steps 0 and
+            // The masking curriculum moves its knob along its line, step by step: steps 0 and
             // 1 of 2 read the start and the midpoint.
-            let column = header.split(',').position(|c| c == "mask_ratio").unwrap();
+            let column = header.split(',').position(|c| c == knob).unwrap();
             let ratios: Vec<f64> = steps
                 .lines()
                 .skip(1)
@@ -199,12 +201,13 @@ fn the_method_table_recipes_run_two_steps() {
             let fraction: f64 = row.rsplit(',').next().unwrap().parse().unwrap();
             assert!((25.0 / 49.0..=38.0 / 49.0).contains(&fraction), "{steps}");
         }
-        if name == "ijepa" {
+        if name.starts_with("ijepa") {
             // The shares of the 7 × 7 grid the context and each target block keep: a target
             // block of ⌊49 · [0.15, 0.2]⌋ = 7..9 patches, sides rounded and below 7, holds
-            // 4..12; the context at least the 4 of min_keep.
+            // 4..12 (under the curriculum's first step, half that scale: 2..6); the context at
+            // least the 4 of min_keep.
             assert!(
-                header.ends_with("context_fraction,target_fraction,momentum"),
+                header.ends_with("target_scale_factor,context_fraction,target_fraction,momentum"),
                 "{header}"
             );
             let row: Vec<f64> = steps
@@ -216,7 +219,12 @@ fn the_method_table_recipes_run_two_steps() {
                 .collect();
             let n = row.len();
             let (context, target) = (row[n - 3] * 49.0, row[n - 2] * 49.0);
-            assert!((4.0 - 1e-4..=12.0 + 1e-4).contains(&target), "{steps}");
+            let (least, most) = if name == "ijepa" {
+                (4.0, 12.0)
+            } else {
+                (2.0, 6.0)
+            };
+            assert!((least - 1e-4..=most + 1e-4).contains(&target), "{steps}");
             assert!((4.0 - 1e-4..=49.0).contains(&context), "{steps}");
         }
         if name == "ibot" || name == "dinov2" {
