@@ -400,6 +400,25 @@ fn ibot_extra<B: Backend>(m: &Ibot<B, Vit<B>>) -> Vec<f64> {
     v
 }
 
+/// I-JEPA on a ViT of the views' size in 2-pixel patches (a 4 × 4 grid), a one-block predictor:
+/// the replicas must draw the global batch's blocks, cut to its shortest lists.
+fn ijepa<B: Backend>(d: &B::Device, _: usize) -> Result<Ijepa<B, Vit<B>>, ConfigError> {
+    let vit = |d: &B::Device| {
+        VitConfig::new(SIDE)
+            .with_patch_size(2)
+            .with_embed_dim(8)
+            .with_depth(1)
+            .with_num_heads(2)
+            .init(d)
+    };
+    IjepaConfig::new()
+        .with_predictor_dim(8)
+        .with_predictor_depth(1)
+        .with_predictor_heads(2)
+        .with_base_momentum(0.9)
+        .init(vit, d)
+}
+
 fn nnclr<B: Backend>(d: &B::Device, batch: usize) -> Result<Nnclr<B, ResNet<B>>, ConfigError> {
     NnclrConfig::new()
         .with_hidden_dim(8)
@@ -510,6 +529,12 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
     assert_same(
         "SimMIM (f64)",
         runs::<Exact, _>(&simmim, &|_| Vec::new()),
+        1e-11,
+    );
+    // I-JEPA: the global batch's blocks; the target encoder moves by the averaged weights.
+    assert_same(
+        "I-JEPA (f64)",
+        runs::<Exact, _>(&ijepa, &|m| values(m.target().network())),
         1e-11,
     );
     // The CPU training backend.

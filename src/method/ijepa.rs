@@ -28,9 +28,9 @@
 //! What differs from the authors' code, and why: the ViT here has a class token, which the
 //! encoder carries along with the context patches and the predictor does not see (the authors'
 //! ViT has none); the target encoder's momentum rises to 1 along a cosine (theirs along a line);
-//! the smooth-L1 loss (β = 1) is their code's, where the paper writes L2. One device only (the
-//! trainer refuses `--devices` with this method). The math and the defaults are in
-//! `docs/methods.md#i-jepa`.
+//! the smooth-L1 loss (β = 1) is their code's, where the paper writes L2. On several replicas
+//! each replica draws the global batch's blocks (its lists cut to the global batch's shortest)
+//! and keeps its rows. The math and the defaults are in `docs/methods.md#i-jepa`.
 
 use burn::module::Param;
 use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
@@ -49,6 +49,7 @@ use crate::base::schedule::SchedulerConfig;
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
 use crate::curriculum::masking;
+use crate::data_parallel::Replica;
 
 /// Configuration of [`Ijepa`].
 #[derive(Config, Debug)]
@@ -187,6 +188,7 @@ impl IjepaConfig {
             },
             target,
             config: self.clone(),
+            replica: None,
         })
     }
 }
@@ -353,6 +355,8 @@ pub struct Ijepa<B: Backend, M: Backbone<B>> {
     online: IjepaNetwork<B, M>,
     target: MomentumEncoder<M>,
     config: IjepaConfig,
+    /// This method's replica in a data-parallel run: it draws the global batch's blocks.
+    replica: Option<Replica<B>>,
 }
 
 impl<B: Backend, M: Backbone<B> + AsVit<B>> Ijepa<B, M> {
@@ -488,7 +492,18 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ij
         let [n, _, h, w] = images.dims();
         let p = vit(&self.online.backbone).patch_size;
         let grid = (h / p, w / p);
-        let masks = self.masks(progress, n, grid);
+        let masks = match &self.replica {
+            // The global batch's blocks (cut to its shortest lists), this replica's rows.
+            Some(r) => {
+                let global = self.masks(progress, n * r.replicas(), grid);
+                let first = r.rank() * n;
+                IjepaMasks {
+                    context: global.context.rows(first, n),
+                    targets: global.targets.iter().map(|t| t.rows(first, n)).collect(),
+                }
+            }
+            None => self.masks(progress, n, grid),
+        };
         let loss = self.loss(images, &masks);
         let device = loss.device();
         let l = (grid.0 * grid.1).max(1) as f64;
@@ -509,6 +524,13 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ij
             loss,
             embeddings: None,
         }
+    }
+
+    /// Each replica draws the global batch's blocks and keeps its rows: every replica's loss is
+    /// a mean over as many elements, so their average is the one-device loss.
+    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
+        self.replica = Some(replica);
+        Ok(())
     }
 
     fn after_step(&mut self, progress: Progress) {

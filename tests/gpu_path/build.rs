@@ -152,6 +152,30 @@ pub fn ibot<B: AutodiffBackend>(device: &B::Device) -> Ibot<B, curriculum_ssl_mo
     .unwrap()
 }
 
+/// I-JEPA on MAE's ViT (a 3 × 3 grid) with a one-block predictor: the blocks (drawn on the host
+/// from the step), the context gather, the predictor's positions and mask tokens, the target
+/// encoder's layer norm and the smooth L1.
+pub fn ijepa<B: AutodiffBackend>(device: &B::Device) -> Ijepa<B, curriculum_ssl_models::Vit<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        let vit = |d: &B::Device| {
+            curriculum_ssl_models::VitConfig::new(crate::SIDE)
+                .with_patch_size(4)
+                .with_in_channels(1)
+                .with_embed_dim(8)
+                .with_depth(1)
+                .with_num_heads(2)
+                .init(d)
+        };
+        IjepaConfig::new()
+            .with_predictor_dim(8)
+            .with_predictor_depth(1)
+            .with_predictor_heads(2)
+            .with_min_keep(1)
+            .init(vit, d)
+    })
+    .unwrap()
+}
+
 pub fn simsiam<B: AutodiffBackend>(device: &B::Device) -> SimSiam<B, TinyConv<B>> {
     init_method::<B, _, _>(device, 3, |d| {
         SimSiamConfig::new()

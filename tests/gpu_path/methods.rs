@@ -252,10 +252,11 @@ fn byol_and_simsiam_step_as_on_the_cpu() {
     seen.report("BYOL and SimSiam");
 }
 
-/// MAE, SimMIM and iBOT on a small ViT (one shape for all): the masks (drawn on the host from
-/// the step), MAE's gather of the visible tokens and its inverse, SimMIM's and iBOT's mask token
+/// MAE, SimMIM, iBOT and I-JEPA on a small ViT (one shape for all): the masks (drawn on the host
+/// from the step), MAE's gather of the visible tokens and its inverse, SimMIM's and iBOT's mask token
 /// in place, attention, the exact GELU, the per-patch targets and the L1 on the device; iBOT's
-/// gather of the hidden tokens, DINO's head and softmaxes, its centres and KoLeo.
+/// gather of the hidden tokens, DINO's head and softmaxes, its centres and KoLeo; I-JEPA's context
+/// gather, predictor and smooth L1.
 #[test]
 fn masked_image_modelling_steps_as_on_the_cpu() {
     let Some(device) = gpu() else { return };
@@ -281,7 +282,14 @@ fn masked_image_modelling_steps_as_on_the_cpu() {
         &device,
         &mut seen,
     );
-    seen.report("MAE, SimMIM and iBOT");
+    compare(
+        "I-JEPA",
+        ijepa::<CpuAd>(&CpuDevice::default()),
+        ijepa::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    seen.report("MAE, SimMIM, iBOT and I-JEPA");
 }
 
 /// RotNet under the angle curriculum: plain rotation, rotate-and-mix and crop-and-rotate (boxes
