@@ -41,7 +41,7 @@ use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::{Rng, SeedableRng};
 
 use super::mae::sine_cosine_2d;
-use super::masking::PatchMask;
+use super::masking::{encode_kept, PatchMask};
 use super::momentum::MomentumEncoder;
 use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::{in_range, ConfigError};
@@ -389,18 +389,8 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Ijepa<B, M> {
     /// # Shapes
     /// - `images`: `[N, C, H, W]` → `[N, K_c, D]`
     pub fn encode_context(&self, images: Tensor<B, 4>, context: &PatchMask) -> Tensor<B, 3> {
-        let vit = vit(&self.online.backbone);
-        let (patches, (h, w)) = vit.patch_tokens(images);
-        let [n, _, d] = patches.dims();
-        let positions = vit.pos_embed_for(h, w);
-        let patches = patches + positions.clone().slice([0..1, 1..1 + h * w, 0..d]);
-        let class = (vit.cls_token.val() + positions.slice([0..1, 0..1, 0..d])).expand([n, 1, d]);
-        let mut x = Tensor::cat(vec![class, context.gather(patches)], 1);
-        for block in &vit.blocks {
-            x = block.forward(x);
-        }
-        let x = vit.norm.forward(x);
-        let [_, t, _] = x.dims();
+        let x = encode_kept(vit(&self.online.backbone), images, context);
+        let [n, t, d] = x.dims();
         x.slice([0..n, 1..t, 0..d])
     }
 

@@ -17,7 +17,7 @@ use curriculum_ssl_models::vit::VitBlock;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::SeedableRng;
 
-use super::masking::PatchMask;
+use super::masking::{encode_kept, PatchMask};
 use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
@@ -304,16 +304,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Mae<B, M> {
             .backbone
             .as_vit()
             .expect("a ViT, checked at init");
-        let (patches, (h, w)) = vit.patch_tokens(images);
-        let [n, _, d] = patches.dims();
-        let positions = vit.pos_embed_for(h, w);
-        let patches = patches + positions.clone().slice([0..1, 1..1 + h * w, 0..d]);
-        let class = (vit.cls_token.val() + positions.slice([0..1, 0..1, 0..d])).expand([n, 1, d]);
-        let mut x = Tensor::cat(vec![class, mask.gather(patches)], 1);
-        for block in &vit.blocks {
-            x = block.forward(x);
-        }
-        vit.norm.forward(x)
+        encode_kept(vit, images, mask)
     }
 
     /// The loss on `images` with `mask`: the mean squared error of the predicted pixels against

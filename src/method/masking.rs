@@ -302,6 +302,29 @@ impl UnitMask {
     }
 }
 
+/// A Vision Transformer on the patches `mask` keeps: the class token and the kept patches'
+/// tokens (positions added before the gather), through the blocks and the final norm — MAE's
+/// encoder on the visible patches, I-JEPA's on the context block.
+///
+/// # Shapes
+/// - `images`: `[N, C, H, W]` → `[N, 1 + kept, D]`
+pub fn encode_kept<B: Backend>(
+    vit: &curriculum_ssl_models::Vit<B>,
+    images: Tensor<B, 4>,
+    mask: &PatchMask,
+) -> Tensor<B, 3> {
+    let (patches, (h, w)) = vit.patch_tokens(images);
+    let [n, _, d] = patches.dims();
+    let positions = vit.pos_embed_for(h, w);
+    let patches = patches + positions.clone().slice([0..1, 1..1 + h * w, 0..d]);
+    let class = (vit.cls_token.val() + positions.slice([0..1, 0..1, 0..d])).expand([n, 1, d]);
+    let mut x = Tensor::cat(vec![class, mask.gather(patches)], 1);
+    for block in &vit.blocks {
+        x = block.forward(x);
+    }
+    vit.norm.forward(x)
+}
+
 fn index<B: Backend>(rows: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
     let rows: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
     let len = rows.len();
