@@ -381,6 +381,19 @@ fn gather_hidden<B: Backend>(tokens: Tensor<B, 3>, rows: &[i64]) -> Tensor<B, 2>
     patches.select(0, index)
 }
 
+/// `head`'s outputs at the hidden patch tokens of `tokens`, `[M, K]`; `[0, K]` when no token is
+/// hidden (a batch of few patches, or `mask_probability` 0: the patch loss is then 0).
+fn hidden_outputs<B: Backend>(
+    head: &DinoHead<B>,
+    tokens: Tensor<B, 3>,
+    rows: &[i64],
+) -> Tensor<B, 2> {
+    if rows.is_empty() {
+        return Tensor::zeros([0, head.output_dim()], &tokens.device());
+    }
+    head.forward(gather_hidden(tokens, rows))
+}
+
 /// The [CLS] token, `[N, D]`.
 fn cls<B: Backend>(tokens: Tensor<B, 3>) -> Tensor<B, 2> {
     let [n, _, d] = tokens.dims();
@@ -456,10 +469,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             .head
             .forward(cls(teacher_tokens.clone()))
             .detach();
-        let teacher_patch = teacher_net
-            .patch_head()
-            .forward(gather_hidden(teacher_tokens, &rows))
-            .detach();
+        let teacher_patch =
+            hidden_outputs(teacher_net.patch_head(), teacher_tokens, &rows).detach();
 
         let student_tokens = self.student.tokens(globals, Some(&mask));
         let student_features = cls(student_tokens.clone());
@@ -467,10 +478,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             .student
             .head
             .forward_with_bottleneck(student_features.clone());
-        let student_patch = self
-            .student
-            .patch_head()
-            .forward(gather_hidden(student_tokens, &rows));
+        let student_patch = hidden_outputs(self.student.patch_head(), student_tokens, &rows);
         let embeddings = split(bottleneck.detach(), 2);
         let teacher = split(teacher_cls, 2);
         let mut student = split(student_cls, 2);
@@ -498,11 +506,19 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             cls_loss.clone() + patch_loss.clone().mul_scalar(self.config.patch_loss_weight);
         let mut stats = Vec::new();
         if self.config.koleo_weight > 0.0 {
+            // A batch of one image has no nearest neighbour: the term is 0 there.
             let koleo = split(student_features, 2)
                 .into_iter()
-                .map(|x| match &self.replica {
-                    Some(r) => self.koleo.forward(r.gather(x)),
-                    None => self.koleo.forward(x),
+                .map(|x| {
+                    let x = match &self.replica {
+                        Some(r) => r.gather(x),
+                        None => x,
+                    };
+                    if x.dims()[0] < 2 {
+                        x.sum().mul_scalar(0.0)
+                    } else {
+                        self.koleo.forward(x)
+                    }
                 })
                 .reduce(|a, b| a + b)
                 .expect("two views");
@@ -776,6 +792,32 @@ mod tests {
             );
             assert!(analytic[i].abs() > 1e-9, "component {i} is trained");
         }
+    }
+
+    /// Edge cases that must not panic: no view hides a patch (`mask_probability` 0: the patch
+    /// loss is 0 and the patch centre stays), and a batch of one image with KoLeo on (no
+    /// nearest neighbour: the term is 0).
+    #[test]
+    fn nothing_hidden_and_a_single_image_give_zero_terms() {
+        let mut m = ibot(
+            IbotConfig::new()
+                .with_mask_probability(0.0)
+                .with_koleo_weight(0.1),
+        );
+        let at = progress(1, 100, 0, 10);
+        let out = m.forward_views(Views::pair(images(1, 0.0), images(1, 1.0)), at);
+        let stat = |name: &str| -> f64 {
+            let (_, v) = out.stats.iter().find(|(n, _)| *n == name).unwrap();
+            v.clone().into_scalar()
+        };
+        assert_eq!(stat("patch_loss"), 0.0);
+        assert_eq!(stat("koleo"), 0.0);
+        assert_eq!(stat("hidden_fraction"), 0.0);
+        let loss: f64 = out.loss.clone().into_scalar();
+        assert!((loss - stat("cls_loss")).abs() < 1e-12);
+        let _ = m.gradients(&out.loss);
+        m.after_step(at);
+        assert_eq!(host(m.patch_center()), vec![0.0; 6]);
     }
 
     #[test]

@@ -836,3 +836,36 @@ fn the_supervised_recipes_run_two_epochs() {
     assert_eq!(check_error_shape(&o, "ssl resume"), 2, "{}", stderr(&o));
     std::fs::remove_dir_all(scratch().join("supervised-then-ssl")).unwrap();
 }
+
+/// DINOv2's objective with nothing hidden (`method.mask_probability=0`): it trains on the [CLS]
+/// loss and KoLeo, logging a patch loss of 0, instead of panicking on an empty gather. (A batch
+/// of one image, where KoLeo has no neighbour, is refused by `--batch-size`; the method's unit
+/// test covers it.)
+#[test]
+fn dinov2_trains_with_nothing_hidden() {
+    let dir = scratch().join("dinov2-nothing-hidden");
+    let mut args = tiny(
+        dir.to_str().unwrap(),
+        &["--local-crops", "0", "method.mask_probability=0"],
+    );
+    args[0] = "dinov2".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "dinov2"), 0, "{}", stderr(&o));
+    let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+    let header: Vec<&str> = steps.lines().next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|c| *c == name).unwrap();
+    let rows: Vec<Vec<f64>> = steps
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{steps}");
+    for row in &rows {
+        for name in ["patch_loss", "hidden_fraction"] {
+            assert_eq!(row[column(name)], 0.0, "{name}\n{steps}");
+        }
+        assert!(row[column("koleo")] > 0.0, "{steps}");
+        assert!(row[column("loss")].is_finite(), "{steps}");
+    }
+    checked(&[&dir]);
+}
