@@ -133,12 +133,31 @@ impl IbotPatchLoss {
         center: Tensor<B, 2>,
         teacher: Tensor<B, 2>,
     ) -> Tensor<B, 2> {
+        let rows = teacher.dims()[0];
+        if rows == 0 {
+            return stop_gradient(center);
+        }
+        self.moved_center(center, stop_gradient(teacher).sum_dim(0), rows)
+    }
+
+    /// The centre moved by a mean given as the sum `sum` of `count` rows' teacher outputs (on
+    /// replicas: every replica's rows, the sums all-reduced): `m·c + (1 − m)·sum / count`;
+    /// unchanged when `count` is 0.
+    ///
+    /// # Shapes
+    /// - `center`, `sum`: `[1, K]` → `[1, K]`
+    pub fn moved_center<B: Backend>(
+        &self,
+        center: Tensor<B, 2>,
+        sum: Tensor<B, 2>,
+        count: usize,
+    ) -> Tensor<B, 2> {
         let center = stop_gradient(center);
-        if teacher.dims()[0] == 0 {
+        if count == 0 {
             return center;
         }
         let m = self.config.center_momentum;
-        center.mul_scalar(m) + stop_gradient(teacher).mean_dim(0).mul_scalar(1.0 - m)
+        center.mul_scalar(m) + stop_gradient(sum).mul_scalar((1.0 - m) / count as f64)
     }
 }
 

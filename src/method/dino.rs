@@ -338,19 +338,12 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Dino<B, M> {
         let loss = self
             .loss
             .forward(&teacher, &student, self.center.value(), teacher_temp);
-        // The centre moves by the mean of the teacher's outputs over the global batch.
-        let center = match &self.replica {
-            Some(r) => {
-                let k = self.center.value().dims()[1];
-                let mine = self
-                    .loss
-                    .updated_center(self.center.value(), &teacher)
-                    .inner()
-                    .reshape([k]);
-                Tensor::from_inner(r.mean_of(mine).reshape([1, k]))
-            }
-            None => self.loss.updated_center(self.center.value(), &teacher),
-        };
+        let center = next_center(
+            &self.loss,
+            self.center.value(),
+            &teacher,
+            self.replica.as_ref(),
+        );
         // Moved after the step (a redrawn attempt's outputs never move it).
         self.center.propose(center);
         let device = loss.device();
@@ -384,6 +377,28 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Dino<B, M> {
     fn after_step(&mut self, progress: Progress) {
         self.center.commit();
         self.teacher.update(&self.student, progress);
+    }
+}
+
+/// The centre after a step: `m·c + (1 − m)·mean` of the teacher's outputs over the global batch
+/// (on replicas every replica's updated centre, averaged: the same on every replica, and the
+/// one-device centre for equal shards). Shared by DINO and iBOT's [CLS] centre.
+///
+/// # Shapes
+/// - `center`: `[1, K]`; `teacher[g]`: `[N, K]` → `[1, K]`
+pub(crate) fn next_center<B: AutodiffBackend>(
+    loss: &DinoLoss,
+    center: Tensor<B, 2>,
+    teacher: &[Tensor<B, 2>],
+    replica: Option<&Replica<B>>,
+) -> Tensor<B, 2> {
+    let next = loss.updated_center(center, teacher);
+    match replica {
+        Some(r) => {
+            let k = next.dims()[1];
+            Tensor::from_inner(r.mean_of(next.inner().reshape([k])).reshape([1, k]))
+        }
+        None => next,
     }
 }
 

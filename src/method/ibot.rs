@@ -50,7 +50,7 @@ use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use super::dino::{DinoHead, DinoHeadConfig};
+use super::dino::{next_center, DinoHead, DinoHeadConfig};
 use super::masking::UnitMask;
 use super::momentum::MomentumEncoder;
 use super::running::Running;
@@ -447,14 +447,19 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             let [_, _, h, w] = globals.dims();
             (h / vit.patch_size) * (w / vit.patch_size)
         };
-        let mask = match &self.replica {
+        // The hidden tokens of the global batch, for the patch centre: known on the host.
+        let (mask, global_hidden) = match &self.replica {
             // The global batch's views are view-major: this replica's rows of each view.
             Some(r) => {
                 let global = self.masks(progress, n * r.replicas(), patches);
                 let own = |view: usize| global.rows((view * r.replicas() + r.rank()) * n, n);
-                stack_masks(&own(0), &own(1))
+                (stack_masks(&own(0), &own(1)), global.hidden_count())
             }
-            None => self.masks(progress, n, patches),
+            None => {
+                let mask = self.masks(progress, n, patches);
+                let hidden = mask.hidden_count();
+                (mask, hidden)
+            }
         };
         let (rows, counts) = hidden_rows(&mask);
         let split = |x: Tensor<B, 2>, parts: usize| -> Vec<Tensor<B, 2>> {
@@ -525,44 +530,28 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             loss = loss + koleo.clone().mul_scalar(self.config.koleo_weight);
             stats.push(("koleo", koleo.detach()));
         }
-        // Moved after the step (a redrawn attempt's outputs never move them).
-        let (center, patch_center) = match &self.replica {
-            Some(r) => {
-                let k = self.center.value().dims()[1];
-                let mine = self
-                    .loss
-                    .updated_center(self.center.value(), &teacher)
-                    .inner()
-                    .reshape([k]);
-                let center = Tensor::from_inner(r.mean_of(mine).reshape([1, k]));
-                // Every replica's hidden tokens: their sum and count, all-reduced.
-                let device = teacher_patch.device();
-                let count = Tensor::<B, 2>::from_data(
-                    TensorData::new(vec![rows.len() as f64], [1, 1]),
-                    &device,
-                );
-                let sum = if rows.is_empty() {
-                    Tensor::zeros([1, k], &device)
-                } else {
-                    teacher_patch.sum_dim(0)
-                };
-                let total = r.sum(Tensor::cat(vec![sum, count], 1).detach());
-                let hidden: f64 = total.clone().slice([0..1, k..k + 1]).into_scalar().elem();
-                let patch_center = if hidden > 0.0 {
-                    let mean = total.slice([0..1, 0..k]).mul_scalar(1.0 / hidden);
-                    let m = self.config.patch_loss.center_momentum;
-                    self.patch_center.value().mul_scalar(m) + mean.mul_scalar(1.0 - m)
-                } else {
-                    self.patch_center.value()
-                };
-                (center, patch_center)
-            }
-            None => (
-                self.loss.updated_center(self.center.value(), &teacher),
-                self.patch_loss
-                    .updated_center(self.patch_center.value(), teacher_patch),
-            ),
+        // Moved after the step (a redrawn attempt's outputs never move them). The patch centre
+        // moves by the mean over the global batch's hidden tokens: this replica's sum, summed
+        // over replicas, divided by their count (replicas hide different numbers).
+        let center = next_center(
+            &self.loss,
+            self.center.value(),
+            &teacher,
+            self.replica.as_ref(),
+        );
+        let k = teacher_patch.dims()[1];
+        let patch_sum = if rows.is_empty() {
+            Tensor::zeros([1, k], &teacher_patch.device())
+        } else {
+            teacher_patch.sum_dim(0)
         };
+        let patch_sum = match &self.replica {
+            Some(r) => r.sum(patch_sum.detach()),
+            None => patch_sum,
+        };
+        let patch_center =
+            self.patch_loss
+                .moved_center(self.patch_center.value(), patch_sum, global_hidden);
         self.center.propose(center);
         self.patch_center.propose(patch_center);
         let device = loss.device();
