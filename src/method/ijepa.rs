@@ -41,7 +41,7 @@ use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::{Rng, SeedableRng};
 
 use super::mae::sine_cosine_2d;
-use super::masking::{encode_kept, PatchMask};
+use super::masking::{check_token_transformer, encode_kept, PatchMask};
 use super::momentum::MomentumEncoder;
 use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::{in_range, ConfigError};
@@ -108,24 +108,11 @@ impl IjepaConfig {
         device: &B::Device,
     ) -> Result<Ijepa<B, M>, ConfigError> {
         let (dim, heads) = (self.predictor_dim, self.predictor_heads);
-        if dim == 0 || dim % 4 != 0 {
-            return Err(ConfigError::new(
-                "predictor_dim",
-                format!("must be a positive multiple of 4 (its sine-cosine positions), got {dim}"),
-            ));
-        }
-        if heads == 0 || dim % heads != 0 {
-            return Err(ConfigError::new(
-                "predictor_heads",
-                format!("must divide the predictor width {dim}, got {heads}"),
-            ));
-        }
-        if self.predictor_depth == 0 {
-            return Err(ConfigError::new(
-                "predictor_depth",
-                "the predictor needs at least one block",
-            ));
-        }
+        check_token_transformer(
+            ["predictor_dim", "predictor_heads", "predictor_depth"],
+            "predictor",
+            (dim, heads, self.predictor_depth),
+        )?;
         if self.targets == 0 {
             return Err(ConfigError::new("targets", "at least one target block"));
         }

@@ -17,7 +17,7 @@ use curriculum_ssl_models::vit::VitBlock;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::SeedableRng;
 
-use super::masking::{encode_kept, PatchMask};
+use super::masking::{check_token_transformer, encode_kept, PatchMask};
 use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
@@ -81,24 +81,11 @@ impl MaeConfig {
             0.99,
         )?;
         let (dim, heads) = (self.decoder_dim, self.decoder_heads);
-        if dim == 0 || dim % 4 != 0 {
-            return Err(ConfigError::new(
-                "decoder_dim",
-                format!("must be a positive multiple of 4 (its sine-cosine embeddings), got {dim}"),
-            ));
-        }
-        if heads == 0 || dim % heads != 0 {
-            return Err(ConfigError::new(
-                "decoder_heads",
-                format!("must divide the decoder width {dim}, got {heads}"),
-            ));
-        }
-        if self.decoder_depth == 0 {
-            return Err(ConfigError::new(
-                "decoder_depth",
-                "the decoder needs at least one block",
-            ));
-        }
+        check_token_transformer(
+            ["decoder_dim", "decoder_heads", "decoder_depth"],
+            "decoder",
+            (dim, heads, self.decoder_depth),
+        )?;
         let vit = backbone.as_vit().ok_or_else(|| {
             ConfigError::new(
                 "backbone",

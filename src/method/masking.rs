@@ -302,6 +302,40 @@ impl UnitMask {
     }
 }
 
+/// Checks the shape of a narrow transformer over patch tokens (MAE's decoder, I-JEPA's
+/// predictor): a width that is a positive multiple of 4 (its 2-D sine-cosine positions) and of
+/// the heads, and at least one block. `fields` names the three settings (width, heads, depth) and
+/// `what` the network in the errors.
+///
+/// # Errors
+/// The first setting that does not hold, named.
+pub(crate) fn check_token_transformer(
+    fields: [&'static str; 3],
+    what: &str,
+    (dim, heads, depth): (usize, usize, usize),
+) -> Result<(), ConfigError> {
+    let [dim_field, heads_field, depth_field] = fields;
+    if dim == 0 || dim % 4 != 0 {
+        return Err(ConfigError::new(
+            dim_field,
+            format!("must be a positive multiple of 4 (its sine-cosine positions), got {dim}"),
+        ));
+    }
+    if heads == 0 || dim % heads != 0 {
+        return Err(ConfigError::new(
+            heads_field,
+            format!("must divide the {what} width {dim}, got {heads}"),
+        ));
+    }
+    if depth == 0 {
+        return Err(ConfigError::new(
+            depth_field,
+            format!("the {what} needs at least one block"),
+        ));
+    }
+    Ok(())
+}
+
 /// A Vision Transformer on the patches `mask` keeps: the class token and the kept patches'
 /// tokens (positions added before the gather), through the blocks and the final norm — MAE's
 /// encoder on the visible patches, I-JEPA's on the context block.
