@@ -1,11 +1,11 @@
-//! Projection and prediction heads: MLPs of `Linear → BatchNorm → ReLU` blocks ending in a
-//! `Linear` (optionally followed by a BatchNorm), with configurable widths.
+//! Projection and prediction heads: MLPs of `Linear → BatchNorm → ReLU` (or GELU) blocks ending
+//! in a `Linear` (optionally followed by a BatchNorm), with configurable widths.
 //!
 //! Presets match the papers: [`MlpHeadConfig::simclr`] (2 layers, BN), [`MlpHeadConfig::moco_v2`]
 //! (2 layers, no BN), [`MlpHeadConfig::byol`] (2 layers, BN, 4096 hidden),
 //! [`MlpHeadConfig::simsiam_projector`] (3 layers with a BN without affine parameters at the
 //! output) and [`MlpHeadConfig::light_moco`] (`[2048, 128]`, no BN, as Lin et al.'s paper and
-//! code build it). A linear layer followed by a BatchNorm has no bias (it would be cancelled by
+//! code build it), [`MlpHeadConfig::msn`] (3 layers, BN, GELU). A linear layer followed by a BatchNorm has no bias (it would be cancelled by
 //! the normalisation). See `docs/methods.md#methods`.
 
 use burn::module::{Param, RunningState};
@@ -39,6 +39,17 @@ pub struct MlpHeadConfig {
     pub output_batch_norm_affine: bool,
 }
 
+/// The activation of an [`MlpHead`]'s hidden layers, chosen when it is applied
+/// ([`MlpHead::forward_with`]): not part of the record, so checkpoints written before it existed
+/// load unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadActivation {
+    /// `max(x, 0)`.
+    Relu,
+    /// The exact GELU, `x·Φ(x)` (PyTorch's `nn.GELU()` default).
+    Gelu,
+}
+
 impl MlpHeadConfig {
     /// SimCLR projector: `input → hidden (BN, ReLU) → output`.
     pub fn simclr(input_dim: usize, hidden_dim: usize, output_dim: usize) -> Self {
@@ -70,6 +81,14 @@ impl MlpHeadConfig {
             .with_num_layers(3)
             .with_output_batch_norm(true)
             .with_output_batch_norm_affine(false)
+    }
+
+    /// MSN projector: three layers, `input → hidden (BN) → hidden (BN) → output`, applied with
+    /// GELU ([`MlpHead::forward_with`]; Assran et al. 2022, §4: "a 3-layer projection head with
+    /// output dimension 256 and batch-normalization at the input and hidden layers"; the
+    /// authors' code and lightly's `MSNProjectionHead` use GELU, 2048 hidden).
+    pub fn msn(input_dim: usize, hidden_dim: usize, output_dim: usize) -> Self {
+        Self::new(input_dim, hidden_dim, output_dim).with_num_layers(3)
     }
 
     /// Validates the widths and initialises the head on `device`.
@@ -252,16 +271,29 @@ pub struct MlpHead<B: Backend> {
 }
 
 impl<B: Backend> MlpHead<B> {
+    /// The head with ReLU after its hidden layers.
+    ///
     /// # Shapes
     /// - input: `[N, input_dim]` → `[N, output_dim]`
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.forward_with(x, HeadActivation::Relu)
+    }
+
+    /// The head with `activation` after its hidden layers (MSN's projector: GELU).
+    ///
+    /// # Shapes
+    /// - input: `[N, input_dim]` → `[N, output_dim]`
+    pub fn forward_with(&self, x: Tensor<B, 2>, activation: HeadActivation) -> Tensor<B, 2> {
         let mut x = x;
         for layer in &self.hidden {
             x = layer.linear.forward(x);
             if let Some(norm) = &layer.norm {
                 x = norm.forward(x);
             }
-            x = burn::tensor::activation::relu(x);
+            x = match activation {
+                HeadActivation::Relu => burn::tensor::activation::relu(x),
+                HeadActivation::Gelu => burn::tensor::activation::gelu(x),
+            };
         }
         x = self.output.forward(x);
         if let Some(norm) = &self.output_norm {

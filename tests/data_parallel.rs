@@ -400,6 +400,27 @@ fn ibot_extra<B: Backend>(m: &Ibot<B, Vit<B>>) -> Vec<f64> {
     v
 }
 
+/// MSN on a ViT of the views' size in 2-pixel patches, 30 % of every anchor's tokens dropped:
+/// the replicas draw the global batch's masks, balance the gathered batch's targets and sum the
+/// mean assignment over replicas.
+fn msn<B: Backend>(d: &B::Device, _: usize) -> Result<Msn<B, Vit<B>>, ConfigError> {
+    let vit = |d: &B::Device| {
+        VitConfig::new(SIDE)
+            .with_patch_size(2)
+            .with_embed_dim(8)
+            .with_depth(1)
+            .with_num_heads(2)
+            .init(d)
+    };
+    MsnConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .with_num_prototypes(6)
+        .with_mask_ratio(0.3)
+        .with_base_momentum(0.9)
+        .init(vit, d)
+}
+
 /// I-JEPA on a ViT of the views' size in 2-pixel patches (a 4 × 4 grid), a one-block predictor:
 /// the replicas must draw the global batch's blocks, cut to its shortest lists.
 fn ijepa<B: Backend>(d: &B::Device, _: usize) -> Result<Ijepa<B, Vit<B>>, ConfigError> {
@@ -557,6 +578,16 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
     // On Flex: its local crops' positional embeddings are interpolated bicubically, whose
     // backward NdArray does not have; f32 sums in another order, as the runs above.
     assert_same("iBOT (Flex)", runs::<Fast, _>(&ibot, &ibot_extra), 2e-4);
+    // MSN: the global batch's masks (anchor and focal views), Sinkhorn over the gathered
+    // targets, the regulariser's mean over every replica's anchors; Flex for the same reason.
+    // 1e-3: its projector batch-normalises [CLS] features that the one-block ViT makes nearly
+    // alike across images, so the replicas' other summation order of the batch moments is
+    // divided by a small spread (measured 1.05 tolerances of 2e-4 on AVX2: a margin of 5 here).
+    assert_same(
+        "MSN (Flex)",
+        runs::<Fast, _>(&msn, &|m| values(m.target().network())),
+        1e-3,
+    );
 }
 
 /// MoCo's shuffling batch norm on two replicas: the keys each replica enqueues are the key

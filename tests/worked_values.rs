@@ -431,6 +431,84 @@ fn ibot_patch_loss_and_koleo_equal_lightly() {
     }
 }
 
+/// MSN's loss (mean-entropy prior, with and without Sinkhorn–Knopp) and PMSN's (power-law
+/// prior) against lightly's `MSNLoss` and `PMSNLoss` in float64 (`tests/pytorch/msn_losses.py`
+/// wrote `tests/fixtures/msn_losses.json`): values to 1e-12, the gradients of the anchors and of
+/// the prototypes to [`GRADIENT_TOLERANCE`] relative.
+#[test]
+fn msn_and_pmsn_losses_equal_lightly() {
+    use burn::prelude::*;
+    use curriculum_ssl::loss::*;
+
+    type Ad = crate::common::ExactAd;
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/msn_losses.json")).unwrap();
+    let size = |key: &str| fixture[key].as_u64().unwrap() as usize;
+    let (n, v, d, k) = (
+        size("batch"),
+        size("views"),
+        size("dim"),
+        size("prototypes"),
+    );
+    let device = Default::default();
+    let matrix = |rows: usize, f: &dyn Fn(usize, usize) -> f64| -> Tensor<Ad, 2> {
+        let values: Vec<f64> = (0..rows * d).map(|e| f(e / d, e)).collect();
+        Tensor::from_data(TensorData::new(values, [rows, d]), &device)
+    };
+    let floats = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let close = |what: &str, ours: f64, theirs: f64, rel: f64| {
+        assert!(
+            (ours - theirs).abs() <= rel * theirs.abs().max(1.0),
+            "{what}: ours {ours}, lightly {theirs}"
+        );
+    };
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 4);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let setting = |key: &str| -> f64 {
+            let tail = name.split(&format!("{key}=")).nth(1).unwrap();
+            tail.split(' ').next().unwrap().parse().unwrap()
+        };
+        let anchors = matrix(v * n, &|r, e| {
+            (0.37 * e as f64 + 0.1).sin() + 0.2 * (1.1 * r as f64).cos()
+        })
+        .require_grad();
+        let targets = matrix(n, &|_, e| (0.29 * e as f64 - 0.4).cos());
+        let prototypes = matrix(k, &|_, e| 0.5 * (0.61 * e as f64 + 0.7).sin()).require_grad();
+        let loss = MsnLossConfig::new()
+            .with_sinkhorn_iterations(setting("iterations") as usize)
+            .with_regularization_weight(setting("weight"))
+            .with_power_law_exponent(name.starts_with("pmsn").then(|| setting("exponent")))
+            .init()
+            .unwrap()
+            .forward(anchors.clone(), targets, prototypes.clone())
+            .loss;
+        let value: f64 = loss.clone().into_scalar();
+        close(
+            &format!("{name}: value"),
+            value,
+            case["value"].as_f64().unwrap(),
+            1e-12,
+        );
+        let grads = loss.backward();
+        for (input, key) in [(anchors, "anchors_grad"), (prototypes, "prototypes_grad")] {
+            let ours: Vec<f64> = input.grad(&grads).unwrap().into_data().to_vec().unwrap();
+            let theirs = floats(&case[key]);
+            assert_eq!(ours.len(), theirs.len());
+            for (e, (o, t)) in ours.iter().zip(&theirs).enumerate() {
+                close(&format!("{name}: {key}[{e}]"), *o, *t, GRADIENT_TOLERANCE);
+            }
+        }
+    }
+}
+
 /// NNCLR's loss (the paper's, written out in PyTorch), TiCo's (lightly's `TiCoLoss`, its
 /// second call reading the covariance the first left) and MoCo v3's (the authors' formula, also
 /// with a replica's offset) in float64 (`tests/pytorch/method_zoo_losses.py` wrote

@@ -24,6 +24,7 @@
 //! | [`dino`] | self-distillation with centring and sharpening (DINO) | <https://arxiv.org/abs/2104.14294> | `#dino-loss` |
 //! | [`ibot`] | masked patch-token self-distillation (iBOT, DINOv2) | <https://arxiv.org/abs/2111.07832> | `#ibot-patch-loss` |
 //! | [`koleo`] | nearest-neighbour spreading regulariser (KoLeo, DINOv2) | <https://arxiv.org/abs/1806.03198> | `#koleo` |
+//! | [`msn`] | masked anchors' prototype assignments against the target's, mean-entropy or power-law prior (MSN, PMSN) | <https://arxiv.org/abs/2204.07141> | `#msn-loss` |
 //!
 //! Every objective has a `#[derive(Config)]` config carrying the paper's defaults; `init()`
 //! validates the hyperparameters and returns a [`ConfigError`](crate::base::error::ConfigError) naming
@@ -46,6 +47,7 @@ pub mod info_nce;
 pub mod koleo;
 pub mod magnet;
 pub mod moco_v3;
+pub mod msn;
 pub mod negative_cosine;
 pub mod nnclr;
 pub mod nt_xent;
@@ -69,12 +71,13 @@ pub use info_nce::{InfoNceLoss, InfoNceLossConfig};
 pub use koleo::{KoLeoLoss, KoLeoLossConfig};
 pub use magnet::{MagnetLoss, MagnetLossConfig};
 pub use moco_v3::{MocoV3Loss, MocoV3LossConfig};
+pub use msn::{MsnLoss, MsnLossConfig, MsnTerms};
 pub use negative_cosine::{NegativeCosineLoss, NegativeCosineLossConfig};
 pub use nnclr::{NnclrLoss, NnclrLossConfig};
 pub use nt_xent::{NtXentLoss, NtXentLossConfig};
 pub use similarity::l2_normalize;
 pub use soft_nce::{AlphaSchedule, SoftNceLoss, SoftNceLossConfig, SoftNceWeights};
 pub use soft_target::{SoftTargetCrossEntropy, SoftTargetCrossEntropyConfig};
-pub use swav::{sinkhorn, SwavLoss, SwavLossConfig};
+pub use swav::{sinkhorn, sinkhorn_balance, SwavLoss, SwavLossConfig};
 pub use tico::{TiCoLoss, TiCoLossConfig};
 pub use vicreg::{VicRegLoss, VicRegLossConfig, VicRegTerms};

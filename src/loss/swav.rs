@@ -77,10 +77,23 @@ pub struct SwavLoss {
 /// - `scores`: `[B, K]` → `[B, K]`
 pub fn sinkhorn<B: Backend>(scores: Tensor<B, 2>, iterations: usize, epsilon: f64) -> Tensor<B, 2> {
     let scores = stop_gradient(scores);
-    let [b, _] = scores.dims();
     let max = scores.clone().max().reshape([1, 1]);
-    // [K, B]: prototypes along the rows, as in the paper's code.
-    let q = (scores - max).mul_scalar(1.0 / epsilon).exp().transpose();
+    sinkhorn_balance((scores - max).mul_scalar(1.0 / epsilon).exp(), iterations)
+}
+
+/// The balancing loop of Sinkhorn–Knopp on non-negative weights `q` (`[B, K]`, an image per
+/// row): `q` is divided by its sum, then, `iterations` times, every prototype's total weight is
+/// made equal and every image's row made to sum `1/B`; the result is scaled by `B`, so that
+/// every row sums to 1 (with 0 iterations: `B·q / Σq`). No gradient flows
+/// through it. [`sinkhorn`] runs it on `exp(S/ε)` (SwAV); MSN on sharpened probabilities
+/// ([`crate::loss::msn`]).
+///
+/// # Shapes
+/// - `q`: `[B, K]` → `[B, K]`
+pub fn sinkhorn_balance<B: Backend>(q: Tensor<B, 2>, iterations: usize) -> Tensor<B, 2> {
+    let [b, _] = q.dims();
+    // [K, B]: prototypes along the rows, as in the papers' code.
+    let q = stop_gradient(q).transpose();
     let mut q = q.clone() / q.sum().reshape([1, 1]);
     for _ in 0..iterations {
         q = q.clone() / q.clone().sum_dim(1);

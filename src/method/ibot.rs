@@ -602,7 +602,6 @@ mod tests {
     use super::*;
     use crate::method::testing::{host, progress};
     use burn::backend::{Autodiff, NdArray};
-    use curriculum_ssl_models::VitConfig;
 
     type Ad = Autodiff<NdArray<f64>>;
     type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
@@ -610,13 +609,7 @@ mod tests {
     /// A ViT of 8 × 8 one-channel images in sixteen 2 × 2 patches, tokens 8 wide, one block of
     /// two heads.
     fn tiny_vit(d: &Dev) -> Vit<Ad> {
-        VitConfig::new(8)
-            .with_patch_size(2)
-            .with_in_channels(1)
-            .with_embed_dim(8)
-            .with_depth(1)
-            .with_num_heads(2)
-            .init(d)
+        crate::method::testing::tiny_vit(8, d)
     }
 
     fn ibot(config: IbotConfig) -> Ibot<Ad, Vit<Ad>> {

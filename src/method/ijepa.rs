@@ -520,7 +520,6 @@ mod tests {
     use super::*;
     use crate::method::testing::{host, progress};
     use burn::backend::{Autodiff, NdArray};
-    use curriculum_ssl_models::VitConfig;
 
     type Ad = Autodiff<NdArray<f64>>;
     type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
@@ -528,13 +527,7 @@ mod tests {
     /// A ViT of 12 × 12 one-channel images in 2 × 2 patches (a 6 × 6 grid), tokens 8 wide, one
     /// block of two heads.
     fn tiny_vit(d: &Dev) -> Vit<Ad> {
-        VitConfig::new(12)
-            .with_patch_size(2)
-            .with_in_channels(1)
-            .with_embed_dim(8)
-            .with_depth(1)
-            .with_num_heads(2)
-            .init(d)
+        crate::method::testing::tiny_vit(12, d)
     }
 
     fn config() -> IjepaConfig {

@@ -17,7 +17,7 @@ use curriculum_ssl_models::vit::VitBlock;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::SeedableRng;
 
-use super::masking::{check_token_transformer, encode_kept, PatchMask};
+use super::masking::{check_token_transformer, check_visible_ratio, encode_kept, PatchMask};
 use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
@@ -65,21 +65,7 @@ impl MaeConfig {
         backbone: M,
         device: &B::Device,
     ) -> Result<Mae<B, M>, ConfigError> {
-        if !(0.0..1.0).contains(&self.mask_ratio) {
-            return Err(ConfigError::new(
-                "mask_ratio",
-                format!(
-                    "must lie in [0, 1) (the encoder needs a visible patch), got {}",
-                    self.mask_ratio
-                ),
-            ));
-        }
-        masking::validate(
-            "mask_ratio_schedule",
-            self.mask_ratio_schedule.as_ref(),
-            0.0,
-            0.99,
-        )?;
+        check_visible_ratio(self.mask_ratio, self.mask_ratio_schedule.as_ref())?;
         let (dim, heads) = (self.decoder_dim, self.decoder_heads);
         check_token_transformer(
             ["decoder_dim", "decoder_heads", "decoder_depth"],

@@ -88,6 +88,25 @@ impl PatchMask {
         }
     }
 
+    /// The masks of `parts`' images one after the other (e.g. a replica's rows of each view).
+    ///
+    /// # Panics
+    /// If the parts have different numbers of patches, or keep different numbers.
+    pub fn concat(parts: &[PatchMask]) -> Self {
+        let patches = parts.first().map_or(0, |p| p.patches);
+        let visible: Vec<Vec<usize>> = parts
+            .iter()
+            .inspect(|p| {
+                assert!(
+                    p.patches == patches && p.visible() == parts[0].visible(),
+                    "PatchMask::concat: masks of different shapes"
+                );
+            })
+            .flat_map(|p| p.visible.iter().cloned())
+            .collect();
+        Self { patches, visible }
+    }
+
     /// Images.
     pub fn images(&self) -> usize {
         self.visible.len()
@@ -300,6 +319,25 @@ impl UnitMask {
             device,
         )
     }
+}
+
+/// Checks the share of patches an encoder does not see (MAE's hidden patches, MSN's dropped
+/// tokens): `mask_ratio` in `[0, 1)` (a patch must stay visible) and a scheduled one
+/// (`mask_ratio_schedule`) in `[0, 0.99]`.
+///
+/// # Errors
+/// The setting out of range, named.
+pub fn check_visible_ratio(
+    ratio: f64,
+    schedule: Option<&crate::base::schedule::SchedulerConfig>,
+) -> Result<(), ConfigError> {
+    if !(0.0..1.0).contains(&ratio) {
+        return Err(ConfigError::new(
+            "mask_ratio",
+            format!("must lie in [0, 1) (the encoder needs a visible patch), got {ratio}"),
+        ));
+    }
+    crate::curriculum::masking::validate("mask_ratio_schedule", schedule, 0.0, 0.99)
 }
 
 /// Checks the shape of a narrow transformer over patch tokens (MAE's decoder, I-JEPA's

@@ -1,7 +1,8 @@
 //! SSL methods ("frameworks"): SimCLR (with NT-Xent, HCL, curricular weighting, Huber NT-Xent,
 //! DCL / DCLW), MoCo v1/v2, Light-MoCo and MoCo v3, BYOL, SimSiam, Barlow Twins, VICReg, SwAV and DINO
 //! (with multi-crop), iBOT and DINOv2's objective, NNCLR, TiCo, rotation prediction, MAE and SimMIM
-//! (masked image modelling), I-JEPA (joint-embedding prediction), plus the pieces they share: the networks'
+//! (masked image modelling), I-JEPA (joint-embedding prediction), MSN and PMSN (masked siamese
+//! networks), plus the pieces they share: the networks'
 //! two shapes ([`encoder`]), the momentum copy ([`momentum`], on the EMA update of [`ema`]), the
 //! key queue ([`queue`]).
 //!
@@ -31,6 +32,7 @@ pub mod masking;
 pub mod moco;
 pub mod moco_v3;
 pub mod momentum;
+pub mod msn;
 pub mod nnclr;
 pub mod pgd;
 pub mod projected_pair;
@@ -58,6 +60,7 @@ pub use masking::{PatchMask, UnitMask};
 pub use moco::{MoCo, MoCoConfig, MoCoState};
 pub use moco_v3::{MocoV3, MocoV3Config, MocoV3State};
 pub use momentum::MomentumEncoder;
+pub use msn::{Msn, MsnConfig, MsnNetwork, MsnState, MsnStudent};
 pub use nnclr::{Nnclr, NnclrConfig, NnclrState};
 pub use projected_pair::{PairObjective, ProjectedPair};
 pub use queue::{KeyQueue, KeyQueueConfig, QueueFit};

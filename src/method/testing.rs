@@ -1,5 +1,5 @@
-//! What the methods' unit tests share: a tiny backbone, a batch of deterministic images, a
-//! tensor's values on the host and a point of training.
+//! What the methods' unit tests share: a tiny backbone and a tiny ViT, a batch of deterministic
+//! images, a tensor's values on the host and a point of training.
 
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
@@ -39,6 +39,21 @@ pub(crate) fn images<B: Backend>(n: usize, shift: f64) -> Tensor<B, 4> {
         .map(|i| (0.41 * i as f64 + shift).sin())
         .collect();
     Tensor::from_data(TensorData::new(values, [n, 1, 4, 4]), &Default::default())
+}
+
+/// A Vision Transformer of one-channel `side × side` images in 2 × 2 patches, tokens 8 wide,
+/// one block of two heads (the masked methods' unit tests).
+pub(crate) fn tiny_vit<B: Backend>(
+    side: usize,
+    device: &B::Device,
+) -> curriculum_ssl_models::Vit<B> {
+    curriculum_ssl_models::VitConfig::new(side)
+        .with_patch_size(2)
+        .with_in_channels(1)
+        .with_embed_dim(8)
+        .with_depth(1)
+        .with_num_heads(2)
+        .init(device)
 }
 
 /// A tensor's values as f64.

@@ -156,6 +156,23 @@ fn cases() -> Vec<Case> {
             name: "magnet",
             inputs: vec![(magnet, 32)],
         },
+        // Two anchor views of each image, the targets (no gradient), 16 prototypes.
+        Case {
+            name: "MSN",
+            inputs: vec![
+                (random(2 * B, D, 17), 2 * B),
+                (random(B, D, 18), B),
+                (random(16, D, 19), 16),
+            ],
+        },
+        Case {
+            name: "PMSN",
+            inputs: vec![
+                (random(2 * B, D, 17), 2 * B),
+                (random(B, D, 18), B),
+                (random(16, D, 19), 16),
+            ],
+        },
     ]
 }
 
@@ -243,6 +260,21 @@ fn loss<Bk: AutodiffBackend>(
                 .init()
                 .unwrap()
                 .forward(x(0), &clusters, &classes)
+        }
+        "MSN" => {
+            MsnLossConfig::new()
+                .init()
+                .unwrap()
+                .forward(x(0), x(1), x(2))
+                .loss
+        }
+        "PMSN" => {
+            MsnLossConfig::new()
+                .with_power_law_exponent(Some(0.25))
+                .init()
+                .unwrap()
+                .forward(x(0), x(1), x(2))
+                .loss
         }
         other => unreachable!("no loss case {other}"),
     }

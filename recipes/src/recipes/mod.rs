@@ -59,6 +59,7 @@ recipe_modules!(
     redundancy,
     multi_crop,
     ibot,
+    msn,
     nnclr,
     tico,
     mico,

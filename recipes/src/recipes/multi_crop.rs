@@ -73,6 +73,12 @@ pub fn dino_views(side: usize, channels: usize) -> PipelineConfig {
     multi_crop(Preset::Byol, side, channels, (0.4, 1.0), (0.05, 0.4))
 }
 
+/// MSN's views: SimCLR's operations, random views (0.3, 1), focal views (0.05, 0.3)
+/// (lightly's `MSNTransform`, the authors' scales).
+pub fn msn_views(side: usize, channels: usize) -> PipelineConfig {
+    multi_crop(Preset::SimClr, side, channels, (0.3, 1.0), (0.05, 0.3))
+}
+
 /// LARS as solo-learn's CIFAR settings of both methods.
 pub fn lars() -> LarsConfig {
     LarsConfig::new().with_weight_decay(1e-6).with_eta(0.02)

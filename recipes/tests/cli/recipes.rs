@@ -139,6 +139,8 @@ fn the_method_table_recipes_run_two_steps() {
         ("dinov2", &["--local-crops", "2"][..]),
         ("ijepa", &[][..]),
         ("ijepa_scale_curriculum", &[][..]),
+        ("msn", &["--local-crops", "2"][..]),
+        ("pmsn", &["--local-crops", "2"][..]),
     ] {
         let label = format!("{name}{}", extra.join(""));
         let dir_name = format!("table-{label}");
@@ -249,6 +251,24 @@ fn the_method_table_recipes_run_two_steps() {
                 "{steps}"
             );
         }
+        if name == "msn" || name == "pmsn" {
+            // Its two terms, the drop ratio (15 %) and the target's momentum logged; MSN's
+            // regulariser KL(p̄ ‖ uniform) and PMSN's KL(prior ‖ p̄) are non-negative.
+            assert!(
+                header.ends_with("cross_entropy,regularization,mask_ratio,momentum"),
+                "{header}"
+            );
+            let row: Vec<f64> = steps
+                .lines()
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .map(|v| v.parse().unwrap())
+                .collect();
+            let n = row.len();
+            assert!((row[n - 2] - 0.15).abs() < 1e-6, "{steps}");
+            assert!(row[n - 3] >= 0.0 && row[n - 4] > 0.0, "{steps}");
+        }
         if name == "swav" || name == "dino" {
             // The run records how many local crops it drew.
             let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
@@ -269,11 +289,11 @@ fn the_method_table_recipes_run_two_steps() {
     }
 }
 
-/// MAE, SimMIM, iBOT, DINOv2's objective and I-JEPA mask the patch tokens of a ViT: another
-/// backbone is refused, naming the option.
+/// MAE, SimMIM, iBOT, DINOv2's objective, I-JEPA and MSN mask the patch tokens of a ViT:
+/// another backbone is refused, naming the option.
 #[test]
 fn masked_image_modelling_refuses_a_backbone_that_is_not_a_vit() {
-    for name in ["mae", "simmim", "ibot", "dinov2", "ijepa"] {
+    for name in ["mae", "simmim", "ibot", "dinov2", "ijepa", "msn"] {
         let mut args = tiny(&format!("{name}-lenet"), &["--backbone", "lenet5"]);
         args[0] = name.into();
         let o = run(&as_strs(&args));

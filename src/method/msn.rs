@@ -1,0 +1,505 @@
+//! MSN (Assran et al., "Masked Siamese Networks for Label-Efficient Learning", ECCV 2022,
+//! <https://arxiv.org/abs/2204.07141>) and PMSN (Assran et al., "The Hidden Uniform Cluster Prior
+//! in Self-Supervised Learning", ICLR 2023, <https://arxiv.org/abs/2210.07277>): a Vision
+//! Transformer sees masked views of an image (the anchors: the second global view and the
+//! focal views, a share of each view's patch tokens dropped before the encoder), its EMA copy
+//! sees the first global view whole (the target), and the anchors' soft assignments to learned
+//! prototypes learn the target's sharpened, balanced assignment ([`crate::loss::msn`]).
+//!
+//! ```text
+//! for each batch x:
+//!     target, anchor, f1 .. fV = multi_crop(x)            (the target view, 1 + V anchors)
+//!     drop ⌊L·r⌋ random patch tokens of every anchor (r = mask_ratio, per image)
+//!     z_t = target_net(target)                            (EMA network, no gradient)
+//!     z_a = student(anchor, f1 .. fV on their kept tokens)  → [(1 + V)·N, 256]
+//!     loss = MSN(z_a, z_t, prototypes)                    (cross-entropy + λ·regulariser)
+//!     AdamW step on the student and the prototypes; target_net ← EMA(student)
+//! ```
+//!
+//! The network is the backbone's [CLS] token through [`MlpHeadConfig::msn`]'s projector; the
+//! prototypes (`K × 256`, initialised uniformly in `±1/√256` as the authors') are trained by the
+//! anchors' assignments only. The masks are drawn on the host from `(seed, step)`, so a resumed
+//! run and the replicas of a data-parallel run draw the global batch's masks and keep their own
+//! rows; on replicas the targets are balanced over the global batch (gathered, no gradient) and
+//! the regulariser's mean assignment is summed over replicas (the authors' `AllReduce`), so that
+//! two replicas equal one device. The drop ratio can follow a schedule (a masking curriculum,
+//! [`crate::curriculum::masking`]). The math, the defaults and what was chosen where paper,
+//! code and lightly differ are in `docs/methods.md#msn`.
+
+use burn::module::{Initializer, Param};
+use burn::prelude::*;
+use burn::record::Record;
+use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
+use rand::SeedableRng;
+
+use super::masking::{check_visible_ratio, encode_kept, PatchMask};
+use super::momentum::MomentumEncoder;
+use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
+use crate::base::error::ConfigError;
+use crate::base::schedule::SchedulerConfig;
+use crate::base::seed::mix_seed;
+use crate::base::Progress;
+use crate::curriculum::masking;
+use crate::data_parallel::Replica;
+use crate::head::{HeadActivation, MlpHead, MlpHeadConfig};
+use crate::loss::{MsnLoss, MsnLossConfig};
+
+/// Configuration of [`Msn`].
+#[derive(Config, Debug)]
+pub struct MsnConfig {
+    /// Hidden width of the projector (2048).
+    #[config(default = 2048)]
+    pub hidden_dim: usize,
+    /// Output width of the projector and of the prototypes (256).
+    #[config(default = 256)]
+    pub output_dim: usize,
+    /// Number of prototypes `K` (1024).
+    #[config(default = 1024)]
+    pub num_prototypes: usize,
+    /// Share of each anchor view's patch tokens dropped (0.15, the authors' ViT-S/16 and
+    /// lightly's example).
+    #[config(default = 0.15)]
+    pub mask_ratio: f64,
+    /// The share along a schedule instead (a masking curriculum, values in `[0, 0.99]`);
+    /// `None`: `mask_ratio` throughout.
+    #[config(default = "None")]
+    pub mask_ratio_schedule: Option<SchedulerConfig>,
+    /// The target network's momentum at the start (0.996), rising to 1 along a cosine.
+    #[config(default = 0.996)]
+    pub base_momentum: f64,
+    /// The loss (temperatures, Sinkhorn–Knopp, the regulariser and its prior).
+    #[config(default = "MsnLossConfig::new()")]
+    pub loss: MsnLossConfig,
+    /// Seed of the masks: a step's masks are drawn from `(seed, step)`.
+    #[config(default = 0)]
+    pub seed: u64,
+}
+
+impl MsnConfig {
+    /// Builds MSN around backbones made by `backbone` (called twice: the student, and a fresh
+    /// module into which the target's copy is loaded), which must be Vision Transformers.
+    ///
+    /// # Errors
+    /// A backbone that is not a ViT, a mask ratio outside `[0, 1)` (a scheduled one outside
+    /// `[0, 0.99]`), a zero width or prototype count, an impossible momentum or loss setting;
+    /// each named.
+    pub fn init<B: Backend, M: Backbone<B> + AsVit<B>>(
+        &self,
+        backbone: impl Fn(&B::Device) -> M,
+        device: &B::Device,
+    ) -> Result<Msn<B, M>, ConfigError> {
+        check_visible_ratio(self.mask_ratio, self.mask_ratio_schedule.as_ref())?;
+        if self.num_prototypes == 0 {
+            return Err(ConfigError::new("num_prototypes", "must be at least 1"));
+        }
+        let loss = self.loss.init()?;
+        let student_backbone = backbone(device);
+        let width = student_backbone
+            .as_vit()
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "backbone",
+                    "MSN drops patch tokens of a Vision Transformer: train it with a ViT \
+                     backbone (--backbone vit-tiny, vit-small or vit-base)",
+                )
+            })?
+            .embed_dim();
+        let head = MlpHeadConfig::msn(width, self.hidden_dim, self.output_dim);
+        let network = |backbone: M| -> Result<MsnNetwork<B, M>, ConfigError> {
+            Ok(MsnNetwork {
+                backbone,
+                projection: head.init(device)?,
+            })
+        };
+        let student = network(student_backbone)?;
+        let fresh = network(backbone(device))?;
+        let target =
+            MomentumEncoder::new(&student, fresh, self.base_momentum, true, "base_momentum")?;
+        let bound = 1.0 / (self.output_dim as f64).sqrt();
+        let prototypes = Initializer::Uniform {
+            min: -bound,
+            max: bound,
+        }
+        .init([self.num_prototypes, self.output_dim], device);
+        Ok(Msn {
+            student: MsnStudent {
+                network: student,
+                prototypes,
+            },
+            target,
+            loss,
+            config: self.clone(),
+            replica: None,
+        })
+    }
+}
+
+/// The anchor (or target) network: the ViT backbone and the projector.
+#[derive(Module, Debug)]
+pub struct MsnNetwork<B: Backend, M> {
+    /// The encoder.
+    pub backbone: M,
+    /// The projector ([`MlpHeadConfig::msn`], applied with GELU).
+    pub projection: MlpHead<B>,
+}
+
+impl<B: Backend, M: Backbone<B> + AsVit<B>> MsnNetwork<B, M> {
+    fn vit(&self) -> &Vit<B> {
+        self.backbone.as_vit().expect("a ViT, checked at init")
+    }
+
+    /// The projections of `images` seen whole.
+    ///
+    /// # Shapes
+    /// - `images`: `[N, C, H, W]` → `[N, output_dim]`
+    pub fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        self.projection
+            .forward_with(self.backbone.forward_features(images), HeadActivation::Gelu)
+    }
+
+    /// The projections of `images` on the patches `mask` keeps (the [CLS] token after the
+    /// encoder sees the kept tokens only).
+    ///
+    /// # Shapes
+    /// - `images`: `[N, C, H, W]` → `[N, output_dim]`
+    pub fn forward_masked(&self, images: Tensor<B, 4>, mask: &PatchMask) -> Tensor<B, 2> {
+        let tokens = encode_kept(self.vit(), images, mask);
+        let [n, _, d] = tokens.dims();
+        self.projection.forward_with(
+            tokens.slice([0..n, 0..1, 0..d]).reshape([n, d]),
+            HeadActivation::Gelu,
+        )
+    }
+}
+
+/// The trainable part of [`Msn`]: the anchor network and the prototypes.
+#[derive(Module, Debug)]
+pub struct MsnStudent<B: Backend, M> {
+    /// The anchor network.
+    pub network: MsnNetwork<B, M>,
+    /// The prototypes, `[K, output_dim]`.
+    pub prototypes: Param<Tensor<B, 2>>,
+}
+
+impl<B: Backend, M> HasBackbone<M> for MsnStudent<B, M> {
+    fn backbone(&self) -> &M {
+        &self.network.backbone
+    }
+}
+
+/// The checkpointed state of [`Msn`]: the target network.
+#[derive(Record)]
+pub struct MsnState<B: Backend, M: Backbone<B>> {
+    /// The target network's record.
+    pub target: <MsnNetwork<B, M> as Module<B>>::Record,
+}
+
+/// MSN (and PMSN with a power-law prior). Build it with [`MsnConfig::init`].
+#[derive(Debug, Clone)]
+pub struct Msn<B: Backend, M: Backbone<B>> {
+    student: MsnStudent<B, M>,
+    target: MomentumEncoder<MsnNetwork<B, M>>,
+    loss: MsnLoss,
+    config: MsnConfig,
+    /// This method's replica in a data-parallel run.
+    replica: Option<Replica<B>>,
+}
+
+impl<B: Backend, M: Backbone<B> + AsVit<B>> Msn<B, M> {
+    /// The target network (the EMA copy).
+    pub fn target(&self) -> &MomentumEncoder<MsnNetwork<B, M>> {
+        &self.target
+    }
+
+    /// The loss.
+    pub fn loss(&self) -> &MsnLoss {
+        &self.loss
+    }
+
+    /// The share of patches dropped at `progress` (the schedule's, or the constant).
+    pub fn mask_ratio(&self, progress: Progress) -> f64 {
+        masking::mask_ratio_at(
+            self.config.mask_ratio,
+            self.config.mask_ratio_schedule.as_ref(),
+            progress,
+        )
+    }
+
+    /// The masks of the step at `progress` for this method's `n` images: of the anchor view
+    /// (`anchor_patches` patches) and of each of the `focal` focal views (`focal_patches`
+    /// patches, view-major). The global batch's are drawn from `(seed, step)`, this replica's
+    /// rows kept.
+    pub fn masks(
+        &self,
+        progress: Progress,
+        n: usize,
+        anchor_patches: usize,
+        (focal, focal_patches): (usize, usize),
+    ) -> (PatchMask, PatchMask) {
+        let (replicas, rank) = self
+            .replica
+            .as_ref()
+            .map_or((1, 0), |r| (r.replicas(), r.rank()));
+        let total = n * replicas;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(
+            mix_seed(0x4d53_4e5f_4d41_534b, self.config.seed),
+            progress.step as u64,
+        ));
+        let ratio = self.mask_ratio(progress);
+        let anchor = PatchMask::random(total, anchor_patches, ratio, &mut rng).rows(rank * n, n);
+        let focal_mask = PatchMask::random(total * focal, focal_patches.max(1), ratio, &mut rng);
+        let focal_mask = PatchMask::concat(
+            &(0..focal)
+                .map(|v| focal_mask.rows(v * total + rank * n, n))
+                .collect::<Vec<_>>(),
+        );
+        (anchor, focal_mask)
+    }
+}
+
+impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Msn<B, M> {
+    type Online = MsnStudent<B, M>;
+    type Backbone = M;
+    type State = MsnState<B, M>;
+
+    fn online(&self) -> &Self::Online {
+        &self.student
+    }
+
+    fn state(&self) -> MsnState<B, M> {
+        MsnState {
+            target: self.target.record(),
+        }
+    }
+
+    fn load_state(&mut self, state: MsnState<B, M>) -> Result<(), ConfigError> {
+        self.target.load_record(state.target);
+        Ok(())
+    }
+
+    fn set_online(&mut self, online: Self::Online) {
+        self.student = online;
+    }
+
+    fn takes_local_crops(&self) -> bool {
+        true
+    }
+
+    fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
+        let Views {
+            global: [target_view, anchor_view],
+            local: focal,
+        } = views;
+        let [n, _, h, w] = anchor_view.dims();
+        let p = self.student.network.vit().patch_size;
+        let focal_patches = focal.first().map_or(0, |f| {
+            let [_, _, fh, fw] = f.dims();
+            (fh / p) * (fw / p)
+        });
+        let (anchor_mask, focal_mask) =
+            self.masks(progress, n, (h / p) * (w / p), (focal.len(), focal_patches));
+
+        let targets = self.target.network().forward(target_view.detach()).detach();
+        let net = &self.student.network;
+        let anchor = net.forward_masked(anchor_view, &anchor_mask);
+        let mut anchors = vec![anchor.clone()];
+        if !focal.is_empty() {
+            anchors.push(net.forward_masked(Tensor::cat(focal, 0), &focal_mask));
+        }
+        let anchors = Tensor::cat(anchors, 0);
+        let prototypes = self.student.prototypes.val();
+
+        // The targets' assignments, balanced over the global batch.
+        let sharpened = self.loss.sharpened(targets.clone(), prototypes.clone());
+        let balanced = match &self.replica {
+            Some(r) => r.own_rows(self.loss.balance(r.gather(sharpened))),
+            None => self.loss.balance(sharpened),
+        };
+        let log_anchors = self.loss.log_assignments(anchors.clone(), prototypes);
+        let cross_entropy = self.loss.cross_entropy(log_anchors.clone(), balanced);
+        // The mean assignment over every anchor of the global batch.
+        let rows = anchors.dims()[0];
+        let sum = log_anchors.exp().sum_dim(0);
+        let mean = match &self.replica {
+            Some(r) => r.sum(sum).mul_scalar(1.0 / (rows * r.replicas()) as f64),
+            None => sum.mul_scalar(1.0 / rows as f64),
+        };
+        let terms = self
+            .loss
+            .combine(cross_entropy, self.loss.regularization(mean));
+        let device = terms.loss.device();
+        let ratio = Tensor::from_data(
+            TensorData::new(vec![self.mask_ratio(progress)], [1]),
+            &device,
+        );
+        MethodOutput {
+            loss: terms.loss,
+            stats: vec![
+                ("cross_entropy", terms.cross_entropy.detach()),
+                ("regularization", terms.regularization.detach()),
+                ("mask_ratio", ratio),
+                self.target.stat(progress, &device),
+            ],
+            embeddings: Some([targets, anchor.detach()]),
+        }
+    }
+
+    /// See the module docs: the global batch's masks, the targets balanced over the gathered
+    /// batch, the regulariser's mean assignment summed over replicas.
+    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
+        self.replica = Some(replica);
+        Ok(())
+    }
+
+    fn after_step(&mut self, progress: Progress) {
+        self.target.update(&self.student.network, progress);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::method::testing::{host, progress};
+    use burn::backend::{Autodiff, NdArray};
+
+    type Ad = Autodiff<NdArray<f64>>;
+    type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
+
+    /// A ViT of 8 × 8 one-channel images in sixteen 2 × 2 patches, tokens 8 wide, one block of
+    /// two heads.
+    fn tiny_vit(d: &Dev) -> Vit<Ad> {
+        crate::method::testing::tiny_vit(8, d)
+    }
+
+    fn msn(config: MsnConfig) -> Msn<Ad, Vit<Ad>> {
+        let device = Default::default();
+        crate::method::init_method::<Ad, _, ConfigError>(&device, 5, |d| {
+            config
+                .with_hidden_dim(8)
+                .with_output_dim(4)
+                .with_num_prototypes(6)
+                .init(tiny_vit, d)
+        })
+        .unwrap()
+    }
+
+    fn images(n: usize, side: usize, phase: f64) -> Tensor<Ad, 4> {
+        let values: Vec<f64> = (0..n * side * side)
+            .map(|e| (0.37 * e as f64 + phase).sin())
+            .collect();
+        Tensor::from_data(
+            TensorData::new(values, [n, 1, side, side]),
+            &Default::default(),
+        )
+    }
+
+    /// The dropped patches never reach the anchors (changing their pixels changes nothing),
+    /// while a kept patch does.
+    #[test]
+    fn dropped_patches_do_not_reach_the_anchors() {
+        let m = msn(MsnConfig::new().with_mask_ratio(0.5));
+        let (mask, _) = m.masks(progress(3, 100, 0, 10), 2, 16, (0, 0));
+        let hidden = (0..16).find(|&p| mask.is_hidden(0, p)).unwrap();
+        let kept = (0..16).find(|&p| !mask.is_hidden(0, p)).unwrap();
+        // Patch p of image 0 covers rows 2·(p / 4) .. +2 and columns 2·(p % 4) .. +2.
+        let poke = |patch: usize| {
+            let mut values = host(images(2, 8, 0.0));
+            values[(2 * (patch / 4)) * 8 + 2 * (patch % 4)] += 4.0;
+            Tensor::<Ad, 4>::from_data(TensorData::new(values, [2, 1, 8, 8]), &Default::default())
+        };
+        let net = &m.online().network;
+        let base = host(net.forward_masked(images(2, 8, 0.0), &mask));
+        assert_eq!(host(net.forward_masked(poke(hidden), &mask)), base);
+        assert_ne!(host(net.forward_masked(poke(kept), &mask)), base);
+    }
+
+    /// The step's loss is the loss recomputed from the networks and the step's masks: the
+    /// anchors (the second view and the focal views, masked) against the first view through
+    /// the target network; the prototypes receive a gradient.
+    #[test]
+    fn the_loss_is_msns_on_the_masked_anchors() {
+        let mut m = msn(MsnConfig::new().with_mask_ratio(0.3));
+        let (v1, v2) = (images(3, 8, 0.0), images(3, 8, 1.0));
+        let focal = vec![images(3, 4, 2.0), images(3, 4, 3.0)];
+        let at = progress(4, 100, 0, 10);
+        let (anchor_mask, focal_mask) = m.masks(at, 3, 16, (2, 4));
+        assert_eq!(anchor_mask.visible(), 11);
+        assert_eq!((focal_mask.images(), focal_mask.visible()), (6, 2));
+        let net = &m.online().network;
+        let anchors = Tensor::cat(
+            vec![
+                net.forward_masked(v2.clone(), &anchor_mask),
+                net.forward_masked(Tensor::cat(focal.clone(), 0), &focal_mask),
+            ],
+            0,
+        );
+        let targets = m.target().network().forward(v1.clone());
+        let expected: f64 = m
+            .loss()
+            .forward(anchors, targets, m.online().prototypes.val())
+            .loss
+            .into_scalar();
+        let views = Views {
+            global: [v1, v2],
+            local: focal,
+        };
+        let out = m.forward_views(views, at);
+        let loss: f64 = out.loss.into_scalar();
+        assert!((loss - expected).abs() < 1e-12, "{loss} vs {expected}");
+        // NdArray has no backward for the focal views' interpolated positions: the gradient
+        // is checked on the two global views.
+        let out = m.forward_views(Views::pair(images(3, 8, 0.5), images(3, 8, 1.5)), at);
+        let grads = out.loss.backward();
+        let prototypes = m.online().prototypes.val().grad(&grads).unwrap();
+        assert!(host(prototypes).iter().any(|g| g.abs() > 1e-9));
+    }
+
+    /// A masking curriculum: the drop ratio scheduled from 0 to 0.5 over 100 steps keeps all
+    /// 16 patches at step 0, ⌊16 · 0.75⌋ = 12 at step 50 and 8 at step 100, in the anchor and
+    /// the focal views (4 patches: 4, 3, 2), and each step logs its ratio.
+    #[test]
+    fn a_scheduled_ratio_moves_the_masks_as_scheduled() {
+        let ramp = masking::easy_to_hard(0.0, 0.5);
+        let mut m = msn(MsnConfig::new().with_mask_ratio_schedule(Some(ramp)));
+        for (step, anchor, focal, ratio) in [(0, 16, 4, 0.0), (50, 12, 3, 0.25), (100, 8, 2, 0.5)] {
+            let at = progress(step, 100, 0, 10);
+            let (a, f) = m.masks(at, 2, 16, (1, 4));
+            assert_eq!((a.visible(), f.visible()), (anchor, focal), "step {step}");
+            let views = Views {
+                global: [images(2, 8, 0.0), images(2, 8, 1.0)],
+                local: vec![images(2, 4, 2.0)],
+            };
+            let out = m.forward_views(views, at);
+            let (_, logged) = out.stats.iter().find(|(n, _)| *n == "mask_ratio").unwrap();
+            assert_eq!(host(logged.clone()), vec![ratio]);
+        }
+    }
+
+    #[test]
+    fn a_backbone_that_is_no_vit_and_impossible_settings_are_named() {
+        let device = Default::default();
+        let e = MsnConfig::new()
+            .with_mask_ratio(1.0)
+            .init(tiny_vit, &device)
+            .unwrap_err();
+        assert_eq!(e.field, "mask_ratio");
+        let e = MsnConfig::new()
+            .with_num_prototypes(0)
+            .init(tiny_vit, &device)
+            .unwrap_err();
+        assert_eq!(e.field, "num_prototypes");
+        let e = MsnConfig::new()
+            .with_loss(MsnLossConfig::new().with_temperature(-1.0))
+            .init(tiny_vit, &device)
+            .unwrap_err();
+        assert_eq!(e.field, "temperature");
+        let lenet = |d: &Dev| {
+            curriculum_ssl_models::AnyBackbone::LeNet(
+                curriculum_ssl_models::LeNetConfig::lenet5().init::<Ad>(d),
+            )
+        };
+        let e = MsnConfig::new().init(lenet, &device).unwrap_err();
+        assert_eq!(e.field, "backbone");
+    }
+}
