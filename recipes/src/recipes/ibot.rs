@@ -35,8 +35,9 @@ use super::multi_crop;
 /// Epochs of the recipes.
 const EPOCHS: usize = 20;
 
-fn defaults(name: &'static str, lr: f64) -> Defaults {
-    Defaults::new(name, EPOCHS, 128, lr, multi_crop::dino_views)
+fn defaults(name: &'static str, lr: fn(usize) -> f64) -> Defaults {
+    Defaults::new(name, EPOCHS, 128, lr(128), multi_crop::dino_views)
+        .lr_rule(lr)
         .warmup(EPOCHS / 10)
         .backbone(BackboneChoice::VitTiny)
 }
@@ -63,25 +64,17 @@ pub fn ibot_config() -> IbotConfig {
 
 /// Runs `ibot`.
 pub fn ibot(args: &[String]) -> Result<()> {
-    train(args, defaults("ibot", ibot_lr(128)), ibot_config(), ibot_lr)
+    train(args, defaults("ibot", ibot_lr), ibot_config())
 }
 
 /// Runs `dinov2`.
 pub fn dinov2(args: &[String]) -> Result<()> {
     let config = ibot_config().with_koleo_weight(0.1);
-    train(args, defaults("dinov2", dinov2_lr(128)), config, dinov2_lr)
+    train(args, defaults("dinov2", dinov2_lr), config)
 }
 
-fn train(
-    args: &[String],
-    defaults: Defaults,
-    config: IbotConfig,
-    lr: fn(usize) -> f64,
-) -> Result<()> {
-    let mut recipe = common::prepare(args, defaults)?;
-    if recipe.args.lr.is_none() {
-        recipe.settings.lr = lr(recipe.settings.batch_size);
-    }
+fn train(args: &[String], defaults: Defaults, config: IbotConfig) -> Result<()> {
+    let recipe = common::prepare(args, defaults)?;
     let config = recipe.section("method", config)?;
     let optimizer = recipe.section("optimizer", AdamWConfig::new().with_weight_decay(0.04))?;
     let backbone = recipe.backbone_config();

@@ -72,12 +72,10 @@ pub fn scale_curriculum(args: &[String]) -> Result<()> {
 
 fn train(args: &[String], name: &'static str, config: IjepaConfig) -> Result<()> {
     let defaults = Defaults::new(name, 20, 128, lr(128), preset)
+        .lr_rule(lr)
         .warmup(2)
         .backbone(BackboneChoice::VitTiny);
-    let mut recipe = common::prepare(args, defaults)?;
-    if recipe.args.lr.is_none() {
-        recipe.settings.lr = lr(recipe.settings.batch_size);
-    }
+    let recipe = common::prepare(args, defaults)?;
     let config = recipe.section("method", config)?;
     let optimizer = recipe.section("optimizer", AdamWConfig::new().with_weight_decay(0.04))?;
     let backbone = recipe.backbone_config();

@@ -68,6 +68,7 @@ pub fn method_config(backbone: BackboneChoice) -> MoCoConfig {
 /// The recipe's defaults.
 pub fn defaults() -> Defaults {
     Defaults::new("light_moco", 20, BATCH_SIZE, lr_for_batch(BATCH_SIZE), PipelineConfig::moco_v2)
+        .lr_rule(lr_for_batch)
         .warmup(WARMUP_EPOCHS)
 }
 
@@ -76,12 +77,9 @@ pub fn run(args: &[String]) -> Result<()> {
     train(common::prepare(args, defaults())?)
 }
 
-/// Builds the method for a prepared recipe and trains it. Without `--lr` the learning rate
-/// follows `--batch-size` ([`lr_for_batch`]).
-pub fn train(mut recipe: Prepared) -> Result<()> {
-    if recipe.args.lr.is_none() {
-        recipe.settings.lr = lr_for_batch(recipe.settings.batch_size);
-    }
+/// Builds the method for a prepared recipe and trains it (without `--lr` the learning rate
+/// follows `--batch-size` by [`lr_for_batch`], through [`defaults`]).
+pub fn train(recipe: Prepared) -> Result<()> {
     let backbone = recipe.settings.backbone;
     let config = recipe.moco(method_config(backbone));
     let config = recipe.section("method", config)?;

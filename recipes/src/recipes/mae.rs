@@ -41,9 +41,15 @@ fn preset(side: usize, channels: usize) -> PipelineConfig {
     p
 }
 
+/// The paper's learning rate for a batch of `batch` images: 1.5e-4 × B / 256.
+fn lr(batch: usize) -> f64 {
+    1.5e-4 * batch as f64 / 256.0
+}
+
 fn defaults(name: &'static str) -> Defaults {
-    // The paper's 1.5e-4 × B / 256 at batch 128; a warm-up of 5 % of the run (40 of 800).
-    Defaults::new(name, 20, 128, 1.5e-4 * 128.0 / 256.0, preset)
+    // The paper's 1.5e-4 × B / 256; a warm-up of 5 % of the run (40 of 800).
+    Defaults::new(name, 20, 128, lr(128), preset)
+        .lr_rule(lr)
         .warmup(1)
         .backbone(BackboneChoice::VitTiny)
 }
@@ -69,10 +75,7 @@ pub fn ratio_curriculum(args: &[String]) -> Result<()> {
 }
 
 fn train(args: &[String], defaults: Defaults, config: MaeConfig) -> Result<()> {
-    let mut recipe = common::prepare(args, defaults)?;
-    if recipe.args.lr.is_none() {
-        recipe.settings.lr = 1.5e-4 * recipe.settings.batch_size as f64 / 256.0;
-    }
+    let recipe = common::prepare(args, defaults)?;
     let config = recipe.section("method", config)?;
     let optimizer = recipe.section(
         "optimizer",

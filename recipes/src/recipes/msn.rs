@@ -53,12 +53,10 @@ pub fn pmsn(args: &[String]) -> Result<()> {
 
 fn train(args: &[String], name: &'static str, config: MsnConfig) -> Result<()> {
     let defaults = Defaults::new(name, EPOCHS, 128, lr(128), multi_crop::msn_views)
+        .lr_rule(lr)
         .warmup(EPOCHS / 10)
         .backbone(BackboneChoice::VitTiny);
-    let mut recipe = common::prepare(args, defaults)?;
-    if recipe.args.lr.is_none() {
-        recipe.settings.lr = lr(recipe.settings.batch_size);
-    }
+    let recipe = common::prepare(args, defaults)?;
     let config = recipe.section("method", config)?;
     let optimizer = recipe.section("optimizer", AdamWConfig::new().with_weight_decay(0.04))?;
     let backbone = recipe.backbone_config();

@@ -48,6 +48,7 @@ fn lr(batch: usize) -> f64 {
 fn defaults(name: &'static str) -> Defaults {
     // A warm-up of 10 % of the run (the paper's 10 of 100 epochs).
     Defaults::new(name, 20, 128, lr(128), preset)
+        .lr_rule(lr)
         .warmup(2)
         .backbone(BackboneChoice::VitTiny)
 }
@@ -65,10 +66,7 @@ pub fn ratio_curriculum(args: &[String]) -> Result<()> {
 }
 
 fn train(args: &[String], defaults: Defaults, config: SimMimConfig) -> Result<()> {
-    let mut recipe = common::prepare(args, defaults)?;
-    if recipe.args.lr.is_none() {
-        recipe.settings.lr = lr(recipe.settings.batch_size);
-    }
+    let recipe = common::prepare(args, defaults)?;
     let config = recipe.section("method", config)?;
     let optimizer = recipe.section("optimizer", AdamWConfig::new().with_weight_decay(0.05))?;
     let backbone = recipe.backbone_config();

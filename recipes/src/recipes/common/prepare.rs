@@ -143,6 +143,9 @@ pub struct Defaults {
     pub batch_size: usize,
     /// Peak learning rate.
     pub lr: f64,
+    /// The peak learning rate as a function of the batch size (the paper's scaling rule), used
+    /// when `--lr` is not given ([`Defaults::lr_rule`]).
+    pub lr_rule: Option<fn(usize) -> f64>,
     /// Warm-up epochs (capped at the epochs).
     pub warmup_epochs: usize,
     /// Augmentation preset.
@@ -179,6 +182,7 @@ impl Defaults {
             epochs,
             batch_size,
             lr,
+            lr_rule: None,
             warmup_epochs: 0,
             preset,
             mixup: None,
@@ -201,6 +205,16 @@ impl Defaults {
     /// The same defaults under another recipe's name.
     pub fn named(self, recipe: &'static str) -> Self {
         Self { recipe, ..self }
+    }
+
+    /// The peak learning rate follows the batch size by `rule` (the paper's scaling rule) when
+    /// `--lr` is not given; `lr` becomes the rule's rate at the default batch.
+    pub fn lr_rule(self, rule: fn(usize) -> f64) -> Self {
+        Self {
+            lr: rule(self.batch_size),
+            lr_rule: Some(rule),
+            ..self
+        }
     }
 
     /// Warm-up epochs (capped at the epochs).
@@ -294,6 +308,9 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         defaults.batch_size,
         defaults.lr,
     );
+    if let (None, Some(rule)) = (args.lr, defaults.lr_rule) {
+        settings.lr = rule(settings.batch_size);
+    }
     if let (None, Some(backbone)) = (args.backbone, defaults.backbone) {
         settings.backbone = backbone;
     }
