@@ -103,15 +103,52 @@ impl DinoLoss {
         center: Tensor<B, 2>,
         teacher_temp: f64,
     ) -> Tensor<B, 1> {
-        let pairs = teacher.len() * student.len() - teacher.len().min(student.len());
+        self.forward_targets(&self.targets(teacher, center, teacher_temp), student)
+    }
+
+    /// The teacher's targets on each global view: `softmax((t − c) / τ_t)`, without gradient.
+    ///
+    /// # Shapes
+    /// - `teacher[g]`: `[N, K]`; `center`: `[1, K]` → `[N, K]` each
+    pub fn targets<B: Backend>(
+        &self,
+        teacher: &[Tensor<B, 2>],
+        center: Tensor<B, 2>,
+        teacher_temp: f64,
+    ) -> Vec<Tensor<B, 2>> {
+        let center = stop_gradient(center);
+        teacher
+            .iter()
+            .map(|t| {
+                let t = stop_gradient(t.clone()) - center.clone();
+                burn::tensor::activation::softmax(t.mul_scalar(1.0 / teacher_temp), 1)
+            })
+            .collect()
+    }
+
+    /// The loss of given targets on the global views (probabilities: the centred softmax of
+    /// [`DinoLoss::targets`], or DINOv2's Sinkhorn–Knopp assignments) against the student's
+    /// outputs on every view, pairs of the same global view left out.
+    ///
+    /// # Shapes
+    /// - `targets[g]`, `student[v]`: `[N, K]` → `[1]`
+    ///
+    /// # Panics
+    /// If no pair of different views is left, or shapes differ.
+    pub fn forward_targets<B: Backend>(
+        &self,
+        targets: &[Tensor<B, 2>],
+        student: &[Tensor<B, 2>],
+    ) -> Tensor<B, 1> {
+        let pairs = targets.len() * student.len() - targets.len().min(student.len());
         assert!(
             pairs > 0,
             "DinoLoss: {} teacher and {} student views leave no pair of different views",
-            teacher.len(),
+            targets.len(),
             student.len()
         );
-        let shape = teacher[0].dims();
-        for x in teacher.iter().chain(student) {
+        let shape = targets[0].dims();
+        for x in targets.iter().chain(student) {
             assert_eq!(
                 x.dims(),
                 shape,
@@ -120,14 +157,7 @@ impl DinoLoss {
                 shape
             );
         }
-        let center = stop_gradient(center);
-        let targets: Vec<Tensor<B, 2>> = teacher
-            .iter()
-            .map(|t| {
-                let t = stop_gradient(t.clone()) - center.clone();
-                burn::tensor::activation::softmax(t.mul_scalar(1.0 / teacher_temp), 1)
-            })
-            .collect();
+        let targets: Vec<Tensor<B, 2>> = targets.iter().map(|t| stop_gradient(t.clone())).collect();
         // Σ_v Σ_{g ≠ v} (p_g · log p_v) regrouped by student view: each view's log-softmax
         // meets the sum of the other teacher views' targets once (every local crop meets all
         // of them), one product per view instead of one per pair.

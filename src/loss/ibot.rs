@@ -85,11 +85,38 @@ impl IbotPatchLoss {
         center: Tensor<B, 2>,
         teacher_temp: f64,
     ) -> Tensor<B, 1> {
+        // No hidden token: nothing to soften (the loss below is 0).
+        let target = if teacher.dims()[0] == 0 {
+            teacher
+        } else {
+            burn::tensor::activation::softmax(
+                (stop_gradient(teacher) - stop_gradient(center)).mul_scalar(1.0 / teacher_temp),
+                1,
+            )
+        };
+        self.forward_targets(target, student, hidden_per_image)
+    }
+
+    /// The loss of given targets for the hidden tokens (probabilities: the centred softmax of
+    /// [`IbotPatchLoss::forward`], or DINOv2's Sinkhorn–Knopp assignments) against the
+    /// student's outputs, each image weighing the same. No gradient flows into the targets.
+    ///
+    /// # Shapes
+    /// - `targets`, `student`: `[M, K]` → `[1]`
+    ///
+    /// # Panics
+    /// If the shapes differ, or the counts do not add up to `M`.
+    pub fn forward_targets<B: Backend>(
+        &self,
+        targets: Tensor<B, 2>,
+        student: Tensor<B, 2>,
+        hidden_per_image: &[usize],
+    ) -> Tensor<B, 1> {
         assert_eq!(
-            teacher.dims(),
+            targets.dims(),
             student.dims(),
-            "IbotPatchLoss: teacher outputs {:?}, student outputs {:?}",
-            teacher.dims(),
+            "IbotPatchLoss: targets {:?}, student outputs {:?}",
+            targets.dims(),
             student.dims()
         );
         let [m, _] = student.dims();
@@ -98,14 +125,11 @@ impl IbotPatchLoss {
             m,
             "IbotPatchLoss: {m} hidden tokens' outputs, but the images hide {hidden_per_image:?}"
         );
-        let device = student.device();
         if m == 0 {
             return student.sum().mul_scalar(0.0);
         }
-        let target = burn::tensor::activation::softmax(
-            (stop_gradient(teacher) - stop_gradient(center)).mul_scalar(1.0 / teacher_temp),
-            1,
-        );
+        let device = student.device();
+        let target = stop_gradient(targets);
         let log_p = burn::tensor::activation::log_softmax(
             student.mul_scalar(1.0 / self.config.student_temp),
             1,

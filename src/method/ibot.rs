@@ -60,8 +60,12 @@ use crate::base::seed::mix_seed;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::loss::{
-    DinoLoss, DinoLossConfig, IbotPatchLoss, IbotPatchLossConfig, KoLeoLoss, KoLeoLossConfig,
+    sinkhorn, DinoLoss, DinoLossConfig, IbotPatchLoss, IbotPatchLossConfig, KoLeoLoss,
+    KoLeoLossConfig,
 };
+
+/// Sinkhorn–Knopp iterations of DINOv2's centring (its `sinkhorn_knopp_teacher`'s 3).
+pub const SINKHORN_ITERATIONS: usize = 3;
 
 /// Configuration of [`Ibot`].
 #[derive(Config, Debug)]
@@ -98,6 +102,13 @@ pub struct IbotConfig {
     /// Weight of the KoLeo regulariser on the student's [CLS] features (0: iBOT; DINOv2's 0.1).
     #[config(default = 0.0)]
     pub koleo_weight: f64,
+    /// DINOv2's Sinkhorn–Knopp centring: the teacher's targets are its outputs balanced by
+    /// [`SINKHORN_ITERATIONS`] Sinkhorn–Knopp iterations at the teacher temperature — over the
+    /// global batch's [CLS] outputs of both global views, and over its hidden tokens' outputs
+    /// — instead of the centred softmax; the centres then stay where they are. `false`: iBOT's
+    /// centring.
+    #[config(default = false)]
+    pub sinkhorn_knopp: bool,
     /// Share of the global views that hide patches (0.5).
     #[config(default = 0.5)]
     pub mask_probability: f64,
@@ -394,10 +405,121 @@ fn hidden_outputs<B: Backend>(
     head.forward(gather_hidden(tokens, rows))
 }
 
+/// This replica's rows of the [CLS] outputs (`n` images of each global view, view-major) within
+/// the global batch's `2·n·W`: `(global start, local start, rows)` per view.
+fn cls_segments(n: usize, replicas: usize, rank: usize) -> Vec<(usize, usize, usize)> {
+    (0..2)
+        .map(|view| ((view * replicas + rank) * n, view * n, n))
+        .collect()
+}
+
+/// This replica's hidden tokens' rows within the global batch's, from the global masks
+/// (`2·n·W` views, view-major, every replica knows them): `(global start, local start, rows)`
+/// per view.
+fn hidden_segments(
+    global: &UnitMask,
+    n: usize,
+    replicas: usize,
+    rank: usize,
+) -> Vec<(usize, usize, usize)> {
+    let (_, counts) = hidden_rows(global);
+    let before = |image: usize| counts[..image].iter().sum::<usize>();
+    let mut local = 0;
+    (0..2)
+        .map(|view| {
+            let first = (view * replicas + rank) * n;
+            let start = before(first);
+            let len = before(first + n) - start;
+            let segment = (start, local, len);
+            local += len;
+            segment
+        })
+        .collect()
+}
+
+/// DINOv2's Sinkhorn–Knopp targets of the teacher's outputs `local` at `temperature`, balanced
+/// over the global batch's `total` rows: on replicas each replica's rows are placed at their
+/// `segments` of the global batch and summed over replicas, so every replica balances what one
+/// device balances, and keeps its rows. No gradient. Nothing to balance when `total` is 0.
+///
+/// # Shapes
+/// - `local`: `[M, K]` → `[M, K]`
+fn global_sinkhorn<B: Backend>(
+    replica: Option<&Replica<B>>,
+    local: Tensor<B, 2>,
+    segments: &[(usize, usize, usize)],
+    total: usize,
+    temperature: f64,
+) -> Tensor<B, 2> {
+    if total == 0 {
+        return local.detach();
+    }
+    let Some(r) = replica else {
+        return sinkhorn(local, SINKHORN_ITERATIONS, temperature);
+    };
+    let [_, k] = local.dims();
+    let device = local.device();
+    let local = local.detach();
+    let segments: Vec<_> = segments.iter().filter(|s| s.2 > 0).collect();
+    let mut placed = Tensor::zeros([total, k], &device);
+    for &&(global, own, len) in &segments {
+        placed = placed.slice_assign(
+            [global..global + len, 0..k],
+            local.clone().slice([own..own + len, 0..k]),
+        );
+    }
+    let balanced = sinkhorn(r.sum(placed), SINKHORN_ITERATIONS, temperature);
+    if segments.is_empty() {
+        return Tensor::zeros([0, k], &device);
+    }
+    Tensor::cat(
+        segments
+            .iter()
+            .map(|&&(global, _, len)| balanced.clone().slice([global..global + len, 0..k]))
+            .collect(),
+        0,
+    )
+}
+
 /// The [CLS] token, `[N, D]`.
 fn cls<B: Backend>(tokens: Tensor<B, 3>) -> Tensor<B, 2> {
     let [n, _, d] = tokens.dims();
     tokens.slice([0..n, 0..1, 0..d]).reshape([n, d])
+}
+
+impl<B: AutodiffBackend, M: Backbone<B> + AsVit<B>> Ibot<B, M> {
+    /// Proposes the centres after the step (a redrawn attempt's outputs never move them): the
+    /// [CLS] centre by the replicas' mean teacher output, the patch centre by the mean over the
+    /// global batch's `global_hidden` hidden tokens — this replica's sum, summed over replicas,
+    /// divided by their count (replicas hide different numbers).
+    fn propose_centers(
+        &mut self,
+        teacher: &[Tensor<B, 2>],
+        teacher_patch: Tensor<B, 2>,
+        global_hidden: usize,
+    ) {
+        let center = next_center(
+            &self.loss,
+            self.center.value(),
+            teacher,
+            self.replica.as_ref(),
+        );
+        let k = teacher_patch.dims()[1];
+        let patch_sum = if teacher_patch.dims()[0] == 0 {
+            Tensor::zeros([1, k], &teacher_patch.device())
+        } else {
+            teacher_patch.sum_dim(0)
+        };
+        let patch_sum = match &self.replica {
+            Some(r) => r.sum(patch_sum.detach()),
+            None => patch_sum,
+        };
+        let patch_center =
+            self.patch_loss
+                .moved_center(self.patch_center.value(), patch_sum, global_hidden);
+        self.center.propose(center);
+        self.patch_center.propose(patch_center);
+    }
 }
 
 impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ibot<B, M> {
@@ -448,19 +570,19 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             (h / vit.patch_size) * (w / vit.patch_size)
         };
         // The hidden tokens of the global batch, for the patch centre: known on the host.
-        let (mask, global_hidden) = match &self.replica {
+        let (replicas, rank) = self
+            .replica
+            .as_ref()
+            .map_or((1, 0), |r| (r.replicas(), r.rank()));
+        let (mask, global) = if self.replica.is_some() {
             // The global batch's views are view-major: this replica's rows of each view.
-            Some(r) => {
-                let global = self.masks(progress, n * r.replicas(), patches);
-                let own = |view: usize| global.rows((view * r.replicas() + r.rank()) * n, n);
-                (stack_masks(&own(0), &own(1)), global.hidden_count())
-            }
-            None => {
-                let mask = self.masks(progress, n, patches);
-                let hidden = mask.hidden_count();
-                (mask, hidden)
-            }
+            let global = self.masks(progress, n * replicas, patches);
+            let own = |view: usize| global.rows((view * replicas + rank) * n, n);
+            (stack_masks(&own(0), &own(1)), Some(global))
+        } else {
+            (self.masks(progress, n, patches), None)
         };
+        let global_hidden = global.as_ref().unwrap_or(&mask).hidden_count();
         let (rows, counts) = hidden_rows(&mask);
         let split = |x: Tensor<B, 2>, parts: usize| -> Vec<Tensor<B, 2>> {
             (0..parts)
@@ -485,7 +607,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             .forward_with_bottleneck(student_features.clone());
         let student_patch = hidden_outputs(self.student.patch_head(), student_tokens, &rows);
         let embeddings = split(bottleneck.detach(), 2);
-        let teacher = split(teacher_cls, 2);
+        let teacher = split(teacher_cls.clone(), 2);
         let mut student = split(student_cls, 2);
         if !locals.is_empty() {
             let v = locals.len();
@@ -497,16 +619,45 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
         }
 
         let teacher_temp = self.loss.teacher_temp_at(progress.epoch);
-        let cls_loss = self
-            .loss
-            .forward(&teacher, &student, self.center.value(), teacher_temp);
-        let patch_loss = self.patch_loss.forward(
-            teacher_patch.clone(),
-            student_patch,
-            &counts,
-            self.patch_center.value(),
-            teacher_temp,
-        );
+        let (cls_loss, patch_loss) = if self.config.sinkhorn_knopp {
+            // Balanced over the global batch, as one device balances it.
+            let replica = self.replica.as_ref();
+            let cls_targets = global_sinkhorn(
+                replica,
+                teacher_cls,
+                &cls_segments(n, replicas, rank),
+                2 * n * replicas,
+                teacher_temp,
+            );
+            let patch_segments = match &global {
+                Some(global) => hidden_segments(global, n, replicas, rank),
+                None => vec![(0, 0, rows.len())],
+            };
+            let patch_targets = global_sinkhorn(
+                replica,
+                teacher_patch.clone(),
+                &patch_segments,
+                global_hidden,
+                teacher_temp,
+            );
+            (
+                self.loss.forward_targets(&split(cls_targets, 2), &student),
+                self.patch_loss
+                    .forward_targets(patch_targets, student_patch, &counts),
+            )
+        } else {
+            (
+                self.loss
+                    .forward(&teacher, &student, self.center.value(), teacher_temp),
+                self.patch_loss.forward(
+                    teacher_patch.clone(),
+                    student_patch,
+                    &counts,
+                    self.patch_center.value(),
+                    teacher_temp,
+                ),
+            )
+        };
         let mut loss =
             cls_loss.clone() + patch_loss.clone().mul_scalar(self.config.patch_loss_weight);
         let mut stats = Vec::new();
@@ -530,30 +681,9 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             loss = loss + koleo.clone().mul_scalar(self.config.koleo_weight);
             stats.push(("koleo", koleo.detach()));
         }
-        // Moved after the step (a redrawn attempt's outputs never move them). The patch centre
-        // moves by the mean over the global batch's hidden tokens: this replica's sum, summed
-        // over replicas, divided by their count (replicas hide different numbers).
-        let center = next_center(
-            &self.loss,
-            self.center.value(),
-            &teacher,
-            self.replica.as_ref(),
-        );
-        let k = teacher_patch.dims()[1];
-        let patch_sum = if rows.is_empty() {
-            Tensor::zeros([1, k], &teacher_patch.device())
-        } else {
-            teacher_patch.sum_dim(0)
-        };
-        let patch_sum = match &self.replica {
-            Some(r) => r.sum(patch_sum.detach()),
-            None => patch_sum,
-        };
-        let patch_center =
-            self.patch_loss
-                .moved_center(self.patch_center.value(), patch_sum, global_hidden);
-        self.center.propose(center);
-        self.patch_center.propose(patch_center);
+        if !self.config.sinkhorn_knopp {
+            self.propose_centers(&teacher, teacher_patch, global_hidden);
+        }
         let device = loss.device();
         let scalar = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
         let hidden = rows.len() as f64 / (2 * n * patches).max(1) as f64;
@@ -736,6 +866,91 @@ mod tests {
         for (a, b) in host(m.patch_center()).iter().zip(&mean) {
             assert!((a - 0.1 * b).abs() < 1e-12, "patch centre");
         }
+    }
+
+    /// DINOv2's `sinkhorn_knopp_teacher`, written out on the host (`Q = exp(t/τ)ᵀ`, divided by
+    /// its sum, three times rows to `1/K` and columns to `1/B`, times `B`), equals the
+    /// Sinkhorn–Knopp this file uses.
+    #[test]
+    fn the_centring_is_dinov2s_sinkhorn_knopp_teacher() {
+        let (b, k, temp) = (5, 4, 0.07);
+        let t: Vec<f64> = (0..b * k).map(|e| 0.3 * (0.9 * e as f64).sin()).collect();
+        // q[p][i]: prototype p, image i.
+        let mut q: Vec<Vec<f64>> = (0..k)
+            .map(|p| (0..b).map(|i| (t[i * k + p] / temp).exp()).collect())
+            .collect();
+        let total: f64 = q.iter().flatten().sum();
+        q.iter_mut().flatten().for_each(|x| *x /= total);
+        for _ in 0..3 {
+            for row in q.iter_mut() {
+                let sum: f64 = row.iter().sum();
+                row.iter_mut().for_each(|x| *x /= sum * k as f64);
+            }
+            let sums: Vec<f64> = (0..b).map(|i| q.iter().map(|row| row[i]).sum()).collect();
+            for row in q.iter_mut() {
+                for (x, sum) in row.iter_mut().zip(&sums) {
+                    *x /= sum * b as f64;
+                }
+            }
+        }
+        let ours = host(sinkhorn(
+            Tensor::<Ad, 2>::from_data(TensorData::new(t, [b, k]), &Default::default()),
+            SINKHORN_ITERATIONS,
+            temp,
+        ));
+        for i in 0..b {
+            for p in 0..k {
+                let theirs = q[p][i] * b as f64;
+                assert!((ours[i * k + p] - theirs).abs() < 1e-12, "{i}, {p}");
+            }
+        }
+    }
+
+    /// With Sinkhorn–Knopp centring the step's loss is DINO's and the patch loss on the
+    /// teacher's outputs balanced over the batch (the [CLS] outputs of both views together, the
+    /// hidden tokens' together), recomputed here; the centres stay.
+    #[test]
+    fn sinkhorn_knopp_centring_balances_the_teachers_outputs_and_keeps_the_centres() {
+        let mut m = ibot(IbotConfig::new().with_sinkhorn_knopp(true));
+        let (v1, v2) = (images(3, 0.0), images(3, 1.0));
+        let at = progress(4, 100, 0, 10);
+        let mask = m.masks(at, 3, 16);
+        let (rows, counts) = hidden_rows(&mask);
+        assert!(!rows.is_empty());
+        let globals = Tensor::cat(vec![v1.clone(), v2.clone()], 0);
+        let teacher = m.teacher().network();
+        let teacher_tokens = teacher.tokens(globals.clone(), None);
+        let student_tokens = m.online().tokens(globals, Some(&mask));
+        let t_cls = sinkhorn(teacher.head.forward(cls(teacher_tokens.clone())), 3, 0.04);
+        let t_patch = sinkhorn(
+            teacher.head.forward(gather_hidden(teacher_tokens, &rows)),
+            3,
+            0.04,
+        );
+        let s_cls = m.online().head.forward(cls(student_tokens.clone()));
+        let s_patch = m
+            .online()
+            .head
+            .forward(gather_hidden(student_tokens, &rows));
+        let half = |x: Tensor<Ad, 2>, v: usize| x.slice(v * 3..(v + 1) * 3);
+        let cls_loss: f64 = m
+            .loss
+            .forward_targets(
+                &[half(t_cls.clone(), 0), half(t_cls, 1)],
+                &[half(s_cls.clone(), 0), half(s_cls, 1)],
+            )
+            .into_scalar();
+        let patch_loss: f64 = m
+            .patch_loss
+            .forward_targets(t_patch, s_patch, &counts)
+            .into_scalar();
+        let out = m.forward_views(Views::pair(v1, v2), at);
+        let total: f64 = out.loss.into_scalar();
+        let expected = cls_loss + patch_loss;
+        assert!((total - expected).abs() < 1e-12, "{total} vs {expected}");
+        m.after_step(at);
+        assert_eq!(host(m.center()), vec![0.0; 6]);
+        assert_eq!(host(m.patch_center()), vec![0.0; 6]);
     }
 
     /// The mask token is trained: its gradient equals a central finite difference of the loss

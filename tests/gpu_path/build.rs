@@ -124,6 +124,21 @@ pub fn simmim<B: AutodiffBackend>(device: &B::Device) -> SimMim<B, curriculum_ss
 /// every token of the batch whose terms, through DINO's weight-normalised heads, nearly cancel,
 /// so f32's rounding in either summation order is a larger share of the result.
 pub fn ibot<B: AutodiffBackend>(device: &B::Device) -> Ibot<B, curriculum_ssl_models::Vit<B>> {
+    ibot_with(device, IbotConfig::new().with_koleo_weight(0.1))
+}
+
+/// iBOT with DINOv2's Sinkhorn–Knopp centring instead of the centres (and no KoLeo): the
+/// balancing of the [CLS] and hidden tokens' outputs on the device.
+pub fn ibot_sinkhorn<B: AutodiffBackend>(
+    device: &B::Device,
+) -> Ibot<B, curriculum_ssl_models::Vit<B>> {
+    ibot_with(device, IbotConfig::new().with_sinkhorn_knopp(true))
+}
+
+fn ibot_with<B: AutodiffBackend>(
+    device: &B::Device,
+    config: IbotConfig,
+) -> Ibot<B, curriculum_ssl_models::Vit<B>> {
     init_method::<B, _, _>(device, 3, |d| {
         let vit = |d: &B::Device| {
             curriculum_ssl_models::VitConfig::new(crate::SIDE)
@@ -134,12 +149,11 @@ pub fn ibot<B: AutodiffBackend>(device: &B::Device) -> Ibot<B, curriculum_ssl_mo
                 .with_num_heads(2)
                 .init(d)
         };
-        IbotConfig::new()
+        config
             .with_hidden_dim(8)
             .with_bottleneck_dim(4)
             .with_output_dim(6)
             .with_freeze_last_layer_epochs(0)
-            .with_koleo_weight(0.1)
             .with_loss(
                 DinoLossConfig::new()
                     .with_teacher_temp(0.2)

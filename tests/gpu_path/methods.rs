@@ -255,7 +255,8 @@ fn byol_and_simsiam_step_as_on_the_cpu() {
 /// MAE, SimMIM, iBOT and I-JEPA on a small ViT (one shape for all): the masks (drawn on the host
 /// from the step), MAE's gather of the visible tokens and its inverse, SimMIM's and iBOT's mask token
 /// in place, attention, the exact GELU, the per-patch targets and the L1 on the device; iBOT's
-/// gather of the hidden tokens, DINO's head and softmaxes, its centres and KoLeo; I-JEPA's context
+/// gather of the hidden tokens, DINO's head and softmaxes, its centres and KoLeo, DINOv2's
+/// Sinkhorn–Knopp centring; I-JEPA's context
 /// gather, predictor and smooth L1.
 #[test]
 fn masked_image_modelling_steps_as_on_the_cpu() {
@@ -279,6 +280,13 @@ fn masked_image_modelling_steps_as_on_the_cpu() {
         "iBOT + KoLeo",
         ibot::<CpuAd>(&CpuDevice::default()),
         ibot::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    compare(
+        "iBOT + Sinkhorn-Knopp",
+        ibot_sinkhorn::<CpuAd>(&CpuDevice::default()),
+        ibot_sinkhorn::<GpuAd>(&device),
         &device,
         &mut seen,
     );
