@@ -331,6 +331,27 @@ fn mae<B: Backend>(d: &B::Device, _: usize) -> Result<Mae<B, Vit<B>>, ConfigErro
         .init(vit, d)
 }
 
+/// Hard patches mining on MAE's ViT, in 2-pixel patches (more patches to rank), half of the
+/// hidden patches the hardest predicted from the first step: each replica ranks its own images
+/// and draws their random patches by their global indices.
+fn hpm<B: Backend>(d: &B::Device, _: usize) -> Result<Hpm<B, Vit<B>>, ConfigError> {
+    let vit = VitConfig::new(SIDE)
+        .with_patch_size(2)
+        .with_embed_dim(8)
+        .with_depth(1)
+        .with_num_heads(2)
+        .init(d);
+    HpmConfig::new()
+        .with_mae(
+            MaeConfig::new()
+                .with_decoder_dim(8)
+                .with_decoder_depth(1)
+                .with_decoder_heads(2),
+        )
+        .with_hard_share(curriculum_ssl::curriculum::SchedulerConfig::Constant { value: 0.5 })
+        .init(vit, d)
+}
+
 /// SimMIM on a ViT of the views' size in 2-pixel patches (a 4 × 4 grid) with units of 3 × 3
 /// patches: clipped at the edges, so images hide different numbers of patches and the replicas'
 /// losses must be scaled by the global batch's hidden pixels.
@@ -562,6 +583,8 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
     // MAE: each replica draws the global batch's masks and keeps its rows; every image hides
     // as many patches, so the replicas' mean loss is the one-device loss (no batch statistics).
     assert_same("MAE (f64)", runs::<Exact, _>(&mae, &|_| Vec::new()), 1e-11);
+    // Hard patches mining: the masks follow each replica's predictions for its own images.
+    assert_same("HPM (f64)", runs::<Exact, _>(&hpm, &|_| Vec::new()), 1e-11);
     // SimMIM: the images of a replica hide other numbers of patches than the other's; each
     // replica's loss divides by the global batch's hidden pixels.
     assert_same(

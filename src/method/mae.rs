@@ -65,6 +65,26 @@ impl MaeConfig {
         backbone: M,
         device: &B::Device,
     ) -> Result<Mae<B, M>, ConfigError> {
+        Ok(Mae {
+            online: self.network(backbone, device)?,
+            mask_ratio: self.mask_ratio,
+            schedule: self.mask_ratio_schedule.clone(),
+            normalize_targets: self.normalize_targets,
+            seed: self.seed,
+            replica: None,
+        })
+    }
+
+    /// MAE's networks around `backbone`, the settings checked as [`MaeConfig::init`] checks
+    /// them (for a method built on MAE's, as hard patches mining).
+    ///
+    /// # Errors
+    /// As [`MaeConfig::init`].
+    pub fn network<B: Backend, M: Backbone<B> + AsVit<B>>(
+        &self,
+        backbone: M,
+        device: &B::Device,
+    ) -> Result<MaeNetwork<B, M>, ConfigError> {
         check_visible_ratio(self.mask_ratio, self.mask_ratio_schedule.as_ref())?;
         let (dim, heads) = (self.decoder_dim, self.decoder_heads);
         check_token_transformer(
@@ -84,32 +104,13 @@ impl MaeConfig {
             vit.patch_size,
             vit.patch_embed.weight.dims()[1],
         );
-        let linear = |from: usize, to: usize| {
-            LinearConfig::new(from, to)
-                .with_initializer(Initializer::XavierUniform { gain: 1.0 })
-                .init(device)
-        };
-        let decoder = MaeDecoder {
-            embed: linear(width, dim),
-            mask_token: Initializer::Normal {
-                mean: 0.0,
-                std: 0.02,
-            }
-            .init([1, 1, dim], device),
-            blocks: (0..self.decoder_depth)
-                .map(|_| VitBlock::new(dim, heads, 4.0, 1e-6, device))
-                .collect(),
-            norm: LayerNormConfig::new(dim).with_epsilon(1e-6).init(device),
-            pred: linear(dim, patch * patch * channels),
-        };
-        Ok(Mae {
-            online: MaeNetwork { backbone, decoder },
-            mask_ratio: self.mask_ratio,
-            schedule: self.mask_ratio_schedule.clone(),
-            normalize_targets: self.normalize_targets,
-            seed: self.seed,
-            replica: None,
-        })
+        let decoder = MaeDecoder::new(
+            width,
+            (dim, heads, self.decoder_depth),
+            patch * patch * channels,
+            device,
+        );
+        Ok(MaeNetwork { backbone, decoder })
     }
 }
 
@@ -130,6 +131,36 @@ pub struct MaeDecoder<B: Backend> {
 }
 
 impl<B: Backend> MaeDecoder<B> {
+    /// A decoder from the encoder's width `width` to `out` values per patch, `(dim, heads,
+    /// depth)` wide, with MAE's initialisation (Xavier-uniform linear layers, the mask token
+    /// normal with σ = 0.02). The shape is checked by the caller
+    /// ([`super::masking::check_token_transformer`]).
+    pub fn new(
+        width: usize,
+        (dim, heads, depth): (usize, usize, usize),
+        out: usize,
+        device: &B::Device,
+    ) -> Self {
+        let linear = |from: usize, to: usize| {
+            LinearConfig::new(from, to)
+                .with_initializer(Initializer::XavierUniform { gain: 1.0 })
+                .init(device)
+        };
+        Self {
+            embed: linear(width, dim),
+            mask_token: Initializer::Normal {
+                mean: 0.0,
+                std: 0.02,
+            }
+            .init([1, 1, dim], device),
+            blocks: (0..depth)
+                .map(|_| VitBlock::new(dim, heads, 4.0, 1e-6, device))
+                .collect(),
+            norm: LayerNormConfig::new(dim).with_epsilon(1e-6).init(device),
+            pred: linear(dim, out),
+        }
+    }
+
     /// The predicted pixels of every patch from the encoded class token and visible patches.
     ///
     /// # Shapes
@@ -287,30 +318,54 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Mae<B, M> {
     /// # Shapes
     /// - `images`: `[N, C, H, W]` → `[1]`
     pub fn loss(&self, images: Tensor<B, 4>, mask: &PatchMask) -> Tensor<B, 1> {
-        let vit = self
+        let (_, errors) = self
             .online
-            .backbone
-            .as_vit()
-            .expect("a ViT, checked at init");
+            .reconstruct(images, mask, self.normalize_targets);
+        hidden_mean(errors, mask)
+    }
+}
+
+impl<B: Backend, M: Backbone<B> + AsVit<B>> MaeNetwork<B, M> {
+    /// The encoder on the patches `mask` keeps (`[N, 1 + visible, D]`), and every patch's
+    /// reconstruction error by the decoder: the squared error of its predicted pixels against
+    /// the (normalised, `normalize_targets`) targets, averaged over its pixels (`[N, L]`).
+    ///
+    /// # Shapes
+    /// - `images`: `[N, C, H, W]` → `[N, 1 + visible, D]`, `[N, L]`
+    pub fn reconstruct(
+        &self,
+        images: Tensor<B, 4>,
+        mask: &PatchMask,
+        normalize_targets: bool,
+    ) -> (Tensor<B, 3>, Tensor<B, 2>) {
+        let vit = self.backbone.as_vit().expect("a ViT, checked at init");
         let p = vit.patch_size;
         let [n, _, h, w] = images.dims();
-        let encoded = self.encode(images.clone(), mask);
-        let predicted = self.online.decoder.forward(encoded, mask, (h / p, w / p));
+        let encoded = encode_kept(vit, images.clone(), mask);
+        let predicted = self.decoder.forward(encoded.clone(), mask, (h / p, w / p));
         let mut target = patchify(images.detach(), p);
-        if self.normalize_targets {
+        if normalize_targets {
             target = normalize_patches(target);
         }
-        let l = mask.patches();
-        let per_patch = (predicted - target)
+        let errors = (predicted - target)
             .powi_scalar(2)
             .mean_dim(2)
-            .reshape([n, l]);
-        let hidden = mask.hidden_weights::<B>(&per_patch.device());
-        let count = (n * (l - mask.visible())) as f64;
-        // A product, not `div_scalar`: burn-autodiff 0.21 takes a scalar division's derivative
-        // in f32.
-        (per_patch * hidden).sum().mul_scalar(1.0 / count.max(1.0))
+            .reshape([n, mask.patches()]);
+        (encoded, errors)
     }
+}
+
+/// The mean of the per-patch `errors` (`[N, L]`) over the patches `mask` hides (MAE's loss).
+///
+/// # Shapes
+/// - `errors`: `[N, L]` → `[1]`
+pub fn hidden_mean<B: Backend>(errors: Tensor<B, 2>, mask: &PatchMask) -> Tensor<B, 1> {
+    let [n, l] = errors.dims();
+    let hidden = mask.hidden_weights::<B>(&errors.device());
+    let count = (n * (l - mask.visible())) as f64;
+    // A product, not `div_scalar`: burn-autodiff 0.21 takes a scalar division's derivative
+    // in f32.
+    (errors * hidden).sum().mul_scalar(1.0 / count.max(1.0))
 }
 
 impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Mae<B, M> {

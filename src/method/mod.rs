@@ -1,7 +1,7 @@
 //! SSL methods ("frameworks"): SimCLR (with NT-Xent, HCL, curricular weighting, Huber NT-Xent,
 //! DCL / DCLW), MoCo v1/v2, Light-MoCo and MoCo v3, BYOL, SimSiam, Barlow Twins, VICReg, SwAV and DINO
 //! (with multi-crop), iBOT and DINOv2's objective, NNCLR, TiCo, rotation prediction, MAE and SimMIM
-//! (masked image modelling), I-JEPA (joint-embedding prediction), MSN and PMSN (masked siamese
+//! (masked image modelling) and hard patches mining on MAE, I-JEPA (joint-embedding prediction), MSN and PMSN (masked siamese
 //! networks), plus the pieces they share: the networks'
 //! two shapes ([`encoder`]), the momentum copy ([`momentum`], on the EMA update of [`ema`]), the
 //! key queue ([`queue`]).
@@ -25,6 +25,7 @@ pub mod byol;
 pub mod dino;
 pub mod ema;
 pub mod encoder;
+pub mod hpm;
 pub mod ibot;
 pub mod ijepa;
 pub mod mae;
@@ -53,6 +54,7 @@ pub use barlow_twins::{BarlowTwins, BarlowTwinsConfig};
 pub use byol::{Byol, ByolConfig, ByolState};
 pub use dino::{Dino, DinoConfig, DinoHead, DinoHeadConfig, DinoNetwork, DinoState};
 pub use encoder::{Predicted, Projected};
+pub use hpm::{Hpm, HpmConfig, HpmNetwork};
 pub use ibot::{Ibot, IbotConfig, IbotNetwork, IbotState};
 pub use ijepa::{Ijepa, IjepaConfig, IjepaMasks, IjepaNetwork, IjepaPredictor};
 pub use mae::{Mae, MaeConfig, MaeDecoder, MaeNetwork};

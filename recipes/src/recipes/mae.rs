@@ -16,12 +16,17 @@
 //!     loss = mean over hidden patches of ‖p − norm(patch)‖² / p²C
 //!     AdamW step on encoder and decoder
 //! ```
+//!
+//! `mae_hpm`: hard patches mining (Wang et al. 2023, <https://arxiv.org/abs/2304.05919>; see
+//! docs/methods.md#hard-patches-mining) on the same MAE: a loss predictor (one block of the
+//! decoder's width) ranks the patches by predicted reconstruction error, and the share of the
+//! hidden patches chosen as its hardest rises from 0 to 0.5 over the epochs, the rest random.
 
 use super::RecipeEntry;
 use anyhow::Result;
 use burn::optim::AdamWConfig;
 use curriculum_ssl::curriculum::masking;
-use curriculum_ssl::method::MaeConfig;
+use curriculum_ssl::method::{HpmConfig, MaeConfig};
 use curriculum_ssl::pipeline::PipelineConfig;
 
 use super::common::{self, BackboneChoice, Defaults, Train};
@@ -74,13 +79,27 @@ pub fn ratio_curriculum(args: &[String]) -> Result<()> {
     train(args, defaults("mae_ratio_curriculum"), config)
 }
 
+/// Runs `mae_hpm`: hard patches mining on the recipe's MAE.
+pub fn hard_patches(args: &[String]) -> Result<()> {
+    let recipe = common::prepare(args, defaults("mae_hpm"))?;
+    let config = recipe.section("method", HpmConfig::new().with_mae(config()))?;
+    let optimizer = recipe.section("optimizer", adamw())?;
+    let backbone = recipe.backbone_config();
+    recipe.train(&config, |recipe, device| {
+        let method = recipe.init(device, |d| config.init(backbone.init::<Train>(d), d))?;
+        Ok((method, optimizer.init::<Train, _>()))
+    })
+}
+
+/// MAE's AdamW: β₂ 0.95, weight decay 0.05.
+fn adamw() -> AdamWConfig {
+    AdamWConfig::new().with_beta_2(0.95).with_weight_decay(0.05)
+}
+
 fn train(args: &[String], defaults: Defaults, config: MaeConfig) -> Result<()> {
     let recipe = common::prepare(args, defaults)?;
     let config = recipe.section("method", config)?;
-    let optimizer = recipe.section(
-        "optimizer",
-        AdamWConfig::new().with_beta_2(0.95).with_weight_decay(0.05),
-    )?;
+    let optimizer = recipe.section("optimizer", adamw())?;
     let backbone = recipe.backbone_config();
     recipe.train(&config, |recipe, device| {
         let method = recipe.init(device, |d| config.init(backbone.init::<Train>(d), d))?;
@@ -99,5 +118,10 @@ pub const RECIPES: &[RecipeEntry] = &[
         name: "mae_ratio_curriculum",
         summary: "MAE under a masking curriculum: the hidden fraction from 0.5 to 0.75 along the run",
         run: ratio_curriculum,
+    },
+    RecipeEntry {
+        name: "mae_hpm",
+        summary: "MAE with hard patches mining (Wang et al. 2023): a loss predictor picks the hardest patches to hide, from none to half of the hidden ones along the run",
+        run: hard_patches,
     },
 ];

@@ -117,6 +117,17 @@ fn shuffle_bn_is_a_moco_option() {
 /// DCL and DCLW, SwAV and DINO with their multi-crop (6, 2 and no local crops), NNCLR, TiCo, MoCo
 /// v3 on the small ResNet and on ViT-Tiny, the masked-image methods (MAE, SimMIM, iBOT, DINOv2's
 /// objective, I-JEPA); two steps each, a checkpoint, and the kNN monitor on.
+/// The values of the first step's row of a `steps.csv`.
+fn first_step(steps: &str) -> Vec<f64> {
+    steps
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .map(|v| v.parse().unwrap())
+        .collect()
+}
+
 #[test]
 fn the_method_table_recipes_run_two_steps() {
     for (name, extra) in [
@@ -139,6 +150,7 @@ fn the_method_table_recipes_run_two_steps() {
         ("dinov2", &["--local-crops", "2"][..]),
         ("ijepa", &[][..]),
         ("ijepa_scale_curriculum", &[][..]),
+        ("mae_hpm", &[][..]),
         ("msn", &["--local-crops", "2"][..]),
         ("pmsn", &["--local-crops", "2"][..]),
     ] {
@@ -212,13 +224,7 @@ fn the_method_table_recipes_run_two_steps() {
                 header.ends_with("target_scale_factor,context_fraction,target_fraction,momentum"),
                 "{header}"
             );
-            let row: Vec<f64> = steps
-                .lines()
-                .nth(1)
-                .unwrap()
-                .split(',')
-                .map(|v| v.parse().unwrap())
-                .collect();
+            let row = first_step(&steps);
             let n = row.len();
             let (context, target) = (row[n - 3] * 49.0, row[n - 2] * 49.0);
             let (least, most) = if name == "ijepa" {
@@ -251,6 +257,18 @@ fn the_method_table_recipes_run_two_steps() {
                 "{steps}"
             );
         }
+        if name == "mae_hpm" {
+            // Its two terms, the mask ratio and the share of hard patches logged: the share
+            // starts at 0 (epoch 0 of 1), the ratio is MAE's 0.75.
+            assert!(
+                header.ends_with("reconstruction,ranking,mask_ratio,hard_share"),
+                "{header}"
+            );
+            let row = first_step(&steps);
+            let n = row.len();
+            assert_eq!((row[n - 2], row[n - 1]), (0.75, 0.0), "{steps}");
+            assert!(row[n - 3] > 0.0 && row[n - 4] > 0.0, "{steps}");
+        }
         if name == "msn" || name == "pmsn" {
             // Its two terms, the drop ratio (15 %) and the target's momentum logged; MSN's
             // regulariser KL(p̄ ‖ uniform) and PMSN's KL(prior ‖ p̄) are non-negative.
@@ -258,13 +276,7 @@ fn the_method_table_recipes_run_two_steps() {
                 header.ends_with("cross_entropy,regularization,mask_ratio,momentum"),
                 "{header}"
             );
-            let row: Vec<f64> = steps
-                .lines()
-                .nth(1)
-                .unwrap()
-                .split(',')
-                .map(|v| v.parse().unwrap())
-                .collect();
+            let row = first_step(&steps);
             let n = row.len();
             assert!((row[n - 2] - 0.15).abs() < 1e-6, "{steps}");
             assert!(row[n - 3] >= 0.0 && row[n - 4] > 0.0, "{steps}");
@@ -293,7 +305,7 @@ fn the_method_table_recipes_run_two_steps() {
 /// another backbone is refused, naming the option.
 #[test]
 fn masked_image_modelling_refuses_a_backbone_that_is_not_a_vit() {
-    for name in ["mae", "simmim", "ibot", "dinov2", "ijepa", "msn"] {
+    for name in ["mae", "simmim", "ibot", "dinov2", "ijepa", "msn", "mae_hpm"] {
         let mut args = tiny(&format!("{name}-lenet"), &["--backbone", "lenet5"]);
         args[0] = name.into();
         let o = run(&as_strs(&args));
