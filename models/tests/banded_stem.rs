@@ -11,7 +11,7 @@ use burn::nn::conv::Conv2dConfig;
 use burn::nn::PaddingConfig2d;
 use burn::prelude::*;
 use curriculum_ssl_models::banded_conv::{banded_conv2d, MAX_BAND_ENTRIES};
-use curriculum_ssl_models::{Backbone, BlockKind, ResNet, ResNetConfig};
+use curriculum_ssl_models::{Backbone, BlockKind, ResNet, ResNetConfig, Stem};
 
 type Ad = Autodiff<NdArray<f64>>;
 
@@ -162,11 +162,19 @@ fn falls_back_to_the_layer_where_it_does_not_apply() {
 
 #[test]
 fn banded_stem_gives_the_features_and_gradients_of_the_plain_stem() {
-    // The small ResNet with the same weights, its stem run both ways, in training mode (batch
-    // statistics): the features and the stem's weight gradient agree to rounding.
+    // The small ResNet with the same weights, its stem (ImageNet's 7×7 stride 2, and the 3×3
+    // stride-2 stem of `small-2x`) run both ways, in training mode (batch statistics): the
+    // features and the stem's weight gradient agree to rounding.
+    for stem in [Stem::ImageNet, Stem::Stride2] {
+        stem_run_both_ways(stem);
+    }
+}
+
+fn stem_run_both_ways(stem: Stem) {
     let device = Default::default();
     let config = ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
         .with_base_width(4)
+        .with_stem(stem)
         .with_in_channels(1);
     let plain = config.init::<Ad>(&device);
     let banded = config
@@ -198,7 +206,7 @@ fn banded_stem_gives_the_features_and_gradients_of_the_plain_stem() {
     {
         assert!(
             (x - y).abs() <= 1e-10 * (1.0 + y.abs()),
-            "entry {i} of {} features then {} gradients: {x} against {y}",
+            "{stem:?}: entry {i} of {} features then {} gradients: {x} against {y}",
             a.0.len(),
             a.1.len()
         );

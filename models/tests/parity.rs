@@ -13,8 +13,8 @@ use curriculum_ssl_models::import::{
     load_torchvision, HeadImport, TorchvisionHead, TorchvisionImport,
 };
 use curriculum_ssl_models::{
-    Backbone, Classifier, ClassifierConfig, EfficientNetConfig, MobileNetV3Config, ResNetConfig,
-    Stem,
+    Backbone, BlockKind, Classifier, ClassifierConfig, EfficientNetConfig, MobileNetV3Config,
+    ResNetConfig, Stem,
 };
 
 const TOL: f32 = 1e-4;
@@ -114,6 +114,24 @@ fn resnet18_cifar_stem_matches_pytorch() {
     let model = config.init::<Train>(&device);
     check_parity(
         "resnet18_cifar_w4.safetensors",
+        model,
+        ClassifierConfig::new(config.feature_dim(), 10),
+        TorchvisionHead::ResNet,
+    );
+}
+
+/// The `small-2x` shape: one block per stage and the stride-2 stem (3×3, no max-pool), on
+/// one-channel 28×28 images.
+#[test]
+fn resnet_stride2_stem_matches_pytorch() {
+    let device = Default::default();
+    let config = ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
+        .with_stem(Stem::Stride2)
+        .with_in_channels(1)
+        .with_base_width(4);
+    let model = config.init::<Train>(&device);
+    check_parity(
+        "resnet10_stride2_w4.safetensors",
         model,
         ClassifierConfig::new(config.feature_dim(), 10),
         TorchvisionHead::ResNet,

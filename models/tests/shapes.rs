@@ -36,10 +36,19 @@ fn resnet_shapes() {
         let cifar = config.clone().with_stem(Stem::Cifar).init::<Infer>(&device);
         check(&cifar, 3, 32, dim);
         let mnist = config
+            .clone()
             .with_stem(Stem::Cifar)
             .with_in_channels(1)
             .init::<Infer>(&device);
         check(&mnist, 1, 28, dim);
+        let stride2 = config
+            .with_stem(Stem::Stride2)
+            .with_in_channels(1)
+            .init::<Infer>(&device);
+        check(&stride2, 1, 28, dim);
+        // 28 → 14 (stem) → 14, 7, 4, 2 (stages).
+        let map = stride2.forward_map(Tensor::zeros([2, 1, 28, 28], &device));
+        assert_eq!(map.dims(), [2, dim, 2, 2]);
     }
 }
 

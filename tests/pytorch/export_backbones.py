@@ -22,7 +22,9 @@ To keep the files small the networks are torchvision's own classes at reduced wi
   (torchvision's BasicBlock and `_make_layer`), 10 classes, input 4x3x32x32;
 * EfficientNet-B0 table at width 0.25, depth 0.25, stochastic depth 0 (it is random in training),
   10 classes, input 4x3x32x32;
-* MobileNet-V3-Large table at width 0.125, 10 classes, input 4x3x32x32.
+* MobileNet-V3-Large table at width 0.125, 10 classes, input 4x3x32x32;
+* the `small-2x` shape (one BasicBlock per stage, a 3x3 stride-2 stem without max-pool:
+  `Stem::Stride2`) at base width 4, one input channel, 10 classes, input 4x1x28x28.
 
 All BatchNorm affine parameters and running statistics are randomised (the defaults would make
 eval-mode BN an identity and hide mistakes).
@@ -101,18 +103,19 @@ def export(name, model, features_fn, head_fn, x):
     print(f"{path}: {os.path.getsize(path)} bytes, features {tuple(feats_eval.shape)}")
 
 
-def resnet18_cifar(width):
-    """torchvision's ResNet-18 with the CIFAR stem and base width `width`."""
+def resnet18_cifar(width, blocks=2, stem_stride=1, channels=3):
+    """torchvision's ResNet-18 with a 3x3 stem of stride `stem_stride` and no max-pool (the
+    CIFAR stem at stride 1), base width `width`, `blocks` BasicBlocks per stage."""
     m = tv_resnet.resnet18(num_classes=10)
-    m.conv1 = nn.Conv2d(3, width, kernel_size=3, stride=1, padding=1, bias=False)
+    m.conv1 = nn.Conv2d(channels, width, kernel_size=3, stride=stem_stride, padding=1, bias=False)
     m.bn1 = nn.BatchNorm2d(width)
     m.maxpool = nn.Identity()
     m.inplanes = width
     block = tv_resnet.BasicBlock
-    m.layer1 = m._make_layer(block, width, 2)
-    m.layer2 = m._make_layer(block, 2 * width, 2, stride=2)
-    m.layer3 = m._make_layer(block, 4 * width, 2, stride=2)
-    m.layer4 = m._make_layer(block, 8 * width, 2, stride=2)
+    m.layer1 = m._make_layer(block, width, blocks)
+    m.layer2 = m._make_layer(block, 2 * width, blocks, stride=2)
+    m.layer3 = m._make_layer(block, 4 * width, blocks, stride=2)
+    m.layer4 = m._make_layer(block, 8 * width, blocks, stride=2)
     m.fc = nn.Linear(8 * width, 10)
     return m
 
@@ -144,6 +147,10 @@ def main():
     setting, last = tv_mnv3._mobilenet_v3_conf("mobilenet_v3_large", width_mult=0.125)
     m = tv_mnv3.MobileNetV3(setting, last, num_classes=10)
     export("mobilenet_v3_large_w0125", m, pooled_features, lambda m, f: m.classifier(f), torch.randn(4, 3, 32, 32))
+
+    torch.manual_seed(0)
+    m = resnet18_cifar(4, blocks=1, stem_stride=2, channels=1)
+    export("resnet10_stride2_w4", m, resnet_features, lambda m, f: m.fc(f), torch.randn(4, 1, 28, 28))
 
 
 if __name__ == "__main__":

@@ -634,6 +634,8 @@ fn every_backbone_option_runs_two_steps() {
         "vgg16-bn",
         "lenet5",
         "small",
+        "small-wide",
+        "small-2x",
     ] {
         let name = format!("backbone-{backbone}");
         let mut args = tiny(

@@ -83,7 +83,8 @@ pub struct RecipeArgs {
     /// Backbone (default: resnet18 on a GPU, small on the CPU).
     #[arg(long, value_enum)]
     pub backbone: Option<BackboneChoice>,
-    /// ResNets: the stem (default: cifar for resnet18/34/50, imagenet for small).
+    /// ResNets: the stem (default: cifar for resnet18/34/50, imagenet for small and small-wide,
+    /// stride2 for small-2x).
     #[arg(long, value_enum)]
     pub stem: Option<StemChoice>,
     /// Start the backbone from torchvision weights (a safetensors export of its state_dict;

@@ -51,6 +51,10 @@ pub enum BackboneChoice {
     /// The small ResNet four times as wide: widths 32–256, ImageNet stem (256-d features).
     #[value(name = "small-wide")]
     SmallWide,
+    /// The small ResNet twice as wide with the stride-2 stem: widths 16–128 on 14×14 to 2×2
+    /// maps for 28-pixel images (128-d features).
+    #[value(name = "small-2x")]
+    Small2x,
     /// ViT-Tiny (192-d class token): patches of 16 pixels on images of 96 and more, 4 below.
     #[value(name = "vit-tiny")]
     VitTiny,
@@ -69,6 +73,8 @@ pub enum StemChoice {
     Cifar,
     /// 7×7 convolution, stride 2, then max pooling (ImageNet).
     Imagenet,
+    /// 3×3 convolution, stride 2, no pooling (small images at half resolution).
+    Stride2,
 }
 
 impl BackboneChoice {
@@ -85,7 +91,12 @@ impl BackboneChoice {
     pub fn is_resnet(self) -> bool {
         matches!(
             self,
-            Self::Resnet18 | Self::Resnet34 | Self::Resnet50 | Self::Small | Self::SmallWide
+            Self::Resnet18
+                | Self::Resnet34
+                | Self::Resnet50
+                | Self::Small
+                | Self::SmallWide
+                | Self::Small2x
         )
     }
 
@@ -100,12 +111,12 @@ impl BackboneChoice {
     }
 
     /// The stem of a ResNet when --stem is not given: CIFAR's for ResNet-18/34/50, ImageNet's
-    /// for the small ResNet.
+    /// for the small ResNet and its wide variant, the stride-2 stem for `small-2x`.
     pub fn default_stem(self) -> StemChoice {
-        if matches!(self, Self::Small | Self::SmallWide) {
-            StemChoice::Imagenet
-        } else {
-            StemChoice::Cifar
+        match self {
+            Self::Small | Self::SmallWide => StemChoice::Imagenet,
+            Self::Small2x => StemChoice::Stride2,
+            _ => StemChoice::Cifar,
         }
     }
 
@@ -121,6 +132,7 @@ impl BackboneChoice {
         let stem = || match stem.unwrap_or(self.default_stem()) {
             StemChoice::Cifar => Stem::Cifar,
             StemChoice::Imagenet => Stem::ImageNet,
+            StemChoice::Stride2 => Stem::Stride2,
         };
         let resnet = |c: ResNetConfig| {
             AnyBackboneConfig::ResNet(c.with_stem(stem()).with_in_channels(channels))
@@ -129,9 +141,13 @@ impl BackboneChoice {
             Self::Resnet18 => resnet(ResNetConfig::resnet18()),
             Self::Resnet34 => resnet(ResNetConfig::resnet34()),
             Self::Resnet50 => resnet(ResNetConfig::resnet50()),
-            Self::Small | Self::SmallWide => AnyBackboneConfig::ResNet(
+            Self::Small | Self::SmallWide | Self::Small2x => AnyBackboneConfig::ResNet(
                 ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
-                    .with_base_width(if self == Self::Small { 8 } else { 32 })
+                    .with_base_width(match self {
+                        Self::Small => 8,
+                        Self::Small2x => 16,
+                        _ => 32,
+                    })
                     .with_in_channels(channels)
                     .with_stem(stem())
                     .with_banded_stem(backend::BANDED_STEM),
@@ -243,6 +259,10 @@ impl BackboneSpec {
             Stem::ImageNet => {
                 " (the model has the ImageNet stem, a 7×7 first convolution; weights trained \
                  with the CIFAR stem need --stem cifar)"
+            }
+            Stem::Stride2 => {
+                " (the model has the stride-2 stem, a 3×3 first convolution; torchvision's \
+                 ResNet weights have ImageNet's 7×7 stem: add --stem imagenet)"
             }
         }
     }

@@ -661,7 +661,7 @@ pub(crate) fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
     }
     if settings.stem.is_some() && !settings.backbone.is_resnet() {
         return Err(usage(format!(
-            "--stem: only for the ResNets (resnet18, resnet34, resnet50, small), not {}",
+            "--stem: only for the ResNets (resnet18, resnet34, resnet50, small, small-wide, small-2x), not {}",
             value_name(settings.backbone)
         )));
     }
