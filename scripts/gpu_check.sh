@@ -18,27 +18,37 @@
 #   --steps N, --warmup N   the timed and warm-up steps of the step sections (default 20, 5)
 #   --section-limit S   every section's time limit (default: each its own)
 #   --kernel-cache DIR  cubecl's caches of compiled kernels (PTX) and autotune results, read and
-#              written there (default: a fresh one); the run leaves them packed as
-#              kernel_cache.tar.gz (and the driver's as nv_cache.tar.gz) in the output
-#              directory: unpacked under .gpu/ and carried, they spare the next call the first
-#              step's compilations and tuning (on lavapipe 215.8 s -> 20.2 s)
+#              written there (default: a fresh one); the run leaves them packed in the output
+#              directory as autotune_cache.tar.gz (autotune's choices, small), ptx_cache.tar.xz
+#              and nv_cache.tar.xz (the driver's machine code): unpacked under .gpu/ and
+#              carried, they spare the next call the first step's compilations and tuning
+#              (lavapipe: 215.8 s -> 20.2 s; the H200: minutes -> 2.7 s for ResNet-18's SimCLR)
+#   --warm-limit S   phase 1's time limit (default 240)
 #   --quick    tiny sizes (batch 16 on 16-pixel views, 2 timed steps, 1-epoch runs on 512
 #              images): the rehearsal on a CPU or a software GPU, where only the backend differs
 #
-# Sections, in the order they run (each with its own time limit, its log kept, its peak GPU
-# memory read from nvidia-smi where there is one, as the rise over the idle reading):
+# Two phases. First, every process that compiles kernels runs at once (the GPU machine has 16
+# cores; cubecl compiles each kernel with NVRTC on the thread that launches it, so one process
+# uses one core while it compiles and tunes, and the H200's first ResNet-18 step took over 140 s
+# that way), sharing one kernel cache (cubecl's cache files are safe for several processes, each
+# reading the others' entries as it writes its own). Autotune measures its candidates on a GPU the
+# other processes share: its choices are made under load and kept in the cache the timed phase
+# reads. Then the timed sections, one at a time, with the kernels compiled.
+#   phase 1, at once, each at most --warm-limit seconds (default 240):
 #   worked_values        every loss's worked value on the device against the f64 reference
-#   run_mico_moco_small  two epochs of mico_moco on the small backbone (fewer kernels to compile
-#                        than ResNet-18's); its run directory comes back for `recipe eval` on
-#                        the CPU
-#   warm_kernels         one ResNet-18 step, to compile and tune its kernels once
+#   run_mico_moco_small  two epochs of mico_moco on the small backbone; its run directory comes
+#                        back for `recipe eval` on the CPU (a checkpoint written on CUDA)
+#   run_light_moco, run_simclr, run_byol, run_dino   two epochs on the embedded subset (ResNet-18,
+#                        DINO with multi-crop): the kNN at initialisation and after
+#   warm_<method>_<precision>   one ResNet-18 step of the timed step sections' shapes
+#   warm_moco_v2_epoch   one epoch of moco_v2 on the embedded subset: the kernels of the timed
+#                        full-set epoch (same batch and image size)
+#   phase 2, one after the other (peak GPU memory read from nvidia-smi as the rise over idle):
 #   step_*               the training step of SimCLR, MoCo v2, BYOL (ResNet-18, CIFAR stem,
-#                        batch 256, 32x32): `recipe bench_step` f32, then PyTorch eager f32 and
-#                        bf16 (autocast), then ours bf16 (benches/pytorch/train_step.py)
-#   run_light_moco       two epochs on the embedded subset: the kNN at initialisation and after
+#                        batch 256, 32x32): `recipe bench_step` f32, PyTorch eager f32 and bf16
+#                        (autocast; benches/pytorch/train_step.py), ours bf16
 #   epoch_moco_v2_*      one epoch of moco_v2 on the 60,000 images, ours, then
 #                        benches/pytorch/moco_v2_fmnist.py with a torchvision DataLoader
-#   run_simclr, run_byol, run_dino   as run_light_moco
 #   step_pytorch_compile_f32         PyTorch's step under torch.compile (slow to compile: last)
 # (Two replicas on the one GPU against one are not run: with burn 0.21's fusion two replicas on
 # one device panic in the collective's all-reduce; docs/gpu.md.)
@@ -55,6 +65,7 @@ kernel_cache=
 section_limit=
 steps_arg=
 warmup_arg=
+warm_limit=240
 while [ $# -gt 0 ]; do
   case "$1" in
     --recipe) recipe=$2; shift 2 ;;
@@ -67,7 +78,8 @@ while [ $# -gt 0 ]; do
     --section-limit) section_limit=$2; shift 2 ;;
     --kernel-cache) kernel_cache=$2; shift 2 ;;
     --warmup) warmup_arg=$2; shift 2 ;;
-    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --warm-limit) warm_limit=$2; shift 2 ;;
+    -h|--help) sed -n '2,52p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (--help lists them)" >&2; exit 2 ;;
   esac
 done
@@ -159,6 +171,17 @@ gpu_mib() {
   echo "$v"
 }
 
+# gpu_reading: "MIB UTIL" (memory used, and the share of the last sampling period in which a
+# kernel ran, in %), or nothing without nvidia-smi.
+gpu_reading() {
+  command -v nvidia-smi >/dev/null 2>&1 || return 0
+  local v
+  v=$(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -d ' ')
+  case $v in *,*) ;; *) return 0 ;; esac
+  case ${v%,*}${v#*,} in ''|*[!0-9]*) return 0 ;; esac
+  echo "${v%,*} ${v#*,}"
+}
+
 # count PATTERN FILE: matching lines, 0 when none or no file.
 count() {
   local n
@@ -178,8 +201,15 @@ publish() {
 # cubecl's caches (autotune results, PTX) in one file, the driver's machine code in another
 # (each file that comes back from the GPU machine is limited in size).
 pack_caches() {
-  tar -C "$kernel_cache/.." -czf "$out/kernel_cache.tar.gz" --exclude="$(basename "$kernel_cache")/nv" "$(basename "$kernel_cache")" 2>/dev/null
-  [ -d "$kernel_cache/nv" ] && tar -C "$kernel_cache/.." -czf "$out/nv_cache.tar.gz" "$(basename "$kernel_cache")/nv" 2>/dev/null
+  local base
+  base=$(basename "$kernel_cache")
+  # Autotune's choices: small, and what spares the next call the tuning (most of the first
+  # step's compilations are autotune's candidates).
+  [ -e "$kernel_cache/autotune" ] && tar -C "$kernel_cache/.." -czf "$out/autotune_cache.tar.gz" "$base/autotune" 2>/dev/null
+  # The compiled kernels: PTX text and the driver's machine code, xz on every core (gzip left
+  # them over the 16 MiB a returned file may have on 2026-11-27).
+  [ -e "$kernel_cache/ptx" ] && tar -C "$kernel_cache/.." -cf - "$base/ptx" 2>/dev/null | xz -T0 -3 > "$out/ptx_cache.tar.xz"
+  [ -d "$kernel_cache/nv" ] && tar -C "$kernel_cache/.." -cf - "$base/nv" 2>/dev/null | xz -T0 -3 > "$out/nv_cache.tar.xz"
   return 0
 }
 
@@ -198,6 +228,7 @@ section() {
     return
   fi
   [ "$limit" -gt "$left" ] && limit=$left
+  [ -n "$phase_limit" ] && [ "$limit" -gt "$phase_limit" ] && limit=$phase_limit
   echo "== $name (at most $limit s)"
   local idle
   idle=$(gpu_mib)
@@ -207,9 +238,14 @@ section() {
   tuned0=$(count 'Fastest result' "$logs/cubecl_autotune.log")
   timeout --kill-after=5 "$limit" "$@" > "$logs/$name.log" 2>&1 &
   local pid=$! peak=${idle:-0} now tick=0
+  local reading
   while kill -0 "$pid" 2>/dev/null; do
-    now=$(gpu_mib)
+    reading=$(gpu_reading)
+    now=${reading%% *}
     [ -n "$now" ] && [ "$now" -gt "$peak" ] && peak=$now
+    # Every reading, for the utilisation during the timed steps (the end of a step section):
+    # near 100 % says the GPU's kernels bound the step, far below it that the host does.
+    [ -n "$reading" ] && [ -z "$in_background" ] && echo "$(( SECONDS - t0 )) $reading" >> "$logs/$name.gpu"
     sleep 0.5
     # Every 10 s: how far cubecl got (kernels compiled, shapes tuned), so a section stopped at
     # its limit still says whether it was compiling, tuning or stuck.
@@ -221,11 +257,20 @@ section() {
   wait "$pid"
   local rc=$?
   local peak_json=null
-  [ -n "$idle" ] && peak_json=$(( peak - idle ))
+  # In phase 1 the GPU's reading is every process's together: no peak of one section.
+  [ -n "$idle" ] && [ -z "$in_background" ] && peak_json=$(( peak - idle ))
   printf '{"name":"%s","rc":%d,"seconds":%d,"gpu_mib":%s}\n' "$name" "$rc" $(( SECONDS - t0 )) "$peak_json" >> "$sections"
-  echo "   rc $rc, $(( SECONDS - t0 )) s"
+  echo "   $name: rc $rc, $(( SECONDS - t0 )) s"
   tail -n 3 "$logs/$name.log" | sed 's/^/   /'
-  publish
+  [ -z "$in_background" ] && publish
+  return 0
+}
+
+# at_once NAME LIMIT CMD...: a phase-1 section, started in the background (collected by `wait`).
+in_background=
+phase_limit=
+at_once() {
+  ( in_background=1 section "$@" ) &
 }
 
 {
@@ -240,14 +285,26 @@ cat "$logs/environment.log"
 torch_device=cpu
 "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && torch_device=cuda
 
-section worked_values 120 "${ours[@]}" worked_values
-# The small backbone first: fewer and smaller kernels to compile than ResNet-18's.
-section run_mico_moco_small 90 "${ours[@]}" mico_moco ${subset[@]+"${subset[@]}"} --backbone small --epochs "$epochs" --knn-every 1 --checkpoint-every 1 --run-dir "$work/runs/mico_moco_small"
-# One ResNet-18 step with time to compile and tune every kernel (on the H200 of 2026-11-26 the
-# first step did not finish within 140 s); the step sections after it find the kernels cached.
-section warm_kernels 240 "${ours[@]}" bench_step --method simclr --batch-size "$batch" --image-size "$side" --steps 1 --warmup 1
+# Phase 1: everything that compiles kernels, at once.
+phase_limit=$warm_limit
+at_once worked_values 120 "${ours[@]}" worked_values
+at_once run_mico_moco_small 240 "${ours[@]}" mico_moco ${subset[@]+"${subset[@]}"} --backbone small --epochs "$epochs" --knn-every 1 --checkpoint-every 1 --run-dir "$work/runs/mico_moco_small"
+for r in light_moco simclr byol dino; do
+  at_once "run_$r" 240 "${ours[@]}" "$r" ${subset[@]+"${subset[@]}"} --epochs "$epochs" --knn-every 1 --run-dir "$work/runs/$r"
+done
+for p in f32 bf16; do
+  for m in simclr moco_v2 byol; do
+    at_once "warm_${m}_$p" 240 "${ours[@]}" bench_step --method "$m" --batch-size "$batch" --image-size "$side" --steps 1 --warmup 1 --precision "$p"
+  done
+done
+# The full-set epoch's kernels: the same recipe, batch and image size on the embedded subset.
+at_once warm_moco_v2_epoch 240 "${ours[@]}" moco_v2 ${subset[@]+"${subset[@]}"} --epochs 1 --knn-every 0 --run-dir "$work/runs/moco_v2_warm"
+wait
+phase_limit=
+publish
 pack_caches
 
+# Phase 2: the timed sections, one at a time.
 step=(--batch-size "$batch" --image-size "$side" --steps "$steps" --warmup "$warmup")
 torch_step=(benches/pytorch/train_step.py --device "$torch_device" --batch "$batch" --image-size "$side" --steps "$steps" --warmup "$warmup" --json)
 for m in simclr moco_v2 byol; do
@@ -258,16 +315,8 @@ section step_pytorch_eager_bf16 90 "$python" "${torch_step[@]}" --precision bf16
 for m in simclr moco_v2 byol; do
   section "step_${m}_ours_bf16" 90 "${ours[@]}" bench_step --method "$m" "${step[@]}" --precision bf16
 done
-
-section run_light_moco 120 "${ours[@]}" light_moco ${subset[@]+"${subset[@]}"} --epochs "$epochs" --knn-every 1 --run-dir "$work/runs/light_moco"
-
 section epoch_moco_v2_ours 150 "${ours[@]}" moco_v2 "${full[@]}" --epochs 1 --run-dir "$work/runs/moco_v2_full"
 section epoch_moco_v2_pytorch 150 "$python" benches/pytorch/moco_v2_fmnist.py --device "$torch_device" --backbone resnet18 --epochs 1 "${torch_full[@]}"
-
-
-for r in simclr byol dino; do
-  section "run_$r" 100 "${ours[@]}" "$r" ${subset[@]+"${subset[@]}"} --epochs "$epochs" --knn-every 1 --run-dir "$work/runs/$r"
-done
 section step_pytorch_compile_f32 150 "$python" "${torch_step[@]}" --compile simclr moco_v2 byol
 
 publish

@@ -57,6 +57,22 @@ def finite(value):
     return value
 
 
+def busy_at_end(text: str):
+    """The mean of nvidia-smi's utilisation readings (lines "SECONDS MIB PERCENT") over the last
+    40 % of a section's time, where a step section runs its timed steps; None without readings.
+    A section with several methods (PyTorch's) mixes them."""
+    rows = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and all(p.isdigit() for p in parts):
+            rows.append((int(parts[0]), int(parts[2])))
+    if not rows:
+        return None
+    end = rows[-1][0]
+    tail = [u for t, u in rows if t >= 0.6 * end]
+    return sum(tail) / len(tail)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("work", type=Path)
@@ -82,6 +98,7 @@ def main():
         name = s["name"]
         if not name.startswith("step_"):
             continue
+        util = busy_at_end(read(logs / f"{name}.gpu"))
         for rec in json_lines(read(logs / f"{name}.log")):
             rec = dict(rec)
             if "_ours_" in name:
@@ -90,6 +107,7 @@ def main():
             else:
                 rec["side"] = "pytorch"
             rec["section"] = name
+            rec["gpu_busy_end_pct"] = util
             steps.append(rec)
     report["steps"] = steps
 
@@ -118,12 +136,18 @@ def main():
 
     wv = read(logs / "worked_values.log").strip().splitlines()
     report["worked_values"] = wv[-1] if wv else None
-    warm = list(json_lines(read(logs / "warm_kernels.log")))
-    report["warm_kernels"] = {
-        "section": by_name.get("warm_kernels"),
-        "first_step_s": warm[0].get("warmup_s") if warm else None,
-        "warm_up_lines": [l for l in read(logs / "warm_kernels.log").splitlines() if l.startswith("warm-up")],
-    }
+    # Phase 1's warm-up processes: how long the first step took while every kernel was compiled
+    # and tuned (all phase-1 processes at once).
+    warm = {}
+    for s in sections:
+        name = s["name"]
+        if not name.startswith("warm_"):
+            continue
+        recs = list(json_lines(read(logs / f"{name}.log")))
+        warm[name] = {"rc": s["rc"], "seconds": s["seconds"],
+                      "first_step_s": recs[0].get("warmup_s") if recs else None,
+                      "last_lines": read(logs / f"{name}.log").strip().splitlines()[-2:]}
+    report["warm"] = warm
     # cubecl's logs (gpu_check.sh's cubecl.toml): how many kernels were compiled and tuned.
     report["cubecl"] = {
         "compilation_log_lines": len(read(logs / "cubecl_compilation.log").splitlines()),
@@ -133,28 +157,32 @@ def main():
 
     md = ["# GPU check", "", "```text", *report["environment"], "```", ""]
     md += [f"worked_values: {report['worked_values']}", ""]
-    wk = report["warm_kernels"]
-    if wk["section"]:
-        md += [f"warm_kernels (one ResNet-18 step, kernels compiled and tuned): rc {wk['section']['rc']}, "
-               f"{wk['section']['seconds']} s, first step {fmt(wk['first_step_s'], '.1f')} s "
-               f"({(wk['section'].get('progress') or ['no progress reading'])[-1]}); cubecl's logs of "
-               f"the whole check: {report['cubecl']['compilation_log_lines']} compilation and "
-               f"{report['cubecl']['autotune_log_lines']} autotune lines", ""]
+    if warm:
+        md += ["## Phase 1: kernels compiled and tuned (all at once)", "",
+               "| section | rc | s | first step s | last line |", "|---|---:|---:|---:|---|"]
+        for name, w in warm.items():
+            md.append(f"| {name} | {w['rc']} | {w['seconds']} | {fmt(w['first_step_s'], '.1f')} | "
+                      f"{cell(w['last_lines'][-1] if w['last_lines'] else '')[:120]} |")
+        md += ["", f"cubecl's logs of the whole check: {report['cubecl']['compilation_log_lines']} "
+               f"compilation and {report['cubecl']['autotune_log_lines']} autotune lines", ""]
     md += ["## Training step (ResNet-18, CIFAR stem, fixed views)", "",
-           "| method | backend | precision | ms/step | images/s | warm-up s | peak GPU MiB | first → last loss |",
-           "|---|---|---|---:|---:|---:|---:|---|"]
+           "| method | backend | precision | ms/step | images/s | warm-up s | peak GPU MiB | GPU busy % (end) | first → last loss |",
+           "|---|---|---|---:|---:|---:|---:|---:|---|"]
     for r in sorted(steps, key=lambda r: (str(r.get("method", "")), r["side"], str(r.get("backend", "")), str(r.get("precision", "")))):
         if "error" in r:
             md.append(f"| {cell(r.get('method', '?'))} | {cell(r.get('backend', '?'))} | {cell(r.get('precision', '?'))} | "
-                      f"error: {cell(r['error'])[:100]} | | | | |")
+                      f"error: {cell(r['error'])[:100]} | | | | | |")
             continue
         mem = r.get("gpu_mib") if r["side"] == "ours" else r.get("peak_reserved_mib")
         md.append(
             f"| {cell(r.get('method', '?'))} | {cell(r.get('backend', '?'))} | {cell(r.get('precision', '?'))} | {fmt(r.get('ms_per_step'), '.2f')} | "
             f"{fmt(r.get('images_per_s'), '.0f')} | {fmt(r.get('warmup_s'), '.1f')} | {fmt(mem, '.0f') if isinstance(mem, (int, float)) else '–'} | "
+            f"{fmt(r.get('gpu_busy_end_pct'), '.0f')} | "
             f"{fmt(r.get('first_loss'), '.4f')} → {fmt(r.get('last_loss'), '.4f')} |")
     md += ["", "Peak GPU memory: ours = the rise of nvidia-smi's reading over the idle one during the "
-           "process; PyTorch = torch.cuda.max_memory_reserved.", ""]
+           "process; PyTorch = torch.cuda.max_memory_reserved. GPU busy: nvidia-smi's utilisation, "
+           "the mean over the last 40 % of the section (the timed steps; PyTorch's section holds "
+           "its three methods).", ""]
     md += ["## Runs", "", "| section | rc | s | kNN k=20 init → end | images/s | peak GPU MiB |",
            "|---|---:|---:|---|---:|---:|"]
     for name, r in runs.items():
