@@ -163,6 +163,86 @@ fn a_run_exports_its_backbone_and_embeds_a_folder_as_the_example_does() {
     }
 }
 
+/// A masked-image-modelling run exports its encoder alone, under timm's `VisionTransformer`
+/// names, and embeds with it: MAE's default ViT-Tiny on the 28-pixel test images (patches of 4,
+/// a 7 × 7 grid and the class token: 50 positions, 192-d features). The names are checked
+/// against the keys timm itself wrote (tests/fixtures/vit_timm.safetensors, from
+/// tests/pytorch/export_vit.py: one block there, twelve here), so neither MAE's decoder nor its
+/// mask token leaks into the file.
+#[test]
+fn a_mae_run_exports_its_encoder_under_timms_names_and_embeds() {
+    let run_dir = scratch().join("export-mae");
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let mut args = tiny("export-mae", &[]);
+    args[0] = "mae".into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "mae run"), 0, "{}", stderr(&o));
+    let dir = run_dir.to_str().unwrap();
+
+    let o = run(&["export", "--run-dir", dir]);
+    assert_eq!(check_error_shape(&o, "export"), 0, "{}", stderr(&o));
+    let header = safetensors_header(&run_dir.join("backbone.safetensors"));
+    let meta = &header["__metadata__"];
+    assert_eq!(meta["recipe"], "mae");
+    assert_eq!(meta["key_names"], "timm-vit");
+    assert_eq!(meta["in_chans"], "1");
+    assert_eq!(meta["input_size"], "28x28");
+    for (key, shape) in [
+        ("patch_embed.proj.weight", serde_json::json!([192, 1, 4, 4])),
+        ("cls_token", serde_json::json!([1, 1, 192])),
+        ("pos_embed", serde_json::json!([1, 50, 192])),
+        ("blocks.11.attn.qkv.weight", serde_json::json!([576, 192])),
+        ("blocks.11.mlp.fc2.weight", serde_json::json!([192, 768])),
+        ("norm.weight", serde_json::json!([192])),
+    ] {
+        assert_eq!(header[key]["shape"], shape, "{key}: {header}");
+    }
+    // Every name with its block index taken out, against timm's own.
+    let general = |name: &str| -> String {
+        match name.strip_prefix("blocks.") {
+            Some(rest) => format!("blocks.N.{}", rest.split_once('.').unwrap().1),
+            None => name.to_string(),
+        }
+    };
+    let names = |header: &serde_json::Value| -> std::collections::BTreeSet<String> {
+        header
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|k| {
+                *k != "__metadata__" && !k.starts_with("expected.") && !k.starts_with("input")
+            })
+            .map(|k| general(k))
+            .collect()
+    };
+    let timm = safetensors_header(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/vit_timm.safetensors"),
+    );
+    assert_eq!(names(&header), names(&timm));
+    let tensors = header.as_object().unwrap().len() - 1;
+    assert_eq!(
+        tensors,
+        12 * 12 + 6,
+        "twelve blocks of 12 tensors, and 6 outside them"
+    );
+
+    let out = scratch().join("embed-mae.npy");
+    let o = run(&[
+        "embed",
+        "--run-dir",
+        dir,
+        "--split",
+        "test",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "embed"), 0, "{}", stderr(&o));
+    let (shape, values) = read_npy(&out);
+    assert_eq!(shape, vec![40, 192]);
+    assert!(values.iter().all(|v| v.is_finite()));
+    assert_ne!(values[..192], values[192..384], "two images, one feature");
+}
+
 /// Weights in, as timm would take them: a three-channel torchvision-named ResNet-18 (exported
 /// from a run on RGB images with the ImageNet stem) starts a run on one-channel images — its
 /// first convolution summed over the colours — and the CIFAR-stem default names --stem in its
