@@ -33,20 +33,47 @@ fn finished_tiny(name: &str) -> PathBuf {
     dir
 }
 
+/// A one-epoch run of `recipe` on the test images in `name`, exported: its directory and the
+/// header of its `backbone.safetensors`.
+fn exported(recipe: &str, name: &str) -> (PathBuf, serde_json::Value) {
+    let run_dir = scratch().join(name);
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let mut args = tiny(name, &[]);
+    args[0] = recipe.into();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, recipe), 0, "{}", stderr(&o));
+    let o = run(&["export", "--run-dir", run_dir.to_str().unwrap()]);
+    assert_eq!(check_error_shape(&o, "export"), 0, "{}", stderr(&o));
+    let header = safetensors_header(&run_dir.join("backbone.safetensors"));
+    (run_dir, header)
+}
+
+/// `recipe embed` of a run's test split into `out` (under the scratch directory): the `.npy`
+/// file's path, shape and values.
+fn embedded_test_split(run_dir: &Path, out: &str) -> (PathBuf, Vec<u64>, Vec<f32>) {
+    let out = scratch().join(out);
+    let o = run(&[
+        "embed",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--split",
+        "test",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "embed test"), 0, "{}", stderr(&o));
+    let (shape, values) = read_npy(&out);
+    (out, shape, values)
+}
+
 /// A model comes out: `recipe export` writes the backbone under torchvision's ResNet names with
 /// the run's input and normalisation in the header; `recipe embed` writes the features of a
 /// folder (any sizes, with file names) or of a split (with labels) as .npy + .csv; and the
 /// example reads the same run and gives the same numbers.
 #[test]
 fn a_run_exports_its_backbone_and_embeds_a_folder_as_the_example_does() {
-    let run_dir = scratch().join("export-run");
-    let o = run(&as_strs(&tiny("export-run", &[])));
-    assert_eq!(check_error_shape(&o, "run"), 0, "{}", stderr(&o));
+    let (run_dir, header) = exported("light_moco", "export-run");
     let dir = run_dir.to_str().unwrap();
-
-    let o = run(&["export", "--run-dir", dir]);
-    assert_eq!(check_error_shape(&o, "export"), 0, "{}", stderr(&o));
-    let header = safetensors_header(&run_dir.join("backbone.safetensors"));
     let meta = &header["__metadata__"];
     assert_eq!(meta["recipe"], "light_moco");
     assert_eq!(meta["backbone"], "small");
@@ -126,18 +153,8 @@ fn a_run_exports_its_backbone_and_embeds_a_folder_as_the_example_does() {
     }
 
     // The run's test split, with its labels (the test data's are i mod 10).
-    let out = scratch().join("embed-test.npy");
-    let o = run(&[
-        "embed",
-        "--run-dir",
-        dir,
-        "--split",
-        "test",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(check_error_shape(&o, "embed test"), 0, "{}", stderr(&o));
-    assert_eq!(read_npy(&out).0, vec![40, d as u64]);
+    let (out, shape, _) = embedded_test_split(&run_dir, "embed-test.npy");
+    assert_eq!(shape, vec![40, d as u64]);
     let table = std::fs::read_to_string(out.with_extension("csv")).unwrap();
     for (i, line) in table.lines().skip(1).enumerate() {
         assert_eq!(line, format!("{i},test/{i},{}", i % 10));
@@ -171,17 +188,7 @@ fn a_run_exports_its_backbone_and_embeds_a_folder_as_the_example_does() {
 /// mask token leaks into the file.
 #[test]
 fn a_mae_run_exports_its_encoder_under_timms_names_and_embeds() {
-    let run_dir = scratch().join("export-mae");
-    let _ = std::fs::remove_dir_all(&run_dir);
-    let mut args = tiny("export-mae", &[]);
-    args[0] = "mae".into();
-    let o = run(&as_strs(&args));
-    assert_eq!(check_error_shape(&o, "mae run"), 0, "{}", stderr(&o));
-    let dir = run_dir.to_str().unwrap();
-
-    let o = run(&["export", "--run-dir", dir]);
-    assert_eq!(check_error_shape(&o, "export"), 0, "{}", stderr(&o));
-    let header = safetensors_header(&run_dir.join("backbone.safetensors"));
+    let (run_dir, header) = exported("mae", "export-mae");
     let meta = &header["__metadata__"];
     assert_eq!(meta["recipe"], "mae");
     assert_eq!(meta["key_names"], "timm-vit");
@@ -226,18 +233,7 @@ fn a_mae_run_exports_its_encoder_under_timms_names_and_embeds() {
         "twelve blocks of 12 tensors, and 6 outside them"
     );
 
-    let out = scratch().join("embed-mae.npy");
-    let o = run(&[
-        "embed",
-        "--run-dir",
-        dir,
-        "--split",
-        "test",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(check_error_shape(&o, "embed"), 0, "{}", stderr(&o));
-    let (shape, values) = read_npy(&out);
+    let (_, shape, values) = embedded_test_split(&run_dir, "embed-mae.npy");
     assert_eq!(shape, vec![40, 192]);
     assert!(values.iter().all(|v| v.is_finite()));
     assert_ne!(values[..192], values[192..384], "two images, one feature");
