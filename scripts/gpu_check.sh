@@ -79,7 +79,7 @@ while [ $# -gt 0 ]; do
     --kernel-cache) kernel_cache=$2; shift 2 ;;
     --warmup) warmup_arg=$2; shift 2 ;;
     --warm-limit) warm_limit=$2; shift 2 ;;
-    -h|--help) sed -n '2,52p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set /{/^set /!p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (--help lists them)" >&2; exit 2 ;;
   esac
 done
@@ -163,14 +163,6 @@ fi
 steps=${steps_arg:-$steps}
 warmup=${warmup_arg:-$warmup}
 started=$SECONDS
-gpu_mib() {
-  command -v nvidia-smi >/dev/null 2>&1 || return 0
-  local v
-  v=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
-  case $v in ''|*[!0-9]*) return 0 ;; esac
-  echo "$v"
-}
-
 # gpu_reading: "MIB UTIL" (memory used, and the share of the last sampling period in which a
 # kernel ran, in %), or nothing without nvidia-smi.
 gpu_reading() {
@@ -231,21 +223,29 @@ section() {
   [ -n "$phase_limit" ] && [ "$limit" -gt "$phase_limit" ] && limit=$phase_limit
   echo "== $name (at most $limit s)"
   local idle
-  idle=$(gpu_mib)
+  idle=$(gpu_reading)
+  idle=${idle%% *}
   local t0=$SECONDS
   local compiled0 tuned0
   compiled0=$(count 'Compiling kernel' "$logs/cubecl_compilation.log")
   tuned0=$(count 'Fastest result' "$logs/cubecl_autotune.log")
   timeout --kill-after=5 "$limit" "$@" > "$logs/$name.log" 2>&1 &
   local pid=$! peak=${idle:-0} now tick=0
-  local reading
+  local reading=
   while kill -0 "$pid" 2>/dev/null; do
-    reading=$(gpu_reading)
-    now=${reading%% *}
-    [ -n "$now" ] && [ "$now" -gt "$peak" ] && peak=$now
-    # Every reading, for the utilisation during the timed steps (the end of a step section):
-    # near 100 % says the GPU's kernels bound the step, far below it that the host does.
-    [ -n "$reading" ] && [ -z "$in_background" ] && echo "$(( SECONDS - t0 )) $reading" >> "$logs/$name.gpu"
+    # Phase 1's sections read the GPU only for their progress lines (13 processes polling
+    # nvidia-smi twice a second would take cores from the compilers, and one section's peak
+    # cannot be told from the others' there).
+    if [ -z "$in_background" ] || [ $(( (tick + 1) % 20 )) -eq 0 ]; then
+      reading=$(gpu_reading)
+      now=${reading%% *}
+    fi
+    if [ -z "$in_background" ]; then
+      [ -n "$now" ] && [ "$now" -gt "$peak" ] && peak=$now
+      # Every reading, for the utilisation during the timed steps (the end of a step section):
+      # near 100 % says the GPU's kernels bound the step, far below it that the host does.
+      [ -n "$reading" ] && echo "$(( SECONDS - t0 )) $reading" >> "$logs/$name.gpu"
+    fi
     sleep 0.5
     # Every 10 s: how far cubecl got (kernels compiled, shapes tuned), so a section stopped at
     # its limit still says whether it was compiling, tuning or stuck.

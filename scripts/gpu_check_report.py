@@ -82,7 +82,6 @@ def main():
     args = ap.parse_args()
     logs = args.work / "logs"
     sections = list(json_lines(read(args.work / "sections.jsonl")))
-    by_name = {s["name"]: s for s in sections}
     for s_ in sections:
         s_["progress"] = read(logs / f"{s_['name']}.progress").strip().splitlines()
     report = {
