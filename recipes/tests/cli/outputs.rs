@@ -26,22 +26,24 @@ fn read_npy(path: &Path) -> (Vec<u64>, Vec<f32>) {
 
 /// A run of `tiny` in `name`, finished.
 fn finished_tiny(name: &str) -> PathBuf {
+    finished("light_moco", name)
+}
+
+/// A one-epoch run of `recipe` on the test images (`tiny`'s options) in `name`, finished.
+fn finished(recipe: &str, name: &str) -> PathBuf {
     let dir = scratch().join(name);
     let _ = std::fs::remove_dir_all(&dir);
-    let o = run(&as_strs(&tiny(name, &[])));
+    let mut args = tiny(name, &[]);
+    args[0] = recipe.into();
+    let o = run(&as_strs(&args));
     assert_eq!(check_error_shape(&o, name), 0, "{}", stderr(&o));
     dir
 }
 
-/// A one-epoch run of `recipe` on the test images in `name`, exported: its directory and the
-/// header of its `backbone.safetensors`.
+/// [`finished`], then exported: the run's directory and the header of its
+/// `backbone.safetensors`.
 fn exported(recipe: &str, name: &str) -> (PathBuf, serde_json::Value) {
-    let run_dir = scratch().join(name);
-    let _ = std::fs::remove_dir_all(&run_dir);
-    let mut args = tiny(name, &[]);
-    args[0] = recipe.into();
-    let o = run(&as_strs(&args));
-    assert_eq!(check_error_shape(&o, recipe), 0, "{}", stderr(&o));
+    let run_dir = finished(recipe, name);
     let o = run(&["export", "--run-dir", run_dir.to_str().unwrap()]);
     assert_eq!(check_error_shape(&o, "export"), 0, "{}", stderr(&o));
     let header = safetensors_header(&run_dir.join("backbone.safetensors"));
