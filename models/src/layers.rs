@@ -98,9 +98,10 @@ impl<B: Backend> BatchNorm2d<B> {
         }
     }
 
-    /// The batch statistics, without copying the activation into a channel-major layout: each
-    /// image's channel is a contiguous run of `h·w` values, so the sums run over that last
-    /// dimension first (a contiguous reduction), then over the `n·c` partial means of the batch.
+    /// Training: normalises with the batch moments and updates the running averages. On the
+    /// CPU backend under autodiff the fused kernels compute it (`kernels::batch_norm_train`,
+    /// three passes forward, two backward); elsewhere, and under synchronised batch norm, the
+    /// composed form below.
     fn forward_train(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let [n, c, h, w] = x.dims();
         let count = n * h * w;
@@ -109,35 +110,65 @@ impl<B: Backend> BatchNorm2d<B> {
             "BatchNorm2d in training needs more than one value per channel, got input {:?}",
             [n, c, h, w]
         );
+        let x = match crate::kernels::batch_norm_train(
+            x,
+            self.weight.val(),
+            self.bias.val(),
+            self.epsilon,
+        ) {
+            Ok((y, mean, var)) => {
+                let device = y.device();
+                let moment = |values: Vec<f64>| {
+                    let dtype = self.running_mean.value().dtype();
+                    Tensor::<B, 1>::from_data(TensorData::new(values, [c]), (&device, dtype))
+                };
+                self.update_running(moment(mean), moment(var), count);
+                return y;
+            }
+            Err(x) => x,
+        };
+        self.forward_train_composed(x)
+    }
+
+    /// The batch statistics, without copying the activation into a channel-major layout: each
+    /// image's channel is a contiguous run of `h·w` values, so the sums run over that last
+    /// dimension first (a contiguous reduction), then over the `n·c` partial means of the batch.
+    fn forward_train_composed(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let [n, c, h, w] = x.dims();
         let x = x.reshape([n, c, h * w]);
         // Over data-parallel replicas (sync-BN), the moments are those of every replica's shard.
         let (mean, _) = replica_mean(x.clone().mean_dim(2).mean_dim(0)); // [1, c, 1]
         let centered = x.sub(per_image(mean.clone(), n));
         // Biased, [1, c, 1].
         let (var, replicas) = replica_mean(centered.clone().square().mean_dim(2).mean_dim(0));
-        let count = count * replicas;
+        self.update_running(
+            mean.detach().reshape([c]),
+            var.clone().detach().reshape([c]),
+            n * h * w * replicas,
+        );
+        self.scale_and_shift(centered, var).reshape([n, c, h, w])
+    }
 
+    /// The running averages moved towards the batch mean and the *unbiased* batch variance
+    /// (`var` is the biased one, of `count` values per channel), with the layer's momentum.
+    fn update_running(&self, mean: Tensor<B, 1>, var: Tensor<B, 1>, count: usize) {
         let m = self.momentum;
         let unbias = count as f64 / (count - 1) as f64;
-        let mean_d = mean.detach().reshape([c]);
-        let var_d = var.clone().detach().reshape([c]).mul_scalar(unbias);
         let running_mean = self.running_mean.value_sync();
         let running_var = self.running_var.value_sync();
         let device = running_mean.device();
         self.running_mean.update(
             running_mean
                 .mul_scalar(1.0 - m)
-                .add(mean_d.to_device(&device).mul_scalar(m))
+                .add(mean.to_device(&device).mul_scalar(m))
                 .detach(),
         );
         self.running_var.update(
             running_var
                 .mul_scalar(1.0 - m)
-                .add(var_d.to_device(&device).mul_scalar(m))
+                .add(var.mul_scalar(unbias).to_device(&device).mul_scalar(m))
                 .detach(),
         );
-
-        self.scale_and_shift(centered, var).reshape([n, c, h, w])
     }
 
     /// `centered · γ/√(var + ε) + β` for `centered` of shape `[n, c, h·w]` and `var` of shape
@@ -322,7 +353,8 @@ impl<B: Backend> ConvBnAct<B> {
     /// - input: `[batch, in_channels, h, w]`
     /// - output: `[batch, out_channels, h / stride, w / stride]` (rounded up)
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        self.act.apply(self.bn.forward(self.conv.forward(x)))
+        self.act
+            .apply(self.bn.forward(crate::kernels::conv2d(&self.conv, x)))
     }
 }
 
@@ -363,8 +395,8 @@ impl<B: Backend> SqueezeExcitation<B> {
     /// - input and output: `[batch, channels, h, w]`
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let s = x.clone().mean_dim(3).mean_dim(2);
-        let s = self.act.apply(self.fc1.forward(s));
-        let s = self.gate.apply(self.fc2.forward(s));
+        let s = self.act.apply(crate::kernels::conv2d(&self.fc1, s));
+        let s = self.gate.apply(crate::kernels::conv2d(&self.fc2, s));
         x.mul(s)
     }
 }

@@ -7,6 +7,7 @@ use burn::prelude::*;
 
 use crate::backbone::Backbone;
 use crate::error::ModelError;
+use crate::kernels;
 use crate::layers::{check_channels_and_size, conv2d, out_size, Activation};
 
 /// Configuration of a [`LeNet`].
@@ -124,8 +125,11 @@ impl<B: Backend> LeNet<B> {
             panic!("{e}");
         }
         let act = self.activation;
-        let x = self.pool.forward(act.apply(self.conv1.forward(images)));
-        self.pool.forward(act.apply(self.conv2.forward(x)))
+        let x = self
+            .pool
+            .forward(act.apply(kernels::conv2d(&self.conv1, images)));
+        self.pool
+            .forward(act.apply(kernels::conv2d(&self.conv2, x)))
     }
 }
 

@@ -25,6 +25,7 @@ pub mod efficientnet;
 pub mod error;
 pub mod head;
 pub mod import;
+pub mod kernels;
 pub mod layers;
 pub mod lenet;
 pub mod mobilenet_v3;

@@ -94,6 +94,12 @@ fn hook<B: Backend>() -> Option<Arc<dyn ReplicaMean<B>>> {
     })
 }
 
+/// Whether this thread's batch norms on backend `B` average their moments over replicas (a hook
+/// is installed and not suspended).
+pub fn synchronised<B: Backend>() -> bool {
+    hook::<B>().is_some()
+}
+
 /// Per-channel moments `moments` (shape `[1, C, 1, ...]` or `[1, C]`) averaged over the replicas
 /// when a hook is installed on this thread, unchanged otherwise; and the number of replicas that
 /// contributed (1 without a hook), which multiplies the count of values behind the moments.

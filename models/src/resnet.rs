@@ -10,6 +10,7 @@ use burn::tensor::activation::relu;
 use crate::backbone::Backbone;
 use crate::banded_conv::banded_conv2d;
 use crate::error::ModelError;
+use crate::kernels;
 use crate::layers::{
     check_channels_and_size, conv2d, global_avg_pool, BatchNorm2d, BatchNorm2dConfig,
 };
@@ -241,13 +242,13 @@ impl<B: Backend> ResidualBlock<B> {
     /// - output: `[batch, planes · expansion, h / stride, w / stride]`
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let identity = match &self.downsample {
-            Some(d) => d.bn.forward(d.conv.forward(x.clone())),
+            Some(d) => d.bn.forward(kernels::conv2d(&d.conv, x.clone())),
             None => x.clone(),
         };
-        let mut y = relu(self.bn1.forward(self.conv1.forward(x)));
-        y = self.bn2.forward(self.conv2.forward(y));
+        let mut y = relu(self.bn1.forward(kernels::conv2d(&self.conv1, x)));
+        y = self.bn2.forward(kernels::conv2d(&self.conv2, y));
         if let (Some(conv3), Some(bn3)) = (&self.conv3, &self.bn3) {
-            y = bn3.forward(conv3.forward(relu(y)));
+            y = bn3.forward(kernels::conv2d(conv3, relu(y)));
         }
         relu(y.add(identity))
     }
@@ -298,7 +299,7 @@ impl<B: Backend> ResNet<B> {
         let stem = if self.banded_stem {
             banded_conv2d(images, &self.conv1)
         } else {
-            self.conv1.forward(images)
+            kernels::conv2d(&self.conv1, images)
         };
         let mut x = relu(self.bn1.forward(stem));
         if let Some(pool) = &self.maxpool {

@@ -8,6 +8,7 @@ use burn::tensor::activation::relu;
 use crate::backbone::Backbone;
 use crate::error::ModelError;
 use crate::head::ClassifierConfig;
+use crate::kernels;
 use crate::layers::{
     check_channels_and_size, conv2d, global_avg_pool, BatchNorm2d, BatchNorm2dConfig,
 };
@@ -158,7 +159,7 @@ impl<B: Backend> Vgg<B> {
         let mut x = images;
         for layer in &self.layers {
             if let (Some(conv), Some(bn)) = (&layer.conv, &layer.bn) {
-                x = relu(bn.forward(conv.forward(x)));
+                x = relu(bn.forward(kernels::conv2d(conv, x)));
             }
             if let Some(pool) = &layer.pool {
                 x = pool.forward(x);

@@ -329,7 +329,7 @@ impl<B: Backend> Vit<B> {
     /// # Shapes
     /// - `images`: `[N, C, H, W]` → `[N, (H/p)(W/p), D]`
     pub fn patch_tokens(&self, images: Tensor<B, 4>) -> (Tensor<B, 3>, (usize, usize)) {
-        let patches = self.patch_embed.forward(images); // [N, D, h, w]
+        let patches = crate::kernels::conv2d(&self.patch_embed, images); // [N, D, h, w]
         let [n, d, h, w] = patches.dims();
         (patches.reshape([n, d, h * w]).swap_dims(1, 2), (h, w))
     }

@@ -8,6 +8,7 @@ use burn::tensor::activation::relu;
 
 use crate::backbone::Backbone;
 use crate::error::ModelError;
+use crate::kernels;
 use crate::layers::{
     check_channels_and_size, conv2d, global_avg_pool, BatchNorm2d, BatchNorm2dConfig,
 };
@@ -113,11 +114,11 @@ impl<B: Backend> WideBlock<B> {
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let pre = relu(self.bn1.forward(x.clone()));
         let residual = match &self.shortcut {
-            Some(conv) => conv.forward(pre.clone()),
+            Some(conv) => kernels::conv2d(conv, pre.clone()),
             None => x,
         };
-        let y = relu(self.bn2.forward(self.conv1.forward(pre)));
-        let y = self.conv2.forward(self.dropout.forward(y));
+        let y = relu(self.bn2.forward(kernels::conv2d(&self.conv1, pre)));
+        let y = kernels::conv2d(&self.conv2, self.dropout.forward(y));
         y.add(residual)
     }
 }
@@ -155,7 +156,7 @@ impl<B: Backend> WideResNet<B> {
         if let Err(e) = self.check_input(images.dims()) {
             panic!("{e}");
         }
-        let mut x = self.conv1.forward(images);
+        let mut x = kernels::conv2d(&self.conv1, images);
         for block in &self.blocks {
             x = block.forward(x);
         }

@@ -125,3 +125,103 @@ fn training_gradients_match_finite_differences() {
         assert!(sum.abs() < 1e-9, "channel {c}: Σ dL/dx = {sum}");
     }
 }
+
+/// A training step through the fused CPU kernels (`Autodiff<Flex>`, f64 tensors) equals the
+/// composed form (`Autodiff<NdArray<f64>>`, burn's tensor operations, checked against finite
+/// differences above): output, the gradients of the input, γ and β, and the running averages.
+/// Both are f64 sums of at most 60 terms in another order: 1e-12 relative is far above their
+/// rounding and far below a missing term.
+#[test]
+fn fused_training_step_equals_the_composed_one() {
+    use burn::backend::{ndarray::NdArray, Autodiff, Flex};
+    use burn::module::{Param, RunningState};
+    use burn::tensor::{DType, TensorData};
+    use curriculum_ssl_models::kernels;
+    use curriculum_ssl_models::layers::BatchNorm2d;
+
+    let shape = [3, 4, 5, 4];
+    let len: usize = shape.iter().product();
+    let xs: Vec<f64> = (0..len)
+        .map(|i| ((i * 37 % 23) as f64 / 7.0 - 1.3) * (1.0 + (i % 3) as f64))
+        .collect();
+    let rs: Vec<f64> = (0..len)
+        .map(|i| ((i * 11 % 13) as f64 - 6.0) / 5.0)
+        .collect();
+    let gamma = vec![1.7, -0.6, 0.9, 1.1];
+    let beta = vec![0.3, -1.1, 0.0, 2.0];
+
+    fn step<B: burn::tensor::backend::AutodiffBackend>(
+        xs: &[f64],
+        rs: &[f64],
+        gamma: &[f64],
+        beta: &[f64],
+        shape: [usize; 4],
+    ) -> [Vec<f64>; 6] {
+        let device = Default::default();
+        let f64s = |v: &[f64]| {
+            Tensor::<B, 1>::from_data(
+                TensorData::new(v.to_vec(), [v.len()]),
+                (&device, DType::F64),
+            )
+        };
+        let mut bn: BatchNorm2d<B> = BatchNorm2dConfig::new(4).init(&device);
+        bn.weight = Param::from_tensor(f64s(gamma));
+        bn.bias = Param::from_tensor(f64s(beta));
+        bn.running_mean = RunningState::new(f64s(&[0.5, -0.5, 0.0, 1.0]));
+        bn.running_var = RunningState::new(f64s(&[1.0, 2.0, 0.5, 1.5]));
+        let x = f64s(xs).reshape(shape).require_grad();
+        let y = bn.forward(x.clone());
+        let grads = y.clone().mul(f64s(rs).reshape(shape)).sum().backward();
+        let v = |t: Tensor<B::InnerBackend, 1>| t.into_data().convert::<f64>().to_vec().unwrap();
+        [
+            v(y.inner().reshape([len_of(shape)])),
+            v(x.grad(&grads).unwrap().reshape([len_of(shape)])),
+            v(bn.weight.grad(&grads).unwrap()),
+            v(bn.bias.grad(&grads).unwrap()),
+            v(bn.running_mean.value().inner()),
+            v(bn.running_var.value().inner()),
+        ]
+    }
+    fn len_of(shape: [usize; 4]) -> usize {
+        shape.iter().product()
+    }
+
+    let fused = step::<Autodiff<Flex>>(&xs, &rs, &gamma, &beta, shape);
+    let composed = step::<Autodiff<NdArray<f64>>>(&xs, &rs, &gamma, &beta, shape);
+    let names = [
+        "output",
+        "∂x",
+        "∂γ",
+        "∂β",
+        "running mean",
+        "running variance",
+    ];
+    for ((a, b), name) in fused.iter().zip(&composed).zip(names) {
+        assert_eq!(a.len(), b.len(), "{name}");
+        for (p, q) in a.iter().zip(b) {
+            assert!(
+                (p - q).abs() <= 1e-12 * (1.0 + p.abs().max(q.abs())),
+                "{name}: {p} against {q}"
+            );
+        }
+    }
+
+    // The fused path is the one `Autodiff<Flex>` took (and not under synchronised batch norm,
+    // whose moments need the replicas' average: the composed form then).
+    type Ad = Autodiff<Flex>;
+    let device = Default::default();
+    let x = || Tensor::<Ad, 4>::ones(shape, &device);
+    let ones = || Tensor::<Ad, 1>::ones([4], &device);
+    assert!(kernels::batch_norm_train(x(), ones(), ones(), 1e-5).is_ok());
+    struct Alone;
+    impl curriculum_ssl_models::replica_stats::ReplicaMean<Ad> for Alone {
+        fn mean(&self, values: Tensor<Ad, 1>) -> Tensor<Ad, 1> {
+            values
+        }
+        fn replicas(&self) -> usize {
+            1
+        }
+    }
+    let _sync = curriculum_ssl_models::replica_stats::install::<Ad>(std::sync::Arc::new(Alone));
+    assert!(kernels::batch_norm_train(x(), ones(), ones(), 1e-5).is_err());
+}

@@ -9,6 +9,7 @@ mod banded_stem;
 mod batch_norm;
 mod import_errors;
 mod import_keys;
+mod kernels;
 mod param_counts;
 mod parity;
 mod residual_options;

@@ -1,0 +1,609 @@
+//! A 2-D convolution (one group) and both of its gradients as chunked GEMMs over plain slices.
+//!
+//! Why this file exists: burn 0.21's CPU backend (`Flex`) has a GEMM forward convolution but no
+//! backward of its own, so the gradients take burn-backend's generic rules. The weight gradient
+//! swaps the batch and channel axes of the input and of the output gradient (two strided
+//! copies) and runs a convolution whose "kernel" is the output gradient: a product with 9
+//! columns (`k_h·k_w`) and `N·H·W`-long rows, which the `gemm` crate computes with its
+//! narrowest tile. The input gradient is a transposed convolution written as a scalar scatter
+//! loop. No maintained crate computes these on burn's tensors. Here both are the textbook
+//! (Caffe) formulation, with the images batched into each product:
+//!
+//! - `colᵀ[(c, i, j), (n, p)] = x[n, c, s·oh + d·i − pad, s·ow + d·j − pad]` (im2col, zero
+//!   outside the image), for a chunk of images at once;
+//! - `G[co, (n, p)] = ∂y[n, co, p]`, the output gradient laid out per channel (copies of
+//!   contiguous `H_out·W_out` runs);
+//! - weight gradient `∂w[co, (c, i, j)] += G · col` (`M = C_out`, `N = C·k_h·k_w`,
+//!   `K = images·H_out·W_out`) — `(c, i, j)` is PyTorch's weight layout, so no reordering;
+//! - input gradient `∂col = wᵀ · G`, then col2im adds each column entry back to the input
+//!   position it was read from;
+//! - the forward pass `y[co, (n, p)] = w · colᵀ`.
+//!
+//! Each chunk holds as many images as keep `colᵀ` near [`CHUNK_ENTRIES`] values, so the
+//! buffers stay in the last-level cache's neighbourhood whatever the batch. The functions
+//! here work on contiguous NCHW slices of `f32` or `f64` and know nothing of burn; the Flex
+//! glue is [`super::flex`].
+
+use rayon::prelude::*;
+
+use super::Real;
+
+/// The number of `colᵀ` entries a chunk aims at (8 MiB of `f32`): enough columns for wide GEMM
+/// tiles on the deep layers (few positions per image), few enough to stay near the cache on
+/// the shallow ones.
+pub const CHUNK_ENTRIES: usize = 1 << 21;
+
+/// The products below this many multiply-adds run on one thread (`gemm`'s own threshold for
+/// burn's Flex products is the same size).
+const PARALLEL_GEMM_WORK: usize = 192 * 192 * 192;
+
+/// Runs `f` on two buffers of `a` and `b` values whose contents are left from earlier calls
+/// (every caller writes before it reads). The buffer is kept per thread and grows to the
+/// largest request: a fresh multi-megabyte `Vec` per call cost a page fault per 4 KiB (7 % of
+/// a ResNet-18 step in `clear_page`). A call that finds the buffer in use — a rayon worker
+/// that stole another convolution while it waited inside one — gets a fresh one.
+pub(super) fn with_scratch<T: Real, R>(
+    a: usize,
+    b: usize,
+    f: impl FnOnce(&mut [T], &mut [T]) -> R,
+) -> R {
+    let mut f = Some(f);
+    let reused = T::scratch().with(|cell| {
+        let mut buffer = cell.try_borrow_mut().ok()?;
+        if buffer.len() < a + b {
+            buffer.resize(a + b, T::default());
+        }
+        let (first, second) = buffer[..a + b].split_at_mut(a);
+        Some((f.take().expect("called once"))(first, second))
+    });
+    reused.unwrap_or_else(|| {
+        let mut buffer = vec![T::default(); a + b];
+        let (first, second) = buffer.split_at_mut(a);
+        (f.take().expect("not called when the buffer was busy"))(first, second)
+    })
+}
+
+/// The sizes of a convolution with one group: input `[batch, in_channels, in_h, in_w]`, weight
+/// `[out_channels, in_channels, kernel_h, kernel_w]`, symmetric zero padding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvGeometry {
+    /// Images.
+    pub batch: usize,
+    /// Input channels.
+    pub in_channels: usize,
+    /// Output channels.
+    pub out_channels: usize,
+    /// Input height and width.
+    pub in_size: [usize; 2],
+    /// Kernel height and width.
+    pub kernel: [usize; 2],
+    /// Stride (height, width).
+    pub stride: [usize; 2],
+    /// Zero padding on each side (height, width).
+    pub padding: [usize; 2],
+    /// Dilation (height, width).
+    pub dilation: [usize; 2],
+}
+
+impl ConvGeometry {
+    /// Output height and width (PyTorch's formula); `None` when the kernel does not fit.
+    pub fn out_size(&self) -> Option<[usize; 2]> {
+        let side = |d: usize| {
+            let span = self.dilation[d] * (self.kernel[d].checked_sub(1)?) + 1;
+            let padded = self.in_size[d] + 2 * self.padding[d];
+            if self.stride[d] == 0 || padded < span {
+                return None;
+            }
+            Some((padded - span) / self.stride[d] + 1)
+        };
+        Some([side(0)?, side(1)?])
+    }
+
+    fn positions(&self) -> usize {
+        let [oh, ow] = self
+            .out_size()
+            .expect("checked when the geometry was built");
+        oh * ow
+    }
+
+    /// Rows of `colᵀ`: `in_channels · kernel_h · kernel_w`.
+    fn col_rows(&self) -> usize {
+        self.in_channels * self.kernel[0] * self.kernel[1]
+    }
+
+    /// Images per chunk: `colᵀ` and `G` near `budget` entries, at least one image.
+    fn images_per_chunk(&self, budget: usize) -> usize {
+        let per_image = self.col_rows().max(self.out_channels) * self.positions();
+        (budget / per_image.max(1)).clamp(1, self.batch.max(1))
+    }
+
+    fn input_len(&self) -> usize {
+        self.batch * self.in_channels * self.in_size[0] * self.in_size[1]
+    }
+
+    fn weight_len(&self) -> usize {
+        self.out_channels * self.col_rows()
+    }
+
+    fn output_len(&self) -> usize {
+        self.batch * self.out_channels * self.positions()
+    }
+}
+
+/// The output positions `o` in `0..out_len` whose input index `o·stride + offset` lies in
+/// `0..in_len`, as a range.
+fn valid_range(out_len: usize, stride: usize, offset: isize, in_len: usize) -> (usize, usize) {
+    // First o with o·s + offset ≥ 0.
+    let lo = if offset >= 0 {
+        0
+    } else {
+        ((-offset) as usize).div_ceil(stride)
+    };
+    // Last o with o·s + offset ≤ in_len − 1, plus one.
+    let top = in_len as isize - 1 - offset;
+    let hi = if top < 0 {
+        0
+    } else {
+        (top as usize / stride + 1).min(out_len)
+    };
+    (lo.min(hi), hi)
+}
+
+/// Fills `col` (`[col_rows, images·positions]`) with im2col of `images` images of `x` starting
+/// at image `first`.
+fn im2col<T: Real>(x: &[T], g: &ConvGeometry, first: usize, images: usize, col: &mut [T]) {
+    let [h, w] = g.in_size;
+    let [oh_len, ow_len] = g.out_size().expect("checked");
+    let [kh, kw] = g.kernel;
+    let positions = oh_len * ow_len;
+    let columns = images * positions;
+    col[..g.col_rows() * columns]
+        .par_chunks_mut(columns)
+        .enumerate()
+        .for_each(|(row_index, row)| {
+            let c = row_index / (kh * kw);
+            let i = (row_index / kw) % kh;
+            let j = row_index % kw;
+            let off_h = (i * g.dilation[0]) as isize - g.padding[0] as isize;
+            let off_w = (j * g.dilation[1]) as isize - g.padding[1] as isize;
+            let (w_lo, w_hi) = valid_range(ow_len, g.stride[1], off_w, w);
+            for b in 0..images {
+                let plane_start = ((first + b) * g.in_channels + c) * h * w;
+                let plane = &x[plane_start..plane_start + h * w];
+                let out = &mut row[b * positions..(b + 1) * positions];
+                for oh in 0..oh_len {
+                    let dst = &mut out[oh * ow_len..(oh + 1) * ow_len];
+                    let ih = (oh * g.stride[0]) as isize + off_h;
+                    if ih < 0 || ih >= h as isize {
+                        dst.fill(T::default());
+                        continue;
+                    }
+                    let src = &plane[ih as usize * w..(ih as usize + 1) * w];
+                    dst[..w_lo].fill(T::default());
+                    dst[w_hi..].fill(T::default());
+                    let start = (w_lo * g.stride[1]) as isize + off_w;
+                    if g.stride[1] == 1 {
+                        let start = start as usize;
+                        dst[w_lo..w_hi].copy_from_slice(&src[start..start + (w_hi - w_lo)]);
+                    } else {
+                        let from = src[start as usize..].iter().step_by(g.stride[1]);
+                        for (d, &v) in dst[w_lo..w_hi].iter_mut().zip(from) {
+                            *d = v;
+                        }
+                    }
+                }
+            }
+        });
+}
+
+/// Adds each entry of `col` (`[col_rows, images·positions]`) to the input position it was read
+/// from by [`im2col`], into `dx`, the gradient planes of `images` images starting at `first`.
+fn col2im<T: Real>(col: &[T], g: &ConvGeometry, first: usize, images: usize, dx: &mut [T]) {
+    let [h, w] = g.in_size;
+    let [oh_len, ow_len] = g.out_size().expect("checked");
+    let [kh, kw] = g.kernel;
+    let positions = oh_len * ow_len;
+    let columns = images * positions;
+    let planes_start = first * g.in_channels * h * w;
+    dx[planes_start..planes_start + images * g.in_channels * h * w]
+        .par_chunks_mut(h * w)
+        .enumerate()
+        .for_each(|(plane_index, plane)| {
+            let b = plane_index / g.in_channels;
+            let c = plane_index % g.in_channels;
+            for i in 0..kh {
+                let off_h = (i * g.dilation[0]) as isize - g.padding[0] as isize;
+                for j in 0..kw {
+                    let off_w = (j * g.dilation[1]) as isize - g.padding[1] as isize;
+                    let (w_lo, w_hi) = valid_range(ow_len, g.stride[1], off_w, w);
+                    let row_index = (c * kh + i) * kw + j;
+                    let row = &col[row_index * columns + b * positions..][..positions];
+                    for oh in 0..oh_len {
+                        let ih = (oh * g.stride[0]) as isize + off_h;
+                        if ih < 0 || ih >= h as isize {
+                            continue;
+                        }
+                        let dst = &mut plane[ih as usize * w..(ih as usize + 1) * w];
+                        let src = &row[oh * ow_len..(oh + 1) * ow_len];
+                        let start = ((w_lo * g.stride[1]) as isize + off_w) as usize;
+                        let src = &src[w_lo..w_hi];
+                        if g.stride[1] == 1 {
+                            for (d, &v) in dst[start..start + src.len()].iter_mut().zip(src) {
+                                *d += v;
+                            }
+                        } else {
+                            for (d, &v) in dst[start..].iter_mut().step_by(g.stride[1]).zip(src) {
+                                *d += v;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+}
+
+/// `G[co, (b, p)] = grad[first + b, co, p]` for a chunk of `images` images.
+fn gather_output_grad<T: Real>(
+    grad: &[T],
+    g: &ConvGeometry,
+    first: usize,
+    images: usize,
+    out: &mut [T],
+) {
+    let positions = g.positions();
+    let columns = images * positions;
+    out[..g.out_channels * columns]
+        .par_chunks_mut(columns)
+        .enumerate()
+        .for_each(|(co, row)| {
+            for b in 0..images {
+                let src = ((first + b) * g.out_channels + co) * positions;
+                row[b * positions..(b + 1) * positions]
+                    .copy_from_slice(&grad[src..src + positions]);
+            }
+        });
+}
+
+/// `dst[m, n] (=|+=) lhs[m, k] · rhs[k, n]` with each operand given by its strides:
+/// `(row stride, column stride)`.
+#[allow(clippy::too_many_arguments)]
+fn gemm<T: Real>(
+    [m, n, k]: [usize; 3],
+    dst: &mut [T],
+    accumulate: bool,
+    lhs: &[T],
+    (lhs_rs, lhs_cs): (usize, usize),
+    rhs: &[T],
+    (rhs_rs, rhs_cs): (usize, usize),
+) {
+    assert!(dst.len() >= m * n, "gemm: destination too short");
+    assert!(m == 0 || k == 0 || (m - 1) * lhs_rs + (k - 1) * lhs_cs < lhs.len());
+    assert!(k == 0 || n == 0 || (k - 1) * rhs_rs + (n - 1) * rhs_cs < rhs.len());
+    let parallelism = if m * n * k >= PARALLEL_GEMM_WORK {
+        gemm::Parallelism::Rayon(0)
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the asserts above keep every index the strides reach inside the slices;
+    // `dst` is row-major `[m, n]` and does not alias the operands (it is a `&mut`).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            lhs.as_ptr(),
+            lhs_cs as isize,
+            lhs_rs as isize,
+            rhs.as_ptr(),
+            rhs_cs as isize,
+            rhs_rs as isize,
+            T::ONE,
+            T::ONE,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+fn check_lengths(g: &ConvGeometry, x: usize, w: usize) {
+    assert!(
+        g.out_size().is_some(),
+        "conv2d: the kernel does not fit: {g:?}"
+    );
+    assert_eq!(x, g.input_len(), "conv2d: input length for {g:?}");
+    assert_eq!(w, g.weight_len(), "conv2d: weight length for {g:?}");
+}
+
+/// The convolution's output `[batch, out_channels, out_h, out_w]`, row-major.
+///
+/// # Shapes
+/// - `x`: `[batch, in_channels, in_h, in_w]`
+/// - `weight`: `[out_channels, in_channels, kernel_h, kernel_w]`
+pub fn conv2d_forward<T: Real>(x: &[T], weight: &[T], g: &ConvGeometry) -> Vec<T> {
+    forward_in_chunks(x, weight, g, CHUNK_ENTRIES)
+}
+
+fn forward_in_chunks<T: Real>(x: &[T], weight: &[T], g: &ConvGeometry, budget: usize) -> Vec<T> {
+    check_lengths(g, x.len(), weight.len());
+    let positions = g.positions();
+    let rows = g.col_rows();
+    let chunk = g.images_per_chunk(budget);
+    let mut y = vec![T::default(); g.output_len()];
+    let (col_len, out_len) = (rows * chunk * positions, g.out_channels * chunk * positions);
+    with_scratch(col_len, out_len, |col: &mut [T], out: &mut [T]| {
+        let mut first = 0;
+        while first < g.batch {
+            let images = chunk.min(g.batch - first);
+            let columns = images * positions;
+            im2col(x, g, first, images, col);
+            gemm(
+                [g.out_channels, columns, rows],
+                out,
+                false,
+                weight,
+                (rows, 1),
+                col,
+                (columns, 1),
+            );
+            let y_chunk =
+                &mut y[first * g.out_channels * positions..][..images * g.out_channels * positions];
+            y_chunk
+                .par_chunks_mut(positions)
+                .enumerate()
+                .for_each(|(plane, dst)| {
+                    let (b, co) = (plane / g.out_channels, plane % g.out_channels);
+                    dst.copy_from_slice(&out[co * columns + b * positions..][..positions]);
+                });
+            first += images;
+        }
+    });
+    y
+}
+
+/// The gradients of the convolution with respect to its input and to its weight, given the
+/// output gradient; each is computed only when asked for.
+///
+/// # Shapes
+/// - `x`: `[batch, in_channels, in_h, in_w]`, `weight`: `[out_channels, in_channels, k_h, k_w]`
+/// - `grad`: `[batch, out_channels, out_h, out_w]`
+/// - returns `(∂x, ∂w)` shaped as `x` and `weight`
+pub fn conv2d_backward<T: Real>(
+    x: &[T],
+    weight: &[T],
+    grad: &[T],
+    g: &ConvGeometry,
+    wanted: (bool, bool),
+) -> (Option<Vec<T>>, Option<Vec<T>>) {
+    backward_in_chunks(x, weight, grad, g, wanted, CHUNK_ENTRIES)
+}
+
+fn backward_in_chunks<T: Real>(
+    x: &[T],
+    weight: &[T],
+    grad: &[T],
+    g: &ConvGeometry,
+    (want_x, want_w): (bool, bool),
+    budget: usize,
+) -> (Option<Vec<T>>, Option<Vec<T>>) {
+    check_lengths(g, x.len(), weight.len());
+    assert_eq!(
+        grad.len(),
+        g.output_len(),
+        "conv2d: output gradient length for {g:?}"
+    );
+    let positions = g.positions();
+    let rows = g.col_rows();
+    let chunk = g.images_per_chunk(budget);
+    let mut dx = want_x.then(|| vec![T::default(); g.input_len()]);
+    let mut dw = want_w.then(|| vec![T::default(); g.weight_len()]);
+    let (col_len, out_len) = (rows * chunk * positions, g.out_channels * chunk * positions);
+    with_scratch(col_len, out_len, |col: &mut [T], out_grad: &mut [T]| {
+        let mut first = 0;
+        while first < g.batch {
+            let images = chunk.min(g.batch - first);
+            let columns = images * positions;
+            gather_output_grad(grad, g, first, images, out_grad);
+            if let Some(dw) = dw.as_mut() {
+                im2col(x, g, first, images, col);
+                // ∂w[co, r] += Σ_col G[co, col] · colᵀ[r, col]: colᵀ read transposed.
+                gemm(
+                    [g.out_channels, rows, columns],
+                    dw,
+                    first > 0,
+                    out_grad,
+                    (columns, 1),
+                    col,
+                    (1, columns),
+                );
+            }
+            if let Some(dx) = dx.as_mut() {
+                // ∂colᵀ[r, col] = Σ_co w[co, r] · G[co, col]: the weight read transposed.
+                gemm(
+                    [rows, columns, g.out_channels],
+                    col,
+                    false,
+                    weight,
+                    (1, rows),
+                    out_grad,
+                    (columns, 1),
+                );
+                col2im(col, g, first, images, dx);
+            }
+            first += images;
+        }
+    });
+    (dx, dw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The convolution by its definition, one multiply-add at a time.
+    fn direct(x: &[f64], w: &[f64], g: &ConvGeometry) -> Vec<f64> {
+        let [h, wd] = g.in_size;
+        let [oh, ow] = g.out_size().unwrap();
+        let [kh, kw] = g.kernel;
+        let mut y = vec![0.0; g.batch * g.out_channels * oh * ow];
+        for n in 0..g.batch {
+            for co in 0..g.out_channels {
+                for a in 0..oh {
+                    for b in 0..ow {
+                        let mut s = 0.0;
+                        for c in 0..g.in_channels {
+                            for i in 0..kh {
+                                for j in 0..kw {
+                                    let ih = (a * g.stride[0] + i * g.dilation[0]) as isize
+                                        - g.padding[0] as isize;
+                                    let iw = (b * g.stride[1] + j * g.dilation[1]) as isize
+                                        - g.padding[1] as isize;
+                                    if ih < 0 || iw < 0 || ih >= h as isize || iw >= wd as isize {
+                                        continue;
+                                    }
+                                    s += x[((n * g.in_channels + c) * h + ih as usize) * wd
+                                        + iw as usize]
+                                        * w[((co * g.in_channels + c) * kh + i) * kw + j];
+                                }
+                            }
+                        }
+                        y[((n * g.out_channels + co) * oh + a) * ow + b] = s;
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    fn values(len: usize, seed: u64) -> Vec<f64> {
+        // A fixed pseudo-random sequence (an LCG), values in [−1, 1).
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..len)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn geometries() -> Vec<ConvGeometry> {
+        let g = |batch, ci, co, size: [usize; 2], k: [usize; 2], s, p, d| ConvGeometry {
+            batch,
+            in_channels: ci,
+            out_channels: co,
+            in_size: size,
+            kernel: k,
+            stride: [s, s],
+            padding: [p, p],
+            dilation: [d, d],
+        };
+        vec![
+            g(2, 3, 4, [7, 6], [3, 3], 1, 1, 1),
+            g(3, 2, 5, [9, 8], [3, 3], 2, 1, 1),
+            g(1, 4, 3, [5, 5], [1, 1], 1, 0, 1),
+            g(2, 3, 2, [8, 7], [1, 1], 2, 0, 1),
+            g(2, 2, 3, [9, 9], [3, 2], 1, 2, 2),
+            g(1, 1, 8, [11, 10], [7, 7], 2, 3, 1),
+            g(2, 3, 3, [4, 4], [3, 3], 3, 0, 1),
+        ]
+    }
+
+    #[test]
+    fn forward_equals_the_definition() {
+        for (g, budget) in cases() {
+            let x = values(g.input_len(), 1);
+            let w = values(g.weight_len(), 2);
+            let y = forward_in_chunks(&x, &w, &g, budget);
+            let expected = direct(&x, &w, &g);
+            for (a, b) in y.iter().zip(&expected) {
+                assert!(
+                    (a - b).abs() < 1e-12,
+                    "{g:?} budget {budget}: {a} against {b}"
+                );
+            }
+        }
+    }
+
+    /// The gradients against the definition's: `y` is linear in `x` and in `w`, so
+    /// `⟨∂y, y(x + e_k)⟩ − ⟨∂y, y(x)⟩` is exactly `∂x[k]` (and likewise for `w`); checked for
+    /// every entry, f64, to rounding.
+    #[test]
+    fn gradients_equal_the_definition() {
+        for (g, budget) in cases() {
+            let x = values(g.input_len(), 3);
+            let w = values(g.weight_len(), 4);
+            let dy = values(g.output_len(), 5);
+            let (dx, dw) = backward_in_chunks(&x, &w, &dy, &g, (true, true), budget);
+            let (dx, dw) = (dx.unwrap(), dw.unwrap());
+            let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).sum::<f64>();
+            for k in 0..x.len() {
+                let mut e = vec![0.0; x.len()];
+                e[k] = 1.0;
+                let expected = dot(&dy, &direct(&e, &w, &g));
+                assert!(
+                    (dx[k] - expected).abs() < 1e-12,
+                    "{g:?} ∂x[{k}]: {} against {expected}",
+                    dx[k]
+                );
+            }
+            for k in 0..w.len() {
+                let mut e = vec![0.0; w.len()];
+                e[k] = 1.0;
+                let expected = dot(&dy, &direct(&x, &e, &g));
+                assert!(
+                    (dw[k] - expected).abs() < 1e-12,
+                    "{g:?} ∂w[{k}]: {} against {expected}",
+                    dw[k]
+                );
+            }
+            // Asking for one gradient gives the same numbers.
+            let (only_x, none) = backward_in_chunks(&x, &w, &dy, &g, (true, false), budget);
+            assert!(none.is_none());
+            assert_eq!(only_x.unwrap(), dx);
+            let (none, only_w) = backward_in_chunks(&x, &w, &dy, &g, (false, true), budget);
+            assert!(none.is_none());
+            assert_eq!(only_w.unwrap(), dw);
+        }
+    }
+
+    /// Each geometry with the whole batch in one chunk (the default budget) and with one image
+    /// per chunk (a budget of one entry): the chunk loop's offsets and the weight gradient's
+    /// accumulation over chunks are checked by the same definitions.
+    fn cases() -> Vec<(ConvGeometry, usize)> {
+        geometries()
+            .into_iter()
+            .flat_map(|g| [(g, CHUNK_ENTRIES), (g, 1)])
+            .collect()
+    }
+
+    #[test]
+    fn valid_range_covers_exactly_the_inside() {
+        for out_len in 1..6 {
+            for stride in 1..4 {
+                for offset in -4isize..4 {
+                    for in_len in 1..7 {
+                        let (lo, hi) = valid_range(out_len, stride, offset, in_len);
+                        for o in 0..out_len {
+                            let i = (o * stride) as isize + offset;
+                            let inside = i >= 0 && i < in_len as isize;
+                            assert_eq!(
+                                inside,
+                                o >= lo && o < hi,
+                                "{out_len} {stride} {offset} {in_len} {o}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! The kernels of [`super::conv`] and [`super::batch_norm`] as operations of burn's CPU backend
+//! (`Flex`): the convolution with and without autodiff, the training batch norm under
+//! autodiff, each with a backward step of its own (registered the way burn-autodiff registers
+//! its `conv2d`, so the graph behaves the same) in place of burn's generic gradient rules.
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::NodeId;
+use burn::backend::flex::{Flex, FlexTensor};
+use burn::backend::Autodiff;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, TensorData};
+
+use super::batch_norm;
+use super::conv::{conv2d_backward, conv2d_forward, ConvGeometry};
+
+/// Whether the kernels run in this element type (`f32` and `f64`).
+pub(super) fn supported(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F64)
+}
+
+fn flex_tensor<T: burn::tensor::Element>(values: Vec<T>, shape: [usize; 4]) -> FlexTensor {
+    FlexTensor::from_data(TensorData::new(values, shape))
+}
+
+/// The convolution's output. `x` and `weight` share a [`supported`] element type.
+pub(super) fn forward(x: &FlexTensor, weight: &FlexTensor, g: &ConvGeometry) -> FlexTensor {
+    let (x, weight) = (x.to_contiguous(), weight.to_contiguous());
+    let [oh, ow] = g.out_size().expect("checked by the dispatch");
+    let shape = [g.batch, g.out_channels, oh, ow];
+    match x.dtype() {
+        DType::F64 => flex_tensor(
+            conv2d_forward(x.storage::<f64>(), weight.storage(), g),
+            shape,
+        ),
+        _ => flex_tensor(
+            conv2d_forward(x.storage::<f32>(), weight.storage(), g),
+            shape,
+        ),
+    }
+}
+
+/// `(∂x, ∂w)`, each when wanted.
+fn backward(
+    x: &FlexTensor,
+    weight: &FlexTensor,
+    grad: &FlexTensor,
+    g: &ConvGeometry,
+    wanted: (bool, bool),
+) -> (Option<FlexTensor>, Option<FlexTensor>) {
+    let (x, weight, grad) = (
+        x.to_contiguous(),
+        weight.to_contiguous(),
+        grad.to_contiguous(),
+    );
+    let x_shape = [g.batch, g.in_channels, g.in_size[0], g.in_size[1]];
+    let w_shape = [g.out_channels, g.in_channels, g.kernel[0], g.kernel[1]];
+    macro_rules! run {
+        ($t:ty) => {{
+            let (dx, dw) = conv2d_backward(
+                x.storage::<$t>(),
+                weight.storage::<$t>(),
+                grad.storage::<$t>(),
+                g,
+                wanted,
+            );
+            (
+                dx.map(|v| flex_tensor(v, x_shape)),
+                dw.map(|v| flex_tensor(v, w_shape)),
+            )
+        }};
+    }
+    match x.dtype() {
+        DType::F64 => run!(f64),
+        _ => run!(f32),
+    }
+}
+
+/// The backward step of [`conv2d_autodiff`].
+#[derive(Debug)]
+struct Conv2dBackward;
+
+impl Backward<Flex, 2> for Conv2dBackward {
+    /// The input's and the weight's checkpoints, and the sizes.
+    type State = (NodeId, NodeId, ConvGeometry);
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, 2>,
+        grads: &mut Gradients,
+        checkpointer: &mut Checkpointer,
+    ) {
+        let [node_x, node_w] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node);
+        let (x_state, w_state, g) = ops.state;
+        let x = checkpointer.retrieve_node_output::<FlexTensor>(x_state);
+        let w = checkpointer.retrieve_node_output::<FlexTensor>(w_state);
+        let (dx, dw) = backward(&x, &w, &grad, &g, (node_x.is_some(), node_w.is_some()));
+        if let (Some(node), Some(dx)) = (node_x, dx) {
+            grads.register::<Flex>(node.id, dx);
+        }
+        if let (Some(node), Some(dw)) = (node_w, dw) {
+            grads.register::<Flex>(node.id, dw);
+        }
+    }
+}
+
+/// The convolution (no bias) under autodiff; `x` and `weight` share a [`supported`] element
+/// type and match `g`.
+pub(super) fn conv2d_autodiff<C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<Flex, C>>,
+    weight: FloatTensor<Autodiff<Flex, C>>,
+    g: ConvGeometry,
+) -> FloatTensor<Autodiff<Flex, C>> {
+    match Conv2dBackward
+        .prepare::<C>([x.node.clone(), weight.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(mut prep) => {
+            let x_state = prep.checkpoint(&x);
+            let w_state = prep.checkpoint(&weight);
+            let y = forward(&x.primitive, &weight.primitive, &g);
+            prep.finish((x_state, w_state, g), y)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(forward(&x.primitive, &weight.primitive, &g)),
+    }
+}
+
+/// What the backward step of [`batch_norm_autodiff`] keeps: the input (shared, not copied),
+/// `γ`, the batch moments and the sizes.
+#[derive(Debug, Clone)]
+struct BatchNormState {
+    x: FlexTensor,
+    gamma: FlexTensor,
+    mean: Vec<f64>,
+    var: Vec<f64>,
+    epsilon: f64,
+    dims: batch_norm::Dims,
+}
+
+/// The backward step of [`batch_norm_autodiff`].
+#[derive(Debug)]
+struct BatchNormBackward;
+
+impl Backward<Flex, 3> for BatchNormBackward {
+    type State = BatchNormState;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_gamma, node_beta] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
+        let s = ops.state;
+        let wanted = (node_x.is_some(), node_gamma.is_some(), node_beta.is_some());
+        let [n, c, hw] = s.dims;
+        let (x, gamma) = (s.x.to_contiguous(), s.gamma.to_contiguous());
+        macro_rules! run {
+            ($t:ty) => {{
+                let (dx, dgamma, dbeta) = batch_norm::backward(
+                    x.storage::<$t>(),
+                    grad.storage::<$t>(),
+                    s.dims,
+                    gamma.storage::<$t>(),
+                    &s.mean,
+                    &s.var,
+                    s.epsilon,
+                    wanted,
+                );
+                let x_shape = x.layout().shape().clone();
+                (
+                    dx.map(|v| FlexTensor::from_data(TensorData::new(v, x_shape))),
+                    dgamma.map(|v| FlexTensor::from_data(TensorData::new(v, [c]))),
+                    dbeta.map(|v| FlexTensor::from_data(TensorData::new(v, [c]))),
+                )
+            }};
+        }
+        debug_assert_eq!(x.layout().shape().num_elements(), n * c * hw);
+        let (dx, dgamma, dbeta) = match x.dtype() {
+            DType::F64 => run!(f64),
+            _ => run!(f32),
+        };
+        for (node, value) in [(node_x, dx), (node_gamma, dgamma), (node_beta, dbeta)] {
+            if let (Some(node), Some(value)) = (node, value) {
+                grads.register::<Flex>(node.id, value);
+            }
+        }
+    }
+}
+
+/// Batch norm in training under autodiff: `(y, μ, σ²)` (biased `σ²`, per channel). `x` is
+/// `[n, c, h, w]`; `x`, `gamma` and `beta` share a [`supported`] element type.
+pub(super) fn batch_norm_autodiff<C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<Flex, C>>,
+    gamma: FloatTensor<Autodiff<Flex, C>>,
+    beta: FloatTensor<Autodiff<Flex, C>>,
+    epsilon: f64,
+) -> (FloatTensor<Autodiff<Flex, C>>, Vec<f64>, Vec<f64>) {
+    let input = x.primitive.to_contiguous();
+    let shape = input.layout().shape().clone();
+    let dims = [shape[0], shape[1], shape[2] * shape[3]];
+    let (g, b) = (
+        gamma.primitive.to_contiguous(),
+        beta.primitive.to_contiguous(),
+    );
+    macro_rules! run {
+        ($t:ty) => {{
+            let out = batch_norm::forward(
+                input.storage::<$t>(),
+                dims,
+                g.storage::<$t>(),
+                b.storage::<$t>(),
+                epsilon,
+            );
+            (
+                FlexTensor::from_data(TensorData::new(out.y, shape.clone())),
+                out.mean,
+                out.var,
+            )
+        }};
+    }
+    let (y, mean, var) = match input.dtype() {
+        DType::F64 => run!(f64),
+        _ => run!(f32),
+    };
+    let y = match BatchNormBackward
+        .prepare::<C>([x.node.clone(), gamma.node.clone(), beta.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let state = BatchNormState {
+                x: input,
+                gamma: g,
+                mean: mean.clone(),
+                var: var.clone(),
+                epsilon,
+                dims,
+            };
+            prep.finish(state, y)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(y),
+    };
+    (y, mean, var)
+}

@@ -1,0 +1,257 @@
+//! CPU kernels the backbones' layers call in place of burn's generic rules where burn 0.21's
+//! CPU backend (`Flex`) has none of its own: the 2-D convolution's backward pass (and its
+//! forward pass, so both use one memory layout; [`conv`]) and the training batch norm, fused
+//! ([`batch_norm`]) — each file says what it computes and why.
+//!
+//! [`conv2d`] is what a layer calls: on `Flex` and `Autodiff<Flex>` with `f32` or `f64`
+//! tensors and a covered layer (one group, symmetric padding) it runs these kernels; on every
+//! other backend, element type or layer it is `Conv2d::forward`, unchanged. [`batch_norm_train`]
+//! likewise, on `Autodiff<Flex>` outside a synchronised (data-parallel) batch norm.
+//!
+//! Why a run-time type check rather than burn's backend-extension trait: the extension pattern
+//! puts a bound (`B: ConvKernels`) on every generic function that reaches a convolution — every
+//! backbone, method, task and hook of both crates — and every project that embeds this crate
+//! would have to implement the trait for its own backend. Rust has no specialisation, so the
+//! choice "Flex's kernel here, burn's op elsewhere" is made once, here, by comparing `B` with
+//! the two CPU backend types (`TypeId`) and moving the tensors across by a checked downcast
+//! (`Any`): no `unsafe`, no bound, and any other backend keeps burn's own operation.
+
+pub mod batch_norm;
+pub mod conv;
+#[cfg(feature = "cpu")]
+mod flex;
+
+use std::cell::RefCell;
+use std::thread::LocalKey;
+
+use burn::nn::conv::Conv2d;
+use burn::nn::PaddingConfig2d;
+use burn::prelude::*;
+
+pub use conv::ConvGeometry;
+
+/// Element types the kernels run in: `f32` and `f64` (the `gemm` crate dispatches on the type).
+pub trait Real:
+    Copy
+    + Send
+    + Sync
+    + 'static
+    + Default
+    + PartialEq
+    + core::ops::AddAssign
+    + core::ops::Add<Output = Self>
+    + core::ops::Mul<Output = Self>
+{
+    /// The multiplicative identity.
+    const ONE: Self;
+    /// This thread's scratch buffer of this type (`conv::with_scratch`).
+    fn scratch() -> &'static LocalKey<RefCell<Vec<Self>>>;
+    /// The value in f64 (exact).
+    fn to_f64(self) -> f64;
+    /// The nearest value to `v`.
+    fn from_f64(v: f64) -> Self;
+}
+impl Real for f32 {
+    const ONE: Self = 1.0;
+    fn scratch() -> &'static LocalKey<RefCell<Vec<Self>>> {
+        &SCRATCH_F32
+    }
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+}
+impl Real for f64 {
+    const ONE: Self = 1.0;
+    fn scratch() -> &'static LocalKey<RefCell<Vec<Self>>> {
+        &SCRATCH_F64
+    }
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+}
+
+thread_local! {
+    static SCRATCH_F32: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static SCRATCH_F64: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `value` as a `U` when `T` is `U` (a checked downcast), else `value` back.
+#[cfg(feature = "cpu")]
+fn same_type<T: 'static, U: 'static>(value: T) -> Result<U, T> {
+    use std::any::Any;
+    let mut slot = Some(value);
+    match (&mut slot as &mut dyn Any).downcast_mut::<Option<U>>() {
+        Some(u) => Ok(u.take().expect("filled above")),
+        None => Err(slot.expect("untouched by a failed downcast")),
+    }
+}
+
+/// The sizes of `conv` applied to an input of shape `x_shape` when the kernels cover the layer
+/// (one group, no padding or symmetric explicit padding, channels that match, a kernel that
+/// fits), else `None`.
+pub fn covered_geometry<B: Backend>(conv: &Conv2d<B>, x_shape: [usize; 4]) -> Option<ConvGeometry> {
+    let [batch, in_channels, h, w] = x_shape;
+    let [out_channels, weight_in, kernel_h, kernel_w] = conv.weight.dims();
+    let padding = match conv.padding {
+        PaddingConfig2d::Valid => [0, 0],
+        PaddingConfig2d::Explicit(top, left, bottom, right) if top == bottom && left == right => {
+            [top, left]
+        }
+        _ => return None,
+    };
+    if conv.groups != 1 || weight_in != in_channels || batch == 0 {
+        return None;
+    }
+    let g = ConvGeometry {
+        batch,
+        in_channels,
+        out_channels,
+        in_size: [h, w],
+        kernel: [kernel_h, kernel_w],
+        stride: conv.stride,
+        padding,
+        dilation: conv.dilation,
+    };
+    g.out_size().filter(|[oh, ow]| oh * ow > 0).map(|_| g)
+}
+
+/// Whether [`conv2d`] runs this module's kernels for `conv` on `x` (the backend is `Flex` or
+/// `Autodiff<Flex>`, the element type `f32` or `f64`, the layer covered by
+/// [`covered_geometry`]) rather than `Conv2d::forward`.
+pub fn runs_cpu_kernels<B: Backend>(conv: &Conv2d<B>, x: &Tensor<B, 4>) -> bool {
+    #[cfg(feature = "cpu")]
+    {
+        use burn::backend::{Autodiff, Flex};
+        use std::any::TypeId;
+        let backend = TypeId::of::<B>();
+        let dtype = x.dtype();
+        (backend == TypeId::of::<Flex>() || backend == TypeId::of::<Autodiff<Flex>>())
+            && flex::supported(dtype)
+            && conv.weight.val().dtype() == dtype
+            && covered_geometry(conv, x.dims()).is_some()
+    }
+    #[cfg(not(feature = "cpu"))]
+    {
+        let _ = (conv, x);
+        false
+    }
+}
+
+/// `conv.forward(x)`: through this module's CPU kernels where [`runs_cpu_kernels`] says so,
+/// else burn's own operation. The same values up to the order of the sums, and the same
+/// gradients for the input, the weight and the bias.
+///
+/// # Shapes
+/// - `x`: `[batch, in_channels, h, w]` → `[batch, out_channels, h_out, w_out]`
+pub fn conv2d<B: Backend>(conv: &Conv2d<B>, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    #[cfg(feature = "cpu")]
+    if runs_cpu_kernels(conv, &x) {
+        let g = covered_geometry(conv, x.dims()).expect("checked by runs_cpu_kernels");
+        let y = run_on_flex(x, conv.weight.val(), g);
+        return match &conv.bias {
+            Some(bias) => add_channel_bias(y, bias.val()),
+            None => y,
+        };
+    }
+    conv.forward(x)
+}
+
+/// The kernels on `B`, which is `Flex` or `Autodiff<Flex>` (checked by the caller).
+#[cfg(feature = "cpu")]
+fn run_on_flex<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, g: ConvGeometry) -> Tensor<B, 4> {
+    use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+    use burn::backend::{Autodiff, Flex};
+    use burn::tensor::TensorPrimitive;
+    type Ad = Autodiff<Flex>;
+    let x = match same_type::<Tensor<B, 4>, Tensor<Ad, 4>>(x) {
+        Ok(x) => {
+            let w: Tensor<Ad, 4> = same_type(weight)
+                .ok()
+                .expect("the weight is on x's backend");
+            let y = flex::conv2d_autodiff::<NoCheckpointing>(
+                x.into_primitive().tensor(),
+                w.into_primitive().tensor(),
+                g,
+            );
+            let y = Tensor::<Ad, 4>::from_primitive(TensorPrimitive::Float(y));
+            return same_type(y).ok().expect("B is Autodiff<Flex>");
+        }
+        Err(x) => x,
+    };
+    let x: Tensor<Flex, 4> = same_type(x)
+        .ok()
+        .expect("B is Flex when not Autodiff<Flex>");
+    let w: Tensor<Flex, 4> = same_type(weight)
+        .ok()
+        .expect("the weight is on x's backend");
+    let y = flex::forward(
+        &x.into_primitive().tensor(),
+        &w.into_primitive().tensor(),
+        &g,
+    );
+    same_type(Tensor::<Flex, 4>::from_primitive(TensorPrimitive::Float(y)))
+        .ok()
+        .expect("B is Flex")
+}
+
+/// `y + bias` per channel, the bias repeated per image (`[n, c, 1]`), the operand Flex
+/// broadcasts with its vectorised loop (see `layers::BatchNorm2d`).
+#[cfg(feature = "cpu")]
+fn add_channel_bias<B: Backend>(y: Tensor<B, 4>, bias: Tensor<B, 1>) -> Tensor<B, 4> {
+    let [n, c, h, w] = y.dims();
+    let bias = bias.reshape([1, c, 1]);
+    let bias = if n == 1 { bias } else { bias.repeat_dim(0, n) };
+    y.reshape([n, c, h * w]).add(bias).reshape([n, c, h, w])
+}
+
+/// Batch norm in training through the fused kernels ([`batch_norm`]) on `Autodiff<Flex>` with
+/// `x`, `gamma`, `beta` in one of `f32` / `f64` and no data-parallel moment averaging installed
+/// on this thread ([`crate::replica_stats`]): `Ok((y, μ, σ²))` with the per-channel batch mean
+/// and biased variance; else `Err(x)`, for the caller's composed path.
+///
+/// # Shapes
+/// - `x`: `[n, c, h, w]`, `gamma` and `beta`: `[c]`
+pub fn batch_norm_train<B: Backend>(
+    x: Tensor<B, 4>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    epsilon: f64,
+) -> Result<(Tensor<B, 4>, Vec<f64>, Vec<f64>), Tensor<B, 4>> {
+    #[cfg(feature = "cpu")]
+    {
+        use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+        use burn::backend::{Autodiff, Flex};
+        use burn::tensor::TensorPrimitive;
+        type Ad = Autodiff<Flex>;
+        let dtype = x.dtype();
+        if !flex::supported(dtype)
+            || gamma.dtype() != dtype
+            || beta.dtype() != dtype
+            || crate::replica_stats::synchronised::<B>()
+        {
+            return Err(x);
+        }
+        let x: Tensor<Ad, 4> = same_type(x)?;
+        let gamma: Tensor<Ad, 1> = same_type(gamma).ok().expect("γ is on x's backend");
+        let beta: Tensor<Ad, 1> = same_type(beta).ok().expect("β is on x's backend");
+        let (y, mean, var) = flex::batch_norm_autodiff::<NoCheckpointing>(
+            x.into_primitive().tensor(),
+            gamma.into_primitive().tensor(),
+            beta.into_primitive().tensor(),
+            epsilon,
+        );
+        let y = Tensor::<Ad, 4>::from_primitive(TensorPrimitive::Float(y));
+        Ok((same_type(y).ok().expect("B is Autodiff<Flex>"), mean, var))
+    }
+    #[cfg(not(feature = "cpu"))]
+    {
+        let _ = (gamma, beta, epsilon);
+        Err(x)
+    }
+}

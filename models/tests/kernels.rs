@@ -1,0 +1,270 @@
+//! The CPU convolution kernels (`kernels::conv2d`, models/src/kernels) against burn's own
+//! `Conv2d::forward` on the same backend (`Flex`, with and without autodiff), in f64: the output
+//! and the gradients of the input, the weight and the bias on odd shapes (stride 2, padding,
+//! dilation, 1×1, batch 1, a rectangular kernel, a bias); and the gradients against central
+//! finite differences of a non-linear loss.
+
+use burn::backend::{Autodiff, Flex, NdArray};
+use burn::module::{AutodiffModule, Param};
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::PaddingConfig2d;
+use burn::prelude::*;
+use burn::tensor::DType;
+use curriculum_ssl_models::kernels;
+
+type Ad = Autodiff<Flex>;
+
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    batch: usize,
+    channels: [usize; 2],
+    size: [usize; 2],
+    kernel: [usize; 2],
+    stride: usize,
+    padding: usize,
+    dilation: usize,
+    bias: bool,
+}
+
+const fn case(
+    batch: usize,
+    channels: [usize; 2],
+    size: [usize; 2],
+    kernel: [usize; 2],
+    stride: usize,
+    padding: usize,
+    dilation: usize,
+    bias: bool,
+) -> Case {
+    Case {
+        batch,
+        channels,
+        size,
+        kernel,
+        stride,
+        padding,
+        dilation,
+        bias,
+    }
+}
+
+const CASES: [Case; 7] = [
+    case(2, [3, 4], [7, 6], [3, 3], 1, 1, 1, false),
+    case(3, [2, 5], [9, 8], [3, 3], 2, 1, 1, true),
+    case(1, [4, 3], [5, 5], [1, 1], 1, 0, 1, false),
+    case(2, [3, 6], [8, 7], [1, 1], 2, 0, 1, true),
+    case(2, [2, 3], [9, 9], [3, 2], 1, 2, 2, false),
+    case(1, [1, 8], [11, 10], [7, 7], 2, 3, 1, false),
+    case(4, [5, 2], [4, 4], [3, 3], 3, 0, 1, true),
+];
+
+/// A fixed pseudo-random sequence (an LCG), values in [−1, 1).
+fn values(len: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    (0..len)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn f64_tensor<B: Backend, const D: usize>(
+    shape: [usize; D],
+    seed: u64,
+    device: &B::Device,
+) -> Tensor<B, D> {
+    let len = shape.iter().product();
+    Tensor::from_data(
+        TensorData::new(values(len, seed), shape),
+        (device, DType::F64),
+    )
+}
+
+/// The layer of `c`, its parameters in f64.
+fn layer<B: Backend>(c: Case, device: &B::Device) -> Conv2d<B> {
+    let [cin, cout] = c.channels;
+    let mut conv = Conv2dConfig::new([cin, cout], c.kernel)
+        .with_stride([c.stride, c.stride])
+        .with_dilation([c.dilation, c.dilation])
+        .with_padding(PaddingConfig2d::Explicit(
+            c.padding, c.padding, c.padding, c.padding,
+        ))
+        .with_bias(c.bias)
+        .init::<B>(device);
+    conv.weight = Param::from_tensor(f64_tensor(
+        [cout, cin, c.kernel[0], c.kernel[1]],
+        11,
+        device,
+    ));
+    if c.bias {
+        conv.bias = Some(Param::from_tensor(f64_tensor([cout], 12, device)));
+    }
+    conv
+}
+
+fn input<B: Backend>(c: Case, device: &B::Device) -> Tensor<B, 4> {
+    f64_tensor([c.batch, c.channels[0], c.size[0], c.size[1]], 13, device)
+}
+
+fn vec(t: Tensor<Flex, 4>) -> Vec<f64> {
+    t.into_data().to_vec::<f64>().unwrap()
+}
+
+/// Largest difference relative to the larger magnitude (plus 1, so near-zero entries compare
+/// absolutely).
+fn max_rel(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(p, q)| (p - q).abs() / (1.0 + p.abs().max(q.abs())))
+        .fold(0.0, f64::max)
+}
+
+/// `Σ y ⊙ r` and its gradients through `run`, for input `x` and `conv`.
+fn loss_and_grads(
+    conv: &Conv2d<Ad>,
+    x: Tensor<Ad, 4>,
+    run: impl Fn(&Conv2d<Ad>, Tensor<Ad, 4>) -> Tensor<Ad, 4>,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, Option<Vec<f64>>) {
+    let x = x.require_grad();
+    let y = run(conv, x.clone());
+    let r = f64_tensor::<Ad, 4>(y.dims(), 14, &y.device());
+    let grads = (y.clone() * r).sum().backward();
+    let dx = vec(x.grad(&grads).unwrap());
+    let dw = vec(conv.weight.grad(&grads).unwrap());
+    let db = conv
+        .bias
+        .as_ref()
+        .map(|b| b.grad(&grads).unwrap().into_data().to_vec::<f64>().unwrap());
+    (vec(y.inner()), dx, dw, db)
+}
+
+/// Both sides compute the same sums in another order (f64): 1e-12 relative is thousands of
+/// ulps of room for sums of at most a few hundred terms of size ≤ 1, and far below any
+/// indexing error (an entry off by one position changes the values by O(1)).
+#[test]
+fn outputs_and_gradients_equal_burns_convolution() {
+    let device = Default::default();
+    for c in CASES {
+        let conv = layer::<Ad>(c, &device);
+        let x = input::<Ad>(c, &device);
+        assert!(kernels::runs_cpu_kernels(&conv, &x), "{c:?}");
+        let ours = loss_and_grads(&conv, x.clone(), |conv, x| kernels::conv2d(conv, x));
+        let burns = loss_and_grads(&conv, x.clone(), |conv, x| conv.forward(x));
+        assert!(max_rel(&ours.0, &burns.0) < 1e-12, "{c:?} output");
+        assert!(max_rel(&ours.1, &burns.1) < 1e-12, "{c:?} input gradient");
+        assert!(max_rel(&ours.2, &burns.2) < 1e-12, "{c:?} weight gradient");
+        assert_eq!(ours.3.is_some(), c.bias);
+        if let (Some(a), Some(b)) = (&ours.3, &burns.3) {
+            assert!(max_rel(a, b) < 1e-12, "{c:?} bias gradient");
+        }
+
+        // Inference: the forward kernel on plain Flex.
+        let valid = conv.valid();
+        let x = x.inner();
+        assert!(kernels::runs_cpu_kernels(&valid, &x), "{c:?}");
+        let a = vec(kernels::conv2d(&valid, x.clone()));
+        let b = vec(valid.forward(x));
+        assert!(max_rel(&a, &b) < 1e-12, "{c:?} inference output");
+    }
+}
+
+/// `L = Σ tanh(y) ⊙ r`: each gradient entry against `(L(θ + h) − L(θ − h)) / 2h`, h = 1e-5,
+/// for every input and weight entry of two cases. The truncation error is O(h²·L''') ≈ 1e-10
+/// and the rounding error O(ε·|L| / h) ≈ 1e-10 for |L| ≲ 10 in f64, so 1e-7 is far above both
+/// and far below a wrong gradient.
+#[test]
+fn gradients_equal_finite_differences() {
+    let device = Default::default();
+    for c in [CASES[1], CASES[4]] {
+        let conv = layer::<Ad>(c, &device);
+        let x = input::<Ad>(c, &device);
+        let loss = |conv: &Conv2d<Ad>, x: Tensor<Ad, 4>| {
+            let y = kernels::conv2d(conv, x);
+            let r = f64_tensor::<Ad, 4>(y.dims(), 15, &y.device());
+            (y.tanh() * r).sum()
+        };
+        let xg = x.clone().require_grad();
+        let grads = loss(&conv, xg.clone()).backward();
+        let dx = vec(xg.grad(&grads).unwrap());
+        let dw = vec(conv.weight.grad(&grads).unwrap());
+        // Read as f64 data: `into_scalar` would round through Flex's default element type, f32.
+        let scalar = |l: Tensor<Ad, 1>| l.into_data().to_vec::<f64>().unwrap()[0];
+        let h = 1e-5;
+        let x_values = vec(x.clone().inner());
+        for k in 0..x_values.len() {
+            let shifted = |delta: f64| {
+                let mut v = x_values.clone();
+                v[k] += delta;
+                Tensor::<Ad, 4>::from_data(TensorData::new(v, x.dims()), (&device, DType::F64))
+            };
+            let fd =
+                (scalar(loss(&conv, shifted(h))) - scalar(loss(&conv, shifted(-h)))) / (2.0 * h);
+            assert!(
+                (fd - dx[k]).abs() < 1e-7,
+                "{c:?} ∂x[{k}]: {} against {fd}",
+                dx[k]
+            );
+        }
+        let w_values = vec(conv.weight.val().inner());
+        for k in 0..w_values.len() {
+            let shifted = |delta: f64| {
+                let mut v = w_values.clone();
+                v[k] += delta;
+                let mut moved = conv.clone();
+                moved.weight = Param::from_tensor(Tensor::from_data(
+                    TensorData::new(v, conv.weight.dims()),
+                    (&device, DType::F64),
+                ));
+                moved
+            };
+            let fd = (scalar(loss(&shifted(h), x.clone())) - scalar(loss(&shifted(-h), x.clone())))
+                / (2.0 * h);
+            assert!(
+                (fd - dw[k]).abs() < 1e-7,
+                "{c:?} ∂w[{k}]: {} against {fd}",
+                dw[k]
+            );
+        }
+    }
+}
+
+/// The kernels run on `Flex` and `Autodiff<Flex>` in f32 and f64 for a covered layer, and burn's
+/// operation runs everywhere else: a grouped convolution, `Same` padding (asymmetric for an even
+/// kernel), another backend.
+#[test]
+fn the_kernels_run_exactly_where_they_cover_the_layer() {
+    let device = Default::default();
+    let f32_conv = Conv2dConfig::new([3, 4], [3, 3]).init::<Ad>(&device);
+    let f32_x = Tensor::<Ad, 4>::zeros([2, 3, 8, 8], &device);
+    assert!(kernels::runs_cpu_kernels(&f32_conv, &f32_x));
+    assert!(kernels::runs_cpu_kernels(
+        &f32_conv.valid(),
+        &f32_x.clone().inner()
+    ));
+
+    let grouped = Conv2dConfig::new([4, 4], [3, 3])
+        .with_groups(2)
+        .init::<Ad>(&device);
+    assert!(!kernels::runs_cpu_kernels(
+        &grouped,
+        &Tensor::zeros([2, 4, 8, 8], &device)
+    ));
+    let same = Conv2dConfig::new([3, 4], [2, 2])
+        .with_padding(PaddingConfig2d::Same)
+        .init::<Ad>(&device);
+    assert!(!kernels::runs_cpu_kernels(&same, &f32_x));
+    // The grouped layer through `conv2d` is burn's operation: the same output shape.
+    let y = kernels::conv2d(&grouped, Tensor::zeros([2, 4, 8, 8], &device));
+    assert_eq!(y.dims(), [2, 4, 6, 6]);
+
+    let nd_device = Default::default();
+    let nd_conv = Conv2dConfig::new([3, 4], [3, 3]).init::<NdArray<f32>>(&nd_device);
+    assert!(!kernels::runs_cpu_kernels(
+        &nd_conv,
+        &Tensor::zeros([2, 3, 8, 8], &nd_device)
+    ));
+}
