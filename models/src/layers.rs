@@ -116,7 +116,8 @@ impl<B: Backend> BatchNorm2d<B> {
             self.bias.val(),
             self.epsilon,
         ) {
-            Ok((y, mean, var)) => {
+            Ok(fused) => {
+                let (y, mean, var) = (fused.output, fused.mean, fused.var);
                 let device = y.device();
                 let moment = |values: Vec<f64>| {
                     let dtype = self.running_mean.value().dtype();

@@ -100,7 +100,18 @@ pub fn forward<T: Real>(
     Normalised { y, mean, var }
 }
 
-/// The gradients `(∂x, ∂γ, ∂β)` of [`forward`] given `∂y`, each when wanted (in that order).
+/// The gradients of [`forward`]'s output with respect to its inputs, each when asked for.
+#[derive(Debug, Clone)]
+pub struct Gradients<T> {
+    /// `∂x`, shaped as the input.
+    pub x: Option<Vec<T>>,
+    /// `∂γ`, per channel.
+    pub gamma: Option<Vec<T>>,
+    /// `∂β`, per channel.
+    pub beta: Option<Vec<T>>,
+}
+
+/// The gradients (`∂x`, `∂γ`, `∂β`) of [`forward`] given `∂y`, each when wanted (in that order).
 ///
 /// # Shapes
 /// - `x`, `grad`: `[n, c, positions]`; `gamma`, `mean`, `var`: `[c]`
@@ -114,7 +125,7 @@ pub fn backward<T: Real>(
     var: &[f64],
     epsilon: f64,
     (want_x, want_gamma, want_beta): (bool, bool, bool),
-) -> (Option<Vec<T>>, Option<Vec<T>>, Option<Vec<T>>) {
+) -> Gradients<T> {
     let [n, c, hw] = dims;
     assert!(
         x.len() == n * c * hw && grad.len() == x.len(),
@@ -155,7 +166,11 @@ pub fn backward<T: Real>(
     });
     let dgamma = want_gamma.then(|| (0..c).map(|k| T::from_f64(r[k] * s2[k])).collect());
     let dbeta = want_beta.then(|| s1.iter().map(|&s| T::from_f64(s)).collect());
-    (dx, dgamma, dbeta)
+    Gradients {
+        x: dx,
+        gamma: dgamma,
+        beta: dbeta,
+    }
 }
 
 #[cfg(test)]
@@ -226,7 +241,7 @@ mod tests {
                     .sum::<f64>()
             };
             let out = forward(&x, dims, &g, &b, eps);
-            let (dx, dg, db) = backward(
+            let grads = backward(
                 &x,
                 &w,
                 dims,
@@ -236,7 +251,7 @@ mod tests {
                 eps,
                 (true, true, true),
             );
-            let (dx, dg, db) = (dx.unwrap(), dg.unwrap(), db.unwrap());
+            let (dx, dg, db) = (grads.x.unwrap(), grads.gamma.unwrap(), grads.beta.unwrap());
             let h = 1e-6;
             let fd = |f: &dyn Fn(f64) -> f64| (f(h) - f(-h)) / (2.0 * h);
             for k in 0..len {

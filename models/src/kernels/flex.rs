@@ -157,7 +157,7 @@ impl Backward<Flex, 3> for BatchNormBackward {
         let (x, gamma) = (s.x.to_contiguous(), s.gamma.to_contiguous());
         macro_rules! run {
             ($t:ty) => {{
-                let (dx, dgamma, dbeta) = batch_norm::backward(
+                let grads = batch_norm::backward(
                     x.storage::<$t>(),
                     grad.storage::<$t>(),
                     s.dims,
@@ -169,9 +169,15 @@ impl Backward<Flex, 3> for BatchNormBackward {
                 );
                 let x_shape = x.layout().shape().clone();
                 (
-                    dx.map(|v| FlexTensor::from_data(TensorData::new(v, x_shape))),
-                    dgamma.map(|v| FlexTensor::from_data(TensorData::new(v, [c]))),
-                    dbeta.map(|v| FlexTensor::from_data(TensorData::new(v, [c]))),
+                    grads
+                        .x
+                        .map(|v| FlexTensor::from_data(TensorData::new(v, x_shape))),
+                    grads
+                        .gamma
+                        .map(|v| FlexTensor::from_data(TensorData::new(v, [c]))),
+                    grads
+                        .beta
+                        .map(|v| FlexTensor::from_data(TensorData::new(v, [c]))),
                 )
             }};
         }

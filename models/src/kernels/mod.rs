@@ -92,6 +92,15 @@ fn same_type<T: 'static, U: 'static>(value: T) -> Result<U, T> {
     }
 }
 
+/// `value` as a `U`, where the caller has checked that `T` is `U`.
+#[cfg(feature = "cpu")]
+fn cast<T: 'static, U: 'static>(value: T, why: &str) -> U {
+    match same_type(value) {
+        Ok(u) => u,
+        Err(_) => panic!("kernels: a type check failed after it passed: {why}"),
+    }
+}
+
 /// The sizes of `conv` applied to an input of shape `x_shape` when the kernels cover the layer
 /// (one group, no padding or symmetric explicit padding, channels that match, a kernel that
 /// fits), else `None`.
@@ -171,33 +180,28 @@ fn run_on_flex<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, g: ConvGeometr
     type Ad = Autodiff<Flex>;
     let x = match same_type::<Tensor<B, 4>, Tensor<Ad, 4>>(x) {
         Ok(x) => {
-            let w: Tensor<Ad, 4> = same_type(weight)
-                .ok()
-                .expect("the weight is on x's backend");
+            let w: Tensor<Ad, 4> = cast(weight, "the weight is on x's backend");
             let y = flex::conv2d_autodiff::<NoCheckpointing>(
                 x.into_primitive().tensor(),
                 w.into_primitive().tensor(),
                 g,
             );
             let y = Tensor::<Ad, 4>::from_primitive(TensorPrimitive::Float(y));
-            return same_type(y).ok().expect("B is Autodiff<Flex>");
+            return cast(y, "B is Autodiff<Flex>");
         }
         Err(x) => x,
     };
-    let x: Tensor<Flex, 4> = same_type(x)
-        .ok()
-        .expect("B is Flex when not Autodiff<Flex>");
-    let w: Tensor<Flex, 4> = same_type(weight)
-        .ok()
-        .expect("the weight is on x's backend");
+    let x: Tensor<Flex, 4> = cast(x, "B is Flex when not Autodiff<Flex>");
+    let w: Tensor<Flex, 4> = cast(weight, "the weight is on x's backend");
     let y = flex::forward(
         &x.into_primitive().tensor(),
         &w.into_primitive().tensor(),
         &g,
     );
-    same_type(Tensor::<Flex, 4>::from_primitive(TensorPrimitive::Float(y)))
-        .ok()
-        .expect("B is Flex")
+    cast(
+        Tensor::<Flex, 4>::from_primitive(TensorPrimitive::Float(y)),
+        "B is Flex",
+    )
 }
 
 /// `y + bias` per channel, the bias repeated per image (`[n, c, 1]`), the operand Flex
@@ -210,10 +214,21 @@ fn add_channel_bias<B: Backend>(y: Tensor<B, 4>, bias: Tensor<B, 1>) -> Tensor<B
     y.reshape([n, c, h * w]).add(bias).reshape([n, c, h, w])
 }
 
+/// What [`batch_norm_train`] computes.
+#[derive(Debug)]
+pub struct TrainingBatchNorm<B: Backend> {
+    /// `γ·x̂ + β`, shaped as the input.
+    pub output: Tensor<B, 4>,
+    /// Per-channel batch mean.
+    pub mean: Vec<f64>,
+    /// Per-channel biased batch variance.
+    pub var: Vec<f64>,
+}
+
 /// Batch norm in training through the fused kernels ([`batch_norm`]) on `Autodiff<Flex>` with
 /// `x`, `gamma`, `beta` in one of `f32` / `f64` and no data-parallel moment averaging installed
-/// on this thread ([`crate::replica_stats`]): `Ok((y, μ, σ²))` with the per-channel batch mean
-/// and biased variance; else `Err(x)`, for the caller's composed path.
+/// on this thread ([`crate::replica_stats`]): `Ok` with the output and the per-channel batch
+/// moments; else `Err(x)`, for the caller's composed path.
 ///
 /// # Shapes
 /// - `x`: `[n, c, h, w]`, `gamma` and `beta`: `[c]`
@@ -222,7 +237,7 @@ pub fn batch_norm_train<B: Backend>(
     gamma: Tensor<B, 1>,
     beta: Tensor<B, 1>,
     epsilon: f64,
-) -> Result<(Tensor<B, 4>, Vec<f64>, Vec<f64>), Tensor<B, 4>> {
+) -> Result<TrainingBatchNorm<B>, Tensor<B, 4>> {
     #[cfg(feature = "cpu")]
     {
         use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -238,8 +253,8 @@ pub fn batch_norm_train<B: Backend>(
             return Err(x);
         }
         let x: Tensor<Ad, 4> = same_type(x)?;
-        let gamma: Tensor<Ad, 1> = same_type(gamma).ok().expect("γ is on x's backend");
-        let beta: Tensor<Ad, 1> = same_type(beta).ok().expect("β is on x's backend");
+        let gamma: Tensor<Ad, 1> = cast(gamma, "γ is on x's backend");
+        let beta: Tensor<Ad, 1> = cast(beta, "β is on x's backend");
         let (y, mean, var) = flex::batch_norm_autodiff::<NoCheckpointing>(
             x.into_primitive().tensor(),
             gamma.into_primitive().tensor(),
@@ -247,7 +262,11 @@ pub fn batch_norm_train<B: Backend>(
             epsilon,
         );
         let y = Tensor::<Ad, 4>::from_primitive(TensorPrimitive::Float(y));
-        Ok((same_type(y).ok().expect("B is Autodiff<Flex>"), mean, var))
+        Ok(TrainingBatchNorm {
+            output: cast(y, "B is Autodiff<Flex>"),
+            mean,
+            var,
+        })
     }
     #[cfg(not(feature = "cpu"))]
     {
