@@ -64,12 +64,7 @@ fn training_gradients_match_finite_differences() {
     let shape = [3, 2, 2, 3];
     let len: usize = shape.iter().product();
     // Fixed, irregular values (no generator): inputs, loss weights, γ and β.
-    let xs: Vec<f64> = (0..len)
-        .map(|i| ((i * 37 % 23) as f64 / 7.0 - 1.3) * (1.0 + (i % 3) as f64))
-        .collect();
-    let rs: Vec<f64> = (0..len)
-        .map(|i| ((i * 11 % 13) as f64 - 6.0) / 5.0)
-        .collect();
+    let (xs, rs) = (irregular_inputs(len), loss_weights(len));
     let gamma = [1.7, -0.6];
     let beta = [0.3, -1.1];
     let loss = |x: &[f64], g: [f64; 2], b: [f64; 2]| {
@@ -141,12 +136,7 @@ fn fused_training_step_equals_the_composed_one() {
 
     let shape = [3, 4, 5, 4];
     let len: usize = shape.iter().product();
-    let xs: Vec<f64> = (0..len)
-        .map(|i| ((i * 37 % 23) as f64 / 7.0 - 1.3) * (1.0 + (i % 3) as f64))
-        .collect();
-    let rs: Vec<f64> = (0..len)
-        .map(|i| ((i * 11 % 13) as f64 - 6.0) / 5.0)
-        .collect();
+    let (xs, rs) = (irregular_inputs(len), loss_weights(len));
     let gamma = vec![1.7, -0.6, 0.9, 1.1];
     let beta = vec![0.3, -1.1, 0.0, 2.0];
 
@@ -224,4 +214,18 @@ fn fused_training_step_equals_the_composed_one() {
     }
     let _sync = curriculum_ssl_models::replica_stats::install::<Ad>(std::sync::Arc::new(Alone));
     assert!(kernels::batch_norm_train(x(), ones(), ones(), 1e-5).is_err());
+}
+
+/// Fixed, irregular input values (no generator), of several magnitudes.
+fn irregular_inputs(len: usize) -> Vec<f64> {
+    (0..len)
+        .map(|i| ((i * 37 % 23) as f64 / 7.0 - 1.3) * (1.0 + (i % 3) as f64))
+        .collect()
+}
+
+/// Fixed loss weights `r` for `L = Σ BN(x) ⊙ r`.
+fn loss_weights(len: usize) -> Vec<f64> {
+    (0..len)
+        .map(|i| ((i * 11 % 13) as f64 - 6.0) / 5.0)
+        .collect()
 }

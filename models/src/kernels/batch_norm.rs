@@ -177,17 +177,7 @@ pub fn backward<T: Real>(
 mod tests {
     use super::*;
 
-    fn values(len: usize, seed: u64) -> Vec<f64> {
-        let mut s = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        (0..len)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::kernels::test_values as values;
 
     /// Batch norm by its definition, one channel at a time.
     fn direct(x: &[f64], [n, c, hw]: Dims, gamma: &[f64], beta: &[f64], eps: f64) -> Vec<f64> {

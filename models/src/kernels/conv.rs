@@ -480,20 +480,7 @@ mod tests {
         y
     }
 
-    fn values(len: usize, seed: u64) -> Vec<f64> {
-        // A fixed pseudo-random sequence (an LCG), values in [−1, 1).
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (0..len)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::kernels::test_values as values;
 
     fn geometries() -> Vec<ConvGeometry> {
         let g = |batch, ci, co, size: [usize; 2], k: [usize; 2], s, p, d| ConvGeometry {

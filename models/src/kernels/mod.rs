@@ -30,6 +30,20 @@ use burn::prelude::*;
 
 pub use conv::ConvGeometry;
 
+/// A fixed pseudo-random sequence for the kernels' unit tests (an LCG), values in [−1, 1).
+#[cfg(test)]
+fn test_values(len: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    (0..len)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        })
+        .collect()
+}
+
 /// Element types the kernels run in: `f32` and `f64` (the `gemm` crate dispatches on the type).
 pub trait Real:
     Copy
