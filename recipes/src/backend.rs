@@ -130,8 +130,11 @@ mod selected {
     pub const NAME: &str = "cpu (flex)";
     /// Whether `--augment-ahead` defaults to on.
     pub const AUGMENT_AHEAD: bool = true;
-    /// Whether `--view-threads` defaults to on: the convolutions' backward passes run mostly on
-    /// one core, so two of them side by side use both.
+    /// Whether `--view-threads` defaults to on: written when burn's convolution backward ran
+    /// mostly on one core, so two side by side used both. With the models crate's kernels
+    /// (`curriculum_ssl_models::kernels`, parallel GEMMs) it is neither faster nor slower
+    /// (MoCo v3 on `small-2x`, one subset epoch, alternated: 489 / 486 images/s on, 470 / 493
+    /// off; 2026-11-27); kept on, as the runs measured so far.
     pub const VIEW_THREADS: bool = true;
     /// Whether the small ResNet's stem runs as banded products
     /// (`curriculum_ssl_models::banded_conv`): Flex's own kernels for a 1-channel 7×7
