@@ -25,19 +25,21 @@ use super::Real;
 pub type Dims = [usize; 3];
 
 /// Per-plane sums of `f(plane index, plane)`, added over the images: one value per channel.
-fn channel_sums<T: Real>(
+fn channel_sums<T: Real, const K: usize>(
     x: &[T],
     [n, c, hw]: Dims,
-    f: impl Fn(usize, &[T]) -> f64 + Sync,
-) -> Vec<f64> {
-    let planes: Vec<f64> = x[..n * c * hw]
+    f: impl Fn(usize, &[T]) -> [f64; K] + Sync,
+) -> Vec<[f64; K]> {
+    let planes: Vec<[f64; K]> = x[..n * c * hw]
         .par_chunks(hw)
         .enumerate()
         .map(|(i, plane)| f(i, plane))
         .collect();
-    let mut sums = vec![0.0; c];
+    let mut sums = vec![[0.0; K]; c];
     for (i, s) in planes.iter().enumerate() {
-        sums[i % c] += s;
+        for (total, v) in sums[i % c].iter_mut().zip(s) {
+            *total += v;
+        }
     }
     sums
 }
@@ -71,16 +73,16 @@ pub fn forward<T: Real>(
         "batch norm: {c} channels"
     );
     let count = (n * hw) as f64;
-    let mean: Vec<f64> = channel_sums(x, dims, |_, p| p.iter().map(|&v| v.to_f64()).sum())
+    let mean: Vec<f64> = channel_sums(x, dims, |_, p| [p.iter().map(|&v| v.to_f64()).sum()])
         .into_iter()
-        .map(|s| s / count)
+        .map(|[s]| s / count)
         .collect();
     let var: Vec<f64> = channel_sums(x, dims, |i, p| {
         let m = mean[i % c];
-        p.iter().map(|&v| (v.to_f64() - m).powi(2)).sum()
+        [p.iter().map(|&v| (v.to_f64() - m).powi(2)).sum()]
     })
     .into_iter()
-    .map(|s| s / count)
+    .map(|[s]| s / count)
     .collect();
     // y = x·a + b per channel, a = γ·r, b = β − μ·a.
     let a: Vec<f64> = (0..c)
@@ -132,15 +134,16 @@ pub fn backward<T: Real>(
         "batch norm: lengths for {dims:?}"
     );
     let count = (n * hw) as f64;
-    let s1 = channel_sums(grad, dims, |_, p| p.iter().map(|&v| v.to_f64()).sum());
-    let s2 = channel_sums(grad, dims, |i, p| {
+    // S₁ and S₂ in one read of ∂y and x.
+    let sums = channel_sums(grad, dims, |i, p| {
         let m = mean[i % c];
         let plane = &x[i * hw..(i + 1) * hw];
-        p.iter()
-            .zip(plane)
-            .map(|(&d, &v)| d.to_f64() * (v.to_f64() - m))
-            .sum()
+        p.iter().zip(plane).fold([0.0, 0.0], |[s1, s2], (&d, &v)| {
+            let d = d.to_f64();
+            [s1 + d, s2 + d * (v.to_f64() - m)]
+        })
     });
+    let (s1, s2): (Vec<f64>, Vec<f64>) = sums.into_iter().map(|[a, b]| (a, b)).unzip();
     let r: Vec<f64> = var.iter().map(|v| 1.0 / (v + epsilon).sqrt()).collect();
     let dx = want_x.then(|| {
         // ∂x = A·∂y + B·x + D per channel: A = γ·r, B = −A·r²·S₂/M, D = −A·S₁/M − B·μ.
