@@ -31,6 +31,26 @@ pub enum ModelError {
         /// Smallest accepted side.
         min: usize,
     },
+    /// The images are too small for the grid the features are pooled to: the last map has
+    /// fewer cells than the grid, which would repeat features instead of pooling them.
+    #[error(
+        "{model}: images of {height}x{width} leave a last map of {map_height}x{map_width}, \
+         smaller than the pooled grid of {grid}x{grid} (use a smaller pooled grid)"
+    )]
+    MapSmallerThanGrid {
+        /// Name of the backbone.
+        model: &'static str,
+        /// Input height.
+        height: usize,
+        /// Input width.
+        width: usize,
+        /// Height of the last map.
+        map_height: usize,
+        /// Width of the last map.
+        map_width: usize,
+        /// Side of the pooled grid.
+        grid: usize,
+    },
     /// A configuration value is out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

@@ -423,6 +423,21 @@ pub fn global_avg_pool<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 2> {
     x.mean_dim(3).mean_dim(2).reshape([n, c])
 }
 
+/// Average pooling of a feature map to a `grid × grid` grid (PyTorch's `AdaptiveAvgPool2d`
+/// cells), flattened channel by channel as `torch.flatten(x, 1)` does: `grid` 1 is
+/// [`global_avg_pool`]; a larger grid keeps where in the image each channel fired.
+///
+/// # Shapes
+/// - input: `[batch, channels, h, w]`
+/// - output: `[batch, channels · grid · grid]`
+pub fn grid_avg_pool<B: Backend>(x: Tensor<B, 4>, grid: usize) -> Tensor<B, 2> {
+    if grid == 1 {
+        return global_avg_pool(x);
+    }
+    let [n, c, _, _] = x.dims();
+    burn::tensor::module::adaptive_avg_pool2d(x, [grid, grid]).reshape([n, c * grid * grid])
+}
+
 /// torchvision's `_make_divisible`: rounds `v` to the nearest multiple of `divisor`, never going
 /// below `min_value` (default `divisor`) nor more than 10 % under `v`.
 pub fn make_divisible(v: f64, divisor: usize, min_value: Option<usize>) -> usize {

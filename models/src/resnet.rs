@@ -12,7 +12,7 @@ use crate::banded_conv::banded_conv2d;
 use crate::error::ModelError;
 use crate::kernels;
 use crate::layers::{
-    check_channels_and_size, conv2d, global_avg_pool, BatchNorm2d, BatchNorm2dConfig,
+    check_channels_and_size, conv2d, grid_avg_pool, BatchNorm2d, BatchNorm2dConfig,
 };
 
 /// Residual block type.
@@ -77,6 +77,13 @@ pub struct ResNetConfig {
     /// default; worth it on the CPU only (GPU backends have fast convolution kernels).
     #[config(default = false)]
     pub banded_stem: bool,
+    /// Side of the grid the last stage's map is average-pooled to
+    /// ([`crate::layers::grid_avg_pool`]): 1 (the default) is the usual global average pooling;
+    /// 2 gives `4 × 8w` features that keep which quarter of the image each channel fired in — on
+    /// 28-pixel images through the stride-2 stem the last map is 2×2 already, so the features
+    /// are that map flattened.
+    #[config(default = 1)]
+    pub pooled_grid: usize,
 }
 
 impl ResNetConfig {
@@ -95,7 +102,7 @@ impl ResNetConfig {
 
     /// Length of the feature vectors.
     pub fn feature_dim(&self) -> usize {
-        self.base_width * 8 * self.block.expansion()
+        self.base_width * 8 * self.block.expansion() * self.pooled_grid * self.pooled_grid
     }
 
     /// Builds the network.
@@ -108,10 +115,10 @@ impl ResNetConfig {
 
     /// Builds the network, or says why the configuration is invalid.
     pub fn try_init<B: Backend>(&self, device: &B::Device) -> Result<ResNet<B>, ModelError> {
-        if self.in_channels == 0 || self.base_width == 0 {
+        if self.in_channels == 0 || self.base_width == 0 || self.pooled_grid == 0 {
             return Err(ModelError::InvalidConfig(format!(
-                "ResNet needs in_channels > 0 and base_width > 0, got {} and {}",
-                self.in_channels, self.base_width
+                "ResNet needs in_channels > 0, base_width > 0 and pooled_grid > 0, got {}, {} and {}",
+                self.in_channels, self.base_width, self.pooled_grid
             )));
         }
         let w = self.base_width;
@@ -161,6 +168,7 @@ impl ResNetConfig {
             in_channels: self.in_channels,
             feature_dim: self.feature_dim(),
             banded_stem: self.banded_stem,
+            pooled_grid: self.pooled_grid,
         })
     }
 }
@@ -277,6 +285,8 @@ pub struct ResNet<B: Backend> {
     pub feature_dim: usize,
     /// Whether the stem convolution runs as banded products ([`ResNetConfig::banded_stem`]).
     pub banded_stem: bool,
+    /// The grid the features are pooled to ([`ResNetConfig::pooled_grid`]).
+    pub pooled_grid: usize,
 }
 
 impl<B: Backend> ResNet<B> {
@@ -286,12 +296,41 @@ impl<B: Backend> ResNet<B> {
         check_channels_and_size("ResNet", self.in_channels, 1, shape)
     }
 
+    /// Checks that images of `height × width` leave a last map at least as large as the grid
+    /// the features are pooled to ([`ResNetConfig::pooled_grid`]). Smaller inputs still go
+    /// through — adaptive pooling repeats cells, as PyTorch's does, so that a multi-crop
+    /// method's small local crops give features of the global views' length —, but a
+    /// network whose main images are that small is misconfigured.
+    pub fn check_pooled_grid(&self, height: usize, width: usize) -> Result<(), ModelError> {
+        let [map_height, map_width] = self.map_size(height, width);
+        if map_height.min(map_width) < self.pooled_grid {
+            return Err(ModelError::MapSmallerThanGrid {
+                model: "ResNet",
+                height,
+                width,
+                map_height,
+                map_width,
+                grid: self.pooled_grid,
+            });
+        }
+        Ok(())
+    }
+
+    /// The side of the last stage's map for images of `height × width`: every stride-2 layer
+    /// (padded 3×3 and 7×7 convolutions, the padded 3×3 max-pool) rounds its input's half up,
+    /// so the map is the image divided by the total stride, rounded up.
+    pub fn map_size(&self, height: usize, width: usize) -> [usize; 2] {
+        let stem = self.conv1.stride[0] * if self.maxpool.is_some() { 2 } else { 1 };
+        let stride = stem * 8;
+        [height.div_ceil(stride), width.div_ceil(stride)]
+    }
+
     /// Feature map before pooling.
     ///
     /// # Shapes
     /// - input: `[batch, in_channels, h, w]`
-    /// - output: `[batch, feature_dim, h / s, w / s]` (rounded up) with `s` = 32 (ImageNet stem),
-    ///   16 (stride-2 stem) or 8 (CIFAR)
+    /// - output: `[batch, feature_dim / grid², h / s, w / s]` (rounded up:
+    ///   [`ResNet::map_size`]) with `s` = 32 (ImageNet stem), 16 (stride-2 stem) or 8 (CIFAR)
     pub fn forward_map(&self, images: Tensor<B, 4>) -> Tensor<B, 4> {
         if let Err(e) = self.check_input(images.dims()) {
             panic!("{e}");
@@ -319,13 +358,14 @@ impl<B: Backend> ResNet<B> {
 }
 
 impl<B: Backend> Backbone<B> for ResNet<B> {
-    /// Global-average-pooled output of the last stage.
+    /// The last stage's output average-pooled to [`ResNetConfig::pooled_grid`] (globally by
+    /// default).
     ///
     /// # Shapes
     /// - input: `[batch, in_channels, h, w]`
-    /// - output: `[batch, feature_dim]` (512 for ResNet-18/34, 2048 for ResNet-50)
+    /// - output: `[batch, feature_dim]` (512 for ResNet-18/34, 2048 for ResNet-50, × grid²)
     fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-        global_avg_pool(self.forward_map(images))
+        grid_avg_pool(self.forward_map(images), self.pooled_grid)
     }
 
     fn feature_dim(&self) -> usize {
@@ -336,8 +376,8 @@ impl<B: Backend> Backbone<B> for ResNet<B> {
     ///
     /// # Shapes
     /// - input: `[batch, in_channels, h, w]`
-    /// - output: `[batch, feature_dim, h / s, w / s]` (rounded up) with `s` = 32 (ImageNet stem),
-    ///   16 (stride-2 stem) or 8 (CIFAR)
+    /// - output: `[batch, feature_dim / grid², h / s, w / s]` (rounded up:
+    ///   [`ResNet::map_size`]) with `s` = 32 (ImageNet stem), 16 (stride-2 stem) or 8 (CIFAR)
     fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
         Some(self.forward_map(images))
     }

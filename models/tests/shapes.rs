@@ -156,3 +156,65 @@ fn wrong_channel_count_panics_with_the_shapes() {
     ));
     model.forward_features(Tensor::zeros([2, 1, 28, 28], &device));
 }
+
+/// `pooled_grid`: the features are the last map's averages over a grid's cells (PyTorch's
+/// `AdaptiveAvgPool2d` cells: rows `⌊i·h/g⌋ .. ⌈(i+1)·h/g⌉`, overlapping when `g` does not
+/// divide `h`), flattened channel by channel (`torch.flatten(x, 1)`), computed here from
+/// `forward_map` by that definition; grid 1 is the global average. Maps of 2×2 (28 pixels
+/// through the stride-2 stem: small-2x's default, the map flattened), 3×3 (42: overlapping
+/// cells) and 4×4 (56). Means of at most four f32 values: the same within 1e-6 relative
+/// whichever order a kernel adds them in.
+#[test]
+fn resnet_pooled_grid_averages_the_cells_and_flattens_channel_by_channel() {
+    let device = Default::default();
+    let small_2x = |grid: usize| {
+        ResNetConfig::new(curriculum_ssl_models::BlockKind::Basic, [1, 1, 1, 1])
+            .with_base_width(16)
+            .with_in_channels(1)
+            .with_stem(Stem::Stride2)
+            .with_pooled_grid(grid)
+    };
+    assert_eq!(small_2x(2).feature_dim(), 512);
+    assert_eq!(small_2x(1).feature_dim(), 128);
+    for grid in [1, 2] {
+        let model = small_2x(grid).init::<Infer>(&device);
+        for side in [28, 42, 56] {
+            let x = Tensor::<Infer, 4>::random(
+                [2, 1, side, side],
+                burn::tensor::Distribution::Default,
+                &device,
+            );
+            let map = model.forward_map(x.clone());
+            let [n, c, h, w] = map.dims();
+            assert_eq!([h, w], [side / 14, side / 14]);
+            assert_eq!(model.map_size(side, side), [h, w]);
+            let map: Vec<f32> = map.into_data().to_vec().unwrap();
+            let features: Vec<f32> = model.forward_features(x).into_data().to_vec().unwrap();
+            let cells = grid * grid;
+            assert_eq!(features.len(), n * c * cells);
+            let span = |i: usize, len: usize| (i * len / grid, ((i + 1) * len).div_ceil(grid));
+            for (i, got) in features.iter().enumerate() {
+                let (b, ch, cell) = (i / (c * cells), i / cells % c, i % cells);
+                let ((y0, y1), (x0, x1)) = (span(cell / grid, h), span(cell % grid, w));
+                let mut sum = 0.0f32;
+                for y in y0..y1 {
+                    for x in x0..x1 {
+                        sum += map[((b * c + ch) * h + y) * w + x];
+                    }
+                }
+                let want = sum / ((y1 - y0) * (x1 - x0)) as f32;
+                assert!(
+                    (got - want).abs() <= 1e-6 * want.abs().max(1.0),
+                    "grid {grid}, side {side}, feature {i}: {got} vs {want}"
+                );
+            }
+        }
+        // A map smaller than the grid is refused by the check a recipe runs (the forward pass
+        // itself repeats cells, for multi-crop's small local crops).
+        assert_eq!(model.check_pooled_grid(14, 14).is_err(), grid > 1);
+    }
+    let zero = ResNetConfig::resnet18()
+        .with_pooled_grid(0)
+        .try_init::<Infer>(&device);
+    assert!(matches!(zero, Err(ModelError::InvalidConfig(m)) if m.contains("pooled_grid")));
+}
