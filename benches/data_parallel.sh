@@ -6,7 +6,7 @@ DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 for recipe in simclr moco_v2; do
   for n in 1 2 2 1; do
     d=run-$recipe-$n-$RANDOM
-    line=$($R $recipe --epochs 1 --dataset fashion-mnist --data-dir $DATA --run-dir $d --devices $n 2>&1 | grep "epoch 1/1")
+    line=$($R $recipe --epochs 1 --dataset fashion-mnist --data-dir $DATA --backbone small --run-dir $d --devices $n 2>&1 | grep "epoch 1/1")
     echo "$recipe devices=$n $line"
     rm -rf $d
   done

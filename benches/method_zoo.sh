@@ -12,7 +12,7 @@ SEED=${SEED:-0}
 for recipe in ${RECIPES:-simclr moco_v2 barlow_twins vicreg swav dino nnclr tico moco_v3}; do
   dir=$(mktemp -d)
   echo "== $recipe"
-  "$RECIPE" "$recipe" --dataset fashion-mnist --data-dir "$DATA" --epochs "$EPOCHS" \
+  "$RECIPE" "$recipe" --dataset fashion-mnist --data-dir "$DATA" --epochs "$EPOCHS" --backbone small \
     --seed "$SEED" --run-dir "$dir/run" 2>&1 | grep -E "epoch [0-9]+/|done in|kNN \(k"
   rm -rf "$dir"
 done

@@ -12,7 +12,7 @@ SEED=${SEED:-0}
 for recipe in ${RECIPES:-swav dino}; do
   dir=$(mktemp -d)
   echo "== $recipe, curriculum-ssl"
-  "$RECIPE" "$recipe" --dataset fashion-mnist --data-dir "$DATA" --epochs "$EPOCHS" \
+  "$RECIPE" "$recipe" --dataset fashion-mnist --data-dir "$DATA" --epochs "$EPOCHS" --backbone small \
     --local-crops "$LOCAL" --seed "$SEED" --run-dir "$dir/run" 2>&1 | grep -E "epoch [0-9]+/|done in|kNN \(k"
   rm -rf "$dir"
   echo "== $recipe, lightly + PyTorch"

@@ -10,7 +10,7 @@ THREADS=${THREADS:-2}
 for recipe in barlow_twins vicreg; do
   dir=$(mktemp -d)
   echo "== $recipe, curriculum-ssl"
-  "$RECIPE" "$recipe" --dataset fashion-mnist --data-dir "$DATA" --epochs "$EPOCHS" \
+  "$RECIPE" "$recipe" --dataset fashion-mnist --data-dir "$DATA" --epochs "$EPOCHS" --backbone small \
     --run-dir "$dir/run" 2>&1 | grep -E "epoch [0-9]+/|done in|kNN \(k"
   rm -rf "$dir"
   echo "== $recipe, lightly + PyTorch"

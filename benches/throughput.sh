@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU throughput, end to end, against lightly + PyTorch on the same work: a recipe on the full
-# Fashion-MNIST training set (60,000 images), the CPU default backbone (small ResNet), batch 128,
-# 3 epochs, then benches/pytorch/moco_v2_fmnist.py on the same work, one after the other on the
+# Fashion-MNIST training set (60,000 images), the `small` backbone (`--backbone small`, the CPU
+# default until 2026-11-27), batch 128, 3 epochs, then benches/pytorch/moco_v2_fmnist.py on the same work, one after the other on the
 # same machine. Prints, for each side, training images/s, training wall time, the whole
 # process's wall time and CPU use, and kNN top-1 (k = 20, T = 0.07, 60,000 training images as
 # the bank, 10,000 test queries), then the ratio.
@@ -34,7 +34,7 @@ rust_side() {
     local dir="$OUT/$RECIPE-rust"
     rm -rf "$dir"
     /usr/bin/time -f "%e %U %S" -o "$OUT/rust.time" \
-        "$BIN" "$RECIPE" --data-dir "$DATA" --epochs "$EPOCHS" --workers "$WORKERS" \
+        "$BIN" "$RECIPE" --data-dir "$DATA" --epochs "$EPOCHS" --workers "$WORKERS" --backbone small \
         --knn-every 0 --run-dir "$dir" >"$OUT/rust.log" 2>&1
     python3 - "$dir" "$OUT/rust.time" <<'EOF'
 import csv, sys

@@ -2,7 +2,7 @@
 //! the whole path from a run directory to features, in a page of library calls.
 //!
 //! ```text
-//! cargo run --release --bin recipe -- simclr --epochs 1 --backbone small --run-dir runs/demo
+//! cargo run --release --bin recipe -- simclr --epochs 1 --backbone small-2x --run-dir runs/demo
 //! cargo run --release --example extract_features -- runs/demo path/to/images features.csv
 //! ```
 //!
@@ -12,7 +12,9 @@
 //! image's path within the folder, then its features.
 //!
 //! The recipes save their backbone as the [`AnyBackbone`] enum, so the backbone is built as one:
-//! here the recipes' CPU default (`--backbone small`, the ImageNet stem, banded on the CPU). For
+//! here the recipes' CPU default (`--backbone small-2x`: widths 16–128, the stride-2 stem banded
+//! on the CPU, the last 2×2 map flattened into 512 features — pooled to the grid the run
+//! recorded). For
 //! any other backbone, `recipe embed --run-dir DIR --images FOLDER` builds it from the run's
 //! record and writes the same features as a NumPy array.
 
@@ -38,13 +40,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let normalize = view.normalize.clone();
     let channels = normalize.as_ref().map_or(1, |n| n.mean.len());
+    // The grid its last map was pooled to: absent for global pooling (and in runs recorded
+    // before the option, which all pooled globally).
+    let grid = record.run["pooled_grid"].as_u64().unwrap_or(1) as usize;
     let device = Default::default();
     let fresh = AnyBackboneConfig::ResNet(
         ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
-            .with_base_width(8)
+            .with_base_width(16)
             .with_in_channels(channels)
-            .with_stem(Stem::ImageNet)
-            .with_banded_stem(true),
+            .with_stem(Stem::Stride2)
+            .with_banded_stem(true)
+            .with_pooled_grid(grid),
     )
     .init::<Flex>(&device);
     // Checksums and parameter shapes are verified before anything is loaded.

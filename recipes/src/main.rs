@@ -102,6 +102,7 @@ fn option_of(setting: &str) -> Option<&'static str> {
         "run.dataset" => "--dataset",
         "run.image_size" => "--image-size",
         "run.stem" => "--stem",
+        "run.pooled_grid" => "--pooled-grid",
         "run.recipe" => "the recipe",
         _ => return None,
     })

@@ -72,7 +72,7 @@ pub fn load_run_backbone(
     let fresh = record
         .run
         .backbone
-        .config(input.2, input.0, record.run.stem)
+        .config(input.2, input.0, record.run.stem, record.run.grid())
         .init::<Inner>(device);
     let model = load_backbone::<Inner, _>(&checkpoint, fresh, device)?;
     Ok(RunBackbone {
@@ -162,6 +162,7 @@ pub fn export(args: &[String]) -> Result<()> {
             .then_some(run.record.run.backbone.default_stem())
     }) {
         metadata.push(("stem".to_string(), value_name(stem)));
+        metadata.push(("pooled_grid".to_string(), run.record.run.grid().to_string()));
     }
     if let Some(n) = &normalize {
         metadata.push(("mean".to_string(), serde_json::to_string(&n.mean)?));

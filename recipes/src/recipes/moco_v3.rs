@@ -8,8 +8,8 @@
 //!   mocov3.yaml`): two-layer projector, `τ = 0.2`, LARS (η = 0.02, weight decay 1e-6) at
 //!   lr 0.3 × B/256.
 //!
-//! Both: heads 4096 wide, 256-d projections, momentum 0.99 → 1 along a cosine, BYOL's
-//! augmentations (the paper's), warm-up then cosine.
+//! Both: heads 4096 wide, 256-d projections (512 and 128 on the CPU-sized backbones),
+//! momentum 0.99 → 1 along a cosine, BYOL's augmentations (the paper's), warm-up then cosine.
 //!
 //! ```text
 //! for each batch x:
@@ -44,12 +44,19 @@ pub fn is_vit(backbone: BackboneChoice) -> bool {
 }
 
 /// The recipe's method on `backbone`: the paper's three-layer projector on a ViT, two layers
-/// otherwise; `τ = 0.2` on both.
+/// otherwise; `τ = 0.2` on both; on the CPU-sized backbones heads 512 wide with 128-d
+/// projections (the 4096-wide heads would cost more than `small-2x` itself; the
+/// studies/cpu_setting runs).
 pub fn config(backbone: BackboneChoice) -> MocoV3Config {
     let layers = if is_vit(backbone) { 3 } else { 2 };
-    MocoV3Config::new()
+    let config = MocoV3Config::new()
         .with_projector_layers(layers)
-        .with_loss(MocoV3LossConfig::new().with_temperature(0.2))
+        .with_loss(MocoV3LossConfig::new().with_temperature(0.2));
+    if backbone.is_cpu_sized() {
+        config.with_hidden_dim(512).with_output_dim(128)
+    } else {
+        config
+    }
 }
 
 /// Runs `moco_v3`.

@@ -19,7 +19,8 @@
 //! (Nesterov momentum 0.9, weight decay 5e-4, lr 1e-3), LeNet embedding network (VGG-16 for RGB
 //! images) with a 32-wide embedding layer trained with Adam at 1e-4, batch 128, augmentation by
 //! normalisation, horizontal and vertical flips, translation and rotation. On the CPU the
-//! default student is the small ResNet trained with Adam at 1e-3 (`--optimizer` chooses).
+//! default student is the CPU default backbone (`small-2x`) trained with Adam at 1e-3
+//! (`--optimizer` chooses).
 
 use super::RecipeEntry;
 use anyhow::Result;
@@ -112,6 +113,10 @@ struct SupervisedRun {
     data: Option<std::path::PathBuf>,
     dataset: common::DatasetChoice,
     stem: Option<common::StemChoice>,
+    /// The grid the ResNet's features are pooled to, when not 1 (absent in runs recorded
+    /// before the option, which pooled globally).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pooled_grid: Option<usize>,
     backend: &'static str,
     #[serde(skip_serializing_if = "crate::backend::Precision::is_f32")]
     precision: crate::backend::Precision,
@@ -261,7 +266,12 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
     let spec = BackboneSpec {
         config: settings
             .backbone
-            .config(channels, data.train.image_shape().0, settings.stem),
+            .config(
+                channels,
+                data.train.image_shape().0,
+                settings.stem,
+                settings.pooled_grid(data.train.image_shape().0),
+            ),
         weights: None,
     };
     spec.check(data.train.image_shape(), "--backbone", &device)?;
@@ -286,7 +296,12 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         Selection::SplAdvise => {
             let choice = embedding_backbone.expect("spl_advise has one");
             let spec = BackboneSpec {
-                config: choice.config(channels, data.train.image_shape().0, None),
+                config: choice.config(
+                    channels,
+                    data.train.image_shape().0,
+                    None,
+                    choice.default_pooled_grid(None, data.train.image_shape().0),
+                ),
                 weights: None,
             };
             spec.check(data.train.image_shape(), "--embedding-backbone", &device)?;
@@ -314,6 +329,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         data: settings.source.dir.clone(),
         dataset: settings.source.dataset,
         stem: settings.stem,
+        pooled_grid: settings.recorded_pooled_grid(data.train.image_shape().0),
         backend: backend::NAME,
         precision: common_args.precision,
         label_fraction,

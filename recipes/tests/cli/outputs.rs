@@ -78,16 +78,19 @@ fn a_run_exports_its_backbone_and_embeds_a_folder_as_the_example_does() {
     let dir = run_dir.to_str().unwrap();
     let meta = &header["__metadata__"];
     assert_eq!(meta["recipe"], "light_moco");
-    assert_eq!(meta["backbone"], "small");
+    assert_eq!(meta["backbone"], "small-2x");
     assert_eq!(meta["in_chans"], "1");
     assert_eq!(meta["input_size"], "28x28");
-    assert_eq!(meta["stem"], "imagenet");
+    assert_eq!(meta["stem"], "stride2");
+    // The last 2×2 map of 128 channels, flattened.
+    assert_eq!(meta["pooled_grid"], "2");
+    assert_eq!(meta["feature_dim"], "512");
     assert_eq!(meta["key_names"], "torchvision-resnet");
     assert_eq!(meta["mean"], "[0.286]");
-    // torchvision's names and layout: the 7×7 stem of 8 channels, batch norm as weight / bias.
+    // torchvision's names and layout: the 3×3 stem of 16 channels, batch norm as weight / bias.
     assert_eq!(
         header["conv1.weight"]["shape"],
-        serde_json::json!([8, 1, 7, 7])
+        serde_json::json!([16, 1, 3, 3])
     );
     for key in [
         "bn1.weight",

@@ -684,6 +684,38 @@ fn every_backbone_option_runs_two_steps() {
         "{}",
         stderr(&o)
     );
+    // --pooled-grid: the run records the grid it pooled to when it is not 1 (small-2x's default
+    // 2; runs recorded before the option pooled globally and record none), recipe.toml the
+    // option when given; refused off the ResNets, outside 1..=16 and above the last map's size
+    // (the small ResNet's ImageNet stem leaves 1×1 of a 28-pixel image).
+    for (grid, recorded, in_toml) in [(None, true, false), (Some("1"), false, true)] {
+        let name = format!("grid-{}", grid.unwrap_or("default"));
+        let mut extra = vec!["--backbone", "small-2x"];
+        extra.extend(grid.iter().flat_map(|g| ["--pooled-grid", *g]));
+        let o = run(&as_strs(&tiny(&name, &extra)));
+        assert_eq!(check_error_shape(&o, &name), 0, "{}", stderr(&o));
+        let toml = std::fs::read_to_string(scratch().join(&name).join("recipe.toml")).unwrap();
+        assert_eq!(toml.contains("pooled_grid = 1"), in_toml, "{toml}");
+        let config = std::fs::read_to_string(scratch().join(&name).join("config.json")).unwrap();
+        assert_eq!(config.contains("\"pooled_grid\": 2"), recorded, "{config}");
+        assert!(!config.contains("\"pooled_grid\": 1"), "{config}");
+        std::fs::remove_dir_all(scratch().join(&name)).unwrap();
+    }
+    for (extra, expected) in [
+        (
+            vec!["--backbone", "lenet5", "--pooled-grid", "2"],
+            "--pooled-grid: only for the ResNets",
+        ),
+        (vec!["--pooled-grid", "0"], "--pooled-grid"),
+        (
+            vec!["--backbone", "small", "--pooled-grid", "2"],
+            "leave a last map of 1x1, smaller than the pooled grid of 2x2",
+        ),
+    ] {
+        let o = run(&as_strs(&tiny("grid-refused", &extra)));
+        assert_eq!(check_error_shape(&o, expected), 2, "{}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{}", stderr(&o));
+    }
 }
 
 /// `--label-fraction F` trains a supervised recipe from scratch on a class-balanced fraction of

@@ -14,7 +14,7 @@ fn resume_names_the_options_that_differ_and_extend_makes_the_run_longer() {
         ),
         (
             vec!["--resume", "--backbone", "resnet18"],
-            "--backbone: run \"Small\", given \"Resnet18\"",
+            "--backbone: run \"Small2x\", given \"Resnet18\"",
         ),
         (
             vec!["--resume", "--epochs", "2"],

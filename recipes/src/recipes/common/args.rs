@@ -80,13 +80,18 @@ pub struct RecipeArgs {
     /// warning).
     #[arg(long)]
     pub warmup_epochs: Option<usize>,
-    /// Backbone (default: resnet18 on a GPU, small on the CPU).
+    /// Backbone (default: resnet18 on a GPU, small-2x on the CPU).
     #[arg(long, value_enum)]
     pub backbone: Option<BackboneChoice>,
     /// ResNets: the stem (default: cifar for resnet18/34/50, imagenet for small and small-wide,
     /// stride2 for small-2x).
     #[arg(long, value_enum)]
     pub stem: Option<StemChoice>,
+    /// ResNets: average-pool the last map to an N × N grid and flatten it (N² times the
+    /// features; default: 2 for small-2x where its last map is at least 2×2, as on 28-pixel
+    /// images, else 1 — global average pooling —, and 1 for the others).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub pooled_grid: Option<u64>,
     /// Start the backbone from torchvision weights (a safetensors export of its state_dict;
     /// ResNets, EfficientNets, MobileNet-V3s).
     #[arg(long)]
@@ -285,6 +290,11 @@ pub struct RecipeRun {
     /// The ResNet stem given with `--stem` (`None`: the backbone's default).
     #[serde(default)]
     pub stem: Option<StemChoice>,
+    /// The grid the ResNet's features were pooled to (`--pooled-grid`, resolved), when not 1:
+    /// absent for global average pooling, as in every run recorded before the option
+    /// ([`RecipeRun::grid`]), so that those runs resume and compare as they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooled_grid: Option<usize>,
     /// Torchvision weights the backbone started from.
     #[serde(default)]
     pub weights: Option<PathBuf>,
@@ -296,6 +306,14 @@ pub struct RecipeRun {
     /// before the option): a resume with another is refused as a changed setting.
     #[serde(default, skip_serializing_if = "crate::backend::Precision::is_f32")]
     pub precision: crate::backend::Precision,
+}
+
+impl RecipeRun {
+    /// The grid the run's ResNet pooled its features to: the recorded one, or 1 (global
+    /// average pooling) for a run recorded before `--pooled-grid` existed.
+    pub fn grid(&self) -> usize {
+        self.pooled_grid.unwrap_or(1)
+    }
 }
 
 impl RecipeArgs {

@@ -42,11 +42,29 @@ pub struct Settings {
     pub source: DataSource,
     /// The ResNet stem, when given.
     pub stem: Option<StemChoice>,
+    /// The grid the ResNet's last map is pooled to, when given (`--pooled-grid`;
+    /// [`Settings::pooled_grid`] resolves it).
+    pub given_pooled_grid: Option<usize>,
     /// Torchvision weights the backbone starts from.
     pub weights: Option<PathBuf>,
 }
 
 impl Settings {
+    /// The grid the backbone's features are pooled to on images of `side` pixels:
+    /// `--pooled-grid`, else the backbone's [`BackboneChoice::default_pooled_grid`] (resolved
+    /// here, not when the command line is read, because a recipe may replace the default
+    /// backbone with its own and the images' size is known once they are read).
+    pub fn pooled_grid(&self, side: usize) -> usize {
+        self.given_pooled_grid
+            .unwrap_or(self.backbone.default_pooled_grid(self.stem, side))
+    }
+
+    /// The grid as a run on images of `side` pixels records it: `None` for 1 (global average
+    /// pooling), which is also what every run recorded before `--pooled-grid` existed did.
+    pub fn recorded_pooled_grid(&self, side: usize) -> Option<usize> {
+        Some(self.pooled_grid(side)).filter(|&g| g != 1)
+    }
+
     /// The recipe's defaults with the command line applied.
     pub fn new(
         recipe: &'static str,
@@ -55,18 +73,20 @@ impl Settings {
         batch_size: usize,
         lr: f64,
     ) -> Self {
+        let backbone = args
+            .backbone
+            .unwrap_or_else(BackboneChoice::default_for_backend);
         Self {
             recipe,
             epochs: args.epochs.unwrap_or(epochs),
             batch_size: args.batch_size.unwrap_or(batch_size),
             lr: args.lr.unwrap_or(lr),
             warmup_epochs: 0,
-            backbone: args
-                .backbone
-                .unwrap_or_else(BackboneChoice::default_for_backend),
+            backbone,
             seed: args.seed,
             source: DataSource::from_args(args),
             stem: args.stem,
+            given_pooled_grid: args.pooled_grid.map(|g| g as usize),
             weights: args.weights.clone(),
         }
     }
@@ -423,9 +443,12 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     let data = settings.source.load()?;
     let channels = data.shape().2;
     BackboneSpec {
-        config: settings
-            .backbone
-            .config(channels, data.shape().0, settings.stem),
+        config: settings.backbone.config(
+            channels,
+            data.shape().0,
+            settings.stem,
+            settings.pooled_grid(data.shape().0),
+        ),
         weights: settings.weights.clone(),
     }
     .check(data.shape(), "--backbone", &device)?;
@@ -525,6 +548,7 @@ impl Prepared {
                 self.data.shape().2,
                 self.data.shape().0,
                 self.settings.stem,
+                self.settings.pooled_grid(self.data.shape().0),
             ),
             weights: self.settings.weights.clone(),
         }
@@ -665,6 +689,12 @@ pub(crate) fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
             value_name(settings.backbone)
         )));
     }
+    if settings.given_pooled_grid.is_some() && !settings.backbone.is_resnet() {
+        return Err(usage(format!(
+            "--pooled-grid: only for the ResNets (resnet18, resnet34, resnet50, small, small-wide, small-2x), not {}",
+            value_name(settings.backbone)
+        )));
+    }
     settings.source.validate()
 }
 
@@ -698,6 +728,7 @@ pub fn options_table(args: &RecipeArgs, settings: &Settings) -> toml::Table {
     put("warmup_epochs", Some(int(settings.warmup_epochs)));
     put("backbone", Some(name(settings.backbone)));
     put("stem", settings.stem.map(name));
+    put("pooled_grid", settings.given_pooled_grid.map(int));
     put("weights", settings.weights.as_deref().map(path));
     // A seed above i64's range is written as text (clap reads it back).
     put(

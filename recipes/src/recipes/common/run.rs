@@ -332,6 +332,7 @@ where
             Some([h, w, c])
         },
         stem: settings.stem,
+        pooled_grid: settings.recorded_pooled_grid(prepared.data.shape().0),
         weights: settings.weights.clone(),
         method: method_config,
         backend: backend::NAME.to_string(),
