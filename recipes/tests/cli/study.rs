@@ -194,6 +194,27 @@ fn a_study_runs_every_arm_and_seed_once_resumes_and_reports_paired_differences()
     assert_eq!(out.matches("study: run ").count(), 2, "{out}");
     assert!(dir.join("replaced/b/seed-0-1/run/epochs.csv").is_file());
     assert!(dir.join("replaced/b/seed-1-1/record.json").is_file());
+
+    // A run whose settings are not what its unchanged arm resolves to now — as after a change
+    // of a recipe's default (here its recipe.toml says another learning rate) — is refused as
+    // changed too, naming the setting; the per-run seed is not a difference.
+    let recorded = dir.join("runs/a/seed-1/recipe.toml");
+    let text = std::fs::read_to_string(&recorded).unwrap();
+    let lr_line = text
+        .lines()
+        .find(|l| l.starts_with("lr = "))
+        .unwrap()
+        .to_string();
+    std::fs::write(&recorded, text.replace(&lr_line, "lr = 0.5")).unwrap();
+    let o = run(&["study", changed.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert_eq!(check_error_shape(&o, "drifted"), 2, "{err}");
+    assert!(
+        err.contains(
+            "arm `a`, seed 1 (its run's settings are not the arm's now: options.lr: run 0.5, now "
+        ) && !err.contains("seed 0"),
+        "{err}"
+    );
 }
 
 #[test]

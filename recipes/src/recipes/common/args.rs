@@ -110,6 +110,11 @@ pub struct RecipeArgs {
     /// each arm before its first run).
     #[arg(long)]
     pub check: bool,
+    /// With --check: print the settings the run would have — recipe.toml's table, as one JSON
+    /// line — so that `recipe study` can tell a finished run whose arm now resolves otherwise
+    /// (a changed default) from one that still matches.
+    #[arg(long, hide = true, requires = "check")]
+    pub print_settings: bool,
     /// Curriculum recipes (mico_*): run the schedule from easy to hard (λ 0.8 → 0.2), the
     /// reverse of the paper's order.
     #[arg(long)]

@@ -129,8 +129,8 @@ impl Overrides {
         Ok(())
     }
 
-    /// Writes `recipe.toml` into `run_dir`: the recipe, its options and the sections built.
-    pub fn write(&self, run_dir: &Path, recipe: &str, options: toml::Table) -> Result<()> {
+    /// What `recipe.toml` holds: the recipe, its options and the sections built.
+    pub fn table(&self, recipe: &str, options: toml::Table) -> toml::Table {
         let mut table = toml::Table::new();
         table.insert("recipe".into(), toml::Value::String(recipe.into()));
         table.insert("options".into(), toml::Value::Table(options));
@@ -140,6 +140,12 @@ impl Overrides {
                 table.insert(section.into(), to_toml(value));
             }
         }
+        table
+    }
+
+    /// Writes `recipe.toml` into `run_dir` ([`Overrides::table`]).
+    pub fn write(&self, run_dir: &Path, recipe: &str, options: toml::Table) -> Result<()> {
+        let table = self.table(recipe, options);
         let text = format!(
             "# The settings of this run, as `recipe {recipe}` resolved them. Run them again with\n\
              # `recipe {recipe} --config recipe.toml --run-dir NEW_DIR` (command-line options and\n\

@@ -120,6 +120,11 @@ impl Prepared {
         }
         if self.args.check {
             self.overrides.check_used(self.settings.recipe)?;
+            if self.args.print_settings {
+                let options = options_table(&self.args, &self.settings);
+                let table = self.overrides.table(self.settings.recipe, options);
+                println!("{}", serde_json::to_string(&table)?);
+            }
             println!(
                 "recipe `{}`: the options and settings are valid (--check: nothing trained)",
                 self.settings.recipe

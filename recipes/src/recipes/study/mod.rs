@@ -22,6 +22,7 @@ mod file;
 mod report;
 mod stats;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -34,6 +35,7 @@ pub use file::{Arm, StudyFile};
 
 use super::RecipeEntry;
 use crate::plots::Table;
+use crate::run_files::RECIPE_TOML;
 use crate::usage::usage;
 
 /// Options of `recipe study`.
@@ -139,8 +141,8 @@ pub fn run(args: &[String]) -> Result<()> {
     if args.report_only {
         return report::write(&dir, &study, &title);
     }
-    check_arms(&study)?;
-    let changed = changed_runs(&dir, &study)?;
+    let resolved = check_arms(&study)?;
+    let changed = changed_runs(&dir, &study, &resolved)?;
     if !changed.is_empty() && !args.check {
         if !args.rerun_changed {
             return Err(usage(format!(
@@ -154,13 +156,13 @@ pub fn run(args: &[String]) -> Result<()> {
                 },
                 changed
                     .iter()
-                    .map(|(arm, seed)| format!("arm `{arm}`, seed {seed}"))
+                    .map(|(arm, seed, why)| format!("arm `{arm}`, seed {seed}{why}"))
                     .collect::<Vec<_>>()
                     .join("; "),
                 dir.join("replaced").display()
             )));
         }
-        for (arm, seed) in &changed {
+        for (arm, seed, _) in &changed {
             replace(&dir, arm, *seed)?;
         }
     }
@@ -235,16 +237,45 @@ fn hms(seconds: f64) -> String {
     ))
 }
 
-/// The (arm, seed) whose record was made under another definition of the arm, or whose
-/// directory holds something the study did not make.
-fn changed_runs(dir: &Path, study: &StudyFile) -> Result<Vec<(String, u64)>> {
+/// The (arm, seed, why) whose record was made under another definition of the arm, or whose
+/// run resolved to settings other than the arm's now (`resolved`, from [`check_arms`]: a
+/// default of the recipes changed since), or whose directory holds something the study did
+/// not make.
+fn changed_runs(
+    dir: &Path,
+    study: &StudyFile,
+    resolved: &BTreeMap<String, serde_json::Value>,
+) -> Result<Vec<(String, u64, String)>> {
     let mut changed = Vec::new();
     for arm in &study.arms {
         let definition = study.fingerprint(arm);
         for &seed in &study.seeds {
             match read_record(&record_path(dir, &arm.name, seed))? {
-                Some(r) if r.definition != definition => changed.push((arm.name.clone(), seed)),
-                Some(_) => {}
+                Some(r) if r.definition != definition => {
+                    changed.push((arm.name.clone(), seed, String::new()))
+                }
+                Some(_) => {
+                    let Some(now) = resolved.get(&arm.name) else {
+                        continue;
+                    };
+                    let toml_path = run_dir(dir, &arm.name, seed).join(RECIPE_TOML);
+                    let Ok(text) = std::fs::read_to_string(&toml_path) else {
+                        continue;
+                    };
+                    let ran: toml::Table = toml::from_str(&text)
+                        .with_context(|| format!("reading {}", toml_path.display()))?;
+                    let differences = settings_differences(&serde_json::to_value(ran)?, now);
+                    if !differences.is_empty() {
+                        changed.push((
+                            arm.name.clone(),
+                            seed,
+                            format!(
+                                " (its run's settings are not the arm's now: {})",
+                                differences.join(", ")
+                            ),
+                        ));
+                    }
+                }
                 None => {
                     let run = run_dir(dir, &arm.name, seed);
                     if run.exists() {
@@ -308,11 +339,51 @@ fn still_there(path: PathBuf) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Asks each arm's recipe to check its options and settings (`--check`) before anything runs.
-fn check_arms(study: &StudyFile) -> Result<()> {
+/// The settings a study sets per run, or that follow its seed: not part of what an arm
+/// resolves to.
+const PER_RUN_SETTINGS: [&[&str]; 3] = [
+    &["options", "seed"],
+    &["options", "checkpoint_every"],
+    &["augmentation", "seed"],
+];
+
+/// The settings in which a run's `recipe.toml` (`ran`) and what its arm resolves to now
+/// (`now`) differ, as `path: run X, now Y`. A setting only one side has is not a difference:
+/// runs recorded before a setting existed lack it, and it was at its default there.
+fn settings_differences(ran: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
+    fn walk(ran: &serde_json::Value, now: &serde_json::Value, path: &mut Vec<String>, out: &mut Vec<String>) {
+        match (ran, now) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (key, value) in a {
+                    let Some(other) = b.get(key) else { continue };
+                    path.push(key.clone());
+                    let per_run = PER_RUN_SETTINGS
+                        .iter()
+                        .any(|p| p.len() == path.len() && p.iter().zip(path.iter()).all(|(x, y)| x == y));
+                    if !per_run {
+                        walk(value, other, path, out);
+                    }
+                    path.pop();
+                }
+            }
+            _ if ran != now => out.push(format!("{}: run {ran}, now {now}", path.join("."))),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(ran, now, &mut Vec::new(), &mut out);
+    out
+}
+
+/// Asks each arm's recipe to check its options and settings (`--check`) before anything runs,
+/// and returns the settings each arm resolves to (the self-supervised recipes print them;
+/// arms of recipes that do not are absent).
+fn check_arms(study: &StudyFile) -> Result<BTreeMap<String, serde_json::Value>> {
+    let mut resolved = BTreeMap::new();
     for arm in &study.arms {
         let mut args = study.arm_args(arm);
         args.push("--check".into());
+        args.push("--print-settings".into());
         let output = Command::new(this_binary()?)
             .args(&args)
             .env("RUST_LOG", "error")
@@ -327,8 +398,14 @@ fn check_arms(study: &StudyFile) -> Result<()> {
                 .join("; ");
             return Err(usage(format!("arm `{}`: {message}", arm.name)));
         }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        if let Some(line) = stdout.lines().find(|l| l.starts_with('{')) {
+            let settings = serde_json::from_str(line)
+                .with_context(|| format!("arm `{}`: reading the settings it resolves to", arm.name))?;
+            resolved.insert(arm.name.clone(), settings);
+        }
     }
-    Ok(())
+    Ok(resolved)
 }
 
 /// Whether `recipe` is one of the supervised recipes (which measure their own test accuracy;
