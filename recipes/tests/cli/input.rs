@@ -191,7 +191,11 @@ fn bad_input_exits_2_with_a_message_naming_it() {
         // Networks that cannot fit are refused from their shapes, before their weights are
         // drawn (it grew to 24 GB until the system killed it).
         (
-            simclr("huge-head", &["method.hidden_dim=100000000"]),
+            // (The small backbone's 64 features: the count below is for its head's shapes.)
+            simclr(
+                "huge-head",
+                &["--backbone", "small", "method.hidden_dim=100000000"],
+            ),
             "parameters: at least 292.1 GiB with their gradients and optimiser state",
         ),
     ];
