@@ -276,6 +276,11 @@ pub type Train = burn::backend::Autodiff<Inner>;
 /// Its device.
 pub type Device = <Train as burn::tensor::backend::BackendTypes>::Device;
 
+/// Whether this build trains on the CPU (burn's Flex): the recipes' CPU defaults follow it.
+pub fn on_cpu() -> bool {
+    NAME.starts_with("cpu")
+}
+
 /// The devices of `replicas` data-parallel replicas from `--device` on: on the CPU backend
 /// (one device) every replica shares it; on a GPU backend replica `i` takes device
 /// `--device + i`, each checked as [`device`] checks one. (Two replicas on one GPU are not

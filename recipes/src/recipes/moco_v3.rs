@@ -30,16 +30,11 @@ use curriculum_ssl::pipeline::PipelineConfig;
 
 use super::common::{self, BackboneChoice, Defaults, Train};
 
-/// Whether this build trains on the CPU.
-fn on_cpu() -> bool {
-    crate::backend::NAME.starts_with("cpu")
-}
-
 /// Images per step: 128 on a GPU; 64 on the CPU, whose runs cover small datasets in few epochs
 /// and gain from twice the steps (the embedded Fashion-MNIST subset, 20 epochs, seed 2: kNN
 /// top-1 84.10 % at batch 64 and lr 0.075 against 82.25 % at 128 and 0.15).
 pub fn default_batch_size() -> usize {
-    if on_cpu() {
+    if crate::backend::on_cpu() {
         64
     } else {
         128
@@ -50,7 +45,7 @@ pub fn default_batch_size() -> usize {
 /// 128's 610 on two cores, so that the README's main command (the embedded subset) stays under
 /// 5 minutes (4 min 29 s to 4 min 36 s, seeds 0–2).
 pub fn default_epochs() -> usize {
-    if on_cpu() {
+    if crate::backend::on_cpu() {
         16
     } else {
         20

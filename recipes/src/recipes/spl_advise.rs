@@ -141,7 +141,7 @@ pub fn random_sampling(args: &[String]) -> Result<()> {
 }
 
 fn on_gpu() -> bool {
-    backend::NAME != "cpu (flex)"
+    !backend::on_cpu()
 }
 
 /// The paper's augmentation of Fashion-MNIST (the magnitudes are not given: ±10° and ±2

@@ -83,7 +83,7 @@ impl BackboneChoice {
     /// `small`, MoCo v3 on the full Fashion-MNIST, 3 seeds: kNN +2.5, linear probe +3.8 points,
     /// studies/cpu_setting).
     pub fn default_for_backend() -> Self {
-        if backend::NAME.starts_with("cpu") {
+        if backend::on_cpu() {
             Self::Small2x
         } else {
             Self::Resnet18
