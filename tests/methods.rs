@@ -363,6 +363,15 @@ fn view_threads_change_no_gradient_and_no_running_statistic() {
         || seeded(|d| byol.init(resnet, d)),
         |m: &Byol<ExactAd, ResNet<ExactAd>>| values(m.target().network()),
     );
+    let v3 = MocoV3Config::new()
+        .with_hidden_dim(16)
+        .with_output_dim(4)
+        .with_projector_layers(2);
+    assert_view_threads_exact(
+        "MoCo v3",
+        || seeded(|d| v3.init(resnet, d)),
+        |m: &MocoV3<ExactAd, ResNet<ExactAd>>| values(m.momentum_encoder().network()),
+    );
     let simsiam = SimSiamConfig::new().with_dim(8).with_predictor_dim(4);
     assert_view_threads_exact(
         "SimSiam",

@@ -16,11 +16,13 @@
 //!
 //! The math, the defaults and the worked values are in `docs/methods.md#moco-v3`.
 
+use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
+use super::branches::ViewThreads;
 use super::encoder::{Predicted, Projected};
 use super::momentum::MomentumEncoder;
 use super::ssl_method::{MethodOutput, SslMethod, Views};
@@ -99,6 +101,7 @@ impl MocoV3Config {
             momentum,
             loss: self.loss.init()?,
             replica: None,
+            view_threads: ViewThreads::default(),
         })
     }
 }
@@ -118,6 +121,8 @@ pub struct MocoV3<B: Backend, M: Backbone<B>> {
     loss: MocoV3Loss,
     /// This method's replica in a data-parallel run: the keys are every replica's.
     replica: Option<Replica<B>>,
+    /// The two views' query passes back-propagated on two threads, when on.
+    view_threads: ViewThreads<B, Predicted<B, M>>,
 }
 
 impl<B: Backend, M: Backbone<B>> MocoV3<B, M> {
@@ -144,6 +149,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MocoV3<B, M> 
 
     fn load_state(&mut self, state: MocoV3State<B, M>) -> Result<(), ConfigError> {
         self.momentum.load_record(state.momentum);
+        self.view_threads.clear();
         Ok(())
     }
 
@@ -154,8 +160,12 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MocoV3<B, M> 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
         let [view1, view2] = views.two();
         let n = view1.dims()[0];
-        let query = |x: Tensor<B, 4>| self.online.forward(x).1;
-        let (q1, q2) = (query(view1.clone()), query(view2.clone()));
+        let ([q1, q2], _) = self.view_threads.passes(
+            &self.online,
+            [view1.clone(), view2.clone()],
+            true,
+            |net, x| (net.forward(x).1, ()),
+        );
         let key = |x: Tensor<B, 4>| self.momentum.network().forward(x.detach()).detach();
         let (k1, k2) = (key(view1), key(view2));
         let embeddings = Some([k1.clone(), k2.clone()]);
@@ -177,8 +187,17 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MocoV3<B, M> 
     /// its queries, and the average over replicas is the one-device loss and gradient (with
     /// synchronised batch norms).
     fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
+        self.view_threads.replicated();
         self.replica = Some(replica);
         Ok(())
+    }
+
+    fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
+        self.view_threads.gradients(loss, &self.online)
+    }
+
+    fn set_view_threads(&mut self, on: bool) {
+        self.view_threads.set(on);
     }
 
     fn after_step(&mut self, progress: Progress) {

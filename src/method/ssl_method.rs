@@ -167,7 +167,7 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
     /// core busy (the CPU backend's convolutions). Off until asked for; a method whose views
     /// do not pass through the online networks separately (or not twice) ignores it.
     /// Used by SimCLR (not at steps where PGD adds a third pass), symmetric MoCo
-    /// (Light-MoCo), BYOL and SimSiam; MoCo v1/v2 (one query pass) and rotation prediction
+    /// (Light-MoCo), MoCo v3, BYOL and SimSiam; MoCo v1/v2 (one query pass) and rotation prediction
     /// ignore it.
     fn set_view_threads(&mut self, on: bool) {
         let _ = on;
