@@ -149,9 +149,85 @@ fn valid_range(out_len: usize, stride: usize, offset: isize, in_len: usize) -> (
     (lo.min(hi), hi)
 }
 
+/// Where one row `(c, i, j)` of `colᵀ` reads its image plane when the stride is 1 and the rows
+/// of the output are as long as the input's (`w_out = w`, e.g. a 3×3 kernel with padding 1, or
+/// any 1×1 kernel without padding): output position `k = oh·w + ow` reads input position
+/// `k + shift`, so the valid part is one contiguous span of the plane, less a few entries at
+/// the ends of its rows (`gap` of them between consecutive rows' valid runs) that fell outside
+/// the image on the left or right. `None` when no position reads inside the image.
+///
+/// This is what keeps the small maps of the CPU backbones fast: a 14×14 map read row by row
+/// costs a `memcpy` and two `memset` calls per 14 values; as a span it costs one of each per
+/// plane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    /// First and one-past-last output position of the span.
+    start: usize,
+    end: usize,
+    /// Input position read by output position 0 (may be negative).
+    shift: isize,
+    /// Valid output columns `w_lo..w_hi` of every row.
+    w_lo: usize,
+    w_hi: usize,
+}
+
+impl Span {
+    /// The span of the row with offsets `off_h` (rows) and `off_w` (columns) into the input,
+    /// for geometries where [`Span::applies`].
+    fn new(g: &ConvGeometry, off_h: isize, off_w: isize) -> Option<Self> {
+        let [h, w] = g.in_size;
+        let [oh_len, _] = g.out_size().expect("checked");
+        let (h_lo, h_hi) = valid_range(oh_len, 1, off_h, h);
+        let (w_lo, w_hi) = valid_range(w, 1, off_w, w);
+        (h_lo < h_hi && w_lo < w_hi).then(|| Self {
+            start: h_lo * w + w_lo,
+            end: (h_hi - 1) * w + w_hi,
+            shift: off_h * w as isize + off_w,
+            w_lo,
+            w_hi,
+        })
+    }
+
+    /// Whether the geometry reads by spans: stride 1 and output rows as long as the input's.
+    fn applies(g: &ConvGeometry) -> bool {
+        g.stride == [1, 1] && g.out_size().is_some_and(|[_, ow]| ow == g.in_size[1])
+    }
+
+    /// The input positions `start + shift .. end + shift` that the span reads.
+    fn source(&self) -> std::ops::Range<usize> {
+        let from = (self.start as isize + self.shift) as usize;
+        from..from + (self.end - self.start)
+    }
+
+    /// The output positions inside the span that lie outside the image (the right end of a
+    /// row and the left end of the next, `w − w_hi + w_lo` of them), as ranges.
+    fn gaps(&self, w: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+        let gap = w - self.w_hi + self.w_lo;
+        let (start, end, w_hi) = (self.start, self.end, self.w_hi);
+        (start / w..)
+            .map(move |oh| oh * w + w_hi)
+            .take_while(move |&from| from < end)
+            .filter(move |_| gap > 0)
+            .map(move |from| from..from + gap)
+    }
+}
+
 /// Fills `col` (`[col_rows, images·positions]`) with im2col of `images` images of `x` starting
 /// at image `first`.
 fn im2col<T: Real>(x: &[T], g: &ConvGeometry, first: usize, images: usize, col: &mut [T]) {
+    im2col_by(x, g, first, images, col, Span::applies(g));
+}
+
+/// [`im2col`], reading by [`Span`]s when `spans` (which needs [`Span::applies`]), else row by
+/// row (the tests compare the two).
+fn im2col_by<T: Real>(
+    x: &[T],
+    g: &ConvGeometry,
+    first: usize,
+    images: usize,
+    col: &mut [T],
+    spans: bool,
+) {
     let [h, w] = g.in_size;
     let [oh_len, ow_len] = g.out_size().expect("checked");
     let [kh, kw] = g.kernel;
@@ -167,26 +243,38 @@ fn im2col<T: Real>(x: &[T], g: &ConvGeometry, first: usize, images: usize, col: 
             let off_h = (i * g.dilation[0]) as isize - g.padding[0] as isize;
             let off_w = (j * g.dilation[1]) as isize - g.padding[1] as isize;
             let (w_lo, w_hi) = valid_range(ow_len, g.stride[1], off_w, w);
+            let (h_lo, h_hi) = valid_range(oh_len, g.stride[0], off_h, h);
+            let span = spans.then(|| Span::new(g, off_h, off_w)).flatten();
             for b in 0..images {
                 let plane_start = ((first + b) * g.in_channels + c) * h * w;
                 let plane = &x[plane_start..plane_start + h * w];
                 let out = &mut row[b * positions..(b + 1) * positions];
-                for oh in 0..oh_len {
-                    let dst = &mut out[oh * ow_len..(oh + 1) * ow_len];
-                    let ih = (oh * g.stride[0]) as isize + off_h;
-                    if ih < 0 || ih >= h as isize {
-                        dst.fill(T::default());
+                if spans {
+                    let Some(span) = span else {
+                        out.fill(T::default());
                         continue;
+                    };
+                    out[..span.start].fill(T::default());
+                    out[span.start..span.end].copy_from_slice(&plane[span.source()]);
+                    out[span.end..].fill(T::default());
+                    for gap in span.gaps(w) {
+                        for v in &mut out[gap] {
+                            *v = T::default();
+                        }
                     }
-                    let src = &plane[ih as usize * w..(ih as usize + 1) * w];
-                    dst[..w_lo].fill(T::default());
-                    dst[w_hi..].fill(T::default());
-                    let start = (w_lo * g.stride[1]) as isize + off_w;
+                    continue;
+                }
+                // Any other geometry: zero once, then copy the valid part of each row.
+                out.fill(T::default());
+                for oh in h_lo..h_hi {
+                    let dst = &mut out[oh * ow_len..(oh + 1) * ow_len];
+                    let ih = ((oh * g.stride[0]) as isize + off_h) as usize;
+                    let src = &plane[ih * w..(ih + 1) * w];
+                    let start = ((w_lo * g.stride[1]) as isize + off_w) as usize;
                     if g.stride[1] == 1 {
-                        let start = start as usize;
                         dst[w_lo..w_hi].copy_from_slice(&src[start..start + (w_hi - w_lo)]);
                     } else {
-                        let from = src[start as usize..].iter().step_by(g.stride[1]);
+                        let from = src[start..].iter().step_by(g.stride[1]);
                         for (d, &v) in dst[w_lo..w_hi].iter_mut().zip(from) {
                             *d = v;
                         }
@@ -198,7 +286,22 @@ fn im2col<T: Real>(x: &[T], g: &ConvGeometry, first: usize, images: usize, col: 
 
 /// Adds each entry of `col` (`[col_rows, images·positions]`) to the input position it was read
 /// from by [`im2col`], into `dx`, the gradient planes of `images` images starting at `first`.
+/// Each plane's entries are added row `(c, i, j)` by row in that order, whichever path runs,
+/// so the sums are the same to the bit.
 fn col2im<T: Real>(col: &[T], g: &ConvGeometry, first: usize, images: usize, dx: &mut [T]) {
+    col2im_by(col, g, first, images, dx, Span::applies(g));
+}
+
+/// [`col2im`], adding by [`Span`]s when `spans` (which needs [`Span::applies`]), else row by
+/// row (the tests compare the two).
+fn col2im_by<T: Real>(
+    col: &[T],
+    g: &ConvGeometry,
+    first: usize,
+    images: usize,
+    dx: &mut [T],
+    spans: bool,
+) {
     let [h, w] = g.in_size;
     let [oh_len, ow_len] = g.out_size().expect("checked");
     let [kh, kw] = g.kernel;
@@ -215,31 +318,71 @@ fn col2im<T: Real>(col: &[T], g: &ConvGeometry, first: usize, images: usize, dx:
                 let off_h = (i * g.dilation[0]) as isize - g.padding[0] as isize;
                 for j in 0..kw {
                     let off_w = (j * g.dilation[1]) as isize - g.padding[1] as isize;
-                    let (w_lo, w_hi) = valid_range(ow_len, g.stride[1], off_w, w);
                     let row_index = (c * kh + i) * kw + j;
                     let row = &col[row_index * columns + b * positions..][..positions];
-                    for oh in 0..oh_len {
-                        let ih = (oh * g.stride[0]) as isize + off_h;
-                        if ih < 0 || ih >= h as isize {
-                            continue;
+                    if spans {
+                        if let Some(span) = Span::new(g, off_h, off_w) {
+                            add_span(plane, row, &span, w);
                         }
-                        let dst = &mut plane[ih as usize * w..(ih as usize + 1) * w];
+                        continue;
+                    }
+                    let (w_lo, w_hi) = valid_range(ow_len, g.stride[1], off_w, w);
+                    let (h_lo, h_hi) = valid_range(oh_len, g.stride[0], off_h, h);
+                    for oh in h_lo..h_hi {
+                        let ih = ((oh * g.stride[0]) as isize + off_h) as usize;
+                        let dst = &mut plane[ih * w..(ih + 1) * w];
                         let src = &row[oh * ow_len..(oh + 1) * ow_len];
                         let start = ((w_lo * g.stride[1]) as isize + off_w) as usize;
                         let src = &src[w_lo..w_hi];
-                        if g.stride[1] == 1 {
-                            for (d, &v) in dst[start..start + src.len()].iter_mut().zip(src) {
-                                *d += v;
-                            }
-                        } else {
-                            for (d, &v) in dst[start..].iter_mut().step_by(g.stride[1]).zip(src) {
-                                *d += v;
-                            }
+                        for (d, &v) in dst[start..].iter_mut().step_by(g.stride[1]).zip(src) {
+                            *d += v;
                         }
                     }
                 }
             }
         });
+}
+
+/// Gap entries [`add_span`] saves on the stack (a 3×3 kernel's 2 per row for maps up to 128
+/// rows); a span with more is added row by row.
+const SAVED_GAP_ENTRIES: usize = 256;
+
+/// `plane[k + shift] += row[k]` over the span, except at its gaps: one long vectorised loop.
+/// The plane's entries at the gaps (inside the image, but not read by these positions) are
+/// saved before and put back after, so they are left exactly as they were.
+fn add_span<T: Real>(plane: &mut [T], row: &[T], span: &Span, w: usize) {
+    let gap_len = w - span.w_hi + span.w_lo;
+    let rows = (span.end - span.start).div_ceil(w);
+    let dst = &mut plane[span.source()];
+    let src = &row[span.start..span.end];
+    let local = |k: usize| k - span.start;
+    if gap_len * rows > SAVED_GAP_ENTRIES {
+        for oh in span.start / w..=(span.end - 1) / w {
+            let (from, to) = (oh * w + span.w_lo, oh * w + span.w_hi);
+            for (d, &v) in dst[local(from)..local(to)]
+                .iter_mut()
+                .zip(&src[local(from)..])
+            {
+                *d += v;
+            }
+        }
+        return;
+    }
+    let mut saved = [T::default(); SAVED_GAP_ENTRIES];
+    let mut next = 0;
+    for gap in span.gaps(w) {
+        saved[next..next + gap.len()].copy_from_slice(&dst[local(gap.start)..local(gap.end)]);
+        next += gap.len();
+    }
+    for (d, &v) in dst.iter_mut().zip(src) {
+        *d += v;
+    }
+    let mut next = 0;
+    for gap in span.gaps(w) {
+        let len = gap.len();
+        dst[local(gap.start)..local(gap.end)].copy_from_slice(&saved[next..next + len]);
+        next += len;
+    }
 }
 
 /// `G[co, (b, p)] = grad[first + b, co, p]` for a chunk of `images` images.
@@ -501,7 +644,62 @@ mod tests {
             g(2, 2, 3, [9, 9], [3, 2], 1, 2, 2),
             g(1, 1, 8, [11, 10], [7, 7], 2, 3, 1),
             g(2, 3, 3, [4, 4], [3, 3], 3, 0, 1),
+            // Read by spans: gaps of 4 entries per row, and offsets that miss the image.
+            g(2, 2, 3, [6, 7], [5, 5], 1, 2, 1),
+            g(1, 2, 2, [2, 2], [5, 5], 1, 2, 1),
+            // More gap entries than the span's stack buffer: added row by row.
+            g(1, 1, 2, [131, 5], [5, 5], 1, 2, 1),
         ]
+    }
+
+    /// The span path and the row-by-row path give the same bits: im2col copies, and col2im adds
+    /// each plane's entries in the same order.
+    #[test]
+    fn spans_equal_rows_to_the_bit() {
+        for g in geometries().into_iter().filter(Span::applies) {
+            let x = values(g.input_len(), 6);
+            let positions = g.positions();
+            let len = g.col_rows() * g.batch * positions;
+            let (mut by_span, mut by_row) = (vec![7.0; len], vec![-7.0; len]);
+            im2col_by(&x, &g, 0, g.batch, &mut by_span, true);
+            im2col_by(&x, &g, 0, g.batch, &mut by_row, false);
+            assert_eq!(by_span, by_row, "im2col {g:?}");
+            let col = values(len, 7);
+            let start = values(g.input_len(), 8);
+            let (mut dx_span, mut dx_row) = (start.clone(), start);
+            col2im_by(&col, &g, 0, g.batch, &mut dx_span, true);
+            col2im_by(&col, &g, 0, g.batch, &mut dx_row, false);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&dx_span), bits(&dx_row), "col2im {g:?}");
+        }
+    }
+
+    #[test]
+    fn the_tests_cover_every_span_case() {
+        // At least one geometry with gaps, one without, one with an offset that misses the
+        // image, and one past the saved-gap buffer.
+        let spans: Vec<ConvGeometry> = geometries().into_iter().filter(Span::applies).collect();
+        let offsets = |g: &ConvGeometry| {
+            let (kh, kw) = (g.kernel[0] as isize, g.kernel[1] as isize);
+            let p = g.padding[0] as isize;
+            (0..kh).flat_map(move |i| (0..kw).map(move |j| (i - p, j - p)))
+        };
+        let all: Vec<(ConvGeometry, Option<Span>)> = spans
+            .iter()
+            .flat_map(|g| offsets(g).map(|(a, b)| (*g, Span::new(g, a, b))))
+            .collect();
+        assert!(all.iter().any(|(_, s)| s.is_none()));
+        assert!(all
+            .iter()
+            .any(|(g, s)| s.is_some_and(|s| s.w_hi - s.w_lo == g.in_size[1])));
+        assert!(all.iter().any(|(g, s)| s.is_some_and(|s| {
+            let gap = g.in_size[1] - s.w_hi + s.w_lo;
+            gap > 0 && gap * (s.end - s.start).div_ceil(g.in_size[1]) > SAVED_GAP_ENTRIES
+        })));
+        assert!(all.iter().any(|(g, s)| s.is_some_and(|s| {
+            let gap = g.in_size[1] - s.w_hi + s.w_lo;
+            gap > 1 && gap * (s.end - s.start).div_ceil(g.in_size[1]) <= SAVED_GAP_ENTRIES
+        })));
     }
 
     #[test]
