@@ -7,7 +7,9 @@
 //! the signal in the handler and hands it to an ordinary thread, which sets the run's flag and
 //! prints. (The `ctrlc` crate does the same for SIGINT only.)
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// The exit code of a run stopped by a signal (128 + SIGINT, as shells report Ctrl-C).
@@ -39,6 +41,50 @@ pub fn stop_flag() -> Arc<AtomicBool> {
     .clone()
 }
 
+/// The process id of the child this process waits for ([`status_passing_signals`]), to which
+/// each SIGINT or SIGTERM it receives is passed on as SIGTERM; 0 when there is none.
+static CHILD: AtomicU32 = AtomicU32::new(0);
+
+/// Runs `command` and waits for it, passing on each SIGINT or SIGTERM this process receives
+/// to it as SIGTERM (so a study stopped by `kill` or by its service manager stops its run after
+/// the run's step, with a checkpoint, instead of leaving the run going on its own). The child
+/// gets a process group of its own, so a terminal's Ctrl-C reaches it once, through this
+/// process, not twice (a second signal stops a run at once).
+pub fn status_passing_signals(command: &mut Command) -> std::io::Result<ExitStatus> {
+    wait_passing_signals(command, |mut child| child.wait())
+}
+
+/// [`status_passing_signals`], capturing the child's output.
+pub fn output_passing_signals(command: &mut Command) -> std::io::Result<Output> {
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    wait_passing_signals(command, Child::wait_with_output)
+}
+
+fn wait_passing_signals<R>(
+    command: &mut Command,
+    wait: impl FnOnce(Child) -> std::io::Result<R>,
+) -> std::io::Result<R> {
+    let _listening = stop_flag();
+    let child = command.process_group(0).spawn()?;
+    CHILD.store(child.id(), Ordering::SeqCst);
+    let result = wait(child);
+    CHILD.store(0, Ordering::SeqCst);
+    result
+}
+
+/// Sends SIGTERM to the child being waited for, if any.
+fn pass_on() {
+    let child = CHILD.load(Ordering::SeqCst);
+    if let Ok(pid) = libc::pid_t::try_from(child) {
+        if pid > 0 {
+            // SAFETY: kill(2) takes two integers and touches no memory of this process.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+    }
+}
+
 fn listen(flag: Arc<AtomicBool>) {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) {
@@ -52,6 +98,7 @@ fn listen(flag: Arc<AtomicBool>) {
         .name("signals".into())
         .spawn(move || {
             for _ in signals.forever() {
+                pass_on();
                 if flag.swap(true, Ordering::SeqCst) {
                     eprintln!("\nstopped at once (the checkpoints on disk are complete)");
                     std::process::exit(i32::from(INTERRUPTED));

@@ -327,3 +327,82 @@ fn ctrl_c_stops_a_study_with_the_command_that_continues_it() {
     );
     assert!(record(&dir, "a", 0)["result"].is_null());
 }
+
+/// SIGTERM to a study (`kill`, a service manager; not a terminal's Ctrl-C, which reaches the
+/// whole process group) stops the run it waits for after the run's step, with exit code 130 and
+/// nothing recorded: the study passes the signal on. (It used to wait while the run went on to
+/// its end, and a second signal left the run training on its own.)
+#[cfg(unix)]
+#[test]
+fn sigterm_to_a_study_stops_its_run_after_the_step() {
+    use std::time::{Duration, Instant};
+    let name = "terminated";
+    // The embedded Fashion-MNIST subset (no data_dir): one epoch of 250 steps.
+    let text = r#"
+title = "terminated"
+seeds = [0]
+baseline = "a"
+
+[options]
+epochs = 1
+batch_size = 32
+knn_every = 0
+workers = 1
+
+[evaluation]
+probe_epochs = 1
+
+[[arm]]
+name = "a"
+recipe = "light_moco"
+"#;
+    let file = scratch().join(format!("{name}.toml"));
+    std::fs::write(&file, text).unwrap();
+    let dir = scratch().join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut study = crate::common::recipe(&["study", file.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let steps = dir.join("runs/a/seed-0/steps.csv");
+    let rows = || {
+        std::fs::read_to_string(&steps)
+            .map(|t| t.lines().count().saturating_sub(1))
+            .unwrap_or(0)
+    };
+    let started = Instant::now();
+    while rows() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no step reached {}",
+            steps.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &study.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let waited = Instant::now();
+    while study.try_wait().unwrap().is_none() {
+        if waited.elapsed() > Duration::from_secs(60) {
+            let _ = study.kill();
+            panic!("the study did not stop within 60 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = study.wait_with_output().unwrap();
+    let err = stderr(&o);
+    // The run's own message (it shares the study's stderr), then the study's.
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("error: interrupted at step")
+            && err.contains("the study stopped during arm `a`, seed 0"),
+        "{err}"
+    );
+    // The run stopped within its one epoch (250 steps of the 8,000 images), not at its end.
+    assert!(rows() < 250, "{} steps", rows());
+    assert!(record(&dir, "a", 0)["result"].is_null());
+}

@@ -440,10 +440,9 @@ fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<bool> 
     ) {
         args.push("--resume".into());
     }
-    let status = Command::new(this_binary()?)
-        .args(&args)
-        .status()
-        .context("starting the run's recipe")?;
+    let status =
+        crate::signals::status_passing_signals(Command::new(this_binary()?).args(&args))
+            .context("starting the run's recipe")?;
     if !status.success() {
         if status.code() == Some(i32::from(crate::signals::INTERRUPTED)) {
             return Ok(false);
@@ -509,11 +508,16 @@ fn evaluate(
         args.push("--raw-pixels".into());
     }
     println!("study: recipe {}", args.join(" "));
-    let output = Command::new(this_binary()?)
-        .args(&args)
-        .output()
+    let output = crate::signals::output_passing_signals(Command::new(this_binary()?).args(&args))
         .context("starting `recipe eval`")?;
     if !output.status.success() {
+        if crate::signals::stop_flag().load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(crate::signals::Interrupted(format!(
+                "the study stopped during `recipe {}`; `recipe study` continues it",
+                args.join(" ")
+            ))
+            .into());
+        }
         anyhow::bail!(
             "`recipe {}` failed: {}",
             args.join(" "),
