@@ -64,9 +64,14 @@ fn wait_passing_signals<R>(
     command: &mut Command,
     wait: impl FnOnce(Child) -> std::io::Result<R>,
 ) -> std::io::Result<R> {
-    let _listening = stop_flag();
+    let stop = stop_flag();
     let child = command.process_group(0).spawn()?;
     CHILD.store(child.id(), Ordering::SeqCst);
+    // A signal that came before the child was known (between two runs of a study, or while
+    // this one started) is passed on now: the child stops after its first step.
+    if stop.load(Ordering::SeqCst) {
+        pass_on();
+    }
     let result = wait(child);
     CHILD.store(0, Ordering::SeqCst);
     result
