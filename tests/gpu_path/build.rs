@@ -190,6 +190,59 @@ pub fn ijepa<B: AutodiffBackend>(device: &B::Device) -> Ijepa<B, curriculum_ssl_
     .unwrap()
 }
 
+/// MSN on MAE's ViT (a 3 × 3 grid), 30 % of the anchor's tokens dropped (2 of 9), a narrow
+/// projector and six prototypes: the masks (drawn on the host from the step), the kept-token
+/// gather, the EMA target, the prototypes' softmaxes, Sinkhorn–Knopp and the mean-entropy
+/// regulariser on the device. Compared at [`crate::harness::MSN_TOLERANCE`].
+pub fn msn<B: AutodiffBackend>(device: &B::Device) -> Msn<B, curriculum_ssl_models::Vit<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        let vit = |d: &B::Device| {
+            curriculum_ssl_models::VitConfig::new(crate::SIDE)
+                .with_patch_size(4)
+                .with_in_channels(1)
+                .with_embed_dim(8)
+                .with_depth(1)
+                .with_num_heads(2)
+                .init(d)
+        };
+        MsnConfig::new()
+            .with_hidden_dim(8)
+            .with_output_dim(4)
+            .with_num_prototypes(6)
+            .with_mask_ratio(0.3)
+            .with_base_momentum(0.9)
+            .init(vit, d)
+    })
+    .unwrap()
+}
+
+/// Hard patches mining on MAE's ViT (a 3 × 3 grid, MAE's 75 %: 7 of 9 hidden), half of the
+/// hidden patches the hardest predicted: the loss predictor's ranking read back to the host,
+/// the masks drawn from it, MAE's loss and the pairwise ranking loss on the device. The masks
+/// follow the predictions' order, so equal losses and gradients also show that the device
+/// ranks the patches as the CPU does.
+pub fn hpm<B: AutodiffBackend>(device: &B::Device) -> Hpm<B, curriculum_ssl_models::Vit<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        let vit = curriculum_ssl_models::VitConfig::new(crate::SIDE)
+            .with_patch_size(4)
+            .with_in_channels(1)
+            .with_embed_dim(8)
+            .with_depth(1)
+            .with_num_heads(2)
+            .init(d);
+        HpmConfig::new()
+            .with_mae(
+                MaeConfig::new()
+                    .with_decoder_dim(8)
+                    .with_decoder_depth(1)
+                    .with_decoder_heads(2),
+            )
+            .with_hard_share(curriculum_ssl::curriculum::SchedulerConfig::Constant { value: 0.5 })
+            .init(vit, d)
+    })
+    .unwrap()
+}
+
 pub fn simsiam<B: AutodiffBackend>(device: &B::Device) -> SimSiam<B, TinyConv<B>> {
     init_method::<B, _, _>(device, 3, |d| {
         SimSiamConfig::new()

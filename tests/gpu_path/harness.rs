@@ -34,6 +34,21 @@ pub type CpuDevice = <Cpu as burn::tensor::backend::BackendTypes>::Device;
 /// term, a stale buffer) changes results at the scale of the values themselves, 1e-1 to 1e0.
 pub const TOLERANCE: f64 = 2e-4;
 
+/// The tolerance of MSN's step ([`crate::build::msn`]), whose gradients are ill-conditioned in
+/// f32 on any backend. Measured on the CPU alone, f32 (Flex) against f64 (`NdArray<f64>`) from
+/// the same weights on the same views: the loss agrees to 5e-5, but the gradients differ by up
+/// to 1.2e-3 of their largest magnitude at the first step and 1.6e-2 at the second (taken from
+/// the first's gradients); seven variants — no masking, no Sinkhorn–Knopp, temperatures 1, no
+/// regulariser, wider heads — all give 5e-4 to 2e-3 at the first step, so no one part of the
+/// loss causes it. At initialisation the ViT's [CLS] token hardly depends on the image (its
+/// spread over the batch is 1/50 to 1/400 of its size), so the projector's two batch norms
+/// divide the features' differences, and their backward passes the gradient's differences
+/// over the batch, by a spread that small: each multiplies f32's rounding by the inverse, in
+/// PyTorch as here. Two f32 backends differ by about the sum of their errors: the bound is
+/// 5e-2, three times the largest measured (lavapipe against Flex, AVX2: 1.25e-2, at the second
+/// step's gradient as well); a wrong kernel still differs at the values' scale.
+pub const MSN_TOLERANCE: f64 = 5e-2;
+
 /// The wgpu device the tests run on: `WgpuDevice::Cpu`, the software Vulkan device (Mesa's
 /// lavapipe), which is NOT the default device (`WgpuDevice::DefaultDevice` opens a device of
 /// its own, even on the same adapter). A tensor that library code makes on
@@ -226,16 +241,26 @@ pub fn relative_difference(what: &str, cpu: &[f32], gpu: &[f32], scale: f64) -> 
 /// relative size 1; against a hundredth of the list's largest value it is 1e-6.
 pub const LIST_FLOOR: f64 = 1e-2;
 
-/// A running record of the comparisons of one test: asserts each against [`TOLERANCE`] and
-/// prints the largest at the end.
+/// A running record of the comparisons of one test: asserts each against [`TOLERANCE`] (or
+/// the tolerance it was made with) and prints the largest at the end.
 #[derive(Default)]
 pub struct Comparisons {
     worst: f64,
     worst_name: String,
     count: usize,
+    tolerance: Option<f64>,
 }
 
 impl Comparisons {
+    /// A record that asserts against `tolerance` instead of [`TOLERANCE`] (say where it is
+    /// defined why it holds).
+    pub fn with_tolerance(tolerance: f64) -> Self {
+        Self {
+            tolerance: Some(tolerance),
+            ..Self::default()
+        }
+    }
+
     /// Compares two tensors given as host values.
     pub fn close(&mut self, what: &str, cpu: &[f32], gpu: &[f32]) {
         self.close_at(what, cpu, gpu, 0.0);
@@ -248,10 +273,11 @@ impl Comparisons {
             self.worst = r;
             self.worst_name = what.to_string();
         }
+        let tolerance = self.tolerance.unwrap_or(TOLERANCE);
         assert!(
-            r <= TOLERANCE,
+            r <= tolerance,
             "{what}: GPU differs from CPU by {r:.3e} of the largest magnitude (tolerance \
-             {TOLERANCE:.0e})\n  cpu: {:?}\n  gpu: {:?}",
+             {tolerance:.0e})\n  cpu: {:?}\n  gpu: {:?}",
             &cpu[..cpu.len().min(8)],
             &gpu[..gpu.len().min(8)]
         );

@@ -256,8 +256,9 @@ fn byol_and_simsiam_step_as_on_the_cpu() {
 /// from the step), MAE's gather of the visible tokens and its inverse, SimMIM's and iBOT's mask token
 /// in place, attention, the exact GELU, the per-patch targets and the L1 on the device; iBOT's
 /// gather of the hidden tokens, DINO's head and softmaxes, its centres and KoLeo, DINOv2's
-/// Sinkhorn–Knopp centring; I-JEPA's context
-/// gather, predictor and smooth L1.
+/// Sinkhorn–Knopp centring; I-JEPA's context gather, predictor and smooth L1; MSN's dropped
+/// tokens, EMA target, prototypes and Sinkhorn–Knopp; hard patches mining's loss predictor,
+/// the masks drawn from its ranking and the ranking loss.
 #[test]
 fn masked_image_modelling_steps_as_on_the_cpu() {
     let Some(device) = gpu() else { return };
@@ -297,7 +298,25 @@ fn masked_image_modelling_steps_as_on_the_cpu() {
         &device,
         &mut seen,
     );
-    seen.report("MAE, SimMIM, iBOT and I-JEPA");
+    // MSN against its own tolerance: its gradients are ill-conditioned in f32 on any backend
+    // (`MSN_TOLERANCE`).
+    let mut msn_seen = Comparisons::with_tolerance(MSN_TOLERANCE);
+    compare(
+        "MSN",
+        msn::<CpuAd>(&CpuDevice::default()),
+        msn::<GpuAd>(&device),
+        &device,
+        &mut msn_seen,
+    );
+    msn_seen.report("MSN");
+    compare(
+        "MAE + hard patches mining",
+        hpm::<CpuAd>(&CpuDevice::default()),
+        hpm::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    seen.report("MAE, SimMIM, iBOT, I-JEPA and hard patches mining");
 }
 
 /// RotNet under the angle curriculum: plain rotation, rotate-and-mix and crop-and-rotate (boxes
