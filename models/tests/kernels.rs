@@ -270,3 +270,61 @@ fn the_kernels_run_exactly_where_they_cover_the_layer() {
         &Tensor::zeros([2, 3, 8, 8], &nd_device)
     ));
 }
+
+/// `Σ gelu(x) ⊙ r` on `Autodiff<Flex>` through `run`: the output and the input's gradient.
+fn gelu_and_grad(
+    x: Tensor<Ad, 3>,
+    run: impl Fn(Tensor<Ad, 3>) -> Tensor<Ad, 3>,
+) -> (Vec<f64>, Vec<f64>) {
+    let x = x.require_grad();
+    let y = run(x.clone());
+    let r = f64_tensor::<Ad, 3>(y.dims(), 15, &y.device()).cast(y.dtype());
+    let grads = (y.clone() * r).sum().backward();
+    let as_f64 = |t: Tensor<Flex, 3>| t.cast(DType::F64).into_data().to_vec::<f64>().unwrap();
+    (as_f64(y.inner()), as_f64(x.grad(&grads).unwrap()))
+}
+
+/// The GELU kernel (`kernels::gelu`, what `layers::gelu` calls) against the composed form
+/// (`layers::gelu_composed`) on the same backend, with and without autodiff. In f64 both use
+/// libm's `erf`: the same values and input gradients to 1e-14 (a few ulps: the two evaluate
+/// `Φ` in another order). In f32 the kernel's `erf` is within 3.9e-7 of the exact one and
+/// libm's within an ulp, so values differ by at most 3.9e-7·|x|/2 plus rounding (≤ 1.2e-6
+/// here, |x| ≤ 4, against values up to 4) and gradients by about as much times |r| ≤ 1; the
+/// bound 4e-6 holds that with room and is far below a wrong formula's error (the tanh
+/// approximation's derivative differs by 1e-3).
+#[test]
+fn gelu_kernel_equals_the_composed_gelu() {
+    let device = Default::default();
+    let x = f64_tensor::<Ad, 3>([3, 5, 70], 16, &device).mul_scalar(4.0);
+    let (y, dx) = gelu_and_grad(x.clone(), curriculum_ssl_models::layers::gelu);
+    let (y_ref, dx_ref) = gelu_and_grad(x.clone(), curriculum_ssl_models::layers::gelu_composed);
+    assert!(max_rel(&y, &y_ref) < 1e-14, "f64 values");
+    assert!(max_rel(&dx, &dx_ref) < 1e-14, "f64 gradients");
+    // Without autodiff (feature extraction) the same values.
+    let plain = kernels::gelu(x.clone().inner());
+    let plain = plain.into_data().to_vec::<f64>().unwrap();
+    assert!(
+        max_rel(&plain, &y_ref) < 1e-14,
+        "f64 values without autodiff"
+    );
+
+    let x32 = x.cast(DType::F32);
+    let (y, dx) = gelu_and_grad(x32.clone(), curriculum_ssl_models::layers::gelu);
+    let (y_ref, dx_ref) = gelu_and_grad(x32, curriculum_ssl_models::layers::gelu_composed);
+    let largest = |a: &[f64], b: &[f64]| {
+        a.iter()
+            .zip(b)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0.0, f64::max)
+    };
+    assert!(
+        largest(&y, &y_ref) < 4e-6,
+        "f32 values: {}",
+        largest(&y, &y_ref)
+    );
+    assert!(
+        largest(&dx, &dx_ref) < 4e-6,
+        "f32 gradients: {}",
+        largest(&dx, &dx_ref)
+    );
+}

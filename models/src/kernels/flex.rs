@@ -1,6 +1,6 @@
-//! The kernels of [`super::conv`] and [`super::batch_norm`] as operations of burn's CPU backend
-//! (`Flex`): the convolution with and without autodiff, the training batch norm under
-//! autodiff, each with a backward step of its own (registered the way burn-autodiff registers
+//! The kernels of [`super::conv`], [`super::batch_norm`] and [`super::gelu`] as operations of
+//! burn's CPU backend (`Flex`): the convolution and the GELU with and without autodiff, the
+//! training batch norm under autodiff, each with a backward step of its own (registered the way burn-autodiff registers
 //! its `conv2d`, so the graph behaves the same) in place of burn's generic gradient rules.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -13,8 +13,8 @@ use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, TensorData};
 
-use super::batch_norm;
 use super::conv::{conv2d_backward, conv2d_forward, ConvGeometry};
+use super::{batch_norm, gelu};
 
 /// Whether the kernels run in this element type (`f32` and `f64`).
 pub(super) fn supported(dtype: DType) -> bool {
@@ -248,4 +248,60 @@ pub(super) fn batch_norm_autodiff<C: CheckpointStrategy>(
         OpsKind::UnTracked(prep) => prep.finish(y),
     };
     (y, mean, var)
+}
+
+/// [`gelu::forward`] of a tensor of a [`supported`] element type, shaped as the input.
+pub(super) fn gelu_forward(x: &FlexTensor) -> FlexTensor {
+    let x = x.to_contiguous();
+    let shape = x.layout().shape().clone();
+    match x.dtype() {
+        DType::F64 => {
+            FlexTensor::from_data(TensorData::new(gelu::forward(x.storage::<f64>()), shape))
+        }
+        _ => FlexTensor::from_data(TensorData::new(gelu::forward(x.storage::<f32>()), shape)),
+    }
+}
+
+/// The backward step of [`gelu_autodiff`]: keeps the input (shared, not copied).
+#[derive(Debug)]
+struct GeluBackward;
+
+impl Backward<Flex, 1> for GeluBackward {
+    type State = FlexTensor;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
+        let Some(node) = node else { return };
+        let x = ops.state.to_contiguous();
+        let shape = x.layout().shape().clone();
+        let dx = match x.dtype() {
+            DType::F64 => TensorData::new(
+                gelu::backward(x.storage::<f64>(), grad.storage::<f64>()),
+                shape,
+            ),
+            _ => TensorData::new(
+                gelu::backward(x.storage::<f32>(), grad.storage::<f32>()),
+                shape,
+            ),
+        };
+        grads.register::<Flex>(node.id, FlexTensor::from_data(dx));
+    }
+}
+
+/// The exact GELU under autodiff; `x` has a [`supported`] element type.
+pub(super) fn gelu_autodiff<C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<Flex, C>>,
+) -> FloatTensor<Autodiff<Flex, C>> {
+    match GeluBackward
+        .prepare::<C>([x.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let y = gelu_forward(&x.primitive);
+            prep.finish(x.primitive, y)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(gelu_forward(&x.primitive)),
+    }
 }

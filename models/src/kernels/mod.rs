@@ -1,7 +1,7 @@
 //! CPU kernels the backbones' layers call in place of burn's generic rules where burn 0.21's
 //! CPU backend (`Flex`) has none of its own: the 2-D convolution's backward pass (and its
 //! forward pass, so both use one memory layout; [`conv`]) and the training batch norm, fused
-//! ([`batch_norm`]) — each file says what it computes and why.
+//! ([`batch_norm`]), and the exact GELU ([`gelu`]) — each file says what it computes and why.
 //!
 //! [`conv2d`] is what a layer calls: on `Flex` and `Autodiff<Flex>` with `f32` or `f64`
 //! tensors and a covered layer (one group, symmetric padding) it runs these kernels; on every
@@ -20,6 +20,7 @@ pub mod batch_norm;
 pub mod conv;
 #[cfg(feature = "cpu")]
 mod flex;
+pub mod gelu;
 
 use std::cell::RefCell;
 use std::thread::LocalKey;
@@ -226,6 +227,37 @@ fn add_channel_bias<B: Backend>(y: Tensor<B, 4>, bias: Tensor<B, 1>) -> Tensor<B
     let bias = bias.reshape([1, c, 1]);
     let bias = if n == 1 { bias } else { bias.repeat_dim(0, n) };
     y.reshape([n, c, h * w]).add(bias).reshape([n, c, h, w])
+}
+
+/// The exact GELU `x·Φ(x)`: through [`gelu`]'s kernels on `Flex` and `Autodiff<Flex>` with
+/// `f32` or `f64` values, else `layers::gelu_composed` (the form whose gradient is exact on
+/// every backend). The same values within the kernel's `erf` error in f32 (3.9e-7), to
+/// rounding in f64, and the same gradient.
+pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    #[cfg(feature = "cpu")]
+    if flex::supported(x.dtype()) {
+        use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+        use burn::backend::{Autodiff, Flex};
+        use burn::tensor::TensorPrimitive;
+        type Ad = Autodiff<Flex>;
+        let x = match same_type::<Tensor<B, D>, Tensor<Ad, D>>(x) {
+            Ok(x) => {
+                let y = flex::gelu_autodiff::<NoCheckpointing>(x.into_primitive().tensor());
+                let y = Tensor::<Ad, D>::from_primitive(TensorPrimitive::Float(y));
+                return cast(y, "B is Autodiff<Flex>");
+            }
+            Err(x) => x,
+        };
+        match same_type::<Tensor<B, D>, Tensor<Flex, D>>(x) {
+            Ok(x) => {
+                let y = flex::gelu_forward(&x.into_primitive().tensor());
+                let y = Tensor::<Flex, D>::from_primitive(TensorPrimitive::Float(y));
+                return cast(y, "B is Flex");
+            }
+            Err(x) => return crate::layers::gelu_composed(x),
+        }
+    }
+    crate::layers::gelu_composed(x)
 }
 
 /// What [`batch_norm_train`] computes.
