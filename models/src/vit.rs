@@ -25,6 +25,7 @@ use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 
 use crate::backbone::Backbone;
 use crate::error::ModelError;
+use crate::kernels;
 use crate::layers::{check_channels_and_size, gelu};
 
 /// Configuration of a [`Vit`].
@@ -169,27 +170,37 @@ pub struct Attention<B: Backend> {
 impl<B: Backend> Attention<B> {
     /// # Shapes
     /// - `x`: `[N, T, D]` → `[N, T, D]`
+    ///
+    /// The queries, keys and values are three products with the column blocks of `qkv`'s
+    /// weight (views, not copies), each laid out `[N, H, T, hd]` by one copy
+    /// ([`kernels::swap_middle_dims`]): the same values as one `[D, 3D]` product split by
+    /// reshape and permute, without the strided copies of that split on the CPU backend, or
+    /// the full-size zeros that its slices' gradients are scattered into.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [n, t, d] = x.dims();
         let h = self.num_heads;
         let hd = d / h;
-        // [N, T, 3, H, hd] → [3, N, H, T, hd]
-        let qkv = self
-            .qkv
-            .forward(x)
-            .reshape([n, t, 3, h, hd])
-            .permute([2, 0, 3, 1, 4]);
+        let rows = x.reshape([n * t, d]);
+        let weight = self.qkv.weight.val();
+        let bias = self.qkv.bias.as_ref().map(|b| b.val());
+        // Part i of [N·T, 3D] = [N·T, 3, H, hd] → [N, H, T, hd].
         let part = |i: usize| -> Tensor<B, 4> {
-            qkv.clone()
-                .slice([i..i + 1, 0..n, 0..h, 0..t, 0..hd])
-                .reshape([n, h, t, hd])
+            let columns = i * d..(i + 1) * d;
+            let mut y = rows
+                .clone()
+                .matmul(weight.clone().slice([0..d, columns.clone()]));
+            if let Some(bias) = &bias {
+                y = y + bias.clone().slice([columns]).unsqueeze::<2>();
+            }
+            kernels::swap_middle_dims(y.reshape([n, t, h, hd]))
         };
         let (q, k, v) = (part(0), part(1), part(2));
         let scores = q
             .matmul(k.swap_dims(2, 3))
             .mul_scalar((hd as f64).powf(-0.5));
         let out = softmax(scores, 3).matmul(v); // [N, H, T, hd]
-        self.proj.forward(out.swap_dims(1, 2).reshape([n, t, d]))
+        self.proj
+            .forward(kernels::swap_middle_dims(out).reshape([n, t, d]))
     }
 }
 
@@ -329,7 +340,7 @@ impl<B: Backend> Vit<B> {
     /// # Shapes
     /// - `images`: `[N, C, H, W]` → `[N, (H/p)(W/p), D]`
     pub fn patch_tokens(&self, images: Tensor<B, 4>) -> (Tensor<B, 3>, (usize, usize)) {
-        let patches = crate::kernels::conv2d(&self.patch_embed, images); // [N, D, h, w]
+        let patches = kernels::conv2d(&self.patch_embed, images); // [N, D, h, w]
         let [n, d, h, w] = patches.dims();
         (patches.reshape([n, d, h * w]).swap_dims(1, 2), (h, w))
     }

@@ -2,7 +2,8 @@
 //! `Conv2d::forward` on the same backend (`Flex`, with and without autodiff), in f64: the output
 //! and the gradients of the input, the weight and the bias on odd shapes (stride 2, padding,
 //! dilation, 1×1, batch 1, a rectangular kernel, a bias); and the gradients against central
-//! finite differences of a non-linear loss.
+//! finite differences of a non-linear loss. The GELU and the token/head swap against their
+//! composed forms.
 
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::module::{AutodiffModule, Param};
@@ -326,5 +327,35 @@ fn gelu_kernel_equals_the_composed_gelu() {
         largest(&dx, &dx_ref) < 4e-6,
         "f32 gradients: {}",
         largest(&dx, &dx_ref)
+    );
+}
+
+/// `kernels::swap_middle_dims` (attention's token/head swap) against burn's `swap_dims(1, 2)`
+/// on `Autodiff<Flex>` in f64 and without autodiff: the same values and the same input
+/// gradient, exactly (both are copies of the same numbers; the loss weights the output by a
+/// fixed tensor so that a misplaced value changes the gradient).
+#[test]
+fn swap_middle_dims_equals_swap_dims() {
+    let device = Default::default();
+    let x = f64_tensor::<Ad, 4>([2, 5, 3, 4], 17, &device).require_grad();
+    let run = |f: &dyn Fn(Tensor<Ad, 4>) -> Tensor<Ad, 4>| {
+        let y = f(x.clone());
+        let r = f64_tensor::<Ad, 4>(y.dims(), 18, &device);
+        // The reshape makes burn's strided view contiguous too.
+        let flat = y.clone().reshape([2 * 3 * 5 * 4]);
+        let grads = (y * r).sum().backward();
+        let as_vec = |t: Tensor<Flex, 1>| t.into_data().to_vec::<f64>().unwrap();
+        let dx = x.grad(&grads).unwrap().reshape([2 * 5 * 3 * 4]);
+        (as_vec(flat.inner()), as_vec(dx))
+    };
+    let (y, dx) = run(&|x| kernels::swap_middle_dims(x));
+    let (y_ref, dx_ref) = run(&|x| x.swap_dims(1, 2));
+    assert_eq!(y, y_ref, "values");
+    assert_eq!(dx, dx_ref, "gradients");
+    let plain = kernels::swap_middle_dims(x.clone().inner()).reshape([2 * 3 * 5 * 4]);
+    assert_eq!(
+        plain.into_data().to_vec::<f64>().unwrap(),
+        y_ref,
+        "without autodiff"
     );
 }

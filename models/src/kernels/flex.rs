@@ -1,6 +1,7 @@
-//! The kernels of [`super::conv`], [`super::batch_norm`] and [`super::gelu`] as operations of
-//! burn's CPU backend (`Flex`): the convolution and the GELU with and without autodiff, the
-//! training batch norm under autodiff, each with a backward step of its own (registered the way burn-autodiff registers
+//! The kernels of [`super::conv`], [`super::batch_norm`], [`super::gelu`] and [`super::layout`]
+//! as operations of burn's CPU backend (`Flex`): the convolution, the GELU and the swap of the
+//! middle dimensions with and without autodiff, the training batch norm under autodiff, each
+//! with a backward step of its own (registered the way burn-autodiff registers
 //! its `conv2d`, so the graph behaves the same) in place of burn's generic gradient rules.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -14,7 +15,7 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, TensorData};
 
 use super::conv::{conv2d_backward, conv2d_forward, ConvGeometry};
-use super::{batch_norm, gelu};
+use super::{batch_norm, gelu, layout};
 
 /// Whether the kernels run in this element type (`f32` and `f64`).
 pub(super) fn supported(dtype: DType) -> bool {
@@ -304,4 +305,42 @@ pub(super) fn gelu_autodiff<C: CheckpointStrategy>(
         }
         OpsKind::UnTracked(prep) => prep.finish(gelu_forward(&x.primitive)),
     }
+}
+
+/// [`layout::swap_middle`] of a 4-D tensor of a [`supported`] element type.
+pub(super) fn swap_middle_forward(x: &FlexTensor) -> FlexTensor {
+    let x = x.to_contiguous();
+    let s = x.layout().shape().clone();
+    let dims = [s[0], s[1], s[2], s[3]];
+    let shape = [s[0], s[2], s[1], s[3]];
+    match x.dtype() {
+        DType::F64 => flex_tensor(layout::swap_middle(x.storage::<f64>(), dims), shape),
+        _ => flex_tensor(layout::swap_middle(x.storage::<f32>(), dims), shape),
+    }
+}
+
+/// The backward step of [`swap_middle_autodiff`]: the same swap of the gradient.
+#[derive(Debug)]
+struct SwapMiddleBackward;
+
+impl Backward<Flex, 1> for SwapMiddleBackward {
+    type State = ();
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node);
+        if let Some(node) = node {
+            grads.register::<Flex>(node.id, swap_middle_forward(&grad));
+        }
+    }
+}
+
+/// [`swap_middle_forward`] under autodiff.
+pub(super) fn swap_middle_autodiff<C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<Flex, C>>,
+) -> FloatTensor<Autodiff<Flex, C>> {
+    SwapMiddleBackward
+        .prepare::<C>([x.node.clone()])
+        .compute_bound()
+        .stateless(swap_middle_forward(&x.primitive))
 }

@@ -1,7 +1,8 @@
 //! CPU kernels the backbones' layers call in place of burn's generic rules where burn 0.21's
 //! CPU backend (`Flex`) has none of its own: the 2-D convolution's backward pass (and its
 //! forward pass, so both use one memory layout; [`conv`]) and the training batch norm, fused
-//! ([`batch_norm`]), and the exact GELU ([`gelu`]) — each file says what it computes and why.
+//! ([`batch_norm`]), the exact GELU ([`gelu`]) and attention's swap of tokens and heads
+//! ([`layout`]) — each file says what it computes and why.
 //!
 //! [`conv2d`] is what a layer calls: on `Flex` and `Autodiff<Flex>` with `f32` or `f64`
 //! tensors and a covered layer (one group, symmetric padding) it runs these kernels; on every
@@ -21,6 +22,7 @@ pub mod conv;
 #[cfg(feature = "cpu")]
 mod flex;
 pub mod gelu;
+pub mod layout;
 
 use std::cell::RefCell;
 use std::thread::LocalKey;
@@ -258,6 +260,37 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
         }
     }
     crate::layers::gelu_composed(x)
+}
+
+/// `x.swap_dims(1, 2)` laid out contiguously, `[a, b, c, d] → [a, c, b, d]`: through
+/// [`layout`]'s copy on `Flex` and `Autodiff<Flex>` with `f32` or `f64` values (the gradient
+/// swapped back the same way), elsewhere burn's `swap_dims` (a view each backend copies when
+/// it must). The same values and gradients.
+pub fn swap_middle_dims<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
+    #[cfg(feature = "cpu")]
+    if flex::supported(x.dtype()) {
+        use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+        use burn::backend::{Autodiff, Flex};
+        use burn::tensor::TensorPrimitive;
+        type Ad = Autodiff<Flex>;
+        let x = match same_type::<Tensor<B, 4>, Tensor<Ad, 4>>(x) {
+            Ok(x) => {
+                let y = flex::swap_middle_autodiff::<NoCheckpointing>(x.into_primitive().tensor());
+                let y = Tensor::<Ad, 4>::from_primitive(TensorPrimitive::Float(y));
+                return cast(y, "B is Autodiff<Flex>");
+            }
+            Err(x) => x,
+        };
+        match same_type::<Tensor<B, 4>, Tensor<Flex, 4>>(x) {
+            Ok(x) => {
+                let y = flex::swap_middle_forward(&x.into_primitive().tensor());
+                let y = Tensor::<Flex, 4>::from_primitive(TensorPrimitive::Float(y));
+                return cast(y, "B is Flex");
+            }
+            Err(x) => return x.swap_dims(1, 2),
+        }
+    }
+    x.swap_dims(1, 2)
 }
 
 /// What [`batch_norm_train`] computes.
