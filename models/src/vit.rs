@@ -26,7 +26,7 @@ use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 use crate::backbone::Backbone;
 use crate::error::ModelError;
 use crate::kernels;
-use crate::layers::{check_channels_and_size, gelu};
+use crate::layers::{check_channels_and_size, gelu, linear_tokens};
 
 /// Configuration of a [`Vit`].
 #[derive(Config, Debug)]
@@ -199,8 +199,10 @@ impl<B: Backend> Attention<B> {
             .matmul(k.swap_dims(2, 3))
             .mul_scalar((hd as f64).powf(-0.5));
         let out = softmax(scores, 3).matmul(v); // [N, H, T, hd]
-        self.proj
-            .forward(kernels::swap_middle_dims(out).reshape([n, t, d]))
+        linear_tokens(
+            &self.proj,
+            kernels::swap_middle_dims(out).reshape([n, t, d]),
+        )
     }
 }
 
@@ -259,8 +261,8 @@ impl<B: Backend> VitBlock<B> {
     /// - `x`: `[N, T, D]` → `[N, T, D]`
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let x = x.clone() + self.attn.forward(self.norm1.forward(x));
-        let hidden = gelu(self.mlp.fc1.forward(self.norm2.forward(x.clone())));
-        x + self.mlp.fc2.forward(hidden)
+        let hidden = gelu(linear_tokens(&self.mlp.fc1, self.norm2.forward(x.clone())));
+        x + linear_tokens(&self.mlp.fc2, hidden)
     }
 }
 

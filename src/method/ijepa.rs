@@ -36,6 +36,7 @@ use burn::module::Param;
 use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl_models::layers::linear_tokens;
 use curriculum_ssl_models::vit::VitBlock;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::{Rng, SeedableRng};
@@ -210,7 +211,7 @@ impl<B: Backend> IjepaPredictor<B> {
         target_masks: &[PatchMask],
         grid: (usize, usize),
     ) -> Tensor<B, 3> {
-        let x = self.embed.forward(context);
+        let x = linear_tokens(&self.embed, context);
         let [n, kc, dim] = x.dims();
         let l = grid.0 * grid.1;
         let positions = sine_cosine_2d::<B>(grid, dim, &x.device())
@@ -232,7 +233,7 @@ impl<B: Backend> IjepaPredictor<B> {
             x = block.forward(x);
         }
         let x = self.norm.forward(x).slice([0..m * n, kc..kc + kt, 0..dim]);
-        self.proj.forward(x)
+        linear_tokens(&self.proj, x)
     }
 }
 

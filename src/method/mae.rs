@@ -13,6 +13,7 @@ use burn::module::Param;
 use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl_models::layers::linear_tokens;
 use curriculum_ssl_models::vit::VitBlock;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::SeedableRng;
@@ -171,7 +172,7 @@ impl<B: Backend> MaeDecoder<B> {
         mask: &PatchMask,
         grid: (usize, usize),
     ) -> Tensor<B, 3> {
-        let x = self.embed.forward(encoded);
+        let x = linear_tokens(&self.embed, encoded);
         let [n, tokens, dim] = x.dims();
         let class = x.clone().slice([0..n, 0..1, 0..dim]);
         let patches = mask.scatter(x.slice([0..n, 1..tokens, 0..dim]), self.mask_token.val());
@@ -180,7 +181,7 @@ impl<B: Backend> MaeDecoder<B> {
         for block in &self.blocks {
             x = block.forward(x);
         }
-        let x = self.pred.forward(self.norm.forward(x));
+        let x = linear_tokens(&self.pred, self.norm.forward(x));
         let [_, l1, out] = x.dims();
         x.slice([0..n, 1..l1, 0..out])
     }

@@ -15,6 +15,7 @@ use burn::module::Param;
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl_models::layers::linear_tokens;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::SeedableRng;
 
@@ -198,10 +199,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> SimMim<B, M> {
         let [n, _, _, _] = images.dims();
         let encoded = self.encode(images.clone(), mask);
         let [_, tokens, d] = encoded.dims();
-        let predicted = self
-            .online
-            .head
-            .forward(encoded.slice([0..n, 1..tokens, 0..d]));
+        let predicted = linear_tokens(&self.online.head, encoded.slice([0..n, 1..tokens, 0..d]));
         let target = patchify(images.detach(), p);
         let pixels = target.dims()[2];
         let l = tokens - 1;

@@ -140,40 +140,56 @@ pub fn forward<T: GeluReal>(x: &[T]) -> Vec<T> {
     let mut y = vec![T::default(); x.len()];
     y.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK))
-        .for_each(|(out, x)| {
-            widest(|| {
-                for (o, &v) in out.iter_mut().zip(x) {
-                    *o = v * cdf(v);
-                }
-            })
-        });
+        .for_each(|(out, x)| pulp::Arch::new().dispatch(Forward { x, out }));
     y
 }
 
-/// Runs `f` compiled for the widest vector instructions this CPU has (AVX-512, AVX2, else
-/// SSE2), chosen at run time by `pulp` (the dispatch the `gemm` crate uses). The loops use
-/// no fused multiply-add, so every width gives the same bits.
-#[inline(always)]
-fn widest(f: impl FnOnce()) {
-    pulp::Arch::new().dispatch(f)
+/// One chunk of [`forward`], compiled for the widest vector instructions this CPU has
+/// (AVX-512, AVX2, else SSE2), chosen at run time by `pulp` (the dispatch the `gemm` crate
+/// uses): a `WithSimd` whose body is inlined into each width's function (a closure is not
+/// always). The loops use no fused multiply-add, so every width gives the same bits.
+struct Forward<'a, T> {
+    x: &'a [T],
+    out: &'a mut [T],
+}
+
+impl<T: GeluReal> pulp::WithSimd for Forward<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        for (o, &v) in self.out.iter_mut().zip(self.x) {
+            *o = v * cdf(v);
+        }
+    }
+}
+
+/// One chunk of [`backward`], dispatched as [`Forward`].
+struct Backward<'a, T> {
+    x: &'a [T],
+    grad: &'a [T],
+    out: &'a mut [T],
+}
+
+impl<T: GeluReal> pulp::WithSimd for Backward<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let inv_sqrt_2pi = T::constant(1.0 / (2.0 * core::f64::consts::PI).sqrt());
+        let minus_half = T::constant(-0.5);
+        for ((o, &v), &g) in self.out.iter_mut().zip(self.x).zip(self.grad) {
+            let pdf = inv_sqrt_2pi * (minus_half * v * v).exp();
+            *o = g * (cdf(v) + v * pdf);
+        }
+    }
 }
 
 /// `∂x = ∂y·(Φ(x) + x·φ(x))` of every value, `φ(x) = e^(−x²/2)/√(2π)`.
 pub fn backward<T: GeluReal>(x: &[T], grad: &[T]) -> Vec<T> {
     assert_eq!(x.len(), grad.len(), "gelu: input and gradient lengths");
-    let inv_sqrt_2pi = T::constant(1.0 / (2.0 * core::f64::consts::PI).sqrt());
-    let minus_half = T::constant(-0.5);
     let mut dx = vec![T::default(); x.len()];
     dx.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK).zip(grad.par_chunks(CHUNK)))
-        .for_each(|(out, (x, g))| {
-            widest(|| {
-                for ((o, &v), &g) in out.iter_mut().zip(x).zip(g) {
-                    let pdf = inv_sqrt_2pi * (minus_half * v * v).exp();
-                    *o = g * (cdf(v) + v * pdf);
-                }
-            })
-        });
+        .for_each(|(out, (x, grad))| pulp::Arch::new().dispatch(Backward { x, grad, out }));
     dx
 }
 
