@@ -238,23 +238,10 @@ impl Activation {
 }
 
 /// The exact GELU, `x·Φ(x) = x·(1 + erf(x/√2))/2` (PyTorch's default, timm's): on burn's CPU
-/// backend one fused pass each way ([`crate::kernels::gelu`]), elsewhere [`gelu_composed`].
+/// backend one fused pass each way ([`crate::kernels::gelu`]), elsewhere
+/// [`crate::kernels::gelu_composed`].
 pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     crate::kernels::gelu(x)
-}
-
-/// The exact GELU composed from `erf`, so that its gradient is exact on every backend.
-///
-/// Hand-written because burn 0.21's `activation::gelu` pairs an exact forward with the
-/// derivative of the tanh approximation (`burn-backend`'s default `gelu_backward`, which
-/// `NdArray` and the cubecl backends — wgpu, CUDA — use; only Flex overrides it with the exact
-/// one): a ViT's gradients then differ from PyTorch's in the fourth digit
-/// (`tests/methods.rs`, `mae_matches_lightly_in_f64`; `tests/gradients.rs`, the ViT block's).
-/// `erf`'s backward is exact everywhere.
-pub fn gelu_composed<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    // A product, not `div_scalar(√2)`: burn-autodiff 0.21 takes a scalar division's
-    // derivative in f32.
-    x.clone() * (x.mul_scalar(core::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5
 }
 
 /// `linear` applied to the last dimension of tokens `[N, T, D_in]`, computed as one 2-D product

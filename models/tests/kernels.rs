@@ -286,7 +286,7 @@ fn gelu_and_grad(
 }
 
 /// The GELU kernel (`kernels::gelu`, what `layers::gelu` calls) against the composed form
-/// (`layers::gelu_composed`) on the same backend, with and without autodiff. In f64 both use
+/// (`kernels::gelu_composed`) on the same backend, with and without autodiff. In f64 both use
 /// libm's `erf`: the same values and input gradients to 1e-14 (a few ulps: the two evaluate
 /// `Φ` in another order). In f32 the kernel's `erf` is within 3.9e-7 of the exact one and
 /// libm's within an ulp, so values differ by at most 3.9e-7·|x|/2 plus rounding (≤ 1.2e-6
@@ -298,7 +298,7 @@ fn gelu_kernel_equals_the_composed_gelu() {
     let device = Default::default();
     let x = f64_tensor::<Ad, 3>([3, 5, 70], 16, &device).mul_scalar(4.0);
     let (y, dx) = gelu_and_grad(x.clone(), curriculum_ssl_models::layers::gelu);
-    let (y_ref, dx_ref) = gelu_and_grad(x.clone(), curriculum_ssl_models::layers::gelu_composed);
+    let (y_ref, dx_ref) = gelu_and_grad(x.clone(), kernels::gelu_composed);
     assert!(max_rel(&y, &y_ref) < 1e-14, "f64 values");
     assert!(max_rel(&dx, &dx_ref) < 1e-14, "f64 gradients");
     // Without autodiff (feature extraction) the same values.
@@ -311,7 +311,7 @@ fn gelu_kernel_equals_the_composed_gelu() {
 
     let x32 = x.cast(DType::F32);
     let (y, dx) = gelu_and_grad(x32.clone(), curriculum_ssl_models::layers::gelu);
-    let (y_ref, dx_ref) = gelu_and_grad(x32, curriculum_ssl_models::layers::gelu_composed);
+    let (y_ref, dx_ref) = gelu_and_grad(x32, kernels::gelu_composed);
     let largest = |a: &[f64], b: &[f64]| {
         a.iter()
             .zip(b)

@@ -2,7 +2,7 @@
 //! backward (`∂x = ∂y·(Φ(x) + x·φ(x))`, `φ` the normal density) over contiguous values, with
 //! an `erf` the compiler vectorises in f32.
 //!
-//! Why this file exists: composed of burn's tensor operations (`layers::gelu_composed`, the
+//! Why this file exists: composed of burn's tensor operations (`kernels::gelu_composed`, the
 //! form whose gradient is exact on every backend) the GELU of a ViT's MLP is five full-size
 //! passes forward and about as many again in autodiff's backward; burn's CPU backend (`Flex`)
 //! computes each `erf` with the scalar `libm::erff`, and its own fused `gelu` calls it in both
@@ -27,7 +27,9 @@ const CHUNK: usize = 1 << 14;
 
 /// `|x|` beyond which `erf(x)` rounds to `±1` in f32.
 const ERF_CLAMP: f32 = 3.92;
-/// `P`'s coefficients, `t⁰` first (`scripts/fit_erf.py`).
+/// `P`'s coefficients, `t⁰` first (`scripts/fit_erf.py`). The first is the fit's, one f32
+/// below `2/√π` (erf's slope at 0), not the constant: the bound was measured with it.
+#[allow(clippy::approx_constant)]
 const ERF_P: [f32; 5] = [
     1.128_379_1,
     0.185_425_27,

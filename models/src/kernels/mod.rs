@@ -232,7 +232,7 @@ fn add_channel_bias<B: Backend>(y: Tensor<B, 4>, bias: Tensor<B, 1>) -> Tensor<B
 }
 
 /// The exact GELU `x·Φ(x)`: through [`gelu`]'s kernels on `Flex` and `Autodiff<Flex>` with
-/// `f32` or `f64` values, else `layers::gelu_composed` (the form whose gradient is exact on
+/// `f32` or `f64` values, else [`gelu_composed`] (the form whose gradient is exact on
 /// every backend). The same values within the kernel's `erf` error in f32 (3.9e-7), to
 /// rounding in f64, and the same gradient.
 pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
@@ -256,10 +256,10 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
                 let y = Tensor::<Flex, D>::from_primitive(TensorPrimitive::Float(y));
                 return cast(y, "B is Flex");
             }
-            Err(x) => return crate::layers::gelu_composed(x),
+            Err(x) => return gelu_composed(x),
         }
     }
-    crate::layers::gelu_composed(x)
+    gelu_composed(x)
 }
 
 /// `x.swap_dims(1, 2)` laid out contiguously, `[a, b, c, d] → [a, c, b, d]`: through
@@ -291,6 +291,20 @@ pub fn swap_middle_dims<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
         }
     }
     x.swap_dims(1, 2)
+}
+
+/// The exact GELU composed from `erf`, so that its gradient is exact on every backend.
+///
+/// Hand-written because burn 0.21's `activation::gelu` pairs an exact forward with the
+/// derivative of the tanh approximation (`burn-backend`'s default `gelu_backward`, which
+/// `NdArray` and the cubecl backends — wgpu, CUDA — use; only Flex overrides it with the exact
+/// one): a ViT's gradients then differ from PyTorch's in the fourth digit
+/// (`tests/methods.rs`, `mae_matches_lightly_in_f64`; `tests/gradients.rs`, the ViT block's).
+/// `erf`'s backward is exact everywhere.
+pub fn gelu_composed<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    // A product, not `div_scalar(√2)`: burn-autodiff 0.21 takes a scalar division's
+    // derivative in f32.
+    x.clone() * (x.mul_scalar(core::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5
 }
 
 /// What [`batch_norm_train`] computes.
