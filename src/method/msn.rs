@@ -9,7 +9,7 @@
 //! ```text
 //! for each batch x:
 //!     target, anchor, f1 .. fV = multi_crop(x)            (the target view, 1 + V anchors)
-//!     drop ⌊L·r⌋ random patch tokens of every anchor (r = mask_ratio, per image)
+//!     drop L − ⌊L·(1 − r)⌋ random patch tokens of every anchor (r = mask_ratio, per image)
 //!     z_t = target_net(target)                            (EMA network, no gradient)
 //!     z_a = student(anchor, f1 .. fV on their kept tokens)  → [(1 + V)·N, 256]
 //!     loss = MSN(z_a, z_t, prototypes)                    (cross-entropy + λ·regulariser)

@@ -81,17 +81,23 @@ pub fn byol<B: AutodiffBackend>(device: &B::Device) -> Byol<B, TinyConv<B>> {
     .unwrap()
 }
 
+/// The ViT every masked-image-modelling test trains: the views' size in patches of 4 (a 3 × 3
+/// grid), width 8, one block of two heads.
+fn small_vit<B: burn::prelude::Backend>(d: &B::Device) -> curriculum_ssl_models::Vit<B> {
+    curriculum_ssl_models::VitConfig::new(crate::SIDE)
+        .with_patch_size(4)
+        .with_in_channels(1)
+        .with_embed_dim(8)
+        .with_depth(1)
+        .with_num_heads(2)
+        .init(d)
+}
+
 /// MAE on a ViT of the views' size (patches of 4: a 3 × 3 grid), width 8, one block, with a
 /// one-block decoder.
 pub fn mae<B: AutodiffBackend>(device: &B::Device) -> Mae<B, curriculum_ssl_models::Vit<B>> {
     init_method::<B, _, _>(device, 3, |d| {
-        let vit = curriculum_ssl_models::VitConfig::new(crate::SIDE)
-            .with_patch_size(4)
-            .with_in_channels(1)
-            .with_embed_dim(8)
-            .with_depth(1)
-            .with_num_heads(2)
-            .init(d);
+        let vit = small_vit(d);
         MaeConfig::new()
             .with_decoder_dim(8)
             .with_decoder_depth(1)
@@ -104,13 +110,7 @@ pub fn mae<B: AutodiffBackend>(device: &B::Device) -> Mae<B, curriculum_ssl_mode
 /// SimMIM on MAE's ViT (a 3 × 3 grid: 2 × 2-patch units clipped at the edges).
 pub fn simmim<B: AutodiffBackend>(device: &B::Device) -> SimMim<B, curriculum_ssl_models::Vit<B>> {
     init_method::<B, _, _>(device, 3, |d| {
-        let vit = curriculum_ssl_models::VitConfig::new(crate::SIDE)
-            .with_patch_size(4)
-            .with_in_channels(1)
-            .with_embed_dim(8)
-            .with_depth(1)
-            .with_num_heads(2)
-            .init(d);
+        let vit = small_vit(d);
         SimMimConfig::new().init(vit, d)
     })
     .unwrap()
@@ -140,15 +140,7 @@ fn ibot_with<B: AutodiffBackend>(
     config: IbotConfig,
 ) -> Ibot<B, curriculum_ssl_models::Vit<B>> {
     init_method::<B, _, _>(device, 3, |d| {
-        let vit = |d: &B::Device| {
-            curriculum_ssl_models::VitConfig::new(crate::SIDE)
-                .with_patch_size(4)
-                .with_in_channels(1)
-                .with_embed_dim(8)
-                .with_depth(1)
-                .with_num_heads(2)
-                .init(d)
-        };
+        let vit = small_vit::<B>;
         config
             .with_hidden_dim(8)
             .with_bottleneck_dim(4)
@@ -171,15 +163,7 @@ fn ibot_with<B: AutodiffBackend>(
 /// encoder's layer norm and the smooth L1.
 pub fn ijepa<B: AutodiffBackend>(device: &B::Device) -> Ijepa<B, curriculum_ssl_models::Vit<B>> {
     init_method::<B, _, _>(device, 3, |d| {
-        let vit = |d: &B::Device| {
-            curriculum_ssl_models::VitConfig::new(crate::SIDE)
-                .with_patch_size(4)
-                .with_in_channels(1)
-                .with_embed_dim(8)
-                .with_depth(1)
-                .with_num_heads(2)
-                .init(d)
-        };
+        let vit = small_vit::<B>;
         IjepaConfig::new()
             .with_predictor_dim(8)
             .with_predictor_depth(1)
@@ -196,15 +180,7 @@ pub fn ijepa<B: AutodiffBackend>(device: &B::Device) -> Ijepa<B, curriculum_ssl_
 /// regulariser on the device. Compared at [`crate::harness::MSN_TOLERANCE`].
 pub fn msn<B: AutodiffBackend>(device: &B::Device) -> Msn<B, curriculum_ssl_models::Vit<B>> {
     init_method::<B, _, _>(device, 3, |d| {
-        let vit = |d: &B::Device| {
-            curriculum_ssl_models::VitConfig::new(crate::SIDE)
-                .with_patch_size(4)
-                .with_in_channels(1)
-                .with_embed_dim(8)
-                .with_depth(1)
-                .with_num_heads(2)
-                .init(d)
-        };
+        let vit = small_vit::<B>;
         MsnConfig::new()
             .with_hidden_dim(8)
             .with_output_dim(4)
@@ -223,13 +199,7 @@ pub fn msn<B: AutodiffBackend>(device: &B::Device) -> Msn<B, curriculum_ssl_mode
 /// ranks the patches as the CPU does.
 pub fn hpm<B: AutodiffBackend>(device: &B::Device) -> Hpm<B, curriculum_ssl_models::Vit<B>> {
     init_method::<B, _, _>(device, 3, |d| {
-        let vit = curriculum_ssl_models::VitConfig::new(crate::SIDE)
-            .with_patch_size(4)
-            .with_in_channels(1)
-            .with_embed_dim(8)
-            .with_depth(1)
-            .with_num_heads(2)
-            .init(d);
+        let vit = small_vit(d);
         HpmConfig::new()
             .with_mae(
                 MaeConfig::new()
