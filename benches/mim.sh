@@ -1,8 +1,10 @@
 #!/bin/bash
-# Masked image modelling (MAE, SimMIM) on ViT-Tiny: the Rust recipe, then its lightly + PyTorch
+# Masked image modelling and its relatives on ViT-Tiny: the Rust recipe, then its lightly + PyTorch
 # replica (benches/pytorch/mim_fmnist.py), one after the other, on the full Fashion-MNIST.
 # Usage: benches/mim.sh [EPOCHS] [RECIPES...]   (after `cargo build --release --bin recipe`)
+#   RECIPES: any of mae simmim ijepa ibot dinov2 msn (default: mae simmim)
 #   benches/mim.sh 1 mae simmim
+#   benches/mim.sh 1 ijepa ibot dinov2 msn
 set -euo pipefail
 EPOCHS=${1:-1}
 shift || true
