@@ -292,7 +292,7 @@ impl<B: Backend> MlpHead<B> {
             }
             x = match activation {
                 HeadActivation::Relu => burn::tensor::activation::relu(x),
-                HeadActivation::Gelu => burn::tensor::activation::gelu(x),
+                HeadActivation::Gelu => curriculum_ssl_models::layers::gelu(x),
             };
         }
         x = self.output.forward(x);
@@ -516,5 +516,43 @@ mod tests {
         assert!(head.has_hidden_batch_norm());
         let err = MlpHeadConfig::new(8, 0, 4).init::<B>(&device).unwrap_err();
         assert_eq!(err.field, "hidden_dim");
+    }
+
+    /// The GELU head's input gradient against central differences in f64: the exact GELU's
+    /// derivative on every backend. (burn 0.21's `activation::gelu` on `NdArray` pairs the exact
+    /// forward with the tanh approximation's derivative, 2.7e-5 off here: this failed with it.)
+    #[test]
+    fn gelu_head_gradient_matches_finite_differences() {
+        let device = Default::default();
+        let head = crate::base::seed::init_module::<Ad, _>(&device, 0, |d| {
+            MlpHeadConfig::moco_v2(5, 7, 3).init::<Ad>(d).unwrap()
+        });
+        let x: Vec<f64> = (0..10).map(|i| (i as f64 * 0.73).sin() * 2.0).collect();
+        let w: Vec<f64> = (0..6).map(|i| (i as f64 * 0.41).cos()).collect();
+        let tensor = |v: &[f64], shape: [usize; 2]| {
+            Tensor::<Ad, 2>::from_data(TensorData::new(v.to_vec(), shape), &device)
+        };
+        let loss = |x: Tensor<Ad, 2>| {
+            (head.forward_with(x, HeadActivation::Gelu) * tensor(&w, [2, 3])).sum()
+        };
+        let input = tensor(&x, [2, 5]).require_grad();
+        let grads = loss(input.clone()).backward();
+        let analytic: Vec<f64> = input.grad(&grads).unwrap().into_data().to_vec().unwrap();
+        let h = 1e-5;
+        for i in 0..x.len() {
+            let at = |d: f64| {
+                let mut y = x.clone();
+                y[i] += d;
+                loss(tensor(&y, [2, 5])).into_scalar()
+            };
+            let numeric = (at(h) - at(-h)) / (2.0 * h);
+            // Central differences in f64: truncation about h² = 1e-10 times the third
+            // derivative, rounding about 1e-16 / h = 1e-11.
+            assert!(
+                (analytic[i] - numeric).abs() < 1e-8,
+                "input {i}: autodiff {} against finite differences {numeric}",
+                analytic[i]
+            );
+        }
     }
 }
