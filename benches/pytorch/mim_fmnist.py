@@ -60,8 +60,11 @@ What it mirrors (paths in this repository; "l." = line numbers as of this writin
   recorded run's config.json says; the 2026-11-26 speed measurement used (0.2, 1), which
   changes no step's cost), (0.67, 1) for SimMIM, ratio (3/4, 4/3)), flip 0.5, normalisation
   (0.286, 0.353).
-  Both keep lightly's default ViT initialisation (xavier, and a fixed, untrained 2-D sine-cosine
-  positional embedding: `pos_embed_initialization="sincos"` freezes it), where ours learns it.
+  Both wrap the ViT as the other four do (`masked_vit`: timm's initialisation and a learned
+  positional embedding, as ours; lightly's default would be xavier weights and a fixed 2-D
+  sine-cosine embedding — the replicas used that default until 2026-11-27, which changes no
+  step's cost); SimMIM's mask token is drawn from N(0, 0.02) as ours (lightly: zeros). MAE's
+  decoder keeps its fixed sine-cosine table on both sides.
 
 - I-JEPA (`--recipe ijepa`):
   - recipes/src/recipes/ijepa.rs: one view, RandomResizedCrop(28, scale (0.3, 1) -> (0.5, 1)
@@ -379,7 +382,7 @@ class Mae(Replica):
 
     def __init__(self, vit):
         super().__init__()
-        self.backbone = MaskedVisionTransformerTIMM(vit=vit)
+        self.backbone = masked_vit(vit)
         self.sequence_length = self.backbone.sequence_length
         self.decoder = MAEDecoderTIMM(num_patches=vit.patch_embed.num_patches, patch_size=PATCH,
                                       in_chans=1, embed_dim=192, decoder_embed_dim=128,
@@ -421,7 +424,9 @@ class SimMim(Replica):
 
     def __init__(self, vit):
         super().__init__()
-        self.backbone = MaskedVisionTransformerTIMM(vit=vit)
+        self.backbone = masked_vit(vit)
+        # src/method/simmim.rs: the mask token drawn from N(0, 0.02), where lightly's is zeros.
+        nn.init.normal_(self.backbone.mask_token, std=0.02)
         self.decoder = nn.Linear(192, PATCH * PATCH * 1)
         self.grid = vit.patch_embed.grid_size[0]
         self.gen = torch.Generator().manual_seed(0)
