@@ -18,7 +18,7 @@ for recipe in $RECIPES; do
   dir=$(mktemp -d)
   echo "== $recipe, curriculum-ssl"
   /usr/bin/time -f "process %e s, user %U s, sys %S s" \
-    "$RECIPE" "$recipe" --dataset fashion-mnist --data-dir "$DATA" --epochs "$EPOCHS" \
+    "$RECIPE" "$recipe" --dataset fashion-mnist --data-dir "$DATA" --epochs "$EPOCHS" --no-baselines \
     --knn-every 0 --run-dir "$dir/run" 2>&1 | grep -E "epoch [0-9]+/|done in|kNN \(k|^process"
   cat "$dir/run/epochs.csv"
   rm -rf "$dir"

@@ -505,3 +505,24 @@ fn a_plot_that_cannot_be_drawn_does_not_fail_a_complete_run() {
         "{err}"
     );
 }
+
+/// `--no-baselines`: no kNN before the first step (no files of it, no comparison in the
+/// report), the kNN after training as always.
+#[test]
+fn no_baselines_skips_the_knn_at_initialisation_and_of_the_pixels() {
+    let name = "no-baselines";
+    let dir = scratch().join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = run(&as_strs(&tiny(name, &["--no-baselines"])));
+    assert_eq!(check_error_shape(&o, name), 0, "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("top-1"), "the kNN after training: {stdout}");
+    assert!(
+        !stdout.contains("at initialisation") && !stdout.contains("raw pixels"),
+        "{stdout}"
+    );
+    for file in ["knn_at_init.json", "knn_raw_pixels.json"] {
+        assert!(!dir.join(file).exists(), "{file}");
+    }
+    assert!(dir.join("summary.md").is_file());
+}

@@ -463,6 +463,9 @@ where
     if trainer.step() > 0 {
         return Ok((read_knn_results(&init_file), read_knn_results(&raw_file)));
     }
+    if prepared.args.no_baselines {
+        return Ok(Default::default());
+    }
     let Some(hook) = knn_hook(trainer) else {
         return Ok(Default::default());
     };
