@@ -232,12 +232,26 @@ impl<B: Backend> VitBlock<B> {
     /// A block of width `dim` with `heads` attention heads, an MLP `mlp_ratio` times as wide,
     /// LayerNorms with `ε = eps`; linear weights drawn from `N(0, 0.02²)` (timm's), biases zero.
     pub fn new(dim: usize, heads: usize, mlp_ratio: f64, eps: f64, device: &B::Device) -> Self {
+        let timm = Initializer::Normal {
+            mean: 0.0,
+            std: 0.02,
+        };
+        Self::with_initializer(dim, heads, mlp_ratio, eps, timm, device)
+    }
+
+    /// [`VitBlock::new`] with the linear weights drawn by `initializer` (MAE's decoder:
+    /// Xavier-uniform, the fused `qkv` weight as one `[D, 3D]` layer as in the authors' code).
+    pub fn with_initializer(
+        dim: usize,
+        heads: usize,
+        mlp_ratio: f64,
+        eps: f64,
+        initializer: Initializer,
+        device: &B::Device,
+    ) -> Self {
         let linear = |from: usize, to: usize| {
             LinearConfig::new(from, to)
-                .with_initializer(Initializer::Normal {
-                    mean: 0.0,
-                    std: 0.02,
-                })
+                .with_initializer(initializer.clone())
                 .init(device)
         };
         let norm = || LayerNormConfig::new(dim).with_epsilon(eps).init(device);

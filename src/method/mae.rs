@@ -133,8 +133,9 @@ pub struct MaeDecoder<B: Backend> {
 
 impl<B: Backend> MaeDecoder<B> {
     /// A decoder from the encoder's width `width` to `out` values per patch, `(dim, heads,
-    /// depth)` wide, with MAE's initialisation (Xavier-uniform linear layers, the mask token
-    /// normal with σ = 0.02). The shape is checked by the caller
+    /// depth)` wide, with MAE's initialisation (Xavier-uniform linear layers, its blocks' too —
+    /// the authors' `_init_weights` and lightly's `MAEDecoderTIMM` —, the mask token normal
+    /// with σ = 0.02). The shape is checked by the caller
     /// ([`super::masking::check_token_transformer`]).
     pub fn new(
         width: usize,
@@ -142,9 +143,10 @@ impl<B: Backend> MaeDecoder<B> {
         out: usize,
         device: &B::Device,
     ) -> Self {
+        let xavier = Initializer::XavierUniform { gain: 1.0 };
         let linear = |from: usize, to: usize| {
             LinearConfig::new(from, to)
-                .with_initializer(Initializer::XavierUniform { gain: 1.0 })
+                .with_initializer(xavier.clone())
                 .init(device)
         };
         Self {
@@ -155,7 +157,7 @@ impl<B: Backend> MaeDecoder<B> {
             }
             .init([1, 1, dim], device),
             blocks: (0..depth)
-                .map(|_| VitBlock::new(dim, heads, 4.0, 1e-6, device))
+                .map(|_| VitBlock::with_initializer(dim, heads, 4.0, 1e-6, xavier.clone(), device))
                 .collect(),
             norm: LayerNormConfig::new(dim).with_epsilon(1e-6).init(device),
             pred: linear(dim, out),
@@ -572,6 +574,42 @@ mod tests {
     }
 
     /// Worked values: width 4 (one frequency, `ω = 1`) on a grid of one row of two patches.
+    /// MAE's initialisation: every linear layer of the decoder, its blocks' too, Xavier-uniform
+    /// — uniform on ±√(6 / (fan_in + fan_out)) — as the authors' `_init_weights` and lightly's
+    /// `MAEDecoderTIMM` draw them (timm's N(0, 0.02²) for the blocks until 2026-11-27).
+    #[test]
+    fn the_decoder_blocks_are_xavier_uniform() {
+        let device = Default::default();
+        let decoder = crate::base::seed::init_module::<Inner, _>(&device, 0, |d| {
+            MaeDecoder::<Inner>::new(192, (128, 4, 1), 16, d)
+        });
+        let attn = &decoder.blocks[0].attn;
+        let mlp = &decoder.blocks[0].mlp;
+        for (name, linear, fan_in, fan_out) in [
+            ("qkv", &attn.qkv, 128, 384),
+            ("proj", &attn.proj, 128, 128),
+            ("fc1", &mlp.fc1, 128, 512),
+            ("fc2", &mlp.fc2, 512, 128),
+        ] {
+            let w = host(linear.weight.val());
+            let bound = (6.0 / (fan_in + fan_out) as f64).sqrt();
+            let max = w.iter().fold(0f64, |m, v| m.max(v.abs()));
+            let sd = (w.iter().map(|v| v * v).sum::<f64>() / w.len() as f64).sqrt();
+            // At least 16,384 draws: the largest lies within 1 % of the bound but for a
+            // chance of 0.99^16384 ≈ e^-164, and the root mean square (bound / √3) within 2 %
+            // (its relative standard error is 0.35 %: 5.7 of them); N(0, 0.02²) fails both.
+            assert!(
+                max <= bound && max > 0.99 * bound,
+                "{name}: max {max}, bound {bound}"
+            );
+            let expected = bound / 3f64.sqrt();
+            assert!(
+                (sd / expected - 1.0).abs() < 0.02,
+                "{name}: sd {sd}, Xavier {expected}"
+            );
+        }
+    }
+
     #[test]
     fn the_decoder_positions_are_the_authors_sine_cosine_table() {
         let got = host(sine_cosine_2d::<Inner>((1, 2), 4, &Default::default()));
