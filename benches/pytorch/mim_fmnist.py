@@ -240,7 +240,8 @@ from lightly.utils.scheduler import cosine_schedule
 from timm.models.vision_transformer import VisionTransformer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from moco_v2_fmnist import MEAN, STD, knn_evaluate, load_split, lr_at, print_knn  # noqa: E402
+from moco_v2_fmnist import (  # noqa: E402
+    MEAN, STD, knn_evaluate, load_split, lr_at, ours_view, print_knn)
 
 BATCH = 128
 PATCH = 4
@@ -284,30 +285,6 @@ def view(side: int, scale) -> T.Compose:
         T.RandomHorizontalFlip(p=0.5),
         T.Normalize(MEAN, STD),
     ])
-
-
-def ours_view(size: int, scale, flip: bool = True, jitter=None, grayscale: bool = False,
-              blur_p: float = 0.0, solarize_p: float = 0.0) -> T.Compose:
-    """One `ViewConfig` of src/pipeline.rs, in its order: crop (bilinear, no antialiasing, as
-    src/augment/crop.rs), flip 0.5, colour jitter with p 0.8 (random order), grayscale 0.2,
-    Gaussian blur kernel 3 sigma (0.1, 2) (reflect padding), solarisation at 0.5, normalisation."""
-    ops = [
-        T.ToDtype(torch.float32, scale=True),
-        T.RandomResizedCrop(size, scale=scale, ratio=(3.0 / 4.0, 4.0 / 3.0),
-                            interpolation=T.InterpolationMode.BILINEAR, antialias=False),
-    ]
-    if flip:
-        ops.append(T.RandomHorizontalFlip(p=0.5))
-    if jitter is not None:
-        ops.append(T.RandomApply([T.ColorJitter(*jitter)], p=0.8))
-    if grayscale:
-        ops.append(T.RandomGrayscale(p=0.2))
-    if blur_p > 0.0:
-        ops.append(T.RandomApply([T.GaussianBlur(3, sigma=(0.1, 2.0))], p=blur_p))
-    if solarize_p > 0.0:
-        ops.append(T.RandomSolarize(threshold=0.5, p=solarize_p))
-    ops.append(T.Normalize(MEAN, STD))
-    return T.Compose(ops)
 
 
 def local_side(side: int) -> int:

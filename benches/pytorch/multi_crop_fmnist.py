@@ -75,6 +75,7 @@ from moco_v2_fmnist import (  # noqa: E402  (the shared pieces of the MoCo repli
     knn_evaluate,
     load_split,
     lr_at,
+    ours_view,
     print_knn,
 )
 
@@ -87,20 +88,9 @@ LR = {"swav": 0.6 * BATCH / 256, "dino": 0.3 * BATCH / 256}
 
 
 def crop_view(side, scale, jitter, blur_p=0.0, solarize_p=0.0):
-    ops = [
-        T.ToDtype(torch.float32, scale=True),
-        T.RandomResizedCrop(side, scale=scale, ratio=(3.0 / 4.0, 4.0 / 3.0),
-                            interpolation=T.InterpolationMode.BILINEAR, antialias=False),
-        T.RandomHorizontalFlip(p=0.5),
-        T.RandomApply([T.ColorJitter(*jitter)], p=0.8),
-        T.RandomGrayscale(p=0.2),
-    ]
-    if blur_p > 0:
-        ops.append(T.RandomApply([T.GaussianBlur(3, sigma=(0.1, 2.0))], p=blur_p))
-    if solarize_p > 0:
-        ops.append(T.RandomSolarize(threshold=0.5, p=solarize_p))
-    ops.append(T.Normalize(MEAN, STD))
-    return T.Compose(ops)
+    """A multi-crop view: crop, flip, colour jitter and grayscale, then blur / solarisation."""
+    return ours_view(side, scale, flip=True, jitter=jitter, grayscale=True, blur_p=blur_p,
+                     solarize_p=solarize_p)
 
 
 def transforms(recipe, side, locals_):
