@@ -51,7 +51,7 @@ const fn case(
     }
 }
 
-const CASES: [Case; 7] = [
+const CASES: [Case; 9] = [
     case(2, [3, 4], [7, 6], [3, 3], 1, 1, 1, false),
     case(3, [2, 5], [9, 8], [3, 3], 2, 1, 1, true),
     case(1, [4, 3], [5, 5], [1, 1], 1, 0, 1, false),
@@ -59,6 +59,10 @@ const CASES: [Case; 7] = [
     case(2, [2, 3], [9, 9], [3, 2], 1, 2, 2, false),
     case(1, [1, 8], [11, 10], [7, 7], 2, 3, 1, false),
     case(4, [5, 2], [4, 4], [3, 3], 3, 0, 1, true),
+    // By Winograd's F(2×2, 3×3) (`kernels::winograd`): 3×3 at stride 1, 16 channels or more; an
+    // odd map (a last tile half outside the output) and padding 0.
+    case(2, [16, 17], [7, 6], [3, 3], 1, 1, 1, true),
+    case(1, [17, 16], [5, 6], [3, 3], 1, 0, 1, false),
 ];
 
 /// A fixed pseudo-random sequence (an LCG), values in [−1, 1).
@@ -176,13 +180,13 @@ fn outputs_and_gradients_equal_burns_convolution() {
 }
 
 /// `L = Σ tanh(y) ⊙ r`: each gradient entry against `(L(θ + h) − L(θ − h)) / 2h`, h = 1e-5,
-/// for every input and weight entry of two cases. The truncation error is O(h²·L''') ≈ 1e-10
-/// and the rounding error O(ε·|L| / h) ≈ 1e-10 for |L| ≲ 10 in f64, so 1e-7 is far above both
-/// and far below a wrong gradient.
+/// for every input and weight entry of three cases (the last by Winograd). The truncation error
+/// is O(h²·L''') ≈ 1e-10 and the rounding error O(ε·|L| / h) ≈ 1e-10 for |L| ≲ 10 in f64, so
+/// 1e-7 is far above both and far below a wrong gradient.
 #[test]
 fn gradients_equal_finite_differences() {
     let device = Default::default();
-    for c in [CASES[1], CASES[4]] {
+    for c in [CASES[1], CASES[4], CASES[7]] {
         let conv = layer::<Ad>(c, &device);
         let x = input::<Ad>(c, &device);
         let loss = |conv: &Conv2d<Ad>, x: Tensor<Ad, 4>| {

@@ -26,7 +26,7 @@
 
 use rayon::prelude::*;
 
-use super::Real;
+use super::{winograd, Real};
 
 /// The number of `colᵀ` entries a chunk aims at (8 MiB of `f32`): enough columns for wide GEMM
 /// tiles on the deep layers (few positions per image), few enough to stay near the cache on
@@ -117,15 +117,15 @@ impl ConvGeometry {
         (budget / per_image.max(1)).clamp(1, self.batch.max(1))
     }
 
-    fn input_len(&self) -> usize {
+    pub(super) fn input_len(&self) -> usize {
         self.batch * self.in_channels * self.in_size[0] * self.in_size[1]
     }
 
-    fn weight_len(&self) -> usize {
+    pub(super) fn weight_len(&self) -> usize {
         self.out_channels * self.col_rows()
     }
 
-    fn output_len(&self) -> usize {
+    pub(super) fn output_len(&self) -> usize {
         self.batch * self.out_channels * self.positions()
     }
 }
@@ -407,8 +407,34 @@ fn gather_output_grad<T: Real>(
 
 /// `dst[m, n] (=|+=) lhs[m, k] · rhs[k, n]` with each operand given by its strides:
 /// `(row stride, column stride)`.
+/// Products of at least [`PARALLEL_GEMM_WORK`] multiply-adds run on every thread.
 #[allow(clippy::too_many_arguments)]
 fn gemm<T: Real>(
+    [m, n, k]: [usize; 3],
+    dst: &mut [T],
+    accumulate: bool,
+    lhs: &[T],
+    lhs_strides: (usize, usize),
+    rhs: &[T],
+    rhs_strides: (usize, usize),
+) {
+    let parallel = m * n * k >= PARALLEL_GEMM_WORK;
+    gemm_on(
+        parallel,
+        [m, n, k],
+        dst,
+        accumulate,
+        lhs,
+        lhs_strides,
+        rhs,
+        rhs_strides,
+    );
+}
+
+/// [`gemm`] on the calling thread alone, or on every thread when `parallel`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gemm_on<T: Real>(
+    parallel: bool,
     [m, n, k]: [usize; 3],
     dst: &mut [T],
     accumulate: bool,
@@ -420,7 +446,7 @@ fn gemm<T: Real>(
     assert!(dst.len() >= m * n, "gemm: destination too short");
     assert!(m == 0 || k == 0 || (m - 1) * lhs_rs + (k - 1) * lhs_cs < lhs.len());
     assert!(k == 0 || n == 0 || (k - 1) * rhs_rs + (n - 1) * rhs_cs < rhs.len());
-    let parallelism = if m * n * k >= PARALLEL_GEMM_WORK {
+    let parallelism = if parallel {
         gemm::Parallelism::Rayon(0)
     } else {
         gemm::Parallelism::None
@@ -461,12 +487,16 @@ fn check_lengths(g: &ConvGeometry, x: usize, w: usize) {
     assert_eq!(w, g.weight_len(), "conv2d: weight length for {g:?}");
 }
 
-/// The convolution's output `[batch, out_channels, out_h, out_w]`, row-major.
+/// The convolution's output `[batch, out_channels, out_h, out_w]`, row-major: by
+/// [`winograd`] where it [covers](winograd::covers) the geometry, else by im2col.
 ///
 /// # Shapes
 /// - `x`: `[batch, in_channels, in_h, in_w]`
 /// - `weight`: `[out_channels, in_channels, kernel_h, kernel_w]`
 pub fn conv2d_forward<T: Real>(x: &[T], weight: &[T], g: &ConvGeometry) -> Vec<T> {
+    if winograd::covers(g) {
+        return winograd::forward(x, weight, g, CHUNK_ENTRIES);
+    }
     forward_in_chunks(x, weight, g, CHUNK_ENTRIES)
 }
 
@@ -508,7 +538,8 @@ fn forward_in_chunks<T: Real>(x: &[T], weight: &[T], g: &ConvGeometry, budget: u
 }
 
 /// The gradients of the convolution with respect to its input and to its weight, given the
-/// output gradient; each is computed only when asked for.
+/// output gradient; each is computed only when asked for. By [`winograd`] where it
+/// [covers](winograd::covers) the geometry, else by im2col.
 ///
 /// # Shapes
 /// - `x`: `[batch, in_channels, in_h, in_w]`, `weight`: `[out_channels, in_channels, k_h, k_w]`
@@ -521,6 +552,9 @@ pub fn conv2d_backward<T: Real>(
     g: &ConvGeometry,
     wanted: (bool, bool),
 ) -> (Option<Vec<T>>, Option<Vec<T>>) {
+    if winograd::covers(g) {
+        return winograd::backward(x, weight, grad, g, wanted, CHUNK_ENTRIES);
+    }
     backward_in_chunks(x, weight, grad, g, wanted, CHUNK_ENTRIES)
 }
 
@@ -583,11 +617,22 @@ fn backward_in_chunks<T: Real>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
+    /// Both gradients by the im2col path (whatever [`conv2d_backward`] would choose).
+    pub(in crate::kernels) fn backward_by_im2col(
+        x: &[f64],
+        w: &[f64],
+        dy: &[f64],
+        g: &ConvGeometry,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let (dx, dw) = backward_in_chunks(x, w, dy, g, (true, true), CHUNK_ENTRIES);
+        (dx.expect("asked for"), dw.expect("asked for"))
+    }
+
     /// The convolution by its definition, one multiply-add at a time.
-    fn direct(x: &[f64], w: &[f64], g: &ConvGeometry) -> Vec<f64> {
+    pub(in crate::kernels) fn direct(x: &[f64], w: &[f64], g: &ConvGeometry) -> Vec<f64> {
         let [h, wd] = g.in_size;
         let [oh, ow] = g.out_size().unwrap();
         let [kh, kw] = g.kernel;

@@ -1,6 +1,7 @@
 //! CPU kernels the backbones' layers call in place of burn's generic rules where burn 0.21's
 //! CPU backend (`Flex`) has none of its own: the 2-D convolution's backward pass (and its
-//! forward pass, so both use one memory layout; [`conv`]) and the training batch norm, fused
+//! forward pass, so both use one memory layout; [`conv`], whose 3×3 stride-1 layers go by
+//! Winograd's F(2×2, 3×3), [`winograd`]) and the training batch norm, fused
 //! ([`batch_norm`]), the exact GELU ([`gelu`]) and attention's swap of tokens and heads
 //! ([`layout`]) — each file says what it computes and why.
 //!
@@ -23,6 +24,7 @@ pub mod conv;
 mod flex;
 pub mod gelu;
 pub mod layout;
+pub mod winograd;
 
 use std::cell::RefCell;
 use std::thread::LocalKey;
@@ -57,6 +59,7 @@ pub trait Real:
     + PartialEq
     + core::ops::AddAssign
     + core::ops::Add<Output = Self>
+    + core::ops::Sub<Output = Self>
     + core::ops::Mul<Output = Self>
 {
     /// The multiplicative identity.
