@@ -59,10 +59,10 @@ const CASES: [Case; 9] = [
     case(2, [2, 3], [9, 9], [3, 2], 1, 2, 2, false),
     case(1, [1, 8], [11, 10], [7, 7], 2, 3, 1, false),
     case(4, [5, 2], [4, 4], [3, 3], 3, 0, 1, true),
-    // By Winograd's F(2×2, 3×3) (`kernels::winograd`): 3×3 at stride 1, 16 channels or more; an
-    // odd map (a last tile half outside the output) and padding 0.
-    case(2, [16, 17], [7, 6], [3, 3], 1, 1, 1, true),
-    case(1, [17, 16], [5, 6], [3, 3], 1, 0, 1, false),
+    // By Winograd's F(2×2, 3×3) (`kernels::winograd::covers`: 3×3 at stride 1, 64 channels and
+    // 64 output positions or more); an odd map (a last tile half outside the output), padding 0.
+    case(2, [64, 65], [8, 8], [3, 3], 1, 1, 1, true),
+    case(1, [65, 64], [11, 10], [3, 3], 1, 0, 1, false),
 ];
 
 /// A fixed pseudo-random sequence (an LCG), values in [−1, 1).
@@ -159,6 +159,8 @@ fn outputs_and_gradients_equal_burns_convolution() {
         let conv = layer::<Ad>(c, &device);
         let x = input::<Ad>(c, &device);
         assert!(kernels::runs_cpu_kernels(&conv, &x), "{c:?}");
+        let g = kernels::covered_geometry(&conv, x.dims()).expect("covered");
+        assert_eq!(kernels::winograd::covers(&g), c.channels[0] >= 64, "{c:?}");
         let ours = loss_and_grads(&conv, x.clone(), kernels::conv2d);
         let burns = loss_and_grads(&conv, x.clone(), |conv, x| conv.forward(x));
         assert!(max_rel(&ours.0, &burns.0) < 1e-12, "{c:?} output");
@@ -180,13 +182,14 @@ fn outputs_and_gradients_equal_burns_convolution() {
 }
 
 /// `L = Σ tanh(y) ⊙ r`: each gradient entry against `(L(θ + h) − L(θ − h)) / 2h`, h = 1e-5,
-/// for every input and weight entry of three cases (the last by Winograd). The truncation error
-/// is O(h²·L''') ≈ 1e-10 and the rounding error O(ε·|L| / h) ≈ 1e-10 for |L| ≲ 10 in f64, so
-/// 1e-7 is far above both and far below a wrong gradient.
+/// for every input and weight entry of two cases. The truncation error is O(h²·L''') ≈ 1e-10
+/// and the rounding error O(ε·|L| / h) ≈ 1e-10 for |L| ≲ 10 in f64, so 1e-7 is far above both
+/// and far below a wrong gradient. (Winograd's layers are too large for this; its gradients
+/// equal im2col's, `kernels::winograd::tests`.)
 #[test]
 fn gradients_equal_finite_differences() {
     let device = Default::default();
-    for c in [CASES[1], CASES[4], CASES[7]] {
+    for c in [CASES[1], CASES[4]] {
         let conv = layer::<Ad>(c, &device);
         let x = input::<Ad>(c, &device);
         let loss = |conv: &Conv2d<Ad>, x: Tensor<Ad, 4>| {

@@ -37,29 +37,36 @@ pub const CHUNK_ENTRIES: usize = 1 << 21;
 /// burn's Flex products is the same size).
 const PARALLEL_GEMM_WORK: usize = 192 * 192 * 192;
 
-/// Runs `f` on two buffers of `a` and `b` values whose contents are left from earlier calls
-/// (every caller writes before it reads). The buffer is kept per thread and grows to the
-/// largest request: a fresh multi-megabyte `Vec` per call cost a page fault per 4 KiB (7 % of
-/// a ResNet-18 step in `clear_page`). A call that finds the buffer in use — a rayon worker
-/// that stole another convolution while it waited inside one — gets a fresh one.
-pub(super) fn with_scratch<T: Real, R>(
-    a: usize,
-    b: usize,
-    f: impl FnOnce(&mut [T], &mut [T]) -> R,
+/// Runs `f` on `N` buffers of `sizes` values whose contents are left from earlier calls (every
+/// caller writes before it reads). The buffer is kept per thread and grows to the largest
+/// request: a fresh multi-megabyte `Vec` per call cost a page fault per 4 KiB (7 % of a
+/// ResNet-18 step in `clear_page`). A call that finds the buffer in use — a rayon worker that
+/// stole another convolution while it waited inside one — gets a fresh one.
+pub(super) fn with_scratch<T: Real, R, const N: usize>(
+    sizes: [usize; N],
+    f: impl FnOnce([&mut [T]; N]) -> R,
 ) -> R {
+    let total: usize = sizes.iter().sum();
+    fn split<T, const N: usize>(buffer: &mut [T], sizes: [usize; N]) -> [&mut [T]; N] {
+        let mut rest = buffer;
+        sizes.map(|len| {
+            let (piece, tail) = std::mem::take(&mut rest).split_at_mut(len);
+            rest = tail;
+            piece
+        })
+    }
     let mut f = Some(f);
     let reused = T::scratch().with(|cell| {
         let mut buffer = cell.try_borrow_mut().ok()?;
-        if buffer.len() < a + b {
-            buffer.resize(a + b, T::default());
+        if buffer.len() < total {
+            buffer.resize(total, T::default());
         }
-        let (first, second) = buffer[..a + b].split_at_mut(a);
-        Some((f.take().expect("called once"))(first, second))
+        let pieces = split(&mut buffer[..total], sizes);
+        Some((f.take().expect("called once"))(pieces))
     });
     reused.unwrap_or_else(|| {
-        let mut buffer = vec![T::default(); a + b];
-        let (first, second) = buffer.split_at_mut(a);
-        (f.take().expect("not called when the buffer was busy"))(first, second)
+        let mut buffer = vec![T::default(); total];
+        (f.take().expect("not called when the buffer was busy"))(split(&mut buffer, sizes))
     })
 }
 
@@ -507,7 +514,7 @@ fn forward_in_chunks<T: Real>(x: &[T], weight: &[T], g: &ConvGeometry, budget: u
     let chunk = g.images_per_chunk(budget);
     let mut y = vec![T::default(); g.output_len()];
     let (col_len, out_len) = (rows * chunk * positions, g.out_channels * chunk * positions);
-    with_scratch(col_len, out_len, |col: &mut [T], out: &mut [T]| {
+    with_scratch([col_len, out_len], |[col, out]: [&mut [T]; 2]| {
         let mut first = 0;
         while first < g.batch {
             let images = chunk.min(g.batch - first);
@@ -578,7 +585,7 @@ fn backward_in_chunks<T: Real>(
     let mut dx = want_x.then(|| vec![T::default(); g.input_len()]);
     let mut dw = want_w.then(|| vec![T::default(); g.weight_len()]);
     let (col_len, out_len) = (rows * chunk * positions, g.out_channels * chunk * positions);
-    with_scratch(col_len, out_len, |col: &mut [T], out_grad: &mut [T]| {
+    with_scratch([col_len, out_len], |[col, out_grad]: [&mut [T]; 2]| {
         let mut first = 0;
         while first < g.batch {
             let images = chunk.min(g.batch - first);

@@ -32,23 +32,36 @@ use rayon::prelude::*;
 use super::conv::{gemm_on, with_scratch, ConvGeometry};
 use super::Real;
 
-/// Channels (in and out) below which [`covers`] leaves a layer to im2col: the products here have
-/// `C_in` for their inner dimension where im2col's have `9·C_in`, and a first layer on 3
-/// colour channels gains nothing from 16 products of depth 3.
-pub const MIN_CHANNELS: usize = 16;
+/// Channels (in and out) below which [`covers`] leaves a layer to im2col.
+pub const MIN_CHANNELS: usize = 64;
+
+/// Output positions (`out_h · out_w`) below which [`covers`] leaves a layer to im2col.
+///
+/// Both thresholds are measured (2 cores, AVX-512, release): on ResNet-18's SimCLR step
+/// (channels 64–512, maps 32×32 to 4×4) Winograd on every 3×3 stride-1 layer and on those with
+/// at least 64 channels and 64 positions took the same time (4.57–4.65 s a step at batch 128,
+/// against 7.4 s by im2col alone); on the CPU default `small-2x` (16–128 channels, maps 14×14
+/// to 2×2, batch 64) every mix of Winograd layers was 1–6 % slower than im2col alone, whose
+/// products there are too small for the transforms to pay. So the small networks keep im2col
+/// (and their numbers to the bit).
+pub const MIN_POSITIONS: usize = 64;
 
 /// The number of transformed entries per tile: the 4×4 patch.
 const XI: usize = 16;
 
-/// Whether this file computes the convolution `g`: a 3×3 kernel at stride 1 without dilation
-/// (any zero padding), with at least [`MIN_CHANNELS`] input and output channels.
+/// Whether this file can compute the convolution `g`: a 3×3 kernel at stride 1 without
+/// dilation, any zero padding.
+pub fn supports(g: &ConvGeometry) -> bool {
+    g.kernel == [3, 3] && g.stride == [1, 1] && g.dilation == [1, 1] && g.out_size().is_some()
+}
+
+/// Whether [`super::conv`] computes the convolution `g` here: [`supports`], with at least
+/// [`MIN_CHANNELS`] input and output channels and [`MIN_POSITIONS`] output positions.
 pub fn covers(g: &ConvGeometry) -> bool {
-    g.kernel == [3, 3]
-        && g.stride == [1, 1]
-        && g.dilation == [1, 1]
+    supports(g)
         && g.in_channels >= MIN_CHANNELS
         && g.out_channels >= MIN_CHANNELS
-        && g.out_size().is_some()
+        && g.out_size().is_some_and(|[h, w]| h * w >= MIN_POSITIONS)
 }
 
 /// How a map is cut into 2×2 output tiles: tile `(a, b)` holds outputs `2a..2a+2 × 2b..2b+2`
@@ -158,13 +171,12 @@ fn planes<T, const N: usize>(buf: &mut [T], len: usize) -> [&mut [T]; N] {
 /// Filter pairs per task of the filter transforms.
 const PAIRS_PER_TASK: usize = 2048;
 
-/// `G g Gᵀ` of every filter: `U[ξ][co][c]`. Per task of filter pairs, the 9 taps are laid out
-/// as planes first, so both stages are element-wise operations on whole planes.
-fn transform_filters<T: Real>(weight: &[T], g: &ConvGeometry) -> Vec<T> {
+/// `G g Gᵀ` of every filter into `u`: `U[ξ][co][c]`. Per task of filter pairs, the 9 taps are
+/// laid out as planes first, so both stages are element-wise operations on whole planes.
+fn transform_filters<T: Real>(weight: &[T], g: &ConvGeometry, u: &mut [T]) {
     let pairs = g.in_channels * g.out_channels;
     let half = T::from_f64(0.5);
-    let mut u = vec![T::default(); XI * pairs];
-    split_planes(&mut u, pairs, PAIRS_PER_TASK)
+    split_planes(u, pairs, PAIRS_PER_TASK)
         .into_par_iter()
         .enumerate()
         .for_each(|(q, out)| {
@@ -196,7 +208,6 @@ fn transform_filters<T: Real>(weight: &[T], g: &ConvGeometry) -> Vec<T> {
                 g_planes(dst, [&*by_l[0][i], &*by_l[1][i], &*by_l[2][i]], half);
             }
         });
-    u
 }
 
 /// `Gᵀ ∂U G` of every filter: the weight gradient `[c_out, c_in, 3, 3]` from `∂U[ξ][co][c]`,
@@ -263,7 +274,7 @@ fn transform_input<T: Real>(
     let cols = tiles.cols;
     let half = cols + 1;
     let t_len = images * tiles.per_image();
-    let pw = tiles.pad[1] as isize;
+    let pw = tiles.pad[1];
     split_planes(v, g.in_channels * t_len, t_len)
         .into_par_iter()
         .enumerate()
@@ -284,17 +295,24 @@ fn transform_input<T: Real>(
                             odd.fill(T::default());
                             continue;
                         }
+                        // Input column s is padded column s + pad: E takes the even ones, O
+                        // the odd ones, the rest is padding.
+                        even.fill(T::default());
+                        odd.fill(T::default());
                         let row = &plane[ih as usize * w..][..w];
-                        let at = |s: isize| {
-                            if s >= 0 && s < w as isize {
-                                row[s as usize]
-                            } else {
-                                T::default()
-                            }
-                        };
-                        for b in 0..half {
-                            even[b] = at(2 * b as isize - pw);
-                            odd[b] = at(2 * b as isize + 1 - pw);
+                        let e_first = pw % 2;
+                        for (d, &value) in even[(e_first + pw) / 2..]
+                            .iter_mut()
+                            .zip(row.iter().skip(e_first).step_by(2))
+                        {
+                            *d = value;
+                        }
+                        let o_first = 1 - e_first;
+                        for (d, &value) in odd[(o_first + pw) / 2..]
+                            .iter_mut()
+                            .zip(row.iter().skip(o_first).step_by(2))
+                        {
+                            *d = value;
                         }
                     }
                     // Bᵀ on the columns, for the even and the odd halves at once.
@@ -560,14 +578,14 @@ fn products<T: Real>(
 }
 
 /// The convolution's output `[batch, out_channels, out_h, out_w]` for a geometry this file
-/// [`covers`], in chunks of images whose transformed input and products stay near `budget`
+/// [`supports`], in chunks of images whose transformed input and products stay near `budget`
 /// entries.
 ///
 /// # Shapes
 /// - `x`: `[batch, in_channels, in_h, in_w]`
 /// - `weight`: `[out_channels, in_channels, 3, 3]`
 pub fn forward<T: Real>(x: &[T], weight: &[T], g: &ConvGeometry, budget: usize) -> Vec<T> {
-    assert!(covers(g), "winograd: not a covered geometry: {g:?}");
+    assert!(supports(g), "winograd: not a 3×3 stride-1 geometry: {g:?}");
     assert_eq!(x.len(), g.input_len(), "winograd: input length for {g:?}");
     assert_eq!(
         weight.len(),
@@ -575,34 +593,31 @@ pub fn forward<T: Real>(x: &[T], weight: &[T], g: &ConvGeometry, budget: usize) 
         "winograd: weight length for {g:?}"
     );
     let tiles = Tiles::new(g);
-    let u = transform_filters(weight, g);
     let chunk = images_per_chunk(g, &tiles, budget);
     let (c_in, c_out) = (g.in_channels, g.out_channels);
     let plane = tiles.out[0] * tiles.out[1];
     let mut y = vec![T::default(); g.output_len()];
     let max_t = chunk * tiles.per_image();
-    with_scratch(
-        XI * c_in * max_t,
-        XI * c_out * max_t,
-        |v: &mut [T], m: &mut [T]| {
-            let mut first = 0;
-            while first < g.batch {
-                let images = chunk.min(g.batch - first);
-                let t_len = images * tiles.per_image();
-                transform_input(x, g, &tiles, first, images, v);
-                // M[ξ][co][t] = Σ_c U[ξ][co][c] · V[ξ][c][t]
-                products([c_out, t_len, c_in], m, false, &u, (c_in, 1), v, (t_len, 1));
-                let y_chunk = &mut y[first * c_out * plane..(first + images) * c_out * plane];
-                transform_output(m, g, &tiles, images, y_chunk);
-                first += images;
-            }
-        },
-    );
+    let sizes = [XI * c_in * max_t, XI * c_out * max_t, XI * c_out * c_in];
+    with_scratch(sizes, |[v, m, u]: [&mut [T]; 3]| {
+        transform_filters(weight, g, u);
+        let mut first = 0;
+        while first < g.batch {
+            let images = chunk.min(g.batch - first);
+            let t_len = images * tiles.per_image();
+            transform_input(x, g, &tiles, first, images, v);
+            // M[ξ][co][t] = Σ_c U[ξ][co][c] · V[ξ][c][t]
+            products([c_out, t_len, c_in], m, false, u, (c_in, 1), v, (t_len, 1));
+            let y_chunk = &mut y[first * c_out * plane..(first + images) * c_out * plane];
+            transform_output(m, g, &tiles, images, y_chunk);
+            first += images;
+        }
+    });
     y
 }
 
 /// The gradients `(∂x, ∂w)` of the convolution given its output gradient, each computed only
-/// when asked for, for a geometry this file [`covers`].
+/// when asked for, for a geometry this file [`supports`].
 ///
 /// # Shapes
 /// - `x`: `[batch, in_channels, in_h, in_w]`, `weight`: `[out_channels, in_channels, 3, 3]`
@@ -616,7 +631,7 @@ pub fn backward<T: Real>(
     (want_x, want_w): (bool, bool),
     budget: usize,
 ) -> (Option<Vec<T>>, Option<Vec<T>>) {
-    assert!(covers(g), "winograd: not a covered geometry: {g:?}");
+    assert!(supports(g), "winograd: not a 3×3 stride-1 geometry: {g:?}");
     assert_eq!(x.len(), g.input_len(), "winograd: input length for {g:?}");
     assert_eq!(
         weight.len(),
@@ -630,44 +645,51 @@ pub fn backward<T: Real>(
     );
     let tiles = Tiles::new(g);
     let (c_in, c_out) = (g.in_channels, g.out_channels);
-    let u = want_x.then(|| transform_filters(weight, g));
-    let mut du = want_w.then(|| vec![T::default(); XI * c_out * c_in]);
     let mut dx = want_x.then(|| vec![T::default(); g.input_len()]);
     let chunk = images_per_chunk(g, &tiles, budget);
     let max_t = chunk * tiles.per_image();
-    with_scratch(
+    let pairs = c_out * c_in;
+    let sizes = [
         XI * c_in * max_t,
         XI * c_out * max_t,
-        |v: &mut [T], dm: &mut [T]| {
-            let mut first = 0;
-            while first < g.batch {
-                let images = chunk.min(g.batch - first);
-                let t_len = images * tiles.per_image();
-                transform_output_grad(grad, g, &tiles, first, images, dm);
-                if let Some(du) = du.as_mut() {
-                    transform_input(x, g, &tiles, first, images, v);
-                    // ∂U[ξ][co][c] += Σ_t ∂M[ξ][co][t] · V[ξ][c][t]: V read transposed.
-                    products(
-                        [c_out, c_in, t_len],
-                        du,
-                        first > 0,
-                        dm,
-                        (t_len, 1),
-                        v,
-                        (1, t_len),
-                    );
-                }
-                if let (Some(dx), Some(u)) = (dx.as_mut(), u.as_ref()) {
-                    // ∂V[ξ][c][t] = Σ_co U[ξ][co][c] · ∂M[ξ][co][t]: U read transposed; V's buffer
-                    // is free again.
-                    products([c_in, t_len, c_out], v, false, u, (1, c_in), dm, (t_len, 1));
-                    add_input_grad(v, g, &tiles, first, images, dx);
-                }
-                first += images;
+        if want_x { XI * pairs } else { 0 },
+        if want_w { XI * pairs } else { 0 },
+    ];
+    with_scratch(sizes, |[v, dm, u, du]: [&mut [T]; 4]| {
+        let u = want_x.then(|| {
+            transform_filters(weight, g, u);
+            &*u
+        });
+        let mut du = want_w.then_some(du);
+        let mut first = 0;
+        while first < g.batch {
+            let images = chunk.min(g.batch - first);
+            let t_len = images * tiles.per_image();
+            transform_output_grad(grad, g, &tiles, first, images, dm);
+            if let Some(du) = du.as_deref_mut() {
+                transform_input(x, g, &tiles, first, images, v);
+                // ∂U[ξ][co][c] += Σ_t ∂M[ξ][co][t] · V[ξ][c][t]: V read transposed.
+                products(
+                    [c_out, c_in, t_len],
+                    du,
+                    first > 0,
+                    dm,
+                    (t_len, 1),
+                    v,
+                    (1, t_len),
+                );
             }
-        },
-    );
-    (dx, du.map(|du| filter_grads(&du, g)))
+            if let (Some(dx), Some(u)) = (dx.as_mut(), u) {
+                // ∂V[ξ][c][t] = Σ_co U[ξ][co][c] · ∂M[ξ][co][t]: U read transposed; V's buffer
+                // is free again.
+                products([c_in, t_len, c_out], v, false, u, (1, c_in), dm, (t_len, 1));
+                add_input_grad(v, g, &tiles, first, images, dx);
+            }
+            first += images;
+        }
+        let dw = du.map(|du| filter_grads(du, g));
+        (dx, dw)
+    })
 }
 
 #[cfg(test)]
@@ -719,7 +741,7 @@ mod tests {
     #[test]
     fn forward_equals_the_definition() {
         for (g, budget) in cases() {
-            assert!(covers(&g), "{g:?}");
+            assert!(supports(&g), "{g:?}");
             let x = values(g.input_len(), 1);
             let w = values(g.weight_len(), 2);
             let y = forward(&x, &w, &g, budget);
@@ -762,33 +784,45 @@ mod tests {
     }
 
     #[test]
-    fn covers_only_three_by_three_at_stride_one_with_enough_channels() {
-        let g = geometry(1, [16, 16], [8, 8], [1, 1]);
-        assert!(covers(&g));
-        assert!(!covers(&ConvGeometry {
-            stride: [2, 2],
-            ..g
-        }));
-        assert!(!covers(&ConvGeometry {
-            dilation: [2, 1],
-            ..g
-        }));
-        assert!(!covers(&ConvGeometry {
-            kernel: [1, 1],
-            ..g
-        }));
-        assert!(!covers(&ConvGeometry {
-            in_channels: 3,
-            ..g
-        }));
-        assert!(!covers(&ConvGeometry {
-            out_channels: 8,
-            ..g
-        }));
-        assert!(!covers(&ConvGeometry {
-            in_size: [1, 8],
-            padding: [0, 1],
-            ..g
-        }));
+    fn covers_only_three_by_three_at_stride_one_on_large_enough_layers() {
+        let g = geometry(1, [64, 64], [8, 8], [1, 1]);
+        assert!(supports(&g) && covers(&g));
+        for other in [
+            ConvGeometry {
+                stride: [2, 2],
+                ..g
+            },
+            ConvGeometry {
+                dilation: [2, 1],
+                ..g
+            },
+            ConvGeometry {
+                kernel: [1, 1],
+                ..g
+            },
+            ConvGeometry {
+                in_size: [1, 8],
+                padding: [0, 1],
+                ..g
+            },
+        ] {
+            assert!(!supports(&other) && !covers(&other), "{other:?}");
+        }
+        for small in [
+            ConvGeometry {
+                in_channels: 63,
+                ..g
+            },
+            ConvGeometry {
+                out_channels: 32,
+                ..g
+            },
+            ConvGeometry {
+                in_size: [8, 7],
+                ..g
+            },
+        ] {
+            assert!(supports(&small) && !covers(&small), "{small:?}");
+        }
     }
 }
