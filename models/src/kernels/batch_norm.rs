@@ -18,7 +18,7 @@
 
 use rayon::prelude::*;
 
-use super::Real;
+use super::{written_planes, Real};
 
 /// The sizes of a batch-normalised activation, `[batch, channels, positions]` (`positions` =
 /// `H·W`).
@@ -117,16 +117,17 @@ pub fn forward<T: Real>(
         .map(|k| gamma[k].to_f64() / (var[k] + epsilon).sqrt())
         .collect();
     let b: Vec<f64> = (0..c).map(|k| beta[k].to_f64() - mean[k] * a[k]).collect();
-    let mut y = vec![T::default(); x.len()];
-    y.par_chunks_mut(hw)
-        .zip(x.par_chunks(hw))
-        .enumerate()
-        .for_each(|(i, (out, plane))| {
+    // SAFETY: each plane of `y` is zipped with the plane of `x` of the same length (`hw`), every
+    // entry written once.
+    let y = unsafe {
+        written_planes(x.len(), hw, |i, out| {
             let (a, b) = (T::from_f64(a[i % c]), T::from_f64(b[i % c]));
+            let plane = &x[i * hw..(i + 1) * hw];
             for (o, &v) in out.iter_mut().zip(plane) {
-                *o = v * a + b;
+                o.write(v * a + b);
             }
-        });
+        })
+    };
     Normalised { y, mean, var }
 }
 
@@ -183,17 +184,17 @@ pub fn backward<T: Real>(
                 [T::from_f64(a), T::from_f64(b), T::from_f64(d)]
             })
             .collect();
-        let mut dx = vec![T::default(); x.len()];
-        dx.par_chunks_mut(hw)
-            .zip(grad.par_chunks(hw).zip(x.par_chunks(hw)))
-            .enumerate()
-            .for_each(|(i, (out, (dy, plane)))| {
+        // SAFETY: each plane of `∂x` is zipped with the planes of `∂y` and `x` of the same
+        // length (`hw`), every entry written once.
+        unsafe {
+            written_planes(x.len(), hw, |i, out| {
                 let [a, b, d] = coefficients[i % c];
+                let (dy, plane) = (&grad[i * hw..(i + 1) * hw], &x[i * hw..(i + 1) * hw]);
                 for ((o, &g), &v) in out.iter_mut().zip(dy).zip(plane) {
-                    *o = a * g + b * v + d;
+                    o.write(a * g + b * v + d);
                 }
-            });
-        dx
+            })
+        }
     });
     let dgamma = want_gamma.then(|| (0..c).map(|k| T::from_f64(r[k] * s2[k])).collect());
     let dbeta = want_beta.then(|| s1.iter().map(|&s| T::from_f64(s)).collect());

@@ -96,6 +96,30 @@ impl Real for f64 {
     }
 }
 
+/// A vector of `len` values computed plane by plane in parallel: `fill(i, plane)` writes the
+/// entries of plane `i` (`plane` of them; the last may be shorter). What an output whose every
+/// entry is computed needs, without the zeroing pass of `vec![0; len]` (a `memset` of the whole
+/// output, about 1 % of a ResNet-18 training step for each of the outputs that use this).
+///
+/// # Safety
+/// `fill` must write every entry of the plane it is given (`MaybeUninit::write`); the vector's
+/// entries are read as initialised afterwards.
+pub(crate) unsafe fn written_planes<T: Real>(
+    len: usize,
+    plane: usize,
+    fill: impl Fn(usize, &mut [std::mem::MaybeUninit<T>]) + Sync + Send,
+) -> Vec<T> {
+    use rayon::prelude::*;
+    let mut out: Vec<T> = Vec::with_capacity(len);
+    out.spare_capacity_mut()[..len]
+        .par_chunks_mut(plane.max(1))
+        .enumerate()
+        .for_each(|(i, chunk)| fill(i, chunk));
+    // SAFETY: the capacity is `len`, and the caller's `fill` wrote all `len` entries (above).
+    unsafe { out.set_len(len) };
+    out
+}
+
 thread_local! {
     static SCRATCH_F32: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     static SCRATCH_F64: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };

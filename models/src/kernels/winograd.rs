@@ -202,10 +202,11 @@ fn transform_filters<T: Real>(weight: &[T], g: &ConvGeometry, u: &mut [T]) {
                 g_planes([d0, d1, d2, d3], [tap(0, l), tap(1, l), tap(2, l)], half);
             }
             // G on the rows: U[4i + j] = Σ_l columns[i][l] G[j][l].
+            let [c0, c1, c2] = by_l;
             let mut out = out.into_iter();
-            for i in 0..4 {
+            for ((a, b), c) in c0.into_iter().zip(c1).zip(c2) {
                 let dst: [&mut [T]; 4] = std::array::from_fn(|_| out.next().expect("16 planes"));
-                g_planes(dst, [&*by_l[0][i], &*by_l[1][i], &*by_l[2][i]], half);
+                g_planes(dst, [&*a, &*b, &*c], half);
             }
         });
 }
