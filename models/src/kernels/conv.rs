@@ -413,8 +413,8 @@ fn gather_output_grad<T: Real>(
 }
 
 /// `dst[m, n] (=|+=) lhs[m, k] · rhs[k, n]` with each operand given by its strides:
-/// `(row stride, column stride)`.
-/// Products of at least [`PARALLEL_GEMM_WORK`] multiply-adds run on every thread.
+/// `(row stride, column stride)`. Products of at least [`PARALLEL_GEMM_WORK`] multiply-adds
+/// run on every thread.
 #[allow(clippy::too_many_arguments)]
 fn gemm<T: Real>(
     [m, n, k]: [usize; 3],
@@ -638,6 +638,19 @@ pub(super) mod tests {
         (dx.expect("asked for"), dw.expect("asked for"))
     }
 
+    /// `ours` equals `expected` entry by entry within `tolerance` (and in length).
+    pub(in crate::kernels) fn assert_close(
+        ours: &[f64],
+        expected: &[f64],
+        tolerance: f64,
+        what: &str,
+    ) {
+        assert_eq!(ours.len(), expected.len(), "{what}: length");
+        for (k, (a, b)) in ours.iter().zip(expected).enumerate() {
+            assert!((a - b).abs() < tolerance, "{what}[{k}]: {a} against {b}");
+        }
+    }
+
     /// The convolution by its definition, one multiply-add at a time.
     pub(in crate::kernels) fn direct(x: &[f64], w: &[f64], g: &ConvGeometry) -> Vec<f64> {
         let [h, wd] = g.in_size;
@@ -756,12 +769,7 @@ pub(super) mod tests {
             let w = values(g.weight_len(), 2);
             let y = forward_in_chunks(&x, &w, &g, budget);
             let expected = direct(&x, &w, &g);
-            for (a, b) in y.iter().zip(&expected) {
-                assert!(
-                    (a - b).abs() < 1e-12,
-                    "{g:?} budget {budget}: {a} against {b}"
-                );
-            }
+            assert_close(&y, &expected, 1e-12, &format!("{g:?} budget {budget} y"));
         }
     }
 

@@ -696,7 +696,7 @@ pub fn backward<T: Real>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::conv::tests::{backward_by_im2col, direct};
+    use crate::kernels::conv::tests::{assert_close, backward_by_im2col, direct};
     use crate::kernels::test_values as values;
 
     fn geometry(
@@ -747,13 +747,7 @@ mod tests {
             let w = values(g.weight_len(), 2);
             let y = forward(&x, &w, &g, budget);
             let expected = direct(&x, &w, &g);
-            assert_eq!(y.len(), expected.len());
-            for (k, (a, b)) in y.iter().zip(&expected).enumerate() {
-                assert!(
-                    (a - b).abs() < 1e-12,
-                    "{g:?} budget {budget} y[{k}]: {a} against {b}"
-                );
-            }
+            assert_close(&y, &expected, 1e-12, &format!("{g:?} budget {budget} y"));
         }
     }
 
@@ -769,13 +763,12 @@ mod tests {
             let (dx, dw) = backward(&x, &w, &dy, &g, (true, true), budget);
             let (ex, ew) = backward_by_im2col(&x, &w, &dy, &g);
             for (name, ours, theirs) in [("∂x", dx.unwrap(), ex), ("∂w", dw.unwrap(), ew)] {
-                assert_eq!(ours.len(), theirs.len());
-                for (k, (a, b)) in ours.iter().zip(&theirs).enumerate() {
-                    assert!(
-                        (a - b).abs() < 1e-11,
-                        "{g:?} budget {budget} {name}[{k}]: {a} against {b}"
-                    );
-                }
+                assert_close(
+                    &ours,
+                    &theirs,
+                    1e-11,
+                    &format!("{g:?} budget {budget} {name}"),
+                );
             }
             let (only_x, none) = backward(&x, &w, &dy, &g, (true, false), budget);
             assert!(none.is_none() && only_x.is_some());
