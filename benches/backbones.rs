@@ -18,10 +18,8 @@ use curriculum_ssl_models::{
 
 type B = Autodiff<Flex>;
 
-/// The `recipe` binary's allocator (see `recipes/src/main.rs`): glibc's returns the large
-/// per-op buffers to the kernel and page-faults them in again every step.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[path = "common/allocator.rs"]
+mod allocator;
 
 /// One training-mode forward, a scalar loss (mean of the features) and its backward pass.
 fn step<M: Backbone<B>>(model: &M, images: &Tensor<B, 4>) {
@@ -59,6 +57,7 @@ fn run<M: Backbone<B>>(c: &mut Criterion, name: &str, model: M, shape: [usize; 3
 }
 
 fn backbones(c: &mut Criterion) {
+    allocator::keep_freed_pages();
     let device = Default::default();
     // The CPU default backbone (one basic block per stage, widths 8-64, ImageNet stem) on
     // Fashion-MNIST's 28×28×1, with its stem as burn's convolution and as banded products.

@@ -21,10 +21,8 @@ use curriculum_ssl_models::{ResNet, ResNetConfig, Stem};
 
 type B = Autodiff<Flex>;
 
-/// The `recipe` binary's allocator (see `recipes/src/main.rs`): glibc's returns the large
-/// per-op buffers to the kernel and page-faults them in again every step.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[path = "common/allocator.rs"]
+mod allocator;
 
 fn resnet18(device: &<B as burn::tensor::backend::BackendTypes>::Device) -> ResNet<B> {
     ResNetConfig::resnet18().with_stem(Stem::Cifar).init(device)
@@ -85,6 +83,7 @@ fn run<S: SslMethod<B>>(c: &mut Criterion, name: &str, build: impl FnOnce() -> S
 }
 
 fn train_step(c: &mut Criterion) {
+    allocator::keep_freed_pages();
     let device = Default::default();
     run(c, "simclr", || {
         SimClrConfig::new()
