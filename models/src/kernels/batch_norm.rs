@@ -29,27 +29,99 @@ pub type Dims = [usize; 3];
 /// the sum is fixed by the plane's length alone.
 const LANES: usize = 8;
 
-/// `Σ_k f(a[k], b[k])` componentwise in f64, over [`LANES`] running sums.
+/// Lanes of values in f64.
+type Lanes = [f64; LANES];
+
+/// `Σ_k f(a[k], b[k])` componentwise in f64, over [`LANES`] running sums: `f` maps whole lanes
+/// of `a` and `b` (in f64) to `K` lanes of terms, element-wise operations on fixed-size arrays
+/// that the compiler vectorises.
 #[inline(always)]
-fn lane_sums<T: Real, const K: usize>(a: &[T], b: &[T], f: impl Fn(T, T) -> [f64; K]) -> [f64; K] {
+fn lane_sums<T: Real, const K: usize>(
+    a: &[T],
+    b: &[T],
+    f: impl Fn(&Lanes, &Lanes) -> [Lanes; K],
+) -> [f64; K] {
     let mut lanes = [[0.0f64; LANES]; K];
-    let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let (a_rest, b_rest) = (a_chunks.remainder(), b_chunks.remainder());
-    for (ca, cb) in a_chunks.zip(b_chunks) {
-        for l in 0..LANES {
-            let v = f(ca[l], cb[l]);
-            for (lane, value) in lanes.iter_mut().zip(v) {
-                lane[l] += value;
+    let len = a.len().min(b.len());
+    let ((a_chunks, a_rest), (b_chunks, b_rest)) =
+        (a[..len].as_chunks::<LANES>(), b[..len].as_chunks::<LANES>());
+    let widen =
+        |c: &[T]| -> Lanes { std::array::from_fn(|l| c.get(l).map_or(0.0, |v| v.to_f64())) };
+    for (ca, cb) in a_chunks.iter().zip(b_chunks) {
+        let terms = f(&ca.map(T::to_f64), &cb.map(T::to_f64));
+        for (lane, term) in lanes.iter_mut().zip(&terms) {
+            for (sum, &value) in lane.iter_mut().zip(term) {
+                *sum += value;
             }
         }
     }
     let mut sums = lanes.map(|lane| lane.iter().sum::<f64>());
-    for (&p, &q) in a_rest.iter().zip(b_rest) {
-        for (sum, value) in sums.iter_mut().zip(f(p, q)) {
+    // The remainder through the same `f`, its first `a_rest.len()` lanes added one by one.
+    let terms = f(&widen(a_rest), &widen(b_rest));
+    for (sum, term) in sums.iter_mut().zip(&terms) {
+        for &value in &term[..a_rest.len()] {
             *sum += value;
         }
     }
     sums
+}
+
+/// [`lane_sums`] compiled for the widest vectors the CPU has (AVX-512, AVX2, else SSE2), chosen
+/// at run time by `pulp` as `kernels::gelu` is: [`LaneSums`]' body is inlined into each width's
+/// function. The lanes fix the order of the sums, so every width gives the same bits.
+fn widest_lane_sums<T: Real, const K: usize>(
+    a: &[T],
+    b: &[T],
+    f: impl Fn(&Lanes, &Lanes) -> [Lanes; K],
+) -> [f64; K] {
+    pulp::Arch::new().dispatch(LaneSums { a, b, f })
+}
+
+/// The arguments of one [`widest_lane_sums`].
+struct LaneSums<'a, T, F> {
+    a: &'a [T],
+    b: &'a [T],
+    f: F,
+}
+
+impl<T: Real, F: Fn(&Lanes, &Lanes) -> [Lanes; K], const K: usize> pulp::WithSimd
+    for LaneSums<'_, T, F>
+{
+    type Output = [f64; K];
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) -> [f64; K] {
+        lane_sums(self.a, self.b, self.f)
+    }
+}
+
+/// `out[k] = a·x[k] + b` (forward) or `a·dy[k] + b·x[k] + d` (backward) over one plane, dispatched
+/// per vector width as [`LaneSums`]; no fused multiply-add, so every width gives the same bits.
+struct Affine<'a, T> {
+    out: &'a mut [std::mem::MaybeUninit<T>],
+    x: &'a [T],
+    /// `∂y` in the backward pass, with its coefficient `coefficients[0]`.
+    dy: Option<&'a [T]>,
+    coefficients: [T; 3],
+}
+
+impl<T: Real> pulp::WithSimd for Affine<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let [a, b, d] = self.coefficients;
+        match self.dy {
+            None => {
+                for (o, &v) in self.out.iter_mut().zip(self.x) {
+                    o.write(v * a + b);
+                }
+            }
+            Some(dy) => {
+                for ((o, &g), &v) in self.out.iter_mut().zip(dy).zip(self.x) {
+                    o.write(a * g + b * v + d);
+                }
+            }
+        }
+    }
 }
 
 /// Per-plane sums of `f(plane index, plane)`, added over the images: one value per channel.
@@ -101,13 +173,13 @@ pub fn forward<T: Real>(
         "batch norm: {c} channels"
     );
     let count = (n * hw) as f64;
-    let mean: Vec<f64> = channel_sums(x, dims, |_, p| lane_sums(p, p, |v, _| [v.to_f64()]))
+    let mean: Vec<f64> = channel_sums(x, dims, |_, p| widest_lane_sums(p, p, |v, _| [*v]))
         .into_iter()
         .map(|[s]| s / count)
         .collect();
     let var: Vec<f64> = channel_sums(x, dims, |i, p| {
         let m = mean[i % c];
-        lane_sums(p, p, |v, _| [(v.to_f64() - m).powi(2)])
+        widest_lane_sums(p, p, |v, _| [v.map(|v| (v - m) * (v - m))])
     })
     .into_iter()
     .map(|[s]| s / count)
@@ -121,11 +193,14 @@ pub fn forward<T: Real>(
     // entry written once.
     let y = unsafe {
         written_planes(x.len(), hw, |i, out| {
-            let (a, b) = (T::from_f64(a[i % c]), T::from_f64(b[i % c]));
-            let plane = &x[i * hw..(i + 1) * hw];
-            for (o, &v) in out.iter_mut().zip(plane) {
-                o.write(v * a + b);
-            }
+            let coefficients = [T::from_f64(a[i % c]), T::from_f64(b[i % c]), T::default()];
+            let x = &x[i * hw..(i + 1) * hw];
+            pulp::Arch::new().dispatch(Affine {
+                out,
+                x,
+                dy: None,
+                coefficients,
+            });
         })
     };
     Normalised { y, mean, var }
@@ -167,9 +242,8 @@ pub fn backward<T: Real>(
     let sums = channel_sums(grad, dims, |i, p| {
         let m = mean[i % c];
         let plane = &x[i * hw..(i + 1) * hw];
-        lane_sums(p, plane, |d, v| {
-            let d = d.to_f64();
-            [d, d * (v.to_f64() - m)]
+        widest_lane_sums(p, plane, |d, v| {
+            [*d, std::array::from_fn(|l| d[l] * (v[l] - m))]
         })
     });
     let (s1, s2): (Vec<f64>, Vec<f64>) = sums.into_iter().map(|[a, b]| (a, b)).unzip();
@@ -188,11 +262,13 @@ pub fn backward<T: Real>(
         // length (`hw`), every entry written once.
         unsafe {
             written_planes(x.len(), hw, |i, out| {
-                let [a, b, d] = coefficients[i % c];
-                let (dy, plane) = (&grad[i * hw..(i + 1) * hw], &x[i * hw..(i + 1) * hw]);
-                for ((o, &g), &v) in out.iter_mut().zip(dy).zip(plane) {
-                    o.write(a * g + b * v + d);
-                }
+                let (dy, x) = (&grad[i * hw..(i + 1) * hw], &x[i * hw..(i + 1) * hw]);
+                pulp::Arch::new().dispatch(Affine {
+                    out,
+                    x,
+                    dy: Some(dy),
+                    coefficients: coefficients[i % c],
+                });
             })
         }
     });

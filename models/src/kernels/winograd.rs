@@ -1,21 +1,21 @@
-//! The 3×3 convolution at stride 1 by Winograd's minimal filtering F(2×2, 3×3) (Lavin & Gray,
+//! The 3×3 convolution at stride 1 by Winograd's minimal filtering F(m×m, 3×3) (Lavin & Gray,
 //! "Fast Algorithms for Convolutional Neural Networks", CVPR 2016, arXiv:1509.09308), forward
-//! and both gradients.
+//! and both gradients, for output tiles of 2×2 ([`F2`]) and 4×4 ([`F4`]).
 //!
 //! Why this file exists: a ResNet's 3×3 stride-1 convolutions are nearly all of its arithmetic,
-//! and the im2col GEMMs of [`super::conv`] spend 36 multiply-adds per 2×2 block of outputs and
-//! channel pair; Winograd's F(2×2, 3×3) spends 16, and its transformed input is 4× the input
-//! where im2col's is 9×. No maintained Rust crate computes it (NNPACK and oneDNN do in C/C++).
+//! and the im2col GEMMs of [`super::conv`] spend 9 multiply-adds per output and channel pair;
+//! F(2×2, 3×3) spends 16/4 = 4 and F(4×4, 3×3) 36/16 = 2.25, and their transformed inputs are
+//! 4× and 2.25× the input where im2col's is 9×. No maintained Rust crate computes them (NNPACK
+//! and oneDNN do in C/C++).
 //!
-//! With `d` a 4×4 input patch (stride 2 between patches, so neighbours overlap by two rows or
-//! columns), `g` a 3×3 filter and `Y` the patch's 2×2 outputs (cross-correlation, as PyTorch):
+//! With `n = m + 2`, `d` an n×n input patch (stride m between patches, so neighbours overlap by
+//! two rows or columns), `g` a 3×3 filter and `Y` the patch's m×m outputs (cross-correlation, as
+//! PyTorch):
 //!
-//! `Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`, with
-//! `Bᵀ = [[1,0,−1,0],[0,1,1,0],[0,−1,1,0],[0,1,0,−1]]`, `G = [[1,0,0],[½,½,½],[½,−½,½],[0,0,1]]`,
-//! `Aᵀ = [[1,1,1,0],[0,1,−1,−1]]`.
+//! `Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`, with `Bᵀ` n×n, `G` n×3 and `Aᵀ` m×n ([`Algorithm`]).
 //!
-//! Summed over input channels, each of the 16 entries `ξ` of the element-wise product is a
-//! GEMM over all tiles `t` of a chunk of images: `M[ξ] = U[ξ] · V[ξ]`, `U[ξ][co][c] = (G g Gᵀ)[ξ]`,
+//! Summed over input channels, each of the n² entries `ξ` of the element-wise product is a GEMM
+//! over all tiles `t` of a chunk of images: `M[ξ] = U[ξ] · V[ξ]`, `U[ξ][co][c] = (G g Gᵀ)[ξ]`,
 //! `V[ξ][c][t] = (Bᵀ d B)[ξ]`. The gradients are the transposes of the same linear maps:
 //!
 //! - `∂M = A ∂Y Aᵀ` per tile (zero for the outputs past the map's edge);
@@ -23,9 +23,11 @@
 //! - input: `∂V[ξ] = U[ξ]ᵀ · ∂M[ξ]`, then `∂d = B ∂V Bᵀ`, added into the overlapping patches
 //!   (entries in the padding dropped).
 //!
-//! The transforms' coefficients are 0, ±1 and ±½, so F(2×2, 3×3) is as accurate as the direct
-//! sum to a few units in the last place (the larger tiles, F(4×4, 3×3), are not: their
-//! coefficients reach 8). The unit tests hold it to the definition in f64.
+//! Accuracy: F(2×2, 3×3)'s coefficients are 0, ±1 and ±½, so it is as accurate as the direct
+//! sum to a few units in the last place. F(4×4, 3×3)'s reach 8 (and ⅙, 1/24, which f32 rounds),
+//! so in f32 its outputs carry a larger rounding error, ~1e-6 of the sum of the terms'
+//! magnitudes rather than ~1e-7 (measured in `models/tests/kernels.rs`); this is the algorithm
+//! cuDNN's and NNPACK's training paths use. The unit tests hold both to the definition in f64.
 
 use rayon::prelude::*;
 
@@ -46,8 +48,759 @@ pub const MIN_CHANNELS: usize = 64;
 /// (and their numbers to the bit).
 pub const MIN_POSITIONS: usize = 64;
 
-/// The number of transformed entries per tile: the 4×4 patch.
-const XI: usize = 16;
+/// One of Winograd's F(m×m, 3×3): the output tile's side `m` and the transform matrices, row
+/// major, with `n = m + 2` the input patch's side.
+#[derive(Debug)]
+pub struct Algorithm {
+    /// The output tile's side.
+    pub m: usize,
+    /// `Bᵀ`, n×n: the input transform.
+    bt: &'static [f64],
+    /// `G`, n×3: the filter transform.
+    g: &'static [f64],
+    /// `Aᵀ`, m×n: the output transform.
+    at: &'static [f64],
+}
+
+/// F(2×2, 3×3): 16 products per 2×2 outputs, coefficients 0, ±1, ±½ (Lavin & Gray, eq. 8).
+pub const F2: Algorithm = Algorithm {
+    m: 2,
+    #[rustfmt::skip]
+    bt: &[
+        1.0, 0.0, -1.0, 0.0,
+        0.0, 1.0, 1.0, 0.0,
+        0.0, -1.0, 1.0, 0.0,
+        0.0, 1.0, 0.0, -1.0,
+    ],
+    #[rustfmt::skip]
+    g: &[
+        1.0, 0.0, 0.0,
+        0.5, 0.5, 0.5,
+        0.5, -0.5, 0.5,
+        0.0, 0.0, 1.0,
+    ],
+    #[rustfmt::skip]
+    at: &[
+        1.0, 1.0, 1.0, 0.0,
+        0.0, 1.0, -1.0, -1.0,
+    ],
+};
+
+/// F(4×4, 3×3): 36 products per 4×4 outputs, interpolation points 0, ±1, ±2 and ∞ (Lavin &
+/// Gray, section 4.2).
+pub const F4: Algorithm = Algorithm {
+    m: 4,
+    #[rustfmt::skip]
+    bt: &[
+        4.0, 0.0, -5.0, 0.0, 1.0, 0.0,
+        0.0, -4.0, -4.0, 1.0, 1.0, 0.0,
+        0.0, 4.0, -4.0, -1.0, 1.0, 0.0,
+        0.0, -2.0, -1.0, 2.0, 1.0, 0.0,
+        0.0, 2.0, -1.0, -2.0, 1.0, 0.0,
+        0.0, 4.0, 0.0, -5.0, 0.0, 1.0,
+    ],
+    #[rustfmt::skip]
+    g: &[
+        1.0 / 4.0, 0.0, 0.0,
+        -1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0,
+        -1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0,
+        1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0,
+        1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0,
+        0.0, 0.0, 1.0,
+    ],
+    #[rustfmt::skip]
+    at: &[
+        1.0, 1.0, 1.0, 1.0, 1.0, 0.0,
+        0.0, 1.0, -1.0, 2.0, -2.0, 0.0,
+        0.0, 1.0, 1.0, 4.0, 4.0, 0.0,
+        0.0, 1.0, -1.0, 8.0, -8.0, 1.0,
+    ],
+};
+
+impl Algorithm {
+    /// The input patch's side, `m + 2`.
+    fn n(&self) -> usize {
+        self.m + 2
+    }
+}
+
+/// An [`Algorithm`]'s matrices in `T`, each with its transpose, row major.
+struct Coefs<T> {
+    m: usize,
+    n: usize,
+    /// `Bᵀ` (n×n) and `B`.
+    bt: Vec<T>,
+    b: Vec<T>,
+    /// `G` (n×3) and `Gᵀ` (3×n).
+    g: Vec<T>,
+    gt: Vec<T>,
+    /// `Aᵀ` (m×n) and `A` (n×m).
+    at: Vec<T>,
+    a: Vec<T>,
+}
+
+impl<T: Real> Coefs<T> {
+    fn new(alg: &Algorithm) -> Self {
+        let (m, n) = (alg.m, alg.n());
+        let cast = |v: &[f64]| v.iter().map(|&c| T::from_f64(c)).collect::<Vec<_>>();
+        let transpose = |v: &[f64], rows: usize, cols: usize| {
+            (0..cols * rows)
+                .map(|k| T::from_f64(v[(k % rows) * cols + k / rows]))
+                .collect::<Vec<_>>()
+        };
+        Self {
+            m,
+            n,
+            bt: cast(alg.bt),
+            b: transpose(alg.bt, n, n),
+            g: cast(alg.g),
+            gt: transpose(alg.g, n, 3),
+            at: cast(alg.at),
+            a: transpose(alg.at, m, n),
+        }
+    }
+
+    fn xi(&self) -> usize {
+        self.n * self.n
+    }
+}
+
+/// Row `i` of a row-major matrix with `cols` columns.
+fn row<T>(matrix: &[T], cols: usize, i: usize) -> &[T] {
+    &matrix[i * cols..(i + 1) * cols]
+}
+
+/// `dst[b] = Σ_k coefs[k] · src(k)[b]` over the terms with a non-zero coefficient (zero if there
+/// are none): one element-wise pass over `dst` that vectorises, the sum of each entry kept in a
+/// register.
+#[inline(always)]
+fn combine<'a, T: Real>(dst: &mut [T], coefs: &[T], src: impl Fn(usize) -> &'a [T]) {
+    let len = dst.len();
+    let mut terms: [(T, &[T]); 6] = [(T::default(), &[]); 6];
+    let mut count = 0;
+    for (k, &c) in coefs.iter().enumerate() {
+        if c != T::default() {
+            terms[count] = (c, &src(k)[..len]);
+            count += 1;
+        }
+    }
+    match count {
+        0 => dst.fill(T::default()),
+        1 => sum_of::<T, 1>(dst, &terms),
+        2 => sum_of::<T, 2>(dst, &terms),
+        3 => sum_of::<T, 3>(dst, &terms),
+        4 => sum_of::<T, 4>(dst, &terms),
+        5 => sum_of::<T, 5>(dst, &terms),
+        _ => sum_of::<T, 6>(dst, &terms),
+    }
+}
+
+/// Entries per block of [`sum_of`]: one AVX-512 register of f32.
+const BLOCK: usize = 16;
+
+/// `dst[b] = Σ_{k < K} c_k · s_k[b]` for the first `K` of `terms` (each `s_k` as long as `dst`),
+/// a block of [`BLOCK`] entries at a time: fixed-size arrays, so the block's sums are
+/// vectorised in registers and stored once (no bounds checks or possible aliasing of `dst`
+/// with a source inside the block).
+#[inline(always)]
+fn sum_of<T: Real, const K: usize>(dst: &mut [T], terms: &[(T, &[T]); 6]) {
+    let len = dst.len();
+    let coefs: [T; K] = std::array::from_fn(|k| terms[k].0);
+    let srcs: [&[T]; K] = std::array::from_fn(|k| &terms[k].1[..len]);
+    let (blocks, rest) = dst.as_chunks_mut::<BLOCK>();
+    for (q, block) in blocks.iter_mut().enumerate() {
+        let src = |k: usize| -> &[T; BLOCK] {
+            srcs[k][q * BLOCK..(q + 1) * BLOCK]
+                .try_into()
+                .expect("a block of every source")
+        };
+        let s0 = src(0);
+        let mut acc: [T; BLOCK] = std::array::from_fn(|l| coefs[0] * s0[l]);
+        for (k, &c) in coefs.iter().enumerate().skip(1) {
+            let sk = src(k);
+            for (a, &v) in acc.iter_mut().zip(sk) {
+                *a += c * v;
+            }
+        }
+        *block = acc;
+    }
+    let done = len - rest.len();
+    for (b, d) in rest.iter_mut().enumerate() {
+        let mut acc = coefs[0] * srcs[0][done + b];
+        for k in 1..K {
+            acc += coefs[k] * srcs[k][done + b];
+        }
+        *d = acc;
+    }
+}
+
+/// How a map is cut into m×m output tiles: tile `(a, b)` holds outputs `ma..ma+m × mb..mb+m`
+/// and reads the input patch whose top-left corner is `(ma − pad_h, mb − pad_w)`.
+#[derive(Debug, Clone, Copy)]
+struct Tiles {
+    m: usize,
+    rows: usize,
+    cols: usize,
+    out: [usize; 2],
+    size: [usize; 2],
+    pad: [usize; 2],
+}
+
+impl Tiles {
+    fn new(g: &ConvGeometry, m: usize) -> Self {
+        let out = g.out_size().expect("checked by `supports`");
+        Self {
+            m,
+            rows: out[0].div_ceil(m),
+            cols: out[1].div_ceil(m),
+            out,
+            size: g.in_size,
+            pad: g.padding,
+        }
+    }
+
+    fn per_image(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    /// The first input row of tile row `a`'s patches (negative in the padding).
+    fn first_row(&self, a: usize) -> isize {
+        (self.m * a) as isize - self.pad[0] as isize
+    }
+
+    /// The length of a padded row buffer: every column a tile row's patches read, `m·cols + 2`.
+    fn padded_width(&self) -> usize {
+        self.m * self.cols + 2
+    }
+}
+
+/// Images per chunk: the transformed input and output near `budget` entries, at least one.
+fn images_per_chunk(g: &ConvGeometry, xi: usize, tiles: &Tiles, budget: usize) -> usize {
+    let per_image = xi * g.in_channels.max(g.out_channels) * tiles.per_image();
+    (budget / per_image.max(1)).clamp(1, g.batch.max(1))
+}
+
+/// `buf`'s first `xi·plane` entries, laid out `[ξ][plane]`, cut into pieces of `piece`
+/// entries: item `q` holds piece `q` of each of the `xi` planes, so one task per item writes
+/// disjoint rows (per channel, `plane = channels·t_len` and `piece = t_len`).
+fn split_planes<T>(buf: &mut [T], xi: usize, plane: usize, piece: usize) -> Vec<Vec<&mut [T]>> {
+    let mut per_xi: Vec<_> = buf[..xi * plane]
+        .chunks_mut(plane)
+        .map(|p| p.chunks_mut(piece))
+        .collect();
+    (0..plane.div_ceil(piece))
+        .map(|_| {
+            per_xi
+                .iter_mut()
+                .map(|pieces| pieces.next().expect("as many pieces in every plane"))
+                .collect()
+        })
+        .collect()
+}
+
+/// Filter pairs per task of the filter transforms.
+const PAIRS_PER_TASK: usize = 2048;
+
+/// `G g Gᵀ` of every filter into `u`: `U[ξ][co][c]`. Per task of filter pairs, the 9 taps are
+/// laid out as planes first, so both stages are element-wise operations on whole planes.
+fn transform_filters<T: Real>(weight: &[T], g: &ConvGeometry, c: &Coefs<T>, u: &mut [T]) {
+    let pairs = g.in_channels * g.out_channels;
+    let n = c.n;
+    split_planes(u, c.xi(), pairs, PAIRS_PER_TASK)
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(q, mut out)| {
+            let len = out[0].len();
+            let mut buf = vec![T::default(); (9 + 3 * n) * len];
+            let (taps, columns) = buf.split_at_mut(9 * len);
+            for (k, filter) in weight[q * PAIRS_PER_TASK * 9..][..9 * len]
+                .chunks(9)
+                .enumerate()
+            {
+                for (tap, &value) in filter.iter().enumerate() {
+                    taps[tap * len + k] = value;
+                }
+            }
+            // G on the columns: columns[i][l] = Σ_k G[i][k] g[k][l].
+            for (il, dst) in columns.chunks_mut(len).enumerate() {
+                let (i, l) = (il / 3, il % 3);
+                combine(dst, row(&c.g, 3, i), |k| &taps[(3 * k + l) * len..][..len]);
+            }
+            // G on the rows: U[n·i + j] = Σ_l G[j][l] columns[i][l].
+            for (ij, dst) in out.iter_mut().enumerate() {
+                let (i, j) = (ij / n, ij % n);
+                combine(dst, row(&c.g, 3, j), |l| {
+                    &columns[(3 * i + l) * len..][..len]
+                });
+            }
+        });
+}
+
+/// `Gᵀ ∂U G` of every filter: the weight gradient `[c_out, c_in, 3, 3]` from `∂U[ξ][co][c]`,
+/// plane by plane as [`transform_filters`], the 9 taps put back in place at the end.
+fn filter_grads<T: Real>(du: &[T], g: &ConvGeometry, c: &Coefs<T>) -> Vec<T> {
+    let pairs = g.in_channels * g.out_channels;
+    let n = c.n;
+    let mut dw = vec![T::default(); pairs * 9];
+    dw.par_chunks_mut(9 * PAIRS_PER_TASK)
+        .enumerate()
+        .for_each(|(q, task)| {
+            let len = task.len() / 9;
+            let start = q * PAIRS_PER_TASK;
+            let plane = |xi: usize| &du[xi * pairs + start..][..len];
+            let mut buf = vec![T::default(); (3 * n + 9) * len];
+            let (columns, taps) = buf.split_at_mut(3 * n * len);
+            // Gᵀ on the columns: columns[k][j] = Σ_i G[i][k] ∂U[n·i + j].
+            for (kj, dst) in columns.chunks_mut(len).enumerate() {
+                let (k, j) = (kj / n, kj % n);
+                combine(dst, row(&c.gt, n, k), |i| plane(n * i + j));
+            }
+            // … and on the rows: taps[k][l] = Σ_j G[j][l] columns[k][j].
+            for (kl, dst) in taps.chunks_mut(len).enumerate() {
+                let (k, l) = (kl / 3, kl % 3);
+                combine(dst, row(&c.gt, n, l), |j| {
+                    &columns[(n * k + j) * len..][..len]
+                });
+            }
+            for (p, filter) in task.chunks_mut(9).enumerate() {
+                for (tap, value) in filter.iter_mut().enumerate() {
+                    *value = taps[tap * len + p];
+                }
+            }
+        });
+    dw
+}
+
+/// Tiles per piece of the transforms (rounded to whole tile rows, at least one): every stage
+/// of a transform is an element-wise operation on planes of a piece's tiles, long enough to
+/// vectorise and short enough to stay in the first-level cache (F(4×4): 2 × 36 planes of 128
+/// f32 = 36 KiB).
+const PIECE: usize = 128;
+
+/// The pieces of `tile_rows` tile rows of `cols` tiles each: ranges of whole tile rows.
+fn pieces(tile_rows: usize, cols: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let per_piece = (PIECE / cols.max(1)).max(1);
+    (0..tile_rows)
+        .step_by(per_piece)
+        .map(move |start| start..(start + per_piece).min(tile_rows))
+}
+
+/// Per channel, the `[h·w]` planes of that channel of every image of `buf` (`[images][channels]`
+/// planes), so one task per channel owns its planes in every image.
+fn planes_by_channel<T>(buf: &mut [T], channels: usize, plane: usize) -> Vec<Vec<&mut [T]>> {
+    let mut by_channel: Vec<Vec<&mut [T]>> = (0..channels).map(|_| Vec::new()).collect();
+    for (k, p) in buf.chunks_mut(plane).enumerate() {
+        by_channel[k % channels].push(p);
+    }
+    by_channel
+}
+
+/// What every task of a transform reads: the geometry, the algorithm's matrices, the tiles,
+/// and the chunk of `images` images starting at `first`.
+struct Chunk<'a, T> {
+    g: &'a ConvGeometry,
+    c: &'a Coefs<T>,
+    tiles: &'a Tiles,
+    first: usize,
+    images: usize,
+}
+
+impl<T> Chunk<'_, T> {
+    /// The chunk's tiles, `images · tiles per image`.
+    fn t_len(&self) -> usize {
+        self.images * self.tiles.per_image()
+    }
+}
+
+/// `V[ξ][c][t]` (`Bᵀ d B` of every tile's n×n patch) for the chunk's images;
+/// `t = (image·rows + a)·cols + b`, one [`InputTask`] per channel.
+fn transform_input<T: Real>(x: &[T], chunk: &Chunk<'_, T>, v: &mut [T]) {
+    let t_len = chunk.t_len();
+    split_planes(v, chunk.c.xi(), chunk.g.in_channels * t_len, t_len)
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(channel, out)| {
+            pulp::Arch::new().dispatch(InputTask {
+                chunk,
+                x,
+                channel,
+                out,
+            })
+        });
+}
+
+/// One channel of [`transform_input`], a piece of tile rows at a time: the n input rows each
+/// tile row reads, padded and cut into their n phases (`P[r][s][b] = row[m·b + s − pad]`),
+/// then `Bᵀ` on the columns and `B` on the rows as element-wise operations on the piece's
+/// planes. Compiled for the widest vectors the CPU has (AVX-512, AVX2, else SSE2), chosen at
+/// run time by `pulp` as `kernels::gelu` is: the body is inlined into each width's function.
+struct InputTask<'a, T> {
+    chunk: &'a Chunk<'a, T>,
+    x: &'a [T],
+    channel: usize,
+    out: Vec<&'a mut [T]>,
+}
+
+impl<T: Real> pulp::WithSimd for InputTask<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let Self {
+            chunk,
+            x,
+            channel,
+            mut out,
+        } = self;
+        let Chunk {
+            g,
+            c,
+            tiles,
+            first,
+            images,
+        } = *chunk;
+        let [h, w] = tiles.size;
+        let (m, n, cols) = (c.m, c.n, tiles.cols);
+        let pw = tiles.pad[1];
+        let width = tiles.padded_width();
+        let plane_len = PIECE.max(cols);
+        // `width ≥ w + 2·pad` (the tiles cover `out_w = w + 2·pad − 2` columns and read two
+        // more), so only `padded[pad..pad + w]` is ever written, the rest stays zero.
+        let mut buf = vec![T::default(); width + 2 * n * n * plane_len];
+        let (padded, rest) = buf.split_at_mut(width);
+        let (phases, transformed) = rest.split_at_mut(n * n * plane_len);
+        for piece in pieces(images * tiles.rows, cols) {
+            let len = piece.len() * cols;
+            for (k, tile_row) in piece.clone().enumerate() {
+                let (image, a) = (tile_row / tiles.rows, tile_row % tiles.rows);
+                let plane_start = ((first + image) * g.in_channels + channel) * h * w;
+                let plane = &x[plane_start..plane_start + h * w];
+                let r0 = tiles.first_row(a);
+                for r in 0..n {
+                    let ih = r0 + r as isize;
+                    let inside = ih >= 0 && ih < h as isize;
+                    if inside {
+                        // Padded column p is input column p − pad.
+                        padded[pw..pw + w].copy_from_slice(&plane[ih as usize * w..][..w]);
+                    }
+                    for s in 0..n {
+                        let dst = &mut phases[(n * r + s) * plane_len + k * cols..][..cols];
+                        if inside {
+                            // `padded` holds `m·cols + 2 ≥ m·(cols − 1) + s + 1` entries.
+                            for (d, &value) in dst.iter_mut().zip(padded[s..].iter().step_by(m)) {
+                                *d = value;
+                            }
+                        } else {
+                            dst.fill(T::default());
+                        }
+                    }
+                }
+            }
+            // Bᵀ on the columns: T[i][s] = Σ_r Bᵀ[i][r] P[r][s].
+            let p = |r: usize, s: usize| &phases[(n * r + s) * plane_len..][..len];
+            for (is, dst) in transformed.chunks_mut(plane_len).enumerate() {
+                let (i, s) = (is / n, is % n);
+                combine(&mut dst[..len], row(&c.bt, n, i), |r| p(r, s));
+            }
+            // B on the rows: V[n·i + j] = Σ_s Bᵀ[j][s] T[i][s].
+            let t0 = piece.start * cols;
+            let t = |i: usize, s: usize| &transformed[(n * i + s) * plane_len..][..len];
+            for (ij, dst) in out.iter_mut().enumerate() {
+                let (i, j) = (ij / n, ij % n);
+                combine(&mut dst[t0..t0 + len], row(&c.bt, n, j), |s| t(i, s));
+            }
+        }
+    }
+}
+
+/// The outputs `y` (`[images, c_out, out_h, out_w]`) from the products `M[ξ][co][t]`, one
+/// [`OutputTask`] per output channel.
+fn transform_output<T: Real>(mm: &[T], chunk: &Chunk<'_, T>, y: &mut [T]) {
+    let [oh, ow] = chunk.tiles.out;
+    let c_out = chunk.g.out_channels;
+    planes_by_channel(&mut y[..chunk.images * c_out * oh * ow], c_out, oh * ow)
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(co, dst)| pulp::Arch::new().dispatch(OutputTask { chunk, mm, co, dst }));
+}
+
+/// One output channel of [`transform_output`], a piece of tile rows at a time: `Aᵀ` on the
+/// columns and `A` on the rows, the m×m output phases computed apart and then put in place
+/// (dispatched per vector width as [`InputTask`]).
+struct OutputTask<'a, T> {
+    chunk: &'a Chunk<'a, T>,
+    mm: &'a [T],
+    co: usize,
+    dst: Vec<&'a mut [T]>,
+}
+
+impl<T: Real> pulp::WithSimd for OutputTask<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let Self {
+            chunk,
+            mm,
+            co,
+            mut dst,
+        } = self;
+        let (g, c, tiles, images) = (chunk.g, chunk.c, chunk.tiles, chunk.images);
+        let [oh, ow] = tiles.out;
+        let (m, n, cols) = (c.m, c.n, tiles.cols);
+        let t_len = chunk.t_len();
+        let c_out = g.out_channels;
+        let plane_len = PIECE.max(cols);
+        let mut buf = vec![T::default(); (m * n + m * m) * plane_len];
+        let (s, outs) = buf.split_at_mut(m * n * plane_len);
+        for piece in pieces(images * tiles.rows, cols) {
+            let len = piece.len() * cols;
+            let t0 = piece.start * cols;
+            let mrow = |xi: usize| &mm[(xi * c_out + co) * t_len + t0..][..len];
+            // Aᵀ on the columns: S[u][j] = Σ_i Aᵀ[u][i] M[n·i + j] …
+            for (uj, plane) in s.chunks_mut(plane_len).enumerate() {
+                let (u, j) = (uj / n, uj % n);
+                combine(&mut plane[..len], row(&c.at, n, u), |i| mrow(n * i + j));
+            }
+            // … and A on the rows: Y[u][v] = Σ_j Aᵀ[v][j] S[u][j].
+            for (uv, plane) in outs.chunks_mut(plane_len).enumerate() {
+                let (u, v) = (uv / m, uv % m);
+                combine(&mut plane[..len], row(&c.at, n, v), |j| {
+                    &s[(n * u + j) * plane_len..][..len]
+                });
+            }
+            for (k, tile_row) in piece.enumerate() {
+                let (image, a) = (tile_row / tiles.rows, tile_row % tiles.rows);
+                for u in 0..m.min(oh - m * a) {
+                    let out_row = &mut dst[image][(m * a + u) * ow..][..ow];
+                    for v in 0..m.min(ow) {
+                        let phase = &outs[(m * u + v) * plane_len + k * cols..][..cols];
+                        for (o, &value) in out_row[v..].iter_mut().step_by(m).zip(phase) {
+                            *o = value;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `∂M[ξ][co][t] = (A ∂Y Aᵀ)[ξ]` from the output gradient of the chunk's images (zero for the
+/// outputs past the map's edge), one [`OutputGradTask`] per output channel.
+fn transform_output_grad<T: Real>(grad: &[T], chunk: &Chunk<'_, T>, dm: &mut [T]) {
+    let t_len = chunk.t_len();
+    split_planes(dm, chunk.c.xi(), chunk.g.out_channels * t_len, t_len)
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(co, out)| {
+            pulp::Arch::new().dispatch(OutputGradTask {
+                chunk,
+                grad,
+                co,
+                out,
+            })
+        });
+}
+
+/// One output channel of [`transform_output_grad`], a piece of tile rows at a time
+/// (dispatched per vector width as [`InputTask`]).
+struct OutputGradTask<'a, T> {
+    chunk: &'a Chunk<'a, T>,
+    grad: &'a [T],
+    co: usize,
+    out: Vec<&'a mut [T]>,
+}
+
+impl<T: Real> pulp::WithSimd for OutputGradTask<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let Self {
+            chunk,
+            grad,
+            co,
+            mut out,
+        } = self;
+        let Chunk {
+            g,
+            c,
+            tiles,
+            first,
+            images,
+        } = *chunk;
+        let [oh, ow] = tiles.out;
+        let (m, n, cols) = (c.m, c.n, tiles.cols);
+        let plane_len = PIECE.max(cols);
+        // The output gradient cut into its m×m phases (∂Y[u][v]), then A on the columns
+        // (C[i][v]).
+        let mut buf = vec![T::default(); (m * m + n * m) * plane_len];
+        let (dy, cc) = buf.split_at_mut(m * m * plane_len);
+        for piece in pieces(images * tiles.rows, cols) {
+            let len = piece.len() * cols;
+            for (k, tile_row) in piece.clone().enumerate() {
+                let (image, a) = (tile_row / tiles.rows, tile_row % tiles.rows);
+                let plane_start = ((first + image) * g.out_channels + co) * oh * ow;
+                let plane = &grad[plane_start..plane_start + oh * ow];
+                for u in 0..m {
+                    let oy = m * a + u;
+                    for v in 0..m {
+                        let dst = &mut dy[(m * u + v) * plane_len + k * cols..][..cols];
+                        if oy >= oh {
+                            dst.fill(T::default());
+                            continue;
+                        }
+                        let grad_row = &plane[oy * ow..(oy + 1) * ow];
+                        dst.fill(T::default());
+                        let phase = grad_row.get(v..).unwrap_or_default().iter().step_by(m);
+                        for (d, &value) in dst.iter_mut().zip(phase) {
+                            *d = value;
+                        }
+                    }
+                }
+            }
+            // A on the columns: C[i][v] = Σ_u Aᵀ[u][i] ∂Y[u][v] …
+            for (iv, dst) in cc.chunks_mut(plane_len).enumerate() {
+                let (i, v) = (iv / m, iv % m);
+                combine(&mut dst[..len], row(&c.a, m, i), |u| {
+                    &dy[(m * u + v) * plane_len..][..len]
+                });
+            }
+            // … and on the rows: ∂M[n·i + j] = Σ_v Aᵀ[v][j] C[i][v].
+            let t0 = piece.start * cols;
+            for (ij, dst) in out.iter_mut().enumerate() {
+                let (i, j) = (ij / n, ij % n);
+                combine(&mut dst[t0..t0 + len], row(&c.a, m, j), |v| {
+                    &cc[(m * i + v) * plane_len..][..len]
+                });
+            }
+        }
+    }
+}
+
+/// Adds `B ∂V Bᵀ` of every tile into the input gradient `dx` of the chunk's images, one
+/// [`InputGradTask`] per input channel.
+fn add_input_grad<T: Real>(dv: &[T], chunk: &Chunk<'_, T>, dx: &mut [T]) {
+    let [h, w] = chunk.tiles.size;
+    let c_in = chunk.g.in_channels;
+    let (first, images) = (chunk.first, chunk.images);
+    let planes = &mut dx[first * c_in * h * w..(first + images) * c_in * h * w];
+    planes_by_channel(planes, c_in, h * w)
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(channel, dst)| {
+            pulp::Arch::new().dispatch(InputGradTask {
+                chunk,
+                dv,
+                channel,
+                dst,
+            })
+        });
+}
+
+/// One input channel of [`add_input_grad`], a piece of tile rows at a time: `B` on the columns
+/// and on the rows, then each patch row added into its input row, where neighbouring tiles'
+/// patches overlap in two columns and neighbouring tile rows in two rows (added in a fixed
+/// order); entries in the padding are dropped (dispatched per vector width as [`InputTask`]).
+struct InputGradTask<'a, T> {
+    chunk: &'a Chunk<'a, T>,
+    dv: &'a [T],
+    channel: usize,
+    dst: Vec<&'a mut [T]>,
+}
+
+impl<T: Real> pulp::WithSimd for InputGradTask<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let Self {
+            chunk,
+            dv,
+            channel,
+            mut dst,
+        } = self;
+        let (g, c, tiles, images) = (chunk.g, chunk.c, chunk.tiles, chunk.images);
+        let [h, w] = tiles.size;
+        let (m, n, cols) = (c.m, c.n, tiles.cols);
+        let t_len = chunk.t_len();
+        let c_in = g.in_channels;
+        let pw = tiles.pad[1];
+        let width = tiles.padded_width();
+        let plane_len = PIECE.max(cols);
+        let mut buf = vec![T::default(); 2 * n * n * plane_len + width];
+        let (t, rest) = buf.split_at_mut(n * n * plane_len);
+        let (d, padded) = rest.split_at_mut(n * n * plane_len);
+        for piece in pieces(images * tiles.rows, cols) {
+            let len = piece.len() * cols;
+            let t0 = piece.start * cols;
+            let vrow = |xi: usize| &dv[(xi * c_in + channel) * t_len + t0..][..len];
+            // B on the columns: T[r][j] = Σ_i Bᵀ[i][r] ∂V[n·i + j] …
+            for (rj, plane) in t.chunks_mut(plane_len).enumerate() {
+                let (r, j) = (rj / n, rj % n);
+                combine(&mut plane[..len], row(&c.b, n, r), |i| vrow(n * i + j));
+            }
+            // … and on the rows: D[r][s] = Σ_j Bᵀ[j][s] T[r][j].
+            for (rs, plane) in d.chunks_mut(plane_len).enumerate() {
+                let (r, s) = (rs / n, rs % n);
+                combine(&mut plane[..len], row(&c.b, n, s), |j| {
+                    &t[(n * r + j) * plane_len..][..len]
+                });
+            }
+            for (k, tile_row) in piece.enumerate() {
+                let (image, a) = (tile_row / tiles.rows, tile_row % tiles.rows);
+                let r0 = tiles.first_row(a);
+                for r in 0..n {
+                    let ih = r0 + r as isize;
+                    if ih < 0 || ih >= h as isize {
+                        continue;
+                    }
+                    // The patch row r of every tile added at padded column m·b + s, which
+                    // is input column m·b + s − pad (`width ≥ w + 2·pad`).
+                    padded.fill(T::default());
+                    // At most two terms meet at an entry, so the order of the sums is moot.
+                    for s in 0..n {
+                        let patch = &d[(n * r + s) * plane_len + k * cols..][..cols];
+                        for (p, &value) in padded[s..].iter_mut().step_by(m).zip(patch) {
+                            *p += value;
+                        }
+                    }
+                    let input_row = &mut dst[image][ih as usize * w..][..w];
+                    for (x, &value) in input_row.iter_mut().zip(&padded[pw..pw + w]) {
+                        *x += value;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `dst[ξ] (=|+=) lhs[ξ] · rhs[ξ]` for the `xi` entries, in parallel over `ξ` (each product on
+/// one thread: 16 or 36 of them keep both cores busy without splitting a product).
+#[allow(clippy::too_many_arguments)]
+fn products<T: Real>(
+    xi: usize,
+    [m, n, k]: [usize; 3],
+    dst: &mut [T],
+    accumulate: bool,
+    lhs: &[T],
+    lhs_strides: (usize, usize),
+    rhs: &[T],
+    rhs_strides: (usize, usize),
+) {
+    dst[..xi * m * n]
+        .par_chunks_mut(m * n)
+        .zip(lhs[..xi * m * k].par_chunks(m * k))
+        .zip(rhs[..xi * k * n].par_chunks(k * n))
+        .for_each(|((dst, lhs), rhs)| {
+            gemm_on(
+                false,
+                [m, n, k],
+                dst,
+                accumulate,
+                lhs,
+                lhs_strides,
+                rhs,
+                rhs_strides,
+            );
+        });
+}
 
 /// Whether this file can compute the convolution `g`: a 3×3 kernel at stride 1 without
 /// dilation, any zero padding.
@@ -64,528 +817,33 @@ pub fn covers(g: &ConvGeometry) -> bool {
         && g.out_size().is_some_and(|[h, w]| h * w >= MIN_POSITIONS)
 }
 
-/// How a map is cut into 2×2 output tiles: tile `(a, b)` holds outputs `2a..2a+2 × 2b..2b+2`
-/// and reads the input patch whose top-left corner is `(2a − pad_h, 2b − pad_w)`.
-#[derive(Debug, Clone, Copy)]
-struct Tiles {
-    rows: usize,
-    cols: usize,
-    out: [usize; 2],
-    size: [usize; 2],
-    pad: [usize; 2],
-}
+/// The algorithm [`forward`] and [`backward`] use for the layers this file [`covers`].
+pub const ALGORITHM: &Algorithm = &F4;
 
-impl Tiles {
-    fn new(g: &ConvGeometry) -> Self {
-        let out = g.out_size().expect("checked by `covers`");
-        Self {
-            rows: out[0].div_ceil(2),
-            cols: out[1].div_ceil(2),
-            out,
-            size: g.in_size,
-            pad: g.padding,
-        }
-    }
-
-    fn per_image(&self) -> usize {
-        self.rows * self.cols
-    }
-
-    /// The first input row of tile row `a`'s patches (negative in the padding).
-    fn first_row(&self, a: usize) -> isize {
-        (2 * a) as isize - self.pad[0] as isize
-    }
-}
-
-/// Images per chunk: the transformed input and output near `budget` entries, at least one.
-fn images_per_chunk(g: &ConvGeometry, tiles: &Tiles, budget: usize) -> usize {
-    let per_image = XI * g.in_channels.max(g.out_channels) * tiles.per_image();
-    (budget / per_image.max(1)).clamp(1, g.batch.max(1))
-}
-
-/// `buf`'s first `16·plane` entries, laid out `[ξ][plane]`, cut into pieces of `piece`
-/// entries: item `q` holds piece `q` of each of the 16 planes, so one task per item writes
-/// disjoint rows (per channel, `plane = channels·t_len` and `piece = t_len`).
-fn split_planes<T>(buf: &mut [T], plane: usize, piece: usize) -> Vec<Vec<&mut [T]>> {
-    let mut per_xi: Vec<_> = buf[..XI * plane]
-        .chunks_mut(plane)
-        .map(|p| p.chunks_mut(piece))
-        .collect();
-    (0..plane.div_ceil(piece))
-        .map(|_| {
-            per_xi
-                .iter_mut()
-                .map(|pieces| pieces.next().expect("as many pieces in every plane"))
-                .collect()
-        })
-        .collect()
-}
-
-/// `dst[b] = f(a[b], c[b])` over the shortest of the three.
-#[inline(always)]
-fn map2<T: Real>(dst: &mut [T], a: &[T], c: &[T], f: impl Fn(T, T) -> T) {
-    for ((d, &p), &q) in dst.iter_mut().zip(a).zip(c) {
-        *d = f(p, q);
-    }
-}
-
-/// `dst[b] = −a[b]` over the shorter of the two.
-#[inline(always)]
-fn negate<T: Real>(dst: &mut [T], a: &[T]) {
-    for (d, &p) in dst.iter_mut().zip(a) {
-        *d = T::default() - p;
-    }
-}
-
-/// `dst[b] = f(a[b], c[b], e[b])` over the shortest of the four.
-#[inline(always)]
-fn map3<T: Real>(dst: &mut [T], a: &[T], c: &[T], e: &[T], f: impl Fn(T, T, T) -> T) {
-    for (((d, &p), &q), &r) in dst.iter_mut().zip(a).zip(c).zip(e) {
-        *d = f(p, q, r);
-    }
-}
-
-/// `G·(a, b, c)` plane by plane: `(a, (a + b + c)/2, (a − b + c)/2, c)` into `dst[0..4]`.
-fn g_planes<T: Real>(dst: [&mut [T]; 4], [a, b, c]: [&[T]; 3], half: T) {
-    let [d0, d1, d2, d3] = dst;
-    d0.copy_from_slice(a);
-    map3(d1, a, b, c, |p, q, r| (p + q + r) * half);
-    map3(d2, a, b, c, |p, q, r| (p - q + r) * half);
-    d3.copy_from_slice(c);
-}
-
-/// `Gᵀ·(u0, u1, u2, u3)` plane by plane: `(u0 + (u1 + u2)/2, (u1 − u2)/2, (u1 + u2)/2 + u3)`.
-fn gt_planes<T: Real>(dst: [&mut [T]; 3], [u0, u1, u2, u3]: [&[T]; 4], half: T) {
-    let [d0, d1, d2] = dst;
-    map3(d0, u0, u1, u2, |p, q, r| p + (q + r) * half);
-    map2(d1, u1, u2, |q, r| (q - r) * half);
-    map3(d2, u1, u2, u3, |q, r, s| (q + r) * half + s);
-}
-
-/// `n` planes of `len` entries each, cut from `buf`.
-fn planes<T, const N: usize>(buf: &mut [T], len: usize) -> [&mut [T]; N] {
-    let mut pieces = buf.chunks_mut(len);
-    std::array::from_fn(|_| pieces.next().expect("enough planes"))
-}
-
-/// Filter pairs per task of the filter transforms.
-const PAIRS_PER_TASK: usize = 2048;
-
-/// `G g Gᵀ` of every filter into `u`: `U[ξ][co][c]`. Per task of filter pairs, the 9 taps are
-/// laid out as planes first, so both stages are element-wise operations on whole planes.
-fn transform_filters<T: Real>(weight: &[T], g: &ConvGeometry, u: &mut [T]) {
-    let pairs = g.in_channels * g.out_channels;
-    let half = T::from_f64(0.5);
-    split_planes(u, pairs, PAIRS_PER_TASK)
-        .into_par_iter()
-        .enumerate()
-        .for_each(|(q, out)| {
-            let len = out[0].len();
-            let mut buf = vec![T::default(); 21 * len];
-            let (taps, columns) = buf.split_at_mut(9 * len);
-            for (k, filter) in weight[q * PAIRS_PER_TASK * 9..][..9 * len]
-                .chunks(9)
-                .enumerate()
-            {
-                for (tap, &value) in filter.iter().enumerate() {
-                    taps[tap * len + k] = value;
-                }
-            }
-            // G on the columns: columns[i][l] = Σ_k G[i][k] g[k][l].
-            let tap = |k: usize, l: usize| &taps[(3 * k + l) * len..][..len];
-            let mut by_l: [[&mut [T]; 4]; 3] = {
-                let mut all = columns.chunks_mut(len);
-                std::array::from_fn(|_| std::array::from_fn(|_| all.next().expect("12 planes")))
-            };
-            for (l, dst) in by_l.iter_mut().enumerate() {
-                let [d0, d1, d2, d3] = dst;
-                g_planes([d0, d1, d2, d3], [tap(0, l), tap(1, l), tap(2, l)], half);
-            }
-            // G on the rows: U[4i + j] = Σ_l columns[i][l] G[j][l].
-            let [c0, c1, c2] = by_l;
-            let mut out = out.into_iter();
-            for ((a, b), c) in c0.into_iter().zip(c1).zip(c2) {
-                let dst: [&mut [T]; 4] = std::array::from_fn(|_| out.next().expect("16 planes"));
-                g_planes(dst, [&*a, &*b, &*c], half);
-            }
-        });
-}
-
-/// `Gᵀ ∂U G` of every filter: the weight gradient `[c_out, c_in, 3, 3]` from `∂U[ξ][co][c]`,
-/// plane by plane as [`transform_filters`], the 9 taps put back in place at the end.
-fn filter_grads<T: Real>(du: &[T], g: &ConvGeometry) -> Vec<T> {
-    let pairs = g.in_channels * g.out_channels;
-    let half = T::from_f64(0.5);
-    let mut dw = vec![T::default(); pairs * 9];
-    dw.par_chunks_mut(9 * PAIRS_PER_TASK)
-        .enumerate()
-        .for_each(|(q, task)| {
-            let len = task.len() / 9;
-            let start = q * PAIRS_PER_TASK;
-            let plane = |xi: usize| &du[xi * pairs + start..][..len];
-            let mut buf = vec![T::default(); 21 * len];
-            let (columns, taps) = buf.split_at_mut(12 * len);
-            // Gᵀ on the columns: columns[k][j] = Σ_i G[i][k] ∂U[4i + j].
-            {
-                let mut all = columns.chunks_mut(len);
-                for j in 0..4 {
-                    let dst: [&mut [T]; 3] =
-                        std::array::from_fn(|_| all.next().expect("12 planes"));
-                    gt_planes(
-                        dst,
-                        [plane(j), plane(4 + j), plane(8 + j), plane(12 + j)],
-                        half,
-                    );
-                }
-            }
-            // … and on the rows: taps[k][l] = Σ_j columns[k][j] G[j][l].
-            let column = |j: usize, k: usize| &columns[(3 * j + k) * len..][..len];
-            for k in 0..3 {
-                let dst: [&mut [T]; 3] = planes(&mut taps[3 * k * len..3 * (k + 1) * len], len);
-                gt_planes(
-                    dst,
-                    [column(0, k), column(1, k), column(2, k), column(3, k)],
-                    half,
-                );
-            }
-            for (p, filter) in task.chunks_mut(9).enumerate() {
-                for (tap, value) in filter.iter_mut().enumerate() {
-                    *value = taps[tap * len + p];
-                }
-            }
-        });
-    dw
-}
-
-/// `V[ξ][c][t]` (`Bᵀ d B` of every tile's 4×4 patch) for `images` images starting at `first`;
-/// `t = image·tiles + a·cols + b`.
-///
-/// One tile row at a time: the four input rows it reads, padded and split into their even and
-/// odd columns (`E[b] = row[2b − pad]`, `O[b] = row[2b + 1 − pad]`), so that `Bᵀ` on the
-/// columns and `B` on the rows are element-wise operations on whole rows of tiles.
-fn transform_input<T: Real>(
-    x: &[T],
-    g: &ConvGeometry,
-    tiles: &Tiles,
-    first: usize,
-    images: usize,
-    v: &mut [T],
-) {
-    let [h, w] = tiles.size;
-    let cols = tiles.cols;
-    let half = cols + 1;
-    let t_len = images * tiles.per_image();
-    let pw = tiles.pad[1];
-    split_planes(v, g.in_channels * t_len, t_len)
-        .into_par_iter()
-        .enumerate()
-        .for_each(|(c, mut out)| {
-            // Even and odd columns of the 4 input rows, then of Bᵀ applied to them.
-            let mut buf = vec![T::default(); 16 * half];
-            let (inputs, transformed) = buf.split_at_mut(8 * half);
-            for image in 0..images {
-                let plane_start = ((first + image) * g.in_channels + c) * h * w;
-                let plane = &x[plane_start..plane_start + h * w];
-                for a in 0..tiles.rows {
-                    let r0 = tiles.first_row(a);
-                    for (r, pair) in inputs.chunks_mut(2 * half).enumerate() {
-                        let (even, odd) = pair.split_at_mut(half);
-                        let ih = r0 + r as isize;
-                        if ih < 0 || ih >= h as isize {
-                            even.fill(T::default());
-                            odd.fill(T::default());
-                            continue;
-                        }
-                        // Input column s is padded column s + pad: E takes the even ones, O
-                        // the odd ones, the rest is padding.
-                        even.fill(T::default());
-                        odd.fill(T::default());
-                        let row = &plane[ih as usize * w..][..w];
-                        let e_first = pw % 2;
-                        for (d, &value) in even[(e_first + pw) / 2..]
-                            .iter_mut()
-                            .zip(row.iter().skip(e_first).step_by(2))
-                        {
-                            *d = value;
-                        }
-                        let o_first = 1 - e_first;
-                        for (d, &value) in odd[(o_first + pw) / 2..]
-                            .iter_mut()
-                            .zip(row.iter().skip(o_first).step_by(2))
-                        {
-                            *d = value;
-                        }
-                    }
-                    // Bᵀ on the columns, for the even and the odd halves at once.
-                    let d = |r: usize| &inputs[r * 2 * half..(r + 1) * 2 * half];
-                    let mut t = transformed.chunks_mut(2 * half);
-                    map2(t.next().unwrap(), d(0), d(2), |p, q| p - q);
-                    map2(t.next().unwrap(), d(1), d(2), |p, q| p + q);
-                    map2(t.next().unwrap(), d(2), d(1), |p, q| p - q);
-                    map2(t.next().unwrap(), d(1), d(3), |p, q| p - q);
-                    // B on the rows: the tile at b reads E[b], O[b], E[b + 1], O[b + 1].
-                    let base = image * tiles.per_image() + a * cols;
-                    for i in 0..4 {
-                        let (e, o) = transformed[i * 2 * half..(i + 1) * 2 * half].split_at(half);
-                        let (e0, e1, o0, o1) = (&e[..cols], &e[1..], &o[..cols], &o[1..]);
-                        map2(&mut out[4 * i][base..base + cols], e0, e1, |p, q| p - q);
-                        map2(&mut out[4 * i + 1][base..base + cols], o0, e1, |p, q| p + q);
-                        map2(&mut out[4 * i + 2][base..base + cols], e1, o0, |p, q| p - q);
-                        map2(&mut out[4 * i + 3][base..base + cols], o0, o1, |p, q| p - q);
-                    }
-                }
-            }
-        });
-}
-
-/// The outputs `y` (`[images, c_out, out_h, out_w]`) from the products `M[ξ][co][t]`: `Aᵀ` on
-/// the columns and `A` on the rows, a tile row at a time, the even and odd output columns
-/// computed apart and interleaved.
-fn transform_output<T: Real>(m: &[T], g: &ConvGeometry, tiles: &Tiles, images: usize, y: &mut [T]) {
-    let [oh, ow] = tiles.out;
-    let cols = tiles.cols;
-    let t_len = images * tiles.per_image();
-    let c_out = g.out_channels;
-    y[..images * c_out * oh * ow]
-        .par_chunks_mut(oh * ow)
-        .enumerate()
-        .for_each_init(
-            || vec![T::default(); 10 * cols],
-            |buf, (plane, dst)| {
-                let (image, co) = (plane / c_out, plane % c_out);
-                let (s, outs) = buf.split_at_mut(8 * cols);
-                let (even, odd) = outs.split_at_mut(cols);
-                for a in 0..tiles.rows {
-                    let base = image * tiles.per_image() + a * cols;
-                    let mrow = |xi: usize| &m[(xi * c_out + co) * t_len + base..][..cols];
-                    // Aᵀ on the columns: S[u][j].
-                    for j in 0..4 {
-                        let (s0, s1) = s.split_at_mut(4 * cols);
-                        map3(
-                            &mut s0[j * cols..(j + 1) * cols],
-                            mrow(j),
-                            mrow(4 + j),
-                            mrow(8 + j),
-                            |p, q, r| p + q + r,
-                        );
-                        map3(
-                            &mut s1[j * cols..(j + 1) * cols],
-                            mrow(4 + j),
-                            mrow(8 + j),
-                            mrow(12 + j),
-                            |p, q, r| p - q - r,
-                        );
-                    }
-                    for u in 0..2 {
-                        let oy = 2 * a + u;
-                        if oy >= oh {
-                            break;
-                        }
-                        let su = |j: usize| &s[(4 * u + j) * cols..(4 * u + j + 1) * cols];
-                        map3(even, su(0), su(1), su(2), |p, q, r| p + q + r);
-                        map3(odd, su(1), su(2), su(3), |p, q, r| p - q - r);
-                        let row = &mut dst[oy * ow..(oy + 1) * ow];
-                        for ((pair, &e), &o) in row.chunks_mut(2).zip(even.iter()).zip(odd.iter()) {
-                            pair[0] = e;
-                            if let Some(second) = pair.get_mut(1) {
-                                *second = o;
-                            }
-                        }
-                    }
-                }
-            },
-        );
-}
-
-/// `∂M[ξ][co][t] = (A ∂Y Aᵀ)[ξ]` from the output gradient of `images` images starting at
-/// `first` (zero for the outputs past the map's edge), a tile row at a time.
-fn transform_output_grad<T: Real>(
-    grad: &[T],
-    g: &ConvGeometry,
-    tiles: &Tiles,
-    first: usize,
-    images: usize,
-    dm: &mut [T],
-) {
-    let [oh, ow] = tiles.out;
-    let cols = tiles.cols;
-    let t_len = images * tiles.per_image();
-    split_planes(dm, g.out_channels * t_len, t_len)
-        .into_par_iter()
-        .enumerate()
-        .for_each(|(co, mut out)| {
-            // The two output rows' even and odd columns, then A on the columns (C[i], even and
-            // odd).
-            let mut buf = vec![T::default(); 12 * cols];
-            let (dy, c) = buf.split_at_mut(4 * cols);
-            for image in 0..images {
-                let plane_start = ((first + image) * g.out_channels + co) * oh * ow;
-                let plane = &grad[plane_start..plane_start + oh * ow];
-                for a in 0..tiles.rows {
-                    for (u, pair) in dy.chunks_mut(2 * cols).enumerate() {
-                        let (even, odd) = pair.split_at_mut(cols);
-                        let oy = 2 * a + u;
-                        if oy >= oh {
-                            even.fill(T::default());
-                            odd.fill(T::default());
-                            continue;
-                        }
-                        let row = &plane[oy * ow..(oy + 1) * ow];
-                        for (b, (e, o)) in even.iter_mut().zip(odd.iter_mut()).enumerate() {
-                            *e = row[2 * b];
-                            *o = row.get(2 * b + 1).copied().unwrap_or_default();
-                        }
-                    }
-                    // A·(y0, y1) = (y0, y0 + y1, y0 − y1, −y1) on the columns …
-                    let (y0, y1) = dy.split_at(2 * cols);
-                    let mut ci = c.chunks_mut(2 * cols);
-                    ci.next().unwrap().copy_from_slice(y0);
-                    map2(ci.next().unwrap(), y0, y1, |p, q| p + q);
-                    map2(ci.next().unwrap(), y0, y1, |p, q| p - q);
-                    negate(ci.next().unwrap(), y1);
-                    // … and on the rows.
-                    let base = image * tiles.per_image() + a * cols;
-                    for i in 0..4 {
-                        let (e, o) = c[i * 2 * cols..(i + 1) * 2 * cols].split_at(cols);
-                        out[4 * i][base..base + cols].copy_from_slice(e);
-                        map2(&mut out[4 * i + 1][base..base + cols], e, o, |p, q| p + q);
-                        map2(&mut out[4 * i + 2][base..base + cols], e, o, |p, q| p - q);
-                        negate(&mut out[4 * i + 3][base..base + cols], o);
-                    }
-                }
-            }
-        });
-}
-
-/// Adds `B ∂V Bᵀ` of every tile into the input gradient `dx` of `images` images starting at
-/// `first`, a tile row at a time: `B` on the columns, then on the rows, where neighbouring
-/// tiles' patches overlap in two columns (added in a fixed order) and neighbouring tile rows
-/// in two rows; entries in the padding are dropped.
-fn add_input_grad<T: Real>(
-    dv: &[T],
-    g: &ConvGeometry,
-    tiles: &Tiles,
-    first: usize,
-    images: usize,
-    dx: &mut [T],
-) {
-    let [h, w] = tiles.size;
-    let cols = tiles.cols;
-    let half = cols + 1;
-    let t_len = images * tiles.per_image();
-    let c_in = g.in_channels;
-    let pw = tiles.pad[1] as isize;
-    dx[first * c_in * h * w..(first + images) * c_in * h * w]
-        .par_chunks_mut(h * w)
-        .enumerate()
-        .for_each_init(
-            || vec![T::default(); 20 * cols + 2 * half],
-            |buf, (plane_index, plane)| {
-                let (image, c) = (plane_index / c_in, plane_index % c_in);
-                let (t, rest) = buf.split_at_mut(16 * cols);
-                let (d, q) = rest.split_at_mut(4 * cols);
-                let (q_even, q_odd) = q.split_at_mut(half);
-                for a in 0..tiles.rows {
-                    let base = image * tiles.per_image() + a * cols;
-                    let vrow = |xi: usize| &dv[(xi * c_in + c) * t_len + base..][..cols];
-                    // B·(v0..v3) = (v0, v1 − v2 + v3, v1 + v2 − v0, −v3) on the columns: T[r][j].
-                    for j in 0..4 {
-                        let at = |r: usize| (4 * r + j) * cols..(4 * r + j + 1) * cols;
-                        t[at(0)].copy_from_slice(vrow(j));
-                        map3(
-                            &mut t[at(1)],
-                            vrow(4 + j),
-                            vrow(8 + j),
-                            vrow(12 + j),
-                            |p, q, r| p - q + r,
-                        );
-                        map3(
-                            &mut t[at(2)],
-                            vrow(4 + j),
-                            vrow(8 + j),
-                            vrow(j),
-                            |p, q, r| p + q - r,
-                        );
-                        negate(&mut t[at(3)], vrow(12 + j));
-                    }
-                    let r0 = tiles.first_row(a);
-                    for r in 0..4 {
-                        let ih = r0 + r as isize;
-                        if ih < 0 || ih >= h as isize {
-                            continue;
-                        }
-                        let tr = |j: usize| &t[(4 * r + j) * cols..(4 * r + j + 1) * cols];
-                        // … and on the rows: the patch's columns s = 0..4 of every tile.
-                        let (d0, rest) = d.split_at_mut(cols);
-                        let (d1, rest) = rest.split_at_mut(cols);
-                        let (d2, d3) = rest.split_at_mut(cols);
-                        d0.copy_from_slice(tr(0));
-                        map3(d1, tr(1), tr(2), tr(3), |p, q, r| p - q + r);
-                        map3(d2, tr(1), tr(2), tr(0), |p, q, r| p + q - r);
-                        negate(d3, tr(3));
-                        // Column 2b + s of the padded row: even ones from s = 0 and 2 (the
-                        // tile to the left), odd ones from s = 1 and 3.
-                        q_even[..cols].copy_from_slice(d0);
-                        q_even[cols] = T::default();
-                        q_odd[..cols].copy_from_slice(d1);
-                        q_odd[cols] = T::default();
-                        for b in 0..cols {
-                            q_even[b + 1] += d2[b];
-                            q_odd[b + 1] += d3[b];
-                        }
-                        let row = &mut plane[ih as usize * w..(ih as usize + 1) * w];
-                        for b in 0..half {
-                            let even_at = 2 * b as isize - pw;
-                            for (s, value) in [(even_at, q_even[b]), (even_at + 1, q_odd[b])] {
-                                if s >= 0 && s < w as isize {
-                                    row[s as usize] += value;
-                                }
-                            }
-                        }
-                    }
-                }
-            },
-        );
-}
-
-/// `dst[ξ] (=|+=) lhs[ξ] · rhs[ξ]` for the 16 entries, in parallel over `ξ` (each product on one
-/// thread: 16 of them keep both cores busy without splitting a product).
-#[allow(clippy::too_many_arguments)]
-fn products<T: Real>(
-    [m, n, k]: [usize; 3],
-    dst: &mut [T],
-    accumulate: bool,
-    lhs: &[T],
-    lhs_strides: (usize, usize),
-    rhs: &[T],
-    rhs_strides: (usize, usize),
-) {
-    dst[..XI * m * n]
-        .par_chunks_mut(m * n)
-        .zip(lhs[..XI * m * k].par_chunks(m * k))
-        .zip(rhs[..XI * k * n].par_chunks(k * n))
-        .for_each(|((dst, lhs), rhs)| {
-            gemm_on(
-                false,
-                [m, n, k],
-                dst,
-                accumulate,
-                lhs,
-                lhs_strides,
-                rhs,
-                rhs_strides,
-            );
-        });
-}
-
-/// The convolution's output `[batch, out_channels, out_h, out_w]` for a geometry this file
-/// [`supports`], in chunks of images whose transformed input and products stay near `budget`
-/// entries.
+/// The convolution's output `[batch, out_channels, out_h, out_w]` by [`ALGORITHM`] for a
+/// geometry this file [`supports`] (see [`forward_by`]).
 ///
 /// # Shapes
 /// - `x`: `[batch, in_channels, in_h, in_w]`
 /// - `weight`: `[out_channels, in_channels, 3, 3]`
 pub fn forward<T: Real>(x: &[T], weight: &[T], g: &ConvGeometry, budget: usize) -> Vec<T> {
+    forward_by(ALGORITHM, x, weight, g, budget)
+}
+
+/// The convolution's output `[batch, out_channels, out_h, out_w]` by `alg`, for a geometry this
+/// file [`supports`], in chunks of images whose transformed input and products stay near
+/// `budget` entries.
+///
+/// # Shapes
+/// - `x`: `[batch, in_channels, in_h, in_w]`
+/// - `weight`: `[out_channels, in_channels, 3, 3]`
+pub fn forward_by<T: Real>(
+    alg: &Algorithm,
+    x: &[T],
+    weight: &[T],
+    g: &ConvGeometry,
+    budget: usize,
+) -> Vec<T> {
     assert!(supports(g), "winograd: not a 3×3 stride-1 geometry: {g:?}");
     assert_eq!(x.len(), g.input_len(), "winograd: input length for {g:?}");
     assert_eq!(
@@ -593,38 +851,75 @@ pub fn forward<T: Real>(x: &[T], weight: &[T], g: &ConvGeometry, budget: usize) 
         g.weight_len(),
         "winograd: weight length for {g:?}"
     );
-    let tiles = Tiles::new(g);
-    let chunk = images_per_chunk(g, &tiles, budget);
+    let c = Coefs::new(alg);
+    let xi = c.xi();
+    let tiles = Tiles::new(g, c.m);
+    let per_chunk = images_per_chunk(g, xi, &tiles, budget);
     let (c_in, c_out) = (g.in_channels, g.out_channels);
     let plane = tiles.out[0] * tiles.out[1];
     let mut y = vec![T::default(); g.output_len()];
-    let max_t = chunk * tiles.per_image();
-    let sizes = [XI * c_in * max_t, XI * c_out * max_t, XI * c_out * c_in];
+    let max_t = per_chunk * tiles.per_image();
+    let sizes = [xi * c_in * max_t, xi * c_out * max_t, xi * c_out * c_in];
     with_scratch(sizes, |[v, m, u]: [&mut [T]; 3]| {
-        transform_filters(weight, g, u);
+        transform_filters(weight, g, &c, u);
         let mut first = 0;
         while first < g.batch {
-            let images = chunk.min(g.batch - first);
+            let images = per_chunk.min(g.batch - first);
             let t_len = images * tiles.per_image();
-            transform_input(x, g, &tiles, first, images, v);
+            let chunk = Chunk {
+                g,
+                c: &c,
+                tiles: &tiles,
+                first,
+                images,
+            };
+            transform_input(x, &chunk, v);
             // M[ξ][co][t] = Σ_c U[ξ][co][c] · V[ξ][c][t]
-            products([c_out, t_len, c_in], m, false, u, (c_in, 1), v, (t_len, 1));
+            products(
+                xi,
+                [c_out, t_len, c_in],
+                m,
+                false,
+                u,
+                (c_in, 1),
+                v,
+                (t_len, 1),
+            );
             let y_chunk = &mut y[first * c_out * plane..(first + images) * c_out * plane];
-            transform_output(m, g, &tiles, images, y_chunk);
+            transform_output(m, &chunk, y_chunk);
             first += images;
         }
     });
     y
 }
 
-/// The gradients `(∂x, ∂w)` of the convolution given its output gradient, each computed only
-/// when asked for, for a geometry this file [`supports`].
+/// The gradients `(∂x, ∂w)` of the convolution by [`ALGORITHM`] (see [`backward_by`]).
 ///
 /// # Shapes
 /// - `x`: `[batch, in_channels, in_h, in_w]`, `weight`: `[out_channels, in_channels, 3, 3]`
 /// - `grad`: `[batch, out_channels, out_h, out_w]`
 /// - returns `(∂x, ∂w)` shaped as `x` and `weight`
 pub fn backward<T: Real>(
+    x: &[T],
+    weight: &[T],
+    grad: &[T],
+    g: &ConvGeometry,
+    wanted: (bool, bool),
+    budget: usize,
+) -> (Option<Vec<T>>, Option<Vec<T>>) {
+    backward_by(ALGORITHM, x, weight, grad, g, wanted, budget)
+}
+
+/// The gradients `(∂x, ∂w)` of the convolution by `alg` given its output gradient, each computed
+/// only when asked for, for a geometry this file [`supports`].
+///
+/// # Shapes
+/// - `x`: `[batch, in_channels, in_h, in_w]`, `weight`: `[out_channels, in_channels, 3, 3]`
+/// - `grad`: `[batch, out_channels, out_h, out_w]`
+/// - returns `(∂x, ∂w)` shaped as `x` and `weight`
+#[allow(clippy::too_many_arguments)]
+pub fn backward_by<T: Real>(
+    alg: &Algorithm,
     x: &[T],
     weight: &[T],
     grad: &[T],
@@ -644,33 +939,43 @@ pub fn backward<T: Real>(
         g.output_len(),
         "winograd: output gradient length for {g:?}"
     );
-    let tiles = Tiles::new(g);
+    let c = Coefs::new(alg);
+    let xi = c.xi();
+    let tiles = Tiles::new(g, c.m);
     let (c_in, c_out) = (g.in_channels, g.out_channels);
     let mut dx = want_x.then(|| vec![T::default(); g.input_len()]);
-    let chunk = images_per_chunk(g, &tiles, budget);
-    let max_t = chunk * tiles.per_image();
+    let per_chunk = images_per_chunk(g, xi, &tiles, budget);
+    let max_t = per_chunk * tiles.per_image();
     let pairs = c_out * c_in;
     let sizes = [
-        XI * c_in * max_t,
-        XI * c_out * max_t,
-        if want_x { XI * pairs } else { 0 },
-        if want_w { XI * pairs } else { 0 },
+        xi * c_in * max_t,
+        xi * c_out * max_t,
+        if want_x { xi * pairs } else { 0 },
+        if want_w { xi * pairs } else { 0 },
     ];
     with_scratch(sizes, |[v, dm, u, du]: [&mut [T]; 4]| {
         let u = want_x.then(|| {
-            transform_filters(weight, g, u);
+            transform_filters(weight, g, &c, u);
             &*u
         });
         let mut du = want_w.then_some(du);
         let mut first = 0;
         while first < g.batch {
-            let images = chunk.min(g.batch - first);
+            let images = per_chunk.min(g.batch - first);
             let t_len = images * tiles.per_image();
-            transform_output_grad(grad, g, &tiles, first, images, dm);
+            let chunk = Chunk {
+                g,
+                c: &c,
+                tiles: &tiles,
+                first,
+                images,
+            };
+            transform_output_grad(grad, &chunk, dm);
             if let Some(du) = du.as_deref_mut() {
-                transform_input(x, g, &tiles, first, images, v);
+                transform_input(x, &chunk, v);
                 // ∂U[ξ][co][c] += Σ_t ∂M[ξ][co][t] · V[ξ][c][t]: V read transposed.
                 products(
+                    xi,
                     [c_out, c_in, t_len],
                     du,
                     first > 0,
@@ -683,12 +988,21 @@ pub fn backward<T: Real>(
             if let (Some(dx), Some(u)) = (dx.as_mut(), u) {
                 // ∂V[ξ][c][t] = Σ_co U[ξ][co][c] · ∂M[ξ][co][t]: U read transposed; V's buffer
                 // is free again.
-                products([c_in, t_len, c_out], v, false, u, (1, c_in), dm, (t_len, 1));
-                add_input_grad(v, g, &tiles, first, images, dx);
+                products(
+                    xi,
+                    [c_in, t_len, c_out],
+                    v,
+                    false,
+                    u,
+                    (1, c_in),
+                    dm,
+                    (t_len, 1),
+                );
+                add_input_grad(v, &chunk, dx);
             }
             first += images;
         }
-        let dw = du.map(|du| filter_grads(du, g));
+        let dw = du.map(|du| filter_grads(du, g, &c));
         (dx, dw)
     })
 }
@@ -717,9 +1031,9 @@ mod tests {
         }
     }
 
-    /// Even and odd maps (a last tile half outside the output), no padding, padding 1 and 2,
-    /// unequal padding, a map of one output row, batch 1; each with one chunk and with one image
-    /// per chunk (the weight gradient summed over chunks).
+    /// Maps whose last tile is partly outside the output, no padding, padding 1 and 2, unequal
+    /// padding, a map of one output row, batch 1; each with one chunk and with one image per
+    /// chunk (the weight gradient summed over chunks).
     fn cases() -> Vec<(ConvGeometry, usize)> {
         [
             geometry(2, [16, 17], [8, 8], [1, 1]),
@@ -730,50 +1044,56 @@ mod tests {
             geometry(1, [16, 16], [2, 2], [1, 1]),
             // More filter pairs than one task of the filter transforms takes.
             geometry(1, [48, 50], [4, 3], [1, 1]),
+            // More tiles than one piece of the transforms (both algorithms), and a tile row
+            // longer than a piece.
+            geometry(3, [16, 16], [30, 29], [1, 1]),
+            geometry(1, [16, 16], [3, 300], [1, 1]),
         ]
         .into_iter()
         .flat_map(|g| [(g, 1 << 21), (g, 1)])
         .collect()
     }
 
-    /// Winograd reorders the sums (and scales by ½), so it agrees with the definition to
-    /// rounding: |values| < 1 and at most 16·9 terms per output give sums below 150, whose f64
-    /// rounding is under 1e-13.
+    /// Winograd reorders the sums (and scales them: by ½ in F(2×2, 3×3), by up to 8 and ⅙ in
+    /// F(4×4, 3×3)), so it agrees with the definition to rounding: |values| < 1 and at most 16·9
+    /// terms per output give sums below 150, whose f64 rounding, even through F(4×4)'s
+    /// coefficients (below 64 on any path of a term), stays under 1e-12.
     #[test]
     fn forward_equals_the_definition() {
-        for (g, budget) in cases() {
-            assert!(supports(&g), "{g:?}");
-            let x = values(g.input_len(), 1);
-            let w = values(g.weight_len(), 2);
-            let y = forward(&x, &w, &g, budget);
-            let expected = direct(&x, &w, &g);
-            assert_close(&y, &expected, 1e-12, &format!("{g:?} budget {budget} y"));
+        for (alg, tol) in [(&F2, 1e-12), (&F4, 1e-12)] {
+            for (g, budget) in cases() {
+                assert!(supports(&g), "{g:?}");
+                let x = values(g.input_len(), 1);
+                let w = values(g.weight_len(), 2);
+                let y = forward_by(alg, &x, &w, &g, budget);
+                let expected = direct(&x, &w, &g);
+                let what = format!("F({m}×{m}) {g:?} budget {budget} y", m = alg.m);
+                assert_close(&y, &expected, tol, &what);
+            }
         }
     }
 
     /// The gradients against im2col's, which `conv::tests` holds to the definition entry by
-    /// entry; the same rounding bound as the forward pass (sums over up to 16·9·batch·positions
-    /// terms, below 1e-11 in f64).
+    /// entry; the same rounding bound as the forward pass, times 10 for the sums over up to
+    /// `batch·positions` terms.
     #[test]
     fn gradients_equal_im2col() {
-        for (g, budget) in cases() {
-            let x = values(g.input_len(), 3);
-            let w = values(g.weight_len(), 4);
-            let dy = values(g.output_len(), 5);
-            let (dx, dw) = backward(&x, &w, &dy, &g, (true, true), budget);
-            let (ex, ew) = backward_by_im2col(&x, &w, &dy, &g);
-            for (name, ours, theirs) in [("∂x", dx.unwrap(), ex), ("∂w", dw.unwrap(), ew)] {
-                assert_close(
-                    &ours,
-                    &theirs,
-                    1e-11,
-                    &format!("{g:?} budget {budget} {name}"),
-                );
+        for (alg, tol) in [(&F2, 1e-11), (&F4, 1e-11)] {
+            for (g, budget) in cases() {
+                let x = values(g.input_len(), 3);
+                let w = values(g.weight_len(), 4);
+                let dy = values(g.output_len(), 5);
+                let (dx, dw) = backward_by(alg, &x, &w, &dy, &g, (true, true), budget);
+                let (ex, ew) = backward_by_im2col(&x, &w, &dy, &g);
+                for (name, ours, theirs) in [("∂x", dx.unwrap(), ex), ("∂w", dw.unwrap(), ew)] {
+                    let what = format!("F({m}×{m}) {g:?} budget {budget} {name}", m = alg.m);
+                    assert_close(&ours, &theirs, tol, &what);
+                }
+                let (only_x, none) = backward_by(alg, &x, &w, &dy, &g, (true, false), budget);
+                assert!(none.is_none() && only_x.is_some());
+                let (none, only_w) = backward_by(alg, &x, &w, &dy, &g, (false, true), budget);
+                assert!(none.is_none() && only_w.is_some());
             }
-            let (only_x, none) = backward(&x, &w, &dy, &g, (true, false), budget);
-            assert!(none.is_none() && only_x.is_some());
-            let (none, only_w) = backward(&x, &w, &dy, &g, (false, true), budget);
-            assert!(none.is_none() && only_w.is_some());
         }
     }
 
