@@ -234,6 +234,61 @@ fn sum_of<T: Real, const K: usize>(dst: &mut [T], terms: &[(T, &[T]); 6]) {
     }
 }
 
+/// `dense[k] = strided[k·m]` for every `k` both have: the phases of a row at stride `m`, the
+/// tile side, with the strides 2 and 4 compiled as constants so the loads vectorise.
+#[inline(always)]
+fn gather<T: Real>(dense: &mut [T], strided: &[T], m: usize) {
+    match m {
+        2 => gather_by::<T, 2>(dense, strided),
+        4 => gather_by::<T, 4>(dense, strided),
+        _ => {
+            for (d, &v) in dense.iter_mut().zip(strided.iter().step_by(m)) {
+                *d = v;
+            }
+        }
+    }
+}
+
+/// [`gather`] at the constant stride `S`.
+#[inline(always)]
+fn gather_by<T: Real, const S: usize>(dense: &mut [T], strided: &[T]) {
+    let (chunks, rest) = strided.as_chunks::<S>();
+    let (head, tail) = dense.split_at_mut(chunks.len().min(dense.len()));
+    for (d, chunk) in head.iter_mut().zip(chunks) {
+        *d = chunk[0];
+    }
+    if let (Some(d), Some(&v)) = (tail.first_mut(), rest.first()) {
+        *d = v;
+    }
+}
+
+/// `op(&mut strided[k·m], dense[k])` for every `k` both have: [`gather`]'s inverse.
+#[inline(always)]
+fn scatter<T: Real>(strided: &mut [T], dense: &[T], m: usize, op: impl Fn(&mut T, T)) {
+    match m {
+        2 => scatter_by::<T, 2>(strided, dense, op),
+        4 => scatter_by::<T, 4>(strided, dense, op),
+        _ => {
+            for (s, &v) in strided.iter_mut().step_by(m).zip(dense) {
+                op(s, v);
+            }
+        }
+    }
+}
+
+/// [`scatter`] at the constant stride `S`.
+#[inline(always)]
+fn scatter_by<T: Real, const S: usize>(strided: &mut [T], dense: &[T], op: impl Fn(&mut T, T)) {
+    let (chunks, rest) = strided.as_chunks_mut::<S>();
+    let (head, tail) = dense.split_at(chunks.len().min(dense.len()));
+    for (chunk, &v) in chunks.iter_mut().zip(head) {
+        op(&mut chunk[0], v);
+    }
+    if let (Some(s), Some(&v)) = (rest.first_mut(), tail.first()) {
+        op(s, v);
+    }
+}
+
 /// How a map is cut into m×m output tiles: tile `(a, b)` holds outputs `ma..ma+m × mb..mb+m`
 /// and reads the input patch whose top-left corner is `(ma − pad_h, mb − pad_w)`.
 #[derive(Debug, Clone, Copy)]
@@ -486,9 +541,7 @@ impl<T: Real> pulp::WithSimd for InputTask<'_, T> {
                         let dst = &mut phases[(n * r + s) * plane_len + k * cols..][..cols];
                         if inside {
                             // `padded` holds `m·cols + 2 ≥ m·(cols − 1) + s + 1` entries.
-                            for (d, &value) in dst.iter_mut().zip(padded[s..].iter().step_by(m)) {
-                                *d = value;
-                            }
+                            gather(dst, &padded[s..], m);
                         } else {
                             dst.fill(T::default());
                         }
@@ -573,9 +626,7 @@ impl<T: Real> pulp::WithSimd for OutputTask<'_, T> {
                     let out_row = &mut dst[image][(m * a + u) * ow..][..ow];
                     for v in 0..m.min(ow) {
                         let phase = &outs[(m * u + v) * plane_len + k * cols..][..cols];
-                        for (o, &value) in out_row[v..].iter_mut().step_by(m).zip(phase) {
-                            *o = value;
-                        }
+                        scatter(&mut out_row[v..], phase, m, |o, value| *o = value);
                     }
                 }
             }
@@ -649,10 +700,7 @@ impl<T: Real> pulp::WithSimd for OutputGradTask<'_, T> {
                         }
                         let grad_row = &plane[oy * ow..(oy + 1) * ow];
                         dst.fill(T::default());
-                        let phase = grad_row.get(v..).unwrap_or_default().iter().step_by(m);
-                        for (d, &value) in dst.iter_mut().zip(phase) {
-                            *d = value;
-                        }
+                        gather(dst, grad_row.get(v..).unwrap_or_default(), m);
                     }
                 }
             }
@@ -757,9 +805,7 @@ impl<T: Real> pulp::WithSimd for InputGradTask<'_, T> {
                     // At most two terms meet at an entry, so the order of the sums is moot.
                     for s in 0..n {
                         let patch = &d[(n * r + s) * plane_len + k * cols..][..cols];
-                        for (p, &value) in padded[s..].iter_mut().step_by(m).zip(patch) {
-                            *p += value;
-                        }
+                        scatter(&mut padded[s..], patch, m, |p, value| *p += value);
                     }
                     let input_row = &mut dst[image][ih as usize * w..][..w];
                     for (x, &value) in input_row.iter_mut().zip(&padded[pw..pw + w]) {
