@@ -59,8 +59,8 @@ const CASES: [Case; 9] = [
     case(2, [2, 3], [9, 9], [3, 2], 1, 2, 2, false),
     case(1, [1, 8], [11, 10], [7, 7], 2, 3, 1, false),
     case(4, [5, 2], [4, 4], [3, 3], 3, 0, 1, true),
-    // By Winograd's F(2×2, 3×3) (`kernels::winograd::covers`: 3×3 at stride 1, 64 channels and
-    // 64 output positions or more); an odd map (a last tile half outside the output), padding 0.
+    // By Winograd's F(4×4, 3×3) (`kernels::winograd::covers`: 3×3 at stride 1, 64 channels and
+    // 64 output positions or more); maps whose last tile is partly outside the output, padding 0.
     case(2, [64, 65], [8, 8], [3, 3], 1, 1, 1, true),
     case(1, [65, 64], [11, 10], [3, 3], 1, 0, 1, false),
 ];

@@ -1,7 +1,7 @@
 //! CPU kernels the backbones' layers call in place of burn's generic rules where burn 0.21's
 //! CPU backend (`Flex`) has none of its own: the 2-D convolution's backward pass (and its
 //! forward pass, so both use one memory layout; [`conv`], whose 3×3 stride-1 layers go by
-//! Winograd's F(2×2, 3×3), [`winograd`]) and the training batch norm, fused
+//! Winograd's F(4×4, 3×3), [`winograd`]) and the training batch norm, fused
 //! ([`batch_norm`]), the exact GELU ([`gelu`]) and attention's swap of tokens and heads
 //! ([`layout`]) — each file says what it computes and why.
 //!
