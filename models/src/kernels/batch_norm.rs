@@ -74,7 +74,24 @@ fn widest_lane_sums<T: Real, const K: usize>(
     b: &[T],
     f: impl Fn(&Lanes, &Lanes) -> [Lanes; K],
 ) -> [f64; K] {
-    pulp::Arch::new().dispatch(LaneSums { a, b, f })
+    on_widest(a.len(), LaneSums { a, b, f })
+}
+
+/// Planes shorter than this run `op` where it is, without choosing a vector width: on the small
+/// maps of EfficientNet and MobileNet (1×1 to 4×4, tens of thousands of planes) the choice per
+/// plane cost more than the vectors save (EfficientNet-B0's forward + backward at batch 64:
+/// 122.7 images/s choosing per plane, 139.7 with this threshold; 2 cores, AVX-512).
+const WIDEST_FROM: usize = 256;
+
+/// `op` for a plane of `len` entries, by [`pulp`]'s dispatch from [`WIDEST_FROM`] entries on;
+/// both give the same bits (the sums' order is fixed by the lanes, and no fused multiply-add).
+#[inline(always)]
+fn on_widest<Op: pulp::WithSimd>(len: usize, op: Op) -> Op::Output {
+    if len >= WIDEST_FROM {
+        pulp::Arch::new().dispatch(op)
+    } else {
+        op.with_simd(pulp::Scalar::new())
+    }
 }
 
 /// The arguments of one [`widest_lane_sums`].
@@ -195,12 +212,15 @@ pub fn forward<T: Real>(
         written_planes(x.len(), hw, |i, out| {
             let coefficients = [T::from_f64(a[i % c]), T::from_f64(b[i % c]), T::default()];
             let x = &x[i * hw..(i + 1) * hw];
-            pulp::Arch::new().dispatch(Affine {
-                out,
-                x,
-                dy: None,
-                coefficients,
-            });
+            on_widest(
+                hw,
+                Affine {
+                    out,
+                    x,
+                    dy: None,
+                    coefficients,
+                },
+            );
         })
     };
     Normalised { y, mean, var }
@@ -263,12 +283,15 @@ pub fn backward<T: Real>(
         unsafe {
             written_planes(x.len(), hw, |i, out| {
                 let (dy, x) = (&grad[i * hw..(i + 1) * hw], &x[i * hw..(i + 1) * hw]);
-                pulp::Arch::new().dispatch(Affine {
-                    out,
-                    x,
-                    dy: Some(dy),
-                    coefficients: coefficients[i % c],
-                });
+                on_widest(
+                    hw,
+                    Affine {
+                        out,
+                        x,
+                        dy: Some(dy),
+                        coefficients: coefficients[i % c],
+                    },
+                );
             })
         }
     });
