@@ -238,7 +238,7 @@ impl Activation {
 }
 
 /// The exact GELU, `x·Φ(x) = x·(1 + erf(x/√2))/2` (PyTorch's default, timm's): on burn's CPU
-/// backend one fused pass each way ([`crate::kernels::gelu`]), elsewhere
+/// backend one fused pass each way ([`crate::kernels::gelu`](mod@crate::kernels::gelu)), elsewhere
 /// [`crate::kernels::gelu_composed`].
 pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     crate::kernels::gelu(x)

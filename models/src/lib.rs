@@ -1,4 +1,4 @@
-//! Backbones for curriculum-ssl, generic over burn's [`Backend`](burn::tensor::backend::Backend).
+//! Backbones for curriculum-ssl, generic over burn's [`Backend`].
 //!
 //! Every model exposes [`Backbone::forward_features`] (pooled features, no classifier),
 //! [`Backbone::feature_dim`] and [`Backbone::forward_feature_map`] (the spatial map the features

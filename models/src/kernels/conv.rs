@@ -22,7 +22,7 @@
 //! Each chunk holds as many images as keep `colᵀ` near [`CHUNK_ENTRIES`] values, so the
 //! buffers stay in the last-level cache's neighbourhood whatever the batch. The functions
 //! here work on contiguous NCHW slices of `f32` or `f64` and know nothing of burn; the Flex
-//! glue is [`super::flex`].
+//! glue is `super::flex`.
 
 use rayon::prelude::*;
 

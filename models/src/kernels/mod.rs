@@ -2,7 +2,7 @@
 //! CPU backend (`Flex`) has none of its own: the 2-D convolution's backward pass (and its
 //! forward pass, so both use one memory layout; [`conv`], whose 3×3 stride-1 layers go by
 //! Winograd's F(4×4, 3×3), [`winograd`]) and the training batch norm, fused
-//! ([`batch_norm`]), the exact GELU ([`gelu`]) and attention's swap of tokens and heads
+//! ([`batch_norm`]), the exact GELU ([`gelu`](mod@gelu)) and attention's swap of tokens and heads
 //! ([`layout`]) — each file says what it computes and why.
 //!
 //! [`conv2d`] is what a layer calls: on `Flex` and `Autodiff<Flex>` with `f32` or `f64`
@@ -258,7 +258,7 @@ fn add_channel_bias<B: Backend>(y: Tensor<B, 4>, bias: Tensor<B, 1>) -> Tensor<B
     y.reshape([n, c, h * w]).add(bias).reshape([n, c, h, w])
 }
 
-/// The exact GELU `x·Φ(x)`: through [`gelu`]'s kernels on `Flex` and `Autodiff<Flex>` with
+/// The exact GELU `x·Φ(x)`: through [`gelu`](mod@gelu)'s kernels on `Flex` and `Autodiff<Flex>` with
 /// `f32` or `f64` values, else [`gelu_composed`] (the form whose gradient is exact on
 /// every backend). The same values within the kernel's `erf` error in f32 (3.9e-7), to
 /// rounding in f64, and the same gradient.
