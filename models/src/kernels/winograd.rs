@@ -469,28 +469,36 @@ impl<T> Chunk<'_, T> {
     }
 }
 
+/// Runs `task(i, planes)` for every channel's planes of `split` in parallel, each task compiled
+/// for the widest vectors the CPU has (AVX-512, AVX2, else SSE2), chosen at run time by `pulp`
+/// as `kernels::gelu` is: a task's `with_simd` is inlined into each width's function.
+fn dispatch_each<'a, T: Send, Op: pulp::WithSimd<Output = ()>>(
+    split: Vec<Vec<&'a mut [T]>>,
+    task: impl Fn(usize, Vec<&'a mut [T]>) -> Op + Sync + Send,
+) {
+    split
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(i, planes)| pulp::Arch::new().dispatch(task(i, planes)));
+}
+
 /// `V[ξ][c][t]` (`Bᵀ d B` of every tile's n×n patch) for the chunk's images;
 /// `t = (image·rows + a)·cols + b`, one [`InputTask`] per channel.
 fn transform_input<T: Real>(x: &[T], chunk: &Chunk<'_, T>, v: &mut [T]) {
     let t_len = chunk.t_len();
-    split_planes(v, chunk.c.xi(), chunk.g.in_channels * t_len, t_len)
-        .into_par_iter()
-        .enumerate()
-        .for_each(|(channel, out)| {
-            pulp::Arch::new().dispatch(InputTask {
-                chunk,
-                x,
-                channel,
-                out,
-            })
-        });
+    let split = split_planes(v, chunk.c.xi(), chunk.g.in_channels * t_len, t_len);
+    dispatch_each(split, |channel, out| InputTask {
+        chunk,
+        x,
+        channel,
+        out,
+    });
 }
 
 /// One channel of [`transform_input`], a piece of tile rows at a time: the n input rows each
 /// tile row reads, padded and cut into their n phases (`P[r][s][b] = row[m·b + s − pad]`),
 /// then `Bᵀ` on the columns and `B` on the rows as element-wise operations on the piece's
-/// planes. Compiled for the widest vectors the CPU has (AVX-512, AVX2, else SSE2), chosen at
-/// run time by `pulp` as `kernels::gelu` is: the body is inlined into each width's function.
+/// planes ([`dispatch_each`]).
 struct InputTask<'a, T> {
     chunk: &'a Chunk<'a, T>,
     x: &'a [T],
@@ -572,15 +580,13 @@ impl<T: Real> pulp::WithSimd for InputTask<'_, T> {
 fn transform_output<T: Real>(mm: &[T], chunk: &Chunk<'_, T>, y: &mut [T]) {
     let [oh, ow] = chunk.tiles.out;
     let c_out = chunk.g.out_channels;
-    planes_by_channel(&mut y[..chunk.images * c_out * oh * ow], c_out, oh * ow)
-        .into_par_iter()
-        .enumerate()
-        .for_each(|(co, dst)| pulp::Arch::new().dispatch(OutputTask { chunk, mm, co, dst }));
+    let split = planes_by_channel(&mut y[..chunk.images * c_out * oh * ow], c_out, oh * ow);
+    dispatch_each(split, |co, dst| OutputTask { chunk, mm, co, dst });
 }
 
 /// One output channel of [`transform_output`], a piece of tile rows at a time: `Aᵀ` on the
 /// columns and `A` on the rows, the m×m output phases computed apart and then put in place
-/// (dispatched per vector width as [`InputTask`]).
+/// ([`dispatch_each`]).
 struct OutputTask<'a, T> {
     chunk: &'a Chunk<'a, T>,
     mm: &'a [T],
@@ -640,21 +646,17 @@ impl<T: Real> pulp::WithSimd for OutputTask<'_, T> {
 /// outputs past the map's edge), one [`OutputGradTask`] per output channel.
 fn transform_output_grad<T: Real>(grad: &[T], chunk: &Chunk<'_, T>, dm: &mut [T]) {
     let t_len = chunk.t_len();
-    split_planes(dm, chunk.c.xi(), chunk.g.out_channels * t_len, t_len)
-        .into_par_iter()
-        .enumerate()
-        .for_each(|(co, out)| {
-            pulp::Arch::new().dispatch(OutputGradTask {
-                chunk,
-                grad,
-                co,
-                out,
-            })
-        });
+    let split = split_planes(dm, chunk.c.xi(), chunk.g.out_channels * t_len, t_len);
+    dispatch_each(split, |co, out| OutputGradTask {
+        chunk,
+        grad,
+        co,
+        out,
+    });
 }
 
 /// One output channel of [`transform_output_grad`], a piece of tile rows at a time
-/// (dispatched per vector width as [`InputTask`]).
+/// ([`dispatch_each`]).
 struct OutputGradTask<'a, T> {
     chunk: &'a Chunk<'a, T>,
     grad: &'a [T],
@@ -732,23 +734,20 @@ fn add_input_grad<T: Real>(dv: &[T], chunk: &Chunk<'_, T>, dx: &mut [T]) {
     let c_in = chunk.g.in_channels;
     let (first, images) = (chunk.first, chunk.images);
     let planes = &mut dx[first * c_in * h * w..(first + images) * c_in * h * w];
-    planes_by_channel(planes, c_in, h * w)
-        .into_par_iter()
-        .enumerate()
-        .for_each(|(channel, dst)| {
-            pulp::Arch::new().dispatch(InputGradTask {
-                chunk,
-                dv,
-                channel,
-                dst,
-            })
-        });
+    dispatch_each(planes_by_channel(planes, c_in, h * w), |channel, dst| {
+        InputGradTask {
+            chunk,
+            dv,
+            channel,
+            dst,
+        }
+    });
 }
 
 /// One input channel of [`add_input_grad`], a piece of tile rows at a time: `B` on the columns
 /// and on the rows, then each patch row added into its input row, where neighbouring tiles'
 /// patches overlap in two columns and neighbouring tile rows in two rows (added in a fixed
-/// order); entries in the padding are dropped (dispatched per vector width as [`InputTask`]).
+/// order); entries in the padding are dropped ([`dispatch_each`]).
 struct InputGradTask<'a, T> {
     chunk: &'a Chunk<'a, T>,
     dv: &'a [T],
