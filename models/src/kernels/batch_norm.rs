@@ -66,9 +66,10 @@ fn lane_sums<T: Real, const K: usize>(
     sums
 }
 
-/// [`lane_sums`] compiled for the widest vectors the CPU has (AVX-512, AVX2, else SSE2), chosen
-/// at run time by `pulp` as `kernels::gelu` is: [`LaneSums`]' body is inlined into each width's
-/// function. The lanes fix the order of the sums, so every width gives the same bits.
+/// [`lane_sums`] through [`on_widest`]: for planes of [`WIDEST_FROM`] entries or more, compiled
+/// for the widest vectors the CPU has (AVX-512, AVX2, else SSE2), chosen at run time by `pulp`
+/// as `kernels::gelu` is ([`LaneSums`]' body is inlined into each width's function). The lanes
+/// fix the order of the sums, so every width gives the same bits.
 fn widest_lane_sums<T: Real, const K: usize>(
     a: &[T],
     b: &[T],

@@ -236,30 +236,12 @@ fn sum_of<T: Real, const K: usize>(dst: &mut [T], terms: &[(T, &[T]); 6]) {
     }
 }
 
-/// `dense[k] = strided[k·m]` for every `k` both have: the phases of a row at stride `m`, the
-/// tile side, with the strides 2 and 4 compiled as constants so the loads vectorise.
+/// `dense[k] = strided[k·m]` for every `k` both have: one phase of a row at stride `m`, the tile
+/// side. (`cols`, the tiles of a row, is 1–8 on a ResNet's maps: too short for the loop to gain
+/// from vectors; compiled with a constant stride it was no faster.)
 #[inline(always)]
 fn gather<T: Real>(dense: &mut [T], strided: &[T], m: usize) {
-    match m {
-        2 => gather_by::<T, 2>(dense, strided),
-        4 => gather_by::<T, 4>(dense, strided),
-        _ => {
-            for (d, &v) in dense.iter_mut().zip(strided.iter().step_by(m)) {
-                *d = v;
-            }
-        }
-    }
-}
-
-/// [`gather`] at the constant stride `S`.
-#[inline(always)]
-fn gather_by<T: Real, const S: usize>(dense: &mut [T], strided: &[T]) {
-    let (chunks, rest) = strided.as_chunks::<S>();
-    let (head, tail) = dense.split_at_mut(chunks.len().min(dense.len()));
-    for (d, chunk) in head.iter_mut().zip(chunks) {
-        *d = chunk[0];
-    }
-    if let (Some(d), Some(&v)) = (tail.first_mut(), rest.first()) {
+    for (d, &v) in dense.iter_mut().zip(strided.iter().step_by(m)) {
         *d = v;
     }
 }
@@ -267,26 +249,7 @@ fn gather_by<T: Real, const S: usize>(dense: &mut [T], strided: &[T]) {
 /// `op(&mut strided[k·m], dense[k])` for every `k` both have: [`gather`]'s inverse.
 #[inline(always)]
 fn scatter<T: Real>(strided: &mut [T], dense: &[T], m: usize, op: impl Fn(&mut T, T)) {
-    match m {
-        2 => scatter_by::<T, 2>(strided, dense, op),
-        4 => scatter_by::<T, 4>(strided, dense, op),
-        _ => {
-            for (s, &v) in strided.iter_mut().step_by(m).zip(dense) {
-                op(s, v);
-            }
-        }
-    }
-}
-
-/// [`scatter`] at the constant stride `S`.
-#[inline(always)]
-fn scatter_by<T: Real, const S: usize>(strided: &mut [T], dense: &[T], op: impl Fn(&mut T, T)) {
-    let (chunks, rest) = strided.as_chunks_mut::<S>();
-    let (head, tail) = dense.split_at(chunks.len().min(dense.len()));
-    for (chunk, &v) in chunks.iter_mut().zip(head) {
-        op(&mut chunk[0], v);
-    }
-    if let (Some(s), Some(&v)) = (rest.first_mut(), tail.first()) {
+    for (s, &v) in strided.iter_mut().step_by(m).zip(dense) {
         op(s, v);
     }
 }
