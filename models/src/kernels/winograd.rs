@@ -39,16 +39,31 @@ use super::Real;
 /// Channels (in and out) below which [`covers`] leaves a layer to im2col.
 pub const MIN_CHANNELS: usize = 64;
 
-/// Output positions (`out_h · out_w`) below which [`covers`] leaves a layer to im2col.
+/// Output positions (`out_h · out_w`) below which [`covers`] leaves a layer with fewer than
+/// [`WIDE_CHANNELS`] channels to im2col.
 ///
 /// Both thresholds are measured (2 cores, AVX-512, release): on ResNet-18's SimCLR step
-/// (channels 64–512, maps 32×32 to 4×4) Winograd on every 3×3 stride-1 layer and on those with
-/// at least 64 channels and 64 positions took the same time (4.57–4.65 s a step at batch 128,
-/// against 7.4 s by im2col alone); on the CPU default `small-2x` (16–128 channels, maps 14×14
-/// to 2×2, batch 64) every mix of Winograd layers was 1–6 % slower than im2col alone, whose
+/// (channels 64–512, maps 32×32 to 4×4) Winograd F(2×2) on every 3×3 stride-1 layer and on those
+/// with at least 64 channels and 64 positions took the same time (4.57–4.65 s a step at batch
+/// 128, against 7.4 s by im2col alone); on the CPU default `small-2x` (16–128 channels, maps
+/// 14×14 to 2×2, batch 64) every mix of Winograd layers was 1–6 % slower than im2col alone, whose
 /// products there are too small for the transforms to pay. So the small networks keep im2col
 /// (and their numbers to the bit).
 pub const MIN_POSITIONS: usize = 64;
+
+/// Channels (in and out) from which [`covers`] takes maps down to one full F(4×4) tile
+/// ([`MIN_WIDE_POSITIONS`]): with this many the products outweigh the transforms even on a
+/// 4×4 map. Measured with F(4×4) (2 cores, AMD EPYC with AVX-512, release, alternating runs):
+/// ResNet-18's SimCLR step at batch 128, whose last stage is 512 channels on 4×4 maps, 3.49–4.12
+/// s against 4.34–4.60 s with that stage by im2col (MoCo v2, BYOL, SimSiam 6–22 % faster too);
+/// forward + backward at batch 64 of ResNet-34 15 %, ResNet-50 10 %, VGG-16-BN 23 % faster.
+/// The CPU default `small-2x` has at most 128 channels and keeps im2col there.
+pub const WIDE_CHANNELS: usize = 256;
+
+/// Output positions below which [`covers`] leaves even a layer of [`WIDE_CHANNELS`] channels to
+/// im2col: one F(4×4) tile. A smaller map is one zero-padded tile, whose 36 products per 4
+/// outputs are direct convolution's 9 per output plus the transforms.
+pub const MIN_WIDE_POSITIONS: usize = 16;
 
 /// One of Winograd's F(m×m, 3×3): the output tile's side `m` and the transform matrices, row
 /// major, with `n = m + 2` the input patch's side.
@@ -819,12 +834,18 @@ pub fn supports(g: &ConvGeometry) -> bool {
 }
 
 /// Whether [`super::conv`] computes the convolution `g` here: [`supports`], with at least
-/// [`MIN_CHANNELS`] input and output channels and [`MIN_POSITIONS`] output positions.
+/// [`MIN_CHANNELS`] input and output channels and [`MIN_POSITIONS`] output positions, or at
+/// least [`WIDE_CHANNELS`] and [`MIN_WIDE_POSITIONS`].
 pub fn covers(g: &ConvGeometry) -> bool {
+    let channels = g.in_channels.min(g.out_channels);
+    let min_positions = if channels >= WIDE_CHANNELS {
+        MIN_WIDE_POSITIONS
+    } else {
+        MIN_POSITIONS
+    };
     supports(g)
-        && g.in_channels >= MIN_CHANNELS
-        && g.out_channels >= MIN_CHANNELS
-        && g.out_size().is_some_and(|[h, w]| h * w >= MIN_POSITIONS)
+        && channels >= MIN_CHANNELS
+        && g.out_size().is_some_and(|[h, w]| h * w >= min_positions)
 }
 
 /// The algorithm [`forward`] and [`backward`] use for the layers this file [`covers`].
@@ -1193,6 +1214,18 @@ mod tests {
             },
         ] {
             assert!(supports(&small) && !covers(&small), "{small:?}");
+        }
+        // ResNet-18's last stage at 32 px (512 channels, 4×4 maps) is covered; the same map
+        // with 128 channels (`small-2x`'s widest), a 2×2 map at 512, or one input side of 256
+        // channels are not.
+        let wide = geometry(1, [512, 512], [4, 4], [1, 1]);
+        assert!(covers(&wide));
+        for narrow in [
+            geometry(1, [128, 128], [4, 4], [1, 1]),
+            geometry(1, [512, 512], [2, 2], [1, 1]),
+            geometry(1, [128, 512], [4, 4], [1, 1]),
+        ] {
+            assert!(supports(&narrow) && !covers(&narrow), "{narrow:?}");
         }
     }
 }
