@@ -8,6 +8,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::optim::{GradientsParams, Optimizer};
 use burn::prelude::*;
 use curriculum_ssl::loss::{l2_normalize, InfoNceLossConfig, SoftNceLossConfig};
+use curriculum_ssl::method::branches::fresh_leaves;
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl_models::Backbone;
@@ -275,12 +276,14 @@ fn assert_view_threads_exact<S: SslMethod<ExactAd>>(
 ) {
     let first = build();
     let mut second = build();
-    second.set_online(
-        second
+    // Loading shares `first`'s parameter tensors, which `first`'s backward passes consume
+    // first: `second` goes through new leaves over them (`fresh_leaves` says why).
+    second.set_online(fresh_leaves(
+        &second
             .online()
             .clone()
             .load_record(first.online().clone().into_record()),
-    );
+    ));
     second.load_state(first.state()).unwrap();
     assert_eq!(
         values(first.online()),
@@ -622,6 +625,8 @@ fn simsiam_gradient_flows_only_through_the_predictions() {
         (l2_normalize(p) * l2_normalize(z)).sum_dim(1).mean().neg()
     };
     let by_hand = |detach: bool| {
+        // Leaves no backward pass has consumed yet (`fresh_leaves` says why); same ids.
+        let net = &fresh_leaves(net);
         let z1 = net
             .projector
             .forward(net.backbone.forward_features(v1.clone()));

@@ -2,10 +2,11 @@
 //! in f64: outputs and the gradients of the weight, the bias and the input; and the small ResNet
 //! with its stem run either way.
 //!
-//! A test binary of its own, with `NdArray<f64>` only: among the crate's unit tests, after the
-//! ones on the CPU backend (`Flex`, f32) had run in the same process, `NdArray<f64>` layers were
-//! created in f32 (burn keeps a default float type per device, process-wide).
+//! Kept out of the crate's unit tests: among them, after the ones on the CPU backend (`Flex`,
+//! f32) had run in the same process, `NdArray<f64>` layers were created in f32 (burn keeps a
+//! default float type per device, process-wide).
 
+use crate::common::fresh_leaves;
 use burn::backend::{Autodiff, NdArray};
 use burn::nn::conv::Conv2dConfig;
 use burn::nn::PaddingConfig2d;
@@ -46,11 +47,15 @@ fn check(
         .with_padding(padding)
         .with_bias(bias)
         .init::<Ad>(&device);
+    // Parameters are drawn lazily, by each copy on its own: draw them once for all the copies.
+    let conv = conv.clone().load_record(conv.into_record());
     let data: Vec<f64> = (0..n * c * h * w)
         .map(|i| ((i as f64) * 0.731).sin())
         .collect();
     let x = Tensor::<Ad, 4>::from_data(TensorData::new(data, [n, c, h, w]), &device).require_grad();
+    // Each run through leaves of its own (`common::fresh_leaves` says why).
     let run = |banded: bool| {
+        let (x, conv) = (x.clone().detach().require_grad(), fresh_leaves(&conv));
         let y = if banded {
             banded_conv2d(x.clone(), &conv)
         } else {
@@ -187,10 +192,18 @@ fn stem_run_both_ways(stem: Stem) {
     assert!(!plain.banded_stem && banded.banded_stem);
     let data: Vec<f64> = (0..4 * 28 * 28).map(|i| (i as f64 * 0.19).sin()).collect();
     let x = Tensor::<Ad, 4>::from_data(TensorData::new(data, [4, 1, 28, 28]), &device);
+    // The two networks share their parameter tensors, so each run goes through a copy with
+    // leaves of its own (`fresh_leaves`; CI once saw `grad` return `None` here without).
     let run = |net: &ResNet<Ad>| {
+        let net = fresh_leaves(net);
         let features = net.forward_features(x.clone());
         let grads = (features.clone() * features.clone()).sum().backward();
-        let stem = net.conv1.weight.val().grad(&grads).unwrap();
+        let stem = net
+            .conv1
+            .weight
+            .val()
+            .grad(&grads)
+            .expect("the stem's weight has a gradient");
         (
             features.inner().into_data().to_vec::<f64>().unwrap(),
             stem.into_data().to_vec::<f64>().unwrap(),

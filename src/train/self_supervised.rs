@@ -31,6 +31,7 @@ use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data::{Dataset, HostBatch, ImageItem, Loader, LoaderConfig};
 use crate::data_parallel::Replica;
+use crate::method::branches::fresh_leaves;
 use crate::method::{MethodOutput, SslMethod, Views};
 use crate::pipeline::{Augmenter, PipelineConfig, TwoViews, LOSS_FEEDBACK};
 
@@ -381,7 +382,12 @@ where
         }
         let optimizer = self.optimizer.as_mut().expect("put back after every step");
         let online = optimizer.step(lr, self.method.online().clone(), grads);
-        self.method.set_online(online);
+        // Every parameter a new leaf (ids and values kept), including those the optimiser left
+        // alone because they had no gradient (a frozen layer): burn-autodiff 0.21 drops a leaf's
+        // graph entry when a backward pass consumes it, and the next step's operations on that
+        // leaf can be swept by a backward pass on another thread (view threads, replicas)
+        // before they are registered, losing the gradient (tracel-ai/burn#5573).
+        self.method.set_online(fresh_leaves(&online));
         // The loss and the statistics in one transfer: the only synchronisation of the step.
         let mut values = vec![out.loss.inner()];
         values.extend(out.stats.iter().map(|(_, v)| v.clone().inner()));

@@ -1,7 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use burn::module::{AutodiffModule, ModuleMapper, Param};
 use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
 
 /// Inference backend (no autodiff: batch norm uses running statistics).
 pub type Infer = burn::backend::Flex;
@@ -19,4 +21,28 @@ pub fn fixture(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures")
         .join(name)
+}
+
+/// `module` with every trainable parameter a new leaf over the same values (`detach` then
+/// `require_grad`; the parameter ids are kept). A test that runs a second forward and backward
+/// pass through parameters a backward pass already consumed goes through such a copy:
+/// burn-autodiff 0.21 drops a leaf's graph entry when a backward pass consumes it, and an
+/// operation on that leaf afterwards can be swept by a `backward()` on another thread (another
+/// test of the binary) before its step is registered, losing the gradient (tracel-ai/burn#5573;
+/// measured here: 81 of 300 such second passes lost the stem's weight gradient beside three
+/// threads looping on `backward()`, none through fresh leaves).
+pub fn fresh_leaves<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) -> M {
+    struct FreshLeaves;
+    impl<B: AutodiffBackend> ModuleMapper<B> for FreshLeaves {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            param.map(|t| {
+                if t.is_require_grad() {
+                    t.detach().require_grad()
+                } else {
+                    t
+                }
+            })
+        }
+    }
+    module.clone().map(&mut FreshLeaves)
 }
