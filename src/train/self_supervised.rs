@@ -6,7 +6,7 @@
 //!          ahead on a thread of its own when asked (`augment_ahead`)
 //! attempt: view1, view2 = augmenter.redrawn_views(batch, progress, attempt)   # keyed by (step, attempt)
 //! forward: out = method.forward_views(Views { global: [view1, view2], local crops }, progress)
-//! apply:   online = optimiser.step(lr, online, grad(out.loss)); loss and statistics in one read
+//! apply:   online = fresh_leaves(optimiser.step(lr, online, grad(out.loss))); loss and statistics in one read
 //! after:   method.after_step (EMA, queue); the self-paced AutoAugment learns from the loss
 //!          through its hook (crate::hooks::SelfPacedAutoAugmentHook)
 //! ```
