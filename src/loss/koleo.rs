@@ -56,7 +56,7 @@ impl KoLeoLoss {
         let [n, _] = x.dims();
         assert!(n >= 2, "KoLeoLoss: {n} rows have no nearest neighbour");
         let device = x.device();
-        let unit = x.clone() / x.powi_scalar(2).sum_dim(1).sqrt().clamp_min(self.eps);
+        let unit = x.clone() / super::similarity::safe_norm(x, 1, self.eps);
         let diagonal = Tensor::<B, 2, Bool>::from_data(
             TensorData::new(
                 (0..n * n).map(|e| e / n == e % n).collect::<Vec<bool>>(),

@@ -21,11 +21,25 @@ pub(crate) fn stop_gradient<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tens
 
 /// Row-wise L2 normalisation, `x / max(‖x‖, 1e-12)` (PyTorch's `F.normalize`).
 ///
+/// A zero row stays zero and its gradient finite, as PyTorch's: the norm is taken as
+/// `√max(Σx², ε²)`, the same value, whose gradient is zero below `ε` where `sqrt`'s would be
+/// infinite at zero (`max(√Σx², ε)` gives `0 · ∞ = NaN` there: a ReLU backbone's all-dead
+/// feature vector made every gradient of the step NaN).
+///
 /// # Shapes
 /// - `x`: `[n, d]` → `[n, d]`
 pub fn l2_normalize<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
-    let norm = x.clone().powi_scalar(2).sum_dim(1).sqrt().clamp_min(1e-12);
-    x / norm
+    x.clone() / safe_norm(x, 1, 1e-12)
+}
+
+/// `max(‖x‖, eps)` along `dim` (kept), as `√max(Σx², eps²)`: the same value, with a zero
+/// gradient where the norm is under `eps` instead of a NaN at zero.
+pub(crate) fn safe_norm<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    dim: usize,
+    eps: f64,
+) -> Tensor<B, D> {
+    x.powi_scalar(2).sum_dim(dim).clamp_min(eps * eps).sqrt()
 }
 
 /// The two views stacked into one `[2B, D]` batch of unit vectors, their cosine-similarity
@@ -125,4 +139,32 @@ pub(crate) fn cross_entropy_at<B: Backend>(
 ) -> Tensor<B, 1> {
     let log_probs = burn::tensor::activation::log_softmax(logits, 1);
     log_probs.gather(1, target).mean().neg()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, NdArray};
+
+    type Ad = Autodiff<NdArray<f64>>;
+
+    /// The gradient of `Σ c·x/max(‖x‖, ε)` with `c = (1, 2)`: at the zero row `c/ε` (the norm's
+    /// branch is zero below ε; PyTorch's `F.normalize` gives the same, its norm's backward
+    /// masking the zero norm), at `(3, 4)` `(c − y (y·c)) / ‖x‖ = (−0.064, 0.048)` with
+    /// `y = (0.6, 0.8)`.
+    #[test]
+    fn a_zero_row_has_a_finite_gradient() {
+        let device = Default::default();
+        let x = Tensor::<Ad, 2>::from_data([[0.0, 0.0], [3.0, 4.0]], &device).require_grad();
+        let c = Tensor::<Ad, 2>::from_data([[1.0, 2.0]], &device);
+        let y = l2_normalize(x.clone());
+        let values: Vec<f64> = y.clone().into_data().to_vec().unwrap();
+        assert_eq!(values, vec![0.0, 0.0, 0.6, 0.8]);
+        let grads = (y * c).sum().backward();
+        let g: Vec<f64> = x.grad(&grads).unwrap().into_data().to_vec().unwrap();
+        let expected = [1e12, 2e12, -0.064, 0.048];
+        for (a, b) in g.iter().zip(expected) {
+            assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0), "{g:?}");
+        }
+    }
 }
