@@ -4,7 +4,7 @@ use burn::module::Initializer;
 use burn::nn::{Dropout, DropoutConfig, Linear, LinearConfig};
 use burn::prelude::*;
 
-use crate::layers::Activation;
+use crate::layers::{linear_zero_bias, Activation};
 
 /// Configuration of a [`Classifier`]: optional hidden layers, then a linear layer to the classes.
 ///
@@ -55,7 +55,9 @@ impl ClassifierConfig {
             .with_normal_init(true)
     }
 
-    /// torchvision's EfficientNet head: dropout then Linear.
+    /// torchvision's EfficientNet head: dropout then Linear. Its initialisation is burn's default
+    /// (PyTorch's `nn.Linear` default, `U(±1/√in)`, bias too), not torchvision's `U(±1/√out)`
+    /// with a zero bias.
     pub fn efficientnet(in_features: usize, num_classes: usize, dropout: f64) -> Self {
         Self::new(in_features, num_classes)
             .with_dropout(dropout)
@@ -70,18 +72,15 @@ impl ClassifierConfig {
         let layers = widths
             .windows(2)
             .map(|w| {
-                let mut config = LinearConfig::new(w[0], w[1]);
                 if self.normal_init {
-                    config = config.with_initializer(Initializer::Normal {
+                    let normal = Initializer::Normal {
                         mean: 0.0,
                         std: 0.01,
-                    });
+                    };
+                    linear_zero_bias(w[0], w[1], normal, device)
+                } else {
+                    LinearConfig::new(w[0], w[1]).init(device)
                 }
-                let mut linear = config.init(device);
-                if self.normal_init {
-                    linear.bias = linear.bias.map(|b| b.map(|t| t.zeros_like()));
-                }
-                linear
             })
             .collect();
         Classifier {

@@ -3,7 +3,7 @@
 
 use burn::module::{Initializer, Param, RunningState};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
-use burn::nn::PaddingConfig2d;
+use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
 use burn::prelude::*;
 use burn::tensor::activation;
 use burn::tensor::Distribution;
@@ -278,7 +278,45 @@ pub fn conv_init() -> Initializer {
     }
 }
 
-/// A 2-D convolution with torchvision's conventions (symmetric padding, Kaiming fan-out init).
+/// A linear layer `from → to` whose weight `initializer` draws and whose bias starts at zero.
+///
+/// This is the convention of timm's ViT, of the MAE, I-JEPA and DINO authors' code and of
+/// lightly's heads wherever they choose an initialiser (`trunc_normal_` or `xavier_uniform_` on
+/// the weight, then `constant_(bias, 0)`). burn's `LinearConfig::with_initializer` draws the bias
+/// with the weight's initialiser instead (`N(0, 0.02²)` or Xavier-uniform biases), so layers
+/// that follow those codes are built here. Without a chosen initialiser, keep `LinearConfig`'s
+/// default: it is PyTorch's `nn.Linear` default, bias included.
+pub fn linear_zero_bias<B: Backend>(
+    from: usize,
+    to: usize,
+    initializer: Initializer,
+    device: &B::Device,
+) -> Linear<B> {
+    let mut linear = LinearConfig::new(from, to)
+        .with_initializer(initializer)
+        .init(device);
+    // Lazily initialised as burn's own parameters are: nothing is drawn before first use, so a
+    // module built to load a record into draws nothing, and a seeded build draws in order.
+    linear.bias = Some(Initializer::Zeros.init([to], device));
+    linear
+}
+
+/// [`conv_init`] for a convolution of `groups` groups, with PyTorch's fan-out (`out · k²`, where
+/// burn's is `out / groups · k²`).
+fn grouped_conv_init(groups: usize) -> Initializer {
+    Initializer::KaimingNormal {
+        gain: core::f64::consts::SQRT_2 / (groups as f64).sqrt(),
+        fan_out_only: true,
+    }
+}
+
+/// A 2-D convolution with torchvision's conventions: symmetric padding, weights Kaiming-normal
+/// fan-out, the bias (if any) zero (torchvision's init loops `zeros_` it; burn's
+/// `Conv2dConfig::with_initializer` would draw it with the weight's initialiser).
+///
+/// PyTorch's fan-out is `out_channels · k²` whatever the groups; burn's divides it by `groups`,
+/// which would draw a depthwise convolution's weights `√groups` times too large (34× for
+/// EfficientNet's 1,152-channel 5 × 5 depthwise layer): the gain is divided by `√groups`.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d<B: Backend>(
     in_channels: usize,
@@ -290,15 +328,19 @@ pub fn conv2d<B: Backend>(
     bias: bool,
     device: &B::Device,
 ) -> Conv2d<B> {
-    Conv2dConfig::new([in_channels, out_channels], [kernel, kernel])
+    let mut conv = Conv2dConfig::new([in_channels, out_channels], [kernel, kernel])
         .with_stride([stride, stride])
         .with_padding(PaddingConfig2d::Explicit(
             padding, padding, padding, padding,
         ))
         .with_groups(groups)
         .with_bias(bias)
-        .with_initializer(conv_init())
-        .init(device)
+        .with_initializer(grouped_conv_init(groups))
+        .init(device);
+    if bias {
+        conv.bias = Some(Initializer::Zeros.init([out_channels], device));
+    }
+    conv
 }
 
 /// Convolution → batch norm → activation, torchvision's `Conv2dNormActivation`
@@ -491,4 +533,112 @@ pub(crate) fn check_channels_and_size(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use burn::backend::NdArray;
+
+    type B = NdArray<f32>;
+
+    /// The sample standard deviation of a layer's weights, their number, and whether its bias is
+    /// all zero.
+    pub(crate) fn weight_std_and_zero_bias<const D: usize>(
+        weight: Tensor<B, D>,
+        bias: Option<Tensor<B, 1>>,
+    ) -> (f64, usize, bool) {
+        let w: Vec<f32> = weight.into_data().to_vec().unwrap();
+        let n = w.len() as f64;
+        let mean = w.iter().map(|&x| x as f64).sum::<f64>() / n;
+        let var = w.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
+        let zero = bias.is_some_and(|b| {
+            let b: Vec<f32> = b.into_data().to_vec().unwrap();
+            b.iter().all(|&x| x == 0.0)
+        });
+        (var.sqrt(), w.len(), zero)
+    }
+
+    // The sample standard deviation of n >= 4,096 normal draws is off by about 1/sqrt(2n) <
+    // 1.2 %; 5 % is more than four of those. A uniform draw's is closer still.
+
+    #[test]
+    fn convolutions_start_as_torchvisions() {
+        // torchvision: kaiming_normal_(mode "fan_out", ReLU gain): std sqrt(2 / (out · k²)); bias 0.
+        let conv = conv2d::<B>(32, 64, 3, 1, 1, 1, true, &Default::default());
+        let (std, n, zero) =
+            weight_std_and_zero_bias(conv.weight.val(), conv.bias.map(|b| b.val()));
+        let expected = (2.0_f64 / (64.0 * 9.0)).sqrt();
+        assert!(
+            n >= 4096 && (std / expected - 1.0).abs() < 0.05,
+            "std {std} vs {expected}"
+        );
+        assert!(zero, "bias not zero");
+    }
+
+    #[test]
+    fn depthwise_convolutions_start_as_torchvisions() {
+        // PyTorch's fan-out ignores the groups: std sqrt(2 / (out · k²)) for a depthwise
+        // convolution too (burn's own fan-out would give sqrt(2 / k²), 22.6 times larger here).
+        let conv = conv2d::<B>(512, 512, 3, 1, 1, 512, false, &Default::default());
+        let (std, n, _) = weight_std_and_zero_bias(conv.weight.val(), None);
+        let expected = (2.0_f64 / (512.0 * 9.0)).sqrt();
+        assert!(
+            n >= 4096 && (std / expected - 1.0).abs() < 0.05,
+            "std {std} vs {expected}"
+        );
+    }
+
+    #[test]
+    fn zeroed_and_grouped_parameters_stay_trainable() {
+        // d(sum of y)/d(bias) is the number of rows, d/d(weight) of a depthwise 1 × 1
+        // convolution of ones is the number of pixels: both reach the re-initialised leaves.
+        type Ad = burn::backend::Autodiff<B>;
+        let device = Default::default();
+        let normal = Initializer::Normal {
+            mean: 0.0,
+            std: 0.02,
+        };
+        let layer = linear_zero_bias::<Ad>(3, 2, normal, &device);
+        let grads = layer
+            .forward(Tensor::<Ad, 2>::ones([5, 3], &device))
+            .sum()
+            .backward();
+        let bias = layer
+            .bias
+            .as_ref()
+            .unwrap()
+            .val()
+            .grad(&grads)
+            .expect("bias gradient");
+        assert_eq!(bias.into_data().to_vec::<f32>().unwrap(), vec![5.0, 5.0]);
+        let conv = conv2d::<Ad>(4, 4, 1, 1, 0, 4, true, &device);
+        let grads = conv
+            .forward(Tensor::ones([2, 4, 3, 3], &device))
+            .sum()
+            .backward();
+        let weight = conv.weight.val().grad(&grads).expect("weight gradient");
+        assert_eq!(weight.into_data().to_vec::<f32>().unwrap(), vec![18.0; 4]);
+        let bias = conv
+            .bias
+            .as_ref()
+            .unwrap()
+            .val()
+            .grad(&grads)
+            .expect("bias gradient");
+        assert_eq!(bias.into_data().to_vec::<f32>().unwrap(), vec![18.0; 4]);
+    }
+
+    #[test]
+    fn linear_layers_with_a_chosen_initialiser_have_zero_biases() {
+        let normal = Initializer::Normal {
+            mean: 0.0,
+            std: 0.02,
+        };
+        let layer = linear_zero_bias::<B>(64, 128, normal, &Default::default());
+        let (std, n, zero) =
+            weight_std_and_zero_bias(layer.weight.val(), layer.bias.map(|b| b.val()));
+        assert!(n >= 4096 && (std / 0.02 - 1.0).abs() < 0.05, "std {std}");
+        assert!(zero, "bias not zero");
+    }
 }

@@ -1,14 +1,14 @@
 //! LeNet-5 (LeCun et al. 1998): the small embedding network and student of SPL-ADVisE.
 
-use burn::nn::conv::Conv2d;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
-use burn::nn::{Linear, LinearConfig};
+use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
 use burn::prelude::*;
 
 use crate::backbone::Backbone;
 use crate::error::ModelError;
 use crate::kernels;
-use crate::layers::{check_channels_and_size, conv2d, out_size, Activation};
+use crate::layers::{check_channels_and_size, conv_init, out_size, Activation};
 
 /// Configuration of a [`LeNet`].
 #[derive(Config, Debug)]
@@ -58,17 +58,8 @@ impl LeNetConfig {
             })
             .unwrap_or(usize::MAX);
         Ok(LeNet {
-            conv1: conv2d(
-                self.in_channels,
-                6,
-                5,
-                1,
-                self.conv1_padding,
-                1,
-                true,
-                device,
-            ),
-            conv2: conv2d(6, 16, 5, 1, 0, 1, true, device),
+            conv1: lenet_conv(self.in_channels, 6, self.conv1_padding, device),
+            conv2: lenet_conv(6, 16, 0, device),
             pool: MaxPool2dConfig::new([2, 2]).init(),
             adapt: AdaptiveAvgPool2dConfig::new([5, 5]).init(),
             fc1: LinearConfig::new(16 * 25, 120).init(device),
@@ -78,6 +69,26 @@ impl LeNetConfig {
             min_side,
         })
     }
+}
+
+/// A 5 × 5 convolution of LeNet: weights Kaiming-normal fan-out (ReLU gain) and the bias drawn
+/// by the same initialiser (burn's `with_initializer`). This is the crate's LeNet since its
+/// first version, kept as it is because the SPL-ADVisE study and the rotation curriculum's tests
+/// were measured on it; it follows no reference (torchvision has no LeNet; PyTorch's default
+/// would be Kaiming-uniform fan-in), and it differs from [`crate::layers::conv2d`], whose bias is
+/// zero as torchvision's.
+fn lenet_conv<B: Backend>(
+    in_channels: usize,
+    out_channels: usize,
+    padding: usize,
+    device: &B::Device,
+) -> Conv2d<B> {
+    Conv2dConfig::new([in_channels, out_channels], [5, 5])
+        .with_padding(PaddingConfig2d::Explicit(
+            padding, padding, padding, padding,
+        ))
+        .with_initializer(conv_init())
+        .init(device)
 }
 
 /// LeNet-5 up to its embedding layer; see [`LeNetConfig`].

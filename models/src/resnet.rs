@@ -1,6 +1,7 @@
 //! ResNet-18/34/50 (He et al. 2016), laid out as torchvision's `resnet*` so that its state_dicts
 //! load with one renaming rule (see [`crate::import`]).
 
+use burn::module::Initializer;
 use burn::nn::conv::Conv2d;
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::PaddingConfig2d;
@@ -215,7 +216,7 @@ impl<B: Backend> ResidualBlock<B> {
         let bn = |c: usize| BatchNorm2dConfig::new(c).init::<B>(device);
         let zero = |mut norm: BatchNorm2d<B>| {
             if zero_init {
-                norm.weight = norm.weight.map(|w| w.zeros_like());
+                norm.weight = Initializer::Zeros.init(norm.weight.lazy_shape(), device);
             }
             norm
         };

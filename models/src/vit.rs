@@ -17,7 +17,7 @@
 
 use burn::module::Param;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
-use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear};
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
 use burn::tensor::module::interpolate;
@@ -26,7 +26,7 @@ use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 use crate::backbone::Backbone;
 use crate::error::ModelError;
 use crate::kernels;
-use crate::layers::{check_channels_and_size, gelu, linear_tokens};
+use crate::layers::{check_channels_and_size, gelu, linear_tokens, linear_zero_bias};
 
 /// Configuration of a [`Vit`].
 #[derive(Config, Debug)]
@@ -112,9 +112,10 @@ impl VitConfig {
         Ok(())
     }
 
-    /// Initialises the network: linear weights and the class token and positional embeddings
-    /// from `N(0, 0.02²)` (timm truncates at ±2, which never happens at this scale), biases 0,
-    /// LayerNorms 1 and 0, the patch embedding as a default convolution.
+    /// Initialises the network: linear weights and the positional embeddings from `N(0, 0.02²)`
+    /// (timm truncates at ±2, which never happens at this scale), biases 0, LayerNorms 1 and 0,
+    /// the patch embedding as a default convolution, as timm's ViT; the class token from
+    /// `N(0, 0.02²)` as the DINO and MAE authors' ViTs (timm's draws it from `N(0, 10⁻¹²)`).
     ///
     /// # Panics
     /// On a configuration [`VitConfig::check`] refuses.
@@ -240,7 +241,8 @@ impl<B: Backend> VitBlock<B> {
     }
 
     /// [`VitBlock::new`] with the linear weights drawn by `initializer` (MAE's decoder:
-    /// Xavier-uniform, the fused `qkv` weight as one `[D, 3D]` layer as in the authors' code).
+    /// Xavier-uniform, the fused `qkv` weight as one `[D, 3D]` layer as in the authors' code);
+    /// biases zero.
     pub fn with_initializer(
         dim: usize,
         heads: usize,
@@ -249,11 +251,8 @@ impl<B: Backend> VitBlock<B> {
         initializer: Initializer,
         device: &B::Device,
     ) -> Self {
-        let linear = |from: usize, to: usize| {
-            LinearConfig::new(from, to)
-                .with_initializer(initializer.clone())
-                .init(device)
-        };
+        let linear =
+            |from: usize, to: usize| linear_zero_bias(from, to, initializer.clone(), device);
         let norm = || LayerNormConfig::new(dim).with_epsilon(eps).init(device);
         let hidden = (dim as f64 * mlp_ratio) as usize;
         Self {
@@ -467,5 +466,27 @@ mod tests {
         assert_eq!(VitConfig::small(224, 16).grid(), 14);
         assert_eq!(VitConfig::tiny(224, 16).embed_dim, 192);
         assert_eq!(VitConfig::base(224, 16).num_heads, 12);
+    }
+
+    #[test]
+    fn blocks_start_as_timms() {
+        // timm's `init_weights_vit_timm`: trunc_normal_(std 0.02) on every linear weight (at
+        // ±2, so never truncated at this scale), biases 0. The sample standard deviation of
+        // n >= 4,096 draws is off by about 1/sqrt(2n) < 1.2 %: 5 % is more than four of those.
+        use crate::layers::tests::weight_std_and_zero_bias;
+        let vit = tiny().with_embed_dim(64).init::<B>(&Default::default());
+        for block in &vit.blocks {
+            for layer in [
+                &block.attn.qkv,
+                &block.attn.proj,
+                &block.mlp.fc1,
+                &block.mlp.fc2,
+            ] {
+                let bias = layer.bias.as_ref().map(|b| b.val());
+                let (std, n, zero) = weight_std_and_zero_bias(layer.weight.val(), bias);
+                assert!(n >= 4096 && (std / 0.02 - 1.0).abs() < 0.05, "std {std}");
+                assert!(zero, "bias not zero");
+            }
+        }
     }
 }

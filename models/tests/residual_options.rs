@@ -35,6 +35,23 @@ fn zero_init_residual_zeroes_the_last_norm_of_each_branch() {
     }
 }
 
+/// The zeroed scales are trainable leaves: a backward pass reaches them (they were once
+/// replaced by an untracked `zeros_like`, which no optimiser step could move).
+#[test]
+fn zero_initialised_scales_get_gradients() {
+    let device = Default::default();
+    let net = ResNetConfig::resnet18()
+        .with_base_width(8)
+        .with_zero_init_residual(true)
+        .init::<Train>(&device);
+    let x = Tensor::<Train, 4>::ones([2, 3, 32, 32], &device);
+    let grads = net.forward_features(x).sum().backward();
+    for block in net.layer1.iter().chain(&net.layer4) {
+        let grad = block.bn2.weight.val().grad(&grads);
+        assert!(grad.is_some(), "the zeroed scale has no gradient");
+    }
+}
+
 #[test]
 fn stochastic_depth_only_in_training() {
     let device = Default::default();

@@ -29,6 +29,7 @@ use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl_models::layers::linear_zero_bias;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::momentum::MomentumEncoder;
@@ -75,14 +76,11 @@ impl DinoHeadConfig {
                 return Err(ConfigError::new(field, "must be at least 1"));
             }
         }
-        let linear = |from: usize, to: usize| {
-            LinearConfig::new(from, to)
-                .with_initializer(Initializer::Normal {
-                    mean: 0.0,
-                    std: 0.02,
-                })
-                .init(device)
+        let normal = Initializer::Normal {
+            mean: 0.0,
+            std: 0.02,
         };
+        let linear = |from: usize, to: usize| linear_zero_bias(from, to, normal.clone(), device);
         let hidden = self.hidden_dim;
         // The direction `V` starts as PyTorch's default linear weight (Kaiming uniform).
         let last = LinearConfig::new(self.bottleneck_dim, self.output_dim)
@@ -136,7 +134,7 @@ impl<B: Backend> DinoHead<B> {
         }
         let bottleneck = l2_normalize(x);
         let v = self.last_layer.val();
-        let w = v.clone() / v.powi_scalar(2).sum_dim(0).sqrt().clamp_min(1e-12);
+        let w = v.clone() / crate::loss::similarity::safe_norm(v, 0, 1e-12);
         (bottleneck.clone(), bottleneck.matmul(w))
     }
 
@@ -533,5 +531,23 @@ mod tests {
         twice.forward(images(4, 0.0), images(4, 1.0), at(0, 0));
         twice.after_step(at(0, 0));
         assert_eq!(host(once.center()), host(twice.center()));
+    }
+
+    #[test]
+    fn the_head_starts_as_the_authors() {
+        // The authors' DINOHead (and lightly's DINOProjectionHead): trunc_normal_(std 0.02) on
+        // the MLP's weights (at ±2, so never truncated at this scale), biases 0.
+        use crate::method::testing::assert_initialised;
+        let head = crate::base::seed::init_module::<NdArray<f64>, _>(&Default::default(), 0, |d| {
+            DinoHeadConfig::new(64)
+                .with_hidden_dim(128)
+                .with_bottleneck_dim(64)
+                .with_output_dim(256)
+                .init(d)
+                .unwrap()
+        });
+        for layer in &head.layers {
+            assert_initialised(layer, 0.02, "DINO head layer");
+        }
     }
 }

@@ -10,10 +10,10 @@
 //! what was chosen where paper and code differ are in `docs/methods.md#mae`.
 
 use burn::module::Param;
-use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::layers::linear_tokens;
+use curriculum_ssl_models::layers::{linear_tokens, linear_zero_bias};
 use curriculum_ssl_models::vit::VitBlock;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::SeedableRng;
@@ -144,11 +144,7 @@ impl<B: Backend> MaeDecoder<B> {
         device: &B::Device,
     ) -> Self {
         let xavier = Initializer::XavierUniform { gain: 1.0 };
-        let linear = |from: usize, to: usize| {
-            LinearConfig::new(from, to)
-                .with_initializer(xavier.clone())
-                .init(device)
-        };
+        let linear = |from: usize, to: usize| linear_zero_bias(from, to, xavier.clone(), device);
         Self {
             embed: linear(width, dim),
             mask_token: Initializer::Normal {
@@ -573,10 +569,10 @@ mod tests {
         }
     }
 
-    /// Worked values: width 4 (one frequency, `ω = 1`) on a grid of one row of two patches.
     /// MAE's initialisation: every linear layer of the decoder, its blocks' too, Xavier-uniform
-    /// — uniform on ±√(6 / (fan_in + fan_out)) — as the authors' `_init_weights` and lightly's
-    /// `MAEDecoderTIMM` draw them (timm's N(0, 0.02²) for the blocks until 2026-11-27).
+    /// — uniform on ±√(6 / (fan_in + fan_out)) — with zero biases, as the authors'
+    /// `_init_weights` and lightly's `MAEDecoderTIMM` draw them (timm's N(0, 0.02²) for the
+    /// blocks until 2026-11-27; Xavier-uniform biases until 2026-11-28).
     #[test]
     fn the_decoder_blocks_are_xavier_uniform() {
         let device = Default::default();
@@ -607,6 +603,18 @@ mod tests {
                 (sd / expected - 1.0).abs() < 0.02,
                 "{name}: sd {sd}, Xavier {expected}"
             );
+        }
+        // The authors' `constant_(bias, 0)` after the Xavier draw, on every linear layer.
+        for linear in [
+            &decoder.embed,
+            &attn.qkv,
+            &attn.proj,
+            &mlp.fc1,
+            &mlp.fc2,
+            &decoder.pred,
+        ] {
+            let bias = host(linear.bias.as_ref().expect("a bias").val());
+            assert!(bias.iter().all(|&b| b == 0.0));
         }
     }
 

@@ -61,6 +61,24 @@ pub(crate) fn host<B: Backend, const D: usize>(x: Tensor<B, D>) -> Vec<f64> {
     x.into_data().convert::<f64>().to_vec().unwrap()
 }
 
+/// Asserts that a freshly initialised layer's bias is exactly zero and that its weight's sample
+/// standard deviation is within 5 % of `std` (the weights have thousands of entries: the sample
+/// standard deviation of `n` normal draws is off by about `1/√(2n)`, under 1.2 % from 4,096 on,
+/// so 5 % is more than four of those; a uniform draw's is closer still).
+pub(crate) fn assert_initialised<B: Backend>(layer: &burn::nn::Linear<B>, std: f64, what: &str) {
+    let weights = host(layer.weight.val());
+    assert!(weights.len() >= 4096, "{what}: too few weights to judge");
+    let n = weights.len() as f64;
+    let mean = weights.iter().sum::<f64>() / n;
+    let sample = (weights.iter().map(|w| (w - mean).powi(2)).sum::<f64>() / n).sqrt();
+    assert!(
+        (sample / std - 1.0).abs() < 0.05,
+        "{what}: weight std {sample}, expected {std}"
+    );
+    let bias = host(layer.bias.as_ref().expect("a bias").val());
+    assert!(bias.iter().all(|&b| b == 0.0), "{what}: bias not zero");
+}
+
 /// Step `step` of `total_steps`, in epoch `epoch` of `total_epochs`.
 pub(crate) fn progress(
     step: usize,

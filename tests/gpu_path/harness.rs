@@ -43,7 +43,8 @@ pub const TOLERANCE: f64 = 2e-4;
 /// features' differences, and their backward passes the gradient's differences over the
 /// batch, by a spread that small: each multiplies f32's rounding by the inverse, in PyTorch as
 /// here. Two f32 backends differ by at most about the sum of their errors (lavapipe against
-/// Flex, AVX-512: 5.6e-3, the second step's gradient); the bound, 2.5e-2, is ten times one
+/// Flex, AVX-512: 5.6e-3, the second step's gradient; 1.0e-3 since the ViT's biases start at
+/// zero, 2026-11-28); the bound, 2.5e-2, is ten times one
 /// backend's own error, so a CPU whose sums round otherwise still passes, and a wrong kernel
 /// still differs at the values' scale. (Until 2026-11-27 the projector's GELU was burn's,
 /// whose backward on `NdArray` and the cubecl backends is the tanh approximation's derivative:
