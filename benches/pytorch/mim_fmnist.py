@@ -102,7 +102,9 @@ What it mirrors (paths in this repository; "l." = line numbers as of this writin
     (`ijepa_masks`). lightly's example momentum rises linearly (0.996 -> 1); ours along a cosine
     (followed). lightly's IJEPATransform crops (0.2, 1) bicubic and flips; ours (0.5, 1), no flip
     (followed). The predictor's initialisation: lightly's timm blocks and nn.Linear defaults,
-    ours xavier-uniform embed / proj (ijepa.rs l. 151-155) and burn's block init (not matched).
+    a zero mask token; ours the authors' (`IjepaPredictor::new`: every linear weight and the
+    mask token N(0, 0.02^2), biases 0, block l's attn.proj and mlp.fc2 divided by sqrt(2 l);
+    before 2026-11-28 xavier-uniform embed / proj with xavier-uniform biases) (not matched).
     The ViT here has a class token (ours too); the authors' has none.
 
 - iBOT (`--recipe ibot`) and DINOv2 (`--recipe dinov2`):

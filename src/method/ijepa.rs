@@ -33,10 +33,10 @@
 //! and keeps its rows. The math and the defaults are in `docs/methods.md#i-jepa`.
 
 use burn::module::Param;
-use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::layers::linear_tokens;
+use curriculum_ssl_models::layers::{linear_tokens, linear_zero_bias};
 use curriculum_ssl_models::vit::VitBlock;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::{Rng, SeedableRng};
@@ -148,20 +148,7 @@ impl IjepaConfig {
                 )
             })?
             .embed_dim();
-        let linear = |from: usize, to: usize| {
-            LinearConfig::new(from, to)
-                .with_initializer(Initializer::XavierUniform { gain: 1.0 })
-                .init(device)
-        };
-        let predictor = IjepaPredictor {
-            embed: linear(width, dim),
-            mask_token: Initializer::Zeros.init([1, 1, dim], device),
-            blocks: (0..self.predictor_depth)
-                .map(|_| VitBlock::new(dim, heads, 4.0, 1e-6, device))
-                .collect(),
-            norm: LayerNormConfig::new(dim).with_epsilon(1e-6).init(device),
-            proj: linear(dim, width),
-        };
+        let predictor = IjepaPredictor::new(width, (dim, heads, self.predictor_depth), device);
         let target = MomentumEncoder::new(
             &encoder,
             backbone(device),
@@ -188,7 +175,7 @@ impl IjepaConfig {
 pub struct IjepaPredictor<B: Backend> {
     /// Encoder width → predictor width.
     pub embed: Linear<B>,
-    /// The token at every target patch, `[1, 1, predictor_dim]` (zeros at the start).
+    /// The token at every target patch, `[1, 1, predictor_dim]`.
     pub mask_token: Param<Tensor<B, 3>>,
     /// Transformer blocks.
     pub blocks: Vec<VitBlock<B>>,
@@ -199,6 +186,43 @@ pub struct IjepaPredictor<B: Backend> {
 }
 
 impl<B: Backend> IjepaPredictor<B> {
+    /// A predictor between an encoder of width `width` and `(dim, heads, depth)` blocks,
+    /// initialised as the authors' `VisionTransformerPredictor`: every linear weight and the mask
+    /// token from `N(0, 0.02²)` (their truncated normal at ±2 never truncates at this scale),
+    /// biases zero, LayerNorms 1 and 0, and in block `l` (from 1) the attention's output
+    /// projection and the MLP's second layer divided by `√(2l)` (their `fix_init_weight`).
+    /// lightly's `IJEPAPredictorTIMM` keeps PyTorch's `nn.Linear` defaults and a zero mask token.
+    pub fn new(
+        width: usize,
+        (dim, heads, depth): (usize, usize, usize),
+        device: &B::Device,
+    ) -> Self {
+        let normal = Initializer::Normal {
+            mean: 0.0,
+            std: 0.02,
+        };
+        let blocks = (1..=depth)
+            .map(|l| {
+                let mut block = VitBlock::new(dim, heads, 4.0, 1e-6, device);
+                let rescaled = Initializer::Normal {
+                    mean: 0.0,
+                    std: 0.02 / (2.0 * l as f64).sqrt(),
+                };
+                block.attn.proj = linear_zero_bias(dim, dim, rescaled.clone(), device);
+                let [hidden, _] = block.mlp.fc2.weight.lazy_shape().dims();
+                block.mlp.fc2 = linear_zero_bias(hidden, dim, rescaled, device);
+                block
+            })
+            .collect();
+        Self {
+            embed: linear_zero_bias(width, dim, normal.clone(), device),
+            mask_token: normal.init([1, 1, dim], device),
+            blocks,
+            norm: LayerNormConfig::new(dim).with_epsilon(1e-6).init(device),
+            proj: linear_zero_bias(dim, width, normal, device),
+        }
+    }
+
     /// The predicted tokens of every target block from the encoded context.
     ///
     /// # Shapes
@@ -783,5 +807,27 @@ mod tests {
             .init(tiny_vit, &device)
             .unwrap_err();
         assert_eq!(e.field, "targets");
+    }
+
+    #[test]
+    fn the_predictor_starts_as_the_authors() {
+        // The authors' VisionTransformerPredictor: trunc_normal_(std 0.02) on every linear
+        // weight and the mask token, biases 0, and block l's `attn.proj` and `mlp.fc2` divided
+        // by sqrt(2 l) (fix_init_weight).
+        use crate::method::testing::assert_initialised;
+        let p = crate::base::seed::init_module::<NdArray<f64>, _>(&Default::default(), 0, |d| {
+            IjepaPredictor::new(128, (64, 4, 2), d)
+        });
+        assert_initialised(&p.embed, 0.02, "embed");
+        assert_initialised(&p.proj, 0.02, "proj");
+        for (i, block) in p.blocks.iter().enumerate() {
+            let scale = 1.0 / (2.0 * (i + 1) as f64).sqrt();
+            assert_initialised(&block.attn.qkv, 0.02, "qkv");
+            assert_initialised(&block.attn.proj, 0.02 * scale, "attn.proj");
+            assert_initialised(&block.mlp.fc1, 0.02, "fc1");
+            assert_initialised(&block.mlp.fc2, 0.02 * scale, "fc2");
+        }
+        let token = host(p.mask_token.val());
+        assert!(token.iter().all(|t| t.abs() < 0.2) && token.iter().any(|&t| t != 0.0));
     }
 }
