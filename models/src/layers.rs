@@ -592,41 +592,34 @@ pub(crate) mod tests {
     #[test]
     fn zeroed_and_grouped_parameters_stay_trainable() {
         // d(sum of y)/d(bias) is the number of rows, d/d(weight) of a depthwise 1 × 1
-        // convolution of ones is the number of pixels: both reach the re-initialised leaves.
+        // convolution of ones is the number of pixels: both reach the zeroed and rescaled leaves.
         type Ad = burn::backend::Autodiff<B>;
         let device = Default::default();
         let normal = Initializer::Normal {
             mean: 0.0,
             std: 0.02,
         };
+        let grad = |param: &Param<Tensor<Ad, 1>>, grads| -> Vec<f32> {
+            let grad = param.val().grad(grads).expect("a gradient");
+            grad.into_data().to_vec().unwrap()
+        };
         let layer = linear_zero_bias::<Ad>(3, 2, normal, &device);
-        let grads = layer
-            .forward(Tensor::<Ad, 2>::ones([5, 3], &device))
-            .sum()
-            .backward();
-        let bias = layer
-            .bias
-            .as_ref()
-            .unwrap()
-            .val()
-            .grad(&grads)
-            .expect("bias gradient");
-        assert_eq!(bias.into_data().to_vec::<f32>().unwrap(), vec![5.0, 5.0]);
+        let ones = Tensor::<Ad, 2>::ones([5, 3], &device);
+        let grads = layer.forward(ones).sum().backward();
+        assert_eq!(grad(layer.bias.as_ref().unwrap(), &grads), vec![5.0, 5.0]);
         let conv = conv2d::<Ad>(4, 4, 1, 1, 0, 4, true, &device);
-        let grads = conv
-            .forward(Tensor::ones([2, 4, 3, 3], &device))
-            .sum()
-            .backward();
-        let weight = conv.weight.val().grad(&grads).expect("weight gradient");
-        assert_eq!(weight.into_data().to_vec::<f32>().unwrap(), vec![18.0; 4]);
-        let bias = conv
-            .bias
-            .as_ref()
-            .unwrap()
+        let ones = Tensor::<Ad, 4>::ones([2, 4, 3, 3], &device);
+        let grads = conv.forward(ones).sum().backward();
+        let weight: Vec<f32> = conv
+            .weight
             .val()
             .grad(&grads)
-            .expect("bias gradient");
-        assert_eq!(bias.into_data().to_vec::<f32>().unwrap(), vec![18.0; 4]);
+            .unwrap()
+            .into_data()
+            .to_vec()
+            .unwrap();
+        assert_eq!(weight, vec![18.0; 4]);
+        assert_eq!(grad(conv.bias.as_ref().unwrap(), &grads), vec![18.0; 4]);
     }
 
     #[test]
