@@ -1,6 +1,6 @@
-"""MAE, SimMIM, I-JEPA, iBOT, DINOv2 and MSN with lightly + PyTorch on Fashion-MNIST: the replica of
-the Rust recipes, for the side-by-side kNN and images/s of the method table (benches/README.md,
-benches/mim.sh).
+"""MAE, SimMIM, I-JEPA, iBOT, DINOv2, MSN and PMSN with lightly + PyTorch on Fashion-MNIST: the
+replica of the Rust recipes, for the side-by-side kNN and images/s of the method table
+(benches/README.md, benches/mim.sh).
 
     recipe mae    --dataset fashion-mnist --data-dir /usr/share/datasets/fashion-mnist --epochs 1
     recipe simmim --dataset fashion-mnist --data-dir /usr/share/datasets/fashion-mnist --epochs 1
@@ -8,10 +8,11 @@ benches/mim.sh).
     recipe ibot   --dataset fashion-mnist --data-dir /usr/share/datasets/fashion-mnist --epochs 1
     recipe dinov2 --dataset fashion-mnist --data-dir /usr/share/datasets/fashion-mnist --epochs 1
     recipe msn    --dataset fashion-mnist --data-dir /usr/share/datasets/fashion-mnist --epochs 1
+    recipe pmsn   --dataset fashion-mnist --data-dir /usr/share/datasets/fashion-mnist --epochs 1
 
 Usage:
 
-    python3 benches/pytorch/mim_fmnist.py --recipe mae|simmim|ijepa|ibot|dinov2|msn [--epochs 1]
+    python3 benches/pytorch/mim_fmnist.py --recipe mae|simmim|ijepa|ibot|dinov2|msn|pmsn [--epochs 1]
         [--threads 1] [--workers 2] [--max-steps N] [--knn-limit N]
 
 It prints a `RESULT side=pytorch ...` line like benches/pytorch/moco_v2_fmnist.py, whose data
@@ -198,6 +199,12 @@ What it mirrors (paths in this repository; "l." = line numbers as of this writin
     the views are ours. Its example builds a torchvision ViT; here the timm ViT-Tiny of the other
     recipes.
 
+- PMSN (`--recipe pmsn`): MSN as above with the power-law prior instead of the mean-entropy
+  regulariser: recipes/src/recipes/msn.rs `pmsn` (l. 49-52) sets
+  `MsnLossConfig::power_law_exponent` to 0.25 (src/loss/msn.rs: R = KL(q || mean p), q_k
+  proportional to k^-0.25, weight 1): lightly's PMSNLoss(0.1, 3, 1.0, power_law_exponent=0.25)
+  with target_sharpen_temperature 0.25.
+
 What differs for every recipe: the random draws (here torch generators, masks from a generator
 seeded 0 in the main process; ours StdRng keyed by (seed, step)); per-image augmentation in
 DataLoader worker processes (ours is batched on the backend); small initialisation details
@@ -227,7 +234,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import lightly
-from lightly.loss import DINOLoss, IBOTPatchLoss, KoLeoLoss, MSNLoss
+from lightly.loss import DINOLoss, IBOTPatchLoss, KoLeoLoss, MSNLoss, PMSNLoss
 from lightly.loss.msn_loss import sinkhorn as lightly_sinkhorn
 from lightly.models import utils
 from lightly.models.modules import (
@@ -641,11 +648,11 @@ class Ibot(Replica):
 
 class Msn(Replica):
     """lightly's MSN example (examples/pytorch/msn.py) on the timm ViT-Tiny, prototypes trained,
-    ours momentum."""
+    ours momentum; with `power_law` PMSN's loss (lightly's PMSNLoss) instead of MSNLoss."""
 
     MASK_RATIO = 0.15
 
-    def __init__(self, vit):
+    def __init__(self, vit, power_law=False):
         super().__init__()
         self.backbone = masked_vit(vit)
         self.projection_head = MSNProjectionHead(input_dim=WIDTH, hidden_dim=2048, output_dim=256)
@@ -654,7 +661,12 @@ class Msn(Replica):
         utils.deactivate_requires_grad(self.target_backbone)
         utils.deactivate_requires_grad(self.target_projection_head)
         self.prototypes = nn.Linear(256, 1024, bias=False).weight
-        self.criterion = MSNLoss(temperature=0.1, sinkhorn_iterations=3, regularization_weight=1.0)
+        if power_law:
+            self.criterion = PMSNLoss(temperature=0.1, sinkhorn_iterations=3,
+                                      regularization_weight=1.0, power_law_exponent=0.25)
+        else:
+            self.criterion = MSNLoss(temperature=0.1, sinkhorn_iterations=3,
+                                     regularization_weight=1.0)
 
     def forward_masked(self, images):
         b, _, h, w = images.shape
@@ -692,6 +704,9 @@ RECIPES = {
                    weight_decay=0.04, warmup_epochs=2, dynamic_img_size=True),
     "msn": dict(model=Msn, views=msn_views, lr=1.5e-4 * BATCH / 64, betas=(0.9, 0.999),
                 weight_decay=0.04, warmup_epochs=2, dynamic_img_size=True),
+    "pmsn": dict(model=lambda vit: Msn(vit, power_law=True), views=msn_views,
+                 lr=1.5e-4 * BATCH / 64, betas=(0.9, 0.999), weight_decay=0.04, warmup_epochs=2,
+                 dynamic_img_size=True),
 }
 
 
