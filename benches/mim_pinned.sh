@@ -11,6 +11,8 @@
 # Usage: benches/mim_pinned.sh RECIPE [WINDOW]   (after `cargo build --release --bin recipe`)
 #   benches/mim_pinned.sh ibot 40
 #   SKIP_EPOCH=1 benches/mim_pinned.sh dinov2   # the speed windows only
+#   BASE=mae benches/mim_pinned.sh mae_hpm      # a curriculum recipe against its base method's
+#                                               # replica (the replica has no curricula)
 # Logs and run directories go to $LOGS (default: a new temporary directory, printed).
 set -euo pipefail
 RECIPE_NAME=${1:?usage: benches/mim_pinned.sh RECIPE [WINDOW]}
@@ -18,20 +20,21 @@ WINDOW=${2:-40}
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 RECIPE=${RECIPE:-target/release/recipe}
 LOGS=${LOGS:-$(mktemp -d)}
+BASE=${BASE:-$RECIPE_NAME}
 REPLICA="$(dirname "$0")/pytorch/mim_fmnist.py"
 mkdir -p "$LOGS"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ); load before: $(cut -d' ' -f1-3 /proc/loadavg); logs: $LOGS"
 
 if [ -z "${SKIP_EPOCH:-}" ]; then
-  echo "== $RECIPE_NAME: both sides at once, one core each"
+  echo "== $RECIPE_NAME (lightly: $BASE): both sides at once, one core each"
   rm -rf "$LOGS/epoch"
   taskset -c 0 env RAYON_NUM_THREADS=1 /usr/bin/time -f "process %e s, user %U s, sys %S s" \
     "$RECIPE" "$RECIPE_NAME" --dataset fashion-mnist --data-dir "$DATA" --epochs 1 --no-baselines \
     --knn-every 0 --run-dir "$LOGS/epoch" > "$LOGS/ours-epoch.log" 2>&1 &
   ours=$!
   taskset -c 1 /usr/bin/time -f "process %e s, user %U s, sys %S s" \
-    python3 -u "$REPLICA" --recipe "$RECIPE_NAME" --epochs 1 --threads 1 --data "$DATA" \
+    python3 -u "$REPLICA" --recipe "$BASE" --epochs 1 --threads 1 --data "$DATA" \
     > "$LOGS/lightly-epoch.log" 2>&1 &
   lightly=$!
   wait "$ours" "$lightly"
@@ -42,7 +45,7 @@ if [ -z "${SKIP_EPOCH:-}" ]; then
   grep -E "^epoch|^kNN|^RESULT|^process" "$LOGS/lightly-epoch.log"
 fi
 
-echo "== $RECIPE_NAME: speed over the first $WINDOW steps, one after the other, 2 threads each"
+echo "== $RECIPE_NAME (lightly: $BASE): speed over the first $WINDOW steps, one after the other, 2 threads each"
 rm -rf "$LOGS/window"
 "$RECIPE" "$RECIPE_NAME" --dataset fashion-mnist --data-dir "$DATA" --epochs 1 --no-baselines \
   --knn-every 0 --run-dir "$LOGS/window" > "$LOGS/ours-window.log" 2>&1 &
@@ -58,7 +61,7 @@ kill "$ours"; wait "$ours" 2>/dev/null || true
 awk -F, -v w="$WINDOW" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "images_per_s") c = i }
   NR > 1 && NR <= w + 1 { s += 1 / $c; n += 1 }
   END { printf "curriculum-ssl: %d steps, %.2f images/s\n", w, n / s }' "$LOGS/window/steps.csv"
-python3 "$REPLICA" --recipe "$RECIPE_NAME" --epochs 1 --threads 2 --data "$DATA" \
+python3 "$REPLICA" --recipe "$BASE" --epochs 1 --threads 2 --data "$DATA" \
   --max-steps "$WINDOW" --knn-limit 500 > "$LOGS/lightly-window.log" 2>&1
 grep -oE "images_per_s=[0-9.]+ wall_s=[0-9.]+ .*steps=[0-9]+" "$LOGS/lightly-window.log" \
   | sed 's/ knn.*steps=/ steps=/; s/^/lightly + PyTorch: /'
