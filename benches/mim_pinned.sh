@@ -1,6 +1,7 @@
 #!/bin/bash
-# The longest masked-modelling epochs (iBOT, DINOv2: multi-crop 2 + 6 through ViT-Tiny) against
-# lightly on a 2-core machine in about half of `benches/mim.sh`'s wall time:
+# A masked-modelling recipe against lightly on a 2-core machine in about half of
+# `benches/mim.sh`'s wall time (written for the longest epochs, iBOT and DINOv2: multi-crop 2 + 6
+# through ViT-Tiny):
 #   1. accuracy: the Rust recipe and its lightly + PyTorch replica (benches/pytorch/mim_fmnist.py)
 #      train at the same time, each pinned to one core of its own (taskset; one thread each, the
 #      replica's loader workers on its core), one epoch of the full Fashion-MNIST, then the kNN of
@@ -23,6 +24,11 @@ LOGS=${LOGS:-$(mktemp -d)}
 BASE=${BASE:-$RECIPE_NAME}
 REPLICA="$(dirname "$0")/pytorch/mim_fmnist.py"
 mkdir -p "$LOGS"
+# An unknown name fails here, not after an hour (argparse answers an invalid choice with exit 2).
+python3 "$REPLICA" --recipe "$BASE" --help > /dev/null || {
+  echo "error: the replica has no recipe '$BASE' (set BASE= to one of its --recipe choices)" >&2
+  exit 2
+}
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ); load before: $(cut -d' ' -f1-3 /proc/loadavg); logs: $LOGS"
 
@@ -37,7 +43,8 @@ if [ -z "${SKIP_EPOCH:-}" ]; then
     python3 -u "$REPLICA" --recipe "$BASE" --epochs 1 --threads 1 --data "$DATA" \
     > "$LOGS/lightly-epoch.log" 2>&1 &
   lightly=$!
-  wait "$ours" "$lightly"
+  wait "$ours" || { echo "error: the recipe failed:" >&2; tail -5 "$LOGS/ours-epoch.log" >&2; exit 2; }
+  wait "$lightly" || { echo "error: the replica failed:" >&2; tail -5 "$LOGS/lightly-epoch.log" >&2; exit 2; }
   echo "-- curriculum-ssl (1 core)"
   grep -E "done in|kNN \(k|^process" "$LOGS/ours-epoch.log"
   cat "$LOGS/epoch/epochs.csv"
@@ -62,6 +69,7 @@ awk -F, -v w="$WINDOW" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "images_pe
   NR > 1 && NR <= w + 1 { s += 1 / $c; n += 1 }
   END { printf "curriculum-ssl: %d steps, %.2f images/s\n", w, n / s }' "$LOGS/window/steps.csv"
 python3 "$REPLICA" --recipe "$BASE" --epochs 1 --threads 2 --data "$DATA" \
-  --max-steps "$WINDOW" --knn-limit 500 > "$LOGS/lightly-window.log" 2>&1
+  --max-steps "$WINDOW" --knn-limit 500 > "$LOGS/lightly-window.log" 2>&1 \
+  || { echo "error: the replica failed:" >&2; tail -5 "$LOGS/lightly-window.log" >&2; exit 2; }
 grep -oE "images_per_s=[0-9.]+ wall_s=[0-9.]+ .*steps=[0-9]+" "$LOGS/lightly-window.log" \
   | sed 's/ knn.*steps=/ steps=/; s/^/lightly + PyTorch: /'

@@ -704,10 +704,9 @@ RECIPES = {
                    weight_decay=0.04, warmup_epochs=2, dynamic_img_size=True),
     "msn": dict(model=Msn, views=msn_views, lr=1.5e-4 * BATCH / 64, betas=(0.9, 0.999),
                 weight_decay=0.04, warmup_epochs=2, dynamic_img_size=True),
-    "pmsn": dict(model=lambda vit: Msn(vit, power_law=True), views=msn_views,
-                 lr=1.5e-4 * BATCH / 64, betas=(0.9, 0.999), weight_decay=0.04, warmup_epochs=2,
-                 dynamic_img_size=True),
 }
+# PMSN: MSN's settings, the power-law prior (one definition, so the two cannot drift apart).
+RECIPES["pmsn"] = dict(RECIPES["msn"], model=lambda vit: Msn(vit, power_law=True))
 
 
 class ClassToken(nn.Module):
