@@ -661,6 +661,21 @@ fn a_failed_checkpoint_write_leaves_no_temporary_directory() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert!(left.is_empty(), "{left:?}");
+    // The epoch's rows were on disk before its checkpoint was to be committed: a kill just
+    // after a checkpoint's rename can no longer leave the logs behind it (they lost the epoch's
+    // last steps and its row, the checkpoint being written first). 64 images in batches of 32:
+    // two steps in epoch 1.
+    let epochs = std::fs::read_to_string(dir.join("epochs.csv")).unwrap();
+    let rows: Vec<&str> = epochs.lines().skip(1).collect();
+    assert_eq!(rows.len(), 1, "{epochs}");
+    assert!(rows[0].starts_with("1,"), "{epochs}");
+    let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+    let firsts: Vec<&str> = steps
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').next().unwrap())
+        .collect();
+    assert_eq!(firsts, ["1", "2"], "{steps}");
 }
 
 /// A run log another command wrote over (`recipe embed --out RUN/steps.npy` writes

@@ -184,13 +184,15 @@ impl CsvFile {
 
     /// Keeps the rows whose first column is at most `count` and drops the rest: what a resumed
     /// run does with the rows written after its checkpoint (`count` steps or epochs done).
+    /// Returns the highest first column kept (0 for none, or no file): below `count` when rows
+    /// the checkpoint covers never reached the file.
     ///
     /// # Errors
     /// If the file cannot be read or rewritten, or is not CSV.
-    pub fn truncate_to(&mut self, count: usize) -> Result<(), TrainError> {
+    pub fn truncate_to(&mut self, count: usize) -> Result<usize, TrainError> {
         self.out = None;
         if !self.path.exists() {
-            return Ok(());
+            return Ok(0);
         }
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(true)
@@ -205,17 +207,20 @@ impl CsvFile {
         let mut kept = csv::Writer::from_writer(Vec::new());
         kept.write_record(&header)
             .map_err(|e| io_error(&self.path, e))?;
+        let mut last = 0;
         for row in reader.records() {
             let row = row.map_err(|e| io_error(&self.path, e))?;
             let first = row.get(0).and_then(|v| v.parse::<usize>().ok());
-            if first.is_some_and(|v| v <= count) {
+            if let Some(v) = first.filter(|&v| v <= count) {
+                last = last.max(v);
                 kept.write_record(&row)
                     .map_err(|e| io_error(&self.path, e))?;
             }
         }
         let bytes = kept.into_inner().map_err(|e| io_error(&self.path, e))?;
         self.header = Some(header);
-        write_atomic(&self.path, &bytes)
+        write_atomic(&self.path, &bytes)?;
+        Ok(last)
     }
 
     /// Checks, before anything of the run is rewritten, that an existing file is a log whose
@@ -292,6 +297,38 @@ impl CsvFile {
         }
         Ok(())
     }
+
+    /// Makes the flushed rows durable (`fsync`): they survive a crash of the machine, not only
+    /// of the process.
+    ///
+    /// # Errors
+    /// On I/O errors.
+    pub fn sync(&mut self) -> Result<(), TrainError> {
+        if let Some(out) = self.out.as_mut() {
+            out.get_ref()
+                .sync_data()
+                .map_err(|e| io_error(&self.path, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// The warning for a log whose rows end at `kept` where its run's checkpoint counts `count`
+/// `what` (steps or epochs); none when nothing is missing.
+fn missing_rows(path: &Path, kept: usize, count: usize, what: &str) -> Option<String> {
+    (kept < count).then(|| {
+        let lost = if kept + 1 == count {
+            format!("{} {count}", &what[..what.len() - 1])
+        } else {
+            format!("{what} {}-{count}", kept + 1)
+        };
+        format!(
+            "{}: the rows of {lost} are missing (the process stopped before they reached the \
+             disk); the checkpoint holds them and the run continues after {what} {count}, but \
+             those rows cannot be rebuilt",
+            path.display()
+        )
+    })
 }
 
 /// The directory of a run that holds its TensorBoard event files.
@@ -427,10 +464,23 @@ impl RunLog {
     ///
     /// # Errors
     /// If a file cannot be read or rewritten.
+    /// A log that lacks rows the checkpoint covers (its process was killed before they
+    /// reached the disk: runs written before the epoch's rows were synced ahead of its
+    /// checkpoint) is named in a warning: those rows cannot be rebuilt (the losses are kept
+    /// nowhere else), and the run goes on from the checkpoint.
     pub fn resume_at(&mut self, steps: usize, epochs: usize) -> Result<(), TrainError> {
         self.check()?;
-        self.steps.truncate_to(steps)?;
-        self.epochs.truncate_to(epochs)
+        let kept_steps = self.steps.truncate_to(steps)?;
+        let kept_epochs = self.epochs.truncate_to(epochs)?;
+        for (file, kept, count, what) in [
+            (&self.steps, kept_steps, steps, "steps"),
+            (&self.epochs, kept_epochs, epochs, "epochs"),
+        ] {
+            if let Some(warning) = missing_rows(file.path(), kept, count, what) {
+                log::warn!("{warning}");
+            }
+        }
+        Ok(())
     }
 
     /// Starts the bar of a run of `total_steps` steps, `first_step` of them already done.
@@ -501,13 +551,33 @@ impl RunLog {
         Ok(())
     }
 
-    /// Writes an epoch's row, flushes both files and logs the epoch's line.
+    /// Writes an epoch's row, flushes both files to the disk and logs the epoch's line
+    /// ([`RunLog::epoch_row`], then [`RunLog::epoch_line`]).
     ///
     /// # Errors
     /// On I/O errors, or if the columns differ from the file's.
     pub fn epoch(&mut self, record: &EpochRecord, total_epochs: usize) -> Result<(), TrainError> {
+        self.epoch_row(record)?;
+        self.epoch_line(record, total_epochs);
+        Ok(())
+    }
+
+    /// Writes an epoch's row and brings both files to the disk (flushed and synced). The trainer
+    /// calls it before the epoch's checkpoint is committed, so that a checkpoint on disk is never
+    /// ahead of its logs: a process killed in between leaves rows after the last checkpoint,
+    /// which a resume drops.
+    ///
+    /// # Errors
+    /// On I/O errors, or if the columns differ from the file's.
+    pub fn epoch_row(&mut self, record: &EpochRecord) -> Result<(), TrainError> {
         self.epochs.append(&record.columns())?;
         self.flush()?;
+        self.steps.sync()?;
+        self.epochs.sync()
+    }
+
+    /// The epoch's TensorBoard scalars and its log line (with the checkpoint written, if any).
+    pub fn epoch_line(&mut self, record: &EpochRecord, total_epochs: usize) {
         let mut scalars = vec![
             ("epoch/mean_loss".to_string(), record.mean_loss),
             ("epoch/images_per_s".to_string(), record.images_per_s),
@@ -533,7 +603,6 @@ impl RunLog {
             format_duration(Duration::from_secs_f64(record.seconds)),
         );
         self.info(&line);
-        Ok(())
     }
 
     /// A log line that does not tangle with the bar.
@@ -580,6 +649,35 @@ mod tests {
             images_per_s: 100.0,
             stats: vec![("mixup_lambda".into(), 0.2)],
         }
+    }
+
+    /// A log that ends before its checkpoint (a process killed between the two, before the
+    /// rows were synced ahead of the checkpoint) is named with the rows it lacks.
+    #[test]
+    fn a_log_behind_its_checkpoint_is_named_with_the_rows_it_lacks() {
+        let dir = scratch("behind");
+        let mut log = RunLog::new(&dir, false);
+        for s in 0..3 {
+            log.step(&step(s, s as f64), 2).unwrap();
+        }
+        log.finish().unwrap();
+        let mut steps = CsvFile::new(dir.join(files::STEPS));
+        assert_eq!(steps.truncate_to(5).unwrap(), 3);
+        let warning = missing_rows(steps.path(), 3, 5, "steps").unwrap();
+        assert!(
+            warning.contains("steps.csv: the rows of steps 4-5 are missing"),
+            "{warning}"
+        );
+        let one = missing_rows(steps.path(), 4, 5, "steps").unwrap();
+        assert!(one.contains("the rows of step 5 are missing"), "{one}");
+        assert_eq!(missing_rows(steps.path(), 5, 5, "steps"), None);
+        // Rows after the checkpoint are dropped, and the highest kept is what is reported.
+        assert_eq!(steps.truncate_to(2).unwrap(), 2);
+        // No file: nothing kept.
+        assert_eq!(
+            CsvFile::new(dir.join("none.csv")).truncate_to(3).unwrap(),
+            0
+        );
     }
 
     #[test]

@@ -905,21 +905,7 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
             let every = self.record.train.checkpoint_every;
             let asked = reports.iter().any(|r| r.checkpoint);
             let due = last || asked || stop || (every > 0 && self.epoch.is_multiple_of(every));
-            let checkpoint = if self.lead && (due || self.epoch == end_epoch) {
-                Some(self.save_checkpoint()?)
-            } else {
-                if due || self.epoch == end_epoch {
-                    // The lead writes it (every replica agrees on `due`): what a resume of this
-                    // replica's run continues from.
-                    self.last_checkpoint = Some(
-                        self.checkpoints
-                            .root()
-                            .join(files::checkpoint_name(self.epoch)),
-                    );
-                }
-                None
-            };
-            let record = EpochRecord {
+            let mut record = EpochRecord {
                 epoch,
                 stats,
                 mean_loss: loss_sum / batches as f64,
@@ -928,10 +914,27 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
                 seconds,
                 columns: reports.iter().flat_map(|r| r.columns.clone()).collect(),
                 notes: reports.into_iter().filter_map(|r| r.note).collect(),
-                checkpoint,
+                checkpoint: None,
             };
+            // The epoch's rows reach the disk before its checkpoint is committed: a checkpoint
+            // is never ahead of the logs (a kill in between leaves rows past the last
+            // checkpoint, which a resume drops; the other order lost the epoch's last steps).
             if self.lead {
-                self.log.epoch(&record, epochs)?;
+                self.log.epoch_row(&record)?;
+            }
+            if self.lead && (due || self.epoch == end_epoch) {
+                record.checkpoint = Some(self.save_checkpoint()?);
+            } else if due || self.epoch == end_epoch {
+                // The lead writes it (every replica agrees on `due`): what a resume of this
+                // replica's run continues from.
+                self.last_checkpoint = Some(
+                    self.checkpoints
+                        .root()
+                        .join(files::checkpoint_name(self.epoch)),
+                );
+            }
+            if self.lead {
+                self.log.epoch_line(&record, epochs);
             }
             summary.epochs.push(record);
             if stop && !last {
