@@ -239,8 +239,14 @@ pub(crate) fn describe_io(e: &std::io::Error) -> String {
     }
 }
 
+/// Writes a new file at `path` (never through a link or into an existing file: `create_new`)
+/// and syncs it.
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
-    let mut f = File::create(path).map_err(|e| write_error(path, e))?;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| write_error(path, e))?;
     f.write_all(bytes).map_err(|e| write_error(path, e))?;
     f.sync_all().map_err(|e| write_error(path, e))
 }
@@ -256,6 +262,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    // A temporary file this process left (or a link planted under its name) is removed, not
+    // written through: the rename then replaces `path` itself, a link at `path` included,
+    // never the file a link points to.
+    let _ = fs::remove_file(&tmp);
     let written = write_synced(&tmp, bytes)
         .and_then(|()| fs::rename(&tmp, path).map_err(|e| write_error(path, e)));
     if written.is_err() {
