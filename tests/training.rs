@@ -138,7 +138,9 @@ where
     let data = subset(128);
     let make = |dir: &Path, mode: StartMode| {
         // The initial weights come from the seed alone, whatever the other tests draw.
-        let method = init_method::<Ad, S, ()>(&device, 7, |d| Ok(build(d))).unwrap();
+        let method =
+            init_method::<Ad, S, curriculum_ssl::ConfigError>(&device, 7, |d| Ok(build(d)))
+                .unwrap();
         let optimizer = SgdConfig::new().init::<Ad, S::Online>().unwrap();
         Trainer::builder(method, optimizer, augmenter(3), loader(data.clone(), 32, 5))
             .config(train_config(2))
@@ -205,7 +207,9 @@ fn augmenting_ahead_changes_no_number() {
     let device: Dev = Default::default();
     let data = subset(128);
     let run = |name: &str, ahead: bool| {
-        let method = init_method::<Ad, _, ()>(&device, 11, |d| Ok(moco(d))).unwrap();
+        let method =
+            init_method::<Ad, _, curriculum_ssl::ConfigError>(&device, 11, |d| Ok(moco(d)))
+                .unwrap();
         let optimizer = SgdConfig::new().init::<Ad, _>().unwrap();
         let mut pipeline = PipelineConfig::simclr(28, 1);
         pipeline.seed = 3;

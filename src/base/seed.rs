@@ -132,6 +132,71 @@ pub fn init_module<B: Backend, M: Module<B>>(
     })
 }
 
+thread_local! {
+    /// The limit [`with_size_limit`] set on this thread, and the size of the first module it
+    /// refused.
+    static SIZE_LIMIT: std::cell::Cell<(Option<u64>, Option<u64>)> =
+        const { std::cell::Cell::new((None, None)) };
+}
+
+/// The field of the [`ConfigError`](crate::ConfigError) [`check_size`] returns.
+pub const SIZE_FIELD: &str = "networks";
+
+/// Runs `build` with [`check_size`] refusing, on this thread, a module or buffer of more than
+/// `limit` float values before it is drawn; returns what `build` returned and the size of the
+/// first module refused, if one was.
+///
+/// The methods check the networks they are about to draw (the online network before it is
+/// materialised or copied into a momentum encoder, a queue before its keys are drawn), so a
+/// caller that knows the memory it has (the `recipe` binary: the machine's, at 16 bytes a
+/// parameter) refuses a run that cannot fit before anything large is allocated. Without a limit
+/// (the default) nothing is refused. The limit is this thread's alone: no other thread's build
+/// is affected.
+pub fn with_size_limit<T>(limit: u64, build: impl FnOnce() -> T) -> (T, Option<u64>) {
+    struct Restore((Option<u64>, Option<u64>));
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SIZE_LIMIT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(SIZE_LIMIT.with(|c| c.replace((Some(limit), None))));
+    let out = build();
+    let refused = SIZE_LIMIT.with(|c| c.get().1);
+    (out, refused)
+}
+
+/// Refuses `count` float values (what a module or buffer is about to allocate) above the
+/// limit of an enclosing [`with_size_limit`] on this thread; `what` names it in the error.
+///
+/// # Errors
+/// A [`ConfigError`](crate::ConfigError) of field [`SIZE_FIELD`] naming the count and the
+/// limit.
+pub fn check_count(count: u64, what: &str) -> Result<(), crate::ConfigError> {
+    let (limit, refused) = SIZE_LIMIT.with(|c| c.get());
+    match limit {
+        Some(limit) if count > limit => {
+            SIZE_LIMIT.with(|c| c.set((Some(limit), refused.or(Some(count)))));
+            Err(crate::ConfigError::new(
+                SIZE_FIELD,
+                format!("{what} would hold {count} values, more than the limit of {limit}"),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// [`check_count`] for the parameters and running statistics of `module`, read from their
+/// shapes without drawing a lazily initialised one ([`parameter_count`]).
+///
+/// # Errors
+/// As [`check_count`].
+pub fn check_size<B: Backend, M: Module<B>>(
+    module: &M,
+    what: &str,
+) -> Result<(), crate::ConfigError> {
+    check_count(parameter_count(module), what)
+}
+
 /// Reads every float parameter once, which fixes the value of lazily initialised ones.
 pub fn materialise<B: Backend, M: Module<B>>(module: &M) {
     module.visit(&mut Materialise);
@@ -197,6 +262,48 @@ mod tests {
         }
         let again = with_seed::<B, _>(&device, 1, || draw::<B>(&device));
         assert_eq!(first.to_bits(), again.to_bits(), "a seed gives its values");
+    }
+
+    /// A module over the size limit is refused from its shapes before anything is drawn (a
+    /// momentum encoder's copy included), the first refused size comes back, and the limit is
+    /// the enclosing call's alone.
+    #[test]
+    fn a_module_over_the_size_limit_is_refused_before_it_is_drawn() {
+        use burn::nn::LinearConfig;
+        let device = Default::default();
+        // 100 x 50 weights and 50 biases: 5,050 values, lazily initialised.
+        let build =
+            || with_seed::<B, _>(&device, 0, || LinearConfig::new(100, 50).init::<B>(&device));
+        let linear = build();
+        let ((first, second), refused) = with_size_limit(5049, || {
+            (
+                check_size(&linear, "the linear layer"),
+                check_count(10, "ten values"),
+            )
+        });
+        let err = first.unwrap_err();
+        assert_eq!(err.field, SIZE_FIELD);
+        assert!(
+            err.reason
+                .contains("the linear layer would hold 5050 values, more than the limit of 5049"),
+            "{}",
+            err.reason
+        );
+        assert!(second.is_ok());
+        assert_eq!(refused, Some(5050));
+        let (copied, refused) = with_size_limit(100, || {
+            crate::method::MomentumEncoder::new(&linear, build(), 0.99, false, "momentum")
+                .map(|_| ())
+        });
+        assert_eq!(copied.unwrap_err().field, SIZE_FIELD);
+        assert_eq!(refused, Some(5050));
+        assert!(!linear.weight.is_initialized(), "nothing was drawn");
+        // At the limit, and with no limit: accepted.
+        assert_eq!(
+            with_size_limit(5050, || check_size(&linear, "x").is_ok()),
+            (true, None)
+        );
+        assert!(check_count(u64::MAX, "anything").is_ok());
     }
 
     #[test]

@@ -84,6 +84,7 @@ impl MocoV3Config {
             projector: projector.init(device)?,
             predictor: predictor.init(device)?,
         };
+        crate::base::seed::check_size(&online, "the online network")?;
         crate::base::seed::materialise(&online);
         let fresh = Projected {
             backbone: backbone(device),

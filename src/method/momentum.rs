@@ -32,7 +32,8 @@ impl<N> MomentumEncoder<N> {
     /// [`super::init_method`] (loading into `fresh` draws its optional parameters' lazy values).
     ///
     /// # Errors
-    /// A momentum outside `[0, 1]`, named by `field`.
+    /// A momentum outside `[0, 1]`, named by `field`; `online` larger than the limit of an
+    /// enclosing [`crate::base::seed::with_size_limit`] (checked before it is drawn).
     pub fn new<B: Backend>(
         online: &N,
         fresh: N,
@@ -44,6 +45,8 @@ impl<N> MomentumEncoder<N> {
         N: Module<B>,
     {
         validate_momentum(field, base)?;
+        // Before the online network is drawn and copied.
+        crate::base::seed::check_size(online, "the network a momentum encoder copies")?;
         Ok(Self {
             network: detached_copy(online, fresh),
             base,

@@ -45,6 +45,10 @@ impl KeyQueueConfig {
         if let Err(fit) = self.fits(keys_per_step) {
             return Err(ConfigError::new("size", fit.to_string()));
         }
+        crate::base::seed::check_count(
+            (self.size as u64).saturating_mul(self.dim as u64),
+            "the queue of keys",
+        )?;
         let keys = Tensor::random(
             [self.size, self.dim],
             Distribution::Normal(0.0, 1.0),

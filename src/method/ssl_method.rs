@@ -23,8 +23,12 @@ pub const OBJECT_BOXES: &str = "object boxes";
 /// initialised parameter (online networks, key / target networks, queue) before the seed lock is
 /// released: the method's initial state depends on `seed` alone, whatever other threads draw.
 ///
+/// The online network's size is checked before it is drawn
+/// ([`crate::base::seed::check_size`], under a caller's
+/// [`crate::base::seed::with_size_limit`]).
+///
 /// # Errors
-/// Whatever `build` returns.
+/// Whatever `build` returns, or the size check's [`ConfigError`].
 pub fn init_method<B, S, E>(
     device: &B::Device,
     seed: u64,
@@ -33,9 +37,11 @@ pub fn init_method<B, S, E>(
 where
     B: AutodiffBackend,
     S: SslMethod<B>,
+    E: From<ConfigError>,
 {
     crate::base::seed::with_seed::<B, _>(device, seed, || {
         let method = build(device)?;
+        crate::base::seed::check_size(method.online(), "the online network")?;
         crate::base::seed::materialise(method.online());
         let _ = method.state();
         Ok(method)
