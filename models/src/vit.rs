@@ -94,6 +94,14 @@ impl VitConfig {
                 self.patch_size, self.image_size
             ));
         }
+        let left = self.image_size % self.patch_size;
+        if left != 0 {
+            return Err(format!(
+                "image size {} is not a multiple of the patch size {}: the last {left} rows and \
+                 columns of pixels would reach no patch",
+                self.image_size, self.patch_size
+            ));
+        }
         if self.embed_dim == 0 || self.num_heads == 0 || self.depth == 0 || self.in_channels == 0 {
             return Err("width, heads, depth and channels must be at least 1".into());
         }
@@ -463,6 +471,14 @@ mod tests {
             .check()
             .unwrap_err()
             .contains("patch size"));
+        // 30 pixels in patches of 4: a 7 x 7 grid would leave 2 rows and columns unseen.
+        let err = VitConfig::tiny(30, 4).check().unwrap_err();
+        assert!(
+            err.contains("image size 30 is not a multiple of the patch size 4")
+                && err.contains("the last 2 rows"),
+            "{err}"
+        );
+        assert!(VitConfig::tiny(32, 4).check().is_ok());
         assert_eq!(VitConfig::small(224, 16).grid(), 14);
         assert_eq!(VitConfig::tiny(224, 16).embed_dim, 192);
         assert_eq!(VitConfig::base(224, 16).num_heads, 12);

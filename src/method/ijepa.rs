@@ -138,16 +138,31 @@ impl IjepaConfig {
             1.0 / self.target_scale.1,
         )?;
         let encoder = backbone(device);
-        let width = encoder
-            .as_vit()
-            .ok_or_else(|| {
-                ConfigError::new(
-                    "backbone",
-                    "I-JEPA predicts the patch tokens of a Vision Transformer: train it with a \
-                     ViT backbone (--backbone vit-tiny, vit-small or vit-base)",
-                )
-            })?
-            .embed_dim();
+        let vit = encoder.as_vit().ok_or_else(|| {
+            ConfigError::new(
+                "backbone",
+                "I-JEPA predicts the patch tokens of a Vision Transformer: train it with a \
+                 ViT backbone (--backbone vit-tiny, vit-small or vit-base)",
+            )
+        })?;
+        let width = vit.embed_dim();
+        // The patches of the configured grid (the positions past the class token), read from
+        // the shape without drawing the lazily initialised embedding.
+        // A block spans at most `side - 1` rows and columns ([`block_size`]).
+        let patches = vit.pos_embed.lazy_shape().dims::<3>()[1].saturating_sub(1);
+        let side = patches.isqrt();
+        let largest = (side.max(2) - 1).pow(2);
+        if self.min_keep > largest {
+            return Err(ConfigError::new(
+                "min_keep",
+                format!(
+                    "{} is more than the {largest} patches the largest context block holds on \
+                     the image's {side}x{side} grid: no context could keep that many (the \
+                     authors' and lightly's 4)",
+                    self.min_keep
+                ),
+            ));
+        }
         let predictor = IjepaPredictor::new(width, (dim, heads, self.predictor_depth), device);
         let target = MomentumEncoder::new(
             &encoder,

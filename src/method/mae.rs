@@ -87,6 +87,13 @@ impl MaeConfig {
         device: &B::Device,
     ) -> Result<MaeNetwork<B, M>, ConfigError> {
         check_visible_ratio(self.mask_ratio, self.mask_ratio_schedule.as_ref())?;
+        if self.mask_ratio == 0.0 && self.mask_ratio_schedule.is_none() {
+            return Err(ConfigError::new(
+                "mask_ratio",
+                "0 hides no patch: MAE's loss is taken on the hidden patches only, so it would \
+                 be exactly 0 at every step; give a ratio in (0, 1) (the paper's 0.75)",
+            ));
+        }
         let (dim, heads) = (self.decoder_dim, self.decoder_heads);
         check_token_transformer(
             ["decoder_dim", "decoder_heads", "decoder_depth"],
