@@ -212,6 +212,149 @@ fn bad_input_exits_2_with_a_message_naming_it() {
     }
 }
 
+/// `tiny`'s run with another recipe.
+fn tiny_as(recipe: &str, run_dir: &str, extra: &[&str]) -> Vec<String> {
+    let mut args = tiny(run_dir, extra);
+    args[0] = recipe.into();
+    args
+}
+
+/// Settings that hung, grew without bound, or made a run meaningless (round three of the
+/// careless user's cases), each refused with exit 2 and one line naming the setting, the value
+/// and what is accepted, before anything is written.
+#[test]
+fn settings_that_hang_fill_memory_or_make_a_run_meaningless_are_refused() {
+    // A FIFO as the settings file (it blocked forever in read) and an endless device (it grew
+    // by some 400 MB/s); a run directory whose recipe.toml is a FIFO, read by `recipe resume`.
+    let fifo = scratch().join("settings.fifo");
+    let fifo_run = scratch().join("fifo-run");
+    std::fs::create_dir_all(&fifo_run).unwrap();
+    for path in [fifo.clone(), fifo_run.join("recipe.toml")] {
+        let _ = std::fs::remove_file(&path);
+        let made = Command::new("mkfifo").arg(&path).status().unwrap();
+        assert!(made.success(), "mkfifo {}", path.display());
+    }
+    // 30-pixel images: a ViT's patches of 4 leave 2 rows and columns unseen.
+    let png30 = scratch().join("png30");
+    std::fs::create_dir_all(&png30).unwrap();
+    for i in 0..8u8 {
+        image::GrayImage::from_fn(30, 30, |c, r| image::Luma([(c * 7 + r * 3) as u8 ^ i]))
+            .save(png30.join(format!("{i}.png")))
+            .unwrap();
+    }
+    let fifo_text = fifo.to_str().unwrap();
+    let huge = "method.hidden_dim=100000000";
+    let cases: Vec<(Vec<String>, &str)> =
+        vec![
+        (
+            tiny("cfg-fifo", &["--config", fifo_text]),
+            "settings.fifo: not a regular file (a pipe, socket or device)",
+        ),
+        (
+            tiny("cfg-zero", &["--config", "/dev/zero"]),
+            "--config /dev/zero: not a regular file",
+        ),
+        (
+            vec!["resume".into(), fifo_run.to_str().unwrap().into()],
+            "recipe.toml (the run's own settings): not a regular file",
+        ),
+        // The momentum recipes drew their networks before the size check (7.5-13.8 GB before
+        // a refusal, or none); `--check` had no size check.
+        (tiny("huge-light-moco", &[huge]), "parameters: at least"),
+        (tiny_as("moco_v2", "huge-moco-v2", &[huge]), "parameters: at least"),
+        (tiny_as("byol", "huge-byol", &[huge]), "parameters: at least"),
+        (tiny_as("moco_v3", "huge-moco-v3", &[huge]), "parameters: at least"),
+        (tiny("huge-check", &["--check", huge]), "parameters: at least"),
+        (
+            tiny("huge-queue", &["method.queue_size=1000000000000"]),
+            "parameters: at least",
+        ),
+        // `--check` passed what the run then refused.
+        (
+            tiny(
+                "check-crop",
+                &["--check", "augmentation.view1.crop.scale=[0.9, 0.1]"],
+            ),
+            "invalid `crop.scale`: min 0.9 is greater than max 0.1",
+        ),
+        // A schedule given a number (serde's "invalid type: integer, expected string or map").
+        (
+            tiny_as("mae_hpm", "hpm-share", &["method.hard_share=2"]),
+            "method.hard_share is a setting of several fields, not a single value; it is now \
+             {\"Linear\":",
+        ),
+        // Runs that train nothing: a loss of exactly 0, a context that can never keep its
+        // patches, a ViT that drops the edge pixels.
+        (
+            tiny_as("mae", "mae-ratio0", &["method.mask_ratio=0"]),
+            "0 hides no patch",
+        ),
+        (
+            tiny_as("ijepa", "ijepa-keep", &["method.min_keep=1000"]),
+            "1000 is more than the 36 patches the largest context block holds on the image's \
+             7x7 grid",
+        ),
+        (
+            tiny_as(
+                "mae",
+                "mae-30px",
+                &["--dataset", "folder", "--data", png30.to_str().unwrap(), "--image-size", "30"],
+            ),
+            "--backbone vit-tiny: image size 30 is not a multiple of the patch size 4: the last \
+             2 rows and columns of pixels would reach no patch; give --image-size a multiple of \
+             4 (e.g. 28 or 32)",
+        ),
+        // Negative values of the commands' options are their values (they read as unknown
+        // flags with the parser's usage).
+        (
+            ["eval", "--run-dir", "missing-run", "--probe-lr", "-1"].map(String::from).to_vec(),
+            "--probe-lr -1: must be a finite number > 0",
+        ),
+        (
+            ["eval", "--run-dir", "missing-run", "--label-fraction", "-0.1"]
+                .map(String::from)
+                .to_vec(),
+            "--label-fraction -0.1: must lie in (0, 1]",
+        ),
+        (
+            ["eval", "--run-dir", "missing-run", "--probe-epochs", "-3"]
+                .map(String::from)
+                .to_vec(),
+            "invalid value '-3' for '--probe-epochs",
+        ),
+        // A path may start with a hyphen; a path option followed by an option lost its path.
+        (
+            ["export", "--run-dir", "missing-run", "--out", "-x.safetensors"]
+                .map(String::from)
+                .to_vec(),
+            "--run-dir missing-run: not a directory",
+        ),
+        (
+            ["export", "--out", "--run-dir", "missing-run"].map(String::from).to_vec(),
+            "--out --run-dir: --out needs a path; --run-dir is an option",
+        ),
+    ];
+    for (args, expected) in cases {
+        let started = Instant::now();
+        let o = run(&as_strs(&args));
+        let code = check_error_shape(&o, expected);
+        assert_eq!(code, 2, "{expected}\n{}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{expected}\n{}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("unexpected argument"),
+            "{}",
+            stderr(&o)
+        );
+        // Refused before anything is written.
+        if let Some(i) = args.iter().position(|a| a == "--run-dir") {
+            let dir = scratch().join(&args[i + 1]);
+            assert!(!dir.exists(), "{expected}: {} was made", dir.display());
+        }
+        eprintln!("{expected}: refused in {:.1?}", started.elapsed());
+    }
+    assert!(!scratch().join("-x.safetensors").exists());
+}
+
 /// A data directory the user may not read is reported as "permission denied", not as missing
 /// files. As root (CI) the binary runs as `nobody` through `setpriv`, since root reads anything.
 #[test]

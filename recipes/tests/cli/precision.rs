@@ -84,7 +84,12 @@ fn bf16_runs_compute_in_bf16_and_follow_f32() {
         &["--resume", "--backbone", "small", "--precision", "f32"],
     )));
     assert_eq!(check_error_shape(&o, "resume in f32"), 2, "{}", stderr(&o));
-    assert!(stderr(&o).contains("precision"), "{}", stderr(&o));
+    // Named by its option with both values (it read `run.precision: run "bf16", given absent`).
+    assert!(
+        stderr(&o).contains("--precision: run \"bf16\", given \"f32\""),
+        "{}",
+        stderr(&o)
+    );
     let o = run(&[
         "resume",
         bf16_dir.to_str().unwrap(),

@@ -338,22 +338,31 @@ impl RecipeArgs {
             .run_dir
             .clone()
             .unwrap_or_else(|| PathBuf::from("runs").join(recipe));
+        // The file and how an error names it: the user's `--config`, or the run's own settings
+        // (no `--config` was given: naming the option would lead astray).
         let file = match &first.config {
-            Some(path) => Some(path.clone()),
+            Some(path) => Some((path.clone(), format!("--config {}", path.display()))),
             None if first.resume || first.extend => {
-                Some(run_dir.join(RECIPE_TOML)).filter(|p| p.is_file())
+                let own = run_dir.join(RECIPE_TOML);
+                let name = format!(
+                    "{} (the run's own settings, read on --resume)",
+                    own.display()
+                );
+                std::fs::symlink_metadata(&own)
+                    .is_ok()
+                    .then_some((own, name))
             }
             None => None,
         };
         let (resolved, overrides) = config_file::resolve(
             &<Self as clap::CommandFactory>::command(),
             recipe,
-            file.as_deref(),
+            file.as_ref().map(|(p, n)| (p.as_path(), n.as_str())),
             args,
             &first.overrides,
         )?;
         let args: Self = parse_recipe_args(recipe, &resolved)?;
-        if let Some(file) = &file {
+        if let Some((file, _)) = &file {
             log::info!("settings from {}", file.display());
         }
         Ok((args, overrides))
@@ -363,20 +372,52 @@ impl RecipeArgs {
 /// Parses a recipe's arguments into its options struct `T` (the recipe's name heads the usage
 /// line of `--help`; a clap error is a usage error).
 pub fn parse_recipe_args<T: Parser>(recipe: &str, args: &[String]) -> Result<T> {
-    // `--lr -1` is the option's value (refused by the option's own check, naming it), not an
-    // unknown flag `-1` with a tip that leads astray.
     let command = T::command()
         .bin_name(format!("recipe {recipe}"))
         .about(format!(
             "Options of `recipe {recipe}` (the recipe's defaults when not given)"
-        ))
-        .mut_args(|a| {
-            if a.get_action().takes_values() && !a.is_positional() {
-                a.allow_negative_numbers(true)
-            } else {
-                a
-            }
-        });
+        ));
+    parse_with(command, args)
+}
+
+/// Parses a command's arguments (`args[0]` its name) into `T`, as every command of the binary
+/// does: `--lr -1` is the option's value, refused by the option's own check naming it, and a
+/// path may start with a hyphen (`--out -x.npy`), where clap read both as an unknown flag with a
+/// tip that led astray. A clap error is a usage error.
+///
+/// # Errors
+/// A usage error: clap's, or a path option whose value is another option (`--out --run-dir`:
+/// the path was forgotten).
+pub fn parse_args<T: Parser>(args: &[String]) -> Result<T> {
+    parse_with(T::command(), args)
+}
+
+fn parse_with<T: Parser>(command: clap::Command, args: &[String]) -> Result<T> {
+    let is_path =
+        |a: &clap::Arg| a.get_value_parser().type_id() == std::any::TypeId::of::<PathBuf>();
+    let command = command.mut_args(|a| {
+        if !a.get_action().takes_values() || a.is_positional() {
+            a
+        } else if is_path(&a) {
+            a.allow_hyphen_values(true)
+        } else {
+            a.allow_negative_numbers(true)
+        }
+    });
+    let paths: Vec<String> = command
+        .get_arguments()
+        .filter(|a| is_path(a) && !a.is_positional())
+        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .collect();
+    // A path option followed by another option: the path was forgotten.
+    for pair in args.windows(2) {
+        if paths.contains(&pair[0]) && pair[1].starts_with("--") {
+            return Err(crate::usage::usage(format!(
+                "{} {}: {} needs a path; {} is an option",
+                pair[0], pair[1], pair[0], pair[1]
+            )));
+        }
+    }
     command
         .try_get_matches_from(args)
         .and_then(|m| T::from_arg_matches(&m))

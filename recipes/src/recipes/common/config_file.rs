@@ -154,8 +154,10 @@ impl Overrides {
              # setting that is off reads \"none\".\n\n{}",
             toml::to_string(&table)?
         );
+        // Written beside and renamed: never through a link planted at `recipe.toml`.
         let path = run_dir.join(RECIPE_TOML);
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+        curriculum_ssl::train::write_atomic(&path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))
     }
 }
 
@@ -170,17 +172,17 @@ pub struct ConfigFile {
 }
 
 impl ConfigFile {
-    /// Reads and checks a settings file.
+    /// Reads and checks a settings file, its errors headed by `name` (how the user knows the
+    /// file: `--config F`, or a run's own `recipe.toml` read on `--resume`).
     ///
     /// # Errors
-    /// An unreadable file, invalid TOML, or a top-level key other than `recipe`, `options` and
-    /// the sections.
-    pub fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| usage(format!("--config {}: {e}", path.display())))?;
+    /// A file that is not a regular file of at most [`MAX_SETTINGS_BYTES`] of UTF-8, invalid
+    /// TOML, or a top-level key other than `recipe`, `options` and the sections.
+    pub fn read_named(path: &Path, name: &str) -> Result<Self> {
+        let text = read_settings_text(path).map_err(|e| usage(format!("{name}: {e}")))?;
         let table: toml::Table = text
             .parse()
-            .map_err(|e| usage(format!("--config {}: not valid TOML: {e}", path.display())))?;
+            .map_err(|e| usage(format!("{name}: not valid TOML: {e}")))?;
         let mut file = Self {
             recipe: None,
             options: toml::Table::new(),
@@ -188,8 +190,7 @@ impl ConfigFile {
         };
         if let Some(key) = first_non_finite(&toml::Value::Table(table.clone()), "") {
             return Err(usage(format!(
-                "--config {}: {key} is not a finite number (nan and inf are not settings)",
-                path.display()
+                "{name}: {key} is not a finite number (nan and inf are not settings)"
             )));
         }
         for (key, value) in table {
@@ -202,9 +203,8 @@ impl ConfigFile {
                 }
                 (key, _) => {
                     return Err(usage(format!(
-                        "--config {}: `{key}` is not a setting of a recipe file (recipe, \
-                         [options], [method], [optimizer], [augmentation], [curation])",
-                        path.display()
+                        "{name}: `{key}` is not a setting of a recipe file (recipe, \
+                         [options], [method], [optimizer], [augmentation], [curation])"
                     )))
                 }
             }
@@ -213,27 +213,80 @@ impl ConfigFile {
     }
 }
 
+/// The largest settings file read: a recipe's whole `recipe.toml` is a few KB.
+pub const MAX_SETTINGS_BYTES: u64 = 1 << 20;
+
+/// Reads a settings file: a regular file (a FIFO or a device such as `/dev/zero` is refused
+/// before it is opened for reading: one blocked forever, the other grew without bound) of at
+/// most [`MAX_SETTINGS_BYTES`], as UTF-8. The reasons are worded for the user.
+fn read_settings_text(path: &Path) -> std::result::Result<String, String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| io_reason(&e))?;
+    if meta.is_dir() {
+        return Err("is a directory, not a settings file".into());
+    }
+    if !meta.is_file() {
+        return Err(
+            "not a regular file (a pipe, socket or device); give the path of a TOML file".into(),
+        );
+    }
+    if meta.len() > MAX_SETTINGS_BYTES {
+        return Err(format!(
+            "{} bytes; a settings file holds at most {} KiB",
+            meta.len(),
+            MAX_SETTINGS_BYTES >> 10
+        ));
+    }
+    let file = std::fs::File::open(path).map_err(|e| io_reason(&e))?;
+    let mut bytes = Vec::new();
+    // Bounded again while reading: the file may grow after its size was read.
+    file.take(MAX_SETTINGS_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_reason(&e))?;
+    if bytes.len() as u64 > MAX_SETTINGS_BYTES {
+        return Err(format!(
+            "more than {} KiB; a settings file holds at most that",
+            MAX_SETTINGS_BYTES >> 10
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "not a text file (invalid UTF-8 at byte {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+/// An I/O error in the user's words: the system's message without Rust's `(os error N)`.
+fn io_reason(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.find(" (os error") {
+        Some(at) => text[..at].to_string(),
+        None => text,
+    }
+}
+
 /// The command line with a settings file and `key=value` overrides resolved: the arguments
 /// clap parses (the file's options first, so that the command line wins) and the section
 /// overrides.
 ///
 /// `command` is the recipe's clap command (to turn option names into flags); `file` the file
-/// to read, if any; `pairs` the command line's `key=value` tokens.
+/// to read, if any, and how its errors name it (`--config F`, or a run's own `recipe.toml`);
+/// `pairs` the command line's `key=value` tokens.
 pub fn resolve(
     command: &clap::Command,
     recipe: &str,
-    file: Option<&Path>,
+    file: Option<(&Path, &str)>,
     args: &[String],
     pairs: &[String],
 ) -> Result<(Vec<String>, Overrides)> {
     let mut overrides = Overrides::default();
     let mut resolved = Vec::new();
-    if let Some(path) = file {
-        let file = ConfigFile::read(path)?;
+    if let Some((path, name)) = file {
+        let file = ConfigFile::read_named(path, name)?;
         if let Some(other) = file.recipe.as_deref().filter(|r| *r != recipe) {
             return Err(usage(format!(
-                "--config {}: written for recipe `{other}`, not `{recipe}`",
-                path.display()
+                "{name}: written for recipe `{other}`, not `{recipe}`"
             )));
         }
         for (key, value) in &file.options {
@@ -462,6 +515,24 @@ fn set(root: &mut Value, section: &str, setting: &Setting) -> Result<()> {
         walked = format!("{walked}.{key}");
         let slot = map.get_mut(key).expect("checked");
         if last {
+            // A number, switch or list for a setting of several fields (a schedule such as
+            // `method.hard_share`): serde's "invalid type: integer, expected string or map" did
+            // not say what the setting looks like.
+            let scalar = matches!(
+                setting.value,
+                Value::Number(_) | Value::Bool(_) | Value::Array(_)
+            );
+            if slot.is_object() && scalar {
+                let example = first_leaf(slot, &walked)
+                    .map_or(String::new(), |(path, v)| format!(" (e.g. {path}={v})"));
+                return Err(usage(format!(
+                    "{}: {walked} is a setting of several fields, not a single value; it is now \
+                     {}: set one of its fields{example}, or give the whole setting in a \
+                     --config file",
+                    setting.origin,
+                    serde_json::to_string(slot).unwrap_or_default()
+                )));
+            }
             *slot = setting.value.clone();
             return Ok(());
         }
@@ -475,6 +546,17 @@ fn set(root: &mut Value, section: &str, setting: &Setting) -> Result<()> {
         node = slot;
     }
     Ok(())
+}
+
+/// The first leaf below `value` that holds a number, with its `key=value` path from `path`.
+fn first_leaf(value: &Value, path: &str) -> Option<(String, Value)> {
+    match value {
+        Value::Object(map) => map
+            .iter()
+            .find_map(|(k, v)| first_leaf(v, &format!("{path}.{k}"))),
+        Value::Number(_) => Some((path.to_string(), value.clone())),
+        _ => None,
+    }
 }
 
 /// Merges a file's table into the configuration's value: keys must exist; tables merge into
@@ -653,11 +735,12 @@ mod tests {
         )
         .unwrap();
         let args = vec!["--epochs".to_string(), "9".to_string()];
-        let (resolved, overrides) = resolve(&command(), "r", Some(&file), &args, &[]).unwrap();
+        let (resolved, overrides) =
+            resolve(&command(), "r", Some((&file, "--config F")), &args, &[]).unwrap();
         assert_eq!(resolved, ["--epochs=7", "--mean=0.5,0.25", "--epochs", "9"]);
         let got = overrides.apply("method", example()).unwrap();
         assert_eq!((got.temperature, got.blur.unwrap().p), (0.5, 0.0));
-        let e = resolve(&command(), "other", Some(&file), &args, &[])
+        let e = resolve(&command(), "other", Some((&file, "--config F")), &args, &[])
             .unwrap_err()
             .to_string();
         assert!(e.contains("written for recipe `r`"), "{e}");
@@ -674,9 +757,16 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("config-file-rt-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         overrides.write(&dir, "r", toml::Table::new()).unwrap();
-        let file = ConfigFile::read(&dir.join(RECIPE_TOML)).unwrap();
+        let file = ConfigFile::read_named(&dir.join(RECIPE_TOML), "recipe.toml").unwrap();
         assert_eq!(file.recipe.as_deref(), Some("r"));
-        let (_, back) = resolve(&command(), "r", Some(&dir.join(RECIPE_TOML)), &[], &[]).unwrap();
+        let (_, back) = resolve(
+            &command(),
+            "r",
+            Some((&dir.join(RECIPE_TOML), "recipe.toml")),
+            &[],
+            &[],
+        )
+        .unwrap();
         assert_eq!(
             back.apply("method", example()).unwrap().temperature,
             built.temperature
@@ -729,8 +819,44 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("r.toml");
         std::fs::write(&file, "recipe = \"r\"\n[method.blur]\np = nan\n").unwrap();
-        let e = ConfigFile::read(&file).err().unwrap().to_string();
+        let e = ConfigFile::read_named(&file, "--config F")
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("method.blur.p is not a finite number"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A settings file is read bounded: a file over the cap, bytes that are not UTF-8 (a run's
+    /// `recipe.toml` written over by a binary table), a directory and a device are each named,
+    /// never read without bound (`/dev/zero` grew by some 400 MB/s).
+    #[test]
+    fn settings_files_are_read_bounded_and_regular() {
+        let dir = std::env::temp_dir().join(format!("config-file-bounds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let big = dir.join("big.toml");
+        std::fs::write(&big, vec![b'#'; MAX_SETTINGS_BYTES as usize + 1]).unwrap();
+        let binary = dir.join("binary.toml");
+        std::fs::write(&binary, [b'a', b'=', 0x93, 0x4e, 0x55]).unwrap();
+        for (path, expected) in [
+            (
+                big.as_path(),
+                "1048577 bytes; a settings file holds at most 1024 KiB",
+            ),
+            (
+                binary.as_path(),
+                "not a text file (invalid UTF-8 at byte 2)",
+            ),
+            (dir.as_path(), "is a directory, not a settings file"),
+            (
+                Path::new("/dev/zero"),
+                "not a regular file (a pipe, socket or device); give the path of a TOML file",
+            ),
+            (&dir.join("absent.toml"), "No such file or directory"),
+        ] {
+            let e = ConfigFile::read_named(path, "F").err().unwrap().to_string();
+            assert_eq!(e, format!("F: {expected}"), "{}", path.display());
+        }
         let _ = std::fs::remove_dir_all(dir);
     }
 

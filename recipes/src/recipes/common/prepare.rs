@@ -11,7 +11,7 @@ use crate::usage::usage;
 use anyhow::Result;
 use clap::ValueEnum;
 use curriculum_ssl::augment::normalize::Normalize;
-use curriculum_ssl::base::seed::parameter_count;
+use curriculum_ssl::base::seed::{self, parameter_count};
 use curriculum_ssl::curation::FrechetCurationConfig;
 use curriculum_ssl::curriculum::{MixupCurriculumConfig, StrengthCurriculumConfig};
 use curriculum_ssl::method::pgd::PgdConfig;
@@ -442,7 +442,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     let device = backend::open(args.device, args.precision)?;
     let data = settings.source.load()?;
     let channels = data.shape().2;
-    BackboneSpec {
+    let spec = BackboneSpec {
         config: settings.backbone.config(
             channels,
             data.shape().0,
@@ -450,8 +450,28 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
             settings.pooled_grid(data.shape().0),
         ),
         weights: settings.weights.clone(),
+    };
+    if let curriculum_ssl_models::AnyBackboneConfig::Vit(vit) = &spec.config {
+        // A ViT whose patches do not tile the image (it dropped the edge pixels silently).
+        vit.check().map_err(|e| {
+            let p = vit.patch_size;
+            let hint = if settings.source.dataset.is_files() {
+                let below = vit.image_size / p * p;
+                format!(
+                    "; give --image-size a multiple of {p} (e.g. {} or {})",
+                    below.max(p),
+                    below + p
+                )
+            } else {
+                String::new()
+            };
+            usage(format!(
+                "--backbone {}: {e}{hint}",
+                value_name(settings.backbone)
+            ))
+        })?;
     }
-    .check(data.shape(), "--backbone", &device)?;
+    spec.check(data.shape(), "--backbone", &device)?;
     let normalize = normalization(&args, &settings.source, &data)?;
     let mut pipeline = pipeline(defaults.preset, &data, settings.seed, normalize);
     if let Some(count) = args.local_crops {
@@ -560,7 +580,9 @@ impl Prepared {
     ///
     /// The networks' size is checked from their shapes before their weights are drawn: a run
     /// that cannot fit in memory (e.g. `method.hidden_dim=100000000`) is refused naming its size,
-    /// instead of growing until the system kills it.
+    /// instead of growing until the system kills it. The methods check it themselves before they
+    /// draw or copy a network ([`seed::with_size_limit`]: a momentum encoder's copy drew the
+    /// online network while it was built, before any check after the build).
     pub fn init<S, E>(
         &self,
         device: &Device,
@@ -571,11 +593,18 @@ impl Prepared {
         E: Into<anyhow::Error>,
     {
         let replicas = self.args.devices.max(1);
-        init_method::<Train, S, anyhow::Error>(device, self.settings.seed, |d| {
-            let method = build(d).map_err(Into::into)?;
-            check_fits(parameter_count(method.online()), replicas)?;
-            Ok(method)
-        })
+        let limit = parameter_limit(replicas);
+        let (built, refused) = seed::with_size_limit(limit, || {
+            init_method::<Train, S, anyhow::Error>(device, self.settings.seed, |d| {
+                build(d).map_err(Into::into)
+            })
+        });
+        if let Some(parameters) = refused {
+            check_fits(parameters, replicas)?;
+        }
+        let method = built?;
+        check_fits(parameter_count(method.online()), replicas)?;
+        Ok(method)
     }
 
     /// A MoCo recipe's method with the command line's `--shuffle-bn`.
@@ -594,6 +623,18 @@ const MAX_PARAMETERS: u64 = 1 << 32;
 /// on top, so a run refused by this bound could never have fitted.
 const BYTES_PER_PARAMETER: u64 = 16;
 
+/// The most parameters [`check_fits`] lets through on `replicas` replicas (a network of more is
+/// refused by it): the limit the methods check before they draw a network.
+fn parameter_limit(replicas: usize) -> u64 {
+    let mut limit = MAX_PARAMETERS;
+    if backend::NAME.starts_with("cpu") {
+        if let Some(available) = available_memory() {
+            limit = limit.min(available / BYTES_PER_PARAMETER / replicas.max(1) as u64);
+        }
+    }
+    limit
+}
+
 /// Refuses networks of `parameters` values (on each of `replicas` replicas) that cannot fit:
 /// above [`MAX_PARAMETERS`], or, on the CPU backend, above the memory the system says is
 /// available.
@@ -605,8 +646,9 @@ fn check_fits(parameters: u64, replicas: usize) -> Result<()> {
     let refuse = |limit: String| {
         usage(format!(
             "the networks have {parameters} parameters: at least {:.1} GiB with their gradients \
-             and optimiser state{}, more than {limit}; lower the method's widths \
-             (method.hidden_dim, method.output_dim) or choose a smaller --backbone",
+             and optimiser state{}, more than {limit}; lower the method's sizes \
+             (method.hidden_dim, method.output_dim, a queue's method.queue_size) or choose a \
+             smaller --backbone",
             gib(needed),
             if replicas > 1 {
                 format!(" on {replicas} replicas")
