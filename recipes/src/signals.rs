@@ -65,7 +65,7 @@ fn wait_passing_signals<R>(
     wait: impl FnOnce(Child) -> std::io::Result<R>,
 ) -> std::io::Result<R> {
     let stop = stop_flag();
-    let child = command.process_group(0).spawn()?;
+    let child = ends_with_this_process(command.process_group(0)).spawn()?;
     CHILD.store(child.id(), Ordering::SeqCst);
     // A signal that came before the child was known (between two runs of a study, or while
     // this one started) is passed on now: the child stops after its first step.
@@ -75,6 +75,40 @@ fn wait_passing_signals<R>(
     let result = wait(child);
     CHILD.store(0, Ordering::SeqCst);
     result
+}
+
+/// Makes the child that `command` starts receive SIGTERM when this process ends, however it
+/// ends (`kill -9` included), so that it stops after its step as on any SIGTERM instead of
+/// training on as an orphan that holds its run directory (Linux: `PR_SET_PDEATHSIG`, set in the
+/// child between `fork` and `exec`). A parent that died before the setting took effect is seen
+/// by the child (its parent is no longer this process), which then does not start. The signal
+/// follows the thread that starts the child: start children from a thread that lives as long as
+/// the process waits for them (a study starts its runs from its main thread). Elsewhere than on
+/// Linux, nothing changes.
+pub fn ends_with_this_process(command: &mut Command) -> &mut Command {
+    #[cfg(target_os = "linux")]
+    {
+        let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+        // prctl(2) reads its arguments as unsigned longs.
+        let signal = libc::SIGTERM as libc::c_ulong;
+        let zero: libc::c_ulong = 0;
+        // SAFETY: the closure runs in the child between fork and exec, where only
+        // async-signal-safe calls are allowed: prctl(2) and getppid(2) are system calls, and
+        // the errors are built from OS error numbers without allocating.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, signal, zero, zero, zero) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have died between fork and prctl: then the signal never comes.
+                if libc::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+    }
+    command
 }
 
 /// Sends SIGTERM to the child being waited for, if any.

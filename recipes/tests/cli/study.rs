@@ -406,3 +406,349 @@ recipe = "light_moco"
     assert!(rows() < 250, "{} steps", rows());
     assert!(record(&dir, "a", 0)["result"].is_null());
 }
+
+/// A study of one light_moco arm and one seed, with these `[options]` and `[evaluation]`
+/// lines (batches of 32, one loader worker).
+fn one_arm_study(name: &str, options: &str, evaluation: &str) -> std::path::PathBuf {
+    let text = format!(
+        "title = \"{name}\"\nseeds = [0]\nbaseline = \"a\"\n\n[options]\n{options}\n\
+         batch_size = 32\nworkers = 1\n\n[evaluation]\n{evaluation}\n\n\
+         [[arm]]\nname = \"a\"\nrecipe = \"light_moco\"\n"
+    );
+    let path = scratch().join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A process that is gone or a zombie (ended, not yet reaped by its new parent).
+#[cfg(target_os = "linux")]
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command's closing parenthesis.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+/// The process id written into a run directory's `.lock` by the process holding it.
+fn lock_holder(run: &Path) -> Option<u32> {
+    std::fs::read_to_string(run.join(".lock"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Waits up to `limit` for `done`, sleeping 50 ms between tries; panics with `what` after.
+fn wait_for(limit: std::time::Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "{what} within {limit:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A study killed with SIGKILL takes its run with it: the run gets SIGTERM and stops after its
+/// step (it went on training as an orphan, and the study run again was refused: "in use by
+/// process N"). Run again while a process still holds the run directory, the study waits for
+/// it, saying so, and goes on once it is released.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_study_killed_with_sigkill_ends_its_run_and_continues_when_run_again() {
+    use std::process::Stdio;
+    use std::time::Duration;
+    let name = "killed-study";
+    // The embedded Fashion-MNIST subset (no data_dir): one epoch of 250 steps, long enough to
+    // be killed during.
+    let file = one_arm_study(
+        name,
+        "epochs = 1\nknn_every = 0",
+        "linear_probe = false\nraw_pixels = false",
+    );
+    let dir = scratch().join(name);
+    let run_dir = dir.join("runs/a/seed-0");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (out, err) = (
+        scratch().join(format!("{name}.out")),
+        scratch().join(format!("{name}.err")),
+    );
+    let spawn = |out: &Path, err: &Path| {
+        crate::common::recipe(&["study", file.to_str().unwrap()])
+            .stdout(Stdio::from(std::fs::File::create(out).unwrap()))
+            .stderr(Stdio::from(std::fs::File::create(err).unwrap()))
+            .spawn()
+            .unwrap()
+    };
+    let mut study = spawn(&out, &err);
+    let rows = || {
+        std::fs::read_to_string(run_dir.join("steps.csv"))
+            .map(|t| t.lines().count().saturating_sub(1))
+            .unwrap_or(0)
+    };
+    wait_for(
+        Duration::from_secs(300),
+        "a step of the study's run",
+        || rows() > 0 || study.try_wait().unwrap().is_some(),
+    );
+    assert!(
+        study.try_wait().unwrap().is_none(),
+        "{}",
+        std::fs::read_to_string(&err).unwrap()
+    );
+    let child = lock_holder(&run_dir).expect("the run holds its directory");
+    assert_ne!(child, study.id());
+    study.kill().unwrap();
+    study.wait().unwrap();
+    wait_for(
+        Duration::from_secs(120),
+        "the run ends after its study was killed",
+        || ended(child),
+    );
+    let logged = std::fs::read_to_string(&err).unwrap();
+    // It stopped after its step, as on SIGTERM, within its epoch.
+    assert!(logged.contains("error: interrupted at step"), "{logged}");
+    assert!(rows() < 250, "{} steps", rows());
+    assert!(record(&dir, "a", 0)["result"].is_null());
+
+    // A process still holding the run directory (as a run finishing its step would): the study
+    // run again waits for it, saying so, and runs once it is released.
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(run_dir.join(".lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    std::fs::write(run_dir.join(".lock"), std::process::id().to_string()).unwrap();
+    let (out2, err2) = (
+        scratch().join(format!("{name}-2.out")),
+        scratch().join(format!("{name}-2.err")),
+    );
+    let mut again = spawn(&out2, &err2);
+    let said = format!(
+        "study: {} is in use by process {}",
+        run_dir.display(),
+        std::process::id()
+    );
+    wait_for(
+        Duration::from_secs(300),
+        "the study saying it waits",
+        || {
+            std::fs::read_to_string(&out2).is_ok_and(|t| t.contains(&said))
+                || again.try_wait().unwrap().is_some()
+        },
+    );
+    let printed = std::fs::read_to_string(&out2).unwrap();
+    assert!(
+        printed.contains(&said) && printed.contains("waiting up to 30 s for it to end"),
+        "{printed}\n{}",
+        std::fs::read_to_string(&err2).unwrap()
+    );
+    drop(lock);
+    // Its run starts (the new run holds the directory), and stops with the study on SIGTERM.
+    wait_for(
+        Duration::from_secs(120),
+        "the run of the study run again",
+        || {
+            lock_holder(&run_dir).is_some_and(|p| p != child && p != std::process::id())
+                || again.try_wait().unwrap().is_some()
+        },
+    );
+    assert!(
+        again.try_wait().unwrap().is_none(),
+        "{}",
+        std::fs::read_to_string(&err2).unwrap()
+    );
+    let second = lock_holder(&run_dir).unwrap();
+    let killed = Command::new("kill")
+        .args(["-TERM", &again.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = again.wait().unwrap();
+    let logged = std::fs::read_to_string(&err2).unwrap();
+    assert_eq!(status.code(), Some(130), "{logged}");
+    assert!(
+        logged.contains("the study stopped during arm `a`, seed 0") && !logged.contains("in use"),
+        "{logged}"
+    );
+    assert!(ended(second) || !std::path::Path::new(&format!("/proc/{second}")).exists());
+}
+
+/// A study's record damaged (truncated) or lost: named with a warning and rebuilt from its
+/// complete run, with the same numbers and nothing trained or evaluated again (it was exit 1
+/// with a JSON error; a lost one refused the finished run). A run directory that is not the
+/// arm's own by its settings is refused, never adopted; a damaged record of a run with other
+/// settings is a changed run; an unfinished run behind a damaged record resumes.
+#[test]
+fn a_damaged_or_lost_record_is_rebuilt_from_its_run() {
+    let name = "records";
+    // Two epochs of two steps on the tiny data, a one-epoch probe and a 10 % label probe.
+    let options = format!(
+        "data_dir = \"{}\"\nepochs = 2\nknn_every = 1",
+        data().display()
+    );
+    let file = one_arm_study(name, &options, "probe_epochs = 1\nlabel_fraction = 0.1");
+    let file = file.to_str().unwrap();
+    let dir = scratch().join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = run(&["study", file]);
+    assert_eq!(check_error_shape(&o, "first"), 0, "{}", stderr(&o));
+    let path = dir.join("runs/a/seed-0.json");
+    let raw = dir.join("runs/raw-pixels/seed-0.json");
+    let whole = std::fs::read(&path).unwrap();
+    assert!(record(&dir, "a", 0)["result"]["metrics"]["few_label_top1"].is_number());
+    let again = |case: &str| {
+        let o = run(&["study", file]);
+        let (out, err) = (String::from_utf8_lossy(&o.stdout).to_string(), stderr(&o));
+        (check_error_shape(&o, case), out, err)
+    };
+
+    // Truncated: named, rebuilt from the run's files; nothing runs again.
+    std::fs::write(&path, &whole[..whole.len() / 2]).unwrap();
+    let (code, out, err) = again("truncated");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!("{}: damaged or truncated (", path.display()))
+            && err.contains("rebuilt from the complete run in"),
+        "{err}"
+    );
+    assert!(
+        !out.contains("study: run ") && !out.contains("recipe eval"),
+        "{out}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), whole);
+
+    // Lost: the run is the arm's by its own recipe.toml, so it is adopted and rebuilt.
+    std::fs::remove_file(&path).unwrap();
+    let (code, out, err) = again("lost");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!("{}: missing, but", path.display())) && err.contains("rebuilt"),
+        "{err}"
+    );
+    assert!(
+        !out.contains("study: run ") && !out.contains("recipe eval"),
+        "{out}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), whole);
+
+    // The raw pixels' record damaged: measured again.
+    let raw_whole = std::fs::read(&raw).unwrap();
+    std::fs::write(&raw, &raw_whole[..10]).unwrap();
+    let (code, _, err) = again("raw");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!("{}: damaged or truncated (", raw.display()))
+            && err.contains("measured again"),
+        "{err}"
+    );
+    assert!(record(&dir, "raw-pixels", 0)["result"]["metrics"]["probe_top1"].is_number());
+
+    // Lost beside a run of other settings (its recipe.toml says another learning rate): not
+    // the arm's run, refused and left as it is.
+    let toml_path = dir.join("runs/a/seed-0/recipe.toml");
+    let settings = std::fs::read_to_string(&toml_path).unwrap();
+    let lr_line = settings.lines().find(|l| l.starts_with("lr = ")).unwrap();
+    std::fs::write(&toml_path, settings.replace(lr_line, "lr = 0.5")).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let (code, _, err) = again("foreign");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("a run the study did not record (no ")
+            && err.contains("options.lr: run 0.5, now ")
+            && err.contains("move it away"),
+        "{err}"
+    );
+    assert!(!path.exists());
+    // Damaged beside it: a changed run, refused naming the record, with the way out.
+    std::fs::write(&path, &whole[..whole.len() / 3]).unwrap();
+    let (code, _, err) = again("damaged and changed");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("damaged or truncated")
+            && err.contains("its run's settings are not the arm's now: options.lr: run 0.5")
+            && err.contains("--rerun-changed"),
+        "{err}"
+    );
+    std::fs::write(&toml_path, &settings).unwrap();
+
+    // Damaged, and its run stopped before its last epoch: the run resumes and is recorded.
+    std::fs::remove_dir_all(dir.join("runs/a/seed-0/checkpoints/epoch-0002")).unwrap();
+    let (code, out, err) = again("unfinished");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("damaged or truncated") && err.contains("resumes"),
+        "{err}"
+    );
+    assert!(
+        out.contains("run 1 of 1: arm `a`, seed 0") && out.contains("resuming from"),
+        "{out}"
+    );
+    assert!(dir.join("runs/a/seed-0/checkpoints/epoch-0002").is_dir());
+    assert!(record(&dir, "a", 0)["result"]["metrics"]["knn20_top1"].is_number());
+    crate::common::checked(&[&dir]);
+}
+
+/// `--dir` on a file, through a file, on a training run's directory or inside one: exit 2
+/// naming it, before anything is written (a file was exit 1 "File exists"; a run directory
+/// received the study's report and runs).
+#[test]
+fn a_study_directory_that_is_a_file_or_a_run_is_refused() {
+    let file = study_file("dir-checks", "0.5");
+    let file = file.to_str().unwrap();
+    let afile = scratch().join("dir-checks-file");
+    std::fs::write(&afile, "x").unwrap();
+    let run_dir = scratch().join("dir-checks-run");
+    let o = run(&crate::common::as_strs(&crate::common::tiny(
+        run_dir.to_str().unwrap(),
+        &[],
+    )));
+    assert_eq!(check_error_shape(&o, "the run"), 0, "{}", stderr(&o));
+    let holds = |dir: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = holds(&run_dir);
+    let inside = run_dir.join("study");
+    let through = std::path::PathBuf::from("dir-checks-file/study");
+    for (case, dir, expected) in [
+        (
+            "file",
+            &afile,
+            format!("--dir {}: not a directory", afile.display()),
+        ),
+        (
+            "through a file",
+            &through,
+            "--dir dir-checks-file/study: dir-checks-file is not a directory".to_string(),
+        ),
+        (
+            "run",
+            &run_dir,
+            format!("--dir {}: a training run's directory", run_dir.display()),
+        ),
+        (
+            "inside a run",
+            &inside,
+            format!(
+                "--dir {}: inside the training run directory {}",
+                inside.display(),
+                std::fs::canonicalize(&run_dir).unwrap().display()
+            ),
+        ),
+    ] {
+        let o = run(&["study", file, "--dir", dir.to_str().unwrap()]);
+        let err = stderr(&o);
+        assert_eq!(check_error_shape(&o, case), 2, "{case}\n{err}");
+        assert!(err.contains(&expected), "{case}: {expected}\n{err}");
+    }
+    assert_eq!(std::fs::read_to_string(&afile).unwrap(), "x");
+    assert_eq!(holds(&run_dir), before, "nothing written into the run");
+    crate::common::checked(&[&run_dir, &afile]);
+}

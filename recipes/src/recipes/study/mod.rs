@@ -16,7 +16,28 @@
 //! arm and metric) and the per-epoch curves as PNG (`report`).
 //!
 //! Each run is a child process of this binary (a fresh process per run: no state of one run
-//! reaches the next; Ctrl-C reaches the child, which checkpoints and stops).
+//! reaches the next; Ctrl-C reaches the child, which checkpoints and stops). The children end
+//! with the study, however it ends: killed with SIGKILL, the study leaves no run training on
+//! its own (on Linux each child gets SIGTERM when the study dies and stops after its step). A
+//! run directory still held by another process (such a run finishing its step) is waited for
+//! up to 30 s, saying so, before it is refused naming the process.
+//!
+//! The records: each is written as a new file beside it, flushed, and renamed over the old one.
+//! A record that cannot be read (truncated, not a record) is named, `PATH: damaged or truncated
+//! (…)`, with a warning, and written again: rebuilt from its run directory when the run is
+//! complete (its `config.json`'s epochs, the last row of its `epochs.csv` and that epoch's
+//! checkpoint) and its `recipe.toml` shows the arm's recipe, the seed and the arm's settings,
+//! its numbers taken from `epochs.csv` and from the row of `evals.csv` that evaluated the last
+//! checkpoint as the study does; otherwise the run resumes (its own resume refuses other
+//! settings; a complete run trains nothing and is evaluated again) or starts afresh. A damaged
+//! record whose run shows other settings is a changed run (refused; `--rerun-changed` moves it
+//! aside). A run directory without a record is adopted only when it is a run whose own
+//! `recipe.toml` shows the arm's recipe, this seed and exactly the settings the arm resolves to
+//! now (the study's own run, its record lost: a run with those settings is that run); anything
+//! else there is refused, naming the directory and why, never adopted or overwritten.
+//!
+//! The study's directory may not be a file, a training run's directory, or inside one (its
+//! report and runs would mix with a run's files): each is refused before anything runs.
 
 mod file;
 mod report;
@@ -96,25 +117,83 @@ pub fn record_path(dir: &Path, arm: &str, seed: u64) -> PathBuf {
     dir.join("runs").join(arm).join(format!("seed-{seed}.json"))
 }
 
-/// Reads a run's record, if the run has one.
+/// What a run's record file holds.
+#[derive(Debug)]
+pub enum Stored {
+    /// No record.
+    Missing,
+    /// A file that is not a record (truncated by a full disk or a crash of an earlier version,
+    /// edited by hand): why it cannot be read.
+    Damaged(String),
+    /// The record.
+    Record(RunRecord),
+}
+
+/// Reads a run's record: the record, none, or a damaged file (said by [`damaged`]).
 ///
 /// # Errors
-/// A record that cannot be read or parsed.
-pub fn read_record(path: &Path) -> Result<Option<RunRecord>> {
+/// A record that cannot be read at all (permission denied), naming it.
+pub fn load_record(path: &Path) -> Result<Stored> {
     match std::fs::read(path) {
-        Ok(bytes) => Ok(Some(
-            serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))?,
-        )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        Ok(bytes) => Ok(match serde_json::from_slice(&bytes) {
+            Ok(record) => Stored::Record(record),
+            Err(e) => Stored::Damaged(e.to_string()),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Stored::Missing),
+        Err(e) => Err(usage(format!("{}: cannot read: {e}", path.display()))),
     }
 }
 
-fn write_record(path: &Path, record: &RunRecord) -> Result<()> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+/// How a damaged record is named: its path, "damaged or truncated", and what the reader found.
+pub fn damaged(path: &Path, why: &str) -> String {
+    format!("{}: damaged or truncated ({why})", path.display())
+}
+
+/// Reads a run's record, if the run has one.
+///
+/// # Errors
+/// A record that cannot be read, or is damaged ([`damaged`]: a usage error).
+pub fn read_record(path: &Path) -> Result<Option<RunRecord>> {
+    match load_record(path)? {
+        Stored::Missing => Ok(None),
+        Stored::Record(record) => Ok(Some(record)),
+        Stored::Damaged(why) => Err(usage(damaged(path, &why))),
     }
-    curriculum_ssl::train::write_atomic(path, &serde_json::to_vec_pretty(record)?)?;
+}
+
+/// Writes a record as a new file beside it (created new: never through a file or link already
+/// there), flushed, then renamed over the old one: a reader sees the old record or the new, and
+/// a stop in between leaves the old one whole (the temporary file, named by this process, is
+/// replaced by the next writer of the same name).
+fn write_record(path: &Path, record: &RunRecord) -> Result<()> {
+    use std::io::Write;
+    let parent = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    let bytes = serde_json::to_vec_pretty(record)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = parent.join(format!(".{name}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let written = (|| -> std::io::Result<()> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        // The rename reaches the disk with its directory.
+        if let Ok(dir) = std::fs::File::open(parent) {
+            let _ = dir.sync_all();
+        }
+        Ok(())
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("writing {}", path.display()));
+    }
     Ok(())
 }
 
@@ -132,6 +211,7 @@ pub fn run(args: &[String]) -> Result<()> {
             args.file.display()
         )));
     }
+    check_study_dir(&dir, args.dir.is_some())?;
     let title = study.title.clone().unwrap_or_else(|| {
         args.file
             .file_stem()
@@ -142,7 +222,7 @@ pub fn run(args: &[String]) -> Result<()> {
         return report::write(&dir, &study, &title);
     }
     let resolved = check_arms(&study)?;
-    let changed = changed_runs(&dir, &study, &resolved)?;
+    let Reconciled { changed, repairs } = reconcile(&dir, &study, &resolved)?;
     if !changed.is_empty() && !args.check {
         if !args.rerun_changed {
             return Err(usage(format!(
@@ -175,6 +255,9 @@ pub fn run(args: &[String]) -> Result<()> {
         );
         return Ok(());
     }
+    for repair in &repairs {
+        repair.apply(&dir, &study)?;
+    }
     let stop = crate::signals::stop_flag();
     let plan: Vec<(&Arm, u64)> = study
         .seeds
@@ -184,8 +267,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let total = plan.len();
     let mut unfinished = Vec::with_capacity(total);
     for (arm, seed) in &plan {
-        let record = read_record(&record_path(&dir, &arm.name, *seed))?;
-        unfinished.push(record.is_none_or(|r| r.result.is_none()));
+        let record = load_record(&record_path(&dir, &arm.name, *seed))?;
+        unfinished.push(!matches!(record, Stored::Record(RunRecord { result: Some(_), .. })));
     }
     let mut durations = Vec::new();
     for (index, (arm, seed)) in plan.iter().enumerate() {
@@ -222,6 +305,13 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         report::write(&dir, &study, &title)?;
     }
+    // The raw pixels' rows of seeds whose runs had all finished before (their record lost or
+    // damaged since): measured again.
+    if study.evaluation.raw_pixels && study.evaluation.any() {
+        for &seed in &study.seeds {
+            raw_pixels(&dir, &study, seed)?;
+        }
+    }
     report::write(&dir, &study, &title)?;
     println!(
         "study: every run finished; the report is {}",
@@ -237,34 +327,321 @@ fn hms(seconds: f64) -> String {
     ))
 }
 
-/// The (arm, seed, why) whose record was made under another definition of the arm, or whose
-/// run resolved to settings other than the arm's now (`resolved`, from [`check_arms`]: a
-/// default of the recipes changed since), or whose directory holds something the study did
-/// not make.
-fn changed_runs(
+/// Refuses a study directory that cannot hold a study: a file (or a path through one), a
+/// training run's directory (the study would write its report and its runs among the run's
+/// files), or a directory inside a run directory. `given`: named by `--dir` (else it is the
+/// study file's path without `.toml`).
+fn check_study_dir(dir: &Path, given: bool) -> Result<()> {
+    let name = match given {
+        true => format!("--dir {}", dir.display()),
+        false => format!(
+            "{} (the study's directory: the file's path without .toml; --dir chooses another)",
+            dir.display()
+        ),
+    };
+    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    // The nearest part of the path that is there.
+    let Some((nearest, metadata)) = absolute
+        .ancestors()
+        .find_map(|a| Some((a, std::fs::metadata(a).ok()?)))
+    else {
+        return Ok(());
+    };
+    if !metadata.is_dir() {
+        // The file as the path given names it (`afile` of `--dir afile/sub`).
+        let above = absolute.components().count() - nearest.components().count();
+        let shown = dir
+            .ancestors()
+            .nth(above)
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(nearest);
+        return Err(usage(match above {
+            0 => format!("{name}: not a directory"),
+            _ => format!("{name}: {} is not a directory", shown.display()),
+        }));
+    }
+    let real = std::fs::canonicalize(nearest).unwrap_or_else(|_| nearest.to_path_buf());
+    for ancestor in real.ancestors() {
+        use curriculum_ssl::train::run_dir::{inspect, DirState};
+        if let Ok(DirState::Run { .. }) = inspect(ancestor) {
+            return Err(usage(match ancestor == real && nearest == absolute {
+                true => format!(
+                    "{name}: a training run's directory (it holds the config.json or the \
+                     checkpoints/ of a run); a study writes its report and its own runs into \
+                     its directory: choose a new or empty directory"
+                ),
+                false => format!(
+                    "{name}: inside the training run directory {}; a study's directory must \
+                     not lie in a run's: choose one outside it",
+                    ancestor.display()
+                ),
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// What [`reconcile`] found before anything runs.
+struct Reconciled {
+    /// The (arm, seed, why) whose run was made under another definition of the arm
+    /// ([`StudyFile::fingerprint`]), or whose settings are not what the arm resolves to now.
+    changed: Vec<(String, u64, String)>,
+    /// Records to write again (damaged, or missing for a run that is the arm's own).
+    repairs: Vec<Repair>,
+}
+
+/// A record written again before the runs.
+struct Repair {
+    arm: String,
+    seed: u64,
+    /// What was wrong, for the warning: the damaged record's reader error, or none (missing).
+    damaged: Option<String>,
+    /// Whether the run's own recipe.toml shows it is the arm's, with this seed and the arm's
+    /// settings (else only its resume can tell: the run's settings are checked by it).
+    verified: bool,
+}
+
+impl Repair {
+    /// Writes the record: rebuilt from a complete, verified run directory (its epochs.csv and
+    /// the evaluation in its evals.csv), else unfinished, so that the run resumes (a complete
+    /// run resumes with nothing to train, then is evaluated) or starts afresh.
+    fn apply(&self, dir: &Path, study: &StudyFile) -> Result<()> {
+        let arm = study.arm(&self.arm).expect("an arm of the study");
+        let path = record_path(dir, &arm.name, self.seed);
+        let run = run_dir(dir, &arm.name, self.seed);
+        let result = match self.verified {
+            true => rebuilt_result(&run, study, arm)?,
+            false => None,
+        };
+        let started = matches!(
+            curriculum_ssl::train::run_dir::inspect(&run)?,
+            curriculum_ssl::train::run_dir::DirState::Run { .. }
+        );
+        let what = match &self.damaged {
+            Some(why) => damaged(&path, why),
+            None => format!(
+                "{}: missing, but {} is this arm's run by its own recipe.toml (recipe `{}`, \
+                 seed {}, the arm's settings)",
+                path.display(),
+                run.display(),
+                arm.recipe,
+                self.seed
+            ),
+        };
+        let then = match (&result, started) {
+            (Some(_), _) => format!(
+                "rebuilt from the complete run in {} (its epochs.csv and evals.csv)",
+                run.display()
+            ),
+            (None, true) => format!(
+                "the run in {} resumes (its resume checks its settings against the arm's) and \
+                 is evaluated",
+                run.display()
+            ),
+            (None, false) => "its run had not started: it starts afresh".to_string(),
+        };
+        log::warn!("{what}; {then}");
+        write_record(
+            &path,
+            &RunRecord {
+                definition: study.fingerprint(arm),
+                seed: self.seed,
+                result,
+            },
+        )
+    }
+}
+
+/// Whether the run in `run` trained every epoch it planned (its config.json's `train.epochs`,
+/// the last row of its epochs.csv, and the checkpoint of that epoch): the planned epochs, if so.
+fn complete(run: &Path) -> Option<usize> {
+    use curriculum_ssl::train::checkpoint::files;
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join(files::CONFIG)).ok()?).ok()?;
+    let epochs = usize::try_from(config.get("train")?.get("epochs")?.as_u64()?).ok()?;
+    let last = *Table::read(&run.join(files::EPOCHS))
+        .ok()?
+        .column("epoch")
+        .last()?;
+    let meta = run
+        .join(files::CHECKPOINTS)
+        .join(format!("epoch-{epochs:04}"))
+        .join(files::META);
+    (last == Some(epochs as f64) && meta.is_file()).then_some(epochs)
+}
+
+/// The numbers of a complete run as [`run_one`] records them, from the run directory's own
+/// files: `None` when the run is not complete, or (evaluated by the study) its evals.csv holds
+/// no evaluation of its last checkpoint with the study's settings.
+fn rebuilt_result(run: &Path, study: &StudyFile, arm: &Arm) -> Result<Option<RunResult>> {
+    let Some(epochs) = complete(run) else {
+        return Ok(None);
+    };
+    let mut metrics = final_metrics(run)?;
+    if study.evaluation.any() && !supervised(&arm.recipe) {
+        let Some(evaluated) = recorded_evaluation(run, study, epochs) else {
+            return Ok(None);
+        };
+        metrics.extend(evaluated);
+    }
+    Ok(Some(run_result(run, metrics)?))
+}
+
+/// The probes' top-1 accuracies of the newest row of a run's evals.csv that evaluated its last
+/// checkpoint (`epoch-EPOCHS`) as the study evaluates it (`recipe eval`'s SGD protocol, the
+/// study's probe epochs and label fraction; the label seed is the run's seed).
+fn recorded_evaluation(
+    run: &Path,
+    study: &StudyFile,
+    epochs: usize,
+) -> Option<BTreeMap<String, f64>> {
+    let mut reader = csv::Reader::from_path(run.join(super::eval::EVALS)).ok()?;
+    let header = reader.headers().ok()?.clone();
+    let column = |name: &str| header.iter().position(|h| h == name);
+    let (checkpoint, protocol, probe_epochs, fraction) = (
+        column("checkpoint")?,
+        column("protocol")?,
+        column("probe_epochs")?,
+        column("label_fraction")?,
+    );
+    let want_epochs = match study.evaluation.linear_probe {
+        true => study.evaluation.probe_epochs.unwrap_or(100),
+        false => 0,
+    };
+    let last_checkpoint = format!("epoch-{epochs:04}");
+    let mut found = None;
+    for row in reader.records() {
+        let row = row.ok()?;
+        let cell = |i: usize| row.get(i).unwrap_or("");
+        let fraction_matches = match study.evaluation.label_fraction {
+            None => cell(fraction).is_empty(),
+            Some(f) => cell(fraction).parse::<f64>().ok() == Some(f),
+        };
+        if cell(checkpoint).trim_end_matches('/').ends_with(&last_checkpoint)
+            && cell(protocol) == "sgd"
+            && cell(probe_epochs).parse::<usize>().ok() == Some(want_epochs)
+            && fraction_matches
+        {
+            let mut metrics = BTreeMap::new();
+            for name in ["probe_top1", "few_label_top1"] {
+                if let Some(value) = column(name).and_then(|i| cell(i).parse::<f64>().ok()) {
+                    metrics.insert(name.to_string(), value);
+                }
+            }
+            found = Some(metrics);
+        }
+    }
+    found
+}
+
+/// Whether the run in `run` is the run of `arm` with `seed` by its own `recipe.toml`: the same
+/// recipe and seed, and every setting what the arm resolves to now (`now`; a setting only one
+/// side has is a difference here), the per-run settings aside.
+enum Own {
+    /// It is.
+    Same,
+    /// It is not: the differences.
+    Differs(Vec<String>),
+    /// It cannot be told: why.
+    Unknown(String),
+}
+
+fn own_run(run: &Path, arm: &Arm, seed: u64, now: Option<&serde_json::Value>) -> Own {
+    let path = run.join(RECIPE_TOML);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Own::Unknown(format!("it has no {RECIPE_TOML}"))
+        }
+        Err(e) => return Own::Unknown(format!("{} cannot be read: {e}", path.display())),
+    };
+    let ran = match toml::from_str::<toml::Table>(&text).map(serde_json::to_value) {
+        Ok(Ok(ran)) => ran,
+        Ok(Err(e)) => return Own::Unknown(format!("{} cannot be read: {e}", path.display())),
+        Err(e) => {
+            return Own::Unknown(format!(
+                "{} cannot be read: {}",
+                path.display(),
+                e.to_string().trim()
+            ))
+        }
+    };
+    let mut differences = Vec::new();
+    let recipe = ran.get("recipe");
+    if recipe.and_then(|r| r.as_str()) != Some(arm.recipe.as_str()) {
+        differences.push(format!(
+            "recipe: run {}, now \"{}\"",
+            recipe.map_or("absent".into(), ToString::to_string),
+            arm.recipe
+        ));
+    }
+    let ran_seed = ran.get("options").and_then(|o| o.get("seed"));
+    let seed_of = |v: &serde_json::Value| v.as_u64().or_else(|| v.as_str()?.parse().ok());
+    if ran_seed.and_then(seed_of) != Some(seed) {
+        differences.push(format!(
+            "options.seed: run {}, now {seed}",
+            ran_seed.map_or("absent".into(), ToString::to_string)
+        ));
+    }
+    match now {
+        Some(now) => differences.extend(settings_differences(&ran, now, true)),
+        None if differences.is_empty() => {
+            return Own::Unknown(format!(
+                "recipe `{}` does not say the settings it resolves to",
+                arm.recipe
+            ))
+        }
+        None => {}
+    }
+    match differences.is_empty() {
+        true => Own::Same,
+        false => Own::Differs(differences),
+    }
+}
+
+/// Looks at every (arm, seed) before anything runs: the runs made under another definition of
+/// their arm or with other settings than it resolves to now (`resolved`, from [`check_arms`]: a
+/// default of the recipes changed since), and the records to write again.
+///
+/// A damaged record (truncated, not JSON, not a record) is named with a warning and written
+/// again ([`Repair`]): rebuilt from its run when the run is complete and its `recipe.toml` shows
+/// the arm's recipe, seed and settings; else unfinished, so that the run resumes (whose resume
+/// refuses other settings) or starts afresh; a run whose `recipe.toml` shows other settings is a
+/// changed run (refused, or moved aside by `--rerun-changed`).
+///
+/// A missing record beside a run directory: the directory is adopted as the arm's run only when
+/// it is a run whose own `recipe.toml` shows the arm's recipe, this seed and exactly the
+/// settings the arm resolves to now (the study's own run, its record lost); anything else is
+/// refused, naming the directory and why, and never adopted or overwritten.
+fn reconcile(
     dir: &Path,
     study: &StudyFile,
     resolved: &BTreeMap<String, serde_json::Value>,
-) -> Result<Vec<(String, u64, String)>> {
+) -> Result<Reconciled> {
+    use curriculum_ssl::train::run_dir::{inspect, DirState};
     let mut changed = Vec::new();
+    let mut repairs = Vec::new();
     for arm in &study.arms {
         let definition = study.fingerprint(arm);
+        let now = resolved.get(&arm.name);
         for &seed in &study.seeds {
-            match read_record(&record_path(dir, &arm.name, seed))? {
-                Some(r) if r.definition != definition => {
+            let path = record_path(dir, &arm.name, seed);
+            let run = run_dir(dir, &arm.name, seed);
+            match load_record(&path)? {
+                Stored::Record(r) if r.definition != definition => {
                     changed.push((arm.name.clone(), seed, String::new()))
                 }
-                Some(_) => {
-                    let Some(now) = resolved.get(&arm.name) else {
+                Stored::Record(_) => {
+                    let Some(now) = now else {
                         continue;
                     };
-                    let toml_path = run_dir(dir, &arm.name, seed).join(RECIPE_TOML);
+                    let toml_path = run.join(RECIPE_TOML);
                     let Ok(text) = std::fs::read_to_string(&toml_path) else {
                         continue;
                     };
                     let ran: toml::Table = toml::from_str(&text)
                         .with_context(|| format!("reading {}", toml_path.display()))?;
-                    let differences = settings_differences(&serde_json::to_value(ran)?, now);
+                    let differences = settings_differences(&serde_json::to_value(ran)?, now, false);
                     if !differences.is_empty() {
                         changed.push((
                             arm.name.clone(),
@@ -276,20 +653,84 @@ fn changed_runs(
                         ));
                     }
                 }
-                None => {
-                    let run = run_dir(dir, &arm.name, seed);
-                    if run.exists() {
+                Stored::Damaged(why) => match inspect(&run)? {
+                    DirState::Empty => repairs.push(Repair {
+                        arm: arm.name.clone(),
+                        seed,
+                        damaged: Some(why),
+                        verified: false,
+                    }),
+                    DirState::Foreign(names) => changed.push((
+                        arm.name.clone(),
+                        seed,
+                        format!(
+                            " (its record {}, and its directory holds no run: {})",
+                            damaged(&path, &why),
+                            names.join(", ")
+                        ),
+                    )),
+                    DirState::Run { .. } => match own_run(&run, arm, seed, now) {
+                        Own::Differs(differences) => changed.push((
+                            arm.name.clone(),
+                            seed,
+                            format!(
+                                " (its record {}, and its run's settings are not the arm's \
+                                 now: {})",
+                                damaged(&path, &why),
+                                differences.join(", ")
+                            ),
+                        )),
+                        own => repairs.push(Repair {
+                            arm: arm.name.clone(),
+                            seed,
+                            damaged: Some(why),
+                            verified: matches!(own, Own::Same),
+                        }),
+                    },
+                },
+                Stored::Missing => match inspect(&run)? {
+                    DirState::Empty => {}
+                    DirState::Foreign(names) => {
                         return Err(usage(format!(
-                            "{}: a directory the study did not record (no {}); move it away",
+                            "{}: a directory the study did not record (no {}), and not a run \
+                             (it holds {}); move it away",
                             run.display(),
-                            record_path(dir, &arm.name, seed).display()
-                        )));
+                            path.display(),
+                            names.join(", ")
+                        )))
                     }
-                }
+                    DirState::Run { .. } => match own_run(&run, arm, seed, now) {
+                        Own::Same => repairs.push(Repair {
+                            arm: arm.name.clone(),
+                            seed,
+                            damaged: None,
+                            verified: true,
+                        }),
+                        Own::Differs(differences) => {
+                            return Err(usage(format!(
+                                "{}: a run the study did not record (no {}), and not arm `{}`'s \
+                                 run with seed {seed} by its recipe.toml ({}); move it away",
+                                run.display(),
+                                path.display(),
+                                arm.name,
+                                differences.join(", ")
+                            )))
+                        }
+                        Own::Unknown(why) => {
+                            return Err(usage(format!(
+                                "{}: a run the study did not record (no {}), which cannot be \
+                                 told to be arm `{}`'s run with seed {seed} ({why}); move it away",
+                                run.display(),
+                                path.display(),
+                                arm.name
+                            )))
+                        }
+                    },
+                },
             }
         }
     }
-    Ok(changed)
+    Ok(Reconciled { changed, repairs })
 }
 
 /// Moves the run of `arm` with `seed` and its record to `DIR/replaced/<arm>/seed-<seed>-<n>`.
@@ -348,20 +789,42 @@ const PER_RUN_SETTINGS: [&[&str]; 3] = [
 ];
 
 /// The settings in which a run's `recipe.toml` (`ran`) and what its arm resolves to now
-/// (`now`) differ, as `path: run X, now Y`. A setting only one side has is not a difference:
-/// runs recorded before a setting existed lack it, and it was at its default there.
-fn settings_differences(ran: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
-    fn walk(ran: &serde_json::Value, now: &serde_json::Value, path: &mut Vec<String>, out: &mut Vec<String>) {
+/// (`now`) differ, as `path: run X, now Y`. A setting only one side has is not a difference
+/// unless `strict`: runs recorded before a setting existed lack it, and it was at its default
+/// there (a run adopted without its record must show every setting).
+fn settings_differences(
+    ran: &serde_json::Value,
+    now: &serde_json::Value,
+    strict: bool,
+) -> Vec<String> {
+    fn walk(
+        ran: &serde_json::Value,
+        now: &serde_json::Value,
+        strict: bool,
+        path: &mut Vec<String>,
+        out: &mut Vec<String>,
+    ) {
         match (ran, now) {
             (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
-                for (key, value) in a {
-                    let Some(other) = b.get(key) else { continue };
+                let keys: std::collections::BTreeSet<&String> = match strict {
+                    true => a.keys().chain(b.keys()).collect(),
+                    false => a.keys().filter(|k| b.contains_key(*k)).collect(),
+                };
+                for key in keys {
                     path.push(key.clone());
                     let per_run = PER_RUN_SETTINGS
                         .iter()
                         .any(|p| p.len() == path.len() && p.iter().zip(path.iter()).all(|(x, y)| x == y));
                     if !per_run {
-                        walk(value, other, path, out);
+                        match (a.get(key), b.get(key)) {
+                            (Some(x), Some(y)) => walk(x, y, strict, path, out),
+                            (x, y) => out.push(format!(
+                                "{}: run {}, now {}",
+                                path.join("."),
+                                x.map_or("absent".into(), ToString::to_string),
+                                y.map_or("absent".into(), ToString::to_string)
+                            )),
+                        }
                     }
                     path.pop();
                 }
@@ -371,7 +834,7 @@ fn settings_differences(ran: &serde_json::Value, now: &serde_json::Value) -> Vec
         }
     }
     let mut out = Vec::new();
-    walk(ran, now, &mut Vec::new(), &mut out);
+    walk(ran, now, strict, &mut Vec::new(), &mut out);
     out
 }
 
@@ -384,7 +847,7 @@ fn check_arms(study: &StudyFile) -> Result<BTreeMap<String, serde_json::Value>> 
         let mut args = study.arm_args(arm);
         args.push("--check".into());
         args.push("--print-settings".into());
-        let output = Command::new(this_binary()?)
+        let output = crate::signals::ends_with_this_process(&mut Command::new(this_binary()?))
             .args(&args)
             .env("RUST_LOG", "error")
             .output()
@@ -419,6 +882,7 @@ fn supervised(recipe: &str) -> bool {
 fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<bool> {
     let run = run_dir(dir, &arm.name, seed);
     let path = record_path(dir, &arm.name, seed);
+    wait_for_the_run(&run)?;
     let mut record = RunRecord {
         definition: study.fingerprint(arm),
         seed,
@@ -460,15 +924,87 @@ fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<bool> 
         let row = evaluate(&run, study, seed, false)?;
         metrics.extend(row);
     }
+    record.result = Some(run_result(&run, metrics)?);
+    write_record(&path, &record)?;
+    Ok(true)
+}
+
+/// A finished run's numbers: `metrics`, and its time and speed from its epochs.csv.
+fn run_result(run: &Path, metrics: BTreeMap<String, f64>) -> Result<RunResult> {
     let epochs = Table::read(&run.join("epochs.csv"))?;
     let speeds = epochs.values("images_per_s");
-    record.result = Some(RunResult {
+    Ok(RunResult {
         metrics,
         train_seconds: epochs.values("seconds").iter().sum(),
         images_per_s: speeds.iter().sum::<f64>() / speeds.len().max(1) as f64,
-    });
-    write_record(&path, &record)?;
-    Ok(true)
+    })
+}
+
+/// How long a study waits for a run directory that another process holds before it refuses:
+/// a run whose study was killed gets SIGTERM and stops after its step
+/// ([`crate::signals::ends_with_this_process`]), which a large model on a slow machine may take
+/// this long to end.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits (up to [`LOCK_WAIT`], saying so) while another process holds the run directory `run`
+/// (its `.lock`): a run still finishing its step after its study was killed. Holding on past
+/// the wait is refused, naming the process.
+fn wait_for_the_run(run: &Path) -> Result<()> {
+    use curriculum_ssl::train::checkpoint::files;
+    let path = run.join(files::LOCK);
+    // No lock file: no process trains there. One that cannot be opened: the run's own lock
+    // says why.
+    let Ok(file) = std::fs::File::open(&path) else {
+        return Ok(());
+    };
+    let stop = crate::signals::stop_flag();
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        match file.try_lock() {
+            // Released at once (dropping the file): the run takes it.
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            // A file system without locks: the run warns about it itself.
+            Err(std::fs::TryLockError::Error(_)) => return Ok(()),
+        }
+        let holder = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok());
+        let who = holder.map_or("another process".to_string(), |p| format!("process {p}"));
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(crate::signals::Interrupted(format!(
+                "the study stopped while waiting for {who} to release {}; the same `recipe \
+                 study` command continues it",
+                run.display()
+            ))
+            .into());
+        }
+        if started.elapsed() >= LOCK_WAIT {
+            return Err(usage(format!(
+                "{}: is in use by {who} (a training, resume or extension of this run; a run of \
+                 this study still going after its study ended?), still after {} s; stop it{} or \
+                 wait for it to end, then run the study again",
+                run.display(),
+                LOCK_WAIT.as_secs(),
+                holder.map_or(String::new(), |p| format!(
+                    " (`kill {p}` stops a run after its step)"
+                ))
+            )));
+        }
+        if !said {
+            println!(
+                "study: {} is in use by {who} (a run still finishing its step?); waiting up to \
+                 {} s for it to end",
+                run.display(),
+                LOCK_WAIT.as_secs()
+            );
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            said = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// The last row's value of each column of the CSV file `path` that has one (a number).
@@ -545,7 +1081,8 @@ fn evaluate(
 fn raw_pixels(dir: &Path, study: &StudyFile, seed: u64) -> Result<()> {
     let path = record_path(dir, RAW_PIXELS, seed);
     let definition = serde_json::json!({ "evaluation": study.evaluation });
-    if read_record(&path)?.is_some_and(|r| r.result.is_some() && r.definition == definition) {
+    let stored = load_record(&path)?;
+    if matches!(&stored, Stored::Record(r) if r.result.is_some() && r.definition == definition) {
         return Ok(());
     }
     let Some(arm) = study.arms.iter().find(|a| {
@@ -557,6 +1094,9 @@ fn raw_pixels(dir: &Path, study: &StudyFile, seed: u64) -> Result<()> {
     }) else {
         return Ok(());
     };
+    if let Stored::Damaged(why) = stored {
+        log::warn!("{}; measured again", damaged(&path, &why));
+    }
     let metrics = evaluate(&run_dir(dir, &arm.name, seed), study, seed, true)?;
     write_record(
         &path,

@@ -11,7 +11,10 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use super::stats::{paired, summarise, Summary, CONFIDENCE};
-use super::{read_record, record_path, run_dir, RunResult, StudyFile, RAW_PIXELS};
+use super::{
+    damaged, load_record, record_path, run_dir, RunRecord, RunResult, Stored, StudyFile,
+    RAW_PIXELS,
+};
 use crate::plots::{draw, Line, Table};
 
 /// The report's file.
@@ -53,8 +56,14 @@ fn cell(s: &Summary) -> String {
 fn results(dir: &Path, arm: &str, seeds: &[u64]) -> Result<Vec<(u64, RunResult)>> {
     let mut out = Vec::new();
     for &seed in seeds {
-        if let Some(r) = read_record(&record_path(dir, arm, seed))?.and_then(|r| r.result) {
-            out.push((seed, r));
+        let path = record_path(dir, arm, seed);
+        match load_record(&path)? {
+            Stored::Record(RunRecord {
+                result: Some(r), ..
+            }) => out.push((seed, r)),
+            // `recipe study` rebuilds it (or runs it again); the report goes without it.
+            Stored::Damaged(why) => log::warn!("{}; left out of the report", damaged(&path, &why)),
+            _ => {}
         }
     }
     Ok(out)
