@@ -135,9 +135,13 @@ fn message(error: &anyhow::Error) -> String {
         error.chain().find_map(|c| c.downcast_ref::<TrainError>())
     {
         return format!(
-            "{}; resume with `recipe resume {}`",
+            "{}; resume with `{}`",
             chain_text(error),
-            run_dir.display()
+            recipes::common::shell_command([
+                std::path::Path::new("recipe"),
+                std::path::Path::new("resume"),
+                run_dir
+            ])
         );
     }
     chain_text(error)

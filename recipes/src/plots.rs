@@ -170,7 +170,6 @@ fn with_smoothing(name: &str, points: Vec<(f64, f64)>) -> Vec<Line> {
     ]
 }
 
-/// One line plot of `lines` into `path`, with its axes named.
 /// The bitmap backend's error (plotters does not re-export its name).
 type BitMapBackendError = <BitMapBackend<'static> as DrawingBackend>::ErrorType;
 
@@ -194,7 +193,25 @@ fn drawing_error(e: &DrawingAreaErrorKind<BitMapBackendError>) -> String {
     }
 }
 
+/// One line plot of `lines` into `path`, with its axes named. Written beside `path` and
+/// renamed over it ([`crate::run_files::write_replacing`]): a picture
+/// that fails leaves the previous one whole, and a link at `path` is replaced, not written
+/// through.
 pub fn draw(path: &Path, title: &str, x_label: &str, y_label: &str, lines: &[Line]) -> Result<()> {
+    crate::run_files::write_replacing(path, |tmp| {
+        draw_into(tmp, path, title, x_label, y_label, lines)
+    })
+}
+
+/// [`draw`] into the file `file`, which becomes `path` (said in an error).
+fn draw_into(
+    file: &Path,
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    lines: &[Line],
+) -> Result<()> {
     register_font();
     let points = lines.iter().flat_map(|l| l.points.iter());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
@@ -213,7 +230,7 @@ pub fn draw(path: &Path, title: &str, x_label: &str, y_label: &str, lines: &[Lin
         0.5 * y0.abs().max(1e-3)
     };
     let (y0, y1) = (y0 - pad, y1 + pad);
-    let root = BitMapBackend::new(path, SIZE).into_drawing_area();
+    let root = BitMapBackend::new(file, SIZE).into_drawing_area();
     let error = |e: &DrawingAreaErrorKind<BitMapBackendError>| {
         anyhow::anyhow!("drawing {}: {}", path.display(), drawing_error(e))
     };

@@ -368,11 +368,13 @@ fn decode_all(
 }
 
 /// The image files (`.png`, `.jpg`, `.jpeg`) under `root`, at any depth, in path order, and
-/// the number of other files skipped. Hidden entries (names starting with `.`) are not entered.
-/// Links are followed, but a folder is read once however many links lead to it (a link to a
-/// folder above it would otherwise be read again at every depth the system allows), with a
-/// warning; what is not a regular file or a folder (a FIFO, a socket, a dangling link) is
-/// skipped.
+/// the number of files skipped for not being named as images. Hidden entries (names starting
+/// with `.`) are not entered. Links are followed, but a folder is read once however many links
+/// lead to it (a link to a folder above it would otherwise be read again at every depth the
+/// system allows), with a warning; what is named like an image but is not a regular file (a
+/// FIFO, a socket, a device) and an entry that cannot be looked at (a dangling link) are
+/// skipped with a warning naming each, and not counted again among the files that are not
+/// images.
 ///
 /// # Errors
 /// `root` is not a readable directory, or holds no image.
@@ -388,8 +390,8 @@ pub fn scan_images(root: &Path) -> Result<(Vec<PathBuf>, usize), DataError> {
             let meta = match std::fs::metadata(&entry) {
                 Ok(meta) => meta,
                 Err(e) => {
+                    // Named here; not counted among the files that are not images.
                     log::warn!("{}: skipped ({e})", entry.display());
-                    skipped += 1;
                     continue;
                 }
             };
@@ -405,13 +407,13 @@ pub fn scan_images(root: &Path) -> Result<(Vec<PathBuf>, usize), DataError> {
                 }
             } else if meta.is_file() && is_image(&entry) {
                 images.push(entry);
+            } else if is_image(&entry) {
+                // Named here; not counted again among the files that are not images.
+                log::warn!(
+                    "{}: not a regular file (a FIFO, socket or device): skipped",
+                    entry.display()
+                );
             } else {
-                if is_image(&entry) {
-                    log::warn!(
-                        "{}: not a regular file (a FIFO, socket or device): skipped",
-                        entry.display()
-                    );
-                }
                 skipped += 1;
             }
         }
@@ -597,6 +599,7 @@ mod tests {
         gray(&root.join("b/c.png"), 4, 4, |_, _| 20);
         std::os::unix::fs::symlink(&root, root.join("b/loop")).unwrap();
         std::os::unix::fs::symlink(root.join("b"), root.join("b2")).unwrap();
+        std::fs::write(root.join("notes.txt"), "not an image").unwrap();
         let fifo = root.join("x.png");
         let made = std::process::Command::new("mkfifo")
             .arg(&fifo)
@@ -627,7 +630,9 @@ mod tests {
             .collect();
         // `b` is read once, by its first name in path order (b/ before b2/).
         assert_eq!(names, ["a.png", "b/c.png"]);
-        assert_eq!(skipped, 1, "the FIFO");
+        // The FIFO is warned about by its name, not counted again as a file that is not an
+        // image: only notes.txt is (it was counted twice, "2 files that are not .png…").
+        assert_eq!(skipped, 1, "notes.txt alone");
         let err = decoded.unwrap_err();
         assert!(err.contains("not a regular file"), "{err}");
         let _ = std::fs::remove_dir_all(root);

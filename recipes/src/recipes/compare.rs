@@ -13,16 +13,20 @@
 use std::path::{Path, PathBuf};
 
 use super::RecipeEntry;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Parser;
 
-use crate::run_files::{read_knn_results, KNN_AT_INIT, KNN_RAW_PIXELS};
 use crate::plots::Table;
+use crate::run_files::{read_knn_results, KNN_AT_INIT, KNN_RAW_PIXELS};
 use crate::usage::usage;
 
 /// Options of `recipe compare`.
 #[derive(Parser, Debug)]
-#[command(no_binary_name = true, name = "recipe compare", args_override_self = true)]
+#[command(
+    no_binary_name = true,
+    name = "recipe compare",
+    args_override_self = true
+)]
 struct CompareArgs {
     /// The run directories.
     #[arg(required = true, value_name = "RUN_DIR")]
@@ -42,7 +46,7 @@ fn knn(file: &Path) -> Vec<(usize, f64)> {
 
 /// Runs `recipe compare`.
 pub fn run(args: &[String]) -> Result<()> {
-    let args = CompareArgs::try_parse_from(args).map_err(crate::usage::help_or_error)?;
+    let args: CompareArgs = super::common::parse_args(args)?;
     let mut records = Vec::new();
     for run in &args.runs {
         if !run.is_dir() {
@@ -56,6 +60,17 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         records.push(super::export::read_recipe_record(run)?);
     }
+    // The plots and compare.md neither go among a run's files (its plots/, its top level) nor
+    // into a place that cannot be written: said before anything is drawn.
+    let label = format!("--out {}", args.out.display());
+    let runs: Vec<&Path> = args.runs.iter().map(PathBuf::as_path).collect();
+    crate::run_files::check_output_folder(&args.out, &label, &runs)?;
+    if args.out.exists() && !args.out.is_dir() {
+        return Err(usage(format!("{label}: not a directory")));
+    }
+    crate::run_files::check_can_write_in(&args.out).map_err(|(dir, why)| {
+        usage(format!("{label}: cannot write in {}: {why}", dir.display()))
+    })?;
     let names: Vec<String> = args.runs.iter().map(|r| r.display().to_string()).collect();
     let plots = crate::plots::compare_runs(&args.runs, &names, &args.out)?;
     // The kNN settings any run measured, in order of k.
@@ -80,7 +95,11 @@ pub fn run(args: &[String]) -> Result<()> {
         header.push(format!("kNN k={k} top-1 % (init; raw pixels)"));
     }
     header.push("best probe top-1 %".into());
-    let mut table = format!("| {} |\n|{}\n", header.join(" | "), "---|".repeat(header.len()));
+    let mut table = format!(
+        "| {} |\n|{}\n",
+        header.join(" | "),
+        "---|".repeat(header.len())
+    );
     for ((run, name), record) in args.runs.iter().zip(&names).zip(&records) {
         let epochs = Table::read_if_any(&run.join("epochs.csv"))?;
         let last = |column: &str| epochs.values(column).last().copied();
@@ -101,7 +120,8 @@ pub fn run(args: &[String]) -> Result<()> {
         ];
         let (init, raw) = (knn(&run.join(KNN_AT_INIT)), knn(&run.join(KNN_RAW_PIXELS)));
         for k in &ks {
-            let of = |list: &[(usize, f64)]| list.iter().find(|(x, _)| x == k).map(|(_, v)| 100.0 * v);
+            let of =
+                |list: &[(usize, f64)]| list.iter().find(|(x, _)| x == k).map(|(_, v)| 100.0 * v);
             cells.push(format!(
                 "{} ({}; {})",
                 number(last(&format!("knn{k}_top1")).map(|v| 100.0 * v), 2),
@@ -125,7 +145,7 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
     let md = args.out.join("compare.md");
-    std::fs::write(&md, text).with_context(|| format!("writing {}", md.display()))?;
+    crate::run_files::write_file_replacing(&md, text.as_bytes())?;
     println!("plots and table: {}", md.display());
     Ok(())
 }

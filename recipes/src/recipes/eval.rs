@@ -106,12 +106,15 @@ impl Protocol {
 /// Runs the evaluation. Every option is checked (the run's record, the checkpoint and its
 /// checksums, the data directory, the probe's settings) before anything is computed.
 pub fn run(args: &[String]) -> Result<()> {
-    let args = EvalArgs::try_parse_from(args).map_err(crate::usage::help_or_error)?;
+    let args: EvalArgs = super::common::parse_args(args)?;
     if let Some(lr) = args.probe_lr.filter(|lr| !(lr.is_finite() && *lr > 0.0)) {
         return Err(usage(format!(
             "--probe-lr {}: must be a finite number > 0",
             lr
         )));
+    }
+    if let Some(f) = args.label_fraction.filter(|f| !(*f > 0.0 && *f <= 1.0)) {
+        return Err(usage(format!("--label-fraction {f}: must lie in (0, 1]")));
     }
     super::export::check_run_dir(&args.run_dir)?;
     let source = {
@@ -122,6 +125,7 @@ pub fn run(args: &[String]) -> Result<()> {
             ..common::DataSource::of_run(&record.run)
         }
     };
+    check_evals_writable(&args.run_dir)?;
     source.validate()?;
     let data = source.load_splits(false)?;
     let probe = args.protocol.probe(
@@ -132,12 +136,6 @@ pub fn run(args: &[String]) -> Result<()> {
     );
     probe.validate()?;
     let probe_epochs = probe.epochs * usize::from(args.probe_epochs != Some(0));
-    let label_fraction = args.label_fraction.unwrap_or(0.0);
-    if args.label_fraction.is_some() && !(label_fraction > 0.0 && label_fraction <= 1.0) {
-        return Err(usage(format!(
-            "--label-fraction {label_fraction}: must lie in (0, 1]"
-        )));
-    }
     let device = crate::backend::device(args.device)?;
     let super::export::RunBackbone {
         model,
@@ -175,9 +173,23 @@ pub fn run(args: &[String]) -> Result<()> {
     ];
     if args.raw_pixels {
         let pixels = curriculum_ssl::eval::RawPixels::new(input);
-        row.extend(measure(&pixels, &split, &probe, probe_epochs, args.protocol, &device)?);
+        row.extend(measure(
+            &pixels,
+            &split,
+            &probe,
+            probe_epochs,
+            args.protocol,
+            &device,
+        )?);
     } else {
-        row.extend(measure(&model, &split, &probe, probe_epochs, args.protocol, &device)?);
+        row.extend(measure(
+            &model,
+            &split,
+            &probe,
+            probe_epochs,
+            args.protocol,
+            &device,
+        )?);
     }
     let path = args.run_dir.join(EVALS);
     append_row(&path, &row)
@@ -275,13 +287,41 @@ fn measure<M: curriculum_ssl_models::Backbone<crate::backend::Inner>>(
 /// The file of a run directory that `recipe eval` appends its results to.
 pub const EVALS: &str = "evals.csv";
 
+/// Refuses a run directory where [`EVALS`] cannot be written (a read-only run, a read-only
+/// `evals.csv`): said before anything is computed, not after the probe has trained.
+fn check_evals_writable(run_dir: &std::path::Path) -> Result<()> {
+    let label = format!("--run-dir {}", run_dir.display());
+    crate::run_files::check_can_write_in(run_dir).map_err(|(dir, why)| {
+        usage(format!(
+            "{label}: cannot write in {}: {why} (eval appends its results to its {EVALS})",
+            dir.display()
+        ))
+    })?;
+    let path = run_dir.join(EVALS);
+    if path.exists() {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| {
+                usage(format!(
+                    "{label}: cannot write {}: {}",
+                    path.display(),
+                    crate::run_files::describe_io(&e)
+                ))
+            })?;
+    }
+    Ok(())
+}
+
 /// Appends `row` to the CSV file `path` (the `csv` crate quotes a checkpoint path that holds a
 /// comma or a quote), writing the column names first when the file is new or empty. A file
 /// written before the few-label columns existed (its columns a prefix of the row's) is
 /// rewritten with them, its rows' new cells empty.
 fn append_row(path: &std::path::Path, row: &[(String, String)]) -> Result<()> {
     let names: Vec<&str> = row.iter().map(|(k, _)| k.as_str()).collect();
-    let new = std::fs::metadata(path).map(|m| m.len() == 0).unwrap_or(true);
+    let new = std::fs::metadata(path)
+        .map(|m| m.len() == 0)
+        .unwrap_or(true);
     if !new {
         let mut reader = csv::Reader::from_path(path)?;
         let header: Vec<String> = reader.headers()?.iter().map(str::to_string).collect();
@@ -321,13 +361,11 @@ fn append_row(path: &std::path::Path, row: &[(String, String)]) -> Result<()> {
 }
 
 /// The recipes of this module, as `recipe list` prints them.
-pub const RECIPES: &[RecipeEntry] = &[
-    RecipeEntry {
-        name: "eval",
-        summary: "kNN and linear evaluation of a saved checkpoint (--run-dir DIR)",
-        run,
-    },
-];
+pub const RECIPES: &[RecipeEntry] = &[RecipeEntry {
+    name: "eval",
+    summary: "kNN and linear evaluation of a saved checkpoint (--run-dir DIR)",
+    run,
+}];
 
 #[cfg(test)]
 mod tests {
@@ -350,7 +388,11 @@ mod tests {
         std::fs::write(&path, "checkpoint,probe_top1\nc1,80.00\n").unwrap();
         append_row(
             &path,
-            &row(&[("checkpoint", "c2"), ("probe_top1", "81.00"), ("few_label_top1", "60.00")]),
+            &row(&[
+                ("checkpoint", "c2"),
+                ("probe_top1", "81.00"),
+                ("few_label_top1", "60.00"),
+            ]),
         )
         .unwrap();
         assert_eq!(
@@ -358,8 +400,10 @@ mod tests {
             "checkpoint,probe_top1,few_label_top1\nc1,80.00,\nc2,81.00,60.00\n"
         );
         let e = append_row(&path, &row(&[("other", "1")])).unwrap_err();
-        assert!(e.to_string().contains("are not those of this version"), "{e}");
+        assert!(
+            e.to_string().contains("are not those of this version"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
-

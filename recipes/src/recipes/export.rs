@@ -34,6 +34,7 @@ use curriculum_ssl_models::{AnyBackbone, Backbone, ExportNames};
 
 use super::common::{self, value_name, Device, RecipeRun};
 use crate::backend::Inner;
+use crate::run_files;
 use crate::usage::usage;
 
 /// The trained backbone of a run, with what it was trained on.
@@ -117,7 +118,11 @@ pub(crate) fn check_run_dir(run_dir: &Path) -> Result<()> {
 
 /// Options of `recipe export`.
 #[derive(Parser, Debug)]
-#[command(no_binary_name = true, name = "recipe export", args_override_self = true)]
+#[command(
+    no_binary_name = true,
+    name = "recipe export",
+    args_override_self = true
+)]
 struct ExportArgs {
     /// The run directory.
     #[arg(long)]
@@ -132,7 +137,7 @@ struct ExportArgs {
 
 /// Runs `recipe export`.
 pub fn export(args: &[String]) -> Result<()> {
-    let args = ExportArgs::try_parse_from(args).map_err(crate::usage::help_or_error)?;
+    let args: ExportArgs = super::common::parse_args(args)?;
     check_run_dir(&args.run_dir)?;
     let out = args
         .out
@@ -152,7 +157,10 @@ pub fn export(args: &[String]) -> Result<()> {
             "feature_dim".to_string(),
             run.model.feature_dim().to_string(),
         ),
-        ("checkpoint".to_string(), run.checkpoint.display().to_string()),
+        (
+            "checkpoint".to_string(),
+            run.checkpoint.display().to_string(),
+        ),
     ];
     if let Some(stem) = run.record.run.stem.or_else(|| {
         run.record
@@ -174,20 +182,22 @@ pub fn export(args: &[String]) -> Result<()> {
         key_names(model.export_names()).to_string(),
     ));
     // Written beside the target and renamed over it: an export that fails (a full disk) leaves
-    // the previous file whole.
-    let tmp = temporary_beside(&out);
-    let saved = model.save_safetensors(&metadata, &tmp).and_then(|saved| {
-        std::fs::rename(&tmp, &out)
-            .map(|()| saved)
-            .map_err(|e| curriculum_ssl_models::ModelError::WeightWrite {
-                path: out.display().to_string(),
-                message: e.to_string(),
-            })
-    });
-    if saved.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    let (names, keys) = saved?;
+    // the previous file whole, and a link at the target is replaced, not written through.
+    let mut saved = None;
+    run_files::write_replacing(&out, |tmp| {
+        saved = Some(
+            model
+                .save_safetensors(&metadata, tmp)
+                .map_err(|e| match e {
+                    curriculum_ssl_models::ModelError::WeightWrite { message, .. } => {
+                        anyhow::anyhow!("cannot write weights to {}: {message}", out.display())
+                    }
+                    e => e.into(),
+                })?,
+        );
+        Ok(())
+    })?;
+    let (names, keys) = saved.expect("written");
     println!(
         "{} tensors ({} parameters) under {} key names: {}",
         keys.len(),
@@ -209,19 +219,9 @@ fn key_names(names: ExportNames) -> &'static str {
     }
 }
 
-
-/// A hidden temporary file beside `path`, named by this process.
-fn temporary_beside(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
-}
-
-
-/// Refuses an output path without the expected extension, in a missing or unwritable
-/// directory, or onto a file of the run (before anything is computed).
+/// Refuses an output path without the expected extension, onto a folder, in a missing or
+/// unwritable directory, or onto the files of a run (`run_dir`'s or any run directory's,
+/// through a link too): said before anything is computed.
 fn check_out(out: &Path, extension: &str, run_dir: &Path) -> Result<()> {
     if out.extension().and_then(|e| e.to_str()) != Some(extension) {
         return Err(usage(format!(
@@ -229,77 +229,28 @@ fn check_out(out: &Path, extension: &str, run_dir: &Path) -> Result<()> {
             out.display()
         )));
     }
+    let label = format!("--out {}", out.display());
+    check_file_target(out, &label, run_dir)?;
     let parent = out
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     if !parent.is_dir() {
-        return Err(usage(format!(
-            "--out {}: no directory {}",
-            out.display(),
-            parent.display()
-        )));
+        return Err(usage(format!("{label}: no directory {}", parent.display())));
     }
-    check_not_the_runs(out, run_dir)?;
     // Can a file be written there? (Said now, not after the features are computed.)
-    let probe = temporary_beside(out);
-    match std::fs::File::create(&probe) {
-        Ok(_) => {
-            let _ = std::fs::remove_file(&probe);
-            Ok(())
-        }
-        Err(e) => Err(usage(format!(
-            "--out {}: cannot write in {}: {}",
-            out.display(),
-            parent.display(),
-            describe_io(&e)
-        ))),
-    }
+    run_files::check_can_write_in(parent)
+        .map_err(|(dir, why)| usage(format!("{label}: cannot write in {}: {why}", dir.display())))
 }
 
-/// Refuses `path` when it is one of the run's own files (or inside one of its folders).
-fn check_not_the_runs(path: &Path, run_dir: &Path) -> Result<()> {
-    let (Ok(run), Some(parent)) = (run_dir.canonicalize(), path.parent()) else {
-        return Ok(());
-    };
-    let parent = if parent.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        parent
-    };
-    let Ok(parent) = parent.canonicalize() else {
-        return Ok(());
-    };
-    let Some(name) = path.file_name() else {
-        return Ok(());
-    };
-    let full = parent.join(name);
-    let Ok(inside) = full.strip_prefix(&run) else {
-        return Ok(());
-    };
-    let first = inside
-        .components()
-        .next()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .unwrap_or_default();
-    if crate::run_files::RUN_FILES.contains(&first.as_str()) {
+/// Refuses a file to write (`label` names it) that is a folder or one of a run's own files.
+fn check_file_target(path: &Path, label: &str, run_dir: &Path) -> Result<()> {
+    if path.is_dir() {
         return Err(usage(format!(
-            "{}: the run's own {first} (the run's record, logs or checkpoints would be written \
-             over); choose another --out",
-            path.display()
+            "{label}: is a directory; give the file to write"
         )));
     }
-    Ok(())
-}
-
-/// An I/O error in the words a user acts on.
-fn describe_io(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
-        std::io::ErrorKind::ReadOnlyFilesystem => "a read-only file system".into(),
-        std::io::ErrorKind::StorageFull => "no space left on the device".into(),
-        _ => e.to_string(),
-    }
+    run_files::check_not_a_runs_file(path, label, &[run_dir])
 }
 
 /// The split of the run's data `embed` reads.
@@ -313,7 +264,11 @@ enum Split {
 
 /// Options of `recipe embed`.
 #[derive(Parser, Debug)]
-#[command(no_binary_name = true, name = "recipe embed", args_override_self = true)]
+#[command(
+    no_binary_name = true,
+    name = "recipe embed",
+    args_override_self = true
+)]
 struct EmbedArgs {
     /// The run directory.
     #[arg(long)]
@@ -338,12 +293,20 @@ struct EmbedArgs {
 
 /// Runs `recipe embed`.
 pub fn embed(args: &[String]) -> Result<()> {
-    let args = EmbedArgs::try_parse_from(args).map_err(crate::usage::help_or_error)?;
+    let args: EmbedArgs = super::common::parse_args(args)?;
     check_run_dir(&args.run_dir)?;
     check_out(&args.out, "npy", &args.run_dir)?;
     // The rows' table goes beside it, with .csv.
-    check_not_the_runs(&args.out.with_extension("csv"), &args.run_dir)
-        .map_err(|e| usage(format!("--out {}: its table {e}", args.out.display())))?;
+    let table = args.out.with_extension("csv");
+    check_file_target(
+        &table,
+        &format!(
+            "--out {}: its table {}",
+            args.out.display(),
+            table.display()
+        ),
+        &args.run_dir,
+    )?;
     if args.batch_size == 0 {
         return Err(usage("--batch-size 0: must be at least 1"));
     }
@@ -402,16 +365,19 @@ pub fn embed(args: &[String]) -> Result<()> {
         .convert::<f32>()
         .to_vec::<f32>()
         .map_err(|e| anyhow::anyhow!("reading the features: {e:?}"))?;
-    write_npy(&args.out, &values, n, d)?;
-    let table = args.out.with_extension("csv");
-    let mut csv = csv::Writer::from_path(&table)
-        .with_context(|| format!("writing {}", table.display()))?;
-    csv.write_record(["index", "file", "label"])?;
-    for (i, file) in names.iter().enumerate() {
-        let label = images.label(i).map_or(String::new(), |l| l.to_string());
-        csv.write_record([i.to_string(), file.clone(), label])?;
-    }
-    csv.flush()?;
+    // Each written beside its target and renamed over it (never through a link).
+    run_files::write_replacing(&args.out, |tmp| write_npy(tmp, &args.out, &values, n, d))?;
+    run_files::write_replacing(&table, |tmp| {
+        let mut csv =
+            csv::Writer::from_path(tmp).with_context(|| format!("writing {}", table.display()))?;
+        csv.write_record(["index", "file", "label"])?;
+        for (i, file) in names.iter().enumerate() {
+            let label = images.label(i).map_or(String::new(), |l| l.to_string());
+            csv.write_record([i.to_string(), file.clone(), label])?;
+        }
+        csv.flush()
+            .with_context(|| format!("writing {}", table.display()))
+    })?;
     println!(
         "{n} images, {d} features each (checkpoint {}): {} and {}",
         run.checkpoint.display(),
@@ -421,12 +387,13 @@ pub fn embed(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Writes `values` as a C-order float32 `.npy` array of shape `[n, d]`.
-fn write_npy(path: &Path, values: &[f32], n: usize, d: usize) -> Result<()> {
+/// Writes `values` as a C-order float32 `.npy` array of shape `[n, d]` into `path`, the file
+/// that becomes `name` (said in an error).
+fn write_npy(path: &Path, name: &Path, values: &[f32], n: usize, d: usize) -> Result<()> {
     use npyz::WriterBuilder;
     use std::io::Write;
     let file =
-        std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::File::create(path).with_context(|| format!("writing {}", name.display()))?;
     let mut out = std::io::BufWriter::new(file);
     let mut writer = npyz::WriteOptions::<f32>::new()
         .default_dtype()
@@ -436,7 +403,7 @@ fn write_npy(path: &Path, values: &[f32], n: usize, d: usize) -> Result<()> {
     writer.extend(values.iter().copied())?;
     writer.finish()?;
     out.flush()
-        .with_context(|| format!("writing {}", path.display()))
+        .with_context(|| format!("writing {}", name.display()))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

@@ -349,6 +349,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         StartMode::Fresh
     };
     let run_dir = settings.run_dir(common_args);
+    crate::run_files::check_run_dir_writable(&run_dir)?;
     let parts = Parts {
         model,
         selector,

@@ -434,58 +434,373 @@ fn steps_reach_the_disk_before_the_epoch_ends() {
     assert!(rows < 250, "{rows} rows: the epoch had not ended");
 }
 
-/// `recipe embed --out RUN/steps.npy` would write its table to RUN/steps.csv, the run's step
-/// log: refused before anything is computed, the log intact; an export to a place that cannot
-/// be written says so (it said "cannot read weights").
+/// The binary run as a user whom permissions bind: as `nobody` through `setpriv` when the tests
+/// run as root (root writes anywhere; as `an_unreadable_data_directory_is_reported_as_permission_denied`
+/// does), else as this user; `None`, said on standard error, where root has no `setpriv`. The
+/// copy of the binary that `nobody` runs lives in the scratch directory, removed on drop.
+struct Unprivileged {
+    /// The copy of the binary for `nobody` (root only).
+    binary: Option<PathBuf>,
+}
+
+impl Unprivileged {
+    fn new(name: &str) -> Option<Self> {
+        use std::os::unix::fs::PermissionsExt;
+        let uid = Command::new("id").arg("-u").output().unwrap();
+        if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+            return Some(Self { binary: None });
+        }
+        if Command::new("setpriv").arg("--version").output().is_err() {
+            eprintln!(
+                "skipped: the permission cases need setpriv (util-linux) to run the binary as \
+                 nobody (the tests run as root, whom permission bits do not bind)"
+            );
+            return None;
+        }
+        // Under the scratch directory in /tmp, which `nobody` can reach wherever the checkout
+        // lives.
+        let binary = scratch().join(name);
+        std::fs::copy(env!("CARGO_BIN_EXE_recipe"), &binary).unwrap();
+        std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Some(Self {
+            binary: Some(binary),
+        })
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        match &self.binary {
+            Some(binary) => Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(binary)
+                .args(args)
+                .current_dir("/")
+                .env("RUST_LOG", "info")
+                .output()
+                .expect("setpriv runs the binary as nobody"),
+            None => run(args),
+        }
+    }
+}
+
+impl Drop for Unprivileged {
+    fn drop(&mut self) {
+        // The copy is as large as the binary: CI's disk is small.
+        if let Some(binary) = &self.binary {
+            let _ = std::fs::remove_file(binary);
+        }
+    }
+}
+
+/// The words of a command, owned.
+fn owned(words: &[&str]) -> Vec<String> {
+    words.iter().map(|w| w.to_string()).collect()
+}
+
+/// Sets the mode of `path`.
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The bytes of a run's own files, to compare after what should not have touched them.
+fn run_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    ["steps.csv", "epochs.csv", "recipe.toml", "config.json"]
+        .iter()
+        .map(|f| (f.to_string(), std::fs::read(dir.join(f)).unwrap()))
+        .collect()
+}
+
+/// Every output of `embed`, `export` and `compare` stays off a run's own files, whatever the
+/// path: `recipe embed --out RUN/steps.npy` would write its table to RUN/steps.csv, the run's
+/// step log; an `--out` that is a link into a run (this one or another run directory) would have
+/// written through the link (exit 0, the run's steps.csv, epochs.csv or recipe.toml gone); and
+/// `compare --out` onto a run's plots/ or top level mixed with its files. Each is refused before
+/// anything is computed, naming the file and the run directory (exit 2), the runs intact. An
+/// output is written beside its target and renamed over it, so a link elsewhere is replaced,
+/// not written through. A place that cannot be written is said so with exit 2 before anything
+/// is computed (an export to /proc, onto a folder; as a user whom permissions bind: a read-only
+/// run for eval, export and embed, a read-only folder for compare and for a new run's
+/// --run-dir; they were exit 1, eval's after the whole evaluation). The run's directory holds a
+/// space, a `$` and a quote: the command the run prints to evaluate it, pasted into a shell,
+/// gives the binary that directory.
 #[test]
 fn exports_do_not_write_over_the_runs_files_and_say_where_they_cannot_write() {
-    let dir = finished_tiny("export-guard");
+    let dir = finished_tiny("export-guard $HOME it's");
+    let dir = dir.canonicalize().unwrap();
     let steps = std::fs::read(dir.join("steps.csv")).unwrap();
     let run_dir = dir.to_str().unwrap();
-    for (command, expected) in [
+    // Another run directory (its record and logs copied: what the library takes for a run).
+    let other = scratch().join("export-guard-other");
+    let _ = std::fs::remove_dir_all(&other);
+    std::fs::create_dir_all(other.join("plots")).unwrap();
+    let other = other.canonicalize().unwrap();
+    for file in ["config.json", "steps.csv", "epochs.csv", "recipe.toml"] {
+        std::fs::copy(dir.join(file), other.join(file)).unwrap();
+    }
+    std::fs::copy(dir.join("plots/loss.png"), other.join("plots/loss.png")).unwrap();
+    let other_dir = other.to_str().unwrap();
+    let (ours, theirs) = (run_files(&dir), run_files(&other));
+    let loss_png = std::fs::read(dir.join("plots/loss.png")).unwrap();
+    // Links to the runs' files, as a user's own output names.
+    let links = scratch().join("export-guard-links");
+    let _ = std::fs::remove_dir_all(&links);
+    std::fs::create_dir_all(&links).unwrap();
+    let link = |name: &str, to: &Path| {
+        std::os::unix::fs::symlink(to, links.join(name)).unwrap();
+        links.join(name).to_str().unwrap().to_string()
+    };
+    link("a.csv", &dir.join("steps.csv"));
+    let npy_to_other_epochs = link("b.npy", &other.join("epochs.csv"));
+    let npy_to_recipe = link("c.npy", &dir.join("recipe.toml"));
+    let export_to_other_recipe = link("d.safetensors", &other.join("recipe.toml"));
+    // A link whose target does not exist yet, inside the run's plots/.
+    let dangling_into_plots = link("e.npy", &dir.join("plots/new.npy"));
+    let folder = scratch().join("export-guard-folder.safetensors");
+    std::fs::create_dir_all(&folder).unwrap();
+    let a_npy = links.join("a.npy");
+    let in_run = |f: &str| format!("{run_dir}/{f}");
+    let cases: Vec<(Vec<String>, Vec<String>)> = vec![
         (
+            owned(&["embed", "--run-dir", run_dir, "--out", &in_run("steps.npy")]),
             vec![
-                "embed",
-                "--run-dir",
-                run_dir,
-                "--out",
-                &format!("{run_dir}/steps.npy"),
+                "its table".into(),
+                format!("the run's own steps.csv in the run directory {run_dir}"),
             ],
-            "its table",
         ),
         (
-            vec![
-                "export",
-                "--run-dir",
-                run_dir,
-                "--out",
-                &format!("{run_dir}/checkpoints/b.safetensors"),
-            ],
-            "the run's own checkpoints",
+            owned(&["export", "--run-dir", run_dir, "--out", &in_run("checkpoints/b.safetensors")]),
+            vec!["the run's own checkpoints".into()],
         ),
         (
-            vec![
-                "export",
-                "--run-dir",
-                run_dir,
-                "--out",
-                "/proc/backbone.safetensors",
-            ],
-            "--out /proc/backbone.safetensors: cannot write in /proc",
+            owned(&["export", "--run-dir", run_dir, "--out", "/proc/backbone.safetensors"]),
+            vec!["--out /proc/backbone.safetensors: cannot write in /proc".into()],
         ),
-    ] {
-        let o = run(&command);
-        assert_eq!(check_error_shape(&o, expected), 2, "{}", stderr(&o));
+        (
+            owned(&["embed", "--run-dir", run_dir, "--out", a_npy.to_str().unwrap()]),
+            vec![
+                format!("its table {}", links.join("a.csv").display()),
+                format!("a link to {run_dir}/steps.csv, the run's own steps.csv in the run directory {run_dir}"),
+            ],
+        ),
+        (
+            owned(&["embed", "--run-dir", run_dir, "--out", &npy_to_other_epochs]),
+            vec![format!(
+                "a link to {other_dir}/epochs.csv, the run's own epochs.csv in the run directory \
+                 {other_dir}"
+            )],
+        ),
+        (
+            owned(&["embed", "--run-dir", run_dir, "--out", &npy_to_recipe]),
+            vec![format!("the run's own recipe.toml in the run directory {run_dir}")],
+        ),
+        (
+            owned(&["export", "--run-dir", run_dir, "--out", &export_to_other_recipe]),
+            vec![format!("the run's own recipe.toml in the run directory {other_dir}")],
+        ),
+        (
+            owned(&["embed", "--run-dir", run_dir, "--out", &dangling_into_plots]),
+            vec![format!("the run's own plots in the run directory {run_dir}")],
+        ),
+        (
+            owned(&["export", "--run-dir", run_dir, "--out", folder.to_str().unwrap()]),
+            vec![format!("--out {}: is a directory", folder.display())],
+        ),
+        (
+            owned(&["compare", run_dir, "--out", &in_run("plots")]),
+            vec![format!("the run's own plots in the run directory {run_dir}")],
+        ),
+        (
+            owned(&["compare", run_dir, "--out", &format!("{other_dir}/plots")]),
+            vec![format!("the run's own plots in the run directory {other_dir}")],
+        ),
+        (
+            owned(&["compare", run_dir, "--out", run_dir]),
+            vec![format!("--out {run_dir}: the run directory {run_dir}")],
+        ),
+        (
+            owned(&["compare", run_dir, "--out", other_dir]),
+            vec![format!("--out {other_dir}: the run directory {other_dir}")],
+        ),
+    ];
+    for (command, expected) in &cases {
+        let o = run(&as_strs(command));
         let err = stderr(&o);
-        assert!(
-            err.contains(expected) && !err.contains("cannot read"),
-            "{err}"
-        );
+        assert_eq!(check_error_shape(&o, &expected[0]), 2, "{command:?}\n{err}");
+        for part in expected {
+            assert!(
+                err.contains(part.as_str()) && !err.contains("cannot read"),
+                "{part}\n{err}"
+            );
+        }
     }
     assert_eq!(std::fs::read(dir.join("steps.csv")).unwrap(), steps);
-    // The run still extends.
+    assert_eq!(run_files(&dir), ours, "the run's files are as they were");
+    assert_eq!(
+        run_files(&other),
+        theirs,
+        "the other run's files are as they were"
+    );
+    assert_eq!(std::fs::read(dir.join("plots/loss.png")).unwrap(), loss_png);
+    assert_eq!(
+        std::fs::read(other.join("plots/loss.png")).unwrap(),
+        loss_png
+    );
+    assert!(!dir.join("plots/new.npy").exists());
+    assert!(!dir.join("compare.md").exists() && !other.join("compare.md").exists());
+
+    // Links elsewhere are replaced by the outputs, not written through; no temporary file stays.
+    let kept = scratch().join("export-guard-kept.txt");
+    std::fs::write(&kept, "a file of the user's").unwrap();
+    let out = link("f.npy", &kept);
+    link("f.csv", &kept);
+    let o = run(&[
+        "embed",
+        "--run-dir",
+        run_dir,
+        "--split",
+        "test",
+        "--out",
+        &out,
+    ]);
+    assert_eq!(
+        check_error_shape(&o, "embed over links"),
+        0,
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&kept).unwrap(),
+        "a file of the user's"
+    );
+    for file in ["f.npy", "f.csv"] {
+        let meta = std::fs::symlink_metadata(links.join(file)).unwrap();
+        assert!(
+            meta.file_type().is_file(),
+            "{file} is a file of its own now"
+        );
+    }
+    assert_eq!(read_npy(Path::new(&out)).0[0], 40);
+    let exported = scratch().join("export-guard.safetensors");
+    std::fs::write(&exported, "an older export").unwrap();
+    let o = run(&[
+        "export",
+        "--run-dir",
+        run_dir,
+        "--out",
+        exported.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        check_error_shape(&o, "export over a file"),
+        0,
+        "{}",
+        stderr(&o)
+    );
+    assert!(safetensors_header(&exported).get("conv1.weight").is_some());
+    // (In the scratch directory, only this test's names: other tests write there meanwhile.)
+    for (place, prefix) in [(&links, "."), (scratch(), ".export-guard")] {
+        let left: Vec<String> = std::fs::read_dir(place)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(prefix))
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+
+    // Places that cannot be written, as a user whom permissions bind.
+    if let Some(user) = Unprivileged::new("recipe-as-nobody-outputs") {
+        let locked = scratch().join("export-guard-locked");
+        std::fs::create_dir_all(&locked).unwrap();
+        let locked = locked.canonicalize().unwrap();
+        let locked_dir = locked.to_str().unwrap().to_string();
+        chmod(&locked, 0o555);
+        chmod(&dir, 0o555);
+        let new_run = locked.join("new-run");
+        let data_dir = crate::common::data().to_str().unwrap().to_string();
+        let cases: Vec<(Vec<String>, String)> = vec![
+            (
+                owned(&["eval", "--run-dir", run_dir, "--probe-epochs", "1"]),
+                format!("--run-dir {run_dir}: cannot write in {run_dir}: permission denied"),
+            ),
+            (
+                owned(&["export", "--run-dir", run_dir]),
+                format!("cannot write in {run_dir}: permission denied"),
+            ),
+            (
+                owned(&["embed", "--run-dir", run_dir, "--out", &in_run("x.npy")]),
+                format!("cannot write in {run_dir}: permission denied"),
+            ),
+            (
+                owned(&[
+                    "compare",
+                    run_dir,
+                    "--out",
+                    &format!("{locked_dir}/compared"),
+                ]),
+                format!("cannot write in {locked_dir}: permission denied"),
+            ),
+            (
+                owned(&[
+                    "light_moco",
+                    "--data",
+                    &data_dir,
+                    "--run-dir",
+                    new_run.to_str().unwrap(),
+                    "--epochs",
+                    "1",
+                    "--batch-size",
+                    "32",
+                    "--workers",
+                    "1",
+                ]),
+                format!(
+                    "--run-dir {}: cannot write in {locked_dir}: permission denied",
+                    new_run.display()
+                ),
+            ),
+        ];
+        let outcomes: Vec<_> = cases
+            .iter()
+            .map(|(command, _)| user.run(&as_strs(command)))
+            .collect();
+        chmod(&dir, 0o755);
+        chmod(&locked, 0o755);
+        for ((command, expected), o) in cases.iter().zip(outcomes) {
+            let err = stderr(&o);
+            assert_eq!(check_error_shape(&o, expected), 2, "{command:?}\n{err}");
+            assert!(err.contains(expected.as_str()), "{expected}\n{err}");
+            // Said before anything was computed.
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(!out.contains("kNN") && !out.contains("checkpoint"), "{out}");
+        }
+        assert!(!new_run.exists());
+        assert!(!dir.join("evals.csv").exists());
+    }
+    assert_eq!(run_files(&dir), ours);
+
+    // The run still extends; the command it prints to evaluate it, pasted into a shell (where
+    // `recipe` prints the words it is given), gives the binary its directory as one word.
     let o = run(&["resume", run_dir, "--extend", "--epochs", "2"]);
     assert_eq!(check_error_shape(&o, "extend"), 0, "{}", stderr(&o));
+    let printed = String::from_utf8_lossy(&o.stdout).into_owned();
+    let command = printed
+        .split("evaluate with `")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next())
+        .unwrap_or_else(|| panic!("no eval command: {printed}"));
+    assert!(command.starts_with("recipe eval --run-dir '"), "{command}");
+    let shell = Command::new("sh")
+        .arg("-c")
+        .arg(format!("recipe() {{ printf '%s\\0' \"$@\"; }}; {command}"))
+        .output()
+        .unwrap();
+    assert!(shell.status.success(), "{command}: {}", stderr(&shell));
+    let words: Vec<String> = String::from_utf8(shell.stdout)
+        .unwrap()
+        .split_terminator('\0')
+        .map(str::to_string)
+        .collect();
+    assert_eq!(words, ["eval", "--run-dir", run_dir], "{command}");
+    checked(&[&links, &other, &folder, &kept, &exported]);
 }
 
 /// A plot that cannot be drawn after a complete run is a warning, not a failed run (it was exit

@@ -17,6 +17,6 @@ pub use backbone::*;
 pub use config_file::RECIPE_TOML;
 pub use data::*;
 pub use prepare::*;
-pub(crate) use report::print_where;
+pub(crate) use report::{print_where, shell_command};
 
 pub use crate::backend::{Device, Train};

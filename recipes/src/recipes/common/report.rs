@@ -3,7 +3,7 @@
 
 use super::prepare::Settings;
 use crate::backend;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use curriculum_ssl::eval::KnnResult;
 use curriculum_ssl::hooks::KnnHook;
 use curriculum_ssl::train::TrainSummary;
@@ -108,14 +108,100 @@ pub(super) fn write_summary(
             text.push_str(&format!("![{name}]({name})\n"));
         }
     }
-    let path = run_dir.join("summary.md");
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+    crate::run_files::write_file_replacing(&run_dir.join("summary.md"), text.as_bytes())
 }
 
+/// Where a finished run's files are, and the command that evaluates it.
 pub(crate) fn print_where(run_dir: &Path) {
     println!(
         "metrics: {0}/steps.csv, {0}/epochs.csv; checkpoints: {0}/checkpoints; evaluate with \
-         `recipe eval --run-dir {0}`",
-        run_dir.display()
+         `{1}`",
+        run_dir.display(),
+        shell_command([
+            Path::new("recipe"),
+            Path::new("eval"),
+            Path::new("--run-dir"),
+            run_dir
+        ])
     );
+}
+
+/// `word` as a POSIX shell reads it back as one word: unchanged when it holds only characters
+/// no shell treats specially (letters, digits and `-_./:,+=@%`), else in single quotes, a quote
+/// inside written `'\''`. A command printed for the user to paste (`recipe resume DIR`) quotes
+/// each word so: a path with a space, `$`, a quote or a `*` reaches the binary as it was.
+pub(crate) fn shell_word(word: &str) -> std::borrow::Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:,+=@%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.into();
+    }
+    format!("'{}'", word.replace('\'', r"'\''")).into()
+}
+
+/// The words of a command, each quoted as a POSIX shell needs ([`shell_word`]), joined by
+/// spaces: the command as the user pastes it. A word that is not UTF-8 is shown lossily.
+pub(crate) fn shell_command<I, W>(words: I) -> String
+where
+    I: IntoIterator<Item = W>,
+    W: AsRef<std::ffi::OsStr>,
+{
+    words
+        .into_iter()
+        .map(|w| shell_word(&w.as_ref().to_string_lossy()).into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{shell_command, shell_word};
+
+    /// What a POSIX shell reads back from each quoted word (`sh -c 'printf "%s\n" WORDS'`):
+    /// the word itself.
+    #[test]
+    fn printed_commands_quote_what_a_shell_would_change() {
+        assert_eq!(shell_word("runs/simclr-1"), "runs/simclr-1");
+        assert_eq!(shell_word("/tmp/a_b.c/x=1,y@z%:+"), "/tmp/a_b.c/x=1,y@z%:+");
+        assert_eq!(shell_word("my runs/a"), "'my runs/a'");
+        assert_eq!(shell_word("$HOME/run"), "'$HOME/run'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word(""), "''");
+        assert_eq!(shell_word("~/run"), "'~/run'");
+        assert_eq!(shell_word("a*b"), "'a*b'");
+        assert_eq!(shell_word("café"), "'café'");
+        assert_eq!(
+            shell_command(["recipe", "resume", "runs/my run"]),
+            "recipe resume 'runs/my run'"
+        );
+        let words = [
+            "plain",
+            "two words",
+            "$HOME `x` $(y)",
+            "it's \"quoted\"",
+            "back\\slash",
+            "new\nline",
+            "*?[a]",
+            "",
+            "-dash",
+            "'",
+            "!bang",
+            "#hash",
+            "semi;colon&and|pipe<>",
+        ];
+        let Ok(output) = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf '%s\\0' {}", shell_command(words)))
+            .output()
+        else {
+            eprintln!("no sh here: the shell's reading of the words is not checked");
+            return;
+        };
+        assert!(output.status.success(), "{output:?}");
+        let read: Vec<String> = String::from_utf8(output.stdout)
+            .unwrap()
+            .split_terminator('\0')
+            .map(str::to_string)
+            .collect();
+        assert_eq!(read, words);
+    }
 }

@@ -9,7 +9,7 @@ use crate::backend;
 use crate::backend::{Device, Train};
 use crate::run_files::{read_knn_results, KNN_AT_INIT, KNN_RAW_PIXELS};
 use crate::usage::usage;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use burn::optim::Optimizer;
 use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::data_parallel::{
@@ -120,6 +120,13 @@ impl Prepared {
         }
         if self.args.check {
             self.overrides.check_used(self.settings.recipe)?;
+            // What the run would refuse, refused here: the augmentation's settings (a crop
+            // scale whose bounds are reversed), and the method as the run builds it, its size
+            // checked before its weights are drawn (`--check` passed methods whose networks
+            // could not fit, and settings the run then refused). Nothing is written.
+            let channels = self.data.train.image_shape().2;
+            let _: Augmenter = self.pipeline.clone().init(channels)?;
+            drop(build(&self, &self.device)?);
             if self.args.print_settings {
                 let options = options_table(&self.args, &self.settings);
                 let table = self.overrides.table(self.settings.recipe, options);
@@ -325,6 +332,7 @@ where
         .with_checkpoint_every(args.checkpoint_every)
         .with_seed(settings.seed);
     let run_dir = settings.run_dir(args);
+    crate::run_files::check_run_dir_writable(&run_dir)?;
     let description = RecipeRun {
         recipe: settings.recipe.to_string(),
         backbone: settings.backbone,
@@ -474,8 +482,7 @@ where
         .monitor()
         .evaluate::<backend::Inner, _>(&RawPixels::new(prepared.data.shape()), device)?;
     for (file, r) in [(&init_file, &at_init), (&raw_file, &raw)] {
-        std::fs::write(file, serde_json::to_vec_pretty(r)?)
-            .with_context(|| format!("writing {}", file.display()))?;
+        crate::run_files::write_file_replacing(file, &serde_json::to_vec_pretty(r)?)?;
     }
     Ok((at_init, raw))
 }

@@ -197,6 +197,17 @@ fn write_record(path: &Path, record: &RunRecord) -> Result<()> {
     Ok(())
 }
 
+/// The command that continues the study, quoted for a shell: `recipe study FILE` (with its
+/// `--dir` when one was given).
+fn continue_command(args: &StudyArgs) -> String {
+    let word = std::ffi::OsStr::new;
+    let mut words = vec![word("recipe"), word("study"), args.file.as_os_str()];
+    if let Some(dir) = &args.dir {
+        words.extend([word("--dir"), dir.as_os_str()]);
+    }
+    crate::recipes::common::shell_command(words)
+}
+
 /// Runs the study.
 pub fn run(args: &[String]) -> Result<()> {
     let args = StudyArgs::try_parse_from(args).map_err(crate::usage::help_or_error)?;
@@ -292,9 +303,9 @@ pub fn run(args: &[String]) -> Result<()> {
         let finished = run_one(&dir, &study, arm, *seed)?;
         if !finished || stop.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(crate::signals::Interrupted(format!(
-                "the study stopped during arm `{}`, seed {seed}; `recipe study {}` continues it",
+                "the study stopped during arm `{}`, seed {seed}; `{}` continues it",
                 arm.name,
-                args.file.display()
+                continue_command(&args)
             ))
             .into());
         }
@@ -915,7 +926,7 @@ fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<bool> 
             "arm `{}`, seed {seed}: `recipe {}` failed (exit code {}; its message is above); \
              the study continues from here when run again",
             arm.name,
-            args.join(" "),
+            crate::recipes::common::shell_command(&args),
             status.code().map_or("none".into(), |c| c.to_string())
         );
     }
@@ -1043,20 +1054,20 @@ fn evaluate(
     if raw {
         args.push("--raw-pixels".into());
     }
-    println!("study: recipe {}", args.join(" "));
+    println!("study: recipe {}", crate::recipes::common::shell_command(&args));
     let output = crate::signals::output_passing_signals(Command::new(this_binary()?).args(&args))
         .context("starting `recipe eval`")?;
     if !output.status.success() {
         if crate::signals::stop_flag().load(std::sync::atomic::Ordering::SeqCst) {
             return Err(crate::signals::Interrupted(format!(
                 "the study stopped during `recipe {}`; `recipe study` continues it",
-                args.join(" ")
+                crate::recipes::common::shell_command(&args)
             ))
             .into());
         }
         anyhow::bail!(
             "`recipe {}` failed: {}",
-            args.join(" "),
+            crate::recipes::common::shell_command(&args),
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
