@@ -112,11 +112,13 @@ fn every_import_goes_to_a_lower_layer() {
     assert_eq!(placed, found, "the layers and the modules of src/ differ");
 }
 
-/// The layers of the recipe binary (`recipes/src`), bottom first: the vocabulary of errors and
-/// run files, the backend and signals, the plots, the recipes, and `main` on top. A module that
-/// names the crate root (`crate::some_fn` of main.rs) is refused: main.rs stays a leaf.
+/// The layers of the recipe binary (`recipes/src`), bottom first: the vocabulary of errors, the
+/// run files (their checks refuse a path with a usage error), the backend and signals, the
+/// plots, the recipes, and `main` on top. A module that names the crate root (`crate::some_fn`
+/// of main.rs) is refused: main.rs stays a leaf.
 const RECIPE_LAYERS: &[&[&str]] = &[
-    &["usage", "run_files"],
+    &["usage"],
+    &["run_files"],
     &["backend", "signals"],
     &["plots"],
     &["recipes"],

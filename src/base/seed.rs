@@ -139,7 +139,7 @@ thread_local! {
         const { std::cell::Cell::new((None, None)) };
 }
 
-/// The field of the [`ConfigError`](crate::ConfigError) [`check_size`] returns.
+/// The field of the [`ConfigError`](crate::base::error::ConfigError) [`check_size`] returns.
 pub const SIZE_FIELD: &str = "networks";
 
 /// Runs `build` with [`check_size`] refusing, on this thread, a module or buffer of more than
@@ -169,14 +169,14 @@ pub fn with_size_limit<T>(limit: u64, build: impl FnOnce() -> T) -> (T, Option<u
 /// limit of an enclosing [`with_size_limit`] on this thread; `what` names it in the error.
 ///
 /// # Errors
-/// A [`ConfigError`](crate::ConfigError) of field [`SIZE_FIELD`] naming the count and the
+/// A [`ConfigError`](crate::base::error::ConfigError) of field [`SIZE_FIELD`] naming the count and the
 /// limit.
-pub fn check_count(count: u64, what: &str) -> Result<(), crate::ConfigError> {
+pub fn check_count(count: u64, what: &str) -> Result<(), crate::base::error::ConfigError> {
     let (limit, refused) = SIZE_LIMIT.with(|c| c.get());
     match limit {
         Some(limit) if count > limit => {
             SIZE_LIMIT.with(|c| c.set((Some(limit), refused.or(Some(count)))));
-            Err(crate::ConfigError::new(
+            Err(crate::base::error::ConfigError::new(
                 SIZE_FIELD,
                 format!("{what} would hold {count} values, more than the limit of {limit}"),
             ))
@@ -193,7 +193,7 @@ pub fn check_count(count: u64, what: &str) -> Result<(), crate::ConfigError> {
 pub fn check_size<B: Backend, M: Module<B>>(
     module: &M,
     what: &str,
-) -> Result<(), crate::ConfigError> {
+) -> Result<(), crate::base::error::ConfigError> {
     check_count(parameter_count(module), what)
 }
 
