@@ -103,6 +103,7 @@ fn option_of(setting: &str) -> Option<&'static str> {
         "run.image_size" => "--image-size",
         "run.stem" => "--stem",
         "run.pooled_grid" => "--pooled-grid",
+        "run.precision" => "--precision",
         "run.recipe" => "the recipe",
         _ => return None,
     })
@@ -115,8 +116,16 @@ fn message(error: &anyhow::Error) -> String {
     if let Some(TrainError::Mismatch { path, differences }) = error.downcast_ref::<TrainError>() {
         let mut named: Vec<String> = Vec::new();
         for d in differences {
+            // A setting a run record leaves out at its default reads "absent": said as the
+            // default the option had (an f32 run records no precision).
+            let shown = |value: &str| match (d.setting.as_str(), value) {
+                ("run.precision", "absent") => "\"f32\"".to_string(),
+                _ => value.to_string(),
+            };
             let line = match option_of(&d.setting) {
-                Some(option) => format!("{option}: run {}, given {}", d.run, d.given),
+                Some(option) => {
+                    format!("{option}: run {}, given {}", shown(&d.run), shown(&d.given))
+                }
                 None => d.to_string(),
             };
             if !named.contains(&line) {
@@ -274,14 +283,15 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Resume { run_dir, options } => {
             let file = run_dir.join(recipes::common::RECIPE_TOML);
-            if !file.is_file() {
+            if std::fs::symlink_metadata(&file).is_err() {
                 return Err(usage(format!(
                     "{}: no {} (a run directory written by `recipe NAME --run-dir DIR`)",
                     run_dir.display(),
                     recipes::common::RECIPE_TOML
                 )));
             }
-            let name = recipes::common::config_file::ConfigFile::read(&file)?
+            let own = format!("{} (the run's own settings)", file.display());
+            let name = recipes::common::config_file::ConfigFile::read_named(&file, &own)?
                 .recipe
                 .ok_or_else(|| usage(format!("{}: names no recipe", file.display())))?;
             let recipe = recipes::find(&name).map_err(|e| usage(e.to_string()))?;
