@@ -77,6 +77,27 @@ impl Table {
             .collect()
     }
 
+    /// A run's training time and speed from its epochs.csv (this table): the seconds of its
+    /// epochs summed (each epoch's wall time, the kNN monitor and checkpoints excluded), and the
+    /// images it trained over that time, an epoch's images being its `images_per_s × seconds`
+    /// (its images over its wall time, as the trainer wrote it). Not the mean of the epochs'
+    /// rates: an epoch twice as slow weighs twice as long. A run without timed epochs: `(0, 0)`.
+    pub(crate) fn training_speed(&self) -> (f64, f64) {
+        let (mut seconds, mut images) = (0.0, 0.0);
+        for (rate, s) in self
+            .column("images_per_s")
+            .into_iter()
+            .zip(self.column("seconds"))
+        {
+            if let (Some(rate), Some(s)) = (rate, s) {
+                seconds += s;
+                images += rate * s;
+            }
+        }
+        let rate = if seconds > 0.0 { images / seconds } else { 0.0 };
+        (seconds, rate)
+    }
+
     /// Every value of the column called `name`, in row order.
     pub(crate) fn values(&self, name: &str) -> Vec<f64> {
         let Some(i) = self.names.iter().position(|n| n == name) else {

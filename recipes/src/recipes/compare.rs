@@ -103,7 +103,8 @@ pub fn run(args: &[String]) -> Result<()> {
     for ((run, name), record) in args.runs.iter().zip(&names).zip(&records) {
         let epochs = Table::read_if_any(&run.join("epochs.csv"))?;
         let last = |column: &str| epochs.values(column).last().copied();
-        let speed = epochs.values("images_per_s");
+        // Images over the epochs' wall time (not the mean of the epochs' rates).
+        let (seconds, speed) = epochs.training_speed();
         let number = |v: Option<f64>, digits: usize| {
             v.map_or("–".to_string(), |v| format!("{v:.digits$}"))
         };
@@ -112,10 +113,7 @@ pub fn run(args: &[String]) -> Result<()> {
             record.run.recipe.clone(),
             format!("{:?}", record.run.backbone),
             format!("{}/{}", epochs.values("epoch").len(), record.train.epochs),
-            number(
-                (!speed.is_empty()).then(|| speed.iter().sum::<f64>() / speed.len() as f64),
-                0,
-            ),
+            number((seconds > 0.0).then_some(speed), 0),
             number(last("mean_loss"), 4),
         ];
         let (init, raw) = (knn(&run.join(KNN_AT_INIT)), knn(&run.join(KNN_RAW_PIXELS)));

@@ -279,7 +279,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         println!("recipe `{recipe}`: the options are valid (--check: nothing trained)");
         return Ok(());
     }
-    let model = LinearClassifier::new(spec.init::<Train>(&device), classes, &device);
+    let model = student(&spec, classes, settings.seed, &device);
     let images = ClassifierAugmentConfig::new().with_normalize(Some(normalization(channels)));
     let kmeans = KMeansConfig::new()
         .with_clusters(args.clusters.unwrap_or(8))
@@ -305,8 +305,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
                 weights: None,
             };
             spec.check(data.train.image_shape(), "--embedding-backbone", &device)?;
-            let backbone = spec.init::<Train>(&device);
-            let net = EmbeddingNetConfig::new().init(backbone, &device);
+            let net = embedding_net(&spec, settings.seed, &device);
             let config = SplAdviseConfig::new(pace)
                 .with_kmeans(kmeans)
                 .with_seed(settings.seed);
@@ -337,7 +336,9 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
     let config = SupervisedConfig::new()
         .with_batch_size(settings.batch_size)
         .with_seed(settings.seed);
+    // The seed of the stochastic layers of each step's forward, `(seed, step)`: the run's too.
     let train_config = TrainConfig::new()
+        .with_seed(settings.seed)
         .with_epochs(settings.epochs)
         .with_lr(settings.lr)
         .with_checkpoint_every(common_args.checkpoint_every);
@@ -373,6 +374,39 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
                 .init()?,
         ),
     }
+}
+
+/// The stream of the run's seed that draws the embedding network's weights: not the student's
+/// (a LeNet student and a LeNet embedding network would otherwise start alike).
+const EMBEDDING_STREAM: u64 = 0x0065_6d62_6564;
+
+/// The student (the backbone of `spec` under a linear classifier of `classes`), every weight
+/// drawn now from `seed`, the run's `--seed`
+/// ([`init_module`](curriculum_ssl::base::seed::init_module)): unseeded, its lazily initialised
+/// weights were drawn at the first step under the trainer's seed of that step, the same for
+/// every `--seed`.
+fn student(
+    spec: &BackboneSpec,
+    classes: usize,
+    seed: u64,
+    device: &Device,
+) -> LinearClassifier<Train, AnyBackbone<Train>> {
+    curriculum_ssl::base::seed::init_module::<Train, _>(device, seed, |d| {
+        LinearClassifier::new(spec.init::<Train>(d), classes, d)
+    })
+}
+
+/// SPL-ADVisE's embedding network on the backbone of `spec`, every weight drawn now from the
+/// run's `seed` (its own stream of it, [`EMBEDDING_STREAM`]).
+fn embedding_net(
+    spec: &BackboneSpec,
+    seed: u64,
+    device: &Device,
+) -> EmbeddingNet<Train, AnyBackbone<Train>> {
+    let seed = curriculum_ssl::base::seed::mix_seed(seed, EMBEDDING_STREAM);
+    curriculum_ssl::base::seed::init_module::<Train, _>(device, seed, |d| {
+        EmbeddingNetConfig::new().init(spec.init::<Train>(d), d)
+    })
 }
 
 /// The student's selection, as chosen on the command line.
@@ -531,5 +565,62 @@ mod tests {
         .unwrap();
         assert_eq!(args.optimizer, Some(OptimizerChoice::Sgd));
         assert_eq!(args.clusters, Some(4));
+    }
+
+    /// Every float value of `module`'s parameters (and running statistics), in visiting order.
+    fn weights<M: burn::module::Module<Train>>(module: &M) -> Vec<f32> {
+        struct Values(Vec<f32>);
+        impl burn::module::ModuleVisitor<Train> for Values {
+            fn visit_float<const D: usize>(
+                &mut self,
+                param: &burn::module::Param<burn::tensor::Tensor<Train, D>>,
+            ) {
+                let data = param.val().into_data().convert::<f32>();
+                self.0.extend(data.to_vec::<f32>().unwrap());
+            }
+        }
+        let mut values = Values(Vec::new());
+        module.visit(&mut values);
+        values.0
+    }
+
+    /// The student of the three recipes (`student`: the one of `spl_advise`, `spld` and
+    /// `random_sampling` alike) and SPL-ADVisE's embedding network start from weights drawn
+    /// from `--seed`: seeds 0 and 1 differ in (nearly) every weight drawn, seed 0 twice is the
+    /// same bit for bit. Before, both were built unseeded and drawn at the first step under the
+    /// trainer's `train.seed` of 0: every seed of a study started from the same student.
+    #[test]
+    fn the_seed_draws_the_students_and_the_embedding_networks_weights() {
+        let device = crate::backend::device(None).unwrap();
+        let spec = |choice: BackboneChoice| BackboneSpec {
+            config: choice.config(1, 28, None, choice.default_pooled_grid(None, 28)),
+            weights: None,
+        };
+        for choice in [BackboneChoice::Small2x, BackboneChoice::Lenet5] {
+            let spec = spec(choice);
+            let a = weights(&student(&spec, 10, 0, &device));
+            let again = weights(&student(&spec, 10, 0, &device));
+            let b = weights(&student(&spec, 10, 1, &device));
+            assert_eq!(a.len(), b.len());
+            assert_eq!(
+                a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                again.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{choice:?}: seed 0 twice"
+            );
+            // Biases and normalisation start at constants; the drawn weights differ.
+            let differ = a.iter().zip(&b).filter(|(x, y)| x != y).count();
+            assert!(differ > a.len() / 2, "{choice:?}: {differ} of {} differ", a.len());
+        }
+        let spec = spec(BackboneChoice::Lenet5);
+        let a = weights(&embedding_net(&spec, 0, &device));
+        let again = weights(&embedding_net(&spec, 0, &device));
+        let b = weights(&embedding_net(&spec, 1, &device));
+        assert_eq!(a, again);
+        let differ = a.iter().zip(&b).filter(|(x, y)| x != y).count();
+        assert!(differ > a.len() / 2, "{differ} of {}", a.len());
+        // Its own stream of the seed: not the LeNet student's backbone with the same seed.
+        let s = weights(&student(&spec, 10, 0, &device));
+        let shared = a.iter().zip(&s).take_while(|(x, y)| x == y).count();
+        assert!(shared < 10, "the first {shared} weights equal the student's");
     }
 }

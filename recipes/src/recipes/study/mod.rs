@@ -100,7 +100,9 @@ pub struct RunResult {
     pub metrics: std::collections::BTreeMap<String, f64>,
     /// Seconds of training, summed over the epochs (a resumed run's pauses not counted).
     pub train_seconds: f64,
-    /// Images per second, averaged over the epochs.
+    /// Images trained over `train_seconds` ([`Table::training_speed`]). Records of earlier versions
+    /// hold the mean of the epochs' rates instead; the report derives both numbers from the
+    /// run's epochs.csv again where it is there.
     pub images_per_s: f64,
 }
 
@@ -942,14 +944,14 @@ fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<bool> 
 
 /// A finished run's numbers: `metrics`, and its time and speed from its epochs.csv.
 fn run_result(run: &Path, metrics: BTreeMap<String, f64>) -> Result<RunResult> {
-    let epochs = Table::read(&run.join("epochs.csv"))?;
-    let speeds = epochs.values("images_per_s");
+    let (train_seconds, images_per_s) = Table::read(&run.join("epochs.csv"))?.training_speed();
     Ok(RunResult {
         metrics,
-        train_seconds: epochs.values("seconds").iter().sum(),
-        images_per_s: speeds.iter().sum::<f64>() / speeds.len().max(1) as f64,
+        train_seconds,
+        images_per_s,
     })
 }
+
 
 /// How long a study waits for a run directory that another process holds before it refuses:
 /// a run whose study was killed gets SIGTERM and stops after its step

@@ -1,7 +1,7 @@
 //! A study's report, written again after every run from the records of the runs that finished:
 //! `study.md` (per arm mean ± sd and 95 % interval of every metric, each arm's paired
-//! difference from the baseline with its interval and paired t test, compute per arm, the
-//! curves), `study.csv` (a row per run), `summary.csv` (a row per arm and metric) and one PNG
+//! difference from the baseline with its interval and paired t test, its p raw and adjusted by
+//! Holm's method over the arm's measures, compute per arm, the curves), `study.csv` (a row per run), `summary.csv` (a row per arm and metric) and one PNG
 //! per curve (mean over the seeds with its interval as a band).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -10,10 +10,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use super::stats::{paired, summarise, Summary, CONFIDENCE};
+use super::stats::{holm, paired, summarise, Paired, Summary, CONFIDENCE};
 use super::{
-    damaged, load_record, record_path, run_dir, RunRecord, RunResult, Stored, StudyFile,
-    RAW_PIXELS,
+    damaged, load_record, record_path, run_dir, RunRecord, RunResult, Stored,
+    StudyFile, RAW_PIXELS,
 };
 use crate::plots::{draw, Line, Table};
 
@@ -52,15 +52,74 @@ fn cell(s: &Summary) -> String {
     }
 }
 
-/// The finished runs of `arm`: `(seed, result)`.
+/// A p-value with 3 significant digits (0.2946 as 0.295, 0.035 as 0.0350, 1 as 1.00), below
+/// 0.001 in scientific notation with 3 too (0.000123 as 1.23e-4).
+fn p_text(p: f64) -> String {
+    if p < 1e-3 {
+        return format!("{p:.2e}");
+    }
+    let decimals = (2 - p.log10().floor() as i64).max(2) as usize;
+    format!("{p:.decimals$}")
+}
+
+/// The values of `metric` over the runs that have it: `(seed, value)`.
+fn values(runs: &[(u64, RunResult)], metric: &str) -> Vec<(u64, f64)> {
+    runs.iter()
+        .filter_map(|(s, r)| Some((*s, *r.metrics.get(metric)?)))
+        .collect()
+}
+
+/// One arm against the baseline: each metric with a pair, its paired comparison and its p
+/// adjusted by Holm's method ([`holm`]) over the metrics of this comparison that have a test
+/// (the family: one arm against the baseline).
+fn comparison(
+    runs: &[(u64, RunResult)],
+    baseline: &[(u64, RunResult)],
+    metrics: &[String],
+) -> Vec<(String, Paired, Option<f64>)> {
+    let rows: Vec<(String, Paired)> = metrics
+        .iter()
+        .filter_map(|m| Some((m.clone(), paired(&values(runs, m), &values(baseline, m))?)))
+        .collect();
+    let tested: Vec<f64> = rows.iter().filter_map(|(_, p)| p.p).collect();
+    let mut adjusted = holm(&tested).into_iter();
+    rows.into_iter()
+        .map(|(m, p)| {
+            let a = p.p.and_then(|_| adjusted.next());
+            (m, p, a)
+        })
+        .collect()
+}
+
+/// The time and speed of an arm's runs: the mean training time over them, and the images they
+/// trained over the time they took, all together (`None` without a timed run).
+fn arm_speed(runs: &[(u64, RunResult)]) -> Option<(f64, f64)> {
+    let seconds: f64 = runs.iter().map(|(_, r)| r.train_seconds).sum();
+    let images: f64 = runs
+        .iter()
+        .map(|(_, r)| r.images_per_s * r.train_seconds)
+        .sum();
+    (!runs.is_empty() && seconds > 0.0).then(|| (seconds / runs.len() as f64, images / seconds))
+}
+
+/// The finished runs of `arm`: `(seed, result)`, the time and speed derived again from the
+/// run's epochs.csv where it is there (records of earlier versions held the mean of the
+/// epochs' rates).
 fn results(dir: &Path, arm: &str, seeds: &[u64]) -> Result<Vec<(u64, RunResult)>> {
     let mut out = Vec::new();
     for &seed in seeds {
         let path = record_path(dir, arm, seed);
         match load_record(&path)? {
             Stored::Record(RunRecord {
-                result: Some(r), ..
-            }) => out.push((seed, r)),
+                result: Some(mut r),
+                ..
+            }) => {
+                let epochs = run_dir(dir, arm, seed).join("epochs.csv");
+                if epochs.is_file() {
+                    (r.train_seconds, r.images_per_s) = Table::read(&epochs)?.training_speed();
+                }
+                out.push((seed, r));
+            }
             // `recipe study` rebuilds it (or runs it again); the report goes without it.
             Stored::Damaged(why) => log::warn!("{}; left out of the report", damaged(&path, &why)),
             _ => {}
@@ -93,11 +152,6 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
     };
     let finished: usize = arms.iter().map(|(_, r)| r.len()).sum();
     let total = study.arms.len() * study.seeds.len();
-    let values = |runs: &[(u64, RunResult)], metric: &str| -> Vec<(u64, f64)> {
-        runs.iter()
-            .filter_map(|(s, r)| Some((*s, *r.metrics.get(metric)?)))
-            .collect()
-    };
     let baseline = arms
         .iter()
         .find(|(name, _)| *name == study.baseline)
@@ -110,7 +164,10 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
     writeln!(
         md,
         "Seeds {}; baseline `{}`; {finished} of {total} runs finished. Accuracies are top-1 in \
-         percent: mean ± sd over the seeds [{:.0} % interval of the mean, Student t].\n",
+         percent: mean ± sd over the seeds [{:.0} % interval of the mean, Student t]. \
+         Training time is the mean over the seeds of the epochs' wall time (the kNN monitor and \
+         checkpoints excluded); images/s is the images trained over that time, the seeds' \
+         together (an epoch's images: its images/s × seconds in the run's epochs.csv).\n",
         seeds.join(", "),
         study.baseline,
         100.0 * CONFIDENCE
@@ -148,18 +205,24 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
         "diff_ci_high",
         "t",
         "p",
+        "p_holm",
     ])?;
     let number = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v}"));
     for (name, runs) in &arms {
         let recipe = study.arm(name).map_or("", |a| a.recipe.as_str());
         let mut row = format!("| {name} | {recipe} | {} |", runs.len());
+        let compared = if name == &study.baseline {
+            Vec::new()
+        } else {
+            comparison(runs, &baseline, &metrics)
+        };
         for m in &metrics {
             let v: Vec<f64> = values(runs, m).into_iter().map(|(_, v)| v).collect();
             let s = summarise(&v);
             write!(row, " {} |", s.as_ref().map_or("–".into(), cell))?;
-            let p = paired(&values(runs, m), &values(&baseline, m));
+            let against = compared.iter().find(|(c, _, _)| c == m);
             if let Some(s) = s {
-                let d = p.as_ref().filter(|_| name != &study.baseline);
+                let d = against.map(|(_, p, _)| p);
                 summary_csv.write_record([
                     name.clone(),
                     m.clone(),
@@ -174,14 +237,13 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
                     number(d.and_then(|d| d.difference.interval.map(|i| i.1))),
                     number(d.and_then(|d| d.t)),
                     number(d.and_then(|d| d.p)),
+                    number(against.and_then(|(_, _, a)| *a)),
                 ])?;
             }
         }
-        let seconds: Vec<f64> = runs.iter().map(|(_, r)| r.train_seconds).collect();
-        let speed: Vec<f64> = runs.iter().map(|(_, r)| r.images_per_s).collect();
-        match (summarise(&seconds), summarise(&speed)) {
-            (Some(t), Some(v)) => writeln!(row, " {} | {:.0} |", super::hms(t.mean), v.mean)?,
-            _ => writeln!(row, " – | – |")?,
+        match arm_speed(runs) {
+            Some((seconds, rate)) => writeln!(row, " {} | {rate:.0} |", super::hms(seconds))?,
+            None => writeln!(row, " – | – |")?,
         }
         md.push_str(&row);
     }
@@ -195,25 +257,40 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
         md.push_str(&row);
     }
     writeln!(md, "\n## Against the baseline `{}`\n", study.baseline)?;
+    let alpha = 1.0 - CONFIDENCE;
     writeln!(
         md,
         "Each arm's difference from the baseline, seed by seed over the seeds both finished: \
-         mean [{:.0} % interval], and the two-sided paired t test.\n",
-        100.0 * CONFIDENCE
+         mean [{:.0} % interval of that measure alone], and the two-sided paired t test's p, \
+         as computed and adjusted by Holm's step-down method over the arm's measures in this \
+         table (each arm against the baseline is one family). A difference is called \
+         significant at {:.0} % only where its Holm-adjusted p is below {alpha:.2} (marked *); \
+         the raw p of one measure out of several is no such evidence. p is printed with 3 \
+         significant digits.\n",
+        100.0 * CONFIDENCE,
+        100.0 * alpha,
     )?;
-    writeln!(md, "| arm | metric | pairs | difference | p |\n|---|---|---|---|---|")?;
+    writeln!(
+        md,
+        "| arm | metric | pairs | difference | p | p (Holm) |\n|---|---|---|---|---|---|"
+    )?;
     for (name, runs) in arms.iter().filter(|(n, _)| *n != study.baseline) {
-        for m in &metrics {
-            let Some(p) = paired(&values(runs, m), &values(&baseline, m)) else {
-                continue;
-            };
+        for (m, p, adjusted) in comparison(runs, &baseline, &metrics) {
             let d = &p.difference;
             let difference = match d.interval {
                 Some((lo, hi)) => format!("{:+.2} [{lo:+.2}, {hi:+.2}]", d.mean),
                 None => format!("{:+.2}", d.mean),
             };
-            let pvalue = p.p.map_or("–".into(), |p| format!("{p:.3}"));
-            writeln!(md, "| {name} | {} | {} | {difference} | {pvalue} |", label(m), d.n)?;
+            let pvalue = p.p.map_or("–".into(), p_text);
+            let holm = adjusted.map_or("–".into(), |a| {
+                format!("{}{}", p_text(a), if a < alpha { " *" } else { "" })
+            });
+            writeln!(
+                md,
+                "| {name} | {} | {} | {difference} | {pvalue} | {holm} |",
+                label(&m),
+                d.n
+            )?;
         }
     }
     let mut runs_csv = csv::Writer::from_writer(Vec::new());
@@ -307,4 +384,154 @@ fn curves(dir: &Path, arms: &[(String, Vec<(u64, RunResult)>)]) -> Result<Vec<St
         files.push(name);
     }
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p_values_are_printed_with_three_significant_digits() {
+        for (p, want) in [
+            (0.2946, "0.295"),
+            (0.035, "0.0350"),
+            (0.108_43, "0.108"),
+            (1.0, "1.00"),
+            (0.5, "0.500"),
+            (0.001_234, "0.00123"),
+            (0.000_123_4, "1.23e-4"),
+        ] {
+            assert_eq!(p_text(p), want, "{p}");
+        }
+    }
+
+    /// Writes the record of `arm`'s run with `seed` (its metrics: the baseline's 80, 81, 82 for
+    /// seeds 0, 1, 2 plus `differences[seed]`) and its epochs.csv (rows of `(images/s,
+    /// seconds)`). The record's speed is the mean of the epochs' rates, as earlier versions
+    /// wrote it: the report must derive the speed from epochs.csv again.
+    fn run(dir: &Path, arm: &str, seed: u64, differences: [f64; 4], epochs: &[(f64, f64)]) {
+        let metrics = ["knn20_top1", "knn200_top1", "probe_top1", "few_label_top1"]
+            .iter()
+            .zip(differences)
+            .map(|(m, d)| (m.to_string(), 80.0 + seed as f64 + d))
+            .collect();
+        let record = RunRecord {
+            definition: serde_json::json!({}),
+            seed,
+            result: Some(RunResult {
+                metrics,
+                train_seconds: epochs.iter().map(|e| e.1).sum(),
+                images_per_s: epochs.iter().map(|e| e.0).sum::<f64>() / epochs.len() as f64,
+            }),
+        };
+        let run = run_dir(dir, arm, seed);
+        std::fs::create_dir_all(&run).unwrap();
+        std::fs::write(
+            record_path(dir, arm, seed),
+            serde_json::to_vec(&record).unwrap(),
+        )
+        .unwrap();
+        let mut csv = String::from("epoch,mean_loss,lr,images_per_s,seconds\n");
+        for (i, (rate, seconds)) in epochs.iter().enumerate() {
+            csv.push_str(&format!("{},1.0,0.1,{rate:.3},{seconds:.3}\n", i + 1));
+        }
+        std::fs::write(run.join("epochs.csv"), csv).unwrap();
+    }
+
+    /// The report's speed is images over wall time, its p-values raw and Holm-adjusted per arm,
+    /// every number computed here by hand.
+    ///
+    /// Speed. The baseline's runs: epochs of (1000 images/s, 10 s) and (100 images/s, 50 s):
+    /// 10,000 + 5,000 images in 60 s, 250 images/s (the mean of the two rates, 550, was the
+    /// report's number before). Arm `small`: seed 0 as the baseline's (15,000 images, 60 s),
+    /// seed 1 (200, 20) twice (8,000 images, 40 s), seed 2 (300, 10) twice (6,000 images, 20 s):
+    /// per run 250, 200, 300; the arm 29,000 images in 120 s, 241.67 → 242, over a mean of 40 s.
+    ///
+    /// p. With three pairs the t distribution has 2 degrees of freedom, whose two-sided p is
+    /// `1 − |t| / √(2 + t²)`. Differences 2, 3, 4 (mean 3, sd 1, t = 3√3, t² = 27): p = 1 −
+    /// √(27/29) = 0.035099; 4, 5, 6 (t² = 75): 1 − √(75/77) = 0.013072; 0, 1, 2 (t² = 3): 1 −
+    /// √(3/5) = 0.225403; 1, 2, 3 (t² = 12): 1 − √(12/14) = 0.074180. Holm over the four,
+    /// ascending: 4 · 0.013072 = 0.052290; 3 · 0.035099 = 0.105296; 2 · 0.074180 = 0.148360;
+    /// 0.225403 (above 0.148360, kept). So kNN k=200's raw 0.0131 is below 0.05 but its
+    /// adjusted 0.0523 is not: nothing of `small` is marked. Arm `big`, differences 9.9, 10,
+    /// 10.1 on every metric (t = 10 / (0.1/√3), t² = 30,000): p = 1 − √(30000/30002) =
+    /// 3.3332e-5 each, all four adjusted to 4 · p = 1.3333e-4, marked.
+    #[test]
+    fn the_report_gives_images_over_wall_time_and_holm_adjusted_p() {
+        let dir = std::env::temp_dir().join(format!("study-report-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let study: StudyFile = toml::from_str(
+            r#"
+            seeds = [0, 1, 2]
+            baseline = "base"
+            [evaluation]
+            raw_pixels = false
+            [[arm]]
+            name = "base"
+            recipe = "simclr"
+            [[arm]]
+            name = "small"
+            recipe = "simclr"
+            [[arm]]
+            name = "big"
+            recipe = "simclr"
+            "#,
+        )
+        .unwrap();
+        let slow_fast = [(1000.0, 10.0), (100.0, 50.0)];
+        let small: [[f64; 4]; 3] = [[2.0, 4.0, 0.0, 1.0], [3.0, 5.0, 1.0, 2.0], [4.0, 6.0, 2.0, 3.0]];
+        let small_epochs: [&[(f64, f64)]; 3] =
+            [&slow_fast, &[(200.0, 20.0); 2], &[(300.0, 10.0); 2]];
+        for seed in 0..3u64 {
+            let s = seed as usize;
+            run(&dir, "base", seed, [0.0; 4], &slow_fast);
+            run(&dir, "small", seed, small[s], small_epochs[s]);
+            run(&dir, "big", seed, [[9.9; 4], [10.0; 4], [10.1; 4]][s], &slow_fast);
+        }
+        write(&dir, &study, "t").unwrap();
+        let md = std::fs::read_to_string(dir.join(REPORT)).unwrap();
+        let row = |start: &str| {
+            md.lines()
+                .find(|l| l.starts_with(start))
+                .unwrap_or_else(|| panic!("no row {start}\n{md}"))
+                .to_string()
+        };
+        let time = |s: f64| super::super::hms(s);
+        assert!(row("| base | simclr | 3 |").ends_with(&format!(" {} | 250 |", time(60.0))), "{md}");
+        assert!(row("| small | simclr | 3 |").ends_with(&format!(" {} | 242 |", time(40.0))), "{md}");
+        for (metric, difference, p, adjusted) in [
+            ("kNN k=20", "+3.00 [", "0.0351", "0.105 |"),
+            ("kNN k=200", "+5.00 [", "0.0131", "0.0523 |"),
+            ("linear probe", "+1.00 [", "0.225", "0.225 |"),
+            ("few-label probe", "+2.00 [", "0.0742", "0.148 |"),
+        ] {
+            let r = row(&format!("| small | {metric} | 3 | {difference}"));
+            assert!(r.ends_with(&format!("| {p} | {adjusted}")), "{r}");
+        }
+        for metric in ["kNN k=20", "kNN k=200", "linear probe", "few-label probe"] {
+            let r = row(&format!("| big | {metric} | 3 | +10.00 ["));
+            assert!(r.ends_with("| 3.33e-5 | 1.33e-4 * |"), "{r}");
+        }
+        assert!(
+            md.contains("called significant at 5 % only where its Holm-adjusted p is below 0.05"),
+            "{md}"
+        );
+        // The CSV files: each run's images over its time; summary.csv's raw and adjusted p.
+        let runs = std::fs::read_to_string(dir.join("study.csv")).unwrap();
+        for (seed, rate) in [(0, 250.0), (1, 200.0), (2, 300.0)] {
+            let line = runs
+                .lines()
+                .find(|l| l.starts_with(&format!("small,{seed},")))
+                .unwrap();
+            let got: f64 = line.rsplit(',').next().unwrap().parse().unwrap();
+            assert!((got - rate).abs() < 1e-6, "{line}");
+        }
+        let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+        assert!(summary.lines().next().unwrap().ends_with(",t,p,p_holm"), "{summary}");
+        let line = summary.lines().find(|l| l.starts_with("small,knn200_top1,")).unwrap();
+        let cells: Vec<f64> = line.rsplit(',').take(2).map(|c| c.parse().unwrap()).collect();
+        assert!((cells[0] - 4.0 * 0.013_072_457_560_346).abs() < 1e-9, "{line}");
+        assert!((cells[1] - 0.013_072_457_560_346).abs() < 1e-9, "{line}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -1,6 +1,7 @@
 //! The statistics of a study's report: mean, standard deviation and Student-t interval of a
 //! metric over seeds, and the paired comparison of an arm with the baseline over the seeds both
-//! ran (mean difference, its interval, the paired t test).
+//! ran (mean difference, its interval, the paired t test), and Holm's correction of the p-values
+//! of one comparison's measures.
 
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
@@ -89,6 +90,24 @@ pub fn paired(arm: &[(u64, f64)], baseline: &[(u64, f64)]) -> Option<Paired> {
     Some(Paired { difference, t, p })
 }
 
+/// Holm's step-down adjustment of the p-values of one family of tests (one arm against the
+/// baseline, over its measures), in the order given. With the `m` p-values sorted ascending,
+/// `p_(1) <= … <= p_(m)`, the adjusted `p_(i)` is `max over j <= i of min(1, (m − j + 1) · p_(j))`:
+/// the family-wise error rate of calling every adjusted `p < α` significant is at most `α`.
+/// Ties keep their given order (their adjusted values are equal either way).
+pub fn holm(p: &[f64]) -> Vec<f64> {
+    let m = p.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| p[a].total_cmp(&p[b]));
+    let mut adjusted = vec![0.0; m];
+    let mut running: f64 = 0.0;
+    for (j, &i) in order.iter().enumerate() {
+        running = running.max(((m - j) as f64 * p[i]).min(1.0));
+        adjusted[i] = running;
+    }
+    adjusted
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +146,36 @@ mod tests {
         close(p.difference.mean, 1.0, 1e-12);
         assert_eq!((p.t, p.p), (None, None));
         assert!(paired(&[(0, 1.0)], &[(1, 1.0)]).is_none());
+    }
+
+    /// Holm by hand. p = [0.035, 0.01, 0.2, 0.04], m = 4, sorted: 0.01 (2nd), 0.035 (1st),
+    /// 0.04 (4th), 0.2 (3rd):
+    ///   j = 1: 4 · 0.01  = 0.04                     → 0.04
+    ///   j = 2: 3 · 0.035 = 0.105, max(0.04, 0.105)  → 0.105
+    ///   j = 3: 2 · 0.04  = 0.08,  max(0.105, 0.08)  → 0.105 (never below the one before)
+    ///   j = 4: 1 · 0.2   = 0.2,   max(0.105, 0.2)   → 0.2
+    /// so in the given order [0.105, 0.04, 0.2, 0.105]. The reviewer's case, the Huber arm of
+    /// bad_batches (kNN k=20, k=200, linear, few-label: 0.2946, 0.108, 0.035, 0.192), sorted:
+    /// 4 · 0.035 = 0.14; 3 · 0.108 = 0.324; 2 · 0.192 = 0.384; 0.2946 → max(0.384, 0.2946) =
+    /// 0.384; in the given order [0.384, 0.324, 0.14, 0.384].
+    /// [0.5, 0.6]: 2 · 0.5 = 1.0, capped; 0.6 → max(1.0, 0.6) = 1.0.
+    #[test]
+    fn holm_equals_the_hand_computation() {
+        let check = |p: &[f64], want: &[f64]| {
+            let got = holm(p);
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(want) {
+                close(*g, *w, 1e-12);
+            }
+        };
+        check(&[0.035, 0.01, 0.2, 0.04], &[0.105, 0.04, 0.2, 0.105]);
+        check(&[0.2946, 0.108, 0.035, 0.192], &[0.384, 0.324, 0.14, 0.384]);
+        check(&[0.5, 0.6], &[1.0, 1.0]);
+        // One test: its own p; none: nothing.
+        check(&[0.03], &[0.03]);
+        check(&[], &[]);
+        // Ties: both get the larger multiple's running maximum (2 · 0.02 = 0.04, then
+        // max(0.04, 1 · 0.02) = 0.04).
+        check(&[0.02, 0.02], &[0.04, 0.04]);
     }
 }
