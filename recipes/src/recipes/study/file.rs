@@ -5,6 +5,8 @@
 //! title = "Light-MoCo: SoftNCE against InfoNCE"
 //! seeds = [0, 1, 2]
 //! baseline = "infonce"
+//! # columns of the runs' epochs.csv the report shows epoch by epoch (optional)
+//! epoch_columns = ["curation_rejections"]
 //!
 //! [options]                 # every run's options, as a recipe's (`data_dir` is --data-dir)
 //! dataset = "fashion-mnist"
@@ -55,6 +57,11 @@ pub struct StudyFile {
     /// The arms, in the report's order.
     #[serde(rename = "arm", default)]
     pub arms: Vec<Arm>,
+    /// Columns of the runs' epochs.csv the report shows epoch by epoch, each seed's value (e.g.
+    /// a batch curation's `curation_rejections`: whether it acted at all). The report's alone:
+    /// no run depends on it.
+    #[serde(default)]
+    pub epoch_columns: Vec<String>,
 }
 
 /// One arm: a recipe with its settings.
@@ -131,10 +138,24 @@ impl Evaluation {
 }
 
 /// Options the study sets for every run itself.
-const MANAGED: &[&str] = &["run-dir", "seed", "resume", "extend", "check", "checkpoint-every"];
+const MANAGED: &[&str] = &[
+    "run-dir",
+    "seed",
+    "resume",
+    "extend",
+    "check",
+    "checkpoint-every",
+];
 
 /// Recipes that train nothing.
-const NOT_TRAINING: &[&str] = &["eval", "export", "embed", "compare", "worked_values", "study"];
+const NOT_TRAINING: &[&str] = &[
+    "eval",
+    "export",
+    "embed",
+    "compare",
+    "worked_values",
+    "study",
+];
 
 impl StudyFile {
     /// Reads and checks `path` (everything but what only the recipes can tell: their options'
@@ -143,8 +164,8 @@ impl StudyFile {
     /// # Errors
     /// A usage error naming the file and the problem.
     pub fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| usage(format!("{}: {e}", path.display())))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| usage(format!("{}: {e}", path.display())))?;
         let file: Self = toml::from_str(&text)
             .map_err(|e| usage(format!("{}: {}", path.display(), e.to_string().trim())))?;
         file.validate()
@@ -194,10 +215,7 @@ impl StudyFile {
             crate::recipes::find(&arm.recipe).map_err(|e| format!("arm `{}`: {e}", arm.name))?;
             for s in &arm.set {
                 if !s.contains('=') {
-                    return Err(format!(
-                        "arm `{}`: set \"{s}\" is not KEY=VALUE",
-                        arm.name
-                    ));
+                    return Err(format!("arm `{}`: set \"{s}\" is not KEY=VALUE", arm.name));
                 }
             }
             option_args(&arm.options).map_err(|e| format!("arm `{}`: {e}", arm.name))?;
@@ -384,9 +402,18 @@ mod tests {
             recipe = "simclr"
         "#;
         for (text, expected) in [
-            (format!("seeds = []\nbaseline = \"a\"\n{arms}"), "`seeds` is empty"),
-            (format!("seeds = [1, 1]\nbaseline = \"a\"\n{arms}"), "seed 1 is given twice"),
-            (format!("seeds = [1]\nbaseline = \"b\"\n{arms}"), "baseline `b` is not an arm"),
+            (
+                format!("seeds = []\nbaseline = \"a\"\n{arms}"),
+                "`seeds` is empty",
+            ),
+            (
+                format!("seeds = [1, 1]\nbaseline = \"a\"\n{arms}"),
+                "seed 1 is given twice",
+            ),
+            (
+                format!("seeds = [1]\nbaseline = \"b\"\n{arms}"),
+                "baseline `b` is not an arm",
+            ),
             (
                 format!("seeds = [1]\nbaseline = \"a\"\n{arms}{arms}"),
                 "two arms are called `a`",
@@ -419,10 +446,15 @@ mod tests {
                 "set \"lr\" is not KEY=VALUE",
             ),
             (
-                format!("seeds = [1]\nbaseline = \"a\"\n[evaluation]\nlabel_fraction = 2.0\n{arms}"),
+                format!(
+                    "seeds = [1]\nbaseline = \"a\"\n[evaluation]\nlabel_fraction = 2.0\n{arms}"
+                ),
                 "label_fraction 2: must lie in (0, 1]",
             ),
-            (format!("seeds = [1]\nbaseline = \"a\"\ncolour = 1\n{arms}"), "unknown field `colour`"),
+            (
+                format!("seeds = [1]\nbaseline = \"a\"\ncolour = 1\n{arms}"),
+                "unknown field `colour`",
+            ),
             (
                 format!("seeds = [1]\nbaseline = \"a\"\n[options.x]\ny = 1\n{arms}"),
                 "option `x`: table is not an option's value",
@@ -441,7 +473,14 @@ mod tests {
         };
         assert_eq!(
             e.eval_args(4),
-            ["--probe-epochs", "100", "--label-fraction", "0.01", "--label-seed", "4"]
+            [
+                "--probe-epochs",
+                "100",
+                "--label-fraction",
+                "0.01",
+                "--label-seed",
+                "4"
+            ]
         );
         let off = Evaluation {
             linear_probe: false,

@@ -12,8 +12,7 @@ use anyhow::{Context, Result};
 
 use super::stats::{holm, paired, summarise, Paired, Summary, CONFIDENCE};
 use super::{
-    damaged, load_record, record_path, run_dir, RunRecord, RunResult, Stored,
-    StudyFile, RAW_PIXELS,
+    damaged, load_record, record_path, run_dir, RunRecord, RunResult, Stored, StudyFile, RAW_PIXELS,
 };
 use crate::plots::{draw, Line, Table};
 
@@ -145,7 +144,12 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
             .flat_map(|(_, runs)| runs.iter().flat_map(|(_, r)| r.metrics.keys()))
             .collect();
         // The known metrics in their order, then the rest (a capped kNN's) by name.
-        let rank = |m: &str| METRICS.iter().position(|(k, _)| *k == m).unwrap_or(METRICS.len());
+        let rank = |m: &str| {
+            METRICS
+                .iter()
+                .position(|(k, _)| *k == m)
+                .unwrap_or(METRICS.len())
+        };
         let mut ordered: Vec<String> = present.into_iter().cloned().collect();
         ordered.sort_by_key(|m| rank(m));
         ordered
@@ -251,7 +255,11 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
         let mut row = format!("| *raw pixels* | – | {} |", raw.len());
         for m in &metrics {
             let v: Vec<f64> = values(&raw, m).into_iter().map(|(_, v)| v).collect();
-            write!(row, " {} |", summarise(&v).as_ref().map_or("–".into(), cell))?;
+            write!(
+                row,
+                " {} |",
+                summarise(&v).as_ref().map_or("–".into(), cell)
+            )?;
         }
         writeln!(row, " – | – |")?;
         md.push_str(&row);
@@ -293,12 +301,18 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
             )?;
         }
     }
+    for column in &study.epoch_columns {
+        md.push_str(&per_epoch(dir, &arms, column)?);
+    }
     let mut runs_csv = csv::Writer::from_writer(Vec::new());
     let mut head = vec!["arm".to_string(), "seed".to_string()];
     head.extend(metrics.iter().cloned());
     head.extend(["train_seconds".into(), "images_per_s".into()]);
     runs_csv.write_record(&head)?;
-    for (name, runs) in arms.iter().chain(std::iter::once(&(RAW_PIXELS.to_string(), raw))) {
+    for (name, runs) in arms
+        .iter()
+        .chain(std::iter::once(&(RAW_PIXELS.to_string(), raw)))
+    {
         for (seed, r) in runs {
             let mut row = vec![name.clone(), seed.to_string()];
             row.extend(metrics.iter().map(|m| number(r.metrics.get(m).copied())));
@@ -323,9 +337,82 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
         Ok(())
     };
     write(REPORT, md.as_bytes())?;
-    write("study.csv", &runs_csv.into_inner().map_err(|e| e.into_error())?)?;
-    write("summary.csv", &summary_csv.into_inner().map_err(|e| e.into_error())?)?;
+    write(
+        "study.csv",
+        &runs_csv.into_inner().map_err(|e| e.into_error())?,
+    )?;
+    write(
+        "summary.csv",
+        &summary_csv.into_inner().map_err(|e| e.into_error())?,
+    )?;
     Ok(())
+}
+
+/// The report's section on `column` of the runs' epochs.csv (the study's `epoch_columns`): per
+/// arm whose runs have it, each seed's value at each epoch (`a / b / c` in seed order, `–`
+/// where a run has no value) and its total over the epochs. Empty when no run has the column.
+fn per_epoch(dir: &Path, arms: &[(String, Vec<(u64, RunResult)>)], column: &str) -> Result<String> {
+    let show = |v: Option<f64>| match v {
+        Some(v) if v.fract() == 0.0 && v.abs() < 1e15 => format!("{v:.0}"),
+        Some(v) => format!("{v:.4}"),
+        None => "–".to_string(),
+    };
+    let mut rows = Vec::new();
+    let mut last_epoch = 0;
+    for (name, runs) in arms {
+        // Per seed: epoch (from 1) → value.
+        let mut seeds: Vec<BTreeMap<u64, Option<f64>>> = Vec::new();
+        for (seed, _) in runs {
+            let table = Table::read_if_any(&run_dir(dir, name, *seed).join("epochs.csv"))?;
+            if !table.names().iter().any(|n| n == column) {
+                continue;
+            }
+            let epochs = table.column("epoch");
+            let values = table.column(column);
+            let by_epoch: BTreeMap<u64, Option<f64>> = epochs
+                .into_iter()
+                .zip(values)
+                .filter_map(|(e, v)| Some((e? as u64, v)))
+                .collect();
+            last_epoch = last_epoch.max(by_epoch.keys().copied().max().unwrap_or(0));
+            seeds.push(by_epoch);
+        }
+        if !seeds.is_empty() {
+            rows.push((name.clone(), seeds));
+        }
+    }
+    if rows.is_empty() {
+        return Ok(String::new());
+    }
+    let mut md = format!(
+        "\n## Per epoch: `{column}`\n\nEach finished seed's value in its epochs.csv, in seed \
+         order (– where a run has none), and its total over the epochs.\n\n| arm |"
+    );
+    for epoch in 1..=last_epoch {
+        md.push_str(&format!(" epoch {epoch} |"));
+    }
+    md.push_str(
+        " total |
+|---|",
+    );
+    md.push_str(&"---|".repeat(last_epoch as usize + 1));
+    md.push('\n');
+    for (name, seeds) in rows {
+        md.push_str(&format!("| {name} |"));
+        for epoch in 1..=last_epoch {
+            let cells: Vec<String> = seeds
+                .iter()
+                .map(|s| show(s.get(&epoch).copied().flatten()))
+                .collect();
+            md.push_str(&format!(" {} |", cells.join(" / ")));
+        }
+        let totals: Vec<String> = seeds
+            .iter()
+            .map(|s| show(Some(s.values().flatten().sum())))
+            .collect();
+        md.push_str(&format!(" {} |\n", totals.join(" / ")));
+    }
+    Ok(md)
 }
 
 /// A metric's values over the seeds, by epoch.
@@ -357,7 +444,12 @@ fn curves(dir: &Path, arms: &[(String, Vec<(u64, RunResult)>)]) -> Result<Vec<St
     let mut files = Vec::new();
     let mut columns: Vec<(String, Vec<(String, EpochValues)>)> = by_column.into_iter().collect();
     // The report's order of the metrics (kNN k=20 before k=200), then by name.
-    columns.sort_by_key(|(c, _)| METRICS.iter().position(|(m, _)| m == c).unwrap_or(METRICS.len()));
+    columns.sort_by_key(|(c, _)| {
+        METRICS
+            .iter()
+            .position(|(m, _)| m == c)
+            .unwrap_or(METRICS.len())
+    });
     for (column, arms) in columns {
         let mut lines = Vec::new();
         for (arm, points) in arms {
@@ -438,6 +530,57 @@ mod tests {
         std::fs::write(run.join("epochs.csv"), csv).unwrap();
     }
 
+    /// `epoch_columns`: each arm's seeds' values of a column of epochs.csv, epoch by epoch, and
+    /// their totals; an arm whose runs lack the column is left out.
+    #[test]
+    fn the_report_shows_the_epoch_columns_asked_for_per_seed() {
+        let dir = std::env::temp_dir().join(format!("study-epochs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let study: StudyFile = toml::from_str(
+            r#"
+            seeds = [0, 1]
+            baseline = "plain"
+            epoch_columns = ["curation_rejections"]
+            [evaluation]
+            raw_pixels = false
+            [[arm]]
+            name = "plain"
+            recipe = "simclr"
+            [[arm]]
+            name = "curated"
+            recipe = "bad_batches"
+            "#,
+        )
+        .unwrap();
+        for seed in 0..2u64 {
+            run(&dir, "plain", seed, [0.0; 4], &[(100.0, 1.0); 3]);
+            run(&dir, "curated", seed, [0.0; 4], &[(100.0, 1.0); 3]);
+            // Seed 0 rejects 0, 2, 5 batches; seed 1 has no value in epoch 1 (warm-up), then
+            // 1 and 0.5.
+            let cells = [["0", "2", "5"], ["", "1", "0.5"]][seed as usize];
+            let mut csv =
+                String::from("epoch,mean_loss,lr,images_per_s,seconds,curation_rejections\n");
+            for (i, c) in cells.iter().enumerate() {
+                csv.push_str(&format!("{},1.0,0.1,100.000,1.000,{c}\n", i + 1));
+            }
+            std::fs::write(run_dir(&dir, "curated", seed).join("epochs.csv"), csv).unwrap();
+        }
+        write(&dir, &study, "t").unwrap();
+        let md = std::fs::read_to_string(dir.join(REPORT)).unwrap();
+        assert!(md.contains("## Per epoch: `curation_rejections`"), "{md}");
+        assert!(
+            md.contains("| arm | epoch 1 | epoch 2 | epoch 3 | total |\n|---|---|---|---|---|\n"),
+            "{md}"
+        );
+        // Totals: 0 + 2 + 5 = 7 and 1 + 0.5 = 1.5.
+        assert!(
+            md.contains("| curated | 0 / – | 2 / 1 | 5 / 0.5000 | 7 / 1.5000 |"),
+            "{md}"
+        );
+        assert!(!md.contains("| plain | 0 /"), "{md}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// The report's speed is images over wall time, its p-values raw and Holm-adjusted per arm,
     /// every number computed here by hand.
     ///
@@ -479,14 +622,24 @@ mod tests {
         )
         .unwrap();
         let slow_fast = [(1000.0, 10.0), (100.0, 50.0)];
-        let small: [[f64; 4]; 3] = [[2.0, 4.0, 0.0, 1.0], [3.0, 5.0, 1.0, 2.0], [4.0, 6.0, 2.0, 3.0]];
+        let small: [[f64; 4]; 3] = [
+            [2.0, 4.0, 0.0, 1.0],
+            [3.0, 5.0, 1.0, 2.0],
+            [4.0, 6.0, 2.0, 3.0],
+        ];
         let small_epochs: [&[(f64, f64)]; 3] =
             [&slow_fast, &[(200.0, 20.0); 2], &[(300.0, 10.0); 2]];
         for seed in 0..3u64 {
             let s = seed as usize;
             run(&dir, "base", seed, [0.0; 4], &slow_fast);
             run(&dir, "small", seed, small[s], small_epochs[s]);
-            run(&dir, "big", seed, [[9.9; 4], [10.0; 4], [10.1; 4]][s], &slow_fast);
+            run(
+                &dir,
+                "big",
+                seed,
+                [[9.9; 4], [10.0; 4], [10.1; 4]][s],
+                &slow_fast,
+            );
         }
         write(&dir, &study, "t").unwrap();
         let md = std::fs::read_to_string(dir.join(REPORT)).unwrap();
@@ -497,8 +650,14 @@ mod tests {
                 .to_string()
         };
         let time = |s: f64| super::super::hms(s);
-        assert!(row("| base | simclr | 3 |").ends_with(&format!(" {} | 250 |", time(60.0))), "{md}");
-        assert!(row("| small | simclr | 3 |").ends_with(&format!(" {} | 242 |", time(40.0))), "{md}");
+        assert!(
+            row("| base | simclr | 3 |").ends_with(&format!(" {} | 250 |", time(60.0))),
+            "{md}"
+        );
+        assert!(
+            row("| small | simclr | 3 |").ends_with(&format!(" {} | 242 |", time(40.0))),
+            "{md}"
+        );
         for (metric, difference, p, adjusted) in [
             ("kNN k=20", "+3.00 [", "0.0351", "0.105 |"),
             ("kNN k=200", "+5.00 [", "0.0131", "0.0523 |"),
@@ -527,10 +686,23 @@ mod tests {
             assert!((got - rate).abs() < 1e-6, "{line}");
         }
         let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
-        assert!(summary.lines().next().unwrap().ends_with(",t,p,p_holm"), "{summary}");
-        let line = summary.lines().find(|l| l.starts_with("small,knn200_top1,")).unwrap();
-        let cells: Vec<f64> = line.rsplit(',').take(2).map(|c| c.parse().unwrap()).collect();
-        assert!((cells[0] - 4.0 * 0.013_072_457_560_346).abs() < 1e-9, "{line}");
+        assert!(
+            summary.lines().next().unwrap().ends_with(",t,p,p_holm"),
+            "{summary}"
+        );
+        let line = summary
+            .lines()
+            .find(|l| l.starts_with("small,knn200_top1,"))
+            .unwrap();
+        let cells: Vec<f64> = line
+            .rsplit(',')
+            .take(2)
+            .map(|c| c.parse().unwrap())
+            .collect();
+        assert!(
+            (cells[0] - 4.0 * 0.013_072_457_560_346).abs() < 1e-9,
+            "{line}"
+        );
         assert!((cells[1] - 0.013_072_457_560_346).abs() < 1e-9, "{line}");
         let _ = std::fs::remove_dir_all(&dir);
     }
