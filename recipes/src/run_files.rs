@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use curriculum_ssl::eval::KnnResult;
+use curriculum_ssl::train::describe_io;
 
 /// The recipe's settings as the user can edit and give back (`--config`), written by every start
 /// or resume of a run.
@@ -60,6 +61,8 @@ pub(crate) fn temporary_beside(path: &Path) -> PathBuf {
 }
 
 /// Writes the file `target` by `write`, which is given a new, empty file beside it to write
+/// (for writers that take a path: an image or array encoder; bytes go through the library's
+/// [`curriculum_ssl::train::write_atomic`])
 /// ([`temporary_beside`], created here, never an existing file or link); the file is synced and
 /// renamed over `target`. A rename replaces a link at `target` instead of writing through it,
 /// and a write that fails (a full disk) leaves the previous file whole and no temporary file.
@@ -90,25 +93,6 @@ pub(crate) fn write_replacing(
         let _ = std::fs::remove_file(&tmp);
     }
     result
-}
-
-/// [`write_replacing`] with the bytes of the file.
-pub(crate) fn write_file_replacing(target: &Path, bytes: &[u8]) -> Result<()> {
-    write_replacing(target, |tmp| {
-        std::fs::write(tmp, bytes)
-            .map_err(|e| anyhow::anyhow!("writing {}: {}", target.display(), describe_io(&e)))
-    })
-}
-
-/// An I/O error in the words a user acts on.
-pub(crate) fn describe_io(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
-        std::io::ErrorKind::ReadOnlyFilesystem => "a read-only file system".into(),
-        std::io::ErrorKind::StorageFull => "no space left on the device".into(),
-        std::io::ErrorKind::IsADirectory => "is a directory".into(),
-        _ => e.to_string(),
-    }
 }
 
 /// Whether `dir` is a run directory, as the library tells one (its `config.json`, or checkpoints

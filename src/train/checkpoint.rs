@@ -228,9 +228,10 @@ pub(crate) fn write_error(path: &Path, e: std::io::Error) -> TrainError {
 }
 
 /// An I/O error in words a user acts on (permission denied, missing, full disk...).
-pub(crate) fn describe_io(e: &std::io::Error) -> String {
+pub fn describe_io(e: &std::io::Error) -> String {
     match e.kind() {
         ErrorKind::PermissionDenied => "permission denied".into(),
+        ErrorKind::ReadOnlyFilesystem => "a read-only file system".into(),
         ErrorKind::NotFound => "not found".into(),
         ErrorKind::StorageFull => "no space left on the device".into(),
         ErrorKind::NotADirectory => "a path component is not a directory".into(),

@@ -57,7 +57,7 @@ pub mod supervised;
 pub mod task;
 pub mod trainer;
 
-pub use checkpoint::{load_backbone, resolve_checkpoint, write_atomic, STEP_STATE};
+pub use checkpoint::{describe_io, load_backbone, resolve_checkpoint, write_atomic, STEP_STATE};
 pub use config::{StartMode, TrainConfig};
 pub use error::{Difference, TrainError};
 pub use hook::{EpochReport, Hooks};

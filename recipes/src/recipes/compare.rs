@@ -143,7 +143,7 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
     let md = args.out.join("compare.md");
-    crate::run_files::write_file_replacing(&md, text.as_bytes())?;
+    curriculum_ssl::train::write_atomic(&md, text.as_bytes())?;
     println!("plots and table: {}", md.display());
     Ok(())
 }

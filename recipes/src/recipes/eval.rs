@@ -306,7 +306,7 @@ fn check_evals_writable(run_dir: &std::path::Path) -> Result<()> {
                 usage(format!(
                     "{label}: cannot write {}: {}",
                     path.display(),
-                    crate::run_files::describe_io(&e)
+                    curriculum_ssl::train::describe_io(&e)
                 ))
             })?;
     }

@@ -11,7 +11,7 @@ use crate::usage::usage;
 use anyhow::Result;
 use clap::ValueEnum;
 use curriculum_ssl::augment::normalize::Normalize;
-use curriculum_ssl::base::seed::{self, parameter_count};
+use curriculum_ssl::base::seed;
 use curriculum_ssl::curation::FrechetCurationConfig;
 use curriculum_ssl::curriculum::{MixupCurriculumConfig, StrengthCurriculumConfig};
 use curriculum_ssl::method::pgd::PgdConfig;
@@ -599,12 +599,12 @@ impl Prepared {
                 build(d).map_err(Into::into)
             })
         });
+        // `init_method` checked the online network against the limit before drawing it: a
+        // refusal is worded with the size and the settings to lower.
         if let Some(parameters) = refused {
             check_fits(parameters, replicas)?;
         }
-        let method = built?;
-        check_fits(parameter_count(method.online()), replicas)?;
-        Ok(method)
+        built
     }
 
     /// A MoCo recipe's method with the command line's `--shuffle-bn`.

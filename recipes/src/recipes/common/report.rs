@@ -108,7 +108,8 @@ pub(super) fn write_summary(
             text.push_str(&format!("![{name}]({name})\n"));
         }
     }
-    crate::run_files::write_file_replacing(&run_dir.join("summary.md"), text.as_bytes())
+    curriculum_ssl::train::write_atomic(&run_dir.join("summary.md"), text.as_bytes())?;
+    Ok(())
 }
 
 /// Where a finished run's files are, and the command that evaluates it.

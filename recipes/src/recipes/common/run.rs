@@ -482,7 +482,7 @@ where
         .monitor()
         .evaluate::<backend::Inner, _>(&RawPixels::new(prepared.data.shape()), device)?;
     for (file, r) in [(&init_file, &at_init), (&raw_file, &raw)] {
-        crate::run_files::write_file_replacing(file, &serde_json::to_vec_pretty(r)?)?;
+        curriculum_ssl::train::write_atomic(file, &serde_json::to_vec_pretty(r)?)?;
     }
     Ok((at_init, raw))
 }
