@@ -1,7 +1,9 @@
 //! Ctrl-C (SIGINT) and SIGTERM during a run: the first asks the run to stop after its step (on
 //! several replicas, at the end of the epoch), which ends with the resume command and exit code
 //! 130; a second stops the process at once (the checkpoints on disk are written atomically, so
-//! at most the epoch under way is lost).
+//! at most the epoch under way is lost). A run a study started also stops after its step when the
+//! study ends however it ends (`kill -9` included): the kernel sends it [`PARENT_ENDED`], which
+//! never stops it at once, as often as it comes.
 //!
 //! Why a thread: a signal handler may do next to nothing safely; signal-hook's iterator records
 //! the signal in the handler and hands it to an ordinary thread, which sets the run's flag and
@@ -14,6 +16,14 @@ use std::sync::{Arc, OnceLock};
 
 /// The exit code of a run stopped by a signal (128 + SIGINT, as shells report Ctrl-C).
 pub const INTERRUPTED: u8 = 130;
+
+/// The signal a child started through [`ends_with_this_process`] receives when this process
+/// ends: SIGUSR1, not SIGTERM, because Linux sends it once per thread of the parent that ends
+/// while the child is still its child (the child is handed to the parent's next live thread, then
+/// to init), so a multi-threaded study killed with SIGKILL could deliver it twice, and a second
+/// SIGTERM stops a run at once, losing its epoch. Any number of these only ask for the stop
+/// after the step.
+pub const PARENT_ENDED: libc::c_int = libc::SIGUSR1;
 
 /// A stop by Ctrl-C or SIGTERM outside a run's own trainer (a study between or during its
 /// runs): exit code [`INTERRUPTED`], with what continues it.
@@ -77,10 +87,10 @@ fn wait_passing_signals<R>(
     result
 }
 
-/// Makes the child that `command` starts receive SIGTERM when this process ends, however it
-/// ends (`kill -9` included), so that it stops after its step as on any SIGTERM instead of
-/// training on as an orphan that holds its run directory (Linux: `PR_SET_PDEATHSIG`, set in the
-/// child between `fork` and `exec`). A parent that died before the setting took effect is seen
+/// Makes the child that `command` starts receive [`PARENT_ENDED`] when this process ends,
+/// however it ends (`kill -9` included), so that it stops after its step as on a first SIGTERM
+/// instead of training on as an orphan that holds its run directory (Linux: `PR_SET_PDEATHSIG`,
+/// set in the child between `fork` and `exec`). A parent that died before the setting took effect is seen
 /// by the child (its parent is no longer this process), which then does not start. The signal
 /// follows the thread that starts the child: start children from a thread that lives as long as
 /// the process waits for them (a study starts its runs from its main thread). Elsewhere than on
@@ -90,7 +100,7 @@ pub fn ends_with_this_process(command: &mut Command) -> &mut Command {
     {
         let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
         // prctl(2) reads its arguments as unsigned longs.
-        let signal = libc::SIGTERM as libc::c_ulong;
+        let signal = PARENT_ENDED as libc::c_ulong;
         let zero: libc::c_ulong = 0;
         // SAFETY: the closure runs in the child between fork and exec, where only
         // async-signal-safe calls are allowed: prctl(2) and getppid(2) are system calls, and
@@ -126,7 +136,7 @@ fn pass_on() {
 
 fn listen(flag: Arc<AtomicBool>) {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) {
+    let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM, PARENT_ENDED]) {
         Ok(signals) => signals,
         Err(e) => {
             log::warn!("Ctrl-C will stop the process at once: its signal cannot be caught ({e})");
@@ -136,7 +146,19 @@ fn listen(flag: Arc<AtomicBool>) {
     let spawned = std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            for _ in signals.forever() {
+            for signal in signals.forever() {
+                if signal == PARENT_ENDED {
+                    // As often as it comes: the first asks for the stop, the others nothing.
+                    if !flag.swap(true, Ordering::SeqCst) {
+                        pass_on();
+                        eprintln!(
+                            "\nthe process that started this one ended: stopping after this step \
+                             (on several replicas: at the end of this epoch, with a checkpoint); \
+                             a resume continues from the last checkpoint"
+                        );
+                    }
+                    continue;
+                }
                 pass_on();
                 if flag.swap(true, Ordering::SeqCst) {
                     eprintln!("\nstopped at once (the checkpoints on disk are complete)");

@@ -83,6 +83,36 @@ fn ctrl_c_stops_a_run_with_the_command_that_resumes_it() {
     );
 }
 
+/// The signal a run receives when the study that started it ends (SIGUSR1, through
+/// PR_SET_PDEATHSIG) stops it after its step however often it comes: Linux sends it once per
+/// thread of the parent that ends first, and as SIGTERM the second stopped the run at once (a
+/// study killed with SIGKILL lost its run's epoch, now and then).
+#[cfg(unix)]
+#[test]
+fn the_parent_ended_signal_stops_a_run_after_its_step_however_often_it_comes() {
+    let dir = scratch().join("parent-ended");
+    let child = spawn_long_run(&dir);
+    for _ in 0..3 {
+        let sent = Command::new("kill")
+            .args(["-USR1", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        // Apart, so that the run's signal thread sees each (signals of one kind that arrive
+        // before it reads them merge into one).
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(check_error_shape(&o, "parent-ended"), 130, "{err}");
+    assert!(
+        err.contains("the process that started this one ended: stopping after this step")
+            && err.contains("error: interrupted at step")
+            && !err.contains("stopped at once"),
+        "{err}"
+    );
+}
+
 /// `recipe orchestrator` binds the address it is given (port 0: a free one, printed) and says
 /// when it cannot (it printed "listening", then an error, and exited 0).
 #[test]
