@@ -92,15 +92,17 @@ fn ctrl_c_stops_a_run_with_the_command_that_resumes_it() {
 fn the_parent_ended_signal_stops_a_run_after_its_step_however_often_it_comes() {
     let dir = scratch().join("parent-ended");
     let child = spawn_long_run(&dir);
-    for _ in 0..3 {
+    for i in 0..3 {
         let sent = Command::new("kill")
             .args(["-USR1", &child.id().to_string()])
             .status()
             .unwrap();
-        assert!(sent.success());
-        // Apart, so that the run's signal thread sees each (signals of one kind that arrive
-        // before it reads them merge into one).
-        std::thread::sleep(Duration::from_millis(200));
+        // The first reaches the run; a later one may find it already ended after its step
+        // (which is what is asked of it).
+        assert!(sent.success() || i > 0);
+        // Apart, so that the run's signal thread reads each (signals of one kind that arrive
+        // before it reads them merge into one); it reads them at once, a step takes longer.
+        std::thread::sleep(Duration::from_millis(20));
     }
     let o = child.wait_with_output().unwrap();
     let err = stderr(&o);
