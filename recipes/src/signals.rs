@@ -90,11 +90,11 @@ fn wait_passing_signals<R>(
 /// Makes the child that `command` starts receive [`PARENT_ENDED`] when this process ends,
 /// however it ends (`kill -9` included), so that it stops after its step as on a first SIGTERM
 /// instead of training on as an orphan that holds its run directory (Linux: `PR_SET_PDEATHSIG`,
-/// set in the child between `fork` and `exec`). A parent that died before the setting took effect is seen
-/// by the child (its parent is no longer this process), which then does not start. The signal
-/// follows the thread that starts the child: start children from a thread that lives as long as
-/// the process waits for them (a study starts its runs from its main thread). Elsewhere than on
-/// Linux, nothing changes.
+/// set in the child between `fork` and `exec`). A parent that died before the setting took
+/// effect is seen by the child (its parent is no longer this process), which then does not
+/// start. The signal first comes when the thread that started the child ends: start children
+/// from a thread that lives as long as the process waits for them (a study starts its runs from
+/// its main thread). Elsewhere than on Linux, nothing changes.
 pub fn ends_with_this_process(command: &mut Command) -> &mut Command {
     #[cfg(target_os = "linux")]
     {
