@@ -521,6 +521,18 @@ type CuratedTrainer = Trainer<
 /// epochs 0 and 1 train on everything, epoch 1 sets the threshold) and at most 2 redraws.
 fn curated(dir: &Path, mode: StartMode, curation: bool) -> CuratedTrainer {
     use curriculum_ssl::curation::FrechetCurationConfig;
+    let config = FrechetCurationConfig::new()
+        .with_warmup_epochs(2)
+        .with_max_retries(2);
+    curated_with(dir, mode, curation.then_some(config))
+}
+
+/// [`curated`] with the given curation settings (none: no curation).
+fn curated_with(
+    dir: &Path,
+    mode: StartMode,
+    curation: Option<curriculum_ssl::curation::FrechetCurationConfig>,
+) -> CuratedTrainer {
     let device = Dev::default();
     let method = init(|d| {
         SimClrConfig::new()
@@ -541,10 +553,7 @@ fn curated(dir: &Path, mode: StartMode, curation: bool) -> CuratedTrainer {
             .with_checkpoint_every(1)
             .with_progress_bar(false),
     );
-    if curation {
-        let config = FrechetCurationConfig::new()
-            .with_warmup_epochs(2)
-            .with_max_retries(2);
+    if let Some(config) = curation {
         builder = builder.hook(FrechetCurationHook::new(config).unwrap());
     }
     builder.run_dir(dir).start(mode).build(&device).unwrap()
@@ -646,6 +655,96 @@ fn batch_curation_redraws_batches_above_the_threshold_and_resumes_exactly() {
         t.hook::<FrechetCurationHook>().unwrap().curation().state(),
         &state
     );
+}
+
+/// The quantile threshold (not the paper's) in the loop: one warm-up epoch, then each batch's
+/// threshold is the median of the previous four batches' first-attempt distances. Checked from
+/// the files alone: steps.csv's `first_frd` (each step's first attempt) gives every curated
+/// step's threshold, computed here independently of the policy (the median of four values is the
+/// mean of the middle two); a step is redrawn exactly when its first attempt is above it, an
+/// applied one is at most at it unless its redraws ran out; epochs.csv's means are the means of
+/// those thresholds and first attempts; and a run stopped after the first curated epoch and
+/// resumed writes the same rows.
+#[test]
+fn the_quantile_threshold_is_the_recent_batches_median_in_the_loop() {
+    use curriculum_ssl::curation::{FrechetCurationConfig, ThresholdRule};
+    let config = FrechetCurationConfig::new()
+        .with_warmup_epochs(1)
+        .with_max_retries(2)
+        .with_threshold(ThresholdRule::RecentQuantile { q: 0.5, window: 4 });
+    let straight = run_dir("curation-quantile");
+    curated_with(&straight, StartMode::Fresh, Some(config.clone()))
+        .fit()
+        .unwrap();
+    let rows = rows_without_speed(&straight);
+    let numbers = |name: &str| -> Vec<f64> {
+        column(&rows, name)
+            .iter()
+            .map(|v| v.parse().unwrap())
+            .collect()
+    };
+    let (frd, first, redraws) = (numbers("frd"), numbers("first_frd"), numbers("redraws"));
+    // The warm-up's steps are not curated: applied at once, their first attempt.
+    assert_eq!(frd[..4], first[..4]);
+    assert!(redraws[..4].iter().all(|&r| r == 0.0));
+    let mut thresholds = Vec::new();
+    for s in 4..12 {
+        let mut window = first[s - 4..s].to_vec();
+        window.sort_by(f64::total_cmp);
+        let t = (window[1] + window[2]) / 2.0;
+        assert_eq!(
+            first[s] > t,
+            redraws[s] > 0.0,
+            "step {s}: {} vs {t}",
+            first[s]
+        );
+        assert!(
+            frd[s] <= t || redraws[s] == 2.0,
+            "step {s}: {} > {t}",
+            frd[s]
+        );
+        thresholds.push(t);
+    }
+    assert!(
+        redraws.iter().sum::<f64>() > 0.0,
+        "this seed redraws: {redraws:?}"
+    );
+    let epochs: Vec<String> = std::fs::read_to_string(straight.join("epochs.csv"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let cells = |name: &str| column(&epochs, name);
+    assert_eq!(
+        cells("curation_threshold_mean")[0],
+        "",
+        "no threshold in the warm-up"
+    );
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs();
+    for epoch in 1..3 {
+        let mean_t = thresholds[(epoch - 1) * 4..epoch * 4].iter().sum::<f64>() / 4.0;
+        let got: f64 = cells("curation_threshold_mean")[epoch].parse().unwrap();
+        assert!(close(got, mean_t), "epoch {epoch}: {got} vs {mean_t}");
+    }
+    for epoch in 0..3 {
+        let mean_f = first[epoch * 4..(epoch + 1) * 4].iter().sum::<f64>() / 4.0;
+        let got: f64 = cells("curation_frd_mean")[epoch].parse().unwrap();
+        assert!(close(got, mean_f), "epoch {epoch}: {got} vs {mean_f}");
+    }
+    let rejections: f64 = cells("curation_rejections")
+        .iter()
+        .map(|v| v.parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(rejections, redraws.iter().sum::<f64>());
+    // Stopped after the first curated epoch and resumed: the same rows.
+    let resumed = run_dir("curation-quantile-resumed");
+    curated_with(&resumed, StartMode::Fresh, Some(config.clone()))
+        .fit_epochs(2)
+        .unwrap();
+    curated_with(&resumed, StartMode::Resume, Some(config))
+        .fit()
+        .unwrap();
+    assert_eq!(rows_without_speed(&resumed), rows);
 }
 
 // MICO's crop-and-rotate in the loop: the object boxes, when they are computed, how they reach

@@ -11,7 +11,10 @@
 //!
 //! The threshold is learnt from the run itself: the first five epochs train without curation
 //! (the features of a randomly initialised network make the distance meaningless), the mean FRD
-//! of the batches of the fifth is the threshold, and curation applies from then on.
+//! of the batches of the fifth is the threshold, and curation applies from then on. A labelled
+//! variant that is not the paper's, [`ThresholdRule::RecentQuantile`], sets each batch's
+//! threshold to a quantile of the recent batches' distances, so that it keeps firing as training
+//! brings the views together.
 //!
 //! - [`frechet`]: the distance, on the host in `f64` (symmetric eigendecomposition) and on the
 //!   device (Newton–Schulz square roots).
@@ -29,6 +32,6 @@ pub use frechet::{
     NewtonSchulzConfig,
 };
 pub use policy::{
-    CurationCounters, CurationError, CurationState, Decision, FrechetCuration,
-    FrechetCurationConfig,
+    quantile_type7, CurationCounters, CurationError, CurationState, Decision, EpochDistances,
+    FrechetCuration, FrechetCurationConfig, ThresholdRule,
 };

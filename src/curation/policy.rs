@@ -25,6 +25,17 @@
 //! batch is applied and its FRD recorded, say 2.0, 4.0 and 3.0, so the threshold is 3.0; in epoch
 //! 5 a batch with FRD 2.5 is applied, one with FRD 3.5 is redrawn, and if its redraws score 3.2,
 //! 3.1 and 3.3 it is redrawn three times and then accepted after retries at 3.3 (a warning).
+//!
+//! **A threshold that can fire (not the paper's).** The paper's threshold is fixed once, from an
+//! early epoch; as training pulls the two views' projections together every later batch falls
+//! below it, and nothing is ever redrawn (the `bad_batches` study counted 0 rejections in 4,212
+//! batches; the distances fall several-fold from one epoch to the next, so even a quantile of the
+//! previous epoch's distances lies above the next epoch's). [`ThresholdRule::RecentQuantile`] is
+//! a labelled variant whose threshold follows training: for each batch, the `q`-quantile (type 7,
+//! numpy's default) of the first-attempt distances of the `window` batches before it (a redraw's
+//! distance is not counted), so about a share `1 − q` of the batches is redrawn while the
+//! distances change slowly over a window. With first attempts `[1, 1, 1, 1, 6]` in the window,
+//! `q = 0.9` gives the next batch the threshold 4.0, `q = 0.5` gives 1.0.
 
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -43,6 +54,53 @@ pub struct FrechetCurationConfig {
     /// default 3). 0 never redraws: every batch above the threshold is accepted with a warning.
     #[config(default = 3)]
     pub max_retries: usize,
+    /// How the threshold is set: the paper's mean of the calibration epoch (the default), or a
+    /// quantile of the recent batches' distances (a variant, not the paper's). In a settings
+    /// file: `threshold = "PaperMean"` or
+    /// `threshold = { RecentQuantile = { q = 0.9, window = 50 } }`.
+    #[config(default = "ThresholdRule::PaperMean")]
+    pub threshold: ThresholdRule,
+}
+
+/// How [`FrechetCuration`] sets its threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum ThresholdRule {
+    /// The paper's (§II-C): the mean FRD of the calibration epoch's batches, fixed for the rest
+    /// of the run.
+    PaperMean,
+    /// Not the paper's: each curated batch's threshold is the `q`-quantile (type 7: linear
+    /// between the order statistics, numpy's default) of the first-attempt FRDs of the `window`
+    /// batches observed before it (fewer at the start of curation if fewer were observed), fixed
+    /// over the batch's redraws. `q` in `(0, 1]`, `window` at least 1; about a share `1 − q` of
+    /// the batches is redrawn while the distances change slowly over a window.
+    RecentQuantile {
+        /// The quantile, in `(0, 1]`.
+        q: f64,
+        /// How many of the latest first attempts the quantile is taken over.
+        window: usize,
+    },
+}
+
+impl ThresholdRule {
+    /// The quantile and the window, for [`ThresholdRule::RecentQuantile`].
+    fn recent(self) -> Option<(f64, usize)> {
+        match self {
+            Self::PaperMean => None,
+            Self::RecentQuantile { q, window } => Some((q, window)),
+        }
+    }
+}
+
+/// The type-7 `q`-quantile of `values` (linear interpolation between the order statistics at
+/// `(n − 1)·q`, numpy's and R's default); `None` for no values.
+pub fn quantile_type7(values: &[f64], q: f64) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let last = sorted.len().checked_sub(1)?;
+    let h = last as f64 * q.clamp(0.0, 1.0);
+    let below = (h.floor() as usize).min(last);
+    let above = (below + 1).min(last);
+    Some(sorted[below] + (h - below as f64) * (sorted[above] - sorted[below]))
 }
 
 impl FrechetCurationConfig {
@@ -55,9 +113,24 @@ impl FrechetCurationConfig {
                  got 0",
             ));
         }
+        if let Some((q, window)) = self.threshold.recent() {
+            if !(q > 0.0 && q <= 1.0) {
+                return Err(ConfigError::new(
+                    "threshold",
+                    format!("RecentQuantile's q must be in (0, 1], got {q}"),
+                ));
+            }
+            if window == 0 {
+                return Err(ConfigError::new(
+                    "threshold",
+                    "RecentQuantile's window must be at least 1 batch, got 0",
+                ));
+            }
+        }
         Ok(FrechetCuration {
             warmup_epochs: self.warmup_epochs,
             max_retries: self.max_retries,
+            rule: self.threshold,
             state: CurationState::default(),
         })
     }
@@ -116,14 +189,49 @@ pub struct CurationState {
     pub calibration_sum: f64,
     /// Number of FRDs in `calibration_sum`.
     pub calibration_batches: u64,
-    /// The threshold, fixed at the first observation after the calibration epoch.
+    /// The threshold, set at the first observation after the calibration epoch (under
+    /// [`ThresholdRule::RecentQuantile`], the current batch's, set at its first attempt).
     pub threshold: Option<f64>,
+    /// Under [`ThresholdRule::RecentQuantile`], the latest first-attempt FRDs, oldest first, at
+    /// most `window` of them; empty under the paper's rule.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_frds: Vec<f64>,
+    /// Under [`ThresholdRule::RecentQuantile`], the current epoch's first attempts and
+    /// thresholds, summed (for the epoch's means in `epochs.csv`); `None` under the paper's rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch_distances: Option<EpochDistances>,
     /// Redraws of the batch being curated now (reset when a batch trains).
     pub retries: usize,
     /// Counters of the current epoch (reset when the epoch changes).
     pub epoch_counters: CurationCounters,
     /// Counters of the whole run.
     pub total_counters: CurationCounters,
+}
+
+/// One epoch's first-attempt distances and thresholds, summed
+/// ([`ThresholdRule::RecentQuantile`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct EpochDistances {
+    /// Batches observed (their first attempts).
+    pub first_attempts: u64,
+    /// Sum of their FRDs.
+    pub frd_sum: f64,
+    /// Batches that had a threshold (after the warm-up).
+    pub thresholded: u64,
+    /// Sum of those thresholds.
+    pub threshold_sum: f64,
+}
+
+impl EpochDistances {
+    /// The mean first-attempt FRD, if any batch was observed.
+    pub fn frd_mean(&self) -> Option<f64> {
+        (self.first_attempts > 0).then(|| self.frd_sum / self.first_attempts as f64)
+    }
+
+    /// The mean threshold, if any batch had one.
+    pub fn threshold_mean(&self) -> Option<f64> {
+        (self.thresholded > 0).then(|| self.threshold_sum / self.thresholded as f64)
+    }
 }
 
 /// Why an observation or a restored state was refused.
@@ -167,6 +275,7 @@ pub enum CurationError {
 pub struct FrechetCuration {
     warmup_epochs: usize,
     max_retries: usize,
+    rule: ThresholdRule,
     state: CurationState,
 }
 
@@ -176,9 +285,15 @@ impl FrechetCuration {
         self.warmup_epochs - 1
     }
 
-    /// The threshold, once the first observation after the calibration epoch has fixed it.
+    /// The threshold, once the first observation after the calibration epoch has fixed it (the
+    /// current batch's under [`ThresholdRule::RecentQuantile`]).
     pub fn threshold(&self) -> Option<f64> {
         self.state.threshold
+    }
+
+    /// How the threshold is set.
+    pub fn rule(&self) -> ThresholdRule {
+        self.rule
     }
 
     /// Counters of the current epoch (the epoch of the last observation).
@@ -211,6 +326,30 @@ impl FrechetCuration {
             if !t.is_finite() {
                 return invalid(format!("threshold {t} is not finite"));
             }
+        }
+        if let Some(bad) = state.recent_frds.iter().find(|f| !f.is_finite()) {
+            return invalid(format!("a recorded FRD {bad} is not finite"));
+        }
+        if let Some(d) = state.epoch_distances {
+            if !(d.frd_sum.is_finite() && d.threshold_sum.is_finite()) {
+                return invalid(format!("the epoch's distance sums are not finite: {d:?}"));
+            }
+        }
+        match self.rule.recent() {
+            None if !state.recent_frds.is_empty() || state.epoch_distances.is_some() => {
+                return invalid(
+                    "distances recorded for a quantile threshold, but the rule is the paper's \
+                     mean"
+                        .into(),
+                )
+            }
+            Some((_, window)) if state.recent_frds.len() > window => {
+                return invalid(format!(
+                    "{} recent distances, more than the window of {window}",
+                    state.recent_frds.len()
+                ))
+            }
+            _ => {}
         }
         if state.retries > self.max_retries {
             return invalid(format!(
@@ -261,7 +400,28 @@ impl FrechetCuration {
                 return Err(CurationError::EpochWentBack { last, epoch });
             }
         }
-        let threshold = if epoch > calibration {
+        let new_epoch = self.state.epoch != Some(epoch);
+        // A batch's first attempt (a new epoch starts a new batch).
+        let first_attempt = new_epoch || self.state.retries == 0;
+        let threshold = if epoch <= calibration {
+            None
+        } else if let Some((q, _)) = self.rule.recent() {
+            if first_attempt {
+                // The recent batches must reach back to the calibration epoch at least.
+                let calibrated = self.state.epoch.is_some_and(|e| e >= calibration);
+                match quantile_type7(&self.state.recent_frds, q).filter(|_| calibrated) {
+                    Some(t) => Some(t),
+                    None => {
+                        return Err(CurationError::NoCalibration {
+                            epoch,
+                            calibration_epoch: calibration,
+                        })
+                    }
+                }
+            } else {
+                self.state.threshold
+            }
+        } else {
             match self.state.threshold {
                 Some(t) => Some(t),
                 None if self.state.calibration_batches == 0 => {
@@ -272,16 +432,34 @@ impl FrechetCuration {
                 }
                 None => Some(self.state.calibration_sum / self.state.calibration_batches as f64),
             }
-        } else {
-            None
         };
         // Nothing below fails: the state changes only for an observation that is taken.
-        if self.state.epoch != Some(epoch) {
+        if new_epoch {
             self.state.epoch = Some(epoch);
             self.state.epoch_counters = CurationCounters::default();
             self.state.retries = 0;
+            if self.rule.recent().is_some() {
+                self.state.epoch_distances = Some(EpochDistances::default());
+            }
         }
         self.state.threshold = threshold;
+        if let Some((_, window)) = self.rule.recent().filter(|_| first_attempt) {
+            let recent = &mut self.state.recent_frds;
+            recent.push(frd);
+            if recent.len() > window {
+                recent.remove(0);
+            }
+            let d = self
+                .state
+                .epoch_distances
+                .get_or_insert_with(Default::default);
+            d.first_attempts += 1;
+            d.frd_sum += frd;
+            if let Some(t) = threshold {
+                d.thresholded += 1;
+                d.threshold_sum += t;
+            }
+        }
         if epoch == calibration {
             self.state.calibration_sum += frd;
             self.state.calibration_batches += 1;
@@ -327,6 +505,7 @@ mod tests {
         let config = FrechetCurationConfig::new();
         assert_eq!(config.warmup_epochs, 5);
         assert_eq!(config.max_retries, 3);
+        assert_eq!(config.threshold, ThresholdRule::PaperMean);
         assert_eq!(config.init().unwrap().calibration_epoch(), 4);
     }
 
@@ -563,5 +742,128 @@ mod tests {
         };
         assert!(restored.restore(broken).is_err());
         assert!(restored.restore(saved).is_ok());
+    }
+
+    fn quantile_policy(warmup_epochs: usize, q: f64, window: usize) -> FrechetCuration {
+        FrechetCurationConfig::new()
+            .with_warmup_epochs(warmup_epochs)
+            .with_max_retries(3)
+            .with_threshold(ThresholdRule::RecentQuantile { q, window })
+            .init()
+            .unwrap()
+    }
+
+    /// numpy's `np.quantile(x, q)` (its default, type 7) on the values below, computed by hand
+    /// from the order statistics, `(n − 1)·q` between them.
+    #[test]
+    fn quantile_is_numpys_default() {
+        let x = [6.0, 1.0, 1.0, 1.0, 1.0];
+        assert_eq!(quantile_type7(&x, 0.9), Some(4.0)); // h = 3.6: 1 + 0.6 · 5
+        assert_eq!(quantile_type7(&x, 0.5), Some(1.0)); // h = 2
+        assert_eq!(quantile_type7(&x, 1.0), Some(6.0));
+        assert_eq!(quantile_type7(&[2.0, 4.0], 0.25), Some(2.5)); // h = 0.25
+        assert_eq!(quantile_type7(&[3.0], 0.7), Some(3.0));
+        assert_eq!(quantile_type7(&[], 0.5), None);
+    }
+
+    /// The worked value of the module's documentation — first attempts [1, 1, 1, 1, 6] in the
+    /// window give the next batch 4.0 at q = 0.9 and 1.0 at q = 0.5 — and the window sliding
+    /// over first attempts only, a batch's threshold fixed over its redraws.
+    #[test]
+    fn the_quantile_threshold_follows_the_recent_batches() {
+        for (q, expected) in [(0.9, 4.0), (0.5, 1.0)] {
+            let mut p = quantile_policy(1, q, 5);
+            for frd in [1.0, 1.0, 6.0, 1.0, 1.0] {
+                assert_eq!(p.observe(0, frd), Ok(Decision::Apply));
+            }
+            assert_eq!(p.threshold(), None);
+            assert_eq!(p.observe(1, 0.5), Ok(Decision::Apply));
+            assert_eq!(p.threshold(), Some(expected));
+        }
+        let mut p = quantile_policy(1, 0.5, 4);
+        for frd in [1.0, 1.0, 6.0, 1.0, 1.0] {
+            p.observe(0, frd).unwrap();
+        }
+        // The window keeps the last four: [1, 6, 1, 1], median 1.
+        assert_eq!(p.state().recent_frds, vec![1.0, 6.0, 1.0, 1.0]);
+        // A batch at 3 is redrawn against 1; its redraw at 0.9 trains and is not recorded.
+        assert_eq!(p.observe(1, 3.0), Ok(Decision::Redraw));
+        assert_eq!(p.threshold(), Some(1.0));
+        assert_eq!(p.observe(1, 0.9), Ok(Decision::Apply));
+        assert_eq!(p.state().recent_frds, vec![6.0, 1.0, 1.0, 3.0]);
+        // The next batch's threshold: the median of [6, 1, 1, 3] = (1 + 3) / 2.
+        assert_eq!(p.observe(1, 1.5), Ok(Decision::Apply));
+        assert_eq!(p.threshold(), Some(2.0));
+        assert_eq!(p.state().recent_frds, vec![1.0, 1.0, 3.0, 1.5]);
+        // Then the median of [1, 1, 3, 1.5] = (1 + 1.5) / 2; the batch's redraws keep it
+        // although the window moved on.
+        assert_eq!(p.observe(1, 2.5), Ok(Decision::Redraw));
+        assert_eq!(p.threshold(), Some(1.25));
+        assert_eq!(p.observe(1, 1.8), Ok(Decision::Redraw));
+        assert_eq!(p.threshold(), Some(1.25));
+        assert_eq!(p.observe(1, 1.0), Ok(Decision::Apply));
+        assert_eq!(p.state().recent_frds, vec![1.0, 3.0, 1.5, 2.5]);
+        // The epoch's means: first attempts 3, 1.5, 2.5; thresholds 1, 2, 1.25.
+        let d = p.state().epoch_distances.unwrap();
+        assert_eq!(d.frd_mean(), Some(7.0 / 3.0));
+        assert_eq!(d.threshold_mean(), Some(4.25 / 3.0));
+        assert_eq!(p.epoch_counters().rejections, 3);
+        // A new epoch starts its sums again; the window carries over.
+        assert_eq!(p.observe(2, 1.0), Ok(Decision::Apply));
+        let d = p.state().epoch_distances.unwrap();
+        assert_eq!((d.first_attempts, d.frd_sum), (1, 1.0));
+        // The state round-trips through JSON and resumes to the same decisions.
+        let json = serde_json::to_string(p.state()).unwrap();
+        let mut restored = quantile_policy(1, 0.5, 4);
+        restored
+            .restore(serde_json::from_str(&json).unwrap())
+            .unwrap();
+        for frd in [2.0, 1.0, 0.2, 9.0, 9.0] {
+            assert_eq!(restored.observe(2, frd), p.observe(2, frd));
+        }
+        assert_eq!(restored.observe(3, 1.0), p.observe(3, 1.0));
+        assert_eq!(restored, p);
+    }
+
+    #[test]
+    fn the_quantile_rule_is_checked() {
+        for (q, window) in [(0.0, 5), (-0.5, 5), (1.5, 5), (f64::NAN, 5), (0.9, 0)] {
+            let err = FrechetCurationConfig::new()
+                .with_threshold(ThresholdRule::RecentQuantile { q, window })
+                .init()
+                .unwrap_err();
+            assert_eq!(err.field, "threshold");
+        }
+        // Curation needs the calibration epoch's first attempts in the window.
+        let mut p = quantile_policy(2, 0.9, 10);
+        p.observe(0, 1.0).unwrap();
+        assert!(matches!(
+            p.observe(2, 1.0),
+            Err(CurationError::NoCalibration { .. })
+        ));
+        // The paper's rule records no distances, and refuses a state that holds some.
+        let mut paper = policy(1, 3);
+        paper.observe(0, 1.0).unwrap();
+        assert!(paper.state().recent_frds.is_empty());
+        let json = serde_json::to_string(paper.state()).unwrap();
+        assert!(
+            !json.contains("recent_frds") && !json.contains("epoch_distances"),
+            "{json}"
+        );
+        let with_frds = CurationState {
+            recent_frds: vec![1.0, 2.0],
+            ..paper.state().clone()
+        };
+        assert!(policy(1, 3).restore(with_frds.clone()).is_err());
+        assert!(quantile_policy(1, 0.9, 2)
+            .restore(with_frds.clone())
+            .is_ok());
+        // More distances than the window, or one that is not finite.
+        assert!(quantile_policy(1, 0.9, 1).restore(with_frds).is_err());
+        let non_finite = CurationState {
+            recent_frds: vec![f64::NAN],
+            ..paper.state().clone()
+        };
+        assert!(quantile_policy(1, 0.9, 5).restore(non_finite).is_err());
     }
 }

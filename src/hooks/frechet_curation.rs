@@ -7,7 +7,13 @@
 //! attempts of the step were rejected); `curation_rejections`, `curation_accepted_after_retries`
 //! and `curation_seconds` in `epochs.csv` (the wall time curation cost in the epoch: measuring
 //! every attempt, and the rejected attempts' augmentation and forward pass; a first attempt's
-//! augmentation done ahead, on the augmentation thread, is not counted).
+//! augmentation done ahead, on the augmentation thread, is not counted). Under the quantile
+//! threshold ([`ThresholdRule::RecentQuantile`], not the paper's) three more: `first_frd` in
+//! `steps.csv` (the step's first attempt's distance, the one the window records), and
+//! `curation_threshold_mean` and `curation_frd_mean` in `epochs.csv` (the means over the epoch's
+//! batches of their thresholds, empty before curation starts, and of their first-attempt
+//! distances). The paper's rule keeps the columns it always had, so its runs made before the
+//! variant resume.
 
 use std::time::Instant;
 
@@ -17,6 +23,7 @@ use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::curation::{
     frechet_distance_readback, CurationState, Decision, FrechetCuration, FrechetCurationConfig,
+    ThresholdRule,
 };
 use crate::train::hook::{EpochReport, Hook, RunView, Verdict};
 use crate::train::{Cell, SelfSupervisedTask, TrainError};
@@ -30,6 +37,8 @@ pub struct FrechetCurationHook {
     attempt_started: Option<Instant>,
     /// The applied attempt's distance and the attempts rejected before it, for the step's row.
     applied: Option<(f64, usize)>,
+    /// The current batch's first attempt's distance.
+    first: Option<f64>,
     rejected: usize,
     /// Wall time of the current epoch spent on curation.
     seconds: f64,
@@ -46,6 +55,7 @@ impl FrechetCurationHook {
             config,
             attempt_started: None,
             applied: None,
+            first: None,
             rejected: 0,
             seconds: 0.0,
         })
@@ -108,6 +118,9 @@ impl<B: AutodiffBackend, K: SelfSupervisedTask<B>> Hook<B, K> for FrechetCuratio
         let measure_started = Instant::now();
         let frd = frechet_distance_readback(z1.inner(), z2.inner())
             .map_err(|e| Self::error(progress.step, e.to_string()))?;
+        if self.rejected == 0 {
+            self.first = Some(frd);
+        }
         match self
             .policy
             .observe(progress.epoch, frd)
@@ -136,11 +149,20 @@ impl<B: AutodiffBackend, K: SelfSupervisedTask<B>> Hook<B, K> for FrechetCuratio
         _: Progress,
         _: f64,
     ) -> Result<Vec<(String, f64)>, TrainError> {
+        let first = self.first.take();
         Ok(match self.applied.take() {
-            Some((frd, redraws)) => vec![
-                ("frd".to_string(), frd),
-                ("redraws".to_string(), redraws as f64),
-            ],
+            Some((frd, redraws)) => {
+                let mut columns = vec![
+                    ("frd".to_string(), frd),
+                    ("redraws".to_string(), redraws as f64),
+                ];
+                if let (ThresholdRule::RecentQuantile { .. }, Some(first)) =
+                    (self.policy.rule(), first)
+                {
+                    columns.push(("first_frd".to_string(), first));
+                }
+                columns
+            }
             None => Vec::new(),
         })
     }
@@ -157,21 +179,35 @@ impl<B: AutodiffBackend, K: SelfSupervisedTask<B>> Hook<B, K> for FrechetCuratio
             Default::default()
         };
         let value = |v: f64| Cell::Value(v);
+        let mut columns = vec![
+            (
+                "curation_rejections".into(),
+                value(counters.rejections as f64),
+            ),
+            (
+                "curation_accepted_after_retries".into(),
+                value(counters.accepted_after_retries as f64),
+            ),
+            (
+                "curation_seconds".into(),
+                value((self.seconds * 1e3).round() / 1e3),
+            ),
+        ];
+        if matches!(self.policy.rule(), ThresholdRule::RecentQuantile { .. }) {
+            let state = self.policy.state();
+            let distances = state.epoch_distances.filter(|_| state.epoch == Some(epoch));
+            let mean = |m: Option<f64>| m.map_or(Cell::Empty, value);
+            columns.push((
+                "curation_threshold_mean".into(),
+                mean(distances.and_then(|d| d.threshold_mean())),
+            ));
+            columns.push((
+                "curation_frd_mean".into(),
+                mean(distances.and_then(|d| d.frd_mean())),
+            ));
+        }
         Ok(EpochReport {
-            columns: vec![
-                (
-                    "curation_rejections".into(),
-                    value(counters.rejections as f64),
-                ),
-                (
-                    "curation_accepted_after_retries".into(),
-                    value(counters.accepted_after_retries as f64),
-                ),
-                (
-                    "curation_seconds".into(),
-                    value((self.seconds * 1e3).round() / 1e3),
-                ),
-            ],
+            columns,
             ..Default::default()
         })
     }

@@ -267,7 +267,8 @@ impl<R: DeserializeOwned, T: DeserializeOwned> RunRecord<R, T> {
 /// Reads a record written before the hooks as today's: Fréchet batch curation's settings,
 /// `train.curation`, become the settings of the hook named `curation`, and the kNN monitor's
 /// cadence, `train.knn_every` (a setting a resume may change), is dropped: the monitor is a
-/// hook with its own.
+/// hook with its own. A curation recorded before its threshold rule was a setting used the
+/// paper's (`"threshold": "PaperMean"`).
 fn migrate(record: &mut serde_json::Value) {
     let Some(train) = record.get_mut("train").and_then(|t| t.as_object_mut()) else {
         return;
@@ -283,6 +284,15 @@ fn migrate(record: &mut serde_json::Value) {
                 hooks.entry("curation").or_insert(curation);
             }
         }
+    }
+    let curation = record
+        .get_mut("hooks")
+        .and_then(|h| h.get_mut("curation"))
+        .and_then(|c| c.as_object_mut());
+    if let Some(curation) = curation {
+        curation
+            .entry("threshold")
+            .or_insert_with(|| serde_json::Value::from("PaperMean"));
     }
 }
 
@@ -432,8 +442,26 @@ mod tests {
         assert_eq!(curated["train"], serde_json::json!({ "epochs": 6 }));
         assert_eq!(
             curated["hooks"],
-            serde_json::json!({ "curation": { "warmup_epochs": 2, "max_retries": 3 } })
+            serde_json::json!({ "curation": {
+                "warmup_epochs": 2, "max_retries": 3, "threshold": "PaperMean"
+            } })
         );
+        // A record of the hooks' layout from before the threshold rule: the paper's rule, as
+        // the configuration's default writes it; a recorded rule stays.
+        let mut hooks = serde_json::json!({
+            "format": RUN_FORMAT,
+            "train": { "epochs": 6 },
+            "hooks": { "curation": { "warmup_epochs": 2, "max_retries": 3 } },
+        });
+        migrate(&mut hooks);
+        let today = serde_json::to_value(crate::curation::FrechetCurationConfig::new()).unwrap()
+            ["threshold"]
+            .clone();
+        assert_eq!(hooks["hooks"]["curation"]["threshold"], today);
+        let quantile = serde_json::json!({ "RecentQuantile": { "q": 0.9, "window": 50 } });
+        hooks["hooks"]["curation"]["threshold"] = quantile.clone();
+        migrate(&mut hooks);
+        assert_eq!(hooks["hooks"]["curation"]["threshold"], quantile);
         let mut plain = old(serde_json::Value::Null);
         migrate(&mut plain);
         assert_eq!(plain["train"], serde_json::json!({ "epochs": 6 }));
