@@ -122,7 +122,7 @@ fn bad_input_exits_2_with_a_message_naming_it() {
         ),
         (
             tiny("bs24", &["--batch-size", "24"]),
-            "--batch-size 24: the queue of 4096 keys",
+            "--batch-size 24: the queue of 1024 keys",
         ),
         (
             tiny("lr0", &["--lr", "0"]),
