@@ -231,8 +231,8 @@ fn settings_come_from_key_value_overrides_and_the_runs_own_recipe_toml() {
             "optimizer: the settings given do not make",
         ),
         (
-            "augmentation.view1.solarize.p=0.2",
-            "augmentation.view1.solarize is off",
+            "augmentation.local_crops.count=2",
+            "augmentation.local_crops is off",
         ),
         (
             "curation.max_retries=1",
