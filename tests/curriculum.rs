@@ -559,6 +559,15 @@ fn curated_with(
     builder.run_dir(dir).start(mode).build(&device).unwrap()
 }
 
+/// The lines of a run's epochs.csv, the header first.
+fn epoch_rows(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("epochs.csv"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 fn column(rows: &[String], name: &str) -> Vec<String> {
     let i = rows[0].split(',').position(|c| c == name).unwrap();
     rows[1..]
@@ -624,11 +633,7 @@ fn batch_curation_redraws_batches_above_the_threshold_and_resumes_exactly() {
         "this seed rejects some batches: {redraws:?}"
     );
     // Per-epoch counts in epochs.csv.
-    let epochs: Vec<String> = std::fs::read_to_string(straight.join("epochs.csv"))
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let epochs = epoch_rows(&straight);
     let per_epoch: usize = column(&epochs, "curation_rejections")
         .iter()
         .map(|v| v.parse::<usize>().unwrap())
@@ -709,11 +714,7 @@ fn the_quantile_threshold_is_the_recent_batches_median_in_the_loop() {
         redraws.iter().sum::<f64>() > 0.0,
         "this seed redraws: {redraws:?}"
     );
-    let epochs: Vec<String> = std::fs::read_to_string(straight.join("epochs.csv"))
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let epochs = epoch_rows(&straight);
     let cells = |name: &str| column(&epochs, name);
     assert_eq!(
         cells("curation_threshold_mean")[0],
@@ -1136,11 +1137,7 @@ fn boxes_are_recomputed_each_quarter_and_kept_in_checkpoints() {
         "training moves the boxes"
     );
     // Timed in epochs.csv: seconds in the epochs that computed, 0 in the others.
-    let epochs: Vec<String> = std::fs::read_to_string(dir.join("epochs.csv"))
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let epochs = epoch_rows(&dir);
     let seconds: Vec<f64> = column(&epochs, "box_seconds")
         .iter()
         .map(|v| v.parse().unwrap())
@@ -1172,11 +1169,7 @@ fn boxes_are_recomputed_each_quarter_and_kept_in_checkpoints() {
     );
     r.fit().unwrap();
     assert_eq!(rows_without_speed(&resumed), rows_without_speed(&dir));
-    let resumed_epochs: Vec<String> = std::fs::read_to_string(resumed.join("epochs.csv"))
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let resumed_epochs = epoch_rows(&resumed);
     assert_eq!(column(&resumed_epochs, "box_seconds")[2], "0");
     for e in 1..=6 {
         assert_eq!(boxes_at(&resumed, e), boxes_at(&dir, e), "checkpoint {e}");

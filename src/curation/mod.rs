@@ -32,6 +32,6 @@ pub use frechet::{
     NewtonSchulzConfig,
 };
 pub use policy::{
-    quantile_type7, CurationCounters, CurationError, CurationState, Decision, EpochDistances,
-    FrechetCuration, FrechetCurationConfig, ThresholdRule,
+    CurationCounters, CurationError, CurationState, Decision, EpochDistances, FrechetCuration,
+    FrechetCurationConfig, ThresholdRule,
 };

@@ -93,7 +93,7 @@ impl ThresholdRule {
 
 /// The type-7 `q`-quantile of `values` (linear interpolation between the order statistics at
 /// `(n − 1)·q`, numpy's and R's default); `None` for no values.
-pub fn quantile_type7(values: &[f64], q: f64) -> Option<f64> {
+fn quantile_type7(values: &[f64], q: f64) -> Option<f64> {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     let last = sorted.len().checked_sub(1)?;

@@ -37,8 +37,6 @@ pub struct FrechetCurationHook {
     attempt_started: Option<Instant>,
     /// The applied attempt's distance and the attempts rejected before it, for the step's row.
     applied: Option<(f64, usize)>,
-    /// The current batch's first attempt's distance.
-    first: Option<f64>,
     rejected: usize,
     /// Wall time of the current epoch spent on curation.
     seconds: f64,
@@ -55,7 +53,6 @@ impl FrechetCurationHook {
             config,
             attempt_started: None,
             applied: None,
-            first: None,
             rejected: 0,
             seconds: 0.0,
         })
@@ -118,9 +115,6 @@ impl<B: AutodiffBackend, K: SelfSupervisedTask<B>> Hook<B, K> for FrechetCuratio
         let measure_started = Instant::now();
         let frd = frechet_distance_readback(z1.inner(), z2.inner())
             .map_err(|e| Self::error(progress.step, e.to_string()))?;
-        if self.rejected == 0 {
-            self.first = Some(frd);
-        }
         match self
             .policy
             .observe(progress.epoch, frd)
@@ -149,15 +143,15 @@ impl<B: AutodiffBackend, K: SelfSupervisedTask<B>> Hook<B, K> for FrechetCuratio
         _: Progress,
         _: f64,
     ) -> Result<Vec<(String, f64)>, TrainError> {
-        let first = self.first.take();
         Ok(match self.applied.take() {
             Some((frd, redraws)) => {
                 let mut columns = vec![
                     ("frd".to_string(), frd),
                     ("redraws".to_string(), redraws as f64),
                 ];
-                if let (ThresholdRule::RecentQuantile { .. }, Some(first)) =
-                    (self.policy.rule(), first)
+                // The policy's window ends with this batch's first attempt.
+                if let (ThresholdRule::RecentQuantile { .. }, Some(&first)) =
+                    (self.policy.rule(), self.policy.state().recent_frds.last())
                 {
                     columns.push(("first_frd".to_string(), first));
                 }
