@@ -248,6 +248,23 @@ fn settings_come_from_key_value_overrides_and_the_runs_own_recipe_toml() {
         assert_eq!(check_error_shape(&o, extra), 2, "{extra}\n{}", stderr(&o));
         assert!(stderr(&o).contains(expected), "{extra}\n{}", stderr(&o));
     }
+    // The curation's settings its policy refuses are usage errors before the run starts.
+    for (setting, expected) in [
+        (
+            "curation.threshold={ RecentQuantile = { q = 1.5, window = 50 } }",
+            "curation.threshold: RecentQuantile's q must be in (0, 1], got 1.5",
+        ),
+        (
+            "curation.threshold={ RecentQuantile = { q = 0.9, window = 0 } }",
+            "curation.threshold: RecentQuantile's window must be at least 1 batch, got 0",
+        ),
+    ] {
+        let mut args = tiny("settings-curation-bad", &[setting, "--check"]);
+        args[0] = "bad_batches".into();
+        let o = run(&as_strs(&args));
+        assert_eq!(check_error_shape(&o, setting), 2, "{}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{setting}\n{}", stderr(&o));
+    }
     // The recipe that curates its batches takes the curation's settings.
     let mut args = tiny("settings-curation", &["curation.max_retries=1"]);
     args[0] = "bad_batches".into();

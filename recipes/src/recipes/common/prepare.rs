@@ -413,6 +413,11 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     let curation = curation(&args, defaults.curation, defaults.recipe, settings.epochs)?
         .map(|c| overrides.apply("curation", c))
         .transpose()?;
+    // The settings the policy refuses (a quantile outside (0, 1], an empty window) are usage
+    // errors here, before anything is written (`--check` included).
+    if let Some(Err(e)) = curation.as_ref().map(|c| c.init()) {
+        return Err(usage(format!("curation.{}: {}", e.field, e.reason)));
+    }
     let mut pgd = defaults.pgd;
     if let Some(steps) = args.pgd_steps {
         let Some(p) = pgd.as_mut() else {
