@@ -135,9 +135,10 @@ impl BackboneChoice {
     /// The grid a ResNet's last map is average-pooled to when `--pooled-grid` is not given
     /// ([`ResNetConfig::pooled_grid`]), for images of `side` pixels through `stem` (`None`: the
     /// backbone's default stem): 2 for `small-2x` where its last map is at least 2×2 — on
-    /// 28-pixel images it is 2×2, and keeping it rather than averaging it is worth about a
-    /// point of kNN accuracy on Fashion-MNIST (README, "The full set, a wider start") —, 1
-    /// (global average pooling) on smaller maps and for every other backbone.
+    /// 28-pixel images it is 2×2, and keeping it rather than averaging it was worth about a
+    /// point of kNN accuracy on Fashion-MNIST in a one-seed PyTorch screen
+    /// (`benches/pytorch/cpu_setting_fmnist.py`; its output was not kept) —, 1 (global average
+    /// pooling) on smaller maps and for every other backbone.
     pub fn default_pooled_grid(self, stem: Option<StemChoice>, side: usize) -> usize {
         let total_stride = match stem.unwrap_or(self.default_stem()) {
             StemChoice::Cifar => 8,
