@@ -129,7 +129,29 @@ fn a_study_runs_every_arm_and_seed_once_resumes_and_reports_paired_differences()
         (b[8].parse::<f64>().unwrap() - difference).abs() < 1e-9,
         "{b:?}"
     );
+    // Each record names the build that trained its run: this test's `recipe`, by the SHA-256
+    // of its file (computed here), and the report says one build trained all four.
+    let sha256 = {
+        use sha2::Digest;
+        let bytes = std::fs::read(env!("CARGO_BIN_EXE_recipe")).unwrap();
+        format!("{:x}", sha2::Sha256::digest(&bytes))
+    };
+    for (arm, seed) in [("a", 0), ("a", 1), ("b", 0), ("b", 1)] {
+        let binaries = &record(&dir, arm, seed)["binaries"];
+        assert_eq!(binaries.as_array().map(Vec::len), Some(1), "{binaries}");
+        assert_eq!(binaries[0]["sha256"], sha256.as_str(), "{arm} {seed}");
+        assert_eq!(binaries[0]["version"], env!("CARGO_PKG_VERSION"));
+    }
     let report = std::fs::read_to_string(dir.join("study.md")).unwrap();
+    assert!(
+        report.contains(&format!(
+            "Builds: 4 of the finished runs were trained by one build of `recipe` (SHA-256 of \
+             the program, its version: {} ({}))",
+            &sha256[..12],
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{report}"
+    );
     for want in [
         "# alpha",
         "4 of 4 runs finished",
@@ -604,6 +626,17 @@ fn a_damaged_or_lost_record_is_rebuilt_from_its_run() {
     let path = dir.join("runs/a/seed-0.json");
     let raw = dir.join("runs/raw-pixels/seed-0.json");
     let whole = std::fs::read(&path).unwrap();
+    // A rebuilt record is the whole one but for the build that trained the run, which only
+    // the record knew.
+    let rebuilt = {
+        let mut r: serde_json::Value = serde_json::from_slice(&whole).unwrap();
+        assert!(r["binaries"][0]["sha256"].is_string(), "{r}");
+        r.as_object_mut().unwrap().remove("binaries");
+        r
+    };
+    let read = |path: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    };
     assert!(record(&dir, "a", 0)["result"]["metrics"]["few_label_top1"].is_number());
     let again = |case: &str| {
         let o = run(&["study", file]);
@@ -624,7 +657,7 @@ fn a_damaged_or_lost_record_is_rebuilt_from_its_run() {
         !out.contains("study: run ") && !out.contains("recipe eval"),
         "{out}"
     );
-    assert_eq!(std::fs::read(&path).unwrap(), whole);
+    assert_eq!(read(&path), rebuilt);
 
     // Lost: the run is the arm's by its own recipe.toml, so it is adopted and rebuilt.
     std::fs::remove_file(&path).unwrap();
@@ -638,7 +671,7 @@ fn a_damaged_or_lost_record_is_rebuilt_from_its_run() {
         !out.contains("study: run ") && !out.contains("recipe eval"),
         "{out}"
     );
-    assert_eq!(std::fs::read(&path).unwrap(), whole);
+    assert_eq!(read(&path), rebuilt);
 
     // The raw pixels' record damaged: measured again.
     let raw_whole = std::fs::read(&raw).unwrap();

@@ -61,7 +61,11 @@ use crate::usage::usage;
 
 /// Options of `recipe study`.
 #[derive(Parser, Debug)]
-#[command(no_binary_name = true, name = "recipe study", args_override_self = true)]
+#[command(
+    no_binary_name = true,
+    name = "recipe study",
+    args_override_self = true
+)]
 struct StudyArgs {
     /// The study file (TOML: seeds, baseline, [options], [evaluation], [[arm]]s).
     file: PathBuf,
@@ -91,6 +95,53 @@ pub struct RunRecord {
     pub seed: u64,
     /// Its numbers, once finished (percent).
     pub result: Option<RunResult>,
+    /// The builds of `recipe` that trained it, in order (a run resumed by another build has
+    /// two); empty in the records of earlier versions and in records rebuilt from a run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub binaries: Vec<Binary>,
+}
+
+/// A build of `recipe`: its version and the SHA-256 of its executable. Two runs with the same
+/// arguments and settings give different numbers when the code between them changed in a way
+/// no setting shows (a network's initialisation, a kernel): the report names the builds so
+/// that such arms are not compared as if like for like.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Binary {
+    /// The package's version (`CARGO_PKG_VERSION`).
+    pub version: String,
+    /// The SHA-256 of the executable file, in hex.
+    pub sha256: String,
+}
+
+impl Binary {
+    /// This program's build, read once per process; `None` (with a warning) when its file
+    /// cannot be read.
+    pub fn this() -> Option<Binary> {
+        static THIS: std::sync::OnceLock<Option<Binary>> = std::sync::OnceLock::new();
+        THIS.get_or_init(|| {
+            let hash = || -> std::io::Result<String> {
+                use sha2::Digest;
+                let mut file = std::fs::File::open(std::env::current_exe()?)?;
+                let mut hasher = sha2::Sha256::new();
+                std::io::copy(&mut file, &mut hasher)?;
+                Ok(format!("{:x}", hasher.finalize()))
+            };
+            match hash() {
+                Ok(sha256) => Some(Binary {
+                    version: env!("CARGO_PKG_VERSION").to_string(),
+                    sha256,
+                }),
+                Err(e) => {
+                    log::warn!(
+                        "reading this program's file to record its build: {e}; the study's \
+                         records will not name the build of their runs"
+                    );
+                    None
+                }
+            }
+        })
+        .clone()
+    }
 }
 
 /// The numbers of a finished run.
@@ -281,7 +332,13 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut unfinished = Vec::with_capacity(total);
     for (arm, seed) in &plan {
         let record = load_record(&record_path(&dir, &arm.name, *seed))?;
-        unfinished.push(!matches!(record, Stored::Record(RunRecord { result: Some(_), .. })));
+        unfinished.push(!matches!(
+            record,
+            Stored::Record(RunRecord {
+                result: Some(_),
+                ..
+            })
+        ));
     }
     let mut durations = Vec::new();
     for (index, (arm, seed)) in plan.iter().enumerate() {
@@ -460,6 +517,7 @@ impl Repair {
                 definition: study.fingerprint(arm),
                 seed: self.seed,
                 result,
+                binaries: Vec::new(),
             },
         )
     }
@@ -530,7 +588,9 @@ fn recorded_evaluation(
             None => cell(fraction).is_empty(),
             Some(f) => cell(fraction).parse::<f64>().ok() == Some(f),
         };
-        if cell(checkpoint).trim_end_matches('/').ends_with(&last_checkpoint)
+        if cell(checkpoint)
+            .trim_end_matches('/')
+            .ends_with(&last_checkpoint)
             && cell(protocol) == "sgd"
             && cell(probe_epochs).parse::<usize>().ok() == Some(want_epochs)
             && fraction_matches
@@ -825,9 +885,9 @@ fn settings_differences(
                 };
                 for key in keys {
                     path.push(key.clone());
-                    let per_run = PER_RUN_SETTINGS
-                        .iter()
-                        .any(|p| p.len() == path.len() && p.iter().zip(path.iter()).all(|(x, y)| x == y));
+                    let per_run = PER_RUN_SETTINGS.iter().any(|p| {
+                        p.len() == path.len() && p.iter().zip(path.iter()).all(|(x, y)| x == y)
+                    });
                     if !per_run {
                         match (a.get(key), b.get(key)) {
                             (Some(x), Some(y)) => walk(x, y, strict, path, out),
@@ -876,8 +936,9 @@ fn check_arms(study: &StudyFile) -> Result<BTreeMap<String, serde_json::Value>> 
         }
         let stdout = String::from_utf8_lossy(&output.stdout);
         if let Some(line) = stdout.lines().find(|l| l.starts_with('{')) {
-            let settings = serde_json::from_str(line)
-                .with_context(|| format!("arm `{}`: reading the settings it resolves to", arm.name))?;
+            let settings = serde_json::from_str(line).with_context(|| {
+                format!("arm `{}`: reading the settings it resolves to", arm.name)
+            })?;
             resolved.insert(arm.name.clone(), settings);
         }
     }
@@ -896,10 +957,21 @@ fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<bool> 
     let run = run_dir(dir, &arm.name, seed);
     let path = record_path(dir, &arm.name, seed);
     wait_for_the_run(&run)?;
+    // A run resumed here keeps the builds that trained it before.
+    let mut binaries = match load_record(&path)? {
+        Stored::Record(r) if r.definition == study.fingerprint(arm) => r.binaries,
+        _ => Vec::new(),
+    };
+    if let Some(this) = Binary::this() {
+        if binaries.last() != Some(&this) {
+            binaries.push(this);
+        }
+    }
     let mut record = RunRecord {
         definition: study.fingerprint(arm),
         seed,
         result: None,
+        binaries,
     };
     write_record(&path, &record)?;
     let mut args = study.arm_args(arm);
@@ -917,9 +989,8 @@ fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<bool> 
     ) {
         args.push("--resume".into());
     }
-    let status =
-        crate::signals::status_passing_signals(Command::new(this_binary()?).args(&args))
-            .context("starting the run's recipe")?;
+    let status = crate::signals::status_passing_signals(Command::new(this_binary()?).args(&args))
+        .context("starting the run's recipe")?;
     if !status.success() {
         if status.code() == Some(i32::from(crate::signals::INTERRUPTED)) {
             return Ok(false);
@@ -951,7 +1022,6 @@ fn run_result(run: &Path, metrics: BTreeMap<String, f64>) -> Result<RunResult> {
         images_per_s,
     })
 }
-
 
 /// How long a study waits for a run directory that another process holds before it refuses:
 /// a run whose study was killed gets SIGTERM and stops after its step
@@ -1056,7 +1126,10 @@ fn evaluate(
     if raw {
         args.push("--raw-pixels".into());
     }
-    println!("study: recipe {}", crate::recipes::common::shell_command(&args));
+    println!(
+        "study: recipe {}",
+        crate::recipes::common::shell_command(&args)
+    );
     let output = crate::signals::output_passing_signals(Command::new(this_binary()?).args(&args))
         .context("starting `recipe eval`")?;
     if !output.status.success() {
@@ -1121,6 +1194,7 @@ fn raw_pixels(dir: &Path, study: &StudyFile, seed: u64) -> Result<()> {
                 train_seconds: 0.0,
                 images_per_s: 0.0,
             }),
+            binaries: Vec::new(),
         },
     )
 }

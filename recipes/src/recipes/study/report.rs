@@ -12,7 +12,8 @@ use anyhow::{Context, Result};
 
 use super::stats::{holm, paired, summarise, Paired, Summary, CONFIDENCE};
 use super::{
-    damaged, load_record, record_path, run_dir, RunRecord, RunResult, Stored, StudyFile, RAW_PIXELS,
+    damaged, load_record, record_path, run_dir, Binary, RunRecord, RunResult, Stored, StudyFile,
+    RAW_PIXELS,
 };
 use crate::plots::{draw, Line, Table};
 
@@ -184,6 +185,7 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
             100.0 * f
         )?;
     }
+    md.push_str(&builds(dir, study)?);
     writeln!(md, "## Arms\n")?;
     let mut header = String::from("| arm | recipe | runs |");
     let mut rule = String::from("|---|---|---|");
@@ -348,9 +350,93 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
     Ok(())
 }
 
+/// The report's paragraph on the builds of `recipe` that trained the finished runs (their
+/// records' `binaries`): one sentence when one build trained them all; otherwise a table of
+/// the builds and their runs and a warning that arms trained by different builds are not
+/// like for like (a change of the code no setting shows changes their numbers). Runs recorded
+/// before builds were recorded (or rebuilt from their run) are counted as of an unknown build.
+fn builds(dir: &Path, study: &StudyFile) -> Result<String> {
+    // Build(s) → (arm, seed) of each finished run, in the study's order.
+    let mut by_build: BTreeMap<Vec<Binary>, Vec<(&str, u64)>> = BTreeMap::new();
+    for arm in &study.arms {
+        for &seed in &study.seeds {
+            if let Stored::Record(RunRecord {
+                result: Some(_),
+                binaries,
+                ..
+            }) = load_record(&record_path(dir, &arm.name, seed))?
+            {
+                by_build
+                    .entry(binaries)
+                    .or_default()
+                    .push((&arm.name, seed));
+            }
+        }
+    }
+    let unknown = by_build.remove(&Vec::new()).unwrap_or_default();
+    // `a` seeds 0, 1, `b` seed 2.
+    let runs = |runs: &[(&str, u64)]| {
+        let mut arms: Vec<(&str, Vec<String>)> = Vec::new();
+        for (arm, seed) in runs {
+            match arms.last_mut() {
+                Some((a, seeds)) if a == arm => seeds.push(seed.to_string()),
+                _ => arms.push((arm, vec![seed.to_string()])),
+            }
+        }
+        arms.iter()
+            .map(|(arm, seeds)| {
+                let word = if seeds.len() == 1 { "seed" } else { "seeds" };
+                format!("`{arm}` {word} {}", seeds.join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let short = |b: &Binary| format!("{} ({})", &b.sha256[..b.sha256.len().min(12)], b.version);
+    let name = |builds: &[Binary]| builds.iter().map(short).collect::<Vec<_>>().join(", then ");
+    let mut md = String::new();
+    match by_build.len() {
+        0 => {}
+        1 => {
+            let (builds, of) = by_build.iter().next().expect("one build");
+            writeln!(
+                md,
+                "Builds: {} of the finished runs were trained by one build of `recipe` \
+                 (SHA-256 of the program, its version: {}).\n",
+                of.len(),
+                name(builds)
+            )?;
+        }
+        n => {
+            writeln!(
+                md,
+                "Builds: the finished runs were trained by {n} builds of `recipe` (SHA-256 of \
+                 the program, its version): arms trained by different builds are not like for \
+                 like, since a change of the code that no setting shows (an initialisation, a \
+                 kernel) changes their numbers too.\n\n| build | runs |\n|---|---|"
+            )?;
+            for (builds, of) in &by_build {
+                writeln!(md, "| {} | {} |", name(builds), runs(of))?;
+            }
+            md.push('\n');
+        }
+    }
+    if !unknown.is_empty() {
+        writeln!(
+            md,
+            "Finished runs with no record of their build (recorded by an earlier version, or \
+             rebuilt from their run): {}.\n",
+            runs(&unknown)
+        )?;
+    }
+    Ok(md)
+}
+
 /// The report's section on `column` of the runs' epochs.csv (the study's `epoch_columns`): per
 /// arm whose runs have it, each seed's value at each epoch (`a / b / c` in seed order, `–`
-/// where a run has no value) and its total over the epochs. Empty when no run has the column.
+/// where a run has no value) and a summary over the epochs: the total where every value is a
+/// whole number (a count, such as `curation_rejections`), the mean of the epochs that have a
+/// value otherwise (a rate or a mean, such as `curation_threshold_mean`, whose sum means
+/// nothing). Empty when no run has the column.
 fn per_epoch(dir: &Path, arms: &[(String, Vec<(u64, RunResult)>)], column: &str) -> Result<String> {
     let show = |v: Option<f64>| match v {
         Some(v) if v.fract() == 0.0 && v.abs() < 1e15 => format!("{v:.0}"),
@@ -384,17 +470,23 @@ fn per_epoch(dir: &Path, arms: &[(String, Vec<(u64, RunResult)>)], column: &str)
     if rows.is_empty() {
         return Ok(String::new());
     }
+    let counts = rows
+        .iter()
+        .flat_map(|(_, seeds)| seeds.iter().flat_map(|s| s.values().flatten()))
+        .all(|v| v.fract() == 0.0);
+    let (summary, said) = if counts {
+        ("total", "its total over the epochs")
+    } else {
+        ("mean", "its mean over the epochs that have a value")
+    };
     let mut md = format!(
         "\n## Per epoch: `{column}`\n\nEach finished seed's value in its epochs.csv, in seed \
-         order (– where a run has none), and its total over the epochs.\n\n| arm |"
+         order (– where a run has none), and {said}.\n\n| arm |"
     );
     for epoch in 1..=last_epoch {
         md.push_str(&format!(" epoch {epoch} |"));
     }
-    md.push_str(
-        " total |
-|---|",
-    );
+    md.push_str(&format!(" {summary} |\n|---|"));
     md.push_str(&"---|".repeat(last_epoch as usize + 1));
     md.push('\n');
     for (name, seeds) in rows {
@@ -408,7 +500,15 @@ fn per_epoch(dir: &Path, arms: &[(String, Vec<(u64, RunResult)>)], column: &str)
         }
         let totals: Vec<String> = seeds
             .iter()
-            .map(|s| show(Some(s.values().flatten().sum())))
+            .map(|s| {
+                let values: Vec<f64> = s.values().flatten().copied().collect();
+                let sum: f64 = values.iter().sum();
+                match (counts, values.len()) {
+                    (true, _) => show(Some(sum)),
+                    (false, 0) => show(None),
+                    (false, n) => show(Some(sum / n as f64)),
+                }
+            })
             .collect();
         md.push_str(&format!(" {} |\n", totals.join(" / ")));
     }
@@ -515,6 +615,7 @@ mod tests {
                 train_seconds: epochs.iter().map(|e| e.1).sum(),
                 images_per_s: epochs.iter().map(|e| e.0).sum::<f64>() / epochs.len() as f64,
             }),
+            binaries: Vec::new(),
         };
         let run = run_dir(dir, arm, seed);
         std::fs::create_dir_all(&run).unwrap();
@@ -530,8 +631,83 @@ mod tests {
         std::fs::write(run.join("epochs.csv"), csv).unwrap();
     }
 
+    /// The builds that trained the runs: named in one sentence when one build trained them
+    /// all; otherwise a table of the builds (a resumed run's two in order) with their runs and a
+    /// warning; runs whose record names no build counted apart.
+    #[test]
+    fn the_report_names_the_builds_that_trained_the_runs() {
+        let dir = std::env::temp_dir().join(format!("study-builds-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let study: StudyFile = toml::from_str(
+            r#"
+            seeds = [0, 1]
+            baseline = "a"
+            [evaluation]
+            raw_pixels = false
+            [[arm]]
+            name = "a"
+            recipe = "simclr"
+            [[arm]]
+            name = "b"
+            recipe = "simclr"
+            "#,
+        )
+        .unwrap();
+        let build = |sha: &str| Binary {
+            version: "0.1.0".into(),
+            sha256: sha.repeat(64 / sha.len()),
+        };
+        let set = |arm: &str, seed: u64, binaries: Vec<Binary>| {
+            let path = record_path(&dir, arm, seed);
+            let Stored::Record(mut r) = load_record(&path).unwrap() else {
+                panic!("a record")
+            };
+            r.binaries = binaries;
+            std::fs::write(&path, serde_json::to_vec(&r).unwrap()).unwrap();
+        };
+        for seed in 0..2u64 {
+            run(&dir, "a", seed, [0.0; 4], &[(100.0, 1.0)]);
+            run(&dir, "b", seed, [1.0; 4], &[(100.0, 1.0)]);
+        }
+        for (arm, seed) in [("a", 0), ("a", 1), ("b", 0), ("b", 1)] {
+            set(arm, seed, vec![build("ab")]);
+        }
+        write(&dir, &study, "t").unwrap();
+        let md = std::fs::read_to_string(dir.join(REPORT)).unwrap();
+        assert!(
+            md.contains(
+                "Builds: 4 of the finished runs were trained by one build of `recipe` (SHA-256 \
+                 of the program, its version: abababababab (0.1.0))."
+            ),
+            "{md}"
+        );
+        assert!(!md.contains("no record of their build"), "{md}");
+
+        // Arm b's seed 0 resumed by another build, its seed 1 trained by it alone; arm a's
+        // seed 1 recorded by an earlier version.
+        set("b", 0, vec![build("ab"), build("cd")]);
+        set("b", 1, vec![build("cd")]);
+        set("a", 1, Vec::new());
+        write(&dir, &study, "t").unwrap();
+        let md = std::fs::read_to_string(dir.join(REPORT)).unwrap();
+        for want in [
+            "the finished runs were trained by 3 builds of `recipe`",
+            "are not like for like",
+            "| build | runs |\n|---|---|\n",
+            "| abababababab (0.1.0) | `a` seed 0 |\n",
+            "| abababababab (0.1.0), then cdcdcdcdcdcd (0.1.0) | `b` seed 0 |\n",
+            "| cdcdcdcdcdcd (0.1.0) | `b` seed 1 |\n",
+            "Finished runs with no record of their build (recorded by an earlier version, or \
+             rebuilt from their run): `a` seed 1.",
+        ] {
+            assert!(md.contains(want), "{want}\n{md}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// `epoch_columns`: each arm's seeds' values of a column of epochs.csv, epoch by epoch, and
-    /// their totals; an arm whose runs lack the column is left out.
+    /// their totals for a count, their means for a column with fractions; an arm whose runs lack
+    /// the column is left out.
     #[test]
     fn the_report_shows_the_epoch_columns_asked_for_per_seed() {
         let dir = std::env::temp_dir().join(format!("study-epochs-{}", std::process::id()));
@@ -540,7 +716,7 @@ mod tests {
             r#"
             seeds = [0, 1]
             baseline = "plain"
-            epoch_columns = ["curation_rejections"]
+            epoch_columns = ["curation_rejections", "curation_threshold_mean"]
             [evaluation]
             raw_pixels = false
             [[arm]]
@@ -557,11 +733,15 @@ mod tests {
             run(&dir, "curated", seed, [0.0; 4], &[(100.0, 1.0); 3]);
             // Seed 0 rejects 0, 2, 5 batches; seed 1 has no value in epoch 1 (warm-up), then
             // 1 and 0.5.
-            let cells = [["0", "2", "5"], ["", "1", "0.5"]][seed as usize];
-            let mut csv =
-                String::from("epoch,mean_loss,lr,images_per_s,seconds,curation_rejections\n");
-            for (i, c) in cells.iter().enumerate() {
-                csv.push_str(&format!("{},1.0,0.1,100.000,1.000,{c}\n", i + 1));
+            // The thresholds: seed 0 none in epoch 1, then 0.25 and 0.75; seed 1 0.5 in each.
+            let cells = [["0", "2", "5"], ["", "1", "3"]][seed as usize];
+            let means = [["", "0.25", "0.75"], ["0.5", "0.5", "0.5"]][seed as usize];
+            let mut csv = String::from(
+                "epoch,mean_loss,lr,images_per_s,seconds,curation_rejections,\
+                 curation_threshold_mean\n",
+            );
+            for (i, (c, m)) in cells.iter().zip(means).enumerate() {
+                csv.push_str(&format!("{},1.0,0.1,100.000,1.000,{c},{m}\n", i + 1));
             }
             std::fs::write(run_dir(&dir, "curated", seed).join("epochs.csv"), csv).unwrap();
         }
@@ -572,9 +752,21 @@ mod tests {
             md.contains("| arm | epoch 1 | epoch 2 | epoch 3 | total |\n|---|---|---|---|---|\n"),
             "{md}"
         );
-        // Totals: 0 + 2 + 5 = 7 and 1 + 0.5 = 1.5.
+        // Totals of the counts: 0 + 2 + 5 = 7 and 1 + 3 = 4.
         assert!(
-            md.contains("| curated | 0 / – | 2 / 1 | 5 / 0.5000 | 7 / 1.5000 |"),
+            md.contains("| curated | 0 / – | 2 / 1 | 5 / 3 | 7 / 4 |"),
+            "{md}"
+        );
+        // Means of the fractions over the epochs with a value: (0.25 + 0.75) / 2 = 0.5 and
+        // (0.5 · 3) / 3 = 0.5; their sums (1 and 1.5) are not shown.
+        assert!(
+            md.contains("| arm | epoch 1 | epoch 2 | epoch 3 | mean |\n|---|---|---|---|---|\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| curated | – / 0.5000 | 0.2500 / 0.5000 | 0.7500 / 0.5000 | 0.5000 / 0.5000 |"
+            ),
             "{md}"
         );
         assert!(!md.contains("| plain | 0 /"), "{md}");
