@@ -854,11 +854,13 @@ fn still_there(path: PathBuf) -> Result<PathBuf> {
 }
 
 /// The settings a study sets per run, or that follow its seed: not part of what an arm
-/// resolves to.
-const PER_RUN_SETTINGS: [&[&str]; 3] = [
+/// resolves to (`method.seed`: RotNet's angle draws, seeded by `--seed`; without it every
+/// seed but the one `--check` resolves with was refused as changed).
+const PER_RUN_SETTINGS: [&[&str]; 4] = [
     &["options", "seed"],
     &["options", "checkpoint_every"],
     &["augmentation", "seed"],
+    &["method", "seed"],
 ];
 
 /// The settings in which a run's `recipe.toml` (`ran`) and what its arm resolves to now
@@ -1223,5 +1225,28 @@ mod tests {
             "{err}"
         );
         assert!(still_there(here.with_file_name("no-such-recipe-binary")).is_err());
+    }
+
+    /// What follows a run's seed is no difference between a run and its arm (RotNet's
+    /// `method.seed` was: `recipe study studies/rotation_curriculum.toml` refused seeds 1 and
+    /// 2 as changed); any other setting is, named with both values.
+    #[test]
+    fn the_settings_that_follow_the_seed_are_no_difference() {
+        let now = serde_json::json!({
+            "options": {"seed": 0, "checkpoint_every": 0, "epochs": 8},
+            "method": {"seed": 0, "angles": 4},
+            "augmentation": {"seed": 0},
+        });
+        let mut ran = now.clone();
+        for section in ["options", "method", "augmentation"] {
+            ran[section]["seed"] = 2.into();
+        }
+        ran["options"]["checkpoint_every"] = 1.into();
+        assert!(settings_differences(&ran, &now, true).is_empty());
+        ran["method"]["angles"] = 2.into();
+        assert_eq!(
+            settings_differences(&ran, &now, true),
+            ["method.angles: run 2, now 4"]
+        );
     }
 }
