@@ -41,9 +41,10 @@ pub fn default_batch_size() -> usize {
     }
 }
 
-/// Epochs: 20 on a GPU; 18 on the CPU, where batches of 64 run at about 520 images/s on two
-/// cores, so that the README's main command (the embedded subset) stays under 5 minutes
-/// (4 min 36 s to 4 min 39 s of training, seeds 0–2, 2026-11-27; 20 epochs took 5 min 07 s).
+/// Epochs: 20 on a GPU; 18 on the CPU, where batches of 64 ran at about 520 images/s on two
+/// cores on 2026-11-27, so that the embedded subset's run stayed under 5 minutes (4 min 36 s to
+/// 4 min 39 s of training, seeds 0–2; 20 epochs took 5 min 07 s). On a 2-core AMD EPYC on
+/// 2026-11-29 the same 18 epochs took 5 min 43 s to 6 min 14 s (`studies/moco_v3_cpu`).
 pub fn default_epochs() -> usize {
     if crate::backend::on_cpu() {
         18
@@ -108,9 +109,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if vit {
         let adamw = recipe.section(
             "optimizer",
-            AdamWConfig::new()
-                .with_weight_decay(0.1)
-                .with_epsilon(1e-8),
+            AdamWConfig::new().with_weight_decay(0.1).with_epsilon(1e-8),
         )?;
         recipe.train(&config, |recipe, device| {
             let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
@@ -162,7 +161,10 @@ mod tests {
             assert_eq!((c.hidden_dim, c.output_dim), (512, 128), "{backbone:?}");
         }
         let c = config(BackboneChoice::Resnet18);
-        assert_eq!((c.hidden_dim, c.output_dim, c.projector_layers), (4096, 256, 2));
+        assert_eq!(
+            (c.hidden_dim, c.output_dim, c.projector_layers),
+            (4096, 256, 2)
+        );
         assert_eq!(config(BackboneChoice::VitTiny).projector_layers, 3);
     }
 }

@@ -83,7 +83,7 @@ fn every_option_at_zero_one_negative_huge_and_nan_gives_no_panic() {
 /// so; more warm-up than epochs is refused.
 #[test]
 fn warm_up_is_a_setting_and_a_run_of_warm_up_alone_is_named() {
-    // light_moco's 5 warm-up epochs capped at the run's 1: all warm-up.
+    // light_moco's 2 warm-up epochs (the CPU's default) capped at the run's 1: all warm-up.
     let o = run(&as_strs(&tiny("warmup-all", &[])));
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
