@@ -791,3 +791,69 @@ fn a_study_directory_that_is_a_file_or_a_run_is_refused() {
     assert_eq!(holds(&run_dir), before, "nothing written into the run");
     crate::common::checked(&[&run_dir, &afile]);
 }
+
+/// Every committed study still resolves to its runs: `recipe study FILE --check` refuses (exit
+/// 2, naming the setting) runs whose settings are not what their arms resolve to now, so a
+/// change of a recipe's default that a committed study relied on fails here (the studies with
+/// `light_moco` arms did, twice, before they named their settings: `studies/pin.py`). The
+/// full-set studies read the full Fashion-MNIST: skipped where it is not installed.
+#[test]
+fn every_committed_study_resolves_to_its_runs() {
+    let fashion = Path::new("/usr/share/datasets/fashion-mnist");
+    if !fashion.is_dir() {
+        eprintln!(
+            "skipped: {} absent (apt-get install -y dataset-fashion-mnist)",
+            fashion.display()
+        );
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../studies");
+    let mut files = Vec::new();
+    for dir in [root.clone(), root.join("small")] {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    assert!(files.len() >= 10, "{files:?}");
+    for file in &files {
+        let o = run(&["study", file.to_str().unwrap(), "--check"]);
+        assert_eq!(
+            check_error_shape(&o, &file.display().to_string()),
+            0,
+            "{}: {}",
+            file.display(),
+            stderr(&o)
+        );
+    }
+    // And a changed default is caught: a copy of a study whose arm asks for another batch than
+    // its runs used is refused by --check, naming the setting.
+    let study = root.join("light_moco_cpu.toml");
+    let dir = scratch().join("changed-default");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(&study)
+        .unwrap()
+        .replace("batch_size = 128", "batch_size = 256");
+    assert!(text.contains("batch_size = 256"), "{text}");
+    let copy = dir.join("study.toml");
+    std::fs::write(&copy, text).unwrap();
+    // Its runs' records are enough for the check (their definitions name batch 128).
+    let runs = dir.join("study/runs/cpu_default");
+    std::fs::create_dir_all(&runs).unwrap();
+    for seed in 0..3 {
+        let name = format!("seed-{seed}.json");
+        std::fs::copy(
+            root.join("light_moco_cpu/runs/cpu_default").join(&name),
+            runs.join(&name),
+        )
+        .unwrap();
+    }
+    let o = run(&["study", copy.to_str().unwrap(), "--check"]);
+    let err = stderr(&o);
+    assert_eq!(check_error_shape(&o, "changed"), 2, "{err}");
+    assert!(err.contains("arm `cpu_default`, seed 0"), "{err}");
+}

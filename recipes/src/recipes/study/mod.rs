@@ -287,8 +287,10 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let resolved = check_arms(&study)?;
     let Reconciled { changed, repairs } = reconcile(&dir, &study, &resolved)?;
-    if !changed.is_empty() && !args.check {
-        if !args.rerun_changed {
+    // `--check` refuses them too: a committed study whose runs no longer resolve to their arms
+    // (a recipe's default changed since) is caught without running anything.
+    if !changed.is_empty() {
+        if args.check || !args.rerun_changed {
             return Err(usage(format!(
                 "{}: {} since their runs were made ({}); restore it, give the new definition \
                  another arm name, or run again with --rerun-changed (their runs move to {})",
