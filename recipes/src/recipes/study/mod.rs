@@ -961,9 +961,10 @@ fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<bool> 
     let run = run_dir(dir, &arm.name, seed);
     let path = record_path(dir, &arm.name, seed);
     wait_for_the_run(&run)?;
+    let definition = study.fingerprint(arm);
     // A run resumed here keeps the builds that trained it before.
     let mut binaries = match load_record(&path)? {
-        Stored::Record(r) if r.definition == study.fingerprint(arm) => r.binaries,
+        Stored::Record(r) if r.definition == definition => r.binaries,
         _ => Vec::new(),
     };
     if let Some(this) = Binary::this() {
@@ -972,7 +973,7 @@ fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<bool> 
         }
     }
     let mut record = RunRecord {
-        definition: study.fingerprint(arm),
+        definition,
         seed,
         result: None,
         binaries,
