@@ -42,7 +42,7 @@ pub struct ImageFolderOptions {
     pub threads: usize,
 }
 
-fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, DataError> {
+pub(crate) fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, DataError> {
     let mut entries = Vec::new();
     for e in std::fs::read_dir(dir).map_err(|e| DataError::io(dir, e))? {
         let e = e.map_err(|e| DataError::io(dir, e))?;
@@ -55,7 +55,7 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, DataError> {
     Ok(entries)
 }
 
-fn is_image(path: &Path) -> bool {
+pub(crate) fn is_image(path: &Path) -> bool {
     path.extension()
         .map(|e| {
             let e = e.to_string_lossy().to_ascii_lowercase();
@@ -148,7 +148,13 @@ pub fn decode(
     path: &Path,
     channels: Option<usize>,
 ) -> Result<(usize, usize, usize, Vec<u8>), DataError> {
-    use image::ImageDecoder;
+    let bytes = read_image_file(path)?;
+    decode_bytes(path, &bytes, channels)
+}
+
+/// Reads the bytes of one image file: only a regular file (a FIFO named `x.png` would block the
+/// reader forever), and at most [`MAX_FILE_BYTES`].
+pub fn read_image_file(path: &Path) -> Result<Vec<u8>, DataError> {
     let bad = |reason: String| DataError::Decode {
         path: path.to_path_buf(),
         reason,
@@ -166,12 +172,26 @@ pub fn decode(
             MAX_FILE_BYTES >> 20
         )));
     }
-    let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+    std::fs::read(path).map_err(|e| DataError::io(path, e))
+}
+
+/// Decodes the bytes of one image file (`path` names it in errors) into `(height, width,
+/// channels, HWC bytes)`, with the bounds of [`decode`] on the declared size.
+pub fn decode_bytes(
+    path: &Path,
+    bytes: &[u8],
+    channels: Option<usize>,
+) -> Result<(usize, usize, usize, Vec<u8>), DataError> {
+    use image::ImageDecoder;
+    let bad = |reason: String| DataError::Decode {
+        path: path.to_path_buf(),
+        reason,
+    };
     let by_file = (bytes.len() as u64).saturating_mul(MAX_DECODED_PER_FILE_BYTE);
     let most = by_file.min(MAX_IMAGE_BYTES);
     let mut limits = image::Limits::default();
     limits.max_alloc = Some(limits.max_alloc.map_or(most, |m| m.min(most)));
-    let mut reader = image::ImageReader::new(std::io::Cursor::new(&bytes))
+    let mut reader = image::ImageReader::new(std::io::Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|e| bad(e.to_string()))?;
     reader.limits(limits);

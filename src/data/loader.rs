@@ -80,6 +80,104 @@ impl LoaderConfig {
 
 pub use crate::base::seed::mix_seed;
 
+/// Checks that a loader with `config` can be replica `rank`'s of `replicas`: the global batch
+/// splits equally, each replica gets at least two images, the last partial batch is dropped.
+pub(crate) fn check_shard(
+    config: &LoaderConfig,
+    rank: usize,
+    replicas: usize,
+) -> Result<(), ConfigError> {
+    let batch = config.batch_size;
+    if replicas == 0 || rank >= replicas || !batch.is_multiple_of(replicas) {
+        return Err(ConfigError::new(
+            "batch_size",
+            format!(
+                "the global batch of {batch} images does not split equally over {replicas} \
+                     replicas"
+            ),
+        ));
+    }
+    if replicas > 0 && batch / replicas < 2 {
+        return Err(ConfigError::new(
+            "batch_size",
+            format!(
+                "the global batch of {batch} images gives each of the {replicas} replicas \
+                     {} image(s): each needs at least 2 (a batch norm's statistics on one \
+                     replica, e.g. MoCo's shuffling batch norm, need two images); use a global \
+                     batch of at least {}",
+                batch / replicas,
+                2 * replicas
+            ),
+        ));
+    }
+    if !config.drop_last {
+        return Err(ConfigError::new(
+            "drop_last",
+            "a data-parallel run drops the last partial batch (it would not split equally)",
+        ));
+    }
+    Ok(())
+}
+
+/// The order in which epoch `epoch` visits `len` items: a Fisher–Yates shuffle seeded with
+/// `(seed, epoch)`, or `0..len` without shuffling.
+pub(crate) fn epoch_order(len: usize, config: &LoaderConfig, epoch: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..len).collect();
+    if config.shuffle {
+        let mut rng = StdRng::seed_from_u64(mix_seed(config.seed, epoch));
+        for i in (1..order.len()).rev() {
+            let j = rng.random_range(0..=i);
+            order.swap(i, j);
+        }
+    }
+    order
+}
+
+/// The order of a selection `pool` over an epoch of `batches` batches (see
+/// [`Loader::pool_order`]).
+pub(crate) fn pool_order(
+    batches: usize,
+    config: &LoaderConfig,
+    epoch: u64,
+    pool: &[usize],
+) -> Vec<usize> {
+    let wanted = batches * config.batch_size;
+    let mut order = Vec::with_capacity(wanted + pool.len());
+    let mut round = 0u64;
+    while order.len() < wanted && !pool.is_empty() {
+        let mut draw = pool.to_vec();
+        if config.shuffle {
+            let key = mix_seed(mix_seed(config.seed, epoch), round);
+            let mut rng = StdRng::seed_from_u64(key);
+            for i in (1..draw.len()).rev() {
+                let j = rng.random_range(0..=i);
+                draw.swap(i, j);
+            }
+        }
+        order.extend(draw);
+        round += 1;
+    }
+    order.truncate(wanted);
+    order
+}
+
+/// The rows of batch `b` (of `bs` images) in an epoch's order that this loader yields: the
+/// whole batch, or replica `rank`'s `bs / replicas` of it.
+pub(crate) fn batch_span(
+    b: usize,
+    bs: usize,
+    len: usize,
+    shard: Option<(usize, usize)>,
+) -> (usize, usize) {
+    match shard {
+        None => (b * bs, ((b + 1) * bs).min(len)),
+        Some((rank, replicas)) => {
+            let per = bs / replicas;
+            (b * bs + rank * per, b * bs + (rank + 1) * per)
+        }
+    }
+}
+
 /// Batches a dataset of [`ImageItem`]s on worker threads.
 pub struct Loader<D> {
     dataset: Arc<D>,
@@ -122,35 +220,7 @@ impl<D: Dataset<ImageItem> + 'static> Loader<D> {
     /// # Errors
     /// If the batch does not split equally, or the epoch keeps a last partial batch.
     pub fn set_shard(&mut self, rank: usize, replicas: usize) -> Result<(), ConfigError> {
-        let batch = self.config.batch_size;
-        if replicas == 0 || rank >= replicas || !batch.is_multiple_of(replicas) {
-            return Err(ConfigError::new(
-                "batch_size",
-                format!(
-                    "the global batch of {batch} images does not split equally over {replicas} \
-                     replicas"
-                ),
-            ));
-        }
-        if replicas > 0 && batch / replicas < 2 {
-            return Err(ConfigError::new(
-                "batch_size",
-                format!(
-                    "the global batch of {batch} images gives each of the {replicas} replicas \
-                     {} image(s): each needs at least 2 (a batch norm's statistics on one \
-                     replica, e.g. MoCo's shuffling batch norm, need two images); use a global \
-                     batch of at least {}",
-                    batch / replicas,
-                    2 * replicas
-                ),
-            ));
-        }
-        if !self.config.drop_last {
-            return Err(ConfigError::new(
-                "drop_last",
-                "a data-parallel run drops the last partial batch (it would not split equally)",
-            ));
-        }
+        check_shard(&self.config, rank, replicas)?;
         self.shard = Some((rank, replicas));
         Ok(())
     }
@@ -179,15 +249,7 @@ impl<D: Dataset<ImageItem> + 'static> Loader<D> {
     /// The order in which epoch `epoch` visits the dataset (a seeded Fisher–Yates shuffle, or
     /// `0..len` without shuffling).
     pub fn order(&self, epoch: u64) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..self.dataset.len()).collect();
-        if self.config.shuffle {
-            let mut rng = StdRng::seed_from_u64(mix_seed(self.config.seed, epoch));
-            for i in (1..order.len()).rev() {
-                let j = rng.random_range(0..=i);
-                order.swap(i, j);
-            }
-        }
-        order
+        epoch_order(self.dataset.len(), &self.config, epoch)
     }
 
     /// The order in which epoch `epoch` visits a selection `pool` of the dataset: the pool
@@ -195,24 +257,7 @@ impl<D: Dataset<ImageItem> + 'static> Loader<D> {
     /// another until the epoch's [`Loader::num_batches`] batches are full, so an epoch takes the
     /// same number of steps whatever is selected.
     pub fn pool_order(&self, epoch: u64, pool: &[usize]) -> Vec<usize> {
-        let wanted = self.num_batches() * self.config.batch_size;
-        let mut order = Vec::with_capacity(wanted + pool.len());
-        let mut round = 0u64;
-        while order.len() < wanted && !pool.is_empty() {
-            let mut draw = pool.to_vec();
-            if self.config.shuffle {
-                let key = mix_seed(mix_seed(self.config.seed, epoch), round);
-                let mut rng = StdRng::seed_from_u64(key);
-                for i in (1..draw.len()).rev() {
-                    let j = rng.random_range(0..=i);
-                    draw.swap(i, j);
-                }
-            }
-            order.extend(draw);
-            round += 1;
-        }
-        order.truncate(wanted);
-        order
+        pool_order(self.num_batches(), &self.config, epoch, pool)
     }
 
     /// The batches of epoch `epoch`, gathered ahead on the worker threads.
@@ -282,13 +327,7 @@ fn gather<D: Dataset<ImageItem>>(
     bs: usize,
     shard: Option<(usize, usize)>,
 ) -> Result<HostBatch, DataError> {
-    let (start, end) = match shard {
-        None => (b * bs, ((b + 1) * bs).min(order.len())),
-        Some((rank, replicas)) => {
-            let per = bs / replicas;
-            (b * bs + rank * per, b * bs + (rank + 1) * per)
-        }
-    };
+    let (start, end) = batch_span(b, bs, order.len(), shard);
     let idx: Vec<usize> = order[start..end].to_vec();
     let mut items = Vec::with_capacity(idx.len());
     for &i in &idx {

@@ -26,6 +26,7 @@ pub mod image_array;
 pub mod image_folder;
 pub mod loader;
 pub mod stl10;
+pub mod stream;
 
 pub use burn_dataset::Dataset;
 

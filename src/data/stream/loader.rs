@@ -1,0 +1,845 @@
+//! [`StreamLoader`]: every epoch decodes its images anew on worker threads and cuts each view
+//! out of the original image, so memory is bounded by the prefetch depth, not by the dataset.
+//!
+//! The order of an epoch is the in-memory loader's ([`Loader::order`](crate::data::Loader)):
+//! a permutation seeded with `(seed, epoch)`, cut into batches, batch `b` built by worker
+//! `b mod workers` and read back in order. Every random choice for the image at position `p` of
+//! the epoch (its crop boxes, the substitute for an unreadable file) comes from a generator
+//! seeded with `(seed, epoch, p)`, so a batch's bytes depend on the seed, the epoch and its
+//! position only: not on the worker count, the thread timing, or where the epoch started
+//! ([`StreamLoader::epoch`]'s `first_batch`, for a resume in the middle of an epoch). A replica
+//! of a data-parallel run takes its rows of each global batch, as the in-memory loader does.
+//!
+//! # Memory
+//! Each worker holds at most `prefetch` finished batches in its channel and builds one more, so
+//! at most `workers × (prefetch + 1)` batches exist in the loader, plus those the caller holds
+//! ([`StreamLoader::max_batches_in_loader`], counted by [`StreamLoader::batches_alive`]). A batch
+//! is `batch_size × Σ view pixels` bytes; while it is built, its worker also holds one decoded
+//! original (at most [`MAX_IMAGE_BYTES`](crate::data::image_folder::MAX_IMAGE_BYTES)).
+//!
+//! # Bad files
+//! A file that cannot be read or decoded (truncated, not an image, a header declaring more
+//! pixels than its file can hold) is skipped: its position takes a substitute drawn at random
+//! from the dataset with the position's generator, and the batch lists the file and the reason
+//! in [`StreamBatch::skipped`]. After [`MAX_SUBSTITUTES`] unreadable files in a row at one
+//! position the epoch stops with an error saying so (the data is mostly unreadable): never a
+//! panic, never a silent stop.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::decode::{crop_resize, decode_image, ViewCrop};
+use crate::base::error::ConfigError;
+use crate::base::geometry::CropBox;
+use crate::base::seed::mix_seed;
+use crate::data::batch::HostBatch;
+use crate::data::error::{require_dir, DataError};
+use crate::data::image_folder::{read_dir_sorted, read_image_file, scan_images};
+use crate::data::loader::{batch_span, check_shard, epoch_order, pool_order, LoaderConfig};
+
+/// The most unreadable files tried in a row for one position of an epoch.
+pub const MAX_SUBSTITUTES: usize = 16;
+
+/// The stream of the crop generators, apart from the shuffle's.
+const CROP_STREAM: u64 = 0x5354_5245_414d_4352; // "STREAMCR"
+
+/// Where a streaming loader reads its images: one encoded file per item.
+pub trait ImageSource: Send + Sync + 'static {
+    /// Number of items.
+    fn len(&self) -> usize;
+
+    /// Whether there is no item.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The encoded bytes of item `index`.
+    fn read(&self, index: usize) -> Result<Vec<u8>, DataError>;
+
+    /// The label of item `index`, when the source has labels.
+    fn label(&self, index: usize) -> Option<u16>;
+
+    /// What names item `index` in errors and in the list of skipped files.
+    fn name(&self, index: usize) -> PathBuf;
+}
+
+/// The image files of a folder, read one by one: a folder of class sub-folders (ImageNet's
+/// `train/` of synset folders; images at any depth inside a class) or a folder of images
+/// without classes. Files that are not `.png`, `.jpg` or `.jpeg` are left out and counted.
+#[derive(Debug, Clone)]
+pub struct ImageFiles {
+    root: PathBuf,
+    files: Vec<PathBuf>,
+    labels: Option<Vec<u16>>,
+    class_names: Vec<String>,
+    not_images: usize,
+}
+
+impl ImageFiles {
+    /// The images of `root`'s class sub-folders, labelled by the folder's position in name order
+    /// (torchvision's `ImageFolder`). Files at the top of `root` are not images of a class: left
+    /// out and counted.
+    ///
+    /// # Errors
+    /// `root` is not a readable folder, has no class folder, or a class folder holds no image.
+    pub fn classes(root: impl Into<PathBuf>) -> Result<Self, DataError> {
+        let root = root.into();
+        require_dir(&root)?;
+        let mut files = Vec::new();
+        let mut labels = Vec::new();
+        let mut class_names = Vec::new();
+        let mut not_images = 0;
+        for entry in read_dir_sorted(&root)? {
+            if !entry.is_dir() {
+                not_images += 1;
+                continue;
+            }
+            if class_names.len() == u16::MAX as usize {
+                return Err(DataError::Request {
+                    path: root,
+                    reason: format!("more than {} classes", u16::MAX),
+                });
+            }
+            let (images, others) = scan_images(&entry)?;
+            not_images += others;
+            labels.extend(std::iter::repeat_n(class_names.len() as u16, images.len()));
+            files.extend(images);
+            class_names.push(
+                entry
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            );
+        }
+        if class_names.is_empty() {
+            return Err(DataError::Empty {
+                path: root,
+                what: "no class sub-folders".into(),
+            });
+        }
+        Ok(Self {
+            root,
+            files,
+            labels: Some(labels),
+            class_names,
+            not_images,
+        })
+    }
+
+    /// The images of `root` at any depth, without labels, in path order.
+    ///
+    /// # Errors
+    /// `root` is not a readable folder or holds no image.
+    pub fn unlabeled(root: impl Into<PathBuf>) -> Result<Self, DataError> {
+        let root = root.into();
+        let (files, not_images) = scan_images(&root)?;
+        Ok(Self {
+            root,
+            files,
+            labels: None,
+            class_names: Vec::new(),
+            not_images,
+        })
+    }
+
+    /// The folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The class names (label = position); empty without classes.
+    pub fn class_names(&self) -> &[String] {
+        &self.class_names
+    }
+
+    /// Files left out because they are not `.png`, `.jpg` or `.jpeg`.
+    pub fn not_images(&self) -> usize {
+        self.not_images
+    }
+}
+
+impl ImageSource for ImageFiles {
+    fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    fn read(&self, index: usize) -> Result<Vec<u8>, DataError> {
+        read_image_file(&self.files[index])
+    }
+
+    fn label(&self, index: usize) -> Option<u16> {
+        self.labels.as_ref().map(|l| l[index])
+    }
+
+    fn name(&self, index: usize) -> PathBuf {
+        self.files[index].clone()
+    }
+}
+
+/// Settings of a [`StreamLoader`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StreamConfig {
+    /// Batching, shuffling, workers and prefetch depth, as for the in-memory loader.
+    pub loader: LoaderConfig,
+    /// Channels every image is converted to (1 or 3).
+    pub channels: usize,
+    /// The views cut out of every image, in order (e.g. two random resized crops).
+    pub views: Vec<ViewCrop>,
+}
+
+impl StreamConfig {
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.loader.validate()?;
+        if self.channels != 1 && self.channels != 3 {
+            return Err(ConfigError::new(
+                "channels",
+                format!("images are read as 1 or 3 channels, got {}", self.channels),
+            ));
+        }
+        if self.views.is_empty() {
+            return Err(ConfigError::new("views", "at least one view is cut"));
+        }
+        self.views.iter().try_for_each(ViewCrop::validate)
+    }
+}
+
+/// The images of one view of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewPixels {
+    /// `len × height × width × channels` bytes.
+    pub pixels: Vec<u8>,
+    /// Rows of every image.
+    pub height: usize,
+    /// Columns of every image.
+    pub width: usize,
+    /// The box each image was cut from, in its original's pixels.
+    pub boxes: Vec<CropBox>,
+}
+
+/// A file skipped because it could not be read or decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The file.
+    pub name: PathBuf,
+    /// Why.
+    pub reason: String,
+}
+
+/// A batch of a [`StreamLoader`]: its views, labels and where its images came from.
+#[derive(Debug)]
+pub struct StreamBatch {
+    /// One entry per configured view.
+    pub views: Vec<ViewPixels>,
+    /// Number of images.
+    pub len: usize,
+    /// Channels of every view.
+    pub channels: usize,
+    /// One label per image when the source is labelled.
+    pub labels: Option<Vec<i64>>,
+    /// Dataset index of each image (a substitute's, where a file was skipped).
+    pub indices: Vec<usize>,
+    /// `(height, width)` of each image's original.
+    pub original_sizes: Vec<[usize; 2]>,
+    /// The files this batch skipped, in the order met.
+    pub skipped: Vec<Skipped>,
+    _alive: Alive,
+}
+
+impl StreamBatch {
+    /// View `v` as a host batch of its own (to upload with [`HostBatch::to_device`]).
+    pub fn view_batch(&self, v: usize) -> HostBatch {
+        let view = &self.views[v];
+        HostBatch {
+            pixels: view.pixels.clone(),
+            len: self.len,
+            height: view.height,
+            width: view.width,
+            channels: self.channels,
+            labels: self.labels.clone(),
+            indices: self.indices.clone(),
+        }
+    }
+}
+
+/// Counts a batch among those alive while it exists.
+#[derive(Debug)]
+struct Alive(Arc<AtomicUsize>);
+
+impl Alive {
+    fn new(gauge: &Arc<AtomicUsize>) -> Self {
+        gauge.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(gauge))
+    }
+}
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Streams batches of views decoded from an [`ImageSource`] (see the module docs).
+pub struct StreamLoader<S> {
+    source: Arc<S>,
+    config: StreamConfig,
+    shard: Option<(usize, usize)>,
+    alive: Arc<AtomicUsize>,
+}
+
+impl<S: ImageSource> StreamLoader<S> {
+    /// A loader over `source`.
+    ///
+    /// # Errors
+    /// Invalid settings, or a source without items.
+    pub fn new(source: S, config: StreamConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        if source.is_empty() {
+            return Err(ConfigError::new("data", "the source has no image"));
+        }
+        let mut config = config;
+        let max = LoaderConfig::max_workers();
+        if config.loader.workers > max {
+            log::warn!(
+                "{} loader workers asked for; using {max} (four per core): more would only wait",
+                config.loader.workers
+            );
+            config.loader.workers = max;
+        }
+        Ok(Self {
+            source: Arc::new(source),
+            config,
+            shard: None,
+            alive: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    /// Makes this loader replica `rank`'s of `replicas` (see
+    /// [`Loader::set_shard`](crate::data::Loader::set_shard)).
+    ///
+    /// # Errors
+    /// If the batch does not split equally, or the epoch keeps a last partial batch.
+    pub fn set_shard(&mut self, rank: usize, replicas: usize) -> Result<(), ConfigError> {
+        check_shard(&self.config.loader, rank, replicas)?;
+        self.shard = Some((rank, replicas));
+        Ok(())
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &StreamConfig {
+        &self.config
+    }
+
+    /// The source.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    /// Number of batches per epoch.
+    pub fn num_batches(&self) -> usize {
+        let (n, b) = (self.source.len(), self.config.loader.batch_size);
+        if self.config.loader.drop_last {
+            n / b
+        } else {
+            n.div_ceil(b)
+        }
+    }
+
+    /// The most batches that exist inside the loader at once: `workers × (prefetch + 1)` (one
+    /// on the calling thread without workers).
+    pub fn max_batches_in_loader(&self) -> usize {
+        let l = &self.config.loader;
+        if l.workers == 0 {
+            1
+        } else {
+            l.workers * (l.prefetch + 1)
+        }
+    }
+
+    /// The batches that exist now: being built, waiting in a channel, or held by the caller.
+    pub fn batches_alive(&self) -> usize {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    /// The batches of epoch `epoch` from batch `first_batch` on (0 for a whole epoch; later to
+    /// resume in its middle), of the whole dataset or of a selection `pool` (visited as
+    /// [`Loader::pool_order`](crate::data::Loader::pool_order) does).
+    pub fn epoch(&self, epoch: u64, pool: Option<&[usize]>, first_batch: usize) -> StreamEpoch {
+        let batches = self.num_batches();
+        let order = match pool {
+            None => epoch_order(self.source.len(), &self.config.loader, epoch),
+            Some(pool) => pool_order(batches, &self.config.loader, epoch, pool),
+        };
+        let batches = batches.min(order.len().div_ceil(self.config.loader.batch_size));
+        let job = Arc::new(Job {
+            source: Arc::clone(&self.source),
+            order,
+            config: self.config.clone(),
+            shard: self.shard,
+            epoch,
+            alive: Arc::clone(&self.alive),
+        });
+        let workers = self.config.loader.workers;
+        let mut receivers = Vec::with_capacity(workers);
+        let mut handles = Vec::with_capacity(workers);
+        for w in 0..workers {
+            let (tx, rx) = sync_channel(self.config.loader.prefetch);
+            let job = Arc::clone(&job);
+            handles.push(std::thread::spawn(move || {
+                let mut b = first_batch + w;
+                while b < batches {
+                    let r = job.build(b);
+                    let failed = r.is_err();
+                    if tx.send(r).is_err() || failed {
+                        return;
+                    }
+                    b += workers;
+                }
+            }));
+            receivers.push(rx);
+        }
+        StreamEpoch {
+            next: first_batch,
+            first: first_batch,
+            batches,
+            receivers,
+            handles,
+            inline: if workers == 0 {
+                Some(job as Arc<dyn BuildBatch>)
+            } else {
+                None
+            },
+            failed: false,
+        }
+    }
+}
+
+/// What every worker of an epoch reads.
+struct Job<S> {
+    source: Arc<S>,
+    order: Vec<usize>,
+    config: StreamConfig,
+    shard: Option<(usize, usize)>,
+    epoch: u64,
+    alive: Arc<AtomicUsize>,
+}
+
+/// The batch builder a loader without workers calls on the caller's thread.
+trait BuildBatch: Send + Sync {
+    fn build(&self, b: usize) -> Result<StreamBatch, DataError>;
+}
+
+impl<S: ImageSource> BuildBatch for Job<S> {
+    fn build(&self, b: usize) -> Result<StreamBatch, DataError> {
+        Job::build(self, b)
+    }
+}
+
+impl<S: ImageSource> Job<S> {
+    fn build(&self, b: usize) -> Result<StreamBatch, DataError> {
+        let alive = Alive::new(&self.alive);
+        let bs = self.config.loader.batch_size;
+        let (start, end) = batch_span(b, bs, self.order.len(), self.shard);
+        let n = end - start;
+        let c = self.config.channels;
+        let mut views: Vec<ViewPixels> = self
+            .config
+            .views
+            .iter()
+            .map(|v| {
+                let (h, w) = v.size();
+                ViewPixels {
+                    pixels: Vec::with_capacity(n * h * w * c),
+                    height: h,
+                    width: w,
+                    boxes: Vec::with_capacity(n),
+                }
+            })
+            .collect();
+        let labelled = self.source.label(0).is_some();
+        let mut labels = Vec::with_capacity(if labelled { n } else { 0 });
+        let mut indices = Vec::with_capacity(n);
+        let mut original_sizes = Vec::with_capacity(n);
+        let mut skipped = Vec::new();
+        for p in start..end {
+            let key = mix_seed(
+                mix_seed(mix_seed(self.config.loader.seed, CROP_STREAM), self.epoch),
+                p as u64,
+            );
+            let mut rng = StdRng::seed_from_u64(key);
+            let (index, image) = self.decode_at(p, &mut rng, &mut skipped)?;
+            for (spec, view) in self.config.views.iter().zip(&mut views) {
+                let bx = spec.draw(&mut rng, image.height, image.width);
+                view.pixels
+                    .extend_from_slice(&crop_resize(&image, bx, spec.size()));
+                view.boxes.push(bx);
+            }
+            if labelled {
+                labels.push(self.source.label(index).unwrap_or(0) as i64);
+            }
+            indices.push(index);
+            original_sizes.push([image.height, image.width]);
+        }
+        Ok(StreamBatch {
+            views,
+            len: n,
+            channels: c,
+            labels: labelled.then_some(labels),
+            indices,
+            original_sizes,
+            skipped,
+            _alive: alive,
+        })
+    }
+
+    /// Decodes the image at position `p`, or a substitute drawn with `rng` for each file that
+    /// cannot be read.
+    fn decode_at(
+        &self,
+        p: usize,
+        rng: &mut StdRng,
+        skipped: &mut Vec<Skipped>,
+    ) -> Result<(usize, super::decode::DecodedImage), DataError> {
+        let mut index = self.order[p];
+        for _ in 0..MAX_SUBSTITUTES {
+            let name = self.source.name(index);
+            let result = self
+                .source
+                .read(index)
+                .and_then(|bytes| decode_image(&name, &bytes, self.config.channels));
+            match result {
+                Ok(image) => return Ok((index, image)),
+                Err(e) => {
+                    let reason = e.to_string();
+                    log::warn!("{reason}: skipped");
+                    skipped.push(Skipped { name, reason });
+                    index = rng.random_range(0..self.source.len());
+                }
+            }
+        }
+        Err(DataError::Request {
+            path: self.source.name(self.order[p]),
+            reason: format!(
+                "{MAX_SUBSTITUTES} files in a row could not be read for position {p} of epoch {}: \
+                 the data is mostly unreadable (the last: {})",
+                self.epoch,
+                skipped.last().map_or("", |s| s.reason.as_str())
+            ),
+        })
+    }
+}
+
+/// The batches of one epoch of a [`StreamLoader`], in order. Dropping it stops the workers.
+pub struct StreamEpoch {
+    next: usize,
+    first: usize,
+    batches: usize,
+    receivers: Vec<Receiver<Result<StreamBatch, DataError>>>,
+    handles: Vec<JoinHandle<()>>,
+    inline: Option<Arc<dyn BuildBatch>>,
+    failed: bool,
+}
+
+impl Iterator for StreamEpoch {
+    type Item = Result<StreamBatch, DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.next >= self.batches {
+            return None;
+        }
+        let b = self.next;
+        self.next += 1;
+        let r = match &self.inline {
+            Some(job) => job.build(b),
+            None => {
+                let w = (b - self.first) % self.receivers.len();
+                self.receivers[w].recv().unwrap_or_else(|_| {
+                    Err(DataError::Request {
+                        path: PathBuf::from("<stream loader>"),
+                        reason: format!("worker {w} stopped before batch {b}"),
+                    })
+                })
+            }
+        };
+        self.failed = r.is_err();
+        Some(r)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.batches - self.next.min(self.batches);
+        (0, Some(left))
+    }
+}
+
+impl Drop for StreamEpoch {
+    fn drop(&mut self) {
+        // Closing the channels makes blocked workers' `send` fail, so they return.
+        self.receivers.clear();
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::augment::crop::RandomResizedCrop;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "curriculum-ssl-stream-{name}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A folder of `classes` classes of `per_class` JPEGs of varied sizes (48–80 px) and content.
+    fn folder(name: &str, classes: usize, per_class: usize) -> PathBuf {
+        let root = scratch(name);
+        for c in 0..classes {
+            let dir = root.join(format!("class{c}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            for i in 0..per_class {
+                let (w, h) = (
+                    48 + ((i * 13 + c * 7) % 33) as u32,
+                    48 + ((i * 5) % 33) as u32,
+                );
+                let img = image::RgbImage::from_fn(w, h, |x, y| {
+                    image::Rgb([
+                        ((x * 3 + i as u32 * 17) % 256) as u8,
+                        ((y * 5 + c as u32 * 60) % 256) as u8,
+                        ((x + y) * 2 % 256) as u8,
+                    ])
+                });
+                img.save(dir.join(format!("{i:03}.jpg"))).unwrap();
+            }
+        }
+        root
+    }
+
+    fn config(workers: usize, batch: usize) -> StreamConfig {
+        StreamConfig {
+            loader: LoaderConfig {
+                batch_size: batch,
+                shuffle: true,
+                drop_last: true,
+                workers,
+                prefetch: 1,
+                seed: 7,
+            },
+            channels: 3,
+            views: vec![
+                ViewCrop::Random(RandomResizedCrop::new(16)),
+                ViewCrop::Random(RandomResizedCrop {
+                    size: (8, 8),
+                    scale: (0.05, 0.4),
+                    ratio: (0.75, 4.0 / 3.0),
+                }),
+            ],
+        }
+    }
+
+    /// What a batch holds, for comparing streams.
+    type Fingerprint = (
+        Vec<Vec<u8>>,
+        Vec<Vec<CropBox>>,
+        Vec<usize>,
+        Option<Vec<i64>>,
+    );
+
+    fn fingerprint(b: &StreamBatch) -> Fingerprint {
+        (
+            b.views.iter().map(|v| v.pixels.clone()).collect(),
+            b.views.iter().map(|v| v.boxes.clone()).collect(),
+            b.indices.clone(),
+            b.labels.clone(),
+        )
+    }
+
+    fn epoch_of(loader: &StreamLoader<ImageFiles>, epoch: u64, first: usize) -> Vec<Fingerprint> {
+        loader
+            .epoch(epoch, None, first)
+            .map(|b| fingerprint(&b.unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn the_stream_is_the_same_for_any_worker_count_and_each_view_is_its_box_of_the_file() {
+        let root = folder("workers", 3, 7);
+        let files = ImageFiles::classes(&root).unwrap();
+        assert_eq!((files.len(), files.class_names().len()), (21, 3));
+        let runs: Vec<Vec<Fingerprint>> = [0, 1, 3]
+            .into_iter()
+            .map(|w| {
+                let loader = StreamLoader::new(files.clone(), config(w, 4)).unwrap();
+                epoch_of(&loader, 2, 0)
+            })
+            .collect();
+        assert_eq!(runs[0].len(), 5);
+        assert_eq!(runs[0], runs[1]);
+        assert_eq!(runs[0], runs[2]);
+        // Another epoch is another order and other crops.
+        let loader = StreamLoader::new(files.clone(), config(2, 4)).unwrap();
+        assert_ne!(epoch_of(&loader, 3, 0), runs[0]);
+        // Each view's bytes are its recorded box of the decoded file, resized; labels follow
+        // the class folders.
+        let (pixels, boxes, indices, labels) = &runs[0][1];
+        for (row, &index) in indices.iter().enumerate() {
+            let name = files.name(index);
+            let image = decode_image(&name, &std::fs::read(&name).unwrap(), 3).unwrap();
+            for (v, spec) in config(0, 4).views.iter().enumerate() {
+                let (h, w) = spec.size();
+                let want = crop_resize(&image, boxes[v][row], (h, w));
+                let per = h * w * 3;
+                assert_eq!(&pixels[v][row * per..(row + 1) * per], &want[..]);
+            }
+            assert_eq!(labels.as_ref().unwrap()[row], (index / 7) as i64);
+        }
+    }
+
+    #[test]
+    fn an_epoch_resumed_at_a_batch_is_the_rest_of_the_whole_epoch() {
+        let root = folder("resume", 2, 10);
+        let loader = StreamLoader::new(ImageFiles::classes(&root).unwrap(), config(2, 3)).unwrap();
+        let whole = epoch_of(&loader, 1, 0);
+        assert_eq!(whole.len(), 6);
+        for first in [1, 4, 5] {
+            assert_eq!(epoch_of(&loader, 1, first), whole[first..].to_vec());
+        }
+        assert!(epoch_of(&loader, 1, 6).is_empty());
+    }
+
+    #[test]
+    fn replicas_take_their_rows_of_the_global_batch() {
+        let root = folder("shard", 2, 8);
+        let files = ImageFiles::classes(&root).unwrap();
+        let global = epoch_of(
+            &StreamLoader::new(files.clone(), config(1, 4)).unwrap(),
+            0,
+            0,
+        );
+        for rank in 0..2 {
+            let mut loader = StreamLoader::new(files.clone(), config(2, 4)).unwrap();
+            loader.set_shard(rank, 2).unwrap();
+            let mine = epoch_of(&loader, 0, 0);
+            assert_eq!(mine.len(), global.len());
+            for (m, g) in mine.iter().zip(&global) {
+                for v in 0..2 {
+                    let per = m.0[v].len() / 2;
+                    assert_eq!(
+                        m.0[v],
+                        g.0[v][rank * 2 * per..(rank * 2 + 2) * per].to_vec()
+                    );
+                    assert_eq!(m.1[v], g.1[v][rank * 2..rank * 2 + 2].to_vec());
+                }
+                assert_eq!(m.2, g.2[rank * 2..rank * 2 + 2].to_vec());
+            }
+        }
+        let mut loader = StreamLoader::new(files, config(2, 4)).unwrap();
+        assert!(loader.set_shard(0, 3).is_err());
+    }
+
+    /// A PNG whose header declares `side × side` pixels, with a valid checksum, on a file of a
+    /// few dozen bytes.
+    fn png_declaring(side: u32) -> Vec<u8> {
+        let mut out = Vec::new();
+        image::GrayImage::from_pixel(2, 1, image::Luma([9]))
+            .write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Png)
+            .unwrap();
+        // Signature (8), IHDR length (4), "IHDR" (4), width (4) ..., its CRC after 13 bytes.
+        out[16..20].copy_from_slice(&side.to_be_bytes());
+        out[20..24].copy_from_slice(&side.to_be_bytes());
+        let mut crc = flate2::Crc::new();
+        crc.update(&out[12..29]);
+        out[29..33].copy_from_slice(&crc.sum().to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn bad_files_are_skipped_counted_and_replaced_and_the_batches_stay_full() {
+        let root = folder("bad", 2, 6);
+        let good = std::fs::read(root.join("class0/000.jpg")).unwrap();
+        let bad = [
+            ("class0/truncated.jpg", good[..good.len() / 2].to_vec()),
+            ("class1/text.jpg", b"not an image at all".to_vec()),
+            ("class1/wide.png", png_declaring(100_000)),
+        ];
+        for (name, bytes) in &bad {
+            std::fs::write(root.join(name), bytes).unwrap();
+        }
+        std::fs::write(root.join("class1/notes.txt"), "a note").unwrap();
+        let files = ImageFiles::classes(&root).unwrap();
+        assert_eq!((files.len(), files.not_images()), (15, 1));
+        let loader = StreamLoader::new(files, config(2, 5)).unwrap();
+        let mut skipped = Vec::new();
+        let mut images = 0;
+        for batch in loader.epoch(0, None, 0) {
+            let batch = batch.unwrap();
+            assert_eq!(batch.len, 5);
+            assert_eq!(batch.views[0].pixels.len(), 5 * 16 * 16 * 3);
+            images += batch.len;
+            skipped.extend(batch.skipped);
+        }
+        assert_eq!(images, 15);
+        for (name, _) in &bad {
+            assert!(
+                skipped.iter().any(|s| s.name == root.join(name)),
+                "{name} not among {skipped:?}"
+            );
+        }
+        assert!(skipped
+            .iter()
+            .all(|s| bad.iter().any(|(n, _)| s.name == root.join(n))));
+        let wide = skipped
+            .iter()
+            .find(|s| s.name.ends_with("wide.png"))
+            .unwrap();
+        assert!(wide.reason.contains("100000x100000"), "{}", wide.reason);
+    }
+
+    #[test]
+    fn data_that_is_mostly_unreadable_stops_the_epoch_with_an_error() {
+        let root = scratch("unreadable");
+        for i in 0..4 {
+            std::fs::write(root.join(format!("{i}.jpg")), b"garbage").unwrap();
+        }
+        let loader =
+            StreamLoader::new(ImageFiles::unlabeled(&root).unwrap(), config(1, 2)).unwrap();
+        let mut epoch = loader.epoch(0, None, 0);
+        let e = epoch.next().unwrap().unwrap_err().to_string();
+        assert!(e.contains("mostly unreadable"), "{e}");
+        assert!(epoch.next().is_none());
+    }
+
+    /// The loader holds at most `workers × (prefetch + 1)` batches, however long the epoch and
+    /// however slow the consumer; the consumer's own batch is the one more.
+    #[test]
+    fn the_batches_alive_are_bounded_by_the_prefetch_depth_not_the_dataset() {
+        let root = folder("bound", 4, 10);
+        let loader = StreamLoader::new(ImageFiles::classes(&root).unwrap(), config(2, 2)).unwrap();
+        let bound = loader.max_batches_in_loader();
+        assert_eq!(bound, 4);
+        let mut seen = 0;
+        for batch in loader.epoch(0, None, 0) {
+            let _batch = batch.unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            let alive = loader.batches_alive();
+            assert!(
+                alive <= bound + 1,
+                "{alive} batches alive, bound {bound} + 1"
+            );
+            seen += 1;
+        }
+        assert_eq!(seen, 20);
+        assert_eq!(loader.batches_alive(), 0);
+    }
+}
