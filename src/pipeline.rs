@@ -52,6 +52,32 @@ pub struct ViewConfig {
     pub normalize: Option<Normalize>,
 }
 
+/// What an augmenter makes its views from.
+#[derive(Debug, Clone)]
+pub enum ViewSource<B: Backend> {
+    /// A batch of whole images, `[N, C, H, W]` in `[0, 1]`: every view draws its own crop.
+    Whole(Tensor<B, 4>),
+    /// Views cut when the images were decoded (the streaming loader): view 1, view 2, then the
+    /// local crops, each `[N, C, h, w]` in `[0, 1]` with the box of its original each image
+    /// came from. The crops are not drawn again.
+    Cut(Vec<(Tensor<B, 4>, Vec<CropBox>)>),
+}
+
+impl<B: Backend> ViewSource<B> {
+    /// Number of images.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Whole(x) => x.dims()[0],
+            Self::Cut(cuts) => cuts.first().map_or(0, |c| c.0.dims()[0]),
+        }
+    }
+
+    /// Whether there is no image.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Which published pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Preset {
@@ -545,12 +571,15 @@ impl Augmenter {
         rng: &mut StdRng,
         multiplier: f64,
     ) -> Tensor<B, 4> {
-        self.view_with(view, x, rng, multiplier, None).0
+        self.view_with(view, x, rng, multiplier, None, None).0
     }
 
     /// One view: the view's operations, then the AutoAugment sub-policy (if chosen), then the
     /// normalisation; with the geometry of each image (the draws are those of the operations
     /// themselves: reporting them draws nothing more).
+    ///
+    /// With `cut` (the boxes a streaming loader cut `x` from, in its originals' pixels), `x` is
+    /// the view's crop already: the crop is not drawn again, and the geometry reports `cut`.
     fn view_with<B: Backend>(
         &self,
         view: &ViewConfig,
@@ -558,6 +587,7 @@ impl Augmenter {
         rng: &mut StdRng,
         multiplier: f64,
         policy: Option<PolicyChoice>,
+        cut: Option<&[CropBox]>,
     ) -> (Tensor<B, 4>, Vec<ViewGeometry>) {
         let [n, c, h, w] = x.dims();
         assert_eq!(
@@ -581,7 +611,11 @@ impl Augmenter {
         ];
         let mut x = x;
         let (all, _) = self.draw_span(n);
-        if let Some(crop) = &view.crop {
+        if let Some(cut) = cut {
+            for (g, b) in geometry.iter_mut().zip(cut) {
+                g.crop = *b;
+            }
+        } else if let Some(crop) = &view.crop {
             let boxes = self.own(crop.sample(rng, all, h, w), n);
             x = crop.apply(x, &boxes);
             for (g, b) in geometry.iter_mut().zip(&boxes) {
@@ -667,12 +701,41 @@ impl Augmenter {
         progress: Progress,
         attempt: usize,
     ) -> TwoViews<B> {
+        self.redrawn_views_from(&ViewSource::Whole(x), progress, attempt)
+    }
+
+    /// As [`Augmenter::redrawn_views`], from whole images or from views a streaming loader cut
+    /// when it decoded them ([`ViewSource::Cut`]: every operation but the crop, which was drawn
+    /// there; a redraw changes everything but the crops).
+    ///
+    /// # Panics
+    /// If a [`ViewSource::Cut`] does not hold one cut per view (2, plus the local crops).
+    pub fn redrawn_views_from<B: Backend>(
+        &self,
+        source: &ViewSource<B>,
+        progress: Progress,
+        attempt: usize,
+    ) -> TwoViews<B> {
+        let locals_wanted = self.config.local_crops.as_ref().map_or(0, |l| l.count);
+        let input = |v: usize| -> (Tensor<B, 4>, Option<&[CropBox]>) {
+            match source {
+                ViewSource::Whole(x) => (x.clone(), None),
+                ViewSource::Cut(cuts) => {
+                    assert_eq!(
+                        cuts.len(),
+                        2 + locals_wanted,
+                        "one cut per view: 2 global views and {locals_wanted} local crops"
+                    );
+                    (cuts[v].0.clone(), Some(cuts[v].1.as_slice()))
+                }
+            }
+        };
         let key = match attempt {
             0 => progress.step as u64,
             a => mix_seed(progress.step as u64, a as u64),
         };
         let mut rng = self.rng(key);
-        let n = x.dims()[0];
+        let n = source.len();
         let mut knobs = Vec::new();
         let multiplier = match &self.config.strength_curriculum {
             Some(c) => {
@@ -688,10 +751,12 @@ impl Augmenter {
             knobs.push(("aa_magnitude", choice.magnitude));
             choice
         });
+        let (x1, cut1) = input(0);
         let (view1, geometry1) =
-            self.view_with(&self.config.view1, x.clone(), &mut rng, multiplier, policy);
+            self.view_with(&self.config.view1, x1, &mut rng, multiplier, policy, cut1);
+        let (x2, cut2) = input(1);
         let (view2, geometry2) =
-            self.view_with(&self.config.view2, x.clone(), &mut rng, multiplier, policy);
+            self.view_with(&self.config.view2, x2, &mut rng, multiplier, policy, cut2);
         let geometry = [geometry1, geometry2];
         let mixup = match &self.mixup_schedule {
             Some(schedule) => {
@@ -716,8 +781,9 @@ impl Augmenter {
         // The local crops draw last: a pipeline without them draws as it always did.
         let locals = match &self.config.local_crops {
             Some(l) => (0..l.count)
-                .map(|_| {
-                    self.view_with(&l.view, x.clone(), &mut rng, multiplier, policy)
+                .map(|i| {
+                    let (xi, cut) = input(2 + i);
+                    self.view_with(&l.view, xi, &mut rng, multiplier, policy, cut)
                         .0
                 })
                 .collect(),

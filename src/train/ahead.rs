@@ -17,10 +17,48 @@ use std::thread::JoinHandle;
 use burn::prelude::*;
 
 use crate::base::Progress;
-use crate::data::loader::EpochIter;
+use crate::data::stream::StreamBatch;
 use crate::data::{DataError, HostBatch};
-use crate::pipeline::Augmenter;
 use crate::pipeline::TwoViews;
+use crate::pipeline::{Augmenter, ViewSource};
+
+/// A batch of either loader: whole images (the in-memory loader) or views cut at decode time
+/// (the streaming loader).
+pub(crate) enum FeedBatch {
+    /// The in-memory loader's bytes of whole images.
+    Whole(HostBatch),
+    /// The streaming loader's views.
+    Cut(StreamBatch),
+}
+
+impl FeedBatch {
+    /// Dataset indices of the images, in batch order.
+    pub fn indices(&self) -> &[usize] {
+        match self {
+            Self::Whole(b) => &b.indices,
+            Self::Cut(b) => &b.indices,
+        }
+    }
+
+    /// Files the batch skipped (the streaming loader's unreadable files).
+    pub fn skipped(&self) -> usize {
+        match self {
+            Self::Whole(_) => 0,
+            Self::Cut(b) => b.skipped.len(),
+        }
+    }
+
+    /// The images on `device`, as the augmentation takes them.
+    pub fn upload<B: Backend>(&self, device: &B::Device) -> ViewSource<B> {
+        match self {
+            Self::Whole(b) => ViewSource::Whole(b.to_device::<B>(device).images),
+            Self::Cut(b) => b.to_device::<B>(device),
+        }
+    }
+}
+
+/// The batches of one epoch of either loader.
+pub(crate) type FeedIter = Box<dyn Iterator<Item = Result<FeedBatch, DataError>> + Send>;
 
 /// The step of each batch of the epoch: `progress(b)` for batch `b`.
 pub(crate) type StepOf = Box<dyn Fn(usize) -> Progress + Send>;
@@ -29,9 +67,9 @@ pub(crate) type StepOf = Box<dyn Fn(usize) -> Progress + Send>;
 /// views of the step's first draw when they were prepared ahead.
 pub(crate) struct ReadyBatch<B: Backend> {
     /// The loader's batch.
-    pub batch: HostBatch,
-    /// `[N, C, H, W]` floats in `[0, 1]` on the device.
-    pub images: Tensor<B, 4>,
+    pub batch: FeedBatch,
+    /// The images on the device (whole, or the views cut at decode time).
+    pub images: ViewSource<B>,
     /// The views of the step's first draw (attempt 0), if prepared ahead.
     pub views: Option<TwoViews<B>>,
 }
@@ -42,7 +80,7 @@ pub(crate) enum Batches<B: Backend> {
     /// On the training thread.
     Inline {
         /// The loader's batches.
-        batches: EpochIter,
+        batches: FeedIter,
         /// The device to upload to.
         device: B::Device,
     },
@@ -63,7 +101,7 @@ impl<B: Backend> Batches<B> {
     /// The batches of an epoch, augmented ahead by `augmenter` when `ahead` (step `first + b`
     /// for batch `b`, as `progress` gives it), inline otherwise. If the thread cannot be
     /// started, the epoch runs inline (with a warning).
-    pub fn new(batches: EpochIter, device: &B::Device, ahead: Option<(Augmenter, StepOf)>) -> Self {
+    pub fn new(batches: FeedIter, device: &B::Device, ahead: Option<(Augmenter, StepOf)>) -> Self {
         let Some((augmenter, progress)) = ahead else {
             return Self::Inline {
                 batches,
@@ -86,8 +124,8 @@ impl<B: Backend> Batches<B> {
                 };
                 for (b, batch) in batches.enumerate() {
                     let ready = batch.map(|batch| {
-                        let images = batch.to_device::<B>(&thread_device).images;
-                        let views = augmenter.redrawn_views(images.clone(), progress(b), 0);
+                        let images = batch.upload::<B>(&thread_device);
+                        let views = augmenter.redrawn_views_from(&images, progress(b), 0);
                         // The training thread uses these tensors (crate::device).
                         crate::device::finish_for_another_thread::<B>(&thread_device);
                         ReadyBatch {
@@ -132,7 +170,7 @@ impl<B: Backend> Iterator for Batches<B> {
     fn next(&mut self) -> Option<Self::Item> {
         match self {
             Self::Inline { batches, device } => Some(batches.next()?.map(|batch| ReadyBatch {
-                images: batch.to_device::<B>(device).images,
+                images: batch.upload::<B>(device),
                 batch,
                 views: None,
             })),

@@ -19,7 +19,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 
-use super::ahead::{Batches, ReadyBatch};
+use super::ahead::{Batches, FeedBatch, FeedIter, ReadyBatch};
 use super::checkpoint::{
     check_shapes, files, non_finite_tensors, read_record, shapes, to_bytes, CheckpointKind,
     CheckpointMeta,
@@ -29,7 +29,8 @@ use super::error::TrainError;
 use super::task::{EpochBatches, LrPlan, ProgressOf, Task};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
-use crate::data::{Dataset, HostBatch, ImageItem, Loader, LoaderConfig};
+use crate::data::stream::{ImageSource, StreamLoader, ViewCrop};
+use crate::data::{Dataset, HostBatch, ImageArray, ImageItem, Loader, LoaderConfig};
 use crate::data_parallel::Replica;
 use crate::method::branches::fresh_leaves;
 use crate::method::{MethodOutput, SslMethod, Views};
@@ -56,7 +57,7 @@ pub struct SelfSupervised<B: AutodiffBackend, S, O, D> {
     method: S,
     optimizer: Option<O>,
     augmenter: Augmenter,
-    loader: Loader<D>,
+    feed: Feed<D>,
     device: Option<B::Device>,
     augment_ahead: bool,
     /// The scheduled knobs of the attempt being applied.
@@ -77,11 +78,15 @@ where
     /// `method` trained with `optimizer` on the batches of `loader`, augmented by `augmenter`
     /// (on the device the trainer's build gives it).
     pub fn new(method: S, optimizer: O, augmenter: Augmenter, loader: Loader<D>) -> Self {
+        Self::with_feed(method, optimizer, augmenter, Feed::Memory(loader))
+    }
+
+    fn with_feed(method: S, optimizer: O, augmenter: Augmenter, feed: Feed<D>) -> Self {
         Self {
             method,
             optimizer: Some(optimizer),
             augmenter,
-            loader,
+            feed,
             device: None,
             augment_ahead: false,
             knobs: Vec::new(),
@@ -96,15 +101,130 @@ where
         self.augment_ahead = ahead;
     }
 
-    /// The loader.
-    pub fn loader(&self) -> &Loader<D> {
-        &self.loader
+    /// The in-memory loader (`None` when the step streams its data).
+    pub fn loader(&self) -> Option<&Loader<D>> {
+        match &self.feed {
+            Feed::Memory(loader) => Some(loader),
+            Feed::Stream(_) => None,
+        }
     }
 
     fn device(&self) -> &B::Device {
         self.device
             .as_ref()
             .expect("the trainer's build gives the step its device")
+    }
+}
+
+impl<B, S, O> SelfSupervised<B, S, O, ImageArray>
+where
+    B: AutodiffBackend,
+    S: SslMethod<B> + 'static,
+    O: Optimizer<S::Online, B> + 'static,
+{
+    /// `method` trained with `optimizer` on the batches of a streaming loader: its views cut at
+    /// decode time ([`StreamLoader`]), the rest of the augmentation by `augmenter` on the
+    /// device. (`ImageArray` names no data here: the step's type stays that of an in-memory
+    /// step, so a recipe holds either.)
+    ///
+    /// # Errors
+    /// If the loader does not cut one view per view of `augmenter` (view 1, view 2, then the
+    /// local crops) at the sizes of the augmenter's crops.
+    pub fn streaming(
+        method: S,
+        optimizer: O,
+        augmenter: Augmenter,
+        loader: StreamLoader<Box<dyn ImageSource>>,
+    ) -> Result<Self, ConfigError> {
+        let config = augmenter.config();
+        let mut wanted = vec![&config.view1, &config.view2];
+        if let Some(l) = &config.local_crops {
+            wanted.extend(std::iter::repeat_n(&l.view, l.count));
+        }
+        let cut = &loader.config().views;
+        if cut.len() != wanted.len() {
+            return Err(ConfigError::new(
+                "views",
+                format!(
+                    "the streaming loader cuts {} views per image and the augmentation makes {}",
+                    cut.len(),
+                    wanted.len()
+                ),
+            ));
+        }
+        for (i, (c, v)) in cut.iter().zip(&wanted).enumerate() {
+            if let Some(crop) = &v.crop {
+                if crop.size != c.size() {
+                    return Err(ConfigError::new(
+                        "views",
+                        format!(
+                            "view {} is cut at {:?} by the streaming loader and cropped to {:?} \
+                             by the augmentation",
+                            i + 1,
+                            c.size(),
+                            crop.size
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(Self::with_feed(
+            method,
+            optimizer,
+            augmenter,
+            Feed::Stream(loader),
+        ))
+    }
+}
+
+/// Where the step's batches come from.
+enum Feed<D> {
+    /// Whole images held in memory, cropped on the device.
+    Memory(Loader<D>),
+    /// Image files decoded every epoch, views cut at decode time.
+    Stream(StreamLoader<Box<dyn ImageSource>>),
+}
+
+impl<D: Dataset<ImageItem> + 'static> Feed<D> {
+    fn config(&self) -> &LoaderConfig {
+        match self {
+            Self::Memory(l) => l.config(),
+            Self::Stream(l) => &l.config().loader,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Memory(l) => l.dataset().len(),
+            Self::Stream(l) => l.source().len(),
+        }
+    }
+
+    fn num_batches(&self) -> usize {
+        match self {
+            Self::Memory(l) => l.num_batches(),
+            Self::Stream(l) => l.num_batches(),
+        }
+    }
+
+    fn set_shard(&mut self, rank: usize, replicas: usize) -> Result<(), ConfigError> {
+        match self {
+            Self::Memory(l) => l.set_shard(rank, replicas),
+            Self::Stream(l) => l.set_shard(rank, replicas),
+        }
+    }
+
+    fn epoch(&self, epoch: u64, pool: Option<&[usize]>) -> FeedIter {
+        match self {
+            Self::Memory(l) => {
+                let batches = match pool {
+                    None => l.epoch(epoch),
+                    Some(pool) => l.epoch_of_pool(epoch, pool),
+                };
+                Box::new(batches.map(|b| b.map(FeedBatch::Whole)))
+            }
+            Self::Stream(l) => Box::new(l.epoch(epoch, pool, 0).map(|b| b.map(FeedBatch::Cut))),
+        }
     }
 }
 
@@ -170,7 +290,7 @@ where
     }
 
     fn num_training_images(&self) -> usize {
-        self.loader.dataset().len()
+        self.feed.len()
     }
 
     fn training_images(
@@ -178,24 +298,33 @@ where
         start: usize,
         end: usize,
     ) -> Result<Tensor<B::InnerBackend, 4>, TrainError> {
-        let dataset = self.loader.dataset();
-        let source = Path::new("training images");
-        let indices: Vec<usize> = (start..end).collect();
-        let items = indices
-            .iter()
-            .map(|&i| {
-                dataset
-                    .get(i)
-                    .ok_or_else(|| crate::data::DataError::Request {
-                        path: source.to_path_buf(),
-                        reason: format!(
-                            "the dataset has no item {i} although its length is {}",
-                            dataset.len()
-                        ),
+        let batch = match &self.feed {
+            Feed::Memory(loader) => {
+                let dataset = loader.dataset();
+                let source = Path::new("training images");
+                let indices: Vec<usize> = (start..end).collect();
+                let items = indices
+                    .iter()
+                    .map(|&i| {
+                        dataset
+                            .get(i)
+                            .ok_or_else(|| crate::data::DataError::Request {
+                                path: source.to_path_buf(),
+                                reason: format!(
+                                    "the dataset has no item {i} although its length is {}",
+                                    dataset.len()
+                                ),
+                            })
                     })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let batch = HostBatch::from_items(source, &items, indices)?;
+                    .collect::<Result<Vec<_>, _>>()?;
+                HostBatch::from_items(source, &items, indices)?
+            }
+            Feed::Stream(stream) => {
+                // View 1's size, cut as an evaluation transform cuts it (ImageNet's 224 / 256).
+                let size = stream.config().views[0].size();
+                stream.images(start..end, ViewCrop::Center { size, ratio: 0.875 })?
+            }
+        };
         let mut images = batch.to_device::<B::InnerBackend>(self.device()).images;
         if let Some(normalize) = &self.augmenter.config().view1.normalize {
             images = normalize.apply(images);
@@ -220,7 +349,7 @@ where
 
     fn settings(&self) -> SelfSupervisedSettings {
         SelfSupervisedSettings {
-            loader: self.loader.config().clone(),
+            loader: self.feed.config().clone(),
             augmentation: self.augmenter.config().clone(),
         }
     }
@@ -231,7 +360,7 @@ where
 
     fn prepare(&mut self, device: &B::Device) -> Result<(), TrainError> {
         self.device = Some(device.clone());
-        let batch_size = self.loader.config().batch_size;
+        let batch_size = self.feed.config().batch_size;
         if batch_size < 2 {
             return Err(ConfigError::new(
                 "batch_size",
@@ -255,12 +384,12 @@ where
                 .into());
             }
         }
-        if self.loader.num_batches() == 0 {
+        if self.feed.num_batches() == 0 {
             return Err(ConfigError::new(
                 "batch_size",
                 format!(
                     "{} images give no full batch of {batch_size} (drop_last)",
-                    self.loader.dataset().len(),
+                    self.feed.len(),
                 ),
             )
             .into());
@@ -288,19 +417,19 @@ where
     }
 
     fn batches_per_epoch(&self) -> usize {
-        self.loader.num_batches()
+        self.feed.num_batches()
     }
 
     fn batch_size(&self) -> usize {
-        self.loader.config().batch_size
+        self.feed.config().batch_size
     }
 
     fn num_examples(&self) -> usize {
-        self.loader.dataset().len()
+        self.feed.len()
     }
 
     fn seeds(&self) -> (u64, u64) {
-        (self.loader.config().seed, self.augmenter.config().seed)
+        (self.feed.config().seed, self.augmenter.config().seed)
     }
 
     fn lr_plan(&self, config: &TrainConfig, epochs: usize) -> Result<Box<dyn LrPlan>, ConfigError> {
@@ -313,10 +442,7 @@ where
         pool: Option<&[usize]>,
         progress_of: ProgressOf,
     ) -> Result<EpochBatches<SslBatch<B>>, TrainError> {
-        let batches = match pool {
-            None => self.loader.epoch(epoch as u64),
-            Some(pool) => self.loader.epoch_of_pool(epoch as u64, pool),
-        };
+        let batches = self.feed.epoch(epoch as u64, pool);
         let ahead = (self.augment_ahead && !self.augmenter.is_adaptive())
             .then(|| (self.augmenter.clone(), progress_of));
         let batches = Batches::<B::InnerBackend>::new(batches, self.device(), ahead);
@@ -326,7 +452,7 @@ where
     }
 
     fn indices(batch: &SslBatch<B>) -> &[usize] {
-        &batch.0.batch.indices
+        batch.0.batch.indices()
     }
 
     fn attempt(
@@ -336,12 +462,19 @@ where
         attempt: usize,
     ) -> TwoViews<B::InnerBackend> {
         // The first draw may have been made ahead, on the augmentation thread.
-        match batch.0.views.take() {
+        let mut views = match batch.0.views.take() {
             Some(views) => views,
             None => self
                 .augmenter
-                .redrawn_views(batch.0.images.clone(), progress, attempt),
+                .redrawn_views_from(&batch.0.images, progress, attempt),
+        };
+        if matches!(self.feed, Feed::Stream(_)) && attempt == 0 {
+            // The streaming loader's unreadable files, a column of the step's row.
+            views
+                .knobs
+                .push(("skipped_files", batch.0.batch.skipped() as f64));
         }
+        views
     }
 
     fn forward(&mut self, views: TwoViews<B::InnerBackend>, progress: Progress) -> MethodOutput<B> {
@@ -419,7 +552,7 @@ where
     ) -> Result<(), TrainError> {
         self.method.set_replica(replica.clone())?;
         self.gather_embeddings = gather_for_hooks;
-        self.loader.set_shard(replica.rank(), replica.replicas())?;
+        self.feed.set_shard(replica.rank(), replica.replicas())?;
         self.augmenter
             .set_shard(replica.rank(), replica.replicas())?;
         self.replica = Some(replica);
@@ -538,5 +671,121 @@ impl<B: AutodiffBackend, K: SelfSupervisedTask<B>> super::hook::RunView<'_, B, K
         end: usize,
     ) -> Result<Tensor<B::InnerBackend, 4>, TrainError> {
         self.task.training_images(start, end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::stream::testing::{jpeg_folder, scratch};
+    use crate::data::stream::{ImageFiles, StreamConfig};
+    use crate::method::{init_method, SimClr, SimClrConfig};
+    use crate::optim::SgdConfig;
+    use crate::pipeline::PipelineConfig;
+    use crate::train::{TrainConfig, Trainer};
+    use burn::backend::{Autodiff, Flex};
+    use curriculum_ssl_models::{LeNet, LeNetConfig};
+
+    type Ad = Autodiff<Flex>;
+
+    fn method(
+        device: &<Ad as burn::tensor::backend::BackendTypes>::Device,
+    ) -> SimClr<Ad, LeNet<Ad>> {
+        init_method::<Ad, _, _>(device, 11, |d| {
+            SimClrConfig::new()
+                .with_hidden_dim(16)
+                .with_output_dim(8)
+                .init(LeNetConfig::lenet5().with_embedding_dim(16).init(d), d)
+        })
+        .unwrap()
+    }
+
+    fn stream(
+        root: &Path,
+        pipeline: &PipelineConfig,
+        workers: usize,
+    ) -> StreamLoader<Box<dyn ImageSource>> {
+        let source: Box<dyn ImageSource> = Box::new(ImageFiles::classes(root).unwrap());
+        let views = [&pipeline.view1, &pipeline.view2]
+            .map(|v| ViewCrop::Random(v.crop.expect("SimCLR's views crop")))
+            .to_vec();
+        StreamLoader::new(
+            source,
+            StreamConfig {
+                loader: LoaderConfig {
+                    batch_size: 8,
+                    workers,
+                    seed: 4,
+                    ..LoaderConfig::default()
+                },
+                channels: 1,
+                views,
+            },
+        )
+        .unwrap()
+    }
+
+    /// Two steps of SimCLR on a streamed folder of JPEGs: the same losses (to the bit) whatever
+    /// the loader's worker count, as the in-memory loader promises, finite, with the skipped
+    /// files' column in each step's row.
+    #[test]
+    fn a_streamed_run_trains_and_its_losses_do_not_depend_on_the_worker_count() {
+        let root = jpeg_folder("ssl-train", 2, 8);
+        let device = Default::default();
+        let pipeline = PipelineConfig::simclr(28, 1);
+        let losses: Vec<Vec<f64>> = [0, 2]
+            .into_iter()
+            .map(|workers| {
+                let step = SelfSupervised::streaming(
+                    method(&device),
+                    SgdConfig::new().init::<Ad, _>().unwrap(),
+                    pipeline.clone().init(1).unwrap(),
+                    stream(&root, &pipeline, workers),
+                )
+                .unwrap();
+                let dir = scratch(&format!("ssl-train-run-{workers}"));
+                let mut trainer = Trainer::with_task(step)
+                    .config(
+                        TrainConfig::new()
+                            .with_epochs(1)
+                            .with_lr(0.05)
+                            .with_progress_bar(false),
+                    )
+                    .run_dir(&dir)
+                    .build(&device)
+                    .unwrap();
+                let summary = trainer.fit().unwrap();
+                assert_eq!(summary.steps.len(), 2);
+                for s in &summary.steps {
+                    assert!(s.loss.is_finite(), "{}", s.loss);
+                    assert!(s
+                        .stats
+                        .iter()
+                        .any(|(k, v)| k == "skipped_files" && *v == 0.0));
+                }
+                summary.steps.iter().map(|s| s.loss).collect()
+            })
+            .collect();
+        assert_eq!(losses[0], losses[1]);
+    }
+
+    #[test]
+    fn a_stream_that_cuts_other_views_than_the_augmentation_crops_is_refused() {
+        let root = jpeg_folder("ssl-refuse", 1, 4);
+        let device = Default::default();
+        let pipeline = PipelineConfig::simclr(28, 1);
+        let other = PipelineConfig::simclr(24, 1);
+        let err = SelfSupervised::streaming(
+            method(&device),
+            SgdConfig::new().init::<Ad, _>().unwrap(),
+            pipeline.clone().init(1).unwrap(),
+            stream(&root, &other, 0),
+        )
+        .err()
+        .expect("refused");
+        assert!(
+            err.to_string().contains("view 1 is cut at (24, 24)"),
+            "{err}"
+        );
     }
 }

@@ -31,6 +31,7 @@ use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use burn::tensor::backend::Backend;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -42,6 +43,7 @@ use crate::data::batch::HostBatch;
 use crate::data::error::{require_dir, DataError};
 use crate::data::image_folder::{read_dir_sorted, read_image_file, scan_images};
 use crate::data::loader::{batch_span, check_shard, epoch_order, pool_order, LoaderConfig};
+use crate::pipeline::ViewSource;
 
 /// The most unreadable files tried in a row for one position of an epoch.
 pub const MAX_SUBSTITUTES: usize = 16;
@@ -67,6 +69,24 @@ pub trait ImageSource: Send + Sync + 'static {
 
     /// What names item `index` in errors and in the list of skipped files.
     fn name(&self, index: usize) -> PathBuf;
+}
+
+impl ImageSource for Box<dyn ImageSource> {
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+
+    fn read(&self, index: usize) -> Result<Vec<u8>, DataError> {
+        (**self).read(index)
+    }
+
+    fn label(&self, index: usize) -> Option<u16> {
+        (**self).label(index)
+    }
+
+    fn name(&self, index: usize) -> PathBuf {
+        (**self).name(index)
+    }
 }
 
 /// The image files of a folder, read one by one: a folder of class sub-folders (ImageNet's
@@ -268,6 +288,21 @@ impl StreamBatch {
     }
 }
 
+impl StreamBatch {
+    /// Uploads every view as `[N, C, h, w]` floats in `[0, 1]`, with the boxes they were cut
+    /// from: what the augmentation takes instead of whole images.
+    pub fn to_device<B: Backend>(&self, device: &B::Device) -> ViewSource<B> {
+        ViewSource::Cut(
+            (0..self.views.len())
+                .map(|v| {
+                    let images = self.view_batch(v).to_device::<B>(device).images;
+                    (images, self.views[v].boxes.clone())
+                })
+                .collect(),
+        )
+    }
+}
+
 /// Counts a batch among those alive while it exists.
 #[derive(Debug)]
 struct Alive(Arc<AtomicUsize>);
@@ -365,6 +400,52 @@ impl<S: ImageSource> StreamLoader<S> {
     /// The batches that exist now: being built, waiting in a channel, or held by the caller.
     pub fn batches_alive(&self) -> usize {
         self.alive.load(Ordering::SeqCst)
+    }
+
+    /// The items `range` (dataset order) cut by `crop` (e.g. the evaluation's centre crop),
+    /// decoded on the calling thread, with their labels. Unlike an epoch's batches, this names
+    /// items, so an unreadable file is an error, not skipped.
+    ///
+    /// # Errors
+    /// An index beyond the source, or a file that cannot be read or decoded.
+    pub fn images(
+        &self,
+        range: std::ops::Range<usize>,
+        crop: ViewCrop,
+    ) -> Result<HostBatch, DataError> {
+        let len = self.source.len();
+        if range.end > len || range.is_empty() {
+            return Err(DataError::Request {
+                path: PathBuf::from("<stream loader>"),
+                reason: format!("items {range:?} asked of a source of {len}"),
+            });
+        }
+        let (h, w) = crop.size();
+        let c = self.config.channels;
+        let mut pixels = Vec::with_capacity(range.len() * h * w * c);
+        let mut labels = Vec::with_capacity(range.len());
+        for i in range.clone() {
+            let name = self.source.name(i);
+            let bytes = self.source.read(i)?;
+            let image = decode_image(&name, &bytes, c)?;
+            // A centre crop draws nothing; a random one draws from the item's own stream.
+            let mut rng = StdRng::seed_from_u64(mix_seed(self.config.loader.seed, i as u64));
+            let bx = crop.draw(&mut rng, image.height, image.width);
+            pixels.extend_from_slice(&crop_resize(&image, bx, (h, w)));
+            labels.push(self.source.label(i));
+        }
+        Ok(HostBatch {
+            pixels,
+            len: range.len(),
+            height: h,
+            width: w,
+            channels: c,
+            labels: labels
+                .iter()
+                .all(Option::is_some)
+                .then(|| labels.iter().map(|l| l.unwrap_or(0) as i64).collect()),
+            indices: range.collect(),
+        })
     }
 
     /// The batches of epoch `epoch` from batch `first_batch` on (0 for a whole epoch; later to
@@ -592,39 +673,7 @@ mod tests {
     use super::*;
     use crate::augment::crop::RandomResizedCrop;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "curriculum-ssl-stream-{name}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
-    /// A folder of `classes` classes of `per_class` JPEGs of varied sizes (48–80 px) and content.
-    fn folder(name: &str, classes: usize, per_class: usize) -> PathBuf {
-        let root = scratch(name);
-        for c in 0..classes {
-            let dir = root.join(format!("class{c}"));
-            std::fs::create_dir_all(&dir).unwrap();
-            for i in 0..per_class {
-                let (w, h) = (
-                    48 + ((i * 13 + c * 7) % 33) as u32,
-                    48 + ((i * 5) % 33) as u32,
-                );
-                let img = image::RgbImage::from_fn(w, h, |x, y| {
-                    image::Rgb([
-                        ((x * 3 + i as u32 * 17) % 256) as u8,
-                        ((y * 5 + c as u32 * 60) % 256) as u8,
-                        ((x + y) * 2 % 256) as u8,
-                    ])
-                });
-                img.save(dir.join(format!("{i:03}.jpg"))).unwrap();
-            }
-        }
-        root
-    }
+    use crate::data::stream::testing::{jpeg_folder as folder, scratch};
 
     fn config(workers: usize, batch: usize) -> StreamConfig {
         StreamConfig {

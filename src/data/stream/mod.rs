@@ -16,3 +16,45 @@ pub use loader::{
     ImageFiles, ImageSource, Skipped, StreamBatch, StreamConfig, StreamEpoch, StreamLoader,
     ViewPixels,
 };
+
+/// Tiny folders of JPEGs for the tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::path::PathBuf;
+
+    /// A fresh scratch folder named after `name` and the process.
+    pub(crate) fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "curriculum-ssl-stream-{name}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A folder of `classes` class folders of `per_class` RGB JPEGs of varied sizes (48–80 px)
+    /// and content.
+    pub(crate) fn jpeg_folder(name: &str, classes: usize, per_class: usize) -> PathBuf {
+        let root = scratch(name);
+        for c in 0..classes {
+            let dir = root.join(format!("class{c}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            for i in 0..per_class {
+                let (w, h) = (
+                    48 + ((i * 13 + c * 7) % 33) as u32,
+                    48 + ((i * 5) % 33) as u32,
+                );
+                let img = image::RgbImage::from_fn(w, h, |x, y| {
+                    image::Rgb([
+                        ((x * 3 + i as u32 * 17) % 256) as u8,
+                        ((y * 5 + c as u32 * 60) % 256) as u8,
+                        ((x + y) * 2 % 256) as u8,
+                    ])
+                });
+                img.save(dir.join(format!("{i:03}.jpg"))).unwrap();
+            }
+        }
+        root
+    }
+}
