@@ -20,7 +20,10 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} takes a number, got {v}")))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number, got {v}"))
+        })
         .unwrap_or(default)
 }
 
@@ -39,7 +42,9 @@ fn peak_rss_mib() -> f64 {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(root) = args.first().filter(|a| !a.starts_with('-')) else {
-        eprintln!("usage: stream_loader FOLDER [--size 224] [--workers 1] [--images N] [--batch 64]");
+        eprintln!(
+            "usage: stream_loader FOLDER [--size 224] [--workers 1] [--images N] [--batch 64]"
+        );
         std::process::exit(2);
     };
     let size = arg(&args, "--size", 224);
@@ -76,7 +81,7 @@ fn main() {
         let row = view.width * b.channels;
         let mut pixels = view.pixels.clone();
         for (i, image) in pixels.chunks_mut(view.height * row).enumerate() {
-            if (b.indices[i] + seen) % 2 == 0 {
+            if (b.indices[i] + seen).is_multiple_of(2) {
                 for r in image.chunks_mut(row) {
                     let (w, c) = (view.width, b.channels);
                     for x in 0..w / 2 {

@@ -876,6 +876,61 @@ mod tests {
         assert!(views.geometry[0].iter().any(|g| !g.flipped));
     }
 
+    /// Views cut at decode time skip the crop: each view is its cut, flipped by the flags the
+    /// generator draws first (no crop is drawn before them), and the geometry reports the cut's
+    /// boxes (in the originals' pixels) and the cut's size.
+    #[test]
+    fn views_cut_at_decode_time_are_not_cropped_again() {
+        let n = 4;
+        let aug = geometric(10).init(1).unwrap();
+        let cut1 = images(n, 10, 10);
+        let cut2 = images(n, 6, 6).mul_scalar(0.5);
+        let boxes: Vec<CropBox> = (0..n)
+            .map(|i| CropBox {
+                top: i,
+                left: 2 * i,
+                height: 30 + i,
+                width: 40,
+            })
+            .collect();
+        let source = ViewSource::Cut(vec![
+            (cut1.clone(), boxes.clone()),
+            (cut2.clone(), boxes.clone()),
+        ]);
+        let progress = Progress {
+            step: 7,
+            total_steps: 8,
+            epoch: 0,
+            total_epochs: 1,
+        };
+        let views = aug.redrawn_views_from(&source, progress, 0);
+        let config = aug.config().clone();
+        let mut rng = aug.rng(7);
+        for (v, (view, cut)) in [(&config.view1, cut1), (&config.view2, cut2)]
+            .into_iter()
+            .enumerate()
+        {
+            let flags = view.hflip.unwrap().sample(&mut rng, n);
+            let side = cut.dims()[2];
+            for i in 0..n {
+                assert_eq!(views.geometry[v][i].crop, boxes[i]);
+                assert_eq!(views.geometry[v][i].output, [side, side]);
+                assert_eq!(views.geometry[v][i].flipped, flags[i]);
+            }
+            let rebuilt = view
+                .normalize
+                .as_ref()
+                .unwrap()
+                .apply(hflip_where(cut, &flags));
+            let got = if v == 0 {
+                views.view1.clone()
+            } else {
+                views.view2.clone()
+            };
+            assert_eq!(host(got), host(rebuilt), "view {v}");
+        }
+    }
+
     /// A view without a crop comes from the whole image, at the input size.
     #[test]
     fn a_view_without_a_crop_reports_the_whole_image() {
