@@ -9,7 +9,6 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &["base", "device"],
     &[
-        "data",
         "augment",
         "loss",
         "head",
@@ -17,6 +16,9 @@ const LAYERS: &[&[&str]] = &[
         "curation",
         "data_parallel",
     ],
+    // The loaders: the streaming one cuts each view's random resized crop (augment's) when it
+    // decodes an image.
+    &["data"],
     &["curriculum", "error"],
     &["pipeline", "method", "eval"],
     &["train"],

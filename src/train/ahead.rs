@@ -52,7 +52,14 @@ impl FeedBatch {
     pub fn upload<B: Backend>(&self, device: &B::Device) -> ViewSource<B> {
         match self {
             Self::Whole(b) => ViewSource::Whole(b.to_device::<B>(device).images),
-            Self::Cut(b) => b.to_device::<B>(device),
+            Self::Cut(b) => ViewSource::Cut(
+                (0..b.views.len())
+                    .map(|v| {
+                        let images = b.view_batch(v).to_device::<B>(device).images;
+                        (images, b.views[v].boxes.clone())
+                    })
+                    .collect(),
+            ),
         }
     }
 }

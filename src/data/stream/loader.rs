@@ -31,7 +31,6 @@ use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use burn::tensor::backend::Backend;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -43,7 +42,6 @@ use crate::data::batch::HostBatch;
 use crate::data::error::{require_dir, DataError};
 use crate::data::image_folder::{read_dir_sorted, read_image_file, scan_images};
 use crate::data::loader::{batch_span, check_shard, epoch_order, pool_order, LoaderConfig};
-use crate::pipeline::ViewSource;
 
 /// The most unreadable files tried in a row for one position of an epoch.
 pub const MAX_SUBSTITUTES: usize = 16;
@@ -285,21 +283,6 @@ impl StreamBatch {
             labels: self.labels.clone(),
             indices: self.indices.clone(),
         }
-    }
-}
-
-impl StreamBatch {
-    /// Uploads every view as `[N, C, h, w]` floats in `[0, 1]`, with the boxes they were cut
-    /// from: what the augmentation takes instead of whole images.
-    pub fn to_device<B: Backend>(&self, device: &B::Device) -> ViewSource<B> {
-        ViewSource::Cut(
-            (0..self.views.len())
-                .map(|v| {
-                    let images = self.view_batch(v).to_device::<B>(device).images;
-                    (images, self.views[v].boxes.clone())
-                })
-                .collect(),
-        )
     }
 }
 
