@@ -274,48 +274,20 @@ impl<D: Dataset<ImageItem> + 'static> Loader<D> {
         let batches = self
             .num_batches()
             .min(order.len().div_ceil(self.config.batch_size));
-        let order = Arc::new(order);
         let bs = self.config.batch_size;
         let shard = self.shard;
-        let workers = self.config.workers;
-        let mut receivers = Vec::with_capacity(workers);
-        let mut handles = Vec::with_capacity(workers);
-        for w in 0..workers {
-            let (tx, rx) = sync_channel(self.config.prefetch);
-            let dataset = Arc::clone(&self.dataset);
-            let order = Arc::clone(&order);
-            let source = self.source.clone();
-            handles.push(std::thread::spawn(move || {
-                let mut b = w;
-                while b < batches {
-                    let r = gather(dataset.as_ref(), &source, &order, b, bs, shard);
-                    let failed = r.is_err();
-                    if tx.send(r).is_err() || failed {
-                        return;
-                    }
-                    b += workers;
-                }
-            }));
-            receivers.push(rx);
-        }
-        let inline: Option<BatchFn> = if workers == 0 {
-            let dataset = Arc::clone(&self.dataset);
-            let source = self.source.clone();
-            let order = Arc::clone(&order);
-            Some(Box::new(move |b| {
-                gather(dataset.as_ref(), &source, &order, b, bs, shard)
-            }))
-        } else {
-            None
-        };
-        EpochIter {
-            next: 0,
+        let dataset = Arc::clone(&self.dataset);
+        let source = self.source.clone();
+        let build: BuildFn<HostBatch> =
+            Arc::new(move |b| gather(dataset.as_ref(), &source, &order, b, bs, shard));
+        OrderedBatches::new(
+            build,
+            0,
             batches,
-            receivers,
-            handles,
-            inline,
-            failed: false,
-        }
+            self.config.workers,
+            self.config.prefetch,
+            "<loader>",
+        )
     }
 }
 
@@ -342,21 +314,72 @@ fn gather<D: Dataset<ImageItem>>(
     HostBatch::from_items(source, &items, idx)
 }
 
-/// Gathers batch `b` on the calling thread (loaders without workers).
-type BatchFn = Box<dyn Fn(usize) -> Result<HostBatch, DataError> + Send>;
+/// Builds batch `b` of an epoch (on a worker, or on the caller's thread without workers).
+pub(crate) type BuildFn<T> = Arc<dyn Fn(usize) -> Result<T, DataError> + Send + Sync>;
 
-/// The batches of one epoch, in order. Dropping it stops the workers.
-pub struct EpochIter {
+/// The batches of one epoch of the in-memory loader, in order.
+pub type EpochIter = OrderedBatches<HostBatch>;
+
+/// Batches `first..batches` of an epoch built on `workers` threads — batch `b` on worker
+/// `(b - first) mod workers`, each worker at most `prefetch` batches ahead in a channel of its
+/// own — and read back round-robin, so they come out in order whatever the threads' timing
+/// (without workers, each is built on the caller's thread when asked). An error ends the
+/// epoch after it is yielded. Dropping it stops the workers. Both loaders run their epochs on
+/// it.
+pub struct OrderedBatches<T> {
     next: usize,
+    first: usize,
     batches: usize,
-    receivers: Vec<Receiver<Result<HostBatch, DataError>>>,
+    receivers: Vec<Receiver<Result<T, DataError>>>,
     handles: Vec<JoinHandle<()>>,
-    inline: Option<BatchFn>,
+    inline: Option<BuildFn<T>>,
     failed: bool,
+    what: &'static str,
 }
 
-impl Iterator for EpochIter {
-    type Item = Result<HostBatch, DataError>;
+impl<T: Send + 'static> OrderedBatches<T> {
+    /// Starts the workers (`what` names the loader in the error of a worker that stopped).
+    pub(crate) fn new(
+        build: BuildFn<T>,
+        first: usize,
+        batches: usize,
+        workers: usize,
+        prefetch: usize,
+        what: &'static str,
+    ) -> Self {
+        let mut receivers = Vec::with_capacity(workers);
+        let mut handles = Vec::with_capacity(workers);
+        for w in 0..workers {
+            let (tx, rx) = sync_channel(prefetch);
+            let build = Arc::clone(&build);
+            handles.push(std::thread::spawn(move || {
+                let mut b = first + w;
+                while b < batches {
+                    let r = build(b);
+                    let failed = r.is_err();
+                    if tx.send(r).is_err() || failed {
+                        return;
+                    }
+                    b += workers;
+                }
+            }));
+            receivers.push(rx);
+        }
+        Self {
+            next: first,
+            first,
+            batches,
+            receivers,
+            handles,
+            inline: (workers == 0).then_some(build),
+            failed: false,
+            what,
+        }
+    }
+}
+
+impl<T> Iterator for OrderedBatches<T> {
+    type Item = Result<T, DataError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed || self.next >= self.batches {
@@ -365,16 +388,13 @@ impl Iterator for EpochIter {
         let b = self.next;
         self.next += 1;
         let r = match &self.inline {
-            Some(f) => f(b),
+            Some(build) => build(b),
             None => {
-                let rx = &self.receivers[b % self.receivers.len()];
-                rx.recv().unwrap_or_else(|_| {
+                let w = (b - self.first) % self.receivers.len();
+                self.receivers[w].recv().unwrap_or_else(|_| {
                     Err(DataError::Request {
-                        path: PathBuf::from("<loader>"),
-                        reason: format!(
-                            "worker {} stopped before batch {b}",
-                            b % self.receivers.len()
-                        ),
+                        path: PathBuf::from(self.what),
+                        reason: format!("worker {w} stopped before batch {b}"),
                     })
                 })
             }
@@ -389,7 +409,7 @@ impl Iterator for EpochIter {
     }
 }
 
-impl Drop for EpochIter {
+impl<T> Drop for OrderedBatches<T> {
     fn drop(&mut self) {
         // Closing the channels makes blocked workers' `send` fail, so they return.
         self.receivers.clear();

@@ -27,9 +27,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -41,7 +39,9 @@ use crate::base::seed::mix_seed;
 use crate::data::batch::HostBatch;
 use crate::data::error::{require_dir, DataError};
 use crate::data::image_folder::{read_dir_sorted, read_image_file, scan_images};
-use crate::data::loader::{batch_span, check_shard, epoch_order, pool_order, LoaderConfig};
+use crate::data::loader::{
+    batch_span, check_shard, epoch_order, pool_order, BuildFn, LoaderConfig, OrderedBatches,
+};
 
 /// The most unreadable files tried in a row for one position of an epoch.
 pub const MAX_SUBSTITUTES: usize = 16;
@@ -449,38 +449,15 @@ impl<S: ImageSource> StreamLoader<S> {
             epoch,
             alive: Arc::clone(&self.alive),
         });
-        let workers = self.config.loader.workers;
-        let mut receivers = Vec::with_capacity(workers);
-        let mut handles = Vec::with_capacity(workers);
-        for w in 0..workers {
-            let (tx, rx) = sync_channel(self.config.loader.prefetch);
-            let job = Arc::clone(&job);
-            handles.push(std::thread::spawn(move || {
-                let mut b = first_batch + w;
-                while b < batches {
-                    let r = job.build(b);
-                    let failed = r.is_err();
-                    if tx.send(r).is_err() || failed {
-                        return;
-                    }
-                    b += workers;
-                }
-            }));
-            receivers.push(rx);
-        }
-        StreamEpoch {
-            next: first_batch,
-            first: first_batch,
+        let build: BuildFn<StreamBatch> = Arc::new(move |b| job.build(b));
+        OrderedBatches::new(
+            build,
+            first_batch,
             batches,
-            receivers,
-            handles,
-            inline: if workers == 0 {
-                Some(job as Arc<dyn BuildBatch>)
-            } else {
-                None
-            },
-            failed: false,
-        }
+            self.config.loader.workers,
+            self.config.loader.prefetch,
+            "<stream loader>",
+        )
     }
 }
 
@@ -492,17 +469,6 @@ struct Job<S> {
     shard: Option<(usize, usize)>,
     epoch: u64,
     alive: Arc<AtomicUsize>,
-}
-
-/// The batch builder a loader without workers calls on the caller's thread.
-trait BuildBatch: Send + Sync {
-    fn build(&self, b: usize) -> Result<StreamBatch, DataError>;
-}
-
-impl<S: ImageSource> BuildBatch for Job<S> {
-    fn build(&self, b: usize) -> Result<StreamBatch, DataError> {
-        Job::build(self, b)
-    }
 }
 
 impl<S: ImageSource> Job<S> {
@@ -600,56 +566,7 @@ impl<S: ImageSource> Job<S> {
 }
 
 /// The batches of one epoch of a [`StreamLoader`], in order. Dropping it stops the workers.
-pub struct StreamEpoch {
-    next: usize,
-    first: usize,
-    batches: usize,
-    receivers: Vec<Receiver<Result<StreamBatch, DataError>>>,
-    handles: Vec<JoinHandle<()>>,
-    inline: Option<Arc<dyn BuildBatch>>,
-    failed: bool,
-}
-
-impl Iterator for StreamEpoch {
-    type Item = Result<StreamBatch, DataError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.failed || self.next >= self.batches {
-            return None;
-        }
-        let b = self.next;
-        self.next += 1;
-        let r = match &self.inline {
-            Some(job) => job.build(b),
-            None => {
-                let w = (b - self.first) % self.receivers.len();
-                self.receivers[w].recv().unwrap_or_else(|_| {
-                    Err(DataError::Request {
-                        path: PathBuf::from("<stream loader>"),
-                        reason: format!("worker {w} stopped before batch {b}"),
-                    })
-                })
-            }
-        };
-        self.failed = r.is_err();
-        Some(r)
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = self.batches - self.next.min(self.batches);
-        (0, Some(left))
-    }
-}
-
-impl Drop for StreamEpoch {
-    fn drop(&mut self) {
-        // Closing the channels makes blocked workers' `send` fail, so they return.
-        self.receivers.clear();
-        for h in self.handles.drain(..) {
-            let _ = h.join();
-        }
-    }
-}
+pub type StreamEpoch = OrderedBatches<StreamBatch>;
 
 #[cfg(test)]
 mod tests {
