@@ -83,19 +83,29 @@ impl HostBatch {
     /// Uploads the batch: the bytes go to the device as they are and are turned into
     /// `[N, C, H, W]` floats in `[0, 1]` there (`x / 255`, as torchvision's `to_tensor`).
     pub fn to_device<B: Backend>(&self, device: &B::Device) -> ImageBatch<B> {
-        let data = TensorData::new(
+        let images = images_on_device::<B>(
             self.pixels.clone(),
             [self.len, self.height, self.width, self.channels],
+            device,
         );
-        let images = Tensor::<B, 4>::from_data(data, device)
-            .permute([0, 3, 1, 2])
-            .div_scalar(255.0);
         let labels = self
             .labels
             .as_ref()
             .map(|l| Tensor::<B, 1, Int>::from_data(TensorData::new(l.clone(), [l.len()]), device));
         ImageBatch { images, labels }
     }
+}
+
+/// Uploads `N × H × W × C` bytes (`shape`) as they are and turns them into `[N, C, H, W]`
+/// floats in `[0, 1]` on the device (`x / 255`, as torchvision's `to_tensor`).
+pub fn images_on_device<B: Backend>(
+    pixels: Vec<u8>,
+    shape: [usize; 4],
+    device: &B::Device,
+) -> Tensor<B, 4> {
+    Tensor::<B, 4>::from_data(TensorData::new(pixels, shape), device)
+        .permute([0, 3, 1, 2])
+        .div_scalar(255.0)
 }
 
 /// Turns items into a device batch in one call ([`HostBatch::from_items`] then

@@ -55,7 +55,7 @@ pub(crate) fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, DataError> {
     Ok(entries)
 }
 
-pub(crate) fn is_image(path: &Path) -> bool {
+fn is_image(path: &Path) -> bool {
     path.extension()
         .map(|e| {
             let e = e.to_string_lossy().to_ascii_lowercase();

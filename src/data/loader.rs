@@ -124,13 +124,18 @@ pub(crate) fn check_shard(
 pub(crate) fn epoch_order(len: usize, config: &LoaderConfig, epoch: u64) -> Vec<usize> {
     let mut order: Vec<usize> = (0..len).collect();
     if config.shuffle {
-        let mut rng = StdRng::seed_from_u64(mix_seed(config.seed, epoch));
-        for i in (1..order.len()).rev() {
-            let j = rng.random_range(0..=i);
-            order.swap(i, j);
-        }
+        shuffle(&mut order, mix_seed(config.seed, epoch));
     }
     order
+}
+
+/// A Fisher–Yates shuffle of `items` with a generator seeded by `key`.
+fn shuffle(items: &mut [usize], key: u64) {
+    let mut rng = StdRng::seed_from_u64(key);
+    for i in (1..items.len()).rev() {
+        let j = rng.random_range(0..=i);
+        items.swap(i, j);
+    }
 }
 
 /// The order of a selection `pool` over an epoch of `batches` batches (see
@@ -147,12 +152,7 @@ pub(crate) fn pool_order(
     while order.len() < wanted && !pool.is_empty() {
         let mut draw = pool.to_vec();
         if config.shuffle {
-            let key = mix_seed(mix_seed(config.seed, epoch), round);
-            let mut rng = StdRng::seed_from_u64(key);
-            for i in (1..draw.len()).rev() {
-                let j = rng.random_range(0..=i);
-                draw.swap(i, j);
-            }
+            shuffle(&mut draw, mix_seed(mix_seed(config.seed, epoch), round));
         }
         order.extend(draw);
         round += 1;

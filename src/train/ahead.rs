@@ -54,10 +54,7 @@ impl FeedBatch {
             Self::Whole(b) => ViewSource::Whole(b.to_device::<B>(device).images),
             Self::Cut(b) => ViewSource::Cut(
                 (0..b.views.len())
-                    .map(|v| {
-                        let images = b.view_batch(v).to_device::<B>(device).images;
-                        (images, b.views[v].boxes.clone())
-                    })
+                    .map(|v| (b.view_on_device::<B>(v, device), b.views[v].boxes.clone()))
                     .collect(),
             ),
         }

@@ -129,7 +129,7 @@ where
     ///
     /// # Errors
     /// If the loader does not cut one view per view of `augmenter` (view 1, view 2, then the
-    /// local crops) at the sizes of the augmenter's crops.
+    /// local crops), each the augmenter's own random resized crop (size, scale and ratio).
     pub fn streaming(
         method: S,
         optimizer: O,
@@ -152,14 +152,17 @@ where
                 ),
             ));
         }
+        // The run records the augmentation's crops: the loader must cut exactly those (a view
+        // without a crop takes whatever the loader cuts).
         for (i, (c, v)) in cut.iter().zip(&wanted).enumerate() {
             if let Some(crop) = &v.crop {
-                if crop.size != c.size() {
+                if *c != ViewCrop::Random(*crop) {
                     return Err(ConfigError::new(
                         "views",
                         format!(
-                            "view {} is cut at {:?} by the streaming loader and cropped to {:?} \
-                             by the augmentation",
+                            "view {} is cut at {:?} by the streaming loader ({c:?}) and cropped \
+                             to {:?} by the augmentation ({crop:?}): build the loader's views \
+                             from the augmentation's crops",
                             i + 1,
                             c.size(),
                             crop.size

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use burn::tensor::{backend::Backend, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -36,7 +37,7 @@ use super::decode::{crop_resize, decode_image, ViewCrop};
 use crate::base::error::ConfigError;
 use crate::base::geometry::CropBox;
 use crate::base::seed::mix_seed;
-use crate::data::batch::HostBatch;
+use crate::data::batch::{images_on_device, HostBatch};
 use crate::data::error::{require_dir, DataError};
 use crate::data::image_folder::{read_dir_sorted, read_image_file, scan_images};
 use crate::data::loader::{
@@ -271,18 +272,14 @@ pub struct StreamBatch {
 }
 
 impl StreamBatch {
-    /// View `v` as a host batch of its own (to upload with [`HostBatch::to_device`]).
-    pub fn view_batch(&self, v: usize) -> HostBatch {
+    /// View `v` on `device`: `[N, C, h, w]` floats in `[0, 1]` (its bytes copied once).
+    pub fn view_on_device<B: Backend>(&self, v: usize, device: &B::Device) -> Tensor<B, 4> {
         let view = &self.views[v];
-        HostBatch {
-            pixels: view.pixels.clone(),
-            len: self.len,
-            height: view.height,
-            width: view.width,
-            channels: self.channels,
-            labels: self.labels.clone(),
-            indices: self.indices.clone(),
-        }
+        images_on_device::<B>(
+            view.pixels.clone(),
+            [self.len, view.height, view.width, self.channels],
+            device,
+        )
     }
 }
 
