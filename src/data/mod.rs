@@ -13,6 +13,9 @@
 //! | class sub-folders of PNG / JPEG | [`image_folder`] |
 //! | the embedded Fashion-MNIST subset | [`embedded`] |
 //!
+//! An evaluation reads an [`ImageSet`]: an `ImageArray`, or image files decoded as they are
+//! read ([`stream::StreamedImages`]).
+//!
 //! Batches: [`HostBatch`] holds the bytes of a batch on the host (built on the loader's worker
 //! threads, see [`loader`]); [`HostBatch::to_device`] uploads it as a `[N, C, H, W]` float tensor
 //! in `[0, 1]` plus the labels.
@@ -24,6 +27,7 @@ pub mod error;
 pub mod idx;
 pub mod image_array;
 pub mod image_folder;
+pub mod image_set;
 pub mod loader;
 pub mod stl10;
 pub mod stream;
@@ -33,4 +37,5 @@ pub use burn_dataset::Dataset;
 pub use batch::{HostBatch, ImageBatch, ImageBatcher};
 pub use error::DataError;
 pub use image_array::{ImageArray, ImageItem};
+pub use image_set::{channel_stats, ImageSet};
 pub use loader::{Loader, LoaderConfig};

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use super::features::{extract_features, require_labels};
 use super::knn::{Accuracy, KnnConfig};
 use crate::augment::normalize::Normalize;
-use crate::data::{DataError, ImageArray};
+use std::sync::Arc;
+
+use crate::data::{DataError, ImageSet};
 
 /// The accuracy of one kNN setting.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -25,8 +27,8 @@ pub struct KnnResult {
 /// Labeled train (the feature bank) and test sets and the kNN settings to score them with.
 #[derive(Debug, Clone)]
 pub struct KnnMonitor {
-    train: ImageArray,
-    test: ImageArray,
+    train: Arc<dyn ImageSet>,
+    test: Arc<dyn ImageSet>,
     settings: Vec<KnnConfig>,
     batch_size: usize,
     normalize: Option<Normalize>,
@@ -34,13 +36,15 @@ pub struct KnnMonitor {
 
 impl KnnMonitor {
     /// A monitor with the two usual settings (`k = 20, T = 0.07` and `k = 200, T = 0.1`), `k`
-    /// capped at the size of the bank. `normalize` should be the training pipeline's.
+    /// capped at the size of the bank. `normalize` should be the training pipeline's. The sets
+    /// are held in memory ([`ImageArray`](crate::data::ImageArray)) or read from files at each
+    /// evaluation ([`StreamedImages`](crate::data::stream::StreamedImages)).
     ///
     /// # Errors
     /// If a set has no labels, the image shapes differ, or the class counts differ.
     pub fn new(
-        train: ImageArray,
-        test: ImageArray,
+        train: impl ImageSet + 'static,
+        test: impl ImageSet + 'static,
         normalize: Option<Normalize>,
     ) -> Result<Self, crate::Error> {
         require_labels(&train, "kNN bank (train)")?;
@@ -67,14 +71,14 @@ impl KnnMonitor {
             }
             .into());
         }
-        let n = burn_dataset::Dataset::len(&train);
+        let n = train.len();
         let settings = [(20, 0.07), (200, 0.1)]
             .into_iter()
             .map(|(k, t)| KnnConfig::new().with_k(k.min(n)).with_temperature(t))
             .collect();
         Ok(Self {
-            train,
-            test,
+            train: Arc::new(train),
+            test: Arc::new(test),
             settings,
             batch_size: 256,
             normalize,
@@ -85,6 +89,16 @@ impl KnnMonitor {
     pub fn with_batch_size(mut self, batch_size: usize) -> Self {
         self.batch_size = batch_size;
         self
+    }
+
+    /// Images in the bank (the labelled training set).
+    pub fn bank_len(&self) -> usize {
+        self.train.len()
+    }
+
+    /// Images scored (the test set).
+    pub fn test_len(&self) -> usize {
+        self.test.len()
     }
 
     /// The kNN settings.
@@ -102,14 +116,17 @@ impl KnnMonitor {
         device: &B::Device,
     ) -> Result<Vec<KnnResult>, crate::Error> {
         let norm = self.normalize.as_ref();
-        let bank = extract_features(backbone, &self.train, self.batch_size, norm, device)?;
-        let test = extract_features(backbone, &self.test, self.batch_size, norm, device)?;
+        let bank = extract_features(backbone, &*self.train, self.batch_size, norm, device)?;
+        let test = extract_features(backbone, &*self.test, self.batch_size, norm, device)?;
         let (bank_labels, test_labels) = match (bank.labels, test.labels) {
             (Some(a), Some(b)) => (a, b),
             _ => unreachable!("both sets were checked to be labeled"),
         };
         let mut results = Vec::with_capacity(self.settings.len());
+        // A streamed bank leaves out the files it could not read: `k` at most the rows read.
+        let rows = bank.features.dims()[0];
         for setting in &self.settings {
+            let setting = setting.clone().with_k(setting.k.min(rows));
             let knn = setting.init(bank.features.clone(), bank_labels.clone(), bank.num_classes)?;
             results.push(KnnResult {
                 k: setting.k,

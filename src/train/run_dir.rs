@@ -54,8 +54,14 @@ pub struct DataFingerprint {
     pub shape: [usize; 3],
     /// Whether the examples have labels.
     pub labelled: bool,
-    /// SHA-256 (lower-case hex) of the shape, the pixels and the labels (little-endian).
+    /// SHA-256 (lower-case hex) of the shape, the pixels and the labels (little-endian); of
+    /// the files' names, sizes and labels for `files`.
     pub sha256: String,
+    /// Whether the examples are image files read as they are trained on (streamed:
+    /// [`DataFingerprint::of_files`]) rather than decoded pixels (absent when false, as in
+    /// every record written before).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub files: bool,
 }
 
 impl DataFingerprint {
@@ -80,6 +86,47 @@ impl DataFingerprint {
             shape: [h, w, c],
             labelled: images.labels().is_some(),
             sha256: hash.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+            files: false,
+        }
+    }
+}
+
+impl DataFingerprint {
+    /// The fingerprint of image files read as they are trained on (a streamed folder): the
+    /// files' names relative to `root` (so that machines holding copies at other paths agree),
+    /// their sizes in bytes and labels, and `shape`, the `[height, width, channels]` the views
+    /// are cut at. It reads no pixel (ImageNet's 140 GB would take minutes): a file rewritten at
+    /// the same size is not seen; one added, removed, renamed, relabelled or resized is.
+    pub fn of_files(
+        source: &impl crate::data::stream::ImageSource,
+        root: &Path,
+        shape: [usize; 3],
+    ) -> Self {
+        use sha2::{Digest, Sha256};
+        let mut hash = Sha256::new();
+        hash.update(b"files");
+        for n in [source.len(), shape[0], shape[1], shape[2]] {
+            hash.update((n as u64).to_le_bytes());
+        }
+        let labelled = !source.is_empty() && source.label(0).is_some();
+        for i in 0..source.len() {
+            let name = source.name(i);
+            let relative = name.strip_prefix(root).unwrap_or(&name);
+            let text = relative.to_string_lossy();
+            hash.update((text.len() as u64).to_le_bytes());
+            hash.update(text.as_bytes());
+            let bytes = fs::metadata(&name).map_or(u64::MAX, |m| m.len());
+            hash.update(bytes.to_le_bytes());
+            if let Some(label) = source.label(i) {
+                hash.update(label.to_le_bytes());
+            }
+        }
+        Self {
+            examples: source.len(),
+            shape,
+            labelled,
+            sha256: hash.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+            files: true,
         }
     }
 }
@@ -89,9 +136,14 @@ impl std::fmt::Display for DataFingerprint {
         let [h, w, c] = self.shape;
         write!(
             f,
-            "{} {}images {h}x{w}x{c}, SHA-256 {}",
+            "{} {}{} {h}x{w}x{c}, SHA-256 {}",
             self.examples,
             if self.labelled { "labelled " } else { "" },
+            if self.files {
+                "image files streamed at"
+            } else {
+                "images"
+            },
             &self.sha256[..self.sha256.len().min(12)]
         )
     }
@@ -426,6 +478,31 @@ pub fn differences(saved: &serde_json::Value, given: &serde_json::Value) -> Vec<
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Two copies of a folder at other paths have one fingerprint; a renamed file, a file of
+    /// another size or another view size gives another.
+    #[test]
+    fn a_folder_fingerprint_follows_names_sizes_and_shape_not_the_root() {
+        use crate::data::stream::testing::jpeg_folder;
+        use crate::data::stream::ImageFiles;
+        let a = jpeg_folder("fingerprint-a", 2, 3);
+        let b = jpeg_folder("fingerprint-b", 2, 3);
+        let of = |root: &Path, size: usize| {
+            DataFingerprint::of_files(&ImageFiles::classes(root).unwrap(), root, [size, size, 3])
+        };
+        let first = of(&a, 32);
+        assert_eq!(first, of(&b, 32));
+        assert_eq!((first.examples, first.labelled), (6, true));
+        assert_ne!(first, of(&a, 24));
+        fs::rename(b.join("class1/002.jpg"), b.join("class1/009.jpg")).unwrap();
+        let renamed = of(&b, 32);
+        assert_ne!(first, renamed);
+        let file = b.join("class1/001.jpg");
+        let mut bytes = fs::read(&file).unwrap();
+        bytes.push(0);
+        fs::write(&file, bytes).unwrap();
+        assert_ne!(renamed, of(&b, 32));
+    }
 
     /// A record written before the hooks: the curation's settings move to the hook's, the kNN
     /// cadence goes, and a run without curation records no hook.

@@ -790,5 +790,20 @@ mod tests {
             err.to_string().contains("view 1 is cut at (24, 24)"),
             "{err}"
         );
+
+        // The same size with another area range is refused too: the crops' statistics differ.
+        let mut narrow = pipeline.clone();
+        for view in [&mut narrow.view1, &mut narrow.view2] {
+            view.crop.as_mut().expect("SimCLR's views crop").scale = (0.5, 1.0);
+        }
+        let err = SelfSupervised::streaming(
+            method(&device),
+            SgdConfig::new().init::<Ad, _>().unwrap(),
+            pipeline.init(1).unwrap(),
+            stream(&root, &narrow, 0),
+        )
+        .err()
+        .expect("refused");
+        assert!(err.to_string().contains("scale: (0.5, 1.0)"), "{err}");
     }
 }

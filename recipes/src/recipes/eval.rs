@@ -21,11 +21,14 @@
 //! checkpoints, protocols, probe lengths) are kept beside its training logs.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::RecipeEntry;
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
 use curriculum_ssl::eval::linear_probe::ProbeOptimizer;
+use curriculum_ssl::data::stream::ImageFiles;
+use curriculum_ssl::data::ImageSet;
 use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig};
 use curriculum_ssl::optim::LarsConfig;
 
@@ -117,19 +120,17 @@ pub fn run(args: &[String]) -> Result<()> {
         return Err(usage(format!("--label-fraction {f}: must lie in (0, 1]")));
     }
     super::export::check_run_dir(&args.run_dir)?;
-    let source = {
-        let record = super::export::read_recipe_record(&args.run_dir)?;
-        common::DataSource {
-            dir: args.data.or(record.run.data.clone()),
-            knn_data: args.knn_data.or(record.run.knn_data.clone()),
-            ..common::DataSource::of_run(&record.run)
-        }
+    let run_record = super::export::read_recipe_record(&args.run_dir)?.run;
+    let source = common::DataSource {
+        dir: args.data.or(run_record.data.clone()),
+        knn_data: args.knn_data.or(run_record.knn_data.clone()),
+        ..common::DataSource::of_run(&run_record)
     };
     check_evals_writable(&args.run_dir)?;
     source.validate()?;
-    let data = source.load_splits(false)?;
+    let (train, test) = labelled_sets(&source, &run_record)?;
     let probe = args.protocol.probe(
-        curriculum_ssl::data::Dataset::len(&data.train),
+        train.len(),
         // `--probe-epochs 0` skips the full probe; the few-label one keeps the protocol's epochs.
         args.probe_epochs.filter(|&e| e > 0),
         args.probe_lr,
@@ -144,17 +145,22 @@ pub fn run(args: &[String]) -> Result<()> {
         input,
     } = super::export::load_run_backbone(&args.run_dir, args.checkpoint.as_deref(), &device)?;
     let normalize = record.task.augmentation.view1.normalize.clone();
-    let (train, test) = data.labelled("recipe eval")?;
-    let (train, test) = (train.clone(), test.clone());
     let few_labels = match args.label_fraction {
         Some(fraction) => {
-            let labels = train.labels().expect("labelled() checked the labels");
+            let labels = train.labels().expect("labelled_sets checked the labels");
             let seed = args.label_seed.unwrap_or(record.train.seed);
-            let indices = curriculum_ssl::eval::few_label_indices(labels, fraction, seed)?;
-            Some((fraction, train.select(&indices)?))
+            let indices = curriculum_ssl::eval::few_label_indices(&labels, fraction, seed)?;
+            let few: Arc<dyn ImageSet> = match &train {
+                LabelledSet::Memory(array) => Arc::new(array.select(&indices)?),
+                LabelledSet::Stream(streamed, files, _) => {
+                    Arc::new(streamed.eval_set(&files.subset(&indices))?)
+                }
+            };
+            Some((fraction, few))
         }
         None => None,
     };
+    let (train, test) = (train.set(), test);
     let what = if args.raw_pixels {
         "raw-pixels".to_string()
     } else {
@@ -201,10 +207,66 @@ pub fn run(args: &[String]) -> Result<()> {
 /// What an evaluation scores on: the run's labelled splits, the few-label subset when asked
 /// for (with its fraction), and the views' normalisation.
 struct Split {
-    train: curriculum_ssl::data::ImageArray,
-    test: curriculum_ssl::data::ImageArray,
-    few_labels: Option<(f64, curriculum_ssl::data::ImageArray)>,
+    train: Arc<dyn ImageSet>,
+    test: Arc<dyn ImageSet>,
+    few_labels: Option<(f64, Arc<dyn ImageSet>)>,
     normalize: Option<curriculum_ssl::augment::normalize::Normalize>,
+}
+
+/// The labelled training split of an evaluation: decoded in memory, or (for a run that
+/// streamed its files) the files, read centre-cut as the run's kNN monitor read them.
+enum LabelledSet {
+    Memory(curriculum_ssl::data::ImageArray),
+    /// The stream's settings, its files, and the set that reads them.
+    Stream(common::Streamed, ImageFiles, Arc<dyn ImageSet>),
+}
+
+impl LabelledSet {
+    fn len(&self) -> usize {
+        self.set().len()
+    }
+
+    fn labels(&self) -> Option<Vec<u16>> {
+        self.set().labels().map(<[u16]>::to_vec)
+    }
+
+    fn set(&self) -> Arc<dyn ImageSet> {
+        match self {
+            Self::Memory(array) => Arc::new(array.clone()),
+            Self::Stream(_, _, set) => Arc::clone(set),
+        }
+    }
+}
+
+/// The labelled train and test splits `recipe eval` scores on: as the run read them, streamed
+/// from their files (centre-cut at the run's size) when it streamed, else decoded in memory.
+fn labelled_sets(
+    source: &common::DataSource,
+    run: &common::RecipeRun,
+) -> Result<(LabelledSet, Arc<dyn ImageSet>)> {
+    if !run.stream {
+        let data = source.load_splits(false)?;
+        let (train, test) = data.labelled("recipe eval")?;
+        return Ok((LabelledSet::Memory(train.clone()), Arc::new(test.clone())));
+    }
+    let source = common::DataSource {
+        image_size: source
+            .image_size
+            .or(run.input_shape.map(|[side, _, _]| side)),
+        ..source.clone()
+    };
+    let common::TrainData::Stream(streamed) = source.load_for_training(Some(true))? else {
+        unreachable!("asked to stream a folder of image files")
+    };
+    let Some((bank, queries)) = streamed.monitor.clone() else {
+        return Err(usage(
+            "recipe eval needs labelled images: this data has none (--dataset folder: give \
+             --knn-data with a train/ and a val/ tree of class folders; image-folder: add val/)",
+        ));
+    };
+    let test: Arc<dyn ImageSet> = Arc::new(streamed.eval_set(&queries)?);
+    let train: Arc<dyn ImageSet> = Arc::new(streamed.eval_set(&bank)?);
+    Ok((LabelledSet::Stream(streamed, bank, train), test))
 }
 
 /// The kNN monitor's accuracies, the linear probe's (unless `probe_epochs` is 0) and the
@@ -237,7 +299,7 @@ fn measure<M: curriculum_ssl_models::Backbone<crate::backend::Inner>>(
         row.push((format!("knn_k{}_top5", r.k), percent(r.accuracy.top5)));
     }
     let normalize = split.normalize.as_ref();
-    let features = |data| extract_features(model, data, 512, normalize, device);
+    let features = |data: &Arc<dyn ImageSet>| extract_features(model, &**data, 512, normalize, device);
     let test = (probe_epochs > 0 || split.few_labels.is_some())
         .then(|| features(&split.test))
         .transpose()?;
@@ -267,7 +329,7 @@ fn measure<M: curriculum_ssl_models::Backbone<crate::backend::Inner>>(
         println!(
             "few-label probe ({} labelled images, {:.4} of the training split): test top-1 \
              {:.2}%, top-5 {:.2}%",
-            curriculum_ssl::data::Dataset::len(few),
+            few.len(),
             f,
             100.0 * fitted.test.top1,
             100.0 * fitted.test.top5

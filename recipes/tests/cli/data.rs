@@ -425,3 +425,175 @@ fn a_run_directory_inside_the_image_folder_is_refused() {
     );
     assert!(!images.join("runs").exists());
 }
+
+/// A labelled image folder of JPEGs of several sizes (`train/` and `val/`, three classes, `n`
+/// per class in train/), and `bad` unreadable files in train/owl/ (half truncated JPEGs, half
+/// text named .jpg).
+fn jpeg_folder(name: &str, n: usize, bad: usize) -> std::path::PathBuf {
+    let root = scratch().join(name);
+    let _ = std::fs::remove_dir_all(&root);
+    for (split, count) in [("train", n), ("val", 6)] {
+        for class in ["cat", "dog", "owl"] {
+            let dir = root.join(split).join(class);
+            std::fs::create_dir_all(&dir).unwrap();
+            for i in 0..count {
+                let (w, h) = (24 + 3 * i as u32, 20 + 2 * i as u32);
+                let img = image::RgbImage::from_fn(w, h, |c, r| {
+                    image::Rgb([0, 1, 2].map(|ch| pixel(i + 7 * ch, r as usize, c as usize, ch)))
+                });
+                img.save(dir.join(format!("{i:02}.jpg"))).unwrap();
+            }
+        }
+    }
+    let good = std::fs::read(root.join("train/cat/00.jpg")).unwrap();
+    for i in 0..bad {
+        let bytes: &[u8] = if i % 2 == 0 {
+            &good[..good.len() / 2]
+        } else {
+            b"not an image at all"
+        };
+        std::fs::write(root.join(format!("train/owl/bad{i}.jpg")), bytes).unwrap();
+    }
+    root
+}
+
+/// A folder streamed (`--stream`): the views cut from JPEGs of several sizes every epoch, the
+/// unreadable files skipped, each named in the log and counted in steps.csv and the summary,
+/// the kNN monitor on val/ (streamed too), the run recorded as streamed; a resume that would
+/// decode the same folder into memory is refused naming both; `--stream` on data that is not
+/// image files exits 2.
+#[test]
+fn a_streamed_image_folder_trains_counts_its_bad_files_and_resumes_only_streamed() {
+    // 24 readable files and 8 unreadable ones: two batches of 16 visit every file.
+    let folder = jpeg_folder("streamed-folder", 8, 8);
+    let data = [
+        "--dataset",
+        "image-folder",
+        "--data-dir",
+        folder.to_str().unwrap(),
+    ];
+    let mut args = tiny("streamed", &data);
+    args.extend(
+        [
+            "--image-size",
+            "16",
+            "--batch-size",
+            "16",
+            "--stream",
+            "--knn-every",
+            "1",
+        ]
+        .map(String::from),
+    );
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "streamed"), 0, "{}", stderr(&o));
+    let run_dir = scratch().join("streamed");
+    let steps = std::fs::read_to_string(run_dir.join("steps.csv")).unwrap();
+    let header: Vec<&str> = steps.lines().next().unwrap().split(',').collect();
+    let column = header
+        .iter()
+        .position(|h| *h == "skipped_files")
+        .expect("a skipped_files column");
+    let skipped: f64 = steps
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(column).unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(steps.lines().count(), 3, "two steps\n{steps}");
+    // Every unreadable file was met once; a substitute drawn at random may be one again.
+    assert!(skipped >= 8.0, "{steps}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains(&format!("skipped {skipped} unreadable image files")),
+        "{stdout}"
+    );
+    let log = stderr(&o);
+    for i in 0..8 {
+        assert!(
+            log.contains(&format!("bad{i}.jpg")),
+            "bad{i}.jpg not named\n{log}"
+        );
+    }
+    assert!(stdout.contains("kNN (k = 20"), "{stdout}");
+    let config = std::fs::read_to_string(run_dir.join("config.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(config["run"]["stream"], true, "{config}");
+    assert_eq!(config["data"]["files"], true, "{config}");
+    let toml = std::fs::read_to_string(run_dir.join("recipe.toml")).unwrap();
+    assert!(toml.contains("stream = true"), "{toml}");
+    // `recipe eval` reads the splits as the run did (streamed, centre-cut): the same kNN as the
+    // run's last evaluation of the same weights, and a probe on streamed features.
+    let o = run(&[
+        "eval",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--probe-epochs",
+        "1",
+    ]);
+    assert_eq!(check_error_shape(&o, "eval streamed"), 0, "{}", stderr(&o));
+    let eval = String::from_utf8_lossy(&o.stdout);
+    let knn_line = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("kNN (k = 20"))
+            .map(|l| {
+                l.split(" (at")
+                    .next()
+                    .unwrap()
+                    .split(", top-5")
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+    };
+    assert_eq!(knn_line(&eval), knn_line(&stdout), "{eval}\n{stdout}");
+    assert!(eval.contains("linear probe"), "{eval}");
+
+    // A clean folder streamed, then resumed decoded into memory: other views of the same files.
+    let clean = jpeg_folder("clean-jpegs", 8, 0);
+    let data = [
+        "--dataset",
+        "image-folder",
+        "--data-dir",
+        clean.to_str().unwrap(),
+    ];
+    let mut args = tiny("streamed-clean", &data);
+    args.extend(["--image-size", "16", "--batch-size", "16", "--stream"].map(String::from));
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "streamed clean"), 0, "{}", stderr(&o));
+    let mut args = tiny("streamed-clean", &data);
+    args.extend(
+        [
+            "--image-size",
+            "16",
+            "--batch-size",
+            "16",
+            "--stream",
+            "false",
+            "--resume",
+            "--epochs",
+            "2",
+        ]
+        .map(String::from),
+    );
+    let o = run(&as_strs(&args));
+    assert_eq!(
+        check_error_shape(&o, "resumed in memory"),
+        2,
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("24 labelled image files streamed at 16x16x3")
+            && stderr(&o).contains("24 labelled images 16x16x3"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = run(&as_strs(&tiny("stream-idx", &["--stream"])));
+    assert_eq!(check_error_shape(&o, "stream idx"), 2);
+    assert!(
+        stderr(&o).contains("--stream: only for --dataset image-folder or folder"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -181,6 +181,24 @@ impl ImageFiles {
     pub fn not_images(&self) -> usize {
         self.not_images
     }
+
+    /// The files at `indices`, in that order, with their labels and the class names (e.g. an
+    /// evenly spread sample to estimate the images' statistics).
+    ///
+    /// # Panics
+    /// If an index is not below [`ImageSource::len`].
+    pub fn subset(&self, indices: &[usize]) -> Self {
+        Self {
+            root: self.root.clone(),
+            files: indices.iter().map(|&i| self.files[i].clone()).collect(),
+            labels: self
+                .labels
+                .as_ref()
+                .map(|l| indices.iter().map(|&i| l[i]).collect()),
+            class_names: self.class_names.clone(),
+            not_images: 0,
+        }
+    }
 }
 
 impl ImageSource for ImageFiles {
@@ -383,7 +401,7 @@ impl<S: ImageSource> StreamLoader<S> {
     }
 
     /// The items `range` (dataset order) cut by `crop` (e.g. the evaluation's centre crop),
-    /// decoded on the calling thread, with their labels. Unlike an epoch's batches, this names
+    /// decoded on as many threads as the loader has workers (at least one), with their labels. Unlike an epoch's batches, this names
     /// items, so an unreadable file is an error, not skipped.
     ///
     /// # Errors
@@ -393,39 +411,15 @@ impl<S: ImageSource> StreamLoader<S> {
         range: std::ops::Range<usize>,
         crop: ViewCrop,
     ) -> Result<HostBatch, DataError> {
-        let len = self.source.len();
-        if range.end > len || range.is_empty() {
-            return Err(DataError::Request {
-                path: PathBuf::from("<stream loader>"),
-                reason: format!("items {range:?} asked of a source of {len}"),
-            });
-        }
-        let (h, w) = crop.size();
-        let c = self.config.channels;
-        let mut pixels = Vec::with_capacity(range.len() * h * w * c);
-        let mut labels = Vec::with_capacity(range.len());
-        for i in range.clone() {
-            let name = self.source.name(i);
-            let bytes = self.source.read(i)?;
-            let image = decode_image(&name, &bytes, c)?;
-            // A centre crop draws nothing; a random one draws from the item's own stream.
-            let mut rng = StdRng::seed_from_u64(mix_seed(self.config.loader.seed, i as u64));
-            let bx = crop.draw(&mut rng, image.height, image.width);
-            pixels.extend_from_slice(&crop_resize(&image, bx, (h, w)));
-            labels.push(self.source.label(i));
-        }
-        Ok(HostBatch {
-            pixels,
-            len: range.len(),
-            height: h,
-            width: w,
-            channels: c,
-            labels: labels
-                .iter()
-                .all(Option::is_some)
-                .then(|| labels.iter().map(|l| l.unwrap_or(0) as i64).collect()),
-            indices: range.collect(),
-        })
+        super::images::read_cut(
+            &*self.source,
+            range,
+            crop,
+            self.config.channels,
+            self.config.loader.seed,
+            self.config.loader.workers.max(1),
+            false,
+        )
     }
 
     /// The batches of epoch `epoch` from batch `first_batch` on (0 for a whole epoch; later to

@@ -5,13 +5,17 @@
 //!
 //! - [`decode`]: one file to pixels (`zune-jpeg`, the `image` crate), a view's box to its
 //!   output size (`fast_image_resize`), and why these crates;
+//! - [`images`]: a source as an evaluation reads it ([`StreamedImages`], an
+//!   [`ImageSet`](super::ImageSet)): each image decoded and centre-cut when asked;
 //! - [`loader`]: the sources ([`ImageFiles`]), the worker pool, determinism, resume in the
 //!   middle of an epoch, replica shards and bad files.
 
 pub mod decode;
+pub mod images;
 pub mod loader;
 
 pub use decode::{crop_resize, decode_image, DecodedImage, ViewCrop};
+pub use images::StreamedImages;
 pub use loader::{
     ImageFiles, ImageSource, Skipped, StreamBatch, StreamConfig, StreamEpoch, StreamLoader,
     ViewPixels,

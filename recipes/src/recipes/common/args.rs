@@ -41,6 +41,12 @@ pub struct RecipeArgs {
     /// centre (default: the size of the first image, which all must then have).
     #[arg(long)]
     pub image_size: Option<usize>,
+    /// image-folder, folder: decode the image files anew every epoch on the loader's workers,
+    /// the views cut from the original images, instead of decoding them once into memory at
+    /// --image-size (`--stream false` keeps them in memory; default: streamed when, decoded,
+    /// they would take more than a quarter of the memory available).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub stream: Option<bool>,
     /// The kNN monitor's labelled images: a folder with a train/ and a val/ tree of class
     /// folders (PNG / JPEG), read at the size of the images trained on; the monitor of a
     /// --dataset folder run, which has no labels of its own.
@@ -295,6 +301,11 @@ pub struct RecipeRun {
     /// The kNN monitor's labelled folder (--knn-data).
     #[serde(default)]
     pub knn_data: Option<PathBuf>,
+    /// Whether the image files were streamed (decoded every epoch, the views cut from the
+    /// originals) rather than decoded once into memory: other views of the same files, so a
+    /// resume the other way is refused (absent when false, as in every run recorded before).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
     /// `[height, width, channels]` of the images trained on (runs recorded before it: `None`).
     #[serde(default)]
     pub input_shape: Option<[usize; 3]>,

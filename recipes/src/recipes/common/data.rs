@@ -1,11 +1,15 @@
 //! The data a recipe trains on (`--data-dir`, `--dataset`): where it comes from, the checks
-//! before anything is read, and the splits.
+//! before anything is read, the splits, and whether a folder's images are decoded into memory
+//! once or streamed from their files every epoch (`--stream`, or chosen when they are large).
 
 use super::args::{value_name, DatasetChoice, RecipeArgs, RecipeRun};
 use crate::usage::usage;
 use anyhow::{Context, Result};
 use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
+use curriculum_ssl::data::stream::{
+    decode_image, ImageFiles, ImageSource, StreamedImages, ViewCrop,
+};
 use curriculum_ssl::data::{image_folder, DataError, ImageArray};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -192,6 +196,219 @@ impl DataSource {
             train,
             test,
         })
+    }
+}
+
+/// The images a training run reads: decoded into memory once, or streamed from their files
+/// every epoch.
+#[derive(Clone)]
+pub enum TrainData {
+    /// Decoded once, up front, at the training size.
+    Memory(Data),
+    /// Image files decoded every epoch, the views cut from the originals.
+    Stream(Streamed),
+}
+
+/// A folder trained on by streaming its files (image-folder's `train/`, or a folder).
+#[derive(Clone)]
+pub struct Streamed {
+    /// The files trained on.
+    pub files: ImageFiles,
+    /// The side of the square images the pipeline is built for (the views' size).
+    pub side: usize,
+    /// The kNN monitor's labelled bank and queries (image-folder's `train/` and `val/`, or
+    /// --knn-data's), centre-cut at `side` when read.
+    pub monitor: Option<(ImageFiles, ImageFiles)>,
+}
+
+/// Files tried in a row for the size of a folder's images.
+const FIRST_TRIES: usize = 16;
+
+/// The evaluation transform of a streamed set: torchvision's `Resize(side / 0.875)` then
+/// `CenterCrop(side)` (ImageNet's 256 / 224), in one pass.
+pub const CENTRE_CROP_RATIO: f64 = 0.875;
+
+impl Streamed {
+    /// A streamed set of `files` as an evaluation reads it: each image centre-cut at the side.
+    pub fn eval_set(&self, files: &ImageFiles) -> Result<StreamedImages<ImageFiles>> {
+        Ok(StreamedImages::new(
+            files.clone(),
+            files.root(),
+            ViewCrop::Center {
+                size: (self.side, self.side),
+                ratio: CENTRE_CROP_RATIO,
+            },
+            3,
+            0,
+        )?)
+    }
+}
+
+impl TrainData {
+    /// `(height, width, channels)` of the images the pipeline is built for.
+    pub fn shape(&self) -> (usize, usize, usize) {
+        match self {
+            Self::Memory(data) => data.shape(),
+            Self::Stream(s) => (s.side, s.side, 3),
+        }
+    }
+}
+
+/// Images a folder may hold decoded in memory before a run streams it without being asked: a
+/// quarter of the memory available (what the system says; 16 GiB when it does not say).
+fn auto_stream_bytes() -> u64 {
+    available_memory().map_or(16 << 30, |a| a / 4)
+}
+
+/// The memory the system can give without swapping (`MemAvailable` of /proc/meminfo), where it
+/// says: read once, before the replicas' threads allocate their networks.
+pub(crate) fn available_memory() -> Option<u64> {
+    static AVAILABLE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    })
+}
+
+impl DataSource {
+    /// The images of a training run: streamed when `stream` says so, or, when it does not
+    /// say, when a folder's images decoded at the training size would take more than a quarter
+    /// of the available memory (said in the log); else decoded into memory
+    /// ([`DataSource::load`]).
+    ///
+    /// # Errors
+    /// `--stream` for a dataset that is not a folder of image files, a folder with no image, a
+    /// kNN split whose classes are not the bank's, or what [`DataSource::load`] refuses.
+    pub fn load_for_training(&self, stream: Option<bool>) -> Result<TrainData> {
+        let Some(dir) = self.dir.as_deref().filter(|_| self.dataset.is_files()) else {
+            if stream == Some(true) {
+                return Err(usage(format!(
+                    "--stream: only for --dataset image-folder or folder (the image files a run \
+                     decodes every epoch); --dataset {} is read from its own files into memory",
+                    value_name(self.dataset)
+                )));
+            }
+            return Ok(TrainData::Memory(self.load()?));
+        };
+        if stream == Some(false) {
+            return Ok(TrainData::Memory(self.load()?));
+        }
+        let files = match self.dataset {
+            DatasetChoice::ImageFolder => ImageFiles::classes(dir.join("train"))
+                .context("listing the training images (train/)")?,
+            _ => ImageFiles::unlabeled(dir).context("listing the images")?,
+        };
+        // The first readable image's size stands for the folder's (a bad file is skipped when
+        // streamed, refused when decoded into memory).
+        let mut first = Err(anyhow::anyhow!("no image"));
+        for i in 0..files.len().min(FIRST_TRIES) {
+            first = files
+                .read(i)
+                .and_then(|bytes| decode_image(&files.name(i), &bytes, 3))
+                .map_err(anyhow::Error::from);
+            if first.is_ok() {
+                break;
+            }
+        }
+        let image = first.with_context(|| {
+            format!(
+                "reading the first images of {} (their size sets the views' size)",
+                files.root().display()
+            )
+        })?;
+        if stream.is_none() {
+            // What the in-memory path would hold: every image at --image-size, or at the first
+            // image's size (which all must then have).
+            let (h, w) = self
+                .image_size
+                .map_or((image.height, image.width), |s| (s, s));
+            let bytes = files.len() as u64 * (h * w * 3) as u64;
+            let limit = auto_stream_bytes();
+            if bytes <= limit {
+                return Ok(TrainData::Memory(self.load()?));
+            }
+            log::info!(
+                "{} images at {h}x{w} would take {:.1} GiB decoded, more than a quarter of the \
+                 memory available ({:.1} GiB): streaming them from their files every epoch \
+                 (--stream false decodes them into memory)",
+                files.len(),
+                bytes as f64 / f64::from(1u32 << 30),
+                limit as f64 * 4.0 / f64::from(1u32 << 30),
+            );
+        }
+        let side = match self.image_size {
+            Some(side) => side,
+            None => {
+                let side = image.height.min(image.width).min(224);
+                log::info!(
+                    "streaming: views of {side} px (the first image's shorter side, at most \
+                     224; --image-size sets it)"
+                );
+                side
+            }
+        };
+        let monitor = self.streamed_monitor(dir, &files)?;
+        log::info!(
+            "streaming {} images from {}{}",
+            files.len(),
+            files.root().display(),
+            match files.not_images() {
+                0 => String::new(),
+                n => format!(" ({n} files that are not .png, .jpg or .jpeg left out)"),
+            }
+        );
+        Ok(TrainData::Stream(Streamed {
+            files,
+            side,
+            monitor,
+        }))
+    }
+
+    /// The kNN monitor's bank and queries of a streamed run: --knn-data's train/ and val/, else
+    /// image-folder's train/ (the files trained on) and val/; none for a folder without
+    /// --knn-data or an image-folder without val/ (warned about, as in memory).
+    fn streamed_monitor(
+        &self,
+        dir: &Path,
+        files: &ImageFiles,
+    ) -> Result<Option<(ImageFiles, ImageFiles)>> {
+        let (bank, queries) = if let Some(knn) = &self.knn_data {
+            (
+                ImageFiles::classes(knn.join("train"))
+                    .context("listing the kNN monitor's labelled images (--knn-data …/train)")?,
+                ImageFiles::classes(knn.join("val"))
+                    .context("listing the kNN monitor's labelled images (--knn-data …/val)")?,
+            )
+        } else if self.dataset == DatasetChoice::ImageFolder {
+            let val = dir.join("val");
+            if !val.is_dir() {
+                log::warn!(
+                    "{}: no val/ folder, so the kNN monitor is off (add a val/ tree of the same \
+                     classes to measure the features as training goes)",
+                    dir.display()
+                );
+                return Ok(None);
+            }
+            (
+                files.clone(),
+                ImageFiles::classes(&val).context("listing the validation images (val/)")?,
+            )
+        } else {
+            return Ok(None);
+        };
+        if bank.class_names() != queries.class_names() {
+            return Err(usage(format!(
+                "{}: its classes ({}) are not those of {} ({}): the kNN monitor scores a \
+                 query by its neighbours' classes, which must be the same folders",
+                queries.root().display(),
+                queries.class_names().len(),
+                bank.root().display(),
+                bank.class_names().len()
+            )));
+        }
+        Ok(Some((bank, queries)))
     }
 }
 

@@ -4,7 +4,7 @@
 use super::args::{value_name, RecipeArgs};
 use super::backbone::{BackboneChoice, BackboneSpec, StemChoice};
 use super::config_file::Overrides;
-use super::data::{is_inside, Data, DataSource};
+use super::data::{available_memory, is_inside, DataSource, TrainData};
 use crate::backend;
 use crate::backend::{Device, Train};
 use crate::usage::usage;
@@ -47,6 +47,9 @@ pub struct Settings {
     pub given_pooled_grid: Option<usize>,
     /// Torchvision weights the backbone starts from.
     pub weights: Option<PathBuf>,
+    /// Whether the image files are streamed (`--stream`, or chosen for large data; resolved
+    /// once the data is listed).
+    pub stream: bool,
 }
 
 impl Settings {
@@ -88,6 +91,7 @@ impl Settings {
             stem: args.stem,
             given_pooled_grid: args.pooled_grid.map(|g| g as usize),
             weights: args.weights.clone(),
+            stream: false,
         }
     }
 
@@ -104,7 +108,7 @@ impl Settings {
 /// the views normalised with `normalize` when given.
 fn pipeline(
     preset: fn(usize, usize) -> PipelineConfig,
-    data: &Data,
+    data: &TrainData,
     seed: u64,
     normalize: Option<Normalize>,
 ) -> PipelineConfig {
@@ -131,8 +135,13 @@ fn pipeline(
 
 /// The views' normalisation: `--mean` / `--std` when given (checked against the channels),
 /// else the statistics of the images themselves for the user's own files (image-folder,
-/// folder), else `None` (the preset's statistics of the known dataset).
-fn normalization(args: &RecipeArgs, source: &DataSource, data: &Data) -> Result<Option<Normalize>> {
+/// folder; of an evenly spread sample of [`STATS_SAMPLE`] files, centre-cut, when streamed),
+/// else `None` (the preset's statistics of the known dataset).
+fn normalization(
+    args: &RecipeArgs,
+    source: &DataSource,
+    data: &TrainData,
+) -> Result<Option<Normalize>> {
     let channels = data.shape().2;
     if let (Some(mean), Some(std)) = (&args.mean, &args.std) {
         let given = Normalize::new(mean, std);
@@ -146,12 +155,24 @@ fn normalization(args: &RecipeArgs, source: &DataSource, data: &Data) -> Result<
     if !source.dataset.is_files() {
         return Ok(None);
     }
-    let (mean, std) = data.trained_on().channel_stats();
+    let (mean, std) = match data {
+        TrainData::Memory(data) => data.trained_on().channel_stats(),
+        TrainData::Stream(s) => {
+            let n = curriculum_ssl::data::stream::ImageSource::len(&s.files);
+            let m = n.min(STATS_SAMPLE);
+            let sample: Vec<usize> = (0..m).map(|i| i * n / m).collect();
+            let set = s.eval_set(&s.files.subset(&sample))?;
+            curriculum_ssl::data::channel_stats(&set, 64)?
+        }
+    };
     // A channel that never varies (a blank folder) would divide by zero.
     let std: Vec<f64> = std.into_iter().map(|s| s.max(1e-3)).collect();
     log::info!("normalisation computed from the images: mean {mean:.4?}, std {std:.4?}");
     Ok(Some(Normalize::new(&mean, &std)))
 }
+
+/// Files whose statistics a streamed run normalises its views with (a few seconds of decoding).
+const STATS_SAMPLE: usize = 1000;
 
 /// A recipe's own defaults (the command line overrides them).
 pub struct Defaults {
@@ -299,8 +320,8 @@ pub struct Prepared {
     pub settings: Settings,
     /// The training device.
     pub device: Device,
-    /// Train and test images.
-    pub data: Data,
+    /// Train and test images, in memory or streamed.
+    pub data: TrainData,
     /// The augmentation.
     pub pipeline: PipelineConfig,
     /// The two-view loss with the command line's changes, if the recipe is of the SimCLR family.
@@ -445,7 +466,8 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         )));
     }
     let device = backend::open(args.device, args.precision)?;
-    let data = settings.source.load()?;
+    let data = settings.source.load_for_training(args.stream)?;
+    settings.stream = matches!(data, TrainData::Stream(_));
     let channels = data.shape().2;
     let spec = BackboneSpec {
         config: settings.backbone.config(
@@ -678,18 +700,6 @@ fn check_fits(parameters: u64, replicas: usize) -> Result<()> {
     Ok(())
 }
 
-/// The memory the system can give without swapping (`MemAvailable` of /proc/meminfo), where it
-/// says: read once, before the replicas' threads allocate their networks.
-fn available_memory() -> Option<u64> {
-    static AVAILABLE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-        let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
-    })
-}
-
 /// Checks the settings a training recipe resolved, naming the option at fault.
 pub(crate) fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
     if settings.epochs == 0 {
@@ -767,6 +777,11 @@ pub fn options_table(args: &RecipeArgs, settings: &Settings) -> toml::Table {
     put("data_dir", source.dir.as_deref().map(path));
     put("image_size", source.image_size.map(int));
     put("knn_data", source.knn_data.as_deref().map(path));
+    // Resolved (chosen by the data's size when not given): a resume streams as the run did.
+    put(
+        "stream",
+        (source.dataset.is_files() || args.stream.is_some()).then_some(V::Boolean(settings.stream)),
+    );
     put("mean", args.mean.as_deref().map(floats));
     put("std", args.std.as_deref().map(floats));
     put("epochs", Some(int(settings.epochs)));

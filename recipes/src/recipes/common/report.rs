@@ -32,6 +32,20 @@ pub(super) fn result_lines(
         images as f64 / seconds,
         last.mean_loss,
     ));
+    // A streamed run's unreadable files (each named in the log when it was met).
+    let skipped: f64 = summary
+        .steps
+        .iter()
+        .flat_map(|s| &s.stats)
+        .filter(|(k, _)| k == "skipped_files")
+        .map(|(_, v)| v)
+        .sum();
+    if skipped > 0.0 {
+        lines.push(format!(
+            "skipped {skipped} unreadable image files (each replaced by another image of the \
+             data; named in the log, counted per step in steps.csv's skipped_files)"
+        ));
+    }
     let Some(knn) = knn else {
         lines.push(
             "kNN monitor off: the images have no labels (--knn-data DIR measures the features \

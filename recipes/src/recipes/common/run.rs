@@ -3,6 +3,7 @@
 //! report.
 
 use super::args::RecipeRun;
+use super::data::TrainData;
 use super::prepare::{options_table, Prepared, Settings};
 use super::report::{print_where, result_lines, write_summary};
 use crate::backend;
@@ -11,6 +12,7 @@ use crate::run_files::{read_knn_results, KNN_AT_INIT, KNN_RAW_PIXELS};
 use crate::usage::usage;
 use anyhow::Result;
 use burn::optim::Optimizer;
+use curriculum_ssl::data::stream::{ImageSource, StreamConfig, StreamLoader, ViewCrop};
 use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::data_parallel::{
     replicas, DataParallelConfig, DataParallelError, MultiNode, Replica,
@@ -20,7 +22,7 @@ use curriculum_ssl::hooks::{
     FrechetCurationHook, KnnHook, ObjectBoxesHook, SelfPacedAutoAugmentHook,
 };
 use curriculum_ssl::method::SslMethod;
-use curriculum_ssl::pipeline::Augmenter;
+use curriculum_ssl::pipeline::{Augmenter, PipelineConfig, ViewConfig};
 use curriculum_ssl::train::{DataFingerprint, SelfSupervised, StartMode, TrainConfig, Trainer};
 use serde::Serialize;
 
@@ -124,7 +126,7 @@ impl Prepared {
             // scale whose bounds are reversed), and the method as the run builds it, its size
             // checked before its weights are drawn (`--check` passed methods whose networks
             // could not fit, and settings the run then refused). Nothing is written.
-            let channels = self.data.train.image_shape().2;
+            let channels = self.data.shape().2;
             let _: Augmenter = self.pipeline.clone().init(channels)?;
             drop(build(&self, &self.device)?);
             if self.args.print_settings {
@@ -297,10 +299,10 @@ where
     O: Optimizer<S::Online, Train> + 'static,
 {
     let (args, settings) = (&prepared.args, &prepared.settings);
-    let (data, pipeline) = (prepared.data.clone(), prepared.pipeline.clone());
+    let pipeline = prepared.pipeline.clone();
     let curation = prepared.curation.clone();
     let lead = replica.as_ref().is_none_or(|r| r.is_lead());
-    let channels = data.train.image_shape().2;
+    let channels = prepared.data.shape().2;
     let augmenter: Augmenter = pipeline.clone().init(channels)?;
     let loader_config = LoaderConfig {
         batch_size: settings.batch_size,
@@ -308,23 +310,57 @@ where
         workers: args.workers,
         ..LoaderConfig::default()
     };
-    let monitor = match &data.test {
-        Some(test) if data.train.is_labeled() => Some(KnnMonitor::new(
-            data.train.clone(),
-            test.clone(),
-            pipeline.view1.normalize.clone(),
-        )?),
-        _ => None,
+    let normalize = pipeline.view1.normalize.clone();
+    let (feed, monitor, fingerprint) = match &prepared.data {
+        TrainData::Memory(data) => {
+            let data = data.clone();
+            let monitor = match &data.test {
+                Some(test) if data.train.is_labeled() => Some(KnnMonitor::new(
+                    data.train.clone(),
+                    test.clone(),
+                    normalize,
+                )?),
+                _ => None,
+            };
+            let (images, what) = match data.pretrain {
+                Some(pretrain) => (pretrain, "pre-training images"),
+                None => (data.train, "training images"),
+            };
+            let fingerprint = prepared
+                .fingerprint
+                .get_or_init(|| DataFingerprint::of_images(&images))
+                .clone();
+            let loader = Loader::new(images, what, loader_config)?;
+            (Feed::Memory(loader), monitor, fingerprint)
+        }
+        TrainData::Stream(s) => {
+            let monitor = match &s.monitor {
+                Some((bank, queries)) => Some(KnnMonitor::new(
+                    s.eval_set(bank)?,
+                    s.eval_set(queries)?,
+                    normalize,
+                )?),
+                None => None,
+            };
+            let fingerprint = prepared
+                .fingerprint
+                .get_or_init(|| {
+                    DataFingerprint::of_files(&s.files, s.files.root(), [s.side, s.side, 3])
+                })
+                .clone();
+            let source: Box<dyn ImageSource> = Box::new(s.files.clone());
+            let config = StreamConfig {
+                loader: loader_config,
+                channels: 3,
+                views: stream_views(&pipeline, s.side),
+            };
+            (
+                Feed::Stream(StreamLoader::new(source, config)?),
+                monitor,
+                fingerprint,
+            )
+        }
     };
-    let (images, what) = match data.pretrain {
-        Some(pretrain) => (pretrain, "pre-training images"),
-        None => (data.train, "training images"),
-    };
-    let fingerprint = prepared
-        .fingerprint
-        .get_or_init(|| DataFingerprint::of_images(&images))
-        .clone();
-    let loader = Loader::new(images, what, loader_config)?;
     let train_config = TrainConfig::new()
         .with_epochs(settings.epochs)
         .with_lr(settings.lr)
@@ -340,6 +376,7 @@ where
         dataset: settings.source.dataset,
         image_size: settings.source.image_size,
         knn_data: settings.source.knn_data.clone(),
+        stream: settings.stream,
         input_shape: {
             let (h, w, c) = prepared.data.shape();
             Some([h, w, c])
@@ -375,7 +412,11 @@ where
     prepared.overrides.check_used(settings.recipe)?;
     let uses_boxes = method.uses_object_boxes();
     let adaptive = augmenter.is_adaptive();
-    let mut builder = Trainer::builder(method, optimizer, augmenter, loader)
+    let task = match feed {
+        Feed::Memory(loader) => SelfSupervised::new(method, optimizer, augmenter, loader),
+        Feed::Stream(loader) => SelfSupervised::streaming(method, optimizer, augmenter, loader)?,
+    };
+    let mut builder = Trainer::with_task(task)
         .config(train_config)
         .run_dir(&run_dir)
         .describe(&description)
@@ -417,6 +458,32 @@ where
 
 /// A recipe's trainer.
 type RecipeTrainer<S, O> = Trainer<Train, SelfSupervised<Train, S, O, ImageArray>>;
+
+/// Where a recipe's batches come from.
+enum Feed {
+    /// Images decoded into memory.
+    Memory(Loader<ImageArray>),
+    /// Image files decoded every epoch.
+    Stream(StreamLoader<Box<dyn ImageSource>>),
+}
+
+/// The views a streaming loader cuts for `pipeline`, in the augmentation's order (view 1, view
+/// 2, the local crops): each view's own random resized crop, or for a view without one the
+/// whole image's centre square at `side` (what the in-memory path resizes every image to).
+fn stream_views(pipeline: &PipelineConfig, side: usize) -> Vec<ViewCrop> {
+    let cut = |view: &ViewConfig| match view.crop {
+        Some(crop) => ViewCrop::Random(crop),
+        None => ViewCrop::Center {
+            size: (side, side),
+            ratio: 1.0,
+        },
+    };
+    let mut views = vec![cut(&pipeline.view1), cut(&pipeline.view2)];
+    if let Some(local) = &pipeline.local_crops {
+        views.extend(std::iter::repeat_n(cut(&local.view), local.count));
+    }
+    views
+}
 
 /// Says where the run starts (resumed, or afresh) and with what.
 fn print_start<S, O>(
@@ -478,14 +545,29 @@ where
         return Ok(Default::default());
     };
     let at_init = hook.evaluate(trainer.method(), device)?;
-    let raw = hook
-        .monitor()
-        .evaluate::<backend::Inner, _>(&RawPixels::new(prepared.data.shape()), device)?;
+    // The raw pixels' features are the images themselves: a bank of ImageNet's size would not
+    // fit, so the baseline is left out above RAW_PIXELS_BYTES of bank.
+    let (h, w, c) = prepared.data.shape();
+    let bank_bytes = hook.monitor().bank_len() as u64 * (h * w * c) as u64 * 4;
+    let raw = if bank_bytes > RAW_PIXELS_BYTES {
+        log::info!(
+            "the raw pixels' kNN is left out: its bank would hold {:.1} GiB of pixels",
+            bank_bytes as f64 / f64::from(1u32 << 30)
+        );
+        Vec::new()
+    } else {
+        hook.monitor()
+            .evaluate::<backend::Inner, _>(&RawPixels::new((h, w, c)), device)?
+    };
     for (file, r) in [(&init_file, &at_init), (&raw_file, &raw)] {
         curriculum_ssl::train::write_atomic(file, &serde_json::to_vec_pretty(r)?)?;
     }
     Ok((at_init, raw))
 }
+
+/// The largest bank of raw pixels (as f32 features) the raw-pixel baseline computes: 2 GiB
+/// (the full Fashion-MNIST's is 188 MB, CIFAR-10's 614 MB; ImageNet's would be 770 GB).
+const RAW_PIXELS_BYTES: u64 = 2 << 30;
 
 /// The run record's settings that may differ between the machines of a run on several
 /// (paths: each machine reads its own copy of the data; the data's fingerprint is compared).
