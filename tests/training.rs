@@ -189,6 +189,100 @@ where
     );
 }
 
+/// Sets the run's stop flag after step `at` (0-based), as Ctrl-C would in the middle of an
+/// epoch.
+struct StopAfter {
+    at: usize,
+    flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<K: curriculum_ssl::train::Task<Ad>> curriculum_ssl::train::hook::Hook<Ad, K> for StopAfter {
+    fn name(&self) -> &'static str {
+        "stop_after"
+    }
+
+    fn after_step(
+        &mut self,
+        _: &mut curriculum_ssl::train::hook::RunView<'_, Ad, K>,
+        progress: curriculum_ssl::base::Progress,
+        _: f64,
+    ) -> Result<Vec<(String, f64)>, TrainError> {
+        if progress.step == self.at {
+            self.flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(Vec::new())
+    }
+}
+
+/// With a checkpoint every 3 steps, a MoCo run (queue, key encoder, momentum schedule) stopped
+/// after the 7th of 8 steps resumes from step 6, two batches into its second epoch: the same
+/// losses at every step, the same second epoch's mean loss, the same final weights as a run
+/// that never stopped; only the newest mid-epoch checkpoint is kept, none once the run ends.
+#[test]
+fn moco_resumes_exactly_from_the_middle_of_an_epoch() {
+    let device = Default::default();
+    let data = subset(128);
+    let make = |dir: &Path, mode: StartMode, stop_after: Option<usize>| {
+        let method =
+            init_method::<Ad, _, curriculum_ssl::ConfigError>(&device, 7, |d| Ok(moco(d))).unwrap();
+        let optimizer = SgdConfig::new().init().unwrap();
+        let mut builder =
+            Trainer::builder(method, optimizer, augmenter(3), loader(data.clone(), 32, 5))
+                .config(train_config(2).with_checkpoint_every_steps(3))
+                .describe(&serde_json::json!({ "test": "mid-epoch" }))
+                .run_dir(dir)
+                .start(mode);
+        if let Some(at) = stop_after {
+            let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            builder = builder.stop_when(flag.clone()).hook(StopAfter { at, flag });
+        }
+        builder.build(&device).unwrap()
+    };
+    let names = |dir: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir.join("checkpoints"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("epoch-"))
+            .collect();
+        names.sort();
+        names
+    };
+    let straight = run_dir("mid-epoch-straight");
+    let whole = make(&straight, StartMode::Fresh, None).fit().unwrap();
+    assert_eq!(whole.steps.len(), 8);
+    assert_eq!(names(&straight), ["epoch-0001", "epoch-0002"]);
+
+    let stopped = run_dir("mid-epoch-stopped");
+    let err = make(&stopped, StartMode::Fresh, Some(6)).fit().unwrap_err();
+    assert!(
+        matches!(err, TrainError::Interrupted { step: 7, .. }),
+        "{err}"
+    );
+    // Step 3's checkpoint went when epoch 1's end was written; step 6's is the newest.
+    assert_eq!(names(&stopped), ["epoch-0001", "epoch-0001-batch-0000002"]);
+    let mut trainer = make(&stopped, StartMode::Resume, None);
+    let from = trainer.resumed_from().unwrap().to_path_buf();
+    assert!(
+        from.ends_with("epoch-0001-batch-0000002"),
+        "{}",
+        from.display()
+    );
+    assert_eq!((trainer.epoch(), trainer.step()), (1, 6));
+    let rest = trainer.fit().unwrap();
+    assert_eq!(rest.steps.len(), 2);
+    assert_eq!(losses(&straight), losses(&stopped), "per-step losses");
+    assert_eq!(
+        whole.epochs[1].mean_loss, rest.epochs[0].mean_loss,
+        "the second epoch's mean loss"
+    );
+    assert_eq!(
+        params(make(&straight, StartMode::Resume, None).method().online()),
+        params(trainer.method().online()),
+        "final weights"
+    );
+    assert_eq!(names(&stopped), ["epoch-0001", "epoch-0002"]);
+}
+
 #[test]
 fn moco_resumes_exactly() {
     check_resume("moco", moco);

@@ -134,8 +134,8 @@ fn message(error: &anyhow::Error) -> String {
         }
         return format!(
             "{} was written by a run with other settings: {}. Resume with the run's settings \
-             (--checkpoint-every, --knn-every, --workers and --device may change; --extend with a larger \
-             --epochs makes it longer), or start a new --run-dir",
+             (--checkpoint-every, --checkpoint-every-steps, --knn-every, --workers and --device may \
+             change; --extend with a larger --epochs makes it longer), or start a new --run-dir",
             path.display(),
             named.join("; ")
         );

@@ -262,15 +262,25 @@ impl<D: Dataset<ImageItem> + 'static> Loader<D> {
 
     /// The batches of epoch `epoch`, gathered ahead on the worker threads.
     pub fn epoch(&self, epoch: u64) -> EpochIter {
-        self.epoch_in_order(self.order(epoch))
+        self.epoch_in_order(self.order(epoch), 0)
     }
 
     /// The batches of epoch `epoch` drawn from the selection `pool` ([`Loader::pool_order`]).
     pub fn epoch_of_pool(&self, epoch: u64, pool: &[usize]) -> EpochIter {
-        self.epoch_in_order(self.pool_order(epoch, pool))
+        self.epoch_in_order(self.pool_order(epoch, pool), 0)
     }
 
-    fn epoch_in_order(&self, order: Vec<usize>) -> EpochIter {
+    /// The batches of epoch `epoch` (of the whole dataset, or of a selection `pool`) from batch
+    /// `first_batch` on: the rest of the epoch, for a resume in its middle.
+    pub fn epoch_from(&self, epoch: u64, pool: Option<&[usize]>, first_batch: usize) -> EpochIter {
+        let order = match pool {
+            None => self.order(epoch),
+            Some(pool) => self.pool_order(epoch, pool),
+        };
+        self.epoch_in_order(order, first_batch)
+    }
+
+    fn epoch_in_order(&self, order: Vec<usize>, first_batch: usize) -> EpochIter {
         let batches = self
             .num_batches()
             .min(order.len().div_ceil(self.config.batch_size));
@@ -282,7 +292,7 @@ impl<D: Dataset<ImageItem> + 'static> Loader<D> {
             Arc::new(move |b| gather(dataset.as_ref(), &source, &order, b, bs, shard));
         OrderedBatches::new(
             build,
-            0,
+            first_batch,
             batches,
             self.config.workers,
             self.config.prefetch,

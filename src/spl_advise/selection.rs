@@ -280,6 +280,12 @@ impl<B: AutodiffBackend, K: SupervisedTask<B>> Hook<B, K> for SpldSampling {
         self.describe.clone()
     }
 
+    /// Its selection reads the examples' losses at the epoch's start, which a resume in the
+    /// middle of the epoch no longer has.
+    fn resumes_mid_epoch(&self) -> bool {
+        false
+    }
+
     fn epoch_start(&mut self, run: &mut RunView<'_, B, K>, epoch: usize) -> Result<(), TrainError> {
         let pool = if self.pace.in_warmup(epoch) {
             self.pace.select_all(self.index.num_examples())
@@ -570,6 +576,12 @@ where
         Ok(())
     }
 
+    /// Its selection reads the examples' losses at the epoch's start, which a resume in the
+    /// middle of the epoch no longer has.
+    fn resumes_mid_epoch(&self) -> bool {
+        false
+    }
+
     fn epoch_start(&mut self, run: &mut RunView<'_, B, K>, epoch: usize) -> Result<(), TrainError> {
         self.refresh(epoch)?;
         self.epoch_loss = (0.0, 0);
@@ -742,6 +754,11 @@ impl<B: AutodiffBackend, K: SupervisedTask<B>> Hook<B, K> for RandomSampling {
 
     fn describe(&self) -> serde_json::Value {
         serde_json::json!({ "method": "random" })
+    }
+
+    /// Its count of selected examples is set at the epoch's start and kept in no state.
+    fn resumes_mid_epoch(&self) -> bool {
+        false
     }
 
     fn epoch_start(&mut self, run: &mut RunView<'_, B, K>, _: usize) -> Result<(), TrainError> {

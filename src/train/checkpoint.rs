@@ -1,6 +1,8 @@
 //! Checkpoints: everything needed to resume a run exactly, written atomically and checksummed.
 //!
-//! A checkpoint is a directory `checkpoints/epoch-NNNN/` of the run directory holding
+//! A checkpoint is a directory `checkpoints/epoch-NNNN/` of the run directory (or, written in
+//! the middle of an epoch, `checkpoints/epoch-NNNN-batch-NNNNNNN/`: NNNN epochs and that many
+//! batches of the next; only the newest of these is kept) holding
 //!
 //! | file ([`files`]) | content |
 //! |---|---|
@@ -148,18 +150,42 @@ pub mod files {
         format!("epoch-{epoch:04}")
     }
 
-    /// The epoch of a checkpoint name written by [`checkpoint_name`].
-    pub fn checkpoint_epoch(name: &str) -> Option<usize> {
-        let digits = name.strip_prefix("epoch-")?;
-        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
+    /// The name of the checkpoint written `batch` batches into the epoch that follows `epoch`
+    /// complete epochs: `epoch-NNNN-batch-NNNNNNN`, or [`checkpoint_name`] at batch 0.
+    pub fn checkpoint_name_at(epoch: usize, batch: usize) -> String {
+        match batch {
+            0 => checkpoint_name(epoch),
+            b => format!("epoch-{epoch:04}-batch-{b:07}"),
         }
-        digits.parse().ok()
+    }
+
+    /// The `(epochs, batches)` position of a checkpoint name written by
+    /// [`checkpoint_name_at`] (batches 0 for an epoch's end).
+    pub fn checkpoint_position(name: &str) -> Option<(usize, usize)> {
+        let digits = |text: &str| -> Option<usize> {
+            if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            text.parse().ok()
+        };
+        let rest = name.strip_prefix("epoch-")?;
+        match rest.split_once("-batch-") {
+            None => Some((digits(rest)?, 0)),
+            Some((epoch, batch)) => {
+                let batch = digits(batch)?;
+                (batch > 0).then_some((digits(epoch)?, batch))
+            }
+        }
+    }
+
+    /// The epochs completed at a checkpoint name written by [`checkpoint_name_at`].
+    pub fn checkpoint_epoch(name: &str) -> Option<usize> {
+        checkpoint_position(name).map(|(epoch, _)| epoch)
     }
 }
 
 /// Where a run stands when a checkpoint is written (`meta.json`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointMeta {
     /// Layout version ([`FORMAT_VERSION`]).
     pub format_version: u32,
@@ -170,6 +196,15 @@ pub struct CheckpointMeta {
     pub epoch: usize,
     /// Optimiser steps completed (the index of the next step).
     pub step: usize,
+    /// Batches of the epoch after `epoch` already trained: 0 at an epoch's end, more in a
+    /// checkpoint written in the middle of an epoch (absent when 0, as in every checkpoint
+    /// before mid-epoch checkpoints existed).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub batch: usize,
+    /// In a mid-epoch checkpoint, the epoch so far: its losses summed, its images and its
+    /// seconds (so that the resumed epoch's row in `epochs.csv` is the whole epoch's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch_so_far: Option<EpochSoFar>,
     /// Seed of the loader's shuffling.
     pub loader_seed: u64,
     /// Seed of the augmentation.
@@ -180,6 +215,21 @@ pub struct CheckpointMeta {
     pub online_shapes: Vec<Vec<usize>>,
     /// Shapes of the backbone's float parameters, in visiting order.
     pub backbone_shapes: Vec<Vec<usize>>,
+}
+
+/// An epoch's running totals at a mid-epoch checkpoint ([`CheckpointMeta::epoch_so_far`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EpochSoFar {
+    /// The losses of its steps so far, summed.
+    pub loss_sum: f64,
+    /// Images trained on so far (every replica's).
+    pub images: usize,
+    /// Seconds spent on it so far.
+    pub seconds: f64,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 type Bytes = NamedMpkBytesRecorder<FullPrecisionSettings>;
@@ -306,7 +356,7 @@ impl CheckpointDir {
     /// at it; returns its directory.
     pub(crate) fn save(&self, files: CheckpointFiles) -> Result<PathBuf, TrainError> {
         fs::create_dir_all(&self.root).map_err(|e| write_error(&self.root, e))?;
-        let name = files::checkpoint_name(files.meta.epoch);
+        let name = files::checkpoint_name_at(files.meta.epoch, files.meta.batch);
         let tmp = self
             .root
             .join(format!(".{name}.{}.tmp", std::process::id()));
@@ -425,18 +475,47 @@ impl CheckpointDir {
         Ok(out)
     }
 
-    /// Every complete checkpoint (a directory `epoch-NNNN` with `meta.json`), newest first.
+    /// Every complete checkpoint (a directory `epoch-NNNN` or `epoch-NNNN-batch-NNNNNNN` with
+    /// `meta.json`), newest first.
     pub fn complete(&self) -> Result<Vec<PathBuf>, TrainError> {
-        let mut found: Vec<(usize, PathBuf)> = self
+        let mut found: Vec<((usize, usize), PathBuf)> = self
             .entries()?
             .into_iter()
             .filter_map(|(name, path)| {
-                let epoch = files::checkpoint_epoch(&name)?;
-                path.join(files::META).is_file().then_some((epoch, path))
+                let position = files::checkpoint_position(&name)?;
+                path.join(files::META).is_file().then_some((position, path))
             })
             .collect();
         found.sort_by_key(|f| std::cmp::Reverse(f.0));
         Ok(found.into_iter().map(|(_, p)| p).collect())
+    }
+
+    /// Removes the mid-epoch checkpoints older than `(epoch, batch)` (the one just written):
+    /// an epoch's end keeps its checkpoint, the middle of an epoch only its newest, so that a
+    /// run checkpointing every few hundred steps holds one more checkpoint, not hundreds. Each
+    /// is first renamed to a hidden temporary name, so that a kill during its removal leaves a
+    /// leftover [`CheckpointDir::clear_leftovers`] removes, not a damaged checkpoint.
+    ///
+    /// # Errors
+    /// If the folder cannot be read or a checkpoint cannot be removed.
+    pub(crate) fn remove_older_mid_epoch(
+        &self,
+        epoch: usize,
+        batch: usize,
+    ) -> Result<(), TrainError> {
+        for (name, path) in self.entries()? {
+            match files::checkpoint_position(&name) {
+                Some((e, b)) if b > 0 && (e, b) < (epoch, batch) => {
+                    let doomed = self
+                        .root
+                        .join(format!(".{name}.{}.removed.tmp", std::process::id()));
+                    fs::rename(&path, &doomed).map_err(|e| write_error(&path, e))?;
+                    fs::remove_dir_all(&doomed).map_err(|e| write_error(&doomed, e))?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// The checkpoint `latest` names, if the pointer exists.
@@ -804,6 +883,22 @@ mod tests {
     #[test]
     fn checkpoint_names_round_trip_and_reject_paths() {
         assert_eq!(files::checkpoint_name(7), "epoch-0007");
+        assert_eq!(files::checkpoint_name_at(7, 0), "epoch-0007");
+        assert_eq!(files::checkpoint_name_at(7, 12), "epoch-0007-batch-0000012");
+        assert_eq!(
+            files::checkpoint_position("epoch-0007-batch-0000012"),
+            Some((7, 12))
+        );
+        assert_eq!(files::checkpoint_position("epoch-0007"), Some((7, 0)));
+        for bad in [
+            "epoch-0007-batch-",
+            "epoch-0007-batch-0000000",
+            "epoch--batch-0000003",
+            "epoch-0007-batch-12/..",
+            "epoch-0007-step-0000012",
+        ] {
+            assert_eq!(files::checkpoint_position(bad), None, "{bad}");
+        }
         assert_eq!(files::checkpoint_epoch("epoch-0007"), Some(7));
         assert_eq!(files::checkpoint_epoch("epoch-12345"), Some(12345));
         for bad in [

@@ -23,6 +23,11 @@ pub struct TrainConfig {
     /// A checkpoint every this many epochs, and always at the end; 0: only at the end.
     #[config(default = 10)]
     pub checkpoint_every: usize,
+    /// Also a checkpoint every this many steps inside an epoch (0: none): a resume continues
+    /// from the middle of the epoch exactly, on the batches a run without the stop would have
+    /// trained. Only the newest mid-epoch checkpoint is kept (an epoch's end keeps its own).
+    #[config(default = 0)]
+    pub checkpoint_every_steps: usize,
     /// Draw a progress bar on standard error (when it is a terminal).
     #[config(default = true)]
     pub progress_bar: bool,

@@ -193,6 +193,15 @@ pub trait Hook<B: AutodiffBackend, K: Task<B>>: Any {
         Ok(())
     }
 
+    /// Whether a checkpoint written in the middle of an epoch resumes this hook exactly: its
+    /// [`Hook::state`] holds everything it computed since the epoch started, so that the
+    /// resume, which does not call [`Hook::epoch_start`] again for that epoch, continues as the
+    /// run would have. A run with a hook that says no refuses
+    /// [`TrainConfig::checkpoint_every_steps`](super::TrainConfig::checkpoint_every_steps).
+    fn resumes_mid_epoch(&self) -> bool {
+        true
+    }
+
     /// At the start of every attempt at a step, before its views are drawn.
     fn attempt_start(&mut self) {}
 

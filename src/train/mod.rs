@@ -17,6 +17,7 @@
 //!         stop naming the step if the loss is not finite
 //!         step.after_step(progress, loss)        # EMA, queue
 //!         hooks.after_step                       # e.g. the self-paced AutoAugment learns; columns
+//!         checkpoint every `checkpoint_every_steps` steps inside the epoch (the newest kept)
 //!     hooks.epoch_end; step.epoch_end            # e.g. the kNN monitor; a classifier's test accuracy
 //!     checkpoint every `checkpoint_every` epochs or when a hook asks: the step's files and state,
 //!         every hook's state and files

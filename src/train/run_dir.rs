@@ -227,7 +227,11 @@ impl RunLock {
 
 /// The loop's settings that may differ on resume: they do not change what is trained (a step
 /// adds its own, [`Task::resumable_changes`](super::task::Task::resumable_changes)).
-pub const RESUMABLE_CHANGES: [&str; 2] = ["train.checkpoint_every", "train.progress_bar"];
+pub const RESUMABLE_CHANGES: [&str; 3] = [
+    "train.checkpoint_every",
+    "train.checkpoint_every_steps",
+    "train.progress_bar",
+];
 
 /// A planned run made longer on purpose: at step `at_step` the run of `from_epochs` epochs
 /// became one of `to_epochs` epochs, and the learning-rate schedule was re-planned from there.

@@ -217,16 +217,16 @@ impl<D: Dataset<ImageItem> + 'static> Feed<D> {
         }
     }
 
-    fn epoch(&self, epoch: u64, pool: Option<&[usize]>) -> FeedIter {
+    fn epoch(&self, epoch: u64, pool: Option<&[usize]>, first_batch: usize) -> FeedIter {
         match self {
-            Self::Memory(l) => {
-                let batches = match pool {
-                    None => l.epoch(epoch),
-                    Some(pool) => l.epoch_of_pool(epoch, pool),
-                };
-                Box::new(batches.map(|b| b.map(FeedBatch::Whole)))
-            }
-            Self::Stream(l) => Box::new(l.epoch(epoch, pool, 0).map(|b| b.map(FeedBatch::Cut))),
+            Self::Memory(l) => Box::new(
+                l.epoch_from(epoch, pool, first_batch)
+                    .map(|b| b.map(FeedBatch::Whole)),
+            ),
+            Self::Stream(l) => Box::new(
+                l.epoch(epoch, pool, first_batch)
+                    .map(|b| b.map(FeedBatch::Cut)),
+            ),
         }
     }
 }
@@ -443,9 +443,10 @@ where
         &mut self,
         epoch: usize,
         pool: Option<&[usize]>,
+        first_batch: usize,
         progress_of: ProgressOf,
     ) -> Result<EpochBatches<SslBatch<B>>, TrainError> {
-        let batches = self.feed.epoch(epoch as u64, pool);
+        let batches = self.feed.epoch(epoch as u64, pool, first_batch);
         let ahead = (self.augment_ahead && !self.augmenter.is_adaptive())
             .then(|| (self.augmenter.clone(), progress_of));
         let batches = Batches::<B::InnerBackend>::new(batches, self.device(), ahead);

@@ -380,6 +380,7 @@ where
         &mut self,
         epoch: usize,
         pool: Option<&[usize]>,
+        first_batch: usize,
         _: ProgressOf,
     ) -> Result<EpochBatches<Vec<usize>>, TrainError> {
         let every: Vec<usize>;
@@ -402,7 +403,11 @@ where
             round += 1;
         }
         flat.truncate(steps * b);
-        let batches: Vec<Vec<usize>> = flat.chunks(b).map(<[usize]>::to_vec).collect();
+        let batches: Vec<Vec<usize>> = flat
+            .chunks(b)
+            .skip(first_batch)
+            .map(<[usize]>::to_vec)
+            .collect();
         Ok(Box::new(batches.into_iter().map(Ok)))
     }
 

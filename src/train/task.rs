@@ -138,7 +138,10 @@ pub trait Task<B: AutodiffBackend>: Sized + 'static {
     /// If the plan's settings are impossible.
     fn lr_plan(&self, config: &TrainConfig, epochs: usize) -> Result<Box<dyn LrPlan>, ConfigError>;
 
-    /// The batches of epoch `epoch`: of every example, or of `pool` (indices a hook selected).
+    /// The batches of epoch `epoch` from batch `first_batch` on (0 but in a resume from the
+    /// middle of the epoch; the batches are those of the whole epoch, the first ones left
+    /// out): of every example, or of `pool` (indices a hook selected). `progress_of(i)` is the
+    /// progress of the `i`-th batch given.
     ///
     /// # Errors
     /// If the step cannot draw from a pool, or its data cannot be read.
@@ -146,6 +149,7 @@ pub trait Task<B: AutodiffBackend>: Sized + 'static {
         &mut self,
         epoch: usize,
         pool: Option<&[usize]>,
+        first_batch: usize,
         progress_of: ProgressOf,
     ) -> Result<EpochBatches<Self::Batch>, TrainError>;
 

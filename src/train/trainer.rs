@@ -11,7 +11,9 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use serde::Serialize;
 
-use super::checkpoint::{self, files, write_atomic, CheckpointDir, CheckpointMeta, STEP_STATE};
+use super::checkpoint::{
+    self, files, write_atomic, CheckpointDir, CheckpointMeta, EpochSoFar, STEP_STATE,
+};
 use super::config::{StartMode, TrainConfig};
 use super::error::{describe_tensors, Difference, TrainError};
 use super::hook::{BatchView, Hook, Hooks, RunView, Verdict};
@@ -231,6 +233,7 @@ impl<B: AutodiffBackend, K: Task<B>> TrainerBuilder<B, K> {
             pool: None,
             resumed_from: None,
             last_checkpoint: None,
+            resume_at: None,
             replicas: self.replica.as_ref().map_or(1, |r| r.replicas()),
             lead: self.replica.as_ref().is_none_or(|r| r.is_lead()),
             replica: self.replica.clone(),
@@ -247,6 +250,19 @@ impl<B: AutodiffBackend, K: Task<B>> TrainerBuilder<B, K> {
             }
         }
         trainer.with_hooks(|hook, run| hook.check(run))?;
+        if config.checkpoint_every_steps > 0 {
+            if let Some(hook) = trainer.hooks.iter().find(|h| !h.resumes_mid_epoch()) {
+                return Err(ConfigError::new(
+                    "checkpoint_every_steps",
+                    format!(
+                        "hook `{}` cannot be resumed in the middle of an epoch; checkpoint at \
+                         epoch ends only (0)",
+                        hook.name()
+                    ),
+                )
+                .into());
+            }
+        }
         if trainer.lead {
             // Checked before the lock is taken (which creates the directory), so that a
             // foreign directory gets nothing written into it, and again under the lock: another
@@ -351,6 +367,9 @@ pub struct Trainer<B: AutodiffBackend, K> {
     pool: Option<(&'static str, Vec<usize>)>,
     resumed_from: Option<PathBuf>,
     last_checkpoint: Option<PathBuf>,
+    /// Where a resume from the middle of an epoch continues: the batches of the epoch already
+    /// trained and its totals so far (taken by the first epoch the run trains).
+    resume_at: Option<(usize, EpochSoFar)>,
     /// Replicas of a data-parallel run (1 on one device).
     replicas: usize,
     /// Whether this trainer writes the run directory (one device, or replica 0).
@@ -597,11 +616,14 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
                 meta.loader_seed, meta.augment_seed, order_seed, augment_seed
             )));
         }
-        if meta.step != meta.epoch * batches || meta.epoch > self.schedule.total_steps() / batches {
+        if meta.batch >= batches
+            || meta.step != meta.epoch * batches + meta.batch
+            || meta.epoch > self.schedule.total_steps() / batches
+        {
             return Err(mismatch(format!(
-                "{} steps after {} epochs do not fit this run's {batches} batches per epoch \
-                 (another batch size or dataset?)",
-                meta.step, meta.epoch
+                "{} steps after {} epochs and {} batches do not fit this run's {batches} \
+                 batches per epoch (another batch size or dataset?)",
+                meta.step, meta.epoch, meta.batch
             )));
         }
         self.task.load(dir, meta)?;
@@ -640,6 +662,14 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
         }
         self.epoch = meta.epoch;
         self.step_count = meta.step;
+        self.resume_at = (meta.batch > 0).then(|| {
+            let so_far = meta.epoch_so_far.unwrap_or(EpochSoFar {
+                loss_sum: 0.0,
+                images: 0,
+                seconds: 0.0,
+            });
+            (meta.batch, so_far)
+        });
         self.resumed_from = Some(dir.to_path_buf());
         self.last_checkpoint = Some(dir.to_path_buf());
         log::info!(
@@ -656,6 +686,16 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
     /// # Errors
     /// On I/O errors, or a hook file named like one of the loop's.
     pub fn save_checkpoint(&mut self) -> Result<PathBuf, TrainError> {
+        self.save_checkpoint_at(0, None)
+    }
+
+    /// Writes the checkpoint `batch` batches into the epoch after `self.epoch` (0: at its
+    /// end) with the epoch's totals so far, then removes the older mid-epoch checkpoints.
+    fn save_checkpoint_at(
+        &mut self,
+        batch: usize,
+        epoch_so_far: Option<EpochSoFar>,
+    ) -> Result<PathBuf, TrainError> {
         let run = serde_json::to_vec_pretty(&self.record).expect("JSON value");
         let mut written = self.task.files()?;
         // After the records are made (which brings the running statistics up to date).
@@ -689,6 +729,8 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
             kind: K::KIND,
             epoch: self.epoch,
             step: self.step_count,
+            batch,
+            epoch_so_far,
             loader_seed,
             augment_seed,
             checksums: Default::default(),
@@ -700,6 +742,7 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
             files: written,
         })?;
         self.last_checkpoint = Some(dir.clone());
+        self.checkpoints.remove_older_mid_epoch(self.epoch, batch)?;
         Ok(dir)
     }
 
@@ -824,9 +867,21 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
         while self.epoch < end_epoch {
             let epoch = self.epoch;
             let started = Instant::now();
-            self.pool = None;
-            self.with_hooks(|hook, run| hook.epoch_start(run, epoch))?;
-            let (mut loss_sum, mut images, mut lr) = (0.0, 0usize, 0.0);
+            // A resume from the middle of the epoch continues it: the hooks' states are those
+            // of the checkpoint, their epoch start is not repeated.
+            let (first_batch, so_far) = self.resume_at.take().unwrap_or((
+                0,
+                EpochSoFar {
+                    loss_sum: 0.0,
+                    images: 0,
+                    seconds: 0.0,
+                },
+            ));
+            if first_batch == 0 {
+                self.pool = None;
+                self.with_hooks(|hook, run| hook.epoch_start(run, epoch))?;
+            }
+            let (mut loss_sum, mut images, mut lr) = (so_far.loss_sum, so_far.images, 0.0);
             let first_step = self.step_count;
             let progress_of = move |b: usize| Progress {
                 step: first_step + b,
@@ -838,6 +893,7 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
             let epoch_batches = self.task.epoch(
                 epoch,
                 pool.as_ref().map(|(_, p)| p.as_slice()),
+                first_batch,
                 Box::new(progress_of),
             )?;
             self.pool = pool;
@@ -864,15 +920,33 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
                 if self.lead {
                     self.log.step(&record, epochs)?;
                 }
-                t0 = Instant::now();
                 loss_sum += loss;
                 images += len;
                 summary.steps.push(record);
+                let every = self.record.train.checkpoint_every_steps;
+                let in_epoch = first_batch + (self.step_count - first_step);
+                if every > 0 && self.step_count.is_multiple_of(every) && in_epoch < batches {
+                    if self.lead {
+                        let so_far = EpochSoFar {
+                            loss_sum,
+                            images,
+                            seconds: so_far.seconds + started.elapsed().as_secs_f64(),
+                        };
+                        self.save_checkpoint_at(in_epoch, Some(so_far))?;
+                    } else {
+                        self.last_checkpoint = Some(
+                            self.checkpoints
+                                .root()
+                                .join(files::checkpoint_name_at(self.epoch, in_epoch)),
+                        );
+                    }
+                }
+                t0 = Instant::now();
                 if self.replica.is_none() && self.stop_asked() {
                     return Err(self.interrupted(epoch));
                 }
             }
-            let seconds = started.elapsed().as_secs_f64();
+            let seconds = so_far.seconds + started.elapsed().as_secs_f64();
             self.epoch += 1;
             let last = self.epoch == epochs;
             let mut reports = Vec::with_capacity(self.hooks.len());

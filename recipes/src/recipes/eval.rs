@@ -152,7 +152,8 @@ pub fn run(args: &[String]) -> Result<()> {
             let indices = curriculum_ssl::eval::few_label_indices(&labels, fraction, seed)?;
             let few: Arc<dyn ImageSet> = match &train {
                 LabelledSet::Memory(array) => Arc::new(array.select(&indices)?),
-                LabelledSet::Stream(streamed, files, _) => {
+                LabelledSet::Stream(stream, _) => {
+                    let (streamed, files) = &**stream;
                     Arc::new(streamed.eval_set(&files.subset(&indices))?)
                 }
             };
@@ -217,8 +218,8 @@ struct Split {
 /// streamed its files) the files, read centre-cut as the run's kNN monitor read them.
 enum LabelledSet {
     Memory(curriculum_ssl::data::ImageArray),
-    /// The stream's settings, its files, and the set that reads them.
-    Stream(common::Streamed, ImageFiles, Arc<dyn ImageSet>),
+    /// The stream's settings and its files, and the set that reads them.
+    Stream(Box<(common::Streamed, ImageFiles)>, Arc<dyn ImageSet>),
 }
 
 impl LabelledSet {
@@ -233,7 +234,7 @@ impl LabelledSet {
     fn set(&self) -> Arc<dyn ImageSet> {
         match self {
             Self::Memory(array) => Arc::new(array.clone()),
-            Self::Stream(_, _, set) => Arc::clone(set),
+            Self::Stream(_, set) => Arc::clone(set),
         }
     }
 }
@@ -266,7 +267,7 @@ fn labelled_sets(
     };
     let test: Arc<dyn ImageSet> = Arc::new(streamed.eval_set(&queries)?);
     let train: Arc<dyn ImageSet> = Arc::new(streamed.eval_set(&bank)?);
-    Ok((LabelledSet::Stream(streamed, bank, train), test))
+    Ok((LabelledSet::Stream(Box::new((streamed, bank)), train), test))
 }
 
 /// The kNN monitor's accuracies, the linear probe's (unless `probe_epochs` is 0) and the

@@ -16,7 +16,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 use super::decode::{crop_resize, decode_image, ViewCrop};
-use super::loader::ImageSource;
+use super::source::ImageSource;
 use crate::base::error::ConfigError;
 use crate::base::seed::mix_seed;
 use crate::data::batch::HostBatch;

@@ -7,19 +7,19 @@
 //!   output size (`fast_image_resize`), and why these crates;
 //! - [`images`]: a source as an evaluation reads it ([`StreamedImages`], an
 //!   [`ImageSet`](super::ImageSet)): each image decoded and centre-cut when asked;
-//! - [`loader`]: the sources ([`ImageFiles`]), the worker pool, determinism, resume in the
+//! - [`source`]: where the files come from ([`ImageSource`], a folder's [`ImageFiles`]);
+//! - [`loader`]: the worker pool, determinism, resume in the
 //!   middle of an epoch, replica shards and bad files.
 
 pub mod decode;
 pub mod images;
 pub mod loader;
+pub mod source;
 
 pub use decode::{crop_resize, decode_image, DecodedImage, ViewCrop};
 pub use images::StreamedImages;
-pub use loader::{
-    ImageFiles, ImageSource, Skipped, StreamBatch, StreamConfig, StreamEpoch, StreamLoader,
-    ViewPixels,
-};
+pub use loader::{Skipped, StreamBatch, StreamConfig, StreamEpoch, StreamLoader, ViewPixels};
+pub use source::{ImageFiles, ImageSource};
 
 /// Tiny folders of JPEGs for the tests.
 #[cfg(test)]

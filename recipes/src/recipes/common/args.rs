@@ -63,9 +63,10 @@ pub struct RecipeArgs {
     /// Run directory (config.json, steps.csv, epochs.csv, checkpoints/).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
-    /// Continue the run in --run-dir from its newest valid checkpoint, with the run's settings
-    /// (--checkpoint-every, --knn-every, --workers, --device, --augment-ahead and --view-threads may
-    /// change).
+    /// Continue the run in --run-dir from its newest valid checkpoint (of an epoch's end, or of
+    /// its middle with --checkpoint-every-steps), with the run's settings (--checkpoint-every,
+    /// --checkpoint-every-steps, --knn-every, --workers, --device, --augment-ahead and
+    /// --view-threads may change).
     #[arg(long)]
     pub resume: bool,
     /// Resume and make the run longer on purpose (a larger --epochs): the learning rate is
@@ -117,6 +118,11 @@ pub struct RecipeArgs {
     /// Checkpoint every N epochs (0: only at the end).
     #[arg(long, default_value_t = 5)]
     pub checkpoint_every: usize,
+    /// Also checkpoint every N steps inside an epoch (0: never), so that a run stopped in the
+    /// middle of a long epoch (ImageNet's: hours) resumes there exactly; only the newest such
+    /// checkpoint is kept.
+    #[arg(long, default_value_t = 0)]
+    pub checkpoint_every_steps: usize,
     /// Check the options, every KEY=VALUE setting, the data and the backbone, print that they
     /// are fine, and stop before anything trains or is written (what `recipe study` asks of
     /// each arm before its first run).

@@ -799,6 +799,12 @@ pub fn options_table(args: &RecipeArgs, settings: &Settings) -> toml::Table {
     );
     put("knn_every", Some(int(args.knn_every)));
     put("checkpoint_every", Some(int(args.checkpoint_every)));
+    if args.checkpoint_every_steps > 0 {
+        put(
+            "checkpoint_every_steps",
+            Some(int(args.checkpoint_every_steps)),
+        );
+    }
     put("workers", Some(int(args.workers)));
     put("easy_to_hard", Some(V::Boolean(args.easy_to_hard)));
     put("strength", args.strength.map(V::Float));

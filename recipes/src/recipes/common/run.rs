@@ -366,6 +366,7 @@ where
         .with_lr(settings.lr)
         .with_warmup_epochs(settings.warmup_epochs)
         .with_checkpoint_every(args.checkpoint_every)
+        .with_checkpoint_every_steps(args.checkpoint_every_steps)
         .with_seed(settings.seed);
     let run_dir = settings.run_dir(args);
     crate::run_files::check_run_dir_writable(&run_dir)?;
