@@ -956,7 +956,6 @@ fn boxes_at(dir: &Path, epoch: usize) -> ObjectBoxes {
 /// once (not in the loader's batches), from LeNet's feature map of the images normalised as
 /// view1 is.
 fn independent_boxes(backbone: &LeNet<Inner>) -> Vec<CropBox> {
-    use curriculum_ssl::data::Dataset;
     let data = data();
     let (h, w, c) = data.image_shape();
     let pixels: Vec<f32> = data

@@ -281,6 +281,26 @@ fn moco_resumes_exactly_from_the_middle_of_an_epoch() {
         "final weights"
     );
     assert_eq!(names(&stopped), ["epoch-0001", "epoch-0002"]);
+
+    // A checkpoint the caller writes after the stop is of the stop's position (step 7), not
+    // an epoch's end, and resumes as exactly.
+    let saved = run_dir("mid-epoch-saved");
+    let mut interrupted = make(&saved, StartMode::Fresh, Some(6));
+    interrupted.fit().unwrap_err();
+    let dir = interrupted.save_checkpoint().unwrap();
+    assert!(
+        dir.ends_with("epoch-0001-batch-0000003"),
+        "{}",
+        dir.display()
+    );
+    drop(interrupted);
+    assert_eq!(names(&saved), ["epoch-0001", "epoch-0001-batch-0000003"]);
+    let mut trainer = make(&saved, StartMode::Resume, None);
+    assert_eq!((trainer.epoch(), trainer.step()), (1, 7));
+    let last = trainer.fit().unwrap();
+    assert_eq!(last.steps.len(), 1);
+    assert_eq!(losses(&straight), losses(&saved), "per-step losses");
+    assert_eq!(whole.epochs[1].mean_loss, last.epochs[0].mean_loss);
 }
 
 #[test]

@@ -136,6 +136,17 @@ impl ImageArray {
         &self.source
     }
 
+    /// Number of images (inherent, so that `len` is not ambiguous where both
+    /// [`Dataset`](burn_dataset::Dataset) and [`ImageSet`](super::ImageSet) are in scope).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the array holds no image.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// `(height, width, channels)` of every image.
     pub fn image_shape(&self) -> (usize, usize, usize) {
         (self.height, self.width, self.channels)

@@ -10,7 +10,6 @@ use std::path::Path;
 use super::batch::HostBatch;
 use super::error::DataError;
 use super::image_array::ImageArray;
-use super::Dataset;
 
 /// Images read a range at a time, in a fixed order, every one `image_shape()`.
 pub trait ImageSet: Send + Sync + std::fmt::Debug {
@@ -69,7 +68,7 @@ impl<T: ImageSet + ?Sized> ImageSet for std::sync::Arc<T> {
 
 impl ImageSet for ImageArray {
     fn len(&self) -> usize {
-        Dataset::len(self)
+        Self::len(self)
     }
 
     fn image_shape(&self) -> (usize, usize, usize) {
@@ -89,7 +88,7 @@ impl ImageSet for ImageArray {
     }
 
     fn read_range(&self, range: Range<usize>) -> Result<HostBatch, DataError> {
-        let n = Dataset::len(self);
+        let n = Self::len(self);
         if range.end > n || range.is_empty() {
             return Err(DataError::Request {
                 path: self.source().to_path_buf(),

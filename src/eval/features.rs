@@ -16,6 +16,8 @@ pub struct Features<B: Backend> {
     pub labels: Option<Tensor<B, 1, Int>>,
     /// Number of classes of the dataset.
     pub num_classes: usize,
+    /// The set's index of every row: `0..N`, but for the files a streamed set left out.
+    pub indices: Vec<usize>,
 }
 
 /// Runs `backbone` over every image of `data` in dataset order, `batch_size` images at a time,
@@ -49,6 +51,7 @@ pub fn extract_features<B: Backend, M: Backbone<B>>(
     let mut chunks = Vec::with_capacity(n.div_ceil(batch_size));
     // The labels of the images read (a streamed set leaves out a file it cannot read).
     let mut labels = data.labels().map(|_| Vec::with_capacity(n));
+    let mut indices = Vec::with_capacity(n);
     let mut start = 0;
     while start < n {
         let len = batch_size.min(n - start);
@@ -57,6 +60,7 @@ pub fn extract_features<B: Backend, M: Backbone<B>>(
         if batch.len == 0 {
             continue;
         }
+        indices.extend_from_slice(&batch.indices);
         if let Some(labels) = labels.as_mut() {
             let read = batch.labels.as_deref().ok_or_else(|| DataError::Request {
                 path: data.source().to_path_buf(),
@@ -85,6 +89,7 @@ pub fn extract_features<B: Backend, M: Backbone<B>>(
         features: Tensor::cat(chunks, 0),
         labels,
         num_classes: data.num_classes(),
+        indices,
     })
 }
 

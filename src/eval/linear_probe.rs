@@ -226,6 +226,7 @@ mod tests {
             features: Tensor::from_data(TensorData::new(values, [n, 3]), &device),
             labels: Some(Tensor::from_data(TensorData::new(labels, [n]), &device)),
             num_classes: 3,
+            indices: (0..n).collect(),
         }
     }
 

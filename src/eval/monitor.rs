@@ -123,11 +123,15 @@ impl KnnMonitor {
             _ => unreachable!("both sets were checked to be labeled"),
         };
         let mut results = Vec::with_capacity(self.settings.len());
-        // A streamed bank leaves out the files it could not read: `k` at most the rows read.
+        // A streamed bank leaves out the files it could not read: `k` at most the rows read
+        // (the result keeps the setting's `k`, which names it in the logs and the files).
         let rows = bank.features.dims()[0];
         for setting in &self.settings {
-            let setting = setting.clone().with_k(setting.k.min(rows));
-            let knn = setting.init(bank.features.clone(), bank_labels.clone(), bank.num_classes)?;
+            let knn = setting.clone().with_k(setting.k.min(rows)).init(
+                bank.features.clone(),
+                bank_labels.clone(),
+                bank.num_classes,
+            )?;
             results.push(KnnResult {
                 k: setting.k,
                 temperature: setting.temperature,

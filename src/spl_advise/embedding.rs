@@ -9,7 +9,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
 
-use crate::data::{Dataset, ImageArray};
+use crate::data::ImageArray;
 use crate::train::classifier::ClassifierAugmentConfig;
 
 /// Configuration of an [`EmbeddingNet`].

@@ -41,7 +41,7 @@ use super::magnet_sampler::{MagnetSampler, MagnetSamplerConfig, MagnetSamplerSta
 use super::spld::{Spld, SpldConfig, SpldState};
 use crate::base::error::{in_range, ConfigError};
 use crate::base::Progress;
-use crate::data::{loader::mix_seed, Dataset, ImageArray};
+use crate::data::{loader::mix_seed, ImageArray};
 use crate::loss::{MagnetLoss, MagnetLossConfig};
 use crate::train::checkpoint::files;
 use crate::train::checkpoint::{read_record, to_bytes};

@@ -218,7 +218,7 @@ pub struct CheckpointMeta {
 }
 
 /// An epoch's running totals at a mid-epoch checkpoint ([`CheckpointMeta::epoch_so_far`]).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct EpochSoFar {
     /// The losses of its steps so far, summed.
     pub loss_sum: f64,

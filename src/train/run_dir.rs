@@ -68,7 +68,6 @@ impl DataFingerprint {
     /// The fingerprint of an array of images (a pass over its bytes: well under a second for
     /// CIFAR-10).
     pub fn of_images(images: &crate::data::ImageArray) -> Self {
-        use crate::data::Dataset as _;
         use sha2::{Digest, Sha256};
         let (h, w, c) = images.image_shape();
         let mut hash = Sha256::new();

@@ -576,6 +576,16 @@ impl RunLog {
         self.epochs.sync()
     }
 
+    /// Makes the step rows written so far durable (flushed and `fsync`ed): before a checkpoint
+    /// in the middle of an epoch, which must never be ahead of the logs.
+    ///
+    /// # Errors
+    /// On I/O errors.
+    pub fn sync_steps(&mut self) -> Result<(), TrainError> {
+        self.steps.flush()?;
+        self.steps.sync()
+    }
+
     /// The epoch's TensorBoard scalars and its log line (with the checkpoint written, if any).
     pub fn epoch_line(&mut self, record: &EpochRecord, total_epochs: usize) {
         let mut scalars = vec![

@@ -40,7 +40,7 @@ use super::error::TrainError;
 use super::task::{EpochBatches, LrPlan, ProgressOf, Task};
 use crate::base::error::{positive, ConfigError};
 use crate::base::Progress;
-use crate::data::{loader::mix_seed, DataError, Dataset, ImageArray};
+use crate::data::{loader::mix_seed, DataError, ImageArray};
 use crate::optim::StepDecay;
 
 /// Settings of the supervised step (the loop's own, epochs and the peak learning rate, are in
@@ -294,7 +294,7 @@ where
         let (h, w, c) = self.train.image_shape();
         self.augment.validate(c)?;
         for (split, data) in [("training", &self.train), ("test", &self.test)] {
-            if !data.is_labeled() || data.len() == 0 {
+            if !data.is_labeled() || data.is_empty() {
                 return Err(DataError::Empty {
                     path: data.source().to_path_buf(),
                     what: format!("the {split} split needs labeled images"),

@@ -234,6 +234,8 @@ impl<B: AutodiffBackend, K: Task<B>> TrainerBuilder<B, K> {
             resumed_from: None,
             last_checkpoint: None,
             resume_at: None,
+            so_far: EpochSoFar::default(),
+            pool_warned: false,
             replicas: self.replica.as_ref().map_or(1, |r| r.replicas()),
             lead: self.replica.as_ref().is_none_or(|r| r.is_lead()),
             replica: self.replica.clone(),
@@ -370,6 +372,11 @@ pub struct Trainer<B: AutodiffBackend, K> {
     /// Where a resume from the middle of an epoch continues: the batches of the epoch already
     /// trained and its totals so far (taken by the first epoch the run trains).
     resume_at: Option<(usize, EpochSoFar)>,
+    /// The epoch being trained: its totals so far, for a checkpoint in its middle.
+    so_far: EpochSoFar,
+    /// Whether a mid-epoch checkpoint was left out because a hook selected the epoch's
+    /// examples (said once).
+    pool_warned: bool,
     /// Replicas of a data-parallel run (1 on one device).
     replicas: usize,
     /// Whether this trainer writes the run directory (one device, or replica 0).
@@ -662,14 +669,8 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
         }
         self.epoch = meta.epoch;
         self.step_count = meta.step;
-        self.resume_at = (meta.batch > 0).then(|| {
-            let so_far = meta.epoch_so_far.unwrap_or(EpochSoFar {
-                loss_sum: 0.0,
-                images: 0,
-                seconds: 0.0,
-            });
-            (meta.batch, so_far)
-        });
+        self.so_far = meta.epoch_so_far.unwrap_or_default();
+        self.resume_at = (meta.batch > 0).then_some((meta.batch, self.so_far));
         self.resumed_from = Some(dir.to_path_buf());
         self.last_checkpoint = Some(dir.to_path_buf());
         log::info!(
@@ -686,7 +687,18 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
     /// # Errors
     /// On I/O errors, or a hook file named like one of the loop's.
     pub fn save_checkpoint(&mut self) -> Result<PathBuf, TrainError> {
-        self.save_checkpoint_at(0, None)
+        // Called after a stop in the middle of an epoch, it writes that position (a checkpoint
+        // named as the epoch's end would replace it with one no resume accepts).
+        let batch = self
+            .step_count
+            .saturating_sub(self.epoch * self.task.batches_per_epoch());
+        match batch {
+            0 => self.save_checkpoint_at(0, None),
+            b => {
+                let so_far = self.so_far;
+                self.save_checkpoint_at(b, Some(so_far))
+            }
+        }
     }
 
     /// Writes the checkpoint `batch` batches into the epoch after `self.epoch` (0: at its
@@ -742,7 +754,11 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
             files: written,
         })?;
         self.last_checkpoint = Some(dir.clone());
-        self.checkpoints.remove_older_mid_epoch(self.epoch, batch)?;
+        // The new checkpoint is committed: an older one that cannot be removed now is a
+        // leftover for the next resume, not a reason to stop.
+        if let Err(e) = self.checkpoints.remove_older_mid_epoch(self.epoch, batch) {
+            log::warn!("an older mid-epoch checkpoint could not be removed: {e}");
+        }
         Ok(dir)
     }
 
@@ -869,14 +885,8 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
             let started = Instant::now();
             // A resume from the middle of the epoch continues it: the hooks' states are those
             // of the checkpoint, their epoch start is not repeated.
-            let (first_batch, so_far) = self.resume_at.take().unwrap_or((
-                0,
-                EpochSoFar {
-                    loss_sum: 0.0,
-                    images: 0,
-                    seconds: 0.0,
-                },
-            ));
+            let (first_batch, so_far) = self.resume_at.take().unwrap_or_default();
+            self.so_far = so_far;
             if first_batch == 0 {
                 self.pool = None;
                 self.with_hooks(|hook, run| hook.epoch_start(run, epoch))?;
@@ -923,15 +933,31 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
                 loss_sum += loss;
                 images += len;
                 summary.steps.push(record);
-                let every = self.record.train.checkpoint_every_steps;
                 let in_epoch = first_batch + (self.step_count - first_step);
-                if every > 0 && self.step_count.is_multiple_of(every) && in_epoch < batches {
+                self.so_far = EpochSoFar {
+                    loss_sum,
+                    images,
+                    seconds: so_far.seconds + started.elapsed().as_secs_f64(),
+                };
+                let every = self.record.train.checkpoint_every_steps;
+                let mut due =
+                    every > 0 && self.step_count.is_multiple_of(every) && in_epoch < batches;
+                if due && self.pool.is_some() {
+                    // A hook chose this epoch's examples: a resume could not restore its choice.
+                    if !self.pool_warned {
+                        log::warn!(
+                            "no checkpoint in the middle of an epoch whose examples a hook \
+                             selected (its Hook::resumes_mid_epoch should say false)"
+                        );
+                        self.pool_warned = true;
+                    }
+                    due = false;
+                }
+                if due {
                     if self.lead {
-                        let so_far = EpochSoFar {
-                            loss_sum,
-                            images,
-                            seconds: so_far.seconds + started.elapsed().as_secs_f64(),
-                        };
+                        // Never ahead of the logs: the step rows reach the disk first.
+                        self.log.sync_steps()?;
+                        let so_far = self.so_far;
                         self.save_checkpoint_at(in_epoch, Some(so_far))?;
                     } else {
                         self.last_checkpoint = Some(

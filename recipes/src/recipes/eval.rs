@@ -162,6 +162,19 @@ pub fn run(args: &[String]) -> Result<()> {
         None => None,
     };
     let (train, test) = (train.set(), test);
+    if args.raw_pixels {
+        let (h, w, c) = input;
+        let bytes = train.len() as u64 * (h * w * c) as u64 * 4;
+        if bytes > common::RAW_PIXELS_BYTES {
+            return Err(usage(format!(
+                "--raw-pixels: the bank of {} images would hold {:.1} GiB of pixels as \
+                 features (at most {} GiB)",
+                train.len(),
+                bytes as f64 / f64::from(1u32 << 30),
+                common::RAW_PIXELS_BYTES >> 30
+            )));
+        }
+    }
     let what = if args.raw_pixels {
         "raw-pixels".to_string()
     } else {

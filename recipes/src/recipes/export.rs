@@ -21,13 +21,15 @@
 //! images of the run's own data.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::RecipeEntry;
 use anyhow::{Context, Result};
 use burn::module::Module;
 use clap::{Parser, ValueEnum};
 use curriculum_ssl::data::image_folder::{self, ImageFolderOptions};
-use curriculum_ssl::data::{Dataset, ImageArray};
+use curriculum_ssl::data::stream::ImageSource;
+use curriculum_ssl::data::ImageSet;
 use curriculum_ssl::eval::extract_features;
 use curriculum_ssl::train::{load_backbone, resolve_checkpoint, RunRecord};
 use curriculum_ssl_models::{AnyBackbone, Backbone, ExportNames};
@@ -321,7 +323,7 @@ pub fn embed(args: &[String]) -> Result<()> {
     let device = crate::backend::device(None)?;
     let run = load_run_backbone(&args.run_dir, args.checkpoint.as_deref(), &device)?;
     let (h, w, c) = run.input;
-    let (images, names): (ImageArray, Vec<String>) = match &args.images {
+    let (images, names): (Arc<dyn ImageSet>, Vec<String>) = match &args.images {
         Some(dir) => {
             let options = ImageFolderOptions {
                 channels: Some(c),
@@ -334,8 +336,9 @@ pub fn embed(args: &[String]) -> Result<()> {
                 .iter()
                 .map(|f| f.strip_prefix(dir).unwrap_or(f).display().to_string())
                 .collect();
-            (images, names)
+            (Arc::new(images), names)
         }
+        None if run.record.run.stream => streamed_split(&run.record.run, args.split)?,
         None => {
             let data = common::DataSource::of_run(&run.record.run).load()?;
             let split = args.split.unwrap_or(Split::Train);
@@ -347,13 +350,13 @@ pub fn embed(args: &[String]) -> Result<()> {
             };
             let prefix = value_name(split);
             let names = (0..images.len()).map(|i| format!("{prefix}/{i}")).collect();
-            (images, names)
+            (Arc::new(images), names)
         }
     };
     let normalize = run.record.task.augmentation.view1.normalize.clone();
     let features = extract_features(
         &run.model,
-        &images,
+        &*images,
         args.batch_size,
         normalize.as_ref(),
         &device,
@@ -371,9 +374,11 @@ pub fn embed(args: &[String]) -> Result<()> {
         let mut csv =
             csv::Writer::from_path(tmp).with_context(|| format!("writing {}", table.display()))?;
         csv.write_record(["index", "file", "label"])?;
-        for (i, file) in names.iter().enumerate() {
-            let label = images.label(i).map_or(String::new(), |l| l.to_string());
-            csv.write_record([i.to_string(), file.clone(), label])?;
+        // A row per feature row: a streamed file that could not be read has neither.
+        let labels = images.labels();
+        for &i in &features.indices {
+            let label = labels.map_or(String::new(), |l| l[i].to_string());
+            csv.write_record([i.to_string(), names[i].clone(), label])?;
         }
         csv.flush()
             .with_context(|| format!("writing {}", table.display()))
@@ -385,6 +390,43 @@ pub fn embed(args: &[String]) -> Result<()> {
         table.display()
     );
     Ok(())
+}
+
+/// The split of a run that streamed its files, as the run's kNN monitor read it (centre-cut at
+/// the run's size), with the files' names relative to their folder: the training files, or
+/// (`--split test`) the held-out ones.
+fn streamed_split(
+    run: &common::RecipeRun,
+    split: Option<Split>,
+) -> Result<(Arc<dyn ImageSet>, Vec<String>)> {
+    let source = common::DataSource {
+        image_size: run.image_size.or(run.input_shape.map(|[side, _, _]| side)),
+        ..common::DataSource::of_run(run)
+    };
+    let common::TrainData::Stream(streamed) = source.load_for_training(Some(true))? else {
+        unreachable!("asked to stream a folder of image files")
+    };
+    let files = match split.unwrap_or(Split::Train) {
+        Split::Train => streamed.files.clone(),
+        Split::Test => match &streamed.monitor {
+            Some((_, queries)) => queries.clone(),
+            None => {
+                return Err(usage(
+                    "--split test: the run's data has no test split (no labels)",
+                ))
+            }
+        },
+    };
+    let names = (0..files.len())
+        .map(|i| {
+            let name = files.name(i);
+            name.strip_prefix(files.root())
+                .unwrap_or(&name)
+                .display()
+                .to_string()
+        })
+        .collect();
+    Ok((Arc::new(streamed.eval_set(&files)?), names))
 }
 
 /// Writes `values` as a C-order float32 `.npy` array of shape `[n, d]` into `path`, the file

@@ -27,7 +27,6 @@ use anyhow::Result;
 use burn::optim::{AdamConfig, Optimizer};
 use clap::{Parser, ValueEnum};
 use curriculum_ssl::augment::normalize::{self, Normalize};
-use curriculum_ssl::data::Dataset;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::spl_advise::{
     EmbeddingNet, EmbeddingNetConfig, KMeansConfig, PaceConfig, RandomSampling, SplAdvise,
@@ -181,6 +180,8 @@ fn refuse_ssl_options(args: &RecipeArgs, recipe: &str) -> Result<()> {
         ("--augment-ahead", args.augment_ahead.is_some()),
         ("--view-threads", args.view_threads.is_some()),
         ("--knn-data", args.knn_data.is_some()),
+        ("--stream", args.stream.is_some()),
+        ("--checkpoint-every-steps", args.checkpoint_every_steps > 0),
         ("--mean / --std", args.mean.is_some()),
         (
             "--config / KEY=VALUE settings",

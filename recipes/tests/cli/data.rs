@@ -547,6 +547,22 @@ fn a_streamed_image_folder_trains_counts_its_bad_files_and_resumes_only_streamed
     };
     assert_eq!(knn_line(&eval), knn_line(&stdout), "{eval}\n{stdout}");
     assert!(eval.contains("linear probe"), "{eval}");
+    // `recipe embed` of the streamed split: a row per readable file, named by its path.
+    let out = scratch().join("streamed-embed.npy");
+    let o = run(&[
+        "embed",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "embed streamed"), 0, "{}", stderr(&o));
+    let table = std::fs::read_to_string(out.with_extension("csv")).unwrap();
+    assert_eq!(table.lines().count(), 1 + 24, "{table}");
+    assert!(
+        table.contains(",cat/00.jpg,0") && !table.contains("bad"),
+        "{table}"
+    );
 
     // A clean folder streamed, then resumed decoded into memory: other views of the same files.
     let clean = jpeg_folder("clean-jpegs", 8, 0);

@@ -221,6 +221,20 @@ pub struct Streamed {
     pub monitor: Option<(ImageFiles, ImageFiles)>,
 }
 
+/// The largest bank of raw pixels (as f32 features) the raw-pixel baseline computes: 2 GiB
+/// (the full Fashion-MNIST's is 188 MB, CIFAR-10's 614 MB; ImageNet's would be 770 GB).
+pub const RAW_PIXELS_BYTES: u64 = 2 << 30;
+
+/// Whether the run in `run_dir` streamed its files, as its `config.json` records it (absent:
+/// it did not, as every run recorded before streaming); `None` without a record. A resume of a
+/// run whose `recipe.toml` predates `stream` reads it here instead of deciding by the memory
+/// available now.
+pub fn recorded_stream(run_dir: &Path) -> Option<bool> {
+    let text = std::fs::read(run_dir.join("config.json")).ok()?;
+    let record: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    Some(record["run"]["stream"].as_bool().unwrap_or(false))
+}
+
 /// Files tried in a row for the size of a folder's images.
 const FIRST_TRIES: usize = 16;
 
@@ -324,16 +338,29 @@ impl DataSource {
             let (h, w) = self
                 .image_size
                 .map_or((image.height, image.width), |s| (s, s));
-            let bytes = files.len() as u64 * (h * w * 3) as u64;
+            // The labelled splits of the kNN monitor are decoded too.
+            let mut splits = Vec::new();
+            if self.dataset == DatasetChoice::ImageFolder {
+                splits.push(dir.join("val"));
+            }
+            if let Some(knn) = &self.knn_data {
+                splits.extend([knn.join("train"), knn.join("val")]);
+            }
+            let held_out: usize = splits
+                .iter()
+                .filter(|d| d.is_dir())
+                .map(|d| ImageFiles::classes(d).map_or(0, |f| f.len()))
+                .sum();
+            let images = files.len() + held_out;
+            let bytes = images as u64 * (h * w * 3) as u64;
             let limit = auto_stream_bytes();
             if bytes <= limit {
                 return Ok(TrainData::Memory(self.load()?));
             }
             log::info!(
-                "{} images at {h}x{w} would take {:.1} GiB decoded, more than a quarter of the \
-                 memory available ({:.1} GiB): streaming them from their files every epoch \
+                "{images} images at {h}x{w} would take {:.1} GiB decoded, more than a quarter of \
+                 the memory available ({:.1} GiB): streaming them from their files every epoch \
                  (--stream false decodes them into memory)",
-                files.len(),
                 bytes as f64 / f64::from(1u32 << 30),
                 limit as f64 * 4.0 / f64::from(1u32 << 30),
             );

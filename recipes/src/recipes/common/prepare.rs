@@ -466,7 +466,15 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         )));
     }
     let device = backend::open(args.device, args.precision)?;
-    let data = settings.source.load_for_training(args.stream)?;
+    // A resume streams as its run did (recipe.toml says so since `stream` existed; config.json
+    // for the runs before).
+    let stream = match args.stream {
+        None if args.resume || args.extend => {
+            super::data::recorded_stream(&settings.run_dir(&args))
+        }
+        given => given,
+    };
+    let data = settings.source.load_for_training(stream)?;
     settings.stream = matches!(data, TrainData::Stream(_));
     let channels = data.shape().2;
     let spec = BackboneSpec {

@@ -3,7 +3,7 @@
 //! report.
 
 use super::args::RecipeRun;
-use super::data::TrainData;
+use super::data::{TrainData, RAW_PIXELS_BYTES};
 use super::prepare::{options_table, Prepared, Settings};
 use super::report::{print_where, result_lines, write_summary};
 use crate::backend;
@@ -565,10 +565,6 @@ where
     }
     Ok((at_init, raw))
 }
-
-/// The largest bank of raw pixels (as f32 features) the raw-pixel baseline computes: 2 GiB
-/// (the full Fashion-MNIST's is 188 MB, CIFAR-10's 614 MB; ImageNet's would be 770 GB).
-const RAW_PIXELS_BYTES: u64 = 2 << 30;
 
 /// The run record's settings that may differ between the machines of a run on several
 /// (paths: each machine reads its own copy of the data; the data's fingerprint is compared).
