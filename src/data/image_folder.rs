@@ -309,6 +309,16 @@ fn check_options(root: &Path, options: ImageFolderOptions) -> Result<(), DataErr
 
 /// Decodes `files` (at least one) on the option's threads into one HWC buffer of equal-size
 /// images: `(height, width, channels, pixels)`.
+/// Decodes `files` (of the folder `root`) with `options`: `(height, width, channels, pixels)`.
+pub(crate) fn decode_listed(
+    root: &Path,
+    files: &[PathBuf],
+    options: ImageFolderOptions,
+) -> Result<(usize, usize, usize, Vec<u8>), DataError> {
+    check_options(root, options)?;
+    decode_all(root, files, options)
+}
+
 fn decode_all(
     root: &Path,
     files: &[PathBuf],

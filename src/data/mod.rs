@@ -28,6 +28,7 @@ pub mod idx;
 pub mod image_array;
 pub mod image_folder;
 pub mod image_set;
+pub mod layouts;
 pub mod loader;
 pub mod stl10;
 pub mod stream;

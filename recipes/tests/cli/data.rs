@@ -613,3 +613,88 @@ fn a_streamed_image_folder_trains_counts_its_bad_files_and_resumes_only_streamed
         stderr(&o)
     );
 }
+
+/// ImageNet's layouts: a class list (ImageNet-100's kind) reads its class folders alone, and a
+/// `val/` without class folders is labelled by a labels file (lines of `FILE SYNSET`); in memory
+/// and streamed alike, the run trains on the listed classes only and records both files; a
+/// listed class without a folder and the devkit's numbered labels exit 2 naming them.
+#[test]
+fn an_imagenet_layout_with_a_class_list_and_a_flat_val_trains_in_memory_and_streamed() {
+    let root = jpeg_folder("imagenet-layout", 8, 0);
+    // val/ flattened: its files beside each other, their classes in a labels file.
+    let mut lines = String::new();
+    for class in ["cat", "dog", "owl"] {
+        let dir = root.join("val").join(class);
+        for i in 0..6 {
+            let name = format!("val_{class}_{i}.jpg");
+            std::fs::rename(
+                dir.join(format!("{i:02}.jpg")),
+                root.join("val").join(&name),
+            )
+            .unwrap();
+            lines.push_str(&format!("{name} {class}\n"));
+        }
+        std::fs::remove_dir(&dir).unwrap();
+    }
+    let labels = scratch().join("imagenet-layout-val.txt");
+    std::fs::write(&labels, lines).unwrap();
+    let list = scratch().join("imagenet-layout-classes.txt");
+    std::fs::write(&list, "# two of the three\nowl\ncat\n").unwrap();
+    let data = [
+        "--dataset",
+        "image-folder",
+        "--data-dir",
+        root.to_str().unwrap(),
+        "--classes",
+        list.to_str().unwrap(),
+        "--val-labels",
+        labels.to_str().unwrap(),
+        "--image-size",
+        "16",
+        "--batch-size",
+        "8",
+    ];
+    for (name, extra) in [("layout-memory", "false"), ("layout-streamed", "true")] {
+        let mut args = tiny(name, &data);
+        args.extend(["--stream".to_string(), extra.to_string()]);
+        let o = run(&as_strs(&args));
+        assert_eq!(check_error_shape(&o, name), 0, "{}", stderr(&o));
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        // k capped at the bank: the 16 training images of the two classes.
+        assert!(stdout.contains("kNN (k = 16, T = 0.07)"), "{name}: {stdout}");
+        let config = std::fs::read_to_string(scratch().join(name).join("config.json")).unwrap();
+        let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+        // cat and owl: 16 training images, two steps of 8.
+        assert_eq!(config["data"]["examples"], 16, "{name}: {config}");
+        assert_eq!(config["run"]["classes"], list.to_str().unwrap(), "{name}");
+        assert_eq!(
+            config["run"]["val_labels"],
+            labels.to_str().unwrap(),
+            "{name}"
+        );
+        let steps = std::fs::read_to_string(scratch().join(name).join("steps.csv")).unwrap();
+        assert_eq!(steps.lines().count(), 3, "{name}: two steps\n{steps}");
+    }
+
+    let missing = scratch().join("imagenet-layout-missing.txt");
+    std::fs::write(&missing, "owl\neel\n").unwrap();
+    let mut args = tiny("layout-missing", &data);
+    let at = args.iter().position(|a| a == "--classes").unwrap();
+    args[at + 1] = missing.to_str().unwrap().to_string();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "missing class"), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("class `eel` of the class list"),
+        "{}",
+        stderr(&o)
+    );
+
+    let devkit = scratch().join("ILSVRC2012_validation_ground_truth.txt");
+    std::fs::write(&devkit, "490\n361\n").unwrap();
+    let mut args = tiny("layout-devkit", &data);
+    let at = args.iter().position(|a| a == "--val-labels").unwrap();
+    args[at + 1] = devkit.to_str().unwrap().to_string();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "devkit labels"), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("meta.mat"), "{}", stderr(&o));
+}

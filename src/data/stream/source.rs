@@ -66,15 +66,143 @@ impl ImageFiles {
     pub fn classes(root: impl Into<PathBuf>) -> Result<Self, DataError> {
         let root = root.into();
         require_dir(&root)?;
+        let mut dirs = Vec::new();
+        let mut not_images = 0;
+        for entry in read_dir_sorted(&root)? {
+            if entry.is_dir() {
+                dirs.push(entry);
+            } else {
+                not_images += 1;
+            }
+        }
+        Self::of_class_dirs(root, dirs, not_images)
+    }
+
+    /// The images of the class sub-folders of `root` that `classes` names (a class list, e.g.
+    /// ImageNet-100's: [`read_class_list`](crate::data::layouts::read_class_list)), labelled
+    /// by their position in `classes` (sorted: as `ImageFolder` labels a tree of those classes
+    /// alone); the other folders are not read.
+    ///
+    /// # Errors
+    /// `root` is not a readable folder, a listed class has no folder, or one holds no image.
+    pub fn classes_in(root: impl Into<PathBuf>, classes: &[String]) -> Result<Self, DataError> {
+        let root = root.into();
+        require_dir(&root)?;
+        let mut dirs = Vec::with_capacity(classes.len());
+        for class in classes {
+            let dir = root.join(class);
+            if !dir.is_dir() {
+                return Err(DataError::Request {
+                    path: dir,
+                    reason: format!("class `{class}` of the class list has no folder here"),
+                });
+            }
+            dirs.push(dir);
+        }
+        Self::of_class_dirs(root, dirs, 0)
+    }
+
+    /// The images of `root` at any depth labelled by `labels` (a file's name without extension
+    /// to its class: [`read_val_labels`](crate::data::layouts::read_val_labels)), each class
+    /// numbered by its position in `class_names` (the training split's); a file of a class not
+    /// among them is left out (an ImageNet-100 run reads ImageNet's whole `val/`).
+    ///
+    /// # Errors
+    /// `root` is not a readable folder, a file has no label, or no file is of the classes.
+    pub fn labelled_by(
+        root: impl Into<PathBuf>,
+        labels: &std::collections::HashMap<String, String>,
+        class_names: &[String],
+    ) -> Result<Self, DataError> {
+        let root = root.into();
+        let (all, not_images) = scan_images(&root)?;
+        let index: std::collections::HashMap<&str, u16> = class_names
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.as_str(), i as u16))
+            .collect();
+        let mut files = Vec::with_capacity(all.len());
+        let mut numbers = Vec::with_capacity(all.len());
+        let mut other_classes = 0;
+        for file in all {
+            let stem = file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let Some(class) = labels.get(&stem) else {
+                return Err(DataError::Request {
+                    path: file,
+                    reason: format!("no label for `{stem}` in the labels file"),
+                });
+            };
+            match index.get(class.as_str()) {
+                Some(&label) => {
+                    files.push(file);
+                    numbers.push(label);
+                }
+                None => other_classes += 1,
+            }
+        }
+        if files.is_empty() {
+            return Err(DataError::Empty {
+                path: root,
+                what: "no image of the training split's classes".into(),
+            });
+        }
+        if other_classes > 0 {
+            log::info!(
+                "{}: {other_classes} images of classes the training split does not have left out",
+                root.display()
+            );
+        }
+        Ok(Self {
+            root,
+            files,
+            labels: Some(numbers),
+            class_names: class_names.to_vec(),
+            not_images,
+        })
+    }
+
+    /// Every image decoded into memory with `options` (resized and centre-cropped to its size,
+    /// as an image folder is read), with the labels and class names: the in-memory path of a
+    /// listing the folder reader does not make (a class list, a labels file).
+    ///
+    /// # Errors
+    /// As [`image_folder::load`](crate::data::image_folder::load): an unreadable image, sizes
+    /// that differ without resizing.
+    pub fn decode_all(
+        &self,
+        options: crate::data::image_folder::ImageFolderOptions,
+    ) -> Result<crate::data::ImageArray, DataError> {
+        let (h, w, c, pixels) =
+            crate::data::image_folder::decode_listed(&self.root, &self.files, options)?;
+        let classes = self.class_names.len();
+        Ok(
+            crate::data::ImageArray::new(
+                &self.root,
+                h,
+                w,
+                c,
+                pixels,
+                self.labels.clone(),
+                classes,
+            )?
+            .with_class_names(self.class_names.clone()),
+        )
+    }
+
+    /// The listing of `dirs`, one class each in that order.
+    fn of_class_dirs(
+        root: PathBuf,
+        dirs: Vec<PathBuf>,
+        not_images: usize,
+    ) -> Result<Self, DataError> {
+        let mut not_images = not_images;
         let mut files = Vec::new();
         let mut labels = Vec::new();
         let mut class_names = Vec::new();
-        let mut not_images = 0;
-        for entry in read_dir_sorted(&root)? {
-            if !entry.is_dir() {
-                not_images += 1;
-                continue;
-            }
+        for entry in dirs {
             if class_names.len() == u16::MAX as usize {
                 return Err(DataError::Request {
                     path: root,
@@ -172,5 +300,63 @@ impl ImageSource for ImageFiles {
 
     fn name(&self, index: usize) -> PathBuf {
         self.files[index].clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::image_folder::ImageFolderOptions;
+    use crate::data::stream::testing::{jpeg_folder, scratch};
+
+    /// A class list reads its folders alone, labelled by their order in the list; a labels
+    /// file labels a flat folder by the training classes, leaving the other classes out; both
+    /// decode into memory with their labels.
+    #[test]
+    fn a_class_list_reads_its_folders_alone_and_a_labels_file_labels_a_flat_folder() {
+        let root = jpeg_folder("classes-in", 3, 2);
+        let listed = ["class0".to_string(), "class2".to_string()];
+        let some = ImageFiles::classes_in(&root, &listed).unwrap();
+        assert_eq!(some.len(), 4);
+        assert_eq!(some.labels, Some(vec![0, 0, 1, 1]));
+        assert_eq!(some.class_names(), listed);
+        assert!(some.name(2).ends_with("class2/000.jpg"));
+        let err = ImageFiles::classes_in(&root, &["class9".to_string()]).unwrap_err();
+        assert!(
+            err.to_string().contains("class `class9` of the class list"),
+            "{err}"
+        );
+
+        let flat = scratch("labelled-by");
+        for (from, to) in [
+            ("class1/000.jpg", "a.jpg"),
+            ("class2/001.jpg", "b.jpg"),
+            ("class0/000.jpg", "c.jpg"),
+        ] {
+            std::fs::copy(root.join(from), flat.join(to)).unwrap();
+        }
+        let mut labels: std::collections::HashMap<String, String> =
+            [("a", "class1"), ("b", "class2"), ("c", "class0")]
+                .map(|(f, c)| (f.to_string(), c.to_string()))
+                .into();
+        let train = ["class1".to_string(), "class2".to_string()];
+        let val = ImageFiles::labelled_by(&flat, &labels, &train).unwrap();
+        assert_eq!(val.len(), 2);
+        assert_eq!(val.labels, Some(vec![0, 1]));
+        assert!(val.name(1).ends_with("b.jpg"));
+        labels.remove("b");
+        let err = ImageFiles::labelled_by(&flat, &labels, &train).unwrap_err();
+        assert!(err.to_string().contains("no label for `b`"), "{err}");
+
+        let options = ImageFolderOptions {
+            channels: Some(3),
+            size: Some((16, 16)),
+            resize: true,
+            threads: 1,
+        };
+        let array = some.decode_all(options).unwrap();
+        assert_eq!(array.image_shape(), (16, 16, 3));
+        assert_eq!(array.labels(), Some(&[0u16, 0, 1, 1][..]));
+        assert_eq!(array.class_names(), listed);
     }
 }

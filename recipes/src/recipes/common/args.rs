@@ -41,6 +41,14 @@ pub struct RecipeArgs {
     /// centre (default: the size of the first image, which all must then have).
     #[arg(long)]
     pub image_size: Option<usize>,
+    /// image-folder: a class list file (one class folder name per line, e.g. ImageNet-100's
+    /// 100 synsets): only those folders of train/ and val/ are read, labelled in sorted order.
+    #[arg(long)]
+    pub classes: Option<PathBuf>,
+    /// image-folder: the labels of a val/ that holds its images without class folders (the
+    /// ImageNet download's): Kaggle's LOC_val_solution.csv, or lines of `FILE SYNSET`.
+    #[arg(long)]
+    pub val_labels: Option<PathBuf>,
     /// image-folder, folder: decode the image files anew every epoch on the loader's workers,
     /// the views cut from the original images, instead of decoding them once into memory at
     /// --image-size (`--stream false` keeps them in memory; default: streamed when, decoded,
@@ -307,6 +315,12 @@ pub struct RecipeRun {
     /// The kNN monitor's labelled folder (--knn-data).
     #[serde(default)]
     pub knn_data: Option<PathBuf>,
+    /// The class list the run read (--classes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classes: Option<PathBuf>,
+    /// The labels file of its val/ (--val-labels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_labels: Option<PathBuf>,
     /// Whether the image files were streamed (decoded every epoch, the views cut from the
     /// originals) rather than decoded once into memory: other views of the same files, so a
     /// resume the other way is refused (absent when false, as in every run recorded before).

@@ -26,6 +26,11 @@ pub struct DataSource {
     /// A labelled `train/` + `val/` tree of class folders for the kNN monitor, instead of the
     /// dataset's own labelled splits.
     pub knn_data: Option<PathBuf>,
+    /// image-folder: a class list file; only those class folders are read (ImageNet-100).
+    pub classes: Option<PathBuf>,
+    /// image-folder: a labels file for a `val/` that holds its images without class folders
+    /// (ImageNet's download).
+    pub val_labels: Option<PathBuf>,
 }
 
 impl DataSource {
@@ -36,6 +41,8 @@ impl DataSource {
             dir: args.data.clone(),
             image_size: args.image_size,
             knn_data: args.knn_data.clone(),
+            classes: args.classes.clone(),
+            val_labels: args.val_labels.clone(),
         }
     }
 
@@ -61,6 +68,20 @@ impl DataSource {
             }
             if !(8..=1024).contains(&size) {
                 return Err(usage(format!("--image-size {size}: must lie in [8, 1024]")));
+            }
+        }
+        for (option, file) in [
+            ("--classes", &self.classes),
+            ("--val-labels", &self.val_labels),
+        ] {
+            let Some(file) = file else { continue };
+            if self.dataset != DatasetChoice::ImageFolder {
+                return Err(usage(format!(
+                    "{option}: only for --dataset image-folder (ImageNet's layout)"
+                )));
+            }
+            if !file.is_file() {
+                return Err(usage(format!("{option} {}: no such file", file.display())));
             }
         }
         if let Some(dir) = &self.dir {
@@ -142,6 +163,23 @@ impl DataSource {
                 stl10::load(dir, stl10::Split::Train).context("loading the training images")?,
                 Some(stl10::load(dir, stl10::Split::Test).context("loading the test images")?),
             ),
+            DatasetChoice::ImageFolder if self.classes.is_some() || self.val_labels.is_some() => {
+                // A class list or a labels file: the listing decided here, then decoded.
+                let (train_files, val_files) = self.folder_splits(dir)?;
+                let train = train_files
+                    .decode_all(self.folder_options(None))
+                    .map_err(|e| size_hint(e, "train/"))
+                    .context("loading the training images (train/)")?;
+                let test = match val_files {
+                    Some(val) => Some(
+                        val.decode_all(self.folder_options(Some(&train)))
+                            .map_err(|e| size_hint(e, "val/"))
+                            .context("loading the validation images (val/)")?,
+                    ),
+                    None => None,
+                };
+                (None, train, test)
+            }
             DatasetChoice::ImageFolder => {
                 let options = self.folder_options(None);
                 let train = image_folder::load(dir.join("train"), options)
@@ -309,10 +347,12 @@ impl DataSource {
         if stream == Some(false) {
             return Ok(TrainData::Memory(self.load()?));
         }
-        let files = match self.dataset {
-            DatasetChoice::ImageFolder => ImageFiles::classes(dir.join("train"))
-                .context("listing the training images (train/)")?,
-            _ => ImageFiles::unlabeled(dir).context("listing the images")?,
+        let (files, val_files) = match self.dataset {
+            DatasetChoice::ImageFolder => self.folder_splits(dir)?,
+            _ => (
+                ImageFiles::unlabeled(dir).context("listing the images")?,
+                None,
+            ),
         };
         // The first readable image's size stands for the folder's (a bad file is skipped when
         // streamed, refused when decoded into memory).
@@ -340,17 +380,15 @@ impl DataSource {
                 .map_or((image.height, image.width), |s| (s, s));
             // The labelled splits of the kNN monitor are decoded too.
             let mut splits = Vec::new();
-            if self.dataset == DatasetChoice::ImageFolder {
-                splits.push(dir.join("val"));
-            }
             if let Some(knn) = &self.knn_data {
                 splits.extend([knn.join("train"), knn.join("val")]);
             }
-            let held_out: usize = splits
-                .iter()
-                .filter(|d| d.is_dir())
-                .map(|d| ImageFiles::classes(d).map_or(0, |f| f.len()))
-                .sum();
+            let held_out: usize = val_files.as_ref().map_or(0, |v| v.len())
+                + splits
+                    .iter()
+                    .filter(|d| d.is_dir())
+                    .map(|d| ImageFiles::classes(d).map_or(0, |f| f.len()))
+                    .sum::<usize>();
             let images = files.len() + held_out;
             let bytes = images as u64 * (h * w * 3) as u64;
             let limit = auto_stream_bytes();
@@ -376,7 +414,7 @@ impl DataSource {
                 side
             }
         };
-        let monitor = self.streamed_monitor(dir, &files)?;
+        let monitor = self.streamed_monitor(dir, &files, val_files)?;
         log::info!(
             "streaming {} images from {}{}",
             files.len(),
@@ -400,6 +438,7 @@ impl DataSource {
         &self,
         dir: &Path,
         files: &ImageFiles,
+        val_files: Option<ImageFiles>,
     ) -> Result<Option<(ImageFiles, ImageFiles)>> {
         let (bank, queries) = if let Some(knn) = &self.knn_data {
             (
@@ -409,19 +448,15 @@ impl DataSource {
                     .context("listing the kNN monitor's labelled images (--knn-data …/val)")?,
             )
         } else if self.dataset == DatasetChoice::ImageFolder {
-            let val = dir.join("val");
-            if !val.is_dir() {
+            let Some(val) = val_files else {
                 log::warn!(
                     "{}: no val/ folder, so the kNN monitor is off (add a val/ tree of the same \
                      classes to measure the features as training goes)",
                     dir.display()
                 );
                 return Ok(None);
-            }
-            (
-                files.clone(),
-                ImageFiles::classes(&val).context("listing the validation images (val/)")?,
-            )
+            };
+            (files.clone(), val)
         } else {
             return Ok(None);
         };
@@ -440,6 +475,46 @@ impl DataSource {
 }
 
 impl DataSource {
+    /// An image folder's listed splits: `train/` (the class list's folders alone with
+    /// --classes), and `val/` when it exists (labelled by --val-labels when given, else by its
+    /// class folders, the class list's alone).
+    fn folder_splits(&self, dir: &Path) -> Result<(ImageFiles, Option<ImageFiles>)> {
+        let classes = match &self.classes {
+            Some(file) => Some(
+                curriculum_ssl::data::layouts::read_class_list(file)
+                    .map_err(|e| usage(format!("--classes: {e}")))?,
+            ),
+            None => None,
+        };
+        let train_dir = dir.join("train");
+        let train = match &classes {
+            Some(classes) => ImageFiles::classes_in(&train_dir, classes),
+            None => ImageFiles::classes(&train_dir),
+        }
+        .context("listing the training images (train/)")?;
+        let val_dir = dir.join("val");
+        if !val_dir.is_dir() {
+            if self.val_labels.is_some() {
+                return Err(usage(format!(
+                    "--val-labels: {} has no val/ folder",
+                    dir.display()
+                )));
+            }
+            return Ok((train, None));
+        }
+        let val = match (&self.val_labels, &classes) {
+            (Some(file), _) => {
+                let labels = curriculum_ssl::data::layouts::read_val_labels(file)
+                    .map_err(|e| usage(format!("--val-labels: {e}")))?;
+                ImageFiles::labelled_by(&val_dir, &labels, train.class_names())
+            }
+            (None, Some(classes)) => ImageFiles::classes_in(&val_dir, classes),
+            (None, None) => ImageFiles::classes(&val_dir),
+        }
+        .context("listing the validation images (val/)")?;
+        Ok((train, Some(val)))
+    }
+
     /// The source a run's record names.
     pub fn of_run(run: &RecipeRun) -> Self {
         Self {
@@ -447,6 +522,8 @@ impl DataSource {
             dir: run.data.clone(),
             image_size: run.image_size,
             knn_data: run.knn_data.clone(),
+            classes: run.classes.clone(),
+            val_labels: run.val_labels.clone(),
         }
     }
 

@@ -785,6 +785,8 @@ pub fn options_table(args: &RecipeArgs, settings: &Settings) -> toml::Table {
     put("data_dir", source.dir.as_deref().map(path));
     put("image_size", source.image_size.map(int));
     put("knn_data", source.knn_data.as_deref().map(path));
+    put("classes", source.classes.as_deref().map(path));
+    put("val_labels", source.val_labels.as_deref().map(path));
     // Resolved (chosen by the data's size when not given): a resume streams as the run did.
     put(
         "stream",

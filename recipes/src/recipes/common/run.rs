@@ -377,6 +377,8 @@ where
         dataset: settings.source.dataset,
         image_size: settings.source.image_size,
         knn_data: settings.source.knn_data.clone(),
+        classes: settings.source.classes.clone(),
+        val_labels: settings.source.val_labels.clone(),
         stream: settings.stream,
         input_shape: {
             let (h, w, c) = prepared.data.shape();
@@ -568,4 +570,10 @@ where
 
 /// The run record's settings that may differ between the machines of a run on several
 /// (paths: each machine reads its own copy of the data; the data's fingerprint is compared).
-const MACHINE_SPECIFIC: &[&str] = &["run.data", "run.knn_data", "run.weights"];
+const MACHINE_SPECIFIC: &[&str] = &[
+    "run.data",
+    "run.knn_data",
+    "run.weights",
+    "run.classes",
+    "run.val_labels",
+];
