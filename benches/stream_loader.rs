@@ -43,13 +43,16 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(root) = args.first().filter(|a| !a.starts_with('-')) else {
         eprintln!(
-            "usage: stream_loader FOLDER [--size 224] [--workers 1] [--images N] [--batch 64]"
+            "usage: stream_loader FOLDER [--size 224] [--workers 1] [--images N] [--batch 64] \
+             [--views 1]"
         );
         std::process::exit(2);
     };
     let size = arg(&args, "--size", 224);
     let workers = arg(&args, "--workers", 1);
     let batch = arg(&args, "--batch", 64);
+    // Views cut from every decoded image (two: a contrastive method's pair).
+    let views = arg(&args, "--views", 1).max(1);
     let t0 = Instant::now();
     let files = ImageFiles::classes(root.as_str()).expect("a folder of class folders");
     let images = arg(&args, "--images", files_len(&files)).min(files_len(&files));
@@ -63,7 +66,7 @@ fn main() {
             seed: 0,
         },
         channels: 3,
-        views: vec![ViewCrop::Random(RandomResizedCrop::new(size))],
+        views: vec![ViewCrop::Random(RandomResizedCrop::new(size)); views],
     };
     let loader = StreamLoader::new(files, config).expect("valid settings");
     let batches = images / batch;

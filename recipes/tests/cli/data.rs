@@ -661,7 +661,10 @@ fn an_imagenet_layout_with_a_class_list_and_a_flat_val_trains_in_memory_and_stre
         assert_eq!(check_error_shape(&o, name), 0, "{}", stderr(&o));
         let stdout = String::from_utf8_lossy(&o.stdout);
         // k capped at the bank: the 16 training images of the two classes.
-        assert!(stdout.contains("kNN (k = 16, T = 0.07)"), "{name}: {stdout}");
+        assert!(
+            stdout.contains("kNN (k = 16, T = 0.07)"),
+            "{name}: {stdout}"
+        );
         let config = std::fs::read_to_string(scratch().join(name).join("config.json")).unwrap();
         let config: serde_json::Value = serde_json::from_str(&config).unwrap();
         // cat and owl: 16 training images, two steps of 8.
