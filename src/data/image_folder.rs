@@ -355,46 +355,62 @@ fn decode_all(
     } else {
         options.threads
     };
-    let rest = &files[1..];
-    let chunk = rest.len().div_ceil(threads).max(1);
     // Each thread's buffer grows with the images it has decoded, rather than the whole array
     // being sized up front as the first image times the number of files: a folder of garbage
     // files behind one large image must not allocate for images that never decode.
-    let results: Vec<Result<Vec<u8>, DataError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = rest
-            .chunks(chunk)
-            .map(|fs| {
-                s.spawn(move || -> Result<Vec<u8>, DataError> {
-                    let mut out = Vec::new();
-                    for path in fs {
-                        let (fh, fw, fc, data) = decode(path, options.channels)?;
-                        check(path, fh, fw, fc)?;
-                        out.extend_from_slice(&data);
-                    }
-                    Ok(out)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(DataError::Request {
-                        path: root.to_path_buf(),
-                        reason: "an image decoding thread panicked".into(),
-                    })
-                })
-            })
-            .collect()
-    });
-    // Chunks are in file order, so the first error reported is the first bad file's.
-    let parts = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let parts = in_parts(1..files.len(), threads, root, |part| {
+        let mut out = Vec::new();
+        for path in &files[part] {
+            let (fh, fw, fc, data) = decode(path, options.channels)?;
+            check(path, fh, fw, fc)?;
+            out.extend_from_slice(&data);
+        }
+        Ok(out)
+    })?;
     let mut pixels = first;
     pixels.reserve_exact(parts.iter().map(Vec::len).sum());
     for part in parts {
         pixels.extend_from_slice(&part);
     }
     Ok((h, w, c, pixels))
+}
+
+/// `work` on up to `threads` contiguous parts of `range`, each on a scoped thread, the results
+/// in the range's order; the first error is that of the earliest part (so the first bad file's,
+/// parts being in file order), and a thread that panicked is an error naming `what`.
+pub(crate) fn in_parts<T: Send>(
+    range: std::ops::Range<usize>,
+    threads: usize,
+    what: &Path,
+    work: impl Fn(std::ops::Range<usize>) -> Result<T, DataError> + Sync,
+) -> Result<Vec<T>, DataError> {
+    if range.is_empty() {
+        return Ok(Vec::new());
+    }
+    let per = range.len().div_ceil(threads.max(1));
+    let parts: Vec<std::ops::Range<usize>> = (range.start..range.end)
+        .step_by(per)
+        .map(|s| s..(s + per).min(range.end))
+        .collect();
+    let work = &work;
+    let results: Vec<Result<T, DataError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = parts
+            .into_iter()
+            .map(|part| scope.spawn(move || work(part)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(DataError::Request {
+                        path: what.to_path_buf(),
+                        reason: "an image decoding thread panicked".into(),
+                    })
+                })
+            })
+            .collect()
+    });
+    results.into_iter().collect()
 }
 
 /// The image files (`.png`, `.jpg`, `.jpeg`) under `root`, at any depth, in path order, and

@@ -21,6 +21,7 @@ use crate::base::error::ConfigError;
 use crate::base::seed::mix_seed;
 use crate::data::batch::HostBatch;
 use crate::data::error::DataError;
+use crate::data::image_folder::in_parts;
 use crate::data::image_set::ImageSet;
 
 /// The images of a source, each cut by `crop` when read (see the module docs).
@@ -199,32 +200,10 @@ pub(crate) fn read_cut<S: ImageSource + ?Sized>(
     let (pixels, indices) = if threads == 1 {
         cut(range.clone())?
     } else {
-        let per = range.len().div_ceil(threads);
-        let parts: Vec<Range<usize>> = (range.start..range.end)
-            .step_by(per)
-            .map(|s| s..(s + per).min(range.end))
-            .collect();
-        let results: Vec<Result<Part, DataError>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = parts
-                .into_iter()
-                .map(|part| scope.spawn(|| cut(part)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(DataError::Request {
-                            path: PathBuf::from("<image files>"),
-                            reason: "a decoding thread panicked".into(),
-                        })
-                    })
-                })
-                .collect()
-        });
+        let parts = in_parts(range.clone(), threads, Path::new("<image files>"), cut)?;
         let mut pixels = Vec::with_capacity(range.len() * h * w * channels);
         let mut indices = Vec::with_capacity(range.len());
-        for part in results {
-            let (p, i) = part?;
+        for (p, i) in parts {
             pixels.extend_from_slice(&p);
             indices.extend(i);
         }
