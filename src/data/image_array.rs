@@ -177,23 +177,9 @@ impl ImageArray {
     /// `[0, 1]` scale the views are normalised on: the statistics a normalisation of this data
     /// would use (torchvision's `Normalize(mean, std)`).
     pub fn channel_stats(&self) -> (Vec<f64>, Vec<f64>) {
-        let c = self.channels;
-        let mut sum = vec![0u64; c];
-        let mut squares = vec![0u64; c];
-        for pixel in self.pixels.chunks_exact(c) {
-            for (ch, &v) in pixel.iter().enumerate() {
-                sum[ch] += u64::from(v);
-                squares[ch] += u64::from(v) * u64::from(v);
-            }
-        }
-        let n = (self.pixels.len() / c) as f64;
-        let mean: Vec<f64> = sum.iter().map(|&s| s as f64 / n / 255.0).collect();
-        let std = squares
-            .iter()
-            .zip(&mean)
-            .map(|(&q, m)| (q as f64 / n / (255.0 * 255.0) - m * m).max(0.0).sqrt())
-            .collect();
-        (mean, std)
+        let mut sums = ChannelSums::new(self.channels);
+        sums.add(&self.pixels);
+        sums.stats()
     }
 
     /// Concatenates arrays of the same image shape (e.g. STL-10's train and unlabeled splits).
@@ -304,5 +290,53 @@ impl Dataset<ImageItem> for ImageArray {
 
     fn len(&self) -> usize {
         self.len
+    }
+}
+
+/// Each channel's sum and sum of squares over pixels added in any number of parts (integers:
+/// the same whatever the parts), and the mean and standard deviation on the `[0, 1]` scale.
+pub(crate) struct ChannelSums {
+    sum: Vec<u64>,
+    squares: Vec<u64>,
+    pixels: u64,
+}
+
+impl ChannelSums {
+    pub(crate) fn new(channels: usize) -> Self {
+        Self {
+            sum: vec![0; channels],
+            squares: vec![0; channels],
+            pixels: 0,
+        }
+    }
+
+    /// Adds pixels, channels last.
+    pub(crate) fn add(&mut self, bytes: &[u8]) {
+        let c = self.sum.len();
+        for pixel in bytes.chunks_exact(c) {
+            for (ch, &v) in pixel.iter().enumerate() {
+                self.sum[ch] += u64::from(v);
+                self.squares[ch] += u64::from(v) * u64::from(v);
+            }
+        }
+        self.pixels += (bytes.len() / c) as u64;
+    }
+
+    /// Pixels added.
+    pub(crate) fn pixels(&self) -> u64 {
+        self.pixels
+    }
+
+    /// Each channel's mean and standard deviation.
+    pub(crate) fn stats(&self) -> (Vec<f64>, Vec<f64>) {
+        let n = self.pixels as f64;
+        let mean: Vec<f64> = self.sum.iter().map(|&s| s as f64 / n / 255.0).collect();
+        let std = self
+            .squares
+            .iter()
+            .zip(&mean)
+            .map(|(&q, m)| (q as f64 / n / (255.0 * 255.0) - m * m).max(0.0).sqrt())
+            .collect();
+        (mean, std)
     }
 }

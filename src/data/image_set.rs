@@ -9,7 +9,7 @@ use std::path::Path;
 
 use super::batch::HostBatch;
 use super::error::DataError;
-use super::image_array::ImageArray;
+use super::image_array::{ChannelSums, ImageArray};
 
 /// Images read a range at a time, in a fixed order, every one `image_shape()`.
 pub trait ImageSet: Send + Sync + std::fmt::Debug {
@@ -128,37 +128,20 @@ pub fn channel_stats(
             what: "no images to measure (or a chunk of 0)".into(),
         });
     }
-    let c = set.image_shape().2;
-    let mut sum = vec![0u64; c];
-    let mut squares = vec![0u64; c];
-    let mut pixels = 0usize;
+    let mut sums = ChannelSums::new(set.image_shape().2);
     let mut start = 0;
     while start < n {
         let end = (start + chunk).min(n);
-        let batch = set.read_range(start..end)?;
-        pixels += batch.pixels.len() / c;
-        for pixel in batch.pixels.chunks_exact(c) {
-            for (ch, &v) in pixel.iter().enumerate() {
-                sum[ch] += u64::from(v);
-                squares[ch] += u64::from(v) * u64::from(v);
-            }
-        }
+        sums.add(&set.read_range(start..end)?.pixels);
         start = end;
     }
-    if pixels == 0 {
+    if sums.pixels() == 0 {
         return Err(DataError::Empty {
             path: set.source().to_path_buf(),
             what: "no image could be read to measure".into(),
         });
     }
-    let count = pixels as f64;
-    let mean: Vec<f64> = sum.iter().map(|&s| s as f64 / count / 255.0).collect();
-    let std = squares
-        .iter()
-        .zip(&mean)
-        .map(|(&q, m)| (q as f64 / count / (255.0 * 255.0) - m * m).max(0.0).sqrt())
-        .collect();
-    Ok((mean, std))
+    Ok(sums.stats())
 }
 
 #[cfg(test)]

@@ -325,7 +325,7 @@ where
             Feed::Stream(stream) => {
                 // View 1's size, cut as an evaluation transform cuts it (ImageNet's 224 / 256).
                 let size = stream.config().views[0].size();
-                stream.images(start..end, ViewCrop::Center { size, ratio: 0.875 })?
+                stream.images(start..end, ViewCrop::evaluation(size))?
             }
         };
         let mut images = batch.to_device::<B::InnerBackend>(self.device()).images;

@@ -23,6 +23,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::common::raw_pixels_too_large;
 use super::RecipeEntry;
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
@@ -162,18 +163,13 @@ pub fn run(args: &[String]) -> Result<()> {
         None => None,
     };
     let (train, test) = (train.set(), test);
-    if args.raw_pixels {
-        let (h, w, c) = input;
-        let bytes = train.len() as u64 * (h * w * c) as u64 * 4;
-        if bytes > common::RAW_PIXELS_BYTES {
-            return Err(usage(format!(
-                "--raw-pixels: the bank of {} images would hold {:.1} GiB of pixels as \
-                 features (at most {} GiB)",
-                train.len(),
-                bytes as f64 / f64::from(1u32 << 30),
-                common::RAW_PIXELS_BYTES >> 30
-            )));
-        }
+    if let Some(gib) = raw_pixels_too_large(train.len(), input).filter(|_| args.raw_pixels) {
+        return Err(usage(format!(
+            "--raw-pixels: the bank of {} images would hold {gib:.1} GiB of pixels as features \
+             (at most {} GiB)",
+            train.len(),
+            common::RAW_PIXELS_BYTES >> 30
+        )));
     }
     let what = if args.raw_pixels {
         "raw-pixels".to_string()

@@ -59,7 +59,20 @@ pub enum ViewCrop {
     },
 }
 
+/// The fraction of the shorter side ImageNet's evaluation transform keeps: `Resize(256)` then
+/// `CenterCrop(224)`.
+pub const EVAL_CENTRE_RATIO: f64 = 0.875;
+
 impl ViewCrop {
+    /// The evaluation transform at `size`: the centre box `Resize(size / 0.875)` then
+    /// `CenterCrop(size)` keep ([`EVAL_CENTRE_RATIO`]), what a streamed set is evaluated on.
+    pub fn evaluation(size: (usize, usize)) -> Self {
+        Self::Center {
+            size,
+            ratio: EVAL_CENTRE_RATIO,
+        }
+    }
+
     /// Output `(height, width)`.
     pub fn size(&self) -> (usize, usize) {
         match self {

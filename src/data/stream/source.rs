@@ -2,6 +2,7 @@
 //! its folder of files, [`ImageFiles`].
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::data::error::{require_dir, DataError};
 use crate::data::image_folder::{read_dir_sorted, read_image_file, scan_images};
@@ -50,8 +51,10 @@ impl ImageSource for Box<dyn ImageSource> {
 #[derive(Debug, Clone)]
 pub struct ImageFiles {
     root: PathBuf,
-    files: Vec<PathBuf>,
-    labels: Option<Vec<u16>>,
+    // Shared: a run clones its listing for every replica's loader and for the kNN bank, and
+    // ImageNet's is 1.28 M paths.
+    files: Arc<[PathBuf]>,
+    labels: Option<Arc<[u16]>>,
     class_names: Vec<String>,
     not_images: usize,
 }
@@ -157,8 +160,8 @@ impl ImageFiles {
         }
         Ok(Self {
             root,
-            files,
-            labels: Some(numbers),
+            files: files.into(),
+            labels: Some(numbers.into()),
             class_names: class_names.to_vec(),
             not_images,
         })
@@ -178,18 +181,16 @@ impl ImageFiles {
         let (h, w, c, pixels) =
             crate::data::image_folder::decode_listed(&self.root, &self.files, options)?;
         let classes = self.class_names.len();
-        Ok(
-            crate::data::ImageArray::new(
-                &self.root,
-                h,
-                w,
-                c,
-                pixels,
-                self.labels.clone(),
-                classes,
-            )?
-            .with_class_names(self.class_names.clone()),
-        )
+        Ok(crate::data::ImageArray::new(
+            &self.root,
+            h,
+            w,
+            c,
+            pixels,
+            self.labels.as_deref().map(<[u16]>::to_vec),
+            classes,
+        )?
+        .with_class_names(self.class_names.clone()))
     }
 
     /// The listing of `dirs`, one class each in that order.
@@ -228,8 +229,8 @@ impl ImageFiles {
         }
         Ok(Self {
             root,
-            files,
-            labels: Some(labels),
+            files: files.into(),
+            labels: Some(labels.into()),
             class_names,
             not_images,
         })
@@ -244,7 +245,7 @@ impl ImageFiles {
         let (files, not_images) = scan_images(&root)?;
         Ok(Self {
             root,
-            files,
+            files: files.into(),
             labels: None,
             class_names: Vec::new(),
             not_images,
@@ -318,7 +319,7 @@ mod tests {
         let listed = ["class0".to_string(), "class2".to_string()];
         let some = ImageFiles::classes_in(&root, &listed).unwrap();
         assert_eq!(some.len(), 4);
-        assert_eq!(some.labels, Some(vec![0, 0, 1, 1]));
+        assert_eq!(some.labels.as_deref(), Some(&[0, 0, 1, 1][..]));
         assert_eq!(some.class_names(), listed);
         assert!(some.name(2).ends_with("class2/000.jpg"));
         let err = ImageFiles::classes_in(&root, &["class9".to_string()]).unwrap_err();
@@ -342,7 +343,7 @@ mod tests {
         let train = ["class1".to_string(), "class2".to_string()];
         let val = ImageFiles::labelled_by(&flat, &labels, &train).unwrap();
         assert_eq!(val.len(), 2);
-        assert_eq!(val.labels, Some(vec![0, 1]));
+        assert_eq!(val.labels.as_deref(), Some(&[0, 1][..]));
         assert!(val.name(1).ends_with("b.jpg"));
         labels.remove("b");
         let err = ImageFiles::labelled_by(&flat, &labels, &train).unwrap_err();

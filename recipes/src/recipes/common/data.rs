@@ -263,6 +263,13 @@ pub struct Streamed {
 /// (the full Fashion-MNIST's is 188 MB, CIFAR-10's 614 MB; ImageNet's would be 770 GB).
 pub const RAW_PIXELS_BYTES: u64 = 2 << 30;
 
+/// The GiB a raw-pixel bank of `images` images of `shape` would take, when over
+/// [`RAW_PIXELS_BYTES`] (the baseline is then left out, or refused when asked for).
+pub fn raw_pixels_too_large(images: usize, (h, w, c): (usize, usize, usize)) -> Option<f64> {
+    let bytes = images as u64 * (h * w * c) as u64 * 4;
+    (bytes > RAW_PIXELS_BYTES).then(|| bytes as f64 / f64::from(1u32 << 30))
+}
+
 /// Whether the run in `run_dir` streamed its files, as its `config.json` records it (absent:
 /// it did not, as every run recorded before streaming); `None` without a record. A resume of a
 /// run whose `recipe.toml` predates `stream` reads it here instead of deciding by the memory
@@ -276,20 +283,13 @@ pub fn recorded_stream(run_dir: &Path) -> Option<bool> {
 /// Files tried in a row for the size of a folder's images.
 const FIRST_TRIES: usize = 16;
 
-/// The evaluation transform of a streamed set: torchvision's `Resize(side / 0.875)` then
-/// `CenterCrop(side)` (ImageNet's 256 / 224), in one pass.
-pub const CENTRE_CROP_RATIO: f64 = 0.875;
-
 impl Streamed {
     /// A streamed set of `files` as an evaluation reads it: each image centre-cut at the side.
     pub fn eval_set(&self, files: &ImageFiles) -> Result<StreamedImages<ImageFiles>> {
         Ok(StreamedImages::new(
             files.clone(),
             files.root(),
-            ViewCrop::Center {
-                size: (self.side, self.side),
-                ratio: CENTRE_CROP_RATIO,
-            },
+            ViewCrop::evaluation((self.side, self.side)),
             3,
             0,
         )?)

@@ -3,7 +3,7 @@
 //! report.
 
 use super::args::RecipeRun;
-use super::data::{TrainData, RAW_PIXELS_BYTES};
+use super::data::{raw_pixels_too_large, TrainData};
 use super::prepare::{options_table, Prepared, Settings};
 use super::report::{print_where, result_lines, write_summary};
 use crate::backend;
@@ -550,17 +550,13 @@ where
     let at_init = hook.evaluate(trainer.method(), device)?;
     // The raw pixels' features are the images themselves: a bank of ImageNet's size would not
     // fit, so the baseline is left out above RAW_PIXELS_BYTES of bank.
-    let (h, w, c) = prepared.data.shape();
-    let bank_bytes = hook.monitor().bank_len() as u64 * (h * w * c) as u64 * 4;
-    let raw = if bank_bytes > RAW_PIXELS_BYTES {
-        log::info!(
-            "the raw pixels' kNN is left out: its bank would hold {:.1} GiB of pixels",
-            bank_bytes as f64 / f64::from(1u32 << 30)
-        );
+    let shape = prepared.data.shape();
+    let raw = if let Some(gib) = raw_pixels_too_large(hook.monitor().bank_len(), shape) {
+        log::info!("the raw pixels' kNN is left out: its bank would hold {gib:.1} GiB of pixels");
         Vec::new()
     } else {
         hook.monitor()
-            .evaluate::<backend::Inner, _>(&RawPixels::new((h, w, c)), device)?
+            .evaluate::<backend::Inner, _>(&RawPixels::new(shape), device)?
     };
     for (file, r) in [(&init_file, &at_init), (&raw_file, &raw)] {
         curriculum_ssl::train::write_atomic(file, &serde_json::to_vec_pretty(r)?)?;
