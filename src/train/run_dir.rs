@@ -114,7 +114,7 @@ impl DataFingerprint {
             let text = relative.to_string_lossy();
             hash.update((text.len() as u64).to_le_bytes());
             hash.update(text.as_bytes());
-            let bytes = fs::metadata(&name).map_or(u64::MAX, |m| m.len());
+            let bytes = source.byte_size(i).unwrap_or(u64::MAX);
             hash.update(bytes.to_le_bytes());
             if let Some(label) = source.label(i) {
                 hash.update(label.to_le_bytes());

@@ -28,7 +28,7 @@ use super::RecipeEntry;
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
 use curriculum_ssl::eval::linear_probe::ProbeOptimizer;
-use curriculum_ssl::data::stream::ImageFiles;
+use super::common::Files;
 use curriculum_ssl::data::ImageSet;
 use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig};
 use curriculum_ssl::optim::LarsConfig;
@@ -228,7 +228,7 @@ struct Split {
 enum LabelledSet {
     Memory(curriculum_ssl::data::ImageArray),
     /// The stream's settings and its files, and the set that reads them.
-    Stream(Box<(common::Streamed, ImageFiles)>, Arc<dyn ImageSet>),
+    Stream(Box<(common::Streamed, Files)>, Arc<dyn ImageSet>),
 }
 
 impl LabelledSet {

@@ -66,6 +66,7 @@ recipe_modules!(
     spl_advise,
     eval,
     export,
+    pack,
     compare,
     study,
     worked_values,

@@ -608,7 +608,7 @@ fn a_streamed_image_folder_trains_counts_its_bad_files_and_resumes_only_streamed
     let o = run(&as_strs(&tiny("stream-idx", &["--stream"])));
     assert_eq!(check_error_shape(&o, "stream idx"), 2);
     assert!(
-        stderr(&o).contains("--stream: only for --dataset image-folder or folder"),
+        stderr(&o).contains("--stream: only for --dataset image-folder, folder or shards"),
         "{}",
         stderr(&o)
     );
@@ -700,4 +700,95 @@ fn an_imagenet_layout_with_a_class_list_and_a_flat_val_trains_in_memory_and_stre
     let o = run(&as_strs(&args));
     assert_eq!(check_error_shape(&o, "devkit labels"), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("meta.mat"), "{}", stderr(&o));
+}
+
+/// `recipe pack` writes an image folder's train/ and val/ as WebDataset shards (the unreadable
+/// files left out and counted); `--dataset shards` trains on them streamed, with the kNN monitor
+/// on val/'s shards and the run recorded as streamed files; `recipe eval` reads them as the run
+/// did; packing into shards again, and `--stream false` on shards, exit 2.
+#[test]
+fn a_packed_folder_trains_from_its_shards() {
+    let folder = jpeg_folder("pack-folder", 8, 2);
+    let shards = scratch().join("pack-shards");
+    let _ = std::fs::remove_dir_all(&shards);
+    let pack = [
+        "pack",
+        "--data-dir",
+        folder.to_str().unwrap(),
+        "--out",
+        shards.to_str().unwrap(),
+        "--samples-per-shard",
+        "5",
+    ];
+    let o = run(&pack);
+    assert_eq!(check_error_shape(&o, "pack"), 0, "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    // 24 readable of 26 in train/: five shards of 5 and one of 4; val/ 18 in four shards.
+    assert!(
+        stdout.contains("24 samples in 5 shards") && stdout.contains("2 files left out"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("18 samples in 4 shards"), "{stdout}");
+    let index = std::fs::read_to_string(shards.join("train/index.json")).unwrap();
+    let index: serde_json::Value = serde_json::from_str(&index).unwrap();
+    assert_eq!(index["classes"], serde_json::json!(["cat", "dog", "owl"]));
+    assert_eq!(index["skipped"].as_array().unwrap().len(), 2, "{index}");
+    assert!(shards.join("train/shard-000004.tar").is_file());
+
+    let data = [
+        "--dataset",
+        "shards",
+        "--data-dir",
+        shards.to_str().unwrap(),
+    ];
+    let mut args = tiny("from-shards", &data);
+    args.extend(
+        [
+            "--image-size",
+            "16",
+            "--batch-size",
+            "8",
+            "--knn-every",
+            "1",
+        ]
+        .map(String::from),
+    );
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "from shards"), 0, "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("kNN (k = 20"), "{stdout}");
+    assert!(stderr(&o).contains("streaming 24 images"), "{}", stderr(&o));
+    let run_dir = scratch().join("from-shards");
+    let config = std::fs::read_to_string(run_dir.join("config.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(config["run"]["stream"], true, "{config}");
+    assert_eq!(config["data"]["files"], true, "{config}");
+    assert_eq!(config["data"]["examples"], 24, "{config}");
+    let o = run(&[
+        "eval",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--probe-epochs",
+        "1",
+    ]);
+    assert_eq!(check_error_shape(&o, "eval shards"), 0, "{}", stderr(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("linear probe"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+
+    let o = run(&pack);
+    assert_eq!(check_error_shape(&o, "pack again"), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("holds shards"), "{}", stderr(&o));
+    let mut args = tiny("shards-in-memory", &data);
+    args.extend(["--stream", "false"].map(String::from));
+    let o = run(&as_strs(&args));
+    assert_eq!(
+        check_error_shape(&o, "shards in memory"),
+        2,
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("always streams"), "{}", stderr(&o));
 }

@@ -34,7 +34,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::decode::{crop_resize, decode_image, ViewCrop};
-use super::source::ImageSource;
+use super::feed::Feed;
+use super::source::{ImageSource, SequentialEpoch};
 use crate::base::error::ConfigError;
 use crate::base::geometry::CropBox;
 use crate::base::seed::mix_seed;
@@ -155,6 +156,7 @@ pub struct StreamLoader<S> {
     config: StreamConfig,
     shard: Option<(usize, usize)>,
     alive: Arc<AtomicUsize>,
+    held_peak: Arc<AtomicUsize>,
 }
 
 impl<S: ImageSource> StreamLoader<S> {
@@ -181,6 +183,7 @@ impl<S: ImageSource> StreamLoader<S> {
             config,
             shard: None,
             alive: Arc::new(AtomicUsize::new(0)),
+            held_peak: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -231,6 +234,14 @@ impl<S: ImageSource> StreamLoader<S> {
         self.alive.load(Ordering::SeqCst)
     }
 
+    /// For a source read front to back (shards): the most encoded items its reader has held
+    /// at once, read but not yet taken by a worker, over every epoch so far (see
+    /// [`SequentialEpoch`]: at most the shuffle buffer plus the items of the batches being
+    /// built and one read ahead). 0 for other sources.
+    pub fn peak_items_held(&self) -> usize {
+        self.held_peak.load(Ordering::SeqCst)
+    }
+
     /// The items `range` (dataset order) cut by `crop` (e.g. the evaluation's centre crop),
     /// decoded on as many threads as the loader has workers (at least one), with their labels. Unlike an epoch's batches, this names
     /// items, so an unreadable file is an error, not skipped.
@@ -256,16 +267,49 @@ impl<S: ImageSource> StreamLoader<S> {
     /// The batches of epoch `epoch` from batch `first_batch` on (0 for a whole epoch; later to
     /// resume in its middle), of the whole dataset or of a selection `pool` (visited as
     /// [`Loader::pool_order`](crate::data::Loader::pool_order) does).
+    ///
+    /// A source read front to back (shards) orders the whole dataset's epochs itself and is
+    /// read in one pass by a reader thread ([`ImageSource::sequential_epoch`]); a selection is
+    /// read item by item where it lies.
     pub fn epoch(&self, epoch: u64, pool: Option<&[usize]>, first_batch: usize) -> StreamEpoch {
         let batches = self.num_batches();
-        let order = match pool {
-            None => epoch_order(self.source.len(), &self.config.loader, epoch),
-            Some(pool) => pool_order(batches, &self.config.loader, epoch, pool),
+        let bs = self.config.loader.batch_size;
+        let sequential = match pool {
+            None => self.source.sequential_epoch(&self.config.loader, epoch),
+            Some(_) => None,
         };
-        let batches = batches.min(order.len().div_ceil(self.config.loader.batch_size));
+        let (order, feed) = match sequential {
+            Some(SequentialEpoch { stream, order }) => {
+                let batches = batches.min(order.len().div_ceil(bs));
+                // The items this loader builds: its rows of the batches from `first_batch` on.
+                let wanted: Vec<usize> = (first_batch..batches)
+                    .flat_map(|b| {
+                        let (start, end) = batch_span(b, bs, order.len(), self.shard);
+                        start..end
+                    })
+                    .map(|p| order[p])
+                    .collect();
+                let feed = Feed::start(
+                    Arc::clone(&self.source),
+                    stream,
+                    &wanted,
+                    Arc::clone(&self.held_peak),
+                );
+                (order, Some(feed))
+            }
+            None => (
+                match pool {
+                    None => epoch_order(self.source.len(), &self.config.loader, epoch),
+                    Some(pool) => pool_order(batches, &self.config.loader, epoch, pool),
+                },
+                None,
+            ),
+        };
+        let batches = batches.min(order.len().div_ceil(bs));
         let job = Arc::new(Job {
             source: Arc::clone(&self.source),
             order,
+            feed,
             config: self.config.clone(),
             shard: self.shard,
             epoch,
@@ -287,6 +331,8 @@ impl<S: ImageSource> StreamLoader<S> {
 struct Job<S> {
     source: Arc<S>,
     order: Vec<usize>,
+    /// The reader of a source read front to back: the first bytes of every position.
+    feed: Option<Feed>,
     config: StreamConfig,
     shard: Option<(usize, usize)>,
     epoch: u64,
@@ -359,12 +405,14 @@ impl<S: ImageSource> Job<S> {
         skipped: &mut Vec<Skipped>,
     ) -> Result<(usize, super::decode::DecodedImage), DataError> {
         let mut index = self.order[p];
-        for _ in 0..MAX_SUBSTITUTES {
+        for attempt in 0..MAX_SUBSTITUTES {
             let name = self.source.name(index);
-            let result = self
-                .source
-                .read(index)
-                .and_then(|bytes| decode_image(&name, &bytes, self.config.channels));
+            // A substitute is read where it lies, also from shards.
+            let bytes = match (&self.feed, attempt) {
+                (Some(feed), 0) => feed.take(index),
+                _ => self.source.read(index),
+            };
+            let result = bytes.and_then(|bytes| decode_image(&name, &bytes, self.config.channels));
             match result {
                 Ok(image) => return Ok((index, image)),
                 Err(e) => {
@@ -396,7 +444,7 @@ mod tests {
     use crate::augment::crop::RandomResizedCrop;
     use crate::data::stream::ImageFiles;
 
-    use crate::data::stream::testing::{jpeg_folder as folder, scratch};
+    use crate::data::stream::testing::{jpeg_folder as folder, png_declaring, scratch};
 
     fn config(workers: usize, batch: usize) -> StreamConfig {
         StreamConfig {
@@ -520,22 +568,6 @@ mod tests {
         assert!(loader.set_shard(0, 3).is_err());
     }
 
-    /// A PNG whose header declares `side × side` pixels, with a valid checksum, on a file of a
-    /// few dozen bytes.
-    fn png_declaring(side: u32) -> Vec<u8> {
-        let mut out = Vec::new();
-        image::GrayImage::from_pixel(2, 1, image::Luma([9]))
-            .write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Png)
-            .unwrap();
-        // Signature (8), IHDR length (4), "IHDR" (4), width (4) ..., its CRC after 13 bytes.
-        out[16..20].copy_from_slice(&side.to_be_bytes());
-        out[20..24].copy_from_slice(&side.to_be_bytes());
-        let mut crc = flate2::Crc::new();
-        crc.update(&out[12..29]);
-        out[29..33].copy_from_slice(&crc.sum().to_be_bytes());
-        out
-    }
-
     #[test]
     fn bad_files_are_skipped_counted_and_replaced_and_the_batches_stay_full() {
         let root = folder("bad", 2, 6);
@@ -590,6 +622,86 @@ mod tests {
         let e = epoch.next().unwrap().unwrap_err().to_string();
         assert!(e.contains("mostly unreadable"), "{e}");
         assert!(epoch.next().is_none());
+    }
+
+    /// Shards through a shuffle buffer: the same batches for any worker count, a resumed
+    /// epoch is the rest of the whole one, replicas take their rows, and the reader holds at
+    /// most the buffer plus the batches being built (and one read ahead), far from the whole
+    /// dataset.
+    #[test]
+    fn shards_stream_alike_for_any_workers_resume_shard_and_hold_a_buffer() {
+        use crate::data::stream::{pack, PackConfig, Shards};
+        let root = folder("shard-loader", 3, 12);
+        let files = ImageFiles::classes(&root).unwrap();
+        let out = scratch("shard-loader-out");
+        let packing = PackConfig {
+            samples_per_shard: 5,
+            seed: 1,
+            threads: 1,
+        };
+        pack(&files, files.class_names(), &out, &packing).unwrap();
+        let shards = Shards::open(&out).unwrap().with_shuffle_buffer(4);
+        assert_eq!(shards.len(), 36);
+        let epoch = |loader: &StreamLoader<Shards>, first: usize| -> Vec<Fingerprint> {
+            loader
+                .epoch(2, None, first)
+                .map(|b| fingerprint(&b.unwrap()))
+                .collect()
+        };
+        let runs: Vec<(Vec<Fingerprint>, usize)> = [0, 1, 3]
+            .into_iter()
+            .map(|w| {
+                let loader = StreamLoader::new(shards.clone(), config(w, 4)).unwrap();
+                let run = epoch(&loader, 0);
+                (run, loader.peak_items_held())
+            })
+            .collect();
+        assert_eq!(runs[0].0.len(), 9);
+        assert_eq!(runs[0].0, runs[1].0);
+        assert_eq!(runs[0].0, runs[2].0);
+        // The epoch's order is the shards' own, not the loader's permutation.
+        let order = shards.epoch_orders(&config(0, 4).loader, 2).order;
+        let indices: Vec<usize> = runs[0].0.iter().flat_map(|f| f.2.clone()).collect();
+        assert_eq!(indices, order[..36]);
+        // Labels are the packed folder's.
+        for (i, label) in runs[0].0[0].2.iter().zip(runs[0].0[0].3.as_ref().unwrap()) {
+            assert_eq!(Some(*label as u16), shards.label(*i));
+        }
+        for (w, (_, peak)) in [0usize, 1, 3].iter().zip(&runs) {
+            // Buffer 4, plus the rows of the batches built at once (workers × (prefetch + 1)
+            // of 4, one on the calling thread without workers), plus one read ahead.
+            let building = 4 * (w * 2).max(1);
+            assert!(
+                *peak <= 4 + building + 1 && *peak < 36,
+                "{peak} items held with {w} workers"
+            );
+        }
+        let loader = StreamLoader::new(shards.clone(), config(2, 4)).unwrap();
+        for first in [1, 5, 8] {
+            assert_eq!(epoch(&loader, first), runs[0].0[first..].to_vec());
+        }
+        for rank in 0..2 {
+            let mut loader = StreamLoader::new(shards.clone(), config(2, 4)).unwrap();
+            loader.set_shard(rank, 2).unwrap();
+            let mine = epoch(&loader, 0);
+            assert_eq!(mine.len(), 9);
+            for (m, g) in mine.iter().zip(&runs[0].0) {
+                assert_eq!(m.2, g.2[rank * 2..rank * 2 + 2].to_vec());
+                let per = m.0[0].len() / 2;
+                assert_eq!(
+                    m.0[0],
+                    g.0[0][rank * 2 * per..(rank * 2 + 2) * per].to_vec()
+                );
+            }
+        }
+        // A selection is read where it lies, in the loader's pool order.
+        let pool = [3usize, 7, 11, 20];
+        let selected: Vec<usize> = loader
+            .epoch(0, Some(&pool), 0)
+            .flat_map(|b| b.unwrap().indices)
+            .collect();
+        assert_eq!(selected.len(), 36);
+        assert!(selected.iter().all(|i| pool.contains(i)));
     }
 
     /// The loader holds at most `workers × (prefetch + 1)` batches, however long the epoch and

@@ -8,18 +8,24 @@
 //! - [`images`]: a source as an evaluation reads it ([`StreamedImages`], an
 //!   [`ImageSet`](super::ImageSet)): each image decoded and centre-cut when asked;
 //! - [`source`]: where the files come from ([`ImageSource`], a folder's [`ImageFiles`]);
+//! - [`shards`]: WebDataset shards read front to back through a shuffle buffer ([`Shards`]),
+//!   and [`pack`], which writes them;
 //! - [`loader`]: the worker pool, determinism, resume in the
-//!   middle of an epoch, replica shards and bad files.
+//!   middle of an epoch, replica shards and bad files; `feed` (private) reads a source front
+//!   to back for its workers.
 
 pub mod decode;
+mod feed;
 pub mod images;
 pub mod loader;
+pub mod shards;
 pub mod source;
 
 pub use decode::{crop_resize, decode_image, DecodedImage, ViewCrop};
 pub use images::StreamedImages;
 pub use loader::{Skipped, StreamBatch, StreamConfig, StreamEpoch, StreamLoader, ViewPixels};
-pub use source::{ImageFiles, ImageSource};
+pub use shards::{pack, PackConfig, PackSummary, ShardIndex, Shards};
+pub use source::{ImageFiles, ImageSource, SequentialEpoch};
 
 /// Tiny folders of JPEGs for the tests.
 #[cfg(test)]
@@ -60,5 +66,21 @@ pub(crate) mod testing {
             }
         }
         root
+    }
+
+    /// A PNG whose header declares `side × side` pixels, with a valid checksum, on a file of a
+    /// few dozen bytes.
+    pub(crate) fn png_declaring(side: u32) -> Vec<u8> {
+        let mut out = Vec::new();
+        image::GrayImage::from_pixel(2, 1, image::Luma([9]))
+            .write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Png)
+            .unwrap();
+        // Signature (8), IHDR length (4), "IHDR" (4), width (4) ..., its CRC after 13 bytes.
+        out[16..20].copy_from_slice(&side.to_be_bytes());
+        out[20..24].copy_from_slice(&side.to_be_bytes());
+        let mut crc = flate2::Crc::new();
+        crc.update(&out[12..29]);
+        out[29..33].copy_from_slice(&crc.sum().to_be_bytes());
+        out
     }
 }

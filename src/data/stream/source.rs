@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::data::error::{require_dir, DataError};
 use crate::data::image_folder::{read_dir_sorted, read_image_file, scan_images};
+use crate::data::loader::LoaderConfig;
 
 /// Where a streaming loader reads its images: one encoded file per item.
 pub trait ImageSource: Send + Sync + 'static {
@@ -25,6 +26,50 @@ pub trait ImageSource: Send + Sync + 'static {
 
     /// What names item `index` in errors and in the list of skipped files.
     fn name(&self, index: usize) -> PathBuf;
+
+    /// The size in bytes of item `index`'s encoded image, for a run's fingerprint; `None`
+    /// where it cannot be told without reading it.
+    fn byte_size(&self, _index: usize) -> Option<u64> {
+        None
+    }
+
+    /// For a source read front to back ([`Shards`](super::Shards)): the order its items are
+    /// read in during epoch `epoch` and the order the epoch visits them (see
+    /// [`SequentialEpoch`]). `None`, the default: the loader shuffles with its own permutation
+    /// and reads each item where it lies.
+    fn sequential_epoch(&self, _loader: &LoaderConfig, _epoch: u64) -> Option<SequentialEpoch> {
+        None
+    }
+
+    /// Reads the items of `stream` that `keep` keeps, in `stream`'s order, handing each to
+    /// `sink` until it returns `false`. The default reads each with [`read`](Self::read); a
+    /// source read front to back reads its files in one pass.
+    fn read_stream(
+        &self,
+        stream: &[usize],
+        keep: &dyn Fn(usize) -> bool,
+        sink: &mut dyn FnMut(usize, Result<Vec<u8>, DataError>) -> bool,
+    ) {
+        for &i in stream {
+            if keep(i) && !sink(i, self.read(i)) {
+                return;
+            }
+        }
+    }
+}
+
+/// The two orders of an epoch of a source read front to back: `stream`, the items as its files
+/// are read (e.g. the shards in a shuffled order, each from its start), and `order`, the items
+/// as the epoch visits them (the stream passed through a shuffle buffer). `order` is a
+/// permutation of `stream` in which the item at position `p` was read at most `buffer`
+/// positions later than `p`, so a reader that reads ahead only as far as the batches being
+/// built ask holds at most a buffer's worth of items it has not handed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SequentialEpoch {
+    /// The items in the order they are read.
+    pub stream: Vec<usize>,
+    /// The items in the order the epoch visits them.
+    pub order: Vec<usize>,
 }
 
 impl ImageSource for Box<dyn ImageSource> {
@@ -42,6 +87,23 @@ impl ImageSource for Box<dyn ImageSource> {
 
     fn name(&self, index: usize) -> PathBuf {
         (**self).name(index)
+    }
+
+    fn byte_size(&self, index: usize) -> Option<u64> {
+        (**self).byte_size(index)
+    }
+
+    fn sequential_epoch(&self, loader: &LoaderConfig, epoch: u64) -> Option<SequentialEpoch> {
+        (**self).sequential_epoch(loader, epoch)
+    }
+
+    fn read_stream(
+        &self,
+        stream: &[usize],
+        keep: &dyn Fn(usize) -> bool,
+        sink: &mut dyn FnMut(usize, Result<Vec<u8>, DataError>) -> bool,
+    ) {
+        (**self).read_stream(stream, keep, sink)
     }
 }
 
@@ -301,6 +363,10 @@ impl ImageSource for ImageFiles {
 
     fn name(&self, index: usize) -> PathBuf {
         self.files[index].clone()
+    }
+
+    fn byte_size(&self, index: usize) -> Option<u64> {
+        std::fs::metadata(&self.files[index]).ok().map(|m| m.len())
     }
 }
 

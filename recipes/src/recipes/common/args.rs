@@ -483,12 +483,16 @@ pub enum DatasetChoice {
     /// Any folder of PNG or JPEG images, flat or nested (sub-folders are not classes): no
     /// labels; the kNN monitor is off unless --knn-data names a labelled `train/` + `val/` tree.
     Folder,
+    /// WebDataset shards (`.tar` files of `KEY.jpg` + `KEY.cls`, as `recipe pack` writes them):
+    /// `train/` and `val/` folders of shards (the kNN monitor on val/), or a folder of shards;
+    /// always streamed.
+    Shards,
 }
 
 impl DatasetChoice {
     /// Whether the images are the user's own files (image-folder, folder): resized with
     /// --image-size, normalised with their own statistics.
     pub fn is_files(self) -> bool {
-        matches!(self, Self::ImageFolder | Self::Folder)
+        matches!(self, Self::ImageFolder | Self::Folder | Self::Shards)
     }
 }

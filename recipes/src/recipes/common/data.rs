@@ -7,8 +7,9 @@ use crate::usage::usage;
 use anyhow::{Context, Result};
 use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
+use curriculum_ssl::data::loader::LoaderConfig;
 use curriculum_ssl::data::stream::{
-    decode_image, ImageFiles, ImageSource, StreamedImages, ViewCrop,
+    decode_image, ImageFiles, ImageSource, SequentialEpoch, Shards, StreamedImages, ViewCrop,
 };
 use curriculum_ssl::data::{image_folder, DataError, ImageArray};
 use serde::{Deserialize, Serialize};
@@ -62,7 +63,7 @@ impl DataSource {
         if let Some(size) = self.image_size {
             if !dataset.is_files() {
                 return Err(usage(
-                    "--image-size: only for --dataset image-folder or folder (the others have \
+                    "--image-size: only for --dataset image-folder, folder or shards (the others have \
                      their own size)",
                 ));
             }
@@ -204,6 +205,14 @@ impl DataSource {
                 };
                 (None, train, test)
             }
+            DatasetChoice::Shards => {
+                return Err(usage(format!(
+                    "{}: --dataset shards is read as it is trained on (streamed), not decoded \
+                     into memory first: this command reads only folders of images here (pack \
+                     from, or point it at, the folder the shards were written from)",
+                    dir.display()
+                )))
+            }
             DatasetChoice::Folder => {
                 let (images, _) = image_folder::load_images(dir, self.folder_options(None))
                     .map_err(|e| size_hint(e, "the folder"))
@@ -247,16 +256,108 @@ pub enum TrainData {
     Stream(Streamed),
 }
 
-/// A folder trained on by streaming its files (image-folder's `train/`, or a folder).
+/// Image files trained on by streaming them (image-folder's `train/`, a folder, or shards).
 #[derive(Clone)]
 pub struct Streamed {
     /// The files trained on.
-    pub files: ImageFiles,
+    pub files: Files,
     /// The side of the square images the pipeline is built for (the views' size).
     pub side: usize,
-    /// The kNN monitor's labelled bank and queries (image-folder's `train/` and `val/`, or
-    /// --knn-data's), centre-cut at `side` when read.
-    pub monitor: Option<(ImageFiles, ImageFiles)>,
+    /// The kNN monitor's labelled bank and queries (image-folder's or the shards' `train/` and
+    /// `val/`, or --knn-data's), centre-cut at `side` when read.
+    pub monitor: Option<(Files, Files)>,
+}
+
+/// The image files a streamed run reads: a folder's, or WebDataset shards.
+#[derive(Debug, Clone)]
+pub enum Files {
+    /// A folder's files (image-folder, folder).
+    Folder(ImageFiles),
+    /// WebDataset shards (`--dataset shards`).
+    Shards(Shards),
+}
+
+impl Files {
+    /// The folder they are read from.
+    pub fn root(&self) -> &Path {
+        match self {
+            Self::Folder(f) => f.root(),
+            Self::Shards(s) => s.root(),
+        }
+    }
+
+    /// Their class names (empty when unlabelled).
+    pub fn class_names(&self) -> &[String] {
+        match self {
+            Self::Folder(f) => f.class_names(),
+            Self::Shards(s) => s.class_names(),
+        }
+    }
+
+    /// The items `indices`, in that order.
+    pub fn subset(&self, indices: &[usize]) -> Self {
+        match self {
+            Self::Folder(f) => Self::Folder(f.subset(indices)),
+            Self::Shards(s) => Self::Shards(s.subset(indices)),
+        }
+    }
+
+    /// What the listing left out: files not named as images, or shards' samples without an
+    /// image or a label.
+    fn left_out(&self) -> (usize, &'static str) {
+        match self {
+            Self::Folder(f) => (
+                f.not_images(),
+                "files that are not .png, .jpg or .jpeg left out",
+            ),
+            Self::Shards(s) => (
+                s.left_out(),
+                "samples without an image or a valid label left out",
+            ),
+        }
+    }
+
+    fn inner(&self) -> &dyn ImageSource {
+        match self {
+            Self::Folder(f) => f,
+            Self::Shards(s) => s,
+        }
+    }
+}
+
+impl ImageSource for Files {
+    fn len(&self) -> usize {
+        self.inner().len()
+    }
+
+    fn read(&self, index: usize) -> Result<Vec<u8>, DataError> {
+        self.inner().read(index)
+    }
+
+    fn label(&self, index: usize) -> Option<u16> {
+        self.inner().label(index)
+    }
+
+    fn name(&self, index: usize) -> PathBuf {
+        self.inner().name(index)
+    }
+
+    fn byte_size(&self, index: usize) -> Option<u64> {
+        self.inner().byte_size(index)
+    }
+
+    fn sequential_epoch(&self, loader: &LoaderConfig, epoch: u64) -> Option<SequentialEpoch> {
+        self.inner().sequential_epoch(loader, epoch)
+    }
+
+    fn read_stream(
+        &self,
+        stream: &[usize],
+        keep: &dyn Fn(usize) -> bool,
+        sink: &mut dyn FnMut(usize, Result<Vec<u8>, DataError>) -> bool,
+    ) {
+        self.inner().read_stream(stream, keep, sink)
+    }
 }
 
 /// The largest bank of raw pixels (as f32 features) the raw-pixel baseline computes: 2 GiB
@@ -285,7 +386,7 @@ const FIRST_TRIES: usize = 16;
 
 impl Streamed {
     /// A streamed set of `files` as an evaluation reads it: each image centre-cut at the side.
-    pub fn eval_set(&self, files: &ImageFiles) -> Result<StreamedImages<ImageFiles>> {
+    pub fn eval_set(&self, files: &Files) -> Result<StreamedImages<Files>> {
         Ok(StreamedImages::new(
             files.clone(),
             files.root(),
@@ -337,20 +438,32 @@ impl DataSource {
         let Some(dir) = self.dir.as_deref().filter(|_| self.dataset.is_files()) else {
             if stream == Some(true) {
                 return Err(usage(format!(
-                    "--stream: only for --dataset image-folder or folder (the image files a run \
+                    "--stream: only for --dataset image-folder, folder or shards (the image files a run \
                      decodes every epoch); --dataset {} is read from its own files into memory",
                     value_name(self.dataset)
                 )));
             }
             return Ok(TrainData::Memory(self.load()?));
         };
+        let shards = self.dataset == DatasetChoice::Shards;
         if stream == Some(false) {
+            if shards {
+                return Err(usage(
+                    "--stream false: shards are read as they are trained on (--dataset shards \
+                     always streams; `recipe pack` wrote them from a folder that can be decoded \
+                     into memory)",
+                ));
+            }
             return Ok(TrainData::Memory(self.load()?));
         }
         let (files, val_files) = match self.dataset {
-            DatasetChoice::ImageFolder => self.folder_splits(dir)?,
+            DatasetChoice::ImageFolder => {
+                let (train, val) = self.folder_splits(dir)?;
+                (Files::Folder(train), val.map(Files::Folder))
+            }
+            DatasetChoice::Shards => shard_splits(dir)?,
             _ => (
-                ImageFiles::unlabeled(dir).context("listing the images")?,
+                Files::Folder(ImageFiles::unlabeled(dir).context("listing the images")?),
                 None,
             ),
         };
@@ -372,7 +485,7 @@ impl DataSource {
                 files.root().display()
             )
         })?;
-        if stream.is_none() {
+        if stream.is_none() && !shards {
             // What the in-memory path would hold: every image at --image-size, or at the first
             // image's size (which all must then have).
             let (h, w) = self
@@ -416,12 +529,20 @@ impl DataSource {
         };
         let monitor = self.streamed_monitor(dir, &files, val_files)?;
         log::info!(
-            "streaming {} images from {}{}",
+            "streaming {} images from {}{}{}",
             files.len(),
             files.root().display(),
-            match files.not_images() {
-                0 => String::new(),
-                n => format!(" ({n} files that are not .png, .jpg or .jpeg left out)"),
+            match &files {
+                Files::Shards(s) => format!(
+                    " ({} shards, read in a shuffled order through a buffer of {} samples)",
+                    s.shard_files().len(),
+                    s.shuffle_buffer()
+                ),
+                Files::Folder(_) => String::new(),
+            },
+            match files.left_out() {
+                (0, _) => String::new(),
+                (n, what) => format!(" ({n} {what})"),
             }
         );
         Ok(TrainData::Stream(Streamed {
@@ -437,17 +558,25 @@ impl DataSource {
     fn streamed_monitor(
         &self,
         dir: &Path,
-        files: &ImageFiles,
-        val_files: Option<ImageFiles>,
-    ) -> Result<Option<(ImageFiles, ImageFiles)>> {
+        files: &Files,
+        val_files: Option<Files>,
+    ) -> Result<Option<(Files, Files)>> {
         let (bank, queries) = if let Some(knn) = &self.knn_data {
             (
-                ImageFiles::classes(knn.join("train"))
-                    .context("listing the kNN monitor's labelled images (--knn-data …/train)")?,
-                ImageFiles::classes(knn.join("val"))
-                    .context("listing the kNN monitor's labelled images (--knn-data …/val)")?,
+                Files::Folder(
+                    ImageFiles::classes(knn.join("train")).context(
+                        "listing the kNN monitor's labelled images (--knn-data …/train)",
+                    )?,
+                ),
+                Files::Folder(
+                    ImageFiles::classes(knn.join("val"))
+                        .context("listing the kNN monitor's labelled images (--knn-data …/val)")?,
+                ),
             )
-        } else if self.dataset == DatasetChoice::ImageFolder {
+        } else if matches!(
+            self.dataset,
+            DatasetChoice::ImageFolder | DatasetChoice::Shards
+        ) {
             let Some(val) = val_files else {
                 log::warn!(
                     "{}: no val/ folder, so the kNN monitor is off (add a val/ tree of the same \
@@ -474,11 +603,31 @@ impl DataSource {
     }
 }
 
+/// The shards of `--dataset shards`: `dir/train/` and, when there, `dir/val/` (as `recipe
+/// pack` writes them), else `dir`'s own shards with no held-out split.
+fn shard_splits(dir: &Path) -> Result<(Files, Option<Files>)> {
+    let train_dir = dir.join("train");
+    if !train_dir.is_dir() {
+        let train = Shards::open(dir).context("listing the shards")?;
+        return Ok((Files::Shards(train), None));
+    }
+    let train = Shards::open(&train_dir).context("listing the training shards (train/)")?;
+    let val_dir = dir.join("val");
+    let val = if val_dir.is_dir() {
+        Some(Files::Shards(
+            Shards::open(&val_dir).context("listing the validation shards (val/)")?,
+        ))
+    } else {
+        None
+    };
+    Ok((Files::Shards(train), val))
+}
+
 impl DataSource {
     /// An image folder's listed splits: `train/` (the class list's folders alone with
     /// --classes), and `val/` when it exists (labelled by --val-labels when given, else by its
     /// class folders, the class list's alone).
-    fn folder_splits(&self, dir: &Path) -> Result<(ImageFiles, Option<ImageFiles>)> {
+    pub(crate) fn folder_splits(&self, dir: &Path) -> Result<(ImageFiles, Option<ImageFiles>)> {
         let classes = match &self.classes {
             Some(file) => Some(
                 curriculum_ssl::data::layouts::read_class_list(file)
