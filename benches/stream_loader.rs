@@ -9,11 +9,16 @@
 //! One line of JSON per run. The torchvision counterpart (ImageFolder + RandomResizedCrop +
 //! RandomHorizontalFlip + PILToTensor through a DataLoader) is `benches/pytorch/stream_loader.py`;
 //! the numbers side by side are in benches/README.md ("Streaming image loader").
+//!
+//! A folder of WebDataset shards (`recipe pack`'s train/) is read as shards, through a shuffle
+//! buffer of `--buffer` samples (default 2,000); the Python side reads it with `webdataset`.
 
 use std::time::Instant;
 
 use curriculum_ssl::augment::crop::RandomResizedCrop;
-use curriculum_ssl::data::stream::{ImageFiles, StreamConfig, StreamLoader, ViewCrop};
+use curriculum_ssl::data::stream::{
+    ImageFiles, ImageSource, Shards, StreamConfig, StreamLoader, ViewCrop,
+};
 use curriculum_ssl::data::LoaderConfig;
 
 fn arg(args: &[String], name: &str, default: usize) -> usize {
@@ -44,7 +49,7 @@ fn main() {
     let Some(root) = args.first().filter(|a| !a.starts_with('-')) else {
         eprintln!(
             "usage: stream_loader FOLDER [--size 224] [--workers 1] [--images N] [--batch 64] \
-             [--views 1]"
+             [--views 1] [--buffer 2000]"
         );
         std::process::exit(2);
     };
@@ -54,8 +59,21 @@ fn main() {
     // Views cut from every decoded image (two: a contrastive method's pair).
     let views = arg(&args, "--views", 1).max(1);
     let t0 = Instant::now();
-    let files = ImageFiles::classes(root.as_str()).expect("a folder of class folders");
-    let images = arg(&args, "--images", files_len(&files)).min(files_len(&files));
+    let shards = std::fs::read_dir(root.as_str())
+        .expect("a folder")
+        .flatten()
+        .any(|e| e.path().extension().is_some_and(|x| x == "tar"));
+    let files: Box<dyn ImageSource> = if shards {
+        let buffer = arg(&args, "--buffer", 2000);
+        Box::new(
+            Shards::open(root.as_str())
+                .expect("a folder of shards")
+                .with_shuffle_buffer(buffer),
+        )
+    } else {
+        Box::new(ImageFiles::classes(root.as_str()).expect("a folder of class folders"))
+    };
+    let images = arg(&args, "--images", files.len()).min(files.len());
     let config = StreamConfig {
         loader: LoaderConfig {
             batch_size: batch,
@@ -100,15 +118,10 @@ fn main() {
     }
     let seconds = start.elapsed().as_secs_f64();
     println!(
-        "{{\"side\": \"curriculum-ssl\", \"size\": {size}, \"workers\": {workers}, \"images\": {seen}, \
+        "{{\"side\": \"curriculum-ssl\", \"shards\": {shards}, \"size\": {size}, \"workers\": {workers}, \"images\": {seen}, \
          \"images_per_s\": {:.1}, \"first_batch_s\": {:.3}, \"peak_rss_mib\": {:.1}, \"checksum\": {checksum}}}",
         seen as f64 / seconds,
         first.unwrap_or(f64::NAN),
         peak_rss_mib()
     );
-}
-
-fn files_len(files: &ImageFiles) -> usize {
-    use curriculum_ssl::data::stream::ImageSource;
-    files.len()
 }

@@ -271,7 +271,8 @@ fn labelled_sets(
     let Some((bank, queries)) = streamed.monitor.clone() else {
         return Err(usage(
             "recipe eval needs labelled images: this data has none (--dataset folder: give \
-             --knn-data with a train/ and a val/ tree of class folders; image-folder: add val/)",
+             --knn-data with a train/ and a val/ tree of class folders; image-folder: add val/; \
+             shards: a val/ of labelled shards beside train/, as `recipe pack` writes)",
         ));
     };
     let test: Arc<dyn ImageSet> = Arc::new(streamed.eval_set(&queries)?);

@@ -119,10 +119,15 @@ fn write(files: &ImageFiles, classes: &[String], out: &Path, config: &PackConfig
         .with_context(|| format!("packing {} into {}", files.root().display(), out.display()))?;
     let skipped = summary.index.skipped.len() + files.not_images();
     println!(
-        "{}: {} samples in {} shards ({:.1} MiB){}",
+        "{}: {} samples in {} shard{} ({:.1} MiB){}",
         out.display(),
         summary.samples,
         summary.index.shards.len(),
+        if summary.index.shards.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
         summary.bytes as f64 / f64::from(1u32 << 20),
         match skipped {
             0 => String::new(),

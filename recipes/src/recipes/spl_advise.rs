@@ -237,6 +237,12 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
     } else {
         OptimizerChoice::Adam
     });
+    if settings.source.dataset == common::DatasetChoice::Shards {
+        return Err(usage(format!(
+            "recipe `{recipe}` trains on labelled images decoded into memory: --dataset shards \
+             is streamed (give the image folder the shards were packed from)"
+        )));
+    }
     let device: Device = crate::backend::open(common_args.device, common_args.precision)?;
     let mut data = settings.source.load_splits(false)?;
     data.labelled(&format!("recipe `{recipe}`"))?;

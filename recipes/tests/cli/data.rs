@@ -101,6 +101,7 @@ fn every_dataset_option_runs_two_steps() {
         ("stl10", &stl, &[]),
         ("image-folder", &folder, &["--image-size", "16"]),
     ];
+    let mut stl_stdout = String::new();
     for (dataset, dir, extra) in cases {
         let name = format!("dataset-{dataset}");
         let mut args = tiny(
@@ -128,6 +129,9 @@ fn every_dataset_option_runs_two_steps() {
         );
         assert!(run_dir.join("knn_at_init.json").is_file(), "{dataset}");
         assert!(stdout.contains("raw pixels"), "{dataset}: {stdout}");
+        if dataset == "stl10" {
+            stl_stdout = stdout.to_string();
+        }
         // TensorBoard's event file beside the CSVs.
         let events = std::fs::read_dir(run_dir.join("tensorboard"))
             .unwrap()
@@ -167,6 +171,46 @@ fn every_dataset_option_runs_two_steps() {
             stderr(&o)
         );
     }
+    // STL-10 streamed from its binaries: the unlabeled images read one by one each epoch, the
+    // kNN monitor's splits whole as in memory, so the raw pixels score as they did there.
+    let mut args = tiny(
+        "dataset-stl10-streamed",
+        &["--dataset", "stl10", "--data-dir", stl.to_str().unwrap()],
+    );
+    args.push("--stream".into());
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "stl10 streamed"), 0, "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let raw = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.split("raw pixels").nth(1).map(str::to_string))
+            .collect()
+    };
+    assert!(!raw(&stl_stdout).is_empty(), "{stl_stdout}");
+    assert_eq!(raw(&stdout), raw(&stl_stdout), "{stdout}\n{stl_stdout}");
+    assert!(
+        stderr(&o).contains("streaming STL-10's 64 unlabeled images"),
+        "{}",
+        stderr(&o)
+    );
+    let run_dir = scratch().join("dataset-stl10-streamed");
+    let config = std::fs::read_to_string(run_dir.join("config.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(config["run"]["stream"], true, "{config}");
+    assert_eq!(config["data"]["examples"], 64, "{config}");
+    let o = run(&[
+        "eval",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--probe-epochs",
+        "0",
+    ]);
+    assert_eq!(
+        check_error_shape(&o, "stl10 streamed eval"),
+        0,
+        "{}",
+        stderr(&o)
+    );
     // Light-MoCo's linear protocol: LARS, the batch is the 64 training images, the learning rate
     // scaled from 0.1 at 4096: 0.1 · 64 / 4096 = 0.0015625.
     let o = run(&[
@@ -608,7 +652,7 @@ fn a_streamed_image_folder_trains_counts_its_bad_files_and_resumes_only_streamed
     let o = run(&as_strs(&tiny("stream-idx", &["--stream"])));
     assert_eq!(check_error_shape(&o, "stream idx"), 2);
     assert!(
-        stderr(&o).contains("--stream: only for --dataset image-folder, folder or shards"),
+        stderr(&o).contains("--stream: only for --dataset image-folder, folder, shards or stl10"),
         "{}",
         stderr(&o)
     );

@@ -256,7 +256,7 @@ pub fn crop_resize(image: &DecodedImage, bx: CropBox, size: (usize, usize)) -> V
 
 /// Pillow's conversion of RGB to luma (`Image.convert("L")`, ITU-R 601-2 weights in 16-bit
 /// fixed point): what torchvision's `Grayscale` and a grey `ImageFolder` give.
-fn luma_601(rgb: &[u8]) -> Vec<u8> {
+pub(crate) fn luma_601(rgb: &[u8]) -> Vec<u8> {
     rgb.chunks_exact(3)
         .map(|p| {
             ((p[0] as u32 * 19595 + p[1] as u32 * 38470 + p[2] as u32 * 7471 + 0x8000) >> 16) as u8

@@ -122,8 +122,10 @@ impl Feed {
         }
     }
 
-    /// The bytes of item `index`, waiting until the reader has read them.
-    pub(crate) fn take(&self, index: usize) -> Result<Vec<u8>, DataError> {
+    /// The bytes of item `index` (or why they could not be read: a bad item, substituted by
+    /// the loader), waiting until the reader has read them. The outer error is the reader's own
+    /// failure (it stopped, or the item is not this loader's): the epoch stops on it.
+    pub(crate) fn take(&self, index: usize) -> Result<Result<Vec<u8>, DataError>, DataError> {
         let rank = self.shared.rank[index];
         let missing = |why: &str| DataError::Request {
             path: PathBuf::from("<shard reader>"),
@@ -139,11 +141,11 @@ impl Feed {
         }
         loop {
             if let Some(bytes) = state.held.remove(&index) {
-                return bytes;
+                return Ok(bytes);
             }
             if state.done {
                 return Err(missing(
-                    "was not read: the shard reader stopped before it (taken twice?)",
+                    "was not read: the shard reader stopped before it (it failed; see the log)",
                 ));
             }
             state = self.shared.wait(state);

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use super::decode::{crop_resize, decode_image, ViewCrop};
+use super::decode::{crop_resize, ViewCrop};
 use super::source::ImageSource;
 use crate::base::error::ConfigError;
 use crate::base::seed::mix_seed;
@@ -176,10 +176,9 @@ pub(crate) fn read_cut<S: ImageSource + ?Sized>(
         let mut pixels = Vec::with_capacity(part.len() * h * w * channels);
         let mut kept = Vec::with_capacity(part.len());
         for i in part {
-            let name = source.name(i);
             let image = match source
                 .read(i)
-                .and_then(|bytes| decode_image(&name, &bytes, channels))
+                .and_then(|bytes| source.decode(i, &bytes, channels))
             {
                 Ok(image) => image,
                 Err(e) if leave_out => {
@@ -227,6 +226,7 @@ pub(crate) fn read_cut<S: ImageSource + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::stream::decode_image;
     use crate::data::stream::testing::jpeg_folder;
     use crate::data::stream::ImageFiles;
 

@@ -33,7 +33,7 @@ use burn::tensor::{backend::Backend, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::decode::{crop_resize, decode_image, ViewCrop};
+use super::decode::{crop_resize, ViewCrop};
 use super::feed::Feed;
 use super::source::{ImageSource, SequentialEpoch};
 use crate::base::error::ConfigError;
@@ -409,10 +409,11 @@ impl<S: ImageSource> Job<S> {
             let name = self.source.name(index);
             // A substitute is read where it lies, also from shards.
             let bytes = match (&self.feed, attempt) {
-                (Some(feed), 0) => feed.take(index),
+                (Some(feed), 0) => feed.take(index)?,
                 _ => self.source.read(index),
             };
-            let result = bytes.and_then(|bytes| decode_image(&name, &bytes, self.config.channels));
+            let result =
+                bytes.and_then(|bytes| self.source.decode(index, &bytes, self.config.channels));
             match result {
                 Ok(image) => return Ok((index, image)),
                 Err(e) => {
@@ -442,6 +443,7 @@ pub type StreamEpoch = OrderedBatches<StreamBatch>;
 mod tests {
     use super::*;
     use crate::augment::crop::RandomResizedCrop;
+    use crate::data::stream::decode_image;
     use crate::data::stream::ImageFiles;
 
     use crate::data::stream::testing::{jpeg_folder as folder, png_declaring, scratch};

@@ -12,16 +12,19 @@
 //!
 //! # An epoch
 //! The shards are visited in an order shuffled with `(seed, epoch)`, each read from its start,
-//! and the samples pass through a shuffle buffer of [`Shards::shuffle_buffer`] samples (a
-//! sample read when the buffer is full takes the place of one drawn at random, which goes to
-//! the epoch), WebDataset's `shardshuffle` + `shuffle(n)`. The order is computed from the
+//! and the samples pass through a shuffle buffer of [`Shards::shuffle_buffer`] samples (each
+//! sample read joins it, and one drawn at random leaves it for the epoch once it holds 100:
+//! [`shuffle_buffer`]), WebDataset's `shardshuffle` + `shuffle(n)`. The order is computed from the
 //! listing alone ([`SequentialEpoch`]), so it is the same for every worker count and replica,
 //! and a resume in the middle of an epoch knows which samples it still needs: the reader passes
 //! over the others with a seek, not a read. [`pack`] writes the samples in a shuffled order so
 //! that every shard mixes the classes and a small buffer suffices. Every replica of a
 //! data-parallel run reads the stream and keeps its rows of each global batch, so replicas see
-//! the batches one device would (each machine reads every shard: WebDataset's splitting of
-//! shards by node would change the batches).
+//! the batches one device would. The cost: every replica reads every shard (8 devices read the
+//! data 8 times; the rows of the others are passed over, but through the read buffer, so
+//! nearly every byte is fetched), where WebDataset's splitting of shards by node reads each once
+//! but changes the batches. One reader per machine serving its replicas would read once; not
+//! done yet.
 //!
 //! # Bad samples
 //! A member whose data lies beyond the end of its file (a truncated shard), a sample without an
@@ -43,7 +46,6 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::decode::decode_image;
 use super::loader::Skipped;
 use super::source::{ImageSource, SequentialEpoch};
 use crate::base::seed::mix_seed;
@@ -56,6 +58,10 @@ pub const DEFAULT_SHUFFLE_BUFFER: usize = 2_000;
 
 /// The index [`pack`] writes beside its shards.
 pub const INDEX_FILE: &str = "index.json";
+
+/// The file [`pack`] writes before its first shard and removes after the index: a folder that
+/// holds it is an unfinished pack, refused by [`Shards::open`].
+pub const PACKING_FILE: &str = "PACKING";
 
 /// The samples [`pack`] writes per shard by default: 1,000 (about 110 MB of ImageNet's JPEGs,
 /// in WebDataset's advised 100 MB – 1 GB).
@@ -149,6 +155,15 @@ impl Shards {
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, DataError> {
         let root = root.into();
         require_dir(&root)?;
+        if root.join(PACKING_FILE).exists() {
+            return Err(DataError::Request {
+                path: root,
+                reason: format!(
+                    "an unfinished pack ({PACKING_FILE} is there: `recipe pack` stopped before \
+                     writing the index): pack again into a new folder"
+                ),
+            });
+        }
         let index_path = root.join(INDEX_FILE);
         let index: Option<ShardIndex> = if index_path.is_file() {
             let text =
@@ -276,6 +291,35 @@ impl Shards {
         self
     }
 
+    /// The same shards with their classes named `names` (a held-out split without an index
+    /// named like its training split's, whose numbers it may not all hold).
+    ///
+    /// # Errors
+    /// A sample's class number is beyond `names`.
+    pub fn with_class_names(mut self, names: &[String]) -> Result<Self, DataError> {
+        if let Some(m) = self
+            .members
+            .iter()
+            .find(|m| self.labelled && usize::from(m.label) >= names.len())
+        {
+            return Err(DataError::Request {
+                path: self.root.clone(),
+                reason: format!(
+                    "a sample of class {} where the training shards have {} classes",
+                    m.label,
+                    names.len()
+                ),
+            });
+        }
+        self.class_names = names.to_vec();
+        Ok(self)
+    }
+
+    /// Whether an `index.json` named the shards and classes.
+    pub fn indexed(&self) -> bool {
+        self.root.join(INDEX_FILE).is_file()
+    }
+
     /// The shuffle buffer's size in samples.
     pub fn shuffle_buffer(&self) -> usize {
         self.buffer
@@ -401,23 +445,32 @@ fn read_member(
     Ok(bytes)
 }
 
-/// `stream` through a shuffle buffer of `size` items drawn with `rng` (see the module docs): the
-/// item at position `p` of the result was read at most `size` positions later than `p`.
+/// The samples a shuffle buffer holds before it gives its first (WebDataset's `initial`): the
+/// first batch waits for these, not for the whole buffer.
+pub const SHUFFLE_INITIAL: usize = 100;
+
+/// `stream` through a shuffle buffer of `size` items drawn with `rng`, as WebDataset's
+/// `shuffle(size, initial=100)`: each item read joins the buffer (and, while the buffer is not
+/// full, the one after it too), and once it holds [`SHUFFLE_INITIAL`] items one drawn at random
+/// leaves it for the epoch. The item at position `p` of the result was read at most `size`
+/// positions later than `p`.
 pub fn shuffle_buffer(stream: &[usize], size: usize, rng: &mut StdRng) -> Vec<usize> {
     let size = size.max(1);
+    let initial = size.min(SHUFFLE_INITIAL);
     let mut buffer = Vec::with_capacity(size.min(stream.len()));
     let mut order = Vec::with_capacity(stream.len());
-    for &item in stream {
+    let mut items = stream.iter().copied();
+    while let Some(item) = items.next() {
+        buffer.push(item);
         if buffer.len() < size {
-            buffer.push(item);
-            continue;
+            buffer.extend(items.next());
         }
-        let j = rng.random_range(0..size);
-        order.push(std::mem::replace(&mut buffer[j], item));
+        if buffer.len() >= initial {
+            order.push(buffer.swap_remove(rng.random_range(0..buffer.len())));
+        }
     }
     while !buffer.is_empty() {
-        let j = rng.random_range(0..buffer.len());
-        order.push(buffer.swap_remove(j));
+        order.push(buffer.swap_remove(rng.random_range(0..buffer.len())));
     }
     order
 }
@@ -482,7 +535,7 @@ fn scan_shard(path: &Path) -> Result<ShardScan, DataError> {
                     scan.left_out.push(format!(
                         "sample `{key}`: its image ends {} bytes past the end of the file (a \
                          truncated shard)",
-                        offset + size - len
+                        offset.saturating_add(size) - len
                     ));
                     pending = None;
                     continue;
@@ -649,7 +702,8 @@ const PACK_CHUNK: usize = 512;
 /// labels, empty for an unlabelled source). Each image is decoded once on `threads` threads
 /// first: a file that cannot be read or decoded is left out, warned about and listed in the
 /// index. A shard is written under a `.partial` name and renamed when complete, the index
-/// last, so an interrupted pack leaves no shard that looks whole. The key is the sample's
+/// last; a `PACKING` file ([`PACKING_FILE`]) marks the folder until the index is written, so an
+/// interrupted pack is refused when read, not trained on in part. The key is the sample's
 /// number and its file's stem (`00000042_n01440764_10026`); members carry no owner and time,
 /// so the same folder and seed give the same bytes.
 ///
@@ -671,7 +725,8 @@ pub fn pack(
     if out.exists() {
         require_dir(out)?;
         let taken = read_dir_sorted(out)?.into_iter().any(|p| {
-            p.file_name().is_some_and(|n| n == INDEX_FILE)
+            p.file_name()
+                .is_some_and(|n| n == INDEX_FILE || n == PACKING_FILE)
                 || p.extension().is_some_and(|e| e == "tar" || e == "partial")
         });
         if taken {
@@ -681,6 +736,12 @@ pub fn pack(
         }
     }
     std::fs::create_dir_all(out).map_err(|e| DataError::io(out, e))?;
+    let packing = out.join(PACKING_FILE);
+    std::fs::write(
+        &packing,
+        "recipe pack is writing this folder; it is removed once index.json is written\n",
+    )
+    .map_err(|e| DataError::io(&packing, e))?;
     let mut order: Vec<usize> = (0..source.len()).collect();
     let mut rng = StdRng::seed_from_u64(mix_seed(config.seed, SHARD_STREAM));
     for i in (1..order.len()).rev() {
@@ -697,9 +758,9 @@ pub fn pack(
             Ok(part
                 .map(|k| {
                     let i = chunk[k];
-                    let name = source.name(i);
+
                     source.read(i).and_then(|bytes| {
-                        decode_image(&name, &bytes, 3)?;
+                        source.decode(i, &bytes, 3)?;
                         Ok(bytes)
                     })
                 })
@@ -746,6 +807,7 @@ pub fn pack(
     let partial = out.join(format!("{INDEX_FILE}.partial"));
     std::fs::write(&partial, text).map_err(|e| DataError::io(&partial, e))?;
     std::fs::rename(&partial, &path).map_err(|e| DataError::io(&path, e))?;
+    std::fs::remove_file(&packing).map_err(|e| DataError::io(&packing, e))?;
     Ok(PackSummary {
         index,
         samples,
@@ -926,6 +988,20 @@ mod tests {
         }
         let e = pack(&files, files.class_names(), &out, &config).unwrap_err();
         assert!(e.to_string().contains("holds shards"), "{e}");
+        // A pack is marked unfinished until its index is written; such a folder is refused.
+        assert!(!out.join(PACKING_FILE).exists());
+        std::fs::write(out.join(PACKING_FILE), "").unwrap();
+        let e = Shards::open(&out).unwrap_err();
+        assert!(e.to_string().contains("an unfinished pack"), "{e}");
+        // Classes named like another split's, when every class number fits.
+        let named = ["a", "b", "c", "d"].map(String::from);
+        let renamed = shards.clone().with_class_names(&named).unwrap();
+        assert_eq!(renamed.class_names(), named);
+        let e = shards.with_class_names(&named[..2]).unwrap_err();
+        assert!(
+            e.to_string().contains("where the training shards have 2"),
+            "{e}"
+        );
     }
 
     /// An epoch's order is a permutation of its stream in which each item is at most the
@@ -964,6 +1040,27 @@ mod tests {
         assert_ne!(shards.epoch_orders(&loader(1, true), 1), e0);
         assert_ne!(shards.epoch_orders(&loader(2, true), 0), e0);
         assert_eq!(shards.epoch_orders(&loader(1, true), 0), e0);
+    }
+
+    /// The buffer gives its first item once it holds 100 (not the whole buffer), keeps every
+    /// item within `size` positions of where it was read, and moves most items far.
+    #[test]
+    fn the_shuffle_buffer_starts_early_and_keeps_its_bound() {
+        let stream: Vec<usize> = (0..1000).collect();
+        let order = shuffle_buffer(&stream, 300, &mut StdRng::seed_from_u64(1));
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(sorted, stream);
+        assert!(order[0] < SHUFFLE_INITIAL, "{}", order[0]);
+        for (p, &item) in order.iter().enumerate() {
+            assert!(item <= p + 300, "item {item} at {p}");
+        }
+        let far = order
+            .iter()
+            .enumerate()
+            .filter(|(p, &i)| i.abs_diff(*p) > 50)
+            .count();
+        assert!(far > 500, "{far} of 1000 moved more than 50 places");
     }
 
     fn append(builder: &mut tar::Builder<Vec<u8>>, name: &str, data: &[u8]) {

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::decode::{decode_image, DecodedImage};
 use crate::data::error::{require_dir, DataError};
 use crate::data::image_folder::{read_dir_sorted, read_image_file, scan_images};
 use crate::data::loader::LoaderConfig;
@@ -26,6 +27,18 @@ pub trait ImageSource: Send + Sync + 'static {
 
     /// What names item `index` in errors and in the list of skipped files.
     fn name(&self, index: usize) -> PathBuf;
+
+    /// Item `index`'s pixels from the bytes [`read`](Self::read) gave, as `channels` (1 or 3)
+    /// channels. The default decodes an image file ([`decode_image`]); a source of raw pixels
+    /// (STL-10's binaries) lays its bytes out instead.
+    fn decode(
+        &self,
+        index: usize,
+        bytes: &[u8],
+        channels: usize,
+    ) -> Result<DecodedImage, DataError> {
+        decode_image(&self.name(index), bytes, channels)
+    }
 
     /// The size in bytes of item `index`'s encoded image, for a run's fingerprint; `None`
     /// where it cannot be told without reading it.
@@ -87,6 +100,15 @@ impl ImageSource for Box<dyn ImageSource> {
 
     fn name(&self, index: usize) -> PathBuf {
         (**self).name(index)
+    }
+
+    fn decode(
+        &self,
+        index: usize,
+        bytes: &[u8],
+        channels: usize,
+    ) -> Result<DecodedImage, DataError> {
+        (**self).decode(index, bytes, channels)
     }
 
     fn byte_size(&self, index: usize) -> Option<u64> {

@@ -8,8 +8,10 @@ use anyhow::{Context, Result};
 use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::loader::LoaderConfig;
+use curriculum_ssl::data::stl10::{self, Stl10Images};
+use curriculum_ssl::data::stream::DecodedImage;
 use curriculum_ssl::data::stream::{
-    decode_image, ImageFiles, ImageSource, SequentialEpoch, Shards, StreamedImages, ViewCrop,
+    ImageFiles, ImageSource, SequentialEpoch, Shards, StreamedImages, ViewCrop,
 };
 use curriculum_ssl::data::{image_folder, DataError, ImageArray};
 use serde::{Deserialize, Serialize};
@@ -263,6 +265,10 @@ pub struct Streamed {
     pub files: Files,
     /// The side of the square images the pipeline is built for (the views' size).
     pub side: usize,
+    /// The fraction of an image's shorter side an evaluation keeps, centred: ImageNet's 0.875
+    /// (`Resize(256)` + `CenterCrop(224)`) for image files, 1 for STL-10 (the whole image, as
+    /// in memory).
+    pub eval_ratio: f64,
     /// The kNN monitor's labelled bank and queries (image-folder's or the shards' `train/` and
     /// `val/`, or --knn-data's), centre-cut at `side` when read.
     pub monitor: Option<(Files, Files)>,
@@ -275,6 +281,8 @@ pub enum Files {
     Folder(ImageFiles),
     /// WebDataset shards (`--dataset shards`).
     Shards(Shards),
+    /// A split of STL-10's binaries (`--dataset stl10 --stream`).
+    Stl10(Stl10Images),
 }
 
 impl Files {
@@ -283,6 +291,7 @@ impl Files {
         match self {
             Self::Folder(f) => f.root(),
             Self::Shards(s) => s.root(),
+            Self::Stl10(s) => s.root(),
         }
     }
 
@@ -291,6 +300,7 @@ impl Files {
         match self {
             Self::Folder(f) => f.class_names(),
             Self::Shards(s) => s.class_names(),
+            Self::Stl10(s) => s.class_names(),
         }
     }
 
@@ -299,6 +309,7 @@ impl Files {
         match self {
             Self::Folder(f) => Self::Folder(f.subset(indices)),
             Self::Shards(s) => Self::Shards(s.subset(indices)),
+            Self::Stl10(s) => Self::Stl10(s.subset(indices)),
         }
     }
 
@@ -314,6 +325,7 @@ impl Files {
                 s.left_out(),
                 "samples without an image or a valid label left out",
             ),
+            Self::Stl10(_) => (0, ""),
         }
     }
 
@@ -321,6 +333,7 @@ impl Files {
         match self {
             Self::Folder(f) => f,
             Self::Shards(s) => s,
+            Self::Stl10(s) => s,
         }
     }
 }
@@ -340,6 +353,15 @@ impl ImageSource for Files {
 
     fn name(&self, index: usize) -> PathBuf {
         self.inner().name(index)
+    }
+
+    fn decode(
+        &self,
+        index: usize,
+        bytes: &[u8],
+        channels: usize,
+    ) -> Result<DecodedImage, DataError> {
+        self.inner().decode(index, bytes, channels)
     }
 
     fn byte_size(&self, index: usize) -> Option<u64> {
@@ -390,7 +412,10 @@ impl Streamed {
         Ok(StreamedImages::new(
             files.clone(),
             files.root(),
-            ViewCrop::evaluation((self.side, self.side)),
+            ViewCrop::Center {
+                size: (self.side, self.side),
+                ratio: self.eval_ratio,
+            },
             3,
             0,
         )?)
@@ -435,10 +460,16 @@ impl DataSource {
     /// `--stream` for a dataset that is not a folder of image files, a folder with no image, a
     /// kNN split whose classes are not the bank's, or what [`DataSource::load`] refuses.
     pub fn load_for_training(&self, stream: Option<bool>) -> Result<TrainData> {
+        if let (DatasetChoice::Stl10, Some(dir)) = (self.dataset, self.dir.as_deref()) {
+            if let Some(streamed) = self.stl10_streamed(dir, stream)? {
+                return Ok(TrainData::Stream(streamed));
+            }
+            return Ok(TrainData::Memory(self.load()?));
+        }
         let Some(dir) = self.dir.as_deref().filter(|_| self.dataset.is_files()) else {
             if stream == Some(true) {
                 return Err(usage(format!(
-                    "--stream: only for --dataset image-folder, folder or shards (the image files a run \
+                    "--stream: only for --dataset image-folder, folder, shards or stl10 (the image files a run \
                      decodes every epoch); --dataset {} is read from its own files into memory",
                     value_name(self.dataset)
                 )));
@@ -473,7 +504,7 @@ impl DataSource {
         for i in 0..files.len().min(FIRST_TRIES) {
             first = files
                 .read(i)
-                .and_then(|bytes| decode_image(&files.name(i), &bytes, 3))
+                .and_then(|bytes| files.decode(i, &bytes, 3))
                 .map_err(anyhow::Error::from);
             if first.is_ok() {
                 break;
@@ -538,7 +569,7 @@ impl DataSource {
                     s.shard_files().len(),
                     s.shuffle_buffer()
                 ),
-                Files::Folder(_) => String::new(),
+                Files::Folder(_) | Files::Stl10(_) => String::new(),
             },
             match files.left_out() {
                 (0, _) => String::new(),
@@ -548,6 +579,51 @@ impl DataSource {
         Ok(TrainData::Stream(Streamed {
             files,
             side,
+            eval_ratio: curriculum_ssl::data::stream::decode::EVAL_CENTRE_RATIO,
+            monitor,
+        }))
+    }
+
+    /// STL-10 streamed from its binaries: when `--stream` says so, or, when it does not say, when
+    /// its images would take more than a quarter of the available memory; `None`: decoded into
+    /// memory. The run trains on the unlabeled split at 96 px, the kNN monitor reads train and
+    /// test (or --knn-data's folders), each image whole, as in memory.
+    fn stl10_streamed(&self, dir: &Path, stream: Option<bool>) -> Result<Option<Streamed>> {
+        let open = |split, what| {
+            Stl10Images::open(dir, split).with_context(|| format!("listing the {what} images"))
+        };
+        let unlabeled = open(stl10::Split::Unlabeled, "unlabeled")?;
+        let (train, test) = (
+            open(stl10::Split::Train, "training")?,
+            open(stl10::Split::Test, "test")?,
+        );
+        let images = unlabeled.len() + train.len() + test.len();
+        let bytes = (images * stl10::IMAGE_BYTES) as u64;
+        match stream {
+            Some(false) => return Ok(None),
+            Some(true) => {}
+            None if bytes <= auto_stream_bytes() => return Ok(None),
+            None => log::info!(
+                "STL-10's {images} images would take {:.1} GiB decoded, more than a quarter of \
+                 the memory available: streaming them from the binaries every epoch (--stream \
+                 false decodes them into memory)",
+                bytes as f64 / f64::from(1u32 << 30)
+            ),
+        }
+        let files = Files::Stl10(unlabeled);
+        let monitor = match &self.knn_data {
+            Some(_) => self.streamed_monitor(dir, &files, None)?,
+            None => Some((Files::Stl10(train), Files::Stl10(test))),
+        };
+        log::info!(
+            "streaming STL-10's {} unlabeled images from {}",
+            files.len(),
+            files.root().display()
+        );
+        Ok(Some(Streamed {
+            files,
+            side: stl10::SIDE,
+            eval_ratio: 1.0,
             monitor,
         }))
     }
@@ -614,9 +690,15 @@ fn shard_splits(dir: &Path) -> Result<(Files, Option<Files>)> {
     let train = Shards::open(&train_dir).context("listing the training shards (train/)")?;
     let val_dir = dir.join("val");
     let val = if val_dir.is_dir() {
-        Some(Files::Shards(
-            Shards::open(&val_dir).context("listing the validation shards (val/)")?,
-        ))
+        let val = Shards::open(&val_dir).context("listing the validation shards (val/)")?;
+        // Without indexes the classes are numbers, and val/ may not hold the last ones.
+        let val = if !val.indexed() && !train.indexed() {
+            val.with_class_names(train.class_names())
+                .context("listing the validation shards (val/)")?
+        } else {
+            val
+        };
+        Some(Files::Shards(val))
     } else {
         None
     };

@@ -790,7 +790,10 @@ pub fn options_table(args: &RecipeArgs, settings: &Settings) -> toml::Table {
     // Resolved (chosen by the data's size when not given): a resume streams as the run did.
     put(
         "stream",
-        (source.dataset.is_files() || args.stream.is_some()).then_some(V::Boolean(settings.stream)),
+        (source.dataset.is_files()
+            || source.dataset == super::args::DatasetChoice::Stl10
+            || args.stream.is_some())
+        .then_some(V::Boolean(settings.stream)),
     );
     put("mean", args.mean.as_deref().map(floats));
     put("std", args.std.as_deref().map(floats));
