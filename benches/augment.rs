@@ -4,20 +4,32 @@
 //!
 //! Run: `cargo bench --bench augment`. The torchvision counterpart is `benches/pytorch/augment.py`;
 //! the numbers side by side are in `benches/README.md`.
+//!
+//! `AUGMENT_SIDE=224 cargo bench --bench augment` times instead what a streamed run does on the
+//! CPU after the loader: two views of 64 images already cut at 224 px (as `StreamLoader` hands
+//! them over) through the rest of MoCo v2's and SimCLR's ImageNet pipelines (flip, colour
+//! jitter, grayscale, a 23-pixel blur, normalisation), and each stage alone. The torchvision
+//! counterpart is `benches/pytorch/augment_224.py`.
 
 use burn::backend::Flex;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use curriculum_ssl::base::geometry::CropBox;
+use curriculum_ssl::base::progress::Progress;
 use curriculum_ssl::data::HostBatch;
-use curriculum_ssl::pipeline::{PipelineConfig, Preset};
+use curriculum_ssl::pipeline::{PipelineConfig, Preset, ViewSource};
 
 type B = Flex;
 
 const N: usize = 256;
 
 fn batch() -> HostBatch {
-    // Deterministic pseudo-random bytes (an LCG), 256 images of 32×32×3.
-    let mut s: u32 = 12345;
-    let pixels = (0..N * 32 * 32 * 3)
+    batch_of(N, 32, 12345)
+}
+
+/// Deterministic pseudo-random bytes (an LCG): `n` images of `side`×`side`×3.
+fn batch_of(n: usize, side: usize, seed: u32) -> HostBatch {
+    let mut s: u32 = seed;
+    let pixels = (0..n * side * side * 3)
         .map(|_| {
             s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
             (s >> 24) as u8
@@ -25,16 +37,108 @@ fn batch() -> HostBatch {
         .collect();
     HostBatch {
         pixels,
-        len: N,
-        height: 32,
-        width: 32,
+        len: n,
+        height: side,
+        width: side,
         channels: 3,
         labels: None,
-        indices: (0..N).collect(),
+        indices: (0..n).collect(),
     }
 }
 
+/// Images per batch at 224 px.
+const N224: usize = 64;
+
+/// The streamed path at 224 px (see the module docs).
+fn bench_224(c: &mut Criterion) {
+    let device = Default::default();
+    let cuts = || -> ViewSource<B> {
+        ViewSource::Cut(
+            [1u32, 2]
+                .map(|seed| {
+                    let x = batch_of(N224, 224, seed).to_device::<B>(&device).images;
+                    let boxes = vec![
+                        CropBox {
+                            top: 0,
+                            left: 0,
+                            height: 224,
+                            width: 224,
+                        };
+                        N224
+                    ];
+                    (x, boxes)
+                })
+                .to_vec(),
+        )
+    };
+    let source = cuts();
+    let mut group = c.benchmark_group("augment_224");
+    group.sample_size(10);
+    group.measurement_time(std::time::Duration::from_secs(20));
+    group.throughput(Throughput::Elements(N224 as u64));
+    for (name, preset) in [("moco_v2", Preset::MocoV2), ("simclr", Preset::SimClr)] {
+        let mut config = PipelineConfig::preset(preset, 224, 3);
+        // The loader cut the crops: the device does the rest.
+        config.view1.crop = None;
+        config.view2.crop = None;
+        let aug = config.init(3).expect("valid preset");
+        let mut step = 0usize;
+        group.bench_function(format!("{name}_two_cut_views_{N224}x224_flex"), |b| {
+            b.iter(|| {
+                step += 1;
+                let progress = Progress {
+                    step,
+                    total_steps: 1 << 20,
+                    epoch: 0,
+                    total_epochs: 1,
+                };
+                let v = aug.redrawn_views_from(&source, progress, 0);
+                (v.view1.into_data(), v.view2.into_data())
+            })
+        });
+        if preset != Preset::MocoV2 {
+            continue;
+        }
+        // Where the time goes: each stage of one view alone, on the whole batch.
+        let cfg = aug.config().view1.clone();
+        let x0 = batch_of(N224, 224, 1).to_device::<B>(&device).images;
+        let mut rng = aug.rng(0);
+        let flip = cfg.hflip.expect("preset has a flip");
+        let flips = flip.sample(&mut rng, N224);
+        group.bench_function("stage_flip_224", |b| {
+            b.iter(|| flip.apply(x0.clone(), &flips).into_data())
+        });
+        let jitter = cfg.jitter.expect("preset has a jitter");
+        let jp = jitter.sample(&mut rng, N224);
+        group.bench_function("stage_colour_jitter_224", |b| {
+            b.iter(|| jitter.apply(x0.clone(), &jp).into_data())
+        });
+        let gray = cfg.grayscale.expect("preset has a grayscale");
+        let gp = gray.sample(&mut rng, N224);
+        group.bench_function("stage_grayscale_224", |b| {
+            b.iter(|| gray.apply(x0.clone(), &gp).into_data())
+        });
+        let blur = cfg.blur.expect("preset has a blur");
+        let kernels = blur.sample(&mut rng, N224);
+        group.bench_function("stage_blur_23_224", |b| {
+            b.iter(|| blur.apply(x0.clone(), &kernels).into_data())
+        });
+        let normalize = cfg.normalize.clone().expect("preset has a normalisation");
+        group.bench_function("stage_normalize_224", |b| {
+            b.iter(|| normalize.apply(x0.clone()).into_data())
+        });
+        group.bench_function("stage_upload_224", |b| {
+            let host = batch_of(N224, 224, 1);
+            b.iter(|| host.to_device::<B>(&device).images.into_data())
+        });
+    }
+    group.finish();
+}
+
 fn bench(c: &mut Criterion) {
+    if std::env::var("AUGMENT_SIDE").is_ok_and(|s| s == "224") {
+        return bench_224(c);
+    }
     let device = Default::default();
     let host = batch();
     let aug = PipelineConfig::preset(Preset::MocoV2, 32, 3)

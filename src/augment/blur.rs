@@ -1,12 +1,12 @@
 //! Gaussian blur with a per-sample σ, as torchvision's `gaussian_blur` (reflect padding, odd
 //! kernel, weights `exp(−x²/(2σ²))` normalised to sum 1 over `x = −(k−1)/2 … (k−1)/2`),
-//! computed as two separable passes over the whole batch.
+//! computed as two separable passes over the whole batch, each a batched matrix product.
 
-use burn::tensor::{backend::Backend, Int, Tensor, TensorData};
+use burn::tensor::{backend::Backend, Tensor, TensorData};
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
-use super::sampling::{bernoulli, per_sample, probability, range, uniform};
+use super::sampling::{bernoulli, probability, range, uniform};
 use crate::base::error::ConfigError;
 
 /// The normalised 1-D Gaussian kernel of odd size `k` and standard deviation `sigma`.
@@ -44,7 +44,7 @@ fn reflect_indices(n: usize, pad: usize) -> Vec<i64> {
 /// If the kernels differ in length, the length is even, or `k / 2` is not smaller than both image
 /// sides (reflect padding needs it); [`RandomGaussianBlur::validate_for`] checks this up front.
 pub fn gaussian_blur<B: Backend>(x: Tensor<B, 4>, kernels: &[Vec<f64>]) -> Tensor<B, 4> {
-    let [n, _c, h, w] = x.dims();
+    let [n, c, h, w] = x.dims();
     assert_eq!(kernels.len(), n, "one kernel per sample");
     let k = kernels[0].len();
     assert!(
@@ -60,33 +60,38 @@ pub fn gaussian_blur<B: Backend>(x: Tensor<B, 4>, kernels: &[Vec<f64>]) -> Tenso
         return x;
     }
     let device = x.device();
-    let taps: Vec<Tensor<B, 4>> = (0..k)
-        .map(|t| {
-            let v: Vec<f32> = kernels.iter().map(|kk| kk[t] as f32).collect();
-            per_sample::<B>(&v, &device)
-        })
-        .collect();
-    let idx_w = Tensor::<B, 1, Int>::from_data(
-        TensorData::new(reflect_indices(w, pad), [w + 2 * pad]),
-        &device,
-    );
-    let idx_h = Tensor::<B, 1, Int>::from_data(
-        TensorData::new(reflect_indices(h, pad), [h + 2 * pad]),
-        &device,
-    );
-    // Horizontal pass.
-    let xp = x.select(3, idx_w);
-    let mut out = xp.clone().narrow(3, 0, w).mul(taps[0].clone());
-    for (t, tap) in taps.iter().enumerate().skip(1) {
-        out = out.add(xp.clone().narrow(3, t, w).mul(tap.clone()));
+    // Each pass is one batched matrix product with a banded matrix per sample (the taps, the
+    // reflect padding folded in): one GEMM per pass instead of 2k element-wise passes over the
+    // batch (k = 23 at 224 px). The sums run in another order than tap by tap: the same values
+    // up to f32 rounding.
+    let across = x
+        .reshape([n, c * h, w])
+        .matmul(band_matrices::<B>(kernels, w, &device))
+        .reshape([n, c, h, w]);
+    across
+        .swap_dims(2, 3)
+        .reshape([n, c * w, h])
+        .matmul(band_matrices::<B>(kernels, h, &device))
+        .reshape([n, c, w, h])
+        .swap_dims(2, 3)
+}
+
+/// For each sample, the `len × len` matrix `M` with `(x · M)[i] = Σ_t kernel[t] ·
+/// x[reflect(i + t − k/2)]`: `M[j][i]` sums the taps that land on `j` from output `i`.
+fn band_matrices<B: Backend>(kernels: &[Vec<f64>], len: usize, device: &B::Device) -> Tensor<B, 3> {
+    let k = kernels[0].len();
+    let pad = k / 2;
+    let reflect = reflect_indices(len, pad);
+    let mut m = vec![0f32; kernels.len() * len * len];
+    for (kernel, mat) in kernels.iter().zip(m.chunks_exact_mut(len * len)) {
+        for i in 0..len {
+            for (t, &weight) in kernel.iter().enumerate() {
+                let j = reflect[i + t] as usize;
+                mat[j * len + i] += weight as f32;
+            }
+        }
     }
-    // Vertical pass.
-    let yp = out.select(2, idx_h);
-    let mut out = yp.clone().narrow(2, 0, h).mul(taps[0].clone());
-    for (t, tap) in taps.iter().enumerate().skip(1) {
-        out = out.add(yp.clone().narrow(2, t, h).mul(tap.clone()));
-    }
-    out
+    Tensor::from_data(TensorData::new(m, [kernels.len(), len, len]), device)
 }
 
 /// Random Gaussian blur: with probability `p` per sample, blur with σ uniform in `sigma`
