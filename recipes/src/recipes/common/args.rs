@@ -152,9 +152,10 @@ pub struct RecipeArgs {
     /// Strength curricula: how the target is reached.
     #[arg(long, value_enum)]
     pub schedule: Option<ScheduleChoice>,
-    /// Loader threads (at most four per core).
-    #[arg(long, default_value_t = 2)]
-    pub workers: usize,
+    /// Loader threads per replica (at most four per core; default 2, and when a GPU trains on
+    /// streamed files, every core but one per replica shared among the replicas).
+    #[arg(long)]
+    pub workers: Option<usize>,
     /// The device to train on: with --features cuda the CUDA device of this index, with
     /// --features wgpu the N-th discrete GPU (default: device 0, or wgpu's default adapter); the
     /// CPU backend has one device, 0. May change on --resume.
@@ -489,10 +490,50 @@ pub enum DatasetChoice {
     Shards,
 }
 
+/// The loader threads of each replica: `--workers`, else 2, or, when a GPU trains on streamed
+/// files (the CPU then only decodes and cuts), the machine's cores but one per replica, shared
+/// among the `devices` replicas (at least 2): a GPU takes a few thousand images a second, a
+/// loader thread cuts about 420 (docs/gpu.md).
+pub fn loader_workers(
+    workers: Option<usize>,
+    streamed: bool,
+    on_gpu: bool,
+    devices: usize,
+) -> usize {
+    workers.unwrap_or_else(|| {
+        if streamed && on_gpu {
+            let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+            (cores.saturating_sub(devices.max(1)) / devices.max(1)).max(2)
+        } else {
+            2
+        }
+    })
+}
+
 impl DatasetChoice {
     /// Whether the images are the user's own files (image-folder, folder): resized with
     /// --image-size, normalised with their own statistics.
     pub fn is_files(self) -> bool {
         matches!(self, Self::ImageFolder | Self::Folder | Self::Shards)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loader_workers;
+
+    /// `--workers` is kept as given; without it a CPU run or an in-memory run gets 2, and a GPU
+    /// fed from files gets the cores but one per replica, shared among the replicas, at least 2.
+    #[test]
+    fn the_loader_gets_the_cores_a_gpu_leaves_free() {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        assert_eq!(loader_workers(Some(5), true, true, 1), 5);
+        assert_eq!(loader_workers(None, true, false, 1), 2);
+        assert_eq!(loader_workers(None, false, true, 1), 2);
+        assert_eq!(loader_workers(None, true, true, 1), (cores - 1).max(2));
+        assert_eq!(
+            loader_workers(None, true, true, 4),
+            (cores.saturating_sub(4) / 4).max(2)
+        );
     }
 }

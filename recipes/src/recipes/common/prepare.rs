@@ -818,7 +818,15 @@ pub fn options_table(args: &RecipeArgs, settings: &Settings) -> toml::Table {
             Some(int(args.checkpoint_every_steps)),
         );
     }
-    put("workers", Some(int(args.workers)));
+    put(
+        "workers",
+        Some(int(super::args::loader_workers(
+            args.workers,
+            settings.stream,
+            !backend::on_cpu(),
+            args.devices,
+        ))),
+    );
     put("easy_to_hard", Some(V::Boolean(args.easy_to_hard)));
     put("strength", args.strength.map(V::Float));
     put("schedule", args.schedule.map(name));

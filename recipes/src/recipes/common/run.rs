@@ -307,7 +307,12 @@ where
     let loader_config = LoaderConfig {
         batch_size: settings.batch_size,
         seed: settings.seed,
-        workers: args.workers,
+        workers: super::args::loader_workers(
+            args.workers,
+            settings.stream,
+            !crate::backend::on_cpu(),
+            args.devices,
+        ),
         ..LoaderConfig::default()
     };
     let normalize = pipeline.view1.normalize.clone();
