@@ -508,8 +508,10 @@ fn jpeg_folder(name: &str, n: usize, bad: usize) -> std::path::PathBuf {
 /// image files exits 2.
 #[test]
 fn a_streamed_image_folder_trains_counts_its_bad_files_and_resumes_only_streamed() {
-    // 24 readable files and 8 unreadable ones: two batches of 16 visit every file.
+    // 24 readable files and 8 unreadable ones: two batches of 16 visit every file; a text file
+    // among them is left out when listed.
     let folder = jpeg_folder("streamed-folder", 8, 8);
+    std::fs::write(folder.join("train/cat/notes.txt"), "not an image").unwrap();
     let data = [
         "--dataset",
         "image-folder",
@@ -549,6 +551,10 @@ fn a_streamed_image_folder_trains_counts_its_bad_files_and_resumes_only_streamed
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
         stdout.contains(&format!("skipped {skipped} unreadable image files")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1 files that are not .png, .jpg or .jpeg left out when"),
         "{stdout}"
     );
     let log = stderr(&o);

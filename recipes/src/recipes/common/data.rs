@@ -329,6 +329,17 @@ impl Files {
         }
     }
 
+    /// The summary's line on what the listing left out, when it left anything out.
+    pub fn left_out_line(&self) -> Option<String> {
+        let (n, what) = self.left_out();
+        (n > 0).then(|| {
+            format!(
+                "{n} {what} when {} was listed (see the log)",
+                self.root().display()
+            )
+        })
+    }
+
     fn inner(&self) -> &dyn ImageSource {
         match self {
             Self::Folder(f) => f,

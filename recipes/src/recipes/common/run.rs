@@ -252,7 +252,7 @@ where
     let (at_init, raw) = baselines(&trainer, prepared, device)?;
     let started = std::time::Instant::now();
     let summary = trainer.fit()?;
-    let lines = result_lines(
+    let mut lines = result_lines(
         &summary,
         started.elapsed(),
         settings.batch_size,
@@ -260,6 +260,12 @@ where
         &at_init,
         &raw,
     );
+    // What the listing of streamed files left out (each named in the log when listed).
+    if let TrainData::Stream(s) = &prepared.data {
+        if let Some(line) = s.files.left_out_line() {
+            lines.insert(lines.len().min(1), line);
+        }
+    }
     for line in &lines {
         println!("{line}");
     }
