@@ -858,9 +858,13 @@ fn still_there(path: PathBuf) -> Result<PathBuf> {
 /// The settings a study sets per run, or that follow its seed: not part of what an arm
 /// resolves to (`method.seed`: RotNet's angle draws, seeded by `--seed`; without it every
 /// seed but the one `--check` resolves with was refused as changed).
-const PER_RUN_SETTINGS: [&[&str]; 4] = [
+const PER_RUN_SETTINGS: [&[&str]; 6] = [
     &["options", "seed"],
     &["options", "checkpoint_every"],
+    &["options", "checkpoint_every_steps"],
+    // The loader's threads change no number (the batches are the same for any count), and the
+    // default depends on the machine's cores.
+    &["options", "workers"],
     &["augmentation", "seed"],
     &["method", "seed"],
 ];
