@@ -17,8 +17,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::sampling::{
-    bernoulli, index_tensor, per_sample, per_sample_mask, probability, replace_rows, select_where,
-    uniform,
+    bernoulli, index_tensor, per_sample, per_sample_mask, probability, select_where, uniform,
 };
 use crate::base::error::{non_negative, ConfigError};
 
@@ -248,8 +247,10 @@ impl ColorJitter {
     }
 
     /// Applies drawn parameters: four stages; at stage `k` each sample gets the operation in its
-    /// `order[k]`. Each operation runs once per stage on the rows that need it (gathered), and
-    /// the results are put back exactly; samples that are not jittered pass through unchanged.
+    /// `order[k]`. Each operation runs once per stage on the rows that need it (gathered); a
+    /// stage's results are put back exactly in one gather (each row takes one operation per
+    /// stage, so all read the stage's input); samples that are not jittered pass through
+    /// unchanged.
     pub fn apply<B: Backend>(&self, x: Tensor<B, 4>, params: &JitterParams) -> Tensor<B, 4> {
         let device = x.device();
         let n = x.dims()[0];
@@ -261,6 +262,11 @@ impl ColorJitter {
         ];
         let mut x = x;
         for stage in 0..4 {
+            // The stage's input first, then each operation's rows; `take[i]` is where row i of
+            // the stage's output lies in them.
+            let mut parts = vec![x.clone()];
+            let mut take: Vec<usize> = (0..n).collect();
+            let mut offset = n;
             for (op, &on) in enabled.iter().enumerate() {
                 if !on {
                     continue;
@@ -284,8 +290,20 @@ impl ColorJitter {
                     2 => adjust_saturation(sub, f),
                     _ => adjust_hue(sub, f),
                 };
-                x = replace_rows(x, &rows, y);
+                for (k, &r) in rows.iter().enumerate() {
+                    take[r] = offset + k;
+                }
+                offset += rows.len();
+                parts.push(y);
             }
+            x = match parts.len() {
+                1 => x,
+                // One operation on every row, in order: its result is the stage's output.
+                2 if take.iter().enumerate().all(|(i, &t)| t == n + i) => {
+                    parts.pop().expect("two parts")
+                }
+                _ => Tensor::cat(parts, 0).select(0, index_tensor::<B>(&take, &device)),
+            };
         }
         x
     }
