@@ -130,7 +130,7 @@ pub(crate) fn epoch_order(len: usize, config: &LoaderConfig, epoch: u64) -> Vec<
 }
 
 /// A Fisher–Yates shuffle of `items` with a generator seeded by `key`.
-fn shuffle(items: &mut [usize], key: u64) {
+pub(crate) fn shuffle(items: &mut [usize], key: u64) {
     let mut rng = StdRng::seed_from_u64(key);
     for i in (1..items.len()).rev() {
         let j = rng.random_range(0..=i);

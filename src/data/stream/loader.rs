@@ -278,34 +278,31 @@ impl<S: ImageSource> StreamLoader<S> {
             None => self.source.sequential_epoch(&self.config.loader, epoch),
             Some(_) => None,
         };
-        let (order, feed) = match sequential {
-            Some(SequentialEpoch { stream, order }) => {
-                let batches = batches.min(order.len().div_ceil(bs));
-                // The items this loader builds: its rows of the batches from `first_batch` on.
-                let wanted: Vec<usize> = (first_batch..batches)
-                    .flat_map(|b| {
-                        let (start, end) = batch_span(b, bs, order.len(), self.shard);
-                        start..end
-                    })
-                    .map(|p| order[p])
-                    .collect();
-                let feed = Feed::start(
-                    Arc::clone(&self.source),
-                    stream,
-                    &wanted,
-                    Arc::clone(&self.held_peak),
-                );
-                (order, Some(feed))
-            }
-            None => (
-                match pool {
-                    None => epoch_order(self.source.len(), &self.config.loader, epoch),
-                    Some(pool) => pool_order(batches, &self.config.loader, epoch, pool),
-                },
+        let (order, stream) = match (sequential, pool) {
+            (Some(SequentialEpoch { stream, order }), _) => (order, Some(stream)),
+            (None, None) => (
+                epoch_order(self.source.len(), &self.config.loader, epoch),
                 None,
             ),
+            (None, Some(pool)) => (pool_order(batches, &self.config.loader, epoch, pool), None),
         };
         let batches = batches.min(order.len().div_ceil(bs));
+        let feed = stream.map(|stream| {
+            // The items this loader builds: its rows of the batches from `first_batch` on.
+            let wanted: Vec<usize> = (first_batch..batches)
+                .flat_map(|b| {
+                    let (start, end) = batch_span(b, bs, order.len(), self.shard);
+                    start..end
+                })
+                .map(|p| order[p])
+                .collect();
+            Feed::start(
+                Arc::clone(&self.source),
+                stream,
+                &wanted,
+                Arc::clone(&self.held_peak),
+            )
+        });
         let job = Arc::new(Job {
             source: Arc::clone(&self.source),
             order,

@@ -51,7 +51,7 @@ use super::source::{ImageSource, SequentialEpoch};
 use crate::base::seed::mix_seed;
 use crate::data::error::{require_dir, DataError};
 use crate::data::image_folder::{in_parts, read_dir_sorted, MAX_FILE_BYTES};
-use crate::data::loader::LoaderConfig;
+use crate::data::loader::{shuffle, LoaderConfig};
 
 /// The samples a shuffle buffer holds by default: 2,000 (about 220 MB of ImageNet's JPEGs).
 pub const DEFAULT_SHUFFLE_BUFFER: usize = 2_000;
@@ -367,12 +367,10 @@ impl Shards {
 
     /// The epoch's reading order and visiting order (see the module docs).
     pub fn epoch_orders(&self, loader: &LoaderConfig, epoch: u64) -> SequentialEpoch {
+        let key = mix_seed(mix_seed(loader.seed, SHARD_STREAM), epoch);
         let mut shards: Vec<usize> = (0..self.files.len()).collect();
-        let mut rng = StdRng::seed_from_u64(mix_seed(mix_seed(loader.seed, SHARD_STREAM), epoch));
         if loader.shuffle {
-            for i in (1..shards.len()).rev() {
-                shards.swap(i, rng.random_range(0..=i));
-            }
+            shuffle(&mut shards, key);
         }
         // Members are listed shard by shard, in file order: each shard is a range.
         let mut starts = vec![self.members.len(); self.files.len() + 1];
@@ -392,7 +390,11 @@ impl Shards {
                 .collect()
         };
         let order = if loader.shuffle {
-            shuffle_buffer(&stream, self.buffer, &mut rng)
+            shuffle_buffer(
+                &stream,
+                self.buffer,
+                &mut StdRng::seed_from_u64(mix_seed(key, 1)),
+            )
         } else {
             stream.clone()
         };
@@ -743,10 +745,7 @@ pub fn pack(
     )
     .map_err(|e| DataError::io(&packing, e))?;
     let mut order: Vec<usize> = (0..source.len()).collect();
-    let mut rng = StdRng::seed_from_u64(mix_seed(config.seed, SHARD_STREAM));
-    for i in (1..order.len()).rev() {
-        order.swap(i, rng.random_range(0..=i));
-    }
+    shuffle(&mut order, mix_seed(config.seed, SHARD_STREAM));
     let threads = match config.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         t => t,
@@ -842,14 +841,13 @@ impl ShardWriter {
     }
 
     fn add(&mut self, name: &Path, bytes: &[u8], label: Option<u16>) -> Result<(), DataError> {
+        let path = self.out.join(format!("{}.partial", self.shard_name()));
         if self.current.is_none() {
-            let path = self.out.join(format!("{}.partial", self.shard_name()));
             let file = File::create(&path).map_err(|e| DataError::io(&path, e))?;
             let mut builder = tar::Builder::new(BufWriter::new(file));
             builder.mode(tar::HeaderMode::Deterministic);
             self.current = Some((builder, 0));
         }
-        let path = self.out.join(format!("{}.partial", self.shard_name()));
         let stem = name
             .file_stem()
             .map_or(String::new(), |s| s.to_string_lossy().replace('.', "_"));
