@@ -864,3 +864,42 @@ fn a_run_asked_to_stop_ends_after_its_step_and_resumes() {
     assert_eq!(t.step(), 2);
     assert_eq!(t.fit().unwrap().steps.len(), 2);
 }
+
+/// Every run record committed with the studies (written by the builds of many sittings, before
+/// settings that were added since) reads with today's code: a run of an older build can still be
+/// resumed, extended and evaluated.
+#[test]
+fn every_committed_run_record_reads() {
+    fn records(dir: &Path, found: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                records(&path, found);
+            } else if path.file_name().is_some_and(|n| n == files::CONFIG) {
+                found.push(path);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    records(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("studies"),
+        &mut found,
+    );
+    assert!(found.len() >= 100, "{} records", found.len());
+    let mut self_supervised = 0;
+    for path in found {
+        // As the loop reads it (any step), then as the self-supervised step's record.
+        let record: Result<RunRecord<serde_json::Value, serde_json::Value>, _> =
+            RunRecord::read_file(&path);
+        let record = record.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if record.task.get("supervised").is_none() {
+            let typed: Result<RunRecord, _> = RunRecord::read_file(&path);
+            assert!(typed.is_ok(), "{}: {}", path.display(), typed.unwrap_err());
+            self_supervised += 1;
+        }
+    }
+    assert!(
+        self_supervised >= 80,
+        "{self_supervised} self-supervised records"
+    );
+}

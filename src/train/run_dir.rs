@@ -323,12 +323,19 @@ impl<R: DeserializeOwned, T: DeserializeOwned> RunRecord<R, T> {
 /// `train.curation`, become the settings of the hook named `curation`, and the kNN monitor's
 /// cadence, `train.knn_every` (a setting a resume may change), is dropped: the monitor is a
 /// hook with its own. A curation recorded before its threshold rule was a setting used the
-/// paper's (`"threshold": "PaperMean"`).
+/// paper's (`"threshold": "PaperMean"`). A loop setting added since the record was written
+/// takes its default, which is what runs before it did (`checkpoint_every_steps`: 0, no
+/// mid-epoch checkpoints).
 fn migrate(record: &mut serde_json::Value) {
     let Some(train) = record.get_mut("train").and_then(|t| t.as_object_mut()) else {
         return;
     };
     train.remove("knn_every");
+    if let Ok(serde_json::Value::Object(defaults)) = serde_json::to_value(TrainConfig::new()) {
+        for (key, value) in defaults {
+            train.entry(key).or_insert(value);
+        }
+    }
     let curation = train.remove("curation");
     if let Some(curation) = curation.filter(|c| !c.is_null()) {
         if let Some(fields) = record.as_object_mut() {
@@ -517,9 +524,11 @@ mod tests {
                 "train": { "epochs": 6, "knn_every": 5, "curation": curation },
             })
         };
+        // The loop's settings of today with the record's own.
+        let mut train_today = serde_json::to_value(TrainConfig::new().with_epochs(6)).unwrap();
         let mut curated = old(serde_json::json!({ "warmup_epochs": 2, "max_retries": 3 }));
         migrate(&mut curated);
-        assert_eq!(curated["train"], serde_json::json!({ "epochs": 6 }));
+        assert_eq!(curated["train"], train_today);
         assert_eq!(
             curated["hooks"],
             serde_json::json!({ "curation": {
@@ -544,8 +553,18 @@ mod tests {
         assert_eq!(hooks["hooks"]["curation"]["threshold"], quantile);
         let mut plain = old(serde_json::Value::Null);
         migrate(&mut plain);
-        assert_eq!(plain["train"], serde_json::json!({ "epochs": 6 }));
+        assert_eq!(plain["train"], train_today);
         assert_eq!(plain.get("hooks"), None);
+        // A record from before mid-epoch checkpoints reads with none.
+        train_today
+            .as_object_mut()
+            .unwrap()
+            .remove("checkpoint_every_steps");
+        let mut before = serde_json::json!({ "format": RUN_FORMAT, "train": train_today });
+        migrate(&mut before);
+        assert_eq!(before["train"]["checkpoint_every_steps"], 0);
+        let train: TrainConfig = serde_json::from_value(before["train"].clone()).unwrap();
+        assert_eq!((train.epochs, train.checkpoint_every_steps), (6, 0));
     }
 
     /// A supervised record of the layout before the one loop is refused by name, not read as

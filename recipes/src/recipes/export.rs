@@ -461,3 +461,43 @@ pub const RECIPES: &[RecipeEntry] = &[
         run: embed,
     },
 ];
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    /// Every self-supervised run committed with the studies — written by the builds of many
+    /// sittings, before settings that were added since — reads as `recipe eval`, `export`,
+    /// `embed` and `--resume` read it; a supervised run is refused by name.
+    #[test]
+    fn every_committed_recipe_record_reads() {
+        fn runs(dir: &Path, found: &mut Vec<PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    if path.join("config.json").is_file() {
+                        found.push(path.clone());
+                    }
+                    runs(&path, found);
+                }
+            }
+        }
+        let mut found = Vec::new();
+        runs(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../studies"),
+            &mut found,
+        );
+        let mut read = 0;
+        for dir in &found {
+            match super::read_recipe_record(dir) {
+                Ok(_) => read += 1,
+                Err(e) => assert!(
+                    e.to_string().contains("a supervised run"),
+                    "{}: {e:#}",
+                    dir.display()
+                ),
+            }
+        }
+        assert!(read >= 80, "{read} of {} runs read", found.len());
+    }
+}
