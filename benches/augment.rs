@@ -13,6 +13,7 @@
 
 use burn::backend::Flex;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use curriculum_ssl::augment::host::{self, HostImages, HostJitter, HostView};
 use curriculum_ssl::base::geometry::CropBox;
 use curriculum_ssl::base::progress::Progress;
 use curriculum_ssl::data::HostBatch;
@@ -52,26 +53,42 @@ const N224: usize = 64;
 /// The streamed path at 224 px (see the module docs).
 fn bench_224(c: &mut Criterion) {
     let device = Default::default();
-    let cuts = || -> ViewSource<B> {
-        ViewSource::Cut(
-            [1u32, 2]
-                .map(|seed| {
-                    let x = batch_of(N224, 224, seed).to_device::<B>(&device).images;
-                    let boxes = vec![
-                        CropBox {
-                            top: 0,
-                            left: 0,
-                            height: 224,
-                            width: 224,
+    let boxes = vec![
+        CropBox {
+            top: 0,
+            left: 0,
+            height: 224,
+            width: 224,
+        };
+        N224
+    ];
+    let bytes = [1u32, 2].map(|seed| batch_of(N224, 224, seed));
+    // What `FeedBatch::upload` hands the augmenter: the views uploaded (the tensor path), or
+    // their bytes (the host path); made in the timed loop, as a run makes them every step.
+    let source = |host: bool| -> ViewSource<B> {
+        if host {
+            ViewSource::HostCut {
+                views: bytes
+                    .iter()
+                    .map(|b| {
+                        let images = HostImages {
+                            pixels: b.pixels.clone(),
+                            shape: [N224, 224, 224, 3],
                         };
-                        N224
-                    ];
-                    (x, boxes)
-                })
-                .to_vec(),
-        )
+                        (images, boxes.clone())
+                    })
+                    .collect(),
+                device,
+            }
+        } else {
+            ViewSource::Cut(
+                bytes
+                    .iter()
+                    .map(|b| (b.to_device::<B>(&device).images, boxes.clone()))
+                    .collect(),
+            )
+        }
     };
-    let source = cuts();
     let mut group = c.benchmark_group("augment_224");
     group.sample_size(10);
     group.measurement_time(std::time::Duration::from_secs(20));
@@ -82,20 +99,25 @@ fn bench_224(c: &mut Criterion) {
         config.view1.crop = None;
         config.view2.crop = None;
         let aug = config.init(3).expect("valid preset");
-        let mut step = 0usize;
-        group.bench_function(format!("{name}_two_cut_views_{N224}x224_flex"), |b| {
-            b.iter(|| {
-                step += 1;
-                let progress = Progress {
-                    step,
-                    total_steps: 1 << 20,
-                    epoch: 0,
-                    total_epochs: 1,
-                };
-                let v = aug.redrawn_views_from(&source, progress, 0);
-                (v.view1.into_data(), v.view2.into_data())
-            })
-        });
+        // The tensor path (the GPU's), then the host path the recipes take on the CPU.
+        for host in [false, true] {
+            let aug = aug.clone().with_host_ops(host);
+            let mut step = 0usize;
+            let path = if host { "_host" } else { "" };
+            group.bench_function(format!("{name}_two_cut_views_{N224}x224_flex{path}"), |b| {
+                b.iter(|| {
+                    step += 1;
+                    let progress = Progress {
+                        step,
+                        total_steps: 1 << 20,
+                        epoch: 0,
+                        total_epochs: 1,
+                    };
+                    let v = aug.redrawn_views_from(&source(host), progress, 0);
+                    (v.view1.into_data(), v.view2.into_data())
+                })
+            });
+        }
         if preset != Preset::MocoV2 {
             continue;
         }
@@ -127,6 +149,50 @@ fn bench_224(c: &mut Criterion) {
         group.bench_function("stage_normalize_224", |b| {
             b.iter(|| normalize.apply(x0.clone()).into_data())
         });
+        // The host path's stages (`augment::host`), one view of the same batch.
+        let kernels32: Vec<Option<Vec<f32>>> = kernels
+            .iter()
+            .map(|k| (!blur.is_identity(k)).then(|| k.iter().map(|&v| v as f32).collect()))
+            .collect();
+        let jp32 = HostJitter {
+            enabled: jitter.enabled(),
+            apply: &jp.apply,
+            order: &jp.order,
+            factors: &jp.factors,
+        };
+        let host_stages: [(&str, HostView); 4] = [
+            ("stage_host_read_back_and_upload_224", HostView::default()),
+            (
+                "stage_host_colour_jitter_224",
+                HostView {
+                    jitter: Some(jp32),
+                    ..HostView::default()
+                },
+            ),
+            (
+                "stage_host_blur_23_224",
+                HostView {
+                    blur: Some(&kernels32),
+                    ..HostView::default()
+                },
+            ),
+            (
+                "stage_host_all_224",
+                HostView {
+                    flip: Some(&flips),
+                    jitter: Some(jp32),
+                    grayscale: Some(&gp),
+                    blur: Some(&kernels32),
+                    solarize: None,
+                    normalize: Some(&normalize),
+                },
+            ),
+        ];
+        for (name, ops) in host_stages {
+            group.bench_function(name, |b| {
+                b.iter(|| host::apply(x0.clone(), &ops).into_data())
+            });
+        }
         group.bench_function("stage_upload_224", |b| {
             let host = batch_of(N224, 224, 1);
             b.iter(|| host.to_device::<B>(&device).images.into_data())
@@ -148,18 +214,22 @@ fn bench(c: &mut Criterion) {
     group.sample_size(10);
     group.measurement_time(std::time::Duration::from_secs(10));
     group.throughput(Throughput::Elements(N as u64));
-    let mut key = 0u64;
-    group.bench_function("moco_v2_two_views_256x32x32_flex", |b| {
-        b.iter(|| {
-            key += 1;
-            let x = host.to_device::<B>(&device).images;
-            let v = aug.two_views(x, key);
-            // Materialise both views.
-            let a = v.view1.into_data();
-            let b2 = v.view2.into_data();
-            (a, b2)
-        })
-    });
+    for host_ops in [false, true] {
+        let aug = aug.clone().with_host_ops(host_ops);
+        let path = if host_ops { "_host" } else { "" };
+        let mut key = 0u64;
+        group.bench_function(format!("moco_v2_two_views_256x32x32_flex{path}"), |b| {
+            b.iter(|| {
+                key += 1;
+                let x = host.to_device::<B>(&device).images;
+                let v = aug.two_views(x, key);
+                // Materialise both views.
+                let a = v.view1.into_data();
+                let b2 = v.view2.into_data();
+                (a, b2)
+            })
+        });
+    }
     // Where the time goes: each stage of one view on its own, same batch.
     let cfg = aug.config().view1.clone();
     let x0 = host.to_device::<B>(&device).images;

@@ -20,6 +20,7 @@ use crate::augment::blur::RandomGaussianBlur;
 use crate::augment::colour::{ColorJitter, JitterParams, RandomGrayscale};
 use crate::augment::crop::{CropBox, RandomResizedCrop};
 use crate::augment::flip::RandomHorizontalFlip;
+use crate::augment::host::{self, HostImages, HostJitter, HostView};
 use crate::augment::mixup::{Mixup, MixupLambda};
 use crate::augment::normalize::{self, Normalize};
 use crate::augment::solarize::RandomSolarize;
@@ -57,6 +58,15 @@ pub struct ViewConfig {
 pub enum ViewSource<B: Backend> {
     /// A batch of whole images, `[N, C, H, W]` in `[0, 1]`: every view draws its own crop.
     Whole(Tensor<B, 4>),
+    /// As [`ViewSource::Cut`], the views left on the host as the loader's bytes, for an augmenter
+    /// on the host path ([`Augmenter::with_host_ops`]): they go to `device` once, augmented (an
+    /// augmenter on the tensor path uploads them first).
+    HostCut {
+        /// View 1, view 2, then the local crops, each with its boxes.
+        views: Vec<(HostImages, Vec<CropBox>)>,
+        /// Where the views go.
+        device: B::Device,
+    },
     /// Views cut when the images were decoded (the streaming loader): view 1, view 2, then the
     /// local crops, each `[N, C, h, w]` in `[0, 1]` with the box of its original each image
     /// came from. The crops are not drawn again.
@@ -69,6 +79,7 @@ impl<B: Backend> ViewSource<B> {
         match self {
             Self::Whole(x) => x.dims()[0],
             Self::Cut(cuts) => cuts.first().map_or(0, |c| c.0.dims()[0]),
+            Self::HostCut { views, .. } => views.first().map_or(0, |c| c.0.shape[0]),
         }
     }
 
@@ -76,6 +87,12 @@ impl<B: Backend> ViewSource<B> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// One view's input: a tensor, or bytes on the host ([`ViewSource::HostCut`]).
+enum ViewInput<'a, B: Backend> {
+    Tensor(Tensor<B, 4>),
+    Host(&'a HostImages, &'a B::Device),
 }
 
 /// Which published pipeline.
@@ -401,6 +418,7 @@ impl PipelineConfig {
             mixup_schedule,
             auto_augment,
             shard: None,
+            host_ops: false,
         })
     }
 }
@@ -450,6 +468,8 @@ pub struct Augmenter {
     auto_augment: Option<SelfPacedAutoAugment>,
     /// Data-parallel: `(rank, replicas)` of the replica whose shard this augmenter sees.
     shard: Option<(usize, usize)>,
+    /// Whether the operations after the crop run on the host ([`Augmenter::with_host_ops`]).
+    host_ops: bool,
 }
 
 impl Augmenter {
@@ -474,6 +494,24 @@ impl Augmenter {
         }
         self.shard = (replicas > 1).then_some((rank, replicas));
         Ok(())
+    }
+
+    /// Runs each view's operations after the crop (flip, colour jitter, grayscale, blur,
+    /// solarisation, normalisation) on the host, image by image on every core
+    /// ([`crate::augment::host`]), instead of as tensor operations on the batch's device: for a
+    /// backend that computes on the CPU, where it is several times faster (one pass per
+    /// operation over an image in cache, against chains of whole-batch passes); off by default,
+    /// for the GPU. The draws are the same either way, and so are the views but for f32
+    /// rounding in the contrast's mean and the blur's sums. A self-paced AutoAugment sub-policy
+    /// still runs as tensor operations (before a tensor normalisation).
+    pub fn with_host_ops(mut self, on: bool) -> Self {
+        self.host_ops = on;
+        self
+    }
+
+    /// Whether the operations after the crop run on the host ([`Augmenter::with_host_ops`]).
+    pub fn host_ops(&self) -> bool {
+        self.host_ops
     }
 
     /// How many images to draw for a batch of `n` (the global batch under a shard), and this
@@ -571,7 +609,8 @@ impl Augmenter {
         rng: &mut StdRng,
         multiplier: f64,
     ) -> Tensor<B, 4> {
-        self.view_with(view, x, rng, multiplier, None, None).0
+        self.view_with(view, ViewInput::Tensor(x), rng, multiplier, None, None)
+            .0
     }
 
     /// One view: the view's operations, then the AutoAugment sub-policy (if chosen), then the
@@ -583,13 +622,16 @@ impl Augmenter {
     fn view_with<B: Backend>(
         &self,
         view: &ViewConfig,
-        x: Tensor<B, 4>,
+        input: ViewInput<'_, B>,
         rng: &mut StdRng,
         multiplier: f64,
         policy: Option<PolicyChoice>,
         cut: Option<&[CropBox]>,
     ) -> (Tensor<B, 4>, Vec<ViewGeometry>) {
-        let [n, c, h, w] = x.dims();
+        let [n, c, h, w] = match &input {
+            ViewInput::Tensor(x) => x.dims(),
+            ViewInput::Host(images, _) => images.dims(),
+        };
         assert_eq!(
             c, self.channels,
             "the pipeline was built for {} channels",
@@ -609,7 +651,7 @@ impl Augmenter {
             };
             n
         ];
-        let mut x = x;
+        let mut input = input;
         let (all, _) = self.draw_span(n);
         if let Some(cut) = cut {
             for (g, b) in geometry.iter_mut().zip(cut) {
@@ -617,20 +659,24 @@ impl Augmenter {
             }
         } else if let Some(crop) = &view.crop {
             let boxes = self.own(crop.sample(rng, all, h, w), n);
-            x = crop.apply(x, &boxes);
+            let ViewInput::Tensor(x) = input else {
+                unreachable!("views on the host come with their cuts")
+            };
+            input = ViewInput::Tensor(crop.apply(x, &boxes));
             for (g, b) in geometry.iter_mut().zip(&boxes) {
                 g.crop = *b;
                 g.output = [crop.size.0, crop.size.1];
             }
         }
-        if let Some(f) = &view.hflip {
-            let flags = self.own(f.sample(rng, all), n);
-            x = f.apply(x, &flags);
-            for (g, &flip) in geometry.iter_mut().zip(&flags) {
+        // Every draw first, in the pipeline's order (applying draws nothing), then the
+        // operations, as tensor operations or on the host.
+        let flip = view.hflip.map(|f| self.own(f.sample(rng, all), n));
+        if let Some(flags) = &flip {
+            for (g, &flip) in geometry.iter_mut().zip(flags) {
                 g.flipped = flip;
             }
         }
-        if let Some(j) = &view.jitter {
+        let jitter = view.jitter.map(|j| {
             let j = j.scaled(self.config.strength * multiplier);
             let params = j.sample(rng, all);
             let params = JitterParams {
@@ -638,28 +684,72 @@ impl Augmenter {
                 order: self.own(params.order, n),
                 factors: self.own(params.factors, n),
             };
-            x = j.apply(x, &params);
-        }
-        if let Some(g) = &view.grayscale {
+            (j, params)
+        });
+        let grayscale = view.grayscale.map(|g| {
             let g = RandomGrayscale {
                 p: (g.p * multiplier).min(1.0),
             };
             let flags = self.own(g.sample(rng, all), n);
-            x = g.apply(x, &flags);
-        }
-        if let Some(b) = &view.blur {
-            let kernels = self.own(b.sample(rng, all), n);
-            x = b.apply(x, &kernels);
-        }
-        if let Some(s) = &view.solarize {
-            let flags = self.own(s.sample(rng, all), n);
-            x = s.apply(x, &flags);
-        }
-        if let (Some(a), Some(choice)) = (&self.auto_augment, policy) {
+            (g, flags)
+        });
+        let blur = view.blur.map(|b| (b, self.own(b.sample(rng, all), n)));
+        let solarize = view.solarize.map(|s| (s, self.own(s.sample(rng, all), n)));
+        let policy = self.auto_augment.as_ref().zip(policy);
+        let mut x = if self.host_ops {
+            let kernels: Option<Vec<Option<Vec<f32>>>> = blur.as_ref().map(|(b, kernels)| {
+                kernels
+                    .iter()
+                    .map(|k| (!b.is_identity(k)).then(|| k.iter().map(|&v| v as f32).collect()))
+                    .collect()
+            });
+            let ops = HostView {
+                flip: flip.as_deref(),
+                jitter: jitter.as_ref().map(|(j, p)| HostJitter {
+                    enabled: j.enabled(),
+                    apply: &p.apply,
+                    order: &p.order,
+                    factors: &p.factors,
+                }),
+                grayscale: grayscale.as_ref().map(|(_, f)| f.as_slice()),
+                blur: kernels.as_deref(),
+                solarize: solarize.as_ref().map(|(s, f)| (s.threshold, f.as_slice())),
+                // After a sub-policy, as tensor operations.
+                normalize: view.normalize.as_ref().filter(|_| policy.is_none()),
+            };
+            match input {
+                ViewInput::Tensor(x) => host::apply(x, &ops),
+                ViewInput::Host(images, device) => host::apply_bytes(images, &ops, device),
+            }
+        } else {
+            let mut x = match input {
+                ViewInput::Tensor(x) => x,
+                ViewInput::Host(images, device) => images.to_device(device),
+            };
+            if let (Some(f), Some(flags)) = (&view.hflip, &flip) {
+                x = f.apply(x, flags);
+            }
+            if let Some((j, params)) = &jitter {
+                x = j.apply(x, params);
+            }
+            if let Some((g, flags)) = &grayscale {
+                x = g.apply(x, flags);
+            }
+            if let Some((b, kernels)) = &blur {
+                x = b.apply(x, kernels);
+            }
+            if let Some((s, flags)) = &solarize {
+                x = s.apply(x, flags);
+            }
+            x
+        };
+        if let Some((a, choice)) = policy {
             x = a.apply_rows(x, choice, rng, self.draw_span(n));
         }
         if let Some(nz) = &view.normalize {
-            x = nz.apply(x);
+            if !self.host_ops || policy.is_some() {
+                x = nz.apply(x);
+            }
         }
         (x, geometry)
     }
@@ -717,17 +807,29 @@ impl Augmenter {
         attempt: usize,
     ) -> TwoViews<B> {
         let locals_wanted = self.config.local_crops.as_ref().map_or(0, |l| l.count);
-        let input = |v: usize| -> (Tensor<B, 4>, Option<&[CropBox]>) {
+        let cuts = match source {
+            ViewSource::Whole(_) => None,
+            ViewSource::Cut(cuts) => Some(cuts.len()),
+            ViewSource::HostCut { views, .. } => Some(views.len()),
+        };
+        if let Some(cuts) = cuts {
+            assert_eq!(
+                cuts,
+                2 + locals_wanted,
+                "one cut per view: 2 global views and {locals_wanted} local crops"
+            );
+        }
+        let input = |v: usize| -> (ViewInput<'_, B>, Option<&[CropBox]>) {
             match source {
-                ViewSource::Whole(x) => (x.clone(), None),
-                ViewSource::Cut(cuts) => {
-                    assert_eq!(
-                        cuts.len(),
-                        2 + locals_wanted,
-                        "one cut per view: 2 global views and {locals_wanted} local crops"
-                    );
-                    (cuts[v].0.clone(), Some(cuts[v].1.as_slice()))
-                }
+                ViewSource::Whole(x) => (ViewInput::Tensor(x.clone()), None),
+                ViewSource::Cut(cuts) => (
+                    ViewInput::Tensor(cuts[v].0.clone()),
+                    Some(cuts[v].1.as_slice()),
+                ),
+                ViewSource::HostCut { views, device } => (
+                    ViewInput::Host(&views[v].0, device),
+                    Some(views[v].1.as_slice()),
+                ),
             }
         };
         let key = match attempt {

@@ -4,13 +4,17 @@
 
 use burn::backend::Flex;
 use burn::tensor::{Tensor, TensorData};
-use curriculum_ssl::augment::blur::{gaussian_blur, gaussian_kernel1d, RandomGaussianBlur};
+use curriculum_ssl::augment::blur::{
+    blur_host, gaussian_blur, gaussian_kernel1d, RandomGaussianBlur,
+};
+use curriculum_ssl::augment::colour::host as host_colour;
 use curriculum_ssl::augment::colour::{
     adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation, grayscale_like, ColorJitter,
     RandomGrayscale,
 };
 use curriculum_ssl::augment::crop::{resized_crop, CropBox, RandomResizedCrop};
 use curriculum_ssl::augment::flip::hflip_where;
+use curriculum_ssl::augment::host::{self, HostView};
 use curriculum_ssl::augment::mixup::{mixup, mixup_per_sample, sample_beta, Mixup, MixupLambda};
 use curriculum_ssl::augment::normalize::{normalize, Normalize};
 use curriculum_ssl::augment::per_sample;
@@ -111,6 +115,20 @@ fn colour_ops_match_torchvision() {
             other => panic!("unknown op {other}"),
         };
         assert_eq!(out.dims(), shape4(&case["shape"]), "{op}");
+        let host = host_op(
+            op,
+            case,
+            floats(&inp["data"]),
+            shape4(&inp["shape"]),
+            &params,
+        );
+        let err_host = max_abs(&host, &floats(&case["output"]));
+        assert!(
+            err_host <= 1e-4,
+            "host {op} {:?} on {}: max abs error {err_host}",
+            params,
+            case["input"]
+        );
         let err = max_abs(&values(out), &floats(&case["output"]));
         assert!(
             err <= 1e-4,
@@ -137,6 +155,60 @@ fn colour_ops_match_torchvision() {
         "torchvision {}: max abs error per op: {worst:?}",
         fx["torchvision"]
     );
+}
+
+/// One fixture case of `colour_ops_match_torchvision` through the host kernels
+/// (`curriculum_ssl::augment::host`), image by image.
+fn host_op(
+    op: &str,
+    case: &Value,
+    mut x: Vec<f32>,
+    [n, c, h, w]: [usize; 4],
+    params: &[f32],
+) -> Vec<f32> {
+    let image = c * h * w;
+    for (i, img) in x.chunks_exact_mut(image).enumerate() {
+        let f = || params[i];
+        match op {
+            "brightness" => host_colour::brightness(img, f()),
+            "contrast" => host_colour::contrast(img, c, f()),
+            "saturation" => host_colour::saturation(img, c, f()),
+            "hue" => host_colour::hue(img, c, f()),
+            "grayscale" => host_colour::grayscale(img, c),
+            "solarize" => host::apply_values(
+                img,
+                [1, c, h, w],
+                &HostView {
+                    solarize: Some((f() as f64, &[true])),
+                    ..HostView::default()
+                },
+            ),
+            "blur" => {
+                let k = case["kernel_size"].as_u64().unwrap() as usize;
+                let kernel: Vec<f32> = gaussian_kernel1d(k, f() as f64)
+                    .into_iter()
+                    .map(|v| v as f32)
+                    .collect();
+                blur_host(img, [c, h, w], &kernel, &mut Vec::new());
+            }
+            "normalize" => {
+                let m: Vec<f64> = floats(&case["mean"]).iter().map(|&v| v as f64).collect();
+                let s: Vec<f64> = floats(&case["std"]).iter().map(|&v| v as f64).collect();
+                let nz = Normalize::new(&m, &s);
+                host::apply_values(
+                    img,
+                    [1, c, h, w],
+                    &HostView {
+                        normalize: Some(&nz),
+                        ..HostView::default()
+                    },
+                );
+            }
+            other => panic!("unknown op {other}"),
+        }
+    }
+    assert_eq!(n * image, x.len());
+    x
 }
 
 /// A 1-channel batch whose pixel (n, r, c) is `100 n + 10 r + c`.
@@ -381,6 +453,49 @@ fn pipeline_is_reproducible_per_seed_and_key() {
     aug.set_strength(3.0).unwrap();
     assert!(aug.set_strength(-1.0).is_err());
     assert_eq!(aug.config().strength, 3.0);
+}
+
+/// The host path (`Augmenter::with_host_ops`) draws what the tensor path draws and computes the
+/// same expressions: the same views and geometry for SimCLR (96 px RGB, 11-pixel blur), MoCo v2
+/// (40 px RGB, at colour strength 2 so that clamps and hue wrap-arounds are hit) and BYOL (28 px
+/// gray, solarisation), whole images and pre-cut ones. Tolerance: every operation is the same
+/// IEEE f32 operation in the same order but two: the contrast's mean (summed in f64 on the host,
+/// in f32 by the tensor form: a few ulps of a value in [0, 1]) and the blur (taps summed one by
+/// one against a matrix product: at most k·ε ≈ 11 × 6e-8 of values in [0, 1]); later operations
+/// are Lipschitz with constant at most ~3 (a blend's factor ≤ 3, hue's piecewise-linear maps),
+/// and the normalisation divides by std ≥ 0.2: below 1e-5 on any CPU, where a wrong draw or
+/// formula moves values by 1e-2 or more.
+#[test]
+fn host_ops_give_the_tensor_views() {
+    let cases = [
+        (Preset::SimClr, 96, 3, 1.0),
+        (Preset::MocoV2, 40, 3, 2.0),
+        (Preset::Byol, 28, 1, 1.0),
+    ];
+    for (preset, side, c, strength) in cases {
+        let n = 6;
+        let x = tensor(
+            (0..n * c * (side + 8) * (side + 8))
+                .map(|i| ((i * 7919) % 1000) as f32 / 999.0)
+                .collect(),
+            [n, c, side + 8, side + 8],
+        );
+        let mut config = PipelineConfig::preset(preset, side, c);
+        config.seed = 3;
+        config.strength = strength;
+        let tensor_path = config.clone().init(c).unwrap();
+        assert!(!tensor_path.host_ops());
+        let host_path = config.init(c).unwrap().with_host_ops(true);
+        for key in 0..3 {
+            let a = tensor_path.two_views(x.clone(), key);
+            let b = host_path.two_views(x.clone(), key);
+            assert_eq!(a.geometry, b.geometry);
+            for (va, vb) in [(a.view1, b.view1), (a.view2, b.view2)] {
+                let err = max_abs(&values(va), &values(vb));
+                assert!(err < 1e-5, "{preset:?} key {key}: {err}");
+            }
+        }
+    }
 }
 
 #[test]

@@ -101,6 +101,54 @@ fn band_matrices<B: Backend>(kernels: &[Vec<f64>], len: usize, device: &B::Devic
     Tensor::from_data(TensorData::new(m, [kernels.len(), len, len]), device)
 }
 
+/// The blur of one image in host memory, for the CPU ([`crate::augment::host`]): each channel
+/// of `img` (`[C, H, W]` floats) blurred across its rows, then down its columns, with `kernel`
+/// (odd length, `k / 2` smaller than both sides) and reflect padding, as [`gaussian_blur`]. The
+/// taps are summed one by one in f32 (the tensor form folds them into a matrix product): the
+/// same values up to f32 rounding. `scratch` is reused between calls.
+pub fn blur_host(img: &mut [f32], [c, h, w]: [usize; 3], kernel: &[f32], scratch: &mut Vec<f32>) {
+    let k = kernel.len();
+    let pad = k / 2;
+    debug_assert!(k % 2 == 1 && pad < h && pad < w);
+    let plane = h * w;
+    scratch.clear();
+    scratch.resize(plane + w + 2 * pad, 0.0);
+    let (across, row) = scratch.split_at_mut(plane);
+    let cols: Vec<usize> = reflect_indices(w, pad)
+        .iter()
+        .map(|&j| j as usize)
+        .collect();
+    let rows: Vec<usize> = reflect_indices(h, pad)
+        .iter()
+        .map(|&j| j as usize)
+        .collect();
+    for channel in img.chunks_exact_mut(plane).take(c) {
+        // Across: each row padded by reflection, then the taps as whole-row products (the
+        // inner loop vectorises).
+        for (src, dst) in channel.chunks_exact(w).zip(across.chunks_exact_mut(w)) {
+            for (p, &j) in row.iter_mut().zip(&cols) {
+                *p = src[j];
+            }
+            dst.fill(0.0);
+            for (t, &weight) in kernel.iter().enumerate() {
+                for (d, &p) in dst.iter_mut().zip(&row[t..t + w]) {
+                    *d += weight * p;
+                }
+            }
+        }
+        // Down: output row y sums the reflected rows y − k/2 … y + k/2.
+        for (y, dst) in channel.chunks_exact_mut(w).enumerate() {
+            dst.fill(0.0);
+            for (t, &weight) in kernel.iter().enumerate() {
+                let r = rows[y + t];
+                for (d, &p) in dst.iter_mut().zip(&across[r * w..(r + 1) * w]) {
+                    *d += weight * p;
+                }
+            }
+        }
+    }
+}
+
 /// Random Gaussian blur: with probability `p` per sample, blur with σ uniform in `sigma`
 /// (torchvision's `RandomApply([GaussianBlur(kernel_size, sigma)], p)`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -162,9 +210,15 @@ impl RandomGaussianBlur {
             .collect()
     }
 
+    /// Whether a drawn kernel leaves the image as it is (a sample that is not blurred, or a σ
+    /// so small that the centre tap's weight is 1).
+    pub fn is_identity(&self, kernel: &[f64]) -> bool {
+        kernel[self.kernel_size / 2] == 1.0
+    }
+
     /// Applies drawn kernels.
     pub fn apply<B: Backend>(&self, x: Tensor<B, 4>, kernels: &[Vec<f64>]) -> Tensor<B, 4> {
-        let any = kernels.iter().any(|k| k[self.kernel_size / 2] != 1.0);
+        let any = kernels.iter().any(|k| !self.is_identity(k));
         if any {
             gaussian_blur(x, kernels)
         } else {

@@ -155,6 +155,168 @@ pub fn grayscale_like<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
     rgb_to_grayscale(x).repeat_dim(1, c)
 }
 
+/// The colour operations on one image in host memory, for the CPU ([`crate::augment::host`]):
+/// `[C, H, W]` floats, one pass per operation, with the tensor forms' expressions — the same f32
+/// operations in the same order, so the same values bit for bit but for the contrast's mean,
+/// which is summed in f64 here (the tensor form sums in f32, in its own order).
+pub mod host {
+    /// Luma of one pixel: `0.2989 R + 0.587 G + 0.114 B` as [`super::rgb_to_grayscale`] computes it.
+    #[inline]
+    pub fn luma(r: f32, g: f32, b: f32) -> f32 {
+        r * 0.2989 + g * 0.587 + b * 0.114
+    }
+
+    /// `clamp(f·a + (1 − f)·b, 0, 1)` ([`super::blend`]).
+    #[inline]
+    fn blend(a: f32, b: f32, f: f32, one_minus: f32) -> f32 {
+        (a * f + b * one_minus).clamp(0.0, 1.0)
+    }
+
+    /// Brightness ([`super::adjust_brightness`]).
+    pub fn brightness(img: &mut [f32], factor: f32) {
+        for v in img.iter_mut() {
+            *v = (*v * factor).clamp(0.0, 1.0);
+        }
+    }
+
+    /// Contrast ([`super::adjust_contrast`]): blend with the image's mean luma.
+    pub fn contrast(img: &mut [f32], channels: usize, factor: f32) {
+        let plane = img.len() / channels;
+        let sum: f64 = if channels == 1 {
+            img.iter().map(|&v| v as f64).sum()
+        } else {
+            let (r, rest) = img.split_at(plane);
+            let (g, b) = rest.split_at(plane);
+            r.iter()
+                .zip(g)
+                .zip(&b[..plane])
+                .map(|((&r, &g), &b)| luma(r, g, b) as f64)
+                .sum()
+        };
+        let mean = (sum / plane as f64) as f32;
+        let one_minus = 1.0 - factor;
+        let m = mean * one_minus;
+        for v in img.iter_mut() {
+            *v = (*v * factor + m).clamp(0.0, 1.0);
+        }
+    }
+
+    /// Saturation ([`super::adjust_saturation`]): blend with the luma (identity on one
+    /// channel).
+    pub fn saturation(img: &mut [f32], channels: usize, factor: f32) {
+        if channels == 1 {
+            return;
+        }
+        let plane = img.len() / channels;
+        let one_minus = 1.0 - factor;
+        let (r, rest) = img.split_at_mut(plane);
+        let (g, b) = rest.split_at_mut(plane);
+        for ((r, g), b) in r.iter_mut().zip(g.iter_mut()).zip(b[..plane].iter_mut()) {
+            let l = luma(*r, *g, *b);
+            *r = blend(*r, l, factor, one_minus);
+            *g = blend(*g, l, factor, one_minus);
+            *b = blend(*b, l, factor, one_minus);
+        }
+    }
+
+    /// Hue ([`super::adjust_hue`]): RGB → HSV, shift, HSV → RGB as torchvision writes them
+    /// (identity on one channel). The tensor form sums masked terms of which one is not zero;
+    /// here that term is selected, the same value.
+    pub fn hue(img: &mut [f32], channels: usize, factor: f32) {
+        if channels == 1 {
+            return;
+        }
+        let plane = img.len() / channels;
+        let (r, rest) = img.split_at_mut(plane);
+        let (g, b) = rest.split_at_mut(plane);
+        for ((r, g), b) in r.iter_mut().zip(g.iter_mut()).zip(b[..plane].iter_mut()) {
+            (*r, *g, *b) = shift_hue(*r, *g, *b, factor);
+        }
+    }
+
+    /// One pixel of [`hue`].
+    #[inline]
+    fn shift_hue(r: f32, g: f32, b: f32, factor: f32) -> (f32, f32, f32) {
+        // RGB → HSV (`super::rgb_to_hsv`).
+        let maxc = r.max(g).max(b);
+        let minc = r.min(g).min(b);
+        let eqc = maxc == minc;
+        let range = maxc - minc;
+        let s = range / if eqc { 1.0 } else { maxc };
+        let divisor = if eqc { 1.0 } else { range };
+        let rc = (maxc - r) / divisor;
+        let gc = (maxc - g) / divisor;
+        let bc = (maxc - b) / divisor;
+        let h = if maxc == r {
+            bc - gc
+        } else if maxc == g {
+            rc + 2.0 - bc
+        } else {
+            gc + 4.0 - rc
+        };
+        let h = h * (1.0f32 / 6.0) + 1.0;
+        let h = h - h.floor();
+        // The shift (`super::adjust_hue`).
+        let h = h + factor;
+        let h = h - h.floor();
+        // HSV → RGB (`super::hsv_to_rgb`).
+        let v = maxc;
+        let h6 = h * 6.0;
+        let i = h6.floor();
+        let f = h6 - i;
+        let sxf = s * f;
+        let one_minus_s = 1.0 - s;
+        let q = ((1.0 - sxf) * v).clamp(0.0, 1.0);
+        let t = ((sxf + one_minus_s) * v).clamp(0.0, 1.0);
+        let p = (one_minus_s * v).clamp(0.0, 1.0);
+        let i = i - (i / 6.0).floor() * 6.0;
+        match i as u8 {
+            0 => (v, t, p),
+            1 => (q, v, p),
+            2 => (p, v, t),
+            3 => (p, q, v),
+            4 => (t, p, v),
+            _ => (v, p, q),
+        }
+    }
+
+    /// Luma in every channel ([`super::grayscale_like`]; identity on one channel).
+    pub fn grayscale(img: &mut [f32], channels: usize) {
+        if channels == 1 {
+            return;
+        }
+        let plane = img.len() / channels;
+        let (r, rest) = img.split_at_mut(plane);
+        let (g, b) = rest.split_at_mut(plane);
+        for ((r, g), b) in r.iter_mut().zip(g.iter_mut()).zip(b[..plane].iter_mut()) {
+            let l = luma(*r, *g, *b);
+            (*r, *g, *b) = (l, l, l);
+        }
+    }
+
+    /// The jitter of one image: the four operations in `order`, those with a zero magnitude
+    /// (`enabled[op]` false) skipped ([`super::ColorJitter::apply`]).
+    pub fn jitter(
+        img: &mut [f32],
+        channels: usize,
+        order: [usize; 4],
+        factors: [f32; 4],
+        enabled: [bool; 4],
+    ) {
+        for op in order {
+            if !enabled[op] {
+                continue;
+            }
+            match op {
+                0 => brightness(img, factors[0]),
+                1 => contrast(img, channels, factors[1]),
+                2 => saturation(img, channels, factors[2]),
+                _ => hue(img, channels, factors[3]),
+            }
+        }
+    }
+}
+
 /// Random colour jitter (torchvision's `RandomApply([ColorJitter(b, c, s, h)], p)`): with
 /// probability `p` per sample, brightness, contrast, saturation and hue are changed in a random
 /// order drawn per sample, each by a factor drawn per sample.
@@ -246,6 +408,16 @@ impl ColorJitter {
         }
     }
 
+    /// Which of the four operations are on (a magnitude above 0).
+    pub fn enabled(&self) -> [bool; 4] {
+        [
+            self.brightness > 0.0,
+            self.contrast > 0.0,
+            self.saturation > 0.0,
+            self.hue > 0.0,
+        ]
+    }
+
     /// Applies drawn parameters: four stages; at stage `k` each sample gets the operation in its
     /// `order[k]`. Each operation runs once per stage on the rows that need it (gathered); a
     /// stage's results are put back exactly in one gather (each row takes one operation per
@@ -254,12 +426,7 @@ impl ColorJitter {
     pub fn apply<B: Backend>(&self, x: Tensor<B, 4>, params: &JitterParams) -> Tensor<B, 4> {
         let device = x.device();
         let n = x.dims()[0];
-        let enabled = [
-            self.brightness > 0.0,
-            self.contrast > 0.0,
-            self.saturation > 0.0,
-            self.hue > 0.0,
-        ];
+        let enabled = self.enabled();
         let mut x = x;
         for stage in 0..4 {
             // The stage's input first, then each operation's rows; `take[i]` is where row i of

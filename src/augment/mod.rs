@@ -21,6 +21,9 @@
 //! | [`mixup`] | [`mixup::mixup`] | [`mixup::Mixup`] |
 //! | [`normalize`] | [`normalize::normalize`] | — |
 //!
+//! [`host`] runs a view's operations after the crop on the host instead, image by image on every
+//! core, with the same draws and expressions: the fast path of backends that compute on the CPU.
+//!
 //! [`crate::pipeline`] chains them into the two-view pipelines of SimCLR, MoCo v2 and BYOL, with
 //! the curricula that act on the views.
 
@@ -28,6 +31,7 @@ pub mod blur;
 pub mod colour;
 pub mod crop;
 pub mod flip;
+pub mod host;
 pub mod mixup;
 pub mod normalize;
 pub mod rotate;

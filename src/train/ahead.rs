@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 
 use burn::prelude::*;
 
+use crate::augment::host::HostImages;
 use crate::base::Progress;
 use crate::data::stream::StreamBatch;
 use crate::data::{DataError, HostBatch};
@@ -48,10 +49,25 @@ impl FeedBatch {
         }
     }
 
-    /// The images on `device`, as the augmentation takes them.
-    pub fn upload<B: Backend>(&self, device: &B::Device) -> ViewSource<B> {
+    /// The images on `device`, as the augmentation takes them; with `host` (an augmenter on the
+    /// host path) the streaming loader's views stay on the host, to go to the device augmented.
+    pub fn upload<B: Backend>(&self, device: &B::Device, host: bool) -> ViewSource<B> {
         match self {
             Self::Whole(b) => ViewSource::Whole(b.to_device::<B>(device).images),
+            Self::Cut(b) if host => ViewSource::HostCut {
+                views: b
+                    .views
+                    .iter()
+                    .map(|v| {
+                        let images = HostImages {
+                            pixels: v.pixels.clone(),
+                            shape: [b.len, v.height, v.width, b.channels],
+                        };
+                        (images, v.boxes.clone())
+                    })
+                    .collect(),
+                device: device.clone(),
+            },
             Self::Cut(b) => ViewSource::Cut(
                 (0..b.views.len())
                     .map(|v| (b.view_on_device::<B>(v, device), b.views[v].boxes.clone()))
@@ -87,6 +103,8 @@ pub(crate) enum Batches<B: Backend> {
         batches: FeedIter,
         /// The device to upload to.
         device: B::Device,
+        /// Whether the augmenter runs on the host ([`FeedBatch::upload`]).
+        host: bool,
     },
     /// On the augmentation thread.
     Ahead {
@@ -104,12 +122,19 @@ pub(crate) enum Batches<B: Backend> {
 impl<B: Backend> Batches<B> {
     /// The batches of an epoch, augmented ahead by `augmenter` when `ahead` (step `first + b`
     /// for batch `b`, as `progress` gives it), inline otherwise. If the thread cannot be
-    /// started, the epoch runs inline (with a warning).
-    pub fn new(batches: FeedIter, device: &B::Device, ahead: Option<(Augmenter, StepOf)>) -> Self {
+    /// started, the epoch runs inline (with a warning). `host`: whether the augmenter runs on the
+    /// host ([`Augmenter::host_ops`]).
+    pub fn new(
+        batches: FeedIter,
+        device: &B::Device,
+        ahead: Option<(Augmenter, StepOf)>,
+        host: bool,
+    ) -> Self {
         let Some((augmenter, progress)) = ahead else {
             return Self::Inline {
                 batches,
                 device: device.clone(),
+                host,
             };
         };
         // One batch waits in the channel while the next is being prepared: two steps ahead at
@@ -128,7 +153,7 @@ impl<B: Backend> Batches<B> {
                 };
                 for (b, batch) in batches.enumerate() {
                     let ready = batch.map(|batch| {
-                        let images = batch.upload::<B>(&thread_device);
+                        let images = batch.upload::<B>(&thread_device, host);
                         let views = augmenter.redrawn_views_from(&images, progress(b), 0);
                         // The training thread uses these tensors (crate::device).
                         crate::device::finish_for_another_thread::<B>(&thread_device);
@@ -162,6 +187,7 @@ impl<B: Backend> Batches<B> {
                 Self::Inline {
                     batches,
                     device: device.clone(),
+                    host,
                 }
             }
         }
@@ -173,8 +199,12 @@ impl<B: Backend> Iterator for Batches<B> {
 
     fn next(&mut self) -> Option<Self::Item> {
         match self {
-            Self::Inline { batches, device } => Some(batches.next()?.map(|batch| ReadyBatch {
-                images: batch.upload::<B>(device),
+            Self::Inline {
+                batches,
+                device,
+                host,
+            } => Some(batches.next()?.map(|batch| ReadyBatch {
+                images: batch.upload::<B>(device, *host),
                 batch,
                 views: None,
             })),

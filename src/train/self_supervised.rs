@@ -449,7 +449,8 @@ where
         let batches = self.feed.epoch(epoch as u64, pool, first_batch);
         let ahead = (self.augment_ahead && !self.augmenter.is_adaptive())
             .then(|| (self.augmenter.clone(), progress_of));
-        let batches = Batches::<B::InnerBackend>::new(batches, self.device(), ahead);
+        let host = self.augmenter.host_ops();
+        let batches = Batches::<B::InnerBackend>::new(batches, self.device(), ahead, host);
         Ok(Box::new(batches.map(|ready| {
             ready.map(SslBatch).map_err(TrainError::from)
         })))

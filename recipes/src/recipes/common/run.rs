@@ -309,7 +309,12 @@ where
     let curation = prepared.curation.clone();
     let lead = replica.as_ref().is_none_or(|r| r.is_lead());
     let channels = prepared.data.shape().2;
-    let augmenter: Augmenter = pipeline.clone().init(channels)?;
+    // On the CPU a view's operations after the crop run on the host, image by image (several
+    // times faster there than as tensor operations; the same draws and values to f32 rounding).
+    let augmenter: Augmenter = pipeline
+        .clone()
+        .init(channels)?
+        .with_host_ops(crate::backend::on_cpu());
     let loader_config = LoaderConfig {
         batch_size: settings.batch_size,
         seed: settings.seed,
