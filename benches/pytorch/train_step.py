@@ -5,7 +5,7 @@ on fixed views, on the CPU (default) or a CUDA GPU.
 
     python3 benches/pytorch/train_step.py [--device cpu|cuda] [--threads 2] [--batch 128]
         [--image-size 32] [--precision f32|bf16|f16] [--compile] [--no-tf32]
-        [--iters 3 | --steps N] [--warmup N] [--json] [method ...]
+        [--iters 3 | --steps N] [--warmup N] [--json] [--count-ops] [method ...]
 
 Same networks and heads as the Rust methods (defaults of SimClrConfig, MoCoConfig::moco_v2,
 ByolConfig, SimSiamConfig): forward of both views, the loss, backward, SGD (momentum 0.9,
@@ -33,6 +33,13 @@ autotune is).
 loss) in `torch.compile` (default mode); backward goes through the compiled graph (AOTAutograd),
 the SGD step and the EMA / queue update stay eager. If compiling or running a method fails, its
 line carries an "error" field and the next method runs.
+
+`--count-ops` (the counterpart of `recipe bench_step --count-kernels`, issue 66): after the
+timing, one more step under `torch.profiler` (CPU activity; CUDA too on cuda): `ops_per_step`,
+the ATen operators the step called from Python's level (top-level `aten::` events: what an eager
+framework dispatches, each at least one kernel on a GPU), `leaf_ops_per_step` (operators that call
+no other: the ones that compute), `ops_by_name` (top level, most called first), and on cuda
+`kernels_per_step` (CUDA kernel launches) and `kernels_by_name`.
 
 `--json` prints one JSON line per method with the fields of `recipe bench_step` (method,
 backend "pytorch-eager" / "pytorch-compile", precision, batch_size, image_size, steps, warmup_s,
@@ -245,6 +252,7 @@ def time_method(name, args, device, x1, x2):
             times.append(time.perf_counter() - t0)
         seconds = statistics.median(times)
         steps = args.iters
+    counts = count_ops(step, device) if args.count_ops else {}
     first_loss = losses[0].float().item() if losses else math.nan
     last_loss = losses[-1].float().item() if losses else math.nan
     return dict(
@@ -254,7 +262,45 @@ def time_method(name, args, device, x1, x2):
         images_per_s=args.batch / seconds,
         first_loss=first_loss,
         last_loss=last_loss,
+        **counts,
     )
+
+
+def count_ops(step, device):
+    """One step under torch.profiler: its operators and (on cuda) kernels, by name."""
+    from collections import Counter
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    events = prof.events()
+    aten = [e for e in events if e.name.startswith("aten::") and e.device_type.name == "CPU"]
+
+    def top_level(e):
+        parent = e.cpu_parent
+        while parent is not None:
+            if parent.name.startswith("aten::"):
+                return False
+            parent = parent.cpu_parent
+        return True
+
+    top = Counter(e.name for e in aten if top_level(e))
+    leaves = [e for e in aten if not any(c.name.startswith("aten::") for c in e.cpu_children)]
+    out = dict(
+        ops_per_step=sum(top.values()),
+        leaf_ops_per_step=len(leaves),
+        ops_by_name=top.most_common(),
+    )
+    if device.type == "cuda":
+        kernels = Counter(e.name for e in events if e.device_type.name == "CUDA")
+        out["kernels_per_step"] = sum(kernels.values())
+        out["kernels_by_name"] = kernels.most_common(40)
+    return out
 
 
 def main():
@@ -274,6 +320,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=None,
                     help="steps before the timing (default 5 with --steps, else 1)")
     ap.add_argument("--json", action="store_true", help="one JSON line per method")
+    ap.add_argument("--count-ops", action="store_true",
+                    help="one more step under torch.profiler: operators (and CUDA kernels) by name")
     ap.add_argument("methods", nargs="*", metavar="method",
                     help=f"{' | '.join(METHODS)} (default: all four)")
     args = ap.parse_args()

@@ -7,6 +7,16 @@
 //! loss, backward, SGD (momentum 0.9, weight decay 5e-4), the EMA / queue update. The views are
 //! fixed pseudo-random images. The device is synchronised after the warm-up steps and after the
 //! timed ones, so the time is the device's, not the launches'.
+//!
+//! What a step costs besides its time, for the GPU path measured without a GPU (wgpu on Mesa's
+//! lavapipe, docs/gpu.md):
+//! - `--count-kernels` (a wgpu or CUDA build): the kernels launched per timed step, by name, from
+//!   cubecl's profiling logger at its `minimal` level (one line `Executing NAME` per launch,
+//!   written by cubecl's logging thread; launches stay asynchronous, nothing is timed);
+//! - always: the CPU time of each of the process's threads per timed step (Linux's
+//!   `/proc/self/task/*/stat`), grouped by thread name: the training thread and burn's and
+//!   cubecl's server threads are the host's work; on lavapipe the `llvmpipe-*` threads run the
+//!   kernels.
 
 use std::time::Instant;
 
@@ -61,6 +71,9 @@ struct BenchArgs {
     /// The device (as the training recipes' --device).
     #[arg(long)]
     device: Option<usize>,
+    /// Count the kernels each timed step launches, by name (a wgpu or CUDA build).
+    #[arg(long)]
+    count_kernels: bool,
 }
 
 /// One timing's result.
@@ -77,12 +90,129 @@ struct Timing {
     images_per_s: f64,
     first_loss: f32,
     last_loss: f32,
+    /// CPU milliseconds per timed step of each group of threads (by name, digits dropped).
+    cpu_ms_per_step: std::collections::BTreeMap<String, f64>,
+    /// Kernels launched per timed step (`--count-kernels`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kernels_per_step: Option<f64>,
+    /// Kernels per timed step by name, most launched first (`--count-kernels`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    kernels_by_name: Vec<(String, f64)>,
+}
+
+/// CPU time so far of each thread of this process, by name: `(name, seconds)` from Linux's
+/// `/proc/self/task/*/stat` (user + system ticks); empty where there is no such file.
+fn thread_cpu() -> Vec<(String, f64)> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    // Linux reports these in USER_HZ, 100 on every architecture it runs on today.
+    const TICKS_PER_S: f64 = 100.0;
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            // `pid (comm) state ...`: the name may hold spaces and parentheses; the fields
+            // after the last `)` are numbered from 3 (state), utime is 14 and stime 15.
+            let open = stat.find('(')?;
+            let close = stat.rfind(')')?;
+            let name = stat[open + 1..close].to_string();
+            let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+            let ticks = |i: usize| fields.get(i - 3)?.parse::<f64>().ok();
+            Some((name, (ticks(14)? + ticks(15)?) / TICKS_PER_S))
+        })
+        .collect()
+}
+
+/// Per timed step, the CPU milliseconds of each group of threads between two readings of
+/// [`thread_cpu`] (threads grouped by name with digits dropped: `llvmpipe-0`, `llvmpipe-1` →
+/// `llvmpipe-`; a thread that ended in between is not counted).
+fn cpu_per_step(
+    before: &[(String, f64)],
+    after: &[(String, f64)],
+    steps: usize,
+) -> std::collections::BTreeMap<String, f64> {
+    let group = |name: &str| -> String { name.chars().filter(|c| !c.is_ascii_digit()).collect() };
+    let mut sums = std::collections::BTreeMap::new();
+    let mut start = std::collections::BTreeMap::<String, f64>::new();
+    for (name, s) in before {
+        *start.entry(group(name)).or_default() += s;
+    }
+    for (name, s) in after {
+        *sums.entry(group(name)).or_insert(0.0) += s;
+    }
+    sums.into_iter()
+        .map(|(g, s)| {
+            let spent = s - start.get(&g).copied().unwrap_or(0.0);
+            (g, (spent * 1e3 / steps as f64 * 100.0).round() / 100.0)
+        })
+        .filter(|(_, ms)| *ms > 0.0)
+        .collect()
+}
+
+/// The kernel log of `--count-kernels`: cubecl's profiling logger at its `minimal` level into
+/// `path`, set before the first tensor (cubecl reads its configuration once). The autotune
+/// level of `CUBECL_AUTOTUNE_LEVEL=minimal` is kept (a configuration set here replaces the
+/// environment's).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn log_kernels(path: &std::path::Path) -> Result<()> {
+    use burn::cubecl::config::autotune::AutotuneLevel;
+    use burn::cubecl::config::profiling::ProfilingLogLevel;
+    use burn::cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
+    let mut config = CubeClRuntimeConfig::default();
+    config.profiling.logger.level = ProfilingLogLevel::Minimal;
+    config.profiling.logger.file = Some(path.to_path_buf());
+    config.profiling.logger.append = false;
+    if std::env::var("CUBECL_AUTOTUNE_LEVEL").as_deref() == Ok("minimal") {
+        config.autotune.level = AutotuneLevel::Minimal;
+    }
+    CubeClRuntimeConfig::set(config);
+    Ok(())
+}
+
+/// See the wgpu / CUDA build's.
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+fn log_kernels(_path: &std::path::Path) -> Result<()> {
+    Err(crate::usage::usage(
+        "--count-kernels counts cubecl's kernels: it needs a wgpu or CUDA build of `recipe` \
+         (cargo build --release --features wgpu)",
+    ))
+}
+
+/// The lines of the kernel log once its writer has caught up: cubecl's logging thread writes
+/// after the launches, so the file is read until it stops growing (checked every 200 ms).
+fn settled_lines(path: &std::path::Path) -> Vec<String> {
+    let mut last = None;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if last == Some(text.len()) {
+            return text.lines().map(str::to_string).collect();
+        }
+        last = Some(text.len());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// Kernels per step by name from the log lines of the timed steps, most launched first: the
+/// name is the kernel type's (its generic arguments after the first ` | ` dropped).
+fn kernels_by_name(lines: &[String], steps: usize) -> Vec<(String, f64)> {
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    for line in lines {
+        if let Some(name) = line.split("Executing ").nth(1) {
+            let name = name.split(" | ").next().unwrap_or(name).trim().to_string();
+            *counts.entry(name).or_default() += 1;
+        }
+    }
+    let mut by_name: Vec<(String, f64)> = counts
+        .into_iter()
+        .map(|(name, n)| (name, n as f64 / steps as f64))
+        .collect();
+    by_name.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    by_name
 }
 
 fn resnet18(device: &backend::Device) -> ResNet<Train> {
-    ResNetConfig::resnet18()
-        .with_stem(Stem::Cifar)
-        .init(device)
+    ResNetConfig::resnet18().with_stem(Stem::Cifar).init(device)
 }
 
 /// Fixed views in [0, 1): a multiplicative hash of the index and the seed (no generator state).
@@ -110,6 +240,7 @@ fn time<S: SslMethod<Train>>(
     name: &'static str,
     args: &BenchArgs,
     device: &backend::Device,
+    kernel_log: Option<&std::path::Path>,
 ) -> Result<Timing> {
     let mut optimizer = SgdConfig::new().init::<Train, S::Online>()?;
     let (v1, v2) = (
@@ -150,6 +281,8 @@ fn time<S: SslMethod<Train>>(
         );
     }
     let warmup_s = started.elapsed().as_secs_f64();
+    let logged_before = kernel_log.map(|p| settled_lines(p).len());
+    let cpu_before = thread_cpu();
     let timed = Instant::now();
     for i in args.warmup..total {
         let loss = step(i);
@@ -161,6 +294,12 @@ fn time<S: SslMethod<Train>>(
     }
     sync(device)?;
     let seconds = timed.elapsed().as_secs_f64();
+    let cpu_ms_per_step = cpu_per_step(&cpu_before, &thread_cpu(), args.steps);
+    let kernels = kernel_log.zip(logged_before).map(|(path, before)| {
+        let lines = settled_lines(path);
+        let timed_lines = lines.get(before..).unwrap_or_default();
+        kernels_by_name(timed_lines, args.steps)
+    });
     let first_loss = first.map(host_scalar).unwrap_or(f32::NAN);
     let last_loss = last.map(host_scalar).unwrap_or(first_loss);
     Ok(Timing {
@@ -175,11 +314,14 @@ fn time<S: SslMethod<Train>>(
         images_per_s: (args.batch_size * args.steps) as f64 / seconds,
         first_loss,
         last_loss,
+        cpu_ms_per_step,
+        kernels_per_step: kernels.as_ref().map(|k| k.iter().map(|(_, n)| n).sum()),
+        kernels_by_name: kernels.unwrap_or_default(),
     })
 }
 
 /// `recipe bench_step [--method M] [--batch-size N] [--image-size S] [--steps N] [--warmup N]
-/// [--precision P] [--device N]`.
+/// [--precision P] [--device N] [--count-kernels]`.
 pub fn run_cli(args: &[String]) -> Result<()> {
     let args: BenchArgs = super::common::parse_recipe_args("bench_step", args)?;
     if args.steps == 0 || args.batch_size < 2 || args.image_size < 8 {
@@ -189,6 +331,17 @@ pub fn run_cli(args: &[String]) -> Result<()> {
             args.steps, args.batch_size, args.image_size
         )));
     }
+    // The kernel log is set up before the first tensor.
+    let kernel_log = args.count_kernels.then(|| {
+        std::env::temp_dir().join(format!(
+            "recipe-bench-step-kernels-{}.log",
+            std::process::id()
+        ))
+    });
+    if let Some(path) = &kernel_log {
+        log_kernels(path)?;
+    }
+    let log = kernel_log.as_deref();
     let device = backend::open(args.device, args.precision)?;
     // The weights from seed 0: every run of a method starts from the same ones.
     let timing = match args.method {
@@ -196,28 +349,31 @@ pub fn run_cli(args: &[String]) -> Result<()> {
             let method = curriculum_ssl::seed::with_seed::<Train, _>(&device, 0, || {
                 SimClrConfig::new().init(resnet18(&device), &device)
             })?;
-            time(method, "simclr", &args, &device)?
+            time(method, "simclr", &args, &device, log)?
         }
         Method::MocoV2 => {
             let method = curriculum_ssl::seed::with_seed::<Train, _>(&device, 0, || {
                 MoCoConfig::moco_v2().init(resnet18, args.batch_size, &device)
             })?;
-            time(method, "moco_v2", &args, &device)?
+            time(method, "moco_v2", &args, &device, log)?
         }
         Method::Byol => {
             let method = curriculum_ssl::seed::with_seed::<Train, _>(&device, 0, || {
                 ByolConfig::new().init(resnet18, &device)
             })?;
-            time(method, "byol", &args, &device)?
+            time(method, "byol", &args, &device, log)?
         }
         Method::Simsiam => {
             let method = curriculum_ssl::seed::with_seed::<Train, _>(&device, 0, || {
                 SimSiamConfig::new().init(resnet18(&device), &device)
             })?;
-            time(method, "simsiam", &args, &device)?
+            time(method, "simsiam", &args, &device, log)?
         }
     };
     println!("{}", serde_json::to_string(&timing)?);
+    if let Some(path) = &kernel_log {
+        let _ = std::fs::remove_file(path);
+    }
     Ok(())
 }
 
@@ -228,3 +384,47 @@ pub const RECIPES: &[RecipeEntry] = &[RecipeEntry {
               stem) on fixed views on the selected backend, f32 or half precision (one JSON line)",
     run: run_cli,
 }];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kernel names counted per step from log lines, most launched first; thread CPU grouped by
+    /// name without digits, per step.
+    #[test]
+    fn kernel_lines_and_thread_times_are_counted_per_step() {
+        let lines: Vec<String> = [
+            "Executing ElemwiseFuse | f32 | CubeTensor",
+            "Executing MatmulEntry | f32",
+            "Executing ElemwiseFuse | f16",
+            "Compiling kernel Foo",
+            "Executing CastElement",
+            "Executing ElemwiseFuse",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            kernels_by_name(&lines, 2),
+            vec![
+                ("ElemwiseFuse".to_string(), 1.5),
+                ("CastElement".to_string(), 0.5),
+                ("MatmulEntry".to_string(), 0.5),
+            ]
+        );
+        let before = [("main".to_string(), 1.0), ("llvmpipe-0".to_string(), 2.0)];
+        let after = [
+            ("main".to_string(), 1.5),
+            ("llvmpipe-0".to_string(), 3.0),
+            ("llvmpipe-1".to_string(), 0.5),
+            ("idle".to_string(), 0.0),
+        ];
+        let per_step = cpu_per_step(&before, &after, 10);
+        assert_eq!(per_step.get("main"), Some(&50.0));
+        assert_eq!(per_step.get("llvmpipe-"), Some(&150.0));
+        assert_eq!(per_step.get("idle"), None);
+        // This process's own threads are read (Linux).
+        if cfg!(target_os = "linux") {
+            assert!(!thread_cpu().is_empty());
+        }
+    }
+}

@@ -188,4 +188,14 @@ fn bench_step_times_the_step() {
     let o = run(&["bench_step", "--steps", "0"]);
     assert_eq!(check_error_shape(&o, "bench_step --steps 0"), 2);
     assert!(stderr(&o).contains("--steps"), "{}", stderr(&o));
+    // The CPU time of the process's threads per step (Linux), the training thread's among them.
+    if cfg!(target_os = "linux") {
+        let threads = a["cpu_ms_per_step"].as_object().expect("cpu_ms_per_step");
+        assert!(threads.values().all(|v| v.as_f64().unwrap() > 0.0), "{a}");
+    }
+    assert!(a.get("kernels_per_step").is_none(), "{a}");
+    // Kernels are cubecl's: the CPU build says so.
+    let o = run(&["bench_step", "--count-kernels"]);
+    assert_eq!(check_error_shape(&o, "bench_step --count-kernels"), 2);
+    assert!(stderr(&o).contains("wgpu or CUDA build"), "{}", stderr(&o));
 }
