@@ -201,37 +201,39 @@ pub mod host {
         }
     }
 
-    /// Saturation ([`super::adjust_saturation`]): blend with the luma (identity on one
-    /// channel).
-    pub fn saturation(img: &mut [f32], channels: usize, factor: f32) {
+    /// Calls `f` with each pixel's red, green and blue values of an RGB image (`[3, H, W]`,
+    /// `channels` 3); a one-channel image is left alone.
+    fn each_rgb(img: &mut [f32], channels: usize, f: impl Fn(&mut f32, &mut f32, &mut f32)) {
         if channels == 1 {
             return;
         }
         let plane = img.len() / channels;
-        let one_minus = 1.0 - factor;
         let (r, rest) = img.split_at_mut(plane);
         let (g, b) = rest.split_at_mut(plane);
         for ((r, g), b) in r.iter_mut().zip(g.iter_mut()).zip(b[..plane].iter_mut()) {
+            f(r, g, b);
+        }
+    }
+
+    /// Saturation ([`super::adjust_saturation`]): blend with the luma (identity on one
+    /// channel).
+    pub fn saturation(img: &mut [f32], channels: usize, factor: f32) {
+        let one_minus = 1.0 - factor;
+        each_rgb(img, channels, |r, g, b| {
             let l = luma(*r, *g, *b);
             *r = blend(*r, l, factor, one_minus);
             *g = blend(*g, l, factor, one_minus);
             *b = blend(*b, l, factor, one_minus);
-        }
+        });
     }
 
     /// Hue ([`super::adjust_hue`]): RGB → HSV, shift, HSV → RGB as torchvision writes them
     /// (identity on one channel). The tensor form sums masked terms of which one is not zero;
     /// here that term is selected, the same value.
     pub fn hue(img: &mut [f32], channels: usize, factor: f32) {
-        if channels == 1 {
-            return;
-        }
-        let plane = img.len() / channels;
-        let (r, rest) = img.split_at_mut(plane);
-        let (g, b) = rest.split_at_mut(plane);
-        for ((r, g), b) in r.iter_mut().zip(g.iter_mut()).zip(b[..plane].iter_mut()) {
+        each_rgb(img, channels, |r, g, b| {
             (*r, *g, *b) = shift_hue(*r, *g, *b, factor);
-        }
+        });
     }
 
     /// One pixel of [`hue`].
@@ -282,16 +284,10 @@ pub mod host {
 
     /// Luma in every channel ([`super::grayscale_like`]; identity on one channel).
     pub fn grayscale(img: &mut [f32], channels: usize) {
-        if channels == 1 {
-            return;
-        }
-        let plane = img.len() / channels;
-        let (r, rest) = img.split_at_mut(plane);
-        let (g, b) = rest.split_at_mut(plane);
-        for ((r, g), b) in r.iter_mut().zip(g.iter_mut()).zip(b[..plane].iter_mut()) {
+        each_rgb(img, channels, |r, g, b| {
             let l = luma(*r, *g, *b);
             (*r, *g, *b) = (l, l, l);
-        }
+        });
     }
 
     /// The jitter of one image: the four operations in `order`, those with a zero magnitude
