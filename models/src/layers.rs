@@ -98,10 +98,11 @@ impl<B: Backend> BatchNorm2d<B> {
         }
     }
 
-    /// Training: normalises with the batch moments and updates the running averages. On the
-    /// CPU backend under autodiff the fused kernels compute it (`kernels::batch_norm_train`,
-    /// three passes forward, two backward); elsewhere, and under synchronised batch norm, the
-    /// composed form below.
+    /// Training: normalises with the batch moments and updates the running averages. Under
+    /// autodiff on the CPU backend, wgpu and CUDA one operation with its own backward step
+    /// computes it (`kernels::batch_norm_train`: the CPU's slice kernels, the GPU backends'
+    /// fused tensor operations); elsewhere, and under synchronised batch norm, the composed
+    /// form below.
     fn forward_train(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let [n, c, h, w] = x.dims();
         let count = n * h * w;
@@ -117,14 +118,8 @@ impl<B: Backend> BatchNorm2d<B> {
             self.epsilon,
         ) {
             Ok(fused) => {
-                let (y, mean, var) = (fused.output, fused.mean, fused.var);
-                let device = y.device();
-                let moment = |values: Vec<f64>| {
-                    let dtype = self.running_mean.value().dtype();
-                    Tensor::<B, 1>::from_data(TensorData::new(values, [c]), (&device, dtype))
-                };
-                self.update_running(moment(mean), moment(var), count);
-                return y;
+                self.update_running(fused.mean, fused.var, count);
+                return fused.output;
             }
             Err(x) => x,
         };

@@ -153,6 +153,68 @@ fn compare_steps<Mc: SslMethod<CpuAd>, Mg: SslMethod<GpuAd>>(
 
 /// Every pair loss of SimCLR (NT-Xent, HCL with a fixed and a scheduled β, curricular weighting,
 /// Huber NT-Xent) and PGD-hardened negatives (NT-Xent and HCL).
+/// Batch norm in training on the GPU path is the models crate's own operation
+/// (`kernels::batch_norm_op`: `batch_norm_train` takes `Autodiff<Wgpu>`), and it equals the
+/// CPU's slice kernels: the output, the gradients of the input, γ and β, and the batch moments,
+/// on a map with a mean far from zero and channels of different scales (`[4, 3, 5, 6]`; the
+/// loss weights `r` make every input gradient non-trivial).
+#[test]
+fn batch_norm_is_one_operation_and_as_on_the_cpu() {
+    use curriculum_ssl_models::kernels::batch_norm_train;
+    let Some(device) = gpu() else { return };
+    let shape = [4, 3, 5, 6];
+    let len: usize = shape.iter().product();
+    let xs: Vec<f32> = pixels(4, 3, 5, 6, 0.3)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v * 4.0 + 2.0) * (1 + (i / 30) % 3) as f32)
+        .collect();
+    let rs = pixels(4, 3, 5, 6, 0.7);
+    let (gamma, beta) = ([1.5f32, -0.7, 0.9], [0.2f32, -1.0, 0.4]);
+    fn run<B: AutodiffBackend>(
+        xs: &[f32],
+        rs: &[f32],
+        gamma: &[f32],
+        beta: &[f32],
+        shape: [usize; 4],
+        device: &B::Device,
+    ) -> [Vec<f32>; 6] {
+        let t = |v: &[f32]| Tensor::<B, 1>::from_floats(v, device);
+        let x = t(xs).reshape(shape).require_grad();
+        let (g, b) = (t(gamma).require_grad(), t(beta).require_grad());
+        let out = batch_norm_train(x.clone(), g.clone(), b.clone(), 1e-5)
+            .unwrap_or_else(|_| panic!("batch_norm_train fell back to the composed form"));
+        let grads = out
+            .output
+            .clone()
+            .mul(t(rs).reshape(shape))
+            .sum()
+            .backward();
+        let len = xs.len();
+        [
+            host(out.output.reshape([len])),
+            host(x.grad(&grads).unwrap().reshape([len])),
+            host(g.grad(&grads).unwrap()),
+            host(b.grad(&grads).unwrap()),
+            host(out.mean),
+            host(out.var),
+        ]
+    }
+    let cpu = run::<CpuAd>(&xs, &rs, &gamma, &beta, shape, &CpuDevice::default());
+    let on_gpu = run::<GpuAd>(&xs, &rs, &gamma, &beta, shape, &device);
+    let mut seen = Comparisons::default();
+    for ((name, a), b) in ["output", "∂x", "∂γ", "∂β", "mean", "variance"]
+        .iter()
+        .zip(&cpu)
+        .zip(&on_gpu)
+    {
+        assert_eq!(a.len(), b.len(), "{name}");
+        seen.close(name, a, b);
+    }
+    assert_eq!(cpu[0].len(), len);
+    seen.report("batch_norm_is_one_operation_and_as_on_the_cpu");
+}
+
 #[test]
 fn simclr_and_its_curriculum_losses_step_as_on_the_cpu() {
     let Some(device) = gpu() else { return };

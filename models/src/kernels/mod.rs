@@ -3,12 +3,15 @@
 //! forward pass, so both use one memory layout; [`conv`], whose 3×3 stride-1 layers go by
 //! Winograd's F(4×4, 3×3), [`winograd`]) and the training batch norm, fused
 //! ([`batch_norm`]), the exact GELU ([`gelu`](mod@gelu)) and attention's swap of tokens and heads
-//! ([`layout`]) — each file says what it computes and why.
+//! ([`layout`]) — each file says what it computes and why. For the GPU backends, the training
+//! batch norm as one autodiff operation in their own tensor operations ([`batch_norm_op`]).
 //!
 //! [`conv2d`] is what a layer calls: on `Flex` and `Autodiff<Flex>` with `f32` or `f64`
 //! tensors and a covered layer (one group, symmetric padding) it runs these kernels; on every
 //! other backend, element type or layer it is `Conv2d::forward`, unchanged. [`batch_norm_train`]
-//! likewise, on `Autodiff<Flex>` outside a synchronised (data-parallel) batch norm.
+//! likewise, outside a synchronised (data-parallel) batch norm: the slice kernels on
+//! `Autodiff<Flex>`, [`batch_norm_op`] on `Autodiff<Wgpu>` and `Autodiff<Cuda>` (with this
+//! crate's `wgpu` / `cuda` features), the caller's composed form elsewhere.
 //!
 //! Why a run-time type check rather than burn's backend-extension trait: the extension pattern
 //! puts a bound (`B: ConvKernels`) on every generic function that reaches a convolution — every
@@ -19,6 +22,7 @@
 //! (`Any`): no `unsafe`, no bound, and any other backend keeps burn's own operation.
 
 pub mod batch_norm;
+pub mod batch_norm_op;
 pub mod conv;
 #[cfg(feature = "cpu")]
 mod flex;
@@ -126,7 +130,7 @@ thread_local! {
 }
 
 /// `value` as a `U` when `T` is `U` (a checked downcast), else `value` back.
-#[cfg(feature = "cpu")]
+#[cfg(any(feature = "cpu", feature = "wgpu", feature = "cuda"))]
 fn same_type<T: 'static, U: 'static>(value: T) -> Result<U, T> {
     use std::any::Any;
     let mut slot = Some(value);
@@ -137,7 +141,7 @@ fn same_type<T: 'static, U: 'static>(value: T) -> Result<U, T> {
 }
 
 /// `value` as a `U`, where the caller has checked that `T` is `U`.
-#[cfg(feature = "cpu")]
+#[cfg(any(feature = "cpu", feature = "wgpu", feature = "cuda"))]
 fn cast<T: 'static, U: 'static>(value: T, why: &str) -> U {
     match same_type(value) {
         Ok(u) => u,
@@ -339,16 +343,18 @@ pub fn gelu_composed<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D
 pub struct TrainingBatchNorm<B: Backend> {
     /// `γ·x̂ + β`, shaped as the input.
     pub output: Tensor<B, 4>,
-    /// Per-channel batch mean.
-    pub mean: Vec<f64>,
-    /// Per-channel biased batch variance.
-    pub var: Vec<f64>,
+    /// Per-channel batch mean, `[c]`, untracked.
+    pub mean: Tensor<B, 1>,
+    /// Per-channel biased batch variance, `[c]`, untracked.
+    pub var: Tensor<B, 1>,
 }
 
-/// Batch norm in training through the fused kernels ([`batch_norm`]) on `Autodiff<Flex>` with
-/// `x`, `gamma`, `beta` in one of `f32` / `f64` and no data-parallel moment averaging installed
-/// on this thread ([`crate::replica_stats`]): `Ok` with the output and the per-channel batch
-/// moments; else `Err(x)`, for the caller's composed path.
+/// Batch norm in training as one autodiff operation with a backward step of its own, outside
+/// a synchronised (data-parallel) batch norm ([`crate::replica_stats`]): on `Autodiff<Flex>`
+/// with `f32` / `f64` tensors through the slice kernels ([`batch_norm`]), on the wgpu and CUDA
+/// backends (`Autodiff<Wgpu>`, `Autodiff<Cuda>`, the models crate's `wgpu` / `cuda` features)
+/// through their own tensor operations ([`batch_norm_op`]): `Ok` with the output and the
+/// per-channel batch moments; else `Err(x)`, for the caller's composed path.
 ///
 /// # Shapes
 /// - `x`: `[n, c, h, w]`, `gamma` and `beta`: `[c]`
@@ -358,39 +364,86 @@ pub fn batch_norm_train<B: Backend>(
     beta: Tensor<B, 1>,
     epsilon: f64,
 ) -> Result<TrainingBatchNorm<B>, Tensor<B, 4>> {
+    if crate::replica_stats::synchronised::<B>() {
+        return Err(x);
+    }
     #[cfg(feature = "cpu")]
-    {
-        use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
-        use burn::backend::{Autodiff, Flex};
-        use burn::tensor::TensorPrimitive;
-        type Ad = Autodiff<Flex>;
-        let dtype = x.dtype();
-        if !flex::supported(dtype)
-            || gamma.dtype() != dtype
-            || beta.dtype() != dtype
-            || crate::replica_stats::synchronised::<B>()
-        {
-            return Err(x);
-        }
-        let x: Tensor<Ad, 4> = same_type(x)?;
-        let gamma: Tensor<Ad, 1> = cast(gamma, "γ is on x's backend");
-        let beta: Tensor<Ad, 1> = cast(beta, "β is on x's backend");
-        let (y, mean, var) = flex::batch_norm_autodiff::<NoCheckpointing>(
-            x.into_primitive().tensor(),
-            gamma.into_primitive().tensor(),
-            beta.into_primitive().tensor(),
-            epsilon,
-        );
-        let y = Tensor::<Ad, 4>::from_primitive(TensorPrimitive::Float(y));
-        Ok(TrainingBatchNorm {
-            output: cast(y, "B is Autodiff<Flex>"),
-            mean,
-            var,
-        })
+    let x = match flex_batch_norm(x, gamma.clone(), beta.clone(), epsilon) {
+        Ok(done) => return Ok(done),
+        Err(x) => x,
+    };
+    #[cfg(feature = "wgpu")]
+    let x = match batch_norm_on::<burn::backend::Wgpu, B>(x, gamma.clone(), beta.clone(), epsilon) {
+        Ok(done) => return Ok(done),
+        Err(x) => x,
+    };
+    #[cfg(feature = "cuda")]
+    let x = match batch_norm_on::<burn::backend::Cuda, B>(x, gamma.clone(), beta.clone(), epsilon) {
+        Ok(done) => return Ok(done),
+        Err(x) => x,
+    };
+    let _ = (gamma, beta, epsilon);
+    Err(x)
+}
+
+/// [`batch_norm_op::batch_norm_train_op`] when `B` is `Autodiff<I>`, else `Err(x)`.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn batch_norm_on<I: Backend, B: Backend>(
+    x: Tensor<B, 4>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    epsilon: f64,
+) -> Result<TrainingBatchNorm<B>, Tensor<B, 4>> {
+    use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+    use burn::backend::Autodiff;
+    type Ad<I> = Autodiff<I, NoCheckpointing>;
+    let x: Tensor<Ad<I>, 4> = same_type(x)?;
+    let gamma: Tensor<Ad<I>, 1> = cast(gamma, "γ is on x's backend");
+    let beta: Tensor<Ad<I>, 1> = cast(beta, "β is on x's backend");
+    let out = batch_norm_op::batch_norm_train_op(x, gamma, beta, epsilon);
+    Ok(TrainingBatchNorm {
+        output: cast(out.output, "B is Autodiff<I>"),
+        mean: cast(out.mean, "B is Autodiff<I>"),
+        var: cast(out.var, "B is Autodiff<I>"),
+    })
+}
+
+/// The slice kernels of [`batch_norm`] when `B` is `Autodiff<Flex>` and the tensors are `f32` /
+/// `f64`, else `Err(x)`.
+#[cfg(feature = "cpu")]
+fn flex_batch_norm<B: Backend>(
+    x: Tensor<B, 4>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    epsilon: f64,
+) -> Result<TrainingBatchNorm<B>, Tensor<B, 4>> {
+    use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+    use burn::backend::{Autodiff, Flex};
+    use burn::tensor::TensorPrimitive;
+    type Ad = Autodiff<Flex>;
+    let dtype = x.dtype();
+    if !flex::supported(dtype) || gamma.dtype() != dtype || beta.dtype() != dtype {
+        return Err(x);
     }
-    #[cfg(not(feature = "cpu"))]
-    {
-        let _ = (gamma, beta, epsilon);
-        Err(x)
-    }
+    let x: Tensor<Ad, 4> = same_type(x)?;
+    let gamma: Tensor<Ad, 1> = cast(gamma, "γ is on x's backend");
+    let beta: Tensor<Ad, 1> = cast(beta, "β is on x's backend");
+    let device = x.device();
+    let (y, mean, var) = flex::batch_norm_autodiff::<NoCheckpointing>(
+        x.into_primitive().tensor(),
+        gamma.into_primitive().tensor(),
+        beta.into_primitive().tensor(),
+        epsilon,
+    );
+    let y = Tensor::<Ad, 4>::from_primitive(TensorPrimitive::Float(y));
+    // The moments in the parameters' type, as the running averages are kept.
+    let moment = |values: Vec<f64>| {
+        let len = values.len();
+        Tensor::<Ad, 1>::from_data(TensorData::new(values, [len]), (&device, dtype))
+    };
+    Ok(TrainingBatchNorm {
+        output: cast(y, "B is Autodiff<Flex>"),
+        mean: cast(moment(mean), "B is Autodiff<Flex>"),
+        var: cast(moment(var), "B is Autodiff<Flex>"),
+    })
 }

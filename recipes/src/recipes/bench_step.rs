@@ -13,6 +13,10 @@
 //! - `--count-kernels` (a wgpu or CUDA build): the kernels launched per timed step, by name, from
 //!   cubecl's profiling logger at its `minimal` level (one line `Executing NAME` per launch,
 //!   written by cubecl's logging thread; launches stay asynchronous, nothing is timed);
+//!   Then one more step with the device synchronised after the forward pass, the backward pass
+//!   and the optimiser step: the kernels of each phase, by name;
+//! - always: the wall-clock time per step until `step` returns, before the synchronisation
+//!   (`issue_ms_per_step`: the host's issuing, which the device overlaps);
 //! - always: the CPU time of each of the process's threads per timed step (Linux's
 //!   `/proc/self/task/*/stat`), grouped by thread name: the training thread and burn's and
 //!   cubecl's server threads are the host's work; on lavapipe the `llvmpipe-*` threads run the
@@ -98,6 +102,27 @@ struct Timing {
     /// Kernels per timed step by name, most launched first (`--count-kernels`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     kernels_by_name: Vec<(String, f64)>,
+    /// Wall-clock milliseconds per timed step until `step` returned, before the device's
+    /// synchronisation: the host's time to issue the step (its operations, autodiff's graph,
+    /// fusion's queue), which the device's work overlaps.
+    issue_ms_per_step: f64,
+    /// One more step with the device synchronised after each phase (`--count-kernels`): the
+    /// kernels of the forward pass with the loss, of the backward pass, and of the optimiser
+    /// step with the EMA / queue update, each by name. The synchronisations end fusion's chains
+    /// at the phase boundaries, so the three may add up to a few more than a timed step.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    kernels_by_phase: Vec<PhaseKernels>,
+}
+
+/// The kernels of one phase of a step (`--count-kernels`).
+#[derive(serde::Serialize)]
+struct PhaseKernels {
+    /// `forward`, `backward` or `optimiser`.
+    phase: &'static str,
+    /// Kernels launched in it.
+    kernels: usize,
+    /// By name, most launched first.
+    by_name: Vec<(String, f64)>,
 }
 
 /// CPU time so far of each thread of this process, by name: `(name, seconds)` from Linux's
@@ -250,26 +275,31 @@ fn time<S: SslMethod<Train>>(
     let total = args.warmup + args.steps;
     // The first and the last step's losses, read back once the timing is over.
     let (mut first, mut last) = (None, None);
-    let mut step = |i: usize| {
+    // A step; `phase_end` is called after each of its three phases (forward, backward,
+    // optimiser).
+    let mut step = |i: usize, phase_end: &mut dyn FnMut(usize)| {
         let progress = Progress {
             step: i,
-            total_steps: total.max(1_000),
+            total_steps: (total + 1).max(1_000),
             epoch: 0,
             total_epochs: 1,
         };
         let out = method.forward(v1.clone(), v2.clone(), progress);
         let loss = out.loss.clone().detach();
+        phase_end(0);
         let grads = method.gradients(&out.loss);
+        phase_end(1);
         let online = optimizer.step(0.05, method.online().clone(), grads);
         method.set_online(online);
         method.after_step(progress);
+        phase_end(2);
         loss
     };
     let sync = |device: &backend::Device| <Train as burn::tensor::backend::Backend>::sync(device);
     let started = Instant::now();
     for i in 0..args.warmup {
         let t = Instant::now();
-        let loss = step(i);
+        let loss = step(i, &mut |_| ());
         first.get_or_insert(loss);
         sync(device)?;
         // On a GPU the first steps compile and tune kernels: each one's time says how long.
@@ -284,8 +314,11 @@ fn time<S: SslMethod<Train>>(
     let logged_before = kernel_log.map(|p| settled_lines(p).len());
     let cpu_before = thread_cpu();
     let timed = Instant::now();
+    let mut issue_s = 0.0;
     for i in args.warmup..total {
-        let loss = step(i);
+        let t = Instant::now();
+        let loss = step(i, &mut |_| ());
+        issue_s += t.elapsed().as_secs_f64();
         if first.is_none() {
             first = Some(loss);
         } else {
@@ -300,6 +333,34 @@ fn time<S: SslMethod<Train>>(
         let timed_lines = lines.get(before..).unwrap_or_default();
         kernels_by_name(timed_lines, args.steps)
     });
+    // One more step, phase by phase, for the kernels of each.
+    let mut kernels_by_phase = Vec::new();
+    if let Some(path) = kernel_log {
+        let mut marks = vec![settled_lines(path).len()];
+        let mut failed = None;
+        step(total, &mut |_| {
+            if let Err(e) = sync(device) {
+                failed.get_or_insert(e);
+            }
+            marks.push(settled_lines(path).len());
+        });
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        let lines = settled_lines(path);
+        for (phase, bounds) in ["forward", "backward", "optimiser"]
+            .into_iter()
+            .zip(marks.windows(2))
+        {
+            let phase_lines = lines.get(bounds[0]..bounds[1]).unwrap_or_default();
+            let by_name = kernels_by_name(phase_lines, 1);
+            kernels_by_phase.push(PhaseKernels {
+                phase,
+                kernels: by_name.iter().map(|(_, n)| *n as usize).sum(),
+                by_name,
+            });
+        }
+    }
     let first_loss = first.map(host_scalar).unwrap_or(f32::NAN);
     let last_loss = last.map(host_scalar).unwrap_or(first_loss);
     Ok(Timing {
@@ -317,6 +378,8 @@ fn time<S: SslMethod<Train>>(
         cpu_ms_per_step,
         kernels_per_step: kernels.as_ref().map(|k| k.iter().map(|(_, n)| n).sum()),
         kernels_by_name: kernels.unwrap_or_default(),
+        issue_ms_per_step: issue_s * 1e3 / args.steps as f64,
+        kernels_by_phase,
     })
 }
 

@@ -141,7 +141,7 @@ fn unknown_and_f16_precisions_are_refused() {
 }
 
 /// `recipe bench_step` prints one JSON line with the timing of the steps asked for (images/s
-/// and ms/step of the same measurement), from the same seeded weights in every run (two f32 runs
+/// and ms/step of the same measurement, the issue time within it), from the same seeded weights in every run (two f32 runs
 /// give the same first loss to the bit), and a bf16 run's loss is a bf16 value within 3e-2 of
 /// f32's (as the runs above); bad sizes exit 2.
 #[test]
@@ -194,6 +194,11 @@ fn bench_step_times_the_step() {
         assert!(threads.values().all(|v| v.as_f64().unwrap() > 0.0), "{a}");
     }
     assert!(a.get("kernels_per_step").is_none(), "{a}");
+    assert!(a.get("kernels_by_phase").is_none(), "{a}");
+    // The host's issuing is part of the step: more than nothing, at most the whole (on the CPU
+    // backend the work is done in the call).
+    let issue = a["issue_ms_per_step"].as_f64().unwrap();
+    assert!(issue > 0.0 && issue <= ms, "{a}");
     // Kernels are cubecl's: the CPU build says so.
     let o = run(&["bench_step", "--count-kernels"]);
     assert_eq!(check_error_shape(&o, "bench_step --count-kernels"), 2);
