@@ -5,16 +5,22 @@
 //! Why this file exists: the composed form (`layers::BatchNorm2d`'s fallback) leaves the
 //! gradient to burn-autodiff's rules for each of its dozen operations: every broadcast
 //! multiply and add reduces its operand's gradient back to `[1, c, 1]`, the means are
-//! differentiated through, and each rule is a kernel of its own on a GPU (about 30 launches per
-//! layer and step in a ResNet-18, docs/gpu.md). Here the forward is two reductions over the
-//! activation (`μ`, then `σ²` of the centred values: the two-pass variance, no cancellation) and
-//! one element-wise pass; the backward two reductions (`S₁ = Σ ∂y`, `S₂ = Σ ∂y·(x − μ)` per
-//! channel, as means) and one element-wise pass:
-//! `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, `∂γ = r·S₂`, `∂β = S₁`, with `r = 1/√(σ² + ε)`
-//! and `M = N·H·W` — the exact gradient through the batch moments, as autodiff derives it from
-//! the composed form. burn's fusion merges each pass's element-wise chain into its reduction or
-//! into one kernel. Generic over the inner backend, so the same code is checked in f64 on the
-//! CPU (`models/tests/batch_norm.rs`) and on the GPU path (`tests/gpu_path`).
+//! differentiated through, and each rule is a kernel of its own on a GPU (docs/gpu.md counts
+//! them). Here the forward is two reductions over the activation (`μ`, then `σ²` of the centred
+//! values: the two-pass variance, no cancellation) and one element-wise pass; the backward two
+//! reductions (`S₁ = Σ ∂y`, `S₂ = Σ ∂y·(x − μ)` per channel, as means) and one element-wise
+//! pass: `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, `∂γ = r·S₂`, `∂β = S₁`, with
+//! `r = 1/√(σ² + ε)` and `M = N·H·W` — the exact gradient through the batch moments, as
+//! autodiff derives it from the composed form. Generic over the inner backend, so the same
+//! code is checked in f64 on the CPU (`models/tests/batch_norm.rs`) and on the GPU path
+//! (`tests/gpu_path`).
+//!
+//! The activation is read as a `[N·H·W, C]` matrix, channels last ([`channels_last`]): burn's
+//! cubecl convolutions compute in channels-last memory and hand back an NCHW view of it, so
+//! the matrix is that memory as it lies (no copy), each per-channel statistic is one reduction
+//! over its rows, and the output goes back as the same kind of view, which the next
+//! convolution reads without a copy. (An NCHW-contiguous input costs one copy, as any
+//! reshape of it did before.)
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -27,14 +33,13 @@ use burn::tensor::TensorPrimitive;
 
 use super::TrainingBatchNorm;
 
-/// What the backward step keeps: the input, `γ`, and per channel `μ` and `r` (`[1, c, 1]`).
+/// What the backward step keeps: the input, `γ`, and per channel `μ` and `r` (`[1, c]`).
 #[derive(Debug, Clone)]
 struct State<I: Backend> {
     x: FloatTensor<I>,
     gamma: FloatTensor<I>,
     mean: FloatTensor<I>,
     inv_std: FloatTensor<I>,
-    dims: [usize; 4],
 }
 
 /// The backward step of [`batch_norm_train_op`].
@@ -45,19 +50,17 @@ fn float<I: Backend, const D: usize>(t: FloatTensor<I>) -> Tensor<I, D> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
-/// Per-channel mean of a `[n, c, positions]` tensor, `[1, c, 1]`: the mean over the positions
-/// (contiguous), then the sum over the images of those means over `n`. Means rather than sums: a
-/// sum of `M` values overflows half precision (65,504) where their mean does not.
-///
-/// Written for burn's fusion (burn-cubecl-fusion 0.21): a reduction joins a fused kernel only
-/// after an element-wise operation of its input's shape, and the operations after it join it
-/// only when it reduces another axis than the last. The scaling by `1/n` is that operation for
-/// the sum over the images (axis 0), so the per-channel arithmetic that follows (`1/√(σ² + ε)`,
-/// `γ·r`, the backward step's coefficients) can run in that sum's kernel rather than as one
-/// kernel per operation on `c` values.
-fn channel_mean<I: Backend>(v: Tensor<I, 3>) -> Tensor<I, 3> {
-    let n = v.dims()[0];
-    v.mean_dim(2).mul_scalar(1.0 / n as f64).sum_dim(0)
+/// `[n, c, h, w]` as the `[n·h·w, c]` matrix of its channels-last order: a view of the memory
+/// when that memory is channels-last (a cubecl convolution's output), else one copy.
+fn channels_last<I: Backend>(x: Tensor<I, 4>) -> Tensor<I, 2> {
+    let [n, c, h, w] = x.dims();
+    x.permute([0, 2, 3, 1]).reshape([n * h * w, c])
+}
+
+/// The inverse of [`channels_last`]: the `[n·h·w, c]` matrix as an `[n, c, h, w]` view of the
+/// same memory.
+fn channels_first<I: Backend>(m: Tensor<I, 2>, [n, c, h, w]: [usize; 4]) -> Tensor<I, 4> {
+    m.reshape([n, h, w, c]).permute([0, 3, 1, 2])
 }
 
 impl<I: Backend> Backward<I, 3> for BatchNormOpBackward {
@@ -71,18 +74,17 @@ impl<I: Backend> Backward<I, 3> for BatchNormOpBackward {
             gamma,
             mean,
             inv_std,
-            dims: [n, c, h, w],
         } = ops.state;
+        let x: Tensor<I, 4> = float(x);
+        let dims @ [n, c, h, w] = x.dims();
         let count = (n * h * w) as f64;
-        // Reshapes first: in fusion's stream a reshape between two operations separates them.
-        let gamma = float::<I, 1>(gamma).reshape([1, c, 1]);
-        let dy: Tensor<I, 3> = float::<I, 4>(grad).reshape([n, c, h * w]);
-        let x: Tensor<I, 3> = float::<I, 4>(x).reshape([n, c, h * w]);
-        let (mean, inv_std): (Tensor<I, 3>, Tensor<I, 3>) = (float(mean), float(inv_std));
+        let gamma = float::<I, 1>(gamma).reshape([1, c]);
+        let (dy, x) = (channels_last(float::<I, 4>(grad)), channels_last(x));
+        let (mean, inv_std): (Tensor<I, 2>, Tensor<I, 2>) = (float(mean), float(inv_std));
         // S₁/M and S₂/M, and from them (per channel) the gradients of β and γ and the
         // coefficients of ∂x.
-        let m1 = channel_mean(dy.clone());
-        let m2 = channel_mean(dy.clone() * (x.clone() - mean.clone()));
+        let m1 = dy.clone().mean_dim(0);
+        let m2 = (dy.clone() * (x.clone() - mean.clone())).mean_dim(0);
         let dbeta = m1.clone().mul_scalar(count);
         let dgamma = m2.clone().mul(inv_std.clone()).mul_scalar(count);
         let scale = gamma * inv_std.clone();
@@ -90,8 +92,8 @@ impl<I: Backend> Backward<I, 3> for BatchNormOpBackward {
         if let Some(node) = node_x {
             // `x − μ` again rather than kept from above: one element-wise kernel reads `x`,
             // `∂y` and the per-channel values, and no centred copy is written.
-            let dx = (dy - m1 - (x - mean) * slope) * scale;
-            grads.register::<I>(node.id, dx.reshape([n, c, h, w]).into_primitive().tensor());
+            let dx = channels_first((dy - m1 - (x - mean) * slope) * scale, dims);
+            grads.register::<I>(node.id, dx.into_primitive().tensor());
         }
         if let Some(node) = node_gamma {
             grads.register::<I>(node.id, dgamma.reshape([c]).into_primitive().tensor());
@@ -115,25 +117,23 @@ pub fn batch_norm_train_op<I: Backend, C: CheckpointStrategy>(
     beta: Tensor<Autodiff<I, C>, 1>,
     epsilon: f64,
 ) -> TrainingBatchNorm<Autodiff<I, C>> {
-    let dims @ [n, c, h, w] = x.dims();
+    let dims @ [_, c, _, _] = x.dims();
     let (x, gamma, beta) = (
         x.into_primitive().tensor(),
         gamma.into_primitive().tensor(),
         beta.into_primitive().tensor(),
     );
-    // Reshapes first: in fusion's stream a reshape between two operations separates them.
-    let x3: Tensor<I, 3> = float::<I, 4>(x.primitive.clone()).reshape([n, c, h * w]);
-    let gamma3 = float::<I, 1>(gamma.primitive.clone()).reshape([1, c, 1]);
-    let shift = float::<I, 1>(beta.primitive.clone()).reshape([1, c, 1]);
+    let gamma2 = float::<I, 1>(gamma.primitive.clone()).reshape([1, c]);
+    let beta2 = float::<I, 1>(beta.primitive.clone()).reshape([1, c]);
+    let xm = channels_last(float::<I, 4>(x.primitive.clone()));
+    let mean = xm.clone().mean_dim(0);
     // `x − μ` is not kept: its square's mean reads it in the reduction's kernel.
-    let mean = channel_mean(x3.clone());
-    let var = channel_mean((x3.clone() - mean.clone()).square());
+    let var = (xm.clone() - mean.clone()).square().mean_dim(0);
     let inv_std = var.clone().add_scalar(epsilon).sqrt().recip();
-    let scale = gamma3 * inv_std.clone();
+    let scale = gamma2 * inv_std.clone();
     // `y = x·(γ·r) + (β − μ·γ·r)`: one element-wise kernel over `x` (no centred copy).
-    let shift = shift - mean.clone() * scale.clone();
-    let y = (x3 * scale + shift)
-        .reshape([n, c, h, w])
+    let shift = beta2 - mean.clone() * scale.clone();
+    let y = channels_first(xm * scale + shift, dims)
         .into_primitive()
         .tensor();
     let y = match BatchNormOpBackward
@@ -147,13 +147,12 @@ pub fn batch_norm_train_op<I: Backend, C: CheckpointStrategy>(
                 gamma: gamma.primitive,
                 mean: mean.clone().into_primitive().tensor(),
                 inv_std: inv_std.into_primitive().tensor(),
-                dims,
             };
             prep.finish(state, y)
         }
         OpsKind::UnTracked(prep) => prep.finish(y),
     };
-    let untracked = |t: Tensor<I, 3>| Tensor::<Autodiff<I, C>, 1>::from_inner(t.reshape([c]));
+    let untracked = |t: Tensor<I, 2>| Tensor::<Autodiff<I, C>, 1>::from_inner(t.reshape([c]));
     TrainingBatchNorm {
         output: Tensor::from_primitive(TensorPrimitive::Float(y)),
         mean: untracked(mean),
