@@ -277,7 +277,7 @@ fn time<S: SslMethod<Train>>(
     let (mut first, mut last) = (None, None);
     // A step; `phase_end` is called after each of its three phases (forward, backward,
     // optimiser).
-    let mut step = |i: usize, phase_end: &mut dyn FnMut(usize)| {
+    let mut step = |i: usize, phase_end: &mut dyn FnMut()| {
         let progress = Progress {
             step: i,
             total_steps: (total + 1).max(1_000),
@@ -286,20 +286,20 @@ fn time<S: SslMethod<Train>>(
         };
         let out = method.forward(v1.clone(), v2.clone(), progress);
         let loss = out.loss.clone().detach();
-        phase_end(0);
+        phase_end();
         let grads = method.gradients(&out.loss);
-        phase_end(1);
+        phase_end();
         let online = optimizer.step(0.05, method.online().clone(), grads);
         method.set_online(online);
         method.after_step(progress);
-        phase_end(2);
+        phase_end();
         loss
     };
     let sync = |device: &backend::Device| <Train as burn::tensor::backend::Backend>::sync(device);
     let started = Instant::now();
     for i in 0..args.warmup {
         let t = Instant::now();
-        let loss = step(i, &mut |_| ());
+        let loss = step(i, &mut || ());
         first.get_or_insert(loss);
         sync(device)?;
         // On a GPU the first steps compile and tune kernels: each one's time says how long.
@@ -317,7 +317,7 @@ fn time<S: SslMethod<Train>>(
     let mut issue_s = 0.0;
     for i in args.warmup..total {
         let t = Instant::now();
-        let loss = step(i, &mut |_| ());
+        let loss = step(i, &mut || ());
         issue_s += t.elapsed().as_secs_f64();
         if first.is_none() {
             first = Some(loss);
@@ -338,7 +338,7 @@ fn time<S: SslMethod<Train>>(
     if let Some(path) = kernel_log {
         let mut marks = vec![settled_lines(path).len()];
         let mut failed = None;
-        step(total, &mut |_| {
+        step(total, &mut || {
             if let Err(e) = sync(device) {
                 failed.get_or_insert(e);
             }
