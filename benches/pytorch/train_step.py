@@ -5,7 +5,7 @@ on fixed views, on the CPU (default) or a CUDA GPU.
 
     python3 benches/pytorch/train_step.py [--device cpu|cuda] [--threads 2] [--batch 128]
         [--image-size 32] [--precision f32|bf16|f16] [--compile] [--no-tf32]
-        [--iters 3 | --steps N] [--warmup N] [--json] [--count-ops] [method ...]
+        [--iters 3 | --steps N] [--warmup N] [--json] [--count-ops] [--memory] [method ...]
 
 Same networks and heads as the Rust methods (defaults of SimClrConfig, MoCoConfig::moco_v2,
 ByolConfig, SimSiamConfig): forward of both views, the loss, backward, SGD (momentum 0.9,
@@ -40,6 +40,13 @@ the ATen operators the step called from Python's level (top-level `aten::` event
 framework dispatches, each at least one kernel on a GPU), `leaf_ops_per_step` (operators that call
 no other: the ones that compute), `ops_by_name` (top level, most called first), and on cuda
 `kernels_per_step` (CUDA kernel launches) and `kernels_by_name`.
+
+`--memory` (the counterpart of `recipe bench_step`'s `memory_mib`, issue 66): one more step with
+the bytes of live tensors read at the end of the forward pass, the backward pass and the
+optimiser step, and their peak over the step (`memory_mib`: between_steps, after_forward,
+after_backward, after_optimiser, peak). On cuda from the caching allocator's counters
+(memory_allocated, max_memory_allocated); on the CPU from torch.profiler's record of every
+allocation and free (step_memory says how).
 
 `--json` prints one JSON line per method with the fields of `recipe bench_step` (method,
 backend "pytorch-eager" / "pytorch-compile", precision, batch_size, image_size, steps, warmup_s,
@@ -253,6 +260,8 @@ def time_method(name, args, device, x1, x2):
         seconds = statistics.median(times)
         steps = args.iters
     counts = count_ops(step, device) if args.count_ops else {}
+    if args.memory:
+        counts["memory_mib"] = step_memory(model, opt, loss_fn, x1, x2, device)
     first_loss = losses[0].float().item() if losses else math.nan
     last_loss = losses[-1].float().item() if losses else math.nan
     return dict(
@@ -263,6 +272,85 @@ def time_method(name, args, device, x1, x2):
         first_loss=first_loss,
         last_loss=last_loss,
         **counts,
+    )
+
+
+def step_memory(model, opt, loss_fn, x1, x2, device):
+    """One more step (two on the CPU) with the bytes of live tensors read at the end of each phase, the
+    counterpart of `recipe bench_step`'s `memory_mib` (issue 66, item 3). On cuda the caching
+    allocator's counters (torch.cuda.memory_allocated at each phase's end, max_memory_allocated
+    over the step). On the CPU, where PyTorch keeps no such counter, torch.profiler's record of
+    every allocation and free (profile_memory=True, kineto's events) over the step, added in time order to the
+    bytes of what lives between steps (parameters, buffers, the previous step's gradients, the
+    optimiser's state, the views): the same quantity, allocation by allocation, except that CPU
+    kernels (oneDNN) need other scratch space than cuDNN's."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    mib = lambda b: round(b / 2**20, 1)
+
+    def phases(mark):
+        with record_function("phase_forward"):
+            loss = loss_fn(x1, x2)
+        mark()
+        with record_function("phase_backward"):
+            opt.zero_grad()
+            loss.backward()
+        mark()
+        with record_function("phase_optimiser"):
+            opt.step()
+            model.after_step()
+        mark()
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+        marks = [torch.cuda.memory_allocated(device)]
+
+        def mark():
+            torch.cuda.synchronize()
+            marks.append(torch.cuda.memory_allocated(device))
+
+        phases(mark)
+        peak = torch.cuda.max_memory_allocated(device)
+    else:
+        # Two steps profiled, the second measured: the profiler records no free of a block
+        # allocated before it started (the previous step's gradients, freed by zero_grad).
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            phases(lambda: None)
+            storages = {}
+            for t in (
+                list(model.parameters())
+                + list(model.buffers())
+                + [p.grad for p in model.parameters() if p.grad is not None]
+                + [v for st in opt.state.values() for v in st.values() if torch.is_tensor(v)]
+                + [x1, x2]
+            ):
+                storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            live = sum(storages.values())
+            with record_function("measured_step"):
+                phases(lambda: None)
+        # The allocator's events (name "[memory]", signed bytes) are kineto's raw events.
+        events = prof.profiler.kineto_results.events()
+        begin = max(e.start_ns() for e in events if e.name() == "measured_step")
+        changes = sorted(
+            (e.start_ns(), e.nbytes())
+            for e in events
+            if e.name() == "[memory]" and e.start_ns() >= begin
+        )
+        ends = sorted(e.end_ns() for e in events if e.name().startswith("phase_"))[-3:]
+        marks, peak, total, i = [live], live, live, 0
+        for end in ends:
+            while i < len(changes) and changes[i][0] <= end:
+                total += changes[i][1]
+                peak = max(peak, total)
+                i += 1
+            marks.append(total)
+    return dict(
+        between_steps=mib(marks[0]),
+        after_forward=mib(marks[1]),
+        after_backward=mib(marks[2]),
+        after_optimiser=mib(marks[3]),
+        peak=mib(peak),
     )
 
 
@@ -320,6 +408,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=None,
                     help="steps before the timing (default 5 with --steps, else 1)")
     ap.add_argument("--json", action="store_true", help="one JSON line per method")
+    ap.add_argument("--memory", action="store_true",
+                    help="one more step with the live tensors' bytes read at each phase's end "
+                         "(memory_mib)")
     ap.add_argument("--count-ops", action="store_true",
                     help="one more step under torch.profiler: operators (and CUDA kernels) by name")
     ap.add_argument("methods", nargs="*", metavar="method",

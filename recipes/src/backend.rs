@@ -25,6 +25,18 @@ mod selected {
     /// margin, not a proof.
     pub const WORKED_VALUE_TOLERANCE: f64 = 1e-3;
 
+    /// What cubecl's memory management holds on `device` now (see [`super::DeviceMemory`]).
+    pub fn memory(device: &burn::backend::cuda::CudaDevice) -> Option<super::DeviceMemory> {
+        use burn::cubecl::Runtime;
+        let usage = burn::cubecl::cuda::CudaRuntime::client(device)
+            .memory_usage()
+            .ok()?;
+        Some(super::DeviceMemory {
+            in_use: usage.bytes_in_use,
+            reserved: usage.bytes_reserved,
+        })
+    }
+
     /// The CUDA device `--device` names (`None`: device 0), after checking that a driver and
     /// that device are there: CUDA is loaded at run time, and without a driver burn panics at
     /// the first tensor.
@@ -69,6 +81,18 @@ mod selected {
     /// The largest error `recipe worked_values` accepts: f32 (measured on lavapipe, which has no
     /// tensor cores: 4e-7; a GPU whose Vulkan adapter reports TF32 may need CUDA's 1e-3).
     pub const WORKED_VALUE_TOLERANCE: f64 = 1e-4;
+
+    /// What cubecl's memory management holds on `device` now (see [`super::DeviceMemory`]).
+    pub fn memory(device: &burn::backend::wgpu::WgpuDevice) -> Option<super::DeviceMemory> {
+        use burn::cubecl::Runtime;
+        let usage = burn::backend::wgpu::WgpuRuntime::client(device)
+            .memory_usage()
+            .ok()?;
+        Some(super::DeviceMemory {
+            in_use: usage.bytes_in_use,
+            reserved: usage.bytes_reserved,
+        })
+    }
 
     /// The wgpu device `--device` names: `None` is wgpu's default adapter; `N` the N-th
     /// discrete GPU, and on a machine without one `0` is the default adapter (an integrated GPU,
@@ -144,6 +168,11 @@ mod selected {
     /// The largest error `recipe worked_values` accepts: f32 throughout.
     pub const WORKED_VALUE_TOLERANCE: f64 = 1e-4;
 
+    /// None: the CPU backend allocates from the process's heap, without a pool to read.
+    pub fn memory(_device: &burn::backend::flex::FlexDevice) -> Option<super::DeviceMemory> {
+        None
+    }
+
     /// The CPU device: the backend has one (`--device 0`).
     pub fn device(
         index: Option<usize>,
@@ -159,7 +188,22 @@ mod selected {
     }
 }
 
-pub use selected::{Inner, AUGMENT_AHEAD, BANDED_STEM, NAME, VIEW_THREADS, WORKED_VALUE_TOLERANCE};
+pub use selected::{
+    memory, Inner, AUGMENT_AHEAD, BANDED_STEM, NAME, VIEW_THREADS, WORKED_VALUE_TOLERANCE,
+};
+
+/// A GPU backend's device memory as cubecl's memory management reports it
+/// (`ComputeClient::memory_usage`), read after a synchronisation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceMemory {
+    /// Bytes of the live allocations (tensors, kernels' scratch buffers), padding excluded.
+    pub in_use: u64,
+    /// Bytes of the pages cubecl holds from the driver: the live allocations, their padding
+    /// and the pages' free space. Its default pools (`MemoryConfiguration::SubSlices`) give
+    /// a page back only when asked (`memory_cleanup`, which no step calls), so after a step
+    /// this is the run's high-water mark as the driver sees it (the CUDA context aside).
+    pub reserved: u64,
+}
 
 /// The float type of a run's tensors (`--precision`): parameters, activations, gradients and
 /// optimiser state alike. burn 0.21 has no automatic mixed precision (no per-operation casting

@@ -15,6 +15,13 @@
 //!   written by cubecl's logging thread; launches stay asynchronous, nothing is timed);
 //!   Then one more step with the device synchronised after the forward pass, the backward pass
 //!   and the optimiser step: the kernels of each phase, by name;
+//! - `--profile-kernels` (a wgpu or CUDA build): the same count with each kernel timed on the
+//!   device (cubecl's logger at its `basic` level: every launch waits for the previous one),
+//!   summed per step by name (`kernel_ms_by_name`) and in all (`kernel_ms_per_step`, the
+//!   device's busy time; the step's own time is then the profiled one, not comparable);
+//! - a wgpu or CUDA build: the device memory cubecl's memory management reports, in use at the
+//!   end of each phase of that extra step and reserved after it (`memory_mib`; the extra step
+//!   runs whenever there are kernels or memory to read);
 //! - always: the wall-clock time per step until `step` returns, before the synchronisation
 //!   (`issue_ms_per_step`: the host's issuing, which the device overlaps);
 //! - always: the CPU time of each of the process's threads per timed step (Linux's
@@ -78,6 +85,12 @@ struct BenchArgs {
     /// Count the kernels each timed step launches, by name (a wgpu or CUDA build).
     #[arg(long)]
     count_kernels: bool,
+    /// Count the kernels and time each one on the device, by name (a wgpu or CUDA build;
+    /// cubecl's profiling logger at its `basic` level, which waits for every kernel before
+    /// launching the next: the step's own time is then not the unprofiled one, the sum of the
+    /// kernels' times is the device's busy time per step).
+    #[arg(long)]
+    profile_kernels: bool,
 }
 
 /// One timing's result.
@@ -102,6 +115,13 @@ struct Timing {
     /// Kernels per timed step by name, most launched first (`--count-kernels`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     kernels_by_name: Vec<(String, f64)>,
+    /// The device's time in kernels per timed step, in milliseconds (`--profile-kernels`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kernel_ms_per_step: Option<f64>,
+    /// Milliseconds per timed step in each kernel, by name, longest first
+    /// (`--profile-kernels`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    kernel_ms_by_name: Vec<(String, f64)>,
     /// Wall-clock milliseconds per timed step until `step` returned, before the device's
     /// synchronisation: the host's time to issue the step (its operations, autodiff's graph,
     /// fusion's queue), which the device's work overlaps.
@@ -112,6 +132,30 @@ struct Timing {
     /// at the phase boundaries, so the three may add up to a few more than a timed step.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     kernels_by_phase: Vec<PhaseKernels>,
+    /// Device memory (a wgpu or CUDA build), from cubecl's memory management.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_mib: Option<StepMemory>,
+}
+
+/// A GPU step's device memory in MiB, read from cubecl's memory management
+/// ([`backend::DeviceMemory`]) with the device synchronised: in use between two steps, in use
+/// at the end of each phase of one more step, and reserved after it.
+#[derive(serde::Serialize)]
+struct StepMemory {
+    /// In use before the phase step: parameters, optimiser state, the EMA copy and the queue
+    /// where the method has them, the two views.
+    between_steps: f64,
+    /// In use after the forward pass and the loss: the above plus what autodiff keeps for
+    /// the backward pass (the step's activations).
+    after_forward: f64,
+    /// In use after the backward pass: the above less the freed activations, plus the
+    /// gradients.
+    after_backward: f64,
+    /// In use after the optimiser step and the EMA / queue update.
+    after_optimiser: f64,
+    /// Reserved from the driver after the phase step (cubecl's pages: the process's high-water
+    /// mark, autotune's benchmark buffers of the first steps included).
+    reserved: f64,
 }
 
 /// The kernels of one phase of a step (`--count-kernels`).
@@ -175,17 +219,23 @@ fn cpu_per_step(
         .collect()
 }
 
-/// The kernel log of `--count-kernels`: cubecl's profiling logger at its `minimal` level into
-/// `path`, set before the first tensor (cubecl reads its configuration once). The autotune
-/// level of `CUBECL_AUTOTUNE_LEVEL=minimal` is kept (a configuration set here replaces the
+/// The kernel log of `--count-kernels` / `--profile-kernels`: cubecl's profiling logger at its
+/// `minimal` level (a line `Executing NAME` per launch) or, `timed`, its `basic` level (a line
+/// `| DURATION | NAME` per launch, each kernel timed on the device) into `path`, set before the
+/// first tensor (cubecl reads its configuration once). The autotune level of
+/// `CUBECL_AUTOTUNE_LEVEL=minimal` is kept (a configuration set here replaces the
 /// environment's).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn log_kernels(path: &std::path::Path) -> Result<()> {
+fn log_kernels(path: &std::path::Path, timed: bool) -> Result<()> {
     use burn::cubecl::config::autotune::AutotuneLevel;
     use burn::cubecl::config::profiling::ProfilingLogLevel;
     use burn::cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
     let mut config = CubeClRuntimeConfig::default();
-    config.profiling.logger.level = ProfilingLogLevel::Minimal;
+    config.profiling.logger.level = if timed {
+        ProfilingLogLevel::Basic
+    } else {
+        ProfilingLogLevel::Minimal
+    };
     config.profiling.logger.file = Some(path.to_path_buf());
     config.profiling.logger.append = false;
     if std::env::var("CUBECL_AUTOTUNE_LEVEL").as_deref() == Ok("minimal") {
@@ -197,10 +247,10 @@ fn log_kernels(path: &std::path::Path) -> Result<()> {
 
 /// See the wgpu / CUDA build's.
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-fn log_kernels(_path: &std::path::Path) -> Result<()> {
+fn log_kernels(_path: &std::path::Path, _timed: bool) -> Result<()> {
     Err(crate::usage::usage(
-        "--count-kernels counts cubecl's kernels: it needs a wgpu or CUDA build of `recipe` \
-         (cargo build --release --features wgpu)",
+        "--count-kernels and --profile-kernels read cubecl's kernels: they need a wgpu or CUDA \
+         build of `recipe` (cargo build --release --features wgpu)",
     ))
 }
 
@@ -218,19 +268,52 @@ fn settled_lines(path: &std::path::Path) -> Vec<String> {
     }
 }
 
-/// Kernels per step by name from the log lines of the timed steps, most launched first: the
-/// name is the kernel type's (its generic arguments after the first ` | ` dropped).
+/// A launch in the kernel log: the kernel type's name (its generic arguments after the first
+/// ` | ` dropped) and, at the `basic` level, its time on the device in milliseconds. Other
+/// lines (compilations, cubecl's summary tables) are `None`.
+fn launch(line: &str) -> Option<(&str, Option<f64>)> {
+    if let Some(name) = line.split("Executing ").nth(1) {
+        return Some((name.split(" | ").next().unwrap_or(name).trim(), None));
+    }
+    // `| {duration:<10?} | {name}`: the duration as `Debug` prints one.
+    let (duration, name) = line.strip_prefix("| ")?.split_once(" | ")?;
+    let duration = duration.trim();
+    let ms = [("ns", 1e-6), ("µs", 1e-3), ("ms", 1.0), ("s", 1e3)]
+        .into_iter()
+        .find_map(|(unit, scale)| {
+            let value: f64 = duration.strip_suffix(unit)?.parse().ok()?;
+            Some(value * scale)
+        })?;
+    Some((name.split(" | ").next().unwrap_or(name).trim(), Some(ms)))
+}
+
+/// Kernels per step by name from the log lines of the timed steps, most launched first.
 fn kernels_by_name(lines: &[String], steps: usize) -> Vec<(String, f64)> {
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
-    for line in lines {
-        if let Some(name) = line.split("Executing ").nth(1) {
-            let name = name.split(" | ").next().unwrap_or(name).trim().to_string();
-            *counts.entry(name).or_default() += 1;
-        }
+    for (name, _) in lines.iter().filter_map(|line| launch(line)) {
+        *counts.entry(name.to_string()).or_default() += 1;
     }
-    let mut by_name: Vec<(String, f64)> = counts
+    most_first(counts.into_iter().map(|(name, n)| (name, n as f64)), steps)
+}
+
+/// Milliseconds per step in each kernel by name from the timed log lines of
+/// `--profile-kernels`, longest first.
+fn kernel_ms_by_name(lines: &[String], steps: usize) -> Vec<(String, f64)> {
+    let mut times = std::collections::BTreeMap::<String, f64>::new();
+    for (name, ms) in lines.iter().filter_map(|line| launch(line)) {
+        *times.entry(name.to_string()).or_default() += ms.unwrap_or(0.0);
+    }
+    most_first(times, steps)
+}
+
+/// `(name, total)` as `(name, total / steps)`, the largest first (ties by name).
+fn most_first(
+    totals: impl IntoIterator<Item = (String, f64)>,
+    steps: usize,
+) -> Vec<(String, f64)> {
+    let mut by_name: Vec<(String, f64)> = totals
         .into_iter()
-        .map(|(name, n)| (name, n as f64 / steps as f64))
+        .map(|(name, total)| (name, total / steps as f64))
         .collect();
     by_name.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     by_name
@@ -328,26 +411,51 @@ fn time<S: SslMethod<Train>>(
     sync(device)?;
     let seconds = timed.elapsed().as_secs_f64();
     let cpu_ms_per_step = cpu_per_step(&cpu_before, &thread_cpu(), args.steps);
-    let kernels = kernel_log.zip(logged_before).map(|(path, before)| {
-        let lines = settled_lines(path);
-        let timed_lines = lines.get(before..).unwrap_or_default();
-        kernels_by_name(timed_lines, args.steps)
+    let timed_lines = kernel_log.zip(logged_before).map(|(path, before)| {
+        let mut lines = settled_lines(path);
+        lines.drain(..before.min(lines.len()));
+        lines
     });
-    // One more step, phase by phase, for the kernels of each.
+    let kernels = timed_lines
+        .as_ref()
+        .map(|lines| kernels_by_name(lines, args.steps));
+    let kernel_times = timed_lines
+        .as_ref()
+        .filter(|_| args.profile_kernels)
+        .map(|lines| kernel_ms_by_name(lines, args.steps));
+    // One more step, phase by phase, for the kernels and the memory of each (on a backend that
+    // has either to read).
     let mut kernels_by_phase = Vec::new();
-    if let Some(path) = kernel_log {
-        let mut marks = vec![settled_lines(path).len()];
+    let mut memory_mib = None;
+    if kernel_log.is_some() || backend::memory(device).is_some() {
+        let mib = |m: Option<backend::DeviceMemory>| {
+            m.map(|m| (m.in_use as f64 / 1048576.0, m.reserved as f64 / 1048576.0))
+        };
+        let mut readings = vec![mib(backend::memory(device))];
+        let mut marks = vec![kernel_log.map(|p| settled_lines(p).len())];
         let mut failed = None;
         step(total, &mut || {
             if let Err(e) = sync(device) {
                 failed.get_or_insert(e);
             }
-            marks.push(settled_lines(path).len());
+            marks.push(kernel_log.map(|p| settled_lines(p).len()));
+            readings.push(mib(backend::memory(device)));
         });
         if let Some(e) = failed {
             return Err(e.into());
         }
-        let lines = settled_lines(path);
+        if let [Some(a), Some(b), Some(c), Some(d)] = readings[..] {
+            let round = |x: f64| (x * 10.0).round() / 10.0;
+            memory_mib = Some(StepMemory {
+                between_steps: round(a.0),
+                after_forward: round(b.0),
+                after_backward: round(c.0),
+                after_optimiser: round(d.0),
+                reserved: round(d.1),
+            });
+        }
+        let marks: Vec<usize> = marks.into_iter().flatten().collect();
+        let lines = kernel_log.map(settled_lines).unwrap_or_default();
         for (phase, bounds) in ["forward", "backward", "optimiser"]
             .into_iter()
             .zip(marks.windows(2))
@@ -378,13 +486,18 @@ fn time<S: SslMethod<Train>>(
         cpu_ms_per_step,
         kernels_per_step: kernels.as_ref().map(|k| k.iter().map(|(_, n)| n).sum()),
         kernels_by_name: kernels.unwrap_or_default(),
+        kernel_ms_per_step: kernel_times
+            .as_ref()
+            .map(|t| (t.iter().map(|(_, ms)| ms).sum::<f64>() * 1e3).round() / 1e3),
+        kernel_ms_by_name: kernel_times.unwrap_or_default(),
         issue_ms_per_step: issue_s * 1e3 / args.steps as f64,
         kernels_by_phase,
+        memory_mib,
     })
 }
 
 /// `recipe bench_step [--method M] [--batch-size N] [--image-size S] [--steps N] [--warmup N]
-/// [--precision P] [--device N] [--count-kernels]`.
+/// [--precision P] [--device N] [--count-kernels] [--profile-kernels]`.
 pub fn run_cli(args: &[String]) -> Result<()> {
     let args: BenchArgs = super::common::parse_recipe_args("bench_step", args)?;
     if args.steps == 0 || args.batch_size < 2 || args.image_size < 8 {
@@ -395,14 +508,14 @@ pub fn run_cli(args: &[String]) -> Result<()> {
         )));
     }
     // The kernel log is set up before the first tensor.
-    let kernel_log = args.count_kernels.then(|| {
+    let kernel_log = (args.count_kernels || args.profile_kernels).then(|| {
         std::env::temp_dir().join(format!(
             "recipe-bench-step-kernels-{}.log",
             std::process::id()
         ))
     });
     if let Some(path) = &kernel_log {
-        log_kernels(path)?;
+        log_kernels(path, args.profile_kernels)?;
     }
     let log = kernel_log.as_deref();
     let device = backend::open(args.device, args.precision)?;
@@ -488,6 +601,38 @@ mod tests {
         // This process's own threads are read (Linux).
         if cfg!(target_os = "linux") {
             assert!(!thread_cpu().is_empty());
+        }
+    }
+
+    /// `--profile-kernels`' lines (`| DURATION | NAME`, the duration as `Debug` prints it):
+    /// counted and timed per step by name; cubecl's summary table's rows are not launches.
+    #[test]
+    fn timed_kernel_lines_are_summed_per_step() {
+        let lines: Vec<String> = [
+            "| 1.5ms      | MatmulEntry | f32",
+            "| 250µs      | ElemwiseFuse",
+            "| 500ns      | ElemwiseFuse | f16",
+            "| 2s         | Reduce",
+            "| Name | Num Computed | Duration | Ratio |",
+            "| ElemwiseFuse | 2 | 250.5µs | 3 % |",
+            "| Ratios | 1 | 1s | 1 % |",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            kernels_by_name(&lines, 2),
+            vec![
+                ("ElemwiseFuse".to_string(), 1.0),
+                ("MatmulEntry".to_string(), 0.5),
+                ("Reduce".to_string(), 0.5),
+            ]
+        );
+        let times = kernel_ms_by_name(&lines, 2);
+        let names: Vec<&str> = times.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["Reduce", "MatmulEntry", "ElemwiseFuse"]);
+        // Per step, in ms: 2 s / 2; 1.5 ms / 2; (250 µs + 500 ns) / 2.
+        for ((_, got), want) in times.iter().zip([1000.0, 0.75, 0.12525]) {
+            assert!((got - want).abs() < 1e-12, "{got} against {want}");
         }
     }
 }

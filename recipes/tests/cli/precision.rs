@@ -195,12 +195,16 @@ fn bench_step_times_the_step() {
     }
     assert!(a.get("kernels_per_step").is_none(), "{a}");
     assert!(a.get("kernels_by_phase").is_none(), "{a}");
+    // Device memory is cubecl's pools: none on the CPU backend.
+    assert!(a.get("memory_mib").is_none(), "{a}");
     // The host's issuing is part of the step: more than nothing, at most the whole (on the CPU
     // backend the work is done in the call).
     let issue = a["issue_ms_per_step"].as_f64().unwrap();
     assert!(issue > 0.0 && issue <= ms, "{a}");
     // Kernels are cubecl's: the CPU build says so.
-    let o = run(&["bench_step", "--count-kernels"]);
-    assert_eq!(check_error_shape(&o, "bench_step --count-kernels"), 2);
-    assert!(stderr(&o).contains("wgpu or CUDA build"), "{}", stderr(&o));
+    for flag in ["--count-kernels", "--profile-kernels"] {
+        let o = run(&["bench_step", flag]);
+        assert_eq!(check_error_shape(&o, &format!("bench_step {flag}")), 2);
+        assert!(stderr(&o).contains("wgpu or CUDA build"), "{}", stderr(&o));
+    }
 }
