@@ -6,7 +6,6 @@ use burn::nn::conv::Conv2d;
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::PaddingConfig2d;
 use burn::prelude::*;
-use burn::tensor::activation::relu;
 
 use crate::backbone::Backbone;
 use crate::banded_conv::banded_conv2d;
@@ -254,12 +253,12 @@ impl<B: Backend> ResidualBlock<B> {
             Some(d) => d.bn.forward(kernels::conv2d(&d.conv, x.clone())),
             None => x.clone(),
         };
-        let mut y = relu(self.bn1.forward(kernels::conv2d(&self.conv1, x)));
+        let mut y = kernels::relu(self.bn1.forward(kernels::conv2d(&self.conv1, x)));
         y = self.bn2.forward(kernels::conv2d(&self.conv2, y));
         if let (Some(conv3), Some(bn3)) = (&self.conv3, &self.bn3) {
-            y = bn3.forward(kernels::conv2d(conv3, relu(y)));
+            y = bn3.forward(kernels::conv2d(conv3, kernels::relu(y)));
         }
-        relu(y.add(identity))
+        kernels::relu(y.add(identity))
     }
 }
 
@@ -341,7 +340,7 @@ impl<B: Backend> ResNet<B> {
         } else {
             kernels::conv2d(&self.conv1, images)
         };
-        let mut x = relu(self.bn1.forward(stem));
+        let mut x = kernels::relu(self.bn1.forward(stem));
         if let Some(pool) = &self.maxpool {
             x = pool.forward(x);
         }

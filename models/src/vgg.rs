@@ -3,7 +3,6 @@
 use burn::nn::conv::Conv2d;
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
 use burn::prelude::*;
-use burn::tensor::activation::relu;
 
 use crate::backbone::Backbone;
 use crate::error::ModelError;
@@ -159,7 +158,7 @@ impl<B: Backend> Vgg<B> {
         let mut x = images;
         for layer in &self.layers {
             if let (Some(conv), Some(bn)) = (&layer.conv, &layer.bn) {
-                x = relu(bn.forward(kernels::conv2d(conv, x)));
+                x = kernels::relu(bn.forward(kernels::conv2d(conv, x)));
             }
             if let Some(pool) = &layer.pool {
                 x = pool.forward(x);

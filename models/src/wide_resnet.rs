@@ -4,7 +4,6 @@
 use burn::nn::conv::Conv2d;
 use burn::nn::{Dropout, DropoutConfig};
 use burn::prelude::*;
-use burn::tensor::activation::relu;
 
 use crate::backbone::Backbone;
 use crate::error::ModelError;
@@ -112,12 +111,12 @@ impl<B: Backend> WideBlock<B> {
     /// # Shapes
     /// - input: `[batch, in, h, w]`; output: `[batch, width, h / stride, w / stride]`
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        let pre = relu(self.bn1.forward(x.clone()));
+        let pre = kernels::relu(self.bn1.forward(x.clone()));
         let residual = match &self.shortcut {
             Some(conv) => kernels::conv2d(conv, pre.clone()),
             None => x,
         };
-        let y = relu(self.bn2.forward(kernels::conv2d(&self.conv1, pre)));
+        let y = kernels::relu(self.bn2.forward(kernels::conv2d(&self.conv1, pre)));
         let y = kernels::conv2d(&self.conv2, self.dropout.forward(y));
         y.add(residual)
     }
@@ -160,7 +159,7 @@ impl<B: Backend> WideResNet<B> {
         for block in &self.blocks {
             x = block.forward(x);
         }
-        relu(self.bn.forward(x))
+        kernels::relu(self.bn.forward(x))
     }
 }
 

@@ -281,8 +281,8 @@ fn the_kernels_run_exactly_where_they_cover_the_layer() {
     ));
 }
 
-/// `Σ gelu(x) ⊙ r` on `Autodiff<Flex>` through `run`: the output and the input's gradient.
-fn gelu_and_grad(
+/// `Σ run(x) ⊙ r` on `Autodiff<Flex>`: the output and the input's gradient.
+fn value_and_grad(
     x: Tensor<Ad, 3>,
     run: impl Fn(Tensor<Ad, 3>) -> Tensor<Ad, 3>,
 ) -> (Vec<f64>, Vec<f64>) {
@@ -306,8 +306,8 @@ fn gelu_and_grad(
 fn gelu_kernel_equals_the_composed_gelu() {
     let device = Default::default();
     let x = f64_tensor::<Ad, 3>([3, 5, 70], 16, &device).mul_scalar(4.0);
-    let (y, dx) = gelu_and_grad(x.clone(), curriculum_ssl_models::layers::gelu);
-    let (y_ref, dx_ref) = gelu_and_grad(x.clone(), kernels::gelu_composed);
+    let (y, dx) = value_and_grad(x.clone(), curriculum_ssl_models::layers::gelu);
+    let (y_ref, dx_ref) = value_and_grad(x.clone(), kernels::gelu_composed);
     assert!(max_rel(&y, &y_ref) < 1e-14, "f64 values");
     assert!(max_rel(&dx, &dx_ref) < 1e-14, "f64 gradients");
     // Without autodiff (feature extraction) the same values.
@@ -319,8 +319,8 @@ fn gelu_kernel_equals_the_composed_gelu() {
     );
 
     let x32 = x.cast(DType::F32);
-    let (y, dx) = gelu_and_grad(x32.clone(), curriculum_ssl_models::layers::gelu);
-    let (y_ref, dx_ref) = gelu_and_grad(x32, kernels::gelu_composed);
+    let (y, dx) = value_and_grad(x32.clone(), curriculum_ssl_models::layers::gelu);
+    let (y_ref, dx_ref) = value_and_grad(x32, kernels::gelu_composed);
     let largest = |a: &[f64], b: &[f64]| {
         a.iter()
             .zip(b)
@@ -337,6 +337,31 @@ fn gelu_kernel_equals_the_composed_gelu() {
         "f32 gradients: {}",
         largest(&dx, &dx_ref)
     );
+}
+
+/// `kernels::relu` (the ResNets' ReLU, which keeps its output for the backward step) against
+/// burn's `relu` (which keeps its input) on `Autodiff<Flex>`: the same values and input
+/// gradients exactly, in f64 and f32 — the same inner `relu` and `relu_backward` run, the mask
+/// read from the output instead of the input, and `relu(x) ≤ 0` exactly where `x ≤ 0`. The
+/// inputs hold exact zeros (gradient 0 on both sides) and the input is used twice, as a residual
+/// block's is, so its gradient accumulates through the operation.
+#[test]
+fn relu_keeping_its_output_equals_burns_relu() {
+    use burn::tensor::activation::relu;
+    let device = Default::default();
+    let x = f64_tensor::<Ad, 3>([3, 5, 70], 17, &device)
+        .mul_scalar(4.0)
+        .round();
+    let zeros = x.clone().equal_elem(0.0).int().sum().into_scalar();
+    assert!(zeros > 0, "the inputs hold exact zeros");
+    let twice = |f: fn(Tensor<Ad, 3>) -> Tensor<Ad, 3>| move |x: Tensor<Ad, 3>| f(x.clone()) * x;
+    for dtype in [DType::F64, DType::F32] {
+        let x = x.clone().cast(dtype);
+        let (y, dx) = value_and_grad(x.clone(), twice(kernels::relu));
+        let (y_ref, dx_ref) = value_and_grad(x, twice(relu));
+        assert_eq!(y, y_ref, "{dtype:?} values");
+        assert_eq!(dx, dx_ref, "{dtype:?} gradients");
+    }
 }
 
 /// `kernels::swap_middle_dims` (attention's token/head swap) against burn's `swap_dims(1, 2)`

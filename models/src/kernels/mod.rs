@@ -4,7 +4,9 @@
 //! Winograd's F(4×4, 3×3), [`winograd`]) and the training batch norm, fused
 //! ([`batch_norm`]), the exact GELU ([`gelu`](mod@gelu)) and attention's swap of tokens and heads
 //! ([`layout`]) — each file says what it computes and why. For the GPU backends, the training
-//! batch norm as one autodiff operation in their own tensor operations ([`batch_norm_op`]).
+//! batch norm as one autodiff operation in their own tensor operations ([`batch_norm_op`]). On
+//! every backend, a ReLU that keeps its output rather than its input for the backward step
+//! ([`relu_op`](mod@relu_op), [`relu`]).
 //!
 //! [`conv2d`] is what a layer calls: on `Flex` and `Autodiff<Flex>` with `f32` or `f64`
 //! tensors and a covered layer (one group, symmetric padding) it runs these kernels; on every
@@ -28,6 +30,7 @@ pub mod conv;
 mod flex;
 pub mod gelu;
 pub mod layout;
+pub mod relu_op;
 pub mod winograd;
 
 use std::cell::RefCell;
@@ -176,6 +179,41 @@ pub fn covered_geometry<B: Backend>(conv: &Conv2d<B>, x_shape: [usize; 4]) -> Op
         dilation: conv.dilation,
     };
     g.out_size().filter(|[oh, ow]| oh * ow > 0).map(|_| g)
+}
+
+/// ReLU of a tensor: under autodiff on `Flex`, `Wgpu` or `Cuda` (with this crate's `cpu`,
+/// `wgpu` / `cuda` features) [`relu_op`](relu_op::relu_op), which keeps the output for the
+/// backward step where burn's rule keeps the input (one activation fewer per ReLU whose output
+/// is kept anyway, as a convolution's input is); elsewhere `burn::tensor::activation::relu`.
+/// The same values and gradients either way.
+pub fn relu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    #[cfg(feature = "cpu")]
+    let x = match relu_on::<burn::backend::Flex, B, D>(x) {
+        Ok(y) => return y,
+        Err(x) => x,
+    };
+    #[cfg(feature = "wgpu")]
+    let x = match relu_on::<burn::backend::Wgpu, B, D>(x) {
+        Ok(y) => return y,
+        Err(x) => x,
+    };
+    #[cfg(feature = "cuda")]
+    let x = match relu_on::<burn::backend::Cuda, B, D>(x) {
+        Ok(y) => return y,
+        Err(x) => x,
+    };
+    burn::tensor::activation::relu(x)
+}
+
+/// [`relu_op::relu_op`] when `B` is `Autodiff<I>`, else `Err(x)`.
+#[cfg(any(feature = "cpu", feature = "wgpu", feature = "cuda"))]
+fn relu_on<I: Backend, B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+) -> Result<Tensor<B, D>, Tensor<B, D>> {
+    use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+    use burn::backend::Autodiff;
+    let x: Tensor<Autodiff<I, NoCheckpointing>, D> = same_type(x)?;
+    Ok(cast(relu_op::relu_op(x), "B is Autodiff<I>"))
 }
 
 /// Whether [`conv2d`] runs this module's kernels for `conv` on `x` (the backend is `Flex` or
