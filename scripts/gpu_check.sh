@@ -45,8 +45,15 @@
 #                        full-set epoch (same batch and image size)
 #   phase 2, one after the other (peak GPU memory read from nvidia-smi as the rise over idle):
 #   step_*               the training step of SimCLR, MoCo v2, BYOL (ResNet-18, CIFAR stem,
-#                        batch 256, 32x32): `recipe bench_step` f32, PyTorch eager f32 and bf16
+#                        batch 256, 32x32): `recipe bench_step` f32 (with cubecl's memory
+#                        readings), PyTorch eager f32 (with its allocator's, --memory) and bf16
 #                        (autocast; benches/pytorch/train_step.py), ours bf16
+#   kernels_*_ours_f32   the same steps with every kernel timed (`--profile-kernels`): kernels
+#                        per step, the device's time in them by name
+#   epoch_light_moco_ours  one epoch of light_moco (the card's recipe) on the 60,000 images,
+#                        and its kNN
+#   memory_moco_v2_ours_f32  MoCo v2's step with cubecl's memory logger at its full level: every
+#                        reservation and each new page of its pools (logs/cubecl_memory.log)
 #   epoch_moco_v2_*      one epoch of moco_v2 on the 60,000 images, ours, then
 #                        benches/pytorch/moco_v2_fmnist.py with a torchvision DataLoader
 #   step_pytorch_compile_f32         PyTorch's step under torch.compile (slow to compile: last)
@@ -123,6 +130,16 @@ EOF
 # kernel again even when cubecl's cache skipped NVRTC).
 export CUDA_CACHE_PATH=$kernel_cache/nv CUDA_CACHE_MAXSIZE=4294967296
 ours=(sh -c 'cd "$0" && exec "$@"' "$work/cwd" "$recipe")
+# The memory section's directory: the same caches, and cubecl's memory logger at its full level
+# (every reservation, each new page with the pools' state) into its own log.
+mkdir -p "$work/cwd_memory"
+sed '/^\[compilation.logger\]/,$d' "$work/cwd/cubecl.toml" > "$work/cwd_memory/cubecl.toml"
+cat >> "$work/cwd_memory/cubecl.toml" <<EOF
+[memory.logger]
+level = "full"
+file = "$logs/cubecl_memory.log"
+EOF
+ours_memory=(sh -c 'cd "$0" && exec "$@"' "$work/cwd_memory" "$recipe")
 export PYTHONUNBUFFERED=1 RUST_BACKTRACE=1
 export CUBECL_AUTOTUNE_LEVEL=${CUBECL_AUTOTUNE_LEVEL:-minimal}
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$work}
@@ -151,7 +168,7 @@ for prefix, n in (("train", 512), ("t10k", 128)):
     open(f"{dst}/{prefix}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 2049, n) + lb[8:8 + n])
 EOF
   subset=(--data-dir "$tiny" --batch-size 32)
-  full=(--data-dir "$tiny")
+  full=(--data-dir "$tiny" --batch-size 32)
   torch_full=(--data "$tiny" --max-steps 4 --knn-subset 128 --workers 0)
 else
   batch=256 side=32 steps=20 warmup=5 epochs=2
@@ -310,7 +327,17 @@ torch_step=(benches/pytorch/train_step.py --device "$torch_device" --batch "$bat
 for m in simclr moco_v2 byol; do
   section "step_${m}_ours_f32" 90 "${ours[@]}" bench_step --method "$m" "${step[@]}"
 done
-section step_pytorch_eager_f32 90 "$python" "${torch_step[@]}" simclr moco_v2 byol
+section step_pytorch_eager_f32 90 "$python" "${torch_step[@]}" --memory simclr moco_v2 byol
+# Each kernel of our step timed on the device (cubecl's profiling: every launch waits for the
+# previous one), so that the step's time splits into the kernels' and the host's.
+for m in simclr moco_v2 byol; do
+  section "kernels_${m}_ours_f32" 60 "${ours[@]}" bench_step --method "$m" --batch-size "$batch" --image-size "$side" --steps 2 --warmup 1 --profile-kernels
+done
+# The card's recipe: one epoch on the full training set, and its kNN.
+section epoch_light_moco_ours 120 "${ours[@]}" light_moco "${full[@]}" --epochs 1 --run-dir "$work/runs/light_moco_full"
+# Where MoCo v2's memory goes: its step with every reservation and page logged (the pools'
+# state at each new page: cubecl_memory.log, in logs.tar.gz).
+section memory_moco_v2_ours_f32 60 "${ours_memory[@]}" bench_step --method moco_v2 --batch-size "$batch" --image-size "$side" --steps 2 --warmup 1
 section step_pytorch_eager_bf16 90 "$python" "${torch_step[@]}" --precision bf16 simclr moco_v2 byol
 for m in simclr moco_v2 byol; do
   section "step_${m}_ours_bf16" 90 "${ours[@]}" bench_step --method "$m" "${step[@]}" --precision bf16

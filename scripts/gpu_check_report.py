@@ -110,6 +110,53 @@ def main():
             steps.append(rec)
     report["steps"] = steps
 
+    # Our steps with every kernel timed (--profile-kernels): the device's time in kernels against
+    # the unprofiled step's time of the same method (step_<method>_ours_f32).
+    kernels = {}
+    for s in sections:
+        name = s["name"]
+        if not name.startswith("kernels_"):
+            continue
+        method = name[len("kernels_"):].rsplit("_ours_", 1)[0]
+        recs = list(json_lines(read(logs / f"{name}.log")))
+        if not recs:
+            kernels[method] = {"rc": s["rc"]}
+            continue
+        rec = recs[-1]
+        plain = [r for r in steps if r.get("section") == f"step_{method}_ours_f32" and "ms_per_step" in r]
+        kernels[method] = {
+            "rc": s["rc"],
+            "kernels_per_step": rec.get("kernels_per_step"),
+            "kernel_ms_per_step": rec.get("kernel_ms_per_step"),
+            "step_ms": plain[0]["ms_per_step"] if plain else None,
+            "issue_ms_per_step": plain[0].get("issue_ms_per_step") if plain else None,
+            "top": (rec.get("kernel_ms_by_name") or [])[:10],
+            "kernels_by_phase": [(p.get("phase"), p.get("kernels")) for p in rec.get("kernels_by_phase") or []],
+        }
+    report["kernels"] = kernels
+
+    # The memory section: MoCo v2's readings, and the state of cubecl's pools at the last new
+    # page of the device's memory ("Main GPU Memory") from its full memory log.
+    memory = {}
+    for s in sections:
+        if not s["name"].startswith("memory_"):
+            continue
+        recs = list(json_lines(read(logs / f"{s['name']}.log")))
+        log = read(logs / "cubecl_memory.log").splitlines()
+        starts = [i for i, line in enumerate(log) if line.startswith("[Main GPU Memory]") and "Allocated a new memory page" in line]
+        dump = []
+        if starts:
+            for line in log[starts[-1]:]:
+                if line.startswith("[") and dump:
+                    break
+                if re.search(r"Pool|Page StorageId|Slices|bytes reserved|Bytes in use|^## |efficiency", line):
+                    dump.append(line.rstrip())
+        memory[s["name"]] = {"rc": s["rc"], "gpu_mib": s.get("gpu_mib"),
+                             "memory_mib": recs[-1].get("memory_mib") if recs else None,
+                             "pages": sum("Allocated a new memory page" in line for line in log),
+                             "pools_at_last_page": dump[:120]}
+    report["memory"] = memory
+
     # Recipe runs: kNN at initialisation and at the end, throughput.
     runs = {}
     for s in sections:
@@ -182,6 +229,39 @@ def main():
            "process; PyTorch = torch.cuda.max_memory_reserved. GPU busy: nvidia-smi's utilisation, "
            "the mean over the last 40 % of the section (the timed steps; PyTorch's section holds "
            "its three methods).", ""]
+    mem_rows = [r for r in steps if isinstance(r.get("memory_mib"), dict)]
+    if mem_rows:
+        md += ["## Memory of a step (MiB)", "",
+               "| method | backend | between steps | after forward | after backward | peak allocated | reserved | nvidia-smi rise |",
+               "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for r in sorted(mem_rows, key=lambda r: (str(r.get("method", "")), r["side"])):
+            m = r["memory_mib"]
+            if r["side"] == "ours":
+                peak = max(m.get(k, 0) for k in ("after_forward", "after_backward", "after_optimiser"))
+                reserved, rise = m.get("reserved"), r.get("gpu_mib")
+            else:
+                peak, reserved, rise = m.get("peak"), r.get("peak_reserved_mib"), None
+            md.append(f"| {cell(r.get('method', '?'))} | {cell(r.get('backend', '?'))} | {fmt(m.get('between_steps'), '.0f')} | "
+                      f"{fmt(m.get('after_forward'), '.0f')} | {fmt(m.get('after_backward'), '.0f')} | {fmt(peak, '.0f')} | "
+                      f"{fmt(reserved, '.0f')} | {fmt(rise, '.0f')} |")
+        md += ["", "In use at each phase's end of one more step, the device synchronised: ours from cubecl's "
+               "memory management (its peak is the largest of the readings: cubecl keeps no high-water mark "
+               "of live bytes), PyTorch's from torch.cuda.memory_allocated, its peak max_memory_allocated. "
+               "Reserved: cubecl's pages (they are never given back) and torch.cuda.max_memory_reserved.", ""]
+    if kernels:
+        md += ["## Our kernels, each timed (`--profile-kernels`)", "",
+               "| method | kernels / step | in kernels ms / step | step ms (unprofiled) | issue ms / step | ten longest kernels (ms / step) |",
+               "|---|---:|---:|---:|---:|---|"]
+        for method, k in kernels.items():
+            top = ", ".join(f"{cell(n)} {fmt(ms, '.2f')}" for n, ms in k.get("top", []))
+            md.append(f"| {method} | {fmt(k.get('kernels_per_step'), '.0f')} | {fmt(k.get('kernel_ms_per_step'), '.2f')} | "
+                      f"{fmt(k.get('step_ms'), '.2f')} | {fmt(k.get('issue_ms_per_step'), '.2f')} | {top} |")
+        md += ["", "The device's time in kernels against the unprofiled step's: where the step is much "
+               "longer, the GPU waits for the host (burn's fusion and autodiff issuing the kernels).", ""]
+    for name, m in memory.items():
+        md += [f"## {name}: cubecl's pools", "", f"rc {m['rc']}, nvidia-smi rise {m['gpu_mib']} MiB, "
+               f"readings {m['memory_mib']}, {m['pages']} pages allocated; the pools at the last one:", "",
+               "```text", *m["pools_at_last_page"], "```", ""]
     md += ["## Runs", "", "| section | rc | s | kNN k=20 init → end | images/s | peak GPU MiB |",
            "|---|---:|---:|---|---:|---:|"]
     for name, r in runs.items():
