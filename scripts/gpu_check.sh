@@ -133,8 +133,11 @@ ours=(sh -c 'cd "$0" && exec "$@"' "$work/cwd" "$recipe")
 # The memory section's directory: the same caches, and cubecl's memory logger at its full level
 # (every reservation, each new page with the pools' state) into its own log.
 mkdir -p "$work/cwd_memory"
-sed '/^\[compilation.logger\]/,$d' "$work/cwd/cubecl.toml" > "$work/cwd_memory/cubecl.toml"
-cat >> "$work/cwd_memory/cubecl.toml" <<EOF
+cat > "$work/cwd_memory/cubecl.toml" <<EOF
+[compilation]
+cache = { file = "$kernel_cache/ptx" }
+[autotune]
+cache = { file = "$kernel_cache/autotune" }
 [memory.logger]
 level = "full"
 file = "$logs/cubecl_memory.log"
@@ -328,6 +331,10 @@ for m in simclr moco_v2 byol; do
   section "step_${m}_ours_f32" 90 "${ours[@]}" bench_step --method "$m" "${step[@]}"
 done
 section step_pytorch_eager_f32 90 "$python" "${torch_step[@]}" --memory simclr moco_v2 byol
+section step_pytorch_eager_bf16 90 "$python" "${torch_step[@]}" --precision bf16 simclr moco_v2 byol
+for m in simclr moco_v2 byol; do
+  section "step_${m}_ours_bf16" 90 "${ours[@]}" bench_step --method "$m" "${step[@]}" --precision bf16
+done
 # Each kernel of our step timed on the device (cubecl's profiling: every launch waits for the
 # previous one), so that the step's time splits into the kernels' and the host's.
 for m in simclr moco_v2 byol; do
@@ -338,10 +345,6 @@ section epoch_light_moco_ours 120 "${ours[@]}" light_moco "${full[@]}" --epochs 
 # Where MoCo v2's memory goes: its step with every reservation and page logged (the pools'
 # state at each new page: cubecl_memory.log, in logs.tar.gz).
 section memory_moco_v2_ours_f32 60 "${ours_memory[@]}" bench_step --method moco_v2 --batch-size "$batch" --image-size "$side" --steps 2 --warmup 1
-section step_pytorch_eager_bf16 90 "$python" "${torch_step[@]}" --precision bf16 simclr moco_v2 byol
-for m in simclr moco_v2 byol; do
-  section "step_${m}_ours_bf16" 90 "${ours[@]}" bench_step --method "$m" "${step[@]}" --precision bf16
-done
 section epoch_moco_v2_ours 150 "${ours[@]}" moco_v2 "${full[@]}" --epochs 1 --run-dir "$work/runs/moco_v2_full"
 section epoch_moco_v2_pytorch 150 "$python" benches/pytorch/moco_v2_fmnist.py --device "$torch_device" --backbone resnet18 --epochs 1 "${torch_full[@]}"
 section step_pytorch_compile_f32 150 "$python" "${torch_step[@]}" --compile simclr moco_v2 byol

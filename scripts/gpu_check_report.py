@@ -153,7 +153,7 @@ def main():
                     dump.append(line.rstrip())
         memory[s["name"]] = {"rc": s["rc"], "gpu_mib": s.get("gpu_mib"),
                              "memory_mib": recs[-1].get("memory_mib") if recs else None,
-                             "pages": sum("Allocated a new memory page" in line for line in log),
+                             "pages": len(starts),
                              "pools_at_last_page": dump[:120]}
     report["memory"] = memory
 
@@ -232,16 +232,16 @@ def main():
     mem_rows = [r for r in steps if isinstance(r.get("memory_mib"), dict)]
     if mem_rows:
         md += ["## Memory of a step (MiB)", "",
-               "| method | backend | between steps | after forward | after backward | peak allocated | reserved | nvidia-smi rise |",
-               "|---|---|---:|---:|---:|---:|---:|---:|"]
-        for r in sorted(mem_rows, key=lambda r: (str(r.get("method", "")), r["side"])):
+               "| method | backend | precision | between steps | after forward | after backward | peak allocated | reserved | nvidia-smi rise |",
+               "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+        for r in sorted(mem_rows, key=lambda r: (str(r.get("method", "")), r["side"], str(r.get("precision", "")))):
             m = r["memory_mib"]
             if r["side"] == "ours":
                 peak = max(m.get(k, 0) for k in ("after_forward", "after_backward", "after_optimiser"))
                 reserved, rise = m.get("reserved"), r.get("gpu_mib")
             else:
                 peak, reserved, rise = m.get("peak"), r.get("peak_reserved_mib"), None
-            md.append(f"| {cell(r.get('method', '?'))} | {cell(r.get('backend', '?'))} | {fmt(m.get('between_steps'), '.0f')} | "
+            md.append(f"| {cell(r.get('method', '?'))} | {cell(r.get('backend', '?'))} | {cell(r.get('precision', '?'))} | {fmt(m.get('between_steps'), '.0f')} | "
                       f"{fmt(m.get('after_forward'), '.0f')} | {fmt(m.get('after_backward'), '.0f')} | {fmt(peak, '.0f')} | "
                       f"{fmt(reserved, '.0f')} | {fmt(rise, '.0f')} |")
         md += ["", "In use at each phase's end of one more step, the device synchronised: ours from cubecl's "
@@ -260,7 +260,7 @@ def main():
                "longer, the GPU waits for the host (burn's fusion and autodiff issuing the kernels).", ""]
     for name, m in memory.items():
         md += [f"## {name}: cubecl's pools", "", f"rc {m['rc']}, nvidia-smi rise {m['gpu_mib']} MiB, "
-               f"readings {m['memory_mib']}, {m['pages']} pages allocated; the pools at the last one:", "",
+               f"readings {m['memory_mib']}, {m['pages']} new pages of the device's memory; the pools at the last one:", "",
                "```text", *m["pools_at_last_page"], "```", ""]
     md += ["## Runs", "", "| section | rc | s | kNN k=20 init → end | images/s | peak GPU MiB |",
            "|---|---:|---:|---|---:|---:|"]

@@ -261,7 +261,7 @@ def time_method(name, args, device, x1, x2):
         steps = args.iters
     counts = count_ops(step, device) if args.count_ops else {}
     if args.memory:
-        counts["memory_mib"] = step_memory(model, opt, loss_fn, x1, x2, device)
+        counts["run_peaks"], counts["memory_mib"] = step_memory(model, opt, loss_fn, x1, x2, device)
     first_loss = losses[0].float().item() if losses else math.nan
     last_loss = losses[-1].float().item() if losses else math.nan
     return dict(
@@ -301,8 +301,15 @@ def step_memory(model, opt, loss_fn, x1, x2, device):
             model.after_step()
         mark()
 
+    run_peaks = {}
     if device.type == "cuda":
         torch.cuda.synchronize()
+        # The run's peaks so far, for main's peak_alloc_mib / peak_reserved_mib, before the reset
+        # that makes max_memory_allocated this step's.
+        run_peaks = dict(
+            alloc=torch.cuda.max_memory_allocated(device),
+            reserved=torch.cuda.max_memory_reserved(device),
+        )
         torch.cuda.reset_peak_memory_stats(device)
         marks = [torch.cuda.memory_allocated(device)]
 
@@ -345,7 +352,7 @@ def step_memory(model, opt, loss_fn, x1, x2, device):
                 peak = max(peak, total)
                 i += 1
             marks.append(total)
-    return dict(
+    return run_peaks, dict(
         between_steps=mib(marks[0]),
         after_forward=mib(marks[1]),
         after_backward=mib(marks[2]),
@@ -422,6 +429,8 @@ def main():
         ap.error(f"unknown method(s) {unknown}: choose from {list(METHODS)}")
     if args.warmup is None:
         args.warmup = 5 if args.steps is not None else 1
+    if args.memory and args.precision != "f32":
+        ap.error("--memory measures an f32 step (its step runs without autocast)")
     if (args.steps if args.steps is not None else args.iters) < 1 or args.batch < 2:
         ap.error("--steps / --iters must be at least 1 and --batch at least 2")
     device = torch.device(args.device)
@@ -465,9 +474,13 @@ def main():
         except Exception as e:  # a failed compile (or an out-of-memory) ends this method only
             traceback.print_exc(file=sys.stderr)
             record["error"] = f"{type(e).__name__}: {e}"[:2000]
+        run_peaks = record.pop("run_peaks", None) or {}
         if device.type == "cuda":
-            record["peak_alloc_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
-            record["peak_reserved_mib"] = torch.cuda.max_memory_reserved(device) / 2**20
+            # Over the whole method: the peaks before --memory's step reset them, and after.
+            alloc = max(torch.cuda.max_memory_allocated(device), run_peaks.get("alloc", 0))
+            reserved = max(torch.cuda.max_memory_reserved(device), run_peaks.get("reserved", 0))
+            record["peak_alloc_mib"] = alloc / 2**20
+            record["peak_reserved_mib"] = reserved / 2**20
         else:
             record["peak_alloc_mib"] = record["peak_reserved_mib"] = math.nan
         record["device"] = device_name

@@ -357,10 +357,13 @@ fn relu_keeping_its_output_equals_burns_relu() {
     let twice = |f: fn(Tensor<Ad, 3>) -> Tensor<Ad, 3>| move |x: Tensor<Ad, 3>| f(x.clone()) * x;
     for dtype in [DType::F64, DType::F32] {
         let x = x.clone().cast(dtype);
-        let (y, dx) = value_and_grad(x.clone(), twice(kernels::relu));
-        let (y_ref, dx_ref) = value_and_grad(x, twice(relu));
-        assert_eq!(y, y_ref, "{dtype:?} values");
-        assert_eq!(dx, dx_ref, "{dtype:?} gradients");
+        let (y_ref, dx_ref) = value_and_grad(x.clone(), twice(relu));
+        // The operation itself, and the dispatching call the backbones make.
+        for run in [twice(kernels::relu_op::relu_op), twice(kernels::relu)] {
+            let (y, dx) = value_and_grad(x.clone(), run);
+            assert_eq!(y, y_ref, "{dtype:?} values");
+            assert_eq!(dx, dx_ref, "{dtype:?} gradients");
+        }
     }
 }
 

@@ -193,7 +193,9 @@ pub use selected::{
 };
 
 /// A GPU backend's device memory as cubecl's memory management reports it
-/// (`ComputeClient::memory_usage`), read after a synchronisation.
+/// (`ComputeClient::memory_usage`), read after a synchronisation: the device memory of the
+/// calling thread's stream (cubecl keeps one memory manager per stream; a single-threaded step
+/// such as `recipe bench_step` uses one), not pinned host memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceMemory {
     /// Bytes of the live allocations (tensors, kernels' scratch buffers), padding excluded.
@@ -201,7 +203,7 @@ pub struct DeviceMemory {
     /// Bytes of the pages cubecl holds from the driver: the live allocations, their padding
     /// and the pages' free space. Its default pools (`MemoryConfiguration::SubSlices`) give
     /// a page back only when asked (`memory_cleanup`, which no step calls), so after a step
-    /// this is the run's high-water mark as the driver sees it (the CUDA context aside).
+    /// this is the stream's high-water mark of pages (the CUDA context aside).
     pub reserved: u64,
 }
 

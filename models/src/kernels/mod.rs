@@ -4,9 +4,9 @@
 //! Winograd's F(4×4, 3×3), [`winograd`]) and the training batch norm, fused
 //! ([`batch_norm`]), the exact GELU ([`gelu`](mod@gelu)) and attention's swap of tokens and heads
 //! ([`layout`]) — each file says what it computes and why. For the GPU backends, the training
-//! batch norm as one autodiff operation in their own tensor operations ([`batch_norm_op`]). On
-//! every backend, a ReLU that keeps its output rather than its input for the backward step
-//! ([`relu_op`](mod@relu_op), [`relu`]).
+//! batch norm as one autodiff operation in their own tensor operations ([`batch_norm_op`]). Under
+//! autodiff on `Flex`, `Wgpu` and `Cuda`, a ReLU that keeps its output rather than its input for
+//! the backward step ([`relu_op`](mod@relu_op), [`relu`]).
 //!
 //! [`conv2d`] is what a layer calls: on `Flex` and `Autodiff<Flex>` with `f32` or `f64`
 //! tensors and a covered layer (one group, symmetric padding) it runs these kernels; on every

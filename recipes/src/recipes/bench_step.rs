@@ -222,15 +222,15 @@ fn cpu_per_step(
 /// The kernel log of `--count-kernels` / `--profile-kernels`: cubecl's profiling logger at its
 /// `minimal` level (a line `Executing NAME` per launch) or, `timed`, its `basic` level (a line
 /// `| DURATION | NAME` per launch, each kernel timed on the device) into `path`, set before the
-/// first tensor (cubecl reads its configuration once). The autotune level of
-/// `CUBECL_AUTOTUNE_LEVEL=minimal` is kept (a configuration set here replaces the
-/// environment's).
+/// first tensor (cubecl reads its configuration once). The rest of the configuration is what
+/// cubecl would read itself — a `cubecl.toml` in the working directory or above (the GPU
+/// check's kernel and autotune caches), then the environment (`CUBECL_AUTOTUNE_LEVEL`) — since
+/// a configuration set here replaces it.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn log_kernels(path: &std::path::Path, timed: bool) -> Result<()> {
-    use burn::cubecl::config::autotune::AutotuneLevel;
     use burn::cubecl::config::profiling::ProfilingLogLevel;
     use burn::cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
-    let mut config = CubeClRuntimeConfig::default();
+    let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
     config.profiling.logger.level = if timed {
         ProfilingLogLevel::Basic
     } else {
@@ -238,9 +238,6 @@ fn log_kernels(path: &std::path::Path, timed: bool) -> Result<()> {
     };
     config.profiling.logger.file = Some(path.to_path_buf());
     config.profiling.logger.append = false;
-    if std::env::var("CUBECL_AUTOTUNE_LEVEL").as_deref() == Ok("minimal") {
-        config.autotune.level = AutotuneLevel::Minimal;
-    }
     CubeClRuntimeConfig::set(config);
     Ok(())
 }
@@ -613,9 +610,9 @@ mod tests {
             "| 250µs      | ElemwiseFuse",
             "| 500ns      | ElemwiseFuse | f16",
             "| 2s         | Reduce",
-            "| Name | Num Computed | Duration | Ratio |",
-            "| ElemwiseFuse | 2 | 250.5µs | 3 % |",
-            "| Ratios | 1 | 1s | 1 % |",
+            "| Name | Duration | Num Computed | Ratio |",
+            "| ElemwiseFuse | 250.5µs | 2 | 3 % |",
+            "| Ratios | 1s | 1 | 1 % |",
         ]
         .map(String::from)
         .to_vec();
