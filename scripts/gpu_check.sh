@@ -130,14 +130,11 @@ EOF
 # kernel again even when cubecl's cache skipped NVRTC).
 export CUDA_CACHE_PATH=$kernel_cache/nv CUDA_CACHE_MAXSIZE=4294967296
 ours=(sh -c 'cd "$0" && exec "$@"' "$work/cwd" "$recipe")
-# The memory section's directory: the same caches, and cubecl's memory logger at its full level
-# (every reservation, each new page with the pools' state) into its own log.
+# The memory section's directory: the same configuration, and cubecl's memory logger at its full
+# level (every reservation, each new page with the pools' state) into its own log.
 mkdir -p "$work/cwd_memory"
-cat > "$work/cwd_memory/cubecl.toml" <<EOF
-[compilation]
-cache = { file = "$kernel_cache/ptx" }
-[autotune]
-cache = { file = "$kernel_cache/autotune" }
+cp "$work/cwd/cubecl.toml" "$work/cwd_memory/cubecl.toml"
+cat >> "$work/cwd_memory/cubecl.toml" <<EOF
 [memory.logger]
 level = "full"
 file = "$logs/cubecl_memory.log"

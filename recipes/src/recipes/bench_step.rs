@@ -269,19 +269,22 @@ fn settled_lines(path: &std::path::Path) -> Vec<String> {
 /// ` | ` dropped) and, at the `basic` level, its time on the device in milliseconds. Other
 /// lines (compilations, cubecl's summary tables) are `None`.
 fn launch(line: &str) -> Option<(&str, Option<f64>)> {
-    if let Some(name) = line.split("Executing ").nth(1) {
-        return Some((name.split(" | ").next().unwrap_or(name).trim(), None));
-    }
-    // `| {duration:<10?} | {name}`: the duration as `Debug` prints one.
-    let (duration, name) = line.strip_prefix("| ")?.split_once(" | ")?;
-    let duration = duration.trim();
-    let ms = [("ns", 1e-6), ("µs", 1e-3), ("ms", 1.0), ("s", 1e3)]
-        .into_iter()
-        .find_map(|(unit, scale)| {
-            let value: f64 = duration.strip_suffix(unit)?.parse().ok()?;
-            Some(value * scale)
-        })?;
-    Some((name.split(" | ").next().unwrap_or(name).trim(), Some(ms)))
+    let (name, ms) = match line.split("Executing ").nth(1) {
+        Some(name) => (name, None),
+        None => {
+            // `| {duration:<10?} | {name}`: the duration as `Debug` prints one.
+            let (duration, name) = line.strip_prefix("| ")?.split_once(" | ")?;
+            let duration = duration.trim();
+            let ms = [("ns", 1e-6), ("µs", 1e-3), ("ms", 1.0), ("s", 1e3)]
+                .into_iter()
+                .find_map(|(unit, scale)| {
+                    let value: f64 = duration.strip_suffix(unit)?.parse().ok()?;
+                    Some(value * scale)
+                })?;
+            (name, Some(ms))
+        }
+    };
+    Some((name.split(" | ").next().unwrap_or(name).trim(), ms))
 }
 
 /// Kernels per step by name from the log lines of the timed steps, most launched first.
