@@ -18,7 +18,7 @@
 
 use rayon::prelude::*;
 
-use super::{written_planes, Real};
+use super::gemm::{written_planes, Real};
 
 /// The sizes of a batch-normalised activation, `[batch, channels, positions]` (`positions` =
 /// `H·W`).
@@ -309,7 +309,7 @@ pub fn backward<T: Real>(
 mod tests {
     use super::*;
 
-    use crate::kernels::test_values as values;
+    use crate::kernels::gemm::test_values as values;
 
     /// Batch norm by its definition, one channel at a time.
     fn direct(x: &[f64], [n, c, hw]: Dims, gamma: &[f64], beta: &[f64], eps: f64) -> Vec<f64> {

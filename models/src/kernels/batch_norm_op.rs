@@ -15,7 +15,7 @@
 //! code is checked in f64 on the CPU (`models/tests/batch_norm.rs`) and on the GPU path
 //! (`tests/gpu_path`).
 //!
-//! The activation is read as a `[N·H·W, C]` matrix, channels last ([`channels_last`]): burn's
+//! The activation is read as a `[N·H·W, C]` matrix, channels last (`channels_last`): burn's
 //! cubecl convolutions compute in channels-last memory and hand back an NCHW view of it, so
 //! the matrix is that memory as it lies (no copy), each per-channel statistic is one reduction
 //! over its rows, and the output goes back as the same kind of view, which the next
@@ -31,7 +31,16 @@ use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorPrimitive;
 
-use super::TrainingBatchNorm;
+/// What [`super::batch_norm_train`] and [`batch_norm_train_op`] compute.
+#[derive(Debug)]
+pub struct TrainingBatchNorm<B: Backend> {
+    /// `γ·x̂ + β`, shaped as the input.
+    pub output: Tensor<B, 4>,
+    /// Per-channel batch mean, `[c]`, untracked.
+    pub mean: Tensor<B, 1>,
+    /// Per-channel biased batch variance, `[c]`, untracked.
+    pub var: Tensor<B, 1>,
+}
 
 /// What the backward step keeps: the input, `γ`, and per channel `μ` and `r` (`[1, c]`).
 #[derive(Debug, Clone)]

@@ -14,8 +14,8 @@ use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, TensorData};
 
-use super::conv::{conv2d_backward, conv2d_forward, ConvGeometry};
-use super::{batch_norm, gelu, layout};
+use super::geometry::ConvGeometry;
+use super::{batch_norm, conv, gelu, layout};
 
 /// Whether the kernels run in this element type (`f32` and `f64`).
 pub(super) fn supported(dtype: DType) -> bool {
@@ -33,11 +33,11 @@ pub(super) fn forward(x: &FlexTensor, weight: &FlexTensor, g: &ConvGeometry) -> 
     let shape = [g.batch, g.out_channels, oh, ow];
     match x.dtype() {
         DType::F64 => flex_tensor(
-            conv2d_forward(x.storage::<f64>(), weight.storage(), g),
+            conv::forward(x.storage::<f64>(), weight.storage(), g),
             shape,
         ),
         _ => flex_tensor(
-            conv2d_forward(x.storage::<f32>(), weight.storage(), g),
+            conv::forward(x.storage::<f32>(), weight.storage(), g),
             shape,
         ),
     }
@@ -60,7 +60,7 @@ fn backward(
     let w_shape = [g.out_channels, g.in_channels, g.kernel[0], g.kernel[1]];
     macro_rules! run {
         ($t:ty) => {{
-            let (dx, dw) = conv2d_backward(
+            let (dx, dw) = conv::backward(
                 x.storage::<$t>(),
                 weight.storage::<$t>(),
                 grad.storage::<$t>(),

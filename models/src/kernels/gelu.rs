@@ -19,7 +19,7 @@
 
 use rayon::prelude::*;
 
-use super::Real;
+use super::gemm::Real;
 
 /// Values per parallel task: the passes are a few operations per value, so smaller tasks
 /// would cost more in scheduling than they save.
@@ -241,7 +241,7 @@ mod tests {
     /// ~1e-10).
     #[test]
     fn f64_values_and_finite_differences() {
-        let x = super::super::test_values(1001, 3)
+        let x = crate::kernels::gemm::test_values(1001, 3)
             .into_iter()
             .map(|v| v * 6.0)
             .collect::<Vec<f64>>();
@@ -250,7 +250,7 @@ mod tests {
             let expected = v * (1.0 + libm::erf(v / core::f64::consts::SQRT_2)) / 2.0;
             assert!((y - expected).abs() <= 1e-15 * (1.0 + v.abs()), "{v}: {y}");
         }
-        let g = super::super::test_values(1001, 4);
+        let g = crate::kernels::gemm::test_values(1001, 4);
         let dx = backward(&x, &g);
         let h = 1e-6;
         for ((&v, &g), &d) in x.iter().zip(&g).zip(&dx) {
@@ -264,11 +264,11 @@ mod tests {
     /// the products, the backward within a few ulp of `Φ + x·φ` (bounded by 1.13) times `|∂y|`.
     #[test]
     fn f32_follows_f64() {
-        let x64 = super::super::test_values(20_000, 5)
+        let x64 = crate::kernels::gemm::test_values(20_000, 5)
             .into_iter()
             .map(|v| v * 8.0)
             .collect::<Vec<f64>>();
-        let g64 = super::super::test_values(20_000, 6);
+        let g64 = crate::kernels::gemm::test_values(20_000, 6);
         let x32: Vec<f32> = x64.iter().map(|&v| v as f32).collect();
         let g32: Vec<f32> = g64.iter().map(|&v| v as f32).collect();
         let xr: Vec<f64> = x32.iter().map(|&v| v as f64).collect();

@@ -3,7 +3,7 @@
 //! and both gradients, for output tiles of 2×2 ([`F2`]) and 4×4 ([`F4`]).
 //!
 //! Why this file exists: a ResNet's 3×3 stride-1 convolutions are nearly all of its arithmetic,
-//! and the im2col GEMMs of [`super::conv`] spend 9 multiply-adds per output and channel pair;
+//! and the im2col GEMMs of [`super::im2col`] spend 9 multiply-adds per output and channel pair;
 //! F(2×2, 3×3) spends 16/4 = 4 and F(4×4, 3×3) 36/16 = 2.25, and their transformed inputs are
 //! 4× and 2.25× the input where im2col's is 9×. No maintained Rust crate computes them (NNPACK
 //! and oneDNN do in C/C++).
@@ -33,8 +33,8 @@
 
 use rayon::prelude::*;
 
-use super::conv::{gemm_on, with_scratch, ConvGeometry};
-use super::Real;
+use super::gemm::{gemm_on, with_scratch, Real};
+use super::geometry::ConvGeometry;
 
 /// Channels (in and out) below which [`covers`] leaves a layer to im2col.
 pub const MIN_CHANNELS: usize = 64;
@@ -1043,8 +1043,8 @@ pub fn backward_by<T: Real>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::conv::tests::{assert_close, backward_by_im2col, direct};
-    use crate::kernels::test_values as values;
+    use crate::kernels::gemm::test_values as values;
+    use crate::kernels::im2col::tests::{assert_close, backward_by_im2col, direct};
 
     fn geometry(
         batch: usize,

@@ -1,0 +1,336 @@
+//! What a layer calls — [`conv2d`], [`batch_norm_train`], [`relu`], [`gelu`],
+//! [`swap_middle_dims`] — and the one mechanism that sends each call to the kernels its backend
+//! has: a [`Route`] that tries the backends in turn by their type and ends in burn's own
+//! operation.
+//!
+//! Why a run-time type check rather than burn's backend-extension trait: the extension pattern
+//! puts a bound (`B: ConvKernels`) on every generic function that reaches a convolution — every
+//! backbone, method, task and hook of both crates — and every project that embeds this crate
+//! would have to implement the trait for its own backend. Rust has no specialisation, so the
+//! choice "Flex's kernel here, burn's op elsewhere" is made here, by comparing `B` with the
+//! backend types this crate has kernels for (`TypeId`) and moving the tensors across by a
+//! checked downcast (`Any`): no `unsafe`, no bound, and any other backend keeps burn's own
+//! operation.
+
+#[cfg(any(feature = "cpu", feature = "wgpu", feature = "cuda"))]
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::nn::conv::Conv2d;
+use burn::prelude::*;
+
+use super::batch_norm_op;
+#[cfg(feature = "cpu")]
+use super::flex;
+#[cfg(feature = "cpu")]
+use super::geometry::covered_geometry;
+use batch_norm_op::TrainingBatchNorm;
+
+/// `value` as a `U` when `T` is `U` (a checked downcast), else `value` back.
+#[cfg_attr(
+    not(any(feature = "cpu", feature = "wgpu", feature = "cuda")),
+    allow(dead_code)
+)]
+fn same_type<T: 'static, U: 'static>(value: T) -> Result<U, T> {
+    use std::any::Any;
+    let mut slot = Some(value);
+    match (&mut slot as &mut dyn Any).downcast_mut::<Option<U>>() {
+        Some(u) => Ok(u.take().expect("filled above")),
+        None => Err(slot.expect("untouched by a failed downcast")),
+    }
+}
+
+/// Values whose type names a backend — tensors, tuples of them, plain numbers — and the same
+/// values' type on another backend `C`: what a [`Route`] moves across when `C` is the caller's
+/// backend.
+pub(crate) trait OnBackend: Sized + 'static {
+    /// The same values with `C` as their backend.
+    type On<C: Backend>: OnBackend;
+}
+
+impl<B: Backend, const D: usize> OnBackend for Tensor<B, D> {
+    type On<C: Backend> = Tensor<C, D>;
+}
+
+impl OnBackend for f64 {
+    type On<C: Backend> = f64;
+}
+
+impl<B: Backend> OnBackend for TrainingBatchNorm<B> {
+    type On<C: Backend> = TrainingBatchNorm<C>;
+}
+
+impl<X: OnBackend, Y: OnBackend> OnBackend for (X, Y) {
+    type On<C: Backend> = (X::On<C>, Y::On<C>);
+}
+
+impl<X: OnBackend, Y: OnBackend, Z: OnBackend> OnBackend for (X, Y, Z) {
+    type On<C: Backend> = (X::On<C>, Y::On<C>, Z::On<C>);
+}
+
+/// A call on the caller's backend, tried against backend types in turn: [`Route::on`] runs its
+/// function when the caller's backend is that type (the input moved to it, the output moved
+/// back), the first that matches wins, and [`Route::or`] ends the route with the operation
+/// every backend has.
+pub(crate) struct Route<In, Out> {
+    state: Result<Out, In>,
+}
+
+#[cfg_attr(
+    not(any(feature = "cpu", feature = "wgpu", feature = "cuda")),
+    allow(dead_code)
+)]
+impl<In: OnBackend, Out: OnBackend> Route<In, Out> {
+    /// A call not yet taken.
+    pub(crate) fn new(input: In) -> Self {
+        Self { state: Err(input) }
+    }
+
+    /// `f` on the input when the caller's backend is `C` and no earlier step took the call.
+    pub(crate) fn on<C: Backend>(self, f: impl FnOnce(In::On<C>) -> Out::On<C>) -> Self {
+        self.on_if::<C>(true, f)
+    }
+
+    /// [`Route::on`] where `condition` holds too (an element type or a layer the kernels
+    /// cover).
+    pub(crate) fn on_if<C: Backend>(
+        self,
+        condition: bool,
+        f: impl FnOnce(In::On<C>) -> Out::On<C>,
+    ) -> Self {
+        let state = match self.state {
+            Err(input) if condition => match same_type::<In, In::On<C>>(input) {
+                Ok(input) => match same_type::<Out::On<C>, Out>(f(input)) {
+                    Ok(out) => Ok(out),
+                    Err(_) => unreachable!("the output's backend is the input's"),
+                },
+                Err(input) => Err(input),
+            },
+            state => state,
+        };
+        Self { state }
+    }
+
+    /// The output, or the input when no step took the call.
+    pub(crate) fn result(self) -> Result<Out, In> {
+        self.state
+    }
+
+    /// The output, or `fallback` on the input when no step took the call.
+    pub(crate) fn or(self, fallback: impl FnOnce(In) -> Out) -> Out {
+        self.state.unwrap_or_else(fallback)
+    }
+}
+
+/// `Autodiff<I>` as the kernels' autodiff operations take it (no checkpointing: burn's default).
+#[cfg(any(feature = "cpu", feature = "wgpu", feature = "cuda"))]
+type Ad<I> = burn::backend::Autodiff<I, NoCheckpointing>;
+
+/// The primitive of a float tensor, for the kernels that work on burn's primitives.
+#[cfg(feature = "cpu")]
+fn primitive<B: Backend, const D: usize>(x: Tensor<B, D>) -> burn::tensor::ops::FloatTensor<B> {
+    x.into_primitive().tensor()
+}
+
+/// A float tensor of a primitive.
+#[cfg(feature = "cpu")]
+fn float<B: Backend, const D: usize>(x: burn::tensor::ops::FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(x))
+}
+
+/// ReLU of a tensor: under autodiff on `Flex`, `Wgpu` or `Cuda` (with this crate's `cpu`,
+/// `wgpu` / `cuda` features) [`relu_op`](super::relu_op::relu_op), which keeps the output for the
+/// backward step where burn's rule keeps the input (one activation fewer per ReLU whose output
+/// is kept anyway, as a convolution's input is); elsewhere `burn::tensor::activation::relu`.
+/// The same values and gradients either way.
+pub fn relu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    let route = Route::new(x);
+    #[cfg(feature = "cpu")]
+    let route = route.on::<Ad<burn::backend::Flex>>(super::relu_op::relu_op);
+    #[cfg(feature = "wgpu")]
+    let route = route.on::<Ad<burn::backend::Wgpu>>(super::relu_op::relu_op);
+    #[cfg(feature = "cuda")]
+    let route = route.on::<Ad<burn::backend::Cuda>>(super::relu_op::relu_op);
+    route.or(burn::tensor::activation::relu)
+}
+
+/// Whether [`conv2d`] runs this module's kernels for `conv` on `x` (the backend is `Flex` or
+/// `Autodiff<Flex>`, the element type `f32` or `f64`, the layer covered by
+/// [`covered_geometry`](super::covered_geometry)) rather than `Conv2d::forward`.
+pub fn runs_cpu_kernels<B: Backend>(conv: &Conv2d<B>, x: &Tensor<B, 4>) -> bool {
+    #[cfg(feature = "cpu")]
+    {
+        use burn::backend::Flex;
+        use std::any::TypeId;
+        let backend = TypeId::of::<B>();
+        let dtype = x.dtype();
+        (backend == TypeId::of::<Flex>() || backend == TypeId::of::<Ad<Flex>>())
+            && flex::supported(dtype)
+            && conv.weight.val().dtype() == dtype
+            && covered_geometry(conv, x.dims()).is_some()
+    }
+    #[cfg(not(feature = "cpu"))]
+    {
+        let _ = (conv, x);
+        false
+    }
+}
+
+/// `conv.forward(x)`: through this module's CPU kernels where [`runs_cpu_kernels`] says so,
+/// else burn's own operation. The same values up to the order of the sums, and the same
+/// gradients for the input, the weight and the bias.
+///
+/// # Shapes
+/// - `x`: `[batch, in_channels, h, w]` → `[batch, out_channels, h_out, w_out]`
+pub fn conv2d<B: Backend>(conv: &Conv2d<B>, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    #[cfg(feature = "cpu")]
+    if runs_cpu_kernels(conv, &x) {
+        use burn::backend::Flex;
+        let g = covered_geometry(conv, x.dims()).expect("checked by runs_cpu_kernels");
+        let y = Route::new((x, conv.weight.val()))
+            .on::<Ad<Flex>>(|(x, w)| {
+                float(flex::conv2d_autodiff::<NoCheckpointing>(
+                    primitive(x),
+                    primitive(w),
+                    g,
+                ))
+            })
+            .on::<Flex>(|(x, w)| float(flex::forward(&primitive(x), &primitive(w), &g)))
+            .result()
+            .unwrap_or_else(|_| unreachable!("runs_cpu_kernels checked the backend"));
+        return match &conv.bias {
+            Some(bias) => add_channel_bias(y, bias.val()),
+            None => y,
+        };
+    }
+    conv.forward(x)
+}
+
+/// `y + bias` per channel, the bias repeated per image (`[n, c, 1]`), the operand Flex
+/// broadcasts with its vectorised loop (see `layers::BatchNorm2d`).
+#[cfg(feature = "cpu")]
+fn add_channel_bias<B: Backend>(y: Tensor<B, 4>, bias: Tensor<B, 1>) -> Tensor<B, 4> {
+    let [n, c, h, w] = y.dims();
+    let bias = bias.reshape([1, c, 1]);
+    let bias = if n == 1 { bias } else { bias.repeat_dim(0, n) };
+    y.reshape([n, c, h * w]).add(bias).reshape([n, c, h, w])
+}
+
+/// The exact GELU `x·Φ(x)`: through [`gelu`](mod@super::gelu)'s kernels on `Flex` and
+/// `Autodiff<Flex>` with `f32` or `f64` values, else [`gelu_composed`] (the form whose
+/// gradient is exact on every backend). The same values within the kernel's `erf` error in
+/// f32 (3.9e-7), to rounding in f64, and the same gradient.
+pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    #[cfg(feature = "cpu")]
+    let route = {
+        use burn::backend::Flex;
+        let covered = flex::supported(x.dtype());
+        Route::new(x)
+            .on_if::<Ad<Flex>>(covered, |x| {
+                float(flex::gelu_autodiff::<NoCheckpointing>(primitive(x)))
+            })
+            .on_if::<Flex>(covered, |x| float(flex::gelu_forward(&primitive(x))))
+    };
+    #[cfg(not(feature = "cpu"))]
+    let route = Route::new(x);
+    route.or(gelu_composed)
+}
+
+/// `x.swap_dims(1, 2)` laid out contiguously, `[a, b, c, d] → [a, c, b, d]`: through
+/// [`layout`](super::layout)'s copy on `Flex` and `Autodiff<Flex>` with `f32` or `f64` values
+/// (the gradient swapped back the same way), elsewhere burn's `swap_dims` (a view each backend
+/// copies when it must). The same values and gradients.
+pub fn swap_middle_dims<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
+    #[cfg(feature = "cpu")]
+    let route = {
+        use burn::backend::Flex;
+        let covered = flex::supported(x.dtype());
+        Route::new(x)
+            .on_if::<Ad<Flex>>(covered, |x| {
+                float(flex::swap_middle_autodiff::<NoCheckpointing>(primitive(x)))
+            })
+            .on_if::<Flex>(covered, |x| float(flex::swap_middle_forward(&primitive(x))))
+    };
+    #[cfg(not(feature = "cpu"))]
+    let route = Route::new(x);
+    route.or(|x| x.swap_dims(1, 2))
+}
+
+/// The exact GELU composed from `erf`, so that its gradient is exact on every backend.
+///
+/// Hand-written because burn 0.21's `activation::gelu` pairs an exact forward with the
+/// derivative of the tanh approximation (`burn-backend`'s default `gelu_backward`, which
+/// `NdArray` and the cubecl backends — wgpu, CUDA — use; only Flex overrides it with the exact
+/// one): a ViT's gradients then differ from PyTorch's in the fourth digit
+/// (`tests/methods.rs`, `mae_matches_lightly_in_f64`; `tests/gradients.rs`, the ViT block's).
+/// `erf`'s backward is exact everywhere.
+pub fn gelu_composed<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    // A product, not `div_scalar(√2)`: burn-autodiff 0.21 takes a scalar division's
+    // derivative in f32.
+    x.clone() * (x.mul_scalar(core::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5
+}
+
+/// Batch norm in training as one autodiff operation with a backward step of its own, outside
+/// a synchronised (data-parallel) batch norm ([`crate::replica_stats`]): on `Autodiff<Flex>`
+/// with `f32` / `f64` tensors through the slice kernels ([`batch_norm`](super::batch_norm)), on
+/// the wgpu and CUDA backends (`Autodiff<Wgpu>`, `Autodiff<Cuda>`, the models crate's `wgpu` /
+/// `cuda` features) through their own tensor operations ([`batch_norm_op`]): `Ok` with the
+/// output and the per-channel batch moments; else `Err(x)`, for the caller's composed path.
+///
+/// # Shapes
+/// - `x`: `[n, c, h, w]`, `gamma` and `beta`: `[c]`
+pub fn batch_norm_train<B: Backend>(
+    x: Tensor<B, 4>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    epsilon: f64,
+) -> Result<TrainingBatchNorm<B>, Tensor<B, 4>> {
+    if crate::replica_stats::synchronised::<B>() {
+        return Err(x);
+    }
+    #[cfg(feature = "cpu")]
+    let covered = {
+        let dtype = x.dtype();
+        flex::supported(dtype) && gamma.dtype() == dtype && beta.dtype() == dtype
+    };
+    let route = Route::new((x, gamma, beta));
+    #[cfg(feature = "cpu")]
+    let route = route.on_if::<Ad<burn::backend::Flex>>(covered, |(x, gamma, beta)| {
+        flex_batch_norm(x, gamma, beta, epsilon)
+    });
+    #[cfg(feature = "wgpu")]
+    let route = route.on::<Ad<burn::backend::Wgpu>>(|(x, gamma, beta)| {
+        batch_norm_op::batch_norm_train_op(x, gamma, beta, epsilon)
+    });
+    #[cfg(feature = "cuda")]
+    let route = route.on::<Ad<burn::backend::Cuda>>(|(x, gamma, beta)| {
+        batch_norm_op::batch_norm_train_op(x, gamma, beta, epsilon)
+    });
+    let _ = epsilon;
+    route.result().map_err(|(x, _, _)| x)
+}
+
+/// The slice kernels of [`batch_norm`](super::batch_norm) on `Autodiff<Flex>` (`f32` / `f64`
+/// tensors), the moments in the parameters' element type, as the running averages are kept.
+#[cfg(feature = "cpu")]
+fn flex_batch_norm(
+    x: Tensor<Ad<burn::backend::Flex>, 4>,
+    gamma: Tensor<Ad<burn::backend::Flex>, 1>,
+    beta: Tensor<Ad<burn::backend::Flex>, 1>,
+    epsilon: f64,
+) -> TrainingBatchNorm<Ad<burn::backend::Flex>> {
+    let (device, dtype) = (x.device(), x.dtype());
+    let (y, mean, var) = flex::batch_norm_autodiff::<NoCheckpointing>(
+        primitive(x),
+        primitive(gamma),
+        primitive(beta),
+        epsilon,
+    );
+    let moment = |values: Vec<f64>| {
+        let len = values.len();
+        Tensor::from_data(TensorData::new(values, [len]), (&device, dtype))
+    };
+    TrainingBatchNorm {
+        output: float(y),
+        mean: moment(mean),
+        var: moment(var),
+    }
+}
