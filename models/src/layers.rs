@@ -1,5 +1,6 @@
-//! Building blocks shared by the backbones: a PyTorch-exact batch norm, activations,
-//! squeeze-excitation, conv–norm–activation units and stochastic depth.
+//! Building blocks shared by the backbones: a PyTorch-exact batch norm, a layer norm with a
+//! backward pass of its own on the CPU, activations, squeeze-excitation, conv–norm–activation
+//! units and stochastic depth.
 
 use burn::module::{Initializer, Param, RunningState};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
@@ -35,6 +36,54 @@ impl BatchNorm2dConfig {
             momentum: self.momentum,
             epsilon: self.epsilon,
         }
+    }
+}
+
+/// Configuration of [`LayerNorm`]: burn's `LayerNormConfig` with a bias always.
+#[derive(Config, Debug)]
+pub struct LayerNormConfig {
+    /// Size of the normalised (last) axis.
+    pub d_model: usize,
+    /// Added to the variance before the square root. PyTorch's and burn's default: 1e-5.
+    #[config(default = 1e-5)]
+    pub epsilon: f64,
+}
+
+impl LayerNormConfig {
+    /// Builds the layer: `γ` 1, `β` 0.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> LayerNorm<B> {
+        LayerNorm {
+            gamma: Initializer::Ones.init([self.d_model], device),
+            beta: Some(Initializer::Zeros.init([self.d_model], device)),
+            epsilon: self.epsilon,
+        }
+    }
+}
+
+/// Layer normalisation over the last axis, `γ·(x − μ)/√(σ² + ε) + β` (biased `σ²`): burn's
+/// `LayerNorm` — the same fields, so the same records and checkpoints — whose forward goes
+/// through [`kernels::layer_norm`](crate::kernels::layer_norm()): under autodiff on the CPU one
+/// fused pass each way rather than burn's composed form.
+#[derive(Module, Debug)]
+pub struct LayerNorm<B: Backend> {
+    /// Scale (γ), `[d_model]`.
+    pub gamma: Param<Tensor<B, 1>>,
+    /// Shift (β), `[d_model]`; always present when built by [`LayerNormConfig::init`].
+    pub beta: Option<Param<Tensor<B, 1>>>,
+    /// Numerical-stability constant.
+    pub epsilon: f64,
+}
+
+impl<B: Backend> LayerNorm<B> {
+    /// # Shapes
+    /// - `x`: `[..., d_model]` → the same
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        let gamma = self.gamma.val();
+        let beta = match &self.beta {
+            Some(beta) => beta.val(),
+            None => gamma.zeros_like(),
+        };
+        crate::kernels::layer_norm(x, gamma, beta, self.epsilon)
     }
 }
 

@@ -17,16 +17,17 @@
 
 use burn::module::Param;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
-use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear};
+use burn::nn::{Initializer, Linear};
 use burn::prelude::*;
-use burn::tensor::activation::softmax;
 use burn::tensor::module::interpolate;
 use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 
 use crate::backbone::Backbone;
 use crate::error::ModelError;
 use crate::kernels;
-use crate::layers::{check_channels_and_size, gelu, linear_tokens, linear_zero_bias};
+use crate::layers::{
+    check_channels_and_size, gelu, linear_tokens, linear_zero_bias, LayerNorm, LayerNormConfig,
+};
 
 /// Configuration of a [`Vit`].
 #[derive(Config, Debug)]
@@ -207,7 +208,7 @@ impl<B: Backend> Attention<B> {
         let scores = q
             .matmul(k.swap_dims(2, 3))
             .mul_scalar((hd as f64).powf(-0.5));
-        let out = softmax(scores, 3).matmul(v); // [N, H, T, hd]
+        let out = kernels::softmax(scores, 3).matmul(v); // [N, H, T, hd]
         linear_tokens(
             &self.proj,
             kernels::swap_middle_dims(out).reshape([n, t, d]),

@@ -398,3 +398,119 @@ fn swap_middle_dims_equals_swap_dims() {
         "without autodiff"
     );
 }
+
+/// `Σ run(x, γ, β) ⊙ r` on `Autodiff<Flex>`: the output and the gradients of `x`, `γ` and `β`,
+/// each as f64 values.
+type NormRun = dyn Fn(Tensor<Ad, 3>, Tensor<Ad, 1>, Tensor<Ad, 1>) -> Tensor<Ad, 3>;
+fn norm_value_and_grads(
+    x: Tensor<Ad, 3>,
+    gamma: Tensor<Ad, 1>,
+    beta: Tensor<Ad, 1>,
+    run: &NormRun,
+) -> [Vec<f64>; 4] {
+    let (x, gamma, beta) = (x.require_grad(), gamma.require_grad(), beta.require_grad());
+    let y = run(x.clone(), gamma.clone(), beta.clone());
+    let r = f64_tensor::<Ad, 3>(y.dims(), 21, &y.device()).cast(y.dtype());
+    let grads = (y.clone() * r).sum().backward();
+    fn as_f64<const D: usize>(t: Tensor<Flex, D>) -> Vec<f64> {
+        t.cast(DType::F64).into_data().to_vec::<f64>().unwrap()
+    }
+    [
+        as_f64(y.inner()),
+        as_f64(x.grad(&grads).unwrap()),
+        as_f64(gamma.grad(&grads).unwrap()),
+        as_f64(beta.grad(&grads).unwrap()),
+    ]
+}
+
+/// Largest absolute difference.
+fn largest(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(p, q)| (p - q).abs())
+        .fold(0.0, f64::max)
+}
+
+/// `kernels::softmax` over the last axis (Flex's fused forward with a backward pass of its own
+/// under autodiff; what the ViT's attention calls) against burn's `activation::softmax`, which
+/// `Autodiff<Flex>` runs as its composed form (max, exp, sum, division, each with its own
+/// rule). In f64 the same values and input gradients to 1e-15 (measured 2.8e-17: the two sum
+/// in another order). In f32 a row's sum of 70 terms carries at most 70·2⁻²⁴ ≈ 4.2e-6 relative
+/// error on either side, whatever order the CPU's vectors add in, and `y ≤ 1`, `|∂y| ≤ 1`: the
+/// sides agree within 1e-5 (measured 3e-8); a wrong formula (e.g. without the row sum) is off
+/// by 1e-2 or more. Along another axis it is burn's softmax itself, to the bit.
+#[test]
+fn softmax_kernel_equals_burns_composed_softmax() {
+    use burn::tensor::activation::softmax;
+    let device = Default::default();
+    let x = f64_tensor::<Ad, 3>([3, 5, 70], 19, &device).mul_scalar(4.0);
+    for dtype in [DType::F64, DType::F32] {
+        let x = x.clone().cast(dtype);
+        let (y, dx) = value_and_grad(x.clone(), |x| kernels::softmax(x, 2));
+        let (y_ref, dx_ref) = value_and_grad(x.clone(), |x| softmax(x, 2));
+        let bound = if dtype == DType::F64 { 1e-15 } else { 1e-5 };
+        assert!(
+            largest(&y, &y_ref) < bound,
+            "{dtype:?} values: {}",
+            largest(&y, &y_ref)
+        );
+        assert!(
+            largest(&dx, &dx_ref) < bound,
+            "{dtype:?} gradients: {}",
+            largest(&dx, &dx_ref)
+        );
+        let (y1, dx1) = value_and_grad(x.clone(), |x| kernels::softmax(x, 1));
+        let (y1_ref, dx1_ref) = value_and_grad(x, |x| softmax(x, 1));
+        assert_eq!((y1, dx1), (y1_ref, dx1_ref), "{dtype:?} along axis 1");
+    }
+}
+
+/// `layers::LayerNorm` (`kernels::layer_norm`: Flex's fused forward with a backward pass of its
+/// own under autodiff; the ViTs' norms) against burn's `nn::LayerNorm`, which `Autodiff<Flex>`
+/// runs as its composed form, with the same `γ`, `β` and `ε`: values and the gradients of `x`,
+/// `γ` and `β`, relative to 1 + |v|. In f64 the same to 1e-13 (measured 1.2e-15: sums in
+/// another order). In f32 each of a row's sums (70 terms) carries at most 70·2⁻²⁴ ≈ 4.2e-6
+/// relative error on the composed side (ours sums in f64), and ∂γ, ∂β add 15 rows more: the
+/// sides agree within 2e-5 (measured 5.3e-7) on any CPU; a wrong formula (a missing mean term
+/// of ∂x) is off by 1e-1.
+#[test]
+fn layer_norm_kernel_equals_burns_composed_layer_norm() {
+    use curriculum_ssl_models::layers::LayerNormConfig;
+    let device = Default::default();
+    let x = f64_tensor::<Ad, 3>([3, 5, 70], 22, &device)
+        .mul_scalar(3.0)
+        .add_scalar(0.5);
+    let gamma = f64_tensor::<Ad, 1>([70], 23, &device).add_scalar(1.0);
+    let beta = f64_tensor::<Ad, 1>([70], 24, &device);
+    for dtype in [DType::F64, DType::F32] {
+        let (x, gamma, beta) = (
+            x.clone().cast(dtype),
+            gamma.clone().cast(dtype),
+            beta.clone().cast(dtype),
+        );
+        let ours = move |x: Tensor<Ad, 3>, gamma: Tensor<Ad, 1>, beta: Tensor<Ad, 1>| {
+            let mut norm = LayerNormConfig::new(70).with_epsilon(1e-6).init(&device);
+            norm.gamma = Param::from_tensor(gamma);
+            norm.beta = Some(Param::from_tensor(beta));
+            norm.forward(x)
+        };
+        let burns = move |x: Tensor<Ad, 3>, gamma: Tensor<Ad, 1>, beta: Tensor<Ad, 1>| {
+            let mut norm = burn::nn::LayerNormConfig::new(70)
+                .with_epsilon(1e-6)
+                .init(&device);
+            norm.gamma = Param::from_tensor(gamma);
+            norm.beta = Some(Param::from_tensor(beta));
+            norm.forward(x)
+        };
+        let got = norm_value_and_grads(x.clone(), gamma.clone(), beta.clone(), &ours);
+        let want = norm_value_and_grads(x, gamma, beta, &burns);
+        let bound = if dtype == DType::F64 { 1e-13 } else { 2e-5 };
+        for (what, (a, b)) in ["values", "∂x", "∂γ", "∂β"]
+            .iter()
+            .zip(got.iter().zip(&want))
+        {
+            assert!(max_rel(a, b) < bound, "{dtype:?} {what}: {}", max_rel(a, b));
+        }
+    }
+}

@@ -33,10 +33,11 @@
 //! and keeps its rows. The math and the defaults are in `docs/methods.md#i-jepa`.
 
 use burn::module::Param;
-use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear};
+use burn::nn::{Initializer, Linear};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::layers::{linear_tokens, linear_zero_bias};
+use curriculum_ssl_models::layers::{LayerNorm, LayerNormConfig};
 use curriculum_ssl_models::vit::VitBlock;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::{Rng, SeedableRng};

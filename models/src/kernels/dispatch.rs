@@ -1,5 +1,5 @@
 //! What a layer calls — [`conv2d`], [`batch_norm_train`], [`relu`], [`gelu`],
-//! [`swap_middle_dims`] — and the one mechanism that sends each call to the kernels its backend
+//! [`swap_middle_dims`], [`softmax`], [`layer_norm`] — and the one mechanism that sends each call to the kernels its backend
 //! has: a [`Route`] that tries the backends in turn by their type and ends in burn's own
 //! operation.
 //!
@@ -252,6 +252,69 @@ pub fn swap_middle_dims<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
     #[cfg(not(feature = "cpu"))]
     let route = Route::new(x);
     route.or(|x| x.swap_dims(1, 2))
+}
+
+/// The softmax of `x` along `dim`: along the last axis on `Autodiff<Flex>` with `f32` or `f64`
+/// values, Flex's fused forward with the backward step of [`softmax`](mod@super::softmax) (one
+/// row-parallel pass from the kept output); elsewhere `burn::tensor::activation::softmax` (on
+/// `Flex` without autodiff, Flex's fused forward too). The same values, and the same gradient
+/// to rounding.
+///
+/// # Shapes
+/// - `x`, output: any, the same
+pub fn softmax<B: Backend, const D: usize>(x: Tensor<B, D>, dim: usize) -> Tensor<B, D> {
+    #[cfg(feature = "cpu")]
+    let route = {
+        let covered = dim + 1 == D && flex::supported(x.dtype());
+        Route::new(x).on_if::<Ad<burn::backend::Flex>>(covered, |x| {
+            float(flex::softmax_autodiff::<NoCheckpointing>(primitive(x)))
+        })
+    };
+    #[cfg(not(feature = "cpu"))]
+    let route = Route::new(x);
+    route.or(|x| burn::tensor::activation::softmax(x, dim))
+}
+
+/// Layer norm over the last axis, `γ·(x − μ)/√(σ² + ε) + β` (biased `σ²`): on `Autodiff<Flex>`
+/// with `f32` or `f64` values, Flex's fused forward with the backward step of
+/// [`layer_norm`](mod@super::layer_norm) (one row-parallel pass from the kept input);
+/// elsewhere the backend's `layer_norm` (burn's `LayerNorm::forward`). The same values, and
+/// the same gradients to rounding.
+///
+/// # Shapes
+/// - `x`, output: `[..., d]`; `gamma`, `beta`: `[d]`
+pub fn layer_norm<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    epsilon: f64,
+) -> Tensor<B, D> {
+    #[cfg(feature = "cpu")]
+    let route = {
+        let dtype = x.dtype();
+        let covered = flex::supported(dtype) && gamma.dtype() == dtype && beta.dtype() == dtype;
+        Route::new((x, gamma, beta)).on_if::<Ad<burn::backend::Flex>>(
+            covered,
+            |(x, gamma, beta)| {
+                float(flex::layer_norm_autodiff::<NoCheckpointing>(
+                    primitive(x),
+                    primitive(gamma),
+                    primitive(beta),
+                    epsilon,
+                ))
+            },
+        )
+    };
+    #[cfg(not(feature = "cpu"))]
+    let route = Route::new((x, gamma, beta));
+    route.or(|(x, gamma, beta)| {
+        Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(B::layer_norm(
+            x.into_primitive().tensor(),
+            gamma.into_primitive().tensor(),
+            Some(beta.into_primitive().tensor()),
+            epsilon,
+        )))
+    })
 }
 
 /// The exact GELU composed from `erf`, so that its gradient is exact on every backend.

@@ -1,7 +1,8 @@
-//! The kernels of [`super::conv`], [`super::batch_norm`], [`super::gelu`] and [`super::layout`]
-//! as operations of burn's CPU backend (`Flex`): the convolution, the GELU and the swap of the
-//! middle dimensions with and without autodiff, the training batch norm under autodiff, each
-//! with a backward step of its own (registered the way burn-autodiff registers
+//! The kernels of [`super::conv`], [`super::batch_norm`], [`super::gelu`], [`super::layout`],
+//! [`super::softmax`] and [`super::layer_norm`] as operations of burn's CPU backend (`Flex`):
+//! the convolution, the GELU and the swap of the middle dimensions with and without autodiff,
+//! the training batch norm, the softmax and the layer norm under autodiff (the last two with
+//! Flex's own fused forward), each with a backward step of its own (registered the way burn-autodiff registers
 //! its `conv2d`, so the graph behaves the same) in place of burn's generic gradient rules.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -11,11 +12,11 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::NodeId;
 use burn::backend::flex::{Flex, FlexTensor};
 use burn::backend::Autodiff;
-use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::{ActivationOps, FloatTensor, ModuleOps};
 use burn::tensor::{DType, TensorData};
 
 use super::geometry::ConvGeometry;
-use super::{batch_norm, conv, gelu, layout};
+use super::{batch_norm, conv, gelu, layer_norm, layout, softmax};
 
 /// Whether the kernels run in this element type (`f32` and `f64`).
 pub(super) fn supported(dtype: DType) -> bool {
@@ -343,4 +344,132 @@ pub(super) fn swap_middle_autodiff<C: CheckpointStrategy>(
         .prepare::<C>([x.node.clone()])
         .compute_bound()
         .stateless(swap_middle_forward(&x.primitive))
+}
+
+/// The backward step of [`softmax_autodiff`]: keeps the output.
+#[derive(Debug)]
+struct SoftmaxBackward;
+
+impl Backward<Flex, 1> for SoftmaxBackward {
+    type State = FlexTensor;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
+        let Some(node) = node else { return };
+        let y = ops.state.to_contiguous();
+        let shape = y.layout().shape().clone();
+        let row = *shape.last().expect("a softmax's output has an axis");
+        let dx = match y.dtype() {
+            DType::F64 => TensorData::new(
+                softmax::backward(y.storage::<f64>(), grad.storage::<f64>(), row),
+                shape,
+            ),
+            _ => TensorData::new(
+                softmax::backward(y.storage::<f32>(), grad.storage::<f32>(), row),
+                shape,
+            ),
+        };
+        grads.register::<Flex>(node.id, FlexTensor::from_data(dx));
+    }
+}
+
+/// The softmax over the last axis under autodiff: Flex's fused forward, the backward step of
+/// [`softmax::backward`] from the kept output. `x` has a [`supported`] element type.
+pub(super) fn softmax_autodiff<C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<Flex, C>>,
+) -> FloatTensor<Autodiff<Flex, C>> {
+    let last = x.primitive.layout().shape().num_dims() - 1;
+    let node = x.node.clone();
+    let y = <Flex as ActivationOps<Flex>>::softmax(x.primitive, last);
+    // Compute-bound: a checkpointing strategy keeps the output rather than recomputing it.
+    match SoftmaxBackward
+        .prepare::<C>([node])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(y.clone(), y),
+        OpsKind::UnTracked(prep) => prep.finish(y),
+    }
+}
+
+/// What the layer norm's backward step keeps: the input, `γ` and `ε`.
+#[derive(Debug, Clone)]
+struct LayerNormState {
+    x: FlexTensor,
+    gamma: FlexTensor,
+    epsilon: f64,
+}
+
+/// The backward step of [`layer_norm_autodiff`].
+#[derive(Debug)]
+struct LayerNormBackward;
+
+impl Backward<Flex, 3> for LayerNormBackward {
+    type State = LayerNormState;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_gamma, node_beta] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
+        let LayerNormState { x, gamma, epsilon } = ops.state;
+        let (x, gamma) = (x.to_contiguous(), gamma.to_contiguous());
+        let shape = x.layout().shape().clone();
+        let d = gamma.layout().shape().num_elements();
+        macro_rules! run {
+            ($t:ty) => {{
+                let g = layer_norm::backward(
+                    x.storage::<$t>(),
+                    gamma.storage::<$t>(),
+                    grad.storage::<$t>(),
+                    epsilon,
+                );
+                (
+                    TensorData::new(g.dx, shape),
+                    TensorData::new(g.dgamma, [d]),
+                    TensorData::new(g.dbeta, [d]),
+                )
+            }};
+        }
+        let (dx, dgamma, dbeta) = match x.dtype() {
+            DType::F64 => run!(f64),
+            _ => run!(f32),
+        };
+        for (node, value) in [(node_x, dx), (node_gamma, dgamma), (node_beta, dbeta)] {
+            if let Some(node) = node {
+                grads.register::<Flex>(node.id, FlexTensor::from_data(value));
+            }
+        }
+    }
+}
+
+/// Layer norm over the last axis under autodiff, `γ·x̂ + β`: Flex's fused forward, the backward
+/// step of [`layer_norm::backward`] from the kept input. `x`, `gamma` and `beta` share a
+/// [`supported`] element type; `gamma` and `beta` are `[d]`, `d` the last axis of `x`.
+pub(super) fn layer_norm_autodiff<C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<Flex, C>>,
+    gamma: FloatTensor<Autodiff<Flex, C>>,
+    beta: FloatTensor<Autodiff<Flex, C>>,
+    epsilon: f64,
+) -> FloatTensor<Autodiff<Flex, C>> {
+    let forward = |x: &FlexTensor, gamma: &FlexTensor, beta: FlexTensor| {
+        <Flex as ModuleOps<Flex>>::layer_norm(x.clone(), gamma.clone(), Some(beta), epsilon)
+    };
+    match LayerNormBackward
+        .prepare::<C>([x.node.clone(), gamma.node.clone(), beta.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let y = forward(&x.primitive, &gamma.primitive, beta.primitive);
+            let state = LayerNormState {
+                x: x.primitive,
+                gamma: gamma.primitive,
+                epsilon,
+            };
+            prep.finish(state, y)
+        }
+        OpsKind::UnTracked(prep) => {
+            prep.finish(forward(&x.primitive, &gamma.primitive, beta.primitive))
+        }
+    }
 }

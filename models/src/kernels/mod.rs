@@ -1,10 +1,10 @@
 //! Kernels the backbones' layers call in place of burn's generic rules, where burn 0.21 has
 //! none of its own or keeps more than it needs. Each file says what it computes and why.
 //!
-//! What a layer calls (`dispatch.rs`): [`conv2d`], [`batch_norm_train`], [`relu`], [`gelu()`] and
-//! [`swap_middle_dims`]. Each sends the call by the backend's type to the kernels it has, and
-//! any other backend, element type or layer keeps burn's own operation, with the same values
-//! and gradients:
+//! What a layer calls (`dispatch.rs`): [`conv2d`], [`batch_norm_train`], [`relu`], [`gelu()`],
+//! [`swap_middle_dims`], [`softmax()`] and [`layer_norm()`]. Each sends the call by the
+//! backend's type to the kernels it has, and any other backend, element type or layer keeps
+//! burn's own operation, with the same values and gradients:
 //!
 //! | call | `Flex` / `Autodiff<Flex>` (`f32`, `f64`) | `Autodiff<Wgpu>`, `Autodiff<Cuda>` |
 //! |---|---|---|
@@ -13,10 +13,13 @@
 //! | [`relu`] | [`relu_op`](mod@relu_op) (under autodiff) | [`relu_op`](mod@relu_op) |
 //! | [`gelu()`] | the slice kernels of [`gelu`](mod@gelu) | [`gelu_composed`] |
 //! | [`swap_middle_dims`] | [`layout`]'s copy | burn's `swap_dims` |
+//! | [`softmax()`] (last axis) | Flex's fused forward, [`softmax`](mod@softmax)'s backward (under autodiff) | burn's |
+//! | [`layer_norm()`] | Flex's fused forward, [`layer_norm`](mod@layer_norm)'s backward (under autodiff) | burn's |
 //!
 //! Underneath: the slices' shared arithmetic (`gemm.rs`: the element types ([`Real`]), scratch
-//! buffers, the GEMM call) and a convolution's sizes (`geometry.rs`: [`ConvGeometry`]). The files on slices know nothing of
-//! burn; `flex` registers them as operations of burn's CPU backend.
+//! buffers, the GEMM call; `sums.rs`: sums in f64 over eight lanes) and a convolution's sizes
+//! (`geometry.rs`: [`ConvGeometry`]). The files on slices know nothing of burn; `flex.rs`
+//! registers them as operations of burn's CPU backend.
 
 pub mod batch_norm;
 pub mod batch_norm_op;
@@ -28,13 +31,17 @@ pub mod gelu;
 mod gemm;
 mod geometry;
 pub mod im2col;
+pub mod layer_norm;
 pub mod layout;
 pub mod relu_op;
+pub mod softmax;
+mod sums;
 pub mod winograd;
 
 pub use batch_norm_op::TrainingBatchNorm;
 pub use dispatch::{
-    batch_norm_train, conv2d, gelu, gelu_composed, relu, runs_cpu_kernels, swap_middle_dims,
+    batch_norm_train, conv2d, gelu, gelu_composed, layer_norm, relu, runs_cpu_kernels, softmax,
+    swap_middle_dims,
 };
 pub use gemm::Real;
 pub use geometry::{covered_geometry, ConvGeometry};
