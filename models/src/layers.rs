@@ -298,10 +298,11 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 /// # Shapes
 /// - `x`: `[N, T, D_in]` → `[N, T, D_out]`
 pub fn linear_tokens<B: Backend>(linear: &burn::nn::Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
-    let [n, t, d] = x.dims();
-    let y = linear.forward(x.reshape([n * t, d]));
-    let out = y.dims()[1];
-    y.reshape([n, t, out])
+    crate::kernels::linear(
+        x,
+        linear.weight.val(),
+        linear.bias.as_ref().map(|b| b.val()),
+    )
 }
 
 /// PyTorch's `Hardsigmoid`: `clamp(x / 6 + 1/2, 0, 1)`.

@@ -196,19 +196,16 @@ impl<B: Backend> Attention<B> {
         // Part i of [N·T, 3D] = [N·T, 3, H, hd] → [N, H, T, hd].
         let part = |i: usize| -> Tensor<B, 4> {
             let columns = i * d..(i + 1) * d;
-            let mut y = rows
-                .clone()
-                .matmul(weight.clone().slice([0..d, columns.clone()]));
-            if let Some(bias) = &bias {
-                y = y + bias.clone().slice([columns]).unsqueeze::<2>();
-            }
+            let y = kernels::linear(
+                rows.clone(),
+                weight.clone().slice([0..d, columns.clone()]),
+                bias.as_ref().map(|b| b.clone().slice([columns])),
+            );
             kernels::swap_middle_dims(y.reshape([n, t, h, hd]))
         };
         let (q, k, v) = (part(0), part(1), part(2));
-        let scores = q
-            .matmul(k.swap_dims(2, 3))
-            .mul_scalar((hd as f64).powf(-0.5));
-        let out = kernels::softmax(scores, 3).matmul(v); // [N, H, T, hd]
+        let scores = kernels::matmul(q, k.swap_dims(2, 3)).mul_scalar((hd as f64).powf(-0.5));
+        let out = kernels::matmul(kernels::softmax(scores, 3), v); // [N, H, T, hd]
         linear_tokens(
             &self.proj,
             kernels::swap_middle_dims(out).reshape([n, t, d]),

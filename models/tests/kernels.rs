@@ -514,3 +514,208 @@ fn layer_norm_kernel_equals_burns_composed_layer_norm() {
         }
     }
 }
+
+/// The products' error bound for `a · b` and its two gradients against `r` (`Σ (a·b) ⊙ r`):
+/// each of `a·b`, `r·bᵀ` and `aᵀ·r` is a sum of products, and any order of summation (vector
+/// lanes, FMA, blocking) computes `Σ_l x_l·y_l` within `γ_k·Σ_l |x_l·y_l|` of the exact sum,
+/// `γ_k ≈ k·u` (Higham, *Accuracy and Stability of Numerical Algorithms*, §3.1), `u` the unit
+/// roundoff. Two implementations therefore agree within twice that, entry by entry: these are
+/// the bounds, from the absolute values' products in f64.
+fn product_bounds<const D: usize>(
+    a: &Tensor<Flex, D>,
+    b: &Tensor<Flex, D>,
+    r: &Tensor<Flex, D>,
+    u: f64,
+) -> [Vec<f64>; 3] {
+    let (a, b, r) = (a.clone().abs(), b.clone().abs(), r.clone().abs());
+    let k = |t: &Tensor<Flex, D>, axis: usize| t.dims()[axis] as f64;
+    let bound = |t: Tensor<Flex, D>, k: f64| -> Vec<f64> {
+        let v: Vec<f64> = t.into_data().to_vec().unwrap();
+        v.into_iter().map(|s| 2.0 * (k + 1.0) * u * s).collect()
+    };
+    [
+        bound(a.clone().matmul(b.clone()), k(&a, D - 1)),
+        bound(
+            r.clone().matmul(b.clone().swap_dims(D - 2, D - 1)),
+            k(&b, D - 1),
+        ),
+        bound(a.clone().swap_dims(D - 2, D - 1).matmul(r), k(&a, D - 2)),
+    ]
+}
+
+/// `Σ run(a, b) ⊙ r` on `Autodiff<Flex>`: the output and the gradients of `a` and `b`.
+fn product_value_and_grads<const D: usize>(
+    a: Tensor<Ad, D>,
+    b: Tensor<Ad, D>,
+    r: Tensor<Ad, D>,
+    run: impl Fn(Tensor<Ad, D>, Tensor<Ad, D>) -> Tensor<Ad, D>,
+) -> [Vec<f64>; 3] {
+    let (a, b) = (a.require_grad(), b.require_grad());
+    let y = run(a.clone(), b.clone());
+    let grads = (y.clone() * r).sum().backward();
+    fn as_f64<const D: usize>(t: Tensor<Flex, D>) -> Vec<f64> {
+        t.cast(DType::F64).into_data().to_vec::<f64>().unwrap()
+    }
+    [
+        as_f64(y.inner()),
+        as_f64(a.grad(&grads).unwrap()),
+        as_f64(b.grad(&grads).unwrap()),
+    ]
+}
+
+/// `kernels::matmul` (the products written into fresh outputs, forward and backward; the ViT's
+/// attention) against burn's `matmul` on `Autodiff<Flex>`: values and both gradients, entry by
+/// entry within [`product_bounds`] (`u` = 2⁻⁵³ in f64, 2⁻²⁴ in f32, the inputs the same f32
+/// values on both sides), on a batch of attention-like products whose right side is a
+/// transposed view (strided, as `k.swap_dims(2, 3)`) and on one product large enough for the
+/// threaded GEMM. Without autodiff, `Flex` itself: the same values. A transposition missing
+/// from a gradient is off by O(1), far outside the bounds (≤ 1e-3 in f32 here).
+#[test]
+fn matmul_kernel_equals_burns_matmul() {
+    let device = Default::default();
+    for dtype in [DType::F64, DType::F32] {
+        let u = if dtype == DType::F64 {
+            f64::EPSILON / 2.0
+        } else {
+            f32::EPSILON as f64 / 2.0
+        };
+        // [N, H, T, hd] · [N, H, hd, T] with the right side a view of [N, H, T, hd].
+        let a = f64_tensor::<Ad, 4>([2, 3, 7, 9], 31, &device).cast(dtype);
+        let b = f64_tensor::<Ad, 4>([2, 3, 5, 9], 32, &device).cast(dtype);
+        let r = f64_tensor::<Ad, 4>([2, 3, 7, 5], 33, &device).cast(dtype);
+        let ours = product_value_and_grads(a.clone(), b.clone(), r.clone(), |a, b| {
+            kernels::matmul(a, b.swap_dims(2, 3))
+        });
+        let burns = product_value_and_grads(a.clone(), b.clone(), r.clone(), |a, b| {
+            a.matmul(b.swap_dims(2, 3))
+        });
+        let f64s = |t: &Tensor<Ad, 4>| t.clone().inner().cast(DType::F64);
+        let mut bounds = product_bounds(&f64s(&a), &f64s(&b).swap_dims(2, 3), &f64s(&r), u);
+        // ∂b is the gradient of the view's storage: ∂(bᵀ) swapped back.
+        let [_, _, bt] = &mut bounds;
+        *bt = Tensor::<Flex, 4>::from_data(
+            TensorData::new(bt.clone(), [2, 3, 9, 5]),
+            (&device, DType::F64),
+        )
+        .swap_dims(2, 3)
+        .into_data()
+        .to_vec()
+        .unwrap();
+        check_within(&ours, &burns, &bounds, &format!("{dtype:?} batched"));
+        // One large 2-D product: the threaded GEMM.
+        let a = f64_tensor::<Ad, 2>([200, 190], 34, &device).cast(dtype);
+        let b = f64_tensor::<Ad, 2>([190, 201], 35, &device).cast(dtype);
+        let r = f64_tensor::<Ad, 2>([200, 201], 36, &device).cast(dtype);
+        let ours = product_value_and_grads(a.clone(), b.clone(), r.clone(), kernels::matmul);
+        let burns = product_value_and_grads(a.clone(), b.clone(), r.clone(), |a, b| a.matmul(b));
+        let f64s = |t: &Tensor<Ad, 2>| t.clone().inner().cast(DType::F64);
+        let bounds = product_bounds(&f64s(&a), &f64s(&b), &f64s(&r), u);
+        check_within(&ours, &burns, &bounds, &format!("{dtype:?} 2-D"));
+        let (a, b) = (a.inner(), b.inner());
+        assert_eq!(
+            kernels::matmul(a.clone(), b.clone()).into_data(),
+            a.matmul(b).into_data(),
+            "{dtype:?}: Flex without autodiff"
+        );
+    }
+}
+
+/// Every entry of `ours` within `bounds` of `burns` (values, then each gradient).
+fn check_within(ours: &[Vec<f64>], burns: &[Vec<f64>], bounds: &[Vec<f64>], what: &str) {
+    for (i, ((a, b), bound)) in ours.iter().zip(burns).zip(bounds).enumerate() {
+        assert_eq!(a.len(), b.len());
+        for (e, ((x, y), m)) in a.iter().zip(b).zip(bound).enumerate() {
+            assert!(
+                (x - y).abs() <= *m,
+                "{what}, output {i} entry {e}: {x} against {y}, bound {m}"
+            );
+        }
+    }
+}
+
+/// `kernels::linear` (what `layers::linear_tokens` and the ViT's attention call: the bias
+/// written into the output before the product, its gradient one pass of column sums) against
+/// burn's `module::linear` (what `Linear::forward` calls) on `Autodiff<Flex>`, on tokens `[N, T, k]` and a weight that is a
+/// column block of a wider one (a strided view, as the attention's `qkv` parts): values and the
+/// gradients of `x`, `w` and `b`, entry by entry within [`product_bounds`] of the rows' products
+/// (one term more for the bias add), the bias gradient within `2·γ_rows·Σ|r|` (its sums of 70
+/// rows; ours in f64), the wide weight's other columns exactly 0 on both sides. A bias gradient
+/// of one row or a missing transposition is off by O(1), far outside.
+#[test]
+fn linear_kernel_equals_burns_linear() {
+    let device = Default::default();
+    let [n, t, k, out] = [5, 14, 24, 10];
+    for dtype in [DType::F64, DType::F32] {
+        let u = if dtype == DType::F64 {
+            f64::EPSILON / 2.0
+        } else {
+            f32::EPSILON as f64 / 2.0
+        };
+        let x = f64_tensor::<Ad, 3>([n, t, k], 41, &device).cast(dtype);
+        let wide = f64_tensor::<Ad, 2>([k, 30], 42, &device).cast(dtype);
+        let bias = f64_tensor::<Ad, 1>([out], 43, &device).cast(dtype);
+        let r = f64_tensor::<Ad, 3>([n, t, out], 44, &device).cast(dtype);
+        let run = |kernel: bool| -> [Vec<f64>; 4] {
+            let (x, wide, bias) = (
+                x.clone().require_grad(),
+                wide.clone().require_grad(),
+                bias.clone().require_grad(),
+            );
+            let w = wide.clone().slice([0..k, 12..12 + out]);
+            let y = if kernel {
+                kernels::linear(x.clone(), w, Some(bias.clone()))
+            } else {
+                // What `Linear::forward` calls.
+                burn::tensor::module::linear(x.clone(), w, Some(bias.clone()))
+            };
+            let grads = (y.clone() * r.clone()).sum().backward();
+            fn as_f64<const D: usize>(t: Tensor<Flex, D>) -> Vec<f64> {
+                t.cast(DType::F64).into_data().to_vec::<f64>().unwrap()
+            }
+            [
+                as_f64(y.inner()),
+                as_f64(x.grad(&grads).unwrap()),
+                as_f64(wide.grad(&grads).unwrap()),
+                as_f64(bias.grad(&grads).unwrap()),
+            ]
+        };
+        let f64s = |t: &Tensor<Ad, 3>| {
+            t.clone()
+                .inner()
+                .cast(DType::F64)
+                .reshape([n * t_of(t), t.dims()[2]])
+        };
+        fn t_of(t: &Tensor<Ad, 3>) -> usize {
+            t.dims()[1]
+        }
+        let w = wide
+            .clone()
+            .inner()
+            .cast(DType::F64)
+            .slice([0..k, 12..12 + out]);
+        let b: Vec<f64> = bias
+            .clone()
+            .inner()
+            .cast(DType::F64)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let [mut values, dx, dw] = product_bounds(&f64s(&x), &w, &f64s(&r), u);
+        for (e, v) in values.iter_mut().enumerate() {
+            *v += 2.0 * (k as f64 + 1.0) * u * b[e % out].abs();
+        }
+        let mut dwide = vec![0.0; k * 30];
+        for (e, v) in dw.iter().enumerate() {
+            dwide[e / out * 30 + 12 + e % out] = *v;
+        }
+        let rows = (n * t) as f64;
+        let r_abs: Vec<f64> = f64s(&r).abs().sum_dim(0).into_data().to_vec().unwrap();
+        let db: Vec<f64> = r_abs.iter().map(|s| 2.0 * (rows + 1.0) * u * s).collect();
+        check_within(
+            &run(true),
+            &run(false),
+            &[values, dx, dwide, db],
+            &format!("{dtype:?}"),
+        );
+    }
+}

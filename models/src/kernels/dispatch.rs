@@ -1,5 +1,5 @@
 //! What a layer calls — [`conv2d`], [`batch_norm_train`], [`relu`], [`gelu`],
-//! [`swap_middle_dims`], [`softmax`], [`layer_norm`] — and the one mechanism that sends each call to the kernels its backend
+//! [`swap_middle_dims`], [`softmax`], [`layer_norm`], [`matmul`], [`linear`] — and the one mechanism that sends each call to the kernels its backend
 //! has: a [`Route`] that tries the backends in turn by their type and ends in burn's own
 //! operation.
 //!
@@ -315,6 +315,96 @@ pub fn layer_norm<B: Backend, const D: usize>(
             epsilon,
         )))
     })
+}
+
+/// `lhs · rhs` over the last two dimensions: on `Flex` and `Autodiff<Flex>` with `f32` or `f64`
+/// values and the same leading dimensions, [`matmul`](mod@super::matmul)'s product (the output
+/// written once; under autodiff the two backward products too); elsewhere burn's `matmul`. The
+/// same values (the same `gemm` crate over the same strides) and gradients.
+///
+/// # Shapes
+/// - `lhs`: `[.., m, k]`, `rhs`: `[.., k, n]` → `[.., m, n]`
+pub fn matmul<B: Backend, const D: usize>(lhs: Tensor<B, D>, rhs: Tensor<B, D>) -> Tensor<B, D> {
+    #[cfg(feature = "cpu")]
+    let route = {
+        use burn::backend::Flex;
+        let dtype = lhs.dtype();
+        let covered = flex::supported(dtype)
+            && rhs.dtype() == dtype
+            && flex::matmul_covered(&lhs.dims(), &rhs.dims());
+        Route::new((lhs, rhs))
+            .on_if::<Ad<Flex>>(covered, |(l, r)| {
+                float(flex::matmul_autodiff::<NoCheckpointing>(
+                    primitive(l),
+                    primitive(r),
+                ))
+            })
+            .on_if::<Flex>(covered, |(l, r)| {
+                float(flex::matmul_forward(&primitive(l), &primitive(r)))
+            })
+    };
+    #[cfg(not(feature = "cpu"))]
+    let route = Route::new((lhs, rhs));
+    route.or(|(l, r)| l.matmul(r))
+}
+
+/// The linear layer `x·w + b` over the last axis (burn's `module::linear`, what
+/// `Linear::forward` calls): on `Flex` and `Autodiff<Flex>` with `f32` or `f64` values, the
+/// rows of `x` through [`matmul`](mod@super::matmul)'s `linear` (the bias written into the
+/// output before the product adds to it; under autodiff the bias gradient in one parallel
+/// pass); elsewhere burn's. The same values to the order of the bias add, and the same
+/// gradients.
+///
+/// # Shapes
+/// - `x`: `[..., k]`, `weight`: `[k, n]`, `bias`: `[n]` → `[..., n]`
+pub fn linear<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+) -> Tensor<B, D> {
+    #[cfg(feature = "cpu")]
+    {
+        use burn::backend::Flex;
+        use std::any::TypeId;
+        let backend = TypeId::of::<B>();
+        let dtype = x.dtype();
+        let dims = x.dims();
+        let [k, n] = weight.dims();
+        let covered = (backend == TypeId::of::<Flex>() || backend == TypeId::of::<Ad<Flex>>())
+            && D >= 2
+            && dims[D - 1] == k
+            && flex::supported(dtype)
+            && weight.dtype() == dtype
+            && bias.as_ref().is_none_or(|b| b.dtype() == dtype);
+        if covered {
+            let rows = dims[..D - 1].iter().product();
+            let x = x.reshape([rows, k]);
+            let y = match bias {
+                None => matmul(x, weight),
+                Some(bias) => Route::new((x, weight, bias))
+                    .on::<Ad<Flex>>(|(x, w, b)| {
+                        float(flex::linear_autodiff::<NoCheckpointing>(
+                            primitive(x),
+                            primitive(w),
+                            primitive(b),
+                        ))
+                    })
+                    .on::<Flex>(|(x, w, b)| {
+                        float(flex::linear_forward(
+                            &primitive(x),
+                            &primitive(w),
+                            &primitive(b),
+                        ))
+                    })
+                    .result()
+                    .unwrap_or_else(|_| unreachable!("the backend was checked above")),
+            };
+            let mut out = dims;
+            out[D - 1] = n;
+            return y.reshape(out);
+        }
+    }
+    burn::tensor::module::linear(x, weight, bias)
 }
 
 /// The exact GELU composed from `erf`, so that its gradient is exact on every backend.

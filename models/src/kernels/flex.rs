@@ -15,8 +15,9 @@ use burn::backend::Autodiff;
 use burn::tensor::ops::{ActivationOps, FloatTensor, ModuleOps};
 use burn::tensor::{DType, TensorData};
 
+use super::gemm::Real;
 use super::geometry::ConvGeometry;
-use super::{batch_norm, conv, gelu, layer_norm, layout, softmax};
+use super::{batch_norm, conv, gelu, layer_norm, layout, matmul, softmax};
 
 /// Whether the kernels run in this element type (`f32` and `f64`).
 pub(super) fn supported(dtype: DType) -> bool {
@@ -471,5 +472,262 @@ pub(super) fn layer_norm_autodiff<C: CheckpointStrategy>(
         OpsKind::UnTracked(prep) => {
             prep.finish(forward(&x.primitive, &gamma.primitive, beta.primitive))
         }
+    }
+}
+
+/// `t` itself, or a contiguous copy when one of its strides is negative (a flipped view): what
+/// [`matrices`] reads.
+fn strided(t: &FlexTensor) -> FlexTensor {
+    match t.layout().strides().iter().all(|&s| s >= 0) {
+        true => t.clone(),
+        false => t.to_contiguous(),
+    }
+}
+
+/// The element types a tensor's storage is read in here.
+trait Stored: Real {
+    /// `t`'s whole buffer.
+    fn stored(t: &FlexTensor) -> &[Self];
+}
+
+impl Stored for f32 {
+    fn stored(t: &FlexTensor) -> &[Self] {
+        t.storage()
+    }
+}
+
+impl Stored for f64 {
+    fn stored(t: &FlexTensor) -> &[Self] {
+        t.storage()
+    }
+}
+
+/// The matrices of a tensor of rank ≥ 2 with non-negative strides (see [`strided`]): one per
+/// index of its leading dimensions, its last two dimensions' strides.
+fn matrices<T: Stored>(t: &FlexTensor) -> matmul::Matrices<'_, T> {
+    let layout = t.layout();
+    let (dims, strides) = (layout.shape(), layout.strides());
+    let rank = dims.num_dims();
+    let mut offsets = vec![layout.start_offset()];
+    for axis in 0..rank - 2 {
+        let stride = strides[axis] as usize;
+        offsets = offsets
+            .iter()
+            .flat_map(|&o| (0..dims[axis]).map(move |i| o + i * stride))
+            .collect();
+    }
+    matmul::Matrices {
+        data: T::stored(t),
+        offsets,
+        strides: (strides[rank - 2] as usize, strides[rank - 1] as usize),
+    }
+}
+
+/// The shape of `lhs · rhs`: `[.., m, k] · [.., k, n] → [.., m, n]`.
+fn product_shape(lhs: &FlexTensor, rhs: &FlexTensor) -> (Vec<usize>, [usize; 3]) {
+    let (l, r) = (lhs.layout().shape(), rhs.layout().shape());
+    let rank = l.num_dims();
+    let [m, k, n] = [l[rank - 2], l[rank - 1], r[rank - 1]];
+    let mut shape: Vec<usize> = (0..rank - 2).map(|a| l[a]).collect();
+    shape.extend([m, n]);
+    (shape, [m, n, k])
+}
+
+/// Whether [`matmul_forward`] takes `lhs · rhs`: ranks of at least 2, the same leading
+/// dimensions (no broadcast), the inner sizes equal, one [`supported`] element type.
+pub(super) fn matmul_covered(lhs: &[usize], rhs: &[usize]) -> bool {
+    let rank = lhs.len();
+    rank >= 2
+        && rhs.len() == rank
+        && lhs[..rank - 2] == rhs[..rank - 2]
+        && lhs[rank - 1] == rhs[rank - 2]
+}
+
+/// `lhs · rhs` over the last two dimensions, the output written once (see [`matmul`]). The
+/// tensors pass [`matmul_covered`] and share a [`supported`] element type.
+pub(super) fn matmul_forward(lhs: &FlexTensor, rhs: &FlexTensor) -> FlexTensor {
+    let (lhs, rhs) = (strided(lhs), strided(rhs));
+    let (shape, dims) = product_shape(&lhs, &rhs);
+    match lhs.dtype() {
+        DType::F64 => FlexTensor::from_data(TensorData::new(
+            matmul::product::<f64>(dims, &matrices(&lhs), &matrices(&rhs)),
+            shape,
+        )),
+        _ => FlexTensor::from_data(TensorData::new(
+            matmul::product::<f32>(dims, &matrices(&lhs), &matrices(&rhs)),
+            shape,
+        )),
+    }
+}
+
+/// `a · bᵀ` or `aᵀ · b` (over the last two dimensions) as a tensor of `shape`.
+fn product_transposed(
+    a: &FlexTensor,
+    b: &FlexTensor,
+    transpose_a: bool,
+    shape: Vec<usize>,
+) -> FlexTensor {
+    let (a, b) = (strided(a), strided(b));
+    let rank = shape.len();
+    let [m, n] = [shape[rank - 2], shape[rank - 1]];
+    let a_dims = a.layout().shape();
+    let k = match transpose_a {
+        true => a_dims[rank - 2],
+        false => a_dims[rank - 1],
+    };
+    macro_rules! run {
+        ($t:ty) => {{
+            let (ma, mb) = (matrices::<$t>(&a), matrices::<$t>(&b));
+            let values = match transpose_a {
+                true => matmul::product([m, n, k], &ma.transposed(), &mb),
+                false => matmul::product([m, n, k], &ma, &mb.transposed()),
+            };
+            FlexTensor::from_data(TensorData::new(values, shape))
+        }};
+    }
+    match a.dtype() {
+        DType::F64 => run!(f64),
+        _ => run!(f32),
+    }
+}
+
+/// What [`MatmulBackward`] keeps: `lhs` when `rhs` takes a gradient, `rhs` when `lhs` does, and
+/// both shapes.
+#[derive(Debug, Clone)]
+struct MatmulState {
+    lhs: Option<FlexTensor>,
+    rhs: Option<FlexTensor>,
+    lhs_shape: Vec<usize>,
+    rhs_shape: Vec<usize>,
+}
+
+/// The backward step of [`matmul_autodiff`]: `∂lhs = ∂y · rhsᵀ`, `∂rhs = lhsᵀ · ∂y`.
+#[derive(Debug)]
+struct MatmulBackward;
+
+impl Backward<Flex, 2> for MatmulBackward {
+    type State = MatmulState;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_lhs, node_rhs] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node);
+        let state = ops.state;
+        if let (Some(node), Some(rhs)) = (node_lhs, &state.rhs) {
+            let dx = product_transposed(&grad, rhs, false, state.lhs_shape);
+            grads.register::<Flex>(node.id, dx);
+        }
+        if let (Some(node), Some(lhs)) = (node_rhs, &state.lhs) {
+            let dw = product_transposed(lhs, &grad, true, state.rhs_shape);
+            grads.register::<Flex>(node.id, dw);
+        }
+    }
+}
+
+/// `lhs · rhs` under autodiff through [`matmul_forward`], with [`MatmulBackward`]; the tensors
+/// pass [`matmul_covered`] and share a [`supported`] element type.
+pub(super) fn matmul_autodiff<C: CheckpointStrategy>(
+    lhs: FloatTensor<Autodiff<Flex, C>>,
+    rhs: FloatTensor<Autodiff<Flex, C>>,
+) -> FloatTensor<Autodiff<Flex, C>> {
+    let y = matmul_forward(&lhs.primitive, &rhs.primitive);
+    let untracked = (
+        lhs.node.requirement.is_none(),
+        rhs.node.requirement.is_none(),
+    );
+    match MatmulBackward
+        .prepare::<C>([lhs.node.clone(), rhs.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            // A side's gradient needs the other side's values.
+            let state = MatmulState {
+                lhs_shape: lhs.primitive.layout().shape().to_vec(),
+                rhs_shape: rhs.primitive.layout().shape().to_vec(),
+                lhs: (!untracked.1).then_some(lhs.primitive),
+                rhs: (!untracked.0).then_some(rhs.primitive),
+            };
+            prep.finish(state, y)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(y),
+    }
+}
+
+/// The linear layer `x·w + b` (see [`matmul::linear`]): `x` `[rows, k]`, `w` `[k, n]`, `bias`
+/// `[n]`, one [`supported`] element type.
+pub(super) fn linear_forward(x: &FlexTensor, w: &FlexTensor, bias: &FlexTensor) -> FlexTensor {
+    let (x, w, bias) = (strided(x), strided(w), bias.to_contiguous());
+    let (shape, dims) = product_shape(&x, &w);
+    macro_rules! run {
+        ($t:ty) => {
+            FlexTensor::from_data(TensorData::new(
+                matmul::linear::<$t>(dims, &matrices(&x), &matrices(&w), bias.storage()),
+                shape,
+            ))
+        };
+    }
+    match x.dtype() {
+        DType::F64 => run!(f64),
+        _ => run!(f32),
+    }
+}
+
+/// The backward step of [`linear_autodiff`]: [`MatmulBackward`]'s for `x` and `w`, and
+/// `∂b = Σ_rows ∂y` ([`matmul::column_sums`]).
+#[derive(Debug)]
+struct LinearBackward;
+
+impl Backward<Flex, 3> for LinearBackward {
+    /// `x` as `lhs`, `w` as `rhs`.
+    type State = MatmulState;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_w, node_b] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node);
+        let state = ops.state;
+        if let (Some(node), Some(w)) = (node_x, &state.rhs) {
+            let dx = product_transposed(&grad, w, false, state.lhs_shape);
+            grads.register::<Flex>(node.id, dx);
+        }
+        if let (Some(node), Some(x)) = (node_w, &state.lhs) {
+            let dw = product_transposed(x, &grad, true, state.rhs_shape);
+            grads.register::<Flex>(node.id, dw);
+        }
+        if let Some(node) = node_b {
+            let grad = grad.to_contiguous();
+            let n = grad.layout().shape()[1];
+            let db = match grad.dtype() {
+                DType::F64 => TensorData::new(matmul::column_sums(grad.storage::<f64>(), n), [n]),
+                _ => TensorData::new(matmul::column_sums(grad.storage::<f32>(), n), [n]),
+            };
+            grads.register::<Flex>(node.id, FlexTensor::from_data(db));
+        }
+    }
+}
+
+/// The linear layer under autodiff through [`linear_forward`], with [`LinearBackward`]: `x`
+/// `[rows, k]`, `w` `[k, n]`, `bias` `[n]`, one [`supported`] element type.
+pub(super) fn linear_autodiff<C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<Flex, C>>,
+    w: FloatTensor<Autodiff<Flex, C>>,
+    bias: FloatTensor<Autodiff<Flex, C>>,
+) -> FloatTensor<Autodiff<Flex, C>> {
+    let y = linear_forward(&x.primitive, &w.primitive, &bias.primitive);
+    let untracked = (x.node.requirement.is_none(), w.node.requirement.is_none());
+    match LinearBackward
+        .prepare::<C>([x.node.clone(), w.node.clone(), bias.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let state = MatmulState {
+                lhs_shape: x.primitive.layout().shape().to_vec(),
+                rhs_shape: w.primitive.layout().shape().to_vec(),
+                lhs: (!untracked.1).then_some(x.primitive),
+                rhs: (!untracked.0).then_some(w.primitive),
+            };
+            prep.finish(state, y)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(y),
     }
 }

@@ -99,7 +99,7 @@ thread_local! {
 
 /// The products below this many multiply-adds run on one thread (`gemm`'s own threshold for
 /// burn's Flex products is the same size).
-const PARALLEL_GEMM_WORK: usize = 192 * 192 * 192;
+pub(crate) const PARALLEL_GEMM_WORK: usize = 192 * 192 * 192;
 
 /// Runs `f` on `N` buffers of `sizes` values whose contents are left from earlier calls (every
 /// caller writes before it reads). The buffer is kept per thread and grows to the largest
@@ -167,11 +167,70 @@ pub(crate) fn gemm_on<T: Real>(
     dst: &mut [T],
     accumulate: bool,
     lhs: &[T],
+    lhs_strides: (usize, usize),
+    rhs: &[T],
+    rhs_strides: (usize, usize),
+) {
+    assert!(dst.len() >= m * n, "gemm: destination too short");
+    // SAFETY: `dst` holds `m·n` initialised values (asserted), read only when `accumulate`.
+    unsafe {
+        gemm_raw(
+            parallel,
+            [m, n, k],
+            dst.as_mut_ptr(),
+            accumulate,
+            lhs,
+            lhs_strides,
+            rhs,
+            rhs_strides,
+        )
+    }
+}
+
+/// `dst[m, n] = lhs[m, k] · rhs[k, n]` into a destination not yet written: every entry is
+/// written, none is read.
+pub(crate) fn gemm_into<T: Real>(
+    parallel: bool,
+    [m, n, k]: [usize; 3],
+    dst: &mut [std::mem::MaybeUninit<T>],
+    lhs: &[T],
+    lhs_strides: (usize, usize),
+    rhs: &[T],
+    rhs_strides: (usize, usize),
+) {
+    assert!(dst.len() >= m * n, "gemm: destination too short");
+    // SAFETY: `dst` has room for `m·n` values (asserted); without `accumulate` the product
+    // writes every entry of `dst[..m·n]` and reads none (`MaybeUninit<T>` has `T`'s layout).
+    unsafe {
+        gemm_raw(
+            parallel,
+            [m, n, k],
+            dst.as_mut_ptr().cast::<T>(),
+            false,
+            lhs,
+            lhs_strides,
+            rhs,
+            rhs_strides,
+        )
+    }
+}
+
+/// The `gemm` crate's call on a row-major `[m, n]` destination.
+///
+/// # Safety
+/// `dst` points to `m·n` writable values, initialised when `accumulate`, that alias neither
+/// operand.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_raw<T: Real>(
+    parallel: bool,
+    [m, n, k]: [usize; 3],
+    dst: *mut T,
+    accumulate: bool,
+    lhs: &[T],
     (lhs_rs, lhs_cs): (usize, usize),
     rhs: &[T],
     (rhs_rs, rhs_cs): (usize, usize),
 ) {
-    assert!(dst.len() >= m * n, "gemm: destination too short");
     assert!(m == 0 || k == 0 || (m - 1) * lhs_rs + (k - 1) * lhs_cs < lhs.len());
     assert!(k == 0 || n == 0 || (k - 1) * rhs_rs + (n - 1) * rhs_cs < rhs.len());
     let parallelism = if parallel {
@@ -179,14 +238,14 @@ pub(crate) fn gemm_on<T: Real>(
     } else {
         ::gemm::Parallelism::None
     };
-    // SAFETY: the asserts above keep every index the strides reach inside the slices;
-    // `dst` is row-major `[m, n]` and does not alias the operands (it is a `&mut`).
+    // SAFETY: the asserts above keep every index the strides reach inside the slices; the
+    // caller vouches for `dst`.
     unsafe {
         ::gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst,
             1,
             n as isize,
             accumulate,

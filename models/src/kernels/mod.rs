@@ -2,7 +2,7 @@
 //! none of its own or keeps more than it needs. Each file says what it computes and why.
 //!
 //! What a layer calls (`dispatch.rs`): [`conv2d`], [`batch_norm_train`], [`relu`], [`gelu()`],
-//! [`swap_middle_dims`], [`softmax()`] and [`layer_norm()`]. Each sends the call by the
+//! [`swap_middle_dims`], [`softmax()`], [`layer_norm()`], [`matmul()`] and [`linear`]. Each sends the call by the
 //! backend's type to the kernels it has, and any other backend, element type or layer keeps
 //! burn's own operation, with the same values and gradients:
 //!
@@ -15,6 +15,7 @@
 //! | [`swap_middle_dims`] | [`layout`]'s copy | burn's `swap_dims` |
 //! | [`softmax()`] (last axis) | Flex's fused forward, [`softmax`](mod@softmax)'s backward (under autodiff) | burn's |
 //! | [`layer_norm()`] | Flex's fused forward, [`layer_norm`](mod@layer_norm)'s backward (under autodiff) | burn's |
+//! | [`matmul()`] (same leading dimensions), [`linear`] | [`matmul`](mod@matmul)'s products and column sums, forward and backward | burn's |
 //!
 //! Underneath: the slices' shared arithmetic (`gemm.rs`: the element types ([`Real`]), scratch
 //! buffers, the GEMM call; `sums.rs`: sums in f64 over eight lanes) and a convolution's sizes
@@ -33,6 +34,7 @@ mod geometry;
 pub mod im2col;
 pub mod layer_norm;
 pub mod layout;
+pub mod matmul;
 pub mod relu_op;
 pub mod softmax;
 mod sums;
@@ -40,8 +42,8 @@ pub mod winograd;
 
 pub use batch_norm_op::TrainingBatchNorm;
 pub use dispatch::{
-    batch_norm_train, conv2d, gelu, gelu_composed, layer_norm, relu, runs_cpu_kernels, softmax,
-    swap_middle_dims,
+    batch_norm_train, conv2d, gelu, gelu_composed, layer_norm, linear, matmul, relu,
+    runs_cpu_kernels, softmax, swap_middle_dims,
 };
 pub use gemm::Real;
 pub use geometry::{covered_geometry, ConvGeometry};
