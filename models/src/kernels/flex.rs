@@ -601,6 +601,43 @@ struct MatmulState {
     rhs_shape: Vec<usize>,
 }
 
+impl MatmulState {
+    /// What the backward step of `lhs · rhs` needs: each side's values only when the other
+    /// side takes a gradient.
+    fn keep<C: CheckpointStrategy>(
+        lhs: FloatTensor<Autodiff<Flex, C>>,
+        rhs: FloatTensor<Autodiff<Flex, C>>,
+    ) -> Self {
+        let untracked = (
+            lhs.node.requirement.is_none(),
+            rhs.node.requirement.is_none(),
+        );
+        Self {
+            lhs_shape: lhs.primitive.layout().shape().to_vec(),
+            rhs_shape: rhs.primitive.layout().shape().to_vec(),
+            lhs: (!untracked.1).then_some(lhs.primitive),
+            rhs: (!untracked.0).then_some(rhs.primitive),
+        }
+    }
+
+    /// Registers `∂lhs = ∂y · rhsᵀ` and `∂rhs = lhsᵀ · ∂y` for the parents that take them.
+    fn register(
+        self,
+        grad: &FlexTensor,
+        [node_lhs, node_rhs]: [Option<NodeId>; 2],
+        grads: &mut Gradients,
+    ) {
+        if let (Some(node), Some(rhs)) = (node_lhs, &self.rhs) {
+            let dx = product_transposed(grad, rhs, false, self.lhs_shape);
+            grads.register::<Flex>(node, dx);
+        }
+        if let (Some(node), Some(lhs)) = (node_rhs, &self.lhs) {
+            let dw = product_transposed(lhs, grad, true, self.rhs_shape);
+            grads.register::<Flex>(node, dw);
+        }
+    }
+}
+
 /// The backward step of [`matmul_autodiff`]: `∂lhs = ∂y · rhsᵀ`, `∂rhs = lhsᵀ · ∂y`.
 #[derive(Debug)]
 struct MatmulBackward;
@@ -609,17 +646,9 @@ impl Backward<Flex, 2> for MatmulBackward {
     type State = MatmulState;
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_lhs, node_rhs] = ops.parents;
         let grad = grads.consume::<Flex>(&ops.node);
-        let state = ops.state;
-        if let (Some(node), Some(rhs)) = (node_lhs, &state.rhs) {
-            let dx = product_transposed(&grad, rhs, false, state.lhs_shape);
-            grads.register::<Flex>(node.id, dx);
-        }
-        if let (Some(node), Some(lhs)) = (node_rhs, &state.lhs) {
-            let dw = product_transposed(lhs, &grad, true, state.rhs_shape);
-            grads.register::<Flex>(node.id, dw);
-        }
+        let parents = ops.parents.map(|node| node.map(|node| node.id));
+        ops.state.register(&grad, parents, grads);
     }
 }
 
@@ -630,25 +659,12 @@ pub(super) fn matmul_autodiff<C: CheckpointStrategy>(
     rhs: FloatTensor<Autodiff<Flex, C>>,
 ) -> FloatTensor<Autodiff<Flex, C>> {
     let y = matmul_forward(&lhs.primitive, &rhs.primitive);
-    let untracked = (
-        lhs.node.requirement.is_none(),
-        rhs.node.requirement.is_none(),
-    );
     match MatmulBackward
         .prepare::<C>([lhs.node.clone(), rhs.node.clone()])
         .compute_bound()
         .stateful()
     {
-        OpsKind::Tracked(prep) => {
-            // A side's gradient needs the other side's values.
-            let state = MatmulState {
-                lhs_shape: lhs.primitive.layout().shape().to_vec(),
-                rhs_shape: rhs.primitive.layout().shape().to_vec(),
-                lhs: (!untracked.1).then_some(lhs.primitive),
-                rhs: (!untracked.0).then_some(rhs.primitive),
-            };
-            prep.finish(state, y)
-        }
+        OpsKind::Tracked(prep) => prep.finish(MatmulState::keep::<C>(lhs, rhs), y),
         OpsKind::UnTracked(prep) => prep.finish(y),
     }
 }
@@ -684,15 +700,8 @@ impl Backward<Flex, 3> for LinearBackward {
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
         let [node_x, node_w, node_b] = ops.parents;
         let grad = grads.consume::<Flex>(&ops.node);
-        let state = ops.state;
-        if let (Some(node), Some(w)) = (node_x, &state.rhs) {
-            let dx = product_transposed(&grad, w, false, state.lhs_shape);
-            grads.register::<Flex>(node.id, dx);
-        }
-        if let (Some(node), Some(x)) = (node_w, &state.lhs) {
-            let dw = product_transposed(x, &grad, true, state.rhs_shape);
-            grads.register::<Flex>(node.id, dw);
-        }
+        let ids = [node_x, node_w].map(|node| node.map(|node| node.id));
+        ops.state.register(&grad, ids, grads);
         if let Some(node) = node_b {
             let grad = grad.to_contiguous();
             let n = grad.layout().shape()[1];
@@ -713,21 +722,12 @@ pub(super) fn linear_autodiff<C: CheckpointStrategy>(
     bias: FloatTensor<Autodiff<Flex, C>>,
 ) -> FloatTensor<Autodiff<Flex, C>> {
     let y = linear_forward(&x.primitive, &w.primitive, &bias.primitive);
-    let untracked = (x.node.requirement.is_none(), w.node.requirement.is_none());
     match LinearBackward
         .prepare::<C>([x.node.clone(), w.node.clone(), bias.node.clone()])
         .compute_bound()
         .stateful()
     {
-        OpsKind::Tracked(prep) => {
-            let state = MatmulState {
-                lhs_shape: x.primitive.layout().shape().to_vec(),
-                rhs_shape: w.primitive.layout().shape().to_vec(),
-                lhs: (!untracked.1).then_some(x.primitive),
-                rhs: (!untracked.0).then_some(w.primitive),
-            };
-            prep.finish(state, y)
-        }
+        OpsKind::Tracked(prep) => prep.finish(MatmulState::keep::<C>(x, w), y),
         OpsKind::UnTracked(prep) => prep.finish(y),
     }
 }
