@@ -290,7 +290,6 @@ fn value_and_grad(
     let y = run(x.clone());
     let r = f64_tensor::<Ad, 3>(y.dims(), 15, &y.device()).cast(y.dtype());
     let grads = (y.clone() * r).sum().backward();
-    let as_f64 = |t: Tensor<Flex, 3>| t.cast(DType::F64).into_data().to_vec::<f64>().unwrap();
     (as_f64(y.inner()), as_f64(x.grad(&grads).unwrap()))
 }
 
@@ -412,15 +411,17 @@ fn norm_value_and_grads(
     let y = run(x.clone(), gamma.clone(), beta.clone());
     let r = f64_tensor::<Ad, 3>(y.dims(), 21, &y.device()).cast(y.dtype());
     let grads = (y.clone() * r).sum().backward();
-    fn as_f64<const D: usize>(t: Tensor<Flex, D>) -> Vec<f64> {
-        t.cast(DType::F64).into_data().to_vec::<f64>().unwrap()
-    }
     [
         as_f64(y.inner()),
         as_f64(x.grad(&grads).unwrap()),
         as_f64(gamma.grad(&grads).unwrap()),
         as_f64(beta.grad(&grads).unwrap()),
     ]
+}
+
+/// A tensor's values as f64.
+fn as_f64<const D: usize>(t: Tensor<Flex, D>) -> Vec<f64> {
+    t.cast(DType::F64).into_data().to_vec::<f64>().unwrap()
 }
 
 /// Largest absolute difference.
@@ -553,9 +554,6 @@ fn product_value_and_grads<const D: usize>(
     let (a, b) = (a.require_grad(), b.require_grad());
     let y = run(a.clone(), b.clone());
     let grads = (y.clone() * r).sum().backward();
-    fn as_f64<const D: usize>(t: Tensor<Flex, D>) -> Vec<f64> {
-        t.cast(DType::F64).into_data().to_vec::<f64>().unwrap()
-    }
     [
         as_f64(y.inner()),
         as_f64(a.grad(&grads).unwrap()),
@@ -669,9 +667,6 @@ fn linear_kernel_equals_burns_linear() {
                 burn::tensor::module::linear(x.clone(), w, Some(bias.clone()))
             };
             let grads = (y.clone() * r.clone()).sum().backward();
-            fn as_f64<const D: usize>(t: Tensor<Flex, D>) -> Vec<f64> {
-                t.cast(DType::F64).into_data().to_vec::<f64>().unwrap()
-            }
             [
                 as_f64(y.inner()),
                 as_f64(x.grad(&grads).unwrap()),

@@ -362,49 +362,49 @@ pub fn linear<B: Backend, const D: usize>(
     weight: Tensor<B, 2>,
     bias: Option<Tensor<B, 1>>,
 ) -> Tensor<B, D> {
-    #[cfg(feature = "cpu")]
-    {
-        use burn::backend::Flex;
-        use std::any::TypeId;
-        let backend = TypeId::of::<B>();
-        let dtype = x.dtype();
-        let dims = x.dims();
-        let [k, n] = weight.dims();
-        let covered = (backend == TypeId::of::<Flex>() || backend == TypeId::of::<Ad<Flex>>())
-            && D >= 2
-            && dims[D - 1] == k
-            && flex::supported(dtype)
-            && weight.dtype() == dtype
-            && bias.as_ref().is_none_or(|b| b.dtype() == dtype);
-        if covered {
-            let rows = dims[..D - 1].iter().product();
-            let x = x.reshape([rows, k]);
-            let y = match bias {
-                None => matmul(x, weight),
-                Some(bias) => Route::new((x, weight, bias))
-                    .on::<Ad<Flex>>(|(x, w, b)| {
+    let dims = x.dims();
+    let [k, n] = weight.dims();
+    if dims[D - 1] != k {
+        // burn's own error names the mismatch.
+        return burn::tensor::module::linear(x, weight, bias);
+    }
+    // Rows of a 2-D product on every backend: burn's weight gradient of a linear layer on a
+    // 3-D input is a batched `[N, k, n]` product summed afterwards (see
+    // `layers::linear_tokens`).
+    let x = x.reshape([dims[..D - 1].iter().product::<usize>(), k]);
+    let y = match bias {
+        None => matmul(x, weight),
+        Some(bias) => {
+            #[cfg(feature = "cpu")]
+            let route = {
+                use burn::backend::Flex;
+                let dtype = x.dtype();
+                let covered =
+                    flex::supported(dtype) && weight.dtype() == dtype && bias.dtype() == dtype;
+                Route::new((x, weight, bias))
+                    .on_if::<Ad<Flex>>(covered, |(x, w, b)| {
                         float(flex::linear_autodiff::<NoCheckpointing>(
                             primitive(x),
                             primitive(w),
                             primitive(b),
                         ))
                     })
-                    .on::<Flex>(|(x, w, b)| {
+                    .on_if::<Flex>(covered, |(x, w, b)| {
                         float(flex::linear_forward(
                             &primitive(x),
                             &primitive(w),
                             &primitive(b),
                         ))
                     })
-                    .result()
-                    .unwrap_or_else(|_| unreachable!("the backend was checked above")),
             };
-            let mut out = dims;
-            out[D - 1] = n;
-            return y.reshape(out);
+            #[cfg(not(feature = "cpu"))]
+            let route = Route::new((x, weight, bias));
+            route.or(|(x, w, b)| burn::tensor::module::linear(x, w, Some(b)))
         }
-    }
-    burn::tensor::module::linear(x, weight, bias)
+    };
+    let mut out = dims;
+    out[D - 1] = n;
+    y.reshape(out)
 }
 
 /// The exact GELU composed from `erf`, so that its gradient is exact on every backend.

@@ -523,18 +523,8 @@ fn matrices<T: Stored>(t: &FlexTensor) -> matmul::Matrices<'_, T> {
     }
 }
 
-/// The shape of `lhs · rhs`: `[.., m, k] · [.., k, n] → [.., m, n]`.
-fn product_shape(lhs: &FlexTensor, rhs: &FlexTensor) -> (Vec<usize>, [usize; 3]) {
-    let (l, r) = (lhs.layout().shape(), rhs.layout().shape());
-    let rank = l.num_dims();
-    let [m, k, n] = [l[rank - 2], l[rank - 1], r[rank - 1]];
-    let mut shape: Vec<usize> = (0..rank - 2).map(|a| l[a]).collect();
-    shape.extend([m, n]);
-    (shape, [m, n, k])
-}
-
-/// Whether [`matmul_forward`] takes `lhs · rhs`: ranks of at least 2, the same leading
-/// dimensions (no broadcast), the inner sizes equal, one [`supported`] element type.
+/// Whether [`matmul_forward`] takes `lhs · rhs` of these shapes: ranks of at least 2, the same
+/// leading dimensions (no broadcast), the inner sizes equal.
 pub(super) fn matmul_covered(lhs: &[usize], rhs: &[usize]) -> bool {
     let rank = lhs.len();
     rank >= 2
@@ -543,62 +533,59 @@ pub(super) fn matmul_covered(lhs: &[usize], rhs: &[usize]) -> bool {
         && lhs[rank - 1] == rhs[rank - 2]
 }
 
-/// `lhs · rhs` over the last two dimensions, the output written once (see [`matmul`]). The
-/// tensors pass [`matmul_covered`] and share a [`supported`] element type.
-pub(super) fn matmul_forward(lhs: &FlexTensor, rhs: &FlexTensor) -> FlexTensor {
-    let (lhs, rhs) = (strided(lhs), strided(rhs));
-    let (shape, dims) = product_shape(&lhs, &rhs);
-    match lhs.dtype() {
-        DType::F64 => FlexTensor::from_data(TensorData::new(
-            matmul::product::<f64>(dims, &matrices(&lhs), &matrices(&rhs)),
-            shape,
-        )),
-        _ => FlexTensor::from_data(TensorData::new(
-            matmul::product::<f32>(dims, &matrices(&lhs), &matrices(&rhs)),
-            shape,
-        )),
-    }
+/// Which operand of a [`product`] is read transposed (its last two dimensions swapped).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Transposed {
+    Neither,
+    Lhs,
+    Rhs,
 }
 
-/// `a · bᵀ` or `aᵀ · b` (over the last two dimensions) as a tensor of `shape`.
-fn product_transposed(
-    a: &FlexTensor,
-    b: &FlexTensor,
-    transpose_a: bool,
-    shape: Vec<usize>,
-) -> FlexTensor {
-    let (a, b) = (strided(a), strided(b));
-    let rank = shape.len();
-    let [m, n] = [shape[rank - 2], shape[rank - 1]];
-    let a_dims = a.layout().shape();
-    let k = match transpose_a {
-        true => a_dims[rank - 2],
-        false => a_dims[rank - 1],
+/// `lhs · rhs` over the last two dimensions, one of them read transposed by `t` (a view: the
+/// strides swapped), the output written once (see [`matmul`]); the leading dimensions are
+/// `lhs`'s. The operands share a [`supported`] element type.
+fn product(lhs: &FlexTensor, rhs: &FlexTensor, t: Transposed) -> FlexTensor {
+    let (lhs, rhs) = (strided(lhs), strided(rhs));
+    let (l, r) = (lhs.layout().shape(), rhs.layout().shape());
+    let rank = l.num_dims();
+    let [m, k] = match t {
+        Transposed::Lhs => [l[rank - 1], l[rank - 2]],
+        _ => [l[rank - 2], l[rank - 1]],
     };
+    let n = match t {
+        Transposed::Rhs => r[rank - 2],
+        _ => r[rank - 1],
+    };
+    let mut shape: Vec<usize> = (0..rank - 2).map(|a| l[a]).collect();
+    shape.extend([m, n]);
     macro_rules! run {
         ($t:ty) => {{
-            let (ma, mb) = (matrices::<$t>(&a), matrices::<$t>(&b));
-            let values = match transpose_a {
-                true => matmul::product([m, n, k], &ma.transposed(), &mb),
-                false => matmul::product([m, n, k], &ma, &mb.transposed()),
+            let (a, b) = (matrices::<$t>(&lhs), matrices::<$t>(&rhs));
+            let values = match t {
+                Transposed::Neither => matmul::product([m, n, k], &a, &b),
+                Transposed::Lhs => matmul::product([m, n, k], &a.transposed(), &b),
+                Transposed::Rhs => matmul::product([m, n, k], &a, &b.transposed()),
             };
             FlexTensor::from_data(TensorData::new(values, shape))
         }};
     }
-    match a.dtype() {
+    match lhs.dtype() {
         DType::F64 => run!(f64),
         _ => run!(f32),
     }
 }
 
-/// What [`MatmulBackward`] keeps: `lhs` when `rhs` takes a gradient, `rhs` when `lhs` does, and
-/// both shapes.
+/// `lhs · rhs` over the last two dimensions, the output written once (see [`matmul`]). The
+/// tensors pass [`matmul_covered`] and share a [`supported`] element type.
+pub(super) fn matmul_forward(lhs: &FlexTensor, rhs: &FlexTensor) -> FlexTensor {
+    product(lhs, rhs, Transposed::Neither)
+}
+
+/// What [`MatmulBackward`] keeps: `lhs` when `rhs` takes a gradient, `rhs` when `lhs` does.
 #[derive(Debug, Clone)]
 struct MatmulState {
     lhs: Option<FlexTensor>,
     rhs: Option<FlexTensor>,
-    lhs_shape: Vec<usize>,
-    rhs_shape: Vec<usize>,
 }
 
 impl MatmulState {
@@ -613,8 +600,6 @@ impl MatmulState {
             rhs.node.requirement.is_none(),
         );
         Self {
-            lhs_shape: lhs.primitive.layout().shape().to_vec(),
-            rhs_shape: rhs.primitive.layout().shape().to_vec(),
             lhs: (!untracked.1).then_some(lhs.primitive),
             rhs: (!untracked.0).then_some(rhs.primitive),
         }
@@ -628,12 +613,10 @@ impl MatmulState {
         grads: &mut Gradients,
     ) {
         if let (Some(node), Some(rhs)) = (node_lhs, &self.rhs) {
-            let dx = product_transposed(grad, rhs, false, self.lhs_shape);
-            grads.register::<Flex>(node, dx);
+            grads.register::<Flex>(node, product(grad, rhs, Transposed::Rhs));
         }
         if let (Some(node), Some(lhs)) = (node_rhs, &self.lhs) {
-            let dw = product_transposed(lhs, grad, true, self.rhs_shape);
-            grads.register::<Flex>(node, dw);
+            grads.register::<Flex>(node, product(lhs, grad, Transposed::Lhs));
         }
     }
 }
@@ -673,7 +656,8 @@ pub(super) fn matmul_autodiff<C: CheckpointStrategy>(
 /// `[n]`, one [`supported`] element type.
 pub(super) fn linear_forward(x: &FlexTensor, w: &FlexTensor, bias: &FlexTensor) -> FlexTensor {
     let (x, w, bias) = (strided(x), strided(w), bias.to_contiguous());
-    let (shape, dims) = product_shape(&x, &w);
+    let ([rows, k], n) = (x.layout().shape().dims::<2>(), w.layout().shape()[1]);
+    let (dims, shape) = ([rows, n, k], [rows, n]);
     macro_rules! run {
         ($t:ty) => {
             FlexTensor::from_data(TensorData::new(
