@@ -5,7 +5,7 @@
 //!
 //! `cargo bench --bench train_step`; `METHODS=simclr,byol` runs a subset, `BENCH_BATCH` sets
 //! the batch, and `VIEW_THREADS=1` back-propagates the two views' passes on two threads
-//! (`SslMethod::set_view_threads`, what the recipes do on the CPU; off by default here, as in
+//! (`SslMethod::set_view_passes`, what the recipes do on the CPU; off by default here, as in
 //! the library). The same steps in PyTorch: `benches/pytorch/train_step.py`; results side by side
 //! in `benches/README.md`.
 
@@ -44,7 +44,11 @@ fn run<S: SslMethod<B>>(c: &mut Criterion, name: &str, build: impl FnOnce() -> S
     let n = batch();
     let device = Default::default();
     let mut method = build();
-    method.set_view_threads(std::env::var("VIEW_THREADS").is_ok_and(|v| v == "1"));
+    method.set_view_passes(if std::env::var("VIEW_THREADS").is_ok_and(|v| v == "1") {
+        ViewPasses::Threads
+    } else {
+        ViewPasses::Separate
+    });
     let mut optimizer = SgdConfig::new().init::<B, S::Online>().unwrap();
     let views = |seed: u64| {
         B::seed(&device, seed);

@@ -305,6 +305,36 @@ impl<B: Backend> MlpHead<B> {
         x
     }
 
+    /// [`MlpHead::forward`] on `groups` equal batches stacked along the first axis, as each
+    /// batch on its own: one pass when the head has no BatchNorm (its rows are independent),
+    /// else one pass per group (each BatchNorm sees its group's moments).
+    ///
+    /// # Shapes
+    /// - input: `[groups · N, input_dim]` → `[groups · N, output_dim]`
+    ///
+    /// # Panics
+    /// If `groups` is 0 or does not divide `groups · N`.
+    pub fn forward_grouped(&self, x: Tensor<B, 2>, groups: usize) -> Tensor<B, 2> {
+        let n = x.dims()[0];
+        assert!(
+            groups > 0 && n.is_multiple_of(groups),
+            "a batch of {n} is not {groups} equal groups"
+        );
+        let normalised = self.has_hidden_batch_norm()
+            || self.output_norm.is_some()
+            || self.output_norm_plain.is_some();
+        if groups == 1 || !normalised {
+            return self.forward(x);
+        }
+        Tensor::cat(
+            x.chunk(groups, 0)
+                .into_iter()
+                .map(|group| self.forward(group))
+                .collect(),
+            0,
+        )
+    }
+
     /// Output width.
     pub fn output_dim(&self) -> usize {
         self.output.weight.dims()[1]

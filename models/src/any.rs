@@ -53,6 +53,24 @@ impl<B: Backend> Backbone<B> for AnyBackbone<B> {
         }
     }
 
+    /// The ResNet's grouped pass; the other variants' groups one after the other (the trait's
+    /// default).
+    ///
+    /// # Shapes
+    /// - input: `[groups · batch, channels, height, width]`
+    /// - output: `[groups · batch, feature_dim]`
+    fn forward_features_grouped(&self, images: Tensor<B, 4>, groups: usize) -> Tensor<B, 2> {
+        match self {
+            Self::ResNet(m) => m.forward_features_grouped(images, groups),
+            Self::WideResNet(m) => m.forward_features_grouped(images, groups),
+            Self::EfficientNet(m) => m.forward_features_grouped(images, groups),
+            Self::MobileNetV3(m) => m.forward_features_grouped(images, groups),
+            Self::Vgg(m) => m.forward_features_grouped(images, groups),
+            Self::LeNet(m) => m.forward_features_grouped(images, groups),
+            Self::Vit(m) => m.forward_features_grouped(images, groups),
+        }
+    }
+
     fn feature_dim(&self) -> usize {
         match self {
             Self::ResNet(m) => m.feature_dim(),

@@ -22,6 +22,40 @@ pub trait Backbone<B: Backend>: Module<B> + ModuleDisplay + 'static {
     /// Length of the vectors returned by [`Backbone::forward_features`].
     fn feature_dim(&self) -> usize;
 
+    /// The features of `groups` equal batches stacked along the first axis (a method's views
+    /// of one batch), as [`Backbone::forward_features`] gives each batch on its own: a network
+    /// whose batch norms see one batch at a time (every CNN of this crate) normalises each
+    /// group with its own moments. The default runs the groups one after the other; the
+    /// ResNets override it with one pass whose batch norms take the groups apart
+    /// ([`crate::layers::BatchNorm2d::forward_grouped`]): the same numbers up to rounding, with
+    /// half the kernel launches for two views on a GPU, and one gradient per parameter instead
+    /// of two to add.
+    ///
+    /// # Shapes
+    /// - input: `[groups · batch, channels, height, width]`
+    /// - output: `[groups · batch, feature_dim]`
+    ///
+    /// # Panics
+    /// If `groups` is 0 or does not divide the batch.
+    fn forward_features_grouped(&self, images: Tensor<B, 4>, groups: usize) -> Tensor<B, 2> {
+        let n = images.dims()[0];
+        assert!(
+            groups > 0 && n.is_multiple_of(groups),
+            "a batch of {n} is not {groups} equal groups"
+        );
+        if groups == 1 {
+            return self.forward_features(images);
+        }
+        Tensor::cat(
+            images
+                .chunk(groups, 0)
+                .into_iter()
+                .map(|group| self.forward_features(group))
+                .collect(),
+            0,
+        )
+    }
+
     /// The last spatial feature map, before the pooling that [`Backbone::forward_features`]
     /// applies: what heat maps of the object are computed from (MICO's crop-and-rotate, after
     /// ContrastiveCrop, takes its channel mean).

@@ -133,7 +133,7 @@ impl<B: Backend> BatchNorm2d<B> {
             [n, c, h, w]
         );
         if B::ad_enabled(&x.device()) {
-            self.forward_train(x)
+            self.forward_train(x, 1)
         } else {
             let device = x.device();
             let mean = self
@@ -147,32 +147,75 @@ impl<B: Backend> BatchNorm2d<B> {
         }
     }
 
-    /// Training: normalises with the batch moments and updates the running averages. Under
-    /// autodiff on the CPU backend, wgpu and CUDA one operation with its own backward step
-    /// computes it (`kernels::batch_norm_train`: the CPU's slice kernels, the GPU backends'
-    /// fused tensor operations); elsewhere, and under synchronised batch norm, the composed
-    /// form below.
-    fn forward_train(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    /// Normalises `groups` equal batches stacked along the first axis (e.g. a method's two
+    /// views passed through the network as one batch), each with its own batch moments in
+    /// training, the running averages moved by each group in turn: the numbers of
+    /// [`BatchNorm2d::forward`] on each group, concatenated. On wgpu and CUDA it is one
+    /// operation for all the groups (`kernels::batch_norm_train`); elsewhere one call per group.
+    /// In inference (the running statistics) the groups make no difference.
+    ///
+    /// # Shapes
+    /// - input: `[groups · batch, channels, height, width]`
+    /// - output: same as the input
+    ///
+    /// # Panics
+    /// If `groups` is 0 or does not divide the batch.
+    pub fn forward_grouped(&self, x: Tensor<B, 4>, groups: usize) -> Tensor<B, 4> {
+        let n = x.dims()[0];
+        assert!(
+            groups > 0 && n.is_multiple_of(groups),
+            "BatchNorm2d: a batch of {n} is not {groups} equal groups"
+        );
+        if groups == 1 || !B::ad_enabled(&x.device()) {
+            return self.forward(x);
+        }
+        self.forward_train(x, groups)
+    }
+
+    /// Training: normalises each of the `groups` stacked batches with its moments and updates
+    /// the running averages. Under autodiff on the CPU backend (one group), wgpu and CUDA one
+    /// operation with its own backward step computes it (`kernels::batch_norm_train`: the CPU's
+    /// slice kernels, the GPU backends' fused tensor operations); elsewhere, and under
+    /// synchronised batch norm, the composed form below. Groups the operation does not take
+    /// (the CPU's kernels, the composed form) go one call per group.
+    fn forward_train(&self, x: Tensor<B, 4>, groups: usize) -> Tensor<B, 4> {
         let [n, c, h, w] = x.dims();
-        let count = n * h * w;
+        let count = n / groups * h * w;
         assert!(
             count > 1,
             "BatchNorm2d in training needs more than one value per channel, got input {:?}",
-            [n, c, h, w]
+            [n / groups, c, h, w]
         );
         let x = match crate::kernels::batch_norm_train(
             x,
             self.weight.val(),
             self.bias.val(),
             self.epsilon,
+            groups,
         ) {
             Ok(fused) => {
-                self.update_running(fused.mean, fused.var, count);
+                if groups == 1 {
+                    self.update_running(fused.mean.reshape([c]), fused.var.reshape([c]), count);
+                } else {
+                    let moments = fused.mean.iter_dim(0).zip(fused.var.iter_dim(0));
+                    for (mean, var) in moments {
+                        self.update_running(mean.reshape([c]), var.reshape([c]), count);
+                    }
+                }
                 return fused.output;
             }
             Err(x) => x,
         };
-        self.forward_train_composed(x)
+        if groups == 1 {
+            return self.forward_train_composed(x);
+        }
+        Tensor::cat(
+            x.chunk(groups, 0)
+                .into_iter()
+                .map(|group| self.forward_train(group, 1))
+                .collect(),
+            0,
+        )
     }
 
     /// The batch statistics, without copying the activation into a channel-major layout: each
@@ -449,8 +492,18 @@ impl<B: Backend> ConvBnAct<B> {
     /// - input: `[batch, in_channels, h, w]`
     /// - output: `[batch, out_channels, h / stride, w / stride]` (rounded up)
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        self.act
-            .apply(self.bn.forward(crate::kernels::conv2d(&self.conv, x)))
+        self.forward_grouped(x, 1)
+    }
+
+    /// [`ConvBnAct::forward`] on `groups` equal batches stacked along the first axis, each
+    /// batch-normalised with its own moments ([`BatchNorm2d::forward_grouped`]).
+    ///
+    /// # Shapes
+    /// - input: `[groups · batch, in_channels, h, w]`
+    /// - output: `[groups · batch, out_channels, h / stride, w / stride]` (rounded up)
+    pub fn forward_grouped(&self, x: Tensor<B, 4>, groups: usize) -> Tensor<B, 4> {
+        let y = crate::kernels::conv2d(&self.conv, x);
+        self.act.apply(self.bn.forward_grouped(y, groups))
     }
 }
 

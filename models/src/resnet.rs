@@ -249,14 +249,27 @@ impl<B: Backend> ResidualBlock<B> {
     /// - input: `[batch, in_planes, h, w]`
     /// - output: `[batch, planes · expansion, h / stride, w / stride]`
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        self.forward_grouped(x, 1)
+    }
+
+    /// [`ResidualBlock::forward`] on `groups` equal batches stacked along the first axis,
+    /// each batch-normalised with its own moments ([`BatchNorm2d::forward_grouped`]).
+    ///
+    /// # Shapes
+    /// - input: `[groups · batch, in_planes, h, w]`
+    /// - output: `[groups · batch, planes · expansion, h / stride, w / stride]`
+    pub fn forward_grouped(&self, x: Tensor<B, 4>, groups: usize) -> Tensor<B, 4> {
         let identity = match &self.downsample {
-            Some(d) => d.bn.forward(kernels::conv2d(&d.conv, x.clone())),
+            Some(d) => {
+                d.bn.forward_grouped(kernels::conv2d(&d.conv, x.clone()), groups)
+            }
             None => x.clone(),
         };
-        let mut y = kernels::relu(self.bn1.forward(kernels::conv2d(&self.conv1, x)));
-        y = self.bn2.forward(kernels::conv2d(&self.conv2, y));
+        let norm = |bn: &BatchNorm2d<B>, y| bn.forward_grouped(y, groups);
+        let mut y = kernels::relu(norm(&self.bn1, kernels::conv2d(&self.conv1, x)));
+        y = norm(&self.bn2, kernels::conv2d(&self.conv2, y));
         if let (Some(conv3), Some(bn3)) = (&self.conv3, &self.bn3) {
-            y = bn3.forward(kernels::conv2d(conv3, kernels::relu(y)));
+            y = norm(bn3, kernels::conv2d(conv3, kernels::relu(y)));
         }
         kernels::relu(y.add(identity))
     }
@@ -332,6 +345,18 @@ impl<B: Backend> ResNet<B> {
     /// - output: `[batch, feature_dim / grid², h / s, w / s]` (rounded up:
     ///   [`ResNet::map_size`]) with `s` = 32 (ImageNet stem), 16 (stride-2 stem) or 8 (CIFAR)
     pub fn forward_map(&self, images: Tensor<B, 4>) -> Tensor<B, 4> {
+        self.forward_map_grouped(images, 1)
+    }
+
+    /// [`ResNet::forward_map`] on `groups` equal batches stacked along the first axis, each
+    /// batch-normalised with its own moments: the maps of each batch on its own, concatenated
+    /// ([`Backbone::forward_features_grouped`]).
+    ///
+    /// # Shapes
+    /// - input: `[groups · batch, in_channels, h, w]`
+    /// - output: `[groups · batch, feature_dim / grid², h / s, w / s]` (as
+    ///   [`ResNet::forward_map`])
+    pub fn forward_map_grouped(&self, images: Tensor<B, 4>, groups: usize) -> Tensor<B, 4> {
         if let Err(e) = self.check_input(images.dims()) {
             panic!("{e}");
         }
@@ -340,7 +365,7 @@ impl<B: Backend> ResNet<B> {
         } else {
             kernels::conv2d(&self.conv1, images)
         };
-        let mut x = kernels::relu(self.bn1.forward(stem));
+        let mut x = kernels::relu(self.bn1.forward_grouped(stem, groups));
         if let Some(pool) = &self.maxpool {
             x = pool.forward(x);
         }
@@ -351,7 +376,7 @@ impl<B: Backend> ResNet<B> {
             .chain(&self.layer3)
             .chain(&self.layer4)
         {
-            x = block.forward(x);
+            x = block.forward_grouped(x, groups);
         }
         x
     }
@@ -366,6 +391,16 @@ impl<B: Backend> Backbone<B> for ResNet<B> {
     /// - output: `[batch, feature_dim]` (512 for ResNet-18/34, 2048 for ResNet-50, × grid²)
     fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
         grid_avg_pool(self.forward_map(images), self.pooled_grid)
+    }
+
+    /// One pass of the stacked batches, each batch-normalised with its own moments
+    /// ([`ResNet::forward_map_grouped`]).
+    ///
+    /// # Shapes
+    /// - input: `[groups · batch, in_channels, h, w]`
+    /// - output: `[groups · batch, feature_dim]`
+    fn forward_features_grouped(&self, images: Tensor<B, 4>, groups: usize) -> Tensor<B, 2> {
+        grid_avg_pool(self.forward_map_grouped(images, groups), self.pooled_grid)
     }
 
     fn feature_dim(&self) -> usize {

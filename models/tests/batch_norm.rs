@@ -162,7 +162,7 @@ fn fused_training_step_equals_the_composed_one() {
     let device = Default::default();
     let x = || Tensor::<Ad, 4>::ones(shape, &device);
     let ones = || Tensor::<Ad, 1>::ones([4], &device);
-    assert!(kernels::batch_norm_train(x(), ones(), ones(), 1e-5).is_ok());
+    assert!(kernels::batch_norm_train(x(), ones(), ones(), 1e-5, 1).is_ok());
     struct Alone;
     impl curriculum_ssl_models::replica_stats::ReplicaMean<Ad> for Alone {
         fn mean(&self, values: Tensor<Ad, 1>) -> Tensor<Ad, 1> {
@@ -173,7 +173,7 @@ fn fused_training_step_equals_the_composed_one() {
         }
     }
     let _sync = curriculum_ssl_models::replica_stats::install::<Ad>(std::sync::Arc::new(Alone));
-    assert!(kernels::batch_norm_train(x(), ones(), ones(), 1e-5).is_err());
+    assert!(kernels::batch_norm_train(x(), ones(), ones(), 1e-5, 1).is_err());
 }
 
 /// One training step of a `BatchNorm2d` on backend `B` in f64: `L = Σ BN(x) ⊙ r`; the output,
@@ -247,7 +247,7 @@ fn tensor_op_training_step_equals_the_composed_one() {
     };
     let x = f64s(&xs).reshape(shape).require_grad();
     let (g, b) = (f64s(&gamma).require_grad(), f64s(&beta).require_grad());
-    let out = batch_norm_train_op(x.clone(), g.clone(), b.clone(), 1e-5);
+    let out = batch_norm_train_op(x.clone(), g.clone(), b.clone(), 1e-5, 1);
     let (y, mean, var) = (out.output, out.mean, out.var);
     let grads = y.clone().mul(f64s(&rs).reshape(shape)).sum().backward();
     let v = |t: Tensor<NdArray<f64>, 1>| -> Vec<f64> { t.into_data().to_vec().unwrap() };
@@ -276,8 +276,8 @@ fn tensor_op_training_step_equals_the_composed_one() {
         ("∂x", &op[1], &composed[1]),
         ("∂γ", &op[2], &composed[2]),
         ("∂β", &op[3], &composed[3]),
-        ("mean", &v(mean.clone().inner()), &means),
-        ("variance", &v(var.clone().inner()), &vars),
+        ("mean", &v(mean.clone().inner().reshape([4])), &means),
+        ("variance", &v(var.clone().inner().reshape([4])), &vars),
     ];
     for (name, a, b) in pairs {
         assert_eq!(a.len(), b.len(), "{name}");
@@ -290,6 +290,89 @@ fn tensor_op_training_step_equals_the_composed_one() {
     }
     // The moments carry no gradient.
     assert!(!mean.is_require_grad() && !var.is_require_grad());
+}
+
+/// Batch norm over two stacked groups (`batch_norm_train_op` with `groups` 2: the two views of
+/// a method in one pass, each normalised with its own moments) equals two separate calls, one
+/// per group, on `Autodiff<NdArray<f64>>`: the output and `∂x` of each group, each group's
+/// moments, and `∂γ`, `∂β` as the sum of the two calls' (a parameter used twice). The groups
+/// are given different means and scales, so that one set of moments over both would fail.
+/// f64 sums of at most 30 terms, in another order or split in two: 1e-12 relative.
+#[test]
+fn grouped_training_step_equals_one_call_per_group() {
+    use burn::backend::{ndarray::NdArray, Autodiff};
+    use burn::tensor::{DType, TensorData};
+    use curriculum_ssl_models::kernels::batch_norm_op::batch_norm_train_op;
+    type B = Autodiff<NdArray<f64>>;
+
+    let group = [2, 3, 5, 3];
+    let shape = [4, 3, 5, 3];
+    let (len, half) = (len_of(shape), len_of(group));
+    let xs: Vec<f64> = irregular_inputs(len)
+        .iter()
+        .enumerate()
+        .map(|(i, x)| if i < half { *x } else { 3.0 * x - 2.5 })
+        .collect();
+    let rs = loss_weights(len);
+    let gamma = vec![1.7, -0.6, 0.9];
+    let beta = vec![0.3, -1.1, 2.0];
+    let device = Default::default();
+    let f64s = |v: &[f64], dims: [usize; 4]| {
+        Tensor::<B, 1>::from_data(
+            TensorData::new(v.to_vec(), [v.len()]),
+            (&device, DType::F64),
+        )
+        .reshape(dims)
+    };
+    let param = |v: &[f64]| {
+        Tensor::<B, 1>::from_data(TensorData::new(v.to_vec(), [3]), (&device, DType::F64))
+            .require_grad()
+    };
+    let v = |t: Tensor<NdArray<f64>, 1>| -> Vec<f64> { t.into_data().to_vec().unwrap() };
+    // [output, ∂x, ∂γ, ∂β, mean, variance] of one call on `x` with loss weights `r`.
+    let run = |x: &[f64], r: &[f64], dims: [usize; 4], groups: usize| -> [Vec<f64>; 6] {
+        let n: usize = dims.iter().product();
+        let x = f64s(x, dims).require_grad();
+        let (g, b) = (param(&gamma), param(&beta));
+        let out = batch_norm_train_op(x.clone(), g.clone(), b.clone(), 1e-5, groups);
+        let grads = out.output.clone().mul(f64s(r, dims)).sum().backward();
+        [
+            v(out.output.inner().reshape([n])),
+            v(x.grad(&grads).unwrap().reshape([n])),
+            v(g.grad(&grads).unwrap()),
+            v(b.grad(&grads).unwrap()),
+            v(out.mean.inner().reshape([3 * groups])),
+            v(out.var.inner().reshape([3 * groups])),
+        ]
+    };
+    let joint = run(&xs, &rs, shape, 2);
+    let first = run(&xs[..half], &rs[..half], group, 1);
+    let second = run(&xs[half..], &rs[half..], group, 1);
+    let concat = |i: usize| [first[i].clone(), second[i].clone()].concat();
+    let sum = |i: usize| -> Vec<f64> {
+        first[i]
+            .iter()
+            .zip(&second[i])
+            .map(|(a, b)| a + b)
+            .collect()
+    };
+    let expected = [concat(0), concat(1), sum(2), sum(3), concat(4), concat(5)];
+    let names = ["output", "∂x", "∂γ", "∂β", "mean", "variance"];
+    for ((name, a), b) in names.iter().zip(&joint).zip(&expected) {
+        assert_eq!(a.len(), b.len(), "{name}");
+        for (p, q) in a.iter().zip(b) {
+            assert!(
+                (p - q).abs() <= 1e-12 * (1.0 + p.abs().max(q.abs())),
+                "{name}: {p} against {q}"
+            );
+        }
+    }
+    // The groups' moments differ (the check above would not see one set for both).
+    assert!(
+        (joint[4][0] - joint[4][3]).abs() > 1.0,
+        "means {:?}",
+        joint[4]
+    );
 }
 
 /// Fixed, irregular input values (no generator), of several magnitudes.

@@ -11,9 +11,12 @@ mod selected {
     /// at once changed results on wgpu (docs/gpu.md); and a GPU overlaps the augmentation's
     /// kernels with the step's anyway, since launching them does not wait for them.
     pub const AUGMENT_AHEAD: bool = false;
-    /// Whether `--view-threads` defaults to on: no, as `AUGMENT_AHEAD` (and the backward pass
-    /// keeps a GPU busy from one thread).
-    pub const VIEW_THREADS: bool = false;
+    /// How a two-view method passes its views without `--view-threads`: as one batch whose
+    /// batch norms take the views apart (`ViewPasses::Joint`: half the kernel launches of a
+    /// step, which bound it on a GPU; docs/gpu.md). Not on two threads: as `AUGMENT_AHEAD`,
+    /// and the backward pass keeps a GPU busy from one thread.
+    pub const VIEW_PASSES: curriculum_ssl::method::ViewPasses =
+        curriculum_ssl::method::ViewPasses::Joint;
     /// Whether the small ResNet's stem runs as banded products: no, cuDNN-class kernels do
     /// better.
     pub const BANDED_STEM: bool = false;
@@ -74,8 +77,10 @@ mod selected {
     pub const NAME: &str = "wgpu";
     /// Whether `--augment-ahead` defaults to on: no (see the CUDA backend's; measured on wgpu).
     pub const AUGMENT_AHEAD: bool = false;
-    /// Whether `--view-threads` defaults to on: no (see the CUDA backend's).
-    pub const VIEW_THREADS: bool = false;
+    /// How a two-view method passes its views without `--view-threads`: as one batch (see
+    /// the CUDA backend's).
+    pub const VIEW_PASSES: curriculum_ssl::method::ViewPasses =
+        curriculum_ssl::method::ViewPasses::Joint;
     /// Whether the small ResNet's stem runs as banded products (see the CUDA backend's).
     pub const BANDED_STEM: bool = false;
     /// The largest error `recipe worked_values` accepts: f32 (measured on lavapipe, which has no
@@ -154,12 +159,14 @@ mod selected {
     pub const NAME: &str = "cpu (flex)";
     /// Whether `--augment-ahead` defaults to on.
     pub const AUGMENT_AHEAD: bool = true;
-    /// Whether `--view-threads` defaults to on: written when burn's convolution backward ran
-    /// mostly on one core, so two side by side used both. With the models crate's kernels
+    /// How a two-view method passes its views without `--view-threads`: on two threads
+    /// (`ViewPasses::Threads`). Written when burn's convolution backward ran mostly on one
+    /// core, so two side by side used both. With the models crate's kernels
     /// (`curriculum_ssl_models::kernels`, parallel GEMMs) it is neither faster nor slower
     /// (MoCo v3 on `small-2x`, one subset epoch, alternated: 489 / 486 images/s on, 470 / 493
-    /// off; 2026-11-27); kept on, as the runs measured so far.
-    pub const VIEW_THREADS: bool = true;
+    /// off; 2026-11-27); kept, as the runs measured so far (the same numbers as one graph).
+    pub const VIEW_PASSES: curriculum_ssl::method::ViewPasses =
+        curriculum_ssl::method::ViewPasses::Threads;
     /// Whether the small ResNet's stem runs as banded products
     /// (`curriculum_ssl_models::banded_conv`): Flex's own kernels for a 1-channel 7×7
     /// convolution are scalar (forward) and gather an im2col copy element by element (weight
@@ -189,7 +196,7 @@ mod selected {
 }
 
 pub use selected::{
-    memory, Inner, AUGMENT_AHEAD, BANDED_STEM, NAME, VIEW_THREADS, WORKED_VALUE_TOLERANCE,
+    memory, Inner, AUGMENT_AHEAD, BANDED_STEM, NAME, VIEW_PASSES, WORKED_VALUE_TOLERANCE,
 };
 
 /// A GPU backend's device memory as cubecl's memory management reports it

@@ -86,24 +86,66 @@ impl<B: AutodiffBackend> Branch<B> {
     }
 }
 
-/// A method's view threads: whether its two views' backward passes run on two threads
-/// ([`SslMethod::set_view_threads`](super::SslMethod::set_view_threads)), and the last
-/// forward's split passes, kept until [`ViewThreads::gradients`]. One field of this type is
-/// all a two-view method needs.
+/// How a two-view method passes its views through its networks
+/// ([`SslMethod::set_view_passes`](super::SslMethod::set_view_passes)). The three give the same
+/// numbers up to rounding: the gradients of one graph through both views.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ViewPasses {
+    /// One view after the other, one graph (the default).
+    #[default]
+    Separate,
+    /// As `Separate`, but the second view through a copy of the networks with [`fresh_leaves`]
+    /// so that its backward pass runs on a thread of its own (the CPU backend's choice: its
+    /// convolutions' backward keeps one core busy). The gradients are the same numbers.
+    Threads,
+    /// Both views stacked into one batch of twice the size, one pass: the backbones whose
+    /// batch norms take groups ([`Backbone::forward_features_grouped`]) normalise each view
+    /// with its own moments, so this is the per-view computation with half the kernel launches
+    /// and one gradient per parameter (the GPU backends' choice). Views of different shapes
+    /// go one after the other.
+    ///
+    /// [`Backbone::forward_features_grouped`]: curriculum_ssl_models::Backbone::forward_features_grouped
+    Joint,
+}
+
+/// What a view's pass returns besides the tensor its loss is back-propagated through, split
+/// back into the two views' after a [`ViewPasses::Joint`] pass.
+pub trait ViewRows: Sized {
+    /// The first view's rows, then the second's.
+    fn split_views(self) -> [Self; 2];
+}
+
+impl ViewRows for () {
+    fn split_views(self) -> [Self; 2] {
+        [(), ()]
+    }
+}
+
+impl<B: Backend> ViewRows for Tensor<B, 2> {
+    /// The first half of the rows, then the second.
+    fn split_views(self) -> [Self; 2] {
+        let half = self.dims()[0] / 2;
+        [self.clone().narrow(0, 0, half), self.narrow(0, half, half)]
+    }
+}
+
+/// A method's view passes: how its two views go through the online networks
+/// ([`ViewPasses`]), and the last forward's split passes, kept until
+/// [`ViewThreads::gradients`]. One field of this type is all a two-view method needs.
 #[derive(Debug, Clone)]
 pub struct ViewThreads<B: Backend, M> {
-    on: bool,
+    mode: ViewPasses,
     /// A replica of a data-parallel run keeps its passes on its thread (its batch norms
-    /// synchronise there): never on.
+    /// synchronise there): never [`ViewPasses::Threads`].
     replicated: bool,
     pending: Option<ViewBranches<B, M>>,
 }
 
 impl<B: Backend, M> Default for ViewThreads<B, M> {
-    /// Off, nothing pending.
+    /// [`ViewPasses::Separate`], nothing pending.
     fn default() -> Self {
         Self {
-            on: false,
+            mode: ViewPasses::Separate,
             replicated: false,
             pending: None,
         }
@@ -111,17 +153,20 @@ impl<B: Backend, M> Default for ViewThreads<B, M> {
 }
 
 impl<B: AutodiffBackend, M: AutodiffModule<B>> ViewThreads<B, M> {
-    /// Turns the split on or off for the following forwards (never on for a
-    /// [replica](ViewThreads::replicated)).
-    pub fn set(&mut self, on: bool) {
-        self.on = on && !self.replicated;
+    /// Sets how the following forwards pass the views ([`ViewPasses::Threads`] becomes
+    /// [`ViewPasses::Separate`] on a [replica](ViewThreads::replicated)).
+    pub fn set(&mut self, mode: ViewPasses) {
+        self.mode = match mode {
+            ViewPasses::Threads if self.replicated => ViewPasses::Separate,
+            mode => mode,
+        };
     }
 
     /// The method became one replica of a data-parallel run
-    /// ([`SslMethod::set_replica`](super::SslMethod::set_replica)): off from now on.
+    /// ([`SslMethod::set_replica`](super::SslMethod::set_replica)): no threads from now on.
     pub fn replicated(&mut self) {
         self.replicated = true;
-        self.on = false;
+        self.set(self.mode);
     }
 
     /// Drops a split left by a forward whose gradients were never asked for (e.g. when a
@@ -130,33 +175,41 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> ViewThreads<B, M> {
         self.pending = None;
     }
 
-    /// The two views' outputs through `online`, ready for the loss: each view's `pass` returns
-    /// the tensor the loss is back-propagated through (`[N, D]`) and whatever else the method
-    /// needs of it (e.g. SimSiam's detached projections), view 1's then view 2's.
+    /// The two views' outputs through `online`, ready for the loss: `pass` runs the networks on
+    /// a batch of `groups` stacked views (1, or 2 for a joint pass: it hands `groups` to the
+    /// networks' grouped forwards, e.g. [`Projected::forward_grouped`](super::encoder::Projected::forward_grouped))
+    /// and returns the tensor the loss is back-propagated through (`[groups · N, D]`) and
+    /// whatever else the method needs of it (e.g. SimSiam's detached projections), view 1's
+    /// then view 2's.
     ///
-    /// Split (on, and `allowed`: a method passes `false` at a step whose loss also reaches the
-    /// networks another way, e.g. PGD's third pass): the second view goes through a
-    /// [`fresh_leaves`] copy, the returned tensors are the branches' leaves, and the branches
-    /// are kept for [`ViewThreads::gradients`]. Otherwise both passes go through `online` in one
-    /// graph. The passes run on the calling thread, view 1 first, either way.
+    /// [`ViewPasses::Threads`] (when `allowed`: a method passes `false` at a step whose loss
+    /// also reaches the networks another way, e.g. PGD's third pass): the second view goes
+    /// through a [`fresh_leaves`] copy, the returned tensors are the branches' leaves, and the
+    /// branches are kept for [`ViewThreads::gradients`]. [`ViewPasses::Joint`] with views of
+    /// one shape: one pass of both. Otherwise both passes go through `online` in one graph.
+    /// The passes run on the calling thread, view 1 first, in every mode.
     ///
     /// # Shapes
     /// - `view1`, `view2`: `[N, C, H, W]` → two `[N, D]`
-    pub fn passes<E>(
+    pub fn passes<E: ViewRows>(
         &mut self,
         online: &M,
         [view1, view2]: [Tensor<B, 4>; 2],
         allowed: bool,
-        pass: impl Fn(&M, Tensor<B, 4>) -> (Tensor<B, 2>, E),
+        pass: impl Fn(&M, Tensor<B, 4>, usize) -> (Tensor<B, 2>, E),
     ) -> ([Tensor<B, 2>; 2], [E; 2]) {
         self.pending = None;
-        let (out1, extra1) = pass(online, view1);
-        if !(self.on && allowed) {
-            let (out2, extra2) = pass(online, view2);
+        if self.joins(&view1, &view2) {
+            let (out, extra) = pass(online, Tensor::cat(vec![view1, view2], 0), 2);
+            return (out.split_views(), extra.split_views());
+        }
+        let (out1, extra1) = pass(online, view1, 1);
+        if !(self.mode == ViewPasses::Threads && allowed) {
+            let (out2, extra2) = pass(online, view2, 1);
             return ([out1, out2], [extra1, extra2]);
         }
         let copy = fresh_leaves(online);
-        let (out2, extra2) = pass(&copy, view2);
+        let (out2, extra2) = pass(&copy, view2, 1);
         let branches = ViewBranches {
             first: Branch::new(out1),
             second: Branch::new(out2),
@@ -165,6 +218,30 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> ViewThreads<B, M> {
         let leaves = [branches.first.leaf(), branches.second.leaf()];
         self.pending = Some(branches);
         (leaves, [extra1, extra2])
+    }
+
+    /// `pass` (a network that takes `groups` stacked views, as in [`ViewThreads::passes`]) on
+    /// both views, as one batch when the mode is [`ViewPasses::Joint`] and the views have one
+    /// shape, else one after the other: what a method's untrained networks (a momentum
+    /// target, a key encoder) do with the same views.
+    ///
+    /// # Shapes
+    /// - `view1`, `view2`: `[N, C, H, W]` → two `[N, D]`
+    pub fn both(
+        &self,
+        [view1, view2]: [Tensor<B, 4>; 2],
+        pass: impl Fn(Tensor<B, 4>, usize) -> Tensor<B, 2>,
+    ) -> [Tensor<B, 2>; 2] {
+        if self.joins(&view1, &view2) {
+            pass(Tensor::cat(vec![view1, view2], 0), 2).split_views()
+        } else {
+            [pass(view1, 1), pass(view2, 1)]
+        }
+    }
+
+    /// Whether the two views go through the networks as one batch.
+    fn joins(&self, view1: &Tensor<B, 4>, view2: &Tensor<B, 4>) -> bool {
+        self.mode == ViewPasses::Joint && view1.dims() == view2.dims()
     }
 
     /// The gradients of `loss` with respect to `online`: through the last forward's split
@@ -259,5 +336,56 @@ fn add<B: AutodiffBackend, const D: usize>(
             None => b,
         };
         into.register(id, sum);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, NdArray};
+    use burn::nn::{Linear, LinearConfig};
+    use std::cell::RefCell;
+
+    type B = Autodiff<NdArray<f64>>;
+
+    /// Which batches `passes` and `both` hand the network in each mode: one stacked batch of
+    /// both views with `groups` 2 when joint, each view with 1 otherwise (and for views of two
+    /// shapes even when joint); the outputs come back split into the views' rows.
+    #[test]
+    fn a_joint_pass_stacks_the_views_and_splits_the_rows() {
+        let device = Default::default();
+        let net: Linear<B> = LinearConfig::new(2, 3).init(&device);
+        let view = |n: usize, v: f64| Tensor::<B, 4>::full([n, 1, 1, 2], v, &device);
+        let calls = RefCell::new(Vec::new());
+        let pass = |_: &Linear<B>, x: Tensor<B, 4>, groups: usize| {
+            let [n, ..] = x.dims();
+            calls.borrow_mut().push((n, groups));
+            let rows = x.reshape([n, 2]);
+            (rows.clone(), rows)
+        };
+        let first_column = |t: &Tensor<B, 2>| -> Vec<f64> {
+            t.clone().narrow(1, 0, 1).into_data().to_vec().unwrap()
+        };
+        for (mode, shapes, expected) in [
+            (ViewPasses::Joint, [4, 4], vec![(8, 2)]),
+            (ViewPasses::Joint, [4, 2], vec![(4, 1), (2, 1)]),
+            (ViewPasses::Separate, [4, 4], vec![(4, 1), (4, 1)]),
+        ] {
+            let mut threads = ViewThreads::<B, Linear<B>>::default();
+            threads.set(mode);
+            calls.borrow_mut().clear();
+            let views = [view(shapes[0], 1.0), view(shapes[1], 2.0)];
+            let (out, extra) = threads.passes(&net, views.clone(), true, pass);
+            assert_eq!(*calls.borrow(), expected, "{mode:?}, {shapes:?}");
+            for (i, (o, e)) in out.iter().zip(&extra).enumerate() {
+                let value = (i + 1) as f64;
+                assert_eq!(first_column(o), vec![value; shapes[i]], "{mode:?}");
+                assert_eq!(first_column(e), vec![value; shapes[i]], "{mode:?}");
+            }
+            calls.borrow_mut().clear();
+            let both = threads.both(views, |x, groups| pass(&net, x, groups).0);
+            assert_eq!(*calls.borrow(), expected, "both, {mode:?}, {shapes:?}");
+            assert_eq!(first_column(&both[1]), vec![2.0; shapes[1]]);
+        }
     }
 }

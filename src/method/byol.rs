@@ -13,7 +13,7 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::branches::ViewThreads;
+use super::branches::{ViewPasses, ViewThreads};
 use super::encoder::{Predicted, Projected};
 use super::momentum::MomentumEncoder;
 use super::ssl_method::{MethodOutput, SslMethod, Views};
@@ -136,10 +136,11 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Byol<B, M> {
             &self.online,
             [view1.clone(), view2.clone()],
             true,
-            |net, x| (net.forward(x).1, ()),
+            |net, x, groups| (net.forward_grouped(x, groups).1, ()),
         );
-        let target = |x: Tensor<B, 4>| self.target.network().forward(x).detach();
-        let (t1, t2) = (target(view1), target(view2));
+        let [t1, t2] = self.view_threads.both([view1, view2], |x, groups| {
+            self.target.network().forward_grouped(x, groups).detach()
+        });
         let embeddings = Some([t1.clone(), t2.clone()]);
         // BYOL's symmetrised loss is the sum of the two orderings (§3.1: `L^BYOL = L + L̃`), not
         // their mean.
@@ -156,8 +157,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Byol<B, M> {
         self.view_threads.gradients(loss, &self.online)
     }
 
-    fn set_view_threads(&mut self, on: bool) {
-        self.view_threads.set(on);
+    fn set_view_passes(&mut self, passes: ViewPasses) {
+        self.view_threads.set(passes);
     }
 
     /// The loss is a mean over images: each replica's is the mean over its shard, and the

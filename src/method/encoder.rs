@@ -38,6 +38,19 @@ impl<B: Backend, M: Backbone<B>> Projected<B, M> {
         self.projector
             .forward(self.backbone.forward_features(images))
     }
+
+    /// The projections of `groups` equal batches stacked along the first axis (a method's
+    /// views of one batch), each as [`Projected::forward`] gives it on its own
+    /// ([`Backbone::forward_features_grouped`], [`MlpHead::forward_grouped`]).
+    ///
+    /// # Shapes
+    /// - `images`: `[groups · N, C, H, W]` → `[groups · N, output_dim]`
+    pub fn forward_grouped(&self, images: Tensor<B, 4>, groups: usize) -> Tensor<B, 2> {
+        self.projector.forward_grouped(
+            self.backbone.forward_features_grouped(images, groups),
+            groups,
+        )
+    }
 }
 
 /// A backbone, a projection head and a prediction head on the projections.
@@ -72,8 +85,25 @@ impl<B: Backend, M: Backbone<B>> Predicted<B, M> {
     /// # Shapes
     /// - `images`: `[N, C, H, W]` → (`[N, output_dim]`, `[N, prediction_dim]`)
     pub fn forward(&self, images: Tensor<B, 4>) -> (Tensor<B, 2>, Tensor<B, 2>) {
-        let z = self.project(images);
-        let p = self.predictor.forward(z.clone());
+        self.forward_grouped(images, 1)
+    }
+
+    /// The projections and predictions of `groups` equal batches stacked along the first axis,
+    /// each as [`Predicted::forward`] gives it on its own ([`Projected::forward_grouped`]).
+    ///
+    /// # Shapes
+    /// - `images`: `[groups · N, C, H, W]` → (`[groups · N, output_dim]`,
+    ///   `[groups · N, prediction_dim]`)
+    pub fn forward_grouped(
+        &self,
+        images: Tensor<B, 4>,
+        groups: usize,
+    ) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        let z = self.projector.forward_grouped(
+            self.backbone.forward_features_grouped(images, groups),
+            groups,
+        );
+        let p = self.predictor.forward_grouped(z.clone(), groups);
         (z, p)
     }
 

@@ -22,7 +22,7 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::branches::ViewThreads;
+use super::branches::{ViewPasses, ViewThreads};
 use super::encoder::Projected;
 use super::momentum::MomentumEncoder;
 use super::queue::{KeyQueue, KeyQueueConfig};
@@ -354,8 +354,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MoCo<B, M> {
             let (k1, all_k1) = self.keys(view1.clone(), progress.step, 1);
             let ([q1, q2], _) =
                 self.view_threads
-                    .passes(&self.online, [view1, view2], true, |net, x| {
-                        (net.forward(x), ())
+                    .passes(&self.online, [view1, view2], true, |net, x, groups| {
+                        (net.forward_grouped(x, groups), ())
                     });
             // Both orderings in one call: twice the mean over the 2B rows is the sum of the two
             // means, with half the ops and one product against the queue.
@@ -399,8 +399,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MoCo<B, M> {
         self.view_threads.gradients(loss, &self.online)
     }
 
-    fn set_view_threads(&mut self, on: bool) {
-        self.view_threads.set(on);
+    fn set_view_passes(&mut self, passes: ViewPasses) {
+        self.view_threads.set(passes);
     }
 
     /// Every replica's keys are enqueued (in the one-device order), so the queue must hold

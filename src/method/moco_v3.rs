@@ -22,7 +22,7 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::branches::ViewThreads;
+use super::branches::{ViewPasses, ViewThreads};
 use super::encoder::{Predicted, Projected};
 use super::momentum::MomentumEncoder;
 use super::ssl_method::{MethodOutput, SslMethod, Views};
@@ -165,10 +165,14 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MocoV3<B, M> 
             &self.online,
             [view1.clone(), view2.clone()],
             true,
-            |net, x| (net.forward(x).1, ()),
+            |net, x, groups| (net.forward_grouped(x, groups).1, ()),
         );
-        let key = |x: Tensor<B, 4>| self.momentum.network().forward(x.detach()).detach();
-        let (k1, k2) = (key(view1), key(view2));
+        let [k1, k2] = self.view_threads.both([view1, view2], |x, groups| {
+            self.momentum
+                .network()
+                .forward_grouped(x.detach(), groups)
+                .detach()
+        });
         let embeddings = Some([k1.clone(), k2.clone()]);
         let (k1, k2, offset) = match &self.replica {
             Some(r) => (r.gather(k1).detach(), r.gather(k2).detach(), r.rank() * n),
@@ -197,8 +201,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MocoV3<B, M> 
         self.view_threads.gradients(loss, &self.online)
     }
 
-    fn set_view_threads(&mut self, on: bool) {
-        self.view_threads.set(on);
+    fn set_view_passes(&mut self, passes: ViewPasses) {
+        self.view_threads.set(passes);
     }
 
     fn after_step(&mut self, progress: Progress) {

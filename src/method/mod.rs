@@ -51,6 +51,7 @@ pub mod tico;
 pub mod vicreg;
 
 pub use barlow_twins::{BarlowTwins, BarlowTwinsConfig};
+pub use branches::ViewPasses;
 pub use byol::{Byol, ByolConfig, ByolState};
 pub use dino::{Dino, DinoConfig, DinoHead, DinoHeadConfig, DinoNetwork, DinoState};
 pub use encoder::{Predicted, Projected};

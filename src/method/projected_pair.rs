@@ -9,7 +9,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::branches::ViewThreads;
+use super::branches::{ViewPasses, ViewThreads};
 use super::encoder::Projected;
 use super::ssl_method::{MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
@@ -92,8 +92,8 @@ where
         let [view1, view2] = views.two();
         let ([z1, z2], _) =
             self.view_threads
-                .passes(&self.online, [view1, view2], true, |net, x| {
-                    (net.forward(x), ())
+                .passes(&self.online, [view1, view2], true, |net, x, groups| {
+                    (net.forward_grouped(x, groups), ())
                 });
         let embeddings = Some([z1.clone().detach(), z2.clone().detach()]);
         // Data-parallel: the statistics over the batch are those of the global batch.
@@ -113,8 +113,8 @@ where
         self.view_threads.gradients(loss, &self.online)
     }
 
-    fn set_view_threads(&mut self, on: bool) {
-        self.view_threads.set(on);
+    fn set_view_passes(&mut self, passes: ViewPasses) {
+        self.view_threads.set(passes);
     }
 
     /// The loss compares images across the batch: every replica computes it on the gathered

@@ -23,7 +23,7 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 use serde::{Deserialize, Serialize};
 
-use super::branches::ViewThreads;
+use super::branches::{ViewPasses, ViewThreads};
 use super::encoder::Projected;
 use super::pgd::{attack_copy, Pgd, PgdConfig};
 use super::ssl_method::{MethodOutput, SslMethod, Views};
@@ -252,11 +252,12 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimClr<B, M> 
             .filter(|pgd| pgd.at(progress).is_on())
             .map(|_| Tensor::cat(vec![view1.clone(), view2.clone()], 0).detach());
         // No split at a step with the attack: its negatives reach the networks too.
-        let ([z1, z2], _) =
-            self.view_threads
-                .passes(&self.online, [view1, view2], clean.is_none(), |net, x| {
-                    (net.forward(x), ())
-                });
+        let ([z1, z2], _) = self.view_threads.passes(
+            &self.online,
+            [view1, view2],
+            clean.is_none(),
+            |net, x, groups| (net.forward_grouped(x, groups), ()),
+        );
         let embeddings = Some([z1.clone().detach(), z2.clone().detach()]);
         // Data-parallel: the loss sees every replica's images (negatives included), in rank order.
         let (z1, z2) = match &self.replica {
@@ -323,8 +324,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimClr<B, M> 
         self.view_threads.gradients(loss, &self.online)
     }
 
-    fn set_view_threads(&mut self, on: bool) {
-        self.view_threads.set(on);
+    fn set_view_passes(&mut self, passes: ViewPasses) {
+        self.view_threads.set(passes);
     }
 
     fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {

@@ -12,7 +12,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::branches::ViewThreads;
+use super::branches::{ViewPasses, ViewThreads};
 use super::encoder::Predicted;
 use super::ssl_method::{MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
@@ -89,8 +89,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimSiam<B, M>
         // too).
         let ([p1, p2], [z1, z2]) =
             self.view_threads
-                .passes(&self.online, [view1, view2], true, |net, x| {
-                    let (z, p) = net.forward(x);
+                .passes(&self.online, [view1, view2], true, |net, x, groups| {
+                    let (z, p) = net.forward_grouped(x, groups);
                     (p, z.detach())
                 });
         let embeddings = Some([z1.clone(), z2.clone()]);
@@ -105,8 +105,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimSiam<B, M>
         self.view_threads.gradients(loss, &self.online)
     }
 
-    fn set_view_threads(&mut self, on: bool) {
-        self.view_threads.set(on);
+    fn set_view_passes(&mut self, passes: ViewPasses) {
+        self.view_threads.set(passes);
     }
 
     /// The loss is a mean over images: each replica's is the mean over its shard, and the

@@ -28,7 +28,7 @@ use crate::base::error::{non_negative, positive, ConfigError};
 use crate::base::seed::mix_seed;
 use crate::data::{Dataset, ImageItem, Loader};
 use crate::data_parallel::Replica;
-use crate::method::{Progress, SslMethod};
+use crate::method::{Progress, SslMethod, ViewPasses};
 use crate::pipeline::Augmenter;
 
 /// The record as the loop keeps it: the caller's description and the step's settings as JSON.
@@ -341,13 +341,15 @@ where
         self
     }
 
-    /// Let the method back-propagate its two views' passes on two threads
-    /// ([`SslMethod::set_view_threads`]; default: `false`). On the CPU the gradients are the
-    /// same numbers either way, so this only changes the speed and is not part of the run's
-    /// settings. It pays on the CPU backend, where a convolution's backward pass keeps one core
-    /// busy; leave it off on the cubecl backends, as [`TrainerBuilder::augment_ahead`].
-    pub fn view_threads(mut self, on: bool) -> Self {
-        self.task.method_mut().set_view_threads(on);
+    /// How the method passes its two views through its networks
+    /// ([`SslMethod::set_view_passes`]; default: [`ViewPasses::Separate`]). The gradients are the
+    /// same numbers up to rounding either way (bit for bit with [`ViewPasses::Threads`]), so
+    /// this only changes the speed and is not part of the run's settings. Threads pay on the
+    /// CPU backend, where a convolution's backward pass keeps one core busy; one joint batch
+    /// ([`ViewPasses::Joint`]) on the cubecl backends, where a step is bound by its kernel
+    /// launches (docs/gpu.md).
+    pub fn view_passes(mut self, passes: ViewPasses) -> Self {
+        self.task.method_mut().set_view_passes(passes);
         self
     }
 }

@@ -77,6 +77,11 @@ impl<B: Backend> Backbone<B> for TinyConv<B> {
         global_avg_pool(self.unit.forward(images))
     }
 
+    /// One pass of the stacked views, the batch norm taking each apart (as the ResNets).
+    fn forward_features_grouped(&self, images: Tensor<B, 4>, groups: usize) -> Tensor<B, 2> {
+        global_avg_pool(self.unit.forward_grouped(images, groups))
+    }
+
     fn feature_dim(&self) -> usize {
         4
     }

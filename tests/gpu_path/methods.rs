@@ -182,7 +182,7 @@ fn batch_norm_is_one_operation_and_as_on_the_cpu() {
         let t = |v: &[f32]| Tensor::<B, 1>::from_floats(v, device);
         let x = t(xs).reshape(shape).require_grad();
         let (g, b) = (t(gamma).require_grad(), t(beta).require_grad());
-        let out = batch_norm_train(x.clone(), g.clone(), b.clone(), 1e-5)
+        let out = batch_norm_train(x.clone(), g.clone(), b.clone(), 1e-5, 1)
             .unwrap_or_else(|_| panic!("batch_norm_train fell back to the composed form"));
         let grads = out
             .output
@@ -196,8 +196,8 @@ fn batch_norm_is_one_operation_and_as_on_the_cpu() {
             host(x.grad(&grads).unwrap().reshape([len])),
             host(g.grad(&grads).unwrap()),
             host(b.grad(&grads).unwrap()),
-            host(out.mean),
-            host(out.var),
+            host(out.mean.reshape([shape[1]])),
+            host(out.var.reshape([shape[1]])),
         ]
     }
     let cpu = run::<CpuAd>(&xs, &rs, &gamma, &beta, shape, &CpuDevice::default());
@@ -324,6 +324,69 @@ fn byol_and_simsiam_step_as_on_the_cpu() {
         &mut seen,
     );
     seen.report("BYOL and SimSiam");
+}
+
+/// The views as one batch on the GPU path (`ViewPasses::Joint`, what the recipes run on wgpu
+/// and CUDA): the batch norm's own operation over two groups, each view normalised with its own
+/// moments, against the CPU's views one after the other. SimCLR (projector with BatchNorm, a
+/// pass per view after the backbone), Light-MoCo (symmetric: the queries joint), BYOL (the
+/// target's pass joint too) and SimSiam.
+#[test]
+fn joint_view_passes_step_as_separate_ones_on_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let cpu_device = CpuDevice::default();
+    let mut seen = Comparisons::default();
+    let mut gpu = simclr::<GpuAd>(
+        PairLossConfig::NtXent(NtXentLossConfig::new().with_temperature(0.2)),
+        None,
+        &device,
+    );
+    gpu.set_view_passes(ViewPasses::Joint);
+    compare(
+        "SimCLR joint",
+        simclr::<CpuAd>(
+            PairLossConfig::NtXent(NtXentLossConfig::new().with_temperature(0.2)),
+            None,
+            &cpu_device,
+        ),
+        gpu,
+        &device,
+        &mut seen,
+    );
+    let light = MoCoConfig::light_moco().with_hidden_dim(Some(16));
+    let mut gpu = moco::<GpuAd>(light.clone(), &device);
+    gpu.set_view_passes(ViewPasses::Joint);
+    compare(
+        "Light-MoCo joint",
+        moco::<CpuAd>(light, &cpu_device),
+        gpu,
+        &device,
+        &mut seen,
+    );
+    let mut gpu = byol::<GpuAd>(&device);
+    gpu.set_view_passes(ViewPasses::Joint);
+    let (cpu, gpu) = compare(
+        "BYOL joint",
+        byol::<CpuAd>(&cpu_device),
+        gpu,
+        &device,
+        &mut seen,
+    );
+    seen.all(
+        "BYOL joint target",
+        &params(cpu.target().network()),
+        &params(gpu.target().network()),
+    );
+    let mut gpu = simsiam::<GpuAd>(&device);
+    gpu.set_view_passes(ViewPasses::Joint);
+    compare(
+        "SimSiam joint",
+        simsiam::<CpuAd>(&cpu_device),
+        gpu,
+        &device,
+        &mut seen,
+    );
+    seen.report("joint view passes");
 }
 
 /// MAE, SimMIM, iBOT and I-JEPA on a small ViT (one shape for all; three tests, so that the

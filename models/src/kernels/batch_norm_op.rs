@@ -15,6 +15,11 @@
 //! code is checked in f64 on the CPU (`models/tests/batch_norm.rs`) and on the GPU path
 //! (`tests/gpu_path`).
 //!
+//! Groups: the batch may be `G` equal batches stacked (the two views of a method passed through
+//! the network as one batch, `layers::BatchNorm2d::forward_grouped`); each group is normalised
+//! with its own moments, so the numbers are those of `G` separate calls, in one set of kernels:
+//! the channels-last matrix is read as `[G, M, C]` and every reduction is over its middle axis.
+//!
 //! The activation is read as a `[N·H·W, C]` matrix, channels last (`channels_last`): burn's
 //! cubecl convolutions compute in channels-last memory and hand back an NCHW view of it, so
 //! the matrix is that memory as it lies (no copy), each per-channel statistic is one reduction
@@ -36,15 +41,17 @@ use burn::tensor::TensorPrimitive;
 pub struct TrainingBatchNorm<B: Backend> {
     /// `γ·x̂ + β`, shaped as the input.
     pub output: Tensor<B, 4>,
-    /// Per-channel batch mean, `[c]`, untracked.
-    pub mean: Tensor<B, 1>,
-    /// Per-channel biased batch variance, `[c]`, untracked.
-    pub var: Tensor<B, 1>,
+    /// Per-channel batch mean of each group, `[groups, c]`, untracked.
+    pub mean: Tensor<B, 2>,
+    /// Per-channel biased batch variance of each group, `[groups, c]`, untracked.
+    pub var: Tensor<B, 2>,
 }
 
-/// What the backward step keeps: the input, `γ`, and per channel `μ` and `r` (`[1, c]`).
+/// What the backward step keeps: the input, `γ`, and per group and channel `μ` and `r`
+/// (`[groups, 1, c]`).
 #[derive(Debug, Clone)]
 struct State<I: Backend> {
+    groups: usize,
     x: FloatTensor<I>,
     gamma: FloatTensor<I>,
     mean: FloatTensor<I>,
@@ -59,17 +66,30 @@ fn float<I: Backend, const D: usize>(t: FloatTensor<I>) -> Tensor<I, D> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
-/// `[n, c, h, w]` as the `[n·h·w, c]` matrix of its channels-last order: a view of the memory
-/// when that memory is channels-last (a cubecl convolution's output), else one copy.
-fn channels_last<I: Backend>(x: Tensor<I, 4>) -> Tensor<I, 2> {
+/// `[n, c, h, w]` as `groups` stacked `[n·h·w / groups, c]` matrices of its channels-last
+/// order (`[groups, n·h·w / groups, c]`): a view of the memory when that memory is
+/// channels-last (a cubecl convolution's output), else one copy.
+fn channels_last<I: Backend>(x: Tensor<I, 4>, groups: usize) -> Tensor<I, 3> {
     let [n, c, h, w] = x.dims();
-    x.permute([0, 2, 3, 1]).reshape([n * h * w, c])
+    x.permute([0, 2, 3, 1])
+        .reshape([groups, n / groups * h * w, c])
 }
 
-/// The inverse of [`channels_last`]: the `[n·h·w, c]` matrix as an `[n, c, h, w]` view of the
-/// same memory.
-fn channels_first<I: Backend>(m: Tensor<I, 2>, [n, c, h, w]: [usize; 4]) -> Tensor<I, 4> {
+/// The inverse of [`channels_last`]: the `[groups, n·h·w / groups, c]` matrices as an
+/// `[n, c, h, w]` view of the same memory.
+fn channels_first<I: Backend>(m: Tensor<I, 3>, [n, c, h, w]: [usize; 4]) -> Tensor<I, 4> {
     m.reshape([n, h, w, c]).permute([0, 3, 1, 2])
+}
+
+/// Per channel, the sum over the groups of `[groups, 1, c]` values, `[c]` (no reduction for
+/// one group).
+fn over_groups<I: Backend>(v: Tensor<I, 3>) -> Tensor<I, 1> {
+    let [groups, _, c] = v.dims();
+    if groups == 1 {
+        v.reshape([c])
+    } else {
+        v.sum_dim(0).reshape([c])
+    }
 }
 
 impl<I: Backend> Backward<I, 3> for BatchNormOpBackward {
@@ -79,6 +99,7 @@ impl<I: Backend> Backward<I, 3> for BatchNormOpBackward {
         let [node_x, node_gamma, node_beta] = ops.parents;
         let grad = grads.consume::<I>(&ops.node);
         let State {
+            groups,
             x,
             gamma,
             mean,
@@ -86,16 +107,19 @@ impl<I: Backend> Backward<I, 3> for BatchNormOpBackward {
         } = ops.state;
         let x: Tensor<I, 4> = float(x);
         let dims @ [n, c, h, w] = x.dims();
-        let count = (n * h * w) as f64;
-        let gamma = float::<I, 1>(gamma).reshape([1, c]);
-        let (dy, x) = (channels_last(float::<I, 4>(grad)), channels_last(x));
-        let (mean, inv_std): (Tensor<I, 2>, Tensor<I, 2>) = (float(mean), float(inv_std));
-        // S₁/M and S₂/M, and from them (per channel) the gradients of β and γ and the
-        // coefficients of ∂x.
-        let m1 = dy.clone().mean_dim(0);
-        let m2 = (dy.clone() * (x.clone() - mean.clone())).mean_dim(0);
-        let dbeta = m1.clone().mul_scalar(count);
-        let dgamma = m2.clone().mul(inv_std.clone()).mul_scalar(count);
+        let count = (n / groups * h * w) as f64;
+        let gamma = float::<I, 1>(gamma).reshape([1, 1, c]);
+        let (dy, x) = (
+            channels_last(float::<I, 4>(grad), groups),
+            channels_last(x, groups),
+        );
+        let (mean, inv_std): (Tensor<I, 3>, Tensor<I, 3>) = (float(mean), float(inv_std));
+        // S₁/M and S₂/M of each group, and from them (per channel) the gradients of β and γ
+        // (summed over the groups, as separate calls' gradients add) and the coefficients of ∂x.
+        let m1 = dy.clone().mean_dim(1);
+        let m2 = (dy.clone() * (x.clone() - mean.clone())).mean_dim(1);
+        let dbeta = over_groups(m1.clone().mul_scalar(count));
+        let dgamma = over_groups(m2.clone().mul(inv_std.clone()).mul_scalar(count));
         let scale = gamma * inv_std.clone();
         let slope = m2 * inv_std.square();
         if let Some(node) = node_x {
@@ -105,39 +129,49 @@ impl<I: Backend> Backward<I, 3> for BatchNormOpBackward {
             grads.register::<I>(node.id, dx.into_primitive().tensor());
         }
         if let Some(node) = node_gamma {
-            grads.register::<I>(node.id, dgamma.reshape([c]).into_primitive().tensor());
+            grads.register::<I>(node.id, dgamma.into_primitive().tensor());
         }
         if let Some(node) = node_beta {
-            grads.register::<I>(node.id, dbeta.reshape([c]).into_primitive().tensor());
+            grads.register::<I>(node.id, dbeta.into_primitive().tensor());
         }
     }
 }
 
 /// Batch norm in training under autodiff on any backend: `y = γ·x̂ + β` tracked (gradients of
 /// `x`, `γ` and `β` by the backward step above), and the per-channel batch mean and biased
-/// variance (`[c]`, untracked) for the running averages.
+/// variance of each of the `groups` stacked batches (`[groups, c]`, untracked) for the running
+/// averages. With `groups` > 1 each group is normalised with its own moments: the numbers of
+/// `groups` separate calls on the groups, concatenated (their parameter gradients summed).
 ///
 /// # Shapes
-/// - `x`: `[n, c, h, w]`, `gamma` and `beta`: `[c]`
-/// - output: `[n, c, h, w]`, mean and variance `[c]`
+/// - `x`: `[n, c, h, w]` with `n` a multiple of `groups`, `gamma` and `beta`: `[c]`
+/// - output: `[n, c, h, w]`, mean and variance `[groups, c]`
+///
+/// # Panics
+/// If `groups` is 0 or does not divide `n`.
 pub fn batch_norm_train_op<I: Backend, C: CheckpointStrategy>(
     x: Tensor<Autodiff<I, C>, 4>,
     gamma: Tensor<Autodiff<I, C>, 1>,
     beta: Tensor<Autodiff<I, C>, 1>,
     epsilon: f64,
+    groups: usize,
 ) -> TrainingBatchNorm<Autodiff<I, C>> {
-    let dims @ [_, c, _, _] = x.dims();
+    let dims @ [n, c, _, _] = x.dims();
+    assert!(
+        groups > 0 && n.is_multiple_of(groups),
+        "batch norm over {groups} groups of a batch of {n}"
+    );
     let (x, gamma, beta) = (
         x.into_primitive().tensor(),
         gamma.into_primitive().tensor(),
         beta.into_primitive().tensor(),
     );
-    let gamma2 = float::<I, 1>(gamma.primitive.clone()).reshape([1, c]);
-    let beta2 = float::<I, 1>(beta.primitive.clone()).reshape([1, c]);
-    let xm = channels_last(float::<I, 4>(x.primitive.clone()));
-    let mean = xm.clone().mean_dim(0);
+    let gamma2 = float::<I, 1>(gamma.primitive.clone()).reshape([1, 1, c]);
+    let beta2 = float::<I, 1>(beta.primitive.clone()).reshape([1, 1, c]);
+    let xm = channels_last(float::<I, 4>(x.primitive.clone()), groups);
+    let mean = xm.clone().mean_dim(1);
     // `x − μ` is not kept: its square's mean reads it in the reduction's kernel.
-    let var = (xm.clone() - mean.clone()).square().mean_dim(0);
+    let var = (xm.clone() - mean.clone()).square().mean_dim(1);
     let inv_std = var.clone().add_scalar(epsilon).sqrt().recip();
     let scale = gamma2 * inv_std.clone();
     // `y = x·(γ·r) + (β − μ·γ·r)`: one element-wise kernel over `x` (no centred copy).
@@ -152,6 +186,7 @@ pub fn batch_norm_train_op<I: Backend, C: CheckpointStrategy>(
     {
         OpsKind::Tracked(prep) => {
             let state = State {
+                groups,
                 x: x.primitive,
                 gamma: gamma.primitive,
                 mean: mean.clone().into_primitive().tensor(),
@@ -161,7 +196,8 @@ pub fn batch_norm_train_op<I: Backend, C: CheckpointStrategy>(
         }
         OpsKind::UnTracked(prep) => prep.finish(y),
     };
-    let untracked = |t: Tensor<I, 2>| Tensor::<Autodiff<I, C>, 1>::from_inner(t.reshape([c]));
+    let untracked =
+        |t: Tensor<I, 3>| Tensor::<Autodiff<I, C>, 2>::from_inner(t.reshape([groups, c]));
     TrainingBatchNorm {
         output: Tensor::from_primitive(TensorPrimitive::Float(y)),
         mean: untracked(mean),

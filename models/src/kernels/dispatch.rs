@@ -426,23 +426,30 @@ pub fn gelu_composed<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D
 /// with `f32` / `f64` tensors through the slice kernels ([`batch_norm`](super::batch_norm)), on
 /// the wgpu and CUDA backends (`Autodiff<Wgpu>`, `Autodiff<Cuda>`, the models crate's `wgpu` /
 /// `cuda` features) through their own tensor operations ([`batch_norm_op`]): `Ok` with the
-/// output and the per-channel batch moments; else `Err(x)`, for the caller's composed path.
+/// output and the per-channel batch moments of each of the `groups` stacked batches (each
+/// normalised with its own: [`batch_norm_op::batch_norm_train_op`]); else `Err(x)`, for the
+/// caller's composed path. The CPU's slice kernels take one group only.
 ///
 /// # Shapes
-/// - `x`: `[n, c, h, w]`, `gamma` and `beta`: `[c]`
+/// - `x`: `[n, c, h, w]` (`n` a multiple of `groups`), `gamma` and `beta`: `[c]`
+/// - moments: `[groups, c]`
 pub fn batch_norm_train<B: Backend>(
     x: Tensor<B, 4>,
     gamma: Tensor<B, 1>,
     beta: Tensor<B, 1>,
     epsilon: f64,
+    groups: usize,
 ) -> Result<TrainingBatchNorm<B>, Tensor<B, 4>> {
-    if crate::replica_stats::synchronised::<B>() {
+    if crate::replica_stats::synchronised::<B>()
+        || groups == 0
+        || !x.dims()[0].is_multiple_of(groups)
+    {
         return Err(x);
     }
     #[cfg(feature = "cpu")]
     let covered = {
         let dtype = x.dtype();
-        flex::supported(dtype) && gamma.dtype() == dtype && beta.dtype() == dtype
+        groups == 1 && flex::supported(dtype) && gamma.dtype() == dtype && beta.dtype() == dtype
     };
     let route = Route::new((x, gamma, beta));
     #[cfg(feature = "cpu")]
@@ -451,13 +458,13 @@ pub fn batch_norm_train<B: Backend>(
     });
     #[cfg(feature = "wgpu")]
     let route = route.on::<Ad<burn::backend::Wgpu>>(|(x, gamma, beta)| {
-        batch_norm_op::batch_norm_train_op(x, gamma, beta, epsilon)
+        batch_norm_op::batch_norm_train_op(x, gamma, beta, epsilon, groups)
     });
     #[cfg(feature = "cuda")]
     let route = route.on::<Ad<burn::backend::Cuda>>(|(x, gamma, beta)| {
-        batch_norm_op::batch_norm_train_op(x, gamma, beta, epsilon)
+        batch_norm_op::batch_norm_train_op(x, gamma, beta, epsilon, groups)
     });
-    let _ = epsilon;
+    let _ = (epsilon, groups);
     route.result().map_err(|(x, _, _)| x)
 }
 
@@ -479,7 +486,7 @@ fn flex_batch_norm(
     );
     let moment = |values: Vec<f64>| {
         let len = values.len();
-        Tensor::from_data(TensorData::new(values, [len]), (&device, dtype))
+        Tensor::from_data(TensorData::new(values, [1, len]), (&device, dtype))
     };
     TrainingBatchNorm {
         output: float(y),

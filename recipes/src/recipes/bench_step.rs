@@ -36,7 +36,9 @@ use burn::optim::Optimizer;
 use burn::prelude::*;
 use clap::{Parser, ValueEnum};
 use curriculum_ssl::base::progress::Progress;
-use curriculum_ssl::method::{ByolConfig, MoCoConfig, SimClrConfig, SimSiamConfig, SslMethod};
+use curriculum_ssl::method::{
+    ByolConfig, MoCoConfig, SimClrConfig, SimSiamConfig, SslMethod, ViewPasses,
+};
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl_models::{ResNet, ResNetConfig, Stem};
 
@@ -55,6 +57,27 @@ enum Method {
     Byol,
     /// SimSiam: predictor, stop-gradient.
     Simsiam,
+}
+
+/// How the two views go through the networks (`ViewPasses`).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum PassesChoice {
+    /// One view after the other.
+    Separate,
+    /// The second view's backward pass on a thread of its own.
+    Threads,
+    /// Both views as one batch, the batch norms' moments per view.
+    Joint,
+}
+
+impl From<PassesChoice> for ViewPasses {
+    fn from(choice: PassesChoice) -> Self {
+        match choice {
+            PassesChoice::Separate => ViewPasses::Separate,
+            PassesChoice::Threads => ViewPasses::Threads,
+            PassesChoice::Joint => ViewPasses::Joint,
+        }
+    }
 }
 
 /// `recipe bench_step`'s options.
@@ -82,6 +105,10 @@ struct BenchArgs {
     /// The device (as the training recipes' --device).
     #[arg(long)]
     device: Option<usize>,
+    /// How the two views go through the networks (default: the training recipes' on this
+    /// backend without --view-threads: `threads` on the CPU, `joint` on wgpu and CUDA).
+    #[arg(long, value_enum)]
+    view_passes: Option<PassesChoice>,
     /// Count the kernels each timed step launches, by name (a wgpu or CUDA build).
     #[arg(long)]
     count_kernels: bool,
@@ -99,6 +126,8 @@ struct Timing {
     method: &'static str,
     backend: &'static str,
     precision: &'static str,
+    /// How the two views went through the networks.
+    view_passes: String,
     batch_size: usize,
     image_size: usize,
     steps: usize,
@@ -350,6 +379,8 @@ fn time<S: SslMethod<Train>>(
     device: &backend::Device,
     kernel_log: Option<&std::path::Path>,
 ) -> Result<Timing> {
+    let passes = args.view_passes.map_or(backend::VIEW_PASSES, ViewPasses::from);
+    method.set_view_passes(passes);
     let mut optimizer = SgdConfig::new().init::<Train, S::Online>()?;
     let (v1, v2) = (
         views(args.batch_size, args.image_size, 1, device),
@@ -475,6 +506,7 @@ fn time<S: SslMethod<Train>>(
         method: name,
         backend: backend::NAME,
         precision: args.precision.name(),
+        view_passes: format!("{passes:?}").to_lowercase(),
         batch_size: args.batch_size,
         image_size: args.image_size,
         steps: args.steps,

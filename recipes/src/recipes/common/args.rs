@@ -210,9 +210,11 @@ pub struct RecipeArgs {
     #[arg(long, action = clap::ArgAction::Set)]
     pub augment_ahead: Option<bool>,
     /// Back-propagate the two views' passes on two threads where the method allows it
-    /// (SimCLR, symmetric MoCo, BYOL, SimSiam; not MoCo v1/v2's one query pass, nor a step with
-    /// PGD's third pass); on the CPU the gradients are the same numbers either way (default:
-    /// true on the CPU; false on a GPU backend, as --augment-ahead).
+    /// (SimCLR, symmetric MoCo, MoCo v3, BYOL, SimSiam, Barlow Twins, VICReg; not MoCo v1/v2's
+    /// one query pass, nor a step with PGD's third pass); `false`: one view after the other. On
+    /// the CPU the gradients are the same numbers either way (default: true on the CPU; on a
+    /// GPU backend neither: the two views go through the networks as one batch whose batch
+    /// norms take them apart, half the kernel launches; docs/gpu.md).
     #[arg(long, action = clap::ArgAction::Set)]
     pub view_threads: Option<bool>,
     /// SimCLR-family recipes: the two-view loss, with its own defaults (the recipe's loss when

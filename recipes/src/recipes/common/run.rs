@@ -21,7 +21,7 @@ use curriculum_ssl::eval::{KnnMonitor, KnnResult, RawPixels};
 use curriculum_ssl::hooks::{
     FrechetCurationHook, KnnHook, ObjectBoxesHook, SelfPacedAutoAugmentHook,
 };
-use curriculum_ssl::method::SslMethod;
+use curriculum_ssl::method::{SslMethod, ViewPasses};
 use curriculum_ssl::pipeline::{Augmenter, PipelineConfig, ViewConfig};
 use curriculum_ssl::train::{DataFingerprint, SelfSupervised, StartMode, TrainConfig, Trainer};
 use serde::Serialize;
@@ -462,7 +462,11 @@ where
     let mut builder = builder
         .start(mode)
         .augment_ahead(args.augment_ahead.unwrap_or(backend::AUGMENT_AHEAD))
-        .view_threads(args.view_threads.unwrap_or(backend::VIEW_THREADS));
+        .view_passes(match args.view_threads {
+            Some(true) => ViewPasses::Threads,
+            Some(false) => ViewPasses::Separate,
+            None => backend::VIEW_PASSES,
+        });
     if let Some(replica) = replica {
         builder = builder.replica(replica);
     }
