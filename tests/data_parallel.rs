@@ -329,6 +329,27 @@ fn byol<B: Backend>(d: &B::Device, _: usize) -> Result<Byol<B, ResNet<B>>, Confi
         .init(resnet, d)
 }
 
+/// `method` with its two views passed as one batch ([`ViewPasses::Joint`]): on replicas each
+/// batch norm synchronises each view's moments in turn.
+fn joint<B: AutodiffBackend, S: SslMethod<B>>(mut method: S) -> S {
+    method.set_view_passes(ViewPasses::Joint);
+    method
+}
+
+fn simclr_joint<B: AutodiffBackend>(
+    d: &B::Device,
+    batch: usize,
+) -> Result<SimClr<B, ResNet<B>>, ConfigError> {
+    simclr(d, batch).map(joint)
+}
+
+fn byol_joint<B: AutodiffBackend>(
+    d: &B::Device,
+    batch: usize,
+) -> Result<Byol<B, ResNet<B>>, ConfigError> {
+    byol(d, batch).map(joint)
+}
+
 fn barlow_twins<B: Backend>(
     d: &B::Device,
     _: usize,
@@ -602,6 +623,17 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
     assert_same(
         "BYOL (f64)",
         runs::<Exact, _>(&byol, &|m| values(m.target().network())),
+        1e-11,
+    );
+    // The two views as one batch, on each replica and on the one device.
+    assert_same(
+        "SimCLR, views joint (f64)",
+        runs::<Exact, _>(&simclr_joint, &|_| Vec::new()),
+        1e-11,
+    );
+    assert_same(
+        "BYOL, views joint (f64)",
+        runs::<Exact, _>(&byol_joint, &|m| values(m.target().network())),
         1e-11,
     );
     // Losses on the batch's statistics, on the gathered projections. 1e-10: the standardisation

@@ -220,6 +220,18 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> ViewThreads<B, M> {
         (leaves, [extra1, extra2])
     }
 
+    /// The gradients of `loss` with respect to `online`: through the last forward's split
+    /// passes when it split them, else one backward pass. What the methods'
+    /// [`SslMethod::gradients`](super::SslMethod::gradients) return.
+    pub fn gradients(&mut self, loss: &Tensor<B, 1>, online: &M) -> GradientsParams {
+        match self.pending.take() {
+            Some(branches) => branches.gradients(loss, online),
+            None => GradientsParams::from_grads(loss.backward(), online),
+        }
+    }
+}
+
+impl<B: Backend, M> ViewThreads<B, M> {
     /// `pass` (a network that takes `groups` stacked views, as in [`ViewThreads::passes`]) on
     /// both views, as one batch when the mode is [`ViewPasses::Joint`] and the views have one
     /// shape, else one after the other: what a method's untrained networks (a momentum
@@ -242,16 +254,6 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> ViewThreads<B, M> {
     /// Whether the two views go through the networks as one batch.
     fn joins(&self, view1: &Tensor<B, 4>, view2: &Tensor<B, 4>) -> bool {
         self.mode == ViewPasses::Joint && view1.dims() == view2.dims()
-    }
-
-    /// The gradients of `loss` with respect to `online`: through the last forward's split
-    /// passes when it split them, else one backward pass. What the methods'
-    /// [`SslMethod::gradients`](super::SslMethod::gradients) return.
-    pub fn gradients(&mut self, loss: &Tensor<B, 1>, online: &M) -> GradientsParams {
-        match self.pending.take() {
-            Some(branches) => branches.gradients(loss, online),
-            None => GradientsParams::from_grads(loss.backward(), online),
-        }
     }
 }
 

@@ -247,6 +247,27 @@ impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
         self.shuffle_bn && self.replica.is_some()
     }
 
+    /// [`MoCo::keys`] of `first` (salt 2) then of `second` (salt 1), as the symmetric loss
+    /// takes them: one pass of both through the key encoder when the views go as one batch
+    /// ([`ViewPasses::Joint`]) and no batch shuffle spreads them over replicas, the key
+    /// encoder's batch norms taking each view's moments, in that order.
+    fn keys_of_both(
+        &self,
+        first: Tensor<B, 4>,
+        second: Tensor<B, 4>,
+        step: usize,
+    ) -> [(Tensor<B, 2>, Option<Tensor<B, 2>>); 2] {
+        if self.shuffles_batch_norm() {
+            return [self.keys(first, step, 2), self.keys(second, step, 1)];
+        }
+        let [a, b] = self.view_threads.both([first, second], |x, groups| {
+            l2_normalize(self.key.network().forward_grouped(x, groups)).detach()
+        });
+        let all = |own: &Tensor<B, 2>| self.replica.as_ref().map(|r| r.gather(own.clone()));
+        let (all_a, all_b) = (all(&a), all(&b));
+        [(a, all_a), (b, all_b)]
+    }
+
     /// The L2-normalised keys of `images` (detached): this replica's rows and, under replicas,
     /// every replica's in the one-device order. With shuffling batch norm, the global batch is
     /// gathered, permuted by [`shuffle_permutation`] of `(step, salt)`, this replica encodes its
@@ -349,9 +370,9 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MoCo<B, M> {
         let _own_moments = self
             .shuffles_batch_norm()
             .then(curriculum_ssl_models::replica_stats::suspend::<B>);
-        let (k2, all_k2) = self.keys(view2.clone(), progress.step, 2);
-        let (loss, keys, q1) = if self.symmetric {
-            let (k1, all_k1) = self.keys(view1.clone(), progress.step, 1);
+        let (k2, loss, keys, q1) = if self.symmetric {
+            let [(k2, all_k2), (k1, all_k1)] =
+                self.keys_of_both(view2.clone(), view1.clone(), progress.step);
             let ([q1, q2], _) =
                 self.view_threads
                     .passes(&self.online, [view1, view2], true, |net, x, groups| {
@@ -370,15 +391,13 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MoCo<B, M> {
                 (Some(all_k1), Some(all_k2)) => Tensor::cat(vec![all_k1, all_k2], 0),
                 _ => Tensor::cat(vec![k1, k2.clone()], 0),
             };
-            (loss, keys, q1)
+            (k2, loss, keys, q1)
         } else {
+            let (k2, all_k2) = self.keys(view2.clone(), progress.step, 2);
             let q1 = self.online.forward(view1);
             let keys = all_k2.unwrap_or_else(|| k2.clone());
-            (
-                self.queue_loss(q1.clone(), k2.clone(), queue, progress),
-                keys,
-                q1,
-            )
+            let loss = self.queue_loss(q1.clone(), k2.clone(), queue, progress);
+            (k2, loss, keys, q1)
         };
         let embeddings = Some([l2_normalize(q1).detach(), k2]);
         self.queue.stage(keys);
