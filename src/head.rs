@@ -181,6 +181,27 @@ impl<B: Backend> BatchNorm1d<B> {
             .mul(self.gamma.val().reshape([1, channels]))
             .add(self.beta.val().reshape([1, channels]))
     }
+
+    /// [`BatchNorm1d::forward`] on `groups` equal batches stacked along the first axis, each
+    /// normalised with its own moments in training (the running averages moved by each group
+    /// in turn), in one set of operations.
+    ///
+    /// # Shapes
+    /// - input: `[groups · N, C]` → `[groups · N, C]`
+    pub fn forward_grouped(&self, x: Tensor<B, 2>, groups: usize) -> Tensor<B, 2> {
+        if groups == 1 || !B::ad_enabled(&x.device()) {
+            return self.forward(x);
+        }
+        let [rows, channels] = x.dims();
+        let x = x.reshape([groups, rows / groups, channels]);
+        let (mean, var) = grouped_moments(&x, &self.running_mean, &self.running_var, self.momentum);
+        let std = var.add_scalar(self.epsilon).sqrt();
+        x.sub(mean)
+            .div(std)
+            .mul(self.gamma.val().reshape([1, 1, channels]))
+            .add(self.beta.val().reshape([1, 1, channels]))
+            .reshape([rows, channels])
+    }
 }
 
 /// The per-channel mean and biased variance `[1, C]` to normalise `x` `[N, C]` with: the batch's
@@ -229,6 +250,37 @@ fn moments<B: Backend>(
     (mean, var)
 }
 
+/// [`moments`] of each of the groups of `x` (`[groups, N, C]`): `[groups, 1, C]` each, in
+/// training the running averages moved by each group's in turn, as `groups` calls of
+/// [`moments`] would (data-parallel replicas average each group's).
+fn grouped_moments<B: Backend>(
+    x: &Tensor<B, 3>,
+    running_mean: &RunningState<Tensor<B, 1>>,
+    running_var: &RunningState<Tensor<B, 1>>,
+    momentum: f64,
+) -> (Tensor<B, 3>, Tensor<B, 3>) {
+    let device = x.device();
+    let channels = x.dims()[2];
+    let (mean, _) = replica_mean(x.clone().mean_dim(1));
+    let (var, _) = replica_mean(x.clone().sub(mean.clone()).square().mean_dim(1));
+    // One update per group, as one call per group makes them (burn's `RunningState` keeps the
+    // newest update pending until the next one or a sync: reading it shows the same state).
+    let means = mean.clone().detach().iter_dim(0);
+    let vars = var.clone().detach().iter_dim(0);
+    for (group_mean, group_var) in means.zip(vars) {
+        for (state, batch) in [(running_mean, group_mean), (running_var, group_var)] {
+            let running = state.value_sync().to_device(&device);
+            state.update(
+                running
+                    .mul_scalar(1.0 - momentum)
+                    .add(batch.mul_scalar(momentum).reshape([channels]))
+                    .detach(),
+            );
+        }
+    }
+    (mean, var)
+}
+
 /// BatchNorm without affine parameters: `(x − mean) / sqrt(var + ε)` per channel of `[N, C]`,
 /// with the batch's statistics in training (autodiff backend; averaged over data-parallel
 /// replicas when synchronised) and the running ones otherwise.
@@ -259,6 +311,21 @@ impl<B: Backend> PlainBatchNorm<B> {
         let (mean, var) = moments(&x, &self.running_mean, &self.running_var, self.momentum);
         (x - mean) / var.add_scalar(self.epsilon).sqrt()
     }
+
+    /// [`PlainBatchNorm::forward`] on `groups` equal batches stacked along the first axis,
+    /// each normalised with its own moments ([`BatchNorm1d::forward_grouped`]).
+    ///
+    /// # Shapes
+    /// - input: `[groups · N, C]` → `[groups · N, C]`
+    pub fn forward_grouped(&self, x: Tensor<B, 2>, groups: usize) -> Tensor<B, 2> {
+        if groups == 1 || !B::ad_enabled(&x.device()) {
+            return self.forward(x);
+        }
+        let [rows, channels] = x.dims();
+        let x = x.reshape([groups, rows / groups, channels]);
+        let (mean, var) = grouped_moments(&x, &self.running_mean, &self.running_var, self.momentum);
+        ((x - mean) / var.add_scalar(self.epsilon).sqrt()).reshape([rows, channels])
+    }
 }
 
 /// An MLP head. Build it with [`MlpHeadConfig::init`].
@@ -284,11 +351,45 @@ impl<B: Backend> MlpHead<B> {
     /// # Shapes
     /// - input: `[N, input_dim]` → `[N, output_dim]`
     pub fn forward_with(&self, x: Tensor<B, 2>, activation: HeadActivation) -> Tensor<B, 2> {
+        self.forward_grouped_with(x, activation, 1)
+    }
+
+    /// [`MlpHead::forward`] on `groups` equal batches stacked along the first axis, as each
+    /// batch on its own: one pass, each BatchNorm normalising each group with its own moments
+    /// ([`BatchNorm1d::forward_grouped`]).
+    ///
+    /// # Shapes
+    /// - input: `[groups · N, input_dim]` → `[groups · N, output_dim]`
+    ///
+    /// # Panics
+    /// If `groups` is 0 or does not divide `groups · N`.
+    pub fn forward_grouped(&self, x: Tensor<B, 2>, groups: usize) -> Tensor<B, 2> {
+        self.forward_grouped_with(x, HeadActivation::Relu, groups)
+    }
+
+    /// [`MlpHead::forward_with`] on `groups` stacked batches ([`MlpHead::forward_grouped`]).
+    ///
+    /// # Shapes
+    /// - input: `[groups · N, input_dim]` → `[groups · N, output_dim]`
+    ///
+    /// # Panics
+    /// If `groups` is 0 or does not divide `groups · N`.
+    pub fn forward_grouped_with(
+        &self,
+        x: Tensor<B, 2>,
+        activation: HeadActivation,
+        groups: usize,
+    ) -> Tensor<B, 2> {
+        let n = x.dims()[0];
+        assert!(
+            groups > 0 && n.is_multiple_of(groups),
+            "a batch of {n} is not {groups} equal groups"
+        );
         let mut x = x;
         for layer in &self.hidden {
             x = layer.linear.forward(x);
             if let Some(norm) = &layer.norm {
-                x = norm.forward(x);
+                x = norm.forward_grouped(x, groups);
             }
             x = match activation {
                 HeadActivation::Relu => burn::tensor::activation::relu(x),
@@ -297,42 +398,12 @@ impl<B: Backend> MlpHead<B> {
         }
         x = self.output.forward(x);
         if let Some(norm) = &self.output_norm {
-            x = norm.forward(x);
+            x = norm.forward_grouped(x, groups);
         }
         if let Some(norm) = &self.output_norm_plain {
-            x = norm.forward(x);
+            x = norm.forward_grouped(x, groups);
         }
         x
-    }
-
-    /// [`MlpHead::forward`] on `groups` equal batches stacked along the first axis, as each
-    /// batch on its own: one pass when the head has no BatchNorm (its rows are independent),
-    /// else one pass per group (each BatchNorm sees its group's moments).
-    ///
-    /// # Shapes
-    /// - input: `[groups · N, input_dim]` → `[groups · N, output_dim]`
-    ///
-    /// # Panics
-    /// If `groups` is 0 or does not divide `groups · N`.
-    pub fn forward_grouped(&self, x: Tensor<B, 2>, groups: usize) -> Tensor<B, 2> {
-        let n = x.dims()[0];
-        assert!(
-            groups > 0 && n.is_multiple_of(groups),
-            "a batch of {n} is not {groups} equal groups"
-        );
-        let normalised = self.has_hidden_batch_norm()
-            || self.output_norm.is_some()
-            || self.output_norm_plain.is_some();
-        if groups == 1 || !normalised {
-            return self.forward(x);
-        }
-        Tensor::cat(
-            x.chunk(groups, 0)
-                .into_iter()
-                .map(|group| self.forward(group))
-                .collect(),
-            0,
-        )
     }
 
     /// Output width.
@@ -363,6 +434,94 @@ mod tests {
 
     type B = NdArray<f64>;
     type Ad = burn::backend::Autodiff<B>;
+
+    /// A grouped pass (two stacked batches of 5 rows, of different means and scales) equals
+    /// one pass per group, in f64: the outputs, the gradient of the input, and the running
+    /// statistics of every BatchNorm (hidden, affine output, plain output) after both groups.
+    /// Sums of at most 10 terms in another order: 1e-12 relative.
+    #[test]
+    fn a_grouped_pass_equals_one_pass_per_group() {
+        let device = Default::default();
+        for affine in [true, false] {
+            let config = MlpHeadConfig::new(3, 6, 4)
+                .with_output_batch_norm(true)
+                .with_output_batch_norm_affine(affine);
+            let head = crate::base::seed::init_module::<Ad, _>(&device, 1, |d| {
+                config.init::<Ad>(d).unwrap()
+            });
+            let other = config
+                .init::<Ad>(&device)
+                .unwrap()
+                .load_record(head.clone().into_record());
+            let values: Vec<f64> = (0..30)
+                .map(|i| ((i * 7 % 11) as f64 - 5.0) * if i < 15 { 1.0 } else { 3.0 } + 0.1)
+                .collect();
+            let x = || {
+                Tensor::<Ad, 1>::from_data(TensorData::new(values.clone(), [30]), &device)
+                    .reshape([10, 3])
+                    .require_grad()
+            };
+            let (xa, xb) = (x(), x());
+            let grouped = head.forward_grouped(xa.clone(), 2);
+            let halves = Tensor::cat(
+                xb.clone()
+                    .chunk(2, 0)
+                    .into_iter()
+                    .map(|g| other.forward(g))
+                    .collect(),
+                0,
+            );
+            let weights = Tensor::<Ad, 1>::from_data(
+                TensorData::new(
+                    (0..40).map(|i| (i as f64 * 0.3).sin()).collect::<Vec<_>>(),
+                    [40],
+                ),
+                &device,
+            )
+            .reshape([10, 4]);
+            let ga = (grouped.clone() * weights.clone()).sum().backward();
+            let gb = (halves.clone() * weights).sum().backward();
+            let host = |t: Tensor<B, 2>| -> Vec<f64> { t.into_data().to_vec().unwrap() };
+            let running = |h: &MlpHead<Ad>| -> Vec<f64> {
+                let mut v = Vec::new();
+                let mut push = |s: &RunningState<Tensor<Ad, 1>>| {
+                    v.extend(s.value_sync().into_data().to_vec::<f64>().unwrap())
+                };
+                for layer in &h.hidden {
+                    let norm = layer.norm.as_ref().unwrap();
+                    push(&norm.running_mean);
+                    push(&norm.running_var);
+                }
+                if let Some(n) = &h.output_norm {
+                    push(&n.running_mean);
+                    push(&n.running_var);
+                }
+                if let Some(n) = &h.output_norm_plain {
+                    push(&n.running_mean);
+                    push(&n.running_var);
+                }
+                v
+            };
+            let pairs = [
+                ("output", host(grouped.inner()), host(halves.inner())),
+                (
+                    "∂x",
+                    host(xa.grad(&ga).unwrap()),
+                    host(xb.grad(&gb).unwrap()),
+                ),
+                ("running statistics", running(&head), running(&other)),
+            ];
+            for (name, a, b) in pairs {
+                assert_eq!(a.len(), b.len(), "{name}");
+                for (p, q) in a.iter().zip(&b) {
+                    assert!(
+                        (p - q).abs() <= 1e-12 * p.abs().max(q.abs()).max(1.0),
+                        "affine {affine}, {name}: {p} against {q}"
+                    );
+                }
+            }
+        }
+    }
 
     fn parameters(config: &MlpHeadConfig) -> usize {
         // Under the seed lock: `num_params` reads the lazily initialised parameters.
