@@ -162,21 +162,22 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
     /// The gradients of `loss`, the [`MethodOutput::loss`] of the last [`SslMethod::forward`],
     /// with respect to [`SslMethod::online`]. Default: one backward pass,
     /// `GradientsParams::from_grads(loss.backward(), self.online())`; with
-    /// [`SslMethod::set_view_passes`] at [`ViewPasses::Threads`], a method may back-propagate its views' passes on
-    /// threads of their own ([`branches`]), so a loop must ask for the gradients here rather
-    /// than call `loss.backward()` itself.
+    /// [`SslMethod::set_view_passes`] at [`ViewPasses::Threads`], a method may back-propagate
+    /// its views' passes on threads of their own ([`branches`](super::branches)), so a loop
+    /// must ask for the gradients here rather than call `loss.backward()` itself.
     fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
         GradientsParams::from_grads(loss.backward(), self.online())
     }
 
     /// How the method passes its two views through its networks ([`ViewPasses`]): one after
-    /// the other (the default), their backward passes on two threads ([`branches`]: the same
-    /// gradients, sooner where one backward pass keeps one core busy, as the CPU backend's
-    /// convolutions), or as one batch whose batch norms take each view apart (half the kernel
-    /// launches on a GPU). A method whose views do not pass through the online networks
-    /// separately (or not twice) ignores it. Used by SimCLR (not threads at steps where PGD
-    /// adds a third pass), symmetric MoCo (Light-MoCo), MoCo v3, BYOL, SimSiam, Barlow Twins
-    /// and VICReg; MoCo v1/v2 (one query pass) and rotation prediction ignore it.
+    /// the other (the default), their backward passes on two threads
+    /// ([`branches`](super::branches): the same gradients, sooner where one backward pass
+    /// keeps one core busy, as the CPU backend's convolutions), or as one batch whose batch
+    /// norms take each view apart (half the kernel launches on a GPU). A method whose views do
+    /// not pass through the online networks separately (or not twice) ignores it. Used by
+    /// SimCLR (not threads at steps where PGD adds a third pass), symmetric MoCo (Light-MoCo),
+    /// MoCo v3, BYOL, SimSiam, Barlow Twins and VICReg; MoCo v1/v2 (one query pass) and
+    /// rotation prediction ignore it.
     fn set_view_passes(&mut self, passes: ViewPasses) {
         let _ = passes;
     }
