@@ -193,11 +193,8 @@ impl<B: Backend> BatchNorm1d<B> {
             return self.forward(x);
         }
         let [rows, channels] = x.dims();
-        let x = x.reshape([groups, rows / groups, channels]);
-        let (mean, var) = grouped_moments(&x, &self.running_mean, &self.running_var, self.momentum);
-        let std = var.add_scalar(self.epsilon).sqrt();
-        x.sub(mean)
-            .div(std)
+        let states = [&self.running_mean, &self.running_var];
+        grouped_normalised(x, groups, states, self.momentum, self.epsilon)
             .mul(self.gamma.val().reshape([1, 1, channels]))
             .add(self.beta.val().reshape([1, 1, channels]))
             .reshape([rows, channels])
@@ -250,17 +247,20 @@ fn moments<B: Backend>(
     (mean, var)
 }
 
-/// [`moments`] of each of the groups of `x` (`[groups, N, C]`): `[groups, 1, C]` each, in
-/// training the running averages moved by each group's in turn, as `groups` calls of
+/// `(x − mean) / √(var + ε)` of each of the `groups` stacked batches of `x` (`[groups · N, C]`)
+/// with its own batch moments, as `[groups, N, C]`: in training, the running averages
+/// (`[running_mean, running_var]`) moved by each group's in turn, as `groups` calls of
 /// [`moments`] would (data-parallel replicas average each group's).
-fn grouped_moments<B: Backend>(
-    x: &Tensor<B, 3>,
-    running_mean: &RunningState<Tensor<B, 1>>,
-    running_var: &RunningState<Tensor<B, 1>>,
+fn grouped_normalised<B: Backend>(
+    x: Tensor<B, 2>,
+    groups: usize,
+    [running_mean, running_var]: [&RunningState<Tensor<B, 1>>; 2],
     momentum: f64,
-) -> (Tensor<B, 3>, Tensor<B, 3>) {
+    epsilon: f64,
+) -> Tensor<B, 3> {
     let device = x.device();
-    let channels = x.dims()[2];
+    let [rows, channels] = x.dims();
+    let x = x.reshape([groups, rows / groups, channels]);
     let (mean, _) = replica_mean(x.clone().mean_dim(1));
     let (var, _) = replica_mean(x.clone().sub(mean.clone()).square().mean_dim(1));
     // One update per group, as one call per group makes them (burn's `RunningState` keeps the
@@ -278,7 +278,7 @@ fn grouped_moments<B: Backend>(
             );
         }
     }
-    (mean, var)
+    (x - mean) / var.add_scalar(epsilon).sqrt()
 }
 
 /// BatchNorm without affine parameters: `(x − mean) / sqrt(var + ε)` per channel of `[N, C]`,
@@ -322,9 +322,8 @@ impl<B: Backend> PlainBatchNorm<B> {
             return self.forward(x);
         }
         let [rows, channels] = x.dims();
-        let x = x.reshape([groups, rows / groups, channels]);
-        let (mean, var) = grouped_moments(&x, &self.running_mean, &self.running_var, self.momentum);
-        ((x - mean) / var.add_scalar(self.epsilon).sqrt()).reshape([rows, channels])
+        let states = [&self.running_mean, &self.running_var];
+        grouped_normalised(x, groups, states, self.momentum, self.epsilon).reshape([rows, channels])
     }
 }
 
