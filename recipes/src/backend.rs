@@ -1,8 +1,11 @@
 //! The backend the `recipe` binary trains on, chosen by cargo feature: `cuda` before `wgpu`
 //! before the CPU (`Flex`, the default).
+//!
+//! Each backend's module is compiled whenever its feature is on, chosen or not, so that one
+//! `cargo clippy --features wgpu,cuda` checks all three (CI's lint step).
 
 #[cfg(feature = "cuda")]
-mod selected {
+mod cuda {
     /// Inference backend.
     pub type Inner = burn::backend::Cuda;
     /// Human-readable name.
@@ -69,8 +72,9 @@ mod selected {
     }
 }
 
-#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
-mod selected {
+#[cfg(feature = "wgpu")]
+#[cfg_attr(feature = "cuda", allow(dead_code))]
+mod wgpu {
     /// Inference backend.
     pub type Inner = burn::backend::Wgpu;
     /// Human-readable name.
@@ -115,7 +119,7 @@ mod selected {
                 // first (whether the device supports it, `super::set_precision` says after).
                 // Inside `quietly`: asking whether a type is supported opens the adapter, which
                 // panics where there is none.
-                let _ = super::set_precision(&probe, precision);
+                let _ = super::set_precision_on::<Inner>(&probe, precision, NAME);
                 burn::tensor::Tensor::<Inner, 1>::from_floats([1.0], &probe).into_scalar()
             })
         };
@@ -151,8 +155,9 @@ mod selected {
     }
 }
 
-#[cfg(all(not(feature = "wgpu"), not(feature = "cuda")))]
-mod selected {
+#[cfg(feature = "cpu")]
+#[cfg_attr(any(feature = "cuda", feature = "wgpu"), allow(dead_code))]
+mod cpu {
     /// Inference backend.
     pub type Inner = burn::backend::Flex;
     /// Human-readable name.
@@ -194,6 +199,13 @@ mod selected {
         }
     }
 }
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+use cpu as selected;
+#[cfg(feature = "cuda")]
+use cuda as selected;
+#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+use wgpu as selected;
 
 pub use selected::{
     memory, Inner, AUGMENT_AHEAD, BANDED_STEM, NAME, VIEW_PASSES, WORKED_VALUE_TOLERANCE,
@@ -271,11 +283,20 @@ impl Precision {
 /// backend does not support on this device is a usage error naming both, and f16 is refused
 /// everywhere (see [`Precision::F16`]).
 pub fn set_precision(device: &Device, precision: Precision) -> anyhow::Result<()> {
+    set_precision_on::<Inner>(device, precision, NAME)
+}
+
+/// [`set_precision`] on backend `B` (named `name` in its errors).
+fn set_precision_on<B: burn::tensor::backend::Backend>(
+    device: &B::Device,
+    precision: Precision,
+    name: &str,
+) -> anyhow::Result<()> {
     use burn::tensor::backend::{get_device_settings, set_default_float_dtype, DeviceError};
     match precision {
         Precision::F32 => {
             // f32 is the backends' own type: set unless the device was given another before.
-            let dtype = get_device_settings::<Inner>(device).float_dtype;
+            let dtype = get_device_settings::<B>(device).float_dtype;
             if dtype != burn::tensor::FloatDType::F32 {
                 anyhow::bail!("the device's float type is already {dtype:?}, not f32");
             }
@@ -291,15 +312,15 @@ pub fn set_precision(device: &Device, precision: Precision) -> anyhow::Result<()
         }
         Precision::Bf16 => {}
     }
-    match set_default_float_dtype::<Inner>(device, precision.dtype()) {
+    match set_default_float_dtype::<B>(device, precision.dtype()) {
         Ok(()) => Ok(()),
         Err(DeviceError::AlreadyInitialized { .. })
-            if get_device_settings::<Inner>(device).float_dtype == precision.dtype() =>
+            if get_device_settings::<B>(device).float_dtype == precision.dtype() =>
         {
             Ok(())
         }
         Err(DeviceError::UnsupportedDType { .. }) => Err(crate::usage::usage(format!(
-            "--precision {}: the {NAME} backend does not support {} tensors on this device \
+            "--precision {}: the {name} backend does not support {} tensors on this device \
              (--precision f32 does)",
             precision.name(),
             precision.name()

@@ -109,6 +109,32 @@ impl<In: OnBackend, Out: OnBackend> Route<In, Out> {
         Self { state }
     }
 
+    /// `f` on the input, its type erased, when the caller's backend is `C` and no earlier step
+    /// took the call; `f` hands the input back (`Err`) when it does not take it. Unlike
+    /// [`Route::on`], nothing of `C`'s operations is compiled where the route is instantiated:
+    /// `f` is a plain function compiled once in this crate (`on_gpu.rs` says why).
+    #[cfg(all(not(test), any(feature = "wgpu", feature = "cuda")))]
+    pub(crate) fn on_erased<C: Backend>(
+        self,
+        f: impl FnOnce(super::on_gpu::Erased) -> Result<super::on_gpu::Erased, super::on_gpu::Erased>,
+    ) -> Self {
+        use std::any::TypeId;
+        let state = match self.state {
+            Err(input) if TypeId::of::<In>() == TypeId::of::<In::On<C>>() => {
+                match f(Box::new(input)) {
+                    Ok(out) => Ok(*out
+                        .downcast::<Out>()
+                        .unwrap_or_else(|_| unreachable!("the output's backend is the input's"))),
+                    Err(input) => Err(*input
+                        .downcast::<In>()
+                        .unwrap_or_else(|_| unreachable!("a step hands its input back"))),
+                }
+            }
+            state => state,
+        };
+        Self { state }
+    }
+
     /// The output, or the input when no step took the call.
     pub(crate) fn result(self) -> Result<Out, In> {
         self.state
@@ -145,10 +171,10 @@ pub fn relu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     let route = Route::new(x);
     #[cfg(feature = "cpu")]
     let route = route.on::<Ad<burn::backend::Flex>>(super::relu_op::relu_op);
-    #[cfg(feature = "wgpu")]
-    let route = route.on::<Ad<burn::backend::Wgpu>>(super::relu_op::relu_op);
-    #[cfg(feature = "cuda")]
-    let route = route.on::<Ad<burn::backend::Cuda>>(super::relu_op::relu_op);
+    #[cfg(all(not(test), feature = "wgpu"))]
+    let route = route.on_erased::<Ad<burn::backend::Wgpu>>(super::on_gpu::wgpu::relu);
+    #[cfg(all(not(test), feature = "cuda"))]
+    let route = route.on_erased::<Ad<burn::backend::Cuda>>(super::on_gpu::cuda::relu);
     route.or(burn::tensor::activation::relu)
 }
 
@@ -456,13 +482,13 @@ pub fn batch_norm_train<B: Backend>(
     let route = route.on_if::<Ad<burn::backend::Flex>>(covered, |(x, gamma, beta)| {
         flex_batch_norm(x, gamma, beta, epsilon)
     });
-    #[cfg(feature = "wgpu")]
-    let route = route.on::<Ad<burn::backend::Wgpu>>(|(x, gamma, beta)| {
-        batch_norm_op::batch_norm_train_op(x, gamma, beta, epsilon, groups)
+    #[cfg(all(not(test), feature = "wgpu"))]
+    let route = route.on_erased::<Ad<burn::backend::Wgpu>>(|input| {
+        super::on_gpu::wgpu::batch_norm_train(input, epsilon, groups)
     });
-    #[cfg(feature = "cuda")]
-    let route = route.on::<Ad<burn::backend::Cuda>>(|(x, gamma, beta)| {
-        batch_norm_op::batch_norm_train_op(x, gamma, beta, epsilon, groups)
+    #[cfg(all(not(test), feature = "cuda"))]
+    let route = route.on_erased::<Ad<burn::backend::Cuda>>(|input| {
+        super::on_gpu::cuda::batch_norm_train(input, epsilon, groups)
     });
     let _ = (epsilon, groups);
     route.result().map_err(|(x, _, _)| x)

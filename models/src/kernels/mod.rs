@@ -20,7 +20,8 @@
 //! Underneath: the slices' shared arithmetic (`gemm.rs`: the element types ([`Real`]), scratch
 //! buffers, the GEMM call; `sums.rs`: sums in f64 over eight lanes) and a convolution's sizes
 //! (`geometry.rs`: [`ConvGeometry`]). The files on slices know nothing of burn; `flex.rs`
-//! registers them as operations of burn's CPU backend.
+//! registers them as operations of burn's CPU backend; `on_gpu.rs` holds the GPU backends' route
+//! steps as plain functions, so that a crate training on the CPU does not compile the GPU stacks.
 
 pub mod batch_norm;
 pub mod batch_norm_op;
@@ -35,6 +36,8 @@ pub mod im2col;
 pub mod layer_norm;
 pub mod layout;
 pub mod matmul;
+#[cfg(all(not(test), any(feature = "wgpu", feature = "cuda")))]
+mod on_gpu;
 pub mod relu_op;
 pub mod softmax;
 mod sums;
