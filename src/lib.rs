@@ -4,12 +4,16 @@
 //! [`Backend`](burn::tensor::backend::Backend): the same losses, methods and curricula run on
 //! CUDA, wgpu, the CPU (burn's `Flex`) and, for exact tests, `NdArray<f64>`.
 //!
-//! - [`loss`]: NT-Xent, InfoNCE with a queue, SoftNCE, negative cosine, HCL, curricular
-//!   weighting, Huber-regularised NT-Xent, soft-target cross-entropy, magnet loss.
-//! - [`method`]: SimCLR, MoCo v1/v2, Light-MoCo, BYOL, SimSiam behind one `SslMethod` trait, with
-//!   the key queue and the EMA update.
+//! - [`base`]: the vocabulary under everything: [`Progress`](base::progress::Progress), the
+//!   schedules, crop geometry, configuration errors, and [`seed`]: seeded use of the backend's
+//!   random generator that other threads cannot disturb.
+//! - [`loss`]: one file per objective, from NT-Xent and SoftNCE to iBOT's patch loss and MSN's;
+//!   its page is a table of them, each with its paper and its section of `docs/methods.md`.
+//! - [`method`]: every method (SimCLR, the MoCos, BYOL, DINO, MAE, I-JEPA, ...; its page lists
+//!   them all) behind one `SslMethod` trait, with the key queue and the momentum update.
 //! - [`curriculum`]: schedulers (k-step, linear, cosine, constant, a user's function) and the
-//!   knobs they drive (MICO's curriculum Mixup).
+//!   knobs they drive (MICO's curriculum Mixup, strength and rotation curricula, self-paced
+//!   AutoAugment; the masking curricula of MAE, SimMIM and I-JEPA).
 //! - [`curation`]: Fréchet batch curation ("bad batches"): distance of two views, redraw policy.
 //! - [`head`]: projection and prediction MLP heads.
 //! - [`optim`]: SGD with PyTorch semantics, LARS, warm-up + cosine learning rate.
@@ -19,15 +23,16 @@
 //! - [`train`]: the training loop: run directory, CSV metrics, atomic checkpoints, exact resume;
 //!   [`train::hook`], its one extension point.
 //! - [`hooks`]: the crate's hooks: Fréchet batch curation, crop-and-rotate's object boxes, the
-//!   kNN monitor.
+//!   self-paced AutoAugment's feedback, the kNN monitor.
 //! - [`data`]: IDX, CIFAR, STL-10 and image-folder readers, the embedded Fashion-MNIST subset,
-//!   and a threaded, deterministic loader.
+//!   a threaded, deterministic loader, and folders or WebDataset shards streamed from disk.
 //! - [`augment`]: batched augmentation on the backend (crop, flip, colour jitter, grayscale, blur,
 //!   solarisation, rotation, mixup, normalisation) with SimCLR / MoCo v2 / BYOL presets.
 //! - [`data_parallel`]: one replica per device (and across machines) through burn-collective:
 //!   averaged gradients, gathered negatives, synchronised batch norm.
+//! - [`pipeline`]: two views of a batch: the augmentation presets and the curricula that act
+//!   on the views.
 //! - [`device`]: handing tensors from one thread to another on a GPU backend.
-//! - [`seed`]: seeded use of the backend's random generator that other threads cannot disturb.
 //! - [`error`]: configuration errors that name the offending field.
 //!
 //! The library never names a concrete backend; the `recipe` binary, the tests and the benches

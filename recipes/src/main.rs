@@ -7,6 +7,8 @@
 //! ```
 
 mod backend;
+#[cfg(test)]
+mod docs_lists;
 mod plots;
 mod recipes;
 mod run_files;

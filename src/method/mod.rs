@@ -1,10 +1,20 @@
-//! SSL methods ("frameworks"): SimCLR (with NT-Xent, HCL, curricular weighting, Huber NT-Xent,
-//! DCL / DCLW), MoCo v1/v2, Light-MoCo and MoCo v3, BYOL, SimSiam, Barlow Twins, VICReg, SwAV and DINO
-//! (with multi-crop), iBOT and DINOv2's objective, NNCLR, TiCo, rotation prediction, MAE and SimMIM
-//! (masked image modelling) and hard patches mining on MAE, I-JEPA (joint-embedding prediction), MSN and PMSN (masked siamese
-//! networks), plus the pieces they share: the networks'
-//! two shapes ([`encoder`]), the momentum copy ([`momentum`], on the EMA update of [`ema`]), the
-//! key queue ([`queue`]).
+//! SSL methods ("frameworks"), one file each, behind one trait ([`SslMethod`]), plus the pieces
+//! they share: the networks' two shapes ([`encoder`]), the momentum copy ([`momentum`], on the
+//! EMA update of [`ema`]), the key queue ([`queue`]), the patch masks ([`masking`]) and the
+//! views' passes ([`branches`]).
+//!
+//! The methods:
+//! - [`SimClr`]: SimCLR, with NT-Xent, HCL, curricular weighting, Huber NT-Xent or DCL / DCLW
+//!   (and PGD-hardened negatives: the `pgd` module).
+//! - [`MoCo`]: MoCo v1 / v2 and Light-MoCo (symmetric SoftNCE); [`MocoV3`]: MoCo v3.
+//! - [`Byol`]: BYOL; [`SimSiam`]: SimSiam; [`Nnclr`]: NNCLR; [`TiCo`]: TiCo.
+//! - [`ProjectedPair`]: two views through one projector and a loss of the pair:
+//!   [`BarlowTwins`] and [`VicReg`].
+//! - [`Swav`]: SwAV; [`Dino`]: DINO (both with multi-crop); [`Ibot`]: iBOT and DINOv2's
+//!   objective.
+//! - [`RotNet`](rotnet::RotNet): rotation prediction (MICO's rotation curricula).
+//! - [`Mae`]: MAE; [`SimMim`]: SimMIM; [`Hpm`]: hard patches mining on MAE; [`Ijepa`]: I-JEPA
+//!   (joint-embedding prediction); [`Msn`]: MSN and PMSN (masked siamese networks).
 //!
 //! A method owns its networks and states. Its trainable part is one module,
 //! [`SslMethod::online`]; everything else (key / target networks, queue, loss states) is updated

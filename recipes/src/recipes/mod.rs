@@ -72,37 +72,3 @@ recipe_modules!(
     worked_values,
     bench_step,
 );
-
-#[cfg(test)]
-mod tests {
-    /// The README's table of recipes (`| recipe | what it does |`) names every recipe `recipe
-    /// list` knows, and nothing else besides `resume` (a command of the binary, not a recipe):
-    /// the hand-kept list cannot go stale unseen.
-    #[test]
-    fn the_readme_lists_every_recipe_and_no_other() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-            .expect("the workspace's README");
-        let table = readme
-            .split("| recipe | what it does |")
-            .nth(1)
-            .expect("the README's table of recipes");
-        let mut listed = std::collections::BTreeSet::new();
-        for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
-            let first = row.split(" | ").next().unwrap_or_default();
-            for name in first.split('`').skip(1).step_by(2) {
-                listed.insert(name.to_string());
-            }
-        }
-        let known: std::collections::BTreeSet<String> = super::all()
-            .iter()
-            .map(|r| r.name.to_string())
-            .chain(["resume".to_string()])
-            .collect();
-        let missing: Vec<_> = known.difference(&listed).collect();
-        let stale: Vec<_> = listed.difference(&known).collect();
-        assert!(
-            missing.is_empty() && stale.is_empty(),
-            "README's recipe table misses {missing:?} and names unknown {stale:?}"
-        );
-    }
-}
