@@ -163,6 +163,7 @@ fn the_architecture_section_names_every_file_and_only_files_that_exist() {
             for child in children(&root().join(folder)) {
                 let stem = child.strip_suffix(".rs").unwrap_or(&child);
                 if !has_word(text, stem) {
+                    let folder = folder.trim_end_matches('/');
                     problems.push(format!("`{path}` does not name {folder}/{child}"));
                 }
             }
@@ -368,6 +369,62 @@ fn the_method_page_lists_every_method() {
         "src/method/mod.rs's list misses {missing:?} and names {unknown:?}, which implement no \
          SslMethod ({} implementations found)",
         methods.len()
+    );
+}
+
+/// docs/architecture.md's table of layers is the one `tests/architecture.rs` enforces: the same
+/// modules in the same layers, bottom first.
+#[test]
+fn the_layers_table_is_the_enforced_one() {
+    let quoted = |text: &str| -> Vec<String> {
+        text.split('"')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    };
+    let test = read("tests/architecture.rs");
+    let layers = test
+        .split("const LAYERS: &[&[&str]] = &[")
+        .nth(1)
+        .and_then(|rest| rest.split("\n];").next())
+        .expect("tests/architecture.rs's LAYERS");
+    // Each layer is one `&[...]`; comments between them are not code.
+    let code: String = layers
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    // A layer's modules in any order.
+    let enforced: Vec<BTreeSet<String>> = code
+        .split("&[")
+        .skip(1)
+        .map(|layer| {
+            quoted(layer.split(']').next().unwrap_or_default())
+                .into_iter()
+                .collect()
+        })
+        .collect();
+    let doc = read("docs/architecture.md");
+    let documented: Vec<BTreeSet<String>> = doc
+        .lines()
+        .filter(|line| {
+            line.starts_with("| ") && line[2..].starts_with(|c: char| c.is_ascii_digit())
+        })
+        .map(|row| {
+            let modules = row.split(" | ").nth(1).unwrap_or_default();
+            modules
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect()
+        })
+        .collect();
+    assert!(enforced.len() >= 7, "{enforced:?}");
+    assert_eq!(
+        documented, enforced,
+        "docs/architecture.md's layers against tests/architecture.rs's LAYERS"
     );
 }
 
