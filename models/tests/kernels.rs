@@ -183,6 +183,92 @@ fn outputs_and_gradients_equal_burns_convolution() {
     }
 }
 
+/// A depthwise layer (`groups = in = out channels`: EfficientNet's and MobileNet-V3's 3 × 3 and
+/// 5 × 5 at strides 1 and 2, "same" padding; an odd map, no padding, dilation) through
+/// `kernels::depthwise` equals burn's grouped convolution: outputs and the input's, weight's and
+/// bias's gradients in f64 to 1e-12 relative (the same products of at most 25 taps, or of the
+/// batch's positions for the weight, summed in another order), with and without autodiff. In
+/// f32 the two differ by rounding only: at most 1e-5 relative to the largest entry for these
+/// sums of at most a few thousand terms of size ≤ 1 (each side's error is below n·ε·max ≈
+/// 2e-4·max in the worst case, and ~√n·ε in practice), far below an indexing error's O(1).
+#[test]
+fn depthwise_layers_equal_burns_grouped_convolution() {
+    let device = Default::default();
+    let cases = [
+        case(2, [4, 4], [7, 6], [3, 3], 1, 1, 1, false),
+        case(3, [3, 3], [9, 8], [3, 3], 2, 1, 1, true),
+        case(2, [5, 5], [9, 9], [5, 5], 1, 2, 1, true),
+        case(2, [2, 2], [8, 7], [5, 5], 2, 2, 1, false),
+        case(1, [3, 3], [6, 7], [3, 3], 1, 0, 1, true),
+        case(2, [2, 2], [9, 9], [3, 3], 1, 2, 2, false),
+    ];
+    for c in cases {
+        let mut conv = Conv2dConfig::new(c.channels, c.kernel)
+            .with_stride([c.stride, c.stride])
+            .with_dilation([c.dilation, c.dilation])
+            .with_padding(PaddingConfig2d::Explicit(
+                c.padding, c.padding, c.padding, c.padding,
+            ))
+            .with_groups(c.channels[0])
+            .with_bias(c.bias)
+            .init::<Ad>(&device);
+        conv.weight = Param::from_tensor(f64_tensor(
+            [c.channels[1], 1, c.kernel[0], c.kernel[1]],
+            21,
+            &device,
+        ));
+        if c.bias {
+            conv.bias = Some(Param::from_tensor(f64_tensor([c.channels[1]], 22, &device)));
+        }
+        let x = input::<Ad>(c, &device);
+        assert!(kernels::runs_cpu_kernels(&conv, &x), "{c:?}");
+        let g = kernels::depthwise_geometry(&conv, x.dims()).expect("depthwise");
+        assert_eq!(kernels::covered_geometry(&conv, x.dims()), None, "{c:?}");
+        assert_eq!(g.in_channels, c.channels[0]);
+        let ours = loss_and_grads(&conv, x.clone(), kernels::conv2d);
+        let burns = loss_and_grads(&fresh_leaves(&conv), x.clone(), |conv, x| conv.forward(x));
+        assert!(max_rel(&ours.0, &burns.0) < 1e-12, "{c:?} output");
+        assert!(max_rel(&ours.1, &burns.1) < 1e-12, "{c:?} input gradient");
+        assert!(max_rel(&ours.2, &burns.2) < 1e-12, "{c:?} weight gradient");
+        assert_eq!(ours.3.is_some(), c.bias);
+        if let (Some(a), Some(b)) = (&ours.3, &burns.3) {
+            assert!(max_rel(a, b) < 1e-12, "{c:?} bias gradient");
+        }
+        let valid = conv.valid();
+        let inner = x.clone().inner();
+        assert!(kernels::runs_cpu_kernels(&valid, &inner), "{c:?}");
+        let a = vec(kernels::conv2d(&valid, inner.clone()));
+        let b = vec(valid.forward(inner));
+        assert!(max_rel(&a, &b) < 1e-12, "{c:?} inference output");
+
+        // f32: the same layer and input rounded to f32.
+        let mut conv32 = conv.valid();
+        conv32.weight = Param::from_tensor(conv32.weight.val().cast(DType::F32));
+        conv32.bias = conv32
+            .bias
+            .map(|b| Param::from_tensor(b.val().cast(DType::F32)));
+        let x32 = x.inner().cast(DType::F32);
+        assert!(kernels::runs_cpu_kernels(&conv32, &x32), "{c:?}");
+        let a: Vec<f64> = kernels::conv2d(&conv32, x32.clone())
+            .cast(DType::F64)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let b: Vec<f64> = conv32
+            .forward(x32)
+            .cast(DType::F64)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let worst = a
+            .iter()
+            .zip(&b)
+            .fold(0.0f64, |m, (p, q)| m.max((p - q).abs()));
+        assert!(worst <= 1e-5 * scale, "{c:?} f32: {worst} against {scale}");
+    }
+}
+
 /// `L = Σ tanh(y) ⊙ r`: each gradient entry against `(L(θ + h) − L(θ − h)) / 2h`, h = 1e-5,
 /// for every input and weight entry of two cases. The truncation error is O(h²·L''') ≈ 1e-10
 /// and the rounding error O(ε·|L| / h) ≈ 1e-10 for |L| ≲ 10 in f64, so 1e-7 is far above both

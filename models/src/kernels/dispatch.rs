@@ -21,7 +21,7 @@ use super::batch_norm_op;
 #[cfg(feature = "cpu")]
 use super::flex;
 #[cfg(feature = "cpu")]
-use super::geometry::covered_geometry;
+use super::geometry::{covered_geometry, depthwise_geometry, ConvGeometry};
 use batch_norm_op::TrainingBatchNorm;
 
 /// `value` as a `U` when `T` is `U` (a checked downcast), else `value` back.
@@ -180,24 +180,41 @@ pub fn relu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 
 /// Whether [`conv2d`] runs this module's kernels for `conv` on `x` (the backend is `Flex` or
 /// `Autodiff<Flex>`, the element type `f32` or `f64`, the layer covered by
-/// [`covered_geometry`](super::covered_geometry)) rather than `Conv2d::forward`.
+/// [`covered_geometry`](super::covered_geometry) or, depthwise, by
+/// [`depthwise_geometry`](super::depthwise_geometry)) rather than `Conv2d::forward`.
 pub fn runs_cpu_kernels<B: Backend>(conv: &Conv2d<B>, x: &Tensor<B, 4>) -> bool {
     #[cfg(feature = "cpu")]
     {
-        use burn::backend::Flex;
-        use std::any::TypeId;
-        let backend = TypeId::of::<B>();
-        let dtype = x.dtype();
-        (backend == TypeId::of::<Flex>() || backend == TypeId::of::<Ad<Flex>>())
-            && flex::supported(dtype)
-            && conv.weight.val().dtype() == dtype
-            && covered_geometry(conv, x.dims()).is_some()
+        cpu_kernels(conv, x).is_some()
     }
     #[cfg(not(feature = "cpu"))]
     {
         let _ = (conv, x);
         false
     }
+}
+
+/// The sizes and the kernels of `conv` on `x` where this module's CPU kernels run it: a
+/// `Flex` or `Autodiff<Flex>` backend, `f32` or `f64` input and weight alike, and a layer of
+/// one group ([`covered_geometry`]) or a depthwise one ([`depthwise_geometry`]).
+#[cfg(feature = "cpu")]
+fn cpu_kernels<B: Backend>(
+    conv: &Conv2d<B>,
+    x: &Tensor<B, 4>,
+) -> Option<(ConvGeometry, flex::ConvKind)> {
+    use burn::backend::Flex;
+    use std::any::TypeId;
+    let backend = TypeId::of::<B>();
+    let dtype = x.dtype();
+    let runs = (backend == TypeId::of::<Flex>() || backend == TypeId::of::<Ad<Flex>>())
+        && flex::supported(dtype)
+        && conv.weight.val().dtype() == dtype;
+    if !runs {
+        return None;
+    }
+    covered_geometry(conv, x.dims())
+        .map(|g| (g, flex::ConvKind::Dense))
+        .or_else(|| depthwise_geometry(conv, x.dims()).map(|g| (g, flex::ConvKind::Depthwise)))
 }
 
 /// `conv.forward(x)`: through this module's CPU kernels where [`runs_cpu_kernels`] says so,
@@ -208,20 +225,20 @@ pub fn runs_cpu_kernels<B: Backend>(conv: &Conv2d<B>, x: &Tensor<B, 4>) -> bool 
 /// - `x`: `[batch, in_channels, h, w]` → `[batch, out_channels, h_out, w_out]`
 pub fn conv2d<B: Backend>(conv: &Conv2d<B>, x: Tensor<B, 4>) -> Tensor<B, 4> {
     #[cfg(feature = "cpu")]
-    if runs_cpu_kernels(conv, &x) {
+    if let Some((g, kind)) = cpu_kernels(conv, &x) {
         use burn::backend::Flex;
-        let g = covered_geometry(conv, x.dims()).expect("checked by runs_cpu_kernels");
         let y = Route::new((x, conv.weight.val()))
             .on::<Ad<Flex>>(|(x, w)| {
                 float(flex::conv2d_autodiff::<NoCheckpointing>(
                     primitive(x),
                     primitive(w),
                     g,
+                    kind,
                 ))
             })
-            .on::<Flex>(|(x, w)| float(flex::forward(&primitive(x), &primitive(w), &g)))
+            .on::<Flex>(|(x, w)| float(flex::forward(&primitive(x), &primitive(w), &g, kind)))
             .result()
-            .unwrap_or_else(|_| unreachable!("runs_cpu_kernels checked the backend"));
+            .unwrap_or_else(|_| unreachable!("cpu_kernels checked the backend"));
         return match &conv.bias {
             Some(bias) => add_channel_bias(y, bias.val()),
             None => y,

@@ -17,7 +17,7 @@ use burn::tensor::{DType, TensorData};
 
 use super::gemm::Real;
 use super::geometry::ConvGeometry;
-use super::{batch_norm, conv, gelu, layer_norm, layout, matmul, softmax};
+use super::{batch_norm, conv, depthwise, gelu, layer_norm, layout, matmul, softmax};
 
 /// Whether the kernels run in this element type (`f32` and `f64`).
 pub(super) fn supported(dtype: DType) -> bool {
@@ -28,20 +28,39 @@ fn flex_tensor<T: burn::tensor::Element>(values: Vec<T>, shape: [usize; 4]) -> F
     FlexTensor::from_data(TensorData::new(values, shape))
 }
 
+/// Which kernels a convolution runs: one group ([`conv`]) or one filter per channel
+/// ([`depthwise`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ConvKind {
+    /// One group: Winograd or im2col.
+    Dense,
+    /// `groups = in_channels = out_channels`, weight `[c, 1, k_h, k_w]`.
+    Depthwise,
+}
+
 /// The convolution's output. `x` and `weight` share a [`supported`] element type.
-pub(super) fn forward(x: &FlexTensor, weight: &FlexTensor, g: &ConvGeometry) -> FlexTensor {
+pub(super) fn forward(
+    x: &FlexTensor,
+    weight: &FlexTensor,
+    g: &ConvGeometry,
+    kind: ConvKind,
+) -> FlexTensor {
     let (x, weight) = (x.to_contiguous(), weight.to_contiguous());
     let [oh, ow] = g.out_size().expect("checked by the dispatch");
     let shape = [g.batch, g.out_channels, oh, ow];
+    macro_rules! run {
+        ($t:ty) => {{
+            let (x, w) = (x.storage::<$t>(), weight.storage::<$t>());
+            let y = match kind {
+                ConvKind::Dense => conv::forward(x, w, g),
+                ConvKind::Depthwise => depthwise::forward(x, w, g),
+            };
+            flex_tensor(y, shape)
+        }};
+    }
     match x.dtype() {
-        DType::F64 => flex_tensor(
-            conv::forward(x.storage::<f64>(), weight.storage(), g),
-            shape,
-        ),
-        _ => flex_tensor(
-            conv::forward(x.storage::<f32>(), weight.storage(), g),
-            shape,
-        ),
+        DType::F64 => run!(f64),
+        _ => run!(f32),
     }
 }
 
@@ -51,6 +70,7 @@ fn backward(
     weight: &FlexTensor,
     grad: &FlexTensor,
     g: &ConvGeometry,
+    kind: ConvKind,
     wanted: (bool, bool),
 ) -> (Option<FlexTensor>, Option<FlexTensor>) {
     let (x, weight, grad) = (
@@ -59,16 +79,21 @@ fn backward(
         grad.to_contiguous(),
     );
     let x_shape = [g.batch, g.in_channels, g.in_size[0], g.in_size[1]];
-    let w_shape = [g.out_channels, g.in_channels, g.kernel[0], g.kernel[1]];
+    let w_shape = match kind {
+        ConvKind::Dense => [g.out_channels, g.in_channels, g.kernel[0], g.kernel[1]],
+        ConvKind::Depthwise => [g.out_channels, 1, g.kernel[0], g.kernel[1]],
+    };
     macro_rules! run {
         ($t:ty) => {{
-            let (dx, dw) = conv::backward(
+            let (x, w, grad) = (
                 x.storage::<$t>(),
                 weight.storage::<$t>(),
                 grad.storage::<$t>(),
-                g,
-                wanted,
             );
+            let (dx, dw) = match kind {
+                ConvKind::Dense => conv::backward(x, w, grad, g, wanted),
+                ConvKind::Depthwise => depthwise::backward(x, w, grad, g, wanted),
+            };
             (
                 dx.map(|v| flex_tensor(v, x_shape)),
                 dw.map(|v| flex_tensor(v, w_shape)),
@@ -86,8 +111,8 @@ fn backward(
 struct Conv2dBackward;
 
 impl Backward<Flex, 2> for Conv2dBackward {
-    /// The input's and the weight's checkpoints, and the sizes.
-    type State = (NodeId, NodeId, ConvGeometry);
+    /// The input's and the weight's checkpoints, the sizes and the kernels.
+    type State = (NodeId, NodeId, ConvGeometry, ConvKind);
 
     fn backward(
         self,
@@ -97,10 +122,11 @@ impl Backward<Flex, 2> for Conv2dBackward {
     ) {
         let [node_x, node_w] = ops.parents;
         let grad = grads.consume::<Flex>(&ops.node);
-        let (x_state, w_state, g) = ops.state;
+        let (x_state, w_state, g, kind) = ops.state;
         let x = checkpointer.retrieve_node_output::<FlexTensor>(x_state);
         let w = checkpointer.retrieve_node_output::<FlexTensor>(w_state);
-        let (dx, dw) = backward(&x, &w, &grad, &g, (node_x.is_some(), node_w.is_some()));
+        let wanted = (node_x.is_some(), node_w.is_some());
+        let (dx, dw) = backward(&x, &w, &grad, &g, kind, wanted);
         if let (Some(node), Some(dx)) = (node_x, dx) {
             grads.register::<Flex>(node.id, dx);
         }
@@ -116,6 +142,7 @@ pub(super) fn conv2d_autodiff<C: CheckpointStrategy>(
     x: FloatTensor<Autodiff<Flex, C>>,
     weight: FloatTensor<Autodiff<Flex, C>>,
     g: ConvGeometry,
+    kind: ConvKind,
 ) -> FloatTensor<Autodiff<Flex, C>> {
     match Conv2dBackward
         .prepare::<C>([x.node.clone(), weight.node.clone()])
@@ -125,10 +152,10 @@ pub(super) fn conv2d_autodiff<C: CheckpointStrategy>(
         OpsKind::Tracked(mut prep) => {
             let x_state = prep.checkpoint(&x);
             let w_state = prep.checkpoint(&weight);
-            let y = forward(&x.primitive, &weight.primitive, &g);
-            prep.finish((x_state, w_state, g), y)
+            let y = forward(&x.primitive, &weight.primitive, &g, kind);
+            prep.finish((x_state, w_state, g, kind), y)
         }
-        OpsKind::UnTracked(prep) => prep.finish(forward(&x.primitive, &weight.primitive, &g)),
+        OpsKind::UnTracked(prep) => prep.finish(forward(&x.primitive, &weight.primitive, &g, kind)),
     }
 }
 

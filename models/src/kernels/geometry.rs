@@ -100,3 +100,41 @@ pub fn covered_geometry<B: Backend>(conv: &Conv2d<B>, x_shape: [usize; 4]) -> Op
     };
     g.out_size().filter(|[oh, ow]| oh * ow > 0).map(|_| g)
 }
+
+/// The sizes of `conv` applied to an input of shape `x_shape` when it is a depthwise
+/// convolution the kernels of `depthwise.rs` cover (one filter per channel: `groups =
+/// in_channels = out_channels`, weight `[c, 1, k_h, k_w]`; padding and kernel as in
+/// [`covered_geometry`]), with `in_channels = out_channels = c`, else `None`.
+pub fn depthwise_geometry<B: Backend>(
+    conv: &Conv2d<B>,
+    x_shape: [usize; 4],
+) -> Option<ConvGeometry> {
+    let [batch, channels, h, w] = x_shape;
+    let [out_channels, weight_in, kernel_h, kernel_w] = conv.weight.dims();
+    let padding = match conv.padding {
+        PaddingConfig2d::Valid => [0, 0],
+        PaddingConfig2d::Explicit(top, left, bottom, right) if top == bottom && left == right => {
+            [top, left]
+        }
+        _ => return None,
+    };
+    if channels < 2
+        || conv.groups != channels
+        || out_channels != channels
+        || weight_in != 1
+        || batch == 0
+    {
+        return None;
+    }
+    let g = ConvGeometry {
+        batch,
+        in_channels: channels,
+        out_channels: channels,
+        in_size: [h, w],
+        kernel: [kernel_h, kernel_w],
+        stride: conv.stride,
+        padding,
+        dilation: conv.dilation,
+    };
+    g.out_size().filter(|[oh, ow]| oh * ow > 0).map(|_| g)
+}

@@ -8,7 +8,7 @@
 //!
 //! | call | `Flex` / `Autodiff<Flex>` (`f32`, `f64`) | `Autodiff<Wgpu>`, `Autodiff<Cuda>` |
 //! |---|---|---|
-//! | [`conv2d`] | [`conv`]: [`winograd`]'s F(4×4, 3×3) or [`im2col`], forward and backward | burn's |
+//! | [`conv2d`] | [`conv`]: [`winograd`]'s F(4×4, 3×3) or [`im2col`], forward and backward; a depthwise layer [`depthwise`]'s | burn's |
 //! | [`batch_norm_train`] | the slice kernels of [`batch_norm`](mod@batch_norm), under autodiff | [`batch_norm_op`] |
 //! | [`relu`] | [`relu_op`](mod@relu_op) (under autodiff) | [`relu_op`](mod@relu_op) |
 //! | [`gelu()`] | the slice kernels of [`gelu`](mod@gelu) | [`gelu_composed`] |
@@ -26,6 +26,7 @@
 pub mod batch_norm;
 pub mod batch_norm_op;
 pub mod conv;
+pub mod depthwise;
 mod dispatch;
 #[cfg(feature = "cpu")]
 mod flex;
@@ -49,4 +50,4 @@ pub use dispatch::{
     runs_cpu_kernels, softmax, swap_middle_dims,
 };
 pub use gemm::Real;
-pub use geometry::{covered_geometry, ConvGeometry};
+pub use geometry::{covered_geometry, depthwise_geometry, ConvGeometry};
