@@ -314,7 +314,7 @@ impl Activation {
     pub fn apply<B: Backend, const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         match self {
             Activation::Relu => activation::relu(x),
-            Activation::Silu => activation::silu(x),
+            Activation::Silu => crate::kernels::silu(x),
             Activation::HardSwish => hard_swish(x),
             Activation::HardSigmoid => hard_sigmoid(x),
             Activation::Sigmoid => activation::sigmoid(x),

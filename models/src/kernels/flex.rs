@@ -1,4 +1,5 @@
-//! The kernels of [`super::conv`], [`super::batch_norm`], [`super::gelu`], [`super::layout`],
+//! The kernels of [`super::conv`], [`super::depthwise`], [`super::batch_norm`], [`super::gelu`],
+//! [`super::silu`], [`super::layout`],
 //! [`super::softmax`] and [`super::layer_norm`] as operations of burn's CPU backend (`Flex`):
 //! the convolution, the GELU and the swap of the middle dimensions with and without autodiff,
 //! the training batch norm, the softmax and the layer norm under autodiff (the last two with
@@ -17,7 +18,7 @@ use burn::tensor::{DType, TensorData};
 
 use super::gemm::Real;
 use super::geometry::ConvGeometry;
-use super::{batch_norm, conv, depthwise, gelu, layer_norm, layout, matmul, softmax};
+use super::{batch_norm, conv, depthwise, gelu, layer_norm, layout, matmul, silu, softmax};
 
 /// Whether the kernels run in this element type (`f32` and `f64`).
 pub(super) fn supported(dtype: DType) -> bool {
@@ -333,6 +334,62 @@ pub(super) fn gelu_autodiff<C: CheckpointStrategy>(
             prep.finish(x.primitive, y)
         }
         OpsKind::UnTracked(prep) => prep.finish(gelu_forward(&x.primitive)),
+    }
+}
+
+/// [`silu::forward`] of a tensor of a [`supported`] element type, shaped as the input.
+pub(super) fn silu_forward(x: &FlexTensor) -> FlexTensor {
+    let x = x.to_contiguous();
+    let shape = x.layout().shape().clone();
+    match x.dtype() {
+        DType::F64 => {
+            FlexTensor::from_data(TensorData::new(silu::forward(x.storage::<f64>()), shape))
+        }
+        _ => FlexTensor::from_data(TensorData::new(silu::forward(x.storage::<f32>()), shape)),
+    }
+}
+
+/// The backward step of [`silu_autodiff`]: keeps the input (shared, not copied).
+#[derive(Debug)]
+struct SiluBackward;
+
+impl Backward<Flex, 1> for SiluBackward {
+    type State = FlexTensor;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
+        let Some(node) = node else { return };
+        let x = ops.state.to_contiguous();
+        let shape = x.layout().shape().clone();
+        let dx = match x.dtype() {
+            DType::F64 => TensorData::new(
+                silu::backward(x.storage::<f64>(), grad.storage::<f64>()),
+                shape,
+            ),
+            _ => TensorData::new(
+                silu::backward(x.storage::<f32>(), grad.storage::<f32>()),
+                shape,
+            ),
+        };
+        grads.register::<Flex>(node.id, FlexTensor::from_data(dx));
+    }
+}
+
+/// SiLU under autodiff; `x` has a [`supported`] element type.
+pub(super) fn silu_autodiff<C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<Flex, C>>,
+) -> FloatTensor<Autodiff<Flex, C>> {
+    match SiluBackward
+        .prepare::<C>([x.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let y = silu_forward(&x.primitive);
+            prep.finish(x.primitive, y)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(silu_forward(&x.primitive)),
     }
 }
 

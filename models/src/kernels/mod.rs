@@ -1,7 +1,7 @@
 //! Kernels the backbones' layers call in place of burn's generic rules, where burn 0.21 has
 //! none of its own or keeps more than it needs. Each file says what it computes and why.
 //!
-//! What a layer calls (`dispatch.rs`): [`conv2d`], [`batch_norm_train`], [`relu`], [`gelu()`],
+//! What a layer calls (`dispatch.rs`): [`conv2d`], [`batch_norm_train`], [`relu`], [`gelu()`], [`silu()`],
 //! [`swap_middle_dims`], [`softmax()`], [`layer_norm()`], [`matmul()`] and [`linear`]. Each sends the call by the
 //! backend's type to the kernels it has, and any other backend, element type or layer keeps
 //! burn's own operation, with the same values and gradients:
@@ -12,6 +12,7 @@
 //! | [`batch_norm_train`] | the slice kernels of [`batch_norm`](mod@batch_norm), under autodiff | [`batch_norm_op`] |
 //! | [`relu`] | [`relu_op`](mod@relu_op) (under autodiff) | [`relu_op`](mod@relu_op) |
 //! | [`gelu()`] | the slice kernels of [`gelu`](mod@gelu) | [`gelu_composed`] |
+//! | [`silu()`] | the slice kernels of [`silu`](mod@silu) | burn's |
 //! | [`swap_middle_dims`] | [`layout`]'s copy | burn's `swap_dims` |
 //! | [`softmax()`] (last axis) | Flex's fused forward, [`softmax`](mod@softmax)'s backward (under autodiff) | burn's |
 //! | [`layer_norm()`] | Flex's fused forward, [`layer_norm`](mod@layer_norm)'s backward (under autodiff) | burn's |
@@ -40,6 +41,7 @@ pub mod matmul;
 #[cfg(all(not(test), any(feature = "wgpu", feature = "cuda")))]
 mod on_gpu;
 pub mod relu_op;
+pub mod silu;
 pub mod softmax;
 mod sums;
 pub mod winograd;
@@ -47,7 +49,7 @@ pub mod winograd;
 pub use batch_norm_op::TrainingBatchNorm;
 pub use dispatch::{
     batch_norm_train, conv2d, gelu, gelu_composed, layer_norm, linear, matmul, relu,
-    runs_cpu_kernels, softmax, swap_middle_dims,
+    runs_cpu_kernels, silu, softmax, swap_middle_dims,
 };
 pub use gemm::Real;
 pub use geometry::{covered_geometry, depthwise_geometry, ConvGeometry};
