@@ -38,6 +38,8 @@
 //! The library never names a concrete backend; the `recipe` binary, the tests and the benches
 //! pick one.
 #![warn(missing_docs)]
+// Nothing in the library needs `unsafe`: the kernels that do live in the models crate.
+#![forbid(unsafe_code)]
 
 pub mod augment;
 pub mod base;
