@@ -268,9 +268,14 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
         let covered = flex::supported(x.dtype());
         Route::new(x)
             .on_if::<Ad<Flex>>(covered, |x| {
-                float(flex::gelu_autodiff::<NoCheckpointing>(primitive(x)))
+                float(flex::pointwise_autodiff::<NoCheckpointing>(
+                    flex::GELU,
+                    primitive(x),
+                ))
             })
-            .on_if::<Flex>(covered, |x| float(flex::gelu_forward(&primitive(x))))
+            .on_if::<Flex>(covered, |x| {
+                float(flex::pointwise_forward(flex::GELU, &primitive(x)))
+            })
     };
     #[cfg(not(feature = "cpu"))]
     let route = Route::new(x);
@@ -287,9 +292,14 @@ pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
         let covered = flex::supported(x.dtype());
         Route::new(x)
             .on_if::<Ad<Flex>>(covered, |x| {
-                float(flex::silu_autodiff::<NoCheckpointing>(primitive(x)))
+                float(flex::pointwise_autodiff::<NoCheckpointing>(
+                    flex::SILU,
+                    primitive(x),
+                ))
             })
-            .on_if::<Flex>(covered, |x| float(flex::silu_forward(&primitive(x))))
+            .on_if::<Flex>(covered, |x| {
+                float(flex::pointwise_forward(flex::SILU, &primitive(x)))
+            })
     };
     #[cfg(not(feature = "cpu"))]
     let route = Route::new(x);

@@ -281,23 +281,48 @@ pub(super) fn batch_norm_autodiff<C: CheckpointStrategy>(
     (y, mean, var)
 }
 
-/// [`gelu::forward`] of a tensor of a [`supported`] element type, shaped as the input.
-pub(super) fn gelu_forward(x: &FlexTensor) -> FlexTensor {
-    let x = x.to_contiguous();
-    let shape = x.layout().shape().clone();
-    match x.dtype() {
-        DType::F64 => {
-            FlexTensor::from_data(TensorData::new(gelu::forward(x.storage::<f64>()), shape))
-        }
-        _ => FlexTensor::from_data(TensorData::new(gelu::forward(x.storage::<f32>()), shape)),
-    }
+/// A pointwise operation whose backward step reads its input: its forward and backward slice
+/// kernels in each [`supported`] element type (the GELU's and SiLU's).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pointwise {
+    forward_f32: fn(&[f32]) -> Vec<f32>,
+    forward_f64: fn(&[f64]) -> Vec<f64>,
+    backward_f32: fn(&[f32], &[f32]) -> Vec<f32>,
+    backward_f64: fn(&[f64], &[f64]) -> Vec<f64>,
 }
 
-/// The backward step of [`gelu_autodiff`]: keeps the input (shared, not copied).
-#[derive(Debug)]
-struct GeluBackward;
+/// The exact GELU ([`gelu`]).
+pub(super) const GELU: Pointwise = Pointwise {
+    forward_f32: gelu::forward::<f32>,
+    forward_f64: gelu::forward::<f64>,
+    backward_f32: gelu::backward::<f32>,
+    backward_f64: gelu::backward::<f64>,
+};
 
-impl Backward<Flex, 1> for GeluBackward {
+/// SiLU ([`silu`]).
+pub(super) const SILU: Pointwise = Pointwise {
+    forward_f32: silu::forward::<f32>,
+    forward_f64: silu::forward::<f64>,
+    backward_f32: silu::backward::<f32>,
+    backward_f64: silu::backward::<f64>,
+};
+
+/// `op`'s forward kernel on a tensor of a [`supported`] element type, shaped as the input.
+pub(super) fn pointwise_forward(op: Pointwise, x: &FlexTensor) -> FlexTensor {
+    let x = x.to_contiguous();
+    let shape = x.layout().shape().clone();
+    let y = match x.dtype() {
+        DType::F64 => TensorData::new((op.forward_f64)(x.storage::<f64>()), shape),
+        _ => TensorData::new((op.forward_f32)(x.storage::<f32>()), shape),
+    };
+    FlexTensor::from_data(y)
+}
+
+/// The backward step of [`pointwise_autodiff`]: keeps the input (shared, not copied).
+#[derive(Debug)]
+struct PointwiseBackward(Pointwise);
+
+impl Backward<Flex, 1> for PointwiseBackward {
     type State = FlexTensor;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -306,13 +331,14 @@ impl Backward<Flex, 1> for GeluBackward {
         let Some(node) = node else { return };
         let x = ops.state.to_contiguous();
         let shape = x.layout().shape().clone();
+        let op = self.0;
         let dx = match x.dtype() {
             DType::F64 => TensorData::new(
-                gelu::backward(x.storage::<f64>(), grad.storage::<f64>()),
+                (op.backward_f64)(x.storage::<f64>(), grad.storage::<f64>()),
                 shape,
             ),
             _ => TensorData::new(
-                gelu::backward(x.storage::<f32>(), grad.storage::<f32>()),
+                (op.backward_f32)(x.storage::<f32>(), grad.storage::<f32>()),
                 shape,
             ),
         };
@@ -320,76 +346,21 @@ impl Backward<Flex, 1> for GeluBackward {
     }
 }
 
-/// The exact GELU under autodiff; `x` has a [`supported`] element type.
-pub(super) fn gelu_autodiff<C: CheckpointStrategy>(
+/// `op` under autodiff; `x` has a [`supported`] element type.
+pub(super) fn pointwise_autodiff<C: CheckpointStrategy>(
+    op: Pointwise,
     x: FloatTensor<Autodiff<Flex, C>>,
 ) -> FloatTensor<Autodiff<Flex, C>> {
-    match GeluBackward
+    match PointwiseBackward(op)
         .prepare::<C>([x.node.clone()])
         .compute_bound()
         .stateful()
     {
         OpsKind::Tracked(prep) => {
-            let y = gelu_forward(&x.primitive);
+            let y = pointwise_forward(op, &x.primitive);
             prep.finish(x.primitive, y)
         }
-        OpsKind::UnTracked(prep) => prep.finish(gelu_forward(&x.primitive)),
-    }
-}
-
-/// [`silu::forward`] of a tensor of a [`supported`] element type, shaped as the input.
-pub(super) fn silu_forward(x: &FlexTensor) -> FlexTensor {
-    let x = x.to_contiguous();
-    let shape = x.layout().shape().clone();
-    match x.dtype() {
-        DType::F64 => {
-            FlexTensor::from_data(TensorData::new(silu::forward(x.storage::<f64>()), shape))
-        }
-        _ => FlexTensor::from_data(TensorData::new(silu::forward(x.storage::<f32>()), shape)),
-    }
-}
-
-/// The backward step of [`silu_autodiff`]: keeps the input (shared, not copied).
-#[derive(Debug)]
-struct SiluBackward;
-
-impl Backward<Flex, 1> for SiluBackward {
-    type State = FlexTensor;
-
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node] = ops.parents;
-        let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
-        let Some(node) = node else { return };
-        let x = ops.state.to_contiguous();
-        let shape = x.layout().shape().clone();
-        let dx = match x.dtype() {
-            DType::F64 => TensorData::new(
-                silu::backward(x.storage::<f64>(), grad.storage::<f64>()),
-                shape,
-            ),
-            _ => TensorData::new(
-                silu::backward(x.storage::<f32>(), grad.storage::<f32>()),
-                shape,
-            ),
-        };
-        grads.register::<Flex>(node.id, FlexTensor::from_data(dx));
-    }
-}
-
-/// SiLU under autodiff; `x` has a [`supported`] element type.
-pub(super) fn silu_autodiff<C: CheckpointStrategy>(
-    x: FloatTensor<Autodiff<Flex, C>>,
-) -> FloatTensor<Autodiff<Flex, C>> {
-    match SiluBackward
-        .prepare::<C>([x.node.clone()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => {
-            let y = silu_forward(&x.primitive);
-            prep.finish(x.primitive, y)
-        }
-        OpsKind::UnTracked(prep) => prep.finish(silu_forward(&x.primitive)),
+        OpsKind::UnTracked(prep) => prep.finish(pointwise_forward(op, &x.primitive)),
     }
 }
 
