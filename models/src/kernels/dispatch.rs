@@ -263,23 +263,9 @@ fn add_channel_bias<B: Backend>(y: Tensor<B, 4>, bias: Tensor<B, 1>) -> Tensor<B
 /// f32 (3.9e-7), to rounding in f64, and the same gradient.
 pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     #[cfg(feature = "cpu")]
-    let route = {
-        use burn::backend::Flex;
-        let covered = flex::supported(x.dtype());
-        Route::new(x)
-            .on_if::<Ad<Flex>>(covered, |x| {
-                float(flex::pointwise_autodiff::<NoCheckpointing>(
-                    flex::GELU,
-                    primitive(x),
-                ))
-            })
-            .on_if::<Flex>(covered, |x| {
-                float(flex::pointwise_forward(flex::GELU, &primitive(x)))
-            })
-    };
+    return pointwise(x, flex::GELU, gelu_composed);
     #[cfg(not(feature = "cpu"))]
-    let route = Route::new(x);
-    route.or(gelu_composed)
+    gelu_composed(x)
 }
 
 /// SiLU, `x·σ(x)`: through [`silu`](mod@super::silu)'s kernels on `Flex` and `Autodiff<Flex>`
@@ -287,23 +273,32 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 /// within the kernel's `exp` error in f32 (6e-7 relative) and to rounding in f64.
 pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     #[cfg(feature = "cpu")]
-    let route = {
-        use burn::backend::Flex;
-        let covered = flex::supported(x.dtype());
-        Route::new(x)
-            .on_if::<Ad<Flex>>(covered, |x| {
-                float(flex::pointwise_autodiff::<NoCheckpointing>(
-                    flex::SILU,
-                    primitive(x),
-                ))
-            })
-            .on_if::<Flex>(covered, |x| {
-                float(flex::pointwise_forward(flex::SILU, &primitive(x)))
-            })
-    };
+    return pointwise(x, flex::SILU, burn::tensor::activation::silu);
     #[cfg(not(feature = "cpu"))]
-    let route = Route::new(x);
-    route.or(burn::tensor::activation::silu)
+    burn::tensor::activation::silu(x)
+}
+
+/// `x` through the CPU kernels of the pointwise operation `op` on `Flex` and `Autodiff<Flex>`
+/// with `f32` or `f64` values, else through `fallback`.
+#[cfg(feature = "cpu")]
+fn pointwise<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    op: flex::Pointwise,
+    fallback: fn(Tensor<B, D>) -> Tensor<B, D>,
+) -> Tensor<B, D> {
+    use burn::backend::Flex;
+    let covered = flex::supported(x.dtype());
+    Route::new(x)
+        .on_if::<Ad<Flex>>(covered, |x| {
+            float(flex::pointwise_autodiff::<NoCheckpointing>(
+                op,
+                primitive(x),
+            ))
+        })
+        .on_if::<Flex>(covered, |x| {
+            float(flex::pointwise_forward(op, &primitive(x)))
+        })
+        .or(fallback)
 }
 
 /// `x.swap_dims(1, 2)` laid out contiguously, `[a, b, c, d] → [a, c, b, d]`: through

@@ -78,13 +78,7 @@ impl ConvGeometry {
 pub fn covered_geometry<B: Backend>(conv: &Conv2d<B>, x_shape: [usize; 4]) -> Option<ConvGeometry> {
     let [batch, in_channels, h, w] = x_shape;
     let [out_channels, weight_in, kernel_h, kernel_w] = conv.weight.dims();
-    let padding = match conv.padding {
-        PaddingConfig2d::Valid => [0, 0],
-        PaddingConfig2d::Explicit(top, left, bottom, right) if top == bottom && left == right => {
-            [top, left]
-        }
-        _ => return None,
-    };
+    let padding = symmetric_padding(&conv.padding)?;
     if conv.groups != 1 || weight_in != in_channels || batch == 0 {
         return None;
     }
@@ -111,13 +105,7 @@ pub fn depthwise_geometry<B: Backend>(
 ) -> Option<ConvGeometry> {
     let [batch, channels, h, w] = x_shape;
     let [out_channels, weight_in, kernel_h, kernel_w] = conv.weight.dims();
-    let padding = match conv.padding {
-        PaddingConfig2d::Valid => [0, 0],
-        PaddingConfig2d::Explicit(top, left, bottom, right) if top == bottom && left == right => {
-            [top, left]
-        }
-        _ => return None,
-    };
+    let padding = symmetric_padding(&conv.padding)?;
     if channels < 2
         || conv.groups != channels
         || out_channels != channels
@@ -137,4 +125,16 @@ pub fn depthwise_geometry<B: Backend>(
         dilation: conv.dilation,
     };
     g.out_size().filter(|[oh, ow]| oh * ow > 0).map(|_| g)
+}
+
+/// The padding on each side (height, width) of `Valid` or a symmetric explicit padding; `None`
+/// for any other (`Same` pads an even kernel unevenly).
+fn symmetric_padding(padding: &PaddingConfig2d) -> Option<[usize; 2]> {
+    match *padding {
+        PaddingConfig2d::Valid => Some([0, 0]),
+        PaddingConfig2d::Explicit(top, left, bottom, right) if top == bottom && left == right => {
+            Some([top, left])
+        }
+        _ => None,
+    }
 }
