@@ -95,7 +95,7 @@ fn train_step(c: &mut Criterion) {
             .unwrap()
     });
     run(c, "moco_v2", || {
-        MoCoConfig::moco_v2()
+        MocoConfig::moco_v2()
             .init(resnet18, batch(), &device)
             .unwrap()
     });

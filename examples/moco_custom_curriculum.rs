@@ -12,7 +12,7 @@ use curriculum_ssl::curriculum::{MixupCurriculum, MixupSchedule, Scheduler};
 use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::{Loader, LoaderConfig};
-use curriculum_ssl::method::{init_method, MoCoConfig, Progress};
+use curriculum_ssl::method::{init_method, MocoConfig, Progress};
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 use curriculum_ssl::train::{TrainConfig, Trainer};
@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_base_width(8)
         .with_in_channels(1)
         .with_stem(Stem::ImageNet);
-    let config = MoCoConfig::moco_v2().with_queue_size(1024);
+    let config = MocoConfig::moco_v2().with_queue_size(1024);
     let batch_size = 128;
     let method = init_method::<Train, _, _>(&device, 0, |d| {
         config.init(|d| backbone.init(d), batch_size, d)

@@ -202,7 +202,7 @@ fn every_framework_trains_on_the_scheduled_mix_of_its_views() {
     check_mixed_views(
         "moco",
         init(|d| {
-            MoCoConfig::moco_v2()
+            MocoConfig::moco_v2()
                 .with_hidden_dim(Some(32))
                 .with_output_dim(16)
                 .with_queue_size(64)
@@ -1653,7 +1653,7 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
     });
     with_every_piece("nnclr", nnclr);
     let tico = init(|d| {
-        TiCoConfig::new()
+        TicoConfig::new()
             .with_hidden_dim(32)
             .with_output_dim(16)
             .init(lenet, d)

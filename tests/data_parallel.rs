@@ -313,8 +313,8 @@ fn simclr<B: Backend>(d: &B::Device, _: usize) -> Result<SimClr<B, ResNet<B>>, C
         .init(resnet(d), d)
 }
 
-fn moco_v2<B: Backend>(d: &B::Device, batch: usize) -> Result<MoCo<B, ResNet<B>>, ConfigError> {
-    MoCoConfig::moco_v2()
+fn moco_v2<B: Backend>(d: &B::Device, batch: usize) -> Result<Moco<B, ResNet<B>>, ConfigError> {
+    MocoConfig::moco_v2()
         .with_hidden_dim(Some(8))
         .with_output_dim(4)
         .with_queue_size(2 * GLOBAL)
@@ -566,15 +566,15 @@ fn nnclr_extra<B: Backend>(m: &Nnclr<B, ResNet<B>>) -> Vec<f64> {
     keys.into_data().convert::<f64>().to_vec::<f64>().unwrap()
 }
 
-fn tico<B: Backend>(d: &B::Device, _: usize) -> Result<TiCo<B, ResNet<B>>, ConfigError> {
-    TiCoConfig::new()
+fn tico<B: Backend>(d: &B::Device, _: usize) -> Result<Tico<B, ResNet<B>>, ConfigError> {
+    TicoConfig::new()
         .with_hidden_dim(8)
         .with_output_dim(4)
         .with_base_momentum(0.9)
         .init(resnet, d)
 }
 
-fn tico_extra<B: Backend>(m: &TiCo<B, ResNet<B>>) -> Vec<f64> {
+fn tico_extra<B: Backend>(m: &Tico<B, ResNet<B>>) -> Vec<f64> {
     let mut v = values(m.momentum_encoder().network());
     v.extend(
         m.covariance()
@@ -594,7 +594,7 @@ fn moco_v3<B: Backend>(d: &B::Device, _: usize) -> Result<MocoV3<B, ResNet<B>>, 
         .init(resnet, d)
 }
 
-fn moco_extra<B: Backend>(m: &MoCo<B, ResNet<B>>) -> Vec<f64> {
+fn moco_extra<B: Backend>(m: &Moco<B, ResNet<B>>) -> Vec<f64> {
     let mut v = values(m.key_encoder().network());
     v.extend(
         m.queue()
@@ -742,7 +742,7 @@ fn shuffle_bn_encodes_each_slice_of_the_shuffle_with_its_own_statistics() {
     use curriculum_ssl::loss::l2_normalize;
     use curriculum_ssl::method::moco::shuffle_permutation;
     let build = |d: &<Exact as burn::tensor::backend::BackendTypes>::Device| {
-        MoCoConfig::moco_v2()
+        MocoConfig::moco_v2()
             .with_hidden_dim(Some(8))
             .with_output_dim(4)
             .with_queue_size(2 * GLOBAL)

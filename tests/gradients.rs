@@ -456,7 +456,7 @@ fn tico_gradient_with_the_covariance_held() {
     let c: Vec<f64> = (0..DIM * DIM)
         .map(|e| (c[e] + c[(e % DIM) * DIM + e / DIM]) * 0.05)
         .collect();
-    let loss = TiCoLossConfig::new().with_beta(1.0).init().unwrap();
+    let loss = TicoLossConfig::new().with_beta(1.0).init().unwrap();
     check_gradients(
         "TiCo",
         &[(za, BATCH, DIM), (zb, BATCH, DIM), (c, DIM, DIM)],

@@ -59,8 +59,8 @@ fn train_step<M: SslMethod<ExactAd>>(method: &mut M, progress: Progress) -> f64 
     loss
 }
 
-fn moco_config(symmetric: bool) -> MoCoConfig {
-    MoCoConfig::moco_v2()
+fn moco_config(symmetric: bool) -> MocoConfig {
+    MocoConfig::moco_v2()
         .with_hidden_dim(Some(16))
         .with_output_dim(4)
         .with_queue_size(16)
@@ -68,7 +68,7 @@ fn moco_config(symmetric: bool) -> MoCoConfig {
         .with_symmetric(symmetric)
 }
 
-fn moco(symmetric: bool) -> MoCo<ExactAd, Tiny<ExactAd>> {
+fn moco(symmetric: bool) -> Moco<ExactAd, Tiny<ExactAd>> {
     init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
         moco_config(symmetric).init(Tiny::new, 4, d)
     })
@@ -378,7 +378,7 @@ fn view_passes_change_no_gradient_and_no_running_statistic() {
         assert_view_passes(
             label,
             || seeded(|d| config.init(resnet, 4, d)),
-            |m: &MoCo<ExactAd, ResNet<ExactAd>>| values(m.key_encoder().network()),
+            |m: &Moco<ExactAd, ResNet<ExactAd>>| values(m.key_encoder().network()),
         );
     }
     for (label, loss) in [
@@ -603,7 +603,7 @@ fn simsiam_loss_is_the_mean_of_the_two_orderings() {
 #[test]
 fn moco_projector_widths_follow_the_papers() {
     let device = Default::default();
-    let projector = |config: MoCoConfig| {
+    let projector = |config: MocoConfig| {
         let moco = init_method::<ExactAd, _, _>(&device, 0, |d| {
             config.with_queue_size(32).init(Tiny::<ExactAd>::new, 4, d)
         })
@@ -617,23 +617,23 @@ fn moco_projector_widths_follow_the_papers() {
     };
     let feature_dim = Tiny::<ExactAd>::new(&device).feature_dim();
     assert_eq!(
-        projector(MoCoConfig::moco_v2()),
+        projector(MocoConfig::moco_v2()),
         (vec![feature_dim], false, 128)
     );
     assert_eq!(
-        projector(MoCoConfig::light_moco().with_soft_nce(Some(
+        projector(MocoConfig::light_moco().with_soft_nce(Some(
             curriculum_ssl::loss::SoftNceLossConfig::new().with_top_k(4)
         ))),
         (vec![2048], false, 128)
     );
-    assert_eq!(projector(MoCoConfig::moco_v1()), (vec![], false, 128));
+    assert_eq!(projector(MocoConfig::moco_v1()), (vec![], false, 128));
     assert_eq!(
-        projector(MoCoConfig::moco_v2().with_hidden_dim(Some(16))),
+        projector(MocoConfig::moco_v2().with_hidden_dim(Some(16))),
         (vec![16], false, 128)
     );
     assert_eq!(
         projector(
-            MoCoConfig::light_moco()
+            MocoConfig::light_moco()
                 .with_soft_nce(None)
                 .with_head_batch_norm(true)
         ),
@@ -748,7 +748,7 @@ fn simclr_loss_is_nt_xent_of_the_projections() {
 #[test]
 fn bad_queue_size_and_k_are_errors() {
     let err = init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
-        MoCoConfig::moco_v2()
+        MocoConfig::moco_v2()
             .with_queue_size(10)
             .init(Tiny::<ExactAd>::new, 4, d)
     })
@@ -756,7 +756,7 @@ fn bad_queue_size_and_k_are_errors() {
     .unwrap();
     assert_eq!(err.field, "size");
     let err = init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
-        MoCoConfig::light_moco()
+        MocoConfig::light_moco()
             .with_queue_size(16)
             .init(Tiny::<ExactAd>::new, 4, d)
     })
@@ -812,7 +812,7 @@ fn records_of_the_per_method_networks_load_into_the_shared_shapes() {
         }
     }
     let moco = init_method::<ExactAd, _, _>(&device, 0, |d| {
-        MoCoConfig::moco_v2()
+        MocoConfig::moco_v2()
             .with_hidden_dim(Some(8))
             .with_output_dim(4)
             .with_queue_size(8)
@@ -839,7 +839,7 @@ fn records_of_the_per_method_networks_load_into_the_shared_shapes() {
         "BYOL",
     );
     let tico = init_method::<ExactAd, _, _>(&device, 0, |d| {
-        TiCoConfig::new()
+        TicoConfig::new()
             .with_hidden_dim(8)
             .with_output_dim(4)
             .init(Tiny::new, d)

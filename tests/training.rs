@@ -74,8 +74,8 @@ fn train_config(epochs: usize) -> TrainConfig {
         .with_progress_bar(false)
 }
 
-fn moco(device: &Dev) -> MoCo<Ad, LeNet<Ad>> {
-    MoCoConfig::moco_v2()
+fn moco(device: &Dev) -> Moco<Ad, LeNet<Ad>> {
+    MocoConfig::moco_v2()
         .with_hidden_dim(Some(64))
         .with_output_dim(32)
         .with_queue_size(256)
@@ -572,7 +572,7 @@ fn simclr_beats_the_untrained_backbone_on_knn() {
 fn moco_beats_the_untrained_backbone_on_knn() {
     let device = Default::default();
     let method = init_method::<Ad, _, _>(&device, 1, |d| {
-        MoCoConfig::moco_v2()
+        MocoConfig::moco_v2()
             .with_hidden_dim(Some(256))
             .with_output_dim(64)
             .with_queue_size(512)

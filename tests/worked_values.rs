@@ -509,7 +509,7 @@ fn msn_and_pmsn_losses_equal_lightly() {
     }
 }
 
-/// NNCLR's loss (the paper's, written out in PyTorch), TiCo's (lightly's `TiCoLoss`, its
+/// NNCLR's loss (the paper's, written out in PyTorch), TiCo's (lightly's `TicoLoss`, its
 /// second call reading the covariance the first left) and MoCo v3's (the authors' formula, also
 /// with a replica's offset) in float64 (`tests/pytorch/method_zoo_losses.py` wrote
 /// `tests/fixtures/method_zoo_losses.json`): values and running covariance to 1e-12, gradients
@@ -576,7 +576,7 @@ fn nnclr_tico_and_moco_v3_equal_pytorch_and_lightly() {
                 .unwrap();
             (l.forward(za.clone(), zb.clone()), None)
         } else {
-            let l = TiCoLossConfig::new()
+            let l = TicoLossConfig::new()
                 .with_beta(setting("beta"))
                 .with_rho(setting("rho"))
                 .init()

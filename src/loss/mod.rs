@@ -79,5 +79,5 @@ pub use similarity::l2_normalize;
 pub use soft_nce::{AlphaSchedule, SoftNceLoss, SoftNceLossConfig, SoftNceWeights};
 pub use soft_target::{SoftTargetCrossEntropy, SoftTargetCrossEntropyConfig};
 pub use swav::{sinkhorn, sinkhorn_balance, SwavLoss, SwavLossConfig};
-pub use tico::{TiCoLoss, TiCoLossConfig};
+pub use tico::{TicoLoss, TicoLossConfig};
 pub use vicreg::{VicRegLoss, VicRegLossConfig, VicRegTerms};

@@ -12,7 +12,7 @@
 //! ```
 //!
 //! and `C'` is the next step's `C` (`C` starts at zero). `β = 0.9`, `ρ = 20` (the paper's,
-//! lightly's `TiCoLoss`).
+//! lightly's `TicoLoss`).
 
 use burn::prelude::*;
 
@@ -20,9 +20,9 @@ use super::shape_checks::assert_same_shape;
 use super::similarity::{l2_normalize, stop_gradient};
 use crate::base::error::{in_range, non_negative, ConfigError};
 
-/// Configuration of [`TiCoLoss`].
+/// Configuration of [`TicoLoss`].
 #[derive(Config, Debug)]
-pub struct TiCoLossConfig {
+pub struct TicoLossConfig {
     /// Momentum `β` of the running covariance (the paper's 0.9).
     #[config(default = 0.9)]
     pub beta: f64,
@@ -31,30 +31,30 @@ pub struct TiCoLossConfig {
     pub rho: f64,
 }
 
-impl TiCoLossConfig {
+impl TicoLossConfig {
     /// Validates the hyperparameters and builds the loss.
     ///
     /// # Errors
     /// `β` outside `[0, 1]` or a negative `ρ`, named.
-    pub fn init(&self) -> Result<TiCoLoss, ConfigError> {
+    pub fn init(&self) -> Result<TicoLoss, ConfigError> {
         in_range("beta", self.beta, 0.0, 1.0, false)?;
         non_negative("rho", self.rho)?;
-        Ok(TiCoLoss {
+        Ok(TicoLoss {
             beta: self.beta,
             rho: self.rho,
         })
     }
 }
 
-/// The TiCo loss. Build it with [`TiCoLossConfig::init`]. The running covariance is the
-/// caller's state: [`TiCoLoss::forward`] takes it and returns the next one.
+/// The TiCo loss. Build it with [`TicoLossConfig::init`]. The running covariance is the
+/// caller's state: [`TicoLoss::forward`] takes it and returns the next one.
 #[derive(Debug, Clone)]
-pub struct TiCoLoss {
+pub struct TicoLoss {
     beta: f64,
     rho: f64,
 }
 
-impl TiCoLoss {
+impl TicoLoss {
     /// The loss of the online embeddings `z_a` and the target embeddings `z_b` with the running
     /// covariance `covariance`, and the covariance for the next step (detached).
     ///
@@ -69,13 +69,13 @@ impl TiCoLoss {
         z_b: Tensor<B, 2>,
         covariance: Tensor<B, 2>,
     ) -> (Tensor<B, 1>, Tensor<B, 2>) {
-        assert_same_shape("TiCoLoss", ("z_a", z_a.dims()), ("z_b", z_b.dims()));
+        assert_same_shape("TicoLoss", ("z_a", z_a.dims()), ("z_b", z_b.dims()));
         let [n, d] = z_a.dims();
-        assert!(n > 1, "TiCoLoss: a batch of at least 2, got {n}");
+        assert!(n > 1, "TicoLoss: a batch of at least 2, got {n}");
         assert_eq!(
             covariance.dims(),
             [d, d],
-            "TiCoLoss: a covariance of {:?} for {d} features",
+            "TicoLoss: a covariance of {:?} for {d} features",
             covariance.dims()
         );
         let z_a = l2_normalize(z_a);
@@ -107,7 +107,7 @@ mod tests {
     #[test]
     fn impossible_settings_are_named() {
         assert_eq!(
-            TiCoLossConfig::new()
+            TicoLossConfig::new()
                 .with_beta(1.5)
                 .init()
                 .unwrap_err()
@@ -115,7 +115,7 @@ mod tests {
             "beta"
         );
         assert_eq!(
-            TiCoLossConfig::new()
+            TicoLossConfig::new()
                 .with_rho(-1.0)
                 .init()
                 .unwrap_err()

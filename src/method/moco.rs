@@ -6,11 +6,11 @@
 //!
 //! v1 uses a linear projection, v2 an MLP whose hidden width is the backbone's feature width;
 //! Light-MoCo is v2 with the wider `[2048, 128]` head (no BatchNorm), `τ = 0.1`, `m = 0.99`, the
-//! symmetric loss and SoftNCE ([`MoCoConfig::light_moco`]). Keys are
+//! symmetric loss and SoftNCE ([`MocoConfig::light_moco`]). Keys are
 //! enqueued in [`SslMethod::after_step`], after the loss of the step used the old queue. On one
 //! device there is no shuffling BatchNorm: the key encoder sees the whole batch in its own
 //! BatchNorm statistics (as lightly does on a single GPU). Under data-parallel replicas the batch
-//! norms are synchronised by default; [`MoCoConfig::shuffle_bn`] selects MoCo's own shuffling
+//! norms are synchronised by default; [`MocoConfig::shuffle_bn`] selects MoCo's own shuffling
 //! BatchNorm instead (He et al. 2020, §3.3).
 //!
 //! The math, the defaults, the paper followed and the worked values are in
@@ -33,9 +33,9 @@ use crate::data_parallel::Replica;
 use crate::head::MlpHeadConfig;
 use crate::loss::{l2_normalize, InfoNceLoss, InfoNceLossConfig, SoftNceLoss, SoftNceLossConfig};
 
-/// Configuration of [`MoCo`].
+/// Configuration of [`Moco`].
 #[derive(Config, Debug)]
-pub struct MoCoConfig {
+pub struct MocoConfig {
     /// Projection width.
     #[config(default = 128)]
     pub output_dim: usize,
@@ -83,7 +83,7 @@ pub struct MoCoConfig {
     pub shuffle_bn: bool,
 }
 
-impl MoCoConfig {
+impl MocoConfig {
     /// MoCo v1 (He et al. 2020, §3.3): linear projection to 128, `τ = 0.07`, `m = 0.999`.
     pub fn moco_v1() -> Self {
         Self::new()
@@ -141,7 +141,7 @@ impl MoCoConfig {
         backbone: impl Fn(&B::Device) -> M,
         batch_size: usize,
         device: &B::Device,
-    ) -> Result<MoCo<B, M>, ConfigError> {
+    ) -> Result<Moco<B, M>, ConfigError> {
         let query_backbone = backbone(device);
         let feature_dim = query_backbone.feature_dim();
         let hidden = match self.hidden_dim {
@@ -185,7 +185,7 @@ impl MoCoConfig {
                     .init()?,
             ),
         };
-        Ok(MoCo {
+        Ok(Moco {
             online,
             key,
             queue,
@@ -204,9 +204,9 @@ enum QueueLoss {
     Soft(SoftNceLoss),
 }
 
-/// The checkpointed state of [`MoCo`]: the key encoder, the queue and its pointer.
+/// The checkpointed state of [`Moco`]: the key encoder, the queue and its pointer.
 #[derive(Record)]
-pub struct MoCoState<B: Backend, M: Backbone<B>> {
+pub struct MocoState<B: Backend, M: Backbone<B>> {
     /// The key encoder's record (weights and batch-norm statistics).
     pub key: <Projected<B, M> as Module<B>>::Record,
     /// The queued keys, `[size, dim]`.
@@ -215,9 +215,9 @@ pub struct MoCoState<B: Backend, M: Backbone<B>> {
     pub pointer: usize,
 }
 
-/// MoCo with its key encoder and queue. Build it with [`MoCoConfig::init`].
+/// MoCo with its key encoder and queue. Build it with [`MocoConfig::init`].
 #[derive(Debug, Clone)]
-pub struct MoCo<B: Backend, M: Backbone<B>> {
+pub struct Moco<B: Backend, M: Backbone<B>> {
     online: Projected<B, M>,
     key: MomentumEncoder<Projected<B, M>>,
     queue: KeyQueue<B>,
@@ -227,11 +227,11 @@ pub struct MoCo<B: Backend, M: Backbone<B>> {
     view_threads: ViewThreads<B, Projected<B, M>>,
     /// This method's replica in a data-parallel run: every replica's keys are enqueued.
     replica: Option<Replica<B>>,
-    /// MoCo's shuffling BatchNorm under replicas ([`MoCoConfig::shuffle_bn`]).
+    /// MoCo's shuffling BatchNorm under replicas ([`MocoConfig::shuffle_bn`]).
     shuffle_bn: bool,
 }
 
-impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
+impl<B: Backend, M: Backbone<B>> Moco<B, M> {
     /// The momentum copy (the key encoder): its network and its momentum schedule.
     pub fn key_encoder(&self) -> &MomentumEncoder<Projected<B, M>> {
         &self.key
@@ -242,12 +242,12 @@ impl<B: Backend, M: Backbone<B>> MoCo<B, M> {
         &self.queue
     }
 
-    /// Whether this MoCo runs with shuffling batch norm (a replica, and [`MoCoConfig::shuffle_bn`]).
+    /// Whether this MoCo runs with shuffling batch norm (a replica, and [`MocoConfig::shuffle_bn`]).
     pub fn shuffles_batch_norm(&self) -> bool {
         self.shuffle_bn && self.replica.is_some()
     }
 
-    /// [`MoCo::keys`] of `first` (salt 2) then of `second` (salt 1), as the symmetric loss
+    /// [`Moco::keys`] of `first` (salt 2) then of `second` (salt 1), as the symmetric loss
     /// takes them: one pass of both through the key encoder when the views go as one batch
     /// ([`ViewPasses::Joint`]) and no batch shuffle spreads them over replicas, the key
     /// encoder's batch norms taking each view's moments, in that order.
@@ -333,24 +333,24 @@ pub fn shuffle_permutation(total: usize, step: usize, salt: u64) -> Vec<usize> {
     order
 }
 
-impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MoCo<B, M> {
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Moco<B, M> {
     type Online = Projected<B, M>;
     type Backbone = M;
-    type State = MoCoState<B, M>;
+    type State = MocoState<B, M>;
 
     fn online(&self) -> &Self::Online {
         &self.online
     }
 
-    fn state(&self) -> MoCoState<B, M> {
-        MoCoState {
+    fn state(&self) -> MocoState<B, M> {
+        MocoState {
             key: self.key.record(),
             queue: self.queue.keys(),
             pointer: self.queue.pointer(),
         }
     }
 
-    fn load_state(&mut self, state: MoCoState<B, M>) -> Result<(), ConfigError> {
+    fn load_state(&mut self, state: MocoState<B, M>) -> Result<(), ConfigError> {
         self.queue
             .restore(state.queue, state.pointer, "queue", "MoCo's queue")?;
         self.key.load_record(state.key);
@@ -457,10 +457,10 @@ mod tests {
 
     type Ad = Autodiff<NdArray<f64>>;
 
-    fn moco() -> MoCo<Ad, Tiny<Ad>> {
+    fn moco() -> Moco<Ad, Tiny<Ad>> {
         let device = Default::default();
         crate::method::init_method::<Ad, _, ConfigError>(&device, 4, |d| {
-            MoCoConfig::new()
+            MocoConfig::new()
                 .with_hidden_dim(Some(8))
                 .with_output_dim(4)
                 .with_queue_size(8)

@@ -6,8 +6,8 @@
 //! The methods:
 //! - [`SimClr`]: SimCLR, with NT-Xent, HCL, curricular weighting, Huber NT-Xent or DCL / DCLW
 //!   (and PGD-hardened negatives: the `pgd` module).
-//! - [`MoCo`]: MoCo v1 / v2 and Light-MoCo (symmetric SoftNCE); [`MocoV3`]: MoCo v3.
-//! - [`Byol`]: BYOL; [`SimSiam`]: SimSiam; [`Nnclr`]: NNCLR; [`TiCo`]: TiCo.
+//! - [`Moco`]: MoCo v1 / v2 and Light-MoCo (symmetric SoftNCE); [`MocoV3`]: MoCo v3.
+//! - [`Byol`]: BYOL; [`SimSiam`]: SimSiam; [`Nnclr`]: NNCLR; [`Tico`]: TiCo.
 //! - [`ProjectedPair`]: two views through one projector and a loss of the pair:
 //!   [`BarlowTwins`] and [`VicReg`].
 //! - [`Swav`]: SwAV; [`Dino`]: DINO (both with multi-crop); [`Ibot`]: iBOT and DINOv2's
@@ -70,7 +70,7 @@ pub use ibot::{Ibot, IbotConfig, IbotNetwork, IbotState};
 pub use ijepa::{Ijepa, IjepaConfig, IjepaMasks, IjepaNetwork, IjepaPredictor};
 pub use mae::{Mae, MaeConfig, MaeDecoder, MaeNetwork};
 pub use masking::{PatchMask, UnitMask};
-pub use moco::{MoCo, MoCoConfig, MoCoState};
+pub use moco::{Moco, MocoConfig, MocoState};
 pub use moco_v3::{MocoV3, MocoV3Config, MocoV3State};
 pub use momentum::MomentumEncoder;
 pub use msn::{Msn, MsnConfig, MsnNetwork, MsnState, MsnStudent};
@@ -82,7 +82,7 @@ pub use simmim::{SimMim, SimMimConfig, SimMimNetwork};
 pub use simsiam::{SimSiam, SimSiamConfig};
 pub use ssl_method::{init_method, HasBackbone, MethodOutput, SslMethod, Views, OBJECT_BOXES};
 pub use swav::{Swav, SwavConfig, SwavNetwork, SwavState};
-pub use tico::{TiCo, TiCoConfig, TiCoState};
+pub use tico::{Tico, TicoConfig, TicoState};
 pub use vicreg::{VicReg, VicRegConfig};
 
 pub use crate::base::Progress;

@@ -24,11 +24,11 @@ use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::MlpHeadConfig;
-use crate::loss::{TiCoLoss, TiCoLossConfig};
+use crate::loss::{TicoLoss, TicoLossConfig};
 
-/// Configuration of [`TiCo`].
+/// Configuration of [`Tico`].
 #[derive(Config, Debug)]
-pub struct TiCoConfig {
+pub struct TicoConfig {
     /// Hidden width of the projector (the paper's 4096).
     #[config(default = 4096)]
     pub hidden_dim: usize,
@@ -39,11 +39,11 @@ pub struct TiCoConfig {
     #[config(default = 0.99)]
     pub base_momentum: f64,
     /// The loss (`β = 0.9`, `ρ = 20`).
-    #[config(default = "TiCoLossConfig::new()")]
-    pub loss: TiCoLossConfig,
+    #[config(default = "TicoLossConfig::new()")]
+    pub loss: TicoLossConfig,
 }
 
-impl TiCoConfig {
+impl TicoConfig {
     /// Builds TiCo around a backbone made by `backbone` (called twice: online, and a fresh module
     /// into which the momentum encoder's copy is loaded).
     ///
@@ -53,7 +53,7 @@ impl TiCoConfig {
         &self,
         backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
-    ) -> Result<TiCo<B, M>, ConfigError> {
+    ) -> Result<Tico<B, M>, ConfigError> {
         let online_backbone = backbone(device);
         let projector = MlpHeadConfig::new(
             online_backbone.feature_dim(),
@@ -70,7 +70,7 @@ impl TiCoConfig {
         };
         let momentum =
             MomentumEncoder::new(&online, fresh, self.base_momentum, true, "base_momentum")?;
-        Ok(TiCo {
+        Ok(Tico {
             online,
             momentum,
             loss: self.loss.init()?,
@@ -80,27 +80,27 @@ impl TiCoConfig {
     }
 }
 
-/// The checkpointed state of [`TiCo`]: the momentum encoder and the running covariance.
+/// The checkpointed state of [`Tico`]: the momentum encoder and the running covariance.
 #[derive(Record)]
-pub struct TiCoState<B: Backend, M: Backbone<B>> {
+pub struct TicoState<B: Backend, M: Backbone<B>> {
     /// The momentum encoder's record.
     pub momentum: <Projected<B, M> as Module<B>>::Record,
     /// The running covariance, `[D, D]`.
     pub covariance: Tensor<B, 2>,
 }
 
-/// TiCo. Build it with [`TiCoConfig::init`].
+/// TiCo. Build it with [`TicoConfig::init`].
 #[derive(Debug, Clone)]
-pub struct TiCo<B: Backend, M: Backbone<B>> {
+pub struct Tico<B: Backend, M: Backbone<B>> {
     online: Projected<B, M>,
     momentum: MomentumEncoder<Projected<B, M>>,
-    loss: TiCoLoss,
+    loss: TicoLoss,
     covariance: Running<B, 2>,
     /// This method's replica in a data-parallel run.
     replica: Option<Replica<B>>,
 }
 
-impl<B: Backend, M: Backbone<B>> TiCo<B, M> {
+impl<B: Backend, M: Backbone<B>> Tico<B, M> {
     /// The momentum copy (the momentum encoder): its network and its momentum schedule.
     pub fn momentum_encoder(&self) -> &MomentumEncoder<Projected<B, M>> {
         &self.momentum
@@ -112,23 +112,23 @@ impl<B: Backend, M: Backbone<B>> TiCo<B, M> {
     }
 }
 
-impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for TiCo<B, M> {
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Tico<B, M> {
     type Online = Projected<B, M>;
     type Backbone = M;
-    type State = TiCoState<B, M>;
+    type State = TicoState<B, M>;
 
     fn online(&self) -> &Self::Online {
         &self.online
     }
 
-    fn state(&self) -> TiCoState<B, M> {
-        TiCoState {
+    fn state(&self) -> TicoState<B, M> {
+        TicoState {
             momentum: self.momentum.record(),
             covariance: self.covariance.value(),
         }
     }
 
-    fn load_state(&mut self, state: TiCoState<B, M>) -> Result<(), ConfigError> {
+    fn load_state(&mut self, state: TicoState<B, M>) -> Result<(), ConfigError> {
         self.covariance
             .restore(state.covariance, "output_dim", "TiCo's covariance")?;
         self.momentum.load_record(state.momentum);
@@ -180,12 +180,12 @@ mod tests {
 
     type Ad = Autodiff<NdArray<f64>>;
 
-    fn tico() -> TiCo<Ad, Tiny<Ad>> {
+    fn tico() -> Tico<Ad, Tiny<Ad>> {
         let device = Default::default();
         crate::method::init_method::<Ad, _, ConfigError>(&device, 9, |d| {
             let tiny =
                 |d: &<Ad as burn::tensor::backend::BackendTypes>::Device| Tiny::new(16, 6, d);
-            TiCoConfig::new()
+            TicoConfig::new()
                 .with_hidden_dim(8)
                 .with_output_dim(4)
                 .init(tiny, d)

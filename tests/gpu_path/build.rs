@@ -47,7 +47,7 @@ pub fn simclr<B: AutodiffBackend>(
     .unwrap()
 }
 
-pub fn moco<B: AutodiffBackend>(config: MoCoConfig, device: &B::Device) -> MoCo<B, TinyConv<B>> {
+pub fn moco<B: AutodiffBackend>(config: MocoConfig, device: &B::Device) -> Moco<B, TinyConv<B>> {
     init_method::<B, _, _>(device, 3, |d| {
         config
             .with_output_dim(8)

@@ -268,11 +268,11 @@ fn moco_v1_v2_and_light_moco_step_as_on_the_cpu() {
     let cpu_device = CpuDevice::default();
     let mut seen = Comparisons::default();
     for (name, config) in [
-        ("MoCo v1", MoCoConfig::moco_v1()),
-        ("MoCo v2", MoCoConfig::moco_v2().with_hidden_dim(Some(16))),
+        ("MoCo v1", MocoConfig::moco_v1()),
+        ("MoCo v2", MocoConfig::moco_v2().with_hidden_dim(Some(16))),
         (
             "Light-MoCo",
-            MoCoConfig::light_moco().with_hidden_dim(Some(16)),
+            MocoConfig::light_moco().with_hidden_dim(Some(16)),
         ),
     ] {
         let (cpu, gpu) = compare(
@@ -353,7 +353,7 @@ fn joint_view_passes_step_as_separate_ones_on_the_cpu() {
         &device,
         &mut seen,
     );
-    let light = MoCoConfig::light_moco().with_hidden_dim(Some(16));
+    let light = MocoConfig::light_moco().with_hidden_dim(Some(16));
     let mut gpu = moco::<GpuAd>(light.clone(), &device);
     gpu.set_view_passes(ViewPasses::Joint);
     compare(

@@ -201,7 +201,7 @@ fn curriculum_knobs_train_as_on_the_cpu() {
     mixed.mixup = Some(Mixup {
         lambda: MixupLambda::Fixed(0.5),
     });
-    let v2 = MoCoConfig::moco_v2().with_hidden_dim(Some(16));
+    let v2 = MocoConfig::moco_v2().with_hidden_dim(Some(16));
     compare_runs(
         "MoCo v2 + mixup",
         moco::<CpuAd>(v2.clone(), &cpu_device),
@@ -230,8 +230,8 @@ fn curriculum_knobs_train_as_on_the_cpu() {
     strength.auto_augment = Some(SelfPacedAutoAugmentConfig::new().with_controller_gain(1.0));
     compare_runs(
         "MoCo v1 + strength + self-paced AutoAugment",
-        moco::<CpuAd>(MoCoConfig::moco_v1(), &cpu_device),
-        moco::<GpuAd>(MoCoConfig::moco_v1(), &device),
+        moco::<CpuAd>(MocoConfig::moco_v1(), &cpu_device),
+        moco::<GpuAd>(MocoConfig::moco_v1(), &device),
         &Run::new(strength),
         &device,
         &mut seen,
@@ -272,7 +272,7 @@ fn checkpoints_move_between_the_backends() {
     let Some(device) = gpu() else { return };
     let cpu_device = CpuDevice::default();
     let mut seen = Comparisons::default();
-    let config = MoCoConfig::moco_v2().with_hidden_dim(Some(16));
+    let config = MocoConfig::moco_v2().with_hidden_dim(Some(16));
     let start = || {
         pair(
             moco::<CpuAd>(config.clone(), &cpu_device),

@@ -37,7 +37,7 @@ use burn::prelude::*;
 use clap::{Parser, ValueEnum};
 use curriculum_ssl::base::progress::Progress;
 use curriculum_ssl::method::{
-    ByolConfig, MoCoConfig, SimClrConfig, SimSiamConfig, SslMethod, ViewPasses,
+    ByolConfig, MocoConfig, SimClrConfig, SimSiamConfig, SslMethod, ViewPasses,
 };
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl_models::{ResNet, ResNetConfig, Stem};
@@ -561,7 +561,7 @@ pub fn run_cli(args: &[String]) -> Result<()> {
         }
         Method::MocoV2 => {
             let method = curriculum_ssl::seed::with_seed::<Train, _>(&device, 0, || {
-                MoCoConfig::moco_v2().init(resnet18, args.batch_size, &device)
+                MocoConfig::moco_v2().init(resnet18, args.batch_size, &device)
             })?;
             time(method, "moco_v2", &args, &device, log)?
         }

@@ -40,7 +40,7 @@
 
 use super::RecipeEntry;
 use anyhow::Result;
-use curriculum_ssl::method::MoCoConfig;
+use curriculum_ssl::method::MocoConfig;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
@@ -92,10 +92,10 @@ pub fn weight_decay(backbone: BackboneChoice) -> f64 {
     }
 }
 
-/// The method: [`MoCoConfig::light_moco`] with the cosine momentum on for ResNet-18 (§3.1.4) and
+/// The method: [`MocoConfig::light_moco`] with the cosine momentum on for ResNet-18 (§3.1.4) and
 /// the recipe's queue (the CPU's shorter one on the CPU, [`cpu_defaults`]).
-pub fn method_config(backbone: BackboneChoice) -> MoCoConfig {
-    MoCoConfig::light_moco()
+pub fn method_config(backbone: BackboneChoice) -> MocoConfig {
+    MocoConfig::light_moco()
         .with_cosine_momentum(backbone == BackboneChoice::Resnet18)
         .with_queue_size(cpu_defaults().2)
 }

@@ -16,7 +16,7 @@ use anyhow::Result;
 use curriculum_ssl::curriculum::{
     SchedulerConfig, SelfPacedAutoAugmentConfig, StrengthCurriculumConfig,
 };
-use curriculum_ssl::method::{MoCo, MoCoConfig, QueueFit};
+use curriculum_ssl::method::{Moco, MocoConfig, QueueFit};
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
@@ -70,7 +70,7 @@ pub fn auto_augment_self_paced(args: &[String]) -> Result<()> {
 /// Builds the method for a prepared recipe and trains it.
 pub fn train(recipe: Prepared) -> Result<()> {
     let config = recipe.moco(
-        MoCoConfig::moco_v1()
+        MocoConfig::moco_v1()
             .with_momentum(0.99)
             .with_queue_size(4096),
     );
@@ -87,9 +87,9 @@ pub fn train(recipe: Prepared) -> Result<()> {
 /// `method.queue_size`, before anything is built.
 pub fn init_moco(
     recipe: &Prepared,
-    config: &MoCoConfig,
+    config: &MocoConfig,
     device: &Device,
-) -> Result<MoCo<Train, AnyBackbone<Train>>> {
+) -> Result<Moco<Train, AnyBackbone<Train>>> {
     let batch_size = recipe.settings.batch_size;
     let per_step = if config.symmetric { " × 2" } else { "" };
     match config.check_batch(batch_size) {

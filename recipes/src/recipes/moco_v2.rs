@@ -16,7 +16,7 @@
 
 use super::RecipeEntry;
 use anyhow::Result;
-use curriculum_ssl::method::MoCoConfig;
+use curriculum_ssl::method::MocoConfig;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
@@ -36,7 +36,7 @@ pub fn run(args: &[String]) -> Result<()> {
 pub fn train(recipe: Prepared) -> Result<()> {
     // The preset's projector: hidden width = the backbone's feature width.
     let config = recipe.moco(
-        MoCoConfig::moco_v2()
+        MocoConfig::moco_v2()
             .with_momentum(0.99)
             .with_queue_size(4096),
     );
@@ -64,7 +64,7 @@ mod tests {
 
     #[test]
     fn projector_hidden_width_is_the_feature_width() {
-        let config = MoCoConfig::moco_v2();
+        let config = MocoConfig::moco_v2();
         assert_eq!(config.hidden_dim, None);
         assert!(
             config.feature_width_mlp,

@@ -12,7 +12,7 @@
 
 use super::RecipeEntry;
 use anyhow::Result;
-use curriculum_ssl::method::TiCoConfig;
+use curriculum_ssl::method::TicoConfig;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
@@ -25,7 +25,7 @@ fn defaults() -> Defaults {
 /// Runs `tico`.
 pub fn run(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults())?;
-    let config = recipe.section("method", TiCoConfig::new())?;
+    let config = recipe.section("method", TicoConfig::new())?;
     let optimizer = recipe.section("optimizer", SgdConfig::new())?;
     let backbone = recipe.backbone_config();
     recipe.train(&config, |recipe, device| {

@@ -15,7 +15,7 @@ use curriculum_ssl::base::seed;
 use curriculum_ssl::curation::FrechetCurationConfig;
 use curriculum_ssl::curriculum::{MixupCurriculumConfig, StrengthCurriculumConfig};
 use curriculum_ssl::method::pgd::PgdConfig;
-use curriculum_ssl::method::{init_method, MoCoConfig, PairLossConfig, SslMethod};
+use curriculum_ssl::method::{init_method, MocoConfig, PairLossConfig, SslMethod};
 use curriculum_ssl::pipeline::PipelineConfig;
 use curriculum_ssl::train::DataFingerprint;
 use serde::Serialize;
@@ -643,7 +643,7 @@ impl Prepared {
     }
 
     /// A MoCo recipe's method with the command line's `--shuffle-bn`.
-    pub fn moco(&self, config: MoCoConfig) -> MoCoConfig {
+    pub fn moco(&self, config: MocoConfig) -> MocoConfig {
         self.shuffle_bn_taken
             .store(true, std::sync::atomic::Ordering::Relaxed);
         config.with_shuffle_bn(self.args.shuffle_bn)
