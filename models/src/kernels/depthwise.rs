@@ -45,6 +45,54 @@ fn valid_outputs(
     first.min(last)..last
 }
 
+/// A filter tap `(a, b)` and where it reaches: the output rows and columns whose input lies
+/// inside the input, and the input positions that go with them. What the three kernels below
+/// walk; computed once per call.
+struct Tap {
+    /// `a · k_w + b`: the tap's place in its channel's filter.
+    index: usize,
+    /// The output rows `i` it reaches; the input row of `i` is `i · stride + row_shift`.
+    rows: std::ops::Range<usize>,
+    /// `a · dilation − padding` (never negative for a row in `rows`, so it is applied after the
+    /// product; kept as the two parts).
+    row_shift: (usize, usize),
+    /// The output columns it reaches.
+    columns: std::ops::Range<usize>,
+    /// The input column of the first of `columns`; the next ones are `stride` apart.
+    first_column: usize,
+}
+
+impl Tap {
+    /// The input row that output row `i` (in `rows`) reads.
+    fn input_row(&self, i: usize, stride: usize) -> usize {
+        i * stride + self.row_shift.0 - self.row_shift.1
+    }
+}
+
+/// The taps of `g`'s filter that reach at least one output, in filter order.
+fn taps(g: &ConvGeometry) -> Vec<Tap> {
+    let [h, w] = g.in_size;
+    let [oh, ow] = g.out_size().expect("a geometry whose kernel fits");
+    let mut taps = Vec::new();
+    for a in 0..g.kernel[0] {
+        let rows = valid_outputs(a * g.dilation[0], g.stride[0], g.padding[0], h, oh);
+        for b in 0..g.kernel[1] {
+            let columns = valid_outputs(b * g.dilation[1], g.stride[1], g.padding[1], w, ow);
+            if rows.is_empty() || columns.is_empty() {
+                continue;
+            }
+            taps.push(Tap {
+                index: a * g.kernel[1] + b,
+                rows: rows.clone(),
+                row_shift: (a * g.dilation[0], g.padding[0]),
+                first_column: columns.start * g.stride[1] + b * g.dilation[1] - g.padding[1],
+                columns,
+            });
+        }
+    }
+    taps
+}
+
 /// The depthwise convolution's output `[batch, c, out_h, out_w]`, row-major.
 ///
 /// # Shapes
@@ -57,6 +105,8 @@ pub fn forward<T: Real>(x: &[T], weight: &[T], g: &ConvGeometry) -> Vec<T> {
     let [oh, ow] = g.out_size().expect("a geometry whose kernel fits");
     assert_eq!(x.len(), g.batch * c * h * w, "depthwise input");
     assert_eq!(weight.len(), c * kh * kw, "depthwise weight");
+    let taps = taps(g);
+    let step = g.stride[1];
     let mut y = vec![T::default(); g.batch * c * oh * ow];
     y.par_chunks_mut((oh * ow).max(1))
         .enumerate()
@@ -64,29 +114,20 @@ pub fn forward<T: Real>(x: &[T], weight: &[T], g: &ConvGeometry) -> Vec<T> {
             let channel = plane % c;
             let input = &x[plane * h * w..(plane + 1) * h * w];
             let filter = &weight[channel * kh * kw..(channel + 1) * kh * kw];
-            for a in 0..kh {
-                let rows = valid_outputs(a * g.dilation[0], g.stride[0], g.padding[0], h, oh);
-                for b in 0..kw {
-                    let tap = filter[a * kw + b];
-                    let columns =
-                        valid_outputs(b * g.dilation[1], g.stride[1], g.padding[1], w, ow);
-                    if columns.is_empty() {
-                        continue;
-                    }
-                    for i in rows.clone() {
-                        let ih = i * g.stride[0] + a * g.dilation[0] - g.padding[0];
-                        let row = &input[ih * w..(ih + 1) * w];
-                        let out_row = &mut out[i * ow..(i + 1) * ow];
-                        let first = columns.start * g.stride[1] + b * g.dilation[1] - g.padding[1];
-                        if g.stride[1] == 1 {
-                            let source = &row[first..first + columns.len()];
-                            for (o, &v) in out_row[columns.clone()].iter_mut().zip(source) {
-                                *o += tap * v;
-                            }
-                        } else {
-                            for (k, o) in out_row[columns.clone()].iter_mut().enumerate() {
-                                *o += tap * row[first + k * g.stride[1]];
-                            }
+            for tap in &taps {
+                let value = filter[tap.index];
+                let (first, len) = (tap.first_column, tap.columns.len());
+                for i in tap.rows.clone() {
+                    let ih = tap.input_row(i, g.stride[0]);
+                    let row = &input[ih * w..(ih + 1) * w];
+                    let out_row = &mut out[i * ow..(i + 1) * ow][tap.columns.clone()];
+                    if step == 1 {
+                        for (o, &v) in out_row.iter_mut().zip(&row[first..first + len]) {
+                            *o += value * v;
+                        }
+                    } else {
+                        for (k, o) in out_row.iter_mut().enumerate() {
+                            *o += value * row[first + k * step];
                         }
                     }
                 }
@@ -118,6 +159,8 @@ pub fn backward<T: Real>(
         g.batch * c * oh * ow,
         "depthwise output gradient"
     );
+    let taps = taps(g);
+    let step = g.stride[1];
     let dx = wanted.0.then(|| {
         let mut dx = vec![T::default(); g.batch * c * h * w];
         dx.par_chunks_mut((h * w).max(1))
@@ -126,30 +169,20 @@ pub fn backward<T: Real>(
                 let channel = plane % c;
                 let dy = &grad[plane * oh * ow..(plane + 1) * oh * ow];
                 let filter = &weight[channel * kh * kw..(channel + 1) * kh * kw];
-                for a in 0..kh {
-                    let rows = valid_outputs(a * g.dilation[0], g.stride[0], g.padding[0], h, oh);
-                    for b in 0..kw {
-                        let tap = filter[a * kw + b];
-                        let columns =
-                            valid_outputs(b * g.dilation[1], g.stride[1], g.padding[1], w, ow);
-                        if columns.is_empty() {
-                            continue;
-                        }
-                        for i in rows.clone() {
-                            let ih = i * g.stride[0] + a * g.dilation[0] - g.padding[0];
-                            let dx_row = &mut dx[ih * w..(ih + 1) * w];
-                            let dy_row = &dy[i * ow..(i + 1) * ow];
-                            let first =
-                                columns.start * g.stride[1] + b * g.dilation[1] - g.padding[1];
-                            if g.stride[1] == 1 {
-                                let target = &mut dx_row[first..first + columns.len()];
-                                for (d, &v) in target.iter_mut().zip(&dy_row[columns.clone()]) {
-                                    *d += tap * v;
-                                }
-                            } else {
-                                for (k, &v) in dy_row[columns.clone()].iter().enumerate() {
-                                    dx_row[first + k * g.stride[1]] += tap * v;
-                                }
+                for tap in &taps {
+                    let value = filter[tap.index];
+                    let (first, len) = (tap.first_column, tap.columns.len());
+                    for i in tap.rows.clone() {
+                        let ih = tap.input_row(i, g.stride[0]);
+                        let dx_row = &mut dx[ih * w..(ih + 1) * w];
+                        let dy_row = &dy[i * ow..(i + 1) * ow][tap.columns.clone()];
+                        if step == 1 {
+                            for (d, &v) in dx_row[first..first + len].iter_mut().zip(dy_row) {
+                                *d += value * v;
+                            }
+                        } else {
+                            for (k, &v) in dy_row.iter().enumerate() {
+                                dx_row[first + k * step] += value * v;
                             }
                         }
                     }
@@ -158,36 +191,30 @@ pub fn backward<T: Real>(
         dx
     });
     let dw = wanted.1.then(|| {
+        // A tap that reaches no output keeps its zero.
         let mut dw = vec![T::default(); c * kh * kw];
         dw.par_chunks_mut((kh * kw).max(1))
             .enumerate()
             .for_each(|(channel, dw)| {
-                for (tap_index, d) in dw.iter_mut().enumerate() {
-                    let (a, b) = (tap_index / kw, tap_index % kw);
-                    let rows = valid_outputs(a * g.dilation[0], g.stride[0], g.padding[0], h, oh);
-                    let columns =
-                        valid_outputs(b * g.dilation[1], g.stride[1], g.padding[1], w, ow);
+                for tap in &taps {
+                    let first = tap.first_column;
                     let mut total = 0.0f64;
                     for n in 0..g.batch {
                         let plane = n * c + channel;
                         let input = &x[plane * h * w..(plane + 1) * h * w];
                         let dy = &grad[plane * oh * ow..(plane + 1) * oh * ow];
-                        for i in rows.clone() {
-                            let ih = i * g.stride[0] + a * g.dilation[0] - g.padding[0];
+                        for i in tap.rows.clone() {
+                            let ih = tap.input_row(i, g.stride[0]);
                             let row = &input[ih * w..(ih + 1) * w];
-                            let dy_row = &dy[i * ow..(i + 1) * ow];
+                            let dy_row = &dy[i * ow..(i + 1) * ow][tap.columns.clone()];
                             let mut sum = T::default();
-                            if !columns.is_empty() {
-                                let first =
-                                    columns.start * g.stride[1] + b * g.dilation[1] - g.padding[1];
-                                for (k, &v) in dy_row[columns.clone()].iter().enumerate() {
-                                    sum += v * row[first + k * g.stride[1]];
-                                }
+                            for (k, &v) in dy_row.iter().enumerate() {
+                                sum += v * row[first + k * step];
                             }
                             total += sum.to_f64();
                         }
                     }
-                    *d = T::from_f64(total);
+                    dw[tap.index] = T::from_f64(total);
                 }
             });
         dw
