@@ -76,23 +76,12 @@ impl ConvGeometry {
 /// (one group, no padding or symmetric explicit padding, channels that match, a kernel that
 /// fits), else `None`.
 pub fn covered_geometry<B: Backend>(conv: &Conv2d<B>, x_shape: [usize; 4]) -> Option<ConvGeometry> {
-    let [batch, in_channels, h, w] = x_shape;
-    let [out_channels, weight_in, kernel_h, kernel_w] = conv.weight.dims();
-    let padding = symmetric_padding(&conv.padding)?;
-    if conv.groups != 1 || weight_in != in_channels || batch == 0 {
+    let [_, in_channels, _, _] = x_shape;
+    let [_, weight_in, _, _] = conv.weight.dims();
+    if conv.groups != 1 || weight_in != in_channels {
         return None;
     }
-    let g = ConvGeometry {
-        batch,
-        in_channels,
-        out_channels,
-        in_size: [h, w],
-        kernel: [kernel_h, kernel_w],
-        stride: conv.stride,
-        padding,
-        dilation: conv.dilation,
-    };
-    g.out_size().filter(|[oh, ow]| oh * ow > 0).map(|_| g)
+    geometry(conv, x_shape)
 }
 
 /// The sizes of `conv` applied to an input of shape `x_shape` when it is a depthwise
@@ -103,25 +92,30 @@ pub fn depthwise_geometry<B: Backend>(
     conv: &Conv2d<B>,
     x_shape: [usize; 4],
 ) -> Option<ConvGeometry> {
-    let [batch, channels, h, w] = x_shape;
-    let [out_channels, weight_in, kernel_h, kernel_w] = conv.weight.dims();
-    let padding = symmetric_padding(&conv.padding)?;
-    if channels < 2
-        || conv.groups != channels
-        || out_channels != channels
-        || weight_in != 1
-        || batch == 0
-    {
+    let [_, channels, _, _] = x_shape;
+    let [out_channels, weight_in, _, _] = conv.weight.dims();
+    if channels < 2 || conv.groups != channels || out_channels != channels || weight_in != 1 {
+        return None;
+    }
+    geometry(conv, x_shape)
+}
+
+/// The sizes of `conv` on `x_shape` whatever its groups: `None` for an empty batch, a padding
+/// other than symmetric, or a kernel that leaves no output.
+fn geometry<B: Backend>(conv: &Conv2d<B>, x_shape: [usize; 4]) -> Option<ConvGeometry> {
+    let [batch, in_channels, h, w] = x_shape;
+    let [out_channels, _, kernel_h, kernel_w] = conv.weight.dims();
+    if batch == 0 {
         return None;
     }
     let g = ConvGeometry {
         batch,
-        in_channels: channels,
-        out_channels: channels,
+        in_channels,
+        out_channels,
         in_size: [h, w],
         kernel: [kernel_h, kernel_w],
         stride: conv.stride,
-        padding,
+        padding: symmetric_padding(&conv.padding)?,
         dilation: conv.dilation,
     };
     g.out_size().filter(|[oh, ow]| oh * ow > 0).map(|_| g)
