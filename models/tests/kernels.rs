@@ -162,25 +162,32 @@ fn outputs_and_gradients_equal_burns_convolution() {
         assert!(kernels::runs_cpu_kernels(&conv, &x), "{c:?}");
         let g = kernels::covered_geometry(&conv, x.dims()).expect("covered");
         assert_eq!(kernels::winograd::covers(&g), c.channels[0] >= 64, "{c:?}");
-        let ours = loss_and_grads(&conv, x.clone(), kernels::conv2d);
-        // Through leaves the first backward pass has not consumed (`common::fresh_leaves`).
-        let burns = loss_and_grads(&fresh_leaves(&conv), x.clone(), |conv, x| conv.forward(x));
-        assert!(max_rel(&ours.0, &burns.0) < 1e-12, "{c:?} output");
-        assert!(max_rel(&ours.1, &burns.1) < 1e-12, "{c:?} input gradient");
-        assert!(max_rel(&ours.2, &burns.2) < 1e-12, "{c:?} weight gradient");
-        assert_eq!(ours.3.is_some(), c.bias);
-        if let (Some(a), Some(b)) = (&ours.3, &burns.3) {
-            assert!(max_rel(a, b) < 1e-12, "{c:?} bias gradient");
-        }
-
-        // Inference: the forward kernel on plain Flex.
-        let valid = conv.valid();
-        let x = x.inner();
-        assert!(kernels::runs_cpu_kernels(&valid, &x), "{c:?}");
-        let a = vec(kernels::conv2d(&valid, x.clone()));
-        let b = vec(valid.forward(x));
-        assert!(max_rel(&a, &b) < 1e-12, "{c:?} inference output");
+        assert_equals_burns(&conv, &x, c);
     }
+}
+
+/// `kernels::conv2d` against burn's `Conv2d::forward` in f64 on `Autodiff<Flex>` (the output,
+/// the input's, the weight's and the bias's gradients to 1e-12 relative) and on plain `Flex`
+/// (the output), the kernels running on both.
+fn assert_equals_burns(conv: &Conv2d<Ad>, x: &Tensor<Ad, 4>, c: Case) {
+    let ours = loss_and_grads(conv, x.clone(), kernels::conv2d);
+    // Through leaves the first backward pass has not consumed (`common::fresh_leaves`).
+    let burns = loss_and_grads(&fresh_leaves(conv), x.clone(), |conv, x| conv.forward(x));
+    assert!(max_rel(&ours.0, &burns.0) < 1e-12, "{c:?} output");
+    assert!(max_rel(&ours.1, &burns.1) < 1e-12, "{c:?} input gradient");
+    assert!(max_rel(&ours.2, &burns.2) < 1e-12, "{c:?} weight gradient");
+    assert_eq!(ours.3.is_some(), c.bias);
+    if let (Some(a), Some(b)) = (&ours.3, &burns.3) {
+        assert!(max_rel(a, b) < 1e-12, "{c:?} bias gradient");
+    }
+
+    // Inference: the forward kernel on plain Flex.
+    let valid = conv.valid();
+    let x = x.clone().inner();
+    assert!(kernels::runs_cpu_kernels(&valid, &x), "{c:?}");
+    let a = vec(kernels::conv2d(&valid, x.clone()));
+    let b = vec(valid.forward(x));
+    assert!(max_rel(&a, &b) < 1e-12, "{c:?} inference output");
 }
 
 /// A depthwise layer (`groups = in = out channels`: EfficientNet's and MobileNet-V3's 3 × 3 and
@@ -225,21 +232,7 @@ fn depthwise_layers_equal_burns_grouped_convolution() {
         let g = kernels::depthwise_geometry(&conv, x.dims()).expect("depthwise");
         assert_eq!(kernels::covered_geometry(&conv, x.dims()), None, "{c:?}");
         assert_eq!(g.in_channels, c.channels[0]);
-        let ours = loss_and_grads(&conv, x.clone(), kernels::conv2d);
-        let burns = loss_and_grads(&fresh_leaves(&conv), x.clone(), |conv, x| conv.forward(x));
-        assert!(max_rel(&ours.0, &burns.0) < 1e-12, "{c:?} output");
-        assert!(max_rel(&ours.1, &burns.1) < 1e-12, "{c:?} input gradient");
-        assert!(max_rel(&ours.2, &burns.2) < 1e-12, "{c:?} weight gradient");
-        assert_eq!(ours.3.is_some(), c.bias);
-        if let (Some(a), Some(b)) = (&ours.3, &burns.3) {
-            assert!(max_rel(a, b) < 1e-12, "{c:?} bias gradient");
-        }
-        let valid = conv.valid();
-        let inner = x.clone().inner();
-        assert!(kernels::runs_cpu_kernels(&valid, &inner), "{c:?}");
-        let a = vec(kernels::conv2d(&valid, inner.clone()));
-        let b = vec(valid.forward(inner));
-        assert!(max_rel(&a, &b) < 1e-12, "{c:?} inference output");
+        assert_equals_burns(&conv, &x, c);
 
         // f32: the same layer and input rounded to f32.
         let mut conv32 = conv.valid();
