@@ -19,6 +19,7 @@ mod ema_and_optimisers;
 mod equivalences;
 mod fuzz_checkpoint;
 mod gradients;
+mod learner;
 mod methods;
 mod reliability;
 mod training;

@@ -51,6 +51,8 @@ pub mod classifier;
 pub mod config;
 pub mod error;
 pub mod hook;
+#[cfg(feature = "burn-train")]
+pub mod learner;
 pub mod run_dir;
 pub mod run_log;
 pub mod self_supervised;
@@ -62,6 +64,8 @@ pub use checkpoint::{describe_io, load_backbone, resolve_checkpoint, write_atomi
 pub use config::{StartMode, TrainConfig};
 pub use error::{Difference, TrainError};
 pub use hook::{EpochReport, Hooks};
+#[cfg(feature = "burn-train")]
+pub use learner::{FeaturesOutput, LearnerInference, LearnerMethod, StepOutput};
 pub use run_dir::{DataFingerprint, RunLock, RunRecord};
 pub use run_log::{Cell, Column, EpochRecord, StepRecord};
 pub use self_supervised::{SelfSupervised, SelfSupervisedSettings, SelfSupervisedTask};
