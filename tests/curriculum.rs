@@ -1580,9 +1580,9 @@ fn with_every_piece<S: SslMethod<Ad>>(name: &str, method: S) -> Vec<String> {
 }
 
 /// The method table's two-view methods with every curriculum and selection piece, two steps
-/// each: Barlow Twins, VICReg (its three terms logged), SimCLR with DCL and with DCLW, SwAV and
-/// DINO on their two global views (their multi-crop runs in tests/data_parallel.rs and the CLI
-/// tests), NNCLR, TiCo and MoCo v3.
+/// each: Barlow Twins, VICReg (its three terms logged), FroSSL (its two), SimCLR with DCL, with
+/// DCLW and with MACL (its temperature logged), SwAV and DINO on their two global views (their
+/// multi-crop runs in tests/data_parallel.rs and the CLI tests), NNCLR, TiCo and MoCo v3.
 #[test]
 fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
     use curriculum_ssl::loss::{BarlowTwinsLossConfig, DclLossConfig};
@@ -1617,6 +1617,33 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
         });
         with_every_piece(name, simclr);
     }
+    let frossl = init(|d| {
+        FroSslConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .init(lenet(d), d)
+    });
+    let rows = with_every_piece("frossl", frossl);
+    assert!(
+        rows[0].split(',').any(|c| c == "frossl_invariance"),
+        "{}",
+        rows[0]
+    );
+    let macl = init(|d| {
+        SimClrConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .with_loss(PairLossConfig::Macl(
+                curriculum_ssl::loss::MaclLossConfig::new(),
+            ))
+            .init(lenet(d), d)
+    });
+    let rows = with_every_piece("macl", macl);
+    assert!(
+        rows[0].split(',').any(|c| c == "macl_temperature"),
+        "{}",
+        rows[0]
+    );
     let swav = init(|d| {
         SwavConfig::new()
             .with_hidden_dim(32)

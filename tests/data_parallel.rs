@@ -313,6 +313,17 @@ fn simclr<B: Backend>(d: &B::Device, _: usize) -> Result<SimClr<B, ResNet<B>>, C
         .init(resnet(d), d)
 }
 
+/// SimCLR with MACL: the temperature follows the alignment of the global batch's pairs.
+fn simclr_macl<B: Backend>(d: &B::Device, _: usize) -> Result<SimClr<B, ResNet<B>>, ConfigError> {
+    SimClrConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .with_loss(PairLossConfig::Macl(
+            curriculum_ssl::loss::MaclLossConfig::new(),
+        ))
+        .init(resnet(d), d)
+}
+
 fn moco_v2<B: Backend>(d: &B::Device, batch: usize) -> Result<Moco<B, ResNet<B>>, ConfigError> {
     MocoConfig::moco_v2()
         .with_hidden_dim(Some(8))
@@ -362,6 +373,13 @@ fn barlow_twins<B: Backend>(
 
 fn vicreg<B: Backend>(d: &B::Device, _: usize) -> Result<VicReg<B, ResNet<B>>, ConfigError> {
     VicRegConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .init(resnet(d), d)
+}
+
+fn frossl<B: Backend>(d: &B::Device, _: usize) -> Result<FroSsl<B, ResNet<B>>, ConfigError> {
+    FroSslConfig::new()
         .with_hidden_dim(8)
         .with_output_dim(4)
         .init(resnet(d), d)
@@ -631,6 +649,12 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
         runs::<Exact, _>(&simclr_joint, &|_| Vec::new()),
         1e-11,
     );
+    // MACL's alignment (its temperature) is the global batch's: the gathered projections'.
+    assert_same(
+        "SimCLR with MACL (f64)",
+        runs::<Exact, _>(&simclr_macl, &|_| Vec::new()),
+        1e-11,
+    );
     assert_same(
         "BYOL, views joint (f64)",
         runs::<Exact, _>(&byol_joint, &|m| values(m.target().network())),
@@ -647,6 +671,12 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
     assert_same(
         "VICReg (f64)",
         runs::<Exact, _>(&vicreg, &|_| Vec::new()),
+        1e-10,
+    );
+    // FroSSL's column norms and covariance are the global batch's.
+    assert_same(
+        "FroSSL (f64)",
+        runs::<Exact, _>(&frossl, &|_| Vec::new()),
         1e-10,
     );
     // Multi-crop with two local crops; SwAV's codes over the gathered batch and its queue,

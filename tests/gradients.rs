@@ -378,6 +378,132 @@ fn dcl_gradient() {
     );
 }
 
+/// FroSSL: its trace is taken without gradient, but on unit columns it is `D` whatever the
+/// input, so the gradient is the derivative of the value. B = 8 ≤ D = 16: the `N × N` covariance
+/// (the fixture against lightly, B = 6 > D = 4, takes the `D × D` one).
+#[test]
+fn frossl_gradient() {
+    let (z1, z2) = views(59);
+    let loss = FroSslLossConfig::new()
+        .with_invariance_weight(0.5)
+        .init()
+        .unwrap();
+    check_gradients(
+        "FroSSL",
+        &[(z1, BATCH, DIM), (z2, BATCH, DIM)],
+        &[true, true],
+        |x| loss.forward(x[0].clone(), x[1].clone()),
+    );
+}
+
+/// MACL's per-anchor log-probabilities of the positive, `log P_i`, and the batch's alignment
+/// `A`, in plain f64 from the two views (rows L2-normalised, cosine similarities, each anchor's
+/// softmax over every other row at temperature `t`; `t = None`: the model-aware one,
+/// `τ(1 + α(A − A₀))`).
+fn macl_parts(
+    z1: &[f64],
+    z2: &[f64],
+    t: Option<f64>,
+    (tau, alpha, a0): (f64, f64, f64),
+) -> (Vec<f64>, f64) {
+    let rows: Vec<Vec<f64>> = z1
+        .chunks(DIM)
+        .chain(z2.chunks(DIM))
+        .map(|r| {
+            let norm = r.iter().map(|x| x * x).sum::<f64>().sqrt();
+            r.iter().map(|x| x / norm).collect()
+        })
+        .collect();
+    let n = rows.len();
+    let sim = |i: usize, k: usize| {
+        rows[i]
+            .iter()
+            .zip(&rows[k])
+            .map(|(a, b)| a * b)
+            .sum::<f64>()
+    };
+    let positive = |i: usize| (i + BATCH) % n;
+    let alignment = (0..n).map(|i| sim(i, positive(i))).sum::<f64>() / n as f64;
+    let t = t.unwrap_or(tau * (1.0 + alpha * (alignment - a0)));
+    let log_p = (0..n)
+        .map(|i| {
+            let log_sum = (0..n)
+                .filter(|&k| k != i)
+                .map(|k| (sim(i, k) / t).exp())
+                .sum::<f64>()
+                .ln();
+            sim(i, positive(i)) / t - log_sum
+        })
+        .collect();
+    (log_p, t)
+}
+
+/// MACL: the alignment (so the temperature) and the anchors' weights `V = 1/(1 − P + ε)` are
+/// constants of the backward pass (the paper's code and lightly), so its gradient is not the
+/// derivative of its value: it is the derivative of `mean_i −V_i·log P_i` with the temperature
+/// and the weights held at their values at the input. That function, written in plain f64
+/// ([`macl_parts`]), is differenced here; the value is checked too.
+#[test]
+fn macl_gradient_with_the_temperature_and_weights_held() {
+    let (z1, z2) = views(53);
+    let settings = (0.2, 0.7, 0.1);
+    let (tau, alpha, a0) = settings;
+    let loss = MaclLossConfig::new()
+        .with_temperature(tau)
+        .with_alpha(alpha)
+        .with_a0(a0)
+        .init()
+        .unwrap();
+    let (log_p, t) = macl_parts(&z1, &z2, None, settings);
+    let weights: Vec<f64> = log_p.iter().map(|l| 1.0 / (1.0 - l.exp() + 1e-8)).collect();
+    let held = |a: &[f64], b: &[f64]| -> f64 {
+        let (log_p, _) = macl_parts(a, b, Some(t), settings);
+        -log_p.iter().zip(&weights).map(|(l, w)| w * l).sum::<f64>() / log_p.len() as f64
+    };
+    let (a, b) = (
+        tensor::<ExactAd>(&z1, BATCH, DIM).require_grad(),
+        tensor::<ExactAd>(&z2, BATCH, DIM).require_grad(),
+    );
+    let out = loss.forward(a.clone(), b.clone());
+    let ours = value(out.clone());
+    assert!(
+        (ours - held(&z1, &z2)).abs() < 1e-12,
+        "value {ours} {}",
+        held(&z1, &z2)
+    );
+    let grads = out.backward();
+    for (index, (input, base)) in [(&a, &z1), (&b, &z2)].into_iter().enumerate() {
+        let analytic: Vec<f64> = input.grad(&grads).unwrap().into_data().to_vec().unwrap();
+        let numeric: Vec<f64> = (0..base.len())
+            .map(|e| {
+                let mut plus = base.clone();
+                plus[e] += STEP;
+                let mut minus = base.clone();
+                minus[e] -= STEP;
+                let (fp, fm) = if index == 0 {
+                    (held(&plus, &z2), held(&minus, &z2))
+                } else {
+                    (held(&z1, &plus), held(&z1, &minus))
+                };
+                (fp - fm) / (2.0 * STEP)
+            })
+            .collect();
+        let diff = analytic
+            .iter()
+            .zip(&numeric)
+            .map(|(x, y)| (x - y).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        let scale = numeric.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!(scale > 1e-8, "MACL: input {index} has a vanishing gradient");
+        assert!(
+            diff / scale <= TOLERANCE,
+            "MACL: input {index}: relative error {:.3e} > {TOLERANCE}",
+            diff / scale
+        );
+    }
+}
+
 /// SwAV: the codes are constants of the backward pass (Sinkhorn–Knopp runs without gradient,
 /// as in the paper and lightly), so the derivative is taken with the codes given: two global
 /// views and a local crop, each view's codes from its own scores; the codes get no gradient.

@@ -106,7 +106,7 @@ type PairLoss<B> =
 /// gradients with respect to both views, to 1e-12 and [`GRADIENT_TOLERANCE`] relative (all pass at
 /// 1e-13 and 5e-8).
 #[test]
-fn barlow_twins_vicreg_dcl_dclw_equal_lightly_values_and_gradients() {
+fn barlow_twins_vicreg_dcl_dclw_macl_frossl_equal_lightly_values_and_gradients() {
     use burn::prelude::*;
     use curriculum_ssl::loss::*;
 
@@ -124,7 +124,7 @@ fn barlow_twins_vicreg_dcl_dclw_equal_lightly_values_and_gradients() {
     type Ad = crate::common::ExactAd;
     let device = Default::default();
     let cases = fixture["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 8);
+    assert_eq!(cases.len(), 12);
     for case in cases {
         let name = case["name"].as_str().unwrap();
         let loss: Box<PairLoss<Ad>> = match name {
@@ -167,6 +167,30 @@ fn barlow_twins_vicreg_dcl_dclw_equal_lightly_values_and_gradients() {
             "dclw tau=0.5 sigma=2" => {
                 let l = DclLossConfig::weighted(2.0)
                     .with_temperature(0.5)
+                    .init()
+                    .unwrap();
+                Box::new(move |a, b| l.forward(a, b))
+            }
+            "macl tau=0.1 alpha=0.5 a0=0" => {
+                let l = MaclLossConfig::new().init().unwrap();
+                Box::new(move |a, b| l.forward(a, b))
+            }
+            "macl tau=0.5 alpha=1 a0=0.3" => {
+                let l = MaclLossConfig::new()
+                    .with_temperature(0.5)
+                    .with_alpha(1.0)
+                    .with_a0(0.3)
+                    .init()
+                    .unwrap();
+                Box::new(move |a, b| l.forward(a, b))
+            }
+            "frossl w=1" => {
+                let l = FroSslLossConfig::new().init().unwrap();
+                Box::new(move |a, b| l.forward(a, b))
+            }
+            "frossl w=0.3" => {
+                let l = FroSslLossConfig::new()
+                    .with_invariance_weight(0.3)
                     .init()
                     .unwrap();
                 Box::new(move |a, b| l.forward(a, b))

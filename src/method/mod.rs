@@ -4,12 +4,12 @@
 //! views' passes ([`branches`]).
 //!
 //! The methods:
-//! - [`SimClr`]: SimCLR, with NT-Xent, HCL, curricular weighting, Huber NT-Xent or DCL / DCLW
-//!   (and PGD-hardened negatives: the `pgd` module).
+//! - [`SimClr`]: SimCLR, with NT-Xent, HCL, curricular weighting, Huber NT-Xent, DCL / DCLW or
+//!   MACL (and PGD-hardened negatives: the `pgd` module).
 //! - [`Moco`]: MoCo v1 / v2 and Light-MoCo (symmetric SoftNCE); [`MocoV3`]: MoCo v3.
 //! - [`Byol`]: BYOL; [`SimSiam`]: SimSiam; [`Nnclr`]: NNCLR; [`Tico`]: TiCo.
 //! - [`ProjectedPair`]: two views through one projector and a loss of the pair:
-//!   [`BarlowTwins`] and [`VicReg`].
+//!   [`BarlowTwins`], [`VicReg`] and [`FroSsl`].
 //! - [`Swav`]: SwAV; [`Dino`]: DINO (both with multi-crop); [`Ibot`]: iBOT and DINOv2's
 //!   objective.
 //! - [`RotNet`](rotnet::RotNet): rotation prediction (MICO's rotation curricula).
@@ -35,6 +35,7 @@ pub mod byol;
 pub mod dino;
 pub mod ema;
 pub mod encoder;
+pub mod frossl;
 pub mod hpm;
 pub mod ibot;
 pub mod ijepa;
@@ -65,6 +66,7 @@ pub use branches::ViewPasses;
 pub use byol::{Byol, ByolConfig, ByolState};
 pub use dino::{Dino, DinoConfig, DinoHead, DinoHeadConfig, DinoNetwork, DinoState};
 pub use encoder::{Predicted, Projected};
+pub use frossl::{FroSsl, FroSslConfig};
 pub use hpm::{Hpm, HpmConfig, HpmNetwork};
 pub use ibot::{Ibot, IbotConfig, IbotNetwork, IbotState};
 pub use ijepa::{Ijepa, IjepaConfig, IjepaMasks, IjepaNetwork, IjepaPredictor};

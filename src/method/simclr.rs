@@ -1,7 +1,8 @@
 //! SimCLR (Chen et al. 2020, <https://arxiv.org/abs/2002.05709>): backbone + MLP projector, a
 //! two-view contrastive loss between the views — NT-Xent by default, one of its curriculum
-//! variants from `loss/` (HCL, curricular weighting, Huber-regularised NT-Xent), or the
-//! decoupled contrastive loss (DCL / DCLW, whose paper trains SimCLR with it).
+//! variants from `loss/` (HCL, curricular weighting, Huber-regularised NT-Xent), the
+//! decoupled contrastive loss (DCL / DCLW, whose paper trains SimCLR with it), or the
+//! model-aware contrastive loss (MACL, likewise).
 //!
 //! With [`SimClrConfig::pgd`], the negatives are hardened by PGD before the step (MICO §3.3
 //! eq. 4, <https://arxiv.org/abs/2301.06916>; see [`crate::method::pgd`]): the two views are
@@ -14,7 +15,7 @@
 //!
 //! The math, the defaults, the paper followed and the worked values are in
 //! `docs/methods.md#simclr` (and `#nt-xent`, `#hcl`, `#curricular-weighting`,
-//! `#huber-regularised-nt-xent`, `#dcl-and-dclw` for the losses).
+//! `#huber-regularised-nt-xent`, `#dcl-and-dclw`, `#macl` for the losses).
 
 use burn::optim::GradientsParams;
 use burn::prelude::*;
@@ -33,7 +34,8 @@ use crate::data_parallel::Replica;
 use crate::head::MlpHeadConfig;
 use crate::loss::{
     CurricularLoss, CurricularLossConfig, CurricularState, DclLoss, DclLossConfig, HclLoss,
-    HclLossConfig, HuberNtXentLoss, HuberNtXentLossConfig, NtXentLoss, NtXentLossConfig,
+    HclLossConfig, HuberNtXentLoss, HuberNtXentLossConfig, MaclLoss, MaclLossConfig, NtXentLoss,
+    NtXentLossConfig,
 };
 
 /// The two-view loss SimCLR trains with.
@@ -49,6 +51,9 @@ pub enum PairLossConfig {
     Huber(HuberNtXentLossConfig),
     /// The decoupled contrastive loss, DCL, or its weighted form DCLW.
     Dcl(DclLossConfig),
+    /// The model-aware contrastive loss, MACL: a temperature that follows the views'
+    /// alignment (logged as `macl_temperature`), re-weighted anchors.
+    Macl(MaclLossConfig),
 }
 
 /// Configuration of [`SimClr`].
@@ -85,6 +90,7 @@ impl SimClrConfig {
             PairLossConfig::Curricular(c) => PairLoss::Curricular(c.init(device)?),
             PairLossConfig::Huber(c) => PairLoss::Huber(c.init()?),
             PairLossConfig::Dcl(c) => PairLoss::Dcl(c.init()?),
+            PairLossConfig::Macl(c) => PairLoss::Macl(c.init()?),
         };
         let pgd = match &self.pgd {
             None => None,
@@ -118,6 +124,7 @@ enum PairLoss<B: Backend> {
     Curricular(CurricularLoss<B>),
     Huber(HuberNtXentLoss),
     Dcl(DclLoss),
+    Macl(MaclLoss),
 }
 
 /// The first and second halves of a `[2B, D]` batch.
@@ -308,6 +315,15 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimClr<B, M> 
                 stats,
                 embeddings,
             },
+            PairLoss::Macl(loss) => {
+                let out = loss.forward_with_temperature(z1, z2);
+                stats.push(("macl_temperature", out.temperature));
+                MethodOutput {
+                    loss: out.loss,
+                    stats,
+                    embeddings,
+                }
+            }
             PairLoss::Curricular(loss) => {
                 let out = loss.forward(z1, z2);
                 stats.push(("curricular_t", out.t));

@@ -149,6 +149,14 @@ fn cases() -> Vec<Case> {
             inputs: views(&z1, &z2),
         },
         Case {
+            name: "MACL",
+            inputs: views(&z1, &z2),
+        },
+        Case {
+            name: "FroSSL",
+            inputs: views(&z1, &z2),
+        },
+        Case {
             name: "soft-target CE",
             inputs: vec![(z1.clone(), B), (random(B + QUEUE, D, 15), B + QUEUE)],
         },
@@ -242,6 +250,12 @@ fn loss<Bk: AutodiffBackend>(
         "Huber NT-Xent" => HuberNtXentLossConfig::new()
             .with_delta(0.2)
             .with_lambda(0.5)
+            .init()
+            .unwrap()
+            .forward(x(0), x(1)),
+        "FroSSL" => FroSslLossConfig::new().init().unwrap().forward(x(0), x(1)),
+        "MACL" => MaclLossConfig::new()
+            .with_temperature(0.2)
             .init()
             .unwrap()
             .forward(x(0), x(1)),

@@ -1,5 +1,6 @@
-"""Worked values and input gradients of the non-contrastive and decoupled losses, in float64,
-from lightly's own implementations (lightly 1.6, torch 2.15), for tests/method_zoo_losses.rs.
+"""Worked values and input gradients of the non-contrastive, decoupled, model-aware and FroSSL
+losses, in float64, from lightly's own implementations (lightly 1.6, torch 2.15), for
+tests/worked_values.rs.
 
 Inputs (the Rust test builds them the same way): B = 6 images, D = 4 features,
     z1[i, j] = sin(0.7 * (i * D + j) + 0.3) + 0.1 * i
@@ -16,7 +17,7 @@ import math
 import os
 
 import torch
-from lightly.loss import BarlowTwinsLoss, DCLLoss, DCLWLoss, VICRegLoss
+from lightly.loss import BarlowTwinsLoss, DCLLoss, DCLWLoss, FroSSLLoss, MACLLoss, VICRegLoss
 
 torch.set_default_dtype(torch.float64)
 B, D = 6, 4
@@ -55,6 +56,11 @@ cases = [
     case("dcl tau=0.5", DCLLoss(temperature=0.5)),
     case("dclw tau=0.1 sigma=0.5", DCLWLoss(temperature=0.1, sigma=0.5)),
     case("dclw tau=0.5 sigma=2", DCLWLoss(temperature=0.5, sigma=2.0)),
+    case("macl tau=0.1 alpha=0.5 a0=0", MACLLoss()),
+    case("macl tau=0.5 alpha=1 a0=0.3", MACLLoss(temperature=0.5, alpha=1.0, A_0=0.3)),
+    # FroSSL takes a list of views. B = 6 > D = 4: the D x D covariance.
+    case("frossl w=1", lambda a, b: FroSSLLoss()([a, b])),
+    case("frossl w=0.3", lambda a, b: FroSSLLoss(invariance_weight=0.3)([a, b])),
 ]
 out = os.path.join(os.path.dirname(__file__), "..", "fixtures", "ssl_losses.json")
 with open(out, "w") as f:

@@ -1,5 +1,5 @@
-//! `barlow_twins` and `vicreg`: the two methods whose whole idea is a loss on the statistics of
-//! the batch's projections (docs/methods.md#barlow-twins-and-vicreg), with solo-learn's CIFAR-size
+//! `barlow_twins`, `vicreg` and `frossl`: the methods whose whole idea is a loss on the statistics
+//! of the batch's projections (docs/methods.md#barlow-twins-and-vicreg), with solo-learn's CIFAR-size
 //! settings (`scripts/pretrain/cifar/barlow.yaml`, `vicreg.yaml`) scaled to this batch:
 //! three-layer projector `[2048, 2048]` (the papers' 8192 at ImageNet size), LARS
 //! (η = 0.02, biases and norms excluded, weight decay 1e-4) at lr 0.3 × B/256, warm-up then
@@ -10,6 +10,10 @@
 //!   by 0.1 as solo-learn's CIFAR setting (the paper: 1, at batch 2048 on ImageNet).
 //! - VICReg (Bardes et al., ICLR 2022, <https://arxiv.org/abs/2105.04906>):
 //!   `L = 25·s + 25·v + 1·c`, ε = 1e-4.
+//! - FroSSL (Skean et al., ECCV 2024, <https://arxiv.org/abs/2310.02903>): each view's log
+//!   Frobenius norm of its trace-normalised covariance plus the views' distance to their mean,
+//!   weight 1; lightly's two-layer projector `[2048, 2048]`, and the same optimiser and
+//!   augmentations as the other two (the paper's own schedule is not followed here).
 //!
 //! ```text
 //! for each batch x:
@@ -20,8 +24,8 @@
 
 use super::RecipeEntry;
 use anyhow::Result;
-use curriculum_ssl::loss::{BarlowTwinsLossConfig, VicRegLossConfig};
-use curriculum_ssl::method::{BarlowTwinsConfig, VicRegConfig};
+use curriculum_ssl::loss::{BarlowTwinsLossConfig, FroSslLossConfig, VicRegLossConfig};
+use curriculum_ssl::method::{BarlowTwinsConfig, FroSslConfig, VicRegConfig};
 use curriculum_ssl::optim::LarsConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
@@ -57,6 +61,14 @@ pub fn vicreg_config() -> VicRegConfig {
         .with_loss(VicRegLossConfig::new())
 }
 
+/// The FroSSL recipe's method.
+pub fn frossl_config() -> FroSslConfig {
+    FroSslConfig::new()
+        .with_hidden_dim(PROJECTOR)
+        .with_output_dim(PROJECTOR)
+        .with_loss(FroSslLossConfig::new())
+}
+
 /// Runs `barlow_twins`.
 pub fn barlow_twins(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults("barlow_twins"))?;
@@ -79,6 +91,17 @@ pub fn vicreg(args: &[String]) -> Result<()> {
     })
 }
 
+/// Runs `frossl`.
+pub fn frossl(args: &[String]) -> Result<()> {
+    let recipe = common::prepare(args, defaults("frossl"))?;
+    let config = recipe.section("method", frossl_config())?;
+    let lars = recipe.section("optimizer", lars())?;
+    recipe.train(&config, |recipe, device| {
+        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
+        Ok((method, lars.init::<Train, _>()?))
+    })
+}
+
 /// The recipes of this module, as `recipe list` prints them.
 pub const RECIPES: &[RecipeEntry] = &[
     RecipeEntry {
@@ -90,5 +113,10 @@ pub const RECIPES: &[RecipeEntry] = &[
         name: "vicreg",
         summary: "VICReg (Bardes et al. 2022): variance, invariance, covariance 25/25/1, LARS",
         run: vicreg,
+    },
+    RecipeEntry {
+        name: "frossl",
+        summary: "FroSSL (Skean et al. 2024): log Frobenius norm of the covariance plus invariance, LARS",
+        run: frossl,
     },
 ];

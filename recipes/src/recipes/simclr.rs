@@ -94,6 +94,17 @@ pub fn huber_nt_xent(args: &[String]) -> Result<()> {
     train(common::prepare(args, defaults)?)
 }
 
+/// `macl`: SimCLR with the model-aware contrastive loss (Huang et al., ICML 2023,
+/// <https://arxiv.org/abs/2207.07874>): the temperature `τ(1 + α(A − A₀))` follows the batch's
+/// alignment `A` (`macl_temperature`, a column of steps.csv) and each anchor's loss is weighted by
+/// `1 / (1 − P)`; lightly's defaults, τ = 0.1, α = 0.5, A₀ = 0.
+pub fn macl(args: &[String]) -> Result<()> {
+    let defaults = defaults()
+        .named("macl")
+        .pair_loss(LossChoice::Macl.config());
+    train(common::prepare(args, defaults)?)
+}
+
 /// `bad_batches`: SimCLR with the Huber-regularised NT-Xent and Fréchet batch curation (Göksu
 /// and Pugeault 2024, <https://arxiv.org/abs/2403.19579>, §II-C): no curation for the first 5
 /// epochs, the threshold is the mean FRD of the two views' projections over the batches of the
@@ -158,6 +169,11 @@ pub const RECIPES: &[RecipeEntry] = &[
         name: "huber_nt_xent",
         summary: "The Bad Batches (Goksu and Pugeault 2024) eq. 3-5: SimCLR with Huber NT-Xent, no curation",
         run: huber_nt_xent,
+    },
+    RecipeEntry {
+        name: "macl",
+        summary: "MACL (Huang et al. 2023): SimCLR, temperature following the views' alignment (tau 0.1, alpha 0.5)",
+        run: macl,
     },
     RecipeEntry {
         name: "bad_batches",

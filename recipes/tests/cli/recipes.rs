@@ -135,6 +135,7 @@ fn the_method_table_recipes_run_two_steps() {
     table_recipes_run_two_steps(&[
         ("barlow_twins", &[][..]),
         ("vicreg", &[][..]),
+        ("frossl", &[][..]),
         ("simclr", &["--loss", "dcl"][..]),
         ("simclr", &["--loss", "dclw"][..]),
         ("swav", &[][..]),
@@ -190,6 +191,12 @@ fn table_recipes_run_two_steps(recipes: &[(&str, &[&str])]) {
         if name == "vicreg" {
             assert!(
                 header.ends_with("vicreg_invariance,vicreg_variance,vicreg_covariance"),
+                "{header}"
+            );
+        }
+        if name == "frossl" {
+            assert!(
+                header.ends_with("frossl_regularisation,frossl_invariance"),
                 "{header}"
             );
         }
@@ -377,6 +384,8 @@ const PAPER_RECIPES: &[(&str, &str, Option<&str>)] = &[
     // The adaptive t (the loss's EMA of the positive similarities).
     ("curricular_weighting", "curricular_t", None),
     ("huber_nt_xent", "", None),
+    // The model-aware temperature, from the first batch's alignment.
+    ("macl", "macl_temperature", None),
     // Curation measures every step, with no redraw during the warm-up.
     ("bad_batches", "frd,redraws", Some("0")),
     // The attack is off in the first quarter of the run.

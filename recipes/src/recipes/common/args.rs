@@ -8,7 +8,8 @@ use anyhow::Result;
 use clap::{Parser, ValueEnum};
 use curriculum_ssl::curriculum::SchedulerConfig;
 use curriculum_ssl::loss::{
-    CurricularLossConfig, DclLossConfig, HclLossConfig, HuberNtXentLossConfig, NtXentLossConfig,
+    CurricularLossConfig, DclLossConfig, HclLossConfig, HuberNtXentLossConfig, MaclLossConfig,
+    NtXentLossConfig,
 };
 use curriculum_ssl::method::PairLossConfig;
 use serde::{Deserialize, Serialize};
@@ -255,6 +256,9 @@ pub enum LossChoice {
     Dcl,
     /// DCL with the negative von Mises-Fisher weights on the positives, τ = 0.1, σ = 0.5.
     Dclw,
+    /// The model-aware contrastive loss (Huang et al. 2023): a temperature following the
+    /// views' alignment, τ = 0.1, α = 0.5, A₀ = 0.
+    Macl,
 }
 
 impl LossChoice {
@@ -267,6 +271,7 @@ impl LossChoice {
             Self::Huber => PairLossConfig::Huber(HuberNtXentLossConfig::new()),
             Self::Dcl => PairLossConfig::Dcl(DclLossConfig::new()),
             Self::Dclw => PairLossConfig::Dcl(DclLossConfig::weighted(0.5)),
+            Self::Macl => PairLossConfig::Macl(MaclLossConfig::new()),
         }
     }
 }

@@ -410,7 +410,8 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         if pair_loss.is_none() {
             return Err(usage(format!(
                 "--loss: recipe `{}` is not of the SimCLR family (simclr, hcl, hcl_curriculum, \
-                 mixup_simclr, mico_simclr, curricular_weighting, huber_nt_xent)",
+                 mixup_simclr, mico_simclr, curricular_weighting, huber_nt_xent, bad_batches, \
+                 macl, simclr_pgd, hcl_pgd)",
                 defaults.recipe
             )));
         }
