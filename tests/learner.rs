@@ -5,8 +5,7 @@
 
 use burn::backend::{Autodiff, Flex};
 use burn::data::dataloader::DataLoaderBuilder;
-use burn::module::{AutodiffModule, Module};
-use burn::prelude::*;
+use burn::module::AutodiffModule;
 use burn_train::metric::LossMetric;
 use burn_train::{Learner, SupervisedTraining};
 use curriculum_ssl::curriculum::MixupCurriculumConfig;
@@ -59,25 +58,6 @@ fn augmenter() -> Augmenter {
     config.init(1).unwrap()
 }
 
-/// Every float of a module, in visiting order.
-fn floats<B: Backend, M: Module<B>>(module: &M) -> Vec<f32> {
-    struct V<'a>(&'a mut Vec<f32>);
-    impl<B: Backend> burn::module::ModuleVisitor<B> for V<'_> {
-        fn visit_float<const D: usize>(&mut self, p: &burn::module::Param<Tensor<B, D>>) {
-            self.0.extend(
-                p.val()
-                    .into_data()
-                    .convert::<f32>()
-                    .to_vec::<f32>()
-                    .unwrap(),
-            );
-        }
-    }
-    let mut out = Vec::new();
-    module.visit(&mut V(&mut out));
-    out
-}
-
 fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
@@ -88,12 +68,11 @@ fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
 
 /// The online networks, the key encoder and the queue of a method.
 fn everything(method: &Method) -> [Vec<f32>; 3] {
-    let online = method.online().clone();
-    // Folds the batch norms' pending running statistics into the record first.
-    let _ = online.clone().into_record();
+    // `values` folds the batch norms' pending running statistics into the record first.
+    let flat = |v: Vec<Vec<f64>>| v.into_iter().flatten().map(|x| x as f32).collect();
     [
-        floats(&online),
-        floats(method.key_encoder().network()),
+        flat(crate::common::values(method.online())),
+        flat(crate::common::values(method.key_encoder().network())),
         method
             .queue()
             .keys()

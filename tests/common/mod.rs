@@ -81,8 +81,9 @@ impl<B: Backend> burn::module::ModuleVisitor<B> for Values {
     }
 }
 
-/// A module's float tensors as f64, in visiting order.
-pub fn values<M: burn::module::Module<ExactAd>>(module: &M) -> Vec<Vec<f64>> {
+/// A module's float tensors as f64, in visiting order (on any backend; the exact one in most
+/// tests).
+pub fn values<B: Backend, M: burn::module::Module<B>>(module: &M) -> Vec<Vec<f64>> {
     // `into_record` folds pending BatchNorm updates into the running statistics first.
     let _ = module.clone().into_record();
     let mut v = Values::default();
