@@ -1581,8 +1581,9 @@ fn with_every_piece<S: SslMethod<Ad>>(name: &str, method: S) -> Vec<String> {
 
 /// The method table's two-view methods with every curriculum and selection piece, two steps
 /// each: Barlow Twins, VICReg (its three terms logged), FroSSL (its two), SimCLR with DCL, with
-/// DCLW and with MACL (its temperature logged), SwAV and DINO on their two global views (their
-/// multi-crop runs in tests/data_parallel.rs and the CLI tests), NNCLR, TiCo and MoCo v3.
+/// DCLW and with MACL (its temperature logged), DirectCLR (its sub-vector's norm logged), LeJEPA
+/// (its two terms), SwAV and DINO on their two global views (their multi-crop runs in tests/data_parallel.rs and the
+/// CLI tests), NNCLR, TiCo and MoCo v3.
 #[test]
 fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
     use curriculum_ssl::loss::{BarlowTwinsLossConfig, DclLossConfig};
@@ -1641,6 +1642,29 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
     let rows = with_every_piece("macl", macl);
     assert!(
         rows[0].split(',').any(|c| c == "macl_temperature"),
+        "{}",
+        rows[0]
+    );
+    let directclr = init(|d| {
+        DirectClrConfig::new()
+            .with_loss(curriculum_ssl::loss::DirectClrLossConfig::new().with_loss_dim(16))
+            .init(lenet(d), d)
+    });
+    let rows = with_every_piece("directclr", directclr);
+    assert!(
+        rows[0].split(',').any(|c| c == "directclr_norm"),
+        "{}",
+        rows[0]
+    );
+    let lejepa = init(|d| {
+        LeJepaConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .init(lenet(d), d)
+    });
+    let rows = with_every_piece("lejepa", lejepa);
+    assert!(
+        rows[0].split(',').any(|c| c == "lejepa_sigreg"),
         "{}",
         rows[0]
     );

@@ -53,7 +53,7 @@ fn views(step: usize) -> [Vec<f32>; 2] {
     [view(0), view(1)]
 }
 
-/// Side of the local crops of the multi-crop methods (SwAV, DINO).
+/// Side of the local crops of the multi-crop methods (SwAV, DINO, LeJEPA).
 const LOCAL_SIDE: usize = 4;
 
 /// Two local crops of step `step`'s global batch, `[GLOBAL, 3, LOCAL_SIDE, LOCAL_SIDE]` each.
@@ -385,6 +385,13 @@ fn frossl<B: Backend>(d: &B::Device, _: usize) -> Result<FroSsl<B, ResNet<B>>, C
         .init(resnet(d), d)
 }
 
+/// DirectCLR on the first 8 of the ResNet's 16 features.
+fn directclr<B: Backend>(d: &B::Device, _: usize) -> Result<DirectClr<B, ResNet<B>>, ConfigError> {
+    DirectClrConfig::new()
+        .with_loss(curriculum_ssl::loss::DirectClrLossConfig::new().with_loss_dim(8))
+        .init(resnet(d), d)
+}
+
 /// SwAV with a queue of one global batch, used from the second step, and prototypes that
 /// train from the first.
 fn swav<B: Backend>(d: &B::Device, _: usize) -> Result<Swav<B, ResNet<B>>, ConfigError> {
@@ -456,6 +463,19 @@ fn simmim<B: Backend>(d: &B::Device, _: usize) -> Result<SimMim<B, Vit<B>>, Conf
 }
 
 /// DINO whose last layer trains from the first step.
+/// LeJEPA with 32 directions: SIGReg and the invariance over the gathered views.
+fn lejepa<B: Backend>(d: &B::Device, _: usize) -> Result<LeJepa<B, ResNet<B>>, ConfigError> {
+    LeJepaConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .with_loss(
+            curriculum_ssl::loss::LeJepaLossConfig::new()
+                .with_lambda(0.3)
+                .with_num_slices(32),
+        )
+        .init(resnet(d), d)
+}
+
 fn dino<B: Backend>(d: &B::Device, _: usize) -> Result<Dino<B, ResNet<B>>, ConfigError> {
     DinoConfig::new()
         .with_hidden_dim(8)
@@ -679,10 +699,23 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
         runs::<Exact, _>(&frossl, &|_| Vec::new()),
         1e-10,
     );
+    // DirectCLR's negatives are the global batch's backbone features.
+    assert_same(
+        "DirectCLR (f64)",
+        runs::<Exact, _>(&directclr, &|_| Vec::new()),
+        1e-11,
+    );
     // Multi-crop with two local crops; SwAV's codes over the gathered batch and its queue,
     // DINO's centre from the replicas' mean teacher output.
     assert_same("SwAV (f64)", runs::<Exact, _>(&swav, &swav_extra), 1e-10);
     assert_same("DINO (f64)", runs::<Exact, _>(&dino, &dino_extra), 1e-10);
+    // LeJEPA: the characteristic functions and the global views' mean over the global batch,
+    // the step's directions the same on every replica.
+    assert_same(
+        "LeJEPA (f64)",
+        runs::<Exact, _>(&lejepa, &|_| Vec::new()),
+        1e-10,
+    );
 
     // NNCLR's support set takes every replica's projections; TiCo's covariance is the global
     // batch's.

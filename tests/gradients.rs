@@ -396,6 +396,51 @@ fn frossl_gradient() {
     );
 }
 
+/// DirectCLR: NT-Xent on the first `d₀ = 5` of the 16 coordinates; the finite differences of
+/// the other eleven are zero, and so must be the gradient.
+#[test]
+fn directclr_gradient() {
+    let (z1, z2) = views(61);
+    let loss = DirectClrLossConfig::new()
+        .with_loss_dim(5)
+        .with_temperature(0.3)
+        .init()
+        .unwrap();
+    check_gradients(
+        "DirectCLR",
+        &[(z1, BATCH, DIM), (z2, BATCH, DIM)],
+        &[true, true],
+        |x| loss.forward(x[0].clone(), x[1].clone()),
+    );
+}
+
+/// LeJEPA: SIGReg along 8 drawn directions (held fixed: they are data, not parameters) and the
+/// invariance, two global views and one local view, all three differentiated; λ = 0.3 so both
+/// terms weigh.
+#[test]
+fn lejepa_gradient() {
+    let (z1, z2) = views(67);
+    let local = random_values(BATCH, DIM, 71);
+    let loss = LeJepaLossConfig::new()
+        .with_lambda(0.3)
+        .with_num_slices(8)
+        .init()
+        .unwrap();
+    let slices = loss.slices::<ExactAd>(DIM, 5, &Default::default());
+    check_gradients(
+        "LeJEPA",
+        &[(z1, BATCH, DIM), (z2, BATCH, DIM), (local, BATCH, DIM)],
+        &[true, true, true],
+        |x| {
+            loss.forward(
+                &[x[0].clone(), x[1].clone()],
+                &[x[2].clone()],
+                slices.clone(),
+            )
+        },
+    );
+}
+
 /// MACL's per-anchor log-probabilities of the positive, `log P_i`, and the batch's alignment
 /// `A`, in plain f64 from the two views (rows L2-normalised, cosine similarities, each anchor's
 /// softmax over every other row at temperature `t`; `t = None`: the model-aware one,

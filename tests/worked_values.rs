@@ -106,7 +106,7 @@ type PairLoss<B> =
 /// gradients with respect to both views, to 1e-12 and [`GRADIENT_TOLERANCE`] relative (all pass at
 /// 1e-13 and 5e-8).
 #[test]
-fn barlow_twins_vicreg_dcl_dclw_macl_frossl_equal_lightly_values_and_gradients() {
+fn barlow_twins_vicreg_dcl_dclw_macl_frossl_directclr_lejepa_equal_lightly_values_and_gradients() {
     use burn::prelude::*;
     use curriculum_ssl::loss::*;
 
@@ -124,7 +124,22 @@ fn barlow_twins_vicreg_dcl_dclw_macl_frossl_equal_lightly_values_and_gradients()
     type Ad = crate::common::ExactAd;
     let device = Default::default();
     let cases = fixture["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 12);
+    assert_eq!(cases.len(), 16);
+    // LeJEPA along the script's fixed directions `A[d, c] = cos(0.9 (d K + c) + 0.1)` (unit
+    // columns), global views (z1, z2) and one local view 0.5 z1 + 0.3 z2.
+    let lejepa = |config: LeJepaLossConfig, k: usize| -> Box<PairLoss<Ad>> {
+        let l = config.with_num_slices(k).init().unwrap();
+        let mut a: Vec<f64> = (0..d * k).map(|e| (0.9 * e as f64 + 0.1).cos()).collect();
+        for c in 0..k {
+            let norm = (0..d).map(|r| a[r * k + c].powi(2)).sum::<f64>().sqrt();
+            (0..d).for_each(|r| a[r * k + c] /= norm);
+        }
+        let slices = Tensor::<Ad, 2>::from_data(TensorData::new(a, [d, k]), &device);
+        Box::new(move |x, y| {
+            let local = x.clone().mul_scalar(0.5) + y.clone().mul_scalar(0.3);
+            l.forward(&[x, y], &[local], slices.clone())
+        })
+    };
     for case in cases {
         let name = case["name"].as_str().unwrap();
         let loss: Box<PairLoss<Ad>> = match name {
@@ -195,6 +210,26 @@ fn barlow_twins_vicreg_dcl_dclw_macl_frossl_equal_lightly_values_and_gradients()
                     .unwrap();
                 Box::new(move |a, b| l.forward(a, b))
             }
+            "directclr d0=3 tau=0.5" => {
+                let l = DirectClrLossConfig::new().with_loss_dim(3).init().unwrap();
+                Box::new(move |a, b| l.forward(a, b))
+            }
+            "directclr d0=2 tau=0.2" => {
+                let l = DirectClrLossConfig::new()
+                    .with_loss_dim(2)
+                    .with_temperature(0.2)
+                    .init()
+                    .unwrap();
+                Box::new(move |a, b| l.forward(a, b))
+            }
+            "lejepa lambda=0.05 K=5" => lejepa(LeJepaLossConfig::new(), 5),
+            "lejepa lambda=0.5 knots=5 tmax=2 K=3" => lejepa(
+                LeJepaLossConfig::new()
+                    .with_lambda(0.5)
+                    .with_knots(5)
+                    .with_t_max(2.0),
+                3,
+            ),
             other => panic!("no loss for fixture case {other}"),
         };
         let t = |v: &[f64]| {

@@ -17,8 +17,10 @@
 //! | [`barlow_twins`] | cross-correlation towards the identity (Barlow Twins) | <https://arxiv.org/abs/2103.03230> | `#barlow-twins-loss` |
 //! | [`vicreg`] | variance, invariance, covariance (VICReg) | <https://arxiv.org/abs/2105.04906> | `#vicreg-loss` |
 //! | [`dcl`] | decoupled contrastive loss and its weighted form (DCL / DCLW) | <https://arxiv.org/abs/2110.06848> | `#dcl-and-dclw` |
+//! | [`directclr`] | NT-Xent on the representation's first `d₀` coordinates, no projector (DirectCLR) | <https://arxiv.org/abs/2110.09348> | `#directclr` |
 //! | [`frossl`] | log Frobenius norm of the trace-normalised covariance plus invariance (FroSSL) | <https://arxiv.org/abs/2310.02903> | `#frossl-loss` |
 //! | [`macl`] | model-aware temperature and re-weighted anchors (MACL) | <https://arxiv.org/abs/2207.07874> | `#macl` |
+//! | [`lejepa`] | SIGReg (sketched isotropic Gaussian regulariser) plus invariance to the global views' mean (LeJEPA) | <https://arxiv.org/abs/2511.08544> | `#lejepa` |
 //! | [`swav`] | swapped prediction of Sinkhorn–Knopp codes (SwAV) | <https://arxiv.org/abs/2006.09882> | `#swav-loss` |
 //! | [`moco_v3`] | in-batch InfoNCE scaled by 2τ (MoCo v3) | <https://arxiv.org/abs/2104.02057> | `#moco-v3-loss` |
 //! | [`nnclr`] | nearest neighbour from a support set as the positive (NNCLR) | <https://arxiv.org/abs/2104.14548> | `#nnclr-loss` |
@@ -42,12 +44,14 @@ pub mod barlow_twins;
 pub mod curricular;
 pub mod dcl;
 pub mod dino;
+pub mod directclr;
 pub mod frossl;
 pub mod hcl;
 pub mod huber;
 pub mod ibot;
 pub mod info_nce;
 pub mod koleo;
+pub mod lejepa;
 pub mod macl;
 pub mod magnet;
 pub mod moco_v3;
@@ -68,12 +72,14 @@ pub use barlow_twins::{BarlowTwinsLoss, BarlowTwinsLossConfig};
 pub use curricular::{CurricularLoss, CurricularLossConfig, CurricularOutput, CurricularState};
 pub use dcl::{DclLoss, DclLossConfig};
 pub use dino::{DinoLoss, DinoLossConfig};
+pub use directclr::{DirectClrLoss, DirectClrLossConfig};
 pub use frossl::{FroSslLoss, FroSslLossConfig, FroSslTerms};
 pub use hcl::{HclLoss, HclLossConfig};
 pub use huber::{HuberNtXentLoss, HuberNtXentLossConfig};
 pub use ibot::{IbotPatchLoss, IbotPatchLossConfig};
 pub use info_nce::{InfoNceLoss, InfoNceLossConfig};
 pub use koleo::{KoLeoLoss, KoLeoLossConfig};
+pub use lejepa::{LeJepaLoss, LeJepaLossConfig, LeJepaTerms};
 pub use macl::{MaclLoss, MaclLossConfig, MaclOutput};
 pub use magnet::{MagnetLoss, MagnetLossConfig};
 pub use moco_v3::{MocoV3Loss, MocoV3LossConfig};

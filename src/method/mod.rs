@@ -8,8 +8,10 @@
 //!   MACL (and PGD-hardened negatives: the `pgd` module).
 //! - [`Moco`]: MoCo v1 / v2 and Light-MoCo (symmetric SoftNCE); [`MocoV3`]: MoCo v3.
 //! - [`Byol`]: BYOL; [`SimSiam`]: SimSiam; [`Nnclr`]: NNCLR; [`Tico`]: TiCo.
+//! - [`DirectClr`]: DirectCLR (NT-Xent on a sub-vector of the representation, no projector).
 //! - [`ProjectedPair`]: two views through one projector and a loss of the pair:
 //!   [`BarlowTwins`], [`VicReg`] and [`FroSsl`].
+//! - [`LeJepa`]: LeJEPA (SIGReg and invariance, multi-crop, no teacher).
 //! - [`Swav`]: SwAV; [`Dino`]: DINO (both with multi-crop); [`Ibot`]: iBOT and DINOv2's
 //!   objective.
 //! - [`RotNet`](rotnet::RotNet): rotation prediction (MICO's rotation curricula).
@@ -33,12 +35,14 @@ pub mod barlow_twins;
 pub mod branches;
 pub mod byol;
 pub mod dino;
+pub mod directclr;
 pub mod ema;
 pub mod encoder;
 pub mod frossl;
 pub mod hpm;
 pub mod ibot;
 pub mod ijepa;
+pub mod lejepa;
 pub mod mae;
 pub mod masking;
 pub mod moco;
@@ -65,11 +69,13 @@ pub use barlow_twins::{BarlowTwins, BarlowTwinsConfig};
 pub use branches::ViewPasses;
 pub use byol::{Byol, ByolConfig, ByolState};
 pub use dino::{Dino, DinoConfig, DinoHead, DinoHeadConfig, DinoNetwork, DinoState};
+pub use directclr::{DirectClr, DirectClrConfig, Unprojected};
 pub use encoder::{Predicted, Projected};
 pub use frossl::{FroSsl, FroSslConfig};
 pub use hpm::{Hpm, HpmConfig, HpmNetwork};
 pub use ibot::{Ibot, IbotConfig, IbotNetwork, IbotState};
 pub use ijepa::{Ijepa, IjepaConfig, IjepaMasks, IjepaNetwork, IjepaPredictor};
+pub use lejepa::{LeJepa, LeJepaConfig};
 pub use mae::{Mae, MaeConfig, MaeDecoder, MaeNetwork};
 pub use masking::{PatchMask, UnitMask};
 pub use moco::{Moco, MocoConfig, MocoState};

@@ -4,7 +4,9 @@
 use burn::module::Module;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl::curriculum::rotation::RotationCurriculumConfig;
-use curriculum_ssl::loss::{DinoLossConfig, IbotPatchLossConfig};
+use curriculum_ssl::loss::{
+    DinoLossConfig, DirectClrLossConfig, IbotPatchLossConfig, LeJepaLossConfig,
+};
 use curriculum_ssl::method::pgd::PgdConfig;
 use curriculum_ssl::method::rotnet::{RotNet, RotNetConfig, RotationMode};
 use curriculum_ssl::method::*;
@@ -42,6 +44,28 @@ pub fn simclr<B: AutodiffBackend>(
             .with_output_dim(8)
             .with_loss(loss)
             .with_pgd(pgd)
+            .init(TinyConv::new(d), d)
+    })
+    .unwrap()
+}
+
+/// DirectCLR on the first 3 of TinyConv's 4 features.
+pub fn directclr<B: AutodiffBackend>(device: &B::Device) -> DirectClr<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        DirectClrConfig::new()
+            .with_loss(DirectClrLossConfig::new().with_loss_dim(3))
+            .init(TinyConv::new(d), d)
+    })
+    .unwrap()
+}
+
+/// LeJEPA with 32 directions (λ 0.3), on the two global views.
+pub fn lejepa<B: AutodiffBackend>(device: &B::Device) -> LeJepa<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        LeJepaConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(8)
+            .with_loss(LeJepaLossConfig::new().with_lambda(0.3).with_num_slices(32))
             .init(TinyConv::new(d), d)
     })
     .unwrap()

@@ -157,6 +157,14 @@ fn cases() -> Vec<Case> {
             inputs: views(&z1, &z2),
         },
         Case {
+            name: "DirectCLR",
+            inputs: views(&z1, &z2),
+        },
+        Case {
+            name: "LeJEPA",
+            inputs: views(&z1, &z2),
+        },
+        Case {
             name: "soft-target CE",
             inputs: vec![(z1.clone(), B), (random(B + QUEUE, D, 15), B + QUEUE)],
         },
@@ -254,6 +262,21 @@ fn loss<Bk: AutodiffBackend>(
             .unwrap()
             .forward(x(0), x(1)),
         "FroSSL" => FroSslLossConfig::new().init().unwrap().forward(x(0), x(1)),
+        "DirectCLR" => DirectClrLossConfig::new()
+            .with_loss_dim(D / 2)
+            .init()
+            .unwrap()
+            .forward(x(0), x(1)),
+        "LeJEPA" => {
+            // Two global views and a local one made of them; 64 directions drawn on the host.
+            let l = LeJepaLossConfig::new()
+                .with_lambda(0.3)
+                .with_num_slices(64)
+                .init()
+                .unwrap();
+            let local = x(0).mul_scalar(0.5) + x(1).mul_scalar(0.3);
+            l.forward(&[x(0), x(1)], &[local], l.slices(D, 3, device))
+        }
         "MACL" => MaclLossConfig::new()
             .with_temperature(0.2)
             .init()

@@ -151,8 +151,6 @@ fn compare_steps<Mc: SslMethod<CpuAd>, Mg: SslMethod<GpuAd>>(
     (cpu, gpu)
 }
 
-/// Every pair loss of SimCLR (NT-Xent, HCL with a fixed and a scheduled β, curricular weighting,
-/// Huber NT-Xent) and PGD-hardened negatives (NT-Xent and HCL).
 /// Batch norm in training on the GPU path is the models crate's own operation
 /// (`kernels::batch_norm_op`: `batch_norm_train` takes `Autodiff<Wgpu>`), and it equals the
 /// CPU's slice kernels: the output, the gradients of the input, γ and β, and the batch moments,
@@ -215,6 +213,9 @@ fn batch_norm_is_one_operation_and_as_on_the_cpu() {
     seen.report("batch_norm_is_one_operation_and_as_on_the_cpu");
 }
 
+/// Every pair loss of SimCLR (NT-Xent, HCL with a fixed and a scheduled β, curricular weighting,
+/// Huber NT-Xent), PGD-hardened negatives (NT-Xent and HCL), DirectCLR (SimCLR's loss on a
+/// sub-vector of the backbone's features) and LeJEPA.
 #[test]
 fn simclr_and_its_curriculum_losses_step_as_on_the_cpu() {
     let Some(device) = gpu() else { return };
@@ -257,6 +258,22 @@ fn simclr_and_its_curriculum_losses_step_as_on_the_cpu() {
             &mut seen,
         );
     }
+    // DirectCLR: NT-Xent on the backbone's own features, no projector.
+    compare(
+        "DirectCLR",
+        directclr::<CpuAd>(&cpu_device),
+        directclr::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    // LeJEPA: SIGReg's cosines and sines along the step's directions, and the invariance.
+    compare(
+        "LeJEPA",
+        lejepa::<CpuAd>(&cpu_device),
+        lejepa::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
     seen.report("SimCLR");
 }
 

@@ -1,6 +1,6 @@
-"""Worked values and input gradients of the non-contrastive, decoupled, model-aware and FroSSL
-losses, in float64, from lightly's own implementations (lightly 1.6, torch 2.15), for
-tests/worked_values.rs.
+"""Worked values and input gradients of the non-contrastive, decoupled, model-aware, FroSSL,
+DirectCLR and LeJEPA losses, in float64, from lightly's own implementations (lightly 1.6,
+torch 2.15), for tests/worked_values.rs.
 
 Inputs (the Rust test builds them the same way): B = 6 images, D = 4 features,
     z1[i, j] = sin(0.7 * (i * D + j) + 0.3) + 0.1 * i
@@ -17,7 +17,16 @@ import math
 import os
 
 import torch
-from lightly.loss import BarlowTwinsLoss, DCLLoss, DCLWLoss, FroSSLLoss, MACLLoss, VICRegLoss
+from lightly.loss import (
+    BarlowTwinsLoss,
+    DCLLoss,
+    DCLWLoss,
+    DirectCLRLoss,
+    FroSSLLoss,
+    LeJEPALoss,
+    MACLLoss,
+    VICRegLoss,
+)
 
 torch.set_default_dtype(torch.float64)
 B, D = 6, 4
@@ -61,6 +70,48 @@ cases = [
     # FroSSL takes a list of views. B = 6 > D = 4: the D x D covariance.
     case("frossl w=1", lambda a, b: FroSSLLoss()([a, b])),
     case("frossl w=0.3", lambda a, b: FroSSLLoss(invariance_weight=0.3)([a, b])),
+    # DirectCLR reads the first loss_dim of the D = 4 columns: the rest get no gradient.
+    case("directclr d0=3 tau=0.5", DirectCLRLoss(loss_dim=3)),
+    case("directclr d0=2 tau=0.2", DirectCLRLoss(loss_dim=2, temperature=0.2)),
+]
+
+
+def slices(k):
+    """LeJEPA's directions, fixed for the comparison (lightly draws them with torch.randn):
+    A[d, c] = cos(0.9 * (d * k + c) + 0.1), each column divided by its norm."""
+    a = torch.tensor([[math.cos(0.9 * (d * k + c) + 0.1) for c in range(k)] for d in range(D)])
+    return a / a.norm(dim=0)
+
+
+def lejepa(k, **kwargs):
+    """LeJEPALoss with global views (z1, z2) and one local view 0.5 z1 + 0.3 z2, along the
+    directions of slices(k)."""
+    loss = LeJEPALoss(sigreg_num_vectors=k, **kwargs)
+    loss.sigreg._generate_unit_vectors = lambda device, dtype, num_features: slices(k)
+    # lightly builds its knots, phi and weights in float32 (linspace(..., dtype=float32)) and
+    # casts them to the input's dtype; rebuilt here in float64 by its own formulas, so that the
+    # comparison is of the computation rather than of float32 rounding (3e-9 relative).
+    sig = loss.sigreg
+    knots = sig.t.numel()
+    t = torch.linspace(0, float(sig.t[-1]), knots, dtype=torch.float64)
+    dt = float(sig.t[-1]) / (knots - 1)
+    weights = torch.full((knots,), 2 * dt, dtype=torch.float64)
+    weights[[0, -1]] = dt
+    window = torch.exp(-t.square() / 2.0)
+    sig.t, sig.phi, sig.weights = t, window, weights * window
+
+    def f(a, b):
+        return loss(global_proj=torch.stack([a, b]), local_proj=(0.5 * a + 0.3 * b)[None])
+
+    return f
+
+
+cases += [
+    case("lejepa lambda=0.05 K=5", lejepa(5)),
+    case(
+        "lejepa lambda=0.5 knots=5 tmax=2 K=3",
+        lejepa(3, lambda_param=0.5, sigreg_knots=5, sigreg_t_max=2.0),
+    ),
 ]
 out = os.path.join(os.path.dirname(__file__), "..", "fixtures", "ssl_losses.json")
 with open(out, "w") as f:

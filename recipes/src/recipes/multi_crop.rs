@@ -51,8 +51,9 @@ const EPOCHS: usize = 20;
 /// Epochs of DINO's teacher-temperature warm-up.
 const TEACHER_WARMUP_EPOCHS: usize = 6;
 
-/// `preset`'s multi-crop for images of `side` pixels with the papers' scales at ImageNet size.
-fn multi_crop(
+/// `preset`'s multi-crop ([`LOCAL_CROPS`] local crops) for images of `side` pixels with the
+/// papers' scales at ImageNet size ([`SMALL_LOCAL_SCALE`] for the local crops under 96 pixels).
+pub fn multi_crop(
     preset: Preset,
     side: usize,
     channels: usize,

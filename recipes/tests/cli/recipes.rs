@@ -136,11 +136,13 @@ fn the_method_table_recipes_run_two_steps() {
         ("barlow_twins", &[][..]),
         ("vicreg", &[][..]),
         ("frossl", &[][..]),
+        ("directclr", &[][..]),
         ("simclr", &["--loss", "dcl"][..]),
         ("simclr", &["--loss", "dclw"][..]),
         ("swav", &[][..]),
         ("swav", &["--local-crops", "0"][..]),
         ("dino", &["--local-crops", "2"][..]),
+        ("lejepa", &["--local-crops", "2"][..]),
         ("nnclr", &[][..]),
         ("tico", &[][..]),
         ("moco_v3", &[][..]),
@@ -199,6 +201,15 @@ fn table_recipes_run_two_steps(recipes: &[(&str, &[&str])]) {
                 header.ends_with("frossl_regularisation,frossl_invariance"),
                 "{header}"
             );
+        }
+        if name == "lejepa" {
+            assert!(
+                header.ends_with("lejepa_sigreg,lejepa_invariance"),
+                "{header}"
+            );
+        }
+        if name == "directclr" {
+            assert!(header.ends_with("directclr_norm"), "{header}");
         }
         if name == "swav" {
             assert!(header.ends_with("prototypes_frozen,swav_queue"), "{header}");
