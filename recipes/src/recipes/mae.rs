@@ -82,7 +82,8 @@ pub fn ratio_curriculum(args: &[String]) -> Result<()> {
 /// Runs `mae_hpm`: hard patches mining on the recipe's MAE.
 pub fn hard_patches(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults("mae_hpm"))?;
-    let config = recipe.section("method", HpmConfig::new().with_mae(config()))?;
+    let mae = config().with_seed(recipe.settings.seed);
+    let config = recipe.section("method", HpmConfig::new().with_mae(mae))?;
     let optimizer = recipe.section("optimizer", adamw())?;
     let backbone = recipe.backbone_config();
     recipe.train(&config, |recipe, device| {
@@ -98,7 +99,8 @@ fn adamw() -> AdamWConfig {
 
 fn train(args: &[String], defaults: Defaults, config: MaeConfig) -> Result<()> {
     let recipe = common::prepare(args, defaults)?;
-    let config = recipe.section("method", config)?;
+    // The masks are drawn from `--seed` (a study's seeds draw different masks).
+    let config = recipe.section("method", config.with_seed(recipe.settings.seed))?;
     let optimizer = recipe.section("optimizer", adamw())?;
     let backbone = recipe.backbone_config();
     recipe.train(&config, |recipe, device| {

@@ -57,7 +57,8 @@ fn train(args: &[String], name: &'static str, config: MsnConfig) -> Result<()> {
         .warmup(EPOCHS / 10)
         .backbone(BackboneChoice::VitTiny);
     let recipe = common::prepare(args, defaults)?;
-    let config = recipe.section("method", config)?;
+    // The masks are drawn from `--seed` (a study's seeds draw different masks).
+    let config = recipe.section("method", config.with_seed(recipe.settings.seed))?;
     let optimizer = recipe.section("optimizer", AdamWConfig::new().with_weight_decay(0.04))?;
     let backbone = recipe.backbone_config();
     recipe.train(&config, |recipe, device| {

@@ -67,7 +67,8 @@ pub fn ratio_curriculum(args: &[String]) -> Result<()> {
 
 fn train(args: &[String], defaults: Defaults, config: SimMimConfig) -> Result<()> {
     let recipe = common::prepare(args, defaults)?;
-    let config = recipe.section("method", config)?;
+    // The masks are drawn from `--seed` (a study's seeds draw different masks).
+    let config = recipe.section("method", config.with_seed(recipe.settings.seed))?;
     let optimizer = recipe.section("optimizer", AdamWConfig::new().with_weight_decay(0.05))?;
     let backbone = recipe.backbone_config();
     recipe.train(&config, |recipe, device| {

@@ -162,6 +162,30 @@ fn the_pixel_reconstruction_recipes_run_two_steps() {
     ]);
 }
 
+/// The masked-image recipes draw their masks from `--seed`: the method's seed recorded in
+/// config.json (what the method is built from) is the run's, so a study's seeds do not share
+/// one sequence of masks.
+#[test]
+fn the_masked_recipes_seed_their_masks_with_the_runs_seed() {
+    for (name, pointer) in [
+        ("simmim", "/run/method/seed"),
+        ("mae_hpm", "/run/method/mae/seed"),
+    ] {
+        let dir_name = format!("mask-seed-{name}");
+        let mut args = tiny(&dir_name, &["--seed", "5"]);
+        args[0] = name.to_string();
+        let o = run(&as_strs(&args));
+        assert_eq!(check_error_shape(&o, name), 0, "{name}\n{}", stderr(&o));
+        let text = std::fs::read_to_string(scratch().join(&dir_name).join("config.json")).unwrap();
+        let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            config.pointer(pointer),
+            Some(&serde_json::json!(5)),
+            "{name}: {text}"
+        );
+    }
+}
+
 /// iBOT, DINOv2's objective, I-JEPA and its curriculum, MSN and PMSN.
 #[test]
 fn the_token_distillation_and_jepa_recipes_run_two_steps() {
