@@ -208,10 +208,11 @@ mod tests {
             .expect("the backbone's weight has a gradient");
         assert!(host(grad).iter().any(|g| g.abs() > 1e-9));
 
-        let err = DirectClrConfig::new()
-            .with_loss(DirectClrLossConfig::new().with_loss_dim(7))
-            .init::<Ad, _>(Tiny::new(16, 6, &device), &device)
-            .unwrap_err();
+        let wide = DirectClrConfig::new().with_loss(DirectClrLossConfig::new().with_loss_dim(7));
+        let err = crate::method::init_method::<Ad, _, ConfigError>(&device, 4, |d| {
+            wide.init(Tiny::new(16, 6, d), d)
+        })
+        .expect_err("7 coordinates of 6 features");
         assert_eq!(err.field, "loss_dim");
     }
 }
