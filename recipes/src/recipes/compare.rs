@@ -12,8 +12,10 @@
 
 use std::path::{Path, PathBuf};
 
+use super::common::RecipeRun;
 use super::RecipeEntry;
 use anyhow::Result;
+use curriculum_ssl::train::RunRecord;
 use clap::Parser;
 
 use crate::plots::Table;
@@ -44,22 +46,43 @@ fn knn(file: &Path) -> Vec<(usize, f64)> {
         .collect()
 }
 
+/// The record of the run in `run`, refused (exit code 2) where `run` is no directory or has
+/// trained no step.
+fn read_run(run: &Path) -> Result<RunRecord<RecipeRun>> {
+    if !run.is_dir() {
+        return Err(usage(format!("{}: not a directory", run.display())));
+    }
+    if !run.join("steps.csv").is_file() {
+        return Err(usage(format!(
+            "{}: no steps.csv (not a run directory, or a run that has not trained a step)",
+            run.display()
+        )));
+    }
+    super::export::read_recipe_record(run)
+}
+
+/// The kNN settings any of the runs measured, in order of k.
+fn measured_ks(runs: &[PathBuf]) -> Vec<usize> {
+    let mut ks: Vec<usize> = Vec::new();
+    for run in runs {
+        for (k, _) in knn(&run.join(KNN_AT_INIT)) {
+            if !ks.contains(&k) {
+                ks.push(k);
+            }
+        }
+    }
+    ks.sort_unstable();
+    ks
+}
+
 /// Runs `recipe compare`.
 pub fn run(args: &[String]) -> Result<()> {
     let args: CompareArgs = super::common::parse_args(args)?;
-    let mut records = Vec::new();
-    for run in &args.runs {
-        if !run.is_dir() {
-            return Err(usage(format!("{}: not a directory", run.display())));
-        }
-        if !run.join("steps.csv").is_file() {
-            return Err(usage(format!(
-                "{}: no steps.csv (not a run directory, or a run that has not trained a step)",
-                run.display()
-            )));
-        }
-        records.push(super::export::read_recipe_record(run)?);
-    }
+    let records = args
+        .runs
+        .iter()
+        .map(|run| read_run(run))
+        .collect::<Result<Vec<_>>>()?;
     // The plots and compare.md neither go among a run's files (its plots/, its top level) nor
     // into a place that cannot be written: said before anything is drawn.
     let label = format!("--out {}", args.out.display());
@@ -73,16 +96,7 @@ pub fn run(args: &[String]) -> Result<()> {
     })?;
     let names: Vec<String> = args.runs.iter().map(|r| r.display().to_string()).collect();
     let plots = crate::plots::compare_runs(&args.runs, &names, &args.out)?;
-    // The kNN settings any run measured, in order of k.
-    let mut ks: Vec<usize> = Vec::new();
-    for run in &args.runs {
-        for (k, _) in knn(&run.join(KNN_AT_INIT)) {
-            if !ks.contains(&k) {
-                ks.push(k);
-            }
-        }
-    }
-    ks.sort_unstable();
+    let ks = measured_ks(&args.runs);
     let mut header = vec![
         "run".to_string(),
         "recipe".into(),

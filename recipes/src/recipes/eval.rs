@@ -111,15 +111,7 @@ impl Protocol {
 /// checksums, the data directory, the probe's settings) before anything is computed.
 pub fn run(args: &[String]) -> Result<()> {
     let args: EvalArgs = super::common::parse_args(args)?;
-    if let Some(lr) = args.probe_lr.filter(|lr| !(lr.is_finite() && *lr > 0.0)) {
-        return Err(usage(format!(
-            "--probe-lr {}: must be a finite number > 0",
-            lr
-        )));
-    }
-    if let Some(f) = args.label_fraction.filter(|f| !(*f > 0.0 && *f <= 1.0)) {
-        return Err(usage(format!("--label-fraction {f}: must lie in (0, 1]")));
-    }
+    check_probe_options(&args)?;
     super::export::check_run_dir(&args.run_dir)?;
     let run_record = super::export::read_recipe_record(&args.run_dir)?.run;
     let source = common::DataSource {
@@ -148,17 +140,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let normalize = record.task.augmentation.view1.normalize.clone();
     let few_labels = match args.label_fraction {
         Some(fraction) => {
-            let labels = train.labels().expect("labelled_sets checked the labels");
             let seed = args.label_seed.unwrap_or(record.train.seed);
-            let indices = curriculum_ssl::eval::few_label_indices(&labels, fraction, seed)?;
-            let few: Arc<dyn ImageSet> = match &train {
-                LabelledSet::Memory(array) => Arc::new(array.select(&indices)?),
-                LabelledSet::Stream(stream, _) => {
-                    let (streamed, files) = &**stream;
-                    Arc::new(streamed.eval_set(&files.subset(&indices))?)
-                }
-            };
-            Some((fraction, few))
+            Some((fraction, few_label_subset(&train, fraction, seed)?))
         }
         None => None,
     };
@@ -212,6 +195,35 @@ pub fn run(args: &[String]) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("could not write {}: {e}", path.display()))?;
     println!("results appended to {}", path.display());
     Ok(())
+}
+
+/// The probe's options that no other check reads: a learning rate that is a finite number > 0,
+/// a label fraction in (0, 1].
+fn check_probe_options(args: &EvalArgs) -> Result<()> {
+    if let Some(lr) = args.probe_lr.filter(|lr| !(lr.is_finite() && *lr > 0.0)) {
+        return Err(usage(format!(
+            "--probe-lr {}: must be a finite number > 0",
+            lr
+        )));
+    }
+    if let Some(f) = args.label_fraction.filter(|f| !(*f > 0.0 && *f <= 1.0)) {
+        return Err(usage(format!("--label-fraction {f}: must lie in (0, 1]")));
+    }
+    Ok(())
+}
+
+/// The few-label subset of `train`: `fraction` of its images, balanced over the classes, drawn
+/// with `seed` (`curriculum_ssl::eval::few_label_indices`), as a set of its own.
+fn few_label_subset(train: &LabelledSet, fraction: f64, seed: u64) -> Result<Arc<dyn ImageSet>> {
+    let labels = train.labels().expect("labelled_sets checked the labels");
+    let indices = curriculum_ssl::eval::few_label_indices(&labels, fraction, seed)?;
+    Ok(match train {
+        LabelledSet::Memory(array) => Arc::new(array.select(&indices)?),
+        LabelledSet::Stream(stream, _) => {
+            let (streamed, files) = &**stream;
+            Arc::new(streamed.eval_set(&files.subset(&indices))?)
+        }
+    })
 }
 
 /// What an evaluation scores on: the run's labelled splits, the few-label subset when asked
