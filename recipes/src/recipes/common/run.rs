@@ -172,40 +172,50 @@ impl Prepared {
             });
         match outcome {
             Ok(_) => Ok(()),
-            Err(DataParallelError::Replica {
-                rank,
-                replicas,
-                reason,
-                others,
-            }) => {
-                let mut errors = errors.into_inner().unwrap_or_else(|e| e.into_inner());
-                let interrupted = |e: &anyhow::Error| {
-                    matches!(
-                        e.downcast_ref::<curriculum_ssl::train::TrainError>(),
-                        Some(curriculum_ssl::train::TrainError::Interrupted { .. })
-                    )
-                };
-                // Stopped on purpose (Ctrl-C) everywhere: the lowest replica's word, which
-                // wrote the last checkpoint on machine 0.
-                if !errors.is_empty() && errors.iter().all(|(_, e)| interrupted(e)) {
-                    errors.sort_by_key(|(rank, _)| *rank);
-                    let (rank, error) = errors.swap_remove(0);
-                    return Err(error.context(format!("replica {rank} of {replicas}")));
-                }
-                for (other, reason) in others {
-                    log::warn!("replica {other} stopped too: {reason}");
-                }
-                // The error of the replica that failed first (a panic has no error of its own:
-                // its text is the reason).
-                let (rank, error) = match errors.is_empty() {
-                    true => (rank, anyhow::anyhow!(reason)),
-                    false => errors.swap_remove(0),
-                };
-                Err(error.context(format!("replica {rank} of {replicas}")))
-            }
-            Err(error) => Err(usage(error.to_string())),
+            Err(error) => Err(replica_failure(
+                error,
+                errors.into_inner().unwrap_or_else(|e| e.into_inner()),
+            )),
         }
     }
+}
+
+/// The error a data-parallel run ends with, from the collective's `error` and the replicas' own
+/// `errors` (with their ranks): stopped on purpose (Ctrl-C) everywhere, the lowest replica's
+/// word, which wrote the last checkpoint on machine 0; else the error of the replica that failed
+/// first (a panic has no error of its own: its text is the reason), the others logged.
+fn replica_failure(
+    error: DataParallelError,
+    mut errors: Vec<(usize, anyhow::Error)>,
+) -> anyhow::Error {
+    let (rank, replicas, reason, others) = match error {
+        DataParallelError::Replica {
+            rank,
+            replicas,
+            reason,
+            others,
+        } => (rank, replicas, reason, others),
+        error => return usage(error.to_string()),
+    };
+    let interrupted = |e: &anyhow::Error| {
+        matches!(
+            e.downcast_ref::<curriculum_ssl::train::TrainError>(),
+            Some(curriculum_ssl::train::TrainError::Interrupted { .. })
+        )
+    };
+    if !errors.is_empty() && errors.iter().all(|(_, e)| interrupted(e)) {
+        errors.sort_by_key(|(rank, _)| *rank);
+        let (rank, error) = errors.swap_remove(0);
+        return error.context(format!("replica {rank} of {replicas}"));
+    }
+    for (other, reason) in others {
+        log::warn!("replica {other} stopped too: {reason}");
+    }
+    let (rank, error) = match errors.is_empty() {
+        true => (rank, anyhow::anyhow!(reason)),
+        false => errors.swap_remove(0),
+    };
+    error.context(format!("replica {rank} of {replicas}"))
 }
 
 /// The most replicas `--devices` runs on the CPU backend: each is a thread sharing the same
