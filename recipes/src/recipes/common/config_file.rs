@@ -283,22 +283,7 @@ pub fn resolve(
     let mut overrides = Overrides::default();
     let mut resolved = Vec::new();
     if let Some((path, name)) = file {
-        let file = ConfigFile::read_named(path, name)?;
-        if let Some(other) = file.recipe.as_deref().filter(|r| *r != recipe) {
-            return Err(usage(format!(
-                "{name}: written for recipe `{other}`, not `{recipe}`"
-            )));
-        }
-        for (key, value) in &file.options {
-            resolved.extend(as_flag(
-                command,
-                key,
-                value,
-                &format!("{}", path.display()),
-            )?);
-        }
-        overrides.file = file.sections;
-        overrides.source = Some(path.to_path_buf());
+        resolved = from_file(command, recipe, path, name, &mut overrides)?;
     }
     // The command line itself, without its key=value tokens (they are applied below).
     let given: Vec<String> = args
@@ -383,6 +368,39 @@ pub fn resolve(
         }
     }
     Ok((resolved, overrides))
+}
+
+/// The settings file at `path` (named `name` in messages) for `recipe`: its options as command
+/// line flags, its sections kept in `overrides` (the file's settings, under the command line's).
+///
+/// # Errors
+/// A file that cannot be read or parsed, written for another recipe, or an option of it that
+/// the recipe does not have (exit code 2).
+fn from_file(
+    command: &clap::Command,
+    recipe: &str,
+    path: &Path,
+    name: &str,
+    overrides: &mut Overrides,
+) -> Result<Vec<String>> {
+    let file = ConfigFile::read_named(path, name)?;
+    if let Some(other) = file.recipe.as_deref().filter(|r| *r != recipe) {
+        return Err(usage(format!(
+            "{name}: written for recipe `{other}`, not `{recipe}`"
+        )));
+    }
+    let mut flags = Vec::new();
+    for (key, value) in &file.options {
+        flags.extend(as_flag(
+            command,
+            key,
+            value,
+            &format!("{}", path.display()),
+        )?);
+    }
+    overrides.file = file.sections;
+    overrides.source = Some(path.to_path_buf());
+    Ok(flags)
 }
 
 /// The id of the option whose long name or alias is `long` (without the dashes).
