@@ -2,23 +2,19 @@
 //! SimCLR without a projector. The loss of [`crate::loss::directclr`] reads the first `d₀`
 //! coordinates of the backbone's own representation; the network is the backbone alone
 //! ([`Unprojected`]), so nothing but the backbone trains and what kNN and the probe read is what
-//! the loss shaped. The sub-vector's L2 norm is logged (`directclr_norm`, the mean over both
-//! views' rows) beside the loss.
+//! the loss shaped. A [`ProjectedPair`] of that network; the sub-vectors' mean L2 norm is
+//! logged (`directclr_norm`, over both views' rows of the global batch) beside the loss.
 //!
 //! The math, the defaults and the worked values are in `docs/methods.md#directclr`.
 
 use std::marker::PhantomData;
 
-use burn::optim::GradientsParams;
 use burn::prelude::*;
-use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::{Backbone, TrainableBackbone};
+use curriculum_ssl_models::Backbone;
 
-use super::branches::{ViewPasses, ViewThreads};
-use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
+use super::projected_pair::{PairNetwork, PairObjective, ProjectedPair};
+use super::ssl_method::HasBackbone;
 use crate::base::error::ConfigError;
-use crate::base::Progress;
-use crate::data_parallel::Replica;
 use crate::loss::{DirectClrLoss, DirectClrLossConfig};
 
 /// Configuration of [`DirectClr`].
@@ -52,15 +48,11 @@ impl DirectClrConfig {
                 ),
             ));
         }
-        Ok(DirectClr {
-            online: Unprojected {
-                backbone,
-                backend: PhantomData,
-            },
-            loss,
-            view_threads: ViewThreads::default(),
-            replica: None,
-        })
+        let online = Unprojected {
+            backbone,
+            backend: PhantomData,
+        };
+        Ok(ProjectedPair::of_network(online, loss))
     }
 }
 
@@ -78,97 +70,36 @@ impl<B: Backend, M> HasBackbone<M> for Unprojected<B, M> {
     }
 }
 
-/// DirectCLR. Build it with [`DirectClrConfig::init`].
-#[derive(Debug, Clone)]
-pub struct DirectClr<B: Backend, M: Backbone<B>> {
-    online: Unprojected<B, M>,
-    loss: DirectClrLoss,
-    /// The two views' passes back-propagated on two threads, when on.
-    view_threads: ViewThreads<B, Unprojected<B, M>>,
-    /// This method's replica in a data-parallel run: the loss sees every replica's rows.
-    replica: Option<Replica<B>>,
-}
-
-impl<B: Backend, M: Backbone<B>> DirectClr<B, M> {
-    /// The loss.
-    pub fn objective(&self) -> &DirectClrLoss {
-        &self.loss
+impl<B: Backend, M: Backbone<B>> PairNetwork<B> for Unprojected<B, M> {
+    fn forward_grouped(&self, images: Tensor<B, 4>, groups: usize) -> Tensor<B, 2> {
+        self.backbone.forward_features_grouped(images, groups)
     }
 }
 
-impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for DirectClr<B, M> {
-    type Online = Unprojected<B, M>;
-    type Backbone = M;
-    /// Nothing besides the backbone.
-    type State = ();
+/// DirectCLR: a [`ProjectedPair`] of the backbone alone and the DirectCLR loss. Build it with
+/// [`DirectClrConfig::init`].
+pub type DirectClr<B, M> = ProjectedPair<B, M, DirectClrLoss, Unprojected<B, M>>;
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
-
-    fn state(&self) {}
-
-    fn load_state(&mut self, _: ()) -> Result<(), ConfigError> {
-        Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
-    }
-
-    fn forward_views(&mut self, views: Views<B>, _: Progress) -> MethodOutput<B> {
-        let ([r1, r2], _) =
-            self.view_threads
-                .passes(&self.online, views.two(), true, |net, x, groups| {
-                    (net.backbone.forward_features_grouped(x, groups), ())
-                });
-        let (h1, h2) = (
-            self.loss.truncate(r1.clone()),
-            self.loss.truncate(r2.clone()),
+impl<B: Backend> PairObjective<B> for DirectClrLoss {
+    fn loss(
+        &self,
+        r1: Tensor<B, 2>,
+        r2: Tensor<B, 2>,
+    ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>) {
+        let heads = Tensor::cat(
+            vec![self.truncate(r1.clone()), self.truncate(r2.clone())],
+            0,
         );
-        let norm = Tensor::cat(vec![h1.detach(), h2.detach()], 0)
-            .powi_scalar(2)
-            .sum_dim(1)
-            .sqrt()
-            .mean();
-        let embeddings = Some([r1.clone().detach(), r2.clone().detach()]);
-        // Data-parallel: every anchor's negatives are the global batch's rows.
-        let (r1, r2) = match &self.replica {
-            Some(replica) => (replica.gather(r1), replica.gather(r2)),
-            None => (r1, r2),
-        };
-        MethodOutput {
-            loss: self.loss.forward(r1, r2),
-            stats: vec![("directclr_norm", norm)],
-            embeddings,
-        }
+        let norm = heads.detach().powi_scalar(2).sum_dim(1).sqrt().mean();
+        (self.forward(r1, r2), vec![("directclr_norm", norm)])
     }
-
-    fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
-        self.view_threads.gradients(loss, &self.online)
-    }
-
-    fn set_view_passes(&mut self, passes: ViewPasses) {
-        self.view_threads.set(passes);
-    }
-
-    /// NT-Xent compares images across the batch: every replica computes it on the gathered
-    /// representations (the same value everywhere), and the gather's backward returns each
-    /// replica `W` times its rows' gradient, which the average over replicas brings back to the
-    /// one-device gradient (`docs/methods.md#on-several-replicas`).
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.view_threads.replicated();
-        self.replica = Some(replica);
-        Ok(())
-    }
-
-    fn after_step(&mut self, _: Progress) {}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
+    use crate::method::SslMethod;
     use burn::backend::{Autodiff, NdArray};
 
     type Ad = Autodiff<NdArray<f64>>;

@@ -8,9 +8,8 @@
 //!   MACL (and PGD-hardened negatives: the `pgd` module).
 //! - [`Moco`]: MoCo v1 / v2 and Light-MoCo (symmetric SoftNCE); [`MocoV3`]: MoCo v3.
 //! - [`Byol`]: BYOL; [`SimSiam`]: SimSiam; [`Nnclr`]: NNCLR; [`Tico`]: TiCo.
-//! - [`DirectClr`]: DirectCLR (NT-Xent on a sub-vector of the representation, no projector).
-//! - [`ProjectedPair`]: two views through one projector and a loss of the pair:
-//!   [`BarlowTwins`], [`VicReg`] and [`FroSsl`].
+//! - [`ProjectedPair`]: two views through one network and a loss of the pair:
+//!   [`BarlowTwins`], [`VicReg`], [`FroSsl`] and [`DirectClr`] (the backbone alone).
 //! - [`LeJepa`]: LeJEPA (SIGReg and invariance, multi-crop, no teacher).
 //! - [`Swav`]: SwAV; [`Dino`]: DINO (both with multi-crop); [`Ibot`]: iBOT and DINOv2's
 //!   objective.
@@ -83,7 +82,7 @@ pub use moco_v3::{MocoV3, MocoV3Config, MocoV3State};
 pub use momentum::MomentumEncoder;
 pub use msn::{Msn, MsnConfig, MsnNetwork, MsnState, MsnStudent};
 pub use nnclr::{Nnclr, NnclrConfig, NnclrState};
-pub use projected_pair::{PairObjective, ProjectedPair};
+pub use projected_pair::{PairNetwork, PairObjective, ProjectedPair};
 pub use queue::{KeyQueue, KeyQueueConfig, QueueFit};
 pub use simclr::{PairLossConfig, SimClr, SimClrConfig, SimClrState};
 pub use simmim::{SimMim, SimMimConfig, SimMimNetwork};

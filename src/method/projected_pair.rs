@@ -1,9 +1,10 @@
-//! The shape shared by the methods whose whole idea is their loss on two views' projections
-//! (Barlow Twins, VICReg): backbone + MLP projector, the loss between the two views'
-//! projections, no predictor, no momentum network, no queue. The papers' own pieces live in
-//! [`super::barlow_twins`] and [`super::vicreg`] (their projectors and defaults) and in
+//! The shape shared by the methods whose whole idea is their loss on two views' outputs of one
+//! network (Barlow Twins, VICReg, FroSSL: backbone + MLP projector; DirectCLR: the backbone
+//! alone), the loss between the two views' outputs, no predictor, no momentum network, no queue.
+//! The papers' own pieces live in their method files (their networks and defaults) and in
 //! `loss/` (their losses).
 
+use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -11,7 +12,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::branches::{ViewPasses, ViewThreads};
 use super::encoder::Projected;
-use super::ssl_method::{MethodOutput, SslMethod, Views};
+use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -31,29 +32,59 @@ pub trait PairObjective<B: Backend>: Clone + std::fmt::Debug + 'static {
     ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>);
 }
 
-/// A method made of a backbone, a projector and a [`PairObjective`] (Barlow Twins, VICReg).
-/// Build one with [`super::BarlowTwinsConfig::init`] or [`super::VicRegConfig::init`].
+/// The network a [`ProjectedPair`] passes both views through: [`Projected`] (a backbone and a
+/// projector) or [`super::directclr::Unprojected`] (the backbone alone).
+pub trait PairNetwork<B: Backend> {
+    /// The outputs the loss compares of `groups` equal batches stacked along the first axis,
+    /// each as the network gives it on its own.
+    ///
+    /// # Shapes
+    /// - `images`: `[groups · N, C, H, W]` → `[groups · N, D]`
+    fn forward_grouped(&self, images: Tensor<B, 4>, groups: usize) -> Tensor<B, 2>;
+}
+
+impl<B: Backend, M: Backbone<B>> PairNetwork<B> for Projected<B, M> {
+    fn forward_grouped(&self, images: Tensor<B, 4>, groups: usize) -> Tensor<B, 2> {
+        Projected::forward_grouped(self, images, groups)
+    }
+}
+
+/// A method made of one network ([`PairNetwork`], by default a backbone and a projector) and a
+/// [`PairObjective`] (Barlow Twins, VICReg, FroSSL, DirectCLR). Build one with a method's
+/// config, e.g. [`super::BarlowTwinsConfig::init`].
 #[derive(Debug, Clone)]
-pub struct ProjectedPair<B: Backend, M: Backbone<B>, L> {
-    online: Projected<B, M>,
+pub struct ProjectedPair<B: Backend, M: Backbone<B>, L, N = Projected<B, M>> {
+    online: N,
     loss: L,
     /// The two views' passes back-propagated on two threads, when on.
-    view_threads: ViewThreads<B, Projected<B, M>>,
-    /// This method's replica in a data-parallel run: the loss sees every replica's projections.
+    view_threads: ViewThreads<B, N>,
+    /// This method's replica in a data-parallel run: the loss sees every replica's outputs.
     replica: Option<Replica<B>>,
+    backbone: std::marker::PhantomData<M>,
 }
 
 impl<B: Backend, M: Backbone<B>, L> ProjectedPair<B, M, L> {
     /// A method of `backbone`, `projector` and `loss`.
     pub fn new(backbone: M, projector: MlpHead<B>, loss: L) -> Self {
-        Self {
-            online: Projected {
+        Self::of_network(
+            Projected {
                 backbone,
                 projector,
             },
             loss,
+        )
+    }
+}
+
+impl<B: Backend, M: Backbone<B>, L, N> ProjectedPair<B, M, L, N> {
+    /// A method of the network `online` and `loss`.
+    pub fn of_network(online: N, loss: L) -> Self {
+        Self {
+            online,
+            loss,
             view_threads: ViewThreads::default(),
             replica: None,
+            backbone: std::marker::PhantomData,
         }
     }
 
@@ -63,13 +94,14 @@ impl<B: Backend, M: Backbone<B>, L> ProjectedPair<B, M, L> {
     }
 }
 
-impl<B, M, L> SslMethod<B> for ProjectedPair<B, M, L>
+impl<B, M, L, N> SslMethod<B> for ProjectedPair<B, M, L, N>
 where
     B: AutodiffBackend,
     M: TrainableBackbone<B>,
     L: PairObjective<B>,
+    N: PairNetwork<B> + AutodiffModule<B> + Clone + HasBackbone<M> + 'static,
 {
-    type Online = Projected<B, M>;
+    type Online = N;
     type Backbone = M;
     /// Nothing besides the trainable networks.
     type State = ();
@@ -118,7 +150,7 @@ where
     }
 
     /// The loss compares images across the batch: every replica computes it on the gathered
-    /// projections (the same value everywhere), and the gather's backward returns each replica
+    /// outputs (the same value everywhere), and the gather's backward returns each replica
     /// `W` times its rows' gradient, which the average over replicas brings back to the
     /// one-device gradient (`docs/methods.md#on-several-replicas`).
     fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
