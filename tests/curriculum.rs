@@ -1583,7 +1583,7 @@ fn with_every_piece<S: SslMethod<Ad>>(name: &str, method: S) -> Vec<String> {
 /// each: Barlow Twins, VICReg (its three terms logged), FroSSL (its two), SimCLR with DCL, with
 /// DCLW and with MACL (its temperature logged), DirectCLR (its sub-vector's norm logged), LeJEPA
 /// (its two terms), SwAV and DINO on their two global views (their multi-crop runs in tests/data_parallel.rs and the
-/// CLI tests), NNCLR, TiCo and MoCo v3.
+/// CLI tests), NNCLR, NNSiam, NNBYOL (its momentum logged), ReSSL, TiCo and MoCo v3.
 #[test]
 fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
     use curriculum_ssl::loss::{BarlowTwinsLossConfig, DclLossConfig};
@@ -1703,6 +1703,29 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
             .init(lenet(d), 16, d)
     });
     with_every_piece("nnclr", nnclr);
+    let nnsiam = init(|d| {
+        NnSiamConfig::new()
+            .with_simsiam(SimSiamConfig::new().with_dim(16).with_predictor_dim(8))
+            .with_support_set_size(64)
+            .init(lenet(d), 16, d)
+    });
+    with_every_piece("nnsiam", nnsiam);
+    let nnbyol = init(|d| {
+        NnByolConfig::new()
+            .with_byol(ByolConfig::new().with_hidden_dim(32).with_output_dim(16))
+            .with_support_set_size(64)
+            .init(lenet, 16, d)
+    });
+    let rows = with_every_piece("nnbyol", nnbyol);
+    assert!(rows[0].split(',').any(|c| c == "momentum"), "{}", rows[0]);
+    let ressl = init(|d| {
+        ResslConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .with_queue_size(64)
+            .init(lenet, 16, d)
+    });
+    with_every_piece("ressl", ressl);
     let tico = init(|d| {
         TicoConfig::new()
             .with_hidden_dim(32)

@@ -600,8 +600,52 @@ fn nnclr<B: Backend>(d: &B::Device, batch: usize) -> Result<Nnclr<B, ResNet<B>>,
 }
 
 fn nnclr_extra<B: Backend>(m: &Nnclr<B, ResNet<B>>) -> Vec<f64> {
-    let keys = m.support_set().keys();
-    keys.into_data().convert::<f64>().to_vec::<f64>().unwrap()
+    host_values(m.support_set().keys())
+}
+
+/// A tensor's values on the host.
+fn host_values<B: Backend>(x: Tensor<B, 2>) -> Vec<f64> {
+    x.into_data().convert::<f64>().to_vec::<f64>().unwrap()
+}
+
+fn nnsiam<B: Backend>(d: &B::Device, batch: usize) -> Result<NnSiam<B, ResNet<B>>, ConfigError> {
+    NnSiamConfig::new()
+        .with_simsiam(SimSiamConfig::new().with_dim(4).with_predictor_dim(8))
+        .with_support_set_size(2 * GLOBAL)
+        .init(resnet(d), batch, d)
+}
+
+fn nnbyol<B: Backend>(d: &B::Device, batch: usize) -> Result<NnByol<B, ResNet<B>>, ConfigError> {
+    NnByolConfig::new()
+        .with_byol(
+            ByolConfig::new()
+                .with_hidden_dim(8)
+                .with_output_dim(4)
+                .with_base_momentum(0.9),
+        )
+        .with_support_set_size(2 * GLOBAL)
+        .init(resnet, batch, d)
+}
+
+fn nnbyol_extra<B: Backend>(m: &NnByol<B, ResNet<B>>) -> Vec<f64> {
+    let mut v = values(m.target().network());
+    v.extend(host_values(m.support_set().keys()));
+    v
+}
+
+fn ressl<B: Backend>(d: &B::Device, batch: usize) -> Result<Ressl<B, ResNet<B>>, ConfigError> {
+    ResslConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .with_base_momentum(0.9)
+        .with_queue_size(2 * GLOBAL)
+        .init(resnet, batch, d)
+}
+
+fn ressl_extra<B: Backend>(m: &Ressl<B, ResNet<B>>) -> Vec<f64> {
+    let mut v = values(m.momentum_encoder().network());
+    v.extend(host_values(m.queue().keys()));
+    v
 }
 
 fn tico<B: Backend>(d: &B::Device, _: usize) -> Result<Tico<B, ResNet<B>>, ConfigError> {
@@ -720,6 +764,20 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
     // NNCLR's support set takes every replica's projections; TiCo's covariance is the global
     // batch's.
     assert_same("NNCLR (f64)", runs::<Exact, _>(&nnclr, &nnclr_extra), 1e-10);
+    // NNSiam's and NNBYOL's support sets take every replica's (target) projections; each
+    // replica's images find their neighbours in it.
+    assert_same(
+        "NNSiam (f64)",
+        runs::<Exact, _>(&nnsiam, &|m| host_values(m.support_set().keys())),
+        1e-10,
+    );
+    assert_same(
+        "NNBYOL (f64)",
+        runs::<Exact, _>(&nnbyol, &nnbyol_extra),
+        1e-10,
+    );
+    // ReSSL's queue takes every replica's keys.
+    assert_same("ReSSL (f64)", runs::<Exact, _>(&ressl, &ressl_extra), 1e-10);
     assert_same("TiCo (f64)", runs::<Exact, _>(&tico, &tico_extra), 1e-10);
     // MoCo v3's keys are every replica's; each replica's queries find their positives at its
     // own rows.

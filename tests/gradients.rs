@@ -617,6 +617,66 @@ fn nnclr_gradient_and_no_gradient_to_the_neighbours() {
     );
 }
 
+/// NNSiam and NNBYOL (SimSiam's and BYOL's losses against the nearest neighbours of the other
+/// view's projections in a support set): the predictions' gradient through the lookup; the
+/// projections, which only pick the neighbours, and the support set get none.
+#[test]
+fn nnsiam_and_nnbyol_gradients_and_no_gradient_through_the_lookup() {
+    use curriculum_ssl::loss::negative_cosine::NegativeCosineForm;
+    use curriculum_ssl::method::KeyQueue;
+    let (p1, z2) = views(79);
+    let (p2, z1) = views(83);
+    let support = unit_rows(&random_values(QUEUE, DIM, 89), DIM);
+    for (name, form) in [
+        ("NNSiam", NegativeCosineForm::NegativeCosine),
+        ("NNBYOL", NegativeCosineForm::TwoMinusTwoCosine),
+    ] {
+        let loss = NegativeCosineLossConfig::new()
+            .with_form(form)
+            .init()
+            .unwrap();
+        check_gradients(
+            name,
+            &[
+                (p1.clone(), BATCH, DIM),
+                (p2.clone(), BATCH, DIM),
+                (z1.clone(), BATCH, DIM),
+                (z2.clone(), BATCH, DIM),
+                (support.clone(), QUEUE, DIM),
+            ],
+            &[true, true, false, false, false],
+            |x| {
+                let q = KeyQueue::from_parts(x[4].clone(), 0, BATCH).unwrap();
+                let (nn1, nn2) = (q.nearest(x[2].clone()), q.nearest(x[3].clone()));
+                match form {
+                    // NNSiam: the mean of the two orderings.
+                    NegativeCosineForm::NegativeCosine => {
+                        loss.forward_symmetric(x[0].clone(), x[1].clone(), nn1, nn2)
+                    }
+                    // NNBYOL: their sum.
+                    NegativeCosineForm::TwoMinusTwoCosine => {
+                        loss.forward(x[0].clone(), nn2) + loss.forward(x[1].clone(), nn1)
+                    }
+                }
+            },
+        );
+    }
+}
+
+/// ReSSL: the queries' gradient at the paper's temperatures; the keys and the queue get none.
+#[test]
+fn ressl_gradient_and_no_gradient_to_the_keys_or_queue() {
+    let (q, k) = views(97);
+    let queue = unit_rows(&random_values(QUEUE, DIM, 101), DIM);
+    let loss = ResslLossConfig::new().init().unwrap();
+    check_gradients(
+        "ReSSL",
+        &[(q, BATCH, DIM), (k, BATCH, DIM), (queue, QUEUE, DIM)],
+        &[true, false, false],
+        |x| loss.forward(x[0].clone(), x[1].clone(), x[2].clone()),
+    );
+}
+
 /// TiCo: both embeddings' gradients with a running covariance given; the covariance gets none.
 /// (Its update `B = z_aᵀz_a/N` is without gradient, as in the paper and lightly, so the
 /// derivative is taken with it held: the covariance is an input here.)

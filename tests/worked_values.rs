@@ -301,13 +301,6 @@ fn swav_and_dino_equal_lightly_values_gradients_codes_and_centre() {
         })
     };
     let center = matrix(1, &|_, j| 0.1 * j as f64 - 0.15);
-    let floats = |v: &serde_json::Value| -> Vec<f64> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect()
-    };
     let host = |x: Tensor<Ad, 2>| -> Vec<f64> { x.into_data().convert::<f64>().to_vec().unwrap() };
     let close = |what: &str, ours: f64, theirs: f64, rel: f64| {
         assert!(
@@ -410,13 +403,6 @@ fn ibot_patch_loss_and_koleo_equal_lightly() {
         let values: Vec<f64> = (0..rows * cols).map(|e| f(e / cols, e % cols)).collect();
         Tensor::from_data(TensorData::new(values, [rows, cols]), &device)
     };
-    let floats = |v: &serde_json::Value| -> Vec<f64> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect()
-    };
     let close = |what: &str, ours: f64, theirs: f64, rel: f64| {
         assert!(
             (ours - theirs).abs() <= rel * theirs.abs().max(1.0),
@@ -514,13 +500,6 @@ fn msn_and_pmsn_losses_equal_lightly() {
         let values: Vec<f64> = (0..rows * d).map(|e| f(e / d, e)).collect();
         Tensor::from_data(TensorData::new(values, [rows, d]), &device)
     };
-    let floats = |v: &serde_json::Value| -> Vec<f64> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect()
-    };
     let close = |what: &str, ours: f64, theirs: f64, rel: f64| {
         assert!(
             (ours - theirs).abs() <= rel * theirs.abs().max(1.0),
@@ -568,6 +547,207 @@ fn msn_and_pmsn_losses_equal_lightly() {
     }
 }
 
+/// `tests/fixtures/method_zoo_losses.json` (written by `tests/pytorch/method_zoo_losses.py`) and
+/// its inputs, built as the script builds them.
+struct Zoo {
+    json: serde_json::Value,
+    /// Rows and columns of the inputs.
+    n: usize,
+    d: usize,
+}
+
+impl Zoo {
+    fn load() -> Self {
+        let json: serde_json::Value =
+            serde_json::from_str(include_str!("fixtures/method_zoo_losses.json")).unwrap();
+        let number = |key: &str| json[key].as_u64().unwrap() as usize;
+        let (n, d) = (number("batch"), number("dim"));
+        Self { json, n, d }
+    }
+
+    /// `a[i, j] = sin(0.7 (iD + j) + 0.3) + 0.1 i`.
+    fn a(&self) -> Vec<f64> {
+        self.matrix(|i, j| (0.7 * (i * self.d + j) as f64 + 0.3).sin() + 0.1 * i as f64)
+    }
+
+    /// `b[i, j] = cos(0.45 (iD + j) − 0.2) + 0.05 j`.
+    fn b(&self) -> Vec<f64> {
+        self.matrix(|i, j| (0.45 * (i * self.d + j) as f64 - 0.2).cos() + 0.05 * j as f64)
+    }
+
+    /// `c[i, j] = sin(0.31 (iD + j) + 1.1) − 0.2 j`.
+    fn c(&self) -> Vec<f64> {
+        self.matrix(|i, j| (0.31 * (i * self.d + j) as f64 + 1.1).sin() - 0.2 * j as f64)
+    }
+
+    fn matrix(&self, f: impl Fn(usize, usize) -> f64) -> Vec<f64> {
+        (0..self.n * self.d)
+            .map(|e| f(e / self.d, e % self.d))
+            .collect()
+    }
+
+    /// `values` as `rows` rows of the inputs' width.
+    fn tensor(
+        &self,
+        values: &[f64],
+        rows: usize,
+    ) -> burn::prelude::Tensor<crate::common::ExactAd, 2> {
+        let data = burn::tensor::TensorData::new(values.to_vec(), [rows, self.d]);
+        burn::prelude::Tensor::from_data(data, &Default::default())
+    }
+
+    /// The support set (also ReSSL's queue), `[support_size, D]`, and its number of rows.
+    fn support(&self) -> (Vec<f64>, usize) {
+        let rows = self.json["support_size"].as_u64().unwrap() as usize;
+        (floats(&self.json["support"]), rows)
+    }
+
+    /// The support-set cases whose names `keep` accepts.
+    fn support_set_cases(&self, keep: impl Fn(&str) -> bool) -> Vec<&serde_json::Value> {
+        self.json["support_set_cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| keep(c["name"].as_str().unwrap()))
+            .collect()
+    }
+}
+
+/// A JSON array of numbers.
+fn floats(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+/// A loss value equal to the reference's to 1e-12 relative (both f64; the same operations in
+/// another order).
+fn assert_value(name: &str, ours: f64, theirs: f64) {
+    assert!(
+        (ours - theirs).abs() <= 1e-12 * theirs.abs().max(1.0),
+        "{name}: ours {ours}, theirs {theirs}"
+    );
+}
+
+/// A gradient equal to the reference's to [`GRADIENT_TOLERANCE`] relative, in the Euclidean norm.
+fn assert_gradient(name: &str, ours: &[f64], theirs: &[f64]) {
+    assert_eq!(ours.len(), theirs.len(), "{name}");
+    let diff = ours
+        .iter()
+        .zip(theirs)
+        .map(|(o, t)| (o - t).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    let scale = theirs.iter().map(|t| t * t).sum::<f64>().sqrt();
+    assert!(
+        diff <= GRADIENT_TOLERANCE * scale,
+        "{name}: relative error {}",
+        diff / scale
+    );
+}
+
+/// NNSiam's and NNBYOL's losses equal solo-learn's in float64 (`simsiam_loss_func` /
+/// `byol_loss_func` against its `find_nn`, copied in `tests/pytorch/method_zoo_losses.py`): the
+/// neighbours the support set's lookup picks (solo-learn's indices), the value to 1e-12 and the
+/// predictions' gradients to [`GRADIENT_TOLERANCE`] relative.
+#[test]
+fn nnsiam_and_nnbyol_equal_solo_learn() {
+    use curriculum_ssl::loss::negative_cosine::NegativeCosineForm;
+    use curriculum_ssl::loss::NegativeCosineLossConfig;
+    use curriculum_ssl::method::KeyQueue;
+
+    let zoo = Zoo::load();
+    let (n, d) = (zoo.n, zoo.d);
+    let (a, c) = (zoo.a(), zoo.c());
+    // z2 = flip_rows(a) + 0.3 c.
+    let z2: Vec<f64> = (0..n * d)
+        .map(|e| a[(n - 1 - e / d) * d + e % d] + 0.3 * c[e])
+        .collect();
+    let (support, k) = zoo.support();
+    let queue = KeyQueue::from_parts(zoo.tensor(&support, k), 0, n).unwrap();
+    let cases = zoo.support_set_cases(|name| name == "nnsiam" || name == "nnbyol");
+    assert_eq!(cases.len(), 2);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let (nn1, nn2) = (
+            queue.nearest(zoo.tensor(&a, n)),
+            queue.nearest(zoo.tensor(&z2, n)),
+        );
+        for (found, key) in [(&nn1, "neighbours_1"), (&nn2, "neighbours_2")] {
+            let found: Vec<f64> = found.clone().into_data().to_vec().unwrap();
+            for (row, index) in case[key].as_array().unwrap().iter().enumerate() {
+                let index = index.as_u64().unwrap() as usize;
+                assert_eq!(
+                    &found[row * d..(row + 1) * d],
+                    &support[index * d..(index + 1) * d],
+                    "{name}: {key}[{row}]"
+                );
+            }
+        }
+        let p1 = zoo.tensor(&zoo.b(), n).require_grad();
+        let p2 = zoo.tensor(&c, n).require_grad();
+        let loss = if name == "nnsiam" {
+            let l = NegativeCosineLossConfig::new().init().unwrap();
+            l.forward_symmetric(p1.clone(), p2.clone(), nn1, nn2)
+        } else {
+            let l = NegativeCosineLossConfig::new()
+                .with_form(NegativeCosineForm::TwoMinusTwoCosine)
+                .init()
+                .unwrap();
+            l.forward(p1.clone(), nn2) + l.forward(p2.clone(), nn1)
+        };
+        assert_value(
+            name,
+            loss.clone().into_scalar(),
+            case["value"].as_f64().unwrap(),
+        );
+        let grads = loss.backward();
+        for (p, key) in [(p1, "grad_p1"), (p2, "grad_p2")] {
+            let ours: Vec<f64> = p.grad(&grads).unwrap().into_data().to_vec().unwrap();
+            assert_gradient(&format!("{name}: {key}"), &ours, &floats(&case[key]));
+        }
+    }
+}
+
+/// ReSSL's loss equals solo-learn's `ressl_loss_func` in float64 (copied in
+/// `tests/pytorch/method_zoo_losses.py`, on the normalised projections as its method gives them),
+/// at the paper's temperatures and at others: the value to 1e-12 and the queries' gradient to
+/// [`GRADIENT_TOLERANCE`] relative.
+#[test]
+fn ressl_equals_solo_learn() {
+    use curriculum_ssl::loss::ResslLossConfig;
+
+    let zoo = Zoo::load();
+    let (support, k) = zoo.support();
+    let queue = zoo.tensor(&support, k);
+    let cases = zoo.support_set_cases(|name| name.starts_with("ressl"));
+    assert_eq!(cases.len(), 2);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let setting = |key: &str| -> f64 {
+            let tail = name.split(&format!("{key}=")).nth(1).unwrap();
+            tail.split(' ').next().unwrap().parse().unwrap()
+        };
+        let loss_fn = ResslLossConfig::new()
+            .with_temperature_q(setting("tau_q"))
+            .with_temperature_k(setting("tau_k"))
+            .init()
+            .unwrap();
+        let q = zoo.tensor(&zoo.a(), zoo.n).require_grad();
+        let loss = loss_fn.forward(q.clone(), zoo.tensor(&zoo.c(), zoo.n), queue.clone());
+        assert_value(
+            name,
+            loss.clone().into_scalar(),
+            case["value"].as_f64().unwrap(),
+        );
+        let grads = loss.backward();
+        let ours: Vec<f64> = q.grad(&grads).unwrap().into_data().to_vec().unwrap();
+        assert_gradient(name, &ours, &floats(&case["grad_q"]));
+    }
+}
+
 /// NNCLR's loss (the paper's, written out in PyTorch), TiCo's (lightly's `TicoLoss`, its
 /// second call reading the covariance the first left) and MoCo v3's (the authors' formula, also
 /// with a replica's offset) in float64 (`tests/pytorch/method_zoo_losses.py` wrote
@@ -593,13 +773,6 @@ fn nnclr_tico_and_moco_v3_equal_pytorch_and_lightly() {
     let a = || matrix(&|i, j| (0.7 * (i * d + j) as f64 + 0.3).sin() + 0.1 * i as f64);
     let b = || matrix(&|i, j| (0.45 * (i * d + j) as f64 - 0.2).cos() + 0.05 * j as f64);
     let c = || matrix(&|i, j| (0.31 * (i * d + j) as f64 + 1.1).sin() - 0.2 * j as f64);
-    let floats = |v: &serde_json::Value| -> Vec<f64> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect()
-    };
     let host =
         |x: Tensor<<Ad as burn::tensor::backend::AutodiffBackend>::InnerBackend, 2>| -> Vec<f64> {
             x.into_data().convert::<f64>().to_vec().unwrap()

@@ -24,6 +24,7 @@
 //! | [`swav`] | swapped prediction of Sinkhorn–Knopp codes (SwAV) | <https://arxiv.org/abs/2006.09882> | `#swav-loss` |
 //! | [`moco_v3`] | in-batch InfoNCE scaled by 2τ (MoCo v3) | <https://arxiv.org/abs/2104.02057> | `#moco-v3-loss` |
 //! | [`nnclr`] | nearest neighbour from a support set as the positive (NNCLR) | <https://arxiv.org/abs/2104.14548> | `#nnclr-loss` |
+//! | [`ressl`] | a strong view's relation to a queue learns a weak view's, sharpened (ReSSL) | <https://arxiv.org/abs/2107.09282> | `#ressl-loss` |
 //! | [`tico`] | transformation invariance and covariance contrast (TiCo) | <https://arxiv.org/abs/2206.10698> | `#tico-loss` |
 //! | [`dino`] | self-distillation with centring and sharpening (DINO) | <https://arxiv.org/abs/2104.14294> | `#dino-loss` |
 //! | [`ibot`] | masked patch-token self-distillation (iBOT, DINOv2) | <https://arxiv.org/abs/2111.07832> | `#ibot-patch-loss` |
@@ -59,6 +60,7 @@ pub mod msn;
 pub mod negative_cosine;
 pub mod nnclr;
 pub mod nt_xent;
+pub mod ressl;
 pub(crate) mod shape_checks;
 pub mod similarity;
 pub mod soft_nce;
@@ -87,6 +89,7 @@ pub use msn::{MsnLoss, MsnLossConfig, MsnTerms};
 pub use negative_cosine::{NegativeCosineLoss, NegativeCosineLossConfig};
 pub use nnclr::{NnclrLoss, NnclrLossConfig};
 pub use nt_xent::{NtXentLoss, NtXentLossConfig};
+pub use ressl::{ResslLoss, ResslLossConfig};
 pub use similarity::l2_normalize;
 pub use soft_nce::{AlphaSchedule, SoftNceLoss, SoftNceLossConfig, SoftNceWeights};
 pub use soft_target::{SoftTargetCrossEntropy, SoftTargetCrossEntropyConfig};

@@ -106,6 +106,41 @@ impl<B: Backend, M: Backbone<B>> Byol<B, M> {
     }
 }
 
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> Byol<B, M> {
+    /// BYOL's step with the target's projections of the two views (`[N, D]` each, detached)
+    /// replaced by `targets` before the loss: BYOL's own step passes them through; NNBYOL
+    /// ([`crate::method::NnByol`]) puts their nearest neighbours in a support set in their place.
+    /// The step's embeddings are the target's projections either way.
+    pub(crate) fn forward_to(
+        &mut self,
+        views: Views<B>,
+        progress: Progress,
+        targets: impl FnOnce([Tensor<B, 2>; 2]) -> [Tensor<B, 2>; 2],
+    ) -> MethodOutput<B> {
+        let [view1, view2] = views.two();
+        let ([p1, p2], _) = self.view_threads.passes(
+            &self.online,
+            [view1.clone(), view2.clone()],
+            true,
+            |net, x, groups| (net.forward_grouped(x, groups).1, ()),
+        );
+        let [t1, t2] = self.view_threads.both([view1, view2], |x, groups| {
+            self.target.network().forward_grouped(x, groups).detach()
+        });
+        let embeddings = Some([t1.clone(), t2.clone()]);
+        let [t1, t2] = targets([t1, t2]);
+        // BYOL's symmetrised loss is the sum of the two orderings (§3.1: `L^BYOL = L + L̃`), not
+        // their mean.
+        let loss = self.loss.forward(p1, t2) + self.loss.forward(p2, t1);
+        let stats = vec![self.target.stat(progress, &loss.device())];
+        MethodOutput {
+            loss,
+            stats,
+            embeddings,
+        }
+    }
+}
+
 impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Byol<B, M> {
     type Online = Predicted<B, M>;
     type Backbone = M;
@@ -131,26 +166,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Byol<B, M> {
     }
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
-        let [view1, view2] = views.two();
-        let ([p1, p2], _) = self.view_threads.passes(
-            &self.online,
-            [view1.clone(), view2.clone()],
-            true,
-            |net, x, groups| (net.forward_grouped(x, groups).1, ()),
-        );
-        let [t1, t2] = self.view_threads.both([view1, view2], |x, groups| {
-            self.target.network().forward_grouped(x, groups).detach()
-        });
-        let embeddings = Some([t1.clone(), t2.clone()]);
-        // BYOL's symmetrised loss is the sum of the two orderings (§3.1: `L^BYOL = L + L̃`), not
-        // their mean.
-        let loss = self.loss.forward(p1, t2) + self.loss.forward(p2, t1);
-        let stats = vec![self.target.stat(progress, &loss.device())];
-        MethodOutput {
-            loss,
-            stats,
-            embeddings,
-        }
+        self.forward_to(views, progress, |targets| targets)
     }
 
     fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {

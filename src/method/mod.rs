@@ -7,7 +7,8 @@
 //! - [`SimClr`]: SimCLR, with NT-Xent, HCL, curricular weighting, Huber NT-Xent, DCL / DCLW or
 //!   MACL (and PGD-hardened negatives: the `pgd` module).
 //! - [`Moco`]: MoCo v1 / v2 and Light-MoCo (symmetric SoftNCE); [`MocoV3`]: MoCo v3.
-//! - [`Byol`]: BYOL; [`SimSiam`]: SimSiam; [`Nnclr`]: NNCLR; [`Tico`]: TiCo.
+//! - [`Byol`]: BYOL; [`SimSiam`]: SimSiam; [`Nnclr`]: NNCLR; [`NnByol`] and [`NnSiam`]: BYOL
+//!   and SimSiam with NNCLR's nearest-neighbour targets; [`Ressl`]: ReSSL; [`Tico`]: TiCo.
 //! - [`ProjectedPair`]: two views through one network and a loss of the pair:
 //!   [`BarlowTwins`], [`VicReg`], [`FroSsl`] and [`DirectClr`] (the backbone alone).
 //! - [`LeJepa`]: LeJEPA (SIGReg and invariance, multi-crop, no teacher).
@@ -48,10 +49,13 @@ pub mod moco;
 pub mod moco_v3;
 pub mod momentum;
 pub mod msn;
+pub mod nnbyol;
 pub mod nnclr;
+pub mod nnsiam;
 pub mod pgd;
 pub mod projected_pair;
 pub mod queue;
+pub mod ressl;
 pub mod rotnet;
 pub mod running;
 pub mod simclr;
@@ -81,9 +85,12 @@ pub use moco::{Moco, MocoConfig, MocoState};
 pub use moco_v3::{MocoV3, MocoV3Config, MocoV3State};
 pub use momentum::MomentumEncoder;
 pub use msn::{Msn, MsnConfig, MsnNetwork, MsnState, MsnStudent};
+pub use nnbyol::{NnByol, NnByolConfig, NnByolState};
 pub use nnclr::{Nnclr, NnclrConfig, NnclrState};
+pub use nnsiam::{NnSiam, NnSiamConfig, NnSiamState};
 pub use projected_pair::{PairNetwork, PairObjective, ProjectedPair};
 pub use queue::{KeyQueue, KeyQueueConfig, QueueFit};
+pub use ressl::{Ressl, ResslConfig, ResslState};
 pub use simclr::{PairLossConfig, SimClr, SimClrConfig, SimClrState};
 pub use simmim::{SimMim, SimMimConfig, SimMimNetwork};
 pub use simsiam::{SimSiam, SimSiamConfig};

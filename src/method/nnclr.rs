@@ -110,18 +110,6 @@ impl<B: Backend, M: Backbone<B>> Nnclr<B, M> {
     pub fn support_set(&self) -> &KeyQueue<B> {
         &self.support
     }
-
-    /// The nearest neighbour (cosine) of each row of `z` in the support set, without gradient.
-    ///
-    /// # Shapes
-    /// - `z`: `[N, D]` → `[N, D]`
-    pub fn nearest_neighbours(&self, z: Tensor<B, 2>) -> Tensor<B, 2> {
-        let [n, _] = z.dims();
-        let bank = self.support.keys();
-        let similarity = l2_normalize(z.detach()).matmul(bank.clone().transpose());
-        let index = similarity.argmax(1).reshape([n]);
-        bank.select(0, index).detach()
-    }
 }
 
 impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Nnclr<B, M> {
@@ -158,8 +146,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Nnclr<B, M> {
         let pass = |x: Tensor<B, 4>| self.online.forward(x);
         let ((z1, p1), (z2, p2)) = (pass(view1), pass(view2));
         let (nn1, nn2) = (
-            self.nearest_neighbours(z1.clone()),
-            self.nearest_neighbours(z2.clone()),
+            self.support.nearest(z1.clone()),
+            self.support.nearest(z2.clone()),
         );
         let mine = l2_normalize(z1.clone().detach());
         let (nn1, nn2, p1, p2, everyone) = match &self.replica {
@@ -235,7 +223,7 @@ mod tests {
             &Default::default(),
         );
         let bank = host(m.support_set().keys());
-        let found = host(m.nearest_neighbours(z.clone()));
+        let found = host(m.support_set().nearest(z.clone()));
         let z = host(z);
         for n in 0..3 {
             let row = &z[n * 4..(n + 1) * 4];

@@ -150,6 +150,19 @@ impl<B: Backend> KeyQueue<B> {
         self.keys_per_step
     }
 
+    /// The nearest key (cosine, top-1) of each row of `z`, without gradient: the support-set
+    /// lookup of NNCLR, NNSiam and NNBYOL (the keys are unit vectors, so the largest dot product
+    /// with the normalised row is the largest cosine).
+    ///
+    /// # Shapes
+    /// - `z`: `[N, dim]` → `[N, dim]`
+    pub fn nearest(&self, z: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [n, _] = z.dims();
+        let similarity = l2_normalize(z.detach()).matmul(self.keys.clone().transpose());
+        let index = similarity.argmax(1).reshape([n]);
+        self.keys.clone().select(0, index).detach()
+    }
+
     /// Index of the slot the next batch of keys is written to.
     pub fn pointer(&self) -> usize {
         self.pointer

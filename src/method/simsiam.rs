@@ -63,6 +63,35 @@ pub struct SimSiam<B: Backend, M: Backbone<B>> {
     view_threads: ViewThreads<B, Predicted<B, M>>,
 }
 
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SimSiam<B, M> {
+    /// SimSiam's step with the two views' projections (`[N, D]` each, detached: SimSiam's
+    /// stop-gradient) replaced by `targets` before the loss: SimSiam's own step passes them
+    /// through; NNSiam ([`crate::method::NnSiam`]) puts their nearest neighbours in a support set
+    /// in their place. The step's embeddings are the projections either way.
+    pub(crate) fn forward_to(
+        &mut self,
+        views: Views<B>,
+        targets: impl FnOnce([Tensor<B, 2>; 2]) -> [Tensor<B, 2>; 2],
+    ) -> MethodOutput<B> {
+        let [view1, view2] = views.two();
+        // The projections are detached: the stop-gradient of SimSiam (the loss detaches them
+        // too).
+        let ([p1, p2], [z1, z2]) =
+            self.view_threads
+                .passes(&self.online, [view1, view2], true, |net, x, groups| {
+                    let (z, p) = net.forward_grouped(x, groups);
+                    (p, z.detach())
+                });
+        let embeddings = Some([z1.clone(), z2.clone()]);
+        let [z1, z2] = targets([z1, z2]);
+        MethodOutput {
+            loss: self.loss.forward_symmetric(p1, p2, z1, z2),
+            stats: Vec::new(),
+            embeddings,
+        }
+    }
+}
+
 impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimSiam<B, M> {
     type Online = Predicted<B, M>;
     type Backbone = M;
@@ -84,21 +113,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimSiam<B, M>
     }
 
     fn forward_views(&mut self, views: Views<B>, _: Progress) -> MethodOutput<B> {
-        let [view1, view2] = views.two();
-        // The projections are detached: the stop-gradient of SimSiam (the loss detaches them
-        // too).
-        let ([p1, p2], [z1, z2]) =
-            self.view_threads
-                .passes(&self.online, [view1, view2], true, |net, x, groups| {
-                    let (z, p) = net.forward_grouped(x, groups);
-                    (p, z.detach())
-                });
-        let embeddings = Some([z1.clone(), z2.clone()]);
-        MethodOutput {
-            loss: self.loss.forward_symmetric(p1, p2, z1, z2),
-            stats: Vec::new(),
-            embeddings,
-        }
+        self.forward_to(views, |projections| projections)
     }
 
     fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {

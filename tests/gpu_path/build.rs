@@ -246,3 +246,37 @@ pub fn simsiam<B: AutodiffBackend>(device: &B::Device) -> SimSiam<B, TinyConv<B>
     })
     .unwrap()
 }
+
+/// NNSiam: SimSiam's networks with a support set of four batches.
+pub fn nnsiam<B: AutodiffBackend>(device: &B::Device) -> NnSiam<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        NnSiamConfig::new()
+            .with_simsiam(SimSiamConfig::new().with_dim(8).with_predictor_dim(4))
+            .with_support_set_size(4 * BATCH)
+            .init(TinyConv::new(d), BATCH, d)
+    })
+    .unwrap()
+}
+
+/// NNBYOL: BYOL's networks with a support set of four batches.
+pub fn nnbyol<B: AutodiffBackend>(device: &B::Device) -> NnByol<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        NnByolConfig::new()
+            .with_byol(ByolConfig::new().with_hidden_dim(16).with_output_dim(8))
+            .with_support_set_size(4 * BATCH)
+            .init(TinyConv::new, BATCH, d)
+    })
+    .unwrap()
+}
+
+/// ReSSL: a momentum copy and a queue of four batches.
+pub fn ressl<B: AutodiffBackend>(device: &B::Device) -> Ressl<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        ResslConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(8)
+            .with_queue_size(4 * BATCH)
+            .init(TinyConv::new, BATCH, d)
+    })
+    .unwrap()
+}

@@ -315,7 +315,8 @@ fn moco_v1_v2_and_light_moco_step_as_on_the_cpu() {
     seen.report("MoCo");
 }
 
-/// BYOL (predictor, EMA target) and SimSiam (predictor, stop-gradient).
+/// BYOL (predictor, EMA target), SimSiam (predictor, stop-gradient), both with a support set's
+/// nearest neighbours as targets (NNBYOL, NNSiam), and ReSSL (momentum copy, queue).
 #[test]
 fn byol_and_simsiam_step_as_on_the_cpu() {
     let Some(device) = gpu() else { return };
@@ -340,7 +341,58 @@ fn byol_and_simsiam_step_as_on_the_cpu() {
         &device,
         &mut seen,
     );
-    seen.report("BYOL and SimSiam");
+    // NNSiam and NNBYOL: the support set's lookup on the device (an argmax over the cosines)
+    // and the first view's projections written into it.
+    let (cpu, gpu) = compare(
+        "NNSiam",
+        nnsiam::<CpuAd>(&cpu_device),
+        nnsiam::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    assert_eq!(cpu.support_set().pointer(), gpu.support_set().pointer());
+    seen.close(
+        "NNSiam support set",
+        &host(cpu.support_set().keys()),
+        &host(gpu.support_set().keys()),
+    );
+    let (cpu, gpu) = compare(
+        "NNBYOL",
+        nnbyol::<CpuAd>(&cpu_device),
+        nnbyol::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    seen.close(
+        "NNBYOL support set",
+        &host(cpu.support_set().keys()),
+        &host(gpu.support_set().keys()),
+    );
+    seen.all(
+        "NNBYOL target",
+        &params(cpu.target().network()),
+        &params(gpu.target().network()),
+    );
+    // ReSSL: the relation to the queue, softmaxes at two temperatures, the weak view's keys
+    // written into the queue and the momentum copy.
+    let (cpu, gpu) = compare(
+        "ReSSL",
+        ressl::<CpuAd>(&cpu_device),
+        ressl::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    seen.close(
+        "ReSSL queue",
+        &host(cpu.queue().keys()),
+        &host(gpu.queue().keys()),
+    );
+    seen.all(
+        "ReSSL momentum encoder",
+        &params(cpu.momentum_encoder().network()),
+        &params(gpu.momentum_encoder().network()),
+    );
+    seen.report("BYOL, SimSiam, NNSiam, NNBYOL and ReSSL");
 }
 
 /// The views as one batch on the GPU path (`ViewPasses::Joint`, what the recipes run on wgpu
