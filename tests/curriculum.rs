@@ -1580,7 +1580,7 @@ fn with_every_piece<S: SslMethod<Ad>>(name: &str, method: S) -> Vec<String> {
 }
 
 /// The method table's two-view methods with every curriculum and selection piece, two steps
-/// each: Barlow Twins, VICReg (its three terms logged), FroSSL (its two), SimCLR with DCL, with
+/// each: Barlow Twins, VICReg and VIbCReg (their three terms logged), FroSSL (its two), SimCLR with DCL, with
 /// DCLW and with MACL (its temperature logged), DirectCLR (its sub-vector's norm logged), LeJEPA
 /// (its two terms), SwAV and DINO on their two global views (their multi-crop runs in tests/data_parallel.rs and the
 /// CLI tests), NNCLR, NNSiam, NNBYOL (its momentum logged), ReSSL, TiCo and MoCo v3.
@@ -1603,6 +1603,21 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
     });
     let rows = with_every_piece("vicreg", vicreg);
     for term in ["vicreg_invariance", "vicreg_variance", "vicreg_covariance"] {
+        assert!(rows[0].split(',').any(|c| c == term), "{}", rows[0]);
+    }
+    let vibcreg = init(|d| {
+        VibcregConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .with_whitening_groups(4)
+            .init(lenet(d), d)
+    });
+    let rows = with_every_piece("vibcreg", vibcreg);
+    for term in [
+        "vibcreg_invariance",
+        "vibcreg_variance",
+        "vibcreg_covariance",
+    ] {
         assert!(rows[0].split(',').any(|c| c == term), "{}", rows[0]);
     }
     for (name, loss) in [

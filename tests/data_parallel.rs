@@ -378,6 +378,15 @@ fn vicreg<B: Backend>(d: &B::Device, _: usize) -> Result<VicReg<B, ResNet<B>>, C
         .init(resnet(d), d)
 }
 
+/// VIbCReg: IterNorm's mean and covariance are the global batch's (as the batch norms').
+fn vibcreg<B: Backend>(d: &B::Device, _: usize) -> Result<Vibcreg<B, ResNet<B>>, ConfigError> {
+    VibcregConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .with_whitening_groups(2)
+        .init(resnet(d), d)
+}
+
 fn frossl<B: Backend>(d: &B::Device, _: usize) -> Result<FroSsl<B, ResNet<B>>, ConfigError> {
     FroSslConfig::new()
         .with_hidden_dim(8)
@@ -735,6 +744,13 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
     assert_same(
         "VICReg (f64)",
         runs::<Exact, _>(&vicreg, &|_| Vec::new()),
+        1e-10,
+    );
+    // VIbCReg: IterNorm whitens with the global batch's mean and covariance, and the loss's
+    // variances and correlations are the global batch's.
+    assert_same(
+        "VIbCReg (f64)",
+        runs::<Exact, _>(&vibcreg, &|_| Vec::new()),
         1e-10,
     );
     // FroSSL's column norms and covariance are the global batch's.

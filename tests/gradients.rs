@@ -363,6 +363,49 @@ fn vicreg_gradient_with_active_and_inactive_variance_hinges() {
     );
 }
 
+/// VIbCReg: both views' gradients with some variance hinges active and some not (scaled as
+/// VICReg's), the normalised correlation on every pair of features.
+#[test]
+fn vibcreg_gradient_with_active_and_inactive_variance_hinges() {
+    let (z1, z2) = views(103);
+    let scale = |v: Vec<f64>| -> Vec<f64> {
+        v.iter()
+            .enumerate()
+            .map(|(e, x)| x * if e % DIM < DIM / 2 { 0.3 } else { 3.0 })
+            .collect()
+    };
+    let loss = VibcregLossConfig::new().init().unwrap();
+    check_gradients(
+        "VIbCReg",
+        &[(scale(z1), BATCH, DIM), (scale(z2), BATCH, DIM)],
+        &[true, true],
+        |x| loss.forward(x[0].clone(), x[1].clone()),
+    );
+}
+
+/// IterNorm (VIbCReg's whitening) in training: the input's gradient through the batch's mean,
+/// covariance, trace and five Newton iterations, for 16 features in 4 groups of 4, of a
+/// weighted sum of the outputs (every output element counts).
+#[test]
+fn iter_norm_gradient() {
+    use curriculum_ssl::method::IterNormConfig;
+    let (x, weights) = views(107);
+    let layer = IterNormConfig::new(DIM)
+        .with_num_groups(4)
+        .init::<ExactAd>(&Default::default())
+        .unwrap();
+    check_gradients(
+        "IterNorm",
+        &[(x, BATCH, DIM), (weights, BATCH, DIM)],
+        &[true, false],
+        |x| {
+            (layer.forward(x[0].clone()) * x[1].clone().detach())
+                .sum()
+                .reshape([1])
+        },
+    );
+}
+
 /// DCL only: DCLW's weights are constants of the backward pass (the paper's code and lightly
 /// compute them without gradient), so its gradient is not the derivative of its value; it is
 /// checked against lightly's in tests/worked_values.rs.

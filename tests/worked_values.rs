@@ -748,6 +748,133 @@ fn ressl_equals_solo_learn() {
     }
 }
 
+/// VIbCReg's loss equals solo-learn's `vibcreg_loss_func` in float64 (copied in
+/// `tests/pytorch/vibcreg.py`, which wrote `tests/fixtures/vibcreg.json`): two weightings, each
+/// on inputs where the variance hinge is off and on; the value to 1e-12 and both views'
+/// gradients to [`GRADIENT_TOLERANCE`] relative.
+#[test]
+fn vibcreg_equals_solo_learn() {
+    use curriculum_ssl::loss::VibcregLossConfig;
+
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/vibcreg.json")).unwrap();
+    let n = fixture["batch"].as_u64().unwrap() as usize;
+    let zoo = Zoo {
+        json: serde_json::Value::Null,
+        n,
+        d: 4,
+    };
+    let cases = fixture["loss_cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 4);
+    for case in cases {
+        let weights = floats(&case["weights"]);
+        let scale = case["scale"].as_f64().unwrap();
+        let name = format!("VIbCReg {weights:?} x{scale}");
+        let loss_fn = VibcregLossConfig::new()
+            .with_weights([weights[0], weights[1], weights[2]])
+            .init()
+            .unwrap();
+        let scaled = |v: Vec<f64>| -> Vec<f64> { v.iter().map(|x| x * scale).collect() };
+        let z1 = zoo.tensor(&scaled(zoo.a()), n).require_grad();
+        let z2 = zoo.tensor(&scaled(zoo.b()), n).require_grad();
+        let loss = loss_fn.forward(z1.clone(), z2.clone());
+        assert_value(
+            &name,
+            loss.clone().into_scalar(),
+            case["value"].as_f64().unwrap(),
+        );
+        let grads = loss.backward();
+        for (z, key) in [(z1, "grad_z1"), (z2, "grad_z2")] {
+            let ours: Vec<f64> = z.grad(&grads).unwrap().into_data().to_vec().unwrap();
+            assert_gradient(&format!("{name}: {key}"), &ours, &floats(&case[key]));
+        }
+    }
+}
+
+/// IterNorm equals solo-learn's `iterative_normalization_py` in float64 (`tests/pytorch/
+/// vibcreg.py`): the groups its rule picks, the training output, the input's gradient (autodiff
+/// through the Newton iterations here, solo-learn's hand-written backward there), the running
+/// mean and whitening after the step (momentum 0.1), and the evaluation output that uses them;
+/// 8 features in 2 groups of 4, and 12 features with 8 groups asked (6 of 2).
+#[test]
+fn iter_norm_equals_solo_learn() {
+    use burn::module::AutodiffModule;
+    use curriculum_ssl::method::IterNormConfig;
+
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/vibcreg.json")).unwrap();
+    let n = fixture["batch"].as_u64().unwrap() as usize;
+    let cases = fixture["whitening_cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2);
+    for case in cases {
+        let number = |key: &str| case[key].as_u64().unwrap() as usize;
+        let features = number("features");
+        let zoo = Zoo {
+            json: serde_json::Value::Null,
+            n,
+            d: features,
+        };
+        let name = format!("IterNorm {features}");
+        let layer = IterNormConfig::new(features)
+            .with_num_groups(number("groups_asked"))
+            .init::<crate::common::ExactAd>(&Default::default())
+            .unwrap();
+        assert_eq!(
+            (layer.groups, layer.channels),
+            (number("groups"), number("channels"))
+        );
+        let at = |f: &dyn Fn(usize, usize) -> f64| zoo.matrix(f);
+        let x = zoo
+            .tensor(
+                &at(&|i, j| {
+                    (0.53 * (i * features + j) as f64 + 0.1).sin() * (1.0 + 0.25 * j as f64)
+                        + 0.2 * i as f64
+                }),
+                n,
+            )
+            .require_grad();
+        let y = at(&|i, j| (0.29 * (i * features + j) as f64 - 0.4).cos() + 0.1 * j as f64);
+        let r = zoo.tensor(&at(&|i, j| (1.3 * (i * features + j) as f64).sin()), n);
+        let out = layer.forward(x.clone());
+        let host = |t: burn::prelude::Tensor<crate::common::ExactAd, 2>| -> Vec<f64> {
+            t.into_data().to_vec().unwrap()
+        };
+        for (o, t) in host(out.clone()).iter().zip(floats(&case["output"])) {
+            assert_value(&format!("{name}: output"), *o, t);
+        }
+        let grads = (out * r).sum().backward();
+        let ours: Vec<f64> = x.grad(&grads).unwrap().into_data().to_vec().unwrap();
+        assert_gradient(
+            &format!("{name}: input gradient"),
+            &ours,
+            &floats(&case["grad_x"]),
+        );
+        let running = |t: burn::prelude::Tensor<crate::common::ExactAd, 3>| -> Vec<f64> {
+            t.into_data().to_vec().unwrap()
+        };
+        for (state, key) in [
+            (layer.running_mean.value_sync(), "running_mean"),
+            (layer.running_whitening.value_sync(), "running_whitening"),
+        ] {
+            for (o, t) in running(state).iter().zip(floats(&case[key])) {
+                assert_value(&format!("{name}: {key}"), *o, t);
+            }
+        }
+        let evaluated: Vec<f64> = layer
+            .valid()
+            .forward(burn::prelude::Tensor::from_data(
+                burn::tensor::TensorData::new(y, [n, features]),
+                &Default::default(),
+            ))
+            .into_data()
+            .to_vec()
+            .unwrap();
+        for (o, t) in evaluated.iter().zip(floats(&case["evaluated"])) {
+            assert_value(&format!("{name}: evaluation"), *o, t);
+        }
+    }
+}
+
 /// NNCLR's loss (the paper's, written out in PyTorch), TiCo's (lightly's `TicoLoss`, its
 /// second call reading the covariance the first left) and MoCo v3's (the authors' formula, also
 /// with a replica's offset) in float64 (`tests/pytorch/method_zoo_losses.py` wrote

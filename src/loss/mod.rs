@@ -16,6 +16,7 @@
 //! | [`magnet`] | magnet loss (SPL-ADVisE embedding network) | <https://arxiv.org/abs/1511.05939> | `#magnet-loss` |
 //! | [`barlow_twins`] | cross-correlation towards the identity (Barlow Twins) | <https://arxiv.org/abs/2103.03230> | `#barlow-twins-loss` |
 //! | [`vicreg`] | variance, invariance, covariance (VICReg) | <https://arxiv.org/abs/2105.04906> | `#vicreg-loss` |
+//! | [`vibcreg`] | VICReg's invariance and variance, covariance on the normalised correlation (VIbCReg) | <https://arxiv.org/abs/2109.00783> | `#vibcreg-loss` |
 //! | [`dcl`] | decoupled contrastive loss and its weighted form (DCL / DCLW) | <https://arxiv.org/abs/2110.06848> | `#dcl-and-dclw` |
 //! | [`directclr`] | NT-Xent on the representation's first `d₀` coordinates, no projector (DirectCLR) | <https://arxiv.org/abs/2110.09348> | `#directclr` |
 //! | [`frossl`] | log Frobenius norm of the trace-normalised covariance plus invariance (FroSSL) | <https://arxiv.org/abs/2310.02903> | `#frossl-loss` |
@@ -67,6 +68,7 @@ pub mod soft_nce;
 pub mod soft_target;
 pub mod swav;
 pub mod tico;
+pub mod vibcreg;
 pub mod vicreg;
 pub mod worked_examples;
 
@@ -95,4 +97,5 @@ pub use soft_nce::{AlphaSchedule, SoftNceLoss, SoftNceLossConfig, SoftNceWeights
 pub use soft_target::{SoftTargetCrossEntropy, SoftTargetCrossEntropyConfig};
 pub use swav::{sinkhorn, sinkhorn_balance, SwavLoss, SwavLossConfig};
 pub use tico::{TicoLoss, TicoLossConfig};
+pub use vibcreg::{VibcregLoss, VibcregLossConfig, VibcregTerms};
 pub use vicreg::{VicRegLoss, VicRegLossConfig, VicRegTerms};

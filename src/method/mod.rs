@@ -10,7 +10,8 @@
 //! - [`Byol`]: BYOL; [`SimSiam`]: SimSiam; [`Nnclr`]: NNCLR; [`NnByol`] and [`NnSiam`]: BYOL
 //!   and SimSiam with NNCLR's nearest-neighbour targets; [`Ressl`]: ReSSL; [`Tico`]: TiCo.
 //! - [`ProjectedPair`]: two views through one network and a loss of the pair:
-//!   [`BarlowTwins`], [`VicReg`], [`FroSsl`] and [`DirectClr`] (the backbone alone).
+//!   [`BarlowTwins`], [`VicReg`], [`Vibcreg`] (its projections whitened by `IterNorm`),
+//!   [`FroSsl`] and [`DirectClr`] (the backbone alone).
 //! - [`LeJepa`]: LeJEPA (SIGReg and invariance, multi-crop, no teacher).
 //! - [`Swav`]: SwAV; [`Dino`]: DINO (both with multi-crop); [`Ibot`]: iBOT and DINOv2's
 //!   objective.
@@ -42,6 +43,7 @@ pub mod frossl;
 pub mod hpm;
 pub mod ibot;
 pub mod ijepa;
+pub mod iter_norm;
 pub mod lejepa;
 pub mod mae;
 pub mod masking;
@@ -66,6 +68,7 @@ pub mod swav;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod tico;
+pub mod vibcreg;
 pub mod vicreg;
 
 pub use barlow_twins::{BarlowTwins, BarlowTwinsConfig};
@@ -78,6 +81,7 @@ pub use frossl::{FroSsl, FroSslConfig};
 pub use hpm::{Hpm, HpmConfig, HpmNetwork};
 pub use ibot::{Ibot, IbotConfig, IbotNetwork, IbotState};
 pub use ijepa::{Ijepa, IjepaConfig, IjepaMasks, IjepaNetwork, IjepaPredictor};
+pub use iter_norm::{IterNorm, IterNormConfig};
 pub use lejepa::{LeJepa, LeJepaConfig};
 pub use mae::{Mae, MaeConfig, MaeDecoder, MaeNetwork};
 pub use masking::{PatchMask, UnitMask};
@@ -97,6 +101,7 @@ pub use simsiam::{SimSiam, SimSiamConfig};
 pub use ssl_method::{init_method, HasBackbone, MethodOutput, SslMethod, Views, OBJECT_BOXES};
 pub use swav::{Swav, SwavConfig, SwavNetwork, SwavState};
 pub use tico::{Tico, TicoConfig, TicoState};
+pub use vibcreg::{Vibcreg, VibcregConfig, VibcregNetwork};
 pub use vicreg::{VicReg, VicRegConfig};
 
 pub use crate::base::Progress;

@@ -266,6 +266,14 @@ fn simclr_and_its_curriculum_losses_step_as_on_the_cpu() {
         &device,
         &mut seen,
     );
+    // VIbCReg: IterNorm's batched covariances and Newton iterations, the normalised correlation.
+    compare(
+        "VIbCReg",
+        vibcreg::<CpuAd>(&cpu_device),
+        vibcreg::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
     // LeJEPA: SIGReg's cosines and sines along the step's directions, and the invariance.
     compare(
         "LeJEPA",

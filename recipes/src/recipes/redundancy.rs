@@ -1,4 +1,4 @@
-//! `barlow_twins`, `vicreg` and `frossl`: the methods whose whole idea is a loss on the statistics
+//! `barlow_twins`, `vicreg`, `vibcreg` and `frossl`: the methods whose whole idea is a loss on the statistics
 //! of the batch's projections (docs/methods.md#barlow-twins-and-vicreg), with solo-learn's CIFAR-size
 //! settings (`scripts/pretrain/cifar/barlow.yaml`, `vicreg.yaml`) scaled to this batch:
 //! three-layer projector `[2048, 2048]` (the papers' 8192 at ImageNet size), LARS
@@ -10,6 +10,10 @@
 //!   by 0.1 as solo-learn's CIFAR setting (the paper: 1, at batch 2048 on ImageNet).
 //! - VICReg (Bardes et al., ICLR 2022, <https://arxiv.org/abs/2105.04906>):
 //!   `L = 25·s + 25·v + 1·c`, ε = 1e-4.
+//! - VIbCReg (Lee & Aune 2021, <https://arxiv.org/abs/2109.00783>; solo-learn's `vibcreg.yaml`):
+//!   the projector `[2048, 2048]` with GELU ending in IterNorm (64 groups, 5 iterations),
+//!   `L = 25·s + 25·v + 200·c` with the covariance on the normalised correlation, and its own
+//!   augmentation ([`vibcreg_preset`]); the same LARS.
 //! - FroSSL (Skean et al., ECCV 2024, <https://arxiv.org/abs/2310.02903>): each view's log
 //!   Frobenius norm of its trace-normalised covariance plus the views' distance to their mean,
 //!   weight 1; lightly's two-layer projector `[2048, 2048]`, and the same optimiser and
@@ -25,7 +29,7 @@
 use super::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::loss::{BarlowTwinsLossConfig, FroSslLossConfig, VicRegLossConfig};
-use curriculum_ssl::method::{BarlowTwinsConfig, FroSslConfig, VicRegConfig};
+use curriculum_ssl::method::{BarlowTwinsConfig, FroSslConfig, VibcregConfig, VicRegConfig};
 use curriculum_ssl::optim::LarsConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
@@ -45,6 +49,23 @@ fn defaults(recipe: &'static str) -> Defaults {
         .warmup(2)
 }
 
+/// VIbCReg's augmentation (solo-learn's `vibcreg.yaml`, both views alike): random resized crop
+/// (0.2, 1), flip, colour jitter (0.4, 0.4, 0.2, 0.1) at p 0.8, grayscale at p 0.2, solarisation
+/// at p 0.1, no blur.
+pub fn vibcreg_preset(side: usize, channels: usize) -> PipelineConfig {
+    let mut p = PipelineConfig::byol(side, channels);
+    for view in [&mut p.view1, &mut p.view2] {
+        if let Some(crop) = &mut view.crop {
+            crop.scale = (0.2, 1.0);
+        }
+        view.blur = None;
+        if let Some(solarize) = &mut view.solarize {
+            solarize.p = 0.1;
+        }
+    }
+    p
+}
+
 /// The Barlow Twins recipe's method.
 pub fn barlow_twins_config() -> BarlowTwinsConfig {
     BarlowTwinsConfig::new()
@@ -59,6 +80,13 @@ pub fn vicreg_config() -> VicRegConfig {
         .with_hidden_dim(PROJECTOR)
         .with_output_dim(PROJECTOR)
         .with_loss(VicRegLossConfig::new())
+}
+
+/// The VIbCReg recipe's method.
+pub fn vibcreg_config() -> VibcregConfig {
+    VibcregConfig::new()
+        .with_hidden_dim(PROJECTOR)
+        .with_output_dim(PROJECTOR)
 }
 
 /// The FroSSL recipe's method.
@@ -91,6 +119,21 @@ pub fn vicreg(args: &[String]) -> Result<()> {
     })
 }
 
+/// Runs `vibcreg`.
+pub fn vibcreg(args: &[String]) -> Result<()> {
+    let defaults = Defaults {
+        preset: vibcreg_preset,
+        ..defaults("vibcreg")
+    };
+    let recipe = common::prepare(args, defaults)?;
+    let config = recipe.section("method", vibcreg_config())?;
+    let lars = recipe.section("optimizer", lars())?;
+    recipe.train(&config, |recipe, device| {
+        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
+        Ok((method, lars.init::<Train, _>()?))
+    })
+}
+
 /// Runs `frossl`.
 pub fn frossl(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults("frossl"))?;
@@ -115,8 +158,37 @@ pub const RECIPES: &[RecipeEntry] = &[
         run: vicreg,
     },
     RecipeEntry {
+        name: "vibcreg",
+        summary: "VIbCReg (Lee and Aune 2021): VICReg with an IterNorm-whitened projector and a normalised covariance 25/25/200, LARS",
+        run: vibcreg,
+    },
+    RecipeEntry {
         name: "frossl",
         summary: "FroSSL (Skean et al. 2024): log Frobenius norm of the covariance plus invariance, LARS",
         run: frossl,
     },
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// VIbCReg's views: crop (0.2, 1), flip, its jitter and grayscale, solarisation at p 0.1,
+    /// no blur, both alike.
+    #[test]
+    fn vibcregs_augmentation_is_solo_learns() {
+        let p = vibcreg_preset(28, 1);
+        assert_eq!(p.view1, p.view2);
+        let v = &p.view1;
+        assert_eq!(v.crop.as_ref().unwrap().scale, (0.2, 1.0));
+        assert_eq!(v.hflip.as_ref().unwrap().p, 0.5);
+        let jitter = v.jitter.as_ref().unwrap();
+        assert_eq!(
+            (jitter.brightness, jitter.contrast, jitter.saturation, jitter.hue, jitter.p),
+            (0.4, 0.4, 0.2, 0.1, 0.8)
+        );
+        assert_eq!(v.grayscale.as_ref().unwrap().p, 0.2);
+        assert!(v.blur.is_none());
+        assert_eq!(v.solarize.as_ref().unwrap().p, 0.1);
+    }
+}

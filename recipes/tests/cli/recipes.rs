@@ -135,6 +135,7 @@ fn the_method_table_recipes_run_two_steps() {
     table_recipes_run_two_steps(&[
         ("barlow_twins", &[][..]),
         ("vicreg", &[][..]),
+        ("vibcreg", &[][..]),
         ("frossl", &[][..]),
         ("directclr", &[][..]),
         ("simclr", &["--loss", "dcl"][..]),

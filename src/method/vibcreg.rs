@@ -1,0 +1,177 @@
+//! VIbCReg (Lee & Aune, "VIbCReg: Variance-Invariance-better-Covariance Regularization for
+//! Self-Supervised Learning on Time Series", 2021, <https://arxiv.org/abs/2109.00783>; solo-learn's
+//! `solo/methods/vibcreg.py`): VICReg with a projector that ends in group whitening
+//! ([`IterNorm`]) and a covariance term on the normalised correlation ([`crate::loss::vibcreg`]).
+//!
+//! The network ([`VibcregNetwork`]): backbone + projector `features → 2048 (BN, GELU) → 2048
+//! (BN, GELU) → 2048` + IterNorm (64 groups, 5 iterations). Both views pass through it; the loss
+//! is on the pair, as Barlow Twins' and VICReg's ([`ProjectedPair`]). On replicas the batch
+//! norms and IterNorm use the global batch's statistics and the loss sees every replica's
+//! projections.
+//!
+//! The math, the defaults and the worked values are in `docs/methods.md#vibcreg`.
+
+use burn::prelude::*;
+use curriculum_ssl_models::Backbone;
+
+use super::iter_norm::{IterNorm, IterNormConfig};
+use super::projected_pair::{PairNetwork, PairObjective, ProjectedPair};
+use super::ssl_method::HasBackbone;
+use crate::base::error::ConfigError;
+use crate::head::{HeadActivation, MlpHead, MlpHeadConfig};
+use crate::loss::{VibcregLoss, VibcregLossConfig};
+
+/// Configuration of [`Vibcreg`].
+#[derive(Config, Debug)]
+pub struct VibcregConfig {
+    /// Width of the projector's two hidden layers (solo-learn's 2048).
+    #[config(default = 2048)]
+    pub hidden_dim: usize,
+    /// Projection width (solo-learn's 2048).
+    #[config(default = 2048)]
+    pub output_dim: usize,
+    /// Groups of IterNorm asked for (solo-learn's 64).
+    #[config(default = 64)]
+    pub whitening_groups: usize,
+    /// Newton iterations of IterNorm (solo-learn's 5).
+    #[config(default = 5)]
+    pub whitening_iterations: usize,
+    /// The loss (25 / 25 / 200, `ε = 1e-4`).
+    #[config(default = "VibcregLossConfig::new()")]
+    pub loss: VibcregLossConfig,
+}
+
+/// VIbCReg: the pair method of a [`VibcregNetwork`] and the [`VibcregLoss`].
+pub type Vibcreg<B, M> = ProjectedPair<B, M, VibcregLoss, VibcregNetwork<B, M>>;
+
+impl VibcregConfig {
+    /// Builds VIbCReg around `backbone`.
+    ///
+    /// # Errors
+    /// A zero width or group count, or an impossible weight, named.
+    pub fn init<B: Backend, M: Backbone<B>>(
+        &self,
+        backbone: M,
+        device: &B::Device,
+    ) -> Result<Vibcreg<B, M>, ConfigError> {
+        let projector =
+            MlpHeadConfig::new(backbone.feature_dim(), self.hidden_dim, self.output_dim)
+                .with_num_layers(3)
+                .init(device)?;
+        let whitening = IterNormConfig::new(self.output_dim)
+            .with_num_groups(self.whitening_groups)
+            .with_iterations(self.whitening_iterations)
+            .init(device)
+            .map_err(|e| match e.field {
+                "num_groups" => ConfigError::new("whitening_groups", e.reason),
+                "iterations" => ConfigError::new("whitening_iterations", e.reason),
+                _ => e,
+            })?;
+        let network = VibcregNetwork {
+            backbone,
+            projector,
+            whitening,
+        };
+        Ok(ProjectedPair::of_network(network, self.loss.init()?))
+    }
+}
+
+/// VIbCReg's network: a backbone, a projector with GELU, and IterNorm on its output.
+#[derive(Module, Debug)]
+pub struct VibcregNetwork<B: Backend, M> {
+    /// Feature extractor.
+    pub backbone: M,
+    /// Projection head (applied with GELU).
+    pub projector: MlpHead<B>,
+    /// Group whitening of the projections.
+    pub whitening: IterNorm<B>,
+}
+
+impl<B: Backend, M> HasBackbone<M> for VibcregNetwork<B, M> {
+    fn backbone(&self) -> &M {
+        &self.backbone
+    }
+}
+
+impl<B: Backend, M: Backbone<B>> PairNetwork<B> for VibcregNetwork<B, M> {
+    fn forward_grouped(&self, images: Tensor<B, 4>, groups: usize) -> Tensor<B, 2> {
+        let features = self.backbone.forward_features_grouped(images, groups);
+        let z = self
+            .projector
+            .forward_grouped_with(features, HeadActivation::Gelu, groups);
+        self.whitening.forward_grouped(z, groups)
+    }
+}
+
+impl<B: Backend> PairObjective<B> for VibcregLoss {
+    fn loss(
+        &self,
+        z1: Tensor<B, 2>,
+        z2: Tensor<B, 2>,
+    ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>) {
+        let terms = self.terms(z1, z2);
+        (
+            terms.loss,
+            vec![
+                ("vibcreg_invariance", terms.invariance.detach()),
+                ("vibcreg_variance", terms.variance.detach()),
+                ("vibcreg_covariance", terms.covariance.detach()),
+            ],
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
+    use crate::method::SslMethod;
+    use burn::backend::{Autodiff, NdArray};
+
+    type Ad = Autodiff<NdArray<f64>>;
+
+    fn vibcreg() -> Vibcreg<Ad, Tiny<Ad>> {
+        let device = Default::default();
+        crate::method::init_method::<Ad, _, ConfigError>(&device, 13, |d| {
+            VibcregConfig::new()
+                .with_hidden_dim(8)
+                .with_output_dim(4)
+                .with_whitening_groups(2)
+                .init(Tiny::new(16, 6, d), d)
+        })
+        .unwrap()
+    }
+
+    /// The step's loss is VIbCReg's loss of the two views' whitened projections, each view
+    /// through the network on its own; its three terms are logged.
+    #[test]
+    fn the_loss_is_vibcregs_on_the_whitened_projections() {
+        let mut m = vibcreg();
+        let (v1, v2) = (images::<Ad>(6, 0.0), images::<Ad>(6, 1.0));
+        let z1 = m.online().forward_grouped(v1.clone(), 1);
+        let z2 = m.online().forward_grouped(v2.clone(), 1);
+        let expected = host(VibcregLossConfig::new().init().unwrap().forward(z1, z2))[0];
+        let out = m.forward(v1, v2, progress(0, 10, 0, 1));
+        assert!((host(out.loss)[0] - expected).abs() < 1e-12);
+        let names: Vec<_> = out.stats.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names,
+            [
+                "vibcreg_invariance",
+                "vibcreg_variance",
+                "vibcreg_covariance"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_whitening_setting_is_named_as_the_methods() {
+        let e = crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 1, |d| {
+            VibcregConfig::new()
+                .with_whitening_groups(0)
+                .init(Tiny::new(16, 6, d), d)
+        })
+        .unwrap_err();
+        assert_eq!(e.field, "whitening_groups");
+    }
+}
