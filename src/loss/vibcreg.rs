@@ -20,6 +20,7 @@
 use burn::prelude::*;
 
 use super::shape_checks::assert_same_shape;
+use super::vicreg::variance_hinge;
 use crate::base::error::{non_negative, positive, ConfigError};
 
 /// Configuration of [`VibcregLoss`].
@@ -91,7 +92,8 @@ impl VibcregLoss {
         let [n, _] = z1.dims();
         assert!(n >= 2, "VIbCReg: a batch of {n} has no variance");
         let invariance = (z1.clone() - z2.clone()).powi_scalar(2).mean();
-        let variance = self.variance_hinge(z1.clone()) + self.variance_hinge(z2.clone());
+        let variance =
+            variance_hinge(z1.clone(), self.epsilon) + variance_hinge(z2.clone(), self.epsilon);
         let covariance = correlation_penalty(z1) + correlation_penalty(z2);
         let [l, m, v] = self.weights;
         VibcregTerms {
@@ -102,18 +104,6 @@ impl VibcregLoss {
             variance,
             covariance,
         }
-    }
-
-    /// `mean_d max(0, 1 − √(Var_n(Z_d) + ε))`, the unbiased variance.
-    fn variance_hinge<B: Backend>(&self, z: Tensor<B, 2>) -> Tensor<B, 1> {
-        let [n, _] = z.dims();
-        let centred = z.clone() - z.mean_dim(0);
-        let variance = centred
-            .powi_scalar(2)
-            .sum_dim(0)
-            .mul_scalar(1.0 / ((n - 1) as f64));
-        let std = variance.add_scalar(self.epsilon).sqrt();
-        (std.neg() + 1.0).clamp_min(0.0).mean()
     }
 }
 

@@ -91,7 +91,9 @@ impl VicRegLoss {
         let [n, _] = z1.dims();
         assert!(n >= 2, "VICReg: a batch of {n} has no variance");
         let invariance = (z1.clone() - z2.clone()).powi_scalar(2).mean();
-        let variance = (self.variance_hinge(z1.clone()) + self.variance_hinge(z2.clone())) / 2.0;
+        let variance = (variance_hinge(z1.clone(), self.epsilon)
+            + variance_hinge(z2.clone(), self.epsilon))
+            / 2.0;
         let covariance = covariance_penalty(z1) + covariance_penalty(z2);
         let [l, m, v] = self.weights;
         VicRegTerms {
@@ -103,17 +105,19 @@ impl VicRegLoss {
             covariance,
         }
     }
+}
 
-    fn variance_hinge<B: Backend>(&self, z: Tensor<B, 2>) -> Tensor<B, 1> {
-        let [n, _] = z.dims();
-        let centred = z.clone() - z.mean_dim(0);
-        let variance = centred
-            .powi_scalar(2)
-            .sum_dim(0)
-            .mul_scalar(1.0 / ((n - 1) as f64));
-        let std = variance.add_scalar(self.epsilon).sqrt();
-        (std.neg() + 1.0).clamp_min(0.0).mean()
-    }
+/// `mean_d max(0, 1 − √(Var_n(Z_d) + ε))` with the unbiased variance: VICReg's variance term
+/// (VIbCReg's too).
+pub(super) fn variance_hinge<B: Backend>(z: Tensor<B, 2>, epsilon: f64) -> Tensor<B, 1> {
+    let [n, _] = z.dims();
+    let centred = z.clone() - z.mean_dim(0);
+    let variance = centred
+        .powi_scalar(2)
+        .sum_dim(0)
+        .mul_scalar(1.0 / ((n - 1) as f64));
+    let std = variance.add_scalar(epsilon).sqrt();
+    (std.neg() + 1.0).clamp_min(0.0).mean()
 }
 
 /// `Σ_{i≠j} Cov(Z)_ij² / D`, as `(Σ Cov² − Σ_i Var_i²) / D` (no mask to build).
