@@ -37,6 +37,9 @@ pub struct MlpHeadConfig {
     /// `BatchNorm`); `false` normalises only, as SimSiam's `BatchNorm1d(dim, affine=False)`.
     #[config(default = true)]
     pub output_batch_norm_affine: bool,
+    /// A bias on the output layer (when no BatchNorm follows it); lightly's MMCR head has none.
+    #[config(default = true)]
+    pub output_bias: bool,
 }
 
 /// The activation of an [`MlpHead`]'s hidden layers, chosen when it is applied
@@ -119,7 +122,7 @@ impl MlpHeadConfig {
         Ok(MlpHead {
             hidden,
             output: LinearConfig::new(width, self.output_dim)
-                .with_bias(!self.output_batch_norm)
+                .with_bias(self.output_bias && !self.output_batch_norm)
                 .init(device),
             output_norm: (self.output_batch_norm && self.output_batch_norm_affine)
                 .then(|| BatchNorm1d::new(self.output_dim, device)),
@@ -433,6 +436,27 @@ mod tests {
 
     type B = NdArray<f64>;
     type Ad = burn::backend::Autodiff<B>;
+
+    /// `output_bias` takes the output layer's bias away (lightly's MMCR head); a BatchNorm
+    /// after the output layer takes it away whatever it says.
+    #[test]
+    fn the_output_bias_is_optional() {
+        let device = Default::default();
+        for (bias, norm, expected) in [
+            (true, false, true),
+            (false, false, false),
+            (true, true, false),
+        ] {
+            let head = crate::base::seed::init_module::<Ad, _>(&device, 1, |d| {
+                MlpHeadConfig::new(3, 6, 4)
+                    .with_output_bias(bias)
+                    .with_output_batch_norm(norm)
+                    .init::<Ad>(d)
+                    .unwrap()
+            });
+            assert_eq!(head.output.bias.is_some(), expected, "{bias} {norm}");
+        }
+    }
 
     /// A grouped pass (two stacked batches of 5 rows, of different means and scales) equals
     /// one pass per group, in f64: the outputs, the gradient of the input, and the running

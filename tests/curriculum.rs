@@ -1582,7 +1582,7 @@ fn with_every_piece<S: SslMethod<Ad>>(name: &str, method: S) -> Vec<String> {
 /// The method table's two-view methods with every curriculum and selection piece, two steps
 /// each: Barlow Twins, VICReg and VIbCReg (their three terms logged), FroSSL (its two), SimCLR with DCL, with
 /// DCLW and with MACL (its temperature logged), DirectCLR (its sub-vector's norm logged), LeJEPA
-/// (its two terms), SwAV and DINO on their two global views (their multi-crop runs in tests/data_parallel.rs and the
+/// (its two terms), MMCR (its momentum), SwAV and DINO on their two global views (their multi-crop runs in tests/data_parallel.rs and the
 /// CLI tests), NNCLR, NNSiam, NNBYOL (its momentum logged), ReSSL, TiCo and MoCo v3.
 #[test]
 fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
@@ -1683,6 +1683,14 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
         "{}",
         rows[0]
     );
+    let mmcr = init(|d| {
+        MmcrConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .init(lenet, d)
+    });
+    let rows = with_every_piece("mmcr", mmcr);
+    assert!(rows[0].split(',').any(|c| c == "momentum"), "{}", rows[0]);
     let swav = init(|d| {
         SwavConfig::new()
             .with_hidden_dim(32)

@@ -485,6 +485,15 @@ fn lejepa<B: Backend>(d: &B::Device, _: usize) -> Result<LeJepa<B, ResNet<B>>, C
         .init(resnet(d), d)
 }
 
+/// MMCR with the runs' two local crops as further views.
+fn mmcr<B: Backend>(d: &B::Device, _: usize) -> Result<Mmcr<B, ResNet<B>>, ConfigError> {
+    MmcrConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .with_base_momentum(0.9)
+        .init(resnet, d)
+}
+
 fn dino<B: Backend>(d: &B::Device, _: usize) -> Result<Dino<B, ResNet<B>>, ConfigError> {
     DinoConfig::new()
         .with_hidden_dim(8)
@@ -777,6 +786,12 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
         1e-10,
     );
 
+    // MMCR: the centroids' nuclear norm is the global batch's (every view gathered).
+    assert_same(
+        "MMCR (f64)",
+        runs::<Exact, _>(&mmcr, &|m| values(m.momentum_encoder().network())),
+        1e-10,
+    );
     // NNCLR's support set takes every replica's projections; TiCo's covariance is the global
     // batch's.
     assert_same("NNCLR (f64)", runs::<Exact, _>(&nnclr, &nnclr_extra), 1e-10);

@@ -383,6 +383,30 @@ fn vibcreg_gradient_with_active_and_inactive_variance_hinges() {
     );
 }
 
+/// MMCR: the online views' gradient through the host SVD's `U Vᵀ` (three views of a batch of 8
+/// with 16 features: every matrix of full rank, its singular values distinct); the momentum
+/// views get none.
+#[test]
+fn mmcr_gradient_and_no_gradient_to_the_momentum_views() {
+    let (o1, m1) = views(109);
+    let (o2, m2) = views(113);
+    let (o3, m3) = views(127);
+    let loss = MmcrLossConfig::new().with_lambda(0.3).init().unwrap();
+    check_gradients(
+        "MMCR",
+        &[
+            (o1, BATCH, DIM),
+            (o2, BATCH, DIM),
+            (o3, BATCH, DIM),
+            (m1, BATCH, DIM),
+            (m2, BATCH, DIM),
+            (m3, BATCH, DIM),
+        ],
+        &[true, true, true, false, false, false],
+        |x| loss.forward(x[..3].to_vec(), x[3..].to_vec()),
+    );
+}
+
 /// IterNorm (VIbCReg's whitening) in training: the input's gradient through the batch's mean,
 /// covariance, trace and five Newton iterations, for 16 features in 4 groups of 4, of a
 /// weighted sum of the outputs (every output element counts).

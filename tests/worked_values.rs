@@ -748,6 +748,57 @@ fn ressl_equals_solo_learn() {
     }
 }
 
+/// MMCR's loss equals lightly's `MMCRLoss` in float64 (`tests/pytorch/ssl_losses.py`): two
+/// views through each network (the momentum network's `z1² − 0.4 z2` and `z1 z2`, without
+/// gradient, so that every matrix has full rank), at the paper's `λ` and at 0.5; the value to 1e-12 and the online outputs' gradients (the singular vectors' `U Vᵀ`,
+/// from nalgebra's SVD here, from PyTorch's there) to [`GRADIENT_TOLERANCE`] relative.
+#[test]
+fn mmcr_equals_lightly() {
+    use curriculum_ssl::loss::MmcrLossConfig;
+
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/ssl_losses.json")).unwrap();
+    let n = fixture["batch"].as_u64().unwrap() as usize;
+    let zoo = Zoo {
+        json: serde_json::Value::Null,
+        n,
+        d: fixture["dim"].as_u64().unwrap() as usize,
+    };
+    let (z1, z2) = (zoo.a(), zoo.b());
+    let momentum = [
+        z1.iter()
+            .zip(&z2)
+            .map(|(a, b)| a * a - 0.4 * b)
+            .collect::<Vec<_>>(),
+        z1.iter().zip(&z2).map(|(a, b)| a * b).collect(),
+    ];
+    let cases = fixture["mmcr_cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let lambda: f64 = name.split("lambda=").nth(1).unwrap().parse().unwrap();
+        let loss_fn = MmcrLossConfig::new().with_lambda(lambda).init().unwrap();
+        let (o1, o2) = (
+            zoo.tensor(&z1, n).require_grad(),
+            zoo.tensor(&z2, n).require_grad(),
+        );
+        let loss = loss_fn.forward(
+            vec![o1.clone(), o2.clone()],
+            momentum.iter().map(|m| zoo.tensor(m, n)).collect(),
+        );
+        assert_value(
+            name,
+            loss.clone().into_scalar(),
+            case["value"].as_f64().unwrap(),
+        );
+        let grads = loss.backward();
+        for (z, key) in [(o1, "grad_z1"), (o2, "grad_z2")] {
+            let ours: Vec<f64> = z.grad(&grads).unwrap().into_data().to_vec().unwrap();
+            assert_gradient(&format!("{name}: {key}"), &ours, &floats(&case[key]));
+        }
+    }
+}
+
 /// VIbCReg's loss equals solo-learn's `vibcreg_loss_func` in float64 (copied in
 /// `tests/pytorch/vibcreg.py`, which wrote `tests/fixtures/vibcreg.json`): two weightings, each
 /// on inputs where the variance hinge is off and on; the value to 1e-12 and both views'

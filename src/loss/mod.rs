@@ -25,6 +25,7 @@
 //! | [`swav`] | swapped prediction of Sinkhorn–Knopp codes (SwAV) | <https://arxiv.org/abs/2006.09882> | `#swav-loss` |
 //! | [`moco_v3`] | in-batch InfoNCE scaled by 2τ (MoCo v3) | <https://arxiv.org/abs/2104.02057> | `#moco-v3-loss` |
 //! | [`nnclr`] | nearest neighbour from a support set as the positive (NNCLR) | <https://arxiv.org/abs/2104.14548> | `#nnclr-loss` |
+//! | [`mmcr`] | the centroids' nuclear norm up, each image's views' down (MMCR) | <https://arxiv.org/abs/2303.03307> | `#mmcr-loss` |
 //! | [`ressl`] | a strong view's relation to a queue learns a weak view's, sharpened (ReSSL) | <https://arxiv.org/abs/2107.09282> | `#ressl-loss` |
 //! | [`tico`] | transformation invariance and covariance contrast (TiCo) | <https://arxiv.org/abs/2206.10698> | `#tico-loss` |
 //! | [`dino`] | self-distillation with centring and sharpening (DINO) | <https://arxiv.org/abs/2104.14294> | `#dino-loss` |
@@ -56,6 +57,7 @@ pub mod koleo;
 pub mod lejepa;
 pub mod macl;
 pub mod magnet;
+pub mod mmcr;
 pub mod moco_v3;
 pub mod msn;
 pub mod negative_cosine;
@@ -86,6 +88,7 @@ pub use koleo::{KoLeoLoss, KoLeoLossConfig};
 pub use lejepa::{LeJepaLoss, LeJepaLossConfig, LeJepaTerms};
 pub use macl::{MaclLoss, MaclLossConfig, MaclOutput};
 pub use magnet::{MagnetLoss, MagnetLossConfig};
+pub use mmcr::{MmcrLoss, MmcrLossConfig};
 pub use moco_v3::{MocoV3Loss, MocoV3LossConfig};
 pub use msn::{MsnLoss, MsnLossConfig, MsnTerms};
 pub use negative_cosine::{NegativeCosineLoss, NegativeCosineLossConfig};

@@ -11,8 +11,10 @@
 use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
 
+use super::momentum::MomentumEncoder;
 use super::ssl_method::HasBackbone;
-use crate::head::MlpHead;
+use crate::base::error::ConfigError;
+use crate::head::{MlpHead, MlpHeadConfig};
 
 /// A backbone and a projection head: the projections of a batch.
 #[derive(Module, Debug)]
@@ -30,6 +32,33 @@ impl<B: Backend, M> HasBackbone<M> for Projected<B, M> {
 }
 
 impl<B: Backend, M: Backbone<B>> Projected<B, M> {
+    /// An online network of a backbone made by `backbone` and the projector `projector` gives
+    /// for the backbone's feature width, and its momentum copy (built the same way, the online
+    /// weights loaded into it; momentum `base_momentum` rising to 1 along a cosine): TiCo's,
+    /// ReSSL's and MMCR's networks.
+    ///
+    /// # Errors
+    /// A zero width in the projector, or a momentum outside `[0, 1]` (named `base_momentum`).
+    pub fn with_momentum_copy(
+        backbone: impl Fn(&B::Device) -> M,
+        projector: impl Fn(usize) -> MlpHeadConfig,
+        base_momentum: f64,
+        device: &B::Device,
+    ) -> Result<(Self, MomentumEncoder<Self>), ConfigError> {
+        let online_backbone = backbone(device);
+        let projector = projector(online_backbone.feature_dim());
+        let online = Self {
+            backbone: online_backbone,
+            projector: projector.init(device)?,
+        };
+        let fresh = Self {
+            backbone: backbone(device),
+            projector: projector.init(device)?,
+        };
+        let momentum = MomentumEncoder::new(&online, fresh, base_momentum, true, "base_momentum")?;
+        Ok((online, momentum))
+    }
+
     /// The projections of a batch.
     ///
     /// # Shapes

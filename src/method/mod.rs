@@ -12,7 +12,8 @@
 //! - [`ProjectedPair`]: two views through one network and a loss of the pair:
 //!   [`BarlowTwins`], [`VicReg`], [`Vibcreg`] (its projections whitened by `IterNorm`),
 //!   [`FroSsl`] and [`DirectClr`] (the backbone alone).
-//! - [`LeJepa`]: LeJEPA (SIGReg and invariance, multi-crop, no teacher).
+//! - [`LeJepa`]: LeJEPA (SIGReg and invariance, multi-crop, no teacher); [`Mmcr`]: MMCR
+//!   (nuclear norms of `k` views, momentum network).
 //! - [`Swav`]: SwAV; [`Dino`]: DINO (both with multi-crop); [`Ibot`]: iBOT and DINOv2's
 //!   objective.
 //! - [`RotNet`](rotnet::RotNet): rotation prediction (MICO's rotation curricula).
@@ -47,6 +48,7 @@ pub mod iter_norm;
 pub mod lejepa;
 pub mod mae;
 pub mod masking;
+pub mod mmcr;
 pub mod moco;
 pub mod moco_v3;
 pub mod momentum;
@@ -85,6 +87,7 @@ pub use iter_norm::{IterNorm, IterNormConfig};
 pub use lejepa::{LeJepa, LeJepaConfig};
 pub use mae::{Mae, MaeConfig, MaeDecoder, MaeNetwork};
 pub use masking::{PatchMask, UnitMask};
+pub use mmcr::{Mmcr, MmcrConfig, MmcrState};
 pub use moco::{Moco, MocoConfig, MocoState};
 pub use moco_v3::{MocoV3, MocoV3Config, MocoV3State};
 pub use momentum::MomentumEncoder;

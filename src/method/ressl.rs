@@ -65,22 +65,9 @@ impl ResslConfig {
         batch_size: usize,
         device: &B::Device,
     ) -> Result<Ressl<B, M>, ConfigError> {
-        let online_backbone = backbone(device);
-        let projector = MlpHeadConfig::moco_v2(
-            online_backbone.feature_dim(),
-            self.hidden_dim,
-            self.output_dim,
-        );
-        let online = Projected {
-            backbone: online_backbone,
-            projector: projector.init(device)?,
-        };
-        let fresh = Projected {
-            backbone: backbone(device),
-            projector: projector.init(device)?,
-        };
-        let momentum =
-            MomentumEncoder::new(&online, fresh, self.base_momentum, true, "base_momentum")?;
+        let projector = |width| MlpHeadConfig::moco_v2(width, self.hidden_dim, self.output_dim);
+        let (online, momentum) =
+            Projected::with_momentum_copy(backbone, projector, self.base_momentum, device)?;
         let queue = KeyQueueConfig::new(self.queue_size, self.output_dim)
             .init(batch_size, device)
             .map_err(|e| ConfigError::new("queue_size", e.reason))?;

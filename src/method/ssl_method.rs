@@ -69,8 +69,9 @@ pub struct MethodOutput<B: Backend> {
 pub struct Views<B: Backend> {
     /// The two global views, `[N, C, H, W]` each.
     pub global: [Tensor<B, 4>; 2],
-    /// Multi-crop's local crops, `[N, C, h, w]` each, smaller than the global views; empty
-    /// unless the method [takes them](SslMethod::takes_local_crops).
+    /// Multi-crop's local crops, `[N, C, h, w]` each, smaller than the global views (or as
+    /// large: MMCR's further views); empty unless the method
+    /// [takes them](SslMethod::takes_local_crops).
     pub local: Vec<Tensor<B, 4>>,
 }
 

@@ -54,22 +54,9 @@ impl TicoConfig {
         backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<Tico<B, M>, ConfigError> {
-        let online_backbone = backbone(device);
-        let projector = MlpHeadConfig::new(
-            online_backbone.feature_dim(),
-            self.hidden_dim,
-            self.output_dim,
-        );
-        let online = Projected {
-            backbone: online_backbone,
-            projector: projector.init(device)?,
-        };
-        let fresh = Projected {
-            backbone: backbone(device),
-            projector: projector.init(device)?,
-        };
-        let momentum =
-            MomentumEncoder::new(&online, fresh, self.base_momentum, true, "base_momentum")?;
+        let projector = |width| MlpHeadConfig::new(width, self.hidden_dim, self.output_dim);
+        let (online, momentum) =
+            Projected::with_momentum_copy(backbone, projector, self.base_momentum, device)?;
         Ok(Tico {
             online,
             momentum,

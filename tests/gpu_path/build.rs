@@ -298,3 +298,16 @@ pub fn vibcreg<B: AutodiffBackend>(device: &B::Device) -> Vibcreg<B, TinyConv<B>
     })
     .unwrap()
 }
+
+/// MMCR on the two global views: the host SVDs of the device's outputs (the centroids' matrix
+/// 8 × 4, each image's 4 × 4, whose momentum rows equal its online rows at the first step: the
+/// zero singular values' least-norm subgradient).
+pub fn mmcr<B: AutodiffBackend>(device: &B::Device) -> Mmcr<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        MmcrConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(4)
+            .init(TinyConv::new, d)
+    })
+    .unwrap()
+}

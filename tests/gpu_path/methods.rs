@@ -282,6 +282,19 @@ fn simclr_and_its_curriculum_losses_step_as_on_the_cpu() {
         &device,
         &mut seen,
     );
+    // MMCR: the outputs to the host for their SVDs, `U Vᵀ` back to the device.
+    let (cpu, gpu) = compare(
+        "MMCR",
+        mmcr::<CpuAd>(&cpu_device),
+        mmcr::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    seen.all(
+        "MMCR momentum network",
+        &params(cpu.momentum_encoder().network()),
+        &params(gpu.momentum_encoder().network()),
+    );
     seen.report("SimCLR");
 }
 

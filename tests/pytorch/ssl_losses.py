@@ -1,5 +1,5 @@
 """Worked values and input gradients of the non-contrastive, decoupled, model-aware, FroSSL,
-DirectCLR and LeJEPA losses, in float64, from lightly's own implementations (lightly 1.6,
+DirectCLR, LeJEPA and MMCR losses, in float64, from lightly's own implementations (lightly 1.6,
 torch 2.15), for tests/worked_values.rs.
 
 Inputs (the Rust test builds them the same way): B = 6 images, D = 4 features,
@@ -25,6 +25,7 @@ from lightly.loss import (
     FroSSLLoss,
     LeJEPALoss,
     MACLLoss,
+    MMCRLoss,
     VICRegLoss,
 )
 
@@ -113,8 +114,26 @@ cases += [
         lejepa(3, lambda_param=0.5, sigreg_knots=5, sigreg_t_max=2.0),
     ),
 ]
+
+
+def mmcr(lmda):
+    """MMCRLoss on k = 2 views: online (z1, z2), momentum (z1² − 0.4 z2, z1 * z2) without
+    gradient (lightly's example detaches the momentum network's outputs). Not linear in the
+    online views, so that every image's 4 x 4 matrix has full rank (at a zero singular value the
+    nuclear norm has no derivative, and the two SVDs' subgradients differ)."""
+    z1, z2 = inputs()
+    momentum = torch.stack([z1 * z1 - 0.4 * z2, z1 * z2], dim=1)
+    z1.requires_grad_(True)
+    z2.requires_grad_(True)
+    loss = MMCRLoss(lmda=lmda)(torch.stack([z1, z2], dim=1), momentum)
+    loss.backward()
+    return {"name": f"mmcr lambda={lmda}", "value": loss.item(),
+            "grad_z1": z1.grad.flatten().tolist(), "grad_z2": z2.grad.flatten().tolist()}
+
+
+mmcr_cases = [mmcr(5e-3), mmcr(0.5)]
 out = os.path.join(os.path.dirname(__file__), "..", "fixtures", "ssl_losses.json")
 with open(out, "w") as f:
-    json.dump({"batch": B, "dim": D, "cases": cases}, f, indent=1)
-for c in cases:
+    json.dump({"batch": B, "dim": D, "cases": cases, "mmcr_cases": mmcr_cases}, f, indent=1)
+for c in cases + mmcr_cases:
     print(f"{c['name']:28s} {c['value']:.12f}")

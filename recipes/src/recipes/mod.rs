@@ -60,6 +60,7 @@ recipe_modules!(
     redundancy,
     multi_crop,
     lejepa,
+    mmcr,
     ibot,
     msn,
     nnclr,

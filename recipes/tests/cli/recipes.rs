@@ -144,6 +144,7 @@ fn the_method_table_recipes_run_two_steps() {
         ("swav", &["--local-crops", "0"][..]),
         ("dino", &["--local-crops", "2"][..]),
         ("lejepa", &["--local-crops", "2"][..]),
+        ("mmcr", &["--local-crops", "1"][..]),
         ("nnclr", &[][..]),
         ("nnsiam", &[][..]),
         ("nnbyol", &[][..]),

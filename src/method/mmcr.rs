@@ -1,0 +1,216 @@
+//! MMCR (Yerxa, Kuang, Simoncelli & Chung, "Learning Efficient Coding of Natural Images with
+//! Maximum Manifold Capacity Representations", NeurIPS 2023, <https://arxiv.org/abs/2303.03307>;
+//! lightly's MMCR example): an online backbone + projector (`features → 512 (BN,
+//! ReLU) → 512 (BN, ReLU) → 128`, no biases: lightly's `MMCRProjectionHead`) and a momentum copy
+//! (`0.996 → 1` along a cosine); `k` views of every image through both, and the
+//! [MMCR loss](crate::loss::mmcr): the centroids' nuclear norm up, each image's views' nuclear
+//! norm down.
+//!
+//! The `k` views are the pipeline's two global views and its local crops (multi-crop), each
+//! through the networks on its own; the `mmcr` recipe's local crops are full-size views, so
+//! `k = 2 + local crops` of one kind (lightly's example: `k = 8`).
+//!
+//! On several replicas every view's outputs are gathered: the centroids' nuclear norm is the
+//! global batch's, the same on every replica.
+//!
+//! The math, the defaults and the worked values are in `docs/methods.md#mmcr`.
+
+use burn::prelude::*;
+use burn::record::Record;
+use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl_models::{Backbone, TrainableBackbone};
+
+use super::encoder::Projected;
+use super::momentum::MomentumEncoder;
+use super::ssl_method::{MethodOutput, SslMethod, Views};
+use crate::base::error::ConfigError;
+use crate::base::Progress;
+use crate::data_parallel::Replica;
+use crate::head::MlpHeadConfig;
+use crate::loss::{MmcrLoss, MmcrLossConfig};
+
+/// Configuration of [`Mmcr`].
+#[derive(Config, Debug)]
+pub struct MmcrConfig {
+    /// Width of the projector's two hidden layers (lightly's example: 512).
+    #[config(default = 512)]
+    pub hidden_dim: usize,
+    /// Projection width (lightly's example: 128).
+    #[config(default = 128)]
+    pub output_dim: usize,
+    /// Momentum of the momentum network at the start (rises to 1 along a cosine; lightly's
+    /// example: 0.996).
+    #[config(default = 0.996)]
+    pub base_momentum: f64,
+    /// The loss (`λ = 5e-3`).
+    #[config(default = "MmcrLossConfig::new()")]
+    pub loss: MmcrLossConfig,
+}
+
+impl MmcrConfig {
+    /// Builds MMCR around a backbone made by `backbone` (called twice: online, and a fresh
+    /// module into which the momentum copy is loaded).
+    ///
+    /// # Errors
+    /// A zero width, an impossible momentum or `λ`, named.
+    pub fn init<B: Backend, M: Backbone<B>>(
+        &self,
+        backbone: impl Fn(&B::Device) -> M,
+        device: &B::Device,
+    ) -> Result<Mmcr<B, M>, ConfigError> {
+        let projector = |width| {
+            MlpHeadConfig::new(width, self.hidden_dim, self.output_dim)
+                .with_num_layers(3)
+                .with_output_bias(false)
+        };
+        let (online, momentum) =
+            Projected::with_momentum_copy(backbone, projector, self.base_momentum, device)?;
+        Ok(Mmcr {
+            online,
+            momentum,
+            loss: self.loss.init()?,
+            replica: None,
+        })
+    }
+}
+
+/// The checkpointed state of [`Mmcr`]: the momentum network.
+#[derive(Record)]
+pub struct MmcrState<B: Backend, M: Backbone<B>> {
+    /// The momentum network's record.
+    pub momentum: <Projected<B, M> as Module<B>>::Record,
+}
+
+/// MMCR. Build it with [`MmcrConfig::init`].
+#[derive(Debug, Clone)]
+pub struct Mmcr<B: Backend, M: Backbone<B>> {
+    online: Projected<B, M>,
+    momentum: MomentumEncoder<Projected<B, M>>,
+    loss: MmcrLoss,
+    /// This method's replica in a data-parallel run.
+    replica: Option<Replica<B>>,
+}
+
+impl<B: Backend, M: Backbone<B>> Mmcr<B, M> {
+    /// The momentum copy: its network and its momentum schedule.
+    pub fn momentum_encoder(&self) -> &MomentumEncoder<Projected<B, M>> {
+        &self.momentum
+    }
+}
+
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Mmcr<B, M> {
+    type Online = Projected<B, M>;
+    type Backbone = M;
+    type State = MmcrState<B, M>;
+
+    fn online(&self) -> &Self::Online {
+        &self.online
+    }
+
+    fn state(&self) -> MmcrState<B, M> {
+        MmcrState {
+            momentum: self.momentum.record(),
+        }
+    }
+
+    fn load_state(&mut self, state: MmcrState<B, M>) -> Result<(), ConfigError> {
+        self.momentum.load_record(state.momentum);
+        Ok(())
+    }
+
+    fn set_online(&mut self, online: Self::Online) {
+        self.online = online;
+    }
+
+    fn takes_local_crops(&self) -> bool {
+        true
+    }
+
+    fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
+        let Views { global, local } = views;
+        let all: Vec<Tensor<B, 4>> = global.into_iter().chain(local).collect();
+        let online: Vec<_> = all.iter().map(|x| self.online.forward(x.clone())).collect();
+        let momentum: Vec<_> = all
+            .into_iter()
+            .map(|x| self.momentum.network().forward(x).detach())
+            .collect();
+        let embeddings = Some([online[0].clone().detach(), online[1].clone().detach()]);
+        // Data-parallel: the centroids' nuclear norm is the global batch's.
+        let (online, momentum) = match &self.replica {
+            Some(r) => (
+                online.into_iter().map(|z| r.gather(z)).collect(),
+                momentum.into_iter().map(|z| r.gather(z).detach()).collect(),
+            ),
+            None => (online, momentum),
+        };
+        let loss = self.loss.forward(online, momentum);
+        let stats = vec![self.momentum.stat(progress, &loss.device())];
+        MethodOutput {
+            loss,
+            stats,
+            embeddings,
+        }
+    }
+
+    /// Every view's outputs are gathered: the loss is the global batch's, the same on every
+    /// replica, and the gather's backward with the average over replicas gives the one-device
+    /// gradient.
+    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
+        self.replica = Some(replica);
+        Ok(())
+    }
+
+    fn after_step(&mut self, progress: Progress) {
+        self.momentum.update(&self.online, progress);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
+    use burn::backend::{Autodiff, NdArray};
+
+    type Ad = Autodiff<NdArray<f64>>;
+
+    fn mmcr() -> Mmcr<Ad, Tiny<Ad>> {
+        let device = Default::default();
+        crate::method::init_method::<Ad, _, ConfigError>(&device, 17, |d| {
+            MmcrConfig::new()
+                .with_hidden_dim(8)
+                .with_output_dim(4)
+                .init(|d| Tiny::new(16, 6, d), d)
+        })
+        .unwrap()
+    }
+
+    /// The step's loss is MMCR's of every view (the two global views and the local crops)
+    /// through the online and the momentum networks.
+    #[test]
+    fn the_loss_takes_every_view_through_both_networks() {
+        let mut m = mmcr();
+        let views: Vec<Tensor<Ad, 4>> = (0..3).map(|v| images(5, v as f64)).collect();
+        let online: Vec<_> = views
+            .iter()
+            .map(|x| m.online().forward(x.clone()))
+            .collect();
+        let momentum: Vec<_> = views
+            .iter()
+            .map(|x| m.momentum_encoder().network().forward(x.clone()))
+            .collect();
+        let expected = host(
+            MmcrLossConfig::new()
+                .init()
+                .unwrap()
+                .forward(online, momentum),
+        )[0];
+        let out = m.forward_views(
+            Views {
+                global: [views[0].clone(), views[1].clone()],
+                local: vec![views[2].clone()],
+            },
+            progress(0, 10, 0, 1),
+        );
+        assert!((host(out.loss)[0] - expected).abs() < 1e-12);
+    }
+}
