@@ -208,27 +208,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
     let args = SupervisedArgs::command_parse(recipe, raw)?;
     let common_args = &args.common;
     refuse_ssl_options(common_args, recipe)?;
-    if args.embedding_backbone.is_some() && selection != Selection::SplAdvise {
-        return Err(usage(format!(
-            "--embedding-backbone: recipe `{recipe}` has no embedding network (spl_advise has)"
-        )));
-    }
-    if args.clusters.is_some() && selection == Selection::Random {
-        return Err(usage(
-            "--clusters: recipe `random_sampling` clusters nothing (spl_advise and spld do)",
-        ));
-    }
-    if let Some(k) = args.clusters {
-        if !(1..=1000).contains(&k) {
-            return Err(usage(format!("--clusters {k}: must lie in [1, 1000]")));
-        }
-    }
-    if let Some(f) = args.label_fraction.filter(|f| !(*f > 0.0 && *f <= 1.0)) {
-        return Err(usage(format!("--label-fraction {f}: must lie in (0, 1]")));
-    }
-    if args.label_seed.is_some() && args.label_fraction.is_none() {
-        return Err(usage("--label-seed: only with --label-fraction"));
-    }
+    check_selection_options(&args, selection)?;
     let epochs = if on_gpu() { 50 } else { 10 };
     let settings = Settings::new(recipe, common_args, epochs, 128, 1e-3);
     common::validate(&settings, common_args)?;
@@ -244,22 +224,10 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         )));
     }
     let device: Device = crate::backend::open(common_args.device, common_args.precision)?;
-    let mut data = settings.source.load_splits(false)?;
-    data.labelled(&format!("recipe `{recipe}`"))?;
     let label_fraction = args
         .label_fraction
         .map(|f| (f, args.label_seed.unwrap_or(settings.seed)));
-    if let Some((fraction, seed)) = label_fraction {
-        let labels = data.train.labels().expect("labelled() checked the labels");
-        let indices = curriculum_ssl::eval::few_label_indices(labels, fraction, seed)?;
-        println!(
-            "recipe `{recipe}`: training on {} of the {} labelled images (--label-fraction \
-             {fraction}, seed {seed}); the test split whole",
-            indices.len(),
-            labels.len()
-        );
-        data.train = data.train.select(&indices)?;
-    }
+    let data = labelled_data(&settings, label_fraction, recipe)?;
     let (_, _, channels) = data.train.image_shape();
     let embedding_backbone = (selection == Selection::SplAdvise).then(|| {
         args.embedding_backbone
@@ -270,62 +238,20 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
             })
     });
     let classes = data.train.num_classes().max(data.test.as_ref().map_or(0, |t| t.num_classes()));
-    let spec = BackboneSpec {
-        config: settings
-            .backbone
-            .config(
-                channels,
-                data.train.image_shape().0,
-                settings.stem,
-                settings.pooled_grid(data.train.image_shape().0),
-            ),
-        weights: None,
-    };
-    spec.check(data.train.image_shape(), "--backbone", &device)?;
+    let spec = student_spec(&settings, &data.train, &device)?;
     if common_args.check {
         println!("recipe `{recipe}`: the options are valid (--check: nothing trained)");
         return Ok(());
     }
     let model = student(&spec, classes, settings.seed, &device);
-    let images = ClassifierAugmentConfig::new().with_normalize(Some(normalization(channels)));
-    let kmeans = KMeansConfig::new()
-        .with_clusters(args.clusters.unwrap_or(8))
-        .with_max_iterations(50);
-    let pace = PaceConfig::new(SpldConfig::new());
-    let selector = match selection {
-        Selection::Random => Selector::Random(RandomSampling::new()),
-        Selection::Spld => Selector::Spld(Box::new(SpldSampling::on_pixels(
-            &data.train,
-            &pace,
-            &kmeans,
-            settings.seed,
-        )?)),
-        Selection::SplAdvise => {
-            let choice = embedding_backbone.expect("spl_advise has one");
-            let spec = BackboneSpec {
-                config: choice.config(
-                    channels,
-                    data.train.image_shape().0,
-                    None,
-                    choice.default_pooled_grid(None, data.train.image_shape().0),
-                ),
-                weights: None,
-            };
-            spec.check(data.train.image_shape(), "--embedding-backbone", &device)?;
-            let net = embedding_net(&spec, settings.seed, &device);
-            let config = SplAdviseConfig::new(pace)
-                .with_kmeans(kmeans)
-                .with_seed(settings.seed);
-            Selector::SplAdvise(Box::new(SplAdvise::new(
-                config,
-                net,
-                AdamConfig::new().init(),
-                data.train.clone(),
-                images,
-                &device,
-            )?))
-        }
-    };
+    let selector = selector(
+        selection,
+        &data.train,
+        embedding_backbone,
+        settings.seed,
+        args.clusters.unwrap_or(8),
+        &device,
+    )?;
     let description = SupervisedRun {
         recipe,
         selection,
@@ -349,12 +275,10 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         .with_epochs(settings.epochs)
         .with_lr(settings.lr)
         .with_checkpoint_every(common_args.checkpoint_every);
-    let mode = if common_args.extend {
-        StartMode::Extend
-    } else if common_args.resume {
-        StartMode::Resume
-    } else {
-        StartMode::Fresh
+    let mode = match (common_args.extend, common_args.resume) {
+        (true, _) => StartMode::Extend,
+        (false, true) => StartMode::Resume,
+        (false, false) => StartMode::Fresh,
     };
     let run_dir = settings.run_dir(common_args);
     crate::run_files::check_run_dir_writable(&run_dir)?;
@@ -370,6 +294,12 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         mode,
         device,
     };
+    train_with(parts, optimizer)
+}
+
+/// Trains `parts` with the student's optimiser: Adam, or SGD with Nesterov momentum 0.9 and
+/// weight decay 5e-4.
+fn train_with(parts: Parts, optimizer: OptimizerChoice) -> Result<()> {
     match optimizer {
         OptimizerChoice::Adam => train(parts, AdamConfig::new().init()),
         OptimizerChoice::Sgd => train(
@@ -381,6 +311,136 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
                 .init()?,
         ),
     }
+}
+
+/// The options of the selection methods, checked against the recipe's: `--embedding-backbone`
+/// for spl_advise alone, `--clusters` in [1, 1000] and not for random sampling,
+/// `--label-fraction` in (0, 1] and `--label-seed` only with it.
+fn check_selection_options(args: &SupervisedArgs, selection: Selection) -> Result<()> {
+    let recipe = selection.recipe();
+    if args.embedding_backbone.is_some() && selection != Selection::SplAdvise {
+        return Err(usage(format!(
+            "--embedding-backbone: recipe `{recipe}` has no embedding network (spl_advise has)"
+        )));
+    }
+    if args.clusters.is_some() && selection == Selection::Random {
+        return Err(usage(
+            "--clusters: recipe `random_sampling` clusters nothing (spl_advise and spld do)",
+        ));
+    }
+    if let Some(k) = args.clusters {
+        if !(1..=1000).contains(&k) {
+            return Err(usage(format!("--clusters {k}: must lie in [1, 1000]")));
+        }
+    }
+    if let Some(f) = args.label_fraction.filter(|f| !(*f > 0.0 && *f <= 1.0)) {
+        return Err(usage(format!("--label-fraction {f}: must lie in (0, 1]")));
+    }
+    if args.label_seed.is_some() && args.label_fraction.is_none() {
+        return Err(usage("--label-seed: only with --label-fraction"));
+    }
+    Ok(())
+}
+
+/// The run's labelled splits (an error naming the recipe if they have no labels), the training
+/// split cut to a fraction of its labels by [`keep_few_labels`] when `label_fraction` is given.
+fn labelled_data(
+    settings: &Settings,
+    label_fraction: Option<(f64, u64)>,
+    recipe: &str,
+) -> Result<common::Data> {
+    let mut data = settings.source.load_splits(false)?;
+    data.labelled(&format!("recipe `{recipe}`"))?;
+    if let Some((fraction, seed)) = label_fraction {
+        keep_few_labels(&mut data, fraction, seed, recipe)?;
+    }
+    Ok(data)
+}
+
+/// The student's backbone (`--backbone`, `--stem`, the pooled grid) for the training split's
+/// images, checked against them.
+fn student_spec(
+    settings: &Settings,
+    train: &curriculum_ssl::data::ImageArray,
+    device: &Device,
+) -> Result<BackboneSpec> {
+    let (side, _, channels) = train.image_shape();
+    let spec = BackboneSpec {
+        config: settings.backbone.config(
+            channels,
+            side,
+            settings.stem,
+            settings.pooled_grid(side),
+        ),
+        weights: None,
+    };
+    spec.check(train.image_shape(), "--backbone", device)?;
+    Ok(spec)
+}
+
+/// The training split cut to `fraction` of its labelled images per class, drawn from `seed`
+/// (`--label-fraction`, `--label-seed`); the test split stays whole.
+fn keep_few_labels(data: &mut common::Data, fraction: f64, seed: u64, recipe: &str) -> Result<()> {
+    let labels = data.train.labels().expect("labelled() checked the labels");
+    let indices = curriculum_ssl::eval::few_label_indices(labels, fraction, seed)?;
+    println!(
+        "recipe `{recipe}`: training on {} of the {} labelled images (--label-fraction \
+         {fraction}, seed {seed}); the test split whole",
+        indices.len(),
+        labels.len()
+    );
+    data.train = data.train.select(&indices)?;
+    Ok(())
+}
+
+/// The selection method of the recipe on the training split `train`: random sampling, SPLD on
+/// the pixels' clusters, or SPL-ADVisE with its embedding network (`embedding_backbone`, drawn
+/// from `seed`), both with `clusters` k-means clusters.
+fn selector(
+    selection: Selection,
+    train: &curriculum_ssl::data::ImageArray,
+    embedding_backbone: Option<BackboneChoice>,
+    seed: u64,
+    clusters: usize,
+    device: &Device,
+) -> Result<Selector> {
+    let (side, _, channels) = train.image_shape();
+    let images = ClassifierAugmentConfig::new().with_normalize(Some(normalization(channels)));
+    let kmeans = KMeansConfig::new()
+        .with_clusters(clusters)
+        .with_max_iterations(50);
+    let pace = PaceConfig::new(SpldConfig::new());
+    Ok(match selection {
+        Selection::Random => Selector::Random(RandomSampling::new()),
+        Selection::Spld => Selector::Spld(Box::new(SpldSampling::on_pixels(
+            train, &pace, &kmeans, seed,
+        )?)),
+        Selection::SplAdvise => {
+            let choice = embedding_backbone.expect("spl_advise has one");
+            let spec = BackboneSpec {
+                config: choice.config(
+                    channels,
+                    side,
+                    None,
+                    choice.default_pooled_grid(None, side),
+                ),
+                weights: None,
+            };
+            spec.check(train.image_shape(), "--embedding-backbone", device)?;
+            let net = embedding_net(&spec, seed, device);
+            let config = SplAdviseConfig::new(pace)
+                .with_kmeans(kmeans)
+                .with_seed(seed);
+            Selector::SplAdvise(Box::new(SplAdvise::new(
+                config,
+                net,
+                AdamConfig::new().init(),
+                train.clone(),
+                images,
+                device,
+            )?))
+        }
+    })
 }
 
 /// The stream of the run's seed that draws the embedding network's weights: not the student's
