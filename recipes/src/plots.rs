@@ -234,23 +234,7 @@ fn draw_into(
     lines: &[Line],
 ) -> Result<()> {
     register_font();
-    let points = lines.iter().flat_map(|l| l.points.iter());
-    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-    for &(x, y) in points {
-        (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
-    }
-    for &(low, high) in lines.iter().flat_map(|l| l.band.iter()) {
-        (y0, y1) = (y0.min(low), y1.max(high));
-    }
-    if x1 <= x0 {
-        x1 = x0 + 1.0;
-    }
-    let pad = if y1 > y0 {
-        0.05 * (y1 - y0)
-    } else {
-        0.5 * y0.abs().max(1e-3)
-    };
-    let (y0, y1) = (y0 - pad, y1 + pad);
+    let ((x0, x1), (y0, y1)) = axis_ranges(lines);
     let root = BitMapBackend::new(file, SIZE).into_drawing_area();
     let error = |e: &DrawingAreaErrorKind<BitMapBackendError>| {
         anyhow::anyhow!("drawing {}: {}", path.display(), drawing_error(e))
@@ -287,23 +271,9 @@ fn draw_into(
             colour.stroke_width(2)
         };
         if !line.band.is_empty() {
-            // The band's outline: along the lows, back along the highs.
-            let outline: Vec<(f64, f64)> = line
-                .points
-                .iter()
-                .zip(&line.band)
-                .map(|(&(x, _), &(low, _))| (x, low))
-                .chain(
-                    line.points
-                        .iter()
-                        .zip(&line.band)
-                        .rev()
-                        .map(|(&(x, _), &(_, high))| (x, high)),
-                )
-                .collect();
             chart
                 .draw_series(std::iter::once(Polygon::new(
-                    outline,
+                    band_outline(line),
                     colour.mix(0.15).filled(),
                 )))
                 .map_err(|e| error(&e))?;
@@ -347,6 +317,45 @@ fn draw_into(
     }
     root.present().map_err(|e| error(&e))?;
     Ok(())
+}
+
+/// The axes' ranges `((x0, x1), (y0, y1))` that hold every line's points and bands: `x` from
+/// the least to the largest (one unit wide when they are equal), `y` padded by 5 % of its span
+/// (by half its magnitude, at least 5e-4, when the span is zero).
+fn axis_ranges(lines: &[Line]) -> ((f64, f64), (f64, f64)) {
+    let points = lines.iter().flat_map(|l| l.points.iter());
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in points {
+        (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
+    }
+    for &(low, high) in lines.iter().flat_map(|l| l.band.iter()) {
+        (y0, y1) = (y0.min(low), y1.max(high));
+    }
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    let pad = if y1 > y0 {
+        0.05 * (y1 - y0)
+    } else {
+        0.5 * y0.abs().max(1e-3)
+    };
+    ((x0, x1), (y0 - pad, y1 + pad))
+}
+
+/// The outline of a line's band: along the lows, back along the highs.
+fn band_outline(line: &Line) -> Vec<(f64, f64)> {
+    line.points
+        .iter()
+        .zip(&line.band)
+        .map(|(&(x, _), &(low, _))| (x, low))
+        .chain(
+            line.points
+                .iter()
+                .zip(&line.band)
+                .rev()
+                .map(|(&(x, _), &(_, high))| (x, high)),
+        )
+        .collect()
 }
 
 /// What [`plot_run`] made: the pictures, and the quantities that never changed.
