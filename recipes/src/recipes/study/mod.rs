@@ -707,25 +707,8 @@ fn reconcile(
                     changed.push((arm.name.clone(), seed, String::new()))
                 }
                 Stored::Record(_) => {
-                    let Some(now) = now else {
-                        continue;
-                    };
-                    let toml_path = run.join(RECIPE_TOML);
-                    let Ok(text) = std::fs::read_to_string(&toml_path) else {
-                        continue;
-                    };
-                    let ran: toml::Table = toml::from_str(&text)
-                        .with_context(|| format!("reading {}", toml_path.display()))?;
-                    let differences = settings_differences(&serde_json::to_value(ran)?, now, false);
-                    if !differences.is_empty() {
-                        changed.push((
-                            arm.name.clone(),
-                            seed,
-                            format!(
-                                " (its run's settings are not the arm's now: {})",
-                                differences.join(", ")
-                            ),
-                        ));
+                    if let Some(why) = settings_changed(&run, now)? {
+                        changed.push((arm.name.clone(), seed, why));
                     }
                 }
                 Stored::Damaged(why) => match inspect(&run)? {
@@ -763,49 +746,81 @@ fn reconcile(
                         }),
                     },
                 },
-                Stored::Missing => match inspect(&run)? {
-                    DirState::Empty => {}
-                    DirState::Foreign(names) => {
-                        return Err(usage(format!(
-                            "{}: a directory the study did not record (no {}), and not a run \
-                             (it holds {}); move it away",
-                            run.display(),
-                            path.display(),
-                            names.join(", ")
-                        )))
-                    }
-                    DirState::Run { .. } => match own_run(&run, arm, seed, now) {
-                        Own::Same => repairs.push(Repair {
-                            arm: arm.name.clone(),
-                            seed,
-                            damaged: None,
-                            verified: true,
-                        }),
-                        Own::Differs(differences) => {
-                            return Err(usage(format!(
-                                "{}: a run the study did not record (no {}), and not arm `{}`'s \
-                                 run with seed {seed} by its recipe.toml ({}); move it away",
-                                run.display(),
-                                path.display(),
-                                arm.name,
-                                differences.join(", ")
-                            )))
-                        }
-                        Own::Unknown(why) => {
-                            return Err(usage(format!(
-                                "{}: a run the study did not record (no {}), which cannot be \
-                                 told to be arm `{}`'s run with seed {seed} ({why}); move it away",
-                                run.display(),
-                                path.display(),
-                                arm.name
-                            )))
-                        }
-                    },
-                },
+                Stored::Missing => {
+                    repairs.extend(adopt_unrecorded(&run, &path, arm, seed, now)?);
+                }
             }
         }
     }
     Ok(Reconciled { changed, repairs })
+}
+
+/// Why a recorded run is a changed one: its `recipe.toml` shows settings other than those the
+/// arm resolves to `now` (`None` when they agree, or when either is unknown).
+fn settings_changed(run: &Path, now: Option<&serde_json::Value>) -> Result<Option<String>> {
+    let Some(now) = now else {
+        return Ok(None);
+    };
+    let toml_path = run.join(RECIPE_TOML);
+    let Ok(text) = std::fs::read_to_string(&toml_path) else {
+        return Ok(None);
+    };
+    let ran: toml::Table =
+        toml::from_str(&text).with_context(|| format!("reading {}", toml_path.display()))?;
+    let differences = settings_differences(&serde_json::to_value(ran)?, now, false);
+    Ok((!differences.is_empty()).then(|| {
+        format!(
+            " (its run's settings are not the arm's now: {})",
+            differences.join(", ")
+        )
+    }))
+}
+
+/// A run directory with no record (`path` missing): adopted as the arm's run (a repair of its
+/// record) only when its own `recipe.toml` shows the arm's recipe, `seed` and exactly the
+/// settings the arm resolves to `now`; nothing for an empty directory; anything else refused,
+/// naming the directory and why.
+fn adopt_unrecorded(
+    run: &Path,
+    path: &Path,
+    arm: &Arm,
+    seed: u64,
+    now: Option<&serde_json::Value>,
+) -> Result<Option<Repair>> {
+    use curriculum_ssl::train::run_dir::{inspect, DirState};
+    match inspect(run)? {
+        DirState::Empty => Ok(None),
+        DirState::Foreign(names) => Err(usage(format!(
+            "{}: a directory the study did not record (no {}), and not a run \
+             (it holds {}); move it away",
+            run.display(),
+            path.display(),
+            names.join(", ")
+        ))),
+        DirState::Run { .. } => match own_run(run, arm, seed, now) {
+            Own::Same => Ok(Some(Repair {
+                arm: arm.name.clone(),
+                seed,
+                damaged: None,
+                verified: true,
+            })),
+            Own::Differs(differences) => Err(usage(format!(
+                "{}: a run the study did not record (no {}), and not arm `{}`'s \
+                 run with seed {seed} by its recipe.toml ({}); move it away",
+                run.display(),
+                path.display(),
+                arm.name,
+                differences.join(", ")
+            ))),
+            Own::Unknown(why) => Err(usage(format!(
+                "{}: a run the study did not record (no {}), which cannot be \
+                 told to be arm `{}`'s run with seed {seed} ({why}); move it away",
+                run.display(),
+                path.display(),
+                arm.name
+            ))),
+        },
+    }
 }
 
 /// Moves the run of `arm` with `seed` and its record to `DIR/replaced/<arm>/seed-<seed>-<n>`.
