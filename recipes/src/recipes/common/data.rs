@@ -274,6 +274,27 @@ pub struct Streamed {
     pub monitor: Option<(Files, Files)>,
 }
 
+/// The first readable image of `files`, whose size stands for the folder's (a bad file is
+/// skipped when streamed, refused when decoded into memory): up to `FIRST_TRIES` are tried.
+fn first_image(files: &Files) -> Result<DecodedImage> {
+    let mut first = Err(anyhow::anyhow!("no image"));
+    for i in 0..files.len().min(FIRST_TRIES) {
+        first = files
+            .read(i)
+            .and_then(|bytes| files.decode(i, &bytes, 3))
+            .map_err(anyhow::Error::from);
+        if first.is_ok() {
+            break;
+        }
+    }
+    first.with_context(|| {
+        format!(
+            "reading the first images of {} (their size sets the views' size)",
+            files.root().display()
+        )
+    })
+}
+
 /// The image files a streamed run reads: a folder's, or WebDataset shards.
 #[derive(Debug, Clone)]
 pub enum Files {
@@ -509,54 +530,9 @@ impl DataSource {
                 None,
             ),
         };
-        // The first readable image's size stands for the folder's (a bad file is skipped when
-        // streamed, refused when decoded into memory).
-        let mut first = Err(anyhow::anyhow!("no image"));
-        for i in 0..files.len().min(FIRST_TRIES) {
-            first = files
-                .read(i)
-                .and_then(|bytes| files.decode(i, &bytes, 3))
-                .map_err(anyhow::Error::from);
-            if first.is_ok() {
-                break;
-            }
-        }
-        let image = first.with_context(|| {
-            format!(
-                "reading the first images of {} (their size sets the views' size)",
-                files.root().display()
-            )
-        })?;
-        if stream.is_none() && !shards {
-            // What the in-memory path would hold: every image at --image-size, or at the first
-            // image's size (which all must then have).
-            let (h, w) = self
-                .image_size
-                .map_or((image.height, image.width), |s| (s, s));
-            // The labelled splits of the kNN monitor are decoded too.
-            let mut splits = Vec::new();
-            if let Some(knn) = &self.knn_data {
-                splits.extend([knn.join("train"), knn.join("val")]);
-            }
-            let held_out: usize = val_files.as_ref().map_or(0, |v| v.len())
-                + splits
-                    .iter()
-                    .filter(|d| d.is_dir())
-                    .map(|d| ImageFiles::classes(d).map_or(0, |f| f.len()))
-                    .sum::<usize>();
-            let images = files.len() + held_out;
-            let bytes = images as u64 * (h * w * 3) as u64;
-            let limit = auto_stream_bytes();
-            if bytes <= limit {
-                return Ok(TrainData::Memory(self.load()?));
-            }
-            log::info!(
-                "{images} images at {h}x{w} would take {:.1} GiB decoded, more than a quarter of \
-                 the memory available ({:.1} GiB): streaming them from their files every epoch \
-                 (--stream false decodes them into memory)",
-                bytes as f64 / f64::from(1u32 << 30),
-                limit as f64 * 4.0 / f64::from(1u32 << 30),
-            );
+        let image = first_image(&files)?;
+        if stream.is_none() && !shards && self.fits_in_memory(&files, val_files.as_ref(), &image) {
+            return Ok(TrainData::Memory(self.load()?));
         }
         let side = match self.image_size {
             Some(side) => side,
@@ -593,6 +569,46 @@ impl DataSource {
             eval_ratio: curriculum_ssl::data::stream::decode::EVAL_CENTRE_RATIO,
             monitor,
         }))
+    }
+
+    /// Whether a folder's images (`files`, the held-out `val_files` and the kNN monitor's
+    /// splits) decoded at the training size fit in a quarter of the available memory: every
+    /// image at `--image-size`, or at the first image's size (which all must then have). When
+    /// they do not, the log says so and why they are streamed.
+    fn fits_in_memory(
+        &self,
+        files: &Files,
+        val_files: Option<&Files>,
+        image: &DecodedImage,
+    ) -> bool {
+        let (h, w) = self
+            .image_size
+            .map_or((image.height, image.width), |s| (s, s));
+        // The labelled splits of the kNN monitor are decoded too.
+        let mut splits = Vec::new();
+        if let Some(knn) = &self.knn_data {
+            splits.extend([knn.join("train"), knn.join("val")]);
+        }
+        let held_out: usize = val_files.map_or(0, |v| v.len())
+            + splits
+                .iter()
+                .filter(|d| d.is_dir())
+                .map(|d| ImageFiles::classes(d).map_or(0, |f| f.len()))
+                .sum::<usize>();
+        let images = files.len() + held_out;
+        let bytes = images as u64 * (h * w * 3) as u64;
+        let limit = auto_stream_bytes();
+        if bytes <= limit {
+            return true;
+        }
+        log::info!(
+            "{images} images at {h}x{w} would take {:.1} GiB decoded, more than a quarter of \
+             the memory available ({:.1} GiB): streaming them from their files every epoch \
+             (--stream false decodes them into memory)",
+            bytes as f64 / f64::from(1u32 << 30),
+            limit as f64 * 4.0 / f64::from(1u32 << 30),
+        );
+        false
     }
 
     /// STL-10 streamed from its binaries: when `--stream` says so, or, when it does not say, when
