@@ -96,7 +96,7 @@ pub use nnbyol::{NnByol, NnByolConfig, NnByolState};
 pub use nnclr::{Nnclr, NnclrConfig, NnclrState};
 pub use nnsiam::{NnSiam, NnSiamConfig, NnSiamState};
 pub use projected_pair::{PairNetwork, PairObjective, ProjectedPair};
-pub use queue::{KeyQueue, KeyQueueConfig, QueueFit};
+pub use queue::{KeyQueue, KeyQueueConfig, QueueFit, SupportSetState};
 pub use ressl::{Ressl, ResslConfig, ResslState};
 pub use simclr::{PairLossConfig, SimClr, SimClrConfig, SimClrState};
 pub use simmim::{SimMim, SimMimConfig, SimMimNetwork};

@@ -28,7 +28,6 @@ use super::branches::ViewPasses;
 use super::byol::{Byol, ByolConfig};
 use super::encoder::{Predicted, Projected};
 use super::momentum::MomentumEncoder;
-use super::nnsiam::swap_for_neighbours;
 use super::queue::{KeyQueue, KeyQueueConfig};
 use super::ssl_method::{MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
@@ -140,9 +139,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for NnByol<B, M> 
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
         let (support, replica) = (&mut self.support, self.replica.as_ref());
-        self.byol.forward_to(views, progress, |t| {
-            swap_for_neighbours(support, replica, t)
-        })
+        self.byol
+            .forward_to(views, progress, |t| support.neighbours_of_pair(replica, t))
     }
 
     fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {

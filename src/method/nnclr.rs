@@ -17,12 +17,11 @@
 //! The math, the defaults and the worked values are in `docs/methods.md#nnclr`.
 
 use burn::prelude::*;
-use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::encoder::Predicted;
-use super::queue::{KeyQueue, KeyQueueConfig};
+use super::queue::{KeyQueue, KeyQueueConfig, SupportSetState};
 use super::ssl_method::{MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
@@ -87,13 +86,7 @@ impl NnclrConfig {
 }
 
 /// The checkpointed state of [`Nnclr`]: the support set and its pointer.
-#[derive(Record)]
-pub struct NnclrState<B: Backend> {
-    /// The support set, `[size, dim]`.
-    pub support: Tensor<B, 2>,
-    /// The slot the next projections are written to.
-    pub pointer: usize,
-}
+pub type NnclrState<B> = SupportSetState<B>;
 
 /// NNCLR. Build it with [`NnclrConfig::init`].
 #[derive(Debug, Clone)]

@@ -20,19 +20,17 @@
 
 use burn::optim::GradientsParams;
 use burn::prelude::*;
-use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::branches::ViewPasses;
 use super::encoder::Predicted;
-use super::queue::{KeyQueue, KeyQueueConfig};
+use super::queue::{KeyQueue, KeyQueueConfig, SupportSetState};
 use super::simsiam::{SimSiam, SimSiamConfig};
 use super::ssl_method::{MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
-use crate::loss::l2_normalize;
 
 /// Configuration of [`NnSiam`].
 #[derive(Config, Debug)]
@@ -71,13 +69,7 @@ impl NnSiamConfig {
 }
 
 /// The checkpointed state of [`NnSiam`]: the support set and its pointer.
-#[derive(Record)]
-pub struct NnSiamState<B: Backend> {
-    /// The support set, `[size, dim]`.
-    pub support: Tensor<B, 2>,
-    /// The slot the next projections are written to.
-    pub pointer: usize,
-}
+pub type NnSiamState<B> = SupportSetState<B>;
 
 /// NNSiam. Build it with [`NnSiamConfig::init`].
 #[derive(Debug, Clone)]
@@ -93,22 +85,6 @@ impl<B: Backend, M: Backbone<B>> NnSiam<B, M> {
     pub fn support_set(&self) -> &KeyQueue<B> {
         &self.support
     }
-}
-
-/// Replaces `[z1, z2]` by their nearest neighbours in `support` and stages `z1`, normalised and
-/// gathered over the replicas, for the support set: NNSiam's and NNBYOL's lookup.
-pub(crate) fn swap_for_neighbours<B: Backend>(
-    support: &mut KeyQueue<B>,
-    replica: Option<&Replica<B>>,
-    [z1, z2]: [Tensor<B, 2>; 2],
-) -> [Tensor<B, 2>; 2] {
-    let neighbours = [support.nearest(z1.clone()), support.nearest(z2)];
-    let mine = l2_normalize(z1.detach());
-    support.stage(match replica {
-        Some(r) => r.gather(mine).detach(),
-        None => mine,
-    });
-    neighbours
 }
 
 impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for NnSiam<B, M> {
@@ -143,7 +119,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for NnSiam<B, M> 
     fn forward_views(&mut self, views: Views<B>, _: Progress) -> MethodOutput<B> {
         let (support, replica) = (&mut self.support, self.replica.as_ref());
         self.simsiam
-            .forward_to(views, |z| swap_for_neighbours(support, replica, z))
+            .forward_to(views, |z| support.neighbours_of_pair(replica, z))
     }
 
     fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
@@ -171,6 +147,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for NnSiam<B, M> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::loss::l2_normalize;
     use crate::method::testing::TinyBackbone as Tiny;
     use crate::method::testing::{cosine, host, images, mean_over_rows, progress};
     use burn::backend::{Autodiff, NdArray};

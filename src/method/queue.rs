@@ -4,9 +4,11 @@
 //! `docs/methods.md#infonce-with-a-queue`.
 
 use burn::prelude::*;
+use burn::record::Record;
 use burn::tensor::Distribution;
 
 use crate::base::error::ConfigError;
+use crate::data_parallel::Replica;
 use crate::loss::l2_normalize;
 
 /// Configuration of a [`KeyQueue`].
@@ -114,6 +116,17 @@ impl KeyQueueConfig {
     }
 }
 
+/// The checkpointed state of a support set of nearest neighbours (NNCLR's, NNSiam's): its keys
+/// and the slot the next ones are written to. (The record NNCLR's state always was: the same
+/// field names.)
+#[derive(Record)]
+pub struct SupportSetState<B: Backend> {
+    /// The support set, `[size, dim]`.
+    pub support: Tensor<B, 2>,
+    /// The slot the next projections are written to.
+    pub pointer: usize,
+}
+
 /// A ring buffer of `size` keys of width `dim`; the oldest `keys_per_step` keys are replaced by
 /// each [`KeyQueue::enqueue`]. Keys carry no gradient.
 ///
@@ -161,6 +174,24 @@ impl<B: Backend> KeyQueue<B> {
         let similarity = l2_normalize(z.detach()).matmul(self.keys.clone().transpose());
         let index = similarity.argmax(1).reshape([n]);
         self.keys.clone().select(0, index).detach()
+    }
+
+    /// The nearest keys of two views' projections `[z1, z2]` (`[N, dim]` each, without
+    /// gradient), and `z1`, normalised and gathered over the replicas, staged for the queue:
+    /// NNSiam's and NNBYOL's support-set step (solo-learn's `find_nn` and
+    /// `dequeue_and_enqueue(z1)`).
+    pub(crate) fn neighbours_of_pair(
+        &mut self,
+        replica: Option<&Replica<B>>,
+        [z1, z2]: [Tensor<B, 2>; 2],
+    ) -> [Tensor<B, 2>; 2] {
+        let neighbours = [self.nearest(z1.clone()), self.nearest(z2)];
+        let mine = l2_normalize(z1.detach());
+        self.stage(match replica {
+            Some(r) => r.gather(mine).detach(),
+            None => mine,
+        });
+        neighbours
     }
 
     /// Index of the slot the next batch of keys is written to.
