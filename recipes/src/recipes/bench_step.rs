@@ -413,16 +413,11 @@ fn time<S: SslMethod<Train>>(
     let started = Instant::now();
     for i in 0..args.warmup {
         let t = Instant::now();
-        let loss = step(i, &mut || ());
-        first.get_or_insert(loss);
+        first.get_or_insert(step(i, &mut || ()));
         sync(device)?;
         // On a GPU the first steps compile and tune kernels: each one's time says how long.
-        eprintln!(
-            "warm-up step {}/{}: {:.2} s",
-            i + 1,
-            args.warmup,
-            t.elapsed().as_secs_f64()
-        );
+        let s = t.elapsed().as_secs_f64();
+        eprintln!("warm-up step {}/{}: {s:.2} s", i + 1, args.warmup);
     }
     let warmup_s = started.elapsed().as_secs_f64();
     let logged_before = kernel_log.map(|p| settled_lines(p).len());
@@ -433,15 +428,61 @@ fn time<S: SslMethod<Train>>(
         let t = Instant::now();
         let loss = step(i, &mut || ());
         issue_s += t.elapsed().as_secs_f64();
-        if first.is_none() {
-            first = Some(loss);
-        } else {
-            last = Some(loss);
-        }
+        // The first loss if the warm-up took none, else the last.
+        *if first.is_none() { &mut first } else { &mut last } = Some(loss);
     }
     sync(device)?;
     let seconds = timed.elapsed().as_secs_f64();
     let cpu_ms_per_step = cpu_per_step(&cpu_before, &thread_cpu(), args.steps);
+    let (kernels, kernel_times) = timed_kernels(kernel_log, logged_before, args);
+    // One more step, phase by phase, for the kernels and the memory of each (on a backend that
+    // has either to read).
+    let (kernels_by_phase, memory_mib) = by_phase(
+        &mut |phase_end: &mut dyn FnMut()| {
+            step(total, phase_end);
+        },
+        device,
+        kernel_log,
+    )?;
+    let first_loss = first.map(host_scalar).unwrap_or(f32::NAN);
+    let last_loss = last.map(host_scalar).unwrap_or(first_loss);
+    Ok(Timing {
+        method: name,
+        backend: backend::NAME,
+        precision: args.precision.name(),
+        view_passes: format!("{passes:?}").to_lowercase(),
+        batch_size: args.batch_size,
+        image_size: args.image_size,
+        steps: args.steps,
+        warmup_s,
+        ms_per_step: seconds * 1e3 / args.steps as f64,
+        images_per_s: (args.batch_size * args.steps) as f64 / seconds,
+        first_loss,
+        last_loss,
+        cpu_ms_per_step,
+        kernels_per_step: kernels.as_ref().map(|k| k.iter().map(|(_, n)| n).sum()),
+        kernels_by_name: kernels.unwrap_or_default(),
+        kernel_ms_per_step: kernel_times
+            .as_ref()
+            .map(|t| (t.iter().map(|(_, ms)| ms).sum::<f64>() * 1e3).round() / 1e3),
+        kernel_ms_by_name: kernel_times.unwrap_or_default(),
+        issue_ms_per_step: issue_s * 1e3 / args.steps as f64,
+        kernels_by_phase,
+        memory_mib,
+    })
+}
+
+/// Kernels by name and a number each (a count or milliseconds per step).
+type ByName = Vec<(String, f64)>;
+
+/// The kernels the timed steps launched, by name (counts per step), and with
+/// `--profile-kernels` their times: the lines `kernel_log` gained after its first
+/// `logged_before`.
+fn timed_kernels(
+    kernel_log: Option<&std::path::Path>,
+    logged_before: Option<usize>,
+    args: &BenchArgs,
+) -> (Option<ByName>, Option<ByName>) {
     let timed_lines = kernel_log.zip(logged_before).map(|(path, before)| {
         let mut lines = settled_lines(path);
         lines.drain(..before.min(lines.len()));
@@ -454,8 +495,17 @@ fn time<S: SslMethod<Train>>(
         .as_ref()
         .filter(|_| args.profile_kernels)
         .map(|lines| kernel_ms_by_name(lines, args.steps));
-    // One more step, phase by phase, for the kernels and the memory of each (on a backend that
-    // has either to read).
+    (kernels, kernel_times)
+}
+
+/// One step (`step` calls its argument after each of its three phases) read phase by phase:
+/// the kernels each phase launched (from `kernel_log`) and the device's memory after each.
+fn by_phase(
+    step: &mut dyn FnMut(&mut dyn FnMut()),
+    device: &backend::Device,
+    kernel_log: Option<&std::path::Path>,
+) -> Result<(Vec<PhaseKernels>, Option<StepMemory>)> {
+    let sync = |device: &backend::Device| <Train as burn::tensor::backend::Backend>::sync(device);
     let mut kernels_by_phase = Vec::new();
     let mut memory_mib = None;
     if kernel_log.is_some() || backend::memory(device).is_some() {
@@ -465,7 +515,7 @@ fn time<S: SslMethod<Train>>(
         let mut readings = vec![mib(backend::memory(device))];
         let mut marks = vec![kernel_log.map(|p| settled_lines(p).len())];
         let mut failed = None;
-        step(total, &mut || {
+        step(&mut || {
             if let Err(e) = sync(device) {
                 failed.get_or_insert(e);
             }
@@ -500,32 +550,7 @@ fn time<S: SslMethod<Train>>(
             });
         }
     }
-    let first_loss = first.map(host_scalar).unwrap_or(f32::NAN);
-    let last_loss = last.map(host_scalar).unwrap_or(first_loss);
-    Ok(Timing {
-        method: name,
-        backend: backend::NAME,
-        precision: args.precision.name(),
-        view_passes: format!("{passes:?}").to_lowercase(),
-        batch_size: args.batch_size,
-        image_size: args.image_size,
-        steps: args.steps,
-        warmup_s,
-        ms_per_step: seconds * 1e3 / args.steps as f64,
-        images_per_s: (args.batch_size * args.steps) as f64 / seconds,
-        first_loss,
-        last_loss,
-        cpu_ms_per_step,
-        kernels_per_step: kernels.as_ref().map(|k| k.iter().map(|(_, n)| n).sum()),
-        kernels_by_name: kernels.unwrap_or_default(),
-        kernel_ms_per_step: kernel_times
-            .as_ref()
-            .map(|t| (t.iter().map(|(_, ms)| ms).sum::<f64>() * 1e3).round() / 1e3),
-        kernel_ms_by_name: kernel_times.unwrap_or_default(),
-        issue_ms_per_step: issue_s * 1e3 / args.steps as f64,
-        kernels_by_phase,
-        memory_mib,
-    })
+    Ok((kernels_by_phase, memory_mib))
 }
 
 /// `recipe bench_step [--method M] [--batch-size N] [--image-size S] [--steps N] [--warmup N]

@@ -167,46 +167,9 @@ impl DataSource {
                 Some(stl10::load(dir, stl10::Split::Test).context("loading the test images")?),
             ),
             DatasetChoice::ImageFolder if self.classes.is_some() || self.val_labels.is_some() => {
-                // A class list or a labels file: the listing decided here, then decoded.
-                let (train_files, val_files) = self.folder_splits(dir)?;
-                let train = train_files
-                    .decode_all(self.folder_options(None))
-                    .map_err(|e| size_hint(e, "train/"))
-                    .context("loading the training images (train/)")?;
-                let test = match val_files {
-                    Some(val) => Some(
-                        val.decode_all(self.folder_options(Some(&train)))
-                            .map_err(|e| size_hint(e, "val/"))
-                            .context("loading the validation images (val/)")?,
-                    ),
-                    None => None,
-                };
-                (None, train, test)
+                self.listed_folder(dir)?
             }
-            DatasetChoice::ImageFolder => {
-                let options = self.folder_options(None);
-                let train = image_folder::load(dir.join("train"), options)
-                    .map_err(|e| size_hint(e, "train/"))
-                    .context("loading the training images (train/)")?;
-                let val = dir.join("val");
-                let test = if val.is_dir() {
-                    Some(
-                        image_folder::load(val, self.folder_options(Some(&train)))
-                            .map_err(|e| size_hint(e, "val/"))
-                            .context("loading the validation images (val/)")?,
-                    )
-                } else if self.knn_data.is_none() {
-                    log::warn!(
-                        "{}: no val/ folder, so the kNN monitor is off (add a val/ tree of the \
-                         same classes to measure the features as training goes)",
-                        dir.display()
-                    );
-                    None
-                } else {
-                    None
-                };
-                (None, train, test)
-            }
+            DatasetChoice::ImageFolder => self.folder_tree(dir)?,
             DatasetChoice::Shards => {
                 return Err(usage(format!(
                     "{}: --dataset shards is read as it is trained on (streamed), not decoded \
@@ -223,22 +186,7 @@ impl DataSource {
             }
         };
         if let Some(knn) = &self.knn_data {
-            // The monitor's images at the size and channels of those trained on.
-            let like = pretrain.as_ref().unwrap_or(&train);
-            let options = self.folder_options(Some(like));
-            let bank = image_folder::load(knn.join("train"), options)
-                .context("loading the kNN monitor's labelled images (--knn-data …/train)")?;
-            let queries = image_folder::load(knn.join("val"), options)
-                .context("loading the kNN monitor's labelled images (--knn-data …/val)")?;
-            let images = match pretrain {
-                Some(images) => images,
-                None => train.unlabeled(),
-            };
-            return Ok(Data {
-                pretrain: Some(images),
-                train: bank,
-                test: Some(queries),
-            });
+            return self.with_knn_data(knn, pretrain, train);
         }
         Ok(Data {
             pretrain,
@@ -246,7 +194,81 @@ impl DataSource {
             test,
         })
     }
+
+    /// A folder whose classes come from a class list or a labels file: the listing decided
+    /// here, then decoded.
+    fn listed_folder(&self, dir: &Path) -> Result<Splits> {
+        let (train_files, val_files) = self.folder_splits(dir)?;
+        let train = train_files
+            .decode_all(self.folder_options(None))
+            .map_err(|e| size_hint(e, "train/"))
+            .context("loading the training images (train/)")?;
+        let test = match val_files {
+            Some(val) => Some(
+                val.decode_all(self.folder_options(Some(&train)))
+                    .map_err(|e| size_hint(e, "val/"))
+                    .context("loading the validation images (val/)")?,
+            ),
+            None => None,
+        };
+        Ok((None, train, test))
+    }
+
+    /// A folder of `train/` (and `val/`) trees of class folders.
+    fn folder_tree(&self, dir: &Path) -> Result<Splits> {
+        let options = self.folder_options(None);
+        let train = image_folder::load(dir.join("train"), options)
+            .map_err(|e| size_hint(e, "train/"))
+            .context("loading the training images (train/)")?;
+        let val = dir.join("val");
+        let test = if val.is_dir() {
+            Some(
+                image_folder::load(val, self.folder_options(Some(&train)))
+                    .map_err(|e| size_hint(e, "val/"))
+                    .context("loading the validation images (val/)")?,
+            )
+        } else if self.knn_data.is_none() {
+            log::warn!(
+                "{}: no val/ folder, so the kNN monitor is off (add a val/ tree of the \
+                 same classes to measure the features as training goes)",
+                dir.display()
+            );
+            None
+        } else {
+            None
+        };
+        Ok((None, train, test))
+    }
+
+    /// The data with the kNN monitor's labelled images from `knn` (`train/` the bank, `val/`
+    /// the queries), at the size and channels of the images trained on.
+    fn with_knn_data(
+        &self,
+        knn: &Path,
+        pretrain: Option<ImageArray>,
+        train: ImageArray,
+    ) -> Result<Data> {
+        let like = pretrain.as_ref().unwrap_or(&train);
+        let options = self.folder_options(Some(like));
+        let bank = image_folder::load(knn.join("train"), options)
+            .context("loading the kNN monitor's labelled images (--knn-data …/train)")?;
+        let queries = image_folder::load(knn.join("val"), options)
+            .context("loading the kNN monitor's labelled images (--knn-data …/val)")?;
+        let images = match pretrain {
+            Some(images) => images,
+            None => train.unlabeled(),
+        };
+        Ok(Data {
+            pretrain: Some(images),
+            train: bank,
+            test: Some(queries),
+        })
+    }
 }
+
+/// A data set's splits as read: the pre-training images (where they are not the training
+/// split), the training split and the test split.
+type Splits = (Option<ImageArray>, ImageArray, Option<ImageArray>);
 
 /// The images a training run reads: decoded into memory once, or streamed from their files
 /// every epoch.

@@ -342,9 +342,58 @@ pub struct Prepared {
 /// Parses and checks the options, loads the data and builds the pipeline.
 pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     let (args, overrides) = RecipeArgs::parse_with_settings(defaults.recipe, args)?;
+    let recipe = defaults.recipe;
+    let mut settings = settings(&args, &defaults)?;
+    let (mixup, strength) = curricula(&args, defaults.mixup, defaults.strength, recipe)?;
+    let pair_loss = pair_loss(&args, defaults.pair_loss, recipe)?;
+    let curation = curation(&args, defaults.curation, defaults.recipe, settings.epochs)?
+        .map(|c| overrides.apply("curation", c))
+        .transpose()?;
+    // The settings the policy refuses (a quantile outside (0, 1], an empty window) are usage
+    // errors here, before anything is written (`--check` included).
+    if let Some(Err(e)) = curation.as_ref().map(|c| c.init()) {
+        return Err(usage(format!("curation.{}: {}", e.field, e.reason)));
+    }
+    let pgd = pgd(&args, defaults.pgd, pair_loss.as_ref(), recipe)?;
+    let device = backend::open(args.device, args.precision)?;
+    // A resume streams as its run did (recipe.toml says so since `stream` existed; config.json
+    // for the runs before).
+    let stream = match args.stream {
+        None if args.resume || args.extend => {
+            super::data::recorded_stream(&settings.run_dir(&args))
+        }
+        given => given,
+    };
+    let data = settings.source.load_for_training(stream)?;
+    settings.stream = matches!(data, TrainData::Stream(_));
+    check_backbone(&settings, &data, &device)?;
+    let normalize = normalization(&args, &settings.source, &data)?;
+    let mut pipeline = pipeline(defaults.preset, &data, settings.seed, normalize);
+    local_crops(&args, &mut pipeline, recipe)?;
+    pipeline.mixup_curriculum = mixup;
+    pipeline.strength_curriculum = strength;
+    let pipeline = overrides.apply("augmentation", pipeline)?;
+    let pgd = pgd.map(|p| p.with_normalize(pipeline.view1.normalize.clone()));
+    Ok(Prepared {
+        args,
+        settings,
+        device,
+        data,
+        pipeline,
+        pair_loss,
+        curation,
+        pgd,
+        shuffle_bn_taken: Default::default(),
+        overrides,
+        fingerprint: Default::default(),
+    })
+}
+
+/// The run's settings from the options and the recipe's defaults, checked, with the warm-up.
+fn settings(args: &RecipeArgs, defaults: &Defaults) -> Result<Settings> {
     let mut settings = Settings::new(
         defaults.recipe,
-        &args,
+        args,
         defaults.epochs,
         defaults.batch_size,
         defaults.lr,
@@ -355,7 +404,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     if let (None, Some(backbone)) = (args.backbone, defaults.backbone) {
         settings.backbone = backbone;
     }
-    validate(&settings, &args)?;
+    validate(&settings, args)?;
     settings.warmup_epochs = match args.warmup_epochs {
         Some(w) if w > settings.epochs => {
             return Err(usage(format!(
@@ -375,24 +424,36 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
             settings.lr
         );
     }
-    let mut mixup = defaults.mixup;
+    Ok(settings)
+}
+
+/// The recipe's mixup and strength curricula with `--easy-to-hard`, `--strength` and
+/// `--schedule` applied (refused by a recipe without them).
+fn curricula(
+    args: &RecipeArgs,
+    mut mixup: Option<MixupCurriculumConfig>,
+    mut strength: Option<StrengthCurriculumConfig>,
+    recipe: &str,
+) -> Result<(
+    Option<MixupCurriculumConfig>,
+    Option<StrengthCurriculumConfig>,
+)> {
     if args.easy_to_hard {
         match &mut mixup {
             Some(m) => m.schedule = m.schedule.reversed(),
             None => {
                 return Err(usage(format!(
                     "--easy-to-hard: recipe `{}` schedules no mixup",
-                    defaults.recipe
+                    recipe
                 )))
             }
         }
     }
-    let mut strength = defaults.strength;
     if args.strength.is_some() || args.schedule.is_some() {
         let Some(s) = strength.as_mut() else {
             return Err(usage(format!(
                 "--strength / --schedule: recipe `{}` has no strength curriculum",
-                defaults.recipe
+                recipe
             )));
         };
         if let Some(target) = args.strength {
@@ -405,14 +466,23 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
             s.schedule = schedule.config();
         }
     }
-    let mut pair_loss = defaults.pair_loss;
+    Ok((mixup, strength))
+}
+
+/// The SimCLR family's pair loss with `--loss` and `--hard-positive-k` applied (refused by
+/// another recipe).
+fn pair_loss(
+    args: &RecipeArgs,
+    mut pair_loss: Option<PairLossConfig>,
+    recipe: &str,
+) -> Result<Option<PairLossConfig>> {
     if let Some(choice) = args.loss {
         if pair_loss.is_none() {
             return Err(usage(format!(
                 "--loss: recipe `{}` is not of the SimCLR family (simclr, hcl, hcl_curriculum, \
                  mixup_simclr, mico_simclr, curricular_weighting, huber_nt_xent, bad_batches, \
                  macl, simclr_pgd, hcl_pgd)",
-                defaults.recipe
+                recipe
             )));
         }
         pair_loss = Some(choice.config());
@@ -422,7 +492,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
             return Err(usage(format!(
                 "--hard-positive-k: recipe `{}` does not train with HCL (add --loss hcl to a \
                  SimCLR-family recipe)",
-                defaults.recipe
+                recipe
             )));
         };
         if !(k.is_finite() && k >= 0.0) {
@@ -432,21 +502,22 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         }
         h.hard_positive_k = Some(k);
     }
-    let curation = curation(&args, defaults.curation, defaults.recipe, settings.epochs)?
-        .map(|c| overrides.apply("curation", c))
-        .transpose()?;
-    // The settings the policy refuses (a quantile outside (0, 1], an empty window) are usage
-    // errors here, before anything is written (`--check` included).
-    if let Some(Err(e)) = curation.as_ref().map(|c| c.init()) {
-        return Err(usage(format!("curation.{}: {}", e.field, e.reason)));
-    }
-    let mut pgd = defaults.pgd;
+    Ok(pair_loss)
+}
+
+/// The recipe's PGD-hardened negatives with `--pgd-steps` applied, on a loss they harden.
+fn pgd(
+    args: &RecipeArgs,
+    mut pgd: Option<PgdConfig>,
+    pair_loss: Option<&PairLossConfig>,
+    recipe: &str,
+) -> Result<Option<PgdConfig>> {
     if let Some(steps) = args.pgd_steps {
         let Some(p) = pgd.as_mut() else {
             return Err(usage(format!(
                 "--pgd-steps: recipe `{}` does not harden its negatives (simclr_pgd and hcl_pgd \
                  do)",
-                defaults.recipe
+                recipe
             )));
         };
         if !(1..=100).contains(&steps) {
@@ -463,20 +534,14 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         return Err(usage(format!(
             "--loss: recipe `{}` hardens the negatives of NT-Xent and HCL only (--loss nt-xent \
              or hcl)",
-            defaults.recipe
+            recipe
         )));
     }
-    let device = backend::open(args.device, args.precision)?;
-    // A resume streams as its run did (recipe.toml says so since `stream` existed; config.json
-    // for the runs before).
-    let stream = match args.stream {
-        None if args.resume || args.extend => {
-            super::data::recorded_stream(&settings.run_dir(&args))
-        }
-        given => given,
-    };
-    let data = settings.source.load_for_training(stream)?;
-    settings.stream = matches!(data, TrainData::Stream(_));
+    Ok(pgd)
+}
+
+/// The backbone checked against the data: a ViT's patches tile the image, the network fits.
+fn check_backbone(settings: &Settings, data: &TrainData, device: &Device) -> Result<()> {
     let channels = data.shape().2;
     let spec = BackboneSpec {
         config: settings.backbone.config(
@@ -507,15 +572,18 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
             ))
         })?;
     }
-    spec.check(data.shape(), "--backbone", &device)?;
-    let normalize = normalization(&args, &settings.source, &data)?;
-    let mut pipeline = pipeline(defaults.preset, &data, settings.seed, normalize);
+    spec.check(data.shape(), "--backbone", device)?;
+    Ok(())
+}
+
+/// `--local-crops` applied to a multi-crop recipe's pipeline (refused by another).
+fn local_crops(args: &RecipeArgs, pipeline: &mut PipelineConfig, recipe: &str) -> Result<()> {
     if let Some(count) = args.local_crops {
         match &mut pipeline.local_crops {
             None => {
                 return Err(usage(format!(
                     "--local-crops: recipe `{}` trains on two views (multi-crop: swav, dino)",
-                    defaults.recipe
+                    recipe
                 )))
             }
             Some(_) if count == 0 => pipeline.local_crops = None,
@@ -527,23 +595,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
             Some(local) => local.count = count,
         }
     }
-    pipeline.mixup_curriculum = mixup;
-    pipeline.strength_curriculum = strength;
-    let pipeline = overrides.apply("augmentation", pipeline)?;
-    let pgd = pgd.map(|p| p.with_normalize(pipeline.view1.normalize.clone()));
-    Ok(Prepared {
-        args,
-        settings,
-        device,
-        data,
-        pipeline,
-        pair_loss,
-        curation,
-        pgd,
-        shuffle_bn_taken: Default::default(),
-        overrides,
-        fingerprint: Default::default(),
-    })
+    Ok(())
 }
 
 /// The recipe's batch curation with `--curation-warmup` and `--curation-retries` applied.

@@ -2,7 +2,7 @@
 //! with its hooks, the kNN of the backbone at initialisation and of the raw pixels, and the
 //! report.
 
-use super::args::RecipeRun;
+use super::args::{RecipeArgs, RecipeRun};
 use super::data::{raw_pixels_too_large, TrainData};
 use super::prepare::{options_table, Prepared, Settings};
 use super::report::{print_where, result_lines, write_summary};
@@ -325,68 +325,7 @@ where
         .clone()
         .init(channels)?
         .with_host_ops(crate::backend::on_cpu());
-    let loader_config = LoaderConfig {
-        batch_size: settings.batch_size,
-        seed: settings.seed,
-        workers: super::args::loader_workers(
-            args.workers,
-            settings.stream,
-            !crate::backend::on_cpu(),
-            args.devices,
-        ),
-        ..LoaderConfig::default()
-    };
-    let normalize = pipeline.view1.normalize.clone();
-    let (feed, monitor, fingerprint) = match &prepared.data {
-        TrainData::Memory(data) => {
-            let data = data.clone();
-            let monitor = match &data.test {
-                Some(test) if data.train.is_labeled() => Some(KnnMonitor::new(
-                    data.train.clone(),
-                    test.clone(),
-                    normalize,
-                )?),
-                _ => None,
-            };
-            let (images, what) = match data.pretrain {
-                Some(pretrain) => (pretrain, "pre-training images"),
-                None => (data.train, "training images"),
-            };
-            let fingerprint = prepared
-                .fingerprint
-                .get_or_init(|| DataFingerprint::of_images(&images))
-                .clone();
-            let loader = Loader::new(images, what, loader_config)?;
-            (Feed::Memory(loader), monitor, fingerprint)
-        }
-        TrainData::Stream(s) => {
-            let monitor = match &s.monitor {
-                Some((bank, queries)) => Some(KnnMonitor::new(
-                    s.eval_set(bank)?,
-                    s.eval_set(queries)?,
-                    normalize,
-                )?),
-                None => None,
-            };
-            let fingerprint = prepared
-                .fingerprint
-                .get_or_init(|| {
-                    DataFingerprint::of_files(&s.files, s.files.root(), [s.side, s.side, 3])
-                })
-                .clone();
-            let source: Box<dyn ImageSource> = Box::new(s.files.clone());
-            let config = StreamConfig {
-                loader: loader_config,
-                channels: 3,
-                views: stream_views(&pipeline, s.side),
-            };
-            (
-                Feed::Stream(StreamLoader::new(source, config)?),
-                monitor,
-                fingerprint,
-            )
-        }
-    };
+    let (feed, monitor, fingerprint) = feed(prepared, &pipeline)?;
     let train_config = TrainConfig::new()
         .with_epochs(settings.epochs)
         .with_lr(settings.lr)
@@ -396,47 +335,10 @@ where
         .with_seed(settings.seed);
     let run_dir = settings.run_dir(args);
     crate::run_files::check_run_dir_writable(&run_dir)?;
-    let description = RecipeRun {
-        recipe: settings.recipe.to_string(),
-        backbone: settings.backbone,
-        data: settings.source.dir.clone(),
-        dataset: settings.source.dataset,
-        image_size: settings.source.image_size,
-        knn_data: settings.source.knn_data.clone(),
-        classes: settings.source.classes.clone(),
-        val_labels: settings.source.val_labels.clone(),
-        stream: settings.stream,
-        input_shape: {
-            let (h, w, c) = prepared.data.shape();
-            Some([h, w, c])
-        },
-        stem: settings.stem,
-        pooled_grid: settings.recorded_pooled_grid(prepared.data.shape().0),
-        weights: settings.weights.clone(),
-        method: method_config,
-        backend: backend::NAME.to_string(),
-        precision: args.precision,
-    };
-    let mode = if args.extend {
-        StartMode::Extend
-    } else if args.resume {
-        StartMode::Resume
-    } else {
-        StartMode::Fresh
-    };
-    if lead && !backend::NAME.starts_with("cpu") {
-        for (flag, on) in [
-            ("--augment-ahead", args.augment_ahead),
-            ("--view-threads", args.view_threads),
-        ] {
-            if on == Some(true) {
-                log::warn!(
-                    "{flag} true on the {} backend: with burn 0.21, two threads working on one \
-                     GPU device at once changed training results on wgpu (docs/gpu.md)",
-                    backend::NAME
-                );
-            }
-        }
+    let description = description(prepared, method_config);
+    let mode = start_mode(args);
+    if lead {
+        warn_of_threads_on_a_gpu(args);
     }
     prepared.overrides.check_used(settings.recipe)?;
     let uses_boxes = method.uses_object_boxes();
@@ -487,6 +389,133 @@ where
             .write(&run_dir, settings.recipe, options_table(args, settings))?;
     }
     Ok((trainer, mode))
+}
+
+/// Where the run's batches come from (memory or streamed files), its kNN monitor where there
+/// are labelled images, and the fingerprint of the images trained on (computed once for every
+/// replica).
+fn feed(
+    prepared: &Prepared,
+    pipeline: &PipelineConfig,
+) -> Result<(Feed, Option<KnnMonitor>, DataFingerprint)> {
+    let (args, settings) = (&prepared.args, &prepared.settings);
+    let loader_config = LoaderConfig {
+        batch_size: settings.batch_size,
+        seed: settings.seed,
+        workers: super::args::loader_workers(
+            args.workers,
+            settings.stream,
+            !crate::backend::on_cpu(),
+            args.devices,
+        ),
+        ..LoaderConfig::default()
+    };
+    let normalize = pipeline.view1.normalize.clone();
+    Ok(match &prepared.data {
+        TrainData::Memory(data) => {
+            let data = data.clone();
+            let monitor = match &data.test {
+                Some(test) if data.train.is_labeled() => Some(KnnMonitor::new(
+                    data.train.clone(),
+                    test.clone(),
+                    normalize,
+                )?),
+                _ => None,
+            };
+            let (images, what) = match data.pretrain {
+                Some(pretrain) => (pretrain, "pre-training images"),
+                None => (data.train, "training images"),
+            };
+            let fingerprint = prepared
+                .fingerprint
+                .get_or_init(|| DataFingerprint::of_images(&images))
+                .clone();
+            let loader = Loader::new(images, what, loader_config)?;
+            (Feed::Memory(loader), monitor, fingerprint)
+        }
+        TrainData::Stream(s) => {
+            let monitor = match &s.monitor {
+                Some((bank, queries)) => Some(KnnMonitor::new(
+                    s.eval_set(bank)?,
+                    s.eval_set(queries)?,
+                    normalize,
+                )?),
+                None => None,
+            };
+            let fingerprint = prepared
+                .fingerprint
+                .get_or_init(|| {
+                    DataFingerprint::of_files(&s.files, s.files.root(), [s.side, s.side, 3])
+                })
+                .clone();
+            let source: Box<dyn ImageSource> = Box::new(s.files.clone());
+            let config = StreamConfig {
+                loader: loader_config,
+                channels: 3,
+                views: stream_views(pipeline, s.side),
+            };
+            (
+                Feed::Stream(StreamLoader::new(source, config)?),
+                monitor,
+                fingerprint,
+            )
+        }
+    })
+}
+
+/// The run's record: the recipe and its settings, the data, the backbone and the method.
+fn description(prepared: &Prepared, method_config: serde_json::Value) -> RecipeRun {
+    let settings = &prepared.settings;
+    RecipeRun {
+        recipe: settings.recipe.to_string(),
+        backbone: settings.backbone,
+        data: settings.source.dir.clone(),
+        dataset: settings.source.dataset,
+        image_size: settings.source.image_size,
+        knn_data: settings.source.knn_data.clone(),
+        classes: settings.source.classes.clone(),
+        val_labels: settings.source.val_labels.clone(),
+        stream: settings.stream,
+        input_shape: {
+            let (h, w, c) = prepared.data.shape();
+            Some([h, w, c])
+        },
+        stem: settings.stem,
+        pooled_grid: settings.recorded_pooled_grid(prepared.data.shape().0),
+        weights: settings.weights.clone(),
+        method: method_config,
+        backend: backend::NAME.to_string(),
+        precision: prepared.args.precision,
+    }
+}
+
+/// How the run starts: `--extend`, `--resume` or afresh.
+fn start_mode(args: &RecipeArgs) -> StartMode {
+    if args.extend {
+        StartMode::Extend
+    } else if args.resume {
+        StartMode::Resume
+    } else {
+        StartMode::Fresh
+    }
+}
+
+/// Warns where `--augment-ahead` or `--view-threads` puts two threads on one GPU device.
+fn warn_of_threads_on_a_gpu(args: &RecipeArgs) {
+    if !backend::NAME.starts_with("cpu") {
+        for (flag, on) in [
+            ("--augment-ahead", args.augment_ahead),
+            ("--view-threads", args.view_threads),
+        ] {
+            if on == Some(true) {
+                log::warn!(
+                    "{flag} true on the {} backend: with burn 0.21, two threads working on one \
+                     GPU device at once changed training results on wgpu (docs/gpu.md)",
+                    backend::NAME
+                );
+            }
+        }
+    }
 }
 
 /// A recipe's trainer.

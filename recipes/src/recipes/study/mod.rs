@@ -289,29 +289,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let Reconciled { changed, repairs } = reconcile(&dir, &study, &resolved)?;
     // `--check` refuses them too: a committed study whose runs no longer resolve to their arms
     // (a recipe's default changed since) is caught without running anything.
-    if !changed.is_empty() {
-        if args.check || !args.rerun_changed {
-            return Err(usage(format!(
-                "{}: {} since their runs were made ({}); restore it, give the new definition \
-                 another arm name, or run again with --rerun-changed (their runs move to {})",
-                args.file.display(),
-                if changed.len() == 1 {
-                    "an arm changed"
-                } else {
-                    "arms changed"
-                },
-                changed
-                    .iter()
-                    .map(|(arm, seed, why)| format!("arm `{arm}`, seed {seed}{why}"))
-                    .collect::<Vec<_>>()
-                    .join("; "),
-                dir.join("replaced").display()
-            )));
-        }
-        for (arm, seed, _) in &changed {
-            replace(&dir, arm, *seed)?;
-        }
-    }
+    replace_changed(&args, &dir, &changed)?;
     if args.check {
         println!(
             "study {}: {} arms over {} seeds, every arm valid (--check: nothing ran)",
@@ -331,17 +309,7 @@ pub fn run(args: &[String]) -> Result<()> {
         .flat_map(|&seed| study.arms.iter().map(move |arm| (arm, seed)))
         .collect();
     let total = plan.len();
-    let mut unfinished = Vec::with_capacity(total);
-    for (arm, seed) in &plan {
-        let record = load_record(&record_path(&dir, &arm.name, *seed))?;
-        unfinished.push(!matches!(
-            record,
-            Stored::Record(RunRecord {
-                result: Some(_),
-                ..
-            })
-        ));
-    }
+    let mut unfinished = unfinished(&dir, &plan)?;
     let mut durations = Vec::new();
     for (index, (arm, seed)) in plan.iter().enumerate() {
         if !unfinished[index] {
@@ -390,6 +358,52 @@ pub fn run(args: &[String]) -> Result<()> {
         dir.join(report::REPORT).display()
     );
     Ok(())
+}
+
+/// Arms whose runs no longer resolve to them: refused (with `--check`, or without
+/// `--rerun-changed`), or their runs moved to `replaced/` to be run again.
+fn replace_changed(args: &StudyArgs, dir: &Path, changed: &[(String, u64, String)]) -> Result<()> {
+    if changed.is_empty() {
+        return Ok(());
+    }
+    if args.check || !args.rerun_changed {
+        return Err(usage(format!(
+            "{}: {} since their runs were made ({}); restore it, give the new definition \
+             another arm name, or run again with --rerun-changed (their runs move to {})",
+            args.file.display(),
+            if changed.len() == 1 {
+                "an arm changed"
+            } else {
+                "arms changed"
+            },
+            changed
+                .iter()
+                .map(|(arm, seed, why)| format!("arm `{arm}`, seed {seed}{why}"))
+                .collect::<Vec<_>>()
+                .join("; "),
+            dir.join("replaced").display()
+        )));
+    }
+    for (arm, seed, _) in changed {
+        replace(dir, arm, *seed)?;
+    }
+    Ok(())
+}
+
+/// Whether each run of `plan` is still to run (no record of a result).
+fn unfinished(dir: &Path, plan: &[(&Arm, u64)]) -> Result<Vec<bool>> {
+    let mut unfinished = Vec::with_capacity(plan.len());
+    for (arm, seed) in plan {
+        let record = load_record(&record_path(dir, &arm.name, *seed))?;
+        unfinished.push(!matches!(
+            record,
+            Stored::Record(RunRecord {
+                result: Some(_),
+                ..
+            })
+        ));
+    }
+    Ok(unfinished)
 }
 
 /// `seconds` as the run logs write a duration (`1h02m03s`).

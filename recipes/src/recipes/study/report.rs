@@ -128,41 +128,83 @@ fn results(dir: &Path, arm: &str, seeds: &[u64]) -> Result<Vec<(u64, RunResult)>
     Ok(out)
 }
 
+/// An arm's name and its finished runs: `(seed, result)`.
+type ArmRuns = (String, Vec<(u64, RunResult)>);
+
 /// Writes the report of the study in `dir`.
 ///
 /// # Errors
 /// A record or log that cannot be read, a file that cannot be written.
 pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut arms: Vec<(String, Vec<(u64, RunResult)>)> = Vec::new();
+    let mut arms: Vec<ArmRuns> = Vec::new();
     for arm in &study.arms {
         arms.push((arm.name.clone(), results(dir, &arm.name, &study.seeds)?));
     }
     let raw = results(dir, RAW_PIXELS, &study.seeds)?;
-    let metrics: Vec<String> = {
-        let present: BTreeSet<&String> = arms
-            .iter()
-            .flat_map(|(_, runs)| runs.iter().flat_map(|(_, r)| r.metrics.keys()))
-            .collect();
-        // The known metrics in their order, then the rest (a capped kNN's) by name.
-        let rank = |m: &str| {
-            METRICS
-                .iter()
-                .position(|(k, _)| *k == m)
-                .unwrap_or(METRICS.len())
-        };
-        let mut ordered: Vec<String> = present.into_iter().cloned().collect();
-        ordered.sort_by_key(|m| rank(m));
-        ordered
-    };
-    let finished: usize = arms.iter().map(|(_, r)| r.len()).sum();
-    let total = study.arms.len() * study.seeds.len();
+    let metrics = ordered_metrics(&arms);
     let baseline = arms
         .iter()
         .find(|(name, _)| *name == study.baseline)
         .map(|(_, runs)| runs.clone())
         .unwrap_or_default();
 
+    let mut md = introduction(dir, study, title, &arms)?;
+    let summary = arms_table(&mut md, study, &arms, &raw, &baseline, &metrics)?;
+    against_baseline(&mut md, study, &arms, &baseline, &metrics)?;
+    for column in &study.epoch_columns {
+        md.push_str(&per_epoch(dir, &arms, column)?);
+    }
+    let runs = runs_csv(&arms, raw, &metrics)?;
+    let plots = curves(dir, &arms)?;
+    if !plots.is_empty() {
+        writeln!(
+            md,
+            "\n## Curves\n\nMean over the finished seeds per epoch, the band its {:.0} % \
+             interval.\n",
+            100.0 * CONFIDENCE
+        )?;
+        for p in &plots {
+            writeln!(md, "![{p}]({p})")?;
+        }
+    }
+    let write = |name: &str, bytes: &[u8]| -> Result<()> {
+        curriculum_ssl::train::write_atomic(&dir.join(name), bytes)?;
+        Ok(())
+    };
+    write(REPORT, md.as_bytes())?;
+    write("study.csv", &runs)?;
+    write("summary.csv", &summary)?;
+    Ok(())
+}
+
+/// A value of the CSV files (empty where there is none).
+fn number(x: Option<f64>) -> String {
+    x.map_or(String::new(), |v| format!("{v}"))
+}
+
+/// The metrics the finished runs recorded: the known ones in their order, then the rest (a
+/// capped kNN's) by name.
+fn ordered_metrics(arms: &[ArmRuns]) -> Vec<String> {
+    let present: BTreeSet<&String> = arms
+        .iter()
+        .flat_map(|(_, runs)| runs.iter().flat_map(|(_, r)| r.metrics.keys()))
+        .collect();
+    let rank = |m: &str| {
+        METRICS
+            .iter()
+            .position(|(k, _)| *k == m)
+            .unwrap_or(METRICS.len())
+    };
+    let mut ordered: Vec<String> = present.into_iter().cloned().collect();
+    ordered.sort_by_key(|m| rank(m));
+    ordered
+}
+
+/// The report's title, what its numbers are, and the builds that trained the runs.
+fn introduction(dir: &Path, study: &StudyFile, title: &str, arms: &[ArmRuns]) -> Result<String> {
+    let finished: usize = arms.iter().map(|(_, r)| r.len()).sum();
+    let total = study.arms.len() * study.seeds.len();
     let mut md = String::new();
     let seeds: Vec<String> = study.seeds.iter().map(u64::to_string).collect();
     writeln!(md, "# {title}\n")?;
@@ -186,10 +228,22 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
         )?;
     }
     md.push_str(&builds(dir, study)?);
+    Ok(md)
+}
+
+/// The table of the arms (and the raw pixels) appended to `md`; returns summary.csv's bytes.
+fn arms_table(
+    md: &mut String,
+    study: &StudyFile,
+    arms: &[ArmRuns],
+    raw: &[(u64, RunResult)],
+    baseline: &[(u64, RunResult)],
+    metrics: &[String],
+) -> Result<Vec<u8>> {
     writeln!(md, "## Arms\n")?;
     let mut header = String::from("| arm | recipe | runs |");
     let mut rule = String::from("|---|---|---|");
-    for m in &metrics {
+    for m in metrics {
         write!(header, " {} |", label(m))?;
         rule.push_str("---|");
     }
@@ -213,16 +267,15 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
         "p",
         "p_holm",
     ])?;
-    let number = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v}"));
-    for (name, runs) in &arms {
+    for (name, runs) in arms {
         let recipe = study.arm(name).map_or("", |a| a.recipe.as_str());
         let mut row = format!("| {name} | {recipe} | {} |", runs.len());
         let compared = if name == &study.baseline {
             Vec::new()
         } else {
-            comparison(runs, &baseline, &metrics)
+            comparison(runs, baseline, metrics)
         };
-        for m in &metrics {
+        for m in metrics {
             let v: Vec<f64> = values(runs, m).into_iter().map(|(_, v)| v).collect();
             let s = summarise(&v);
             write!(row, " {} |", s.as_ref().map_or("–".into(), cell))?;
@@ -255,8 +308,8 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
     }
     if !raw.is_empty() {
         let mut row = format!("| *raw pixels* | – | {} |", raw.len());
-        for m in &metrics {
-            let v: Vec<f64> = values(&raw, m).into_iter().map(|(_, v)| v).collect();
+        for m in metrics {
+            let v: Vec<f64> = values(raw, m).into_iter().map(|(_, v)| v).collect();
             write!(
                 row,
                 " {} |",
@@ -266,6 +319,17 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
         writeln!(row, " – | – |")?;
         md.push_str(&row);
     }
+    Ok(summary_csv.into_inner().map_err(|e| e.into_error())?)
+}
+
+/// The section on each arm's differences from the baseline, appended to `md`.
+fn against_baseline(
+    md: &mut String,
+    study: &StudyFile,
+    arms: &[ArmRuns],
+    baseline: &[(u64, RunResult)],
+    metrics: &[String],
+) -> Result<()> {
     writeln!(md, "\n## Against the baseline `{}`\n", study.baseline)?;
     let alpha = 1.0 - CONFIDENCE;
     writeln!(
@@ -285,7 +349,7 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
         "| arm | metric | pairs | difference | p | p (Holm) |\n|---|---|---|---|---|---|"
     )?;
     for (name, runs) in arms.iter().filter(|(n, _)| *n != study.baseline) {
-        for (m, p, adjusted) in comparison(runs, &baseline, &metrics) {
+        for (m, p, adjusted) in comparison(runs, baseline, metrics) {
             let d = &p.difference;
             let difference = match d.interval {
                 Some((lo, hi)) => format!("{:+.2} [{lo:+.2}, {hi:+.2}]", d.mean),
@@ -303,9 +367,11 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
             )?;
         }
     }
-    for column in &study.epoch_columns {
-        md.push_str(&per_epoch(dir, &arms, column)?);
-    }
+    Ok(())
+}
+
+/// study.csv: every finished run's measures, the raw pixels' last.
+fn runs_csv(arms: &[ArmRuns], raw: Vec<(u64, RunResult)>, metrics: &[String]) -> Result<Vec<u8>> {
     let mut runs_csv = csv::Writer::from_writer(Vec::new());
     let mut head = vec!["arm".to_string(), "seed".to_string()];
     head.extend(metrics.iter().cloned());
@@ -322,32 +388,7 @@ pub fn write(dir: &Path, study: &StudyFile, title: &str) -> Result<()> {
             runs_csv.write_record(&row)?;
         }
     }
-    let plots = curves(dir, &arms)?;
-    if !plots.is_empty() {
-        writeln!(
-            md,
-            "\n## Curves\n\nMean over the finished seeds per epoch, the band its {:.0} % \
-             interval.\n",
-            100.0 * CONFIDENCE
-        )?;
-        for p in &plots {
-            writeln!(md, "![{p}]({p})")?;
-        }
-    }
-    let write = |name: &str, bytes: &[u8]| -> Result<()> {
-        curriculum_ssl::train::write_atomic(&dir.join(name), bytes)?;
-        Ok(())
-    };
-    write(REPORT, md.as_bytes())?;
-    write(
-        "study.csv",
-        &runs_csv.into_inner().map_err(|e| e.into_error())?,
-    )?;
-    write(
-        "summary.csv",
-        &summary_csv.into_inner().map_err(|e| e.into_error())?,
-    )?;
-    Ok(())
+    Ok(runs_csv.into_inner().map_err(|e| e.into_error())?)
 }
 
 /// The report's paragraph on the builds of `recipe` that trained the finished runs (their
@@ -791,10 +832,9 @@ mod tests {
     /// adjusted 0.0523 is not: nothing of `small` is marked. Arm `big`, differences 9.9, 10,
     /// 10.1 on every metric (t = 10 / (0.1/√3), t² = 30,000): p = 1 − √(30000/30002) =
     /// 3.3332e-5 each, all four adjusted to 4 · p = 1.3333e-4, marked.
-    #[test]
-    fn the_report_gives_images_over_wall_time_and_holm_adjusted_p() {
-        let dir = std::env::temp_dir().join(format!("study-report-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+    /// A study of three arms over three seeds, its runs' records and epochs written in `dir`:
+    /// `base` all zeros; `small` 2–6 points above it, some epochs slow; `big` 10 ± 0.1 above.
+    fn three_arms(dir: &Path) -> StudyFile {
         let study: StudyFile = toml::from_str(
             r#"
             seeds = [0, 1, 2]
@@ -823,16 +863,24 @@ mod tests {
             [&slow_fast, &[(200.0, 20.0); 2], &[(300.0, 10.0); 2]];
         for seed in 0..3u64 {
             let s = seed as usize;
-            run(&dir, "base", seed, [0.0; 4], &slow_fast);
-            run(&dir, "small", seed, small[s], small_epochs[s]);
+            run(dir, "base", seed, [0.0; 4], &slow_fast);
+            run(dir, "small", seed, small[s], small_epochs[s]);
             run(
-                &dir,
+                dir,
                 "big",
                 seed,
                 [[9.9; 4], [10.0; 4], [10.1; 4]][s],
                 &slow_fast,
             );
         }
+        study
+    }
+
+    #[test]
+    fn the_report_gives_images_over_wall_time_and_holm_adjusted_p() {
+        let dir = std::env::temp_dir().join(format!("study-report-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let study = three_arms(&dir);
         write(&dir, &study, "t").unwrap();
         let md = std::fs::read_to_string(dir.join(REPORT)).unwrap();
         let row = |start: &str| {
