@@ -1580,13 +1580,13 @@ fn with_every_piece<S: SslMethod<Ad>>(name: &str, method: S) -> Vec<String> {
 }
 
 /// The method table's two-view methods with every curriculum and selection piece, two steps
-/// each: Barlow Twins, VICReg and VIbCReg (their three terms logged), FroSSL (its two), SimCLR with DCL, with
+/// each: Barlow Twins, VICReg and VIbCReg (their three terms logged), W-MSE, FroSSL (its two), SimCLR with DCL, with
 /// DCLW and with MACL (its temperature logged), DirectCLR (its sub-vector's norm logged), LeJEPA
 /// (its two terms), MMCR (its momentum), SwAV and DINO on their two global views (their multi-crop runs in tests/data_parallel.rs and the
 /// CLI tests), NNCLR, NNSiam, NNBYOL (its momentum logged), ReSSL, TiCo and MoCo v3.
 #[test]
 fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
-    use curriculum_ssl::loss::{BarlowTwinsLossConfig, DclLossConfig};
+    use curriculum_ssl::loss::{BarlowTwinsLossConfig, DclLossConfig, WmseLossConfig};
     let bt = init(|d| {
         BarlowTwinsConfig::new()
             .with_hidden_dim(32)
@@ -1620,6 +1620,14 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
     ] {
         assert!(rows[0].split(',').any(|c| c == term), "{}", rows[0]);
     }
+    let wmse = init(|d| {
+        WmseConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(4)
+            .with_loss(WmseLossConfig::new().with_w_size(8))
+            .init(lenet(d), d)
+    });
+    with_every_piece("wmse", wmse);
     for (name, loss) in [
         ("dcl", DclLossConfig::new()),
         ("dclw", DclLossConfig::weighted(0.5)),
@@ -1680,6 +1688,18 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
     let rows = with_every_piece("lejepa", lejepa);
     assert!(
         rows[0].split(',').any(|c| c == "lejepa_sigreg"),
+        "{}",
+        rows[0]
+    );
+    let emp_ssl = init(|d| {
+        EmpSslConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .init(lenet(d), d)
+    });
+    let rows = with_every_piece("emp_ssl", emp_ssl);
+    assert!(
+        rows[0].split(',').any(|c| c == "emp_ssl_coding_rate"),
         "{}",
         rows[0]
     );

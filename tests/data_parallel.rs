@@ -387,6 +387,16 @@ fn vibcreg<B: Backend>(d: &B::Device, _: usize) -> Result<Vibcreg<B, ResNet<B>>,
         .init(resnet(d), d)
 }
 
+/// W-MSE: the whitened sub-batches are the global batch's (one order from the step on every
+/// replica, over the gathered rows).
+fn wmse<B: Backend>(d: &B::Device, _: usize) -> Result<Wmse<B, ResNet<B>>, ConfigError> {
+    WmseConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(3)
+        .with_loss(curriculum_ssl::loss::WmseLossConfig::new().with_w_size(6))
+        .init(resnet(d), d)
+}
+
 fn frossl<B: Backend>(d: &B::Device, _: usize) -> Result<FroSsl<B, ResNet<B>>, ConfigError> {
     FroSslConfig::new()
         .with_hidden_dim(8)
@@ -482,6 +492,15 @@ fn lejepa<B: Backend>(d: &B::Device, _: usize) -> Result<LeJepa<B, ResNet<B>>, C
                 .with_lambda(0.3)
                 .with_num_slices(32),
         )
+        .init(resnet(d), d)
+}
+
+/// EMP-SSL with the runs' two local crops as further patches.
+fn emp_ssl<B: Backend>(d: &B::Device, _: usize) -> Result<EmpSsl<B, ResNet<B>>, ConfigError> {
+    EmpSslConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .with_loss(curriculum_ssl::loss::EmpSslLossConfig::new().with_inv_coef(5.0))
         .init(resnet(d), d)
 }
 
@@ -762,6 +781,13 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
         runs::<Exact, _>(&vibcreg, &|_| Vec::new()),
         1e-10,
     );
+    // W-MSE: each sub-batch's mean, covariance and Cholesky factor are those of the global
+    // batch's rows the step's order puts in it.
+    assert_same(
+        "W-MSE (f64)",
+        runs::<Exact, _>(&wmse, &|_| Vec::new()),
+        1e-10,
+    );
     // FroSSL's column norms and covariance are the global batch's.
     assert_same(
         "FroSSL (f64)",
@@ -786,6 +812,12 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
         1e-10,
     );
 
+    // EMP-SSL: the coding rates and the images' mean embeddings over the gathered patches.
+    assert_same(
+        "EMP-SSL (f64)",
+        runs::<Exact, _>(&emp_ssl, &|_| Vec::new()),
+        1e-10,
+    );
     // MMCR: the centroids' nuclear norm is the global batch's (every view gathered).
     assert_same(
         "MMCR (f64)",

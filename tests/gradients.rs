@@ -383,6 +383,45 @@ fn vibcreg_gradient_with_active_and_inactive_variance_hinges() {
     );
 }
 
+/// W-MSE: both views' gradients through each sub-batch's mean, covariance, Cholesky factor and
+/// its inverse: the inputs' 128 values as 32 images of 4 features, two orders of sub-batches of
+/// 16, without shrinkage.
+#[test]
+fn wmse_gradient_through_the_whitening() {
+    let (z1, z2) = views(131);
+    let loss = WmseLossConfig::new()
+        .with_w_size(16)
+        .with_w_iter(2)
+        .init()
+        .unwrap();
+    let orders = loss.orders(32, 3);
+    check_gradients("W-MSE", &[(z1, 32, 4), (z2, 32, 4)], &[true, true], |x| {
+        loss.forward_with_orders(x[0].clone(), x[1].clone(), &orders)
+    });
+}
+
+/// EMP-SSL: three views' gradients through the host's coding rates (`c · M⁻¹ Z`) and the
+/// mean of the views: the inputs' 128 values as 32 images of 4 features (the `D × D` form of
+/// the coding rate) and as 4 images of 32 features (the `B × B` form).
+#[test]
+fn emp_ssl_gradient_through_the_coding_rates_and_the_mean() {
+    let (z1, z2) = views(137);
+    let (z3, _) = views(139);
+    let loss = EmpSslLossConfig::new().with_inv_coef(5.0).init().unwrap();
+    for (rows, cols) in [(32, 4), (4, 32)] {
+        check_gradients(
+            "EMP-SSL",
+            &[
+                (z1.clone(), rows, cols),
+                (z2.clone(), rows, cols),
+                (z3.clone(), rows, cols),
+            ],
+            &[true, true, true],
+            |x| loss.forward(&x),
+        );
+    }
+}
+
 /// MMCR: the online views' gradient through the host SVD's `U Vᵀ` (three views of a batch of 8
 /// with 16 features: every matrix of full rank, its singular values distinct); the momentum
 /// views get none.

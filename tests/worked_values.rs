@@ -842,6 +842,62 @@ fn vibcreg_equals_solo_learn() {
     }
 }
 
+/// W-MSE's loss equals lightly's `WMSELoss` in float64 (`tests/pytorch/wmse.py` wrote
+/// `tests/fixtures/wmse.json`): twelve images of three features, sub-batches of 6 and of 12, one
+/// and two orders, without and with shrinkage, each case with lightly's own `randperm` orders;
+/// the value to 1e-12 and both views' gradients (through the Cholesky factor and its inverse, here
+/// as tensor operations, there LAPACK's) to [`GRADIENT_TOLERANCE`] relative.
+#[test]
+fn wmse_equals_lightly() {
+    use curriculum_ssl::loss::WmseLossConfig;
+
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/wmse.json")).unwrap();
+    let n = fixture["batch"].as_u64().unwrap() as usize;
+    let zoo = Zoo {
+        json: serde_json::Value::Null,
+        n,
+        d: fixture["dim"].as_u64().unwrap() as usize,
+    };
+    // `z2[i, j] = cos(0.45 (iD + j) − 0.2) + 0.3 sin(1.3 i (j + 1))` (full rank in every
+    // sub-batch).
+    let z2 = zoo.matrix(|i, j| {
+        (0.45 * (i * zoo.d + j) as f64 - 0.2).cos() + 0.3 * (1.3 * (i * (j + 1)) as f64).sin()
+    });
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 3);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let loss_fn = WmseLossConfig::new()
+            .with_w_size(case["w_size"].as_u64().unwrap() as usize)
+            .with_w_iter(case["w_iter"].as_u64().unwrap() as usize)
+            .with_eps(case["eps"].as_f64().unwrap())
+            .init()
+            .unwrap();
+        let orders: Vec<Vec<usize>> = case["orders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| floats(o).iter().map(|&i| i as usize).collect())
+            .collect();
+        let (o1, o2) = (
+            zoo.tensor(&zoo.a(), n).require_grad(),
+            zoo.tensor(&z2, n).require_grad(),
+        );
+        let loss = loss_fn.forward_with_orders(o1.clone(), o2.clone(), &orders);
+        assert_value(
+            name,
+            loss.clone().into_scalar(),
+            case["value"].as_f64().unwrap(),
+        );
+        let grads = loss.backward();
+        for (z, key) in [(o1, "grad_z1"), (o2, "grad_z2")] {
+            let ours: Vec<f64> = z.grad(&grads).unwrap().into_data().to_vec().unwrap();
+            assert_gradient(&format!("{name}: {key}"), &ours, &floats(&case[key]));
+        }
+    }
+}
+
 /// IterNorm equals solo-learn's `iterative_normalization_py` in float64 (`tests/pytorch/
 /// vibcreg.py`): the groups its rule picks, the training output, the input's gradient (autodiff
 /// through the Newton iterations here, solo-learn's hand-written backward there), the running
@@ -1023,6 +1079,66 @@ fn nnclr_tico_and_moco_v3_equal_pytorch_and_lightly() {
                 // NNCLR's neighbours and MoCo v3's keys are constants: no gradient reaches them.
                 None => assert!(x.grad(&grads).is_none(), "{name}: {label} must be absent"),
             }
+        }
+    }
+}
+
+/// EMP-SSL's loss equals the paper's sign on lightly's own pieces in float64
+/// (`tests/pytorch/emp_ssl.py` wrote `tests/fixtures/emp_ssl.json`: `−tcr_loss + λ ·
+/// invariance_loss`; lightly's `EMPSSLLoss` adds the coding rate, the script says why): three
+/// views, the coding rate's `D × D` form (`B = 6, D = 4`) and its `B × B` form (`B = 4, D = 6`,
+/// Sylvester's identity here), two weightings; the value to 1e-12 and every view's gradient
+/// (through the mean of the views too) to [`GRADIENT_TOLERANCE`] relative.
+#[test]
+fn emp_ssl_equals_the_paper_on_lightlys_pieces() {
+    use curriculum_ssl::loss::EmpSslLossConfig;
+
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/emp_ssl.json")).unwrap();
+    let views = fixture["views"].as_u64().unwrap() as usize;
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 3);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let (b, d) = (
+            case["batch"].as_u64().unwrap() as usize,
+            case["dim"].as_u64().unwrap() as usize,
+        );
+        let zoo = Zoo {
+            json: serde_json::Value::Null,
+            n: b,
+            d,
+        };
+        let loss_fn = EmpSslLossConfig::new()
+            .with_tcr_eps(case["tcr_eps"].as_f64().unwrap())
+            .with_inv_coef(case["inv_coef"].as_f64().unwrap())
+            .init()
+            .unwrap();
+        // `z_v[i, j] = sin(0.7 (iD + j) + 0.3 + 0.9 v) + 0.1 i + 0.05 v j`.
+        let z: Vec<_> = (0..views)
+            .map(|v| {
+                let values = zoo.matrix(|i, j| {
+                    (0.7 * (i * d + j) as f64 + 0.3 + 0.9 * v as f64).sin()
+                        + 0.1 * i as f64
+                        + 0.05 * (v * j) as f64
+                });
+                zoo.tensor(&values, b).require_grad()
+            })
+            .collect();
+        let loss = loss_fn.forward(&z);
+        assert_value(
+            name,
+            loss.clone().into_scalar(),
+            case["value"].as_f64().unwrap(),
+        );
+        let grads = loss.backward();
+        for (v, zv) in z.iter().enumerate() {
+            let ours: Vec<f64> = zv.grad(&grads).unwrap().into_data().to_vec().unwrap();
+            assert_gradient(
+                &format!("{name}: view {v}"),
+                &ours,
+                &floats(&case["grads"][v]),
+            );
         }
     }
 }

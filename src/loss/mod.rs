@@ -16,6 +16,8 @@
 //! | [`magnet`] | magnet loss (SPL-ADVisE embedding network) | <https://arxiv.org/abs/1511.05939> | `#magnet-loss` |
 //! | [`barlow_twins`] | cross-correlation towards the identity (Barlow Twins) | <https://arxiv.org/abs/2103.03230> | `#barlow-twins-loss` |
 //! | [`vicreg`] | variance, invariance, covariance (VICReg) | <https://arxiv.org/abs/2105.04906> | `#vicreg-loss` |
+//! | [`emp_ssl`] | total coding rate of many patches up, each patch towards its image's mean (EMP-SSL) | <https://arxiv.org/abs/2304.03977> | `#emp-ssl-loss` |
+//! | [`wmse`] | whitened sub-batches (Cholesky), cosine distance between the views (W-MSE) | <https://arxiv.org/abs/2007.06346> | `#w-mse-loss` |
 //! | [`vibcreg`] | VICReg's invariance and variance, covariance on the normalised correlation (VIbCReg) | <https://arxiv.org/abs/2109.00783> | `#vibcreg-loss` |
 //! | [`dcl`] | decoupled contrastive loss and its weighted form (DCL / DCLW) | <https://arxiv.org/abs/2110.06848> | `#dcl-and-dclw` |
 //! | [`directclr`] | NT-Xent on the representation's first `d₀` coordinates, no projector (DirectCLR) | <https://arxiv.org/abs/2110.09348> | `#directclr` |
@@ -48,6 +50,7 @@ pub mod curricular;
 pub mod dcl;
 pub mod dino;
 pub mod directclr;
+pub mod emp_ssl;
 pub mod frossl;
 pub mod hcl;
 pub mod huber;
@@ -72,6 +75,7 @@ pub mod swav;
 pub mod tico;
 pub mod vibcreg;
 pub mod vicreg;
+pub mod wmse;
 pub mod worked_examples;
 
 pub use barlow_twins::{BarlowTwinsLoss, BarlowTwinsLossConfig};
@@ -79,6 +83,7 @@ pub use curricular::{CurricularLoss, CurricularLossConfig, CurricularOutput, Cur
 pub use dcl::{DclLoss, DclLossConfig};
 pub use dino::{DinoLoss, DinoLossConfig};
 pub use directclr::{DirectClrLoss, DirectClrLossConfig};
+pub use emp_ssl::{EmpSslLoss, EmpSslLossConfig, EmpSslTerms};
 pub use frossl::{FroSslLoss, FroSslLossConfig, FroSslTerms};
 pub use hcl::{HclLoss, HclLossConfig};
 pub use huber::{HuberNtXentLoss, HuberNtXentLossConfig};
@@ -102,3 +107,4 @@ pub use swav::{sinkhorn, sinkhorn_balance, SwavLoss, SwavLossConfig};
 pub use tico::{TicoLoss, TicoLossConfig};
 pub use vibcreg::{VibcregLoss, VibcregLossConfig, VibcregTerms};
 pub use vicreg::{VicRegLoss, VicRegLossConfig, VicRegTerms};
+pub use wmse::{WmseLoss, WmseLossConfig};

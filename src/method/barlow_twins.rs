@@ -14,6 +14,7 @@ use curriculum_ssl_models::Backbone;
 
 use super::projected_pair::{PairObjective, ProjectedPair};
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::head::MlpHeadConfig;
 use crate::loss::{BarlowTwinsLoss, BarlowTwinsLossConfig};
 
@@ -57,6 +58,7 @@ impl<B: Backend> PairObjective<B> for BarlowTwinsLoss {
         &self,
         z1: Tensor<B, 2>,
         z2: Tensor<B, 2>,
+        _: Progress,
     ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>) {
         (self.forward(z1, z2), Vec::new())
     }

@@ -15,6 +15,7 @@ use curriculum_ssl_models::Backbone;
 use super::projected_pair::{PairNetwork, PairObjective, ProjectedPair};
 use super::ssl_method::HasBackbone;
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::loss::{DirectClrLoss, DirectClrLossConfig};
 
 /// Configuration of [`DirectClr`].
@@ -85,6 +86,7 @@ impl<B: Backend> PairObjective<B> for DirectClrLoss {
         &self,
         r1: Tensor<B, 2>,
         r2: Tensor<B, 2>,
+        _: Progress,
     ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>) {
         let heads = Tensor::cat(
             vec![self.truncate(r1.clone()), self.truncate(r2.clone())],

@@ -13,6 +13,7 @@ use curriculum_ssl_models::Backbone;
 
 use super::projected_pair::{PairObjective, ProjectedPair};
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::head::MlpHeadConfig;
 use crate::loss::{FroSslLoss, FroSslLossConfig};
 
@@ -56,6 +57,7 @@ impl<B: Backend> PairObjective<B> for FroSslLoss {
         &self,
         z1: Tensor<B, 2>,
         z2: Tensor<B, 2>,
+        _: Progress,
     ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>) {
         let terms = self.terms(vec![z1, z2]);
         (

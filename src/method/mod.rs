@@ -11,7 +11,9 @@
 //!   and SimSiam with NNCLR's nearest-neighbour targets; [`Ressl`]: ReSSL; [`Tico`]: TiCo.
 //! - [`ProjectedPair`]: two views through one network and a loss of the pair:
 //!   [`BarlowTwins`], [`VicReg`], [`Vibcreg`] (its projections whitened by `IterNorm`),
-//!   [`FroSsl`] and [`DirectClr`] (the backbone alone).
+//!   [`Wmse`] (W-MSE: sub-batches whitened by a Cholesky factor), [`FroSsl`] and
+//!   [`DirectClr`] (the backbone alone).
+//! - [`EmpSsl`]: EMP-SSL (the coding rate of many patches, each towards its image's mean).
 //! - [`LeJepa`]: LeJEPA (SIGReg and invariance, multi-crop, no teacher); [`Mmcr`]: MMCR
 //!   (nuclear norms of `k` views, momentum network).
 //! - [`Swav`]: SwAV; [`Dino`]: DINO (both with multi-crop); [`Ibot`]: iBOT and DINOv2's
@@ -39,6 +41,7 @@ pub mod byol;
 pub mod dino;
 pub mod directclr;
 pub mod ema;
+pub mod emp_ssl;
 pub mod encoder;
 pub mod frossl;
 pub mod hpm;
@@ -72,12 +75,14 @@ pub(crate) mod testing;
 pub mod tico;
 pub mod vibcreg;
 pub mod vicreg;
+pub mod wmse;
 
 pub use barlow_twins::{BarlowTwins, BarlowTwinsConfig};
 pub use branches::ViewPasses;
 pub use byol::{Byol, ByolConfig, ByolState};
 pub use dino::{Dino, DinoConfig, DinoHead, DinoHeadConfig, DinoNetwork, DinoState};
 pub use directclr::{DirectClr, DirectClrConfig, Unprojected};
+pub use emp_ssl::{EmpSsl, EmpSslConfig};
 pub use encoder::{Predicted, Projected};
 pub use frossl::{FroSsl, FroSslConfig};
 pub use hpm::{Hpm, HpmConfig, HpmNetwork};
@@ -106,5 +111,6 @@ pub use swav::{Swav, SwavConfig, SwavNetwork, SwavState};
 pub use tico::{Tico, TicoConfig, TicoState};
 pub use vibcreg::{Vibcreg, VibcregConfig, VibcregNetwork};
 pub use vicreg::{VicReg, VicRegConfig};
+pub use wmse::{Wmse, WmseConfig};
 
 pub use crate::base::Progress;

@@ -1,6 +1,6 @@
 //! The shape shared by the methods whose whole idea is their loss on two views' outputs of one
-//! network (Barlow Twins, VICReg, FroSSL: backbone + MLP projector; DirectCLR: the backbone
-//! alone), the loss between the two views' outputs, no predictor, no momentum network, no queue.
+//! network (Barlow Twins, VICReg, VIbCReg, FroSSL, W-MSE: backbone + MLP projector; DirectCLR:
+//! the backbone alone), the loss between the two views' outputs, no predictor, no momentum network, no queue.
 //! The papers' own pieces live in their method files (their networks and defaults) and in
 //! `loss/` (their losses).
 
@@ -21,7 +21,8 @@ use crate::head::MlpHead;
 /// A loss on two views' projections that compares images across the batch (a
 /// cross-correlation, a variance): what [`ProjectedPair`] trains with.
 pub trait PairObjective<B: Backend>: Clone + std::fmt::Debug + 'static {
-    /// The loss and named statistics (each `[1]`, detached) of the two views' projections.
+    /// The loss and named statistics (each `[1]`, detached) of the two views' projections at
+    /// `progress` (W-MSE draws its sub-batches from the step; the others ignore it).
     ///
     /// # Shapes
     /// - `z1`, `z2`: `[N, D]` → loss `[1]`
@@ -29,6 +30,7 @@ pub trait PairObjective<B: Backend>: Clone + std::fmt::Debug + 'static {
         &self,
         z1: Tensor<B, 2>,
         z2: Tensor<B, 2>,
+        progress: Progress,
     ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>);
 }
 
@@ -50,7 +52,7 @@ impl<B: Backend, M: Backbone<B>> PairNetwork<B> for Projected<B, M> {
 }
 
 /// A method made of one network ([`PairNetwork`], by default a backbone and a projector) and a
-/// [`PairObjective`] (Barlow Twins, VICReg, FroSSL, DirectCLR). Build one with a method's
+/// [`PairObjective`] (Barlow Twins, VICReg, VIbCReg, FroSSL, W-MSE, DirectCLR). Build one with a method's
 /// config, e.g. [`super::BarlowTwinsConfig::init`].
 #[derive(Debug, Clone)]
 pub struct ProjectedPair<B: Backend, M: Backbone<B>, L, N = Projected<B, M>> {
@@ -120,7 +122,7 @@ where
         self.online = online;
     }
 
-    fn forward_views(&mut self, views: Views<B>, _: Progress) -> MethodOutput<B> {
+    fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
         let [view1, view2] = views.two();
         let ([z1, z2], _) =
             self.view_threads
@@ -133,7 +135,7 @@ where
             Some(replica) => (replica.gather(z1), replica.gather(z2)),
             None => (z1, z2),
         };
-        let (loss, stats) = self.loss.loss(z1, z2);
+        let (loss, stats) = self.loss.loss(z1, z2, progress);
         MethodOutput {
             loss,
             stats,

@@ -18,6 +18,7 @@ use super::iter_norm::{IterNorm, IterNormConfig};
 use super::projected_pair::{PairNetwork, PairObjective, ProjectedPair};
 use super::ssl_method::HasBackbone;
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::head::{HeadActivation, MlpHead, MlpHeadConfig};
 use crate::loss::{VibcregLoss, VibcregLossConfig};
 
@@ -108,6 +109,7 @@ impl<B: Backend> PairObjective<B> for VibcregLoss {
         &self,
         z1: Tensor<B, 2>,
         z2: Tensor<B, 2>,
+        _: Progress,
     ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>) {
         let terms = self.terms(z1, z2);
         (

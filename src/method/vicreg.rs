@@ -12,6 +12,7 @@ use curriculum_ssl_models::Backbone;
 
 use super::projected_pair::{PairObjective, ProjectedPair};
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::head::MlpHeadConfig;
 use crate::loss::{VicRegLoss, VicRegLossConfig};
 
@@ -54,6 +55,7 @@ impl<B: Backend> PairObjective<B> for VicRegLoss {
         &self,
         z1: Tensor<B, 2>,
         z2: Tensor<B, 2>,
+        _: Progress,
     ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>) {
         let terms = self.terms(z1, z2);
         (

@@ -5,7 +5,8 @@ use burn::module::Module;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl::curriculum::rotation::RotationCurriculumConfig;
 use curriculum_ssl::loss::{
-    DinoLossConfig, DirectClrLossConfig, IbotPatchLossConfig, LeJepaLossConfig, VibcregLossConfig,
+    DinoLossConfig, DirectClrLossConfig, EmpSslLossConfig, IbotPatchLossConfig, LeJepaLossConfig,
+    VibcregLossConfig, WmseLossConfig,
 };
 use curriculum_ssl::method::pgd::PgdConfig;
 use curriculum_ssl::method::rotnet::{RotNet, RotNetConfig, RotationMode};
@@ -294,6 +295,36 @@ pub fn vibcreg<B: AutodiffBackend>(device: &B::Device) -> Vibcreg<B, TinyConv<B>
             .with_output_dim(8)
             .with_whitening_groups(4)
             .with_loss(VibcregLossConfig::new().with_weights([1.0, 1.0, 8.0]))
+            .init(TinyConv::new(d), d)
+    })
+    .unwrap()
+}
+
+/// W-MSE: one sub-batch of the eight images, their four projected features whitened by the
+/// Cholesky steps (a column of the factor, then a row of its inverse, each a batched product).
+pub fn wmse<B: AutodiffBackend>(device: &B::Device) -> Wmse<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        WmseConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(4)
+            .with_loss(WmseLossConfig::new().with_w_size(8))
+            .init(TinyConv::new(d), d)
+    })
+    .unwrap()
+}
+
+/// EMP-SSL on the two global views: the coding rates' `4 × 4` matrices to the host for their
+/// Cholesky factors, the inverses back to the device, the normalised embeddings' mean; the
+/// invariance weight 1 for the recipe's 200. At 200 the first step's gradients differ by 1.1e-3
+/// of their largest magnitude (measured): the invariance term dominates them, and its gradient
+/// is the difference of nearly equal terms where an image's two embeddings are nearly parallel,
+/// which magnifies f32 rounding. The kernels run are the same at either weight.
+pub fn emp_ssl<B: AutodiffBackend>(device: &B::Device) -> EmpSsl<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        EmpSslConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(4)
+            .with_loss(EmpSslLossConfig::new().with_inv_coef(1.0))
             .init(TinyConv::new(d), d)
     })
     .unwrap()

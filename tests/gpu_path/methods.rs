@@ -274,11 +274,27 @@ fn simclr_and_its_curriculum_losses_step_as_on_the_cpu() {
         &device,
         &mut seen,
     );
+    // W-MSE: the Cholesky factor and its inverse as batched products, the cosine between views.
+    compare(
+        "W-MSE",
+        wmse::<CpuAd>(&cpu_device),
+        wmse::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
     // LeJEPA: SIGReg's cosines and sines along the step's directions, and the invariance.
     compare(
         "LeJEPA",
         lejepa::<CpuAd>(&cpu_device),
         lejepa::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    // EMP-SSL: the Gram matrices to the host for their Cholesky factors, the inverses back.
+    compare(
+        "EMP-SSL",
+        emp_ssl::<CpuAd>(&cpu_device),
+        emp_ssl::<GpuAd>(&device),
         &device,
         &mut seen,
     );

@@ -60,6 +60,7 @@ recipe_modules!(
     redundancy,
     multi_crop,
     lejepa,
+    emp_ssl,
     mmcr,
     ibot,
     msn,

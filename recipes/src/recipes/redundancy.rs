@@ -1,4 +1,4 @@
-//! `barlow_twins`, `vicreg`, `vibcreg` and `frossl`: the methods whose whole idea is a loss on the statistics
+//! `barlow_twins`, `vicreg`, `vibcreg`, `frossl` and `wmse`: the methods whose whole idea is a loss on the statistics
 //! of the batch's projections (docs/methods.md#barlow-twins-and-vicreg), with solo-learn's CIFAR-size
 //! settings (`scripts/pretrain/cifar/barlow.yaml`, `vicreg.yaml`) scaled to this batch:
 //! three-layer projector `[2048, 2048]` (the papers' 8192 at ImageNet size), LARS
@@ -18,6 +18,11 @@
 //!   Frobenius norm of its trace-normalised covariance plus the views' distance to their mean,
 //!   weight 1; lightly's two-layer projector `[2048, 2048]`, and the same optimiser and
 //!   augmentations as the other two (the paper's own schedule is not followed here).
+//! - W-MSE (Ermolov et al., ICML 2021, <https://arxiv.org/abs/2007.06346>; solo-learn's
+//!   `wmse.yaml`): the projector `[1024] → 64`, each view's projections whitened in sub-batches
+//!   of 128 images (at the default batch of 128, one: solo-learn's ImageNet-100 setting per
+//!   device), `2 − 2 cos` between the whitened views; Adam at 2e-3 (weight decay 1e-6) and
+//!   solo-learn's augmentation ([`wmse_preset`]), not LARS.
 //!
 //! ```text
 //! for each batch x:
@@ -28,8 +33,15 @@
 
 use super::RecipeEntry;
 use anyhow::Result;
-use curriculum_ssl::loss::{BarlowTwinsLossConfig, FroSslLossConfig, VicRegLossConfig};
-use curriculum_ssl::method::{BarlowTwinsConfig, FroSslConfig, VibcregConfig, VicRegConfig};
+use burn::optim::decay::WeightDecayConfig;
+use burn::optim::AdamConfig;
+use curriculum_ssl::augment::colour::ColorJitter;
+use curriculum_ssl::loss::{
+    BarlowTwinsLossConfig, FroSslLossConfig, VicRegLossConfig, WmseLossConfig,
+};
+use curriculum_ssl::method::{
+    BarlowTwinsConfig, FroSslConfig, VibcregConfig, VicRegConfig, WmseConfig,
+};
 use curriculum_ssl::optim::LarsConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
@@ -64,6 +76,31 @@ pub fn vibcreg_preset(side: usize, channels: usize) -> PipelineConfig {
         }
     }
     p
+}
+
+/// W-MSE's augmentation (solo-learn's `wmse.yaml`, both views alike): random resized crop
+/// (0.2, 1), flip, colour jitter (0.8, 0.8, 0.8, 0.2) at p 0.8, grayscale at p 0.2, no blur, no
+/// solarisation.
+pub fn wmse_preset(side: usize, channels: usize) -> PipelineConfig {
+    let mut p = PipelineConfig::simclr(side, channels);
+    for view in [&mut p.view1, &mut p.view2] {
+        if let Some(crop) = &mut view.crop {
+            crop.scale = (0.2, 1.0);
+        }
+        view.jitter = Some(ColorJitter::simclr(1.0));
+        view.blur = None;
+        view.solarize = None;
+    }
+    p
+}
+
+/// The W-MSE recipe's method: solo-learn's CIFAR setting (projector `[1024] → 64`, sub-batches
+/// of 128, one order per step, no shrinkage).
+pub fn wmse_config() -> WmseConfig {
+    WmseConfig::new()
+        .with_hidden_dim(1024)
+        .with_output_dim(64)
+        .with_loss(WmseLossConfig::new().with_w_size(128))
 }
 
 /// The Barlow Twins recipe's method.
@@ -145,6 +182,38 @@ pub fn frossl(args: &[String]) -> Result<()> {
     })
 }
 
+/// Runs `wmse`: Adam at solo-learn's 2e-3 (not scaled with the batch: Adam's step does not
+/// grow with it), weight decay 1e-6 as L2.
+pub fn wmse(args: &[String]) -> Result<()> {
+    let defaults = Defaults::new("wmse", 20, 128, 2e-3, wmse_preset).warmup(2);
+    let recipe = common::prepare(args, defaults)?;
+    // The sub-batches' orders are drawn from `--seed`.
+    let config = wmse_config();
+    let config = config.clone().with_loss(config.loss.with_seed(recipe.settings.seed));
+    let config = recipe.section("method", config)?;
+    if recipe.settings.batch_size < config.loss.w_size {
+        return Err(curriculum_ssl::ConfigError::new(
+            "method.loss.w_size",
+            format!(
+                "W-MSE whitens sub-batches of {} images, more than the batch of {}: raise \
+                 --batch-size or lower it (to at least 2 × method.output_dim = {})",
+                config.loss.w_size,
+                recipe.settings.batch_size,
+                2 * config.output_dim
+            ),
+        )
+        .into());
+    }
+    let adam = recipe.section(
+        "optimizer",
+        AdamConfig::new().with_weight_decay(Some(WeightDecayConfig::new(1e-6))),
+    )?;
+    recipe.train(&config, |recipe, device| {
+        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
+        Ok((method, adam.init::<Train, _>()))
+    })
+}
+
 /// The recipes of this module, as `recipe list` prints them.
 pub const RECIPES: &[RecipeEntry] = &[
     RecipeEntry {
@@ -166,6 +235,11 @@ pub const RECIPES: &[RecipeEntry] = &[
         name: "frossl",
         summary: "FroSSL (Skean et al. 2024): log Frobenius norm of the covariance plus invariance, LARS",
         run: frossl,
+    },
+    RecipeEntry {
+        name: "wmse",
+        summary: "W-MSE (Ermolov et al. 2021): views whitened in sub-batches by a Cholesky factor, cosine distance, Adam",
+        run: wmse,
     },
 ];
 

@@ -198,6 +198,11 @@ fn bad_input_exits_2_with_a_message_naming_it() {
             ),
             "parameters: at least 292.1 GiB with their gradients and optimiser state",
         ),
+        // W-MSE's sub-batches larger than the batch (its recipe's 128 at the tests' 32).
+        (
+            tiny_as("wmse", "wmse-small-batch", &[]),
+            "invalid `method.loss.w_size`: W-MSE whitens sub-batches of 128 images, more than the batch of 32",
+        ),
     ];
     for (args, expected) in cases {
         let o = run(&as_strs(&args));

@@ -117,7 +117,9 @@ fn pipeline(
     if h < 32 {
         for v in [&mut p.view1, &mut p.view2] {
             if let Some(crop) = v.crop.as_mut() {
-                crop.scale = (crop.scale.0.max(0.5), crop.scale.1);
+                // (Not above the preset's largest: EMP-SSL's fixed quarter-size patches stay
+                // as they are.)
+                crop.scale = (crop.scale.0.max(0.5).min(crop.scale.1), crop.scale.1);
             }
         }
     }
