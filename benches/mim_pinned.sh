@@ -12,8 +12,11 @@
 # Usage: benches/mim_pinned.sh RECIPE [WINDOW]   (after `cargo build --release --bin recipe`)
 #   benches/mim_pinned.sh ibot 40
 #   SKIP_EPOCH=1 benches/mim_pinned.sh dinov2   # the speed windows only
-#   BASE=mae benches/mim_pinned.sh mae_hpm      # a curriculum recipe against its base method's
-#                                               # replica (the replica has no curricula)
+#   BASE=mae benches/mim_pinned.sh mae_ratio_curriculum   # a curriculum recipe against its
+#                                               # base method's replica (the replica has no
+#                                               # masking curricula; it has mae_hpm)
+#   SEED=1 SKIP_WINDOW=1 benches/mim_pinned.sh simmim   # another seed's epoch, both sides
+#                                               # (weights, data order and masks; default 0)
 # Logs and run directories go to $LOGS (default: a new temporary directory, printed).
 set -euo pipefail
 RECIPE_NAME=${1:?usage: benches/mim_pinned.sh RECIPE [WINDOW]}
@@ -22,6 +25,7 @@ DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 RECIPE=${RECIPE:-target/release/recipe}
 LOGS=${LOGS:-$(mktemp -d)}
 BASE=${BASE:-$RECIPE_NAME}
+SEED=${SEED:-0}
 REPLICA="$(dirname "$0")/pytorch/mim_fmnist.py"
 mkdir -p "$LOGS"
 # An unknown name fails here, not after an hour (argparse answers an invalid choice with exit 2).
@@ -33,14 +37,14 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ); load before: $(cut -d' ' -f1-3 /proc/loadavg); logs: $LOGS"
 
 if [ -z "${SKIP_EPOCH:-}" ]; then
-  echo "== $RECIPE_NAME (lightly: $BASE): both sides at once, one core each"
+  echo "== $RECIPE_NAME (lightly: $BASE), seed $SEED: both sides at once, one core each"
   rm -rf "$LOGS/epoch"
   taskset -c 0 env RAYON_NUM_THREADS=1 /usr/bin/time -f "process %e s, user %U s, sys %S s" \
     "$RECIPE" "$RECIPE_NAME" --dataset fashion-mnist --data-dir "$DATA" --epochs 1 --no-baselines \
-    --knn-every 0 --run-dir "$LOGS/epoch" > "$LOGS/ours-epoch.log" 2>&1 &
+    --knn-every 0 --seed "$SEED" --run-dir "$LOGS/epoch" > "$LOGS/ours-epoch.log" 2>&1 &
   ours=$!
   taskset -c 1 /usr/bin/time -f "process %e s, user %U s, sys %S s" \
-    python3 -u "$REPLICA" --recipe "$BASE" --epochs 1 --threads 1 --data "$DATA" \
+    python3 -u "$REPLICA" --recipe "$BASE" --epochs 1 --threads 1 --data "$DATA" --seed "$SEED" \
     > "$LOGS/lightly-epoch.log" 2>&1 &
   lightly=$!
   wait "$ours" || { echo "error: the recipe failed:" >&2; tail -5 "$LOGS/ours-epoch.log" >&2; exit 2; }
@@ -52,6 +56,7 @@ if [ -z "${SKIP_EPOCH:-}" ]; then
   grep -E "^epoch|^kNN|^RESULT|^process" "$LOGS/lightly-epoch.log"
 fi
 
+[ -z "${SKIP_WINDOW:-}" ] || exit 0
 echo "== $RECIPE_NAME (lightly: $BASE): speed over the first $WINDOW steps, one after the other, 2 threads each"
 rm -rf "$LOGS/window"
 "$RECIPE" "$RECIPE_NAME" --dataset fashion-mnist --data-dir "$DATA" --epochs 1 --no-baselines \

@@ -1,4 +1,4 @@
-"""MAE, SimMIM, I-JEPA, iBOT, DINOv2, MSN and PMSN with lightly + PyTorch on Fashion-MNIST: the
+"""MAE, MAE with hard patches mining, SimMIM, I-JEPA, iBOT, DINOv2, MSN and PMSN with lightly + PyTorch on Fashion-MNIST: the
 replica of the Rust recipes, for the side-by-side kNN and images/s of the method table
 (benches/README.md, benches/mim.sh).
 
@@ -12,7 +12,8 @@ replica of the Rust recipes, for the side-by-side kNN and images/s of the method
 
 Usage:
 
-    python3 benches/pytorch/mim_fmnist.py --recipe mae|simmim|ijepa|ibot|dinov2|msn|pmsn [--epochs 1]
+    python3 benches/pytorch/mim_fmnist.py --recipe mae|mae_hpm|simmim|ijepa|ibot|dinov2|msn|pmsn
+        [--epochs 1]
         [--threads 1] [--workers 2] [--max-steps N] [--knn-limit N]
 
 It prints a `RESULT side=pytorch ...` line like benches/pytorch/moco_v2_fmnist.py, whose data
@@ -206,7 +207,7 @@ What it mirrors (paths in this repository; "l." = line numbers as of this writin
   with target_sharpen_temperature 0.25.
 
 What differs for every recipe: the random draws (here torch generators, masks from a generator
-seeded 0 in the main process; ours StdRng keyed by (seed, step)); per-image augmentation in
+seeded by --seed in the main process; ours StdRng keyed by (seed, step)); per-image augmentation in
 DataLoader worker processes (ours is batched on the backend); small initialisation details
 (timm: class token N(0, 1e-6), truncated normals; ours N(0, 0.02)). Numerics are f32 on both
 sides.
@@ -392,6 +393,65 @@ class Mae(Replica):
         return nn.functional.mse_loss(x_pred, target)
 
 
+class Hpm(Mae):
+    """src/method/hpm.rs (recipe mae_hpm) on lightly's MAE modules: the MAE above, a loss
+    predictor of MAEDecoderTIMM's shape (1 block, 128 wide, 4 heads, one output per patch: its
+    `patch_size` 1) that first reads every patch's encoding without gradient to choose the hard
+    patches (the top `floor(H * s)` of the predicted losses hidden, the rest of the H hidden
+    drawn at random; `s` linear from 0 to 0.5 over the epochs, `hard_share`), then the visible
+    encoding of the MAE pass, trained on the order of the hidden patches' errors (`ranking_loss`:
+    softplus of the predicted differences of every ordered pair, over N * H * (H - 1)), weight
+    1."""
+
+    def __init__(self, vit, epochs: int = 1):
+        super().__init__(vit)
+        self.loss_predictor = MAEDecoderTIMM(
+            num_patches=vit.patch_embed.num_patches, patch_size=1, in_chans=1, embed_dim=192,
+            decoder_embed_dim=128, decoder_depth=1, decoder_num_heads=4, mlp_ratio=4.0,
+            proj_drop_rate=0.0, attn_drop_rate=0.0)
+        self.epochs = epochs
+        self.gen = torch.Generator().manual_seed(torch.initial_seed())  # --seed
+
+    def predict_losses(self, x_encoded, idx_keep, b):
+        lp = self.loss_predictor
+        x = utils.repeat_token(lp.mask_token, (b, self.sequence_length))
+        x = utils.set_at_index(x, idx_keep, lp.embed(x_encoded).type_as(x))
+        return lp.predict(lp.decode(x))[:, 1:, 0]  # [b, patches]
+
+    def loss(self, images, progress):
+        b, patches = images.shape[0], self.sequence_length - 1
+        every = torch.arange(self.sequence_length).expand(b, -1)
+        with torch.no_grad():
+            predicted = self.predict_losses(
+                self.backbone.encode(images=images, idx_keep=every), every, b)
+        hidden = patches - math.floor(patches * (1 - 0.75))
+        hard = math.floor(hidden * 0.5 * progress.epoch / self.epochs)
+        order = predicted.argsort(dim=1, descending=True, stable=True)
+        rest = order[:, hard:]
+        shuffled = rest.gather(1, torch.rand(rest.shape, generator=self.gen).argsort(dim=1))
+        idx_mask = torch.cat([order[:, :hard], shuffled[:, : hidden - hard]], 1).sort(1).values + 1
+        idx_keep = torch.cat([torch.zeros(b, 1, dtype=torch.long),
+                              shuffled[:, hidden - hard:].sort(1).values + 1], 1)
+        x_encoded = self.backbone.encode(images=images, idx_keep=idx_keep)
+        x_decode = self.decoder.embed(x_encoded)
+        x_masked = utils.repeat_token(self.decoder.mask_token, (b, self.sequence_length))
+        x_masked = utils.set_at_index(x_masked, idx_keep, x_decode.type_as(x_masked))
+        x_pred = self.decoder.predict(utils.get_at_index(self.decoder.decode(x_masked), idx_mask))
+        target = utils.get_at_index(utils.patchify(images, PATCH), idx_mask - 1)
+        target = (target - target.mean(-1, keepdim=True)) / (target.var(-1, keepdim=True)
+                                                            + 1.0e-6) ** 0.5
+        errors = ((x_pred - target) ** 2).mean(-1)  # [b, hidden]
+        p = utils.get_at_index(
+            self.predict_losses(x_encoded, idx_keep, b).unsqueeze(-1), idx_mask - 1)[..., 0]
+        e = errors.detach()
+        diff = p.unsqueeze(1) - p.unsqueeze(2)  # [i, j] = p_j - p_i
+        higher = (e.unsqueeze(1) > e.unsqueeze(2)).float()
+        lower = (e.unsqueeze(1) < e.unsqueeze(2)).float()
+        ranking = (higher * F.softplus(-diff) + lower * F.softplus(diff)).sum() / (
+            b * hidden * (hidden - 1))
+        return errors.mean() + ranking
+
+
 def unit_masks(b: int, grid: int, unit: int, ratio: float, gen) -> torch.Tensor:
     """`UnitMask::random`: [b, grid * grid] booleans, True where hidden."""
     units_side = -(-grid // unit)
@@ -415,7 +475,7 @@ class SimMim(Replica):
         nn.init.normal_(self.backbone.mask_token, std=0.02)
         self.decoder = nn.Linear(192, PATCH * PATCH * 1)
         self.grid = vit.patch_embed.grid_size[0]
-        self.gen = torch.Generator().manual_seed(0)
+        self.gen = torch.Generator().manual_seed(torch.initial_seed())  # --seed
 
     def loss(self, images, progress=None):
         b = images.shape[0]
@@ -497,7 +557,7 @@ class IJepa(Replica):
             num_patches=vit.patch_embed.num_patches, depth=2, mlp_dim=WIDTH,
             predictor_embed_dim=96, num_heads=4, qkv_bias=True, mlp_ratio=4.0)
         self.grid = vit.patch_embed.grid_size[0]
-        self.gen = torch.Generator().manual_seed(0)
+        self.gen = torch.Generator().manual_seed(torch.initial_seed())  # --seed
 
     def loss(self, images, progress):
         b = images.shape[0]
@@ -591,7 +651,7 @@ class Ibot(Replica):
         self.koleo_weight = koleo_weight
         self.sinkhorn_knopp = sinkhorn_knopp
         self.grid = vit.patch_embed.grid_size[0]
-        self.gen = torch.Generator().manual_seed(0)
+        self.gen = torch.Generator().manual_seed(torch.initial_seed())  # --seed
 
     def teacher_temp(self, epoch: int) -> float:
         """src/loss/dino.rs `teacher_temp_at`: lightly's linspace(0.04, 0.07, 6)[epoch]."""
@@ -705,6 +765,8 @@ RECIPES = {
     "msn": dict(model=Msn, views=msn_views, lr=1.5e-4 * BATCH / 64, betas=(0.9, 0.999),
                 weight_decay=0.04, warmup_epochs=2, dynamic_img_size=True),
 }
+# MAE with hard patches mining: MAE's settings (recipes/src/recipes/mae.rs `hard_patches`).
+RECIPES["mae_hpm"] = dict(RECIPES["mae"], model=Hpm)
 # PMSN: MSN's settings, the power-law prior (one definition, so the two cannot drift apart).
 RECIPES["pmsn"] = dict(RECIPES["msn"], model=lambda vit: Msn(vit, power_law=True))
 
@@ -750,6 +812,8 @@ def main():
     warmup_steps = min(cfg["warmup_epochs"], args.epochs) * batches
     vit = vit_tiny(side, dynamic_img_size=cfg.get("dynamic_img_size", False))
     model = cfg["model"](vit).train()
+    if isinstance(model, Hpm):
+        model.epochs = args.epochs  # the hard share's schedule runs over the run's epochs
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
                                   lr=cfg["lr"], betas=cfg["betas"], eps=1e-5,
                                   weight_decay=cfg["weight_decay"])
