@@ -108,7 +108,7 @@ impl EmpSslLoss {
             .map(|z| coding_rate(z.clone(), self.tcr_eps))
             .reduce(|a, b| a + b)
             .expect("a view")
-            .div_scalar(v as f64);
+            .mul_scalar(1.0 / v as f64);
         let stacked = Tensor::stack::<3>(views.to_vec(), 0); // [V, B, D]
         let mean = stacked.clone().mean_dim(0); // [1, B, D], with gradient
         let similarity = cosine(stacked, mean).mean();

@@ -194,7 +194,7 @@ impl WmseLoss {
         }
         total
             .expect("at least one order")
-            .div_scalar(orders.len() as f64)
+            .mul_scalar(1.0 / orders.len() as f64)
     }
 }
 
@@ -246,7 +246,7 @@ pub fn whiten<B: Backend>(x: Tensor<B, 3>, eps: f64) -> Tensor<B, 3> {
         .clone()
         .swap_dims(1, 2)
         .matmul(centred.clone())
-        .div_scalar((n - 1) as f64);
+        .mul_scalar(1.0 / (n - 1) as f64);
     let shrunk = if eps > 0.0 {
         let eye = Tensor::<B, 2>::eye(d, &centred.device()).unsqueeze::<3>();
         covariance.mul_scalar(1.0 - eps) + eye.mul_scalar(eps)
@@ -361,7 +361,12 @@ mod tests {
         let z = whiten(x, 0.0).squeeze_dim::<2>(0);
         let mean = host(z.clone().mean_dim(0));
         assert!(mean.iter().all(|m| m.abs() < 1e-12), "{mean:?}");
-        let cov = host(z.clone().transpose().matmul(z).div_scalar((n - 1) as f64));
+        let cov = host(
+            z.clone()
+                .transpose()
+                .matmul(z)
+                .mul_scalar(1.0 / (n - 1) as f64),
+        );
         for i in 0..d {
             for j in 0..d {
                 let want = if i == j { 1.0 } else { 0.0 };

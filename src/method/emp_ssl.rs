@@ -114,21 +114,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for EmpSsl<B, M> 
     }
 
     fn forward_views(&mut self, views: Views<B>, _: Progress) -> MethodOutput<B> {
-        let Views {
-            global: [view1, view2],
-            local,
-        } = views;
-        let n = view1.dims()[0];
-        let split = |z: Tensor<B, 2>, parts: usize| -> Vec<Tensor<B, 2>> {
-            (0..parts)
-                .map(|v| z.clone().slice(v * n..(v + 1) * n))
-                .collect()
-        };
-        let mut patches = split(self.embed(Tensor::cat(vec![view1, view2], 0)), 2);
-        if !local.is_empty() {
-            let parts = local.len();
-            patches.extend(split(self.embed(Tensor::cat(local, 0)), parts));
-        }
+        let (mut patches, local) = views.through(|x| self.embed(x));
+        patches.extend(local);
         let embeddings = Some([patches[0].clone().detach(), patches[1].clone().detach()]);
         // Data-parallel: the coding rates and the images' means are the global batch's.
         let patches = match &self.replica {

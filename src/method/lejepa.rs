@@ -123,21 +123,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for LeJepa<B, M> 
     }
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
-        let Views {
-            global: [view1, view2],
-            local,
-        } = views;
-        let n = view1.dims()[0];
-        let split = |z: Tensor<B, 2>, parts: usize| -> Vec<Tensor<B, 2>> {
-            (0..parts)
-                .map(|v| z.clone().slice(v * n..(v + 1) * n))
-                .collect()
-        };
-        let global = split(self.online.forward(Tensor::cat(vec![view1, view2], 0)), 2);
-        let local = match local.len() {
-            0 => Vec::new(),
-            parts => split(self.online.forward(Tensor::cat(local, 0)), parts),
-        };
+        let (global, local) = views.through(|x| self.online.forward(x));
         let embeddings = Some([global[0].clone().detach(), global[1].clone().detach()]);
         // Data-parallel: SIGReg's empirical characteristic functions and the invariance are the
         // global batch's.

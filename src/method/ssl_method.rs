@@ -89,6 +89,34 @@ impl<B: Backend> Views<B> {
         debug_assert!(self.local.is_empty(), "local crops for a two-view method");
         self.global
     }
+
+    /// Every view through `network`, the two global views as one batch and the local crops as
+    /// another (lightly's multi-crop examples), its output split back into one tensor per view:
+    /// `(global, local)`, in the views' order.
+    ///
+    /// # Shapes
+    /// - `network`: `[V·N, C, H, W]` → `[V·N, D]`; each output: `[N, D]`
+    pub fn through<F>(self, network: F) -> (Vec<Tensor<B, 2>>, Vec<Tensor<B, 2>>)
+    where
+        F: Fn(Tensor<B, 4>) -> Tensor<B, 2>,
+    {
+        let Views {
+            global: [view1, view2],
+            local,
+        } = self;
+        let n = view1.dims()[0];
+        let split = |z: Tensor<B, 2>, parts: usize| -> Vec<Tensor<B, 2>> {
+            (0..parts)
+                .map(|v| z.clone().slice(v * n..(v + 1) * n))
+                .collect()
+        };
+        let global = split(network(Tensor::cat(vec![view1, view2], 0)), 2);
+        let local = match local.len() {
+            0 => Vec::new(),
+            parts => split(network(Tensor::cat(local, 0)), parts),
+        };
+        (global, local)
+    }
 }
 
 /// A method's trainable network, which holds the backbone that evaluation and export read
