@@ -1,7 +1,8 @@
 //! Forward + backward of every loss at B = 256, D = 128 (queue 65,536 for the queue losses) on
 //! the CPU training backend (`Autodiff<Flex>`, f32).
 //!
-//! Run: `cargo bench --bench losses`. SoftNCE's top-K over the queue must cost at most 10 % more
+//! Run: `cargo bench --bench losses` (a group's name as a filter: `cargo bench --bench losses
+//! log_softmax`). SoftNCE's top-K over the queue must cost at most 10 % more
 //! than plain InfoNCE on the same queue; the `top_k` group shows why it does not sort the queue.
 
 use burn::backend::{Autodiff, Flex};
@@ -124,6 +125,39 @@ fn losses(c: &mut Criterion) {
         b.iter(|| {
             step(&mixed, |x| {
                 soft_target.forward(x[0].clone(), x[1].clone(), targets.clone())
+            })
+        })
+    });
+    group.finish();
+
+    // The log-softmax every cross-entropy loss takes, over a MoCo queue's logits `[256, 1 + K]`:
+    // burn's composed form (six operations, each with its own backward rule) against the row
+    // kernel with its own backward pass (`kernels::log_softmax`), forward + backward of
+    // `Σ r ⊙ log_softmax(x)`.
+    let mut group = c.benchmark_group("log_softmax_256x65537");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(8));
+    let logits = vec![random(BATCH, QUEUE + 1), random(BATCH, QUEUE + 1)];
+    // The same step without the log-softmax: what the product, the sum, the gradient's
+    // transfer and the buffers cost around it.
+    group.bench_function("none", |b| {
+        b.iter(|| step(&logits, |x| (x[0].clone() * x[1].clone().detach()).sum()))
+    });
+    group.bench_function("burn_composed", |b| {
+        b.iter(|| {
+            step(&logits, |x| {
+                (burn::tensor::activation::log_softmax(x[0].clone(), 1) * x[1].clone().detach())
+                    .sum()
+            })
+        })
+    });
+    group.bench_function("kernel", |b| {
+        b.iter(|| {
+            step(&logits, |x| {
+                (curriculum_ssl_models::kernels::log_softmax(x[0].clone(), 1)
+                    * x[1].clone().detach())
+                .sum()
             })
         })
     });

@@ -584,6 +584,50 @@ fn softmax_kernel_equals_burns_composed_softmax() {
     }
 }
 
+/// `kernels::log_softmax` over the last axis (one row pass forward and one backward of its
+/// own; what the losses call) against burn's `activation::log_softmax`, which `Flex` and
+/// `Autodiff<Flex>` run as its composed form (max, subtraction, exp, sum, log, subtraction, each
+/// with its own rule), on logits up to ±8 in rows of 70 (`|y|` up to about 20). In f64 the same
+/// values and input gradients to 1e-13 (measured 3.6e-15 and 1.8e-15: rounding of values of
+/// that size, sums in another order). In f32 the composed side rounds `x − m` (up to 16: `ε/2·16 ≈ 1e-6` in each
+/// exponent and in the output) and sums 70 terms in f32 (`70·2⁻²⁴ ≈ 4.2e-6` relative); ours
+/// takes them in f64: the values within 2e-5 and the gradients (`∂y − e^y·Σ∂y`, `|Σ∂y| ≤ 70`,
+/// each `e^y` within about 5e-6 relative on the composed side) within 5e-4 on any CPU
+/// (measured 1.9e-6 and 2.4e-7); a
+/// wrong formula (the row sum left out) is off by 1 or more. Along another axis it is burn's
+/// own, to the bit, and without autodiff the same kernel.
+#[test]
+fn log_softmax_kernel_equals_burns_composed_log_softmax() {
+    use burn::tensor::activation::log_softmax;
+    let device = Default::default();
+    let x = f64_tensor::<Ad, 3>([3, 5, 70], 23, &device).mul_scalar(8.0);
+    for dtype in [DType::F64, DType::F32] {
+        let x = x.clone().cast(dtype);
+        let (y, dx) = value_and_grad(x.clone(), |x| kernels::log_softmax(x, 2));
+        let (y_ref, dx_ref) = value_and_grad(x.clone(), |x| log_softmax(x, 2));
+        let (value_bound, grad_bound) = if dtype == DType::F64 {
+            (1e-13, 1e-13)
+        } else {
+            (2e-5, 5e-4)
+        };
+        assert!(
+            largest(&y, &y_ref) < value_bound,
+            "{dtype:?} values: {}",
+            largest(&y, &y_ref)
+        );
+        assert!(
+            largest(&dx, &dx_ref) < grad_bound,
+            "{dtype:?} gradients: {}",
+            largest(&dx, &dx_ref)
+        );
+        let plain = as_f64(kernels::log_softmax(x.clone().inner(), 2));
+        assert!(largest(&plain, &y) == 0.0, "{dtype:?} without autodiff");
+        let (y1, dx1) = value_and_grad(x.clone(), |x| kernels::log_softmax(x, 1));
+        let (y1_ref, dx1_ref) = value_and_grad(x, |x| log_softmax(x, 1));
+        assert_eq!((y1, dx1), (y1_ref, dx1_ref), "{dtype:?} along axis 1");
+    }
+}
+
 /// `layers::LayerNorm` (`kernels::layer_norm`: Flex's fused forward with a backward pass of its
 /// own under autodiff; the ViTs' norms) against burn's `nn::LayerNorm`, which `Autodiff<Flex>`
 /// runs as its composed form, with the same `γ`, `β` and `ε`: values and the gradients of `x`,

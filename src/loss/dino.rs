@@ -121,7 +121,7 @@ impl DinoLoss {
             .iter()
             .map(|t| {
                 let t = stop_gradient(t.clone()) - center.clone();
-                burn::tensor::activation::softmax(t.mul_scalar(1.0 / teacher_temp), 1)
+                curriculum_ssl_models::kernels::softmax(t.mul_scalar(1.0 / teacher_temp), 1)
             })
             .collect()
     }
@@ -178,7 +178,7 @@ impl DinoLoss {
                 all_targets.clone()
             };
             let Some(sum) = sum else { continue };
-            let log_p = burn::tensor::activation::log_softmax(
+            let log_p = curriculum_ssl_models::kernels::log_softmax(
                 s.clone().mul_scalar(1.0 / self.config.student_temp),
                 1,
             );

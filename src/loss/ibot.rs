@@ -89,7 +89,7 @@ impl IbotPatchLoss {
         let target = if teacher.dims()[0] == 0 {
             teacher
         } else {
-            burn::tensor::activation::softmax(
+            curriculum_ssl_models::kernels::softmax(
                 (stop_gradient(teacher) - stop_gradient(center)).mul_scalar(1.0 / teacher_temp),
                 1,
             )
@@ -130,7 +130,7 @@ impl IbotPatchLoss {
         }
         let device = student.device();
         let target = stop_gradient(targets);
-        let log_p = burn::tensor::activation::log_softmax(
+        let log_p = curriculum_ssl_models::kernels::log_softmax(
             student.mul_scalar(1.0 / self.config.student_temp),
             1,
         );

@@ -128,7 +128,7 @@ impl MaclLoss {
             .mul(t.clone().recip().reshape([1, 1]))
             .mask_fill(views.diagonal, MASKED_LOGIT);
         let log_p =
-            burn::tensor::activation::log_softmax(logits, 1).gather(1, views.positive_index);
+            curriculum_ssl_models::kernels::log_softmax(logits, 1).gather(1, views.positive_index);
         let weights = stop_gradient(log_p.clone().exp().neg().add_scalar(1.0 + EPS).recip());
         MaclOutput {
             loss: (weights * log_p).neg().mean(),

@@ -84,7 +84,7 @@ impl MocoV3Loss {
         let q = l2_normalize(q);
         let k = l2_normalize(stop_gradient(k));
         let logits = q.matmul(k.transpose()).mul_scalar(1.0 / self.temperature);
-        let log_p = burn::tensor::activation::log_softmax(logits, 1);
+        let log_p = curriculum_ssl_models::kernels::log_softmax(logits, 1);
         // The positives: column offset + i of row i.
         let device = log_p.device();
         let mask = Tensor::<B, 2>::zeros([n, m], &device)

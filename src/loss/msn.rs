@@ -27,7 +27,7 @@
 //! targets of the global batch.
 
 use burn::prelude::*;
-use burn::tensor::activation::{log_softmax, softmax};
+use curriculum_ssl_models::kernels::{log_softmax, softmax};
 
 use super::similarity::{l2_normalize, stop_gradient};
 use super::swav::sinkhorn_balance;

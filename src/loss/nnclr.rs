@@ -63,7 +63,7 @@ impl NnclrLoss {
         let nn = l2_normalize(stop_gradient(nn));
         let p = l2_normalize(p);
         let logits = nn.matmul(p.transpose()).mul_scalar(1.0 / self.temperature);
-        let log_p = burn::tensor::activation::log_softmax(logits, 1);
+        let log_p = curriculum_ssl_models::kernels::log_softmax(logits, 1);
         let eye = Tensor::<B, 2>::eye(n, &log_p.device());
         (log_p * eye).sum().neg().mul_scalar(1.0 / (n as f64))
     }

@@ -17,7 +17,7 @@
 //! (`tests/pytorch/method_zoo_losses.py`).
 
 use burn::prelude::*;
-use burn::tensor::activation::{log_softmax, softmax};
+use curriculum_ssl_models::kernels::{log_softmax, softmax};
 
 use super::shape_checks::assert_same_shape;
 use super::similarity::{l2_normalize, stop_gradient};

@@ -137,7 +137,7 @@ pub(crate) fn cross_entropy_at<B: Backend>(
     logits: Tensor<B, 2>,
     target: Tensor<B, 2, Int>,
 ) -> Tensor<B, 1> {
-    let log_probs = burn::tensor::activation::log_softmax(logits, 1);
+    let log_probs = curriculum_ssl_models::kernels::log_softmax(logits, 1);
     log_probs.gather(1, target).mean().neg()
 }
 

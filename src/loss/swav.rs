@@ -123,8 +123,10 @@ impl SwavLoss {
         codes: Tensor<B, 2>,
     ) -> Tensor<B, 1> {
         let [n, _] = scores.dims();
-        let log_p =
-            burn::tensor::activation::log_softmax(scores.mul_scalar(1.0 / self.temperature), 1);
+        let log_p = curriculum_ssl_models::kernels::log_softmax(
+            scores.mul_scalar(1.0 / self.temperature),
+            1,
+        );
         (codes * log_p).sum().neg().mul_scalar(1.0 / (n as f64))
     }
 
@@ -214,7 +216,7 @@ impl SwavLoss {
                 all_codes.clone()
             };
             let Some(targets) = targets else { continue };
-            let log_p = burn::tensor::activation::log_softmax(
+            let log_p = curriculum_ssl_models::kernels::log_softmax(
                 s.clone().mul_scalar(1.0 / self.temperature),
                 1,
             );

@@ -1,5 +1,5 @@
 //! What a layer calls — [`conv2d`], [`batch_norm_train`], [`relu`], [`gelu`],
-//! [`swap_middle_dims`], [`softmax`], [`layer_norm`], [`matmul`], [`linear`] — and the one mechanism that sends each call to the kernels its backend
+//! [`swap_middle_dims`], [`softmax`], [`log_softmax`], [`layer_norm`], [`matmul`], [`linear`] — and the one mechanism that sends each call to the kernels its backend
 //! has: a [`Route`] that tries the backends in turn by their type and ends in burn's own
 //! operation.
 //!
@@ -340,6 +340,29 @@ pub fn softmax<B: Backend, const D: usize>(x: Tensor<B, D>, dim: usize) -> Tenso
     #[cfg(not(feature = "cpu"))]
     let route = Route::new(x);
     route.or(|x| burn::tensor::activation::softmax(x, dim))
+}
+
+/// The log-softmax of `x` along `dim`, `x − ln Σ e^x`: along the last axis on `Flex` and
+/// `Autodiff<Flex>` with `f32` or `f64` values, [`log_softmax`](mod@super::log_softmax)'s
+/// row-parallel pass (under autodiff with its backward step, one pass from the kept output);
+/// elsewhere `burn::tensor::activation::log_softmax`. The same values and gradient to rounding.
+///
+/// # Shapes
+/// - `x`, output: any, the same
+pub fn log_softmax<B: Backend, const D: usize>(x: Tensor<B, D>, dim: usize) -> Tensor<B, D> {
+    #[cfg(feature = "cpu")]
+    let route = {
+        use burn::backend::Flex;
+        let covered = dim + 1 == D && flex::supported(x.dtype());
+        Route::new(x)
+            .on_if::<Ad<Flex>>(covered, |x| {
+                float(flex::log_softmax_autodiff::<NoCheckpointing>(primitive(x)))
+            })
+            .on_if::<Flex>(covered, |x| float(flex::log_softmax_forward(&primitive(x))))
+    };
+    #[cfg(not(feature = "cpu"))]
+    let route = Route::new(x);
+    route.or(|x| burn::tensor::activation::log_softmax(x, dim))
 }
 
 /// Layer norm over the last axis, `γ·(x − μ)/√(σ² + ε) + β` (biased `σ²`): on `Autodiff<Flex>`

@@ -1,7 +1,7 @@
 //! The kernels of [`super::conv`], [`super::depthwise`], [`super::batch_norm`], [`super::gelu`],
-//! [`super::silu`], [`super::layout`],
-//! [`super::softmax`] and [`super::layer_norm`] as operations of burn's CPU backend (`Flex`):
-//! the convolution, the GELU and the swap of the middle dimensions with and without autodiff,
+//! [`super::silu`], [`super::layout`], [`super::softmax`], [`super::log_softmax`] and
+//! [`super::layer_norm`] as operations of burn's CPU backend (`Flex`): the convolution, the
+//! GELU, the log-softmax and the swap of the middle dimensions with and without autodiff,
 //! the training batch norm, the softmax and the layer norm under autodiff (the last two with
 //! Flex's own fused forward), each with a backward step of its own (registered the way burn-autodiff registers
 //! its `conv2d`, so the graph behaves the same) in place of burn's generic gradient rules.
@@ -18,7 +18,9 @@ use burn::tensor::{DType, TensorData};
 
 use super::gemm::Real;
 use super::geometry::ConvGeometry;
-use super::{batch_norm, conv, depthwise, gelu, layer_norm, layout, matmul, silu, softmax};
+use super::{
+    batch_norm, conv, depthwise, gelu, layer_norm, layout, log_softmax, matmul, silu, softmax,
+};
 
 /// Whether the kernels run in this element type (`f32` and `f64`).
 pub(super) fn supported(dtype: DType) -> bool {
@@ -440,6 +442,65 @@ pub(super) fn softmax_autodiff<C: CheckpointStrategy>(
     let y = <Flex as ActivationOps<Flex>>::softmax(x.primitive, last);
     // Compute-bound: a checkpointing strategy keeps the output rather than recomputing it.
     match SoftmaxBackward
+        .prepare::<C>([node])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(y.clone(), y),
+        OpsKind::UnTracked(prep) => prep.finish(y),
+    }
+}
+
+/// [`log_softmax::forward`] over the last axis of a tensor of a [`supported`] element type.
+pub(super) fn log_softmax_forward(x: &FlexTensor) -> FlexTensor {
+    let x = x.to_contiguous();
+    let shape = x.layout().shape().clone();
+    let row = *shape.last().expect("a log-softmax's input has an axis");
+    let y = match x.dtype() {
+        DType::F64 => TensorData::new(log_softmax::forward(x.storage::<f64>(), row), shape),
+        _ => TensorData::new(log_softmax::forward(x.storage::<f32>(), row), shape),
+    };
+    FlexTensor::from_data(y)
+}
+
+/// The backward step of [`log_softmax_autodiff`]: keeps the output.
+#[derive(Debug)]
+struct LogSoftmaxBackward;
+
+impl Backward<Flex, 1> for LogSoftmaxBackward {
+    type State = FlexTensor;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
+        let Some(node) = node else { return };
+        let y = ops.state.to_contiguous();
+        let shape = y.layout().shape().clone();
+        let row = *shape.last().expect("a log-softmax's output has an axis");
+        let dx = match y.dtype() {
+            DType::F64 => TensorData::new(
+                log_softmax::backward(y.storage::<f64>(), grad.storage::<f64>(), row),
+                shape,
+            ),
+            _ => TensorData::new(
+                log_softmax::backward(y.storage::<f32>(), grad.storage::<f32>(), row),
+                shape,
+            ),
+        };
+        grads.register::<Flex>(node.id, FlexTensor::from_data(dx));
+    }
+}
+
+/// The log-softmax over the last axis under autodiff: [`log_softmax::forward`], and the
+/// backward step of [`log_softmax::backward`] from the kept output. `x` has a [`supported`]
+/// element type.
+pub(super) fn log_softmax_autodiff<C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<Flex, C>>,
+) -> FloatTensor<Autodiff<Flex, C>> {
+    let node = x.node.clone();
+    let y = log_softmax_forward(&x.primitive);
+    // Compute-bound: a checkpointing strategy keeps the output rather than recomputing it.
+    match LogSoftmaxBackward
         .prepare::<C>([node])
         .compute_bound()
         .stateful()

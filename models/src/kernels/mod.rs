@@ -2,7 +2,7 @@
 //! none of its own or keeps more than it needs. Each file says what it computes and why.
 //!
 //! What a layer calls (`dispatch.rs`): [`conv2d`], [`batch_norm_train`], [`relu`], [`gelu()`], [`silu()`],
-//! [`swap_middle_dims`], [`softmax()`], [`layer_norm()`], [`matmul()`] and [`linear`]. Each sends the call by the
+//! [`swap_middle_dims`], [`softmax()`], [`log_softmax()`], [`layer_norm()`], [`matmul()`] and [`linear`]. Each sends the call by the
 //! backend's type to the kernels it has, and any other backend, element type or layer keeps
 //! burn's own operation, with the same values and gradients:
 //!
@@ -15,6 +15,7 @@
 //! | [`silu()`] | the slice kernels of [`silu`](mod@silu) | burn's |
 //! | [`swap_middle_dims`] | [`layout`]'s copy | burn's `swap_dims` |
 //! | [`softmax()`] (last axis) | Flex's fused forward, [`softmax`](mod@softmax)'s backward (under autodiff) | burn's |
+//! | [`log_softmax()`] (last axis) | the row kernels of [`log_softmax`](mod@log_softmax), forward and backward | burn's |
 //! | [`layer_norm()`] | Flex's fused forward, [`layer_norm`](mod@layer_norm)'s backward (under autodiff) | burn's |
 //! | [`matmul()`] (same leading dimensions), [`linear`] | [`matmul`](mod@matmul)'s products and column sums, forward and backward | burn's |
 //!
@@ -37,6 +38,7 @@ mod geometry;
 pub mod im2col;
 pub mod layer_norm;
 pub mod layout;
+pub mod log_softmax;
 pub mod matmul;
 #[cfg(all(not(test), any(feature = "wgpu", feature = "cuda")))]
 mod on_gpu;
@@ -48,7 +50,7 @@ pub mod winograd;
 
 pub use batch_norm_op::TrainingBatchNorm;
 pub use dispatch::{
-    batch_norm_train, conv2d, gelu, gelu_composed, layer_norm, linear, matmul, relu,
+    batch_norm_train, conv2d, gelu, gelu_composed, layer_norm, linear, log_softmax, matmul, relu,
     runs_cpu_kernels, silu, softmax, swap_middle_dims,
 };
 pub use gemm::Real;
