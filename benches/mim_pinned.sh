@@ -17,6 +17,10 @@
 #                                               # masking curricula; it has mae_hpm)
 #   SEED=1 SKIP_WINDOW=1 benches/mim_pinned.sh simmim   # another seed's epoch, both sides
 #                                               # (weights, data order and masks; default 0)
+#   THREADS=1 SKIP_EPOCH=1 benches/mim_pinned.sh mae    # the speed windows at 1 thread each
+#   EXTRA="--backbone vit-tiny --batch-size 128" benches/mim_pinned.sh moco_v3
+#                                               # options for our side only (the replica's
+#                                               # MoCo v3 is ViT-Tiny at batch 128)
 # Logs and run directories go to $LOGS (default: a new temporary directory, printed).
 set -euo pipefail
 RECIPE_NAME=${1:?usage: benches/mim_pinned.sh RECIPE [WINDOW]}
@@ -26,6 +30,12 @@ RECIPE=${RECIPE:-target/release/recipe}
 LOGS=${LOGS:-$(mktemp -d)}
 BASE=${BASE:-$RECIPE_NAME}
 SEED=${SEED:-0}
+THREADS=${THREADS:-2}
+# At 1 thread both sides are pinned to one core, helper threads (ours: the augmentation ahead,
+# view threads) and loader worker processes (the replica's) included.
+PIN=()
+[ "$THREADS" != 1 ] || PIN=(taskset -c 0)
+read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
 REPLICA="$(dirname "$0")/pytorch/mim_fmnist.py"
 mkdir -p "$LOGS"
 # An unknown name fails here, not after an hour (argparse answers an invalid choice with exit 2).
@@ -41,7 +51,7 @@ if [ -z "${SKIP_EPOCH:-}" ]; then
   rm -rf "$LOGS/epoch"
   taskset -c 0 env RAYON_NUM_THREADS=1 /usr/bin/time -f "process %e s, user %U s, sys %S s" \
     "$RECIPE" "$RECIPE_NAME" --dataset fashion-mnist --data-dir "$DATA" --epochs 1 --no-baselines \
-    --knn-every 0 --seed "$SEED" --run-dir "$LOGS/epoch" > "$LOGS/ours-epoch.log" 2>&1 &
+    --knn-every 0 --seed "$SEED" --run-dir "$LOGS/epoch" "${EXTRA_ARGS[@]}" > "$LOGS/ours-epoch.log" 2>&1 &
   ours=$!
   taskset -c 1 /usr/bin/time -f "process %e s, user %U s, sys %S s" \
     python3 -u "$REPLICA" --recipe "$BASE" --epochs 1 --threads 1 --data "$DATA" --seed "$SEED" \
@@ -57,10 +67,11 @@ if [ -z "${SKIP_EPOCH:-}" ]; then
 fi
 
 [ -z "${SKIP_WINDOW:-}" ] || exit 0
-echo "== $RECIPE_NAME (lightly: $BASE): speed over the first $WINDOW steps, one after the other, 2 threads each"
+echo "== $RECIPE_NAME (lightly: $BASE): speed over the first $WINDOW steps, one after the other, $THREADS threads each"
 rm -rf "$LOGS/window"
-"$RECIPE" "$RECIPE_NAME" --dataset fashion-mnist --data-dir "$DATA" --epochs 1 --no-baselines \
-  --knn-every 0 --run-dir "$LOGS/window" > "$LOGS/ours-window.log" 2>&1 &
+RAYON_NUM_THREADS=$THREADS "${PIN[@]}" "$RECIPE" "$RECIPE_NAME" --dataset fashion-mnist --data-dir "$DATA" \
+  --epochs 1 --no-baselines --knn-every 0 --run-dir "$LOGS/window" "${EXTRA_ARGS[@]}" \
+  > "$LOGS/ours-window.log" 2>&1 &
 ours=$!
 # steps.csv has a header and a line per step: stop the run once WINDOW steps are written.
 until [ "$(wc -l 2>/dev/null < "$LOGS/window/steps.csv" || echo 0)" -gt "$WINDOW" ]; do
@@ -73,7 +84,7 @@ kill "$ours"; wait "$ours" 2>/dev/null || true
 awk -F, -v w="$WINDOW" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "images_per_s") c = i }
   NR > 1 && NR <= w + 1 { s += 1 / $c; n += 1 }
   END { printf "curriculum-ssl: %d steps, %.2f images/s\n", w, n / s }' "$LOGS/window/steps.csv"
-python3 "$REPLICA" --recipe "$BASE" --epochs 1 --threads 2 --data "$DATA" \
+"${PIN[@]}" python3 "$REPLICA" --recipe "$BASE" --epochs 1 --threads "$THREADS" --data "$DATA" \
   --max-steps "$WINDOW" --knn-limit 500 > "$LOGS/lightly-window.log" 2>&1 \
   || { echo "error: the replica failed:" >&2; tail -5 "$LOGS/lightly-window.log" >&2; exit 2; }
 grep -oE "images_per_s=[0-9.]+ wall_s=[0-9.]+ .*steps=[0-9]+" "$LOGS/lightly-window.log" \

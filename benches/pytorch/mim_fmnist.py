@@ -1,5 +1,5 @@
-"""MAE, MAE with hard patches mining, SimMIM, I-JEPA, iBOT, DINOv2, MSN and PMSN with lightly + PyTorch on Fashion-MNIST: the
-replica of the Rust recipes, for the side-by-side kNN and images/s of the method table
+"""MAE, MAE with hard patches mining, SimMIM, I-JEPA, iBOT, DINOv2, MSN and PMSN with lightly + PyTorch on Fashion-MNIST,
+and MoCo v3 on the same ViT-Tiny: the replica of the Rust recipes, for the side-by-side kNN and images/s of the method table
 (benches/README.md, benches/mim.sh).
 
     recipe mae    --dataset fashion-mnist --data-dir /usr/share/datasets/fashion-mnist --epochs 1
@@ -12,7 +12,7 @@ replica of the Rust recipes, for the side-by-side kNN and images/s of the method
 
 Usage:
 
-    python3 benches/pytorch/mim_fmnist.py --recipe mae|mae_hpm|simmim|ijepa|ibot|dinov2|msn|pmsn
+    python3 benches/pytorch/mim_fmnist.py --recipe mae|mae_hpm|simmim|ijepa|ibot|dinov2|msn|pmsn|moco_v3
         [--epochs 1]
         [--threads 1] [--workers 2] [--max-steps N] [--knn-limit N]
 
@@ -205,6 +205,19 @@ What it mirrors (paths in this repository; "l." = line numbers as of this writin
   `MsnLossConfig::power_law_exponent` to 0.25 (src/loss/msn.rs: R = KL(q || mean p), q_k
   proportional to k^-0.25, weight 1): lightly's PMSNLoss(0.1, 3, 1.0, power_law_exponent=0.25)
   with target_sharpen_temperature 0.25.
+
+- MoCo v3 (`--recipe moco_v3`; ours: `recipe moco_v3 --backbone vit-tiny --batch-size 128`):
+  recipes/src/recipes/moco_v3.rs — on a ViT AdamW weight decay 0.1, eps 1e-8, beta (0.9, 0.999),
+  lr 1.5e-4 x 128 / 256 (`run`), 2 warm-up epochs (`defaults`), BYOL's two views
+  (`PipelineConfig::byol`: crop (0.08, 1) -> (0.5, 1), jitter (0.4, 0.4, 0.2, 0.1) p 0.8,
+  grayscale 0.2, blur 1.0 / 0.1, solarisation 0 / 0.2); `config`: a 3-layer projector, tau 0.2,
+  heads 4096 wide, 256 out (ViT-Tiny is not a CPU-sized backbone). src/method/moco_v3.rs: the
+  authors' `_build_mlp` (hidden Linear without bias -> BN -> ReLU; the projector's output BN
+  without affine parameters; the predictor's output Linear with a bias, where the authors' has
+  none), a momentum copy of backbone and projector (0.99 -> 1 along a cosine, after each step),
+  each view through the networks on its own (per-view BN), `ctr(q1, k2) + ctr(q2, k1)` with
+  `ctr = 2 tau CE(q_hat k_hat^T / tau, diag)` (src/loss/moco_v3.rs). Both sides' kNN read the
+  query backbone's class token.
 
 What differs for every recipe: the random draws (here torch generators, masks from a generator
 seeded by --seed in the main process; ours StdRng keyed by (seed, step)); per-image augmentation in
@@ -749,6 +762,74 @@ class Msn(Replica):
         utils.update_momentum(self.projection_head, self.target_projection_head, m=m)
 
 
+# ---------------------------------------------------------------------------------------------
+# MoCo v3 on ViT-Tiny (src/method/moco_v3.rs, recipes/src/recipes/moco_v3.rs)
+
+
+def moco_v3_views(side: int) -> MultiViewTransform:
+    """moco_v3.rs `defaults`: BYOL's two views (`PipelineConfig::byol`), crop (0.08, 1) ->
+    (0.5, 1) on 28-pixel images, blur 1.0 / 0.1, solarisation 0 / 0.2."""
+    common = dict(jitter=(0.4, 0.4, 0.2, 0.1), grayscale=True)
+    scale = global_scale((0.08, 1.0))
+    return MultiViewTransform([
+        ours_view(side, scale, blur_p=1.0, **common),
+        ours_view(side, scale, blur_p=0.1, solarize_p=0.2, **common),
+    ])
+
+
+def moco_v3_mlp(layers: int, d_in: int, hidden: int, d_out: int, output_bn: bool) -> nn.Sequential:
+    """src/head.rs `MlpHead` as MoCo v3 builds it (the authors' `_build_mlp`): every hidden
+    layer Linear without bias -> BatchNorm -> ReLU; the output Linear followed by a BatchNorm
+    without affine parameters (the projector; no bias) or alone (the predictor; with a bias,
+    as ours)."""
+    mods = []
+    for layer in range(layers - 1):
+        mods += [nn.Linear(d_in if layer == 0 else hidden, hidden, bias=False),
+                 nn.BatchNorm1d(hidden), nn.ReLU(inplace=True)]
+    mods.append(nn.Linear(hidden, d_out, bias=not output_bn))
+    if output_bn:
+        mods.append(nn.BatchNorm1d(d_out, affine=False))
+    return nn.Sequential(*mods)
+
+
+def moco_v3_ctr(q: torch.Tensor, k: torch.Tensor, temperature: float = 0.2) -> torch.Tensor:
+    """src/loss/moco_v3.rs: 2 tau CE(q_hat k_hat^T / tau, diagonal)."""
+    logits = F.normalize(q, dim=1) @ F.normalize(k, dim=1).t() / temperature
+    return 2.0 * temperature * F.cross_entropy(logits, torch.arange(q.shape[0]))
+
+
+class MocoV3(Replica):
+    """`recipe moco_v3 --backbone vit-tiny`: the class token through a 3-layer projector
+    (192 -> 4096 -> 4096 -> 256) and a 2-layer predictor (256 -> 4096 -> 256), the keys from a
+    momentum copy of backbone and projector (0.99 -> 1 along a cosine, after each step), each
+    view through the networks on its own (per-view batch norm), ctr(q1, k2) + ctr(q2, k1) at
+    tau 0.2."""
+
+    def __init__(self, vit):
+        super().__init__()
+        self.backbone = vit
+        self.projector = moco_v3_mlp(3, WIDTH, 4096, 256, output_bn=True)
+        self.predictor = moco_v3_mlp(2, 256, 4096, 256, output_bn=False)
+        self.momentum_backbone = copy.deepcopy(vit)
+        self.momentum_projector = copy.deepcopy(self.projector)
+        utils.deactivate_requires_grad(self.momentum_backbone)
+        utils.deactivate_requires_grad(self.momentum_projector)
+
+    def loss(self, views, progress=None):
+        x1, x2 = views
+        q1 = self.predictor(self.projector(self.backbone(x1)))
+        q2 = self.predictor(self.projector(self.backbone(x2)))
+        with torch.no_grad():
+            k1 = self.momentum_projector(self.momentum_backbone(x1))
+            k2 = self.momentum_projector(self.momentum_backbone(x2))
+        return moco_v3_ctr(q1, k2) + moco_v3_ctr(q2, k1)
+
+    def after_step(self, progress: Progress) -> None:
+        m = momentum_at(progress, base=0.99)
+        utils.update_momentum(self.backbone, self.momentum_backbone, m)
+        utils.update_momentum(self.projector, self.momentum_projector, m)
+
+
 RECIPES = {
     "mae": dict(model=Mae, views=lambda side: view(side, (0.5, 1.0)), lr=1.5e-4 * BATCH / 256,
                 betas=(0.9, 0.95), weight_decay=0.05, warmup_epochs=1),
@@ -769,6 +850,10 @@ RECIPES = {
 RECIPES["mae_hpm"] = dict(RECIPES["mae"], model=Hpm)
 # PMSN: MSN's settings, the power-law prior (one definition, so the two cannot drift apart).
 RECIPES["pmsn"] = dict(RECIPES["msn"], model=lambda vit: Msn(vit, power_law=True))
+# MoCo v3 on ViT-Tiny (moco_v3.rs `run`: AdamW weight decay 0.1, eps 1e-8, lr 1.5e-4 x B / 256,
+# 2 warm-up epochs), at this file's batch of 128 (`recipe moco_v3 --batch-size 128`).
+RECIPES["moco_v3"] = dict(model=MocoV3, views=moco_v3_views, lr=1.5e-4 * BATCH / 256,
+                          betas=(0.9, 0.999), weight_decay=0.1, warmup_epochs=2, eps=1e-8)
 
 
 class ClassToken(nn.Module):
@@ -815,7 +900,7 @@ def main():
     if isinstance(model, Hpm):
         model.epochs = args.epochs  # the hard share's schedule runs over the run's epochs
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                  lr=cfg["lr"], betas=cfg["betas"], eps=1e-5,
+                                  lr=cfg["lr"], betas=cfg["betas"], eps=cfg.get("eps", 1e-5),
                                   weight_decay=cfg["weight_decay"])
     print(f"{args.recipe}: {args.epochs} epochs x {batches} steps, batch {BATCH}, lr "
           f"{cfg['lr']:g}, ViT-Tiny patch {PATCH}", flush=True)
