@@ -412,23 +412,50 @@ impl Backward<Flex, 1> for SoftmaxBackward {
     type State = FlexTensor;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node] = ops.parents;
-        let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
-        let Some(node) = node else { return };
-        let y = ops.state.to_contiguous();
-        let shape = y.layout().shape().clone();
-        let row = *shape.last().expect("a softmax's output has an axis");
-        let dx = match y.dtype() {
-            DType::F64 => TensorData::new(
-                softmax::backward(y.storage::<f64>(), grad.storage::<f64>(), row),
-                shape,
-            ),
-            _ => TensorData::new(
-                softmax::backward(y.storage::<f32>(), grad.storage::<f32>(), row),
-                shape,
-            ),
-        };
-        grads.register::<Flex>(node.id, FlexTensor::from_data(dx));
+        from_output_backward(ops, grads, softmax::backward, softmax::backward);
+    }
+}
+
+/// The backward step of a row operation over the last axis that keeps its output `y`
+/// ([`SoftmaxBackward`], [`LogSoftmaxBackward`]): `∂x` from `y` and `∂y` by `kernel`, in f64
+/// or f32 as the values are, registered for the input.
+fn from_output_backward(
+    ops: Ops<FlexTensor, 1>,
+    grads: &mut Gradients,
+    f64_kernel: fn(&[f64], &[f64], usize) -> Vec<f64>,
+    f32_kernel: fn(&[f32], &[f32], usize) -> Vec<f32>,
+) {
+    let [node] = ops.parents;
+    let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
+    let Some(node) = node else { return };
+    let y = ops.state.to_contiguous();
+    let shape = y.layout().shape().clone();
+    let row = *shape.last().expect("a row operation's output has an axis");
+    let dx = match y.dtype() {
+        DType::F64 => TensorData::new(
+            f64_kernel(y.storage::<f64>(), grad.storage::<f64>(), row),
+            shape,
+        ),
+        _ => TensorData::new(
+            f32_kernel(y.storage::<f32>(), grad.storage::<f32>(), row),
+            shape,
+        ),
+    };
+    grads.register::<Flex>(node.id, FlexTensor::from_data(dx));
+}
+
+/// `forward` of `x`'s values under autodiff, with `backward` as its step, which keeps the output
+/// (compute-bound: a checkpointing strategy keeps the output rather than recomputing it).
+fn keeping_output<C: CheckpointStrategy, Bw: Backward<Flex, 1, State = FlexTensor>>(
+    backward: Bw,
+    x: FloatTensor<Autodiff<Flex, C>>,
+    forward: impl FnOnce(FlexTensor) -> FlexTensor,
+) -> FloatTensor<Autodiff<Flex, C>> {
+    let node = x.node.clone();
+    let y = forward(x.primitive);
+    match backward.prepare::<C>([node]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish(y.clone(), y),
+        OpsKind::UnTracked(prep) => prep.finish(y),
     }
 }
 
@@ -438,17 +465,9 @@ pub(super) fn softmax_autodiff<C: CheckpointStrategy>(
     x: FloatTensor<Autodiff<Flex, C>>,
 ) -> FloatTensor<Autodiff<Flex, C>> {
     let last = x.primitive.layout().shape().num_dims() - 1;
-    let node = x.node.clone();
-    let y = <Flex as ActivationOps<Flex>>::softmax(x.primitive, last);
-    // Compute-bound: a checkpointing strategy keeps the output rather than recomputing it.
-    match SoftmaxBackward
-        .prepare::<C>([node])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => prep.finish(y.clone(), y),
-        OpsKind::UnTracked(prep) => prep.finish(y),
-    }
+    keeping_output::<C, _>(SoftmaxBackward, x, |x| {
+        <Flex as ActivationOps<Flex>>::softmax(x, last)
+    })
 }
 
 /// [`log_softmax::forward`] over the last axis of a tensor of a [`supported`] element type.
@@ -471,23 +490,7 @@ impl Backward<Flex, 1> for LogSoftmaxBackward {
     type State = FlexTensor;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node] = ops.parents;
-        let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
-        let Some(node) = node else { return };
-        let y = ops.state.to_contiguous();
-        let shape = y.layout().shape().clone();
-        let row = *shape.last().expect("a log-softmax's output has an axis");
-        let dx = match y.dtype() {
-            DType::F64 => TensorData::new(
-                log_softmax::backward(y.storage::<f64>(), grad.storage::<f64>(), row),
-                shape,
-            ),
-            _ => TensorData::new(
-                log_softmax::backward(y.storage::<f32>(), grad.storage::<f32>(), row),
-                shape,
-            ),
-        };
-        grads.register::<Flex>(node.id, FlexTensor::from_data(dx));
+        from_output_backward(ops, grads, log_softmax::backward, log_softmax::backward);
     }
 }
 
@@ -497,17 +500,7 @@ impl Backward<Flex, 1> for LogSoftmaxBackward {
 pub(super) fn log_softmax_autodiff<C: CheckpointStrategy>(
     x: FloatTensor<Autodiff<Flex, C>>,
 ) -> FloatTensor<Autodiff<Flex, C>> {
-    let node = x.node.clone();
-    let y = log_softmax_forward(&x.primitive);
-    // Compute-bound: a checkpointing strategy keeps the output rather than recomputing it.
-    match LogSoftmaxBackward
-        .prepare::<C>([node])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => prep.finish(y.clone(), y),
-        OpsKind::UnTracked(prep) => prep.finish(y),
-    }
+    keeping_output::<C, _>(LogSoftmaxBackward, x, |x| log_softmax_forward(&x))
 }
 
 /// What the layer norm's backward step keeps: the input, `γ` and `ε`.

@@ -20,28 +20,10 @@
 
 use super::gelu::GeluReal;
 use super::gemm::written_planes;
-use super::sums::{Lanes, LANES};
+use super::sums::{lane_sum_of, lane_sums};
 
 /// Values per parallel task, in whole rows: enough work per task to outweigh its scheduling.
 const VALUES_PER_TASK: usize = 1 << 14;
-
-/// `Σ f(v)` over `values` in f64, in [`LANES`] running sums added at the end (the order fixed by
-/// the length alone), `f` applied in the values' own type (the vectorised `exp` in f32).
-#[inline(always)]
-fn lane_sum<T: GeluReal>(values: &[T], f: impl Fn(T) -> T) -> f64 {
-    let (chunks, rest) = values.as_chunks::<LANES>();
-    let mut lanes: Lanes = [0.0; LANES];
-    for chunk in chunks {
-        for (sum, &v) in lanes.iter_mut().zip(chunk) {
-            *sum += f(v).to_f64();
-        }
-    }
-    let mut sum = lanes.iter().sum::<f64>();
-    for &v in rest {
-        sum += f(v).to_f64();
-    }
-    sum
-}
 
 /// One row of [`forward`].
 struct ForwardRow<'a, T> {
@@ -58,7 +40,7 @@ impl<T: GeluReal + PartialOrd> pulp::WithSimd for ForwardRow<'_, T> {
             .x
             .iter()
             .fold(self.x[0], |m, &v| if v > m { v } else { m });
-        let offset = max.to_f64() + lane_sum(self.x, |v| (v - max).exp()).ln();
+        let offset = max.to_f64() + lane_sum_of(self.x, |v| (v - max).exp()).ln();
         for (o, &v) in self.out.iter_mut().zip(self.x) {
             o.write(T::from_f64(v.to_f64() - offset));
         }
@@ -99,7 +81,7 @@ impl<T: GeluReal> pulp::WithSimd for BackwardRow<'_, T> {
     type Output = ();
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
-        let total = lane_sum(self.dy, |g| g);
+        let [total] = lane_sums(self.dy, self.dy, |g, _| [*g]);
         for ((o, &y), &dy) in self.out.iter_mut().zip(self.y).zip(self.dy) {
             o.write(T::from_f64(dy.to_f64() - y.exp().to_f64() * total));
         }

@@ -47,3 +47,22 @@ pub(crate) fn lane_sums<T: Real, const K: usize>(
     }
     sums
 }
+
+/// `Σ f(v)` over `values` in f64, in the same [`LANES`] running sums and order as
+/// [`lane_sums`], with `f` applied in the values' own type before widening (the log-softmax's
+/// vectorised f32 `exp`, which [`lane_sums`]' f64 lanes would take in f64).
+#[inline(always)]
+pub(crate) fn lane_sum_of<T: Real>(values: &[T], f: impl Fn(T) -> T) -> f64 {
+    let (chunks, rest) = values.as_chunks::<LANES>();
+    let mut lanes: Lanes = [0.0; LANES];
+    for chunk in chunks {
+        for (sum, &v) in lanes.iter_mut().zip(chunk) {
+            *sum += f(v).to_f64();
+        }
+    }
+    let mut sum = lanes.iter().sum::<f64>();
+    for &v in rest {
+        sum += f(v).to_f64();
+    }
+    sum
+}
