@@ -85,6 +85,25 @@ impl<B: Backend> LayerNorm<B> {
         };
         crate::kernels::layer_norm(x, gamma, beta, self.epsilon)
     }
+
+    /// The residual add this norm follows, and the norm: `(x + branch, norm(x + branch))`
+    /// through [`kernels::add_layer_norm`](crate::kernels::add_layer_norm) (on the CPU one
+    /// pass writes both).
+    ///
+    /// # Shapes
+    /// - `x`, `branch`: `[..., d_model]` → both outputs the same
+    pub fn forward_after_add<const D: usize>(
+        &self,
+        x: Tensor<B, D>,
+        branch: Tensor<B, D>,
+    ) -> (Tensor<B, D>, Tensor<B, D>) {
+        let gamma = self.gamma.val();
+        let beta = match &self.beta {
+            Some(beta) => beta.val(),
+            None => gamma.zeros_like(),
+        };
+        crate::kernels::add_layer_norm(x, branch, gamma, beta, self.epsilon)
+    }
 }
 
 /// Batch normalisation over `[batch, channels, height, width]` with PyTorch's exact semantics.

@@ -279,10 +279,62 @@ impl<B: Backend> VitBlock<B> {
     /// # Shapes
     /// - `x`: `[N, T, D]` → `[N, T, D]`
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let x = x.clone() + self.attn.forward(self.norm1.forward(x));
-        let hidden = gelu(linear_tokens(&self.mlp.fc1, self.norm2.forward(x.clone())));
-        x + linear_tokens(&self.mlp.fc2, hidden)
+        let normed = self.norm1.forward(x.clone());
+        let (x, branch) = self.forward_to_last_add(x, normed);
+        x + branch
     }
+
+    /// The block on `x`, `normed = norm1(x)` given, and `next`, the norm after the block (the
+    /// next block's `norm1` or the final norm), on its output: `(output, next(output))`, each
+    /// residual add taken with the norm after it ([`LayerNorm::forward_after_add`]).
+    ///
+    /// # Shapes
+    /// - `x`, `normed`: `[N, T, D]` → both outputs `[N, T, D]`
+    pub fn forward_normed(
+        &self,
+        x: Tensor<B, 3>,
+        normed: Tensor<B, 3>,
+        next: &LayerNorm<B>,
+    ) -> (Tensor<B, 3>, Tensor<B, 3>) {
+        let (x, branch) = self.forward_to_last_add(x, normed);
+        next.forward_after_add(x, branch)
+    }
+
+    /// The residual stream after the attention and the MLP's output, the two sides of the
+    /// block's last add.
+    fn forward_to_last_add(
+        &self,
+        x: Tensor<B, 3>,
+        normed: Tensor<B, 3>,
+    ) -> (Tensor<B, 3>, Tensor<B, 3>) {
+        let (x, h) = self.norm2.forward_after_add(x, self.attn.forward(normed));
+        let hidden = gelu(linear_tokens(&self.mlp.fc1, h));
+        (x, linear_tokens(&self.mlp.fc2, hidden))
+    }
+}
+
+/// `blocks` in turn on `x`, then `norm` — a ViT's trunk after its tokens are built (the encoder,
+/// MAE's decoder, I-JEPA's predictor) — with every residual add taken together with the norm
+/// after it ([`VitBlock::forward_normed`]): the same values as each block's
+/// [`VitBlock::forward`] and `norm.forward` in turn, to rounding.
+///
+/// # Shapes
+/// - `x`: `[N, T, D]` → `[N, T, D]`
+pub fn forward_blocks<B: Backend>(
+    blocks: &[VitBlock<B>],
+    x: Tensor<B, 3>,
+    norm: &LayerNorm<B>,
+) -> Tensor<B, 3> {
+    let Some(first) = blocks.first() else {
+        return norm.forward(x);
+    };
+    let mut normed = first.norm1.forward(x.clone());
+    let mut x = x;
+    for (i, block) in blocks.iter().enumerate() {
+        let next = blocks.get(i + 1).map_or(norm, |b| &b.norm1);
+        (x, normed) = block.forward_normed(x, normed, next);
+    }
+    normed
 }
 
 /// A Vision Transformer. Build it with [`VitConfig::init`].
@@ -378,11 +430,8 @@ impl<B: Backend> Vit<B> {
     ) -> Tensor<B, 3> {
         let [n, _, d] = patches.dims();
         let cls = self.cls_token.val().expand([n, 1, d]);
-        let mut x = Tensor::cat(vec![cls, patches], 1) + self.pos_embed_for(h, w);
-        for block in &self.blocks {
-            x = block.forward(x);
-        }
-        self.norm.forward(x)
+        let x = Tensor::cat(vec![cls, patches], 1) + self.pos_embed_for(h, w);
+        forward_blocks(&self.blocks, x, &self.norm)
     }
 }
 

@@ -677,6 +677,141 @@ fn layer_norm_kernel_equals_burns_composed_layer_norm() {
     }
 }
 
+/// `kernels::add_layer_norm` (one pass writes the residual sum and its norm; the ViT blocks'
+/// adds) against burn's add followed by burn's `nn::LayerNorm` (its composed form under
+/// `Autodiff<Flex>`), with both outputs in the loss (`Σ s ⊙ r₁ + Σ y ⊙ r₂`, so `s`'s gradient
+/// gathers the norm's and the stream's): the sum, the norm and the gradients of `x`, the
+/// branch, `γ` and `β`, relative to 1 + |v|. The sum is the same bits (one rounding of `x + b`
+/// either way). The rest as the layer norm's test above: in f64 within 1e-13 (sums in another
+/// order), in f32 within 2e-5 on any CPU (the composed side's f32 row sums of 70 terms, 4.2e-6
+/// relative each; ours in f64); a norm of `x` instead of `x + b`, or the add's gradient passed
+/// to one side only, is off by 1e-1 or more. Without autodiff the same kernel gives the same
+/// bits.
+#[test]
+fn add_layer_norm_equals_the_add_and_burns_composed_layer_norm() {
+    let device = Default::default();
+    let x = f64_tensor::<Ad, 3>([3, 5, 70], 25, &device)
+        .mul_scalar(3.0)
+        .add_scalar(0.5);
+    let branch = f64_tensor::<Ad, 3>([3, 5, 70], 26, &device).mul_scalar(2.0);
+    let gamma = f64_tensor::<Ad, 1>([70], 27, &device).add_scalar(1.0);
+    let beta = f64_tensor::<Ad, 1>([70], 28, &device);
+    type Run = dyn Fn(
+        Tensor<Ad, 3>,
+        Tensor<Ad, 3>,
+        Tensor<Ad, 1>,
+        Tensor<Ad, 1>,
+    ) -> (Tensor<Ad, 3>, Tensor<Ad, 3>);
+    let value_and_grads =
+        |x: &Tensor<Ad, 3>, b: &Tensor<Ad, 3>, g: &Tensor<Ad, 1>, be: &Tensor<Ad, 1>, run: &Run| {
+            let (x, b) = (x.clone().require_grad(), b.clone().require_grad());
+            let (g, be) = (g.clone().require_grad(), be.clone().require_grad());
+            let (s, y) = run(x.clone(), b.clone(), g.clone(), be.clone());
+            let r1 = f64_tensor::<Ad, 3>(s.dims(), 29, &device).cast(s.dtype());
+            let r2 = f64_tensor::<Ad, 3>(y.dims(), 30, &device).cast(y.dtype());
+            let grads = ((s.clone() * r1).sum() + (y.clone() * r2).sum()).backward();
+            [
+                as_f64(s.inner()),
+                as_f64(y.inner()),
+                as_f64(x.grad(&grads).unwrap()),
+                as_f64(b.grad(&grads).unwrap()),
+                as_f64(g.grad(&grads).unwrap()),
+                as_f64(be.grad(&grads).unwrap()),
+            ]
+        };
+    for dtype in [DType::F64, DType::F32] {
+        let [x, branch] = [&x, &branch].map(|t| t.clone().cast(dtype));
+        let [gamma, beta] = [&gamma, &beta].map(|t| t.clone().cast(dtype));
+        let ours: &Run = &|x, b, g, be| kernels::add_layer_norm(x, b, g, be, 1e-6);
+        let burns: &Run = &|x, b, g, be| {
+            let mut norm = burn::nn::LayerNormConfig::new(70)
+                .with_epsilon(1e-6)
+                .init(&Default::default());
+            norm.gamma = Param::from_tensor(g);
+            norm.beta = Some(Param::from_tensor(be));
+            let s = x + b;
+            (s.clone(), norm.forward(s))
+        };
+        let got = value_and_grads(&x, &branch, &gamma, &beta, ours);
+        let want = value_and_grads(&x, &branch, &gamma, &beta, burns);
+        assert_eq!(got[0], want[0], "{dtype:?}: the sum");
+        let bound = if dtype == DType::F64 { 1e-13 } else { 2e-5 };
+        for (what, (a, b)) in ["values", "∂x", "∂branch", "∂γ", "∂β"]
+            .iter()
+            .zip(got[1..].iter().zip(&want[1..]))
+        {
+            assert!(max_rel(a, b) < bound, "{dtype:?} {what}: {}", max_rel(a, b));
+        }
+        let (s, y) =
+            kernels::add_layer_norm(x.inner(), branch.inner(), gamma.inner(), beta.inner(), 1e-6);
+        assert_eq!(
+            [as_f64(s), as_f64(y)],
+            [got[0].clone(), got[1].clone()],
+            "{dtype:?} without autodiff"
+        );
+    }
+}
+
+/// `vit::forward_blocks` (every residual add taken with the norm after it, by
+/// `kernels::add_layer_norm`) against the same two blocks and final norm composed as a
+/// pre-norm ViT writes them (`x + attn(norm1(x))`, `x + mlp(norm2(x))`, then the norm; burn's
+/// adds), and `VitBlock::forward` against one block of that composition, in f64 on
+/// `Autodiff<Flex>`: the outputs and the input's gradient within 1e-12 (measured: rounding of
+/// the norms' sums taken in another order); a norm skipped or taken at the wrong add is off by
+/// 1e-2 or more.
+#[test]
+fn vit_trunk_with_fused_adds_equals_the_blocks_composed() {
+    use burn::module::{Module, ModuleMapper};
+    use curriculum_ssl_models::layers::{gelu, linear_tokens, LayerNormConfig};
+    use curriculum_ssl_models::vit::{forward_blocks, VitBlock};
+    struct ToF64;
+    impl ModuleMapper<Ad> for ToF64 {
+        fn map_float<const D: usize>(&mut self, p: Param<Tensor<Ad, D>>) -> Param<Tensor<Ad, D>> {
+            p.map(|t| t.cast(DType::F64))
+        }
+    }
+    let device = Default::default();
+    let blocks: Vec<VitBlock<Ad>> = (0..2)
+        .map(|_| VitBlock::new(16, 2, 4.0, 1e-6, &device).map(&mut ToF64))
+        .collect();
+    let norm = LayerNormConfig::new(16)
+        .with_epsilon(1e-6)
+        .init::<Ad>(&device)
+        .map(&mut ToF64);
+    let block = |b: &VitBlock<Ad>, x: Tensor<Ad, 3>| {
+        let x = x.clone() + b.attn.forward(b.norm1.forward(x));
+        let hidden = gelu(linear_tokens(&b.mlp.fc1, b.norm2.forward(x.clone())));
+        x + linear_tokens(&b.mlp.fc2, hidden)
+    };
+    let x = f64_tensor::<Ad, 3>([2, 7, 16], 31, &device).mul_scalar(2.0);
+    let (y, dx) = value_and_grad(x.clone(), |x| forward_blocks(&blocks, x, &norm));
+    let (y_ref, dx_ref) = value_and_grad(x.clone(), |x| {
+        norm.forward(blocks.iter().fold(x, |x, b| block(b, x)))
+    });
+    assert!(
+        largest(&y, &y_ref) < 1e-12,
+        "trunk: {}",
+        largest(&y, &y_ref)
+    );
+    assert!(
+        largest(&dx, &dx_ref) < 1e-12,
+        "trunk ∂x: {}",
+        largest(&dx, &dx_ref)
+    );
+    let (y, dx) = value_and_grad(x.clone(), |x| blocks[0].forward(x));
+    let (y_ref, dx_ref) = value_and_grad(x, |x| block(&blocks[0], x));
+    assert!(
+        largest(&y, &y_ref) < 1e-12,
+        "block: {}",
+        largest(&y, &y_ref)
+    );
+    assert!(
+        largest(&dx, &dx_ref) < 1e-12,
+        "block ∂x: {}",
+        largest(&dx, &dx_ref)
+    );
+}
+
 /// The products' error bound for `a · b` and its two gradients against `r` (`Σ (a·b) ⊙ r`):
 /// each of `a·b`, `r·bᵀ` and `aᵀ·r` is a sum of products, and any order of summation (vector
 /// lanes, FMA, blocking) computes `Σ_l x_l·y_l` within `γ_k·Σ_l |x_l·y_l|` of the exact sum,

@@ -38,7 +38,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::layers::{linear_tokens, linear_zero_bias};
 use curriculum_ssl_models::layers::{LayerNorm, LayerNormConfig};
-use curriculum_ssl_models::vit::VitBlock;
+use curriculum_ssl_models::vit::{forward_blocks, VitBlock};
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::{Rng, SeedableRng};
 
@@ -268,11 +268,8 @@ impl<B: Backend> IjepaPredictor<B> {
             .collect();
         let kt = queries[0].dims()[1];
         let context = Tensor::cat(vec![x; m], 0);
-        let mut x = Tensor::cat(vec![context, Tensor::cat(queries, 0)], 1);
-        for block in &self.blocks {
-            x = block.forward(x);
-        }
-        let x = self.norm.forward(x).slice([0..m * n, kc..kc + kt, 0..dim]);
+        let x = Tensor::cat(vec![context, Tensor::cat(queries, 0)], 1);
+        let x = forward_blocks(&self.blocks, x, &self.norm).slice([0..m * n, kc..kc + kt, 0..dim]);
         linear_tokens(&self.proj, x)
     }
 }

@@ -15,7 +15,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::layers::{linear_tokens, linear_zero_bias};
 use curriculum_ssl_models::layers::{LayerNorm, LayerNormConfig};
-use curriculum_ssl_models::vit::VitBlock;
+use curriculum_ssl_models::vit::{forward_blocks, VitBlock};
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::SeedableRng;
 
@@ -183,11 +183,8 @@ impl<B: Backend> MaeDecoder<B> {
         let class = x.clone().slice([0..n, 0..1, 0..dim]);
         let patches = mask.scatter(x.slice([0..n, 1..tokens, 0..dim]), self.mask_token.val());
         let positions = sine_cosine_2d::<B>(grid, dim, &patches.device());
-        let mut x = Tensor::cat(vec![class, patches], 1) + positions;
-        for block in &self.blocks {
-            x = block.forward(x);
-        }
-        let x = linear_tokens(&self.pred, self.norm.forward(x));
+        let x = Tensor::cat(vec![class, patches], 1) + positions;
+        let x = linear_tokens(&self.pred, forward_blocks(&self.blocks, x, &self.norm));
         let [_, l1, out] = x.dims();
         x.slice([0..n, 1..l1, 0..out])
     }

@@ -390,11 +390,8 @@ pub fn encode_kept<B: Backend>(
     let positions = vit.pos_embed_for(h, w);
     let patches = patches + positions.clone().slice([0..1, 1..1 + h * w, 0..d]);
     let class = (vit.cls_token.val() + positions.slice([0..1, 0..1, 0..d])).expand([n, 1, d]);
-    let mut x = Tensor::cat(vec![class, mask.gather(patches)], 1);
-    for block in &vit.blocks {
-        x = block.forward(x);
-    }
-    vit.norm.forward(x)
+    let x = Tensor::cat(vec![class, mask.gather(patches)], 1);
+    curriculum_ssl_models::vit::forward_blocks(&vit.blocks, x, &vit.norm)
 }
 
 fn index<B: Backend>(rows: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {

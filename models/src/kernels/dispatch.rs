@@ -1,5 +1,5 @@
 //! What a layer calls — [`conv2d`], [`batch_norm_train`], [`relu`], [`gelu`],
-//! [`swap_middle_dims`], [`softmax`], [`log_softmax`], [`layer_norm`], [`matmul`], [`linear`] — and the one mechanism that sends each call to the kernels its backend
+//! [`swap_middle_dims`], [`softmax`], [`log_softmax`], [`layer_norm`], [`add_layer_norm`], [`matmul`], [`linear`] — and the one mechanism that sends each call to the kernels its backend
 //! has: a [`Route`] that tries the backends in turn by their type and ends in burn's own
 //! operation.
 //!
@@ -404,6 +404,61 @@ pub fn layer_norm<B: Backend, const D: usize>(
             Some(beta.into_primitive().tensor()),
             epsilon,
         )))
+    })
+}
+
+/// The residual add and the layer norm after it, `s = x + branch` and `γ·(s − μ)/√(σ² + ε) + β`
+/// over the last axis: `(s, norm(s))`, what a pre-norm transformer block computes at each
+/// residual add a norm follows. On `Flex` and `Autodiff<Flex>` with `f32` or `f64` values (and
+/// `x`, `branch` of one shape), one row-parallel pass of
+/// [`layer_norm::add_forward`](super::layer_norm::add_forward) writes both, and under autodiff
+/// the norm's backward step is [`layer_norm()`]'s; elsewhere `x + branch` and [`layer_norm()`].
+/// The same sum to the bit, the same norm and gradients to rounding.
+///
+/// # Shapes
+/// - `x`, `branch`, both outputs: `[..., d]`; `gamma`, `beta`: `[d]`
+pub fn add_layer_norm<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    branch: Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    epsilon: f64,
+) -> (Tensor<B, D>, Tensor<B, D>) {
+    #[cfg(feature = "cpu")]
+    let route = {
+        use burn::backend::Flex;
+        let dtype = x.dtype();
+        let covered = flex::supported(dtype)
+            && [branch.dtype(), gamma.dtype(), beta.dtype()] == [dtype; 3]
+            && x.dims() == branch.dims();
+        let run = |((x, branch), gamma, beta): ((Tensor<Flex, D>, Tensor<Flex, D>), _, _)| {
+            let (sum, y) = flex::add_layer_norm_forward(
+                &primitive(x),
+                &primitive(branch),
+                &primitive::<Flex, 1>(gamma),
+                &primitive::<Flex, 1>(beta),
+                epsilon,
+            );
+            (float(sum), float(y))
+        };
+        Route::new(((x, branch), gamma, beta))
+            .on_if::<Ad<Flex>>(covered, |((x, branch), gamma, beta)| {
+                let (sum, y) = flex::add_layer_norm_autodiff::<NoCheckpointing>(
+                    primitive(x),
+                    primitive(branch),
+                    primitive(gamma),
+                    primitive(beta),
+                    epsilon,
+                );
+                (float(sum), float(y))
+            })
+            .on_if::<Flex>(covered, run)
+    };
+    #[cfg(not(feature = "cpu"))]
+    let route = Route::new(((x, branch), gamma, beta));
+    route.or(|((x, branch), gamma, beta)| {
+        let sum = x + branch;
+        (sum.clone(), layer_norm(sum, gamma, beta, epsilon))
     })
 }
 

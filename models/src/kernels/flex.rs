@@ -3,7 +3,7 @@
 //! [`super::layer_norm`] as operations of burn's CPU backend (`Flex`): the convolution, the
 //! GELU, the log-softmax and the swap of the middle dimensions with and without autodiff,
 //! the training batch norm, the softmax and the layer norm under autodiff (the last two with
-//! Flex's own fused forward), each with a backward step of its own (registered the way burn-autodiff registers
+//! Flex's own fused forward), the residual add with the layer norm after it, each with a backward step of its own (registered the way burn-autodiff registers
 //! its `conv2d`, so the graph behaves the same) in place of burn's generic gradient rules.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -582,6 +582,105 @@ pub(super) fn layer_norm_autodiff<C: CheckpointStrategy>(
             prep.finish(forward(&x.primitive, &gamma.primitive, beta.primitive))
         }
     }
+}
+
+/// `(x + branch, LayerNorm(x + branch))` over the last axis, both written by one pass of
+/// [`layer_norm::add_forward`]. All four share a [`supported`] element type; `x` and `branch`
+/// one shape; `gamma` and `beta` are `[d]`, `d` the last axis.
+pub(super) fn add_layer_norm_forward(
+    x: &FlexTensor,
+    branch: &FlexTensor,
+    gamma: &FlexTensor,
+    beta: &FlexTensor,
+    epsilon: f64,
+) -> (FlexTensor, FlexTensor) {
+    let (x, branch) = (x.to_contiguous(), branch.to_contiguous());
+    let (gamma, beta) = (gamma.to_contiguous(), beta.to_contiguous());
+    let shape = x.layout().shape().clone();
+    macro_rules! run {
+        ($t:ty) => {{
+            let (sum, y) = layer_norm::add_forward(
+                x.storage::<$t>(),
+                branch.storage::<$t>(),
+                gamma.storage::<$t>(),
+                beta.storage::<$t>(),
+                epsilon,
+            );
+            (
+                FlexTensor::from_data(TensorData::new(sum, shape.clone())),
+                FlexTensor::from_data(TensorData::new(y, shape)),
+            )
+        }};
+    }
+    match x.dtype() {
+        DType::F64 => run!(f64),
+        _ => run!(f32),
+    }
+}
+
+/// The backward step of the residual add in [`add_layer_norm_autodiff`]: `∂x = ∂branch = ∂s`
+/// (the two sides share one shape).
+#[derive(Debug)]
+struct ResidualAddBackward;
+
+impl Backward<Flex, 2> for ResidualAddBackward {
+    type State = ();
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<Flex>(&ops.node);
+        match ops.parents {
+            [Some(x), Some(branch)] => {
+                grads.register::<Flex>(x.id, grad.clone());
+                grads.register::<Flex>(branch.id, grad);
+            }
+            [Some(one), None] | [None, Some(one)] => grads.register::<Flex>(one.id, grad),
+            [None, None] => {}
+        }
+    }
+}
+
+/// A float tensor of `Autodiff<Flex, C>`.
+type AdTensor<C> = FloatTensor<Autodiff<Flex, C>>;
+
+/// The residual add and the layer norm after it under autodiff, `s = x + branch` and
+/// `γ·ŝ + β`: both from one forward pass ([`add_layer_norm_forward`]), registered as two steps
+/// of the graph, the add (its gradient passed to both sides) and the norm of `s` (the backward
+/// step of [`layer_norm_autodiff`], from the kept `s`), so that `s`'s gradient gathers the
+/// norm's and the rest of the residual stream's as burn's own add would.
+pub(super) fn add_layer_norm_autodiff<C: CheckpointStrategy>(
+    x: AdTensor<C>,
+    branch: AdTensor<C>,
+    gamma: AdTensor<C>,
+    beta: AdTensor<C>,
+    epsilon: f64,
+) -> (AdTensor<C>, AdTensor<C>) {
+    let (sum, y) = add_layer_norm_forward(
+        &x.primitive,
+        &branch.primitive,
+        &gamma.primitive,
+        &beta.primitive,
+        epsilon,
+    );
+    let sum = ResidualAddBackward
+        .prepare::<C>([x.node.clone(), branch.node.clone()])
+        .compute_bound()
+        .stateless(sum);
+    let normed = match LayerNormBackward
+        .prepare::<C>([sum.node.clone(), gamma.node.clone(), beta.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let state = LayerNormState {
+                x: sum.primitive.clone(),
+                gamma: gamma.primitive,
+                epsilon,
+            };
+            prep.finish(state, y)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(y),
+    };
+    (sum, normed)
 }
 
 /// `t` itself, or a contiguous copy when one of its strides is negative (a flipped view): what

@@ -12,6 +12,9 @@
 //! row-parallel pass (the forward is burn's own fused `layer_norm`); each row's `μ` and `r` are
 //! recomputed from the kept input (two sums over a row in cache), as PyTorch keeps them.
 //!
+//! And the residual add a norm follows in a pre-norm transformer, with the norm, as one forward
+//! pass ([`add_forward`]): the sum and its norm written together, row by row on every core.
+//!
 //! Sums are taken in f64 (in eight lanes, `sums.rs`); the rows go to the threads in tasks of
 //! [`ROWS_PER_TASK`], and the tasks' partial `∂γ`, `∂β` are added in task order, so the result
 //! is the same bits for any number of threads.
@@ -43,6 +46,55 @@ pub fn row_moments<T: Real>(row: &[T], epsilon: f64) -> (f64, f64) {
     let mean = sum / d;
     let [squares] = lane_sums(row, row, |v, _| [v.map(|v| (v - mean) * (v - mean))]);
     (mean, 1.0 / (squares / d + epsilon).sqrt())
+}
+
+/// The residual stream's next value `s = x + b` and its layer norm `y = γ·ŝ + β`, one pass over
+/// each row: what a pre-norm transformer block does at every residual add a norm follows
+/// (`x + attn(·)` before the MLP's norm, `x + mlp(·)` before the next block's norm or the final
+/// one). Composed, burn writes `s` in one pass (on one core below 4 M values) and the norm reads
+/// it back; here a row of `s` is written and normed while it is in cache, on every core.
+///
+/// `s` is added in the values' own type (as burn's add: the same bits), the moments of each row
+/// in f64 as [`row_moments`] and [`backward`] take them.
+///
+/// # Shapes
+/// - `x`, `branch`, both outputs: `[rows, d]` (row-major); `gamma`, `beta`: `[d]`
+pub fn add_forward<T: Real>(
+    x: &[T],
+    branch: &[T],
+    gamma: &[T],
+    beta: &[T],
+    epsilon: f64,
+) -> (Vec<T>, Vec<T>) {
+    let d = gamma.len();
+    assert!(d > 0, "layer norm: an empty last axis");
+    assert_eq!(x.len() % d, 0, "layer norm: input length for rows of {d}");
+    assert_eq!(
+        x.len(),
+        branch.len(),
+        "residual add: the two sides' lengths"
+    );
+    assert_eq!(beta.len(), d, "layer norm: β length");
+    let gamma64: Vec<f64> = gamma.iter().map(|g| g.to_f64()).collect();
+    let beta64: Vec<f64> = beta.iter().map(|b| b.to_f64()).collect();
+    let (mut sum, mut y) = (vec![T::default(); x.len()], vec![T::default(); x.len()]);
+    let task = ROWS_PER_TASK * d;
+    sum.par_chunks_mut(task)
+        .zip(y.par_chunks_mut(task))
+        .zip(x.par_chunks(task).zip(branch.par_chunks(task)))
+        .for_each(|((sum, y), (x, branch))| {
+            let rows = sum.chunks_mut(d).zip(y.chunks_mut(d));
+            for ((s, y), (x, b)) in rows.zip(x.chunks(d).zip(branch.chunks(d))) {
+                for j in 0..d {
+                    s[j] = x[j] + b[j];
+                }
+                let (mean, r) = row_moments(s, epsilon);
+                for j in 0..d {
+                    y[j] = T::from_f64((s[j].to_f64() - mean) * r * gamma64[j] + beta64[j]);
+                }
+            }
+        });
+    (sum, y)
 }
 
 /// The gradients of `y = LayerNorm(x)` (over the last axis, of length `gamma.len()`) given
@@ -161,6 +213,44 @@ mod tests {
         check(&grads.dx, &x, 0);
         check(&grads.dgamma, &gamma, 1);
         check(&grads.dbeta, &beta, 2);
+    }
+
+    /// The fused residual add and norm against its definition in f64: `s` is `x + b` to the bit
+    /// (one rounding, as a separate add), `y` the norm of `s` to 1e-14 (the moments' sums in
+    /// another order: a few ulps of values of unit scale); a wrong `y` (the wrong row's moments,
+    /// `β` left out) is off by 1e-2 or more.
+    #[test]
+    fn the_residual_add_and_its_norm_equal_the_definition() {
+        let (rows, d, eps) = (2 * ROWS_PER_TASK + 5, 13, 1e-6);
+        let x = values(rows * d, 11);
+        let b = values(rows * d, 12);
+        let gamma: Vec<f64> = values(d, 13).iter().map(|v| 1.0 + v).collect();
+        let beta = values(d, 14);
+        let (s, y) = add_forward(&x, &b, &gamma, &beta, eps);
+        let want_s: Vec<f64> = x.iter().zip(&b).map(|(x, b)| x + b).collect();
+        assert_eq!(s, want_s);
+        let want_y = forward(&want_s, &gamma, &beta, eps);
+        let err = y
+            .iter()
+            .zip(&want_y)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        assert!(err < 1e-14, "y: {err}");
+        // f32 through the same code: the same bits on one thread and on four.
+        let f = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+        let (x, b, gamma, beta) = (f(&x), f(&b), f(&gamma), f(&beta));
+        let on = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| add_forward(&x, &b, &gamma, &beta, eps))
+        };
+        let bits = |(s, y): (Vec<f32>, Vec<f32>)| {
+            let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+            (bits(s), bits(y))
+        };
+        assert_eq!(bits(on(1)), bits(on(4)));
     }
 
     /// The same bits on one thread and on four: the rows are split into tasks of a fixed size

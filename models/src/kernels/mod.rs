@@ -2,7 +2,8 @@
 //! none of its own or keeps more than it needs. Each file says what it computes and why.
 //!
 //! What a layer calls (`dispatch.rs`): [`conv2d`], [`batch_norm_train`], [`relu`], [`gelu()`], [`silu()`],
-//! [`swap_middle_dims`], [`softmax()`], [`log_softmax()`], [`layer_norm()`], [`matmul()`] and [`linear`]. Each sends the call by the
+//! [`swap_middle_dims`], [`softmax()`], [`log_softmax()`], [`layer_norm()`], [`add_layer_norm`], [`matmul()`] and
+//! [`linear`]. Each sends the call by the
 //! backend's type to the kernels it has, and any other backend, element type or layer keeps
 //! burn's own operation, with the same values and gradients:
 //!
@@ -17,6 +18,7 @@
 //! | [`softmax()`] (last axis) | Flex's fused forward, [`softmax`](mod@softmax)'s backward (under autodiff) | burn's |
 //! | [`log_softmax()`] (last axis) | the row kernels of [`log_softmax`](mod@log_softmax), forward and backward | burn's |
 //! | [`layer_norm()`] | Flex's fused forward, [`layer_norm`](mod@layer_norm)'s backward (under autodiff) | burn's |
+//! | [`add_layer_norm`] (a residual add and the norm after it) | [`layer_norm`](mod@layer_norm)'s one pass for both forward, its backward (under autodiff) | burn's add and norm |
 //! | [`matmul()`] (same leading dimensions), [`linear`] | [`matmul`](mod@matmul)'s products and column sums, forward and backward | burn's |
 //!
 //! Underneath: the slices' shared arithmetic (`gemm.rs`: the element types ([`Real`]), scratch
@@ -50,8 +52,8 @@ pub mod winograd;
 
 pub use batch_norm_op::TrainingBatchNorm;
 pub use dispatch::{
-    batch_norm_train, conv2d, gelu, gelu_composed, layer_norm, linear, log_softmax, matmul, relu,
-    runs_cpu_kernels, silu, softmax, swap_middle_dims,
+    add_layer_norm, batch_norm_train, conv2d, gelu, gelu_composed, layer_norm, linear, log_softmax,
+    matmul, relu, runs_cpu_kernels, silu, softmax, swap_middle_dims,
 };
 pub use gemm::Real;
 pub use geometry::{covered_geometry, depthwise_geometry, ConvGeometry};
