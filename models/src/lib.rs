@@ -17,6 +17,10 @@
 //! Batch norm follows PyTorch exactly ([`layers::BatchNorm2d`]); torchvision weights load with
 //! [`import::load_torchvision`] (timm's for the ViT).
 #![warn(missing_docs)]
+// Unsafe code only in the CPU kernels that write uninitialised output buffers whole before
+// anyone reads them (`kernels::{gemm, matmul, batch_norm, softmax, log_softmax}`, allowed there
+// by name, each site with its SAFETY comment).
+#![deny(unsafe_code)]
 
 pub mod any;
 pub mod backbone;

@@ -46,6 +46,7 @@ mod cuda {
     /// The CUDA device `--device` names (`None`: device 0), after checking that a driver and
     /// that device are there: CUDA is loaded at run time, and without a driver burn panics at
     /// the first tensor.
+    #[allow(unsafe_code)]
     pub fn device(
         index: Option<usize>,
         _precision: super::Precision,

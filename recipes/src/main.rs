@@ -5,6 +5,9 @@
 //! cargo run --release --features cuda --bin recipe -- <name> [--epochs N] [--run-dir DIR] [--resume] ...
 //! cargo run --release --bin recipe -- <name> --help
 //! ```
+// Unsafe code only where a system call or mimalloc's C API needs it, each site allowed by name
+// (`keep_freed_pages`, `signals`, the CUDA driver's presence check) with its SAFETY comment.
+#![deny(unsafe_code)]
 
 mod backend;
 #[cfg(test)]
@@ -12,6 +15,7 @@ mod docs_lists;
 mod plots;
 mod recipes;
 mod run_files;
+#[allow(unsafe_code)]
 mod signals;
 mod usage;
 
@@ -35,6 +39,7 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Keeps freed memory mapped for reuse (purge delay −1), unless `MIMALLOC_PURGE_DELAY` in the
 /// environment already says otherwise (mimalloc read it at start-up).
+#[allow(unsafe_code)]
 fn keep_freed_pages() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: sets one of mimalloc's options by its index; no pointer is involved.
@@ -312,6 +317,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 #[cfg(test)]
+#[allow(unsafe_code)]
 mod allocator_tests {
     use super::MI_OPTION_PURGE_DELAY;
 

@@ -27,6 +27,7 @@
 //! registers them as operations of burn's CPU backend; `on_gpu.rs` holds the GPU backends' route
 //! steps as plain functions, so that a crate training on the CPU does not compile the GPU stacks.
 
+#[allow(unsafe_code)]
 pub mod batch_norm;
 pub mod batch_norm_op;
 pub mod conv;
@@ -35,17 +36,21 @@ mod dispatch;
 #[cfg(feature = "cpu")]
 mod flex;
 pub mod gelu;
+#[allow(unsafe_code)]
 mod gemm;
 mod geometry;
 pub mod im2col;
 pub mod layer_norm;
 pub mod layout;
+#[allow(unsafe_code)]
 pub mod log_softmax;
+#[allow(unsafe_code)]
 pub mod matmul;
 #[cfg(all(not(test), any(feature = "wgpu", feature = "cuda")))]
 mod on_gpu;
 pub mod relu_op;
 pub mod silu;
+#[allow(unsafe_code)]
 pub mod softmax;
 mod sums;
 pub mod winograd;

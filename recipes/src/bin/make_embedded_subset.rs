@@ -8,6 +8,7 @@
 //! Reads the official IDX files (default `/usr/share/datasets/fashion-mnist/`), keeps the first
 //! 800 training and 200 test images of each class in dataset order, and writes them as gzipped
 //! IDX files. The output is the same, byte for byte, on every run.
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 
