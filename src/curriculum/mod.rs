@@ -16,7 +16,7 @@
 //!   crop-and-rotate and its heat-map boxes.
 
 pub mod auto_augment;
-pub mod masking;
+pub mod mask_schedule;
 pub mod mixup;
 pub mod rotation;
 pub use crate::base::schedule;

@@ -49,7 +49,7 @@ use crate::base::error::ConfigError;
 use crate::base::schedule::{Pace, SchedulerConfig};
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
-use crate::curriculum::masking;
+use crate::curriculum::mask_schedule;
 use crate::data_parallel::Replica;
 
 /// The paper's share of hard patches: linear from 0 to 0.5 over the epochs.
@@ -237,7 +237,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Hpm<B, M> {
     /// The share of patches hidden at `progress` (MAE's ratio, or its schedule's).
     pub fn mask_ratio(&self, progress: Progress) -> f64 {
         let m = &self.config.mae;
-        masking::mask_ratio_at(m.mask_ratio, m.mask_ratio_schedule.as_ref(), progress)
+        mask_schedule::mask_ratio_at(m.mask_ratio, m.mask_ratio_schedule.as_ref(), progress)
     }
 
     /// The share of the hidden patches chosen by the predictor at `progress`.
@@ -520,7 +520,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.field, "loss_weight");
         let e = HpmConfig::new()
-            .with_hard_share(masking::easy_to_hard(0.0, 1.5))
+            .with_hard_share(mask_schedule::easy_to_hard(0.0, 1.5))
             .init(vit(), &device)
             .unwrap_err();
         assert_eq!(e.field, "hard_share");

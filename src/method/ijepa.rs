@@ -50,7 +50,7 @@ use crate::base::error::{in_range, ConfigError};
 use crate::base::schedule::SchedulerConfig;
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
-use crate::curriculum::masking;
+use crate::curriculum::mask_schedule;
 use crate::data_parallel::Replica;
 
 /// Configuration of [`Ijepa`].
@@ -72,7 +72,7 @@ pub struct IjepaConfig {
     #[config(default = "(0.15, 0.2)")]
     pub target_scale: (f64, f64),
     /// The target blocks' scale range multiplied by a factor along a schedule (a masking
-    /// curriculum, [`crate::curriculum::masking`]: e.g. 0.5 → 1, small and local targets first,
+    /// curriculum, [`crate::curriculum::mask_schedule`]: e.g. 0.5 → 1, small and local targets first,
     /// the paper's semantic ones at the end); `None`: `target_scale` throughout. Its values must
     /// keep the range inside `(0, 1]`.
     #[config(default = "None")]
@@ -132,7 +132,7 @@ impl IjepaConfig {
                 ));
             }
         }
-        masking::validate(
+        mask_schedule::validate(
             "target_scale_schedule",
             self.target_scale_schedule.as_ref(),
             1e-3,
@@ -392,7 +392,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Ijepa<B, M> {
 
     /// The factor on the target blocks' scale range at `progress` (the schedule's, or 1).
     pub fn target_scale_factor(&self, progress: Progress) -> f64 {
-        masking::mask_ratio_at(1.0, self.config.target_scale_schedule.as_ref(), progress)
+        mask_schedule::mask_ratio_at(1.0, self.config.target_scale_schedule.as_ref(), progress)
     }
 
     /// The blocks of the step at `progress` for `images` images on `grid`, from `(seed, step)`,
@@ -783,7 +783,7 @@ mod tests {
     fn a_scheduled_block_scale_grows_the_targets() {
         let m = crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 5, |d| {
             config()
-                .with_target_scale_schedule(Some(masking::easy_to_hard(0.5, 1.0)))
+                .with_target_scale_schedule(Some(mask_schedule::easy_to_hard(0.5, 1.0)))
                 .init(tiny_vit, d)
         })
         .unwrap();
@@ -796,7 +796,7 @@ mod tests {
             assert!(range.contains(&kt), "step {step}: {kt}");
         }
         let e = config()
-            .with_target_scale_schedule(Some(masking::easy_to_hard(0.5, 6.0)))
+            .with_target_scale_schedule(Some(mask_schedule::easy_to_hard(0.5, 6.0)))
             .init(tiny_vit, &Default::default())
             .unwrap_err();
         assert_eq!(e.field, "target_scale_schedule");

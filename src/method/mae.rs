@@ -25,7 +25,7 @@ use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
-use crate::curriculum::masking;
+use crate::curriculum::mask_schedule;
 use crate::data_parallel::Replica;
 
 /// Configuration of [`Mae`].
@@ -35,7 +35,7 @@ pub struct MaeConfig {
     #[config(default = 0.75)]
     pub mask_ratio: f64,
     /// The fraction along a schedule instead (a masking curriculum,
-    /// [`crate::curriculum::masking`]; values in `[0, 0.99]`); `None`: `mask_ratio` throughout.
+    /// [`crate::curriculum::mask_schedule`]; values in `[0, 0.99]`); `None`: `mask_ratio` throughout.
     #[config(default = "None")]
     pub mask_ratio_schedule: Option<SchedulerConfig>,
     /// Decoder width (the paper's 512); a multiple of 4 (its sine-cosine embeddings).
@@ -283,7 +283,7 @@ pub struct Mae<B: Backend, M: Backbone<B>> {
 impl<B: Backend, M: Backbone<B> + AsVit<B>> Mae<B, M> {
     /// The fraction of patches hidden at `progress` (the schedule's, or the constant).
     pub fn mask_ratio(&self, progress: Progress) -> f64 {
-        masking::mask_ratio_at(self.mask_ratio, self.schedule.as_ref(), progress)
+        mask_schedule::mask_ratio_at(self.mask_ratio, self.schedule.as_ref(), progress)
     }
 
     /// The masks of the step at `progress` for this method's `n` images of `patches` patches:
@@ -671,7 +671,7 @@ mod tests {
                 .with_decoder_dim(8)
                 .with_decoder_depth(1)
                 .with_decoder_heads(2)
-                .with_mask_ratio_schedule(Some(crate::curriculum::masking::easy_to_hard(
+                .with_mask_ratio_schedule(Some(crate::curriculum::mask_schedule::easy_to_hard(
                     0.25, 0.75,
                 )))
                 .init(tiny_vit().init(d), d)
@@ -684,7 +684,9 @@ mod tests {
             assert_eq!(host(out.stats[0].1.clone()), vec![ratio]);
         }
         let err = MaeConfig::new()
-            .with_mask_ratio_schedule(Some(crate::curriculum::masking::easy_to_hard(0.5, 1.0)))
+            .with_mask_ratio_schedule(Some(crate::curriculum::mask_schedule::easy_to_hard(
+                0.5, 1.0,
+            )))
             .init(tiny_vit().init::<Ad>(&device), &device)
             .unwrap_err();
         assert_eq!(err.field, "mask_ratio_schedule");

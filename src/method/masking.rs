@@ -337,7 +337,7 @@ pub fn check_visible_ratio(
             format!("must lie in [0, 1) (the encoder needs a visible patch), got {ratio}"),
         ));
     }
-    crate::curriculum::masking::validate("mask_ratio_schedule", schedule, 0.0, 0.99)
+    crate::curriculum::mask_schedule::validate("mask_ratio_schedule", schedule, 0.0, 0.99)
 }
 
 /// Checks the shape of a narrow transformer over patch tokens (MAE's decoder, I-JEPA's

@@ -23,7 +23,7 @@
 //! rows; on replicas the targets are balanced over the global batch (gathered, no gradient) and
 //! the regulariser's mean assignment is summed over replicas (the authors' `AllReduce`), so that
 //! two replicas equal one device. The drop ratio can follow a schedule (a masking curriculum,
-//! [`crate::curriculum::masking`]). The math, the defaults and what was chosen where paper,
+//! [`crate::curriculum::mask_schedule`]). The math, the defaults and what was chosen where paper,
 //! code and lightly differ are in `docs/methods.md#msn`.
 
 use burn::module::{Initializer, Param};
@@ -40,7 +40,7 @@ use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
-use crate::curriculum::masking;
+use crate::curriculum::mask_schedule;
 use crate::data_parallel::Replica;
 use crate::head::{HeadActivation, MlpHead, MlpHeadConfig};
 use crate::loss::{MsnLoss, MsnLossConfig};
@@ -219,7 +219,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Msn<B, M> {
 
     /// The share of patches dropped at `progress` (the schedule's, or the constant).
     pub fn mask_ratio(&self, progress: Progress) -> f64 {
-        masking::mask_ratio_at(
+        mask_schedule::mask_ratio_at(
             self.config.mask_ratio,
             self.config.mask_ratio_schedule.as_ref(),
             progress,
@@ -460,7 +460,7 @@ mod tests {
     /// the focal views (4 patches: 4, 3, 2), and each step logs its ratio.
     #[test]
     fn a_scheduled_ratio_moves_the_masks_as_scheduled() {
-        let ramp = masking::easy_to_hard(0.0, 0.5);
+        let ramp = mask_schedule::easy_to_hard(0.0, 0.5);
         let mut m = msn(MsnConfig::new().with_mask_ratio_schedule(Some(ramp)));
         for (step, anchor, focal, ratio) in [(0, 16, 4, 0.0), (50, 12, 3, 0.25), (100, 8, 2, 0.5)] {
             let at = progress(step, 100, 0, 10);

@@ -26,7 +26,7 @@ use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
-use crate::curriculum::masking;
+use crate::curriculum::mask_schedule;
 use crate::data_parallel::Replica;
 
 /// Configuration of [`SimMim`].
@@ -36,7 +36,7 @@ pub struct SimMimConfig {
     #[config(default = 0.6)]
     pub mask_ratio: f64,
     /// The fraction along a schedule instead (a masking curriculum,
-    /// [`crate::curriculum::masking`]; values in `[0.01, 1]`); `None`: `mask_ratio` throughout.
+    /// [`crate::curriculum::mask_schedule`]; values in `[0.01, 1]`); `None`: `mask_ratio` throughout.
     #[config(default = "None")]
     pub mask_ratio_schedule: Option<SchedulerConfig>,
     /// Side of a mask unit, in patches (the paper's 32-pixel units on 16-pixel patches: 2; 1
@@ -65,7 +65,7 @@ impl SimMimConfig {
                 format!("must lie in (0, 1], got {}", self.mask_ratio),
             ));
         }
-        masking::validate(
+        mask_schedule::validate(
             "mask_ratio_schedule",
             self.mask_ratio_schedule.as_ref(),
             0.01,
@@ -145,7 +145,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> SimMim<B, M> {
 
     /// The fraction of mask units hidden at `progress` (the schedule's, or the constant).
     pub fn mask_ratio(&self, progress: Progress) -> f64 {
-        masking::mask_ratio_at(self.mask_ratio, self.schedule.as_ref(), progress)
+        mask_schedule::mask_ratio_at(self.mask_ratio, self.schedule.as_ref(), progress)
     }
 
     /// The masks of the step at `progress` for the global batch of `images` images on a
@@ -434,7 +434,7 @@ mod tests {
     /// the 4 single-patch units: one at step 0, all four at step 10; each step logs its ratio.
     #[test]
     fn a_scheduled_ratio_moves_the_masks_as_scheduled() {
-        let ramp = crate::curriculum::masking::easy_to_hard(0.25, 1.0);
+        let ramp = crate::curriculum::mask_schedule::easy_to_hard(0.25, 1.0);
         let mut m = build(
             SimMimConfig::new()
                 .with_mask_unit(1)

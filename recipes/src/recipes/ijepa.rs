@@ -22,7 +22,7 @@
 use super::RecipeEntry;
 use anyhow::Result;
 use burn::optim::AdamWConfig;
-use curriculum_ssl::curriculum::masking;
+use curriculum_ssl::curriculum::mask_schedule;
 use curriculum_ssl::method::IjepaConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
@@ -66,7 +66,7 @@ pub fn run(args: &[String]) -> Result<()> {
 /// straight line over the run's steps (7.5–10 % of the patches first, the paper's 15–20 % at the
 /// end; docs/methods.md#masking-curricula).
 pub fn scale_curriculum(args: &[String]) -> Result<()> {
-    let config = config().with_target_scale_schedule(Some(masking::easy_to_hard(0.5, 1.0)));
+    let config = config().with_target_scale_schedule(Some(mask_schedule::easy_to_hard(0.5, 1.0)));
     train(args, "ijepa_scale_curriculum", config)
 }
 

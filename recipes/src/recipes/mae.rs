@@ -25,7 +25,7 @@
 use super::RecipeEntry;
 use anyhow::Result;
 use burn::optim::AdamWConfig;
-use curriculum_ssl::curriculum::masking;
+use curriculum_ssl::curriculum::mask_schedule;
 use curriculum_ssl::method::{HpmConfig, MaeConfig};
 use curriculum_ssl::pipeline::PipelineConfig;
 
@@ -75,7 +75,7 @@ pub fn run(args: &[String]) -> Result<()> {
 /// Runs `mae_ratio_curriculum`: the hidden fraction from 0.5 to the paper's 0.75 in a straight
 /// line over the run's steps (docs/methods.md#masking-curricula).
 pub fn ratio_curriculum(args: &[String]) -> Result<()> {
-    let config = config().with_mask_ratio_schedule(Some(masking::easy_to_hard(0.5, 0.75)));
+    let config = config().with_mask_ratio_schedule(Some(mask_schedule::easy_to_hard(0.5, 0.75)));
     train(args, defaults("mae_ratio_curriculum"), config)
 }
 

@@ -19,7 +19,7 @@
 use super::RecipeEntry;
 use anyhow::Result;
 use burn::optim::AdamWConfig;
-use curriculum_ssl::curriculum::masking;
+use curriculum_ssl::curriculum::mask_schedule;
 use curriculum_ssl::method::SimMimConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
@@ -61,7 +61,7 @@ pub fn run(args: &[String]) -> Result<()> {
 /// Runs `simmim_ratio_curriculum`: the hidden fraction of the units from 0.3 to the paper's 0.6
 /// in a straight line over the run's steps (docs/methods.md#masking-curricula).
 pub fn ratio_curriculum(args: &[String]) -> Result<()> {
-    let config = SimMimConfig::new().with_mask_ratio_schedule(Some(masking::easy_to_hard(0.3, 0.6)));
+    let config = SimMimConfig::new().with_mask_ratio_schedule(Some(mask_schedule::easy_to_hard(0.3, 0.6)));
     train(args, defaults("simmim_ratio_curriculum"), config)
 }
 
