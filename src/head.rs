@@ -176,11 +176,9 @@ impl<B: Backend> BatchNorm1d<B> {
     /// # Shapes
     /// - input: `[N, C]` → `[N, C]`
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let (mean, var) = moments(&x, &self.running_mean, &self.running_var, self.momentum);
-        let std = var.add_scalar(self.epsilon).sqrt();
         let [_, channels] = x.dims();
-        x.sub(mean)
-            .div(std)
+        let states = [&self.running_mean, &self.running_var];
+        normalised(x, states, self.momentum, self.epsilon)
             .mul(self.gamma.val().reshape([1, channels]))
             .add(self.beta.val().reshape([1, channels]))
     }
@@ -250,6 +248,18 @@ fn moments<B: Backend>(
     (mean, var)
 }
 
+/// `(x − mean) / √(var + ε)` of `x` (`[N, C]`) with the moments of [`moments`] (the running
+/// averages `[running_mean, running_var]` moved by the batch's in training).
+fn normalised<B: Backend>(
+    x: Tensor<B, 2>,
+    [running_mean, running_var]: [&RunningState<Tensor<B, 1>>; 2],
+    momentum: f64,
+    epsilon: f64,
+) -> Tensor<B, 2> {
+    let (mean, var) = moments(&x, running_mean, running_var, momentum);
+    (x - mean) / var.add_scalar(epsilon).sqrt()
+}
+
 /// `(x − mean) / √(var + ε)` of each of the `groups` stacked batches of `x` (`[groups · N, C]`)
 /// with its own batch moments, as `[groups, N, C]`: in training, the running averages
 /// (`[running_mean, running_var]`) moved by each group's in turn, as `groups` calls of
@@ -311,8 +321,8 @@ impl<B: Backend> PlainBatchNorm<B> {
     /// # Shapes
     /// - input: `[N, C]` → `[N, C]`
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let (mean, var) = moments(&x, &self.running_mean, &self.running_var, self.momentum);
-        (x - mean) / var.add_scalar(self.epsilon).sqrt()
+        let states = [&self.running_mean, &self.running_var];
+        normalised(x, states, self.momentum, self.epsilon)
     }
 
     /// [`PlainBatchNorm::forward`] on `groups` equal batches stacked along the first axis,

@@ -121,8 +121,8 @@ pub enum FrechetError {
     },
 }
 
-/// The shape checks both implementations share.
-fn check_shape(first: [usize; 2], second: [usize; 2]) -> Result<(), FrechetError> {
+/// The shape checks both implementations share; returns the shape `[N, D]` both have.
+fn check_shape(first: [usize; 2], second: [usize; 2]) -> Result<[usize; 2], FrechetError> {
     if first != second {
         return Err(FrechetError::ShapeMismatch { first, second });
     }
@@ -133,7 +133,7 @@ fn check_shape(first: [usize; 2], second: [usize; 2]) -> Result<(), FrechetError
     if d == 0 {
         return Err(FrechetError::NoDimensions);
     }
-    Ok(())
+    Ok(first)
 }
 
 /// Fréchet distance between two batches given as row-major `N × D` slices (row `i` is embedding
@@ -198,9 +198,7 @@ pub fn frechet_distance_readback<B: Backend>(
     x1: Tensor<B, 2>,
     x2: Tensor<B, 2>,
 ) -> Result<f64, FrechetError> {
-    let (first, second) = (x1.dims(), x2.dims());
-    check_shape(first, second)?;
-    let [n, d] = first;
+    let [n, d] = check_shape(x1.dims(), x2.dims())?;
     let host1: Vec<f64> = x1.into_data().iter::<f64>().collect();
     let host2: Vec<f64> = x2.into_data().iter::<f64>().collect();
     frechet_distance_host(&host1, &host2, n, d)
@@ -353,9 +351,7 @@ impl NewtonSchulz {
         x1: Tensor<B, 2>,
         x2: Tensor<B, 2>,
     ) -> Result<f64, FrechetError> {
-        let (first, second) = (x1.dims(), x2.dims());
-        check_shape(first, second)?;
-        let [n, d] = first;
+        let [n, d] = check_shape(x1.dims(), x2.dims())?;
         let tolerance = self.tolerance.unwrap_or(match x1.dtype() {
             DType::F64 => 1e-10,
             DType::F16 | DType::BF16 => 1e-2,

@@ -329,14 +329,7 @@ pub fn parse_labels(path: &Path, bytes: &[u8], classes: usize) -> Result<Vec<u16
 
 /// Reads an image file and a label file (each raw or `.gz`) into a labeled array.
 pub fn load_files(images: &Path, labels: &Path, classes: usize) -> Result<ImageArray, DataError> {
-    let (n, rows, cols, pixels) =
-        parse_images(images, &read_idx(images, IMAGES_MAGIC, IMAGES_WHAT)?)?;
-    if n == 0 {
-        return Err(DataError::Empty {
-            path: images.to_path_buf(),
-            what: "the IDX header declares 0 images".into(),
-        });
-    }
+    let (n, rows, cols, pixels) = read_images(images)?;
     let labels_v = parse_labels(
         labels,
         &read_idx(labels, LABELS_MAGIC, LABELS_WHAT)?,
@@ -355,6 +348,13 @@ pub fn load_files(images: &Path, labels: &Path, classes: usize) -> Result<ImageA
 
 /// Reads only an image file (raw or `.gz`) into an unlabeled array.
 pub fn load_images_only(images: &Path) -> Result<ImageArray, DataError> {
+    let (_, rows, cols, pixels) = read_images(images)?;
+    ImageArray::new(images, rows, cols, 1, pixels, None, 0)
+}
+
+/// Reads and parses an image file (raw or `.gz`), refusing one that declares no image: returns
+/// `(count, rows, cols, pixels)`.
+fn read_images(images: &Path) -> Result<(usize, usize, usize, Vec<u8>), DataError> {
     let (n, rows, cols, pixels) =
         parse_images(images, &read_idx(images, IMAGES_MAGIC, IMAGES_WHAT)?)?;
     if n == 0 {
@@ -363,7 +363,7 @@ pub fn load_images_only(images: &Path) -> Result<ImageArray, DataError> {
             what: "the IDX header declares 0 images".into(),
         });
     }
-    ImageArray::new(images, rows, cols, 1, pixels, None, 0)
+    Ok((n, rows, cols, pixels))
 }
 
 /// Finds `stem` in `dir` under the accepted spellings (`-idxN` / `.idxN`, with or without `.gz`).

@@ -539,6 +539,14 @@ mod tests {
             .unwrap();
     }
 
+    /// The paths of `files` below `root`, as text.
+    fn relative_names(files: &[PathBuf], root: &Path) -> Vec<String> {
+        files
+            .iter()
+            .map(|f| f.strip_prefix(root).unwrap().to_string_lossy().into_owned())
+            .collect()
+    }
+
     #[test]
     fn a_wide_image_is_cropped_around_its_centre_when_no_scaling_is_needed() {
         // 2 rows × 4 columns to 2 × 2: the height binds (scale 1), columns 1 and 2 remain.
@@ -571,15 +579,7 @@ mod tests {
         gray(&root.join(".hidden/x.png"), 4, 4, |_, _| 40);
         std::fs::write(root.join("notes.txt"), "not an image").unwrap();
         let (files, skipped) = scan_images(&root).unwrap();
-        let names: Vec<_> = files
-            .iter()
-            .map(|f| {
-                f.strip_prefix(&root)
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .collect();
+        let names = relative_names(&files, &root);
         assert_eq!(names, ["b/a.png", "b/deeper/c.png", "z.png"]);
         assert_eq!(skipped, 1);
 
@@ -665,15 +665,7 @@ mod tests {
         let ((files, skipped), decoded) = answer
             .recv_timeout(std::time::Duration::from_secs(30))
             .expect("the scan or the decoder blocked on the FIFO");
-        let names: Vec<_> = files
-            .iter()
-            .map(|f| {
-                f.strip_prefix(&root)
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .collect();
+        let names = relative_names(&files, &root);
         // `b` is read once, by its first name in path order (b/ before b2/).
         assert_eq!(names, ["a.png", "b/c.png"]);
         // The FIFO is warned about by its name, not counted again as a file that is not an

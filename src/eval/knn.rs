@@ -173,28 +173,21 @@ pub fn accuracy<B: Backend>(scores: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::loss::worked_examples::rows;
     use burn::backend::NdArray;
 
     type B = NdArray<f64>;
-
-    fn unit(deg: f64) -> [f64; 2] {
-        let a = deg.to_radians();
-        [a.cos(), a.sin()]
-    }
 
     #[test]
     fn votes_by_hand() {
         // Train: u0, u10 (class 0), u90, u100 (class 1), u180 (class 2). Test u45, k = 3,
         // T = 0.1: neighbours u10 (cos 35°), u0 and u90 (cos 45°).
         let device = Default::default();
-        let train = Tensor::<B, 2>::from_data(
-            [unit(0.0), unit(10.0), unit(90.0), unit(100.0), unit(180.0)],
-            &device,
-        );
+        let train = rows::<B>(&[0.0, 10.0, 90.0, 100.0, 180.0], &device);
         let labels = Tensor::<B, 1, Int>::from_data([0, 0, 1, 1, 2], &device);
         let knn = KnnConfig::new().with_k(3).init(train, labels, 3).unwrap();
         let scores: Vec<f64> = knn
-            .scores(Tensor::from_data([unit(45.0)], &device))
+            .scores(rows(&[45.0], &device))
             .into_data()
             .to_vec()
             .unwrap();

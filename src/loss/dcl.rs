@@ -96,22 +96,13 @@ impl DclLoss {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::NdArray;
-
-    type B = NdArray<f64>;
-
-    fn unit(deg: f64) -> [f64; 2] {
-        let a = deg.to_radians();
-        [a.cos(), a.sin()]
-    }
+    use crate::loss::testing::{curricular_views, B};
 
     #[test]
     fn two_pairs_by_hand() {
         // z1 = [u0°, u90°], z2 = [u50°, u125°]: each anchor's negatives are the other image's
         // two views. Anchor u0°: positive cos 50°, negatives cos 90°, cos 125°; and so on.
-        let device = Default::default();
-        let z1 = Tensor::<B, 2>::from_data([unit(0.0), unit(90.0)], &device);
-        let z2 = Tensor::<B, 2>::from_data([unit(50.0), unit(125.0)], &device);
+        let [z1, z2] = curricular_views::<B>(&Default::default());
         let tau = 0.5;
         let c = |deg: f64| deg.to_radians().cos() / tau;
         let anchor = |pos: f64, n1: f64, n2: f64| -c(pos) + (c(n1).exp() + c(n2).exp()).ln();

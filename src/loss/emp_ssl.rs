@@ -176,18 +176,7 @@ fn coding_rate<B: Backend>(z: Tensor<B, 2>, eps: f64) -> Tensor<B, 1> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::{Autodiff, NdArray};
-
-    type B = NdArray<f64>;
-    type Ad = Autodiff<B>;
-
-    fn matrix<Bk: Backend>(values: &[f64], shape: [usize; 2]) -> Tensor<Bk, 2> {
-        Tensor::from_data(TensorData::new(values.to_vec(), shape), &Default::default())
-    }
-
-    fn host<Bk: Backend, const N: usize>(t: Tensor<Bk, N>) -> Vec<f64> {
-        t.into_data().convert::<f64>().to_vec().unwrap()
-    }
+    use crate::loss::testing::{assert_matches_finite_differences, host, matrix, Ad, B};
 
     fn rows(n: usize, d: usize, shift: f64) -> Vec<f64> {
         (0..n * d)
@@ -229,19 +218,8 @@ mod tests {
                 inputs.extend(views[1..].iter().map(|v| matrix::<B>(v, [b, d])));
                 host(loss.forward(&inputs))[0]
             };
-            let h = 1e-6;
-            for k in 0..b * d {
-                let (mut up, mut down) = (views[0].clone(), views[0].clone());
-                up[k] += h;
-                down[k] -= h;
-                let numeric = (f(&up) - f(&down)) / (2.0 * h);
-                let scale = numeric.abs().max(1e-2);
-                assert!(
-                    (analytic[k] - numeric).abs() / scale < 1e-6,
-                    "B {b}, D {d}, entry {k}: {} vs {numeric}",
-                    analytic[k]
-                );
-            }
+            let what = format!("B {b}, D {d}");
+            assert_matches_finite_differences(f, &views[0], &analytic, 1e-2, &what);
         }
     }
 

@@ -140,23 +140,14 @@ impl MaclLoss {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::NdArray;
-
-    type B = NdArray<f64>;
-
-    fn unit(deg: f64) -> [f64; 2] {
-        let a = deg.to_radians();
-        [a.cos(), a.sin()]
-    }
+    use crate::loss::testing::{curricular_views, B};
 
     /// z1 = [u0°, u90°], z2 = [u50°, u125°]: the positive pairs are 50° and 35° apart, so
     /// `A = (cos 50° + cos 35°)/2` and `t = τ(1 + α(A − A₀))`; each anchor's softmax runs over
     /// its positive and the other image's two views.
     #[test]
     fn two_pairs_by_hand() {
-        let device = Default::default();
-        let z1 = Tensor::<B, 2>::from_data([unit(0.0), unit(90.0)], &device);
-        let z2 = Tensor::<B, 2>::from_data([unit(50.0), unit(125.0)], &device);
+        let [z1, z2] = curricular_views::<B>(&Default::default());
         let (tau, alpha, a0) = (0.2, 0.7, 0.1);
         let cos = |deg: f64| deg.to_radians().cos();
         let a = (cos(50.0) + cos(35.0)) / 2.0;

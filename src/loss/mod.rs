@@ -72,6 +72,8 @@ pub mod similarity;
 pub mod soft_nce;
 pub mod soft_target;
 pub mod swav;
+#[cfg(test)]
+mod testing;
 pub mod tico;
 pub mod vibcreg;
 pub mod vicreg;

@@ -76,22 +76,13 @@ impl NtXentLoss {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::NdArray;
-
-    type B = NdArray<f64>;
-
-    fn unit(deg: f64) -> [f64; 2] {
-        let a = deg.to_radians();
-        [a.cos(), a.sin()]
-    }
+    use crate::loss::testing::{curricular_views, B};
 
     #[test]
     fn two_pairs_by_hand() {
         // z1 = [u0°, u90°], z2 = [u50°, u125°], τ = 0.5: plain NT-Xent 0.596607 (the curricular
         // example of docs/methods.md#curricular-weighting).
-        let device = Default::default();
-        let z1 = Tensor::<B, 2>::from_data([unit(0.0), unit(90.0)], &device);
-        let z2 = Tensor::<B, 2>::from_data([unit(50.0), unit(125.0)], &device);
+        let [z1, z2] = curricular_views::<B>(&Default::default());
         let loss = NtXentLossConfig::new().init().unwrap().forward(z1, z2);
         assert!((loss.into_scalar() - 0.596607).abs() < 1e-6);
     }

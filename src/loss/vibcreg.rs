@@ -19,8 +19,7 @@
 
 use burn::prelude::*;
 
-use super::shape_checks::assert_same_shape;
-use super::vicreg::variance_hinge;
+use super::vicreg::{variance_hinge, weighted_terms, VicRegTerms};
 use crate::base::error::{non_negative, positive, ConfigError};
 
 /// Configuration of [`VibcregLoss`].
@@ -58,18 +57,10 @@ pub struct VibcregLoss {
     epsilon: f64,
 }
 
-/// The three terms of [`VibcregLoss`], unweighted, and the weighted total.
-#[derive(Debug, Clone)]
-pub struct VibcregTerms<B: Backend> {
-    /// `λ·s + μ·v + ν·c`.
-    pub loss: Tensor<B, 1>,
-    /// `s(Z, Z')`.
-    pub invariance: Tensor<B, 1>,
-    /// `v(Z) + v(Z')`.
-    pub variance: Tensor<B, 1>,
-    /// `c(Z) + c(Z')`.
-    pub covariance: Tensor<B, 1>,
-}
+/// The three terms of [`VibcregLoss`], unweighted, and the weighted total: VICReg's
+/// ([`VicRegTerms`]), with `variance` the sum `v(Z) + v(Z')` and `covariance` the normalised
+/// correlation's `c(Z) + c(Z')`.
+pub type VibcregTerms<B> = VicRegTerms<B>;
 
 impl VibcregLoss {
     /// The weighted loss.
@@ -88,22 +79,14 @@ impl VibcregLoss {
     /// # Panics
     /// If the shapes differ or the batch has fewer than two images.
     pub fn terms<B: Backend>(&self, z1: Tensor<B, 2>, z2: Tensor<B, 2>) -> VibcregTerms<B> {
-        assert_same_shape("VIbCReg", ("z1", z1.dims()), ("z2", z2.dims()));
-        let [n, _] = z1.dims();
-        assert!(n >= 2, "VIbCReg: a batch of {n} has no variance");
-        let invariance = (z1.clone() - z2.clone()).powi_scalar(2).mean();
-        let variance =
-            variance_hinge(z1.clone(), self.epsilon) + variance_hinge(z2.clone(), self.epsilon);
-        let covariance = correlation_penalty(z1) + correlation_penalty(z2);
-        let [l, m, v] = self.weights;
-        VibcregTerms {
-            loss: invariance.clone().mul_scalar(l)
-                + variance.clone().mul_scalar(m)
-                + covariance.clone().mul_scalar(v),
-            invariance,
-            variance,
-            covariance,
-        }
+        let epsilon = self.epsilon;
+        weighted_terms(
+            "VIbCReg",
+            [z1, z2],
+            self.weights,
+            |z1, z2| variance_hinge(z1, epsilon) + variance_hinge(z2, epsilon),
+            correlation_penalty,
+        )
     }
 }
 

@@ -60,14 +60,15 @@ pub struct VicRegLoss {
     epsilon: f64,
 }
 
-/// The three terms of [`VicRegLoss`], unweighted, and the weighted total.
+/// The three terms of [`VicRegLoss`] (and of [`VibcregLoss`](super::VibcregLoss), whose
+/// variance and covariance terms are its own), unweighted, and the weighted total.
 #[derive(Debug, Clone)]
 pub struct VicRegTerms<B: Backend> {
     /// `λ·s + μ·v + ν·c`.
     pub loss: Tensor<B, 1>,
     /// `s(Z, Z')`.
     pub invariance: Tensor<B, 1>,
-    /// `[v(Z) + v(Z')] / 2`.
+    /// `[v(Z) + v(Z')] / 2` (VIbCReg: `v(Z) + v(Z')`).
     pub variance: Tensor<B, 1>,
     /// `c(Z) + c(Z')`.
     pub covariance: Tensor<B, 1>,
@@ -87,23 +88,44 @@ impl VicRegLoss {
     /// # Shapes
     /// - `z1`, `z2`: `[N, D]` with `N ≥ 2`; every output: `[1]`
     pub fn terms<B: Backend>(&self, z1: Tensor<B, 2>, z2: Tensor<B, 2>) -> VicRegTerms<B> {
-        assert_same_shape("VICReg", ("z1", z1.dims()), ("z2", z2.dims()));
-        let [n, _] = z1.dims();
-        assert!(n >= 2, "VICReg: a batch of {n} has no variance");
-        let invariance = (z1.clone() - z2.clone()).powi_scalar(2).mean();
-        let variance = (variance_hinge(z1.clone(), self.epsilon)
-            + variance_hinge(z2.clone(), self.epsilon))
-            / 2.0;
-        let covariance = covariance_penalty(z1) + covariance_penalty(z2);
-        let [l, m, v] = self.weights;
-        VicRegTerms {
-            loss: invariance.clone().mul_scalar(l)
-                + variance.clone().mul_scalar(m)
-                + covariance.clone().mul_scalar(v),
-            invariance,
-            variance,
-            covariance,
-        }
+        let epsilon = self.epsilon;
+        weighted_terms(
+            "VICReg",
+            [z1, z2],
+            self.weights,
+            |z1, z2| (variance_hinge(z1, epsilon) + variance_hinge(z2, epsilon)) / 2.0,
+            covariance_penalty,
+        )
+    }
+}
+
+/// The terms of a loss of VICReg's form, `λ·s + μ·v + ν·c` with `weights = [λ, μ, ν]`: the
+/// invariance `s = mean (Z − Z')²`, the variance term `variance(Z, Z')` and the covariance term
+/// `covariance(Z) + covariance(Z')` (VICReg's, VIbCReg's), after the checks that name `loss`.
+///
+/// # Panics
+/// If the shapes differ or the batch has fewer than two images.
+pub(super) fn weighted_terms<B: Backend>(
+    loss: &str,
+    [z1, z2]: [Tensor<B, 2>; 2],
+    weights: [f64; 3],
+    variance: impl FnOnce(Tensor<B, 2>, Tensor<B, 2>) -> Tensor<B, 1>,
+    covariance: fn(Tensor<B, 2>) -> Tensor<B, 1>,
+) -> VicRegTerms<B> {
+    assert_same_shape(loss, ("z1", z1.dims()), ("z2", z2.dims()));
+    let [n, _] = z1.dims();
+    assert!(n >= 2, "{loss}: a batch of {n} has no variance");
+    let invariance = (z1.clone() - z2.clone()).powi_scalar(2).mean();
+    let variance = variance(z1.clone(), z2.clone());
+    let covariance = covariance(z1) + covariance(z2);
+    let [l, m, v] = weights;
+    VicRegTerms {
+        loss: invariance.clone().mul_scalar(l)
+            + variance.clone().mul_scalar(m)
+            + covariance.clone().mul_scalar(v),
+        invariance,
+        variance,
+        covariance,
     }
 }
 

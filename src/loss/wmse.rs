@@ -306,18 +306,7 @@ fn lower_inverse<B: Backend>(l: Tensor<B, 3>) -> Tensor<B, 3> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::{Autodiff, NdArray};
-
-    type B = NdArray<f64>;
-    type Ad = Autodiff<B>;
-
-    fn matrix<Bk: Backend>(values: &[f64], shape: [usize; 2]) -> Tensor<Bk, 2> {
-        Tensor::from_data(TensorData::new(values.to_vec(), shape), &Default::default())
-    }
-
-    fn host<Bk: Backend, const N: usize>(t: Tensor<Bk, N>) -> Vec<f64> {
-        t.into_data().convert::<f64>().to_vec().unwrap()
-    }
+    use crate::loss::testing::{assert_matches_finite_differences, host, matrix, Ad, B};
 
     /// Deterministic rows with a full-rank covariance (a sine of the entry's index alone spans
     /// two directions: the residues of `k²` break that).
@@ -435,19 +424,7 @@ mod tests {
             host(loss.forward_with_orders(matrix::<B>(v, [n, d]), matrix::<B>(&b, [n, d]), &orders))
                 [0]
         };
-        let h = 1e-6;
-        for k in 0..n * d {
-            let (mut up, mut down) = (a.clone(), a.clone());
-            up[k] += h;
-            down[k] -= h;
-            let numeric = (f(&up) - f(&down)) / (2.0 * h);
-            let scale = numeric.abs().max(1e-3);
-            assert!(
-                (analytic[k] - numeric).abs() / scale < 1e-6,
-                "entry {k}: {} vs {numeric}",
-                analytic[k]
-            );
-        }
+        assert_matches_finite_differences(f, &a, &analytic, 1e-3, "W-MSE");
     }
 
     /// The orders are permutations drawn from `(seed, step)`: the same for the same pair, others

@@ -35,9 +35,16 @@ fn unit(degrees: f64) -> [f64; 2] {
     [a.cos(), a.sin()]
 }
 
-fn rows<B: Backend>(degrees: &[f64], device: &B::Device) -> Tensor<B, 2> {
+/// The unit vectors at `degrees` in the plane, one a row: `[degrees.len(), 2]`.
+pub(crate) fn rows<B: Backend>(degrees: &[f64], device: &B::Device) -> Tensor<B, 2> {
     let data: Vec<f64> = degrees.iter().flat_map(|&d| unit(d)).collect();
     Tensor::from_data(TensorData::new(data, [degrees.len(), 2]), device)
+}
+
+/// The two views of the two-image example of `docs/methods.md#curricular-weighting`, which the
+/// contrastive losses' tests work by hand too: `z1 = [u0°, u90°]`, `z2 = [u50°, u125°]`.
+pub(crate) fn curricular_views<B: Backend>(device: &B::Device) -> [Tensor<B, 2>; 2] {
+    [rows(&[0.0, 90.0], device), rows(&[50.0, 125.0], device)]
 }
 
 fn scalar<B: Backend>(t: Tensor<B, 1>) -> f64 {
@@ -135,8 +142,7 @@ pub fn worked_values<B: Backend>(device: &B::Device) -> Vec<WorkedValue> {
     push("HCL beta=1 tau+=0", 0.582076, scalar(hcl(0.0, 1.0)));
 
     // docs/methods.md#curricular-weighting: z1 = [u0, u90], z2 = [u50, u125], tau = 0.5.
-    let c1 = rows::<B>(&[0.0, 90.0], device);
-    let c2 = rows::<B>(&[50.0, 125.0], device);
+    let [c1, c2] = curricular_views::<B>(device);
     for (t_prev, t, ce, reg, loss) in [
         (0.0, 0.000731, 0.558864, 0.0, 0.558864),
         (0.8, 0.799931, 0.720836, 0.00122614, 0.722062),

@@ -18,8 +18,8 @@ use burn::optim::{LearningRate, SimpleOptimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 
-use super::sgd::{momentum_update, SgdState};
-use crate::base::error::{in_range, non_negative, positive, ConfigError};
+use super::sgd::{momentum_in_range, momentum_update, SgdState};
+use crate::base::error::{non_negative, positive, ConfigError};
 
 /// Configuration of [`Lars`].
 #[derive(Config, Debug)]
@@ -48,10 +48,7 @@ pub struct LarsConfig {
 impl LarsConfig {
     /// Validates the hyperparameters and builds the optimiser state-free core.
     pub fn build(&self) -> Result<Lars, ConfigError> {
-        in_range("momentum", self.momentum, 0.0, 1.0, false)?;
-        if self.momentum >= 1.0 {
-            return Err(ConfigError::new("momentum", "must be < 1"));
-        }
+        momentum_in_range(self.momentum)?;
         non_negative("weight_decay", self.weight_decay)?;
         positive("eta", self.eta)?;
         non_negative("epsilon", self.epsilon)?;

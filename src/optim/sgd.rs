@@ -35,10 +35,7 @@ pub struct SgdConfig {
 impl SgdConfig {
     /// Validates the hyperparameters and builds the update rule.
     pub fn build(&self) -> Result<Sgd, ConfigError> {
-        in_range("momentum", self.momentum, 0.0, 1.0, false)?;
-        if self.momentum >= 1.0 {
-            return Err(ConfigError::new("momentum", "must be < 1"));
-        }
+        momentum_in_range(self.momentum)?;
         non_negative("weight_decay", self.weight_decay)?;
         if self.nesterov && self.momentum == 0.0 {
             return Err(ConfigError::new(
@@ -67,6 +64,15 @@ pub struct Sgd {
     momentum: f64,
     nesterov: bool,
     weight_decay: f64,
+}
+
+/// Checks that the momentum `μ` lies in `[0, 1)` (SGD's and LARS's).
+pub(crate) fn momentum_in_range(momentum: f64) -> Result<(), ConfigError> {
+    in_range("momentum", momentum, 0.0, 1.0, false)?;
+    if momentum >= 1.0 {
+        return Err(ConfigError::new("momentum", "must be < 1"));
+    }
+    Ok(())
 }
 
 /// PyTorch's momentum on an update `d`: `v ← μ·v + d` (`v = d` at the first step), and the step

@@ -159,6 +159,22 @@ impl Pace {
         epoch < self.warmup_epochs
     }
 
+    /// The examples of epoch `epoch` of a selection hook, grouped by `groups` (one an example):
+    /// every one during the warm-up, where `losses` is not called; else [`Pace::select`] on the
+    /// losses it reads.
+    fn select_epoch(
+        &mut self,
+        epoch: usize,
+        groups: &[usize],
+        losses: impl FnOnce() -> Result<Vec<f32>, TrainError>,
+    ) -> Result<Vec<usize>, TrainError> {
+        if self.in_warmup(epoch) {
+            Ok(self.select_all(groups.len()))
+        } else {
+            self.select(epoch, &losses()?, groups)
+        }
+    }
+
     /// Every one of `n` examples: a warm-up epoch's selection, which needs no losses.
     pub fn select_all(&mut self, n: usize) -> Vec<usize> {
         self.used = (f64::NAN, f64::NAN);
@@ -287,12 +303,10 @@ impl<B: AutodiffBackend, K: SupervisedTask<B>> Hook<B, K> for SpldSampling {
     }
 
     fn epoch_start(&mut self, run: &mut RunView<'_, B, K>, epoch: usize) -> Result<(), TrainError> {
-        let pool = if self.pace.in_warmup(epoch) {
-            self.pace.select_all(self.index.num_examples())
-        } else {
-            let losses = run.task.example_losses()?;
-            self.pace.select(epoch, &losses, self.index.assignments())?
-        };
+        let groups = self.index.assignments();
+        let pool = self
+            .pace
+            .select_epoch(epoch, groups, || run.task.example_losses())?;
         self.selected = pool.len();
         run.select(pool)
     }
@@ -336,14 +350,7 @@ impl<B: AutodiffBackend, K: SupervisedTask<B>> Hook<B, K> for SpldSampling {
     ) -> Result<(), String> {
         let state: SpldSamplingState =
             from_state(state.ok_or("the checkpoint holds no selection state")?)?;
-        let index = ClusterIndex::from_state(state.index).map_err(|e| e.to_string())?;
-        if index.num_examples() != self.index.num_examples() {
-            return Err(format!(
-                "its clusters cover {} examples, this run's data {}",
-                index.num_examples(),
-                self.index.num_examples()
-            ));
-        }
+        let index = index_from_state(state.index, self.index.num_examples())?;
         self.pace
             .load_state(state.pace)
             .map_err(|e| e.to_string())?;
@@ -585,14 +592,10 @@ where
     fn epoch_start(&mut self, run: &mut RunView<'_, B, K>, epoch: usize) -> Result<(), TrainError> {
         self.refresh(epoch)?;
         self.epoch_loss = (0.0, 0);
-        let pool = if self.pace.in_warmup(epoch) {
-            self.pace.select_all(self.labels.len())
-        } else {
-            let losses = run.task.example_losses()?;
-            let index = self.sampler.as_ref().expect("refreshed").index();
-            let groups = index.assignments().to_vec();
-            self.pace.select(epoch, &losses, &groups)?
-        };
+        let index = self.sampler.as_ref().expect("refreshed").index();
+        let pool = self
+            .pace
+            .select_epoch(epoch, index.assignments(), || run.task.example_losses())?;
         self.selected = pool.len();
         run.select(pool)
     }
@@ -711,14 +714,7 @@ where
             .map_err(|e| e.to_string())?;
         self.sampler = match (state.index, state.sampler) {
             (Some(index), Some(sampler_state)) => {
-                let index = ClusterIndex::from_state(index).map_err(|e| e.to_string())?;
-                if index.num_examples() != self.labels.len() {
-                    return Err(format!(
-                        "its clusters cover {} examples, this run's data {}",
-                        index.num_examples(),
-                        self.labels.len()
-                    ));
-                }
+                let index = index_from_state(index, self.labels.len())?;
                 let mut sampler = self.config.sampler.init(index).map_err(|e| e.to_string())?;
                 sampler
                     .load_state(sampler_state)
@@ -807,6 +803,18 @@ fn as_columns(stats: Vec<(String, f64)>) -> Vec<Column> {
         .into_iter()
         .map(|(name, v)| (name.into(), Cell::Value(v)))
         .collect()
+}
+
+/// The cluster index a checkpoint kept, which must cover the run's `examples` examples.
+fn index_from_state(state: ClusterIndexState, examples: usize) -> Result<ClusterIndex, String> {
+    let index = ClusterIndex::from_state(state).map_err(|e| e.to_string())?;
+    if index.num_examples() != examples {
+        return Err(format!(
+            "its clusters cover {} examples, this run's data {examples}",
+            index.num_examples()
+        ));
+    }
+    Ok(index)
 }
 
 /// Reads a JSON value as a selection's state, naming what did not fit.
