@@ -91,7 +91,7 @@ fn train_step(c: &mut Criterion) {
     let device = Default::default();
     run(c, "simclr", || {
         SimClrConfig::new()
-            .init(resnet18(&device), &device)
+            .init(|_| resnet18(&device), &device)
             .unwrap()
     });
     run(c, "moco_v2", || {
@@ -104,7 +104,7 @@ fn train_step(c: &mut Criterion) {
     });
     run(c, "simsiam", || {
         SimSiamConfig::new()
-            .init(resnet18(&device), &device)
+            .init(|_| resnet18(&device), &device)
             .unwrap()
     });
 }

@@ -139,7 +139,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_in_channels(1)
         .with_stem(Stem::ImageNet);
     let config = SimClrConfig::new().with_hidden_dim(256).with_output_dim(64);
-    let method = init_method::<Train, _, _>(&device, 0, |d| config.init(backbone.init(d), d))?;
+    let method = init_method::<Train, _, _>(&device, 0, |d| config.init(|d| backbone.init(d), d))?;
     let loader = Loader::new(
         train,
         "embedded subset",

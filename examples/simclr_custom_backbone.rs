@@ -80,8 +80,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let monitor = KnnMonitor::new(train.clone(), test, pipeline.view1.normalize.clone())?;
     let config = SimClrConfig::new().with_hidden_dim(256).with_output_dim(64);
     // Initial weights drawn under the crate's seed lock: the same for a seed, whatever else runs.
-    let method =
-        init_method::<Train, _, _>(&device, 0, |d| config.init(TinyConvNet::new(1, 64, d), d))?;
+    let method = init_method::<Train, _, _>(&device, 0, |d| {
+        config.init(|d| TinyConvNet::new(1, 64, d), d)
+    })?;
     let loader = Loader::new(train, "embedded subset", LoaderConfig::default())?;
     let run_dir = std::env::temp_dir().join(format!("simclr-custom-{}", std::process::id()));
     let mut trainer = Trainer::builder(

@@ -178,7 +178,7 @@ fn every_framework_trains_on_the_scheduled_mix_of_its_views() {
             SimSiamConfig::new()
                 .with_dim(16)
                 .with_predictor_dim(8)
-                .init(lenet(d), d)
+                .init(lenet, d)
         }),
     );
     check_mixed_views(
@@ -196,7 +196,7 @@ fn every_framework_trains_on_the_scheduled_mix_of_its_views() {
             SimClrConfig::new()
                 .with_hidden_dim(32)
                 .with_output_dim(16)
-                .init(lenet(d), d)
+                .init(lenet, d)
         }),
     );
     check_mixed_views(
@@ -232,7 +232,7 @@ fn straight_and_resumed(name: &str, augmentation: PipelineConfig) -> (Vec<String
             SimSiamConfig::new()
                 .with_dim(16)
                 .with_predictor_dim(8)
-                .init(lenet(d), d)
+                .init(lenet, d)
         });
         let mut builder = Trainer::builder(
             method,
@@ -306,7 +306,7 @@ fn a_run_with_self_paced_auto_augment_resumes_exactly() {
         SimSiamConfig::new()
             .with_dim(16)
             .with_predictor_dim(8)
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     let err = match Trainer::builder(
         method,
@@ -538,7 +538,7 @@ fn curated_with(
         SimClrConfig::new()
             .with_hidden_dim(32)
             .with_output_dim(8)
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     let mut builder = Trainer::builder(
         method,
@@ -845,7 +845,7 @@ type CropTrainer<M> = Trainer<
 
 fn crop_rotnet<M>(
     curriculum: RotationCurriculumConfig,
-    backbone: impl FnOnce(&Dev) -> M,
+    backbone: impl Fn(&Dev) -> M,
 ) -> RotNet<Ad, M>
 where
     M: TrainableBackbone<Ad>,
@@ -855,7 +855,7 @@ where
             .with_mode(RotationMode::CropAndRotate)
             .with_curriculum(curriculum)
             .with_seed(6)
-            .init(backbone(d), d)
+            .init(&backbone, d)
     })
 }
 
@@ -1236,7 +1236,7 @@ fn crop_and_rotate_needs_a_backbone_with_a_feature_map() {
     let build = |mode: RotationMode| {
         let method = init(|d| {
             RotNetConfig::new().with_mode(mode).init(
-                Flat {
+                |d| Flat {
                     fc: LinearConfig::new(28 * 28, 8).init(d),
                 },
                 d,
@@ -1272,7 +1272,7 @@ fn crop_and_rotate_needs_a_backbone_with_a_feature_map() {
     let method = init(|d| {
         RotNetConfig::new()
             .with_mode(RotationMode::CropAndRotate)
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     let err = match Trainer::builder(
         method,
@@ -1341,7 +1341,7 @@ fn a_hook_selects_the_examples_of_a_self_supervised_epoch() {
         SimSiamConfig::new()
             .with_dim(16)
             .with_predictor_dim(8)
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     let mut trainer = Trainer::builder(
         method,
@@ -1387,7 +1387,7 @@ fn a_hook_selects_the_examples_of_a_self_supervised_epoch() {
         SimSiamConfig::new()
             .with_dim(16)
             .with_predictor_dim(8)
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     let err = Trainer::builder(
         method,
@@ -1454,7 +1454,7 @@ fn a_hook_changes_the_batch_and_asks_for_a_checkpoint() {
             SimSiamConfig::new()
                 .with_dim(16)
                 .with_predictor_dim(8)
-                .init(lenet(d), d)
+                .init(lenet, d)
         }),
         seen: seen.clone(),
     };
@@ -1592,14 +1592,14 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
             .with_hidden_dim(32)
             .with_output_dim(16)
             .with_loss(BarlowTwinsLossConfig::new())
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     with_every_piece("barlow_twins", bt);
     let vicreg = init(|d| {
         VicRegConfig::new()
             .with_hidden_dim(32)
             .with_output_dim(16)
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     let rows = with_every_piece("vicreg", vicreg);
     for term in ["vicreg_invariance", "vicreg_variance", "vicreg_covariance"] {
@@ -1610,7 +1610,7 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
             .with_hidden_dim(32)
             .with_output_dim(16)
             .with_whitening_groups(4)
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     let rows = with_every_piece("vibcreg", vibcreg);
     for term in [
@@ -1625,7 +1625,7 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
             .with_hidden_dim(32)
             .with_output_dim(4)
             .with_loss(WmseLossConfig::new().with_w_size(8))
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     with_every_piece("wmse", wmse);
     for (name, loss) in [
@@ -1637,7 +1637,7 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
                 .with_hidden_dim(32)
                 .with_output_dim(16)
                 .with_loss(PairLossConfig::Dcl(loss))
-                .init(lenet(d), d)
+                .init(lenet, d)
         });
         with_every_piece(name, simclr);
     }
@@ -1645,7 +1645,7 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
         FroSslConfig::new()
             .with_hidden_dim(32)
             .with_output_dim(16)
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     let rows = with_every_piece("frossl", frossl);
     assert!(
@@ -1660,7 +1660,7 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
             .with_loss(PairLossConfig::Macl(
                 curriculum_ssl::loss::MaclLossConfig::new(),
             ))
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     let rows = with_every_piece("macl", macl);
     assert!(
@@ -1671,7 +1671,7 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
     let directclr = init(|d| {
         DirectClrConfig::new()
             .with_loss(curriculum_ssl::loss::DirectClrLossConfig::new().with_loss_dim(16))
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     let rows = with_every_piece("directclr", directclr);
     assert!(
@@ -1683,7 +1683,7 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
         LeJepaConfig::new()
             .with_hidden_dim(32)
             .with_output_dim(16)
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     let rows = with_every_piece("lejepa", lejepa);
     assert!(
@@ -1695,7 +1695,7 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
         EmpSslConfig::new()
             .with_hidden_dim(32)
             .with_output_dim(16)
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     let rows = with_every_piece("emp_ssl", emp_ssl);
     assert!(
@@ -1716,7 +1716,7 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
             .with_hidden_dim(32)
             .with_output_dim(16)
             .with_num_prototypes(20)
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     let rows = with_every_piece("swav", swav);
     assert!(
@@ -1743,14 +1743,14 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
             .with_output_dim(16)
             .with_predictor_hidden_dim(32)
             .with_support_set_size(64)
-            .init(lenet(d), 16, d)
+            .init(lenet, 16, d)
     });
     with_every_piece("nnclr", nnclr);
     let nnsiam = init(|d| {
         NnSiamConfig::new()
             .with_simsiam(SimSiamConfig::new().with_dim(16).with_predictor_dim(8))
             .with_support_set_size(64)
-            .init(lenet(d), 16, d)
+            .init(lenet, 16, d)
     });
     with_every_piece("nnsiam", nnsiam);
     let nnbyol = init(|d| {
@@ -1795,7 +1795,7 @@ fn local_crops_are_refused_for_a_two_view_method() {
         SimClrConfig::new()
             .with_hidden_dim(32)
             .with_output_dim(16)
-            .init(lenet(d), d)
+            .init(lenet, d)
     });
     let err = match Trainer::builder(
         simclr,

@@ -310,7 +310,7 @@ fn simclr<B: Backend>(d: &B::Device, _: usize) -> Result<SimClr<B, ResNet<B>>, C
     SimClrConfig::new()
         .with_hidden_dim(8)
         .with_output_dim(4)
-        .init(resnet(d), d)
+        .init(|d| resnet(d), d)
 }
 
 /// SimCLR with MACL: the temperature follows the alignment of the global batch's pairs.
@@ -321,7 +321,7 @@ fn simclr_macl<B: Backend>(d: &B::Device, _: usize) -> Result<SimClr<B, ResNet<B
         .with_loss(PairLossConfig::Macl(
             curriculum_ssl::loss::MaclLossConfig::new(),
         ))
-        .init(resnet(d), d)
+        .init(|d| resnet(d), d)
 }
 
 fn moco_v2<B: Backend>(d: &B::Device, batch: usize) -> Result<Moco<B, ResNet<B>>, ConfigError> {
@@ -368,14 +368,14 @@ fn barlow_twins<B: Backend>(
     BarlowTwinsConfig::new()
         .with_hidden_dim(8)
         .with_output_dim(4)
-        .init(resnet(d), d)
+        .init(|d| resnet(d), d)
 }
 
 fn vicreg<B: Backend>(d: &B::Device, _: usize) -> Result<VicReg<B, ResNet<B>>, ConfigError> {
     VicRegConfig::new()
         .with_hidden_dim(8)
         .with_output_dim(4)
-        .init(resnet(d), d)
+        .init(|d| resnet(d), d)
 }
 
 /// VIbCReg: IterNorm's mean and covariance are the global batch's (as the batch norms').
@@ -384,7 +384,7 @@ fn vibcreg<B: Backend>(d: &B::Device, _: usize) -> Result<Vibcreg<B, ResNet<B>>,
         .with_hidden_dim(8)
         .with_output_dim(4)
         .with_whitening_groups(2)
-        .init(resnet(d), d)
+        .init(|d| resnet(d), d)
 }
 
 /// W-MSE: the whitened sub-batches are the global batch's (one order from the step on every
@@ -394,21 +394,21 @@ fn wmse<B: Backend>(d: &B::Device, _: usize) -> Result<Wmse<B, ResNet<B>>, Confi
         .with_hidden_dim(8)
         .with_output_dim(3)
         .with_loss(curriculum_ssl::loss::WmseLossConfig::new().with_w_size(6))
-        .init(resnet(d), d)
+        .init(|d| resnet(d), d)
 }
 
 fn frossl<B: Backend>(d: &B::Device, _: usize) -> Result<FroSsl<B, ResNet<B>>, ConfigError> {
     FroSslConfig::new()
         .with_hidden_dim(8)
         .with_output_dim(4)
-        .init(resnet(d), d)
+        .init(|d| resnet(d), d)
 }
 
 /// DirectCLR on the first 8 of the ResNet's 16 features.
 fn directclr<B: Backend>(d: &B::Device, _: usize) -> Result<DirectClr<B, ResNet<B>>, ConfigError> {
     DirectClrConfig::new()
         .with_loss(curriculum_ssl::loss::DirectClrLossConfig::new().with_loss_dim(8))
-        .init(resnet(d), d)
+        .init(|d| resnet(d), d)
 }
 
 /// SwAV with a queue of one global batch, used from the second step, and prototypes that
@@ -421,7 +421,7 @@ fn swav<B: Backend>(d: &B::Device, _: usize) -> Result<Swav<B, ResNet<B>>, Confi
         .with_freeze_prototypes_epochs(0)
         .with_queue_size(GLOBAL)
         .with_queue_start_epoch(0)
-        .init(resnet(d), d)
+        .init(|d| resnet(d), d)
 }
 
 fn swav_extra<B: AutodiffBackend>(m: &Swav<B, ResNet<B>>) -> Vec<f64> {
@@ -431,29 +431,27 @@ fn swav_extra<B: AutodiffBackend>(m: &Swav<B, ResNet<B>>) -> Vec<f64> {
 
 /// MAE on a ViT of the views' size: width 8, one block, a one-block decoder.
 fn mae<B: Backend>(d: &B::Device, _: usize) -> Result<Mae<B, Vit<B>>, ConfigError> {
-    let vit = VitConfig::new(SIDE)
-        .with_patch_size(4)
-        .with_embed_dim(8)
-        .with_depth(1)
-        .with_num_heads(2)
-        .init(d);
     MaeConfig::new()
         .with_decoder_dim(8)
         .with_decoder_depth(1)
         .with_decoder_heads(2)
-        .init(vit, d)
+        .init(
+            |d| {
+                VitConfig::new(SIDE)
+                    .with_patch_size(4)
+                    .with_embed_dim(8)
+                    .with_depth(1)
+                    .with_num_heads(2)
+                    .init(d)
+            },
+            d,
+        )
 }
 
 /// Hard patches mining on MAE's ViT, in 2-pixel patches (more patches to rank), half of the
 /// hidden patches the hardest predicted from the first step: each replica ranks its own images
 /// and draws their random patches by their global indices.
 fn hpm<B: Backend>(d: &B::Device, _: usize) -> Result<Hpm<B, Vit<B>>, ConfigError> {
-    let vit = VitConfig::new(SIDE)
-        .with_patch_size(2)
-        .with_embed_dim(8)
-        .with_depth(1)
-        .with_num_heads(2)
-        .init(d);
     HpmConfig::new()
         .with_mae(
             MaeConfig::new()
@@ -462,23 +460,37 @@ fn hpm<B: Backend>(d: &B::Device, _: usize) -> Result<Hpm<B, Vit<B>>, ConfigErro
                 .with_decoder_heads(2),
         )
         .with_hard_share(curriculum_ssl::curriculum::SchedulerConfig::Constant { value: 0.5 })
-        .init(vit, d)
+        .init(
+            |d| {
+                VitConfig::new(SIDE)
+                    .with_patch_size(2)
+                    .with_embed_dim(8)
+                    .with_depth(1)
+                    .with_num_heads(2)
+                    .init(d)
+            },
+            d,
+        )
 }
 
 /// SimMIM on a ViT of the views' size in 2-pixel patches (a 4 × 4 grid) with units of 3 × 3
 /// patches: clipped at the edges, so images hide different numbers of patches and the replicas'
 /// losses must be scaled by the global batch's hidden pixels.
 fn simmim<B: Backend>(d: &B::Device, _: usize) -> Result<SimMim<B, Vit<B>>, ConfigError> {
-    let vit = VitConfig::new(SIDE)
-        .with_patch_size(2)
-        .with_embed_dim(8)
-        .with_depth(1)
-        .with_num_heads(2)
-        .init(d);
     SimMimConfig::new()
         .with_mask_unit(3)
         .with_mask_ratio(0.5)
-        .init(vit, d)
+        .init(
+            |d| {
+                VitConfig::new(SIDE)
+                    .with_patch_size(2)
+                    .with_embed_dim(8)
+                    .with_depth(1)
+                    .with_num_heads(2)
+                    .init(d)
+            },
+            d,
+        )
 }
 
 /// DINO whose last layer trains from the first step.
@@ -492,7 +504,7 @@ fn lejepa<B: Backend>(d: &B::Device, _: usize) -> Result<LeJepa<B, ResNet<B>>, C
                 .with_lambda(0.3)
                 .with_num_slices(32),
         )
-        .init(resnet(d), d)
+        .init(|d| resnet(d), d)
 }
 
 /// EMP-SSL with the runs' two local crops as further patches.
@@ -501,7 +513,7 @@ fn emp_ssl<B: Backend>(d: &B::Device, _: usize) -> Result<EmpSsl<B, ResNet<B>>, 
         .with_hidden_dim(8)
         .with_output_dim(4)
         .with_loss(curriculum_ssl::loss::EmpSslLossConfig::new().with_inv_coef(5.0))
-        .init(resnet(d), d)
+        .init(|d| resnet(d), d)
 }
 
 /// MMCR with the runs' two local crops as further views.
@@ -633,7 +645,7 @@ fn nnclr<B: Backend>(d: &B::Device, batch: usize) -> Result<Nnclr<B, ResNet<B>>,
         .with_output_dim(4)
         .with_predictor_hidden_dim(8)
         .with_support_set_size(2 * GLOBAL)
-        .init(resnet(d), batch, d)
+        .init(|d| resnet(d), batch, d)
 }
 
 fn nnclr_extra<B: Backend>(m: &Nnclr<B, ResNet<B>>) -> Vec<f64> {
@@ -649,7 +661,7 @@ fn nnsiam<B: Backend>(d: &B::Device, batch: usize) -> Result<NnSiam<B, ResNet<B>
     NnSiamConfig::new()
         .with_simsiam(SimSiamConfig::new().with_dim(4).with_predictor_dim(8))
         .with_support_set_size(2 * GLOBAL)
-        .init(resnet(d), batch, d)
+        .init(|d| resnet(d), batch, d)
 }
 
 fn nnbyol<B: Backend>(d: &B::Device, batch: usize) -> Result<NnByol<B, ResNet<B>>, ConfigError> {
@@ -1079,7 +1091,7 @@ fn a_method_without_a_rule_for_replicas_is_refused() {
                     .with_hidden_dim(8)
                     .with_output_dim(4)
                     .with_pgd(Some(curriculum_ssl::method::pgd::PgdConfig::new()))
-                    .init(resnet::<Exact>(d), d)
+                    .init(resnet::<Exact>, d)
             })
             .map_err(|e| e.to_string())?;
             method.set_replica(replica).map_err(|e| e.to_string())
@@ -1156,11 +1168,13 @@ mod trainer {
                 .with_hidden_dim(16)
                 .with_output_dim(8)
                 .init(
-                    ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
-                        .with_base_width(2)
-                        .with_in_channels(1)
-                        .with_stem(Stem::Cifar)
-                        .init(d),
+                    |d| {
+                        ResNetConfig::new(BlockKind::Basic, [1, 1, 1, 1])
+                            .with_base_width(2)
+                            .with_in_channels(1)
+                            .with_stem(Stem::Cifar)
+                            .init(d)
+                    },
                     d,
                 )
         })

@@ -52,7 +52,7 @@ fn trainer(dir: &Path, mode: StartMode) -> Result<(), curriculum_ssl::train::Tra
         SimClrConfig::new()
             .with_hidden_dim(16)
             .with_output_dim(8)
-            .init(LeNetConfig::lenet5().with_embedding_dim(16).init(d), d)
+            .init(|d| LeNetConfig::lenet5().with_embedding_dim(16).init(d), d)
     })
     .unwrap();
     let loader = Loader::new(

@@ -397,7 +397,7 @@ fn view_passes_change_no_gradient_and_no_running_statistic() {
             .with_loss(loss);
         assert_view_passes(
             label,
-            || seeded(|d| config.init(resnet(d), d)),
+            || seeded(|d| config.init(|d| resnet(d), d)),
             |m: &SimClr<ExactAd, ResNet<ExactAd>>| vec![m.curricular_t().into_iter().collect()],
         );
     }
@@ -419,7 +419,7 @@ fn view_passes_change_no_gradient_and_no_running_statistic() {
     let simsiam = SimSiamConfig::new().with_dim(8).with_predictor_dim(4);
     assert_view_passes(
         "SimSiam",
-        || seeded(|d| simsiam.init(resnet(d), d)),
+        || seeded(|d| simsiam.init(|d| resnet(d), d)),
         |_: &SimSiam<ExactAd, ResNet<ExactAd>>| Vec::new(),
     );
 }
@@ -566,7 +566,7 @@ fn simsiam_loss_is_the_mean_of_the_two_orderings() {
         SimSiamConfig::new()
             .with_dim(8)
             .with_predictor_dim(4)
-            .init(Tiny::new(d), d)
+            .init(Tiny::new, d)
     })
     .unwrap();
     let (v1, v2) = views(5.0);
@@ -647,7 +647,7 @@ fn simsiam_gradient_flows_only_through_the_predictions() {
         SimSiamConfig::new()
             .with_dim(8)
             .with_predictor_dim(4)
-            .init(Tiny::new(d), d)
+            .init(Tiny::new, d)
     })
     .unwrap();
     let (v1, v2) = views(2.0);
@@ -718,7 +718,7 @@ fn simclr_loss_is_nt_xent_of_the_projections() {
         SimClrConfig::new()
             .with_hidden_dim(16)
             .with_output_dim(4)
-            .init(Tiny::new(d), d)
+            .init(Tiny::new, d)
     })
     .unwrap();
     let (v1, v2) = views(3.0);
@@ -871,7 +871,7 @@ fn records_of_the_per_method_networks_load_into_the_shared_shapes() {
             .with_output_dim(4)
             .with_predictor_hidden_dim(8)
             .with_support_set_size(8)
-            .init(Tiny::new(d), 4, d)
+            .init(Tiny::new, 4, d)
     })
     .unwrap();
     round_trip(nnclr, fixture("nnclr_online"), None, "NNCLR");
@@ -879,7 +879,7 @@ fn records_of_the_per_method_networks_load_into_the_shared_shapes() {
         SimSiamConfig::new()
             .with_dim(8)
             .with_predictor_dim(4)
-            .init(Tiny::new(d), d)
+            .init(Tiny::new, d)
     })
     .unwrap();
     round_trip(simsiam, fixture("simsiam_online"), None, "SimSiam");
@@ -887,7 +887,7 @@ fn records_of_the_per_method_networks_load_into_the_shared_shapes() {
         SimClrConfig::new()
             .with_hidden_dim(8)
             .with_output_dim(4)
-            .init(Tiny::new(d), d)
+            .init(Tiny::new, d)
     })
     .unwrap();
     round_trip(simclr, fixture("simclr_online"), None, "SimCLR");
@@ -895,7 +895,7 @@ fn records_of_the_per_method_networks_load_into_the_shared_shapes() {
         BarlowTwinsConfig::new()
             .with_hidden_dim(8)
             .with_output_dim(4)
-            .init(Tiny::new(d), d)
+            .init(Tiny::new, d)
     })
     .unwrap();
     round_trip(barlow, fixture("barlow_twins_online"), None, "Barlow Twins");
@@ -1002,7 +1002,7 @@ impl<B: Backend> curriculum_ssl_models::import::TorchvisionImport<B> for Lightly
 /// positions equal the authors' table to 1e-15.
 #[test]
 fn mae_matches_lightly_in_f64() {
-    use curriculum_ssl::method::mae::sine_cosine_2d;
+    use curriculum_ssl::method::masking::sine_cosine_2d;
     let expected = fixture_json("mae_lightly.json");
     let device = Default::default();
     let positions = sine_cosine_2d::<ExactAd>((2, 2), 8, &device);
@@ -1020,7 +1020,7 @@ fn mae_matches_lightly_in_f64() {
                 .with_decoder_depth(1)
                 .with_decoder_heads(2)
                 .with_normalize_targets(normalize)
-                .init(lightly_vit(d), d)
+                .init(lightly_vit, d)
         })
         .unwrap();
         let mut wrapper = LightlyMae {
@@ -1107,9 +1107,7 @@ fn simmim_matches_lightly_in_f64() {
     let device = Default::default();
     // Built under the seed lock (loading a record draws the lazy values it replaces).
     let mut simmim = init_method::<ExactAd, _, _>(&device, 0, |d| {
-        SimMimConfig::new()
-            .with_mask_unit(1)
-            .init(lightly_vit(d), d)
+        SimMimConfig::new().with_mask_unit(1).init(lightly_vit, d)
     })
     .unwrap();
     let mut wrapper = LightlySimMim {
@@ -1200,7 +1198,7 @@ impl<B: Backend> curriculum_ssl_models::import::TorchvisionImport<B> for Lightly
 /// predictor's sine-cosine positions equal the authors' table to 1e-15.
 #[test]
 fn ijepa_matches_lightly_in_f64() {
-    use curriculum_ssl::method::mae::sine_cosine_2d;
+    use curriculum_ssl::method::masking::sine_cosine_2d;
     let expected = fixture_json("ijepa_lightly.json");
     let device = Default::default();
     let positions = sine_cosine_2d::<ExactAd>((3, 3), 8, &device).slice([0..1, 1..10, 0..8]);

@@ -48,7 +48,10 @@ fn method(device: &Dev, width: usize) -> Method {
         SimClrConfig::new()
             .with_hidden_dim(32)
             .with_output_dim(16)
-            .init(LeNetConfig::lenet5().with_embedding_dim(width).init(d), d)
+            .init(
+                |d| LeNetConfig::lenet5().with_embedding_dim(width).init(d),
+                d,
+            )
     })
     .unwrap()
 }

@@ -92,7 +92,7 @@ fn curricular_simclr(device: &Dev) -> SimClr<Ad, LeNet<Ad>> {
         .with_loss(PairLossConfig::Curricular(
             CurricularLossConfig::new().with_momentum(0.5),
         ))
-        .init(lenet(device), device)
+        .init(|_| lenet(device), device)
         .unwrap()
 }
 
@@ -408,7 +408,7 @@ fn a_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_checkpoint() {
         SimClrConfig::new()
             .with_hidden_dim(32)
             .with_output_dim(16)
-            .init(lenet(d), d)
+            .init(lenet, d)
     })
     .unwrap();
     let method = NanAt { inner, step: 6 };
@@ -535,7 +535,7 @@ fn simclr_beats_the_untrained_backbone_on_knn() {
             .with_loss(PairLossConfig::NtXent(
                 curriculum_ssl::loss::NtXentLossConfig::new().with_temperature(0.2),
             ))
-            .init(small_resnet(d), d)
+            .init(small_resnet, d)
     })
     .unwrap();
     let (before, after, dir) = end_to_end("e2e-simclr", method, 3, 0.1);

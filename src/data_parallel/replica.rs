@@ -255,6 +255,18 @@ impl<B: Backend> Replica<B> {
         self.sum(scattered)
     }
 
+    /// `rows` gathered from every replica ([`Replica::gather`]) when `replica` is one, `rows`
+    /// itself on one device: what a loss over the global batch compares.
+    ///
+    /// # Shapes
+    /// - `rows`: `[N, D]` → `[W·N, D]`
+    pub fn gather_on(replica: Option<&Self>, rows: Tensor<B, 2>) -> Tensor<B, 2> {
+        match replica {
+            Some(r) => r.gather(rows),
+            None => rows,
+        }
+    }
+
     /// Every replica's `bytes`, in rank order (e.g. their run records, compared before a run
     /// starts). Two all-reduces: the lengths, then the bytes, each replica's row padded to the
     /// longest. Every value summed is an integer below 256 (a length as three base-256 digits)

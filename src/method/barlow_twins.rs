@@ -36,20 +36,18 @@ pub struct BarlowTwinsConfig {
 pub type BarlowTwins<B, M> = ProjectedPair<B, M, BarlowTwinsLoss>;
 
 impl BarlowTwinsConfig {
-    /// Builds Barlow Twins around `backbone`.
+    /// Builds Barlow Twins around the backbone `backbone` makes (called once).
     ///
     /// # Errors
     /// A zero width or an impossible `λ`, named.
     pub fn init<B: Backend, M: Backbone<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<BarlowTwins<B, M>, ConfigError> {
         let projector =
-            MlpHeadConfig::new(backbone.feature_dim(), self.hidden_dim, self.output_dim)
-                .with_num_layers(3)
-                .init(device)?;
-        Ok(ProjectedPair::new(backbone, projector, self.loss.init()?))
+            |width| MlpHeadConfig::new(width, self.hidden_dim, self.output_dim).with_num_layers(3);
+        ProjectedPair::build(backbone, projector, self.loss.init()?, device)
     }
 }
 

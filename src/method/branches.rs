@@ -175,12 +175,12 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> ViewThreads<B, M> {
         self.pending = None;
     }
 
-    /// The two views' outputs through `online`, ready for the loss: `pass` runs the networks on
-    /// a batch of `groups` stacked views (1, or 2 for a joint pass: it hands `groups` to the
-    /// networks' grouped forwards, e.g. [`Projected::forward_grouped`](super::encoder::Projected::forward_grouped))
-    /// and returns the tensor the loss is back-propagated through (`[groups · N, D]`) and
-    /// whatever else the method needs of it (e.g. SimSiam's detached projections), view 1's
-    /// then view 2's.
+    /// The two views' outputs through `online`, ready for the loss: `pass` runs the networks on a
+    /// batch of `groups` stacked views (1, or 2 for a joint pass: it hands `groups` to the
+    /// networks' grouped forwards, e.g.
+    /// [`Projected::forward_grouped`](super::encoder::Projected::forward_grouped)) and returns the
+    /// tensor the loss is back-propagated through (`[groups · N, D]`) and whatever else the method
+    /// needs of it (e.g. SimSiam's detached projections), view 1's then view 2's.
     ///
     /// [`ViewPasses::Threads`] (when `allowed`: a method passes `false` at a step whose loss
     /// also reaches the networks another way, e.g. PGD's third pass): the second view goes

@@ -16,7 +16,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 use super::branches::{ViewPasses, ViewThreads};
 use super::encoder::{Predicted, Projected};
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -49,27 +49,14 @@ impl ByolConfig {
         backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<Byol<B, M>, ConfigError> {
-        let online_backbone = backbone(device);
-        let feature_dim = online_backbone.feature_dim();
-        let projector = MlpHeadConfig::new(feature_dim, self.hidden_dim, self.output_dim);
+        let projector = |width| MlpHeadConfig::new(width, self.hidden_dim, self.output_dim);
         let predictor = MlpHeadConfig::new(self.output_dim, self.hidden_dim, self.output_dim);
-        let online = Predicted {
-            backbone: online_backbone,
-            projector: projector.init(device)?,
-            predictor: predictor.init(device)?,
-        };
-        crate::base::seed::check_size(&online, "the online network")?;
-        crate::base::seed::materialise(&online);
-        let fresh = Projected {
-            backbone: backbone(device),
-            projector: projector.init(device)?,
-        };
-        let target = MomentumEncoder::new(
-            &online.encoder(),
-            fresh,
+        let (online, target) = Predicted::with_momentum_copy(
+            backbone,
+            projector,
+            &predictor,
             self.base_momentum,
-            true,
-            "base_momentum",
+            device,
         )?;
         Ok(Byol {
             online,
@@ -146,9 +133,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Byol<B, M> {
     type Backbone = M;
     type State = ByolState<B, M>;
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
+    online_in!(online);
 
     fn state(&self) -> ByolState<B, M> {
         ByolState {
@@ -159,10 +144,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Byol<B, M> {
     fn load_state(&mut self, state: ByolState<B, M>) -> Result<(), ConfigError> {
         self.target.load_record(state.target);
         Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
     }
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
@@ -194,12 +175,9 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Byol<B, M> {
 mod tests {
     use super::*;
     use crate::method::testing::TinyBackbone as Tiny;
-    use crate::method::testing::{cosine, host, images, mean_over_rows, progress};
+    use crate::method::testing::{cosine, host, images, mean_over_rows, progress, Ad};
     use crate::optim::SgdConfig;
-    use burn::backend::{Autodiff, NdArray};
     use burn::optim::Optimizer;
-
-    type Ad = Autodiff<NdArray<f64>>;
 
     fn byol() -> Byol<Ad, Tiny<Ad>> {
         let device = Default::default();

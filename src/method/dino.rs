@@ -34,7 +34,9 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::momentum::MomentumEncoder;
 use super::running::Running;
-use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{
+    gradients_without, online_in, HasBackbone, MethodOutput, SslMethod, Views,
+};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -283,9 +285,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Dino<B, M> {
     type Backbone = M;
     type State = DinoState<B, M>;
 
-    fn online(&self) -> &Self::Online {
-        &self.student
-    }
+    online_in!(student);
 
     fn state(&self) -> DinoState<B, M> {
         DinoState {
@@ -299,10 +299,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Dino<B, M> {
             .restore(state.center, "output_dim", "DINO's centre")?;
         self.teacher.load_record(state.teacher);
         Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.student = online;
     }
 
     fn takes_local_crops(&self) -> bool {
@@ -344,25 +340,17 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Dino<B, M> {
         );
         // Moved after the step (a redrawn attempt's outputs never move it).
         self.center.propose(center);
-        let device = loss.device();
-        let scalar = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
-        MethodOutput {
-            loss,
-            stats: vec![
-                ("teacher_temp", scalar(teacher_temp)),
-                self.teacher.stat(progress, &device),
-            ],
-            embeddings: Some([embeddings[0].clone(), embeddings[1].clone()]),
-        }
+        let (momentum, value) = self.teacher.stat(progress, &loss.device());
+        MethodOutput::new(loss)
+            .with_value("teacher_temp", teacher_temp)
+            .with_stat(momentum, value)
+            .with_embeddings([embeddings[0].clone(), embeddings[1].clone()])
     }
 
     /// Drops the last layer's gradient while it is frozen (no optimiser moves or decays it).
     fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
-        let mut grads = GradientsParams::from_grads(loss.backward(), &self.student);
-        if self.frozen {
-            grads.remove::<B::InnerBackend, 2>(self.student.head.last_layer.id);
-        }
-        grads
+        let frozen = self.frozen.then_some(self.student.head.last_layer.id);
+        gradients_without(loss, &self.student, frozen)
     }
 
     /// Each replica's loss is the mean over its images; the centre moves by the replicas' mean
@@ -404,12 +392,10 @@ pub(crate) fn next_center<B: AutodiffBackend>(
 mod tests {
     use super::*;
     use crate::method::branches::fresh_leaves;
-    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
+    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
     use crate::optim::SgdConfig;
-    use burn::backend::{Autodiff, NdArray};
+    use burn::backend::NdArray;
     use burn::optim::Optimizer;
-
-    type Ad = Autodiff<NdArray<f64>>;
 
     fn dino(config: DinoConfig) -> Dino<Ad, Tiny<Ad>> {
         let device = Default::default();

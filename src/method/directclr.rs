@@ -27,16 +27,17 @@ pub struct DirectClrConfig {
 }
 
 impl DirectClrConfig {
-    /// Builds DirectCLR around `backbone`.
+    /// Builds DirectCLR around the backbone `backbone` makes (called once).
     ///
     /// # Errors
     /// A zero `loss_dim`, a `loss_dim` wider than the backbone's features, or a temperature
     /// that is not a finite number > 0, named.
     pub fn init<B: Backend, M: Backbone<B>>(
         &self,
-        backbone: M,
-        _device: &B::Device,
+        backbone: impl Fn(&B::Device) -> M,
+        device: &B::Device,
     ) -> Result<DirectClr<B, M>, ConfigError> {
+        let backbone = backbone(device);
         let loss = self.loss.init()?;
         let features = backbone.feature_dim();
         if loss.loss_dim() > features {
@@ -100,11 +101,9 @@ impl<B: Backend> PairObjective<B> for DirectClrLoss {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
+    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
     use crate::method::SslMethod;
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
+    use burn::backend::NdArray;
 
     /// The step's loss is the loss of the backbone's own features (no head in between), its
     /// gradient reaches the backbone, and `d₀` wider than the features is refused by name.
@@ -114,7 +113,7 @@ mod tests {
         let (v1, v2) = (images::<Ad>(6, 0.0), images::<Ad>(6, 1.0));
         let config = DirectClrConfig::new().with_loss(DirectClrLossConfig::new().with_loss_dim(4));
         let mut method = crate::method::init_method::<Ad, _, ConfigError>(&device, 4, |d| {
-            config.init(Tiny::new(16, 6, d), d)
+            config.init(|d| Tiny::new(16, 6, d), d)
         })
         .unwrap();
         let backbone = method.online().backbone.clone();
@@ -143,7 +142,7 @@ mod tests {
 
         let wide = DirectClrConfig::new().with_loss(DirectClrLossConfig::new().with_loss_dim(7));
         let err = crate::method::init_method::<Ad, _, ConfigError>(&device, 4, |d| {
-            wide.init(Tiny::new(16, 6, d), d)
+            wide.init(|d| Tiny::new(16, 6, d), d)
         })
         .expect_err("7 coordinates of 6 features");
         assert_eq!(err.field, "loss_dim");

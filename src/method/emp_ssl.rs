@@ -19,7 +19,7 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::encoder::Projected;
-use super::ssl_method::{MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, stateless, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -41,15 +41,16 @@ pub struct EmpSslConfig {
 }
 
 impl EmpSslConfig {
-    /// Builds EMP-SSL around `backbone`.
+    /// Builds EMP-SSL around the backbone `backbone` makes (called once).
     ///
     /// # Errors
     /// A zero width or a loss weight out of range, named.
     pub fn init<B: Backend, M: Backbone<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<EmpSsl<B, M>, ConfigError> {
+        let backbone = backbone(device);
         let projector =
             MlpHeadConfig::new(backbone.feature_dim(), self.hidden_dim, self.output_dim)
                 .with_num_layers(3)
@@ -92,22 +93,10 @@ impl<B: Backend, M: Backbone<B>> EmpSsl<B, M> {
 impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for EmpSsl<B, M> {
     type Online = Projected<B, M>;
     type Backbone = M;
-    /// Nothing besides the trainable networks.
-    type State = ();
+    // Nothing besides the trainable networks.
+    stateless!();
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
-
-    fn state(&self) {}
-
-    fn load_state(&mut self, _: ()) -> Result<(), ConfigError> {
-        Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
-    }
+    online_in!(online);
 
     fn takes_local_crops(&self) -> bool {
         true
@@ -118,10 +107,11 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for EmpSsl<B, M> 
         patches.extend(local);
         let embeddings = Some([patches[0].clone().detach(), patches[1].clone().detach()]);
         // Data-parallel: the coding rates and the images' means are the global batch's.
-        let patches = match &self.replica {
-            Some(r) => patches.into_iter().map(|z| r.gather(z)).collect(),
-            None => patches,
-        };
+        let replica = self.replica.as_ref();
+        let patches: Vec<_> = patches
+            .into_iter()
+            .map(|z| Replica::gather_on(replica, z))
+            .collect();
         let terms = self.loss.terms(&patches);
         MethodOutput {
             loss: terms.loss,
@@ -141,17 +131,12 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for EmpSsl<B, M> 
         self.replica = Some(replica);
         Ok(())
     }
-
-    fn after_step(&mut self, _: Progress) {}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
+    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
 
     /// The step's loss is the loss of the normalised embeddings of the two global views (one
     /// pass) and the local crops (another), in that order; both terms are logged.
@@ -160,7 +145,7 @@ mod tests {
         let device = Default::default();
         let config = EmpSslConfig::new().with_hidden_dim(8).with_output_dim(4);
         let mut method = crate::method::init_method::<Ad, _, ConfigError>(&device, 4, |d| {
-            config.init(Tiny::new(16, 6, d), d)
+            config.init(|d| Tiny::new(16, 6, d), d)
         })
         .unwrap();
         let (v1, v2, l1, l2) = (

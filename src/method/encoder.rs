@@ -136,6 +136,45 @@ impl<B: Backend, M: Backbone<B>> Predicted<B, M> {
         (z, p)
     }
 
+    /// An online network of a backbone made by `backbone`, the projector `projector` gives for
+    /// the backbone's feature width and the predictor `predictor`, and the momentum copy of its
+    /// encoder (backbone and projector, built the same way, the online weights loaded into it;
+    /// momentum `base_momentum` rising to 1 along a cosine): BYOL's and MoCo v3's networks. The
+    /// online network's size is checked and its weights drawn before the copy's.
+    ///
+    /// # Errors
+    /// A zero width in a head, a network too large to draw, or a momentum outside `[0, 1]`
+    /// (named `base_momentum`).
+    pub fn with_momentum_copy(
+        backbone: impl Fn(&B::Device) -> M,
+        projector: impl Fn(usize) -> MlpHeadConfig,
+        predictor: &MlpHeadConfig,
+        base_momentum: f64,
+        device: &B::Device,
+    ) -> Result<(Self, MomentumEncoder<Projected<B, M>>), ConfigError> {
+        let online_backbone = backbone(device);
+        let projector = projector(online_backbone.feature_dim());
+        let online = Self {
+            backbone: online_backbone,
+            projector: projector.init(device)?,
+            predictor: predictor.init(device)?,
+        };
+        crate::base::seed::check_size(&online, "the online network")?;
+        crate::base::seed::materialise(&online);
+        let fresh = Projected {
+            backbone: backbone(device),
+            projector: projector.init(device)?,
+        };
+        let momentum = MomentumEncoder::new(
+            &online.encoder(),
+            fresh,
+            base_momentum,
+            true,
+            "base_momentum",
+        )?;
+        Ok((online, momentum))
+    }
+
     /// The encoder without its predictor (sharing its tensors: the source of a momentum copy,
     /// [`super::momentum::MomentumEncoder::new`]).
     pub fn encoder(&self) -> Projected<B, M> {

@@ -35,20 +35,18 @@ pub struct FroSslConfig {
 pub type FroSsl<B, M> = ProjectedPair<B, M, FroSslLoss>;
 
 impl FroSslConfig {
-    /// Builds FroSSL around `backbone`.
+    /// Builds FroSSL around the backbone `backbone` makes (called once).
     ///
     /// # Errors
     /// A zero width or a negative weight, named.
     pub fn init<B: Backend, M: Backbone<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<FroSsl<B, M>, ConfigError> {
         let projector =
-            MlpHeadConfig::new(backbone.feature_dim(), self.hidden_dim, self.output_dim)
-                .with_num_layers(2)
-                .init(device)?;
-        Ok(ProjectedPair::new(backbone, projector, self.loss.init()?))
+            |width| MlpHeadConfig::new(width, self.hidden_dim, self.output_dim).with_num_layers(2);
+        ProjectedPair::build(backbone, projector, self.loss.init()?, device)
     }
 }
 

@@ -43,8 +43,8 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use super::mae::{hidden_mean, MaeConfig, MaeDecoder, MaeNetwork};
-use super::masking::{encode_kept, PatchMask};
-use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
+use super::masking::{encode_kept, vit, PatchMask};
+use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::schedule::{Pace, SchedulerConfig};
 use crate::base::seed::mix_seed;
@@ -81,14 +81,15 @@ pub struct HpmConfig {
 }
 
 impl HpmConfig {
-    /// Builds hard patches mining around `backbone`, which must be a Vision Transformer.
+    /// Builds hard patches mining around the backbone `backbone` makes (called once), which must be
+    /// a Vision Transformer.
     ///
     /// # Errors
     /// MAE's errors, no predictor block, a share schedule outside `[0, 1]`, a negative
     /// weight; each named.
     pub fn init<B: Backend, M: Backbone<B> + AsVit<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<Hpm<B, M>, ConfigError> {
         if self.predictor_depth == 0 {
@@ -105,7 +106,7 @@ impl HpmConfig {
             ));
         }
         let mae = self.mae.network(backbone, device)?;
-        let width = mae.backbone.as_vit().expect("a ViT, checked").embed_dim();
+        let width = vit(&mae.backbone).embed_dim();
         let m = &self.mae;
         let loss_predictor = MaeDecoder::new(
             width,
@@ -141,7 +142,7 @@ impl<B: Backend, M> HasBackbone<M> for HpmNetwork<B, M> {
 
 impl<B: Backend, M: Backbone<B> + AsVit<B>> HpmNetwork<B, M> {
     fn vit(&self) -> &Vit<B> {
-        self.mae.backbone.as_vit().expect("a ViT, checked at init")
+        vit(&self.mae.backbone)
     }
 
     /// The predicted difficulty of every patch of `images`, the encoder seeing them all.
@@ -287,22 +288,9 @@ fn hidden_columns<B: Backend>(x: Tensor<B, 2>, mask: &PatchMask) -> Tensor<B, 2>
 impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Hpm<B, M> {
     type Online = HpmNetwork<B, M>;
     type Backbone = M;
-    /// Nothing besides the trainable networks (the masks come from them, the seed and the step).
-    type State = ();
-
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
-
-    fn state(&self) {}
-
-    fn load_state(&mut self, _: ()) -> Result<(), ConfigError> {
-        Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
-    }
+    // Nothing besides the trainable networks (the masks come from them, the seed and the step).
+    stateless!();
+    online_in!(online);
 
     /// On the first global view, as MAE (the second is not used).
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
@@ -327,18 +315,11 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Hp
             hidden_columns(errors, &mask),
         );
         let loss = reconstruction.clone() + ranking.clone().mul_scalar(self.config.loss_weight);
-        let device = loss.device();
-        let scalar = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
-        MethodOutput {
-            loss,
-            stats: vec![
-                ("reconstruction", reconstruction.detach()),
-                ("ranking", ranking.detach()),
-                ("mask_ratio", scalar(self.mask_ratio(progress))),
-                ("hard_share", scalar(self.hard_share(progress))),
-            ],
-            embeddings: None,
-        }
+        MethodOutput::new(loss)
+            .with_stat("reconstruction", reconstruction)
+            .with_stat("ranking", ranking)
+            .with_value("mask_ratio", self.mask_ratio(progress))
+            .with_value("hard_share", self.hard_share(progress))
     }
 
     /// Each replica's images draw their masks with their global indices; every image hides as
@@ -347,17 +328,13 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Hp
         self.replica = Some(replica);
         Ok(())
     }
-
-    fn after_step(&mut self, _: Progress) {}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, progress, tiny_vit};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
+    use crate::method::testing::{host, progress, tiny_vit, Ad};
+    use burn::backend::NdArray;
 
     fn hpm(config: HpmConfig) -> Hpm<Ad, Vit<Ad>> {
         let device = Default::default();
@@ -369,7 +346,7 @@ mod tests {
                         .with_decoder_heads(2)
                         .with_decoder_depth(1),
                 )
-                .init(tiny_vit(8, d), d)
+                .init(|d| tiny_vit(8, d), d)
         })
         .unwrap()
     }
@@ -511,17 +488,17 @@ mod tests {
         let vit = || tiny_vit::<NdArray<f64>>(8, &device);
         let e = HpmConfig::new()
             .with_predictor_depth(0)
-            .init(vit(), &device)
+            .init(|_| vit(), &device)
             .unwrap_err();
         assert_eq!(e.field, "predictor_depth");
         let e = HpmConfig::new()
             .with_loss_weight(-1.0)
-            .init(vit(), &device)
+            .init(|_| vit(), &device)
             .unwrap_err();
         assert_eq!(e.field, "loss_weight");
         let e = HpmConfig::new()
             .with_hard_share(mask_schedule::easy_to_hard(0.0, 1.5))
-            .init(vit(), &device)
+            .init(|_| vit(), &device)
             .unwrap_err();
         assert_eq!(e.field, "hard_share");
     }

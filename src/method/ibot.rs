@@ -48,15 +48,16 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 use super::dino::{next_center, DinoHead, DinoHeadConfig};
-use super::masking::UnitMask;
+use super::masking::{require_vit, vit, StepMasks, UnitMask};
 use super::momentum::MomentumEncoder;
 use super::running::Running;
-use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{
+    gradients_without, online_in, stat, HasBackbone, MethodOutput, SslMethod, Views,
+};
 use crate::base::error::{in_range, ConfigError};
-use crate::base::seed::mix_seed;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::loss::{
@@ -160,16 +161,7 @@ impl IbotConfig {
             }
         }
         let student_backbone = backbone(device);
-        let width = student_backbone
-            .as_vit()
-            .ok_or_else(|| {
-                ConfigError::new(
-                    "backbone",
-                    "iBOT masks patch tokens of a Vision Transformer: train it with a ViT \
-                     backbone (--backbone vit-tiny, vit-small or vit-base)",
-                )
-            })?
-            .embed_dim();
+        let width = require_vit(&student_backbone, "iBOT masks patch tokens of")?.embed_dim();
         let head = DinoHeadConfig::new(width)
             .with_hidden_dim(self.hidden_dim)
             .with_bottleneck_dim(self.bottleneck_dim)
@@ -200,7 +192,7 @@ impl IbotConfig {
             patch_center: Running::new(Tensor::zeros([1, self.output_dim], device)),
             config: self.clone(),
             frozen: false,
-            replica: None,
+            step_masks: StepMasks::new(0x6942_4f54_4d41_534b, self.seed),
         })
     }
 }
@@ -227,7 +219,7 @@ impl<B: Backend, M> HasBackbone<M> for IbotNetwork<B, M> {
 
 impl<B: Backend, M: Backbone<B> + AsVit<B>> IbotNetwork<B, M> {
     fn vit(&self) -> &Vit<B> {
-        self.backbone.as_vit().expect("a ViT, checked at init")
+        vit(&self.backbone)
     }
 
     /// Every token after the final norm, the patches that `mask` hides replaced by the mask
@@ -283,8 +275,7 @@ pub struct Ibot<B: Backend, M: Backbone<B>> {
     config: IbotConfig,
     /// Whether the last layers are frozen at the step being computed.
     frozen: bool,
-    /// This method's replica in a data-parallel run.
-    replica: Option<Replica<B>>,
+    step_masks: StepMasks<B>,
 }
 
 /// The masks of `views` global views (view-major) of `patches` patches each, drawn from `rng`
@@ -336,10 +327,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Ibot<B, M> {
     /// The masks of the step at `progress` for the `2N` global views of a batch of `images`
     /// images with `patches` patches each (view-major), drawn from `(seed, step)`.
     pub fn masks(&self, progress: Progress, images: usize, patches: usize) -> UnitMask {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(
-            mix_seed(0x6942_4f54_4d41_534b, self.config.seed),
-            progress.step as u64,
-        ));
+        let mut rng = self.step_masks.rng(progress);
         let c = &self.config;
         ibot_masks(
             2 * images,
@@ -502,7 +490,7 @@ impl<B: AutodiffBackend, M: Backbone<B> + AsVit<B>> Ibot<B, M> {
             &self.loss,
             self.center.value(),
             teacher,
-            self.replica.as_ref(),
+            self.step_masks.replica(),
         );
         let k = teacher_patch.dims()[1];
         let patch_sum = if teacher_patch.dims()[0] == 0 {
@@ -510,7 +498,7 @@ impl<B: AutodiffBackend, M: Backbone<B> + AsVit<B>> Ibot<B, M> {
         } else {
             teacher_patch.sum_dim(0)
         };
-        let patch_sum = match &self.replica {
+        let patch_sum = match self.step_masks.replica() {
             Some(r) => r.sum(patch_sum.detach()),
             None => patch_sum,
         };
@@ -527,9 +515,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
     type Backbone = M;
     type State = IbotState<B, M>;
 
-    fn online(&self) -> &Self::Online {
-        &self.student
-    }
+    online_in!(student);
 
     fn state(&self) -> IbotState<B, M> {
         IbotState {
@@ -546,10 +532,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             .restore(state.patch_center, "output_dim", "iBOT's patch centre")?;
         self.teacher.load_record(state.teacher);
         Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.student = online;
     }
 
     fn takes_local_crops(&self) -> bool {
@@ -571,10 +553,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
         };
         // The hidden tokens of the global batch, for the patch centre: known on the host.
         let (replicas, rank) = self
-            .replica
-            .as_ref()
+            .step_masks
+            .replica()
             .map_or((1, 0), |r| (r.replicas(), r.rank()));
-        let (mask, global) = if self.replica.is_some() {
+        let (mask, global) = if self.step_masks.replica().is_some() {
             // The global batch's views are view-major: this replica's rows of each view.
             let global = self.masks(progress, n * replicas, patches);
             let own = |view: usize| global.rows((view * replicas + rank) * n, n);
@@ -621,7 +603,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
         let teacher_temp = self.loss.teacher_temp_at(progress.epoch);
         let (cls_loss, patch_loss) = if self.config.sinkhorn_knopp {
             // Balanced over the global batch, as one device balances it.
-            let replica = self.replica.as_ref();
+            let replica = self.step_masks.replica();
             let cls_targets = global_sinkhorn(
                 replica,
                 teacher_cls,
@@ -666,10 +648,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             let koleo = split(student_features, 2)
                 .into_iter()
                 .map(|x| {
-                    let x = match &self.replica {
-                        Some(r) => r.gather(x),
-                        None => x,
-                    };
+                    let x = Replica::gather_on(self.step_masks.replica(), x);
                     if x.dims()[0] < 2 {
                         x.sum().mul_scalar(0.0)
                     } else {
@@ -685,13 +664,12 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             self.propose_centers(&teacher, teacher_patch, global_hidden);
         }
         let device = loss.device();
-        let scalar = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
         let hidden = rows.len() as f64 / (2 * n * patches).max(1) as f64;
         stats.extend([
             ("cls_loss", cls_loss.detach()),
             ("patch_loss", patch_loss.detach()),
-            ("hidden_fraction", scalar(hidden)),
-            ("teacher_temp", scalar(teacher_temp)),
+            ("hidden_fraction", stat(hidden, &device)),
+            ("teacher_temp", stat(teacher_temp, &device)),
             self.teacher.stat(progress, &device),
         ]);
         MethodOutput {
@@ -703,20 +681,15 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
 
     /// Drops the last layers' gradients while they are frozen.
     fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
-        let mut grads = GradientsParams::from_grads(loss.backward(), &self.student);
-        if self.frozen {
-            grads.remove::<B::InnerBackend, 2>(self.student.head.last_layer.id);
-            if let Some(head) = &self.student.patch_head {
-                grads.remove::<B::InnerBackend, 2>(head.last_layer.id);
-            }
-        }
-        grads
+        let heads = std::iter::once(&self.student.head).chain(&self.student.patch_head);
+        let frozen = heads.map(|h| h.last_layer.id).filter(|_| self.frozen);
+        gradients_without(loss, &self.student, frozen)
     }
 
     /// See the module docs: the global batch's masks, each replica's losses over its images,
     /// the centres from every replica's outputs, KoLeo on the gathered batch.
     fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
+        self.step_masks.set_replica(replica);
         Ok(())
     }
 
@@ -730,11 +703,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, progress};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
-    type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
+    use crate::method::testing::{host, progress, Ad, Dev};
+    use rand::SeedableRng;
 
     /// A ViT of 8 × 8 one-channel images in sixteen 2 × 2 patches, tokens 8 wide, one block of
     /// two heads.

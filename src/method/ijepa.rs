@@ -39,16 +39,15 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::layers::{linear_tokens, linear_zero_bias};
 use curriculum_ssl_models::layers::{LayerNorm, LayerNormConfig};
 use curriculum_ssl_models::vit::{forward_blocks, VitBlock};
-use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
-use rand::{Rng, SeedableRng};
+use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone};
+use rand::Rng;
 
-use super::mae::sine_cosine_2d;
-use super::masking::{check_token_transformer, encode_kept, PatchMask};
+use super::masking::{check_token_transformer, encode_kept, require_vit, sine_cosine_2d, vit};
+use super::masking::{PatchMask, StepMasks};
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::{in_range, ConfigError};
 use crate::base::schedule::SchedulerConfig;
-use crate::base::seed::mix_seed;
 use crate::base::Progress;
 use crate::curriculum::mask_schedule;
 use crate::data_parallel::Replica;
@@ -72,9 +71,9 @@ pub struct IjepaConfig {
     #[config(default = "(0.15, 0.2)")]
     pub target_scale: (f64, f64),
     /// The target blocks' scale range multiplied by a factor along a schedule (a masking
-    /// curriculum, [`crate::curriculum::mask_schedule`]: e.g. 0.5 → 1, small and local targets first,
-    /// the paper's semantic ones at the end); `None`: `target_scale` throughout. Its values must
-    /// keep the range inside `(0, 1]`.
+    /// curriculum, [`crate::curriculum::mask_schedule`]: e.g. 0.5 → 1, small and local targets
+    /// first, the paper's semantic ones at the end); `None`: `target_scale` throughout. Its values
+    /// must keep the range inside `(0, 1]`.
     #[config(default = "None")]
     pub target_scale_schedule: Option<SchedulerConfig>,
     /// Least and largest aspect ratio (height / width) of a target block (0.75, 1.5).
@@ -139,13 +138,7 @@ impl IjepaConfig {
             1.0 / self.target_scale.1,
         )?;
         let encoder = backbone(device);
-        let vit = encoder.as_vit().ok_or_else(|| {
-            ConfigError::new(
-                "backbone",
-                "I-JEPA predicts the patch tokens of a Vision Transformer: train it with a \
-                 ViT backbone (--backbone vit-tiny, vit-small or vit-base)",
-            )
-        })?;
+        let vit = require_vit(&encoder, "I-JEPA predicts the patch tokens of")?;
         let width = vit.embed_dim();
         // The patches of the configured grid (the positions past the class token), read from
         // the shape without drawing the lazily initialised embedding.
@@ -179,7 +172,7 @@ impl IjepaConfig {
             },
             target,
             config: self.clone(),
-            replica: None,
+            step_masks: StepMasks::new(0x494a_4550_4142_4c4b, self.seed),
         })
     }
 }
@@ -380,8 +373,7 @@ pub struct Ijepa<B: Backend, M: Backbone<B>> {
     online: IjepaNetwork<B, M>,
     target: MomentumEncoder<M>,
     config: IjepaConfig,
-    /// This method's replica in a data-parallel run: it draws the global batch's blocks.
-    replica: Option<Replica<B>>,
+    step_masks: StepMasks<B>,
 }
 
 impl<B: Backend, M: Backbone<B> + AsVit<B>> Ijepa<B, M> {
@@ -398,10 +390,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Ijepa<B, M> {
     /// The blocks of the step at `progress` for `images` images on `grid`, from `(seed, step)`,
     /// the target scale range at the step's factor.
     pub fn masks(&self, progress: Progress, images: usize, grid: (usize, usize)) -> IjepaMasks {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(
-            mix_seed(0x494a_4550_4142_4c4b, self.config.seed),
-            progress.step as u64,
-        ));
+        let mut rng = self.step_masks.rng(progress);
         let f = self.target_scale_factor(progress);
         let (low, high) = self.config.target_scale;
         let config = self.config.clone().with_target_scale((low * f, high * f));
@@ -465,10 +454,6 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Ijepa<B, M> {
     }
 }
 
-fn vit<B: Backend, M: AsVit<B>>(backbone: &M) -> &Vit<B> {
-    backbone.as_vit().expect("a ViT, checked at init")
-}
-
 /// The mean of smooth L1 (β = 1) over every element of `difference`: `½x²` where `|x| < 1`,
 /// `|x| − ½` elsewhere (PyTorch's `smooth_l1_loss`).
 fn smooth_l1<B: Backend, const D: usize>(difference: Tensor<B, D>) -> Tensor<B, 1> {
@@ -484,9 +469,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ij
     type Backbone = M;
     type State = <M as Module<B>>::Record;
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
+    online_in!(online);
 
     fn state(&self) -> Self::State {
         self.target.record()
@@ -497,54 +480,33 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ij
         Ok(())
     }
 
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
-    }
-
     /// The loss on the first global view (I-JEPA reads one view of each image).
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
         let [images, _] = views.two();
         let [n, _, h, w] = images.dims();
         let p = vit(&self.online.backbone).patch_size;
         let grid = (h / p, w / p);
-        let masks = match &self.replica {
-            // The global batch's blocks (cut to its shortest lists), this replica's rows.
-            Some(r) => {
-                let global = self.masks(progress, n * r.replicas(), grid);
-                let first = r.rank() * n;
-                IjepaMasks {
-                    context: global.context.rows(first, n),
-                    targets: global.targets.iter().map(|t| t.rows(first, n)).collect(),
-                }
-            }
-            None => self.masks(progress, n, grid),
+        // The global batch's blocks (cut to its shortest lists), this replica's rows.
+        let (total, first) = self.step_masks.global_rows(n);
+        let global = self.masks(progress, total, grid);
+        let masks = IjepaMasks {
+            context: global.context.rows(first, n),
+            targets: global.targets.iter().map(|t| t.rows(first, n)).collect(),
         };
         let loss = self.loss(images, &masks);
-        let device = loss.device();
         let l = (grid.0 * grid.1).max(1) as f64;
-        let stat = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
-        MethodOutput {
-            stats: vec![
-                (
-                    "target_scale_factor",
-                    stat(self.target_scale_factor(progress)),
-                ),
-                ("context_fraction", stat(masks.context.visible() as f64 / l)),
-                (
-                    "target_fraction",
-                    stat(masks.targets[0].visible() as f64 / l),
-                ),
-                self.target.stat(progress, &device),
-            ],
-            loss,
-            embeddings: None,
-        }
+        let (momentum, value) = self.target.stat(progress, &loss.device());
+        MethodOutput::new(loss)
+            .with_value("target_scale_factor", self.target_scale_factor(progress))
+            .with_value("context_fraction", masks.context.visible() as f64 / l)
+            .with_value("target_fraction", masks.targets[0].visible() as f64 / l)
+            .with_stat(momentum, value)
     }
 
     /// Each replica draws the global batch's blocks and keeps its rows: every replica's loss is
     /// a mean over as many elements, so their average is the one-device loss.
     fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
+        self.step_masks.set_replica(replica);
         Ok(())
     }
 
@@ -556,11 +518,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ij
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, progress};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
-    type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
+    use crate::method::testing::{host, progress, Ad, Dev};
+    use burn::backend::NdArray;
+    use curriculum_ssl_models::Vit;
+    use rand::SeedableRng;
 
     /// A ViT of 12 × 12 one-channel images in 2 × 2 patches (a 6 × 6 grid), tokens 8 wide, one
     /// block of two heads.

@@ -196,9 +196,7 @@ impl<B: Backend> IterNorm<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
+    use crate::method::testing::Ad;
 
     #[test]
     fn the_groups_follow_solo_learns_rule() {

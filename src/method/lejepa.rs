@@ -17,7 +17,7 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::encoder::Projected;
-use super::ssl_method::{MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, stateless, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
@@ -43,15 +43,16 @@ pub struct LeJepaConfig {
 }
 
 impl LeJepaConfig {
-    /// Builds LeJEPA around `backbone`.
+    /// Builds LeJEPA around the backbone `backbone` makes (called once).
     ///
     /// # Errors
     /// A zero width or a loss hyperparameter out of range, named.
     pub fn init<B: Backend, M: Backbone<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<LeJepa<B, M>, ConfigError> {
+        let backbone = backbone(device);
         let projector =
             MlpHeadConfig::new(backbone.feature_dim(), self.hidden_dim, self.output_dim)
                 .with_num_layers(3)
@@ -101,22 +102,10 @@ impl<B: Backend, M: Backbone<B>> LeJepa<B, M> {
 impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for LeJepa<B, M> {
     type Online = Projected<B, M>;
     type Backbone = M;
-    /// Nothing besides the trainable networks (the directions come from the seed and the step).
-    type State = ();
+    // Nothing besides the trainable networks (the directions come from the seed and the step).
+    stateless!();
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
-
-    fn state(&self) {}
-
-    fn load_state(&mut self, _: ()) -> Result<(), ConfigError> {
-        Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
-    }
+    online_in!(online);
 
     fn takes_local_crops(&self) -> bool {
         true
@@ -127,13 +116,14 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for LeJepa<B, M> 
         let embeddings = Some([global[0].clone().detach(), global[1].clone().detach()]);
         // Data-parallel: SIGReg's empirical characteristic functions and the invariance are the
         // global batch's.
-        let (global, local) = match &self.replica {
-            Some(r) => (
-                global.into_iter().map(|z| r.gather(z)).collect(),
-                local.into_iter().map(|z| r.gather(z)).collect(),
-            ),
-            None => (global, local),
+        let gather = |views: Vec<_>| -> Vec<_> {
+            let replica = self.replica.as_ref();
+            views
+                .into_iter()
+                .map(|z| Replica::gather_on(replica, z))
+                .collect()
         };
+        let (global, local) = (gather(global), gather(local));
         let dim = global[0].dims()[1];
         let slices = self.slices(progress, dim, &global[0].device());
         let terms = self.loss.terms(&global, &local, slices);
@@ -155,17 +145,12 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for LeJepa<B, M> 
         self.replica = Some(replica);
         Ok(())
     }
-
-    fn after_step(&mut self, _: Progress) {}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
+    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
 
     /// The step's loss is the loss of the network's projections of the two global views (one
     /// pass) and the local crops (another) along the step's directions; the directions change
@@ -178,7 +163,7 @@ mod tests {
             .with_output_dim(4)
             .with_loss(LeJepaLossConfig::new().with_num_slices(16));
         let mut method = crate::method::init_method::<Ad, _, ConfigError>(&device, 4, |d| {
-            config.init(Tiny::new(16, 6, d), d)
+            config.init(|d| Tiny::new(16, 6, d), d)
         })
         .unwrap();
         let (v1, v2, l1) = (

@@ -16,14 +16,13 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::layers::{linear_tokens, linear_zero_bias};
 use curriculum_ssl_models::layers::{LayerNorm, LayerNormConfig};
 use curriculum_ssl_models::vit::{forward_blocks, VitBlock};
-use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
-use rand::SeedableRng;
+use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone};
 
 use super::masking::{check_token_transformer, check_visible_ratio, encode_kept, PatchMask};
-use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
+use super::masking::{patchify, require_vit, sine_cosine_2d, vit, StepMasks};
+use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
-use crate::base::seed::mix_seed;
 use crate::base::Progress;
 use crate::curriculum::mask_schedule;
 use crate::data_parallel::Replica;
@@ -35,7 +34,8 @@ pub struct MaeConfig {
     #[config(default = 0.75)]
     pub mask_ratio: f64,
     /// The fraction along a schedule instead (a masking curriculum,
-    /// [`crate::curriculum::mask_schedule`]; values in `[0, 0.99]`); `None`: `mask_ratio` throughout.
+    /// [`crate::curriculum::mask_schedule`]; values in `[0, 0.99]`); `None`: `mask_ratio`
+    /// throughout.
     #[config(default = "None")]
     pub mask_ratio_schedule: Option<SchedulerConfig>,
     /// Decoder width (the paper's 512); a multiple of 4 (its sine-cosine embeddings).
@@ -56,7 +56,8 @@ pub struct MaeConfig {
 }
 
 impl MaeConfig {
-    /// Builds MAE around `backbone`, which must be a Vision Transformer.
+    /// Builds MAE around the backbone `backbone` makes (called once), which must be a Vision
+    /// Transformer.
     ///
     /// # Errors
     /// A backbone that is not a ViT, a mask ratio outside `[0, 1)` (or a scheduled one outside
@@ -64,7 +65,7 @@ impl MaeConfig {
     /// zero, not a multiple of 4 or of the heads, no decoder block.
     pub fn init<B: Backend, M: Backbone<B> + AsVit<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<Mae<B, M>, ConfigError> {
         Ok(Mae {
@@ -72,21 +73,21 @@ impl MaeConfig {
             mask_ratio: self.mask_ratio,
             schedule: self.mask_ratio_schedule.clone(),
             normalize_targets: self.normalize_targets,
-            seed: self.seed,
-            replica: None,
+            step_masks: StepMasks::new(0x4d41_455f_4d41_534b, self.seed),
         })
     }
 
-    /// MAE's networks around `backbone`, the settings checked as [`MaeConfig::init`] checks
-    /// them (for a method built on MAE's, as hard patches mining).
+    /// MAE's networks around the backbone `backbone` makes, the settings checked as
+    /// [`MaeConfig::init`] checks them (for a method built on MAE's, as hard patches mining).
     ///
     /// # Errors
     /// As [`MaeConfig::init`].
     pub fn network<B: Backend, M: Backbone<B> + AsVit<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<MaeNetwork<B, M>, ConfigError> {
+        let backbone = backbone(device);
         check_visible_ratio(self.mask_ratio, self.mask_ratio_schedule.as_ref())?;
         if self.mask_ratio == 0.0 && self.mask_ratio_schedule.is_none() {
             return Err(ConfigError::new(
@@ -101,13 +102,7 @@ impl MaeConfig {
             "decoder",
             (dim, heads, self.decoder_depth),
         )?;
-        let vit = backbone.as_vit().ok_or_else(|| {
-            ConfigError::new(
-                "backbone",
-                "MAE hides patch tokens from a Vision Transformer: train it with a ViT backbone \
-                 (--backbone vit-tiny, vit-small or vit-base)",
-            )
-        })?;
+        let vit = require_vit(&backbone, "MAE hides patch tokens from")?;
         let (width, patch, channels) = (
             vit.embed_dim(),
             vit.patch_size,
@@ -205,56 +200,6 @@ impl<B: Backend, M> HasBackbone<M> for MaeNetwork<B, M> {
     }
 }
 
-/// The fixed 2-D sine-cosine positional embeddings of the authors' code
-/// (`get_2d_sincos_pos_embed` with a class token): a zero row for the class token, then for the
-/// patch at row `r`, column `c` the 1-D embeddings of `c` (first half) and of `r` (second half),
-/// each `[sin(x·ω_k), cos(x·ω_k)]` with `ω_k = 10000^(−k/(D/4))`, `k < D/4`.
-///
-/// # Shapes
-/// → `[1, 1 + rows·cols, D]`
-pub fn sine_cosine_2d<B: Backend>(
-    (rows, cols): (usize, usize),
-    dim: usize,
-    device: &B::Device,
-) -> Tensor<B, 3> {
-    let quarter = dim / 4;
-    let omega: Vec<f64> = (0..quarter)
-        .map(|k| 1.0 / 10000f64.powf(k as f64 / quarter as f64))
-        .collect();
-    let one_d = |x: f64| -> Vec<f64> {
-        let sin = omega.iter().map(|w| (x * w).sin());
-        let cos = omega.iter().map(|w| (x * w).cos());
-        sin.chain(cos).collect()
-    };
-    let mut values = vec![0.0; dim];
-    for r in 0..rows {
-        for c in 0..cols {
-            values.extend(one_d(c as f64));
-            values.extend(one_d(r as f64));
-        }
-    }
-    Tensor::<B, 1>::from_data(TensorData::new(values, [(1 + rows * cols) * dim]), device).reshape([
-        1,
-        1 + rows * cols,
-        dim,
-    ])
-}
-
-/// The pixels of every whole `p × p` patch of `images`, patches row by row, each patch's pixels
-/// in row, column, channel order (the authors' `patchify`).
-///
-/// # Shapes
-/// - `images`: `[N, C, H, W]` → `[N, (H/p)(W/p), p²·C]`
-pub fn patchify<B: Backend>(images: Tensor<B, 4>, p: usize) -> Tensor<B, 3> {
-    let [n, c, h, w] = images.dims();
-    let (rows, cols) = (h / p, w / p);
-    images
-        .slice([0..n, 0..c, 0..rows * p, 0..cols * p])
-        .reshape([n, c, rows, p, cols, p])
-        .permute([0, 2, 4, 3, 5, 1])
-        .reshape([n, rows * cols, p * p * c])
-}
-
 /// Each patch normalised by its own mean and (unbiased) variance:
 /// `(t − mean) / sqrt(var + 1e-6)`, as the authors' `norm_pix_loss`.
 ///
@@ -275,9 +220,7 @@ pub struct Mae<B: Backend, M: Backbone<B>> {
     mask_ratio: f64,
     schedule: Option<SchedulerConfig>,
     normalize_targets: bool,
-    seed: u64,
-    /// This method's replica in a data-parallel run: it draws the global batch's masks.
-    replica: Option<Replica<B>>,
+    step_masks: StepMasks<B>,
 }
 
 impl<B: Backend, M: Backbone<B> + AsVit<B>> Mae<B, M> {
@@ -289,15 +232,8 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Mae<B, M> {
     /// The masks of the step at `progress` for this method's `n` images of `patches` patches:
     /// the global batch's drawn from `(seed, step)` at the step's ratio, this replica's rows.
     pub fn masks(&self, progress: Progress, n: usize, patches: usize) -> PatchMask {
-        let step = progress.step;
-        let (total, first) = match &self.replica {
-            Some(r) => (n * r.replicas(), r.rank() * n),
-            None => (n, 0),
-        };
-        let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(
-            mix_seed(0x4d41_455f_4d41_534b, self.seed),
-            step as u64,
-        ));
+        let (total, first) = self.step_masks.global_rows(n);
+        let mut rng = self.step_masks.rng(progress);
         PatchMask::random(total, patches, self.mask_ratio(progress), &mut rng).rows(first, n)
     }
 
@@ -307,12 +243,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Mae<B, M> {
     /// # Shapes
     /// - `images`: `[N, C, H, W]` → `[N, 1 + visible, D]`
     pub fn encode(&self, images: Tensor<B, 4>, mask: &PatchMask) -> Tensor<B, 3> {
-        let vit: &Vit<B> = self
-            .online
-            .backbone
-            .as_vit()
-            .expect("a ViT, checked at init");
-        encode_kept(vit, images, mask)
+        encode_kept(vit(&self.online.backbone), images, mask)
     }
 
     /// The loss on `images` with `mask`: the mean squared error of the predicted pixels against
@@ -342,7 +273,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> MaeNetwork<B, M> {
         mask: &PatchMask,
         normalize_targets: bool,
     ) -> (Tensor<B, 3>, Tensor<B, 2>) {
-        let vit = self.backbone.as_vit().expect("a ViT, checked at init");
+        let vit = vit(&self.backbone);
         let p = vit.patch_size;
         let [n, _, h, w] = images.dims();
         let encoded = encode_kept(vit, images.clone(), mask);
@@ -375,55 +306,26 @@ pub fn hidden_mean<B: Backend>(errors: Tensor<B, 2>, mask: &PatchMask) -> Tensor
 impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Mae<B, M> {
     type Online = MaeNetwork<B, M>;
     type Backbone = M;
-    /// Nothing besides the trainable networks (the masks come from the seed and the step).
-    type State = ();
-
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
-
-    fn state(&self) {}
-
-    fn load_state(&mut self, _: ()) -> Result<(), ConfigError> {
-        Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
-    }
+    stateless!();
+    online_in!(online);
 
     /// MAE's loss on the first global view (the second is not used).
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
         let [images, _] = views.two();
         let [n, _, h, w] = images.dims();
-        let p = self
-            .online
-            .backbone
-            .as_vit()
-            .expect("checked at init")
-            .patch_size;
+        let p = vit(&self.online.backbone).patch_size;
         let mask = self.masks(progress, n, (h / p) * (w / p));
-        let loss = self.loss(images, &mask);
-        let ratio = Tensor::from_data(
-            TensorData::new(vec![self.mask_ratio(progress)], [1]),
-            &loss.device(),
-        );
-        MethodOutput {
-            loss,
-            stats: vec![("mask_ratio", ratio)],
-            embeddings: None,
-        }
+        MethodOutput::new(self.loss(images, &mask))
+            .with_value("mask_ratio", self.mask_ratio(progress))
     }
 
     /// Every image hides the same number of patches: each replica's loss is the mean over its
     /// hidden patches, and the average over replicas is the one-device loss and gradient. The
     /// masks are the global batch's rows ([`Mae::masks`]).
     fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
+        self.step_masks.set_replica(replica);
         Ok(())
     }
-
-    fn after_step(&mut self, _: Progress) {}
 }
 
 #[cfg(test)]
@@ -431,8 +333,10 @@ mod tests {
     use super::*;
     use crate::method::testing::host;
     use burn::backend::{Autodiff, NdArray};
+    use curriculum_ssl_models::Vit;
     use curriculum_ssl_models::VitConfig;
     use rand::rngs::StdRng;
+    use rand::SeedableRng;
 
     type Inner = NdArray<f64>;
     type Ad = Autodiff<Inner>;
@@ -450,14 +354,13 @@ mod tests {
     fn mae(normalize: bool) -> Mae<Ad, Vit<Ad>> {
         let device = Default::default();
         crate::method::init_method::<Ad, _, ConfigError>(&device, 3, |d| {
-            let vit = tiny_vit().init(d);
             MaeConfig::new()
                 .with_decoder_dim(8)
                 .with_decoder_depth(1)
                 .with_decoder_heads(2)
                 .with_mask_ratio(0.5)
                 .with_normalize_targets(normalize)
-                .init(vit, d)
+                .init(|d| tiny_vit().init(d), d)
         })
         .unwrap()
     }
@@ -639,23 +542,29 @@ mod tests {
         let vit = || tiny_vit().init::<Inner>(&device);
         let err = MaeConfig::new()
             .with_mask_ratio(1.0)
-            .init(vit(), &device)
+            .init(|_| vit(), &device)
             .unwrap_err();
         assert_eq!(err.field, "mask_ratio");
         let err = MaeConfig::new()
             .with_decoder_dim(6)
-            .init(vit(), &device)
+            .init(|_| vit(), &device)
             .unwrap_err();
         assert_eq!(err.field, "decoder_dim");
         let err = MaeConfig::new()
             .with_decoder_dim(8)
             .with_decoder_heads(3)
-            .init(vit(), &device)
+            .init(|_| vit(), &device)
             .unwrap_err();
         assert_eq!(err.field, "decoder_heads");
-        let lenet = curriculum_ssl_models::LeNetConfig::lenet5().init::<Inner>(&device);
         let err = MaeConfig::new()
-            .init(curriculum_ssl_models::AnyBackbone::LeNet(lenet), &device)
+            .init(
+                |d| {
+                    curriculum_ssl_models::AnyBackbone::LeNet(
+                        curriculum_ssl_models::LeNetConfig::lenet5().init::<Inner>(d),
+                    )
+                },
+                &device,
+            )
             .unwrap_err();
         assert_eq!(err.field, "backbone");
     }
@@ -674,7 +583,7 @@ mod tests {
                 .with_mask_ratio_schedule(Some(crate::curriculum::mask_schedule::easy_to_hard(
                     0.25, 0.75,
                 )))
-                .init(tiny_vit().init(d), d)
+                .init(|d| tiny_vit().init(d), d)
         })
         .unwrap();
         let at = |step| crate::method::testing::progress(step, 10, 0, 1);
@@ -687,7 +596,7 @@ mod tests {
             .with_mask_ratio_schedule(Some(crate::curriculum::mask_schedule::easy_to_hard(
                 0.5, 1.0,
             )))
-            .init(tiny_vit().init::<Ad>(&device), &device)
+            .init(|_| tiny_vit().init::<Ad>(&device), &device)
             .unwrap_err();
         assert_eq!(err.field, "mask_ratio_schedule");
     }

@@ -1,6 +1,8 @@
-//! Patch masks for masked image modelling: which patch tokens of each image the encoder sees,
-//! the gather of the visible tokens and its inverse ([`PatchMask`], MAE's), and masks of square
-//! units that stay in place ([`UnitMask`], SimMIM's).
+//! The masked-image methods' shared pieces. Patch masks: which patch tokens of each image the
+//! encoder sees, the gather of the visible tokens and its inverse ([`PatchMask`], MAE's), and
+//! masks of square units that stay in place ([`UnitMask`], SimMIM's); where a step's masks come
+//! from ([`StepMasks`]). And the pixels per patch ([`patchify`]), the fixed 2-D sine-cosine
+//! positions ([`sine_cosine_2d`]) and a ViT on the patches a mask keeps ([`encode_kept`]).
 //!
 //! A mask is drawn on the host from a seeded generator (MAE's per-image random shuffle: the
 //! first `⌊L·(1 − ratio)⌋` patches of a random permutation stay visible), so that a step's masks
@@ -9,10 +11,97 @@
 //! The tokens move on the device, through `select` (whose backward is its scatter).
 
 use burn::prelude::*;
+use curriculum_ssl_models::{AsVit, Vit};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
+use rand::SeedableRng;
 
 use crate::base::error::ConfigError;
+use crate::base::seed::mix_seed;
+use crate::base::Progress;
+use crate::data_parallel::Replica;
+
+/// Where a masked-image method's masks come from: a generator seeded by the method's `tag`, the
+/// run's seed and the step, so that a resumed run draws the same masks; drawn for the global
+/// batch, of which each replica of a data-parallel run keeps its own rows, so that the replicas
+/// draw what one device draws.
+#[derive(Debug, Clone)]
+pub struct StepMasks<B: Backend> {
+    tag: u64,
+    seed: u64,
+    replica: Option<Replica<B>>,
+}
+
+impl<B: Backend> StepMasks<B> {
+    /// The masks of a method tagged `tag` (a constant of its own, so that two methods with the
+    /// same seed draw different masks) in a run seeded `seed`.
+    pub fn new(tag: u64, seed: u64) -> Self {
+        Self {
+            tag,
+            seed,
+            replica: None,
+        }
+    }
+
+    /// The seed of the step at `progress`: `(tag, seed, step)` mixed.
+    pub fn step_seed(&self, progress: Progress) -> u64 {
+        mix_seed(mix_seed(self.tag, self.seed), progress.step as u64)
+    }
+
+    /// The generator of the step at `progress`.
+    pub fn rng(&self, progress: Progress) -> StdRng {
+        StdRng::seed_from_u64(self.step_seed(progress))
+    }
+
+    /// For `n` images on this replica: the images of the global batch, and the global row of
+    /// this replica's first (`(n, 0)` on one device).
+    pub fn global_rows(&self, n: usize) -> (usize, usize) {
+        self.replica
+            .as_ref()
+            .map_or((n, 0), |r| (n * r.replicas(), n * r.rank()))
+    }
+
+    /// The replicas of the run (1 on one device).
+    pub fn replicas(&self) -> usize {
+        self.replica.as_ref().map_or(1, Replica::replicas)
+    }
+
+    /// This method's replica in a data-parallel run.
+    pub fn replica(&self) -> Option<&Replica<B>> {
+        self.replica.as_ref()
+    }
+
+    /// Makes the masks a replica's: from then on [`StepMasks::global_rows`] places its rows.
+    pub fn set_replica(&mut self, replica: Replica<B>) {
+        self.replica = Some(replica);
+    }
+}
+
+/// The Vision Transformer inside `backbone`, which the method checked with [`require_vit`] when
+/// it was built.
+pub(crate) fn vit<B: Backend, M: AsVit<B>>(backbone: &M) -> &Vit<B> {
+    backbone.as_vit().expect("a ViT, checked at init")
+}
+
+/// The Vision Transformer inside `backbone`, or an error that says what the method (`needs`:
+/// e.g. "MAE hides patch tokens from") does with it.
+///
+/// # Errors
+/// A backbone that is not a ViT.
+pub(crate) fn require_vit<'a, B: Backend, M: AsVit<B>>(
+    backbone: &'a M,
+    needs: &str,
+) -> Result<&'a Vit<B>, ConfigError> {
+    backbone.as_vit().ok_or_else(|| {
+        ConfigError::new(
+            "backbone",
+            format!(
+                "{needs} a Vision Transformer: train it with a ViT backbone (--backbone \
+                 vit-tiny, vit-small or vit-base)"
+            ),
+        )
+    })
+}
 
 /// The masks of a batch: for each of `N` images, which of its `L` patches are hidden.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -392,6 +481,56 @@ pub fn encode_kept<B: Backend>(
     let class = (vit.cls_token.val() + positions.slice([0..1, 0..1, 0..d])).expand([n, 1, d]);
     let x = Tensor::cat(vec![class, mask.gather(patches)], 1);
     curriculum_ssl_models::vit::forward_blocks(&vit.blocks, x, &vit.norm)
+}
+
+/// The fixed 2-D sine-cosine positional embeddings of the authors' code
+/// (`get_2d_sincos_pos_embed` with a class token): a zero row for the class token, then for the
+/// patch at row `r`, column `c` the 1-D embeddings of `c` (first half) and of `r` (second half),
+/// each `[sin(x·ω_k), cos(x·ω_k)]` with `ω_k = 10000^(−k/(D/4))`, `k < D/4`.
+///
+/// # Shapes
+/// → `[1, 1 + rows·cols, D]`
+pub fn sine_cosine_2d<B: Backend>(
+    (rows, cols): (usize, usize),
+    dim: usize,
+    device: &B::Device,
+) -> Tensor<B, 3> {
+    let quarter = dim / 4;
+    let omega: Vec<f64> = (0..quarter)
+        .map(|k| 1.0 / 10000f64.powf(k as f64 / quarter as f64))
+        .collect();
+    let one_d = |x: f64| -> Vec<f64> {
+        let sin = omega.iter().map(|w| (x * w).sin());
+        let cos = omega.iter().map(|w| (x * w).cos());
+        sin.chain(cos).collect()
+    };
+    let mut values = vec![0.0; dim];
+    for r in 0..rows {
+        for c in 0..cols {
+            values.extend(one_d(c as f64));
+            values.extend(one_d(r as f64));
+        }
+    }
+    Tensor::<B, 1>::from_data(TensorData::new(values, [(1 + rows * cols) * dim]), device).reshape([
+        1,
+        1 + rows * cols,
+        dim,
+    ])
+}
+
+/// The pixels of every whole `p × p` patch of `images`, patches row by row, each patch's pixels
+/// in row, column, channel order (the authors' `patchify`).
+///
+/// # Shapes
+/// - `images`: `[N, C, H, W]` → `[N, (H/p)(W/p), p²·C]`
+pub fn patchify<B: Backend>(images: Tensor<B, 4>, p: usize) -> Tensor<B, 3> {
+    let [n, c, h, w] = images.dims();
+    let (rows, cols) = (h / p, w / p);
+    images
+        .slice([0..n, 0..c, 0..rows * p, 0..cols * p])
+        .reshape([n, c, rows, p, cols, p])
+        .permute([0, 2, 4, 3, 5, 1])
+        .reshape([n, rows * cols, p * p * c])
 }
 
 fn index<B: Backend>(rows: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {

@@ -22,7 +22,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::encoder::Projected;
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -103,9 +103,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Mmcr<B, M> {
     type Backbone = M;
     type State = MmcrState<B, M>;
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
+    online_in!(online);
 
     fn state(&self) -> MmcrState<B, M> {
         MmcrState {
@@ -116,10 +114,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Mmcr<B, M> {
     fn load_state(&mut self, state: MmcrState<B, M>) -> Result<(), ConfigError> {
         self.momentum.load_record(state.momentum);
         Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
     }
 
     fn takes_local_crops(&self) -> bool {
@@ -136,13 +130,12 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Mmcr<B, M> {
             .collect();
         let embeddings = Some([online[0].clone().detach(), online[1].clone().detach()]);
         // Data-parallel: the centroids' nuclear norm is the global batch's.
-        let (online, momentum) = match &self.replica {
-            Some(r) => (
-                online.into_iter().map(|z| r.gather(z)).collect(),
-                momentum.into_iter().map(|z| r.gather(z).detach()).collect(),
-            ),
-            None => (online, momentum),
-        };
+        let replica = self.replica.as_ref();
+        let online = online.into_iter().map(|z| Replica::gather_on(replica, z));
+        let momentum = momentum
+            .into_iter()
+            .map(|z| Replica::gather_on(replica, z).detach());
+        let (online, momentum) = (online.collect(), momentum.collect());
         let loss = self.loss.forward(online, momentum);
         let stats = vec![self.momentum.stat(progress, &loss.device())];
         MethodOutput {
@@ -168,10 +161,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Mmcr<B, M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
+    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
 
     fn mmcr() -> Mmcr<Ad, Tiny<Ad>> {
         let device = Default::default();

@@ -26,7 +26,7 @@ use super::branches::{ViewPasses, ViewThreads};
 use super::encoder::Projected;
 use super::momentum::MomentumEncoder;
 use super::queue::{KeyQueue, KeyQueueConfig};
-use super::ssl_method::{MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, stat, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -242,7 +242,8 @@ impl<B: Backend, M: Backbone<B>> Moco<B, M> {
         &self.queue
     }
 
-    /// Whether this MoCo runs with shuffling batch norm (a replica, and [`MocoConfig::shuffle_bn`]).
+    /// Whether this MoCo runs with shuffling batch norm (a replica, and
+    /// [`MocoConfig::shuffle_bn`]).
     pub fn shuffles_batch_norm(&self) -> bool {
         self.shuffle_bn && self.replica.is_some()
     }
@@ -338,9 +339,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Moco<B, M> {
     type Backbone = M;
     type State = MocoState<B, M>;
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
+    online_in!(online);
 
     fn state(&self) -> MocoState<B, M> {
         MocoState {
@@ -356,10 +355,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Moco<B, M> {
         self.key.load_record(state.key);
         self.view_threads.clear();
         Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
     }
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
@@ -402,10 +397,9 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Moco<B, M> {
         let embeddings = Some([l2_normalize(q1).detach(), k2]);
         self.queue.stage(keys);
         let device = loss.device();
-        let scalar = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
         let mut stats = vec![self.key.stat(progress, &device)];
         if let QueueLoss::Soft(soft) = &self.loss {
-            stats.push(("softnce_alpha", scalar(soft.alpha_at(progress))));
+            stats.push(("softnce_alpha", stat(soft.alpha_at(progress), &device)));
         }
         MethodOutput {
             loss,
@@ -452,10 +446,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Moco<B, M> {
 mod tests {
     use super::*;
     use crate::method::testing::TinyBackbone as Tiny;
-    use crate::method::testing::{cosine, host, images, progress, rows};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
+    use crate::method::testing::{cosine, host, images, progress, rows, Ad};
 
     fn moco() -> Moco<Ad, Tiny<Ad>> {
         let device = Default::default();

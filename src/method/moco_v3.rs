@@ -25,7 +25,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 use super::branches::{ViewPasses, ViewThreads};
 use super::encoder::{Predicted, Projected};
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -69,33 +69,19 @@ impl MocoV3Config {
                 format!("must be at least 2, got {}", self.projector_layers),
             ));
         }
-        let query_backbone = backbone(device);
-        let projector = MlpHeadConfig::new(
-            query_backbone.feature_dim(),
-            self.hidden_dim,
-            self.output_dim,
-        )
-        .with_num_layers(self.projector_layers)
-        .with_output_batch_norm(true)
-        .with_output_batch_norm_affine(false);
+        let projector = |width| {
+            MlpHeadConfig::new(width, self.hidden_dim, self.output_dim)
+                .with_num_layers(self.projector_layers)
+                .with_output_batch_norm(true)
+                .with_output_batch_norm_affine(false)
+        };
         let predictor = MlpHeadConfig::new(self.output_dim, self.hidden_dim, self.output_dim);
-        let online = Predicted {
-            backbone: query_backbone,
-            projector: projector.init(device)?,
-            predictor: predictor.init(device)?,
-        };
-        crate::base::seed::check_size(&online, "the online network")?;
-        crate::base::seed::materialise(&online);
-        let fresh = Projected {
-            backbone: backbone(device),
-            projector: projector.init(device)?,
-        };
-        let momentum = MomentumEncoder::new(
-            &online.encoder(),
-            fresh,
+        let (online, momentum) = Predicted::with_momentum_copy(
+            backbone,
+            projector,
+            &predictor,
             self.base_momentum,
-            true,
-            "base_momentum",
+            device,
         )?;
         Ok(MocoV3 {
             online,
@@ -138,9 +124,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MocoV3<B, M> 
     type Backbone = M;
     type State = MocoV3State<B, M>;
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
+    online_in!(online);
 
     fn state(&self) -> MocoV3State<B, M> {
         MocoV3State {
@@ -152,10 +136,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MocoV3<B, M> 
         self.momentum.load_record(state.momentum);
         self.view_threads.clear();
         Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
     }
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
@@ -214,10 +194,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MocoV3<B, M> 
 mod tests {
     use super::*;
     use crate::method::testing::TinyBackbone as Tiny;
-    use crate::method::testing::{cosine, host, images, progress, rows};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
+    use crate::method::testing::{cosine, host, images, progress, rows, Ad};
 
     /// `2τ · mean_i −log softmax_j(cos(q_i, k_j)/τ)[i]`: MoCo v3's loss of queries against the
     /// keys of the same images, computed on the host.

@@ -31,14 +31,12 @@ use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
-use rand::SeedableRng;
 
-use super::masking::{check_visible_ratio, encode_kept, PatchMask};
+use super::masking::{check_visible_ratio, encode_kept, require_vit, vit, PatchMask, StepMasks};
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
-use crate::base::seed::mix_seed;
 use crate::base::Progress;
 use crate::curriculum::mask_schedule;
 use crate::data_parallel::Replica;
@@ -95,16 +93,7 @@ impl MsnConfig {
         }
         let loss = self.loss.init()?;
         let student_backbone = backbone(device);
-        let width = student_backbone
-            .as_vit()
-            .ok_or_else(|| {
-                ConfigError::new(
-                    "backbone",
-                    "MSN drops patch tokens of a Vision Transformer: train it with a ViT \
-                     backbone (--backbone vit-tiny, vit-small or vit-base)",
-                )
-            })?
-            .embed_dim();
+        let width = require_vit(&student_backbone, "MSN drops patch tokens of")?.embed_dim();
         let head = MlpHeadConfig::msn(width, self.hidden_dim, self.output_dim);
         let network = |backbone: M| -> Result<MsnNetwork<B, M>, ConfigError> {
             Ok(MsnNetwork {
@@ -130,7 +119,7 @@ impl MsnConfig {
             target,
             loss,
             config: self.clone(),
-            replica: None,
+            step_masks: StepMasks::new(0x4d53_4e5f_4d41_534b, self.seed),
         })
     }
 }
@@ -146,7 +135,7 @@ pub struct MsnNetwork<B: Backend, M> {
 
 impl<B: Backend, M: Backbone<B> + AsVit<B>> MsnNetwork<B, M> {
     fn vit(&self) -> &Vit<B> {
-        self.backbone.as_vit().expect("a ViT, checked at init")
+        vit(&self.backbone)
     }
 
     /// The projections of `images` seen whole.
@@ -202,8 +191,7 @@ pub struct Msn<B: Backend, M: Backbone<B>> {
     target: MomentumEncoder<MsnNetwork<B, M>>,
     loss: MsnLoss,
     config: MsnConfig,
-    /// This method's replica in a data-parallel run.
-    replica: Option<Replica<B>>,
+    step_masks: StepMasks<B>,
 }
 
 impl<B: Backend, M: Backbone<B> + AsVit<B>> Msn<B, M> {
@@ -237,21 +225,14 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Msn<B, M> {
         anchor_patches: usize,
         (focal, focal_patches): (usize, usize),
     ) -> (PatchMask, PatchMask) {
-        let (replicas, rank) = self
-            .replica
-            .as_ref()
-            .map_or((1, 0), |r| (r.replicas(), r.rank()));
-        let total = n * replicas;
-        let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(
-            mix_seed(0x4d53_4e5f_4d41_534b, self.config.seed),
-            progress.step as u64,
-        ));
+        let (total, first) = self.step_masks.global_rows(n);
+        let mut rng = self.step_masks.rng(progress);
         let ratio = self.mask_ratio(progress);
-        let anchor = PatchMask::random(total, anchor_patches, ratio, &mut rng).rows(rank * n, n);
+        let anchor = PatchMask::random(total, anchor_patches, ratio, &mut rng).rows(first, n);
         let focal_mask = PatchMask::random(total * focal, focal_patches.max(1), ratio, &mut rng);
         let focal_mask = PatchMask::concat(
             &(0..focal)
-                .map(|v| focal_mask.rows(v * total + rank * n, n))
+                .map(|v| focal_mask.rows(v * total + first, n))
                 .collect::<Vec<_>>(),
         );
         (anchor, focal_mask)
@@ -263,9 +244,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ms
     type Backbone = M;
     type State = MsnState<B, M>;
 
-    fn online(&self) -> &Self::Online {
-        &self.student
-    }
+    online_in!(student);
 
     fn state(&self) -> MsnState<B, M> {
         MsnState {
@@ -276,10 +255,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ms
     fn load_state(&mut self, state: MsnState<B, M>) -> Result<(), ConfigError> {
         self.target.load_record(state.target);
         Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.student = online;
     }
 
     fn takes_local_crops(&self) -> bool {
@@ -312,7 +287,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ms
 
         // The targets' assignments, balanced over the global batch.
         let sharpened = self.loss.sharpened(targets.clone(), prototypes.clone());
-        let balanced = match &self.replica {
+        let balanced = match self.step_masks.replica() {
             Some(r) => r.own_rows(self.loss.balance(r.gather(sharpened))),
             None => self.loss.balance(sharpened),
         };
@@ -321,34 +296,26 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ms
         // The mean assignment over every anchor of the global batch.
         let rows = anchors.dims()[0];
         let sum = log_anchors.exp().sum_dim(0);
-        let mean = match &self.replica {
+        let mean = match self.step_masks.replica() {
             Some(r) => r.sum(sum).mul_scalar(1.0 / (rows * r.replicas()) as f64),
             None => sum.mul_scalar(1.0 / rows as f64),
         };
         let terms = self
             .loss
             .combine(cross_entropy, self.loss.regularization(mean));
-        let device = terms.loss.device();
-        let ratio = Tensor::from_data(
-            TensorData::new(vec![self.mask_ratio(progress)], [1]),
-            &device,
-        );
-        MethodOutput {
-            loss: terms.loss,
-            stats: vec![
-                ("cross_entropy", terms.cross_entropy.detach()),
-                ("regularization", terms.regularization.detach()),
-                ("mask_ratio", ratio),
-                self.target.stat(progress, &device),
-            ],
-            embeddings: Some([targets, anchor.detach()]),
-        }
+        let (momentum, value) = self.target.stat(progress, &terms.loss.device());
+        MethodOutput::new(terms.loss)
+            .with_stat("cross_entropy", terms.cross_entropy)
+            .with_stat("regularization", terms.regularization)
+            .with_value("mask_ratio", self.mask_ratio(progress))
+            .with_stat(momentum, value)
+            .with_embeddings([targets, anchor])
     }
 
     /// See the module docs: the global batch's masks, the targets balanced over the gathered
     /// batch, the regulariser's mean assignment summed over replicas.
     fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
+        self.step_masks.set_replica(replica);
         Ok(())
     }
 
@@ -360,11 +327,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ms
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, progress};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
-    type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
+    use crate::method::testing::{host, progress, Ad, Dev};
 
     /// A ViT of 8 × 8 one-channel images in sixteen 2 × 2 patches, tokens 8 wide, one block of
     /// two heads.

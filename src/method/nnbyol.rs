@@ -171,10 +171,7 @@ mod tests {
     use super::*;
     use crate::loss::l2_normalize;
     use crate::method::testing::TinyBackbone as Tiny;
-    use crate::method::testing::{cosine, host, images, mean_over_rows, progress};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
+    use crate::method::testing::{cosine, host, images, mean_over_rows, progress, Ad};
 
     fn nnbyol() -> NnByol<Ad, Tiny<Ad>> {
         let device = Default::default();

@@ -22,7 +22,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::encoder::Predicted;
 use super::queue::{KeyQueue, KeyQueueConfig, SupportSetState};
-use super::ssl_method::{MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -50,17 +50,18 @@ pub struct NnclrConfig {
 }
 
 impl NnclrConfig {
-    /// Builds NNCLR around `backbone` for global batches of `batch_size` images (the support
-    /// set takes that many projections per step).
+    /// Builds NNCLR around the backbone `backbone` makes (called once) for global batches of
+    /// `batch_size` images (the support set takes that many projections per step).
     ///
     /// # Errors
     /// A zero width, or a support set that is not a multiple of the batch size.
     pub fn init<B: Backend, M: Backbone<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         batch_size: usize,
         device: &B::Device,
     ) -> Result<Nnclr<B, M>, ConfigError> {
+        let backbone = backbone(device);
         let projector =
             MlpHeadConfig::new(backbone.feature_dim(), self.hidden_dim, self.output_dim)
                 .with_num_layers(3)
@@ -110,9 +111,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Nnclr<B, M> {
     type Backbone = M;
     type State = NnclrState<B>;
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
+    online_in!(online);
 
     fn state(&self) -> NnclrState<B> {
         NnclrState {
@@ -128,10 +127,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Nnclr<B, M> {
             "support_set_size",
             "NNCLR's support set",
         )
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
     }
 
     fn forward_views(&mut self, views: Views<B>, _: Progress) -> MethodOutput<B> {
@@ -178,21 +173,17 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Nnclr<B, M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
+    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
 
     fn nnclr() -> Nnclr<Ad, Tiny<Ad>> {
         let device = Default::default();
         crate::method::init_method::<Ad, _, ConfigError>(&device, 8, |d| {
-            let tiny = Tiny::new(16, 6, d);
             NnclrConfig::new()
                 .with_hidden_dim(8)
                 .with_output_dim(4)
                 .with_predictor_hidden_dim(8)
                 .with_support_set_size(12)
-                .init(tiny, 4, d)
+                .init(|d| Tiny::new(16, 6, d), 4, d)
         })
         .unwrap()
     }

@@ -45,14 +45,14 @@ pub struct NnSiamConfig {
 }
 
 impl NnSiamConfig {
-    /// Builds NNSiam around `backbone` for global batches of `batch_size` images (the support
-    /// set takes that many projections per step).
+    /// Builds NNSiam around the backbone `backbone` makes (called once) for global batches of
+    /// `batch_size` images (the support set takes that many projections per step).
     ///
     /// # Errors
     /// A zero width, or a support set that is not a multiple of the batch size.
     pub fn init<B: Backend, M: Backbone<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         batch_size: usize,
         device: &B::Device,
     ) -> Result<NnSiam<B, M>, ConfigError> {
@@ -149,10 +149,7 @@ mod tests {
     use super::*;
     use crate::loss::l2_normalize;
     use crate::method::testing::TinyBackbone as Tiny;
-    use crate::method::testing::{cosine, host, images, mean_over_rows, progress};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
+    use crate::method::testing::{cosine, host, images, mean_over_rows, progress, Ad};
 
     fn nnsiam() -> NnSiam<Ad, Tiny<Ad>> {
         let device = Default::default();
@@ -160,7 +157,7 @@ mod tests {
             NnSiamConfig::new()
                 .with_simsiam(SimSiamConfig::new().with_dim(4).with_predictor_dim(3))
                 .with_support_set_size(12)
-                .init(Tiny::new(16, 6, d), 4, d)
+                .init(|d| Tiny::new(16, 6, d), 4, d)
         })
         .unwrap()
     }

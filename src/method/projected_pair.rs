@@ -12,11 +12,11 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::branches::{ViewPasses, ViewThreads};
 use super::encoder::Projected;
-use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
-use crate::head::MlpHead;
+use crate::head::{MlpHead, MlpHeadConfig};
 
 /// A loss on two views' projections that compares images across the batch (a
 /// cross-correlation, a variance): what [`ProjectedPair`] trains with.
@@ -52,8 +52,8 @@ impl<B: Backend, M: Backbone<B>> PairNetwork<B> for Projected<B, M> {
 }
 
 /// A method made of one network ([`PairNetwork`], by default a backbone and a projector) and a
-/// [`PairObjective`] (Barlow Twins, VICReg, VIbCReg, FroSSL, W-MSE, DirectCLR). Build one with a method's
-/// config, e.g. [`super::BarlowTwinsConfig::init`].
+/// [`PairObjective`] (Barlow Twins, VICReg, VIbCReg, FroSSL, W-MSE, DirectCLR). Build one with a
+/// method's config, e.g. [`super::BarlowTwinsConfig::init`].
 #[derive(Debug, Clone)]
 pub struct ProjectedPair<B: Backend, M: Backbone<B>, L, N = Projected<B, M>> {
     online: N,
@@ -66,6 +66,22 @@ pub struct ProjectedPair<B: Backend, M: Backbone<B>, L, N = Projected<B, M>> {
 }
 
 impl<B: Backend, M: Backbone<B>, L> ProjectedPair<B, M, L> {
+    /// A method of the backbone `backbone` makes, the projector `projector` gives for the
+    /// backbone's feature width, and `loss`.
+    ///
+    /// # Errors
+    /// A zero width in the projector.
+    pub fn build(
+        backbone: impl Fn(&B::Device) -> M,
+        projector: impl FnOnce(usize) -> MlpHeadConfig,
+        loss: L,
+        device: &B::Device,
+    ) -> Result<Self, ConfigError> {
+        let backbone = backbone(device);
+        let projector = projector(backbone.feature_dim()).init(device)?;
+        Ok(Self::new(backbone, projector, loss))
+    }
+
     /// A method of `backbone`, `projector` and `loss`.
     pub fn new(backbone: M, projector: MlpHead<B>, loss: L) -> Self {
         Self::of_network(
@@ -105,22 +121,10 @@ where
 {
     type Online = N;
     type Backbone = M;
-    /// Nothing besides the trainable networks.
-    type State = ();
+    // Nothing besides the trainable networks.
+    stateless!();
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
-
-    fn state(&self) {}
-
-    fn load_state(&mut self, _: ()) -> Result<(), ConfigError> {
-        Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
-    }
+    online_in!(online);
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
         let [view1, view2] = views.two();
@@ -131,10 +135,11 @@ where
                 });
         let embeddings = Some([z1.clone().detach(), z2.clone().detach()]);
         // Data-parallel: the statistics over the batch are those of the global batch.
-        let (z1, z2) = match &self.replica {
-            Some(replica) => (replica.gather(z1), replica.gather(z2)),
-            None => (z1, z2),
-        };
+        let replica = self.replica.as_ref();
+        let (z1, z2) = (
+            Replica::gather_on(replica, z1),
+            Replica::gather_on(replica, z2),
+        );
         let (loss, stats) = self.loss.loss(z1, z2, progress);
         MethodOutput {
             loss,
@@ -160,19 +165,14 @@ where
         self.replica = Some(replica);
         Ok(())
     }
-
-    fn after_step(&mut self, _: Progress) {}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::loss::{BarlowTwinsLossConfig, VicRegLossConfig};
-    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
+    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
     use crate::method::{BarlowTwinsConfig, VicRegConfig};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
 
     /// Barlow Twins and VICReg train their objective on the two views' projections through one
     /// network (the loss of `online().forward` of each view, in that order), and VICReg logs its
@@ -185,7 +185,7 @@ mod tests {
             BarlowTwinsConfig::new()
                 .with_hidden_dim(8)
                 .with_output_dim(4)
-                .init(Tiny::new(16, 6, d), d)
+                .init(|d| Tiny::new(16, 6, d), d)
         })
         .unwrap();
         let (z1, z2) = (
@@ -200,7 +200,7 @@ mod tests {
             VicRegConfig::new()
                 .with_hidden_dim(8)
                 .with_output_dim(4)
-                .init(Tiny::new(16, 6, d), d)
+                .init(|d| Tiny::new(16, 6, d), d)
         })
         .unwrap();
         let (z1, z2) = (

@@ -24,7 +24,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 use super::encoder::Projected;
 use super::momentum::MomentumEncoder;
 use super::queue::{KeyQueue, KeyQueueConfig};
-use super::ssl_method::{MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -120,9 +120,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Ressl<B, M> {
     type Backbone = M;
     type State = ResslState<B, M>;
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
+    online_in!(online);
 
     fn state(&self) -> ResslState<B, M> {
         ResslState {
@@ -139,10 +137,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Ressl<B, M> {
         Ok(())
     }
 
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
-    }
-
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
         let [strong, weak] = views.two();
         let q = self.online.forward(strong);
@@ -150,10 +144,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Ressl<B, M> {
         let embeddings = Some([q.clone().detach(), k.clone()]);
         let loss = self.loss.forward(q, k.clone(), self.queue.keys());
         let k = l2_normalize(k);
-        self.queue.stage(match &self.replica {
-            Some(r) => r.gather(k).detach(),
-            None => k,
-        });
+        self.queue
+            .stage(Replica::gather_on(self.replica.as_ref(), k).detach());
         let stats = vec![self.momentum.stat(progress, &loss.device())];
         MethodOutput {
             loss,
@@ -178,10 +170,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Ressl<B, M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
+    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
 
     fn ressl() -> Ressl<Ad, Tiny<Ad>> {
         let device = Default::default();

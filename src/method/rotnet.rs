@@ -35,7 +35,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::augment::rotate::rotate_k;
 use crate::base::error::{in_range, ConfigError};
 use crate::base::Progress;
@@ -86,16 +86,18 @@ pub struct RotNetConfig {
 }
 
 impl RotNetConfig {
-    /// Builds RotNet around `backbone`: a linear 4-way head on its features.
+    /// Builds RotNet around the backbone `backbone` makes (called once): a linear 4-way head on its
+    /// features.
     ///
     /// # Errors
     /// If the curriculum's schedule leaves `[1, 4]` angles or the rotate-and-mix λ leaves
     /// `[0, 1]`.
     pub fn init<B: Backend, M: Backbone<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<RotNet<B, M>, ConfigError> {
+        let backbone = backbone(device);
         let curriculum = self.curriculum.init()?;
         if let RotationMode::RotateAndMix { lambda } = self.mode {
             in_range("mode.lambda", lambda, 0.0, 1.0, false)?;
@@ -230,23 +232,11 @@ impl<B: Backend, M: Backbone<B>> RotNet<B, M> {
 impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for RotNet<B, M> {
     type Online = RotNetNetwork<B, M>;
     type Backbone = M;
-    /// RotNet keeps no state besides its networks: its angles are a function of the seed and the
-    /// step (crop-and-rotate's boxes are the training loop's).
-    type State = ();
+    // RotNet keeps no state besides its networks: its angles are a function of the seed and the
+    // step (crop-and-rotate's boxes are the training loop's).
+    stateless!();
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
-
-    fn state(&self) {}
-
-    fn load_state(&mut self, _: ()) -> Result<(), ConfigError> {
-        Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
-    }
+    online_in!(online);
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
         let [view1, view2] = views.two();
@@ -286,8 +276,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for RotNet<B, M> 
         Ok(())
     }
 
-    fn after_step(&mut self, _: Progress) {}
-
     /// In crop-and-rotate mode.
     fn uses_object_boxes(&self) -> bool {
         self.mode == RotationMode::CropAndRotate
@@ -320,7 +308,7 @@ mod tests {
         // Built and materialised under the seed lock (`with_seed` alone would leave the lazily
         // initialised parameters to be drawn at their first use, unlocked).
         crate::method::init_method::<Ad, _, ConfigError>(&device, 3, |d| {
-            config.init(Tiny::new(2 * 4 * 4, 5, d), d)
+            config.init(|d| Tiny::new(2 * 4 * 4, 5, d), d)
         })
         .unwrap()
     }
@@ -432,7 +420,7 @@ mod tests {
         assert!(RotNetConfig::new()
             .with_mode(RotationMode::RotateAndMix { lambda: 1.5 })
             .init::<Ad, _>(
-                Tiny {
+                |_| Tiny {
                     fc: LinearConfig::new(32, 5).init(&Default::default())
                 },
                 &Default::default()

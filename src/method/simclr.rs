@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::branches::{ViewPasses, ViewThreads};
 use super::encoder::Projected;
 use super::pgd::{attack_copy, Pgd, PgdConfig};
-use super::ssl_method::{MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -75,12 +75,13 @@ pub struct SimClrConfig {
 }
 
 impl SimClrConfig {
-    /// Builds SimCLR around `backbone`.
+    /// Builds SimCLR around the backbone `backbone` makes (called once).
     pub fn init<B: Backend, M: Backbone<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<SimClr<B, M>, ConfigError> {
+        let backbone = backbone(device);
         let projector =
             MlpHeadConfig::simclr(backbone.feature_dim(), self.hidden_dim, self.output_dim)
                 .init(device)?;
@@ -219,9 +220,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimClr<B, M> 
     type Backbone = M;
     type State = SimClrState;
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
+    online_in!(online);
 
     fn state(&self) -> SimClrState {
         SimClrState {
@@ -247,10 +246,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimClr<B, M> 
         }
     }
 
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
-    }
-
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
         let [view1, view2] = views.two();
         let clean = self
@@ -267,10 +262,11 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimClr<B, M> 
         );
         let embeddings = Some([z1.clone().detach(), z2.clone().detach()]);
         // Data-parallel: the loss sees every replica's images (negatives included), in rank order.
-        let (z1, z2) = match &self.replica {
-            Some(replica) => (replica.gather(z1), replica.gather(z2)),
-            None => (z1, z2),
-        };
+        let replica = self.replica.as_ref();
+        let (z1, z2) = (
+            Replica::gather_on(replica, z1),
+            Replica::gather_on(replica, z2),
+        );
         let device = z1.device();
         let scalar = |v: f64| Tensor::from_floats([v as f32], &device);
         let mut stats = Vec::new();
@@ -356,8 +352,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimClr<B, M> 
         self.replica = Some(replica);
         Ok(())
     }
-
-    fn after_step(&mut self, _: Progress) {}
 }
 
 #[cfg(test)]
@@ -378,8 +372,10 @@ mod tests {
     fn simclr(config: SimClrConfig) -> SimClr<Ad, Tiny<Ad>> {
         let device = Default::default();
         crate::method::init_method::<Ad, _, ConfigError>(&device, 11, |d| {
-            let tiny = Tiny::new(16, 6, d);
-            config.with_hidden_dim(8).with_output_dim(4).init(tiny, d)
+            config
+                .with_hidden_dim(8)
+                .with_output_dim(4)
+                .init(|d| Tiny::new(16, 6, d), d)
         })
         .unwrap()
     }
@@ -509,7 +505,7 @@ mod tests {
             SimClrConfig::new()
                 .with_loss(PairLossConfig::Curricular(CurricularLossConfig::new()))
                 .with_pgd(Some(PgdConfig::new()))
-                .init(Tiny::new(16, 6, d), d)
+                .init(|d| Tiny::new(16, 6, d), d)
         })
         .unwrap_err();
         assert_eq!(err.field, "pgd");

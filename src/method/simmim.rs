@@ -17,14 +17,11 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::layers::linear_tokens;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
-use rand::SeedableRng;
 
-use super::mae::patchify;
-use super::masking::UnitMask;
-use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
+use super::masking::{patchify, require_vit, vit, StepMasks, UnitMask};
+use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
-use crate::base::seed::mix_seed;
 use crate::base::Progress;
 use crate::curriculum::mask_schedule;
 use crate::data_parallel::Replica;
@@ -36,7 +33,8 @@ pub struct SimMimConfig {
     #[config(default = 0.6)]
     pub mask_ratio: f64,
     /// The fraction along a schedule instead (a masking curriculum,
-    /// [`crate::curriculum::mask_schedule`]; values in `[0.01, 1]`); `None`: `mask_ratio` throughout.
+    /// [`crate::curriculum::mask_schedule`]; values in `[0.01, 1]`); `None`: `mask_ratio`
+    /// throughout.
     #[config(default = "None")]
     pub mask_ratio_schedule: Option<SchedulerConfig>,
     /// Side of a mask unit, in patches (the paper's 32-pixel units on 16-pixel patches: 2; 1
@@ -49,16 +47,18 @@ pub struct SimMimConfig {
 }
 
 impl SimMimConfig {
-    /// Builds SimMIM around `backbone`, which must be a Vision Transformer.
+    /// Builds SimMIM around the backbone `backbone` makes (called once), which must be a Vision
+    /// Transformer.
     ///
     /// # Errors
     /// A backbone that is not a ViT, a mask ratio outside `(0, 1]` (or a scheduled one outside
     /// `[0.01, 1]`), a unit of zero patches.
     pub fn init<B: Backend, M: Backbone<B> + AsVit<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<SimMim<B, M>, ConfigError> {
+        let backbone = backbone(device);
         if !(self.mask_ratio > 0.0 && self.mask_ratio <= 1.0) {
             return Err(ConfigError::new(
                 "mask_ratio",
@@ -74,13 +74,7 @@ impl SimMimConfig {
         if self.mask_unit == 0 {
             return Err(ConfigError::new("mask_unit", "must be at least one patch"));
         }
-        let vit = backbone.as_vit().ok_or_else(|| {
-            ConfigError::new(
-                "backbone",
-                "SimMIM masks patch tokens of a Vision Transformer: train it with a ViT backbone \
-                 (--backbone vit-tiny, vit-small or vit-base)",
-            )
-        })?;
+        let vit = require_vit(&backbone, "SimMIM masks patch tokens of")?;
         let (width, patch, channels) = (
             vit.embed_dim(),
             vit.patch_size,
@@ -100,8 +94,7 @@ impl SimMimConfig {
             mask_ratio: self.mask_ratio,
             schedule: self.mask_ratio_schedule.clone(),
             mask_unit: self.mask_unit,
-            seed: self.seed,
-            replica: None,
+            step_masks: StepMasks::new(0x5349_4d4d_494d_4d4b, self.seed),
         })
     }
 }
@@ -130,17 +123,12 @@ pub struct SimMim<B: Backend, M: Backbone<B>> {
     mask_ratio: f64,
     schedule: Option<SchedulerConfig>,
     mask_unit: usize,
-    seed: u64,
-    /// This method's replica in a data-parallel run: it draws the global batch's masks.
-    replica: Option<Replica<B>>,
+    step_masks: StepMasks<B>,
 }
 
 impl<B: Backend, M: Backbone<B> + AsVit<B>> SimMim<B, M> {
     fn vit(&self) -> &Vit<B> {
-        self.online
-            .backbone
-            .as_vit()
-            .expect("a ViT, checked at init")
+        vit(&self.online.backbone)
     }
 
     /// The fraction of mask units hidden at `progress` (the schedule's, or the constant).
@@ -156,10 +144,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> SimMim<B, M> {
         images: usize,
         grid: (usize, usize),
     ) -> UnitMask {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(
-            mix_seed(0x5349_4d4d_494d_4d4b, self.seed),
-            progress.step as u64,
-        ));
+        let mut rng = self.step_masks.rng(progress);
         UnitMask::random(
             images,
             grid,
@@ -223,22 +208,8 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> SimMim<B, M> {
 impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for SimMim<B, M> {
     type Online = SimMimNetwork<B, M>;
     type Backbone = M;
-    /// Nothing besides the trainable networks (the masks come from the seed and the step).
-    type State = ();
-
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
-
-    fn state(&self) {}
-
-    fn load_state(&mut self, _: ()) -> Result<(), ConfigError> {
-        Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
-    }
+    stateless!();
+    online_in!(online);
 
     /// SimMIM's loss on the first global view (the second is not used). On a replica, its
     /// error over its rows divided by the global batch's hidden pixels, times the replicas: the
@@ -248,48 +219,35 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Si
         let [n, _, h, w] = images.dims();
         let p = self.vit().patch_size;
         let grid = (h / p, w / p);
-        let (replicas, first) = match &self.replica {
-            Some(r) => (r.replicas(), r.rank() * n),
-            None => (1, 0),
-        };
-        let global = self.global_masks(progress, n * replicas, grid);
+        let (total, first) = self.step_masks.global_rows(n);
+        let replicas = self.step_masks.replicas();
+        let global = self.global_masks(progress, total, grid);
         let mask = global.rows(first, n);
         let (error, _) = self.hidden_error(images, &mask);
         // The global batch's hidden pixels: a patch has as many as the head predicts.
         let count = global.hidden_count() * self.online.head.weight.dims()[1];
         let loss = error.mul_scalar(replicas as f64 / count.max(1) as f64);
         let hidden = mask.hidden_count() as f64 / (n * grid.0 * grid.1).max(1) as f64;
-        let device = loss.device();
-        let stat = |v: f64| Tensor::from_data(TensorData::new(vec![v], [1]), &device);
-        MethodOutput {
-            stats: vec![
-                ("mask_ratio", stat(self.mask_ratio(progress))),
-                ("hidden_fraction", stat(hidden)),
-            ],
-            loss,
-            embeddings: None,
-        }
+        MethodOutput::new(loss)
+            .with_value("mask_ratio", self.mask_ratio(progress))
+            .with_value("hidden_fraction", hidden)
     }
 
     /// Each replica draws the global batch's masks and keeps its rows; its loss is scaled so
     /// that the replicas' mean is the one-device loss ([`SimMim::forward_views`]).
     fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
+        self.step_masks.set_replica(replica);
         Ok(())
     }
-
-    fn after_step(&mut self, _: Progress) {}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, progress};
-    use burn::backend::{Autodiff, NdArray};
+    use crate::method::testing::{host, progress, Ad};
     use curriculum_ssl_models::VitConfig;
     use rand::rngs::StdRng;
-
-    type Ad = Autodiff<NdArray<f64>>;
+    use rand::SeedableRng;
 
     /// SimMIM on a ViT of 8 × 8 one-channel images in four 4 × 4 patches, tokens 8 wide, one
     /// block of two heads; single-patch units.
@@ -299,14 +257,18 @@ mod tests {
 
     fn build(config: SimMimConfig) -> SimMim<Ad, Vit<Ad>> {
         crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 3, |d| {
-            let vit = VitConfig::new(8)
-                .with_patch_size(4)
-                .with_in_channels(1)
-                .with_embed_dim(8)
-                .with_depth(1)
-                .with_num_heads(2)
-                .init(d);
-            config.init(vit, d)
+            config.init(
+                |d| {
+                    VitConfig::new(8)
+                        .with_patch_size(4)
+                        .with_in_channels(1)
+                        .with_embed_dim(8)
+                        .with_depth(1)
+                        .with_num_heads(2)
+                        .init(d)
+                },
+                d,
+            )
         })
         .unwrap()
     }
@@ -426,7 +388,7 @@ mod tests {
             (SimMimConfig::new().with_mask_ratio(1.5), "mask_ratio"),
             (SimMimConfig::new().with_mask_unit(0), "mask_unit"),
         ] {
-            assert_eq!(config.init(vit(), &device).unwrap_err().field, field);
+            assert_eq!(config.init(|_| vit(), &device).unwrap_err().field, field);
         }
     }
 

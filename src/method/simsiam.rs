@@ -14,7 +14,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::branches::{ViewPasses, ViewThreads};
 use super::encoder::Predicted;
-use super::ssl_method::{MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, stateless, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -33,12 +33,13 @@ pub struct SimSiamConfig {
 }
 
 impl SimSiamConfig {
-    /// Builds SimSiam around `backbone`.
+    /// Builds SimSiam around the backbone `backbone` makes (called once).
     pub fn init<B: Backend, M: Backbone<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<SimSiam<B, M>, ConfigError> {
+        let backbone = backbone(device);
         let projector =
             MlpHeadConfig::simsiam_projector(backbone.feature_dim(), self.dim).init(device)?;
         let predictor = MlpHeadConfig::new(self.dim, self.predictor_dim, self.dim).init(device)?;
@@ -95,22 +96,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SimSiam<B, M> {
 impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimSiam<B, M> {
     type Online = Predicted<B, M>;
     type Backbone = M;
-    /// SimSiam keeps no state besides its trainable networks.
-    type State = ();
+    // SimSiam keeps no state besides its trainable networks.
+    stateless!();
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
-
-    fn state(&self) {}
-
-    fn load_state(&mut self, _: ()) -> Result<(), ConfigError> {
-        Ok(())
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
-    }
+    online_in!(online);
 
     fn forward_views(&mut self, views: Views<B>, _: Progress) -> MethodOutput<B> {
         self.forward_to(views, |projections| projections)
@@ -131,18 +120,13 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimSiam<B, M>
         self.view_threads.replicated();
         Ok(())
     }
-
-    fn after_step(&mut self, _: Progress) {}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::method::testing::TinyBackbone as Tiny;
-    use crate::method::testing::{cosine, host, images, mean_over_rows, progress};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
+    use crate::method::testing::{cosine, host, images, mean_over_rows, progress, Ad};
 
     fn simsiam() -> SimSiam<Ad, Tiny<Ad>> {
         let device = Default::default();
@@ -150,7 +134,7 @@ mod tests {
             SimSiamConfig::new()
                 .with_dim(4)
                 .with_predictor_dim(3)
-                .init(Tiny::new(16, 6, d), d)
+                .init(|d| Tiny::new(16, 6, d), d)
         })
         .unwrap()
     }

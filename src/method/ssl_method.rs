@@ -2,7 +2,7 @@
 //! [`MethodOutput`] of its step, the [`HasBackbone`] view of its networks, and [`init_method`],
 //! which builds one reproducibly from a seed.
 
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, ParamId};
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::Record;
@@ -63,6 +63,88 @@ pub struct MethodOutput<B: Backend> {
     /// reads them (`Hook::reads_embeddings`).
     pub embeddings: Option<[Tensor<B, 2>; 2]>,
 }
+
+impl<B: Backend> MethodOutput<B> {
+    /// A step's `loss`, without statistics or embeddings.
+    pub fn new(loss: Tensor<B, 1>) -> Self {
+        Self {
+            loss,
+            stats: Vec::new(),
+            embeddings: None,
+        }
+    }
+
+    /// With the statistic `name`, `[1]` (detached here).
+    pub fn with_stat(mut self, name: &'static str, value: Tensor<B, 1>) -> Self {
+        self.stats.push((name, value.detach()));
+        self
+    }
+
+    /// With the statistic `name` of value `value`, made on the loss's device.
+    pub fn with_value(self, name: &'static str, value: f64) -> Self {
+        let value = stat(value, &self.loss.device());
+        self.with_stat(name, value)
+    }
+
+    /// With the two views' (detached) projections ([`MethodOutput::embeddings`]).
+    pub fn with_embeddings(mut self, embeddings: [Tensor<B, 2>; 2]) -> Self {
+        self.embeddings = Some(embeddings.map(|e| e.detach()));
+        self
+    }
+}
+
+/// A statistic of value `value` on `device`, `[1]`.
+pub fn stat<B: Backend>(value: f64, device: &B::Device) -> Tensor<B, 1> {
+    Tensor::from_data(TensorData::new(vec![value], [1]), device)
+}
+
+/// The gradients of `loss` with respect to `online` without those of the 2-D parameters
+/// `frozen` (a layer frozen for the first epochs, as DINO's, iBOT's and SwAV's last layer: no
+/// optimiser moves or decays it).
+pub fn gradients_without<B: AutodiffBackend, M: AutodiffModule<B>>(
+    loss: &Tensor<B, 1>,
+    online: &M,
+    frozen: impl IntoIterator<Item = ParamId>,
+) -> GradientsParams {
+    let mut grads = GradientsParams::from_grads(loss.backward(), online);
+    for id in frozen {
+        grads.remove::<B::InnerBackend, 2>(id);
+    }
+    grads
+}
+
+/// The [`SslMethod`] items of a method whose networks are in its field `$online`:
+/// [`SslMethod::online`] reads it, [`SslMethod::set_online`] puts the optimised networks back.
+/// Written inside the `impl SslMethod for …` block.
+macro_rules! online_in {
+    ($online:ident) => {
+        fn online(&self) -> &Self::Online {
+            &self.$online
+        }
+
+        fn set_online(&mut self, online: Self::Online) {
+            self.$online = online;
+        }
+    };
+}
+pub(crate) use online_in;
+
+/// The [`SslMethod`] items of a method with nothing to checkpoint besides its online networks
+/// (its masks or draws come from the seed and the step): `type State = ()`, and its
+/// [`SslMethod::state`] / [`SslMethod::load_state`]. Written inside the `impl SslMethod for …`
+/// block.
+macro_rules! stateless {
+    () => {
+        type State = ();
+
+        fn state(&self) {}
+
+        fn load_state(&mut self, _: ()) -> Result<(), $crate::base::error::ConfigError> {
+            Ok(())
+        }
+    };
+}
+pub(crate) use stateless;
 
 /// The views of a batch that one step of a method sees.
 #[derive(Debug, Clone)]
@@ -228,8 +310,11 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
         ))
     }
 
-    /// Updates the non-trained states (EMA networks, queue) after the optimiser step.
-    fn after_step(&mut self, progress: Progress);
+    /// Updates the non-trained states (EMA networks, queue) after the optimiser step. Default:
+    /// nothing (a method without such states).
+    fn after_step(&mut self, progress: Progress) {
+        let _ = progress;
+    }
 
     /// Whether the method needs a box around each image's object (MICO's crop-and-rotate).
     /// When it does, a training hook that provides [`OBJECT_BOXES`] (the crate's computes one

@@ -30,7 +30,9 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::ssl_method::{HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{
+    gradients_without, online_in, HasBackbone, MethodOutput, SslMethod, Views,
+};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -114,15 +116,16 @@ fn normalised_prototypes<B: Backend>(prototypes: Linear<B>) -> Linear<B> {
 }
 
 impl SwavConfig {
-    /// Builds SwAV around `backbone`.
+    /// Builds SwAV around the backbone `backbone` makes (called once).
     ///
     /// # Errors
     /// A zero width, no prototype, or a queue that cannot hold whole batches.
     pub fn init<B: Backend, M: Backbone<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<Swav<B, M>, ConfigError> {
+        let backbone = backbone(device);
         if self.num_prototypes == 0 {
             return Err(ConfigError::new("num_prototypes", "must be at least 1"));
         }
@@ -200,9 +203,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Swav<B, M> {
     type Backbone = M;
     type State = SwavState<B>;
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
+    online_in!(online);
 
     fn state(&self) -> SwavState<B> {
         SwavState {
@@ -252,10 +253,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Swav<B, M> {
                 ),
             )),
         }
-    }
-
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
     }
 
     fn takes_local_crops(&self) -> bool {
@@ -332,11 +329,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Swav<B, M> {
 
     /// Drops the prototypes' gradient while they are frozen (no optimiser moves or decays them).
     fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
-        let mut grads = GradientsParams::from_grads(loss.backward(), &self.online);
-        if self.frozen {
-            grads.remove::<B::InnerBackend, 2>(self.online.prototypes.weight.id);
-        }
-        grads
+        let frozen = self.frozen.then_some(self.online.prototypes.weight.id);
+        gradients_without(loss, &self.online, frozen)
     }
 
     /// The codes are computed on every replica's global views (gathered without gradient); each
@@ -368,22 +362,18 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Swav<B, M> {
 mod tests {
     use super::*;
     use crate::loss::sinkhorn;
-    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
+    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
     use crate::optim::SgdConfig;
-    use burn::backend::{Autodiff, NdArray};
     use burn::optim::Optimizer;
-
-    type Ad = Autodiff<NdArray<f64>>;
 
     fn swav(config: SwavConfig) -> Swav<Ad, Tiny<Ad>> {
         let device = Default::default();
         crate::method::init_method::<Ad, _, ConfigError>(&device, 5, |d| {
-            let tiny = Tiny::new(16, 6, d);
             config
                 .with_hidden_dim(8)
                 .with_output_dim(4)
                 .with_num_prototypes(5)
-                .init(tiny, d)
+                .init(|d| Tiny::new(16, 6, d), d)
         })
         .unwrap()
     }

@@ -7,6 +7,12 @@ use curriculum_ssl_models::Backbone;
 
 use crate::base::Progress;
 
+/// The methods' unit tests' backend: burn's NdArray in f64 under autodiff.
+pub(crate) type Ad = burn::backend::Autodiff<burn::backend::NdArray<f64>>;
+
+/// [`Ad`]'s device.
+pub(crate) type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
+
 /// A small backbone for the methods' unit tests: flatten, linear, ReLU.
 #[derive(Module, Debug)]
 pub(crate) struct TinyBackbone<B: Backend> {

@@ -19,7 +19,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 use super::encoder::Projected;
 use super::momentum::MomentumEncoder;
 use super::running::Running;
-use super::ssl_method::{MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -104,9 +104,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Tico<B, M> {
     type Backbone = M;
     type State = TicoState<B, M>;
 
-    fn online(&self) -> &Self::Online {
-        &self.online
-    }
+    online_in!(online);
 
     fn state(&self) -> TicoState<B, M> {
         TicoState {
@@ -122,19 +120,14 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Tico<B, M> {
         Ok(())
     }
 
-    fn set_online(&mut self, online: Self::Online) {
-        self.online = online;
-    }
-
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
         let [view1, view2] = views.two();
         let z_a = self.online.forward(view1);
         let z_b = self.momentum.network().forward(view2).detach();
         let embeddings = Some([z_a.clone().detach(), z_b.clone()]);
-        let (z_a, z_b) = match &self.replica {
-            Some(r) => (r.gather(z_a), r.gather(z_b).detach()),
-            None => (z_a, z_b),
-        };
+        let replica = self.replica.as_ref();
+        let z_a = Replica::gather_on(replica, z_a);
+        let z_b = Replica::gather_on(replica, z_b).detach();
         let (loss, covariance) = self.loss.forward(z_a, z_b, self.covariance.value());
         self.covariance.propose(covariance);
         let stats = vec![self.momentum.stat(progress, &loss.device())];
@@ -162,10 +155,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Tico<B, M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
+    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
 
     fn tico() -> Tico<Ad, Tiny<Ad>> {
         let device = Default::default();

@@ -46,15 +46,16 @@ pub struct VibcregConfig {
 pub type Vibcreg<B, M> = ProjectedPair<B, M, VibcregLoss, VibcregNetwork<B, M>>;
 
 impl VibcregConfig {
-    /// Builds VIbCReg around `backbone`.
+    /// Builds VIbCReg around the backbone `backbone` makes (called once).
     ///
     /// # Errors
     /// A zero width or group count, or an impossible weight, named.
     pub fn init<B: Backend, M: Backbone<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<Vibcreg<B, M>, ConfigError> {
+        let backbone = backbone(device);
         let projector =
             MlpHeadConfig::new(backbone.feature_dim(), self.hidden_dim, self.output_dim)
                 .with_num_layers(3)
@@ -126,11 +127,8 @@ impl<B: Backend> PairObjective<B> for VibcregLoss {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
+    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
     use crate::method::SslMethod;
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
 
     fn vibcreg() -> Vibcreg<Ad, Tiny<Ad>> {
         let device = Default::default();
@@ -139,7 +137,7 @@ mod tests {
                 .with_hidden_dim(8)
                 .with_output_dim(4)
                 .with_whitening_groups(2)
-                .init(Tiny::new(16, 6, d), d)
+                .init(|d| Tiny::new(16, 6, d), d)
         })
         .unwrap()
     }
@@ -171,7 +169,7 @@ mod tests {
         let e = crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 1, |d| {
             VibcregConfig::new()
                 .with_whitening_groups(0)
-                .init(Tiny::new(16, 6, d), d)
+                .init(|d| Tiny::new(16, 6, d), d)
         })
         .unwrap_err();
         assert_eq!(e.field, "whitening_groups");

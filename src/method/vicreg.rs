@@ -34,19 +34,18 @@ pub struct VicRegConfig {
 pub type VicReg<B, M> = ProjectedPair<B, M, VicRegLoss>;
 
 impl VicRegConfig {
-    /// Builds VICReg around `backbone`.
+    /// Builds VICReg around the backbone `backbone` makes (called once).
     ///
     /// # Errors
     /// A zero width or an impossible weight, named.
     pub fn init<B: Backend, M: Backbone<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<VicReg<B, M>, ConfigError> {
-        let expander = MlpHeadConfig::new(backbone.feature_dim(), self.hidden_dim, self.output_dim)
-            .with_num_layers(3)
-            .init(device)?;
-        Ok(ProjectedPair::new(backbone, expander, self.loss.init()?))
+        let expander =
+            |width| MlpHeadConfig::new(width, self.hidden_dim, self.output_dim).with_num_layers(3);
+        ProjectedPair::build(backbone, expander, self.loss.init()?, device)
     }
 }
 

@@ -36,14 +36,14 @@ pub struct WmseConfig {
 pub type Wmse<B, M> = ProjectedPair<B, M, WmseLoss>;
 
 impl WmseConfig {
-    /// Builds W-MSE around `backbone`.
+    /// Builds W-MSE around the backbone `backbone` makes (called once).
     ///
     /// # Errors
     /// A zero width, bad loss settings, or sub-batches of fewer than `2 · output_dim` rows
     /// (lightly's limit: whitening fewer images than twice the features is unstable), named.
     pub fn init<B: Backend, M: Backbone<B>>(
         &self,
-        backbone: M,
+        backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<Wmse<B, M>, ConfigError> {
         if self.loss.w_size < 2 * self.output_dim {
@@ -58,10 +58,8 @@ impl WmseConfig {
                 ),
             ));
         }
-        let projector =
-            MlpHeadConfig::new(backbone.feature_dim(), self.hidden_dim, self.output_dim)
-                .init(device)?;
-        Ok(ProjectedPair::new(backbone, projector, self.loss.init()?))
+        let projector = |width| MlpHeadConfig::new(width, self.hidden_dim, self.output_dim);
+        ProjectedPair::build(backbone, projector, self.loss.init()?, device)
     }
 }
 
@@ -79,11 +77,8 @@ impl<B: Backend> PairObjective<B> for WmseLoss {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, images, progress, TinyBackbone as Tiny};
+    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
     use crate::method::SslMethod;
-    use burn::backend::{Autodiff, NdArray};
-
-    type Ad = Autodiff<NdArray<f64>>;
 
     fn wmse(w_size: usize, output_dim: usize) -> Result<Wmse<Ad, Tiny<Ad>>, ConfigError> {
         crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 4, |d| {
@@ -91,7 +86,7 @@ mod tests {
                 .with_hidden_dim(8)
                 .with_output_dim(output_dim)
                 .with_loss(WmseLossConfig::new().with_w_size(w_size))
-                .init(Tiny::new(16, 6, d), d)
+                .init(|d| Tiny::new(16, 6, d), d)
         })
     }
 

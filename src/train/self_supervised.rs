@@ -700,7 +700,7 @@ mod tests {
             SimClrConfig::new()
                 .with_hidden_dim(16)
                 .with_output_dim(8)
-                .init(LeNetConfig::lenet5().with_embedding_dim(16).init(d), d)
+                .init(|d| LeNetConfig::lenet5().with_embedding_dim(16).init(d), d)
         })
         .unwrap()
     }

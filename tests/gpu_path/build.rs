@@ -45,7 +45,7 @@ pub fn simclr<B: AutodiffBackend>(
             .with_output_dim(8)
             .with_loss(loss)
             .with_pgd(pgd)
-            .init(TinyConv::new(d), d)
+            .init(|d| TinyConv::new(d), d)
     })
     .unwrap()
 }
@@ -55,7 +55,7 @@ pub fn directclr<B: AutodiffBackend>(device: &B::Device) -> DirectClr<B, TinyCon
     init_method::<B, _, _>(device, 3, |d| {
         DirectClrConfig::new()
             .with_loss(DirectClrLossConfig::new().with_loss_dim(3))
-            .init(TinyConv::new(d), d)
+            .init(|d| TinyConv::new(d), d)
     })
     .unwrap()
 }
@@ -67,7 +67,7 @@ pub fn lejepa<B: AutodiffBackend>(device: &B::Device) -> LeJepa<B, TinyConv<B>> 
             .with_hidden_dim(16)
             .with_output_dim(8)
             .with_loss(LeJepaLossConfig::new().with_lambda(0.3).with_num_slices(32))
-            .init(TinyConv::new(d), d)
+            .init(|d| TinyConv::new(d), d)
     })
     .unwrap()
 }
@@ -91,7 +91,7 @@ pub fn rotnet<B: AutodiffBackend>(
             .with_curriculum(RotationCurriculumConfig::new())
             .with_mode(mode)
             .with_seed(5)
-            .init(TinyConv::new(d), d)
+            .init(|d| TinyConv::new(d), d)
     })
     .unwrap()
 }
@@ -122,23 +122,18 @@ fn small_vit<B: burn::prelude::Backend>(d: &B::Device) -> curriculum_ssl_models:
 /// one-block decoder.
 pub fn mae<B: AutodiffBackend>(device: &B::Device) -> Mae<B, curriculum_ssl_models::Vit<B>> {
     init_method::<B, _, _>(device, 3, |d| {
-        let vit = small_vit(d);
         MaeConfig::new()
             .with_decoder_dim(8)
             .with_decoder_depth(1)
             .with_decoder_heads(2)
-            .init(vit, d)
+            .init(|d| small_vit(d), d)
     })
     .unwrap()
 }
 
 /// SimMIM on MAE's ViT (a 3 × 3 grid: 2 × 2-patch units clipped at the edges).
 pub fn simmim<B: AutodiffBackend>(device: &B::Device) -> SimMim<B, curriculum_ssl_models::Vit<B>> {
-    init_method::<B, _, _>(device, 3, |d| {
-        let vit = small_vit(d);
-        SimMimConfig::new().init(vit, d)
-    })
-    .unwrap()
+    init_method::<B, _, _>(device, 3, |d| SimMimConfig::new().init(|d| small_vit(d), d)).unwrap()
 }
 
 /// iBOT with DINOv2's KoLeo on MAE's ViT: the masks (drawn on the host from the step), the mask
@@ -224,7 +219,6 @@ pub fn msn<B: AutodiffBackend>(device: &B::Device) -> Msn<B, curriculum_ssl_mode
 /// ranks the patches as the CPU does.
 pub fn hpm<B: AutodiffBackend>(device: &B::Device) -> Hpm<B, curriculum_ssl_models::Vit<B>> {
     init_method::<B, _, _>(device, 3, |d| {
-        let vit = small_vit(d);
         HpmConfig::new()
             .with_mae(
                 MaeConfig::new()
@@ -233,7 +227,7 @@ pub fn hpm<B: AutodiffBackend>(device: &B::Device) -> Hpm<B, curriculum_ssl_mode
                     .with_decoder_heads(2),
             )
             .with_hard_share(curriculum_ssl::curriculum::SchedulerConfig::Constant { value: 0.5 })
-            .init(vit, d)
+            .init(|d| small_vit(d), d)
     })
     .unwrap()
 }
@@ -243,7 +237,7 @@ pub fn simsiam<B: AutodiffBackend>(device: &B::Device) -> SimSiam<B, TinyConv<B>
         SimSiamConfig::new()
             .with_dim(8)
             .with_predictor_dim(4)
-            .init(TinyConv::new(d), d)
+            .init(|d| TinyConv::new(d), d)
     })
     .unwrap()
 }
@@ -254,7 +248,7 @@ pub fn nnsiam<B: AutodiffBackend>(device: &B::Device) -> NnSiam<B, TinyConv<B>> 
         NnSiamConfig::new()
             .with_simsiam(SimSiamConfig::new().with_dim(8).with_predictor_dim(4))
             .with_support_set_size(4 * BATCH)
-            .init(TinyConv::new(d), BATCH, d)
+            .init(|d| TinyConv::new(d), BATCH, d)
     })
     .unwrap()
 }
@@ -295,7 +289,7 @@ pub fn vibcreg<B: AutodiffBackend>(device: &B::Device) -> Vibcreg<B, TinyConv<B>
             .with_output_dim(8)
             .with_whitening_groups(4)
             .with_loss(VibcregLossConfig::new().with_weights([1.0, 1.0, 8.0]))
-            .init(TinyConv::new(d), d)
+            .init(|d| TinyConv::new(d), d)
     })
     .unwrap()
 }
@@ -308,7 +302,7 @@ pub fn wmse<B: AutodiffBackend>(device: &B::Device) -> Wmse<B, TinyConv<B>> {
             .with_hidden_dim(16)
             .with_output_dim(4)
             .with_loss(WmseLossConfig::new().with_w_size(8))
-            .init(TinyConv::new(d), d)
+            .init(|d| TinyConv::new(d), d)
     })
     .unwrap()
 }
@@ -325,7 +319,7 @@ pub fn emp_ssl<B: AutodiffBackend>(device: &B::Device) -> EmpSsl<B, TinyConv<B>>
             .with_hidden_dim(16)
             .with_output_dim(4)
             .with_loss(EmpSslLossConfig::new().with_inv_coef(1.0))
-            .init(TinyConv::new(d), d)
+            .init(|d| TinyConv::new(d), d)
     })
     .unwrap()
 }

@@ -580,7 +580,7 @@ pub fn run_cli(args: &[String]) -> Result<()> {
     let timing = match args.method {
         Method::Simclr => {
             let method = curriculum_ssl::seed::with_seed::<Train, _>(&device, 0, || {
-                SimClrConfig::new().init(resnet18(&device), &device)
+                SimClrConfig::new().init(|_| resnet18(&device), &device)
             })?;
             time(method, "simclr", &args, &device, log)?
         }
@@ -598,7 +598,7 @@ pub fn run_cli(args: &[String]) -> Result<()> {
         }
         Method::Simsiam => {
             let method = curriculum_ssl::seed::with_seed::<Train, _>(&device, 0, || {
-                SimSiamConfig::new().init(resnet18(&device), &device)
+                SimSiamConfig::new().init(|_| resnet18(&device), &device)
             })?;
             time(method, "simsiam", &args, &device, log)?
         }

@@ -18,7 +18,7 @@ use curriculum_ssl::method::ByolConfig;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
-use super::common::{self, Defaults, Prepared, Train};
+use super::common::{self, Defaults, Prepared};
 
 /// The recipe's defaults.
 pub fn defaults() -> Defaults {
@@ -33,13 +33,9 @@ pub fn run(args: &[String]) -> Result<()> {
 /// Builds the method for a prepared recipe and trains it (shared with the MICO variants).
 pub fn train(recipe: Prepared) -> Result<()> {
     let config = ByolConfig::new();
-    let backbone = recipe.backbone_config();
     let config = recipe.section("method", config)?;
     let optimizer = recipe.section("optimizer", SgdConfig::new())?;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
-        Ok((method, optimizer.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

@@ -17,7 +17,7 @@ use curriculum_ssl::method::DirectClrConfig;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults};
 
 fn defaults() -> Defaults {
     Defaults::new("directclr", 20, 128, 0.3, PipelineConfig::simclr)
@@ -28,10 +28,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults())?;
     let config = recipe.section("method", DirectClrConfig::new())?;
     let optimizer = recipe.section("optimizer", SgdConfig::new())?;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        Ok((method, optimizer.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

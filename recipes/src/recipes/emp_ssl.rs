@@ -23,7 +23,7 @@ use curriculum_ssl::method::EmpSslConfig;
 use curriculum_ssl::optim::LarsConfig;
 use curriculum_ssl::pipeline::{LocalCrops, PipelineConfig};
 
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults};
 
 /// Patches besides the two global views (the authors' 20 in all).
 pub const EXTRA_PATCHES: usize = 18;
@@ -78,10 +78,7 @@ pub fn run(args: &[String]) -> Result<()> {
             .with_weight_decay(1e-4)
             .with_eta(0.005),
     )?;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        Ok((method, lars.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &lars, |b, d| config.init(b, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

@@ -30,7 +30,7 @@ use burn::optim::AdamWConfig;
 use curriculum_ssl::loss::DinoLossConfig;
 use curriculum_ssl::method::IbotConfig;
 
-use super::common::{self, BackboneChoice, Defaults, Train};
+use super::common::{self, BackboneChoice, Defaults};
 use super::multi_crop;
 
 /// Epochs of the recipes.
@@ -81,11 +81,7 @@ fn train(args: &[String], defaults: Defaults, config: IbotConfig) -> Result<()> 
     // The masks are drawn from `--seed` (a study's seeds draw different masks).
     let config = recipe.section("method", config.with_seed(recipe.settings.seed))?;
     let optimizer = recipe.section("optimizer", AdamWConfig::new().with_weight_decay(0.04))?;
-    let backbone = recipe.backbone_config();
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
-        Ok((method, optimizer.init::<Train, _>()))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

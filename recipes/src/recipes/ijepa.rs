@@ -26,7 +26,7 @@ use curriculum_ssl::curriculum::mask_schedule;
 use curriculum_ssl::method::IjepaConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
-use super::common::{self, BackboneChoice, Defaults, Train};
+use super::common::{self, BackboneChoice, Defaults};
 
 /// One view, cropped to 30–100 % of the image, nothing else (I-JEPA's).
 fn preset(side: usize, channels: usize) -> PipelineConfig {
@@ -79,11 +79,7 @@ fn train(args: &[String], name: &'static str, config: IjepaConfig) -> Result<()>
     // The masks are drawn from `--seed` (a study's seeds draw different masks).
     let config = recipe.section("method", config.with_seed(recipe.settings.seed))?;
     let optimizer = recipe.section("optimizer", AdamWConfig::new().with_weight_decay(0.04))?;
-    let backbone = recipe.backbone_config();
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
-        Ok((method, optimizer.init::<Train, _>()))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

@@ -19,7 +19,7 @@ use burn::optim::AdamWConfig;
 use curriculum_ssl::method::LeJepaConfig;
 use curriculum_ssl::pipeline::{PipelineConfig, Preset};
 
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults};
 use super::multi_crop::multi_crop;
 
 /// LeJEPA's views: DINO's operations (BYOL's), global (0.3, 1), local (0.05, 0.3).
@@ -37,10 +37,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let config = LeJepaConfig::new().with_seed(recipe.settings.seed);
     let config = recipe.section("method", config)?;
     let optimizer = recipe.section("optimizer", AdamWConfig::new().with_weight_decay(0.05))?;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        Ok((method, optimizer.init::<Train, _>()))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

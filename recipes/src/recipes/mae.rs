@@ -29,7 +29,7 @@ use curriculum_ssl::curriculum::mask_schedule;
 use curriculum_ssl::method::{HpmConfig, MaeConfig};
 use curriculum_ssl::pipeline::PipelineConfig;
 
-use super::common::{self, BackboneChoice, Defaults, Train};
+use super::common::{self, BackboneChoice, Defaults};
 
 /// One view, cropped to 20–100 % of the image and flipped, without colour distortion (MAE's).
 fn preset(side: usize, channels: usize) -> PipelineConfig {
@@ -85,11 +85,7 @@ pub fn hard_patches(args: &[String]) -> Result<()> {
     let mae = config().with_seed(recipe.settings.seed);
     let config = recipe.section("method", HpmConfig::new().with_mae(mae))?;
     let optimizer = recipe.section("optimizer", adamw())?;
-    let backbone = recipe.backbone_config();
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(backbone.init::<Train>(d), d))?;
-        Ok((method, optimizer.init::<Train, _>()))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, d))
 }
 
 /// MAE's AdamW: β₂ 0.95, weight decay 0.05.
@@ -102,11 +98,7 @@ fn train(args: &[String], defaults: Defaults, config: MaeConfig) -> Result<()> {
     // The masks are drawn from `--seed` (a study's seeds draw different masks).
     let config = recipe.section("method", config.with_seed(recipe.settings.seed))?;
     let optimizer = recipe.section("optimizer", adamw())?;
-    let backbone = recipe.backbone_config();
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(backbone.init::<Train>(d), d))?;
-        Ok((method, optimizer.init::<Train, _>()))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

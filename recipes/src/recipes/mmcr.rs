@@ -18,7 +18,7 @@ use curriculum_ssl::method::MmcrConfig;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::{LocalCrops, PipelineConfig};
 
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults};
 
 /// Views besides the two global ones (lightly's example: `k = 8` in all).
 pub const EXTRA_VIEWS: usize = 6;
@@ -49,11 +49,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "optimizer",
         SgdConfig::new().with_momentum(0.0).with_weight_decay(0.0),
     )?;
-    let backbone = recipe.backbone_config();
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
-        Ok((method, optimizer.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

@@ -28,7 +28,7 @@ use curriculum_ssl::method::MocoV3Config;
 use curriculum_ssl::optim::LarsConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
-use super::common::{self, BackboneChoice, Defaults, Train};
+use super::common::{self, BackboneChoice, Defaults};
 
 /// Images per step: 128 on a GPU; 64 on the CPU, whose runs cover small datasets in few epochs
 /// and gain from twice the steps (the embedded Fashion-MNIST subset, 20 epochs, seed 2: kNN
@@ -104,26 +104,19 @@ pub fn run(args: &[String]) -> Result<()> {
         recipe.settings.lr = 1.5e-4 * recipe.settings.batch_size as f64 / 256.0;
     }
     let config = config(recipe.settings.backbone);
-    let backbone = recipe.backbone_config();
     let config = recipe.section("method", config)?;
     if vit {
         let adamw = recipe.section(
             "optimizer",
             AdamWConfig::new().with_weight_decay(0.1).with_epsilon(1e-8),
         )?;
-        recipe.train(&config, |recipe, device| {
-            let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
-            Ok((method, adamw.init::<Train, _>()))
-        })
+        recipe.train_method(&config, &adamw, |b, d| config.init(b, d))
     } else {
         let lars = recipe.section(
             "optimizer",
             LarsConfig::new().with_weight_decay(1e-6).with_eta(0.02),
         )?;
-        recipe.train(&config, |recipe, device| {
-            let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
-            Ok((method, lars.init::<Train, _>()?))
-        })
+        recipe.train_method(&config, &lars, |b, d| config.init(b, d))
     }
 }
 

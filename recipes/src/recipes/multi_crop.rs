@@ -37,7 +37,7 @@ use curriculum_ssl::method::{DinoConfig, SwavConfig};
 use curriculum_ssl::optim::LarsConfig;
 use curriculum_ssl::pipeline::{PipelineConfig, Preset};
 
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults};
 
 /// Local crops per image by default (the papers' 6).
 pub const LOCAL_CROPS: usize = 6;
@@ -112,10 +112,7 @@ pub fn swav(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults("swav", 0.3, swav_views))?;
     let config = recipe.section("method", swav_config())?;
     let lars = recipe.section("optimizer", lars())?;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        Ok((method, lars.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &lars, |b, d| config.init(b, d))
 }
 
 /// Runs `dino`.
@@ -124,11 +121,7 @@ pub fn dino(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults("dino", 0.15, dino_views))?;
     let config = recipe.section("method", dino_config())?;
     let lars = recipe.section("optimizer", lars())?;
-    let backbone = recipe.backbone_config();
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
-        Ok((method, lars.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &lars, |b, d| config.init(b, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

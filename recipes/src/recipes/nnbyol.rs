@@ -19,7 +19,7 @@ use curriculum_ssl::method::NnByolConfig;
 use curriculum_ssl::optim::SgdConfig;
 
 use super::byol;
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults};
 use super::nnclr::SUPPORT_SET;
 
 fn defaults() -> Defaults {
@@ -36,14 +36,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults())?;
     let config = recipe.section("method", config())?;
     let optimizer = recipe.section("optimizer", SgdConfig::new())?;
-    let backbone = recipe.backbone_config();
     let batch = recipe.settings.batch_size;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| {
-            config.init(|d| backbone.init::<Train>(d), batch, d)
-        })?;
-        Ok((method, optimizer.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, batch, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

@@ -23,7 +23,7 @@ use curriculum_ssl::method::NnclrConfig;
 use curriculum_ssl::optim::LarsConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults};
 
 /// Projections in the recipe's support set.
 pub const SUPPORT_SET: usize = 16_384;
@@ -50,12 +50,7 @@ pub fn run(args: &[String]) -> Result<()> {
         LarsConfig::new().with_weight_decay(1e-5).with_eta(0.02),
     )?;
     let batch = recipe.settings.batch_size;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| {
-            config.init(recipe.backbone_config().init(d), batch, d)
-        })?;
-        Ok((method, lars.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &lars, |b, d| config.init(b, batch, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

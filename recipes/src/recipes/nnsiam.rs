@@ -19,7 +19,7 @@ use anyhow::Result;
 use curriculum_ssl::method::NnSiamConfig;
 use curriculum_ssl::optim::SgdConfig;
 
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults};
 use super::nnclr::SUPPORT_SET;
 use super::simsiam;
 
@@ -38,12 +38,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let config = recipe.section("method", config())?;
     let optimizer = recipe.section("optimizer", SgdConfig::new())?;
     let batch = recipe.settings.batch_size;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| {
-            config.init(recipe.backbone_config().init(d), batch, d)
-        })?;
-        Ok((method, optimizer.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, batch, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

@@ -45,7 +45,7 @@ use curriculum_ssl::method::{
 use curriculum_ssl::optim::LarsConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults};
 
 /// The projector's widths at this scale (solo-learn's CIFAR setting).
 pub const PROJECTOR: usize = 2048;
@@ -139,10 +139,7 @@ pub fn barlow_twins(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults("barlow_twins"))?;
     let config = recipe.section("method", barlow_twins_config())?;
     let lars = recipe.section("optimizer", lars())?;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        Ok((method, lars.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &lars, |b, d| config.init(b, d))
 }
 
 /// Runs `vicreg`.
@@ -150,10 +147,7 @@ pub fn vicreg(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults("vicreg"))?;
     let config = recipe.section("method", vicreg_config())?;
     let lars = recipe.section("optimizer", lars())?;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        Ok((method, lars.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &lars, |b, d| config.init(b, d))
 }
 
 /// Runs `vibcreg`.
@@ -165,10 +159,7 @@ pub fn vibcreg(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults)?;
     let config = recipe.section("method", vibcreg_config())?;
     let lars = recipe.section("optimizer", lars())?;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        Ok((method, lars.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &lars, |b, d| config.init(b, d))
 }
 
 /// Runs `frossl`.
@@ -176,10 +167,7 @@ pub fn frossl(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults("frossl"))?;
     let config = recipe.section("method", frossl_config())?;
     let lars = recipe.section("optimizer", lars())?;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        Ok((method, lars.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &lars, |b, d| config.init(b, d))
 }
 
 /// Runs `wmse`: Adam at solo-learn's 2e-3 (not scaled with the batch: Adam's step does not
@@ -208,10 +196,7 @@ pub fn wmse(args: &[String]) -> Result<()> {
         "optimizer",
         AdamConfig::new().with_weight_decay(Some(WeightDecayConfig::new(1e-6))),
     )?;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        Ok((method, adam.init::<Train, _>()))
-    })
+    recipe.train_method(&config, &adam, |b, d| config.init(b, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

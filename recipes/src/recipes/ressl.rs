@@ -19,7 +19,7 @@ use curriculum_ssl::method::ResslConfig;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::{PipelineConfig, ViewConfig};
 
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults};
 
 /// Keys in the recipe's queue.
 pub const QUEUE: usize = 16_384;
@@ -64,14 +64,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults())?;
     let config = recipe.section("method", config())?;
     let optimizer = recipe.section("optimizer", SgdConfig::new().with_weight_decay(1e-4))?;
-    let backbone = recipe.backbone_config();
     let batch = recipe.settings.batch_size;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| {
-            config.init(|d| backbone.init::<Train>(d), batch, d)
-        })?;
-        Ok((method, optimizer.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, batch, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

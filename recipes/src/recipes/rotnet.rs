@@ -25,7 +25,7 @@ use curriculum_ssl::method::rotnet::{RotNetConfig, RotationMode};
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
-use super::common::{self, Defaults, Prepared, Train};
+use super::common::{self, Defaults, Prepared};
 
 /// SimCLR's crops and flips, without colour distortion.
 fn preset(side: usize, channels: usize) -> PipelineConfig {
@@ -81,10 +81,7 @@ fn train(recipe: Prepared, config: RotNetConfig) -> Result<()> {
         "optimizer",
         SgdConfig::new().with_momentum(0.9).with_weight_decay(5e-4),
     )?;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        Ok((method, optimizer.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

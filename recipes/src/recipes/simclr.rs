@@ -19,7 +19,7 @@ use curriculum_ssl::method::{PairLossConfig, SimClrConfig};
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
-use super::common::{self, Defaults, LossChoice, Prepared, Train};
+use super::common::{self, Defaults, LossChoice, Prepared};
 
 /// The recipe's defaults.
 pub fn defaults() -> Defaults {
@@ -44,10 +44,7 @@ pub fn train(recipe: Prepared) -> Result<()> {
         .with_pgd(recipe.pgd.clone());
     let config = recipe.section("method", config)?;
     let optimizer = recipe.section("optimizer", SgdConfig::new())?;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        Ok((method, optimizer.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, d))
 }
 
 /// `hcl`: SimCLR with hard negative sampling (Robinson et al. 2021,

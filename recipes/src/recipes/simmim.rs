@@ -23,7 +23,7 @@ use curriculum_ssl::curriculum::mask_schedule;
 use curriculum_ssl::method::SimMimConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
-use super::common::{self, BackboneChoice, Defaults, Train};
+use super::common::{self, BackboneChoice, Defaults};
 
 /// One view, cropped to 67–100 % of the image and flipped, without colour distortion (SimMIM's).
 fn preset(side: usize, channels: usize) -> PipelineConfig {
@@ -70,11 +70,7 @@ fn train(args: &[String], defaults: Defaults, config: SimMimConfig) -> Result<()
     // The masks are drawn from `--seed` (a study's seeds draw different masks).
     let config = recipe.section("method", config.with_seed(recipe.settings.seed))?;
     let optimizer = recipe.section("optimizer", AdamWConfig::new().with_weight_decay(0.05))?;
-    let backbone = recipe.backbone_config();
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(backbone.init::<Train>(d), d))?;
-        Ok((method, optimizer.init::<Train, _>()))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

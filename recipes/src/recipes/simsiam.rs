@@ -18,7 +18,7 @@ use curriculum_ssl::method::SimSiamConfig;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
-use super::common::{self, Defaults, Prepared, Train};
+use super::common::{self, Defaults, Prepared};
 
 /// SimSiam's augmentation (its code's `main_simsiam.py`, which is MoCo v2's): random resized crop
 /// of scale (0.2, 1), horizontal flip, colour jitter (0.4, 0.4, 0.4, 0.1) with p 0.8, grayscale
@@ -49,10 +49,7 @@ pub fn train(recipe: Prepared) -> Result<()> {
     let config = SimSiamConfig::new();
     let config = recipe.section("method", config)?;
     let optimizer = recipe.section("optimizer", SgdConfig::new())?;
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(recipe.backbone_config().init(d), d))?;
-        Ok((method, optimizer.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, d))
 }
 
 

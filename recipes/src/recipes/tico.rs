@@ -16,7 +16,7 @@ use curriculum_ssl::method::TicoConfig;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
-use super::common::{self, Defaults, Train};
+use super::common::{self, Defaults};
 
 fn defaults() -> Defaults {
     Defaults::new("tico", 20, 128, 0.1, PipelineConfig::byol)
@@ -27,11 +27,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults())?;
     let config = recipe.section("method", TicoConfig::new())?;
     let optimizer = recipe.section("optimizer", SgdConfig::new())?;
-    let backbone = recipe.backbone_config();
-    recipe.train(&config, |recipe, device| {
-        let method = recipe.init(device, |d| config.init(|d| backbone.init::<Train>(d), d))?;
-        Ok((method, optimizer.init::<Train, _>()?))
-    })
+    recipe.train_method(&config, &optimizer, |b, d| config.init(b, d))
 }
 
 /// The recipes of this module, as `recipe list` prints them.

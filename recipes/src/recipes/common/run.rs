@@ -11,7 +11,9 @@ use crate::backend::{Device, Train};
 use crate::run_files::{read_knn_results, KNN_AT_INIT, KNN_RAW_PIXELS};
 use crate::usage::usage;
 use anyhow::Result;
-use burn::optim::Optimizer;
+use burn::module::AutodiffModule;
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{Adam, AdamConfig, AdamW, AdamWConfig, Optimizer};
 use curriculum_ssl::data::stream::{ImageSource, StreamConfig, StreamLoader, ViewCrop};
 use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::data_parallel::{
@@ -22,8 +24,10 @@ use curriculum_ssl::hooks::{
     FrechetCurationHook, KnnHook, ObjectBoxesHook, SelfPacedAutoAugmentHook,
 };
 use curriculum_ssl::method::{SslMethod, ViewPasses};
+use curriculum_ssl::optim::{Lars, LarsConfig, Sgd, SgdConfig};
 use curriculum_ssl::pipeline::{Augmenter, PipelineConfig, ViewConfig};
 use curriculum_ssl::train::{DataFingerprint, SelfSupervised, StartMode, TrainConfig, Trainer};
+use curriculum_ssl_models::AnyBackbone;
 use serde::Serialize;
 
 impl Prepared {
@@ -95,6 +99,27 @@ impl Prepared {
             )));
         }
         Ok(Some(config))
+    }
+
+    /// Trains the method `build` makes around the recipe's backbone (`--backbone`, with
+    /// `--weights`) with the optimiser `optimizer` describes: `build(backbone, device)` is the
+    /// method's `init` (`|b, d| config.init(b, d)`), `method_config` its settings as
+    /// `config.json` records them. [`Prepared::train`] for a method built otherwise.
+    pub fn train_method<S, E>(
+        self,
+        method_config: &impl Serialize,
+        optimizer: &(impl OptimizerSettings<S::Online> + Sync),
+        build: impl Fn(&dyn Fn(&Device) -> AnyBackbone<Train>, &Device) -> Result<S, E> + Sync,
+    ) -> Result<()>
+    where
+        S: SslMethod<Train>,
+        E: Into<anyhow::Error>,
+    {
+        let backbone = self.backbone_config();
+        self.train(method_config, |recipe, device| {
+            let method = recipe.init(device, |d| build(&|d| backbone.init::<Train>(d), d))?;
+            Ok((method, optimizer.build()?))
+        })
     }
 
     /// Trains the method `build` makes (configured by `method_config`, recorded in
@@ -632,3 +657,48 @@ const MACHINE_SPECIFIC: &[&str] = &[
     "run.classes",
     "run.val_labels",
 ];
+
+/// An optimiser's settings, from which every replica of a run builds its own optimiser
+/// ([`Prepared::train_method`]): burn's Adam and AdamW, the crate's SGD and LARS.
+pub trait OptimizerSettings<M: AutodiffModule<Train> + 'static> {
+    /// The optimiser.
+    type Optimizer: Optimizer<M, Train> + 'static;
+
+    /// Builds the optimiser.
+    ///
+    /// # Errors
+    /// Settings the optimiser refuses, named.
+    fn build(&self) -> Result<Self::Optimizer>;
+}
+
+impl<M: AutodiffModule<Train> + 'static> OptimizerSettings<M> for AdamWConfig {
+    type Optimizer = OptimizerAdaptor<AdamW, M, Train>;
+
+    fn build(&self) -> Result<Self::Optimizer> {
+        Ok(self.init())
+    }
+}
+
+impl<M: AutodiffModule<Train> + 'static> OptimizerSettings<M> for AdamConfig {
+    type Optimizer = OptimizerAdaptor<Adam, M, Train>;
+
+    fn build(&self) -> Result<Self::Optimizer> {
+        Ok(self.init())
+    }
+}
+
+impl<M: AutodiffModule<Train> + 'static> OptimizerSettings<M> for SgdConfig {
+    type Optimizer = OptimizerAdaptor<Sgd, M, Train>;
+
+    fn build(&self) -> Result<Self::Optimizer> {
+        Ok(self.init()?)
+    }
+}
+
+impl<M: AutodiffModule<Train> + 'static> OptimizerSettings<M> for LarsConfig {
+    type Optimizer = OptimizerAdaptor<Lars, M, Train>;
+
+    fn build(&self) -> Result<Self::Optimizer> {
+        Ok(self.init()?)
+    }
+}
