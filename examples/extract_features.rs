@@ -22,7 +22,7 @@ use std::io::Write;
 
 use burn::backend::Flex;
 use curriculum_ssl::data::image_folder::{self, ImageFolderOptions};
-use curriculum_ssl::eval::features::extract_features;
+use curriculum_ssl::eval::extract_features;
 use curriculum_ssl::train::{load_backbone, RunRecord};
 use curriculum_ssl_models::{AnyBackboneConfig, BlockKind, ResNetConfig, Stem};
 

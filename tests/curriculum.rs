@@ -509,7 +509,7 @@ type CuratedTrainer = Trainer<
         Ad,
         SimClrLeNet,
         burn::optim::adaptor::OptimizerAdaptor<
-            curriculum_ssl::optim::sgd::Sgd,
+            curriculum_ssl::optim::Sgd,
             curriculum_ssl::method::Projected<Ad, LeNet<Ad>>,
             Ad,
         >,
@@ -835,7 +835,7 @@ type CropTrainer<M> = Trainer<
         Ad,
         CropSpy<M>,
         burn::optim::adaptor::OptimizerAdaptor<
-            curriculum_ssl::optim::sgd::Sgd,
+            curriculum_ssl::optim::Sgd,
             RotNetNetwork<Ad, M>,
             Ad,
         >,

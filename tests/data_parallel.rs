@@ -18,7 +18,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::Optimizer;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl::data_parallel::{replicas, CollectiveBackend, DataParallelConfig, Replica};
+use curriculum_ssl::data_parallel::{self, CollectiveBackend, DataParallelConfig, Replica};
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::ConfigError;
@@ -242,7 +242,7 @@ where
     )
     .unwrap();
     let shard_size = GLOBAL / REPLICAS;
-    let replicas = replicas::run::<B, _, String, _>(
+    let replicas = data_parallel::run::<B, _, String, _>(
         &DataParallelConfig::local(REPLICAS),
         &vec![device.clone(); REPLICAS],
         |replica, d| {
@@ -429,23 +429,23 @@ fn swav_extra<B: AutodiffBackend>(m: &Swav<B, ResNet<B>>) -> Vec<f64> {
     queue.into_data().convert::<f64>().to_vec::<f64>().unwrap()
 }
 
+/// A ViT of the views' size in `patch`-pixel patches: width 8, one block of two heads.
+fn views_vit<B: Backend>(patch: usize, d: &B::Device) -> Vit<B> {
+    VitConfig::new(SIDE)
+        .with_patch_size(patch)
+        .with_embed_dim(8)
+        .with_depth(1)
+        .with_num_heads(2)
+        .init(d)
+}
+
 /// MAE on a ViT of the views' size: width 8, one block, a one-block decoder.
 fn mae<B: Backend>(d: &B::Device, _: usize) -> Result<Mae<B, Vit<B>>, ConfigError> {
     MaeConfig::new()
         .with_decoder_dim(8)
         .with_decoder_depth(1)
         .with_decoder_heads(2)
-        .init(
-            |d| {
-                VitConfig::new(SIDE)
-                    .with_patch_size(4)
-                    .with_embed_dim(8)
-                    .with_depth(1)
-                    .with_num_heads(2)
-                    .init(d)
-            },
-            d,
-        )
+        .init(|d| views_vit(4, d), d)
 }
 
 /// Hard patches mining on MAE's ViT, in 2-pixel patches (more patches to rank), half of the
@@ -460,17 +460,7 @@ fn hpm<B: Backend>(d: &B::Device, _: usize) -> Result<Hpm<B, Vit<B>>, ConfigErro
                 .with_decoder_heads(2),
         )
         .with_hard_share(curriculum_ssl::curriculum::SchedulerConfig::Constant { value: 0.5 })
-        .init(
-            |d| {
-                VitConfig::new(SIDE)
-                    .with_patch_size(2)
-                    .with_embed_dim(8)
-                    .with_depth(1)
-                    .with_num_heads(2)
-                    .init(d)
-            },
-            d,
-        )
+        .init(|d| views_vit(2, d), d)
 }
 
 /// SimMIM on a ViT of the views' size in 2-pixel patches (a 4 × 4 grid) with units of 3 × 3
@@ -480,17 +470,7 @@ fn simmim<B: Backend>(d: &B::Device, _: usize) -> Result<SimMim<B, Vit<B>>, Conf
     SimMimConfig::new()
         .with_mask_unit(3)
         .with_mask_ratio(0.5)
-        .init(
-            |d| {
-                VitConfig::new(SIDE)
-                    .with_patch_size(2)
-                    .with_embed_dim(8)
-                    .with_depth(1)
-                    .with_num_heads(2)
-                    .init(d)
-            },
-            d,
-        )
+        .init(|d| views_vit(2, d), d)
 }
 
 /// DINO whose last layer trains from the first step.
@@ -976,7 +956,7 @@ fn shuffle_bn_encodes_each_slice_of_the_shuffle_with_its_own_statistics() {
         epoch: 0,
         total_epochs: 1,
     };
-    let queues = replicas::run::<Exact, _, String, _>(
+    let queues = data_parallel::run::<Exact, _, String, _>(
         &DataParallelConfig::local(2),
         &[Default::default(), Default::default()],
         |replica, d| {
@@ -1018,7 +998,7 @@ fn the_gather_concatenates_in_rank_order_and_sums_gradients_back() {
     // Σ w ⊙ gathered, whose gradient on a replica's own rows is w's rows; summed over the two
     // replicas, each replica's rows receive 2·w (lightly issue #1528: 1·w was the bug).
     let w = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]];
-    let out = replicas::run::<Exact, _, String, _>(
+    let out = data_parallel::run::<Exact, _, String, _>(
         &DataParallelConfig::local(2),
         &[Default::default(), Default::default()],
         |replica, d| {
@@ -1056,7 +1036,7 @@ fn the_gather_concatenates_in_rank_order_and_sums_gradients_back() {
 fn a_replica_that_fails_ends_the_run_naming_it_and_the_others_stop() {
     // Replica 1 fails before its first collective operation; replica 0 waits in a gather that
     // can never complete, and must be released with an error rather than hang.
-    let err = replicas::run::<Exact, (), String, _>(
+    let err = data_parallel::run::<Exact, (), String, _>(
         &DataParallelConfig::local(2),
         &[Default::default(), Default::default()],
         |replica, d| {
@@ -1082,7 +1062,7 @@ fn a_replica_that_fails_ends_the_run_naming_it_and_the_others_stop() {
 #[test]
 fn a_method_without_a_rule_for_replicas_is_refused() {
     // SimCLR with MICO's PGD attack is refused by name.
-    let err = replicas::run::<Exact, (), String, _>(
+    let err = data_parallel::run::<Exact, (), String, _>(
         &DataParallelConfig::local(1),
         &[Default::default()],
         |replica, d| {
@@ -1273,8 +1253,8 @@ mod trainer {
         epochs: usize,
         mode: StartMode,
         hooks: impl Fn(usize) -> Vec<Box<dyn Hook<B, StepOn<B>>>> + Sync,
-    ) -> Result<Vec<Trained>, replicas::DataParallelError> {
-        replicas::run::<B, _, TrainError, _>(
+    ) -> Result<Vec<Trained>, data_parallel::DataParallelError> {
+        data_parallel::run::<B, _, TrainError, _>(
             &DataParallelConfig::local(2),
             &[B::Device::default(), B::Device::default()],
             |replica, d| {
@@ -1400,7 +1380,7 @@ mod trainer {
         )
         .unwrap();
         let two = run_dir("curation-two");
-        let replicas = replicas::run::<Exact, _, TrainError, _>(
+        let replicas = data_parallel::run::<Exact, _, TrainError, _>(
             &DataParallelConfig::local(2),
             &[Default::default(), Default::default()],
             |replica, d| {
@@ -1466,7 +1446,7 @@ mod trainer {
         )
         .unwrap();
         let two = run_dir("aa-two");
-        let replicas = replicas::run::<Exact, _, TrainError, _>(
+        let replicas = data_parallel::run::<Exact, _, TrainError, _>(
             &DataParallelConfig::local(2),
             &[Default::default(), Default::default()],
             |replica, d| {
@@ -1623,7 +1603,7 @@ mod machines {
         };
         let shard = GLOBAL / 2;
         let outcome =
-            replicas::run::<Exact, _, String, _>(&config, &[Default::default()], |r, d| {
+            data_parallel::run::<Exact, _, String, _>(&config, &[Default::default()], |r, d| {
                 match mode.as_str() {
                     // A machine that stops once registered (a crash, a lost machine).
                     "stops" => std::process::exit(3),
@@ -1694,7 +1674,7 @@ mod machines {
 
     /// An orchestrator on a free loopback port, serving on a thread of this process; its port.
     fn start_orchestrator() -> u16 {
-        let orchestrator = replicas::Orchestrator::bind("127.0.0.1:0").unwrap();
+        let orchestrator = data_parallel::Orchestrator::bind("127.0.0.1:0").unwrap();
         let port = orchestrator.address().unwrap().port();
         std::thread::spawn(move || orchestrator.serve());
         port

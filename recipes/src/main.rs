@@ -268,7 +268,7 @@ fn run(cli: Cli) -> Result<()> {
             (recipe.run)(&["--help".to_string()])
         }
         Command::Orchestrator { port, address } => {
-            use curriculum_ssl::data_parallel::replicas::Orchestrator;
+            use curriculum_ssl::data_parallel::Orchestrator;
             let host = match address.contains(':') {
                 true => format!("[{address}]"),
                 false => address.clone(),

@@ -1,41 +1,5 @@
-//! The curation policy: which batches train, which are redrawn.
-//!
-//! Following §II-C of "The Bad Batches: Enhancing Self-Supervised Learning in Image
-//! Classification Through Representative Batch Curation" (Göksu and Pugeault, IJCNN 2024,
-//! <https://arxiv.org/abs/2403.19579>):
-//!
-//! 1. **Warm-up.** The first `warmup_epochs` epochs (default 5; epochs `0..=4` as this crate
-//!    counts them, from 0) train on every batch: early in training the features are those of a
-//!    random network and their distances say little.
-//! 2. **Calibration.** The FRD of every batch of the last warm-up epoch — the paper's "epoch 5",
-//!    counting from one — is averaged; that mean is the threshold.
-//! 3. **Curation.** From epoch `warmup_epochs` on, a batch whose FRD is above the threshold is
-//!    rejected: the training loop draws new augmentations of the same images and asks again,
-//!    without updating the weights. The paper does not bound the redraws; this policy does
-//!    (`max_retries`, default 3), so that a batch the threshold can never accept cannot stall the
-//!    run: after that many rejections the batch trains anyway, and the decision says so.
-//!
-//! The policy is pure bookkeeping, [`FrechetCuration::observe`], with no tensor in it: the
-//! training loop computes the FRD (see [`super::frechet`]) and acts on the [`Decision`]. Its
-//! whole mutable state is a [`CurationState`] that serialises exactly (through JSON too: the
-//! crate builds `serde_json` with `float_roundtrip`, without which some numbers come back one unit
-//! in the last place off), so a resumed run makes the same decisions as an uninterrupted one.
-//!
-//! For example, with the defaults: during epochs 0–3 every batch is applied; during epoch 4 every
-//! batch is applied and its FRD recorded, say 2.0, 4.0 and 3.0, so the threshold is 3.0; in epoch
-//! 5 a batch with FRD 2.5 is applied, one with FRD 3.5 is redrawn, and if its redraws score 3.2,
-//! 3.1 and 3.3 it is redrawn three times and then accepted after retries at 3.3 (a warning).
-//!
-//! **A threshold that can fire (not the paper's).** The paper's threshold is fixed once, from an
-//! early epoch; as training pulls the two views' projections together every later batch falls
-//! below it, and nothing is ever redrawn (the `bad_batches` study counted 0 rejections in 4,212
-//! batches; the distances fall several-fold from one epoch to the next, so even a quantile of the
-//! previous epoch's distances lies above the next epoch's). [`ThresholdRule::RecentQuantile`] is
-//! a labelled variant whose threshold follows training: for each batch, the `q`-quantile (type 7,
-//! numpy's default) of the first-attempt distances of the `window` batches before it (a redraw's
-//! distance is not counted), so about a share `1 − q` of the batches is redrawn while the
-//! distances change slowly over a window. With first attempts `[1, 1, 1, 1, 6]` in the window,
-//! `q = 0.9` gives the next batch the threshold 4.0, `q = 0.5` gives 1.0.
+//! The curation policy: which batches train, which are redrawn (documented on
+//! `FrechetCuration`).
 
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -271,6 +235,44 @@ pub enum CurationError {
 
 /// Fréchet batch curation: decides, batch by batch, whether to train or to redraw. Build it with
 /// [`FrechetCurationConfig::init`].
+///
+/// Following §II-C of "The Bad Batches: Enhancing Self-Supervised Learning in Image
+/// Classification Through Representative Batch Curation" (Göksu and Pugeault, IJCNN 2024,
+/// <https://arxiv.org/abs/2403.19579>):
+///
+/// 1. **Warm-up.** The first `warmup_epochs` epochs (default 5; epochs `0..=4` as this crate
+///    counts them, from 0) train on every batch: early in training the features are those of a
+///    random network and their distances say little.
+/// 2. **Calibration.** The FRD of every batch of the last warm-up epoch — the paper's "epoch 5",
+///    counting from one — is averaged; that mean is the threshold.
+/// 3. **Curation.** From epoch `warmup_epochs` on, a batch whose FRD is above the threshold is
+///    rejected: the training loop draws new augmentations of the same images and asks again,
+///    without updating the weights. The paper does not bound the redraws; this policy does
+///    (`max_retries`, default 3), so that a batch the threshold can never accept cannot stall the
+///    run: after that many rejections the batch trains anyway, and the decision says so.
+///
+/// The policy is pure bookkeeping, [`FrechetCuration::observe`], with no tensor in it: the
+/// training loop computes the FRD ([`frechet_distance_host`](super::frechet_distance_host) or
+/// [`NewtonSchulz`](super::NewtonSchulz)) and acts on the [`Decision`]. Its whole mutable state
+/// is a [`CurationState`] that serialises exactly (through JSON too: the crate builds
+/// `serde_json` with `float_roundtrip`, without which some numbers come back one unit in the last
+/// place off), so a resumed run makes the same decisions as an uninterrupted one.
+///
+/// For example, with the defaults: during epochs 0–3 every batch is applied; during epoch 4 every
+/// batch is applied and its FRD recorded, say 2.0, 4.0 and 3.0, so the threshold is 3.0; in epoch
+/// 5 a batch with FRD 2.5 is applied, one with FRD 3.5 is redrawn, and if its redraws score 3.2,
+/// 3.1 and 3.3 it is redrawn three times and then accepted after retries at 3.3 (a warning).
+///
+/// **A threshold that can fire (not the paper's).** The paper's threshold is fixed once, from an
+/// early epoch; as training pulls the two views' projections together every later batch falls
+/// below it, and nothing is ever redrawn (the `bad_batches` study counted 0 rejections in 4,212
+/// batches; the distances fall several-fold from one epoch to the next, so even a quantile of the
+/// previous epoch's distances lies above the next epoch's). [`ThresholdRule::RecentQuantile`] is
+/// a labelled variant whose threshold follows training: for each batch, the `q`-quantile (type 7,
+/// numpy's default) of the first-attempt distances of the `window` batches before it (a redraw's
+/// distance is not counted), so about a share `1 − q` of the batches is redrawn while the
+/// distances change slowly over a window. With first attempts `[1, 1, 1, 1, 6]` in the window,
+/// `q = 0.9` gives the next batch the threshold 4.0, `q = 0.5` gives 1.0.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FrechetCuration {
     warmup_epochs: usize,

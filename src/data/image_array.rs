@@ -137,7 +137,7 @@ impl ImageArray {
     }
 
     /// Number of images (inherent, so that `len` is not ambiguous where both
-    /// [`Dataset`](burn_dataset::Dataset) and [`ImageSet`](super::ImageSet) are in scope).
+    /// [`Dataset`] and [`ImageSet`](super::ImageSet) are in scope).
     pub fn len(&self) -> usize {
         self.len
     }

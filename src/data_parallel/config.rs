@@ -1,5 +1,5 @@
-//! How a data-parallel run spreads over devices and machines: [`DataParallelConfig`],
-//! [`MultiNode`].
+//! How a data-parallel run spreads over devices and machines: `DataParallelConfig`,
+//! `MultiNode`.
 
 use std::time::Duration;
 
@@ -27,7 +27,8 @@ pub struct MultiNode {
     /// `rank·devices .. (rank+1)·devices`.
     pub rank: u32,
     /// The orchestrator's address, e.g. `ws://10.0.0.1:3000` (started by node 0 with
-    /// [`Orchestrator`], e.g. `recipe orchestrator`, on any machine the nodes reach).
+    /// [`Orchestrator`](super::Orchestrator), e.g. `recipe orchestrator`, on any machine the
+    /// nodes reach).
     pub orchestrator: String,
     /// This machine's address as the others reach it, e.g. `ws://10.0.0.2:3001`.
     pub address: String,
@@ -52,7 +53,7 @@ fn default_timeout() -> u64 {
 }
 
 /// The most replicas one machine may run ([`DataParallelConfig::devices`]): a thread each.
-pub const MAX_DEVICES: usize = 1024;
+pub(crate) const MAX_DEVICES: usize = 1024;
 
 impl DataParallelConfig {
     /// `devices` replicas on this machine alone.

@@ -32,13 +32,24 @@
 //! `burn-collective` keeps one server per backend type per process; a peer registers, then every
 //! peer calls the same operations in the same order. The differentiable all-reduce is an autodiff
 //! operation of [`CollectiveBackend`], implemented for burn's `Autodiff` over any backend. Two
-//! data-parallel runs of one backend type in one process take turns ([`replicas::run`]).
+//! data-parallel runs of one backend type in one process take turns ([`run`]).
+//!
+//! # The pieces
+//! - [`DataParallelConfig`] and [`MultiNode`]: how a run spreads over devices and machines
+//!   ([`DEFAULT_TIMEOUT_S`] for the wait on other machines).
+//! - [`run`]: starts the replicas of a run, one thread per local device, registered with
+//!   `burn-collective` (and, across machines, with its global orchestrator, [`Orchestrator`]),
+//!   each running the caller's function; the first replica that fails ends the run for all,
+//!   named in the error ([`DataParallelError`]).
+//! - [`Replica`]: one replica as its step sees it (its rank, the collective operations it takes
+//!   part in, the gradients' average), and the differentiable all-reduce of
+//!   [`CollectiveBackend`].
 
-pub mod config;
-pub mod replica;
-pub mod replicas;
+mod config;
+mod replica;
+mod replicas;
 
 pub use burn_collective::PeerId;
-pub use config::{DataParallelConfig, MultiNode};
+pub use config::{DataParallelConfig, MultiNode, DEFAULT_TIMEOUT_S};
 pub use replica::{CollectiveBackend, Failure, Replica};
-pub use replicas::{DataParallelError, Orchestrator};
+pub use replicas::{run, DataParallelError, Orchestrator};

@@ -1,6 +1,6 @@
-//! One replica of a data-parallel run: [`Replica`] (its rank, the collective operations it
+//! One replica of a data-parallel run: `Replica` (its rank, the collective operations it
 //! takes part in, the gradients' average) and the differentiable all-reduce of
-//! [`CollectiveBackend`].
+//! `CollectiveBackend`; documented on those items and on the parent module's page.
 
 use std::sync::{Arc, Mutex};
 

@@ -1,6 +1,7 @@
 //! Starting the replicas of a data-parallel run: one thread per local device, registered with
 //! `burn-collective` (and, across machines, with its global orchestrator), each running the
 //! caller's function; the first replica that fails ends the run for all, named in the error.
+//! Documented on `run` and on the parent module's page.
 
 use std::any::Any;
 use std::fmt::Display;
@@ -66,6 +67,10 @@ static RUNS: Mutex<()> = Mutex::new(());
 /// returns their results in rank order. When one fails (an error or a panic), the collective
 /// layer is reset so that the others' pending operations fail too, and the run's error names the
 /// replica that failed first.
+///
+/// Across machines ([`DataParallelConfig::nodes`]) each replica also registers with the run's
+/// global orchestrator ([`Orchestrator`]). Two data-parallel runs of one backend type in one
+/// process take turns: `burn-collective` keeps one server per backend type per process.
 ///
 /// # Errors
 /// See [`DataParallelError`].

@@ -1,6 +1,4 @@
-//! The few-label protocol: a linear probe trained on a small labelled fraction of the training
-//! split (SimCLR's and BYOL's 1 % and 10 % ImageNet evaluations; here per class, so that each
-//! class keeps its share), scored on the whole test split.
+//! The few-label protocol (documented on `few_label_indices`).
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -12,6 +10,10 @@ use crate::base::error::ConfigError;
 /// of its `n_c` images (at least one), drawn without replacement by a generator seeded with
 /// `seed`, returned in ascending order. The same `(labels, fraction, seed)` always gives the
 /// same indices, on every machine (`StdRng` is ChaCha12, specified by `rand`).
+///
+/// This is the few-label protocol: a linear probe trained on a small labelled fraction of the
+/// training split (SimCLR's and BYOL's 1 % and 10 % ImageNet evaluations; here per class, so
+/// that each class keeps its share), scored on the whole test split.
 ///
 /// # Errors
 /// If `fraction` is not in `(0, 1]`.

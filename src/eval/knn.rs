@@ -1,11 +1,4 @@
-//! Weighted k-nearest-neighbour classification of frozen features, the kNN monitor of
-//! InstDisc, lightly and solo-learn.
-//!
-//! Features are L2-normalised; for each test feature the `k` most cosine-similar training
-//! features vote for their label with weight `exp(sim / T)`; the class with the largest total
-//! wins. Test features are processed in chunks so that the `[chunk, N_train]` similarity matrix
-//! stays small, and the `k` nearest are found with the chunked
-//! [`top_k_indices`] instead of sorting every row.
+//! Weighted kNN classification of frozen features (documented on `KnnClassifier`).
 
 use burn::prelude::*;
 use burn::tensor::IndexingUpdateOp;
@@ -38,7 +31,14 @@ pub struct Accuracy {
     pub top5: f64,
 }
 
-/// A kNN classifier over a bank of normalised training features.
+/// A kNN classifier over a bank of normalised training features: weighted k-nearest-neighbour
+/// classification of frozen features, the kNN monitor of InstDisc, lightly and solo-learn.
+///
+/// Features are L2-normalised; for each test feature the `k` most cosine-similar training
+/// features vote for their label with weight `exp(sim / T)`; the class with the largest total
+/// wins. Test features are processed in chunks so that the `[chunk, N_train]` similarity matrix
+/// stays small, and the `k` nearest are found with the chunked [`top_k_indices`] instead of
+/// sorting every row.
 #[derive(Debug, Clone)]
 pub struct KnnClassifier<B: Backend> {
     bank: Tensor<B, 2>,
@@ -146,7 +146,7 @@ impl<B: Backend> KnnClassifier<B> {
 }
 
 /// Top-1 / top-5 accuracy of class scores `[M, C]` against labels `[M]`.
-pub fn accuracy<B: Backend>(scores: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Accuracy {
+pub(crate) fn accuracy<B: Backend>(scores: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Accuracy {
     let [m, c] = scores.dims();
     let k = c.min(5);
     let labels = labels.reshape([m, 1]);

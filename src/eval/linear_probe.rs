@@ -1,10 +1,4 @@
-//! Linear evaluation ("linear probe"): a linear classifier trained on frozen, cached features,
-//! the standard measure of a self-supervised representation (SimCLR, MoCo, solo-learn).
-//!
-//! Features are computed once ([`extract_features`](super::features::extract_features) with
-//! the inference backbone); the classifier is trained with SGD or LARS, a cosine learning rate
-//! per step and cross-entropy, on shuffled mini-batches drawn from a seeded generator, and
-//! scored top-1 / top-5 on the test features.
+//! The linear probe (documented on `LinearProbeConfig`).
 
 use burn::module::AutodiffModule;
 use burn::module::Param;
@@ -32,6 +26,14 @@ pub enum ProbeOptimizer {
 }
 
 /// Configuration of the linear probe.
+///
+/// Linear evaluation ("linear probe"): a linear classifier trained on frozen, cached features,
+/// the standard measure of a self-supervised representation (SimCLR, MoCo, solo-learn).
+///
+/// Features are computed once ([`extract_features`](super::extract_features) with the
+/// inference backbone); the classifier is trained with SGD or LARS, a cosine learning rate
+/// per step and cross-entropy, on shuffled mini-batches drawn from a seeded generator, and
+/// scored top-1 / top-5 on the test features.
 #[derive(Config, Debug)]
 pub struct LinearProbeConfig {
     /// Passes over the training features.

@@ -1,6 +1,4 @@
-//! The kNN monitor run during training: features of a labeled train and test set by the frozen
-//! backbone, scored by weighted kNN at several `(k, T)` (by default `k = 20, T = 0.07` and
-//! `k = 200, T = 0.1`, the settings of InstDisc / solo-learn and lightly).
+//! The kNN monitor run during training (documented on `KnnMonitor`).
 
 use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
@@ -25,6 +23,10 @@ pub struct KnnResult {
 }
 
 /// Labeled train (the feature bank) and test sets and the kNN settings to score them with.
+///
+/// The kNN monitor run during training: features of a labeled train and test set by the frozen
+/// backbone, scored by weighted kNN at several `(k, T)` (by default `k = 20, T = 0.07` and
+/// `k = 200, T = 0.1`, the settings of InstDisc / solo-learn and lightly).
 #[derive(Debug, Clone)]
 pub struct KnnMonitor {
     train: Arc<dyn ImageSet>,

@@ -1,15 +1,17 @@
-//! The baseline every learned representation has to beat: the normalised pixels themselves.
-//!
-//! A kNN classifier on raw pixels is strong on small centred images (about 79 % on the embedded
-//! Fashion-MNIST subset): a trained backbone's kNN accuracy says little until it is read next to
-//! this one. [`RawPixels`] is a [`Backbone`] without parameters whose features are the image,
-//! flattened, so that the kNN monitor measures it exactly as it measures a network.
+//! The raw-pixel baseline (documented on `RawPixels`).
 
 use burn::module::Module;
 use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
 
 /// The identity "backbone": features are the `channels × height × width` pixel values.
+///
+/// The baseline every learned representation has to beat: the normalised pixels themselves.
+///
+/// A kNN classifier on raw pixels is strong on small centred images (about 79 % on the embedded
+/// Fashion-MNIST subset): a trained backbone's kNN accuracy says little until it is read next to
+/// this one. `RawPixels` is a [`Backbone`] without parameters whose features are the image,
+/// flattened, so that the kNN monitor measures it exactly as it measures a network.
 #[derive(Module, Debug, Clone)]
 pub struct RawPixels {
     /// `channels × height × width`.

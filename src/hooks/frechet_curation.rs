@@ -1,19 +1,4 @@
-//! Fréchet batch curation ("The Bad Batches", Goksu and Pugeault 2024) as a training hook: after
-//! the warm-up, a batch whose two views' projections are farther apart (Fréchet distance) than
-//! the threshold is not applied but drawn again; the decision rule and its state are
-//! [`FrechetCuration`](crate::curation::FrechetCuration).
-//!
-//! Columns: `frd` and `redraws` in `steps.csv` (the applied attempt's distance, and how many
-//! attempts of the step were rejected); `curation_rejections`, `curation_accepted_after_retries`
-//! and `curation_seconds` in `epochs.csv` (the wall time curation cost in the epoch: measuring
-//! every attempt, and the rejected attempts' augmentation and forward pass; a first attempt's
-//! augmentation done ahead, on the augmentation thread, is not counted). Under the quantile
-//! threshold ([`ThresholdRule::RecentQuantile`], not the paper's) three more: `first_frd` in
-//! `steps.csv` (the step's first attempt's distance, the one the window records), and
-//! `curation_threshold_mean` and `curation_frd_mean` in `epochs.csv` (the means over the epoch's
-//! batches of their thresholds, empty before curation starts, and of their first-attempt
-//! distances). The paper's rule keeps the columns it always had, so its runs made before the
-//! variant resume.
+//! Fréchet batch curation as a training hook (documented on `FrechetCurationHook`).
 
 use std::time::Instant;
 
@@ -28,7 +13,22 @@ use crate::curation::{
 use crate::train::hook::{EpochReport, Hook, RunView, Verdict};
 use crate::train::{Cell, SelfSupervisedTask, TrainError};
 
-/// Fréchet batch curation in the training loop.
+/// Fréchet batch curation ("The Bad Batches", Goksu and Pugeault 2024) as a training hook: after
+/// the warm-up, a batch whose two views' projections are farther apart (Fréchet distance) than
+/// the threshold is not applied but drawn again; the decision rule and its state are
+/// [`FrechetCuration`].
+///
+/// Columns: `frd` and `redraws` in `steps.csv` (the applied attempt's distance, and how many
+/// attempts of the step were rejected); `curation_rejections`, `curation_accepted_after_retries`
+/// and `curation_seconds` in `epochs.csv` (the wall time curation cost in the epoch: measuring
+/// every attempt, and the rejected attempts' augmentation and forward pass; a first attempt's
+/// augmentation done ahead, on the augmentation thread, is not counted). Under the quantile
+/// threshold ([`ThresholdRule::RecentQuantile`], not the paper's) three more: `first_frd` in
+/// `steps.csv` (the step's first attempt's distance, the one the window records), and
+/// `curation_threshold_mean` and `curation_frd_mean` in `epochs.csv` (the means over the epoch's
+/// batches of their thresholds, empty before curation starts, and of their first-attempt
+/// distances). The paper's rule keeps the columns it always had, so its runs made before the
+/// variant resume.
 #[derive(Debug, Clone)]
 pub struct FrechetCurationHook {
     config: FrechetCurationConfig,

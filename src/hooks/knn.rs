@@ -1,17 +1,17 @@
-//! The kNN monitor as a training hook: every `every` epochs and at the end, the frozen backbone
-//! (inference mode) is scored by weighted kNN on a labeled bank and test set
-//! ([`KnnMonitor`]). Its columns of `epochs.csv` are `knn{k}_top1` and `knn{k}_top5` for each
-//! setting, empty in the epochs it does not run; the epoch's log line gets the top-1 accuracies.
+//! The kNN monitor as a training hook (documented on `KnnHook`).
 
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 
-use crate::eval::monitor::{KnnMonitor, KnnResult};
+use crate::eval::{KnnMonitor, KnnResult};
 use crate::method::SslMethod;
 use crate::train::hook::{EpochReport, Hook, RunView};
 use crate::train::{Cell, SelfSupervisedTask, TrainError};
 
-/// The kNN monitor in the training loop.
+/// The kNN monitor as a training hook: every `every` epochs and at the end, the frozen backbone
+/// (inference mode) is scored by weighted kNN on a labeled bank and test set
+/// ([`KnnMonitor`]). Its columns of `epochs.csv` are `knn{k}_top1` and `knn{k}_top5` for each
+/// setting, empty in the epochs it does not run; the epoch's log line gets the top-1 accuracies.
 #[derive(Debug, Clone)]
 pub struct KnnHook {
     monitor: KnnMonitor,

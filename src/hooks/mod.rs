@@ -8,11 +8,11 @@
 //! | [`KnnHook`] | the kNN monitor every few epochs | — |
 //! | [`SelfPacedAutoAugmentHook`] | the losses fed back to MICO's self-paced AutoAugment | — (the augmenter's own, under `augmenter`) |
 
-pub mod curriculum_states;
-pub mod frechet_curation;
-pub mod knn;
-pub mod object_boxes;
-pub mod self_paced_auto_augment;
+mod curriculum_states;
+mod frechet_curation;
+mod knn;
+mod object_boxes;
+mod self_paced_auto_augment;
 
 pub use curriculum_states::CurriculumStates;
 pub use frechet_curation::FrechetCurationHook;

@@ -1,16 +1,4 @@
-//! Crop-and-rotate's object boxes (MICO, §3.2) as a training hook.
-//!
-//! A method whose [`SslMethod::uses_object_boxes`] is true (RotNet in crop-and-rotate mode) gets
-//! one box per image around its object. The hook computes them at the start of each quarter of
-//! the run ([`box_update_epochs`]: epochs `0, ⌊E/4⌋, ⌊E/2⌋, ⌊3E/4⌋`, at most 4 times) with the
-//! current backbone in inference mode, on every training image (dataset order, unaugmented,
-//! normalised as `view1` is, in batches of the loader's size): the channel mean of
-//! [`Backbone::forward_feature_map`] thresholded at [`DEFAULT_BOX_THRESHOLD`]
-//! ([`object_boxes_of`]). Before every forward it maps the batch's boxes through the two views'
-//! crops and flips ([`box_in_view`]) and hands them to [`SslMethod::set_object_boxes`]. The boxes
-//! and the epoch they were computed at are its state in every checkpoint (`curricula.json`), so
-//! a resumed run uses the same boxes; the time each computation took is logged and is the
-//! `box_seconds` column of `epochs.csv` (0 in the epochs that reuse the previous boxes).
+//! Crop-and-rotate's object boxes as a training hook (documented on `ObjectBoxesHook`).
 
 use std::time::Instant;
 
@@ -28,7 +16,19 @@ use crate::method::{SslMethod, OBJECT_BOXES};
 use crate::train::hook::{BatchView, EpochReport, Hook, RunView};
 use crate::train::{Cell, SelfSupervisedTask, TrainError};
 
-/// Crop-and-rotate's object boxes in the training loop.
+/// Crop-and-rotate's object boxes (MICO, §3.2) as a training hook.
+///
+/// A method whose [`SslMethod::uses_object_boxes`] is true (RotNet in crop-and-rotate mode) gets
+/// one box per image around its object. The hook computes them at the start of each quarter of
+/// the run ([`box_update_epochs`]: epochs `0, ⌊E/4⌋, ⌊E/2⌋, ⌊3E/4⌋`, at most 4 times) with the
+/// current backbone in inference mode, on every training image (dataset order, unaugmented,
+/// normalised as `view1` is, in batches of the loader's size): the channel mean of
+/// [`Backbone::forward_feature_map`] thresholded at [`DEFAULT_BOX_THRESHOLD`]
+/// ([`object_boxes_of`]). Before every forward it maps the batch's boxes through the two views'
+/// crops and flips ([`box_in_view`]) and hands them to [`SslMethod::set_object_boxes`]. The boxes
+/// and the epoch they were computed at are its state in every checkpoint (`curricula.json`), so
+/// a resumed run uses the same boxes; the time each computation took is logged and is the
+/// `box_seconds` column of `epochs.csv` (0 in the epochs that reuse the previous boxes).
 #[derive(Debug, Clone, Default)]
 pub struct ObjectBoxesHook {
     boxes: Option<ObjectBoxes>,

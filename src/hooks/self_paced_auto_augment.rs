@@ -1,12 +1,5 @@
-//! MICO's self-paced AutoAugment learns its magnitudes from the losses; this hook is how the
-//! loop's losses reach it. Before each forward pass it notes the sub-policy and magnitude the
-//! attempt's views were drawn with ([`TwoViews::policy`](crate::pipeline::TwoViews::policy)); after
-//! the optimiser step it hands the applied attempt's choice and loss to
-//! [`Augmenter::observe`](crate::pipeline::Augmenter::observe). What the augmenter learned is the
-//! augmentation's own state (`curricula.json`, under `augmenter`), so the hook keeps none.
-//!
-//! A run whose augmentation has the self-paced AutoAugment and not this hook is refused at build
-//! ([`LOSS_FEEDBACK`]): its magnitudes would never move.
+//! The self-paced AutoAugment's feedback as a training hook (documented on
+//! `SelfPacedAutoAugmentHook`).
 
 use burn::tensor::backend::AutodiffBackend;
 
@@ -17,6 +10,16 @@ use crate::train::hook::{BatchView, Hook, RunView};
 use crate::train::{SelfSupervisedTask, TrainError};
 
 /// The self-paced AutoAugment's feedback in the training loop.
+///
+/// MICO's self-paced AutoAugment learns its magnitudes from the losses; this hook is how the
+/// loop's losses reach it. Before each forward pass it notes the sub-policy and magnitude the
+/// attempt's views were drawn with ([`TwoViews::policy`](crate::pipeline::TwoViews::policy)); after
+/// the optimiser step it hands the applied attempt's choice and loss to
+/// [`Augmenter::observe`](crate::pipeline::Augmenter::observe). What the augmenter learned is the
+/// augmentation's own state (`curricula.json`, under `augmenter`), so the hook keeps none.
+///
+/// A run whose augmentation has the self-paced AutoAugment and not this hook is refused at build
+/// ([`LOSS_FEEDBACK`]): its magnitudes would never move.
 #[derive(Debug, Clone, Default)]
 pub struct SelfPacedAutoAugmentHook {
     /// The sub-policy of the latest attempt: the applied one when the step ends.

@@ -17,7 +17,7 @@
 //!
 //! as lightly's `IBOTPatchLoss` and the DINOv2 authors' `iBOTPatchLoss.forward_masked`: every
 //! image weighs the same whatever number of tokens it hides. The centre is the patch tokens'
-//! own (not DINO's [CLS] centre).
+//! own (not DINO's \[CLS\] centre).
 
 use burn::prelude::*;
 

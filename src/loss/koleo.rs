@@ -1,5 +1,5 @@
 //! The KoLeo regulariser (Sablayrolles et al., "Spreading vectors for similarity search", ICLR
-//! 2019, <https://arxiv.org/abs/1806.03198>), as DINOv2 adds it to the [CLS] outputs (Oquab et
+//! 2019, <https://arxiv.org/abs/1806.03198>), as DINOv2 adds it to the \[CLS\] outputs (Oquab et
 //! al. 2023, <https://arxiv.org/abs/2304.07193>; see `docs/methods.md#koleo`): the
 //! Kozachenko–Leonenko entropy estimate of the batch's L2-normalised features, which grows when
 //! each feature's nearest neighbour in the batch moves away, so the features spread uniformly.

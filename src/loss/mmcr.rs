@@ -21,7 +21,7 @@
 //! of each matrix in f64 on the host, and the loss is built on the device as `Σ_ij A_ij G_ij`
 //! with `G = U Vᵀ` (the thin factors) detached: its value is `tr(Aᵀ U Vᵀ) = Σ σ = ‖A‖_*` and its
 //! gradient `U Vᵀ`, the nuclear norm's derivative wherever its singular values are positive
-//! (PyTorch's `svd` backward gives the same; at zero singular values see [`nuclear_norms`]). One
+//! (PyTorch's `svd` backward gives the same; at zero singular values see `nuclear_norms`). One
 //! host round trip a step; the tensors stay on their device.
 
 use burn::prelude::*;

@@ -368,7 +368,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Dino<B, M> {
 
 /// The centre after a step: `m·c + (1 − m)·mean` of the teacher's outputs over the global batch
 /// (on replicas every replica's updated centre, averaged: the same on every replica, and the
-/// one-device centre for equal shards). Shared by DINO and iBOT's [CLS] centre.
+/// one-device centre for equal shards). Shared by DINO and iBOT's \[CLS\] centre.
 ///
 /// # Shapes
 /// - `center`: `[1, K]`; `teacher[g]`: `[N, K]` → `[1, K]`

@@ -1,11 +1,11 @@
 //! iBOT (Zhou et al., "iBOT: Image BERT Pre-Training with Online Tokenizer", ICLR 2022,
 //! <https://arxiv.org/abs/2111.07832>) and DINOv2's training objective at the scale that runs
 //! here (Oquab et al., "DINOv2: Learning Robust Visual Features without Supervision", 2023,
-//! <https://arxiv.org/abs/2304.07193>): DINO's self-distillation of the [CLS] token
+//! <https://arxiv.org/abs/2304.07193>): DINO's self-distillation of the \[CLS\] token
 //! ([`crate::loss::dino`]) plus masked image modelling in the teacher's output space — the
 //! student sees its global views with some patch tokens replaced by a learned mask token, the
 //! teacher sees them whole, and every hidden token's student output learns the teacher's for the
-//! same token ([`crate::loss::ibot`]). DINOv2 adds the KoLeo regulariser on the student's [CLS]
+//! same token ([`crate::loss::ibot`]). DINOv2 adds the KoLeo regulariser on the student's \[CLS\]
 //! features ([`crate::loss::koleo`]).
 //!
 //! ```text
@@ -27,14 +27,14 @@
 //! BEiT-style blocks of patches; here they are single patches (iBOT's `pred_shape = rand`), a
 //! choice for the 7 × 7 grids of Fashion-MNIST, where a block is most of the image.
 //!
-//! The head is shared between [CLS] and patch tokens (iBOT's `shared_head`, DINOv2's default),
+//! The head is shared between \[CLS\] and patch tokens (iBOT's `shared_head`, DINOv2's default),
 //! or a second [`DinoHead`] for the patch tokens (`shared_head = false`); both are DINO's head,
 //! with its last layer frozen for the first `freeze_last_layer_epochs` epochs. The patch loss's
-//! teacher temperature follows the [CLS] loss's warm-up.
+//! teacher temperature follows the \[CLS\] loss's warm-up.
 //!
 //! On several replicas each replica draws the global batch's masks and keeps its rows (its two
-//! views' slices); each replica's [CLS] and patch losses are means over its own images (their
-//! average over replicas is the one-device loss); the [CLS] centre moves by the replicas' mean
+//! views' slices); each replica's \[CLS\] and patch losses are means over its own images (their
+//! average over replicas is the one-device loss); the \[CLS\] centre moves by the replicas' mean
 //! teacher output, the patch centre by the mean over every replica's hidden tokens (a sum and a
 //! count all-reduced: replicas hide different numbers); KoLeo runs on the gathered global batch
 //! (DINOv2 computes it per GPU; here the replicas equal one device). The math and the defaults are
@@ -80,7 +80,7 @@ pub struct IbotConfig {
     /// Output width `K` of the head (iBOT's 8192).
     #[config(default = 8192)]
     pub output_dim: usize,
-    /// One head for [CLS] and patch tokens (iBOT's `shared_head`, DINOv2's default); `false`
+    /// One head for \[CLS\] and patch tokens (iBOT's `shared_head`, DINOv2's default); `false`
     /// gives the patch tokens a head of their own.
     #[config(default = true)]
     pub shared_head: bool,
@@ -90,7 +90,7 @@ pub struct IbotConfig {
     /// Epochs during which the heads' last layers receive no update (1).
     #[config(default = 1)]
     pub freeze_last_layer_epochs: usize,
-    /// The [CLS] loss (temperatures and their warm-up, centre momentum).
+    /// The \[CLS\] loss (temperatures and their warm-up, centre momentum).
     #[config(default = "DinoLossConfig::new()")]
     pub loss: DinoLossConfig,
     /// The patch loss (student temperature, centre momentum; its teacher temperature follows
@@ -100,12 +100,12 @@ pub struct IbotConfig {
     /// Weight of the patch loss (iBOT's λ₂ = 1, DINOv2's 1).
     #[config(default = 1.0)]
     pub patch_loss_weight: f64,
-    /// Weight of the KoLeo regulariser on the student's [CLS] features (0: iBOT; DINOv2's 0.1).
+    /// Weight of the KoLeo regulariser on the student's \[CLS\] features (0: iBOT; DINOv2's 0.1).
     #[config(default = 0.0)]
     pub koleo_weight: f64,
     /// DINOv2's Sinkhorn–Knopp centring: the teacher's targets are its outputs balanced by
     /// [`SINKHORN_ITERATIONS`] Sinkhorn–Knopp iterations at the teacher temperature — over the
-    /// global batch's [CLS] outputs of both global views, and over its hidden tokens' outputs
+    /// global batch's \[CLS\] outputs of both global views, and over its hidden tokens' outputs
     /// — instead of the centred softmax; the centres then stay where they are. `false`: iBOT's
     /// centring.
     #[config(default = false)]
@@ -205,7 +205,7 @@ pub struct IbotNetwork<B: Backend, M> {
     /// The token that replaces every hidden patch's embedding, `[1, 1, D]` (iBOT's
     /// `masked_embed`, initialised to zeros).
     pub mask_token: Param<Tensor<B, 3>>,
-    /// DINO's head, for the [CLS] token (and the patch tokens when shared).
+    /// DINO's head, for the \[CLS\] token (and the patch tokens when shared).
     pub head: DinoHead<B>,
     /// The patch tokens' own head (`shared_head = false`).
     pub patch_head: Option<DinoHead<B>>,
@@ -256,7 +256,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> IbotNetwork<B, M> {
 pub struct IbotState<B: Backend, M: Backbone<B>> {
     /// The teacher's record.
     pub teacher: <IbotNetwork<B, M> as Module<B>>::Record,
-    /// The [CLS] centre, `[1, K]`.
+    /// The \[CLS\] centre, `[1, K]`.
     pub center: Tensor<B, 2>,
     /// The patch centre, `[1, K]`.
     pub patch_center: Tensor<B, 2>,
@@ -314,7 +314,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Ibot<B, M> {
         &self.teacher
     }
 
-    /// The [CLS] centre, `[1, K]`.
+    /// The \[CLS\] centre, `[1, K]`.
     pub fn center(&self) -> Tensor<B, 2> {
         self.center.value()
     }
@@ -369,7 +369,7 @@ fn hidden_rows(mask: &UnitMask) -> (Vec<i64>, Vec<usize>) {
     (rows, counts)
 }
 
-/// The hidden patch tokens of `tokens` (the [CLS] token first, then `L` patches), `[M, D]`.
+/// The hidden patch tokens of `tokens` (the \[CLS\] token first, then `L` patches), `[M, D]`.
 fn gather_hidden<B: Backend>(tokens: Tensor<B, 3>, rows: &[i64]) -> Tensor<B, 2> {
     let [n, t, d] = tokens.dims();
     let patches = tokens.slice([0..n, 1..t, 0..d]).reshape([n * (t - 1), d]);
@@ -393,7 +393,7 @@ fn hidden_outputs<B: Backend>(
     head.forward(gather_hidden(tokens, rows))
 }
 
-/// This replica's rows of the [CLS] outputs (`n` images of each global view, view-major) within
+/// This replica's rows of the \[CLS\] outputs (`n` images of each global view, view-major) within
 /// the global batch's `2·n·W`: `(global start, local start, rows)` per view.
 fn cls_segments(n: usize, replicas: usize, rank: usize) -> Vec<(usize, usize, usize)> {
     (0..2)
@@ -469,7 +469,7 @@ fn global_sinkhorn<B: Backend>(
     )
 }
 
-/// The [CLS] token, `[N, D]`.
+/// The \[CLS\] token, `[N, D]`.
 fn cls<B: Backend>(tokens: Tensor<B, 3>) -> Tensor<B, 2> {
     let [n, _, d] = tokens.dims();
     tokens.slice([0..n, 0..1, 0..d]).reshape([n, d])
@@ -477,7 +477,7 @@ fn cls<B: Backend>(tokens: Tensor<B, 3>) -> Tensor<B, 2> {
 
 impl<B: AutodiffBackend, M: Backbone<B> + AsVit<B>> Ibot<B, M> {
     /// Proposes the centres after the step (a redrawn attempt's outputs never move them): the
-    /// [CLS] centre by the replicas' mean teacher output, the patch centre by the mean over the
+    /// \[CLS\] centre by the replicas' mean teacher output, the patch centre by the mean over the
     /// global batch's `global_hidden` hidden tokens — this replica's sum, summed over replicas,
     /// divided by their count (replicas hide different numbers).
     fn propose_centers(
@@ -773,7 +773,7 @@ mod tests {
         assert_ne!(ua, ub);
     }
 
-    /// The step's loss is the [CLS] loss plus the patch loss on the gathered hidden tokens
+    /// The step's loss is the \[CLS\] loss plus the patch loss on the gathered hidden tokens
     /// plus KoLeo, each recomputed here from the networks; the centres move after the step.
     #[test]
     fn the_loss_adds_its_three_terms() {
@@ -877,7 +877,7 @@ mod tests {
     }
 
     /// With Sinkhorn–Knopp centring the step's loss is DINO's and the patch loss on the
-    /// teacher's outputs balanced over the batch (the [CLS] outputs of both views together, the
+    /// teacher's outputs balanced over the batch (the \[CLS\] outputs of both views together, the
     /// hidden tokens' together), recomputed here; the centres stay.
     #[test]
     fn sinkhorn_knopp_centring_balances_the_teachers_outputs_and_keeps_the_centres() {

@@ -139,7 +139,7 @@ impl<B: Backend> MaeDecoder<B> {
     /// depth)` wide, with MAE's initialisation (Xavier-uniform linear layers, its blocks' too —
     /// the authors' `_init_weights` and lightly's `MAEDecoderTIMM` —, the mask token normal
     /// with σ = 0.02). The shape is checked by the caller
-    /// ([`super::masking::check_token_transformer`]).
+    /// (`masking::check_token_transformer`).
     pub fn new(
         width: usize,
         (dim, heads, depth): (usize, usize, usize),

@@ -33,7 +33,7 @@
 //! method.after_step(progress);                                  // EMA, queue
 //! ```
 //! and never needs to know which method it runs. Any backbone implementing
-//! [`Backbone`] plugs into any method — a user's own network too.
+//! [`Backbone`](curriculum_ssl_models::Backbone) plugs into any method — a user's own network too.
 
 pub mod barlow_twins;
 pub mod branches;

@@ -2,12 +2,12 @@
 //! v3's momentum encoders, DINO's teacher (solo-learn's `MomentumUpdater` / `momentum_pairs`,
 //! here one type). Its invariants, stated once:
 //! - it starts as a copy that shares nothing with the online network
-//!   ([`detached_copy`](super::ema::detached_copy): its own batch-norm statistics, no gradient);
+//!   ([`detached_copy`]: its own batch-norm statistics, no gradient);
 //! - after every optimiser step it moves to `m·θ_copy + (1 − m)·θ_online` for the trainable
-//!   parameters, matched by parameter id ([`ema_update`](super::ema::ema_update)); its running
+//!   parameters, matched by parameter id ([`ema_update`]); its running
 //!   statistics follow its own forward passes;
 //! - `m` is constant, or rises along a cosine from its base to 1 over training
-//!   ([`cosine_momentum`](super::ema::cosine_momentum)).
+//!   ([`cosine_momentum`]).
 //!
 //! The math and the worked values are in `docs/methods.md#momentum-ema-update`.
 

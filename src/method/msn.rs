@@ -16,7 +16,7 @@
 //!     AdamW step on the student and the prototypes; target_net ← EMA(student)
 //! ```
 //!
-//! The network is the backbone's [CLS] token through [`MlpHeadConfig::msn`]'s projector; the
+//! The network is the backbone's \[CLS\] token through [`MlpHeadConfig::msn`]'s projector; the
 //! prototypes (`K × 256`, initialised uniformly in `±1/√256` as the authors') are trained by the
 //! anchors' assignments only. The masks are drawn on the host from `(seed, step)`, so a resumed
 //! run and the replicas of a data-parallel run draw the global batch's masks and keep their own
@@ -147,7 +147,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> MsnNetwork<B, M> {
             .forward_with(self.backbone.forward_features(images), HeadActivation::Gelu)
     }
 
-    /// The projections of `images` on the patches `mask` keeps (the [CLS] token after the
+    /// The projections of `images` on the patches `mask` keeps (the \[CLS\] token after the
     /// encoder sees the kept tokens only).
     ///
     /// # Shapes

@@ -319,7 +319,8 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
     /// Whether the method needs a box around each image's object (MICO's crop-and-rotate).
     /// When it does, a training hook that provides [`OBJECT_BOXES`] (the crate's computes one
     /// box per training image from heat maps of the backbone's last feature map,
-    /// [`Backbone::forward_feature_map`], four times per run) hands the batch's boxes to
+    /// [`Backbone::forward_feature_map`](curriculum_ssl_models::Backbone::forward_feature_map),
+    /// four times per run) hands the batch's boxes to
     /// [`SslMethod::set_object_boxes`] before every forward; the trainer refuses to start
     /// without one. Default: `false`.
     fn uses_object_boxes(&self) -> bool {

@@ -1,16 +1,4 @@
-//! LARS, layer-wise adaptive rate scaling (You et al. 2017), as SimCLR, BYOL and solo-learn use
-//! it. burn has no LARS; this one plugs into burn's optimiser machinery through
-//! [`SimpleOptimizer`], so `LarsConfig::init()` gives an `Optimizer` for any module.
-//!
-//! For a parameter `θ` with gradient `g` (PyTorch-style, dampening 0):
-//! ```text
-//! if θ is not excluded:  d = (g + wd·θ) · η‖θ‖ / (‖g‖ + wd‖θ‖ + ε)   (when ‖θ‖ > 0 and ‖g‖ > 0)
-//! else:                  d = g
-//! v ← μ·v + d            (v = d at the first step)
-//! θ ← θ − lr · (Nesterov ? d + μ·v : v)
-//! ```
-//! Biases and normalisation parameters — every 1-D tensor — are excluded when
-//! `exclude_bias_and_norm` is set (the usual choice).
+//! LARS, layer-wise adaptive rate scaling (documented on `Lars`).
 
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
@@ -71,6 +59,20 @@ impl LarsConfig {
 }
 
 /// The LARS update rule. Build it with [`LarsConfig::build`] or [`LarsConfig::init`].
+///
+/// LARS, layer-wise adaptive rate scaling (You et al. 2017), as SimCLR, BYOL and solo-learn use
+/// it. burn has no LARS; this one plugs into burn's optimiser machinery through
+/// [`SimpleOptimizer`], so `LarsConfig::init()` gives an `Optimizer` for any module.
+///
+/// For a parameter `θ` with gradient `g` (PyTorch-style, dampening 0):
+/// ```text
+/// if θ is not excluded:  d = (g + wd·θ) · η‖θ‖ / (‖g‖ + wd‖θ‖ + ε)   (when ‖θ‖ > 0 and ‖g‖ > 0)
+/// else:                  d = g
+/// v ← μ·v + d            (v = d at the first step)
+/// θ ← θ − lr · (Nesterov ? d + μ·v : v)
+/// ```
+/// Biases and normalisation parameters — every 1-D tensor — are excluded when
+/// `exclude_bias_and_norm` is set (the usual choice).
 #[derive(Debug, Clone)]
 pub struct Lars {
     momentum: f64,

@@ -1,6 +1,6 @@
 //! Learning-rate schedules, evaluated per step: linear warm-up then cosine decay
-//! ([`WarmupCosine`], the self-supervised runs'), and step decay at epoch milestones
-//! ([`StepDecay`], the supervised runs').
+//! (`WarmupCosine`, the self-supervised runs'), and step decay at epoch milestones
+//! (`StepDecay`, the supervised runs'); documented on the parent module's page (`optim`).
 
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::optim::LearningRate;

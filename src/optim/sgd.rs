@@ -1,13 +1,4 @@
-//! SGD with momentum, Nesterov and weight decay, exactly as PyTorch's `torch.optim.SGD`.
-//!
-//! burn has an SGD, but its `MomentumConfig` defaults to `dampening = 0.1` (PyTorch: 0, so burn's
-//! velocity would be `m·v + 0.9·g` instead of `m·v + g`) and its weight decay is stored as an
-//! `f32`. This one keeps every hyperparameter in `f64` and follows PyTorch:
-//! ```text
-//! g ← g + wd·θ
-//! v ← μ·v + g        (v = g at the first step)
-//! θ ← θ − lr · (Nesterov ? g + μ·v : v)
-//! ```
+//! SGD with momentum, Nesterov and weight decay, exactly as PyTorch's (documented on `Sgd`).
 
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
@@ -59,6 +50,17 @@ impl SgdConfig {
 }
 
 /// The SGD update rule. Build it with [`SgdConfig::build`] or [`SgdConfig::init`].
+///
+/// SGD with momentum, Nesterov and weight decay, exactly as PyTorch's `torch.optim.SGD`.
+///
+/// burn has an SGD, but its `MomentumConfig` defaults to `dampening = 0.1` (PyTorch: 0, so burn's
+/// velocity would be `m·v + 0.9·g` instead of `m·v + g`) and its weight decay is stored as an
+/// `f32`. This one keeps every hyperparameter in `f64` and follows PyTorch:
+/// ```text
+/// g ← g + wd·θ
+/// v ← μ·v + g        (v = g at the first step)
+/// θ ← θ − lr · (Nesterov ? g + μ·v : v)
+/// ```
 #[derive(Debug, Clone)]
 pub struct Sgd {
     momentum: f64,

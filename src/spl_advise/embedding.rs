@@ -1,7 +1,4 @@
-//! SPL-ADVisE's embedding network: a backbone whose classifier is replaced by an embedding layer
-//! (the paper's LeNet on Fashion-MNIST, VGG-16 on the RGB sets), trained with the magnet loss
-//! on neighbourhood batches ([`MagnetSampler`](super::MagnetSampler)); its representations of
-//! the training set are what the student's examples are clustered by.
+//! SPL-ADVisE's embedding network (documented on `EmbeddingNet`).
 
 use burn::config::Config;
 use burn::module::Module;
@@ -33,6 +30,11 @@ impl EmbeddingNetConfig {
 }
 
 /// A backbone and a linear embedding layer.
+///
+/// SPL-ADVisE's embedding network: a backbone whose classifier is replaced by an embedding layer
+/// (the paper's LeNet on Fashion-MNIST, VGG-16 on the RGB sets), trained with the magnet loss
+/// on neighbourhood batches ([`MagnetSampler`](super::MagnetSampler)); its representations of
+/// the training set are what the student's examples are clustered by.
 #[derive(Module, Debug)]
 pub struct EmbeddingNet<B: Backend, M> {
     /// Feature extractor.

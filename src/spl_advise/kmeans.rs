@@ -1,27 +1,5 @@
-//! k-means with k-means++ seeding on host data, and the per-class cluster index of SPL-ADVisE.
-//!
-//! Seeding follows Arthur & Vassilvitskii, "k-means++: The Advantages of Careful Seeding"
-//! (SODA 2007): the first centre is a uniformly drawn point, each further centre a point drawn
-//! with probability proportional to its squared distance to the nearest centre chosen so far.
-//! Lloyd iterations then alternate assigning every point to its nearest centroid (ties go to the
-//! lower cluster id) and moving every centroid to the mean of its points, until no assignment
-//! changes or [`KMeansConfig::max_iterations`] is reached.
-//!
-//! A cluster left without points (possible when points coincide) takes the point farthest from
-//! its own centroid among the clusters that have two or more, so as long as there are at least as
-//! many points as clusters, every cluster of a result has at least one point and its centroid is
-//! the mean of its points.
-//!
-//! SPL-ADVisE (Thangarasa & Taylor, "Self-Paced Learning with Adaptive Deep Visual Embeddings",
-//! <https://arxiv.org/abs/1807.09200>, §3.1) clusters the embedding of each class separately, K
-//! clusters per class (8 in SPL-ADVisE), and refreshes this index once per epoch:
-//! [`cluster_per_class`] builds that [`ClusterIndex`]. Data are row-major `N × D` slices of `f32`
-//! or `f64`; the arithmetic is in `f64`. Every random draw comes from a `StdRng` seeded with the
-//! caller's `u64` (mixed with the class label per class), so a seed gives the same clusters on
-//! any thread, and one class's clusters do not depend on the other classes.
-//!
-//! The math, the defaults, the paper followed and the worked values are in
-//! `docs/methods.md#k-means-clustering`.
+//! k-means with k-means++ seeding on host data, and the per-class cluster index of SPL-ADVisE
+//! (documented on `kmeans` and `cluster_per_class`).
 
 use burn::config::Config;
 use rand::rngs::StdRng;
@@ -95,6 +73,23 @@ impl KMeans {
 
 /// Clusters the `N = data.len() / dim` points of row-major `data` into
 /// [`KMeansConfig::clusters`] clusters, with k-means++ seeding from `seed`.
+///
+/// Seeding follows Arthur & Vassilvitskii, "k-means++: The Advantages of Careful Seeding"
+/// (SODA 2007): the first centre is a uniformly drawn point, each further centre a point drawn
+/// with probability proportional to its squared distance to the nearest centre chosen so far.
+/// Lloyd iterations then alternate assigning every point to its nearest centroid (ties go to the
+/// lower cluster id) and moving every centroid to the mean of its points, until no assignment
+/// changes or [`KMeansConfig::max_iterations`] is reached.
+///
+/// A cluster left without points (possible when points coincide) takes the point farthest from
+/// its own centroid among the clusters that have two or more, so as long as there are at least as
+/// many points as clusters, every cluster of a result has at least one point and its centroid is
+/// the mean of its points.
+///
+/// Data are row-major `N × D` slices of `f32` or `f64`; the arithmetic is in `f64`. Every random
+/// draw comes from a `StdRng` seeded with `seed`, so a seed gives the same clusters on any
+/// thread. The math, the defaults and the worked values are in
+/// `docs/methods.md#k-means-clustering`.
 ///
 /// # Errors
 /// If the config is invalid (`clusters == 0`, …), `dim == 0`, `data.len()` is not a multiple of
@@ -493,6 +488,12 @@ impl ClusterIndex {
 /// ascending label order and their clusters numbered consecutively, so the clusters of the
 /// smallest label come first. Class `c` is clustered with the seed `mix_seed(seed, c)`
 /// ([`mix_seed`]), so its clusters depend only on its own examples (in data order) and `seed`.
+///
+/// SPL-ADVisE (Thangarasa & Taylor, "Self-Paced Learning with Adaptive Deep Visual Embeddings",
+/// <https://arxiv.org/abs/1807.09200>, §3.1) clusters the embedding of each class separately, K
+/// clusters per class (8 in SPL-ADVisE), and refreshes this index once per epoch. Each class is
+/// clustered by [`kmeans`] (k-means++ seeding, Lloyd iterations, in `f64`), so a seed gives the
+/// same clusters on any thread, and one class's clusters do not depend on the other classes.
 ///
 /// # Errors
 /// As [`kmeans`], and if `labels` does not hold one label per point.

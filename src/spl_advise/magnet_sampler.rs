@@ -1,37 +1,4 @@
-//! Neighbourhood sampling for the magnet loss, as the embedding network of SPL-ADVisE trains
-//! (Thangarasa & Taylor, "Self-Paced Learning with Adaptive Deep Visual Embeddings",
-//! <https://arxiv.org/abs/1807.09200>, §3.1, after Rippel et al., "Metric Learning with Adaptive
-//! Density Discrimination", ICLR 2016).
-//!
-//! A batch is one local neighbourhood of the embedding, `M` clusters of `D` examples:
-//!
-//! 1. a *seed* cluster, drawn with probability proportional to its mean loss, so that clusters
-//!    the embedding still gets wrong come up more often;
-//! 2. the `M − 1` clusters of *other* classes whose centroids lie nearest to the seed's centroid
-//!    (squared Euclidean distance; ties go to the lower cluster id) — the impostors the loss
-//!    pushes away;
-//! 3. `D` examples of each of these clusters, drawn uniformly without replacement, or with
-//!    replacement when the cluster has fewer than `D` examples (so the batch always holds
-//!    `M × D` examples, and a small cluster repeats some of them).
-//!
-//! SPL-ADVisE uses `M = D = 8` with K = 8 clusters per class (the defaults). The clusters come
-//! from a [`ClusterIndex`] (k-means++ per class over the embedding of the whole training set),
-//! which the paper rebuilds once per epoch: [`MagnetSampler::refresh`].
-//!
-//! # Loss bookkeeping
-//! The sampler keeps the latest magnet loss of every example it has been told about
-//! ([`MagnetSampler::update_losses`]); a cluster's loss is the mean over its examples that have
-//! one. A cluster none of whose examples has a loss yet is weighted with the mean of the measured
-//! clusters' losses, so it is neither favoured nor starved; before any loss is known (or when
-//! every loss is 0) the seed is drawn uniformly. Example losses survive a refresh: the cluster
-//! losses are recomputed over the new clusters.
-//!
-//! [`MagnetBatch`] lays a batch out the way [`MagnetLoss`](crate::loss::MagnetLoss) reads it:
-//! `clusters[n]` is the batch-local cluster (`0..M`) of example `n`, `cluster_classes[m]` the
-//! class of batch-local cluster `m`.
-//!
-//! The math, the defaults, the paper followed and the worked values are in
-//! `docs/methods.md#magnet-sampling`.
+//! Neighbourhood sampling for the magnet loss (documented on `MagnetSampler`).
 
 use burn::config::Config;
 use rand::Rng;
@@ -123,6 +90,41 @@ pub struct MagnetSamplerState {
 
 /// Magnet-loss neighbourhood sampler over a [`ClusterIndex`]. Build it with
 /// [`MagnetSamplerConfig::init`].
+///
+/// Neighbourhood sampling for the magnet loss, as the embedding network of SPL-ADVisE trains
+/// (Thangarasa & Taylor, "Self-Paced Learning with Adaptive Deep Visual Embeddings",
+/// <https://arxiv.org/abs/1807.09200>, §3.1, after Rippel et al., "Metric Learning with Adaptive
+/// Density Discrimination", ICLR 2016).
+///
+/// A batch is one local neighbourhood of the embedding, `M` clusters of `D` examples:
+///
+/// 1. a *seed* cluster, drawn with probability proportional to its mean loss, so that clusters
+///    the embedding still gets wrong come up more often;
+/// 2. the `M − 1` clusters of *other* classes whose centroids lie nearest to the seed's centroid
+///    (squared Euclidean distance; ties go to the lower cluster id) — the impostors the loss
+///    pushes away;
+/// 3. `D` examples of each of these clusters, drawn uniformly without replacement, or with
+///    replacement when the cluster has fewer than `D` examples (so the batch always holds
+///    `M × D` examples, and a small cluster repeats some of them).
+///
+/// SPL-ADVisE uses `M = D = 8` with K = 8 clusters per class (the defaults). The clusters come
+/// from a [`ClusterIndex`] (k-means++ per class over the embedding of the whole training set),
+/// which the paper rebuilds once per epoch: [`MagnetSampler::refresh`].
+///
+/// # Loss bookkeeping
+/// The sampler keeps the latest magnet loss of every example it has been told about
+/// ([`MagnetSampler::update_losses`]); a cluster's loss is the mean over its examples that have
+/// one. A cluster none of whose examples has a loss yet is weighted with the mean of the measured
+/// clusters' losses, so it is neither favoured nor starved; before any loss is known (or when
+/// every loss is 0) the seed is drawn uniformly. Example losses survive a refresh: the cluster
+/// losses are recomputed over the new clusters.
+///
+/// [`MagnetBatch`] lays a batch out the way [`MagnetLoss`](crate::loss::MagnetLoss) reads it:
+/// `clusters[n]` is the batch-local cluster (`0..M`) of example `n`, `cluster_classes[m]` the
+/// class of batch-local cluster `m`.
+///
+/// The math, the defaults, the paper followed and the worked values are in
+/// `docs/methods.md#magnet-sampling`.
 #[derive(Debug, Clone)]
 pub struct MagnetSampler {
     clusters_per_batch: usize,

@@ -14,13 +14,13 @@
 //!   the student's loss and an example is kept when its loss is below a threshold that falls with
 //!   its rank, so easy examples are preferred but spread over many clusters (paper §3.2).
 //!
-//! | file | what it does |
+//! | item | what it does |
 //! |---|---|
-//! | [`spld`] | the SPLD rule on any grouping; pace parameters `λ`, `γ`, `μ`; saveable state |
-//! | [`kmeans`](mod@kmeans) | seeded k-means++ and Lloyd on host data; [`ClusterIndex`] per class |
-//! | [`magnet_sampler`] | magnet-loss neighbourhood batches; per-cluster loss bookkeeping |
-//! | [`embedding`] | the embedding network: a backbone with a linear embedding layer |
-//! | [`selection`] | the student's selections as hooks of the training loop: [`SplAdvise`], the baseline [`SpldSampling`] and [`RandomSampling`], for the [supervised step](crate::train::supervised) |
+//! | [`Spld`] | the SPLD rule on any grouping; pace parameters `λ`, `γ`, `μ`; saveable state |
+//! | [`kmeans`](fn@kmeans), [`cluster_per_class`] | seeded k-means++ and Lloyd on host data; [`ClusterIndex`] per class |
+//! | [`MagnetSampler`] | magnet-loss neighbourhood batches; per-cluster loss bookkeeping |
+//! | [`EmbeddingNet`] | the embedding network: a backbone with a linear embedding layer |
+//! | [`SplAdvise`], [`SpldSampling`], [`RandomSampling`] | the student's selections as hooks of the training loop, for the [supervised step](crate::train::supervised::SupervisedTask) (below) |
 //!
 //! # One epoch of SPL-ADVisE with these pieces
 //! ```
@@ -64,13 +64,29 @@
 //! The math, the defaults, the paper followed and the worked values are in
 //! `docs/methods.md#spld`, `#k-means-clustering`,
 //! `#magnet-sampling` and `#magnet-loss`.
+//!
+//! # The student's selections
+//! The student's example selections, SPL-ADVisE's and its baselines', are hooks of the
+//! training loop ([`Hook`](crate::train::hook::Hook), named [`SELECTION`]) for every
+//! [`SupervisedTask`](crate::train::supervised::SupervisedTask): each selects its epoch's
+//! examples in `epoch_start` ([`RunView::select`](crate::train::hook::RunView::select)), logs
+//! `selected` at every step and its pace at every epoch ([`Pace`], set by [`PaceConfig`]), and
+//! keeps its state in the checkpoints.
+//!
+//! - [`SplAdvise`]: the paper. An embedding network trains beside the student with the magnet
+//!   loss (one neighbourhood batch after every student step); at the start of every epoch the
+//!   training set is embedded, clustered per class with k-means++ (the cluster index refresh),
+//!   and SPLD selects the epoch's examples with those clusters as its groups.
+//! - [`SpldSampling`]: the baseline "SPLD": the same selection over fixed k-means clusters of the
+//!   raw pixels, computed once.
+//! - [`RandomSampling`]: every example.
 
 pub(crate) mod checks;
-pub mod embedding;
-pub mod kmeans;
-pub mod magnet_sampler;
-pub mod selection;
-pub mod spld;
+mod embedding;
+mod kmeans;
+mod magnet_sampler;
+mod selection;
+mod spld;
 
 pub use embedding::{EmbeddingNet, EmbeddingNetConfig};
 pub use kmeans::{

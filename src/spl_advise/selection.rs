@@ -1,28 +1,5 @@
-//! The student's example selection of SPL-ADVisE and of its SPLD baseline, as hooks of the
-//! training loop ([`Hook`], named [`SELECTION`]) for every
-//! [`SupervisedTask`](crate::train::supervised::SupervisedTask): each selects its epoch's
-//! examples in `epoch_start` ([`RunView::select`]), logs `selected` at every step and its pace at
-//! every epoch, and keeps its state in the checkpoints.
-//!
-//! - [`SplAdvise`]: the paper. An embedding network trains beside the student with the magnet
-//!   loss (one neighbourhood batch after every student step); at the start of every epoch the
-//!   training set is embedded, clustered per class with k-means++ (the cluster index refresh),
-//!   and SPLD selects the epoch's examples with those clusters as its groups.
-//! - [`SpldSampling`]: the baseline "SPLD": the same selection over fixed k-means clusters of the
-//!   raw pixels, computed once.
-//! - [`RandomSampling`]: every example.
-//!
-//! # The pace
-//! The paper sets `λ` and `γ` "according to the ranked samples, and then absolute values are
-//! calculated accordingly" (§3.2). [`PaceConfig::calibrate_quantile`] does that: at the first
-//! selection `λ` becomes that quantile of the student's losses (the median by default: half the
-//! examples qualify on easiness alone) and `γ = calibrate_gamma_ratio · λ` (1 by default: the
-//! easiest example of a cluster is kept below `2λ`, the fourth below `1.27λ`, the hundredth
-//! below `1.05λ`, so diversity adds the easiest few of every cluster); after each epoch both
-//! grow by `μ`. Without calibration, [`SpldConfig`]'s absolute values are used as they are.
-//! At initialisation the losses rank nothing (every example is near `ln(classes)`), so the first
-//! [`PaceConfig::warmup_epochs`] epochs (1 by default) train on every example, and the
-//! calibration happens at the first selection after them.
+//! The student's example selections of SPL-ADVisE, SPLD and random sampling as hooks of the
+//! training loop (documented on the parent module's page, `spl_advise`, and on `PaceConfig`).
 
 use std::path::Path;
 use std::time::Instant;
@@ -51,6 +28,17 @@ use crate::train::supervised::SupervisedTask;
 use crate::train::{Cell, Column, TrainError};
 
 /// SPLD's pace: its parameters and how they are set from the losses.
+///
+/// The paper sets `λ` and `γ` "according to the ranked samples, and then absolute values are
+/// calculated accordingly" (§3.2). [`PaceConfig::calibrate_quantile`] does that: at the first
+/// selection `λ` becomes that quantile of the student's losses (the median by default: half the
+/// examples qualify on easiness alone) and `γ = calibrate_gamma_ratio · λ` (1 by default: the
+/// easiest example of a cluster is kept below `2λ`, the fourth below `1.27λ`, the hundredth
+/// below `1.05λ`, so diversity adds the easiest few of every cluster); after each epoch both
+/// grow by `μ`. Without calibration, [`SpldConfig`]'s absolute values are used as they are.
+/// At initialisation the losses rank nothing (every example is near `ln(classes)`), so the first
+/// [`PaceConfig::warmup_epochs`] epochs (1 by default) train on every example, and the
+/// calibration happens at the first selection after them.
 #[derive(Config, Debug)]
 pub struct PaceConfig {
     /// `λ`, `γ` (their ratio, when calibrated) and the growth `μ`.

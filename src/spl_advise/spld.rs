@@ -1,37 +1,4 @@
-//! Self-paced learning with diversity (SPLD): Jiang, Meng, Yu, Lan, Shan & Hauptmann,
-//! "Self-Paced Learning with Diversity", NeurIPS 2014 — the selection step of SPL-ADVisE
-//! (Thangarasa & Taylor, "Self-Paced Learning with Adaptive Deep Visual Embeddings",
-//! <https://arxiv.org/abs/1807.09200>, §3.2), where the groups are the k-means clusters of the
-//! embedding network ([`ClusterIndex`](super::ClusterIndex), K per class).
-//!
-//! # The rule
-//! Within each group the examples are ranked by loss, smallest first: `r = 1, 2, …`. The example
-//! of rank `r` is selected when
-//!
-//! ```text
-//! L < λ + γ / (√r + √(r − 1))
-//! ```
-//!
-//! `λ` admits easy examples anywhere (plain self-paced learning); the `γ` term is the gain
-//! `γ(√r − √(r − 1))` of the diversity regulariser `−γ Σ_groups ‖v_group‖₂` from selecting one more
-//! example of the same group, so it shrinks with the rank and spreads the selection over groups.
-//! The rule is the exact minimiser of SPLD's objective over `v ∈ {0, 1}ⁿ`. The comparison is
-//! strict: a loss equal to its threshold is left out. Equal losses within a group are ranked by
-//! example index, the earlier example first. After each epoch both pace parameters grow,
-//! `λ ← μλ` and `γ ← μγ` with `μ > 1`, so harder and more examples per group come in.
-//!
-//! The authors' public code keeps the first K examples of each cluster instead of applying this
-//! threshold; this module follows the paper.
-//!
-//! # Worked example
-//! With `λ = 0.1` and `γ = 0.5` the thresholds of ranks 1 to 5 are 0.6, 0.307107, 0.258919,
-//! 0.233975 and 0.218034. A group with losses 0.05, 0.9, 0.2, 0.3, 0.5 keeps 0.05 (rank 1) and
-//! 0.2 (rank 2, below 0.307) and drops 0.3 (rank 3, above 0.259); a second group with losses
-//! 0.25, 0.7, 0.1 keeps 0.1 and 0.25. With `γ = 0` only losses below `λ = 0.1` survive: just 0.05.
-//! The tests of this file check these numbers.
-//!
-//! The math, the defaults, the paper followed and the worked values are in
-//! `docs/methods.md#spld`.
+//! Self-paced learning with diversity, SPLD (documented on `Spld`).
 
 use burn::config::Config;
 use serde::{Deserialize, Serialize};
@@ -90,6 +57,41 @@ pub struct SpldState {
 }
 
 /// SPLD selection with its pace parameters. Build it with [`SpldConfig::init`].
+///
+/// Self-paced learning with diversity (SPLD): Jiang, Meng, Yu, Lan, Shan & Hauptmann,
+/// "Self-Paced Learning with Diversity", NeurIPS 2014 — the selection step of SPL-ADVisE
+/// (Thangarasa & Taylor, "Self-Paced Learning with Adaptive Deep Visual Embeddings",
+/// <https://arxiv.org/abs/1807.09200>, §3.2), where the groups are the k-means clusters of the
+/// embedding network ([`ClusterIndex`](super::ClusterIndex), K per class).
+///
+/// # The rule
+/// Within each group the examples are ranked by loss, smallest first: `r = 1, 2, …`. The example
+/// of rank `r` is selected when
+///
+/// ```text
+/// L < λ + γ / (√r + √(r − 1))
+/// ```
+///
+/// `λ` admits easy examples anywhere (plain self-paced learning); the `γ` term is the gain
+/// `γ(√r − √(r − 1))` of the diversity regulariser `−γ Σ_groups ‖v_group‖₂` from selecting one more
+/// example of the same group, so it shrinks with the rank and spreads the selection over groups.
+/// The rule is the exact minimiser of SPLD's objective over `v ∈ {0, 1}ⁿ`. The comparison is
+/// strict: a loss equal to its threshold is left out. Equal losses within a group are ranked by
+/// example index, the earlier example first. After each epoch both pace parameters grow,
+/// `λ ← μλ` and `γ ← μγ` with `μ > 1`, so harder and more examples per group come in.
+///
+/// The authors' public code keeps the first K examples of each cluster instead of applying this
+/// threshold; this implementation follows the paper.
+///
+/// # Worked example
+/// With `λ = 0.1` and `γ = 0.5` the thresholds of ranks 1 to 5 are 0.6, 0.307107, 0.258919,
+/// 0.233975 and 0.218034. A group with losses 0.05, 0.9, 0.2, 0.3, 0.5 keeps 0.05 (rank 1) and
+/// 0.2 (rank 2, below 0.307) and drops 0.3 (rank 3, above 0.259); a second group with losses
+/// 0.25, 0.7, 0.1 keeps 0.1 and 0.25. With `γ = 0` only losses below `λ = 0.1` survive: just 0.05.
+/// The unit tests check these numbers.
+///
+/// The math, the defaults, the paper followed and the worked values are in
+/// `docs/methods.md#spld`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Spld {
     lambda: f64,

@@ -19,7 +19,7 @@
 //!
 //! The loop knows no hook by name: Fréchet batch curation, crop-and-rotate's object boxes, the
 //! kNN monitor (`crate::hooks`) and SPLD / SPL-ADVisE's example selection
-//! (`crate::spl_advise::selection`) are hooks, and so can be a user's own curriculum
+//! (`crate::spl_advise`) are hooks, and so can be a user's own curriculum
 //! (`examples/custom_hook.rs`). A hook that watches self-supervised training is written for
 //! every [`SelfSupervisedTask`](super::SelfSupervisedTask), one that selects a classifier's
 //! examples for every [`SupervisedTask`](super::supervised::SupervisedTask). Each hook owns its

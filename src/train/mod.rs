@@ -34,7 +34,7 @@
 //! Everything that watches or steers training besides the step is a [`Hook`](hook::Hook) ([`hook`]); the
 //! loop knows none of them by name. The crate's own are in `crate::hooks` (Fréchet batch
 //! curation, crop-and-rotate's object boxes, the self-paced AutoAugment's feedback, the kNN
-//! monitor) and `crate::spl_advise::selection`
+//! monitor) and `crate::spl_advise`
 //! (SPLD, SPL-ADVisE, random sampling).
 //!
 //! Why not burn-train's `Learner`: its step is `forward → backward → optimiser step`, while a

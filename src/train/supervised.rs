@@ -2,8 +2,8 @@
 //! images, in the one training loop ([`Trainer`](super::Trainer)), so it shares the
 //! self-supervised runs' builder, run directory, log, checkpoints and resume. Which examples an
 //! epoch draws from is a hook's choice ([`RunView::select`](super::hook::RunView::select)):
-//! all of them ([`RandomSampling`](crate::spl_advise::selection::RandomSampling)), or a
-//! self-paced selection (SPLD, SPL-ADVisE: [`crate::spl_advise::selection`]).
+//! all of them ([`RandomSampling`](crate::spl_advise::RandomSampling)), or a
+//! self-paced selection (SPLD, SPL-ADVisE: [`crate::spl_advise`]).
 //!
 //! # One epoch
 //! ```text

@@ -60,7 +60,7 @@ pub struct TrainerBuilder<B: AutodiffBackend, K> {
 
 impl<B: AutodiffBackend, K: Task<B>> TrainerBuilder<B, K> {
     /// Makes this run replica `replica.rank()` of a data-parallel run
-    /// ([`crate::data_parallel`]; build it inside [`crate::data_parallel::replicas::run`], one
+    /// ([`crate::data_parallel`]; build it inside [`crate::data_parallel::run`], one
     /// trainer per replica, all with the same settings and the global batch size): the step
     /// trains on its shard of every batch with averaged gradients; replica 0 alone writes the
     /// run directory (`config.json`, the logs, the checkpoints), which the others read to
@@ -119,7 +119,7 @@ impl<B: AutodiffBackend, K: Task<B>> TrainerBuilder<B, K> {
         self
     }
 
-    /// Adds a hook (see [`hook`]): called after the ones added before it, its columns after
+    /// Adds a hook (see [`Hook`]): called after the ones added before it, its columns after
     /// theirs.
     pub fn hook(mut self, hook: impl Hook<B, K>) -> Self {
         self.hooks.push(Box::new(hook));

@@ -9,7 +9,7 @@ use curriculum_ssl::curation::{
 };
 use curriculum_ssl::data::{embedded, ImageArray};
 use curriculum_ssl::eval::{extract_features, KnnConfig, KnnMonitor, LinearProbeConfig};
-use curriculum_ssl::spl_advise::kmeans::{cluster_per_class, KMeansConfig};
+use curriculum_ssl::spl_advise::{cluster_per_class, KMeansConfig};
 
 use crate::harness::*;
 use crate::TinyConv;

@@ -27,10 +27,9 @@ use super::common::raw_pixels_too_large;
 use super::RecipeEntry;
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
-use curriculum_ssl::eval::linear_probe::ProbeOptimizer;
 use super::common::Files;
 use curriculum_ssl::data::ImageSet;
-use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig};
+use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig, ProbeOptimizer};
 use curriculum_ssl::optim::LarsConfig;
 
 use super::common::{self, Train};

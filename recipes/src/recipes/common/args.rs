@@ -193,7 +193,7 @@ pub struct RecipeArgs {
     /// naming the machines that did not arrive. It also bounds what machine 0 does alone
     /// between two steps while the others wait (the kNN monitor at the start and every
     /// --knn-every epochs, a checkpoint): raise it when that takes longer.
-    #[arg(long, default_value_t = curriculum_ssl::data_parallel::config::DEFAULT_TIMEOUT_S)]
+    #[arg(long, default_value_t = curriculum_ssl::data_parallel::DEFAULT_TIMEOUT_S)]
     pub timeout: u64,
     /// MoCo recipes on several replicas: MoCo's shuffling BatchNorm (each replica's own batch
     /// statistics, the key encoder on a shuffled global batch) instead of synchronised batch

@@ -17,7 +17,7 @@ use burn::optim::{Adam, AdamConfig, AdamW, AdamWConfig, Optimizer};
 use curriculum_ssl::data::stream::{ImageSource, StreamConfig, StreamLoader, ViewCrop};
 use curriculum_ssl::data::{ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::data_parallel::{
-    replicas, DataParallelConfig, DataParallelError, MultiNode, Replica,
+    self, DataParallelConfig, DataParallelError, MultiNode, Replica,
 };
 use curriculum_ssl::eval::{KnnMonitor, KnnResult, RawPixels};
 use curriculum_ssl::hooks::{
@@ -174,7 +174,7 @@ impl Prepared {
         // user gave) survives the replicas' threads.
         let errors: std::sync::Mutex<Vec<(usize, anyhow::Error)>> = Default::default();
         let outcome =
-            replicas::run::<Train, (), String, _>(&parallel, &devices, |replica, device| {
+            data_parallel::run::<Train, (), String, _>(&parallel, &devices, |replica, device| {
                 let rank = replica.rank();
                 let result = build(&self, device).and_then(|(method, optimizer)| {
                     run(
