@@ -1,12 +1,12 @@
 //! The library's error, over every more specific one.
-//!
-//! Shapes that cannot be combined are programming errors inside a training step and panic with a
-//! message naming both shapes (see [`crate::loss`]).
 
-pub use crate::base::error::ConfigError;
+use crate::base::error::ConfigError;
 
 /// The library's error: every fallible public function returns `Result<_, Error>` or one of the
 /// more specific errors it converts from.
+///
+/// Shapes that cannot be combined are programming errors inside a training step and panic with a
+/// message naming both shapes (see [`crate::loss`]).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An impossible hyperparameter.

@@ -34,7 +34,9 @@
 //! - [`pipeline`]: two views of a batch: the augmentation presets and the curricula that act
 //!   on the views.
 //! - [`device`]: handing tensors from one thread to another on a GPU backend.
-//! - [`error`]: configuration errors that name the offending field.
+//!
+//! Errors: [`Error`], the library's error, over every more specific one, and [`ConfigError`],
+//! a configuration error that names the offending field.
 //!
 //! The library never names a concrete backend; the `recipe` binary, the tests and the benches
 //! pick one.
@@ -49,7 +51,7 @@ pub mod curriculum;
 pub mod data;
 pub mod data_parallel;
 pub mod device;
-pub mod error;
+mod error;
 pub mod eval;
 pub mod head;
 pub mod hooks;
@@ -60,8 +62,9 @@ pub mod pipeline;
 pub mod spl_advise;
 pub mod train;
 
+pub use base::error::ConfigError;
 pub use base::seed;
-pub use error::{ConfigError, Error};
+pub use error::Error;
 
 /// The README's Rust blocks, compiled as doc tests.
 #[cfg(doctest)]

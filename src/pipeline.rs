@@ -27,11 +27,9 @@ use crate::augment::solarize::RandomSolarize;
 use crate::base::error::{non_negative, ConfigError};
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
-use crate::curriculum::auto_augment::{
-    AutoAugmentState, PolicyChoice, SelfPacedAutoAugment, SelfPacedAutoAugmentConfig,
-};
 use crate::curriculum::{
-    MixupCurriculum, MixupCurriculumConfig, MixupSchedule, StrengthCurriculumConfig,
+    AutoAugmentState, MixupCurriculum, MixupCurriculumConfig, MixupSchedule, PolicyChoice,
+    SelfPacedAutoAugment, SelfPacedAutoAugmentConfig, StrengthCurriculumConfig,
 };
 
 /// The operations of one view; `None` switches an operation off.

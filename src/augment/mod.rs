@@ -21,6 +21,11 @@
 //! | [`mixup`] | [`mixup::mixup`] | [`mixup::Mixup`] |
 //! | [`normalize`] | [`normalize::normalize`] | — |
 //!
+//! What the operations share is at this module's root: per-sample parameters drawn on the host
+//! ([`bernoulli`], [`uniform`]) and uploaded as small tensors ([`per_sample`],
+//! [`per_sample_mask`], [`index_tensor`]), and row selection within a batch ([`select_where`],
+//! [`replace_rows`]).
+//!
 //! [`host`] runs a view's operations after the crop on the host instead, image by image on every
 //! core, with the same draws and expressions: the fast path of backends that compute on the CPU.
 //!
@@ -35,7 +40,7 @@ pub mod host;
 pub mod mixup;
 pub mod normalize;
 pub mod rotate;
-pub mod sampling;
+mod sampling;
 pub mod solarize;
 
 pub use sampling::{

@@ -1,44 +1,3 @@
-//! MICO's normalised AutoAugment with a self-paced magnitude (H. Fang, "Curriculum SSL: An
-//! Efficient And Effective Data Augmentation For Contrastive Learning", §3.4, eq. 5, Figure 3;
-//! <https://arxiv.org/abs/2301.06916>).
-//!
-//! The paper follows AutoAugment (Cubuk et al. 2019, <https://arxiv.org/abs/1805.09501>): a set
-//! of 5 sub-policies of 2 operations each, whose magnitudes a controller learns during training;
-//! an auxiliary "training scheduler" module restricts and guides each update of the magnitudes
-//! so that they cannot jump between batches, implemented with self-paced learning (eq. 5,
-//! `min_{w, v ∈ [0,1]ⁿ} Σ L(yᵢ, g(xᵢ, w)) + f(v; λ)`, `v` the policies' importance, `λ` the pace).
-//! It gives neither the operations, nor the controller, nor `f`. What we chose, and why:
-//!
-//! - **Operations** (all batched on the backend, per-sample random): brightness and contrast
-//!   (factor `1 ± 0.9·m`, the sign drawn per image, AutoAugment's range), solarisation
-//!   (threshold `1 − m`), posterisation (`8 − 4m` bits, AutoAugment's 4–8) and Gaussian blur
-//!   (`σ = 2m`). They work on one-channel images (Fashion-MNIST) as on RGB; geometric operations
-//!   are left to the crops of the base pipeline.
-//! - **Sub-policies**: 5 × 2 operations with AutoAugment-style probabilities
-//!   ([`AutoAugmentPolicy::mico_default`]). One sub-policy is drawn per batch (keyed by the step,
-//!   so the choice repeats after a resume) and applied to both views, each view drawing its own
-//!   per-image coins; every sub-policy has one magnitude `m ∈ [0, 1]`.
-//! - **Importance `v` (eq. 5)**: with the linear self-paced regulariser
-//!   `f(v; λ) = λ Σᵢ (½vᵢ² − vᵢ)`, the minimiser for fixed losses is `vᵢ = max(0, 1 − Lᵢ/λ)`
-//!   (Jiang et al. 2015). `Lᵢ` is a running mean (momentum `loss_momentum`) of the training loss
-//!   of the batches sub-policy `i` augmented; the pace is `λ = 2·L̄`, twice the running mean of
-//!   all batches, so a sub-policy as hard as the average gets `v = ½`, an easier one more.
-//! - **Controller**: after each step the applied sub-policy's magnitude is pushed towards harder
-//!   augmentation when it is easy and back when it is hard, `m̂ = m + η(vᵢ − ½)`, and sub-policies
-//!   are drawn with probability `∝ vᵢ + ε`. It learns from the training loss alone — there is no
-//!   validation set in self-supervised pre-training, and no reinforcement-learning search (whose
-//!   cost the paper's curriculum is meant to avoid).
-//! - **Self-paced normalisation** (the smoothing): the applied change is bounded,
-//!   `m ← clamp(m + clamp(m̂ − m, −δ, δ), 0, S(progress))`, where `S` is a non-decreasing
-//!   scheduler ([`SchedulerConfig`], the "training scheduler" of Figure 3). So a magnitude moves
-//!   by at most `δ` per batch whatever the losses do, and never above the schedule's ceiling.
-//!
-//! The state (magnitudes, running losses) is a pure function of the losses seen; it is saved in
-//! every checkpoint, so a run resumes exactly.
-//!
-//! The math, the defaults, the paper followed and the worked values are in
-//! `docs/methods.md#self-paced-autoaugment`.
-
 use burn::config::Config;
 use burn::tensor::{backend::Backend, Tensor};
 use rand::rngs::StdRng;
@@ -208,6 +167,47 @@ pub struct PolicyChoice {
 
 /// MICO's self-paced AutoAugment: draws a sub-policy per batch, applies it, and learns the
 /// magnitudes from the losses ([`SelfPacedAutoAugment::observe`]).
+///
+/// MICO's normalised AutoAugment with a self-paced magnitude (H. Fang, "Curriculum SSL: An
+/// Efficient And Effective Data Augmentation For Contrastive Learning", §3.4, eq. 5, Figure 3;
+/// <https://arxiv.org/abs/2301.06916>).
+///
+/// The paper follows AutoAugment (Cubuk et al. 2019, <https://arxiv.org/abs/1805.09501>): a set
+/// of 5 sub-policies of 2 operations each, whose magnitudes a controller learns during training;
+/// an auxiliary "training scheduler" module restricts and guides each update of the magnitudes
+/// so that they cannot jump between batches, implemented with self-paced learning (eq. 5,
+/// `min_{w, v ∈ [0,1]ⁿ} Σ L(yᵢ, g(xᵢ, w)) + f(v; λ)`, `v` the policies' importance, `λ` the pace).
+/// It gives neither the operations, nor the controller, nor `f`. What we chose, and why:
+///
+/// - **Operations** (all batched on the backend, per-sample random): brightness and contrast
+///   (factor `1 ± 0.9·m`, the sign drawn per image, AutoAugment's range), solarisation
+///   (threshold `1 − m`), posterisation (`8 − 4m` bits, AutoAugment's 4–8) and Gaussian blur
+///   (`σ = 2m`). They work on one-channel images (Fashion-MNIST) as on RGB; geometric operations
+///   are left to the crops of the base pipeline.
+/// - **Sub-policies**: 5 × 2 operations with AutoAugment-style probabilities
+///   ([`AutoAugmentPolicy::mico_default`]). One sub-policy is drawn per batch (keyed by the step,
+///   so the choice repeats after a resume) and applied to both views, each view drawing its own
+///   per-image coins; every sub-policy has one magnitude `m ∈ [0, 1]`.
+/// - **Importance `v` (eq. 5)**: with the linear self-paced regulariser
+///   `f(v; λ) = λ Σᵢ (½vᵢ² − vᵢ)`, the minimiser for fixed losses is `vᵢ = max(0, 1 − Lᵢ/λ)`
+///   (Jiang et al. 2015). `Lᵢ` is a running mean (momentum `loss_momentum`) of the training loss
+///   of the batches sub-policy `i` augmented; the pace is `λ = 2·L̄`, twice the running mean of
+///   all batches, so a sub-policy as hard as the average gets `v = ½`, an easier one more.
+/// - **Controller**: after each step the applied sub-policy's magnitude is pushed towards harder
+///   augmentation when it is easy and back when it is hard, `m̂ = m + η(vᵢ − ½)`, and sub-policies
+///   are drawn with probability `∝ vᵢ + ε`. It learns from the training loss alone — there is no
+///   validation set in self-supervised pre-training, and no reinforcement-learning search (whose
+///   cost the paper's curriculum is meant to avoid).
+/// - **Self-paced normalisation** (the smoothing): the applied change is bounded,
+///   `m ← clamp(m + clamp(m̂ − m, −δ, δ), 0, S(progress))`, where `S` is a non-decreasing
+///   scheduler ([`SchedulerConfig`], the "training scheduler" of Figure 3). So a magnitude moves
+///   by at most `δ` per batch whatever the losses do, and never above the schedule's ceiling.
+///
+/// The state (magnitudes, running losses) is a pure function of the losses seen; it is saved in
+/// every checkpoint, so a run resumes exactly.
+///
+/// The math, the defaults, the paper followed and the worked values are in
+/// `docs/methods.md#self-paced-autoaugment`.
 #[derive(Debug, Clone)]
 pub struct SelfPacedAutoAugment {
     config: SelfPacedAutoAugmentConfig,

@@ -1,25 +1,3 @@
-//! MICO's curriculum Mixup on the positive pair (H. Fang, "Curriculum SSL: An Efficient And
-//! Effective Data Augmentation For Contrastive Learning", <https://arxiv.org/abs/2301.06916>, §3.5
-//! and Algorithm 1).
-//!
-//! The second view of every pair is replaced by `mixed = λ·x1 + (1 − λ)·x2`, for every framework
-//! (SimSiam, BYOL, SimCLR, MoCo): the online branch sees `x1` and `mixed`. λ is the share of the
-//! first view (the convention of [`crate::augment::mixup`]): λ = 1 makes the pair identical,
-//! λ = 0 leaves the usual two-view pair. Two modes, both from the paper:
-//!
-//! - [`MixupCurriculum::Share`]: λ itself is scheduled. MICO Table 1: "4-step lambda (0.2, 0.4,
-//!   0.6, 0.8)"; plain Mixup is the constant 0.5.
-//! - [`MixupCurriculum::BetaAlpha`]: Algorithm 1, `alpha = S(epoch, total_epochs)` and one
-//!   `λ ~ Beta(α, α)` per batch.
-//!
-//! By the paper's own definition ("a large λ means two images are more similar, thus an easier
-//! task"), its increasing 0.2 → 0.8 schedule runs from hard to easy. The paper's numbers are the
-//! default ([`MixupCurriculumConfig::mico`]); the easy-to-hard order is
-//! [`MixupCurriculumConfig::mico_easy_to_hard`] (the same values reversed).
-//!
-//! The math, the defaults, the paper followed and the worked values are in
-//! `docs/methods.md#curriculum-mixup`.
-
 use burn::config::Config;
 use rand::rngs::StdRng;
 
@@ -28,7 +6,29 @@ use crate::base::error::ConfigError;
 use crate::base::schedule::{Scheduler, SchedulerConfig};
 use crate::base::Progress;
 
-/// What is scheduled.
+/// What is scheduled: MICO's curriculum Mixup on the positive pair.
+///
+/// MICO's curriculum Mixup on the positive pair (H. Fang, "Curriculum SSL: An Efficient And
+/// Effective Data Augmentation For Contrastive Learning", <https://arxiv.org/abs/2301.06916>, §3.5
+/// and Algorithm 1).
+///
+/// The second view of every pair is replaced by `mixed = λ·x1 + (1 − λ)·x2`, for every framework
+/// (SimSiam, BYOL, SimCLR, MoCo): the online branch sees `x1` and `mixed`. λ is the share of the
+/// first view (the convention of [`crate::augment::mixup`]): λ = 1 makes the pair identical,
+/// λ = 0 leaves the usual two-view pair. Two modes, both from the paper:
+///
+/// - [`MixupCurriculum::Share`]: λ itself is scheduled. MICO Table 1: "4-step lambda (0.2, 0.4,
+///   0.6, 0.8)"; plain Mixup is the constant 0.5.
+/// - [`MixupCurriculum::BetaAlpha`]: Algorithm 1, `alpha = S(epoch, total_epochs)` and one
+///   `λ ~ Beta(α, α)` per batch.
+///
+/// By the paper's own definition ("a large λ means two images are more similar, thus an easier
+/// task"), its increasing 0.2 → 0.8 schedule runs from hard to easy. The paper's numbers are the
+/// default ([`MixupCurriculumConfig::mico`]); the easy-to-hard order is
+/// [`MixupCurriculumConfig::mico_easy_to_hard`] (the same values reversed).
+///
+/// The math, the defaults, the paper followed and the worked values are in
+/// `docs/methods.md#curriculum-mixup`.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
 pub enum MixupCurriculum {
     /// λ itself (in `[0, 1]`).

@@ -6,23 +6,29 @@
 //! training loop passes the progress to each and logs the values they report as columns of
 //! `steps.csv`.
 //!
-//! - [`schedule`]: k-step, linear, cosine (reverse cosine), constant, per step or per epoch, and
-//!   a user's own function.
-//! - [`mixup`]: MICO's curriculum Mixup on the positive pair.
-//! - [`strength`]: MICO's augmentation-strength curriculum (colour jitter and grayscale).
-//! - [`auto_augment`]: MICO's normalised AutoAugment with a self-paced magnitude — an adaptive
-//!   curriculum that learns from the losses and is saved in checkpoints.
+//! - Schedules ([`SchedulerConfig`], [`Scheduler`], [`Pace`]): k-step, linear, cosine (reverse
+//!   cosine), constant, per step or per epoch, and a user's own function ([`ScheduleFn`]).
+//! - [`MixupCurriculum`] ([`MixupCurriculumConfig`], [`MixupSchedule`]): MICO's curriculum Mixup
+//!   on the positive pair.
+//! - [`StrengthCurriculumConfig`]: MICO's augmentation-strength curriculum (colour jitter and
+//!   grayscale).
+//! - [`SelfPacedAutoAugment`] ([`SelfPacedAutoAugmentConfig`], its policy
+//!   [`AutoAugmentPolicy`] and state [`AutoAugmentState`]): MICO's normalised AutoAugment with a
+//!   self-paced magnitude — an adaptive curriculum that learns from the losses and is saved in
+//!   checkpoints.
 //! - [`rotation`]: MICO's rotation curricula — the growing set of RotNet angles, rotate-and-mix,
 //!   crop-and-rotate and its heat-map boxes.
 
-pub mod auto_augment;
+mod auto_augment;
 pub mod mask_schedule;
-pub mod mixup;
+mod mixup;
 pub mod rotation;
-pub use crate::base::schedule;
-pub mod strength;
+mod strength;
 
-pub use auto_augment::{SelfPacedAutoAugment, SelfPacedAutoAugmentConfig};
+pub use crate::base::schedule::{Pace, ScheduleFn, Scheduler, SchedulerConfig};
+pub use auto_augment::{
+    posterize, AugmentOp, AutoAugmentPolicy, AutoAugmentState, PolicyChoice, PolicyOp,
+    SelfPacedAutoAugment, SelfPacedAutoAugmentConfig, SubPolicy,
+};
 pub use mixup::{MixupCurriculum, MixupCurriculumConfig, MixupDraw, MixupSchedule};
-pub use schedule::{Pace, ScheduleFn, Scheduler, SchedulerConfig};
 pub use strength::StrengthCurriculumConfig;

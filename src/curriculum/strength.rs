@@ -1,17 +1,3 @@
-//! MICO's augmentation-strength curriculum (H. Fang, "Curriculum SSL",
-//! <https://arxiv.org/abs/2301.06916>, §3.4, Tables 2–3): the
-//! colour distortion of both views at a target strength (×1, ×1.5, ×2, ×3 of the standard
-//! jitter), reached along a schedule.
-//!
-//! At progress `p` the multiplier is `target · S(p)`: it scales the colour-jitter magnitudes
-//! (brightness, contrast, saturation, hue, on top of the pipeline's own `strength`) and the
-//! grayscale probability (capped at 1). Without a schedule the target strength holds from the
-//! start (the tables' "baseline" rows). MICO's schedules are the k-step ones (2-step 0.33, 0.66;
-//! 4-step 0.2 … 0.8), linear 0 → 1 and reverse cosine 0.8 → 0.2.
-//!
-//! The math, the defaults, the paper followed and the worked values are in
-//! `docs/methods.md#strength-curriculum`.
-
 use burn::config::Config;
 
 use crate::base::error::{in_range, ConfigError};
@@ -19,6 +5,20 @@ use crate::base::schedule::SchedulerConfig;
 use crate::base::Progress;
 
 /// The strength curriculum (a burn [`Config`], saved in the run's configuration).
+///
+/// MICO's augmentation-strength curriculum (H. Fang, "Curriculum SSL",
+/// <https://arxiv.org/abs/2301.06916>, §3.4, Tables 2–3): the
+/// colour distortion of both views at a target strength (×1, ×1.5, ×2, ×3 of the standard
+/// jitter), reached along a schedule.
+///
+/// At progress `p` the multiplier is `target · S(p)`: it scales the colour-jitter magnitudes
+/// (brightness, contrast, saturation, hue, on top of the pipeline's own `strength`) and the
+/// grayscale probability (capped at 1). Without a schedule the target strength holds from the
+/// start (the tables' "baseline" rows). MICO's schedules are the k-step ones (2-step 0.33, 0.66;
+/// 4-step 0.2 … 0.8), linear 0 → 1 and reverse cosine 0.8 → 0.2.
+///
+/// The math, the defaults, the paper followed and the worked values are in
+/// `docs/methods.md#strength-curriculum`.
 #[derive(Config, Debug, PartialEq)]
 pub struct StrengthCurriculumConfig {
     /// The strength multiplier at the schedule's value 1 (MICO: 1, 1.5, 2, 3).

@@ -98,7 +98,7 @@ impl HostBatch {
 
 /// Uploads `N × H × W × C` bytes (`shape`) as they are and turns them into `[N, C, H, W]`
 /// floats in `[0, 1]` on the device (`x / 255`, as torchvision's `to_tensor`).
-pub fn images_on_device<B: Backend>(
+pub(crate) fn images_on_device<B: Backend>(
     pixels: Vec<u8>,
     shape: [usize; 4],
     device: &B::Device,

@@ -1,12 +1,12 @@
 //! Errors raised while reading datasets.
-//!
-//! Every variant names the file (or directory) it is about and says what is wrong with it, so a
-//! user can fix the input without reading the code. Readers never panic on bad input and never
-//! skip a bad record silently: the first problem found is returned.
 
 use std::path::{Path, PathBuf};
 
 /// A dataset file or directory that cannot be used.
+///
+/// Every variant names the file (or directory) it is about and says what is wrong with it, so a
+/// user can fix the input without reading the code. Readers never panic on bad input and never
+/// skip a bad record silently: the first problem found is returned.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
     /// A directory that was expected to exist does not.

@@ -1,9 +1,3 @@
-//! [`ImageSet`]: a set of images read a range at a time, every image at one size: what an
-//! evaluation reads (the features of a whole labelled split for the kNN monitor and the linear
-//! probe). An [`ImageArray`] is one, held in memory; a folder decoded as it is read
-//! ([`StreamedImages`](super::stream::StreamedImages)) is another, so that an evaluation of
-//! ImageNet's splits never holds them decoded.
-
 use std::ops::Range;
 use std::path::Path;
 
@@ -12,6 +6,11 @@ use super::error::DataError;
 use super::image_array::{ChannelSums, ImageArray};
 
 /// Images read a range at a time, in a fixed order, every one `image_shape()`.
+///
+/// What an evaluation reads (the features of a whole labelled split for the kNN monitor and the linear
+/// probe). An [`ImageArray`] is one, held in memory; a folder decoded as it is read
+/// ([`StreamedImages`](super::stream::StreamedImages)) is another, so that an evaluation of
+/// ImageNet's splits never holds them decoded.
 pub trait ImageSet: Send + Sync + std::fmt::Debug {
     /// Number of images.
     fn len(&self) -> usize;

@@ -1,13 +1,4 @@
 //! A loader that gathers and batches images on worker threads while the model trains.
-//!
-//! For epoch `e` the loader draws a permutation of the dataset from a generator seeded with
-//! `(seed, e)`, cuts it into batches, and hands batch `b` to worker `b mod workers`. Each worker
-//! sends its batches, in order, through its own bounded channel (`prefetch` batches deep), and the
-//! iterator reads the channels round-robin, so batches come out in the same order whatever the
-//! thread timing: the stream of batches depends only on the seed and the epoch (and, trivially,
-//! on the batch size), not on the worker count. Workers build [`HostBatch`]es (bytes); the
-//! training thread uploads them with [`HostBatch::to_device`], so the device is fed while the
-//! workers prepare the next batches.
 
 use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, Receiver};
@@ -78,7 +69,7 @@ impl LoaderConfig {
     }
 }
 
-pub use crate::base::seed::mix_seed;
+use crate::base::seed::mix_seed;
 
 /// Checks that a loader with `config` can be replica `rank`'s of `replicas`: the global batch
 /// splits equally, each replica gets at least two images, the last partial batch is dropped.
@@ -178,7 +169,16 @@ pub(crate) fn batch_span(
     }
 }
 
-/// Batches a dataset of [`ImageItem`]s on worker threads.
+/// Batches a dataset of [`ImageItem`]s on worker threads, while the model trains.
+///
+/// For epoch `e` the loader draws a permutation of the dataset from a generator seeded with
+/// `(seed, e)`, cuts it into batches, and hands batch `b` to worker `b mod workers`. Each worker
+/// sends its batches, in order, through its own bounded channel (`prefetch` batches deep), and the
+/// iterator reads the channels round-robin, so batches come out in the same order whatever the
+/// thread timing: the stream of batches depends only on the seed and the epoch (and, trivially,
+/// on the batch size), not on the worker count. Workers build [`HostBatch`]es (bytes); the
+/// training thread uploads them with [`HostBatch::to_device`], so the device is fed while the
+/// workers prepare the next batches.
 pub struct Loader<D> {
     dataset: Arc<D>,
     config: LoaderConfig,

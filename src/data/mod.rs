@@ -17,19 +17,19 @@
 //! read ([`stream::StreamedImages`]).
 //!
 //! Batches: [`HostBatch`] holds the bytes of a batch on the host (built on the loader's worker
-//! threads, see [`loader`]); [`HostBatch::to_device`] uploads it as a `[N, C, H, W]` float tensor
+//! threads, see [`Loader`]); [`HostBatch::to_device`] uploads it as a `[N, C, H, W]` float tensor
 //! in `[0, 1]` plus the labels.
 
-pub mod batch;
+mod batch;
 pub mod cifar;
 pub mod embedded;
-pub mod error;
+mod error;
 pub mod idx;
-pub mod image_array;
+mod image_array;
 pub mod image_folder;
-pub mod image_set;
+mod image_set;
 pub mod layouts;
-pub mod loader;
+mod loader;
 pub mod stl10;
 pub mod stream;
 
@@ -39,4 +39,4 @@ pub use batch::{HostBatch, ImageBatch, ImageBatcher};
 pub use error::DataError;
 pub use image_array::{ImageArray, ImageItem};
 pub use image_set::{channel_stats, ImageSet};
-pub use loader::{Loader, LoaderConfig};
+pub use loader::{EpochIter, Loader, LoaderConfig, OrderedBatches};

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use super::error::require_dir;
 use super::error::DataError;
 use super::image_array::ImageArray;
-use super::stream::decode::{luma_601, DecodedImage};
 use super::stream::ImageSource;
+use super::stream::{luma_601, DecodedImage};
 
 /// Side of an STL-10 image.
 pub const SIDE: usize = 96;

@@ -4,7 +4,7 @@
 use burn::tensor::backend::AutodiffBackend;
 
 use crate::base::Progress;
-use crate::curriculum::auto_augment::PolicyChoice;
+use crate::curriculum::PolicyChoice;
 use crate::pipeline::LOSS_FEEDBACK;
 use crate::train::hook::{BatchView, Hook, RunView};
 use crate::train::{SelfSupervisedTask, TrainError};

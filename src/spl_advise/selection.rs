@@ -17,8 +17,9 @@ use super::kmeans::{cluster_per_class, ClusterIndex, ClusterIndexState, KMeansCo
 use super::magnet_sampler::{MagnetSampler, MagnetSamplerConfig, MagnetSamplerState};
 use super::spld::{Spld, SpldConfig, SpldState};
 use crate::base::error::{in_range, ConfigError};
+use crate::base::seed::mix_seed;
 use crate::base::Progress;
-use crate::data::{loader::mix_seed, ImageArray};
+use crate::data::ImageArray;
 use crate::loss::{MagnetLoss, MagnetLossConfig};
 use crate::train::checkpoint::files;
 use crate::train::checkpoint::{read_record, to_bytes};
@@ -813,7 +814,7 @@ fn from_state<T: serde::de::DeserializeOwned>(state: serde_json::Value) -> Resul
 /// The generator of step `step` under `seed` (a selector's draws at a step).
 fn step_rng(seed: u64, step: usize) -> rand::rngs::StdRng {
     use rand::SeedableRng;
-    rand::rngs::StdRng::seed_from_u64(crate::data::loader::mix_seed(seed, step as u64))
+    rand::rngs::StdRng::seed_from_u64(mix_seed(seed, step as u64))
 }
 
 #[cfg(test)]

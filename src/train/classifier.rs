@@ -10,7 +10,8 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 
 use crate::augment::normalize::Normalize;
 use crate::base::error::{non_negative, ConfigError};
-use crate::data::{loader::mix_seed, ImageArray};
+use crate::base::seed::mix_seed;
+use crate::data::ImageArray;
 
 /// A classifier: a backbone and a linear layer from its features to the class logits.
 #[derive(Module, Debug)]

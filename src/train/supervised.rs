@@ -39,8 +39,9 @@ use super::config::TrainConfig;
 use super::error::TrainError;
 use super::task::{EpochBatches, LrPlan, ProgressOf, Task};
 use crate::base::error::{positive, ConfigError};
+use crate::base::seed::mix_seed;
 use crate::base::Progress;
-use crate::data::{loader::mix_seed, DataError, ImageArray};
+use crate::data::{DataError, ImageArray};
 use crate::optim::StepDecay;
 
 /// Settings of the supervised step (the loop's own, epochs and the peak learning rate, are in

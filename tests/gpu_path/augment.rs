@@ -13,8 +13,8 @@ use curriculum_ssl::augment::normalize::{Normalize, CIFAR10_MEAN, CIFAR10_STD};
 use curriculum_ssl::augment::per_sample;
 use curriculum_ssl::augment::rotate::{rot90, RandomRotation90};
 use curriculum_ssl::augment::solarize::{solarize, RandomSolarize};
-use curriculum_ssl::curriculum::auto_augment::{posterize, PolicyChoice};
 use curriculum_ssl::curriculum::rotation::{self, mix_rotated, rotate_in_boxes};
+use curriculum_ssl::curriculum::{posterize, PolicyChoice};
 use curriculum_ssl::curriculum::{
     MixupCurriculumConfig, SchedulerConfig, SelfPacedAutoAugmentConfig, StrengthCurriculumConfig,
 };

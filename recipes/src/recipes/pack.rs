@@ -39,7 +39,7 @@ struct PackArgs {
     #[arg(long, value_enum, default_value = "image-folder")]
     dataset: DatasetChoice,
     /// Samples per shard (about 110 MB of ImageNet's JPEGs at 1,000).
-    #[arg(long, default_value_t = curriculum_ssl::data::stream::shards::DEFAULT_SAMPLES_PER_SHARD)]
+    #[arg(long, default_value_t = curriculum_ssl::data::stream::DEFAULT_SAMPLES_PER_SHARD)]
     samples_per_shard: usize,
     /// image-folder: a class list file; only those class folders are packed (ImageNet-100).
     #[arg(long, value_name = "FILE")]

@@ -1,22 +1,5 @@
 //! Decoding one image file and cutting its views out of it: the work a streaming loader's
 //! worker does per image.
-//!
-//! # Why these crates
-//! - JPEG: `zune-jpeg` (pure Rust, SIMD IDCT and colour conversion; the decoder the `image`
-//!   crate itself uses). Measured on the benchmark's 500 × 375 ImageNet-like files
-//!   (`benches/pytorch/make_jpegs.py`, one core, 300 files): 1.26 ms a file, against 1.83 ms for
-//!   `jpeg-decoder` and 1.7 ms for Pillow (libjpeg-turbo). `jpeg-decoder` is the only pure-Rust
-//!   decoder that decodes at a reduced scale (its `scale`: the IDCT at 1/2, 1/4 or 1/8, the trick
-//!   DALI and FFCV use), but its entropy decoding is slower: at 1/2 it took 1.49 ms and at 1/4
-//!   1.18 ms, so a reduced-scale decode would pay only when a crop is at least four times the
-//!   output's side (rare: a random resized crop of a 500 × 375 image to 224 px needs a box of
-//!   896 px). So every JPEG is decoded whole, by `zune-jpeg`, and the crop does the rest.
-//! - Other formats (PNG, a PNG named `.JPEG` as ImageNet has one): the `image` crate, through
-//!   [`image_folder::decode_bytes`](super::super::image_folder::decode_bytes) and its bounds.
-//! - Crop and resize: `fast_image_resize` (SIMD convolution). Its bilinear filter is Pillow's
-//!   (a triangle whose support widens with the downscale factor, so shrinking is antialiased),
-//!   which is what torchvision's `RandomResizedCrop` applies to a PIL image; the box is cut and
-//!   resized in one pass without copying it first.
 
 use std::path::Path;
 

@@ -1,13 +1,3 @@
-//! [`StreamedImages`]: the images of an [`ImageSource`] as an evaluation reads them, each
-//! decoded when asked and cut by one crop (the evaluation transform's centre crop), a range at a
-//! time on several threads: an [`ImageSet`] that never holds a split decoded (ImageNet's
-//! validation split is 7.5 GB at 224 px; the features the kNN monitor keeps of it, 100 MB).
-//!
-//! A file that cannot be read or decoded is left out of the batch that asked for it (named in a
-//! warning, counted by [`StreamedImages::left_out`]): the batch's `indices` and `labels` say
-//! which images it holds, so an evaluation scores the readable ones, as the training loader
-//! skips the same files.
-
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,7 +14,16 @@ use crate::data::error::DataError;
 use crate::data::image_folder::in_parts;
 use crate::data::image_set::ImageSet;
 
-/// The images of a source, each cut by `crop` when read (see the module docs).
+/// The images of a source, each cut by `crop` when read.
+///
+/// The images of an [`ImageSource`] as an evaluation reads them, each decoded when asked and cut by one crop (the evaluation transform's centre crop), a range at a
+/// time on several threads: an [`ImageSet`] that never holds a split decoded (ImageNet's
+/// validation split is 7.5 GB at 224 px; the features the kNN monitor keeps of it, 100 MB).
+///
+/// A file that cannot be read or decoded is left out of the batch that asked for it (named in a
+/// warning, counted by [`StreamedImages::left_out`]): the batch's `indices` and `labels` say
+/// which images it holds, so an evaluation scores the readable ones, as the training loader
+/// skips the same files.
 pub struct StreamedImages<S> {
     source: Arc<S>,
     name: PathBuf,

@@ -1,30 +1,3 @@
-//! [`StreamLoader`]: every epoch decodes its images anew on worker threads and cuts each view
-//! out of the original image, so memory is bounded by the prefetch depth, not by the dataset.
-//!
-//! The order of an epoch is the in-memory loader's ([`Loader::order`](crate::data::Loader)):
-//! a permutation seeded with `(seed, epoch)`, cut into batches, batch `b` built by worker
-//! `b mod workers` and read back in order. Every random choice for the image at position `p` of
-//! the epoch (its crop boxes, the substitute for an unreadable file) comes from a generator
-//! seeded with `(seed, epoch, p)`, so a batch's bytes depend on the seed, the epoch and its
-//! position only: not on the worker count, the thread timing, or where the epoch started
-//! ([`StreamLoader::epoch`]'s `first_batch`, for a resume in the middle of an epoch). A replica
-//! of a data-parallel run takes its rows of each global batch, as the in-memory loader does.
-//!
-//! # Memory
-//! Each worker holds at most `prefetch` finished batches in its channel and builds one more, so
-//! at most `workers × (prefetch + 1)` batches exist in the loader, plus those the caller holds
-//! ([`StreamLoader::max_batches_in_loader`], counted by [`StreamLoader::batches_alive`]). A batch
-//! is `batch_size × Σ view pixels` bytes; while it is built, its worker also holds one decoded
-//! original (at most [`MAX_IMAGE_BYTES`](crate::data::image_folder::MAX_IMAGE_BYTES)).
-//!
-//! # Bad files
-//! A file that cannot be read or decoded (truncated, not an image, a header declaring more
-//! pixels than its file can hold) is skipped: its position takes a substitute drawn at random
-//! from the dataset with the position's generator, and the batch lists the file and the reason
-//! in [`StreamBatch::skipped`]. After [`MAX_SUBSTITUTES`] unreadable files in a row at one
-//! position the epoch stops with an error saying so (the data is mostly unreadable): never a
-//! panic, never a silent stop.
-
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -150,7 +123,34 @@ impl Drop for Alive {
     }
 }
 
-/// Streams batches of views decoded from an [`ImageSource`] (see the module docs).
+/// Streams batches of views decoded from an [`ImageSource`].
+///
+/// Every epoch decodes its images anew on worker threads and cuts each view
+/// out of the original image, so memory is bounded by the prefetch depth, not by the dataset.
+///
+/// The order of an epoch is the in-memory loader's ([`Loader::order`](crate::data::Loader)):
+/// a permutation seeded with `(seed, epoch)`, cut into batches, batch `b` built by worker
+/// `b mod workers` and read back in order. Every random choice for the image at position `p` of
+/// the epoch (its crop boxes, the substitute for an unreadable file) comes from a generator
+/// seeded with `(seed, epoch, p)`, so a batch's bytes depend on the seed, the epoch and its
+/// position only: not on the worker count, the thread timing, or where the epoch started
+/// ([`StreamLoader::epoch`]'s `first_batch`, for a resume in the middle of an epoch). A replica
+/// of a data-parallel run takes its rows of each global batch, as the in-memory loader does.
+///
+/// # Memory
+/// Each worker holds at most `prefetch` finished batches in its channel and builds one more, so
+/// at most `workers × (prefetch + 1)` batches exist in the loader, plus those the caller holds
+/// ([`StreamLoader::max_batches_in_loader`], counted by [`StreamLoader::batches_alive`]). A batch
+/// is `batch_size × Σ view pixels` bytes; while it is built, its worker also holds one decoded
+/// original (at most [`MAX_IMAGE_BYTES`](crate::data::image_folder::MAX_IMAGE_BYTES)).
+///
+/// # Bad files
+/// A file that cannot be read or decoded (truncated, not an image, a header declaring more
+/// pixels than its file can hold) is skipped: its position takes a substitute drawn at random
+/// from the dataset with the position's generator, and the batch lists the file and the reason
+/// in [`StreamBatch::skipped`]. After [`MAX_SUBSTITUTES`] unreadable files in a row at one
+/// position the epoch stops with an error saying so (the data is mostly unreadable): never a
+/// panic, never a silent stop.
 pub struct StreamLoader<S> {
     source: Arc<S>,
     config: StreamConfig,

@@ -1,42 +1,3 @@
-//! WebDataset shards ([`Shards`]): tar files of samples `KEY.jpg` (or `.jpeg`, `.png`) +
-//! `KEY.cls` (the label as decimal text), read front to back through a shuffle buffer, for data
-//! on network storage or read by many machines; [`pack`] writes them from any
-//! [`ImageSource`] (a folder of class folders).
-//!
-//! # Layout
-//! A folder of `*.tar` files (read in name order), with an optional `index.json` written by
-//! [`pack`] ([`ShardIndex`]: the shards in order, their sample counts, the class names). As in
-//! WebDataset, a sample is the run of consecutive members sharing a key, the member's path up to
-//! the first dot of its file name; members of other extensions (`.json`, `.txt`) are passed
-//! over. Without an index the classes are named by their numbers.
-//!
-//! # An epoch
-//! The shards are visited in an order shuffled with `(seed, epoch)`, each read from its start,
-//! and the samples pass through a shuffle buffer of [`Shards::shuffle_buffer`] samples (each
-//! sample read joins it, and one drawn at random leaves it for the epoch once it holds 100:
-//! [`shuffle_buffer`]), WebDataset's `shardshuffle` + `shuffle(n)`. The order is computed from the
-//! listing alone ([`SequentialEpoch`]), so it is the same for every worker count and replica,
-//! and a resume in the middle of an epoch knows which samples it still needs: the reader passes
-//! over the others with a seek, not a read. [`pack`] writes the samples in a shuffled order so
-//! that every shard mixes the classes and a small buffer suffices. Every replica of a
-//! data-parallel run reads the stream and keeps its rows of each global batch, so replicas see
-//! the batches one device would. The cost: every replica reads every shard (8 devices read the
-//! data 8 times; the rows of the others are passed over, but through the read buffer, so
-//! nearly every byte is fetched), where WebDataset's splitting of shards by node reads each once
-//! but changes the batches. One reader per machine serving its replicas would read once; not
-//! done yet.
-//!
-//! # Bad samples
-//! A member whose data lies beyond the end of its file (a truncated shard), a sample without an
-//! image, a label that is not a number of a known class, or an unlabelled sample among labelled
-//! ones is left out when the shards are listed, counted ([`Shards::left_out`]) and named in the
-//! log; a shard that cannot be read past some point keeps the samples before it. An image that
-//! does not decode is skipped by the loader like a bad file of a folder.
-//!
-//! The listing keeps 32 bytes and the key of every sample (ImageNet's 1.28 M: about 80 MB).
-//! The `tar` crate reads and writes the archives; WebDataset's grouping and shuffle buffer are
-//! a few lines here (no Rust crate reads WebDataset).
-
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -116,7 +77,46 @@ struct Member {
 
 const EXTENSIONS: [&str; 3] = ["jpg", "jpeg", "png"];
 
-/// The samples of a folder of WebDataset shards (see the module docs).
+/// The samples of a folder of WebDataset shards.
+///
+/// WebDataset shards: tar files of samples `KEY.jpg` (or `.jpeg`, `.png`) +
+/// `KEY.cls` (the label as decimal text), read front to back through a shuffle buffer, for data
+/// on network storage or read by many machines; [`pack`] writes them from any
+/// [`ImageSource`] (a folder of class folders).
+///
+/// # Layout
+/// A folder of `*.tar` files (read in name order), with an optional `index.json` written by
+/// [`pack`] ([`ShardIndex`]: the shards in order, their sample counts, the class names). As in
+/// WebDataset, a sample is the run of consecutive members sharing a key, the member's path up to
+/// the first dot of its file name; members of other extensions (`.json`, `.txt`) are passed
+/// over. Without an index the classes are named by their numbers.
+///
+/// # An epoch
+/// The shards are visited in an order shuffled with `(seed, epoch)`, each read from its start,
+/// and the samples pass through a shuffle buffer of [`Shards::shuffle_buffer`] samples (each
+/// sample read joins it, and one drawn at random leaves it for the epoch once it holds 100),
+/// WebDataset's `shardshuffle` + `shuffle(n)`. The order is computed from the
+/// listing alone ([`SequentialEpoch`]), so it is the same for every worker count and replica,
+/// and a resume in the middle of an epoch knows which samples it still needs: the reader passes
+/// over the others with a seek, not a read. [`pack`] writes the samples in a shuffled order so
+/// that every shard mixes the classes and a small buffer suffices. Every replica of a
+/// data-parallel run reads the stream and keeps its rows of each global batch, so replicas see
+/// the batches one device would. The cost: every replica reads every shard (8 devices read the
+/// data 8 times; the rows of the others are passed over, but through the read buffer, so
+/// nearly every byte is fetched), where WebDataset's splitting of shards by node reads each once
+/// but changes the batches. One reader per machine serving its replicas would read once; not
+/// done yet.
+///
+/// # Bad samples
+/// A member whose data lies beyond the end of its file (a truncated shard), a sample without an
+/// image, a label that is not a number of a known class, or an unlabelled sample among labelled
+/// ones is left out when the shards are listed, counted ([`Shards::left_out`]) and named in the
+/// log; a shard that cannot be read past some point keeps the samples before it. An image that
+/// does not decode is skipped by the loader like a bad file of a folder.
+///
+/// The listing keeps 32 bytes and the key of every sample (ImageNet's 1.28 M: about 80 MB).
+/// The `tar` crate reads and writes the archives; WebDataset's grouping and shuffle buffer are
+/// a few lines here (no Rust crate reads WebDataset).
 #[derive(Debug, Clone)]
 pub struct Shards {
     root: PathBuf,
@@ -449,14 +449,14 @@ fn read_member(
 
 /// The samples a shuffle buffer holds before it gives its first (WebDataset's `initial`): the
 /// first batch waits for these, not for the whole buffer.
-pub const SHUFFLE_INITIAL: usize = 100;
+pub(crate) const SHUFFLE_INITIAL: usize = 100;
 
 /// `stream` through a shuffle buffer of `size` items drawn with `rng`, as WebDataset's
 /// `shuffle(size, initial=100)`: each item read joins the buffer (and, while the buffer is not
 /// full, the one after it too), and once it holds [`SHUFFLE_INITIAL`] items one drawn at random
 /// leaves it for the epoch. The item at position `p` of the result was read at most `size`
 /// positions later than `p`.
-pub fn shuffle_buffer(stream: &[usize], size: usize, rng: &mut StdRng) -> Vec<usize> {
+pub(crate) fn shuffle_buffer(stream: &[usize], size: usize, rng: &mut StdRng) -> Vec<usize> {
     let size = size.max(1);
     let initial = size.min(SHUFFLE_INITIAL);
     let mut buffer = Vec::with_capacity(size.min(stream.len()));

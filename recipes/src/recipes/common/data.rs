@@ -7,12 +7,12 @@ use crate::usage::usage;
 use anyhow::{Context, Result};
 use curriculum_ssl::data::embedded::load_or_embedded;
 use curriculum_ssl::data::idx::Split;
-use curriculum_ssl::data::loader::LoaderConfig;
 use curriculum_ssl::data::stl10::{self, Stl10Images};
 use curriculum_ssl::data::stream::DecodedImage;
 use curriculum_ssl::data::stream::{
     ImageFiles, ImageSource, SequentialEpoch, Shards, StreamedImages, ViewCrop,
 };
+use curriculum_ssl::data::LoaderConfig;
 use curriculum_ssl::data::{image_folder, DataError, ImageArray};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -588,7 +588,7 @@ impl DataSource {
         Ok(TrainData::Stream(Streamed {
             files,
             side,
-            eval_ratio: curriculum_ssl::data::stream::decode::EVAL_CENTRE_RATIO,
+            eval_ratio: curriculum_ssl::data::stream::EVAL_CENTRE_RATIO,
             monitor,
         }))
     }
