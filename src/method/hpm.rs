@@ -43,7 +43,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use super::mae::{hidden_mean, MaeConfig, MaeDecoder, MaeNetwork};
-use super::masking::{encode_kept, vit, PatchMask};
+use super::masking::{encode_kept, vit, PatchMask, StepMasks};
 use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::schedule::{Pace, SchedulerConfig};
@@ -120,7 +120,7 @@ impl HpmConfig {
                 loss_predictor,
             },
             config: self.clone(),
-            replica: None,
+            step_masks: StepMasks::new(0x4850_4d5f_4d41_534b, self.mae.seed),
         })
     }
 }
@@ -168,19 +168,19 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> HpmNetwork<B, M> {
 pub struct Hpm<B: Backend, M: Backbone<B>> {
     online: HpmNetwork<B, M>,
     config: HpmConfig,
-    /// This method's replica in a data-parallel run.
-    replica: Option<Replica<B>>,
+    step_masks: StepMasks<B>,
 }
 
 /// The masks of `predicted.len() / patches` images: each hides `hidden` patches, the
 /// `⌊hidden·share⌋` of highest predicted loss and the rest at random among the others, drawn
-/// from `(seed, step, first + i)` for image `i` (its index in the global batch).
+/// from `(step_seed, first + i)` for image `i` (its index in the global batch; `step_seed` the
+/// step's, [`StepMasks::step_seed`]).
 pub fn hard_patch_masks(
     predicted: &[f64],
     patches: usize,
     hidden: usize,
     share: f64,
-    (seed, step, first): (u64, usize, usize),
+    (step_seed, first): (u64, usize),
 ) -> PatchMask {
     let hard = ((hidden as f64) * share).floor() as usize;
     let visible = predicted
@@ -191,10 +191,8 @@ pub fn hard_patch_masks(
             // Highest predicted loss first; ties by index.
             order.sort_by(|&a, &b| losses[b].total_cmp(&losses[a]).then(a.cmp(&b)));
             let mut rest = order[hard..].to_vec();
-            let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(
-                mix_seed(mix_seed(0x4850_4d5f_4d41_534b, seed), step as u64),
-                (first + i) as u64,
-            ));
+            let mut rng =
+                rand::rngs::StdRng::seed_from_u64(mix_seed(step_seed, (first + i) as u64));
             rest.sort_unstable();
             rest.shuffle(&mut rng);
             let mut kept = rest[hidden - hard..].to_vec();
@@ -259,13 +257,13 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Hpm<B, M> {
             .expect("float predictions");
         let ratio = self.mask_ratio(progress);
         let hidden = patches - PatchMask::visible_count(patches, ratio);
-        let first = self.replica.as_ref().map_or(0, |r| r.rank() * n);
+        let (_, first) = self.step_masks.global_rows(n);
         hard_patch_masks(
             &values,
             patches,
             hidden,
             self.hard_share(progress),
-            (self.config.mae.seed, progress.step, first),
+            (self.step_masks.step_seed(progress), first),
         )
     }
 }
@@ -325,7 +323,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Hp
     /// Each replica's images draw their masks with their global indices; every image hides as
     /// many patches, so the replicas' mean loss is the one-device loss.
     fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
+        self.step_masks.set_replica(replica);
         Ok(())
     }
 }
@@ -374,19 +372,23 @@ mod tests {
             .chain(&[0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.95])
             .copied()
             .collect();
-        let masks = hard_patch_masks(&predicted, 8, 4, 0.5, (3, 7, 0));
+        // The step seeds of seed 3, as the method draws them.
+        let seed = |step| {
+            StepMasks::<Ad>::new(0x4850_4d5f_4d41_534b, 3).step_seed(progress(step, 20, 0, 1))
+        };
+        let masks = hard_patch_masks(&predicted, 8, 4, 0.5, (seed(7), 0));
         for (image, hardest) in [(0, [1, 3]), (1, [0, 7])] {
             let hidden = hidden(&masks, image);
             assert_eq!(hidden.len(), 4);
             assert!(hardest.iter().all(|p| hidden.contains(p)), "{hidden:?}");
         }
-        let all_hard = hard_patch_masks(&predicted, 8, 4, 1.0, (3, 7, 0));
+        let all_hard = hard_patch_masks(&predicted, 8, 4, 1.0, (seed(7), 0));
         assert_eq!(hidden(&all_hard, 0), vec![1, 3, 6, 7]);
         assert_eq!(hidden(&all_hard, 1), vec![0, 1, 2, 7]);
-        let replica = hard_patch_masks(&predicted[8..], 8, 4, 0.5, (3, 7, 1));
+        let replica = hard_patch_masks(&predicted[8..], 8, 4, 0.5, (seed(7), 1));
         assert_eq!(hidden(&replica, 0), hidden(&masks, 1));
         let other_step = (0..20)
-            .map(|s| hidden(&hard_patch_masks(&predicted, 8, 4, 0.0, (3, s, 0)), 0))
+            .map(|s| hidden(&hard_patch_masks(&predicted, 8, 4, 0.0, (seed(s), 0)), 0))
             .collect::<std::collections::HashSet<_>>();
         assert!(other_step.len() > 5, "random masks vary with the step");
     }

@@ -343,12 +343,7 @@ mod tests {
 
     /// 8 × 8 one-channel images in four 4 × 4 patches, tokens 8 wide, one block of two heads.
     fn tiny_vit() -> VitConfig {
-        VitConfig::new(8)
-            .with_patch_size(4)
-            .with_in_channels(1)
-            .with_embed_dim(8)
-            .with_depth(1)
-            .with_num_heads(2)
+        crate::method::testing::vit_config(8, 4)
     }
 
     fn mae(normalize: bool) -> Mae<Ad, Vit<Ad>> {

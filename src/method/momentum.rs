@@ -14,6 +14,7 @@
 use burn::prelude::*;
 
 use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
+use super::ssl_method::stat;
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 
@@ -101,10 +102,6 @@ impl<N> MomentumEncoder<N> {
         progress: Progress,
         device: &B::Device,
     ) -> (&'static str, Tensor<B, 1>) {
-        let m = self.momentum_at(progress);
-        (
-            "momentum",
-            Tensor::from_data(TensorData::new(vec![m], [1]), device),
-        )
+        ("momentum", stat(self.momentum_at(progress), device))
     }
 }

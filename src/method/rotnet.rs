@@ -35,7 +35,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, stat, stateless, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::augment::rotate::rotate_k;
 use crate::base::error::{in_range, ConfigError};
 use crate::base::Progress;
@@ -261,10 +261,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for RotNet<B, M> 
         });
         MethodOutput {
             loss,
-            stats: vec![(
-                "rotation_angles",
-                Tensor::from_floats([batch.num_angles as f32], &device),
-            )],
+            stats: vec![("rotation_angles", stat(batch.num_angles as f64, &device))],
             embeddings,
         }
     }

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::branches::{ViewPasses, ViewThreads};
 use super::encoder::Projected;
 use super::pgd::{attack_copy, Pgd, PgdConfig};
-use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, stat, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -268,10 +268,9 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimClr<B, M> 
             Replica::gather_on(replica, z2),
         );
         let device = z1.device();
-        let scalar = |v: f64| Tensor::from_floats([v as f32], &device);
         let mut stats = Vec::new();
         if let Some(pgd) = &self.pgd {
-            stats.push(("pgd_strength", scalar(pgd.strength(progress))));
+            stats.push(("pgd_strength", stat(pgd.strength(progress), &device)));
         }
         // The hardened negatives' projections, when the attack is on.
         let negatives = clean.map(|clean| self.hardened_negatives(clean, &z1, &z2, progress));
@@ -287,10 +286,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimClr<B, M> 
             PairLoss::Hcl(loss) => {
                 let beta = loss.beta_at(progress);
                 if loss.is_scheduled() {
-                    stats.push(("hcl_beta", scalar(beta)));
+                    stats.push(("hcl_beta", stat(beta, &device)));
                 }
                 if let Some(exponent) = loss.hard_positive_exponent(beta) {
-                    stats.push(("hcl_k_minus_beta", scalar(exponent)));
+                    stats.push(("hcl_k_minus_beta", stat(exponent, &device)));
                 }
                 MethodOutput {
                     loss: match negatives {

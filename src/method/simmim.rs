@@ -257,18 +257,7 @@ mod tests {
 
     fn build(config: SimMimConfig) -> SimMim<Ad, Vit<Ad>> {
         crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 3, |d| {
-            config.init(
-                |d| {
-                    VitConfig::new(8)
-                        .with_patch_size(4)
-                        .with_in_channels(1)
-                        .with_embed_dim(8)
-                        .with_depth(1)
-                        .with_num_heads(2)
-                        .init(d)
-                },
-                d,
-            )
+            config.init(|d| crate::method::testing::vit_config(8, 4).init(d), d)
         })
         .unwrap()
     }

@@ -53,13 +53,18 @@ pub(crate) fn tiny_vit<B: Backend>(
     side: usize,
     device: &B::Device,
 ) -> curriculum_ssl_models::Vit<B> {
+    vit_config(side, 2).init(device)
+}
+
+/// A ViT of `side × side` one-channel images in `patch × patch` patches, tokens 8 wide, one
+/// block of two heads.
+pub(crate) fn vit_config(side: usize, patch: usize) -> curriculum_ssl_models::VitConfig {
     curriculum_ssl_models::VitConfig::new(side)
-        .with_patch_size(2)
+        .with_patch_size(patch)
         .with_in_channels(1)
         .with_embed_dim(8)
         .with_depth(1)
         .with_num_heads(2)
-        .init(device)
 }
 
 /// A tensor's values as f64.
