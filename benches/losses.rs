@@ -9,8 +9,6 @@ use burn::backend::{Autodiff, Flex};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use curriculum_ssl::loss::soft_nce::top_k_indices;
-use curriculum_ssl::loss::soft_target::mixup_targets;
 use curriculum_ssl::loss::*;
 use curriculum_ssl::method::Progress;
 use std::time::{Duration, Instant};

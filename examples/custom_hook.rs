@@ -20,8 +20,9 @@ use curriculum_ssl::loss::l2_normalize;
 use curriculum_ssl::method::{init_method, Progress, SimClrConfig};
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
-use curriculum_ssl::train::hook::{EpochReport, Hook, RunView, Verdict};
-use curriculum_ssl::train::{Cell, SelfSupervisedTask, TrainConfig, TrainError, Trainer};
+use curriculum_ssl::train::{
+    Cell, EpochReport, Hook, RunView, SelfSupervisedTask, TrainConfig, TrainError, Trainer, Verdict,
+};
 use curriculum_ssl_models::{BlockKind, ResNetConfig, Stem};
 
 type Train = Autodiff<Flex>;

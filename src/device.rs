@@ -2,7 +2,7 @@
 //!
 //! Two places of the library make tensors on a thread of their own for the training thread to
 //! use: augmentation one batch ahead (`train::ahead`) and the second view's backward pass
-//! ([`crate::method::branches`]). On burn's CPU backend a tensor is finished when the call that
+//! ([`crate::method::ViewPasses`]). On burn's CPU backend a tensor is finished when the call that
 //! makes it returns. On the cubecl backends (wgpu, CUDA) each thread queues its kernels on a
 //! stream of its own, and burn 0.21 (cubecl 0.10) does not order the memory a thread's queued
 //! kernels still use against the other thread's new allocations: a tensor made on one thread

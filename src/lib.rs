@@ -21,8 +21,8 @@
 //! - [`spl_advise`]: SPL-ADVisE's selection: SPLD over clusters, seeded per-class k-means++, and
 //!   the magnet loss's neighbourhood sampler.
 //! - [`train`]: the training loop: run directory, CSV metrics, atomic checkpoints, exact resume;
-//!   [`train::hook`], its one extension point; `train::learner` (feature `burn-train`, on by
-//!   default): any method as a model of burn-train's `Learner`.
+//!   [`train::Hook`], its one extension point; `train::LearnerMethod` (feature `burn-train`, on
+//!   by default): any method as a model of burn-train's `Learner`.
 //! - [`hooks`]: the crate's hooks: Fréchet batch curation, crop-and-rotate's object boxes, the
 //!   self-paced AutoAugment's feedback, the kNN monitor.
 //! - [`data`]: IDX, CIFAR, STL-10 and image-folder readers, the embedded Fashion-MNIST subset,

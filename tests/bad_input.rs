@@ -184,11 +184,9 @@ fn other_impossible_hyperparameters_are_rejected() {
             .field,
         "alpha"
     );
-    let err = curriculum_ssl::loss::soft_target::mixup_targets::<Exact>(1.2, &[0, 1], 0, &device)
-        .unwrap_err();
+    let err = curriculum_ssl::loss::mixup_targets::<Exact>(1.2, &[0, 1], 0, &device).unwrap_err();
     assert_eq!(err.field, "lambda");
-    let err = curriculum_ssl::loss::soft_target::mixup_targets::<Exact>(0.5, &[0, 2], 0, &device)
-        .unwrap_err();
+    let err = curriculum_ssl::loss::mixup_targets::<Exact>(0.5, &[0, 2], 0, &device).unwrap_err();
     assert_eq!(err.field, "partner");
 }
 

@@ -757,7 +757,7 @@ use curriculum_ssl::curriculum::rotation::{
     DEFAULT_BOX_THRESHOLD,
 };
 use curriculum_ssl::hooks::CurriculumStates;
-use curriculum_ssl::method::rotnet::{RotNet, RotNetConfig, RotNetNetwork, RotationMode};
+use curriculum_ssl::method::{RotNet, RotNetConfig, RotNetNetwork, RotationMode};
 
 type Inner = Flex;
 
@@ -1306,7 +1306,7 @@ struct EvenFirstForty {
     seen: Arc<Mutex<Vec<Vec<usize>>>>,
 }
 
-impl<K: curriculum_ssl::train::SelfSupervisedTask<Ad>> curriculum_ssl::train::hook::Hook<Ad, K>
+impl<K: curriculum_ssl::train::SelfSupervisedTask<Ad>> curriculum_ssl::train::Hook<Ad, K>
     for EvenFirstForty
 {
     fn name(&self) -> &'static str {
@@ -1315,7 +1315,7 @@ impl<K: curriculum_ssl::train::SelfSupervisedTask<Ad>> curriculum_ssl::train::ho
 
     fn epoch_start(
         &mut self,
-        run: &mut curriculum_ssl::train::hook::RunView<'_, Ad, K>,
+        run: &mut curriculum_ssl::train::RunView<'_, Ad, K>,
         _: usize,
     ) -> Result<(), curriculum_ssl::train::TrainError> {
         run.select((0..40).step_by(2).collect())
@@ -1323,8 +1323,8 @@ impl<K: curriculum_ssl::train::SelfSupervisedTask<Ad>> curriculum_ssl::train::ho
 
     fn before_forward(
         &mut self,
-        _: &mut curriculum_ssl::train::hook::RunView<'_, Ad, K>,
-        batch: &mut curriculum_ssl::train::hook::BatchView<'_, K::Inputs>,
+        _: &mut curriculum_ssl::train::RunView<'_, Ad, K>,
+        batch: &mut curriculum_ssl::train::BatchView<'_, K::Inputs>,
     ) {
         self.seen.lock().unwrap().push(batch.indices.to_vec());
     }
@@ -1369,7 +1369,7 @@ fn a_hook_selects_the_examples_of_a_self_supervised_epoch() {
     assert_ne!(seen[0], seen[4], "each epoch has its own order");
 
     struct Outside;
-    impl<K: curriculum_ssl::train::SelfSupervisedTask<Ad>> curriculum_ssl::train::hook::Hook<Ad, K>
+    impl<K: curriculum_ssl::train::SelfSupervisedTask<Ad>> curriculum_ssl::train::Hook<Ad, K>
         for Outside
     {
         fn name(&self) -> &'static str {
@@ -1377,7 +1377,7 @@ fn a_hook_selects_the_examples_of_a_self_supervised_epoch() {
         }
         fn epoch_start(
             &mut self,
-            run: &mut curriculum_ssl::train::hook::RunView<'_, Ad, K>,
+            run: &mut curriculum_ssl::train::RunView<'_, Ad, K>,
             _: usize,
         ) -> Result<(), curriculum_ssl::train::TrainError> {
             run.select(vec![3, 64])
@@ -1413,7 +1413,7 @@ fn a_hook_selects_the_examples_of_a_self_supervised_epoch() {
 /// upside down) and asks for a checkpoint after the first epoch.
 struct FlipSecondView;
 
-impl<K: curriculum_ssl::train::SelfSupervisedTask<Ad>> curriculum_ssl::train::hook::Hook<Ad, K>
+impl<K: curriculum_ssl::train::SelfSupervisedTask<Ad>> curriculum_ssl::train::Hook<Ad, K>
     for FlipSecondView
 {
     fn name(&self) -> &'static str {
@@ -1422,15 +1422,15 @@ impl<K: curriculum_ssl::train::SelfSupervisedTask<Ad>> curriculum_ssl::train::ho
 
     fn before_forward(
         &mut self,
-        _: &mut curriculum_ssl::train::hook::RunView<'_, Ad, K>,
-        batch: &mut curriculum_ssl::train::hook::BatchView<'_, K::Inputs>,
+        _: &mut curriculum_ssl::train::RunView<'_, Ad, K>,
+        batch: &mut curriculum_ssl::train::BatchView<'_, K::Inputs>,
     ) {
         batch.inputs.view2 = batch.inputs.view1.clone().flip([2]);
     }
 
     fn epoch_end(
         &mut self,
-        _: &mut curriculum_ssl::train::hook::RunView<'_, Ad, K>,
+        _: &mut curriculum_ssl::train::RunView<'_, Ad, K>,
         epoch: usize,
         _: bool,
     ) -> Result<curriculum_ssl::train::EpochReport, curriculum_ssl::train::TrainError> {
@@ -1606,7 +1606,7 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
         assert!(rows[0].split(',').any(|c| c == term), "{}", rows[0]);
     }
     let vibcreg = init(|d| {
-        VibcregConfig::new()
+        VibcRegConfig::new()
             .with_hidden_dim(32)
             .with_output_dim(16)
             .with_whitening_groups(4)
@@ -1738,7 +1738,7 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
         rows[0]
     );
     let nnclr = init(|d| {
-        NnclrConfig::new()
+        NnClrConfig::new()
             .with_hidden_dim(32)
             .with_output_dim(16)
             .with_predictor_hidden_dim(32)
@@ -1762,7 +1762,7 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
     let rows = with_every_piece("nnbyol", nnbyol);
     assert!(rows[0].split(',').any(|c| c == "momentum"), "{}", rows[0]);
     let ressl = init(|d| {
-        ResslConfig::new()
+        ReSslConfig::new()
             .with_hidden_dim(32)
             .with_output_dim(16)
             .with_queue_size(64)
@@ -1783,6 +1783,26 @@ fn the_new_two_view_methods_run_with_every_curriculum_and_selection_piece() {
             .init(lenet, d)
     });
     with_every_piece("moco_v3", moco_v3);
+}
+
+/// VISReg with every curriculum and selection piece, two steps, its four terms logged.
+#[test]
+fn visreg_runs_with_every_curriculum_and_selection_piece() {
+    let visreg = init(|d| {
+        VisRegConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .init(lenet, d)
+    });
+    let rows = with_every_piece("visreg", visreg);
+    for term in [
+        "visreg_invariance",
+        "visreg_scale",
+        "visreg_shape",
+        "visreg_center",
+    ] {
+        assert!(rows[0].split(',').any(|c| c == term), "{term}: {}", rows[0]);
+    }
 }
 
 /// A pipeline with local crops and a method whose loss takes two views: refused before any step,

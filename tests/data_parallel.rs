@@ -379,8 +379,8 @@ fn vicreg<B: Backend>(d: &B::Device, _: usize) -> Result<VicReg<B, ResNet<B>>, C
 }
 
 /// VIbCReg: IterNorm's mean and covariance are the global batch's (as the batch norms').
-fn vibcreg<B: Backend>(d: &B::Device, _: usize) -> Result<Vibcreg<B, ResNet<B>>, ConfigError> {
-    VibcregConfig::new()
+fn vibcreg<B: Backend>(d: &B::Device, _: usize) -> Result<VibcReg<B, ResNet<B>>, ConfigError> {
+    VibcRegConfig::new()
         .with_hidden_dim(8)
         .with_output_dim(4)
         .with_whitening_groups(2)
@@ -485,6 +485,34 @@ fn lejepa<B: Backend>(d: &B::Device, _: usize) -> Result<LeJepa<B, ResNet<B>>, C
                 .with_num_slices(32),
         )
         .init(|d| resnet(d), d)
+}
+
+/// VISReg with 32 directions, λ = 0.6: the moments, the sorted projections against the global
+/// batch's quantiles and the invariance over the gathered views.
+fn visreg<B: Backend>(d: &B::Device, _: usize) -> Result<VisReg<B, ResNet<B>>, ConfigError> {
+    VisRegConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .with_loss(
+            curriculum_ssl::loss::VisRegLossConfig::new()
+                .with_lambda(0.6)
+                .with_num_slices(32),
+        )
+        .init(|d| resnet(d), d)
+}
+
+/// VISReg (as LeJEPA here; lightly's default computes it on each replica's own batch): every
+/// replica gathers the views, so the standard deviations, the sorted projections (against the
+/// quantiles of the global batch's size) and the invariance are the global batch's, along the
+/// step's directions, the same on every replica; two replicas end where one device ends (f64,
+/// 1e-10, as LeJEPA; with two local crops).
+#[test]
+fn visreg_two_replicas_equal_one_device() {
+    assert_same(
+        "VISReg (f64)",
+        runs::<Exact, _>(&visreg, &|_| Vec::new()),
+        1e-10,
+    );
 }
 
 /// EMP-SSL with the runs' two local crops as further patches.
@@ -619,8 +647,8 @@ fn ijepa<B: Backend>(d: &B::Device, _: usize) -> Result<Ijepa<B, Vit<B>>, Config
         .init(vit, d)
 }
 
-fn nnclr<B: Backend>(d: &B::Device, batch: usize) -> Result<Nnclr<B, ResNet<B>>, ConfigError> {
-    NnclrConfig::new()
+fn nnclr<B: Backend>(d: &B::Device, batch: usize) -> Result<NnClr<B, ResNet<B>>, ConfigError> {
+    NnClrConfig::new()
         .with_hidden_dim(8)
         .with_output_dim(4)
         .with_predictor_hidden_dim(8)
@@ -628,7 +656,7 @@ fn nnclr<B: Backend>(d: &B::Device, batch: usize) -> Result<Nnclr<B, ResNet<B>>,
         .init(|d| resnet(d), batch, d)
 }
 
-fn nnclr_extra<B: Backend>(m: &Nnclr<B, ResNet<B>>) -> Vec<f64> {
+fn nnclr_extra<B: Backend>(m: &NnClr<B, ResNet<B>>) -> Vec<f64> {
     host_values(m.support_set().keys())
 }
 
@@ -662,8 +690,8 @@ fn nnbyol_extra<B: Backend>(m: &NnByol<B, ResNet<B>>) -> Vec<f64> {
     v
 }
 
-fn ressl<B: Backend>(d: &B::Device, batch: usize) -> Result<Ressl<B, ResNet<B>>, ConfigError> {
-    ResslConfig::new()
+fn ressl<B: Backend>(d: &B::Device, batch: usize) -> Result<ReSsl<B, ResNet<B>>, ConfigError> {
+    ReSslConfig::new()
         .with_hidden_dim(8)
         .with_output_dim(4)
         .with_base_momentum(0.9)
@@ -671,7 +699,7 @@ fn ressl<B: Backend>(d: &B::Device, batch: usize) -> Result<Ressl<B, ResNet<B>>,
         .init(resnet, batch, d)
 }
 
-fn ressl_extra<B: Backend>(m: &Ressl<B, ResNet<B>>) -> Vec<f64> {
+fn ressl_extra<B: Backend>(m: &ReSsl<B, ResNet<B>>) -> Vec<f64> {
     let mut v = values(m.momentum_encoder().network());
     v.extend(host_values(m.queue().keys()));
     v
@@ -916,7 +944,7 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
 #[test]
 fn shuffle_bn_encodes_each_slice_of_the_shuffle_with_its_own_statistics() {
     use curriculum_ssl::loss::l2_normalize;
-    use curriculum_ssl::method::moco::shuffle_permutation;
+    use curriculum_ssl::method::shuffle_permutation;
     let build = |d: &<Exact as burn::tensor::backend::BackendTypes>::Device| {
         MocoConfig::moco_v2()
             .with_hidden_dim(Some(8))
@@ -1070,7 +1098,7 @@ fn a_method_without_a_rule_for_replicas_is_refused() {
                 SimClrConfig::new()
                     .with_hidden_dim(8)
                     .with_output_dim(4)
-                    .with_pgd(Some(curriculum_ssl::method::pgd::PgdConfig::new()))
+                    .with_pgd(Some(curriculum_ssl::method::PgdConfig::new()))
                     .init(resnet::<Exact>, d)
             })
             .map_err(|e| e.to_string())?;
@@ -1092,8 +1120,9 @@ mod trainer {
     use super::*;
     use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
     use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
-    use curriculum_ssl::train::hook::Hook;
-    use curriculum_ssl::train::{SelfSupervised, StartMode, TrainConfig, TrainError, Trainer};
+    use curriculum_ssl::train::{
+        Hook, SelfSupervised, StartMode, TrainConfig, TrainError, Trainer,
+    };
     use std::path::{Path, PathBuf};
 
     type Dev = <Fast as burn::tensor::backend::BackendTypes>::Device;
@@ -1504,7 +1533,7 @@ mod trainer {
 
         fn after_step(
             &mut self,
-            _: &mut curriculum_ssl::train::hook::RunView<'_, Fast, Step>,
+            _: &mut curriculum_ssl::train::RunView<'_, Fast, Step>,
             progress: Progress,
             _: f64,
         ) -> Result<Vec<(String, f64)>, TrainError> {

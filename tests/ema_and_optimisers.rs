@@ -6,7 +6,7 @@ use burn::module::Param;
 use burn::optim::{GradientsParams, Optimizer};
 use burn::prelude::*;
 use curriculum_ssl::head::{MlpHead, MlpHeadConfig};
-use curriculum_ssl::method::ema::{cosine_momentum, detached_copy, ema_update};
+use curriculum_ssl::method::{cosine_momentum, detached_copy, ema_update};
 use curriculum_ssl::optim::SgdConfig;
 
 fn head() -> (MlpHeadConfig, MlpHead<ExactAd>) {

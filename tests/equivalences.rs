@@ -5,7 +5,6 @@
 
 use crate::common::{random_values, tensor, unit_rows, value, Exact};
 use burn::prelude::*;
-use curriculum_ssl::loss::soft_nce::top_k_indices;
 use curriculum_ssl::loss::*;
 
 const BATCH: usize = 8;
@@ -145,7 +144,7 @@ fn negative_cosine_forms_differ_by_the_affine_map() {
     let z = random_values(BATCH, DIM, 13);
     let neg = NegativeCosineLossConfig::new().init().unwrap();
     let mse = NegativeCosineLossConfig::new()
-        .with_form(curriculum_ssl::loss::negative_cosine::NegativeCosineForm::TwoMinusTwoCosine)
+        .with_form(curriculum_ssl::loss::NegativeCosineForm::TwoMinusTwoCosine)
         .init()
         .unwrap();
     let a = value(neg.forward::<Exact>(tensor(&p, BATCH, DIM), tensor(&z, BATCH, DIM)));

@@ -20,8 +20,9 @@ use curriculum_ssl::data::{embedded, Loader, LoaderConfig};
 use curriculum_ssl::method::{init_method, SimClrConfig};
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
-use curriculum_ssl::train::checkpoint::{files, sha256_hex};
-use curriculum_ssl::train::{load_backbone, resolve_checkpoint, StartMode, TrainConfig, Trainer};
+use curriculum_ssl::train::{
+    files, load_backbone, resolve_checkpoint, sha256_hex, StartMode, TrainConfig, Trainer,
+};
 use curriculum_ssl_models::LeNetConfig;
 use proptest::prelude::*;
 

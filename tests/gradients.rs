@@ -295,8 +295,7 @@ fn soft_target_gradient() {
     let partner: Vec<usize> = (0..BATCH).map(|i| (i + 3) % BATCH).collect();
     let device = Default::default();
     let targets =
-        curriculum_ssl::loss::soft_target::mixup_targets::<ExactAd>(0.7, &partner, QUEUE, &device)
-            .unwrap();
+        curriculum_ssl::loss::mixup_targets::<ExactAd>(0.7, &partner, QUEUE, &device).unwrap();
     let loss = SoftTargetCrossEntropyConfig::new().init().unwrap();
     check_gradients(
         "soft-target CE",
@@ -374,7 +373,7 @@ fn vibcreg_gradient_with_active_and_inactive_variance_hinges() {
             .map(|(e, x)| x * if e % DIM < DIM / 2 { 0.3 } else { 3.0 })
             .collect()
     };
-    let loss = VibcregLossConfig::new().init().unwrap();
+    let loss = VibcRegLossConfig::new().init().unwrap();
     check_gradients(
         "VIbCReg",
         &[(scale(z1), BATCH, DIM), (scale(z2), BATCH, DIM)],
@@ -547,6 +546,82 @@ fn lejepa_gradient() {
     );
 }
 
+/// VISReg: the centre, the scale, the shape along 8 drawn directions (held fixed) and the
+/// invariance, two global views and one local view, all three differentiated; λ = 0.6 and
+/// weights 2 / 0.5 / 3 so that every term weighs. The shape term divides by the standard
+/// deviations behind a stop-gradient, which finite differences cannot hold still: they
+/// differentiate the loss with each view's standard deviations held at their base-point values
+/// (the function whose gradient the stop-gradient defines), and the autodiff gradient of the
+/// loss itself is checked equal to that function's (1e-12).
+#[test]
+fn visreg_gradient() {
+    let (z1, z2) = views(73);
+    let local = random_values(BATCH, DIM, 79);
+    let (lambda, weights, eps) = (0.6, [2.0, 0.5, 3.0], 1e-3);
+    let loss = VisRegLossConfig::new()
+        .with_lambda(lambda)
+        .with_lambda_scale(weights[0])
+        .with_lambda_shape(weights[1])
+        .with_lambda_center(weights[2])
+        .with_eps(eps)
+        .with_num_slices(8)
+        .init()
+        .unwrap();
+    let device = Default::default();
+    let slices = loss.slices::<ExactAd>(DIM, 5, &device);
+    // Each view's per-feature (biased) standard deviation at the base point, on the host.
+    let std_of = |v: &Vec<f64>| -> Vec<f64> {
+        (0..DIM)
+            .map(|j| {
+                let column: Vec<f64> = (0..BATCH).map(|i| v[i * DIM + j]).collect();
+                let mean = column.iter().sum::<f64>() / BATCH as f64;
+                (column.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / BATCH as f64).sqrt()
+            })
+            .collect()
+    };
+    let stds: Vec<Vec<f64>> = [&z1, &z2, &local].into_iter().map(std_of).collect();
+    let held = |x: Vec<Tensor<ExactAd, 2>>| -> Tensor<ExactAd, 1> {
+        let standardised: Vec<Tensor<ExactAd, 2>> = x
+            .iter()
+            .zip(&stds)
+            .map(|(v, s)| {
+                let s =
+                    Tensor::<ExactAd, 2>::from_data(TensorData::new(s.clone(), [1, DIM]), &device)
+                        .add_scalar(eps);
+                (v.clone() - v.clone().mean_dim(0)) / s
+            })
+            .collect();
+        let regularisation = loss.scale(&x).mul_scalar(weights[0])
+            + loss
+                .sliced_wasserstein(&standardised, slices.clone())
+                .mul_scalar(weights[1])
+            + loss.center(&x).mul_scalar(weights[2]);
+        loss.invariance(&x[..2], &x[2..]).mul_scalar(1.0 - lambda)
+            + regularisation.mul_scalar(lambda)
+    };
+    let inputs = [(z1, BATCH, DIM), (z2, BATCH, DIM), (local, BATCH, DIM)];
+    check_gradients("VISReg", &inputs, &[true, true, true], held);
+    // The loss's own value and gradient are the held function's at the base point.
+    let leaves = || -> Vec<Tensor<ExactAd, 2>> {
+        inputs
+            .iter()
+            .map(|(v, r, c)| tensor::<ExactAd>(v, *r, *c).require_grad())
+            .collect()
+    };
+    let (ours, reference) = (leaves(), leaves());
+    let value_ours = loss.forward(&ours[..2], &ours[2..], slices.clone());
+    let value_held = held(reference.clone());
+    assert!((value(value_ours.clone()) - value(value_held.clone())).abs() < 1e-12);
+    let (g_ours, g_held) = (value_ours.backward(), value_held.backward());
+    for (a, b) in ours.iter().zip(&reference) {
+        let a: Vec<f64> = a.grad(&g_ours).unwrap().into_data().to_vec().unwrap();
+        let b: Vec<f64> = b.grad(&g_held).unwrap().into_data().to_vec().unwrap();
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() < 1e-12, "{x} vs {y}");
+        }
+    }
+}
+
 /// MACL's per-anchor log-probabilities of the positive, `log P_i`, and the batch's alignment
 /// `A`, in plain f64 from the two views (rows L2-normalised, cosine similarities, each anchor's
 /// softmax over every other row at temperature `t`; `t = None`: the model-aware one,
@@ -714,7 +789,7 @@ fn dino_gradient_and_no_gradient_to_teacher_or_centre() {
 #[test]
 fn nnclr_gradient_and_no_gradient_to_the_neighbours() {
     let (nn, p) = views(67);
-    let loss = NnclrLossConfig::new().init().unwrap();
+    let loss = NnClrLossConfig::new().init().unwrap();
     check_gradients(
         "NNCLR",
         &[(nn, BATCH, DIM), (p, BATCH, DIM)],
@@ -728,7 +803,7 @@ fn nnclr_gradient_and_no_gradient_to_the_neighbours() {
 /// projections, which only pick the neighbours, and the support set get none.
 #[test]
 fn nnsiam_and_nnbyol_gradients_and_no_gradient_through_the_lookup() {
-    use curriculum_ssl::loss::negative_cosine::NegativeCosineForm;
+    use curriculum_ssl::loss::NegativeCosineForm;
     use curriculum_ssl::method::KeyQueue;
     let (p1, z2) = views(79);
     let (p2, z1) = views(83);
@@ -774,7 +849,7 @@ fn nnsiam_and_nnbyol_gradients_and_no_gradient_through_the_lookup() {
 fn ressl_gradient_and_no_gradient_to_the_keys_or_queue() {
     let (q, k) = views(97);
     let queue = unit_rows(&random_values(QUEUE, DIM, 101), DIM);
-    let loss = ResslLossConfig::new().init().unwrap();
+    let loss = ReSslLossConfig::new().init().unwrap();
     check_gradients(
         "ReSSL",
         &[(q, BATCH, DIM), (k, BATCH, DIM), (queue, QUEUE, DIM)],

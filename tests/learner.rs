@@ -1,6 +1,6 @@
-//! burn-train's `Learner` training a method of the crate (`train::learner`): the same weights,
-//! key encoder and queue as the crate's own `Trainer` on the same batches, and the example
-//! `burn_train_moco` run for two steps.
+//! burn-train's `Learner` training a method of the crate (`train::LearnerMethod`): the same
+//! weights, key encoder and queue as the crate's own `Trainer` on the same batches, and the
+//! example `burn_train_moco` run for two steps.
 #![cfg(feature = "burn-train")]
 
 use burn::backend::{Autodiff, Flex};

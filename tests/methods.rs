@@ -8,7 +8,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::optim::{GradientsParams, Optimizer};
 use burn::prelude::*;
 use curriculum_ssl::loss::{l2_normalize, InfoNceLossConfig, SoftNceLossConfig};
-use curriculum_ssl::method::branches::fresh_leaves;
+use curriculum_ssl::method::fresh_leaves;
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl_models::Backbone;
@@ -768,7 +768,7 @@ fn bad_queue_size_and_k_are_errors() {
 /// The records of every method's networks keep their layout now that the methods share two
 /// network shapes (`Projected`, `Predicted`) and one momentum copy (`MomentumEncoder`):
 /// records written when each method had a struct of its own (`MoCoNetwork`, `ByolNetwork`,
-/// `ByolTarget`, `TiCoNetwork`, `MocoV3Network`, `MocoV3Encoder`, `NnclrNetwork`,
+/// `ByolTarget`, `TiCoNetwork`, `MocoV3Network`, `MocoV3Encoder`, `NnClrNetwork`,
 /// `SimSiamNetwork`, `SimClrNetwork`, `ProjectedNetwork`; DINO's teacher) load into today's
 /// methods and are written back byte for byte, so an old run still resumes. The fixtures were
 /// written by the code before the change (`tests/fixtures/layout_before_encoder/README.md`).
@@ -866,7 +866,7 @@ fn records_of_the_per_method_networks_load_into_the_shared_shapes() {
         "MoCo v3",
     );
     let nnclr = init_method::<ExactAd, _, _>(&device, 0, |d| {
-        NnclrConfig::new()
+        NnClrConfig::new()
             .with_hidden_dim(8)
             .with_output_dim(4)
             .with_predictor_hidden_dim(8)
@@ -1002,7 +1002,7 @@ impl<B: Backend> curriculum_ssl_models::import::TorchvisionImport<B> for Lightly
 /// positions equal the authors' table to 1e-15.
 #[test]
 fn mae_matches_lightly_in_f64() {
-    use curriculum_ssl::method::masking::sine_cosine_2d;
+    use curriculum_ssl::method::sine_cosine_2d;
     let expected = fixture_json("mae_lightly.json");
     let device = Default::default();
     let positions = sine_cosine_2d::<ExactAd>((2, 2), 8, &device);
@@ -1198,7 +1198,7 @@ impl<B: Backend> curriculum_ssl_models::import::TorchvisionImport<B> for Lightly
 /// predictor's sine-cosine positions equal the authors' table to 1e-15.
 #[test]
 fn ijepa_matches_lightly_in_f64() {
-    use curriculum_ssl::method::masking::sine_cosine_2d;
+    use curriculum_ssl::method::sine_cosine_2d;
     let expected = fixture_json("ijepa_lightly.json");
     let device = Default::default();
     let positions = sine_cosine_2d::<ExactAd>((3, 3), 8, &device).slice([0..1, 1..10, 0..8]);

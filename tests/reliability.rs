@@ -17,11 +17,9 @@ use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::method::{init_method, SimClr, SimClrConfig, SslMethod};
 use curriculum_ssl::optim::{Sgd, SgdConfig};
 use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
-use curriculum_ssl::train::checkpoint::{files, read_meta, verify};
-use curriculum_ssl::train::hook::{Hook, RunView};
 use curriculum_ssl::train::{
-    load_backbone, DataFingerprint, RunRecord, SelfSupervised, StartMode, TrainConfig, TrainError,
-    Trainer,
+    files, load_backbone, read_meta, verify, DataFingerprint, Hook, RunRecord, RunView,
+    SelfSupervised, StartMode, TrainConfig, TrainError, Trainer,
 };
 use curriculum_ssl_models::{LeNet, LeNetConfig};
 

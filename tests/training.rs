@@ -196,14 +196,14 @@ struct StopAfter {
     flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl<K: curriculum_ssl::train::Task<Ad>> curriculum_ssl::train::hook::Hook<Ad, K> for StopAfter {
+impl<K: curriculum_ssl::train::Task<Ad>> curriculum_ssl::train::Hook<Ad, K> for StopAfter {
     fn name(&self) -> &'static str {
         "stop_after"
     }
 
     fn after_step(
         &mut self,
-        _: &mut curriculum_ssl::train::hook::RunView<'_, Ad, K>,
+        _: &mut curriculum_ssl::train::RunView<'_, Ad, K>,
         progress: curriculum_ssl::base::Progress,
         _: f64,
     ) -> Result<Vec<(String, f64)>, TrainError> {

@@ -2,7 +2,7 @@
 //! numbers are recomputed independently with numpy by `tests/pytorch/worked_values.py`.
 
 use crate::common::Exact;
-use curriculum_ssl::loss::worked_examples::worked_values;
+use curriculum_ssl::loss::worked_values;
 
 #[test]
 fn every_worked_value_within_1e_5() {
@@ -654,8 +654,7 @@ fn assert_gradient(name: &str, ours: &[f64], theirs: &[f64]) {
 /// predictions' gradients to [`GRADIENT_TOLERANCE`] relative.
 #[test]
 fn nnsiam_and_nnbyol_equal_solo_learn() {
-    use curriculum_ssl::loss::negative_cosine::NegativeCosineForm;
-    use curriculum_ssl::loss::NegativeCosineLossConfig;
+    use curriculum_ssl::loss::{NegativeCosineForm, NegativeCosineLossConfig};
     use curriculum_ssl::method::KeyQueue;
 
     let zoo = Zoo::load();
@@ -717,7 +716,7 @@ fn nnsiam_and_nnbyol_equal_solo_learn() {
 /// [`GRADIENT_TOLERANCE`] relative.
 #[test]
 fn ressl_equals_solo_learn() {
-    use curriculum_ssl::loss::ResslLossConfig;
+    use curriculum_ssl::loss::ReSslLossConfig;
 
     let zoo = Zoo::load();
     let (support, k) = zoo.support();
@@ -730,7 +729,7 @@ fn ressl_equals_solo_learn() {
             let tail = name.split(&format!("{key}=")).nth(1).unwrap();
             tail.split(' ').next().unwrap().parse().unwrap()
         };
-        let loss_fn = ResslLossConfig::new()
+        let loss_fn = ReSslLossConfig::new()
             .with_temperature_q(setting("tau_q"))
             .with_temperature_k(setting("tau_k"))
             .init()
@@ -805,7 +804,7 @@ fn mmcr_equals_lightly() {
 /// gradients to [`GRADIENT_TOLERANCE`] relative.
 #[test]
 fn vibcreg_equals_solo_learn() {
-    use curriculum_ssl::loss::VibcregLossConfig;
+    use curriculum_ssl::loss::VibcRegLossConfig;
 
     let fixture: serde_json::Value =
         serde_json::from_str(include_str!("fixtures/vibcreg.json")).unwrap();
@@ -821,7 +820,7 @@ fn vibcreg_equals_solo_learn() {
         let weights = floats(&case["weights"]);
         let scale = case["scale"].as_f64().unwrap();
         let name = format!("VIbCReg {weights:?} x{scale}");
-        let loss_fn = VibcregLossConfig::new()
+        let loss_fn = VibcRegLossConfig::new()
             .with_weights([weights[0], weights[1], weights[2]])
             .init()
             .unwrap();
@@ -1036,7 +1035,7 @@ fn nnclr_tico_and_moco_v3_equal_pytorch_and_lightly() {
             za = a().slice(offset..n).require_grad();
             (l.forward_with_offset(za.clone(), zb.clone(), offset), None)
         } else if name.starts_with("nnclr") {
-            let l = NnclrLossConfig::new()
+            let l = NnClrLossConfig::new()
                 .with_temperature(setting("tau"))
                 .init()
                 .unwrap();
@@ -1140,5 +1139,122 @@ fn emp_ssl_equals_the_paper_on_lightlys_pieces() {
                 &floats(&case["grads"][v]),
             );
         }
+    }
+}
+
+/// VISReg's loss equals lightly's `VISRegLoss` in float64 (`tests/pytorch/visreg.py` wrote
+/// `tests/fixtures/visreg.json`): three settings (lightly's defaults with one local view; other
+/// weights, λ and ε with two; no local view), along the script's fixed directions
+/// `A[d, c] = cos(0.9 (d K + c) + 0.1)` (unit columns), with the quantiles in float64 on both
+/// sides; the value and the four terms to 1e-12, the gradients with respect to both global
+/// views (the local views are made of them) to 1e-12 relative in the Euclidean norm (and to
+/// [`GRADIENT_TOLERANCE`] by the other losses' check). Measured (printed with
+/// `--nocapture`): the values to 6e-17, the gradients to 5e-16; 1e-12 leaves room for another
+/// order of the f64 sums on another CPU, and none of VISReg's backward scalars here loses
+/// precision. lightly as shipped takes its quantiles in float32: its values are ~5e-9 from these, and the
+/// test checks that too (1e-7 relative), so that a changed quantile grid would show.
+///
+/// Also the standard normal quantiles: mpmath's `Φ⁻¹(n / (N + 1))` at 60 digits for N = 2, 6,
+/// 7, 128 and 1000, taken as one view along the one direction `[1]`, are at a shape distance
+/// under 1e-30 of the loss's own grid (a mean squared difference: the grids agree to ~1e-15).
+#[test]
+fn visreg_equals_lightly_values_and_gradients() {
+    use burn::prelude::*;
+    use curriculum_ssl::loss::*;
+    type Ad = crate::common::ExactAd;
+
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/visreg.json")).unwrap();
+    let (b, d) = (
+        fixture["batch"].as_u64().unwrap() as usize,
+        fixture["dim"].as_u64().unwrap() as usize,
+    );
+    let device = Default::default();
+    let input = |f: &dyn Fn(usize, usize) -> f64| -> Vec<f64> {
+        (0..b * d).map(|e| f(e / d, e % d)).collect()
+    };
+    let z1 = input(&|i, j| (0.7 * (i * d + j) as f64 + 0.3).sin() + 0.1 * i as f64);
+    let z2 = input(&|i, j| (0.45 * (i * d + j) as f64 - 0.2).cos() + 0.05 * j as f64);
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 3);
+    let (mut worst_value, mut worst_gradient) = (0.0f64, 0.0f64);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let setting = |key: &str, default: f64| case["config"][key].as_f64().unwrap_or(default);
+        let k = case["num_slices"].as_u64().unwrap() as usize;
+        let loss = VisRegLossConfig::new()
+            .with_lambda(setting("lambda_param", 0.9))
+            .with_lambda_scale(setting("lambda_scale", 1.0))
+            .with_lambda_shape(setting("lambda_shape", 1.0))
+            .with_lambda_center(setting("lambda_center", 1.0))
+            .with_eps(setting("eps", 1e-4))
+            .with_num_slices(k)
+            .init()
+            .unwrap();
+        let mut a: Vec<f64> = (0..d * k).map(|e| (0.9 * e as f64 + 0.1).cos()).collect();
+        for c in 0..k {
+            let norm = (0..d).map(|r| a[r * k + c].powi(2)).sum::<f64>().sqrt();
+            (0..d).for_each(|r| a[r * k + c] /= norm);
+        }
+        let slices = Tensor::<Ad, 2>::from_data(TensorData::new(a, [d, k]), &device);
+        let t = |v: &[f64]| {
+            Tensor::<Ad, 2>::from_data(TensorData::new(v.to_vec(), [b, d]), &device).require_grad()
+        };
+        let (x1, x2) = (t(&z1), t(&z2));
+        let local: Vec<Tensor<Ad, 2>> = case["locals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| match l.as_str().unwrap() {
+                "0.5 z1 + 0.3 z2" => x1.clone().mul_scalar(0.5) + x2.clone().mul_scalar(0.3),
+                "z1 * z2" => x1.clone() * x2.clone(),
+                other => panic!("{name}: no local view {other}"),
+            })
+            .collect();
+        let terms = loss.terms(&[x1.clone(), x2.clone()], &local, slices);
+        let value: f64 = terms.loss.clone().into_scalar();
+        for (what, ours) in [
+            ("invariance", terms.invariance.into_scalar()),
+            ("scale", terms.scale.into_scalar()),
+            ("shape", terms.shape.into_scalar()),
+            ("center", terms.center.into_scalar()),
+            ("value", value),
+        ] {
+            let theirs = case[what].as_f64().unwrap();
+            worst_value = worst_value.max((ours - theirs).abs() / theirs.abs().max(1.0));
+            assert_value(&format!("{name}: {what}"), ours, theirs);
+        }
+        let shipped = case["value_float32_quantiles"].as_f64().unwrap();
+        assert!(
+            (value - shipped).abs() <= 1e-7 * shipped.abs(),
+            "{name}: {value} against lightly's float32-quantile value {shipped}"
+        );
+        let grads = terms.loss.backward();
+        for (label, x) in [("grad_z1", &x1), ("grad_z2", &x2)] {
+            let ours: Vec<f64> = x.grad(&grads).unwrap().into_data().to_vec().unwrap();
+            let theirs = floats(&case[label]);
+            let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+            let error = norm(&mut ours.iter().zip(&theirs).map(|(o, t)| o - t))
+                / norm(&mut theirs.iter().copied());
+            worst_gradient = worst_gradient.max(error);
+            assert!(error <= 1e-12, "{name}: {label}: relative error {error:e}");
+            assert_gradient(&format!("{name}: {label}"), &ours, &theirs);
+        }
+    }
+    // Shown with --nocapture.
+    println!(
+        "VISReg against lightly: values within {worst_value:.1e}, gradients {worst_gradient:.1e}"
+    );
+
+    let loss = VisRegLossConfig::new().with_num_slices(1).init().unwrap();
+    let grids = fixture["quantiles"].as_object().unwrap();
+    assert_eq!(grids.len(), 5);
+    for (n, grid) in grids {
+        let grid = floats(grid);
+        assert_eq!(grid.len(), n.parse::<usize>().unwrap());
+        let view = crate::common::tensor::<crate::common::Exact>(&grid, grid.len(), 1);
+        let unit = Tensor::<crate::common::Exact, 2>::from_data([[1.0]], &device);
+        let distance = loss.sliced_wasserstein(&[view], unit).into_scalar();
+        assert!(distance < 1e-30, "N = {n}: {distance:e}");
     }
 }

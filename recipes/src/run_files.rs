@@ -1,5 +1,5 @@
 //! The files of a run directory the recipe binary reads and writes besides the library's own
-//! (`config.json`, the logs and `checkpoints/`, named in `curriculum_ssl::train::checkpoint::files`):
+//! (`config.json`, the logs and `checkpoints/`, named in `curriculum_ssl::train::files`):
 //! one place for the names that the run, its report, its plots, `compare` and `export` share.
 
 use std::path::{Path, PathBuf};
@@ -100,8 +100,8 @@ pub(crate) fn write_replacing(
 pub(crate) fn is_run_dir(dir: &Path) -> bool {
     (dir.join("config.json").is_file() || dir.join("checkpoints").is_dir())
         && matches!(
-            curriculum_ssl::train::run_dir::inspect(dir),
-            Ok(curriculum_ssl::train::run_dir::DirState::Run { .. })
+            curriculum_ssl::train::inspect(dir),
+            Ok(curriculum_ssl::train::DirState::Run { .. })
         )
 }
 

@@ -4,8 +4,7 @@ use burn::prelude::*;
 use burn::tensor::IndexingUpdateOp;
 
 use crate::base::error::{positive, ConfigError};
-use crate::loss::l2_normalize;
-use crate::loss::soft_nce::top_k_indices;
+use crate::loss::{l2_normalize, top_k_indices};
 
 /// Configuration of the kNN monitor.
 #[derive(Config, Debug)]
@@ -173,7 +172,7 @@ pub(crate) fn accuracy<B: Backend>(scores: Tensor<B, 2>, labels: Tensor<B, 1, In
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loss::worked_examples::rows;
+    use crate::loss::rows;
     use burn::backend::NdArray;
 
     type B = NdArray<f64>;

@@ -10,8 +10,7 @@ use crate::curation::{
     frechet_distance_readback, CurationState, Decision, FrechetCuration, FrechetCurationConfig,
     ThresholdRule,
 };
-use crate::train::hook::{EpochReport, Hook, RunView, Verdict};
-use crate::train::{Cell, SelfSupervisedTask, TrainError};
+use crate::train::{Cell, EpochReport, Hook, RunView, SelfSupervisedTask, TrainError, Verdict};
 
 /// Fréchet batch curation ("The Bad Batches", Goksu and Pugeault 2024) as a training hook: after
 /// the warm-up, a batch whose two views' projections are farther apart (Fréchet distance) than

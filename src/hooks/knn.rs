@@ -5,8 +5,7 @@ use burn::tensor::backend::AutodiffBackend;
 
 use crate::eval::{KnnMonitor, KnnResult};
 use crate::method::SslMethod;
-use crate::train::hook::{EpochReport, Hook, RunView};
-use crate::train::{Cell, SelfSupervisedTask, TrainError};
+use crate::train::{Cell, EpochReport, Hook, RunView, SelfSupervisedTask, TrainError};
 
 /// The kNN monitor as a training hook: every `every` epochs and at the end, the frozen backbone
 /// (inference mode) is scored by weighted kNN on a labeled bank and test set

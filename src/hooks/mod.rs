@@ -1,4 +1,4 @@
-//! The crate's training hooks ([`Hook`](crate::train::hook::Hook)): each a curriculum,
+//! The crate's training hooks ([`Hook`](crate::train::Hook)): each a curriculum,
 //! selection or monitor piece that the training loop calls without knowing it.
 //!
 //! | hook | what it does | `curricula.json` |

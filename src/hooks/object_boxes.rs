@@ -13,8 +13,7 @@ use crate::curriculum::rotation::{
     DEFAULT_BOX_THRESHOLD,
 };
 use crate::method::{SslMethod, OBJECT_BOXES};
-use crate::train::hook::{BatchView, EpochReport, Hook, RunView};
-use crate::train::{Cell, SelfSupervisedTask, TrainError};
+use crate::train::{BatchView, Cell, EpochReport, Hook, RunView, SelfSupervisedTask, TrainError};
 
 /// Crop-and-rotate's object boxes (MICO, §3.2) as a training hook.
 ///

@@ -6,8 +6,7 @@ use burn::tensor::backend::AutodiffBackend;
 use crate::base::Progress;
 use crate::curriculum::PolicyChoice;
 use crate::pipeline::LOSS_FEEDBACK;
-use crate::train::hook::{BatchView, Hook, RunView};
-use crate::train::{SelfSupervisedTask, TrainError};
+use crate::train::{BatchView, Hook, RunView, SelfSupervisedTask, TrainError};
 
 /// The self-paced AutoAugment's feedback in the training loop.
 ///

@@ -1,11 +1,4 @@
-//! The Barlow Twins loss (Zbontar, Jing, Misra, LeCun & Deny, "Barlow Twins: Self-Supervised
-//! Learning via Redundancy Reduction", ICML 2021, <https://arxiv.org/abs/2103.03230>; see
-//! `docs/methods.md#barlow-twins-loss`).
-//!
-//! Each view's projections are standardised along the batch (batch norm without affine
-//! parameters: biased variance, `ε = 1e-5`, as the paper's `nn.BatchNorm1d(affine=False)` and
-//! lightly), their cross-correlation `C = ẑ1ᵀ ẑ2 / N` (`D × D`) is pushed towards the identity:
-//! `L = Σ_i (1 − C_ii)² + λ Σ_{i≠j} C_ij²`.
+//! The Barlow Twins loss (documented on `BarlowTwinsLoss`).
 
 use burn::prelude::*;
 
@@ -49,6 +42,15 @@ impl BarlowTwinsLossConfig {
 }
 
 /// The Barlow Twins loss. Build it with [`BarlowTwinsLossConfig::init`].
+///
+/// The Barlow Twins loss (Zbontar, Jing, Misra, LeCun & Deny, "Barlow Twins: Self-Supervised
+/// Learning via Redundancy Reduction", ICML 2021, <https://arxiv.org/abs/2103.03230>; see
+/// `docs/methods.md#barlow-twins-loss`).
+///
+/// Each view's projections are standardised along the batch (batch norm without affine
+/// parameters: biased variance, `ε = 1e-5`, as the paper's `nn.BatchNorm1d(affine=False)` and
+/// lightly), their cross-correlation `C = ẑ1ᵀ ẑ2 / N` (`D × D`) is pushed towards the identity:
+/// `L = Σ_i (1 − C_ii)² + λ Σ_{i≠j} C_ij²`.
 #[derive(Debug, Clone)]
 pub struct BarlowTwinsLoss {
     lambda: f64,

@@ -1,17 +1,4 @@
-//! Curricular weighting of hard negatives (Zhuang, Jing & Jia, Information Sciences 668, 2024,
-//! <https://doi.org/10.1016/j.ins.2024.120534>; code HElenZWHU/CurricularContrastive); see
-//! `docs/methods.md#curricular-weighting`.
-//!
-//! `2B` unit projections, `s = clamp(z zᵀ, −1, 1)` without the self column, `p_i` the positive
-//! similarity of anchor `i`. An adaptive parameter `t` follows the mean positive similarity,
-//! `t ← m·t + (1 − m)·mean(p)` (no gradient), updated BEFORE it is used. A negative is hard when
-//! `s_ij > p_i` (strict); its logit becomes `s_ij·(t + s_ij)`, so early in training (`t ≈ 0`)
-//! hard negatives are damped and later (`t → 1`) emphasised. The loss is the cross-entropy over
-//! the modified logits `/ τ` (mean over anchors) plus `R = (λ/2)·Σ_i Σ_j w_ij²·[w_ij > 1]` with
-//! `w_ij = t + s_ij` for hard `j` — `R` is summed over anchors, as the code does.
-//!
-//! `t` is training state: [`CurricularLoss::state`] and [`CurricularLoss::load_state`] let a
-//! checkpoint save and restore it. It lives on the device, so the update costs no host sync.
+//! Curricular weighting of hard negatives (documented on `CurricularLoss`).
 
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -74,6 +61,21 @@ pub struct CurricularOutput<B: Backend> {
 
 /// Curricular contrastive loss with its adaptive state. Build it with
 /// [`CurricularLossConfig::init`].
+///
+/// Curricular weighting of hard negatives (Zhuang, Jing & Jia, Information Sciences 668, 2024,
+/// <https://doi.org/10.1016/j.ins.2024.120534>; code HElenZWHU/CurricularContrastive); see
+/// `docs/methods.md#curricular-weighting`.
+///
+/// `2B` unit projections, `s = clamp(z zᵀ, −1, 1)` without the self column, `p_i` the positive
+/// similarity of anchor `i`. An adaptive parameter `t` follows the mean positive similarity,
+/// `t ← m·t + (1 − m)·mean(p)` (no gradient), updated BEFORE it is used. A negative is hard when
+/// `s_ij > p_i` (strict); its logit becomes `s_ij·(t + s_ij)`, so early in training (`t ≈ 0`)
+/// hard negatives are damped and later (`t → 1`) emphasised. The loss is the cross-entropy over
+/// the modified logits `/ τ` (mean over anchors) plus `R = (λ/2)·Σ_i Σ_j w_ij²·[w_ij > 1]` with
+/// `w_ij = t + s_ij` for hard `j` — `R` is summed over anchors, as the code does.
+///
+/// `t` is training state: [`CurricularLoss::state`] and [`CurricularLoss::load_state`] let a
+/// checkpoint save and restore it. It lives on the device, so the update costs no host sync.
 #[derive(Debug, Clone)]
 pub struct CurricularLoss<B: Backend> {
     temperature: f64,

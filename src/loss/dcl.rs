@@ -1,13 +1,4 @@
-//! The decoupled contrastive loss, DCL and its weighted form DCLW (Yeh, Hong, Hsu, Liu, Chen &
-//! LeCun, "Decoupled Contrastive Learning", ECCV 2022, <https://arxiv.org/abs/2110.06848>; see
-//! `docs/methods.md#dcl-and-dclw`).
-//!
-//! NT-Xent with the positive taken out of the denominator (eq. 6): for anchor `i` of the `2N`
-//! projections with positive `p(i)`,
-//! `loss_i = −w_i·s_{i,p(i)}/τ + log Σ_{k ∉ {i, p(i)}} exp(s_ik/τ)`, averaged over the `2N`
-//! anchors. DCL has `w = 1`; DCLW weighs each positive pair by the negative von Mises–Fisher
-//! weight `w_i = 2 − N·softmax_i(s_{i,p(i)}/σ)` over the batch, computed without gradient (as
-//! the authors' code and lightly). As `σ → ∞` every weight tends to 1 and DCLW to DCL.
+//! The decoupled contrastive loss, DCL and DCLW (documented on `DclLoss`).
 
 use burn::prelude::*;
 
@@ -45,6 +36,17 @@ impl DclLossConfig {
 }
 
 /// DCL / DCLW. Build it with [`DclLossConfig::init`].
+///
+/// The decoupled contrastive loss, DCL and its weighted form DCLW (Yeh, Hong, Hsu, Liu, Chen &
+/// LeCun, "Decoupled Contrastive Learning", ECCV 2022, <https://arxiv.org/abs/2110.06848>; see
+/// `docs/methods.md#dcl-and-dclw`).
+///
+/// NT-Xent with the positive taken out of the denominator (eq. 6): for anchor `i` of the `2N`
+/// projections with positive `p(i)`,
+/// `loss_i = −w_i·s_{i,p(i)}/τ + log Σ_{k ∉ {i, p(i)}} exp(s_ik/τ)`, averaged over the `2N`
+/// anchors. DCL has `w = 1`; DCLW weighs each positive pair by the negative von Mises–Fisher
+/// weight `w_i = 2 − N·softmax_i(s_{i,p(i)}/σ)` over the batch, computed without gradient (as
+/// the authors' code and lightly). As `σ → ∞` every weight tends to 1 and DCLW to DCL.
 #[derive(Debug, Clone)]
 pub struct DclLoss {
     temperature: f64,

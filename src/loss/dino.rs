@@ -1,20 +1,4 @@
-//! The DINO loss (Caron et al., "Emerging Properties in Self-Supervised Vision Transformers",
-//! ICCV 2021, <https://arxiv.org/abs/2104.14294>; see `docs/methods.md#dino-loss`): self-distillation
-//! of a momentum teacher's centred, sharpened output into the student.
-//!
-//! The teacher sees the global views `g ∈ G`, the student every view `s` (global views first,
-//! then the local crops). With the teacher's outputs `t_g` and the student's `s_v` (`[N, K]`):
-//!
-//! ```text
-//! P_t(g) = softmax((t_g − c) / τ_t)          (no gradient)
-//! log P_s(v) = log softmax(s_v / τ_s)
-//! L = (1 / (N · #pairs)) Σ_{g ∈ G} Σ_{v ≠ g} Σ_n −⟨P_t(g)_n, log P_s(v)_n⟩
-//! c ← m·c + (1 − m)·mean over g and n of t_g
-//! ```
-//!
-//! as the paper's Algorithm 1 and lightly's `DINOLoss` (pairs of the same view excluded). The
-//! teacher temperature rises linearly from `warmup_teacher_temp` to `teacher_temp` over the first
-//! `warmup_teacher_temp_epochs` epochs, one value per epoch (the authors' `np.linspace`).
+//! The DINO loss (documented on `DinoLoss`).
 
 use burn::prelude::*;
 
@@ -60,6 +44,24 @@ impl DinoLossConfig {
 /// The DINO loss. Build it with [`DinoLossConfig::init`]. The centre is the caller's state
 /// (the method keeps and checkpoints it): [`DinoLoss::forward`] reads it and
 /// [`DinoLoss::updated_center`] computes the next one.
+///
+/// The DINO loss (Caron et al., "Emerging Properties in Self-Supervised Vision Transformers",
+/// ICCV 2021, <https://arxiv.org/abs/2104.14294>; see `docs/methods.md#dino-loss`): self-distillation
+/// of a momentum teacher's centred, sharpened output into the student.
+///
+/// The teacher sees the global views `g ∈ G`, the student every view `s` (global views first,
+/// then the local crops). With the teacher's outputs `t_g` and the student's `s_v` (`[N, K]`):
+///
+/// ```text
+/// P_t(g) = softmax((t_g − c) / τ_t)          (no gradient)
+/// log P_s(v) = log softmax(s_v / τ_s)
+/// L = (1 / (N · #pairs)) Σ_{g ∈ G} Σ_{v ≠ g} Σ_n −⟨P_t(g)_n, log P_s(v)_n⟩
+/// c ← m·c + (1 − m)·mean over g and n of t_g
+/// ```
+///
+/// as the paper's Algorithm 1 and lightly's `DINOLoss` (pairs of the same view excluded). The
+/// teacher temperature rises linearly from `warmup_teacher_temp` to `teacher_temp` over the first
+/// `warmup_teacher_temp_epochs` epochs, one value per epoch (the authors' `np.linspace`).
 #[derive(Debug, Clone)]
 pub struct DinoLoss {
     config: DinoLossConfig,

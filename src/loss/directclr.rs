@@ -1,15 +1,4 @@
-//! The DirectCLR loss (Jing, Vincent, LeCun & Tian, ICLR 2022, "Understanding Dimensional
-//! Collapse in Contrastive Self-supervised Learning", <https://arxiv.org/abs/2110.09348>, §6):
-//! NT-Xent on the first `d₀` coordinates of the backbone's representation, with no projector in
-//! between. The paper's analysis is that a projector's weights align with the representation's
-//! singular vectors and only its low-rank part trains the backbone; DirectCLR keeps that part by
-//! construction (a fixed sub-vector) and drops the projector. The rest of the representation is
-//! trained only through the convolution it shares with those coordinates.
-//!
-//! For anchor `i` of the `2B` truncated rows `r̃ = r[:, :d₀]`, L2-normalised, the loss is
-//! NT-Xent's: `−log softmax_{j(i)}(s_ik / τ)` over `k ≠ i`, averaged over the anchors
-//! ([`super::nt_xent`]). lightly's `DirectCLRLoss` is the same (`loss_dim` 64, τ 0.5 by default;
-//! the paper: `d₀ = 360` of ResNet-50's 2048). See `docs/methods.md#directclr`.
+//! The DirectCLR loss (documented on `DirectClrLoss`).
 
 use burn::prelude::*;
 
@@ -48,6 +37,19 @@ impl DirectClrLossConfig {
 }
 
 /// The DirectCLR loss. Build it with [`DirectClrLossConfig::init`].
+///
+/// The DirectCLR loss (Jing, Vincent, LeCun & Tian, ICLR 2022, "Understanding Dimensional
+/// Collapse in Contrastive Self-supervised Learning", <https://arxiv.org/abs/2110.09348>, §6):
+/// NT-Xent on the first `d₀` coordinates of the backbone's representation, with no projector in
+/// between. The paper's analysis is that a projector's weights align with the representation's
+/// singular vectors and only its low-rank part trains the backbone; DirectCLR keeps that part by
+/// construction (a fixed sub-vector) and drops the projector. The rest of the representation is
+/// trained only through the convolution it shares with those coordinates.
+///
+/// For anchor `i` of the `2B` truncated rows `r̃ = r[:, :d₀]`, L2-normalised, the loss is
+/// NT-Xent's: `−log softmax_{j(i)}(s_ik / τ)` over `k ≠ i`, averaged over the anchors
+/// ([`NtXentLoss`](super::NtXentLoss)). lightly's `DirectCLRLoss` is the same (`loss_dim` 64,
+/// τ 0.5 by default; the paper: `d₀ = 360` of ResNet-50's 2048). See `docs/methods.md#directclr`.
 #[derive(Debug, Clone)]
 pub struct DirectClrLoss {
     loss_dim: usize,

@@ -1,29 +1,4 @@
-//! The EMP-SSL loss (Tong, Chen, Ma & LeCun, "EMP-SSL: Towards Self-Supervised Learning in One
-//! Training Epoch", 2023, <https://arxiv.org/abs/2304.03977>; see `docs/methods.md#emp-ssl-loss`):
-//! many patches of every image, the total coding rate of each patch set made large (the
-//! embeddings spread over the space) and every patch's embedding pulled towards the image's
-//! mean embedding.
-//!
-//! For `V` views (patches) `Z_v` (`[B, D]` each) and `z̄_i = (1/V) Σ_v z_{v,i}`:
-//!
-//! ```text
-//! R(Z)  = ½ · logdet(I_D + D/(B·ε) · ZᵀZ)                 (total coding rate; ε is ε², 0.2)
-//! inv   = mean_{v,i} cos(z_{v,i}, z̄_i)                    (z̄ not detached)
-//! loss  = −mean_v R(Z_v) − λ · inv                          (λ = 200)
-//! ```
-//!
-//! The paper and the authors' code minimise `−R`: the coding rate must grow. lightly 1.6's
-//! `EMPSSLLoss` adds `+R` (a sign error: its loss prefers collapsed embeddings); the test against
-//! it takes lightly's own `tcr_loss` and `invariance_loss` and the paper's sign. The embeddings
-//! are used as given (the method L2-normalises them, as the authors' model does).
-//!
-//! # Why on the host
-//! burn has no log-determinant. By Sylvester's identity `logdet(I_D + c ZᵀZ) = logdet(I_B +
-//! c ZZᵀ)`; the smaller of the two `n × n` matrices `M` is formed on the device, factorised by
-//! `nalgebra`'s Cholesky on the host in f64 (`logdet M = 2 Σ log L_ii`), and its inverse goes
-//! back to the device, where `R`'s gradient is the product `c · M⁻¹ Z` (or `c · Z M⁻¹`). The
-//! loss is built as the value plus `Σ (Z − Z.detach()) ⊙ G.detach()`: the value of `R`, the
-//! gradient `G`. One `n × n` round trip per view and step.
+//! The EMP-SSL loss (documented on `EmpSslLoss`).
 
 use burn::prelude::*;
 use nalgebra::DMatrix;
@@ -63,6 +38,33 @@ impl EmpSslLossConfig {
 }
 
 /// The EMP-SSL loss. Build it with [`EmpSslLossConfig::init`].
+///
+/// The EMP-SSL loss (Tong, Chen, Ma & LeCun, "EMP-SSL: Towards Self-Supervised Learning in One
+/// Training Epoch", 2023, <https://arxiv.org/abs/2304.03977>; see `docs/methods.md#emp-ssl-loss`):
+/// many patches of every image, the total coding rate of each patch set made large (the
+/// embeddings spread over the space) and every patch's embedding pulled towards the image's
+/// mean embedding.
+///
+/// For `V` views (patches) `Z_v` (`[B, D]` each) and `z̄_i = (1/V) Σ_v z_{v,i}`:
+///
+/// ```text
+/// R(Z)  = ½ · logdet(I_D + D/(B·ε) · ZᵀZ)                 (total coding rate; ε is ε², 0.2)
+/// inv   = mean_{v,i} cos(z_{v,i}, z̄_i)                    (z̄ not detached)
+/// loss  = −mean_v R(Z_v) − λ · inv                          (λ = 200)
+/// ```
+///
+/// The paper and the authors' code minimise `−R`: the coding rate must grow. lightly 1.6's
+/// `EMPSSLLoss` adds `+R` (a sign error: its loss prefers collapsed embeddings); the test against
+/// it takes lightly's own `tcr_loss` and `invariance_loss` and the paper's sign. The embeddings
+/// are used as given (the method L2-normalises them, as the authors' model does).
+///
+/// # Why on the host
+/// burn has no log-determinant. By Sylvester's identity `logdet(I_D + c ZᵀZ) = logdet(I_B +
+/// c ZZᵀ)`; the smaller of the two `n × n` matrices `M` is formed on the device, factorised by
+/// `nalgebra`'s Cholesky on the host in f64 (`logdet M = 2 Σ log L_ii`), and its inverse goes
+/// back to the device, where `R`'s gradient is the product `c · M⁻¹ Z` (or `c · Z M⁻¹`). The
+/// loss is built as the value plus `Σ (Z − Z.detach()) ⊙ G.detach()`: the value of `R`, the
+/// gradient `G`. One `n × n` round trip per view and step.
 #[derive(Debug, Clone)]
 pub struct EmpSslLoss {
     tcr_eps: f64,
@@ -131,7 +133,7 @@ fn cosine<B: Backend>(x: Tensor<B, 3>, y: Tensor<B, 3>) -> Tensor<B, 3> {
 }
 
 /// `R(Z) = ½ logdet(I_D + c ZᵀZ)`, `c = D / (B·ε)`, its value and gradient from the host (see
-/// the module's docs).
+/// [`EmpSslLoss`]).
 ///
 /// # Shapes
 /// - `z`: `[B, D]` → `[1]`

@@ -1,18 +1,4 @@
-//! The FroSSL loss (Skean, Dhakal, Jacobs & Sanchez Giraldo, "FroSSL: Frobenius Norm
-//! Minimization for Self-Supervised Learning", ECCV 2024, <https://arxiv.org/abs/2310.02903>;
-//! see `docs/methods.md#frossl-loss`).
-//!
-//! For `V ≥ 2` views' projections `Z_v` (`[N, D]`), each normalised to unit columns (over the
-//! batch, as lightly's `F.normalize(z, dim=0)`), with `Z̄` their mean:
-//!
-//! `L = Σ_v 2·log ‖C_v / tr(C_v)‖_F + w · Σ_v V·D·mean (Z_v − Z̄)²`
-//!
-//! where `C_v` is the smaller of `Z_vᵀZ_v` (`D × D`) and `Z_v Z_vᵀ` (`N × N`) — the same non-zero
-//! eigenvalues, so the same Frobenius norm. Minimising the squared Frobenius norm of the
-//! trace-normalised covariance maximises its entropy (the variance / redundancy term); the
-//! second term pulls every view towards the mean (invariance). The trace is taken without
-//! gradient, as lightly's `.item()`; on unit columns it is `D` whatever the input, so the
-//! gradient is the derivative of the value all the same.
+//! The FroSSL loss (documented on `FroSslLoss`).
 
 use burn::prelude::*;
 
@@ -39,6 +25,22 @@ impl FroSslLossConfig {
 }
 
 /// The FroSSL loss. Build it with [`FroSslLossConfig::init`].
+///
+/// The FroSSL loss (Skean, Dhakal, Jacobs & Sanchez Giraldo, "FroSSL: Frobenius Norm
+/// Minimization for Self-Supervised Learning", ECCV 2024, <https://arxiv.org/abs/2310.02903>;
+/// see `docs/methods.md#frossl-loss`).
+///
+/// For `V ≥ 2` views' projections `Z_v` (`[N, D]`), each normalised to unit columns (over the
+/// batch, as lightly's `F.normalize(z, dim=0)`), with `Z̄` their mean:
+///
+/// `L = Σ_v 2·log ‖C_v / tr(C_v)‖_F + w · Σ_v V·D·mean (Z_v − Z̄)²`
+///
+/// where `C_v` is the smaller of `Z_vᵀZ_v` (`D × D`) and `Z_v Z_vᵀ` (`N × N`) — the same non-zero
+/// eigenvalues, so the same Frobenius norm. Minimising the squared Frobenius norm of the
+/// trace-normalised covariance maximises its entropy (the variance / redundancy term); the
+/// second term pulls every view towards the mean (invariance). The trace is taken without
+/// gradient, as lightly's `.item()`; on unit columns it is `D` whatever the input, so the
+/// gradient is the derivative of the value all the same.
 #[derive(Debug, Clone)]
 pub struct FroSslLoss {
     invariance_weight: f64,

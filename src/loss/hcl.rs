@@ -1,32 +1,4 @@
-//! Hard negative sampling for contrastive learning, HCL (Robinson et al. 2020,
-//! <https://arxiv.org/abs/2010.04592>), with the debiased contrastive loss (DCL) and NT-Xent as
-//! special cases; see `docs/methods.md#hcl`.
-//!
-//! Follows joshr17/HCL `image/main.py`: per anchor, the `N = 2B − 2` negatives
-//! `neg = exp(s/τ)`, `pos = exp(s⁺/τ)`, importance `imp = neg^β`,
-//! `reweight = Σ(imp·neg) / mean(imp)`,
-//! `Ng = max((−τ⁺·N·pos + reweight)/(1 − τ⁺), N·e^{−1/τ})`,
-//! `loss = mean −log(pos / (pos + Ng))`.
-//! `β = 0` gives the debiased loss, `β = 0, τ⁺ = 0` gives NT-Xent.
-//!
-//! Every exponential is computed as `exp((s − 1)/τ)`, i.e. divided by `e^{1/τ}`: `Ng` and `pos`
-//! are linear in that factor and the loss is a ratio, so the value is unchanged while nothing
-//! overflows for small temperatures. The importance weights are shifted by each row's largest
-//! negative similarity instead (they too only enter as a ratio), so that a large `β/τ` cannot
-//! underflow all of them to 0. MICO's curriculum on `β` (<https://arxiv.org/abs/2301.06916>,
-//! §3.3) passes the scheduled value
-//! to [`HclLoss::forward_with_beta`].
-//!
-//! **Hard positives** (MICO §3.3 eq. 3, `q(x⁺) ∝ e^{(k − β) f(x)ᵀf(x⁺)}`, the same `β` and
-//! scheduler as the negatives, `k` a constant so that `k − β` falls as `β` grows). A SimCLR batch
-//! has one positive per anchor, so a distribution over "the" positive would be a single point.
-//! We read eq. 3 as a distribution over the batch's `2B` positive pairs instead, in the same
-//! importance-weighting form HCL uses for negatives: each anchor's loss is weighted by
-//! `w_i = e^{(k − β)s⁺_i/τ} / mean_j e^{(k − β)s⁺_j/τ}` (mean 1, so `k = β` gives plain HCL).
-//! While `k − β > 0` the easy pairs (similar views) weigh more; once `β` passes `k`, the hard
-//! ones (dissimilar views) do. The weights are sampling probabilities, so they carry no
-//! gradient; they are shifted by the batch's largest `s⁺` like the negatives' weights. Off by
-//! default ([`HclLossConfig::hard_positive_k`]); the paper gives no value of `k`.
+//! Hard negative sampling for contrastive learning, HCL (documented on `HclLoss`).
 
 use burn::prelude::*;
 
@@ -87,6 +59,36 @@ impl HclLossConfig {
 }
 
 /// HCL / DCL loss. Build it with [`HclLossConfig::init`].
+///
+/// Hard negative sampling for contrastive learning, HCL (Robinson et al. 2020,
+/// <https://arxiv.org/abs/2010.04592>), with the debiased contrastive loss (DCL) and NT-Xent as
+/// special cases; see `docs/methods.md#hcl`.
+///
+/// Follows joshr17/HCL `image/main.py`: per anchor, the `N = 2B − 2` negatives
+/// `neg = exp(s/τ)`, `pos = exp(s⁺/τ)`, importance `imp = neg^β`,
+/// `reweight = Σ(imp·neg) / mean(imp)`,
+/// `Ng = max((−τ⁺·N·pos + reweight)/(1 − τ⁺), N·e^{−1/τ})`,
+/// `loss = mean −log(pos / (pos + Ng))`.
+/// `β = 0` gives the debiased loss, `β = 0, τ⁺ = 0` gives NT-Xent.
+///
+/// Every exponential is computed as `exp((s − 1)/τ)`, i.e. divided by `e^{1/τ}`: `Ng` and `pos`
+/// are linear in that factor and the loss is a ratio, so the value is unchanged while nothing
+/// overflows for small temperatures. The importance weights are shifted by each row's largest
+/// negative similarity instead (they too only enter as a ratio), so that a large `β/τ` cannot
+/// underflow all of them to 0. MICO's curriculum on `β` (<https://arxiv.org/abs/2301.06916>,
+/// §3.3) passes the scheduled value
+/// to [`HclLoss::forward_with_beta`].
+///
+/// **Hard positives** (MICO §3.3 eq. 3, `q(x⁺) ∝ e^{(k − β) f(x)ᵀf(x⁺)}`, the same `β` and
+/// scheduler as the negatives, `k` a constant so that `k − β` falls as `β` grows). A SimCLR batch
+/// has one positive per anchor, so a distribution over "the" positive would be a single point.
+/// We read eq. 3 as a distribution over the batch's `2B` positive pairs instead, in the same
+/// importance-weighting form HCL uses for negatives: each anchor's loss is weighted by
+/// `w_i = e^{(k − β)s⁺_i/τ} / mean_j e^{(k − β)s⁺_j/τ}` (mean 1, so `k = β` gives plain HCL).
+/// While `k − β > 0` the easy pairs (similar views) weigh more; once `β` passes `k`, the hard
+/// ones (dissimilar views) do. The weights are sampling probabilities, so they carry no
+/// gradient; they are shifted by the batch's largest `s⁺` like the negatives' weights. Off by
+/// default ([`HclLossConfig::hard_positive_k`]); the paper gives no value of `k`.
 #[derive(Debug, Clone)]
 pub struct HclLoss {
     temperature: f64,

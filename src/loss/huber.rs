@@ -1,11 +1,4 @@
-//! Huber-regularised NT-Xent, from "The Bad Batches" (Göksu and Pugeault, IJCNN 2024,
-//! <https://arxiv.org/abs/2403.19579>, eq. 3–5); see `docs/methods.md#huber-regularised-nt-xent`.
-//!
-//! `L = NT-Xent + λ·L_huber`, where `L_huber` is the Huber loss between the two (L2-normalised)
-//! projections of each positive pair, `0.5 d²` if `|d| < δ` else `δ(|d| − 0.5δ)`, applied
-//! elementwise to `d = z_i − z'_i` and averaged over the `D` elements and the `B` pairs (one mean
-//! over all `B·D` entries). The Huber term acts on the same unit vectors as NT-Xent, so it does
-//! not depend on the arbitrary scale of the projection head's output.
+//! Huber-regularised NT-Xent (documented on `HuberNtXentLoss`).
 
 use burn::prelude::*;
 
@@ -45,6 +38,15 @@ impl HuberNtXentLossConfig {
 
 /// NT-Xent plus a Huber penalty on the distance between positive pairs. Build it with
 /// [`HuberNtXentLossConfig::init`].
+///
+/// Huber-regularised NT-Xent, from "The Bad Batches" (Göksu and Pugeault, IJCNN 2024,
+/// <https://arxiv.org/abs/2403.19579>, eq. 3–5); see `docs/methods.md#huber-regularised-nt-xent`.
+///
+/// `L = NT-Xent + λ·L_huber`, where `L_huber` is the Huber loss between the two (L2-normalised)
+/// projections of each positive pair, `0.5 d²` if `|d| < δ` else `δ(|d| − 0.5δ)`, applied
+/// elementwise to `d = z_i − z'_i` and averaged over the `D` elements and the `B` pairs (one mean
+/// over all `B·D` entries). The Huber term acts on the same unit vectors as NT-Xent, so it does
+/// not depend on the arbitrary scale of the projection head's output.
 #[derive(Debug, Clone)]
 pub struct HuberNtXentLoss {
     nt_xent: NtXentLoss,

@@ -1,23 +1,4 @@
-//! iBOT's masked patch-token loss (Zhou et al., "iBOT: Image BERT Pre-Training with Online
-//! Tokenizer", ICLR 2022, <https://arxiv.org/abs/2111.07832>; the form DINOv2 uses, Oquab et al.
-//! 2023, <https://arxiv.org/abs/2304.07193>; see `docs/methods.md#ibot-patch-loss`): the student
-//! sees an image with some patch tokens hidden behind a mask token, the teacher sees it whole,
-//! and each hidden token's student output learns the teacher's centred, sharpened output for
-//! that token.
-//!
-//! With the `M` hidden tokens' outputs `t_r` (teacher) and `s_r` (student), `[M, K]`, token `r`
-//! belonging to image `b(r)` that hides `n_b` tokens, `B` images in the batch (those hiding none
-//! included):
-//!
-//! ```text
-//! P_t(r) = softmax((t_r − c) / τ_t)         (no gradient)
-//! L = (1 / B) Σ_r −⟨P_t(r), log softmax(s_r / τ_s)⟩ / n_{b(r)}
-//! c ← m·c + (1 − m)·mean_r t_r
-//! ```
-//!
-//! as lightly's `IBOTPatchLoss` and the DINOv2 authors' `iBOTPatchLoss.forward_masked`: every
-//! image weighs the same whatever number of tokens it hides. The centre is the patch tokens'
-//! own (not DINO's \[CLS\] centre).
+//! iBOT's masked patch-token loss (documented on `IbotPatchLoss`).
 
 use burn::prelude::*;
 
@@ -55,6 +36,27 @@ impl IbotPatchLossConfig {
 
 /// iBOT's masked patch-token loss. Build it with [`IbotPatchLossConfig::init`]. The centre is
 /// the caller's state, as with [`crate::loss::DinoLoss`].
+///
+/// iBOT's masked patch-token loss (Zhou et al., "iBOT: Image BERT Pre-Training with Online
+/// Tokenizer", ICLR 2022, <https://arxiv.org/abs/2111.07832>; the form DINOv2 uses, Oquab et al.
+/// 2023, <https://arxiv.org/abs/2304.07193>; see `docs/methods.md#ibot-patch-loss`): the student
+/// sees an image with some patch tokens hidden behind a mask token, the teacher sees it whole,
+/// and each hidden token's student output learns the teacher's centred, sharpened output for
+/// that token.
+///
+/// With the `M` hidden tokens' outputs `t_r` (teacher) and `s_r` (student), `[M, K]`, token `r`
+/// belonging to image `b(r)` that hides `n_b` tokens, `B` images in the batch (those hiding none
+/// included):
+///
+/// ```text
+/// P_t(r) = softmax((t_r − c) / τ_t)         (no gradient)
+/// L = (1 / B) Σ_r −⟨P_t(r), log softmax(s_r / τ_s)⟩ / n_{b(r)}
+/// c ← m·c + (1 − m)·mean_r t_r
+/// ```
+///
+/// as lightly's `IBOTPatchLoss` and the DINOv2 authors' `iBOTPatchLoss.forward_masked`: every
+/// image weighs the same whatever number of tokens it hides. The centre is the patch tokens'
+/// own (not DINO's \[CLS\] centre).
 #[derive(Debug, Clone)]
 pub struct IbotPatchLoss {
     config: IbotPatchLossConfig,

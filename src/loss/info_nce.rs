@@ -1,12 +1,4 @@
-//! InfoNCE against a queue of negative keys, as in MoCo v1/v2 (He et al. 2019,
-//! <https://arxiv.org/abs/1911.05722>; Chen et al. 2020, <https://arxiv.org/abs/2003.04297>; see
-//! `docs/methods.md#infonce-with-a-queue`).
-//!
-//! `q` is the online projection, `k+` the momentum encoder's key of the other view (no
-//! gradient), `queue` holds `K` past keys (no gradient). `logits = [q·k+, q·queue] / τ` with the
-//! target at index 0. The symmetric form swaps the views and SUMS the two losses, as the
-//! Light-MoCo code does (both key sets are then enqueued: see
-//! [`KeyQueue`](crate::method::queue::KeyQueue)).
+//! InfoNCE against a queue of negative keys (documented on `InfoNceLoss`).
 
 use burn::prelude::*;
 
@@ -33,6 +25,16 @@ impl InfoNceLossConfig {
 }
 
 /// InfoNCE with a queue of negatives. Build it with [`InfoNceLossConfig::init`].
+///
+/// InfoNCE against a queue of negative keys, as in MoCo v1/v2 (He et al. 2019,
+/// <https://arxiv.org/abs/1911.05722>; Chen et al. 2020, <https://arxiv.org/abs/2003.04297>; see
+/// `docs/methods.md#infonce-with-a-queue`).
+///
+/// `q` is the online projection, `k+` the momentum encoder's key of the other view (no
+/// gradient), `queue` holds `K` past keys (no gradient). `logits = [q·k+, q·queue] / τ` with the
+/// target at index 0. The symmetric form swaps the views and SUMS the two losses, as the
+/// Light-MoCo code does (both key sets are then enqueued: see
+/// [`KeyQueue`](crate::method::KeyQueue)).
 #[derive(Debug, Clone)]
 pub struct InfoNceLoss {
     temperature: f64,

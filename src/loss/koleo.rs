@@ -1,18 +1,4 @@
-//! The KoLeo regulariser (Sablayrolles et al., "Spreading vectors for similarity search", ICLR
-//! 2019, <https://arxiv.org/abs/1806.03198>), as DINOv2 adds it to the \[CLS\] outputs (Oquab et
-//! al. 2023, <https://arxiv.org/abs/2304.07193>; see `docs/methods.md#koleo`): the
-//! Kozachenko–Leonenko entropy estimate of the batch's L2-normalised features, which grows when
-//! each feature's nearest neighbour in the batch moves away, so the features spread uniformly.
-//!
-//! With `x̂_i = x_i / max(‖x_i‖, ε)` and `j(i)` the row of largest cosine with `x̂_i` (itself
-//! excluded; no gradient through the choice):
-//!
-//! ```text
-//! L = −(1 / N) Σ_i log(‖x̂_i − x̂_{j(i)} + ε‖ + ε)
-//! ```
-//!
-//! with ε = 1e-8 added to the difference as PyTorch's `pairwise_distance` does (lightly's
-//! `KoLeoLoss` and the DINOv2 authors'), so two equal rows give a large but finite loss.
+//! The KoLeo regulariser (documented on `KoLeoLoss`).
 
 use burn::prelude::*;
 use burn::tensor::Bool;
@@ -39,6 +25,22 @@ impl KoLeoLossConfig {
 }
 
 /// The KoLeo regulariser. Build it with [`KoLeoLossConfig::init`].
+///
+/// The KoLeo regulariser (Sablayrolles et al., "Spreading vectors for similarity search", ICLR
+/// 2019, <https://arxiv.org/abs/1806.03198>), as DINOv2 adds it to the \[CLS\] outputs (Oquab et
+/// al. 2023, <https://arxiv.org/abs/2304.07193>; see `docs/methods.md#koleo`): the
+/// Kozachenko–Leonenko entropy estimate of the batch's L2-normalised features, which grows when
+/// each feature's nearest neighbour in the batch moves away, so the features spread uniformly.
+///
+/// With `x̂_i = x_i / max(‖x_i‖, ε)` and `j(i)` the row of largest cosine with `x̂_i` (itself
+/// excluded; no gradient through the choice):
+///
+/// ```text
+/// L = −(1 / N) Σ_i log(‖x̂_i − x̂_{j(i)} + ε‖ + ε)
+/// ```
+///
+/// with ε = 1e-8 added to the difference as PyTorch's `pairwise_distance` does (lightly's
+/// `KoLeoLoss` and the DINOv2 authors'), so two equal rows give a large but finite loss.
 #[derive(Debug, Clone)]
 pub struct KoLeoLoss {
     eps: f64,

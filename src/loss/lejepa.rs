@@ -1,26 +1,4 @@
-//! The LeJEPA loss (Balestriero & LeCun 2025, "LeJEPA: Provable and Scalable Self-Supervised
-//! Learning Without the Heuristics", <https://arxiv.org/abs/2511.08544>): SIGReg, the sketched
-//! isotropic Gaussian regulariser, on every view's projections, plus the views' distance to the
-//! mean of the global views. No negatives, no predictor, no teacher, no stop-gradient.
-//!
-//! SIGReg projects the `[N, D]` embeddings of a view on `K` random unit directions `a_k` and
-//! compares each slice's empirical characteristic function with the standard Gaussian's
-//! `φ(t) = exp(−t²/2)` by the Epps–Pulley statistic, integrated by the trapezoidal rule on `T`
-//! knots of `[0, t_max]` (the integrand is even, so twice that half):
-//!
-//! ```text
-//! x_nk = ⟨z_n, a_k⟩,   c_k(t) = mean_n cos(t·x_nk),   s_k(t) = mean_n sin(t·x_nk)
-//! EP_k = N · Σ_j w_j φ(t_j) · ((c_k(t_j) − φ(t_j))² + s_k(t_j)²)
-//! SIGReg = mean over views and directions of EP_k
-//! invariance = mean over all views, images and features of (z̄_global − z_v)²
-//! loss = λ · SIGReg + (1 − λ) · invariance
-//! ```
-//!
-//! with `w = [dt, 2dt, …, 2dt, dt]`, `dt = t_max / (T − 1)`. Defaults are the paper's and
-//! lightly's `LeJEPALoss`: `λ = 0.05`, `T = 17`, `t_max = 3`, `K = 1024`. The directions are
-//! drawn afresh for every step (lightly: `torch.randn` per call); here from a seed the caller
-//! gives ([`LeJepaLoss::slices`]), so a step's directions are the same on every replica and in a
-//! rerun. See `docs/methods.md#lejepa`.
+//! The LeJEPA loss (documented on `LeJepaLoss`).
 
 use burn::prelude::*;
 use rand::rngs::StdRng;
@@ -87,6 +65,30 @@ impl LeJepaLossConfig {
 }
 
 /// The LeJEPA loss. Build it with [`LeJepaLossConfig::init`].
+///
+/// The LeJEPA loss (Balestriero & LeCun 2025, "LeJEPA: Provable and Scalable Self-Supervised
+/// Learning Without the Heuristics", <https://arxiv.org/abs/2511.08544>): SIGReg, the sketched
+/// isotropic Gaussian regulariser, on every view's projections, plus the views' distance to the
+/// mean of the global views. No negatives, no predictor, no teacher, no stop-gradient.
+///
+/// SIGReg projects the `[N, D]` embeddings of a view on `K` random unit directions `a_k` and
+/// compares each slice's empirical characteristic function with the standard Gaussian's
+/// `φ(t) = exp(−t²/2)` by the Epps–Pulley statistic, integrated by the trapezoidal rule on `T`
+/// knots of `[0, t_max]` (the integrand is even, so twice that half):
+///
+/// ```text
+/// x_nk = ⟨z_n, a_k⟩,   c_k(t) = mean_n cos(t·x_nk),   s_k(t) = mean_n sin(t·x_nk)
+/// EP_k = N · Σ_j w_j φ(t_j) · ((c_k(t_j) − φ(t_j))² + s_k(t_j)²)
+/// SIGReg = mean over views and directions of EP_k
+/// invariance = mean over all views, images and features of (z̄_global − z_v)²
+/// loss = λ · SIGReg + (1 − λ) · invariance
+/// ```
+///
+/// with `w = [dt, 2dt, …, 2dt, dt]`, `dt = t_max / (T − 1)`. Defaults are the paper's and
+/// lightly's `LeJEPALoss`: `λ = 0.05`, `T = 17`, `t_max = 3`, `K = 1024`. The directions are
+/// drawn afresh for every step (lightly: `torch.randn` per call); here from a seed the caller
+/// gives ([`LeJepaLoss::slices`]), so a step's directions are the same on every replica and in a
+/// rerun. See `docs/methods.md#lejepa`.
 #[derive(Debug, Clone)]
 pub struct LeJepaLoss {
     lambda: f64,
@@ -122,21 +124,7 @@ impl LeJepaLoss {
     /// # Shapes
     /// - output: `[dim, K]`
     pub fn slices<B: Backend>(&self, dim: usize, seed: u64, device: &B::Device) -> Tensor<B, 2> {
-        let mut rng = StdRng::seed_from_u64(seed);
-        let k = self.num_slices;
-        let mut values: Vec<f64> = (0..dim * k)
-            .map(|_| StandardNormal.sample(&mut rng))
-            .collect();
-        for column in 0..k {
-            let norm = (0..dim)
-                .map(|row| values[row * k + column].powi(2))
-                .sum::<f64>()
-                .sqrt();
-            for row in 0..dim {
-                values[row * k + column] /= norm;
-            }
-        }
-        Tensor::from_data(TensorData::new(values, [dim, k]), device)
+        unit_directions(dim, self.num_slices, seed, device)
     }
 
     /// SIGReg of the views' embeddings along `slices`: the Epps–Pulley statistic of every
@@ -177,13 +165,7 @@ impl LeJepaLoss {
         global: &[Tensor<B, 2>],
         local: &[Tensor<B, 2>],
     ) -> Tensor<B, 1> {
-        let center = Tensor::stack::<3>(global.to_vec(), 0).mean_dim(0);
-        let all: Vec<Tensor<B, 3>> = global
-            .iter()
-            .chain(local)
-            .map(|z| z.clone().unsqueeze_dim(0))
-            .collect();
-        (Tensor::cat(all, 0) - center).powi_scalar(2).mean()
+        invariance_to_global_mean(global, local)
     }
 
     /// The loss and its terms for the global and local views' projections (every view of one
@@ -218,6 +200,53 @@ impl LeJepaLoss {
     ) -> Tensor<B, 1> {
         self.terms(global, local, slices).loss
     }
+}
+
+/// `k` unit directions in `dim` dimensions drawn from `seed`: standard normal columns, each
+/// divided by its norm (uniform on the sphere). Shared by LeJEPA's SIGReg
+/// ([`LeJepaLoss::slices`]) and VISReg's shape term (`VisRegLoss::slices`).
+///
+/// # Shapes
+/// - output: `[dim, k]`
+pub(crate) fn unit_directions<B: Backend>(
+    dim: usize,
+    k: usize,
+    seed: u64,
+    device: &B::Device,
+) -> Tensor<B, 2> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut values: Vec<f64> = (0..dim * k)
+        .map(|_| StandardNormal.sample(&mut rng))
+        .collect();
+    for column in 0..k {
+        let norm = (0..dim)
+            .map(|row| values[row * k + column].powi(2))
+            .sum::<f64>()
+            .sqrt();
+        for row in 0..dim {
+            values[row * k + column] /= norm;
+        }
+    }
+    Tensor::from_data(TensorData::new(values, [dim, k]), device)
+}
+
+/// The mean over every view, image and feature of the squared distance to the global views'
+/// mean: LeJEPA's invariance ([`LeJepaLoss::invariance`]), which VISReg shares
+/// (`VisRegLoss::invariance`).
+///
+/// # Shapes
+/// - `global`: `V_g ≥ 1` tensors `[N, D]`; `local`: `V_l ≥ 0` tensors `[N, D]` → `[1]`
+pub(crate) fn invariance_to_global_mean<B: Backend>(
+    global: &[Tensor<B, 2>],
+    local: &[Tensor<B, 2>],
+) -> Tensor<B, 1> {
+    let center = Tensor::stack::<3>(global.to_vec(), 0).mean_dim(0);
+    let all: Vec<Tensor<B, 3>> = global
+        .iter()
+        .chain(local)
+        .map(|z| z.clone().unsqueeze_dim(0))
+        .collect();
+    (Tensor::cat(all, 0) - center).powi_scalar(2).mean()
 }
 
 #[cfg(test)]

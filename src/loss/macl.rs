@@ -1,22 +1,4 @@
-//! The model-aware contrastive loss, MACL (Huang, Chen, Wen, Zhang, Li, Wang & Chen, "Model-Aware
-//! Contrastive Learning: Towards Escaping the Dilemmas", ICML 2023,
-//! <https://arxiv.org/abs/2207.07874>; see `docs/methods.md#macl`).
-//!
-//! NT-Xent whose temperature follows how well the model already aligns the views, and whose
-//! anchors are re-weighted by how hard they still are. Over the `2N` projections (L2-normalised)
-//! with cosine similarities `s`, each anchor `i` with positive `p(i)`:
-//!
-//! - the batch's alignment `A = mean_i s_{i,p(i)}` (without gradient);
-//! - the temperature `t = τ·(1 + α·(A − A₀))`: low while the views are far apart (uniformity
-//!   first), higher once they align (tolerance of semantically close negatives);
-//! - `log P_i = log softmax_k(s_ik / t)` at `k = p(i)`, over every `k ≠ i`;
-//! - `loss = mean_i −V_i·log P_i` with `V_i = 1 / (1 − P_i + ε)` (without gradient, ε = 1e-8):
-//!   the gradient of `−log P_i` scaled up where the positive is already likely, which undoes
-//!   the shrinking of easy anchors' gradients.
-//!
-//! `A` and `V` are constants of the backward pass, as in the authors' code and lightly's
-//! `MACLLoss`, so the gradient is not the derivative of the value. Defaults are lightly's
-//! (τ = 0.1, α = 0.5, A₀ = 0).
+//! The model-aware contrastive loss, MACL (documented on `MaclLoss`).
 
 use burn::prelude::*;
 
@@ -61,6 +43,26 @@ impl MaclLossConfig {
 }
 
 /// MACL. Build it with [`MaclLossConfig::init`].
+///
+/// The model-aware contrastive loss, MACL (Huang, Chen, Wen, Zhang, Li, Wang & Chen, "Model-Aware
+/// Contrastive Learning: Towards Escaping the Dilemmas", ICML 2023,
+/// <https://arxiv.org/abs/2207.07874>; see `docs/methods.md#macl`).
+///
+/// NT-Xent whose temperature follows how well the model already aligns the views, and whose
+/// anchors are re-weighted by how hard they still are. Over the `2N` projections (L2-normalised)
+/// with cosine similarities `s`, each anchor `i` with positive `p(i)`:
+///
+/// - the batch's alignment `A = mean_i s_{i,p(i)}` (without gradient);
+/// - the temperature `t = τ·(1 + α·(A − A₀))`: low while the views are far apart (uniformity
+///   first), higher once they align (tolerance of semantically close negatives);
+/// - `log P_i = log softmax_k(s_ik / t)` at `k = p(i)`, over every `k ≠ i`;
+/// - `loss = mean_i −V_i·log P_i` with `V_i = 1 / (1 − P_i + ε)` (without gradient, ε = 1e-8):
+///   the gradient of `−log P_i` scaled up where the positive is already likely, which undoes
+///   the shrinking of easy anchors' gradients.
+///
+/// `A` and `V` are constants of the backward pass, as in the authors' code and lightly's
+/// `MACLLoss`, so the gradient is not the derivative of the value. Defaults are lightly's
+/// (τ = 0.1, α = 0.5, A₀ = 0).
 #[derive(Debug, Clone)]
 pub struct MaclLoss {
     temperature: f64,

@@ -1,13 +1,4 @@
-//! Magnet loss (Rippel et al. 2016, <https://arxiv.org/abs/1511.05939>), the embedding objective
-//! of SPL-ADVisE (Thangarasa & Taylor 2018, <https://arxiv.org/abs/1807.09200>, §3.1); see
-//! `docs/methods.md#magnet-loss`.
-//!
-//! A batch holds `M` clusters of `D` examples. With `μ_m` the mean of cluster `m`'s examples in
-//! the batch and `σ² = Σ‖r − μ_own‖² / (MD − 1)`, each example scores
-//! `ℓ = max(0, −log[ exp(−‖r − μ_own‖²/(2σ²) − α) / Σ_{μ of other classes} exp(−‖r − μ‖²/(2σ²)) ])`
-//! and the loss is the batch mean. This is the paper's `2σ²`; public ports divide by `2σ⁴`.
-//! `σ²` is a function of the batch and gradients flow through it, as the formula is written.
-//! The denominator is a log-sum-exp, so nothing underflows for far-apart clusters.
+//! Magnet loss (documented on `MagnetLoss`).
 
 use burn::prelude::*;
 
@@ -31,6 +22,17 @@ impl MagnetLossConfig {
 }
 
 /// Magnet loss. Build it with [`MagnetLossConfig::init`].
+///
+/// Magnet loss (Rippel et al. 2016, <https://arxiv.org/abs/1511.05939>), the embedding objective
+/// of SPL-ADVisE (Thangarasa & Taylor 2018, <https://arxiv.org/abs/1807.09200>, §3.1); see
+/// `docs/methods.md#magnet-loss`.
+///
+/// A batch holds `M` clusters of `D` examples. With `μ_m` the mean of cluster `m`'s examples in
+/// the batch and `σ² = Σ‖r − μ_own‖² / (MD − 1)`, each example scores
+/// `ℓ = max(0, −log[ exp(−‖r − μ_own‖²/(2σ²) − α) / Σ_{μ of other classes} exp(−‖r − μ‖²/(2σ²)) ])`
+/// and the loss is the batch mean. This is the paper's `2σ²`; public ports divide by `2σ⁴`.
+/// `σ²` is a function of the batch and gradients flow through it, as the formula is written.
+/// The denominator is a log-sum-exp, so nothing underflows for far-apart clusters.
 #[derive(Debug, Clone)]
 pub struct MagnetLoss {
     alpha: f64,

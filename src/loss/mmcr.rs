@@ -1,28 +1,4 @@
-//! The MMCR loss (Yerxa, Kuang, Simoncelli & Chung, "Learning Efficient Coding of Natural Images
-//! with Maximum Manifold Capacity Representations", NeurIPS 2023,
-//! <https://arxiv.org/abs/2303.03307>; see `docs/methods.md#mmcr-loss`): the nuclear norm of the
-//! matrix of the images' centroids (their views' mean) is made large, the nuclear norm of each
-//! image's matrix of views small.
-//!
-//! With `k` views of `B` images through the online network and `k` through the momentum network
-//! (`[B, D]` each; the momentum network's without gradient), `Z_b` the `2k × D` matrix of image
-//! `b`'s outputs and `C` the `B × D` matrix of their means over the `2k`:
-//!
-//! ```text
-//! L = −‖C‖_* + λ · Σ_b ‖Z_b‖_* / B
-//! ```
-//!
-//! `λ = 5e-3` (the paper's, lightly's `MMCRLoss`). The outputs are used as they are (lightly
-//! normalises nothing inside the loss).
-//!
-//! # Why on the host
-//! A nuclear norm is the sum of singular values; burn has no singular value decomposition.
-//! `nalgebra` (already a dependency, for Fréchet batch curation) computes the SVD `A = U Σ Vᵀ`
-//! of each matrix in f64 on the host, and the loss is built on the device as `Σ_ij A_ij G_ij`
-//! with `G = U Vᵀ` (the thin factors) detached: its value is `tr(Aᵀ U Vᵀ) = Σ σ = ‖A‖_*` and its
-//! gradient `U Vᵀ`, the nuclear norm's derivative wherever its singular values are positive
-//! (PyTorch's `svd` backward gives the same; at zero singular values see `nuclear_norms`). One
-//! host round trip a step; the tensors stay on their device.
+//! The MMCR loss (documented on `MmcrLoss`).
 
 use burn::prelude::*;
 use burn::tensor::DType;
@@ -53,6 +29,32 @@ impl MmcrLossConfig {
 }
 
 /// The MMCR loss. Build it with [`MmcrLossConfig::init`].
+///
+/// The MMCR loss (Yerxa, Kuang, Simoncelli & Chung, "Learning Efficient Coding of Natural Images
+/// with Maximum Manifold Capacity Representations", NeurIPS 2023,
+/// <https://arxiv.org/abs/2303.03307>; see `docs/methods.md#mmcr-loss`): the nuclear norm of the
+/// matrix of the images' centroids (their views' mean) is made large, the nuclear norm of each
+/// image's matrix of views small.
+///
+/// With `k` views of `B` images through the online network and `k` through the momentum network
+/// (`[B, D]` each; the momentum network's without gradient), `Z_b` the `2k × D` matrix of image
+/// `b`'s outputs and `C` the `B × D` matrix of their means over the `2k`:
+///
+/// ```text
+/// L = −‖C‖_* + λ · Σ_b ‖Z_b‖_* / B
+/// ```
+///
+/// `λ = 5e-3` (the paper's, lightly's `MMCRLoss`). The outputs are used as they are (lightly
+/// normalises nothing inside the loss).
+///
+/// # Why on the host
+/// A nuclear norm is the sum of singular values; burn has no singular value decomposition.
+/// `nalgebra` (already a dependency, for Fréchet batch curation) computes the SVD `A = U Σ Vᵀ`
+/// of each matrix in f64 on the host, and the loss is built on the device as `Σ_ij A_ij G_ij`
+/// with `G = U Vᵀ` (the thin factors) detached: its value is `tr(Aᵀ U Vᵀ) = Σ σ = ‖A‖_*` and its
+/// gradient `U Vᵀ`, the nuclear norm's derivative wherever its singular values are positive
+/// (PyTorch's `svd` backward gives the same; at zero singular values see `nuclear_norms`). One
+/// host round trip a step; the tensors stay on their device.
 #[derive(Debug, Clone)]
 pub struct MmcrLoss {
     lambda: f64,
@@ -99,7 +101,7 @@ impl MmcrLoss {
 }
 
 /// `Σ_m ‖A_m‖_*` of a batch of matrices `a` (`[M, rows, cols]`), as `Σ A ⊙ G` with `G = U Vᵀ`
-/// of each matrix computed on the host (see the module's docs), over the singular values above
+/// of each matrix computed on the host (see [`MmcrLoss`]), over the singular values above
 /// the matrix's numerical rank threshold (`max(rows, cols) · σ_max ·` the machine epsilon of
 /// `a`'s type, LAPACK's and NumPy's rule).
 ///

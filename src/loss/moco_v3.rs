@@ -1,17 +1,4 @@
-//! The MoCo v3 loss (Chen, Xie & He, "An Empirical Study of Training Self-Supervised Vision
-//! Transformers", ICCV 2021, <https://arxiv.org/abs/2104.02057>, Algorithm 1; see
-//! `docs/methods.md#moco-v3-loss`): InfoNCE of each query against the keys of the same batch (no
-//! queue), scaled by `2τ`.
-//!
-//! With `q` the queries (`[N, D]`) and `k` the keys of every image of the global batch
-//! (`[M, D]`, no gradient), both L2-normalised, and query `i`'s positive at key `offset + i`:
-//!
-//! ```text
-//! L = 2τ · (−1/N) Σ_i log [ exp(⟨q_i, k_{offset+i}⟩/τ) / Σ_j exp(⟨q_i, k_j⟩/τ) ]
-//! ```
-//!
-//! (the authors' `nn.CrossEntropyLoss()(logits, labels) * (2 * self.T)`; `offset` is the rank's
-//! first row in a data-parallel run). `τ = 0.2` for ViTs (the paper's), 1.0 for ResNets.
+//! The MoCo v3 loss (documented on `MocoV3Loss`).
 
 use burn::prelude::*;
 
@@ -40,6 +27,21 @@ impl MocoV3LossConfig {
 }
 
 /// The MoCo v3 loss. Build it with [`MocoV3LossConfig::init`].
+///
+/// The MoCo v3 loss (Chen, Xie & He, "An Empirical Study of Training Self-Supervised Vision
+/// Transformers", ICCV 2021, <https://arxiv.org/abs/2104.02057>, Algorithm 1; see
+/// `docs/methods.md#moco-v3-loss`): InfoNCE of each query against the keys of the same batch (no
+/// queue), scaled by `2τ`.
+///
+/// With `q` the queries (`[N, D]`) and `k` the keys of every image of the global batch
+/// (`[M, D]`, no gradient), both L2-normalised, and query `i`'s positive at key `offset + i`:
+///
+/// ```text
+/// L = 2τ · (−1/N) Σ_i log [ exp(⟨q_i, k_{offset+i}⟩/τ) / Σ_j exp(⟨q_i, k_j⟩/τ) ]
+/// ```
+///
+/// (the authors' `nn.CrossEntropyLoss()(logits, labels) * (2 * self.T)`; `offset` is the rank's
+/// first row in a data-parallel run). `τ = 0.2` for ViTs (the paper's), 1.0 for ResNets.
 #[derive(Debug, Clone)]
 pub struct MocoV3Loss {
     temperature: f64,

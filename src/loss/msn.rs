@@ -1,30 +1,4 @@
-//! The loss of Masked Siamese Networks (Assran et al., "Masked Siamese Networks for
-//! Label-Efficient Learning", ECCV 2022, <https://arxiv.org/abs/2204.07141>) and its prior-matching
-//! form PMSN (Assran et al., "The Hidden Uniform Cluster Prior in Self-Supervised Learning", ICLR
-//! 2023, <https://arxiv.org/abs/2210.07277>); see `docs/methods.md#msn-loss`.
-//!
-//! The anchors (masked views) and the target (the unmasked view, through the EMA network) are
-//! compared by their soft assignments to `K` learned prototypes `P`. With `z` the L2-normalised
-//! rows, `V` anchor views of each of `N` images (view-major, `[V·N, D]`) and targets `[N, D]`:
-//!
-//! ```text
-//! p(z)  = softmax(z·P̂ᵀ / τ)                                    (anchors; P̂: normalised rows)
-//! t(z)  = sinkhorn(softmax(z·P̂ᵀ / (τ·T)))                     (targets, no gradient)
-//! CE    = (1 / VN) Σ_anchors −⟨t(target of its image), log p(anchor)⟩
-//! p̄     = (1 / VN) Σ_anchors p(anchor)
-//! R_MSN = Σ_k p̄_k log p̄_k + log K          = KL(p̄ ‖ uniform)    (mean-entropy maximisation)
-//! R_PMSN = Σ_k q_k (log q_k − log p̄_k)     = KL(q ‖ p̄),  q_k ∝ k^(−s)    (power-law prior)
-//! L     = CE + λ·R
-//! ```
-//!
-//! as lightly's `MSNLoss` and `PMSNLoss` (lightly 1.6) and the authors' code: sharpening by
-//! `T` (0.25) is `p^(1/T)` renormalised, computed here as the softmax at temperature `τ·T`, the
-//! same numbers without raising small probabilities to a power; `sinkhorn` is
-//! [`sinkhorn_balance`] (3 iterations, 0 to switch it off). The gradient flows into the anchors
-//! and the prototypes, never into the targets. The regulariser's mean is over every anchor of
-//! the batch: on data-parallel replicas the method sums it over replicas before
-//! [`MsnLoss::regularization`] (the authors' `AllReduce` of the mean), and balances the
-//! targets of the global batch.
+//! The loss of Masked Siamese Networks and PMSN (documented on `MsnLoss`).
 
 use burn::prelude::*;
 use curriculum_ssl_models::kernels::{log_softmax, softmax};
@@ -76,6 +50,34 @@ impl MsnLossConfig {
 }
 
 /// The MSN / PMSN loss. Build it with [`MsnLossConfig::init`].
+///
+/// The loss of Masked Siamese Networks (Assran et al., "Masked Siamese Networks for
+/// Label-Efficient Learning", ECCV 2022, <https://arxiv.org/abs/2204.07141>) and its prior-matching
+/// form PMSN (Assran et al., "The Hidden Uniform Cluster Prior in Self-Supervised Learning", ICLR
+/// 2023, <https://arxiv.org/abs/2210.07277>); see `docs/methods.md#msn-loss`.
+///
+/// The anchors (masked views) and the target (the unmasked view, through the EMA network) are
+/// compared by their soft assignments to `K` learned prototypes `P`. With `z` the L2-normalised
+/// rows, `V` anchor views of each of `N` images (view-major, `[V·N, D]`) and targets `[N, D]`:
+///
+/// ```text
+/// p(z)  = softmax(z·P̂ᵀ / τ)                                    (anchors; P̂: normalised rows)
+/// t(z)  = sinkhorn(softmax(z·P̂ᵀ / (τ·T)))                     (targets, no gradient)
+/// CE    = (1 / VN) Σ_anchors −⟨t(target of its image), log p(anchor)⟩
+/// p̄     = (1 / VN) Σ_anchors p(anchor)
+/// R_MSN = Σ_k p̄_k log p̄_k + log K          = KL(p̄ ‖ uniform)    (mean-entropy maximisation)
+/// R_PMSN = Σ_k q_k (log q_k − log p̄_k)     = KL(q ‖ p̄),  q_k ∝ k^(−s)    (power-law prior)
+/// L     = CE + λ·R
+/// ```
+///
+/// as lightly's `MSNLoss` and `PMSNLoss` (lightly 1.6) and the authors' code: sharpening by
+/// `T` (0.25) is `p^(1/T)` renormalised, computed here as the softmax at temperature `τ·T`, the
+/// same numbers without raising small probabilities to a power; `sinkhorn` is
+/// [`sinkhorn_balance`] (3 iterations, 0 to switch it off). The gradient flows into the anchors
+/// and the prototypes, never into the targets. The regulariser's mean is over every anchor of
+/// the batch: on data-parallel replicas the method sums it over replicas before
+/// [`MsnLoss::regularization`] (the authors' `AllReduce` of the mean), and balances the
+/// targets of the global batch.
 #[derive(Debug, Clone)]
 pub struct MsnLoss {
     config: MsnLossConfig,
@@ -247,7 +249,7 @@ impl MsnLoss {
 }
 
 /// PMSN's power-law prior over `k` prototypes: `q_j ∝ j^(−s)`, `j = 1..k`, summing to 1.
-pub fn power_law(k: usize, s: f64) -> Vec<f64> {
+pub(crate) fn power_law(k: usize, s: f64) -> Vec<f64> {
     let raw: Vec<f64> = (1..=k).map(|j| (j as f64).powf(-s)).collect();
     let total: f64 = raw.iter().sum();
     raw.into_iter().map(|q| q / total).collect()

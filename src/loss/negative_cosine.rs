@@ -1,11 +1,4 @@
-//! Negative cosine similarity with stop-gradient, the objective of SimSiam
-//! (<https://arxiv.org/abs/2011.10566>) and BYOL (<https://arxiv.org/abs/2006.07733>); see
-//! `docs/methods.md#negative-cosine`.
-//!
-//! `D(p, z) = −mean_i (p_i/‖p_i‖)·(z_i/‖z_i‖)` with `z` detached; SimSiam's loss is
-//! `D(p1, z2)/2 + D(p2, z1)/2`, BYOL's the sum of its two orderings. BYOL's paper writes the same objective as the normalised MSE
-//! `‖p̂ − ẑ‖² = 2 − 2 cos`: an affine map of the same quantity (same minimiser, gradients ×2).
-//! [`NegativeCosineForm`] picks one; the default is SimSiam's `−cos`.
+//! Negative cosine similarity with stop-gradient (documented on `NegativeCosineLoss`).
 
 use burn::prelude::*;
 
@@ -39,6 +32,15 @@ impl NegativeCosineLossConfig {
 
 /// Negative cosine loss with stop-gradient on the target. Build it with
 /// [`NegativeCosineLossConfig::init`].
+///
+/// Negative cosine similarity with stop-gradient, the objective of SimSiam
+/// (<https://arxiv.org/abs/2011.10566>) and BYOL (<https://arxiv.org/abs/2006.07733>); see
+/// `docs/methods.md#negative-cosine`.
+///
+/// `D(p, z) = −mean_i (p_i/‖p_i‖)·(z_i/‖z_i‖)` with `z` detached; SimSiam's loss is
+/// `D(p1, z2)/2 + D(p2, z1)/2`, BYOL's the sum of its two orderings. BYOL's paper writes the same objective as the normalised MSE
+/// `‖p̂ − ẑ‖² = 2 − 2 cos`: an affine map of the same quantity (same minimiser, gradients ×2).
+/// [`NegativeCosineForm`] picks one; the default is SimSiam's `−cos`.
 #[derive(Debug, Clone)]
 pub struct NegativeCosineLoss {
     form: NegativeCosineForm,

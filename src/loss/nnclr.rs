@@ -1,20 +1,4 @@
-//! The NNCLR loss (Dwibedi, Aytar, Tompson, Sermanet & Zisserman, "With a Little Help from My
-//! Friends: Nearest-Neighbor Contrastive Learning of Visual Representations", ICCV 2021,
-//! <https://arxiv.org/abs/2104.14548>, eq. 2; see `docs/methods.md#nnclr-loss`): the nearest
-//! neighbour of each image's projection in a support set is the positive of the other view's
-//! prediction, the other images' predictions its negatives.
-//!
-//! With `nn` the neighbours (`[N, D]`, no gradient) and `p` the other view's predictions
-//! (`[N, D]`), both L2-normalised:
-//!
-//! ```text
-//! L = −(1/N) Σ_i log [ exp(⟨nn_i, p_i⟩/τ) / Σ_k exp(⟨nn_i, p_k⟩/τ) ]
-//! ```
-//!
-//! `τ = 0.1` (the paper's). The method averages the two directions (`L(nn1, p2) + L(nn2, p1)`)/2,
-//! as the paper's symmetrised loss and solo-learn's `nnclr_loss_func`. (lightly trains NNCLR with
-//! NT-Xent between `nn` and `p`, whose denominator also holds the other `nn_k`; the paper's
-//! denominator holds only the predictions.)
+//! The NNCLR loss (documented on `NnClrLoss`).
 
 use burn::prelude::*;
 
@@ -22,34 +6,52 @@ use super::shape_checks::assert_same_shape;
 use super::similarity::{l2_normalize, stop_gradient};
 use crate::base::error::{positive, ConfigError};
 
-/// Configuration of [`NnclrLoss`].
+/// Configuration of [`NnClrLoss`].
 #[derive(Config, Debug)]
-pub struct NnclrLossConfig {
+pub struct NnClrLossConfig {
     /// Temperature `τ` (the paper's 0.1).
     #[config(default = 0.1)]
     pub temperature: f64,
 }
 
-impl NnclrLossConfig {
+impl NnClrLossConfig {
     /// Validates the temperature and builds the loss.
     ///
     /// # Errors
     /// A temperature that is not positive.
-    pub fn init(&self) -> Result<NnclrLoss, ConfigError> {
+    pub fn init(&self) -> Result<NnClrLoss, ConfigError> {
         positive("temperature", self.temperature)?;
-        Ok(NnclrLoss {
+        Ok(NnClrLoss {
             temperature: self.temperature,
         })
     }
 }
 
-/// The NNCLR loss. Build it with [`NnclrLossConfig::init`].
+/// The NNCLR loss. Build it with [`NnClrLossConfig::init`].
+///
+/// The NNCLR loss (Dwibedi, Aytar, Tompson, Sermanet & Zisserman, "With a Little Help from My
+/// Friends: Nearest-Neighbor Contrastive Learning of Visual Representations", ICCV 2021,
+/// <https://arxiv.org/abs/2104.14548>, eq. 2; see `docs/methods.md#nnclr-loss`): the nearest
+/// neighbour of each image's projection in a support set is the positive of the other view's
+/// prediction, the other images' predictions its negatives.
+///
+/// With `nn` the neighbours (`[N, D]`, no gradient) and `p` the other view's predictions
+/// (`[N, D]`), both L2-normalised:
+///
+/// ```text
+/// L = −(1/N) Σ_i log [ exp(⟨nn_i, p_i⟩/τ) / Σ_k exp(⟨nn_i, p_k⟩/τ) ]
+/// ```
+///
+/// `τ = 0.1` (the paper's). The method averages the two directions (`L(nn1, p2) + L(nn2, p1)`)/2,
+/// as the paper's symmetrised loss and solo-learn's `nnclr_loss_func`. (lightly trains NNCLR with
+/// NT-Xent between `nn` and `p`, whose denominator also holds the other `nn_k`; the paper's
+/// denominator holds only the predictions.)
 #[derive(Debug, Clone)]
-pub struct NnclrLoss {
+pub struct NnClrLoss {
     temperature: f64,
 }
 
-impl NnclrLoss {
+impl NnClrLoss {
     /// The loss of the neighbours `nn` (no gradient flows into them) against the predictions `p`.
     ///
     /// # Shapes
@@ -58,7 +60,7 @@ impl NnclrLoss {
     /// # Panics
     /// If the shapes differ.
     pub fn forward<B: Backend>(&self, nn: Tensor<B, 2>, p: Tensor<B, 2>) -> Tensor<B, 1> {
-        assert_same_shape("NnclrLoss", ("nn", nn.dims()), ("p", p.dims()));
+        assert_same_shape("NnClrLoss", ("nn", nn.dims()), ("p", p.dims()));
         let [n, _] = nn.dims();
         let nn = l2_normalize(stop_gradient(nn));
         let p = l2_normalize(p);
@@ -75,7 +77,7 @@ mod tests {
 
     #[test]
     fn a_temperature_that_is_not_positive_is_named() {
-        let e = NnclrLossConfig::new()
+        let e = NnClrLossConfig::new()
             .with_temperature(0.0)
             .init()
             .unwrap_err();

@@ -1,9 +1,4 @@
-//! NT-Xent, the normalised temperature-scaled cross-entropy of SimCLR (Chen et al. 2020,
-//! <https://arxiv.org/abs/2002.05709>; see `docs/methods.md#nt-xent`).
-//!
-//! `2B` projections (two views of `B` images). For anchor `i` with positive `j(i)`, the logits are
-//! `s_ik / τ` over every `k ≠ i` (`2B − 1` entries) and `loss_i = −log softmax_{j(i)}`; the batch
-//! loss is the mean over all `2B` anchors.
+//! NT-Xent, SimCLR's loss (documented on `NtXentLoss`).
 
 use burn::prelude::*;
 
@@ -29,6 +24,13 @@ impl NtXentLossConfig {
 }
 
 /// NT-Xent loss. Build it with [`NtXentLossConfig::init`].
+///
+/// NT-Xent, the normalised temperature-scaled cross-entropy of SimCLR (Chen et al. 2020,
+/// <https://arxiv.org/abs/2002.05709>; see `docs/methods.md#nt-xent`).
+///
+/// `2B` projections (two views of `B` images). For anchor `i` with positive `j(i)`, the logits are
+/// `s_ik / τ` over every `k ≠ i` (`2B − 1` entries) and `loss_i = −log softmax_{j(i)}`; the batch
+/// loss is the mean over all `2B` anchors.
 #[derive(Debug, Clone)]
 pub struct NtXentLoss {
     temperature: f64,

@@ -1,20 +1,4 @@
-//! The ReSSL loss (Zheng, You, Wang, Qian, Zhang, Wang & Xu, "ReSSL: Relational Self-Supervised
-//! Learning with Weak Augmentation", NeurIPS 2021, <https://arxiv.org/abs/2107.09282>, eq. 3; see
-//! `docs/methods.md#ressl-loss`): the relation of a weakly augmented key to a queue of earlier
-//! keys, sharpened, is the target of the relation of the strongly augmented query to the same
-//! queue.
-//!
-//! With `q`, `k` L2-normalised (`[N, D]`, `k` without gradient) and the queue `Q` (`[K, D]`, unit
-//! rows, no gradient):
-//!
-//! ```text
-//! L = −(1/N) Σ_n Σ_j softmax(k_n Qᵀ / τ_k)_j · log softmax(q_n Qᵀ / τ_q)_j
-//! ```
-//!
-//! `τ_q = 0.1`, `τ_k = 0.04` (the paper's and solo-learn's `ressl_loss_func`; `τ_k < τ_q`
-//! sharpens the target). The queue holds keys only: no positive logit, no in-batch negatives.
-//! lightly has no ReSSL; the reference is solo-learn's function
-//! (`tests/pytorch/method_zoo_losses.py`).
+//! The ReSSL loss (documented on `ReSslLoss`).
 
 use burn::prelude::*;
 use curriculum_ssl_models::kernels::{log_softmax, softmax};
@@ -23,9 +7,9 @@ use super::shape_checks::assert_same_shape;
 use super::similarity::{l2_normalize, stop_gradient};
 use crate::base::error::{positive, ConfigError};
 
-/// Configuration of [`ResslLoss`].
+/// Configuration of [`ReSslLoss`].
 #[derive(Config, Debug)]
-pub struct ResslLossConfig {
+pub struct ReSslLossConfig {
     /// Temperature `τ_q` of the query's relation (the paper's 0.1).
     #[config(default = 0.1)]
     pub temperature_q: f64,
@@ -34,29 +18,47 @@ pub struct ResslLossConfig {
     pub temperature_k: f64,
 }
 
-impl ResslLossConfig {
+impl ReSslLossConfig {
     /// Validates the temperatures and builds the loss.
     ///
     /// # Errors
     /// A temperature that is not positive, named.
-    pub fn init(&self) -> Result<ResslLoss, ConfigError> {
+    pub fn init(&self) -> Result<ReSslLoss, ConfigError> {
         positive("temperature_q", self.temperature_q)?;
         positive("temperature_k", self.temperature_k)?;
-        Ok(ResslLoss {
+        Ok(ReSslLoss {
             temperature_q: self.temperature_q,
             temperature_k: self.temperature_k,
         })
     }
 }
 
-/// The ReSSL loss. Build it with [`ResslLossConfig::init`].
+/// The ReSSL loss. Build it with [`ReSslLossConfig::init`].
+///
+/// The ReSSL loss (Zheng, You, Wang, Qian, Zhang, Wang & Xu, "ReSSL: Relational Self-Supervised
+/// Learning with Weak Augmentation", NeurIPS 2021, <https://arxiv.org/abs/2107.09282>, eq. 3; see
+/// `docs/methods.md#ressl-loss`): the relation of a weakly augmented key to a queue of earlier
+/// keys, sharpened, is the target of the relation of the strongly augmented query to the same
+/// queue.
+///
+/// With `q`, `k` L2-normalised (`[N, D]`, `k` without gradient) and the queue `Q` (`[K, D]`, unit
+/// rows, no gradient):
+///
+/// ```text
+/// L = −(1/N) Σ_n Σ_j softmax(k_n Qᵀ / τ_k)_j · log softmax(q_n Qᵀ / τ_q)_j
+/// ```
+///
+/// `τ_q = 0.1`, `τ_k = 0.04` (the paper's and solo-learn's `ressl_loss_func`; `τ_k < τ_q`
+/// sharpens the target). The queue holds keys only: no positive logit, no in-batch negatives.
+/// lightly has no ReSSL; the reference is solo-learn's function
+/// (`tests/pytorch/method_zoo_losses.py`).
 #[derive(Debug, Clone)]
-pub struct ResslLoss {
+pub struct ReSslLoss {
     temperature_q: f64,
     temperature_k: f64,
 }
 
-impl ResslLoss {
+impl ReSslLoss {
     /// The loss of the queries `q` against the keys `k` (no gradient flows into them) over the
     /// queue `queue` (unit rows, no gradient).
     ///
@@ -71,12 +73,12 @@ impl ResslLoss {
         k: Tensor<B, 2>,
         queue: Tensor<B, 2>,
     ) -> Tensor<B, 1> {
-        assert_same_shape("ResslLoss", ("q", q.dims()), ("k", k.dims()));
+        assert_same_shape("ReSslLoss", ("q", q.dims()), ("k", k.dims()));
         let [n, d] = q.dims();
         assert_eq!(
             queue.dims()[1],
             d,
-            "ResslLoss: the queue's rows have {} elements, the queries {d}",
+            "ReSslLoss: the queue's rows have {} elements, the queries {d}",
             queue.dims()[1]
         );
         let queue = stop_gradient(queue).transpose();
@@ -107,11 +109,11 @@ mod tests {
     fn a_temperature_that_is_not_positive_is_named() {
         for (config, field) in [
             (
-                ResslLossConfig::new().with_temperature_q(0.0),
+                ReSslLossConfig::new().with_temperature_q(0.0),
                 "temperature_q",
             ),
             (
-                ResslLossConfig::new().with_temperature_k(-1.0),
+                ReSslLossConfig::new().with_temperature_k(-1.0),
                 "temperature_k",
             ),
         ] {
@@ -128,7 +130,7 @@ mod tests {
         let row = |v: [f64; 2]| Tensor::<B, 2>::from_data(TensorData::new(v.to_vec(), [1, 2]), &d);
         let queue =
             Tensor::<B, 2>::from_data(TensorData::new(vec![1.0, 0.0, 0.0, 1.0], [2, 2]), &d);
-        let loss = ResslLossConfig::new()
+        let loss = ReSslLossConfig::new()
             .with_temperature_q(0.5)
             .with_temperature_k(0.25)
             .init()

@@ -1,17 +1,4 @@
-//! SoftNCE, the soft-target InfoNCE of Light-MoCo (Lin et al., "Establishing a stronger baseline
-//! for lightweight contrastive models", <https://arxiv.org/abs/2212.07158>, eq. 2 and §3.2); see
-//! `docs/methods.md#softnce`.
-//!
-//! Logits as in [InfoNCE](super::info_nce). Instead of a one-hot target, the positive gets `α`
-//! and the `K` negatives of the queue most similar to the query get `β_1 ≥ … ≥ β_K` (rank 1 =
-//! most similar), summing to `1 − α`; every other entry gets 0. The loss is
-//! `−Σ target · log_softmax(logits)`, averaged over rows. Since the target sums to one this is
-//! `logsumexp(logits) − α·l_pos/τ − Σ_k β_k·v_k/τ` with `v_k` the `k`-th largest negative
-//! similarity, which is how it is computed: no `[B, 1 + K_queue]` target is ever built.
-//!
-//! Picking the `K` nearest negatives among a large queue (65,536 keys) by sorting each row would
-//! cost more than the loss itself, so [`top_k_indices`] first keeps the `K` chunks with the
-//! largest maxima (they contain the top `K`) and looks only inside those.
+//! SoftNCE, Light-MoCo's soft-target InfoNCE (documented on `SoftNceLoss`).
 
 use burn::prelude::*;
 
@@ -126,6 +113,21 @@ impl SoftNceLossConfig {
 }
 
 /// SoftNCE loss. Build it with [`SoftNceLossConfig::init`].
+///
+/// SoftNCE, the soft-target InfoNCE of Light-MoCo (Lin et al., "Establishing a stronger baseline
+/// for lightweight contrastive models", <https://arxiv.org/abs/2212.07158>, eq. 2 and §3.2); see
+/// `docs/methods.md#softnce`.
+///
+/// Logits as in [InfoNCE](super::InfoNceLoss). Instead of a one-hot target, the positive gets `α`
+/// and the `K` negatives of the queue most similar to the query get `β_1 ≥ … ≥ β_K` (rank 1 =
+/// most similar), summing to `1 − α`; every other entry gets 0. The loss is
+/// `−Σ target · log_softmax(logits)`, averaged over rows. Since the target sums to one this is
+/// `logsumexp(logits) − α·l_pos/τ − Σ_k β_k·v_k/τ` with `v_k` the `k`-th largest negative
+/// similarity, which is how it is computed: no `[B, 1 + K_queue]` target is ever built.
+///
+/// Picking the `K` nearest negatives among a large queue (65,536 keys) by sorting each row would
+/// cost more than the loss itself, so [`top_k_indices`] first keeps the `K` chunks with the
+/// largest maxima (they contain the top `K`) and looks only inside those.
 #[derive(Debug, Clone)]
 pub struct SoftNceLoss {
     temperature: f64,

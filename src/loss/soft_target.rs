@@ -1,10 +1,4 @@
-//! Soft-target cross-entropy for mixed queries, in the MixCo form (Kim et al. 2020,
-//! <https://arxiv.org/abs/2010.06300>); see `docs/methods.md#soft-target-cross-entropy`.
-//!
-//! A query made by mixing two images `a` and `b` with share `λ` is scored against a set of
-//! candidate keys (the keys of the batch, then the queue); its target puts `λ` on `a`'s key and
-//! `1 − λ` on `b`'s, 0 elsewhere. The loss is `−Σ target · log_softmax(q·keysᵀ / τ)`, averaged
-//! over queries. [`mixup_targets`] builds the usual target for a batch mixed with a permutation.
+//! Soft-target cross-entropy for mixed queries (documented on `SoftTargetCrossEntropy`).
 
 use burn::prelude::*;
 
@@ -31,6 +25,14 @@ impl SoftTargetCrossEntropyConfig {
 }
 
 /// Cross-entropy against soft targets. Build it with [`SoftTargetCrossEntropyConfig::init`].
+///
+/// Soft-target cross-entropy for mixed queries, in the MixCo form (Kim et al. 2020,
+/// <https://arxiv.org/abs/2010.06300>); see `docs/methods.md#soft-target-cross-entropy`.
+///
+/// A query made by mixing two images `a` and `b` with share `λ` is scored against a set of
+/// candidate keys (the keys of the batch, then the queue); its target puts `λ` on `a`'s key and
+/// `1 − λ` on `b`'s, 0 elsewhere. The loss is `−Σ target · log_softmax(q·keysᵀ / τ)`, averaged
+/// over queries. [`mixup_targets`] builds the usual target for a batch mixed with a permutation.
 #[derive(Debug, Clone)]
 pub struct SoftTargetCrossEntropy {
     temperature: f64,

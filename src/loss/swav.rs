@@ -1,22 +1,4 @@
-//! The SwAV loss (Caron et al., "Unsupervised Learning of Visual Features by Contrasting Cluster
-//! Assignments", NeurIPS 2020, <https://arxiv.org/abs/2006.09882>; see
-//! `docs/methods.md#swav-loss`): swapped prediction of codes computed online by Sinkhorn–Knopp.
-//!
-//! For every global view `i`, its codes `Q_i = sinkhorn(S_i)` are computed from its prototype
-//! scores `S_i = z_i Cᵀ` (`[N, K]`, cosines: `z` and the prototypes `C` are unit vectors),
-//! without gradient, optionally together with the scores of a queue of earlier batches' global
-//! views (the codes of the current batch are kept). Every other view `v` (the other global view
-//! and all local crops) predicts them:
-//!
-//! ```text
-//! ℓ(v, Q) = −(1/N) Σ_n Σ_k Q_nk · log softmax(S_v / τ)_nk
-//! L = (1 / |G|) Σ_{i ∈ G} (1 / (V_total − 1)) Σ_{v ≠ i} ℓ(v, Q_i)
-//! ```
-//!
-//! as SwAV's code and lightly's `SwaVLoss` average them. Sinkhorn–Knopp (the paper's
-//! Algorithm 1, 3 iterations, `ε = 0.05`): `Q = exp(S/ε)ᵀ / Σ`, then alternately rows
-//! (prototypes) to `1/K` and columns (images) to `1/B`, and finally `B·Q`, so that each image's
-//! code sums to 1 and the prototypes share the batch equally.
+//! The SwAV loss (documented on `SwavLoss`).
 
 use burn::prelude::*;
 
@@ -60,6 +42,26 @@ impl SwavLossConfig {
 }
 
 /// The SwAV loss. Build it with [`SwavLossConfig::init`].
+///
+/// The SwAV loss (Caron et al., "Unsupervised Learning of Visual Features by Contrasting Cluster
+/// Assignments", NeurIPS 2020, <https://arxiv.org/abs/2006.09882>; see
+/// `docs/methods.md#swav-loss`): swapped prediction of codes computed online by Sinkhorn–Knopp.
+///
+/// For every global view `i`, its codes `Q_i = sinkhorn(S_i)` are computed from its prototype
+/// scores `S_i = z_i Cᵀ` (`[N, K]`, cosines: `z` and the prototypes `C` are unit vectors),
+/// without gradient, optionally together with the scores of a queue of earlier batches' global
+/// views (the codes of the current batch are kept). Every other view `v` (the other global view
+/// and all local crops) predicts them:
+///
+/// ```text
+/// ℓ(v, Q) = −(1/N) Σ_n Σ_k Q_nk · log softmax(S_v / τ)_nk
+/// L = (1 / |G|) Σ_{i ∈ G} (1 / (V_total − 1)) Σ_{v ≠ i} ℓ(v, Q_i)
+/// ```
+///
+/// as SwAV's code and lightly's `SwaVLoss` average them. Sinkhorn–Knopp (the paper's
+/// Algorithm 1, 3 iterations, `ε = 0.05`): `Q = exp(S/ε)ᵀ / Σ`, then alternately rows
+/// (prototypes) to `1/K` and columns (images) to `1/B`, and finally `B·Q`, so that each image's
+/// code sums to 1 and the prototypes share the batch equally.
 #[derive(Debug, Clone)]
 pub struct SwavLoss {
     temperature: f64,
@@ -86,7 +88,7 @@ pub fn sinkhorn<B: Backend>(scores: Tensor<B, 2>, iterations: usize, epsilon: f6
 /// made equal and every image's row made to sum `1/B`; the result is scaled by `B`, so that
 /// every row sums to 1 (with 0 iterations: `B·q / Σq`). No gradient flows
 /// through it. [`sinkhorn`] runs it on `exp(S/ε)` (SwAV); MSN on sharpened probabilities
-/// ([`crate::loss::msn`]).
+/// ([`MsnLoss`](super::MsnLoss)).
 ///
 /// # Shapes
 /// - `q`: `[B, K]` → `[B, K]`

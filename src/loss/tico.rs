@@ -1,18 +1,4 @@
-//! The TiCo loss (Zhu, Moraes, Karakulak, Sobol, Canziani & LeCun, "TiCo: Transformation Invariance
-//! and Covariance Contrast for Self-Supervised Visual Representation Learning", 2022,
-//! <https://arxiv.org/abs/2206.10698>; see `docs/methods.md#tico-loss`): transformation invariance
-//! plus a contrast against a running covariance of the embeddings, an implicit memory bank.
-//!
-//! With `z_a`, `z_b` L2-normalised (`[N, D]`) and the running matrix `C` (`[D, D]`, no gradient):
-//!
-//! ```text
-//! B  = z_aᵀ z_a / N                       (no gradient)
-//! C' = β·C + (1 − β)·B
-//! L  = 1 − mean_n ⟨z_a,n, z_b,n⟩ + ρ · mean_n z_a,n C' z_a,nᵀ
-//! ```
-//!
-//! and `C'` is the next step's `C` (`C` starts at zero). `β = 0.9`, `ρ = 20` (the paper's,
-//! lightly's `TicoLoss`).
+//! The TiCo loss (documented on `TicoLoss`).
 
 use burn::prelude::*;
 
@@ -48,6 +34,22 @@ impl TicoLossConfig {
 
 /// The TiCo loss. Build it with [`TicoLossConfig::init`]. The running covariance is the
 /// caller's state: [`TicoLoss::forward`] takes it and returns the next one.
+///
+/// The TiCo loss (Zhu, Moraes, Karakulak, Sobol, Canziani & LeCun, "TiCo: Transformation Invariance
+/// and Covariance Contrast for Self-Supervised Visual Representation Learning", 2022,
+/// <https://arxiv.org/abs/2206.10698>; see `docs/methods.md#tico-loss`): transformation invariance
+/// plus a contrast against a running covariance of the embeddings, an implicit memory bank.
+///
+/// With `z_a`, `z_b` L2-normalised (`[N, D]`) and the running matrix `C` (`[D, D]`, no gradient):
+///
+/// ```text
+/// B  = z_aᵀ z_a / N                       (no gradient)
+/// C' = β·C + (1 − β)·B
+/// L  = 1 − mean_n ⟨z_a,n, z_b,n⟩ + ρ · mean_n z_a,n C' z_a,nᵀ
+/// ```
+///
+/// and `C'` is the next step's `C` (`C` starts at zero). `β = 0.9`, `ρ = 20` (the paper's,
+/// lightly's `TicoLoss`).
 #[derive(Debug, Clone)]
 pub struct TicoLoss {
     beta: f64,

@@ -1,30 +1,13 @@
-//! The VIbCReg loss (Lee & Aune, "VIbCReg: Variance-Invariance-better-Covariance Regularization
-//! for Self-Supervised Learning on Time Series", 2021, <https://arxiv.org/abs/2109.00783>; see
-//! `docs/methods.md#vibcreg-loss`): VICReg's invariance and variance terms with a covariance term
-//! on the normalised correlation, so that its scale does not grow with the features' variance.
-//!
-//! With `Z`, `Z'` the two views' projections (`[N, D]`):
-//!
-//! ```text
-//! s      = mean_{n,d} (Z − Z')²
-//! v(Z)   = mean_d max(0, 1 − √(Var_n(Z_d) + ε))                (unbiased variance)
-//! Ẑ      = (Z − mean_n Z), each column divided by its L2 norm over the batch
-//! c(Z)   = Σ_{i≠j} (ẐᵀẐ)_ij² / D²
-//! L      = λ·s + μ·(v(Z) + v(Z')) + ν·(c(Z) + c(Z'))
-//! ```
-//!
-//! `λ = 25`, `μ = 25`, `ν = 200`, `ε = 1e-4` (the paper's, solo-learn's `vibcreg_loss_func`,
-//! which sums the two views' variance terms where VICReg's authors average them). lightly has no
-//! VIbCReg; the reference is solo-learn's function (`tests/pytorch/vibcreg.py`).
+//! The VIbCReg loss (documented on `VibcRegLoss`).
 
 use burn::prelude::*;
 
 use super::vicreg::{variance_hinge, weighted_terms, VicRegTerms};
 use crate::base::error::{non_negative, positive, ConfigError};
 
-/// Configuration of [`VibcregLoss`].
+/// Configuration of [`VibcRegLoss`].
 #[derive(Config, Debug)]
-pub struct VibcregLossConfig {
+pub struct VibcRegLossConfig {
     /// Weights `[λ, μ, ν]` of the invariance, variance and covariance terms (25, 25, 200).
     #[config(default = "[25.0, 25.0, 200.0]")]
     pub weights: [f64; 3],
@@ -33,36 +16,55 @@ pub struct VibcregLossConfig {
     pub epsilon: f64,
 }
 
-impl VibcregLossConfig {
+impl VibcRegLossConfig {
     /// Validates the settings and builds the loss.
     ///
     /// # Errors
     /// A negative weight or a non-positive `ε`, named.
-    pub fn init(&self) -> Result<VibcregLoss, ConfigError> {
+    pub fn init(&self) -> Result<VibcRegLoss, ConfigError> {
         for w in self.weights {
             non_negative("weights", w)?;
         }
         positive("epsilon", self.epsilon)?;
-        Ok(VibcregLoss {
+        Ok(VibcRegLoss {
             weights: self.weights,
             epsilon: self.epsilon,
         })
     }
 }
 
-/// The VIbCReg loss. Build it with [`VibcregLossConfig::init`].
+/// The VIbCReg loss. Build it with [`VibcRegLossConfig::init`].
+///
+/// The VIbCReg loss (Lee & Aune, "VIbCReg: Variance-Invariance-better-Covariance Regularization
+/// for Self-Supervised Learning on Time Series", 2021, <https://arxiv.org/abs/2109.00783>; see
+/// `docs/methods.md#vibcreg-loss`): VICReg's invariance and variance terms with a covariance term
+/// on the normalised correlation, so that its scale does not grow with the features' variance.
+///
+/// With `Z`, `Z'` the two views' projections (`[N, D]`):
+///
+/// ```text
+/// s      = mean_{n,d} (Z − Z')²
+/// v(Z)   = mean_d max(0, 1 − √(Var_n(Z_d) + ε))                (unbiased variance)
+/// Ẑ      = (Z − mean_n Z), each column divided by its L2 norm over the batch
+/// c(Z)   = Σ_{i≠j} (ẐᵀẐ)_ij² / D²
+/// L      = λ·s + μ·(v(Z) + v(Z')) + ν·(c(Z) + c(Z'))
+/// ```
+///
+/// `λ = 25`, `μ = 25`, `ν = 200`, `ε = 1e-4` (the paper's, solo-learn's `vibcreg_loss_func`,
+/// which sums the two views' variance terms where VICReg's authors average them). lightly has no
+/// VIbCReg; the reference is solo-learn's function (`tests/pytorch/vibcreg.py`).
 #[derive(Debug, Clone)]
-pub struct VibcregLoss {
+pub struct VibcRegLoss {
     weights: [f64; 3],
     epsilon: f64,
 }
 
-/// The three terms of [`VibcregLoss`], unweighted, and the weighted total: VICReg's
+/// The three terms of [`VibcRegLoss`], unweighted, and the weighted total: VICReg's
 /// ([`VicRegTerms`]), with `variance` the sum `v(Z) + v(Z')` and `covariance` the normalised
 /// correlation's `c(Z) + c(Z')`.
-pub type VibcregTerms<B> = VicRegTerms<B>;
+pub type VibcRegTerms<B> = VicRegTerms<B>;
 
-impl VibcregLoss {
+impl VibcRegLoss {
     /// The weighted loss.
     ///
     /// # Shapes
@@ -78,7 +80,7 @@ impl VibcregLoss {
     ///
     /// # Panics
     /// If the shapes differ or the batch has fewer than two images.
-    pub fn terms<B: Backend>(&self, z1: Tensor<B, 2>, z2: Tensor<B, 2>) -> VibcregTerms<B> {
+    pub fn terms<B: Backend>(&self, z1: Tensor<B, 2>, z2: Tensor<B, 2>) -> VibcRegTerms<B> {
         let epsilon = self.epsilon;
         weighted_terms(
             "VIbCReg",
@@ -124,7 +126,7 @@ mod tests {
     fn two_images_by_hand() {
         let d = Default::default();
         let m = |v: [f64; 4]| Tensor::<B, 2>::from_data(TensorData::new(v.to_vec(), [2, 2]), &d);
-        let terms = VibcregLossConfig::new()
+        let terms = VibcRegLossConfig::new()
             .init()
             .unwrap()
             .terms(m([1.0, 0.0, 3.0, 2.0]), m([0.0, 0.0, 3.0, 3.0]));
@@ -139,10 +141,10 @@ mod tests {
     fn bad_settings_are_named() {
         for (config, field) in [
             (
-                VibcregLossConfig::new().with_weights([25.0, -1.0, 200.0]),
+                VibcRegLossConfig::new().with_weights([25.0, -1.0, 200.0]),
                 "weights",
             ),
-            (VibcregLossConfig::new().with_epsilon(0.0), "epsilon"),
+            (VibcRegLossConfig::new().with_epsilon(0.0), "epsilon"),
         ] {
             assert_eq!(config.init().unwrap_err().field, field);
         }

@@ -1,12 +1,4 @@
-//! The VICReg loss (Bardes, Ponce & LeCun, "VICReg: Variance-Invariance-Covariance
-//! Regularization for Self-Supervised Learning", ICLR 2022, <https://arxiv.org/abs/2105.04906>;
-//! see `docs/methods.md#vicreg-loss`).
-//!
-//! `L = λ·s(Z, Z') + μ·[v(Z) + v(Z')]/2 + ν·[c(Z) + c(Z')]` with the invariance
-//! `s = mean (z − z')²` over all `N·D` entries, the variance hinge
-//! `v(Z) = mean_j max(0, 1 − sqrt(Var(z_j) + ε))` (unbiased variance) and the covariance
-//! `c(Z) = Σ_{i≠j} Cov(Z)_ij² / D` (`Cov` with `N − 1`); the authors' code and lightly average the
-//! two variance terms, as here.
+//! The VICReg loss (documented on `VicRegLoss`).
 
 use burn::prelude::*;
 
@@ -54,13 +46,23 @@ impl VicRegLossConfig {
 }
 
 /// The VICReg loss. Build it with [`VicRegLossConfig::init`].
+///
+/// The VICReg loss (Bardes, Ponce & LeCun, "VICReg: Variance-Invariance-Covariance
+/// Regularization for Self-Supervised Learning", ICLR 2022, <https://arxiv.org/abs/2105.04906>;
+/// see `docs/methods.md#vicreg-loss`).
+///
+/// `L = λ·s(Z, Z') + μ·[v(Z) + v(Z')]/2 + ν·[c(Z) + c(Z')]` with the invariance
+/// `s = mean (z − z')²` over all `N·D` entries, the variance hinge
+/// `v(Z) = mean_j max(0, 1 − sqrt(Var(z_j) + ε))` (unbiased variance) and the covariance
+/// `c(Z) = Σ_{i≠j} Cov(Z)_ij² / D` (`Cov` with `N − 1`); the authors' code and lightly average the
+/// two variance terms, as here.
 #[derive(Debug, Clone)]
 pub struct VicRegLoss {
     weights: [f64; 3],
     epsilon: f64,
 }
 
-/// The three terms of [`VicRegLoss`] (and of [`VibcregLoss`](super::VibcregLoss), whose
+/// The three terms of [`VicRegLoss`] (and of [`VibcRegLoss`](super::VibcRegLoss), whose
 /// variance and covariance terms are its own), unweighted, and the weighted total.
 #[derive(Debug, Clone)]
 pub struct VicRegTerms<B: Backend> {

@@ -1,32 +1,4 @@
-//! The W-MSE loss (Ermolov, Siarohin, Sangineto & Sebe, "Whitening for Self-Supervised
-//! Representation Learning", ICML 2021, <https://arxiv.org/abs/2007.06346>; see
-//! `docs/methods.md#w-mse-loss`): each view's projections are whitened in sub-batches, and the
-//! whitened views of an image are pulled together. Whitening (zero mean, identity covariance
-//! within the sub-batch) rules out the collapse that a plain distance between the views would
-//! reach, with no negatives and no asymmetry between the branches.
-//!
-//! For each of `w_iter` random orders of the batch's `N` rows, the rows are cut into sub-batches
-//! of `w_size` (the same rows for every view); in each sub-batch `X` (`n × D`) of each view,
-//!
-//! ```text
-//! X_c = X − mean(X),  S = X_cᵀ X_c / (n − 1),  L Lᵀ = (1 − ε) S + ε I  (Cholesky),
-//! Z = X_c L⁻ᵀ
-//! ```
-//!
-//! and the loss is `2 − 2·mean_rows cos(z_i, z'_i)` over the images, averaged over the orders
-//! (and over the pairs of views; here two views). As lightly's `WMSELoss` (`Whitening2d`,
-//! `norm_mse_loss`), which the float64 test reproduces with its orders: gradients flow into
-//! both views and through the mean, the covariance, the Cholesky factor and its inverse.
-//! solo-learn's `wmse_loss_func` detaches the second view of each pair (the same value, half
-//! the gradient paths); lightly's running statistics serve only its eval mode, not training,
-//! and are not kept here.
-//!
-//! # Why the factorisation is written here
-//! burn has no Cholesky decomposition or triangular solve, and the gradient must flow through
-//! both. They are written as `D` steps of tensor operations on the device (one column of `L`,
-//! then one row of `L⁻¹`, each a product with what is already known), batched over every
-//! sub-batch of every view at once, so autodiff differentiates them as any other operations.
-//! `D` is W-MSE's small projection width (64 in both peers' settings).
+//! The W-MSE loss (documented on `WmseLoss`).
 
 use burn::prelude::*;
 use rand::seq::SliceRandom;
@@ -89,6 +61,36 @@ impl WmseLossConfig {
 }
 
 /// The W-MSE loss. Build it with [`WmseLossConfig::init`].
+///
+/// The W-MSE loss (Ermolov, Siarohin, Sangineto & Sebe, "Whitening for Self-Supervised
+/// Representation Learning", ICML 2021, <https://arxiv.org/abs/2007.06346>; see
+/// `docs/methods.md#w-mse-loss`): each view's projections are whitened in sub-batches, and the
+/// whitened views of an image are pulled together. Whitening (zero mean, identity covariance
+/// within the sub-batch) rules out the collapse that a plain distance between the views would
+/// reach, with no negatives and no asymmetry between the branches.
+///
+/// For each of `w_iter` random orders of the batch's `N` rows, the rows are cut into sub-batches
+/// of `w_size` (the same rows for every view); in each sub-batch `X` (`n × D`) of each view,
+///
+/// ```text
+/// X_c = X − mean(X),  S = X_cᵀ X_c / (n − 1),  L Lᵀ = (1 − ε) S + ε I  (Cholesky),
+/// Z = X_c L⁻ᵀ
+/// ```
+///
+/// and the loss is `2 − 2·mean_rows cos(z_i, z'_i)` over the images, averaged over the orders
+/// (and over the pairs of views; here two views). As lightly's `WMSELoss` (`Whitening2d`,
+/// `norm_mse_loss`), which the float64 test reproduces with its orders: gradients flow into
+/// both views and through the mean, the covariance, the Cholesky factor and its inverse.
+/// solo-learn's `wmse_loss_func` detaches the second view of each pair (the same value, half
+/// the gradient paths); lightly's running statistics serve only its eval mode, not training,
+/// and are not kept here.
+///
+/// # Why the factorisation is written here
+/// burn has no Cholesky decomposition or triangular solve, and the gradient must flow through
+/// both. They are written as `D` steps of tensor operations on the device (one column of `L`,
+/// then one row of `L⁻¹`, each a product with what is already known), batched over every
+/// sub-batch of every view at once, so autodiff differentiates them as any other operations.
+/// `D` is W-MSE's small projection width (64 in both peers' settings).
 #[derive(Debug, Clone)]
 pub struct WmseLoss {
     w_size: usize,
@@ -239,7 +241,7 @@ fn whiten_groups<B: Backend>(
 ///
 /// # Shapes
 /// - `x`: `[G, n, D]` → `[G, n, D]`
-pub fn whiten<B: Backend>(x: Tensor<B, 3>, eps: f64) -> Tensor<B, 3> {
+pub(crate) fn whiten<B: Backend>(x: Tensor<B, 3>, eps: f64) -> Tensor<B, 3> {
     let [_, n, d] = x.dims();
     let centred = x.clone() - x.mean_dim(1);
     let covariance = centred

@@ -1,10 +1,4 @@
-//! The worked values of the losses (`docs/methods.md#worked-values`), evaluated by this crate's
-//! losses on any backend.
-//!
-//! The expected numbers are the ones `docs/methods.md` quotes (recomputed independently in
-//! float64 with numpy/scipy); the inputs are built here exactly as that page describes them.
-//! The test suite asserts every value to 1e-5 on `NdArray<f64>`; the `worked_values` recipe
-//! prints the same table on any backend, as a self-check of a GPU backend.
+//! The worked values of the losses (documented on `worked_values`).
 
 use burn::prelude::*;
 
@@ -73,7 +67,13 @@ fn soft_nce_inputs<B: Backend>(device: &B::Device) -> [Tensor<B, 2>; 3] {
     ]
 }
 
-/// Every worked value of the losses (`docs/methods.md#worked-values`), computed on `device`.
+/// Every worked value of the losses (`docs/methods.md#worked-values`), computed on `device` by
+/// this crate's losses (any backend).
+///
+/// The expected numbers are the ones `docs/methods.md` quotes (recomputed independently in
+/// float64 with numpy/scipy); the inputs are built here exactly as that page describes them.
+/// The test suite asserts every value to 1e-5 on `NdArray<f64>`; the `worked_values` recipe
+/// prints the same table on any backend, as a self-check of a GPU backend.
 pub fn worked_values<B: Backend>(device: &B::Device) -> Vec<WorkedValue> {
     let mut out = Vec::new();
     let mut push = |name, expected, computed| {

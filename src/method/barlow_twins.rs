@@ -1,13 +1,4 @@
-//! Barlow Twins (Zbontar, Jing, Misra, LeCun & Deny, ICML 2021,
-//! <https://arxiv.org/abs/2103.03230>): backbone + a three-layer projector
-//! (`features → 8192 → 8192 → 8192`, BatchNorm and ReLU after the first two) and the
-//! redundancy-reduction loss of [`crate::loss::barlow_twins`], which drives the
-//! cross-correlation of the two views' standardised projections to the identity. No negatives,
-//! no predictor, no momentum network; the paper trains it with LARS.
-//!
-//! The paper's last linear layer has no bias; here it has one, which changes nothing: the loss
-//! standardises every feature over the batch, so a constant shift has zero gradient and never
-//! moves. The math, the defaults and the worked values are in `docs/methods.md#barlow-twins-and-vicreg`.
+//! Barlow Twins (documented on `BarlowTwins`).
 
 use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
@@ -33,6 +24,18 @@ pub struct BarlowTwinsConfig {
 }
 
 /// Barlow Twins: a [`ProjectedPair`] with the Barlow Twins loss.
+///
+/// Barlow Twins (Zbontar, Jing, Misra, LeCun & Deny, ICML 2021,
+/// <https://arxiv.org/abs/2103.03230>): backbone + a three-layer projector
+/// (`features → 8192 → 8192 → 8192`, BatchNorm and ReLU after the first two) and the
+/// redundancy-reduction loss of [`BarlowTwinsLoss`](crate::loss::BarlowTwinsLoss), which drives the
+/// cross-correlation of the two views' standardised projections to the identity. No negatives,
+/// no predictor, no momentum network; the paper trains it with LARS.
+///
+/// The paper's last linear layer has no bias; here it has one, which changes nothing: the loss
+/// standardises every feature over the batch, so a constant shift has zero gradient and never
+/// moves. The math, the defaults and the worked values are in
+/// `docs/methods.md#barlow-twins-and-vicreg`.
 pub type BarlowTwins<B, M> = ProjectedPair<B, M, BarlowTwinsLoss>;
 
 impl BarlowTwinsConfig {

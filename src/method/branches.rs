@@ -1,28 +1,4 @@
-//! Back-propagating a two-view loss as two independent graphs, one per thread.
-//!
-//! burn's autodiff runs a backward pass on the thread that asks for it, and on the CPU backend
-//! most of a convolution's backward (the input gradient, the layout copies of the weight
-//! gradient) runs on that one thread. When a method passes its two views through the same
-//! online networks, the two passes meet only in the loss, so their backward passes are
-//! independent. [`ViewBranches`] makes that explicit:
-//!
-//! 1. the second view goes through a copy of the networks whose parameters are fresh autodiff
-//!    leaves ([`fresh_leaves`]: the same tensors and [`ParamId`]s, another graph);
-//! 2. the loss is computed on detached copies of the two projections, so its backward pass
-//!    stops at them and yields `∂L/∂z₁` and `∂L/∂z₂`;
-//! 3. each pass is back-propagated from its projection with that gradient (the scalar
-//!    `Σ z ⊙ ∂L/∂z`, whose gradient with respect to `z` is exactly `∂L/∂z`), the second on a
-//!    thread of its own;
-//! 4. each parameter's gradient is the sum of its two contributions, the sum the single
-//!    backward pass forms too.
-//!
-//! The gradients are therefore the numbers of one backward pass through both views
-//! (`tests/methods.rs` checks this to the last bit in f64). The forward passes stay on the
-//! calling thread, in order, so BatchNorm's running statistics (burn's `RunningState`, shared
-//! by the copy) see the same updates in the same order.
-//!
-//! burn has no API for this (a backward pass of a graph with several independent sources on
-//! several threads), so it is written here.
+//! A two-view loss back-propagated as two graphs, one per thread (documented on `ViewPasses`).
 
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
@@ -62,7 +38,7 @@ impl<B: AutodiffBackend> ModuleMapper<B> for FreshLeaves {
 /// One view's projection: the graph through the networks, and the detached leaf the loss is
 /// computed on.
 #[derive(Debug, Clone)]
-pub struct Branch<B: Backend> {
+pub(crate) struct Branch<B: Backend> {
     graph: Tensor<B, 2>,
     leaf: Tensor<B, 2>,
 }
@@ -89,6 +65,32 @@ impl<B: AutodiffBackend> Branch<B> {
 /// How a two-view method passes its views through its networks
 /// ([`SslMethod::set_view_passes`](super::SslMethod::set_view_passes)). The three give the same
 /// numbers up to rounding: the gradients of one graph through both views.
+///
+/// **Threads**: back-propagating a two-view loss as two independent graphs, one per thread.
+///
+/// burn's autodiff runs a backward pass on the thread that asks for it, and on the CPU backend
+/// most of a convolution's backward (the input gradient, the layout copies of the weight
+/// gradient) runs on that one thread. When a method passes its two views through the same
+/// online networks, the two passes meet only in the loss, so their backward passes are
+/// independent. [`ViewPasses::Threads`] makes that explicit:
+///
+/// 1. the second view goes through a copy of the networks whose parameters are fresh autodiff
+///    leaves ([`fresh_leaves`]: the same tensors and [`ParamId`]s, another graph);
+/// 2. the loss is computed on detached copies of the two projections, so its backward pass
+///    stops at them and yields `∂L/∂z₁` and `∂L/∂z₂`;
+/// 3. each pass is back-propagated from its projection with that gradient (the scalar
+///    `Σ z ⊙ ∂L/∂z`, whose gradient with respect to `z` is exactly `∂L/∂z`), the second on a
+///    thread of its own;
+/// 4. each parameter's gradient is the sum of its two contributions, the sum the single
+///    backward pass forms too.
+///
+/// The gradients are therefore the numbers of one backward pass through both views
+/// (`tests/methods.rs` checks this to the last bit in f64). The forward passes stay on the
+/// calling thread, in order, so BatchNorm's running statistics (burn's `RunningState`, shared
+/// by the copy) see the same updates in the same order.
+///
+/// burn has no API for this (a backward pass of a graph with several independent sources on
+/// several threads), so it is written here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ViewPasses {
     /// One view after the other, one graph (the default).
@@ -110,7 +112,7 @@ pub enum ViewPasses {
 
 /// What a view's pass returns besides the tensor its loss is back-propagated through, split
 /// back into the two views' after a [`ViewPasses::Joint`] pass.
-pub trait ViewRows: Sized {
+pub(crate) trait ViewRows: Sized {
     /// The first view's rows, then the second's.
     fn split_views(self) -> [Self; 2];
 }
@@ -133,7 +135,7 @@ impl<B: Backend> ViewRows for Tensor<B, 2> {
 /// ([`ViewPasses`]), and the last forward's split passes, kept until
 /// [`ViewThreads::gradients`]. One field of this type is all a two-view method needs.
 #[derive(Debug, Clone)]
-pub struct ViewThreads<B: Backend, M> {
+pub(crate) struct ViewThreads<B: Backend, M> {
     mode: ViewPasses,
     /// A replica of a data-parallel run keeps its passes on its thread (its batch norms
     /// synchronise there): never [`ViewPasses::Threads`].
@@ -260,7 +262,7 @@ impl<B: Backend, M> ViewThreads<B, M> {
 /// The two views' branches and the network copy the second went through, kept from the
 /// forward pass until the gradients are asked for.
 #[derive(Debug, Clone)]
-pub struct ViewBranches<B: Backend, M> {
+pub(crate) struct ViewBranches<B: Backend, M> {
     /// The first view's pass, through the online networks.
     pub first: Branch<B>,
     /// The second view's pass, through `copy`.

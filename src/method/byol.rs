@@ -1,28 +1,19 @@
-//! BYOL (Grill et al. 2020, <https://arxiv.org/abs/2006.07733>): online backbone + projector +
-//! predictor; a target backbone + projector that is an EMA of the online ones, the momentum
-//! rising along a cosine from `base_momentum` to 1; the normalised-MSE loss `2 − 2cos` with the
-//! target detached, on both orderings of the views and **summed** (BYOL §3.1:
-//! `L^BYOL = L + L̃`, `L̃` with the views swapped; an average would halve the gradient).
-//!
-//! The math, the defaults, the paper followed and the worked values are in
-//! `docs/methods.md#byol`.
+//! BYOL (documented on `Byol`).
 
-use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::branches::{ViewPasses, ViewThreads};
+use super::branches::ViewThreads;
 use super::encoder::{Predicted, Projected};
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
+use super::ssl_method::{momentum_state, online_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::MlpHeadConfig;
-use crate::loss::negative_cosine::NegativeCosineForm;
-use crate::loss::{NegativeCosineLoss, NegativeCosineLossConfig};
+use crate::loss::{NegativeCosineForm, NegativeCosineLoss, NegativeCosineLossConfig};
 
 /// Configuration of [`Byol`].
 #[derive(Config, Debug)]
@@ -77,6 +68,15 @@ pub struct ByolState<B: Backend, M: Backbone<B>> {
 }
 
 /// BYOL. Build it with [`ByolConfig::init`].
+///
+/// BYOL (Grill et al. 2020, <https://arxiv.org/abs/2006.07733>): online backbone + projector +
+/// predictor; a target backbone + projector that is an EMA of the online ones, the momentum
+/// rising along a cosine from `base_momentum` to 1; the normalised-MSE loss `2 − 2cos` with the
+/// target detached, on both orderings of the views and **summed** (BYOL §3.1:
+/// `L^BYOL = L + L̃`, `L̃` with the views swapped; an average would halve the gradient).
+///
+/// The math, the defaults, the paper followed and the worked values are in
+/// `docs/methods.md#byol`.
 #[derive(Debug, Clone)]
 pub struct Byol<B: Backend, M: Backbone<B>> {
     online: Predicted<B, M>,
@@ -114,48 +114,27 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> Byol<B, M> {
         let [t1, t2] = self.view_threads.both([view1, view2], |x, groups| {
             self.target.network().forward_grouped(x, groups).detach()
         });
-        let embeddings = Some([t1.clone(), t2.clone()]);
+        let embeddings = [t1.clone(), t2.clone()];
         let [t1, t2] = targets([t1, t2]);
         // BYOL's symmetrised loss is the sum of the two orderings (§3.1: `L^BYOL = L + L̃`), not
         // their mean.
         let loss = self.loss.forward(p1, t2) + self.loss.forward(p2, t1);
-        let stats = vec![self.target.stat(progress, &loss.device())];
-        MethodOutput {
-            loss,
-            stats,
-            embeddings,
-        }
+        MethodOutput::new(loss)
+            .with_momentum(self.target.momentum_at(progress))
+            .with_embeddings(embeddings)
     }
 }
 
 impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Byol<B, M> {
     type Online = Predicted<B, M>;
     type Backbone = M;
-    type State = ByolState<B, M>;
 
-    online_in!(online);
+    online_in!(online, view_threads);
 
-    fn state(&self) -> ByolState<B, M> {
-        ByolState {
-            target: self.target.record(),
-        }
-    }
-
-    fn load_state(&mut self, state: ByolState<B, M>) -> Result<(), ConfigError> {
-        self.target.load_record(state.target);
-        Ok(())
-    }
+    momentum_state!(ByolState { target: target });
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
         self.forward_to(views, progress, |targets| targets)
-    }
-
-    fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
-        self.view_threads.gradients(loss, &self.online)
-    }
-
-    fn set_view_passes(&mut self, passes: ViewPasses) {
-        self.view_threads.set(passes);
     }
 
     /// The loss is a mean over images: each replica's is the mean over its shard, and the

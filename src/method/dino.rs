@@ -1,27 +1,4 @@
-//! DINO (Caron et al., "Emerging Properties in Self-Supervised Vision Transformers", ICCV 2021,
-//! <https://arxiv.org/abs/2104.14294>): a student (backbone + [`DinoHead`]) learns to match a
-//! momentum teacher's centred, sharpened output on the other views ([`crate::loss::dino`]). The
-//! teacher sees the two global views, the student every view, local crops included.
-//!
-//! The paper's training details, all here:
-//! - the head: three linear layers (`features → 2048 → 2048 → 256`, GELU between, BatchNorm
-//!   optional, off as in the paper), L2 normalisation, then a weight-normalised linear layer to
-//!   `K` outputs with its gain fixed at 1 (`norm_last_layer`): `W = V / ‖V‖` per output;
-//!   linear weights drawn from `N(0, 0.02²)` (the authors' truncated normal at ±2 never
-//!   truncates at this width), biases 0;
-//! - the last layer is frozen for the first `freeze_last_layer_epochs` epochs (its gradient is
-//!   dropped, as the authors' `cancel_gradients_last_layer`);
-//! - the teacher is an EMA of the student, the momentum rising along a cosine from
-//!   `base_momentum` (0.996) to 1; its temperature warms up per epoch; the centre is a moving
-//!   average (0.9) of the teacher's mean output;
-//! - crops of one resolution go through the networks in one batch (the authors' multi-crop
-//!   forward).
-//!
-//! On several replicas each replica's loss is the mean over its images (the average over
-//! replicas is the one-device loss) and the centre moves by the mean of every replica's teacher
-//! outputs, the same on every replica.
-//!
-//! The math, the defaults and the worked values are in `docs/methods.md#dino`.
+//! DINO (documented on `Dino`).
 
 use burn::module::Param;
 use burn::nn::{Initializer, Linear, LinearConfig};
@@ -136,7 +113,7 @@ impl<B: Backend> DinoHead<B> {
         }
         let bottleneck = l2_normalize(x);
         let v = self.last_layer.val();
-        let w = v.clone() / crate::loss::similarity::safe_norm(v, 0, 1e-12);
+        let w = v.clone() / crate::loss::safe_norm(v, 0, 1e-12);
         (bottleneck.clone(), bottleneck.matmul(w))
     }
 
@@ -255,6 +232,32 @@ pub struct DinoState<B: Backend, M: Backbone<B>> {
 }
 
 /// DINO. Build it with [`DinoConfig::init`].
+///
+/// DINO (Caron et al., "Emerging Properties in Self-Supervised Vision Transformers", ICCV 2021,
+/// <https://arxiv.org/abs/2104.14294>): a student (backbone + [`DinoHead`]) learns to match a
+/// momentum teacher's centred, sharpened output on the other views
+/// ([`DinoLoss`](crate::loss::DinoLoss)). The teacher sees the two global views, the student every
+/// view, local crops included.
+///
+/// The paper's training details, all here:
+/// - the head: three linear layers (`features → 2048 → 2048 → 256`, GELU between, BatchNorm
+///   optional, off as in the paper), L2 normalisation, then a weight-normalised linear layer to
+///   `K` outputs with its gain fixed at 1 (`norm_last_layer`): `W = V / ‖V‖` per output;
+///   linear weights drawn from `N(0, 0.02²)` (the authors' truncated normal at ±2 never
+///   truncates at this width), biases 0;
+/// - the last layer is frozen for the first `freeze_last_layer_epochs` epochs (its gradient is
+///   dropped, as the authors' `cancel_gradients_last_layer`);
+/// - the teacher is an EMA of the student, the momentum rising along a cosine from
+///   `base_momentum` (0.996) to 1; its temperature warms up per epoch; the centre is a moving
+///   average (0.9) of the teacher's mean output;
+/// - crops of one resolution go through the networks in one batch (the authors' multi-crop
+///   forward).
+///
+/// On several replicas each replica's loss is the mean over its images (the average over
+/// replicas is the one-device loss) and the centre moves by the mean of every replica's teacher
+/// outputs, the same on every replica.
+///
+/// The math, the defaults and the worked values are in `docs/methods.md#dino`.
 #[derive(Debug, Clone)]
 pub struct Dino<B: Backend, M: Backbone<B>> {
     student: DinoNetwork<B, M>,

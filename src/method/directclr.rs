@@ -1,11 +1,4 @@
-//! DirectCLR (Jing, Vincent, LeCun & Tian, ICLR 2022, <https://arxiv.org/abs/2110.09348>, §6):
-//! SimCLR without a projector. The loss of [`crate::loss::directclr`] reads the first `d₀`
-//! coordinates of the backbone's own representation; the network is the backbone alone
-//! ([`Unprojected`]), so nothing but the backbone trains and what kNN and the probe read is what
-//! the loss shaped. A [`ProjectedPair`] of that network; the sub-vectors' mean L2 norm is
-//! logged (`directclr_norm`, over both views' rows of the global batch) beside the loss.
-//!
-//! The math, the defaults and the worked values are in `docs/methods.md#directclr`.
+//! DirectCLR (documented on `DirectClr`).
 
 use std::marker::PhantomData;
 
@@ -80,6 +73,15 @@ impl<B: Backend, M: Backbone<B>> PairNetwork<B> for Unprojected<B, M> {
 
 /// DirectCLR: a [`ProjectedPair`] of the backbone alone and the DirectCLR loss. Build it with
 /// [`DirectClrConfig::init`].
+///
+/// DirectCLR (Jing, Vincent, LeCun & Tian, ICLR 2022, <https://arxiv.org/abs/2110.09348>, §6):
+/// SimCLR without a projector. The loss of [`DirectClrLoss`](crate::loss::DirectClrLoss) reads the
+/// first `d₀` coordinates of the backbone's own representation; the network is the backbone alone
+/// ([`Unprojected`]), so nothing but the backbone trains and what kNN and the probe read is what
+/// the loss shaped. A [`ProjectedPair`] of that network; the sub-vectors' mean L2 norm is logged
+/// (`directclr_norm`, over both views' rows of the global batch) beside the loss.
+///
+/// The math, the defaults and the worked values are in `docs/methods.md#directclr`.
 pub type DirectClr<B, M> = ProjectedPair<B, M, DirectClrLoss, Unprojected<B, M>>;
 
 impl<B: Backend> PairObjective<B> for DirectClrLoss {

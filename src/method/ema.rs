@@ -1,18 +1,4 @@
-//! The exponential-moving-average update of every momentum copy
-//! ([`super::momentum::MomentumEncoder`]: MoCo's key encoder, BYOL's target, TiCo's and MoCo v3's
-//! momentum encoders, DINO's teacher): `θ_target ← m·θ_target + (1 − m)·θ_online`, plus the
-//! cosine momentum schedule.
-//!
-//! Two burn details matter here. Cloning a module SHARES its BatchNorm running statistics (they
-//! sit behind an `Arc<Mutex>` in `RunningState`), so a target made by `online.clone()` would
-//! silently average its running statistics with the online network's and every `map` over it
-//! would write into the online network too. [`detached_copy`] therefore loads the online weights
-//! into a freshly initialised module, whose running statistics are its own. And only trainable
-//! parameters are averaged: running statistics (buffers in PyTorch) are left to the target's
-//! own forward passes, as in MoCo, BYOL and DINO.
-//!
-//! The math, the defaults, the paper followed and the worked values are in
-//! `docs/methods.md#momentum-ema-update`.
+//! The exponential-moving-average update of the momentum copies (documented on `ema_update`).
 
 use std::collections::HashMap;
 
@@ -40,6 +26,22 @@ pub fn detached_copy<B: Backend, M: Module<B>>(online: &M, fresh: M) -> M {
 /// parameter id, so `target` must come from [`detached_copy`] of `online`, or of a part of it:
 /// `online`'s other parameters are ignored). Other tensors of `target` (running statistics,
 /// frozen parameters) are left as they are.
+///
+/// The exponential-moving-average update of every momentum copy
+/// ([`MomentumEncoder`](super::MomentumEncoder): MoCo's key encoder, BYOL's target, TiCo's and MoCo
+/// v3's momentum encoders, DINO's teacher): `θ_target ← m·θ_target + (1 − m)·θ_online`, plus the
+/// cosine momentum schedule.
+///
+/// Two burn details matter here. Cloning a module SHARES its BatchNorm running statistics (they
+/// sit behind an `Arc<Mutex>` in `RunningState`), so a target made by `online.clone()` would
+/// silently average its running statistics with the online network's and every `map` over it
+/// would write into the online network too. [`detached_copy`] therefore loads the online weights
+/// into a freshly initialised module, whose running statistics are its own. And only trainable
+/// parameters are averaged: running statistics (buffers in PyTorch) are left to the target's
+/// own forward passes, as in MoCo, BYOL and DINO.
+///
+/// The math, the defaults, the paper followed and the worked values are in
+/// `docs/methods.md#momentum-ema-update`.
 ///
 /// # Panics
 /// If `momentum` is outside `[0, 1]`.
@@ -70,7 +72,7 @@ pub fn cosine_momentum(base: f64, progress: f64) -> f64 {
 }
 
 /// Checks that a momentum lies in `[0, 1]`.
-pub fn validate_momentum(field: &'static str, momentum: f64) -> Result<(), ConfigError> {
+pub(crate) fn validate_momentum(field: &'static str, momentum: f64) -> Result<(), ConfigError> {
     in_range(field, momentum, 0.0, 1.0, false)
 }
 

@@ -1,18 +1,4 @@
-//! EMP-SSL (Tong, Chen, Ma & LeCun 2023, <https://arxiv.org/abs/2304.03977>): many fixed-size
-//! patches of every image through one network — backbone + projector (`features → 4096 (BN,
-//! ReLU) → 4096 (BN, ReLU) → 1024`, the authors') whose output is L2-normalised — and the
-//! [EMP-SSL loss](crate::loss::emp_ssl): each patch set's total coding rate up, every patch's
-//! embedding towards its image's mean. No momentum network, no predictor, no stop-gradient; the
-//! paper's claim is that many patches per image make one epoch go a long way.
-//!
-//! The patches are the pipeline's two global views and its local crops (multi-crop), all of one
-//! kind in the `emp_ssl` recipe, so `V = 2 + local crops`; the global views go through the
-//! network as one batch and the local crops as another. Both terms are logged
-//! (`emp_ssl_coding_rate`, `emp_ssl_similarity`). On several replicas every view's embeddings
-//! are gathered: the coding rates and the images' mean embeddings are the global batch's.
-//!
-//! The math, the defaults and what was chosen where lightly and the authors differ are in
-//! `docs/methods.md#emp-ssl`.
+//! EMP-SSL (documented on `EmpSsl`).
 
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -67,6 +53,22 @@ impl EmpSslConfig {
 }
 
 /// EMP-SSL. Build it with [`EmpSslConfig::init`].
+///
+/// EMP-SSL (Tong, Chen, Ma & LeCun 2023, <https://arxiv.org/abs/2304.03977>): many fixed-size
+/// patches of every image through one network — backbone + projector (`features → 4096 (BN,
+/// ReLU) → 4096 (BN, ReLU) → 1024`, the authors') whose output is L2-normalised — and the
+/// [EMP-SSL loss](crate::loss::EmpSslLoss): each patch set's total coding rate up, every patch's
+/// embedding towards its image's mean. No momentum network, no predictor, no stop-gradient; the
+/// paper's claim is that many patches per image make one epoch go a long way.
+///
+/// The patches are the pipeline's two global views and its local crops (multi-crop), all of one
+/// kind in the `emp_ssl` recipe, so `V = 2 + local crops`; the global views go through the
+/// network as one batch and the local crops as another. Both terms are logged
+/// (`emp_ssl_coding_rate`, `emp_ssl_similarity`). On several replicas every view's embeddings
+/// are gathered: the coding rates and the images' mean embeddings are the global batch's.
+///
+/// The math, the defaults and what was chosen where lightly and the authors differ are in
+/// `docs/methods.md#emp-ssl`.
 #[derive(Debug, Clone)]
 pub struct EmpSsl<B: Backend, M: Backbone<B>> {
     online: Projected<B, M>,
@@ -105,7 +107,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for EmpSsl<B, M> 
     fn forward_views(&mut self, views: Views<B>, _: Progress) -> MethodOutput<B> {
         let (mut patches, local) = views.through(|x| self.embed(x));
         patches.extend(local);
-        let embeddings = Some([patches[0].clone().detach(), patches[1].clone().detach()]);
+        let embeddings = [patches[0].clone(), patches[1].clone()];
         // Data-parallel: the coding rates and the images' means are the global batch's.
         let replica = self.replica.as_ref();
         let patches: Vec<_> = patches
@@ -113,14 +115,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for EmpSsl<B, M> 
             .map(|z| Replica::gather_on(replica, z))
             .collect();
         let terms = self.loss.terms(&patches);
-        MethodOutput {
-            loss: terms.loss,
-            stats: vec![
-                ("emp_ssl_coding_rate", terms.coding_rate),
-                ("emp_ssl_similarity", terms.similarity),
-            ],
-            embeddings,
-        }
+        MethodOutput::new(terms.loss)
+            .with_stat("emp_ssl_coding_rate", terms.coding_rate)
+            .with_stat("emp_ssl_similarity", terms.similarity)
+            .with_embeddings(embeddings)
     }
 
     /// The loss compares images across the batch: every replica computes it on the gathered

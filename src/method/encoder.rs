@@ -1,12 +1,4 @@
-//! The two shapes of a method's network, shared by every method that has them: an encoder
-//! ([`Projected`]: backbone + projector; SimCLR, MoCo, TiCo, Barlow Twins, VICReg, and the
-//! momentum copies of BYOL and MoCo v3) and an encoder with a predictor ([`Predicted`]: BYOL,
-//! SimSiam, MoCo v3, NNCLR). A method's record keys are its fields' names (`backbone`,
-//! `projector`, `predictor`), so checkpoints written when each method had a struct of its own
-//! load into these (`tests/methods.rs` reads a checkpoint of that layout).
-//!
-//! lightly and solo-learn write the same two shapes out in every method (`backbone`,
-//! `projection_head`, `prediction_head`); here they are two types.
+//! The two shapes of a method's network (documented on `Projected`).
 
 use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
@@ -17,6 +9,16 @@ use crate::base::error::ConfigError;
 use crate::head::{MlpHead, MlpHeadConfig};
 
 /// A backbone and a projection head: the projections of a batch.
+///
+/// The two shapes of a method's network, shared by every method that has them: an encoder
+/// ([`Projected`]: backbone + projector; SimCLR, MoCo, TiCo, Barlow Twins, VICReg, and the
+/// momentum copies of BYOL and MoCo v3) and an encoder with a predictor ([`Predicted`]: BYOL,
+/// SimSiam, MoCo v3, NNCLR). A method's record keys are its fields' names (`backbone`,
+/// `projector`, `predictor`), so checkpoints written when each method had a struct of its own
+/// load into these (`tests/methods.rs` reads a checkpoint of that layout).
+///
+/// lightly and solo-learn write the same two shapes out in every method (`backbone`,
+/// `projection_head`, `prediction_head`); here they are two types.
 #[derive(Module, Debug)]
 pub struct Projected<B: Backend, M> {
     /// Feature extractor.
@@ -176,7 +178,7 @@ impl<B: Backend, M: Backbone<B>> Predicted<B, M> {
     }
 
     /// The encoder without its predictor (sharing its tensors: the source of a momentum copy,
-    /// [`super::momentum::MomentumEncoder::new`]).
+    /// [`MomentumEncoder::new`](super::MomentumEncoder::new)).
     pub fn encoder(&self) -> Projected<B, M> {
         Projected {
             backbone: self.backbone.clone(),

@@ -1,12 +1,4 @@
-//! FroSSL (Skean, Dhakal, Jacobs & Sanchez Giraldo, ECCV 2024,
-//! <https://arxiv.org/abs/2310.02903>): backbone + a two-layer projector
-//! (`features → 2048 (BN, ReLU) → 2048`, lightly's example: VICReg's head at two layers) and the
-//! loss of [`crate::loss::frossl`]: the log Frobenius norm of each view's trace-normalised
-//! covariance (the variance / redundancy term) plus the views' distance to their mean
-//! (invariance). No negatives, no predictor, no momentum network. Both terms are logged
-//! (`frossl_regularisation`, `frossl_invariance`).
-//!
-//! The math, the defaults and the worked values are in `docs/methods.md#frossl-loss`.
+//! FroSSL (documented on `FroSsl`).
 
 use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
@@ -32,6 +24,15 @@ pub struct FroSslConfig {
 }
 
 /// FroSSL: a [`ProjectedPair`] with the FroSSL loss.
+///
+/// FroSSL (Skean, Dhakal, Jacobs & Sanchez Giraldo, ECCV 2024, <https://arxiv.org/abs/2310.02903>):
+/// backbone + a two-layer projector (`features → 2048 (BN, ReLU) → 2048`, lightly's example:
+/// VICReg's head at two layers) and the loss of [`FroSslLoss`](crate::loss::FroSslLoss): the log
+/// Frobenius norm of each view's trace-normalised covariance (the variance / redundancy term) plus
+/// the views' distance to their mean (invariance). No negatives, no predictor, no momentum network.
+/// Both terms are logged (`frossl_regularisation`, `frossl_invariance`).
+///
+/// The math, the defaults and the worked values are in `docs/methods.md#frossl-loss`.
 pub type FroSsl<B, M> = ProjectedPair<B, M, FroSslLoss>;
 
 impl FroSslConfig {

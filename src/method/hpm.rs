@@ -1,39 +1,4 @@
-//! Hard patches mining (Wang et al., "Hard Patches Mining for Masked Image Modeling", CVPR 2023,
-//! <https://arxiv.org/abs/2304.05919>): MAE that also learns to predict how hard each patch is to
-//! reconstruct, and hides the patches it predicts hardest — a masking curriculum that the model
-//! steers itself, from random masks towards its own hard patches.
-//!
-//! ```text
-//! for each batch x:
-//!     l̂ = loss_predictor(encoder(every patch of x))       (no gradient: the "teacher" role)
-//!     per image: of the H = L − ⌊L·(1 − r)⌋ hidden patches, h = ⌊H·s(p)⌋ are the h patches of
-//!       highest l̂, the other H − h are drawn at random among the rest
-//!     MAE on x with these masks → reconstruction error ℓ_i of every hidden patch i
-//!     loss = mean_i ℓ_i + λ · ranking(loss_predictor(encoder(visible patches)) at the hidden
-//!            patches, ℓ)
-//! ```
-//!
-//! The share `s(p)` of the hidden patches chosen by the predictor follows a schedule (the
-//! paper's `(epoch + 1)/epochs · 0.5`: linear from 0 to 0.5 over the epochs here). The loss
-//! predictor is a second decoder of MAE's shape ([`MaeDecoder`], one output per patch) on the
-//! encoder's tokens; it learns the order of the hidden patches' reconstruction errors (the
-//! paper's relative objective, its better one): for every ordered pair `(i, j)` of hidden
-//! patches of an image,
-//!
-//! ```text
-//! ranking = (1 / (N·H·(H − 1))) Σ_images Σ_{i ≠ j} [ℓ_j > ℓ_i]·softplus(−(l̂_j − l̂_i))
-//!                                                 + [ℓ_j < ℓ_i]·softplus(l̂_j − l̂_i)
-//! ```
-//!
-//! (`−log σ` and `−log(1 − σ)` of the difference, written stably; the authors add 1e-6 inside
-//! the logarithms and divide by the pairs whose errors differ — the same pairs but for exact
-//! ties). The errors are detached: the ranking term trains the predictor and, through the
-//! tokens it reads, the encoder; the reconstruction term trains the encoder and MAE's decoder.
-//!
-//! The masks are drawn on the host from the predictions and `(seed, step, image)`: on
-//! data-parallel replicas each replica draws its own images' masks with their indices in the
-//! global batch, as one device draws them. The math and what was chosen where the paper and
-//! its code differ are in `docs/methods.md#hard-patches-mining`.
+//! Hard patches mining (documented on `Hpm`).
 
 use burn::prelude::*;
 use burn::tensor::activation::softplus;
@@ -42,7 +7,8 @@ use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-use super::mae::{hidden_mean, MaeConfig, MaeDecoder, MaeNetwork};
+use super::mae::{hidden_mean, MaeConfig, MaeNetwork};
+use super::mae_decoder::MaeDecoder;
 use super::masking::{encode_kept, vit, PatchMask, StepMasks};
 use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
@@ -53,7 +19,7 @@ use crate::curriculum::mask_schedule;
 use crate::data_parallel::Replica;
 
 /// The paper's share of hard patches: linear from 0 to 0.5 over the epochs.
-pub fn paper_hard_share() -> SchedulerConfig {
+pub(crate) fn paper_hard_share() -> SchedulerConfig {
     SchedulerConfig::Linear {
         start: 0.0,
         end: 0.5,
@@ -72,7 +38,7 @@ pub struct HpmConfig {
     #[config(default = 1)]
     pub predictor_depth: usize,
     /// Share of each image's hidden patches chosen as the hardest predicted, along training
-    /// (values in `[0, 1]`; [`paper_hard_share`]).
+    /// (values in `[0, 1]`; by default the paper's, linear from 0 to 0.5 over the epochs).
     #[config(default = "paper_hard_share()")]
     pub hard_share: SchedulerConfig,
     /// Weight `λ` of the ranking term (the paper's 1).
@@ -164,6 +130,43 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> HpmNetwork<B, M> {
 }
 
 /// Hard patches mining on MAE. Build it with [`HpmConfig::init`].
+///
+/// Hard patches mining (Wang et al., "Hard Patches Mining for Masked Image Modeling", CVPR 2023,
+/// <https://arxiv.org/abs/2304.05919>): MAE that also learns to predict how hard each patch is to
+/// reconstruct, and hides the patches it predicts hardest — a masking curriculum that the model
+/// steers itself, from random masks towards its own hard patches.
+///
+/// ```text
+/// for each batch x:
+///     l̂ = loss_predictor(encoder(every patch of x))       (no gradient: the "teacher" role)
+///     per image: of the H = L − ⌊L·(1 − r)⌋ hidden patches, h = ⌊H·s(p)⌋ are the h patches of
+///       highest l̂, the other H − h are drawn at random among the rest
+///     MAE on x with these masks → reconstruction error ℓ_i of every hidden patch i
+///     loss = mean_i ℓ_i + λ · ranking(loss_predictor(encoder(visible patches)) at the hidden
+///            patches, ℓ)
+/// ```
+///
+/// The share `s(p)` of the hidden patches chosen by the predictor follows a schedule (the
+/// paper's `(epoch + 1)/epochs · 0.5`: linear from 0 to 0.5 over the epochs here). The loss
+/// predictor is a second decoder of MAE's shape ([`MaeDecoder`], one output per patch) on the
+/// encoder's tokens; it learns the order of the hidden patches' reconstruction errors (the
+/// paper's relative objective, its better one): for every ordered pair `(i, j)` of hidden
+/// patches of an image,
+///
+/// ```text
+/// ranking = (1 / (N·H·(H − 1))) Σ_images Σ_{i ≠ j} [ℓ_j > ℓ_i]·softplus(−(l̂_j − l̂_i))
+///                                                 + [ℓ_j < ℓ_i]·softplus(l̂_j − l̂_i)
+/// ```
+///
+/// (`−log σ` and `−log(1 − σ)` of the difference, written stably; the authors add 1e-6 inside
+/// the logarithms and divide by the pairs whose errors differ — the same pairs but for exact
+/// ties). The errors are detached: the ranking term trains the predictor and, through the
+/// tokens it reads, the encoder; the reconstruction term trains the encoder and MAE's decoder.
+///
+/// The masks are drawn on the host from the predictions and `(seed, step, image)`: on
+/// data-parallel replicas each replica draws its own images' masks with their indices in the
+/// global batch, as one device draws them. The math and what was chosen where the paper and
+/// its code differ are in `docs/methods.md#hard-patches-mining`.
 #[derive(Debug, Clone)]
 pub struct Hpm<B: Backend, M: Backbone<B>> {
     online: HpmNetwork<B, M>,
@@ -175,7 +178,7 @@ pub struct Hpm<B: Backend, M: Backbone<B>> {
 /// `⌊hidden·share⌋` of highest predicted loss and the rest at random among the others, drawn
 /// from `(step_seed, first + i)` for image `i` (its index in the global batch; `step_seed` the
 /// step's, [`StepMasks::step_seed`]).
-pub fn hard_patch_masks(
+pub(crate) fn hard_patch_masks(
     predicted: &[f64],
     patches: usize,
     hidden: usize,
@@ -209,7 +212,10 @@ pub fn hard_patch_masks(
 ///
 /// # Shapes
 /// - `predicted`, `errors`: `[N, H]` (the hidden patches of each image) → `[1]`
-pub fn ranking_loss<B: Backend>(predicted: Tensor<B, 2>, errors: Tensor<B, 2>) -> Tensor<B, 1> {
+pub(crate) fn ranking_loss<B: Backend>(
+    predicted: Tensor<B, 2>,
+    errors: Tensor<B, 2>,
+) -> Tensor<B, 1> {
     let [n, h] = predicted.dims();
     if h < 2 {
         return predicted.sum().mul_scalar(0.0);

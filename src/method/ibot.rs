@@ -1,44 +1,4 @@
-//! iBOT (Zhou et al., "iBOT: Image BERT Pre-Training with Online Tokenizer", ICLR 2022,
-//! <https://arxiv.org/abs/2111.07832>) and DINOv2's training objective at the scale that runs
-//! here (Oquab et al., "DINOv2: Learning Robust Visual Features without Supervision", 2023,
-//! <https://arxiv.org/abs/2304.07193>): DINO's self-distillation of the \[CLS\] token
-//! ([`crate::loss::dino`]) plus masked image modelling in the teacher's output space — the
-//! student sees its global views with some patch tokens replaced by a learned mask token, the
-//! teacher sees them whole, and every hidden token's student output learns the teacher's for the
-//! same token ([`crate::loss::ibot`]). DINOv2 adds the KoLeo regulariser on the student's \[CLS\]
-//! features ([`crate::loss::koleo`]).
-//!
-//! ```text
-//! for each batch x:
-//!     g1, g2, l1 .. lV = multi_crop(x);  masks m1, m2 for g1, g2 (DINOv2's collate, below)
-//!     teacher: every token of g1, g2 → head → t_cls, t_patch      (no gradient)
-//!     student: g1, g2 with the hidden tokens replaced → head → s_cls, s_patch; locals → s_cls
-//!     loss = DINO(t_cls, s_cls)                                    (pairs of different views)
-//!          + λ_patch · iBOT(t_patch, s_patch at the hidden tokens of the same view)
-//!          + λ_koleo · Σ_g KoLeo(student [CLS] features of g)
-//!     teacher ← EMA(student); both centres ← EMA(mean teacher output)
-//! ```
-//!
-//! The masks of a step (DINOv2's `collate_data_and_cast` and iBOT's `pred_ratio`): of the
-//! `2N` global views (view-major), `⌊2N·p⌋` hide patches (`p = mask_probability`, 0.5), the
-//! `i`-th of them `⌊L·u_i⌋` random patches with `u_i` uniform in the `i`-th of `⌊2N·p⌋` equal
-//! slices of `[ratio_min, ratio_max]` (0.1, 0.5), the rest none; which views hide is shuffled.
-//! Drawn on the host from `(seed, step)`, so a resumed run draws the same. DINOv2's masks are
-//! BEiT-style blocks of patches; here they are single patches (iBOT's `pred_shape = rand`), a
-//! choice for the 7 × 7 grids of Fashion-MNIST, where a block is most of the image.
-//!
-//! The head is shared between \[CLS\] and patch tokens (iBOT's `shared_head`, DINOv2's default),
-//! or a second [`DinoHead`] for the patch tokens (`shared_head = false`); both are DINO's head,
-//! with its last layer frozen for the first `freeze_last_layer_epochs` epochs. The patch loss's
-//! teacher temperature follows the \[CLS\] loss's warm-up.
-//!
-//! On several replicas each replica draws the global batch's masks and keeps its rows (its two
-//! views' slices); each replica's \[CLS\] and patch losses are means over its own images (their
-//! average over replicas is the one-device loss); the \[CLS\] centre moves by the replicas' mean
-//! teacher output, the patch centre by the mean over every replica's hidden tokens (a sum and a
-//! count all-reduced: replicas hide different numbers); KoLeo runs on the gathered global batch
-//! (DINOv2 computes it per GPU; here the replicas equal one device). The math and the defaults are
-//! in `docs/methods.md#ibot`.
+//! iBOT and DINOv2's objective (documented on `Ibot`).
 
 use burn::module::Param;
 use burn::nn::Initializer;
@@ -66,7 +26,7 @@ use crate::loss::{
 };
 
 /// Sinkhorn–Knopp iterations of DINOv2's centring (its `sinkhorn_knopp_teacher`'s 3).
-pub const SINKHORN_ITERATIONS: usize = 3;
+pub(crate) const SINKHORN_ITERATIONS: usize = 3;
 
 /// Configuration of [`Ibot`].
 #[derive(Config, Debug)]
@@ -104,7 +64,7 @@ pub struct IbotConfig {
     #[config(default = 0.0)]
     pub koleo_weight: f64,
     /// DINOv2's Sinkhorn–Knopp centring: the teacher's targets are its outputs balanced by
-    /// [`SINKHORN_ITERATIONS`] Sinkhorn–Knopp iterations at the teacher temperature — over the
+    /// 3 Sinkhorn–Knopp iterations at the teacher temperature — over the
     /// global batch's \[CLS\] outputs of both global views, and over its hidden tokens' outputs
     /// — instead of the centred softmax; the centres then stay where they are. `false`: iBOT's
     /// centring.
@@ -263,6 +223,48 @@ pub struct IbotState<B: Backend, M: Backbone<B>> {
 }
 
 /// iBOT (and DINOv2's objective with `koleo_weight > 0`). Build it with [`IbotConfig::init`].
+///
+/// iBOT (Zhou et al., "iBOT: Image BERT Pre-Training with Online Tokenizer", ICLR 2022,
+/// <https://arxiv.org/abs/2111.07832>) and DINOv2's training objective at the scale that runs here
+/// (Oquab et al., "DINOv2: Learning Robust Visual Features without Supervision", 2023,
+/// <https://arxiv.org/abs/2304.07193>): DINO's self-distillation of the \[CLS\] token
+/// ([`DinoLoss`](crate::loss::DinoLoss)) plus masked image modelling in the teacher's output space
+/// — the student sees its global views with some patch tokens replaced by a learned mask token, the
+/// teacher sees them whole, and every hidden token's student output learns the teacher's for the
+/// same token ([`IbotPatchLoss`](crate::loss::IbotPatchLoss)). DINOv2 adds the KoLeo regulariser on
+/// the student's \[CLS\] features ([`KoLeoLoss`](crate::loss::KoLeoLoss)).
+///
+/// ```text
+/// for each batch x:
+///     g1, g2, l1 .. lV = multi_crop(x);  masks m1, m2 for g1, g2 (DINOv2's collate, below)
+///     teacher: every token of g1, g2 → head → t_cls, t_patch      (no gradient)
+///     student: g1, g2 with the hidden tokens replaced → head → s_cls, s_patch; locals → s_cls
+///     loss = DINO(t_cls, s_cls)                                    (pairs of different views)
+///          + λ_patch · iBOT(t_patch, s_patch at the hidden tokens of the same view)
+///          + λ_koleo · Σ_g KoLeo(student [CLS] features of g)
+///     teacher ← EMA(student); both centres ← EMA(mean teacher output)
+/// ```
+///
+/// The masks of a step (DINOv2's `collate_data_and_cast` and iBOT's `pred_ratio`): of the
+/// `2N` global views (view-major), `⌊2N·p⌋` hide patches (`p = mask_probability`, 0.5), the
+/// `i`-th of them `⌊L·u_i⌋` random patches with `u_i` uniform in the `i`-th of `⌊2N·p⌋` equal
+/// slices of `[ratio_min, ratio_max]` (0.1, 0.5), the rest none; which views hide is shuffled.
+/// Drawn on the host from `(seed, step)`, so a resumed run draws the same. DINOv2's masks are
+/// BEiT-style blocks of patches; here they are single patches (iBOT's `pred_shape = rand`), a
+/// choice for the 7 × 7 grids of Fashion-MNIST, where a block is most of the image.
+///
+/// The head is shared between \[CLS\] and patch tokens (iBOT's `shared_head`, DINOv2's default),
+/// or a second [`DinoHead`] for the patch tokens (`shared_head = false`); both are DINO's head,
+/// with its last layer frozen for the first `freeze_last_layer_epochs` epochs. The patch loss's
+/// teacher temperature follows the \[CLS\] loss's warm-up.
+///
+/// On several replicas each replica draws the global batch's masks and keeps its rows (its two
+/// views' slices); each replica's \[CLS\] and patch losses are means over its own images (their
+/// average over replicas is the one-device loss); the \[CLS\] centre moves by the replicas' mean
+/// teacher output, the patch centre by the mean over every replica's hidden tokens (a sum and a
+/// count all-reduced: replicas hide different numbers); KoLeo runs on the gathered global batch
+/// (DINOv2 computes it per GPU; here the replicas equal one device). The math and the defaults are
+/// in `docs/methods.md#ibot`.
 #[derive(Debug, Clone)]
 pub struct Ibot<B: Backend, M: Backbone<B>> {
     student: IbotNetwork<B, M>,
@@ -280,7 +282,7 @@ pub struct Ibot<B: Backend, M: Backbone<B>> {
 
 /// The masks of `views` global views (view-major) of `patches` patches each, drawn from `rng`
 /// as DINOv2's collate draws them (see the module docs).
-pub fn ibot_masks(
+pub(crate) fn ibot_masks(
     views: usize,
     patches: usize,
     probability: f64,

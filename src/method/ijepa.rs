@@ -1,48 +1,12 @@
-//! I-JEPA (Assran et al., "Self-Supervised Learning from Images with a Joint-Embedding Predictive
-//! Architecture", CVPR 2023, <https://arxiv.org/abs/2301.08243>): from a large context block of
-//! an image, a narrow transformer (the predictor) predicts the target encoder's representations of
-//! a few target blocks of the same image — in latent space, no pixels reconstructed, no second
-//! view, no hand-made augmentation.
-//!
-//! ```text
-//! for each batch x:
-//!     targets B_1 .. B_M (M = 4 blocks), context C (one large block minus every B_i)
-//!     s_C = encoder(patches of x in C)                       (the online ViT on C only)
-//!     h   = layer_norm(target_encoder(x))                    (every patch, no gradient)
-//!     ŝ_i = predictor(s_C, positions of C, mask tokens at the positions of B_i)
-//!     loss = mean over i, images, tokens, features of smooth_l1(ŝ_i − h[B_i])
-//!     target_encoder ← EMA(encoder)
-//! ```
-//!
-//! The blocks (the authors' `MaskCollator`, lightly's `IJEPAMaskCollator`): per step one target
-//! block size is drawn — a scale `s` in `[0.15, 0.2]` of the `L` patches and an aspect ratio `a`
-//! in `[0.75, 1.5]` from one uniform draw, `h = round(√(⌊L·s⌋·a))`, `w = round(√(⌊L·s⌋/a))`,
-//! each below the grid's side — and one context block size (scale `[0.85, 1]`, square); each
-//! image places its `M` target blocks and then its context block at random, the context keeping
-//! only patches outside every target block (if fewer than `min_keep` remain, the constraint
-//! drops the target blocks one by one, as the authors' retries do). Every image's lists are cut
-//! to the batch's shortest, in row-major order, so the batch's tensors are rectangular. Drawn on
-//! the host from `(seed, step)`. `target_scale_schedule` multiplies the target scale range along a
-//! schedule (a masking curriculum: small, local targets first).
-//!
-//! What differs from the authors' code, and why: the ViT here has a class token, which the
-//! encoder carries along with the context patches and the predictor does not see (the authors'
-//! ViT has none); the target encoder's momentum rises to 1 along a cosine (theirs along a line);
-//! the smooth-L1 loss (β = 1) is their code's, where the paper writes L2. On several replicas
-//! each replica draws the global batch's blocks (its lists cut to the global batch's shortest)
-//! and keeps its rows. The math and the defaults are in `docs/methods.md#i-jepa`.
+//! I-JEPA (documented on `Ijepa`).
 
-use burn::module::Param;
-use burn::nn::{Initializer, Linear};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::layers::{linear_tokens, linear_zero_bias};
-use curriculum_ssl_models::layers::{LayerNorm, LayerNormConfig};
-use curriculum_ssl_models::vit::{forward_blocks, VitBlock};
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone};
-use rand::Rng;
 
-use super::masking::{check_token_transformer, encode_kept, require_vit, sine_cosine_2d, vit};
+use super::ijepa_masks::{BlockSettings, IjepaMasks};
+use super::ijepa_predictor::IjepaPredictor;
+use super::masking::{check_token_transformer, encode_kept, require_vit, vit};
 use super::masking::{PatchMask, StepMasks};
 use super::momentum::MomentumEncoder;
 use super::ssl_method::{online_in, HasBackbone, MethodOutput, SslMethod, Views};
@@ -177,96 +141,6 @@ impl IjepaConfig {
     }
 }
 
-/// I-JEPA's predictor: the context tokens narrowed to the predictor's width with their fixed
-/// sine-cosine positions, a mask token at the position of every target patch, transformer
-/// blocks, a norm, and the target patches' tokens widened back to the encoder's width.
-#[derive(Module, Debug)]
-pub struct IjepaPredictor<B: Backend> {
-    /// Encoder width → predictor width.
-    pub embed: Linear<B>,
-    /// The token at every target patch, `[1, 1, predictor_dim]`.
-    pub mask_token: Param<Tensor<B, 3>>,
-    /// Transformer blocks.
-    pub blocks: Vec<VitBlock<B>>,
-    /// Final norm.
-    pub norm: LayerNorm<B>,
-    /// Predictor width → encoder width.
-    pub proj: Linear<B>,
-}
-
-impl<B: Backend> IjepaPredictor<B> {
-    /// A predictor between an encoder of width `width` and `(dim, heads, depth)` blocks,
-    /// initialised as the authors' `VisionTransformerPredictor`: every linear weight and the mask
-    /// token from `N(0, 0.02²)` (their truncated normal at ±2 never truncates at this scale),
-    /// biases zero, LayerNorms 1 and 0, and in block `l` (from 1) the attention's output
-    /// projection and the MLP's second layer divided by `√(2l)` (their `fix_init_weight`).
-    /// lightly's `IJEPAPredictorTIMM` keeps PyTorch's `nn.Linear` defaults and a zero mask token.
-    pub fn new(
-        width: usize,
-        (dim, heads, depth): (usize, usize, usize),
-        device: &B::Device,
-    ) -> Self {
-        let normal = Initializer::Normal {
-            mean: 0.0,
-            std: 0.02,
-        };
-        let blocks = (1..=depth)
-            .map(|l| {
-                let mut block = VitBlock::new(dim, heads, 4.0, 1e-6, device);
-                let rescaled = Initializer::Normal {
-                    mean: 0.0,
-                    std: 0.02 / (2.0 * l as f64).sqrt(),
-                };
-                block.attn.proj = linear_zero_bias(dim, dim, rescaled.clone(), device);
-                let [hidden, _] = block.mlp.fc2.weight.lazy_shape().dims();
-                block.mlp.fc2 = linear_zero_bias(hidden, dim, rescaled, device);
-                block
-            })
-            .collect();
-        Self {
-            embed: linear_zero_bias(width, dim, normal.clone(), device),
-            mask_token: normal.init([1, 1, dim], device),
-            blocks,
-            norm: LayerNormConfig::new(dim).with_epsilon(1e-6).init(device),
-            proj: linear_zero_bias(dim, width, normal, device),
-        }
-    }
-
-    /// The predicted tokens of every target block from the encoded context.
-    ///
-    /// # Shapes
-    /// - `context`: `[N, K_c, D]` (the context patches' tokens, in `context`'s order) →
-    ///   `[M·N, K_t, D]` (block-major: block 0 of every image, then block 1, …)
-    pub fn forward(
-        &self,
-        context: Tensor<B, 3>,
-        context_mask: &PatchMask,
-        target_masks: &[PatchMask],
-        grid: (usize, usize),
-    ) -> Tensor<B, 3> {
-        let x = linear_tokens(&self.embed, context);
-        let [n, kc, dim] = x.dims();
-        let l = grid.0 * grid.1;
-        let positions = sine_cosine_2d::<B>(grid, dim, &x.device())
-            .slice([0..1, 1..1 + l, 0..dim])
-            .expand([n, l, dim]);
-        let x = x + context_mask.gather(positions.clone());
-        let m = target_masks.len();
-        let queries: Vec<Tensor<B, 3>> = target_masks
-            .iter()
-            .map(|mask| {
-                let kt = mask.visible();
-                mask.gather(positions.clone()) + self.mask_token.val().expand([n, kt, dim])
-            })
-            .collect();
-        let kt = queries[0].dims()[1];
-        let context = Tensor::cat(vec![x; m], 0);
-        let x = Tensor::cat(vec![context, Tensor::cat(queries, 0)], 1);
-        let x = forward_blocks(&self.blocks, x, &self.norm).slice([0..m * n, kc..kc + kt, 0..dim]);
-        linear_tokens(&self.proj, x)
-    }
-}
-
 /// I-JEPA's trainable networks: the ViT encoder (the backbone) and the predictor.
 #[derive(Module, Debug)]
 pub struct IjepaNetwork<B: Backend, M> {
@@ -282,92 +156,61 @@ impl<B: Backend, M> HasBackbone<M> for IjepaNetwork<B, M> {
     }
 }
 
-/// One step's blocks: the context of every image and its target blocks (each list cut to the
-/// batch's shortest).
-#[derive(Debug, Clone)]
-pub struct IjepaMasks {
-    /// The context patches of every image.
-    pub context: PatchMask,
-    /// The target blocks: one mask per block, each keeping that block's patches of every image.
-    pub targets: Vec<PatchMask>,
-}
-
-/// A block size from one uniform draw for scale and aspect ratio (the authors'
-/// `_sample_block_size`).
-fn block_size(
-    grid: (usize, usize),
-    (s_low, s_high): (f64, f64),
-    (a_low, a_high): (f64, f64),
-    rng: &mut impl Rng,
-) -> (usize, usize) {
-    let u: f64 = rng.random();
-    let keep = ((grid.0 * grid.1) as f64 * (s_low + u * (s_high - s_low))).floor();
-    let aspect = a_low + u * (a_high - a_low);
-    let h = ((keep * aspect).sqrt().round() as usize).clamp(1, grid.0.max(2) - 1);
-    let w = ((keep / aspect).sqrt().round() as usize).clamp(1, grid.1.max(2) - 1);
-    (h, w)
-}
-
-/// A block of `size` at a random place: its patches (row-major) and their rectangle.
-fn place(grid: (usize, usize), (h, w): (usize, usize), rng: &mut impl Rng) -> Vec<usize> {
-    let top = rng.random_range(0..=grid.0 - h);
-    let left = rng.random_range(0..=grid.1 - w);
-    (top..top + h)
-        .flat_map(|r| (left..left + w).map(move |c| r * grid.1 + c))
-        .collect()
-}
-
 impl IjepaConfig {
-    /// The blocks of `images` images on a `grid` of patches, drawn from `rng` (see the module
-    /// docs).
-    pub fn masks(&self, images: usize, grid: (usize, usize), rng: &mut impl Rng) -> IjepaMasks {
-        let target_size = block_size(grid, self.target_scale, self.target_aspect, rng);
-        let context_size = block_size(grid, self.context_scale, (1.0, 1.0), rng);
-        let mut targets: Vec<Vec<Vec<usize>>> = vec![Vec::new(); self.targets];
-        let mut contexts = Vec::with_capacity(images);
-        for _ in 0..images {
-            let blocks: Vec<Vec<usize>> = (0..self.targets)
-                .map(|_| place(grid, target_size, rng))
-                .collect();
-            let mut tries = 0;
-            let context = loop {
-                let block = place(grid, context_size, rng);
-                // The authors' relaxation: after each failed try one target block fewer
-                // constrains the context.
-                let binding = blocks.len().saturating_sub(tries);
-                let kept: Vec<usize> = block
-                    .into_iter()
-                    .filter(|p| !blocks[..binding].iter().any(|b| b.contains(p)))
-                    .collect();
-                if kept.len() >= self.min_keep.max(1) || binding == 0 {
-                    break kept;
-                }
-                tries += 1;
-            };
-            contexts.push(context);
-            for (list, block) in targets.iter_mut().zip(blocks) {
-                list.push(block);
-            }
+    /// The blocks of `images` images on a `grid` of patches, drawn from `rng` (the sampler is
+    /// described on [`Ijepa`]).
+    pub fn masks(
+        &self,
+        images: usize,
+        grid: (usize, usize),
+        rng: &mut impl rand::Rng,
+    ) -> IjepaMasks {
+        BlockSettings {
+            targets: self.targets,
+            target_scale: self.target_scale,
+            target_aspect: self.target_aspect,
+            context_scale: self.context_scale,
+            min_keep: self.min_keep,
         }
-        let cut = |lists: Vec<Vec<usize>>| -> PatchMask {
-            let shortest = lists.iter().map(Vec::len).min().unwrap_or(0).max(1);
-            let lists = lists
-                .into_iter()
-                .map(|mut l| {
-                    l.truncate(shortest);
-                    l
-                })
-                .collect();
-            PatchMask::from_visible(grid.0 * grid.1, lists).expect("blocks inside the grid")
-        };
-        IjepaMasks {
-            context: cut(contexts),
-            targets: targets.into_iter().map(cut).collect(),
-        }
+        .draw(images, grid, rng)
     }
 }
 
 /// I-JEPA. Build it with [`IjepaConfig::init`].
+///
+/// I-JEPA (Assran et al., "Self-Supervised Learning from Images with a Joint-Embedding Predictive
+/// Architecture", CVPR 2023, <https://arxiv.org/abs/2301.08243>): from a large context block of
+/// an image, a narrow transformer (the predictor) predicts the target encoder's representations of
+/// a few target blocks of the same image — in latent space, no pixels reconstructed, no second
+/// view, no hand-made augmentation.
+///
+/// ```text
+/// for each batch x:
+///     targets B_1 .. B_M (M = 4 blocks), context C (one large block minus every B_i)
+///     s_C = encoder(patches of x in C)                       (the online ViT on C only)
+///     h   = layer_norm(target_encoder(x))                    (every patch, no gradient)
+///     ŝ_i = predictor(s_C, positions of C, mask tokens at the positions of B_i)
+///     loss = mean over i, images, tokens, features of smooth_l1(ŝ_i − h[B_i])
+///     target_encoder ← EMA(encoder)
+/// ```
+///
+/// The blocks (the authors' `MaskCollator`, lightly's `IJEPAMaskCollator`): per step one target
+/// block size is drawn — a scale `s` in `[0.15, 0.2]` of the `L` patches and an aspect ratio `a`
+/// in `[0.75, 1.5]` from one uniform draw, `h = round(√(⌊L·s⌋·a))`, `w = round(√(⌊L·s⌋/a))`,
+/// each below the grid's side — and one context block size (scale `[0.85, 1]`, square); each
+/// image places its `M` target blocks and then its context block at random, the context keeping
+/// only patches outside every target block (if fewer than `min_keep` remain, the constraint
+/// drops the target blocks one by one, as the authors' retries do). Every image's lists are cut
+/// to the batch's shortest, in row-major order, so the batch's tensors are rectangular. Drawn on
+/// the host from `(seed, step)`. `target_scale_schedule` multiplies the target scale range along a
+/// schedule (a masking curriculum: small, local targets first).
+///
+/// What differs from the authors' code, and why: the ViT here has a class token, which the
+/// encoder carries along with the context patches and the predictor does not see (the authors'
+/// ViT has none); the target encoder's momentum rises to 1 along a cosine (theirs along a line);
+/// the smooth-L1 loss (β = 1) is their code's, where the paper writes L2. On several replicas
+/// each replica draws the global batch's blocks (its lists cut to the global batch's shortest)
+/// and keeps its rows. The math and the defaults are in `docs/methods.md#i-jepa`.
 #[derive(Debug, Clone)]
 pub struct Ijepa<B: Backend, M: Backbone<B>> {
     online: IjepaNetwork<B, M>,
@@ -519,9 +362,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ij
 mod tests {
     use super::*;
     use crate::method::testing::{host, progress, Ad, Dev};
-    use burn::backend::NdArray;
     use curriculum_ssl_models::Vit;
-    use rand::SeedableRng;
 
     /// A ViT of 12 × 12 one-channel images in 2 × 2 patches (a 6 × 6 grid), tokens 8 wide, one
     /// block of two heads.
@@ -558,7 +399,7 @@ mod tests {
     fn blocks_are_rectangles_and_the_context_avoids_the_targets() {
         let grid = (14, 14);
         let config = IjepaConfig::new();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(1);
         for _ in 0..20 {
             let masks = config.masks(6, grid, &mut rng);
             assert_eq!(masks.targets.len(), 4);
@@ -587,26 +428,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    /// A block's size from one draw: the authors' formula at scale 0.2, aspect 1.5 (u = 1)
-    /// on a 14 × 14 grid: ⌊196 · 0.2⌋ = 39, h = round(√58.5) = 8, w = round(√26) = 5.
-    #[test]
-    fn the_block_size_follows_the_authors_formula() {
-        struct One;
-        impl rand::RngCore for One {
-            fn next_u32(&mut self) -> u32 {
-                u32::MAX
-            }
-            fn next_u64(&mut self) -> u64 {
-                u64::MAX
-            }
-            fn fill_bytes(&mut self, dest: &mut [u8]) {
-                dest.fill(255);
-            }
-        }
-        let (h, w) = block_size((14, 14), (0.15, 0.2), (0.75, 1.5), &mut One);
-        assert_eq!((h, w), (8, 5));
     }
 
     /// The context encoder never sees a patch outside its context: changing those pixels
@@ -713,7 +534,7 @@ mod tests {
             };
             let mut v = host(param.val());
             v[i] += delta;
-            *param = Param::from_tensor(Tensor::from_data(
+            *param = burn::module::Param::from_tensor(Tensor::from_data(
                 TensorData::new(v, [1, 1, 8]),
                 &Default::default(),
             ));
@@ -781,27 +602,5 @@ mod tests {
             .init(tiny_vit, &device)
             .unwrap_err();
         assert_eq!(e.field, "targets");
-    }
-
-    #[test]
-    fn the_predictor_starts_as_the_authors() {
-        // The authors' VisionTransformerPredictor: trunc_normal_(std 0.02) on every linear
-        // weight and the mask token, biases 0, and block l's `attn.proj` and `mlp.fc2` divided
-        // by sqrt(2 l) (fix_init_weight).
-        use crate::method::testing::assert_initialised;
-        let p = crate::base::seed::init_module::<NdArray<f64>, _>(&Default::default(), 0, |d| {
-            IjepaPredictor::new(128, (64, 4, 2), d)
-        });
-        assert_initialised(&p.embed, 0.02, "embed");
-        assert_initialised(&p.proj, 0.02, "proj");
-        for (i, block) in p.blocks.iter().enumerate() {
-            let scale = 1.0 / (2.0 * (i + 1) as f64).sqrt();
-            assert_initialised(&block.attn.qkv, 0.02, "qkv");
-            assert_initialised(&block.attn.proj, 0.02 * scale, "attn.proj");
-            assert_initialised(&block.mlp.fc1, 0.02, "fc1");
-            assert_initialised(&block.mlp.fc2, 0.02 * scale, "fc2");
-        }
-        let token = host(p.mask_token.val());
-        assert!(token.iter().all(|t| t.abs() < 0.2) && token.iter().any(|&t| t != 0.0));
     }
 }

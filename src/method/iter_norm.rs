@@ -1,24 +1,4 @@
-//! Iterative normalisation (IterNorm; Huang, Zhou, Zhu, Liu & Shao, "Iterative Normalization:
-//! Beyond Standardization towards Efficient Whitening", CVPR 2019,
-//! <https://arxiv.org/abs/1904.03441>): whitening of groups of features by Newton's iterations
-//! towards the inverse square root of their covariance, no eigen-decomposition. VIbCReg's
-//! projector ends with it ([`super::vibcreg`]).
-//!
-//! For each group of `c` consecutive features of a batch `X` (`[c, m]`, the batch's `m` images):
-//!
-//! ```text
-//! X_c = X − mean_m(X)
-//! Σ   = ε·I + X_c X_cᵀ / m,    Σ_N = Σ / tr(Σ)
-//! P_0 = I,    P_{k+1} = 1.5·P_k − 0.5·P_k³ Σ_N      (k < T)
-//! W   = P_T / √tr(Σ),          out = γ ⊙ (W X_c) + β
-//! ```
-//!
-//! `T = 5`, `ε = 1e-5`, 64 groups (solo-learn's `IterNorm(num_features, num_groups=64, T=5)`,
-//! whose group rule [`IterNormConfig::init`] follows); the running mean and running `W` move by
-//! momentum 0.1 in training and whiten in evaluation. The backward is autodiff's through the
-//! iterations (solo-learn writes the same derivative out by hand; `tests/worked_values.rs`
-//! checks the two agree). On data-parallel replicas the mean and the covariance are the global
-//! batch's (as the project's synchronised batch norms).
+//! Iterative normalisation (documented on `IterNorm`).
 
 use burn::module::{Param, RunningState};
 use burn::prelude::*;
@@ -90,6 +70,28 @@ impl IterNormConfig {
 }
 
 /// Group whitening by Newton's iterations. Build it with [`IterNormConfig::init`].
+///
+/// Iterative normalisation (IterNorm; Huang, Zhou, Zhu, Liu & Shao, "Iterative Normalization:
+/// Beyond Standardization towards Efficient Whitening", CVPR 2019,
+/// <https://arxiv.org/abs/1904.03441>): whitening of groups of features by Newton's iterations
+/// towards the inverse square root of their covariance, no eigen-decomposition. VIbCReg's
+/// projector ends with it ([`VibcReg`](super::VibcReg)).
+///
+/// For each group of `c` consecutive features of a batch `X` (`[c, m]`, the batch's `m` images):
+///
+/// ```text
+/// X_c = X − mean_m(X)
+/// Σ   = ε·I + X_c X_cᵀ / m,    Σ_N = Σ / tr(Σ)
+/// P_0 = I,    P_{k+1} = 1.5·P_k − 0.5·P_k³ Σ_N      (k < T)
+/// W   = P_T / √tr(Σ),          out = γ ⊙ (W X_c) + β
+/// ```
+///
+/// `T = 5`, `ε = 1e-5`, 64 groups (solo-learn's `IterNorm(num_features, num_groups=64, T=5)`,
+/// whose group rule [`IterNormConfig::init`] follows); the running mean and running `W` move by
+/// momentum 0.1 in training and whiten in evaluation. The backward is autodiff's through the
+/// iterations (solo-learn writes the same derivative out by hand; `tests/worked_values.rs`
+/// checks the two agree). On data-parallel replicas the mean and the covariance are the global
+/// batch's (as the project's synchronised batch norms).
 #[derive(Module, Debug)]
 pub struct IterNorm<B: Backend> {
     /// Scale `γ`, one per feature.

@@ -1,16 +1,4 @@
-//! LeJEPA (Balestriero & LeCun 2025, <https://arxiv.org/abs/2511.08544>): backbone + a
-//! three-layer projector (`features → 2048 (BN, ReLU) → 2048 (BN, ReLU) → 64`, the paper's and
-//! lightly's `LeJEPAProjectionHead`), every view through the same network, and the loss of
-//! [`crate::loss::lejepa`]: SIGReg pushes the projections of all views towards an isotropic
-//! Gaussian while the invariance term pulls every view, global and local, to the mean of the
-//! global views. One network, no teacher, no predictor, no stop-gradient, no schedule: the
-//! paper's point is that SIGReg alone prevents the collapse those heuristics guard against.
-//!
-//! Multi-crop: the two global views go through the network as one batch, the local crops as
-//! another (lightly's example). A step's random directions come from `(seed, step)`, the same on
-//! every replica. Both terms are logged (`lejepa_sigreg`, `lejepa_invariance`).
-//!
-//! The math, the defaults and the worked values are in `docs/methods.md#lejepa`.
+//! LeJEPA (documented on `LeJepa`).
 
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -70,6 +58,20 @@ impl LeJepaConfig {
 }
 
 /// LeJEPA. Build it with [`LeJepaConfig::init`].
+///
+/// LeJEPA (Balestriero & LeCun 2025, <https://arxiv.org/abs/2511.08544>): backbone + a three-layer
+/// projector (`features → 2048 (BN, ReLU) → 2048 (BN, ReLU) → 64`, the paper's and lightly's
+/// `LeJEPAProjectionHead`), every view through the same network, and the loss of
+/// [`LeJepaLoss`](crate::loss::LeJepaLoss): SIGReg pushes the projections of all views towards an
+/// isotropic Gaussian while the invariance term pulls every view, global and local, to the mean of
+/// the global views. One network, no teacher, no predictor, no stop-gradient, no schedule: the
+/// paper's point is that SIGReg alone prevents the collapse those heuristics guard against.
+///
+/// Multi-crop: the two global views go through the network as one batch, the local crops as
+/// another (lightly's example). A step's random directions come from `(seed, step)`, the same on
+/// every replica. Both terms are logged (`lejepa_sigreg`, `lejepa_invariance`).
+///
+/// The math, the defaults and the worked values are in `docs/methods.md#lejepa`.
 #[derive(Debug, Clone)]
 pub struct LeJepa<B: Backend, M: Backbone<B>> {
     online: Projected<B, M>,
@@ -113,7 +115,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for LeJepa<B, M> 
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
         let (global, local) = views.through(|x| self.online.forward(x));
-        let embeddings = Some([global[0].clone().detach(), global[1].clone().detach()]);
+        let embeddings = [global[0].clone(), global[1].clone()];
         // Data-parallel: SIGReg's empirical characteristic functions and the invariance are the
         // global batch's.
         let gather = |views: Vec<_>| -> Vec<_> {
@@ -127,14 +129,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for LeJepa<B, M> 
         let dim = global[0].dims()[1];
         let slices = self.slices(progress, dim, &global[0].device());
         let terms = self.loss.terms(&global, &local, slices);
-        MethodOutput {
-            loss: terms.loss,
-            stats: vec![
-                ("lejepa_sigreg", terms.sigreg),
-                ("lejepa_invariance", terms.invariance),
-            ],
-            embeddings,
-        }
+        MethodOutput::new(terms.loss)
+            .with_stat("lejepa_sigreg", terms.sigreg)
+            .with_stat("lejepa_invariance", terms.invariance)
+            .with_embeddings(embeddings)
     }
 
     /// The loss compares images across the batch: every replica computes it on the gathered

@@ -1,25 +1,12 @@
-//! MAE (He et al. 2022, <https://arxiv.org/abs/2111.06377>): a Vision Transformer encodes only
-//! the visible patches of an image (75 % are hidden at random, per image), a light decoder puts
-//! a learned mask token at every hidden patch and predicts the pixels of every patch, and the
-//! loss is the mean squared error on the hidden patches, against targets normalised per patch
-//! (the paper's `norm_pix_loss`, its best setting).
-//!
-//! The method sees the first global view of the batch (MAE augments one view: a crop of 20–100 %
-//! of the image and a flip). The decoder's positional embeddings are the fixed 2-D sine-cosine
-//! ones of the authors' code; the encoder keeps the backbone's own. The math, the defaults and
-//! what was chosen where paper and code differ are in `docs/methods.md#mae`.
+//! MAE (documented on `Mae`).
 
-use burn::module::Param;
-use burn::nn::{Initializer, Linear};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::layers::{linear_tokens, linear_zero_bias};
-use curriculum_ssl_models::layers::{LayerNorm, LayerNormConfig};
-use curriculum_ssl_models::vit::{forward_blocks, VitBlock};
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone};
 
+use super::mae_decoder::MaeDecoder;
 use super::masking::{check_token_transformer, check_visible_ratio, encode_kept, PatchMask};
-use super::masking::{patchify, require_vit, sine_cosine_2d, vit, StepMasks};
+use super::masking::{patchify, require_vit, vit, StepMasks};
 use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
@@ -118,73 +105,6 @@ impl MaeConfig {
     }
 }
 
-/// MAE's decoder: the encoded visible tokens widened to the decoder's width, a mask token at
-/// every hidden patch, transformer blocks, and the pixels of every patch.
-#[derive(Module, Debug)]
-pub struct MaeDecoder<B: Backend> {
-    /// Encoder width → decoder width.
-    pub embed: Linear<B>,
-    /// The token at every hidden patch, `[1, 1, decoder_dim]`.
-    pub mask_token: Param<Tensor<B, 3>>,
-    /// Transformer blocks.
-    pub blocks: Vec<VitBlock<B>>,
-    /// Final norm.
-    pub norm: LayerNorm<B>,
-    /// Decoder width → a patch's pixels (`p²·C`, in row, column, channel order).
-    pub pred: Linear<B>,
-}
-
-impl<B: Backend> MaeDecoder<B> {
-    /// A decoder from the encoder's width `width` to `out` values per patch, `(dim, heads,
-    /// depth)` wide, with MAE's initialisation (Xavier-uniform linear layers, its blocks' too —
-    /// the authors' `_init_weights` and lightly's `MAEDecoderTIMM` —, the mask token normal
-    /// with σ = 0.02). The shape is checked by the caller
-    /// (`masking::check_token_transformer`).
-    pub fn new(
-        width: usize,
-        (dim, heads, depth): (usize, usize, usize),
-        out: usize,
-        device: &B::Device,
-    ) -> Self {
-        let xavier = Initializer::XavierUniform { gain: 1.0 };
-        let linear = |from: usize, to: usize| linear_zero_bias(from, to, xavier.clone(), device);
-        Self {
-            embed: linear(width, dim),
-            mask_token: Initializer::Normal {
-                mean: 0.0,
-                std: 0.02,
-            }
-            .init([1, 1, dim], device),
-            blocks: (0..depth)
-                .map(|_| VitBlock::with_initializer(dim, heads, 4.0, 1e-6, xavier.clone(), device))
-                .collect(),
-            norm: LayerNormConfig::new(dim).with_epsilon(1e-6).init(device),
-            pred: linear(dim, out),
-        }
-    }
-
-    /// The predicted pixels of every patch from the encoded class token and visible patches.
-    ///
-    /// # Shapes
-    /// - `encoded`: `[N, 1 + visible, D]` → `[N, L, p²·C]` (`L = grid.0 · grid.1`)
-    pub fn forward(
-        &self,
-        encoded: Tensor<B, 3>,
-        mask: &PatchMask,
-        grid: (usize, usize),
-    ) -> Tensor<B, 3> {
-        let x = linear_tokens(&self.embed, encoded);
-        let [n, tokens, dim] = x.dims();
-        let class = x.clone().slice([0..n, 0..1, 0..dim]);
-        let patches = mask.scatter(x.slice([0..n, 1..tokens, 0..dim]), self.mask_token.val());
-        let positions = sine_cosine_2d::<B>(grid, dim, &patches.device());
-        let x = Tensor::cat(vec![class, patches], 1) + positions;
-        let x = linear_tokens(&self.pred, forward_blocks(&self.blocks, x, &self.norm));
-        let [_, l1, out] = x.dims();
-        x.slice([0..n, 1..l1, 0..out])
-    }
-}
-
 /// MAE's networks: the ViT backbone (the encoder) and the decoder.
 #[derive(Module, Debug)]
 pub struct MaeNetwork<B: Backend, M> {
@@ -205,7 +125,7 @@ impl<B: Backend, M> HasBackbone<M> for MaeNetwork<B, M> {
 ///
 /// # Shapes
 /// - `patches`: `[N, L, P]` → `[N, L, P]`
-pub fn normalize_patches<B: Backend>(patches: Tensor<B, 3>) -> Tensor<B, 3> {
+pub(crate) fn normalize_patches<B: Backend>(patches: Tensor<B, 3>) -> Tensor<B, 3> {
     let p = patches.dims()[2];
     let mean = patches.clone().mean_dim(2);
     let centred = patches - mean;
@@ -214,6 +134,17 @@ pub fn normalize_patches<B: Backend>(patches: Tensor<B, 3>) -> Tensor<B, 3> {
 }
 
 /// MAE. Build it with [`MaeConfig::init`].
+///
+/// MAE (He et al. 2022, <https://arxiv.org/abs/2111.06377>): a Vision Transformer encodes only
+/// the visible patches of an image (75 % are hidden at random, per image), a light decoder puts
+/// a learned mask token at every hidden patch and predicts the pixels of every patch, and the
+/// loss is the mean squared error on the hidden patches, against targets normalised per patch
+/// (the paper's `norm_pix_loss`, its best setting).
+///
+/// The method sees the first global view of the batch (MAE augments one view: a crop of 20–100 %
+/// of the image and a flip). The decoder's positional embeddings are the fixed 2-D sine-cosine
+/// ones of the authors' code; the encoder keeps the backbone's own. The math, the defaults and
+/// what was chosen where paper and code differ are in `docs/methods.md#mae`.
 #[derive(Debug, Clone)]
 pub struct Mae<B: Backend, M: Backbone<B>> {
     online: MaeNetwork<B, M>,
@@ -294,7 +225,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> MaeNetwork<B, M> {
 ///
 /// # Shapes
 /// - `errors`: `[N, L]` → `[1]`
-pub fn hidden_mean<B: Backend>(errors: Tensor<B, 2>, mask: &PatchMask) -> Tensor<B, 1> {
+pub(crate) fn hidden_mean<B: Backend>(errors: Tensor<B, 2>, mask: &PatchMask) -> Tensor<B, 1> {
     let [n, l] = errors.dims();
     let hidden = mask.hidden_weights::<B>(&errors.device());
     let count = (n * (l - mask.visible())) as f64;
@@ -460,7 +391,7 @@ mod tests {
                 b2[k] += delta;
                 let value =
                     Tensor::<Ad, 1>::from_data(TensorData::new(b2, [16]), &Default::default());
-                shifted.online.decoder.pred.bias = Some(Param::from_tensor(value));
+                shifted.online.decoder.pred.bias = Some(burn::module::Param::from_tensor(value));
                 host(shifted.loss(x.clone(), &mask))[0]
             };
             let numeric = (at(eps) - at(-eps)) / (2.0 * eps);
@@ -469,65 +400,6 @@ mod tests {
                 "{k}: {numeric} vs {}",
                 analytic[k]
             );
-        }
-    }
-
-    /// MAE's initialisation: every linear layer of the decoder, its blocks' too, Xavier-uniform
-    /// — uniform on ±√(6 / (fan_in + fan_out)) — with zero biases, as the authors'
-    /// `_init_weights` and lightly's `MAEDecoderTIMM` draw them (timm's N(0, 0.02²) for the
-    /// blocks until 2026-11-27; Xavier-uniform biases until 2026-11-28).
-    #[test]
-    fn the_decoder_blocks_are_xavier_uniform() {
-        let device = Default::default();
-        let decoder = crate::base::seed::init_module::<Inner, _>(&device, 0, |d| {
-            MaeDecoder::<Inner>::new(192, (128, 4, 1), 16, d)
-        });
-        let attn = &decoder.blocks[0].attn;
-        let mlp = &decoder.blocks[0].mlp;
-        for (name, linear, fan_in, fan_out) in [
-            ("qkv", &attn.qkv, 128, 384),
-            ("proj", &attn.proj, 128, 128),
-            ("fc1", &mlp.fc1, 128, 512),
-            ("fc2", &mlp.fc2, 512, 128),
-        ] {
-            let w = host(linear.weight.val());
-            let bound = (6.0 / (fan_in + fan_out) as f64).sqrt();
-            let max = w.iter().fold(0f64, |m, v| m.max(v.abs()));
-            let sd = (w.iter().map(|v| v * v).sum::<f64>() / w.len() as f64).sqrt();
-            // At least 16,384 draws: the largest lies within 1 % of the bound but for a
-            // chance of 0.99^16384 ≈ e^-164, and the root mean square (bound / √3) within 2 %
-            // (its relative standard error is 0.35 %: 5.7 of them); N(0, 0.02²) fails both.
-            assert!(
-                max <= bound && max > 0.99 * bound,
-                "{name}: max {max}, bound {bound}"
-            );
-            let expected = bound / 3f64.sqrt();
-            assert!(
-                (sd / expected - 1.0).abs() < 0.02,
-                "{name}: sd {sd}, Xavier {expected}"
-            );
-        }
-        // The authors' `constant_(bias, 0)` after the Xavier draw, on every linear layer.
-        for linear in [
-            &decoder.embed,
-            &attn.qkv,
-            &attn.proj,
-            &mlp.fc1,
-            &mlp.fc2,
-            &decoder.pred,
-        ] {
-            let bias = host(linear.bias.as_ref().expect("a bias").val());
-            assert!(bias.iter().all(|&b| b == 0.0));
-        }
-    }
-
-    #[test]
-    fn the_decoder_positions_are_the_authors_sine_cosine_table() {
-        let got = host(sine_cosine_2d::<Inner>((1, 2), 4, &Default::default()));
-        let (s, c) = (1f64.sin(), 1f64.cos());
-        let expected = [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, s, c, 0.0, 1.0];
-        for (g, e) in got.iter().zip(expected) {
-            assert!((g - e).abs() < 1e-15, "{got:?}");
         }
     }
 

@@ -1,14 +1,4 @@
-//! The masked-image methods' shared pieces. Patch masks: which patch tokens of each image the
-//! encoder sees, the gather of the visible tokens and its inverse ([`PatchMask`], MAE's), and
-//! masks of square units that stay in place ([`UnitMask`], SimMIM's); where a step's masks come
-//! from ([`StepMasks`]). And the pixels per patch ([`patchify`]), the fixed 2-D sine-cosine
-//! positions ([`sine_cosine_2d`]) and a ViT on the patches a mask keeps ([`encode_kept`]).
-//!
-//! A mask is drawn on the host from a seeded generator (MAE's per-image random shuffle: the
-//! first `⌊L·(1 − ratio)⌋` patches of a random permutation stay visible), so that a step's masks
-//! depend on `(seed, step)` alone: a resumed run draws the same, and the replicas of a
-//! data-parallel run draw the global batch's masks and keep their own rows, as one device would.
-//! The tokens move on the device, through `select` (whose backward is its scatter).
+//! The masked-image methods' shared pieces (documented on the `method` page and on `PatchMask`).
 
 use burn::prelude::*;
 use curriculum_ssl_models::{AsVit, Vit};
@@ -104,6 +94,12 @@ pub(crate) fn require_vit<'a, B: Backend, M: AsVit<B>>(
 }
 
 /// The masks of a batch: for each of `N` images, which of its `L` patches are hidden.
+///
+/// A mask is drawn on the host from a seeded generator (MAE's per-image random shuffle: the
+/// first `⌊L·(1 − ratio)⌋` patches of a random permutation stay visible), so that a step's masks
+/// depend on `(seed, step)` alone: a resumed run draws the same, and the replicas of a
+/// data-parallel run draw the global batch's masks and keep their own rows, as one device would.
+/// The tokens move on the device, through `select` (whose backward is its scatter).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PatchMask {
     patches: usize,
@@ -416,7 +412,7 @@ impl UnitMask {
 ///
 /// # Errors
 /// The setting out of range, named.
-pub fn check_visible_ratio(
+pub(crate) fn check_visible_ratio(
     ratio: f64,
     schedule: Option<&crate::base::schedule::SchedulerConfig>,
 ) -> Result<(), ConfigError> {
@@ -469,7 +465,7 @@ pub(crate) fn check_token_transformer(
 ///
 /// # Shapes
 /// - `images`: `[N, C, H, W]` → `[N, 1 + kept, D]`
-pub fn encode_kept<B: Backend>(
+pub(crate) fn encode_kept<B: Backend>(
     vit: &curriculum_ssl_models::Vit<B>,
     images: Tensor<B, 4>,
     mask: &PatchMask,
@@ -676,5 +672,18 @@ mod tests {
             "mask_unit"
         );
         assert!(UnitMask::from_hidden(4, &[vec![4]]).is_err());
+    }
+
+    /// The positions of MAE's decoder: the authors' 2-D sine-cosine table (a zero row for the
+    /// class token, then a row per patch: its column's sines and cosines in the first half, its
+    /// row's in the second).
+    #[test]
+    fn the_decoder_positions_are_the_authors_sine_cosine_table() {
+        let got = crate::method::testing::host(sine_cosine_2d::<B>((1, 2), 4, &Default::default()));
+        let (s, c) = (1f64.sin(), 1f64.cos());
+        let expected = [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, s, c, 0.0, 1.0];
+        for (g, e) in got.iter().zip(expected) {
+            assert!((g - e).abs() < 1e-15, "{got:?}");
+        }
     }
 }

@@ -1,19 +1,4 @@
-//! MMCR (Yerxa, Kuang, Simoncelli & Chung, "Learning Efficient Coding of Natural Images with
-//! Maximum Manifold Capacity Representations", NeurIPS 2023, <https://arxiv.org/abs/2303.03307>;
-//! lightly's MMCR example): an online backbone + projector (`features → 512 (BN,
-//! ReLU) → 512 (BN, ReLU) → 128`, no biases: lightly's `MMCRProjectionHead`) and a momentum copy
-//! (`0.996 → 1` along a cosine); `k` views of every image through both, and the
-//! [MMCR loss](crate::loss::mmcr): the centroids' nuclear norm up, each image's views' nuclear
-//! norm down.
-//!
-//! The `k` views are the pipeline's two global views and its local crops (multi-crop), each
-//! through the networks on its own; the `mmcr` recipe's local crops are full-size views, so
-//! `k = 2 + local crops` of one kind (lightly's example: `k = 8`).
-//!
-//! On several replicas every view's outputs are gathered: the centroids' nuclear norm is the
-//! global batch's, the same on every replica.
-//!
-//! The math, the defaults and the worked values are in `docs/methods.md#mmcr`.
+//! MMCR (documented on `Mmcr`).
 
 use burn::prelude::*;
 use burn::record::Record;
@@ -22,7 +7,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::encoder::Projected;
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
+use super::ssl_method::{momentum_state, online_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -82,6 +67,23 @@ pub struct MmcrState<B: Backend, M: Backbone<B>> {
 }
 
 /// MMCR. Build it with [`MmcrConfig::init`].
+///
+/// MMCR (Yerxa, Kuang, Simoncelli & Chung, "Learning Efficient Coding of Natural Images with
+/// Maximum Manifold Capacity Representations", NeurIPS 2023, <https://arxiv.org/abs/2303.03307>;
+/// lightly's MMCR example): an online backbone + projector (`features → 512 (BN,
+/// ReLU) → 512 (BN, ReLU) → 128`, no biases: lightly's `MMCRProjectionHead`) and a momentum copy
+/// (`0.996 → 1` along a cosine); `k` views of every image through both, and the
+/// [MMCR loss](crate::loss::MmcrLoss): the centroids' nuclear norm up, each image's views' nuclear
+/// norm down.
+///
+/// The `k` views are the pipeline's two global views and its local crops (multi-crop), each
+/// through the networks on its own; the `mmcr` recipe's local crops are full-size views, so
+/// `k = 2 + local crops` of one kind (lightly's example: `k = 8`).
+///
+/// On several replicas every view's outputs are gathered: the centroids' nuclear norm is the
+/// global batch's, the same on every replica.
+///
+/// The math, the defaults and the worked values are in `docs/methods.md#mmcr`.
 #[derive(Debug, Clone)]
 pub struct Mmcr<B: Backend, M: Backbone<B>> {
     online: Projected<B, M>,
@@ -101,20 +103,10 @@ impl<B: Backend, M: Backbone<B>> Mmcr<B, M> {
 impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Mmcr<B, M> {
     type Online = Projected<B, M>;
     type Backbone = M;
-    type State = MmcrState<B, M>;
 
     online_in!(online);
 
-    fn state(&self) -> MmcrState<B, M> {
-        MmcrState {
-            momentum: self.momentum.record(),
-        }
-    }
-
-    fn load_state(&mut self, state: MmcrState<B, M>) -> Result<(), ConfigError> {
-        self.momentum.load_record(state.momentum);
-        Ok(())
-    }
+    momentum_state!(MmcrState { momentum: momentum });
 
     fn takes_local_crops(&self) -> bool {
         true
@@ -128,7 +120,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Mmcr<B, M> {
             .into_iter()
             .map(|x| self.momentum.network().forward(x).detach())
             .collect();
-        let embeddings = Some([online[0].clone().detach(), online[1].clone().detach()]);
+        let embeddings = [online[0].clone(), online[1].clone()];
         // Data-parallel: the centroids' nuclear norm is the global batch's.
         let replica = self.replica.as_ref();
         let online = online.into_iter().map(|z| Replica::gather_on(replica, z));
@@ -137,12 +129,9 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Mmcr<B, M> {
             .map(|z| Replica::gather_on(replica, z).detach());
         let (online, momentum) = (online.collect(), momentum.collect());
         let loss = self.loss.forward(online, momentum);
-        let stats = vec![self.momentum.stat(progress, &loss.device())];
-        MethodOutput {
-            loss,
-            stats,
-            embeddings,
-        }
+        MethodOutput::new(loss)
+            .with_momentum(self.momentum.momentum_at(progress))
+            .with_embeddings(embeddings)
     }
 
     /// Every view's outputs are gathered: the loss is the global batch's, the same on every

@@ -1,32 +1,15 @@
-//! MoCo v1 / v2 (He et al. 2020, <https://arxiv.org/abs/1911.05722>; Chen et al. 2020,
-//! <https://arxiv.org/abs/2003.04297>) and Light-MoCo (SoftNCE; Lin et al.,
-//! <https://arxiv.org/abs/2212.07158>):
-//! a query encoder, a momentum key encoder `θk ← m·θk + (1 − m)·θq` (optionally with `m` rising
-//! along a cosine to 1), and a FIFO queue of past keys as negatives.
-//!
-//! v1 uses a linear projection, v2 an MLP whose hidden width is the backbone's feature width;
-//! Light-MoCo is v2 with the wider `[2048, 128]` head (no BatchNorm), `τ = 0.1`, `m = 0.99`, the
-//! symmetric loss and SoftNCE ([`MocoConfig::light_moco`]). Keys are
-//! enqueued in [`SslMethod::after_step`], after the loss of the step used the old queue. On one
-//! device there is no shuffling BatchNorm: the key encoder sees the whole batch in its own
-//! BatchNorm statistics (as lightly does on a single GPU). Under data-parallel replicas the batch
-//! norms are synchronised by default; [`MocoConfig::shuffle_bn`] selects MoCo's own shuffling
-//! BatchNorm instead (He et al. 2020, §3.3).
-//!
-//! The math, the defaults, the paper followed and the worked values are in
-//! `docs/methods.md#moco-v1-and-v2` and `docs/methods.md#light-moco`.
+//! MoCo v1 / v2 and Light-MoCo (documented on `Moco`).
 
-use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::branches::{ViewPasses, ViewThreads};
+use super::branches::ViewThreads;
 use super::encoder::Projected;
 use super::momentum::MomentumEncoder;
 use super::queue::{KeyQueue, KeyQueueConfig};
-use super::ssl_method::{online_in, stat, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -128,7 +111,7 @@ impl MocoConfig {
     /// Whether the queue takes the keys of steps of `batch_size` images.
     ///
     /// # Errors
-    /// The [`QueueFit`](super::queue::QueueFit) that says why not.
+    /// The [`QueueFit`](super::QueueFit) that says why not.
     pub fn check_batch(&self, batch_size: usize) -> Result<(), super::queue::QueueFit> {
         KeyQueueConfig::new(self.queue_size, self.output_dim).fits(self.keys_per_step(batch_size))
     }
@@ -216,6 +199,24 @@ pub struct MocoState<B: Backend, M: Backbone<B>> {
 }
 
 /// MoCo with its key encoder and queue. Build it with [`MocoConfig::init`].
+///
+/// MoCo v1 / v2 (He et al. 2020, <https://arxiv.org/abs/1911.05722>; Chen et al. 2020,
+/// <https://arxiv.org/abs/2003.04297>) and Light-MoCo (SoftNCE; Lin et al.,
+/// <https://arxiv.org/abs/2212.07158>):
+/// a query encoder, a momentum key encoder `θk ← m·θk + (1 − m)·θq` (optionally with `m` rising
+/// along a cosine to 1), and a FIFO queue of past keys as negatives.
+///
+/// v1 uses a linear projection, v2 an MLP whose hidden width is the backbone's feature width;
+/// Light-MoCo is v2 with the wider `[2048, 128]` head (no BatchNorm), `τ = 0.1`, `m = 0.99`, the
+/// symmetric loss and SoftNCE ([`MocoConfig::light_moco`]). Keys are
+/// enqueued in [`SslMethod::after_step`], after the loss of the step used the old queue. On one
+/// device there is no shuffling BatchNorm: the key encoder sees the whole batch in its own
+/// BatchNorm statistics (as lightly does on a single GPU). Under data-parallel replicas the batch
+/// norms are synchronised by default; [`MocoConfig::shuffle_bn`] selects MoCo's own shuffling
+/// BatchNorm instead (He et al. 2020, §3.3).
+///
+/// The math, the defaults, the paper followed and the worked values are in
+/// `docs/methods.md#moco-v1-and-v2` and `docs/methods.md#light-moco`.
 #[derive(Debug, Clone)]
 pub struct Moco<B: Backend, M: Backbone<B>> {
     online: Projected<B, M>,
@@ -250,8 +251,8 @@ impl<B: Backend, M: Backbone<B>> Moco<B, M> {
 
     /// [`Moco::keys`] of `first` (salt 2) then of `second` (salt 1), as the symmetric loss
     /// takes them: one pass of both through the key encoder when the views go as one batch
-    /// ([`ViewPasses::Joint`]) and no batch shuffle spreads them over replicas, the key
-    /// encoder's batch norms taking each view's moments, in that order.
+    /// ([`ViewPasses::Joint`](super::ViewPasses::Joint)) and no batch shuffle spreads them over
+    /// replicas, the key encoder's batch norms taking each view's moments, in that order.
     fn keys_of_both(
         &self,
         first: Tensor<B, 4>,
@@ -339,7 +340,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Moco<B, M> {
     type Backbone = M;
     type State = MocoState<B, M>;
 
-    online_in!(online);
+    online_in!(online, view_threads);
 
     fn state(&self) -> MocoState<B, M> {
         MocoState {
@@ -394,26 +395,15 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Moco<B, M> {
             let loss = self.queue_loss(q1.clone(), k2.clone(), queue, progress);
             (k2, loss, keys, q1)
         };
-        let embeddings = Some([l2_normalize(q1).detach(), k2]);
+        let embeddings = [l2_normalize(q1), k2];
         self.queue.stage(keys);
-        let device = loss.device();
-        let mut stats = vec![self.key.stat(progress, &device)];
-        if let QueueLoss::Soft(soft) = &self.loss {
-            stats.push(("softnce_alpha", stat(soft.alpha_at(progress), &device)));
+        let output = MethodOutput::new(loss)
+            .with_momentum(self.key.momentum_at(progress))
+            .with_embeddings(embeddings);
+        match &self.loss {
+            QueueLoss::Soft(soft) => output.with_value("softnce_alpha", soft.alpha_at(progress)),
+            _ => output,
         }
-        MethodOutput {
-            loss,
-            stats,
-            embeddings,
-        }
-    }
-
-    fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
-        self.view_threads.gradients(loss, &self.online)
-    }
-
-    fn set_view_passes(&mut self, passes: ViewPasses) {
-        self.view_threads.set(passes);
     }
 
     /// Every replica's keys are enqueued (in the one-device order), so the queue must hold

@@ -1,28 +1,11 @@
-//! MoCo v3 (Chen, Xie & He, "An Empirical Study of Training Self-Supervised Vision
-//! Transformers", ICCV 2021, <https://arxiv.org/abs/2104.02057>): a query encoder (backbone +
-//! projector + predictor) and a momentum encoder (backbone + projector, an EMA of the query
-//! encoder's); the keys are the other view's momentum projections of the same batch (no queue),
-//! and the loss is symmetric: `ctr(q1, k2) + ctr(q2, k1)` ([`crate::loss::moco_v3`]).
-//!
-//! The heads follow the authors' `_build_mlp`: every hidden layer `Linear (no bias) → BN →
-//! ReLU`; the projector (3 layers for a ViT, 2 for a ResNet; 4096 hidden, 256 out) ends in a
-//! BatchNorm without affine parameters, the predictor (2 layers, 4096 hidden) in a plain linear
-//! layer (here with a bias; the authors' has none). The momentum rises from `base_momentum`
-//! (0.99) to 1 along a cosine; `τ = 0.2` for ViTs, 1.0 for ResNets.
-//!
-//! On several replicas each replica gathers every replica's keys (no gradient): its queries'
-//! positives are at its own rows, the negatives every other image of the global batch; its loss
-//! is the mean over its queries, whose average over replicas is the one-device loss.
-//!
-//! The math, the defaults and the worked values are in `docs/methods.md#moco-v3`.
+//! MoCo v3 (documented on `MocoV3`).
 
-use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::branches::{ViewPasses, ViewThreads};
+use super::branches::ViewThreads;
 use super::encoder::{Predicted, Projected};
 use super::momentum::MomentumEncoder;
 use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
@@ -101,6 +84,24 @@ pub struct MocoV3State<B: Backend, M: Backbone<B>> {
 }
 
 /// MoCo v3. Build it with [`MocoV3Config::init`].
+///
+/// MoCo v3 (Chen, Xie & He, "An Empirical Study of Training Self-Supervised Vision Transformers",
+/// ICCV 2021, <https://arxiv.org/abs/2104.02057>): a query encoder (backbone + projector +
+/// predictor) and a momentum encoder (backbone + projector, an EMA of the query encoder's); the
+/// keys are the other view's momentum projections of the same batch (no queue), and the loss is
+/// symmetric: `ctr(q1, k2) + ctr(q2, k1)` ([`MocoV3Loss`](crate::loss::MocoV3Loss)).
+///
+/// The heads follow the authors' `_build_mlp`: every hidden layer `Linear (no bias) → BN →
+/// ReLU`; the projector (3 layers for a ViT, 2 for a ResNet; 4096 hidden, 256 out) ends in a
+/// BatchNorm without affine parameters, the predictor (2 layers, 4096 hidden) in a plain linear
+/// layer (here with a bias; the authors' has none). The momentum rises from `base_momentum`
+/// (0.99) to 1 along a cosine; `τ = 0.2` for ViTs, 1.0 for ResNets.
+///
+/// On several replicas each replica gathers every replica's keys (no gradient): its queries'
+/// positives are at its own rows, the negatives every other image of the global batch; its loss
+/// is the mean over its queries, whose average over replicas is the one-device loss.
+///
+/// The math, the defaults and the worked values are in `docs/methods.md#moco-v3`.
 #[derive(Debug, Clone)]
 pub struct MocoV3<B: Backend, M: Backbone<B>> {
     online: Predicted<B, M>,
@@ -124,7 +125,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MocoV3<B, M> 
     type Backbone = M;
     type State = MocoV3State<B, M>;
 
-    online_in!(online);
+    online_in!(online, view_threads);
 
     fn state(&self) -> MocoV3State<B, M> {
         MocoV3State {
@@ -153,19 +154,16 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MocoV3<B, M> 
                 .forward_grouped(x.detach(), groups)
                 .detach()
         });
-        let embeddings = Some([k1.clone(), k2.clone()]);
+        let embeddings = [k1.clone(), k2.clone()];
         let (k1, k2, offset) = match &self.replica {
             Some(r) => (r.gather(k1).detach(), r.gather(k2).detach(), r.rank() * n),
             None => (k1, k2, 0),
         };
         let loss = self.loss.forward_with_offset(q1, k2, offset)
             + self.loss.forward_with_offset(q2, k1, offset);
-        let stats = vec![self.momentum.stat(progress, &loss.device())];
-        MethodOutput {
-            loss,
-            stats,
-            embeddings,
-        }
+        MethodOutput::new(loss)
+            .with_momentum(self.momentum.momentum_at(progress))
+            .with_embeddings(embeddings)
     }
 
     /// The keys of every replica are gathered (no gradient); each replica's loss is the mean over
@@ -175,14 +173,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MocoV3<B, M> 
         self.view_threads.replicated();
         self.replica = Some(replica);
         Ok(())
-    }
-
-    fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
-        self.view_threads.gradients(loss, &self.online)
-    }
-
-    fn set_view_passes(&mut self, passes: ViewPasses) {
-        self.view_threads.set(passes);
     }
 
     fn after_step(&mut self, progress: Progress) {

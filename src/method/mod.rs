@@ -1,24 +1,41 @@
-//! SSL methods ("frameworks"), one file each, behind one trait ([`SslMethod`]), plus the pieces
-//! they share: the networks' two shapes ([`encoder`]), the momentum copy ([`momentum`], on the
-//! EMA update of [`ema`]), the key queue ([`queue`]), the patch masks ([`masking`]) and the
-//! views' passes ([`branches`]).
+//! SSL methods ("frameworks"), one file each, behind one trait, [`SslMethod`]: what every
+//! self-supervised method is to the training loop. With it: the [`MethodOutput`] of a step, the
+//! [`HasBackbone`] view of a method's networks, and [`init_method`], which builds one
+//! reproducibly from a seed. Each method's type below holds its paper, what it does and where its
+//! math, defaults and worked values are (`docs/methods.md`).
+//!
+//! The pieces the methods share:
+//! - the networks' two shapes: [`Projected`] (backbone + projector) and [`Predicted`] (with a
+//!   predictor);
+//! - the momentum copy ([`MomentumEncoder`]), on the EMA update ([`ema_update`],
+//!   [`detached_copy`], [`cosine_momentum`]);
+//! - the key queue ([`KeyQueue`]);
+//! - the masked-image methods' patch masks: which patch tokens of each image the encoder sees,
+//!   the gather of the visible tokens and its inverse ([`PatchMask`], MAE's), and masks of
+//!   square units that stay in place ([`UnitMask`], SimMIM's); where a step's masks come from
+//!   ([`StepMasks`]); the pixels per patch ([`patchify`]) and the fixed 2-D sine-cosine
+//!   positions ([`sine_cosine_2d`]);
+//! - the views' passes ([`ViewPasses`], on [`fresh_leaves`]);
+//! - SimCLR's PGD-hardened negatives (MICO: [`Pgd`], from [`PgdConfig`]) and VIbCReg's
+//!   whitening ([`IterNorm`]).
 //!
 //! The methods:
 //! - [`SimClr`]: SimCLR, with NT-Xent, HCL, curricular weighting, Huber NT-Xent, DCL / DCLW or
-//!   MACL (and PGD-hardened negatives: the `pgd` module).
+//!   MACL (and PGD-hardened negatives).
 //! - [`Moco`]: MoCo v1 / v2 and Light-MoCo (symmetric SoftNCE); [`MocoV3`]: MoCo v3.
-//! - [`Byol`]: BYOL; [`SimSiam`]: SimSiam; [`Nnclr`]: NNCLR; [`NnByol`] and [`NnSiam`]: BYOL
-//!   and SimSiam with NNCLR's nearest-neighbour targets; [`Ressl`]: ReSSL; [`Tico`]: TiCo.
+//! - [`Byol`]: BYOL; [`SimSiam`]: SimSiam; [`NnClr`]: NNCLR; [`NnByol`] and [`NnSiam`]: BYOL
+//!   and SimSiam with NNCLR's nearest-neighbour targets; [`ReSsl`]: ReSSL; [`Tico`]: TiCo.
 //! - [`ProjectedPair`]: two views through one network and a loss of the pair:
-//!   [`BarlowTwins`], [`VicReg`], [`Vibcreg`] (its projections whitened by `IterNorm`),
+//!   [`BarlowTwins`], [`VicReg`], [`VibcReg`] (its projections whitened),
 //!   [`Wmse`] (W-MSE: sub-batches whitened by a Cholesky factor), [`FroSsl`] and
 //!   [`DirectClr`] (the backbone alone).
 //! - [`EmpSsl`]: EMP-SSL (the coding rate of many patches, each towards its image's mean).
-//! - [`LeJepa`]: LeJEPA (SIGReg and invariance, multi-crop, no teacher); [`Mmcr`]: MMCR
-//!   (nuclear norms of `k` views, momentum network).
+//! - [`LeJepa`]: LeJEPA (SIGReg and invariance, multi-crop, no teacher); [`VisReg`]: VISReg
+//!   (LeJEPA with centre, scale and a sliced-Wasserstein shape term instead of SIGReg);
+//!   [`Mmcr`]: MMCR (nuclear norms of `k` views, momentum network).
 //! - [`Swav`]: SwAV; [`Dino`]: DINO (both with multi-crop); [`Ibot`]: iBOT and DINOv2's
 //!   objective.
-//! - [`RotNet`](rotnet::RotNet): rotation prediction (MICO's rotation curricula).
+//! - [`RotNet`]: rotation prediction (MICO's rotation curricula).
 //! - [`Mae`]: MAE; [`SimMim`]: SimMIM; [`Hpm`]: hard patches mining on MAE; [`Ijepa`]: I-JEPA
 //!   (joint-embedding prediction); [`Msn`]: MSN and PMSN (masked siamese networks).
 //!
@@ -35,74 +52,84 @@
 //! and never needs to know which method it runs. Any backbone implementing
 //! [`Backbone`](curriculum_ssl_models::Backbone) plugs into any method — a user's own network too.
 
-pub mod barlow_twins;
-pub mod branches;
-pub mod byol;
-pub mod dino;
-pub mod directclr;
-pub mod ema;
-pub mod emp_ssl;
-pub mod encoder;
-pub mod frossl;
-pub mod hpm;
-pub mod ibot;
-pub mod ijepa;
-pub mod iter_norm;
-pub mod lejepa;
-pub mod mae;
-pub mod masking;
-pub mod mmcr;
-pub mod moco;
-pub mod moco_v3;
-pub mod momentum;
-pub mod msn;
-pub mod nnbyol;
-pub mod nnclr;
-pub mod nnsiam;
-pub mod pgd;
-pub mod projected_pair;
-pub mod queue;
-pub mod ressl;
-pub mod rotnet;
-pub mod running;
-pub mod simclr;
-pub mod simmim;
-pub mod simsiam;
-pub mod ssl_method;
-pub mod swav;
+mod barlow_twins;
+mod branches;
+mod byol;
+mod dino;
+mod directclr;
+mod ema;
+mod emp_ssl;
+mod encoder;
+mod frossl;
+mod hpm;
+mod ibot;
+mod ijepa;
+mod ijepa_masks;
+mod ijepa_predictor;
+mod iter_norm;
+mod lejepa;
+mod mae;
+mod mae_decoder;
+mod masking;
+mod mmcr;
+mod moco;
+mod moco_v3;
+mod momentum;
+mod msn;
+mod nnbyol;
+mod nnclr;
+mod nnsiam;
+mod pgd;
+mod projected_pair;
+mod queue;
+mod ressl;
+mod rotnet;
+mod running;
+mod simclr;
+mod simmim;
+mod simsiam;
+mod ssl_method;
+mod swav;
 #[cfg(test)]
 pub(crate) mod testing;
-pub mod tico;
-pub mod vibcreg;
-pub mod vicreg;
-pub mod wmse;
+mod tico;
+mod vibcreg;
+mod vicreg;
+mod visreg;
+mod wmse;
 
 pub use barlow_twins::{BarlowTwins, BarlowTwinsConfig};
-pub use branches::ViewPasses;
+pub use branches::{fresh_leaves, ViewPasses};
 pub use byol::{Byol, ByolConfig, ByolState};
 pub use dino::{Dino, DinoConfig, DinoHead, DinoHeadConfig, DinoNetwork, DinoState};
 pub use directclr::{DirectClr, DirectClrConfig, Unprojected};
+pub use ema::{cosine_momentum, detached_copy, ema_update};
 pub use emp_ssl::{EmpSsl, EmpSslConfig};
 pub use encoder::{Predicted, Projected};
 pub use frossl::{FroSsl, FroSslConfig};
 pub use hpm::{Hpm, HpmConfig, HpmNetwork};
 pub use ibot::{Ibot, IbotConfig, IbotNetwork, IbotState};
-pub use ijepa::{Ijepa, IjepaConfig, IjepaMasks, IjepaNetwork, IjepaPredictor};
+pub use ijepa::{Ijepa, IjepaConfig, IjepaNetwork};
+pub use ijepa_masks::IjepaMasks;
+pub use ijepa_predictor::IjepaPredictor;
 pub use iter_norm::{IterNorm, IterNormConfig};
 pub use lejepa::{LeJepa, LeJepaConfig};
-pub use mae::{Mae, MaeConfig, MaeDecoder, MaeNetwork};
-pub use masking::{PatchMask, StepMasks, UnitMask};
+pub use mae::{Mae, MaeConfig, MaeNetwork};
+pub use mae_decoder::MaeDecoder;
+pub use masking::{patchify, sine_cosine_2d, PatchMask, StepMasks, UnitMask};
 pub use mmcr::{Mmcr, MmcrConfig, MmcrState};
-pub use moco::{Moco, MocoConfig, MocoState};
+pub use moco::{shuffle_permutation, Moco, MocoConfig, MocoState};
 pub use moco_v3::{MocoV3, MocoV3Config, MocoV3State};
 pub use momentum::MomentumEncoder;
 pub use msn::{Msn, MsnConfig, MsnNetwork, MsnState, MsnStudent};
 pub use nnbyol::{NnByol, NnByolConfig, NnByolState};
-pub use nnclr::{Nnclr, NnclrConfig, NnclrState};
+pub use nnclr::{NnClr, NnClrConfig, NnClrState};
 pub use nnsiam::{NnSiam, NnSiamConfig, NnSiamState};
+pub use pgd::{attack_copy, Pgd, PgdConfig, PgdStep};
 pub use projected_pair::{PairNetwork, PairObjective, ProjectedPair};
 pub use queue::{KeyQueue, KeyQueueConfig, QueueFit, SupportSetState};
-pub use ressl::{Ressl, ResslConfig, ResslState};
+pub use ressl::{ReSsl, ReSslConfig, ReSslState};
+pub use rotnet::{RotNet, RotNetConfig, RotNetNetwork, RotationBatch, RotationMode};
 pub use simclr::{PairLossConfig, SimClr, SimClrConfig, SimClrState};
 pub use simmim::{SimMim, SimMimConfig, SimMimNetwork};
 pub use simsiam::{SimSiam, SimSiamConfig};
@@ -110,8 +137,9 @@ pub use ssl_method::{gradients_without, init_method, stat, HasBackbone, MethodOu
 pub use ssl_method::{Views, OBJECT_BOXES};
 pub use swav::{Swav, SwavConfig, SwavNetwork, SwavState};
 pub use tico::{Tico, TicoConfig, TicoState};
-pub use vibcreg::{Vibcreg, VibcregConfig, VibcregNetwork};
+pub use vibcreg::{VibcReg, VibcRegConfig, VibcRegNetwork};
 pub use vicreg::{VicReg, VicRegConfig};
+pub use visreg::{VisReg, VisRegConfig};
 pub use wmse::{Wmse, WmseConfig};
 
 pub use crate::base::Progress;

@@ -1,15 +1,4 @@
-//! The momentum copy of an online network: MoCo's key encoder, BYOL's target, TiCo's and MoCo
-//! v3's momentum encoders, DINO's teacher (solo-learn's `MomentumUpdater` / `momentum_pairs`,
-//! here one type). Its invariants, stated once:
-//! - it starts as a copy that shares nothing with the online network
-//!   ([`detached_copy`]: its own batch-norm statistics, no gradient);
-//! - after every optimiser step it moves to `m·θ_copy + (1 − m)·θ_online` for the trainable
-//!   parameters, matched by parameter id ([`ema_update`]); its running
-//!   statistics follow its own forward passes;
-//! - `m` is constant, or rises along a cosine from its base to 1 over training
-//!   ([`cosine_momentum`]).
-//!
-//! The math and the worked values are in `docs/methods.md#momentum-ema-update`.
+//! The momentum copy of an online network (documented on `MomentumEncoder`).
 
 use burn::prelude::*;
 
@@ -19,6 +8,19 @@ use crate::base::error::ConfigError;
 use crate::base::Progress;
 
 /// A momentum copy of (a part of) an online network. Build it with [`MomentumEncoder::new`].
+///
+/// The momentum copy of an online network: MoCo's key encoder, BYOL's target, TiCo's and MoCo
+/// v3's momentum encoders, DINO's teacher (solo-learn's `MomentumUpdater` / `momentum_pairs`,
+/// here one type). Its invariants, stated once:
+/// - it starts as a copy that shares nothing with the online network
+///   ([`detached_copy`]: its own batch-norm statistics, no gradient);
+/// - after every optimiser step it moves to `m·θ_copy + (1 − m)·θ_online` for the trainable
+///   parameters, matched by parameter id ([`ema_update`]); its running
+///   statistics follow its own forward passes;
+/// - `m` is constant, or rises along a cosine from its base to 1 over training
+///   ([`cosine_momentum`]).
+///
+/// The math and the worked values are in `docs/methods.md#momentum-ema-update`.
 #[derive(Debug, Clone)]
 pub struct MomentumEncoder<N> {
     network: N,

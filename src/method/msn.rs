@@ -1,30 +1,4 @@
-//! MSN (Assran et al., "Masked Siamese Networks for Label-Efficient Learning", ECCV 2022,
-//! <https://arxiv.org/abs/2204.07141>) and PMSN (Assran et al., "The Hidden Uniform Cluster Prior
-//! in Self-Supervised Learning", ICLR 2023, <https://arxiv.org/abs/2210.07277>): a Vision
-//! Transformer sees masked views of an image (the anchors: the second global view and the
-//! focal views, a share of each view's patch tokens dropped before the encoder), its EMA copy
-//! sees the first global view whole (the target), and the anchors' soft assignments to learned
-//! prototypes learn the target's sharpened, balanced assignment ([`crate::loss::msn`]).
-//!
-//! ```text
-//! for each batch x:
-//!     target, anchor, f1 .. fV = multi_crop(x)            (the target view, 1 + V anchors)
-//!     drop L − ⌊L·(1 − r)⌋ random patch tokens of every anchor (r = mask_ratio, per image)
-//!     z_t = target_net(target)                            (EMA network, no gradient)
-//!     z_a = student(anchor, f1 .. fV on their kept tokens)  → [(1 + V)·N, 256]
-//!     loss = MSN(z_a, z_t, prototypes)                    (cross-entropy + λ·regulariser)
-//!     AdamW step on the student and the prototypes; target_net ← EMA(student)
-//! ```
-//!
-//! The network is the backbone's \[CLS\] token through [`MlpHeadConfig::msn`]'s projector; the
-//! prototypes (`K × 256`, initialised uniformly in `±1/√256` as the authors') are trained by the
-//! anchors' assignments only. The masks are drawn on the host from `(seed, step)`, so a resumed
-//! run and the replicas of a data-parallel run draw the global batch's masks and keep their own
-//! rows; on replicas the targets are balanced over the global batch (gathered, no gradient) and
-//! the regulariser's mean assignment is summed over replicas (the authors' `AllReduce`), so that
-//! two replicas equal one device. The drop ratio can follow a schedule (a masking curriculum,
-//! [`crate::curriculum::mask_schedule`]). The math, the defaults and what was chosen where paper,
-//! code and lightly differ are in `docs/methods.md#msn`.
+//! MSN and PMSN (documented on `Msn`).
 
 use burn::module::{Initializer, Param};
 use burn::prelude::*;
@@ -34,7 +8,7 @@ use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 
 use super::masking::{check_visible_ratio, encode_kept, require_vit, vit, PatchMask, StepMasks};
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{online_in, HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{momentum_state, online_in, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
 use crate::base::Progress;
@@ -185,6 +159,34 @@ pub struct MsnState<B: Backend, M: Backbone<B>> {
 }
 
 /// MSN (and PMSN with a power-law prior). Build it with [`MsnConfig::init`].
+///
+/// MSN (Assran et al., "Masked Siamese Networks for Label-Efficient Learning", ECCV 2022,
+/// <https://arxiv.org/abs/2204.07141>) and PMSN (Assran et al., "The Hidden Uniform Cluster Prior
+/// in Self-Supervised Learning", ICLR 2023, <https://arxiv.org/abs/2210.07277>): a Vision
+/// Transformer sees masked views of an image (the anchors: the second global view and the focal
+/// views, a share of each view's patch tokens dropped before the encoder), its EMA copy sees the
+/// first global view whole (the target), and the anchors' soft assignments to learned prototypes
+/// learn the target's sharpened, balanced assignment ([`MsnLoss`](crate::loss::MsnLoss)).
+///
+/// ```text
+/// for each batch x:
+///     target, anchor, f1 .. fV = multi_crop(x)            (the target view, 1 + V anchors)
+///     drop L − ⌊L·(1 − r)⌋ random patch tokens of every anchor (r = mask_ratio, per image)
+///     z_t = target_net(target)                            (EMA network, no gradient)
+///     z_a = student(anchor, f1 .. fV on their kept tokens)  → [(1 + V)·N, 256]
+///     loss = MSN(z_a, z_t, prototypes)                    (cross-entropy + λ·regulariser)
+///     AdamW step on the student and the prototypes; target_net ← EMA(student)
+/// ```
+///
+/// The network is the backbone's \[CLS\] token through [`MlpHeadConfig::msn`]'s projector; the
+/// prototypes (`K × 256`, initialised uniformly in `±1/√256` as the authors') are trained by the
+/// anchors' assignments only. The masks are drawn on the host from `(seed, step)`, so a resumed
+/// run and the replicas of a data-parallel run draw the global batch's masks and keep their own
+/// rows; on replicas the targets are balanced over the global batch (gathered, no gradient) and
+/// the regulariser's mean assignment is summed over replicas (the authors' `AllReduce`), so that
+/// two replicas equal one device. The drop ratio can follow a schedule (a masking curriculum,
+/// [`crate::curriculum::mask_schedule`]). The math, the defaults and what was chosen where paper,
+/// code and lightly differ are in `docs/methods.md#msn`.
 #[derive(Debug, Clone)]
 pub struct Msn<B: Backend, M: Backbone<B>> {
     student: MsnStudent<B, M>,
@@ -242,20 +244,10 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Msn<B, M> {
 impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Msn<B, M> {
     type Online = MsnStudent<B, M>;
     type Backbone = M;
-    type State = MsnState<B, M>;
 
     online_in!(student);
 
-    fn state(&self) -> MsnState<B, M> {
-        MsnState {
-            target: self.target.record(),
-        }
-    }
-
-    fn load_state(&mut self, state: MsnState<B, M>) -> Result<(), ConfigError> {
-        self.target.load_record(state.target);
-        Ok(())
-    }
+    momentum_state!(MsnState { target: target });
 
     fn takes_local_crops(&self) -> bool {
         true

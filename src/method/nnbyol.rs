@@ -1,22 +1,4 @@
-//! NNBYOL (solo-learn's `solo/methods/nnbyol.py`: BYOL, Grill et al. 2020,
-//! <https://arxiv.org/abs/2006.07733>, with the nearest-neighbour targets of NNCLR, Dwibedi et
-//! al. 2021, <https://arxiv.org/abs/2104.14548>): BYOL's online and EMA target networks and
-//! loss, with each view's target projection replaced by its nearest neighbour (cosine, top-1) in
-//! a support set of earlier target projections:
-//!
-//! ```text
-//! L = (2 − 2cos(p1, NN(t2))) + (2 − 2cos(p2, NN(t1)))      (summed, as BYOL's)
-//! ```
-//!
-//! The support set is a FIFO queue ([`KeyQueue`]) of the first view's L2-normalised target
-//! projections (solo-learn's 65,536; random unit vectors at the start), filled after the step;
-//! the neighbours carry no gradient.
-//!
-//! On several replicas the support set takes every replica's projections (the same set on every
-//! replica, as solo-learn's gathered enqueue); the loss is a mean over images, so the replicas'
-//! averaged gradients are the one-device gradient with nothing else gathered.
-//!
-//! The math, the defaults and the worked values are in `docs/methods.md#nnbyol`.
+//! NNBYOL (documented on `NnByol`).
 
 use burn::optim::GradientsParams;
 use burn::prelude::*;
@@ -84,6 +66,26 @@ pub struct NnByolState<B: Backend, M: Backbone<B>> {
 }
 
 /// NNBYOL. Build it with [`NnByolConfig::init`].
+///
+/// NNBYOL (solo-learn's `solo/methods/nnbyol.py`: BYOL, Grill et al. 2020,
+/// <https://arxiv.org/abs/2006.07733>, with the nearest-neighbour targets of NNCLR, Dwibedi et
+/// al. 2021, <https://arxiv.org/abs/2104.14548>): BYOL's online and EMA target networks and
+/// loss, with each view's target projection replaced by its nearest neighbour (cosine, top-1) in
+/// a support set of earlier target projections:
+///
+/// ```text
+/// L = (2 − 2cos(p1, NN(t2))) + (2 − 2cos(p2, NN(t1)))      (summed, as BYOL's)
+/// ```
+///
+/// The support set is a FIFO queue ([`KeyQueue`]) of the first view's L2-normalised target
+/// projections (solo-learn's 65,536; random unit vectors at the start), filled after the step;
+/// the neighbours carry no gradient.
+///
+/// On several replicas the support set takes every replica's projections (the same set on every
+/// replica, as solo-learn's gathered enqueue); the loss is a mean over images, so the replicas'
+/// averaged gradients are the one-device gradient with nothing else gathered.
+///
+/// The math, the defaults and the worked values are in `docs/methods.md#nnbyol`.
 #[derive(Debug, Clone)]
 pub struct NnByol<B: Backend, M: Backbone<B>> {
     byol: Byol<B, M>,

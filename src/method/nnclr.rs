@@ -1,20 +1,4 @@
-//! NNCLR (Dwibedi et al., "With a Little Help from My Friends: Nearest-Neighbor Contrastive
-//! Learning of Visual Representations", ICCV 2021, <https://arxiv.org/abs/2104.14548>): backbone,
-//! three-layer projector (`features → 2048 → 2048 → 256`, BatchNorm after every layer, the
-//! output's included) and predictor (`256 → 4096 (BN, ReLU) → 256`); each view's projection is
-//! replaced by its nearest neighbour (cosine, top-1) in a support set of earlier projections,
-//! which must pick out the other view's prediction among the batch's ([`crate::loss::nnclr`]).
-//!
-//! The support set is a FIFO queue ([`KeyQueue`]) of L2-normalised first-view projections, 98,304
-//! of them in the paper, filled after each step with the batch's (random unit vectors at the
-//! start, as lightly's memory bank); the neighbours carry no gradient. The loss is symmetrised:
-//! `(L(NN(z1), p2) + L(NN(z2), p1)) / 2`.
-//!
-//! On several replicas the support set takes every replica's projections (the same set on every
-//! replica), and the loss, whose negatives are the batch's predictions, is computed on the
-//! gathered neighbours and predictions, as SimCLR's.
-//!
-//! The math, the defaults and the worked values are in `docs/methods.md#nnclr`.
+//! NNCLR (documented on `NnClr`).
 
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -27,11 +11,11 @@ use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::MlpHeadConfig;
-use crate::loss::{l2_normalize, NnclrLoss, NnclrLossConfig};
+use crate::loss::{l2_normalize, NnClrLoss, NnClrLossConfig};
 
-/// Configuration of [`Nnclr`].
+/// Configuration of [`NnClr`].
 #[derive(Config, Debug)]
-pub struct NnclrConfig {
+pub struct NnClrConfig {
     /// Hidden width of the projector (the paper's 2048).
     #[config(default = 2048)]
     pub hidden_dim: usize,
@@ -45,11 +29,11 @@ pub struct NnclrConfig {
     #[config(default = 98304)]
     pub support_set_size: usize,
     /// The loss (temperature 0.1).
-    #[config(default = "NnclrLossConfig::new()")]
-    pub loss: NnclrLossConfig,
+    #[config(default = "NnClrLossConfig::new()")]
+    pub loss: NnClrLossConfig,
 }
 
-impl NnclrConfig {
+impl NnClrConfig {
     /// Builds NNCLR around the backbone `backbone` makes (called once) for global batches of
     /// `batch_size` images (the support set takes that many projections per step).
     ///
@@ -60,7 +44,7 @@ impl NnclrConfig {
         backbone: impl Fn(&B::Device) -> M,
         batch_size: usize,
         device: &B::Device,
-    ) -> Result<Nnclr<B, M>, ConfigError> {
+    ) -> Result<NnClr<B, M>, ConfigError> {
         let backbone = backbone(device);
         let projector =
             MlpHeadConfig::new(backbone.feature_dim(), self.hidden_dim, self.output_dim)
@@ -73,7 +57,7 @@ impl NnclrConfig {
         let support = KeyQueueConfig::new(self.support_set_size, self.output_dim)
             .init(batch_size, device)
             .map_err(|e| ConfigError::new("support_set_size", e.reason))?;
-        Ok(Nnclr {
+        Ok(NnClr {
             online: Predicted {
                 backbone,
                 projector,
@@ -86,41 +70,59 @@ impl NnclrConfig {
     }
 }
 
-/// The checkpointed state of [`Nnclr`]: the support set and its pointer.
-pub type NnclrState<B> = SupportSetState<B>;
+/// The checkpointed state of [`NnClr`]: the support set and its pointer.
+pub type NnClrState<B> = SupportSetState<B>;
 
-/// NNCLR. Build it with [`NnclrConfig::init`].
+/// NNCLR. Build it with [`NnClrConfig::init`].
+///
+/// NNCLR (Dwibedi et al., "With a Little Help from My Friends: Nearest-Neighbor Contrastive
+/// Learning of Visual Representations", ICCV 2021, <https://arxiv.org/abs/2104.14548>): backbone,
+/// three-layer projector (`features → 2048 → 2048 → 256`, BatchNorm after every layer, the output's
+/// included) and predictor (`256 → 4096 (BN, ReLU) → 256`); each view's projection is replaced by
+/// its nearest neighbour (cosine, top-1) in a support set of earlier projections, which must pick
+/// out the other view's prediction among the batch's ([`NnClrLoss`](crate::loss::NnClrLoss)).
+///
+/// The support set is a FIFO queue ([`KeyQueue`]) of L2-normalised first-view projections, 98,304
+/// of them in the paper, filled after each step with the batch's (random unit vectors at the
+/// start, as lightly's memory bank); the neighbours carry no gradient. The loss is symmetrised:
+/// `(L(NN(z1), p2) + L(NN(z2), p1)) / 2`.
+///
+/// On several replicas the support set takes every replica's projections (the same set on every
+/// replica), and the loss, whose negatives are the batch's predictions, is computed on the
+/// gathered neighbours and predictions, as SimCLR's.
+///
+/// The math, the defaults and the worked values are in `docs/methods.md#nnclr`.
 #[derive(Debug, Clone)]
-pub struct Nnclr<B: Backend, M: Backbone<B>> {
+pub struct NnClr<B: Backend, M: Backbone<B>> {
     online: Predicted<B, M>,
     support: KeyQueue<B>,
-    loss: NnclrLoss,
+    loss: NnClrLoss,
     /// This method's replica in a data-parallel run.
     replica: Option<Replica<B>>,
 }
 
-impl<B: Backend, M: Backbone<B>> Nnclr<B, M> {
+impl<B: Backend, M: Backbone<B>> NnClr<B, M> {
     /// The support set.
     pub fn support_set(&self) -> &KeyQueue<B> {
         &self.support
     }
 }
 
-impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Nnclr<B, M> {
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for NnClr<B, M> {
     type Online = Predicted<B, M>;
     type Backbone = M;
-    type State = NnclrState<B>;
+    type State = NnClrState<B>;
 
     online_in!(online);
 
-    fn state(&self) -> NnclrState<B> {
-        NnclrState {
+    fn state(&self) -> NnClrState<B> {
+        NnClrState {
             support: self.support.keys(),
             pointer: self.support.pointer(),
         }
     }
 
-    fn load_state(&mut self, state: NnclrState<B>) -> Result<(), ConfigError> {
+    fn load_state(&mut self, state: NnClrState<B>) -> Result<(), ConfigError> {
         self.support.restore(
             state.support,
             state.pointer,
@@ -150,11 +152,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Nnclr<B, M> {
         };
         let loss = (self.loss.forward(nn1, p2) + self.loss.forward(nn2, p1)).mul_scalar(0.5);
         self.support.stage(everyone);
-        MethodOutput {
-            loss,
-            stats: Vec::new(),
-            embeddings: Some([z1.detach(), z2.detach()]),
-        }
+        MethodOutput::new(loss).with_embeddings([z1, z2])
     }
 
     /// The support set takes every replica's projections; the loss is computed on the gathered
@@ -175,10 +173,10 @@ mod tests {
     use super::*;
     use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
 
-    fn nnclr() -> Nnclr<Ad, Tiny<Ad>> {
+    fn nnclr() -> NnClr<Ad, Tiny<Ad>> {
         let device = Default::default();
         crate::method::init_method::<Ad, _, ConfigError>(&device, 8, |d| {
-            NnclrConfig::new()
+            NnClrConfig::new()
                 .with_hidden_dim(8)
                 .with_output_dim(4)
                 .with_predictor_hidden_dim(8)

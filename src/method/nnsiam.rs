@@ -1,22 +1,4 @@
-//! NNSiam (solo-learn's `solo/methods/nnsiam.py`: SimSiam, Chen & He 2021,
-//! <https://arxiv.org/abs/2011.10566>, with the nearest-neighbour positives of NNCLR, Dwibedi et
-//! al. 2021, <https://arxiv.org/abs/2104.14548>): SimSiam's networks and loss, with each view's
-//! stop-gradient projection replaced by its nearest neighbour (cosine, top-1) in a support set of
-//! earlier projections:
-//!
-//! ```text
-//! L = D(p1, NN(z2))/2 + D(p2, NN(z1))/2,   D(p, z) = −cos(p, z)
-//! ```
-//!
-//! The support set is a FIFO queue ([`KeyQueue`]) of the first view's L2-normalised projections
-//! (solo-learn's 65,536; random unit vectors at the start), filled after the step, so the batch
-//! never finds itself; the neighbours carry no gradient. There is no momentum encoder.
-//!
-//! On several replicas the support set takes every replica's projections (the same set on every
-//! replica, as solo-learn's gathered enqueue); the loss is a mean over images, so the replicas'
-//! averaged gradients are the one-device gradient with nothing else gathered.
-//!
-//! The math, the defaults and the worked values are in `docs/methods.md#nnsiam`.
+//! NNSiam (documented on `NnSiam`).
 
 use burn::optim::GradientsParams;
 use burn::prelude::*;
@@ -72,6 +54,26 @@ impl NnSiamConfig {
 pub type NnSiamState<B> = SupportSetState<B>;
 
 /// NNSiam. Build it with [`NnSiamConfig::init`].
+///
+/// NNSiam (solo-learn's `solo/methods/nnsiam.py`: SimSiam, Chen & He 2021,
+/// <https://arxiv.org/abs/2011.10566>, with the nearest-neighbour positives of NNCLR, Dwibedi et
+/// al. 2021, <https://arxiv.org/abs/2104.14548>): SimSiam's networks and loss, with each view's
+/// stop-gradient projection replaced by its nearest neighbour (cosine, top-1) in a support set of
+/// earlier projections:
+///
+/// ```text
+/// L = D(p1, NN(z2))/2 + D(p2, NN(z1))/2,   D(p, z) = −cos(p, z)
+/// ```
+///
+/// The support set is a FIFO queue ([`KeyQueue`]) of the first view's L2-normalised projections
+/// (solo-learn's 65,536; random unit vectors at the start), filled after the step, so the batch
+/// never finds itself; the neighbours carry no gradient. There is no momentum encoder.
+///
+/// On several replicas the support set takes every replica's projections (the same set on every
+/// replica, as solo-learn's gathered enqueue); the loss is a mean over images, so the replicas'
+/// averaged gradients are the one-device gradient with nothing else gathered.
+///
+/// The math, the defaults and the worked values are in `docs/methods.md#nnsiam`.
 #[derive(Debug, Clone)]
 pub struct NnSiam<B: Backend, M: Backbone<B>> {
     simsiam: SimSiam<B, M>,

@@ -1,41 +1,4 @@
-//! PGD-hardened negatives for SimCLR / HCL (H. Fang, "Curriculum SSL: An Efficient And Effective
-//! Data Augmentation For Contrastive Learning", <https://arxiv.org/abs/2301.06916>, §3.3 eq. 4),
-//! with the projected gradient ascent of Madry et al. 2018 ("Towards Deep Learning Models
-//! Resistant to Adversarial Attacks", <https://arxiv.org/abs/1706.06083>).
-//!
-//! After hard-negative sampling with a moderate β, MICO makes the negatives harder still by
-//! moving their pixels so that the contrastive loss rises:
-//!
-//! ```text
-//! x⁰ = x (the clean images)          x^{t+1} = Π( x^t + a·sign(∇ₓ L(θ, x^t)) ),  t < S
-//! ```
-//!
-//! where `Π` projects onto the L∞ ball of radius ε around the clean images intersected with the
-//! pixel range `[0, 1]`. The hardened images are returned detached, and the ordinary training step
-//! then runs on them. [`pgd_attack`] does this for any loss written as a closure of the images;
-//! which images are the negatives and how they enter the loss is the closure's choice (for
-//! SimCLR: the anchors' projections computed once and detached, the closure projecting the
-//! candidate negatives and returning the NT-Xent or HCL loss).
-//!
-//! **No gradient reaches the weights.** Each step asks for the gradient with respect to the
-//! images only: the loss is back-propagated into a fresh gradient container that is dropped after
-//! the images' gradient has been read; no optimiser is involved and the closure's module is never
-//! changed. Two costs remain with the closure: its parameters' gradients are computed and thrown
-//! away, and a BatchNorm in training mode moves its running statistics at every attack forward.
-//! Run the closure on [`attack_copy`] of the network — the same weights without gradient
-//! tracking, with running statistics of its own — to avoid both.
-//!
-//! **Cost.** S extra forward and backward passes (through the closure) per training step.
-//!
-//! **Schedule.** Whether the attack runs and how strong it is follows a scheduled strength
-//! `s ∈ [0, 1]` ([`PgdConfig::schedule`]): the step size and ε are `s·a` and `s·ε`, and `s = 0`
-//! turns the attack off (no extra pass). MICO suggests hardening the negatives only after
-//! hard-negative sampling has done its part, so the default starts without it: a 4-step schedule
-//! per epoch `(0, 1/3, 2/3, 1)`. MICO gives no values for S, a and ε; the defaults are Madry et
-//! al.'s CIFAR-10 training attack (S = 7, a = 2/255, ε = 8/255, in units of the `[0, 1]` pixel
-//! range). The attack works on images in `[0, 1]`: with normalised views, set
-//! [`PgdConfig::normalize`] to the views' normalisation and call [`Pgd::attack_views`], which
-//! undoes it, attacks the pixels and applies it again (the closure sees normalised images).
+//! PGD-hardened negatives for SimCLR / HCL (documented on `Pgd`).
 
 use burn::config::Config;
 use burn::module::AutodiffModule;
@@ -141,6 +104,45 @@ impl PgdStep {
 }
 
 /// A validated PGD attack with its schedule. Build it with [`PgdConfig::init`].
+///
+/// PGD-hardened negatives for SimCLR / HCL (H. Fang, "Curriculum SSL: An Efficient And Effective
+/// Data Augmentation For Contrastive Learning", <https://arxiv.org/abs/2301.06916>, §3.3 eq. 4),
+/// with the projected gradient ascent of Madry et al. 2018 ("Towards Deep Learning Models
+/// Resistant to Adversarial Attacks", <https://arxiv.org/abs/1706.06083>).
+///
+/// After hard-negative sampling with a moderate β, MICO makes the negatives harder still by
+/// moving their pixels so that the contrastive loss rises:
+///
+/// ```text
+/// x⁰ = x (the clean images)          x^{t+1} = Π( x^t + a·sign(∇ₓ L(θ, x^t)) ),  t < S
+/// ```
+///
+/// where `Π` projects onto the L∞ ball of radius ε around the clean images intersected with the
+/// pixel range `[0, 1]`. The hardened images are returned detached, and the ordinary training step
+/// then runs on them. [`Pgd::attack`] does this for any loss written as a closure of the images;
+/// which images are the negatives and how they enter the loss is the closure's choice (for
+/// SimCLR: the anchors' projections computed once and detached, the closure projecting the
+/// candidate negatives and returning the NT-Xent or HCL loss).
+///
+/// **No gradient reaches the weights.** Each step asks for the gradient with respect to the
+/// images only: the loss is back-propagated into a fresh gradient container that is dropped after
+/// the images' gradient has been read; no optimiser is involved and the closure's module is never
+/// changed. Two costs remain with the closure: its parameters' gradients are computed and thrown
+/// away, and a BatchNorm in training mode moves its running statistics at every attack forward.
+/// Run the closure on [`attack_copy`] of the network — the same weights without gradient
+/// tracking, with running statistics of its own — to avoid both.
+///
+/// **Cost.** S extra forward and backward passes (through the closure) per training step.
+///
+/// **Schedule.** Whether the attack runs and how strong it is follows a scheduled strength
+/// `s ∈ [0, 1]` ([`PgdConfig::schedule`]): the step size and ε are `s·a` and `s·ε`, and `s = 0`
+/// turns the attack off (no extra pass). MICO suggests hardening the negatives only after
+/// hard-negative sampling has done its part, so the default starts without it: a 4-step schedule
+/// per epoch `(0, 1/3, 2/3, 1)`. MICO gives no values for S, a and ε; the defaults are Madry et
+/// al.'s CIFAR-10 training attack (S = 7, a = 2/255, ε = 8/255, in units of the `[0, 1]` pixel
+/// range). The attack works on images in `[0, 1]`: with normalised views, set
+/// [`PgdConfig::normalize`] to the views' normalisation and call [`Pgd::attack_views`], which
+/// undoes it, attacks the pixels and applies it again (the closure sees normalised images).
 #[derive(Debug, Clone)]
 pub struct Pgd {
     steps: usize,
@@ -182,7 +184,7 @@ impl Pgd {
         }
     }
 
-    /// Hardens `clean` against `loss` with the attack at `progress` (see [`pgd_attack`]).
+    /// Hardens `clean` against `loss` with the attack at `progress` (see [`Pgd`]).
     pub fn attack<B: AutodiffBackend>(
         &self,
         clean: Tensor<B, 4>,
@@ -227,12 +229,12 @@ pub fn attack_copy<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) -> M {
 /// clamp to `[max(x₀ − ε, 0), min(x₀ + ε, 1)]`. Returns the hardened images, detached. With the
 /// attack off ([`PgdStep::is_on`]) the clean images come back without calling `loss`.
 ///
-/// Gradients are taken with respect to the images only (see the module's documentation); a
+/// Gradients are taken with respect to the images only (see [`Pgd`]); a
 /// step where `loss` does not depend on the images leaves them where they are.
 ///
 /// # Shapes
 /// - `clean`: `[N, C, H, W]`, values in `[0, 1]`; `loss` returns `[1]`.
-pub fn pgd_attack<B: AutodiffBackend>(
+pub(crate) fn pgd_attack<B: AutodiffBackend>(
     clean: Tensor<B, 4>,
     step: PgdStep,
     mut loss: impl FnMut(Tensor<B, 4>) -> Tensor<B, 1>,

@@ -1,16 +1,11 @@
-//! The shape shared by the methods whose whole idea is their loss on two views' outputs of one
-//! network (Barlow Twins, VICReg, VIbCReg, FroSSL, W-MSE: backbone + MLP projector; DirectCLR:
-//! the backbone alone), the loss between the two views' outputs, no predictor, no momentum network, no queue.
-//! The papers' own pieces live in their method files (their networks and defaults) and in
-//! `loss/` (their losses).
+//! The shape of the pair methods (documented on `ProjectedPair`).
 
 use burn::module::AutodiffModule;
-use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::branches::{ViewPasses, ViewThreads};
+use super::branches::ViewThreads;
 use super::encoder::Projected;
 use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
@@ -35,7 +30,7 @@ pub trait PairObjective<B: Backend>: Clone + std::fmt::Debug + 'static {
 }
 
 /// The network a [`ProjectedPair`] passes both views through: [`Projected`] (a backbone and a
-/// projector) or [`super::directclr::Unprojected`] (the backbone alone).
+/// projector) or [`Unprojected`](super::Unprojected) (the backbone alone).
 pub trait PairNetwork<B: Backend> {
     /// The outputs the loss compares of `groups` equal batches stacked along the first axis,
     /// each as the network gives it on its own.
@@ -54,6 +49,12 @@ impl<B: Backend, M: Backbone<B>> PairNetwork<B> for Projected<B, M> {
 /// A method made of one network ([`PairNetwork`], by default a backbone and a projector) and a
 /// [`PairObjective`] (Barlow Twins, VICReg, VIbCReg, FroSSL, W-MSE, DirectCLR). Build one with a
 /// method's config, e.g. [`super::BarlowTwinsConfig::init`].
+///
+/// The shape shared by the methods whose whole idea is their loss on two views' outputs of one
+/// network (Barlow Twins, VICReg, VIbCReg, FroSSL, W-MSE: backbone + MLP projector; DirectCLR: the
+/// backbone alone), the loss between the two views' outputs, no predictor, no momentum network, no
+/// queue. The papers' own pieces live in their method files (their networks and defaults) and in
+/// `loss/` (their losses).
 #[derive(Debug, Clone)]
 pub struct ProjectedPair<B: Backend, M: Backbone<B>, L, N = Projected<B, M>> {
     online: N,
@@ -124,7 +125,7 @@ where
     // Nothing besides the trainable networks.
     stateless!();
 
-    online_in!(online);
+    online_in!(online, view_threads);
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
         let [view1, view2] = views.two();
@@ -133,7 +134,7 @@ where
                 .passes(&self.online, [view1, view2], true, |net, x, groups| {
                     (net.forward_grouped(x, groups), ())
                 });
-        let embeddings = Some([z1.clone().detach(), z2.clone().detach()]);
+        let embeddings = [z1.clone(), z2.clone()];
         // Data-parallel: the statistics over the batch are those of the global batch.
         let replica = self.replica.as_ref();
         let (z1, z2) = (
@@ -142,18 +143,9 @@ where
         );
         let (loss, stats) = self.loss.loss(z1, z2, progress);
         MethodOutput {
-            loss,
             stats,
-            embeddings,
+            ..MethodOutput::new(loss).with_embeddings(embeddings)
         }
-    }
-
-    fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
-        self.view_threads.gradients(loss, &self.online)
-    }
-
-    fn set_view_passes(&mut self, passes: ViewPasses) {
-        self.view_threads.set(passes);
     }
 
     /// The loss compares images across the batch: every replica computes it on the gathered

@@ -1,7 +1,4 @@
-//! The FIFO queue of negative keys used by MoCo-style methods.
-//!
-//! The math, the defaults, the paper followed and the worked values are in
-//! `docs/methods.md#infonce-with-a-queue`.
+//! The FIFO queue of negative keys (documented on `KeyQueue`).
 
 use burn::prelude::*;
 use burn::record::Record;
@@ -133,6 +130,11 @@ pub struct SupportSetState<B: Backend> {
 /// A method's step [stages](KeyQueue::stage) its keys while the loss is computed and
 /// [commits](KeyQueue::commit) them after the optimiser step, so that an attempt that is redrawn
 /// (batch curation) or abandoned never enters the queue.
+///
+/// The FIFO queue of negative keys used by MoCo-style methods.
+///
+/// The math, the defaults, the paper followed and the worked values are in
+/// `docs/methods.md#infonce-with-a-queue`.
 #[derive(Debug, Clone)]
 pub struct KeyQueue<B: Backend> {
     keys: Tensor<B, 2>,

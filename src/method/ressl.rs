@@ -1,20 +1,4 @@
-//! ReSSL (Zheng et al., "ReSSL: Relational Self-Supervised Learning with Weak Augmentation",
-//! NeurIPS 2021, <https://arxiv.org/abs/2107.09282>): an online backbone + projector
-//! (`features → 4096 (ReLU) → 256`, no BatchNorm: solo-learn's) and a momentum copy; the first
-//! (strongly augmented) view's online projection learns the second (weakly augmented) view's
-//! momentum projection's relation to a queue of earlier momentum projections
-//! ([`crate::loss::ressl`]), one direction. The momentum rises along a cosine from
-//! `base_momentum` to 1 (solo-learn's 0.99 → 1).
-//!
-//! The queue ([`KeyQueue`]) holds the L2-normalised momentum projections of the second view
-//! (solo-learn's 65,536; random unit vectors at the start), filled after the step. On several
-//! replicas it takes every replica's keys (the same queue on every replica); the loss is a mean
-//! over images, so the replicas' averaged gradients are the one-device gradient.
-//!
-//! The weak view is the pipeline's second: the `ressl` recipe's augmentation crops and flips it
-//! only.
-//!
-//! The math, the defaults and the worked values are in `docs/methods.md#ressl`.
+//! ReSSL (documented on `ReSsl`).
 
 use burn::prelude::*;
 use burn::record::Record;
@@ -29,11 +13,11 @@ use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::MlpHeadConfig;
-use crate::loss::{l2_normalize, ResslLoss, ResslLossConfig};
+use crate::loss::{l2_normalize, ReSslLoss, ReSslLossConfig};
 
-/// Configuration of [`Ressl`].
+/// Configuration of [`ReSsl`].
 #[derive(Config, Debug)]
-pub struct ResslConfig {
+pub struct ReSslConfig {
     /// Hidden width of the projector (solo-learn's 4096).
     #[config(default = 4096)]
     pub hidden_dim: usize,
@@ -47,11 +31,11 @@ pub struct ResslConfig {
     #[config(default = 65536)]
     pub queue_size: usize,
     /// The loss (`τ_q = 0.1`, `τ_k = 0.04`).
-    #[config(default = "ResslLossConfig::new()")]
-    pub loss: ResslLossConfig,
+    #[config(default = "ReSslLossConfig::new()")]
+    pub loss: ReSslLossConfig,
 }
 
-impl ResslConfig {
+impl ReSslConfig {
     /// Builds ReSSL around a backbone made by `backbone` (called twice: online, and a fresh
     /// module into which the momentum encoder's copy is loaded) for global batches of
     /// `batch_size` images (the queue takes that many keys per step).
@@ -64,14 +48,14 @@ impl ResslConfig {
         backbone: impl Fn(&B::Device) -> M,
         batch_size: usize,
         device: &B::Device,
-    ) -> Result<Ressl<B, M>, ConfigError> {
+    ) -> Result<ReSsl<B, M>, ConfigError> {
         let projector = |width| MlpHeadConfig::moco_v2(width, self.hidden_dim, self.output_dim);
         let (online, momentum) =
             Projected::with_momentum_copy(backbone, projector, self.base_momentum, device)?;
         let queue = KeyQueueConfig::new(self.queue_size, self.output_dim)
             .init(batch_size, device)
             .map_err(|e| ConfigError::new("queue_size", e.reason))?;
-        Ok(Ressl {
+        Ok(ReSsl {
             online,
             momentum,
             queue,
@@ -81,9 +65,9 @@ impl ResslConfig {
     }
 }
 
-/// The checkpointed state of [`Ressl`]: the momentum encoder and the queue.
+/// The checkpointed state of [`ReSsl`]: the momentum encoder and the queue.
 #[derive(Record)]
-pub struct ResslState<B: Backend, M: Backbone<B>> {
+pub struct ReSslState<B: Backend, M: Backbone<B>> {
     /// The momentum encoder's record.
     pub momentum: <Projected<B, M> as Module<B>>::Record,
     /// The queue, `[size, dim]`.
@@ -92,18 +76,36 @@ pub struct ResslState<B: Backend, M: Backbone<B>> {
     pub pointer: usize,
 }
 
-/// ReSSL. Build it with [`ResslConfig::init`].
+/// ReSSL. Build it with [`ReSslConfig::init`].
+///
+/// ReSSL (Zheng et al., "ReSSL: Relational Self-Supervised Learning with Weak Augmentation",
+/// NeurIPS 2021, <https://arxiv.org/abs/2107.09282>): an online backbone + projector
+/// (`features → 4096 (ReLU) → 256`, no BatchNorm: solo-learn's) and a momentum copy; the first
+/// (strongly augmented) view's online projection learns the second (weakly augmented) view's
+/// momentum projection's relation to a queue of earlier momentum projections
+/// ([`ReSslLoss`](crate::loss::ReSslLoss)), one direction. The momentum rises along a cosine from
+/// `base_momentum` to 1 (solo-learn's 0.99 → 1).
+///
+/// The queue ([`KeyQueue`]) holds the L2-normalised momentum projections of the second view
+/// (solo-learn's 65,536; random unit vectors at the start), filled after the step. On several
+/// replicas it takes every replica's keys (the same queue on every replica); the loss is a mean
+/// over images, so the replicas' averaged gradients are the one-device gradient.
+///
+/// The weak view is the pipeline's second: the `ressl` recipe's augmentation crops and flips it
+/// only.
+///
+/// The math, the defaults and the worked values are in `docs/methods.md#ressl`.
 #[derive(Debug, Clone)]
-pub struct Ressl<B: Backend, M: Backbone<B>> {
+pub struct ReSsl<B: Backend, M: Backbone<B>> {
     online: Projected<B, M>,
     momentum: MomentumEncoder<Projected<B, M>>,
     queue: KeyQueue<B>,
-    loss: ResslLoss,
+    loss: ReSslLoss,
     /// This method's replica in a data-parallel run.
     replica: Option<Replica<B>>,
 }
 
-impl<B: Backend, M: Backbone<B>> Ressl<B, M> {
+impl<B: Backend, M: Backbone<B>> ReSsl<B, M> {
     /// The momentum copy (the momentum encoder): its network and its momentum schedule.
     pub fn momentum_encoder(&self) -> &MomentumEncoder<Projected<B, M>> {
         &self.momentum
@@ -115,22 +117,22 @@ impl<B: Backend, M: Backbone<B>> Ressl<B, M> {
     }
 }
 
-impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Ressl<B, M> {
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for ReSsl<B, M> {
     type Online = Projected<B, M>;
     type Backbone = M;
-    type State = ResslState<B, M>;
+    type State = ReSslState<B, M>;
 
     online_in!(online);
 
-    fn state(&self) -> ResslState<B, M> {
-        ResslState {
+    fn state(&self) -> ReSslState<B, M> {
+        ReSslState {
             momentum: self.momentum.record(),
             queue: self.queue.keys(),
             pointer: self.queue.pointer(),
         }
     }
 
-    fn load_state(&mut self, state: ResslState<B, M>) -> Result<(), ConfigError> {
+    fn load_state(&mut self, state: ReSslState<B, M>) -> Result<(), ConfigError> {
         self.queue
             .restore(state.queue, state.pointer, "queue_size", "ReSSL's queue")?;
         self.momentum.load_record(state.momentum);
@@ -141,17 +143,14 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Ressl<B, M> {
         let [strong, weak] = views.two();
         let q = self.online.forward(strong);
         let k = self.momentum.network().forward(weak).detach();
-        let embeddings = Some([q.clone().detach(), k.clone()]);
+        let embeddings = [q.clone(), k.clone()];
         let loss = self.loss.forward(q, k.clone(), self.queue.keys());
         let k = l2_normalize(k);
         self.queue
             .stage(Replica::gather_on(self.replica.as_ref(), k).detach());
-        let stats = vec![self.momentum.stat(progress, &loss.device())];
-        MethodOutput {
-            loss,
-            stats,
-            embeddings,
-        }
+        MethodOutput::new(loss)
+            .with_momentum(self.momentum.momentum_at(progress))
+            .with_embeddings(embeddings)
     }
 
     /// The queue takes every replica's keys; the loss is a mean over images, so the average of
@@ -172,10 +171,10 @@ mod tests {
     use super::*;
     use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
 
-    fn ressl() -> Ressl<Ad, Tiny<Ad>> {
+    fn ressl() -> ReSsl<Ad, Tiny<Ad>> {
         let device = Default::default();
         crate::method::init_method::<Ad, _, ConfigError>(&device, 11, |d| {
-            ResslConfig::new()
+            ReSslConfig::new()
                 .with_hidden_dim(8)
                 .with_output_dim(4)
                 .with_queue_size(12)

@@ -1,33 +1,4 @@
-//! RotNet (Gidaris, Singh & Komodakis 2018, "Unsupervised Representation Learning by Predicting
-//! Image Rotations", <https://arxiv.org/abs/1803.07728>) as an [`SslMethod`], with MICO's rotation
-//! curricula (H. Fang, "Curriculum SSL", <https://arxiv.org/abs/2301.06916>, §3.2).
-//!
-//! Every image is rotated by a drawn number of quarter turns `k` and a linear head on the
-//! backbone's features predicts `k` among the four rotations (cross-entropy on the 4-way label,
-//! label `k` ↔ `90·k°` counter-clockwise). The angles are drawn per image, uniformly from the set
-//! the angle curriculum has in play at the current progress
-//! ([`RotationCurriculum`]: `{0°}` → … → all
-//! four; all four from the start for plain RotNet). The draws come from a host generator keyed by
-//! `(seed, progress.step)`, so a resumed run rotates every batch as the uninterrupted one did.
-//!
-//! **Views.** The trainer hands every method two augmented views of each image. RotNet needs one
-//! image per label; by default it uses both views as `2N` independent examples (each with its own
-//! angle), which doubles the examples for the augmentation the trainer already paid for; with
-//! `both_views = false` it uses `view1` only.
-//!
-//! The embeddings a step reports ([`MethodOutput::embeddings`]) are the backbone features of the
-//! rotated images, `view1`'s and `view2`'s; with `view1` only, none (there is no second view to
-//! compare with).
-//!
-//! **Modes** ([`RotationMode`]): plain rotation; rotate-and-mix (`λ·rot(x) + (1 − λ)·x`, default
-//! λ = 0.5); crop-and-rotate (only the square around each image's object box is rotated). The
-//! boxes of crop-and-rotate are given by the caller before each forward
-//! ([`RotNet::set_boxes`], or [`SslMethod::set_object_boxes`], which the trainer calls because
-//! [`SslMethod::uses_object_boxes`] says so in this mode), in the coordinates of the views: the
-//! trainer computes them from heat maps of the backbone's last feature map
-//! ([`object_boxes_of`](crate::curriculum::rotation::object_boxes_of)) 4 times per run over the
-//! whole training set, maps them through the views' crops and flips
-//! ([`box_in_view`](crate::curriculum::rotation::box_in_view)) and keeps them in the checkpoint.
+//! RotNet with MICO's rotation curricula (documented on `RotNet`).
 
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig};
@@ -151,6 +122,37 @@ pub struct RotationBatch<B: Backend> {
 }
 
 /// RotNet. Build it with [`RotNetConfig::init`].
+///
+/// RotNet (Gidaris, Singh & Komodakis 2018, "Unsupervised Representation Learning by Predicting
+/// Image Rotations", <https://arxiv.org/abs/1803.07728>) as an [`SslMethod`], with MICO's rotation
+/// curricula (H. Fang, "Curriculum SSL", <https://arxiv.org/abs/2301.06916>, §3.2).
+///
+/// Every image is rotated by a drawn number of quarter turns `k` and a linear head on the
+/// backbone's features predicts `k` among the four rotations (cross-entropy on the 4-way label,
+/// label `k` ↔ `90·k°` counter-clockwise). The angles are drawn per image, uniformly from the set
+/// the angle curriculum has in play at the current progress
+/// ([`RotationCurriculum`]: `{0°}` → … → all
+/// four; all four from the start for plain RotNet). The draws come from a host generator keyed by
+/// `(seed, progress.step)`, so a resumed run rotates every batch as the uninterrupted one did.
+///
+/// **Views.** The trainer hands every method two augmented views of each image. RotNet needs one
+/// image per label; by default it uses both views as `2N` independent examples (each with its own
+/// angle), which doubles the examples for the augmentation the trainer already paid for; with
+/// `both_views = false` it uses `view1` only.
+///
+/// The embeddings a step reports ([`MethodOutput::embeddings`]) are the backbone features of the
+/// rotated images, `view1`'s and `view2`'s; with `view1` only, none (there is no second view to
+/// compare with).
+///
+/// **Modes** ([`RotationMode`]): plain rotation; rotate-and-mix (`λ·rot(x) + (1 − λ)·x`, default
+/// λ = 0.5); crop-and-rotate (only the square around each image's object box is rotated). The
+/// boxes of crop-and-rotate are given by the caller before each forward
+/// ([`RotNet::set_boxes`], or [`SslMethod::set_object_boxes`], which the trainer calls because
+/// [`SslMethod::uses_object_boxes`] says so in this mode), in the coordinates of the views: the
+/// trainer computes them from heat maps of the backbone's last feature map
+/// ([`object_boxes_of`](crate::curriculum::rotation::object_boxes_of)) 4 times per run over the
+/// whole training set, maps them through the views' crops and flips
+/// ([`box_in_view`](crate::curriculum::rotation::box_in_view)) and keeps them in the checkpoint.
 #[derive(Debug, Clone)]
 pub struct RotNet<B: Backend, M: Backbone<B>> {
     online: RotNetNetwork<B, M>,

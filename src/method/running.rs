@@ -1,16 +1,18 @@
-//! A state that a method's step computes and the optimiser step commits: DINO's centre, TiCo's
-//! running covariance. The forward [proposes](Running::propose) the next value and
-//! [`SslMethod::after_step`](super::SslMethod::after_step) [commits](Running::commit) it, so an
-//! attempt that is redrawn (batch curation) or abandoned leaves the state as it was, and a
-//! checkpoint's value is [taken back](Running::restore) only with this method's shape.
+//! A state that a step computes and the optimiser step commits (documented on `Running`).
 
 use burn::prelude::*;
 
 use crate::base::error::ConfigError;
 
 /// A running tensor and the value the step being computed will leave in it.
+///
+/// A state that a method's step computes and the optimiser step commits: DINO's centre, TiCo's
+/// running covariance. The forward [proposes](Running::propose) the next value and
+/// [`SslMethod::after_step`](super::SslMethod::after_step) [commits](Running::commit) it, so an
+/// attempt that is redrawn (batch curation) or abandoned leaves the state as it was, and a
+/// checkpoint's value is [taken back](Running::restore) only with this method's shape.
 #[derive(Debug, Clone)]
-pub struct Running<B: Backend, const D: usize> {
+pub(crate) struct Running<B: Backend, const D: usize> {
     value: Tensor<B, D>,
     next: Option<Tensor<B, D>>,
 }

@@ -1,30 +1,12 @@
-//! SimCLR (Chen et al. 2020, <https://arxiv.org/abs/2002.05709>): backbone + MLP projector, a
-//! two-view contrastive loss between the views — NT-Xent by default, one of its curriculum
-//! variants from `loss/` (HCL, curricular weighting, Huber-regularised NT-Xent), the
-//! decoupled contrastive loss (DCL / DCLW, whose paper trains SimCLR with it), or the
-//! model-aware contrastive loss (MACL, likewise).
-//!
-//! With [`SimClrConfig::pgd`], the negatives are hardened by PGD before the step (MICO §3.3
-//! eq. 4, <https://arxiv.org/abs/2301.06916>; see [`crate::method::pgd`]): the two views are
-//! attacked together so that the loss of the clean anchors against them rises, each anchor keeps
-//! its clean positive, and its negatives are the other images' hardened views
-//! ([`NtXentLoss::forward_with_negatives`], [`HclLoss::forward_with_negatives`]). The hardened
-//! views go through the network with gradients, so the step also learns to push them away. Cost:
-//! S attack passes (forward and backward on `2B` images, on a copy of the network) and one more
-//! forward and backward on `2B` images per step, while the attack is on.
-//!
-//! The math, the defaults, the paper followed and the worked values are in
-//! `docs/methods.md#simclr` (and `#nt-xent`, `#hcl`, `#curricular-weighting`,
-//! `#huber-regularised-nt-xent`, `#dcl-and-dclw`, `#macl` for the losses).
+//! SimCLR (documented on `SimClr`).
 
-use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 use serde::{Deserialize, Serialize};
 
-use super::branches::{ViewPasses, ViewThreads};
+use super::branches::ViewThreads;
 use super::encoder::Projected;
 use super::pgd::{attack_copy, Pgd, PgdConfig};
 use super::ssl_method::{online_in, stat, MethodOutput, SslMethod, Views};
@@ -143,6 +125,25 @@ pub struct SimClrState {
 }
 
 /// SimCLR. Build it with [`SimClrConfig::init`].
+///
+/// SimCLR (Chen et al. 2020, <https://arxiv.org/abs/2002.05709>): backbone + MLP projector, a
+/// two-view contrastive loss between the views — NT-Xent by default, one of its curriculum
+/// variants from `loss/` (HCL, curricular weighting, Huber-regularised NT-Xent), the
+/// decoupled contrastive loss (DCL / DCLW, whose paper trains SimCLR with it), or the
+/// model-aware contrastive loss (MACL, likewise).
+///
+/// With [`SimClrConfig::pgd`], the negatives are hardened by PGD before the step (MICO §3.3
+/// eq. 4, <https://arxiv.org/abs/2301.06916>; see [`Pgd`](super::Pgd)): the two views are
+/// attacked together so that the loss of the clean anchors against them rises, each anchor keeps
+/// its clean positive, and its negatives are the other images' hardened views
+/// ([`NtXentLoss::forward_with_negatives`], [`HclLoss::forward_with_negatives`]). The hardened
+/// views go through the network with gradients, so the step also learns to push them away. Cost:
+/// S attack passes (forward and backward on `2B` images, on a copy of the network) and one more
+/// forward and backward on `2B` images per step, while the attack is on.
+///
+/// The math, the defaults, the paper followed and the worked values are in
+/// `docs/methods.md#simclr` (and `#nt-xent`, `#hcl`, `#curricular-weighting`,
+/// `#huber-regularised-nt-xent`, `#dcl-and-dclw`, `#macl` for the losses).
 #[derive(Debug, Clone)]
 pub struct SimClr<B: Backend, M: Backbone<B>> {
     online: Projected<B, M>,
@@ -220,7 +221,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimClr<B, M> 
     type Backbone = M;
     type State = SimClrState;
 
-    online_in!(online);
+    online_in!(online, view_threads);
 
     fn state(&self) -> SimClrState {
         SimClrState {
@@ -329,14 +330,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimClr<B, M> 
                 }
             }
         }
-    }
-
-    fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
-        self.view_threads.gradients(loss, &self.online)
-    }
-
-    fn set_view_passes(&mut self, passes: ViewPasses) {
-        self.view_threads.set(passes);
     }
 
     fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {

@@ -1,15 +1,4 @@
-//! SimMIM (Xie et al., CVPR 2022, <https://arxiv.org/abs/2111.09886>): a Vision Transformer
-//! sees every patch, the hidden ones replaced by a learned mask token before the positional
-//! embeddings; a linear head predicts each hidden patch's raw pixels from its encoded token, and
-//! the loss is the L1 distance over the hidden patches' pixels. No decoder, no target
-//! normalisation, no second view.
-//!
-//! The masks hide square units of `mask_unit × mask_unit` patches (the paper's 32-pixel mask
-//! patches: 2 × 2 of ViT-B/16's patches), 60 % of them per image, drawn from `(seed, step)` on
-//! the host ([`UnitMask`]); a grid that is not a multiple of the unit gets smaller units at its
-//! right and bottom edges, so images may hide different numbers of patches, and the loss divides
-//! by the batch's hidden pixels (the authors' `(loss · mask).sum() / mask.sum()`). The math, the
-//! defaults and what was chosen where paper and code differ are in `docs/methods.md#simmim`.
+//! SimMIM (documented on `SimMim`).
 
 use burn::module::Param;
 use burn::nn::{Initializer, Linear, LinearConfig};
@@ -117,6 +106,19 @@ impl<B: Backend, M> HasBackbone<M> for SimMimNetwork<B, M> {
 }
 
 /// SimMIM. Build it with [`SimMimConfig::init`].
+///
+/// SimMIM (Xie et al., CVPR 2022, <https://arxiv.org/abs/2111.09886>): a Vision Transformer
+/// sees every patch, the hidden ones replaced by a learned mask token before the positional
+/// embeddings; a linear head predicts each hidden patch's raw pixels from its encoded token, and
+/// the loss is the L1 distance over the hidden patches' pixels. No decoder, no target
+/// normalisation, no second view.
+///
+/// The masks hide square units of `mask_unit × mask_unit` patches (the paper's 32-pixel mask
+/// patches: 2 × 2 of ViT-B/16's patches), 60 % of them per image, drawn from `(seed, step)` on
+/// the host ([`UnitMask`]); a grid that is not a multiple of the unit gets smaller units at its
+/// right and bottom edges, so images may hide different numbers of patches, and the loss divides
+/// by the batch's hidden pixels (the authors' `(loss · mask).sum() / mask.sum()`). The math, the
+/// defaults and what was chosen where paper and code differ are in `docs/methods.md#simmim`.
 #[derive(Debug, Clone)]
 pub struct SimMim<B: Backend, M: Backbone<B>> {
     online: SimMimNetwork<B, M>,

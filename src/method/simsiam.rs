@@ -1,18 +1,10 @@
-//! SimSiam (Chen & He 2021, <https://arxiv.org/abs/2011.10566>): backbone + 3-layer projector
-//! whose last BatchNorm has no affine parameters (§3 and the authors' code,
-//! `BatchNorm1d(dim, affine=False)`) + bottleneck predictor, the symmetric negative cosine
-//! `D(p1, z2)/2 + D(p2, z1)/2` (eq. 2, averaged) with stop-gradient on the projections; no EMA,
-//! no negatives.
-//!
-//! The math, the defaults, the paper followed and the worked values are in
-//! `docs/methods.md#simsiam`.
+//! SimSiam (documented on `SimSiam`).
 
-use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::branches::{ViewPasses, ViewThreads};
+use super::branches::ViewThreads;
 use super::encoder::Predicted;
 use super::ssl_method::{online_in, stateless, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
@@ -56,6 +48,15 @@ impl SimSiamConfig {
 }
 
 /// SimSiam. Build it with [`SimSiamConfig::init`].
+///
+/// SimSiam (Chen & He 2021, <https://arxiv.org/abs/2011.10566>): backbone + 3-layer projector
+/// whose last BatchNorm has no affine parameters (§3 and the authors' code,
+/// `BatchNorm1d(dim, affine=False)`) + bottleneck predictor, the symmetric negative cosine
+/// `D(p1, z2)/2 + D(p2, z1)/2` (eq. 2, averaged) with stop-gradient on the projections; no EMA,
+/// no negatives.
+///
+/// The math, the defaults, the paper followed and the worked values are in
+/// `docs/methods.md#simsiam`.
 #[derive(Debug, Clone)]
 pub struct SimSiam<B: Backend, M: Backbone<B>> {
     online: Predicted<B, M>,
@@ -83,13 +84,9 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SimSiam<B, M> {
                     let (z, p) = net.forward_grouped(x, groups);
                     (p, z.detach())
                 });
-        let embeddings = Some([z1.clone(), z2.clone()]);
+        let embeddings = [z1.clone(), z2.clone()];
         let [z1, z2] = targets([z1, z2]);
-        MethodOutput {
-            loss: self.loss.forward_symmetric(p1, p2, z1, z2),
-            stats: Vec::new(),
-            embeddings,
-        }
+        MethodOutput::new(self.loss.forward_symmetric(p1, p2, z1, z2)).with_embeddings(embeddings)
     }
 }
 
@@ -99,18 +96,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimSiam<B, M>
     // SimSiam keeps no state besides its trainable networks.
     stateless!();
 
-    online_in!(online);
+    online_in!(online, view_threads);
 
     fn forward_views(&mut self, views: Views<B>, _: Progress) -> MethodOutput<B> {
         self.forward_to(views, |projections| projections)
-    }
-
-    fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
-        self.view_threads.gradients(loss, &self.online)
-    }
-
-    fn set_view_passes(&mut self, passes: ViewPasses) {
-        self.view_threads.set(passes);
     }
 
     /// The loss is a mean over images: each replica's is the mean over its shard, and the

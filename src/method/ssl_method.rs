@@ -1,6 +1,4 @@
-//! What every self-supervised method is to the training loop: [`SslMethod`], the
-//! [`MethodOutput`] of its step, the [`HasBackbone`] view of its networks, and [`init_method`],
-//! which builds one reproducibly from a seed.
+//! What every self-supervised method is to the training loop (documented on the `method` page).
 
 use burn::module::{AutodiffModule, ParamId};
 use burn::optim::GradientsParams;
@@ -91,6 +89,12 @@ impl<B: Backend> MethodOutput<B> {
         self.embeddings = Some(embeddings.map(|e| e.detach()));
         self
     }
+
+    /// With a momentum copy's momentum at the step (`momentum` in steps.csv; e.g.
+    /// `MomentumEncoder::momentum_at`).
+    pub fn with_momentum(self, momentum: f64) -> Self {
+        self.with_value("momentum", momentum)
+    }
 }
 
 /// A statistic of value `value` on `device`, `[1]`.
@@ -115,7 +119,9 @@ pub fn gradients_without<B: AutodiffBackend, M: AutodiffModule<B>>(
 
 /// The [`SslMethod`] items of a method whose networks are in its field `$online`:
 /// [`SslMethod::online`] reads it, [`SslMethod::set_online`] puts the optimised networks back.
-/// Written inside the `impl SslMethod for …` block.
+/// With a second field, the method's [`ViewThreads`](super::branches::ViewThreads) (the views'
+/// passes back-propagated on threads of their own): [`SslMethod::gradients`] through them and
+/// [`SslMethod::set_view_passes`] switching them. Written inside the `impl SslMethod for …` block.
 macro_rules! online_in {
     ($online:ident) => {
         fn online(&self) -> &Self::Online {
@@ -126,8 +132,44 @@ macro_rules! online_in {
             self.$online = online;
         }
     };
+    ($online:ident, $view_threads:ident) => {
+        $crate::method::ssl_method::online_in!($online);
+
+        fn gradients(&mut self, loss: &Tensor<B, 1>) -> burn::optim::GradientsParams {
+            self.$view_threads.gradients(loss, &self.$online)
+        }
+
+        fn set_view_passes(&mut self, passes: $crate::method::branches::ViewPasses) {
+            self.$view_threads.set(passes);
+        }
+    };
 }
 pub(crate) use online_in;
+
+/// [`SslMethod::state`] and [`SslMethod::load_state`] of a method whose only state is the
+/// momentum copy in its field `$encoder` (a [`MomentumEncoder`](super::momentum::MomentumEncoder)),
+/// checkpointed as the field `$field` of the record `$State` (the record's field names are the
+/// checkpoint's format). Written inside the `impl SslMethod for …` block.
+macro_rules! momentum_state {
+    ($State:ident { $field:ident: $encoder:ident }) => {
+        type State = $State<B, M>;
+
+        fn state(&self) -> $State<B, M> {
+            $State {
+                $field: self.$encoder.record(),
+            }
+        }
+
+        fn load_state(
+            &mut self,
+            state: $State<B, M>,
+        ) -> Result<(), $crate::base::error::ConfigError> {
+            self.$encoder.load_record(state.$field);
+            Ok(())
+        }
+    };
+}
+pub(crate) use momentum_state;
 
 /// The [`SslMethod`] items of a method with nothing to checkpoint besides its online networks
 /// (its masks or draws come from the seed and the step): `type State = ()`, and its
@@ -274,7 +316,7 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
     /// with respect to [`SslMethod::online`]. Default: one backward pass,
     /// `GradientsParams::from_grads(loss.backward(), self.online())`; with
     /// [`SslMethod::set_view_passes`] at [`ViewPasses::Threads`], a method may back-propagate
-    /// its views' passes on threads of their own ([`branches`](super::branches)), so a loop
+    /// its views' passes on threads of their own (see [`ViewPasses`]), so a loop
     /// must ask for the gradients here rather than call `loss.backward()` itself.
     fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
         GradientsParams::from_grads(loss.backward(), self.online())
@@ -282,7 +324,7 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
 
     /// How the method passes its two views through its networks ([`ViewPasses`]): one after
     /// the other (the default), their backward passes on two threads
-    /// ([`branches`](super::branches): the same gradients, sooner where one backward pass
+    /// ([`ViewPasses::Threads`]: the same gradients, sooner where one backward pass
     /// keeps one core busy, as the CPU backend's convolutions), or as one batch whose batch
     /// norms take each view apart (half the kernel launches on a GPU). A method whose views do
     /// not pass through the online networks separately (or not twice) ignores it. Used by

@@ -1,27 +1,4 @@
-//! SwAV (Caron et al., "Unsupervised Learning of Visual Features by Contrasting Cluster
-//! Assignments", NeurIPS 2020, <https://arxiv.org/abs/2006.09882>): backbone + projector
-//! (`features → 2048 (BN, ReLU) → 128`), L2-normalised, scored against `K` prototypes (unit
-//! vectors, a linear map without bias); each global view's Sinkhorn–Knopp codes are predicted
-//! by every other view ([`crate::loss::swav`]). Multi-crop: the local crops only predict.
-//!
-//! The paper's training details, all here:
-//! - the prototypes are re-normalised to unit length after every optimiser step (and at
-//!   initialisation), as the authors' code does before each forward;
-//! - they are frozen for the first `freeze_prototypes_epochs` epochs (their gradient is dropped,
-//!   so no optimiser moves or decays them; the authors freeze them for the first epoch);
-//! - an optional queue of the last `queue_size` global-view projections of each global view,
-//!   filled from epoch `queue_start_epoch` and used, once full, to compute the codes of the
-//!   current batch over more images (SwAV's small-batch setting: 3840 from epoch 15);
-//! - crops of one resolution go through the networks in one batch (the two global views
-//!   together, the local crops together), as the authors' multi-crop forward does, so the batch
-//!   norms see each resolution's crops as one batch.
-//!
-//! On several replicas the codes are those of the global batch: each replica gathers the global
-//! views' scores (no gradient), computes Sinkhorn–Knopp on all of them (and the queue, which
-//! holds every replica's projections), and keeps its rows; its loss is the mean over its images,
-//! whose average over replicas is the one-device loss.
-//!
-//! The math, the defaults and the worked values are in `docs/methods.md#swav`.
+//! SwAV (documented on `Swav`).
 
 use burn::nn::{Linear, LinearConfig};
 use burn::optim::GradientsParams;
@@ -174,6 +151,31 @@ pub struct SwavState<B: Backend> {
 }
 
 /// SwAV. Build it with [`SwavConfig::init`].
+///
+/// SwAV (Caron et al., "Unsupervised Learning of Visual Features by Contrasting Cluster
+/// Assignments", NeurIPS 2020, <https://arxiv.org/abs/2006.09882>): backbone + projector (`features
+/// → 2048 (BN, ReLU) → 128`), L2-normalised, scored against `K` prototypes (unit vectors, a linear
+/// map without bias); each global view's Sinkhorn–Knopp codes are predicted by every other view
+/// ([`SwavLoss`](crate::loss::SwavLoss)). Multi-crop: the local crops only predict.
+///
+/// The paper's training details, all here:
+/// - the prototypes are re-normalised to unit length after every optimiser step (and at
+///   initialisation), as the authors' code does before each forward;
+/// - they are frozen for the first `freeze_prototypes_epochs` epochs (their gradient is dropped,
+///   so no optimiser moves or decays them; the authors freeze them for the first epoch);
+/// - an optional queue of the last `queue_size` global-view projections of each global view,
+///   filled from epoch `queue_start_epoch` and used, once full, to compute the codes of the
+///   current batch over more images (SwAV's small-batch setting: 3840 from epoch 15);
+/// - crops of one resolution go through the networks in one batch (the two global views
+///   together, the local crops together), as the authors' multi-crop forward does, so the batch
+///   norms see each resolution's crops as one batch.
+///
+/// On several replicas the codes are those of the global batch: each replica gathers the global
+/// views' scores (no gradient), computes Sinkhorn–Knopp on all of them (and the queue, which
+/// holds every replica's projections), and keeps its rows; its loss is the mean over its images,
+/// whose average over replicas is the one-device loss.
+///
+/// The math, the defaults and the worked values are in `docs/methods.md#swav`.
 #[derive(Debug, Clone)]
 pub struct Swav<B: Backend, M: Backbone<B>> {
     online: SwavNetwork<B, M>,

@@ -1,15 +1,4 @@
-//! TiCo (Zhu, Moraes, Karakulak, Sobol, Canziani & LeCun, "TiCo: Transformation Invariance and
-//! Covariance Contrast for Self-Supervised Visual Representation Learning", 2022,
-//! <https://arxiv.org/abs/2206.10698>): an online backbone + projector (`features → 4096 (BN, ReLU)
-//! → 256`) and a momentum copy; the online embedding of the first view meets the momentum embedding
-//! of the second in the [TiCo loss](crate::loss::tico), whose running covariance of the online
-//! embeddings is an implicit memory bank. The momentum rises along a cosine from `base_momentum` to
-//! 1, as in BYOL, the paper's base and lightly's example.
-//!
-//! On several replicas both embeddings are gathered (the running covariance is a statistic of
-//! the global batch, the same on every replica).
-//!
-//! The math, the defaults and the worked values are in `docs/methods.md#tico`.
+//! TiCo (documented on `Tico`).
 
 use burn::prelude::*;
 use burn::record::Record;
@@ -77,6 +66,19 @@ pub struct TicoState<B: Backend, M: Backbone<B>> {
 }
 
 /// TiCo. Build it with [`TicoConfig::init`].
+///
+/// TiCo (Zhu, Moraes, Karakulak, Sobol, Canziani & LeCun, "TiCo: Transformation Invariance and
+/// Covariance Contrast for Self-Supervised Visual Representation Learning", 2022,
+/// <https://arxiv.org/abs/2206.10698>): an online backbone + projector (`features → 4096 (BN, ReLU)
+/// → 256`) and a momentum copy; the online embedding of the first view meets the momentum embedding
+/// of the second in the [TiCo loss](crate::loss::TicoLoss), whose running covariance of the online
+/// embeddings is an implicit memory bank. The momentum rises along a cosine from `base_momentum` to
+/// 1, as in BYOL, the paper's base and lightly's example.
+///
+/// On several replicas both embeddings are gathered (the running covariance is a statistic of
+/// the global batch, the same on every replica).
+///
+/// The math, the defaults and the worked values are in `docs/methods.md#tico`.
 #[derive(Debug, Clone)]
 pub struct Tico<B: Backend, M: Backbone<B>> {
     online: Projected<B, M>,
@@ -124,18 +126,15 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Tico<B, M> {
         let [view1, view2] = views.two();
         let z_a = self.online.forward(view1);
         let z_b = self.momentum.network().forward(view2).detach();
-        let embeddings = Some([z_a.clone().detach(), z_b.clone()]);
+        let embeddings = [z_a.clone(), z_b.clone()];
         let replica = self.replica.as_ref();
         let z_a = Replica::gather_on(replica, z_a);
         let z_b = Replica::gather_on(replica, z_b).detach();
         let (loss, covariance) = self.loss.forward(z_a, z_b, self.covariance.value());
         self.covariance.propose(covariance);
-        let stats = vec![self.momentum.stat(progress, &loss.device())];
-        MethodOutput {
-            loss,
-            stats,
-            embeddings,
-        }
+        MethodOutput::new(loss)
+            .with_momentum(self.momentum.momentum_at(progress))
+            .with_embeddings(embeddings)
     }
 
     /// Both embeddings are gathered: the loss and the running covariance are the global batch's,

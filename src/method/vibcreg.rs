@@ -1,15 +1,4 @@
-//! VIbCReg (Lee & Aune, "VIbCReg: Variance-Invariance-better-Covariance Regularization for
-//! Self-Supervised Learning on Time Series", 2021, <https://arxiv.org/abs/2109.00783>; solo-learn's
-//! `solo/methods/vibcreg.py`): VICReg with a projector that ends in group whitening
-//! ([`IterNorm`]) and a covariance term on the normalised correlation ([`crate::loss::vibcreg`]).
-//!
-//! The network ([`VibcregNetwork`]): backbone + projector `features → 2048 (BN, GELU) → 2048
-//! (BN, GELU) → 2048` + IterNorm (64 groups, 5 iterations). Both views pass through it; the loss
-//! is on the pair, as Barlow Twins' and VICReg's ([`ProjectedPair`]). On replicas the batch
-//! norms and IterNorm use the global batch's statistics and the loss sees every replica's
-//! projections.
-//!
-//! The math, the defaults and the worked values are in `docs/methods.md#vibcreg`.
+//! VIbCReg (documented on `VibcReg`).
 
 use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
@@ -20,11 +9,11 @@ use super::ssl_method::HasBackbone;
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::head::{HeadActivation, MlpHead, MlpHeadConfig};
-use crate::loss::{VibcregLoss, VibcregLossConfig};
+use crate::loss::{VibcRegLoss, VibcRegLossConfig};
 
-/// Configuration of [`Vibcreg`].
+/// Configuration of [`VibcReg`].
 #[derive(Config, Debug)]
-pub struct VibcregConfig {
+pub struct VibcRegConfig {
     /// Width of the projector's two hidden layers (solo-learn's 2048).
     #[config(default = 2048)]
     pub hidden_dim: usize,
@@ -38,14 +27,27 @@ pub struct VibcregConfig {
     #[config(default = 5)]
     pub whitening_iterations: usize,
     /// The loss (25 / 25 / 200, `ε = 1e-4`).
-    #[config(default = "VibcregLossConfig::new()")]
-    pub loss: VibcregLossConfig,
+    #[config(default = "VibcRegLossConfig::new()")]
+    pub loss: VibcRegLossConfig,
 }
 
-/// VIbCReg: the pair method of a [`VibcregNetwork`] and the [`VibcregLoss`].
-pub type Vibcreg<B, M> = ProjectedPair<B, M, VibcregLoss, VibcregNetwork<B, M>>;
+/// VIbCReg: the pair method of a [`VibcRegNetwork`] and the [`VibcRegLoss`].
+///
+/// VIbCReg (Lee & Aune, "VIbCReg: Variance-Invariance-better-Covariance Regularization for
+/// Self-Supervised Learning on Time Series", 2021, <https://arxiv.org/abs/2109.00783>; solo-learn's
+/// `solo/methods/vibcreg.py`): VICReg with a projector that ends in group whitening ([`IterNorm`])
+/// and a covariance term on the normalised correlation ([`VibcRegLoss`](crate::loss::VibcRegLoss)).
+///
+/// The network ([`VibcRegNetwork`]): backbone + projector `features → 2048 (BN, GELU) → 2048
+/// (BN, GELU) → 2048` + IterNorm (64 groups, 5 iterations). Both views pass through it; the loss
+/// is on the pair, as Barlow Twins' and VICReg's ([`ProjectedPair`]). On replicas the batch
+/// norms and IterNorm use the global batch's statistics and the loss sees every replica's
+/// projections.
+///
+/// The math, the defaults and the worked values are in `docs/methods.md#vibcreg`.
+pub type VibcReg<B, M> = ProjectedPair<B, M, VibcRegLoss, VibcRegNetwork<B, M>>;
 
-impl VibcregConfig {
+impl VibcRegConfig {
     /// Builds VIbCReg around the backbone `backbone` makes (called once).
     ///
     /// # Errors
@@ -54,7 +56,7 @@ impl VibcregConfig {
         &self,
         backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
-    ) -> Result<Vibcreg<B, M>, ConfigError> {
+    ) -> Result<VibcReg<B, M>, ConfigError> {
         let backbone = backbone(device);
         let projector =
             MlpHeadConfig::new(backbone.feature_dim(), self.hidden_dim, self.output_dim)
@@ -69,7 +71,7 @@ impl VibcregConfig {
                 "iterations" => ConfigError::new("whitening_iterations", e.reason),
                 _ => e,
             })?;
-        let network = VibcregNetwork {
+        let network = VibcRegNetwork {
             backbone,
             projector,
             whitening,
@@ -80,7 +82,7 @@ impl VibcregConfig {
 
 /// VIbCReg's network: a backbone, a projector with GELU, and IterNorm on its output.
 #[derive(Module, Debug)]
-pub struct VibcregNetwork<B: Backend, M> {
+pub struct VibcRegNetwork<B: Backend, M> {
     /// Feature extractor.
     pub backbone: M,
     /// Projection head (applied with GELU).
@@ -89,13 +91,13 @@ pub struct VibcregNetwork<B: Backend, M> {
     pub whitening: IterNorm<B>,
 }
 
-impl<B: Backend, M> HasBackbone<M> for VibcregNetwork<B, M> {
+impl<B: Backend, M> HasBackbone<M> for VibcRegNetwork<B, M> {
     fn backbone(&self) -> &M {
         &self.backbone
     }
 }
 
-impl<B: Backend, M: Backbone<B>> PairNetwork<B> for VibcregNetwork<B, M> {
+impl<B: Backend, M: Backbone<B>> PairNetwork<B> for VibcRegNetwork<B, M> {
     fn forward_grouped(&self, images: Tensor<B, 4>, groups: usize) -> Tensor<B, 2> {
         let features = self.backbone.forward_features_grouped(images, groups);
         let z = self
@@ -105,7 +107,7 @@ impl<B: Backend, M: Backbone<B>> PairNetwork<B> for VibcregNetwork<B, M> {
     }
 }
 
-impl<B: Backend> PairObjective<B> for VibcregLoss {
+impl<B: Backend> PairObjective<B> for VibcRegLoss {
     fn loss(
         &self,
         z1: Tensor<B, 2>,
@@ -130,10 +132,10 @@ mod tests {
     use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
     use crate::method::SslMethod;
 
-    fn vibcreg() -> Vibcreg<Ad, Tiny<Ad>> {
+    fn vibcreg() -> VibcReg<Ad, Tiny<Ad>> {
         let device = Default::default();
         crate::method::init_method::<Ad, _, ConfigError>(&device, 13, |d| {
-            VibcregConfig::new()
+            VibcRegConfig::new()
                 .with_hidden_dim(8)
                 .with_output_dim(4)
                 .with_whitening_groups(2)
@@ -150,7 +152,7 @@ mod tests {
         let (v1, v2) = (images::<Ad>(6, 0.0), images::<Ad>(6, 1.0));
         let z1 = m.online().forward_grouped(v1.clone(), 1);
         let z2 = m.online().forward_grouped(v2.clone(), 1);
-        let expected = host(VibcregLossConfig::new().init().unwrap().forward(z1, z2))[0];
+        let expected = host(VibcRegLossConfig::new().init().unwrap().forward(z1, z2))[0];
         let out = m.forward(v1, v2, progress(0, 10, 0, 1));
         assert!((host(out.loss)[0] - expected).abs() < 1e-12);
         let names: Vec<_> = out.stats.iter().map(|(n, _)| *n).collect();
@@ -167,7 +169,7 @@ mod tests {
     #[test]
     fn a_bad_whitening_setting_is_named_as_the_methods() {
         let e = crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 1, |d| {
-            VibcregConfig::new()
+            VibcRegConfig::new()
                 .with_whitening_groups(0)
                 .init(|d| Tiny::new(16, 6, d), d)
         })

@@ -1,11 +1,4 @@
-//! VICReg (Bardes, Ponce & LeCun, ICLR 2022, <https://arxiv.org/abs/2105.04906>): backbone + a
-//! three-layer expander (`features → 8192 → 8192 → 8192`, BatchNorm and ReLU after the first
-//! two) and the variance-invariance-covariance loss of [`crate::loss::vicreg`] (25 / 25 / 1,
-//! `ε = 1e-4`). No negatives, no predictor, no momentum network, no stop-gradient; the paper
-//! trains it with LARS. The three terms are logged (`vicreg_invariance`, `vicreg_variance`,
-//! `vicreg_covariance`).
-//!
-//! The math, the defaults and the worked values are in `docs/methods.md#barlow-twins-and-vicreg`.
+//! VICReg (documented on `VicReg`).
 
 use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
@@ -31,6 +24,15 @@ pub struct VicRegConfig {
 }
 
 /// VICReg: a [`ProjectedPair`] with the VICReg loss.
+///
+/// VICReg (Bardes, Ponce & LeCun, ICLR 2022, <https://arxiv.org/abs/2105.04906>): backbone + a
+/// three-layer expander (`features → 8192 → 8192 → 8192`, BatchNorm and ReLU after the first two)
+/// and the variance-invariance-covariance loss of [`VicRegLoss`](crate::loss::VicRegLoss) (25 / 25
+/// / 1, `ε = 1e-4`). No negatives, no predictor, no momentum network, no stop-gradient; the paper
+/// trains it with LARS. The three terms are logged (`vicreg_invariance`, `vicreg_variance`,
+/// `vicreg_covariance`).
+///
+/// The math, the defaults and the worked values are in `docs/methods.md#barlow-twins-and-vicreg`.
 pub type VicReg<B, M> = ProjectedPair<B, M, VicRegLoss>;
 
 impl VicRegConfig {

@@ -1,12 +1,4 @@
-//! W-MSE (Ermolov, Siarohin, Sangineto & Sebe, ICML 2021, <https://arxiv.org/abs/2007.06346>):
-//! backbone + a two-layer projector (`features → 1024 → 64`, BatchNorm and ReLU after the first,
-//! solo-learn's) and the loss of [`crate::loss::wmse`]: each view's projections whitened in
-//! sub-batches of `w_size` images by a Cholesky factor of their covariance, then the cosine
-//! distance between an image's whitened views. No negatives, no predictor, no momentum network.
-//!
-//! Whitening needs more images per sub-batch than features (lightly refuses `w_size < 2·D`, as
-//! here). The math, the defaults and what was chosen where lightly and solo-learn differ are in
-//! `docs/methods.md#w-mse`.
+//! W-MSE (documented on `Wmse`).
 
 use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
@@ -33,6 +25,17 @@ pub struct WmseConfig {
 }
 
 /// W-MSE: a [`ProjectedPair`] with the W-MSE loss.
+///
+/// W-MSE (Ermolov, Siarohin, Sangineto & Sebe, ICML 2021, <https://arxiv.org/abs/2007.06346>):
+/// backbone + a two-layer projector (`features → 1024 → 64`, BatchNorm and ReLU after the first,
+/// solo-learn's) and the loss of [`WmseLoss`](crate::loss::WmseLoss): each view's projections
+/// whitened in sub-batches of `w_size` images by a Cholesky factor of their covariance, then the
+/// cosine distance between an image's whitened views. No negatives, no predictor, no momentum
+/// network.
+///
+/// Whitening needs more images per sub-batch than features (lightly refuses `w_size < 2·D`, as
+/// here). The math, the defaults and what was chosen where lightly and solo-learn differ are in
+/// `docs/methods.md#w-mse`.
 pub type Wmse<B, M> = ProjectedPair<B, M, WmseLoss>;
 
 impl WmseConfig {

@@ -7,7 +7,7 @@ use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
 
 use crate::data::ImageArray;
-use crate::train::classifier::ClassifierAugmentConfig;
+use crate::train::ClassifierAugmentConfig;
 
 /// Configuration of an [`EmbeddingNet`].
 #[derive(Config, Debug)]

@@ -20,7 +20,7 @@
 //! | [`kmeans`](fn@kmeans), [`cluster_per_class`] | seeded k-means++ and Lloyd on host data; [`ClusterIndex`] per class |
 //! | [`MagnetSampler`] | magnet-loss neighbourhood batches; per-cluster loss bookkeeping |
 //! | [`EmbeddingNet`] | the embedding network: a backbone with a linear embedding layer |
-//! | [`SplAdvise`], [`SpldSampling`], [`RandomSampling`] | the student's selections as hooks of the training loop, for the [supervised step](crate::train::supervised::SupervisedTask) (below) |
+//! | [`SplAdvise`], [`SpldSampling`], [`RandomSampling`] | the student's selections as hooks of the training loop, for the [supervised step](crate::train::SupervisedTask) (below) |
 //!
 //! # One epoch of SPL-ADVisE with these pieces
 //! ```
@@ -67,9 +67,9 @@
 //!
 //! # The student's selections
 //! The student's example selections, SPL-ADVisE's and its baselines', are hooks of the
-//! training loop ([`Hook`](crate::train::hook::Hook), named [`SELECTION`]) for every
-//! [`SupervisedTask`](crate::train::supervised::SupervisedTask): each selects its epoch's
-//! examples in `epoch_start` ([`RunView::select`](crate::train::hook::RunView::select)), logs
+//! training loop ([`Hook`](crate::train::Hook), named [`SELECTION`]) for every
+//! [`SupervisedTask`](crate::train::SupervisedTask): each selects its epoch's
+//! examples in `epoch_start` ([`RunView::select`](crate::train::RunView::select)), logs
 //! `selected` at every step and its pace at every epoch ([`Pace`], set by [`PaceConfig`]), and
 //! keeps its state in the checkpoints.
 //!

@@ -21,12 +21,10 @@ use crate::base::seed::mix_seed;
 use crate::base::Progress;
 use crate::data::ImageArray;
 use crate::loss::{MagnetLoss, MagnetLossConfig};
-use crate::train::checkpoint::files;
-use crate::train::checkpoint::{read_record, to_bytes};
-use crate::train::classifier::ClassifierAugmentConfig;
-use crate::train::hook::{EpochReport, Hook, RunView};
-use crate::train::supervised::SupervisedTask;
-use crate::train::{Cell, Column, TrainError};
+use crate::train::{
+    files, read_record, to_bytes, Cell, ClassifierAugmentConfig, Column, EpochReport, Hook,
+    RunView, SupervisedTask, TrainError,
+};
 
 /// SPLD's pace: its parameters and how they are set from the losses.
 ///
@@ -676,9 +674,9 @@ where
             &dir.join(files::EMBEDDING),
             &self.device,
         )?;
-        let expected = crate::train::checkpoint::shapes(&self.net);
+        let expected = crate::train::shapes(&self.net);
         let net = self.net.clone().load_record(record);
-        if crate::train::checkpoint::shapes(&net) != expected {
+        if crate::train::shapes(&net) != expected {
             return Err(bad(
                 "its embedding network has other shapes than this run's".into(),
             ));

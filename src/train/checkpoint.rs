@@ -1,40 +1,5 @@
-//! Checkpoints: everything needed to resume a run exactly, written atomically and checksummed.
-//!
-//! A checkpoint is a directory `checkpoints/epoch-NNNN/` of the run directory (or, written in
-//! the middle of an epoch, `checkpoints/epoch-NNNN-batch-NNNNNNN/`: NNNN epochs and that many
-//! batches of the next; only the newest of these is kept) holding
-//!
-//! | file ([`files`]) | content |
-//! |---|---|
-//! | `online.mpk` | the trainable networks (weights, batch-norm statistics, parameter ids) |
-//! | `backbone.mpk` | the online backbone alone, for evaluation or export |
-//! | `method.mpk` | the method's state: key / target networks, queue and pointer, loss states |
-//! | `optimizer.mpk` | the optimiser's state (momentum buffers, keyed by parameter id) |
-//! | `run.json` | the run's configuration when the checkpoint was written ([`super::RunRecord`]) |
-//! | `meta.json` | the kind of run, epochs done, the next step, the seeds, the SHA-256 of every other file and the parameter shapes of the networks |
-//! | `meta.sha256` | the SHA-256 of `meta.json` itself (layout 7 on), so that a damaged description is caught like a damaged record |
-//!
-//! A supervised run ([`CheckpointKind::Supervised`]) writes `online.mpk` (the classifier),
-//! `backbone.mpk`, `optimizer.mpk`, `run.json` and `curricula.json` (its example selection's
-//! state under the selection hook's name). Hooks may add files of their own
-//! ([`Hook::files`](super::hook::Hook::files)): SPL-ADVisE's `embedding.mpk` and
-//! `embedding_optimizer.mpk`.
-//!
-//! The records are named MessagePack in full precision (burn's `NamedMpkBytesRecorder`). Every
-//! random draw of training is keyed by `(seed, epoch)` (batch order) or `(seed, step)`
-//! (augmentation, stochastic layers), so the seeds with the epoch and step are the whole RNG
-//! state.
-//!
-//! A checkpoint is first written to a hidden temporary directory (named by the writing process),
-//! each file flushed to disk, and then renamed into place; `checkpoints/latest` (the name of the
-//! newest complete checkpoint) is replaced the same way. A crash leaves either the old or the new
-//! checkpoint, never half of one; a write that fails (a full disk) removes its temporary
-//! directory, and [`CheckpointDir::clear_leftovers`] removes what a killed writer left. Reading
-//! verifies the checksums (of `meta.json` too) before anything is deserialised and names a
-//! damaged file; [`CheckpointDir::newest_valid`] takes the complete checkpoint of the highest
-//! epoch and falls back to the previous one past damage, saying so.
-//! The parameter shapes in `meta.json` are compared with the receiving networks before a record
-//! is loaded, so a checkpoint of another architecture is an error, not a panic inside burn.
+//! Checkpoints: everything needed to resume a run exactly, written atomically and checksummed
+//! (documented on the `train` module's page).
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -53,18 +18,12 @@ use super::error::TrainError;
 /// state there); the hooks' states sit beside it, under their names.
 pub const STEP_STATE: &str = "augmenter";
 
-/// Version of the checkpoint layout written by this crate (2: checksums, shapes and `run.json`;
-/// 3: `curricula.json`; 4: crop-and-rotate's object boxes in `curricula.json`; 5: the `kind` of
-/// run in `meta.json`, and the supervised trainer's checkpoints; 6: one loop for both kinds, a
-/// supervised checkpoint keeps its selection in `curricula.json` and its hooks' files; 7:
-/// `meta.sha256`, the checksum of `meta.json`).
-pub const FORMAT_VERSION: u32 = 7;
+/// Version of the checkpoint layout written by this crate (what each version changed:
+/// [`CheckpointMeta::format_version`]).
+pub(crate) const FORMAT_VERSION: u32 = 7;
 
-/// The layout versions this build reads: 3 (whose `curricula.json` has no object boxes, read as
-/// none: no run of that layout used them), 4 (no `kind`: self-supervised), 5 (a supervised one
-/// is read for evaluation; its record refuses a resume), 6 (no `meta.sha256`: `meta.json` is
-/// read unchecked) and 7.
-pub const READABLE_VERSIONS: [u32; 5] = [3, 4, 5, 6, FORMAT_VERSION];
+/// The layout versions this build reads (how each is read: [`read_meta`]).
+pub(crate) const READABLE_VERSIONS: [u32; 5] = [3, 4, 5, 6, FORMAT_VERSION];
 
 /// Which trainer wrote a checkpoint, and so which files it must hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -73,7 +32,7 @@ pub enum CheckpointKind {
     /// The self-supervised [`Trainer`](super::Trainer) ([`files::CHECKSUMMED`]).
     #[default]
     SelfSupervised,
-    /// A supervised run ([`Supervised`](super::supervised::Supervised), [`files::SUPERVISED`],
+    /// A supervised run ([`Supervised`](super::Supervised), [`files::SUPERVISED`],
     /// plus its hooks' files).
     Supervised,
 }
@@ -187,7 +146,11 @@ pub mod files {
 /// Where a run stands when a checkpoint is written (`meta.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointMeta {
-    /// Layout version ([`FORMAT_VERSION`]).
+    /// Layout version: 7 in the checkpoints this build writes (2: checksums, shapes and
+    /// `run.json`; 3: `curricula.json`; 4: crop-and-rotate's object boxes in `curricula.json`; 5:
+    /// the `kind` of run in `meta.json`, and the supervised trainer's checkpoints; 6: one loop for
+    /// both kinds, a supervised checkpoint keeps its selection in `curricula.json` and its hooks'
+    /// files; 7: `meta.sha256`, the checksum of `meta.json`).
     pub format_version: u32,
     /// The trainer that wrote it (absent before layout 5: self-supervised).
     #[serde(default)]
@@ -335,20 +298,20 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// The checkpoints of a run directory.
 #[derive(Debug, Clone)]
-pub struct CheckpointDir {
+pub(crate) struct CheckpointDir {
     root: PathBuf,
 }
 
 impl CheckpointDir {
     /// The `checkpoints/` folder of `run_dir` (created on the first save).
-    pub fn new(run_dir: &Path) -> Self {
+    pub(crate) fn new(run_dir: &Path) -> Self {
         Self {
             root: run_dir.join(files::CHECKPOINTS),
         }
     }
 
     /// The folder holding the checkpoints.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
@@ -411,7 +374,7 @@ impl CheckpointDir {
 
     /// Whether the folder holds any checkpoint (complete or not) or a `latest` pointer: then
     /// its run directory is a run, whatever else it holds.
-    pub fn holds_checkpoints(&self) -> Result<bool, TrainError> {
+    pub(crate) fn holds_checkpoints(&self) -> Result<bool, TrainError> {
         if self.root.join(files::LATEST).exists() {
             return Ok(true);
         }
@@ -429,7 +392,7 @@ impl CheckpointDir {
     ///
     /// # Errors
     /// If the folder cannot be read or a leftover cannot be removed.
-    pub fn clear_leftovers(&self) -> Result<(), TrainError> {
+    pub(crate) fn clear_leftovers(&self) -> Result<(), TrainError> {
         for (name, path) in self.entries()? {
             let Some(rest) = name.strip_prefix('.') else {
                 continue;
@@ -477,7 +440,7 @@ impl CheckpointDir {
 
     /// Every complete checkpoint (a directory `epoch-NNNN` or `epoch-NNNN-batch-NNNNNNN` with
     /// `meta.json`), newest first.
-    pub fn complete(&self) -> Result<Vec<PathBuf>, TrainError> {
+    pub(crate) fn complete(&self) -> Result<Vec<PathBuf>, TrainError> {
         let mut found: Vec<((usize, usize), PathBuf)> = self
             .entries()?
             .into_iter()
@@ -543,17 +506,6 @@ impl CheckpointDir {
         Ok(Some(self.root.join(name)))
     }
 
-    /// The newest complete checkpoint: the complete checkpoint of the highest epoch, whatever
-    /// `latest` says (a kill between the rename of a checkpoint and the pointer's update leaves
-    /// it naming an older one, or a missing one). Checksums are not verified here (see
-    /// [`CheckpointDir::newest_valid`]).
-    ///
-    /// # Errors
-    /// If `latest` points outside the folder, or the folder cannot be read.
-    pub fn latest(&self) -> Result<Option<PathBuf>, TrainError> {
-        Ok(self.candidates()?.into_iter().next())
-    }
-
     /// Candidates for resuming, best first: every complete checkpoint from the newest. `latest`
     /// is checked (a pointer outside the folder is refused) and a stale one is said: resuming
     /// from the checkpoint it names would overwrite the newer ones.
@@ -593,7 +545,7 @@ impl CheckpointDir {
     ///
     /// # Errors
     /// If `latest` points outside the folder, or every checkpoint is damaged (each is named).
-    pub fn newest_valid(&self) -> Result<Option<(PathBuf, CheckpointMeta)>, TrainError> {
+    pub(crate) fn newest_valid(&self) -> Result<Option<(PathBuf, CheckpointMeta)>, TrainError> {
         let mut damaged = Vec::new();
         for dir in self.candidates()? {
             match read_meta(&dir).and_then(|meta| verify(&dir, &meta).map(|()| meta)) {
@@ -623,8 +575,10 @@ impl CheckpointDir {
 /// Reads `meta.json` of a checkpoint directory.
 ///
 /// # Errors
-/// If it is missing, unreadable, or of a layout version this build does not read
-/// ([`READABLE_VERSIONS`]).
+/// If it is missing, unreadable, or of a layout version this build does not read. It reads 3
+/// (whose `curricula.json` has no object boxes, read as none: no run of that layout used them),
+/// 4 (no `kind`: self-supervised), 5 (a supervised one is read for evaluation; its record refuses
+/// a resume), 6 (no `meta.sha256`: `meta.json` is read unchecked) and 7.
 pub fn read_meta(checkpoint: &Path) -> Result<CheckpointMeta, TrainError> {
     let path = checkpoint.join(files::META);
     let text = fs::read(&path).map_err(|e| io_error(&path, e))?;
@@ -817,7 +771,7 @@ pub fn load_backbone<B: Backend, M: Module<B>>(
 /// The float tensors of `module` (parameters and batch-norm running statistics) holding a value
 /// that is not finite (NaN, ±inf), by module path (e.g. `backbone.layer1.0.bn1`), in visiting
 /// order; one read-back for the whole module.
-pub fn non_finite_tensors<B: Backend, M: Module<B>>(module: &M) -> Vec<String> {
+pub(crate) fn non_finite_tensors<B: Backend, M: Module<B>>(module: &M) -> Vec<String> {
     struct Check<B: Backend> {
         path: Vec<String>,
         names: Vec<String>,

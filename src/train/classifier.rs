@@ -42,7 +42,7 @@ impl<B: Backend, M: Backbone<B>> LinearClassifier<B, M> {
 ///
 /// # Shapes
 /// - `logits`: `[N, classes]`, `labels`: `[N]` → `[N]`
-pub fn cross_entropy_per_example<B: Backend>(
+pub(crate) fn cross_entropy_per_example<B: Backend>(
     logits: Tensor<B, 2>,
     labels: Tensor<B, 1, Int>,
 ) -> Tensor<B, 1> {

@@ -1,32 +1,4 @@
-//! The training loop's one extension point: a [`Hook`] watches or steers training, of every
-//! kind (self-supervised or supervised: a hook is written for the [`Task`]s it can serve).
-//!
-//! A hook is called at fixed points of the loop (the order of a run of `E` epochs):
-//!
-//! ```text
-//! build:        check(run)                          # before any work (e.g. the backbone fits)
-//!               load_files(run, dir), load_state(run, saved)   # on resume
-//! each epoch:   epoch_start(run, epoch)             # e.g. select the epoch's examples (SPLD)
-//!   each step:  attempt_start()                     # an attempt at the step: inputs drawn next
-//!               before_forward(run, batch)          # e.g. hand the batch's boxes to the method;
-//!                                                   #   a hook may change the inputs
-//!               after_forward(output, progress)     # Apply, or Redraw the batch (e.g. curation)
-//!               after_step(run, progress, loss)     # the hook's columns of steps.csv
-//!               epoch_end(run, epoch, last)         # its columns of epochs.csv (e.g. kNN); it
-//!                                                   #   may ask for a checkpoint
-//!               state(), files()                    # kept in every checkpoint
-//! ```
-//!
-//! The loop knows no hook by name: Fréchet batch curation, crop-and-rotate's object boxes, the
-//! kNN monitor (`crate::hooks`) and SPLD / SPL-ADVisE's example selection
-//! (`crate::spl_advise`) are hooks, and so can be a user's own curriculum
-//! (`examples/custom_hook.rs`). A hook that watches self-supervised training is written for
-//! every [`SelfSupervisedTask`](super::SelfSupervisedTask), one that selects a classifier's
-//! examples for every [`SupervisedTask`](super::supervised::SupervisedTask). Each hook owns its
-//! state: [`Hook::state`] is written under the hook's [`Hook::name`] in every checkpoint's
-//! `curricula.json` (and [`Hook::files`] beside it), and a resumed run gives it back with
-//! [`Hook::load_state`]; [`Hook::describe`] is its settings, saved in the run's record and
-//! compared on resume like the trainer's own.
+//! The training loop's one extension point (documented on `Hook`).
 
 use std::any::Any;
 use std::path::Path;
@@ -73,7 +45,7 @@ pub struct RunView<'a, B: AutodiffBackend, K> {
     /// The step: for a self-supervised run a
     /// [`SelfSupervisedTask`](super::SelfSupervisedTask) (the method, the augmenter, the
     /// training images); for a supervised one a
-    /// [`SupervisedTask`](super::supervised::SupervisedTask) (the classifier, the per-example
+    /// [`SupervisedTask`](super::SupervisedTask) (the classifier, the per-example
     /// losses).
     pub task: &'a mut K,
     /// The device the run trains on.
@@ -135,8 +107,37 @@ pub struct BatchView<'a, I> {
     pub inputs: &'a mut I,
 }
 
-/// Something that watches or steers training (see the module docs). Every method has a default
-/// that does nothing, so a hook implements only the points it needs.
+/// Something that watches or steers training: the training loop's one extension point, for
+/// every kind of training (self-supervised or supervised: a hook is written for the [`Task`]s it
+/// can serve). Every method has a default that does nothing, so a hook implements only the
+/// points it needs.
+///
+/// A hook is called at fixed points of the loop (the order of a run of `E` epochs):
+///
+/// ```text
+/// build:        check(run)                          # before any work (e.g. the backbone fits)
+///               load_files(run, dir), load_state(run, saved)   # on resume
+/// each epoch:   epoch_start(run, epoch)             # e.g. select the epoch's examples (SPLD)
+///   each step:  attempt_start()                     # an attempt at the step: inputs drawn next
+///               before_forward(run, batch)          # e.g. hand the batch's boxes to the method;
+///                                                   #   a hook may change the inputs
+///               after_forward(output, progress)     # Apply, or Redraw the batch (e.g. curation)
+///               after_step(run, progress, loss)     # the hook's columns of steps.csv
+///               epoch_end(run, epoch, last)         # its columns of epochs.csv (e.g. kNN); it
+///                                                   #   may ask for a checkpoint
+///               state(), files()                    # kept in every checkpoint
+/// ```
+///
+/// The loop knows no hook by name: Fréchet batch curation, crop-and-rotate's object boxes, the
+/// kNN monitor (`crate::hooks`) and SPLD / SPL-ADVisE's example selection
+/// (`crate::spl_advise`) are hooks, and so can be a user's own curriculum
+/// (`examples/custom_hook.rs`). A hook that watches self-supervised training is written for
+/// every [`SelfSupervisedTask`](super::SelfSupervisedTask), one that selects a classifier's
+/// examples for every [`SupervisedTask`](super::SupervisedTask). Each hook owns its
+/// state: [`Hook::state`] is written under the hook's [`Hook::name`] in every checkpoint's
+/// `curricula.json` (and [`Hook::files`] beside it), and a resumed run gives it back with
+/// [`Hook::load_state`]; [`Hook::describe`] is its settings, saved in the run's record and
+/// compared on resume like the trainer's own.
 pub trait Hook<B: AutodiffBackend, K: Task<B>>: Any {
     /// The hook's name: its key in `curricula.json` and in the run record's hooks, unique in a
     /// run.

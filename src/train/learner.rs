@@ -1,33 +1,4 @@
-//! Any [`SslMethod`] trained by burn-train's `Learner` (feature `burn-train`, on by default):
-//! a burn project keeps its own metrics, dashboard, checkpointing and strategies, and trains a
-//! method of this crate as one more model.
-//!
-//! ```text
-//! LearnerMethod::new(method, augmenter, steps_per_epoch, epochs)   # a burn-train model
-//!   TrainStep::step(batch)        # images in [0, 1] from the loader (ImageBatcher)
-//!     method.after_step(last)     # EMA, queue: the previous step's, on the weights the
-//!                                 # Learner's optimiser has just updated
-//!     views = augmenter.two_views_at(batch, progress)    # curricula read the step and epoch
-//!     loss  = method.forward_views(views, progress)
-//!     grads = method.gradients(loss)                     # the Learner's optimiser applies them
-//!   InferenceStep::step(batch)    # the backbone's features of the normalised images
-//! ```
-//!
-//! The Learner owns the trainable networks ([`SslMethod::online`]): its optimiser updates them
-//! and its checkpoints hold them. What else a method keeps (the key / target networks, the
-//! queue, a loss's state such as the curricular `t`) stays in the method, shared by the model
-//! and its inference copy, and is not in the Learner's checkpoints: a resumed Learner run starts
-//! those afresh (the crate's own [`Trainer`](super::Trainer) resumes them exactly). Curricula
-//! that need only the step and the epoch (the mixup and strength curricula of the augmenter, a
-//! loss's schedule, a masking ratio's) work as in the crate's loop: the model counts the steps
-//! it has trained. Those that need the loop's hooks (batch curation, the self-paced
-//! AutoAugment, object boxes, the SPL selections) are refused with a [`ConfigError`].
-//!
-//! burn-train's single-device loop calls the optimiser right after each step and before the
-//! next, which is the order the method's [`SslMethod::after_step`] needs; the one after the last
-//! step is not run (the Learner has no hook after its last update), so a momentum encoder ends
-//! one update behind the online one. With gradient accumulation the optimiser runs every few
-//! steps while the method's updates still run every step.
+//! Any `SslMethod` trained by burn-train's `Learner` (documented on `LearnerMethod`).
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -108,8 +79,38 @@ impl<B: AutodiffBackend, M> fmt::Debug for Handle<B, M> {
 /// A method as a burn-train model: [`TrainStep`] on batches of images in `[0, 1]` (an
 /// [`ImageBatcher`] makes them from [`ImageItem`]s), its loss in a [`StepOutput`] that
 /// burn-train's `LossMetric` reads. As a burn module it is the method's trainable networks
-/// ([`SslMethod::online`]): their parameters, records and devices. See the
-/// [module docs](self) for what a Learner run keeps and what it does not.
+/// ([`SslMethod::online`]): their parameters, records and devices.
+///
+/// Any [`SslMethod`] trained by burn-train's `Learner` (feature `burn-train`, on by default):
+/// a burn project keeps its own metrics, dashboard, checkpointing and strategies, and trains a
+/// method of this crate as one more model.
+///
+/// ```text
+/// LearnerMethod::new(method, augmenter, steps_per_epoch, epochs)   # a burn-train model
+///   TrainStep::step(batch)        # images in [0, 1] from the loader (ImageBatcher)
+///     method.after_step(last)     # EMA, queue: the previous step's, on the weights the
+///                                 # Learner's optimiser has just updated
+///     views = augmenter.two_views_at(batch, progress)    # curricula read the step and epoch
+///     loss  = method.forward_views(views, progress)
+///     grads = method.gradients(loss)                     # the Learner's optimiser applies them
+///   InferenceStep::step(batch)    # the backbone's features of the normalised images
+/// ```
+///
+/// The Learner owns the trainable networks ([`SslMethod::online`]): its optimiser updates them
+/// and its checkpoints hold them. What else a method keeps (the key / target networks, the
+/// queue, a loss's state such as the curricular `t`) stays in the method, shared by the model
+/// and its inference copy, and is not in the Learner's checkpoints: a resumed Learner run starts
+/// those afresh (the crate's own [`Trainer`](super::Trainer) resumes them exactly). Curricula
+/// that need only the step and the epoch (the mixup and strength curricula of the augmenter, a
+/// loss's schedule, a masking ratio's) work as in the crate's loop: the model counts the steps
+/// it has trained. Those that need the loop's hooks (batch curation, the self-paced
+/// AutoAugment, object boxes, the SPL selections) are refused with a [`ConfigError`].
+///
+/// burn-train's single-device loop calls the optimiser right after each step and before the
+/// next, which is the order the method's [`SslMethod::after_step`] needs; the one after the last
+/// step is not run (the Learner has no hook after its last update), so a momentum encoder ends
+/// one update behind the online one. With gradient accumulation the optimiser runs every few
+/// steps while the method's updates still run every step.
 pub struct LearnerMethod<B: AutodiffBackend, M: SslMethod<B>> {
     online: M::Online,
     normalize: Option<Normalize>,
@@ -337,7 +338,7 @@ impl<B: AutodiffBackend, M: SslMethod<B> + Send> TrainStep for LearnerMethod<B, 
     type Input = ImageBatch<B>;
     type Output = StepOutput<B>;
 
-    /// One step of the method on two views of `batch` (see the [module docs](self)).
+    /// One step of the method on two views of `batch` (see [`LearnerMethod`]).
     ///
     /// # Shapes
     /// - `batch.images`: `[N, C, H, W]`, values in `[0, 1]`

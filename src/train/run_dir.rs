@@ -1,18 +1,4 @@
-//! The run directory: what a directory holds, whether a run may start or resume there, and the
-//! run's configuration as one typed record ([`RunRecord`], saved as `config.json` and inside
-//! every checkpoint).
-//!
-//! The rules, checked before any work is done:
-//!
-//! | the directory | a fresh start | `resume` |
-//! |---|---|---|
-//! | missing or empty | starts | starts afresh (nothing to resume) |
-//! | a run: our `config.json`, or `checkpoints/` with `epoch-*` or `latest` | refused | continues from the newest valid checkpoint |
-//! | anything else that is not empty | refused, naming what it holds | refused |
-//!
-//! A resume compares the saved configuration with the one given and names every setting that
-//! differs with both values. Settings that do not change the training may differ
-//! ([`RESUMABLE_CHANGES`]); more epochs are allowed on purpose with `extend`.
+//! The run directory and the run's record (documented on the `train` module's page).
 
 use std::fs;
 use std::io::ErrorKind;
@@ -27,11 +13,11 @@ use super::error::{Difference, TrainError};
 use super::self_supervised::SelfSupervisedSettings;
 
 /// The `format` field of every run record: what marks a directory as a run of this crate.
-pub const RUN_FORMAT: &str = "curriculum-ssl run";
+pub(crate) const RUN_FORMAT: &str = "curriculum-ssl run";
 
 /// The `format` field of the records of supervised runs written before the one loop (their own
 /// trainer and layout): recognised as runs, refused on resume with a clear message.
-pub const SUPERVISED_RUN_FORMAT: &str = "curriculum-ssl supervised run";
+pub(crate) const SUPERVISED_RUN_FORMAT: &str = "curriculum-ssl supervised run";
 
 /// Whether `config.json` of `dir` is a run record of this crate, of any layout.
 fn has_run_config(dir: &Path) -> bool {
@@ -149,7 +135,7 @@ impl std::fmt::Display for DataFingerprint {
 }
 
 /// Removes the setting at a dotted path (`run.data`) from a run record as JSON, if it is there.
-pub fn remove_setting(record: &mut serde_json::Value, path: &str) {
+pub(crate) fn remove_setting(record: &mut serde_json::Value, path: &str) {
     let mut parts: Vec<&str> = path.split('.').collect();
     let Some(last) = parts.pop() else {
         return;
@@ -225,8 +211,8 @@ impl RunLock {
 }
 
 /// The loop's settings that may differ on resume: they do not change what is trained (a step
-/// adds its own, [`Task::resumable_changes`](super::task::Task::resumable_changes)).
-pub const RESUMABLE_CHANGES: [&str; 3] = [
+/// adds its own, [`Task::resumable_changes`](super::Task::resumable_changes)).
+pub(crate) const RESUMABLE_CHANGES: [&str; 3] = [
     "train.checkpoint_every",
     "train.checkpoint_every_steps",
     "train.progress_bar",
@@ -255,14 +241,14 @@ pub struct Extension {
     deserialize = "R: DeserializeOwned, T: DeserializeOwned"
 ))]
 pub struct RunRecord<R = serde_json::Value, T = SelfSupervisedSettings> {
-    /// Always [`RUN_FORMAT`].
+    /// Always `"curriculum-ssl run"`.
     pub format: String,
     /// The loop's settings.
     pub train: TrainConfig,
     /// The step's settings.
     #[serde(flatten)]
     pub task: T,
-    /// The settings of the run's hooks, by name ([`Hook::describe`](super::hook::Hook::describe);
+    /// The settings of the run's hooks, by name ([`Hook::describe`](super::Hook::describe);
     /// hooks with nothing to record are left out).
     #[serde(default)]
     pub hooks: std::collections::BTreeMap<String, serde_json::Value>,
@@ -444,7 +430,7 @@ pub(crate) fn holds_a_run_to_resume(
 }
 
 /// Every leaf setting where `given` differs from `saved`, by path.
-pub fn differences(saved: &serde_json::Value, given: &serde_json::Value) -> Vec<Difference> {
+pub(crate) fn differences(saved: &serde_json::Value, given: &serde_json::Value) -> Vec<Difference> {
     fn walk(
         path: &str,
         a: Option<&serde_json::Value>,

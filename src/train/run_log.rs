@@ -1,17 +1,5 @@
-//! The run log: everything a run reports — `steps.csv`, `epochs.csv`, the progress bar and the
-//! log lines — written in one place, the way burn-train sends its events to a log sink.
-//!
-//! Records are typed ([`StepRecord`], [`EpochRecord`]) and each names its columns together with
-//! their values ([`Cell`]), so a header cannot disagree with its rows. The files are written and
-//! read back with the `csv` crate. Numbers are plain decimals in Rust's shortest round-trip form
-//! (`0.0123`, never `1.23e-2`): a value read back is bit-identical to the one logged. Steps and
-//! epochs count from 1 in the files as on the progress line: the row `epoch = 3` is what the
-//! screen calls "epoch 3/8", the row `step = 10` the tenth optimiser step. On resume the rows
-//! written after the checkpoint are dropped, so the files always describe one consistent run.
-//!
-//! The progress bar is `indicatif`'s, drawn on standard error only when it is a terminal (logs and
-//! CI get one `log` line per epoch instead); log lines written during a run suspend the bar so
-//! that the two never tangle.
+//! The run log: `steps.csv`, `epochs.csv`, the progress bar and the log lines (documented on
+//! the `train` module's page).
 
 use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
@@ -161,7 +149,7 @@ fn io_error(path: &Path, reason: impl ToString) -> TrainError {
 
 /// An append-only CSV file whose first column counts rows (a 1-based step or epoch).
 #[derive(Debug)]
-pub struct CsvFile {
+pub(crate) struct CsvFile {
     path: PathBuf,
     header: Option<Vec<String>>,
     out: Option<csv::Writer<File>>,
@@ -169,7 +157,7 @@ pub struct CsvFile {
 
 impl CsvFile {
     /// A file at `path`; nothing is written until the first row.
-    pub fn new(path: PathBuf) -> Self {
+    pub(crate) fn new(path: PathBuf) -> Self {
         Self {
             path,
             header: None,
@@ -178,7 +166,7 @@ impl CsvFile {
     }
 
     /// The file.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -189,7 +177,7 @@ impl CsvFile {
     ///
     /// # Errors
     /// If the file cannot be read or rewritten, or is not CSV.
-    pub fn truncate_to(&mut self, count: usize) -> Result<usize, TrainError> {
+    pub(crate) fn truncate_to(&mut self, count: usize) -> Result<usize, TrainError> {
         self.out = None;
         if !self.path.exists() {
             return Ok(0);
@@ -229,7 +217,7 @@ impl CsvFile {
     ///
     /// # Errors
     /// If the file cannot be read or its first column is another.
-    pub fn check_first_column(&self, first: &str) -> Result<(), TrainError> {
+    pub(crate) fn check_first_column(&self, first: &str) -> Result<(), TrainError> {
         if !self.path.exists() {
             return Ok(());
         }
@@ -256,7 +244,7 @@ impl CsvFile {
     ///
     /// # Errors
     /// On I/O errors, or if the columns differ from the file's.
-    pub fn append(&mut self, columns: &[Column]) -> Result<(), TrainError> {
+    pub(crate) fn append(&mut self, columns: &[Column]) -> Result<(), TrainError> {
         let names: Vec<&str> = columns.iter().map(|(n, _)| n.as_ref()).collect();
         if self.out.is_none() {
             let file = OpenOptions::new()
@@ -291,7 +279,7 @@ impl CsvFile {
     ///
     /// # Errors
     /// On I/O errors.
-    pub fn flush(&mut self) -> Result<(), TrainError> {
+    pub(crate) fn flush(&mut self) -> Result<(), TrainError> {
         if let Some(out) = self.out.as_mut() {
             out.flush().map_err(|e| io_error(&self.path, e))?;
         }
@@ -303,7 +291,7 @@ impl CsvFile {
     ///
     /// # Errors
     /// On I/O errors.
-    pub fn sync(&mut self) -> Result<(), TrainError> {
+    pub(crate) fn sync(&mut self) -> Result<(), TrainError> {
         if let Some(out) = self.out.as_mut() {
             out.get_ref()
                 .sync_data()
@@ -332,14 +320,14 @@ fn missing_rows(path: &Path, kept: usize, count: usize, what: &str) -> Option<St
 }
 
 /// The directory of a run that holds its TensorBoard event files.
-pub const TENSORBOARD_DIR: &str = "tensorboard";
+pub(crate) const TENSORBOARD_DIR: &str = "tensorboard";
 
 /// How often the step rows reach the disk (and, with no progress bar on a terminal, how often a
 /// progress line is logged) within an epoch.
-pub const FLUSH_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(2);
 
 /// A plain progress line every this long when no bar is drawn (output to a file or a pipe).
-pub const PROGRESS_EVERY: Duration = Duration::from_secs(30);
+pub(crate) const PROGRESS_EVERY: Duration = Duration::from_secs(30);
 
 /// TensorBoard's event file of a run: every step's and epoch's numbers as scalars, through
 /// `syntaxdot-summary` (a small writer of TensorBoard's record format; the records reach the
@@ -386,7 +374,7 @@ impl Events {
 /// What a run reports: its two CSV files, its TensorBoard events, its progress bar and its log
 /// lines.
 #[derive(Debug)]
-pub struct RunLog {
+pub(crate) struct RunLog {
     steps: CsvFile,
     epochs: CsvFile,
     progress_bar: bool,
@@ -404,7 +392,7 @@ pub struct RunLog {
 impl RunLog {
     /// The log of the run in `run_dir`; the bar is drawn if `progress_bar` and standard error is
     /// a terminal.
-    pub fn new(run_dir: &Path, progress_bar: bool) -> Self {
+    pub(crate) fn new(run_dir: &Path, progress_bar: bool) -> Self {
         Self {
             steps: CsvFile::new(run_dir.join(files::STEPS)),
             epochs: CsvFile::new(run_dir.join(files::EPOCHS)),
@@ -421,7 +409,8 @@ impl RunLog {
     }
 
     /// How often step rows reach the disk within an epoch ([`FLUSH_EVERY`] by default).
-    pub fn with_flush_every(mut self, every: Duration) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_flush_every(mut self, every: Duration) -> Self {
         self.flush_every = every;
         self
     }
@@ -455,7 +444,7 @@ impl RunLog {
     ///
     /// # Errors
     /// Naming a file that is not.
-    pub fn check(&self) -> Result<(), TrainError> {
+    pub(crate) fn check(&self) -> Result<(), TrainError> {
         self.steps.check_first_column("step")?;
         self.epochs.check_first_column("epoch")
     }
@@ -468,7 +457,7 @@ impl RunLog {
     /// reached the disk: runs written before the epoch's rows were synced ahead of its
     /// checkpoint) is named in a warning: those rows cannot be rebuilt (the losses are kept
     /// nowhere else), and the run goes on from the checkpoint.
-    pub fn resume_at(&mut self, steps: usize, epochs: usize) -> Result<(), TrainError> {
+    pub(crate) fn resume_at(&mut self, steps: usize, epochs: usize) -> Result<(), TrainError> {
         self.check()?;
         let kept_steps = self.steps.truncate_to(steps)?;
         let kept_epochs = self.epochs.truncate_to(epochs)?;
@@ -484,7 +473,7 @@ impl RunLog {
     }
 
     /// Starts the bar of a run of `total_steps` steps, `first_step` of them already done.
-    pub fn start(&mut self, total_steps: usize, first_step: usize) {
+    pub(crate) fn start(&mut self, total_steps: usize, first_step: usize) {
         let target = if self.progress_bar {
             ProgressDrawTarget::stderr()
         } else {
@@ -508,7 +497,11 @@ impl RunLog {
     ///
     /// # Errors
     /// On I/O errors, or if the columns differ from the file's.
-    pub fn step(&mut self, record: &StepRecord, total_epochs: usize) -> Result<(), TrainError> {
+    pub(crate) fn step(
+        &mut self,
+        record: &StepRecord,
+        total_epochs: usize,
+    ) -> Result<(), TrainError> {
         self.steps.append(&record.columns())?;
         let knobs: String = record
             .stats
@@ -556,7 +549,12 @@ impl RunLog {
     ///
     /// # Errors
     /// On I/O errors, or if the columns differ from the file's.
-    pub fn epoch(&mut self, record: &EpochRecord, total_epochs: usize) -> Result<(), TrainError> {
+    #[cfg(test)]
+    pub(crate) fn epoch(
+        &mut self,
+        record: &EpochRecord,
+        total_epochs: usize,
+    ) -> Result<(), TrainError> {
         self.epoch_row(record)?;
         self.epoch_line(record, total_epochs);
         Ok(())
@@ -569,7 +567,7 @@ impl RunLog {
     ///
     /// # Errors
     /// On I/O errors, or if the columns differ from the file's.
-    pub fn epoch_row(&mut self, record: &EpochRecord) -> Result<(), TrainError> {
+    pub(crate) fn epoch_row(&mut self, record: &EpochRecord) -> Result<(), TrainError> {
         self.epochs.append(&record.columns())?;
         self.flush()?;
         self.steps.sync()?;
@@ -581,13 +579,13 @@ impl RunLog {
     ///
     /// # Errors
     /// On I/O errors.
-    pub fn sync_steps(&mut self) -> Result<(), TrainError> {
+    pub(crate) fn sync_steps(&mut self) -> Result<(), TrainError> {
         self.steps.flush()?;
         self.steps.sync()
     }
 
     /// The epoch's TensorBoard scalars and its log line (with the checkpoint written, if any).
-    pub fn epoch_line(&mut self, record: &EpochRecord, total_epochs: usize) {
+    pub(crate) fn epoch_line(&mut self, record: &EpochRecord, total_epochs: usize) {
         let mut scalars = vec![
             ("epoch/mean_loss".to_string(), record.mean_loss),
             ("epoch/images_per_s".to_string(), record.images_per_s),
@@ -616,7 +614,7 @@ impl RunLog {
     }
 
     /// A log line that does not tangle with the bar.
-    pub fn info(&self, line: &str) {
+    pub(crate) fn info(&self, line: &str) {
         self.bar.suspend(|| log::info!("{line}"));
     }
 
@@ -624,7 +622,7 @@ impl RunLog {
     ///
     /// # Errors
     /// On I/O errors.
-    pub fn flush(&mut self) -> Result<(), TrainError> {
+    pub(crate) fn flush(&mut self) -> Result<(), TrainError> {
         self.steps.flush()?;
         self.epochs.flush()
     }
@@ -633,7 +631,7 @@ impl RunLog {
     ///
     /// # Errors
     /// On I/O errors.
-    pub fn finish(&mut self) -> Result<(), TrainError> {
+    pub(crate) fn finish(&mut self) -> Result<(), TrainError> {
         self.bar.abandon();
         self.flush()
     }

@@ -1,15 +1,4 @@
-//! The self-supervised step: any [`SslMethod`] on two augmented views of every batch of a
-//! [`Loader`], with any optimiser.
-//!
-//! ```text
-//! epoch:   the loader's batches, order keyed by (seed, epoch); uploaded and augmented one step
-//!          ahead on a thread of its own when asked (`augment_ahead`)
-//! attempt: view1, view2 = augmenter.redrawn_views(batch, progress, attempt)   # keyed by (step, attempt)
-//! forward: out = method.forward_views(Views { global: [view1, view2], local crops }, progress)
-//! apply:   online = fresh_leaves(optimiser.step(lr, online, grad(out.loss))); loss and statistics in one read
-//! after:   method.after_step (EMA, queue); the self-paced AutoAugment learns from the loss
-//!          through its hook (crate::hooks::SelfPacedAutoAugmentHook)
-//! ```
+//! The self-supervised step (documented on `SelfSupervised`).
 
 use std::path::Path;
 
@@ -32,7 +21,7 @@ use crate::base::Progress;
 use crate::data::stream::{ImageSource, StreamLoader, ViewCrop};
 use crate::data::{Dataset, HostBatch, ImageArray, ImageItem, Loader, LoaderConfig};
 use crate::data_parallel::Replica;
-use crate::method::branches::fresh_leaves;
+use crate::method::fresh_leaves;
 use crate::method::{MethodOutput, SslMethod, Views};
 use crate::pipeline::{Augmenter, PipelineConfig, TwoViews, LOSS_FEEDBACK};
 
@@ -46,13 +35,24 @@ pub struct SelfSupervisedSettings {
 }
 
 /// Settings of the self-supervised step that may differ on resume.
-pub const SELF_SUPERVISED_RESUMABLE: [&str; 2] = ["loader.workers", "loader.prefetch"];
+pub(crate) const SELF_SUPERVISED_RESUMABLE: [&str; 2] = ["loader.workers", "loader.prefetch"];
 
 /// A batch of the self-supervised step: the loader's batch, its images on the device, and the
 /// views of the first attempt when they were drawn ahead.
 pub struct SslBatch<B: AutodiffBackend>(ReadyBatch<B::InnerBackend>);
 
-/// The self-supervised step (see the module docs).
+/// The self-supervised step: any [`SslMethod`] on two augmented views of every batch of a
+/// [`Loader`], with any optimiser.
+///
+/// ```text
+/// epoch:   the loader's batches, order keyed by (seed, epoch); uploaded and augmented one step
+///          ahead on a thread of its own when asked (`augment_ahead`)
+/// attempt: view1, view2 = augmenter.redrawn_views(batch, progress, attempt)   # keyed by (step, attempt)
+/// forward: out = method.forward_views(Views { global: [view1, view2], local crops }, progress)
+/// apply:   online = fresh_leaves(optimiser.step(lr, online, grad(out.loss))); loss and statistics in one read
+/// after:   method.after_step (EMA, queue); the self-paced AutoAugment learns from the loss
+///          through its hook (crate::hooks::SelfPacedAutoAugmentHook)
+/// ```
 pub struct SelfSupervised<B: AutodiffBackend, S, O, D> {
     method: S,
     optimizer: Option<O>,

@@ -1,23 +1,4 @@
-//! The supervised step: a classifier trained with cross-entropy on mini-batches of labelled
-//! images, in the one training loop ([`Trainer`](super::Trainer)), so it shares the
-//! self-supervised runs' builder, run directory, log, checkpoints and resume. Which examples an
-//! epoch draws from is a hook's choice ([`RunView::select`](super::hook::RunView::select)):
-//! all of them ([`RandomSampling`](crate::spl_advise::RandomSampling)), or a
-//! self-paced selection (SPLD, SPL-ADVisE: [`crate::spl_advise`]).
-//!
-//! # One epoch
-//! ```text
-//! hooks.epoch_start: losses = student's per-example cross-entropy (if the selection needs them)
-//!                    pool = selection(epoch, losses)                  (every example: random)
-//! for each of the N / B steps:
-//!     batch = the next B examples of the pool, shuffled by (seed, epoch), reshuffled when used up
-//!     SGD / Adam step on cross-entropy(student(augment(batch)), labels)
-//!     hooks.after_step                                                (SPL-ADVisE: a magnet step)
-//! hooks.epoch_end                                                     (SPLD: λ ← μλ, γ ← μγ)
-//! test top-1 / top-5 (the step's columns), checkpoint
-//! ```
-//! Every selection takes the same number of steps per epoch (`N / B`), so runs of equal epochs
-//! cost the same optimiser steps whatever the selection.
+//! The supervised step (documented on `Supervised`).
 
 use std::path::Path;
 
@@ -128,8 +109,29 @@ pub trait SupervisedTask<B: AutodiffBackend>:
     fn evaluate(&self) -> TestAccuracy;
 }
 
-/// The supervised step (see the module docs): a classifier, its optimiser, the labelled
-/// training and test splits and the augmentation.
+/// The supervised step: a classifier, its optimiser, the labelled training and test splits and
+/// the augmentation.
+///
+/// The classifier is trained with cross-entropy on mini-batches of labelled images, in the one
+/// training loop ([`Trainer`](super::Trainer)), so it shares the self-supervised runs' builder,
+/// run directory, log, checkpoints and resume. Which examples an epoch draws from is a hook's
+/// choice ([`RunView::select`](super::RunView::select)): all of them
+/// ([`RandomSampling`](crate::spl_advise::RandomSampling)), or a self-paced selection (SPLD,
+/// SPL-ADVisE: [`crate::spl_advise`]).
+///
+/// # One epoch
+/// ```text
+/// hooks.epoch_start: losses = student's per-example cross-entropy (if the selection needs them)
+///                    pool = selection(epoch, losses)                  (every example: random)
+/// for each of the N / B steps:
+///     batch = the next B examples of the pool, shuffled by (seed, epoch), reshuffled when used up
+///     SGD / Adam step on cross-entropy(student(augment(batch)), labels)
+///     hooks.after_step                                                (SPL-ADVisE: a magnet step)
+/// hooks.epoch_end                                                     (SPLD: λ ← μλ, γ ← μγ)
+/// test top-1 / top-5 (the step's columns), checkpoint
+/// ```
+/// Every selection takes the same number of steps per epoch (`N / B`), so runs of equal epochs
+/// cost the same optimiser steps whatever the selection.
 pub struct Supervised<B: AutodiffBackend, M, O> {
     model: LinearClassifier<B, M>,
     optimizer: Option<O>,

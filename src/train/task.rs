@@ -1,21 +1,4 @@
-//! What differs between kinds of training: the [`Task`] the loop runs (self-supervised:
-//! [`SelfSupervised`](super::SelfSupervised); supervised with example selection:
-//! [`Supervised`](super::supervised::Supervised)), and its learning-rate plan ([`LrPlan`]).
-//!
-//! The loop ([`Trainer`](super::Trainer)) owns everything else: the epochs and their counters,
-//! the hooks, the run directory, the log, the checkpoints and the resume. A step owns its
-//! networks, optimiser, data and augmentation, and answers the loop at fixed points:
-//!
-//! ```text
-//! epoch(e, pool)                 → the epoch's batches (all examples, or a hook's pool)
-//! each batch, each attempt:
-//!     attempt(batch, progress)   → the inputs of the forward pass (e.g. two augmented views)
-//!     forward(inputs, progress)  → the output the hooks judge (loss, embeddings, ...)
-//! apply(output, lr)              → optimiser step; the loss and statistics, read in one transfer
-//! after_step(progress, loss)     → EMA, queue, what learns from the loss
-//! epoch_end(e)                   → its columns of epochs.csv (e.g. test accuracy)
-//! files() / load(dir)            → its part of every checkpoint
-//! ```
+//! What differs between kinds of training (documented on `Task`).
 
 use std::path::Path;
 
@@ -81,7 +64,24 @@ impl LrPlan for StepDecay {
     }
 }
 
-/// One kind of training, as the loop drives it (see the module docs).
+/// One kind of training, as the loop drives it: what differs between kinds of training
+/// (self-supervised: [`SelfSupervised`](super::SelfSupervised); supervised with example
+/// selection: [`Supervised`](super::Supervised)), and its learning-rate plan ([`LrPlan`]).
+///
+/// The loop ([`Trainer`](super::Trainer)) owns everything else: the epochs and their counters,
+/// the hooks, the run directory, the log, the checkpoints and the resume. A step owns its
+/// networks, optimiser, data and augmentation, and answers the loop at fixed points:
+///
+/// ```text
+/// epoch(e, pool)                 → the epoch's batches (all examples, or a hook's pool)
+/// each batch, each attempt:
+///     attempt(batch, progress)   → the inputs of the forward pass (e.g. two augmented views)
+///     forward(inputs, progress)  → the output the hooks judge (loss, embeddings, ...)
+/// apply(output, lr)              → optimiser step; the loss and statistics, read in one transfer
+/// after_step(progress, loss)     → EMA, queue, what learns from the loss
+/// epoch_end(e)                   → its columns of epochs.csv (e.g. test accuracy)
+/// files() / load(dir)            → its part of every checkpoint
+/// ```
 pub trait Task<B: AutodiffBackend>: Sized + 'static {
     /// The step's own settings, saved in the run record beside the loop's `train` (its fields
     /// at the record's top level) and compared on resume.
@@ -113,7 +113,7 @@ pub trait Task<B: AutodiffBackend>: Sized + 'static {
     /// Naming the setting or data that does not fit.
     fn prepare(&mut self, device: &B::Device) -> Result<(), TrainError>;
 
-    /// What the step needs a hook to provide ([`Hook::provides`](super::hook::Hook::provides)),
+    /// What the step needs a hook to provide ([`Hook::provides`](super::Hook::provides)),
     /// each with the message that refuses a run without it (e.g. a method that rotates inside
     /// object boxes needs [`OBJECT_BOXES`](crate::method::OBJECT_BOXES)).
     fn needs(&self) -> Vec<(&'static str, &'static str)> {
@@ -182,7 +182,7 @@ pub trait Task<B: AutodiffBackend>: Sized + 'static {
     /// become its shard of every global batch, its gradients are averaged over the replicas
     /// before the optimiser steps, and the loss and statistics it reports are the replicas'
     /// means. With `gather_for_hooks` (a hook [reads the output's per-image
-    /// values](super::hook::Hook::reads_embeddings)), the output the hooks judge holds every
+    /// values](super::Hook::reads_embeddings)), the output the hooks judge holds every
     /// replica's. Called once, before [`Task::prepare`]. Default: refused.
     ///
     /// # Errors
@@ -235,7 +235,7 @@ pub trait Task<B: AutodiffBackend>: Sized + 'static {
     fn load(&mut self, dir: &Path, meta: &CheckpointMeta) -> Result<(), TrainError>;
 
     /// What the step learned that is not a network (the self-paced AutoAugment's state), kept in
-    /// `curricula.json` under [`STEP_STATE`](super::checkpoint::STEP_STATE).
+    /// `curricula.json` under [`STEP_STATE`](super::STEP_STATE).
     fn state(&self) -> Option<serde_json::Value> {
         None
     }

@@ -6,11 +6,11 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl::curriculum::rotation::RotationCurriculumConfig;
 use curriculum_ssl::loss::{
     DinoLossConfig, DirectClrLossConfig, EmpSslLossConfig, IbotPatchLossConfig, LeJepaLossConfig,
-    VibcregLossConfig, WmseLossConfig,
+    VibcRegLossConfig, WmseLossConfig,
 };
-use curriculum_ssl::method::pgd::PgdConfig;
-use curriculum_ssl::method::rotnet::{RotNet, RotNetConfig, RotationMode};
+use curriculum_ssl::method::PgdConfig;
 use curriculum_ssl::method::*;
+use curriculum_ssl::method::{RotNet, RotNetConfig, RotationMode};
 
 use crate::harness::{params, transfer};
 use crate::{TinyConv, BATCH};
@@ -67,6 +67,22 @@ pub fn lejepa<B: AutodiffBackend>(device: &B::Device) -> LeJepa<B, TinyConv<B>> 
             .with_hidden_dim(16)
             .with_output_dim(8)
             .with_loss(LeJepaLossConfig::new().with_lambda(0.3).with_num_slices(32))
+            .init(|d| TinyConv::new(d), d)
+    })
+    .unwrap()
+}
+
+/// VISReg with 32 directions (λ 0.6), on the two global views.
+pub fn visreg<B: AutodiffBackend>(device: &B::Device) -> VisReg<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        VisRegConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(8)
+            .with_loss(
+                curriculum_ssl::loss::VisRegLossConfig::new()
+                    .with_lambda(0.6)
+                    .with_num_slices(32),
+            )
             .init(|d| TinyConv::new(d), d)
     })
     .unwrap()
@@ -265,9 +281,9 @@ pub fn nnbyol<B: AutodiffBackend>(device: &B::Device) -> NnByol<B, TinyConv<B>> 
 }
 
 /// ReSSL: a momentum copy and a queue of four batches.
-pub fn ressl<B: AutodiffBackend>(device: &B::Device) -> Ressl<B, TinyConv<B>> {
+pub fn ressl<B: AutodiffBackend>(device: &B::Device) -> ReSsl<B, TinyConv<B>> {
     init_method::<B, _, _>(device, 3, |d| {
-        ResslConfig::new()
+        ReSslConfig::new()
             .with_hidden_dim(16)
             .with_output_dim(8)
             .with_queue_size(4 * BATCH)
@@ -282,13 +298,13 @@ pub fn ressl<B: AutodiffBackend>(device: &B::Device) -> Ressl<B, TinyConv<B>> {
 /// magnitude (2.3e-5 in the first step, measured): the whitening divides by the smallest
 /// eigenvalues of covariances of eight images, which magnifies f32 rounding. The kernels run
 /// are the same at either weighting.
-pub fn vibcreg<B: AutodiffBackend>(device: &B::Device) -> Vibcreg<B, TinyConv<B>> {
+pub fn vibcreg<B: AutodiffBackend>(device: &B::Device) -> VibcReg<B, TinyConv<B>> {
     init_method::<B, _, _>(device, 3, |d| {
-        VibcregConfig::new()
+        VibcRegConfig::new()
             .with_hidden_dim(16)
             .with_output_dim(8)
             .with_whitening_groups(4)
-            .with_loss(VibcregLossConfig::new().with_weights([1.0, 1.0, 8.0]))
+            .with_loss(VibcRegLossConfig::new().with_weights([1.0, 1.0, 8.0]))
             .init(|d| TinyConv::new(d), d)
     })
     .unwrap()

@@ -4,7 +4,6 @@
 
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl::loss::worked_examples::worked_values;
 use curriculum_ssl::loss::*;
 use curriculum_ssl::method::Progress;
 use rand::rngs::StdRng;
@@ -284,7 +283,7 @@ fn loss<Bk: AutodiffBackend>(
             .forward(x(0), x(1)),
         "soft-target CE" => {
             let partner: Vec<usize> = (0..B).map(|i| (i + 3) % B).collect();
-            let targets = soft_target::mixup_targets::<Bk>(0.7, &partner, QUEUE, device).unwrap();
+            let targets = mixup_targets::<Bk>(0.7, &partner, QUEUE, device).unwrap();
             SoftTargetCrossEntropyConfig::new()
                 .init()
                 .unwrap()

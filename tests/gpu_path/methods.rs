@@ -12,8 +12,8 @@ use curriculum_ssl::curriculum::SchedulerConfig;
 use curriculum_ssl::loss::{
     CurricularLossConfig, HclLossConfig, HuberNtXentLossConfig, NtXentLossConfig,
 };
-use curriculum_ssl::method::pgd::PgdConfig;
-use curriculum_ssl::method::rotnet::RotationMode;
+use curriculum_ssl::method::PgdConfig;
+use curriculum_ssl::method::RotationMode;
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
 
@@ -149,6 +149,23 @@ fn compare_steps<Mc: SslMethod<CpuAd>, Mg: SslMethod<GpuAd>>(
         );
     }
     (cpu, gpu)
+}
+
+/// VISReg: the moments, the projections along the step's directions sorted (on the host: burn
+/// 0.21 has no GPU sort and reads the tensor back) with their gradient scattered back through
+/// the sort's indices, the quantiles uploaded, and the invariance; two steps as on the CPU.
+#[test]
+fn visreg_steps_as_on_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let mut seen = Comparisons::default();
+    compare(
+        "VISReg",
+        visreg::<CpuAd>(&CpuDevice::default()),
+        visreg::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    seen.report("visreg_steps_as_on_the_cpu");
 }
 
 /// Batch norm in training on the GPU path is the models crate's own operation

@@ -4,7 +4,7 @@
 //! its own backward pass, reads overwritten values unless the second thread waits for its
 //! queued kernels before handing the gradient over ([`finish_for_another_thread`]). The
 //! network is the smallest found that shows it: a convolution and batch statistics. This is the
-//! hand-over that view threads make (`curriculum_ssl::method::branches`) and that augmentation
+//! hand-over that view threads make (`curriculum_ssl::method::ViewPasses`) and that augmentation
 //! ahead makes (`train::ahead`); both call [`finish_for_another_thread`]. (Both stay off on the
 //! GPU backends for a second reason, concurrent work of two threads: see `docs/gpu.md`.)
 
@@ -56,7 +56,7 @@ fn wrong_rounds<B: AutodiffBackend>(finish: bool, device: &B::Device) -> usize {
     (0..10)
         .filter(|_| {
             // Both views through leaves of their own: the reference's backward pass consumed
-            // `w`'s (curriculum_ssl::method::branches::fresh_leaves says why that matters).
+            // `w`'s (curriculum_ssl::method::fresh_leaves says why that matters).
             let w1 = w.clone().detach().require_grad();
             let w2 = w.clone().detach().require_grad();
             let z1 = net(view::<B>(0, device), w1.clone());

@@ -15,7 +15,7 @@ use curriculum_ssl::curriculum::{
 use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::hooks::{FrechetCurationHook, ObjectBoxesHook, SelfPacedAutoAugmentHook};
 use curriculum_ssl::loss::NtXentLossConfig;
-use curriculum_ssl::method::rotnet::RotationMode;
+use curriculum_ssl::method::RotationMode;
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;

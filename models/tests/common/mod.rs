@@ -31,7 +31,7 @@ pub fn fixture(name: &str) -> std::path::PathBuf {
 /// test of the binary) before its step is registered, losing the gradient (tracel-ai/burn#5573;
 /// measured here: 81 of 300 such second passes lost the stem's weight gradient beside three
 /// threads looping on `backward()`, none through fresh leaves). The same mapper as the root
-/// crate's `method::branches::fresh_leaves`, which this crate's tests cannot depend on.
+/// crate's `method::fresh_leaves`, which this crate's tests cannot depend on.
 pub fn fresh_leaves<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) -> M {
     struct FreshLeaves;
     impl<B: AutodiffBackend> ModuleMapper<B> for FreshLeaves {

@@ -90,7 +90,7 @@ pub fn init_moco(
     config: &MocoConfig,
     device: &Device,
 ) -> Result<Moco<Train, AnyBackbone<Train>>> {
-    let batch_size = recipe.settings.batch_size;
+    let batch_size = recipe.settings.schedule.batch_size;
     let per_step = if config.symmetric { " × 2" } else { "" };
     match config.check_batch(batch_size) {
         Ok(()) => {}

@@ -54,9 +54,15 @@ pub fn default_epochs() -> usize {
 }
 
 /// The CNN learning rate for `batch_size` images per step: solo-learn's 0.3 at batch 256,
-/// scaled linearly (a ViT's default is set in [`run`]).
+/// scaled linearly (a ViT's: [`vit_lr_for_batch`]).
 pub fn lr_for_batch(batch_size: usize) -> f64 {
     0.3 * batch_size as f64 / 256.0
+}
+
+/// The ViT learning rate for `batch_size` images per step: the paper's 1.5e-4 × B / 256 (with
+/// AdamW).
+pub fn vit_lr_for_batch(batch_size: usize) -> f64 {
+    1.5e-4 * batch_size as f64 / 256.0
 }
 
 fn defaults() -> Defaults {
@@ -68,15 +74,8 @@ fn defaults() -> Defaults {
         PipelineConfig::byol,
     )
     .lr_rule(lr_for_batch)
+    .vit_lr_rule(vit_lr_for_batch)
     .warmup(2)
-}
-
-/// Whether `backbone` is a Vision Transformer.
-pub fn is_vit(backbone: BackboneChoice) -> bool {
-    matches!(
-        backbone,
-        BackboneChoice::VitTiny | BackboneChoice::VitSmall | BackboneChoice::VitBase
-    )
 }
 
 /// The recipe's method on `backbone`: the paper's three-layer projector on a ViT, two layers
@@ -84,7 +83,7 @@ pub fn is_vit(backbone: BackboneChoice) -> bool {
 /// projections (the 4096-wide heads would cost more than `small-2x` itself; the
 /// studies/cpu_setting runs).
 pub fn config(backbone: BackboneChoice) -> MocoV3Config {
-    let layers = if is_vit(backbone) { 3 } else { 2 };
+    let layers = if backbone.is_vit() { 3 } else { 2 };
     let config = MocoV3Config::new()
         .with_projector_layers(layers)
         .with_loss(MocoV3LossConfig::new().with_temperature(0.2));
@@ -97,12 +96,8 @@ pub fn config(backbone: BackboneChoice) -> MocoV3Config {
 
 /// Runs `moco_v3`.
 pub fn run(args: &[String]) -> Result<()> {
-    let mut recipe = common::prepare(args, defaults())?;
-    let vit = is_vit(recipe.settings.backbone);
-    if vit && recipe.args.lr.is_none() {
-        // The paper's ViT learning rate: 1.5e-4 × B / 256.
-        recipe.settings.lr = 1.5e-4 * recipe.settings.batch_size as f64 / 256.0;
-    }
+    let recipe = common::prepare(args, defaults())?;
+    let vit = recipe.settings.backbone.is_vit();
     let config = config(recipe.settings.backbone);
     let config = recipe.section("method", config)?;
     if vit {

@@ -60,6 +60,7 @@ recipe_modules!(
     redundancy,
     multi_crop,
     lejepa,
+    visreg,
     emp_ssl,
     mmcr,
     ibot,

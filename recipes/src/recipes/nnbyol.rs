@@ -36,7 +36,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults())?;
     let config = recipe.section("method", config())?;
     let optimizer = recipe.section("optimizer", SgdConfig::new())?;
-    let batch = recipe.settings.batch_size;
+    let batch = recipe.settings.schedule.batch_size;
     recipe.train_method(&config, &optimizer, |b, d| config.init(b, batch, d))
 }
 

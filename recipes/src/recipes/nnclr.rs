@@ -18,8 +18,8 @@
 
 use super::RecipeEntry;
 use anyhow::Result;
-use curriculum_ssl::loss::NnclrLossConfig;
-use curriculum_ssl::method::NnclrConfig;
+use curriculum_ssl::loss::NnClrLossConfig;
+use curriculum_ssl::method::NnClrConfig;
 use curriculum_ssl::optim::LarsConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 
@@ -35,10 +35,10 @@ fn defaults() -> Defaults {
 }
 
 /// The recipe's method.
-pub fn config() -> NnclrConfig {
-    NnclrConfig::new()
+pub fn config() -> NnClrConfig {
+    NnClrConfig::new()
         .with_support_set_size(SUPPORT_SET)
-        .with_loss(NnclrLossConfig::new().with_temperature(0.2))
+        .with_loss(NnClrLossConfig::new().with_temperature(0.2))
 }
 
 /// Runs `nnclr`.
@@ -49,7 +49,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "optimizer",
         LarsConfig::new().with_weight_decay(1e-5).with_eta(0.02),
     )?;
-    let batch = recipe.settings.batch_size;
+    let batch = recipe.settings.schedule.batch_size;
     recipe.train_method(&config, &lars, |b, d| config.init(b, batch, d))
 }
 

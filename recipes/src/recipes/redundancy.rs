@@ -40,7 +40,7 @@ use curriculum_ssl::loss::{
     BarlowTwinsLossConfig, FroSslLossConfig, VicRegLossConfig, WmseLossConfig,
 };
 use curriculum_ssl::method::{
-    BarlowTwinsConfig, FroSslConfig, VibcregConfig, VicRegConfig, WmseConfig,
+    BarlowTwinsConfig, FroSslConfig, VibcRegConfig, VicRegConfig, WmseConfig,
 };
 use curriculum_ssl::optim::LarsConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
@@ -120,8 +120,8 @@ pub fn vicreg_config() -> VicRegConfig {
 }
 
 /// The VIbCReg recipe's method.
-pub fn vibcreg_config() -> VibcregConfig {
-    VibcregConfig::new()
+pub fn vibcreg_config() -> VibcRegConfig {
+    VibcRegConfig::new()
         .with_hidden_dim(PROJECTOR)
         .with_output_dim(PROJECTOR)
 }
@@ -179,14 +179,14 @@ pub fn wmse(args: &[String]) -> Result<()> {
     let config = wmse_config();
     let config = config.clone().with_loss(config.loss.with_seed(recipe.settings.seed));
     let config = recipe.section("method", config)?;
-    if recipe.settings.batch_size < config.loss.w_size {
+    if recipe.settings.schedule.batch_size < config.loss.w_size {
         return Err(curriculum_ssl::ConfigError::new(
             "method.loss.w_size",
             format!(
                 "W-MSE whitens sub-batches of {} images, more than the batch of {}: raise \
                  --batch-size or lower it (to at least 2 × method.output_dim = {})",
                 config.loss.w_size,
-                recipe.settings.batch_size,
+                recipe.settings.schedule.batch_size,
                 2 * config.output_dim
             ),
         )

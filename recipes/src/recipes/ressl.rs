@@ -15,7 +15,7 @@
 
 use super::RecipeEntry;
 use anyhow::Result;
-use curriculum_ssl::method::ResslConfig;
+use curriculum_ssl::method::ReSslConfig;
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::{PipelineConfig, ViewConfig};
 
@@ -55,8 +55,8 @@ fn defaults() -> Defaults {
 }
 
 /// The recipe's method.
-pub fn config() -> ResslConfig {
-    ResslConfig::new().with_queue_size(QUEUE)
+pub fn config() -> ReSslConfig {
+    ReSslConfig::new().with_queue_size(QUEUE)
 }
 
 /// Runs `ressl`.
@@ -64,7 +64,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let recipe = common::prepare(args, defaults())?;
     let config = recipe.section("method", config())?;
     let optimizer = recipe.section("optimizer", SgdConfig::new().with_weight_decay(1e-4))?;
-    let batch = recipe.settings.batch_size;
+    let batch = recipe.settings.schedule.batch_size;
     recipe.train_method(&config, &optimizer, |b, d| config.init(b, batch, d))
 }
 

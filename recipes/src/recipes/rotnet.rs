@@ -21,7 +21,7 @@
 use super::RecipeEntry;
 use anyhow::Result;
 use curriculum_ssl::curriculum::rotation::RotationCurriculumConfig;
-use curriculum_ssl::method::rotnet::{RotNetConfig, RotationMode};
+use curriculum_ssl::method::{RotNetConfig, RotationMode};
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;
 

@@ -14,7 +14,7 @@ use anyhow::Result;
 use curriculum_ssl::curation::FrechetCurationConfig;
 use curriculum_ssl::curriculum::{Pace, SchedulerConfig};
 use curriculum_ssl::loss::HclLossConfig;
-use curriculum_ssl::method::pgd::PgdConfig;
+use curriculum_ssl::method::PgdConfig;
 use curriculum_ssl::method::{PairLossConfig, SimClrConfig};
 use curriculum_ssl::optim::SgdConfig;
 use curriculum_ssl::pipeline::PipelineConfig;

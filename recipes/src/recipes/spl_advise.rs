@@ -32,9 +32,10 @@ use curriculum_ssl::spl_advise::{
     EmbeddingNet, EmbeddingNetConfig, KMeansConfig, PaceConfig, RandomSampling, SplAdvise,
     SplAdviseConfig, SpldConfig, SpldSampling,
 };
-use curriculum_ssl::train::classifier::{ClassifierAugmentConfig, LinearClassifier};
-use curriculum_ssl::train::supervised::{Supervised, SupervisedConfig};
-use curriculum_ssl::train::{Cell, DataFingerprint, StartMode, TrainConfig, Trainer};
+use curriculum_ssl::train::{
+    Cell, ClassifierAugmentConfig, DataFingerprint, LinearClassifier, StartMode, Supervised,
+    SupervisedConfig, TrainConfig, Trainer,
+};
 use curriculum_ssl_models::AnyBackbone;
 use serde::Serialize;
 
@@ -168,27 +169,30 @@ fn normalization(channels: usize) -> Normalize {
 /// The options that belong to the self-supervised recipes, refused here by name.
 fn refuse_ssl_options(args: &RecipeArgs, recipe: &str) -> Result<()> {
     let given = [
-        ("--loss", args.loss.is_some()),
-        ("--hard-positive-k", args.hard_positive_k.is_some()),
-        ("--curation-warmup", args.curation_warmup.is_some()),
-        ("--curation-retries", args.curation_retries.is_some()),
-        ("--pgd-steps", args.pgd_steps.is_some()),
-        ("--strength", args.strength.is_some()),
-        ("--schedule", args.schedule.is_some()),
-        ("--easy-to-hard", args.easy_to_hard),
-        ("--weights", args.weights.is_some()),
-        ("--augment-ahead", args.augment_ahead.is_some()),
-        ("--view-threads", args.view_threads.is_some()),
-        ("--knn-data", args.knn_data.is_some()),
-        ("--stream", args.stream.is_some()),
-        ("--checkpoint-every-steps", args.checkpoint_every_steps > 0),
-        ("--mean / --std", args.mean.is_some()),
+        ("--loss", args.method.loss.is_some()),
+        ("--hard-positive-k", args.method.hard_positive_k.is_some()),
+        ("--curation-warmup", args.method.curation_warmup.is_some()),
+        ("--curation-retries", args.method.curation_retries.is_some()),
+        ("--pgd-steps", args.method.pgd_steps.is_some()),
+        ("--strength", args.curriculum.strength.is_some()),
+        ("--schedule", args.curriculum.schedule.is_some()),
+        ("--easy-to-hard", args.curriculum.easy_to_hard),
+        ("--weights", args.backbone.weights.is_some()),
+        ("--augment-ahead", args.method.augment_ahead.is_some()),
+        ("--view-threads", args.method.view_threads.is_some()),
+        ("--knn-data", args.source.knn_data.is_some()),
+        ("--stream", args.source.stream.is_some()),
+        (
+            "--checkpoint-every-steps",
+            args.run.checkpoint_every_steps > 0,
+        ),
+        ("--mean / --std", args.source.mean.is_some()),
         (
             "--config / KEY=VALUE settings",
             args.config.is_some() || !args.overrides.is_empty(),
         ),
     ];
-    if args.devices != 1 || args.nodes.is_some() {
+    if args.compute.devices != 1 || args.compute.nodes.is_some() {
         return Err(usage(format!(
             "--devices / --nodes: recipe `{recipe}` is supervised and trains on one device \
              (data-parallel training covers the self-supervised recipes)"
@@ -211,7 +215,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
     check_selection_options(&args, selection)?;
     let epochs = if on_gpu() { 50 } else { 10 };
     let settings = Settings::new(recipe, common_args, epochs, 128, 1e-3);
-    common::validate(&settings, common_args)?;
+    common::validate(&settings, &common_args.start)?;
     let optimizer = args.optimizer.unwrap_or(if on_gpu() {
         OptimizerChoice::Sgd
     } else {
@@ -223,7 +227,8 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
              is streamed (give the image folder the shards were packed from)"
         )));
     }
-    let device: Device = crate::backend::open(common_args.device, common_args.precision)?;
+    let compute = &common_args.compute;
+    let device: Device = crate::backend::open(compute.device, compute.precision)?;
     let label_fraction = args
         .label_fraction
         .map(|f| (f, args.label_seed.unwrap_or(settings.seed)));
@@ -239,7 +244,7 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
     });
     let classes = data.train.num_classes().max(data.test.as_ref().map_or(0, |t| t.num_classes()));
     let spec = student_spec(&settings, &data.train, &device)?;
-    if common_args.check {
+    if common_args.run.check {
         println!("recipe `{recipe}`: the options are valid (--check: nothing trained)");
         return Ok(());
     }
@@ -263,24 +268,24 @@ fn run(raw: &[String], selection: Selection) -> Result<()> {
         stem: settings.stem,
         pooled_grid: settings.recorded_pooled_grid(data.train.image_shape().0),
         backend: backend::NAME,
-        precision: common_args.precision,
+        precision: compute.precision,
         label_fraction,
     };
     let config = SupervisedConfig::new()
-        .with_batch_size(settings.batch_size)
+        .with_batch_size(settings.schedule.batch_size)
         .with_seed(settings.seed);
     // The seed of the stochastic layers of each step's forward, `(seed, step)`: the run's too.
     let train_config = TrainConfig::new()
         .with_seed(settings.seed)
-        .with_epochs(settings.epochs)
-        .with_lr(settings.lr)
-        .with_checkpoint_every(common_args.checkpoint_every);
-    let mode = match (common_args.extend, common_args.resume) {
+        .with_epochs(settings.schedule.epochs)
+        .with_lr(settings.schedule.lr)
+        .with_checkpoint_every(common_args.run.checkpoint_every);
+    let mode = match (common_args.start.extend, common_args.start.resume) {
         (true, _) => StartMode::Extend,
         (false, true) => StartMode::Resume,
         (false, false) => StartMode::Fresh,
     };
-    let run_dir = settings.run_dir(common_args);
+    let run_dir = settings.run_dir.clone();
     crate::run_files::check_run_dir_writable(&run_dir)?;
     let parts = Parts {
         model,

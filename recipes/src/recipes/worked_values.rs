@@ -4,7 +4,7 @@
 //! example docs/methods.md works out by hand and compared with the float64 reference value.
 
 use anyhow::{bail, Result};
-use curriculum_ssl::loss::worked_examples::worked_values;
+use curriculum_ssl::loss::worked_values;
 
 use crate::backend;
 use super::RecipeEntry;

@@ -54,47 +54,7 @@ fn recorded_normalisation(run_dir: &Path) -> (Vec<f64>, Vec<f64>) {
 fn every_dataset_option_runs_two_steps() {
     let root = scratch().join("datasets");
     let _ = std::fs::remove_dir_all(&root);
-    // CIFAR-10: five training batches and the test batch.
-    let cifar10 = root.join("cifar10");
-    std::fs::create_dir_all(&cifar10).unwrap();
-    for k in 1..=5 {
-        let n = if k < 5 { 13 } else { 12 };
-        std::fs::write(
-            cifar10.join(format!("data_batch_{k}.bin")),
-            cifar_records(n, 1),
-        )
-        .unwrap();
-    }
-    std::fs::write(cifar10.join("test_batch.bin"), cifar_records(40, 1)).unwrap();
-    // CIFAR-100: coarse and fine label bytes.
-    let cifar100 = root.join("cifar100");
-    std::fs::create_dir_all(&cifar100).unwrap();
-    std::fs::write(cifar100.join("train.bin"), cifar_records(64, 2)).unwrap();
-    std::fs::write(cifar100.join("test.bin"), cifar_records(40, 2)).unwrap();
-    // STL-10: pre-training on the unlabeled split, the kNN monitor on train/test.
-    let stl = root.join("stl10");
-    std::fs::create_dir_all(&stl).unwrap();
-    let (x, _) = stl_images(64);
-    std::fs::write(stl.join("unlabeled_X.bin"), x).unwrap();
-    for split in ["train", "test"] {
-        let (x, y) = stl_images(20);
-        std::fs::write(stl.join(format!("{split}_X.bin")), x).unwrap();
-        std::fs::write(stl.join(format!("{split}_y.bin")), y).unwrap();
-    }
-    // An image folder of 20×20 PNGs, resized to 16.
-    let folder = root.join("folder");
-    for (split, n) in [("train", 32), ("val", 20)] {
-        for class in ["cat", "dog"] {
-            let dir = folder.join(split).join(class);
-            std::fs::create_dir_all(&dir).unwrap();
-            for i in 0..n {
-                let img = image::RgbImage::from_fn(20, 20, |c, r| {
-                    image::Rgb([0, 1, 2].map(|ch| pixel(i, r as usize, c as usize, ch)))
-                });
-                img.save(dir.join(format!("{i:02}.png"))).unwrap();
-            }
-        }
-    }
+    let [cifar10, cifar100, stl, folder] = write_datasets(&root);
     let cases: [(&str, &Path, &[&str]); 4] = [
         ("cifar10", &cifar10, &[]),
         ("cifar100", &cifar100, &[]),
@@ -103,114 +63,12 @@ fn every_dataset_option_runs_two_steps() {
     ];
     let mut stl_stdout = String::new();
     for (dataset, dir, extra) in cases {
-        let name = format!("dataset-{dataset}");
-        let mut args = tiny(
-            &name,
-            &["--dataset", dataset, "--data-dir", dir.to_str().unwrap()],
-        );
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let o = run(&as_strs(&args));
-        assert_eq!(
-            check_error_shape(&o, dataset),
-            0,
-            "{dataset}\n{}",
-            stderr(&o)
-        );
-        let run_dir = scratch().join(&name);
-        let steps = std::fs::read_to_string(run_dir.join("steps.csv")).unwrap();
-        assert_eq!(steps.lines().count(), 3, "{dataset}: two steps\n{steps}");
-        // The summary compares the trained backbone with itself at initialisation.
-        let stdout = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            stdout.contains("top-1")
-                && stdout.contains("at initialisation")
-                && stdout.contains("images/s"),
-            "{dataset}: {stdout}"
-        );
-        assert!(run_dir.join("knn_at_init.json").is_file(), "{dataset}");
-        assert!(stdout.contains("raw pixels"), "{dataset}: {stdout}");
+        let stdout = a_dataset_runs_two_steps(dataset, dir, extra);
         if dataset == "stl10" {
-            stl_stdout = stdout.to_string();
+            stl_stdout = stdout;
         }
-        // TensorBoard's event file beside the CSVs.
-        let events = std::fs::read_dir(run_dir.join("tensorboard"))
-            .unwrap()
-            .count();
-        assert_eq!(events, 1, "{dataset}");
-        // Plots of every logged quantity, and the summary that shows them.
-        let summary = std::fs::read_to_string(run_dir.join("summary.md")).unwrap();
-        for plot in ["loss", "lr", "knn_top1", "epoch_mean_loss"] {
-            let path = run_dir.join("plots").join(format!("{plot}.png"));
-            let img = image::open(&path)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-                .to_rgb8();
-            assert_eq!(img.dimensions(), (800, 480), "{plot}");
-            let first = *img.get_pixel(0, 0);
-            let distinct = img.pixels().filter(|p| **p != first).count();
-            assert!(
-                distinct > 2_000,
-                "{plot}: nearly blank ({distinct} pixels drawn)"
-            );
-            assert!(summary.contains(&format!("plots/{plot}.png")), "{summary}");
-        }
-        let config = std::fs::read_to_string(run_dir.join("config.json")).unwrap();
-        let recorded = format!("\"dataset\": \"{}\"", dataset_variant(dataset));
-        assert!(config.contains(&recorded), "{dataset}: {config}");
-        // eval reads the same dataset back from the run's record.
-        let o = run(&[
-            "eval",
-            "--run-dir",
-            run_dir.to_str().unwrap(),
-            "--probe-epochs",
-            "0",
-        ]);
-        assert_eq!(
-            check_error_shape(&o, dataset),
-            0,
-            "{dataset} eval\n{}",
-            stderr(&o)
-        );
     }
-    // STL-10 streamed from its binaries: the unlabeled images read one by one each epoch, the
-    // kNN monitor's splits whole as in memory, so the raw pixels score as they did there.
-    let mut args = tiny(
-        "dataset-stl10-streamed",
-        &["--dataset", "stl10", "--data-dir", stl.to_str().unwrap()],
-    );
-    args.push("--stream".into());
-    let o = run(&as_strs(&args));
-    assert_eq!(check_error_shape(&o, "stl10 streamed"), 0, "{}", stderr(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let raw = |text: &str| -> Vec<String> {
-        text.lines()
-            .filter_map(|l| l.split("raw pixels").nth(1).map(str::to_string))
-            .collect()
-    };
-    assert!(!raw(&stl_stdout).is_empty(), "{stl_stdout}");
-    assert_eq!(raw(&stdout), raw(&stl_stdout), "{stdout}\n{stl_stdout}");
-    assert!(
-        stderr(&o).contains("streaming STL-10's 64 unlabeled images"),
-        "{}",
-        stderr(&o)
-    );
-    let run_dir = scratch().join("dataset-stl10-streamed");
-    let config = std::fs::read_to_string(run_dir.join("config.json")).unwrap();
-    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
-    assert_eq!(config["run"]["stream"], true, "{config}");
-    assert_eq!(config["data"]["examples"], 64, "{config}");
-    let o = run(&[
-        "eval",
-        "--run-dir",
-        run_dir.to_str().unwrap(),
-        "--probe-epochs",
-        "0",
-    ]);
-    assert_eq!(
-        check_error_shape(&o, "stl10 streamed eval"),
-        0,
-        "{}",
-        stderr(&o)
-    );
+    stl10_streams_and_scores_its_raw_pixels_as_in_memory(&stl, &stl_stdout);
     // Light-MoCo's linear protocol: LARS, the batch is the 64 training images, the learning rate
     // scaled from 0.1 at 4096: 0.1 · 64 / 4096 = 0.0015625.
     let o = run(&[
@@ -261,6 +119,168 @@ fn every_dataset_option_runs_two_steps() {
     assert!(stderr(&o).contains("unlabeled_X.bin"), "{}", stderr(&o));
 }
 
+/// Small files of every dataset format in `root` (64 images to train on, 40 to test): CIFAR-10,
+/// CIFAR-100, STL-10 and an image folder.
+fn write_datasets(root: &Path) -> [std::path::PathBuf; 4] {
+    // CIFAR-10: five training batches and the test batch.
+    let cifar10 = root.join("cifar10");
+    std::fs::create_dir_all(&cifar10).unwrap();
+    for k in 1..=5 {
+        let n = if k < 5 { 13 } else { 12 };
+        std::fs::write(
+            cifar10.join(format!("data_batch_{k}.bin")),
+            cifar_records(n, 1),
+        )
+        .unwrap();
+    }
+    std::fs::write(cifar10.join("test_batch.bin"), cifar_records(40, 1)).unwrap();
+    // CIFAR-100: coarse and fine label bytes.
+    let cifar100 = root.join("cifar100");
+    std::fs::create_dir_all(&cifar100).unwrap();
+    std::fs::write(cifar100.join("train.bin"), cifar_records(64, 2)).unwrap();
+    std::fs::write(cifar100.join("test.bin"), cifar_records(40, 2)).unwrap();
+    // STL-10: pre-training on the unlabeled split, the kNN monitor on train/test.
+    let stl = root.join("stl10");
+    std::fs::create_dir_all(&stl).unwrap();
+    let (x, _) = stl_images(64);
+    std::fs::write(stl.join("unlabeled_X.bin"), x).unwrap();
+    for split in ["train", "test"] {
+        let (x, y) = stl_images(20);
+        std::fs::write(stl.join(format!("{split}_X.bin")), x).unwrap();
+        std::fs::write(stl.join(format!("{split}_y.bin")), y).unwrap();
+    }
+    // An image folder of 20×20 PNGs, resized to 16.
+    let folder = root.join("folder");
+    for (split, n) in [("train", 32), ("val", 20)] {
+        for class in ["cat", "dog"] {
+            let dir = folder.join(split).join(class);
+            std::fs::create_dir_all(&dir).unwrap();
+            for i in 0..n {
+                let img = image::RgbImage::from_fn(20, 20, |c, r| {
+                    image::Rgb([0, 1, 2].map(|ch| pixel(i, r as usize, c as usize, ch)))
+                });
+                img.save(dir.join(format!("{i:02}.png"))).unwrap();
+            }
+        }
+    }
+    [cifar10, cifar100, stl, folder]
+}
+
+/// A run of two steps on `dataset` in `dir` (with the options `extra`): its logs, plots,
+/// summary and record, and `recipe eval` reading the dataset back from the record. The run's
+/// standard output.
+fn a_dataset_runs_two_steps(dataset: &str, dir: &Path, extra: &[&str]) -> String {
+    let name = format!("dataset-{dataset}");
+    let mut args = tiny(
+        &name,
+        &["--dataset", dataset, "--data-dir", dir.to_str().unwrap()],
+    );
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let o = run(&as_strs(&args));
+    assert_eq!(
+        check_error_shape(&o, dataset),
+        0,
+        "{dataset}\n{}",
+        stderr(&o)
+    );
+    let run_dir = scratch().join(&name);
+    let steps = std::fs::read_to_string(run_dir.join("steps.csv")).unwrap();
+    assert_eq!(steps.lines().count(), 3, "{dataset}: two steps\n{steps}");
+    // The summary compares the trained backbone with itself at initialisation.
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("top-1")
+            && stdout.contains("at initialisation")
+            && stdout.contains("images/s"),
+        "{dataset}: {stdout}"
+    );
+    assert!(run_dir.join("knn_at_init.json").is_file(), "{dataset}");
+    assert!(stdout.contains("raw pixels"), "{dataset}: {stdout}");
+    // TensorBoard's event file beside the CSVs.
+    let events = std::fs::read_dir(run_dir.join("tensorboard"))
+        .unwrap()
+        .count();
+    assert_eq!(events, 1, "{dataset}");
+    // Plots of every logged quantity, and the summary that shows them.
+    let summary = std::fs::read_to_string(run_dir.join("summary.md")).unwrap();
+    for plot in ["loss", "lr", "knn_top1", "epoch_mean_loss"] {
+        let path = run_dir.join("plots").join(format!("{plot}.png"));
+        let img = image::open(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .to_rgb8();
+        assert_eq!(img.dimensions(), (800, 480), "{plot}");
+        let first = *img.get_pixel(0, 0);
+        let distinct = img.pixels().filter(|p| **p != first).count();
+        assert!(
+            distinct > 2_000,
+            "{plot}: nearly blank ({distinct} pixels drawn)"
+        );
+        assert!(summary.contains(&format!("plots/{plot}.png")), "{summary}");
+    }
+    let config = std::fs::read_to_string(run_dir.join("config.json")).unwrap();
+    let recorded = format!("\"dataset\": \"{}\"", dataset_variant(dataset));
+    assert!(config.contains(&recorded), "{dataset}: {config}");
+    // eval reads the same dataset back from the run's record.
+    let o = run(&[
+        "eval",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--probe-epochs",
+        "0",
+    ]);
+    assert_eq!(
+        check_error_shape(&o, dataset),
+        0,
+        "{dataset} eval\n{}",
+        stderr(&o)
+    );
+    stdout.to_string()
+}
+
+/// STL-10 streamed from its binaries (`stl`): the unlabeled images read one by one each epoch,
+/// the kNN monitor's splits whole as in memory, so the raw pixels score as they did there (in
+/// the run that printed `stl_stdout`).
+fn stl10_streams_and_scores_its_raw_pixels_as_in_memory(stl: &Path, stl_stdout: &str) {
+    let mut args = tiny(
+        "dataset-stl10-streamed",
+        &["--dataset", "stl10", "--data-dir", stl.to_str().unwrap()],
+    );
+    args.push("--stream".into());
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "stl10 streamed"), 0, "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let raw = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.split("raw pixels").nth(1).map(str::to_string))
+            .collect()
+    };
+    assert!(!raw(stl_stdout).is_empty(), "{stl_stdout}");
+    assert_eq!(raw(&stdout), raw(stl_stdout), "{stdout}\n{stl_stdout}");
+    assert!(
+        stderr(&o).contains("streaming STL-10's 64 unlabeled images"),
+        "{}",
+        stderr(&o)
+    );
+    let run_dir = scratch().join("dataset-stl10-streamed");
+    let config = std::fs::read_to_string(run_dir.join("config.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(config["run"]["stream"], true, "{config}");
+    assert_eq!(config["data"]["examples"], 64, "{config}");
+    let o = run(&[
+        "eval",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--probe-epochs",
+        "0",
+    ]);
+    assert_eq!(
+        check_error_shape(&o, "stl10 streamed eval"),
+        0,
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// Pre-training on one's own images: a folder of any sizes, flat and nested, with a text file
 /// among them, resized and centre-cropped; the normalisation is computed from the images; the
 /// kNN monitor is off without labels and on with a labelled --knn-data tree, which `recipe eval`
@@ -269,43 +289,8 @@ fn every_dataset_option_runs_two_steps() {
 fn a_folder_of_unlabelled_images_of_any_size_trains_with_its_own_statistics() {
     let root = scratch().join("own-images");
     let _ = std::fs::remove_dir_all(&root);
-    // 32 uniform images: 12 of 16×16 at the top, 10 of 24×16 in a/, 10 of 40×40 in b/c/.
-    let sizes = [
-        (0..12, "", 16, 16),
-        (12..22, "a", 24, 16),
-        (22..32, "b/c", 40, 40),
-    ];
-    for (range, sub, w, h) in sizes {
-        let dir = root.join(sub);
-        std::fs::create_dir_all(&dir).unwrap();
-        for i in range {
-            image::RgbImage::from_pixel(w, h, image::Rgb(flat_colour(i)))
-                .save(dir.join(format!("img{i:02}.png")))
-                .unwrap();
-        }
-    }
-    std::fs::write(root.join("README.txt"), "my photos").unwrap();
-    // Every image is one colour, so resizing and cropping keep it: the statistics are those of
-    // the 32 colours, each image weighing the same.
-    let (mut mean, mut std) = (vec![0.0; 3], vec![0.0; 3]);
-    for ch in 0..3 {
-        let values: Vec<f64> = (0..32).map(|i| flat_colour(i)[ch] as f64 / 255.0).collect();
-        mean[ch] = values.iter().sum::<f64>() / 32.0;
-        std[ch] = (values.iter().map(|v| (v - mean[ch]).powi(2)).sum::<f64>() / 32.0).sqrt();
-    }
-    let base = |name: &str| -> Vec<String> {
-        tiny(
-            name,
-            &[
-                "--dataset",
-                "folder",
-                "--data-dir",
-                root.to_str().unwrap(),
-                "--batch-size",
-                "16",
-            ],
-        )
-    };
+    let (mean, std) = write_own_images(&root);
+    let base = |name: &str| own_images_run(&root, name);
 
     // Several sizes without --image-size: the error names the option that resizes.
     let o = run(&as_strs(&base("own-nosize")));
@@ -345,7 +330,58 @@ fn a_folder_of_unlabelled_images_of_any_size_trains_with_its_own_statistics() {
     );
     assert!(stderr(&o).contains("--knn-data"), "{}", stderr(&o));
 
-    // Given statistics replace the computed ones; their count must match the channels.
+    given_statistics_replace_the_computed_ones(&root);
+    a_labelled_knn_tree_turns_the_monitor_on(&root);
+}
+
+/// 32 uniform images in `root`: 12 of 16×16 at the top, 10 of 24×16 in a/, 10 of 40×40 in
+/// b/c/, and a text file. Their channels' mean and standard deviation.
+fn write_own_images(root: &Path) -> (Vec<f64>, Vec<f64>) {
+    let sizes = [
+        (0..12, "", 16, 16),
+        (12..22, "a", 24, 16),
+        (22..32, "b/c", 40, 40),
+    ];
+    for (range, sub, w, h) in sizes {
+        let dir = root.join(sub);
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in range {
+            image::RgbImage::from_pixel(w, h, image::Rgb(flat_colour(i)))
+                .save(dir.join(format!("img{i:02}.png")))
+                .unwrap();
+        }
+    }
+    std::fs::write(root.join("README.txt"), "my photos").unwrap();
+    // Every image is one colour, so resizing and cropping keep it: the statistics are those of
+    // the 32 colours, each image weighing the same.
+    let (mut mean, mut std) = (vec![0.0; 3], vec![0.0; 3]);
+    for ch in 0..3 {
+        let values: Vec<f64> = (0..32).map(|i| flat_colour(i)[ch] as f64 / 255.0).collect();
+        mean[ch] = values.iter().sum::<f64>() / 32.0;
+        std[ch] = (values.iter().map(|v| (v - mean[ch]).powi(2)).sum::<f64>() / 32.0).sqrt();
+    }
+    (mean, std)
+}
+
+/// `tiny`'s options for a run `name` on the folder `root` in batches of 16.
+fn own_images_run(root: &Path, name: &str) -> Vec<String> {
+    tiny(
+        name,
+        &[
+            "--dataset",
+            "folder",
+            "--data-dir",
+            root.to_str().unwrap(),
+            "--batch-size",
+            "16",
+        ],
+    )
+}
+
+/// Given statistics replace the ones computed from the images in `root`; their count must
+/// match the channels.
+fn given_statistics_replace_the_computed_ones(root: &Path) {
+    let base = |name: &str| own_images_run(root, name);
     let mut args = base("own-given");
     args.extend(
         [
@@ -375,8 +411,12 @@ fn a_folder_of_unlabelled_images_of_any_size_trains_with_its_own_statistics() {
         "{}",
         stderr(&o)
     );
+}
 
-    // A labelled tree of other sizes turns the monitor on; eval reads it from the run.
+/// A labelled tree of other sizes turns the monitor on for a run on the images in `root`;
+/// eval reads it from the run. A --knn-data without val/ is refused before anything is read.
+fn a_labelled_knn_tree_turns_the_monitor_on(root: &Path) {
+    let base = |name: &str| own_images_run(root, name);
     let knn = scratch().join("own-knn");
     let _ = std::fs::remove_dir_all(&knn);
     for (split, n) in [("train", 12), ("val", 6)] {
@@ -571,8 +611,23 @@ fn a_streamed_image_folder_trains_counts_its_bad_files_and_resumes_only_streamed
     assert_eq!(config["data"]["files"], true, "{config}");
     let toml = std::fs::read_to_string(run_dir.join("recipe.toml")).unwrap();
     assert!(toml.contains("stream = true"), "{toml}");
-    // `recipe eval` reads the splits as the run did (streamed, centre-cut): the same kNN as the
-    // run's last evaluation of the same weights, and a probe on streamed features.
+    eval_and_embed_read_the_streamed_run_as_it_trained(&run_dir, &stdout);
+    a_streamed_run_does_not_resume_decoded_into_memory();
+
+    let o = run(&as_strs(&tiny("stream-idx", &["--stream"])));
+    assert_eq!(check_error_shape(&o, "stream idx"), 2);
+    assert!(
+        stderr(&o).contains("--stream: only for --dataset image-folder, folder, shards or stl10"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// `recipe eval` reads the splits of the streamed run in `run_dir` as the run did (streamed,
+/// centre-cut): the same kNN as the run's last evaluation of the same weights (in its output
+/// `stdout`), and a probe on streamed features; `recipe embed` of the streamed split: a row per
+/// readable file, named by its path.
+fn eval_and_embed_read_the_streamed_run_as_it_trained(run_dir: &Path, stdout: &str) {
     let o = run(&[
         "eval",
         "--run-dir",
@@ -595,7 +650,7 @@ fn a_streamed_image_folder_trains_counts_its_bad_files_and_resumes_only_streamed
                     .to_string()
             })
     };
-    assert_eq!(knn_line(&eval), knn_line(&stdout), "{eval}\n{stdout}");
+    assert_eq!(knn_line(&eval), knn_line(stdout), "{eval}\n{stdout}");
     assert!(eval.contains("linear probe"), "{eval}");
     // `recipe embed` of the streamed split: a row per readable file, named by its path.
     let out = scratch().join("streamed-embed.npy");
@@ -613,8 +668,11 @@ fn a_streamed_image_folder_trains_counts_its_bad_files_and_resumes_only_streamed
         table.contains(",cat/00.jpg,0") && !table.contains("bad"),
         "{table}"
     );
+}
 
-    // A clean folder streamed, then resumed decoded into memory: other views of the same files.
+/// A clean folder streamed, then resumed decoded into memory: other views of the same files,
+/// refused naming both.
+fn a_streamed_run_does_not_resume_decoded_into_memory() {
     let clean = jpeg_folder("clean-jpegs", 8, 0);
     let data = [
         "--dataset",
@@ -651,14 +709,6 @@ fn a_streamed_image_folder_trains_counts_its_bad_files_and_resumes_only_streamed
     assert!(
         stderr(&o).contains("24 labelled image files streamed at 16x16x3")
             && stderr(&o).contains("24 labelled images 16x16x3"),
-        "{}",
-        stderr(&o)
-    );
-
-    let o = run(&as_strs(&tiny("stream-idx", &["--stream"])));
-    assert_eq!(check_error_shape(&o, "stream idx"), 2);
-    assert!(
-        stderr(&o).contains("--stream: only for --dataset image-folder, folder, shards or stl10"),
         "{}",
         stderr(&o)
     );

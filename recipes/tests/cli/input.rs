@@ -1,5 +1,6 @@
 //! Bad input and the help: exit code 2 with one line naming the problem, no panic.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -110,8 +111,24 @@ fn warm_up_is_a_setting_and_a_run_of_warm_up_alone_is_named() {
 
 #[test]
 fn bad_input_exits_2_with_a_message_naming_it() {
+    let cases = bad_inputs();
+    for (args, expected) in cases {
+        let o = run(&as_strs(&args));
+        let code = check_error_shape(&o, expected);
+        assert_eq!(code, 2, "{expected}\n{}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{expected}\n{}", stderr(&o));
+        // Refused before anything is written.
+        if let Some(i) = args.iter().position(|a| a == "--run-dir") {
+            let dir = scratch().join(&args[i + 1]);
+            assert!(!dir.exists(), "{expected}: {} was made", dir.display());
+        }
+    }
+}
+
+/// Command lines that are refused, each with what its refusal says.
+fn bad_inputs() -> Vec<(Vec<String>, &'static str)> {
     let data_file = data().join("train-images-idx3-ubyte");
-    let cases: Vec<(Vec<String>, &str)> = vec![
+    vec![
         (
             vec!["no_such_recipe".into()],
             "unknown recipe `no_such_recipe`",
@@ -203,18 +220,7 @@ fn bad_input_exits_2_with_a_message_naming_it() {
             tiny_as("wmse", "wmse-small-batch", &[]),
             "invalid `method.loss.w_size`: W-MSE whitens sub-batches of 128 images, more than the batch of 32",
         ),
-    ];
-    for (args, expected) in cases {
-        let o = run(&as_strs(&args));
-        let code = check_error_shape(&o, expected);
-        assert_eq!(code, 2, "{expected}\n{}", stderr(&o));
-        assert!(stderr(&o).contains(expected), "{expected}\n{}", stderr(&o));
-        // Refused before anything is written.
-        if let Some(i) = args.iter().position(|a| a == "--run-dir") {
-            let dir = scratch().join(&args[i + 1]);
-            assert!(!dir.exists(), "{expected}: {} was made", dir.display());
-        }
-    }
+    ]
 }
 
 /// `tiny`'s run with another recipe.
@@ -229,28 +235,46 @@ fn tiny_as(recipe: &str, run_dir: &str, extra: &[&str]) -> Vec<String> {
 /// and what is accepted, before anything is written.
 #[test]
 fn settings_that_hang_fill_memory_or_make_a_run_meaningless_are_refused() {
-    // A FIFO as the settings file (it blocked forever in read) and an endless device (it grew
-    // by some 400 MB/s); a run directory whose recipe.toml is a FIFO, read by `recipe resume`.
-    let fifo = scratch().join("settings.fifo");
-    let fifo_run = scratch().join("fifo-run");
-    std::fs::create_dir_all(&fifo_run).unwrap();
-    for path in [fifo.clone(), fifo_run.join("recipe.toml")] {
-        let _ = std::fs::remove_file(&path);
-        let made = Command::new("mkfifo").arg(&path).status().unwrap();
-        assert!(made.success(), "mkfifo {}", path.display());
+    let cases = settings_that_hang_fill_memory_or_train_nothing();
+    for (args, expected) in cases {
+        let started = Instant::now();
+        let o = run(&as_strs(&args));
+        let code = check_error_shape(&o, expected);
+        assert_eq!(code, 2, "{expected}\n{}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{expected}\n{}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("unexpected argument"),
+            "{}",
+            stderr(&o)
+        );
+        // Refused before anything is written.
+        if let Some(i) = args.iter().position(|a| a == "--run-dir") {
+            let dir = scratch().join(&args[i + 1]);
+            assert!(!dir.exists(), "{expected}: {} was made", dir.display());
+        }
+        eprintln!("{expected}: refused in {:.1?}", started.elapsed());
     }
-    // 30-pixel images: a ViT's patches of 4 leave 2 rows and columns unseen.
-    let png30 = scratch().join("png30");
-    std::fs::create_dir_all(&png30).unwrap();
-    for i in 0..8u8 {
-        image::GrayImage::from_fn(30, 30, |c, r| image::Luma([(c * 7 + r * 3) as u8 ^ i]))
-            .save(png30.join(format!("{i}.png")))
-            .unwrap();
-    }
+    assert!(!scratch().join("-x.safetensors").exists());
+}
+
+/// The command lines of [`settings_that_hang_fill_memory_or_make_a_run_meaningless_are_refused`]
+/// with what each refusal says.
+fn settings_that_hang_fill_memory_or_train_nothing() -> Vec<(Vec<String>, &'static str)> {
+    let (fifo, fifo_run, png30) = fifos_and_30_pixel_images();
+    let mut cases = settings_that_hang_or_fill_memory(&fifo, &fifo_run);
+    cases.extend(settings_that_train_nothing_or_lose_their_values(&png30));
+    cases
+}
+
+/// Settings files that are no files (a FIFO, an endless device, a run's recipe.toml that is a
+/// FIFO), and networks too large for the machine.
+fn settings_that_hang_or_fill_memory(
+    fifo: &Path,
+    fifo_run: &Path,
+) -> Vec<(Vec<String>, &'static str)> {
     let fifo_text = fifo.to_str().unwrap();
     let huge = "method.hidden_dim=100000000";
-    let cases: Vec<(Vec<String>, &str)> =
-        vec![
+    vec![
         (
             tiny("cfg-fifo", &["--config", fifo_text]),
             "settings.fifo: not a regular file (a pipe, socket or device)",
@@ -266,14 +290,35 @@ fn settings_that_hang_fill_memory_or_make_a_run_meaningless_are_refused() {
         // The momentum recipes drew their networks before the size check (7.5-13.8 GB before
         // a refusal, or none); `--check` had no size check.
         (tiny("huge-light-moco", &[huge]), "parameters: at least"),
-        (tiny_as("moco_v2", "huge-moco-v2", &[huge]), "parameters: at least"),
-        (tiny_as("byol", "huge-byol", &[huge]), "parameters: at least"),
-        (tiny_as("moco_v3", "huge-moco-v3", &[huge]), "parameters: at least"),
-        (tiny("huge-check", &["--check", huge]), "parameters: at least"),
+        (
+            tiny_as("moco_v2", "huge-moco-v2", &[huge]),
+            "parameters: at least",
+        ),
+        (
+            tiny_as("byol", "huge-byol", &[huge]),
+            "parameters: at least",
+        ),
+        (
+            tiny_as("moco_v3", "huge-moco-v3", &[huge]),
+            "parameters: at least",
+        ),
+        (
+            tiny("huge-check", &["--check", huge]),
+            "parameters: at least",
+        ),
         (
             tiny("huge-queue", &["method.queue_size=1000000000000"]),
             "parameters: at least",
         ),
+    ]
+}
+
+/// Settings `--check` passed, runs that train nothing (one on the 30-pixel images in `png30`),
+/// and option values that read as flags.
+fn settings_that_train_nothing_or_lose_their_values(
+    png30: &Path,
+) -> Vec<(Vec<String>, &'static str)> {
+    vec![
         // `--check` passed what the run then refused.
         (
             tiny(
@@ -303,7 +348,14 @@ fn settings_that_hang_fill_memory_or_make_a_run_meaningless_are_refused() {
             tiny_as(
                 "mae",
                 "mae-30px",
-                &["--dataset", "folder", "--data", png30.to_str().unwrap(), "--image-size", "30"],
+                &[
+                    "--dataset",
+                    "folder",
+                    "--data",
+                    png30.to_str().unwrap(),
+                    "--image-size",
+                    "30",
+                ],
             ),
             "--backbone vit-tiny: image size 30 is not a multiple of the patch size 4: the last \
              2 rows and columns of pixels would reach no patch; give --image-size a multiple of \
@@ -312,13 +364,21 @@ fn settings_that_hang_fill_memory_or_make_a_run_meaningless_are_refused() {
         // Negative values of the commands' options are their values (they read as unknown
         // flags with the parser's usage).
         (
-            ["eval", "--run-dir", "missing-run", "--probe-lr", "-1"].map(String::from).to_vec(),
+            ["eval", "--run-dir", "missing-run", "--probe-lr", "-1"]
+                .map(String::from)
+                .to_vec(),
             "--probe-lr -1: must be a finite number > 0",
         ),
         (
-            ["eval", "--run-dir", "missing-run", "--label-fraction", "-0.1"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "eval",
+                "--run-dir",
+                "missing-run",
+                "--label-fraction",
+                "-0.1",
+            ]
+            .map(String::from)
+            .to_vec(),
             "--label-fraction -0.1: must lie in (0, 1]",
         ),
         (
@@ -329,35 +389,48 @@ fn settings_that_hang_fill_memory_or_make_a_run_meaningless_are_refused() {
         ),
         // A path may start with a hyphen; a path option followed by an option lost its path.
         (
-            ["export", "--run-dir", "missing-run", "--out", "-x.safetensors"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "export",
+                "--run-dir",
+                "missing-run",
+                "--out",
+                "-x.safetensors",
+            ]
+            .map(String::from)
+            .to_vec(),
             "--run-dir missing-run: not a directory",
         ),
         (
-            ["export", "--out", "--run-dir", "missing-run"].map(String::from).to_vec(),
+            ["export", "--out", "--run-dir", "missing-run"]
+                .map(String::from)
+                .to_vec(),
             "--out --run-dir: --out needs a path; --run-dir is an option",
         ),
-    ];
-    for (args, expected) in cases {
-        let started = Instant::now();
-        let o = run(&as_strs(&args));
-        let code = check_error_shape(&o, expected);
-        assert_eq!(code, 2, "{expected}\n{}", stderr(&o));
-        assert!(stderr(&o).contains(expected), "{expected}\n{}", stderr(&o));
-        assert!(
-            !stderr(&o).contains("unexpected argument"),
-            "{}",
-            stderr(&o)
-        );
-        // Refused before anything is written.
-        if let Some(i) = args.iter().position(|a| a == "--run-dir") {
-            let dir = scratch().join(&args[i + 1]);
-            assert!(!dir.exists(), "{expected}: {} was made", dir.display());
-        }
-        eprintln!("{expected}: refused in {:.1?}", started.elapsed());
+    ]
+}
+
+/// A FIFO as a settings file, a run directory whose recipe.toml is a FIFO, and a folder of
+/// 30-pixel images.
+fn fifos_and_30_pixel_images() -> (PathBuf, PathBuf, PathBuf) {
+    // A FIFO as the settings file (it blocked forever in read) and an endless device (it grew
+    // by some 400 MB/s); a run directory whose recipe.toml is a FIFO, read by `recipe resume`.
+    let fifo = scratch().join("settings.fifo");
+    let fifo_run = scratch().join("fifo-run");
+    std::fs::create_dir_all(&fifo_run).unwrap();
+    for path in [fifo.clone(), fifo_run.join("recipe.toml")] {
+        let _ = std::fs::remove_file(&path);
+        let made = Command::new("mkfifo").arg(&path).status().unwrap();
+        assert!(made.success(), "mkfifo {}", path.display());
     }
-    assert!(!scratch().join("-x.safetensors").exists());
+    // 30-pixel images: a ViT's patches of 4 leave 2 rows and columns unseen.
+    let png30 = scratch().join("png30");
+    std::fs::create_dir_all(&png30).unwrap();
+    for i in 0..8u8 {
+        image::GrayImage::from_fn(30, 30, |c, r| image::Luma([(c * 7 + r * 3) as u8 ^ i]))
+            .save(png30.join(format!("{i}.png")))
+            .unwrap();
+    }
+    (fifo, fifo_run, png30)
 }
 
 /// A data directory the user may not read is reported as "permission denied", not as missing

@@ -76,6 +76,40 @@ fn embedded_test_split(run_dir: &Path, out: &str) -> (PathBuf, Vec<u64>, Vec<f32
 fn a_run_exports_its_backbone_and_embeds_a_folder_as_the_example_does() {
     let (run_dir, header) = exported("light_moco", "export-run");
     let dir = run_dir.to_str().unwrap();
+    the_export_has_torchvisions_names_and_the_runs_input(&header);
+    let d = a_folder_embeds_as_the_example_reads_it(dir);
+
+    // The run's test split, with its labels (the test data's are i mod 10).
+    let (out, shape, _) = embedded_test_split(&run_dir, "embed-test.npy");
+    assert_eq!(shape, vec![40, d as u64]);
+    let table = std::fs::read_to_string(out.with_extension("csv")).unwrap();
+    for (i, line) in table.lines().skip(1).enumerate() {
+        assert_eq!(line, format!("{i},test/{i},{}", i % 10));
+    }
+
+    for (args, expected) in [
+        (
+            vec!["embed", "--run-dir", dir, "--out", "x.txt"],
+            "must end in .npy",
+        ),
+        (
+            vec!["export", "--run-dir", "no-such-run"],
+            "not a directory",
+        ),
+        (
+            vec!["embed", "--run-dir", dir, "--images", "no-such-folder"],
+            "--images no-such-folder: not a directory",
+        ),
+    ] {
+        let o = run(&args);
+        assert_eq!(check_error_shape(&o, expected), 2, "{}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{}", stderr(&o));
+    }
+}
+
+/// The exported `header`: the run's input and normalisation in its metadata, the backbone
+/// under torchvision's ResNet names and layout.
+fn the_export_has_torchvisions_names_and_the_runs_input(header: &serde_json::Value) {
     let meta = &header["__metadata__"];
     assert_eq!(meta["recipe"], "light_moco");
     assert_eq!(meta["backbone"], "small-2x");
@@ -101,7 +135,12 @@ fn a_run_exports_its_backbone_and_embeds_a_folder_as_the_example_does() {
         assert!(header.get(key).is_some(), "{key} missing: {header}");
     }
     assert!(!header.to_string().contains("gamma"), "{header}");
+}
 
+/// `recipe embed` of a folder (two copies of one image under two names, and one of another
+/// size) in the run `dir`, and the example on the same run and folder: the same features. The
+/// features' width.
+fn a_folder_embeds_as_the_example_reads_it(dir: &str) -> usize {
     // A folder: two copies of one image under two names, and one of another size.
     let images = scratch().join("embed-images");
     let _ = std::fs::remove_dir_all(&images);
@@ -156,33 +195,7 @@ fn a_run_exports_its_backbone_and_embeds_a_folder_as_the_example_does() {
         let got: Vec<f32> = cells.map(|c| c.parse().unwrap()).collect();
         assert_eq!(&got[..], *row, "{name}");
     }
-
-    // The run's test split, with its labels (the test data's are i mod 10).
-    let (out, shape, _) = embedded_test_split(&run_dir, "embed-test.npy");
-    assert_eq!(shape, vec![40, d as u64]);
-    let table = std::fs::read_to_string(out.with_extension("csv")).unwrap();
-    for (i, line) in table.lines().skip(1).enumerate() {
-        assert_eq!(line, format!("{i},test/{i},{}", i % 10));
-    }
-
-    for (args, expected) in [
-        (
-            vec!["embed", "--run-dir", dir, "--out", "x.txt"],
-            "must end in .npy",
-        ),
-        (
-            vec!["export", "--run-dir", "no-such-run"],
-            "not a directory",
-        ),
-        (
-            vec!["embed", "--run-dir", dir, "--images", "no-such-folder"],
-            "--images no-such-folder: not a directory",
-        ),
-    ] {
-        let o = run(&args);
-        assert_eq!(check_error_shape(&o, expected), 2, "{}", stderr(&o));
-        assert!(stderr(&o).contains(expected), "{}", stderr(&o));
-    }
+    d
 }
 
 /// A masked-image-modelling run exports its encoder alone, under timm's `VisionTransformer`
@@ -538,17 +551,61 @@ fn exports_do_not_write_over_the_runs_files_and_say_where_they_cannot_write() {
         std::fs::copy(dir.join(file), other.join(file)).unwrap();
     }
     std::fs::copy(dir.join("plots/loss.png"), other.join("plots/loss.png")).unwrap();
-    let other_dir = other.to_str().unwrap();
     let (ours, theirs) = (run_files(&dir), run_files(&other));
     let loss_png = std::fs::read(dir.join("plots/loss.png")).unwrap();
     // Links to the runs' files, as a user's own output names.
     let links = scratch().join("export-guard-links");
     let _ = std::fs::remove_dir_all(&links);
     std::fs::create_dir_all(&links).unwrap();
-    let link = |name: &str, to: &Path| {
-        std::os::unix::fs::symlink(to, links.join(name)).unwrap();
-        links.join(name).to_str().unwrap().to_string()
-    };
+    let (cases, folder) = outputs_onto_the_runs_files(&dir, &other, &links);
+    for (command, expected) in &cases {
+        let o = run(&as_strs(command));
+        let err = stderr(&o);
+        assert_eq!(check_error_shape(&o, &expected[0]), 2, "{command:?}\n{err}");
+        for part in expected {
+            assert!(
+                err.contains(part.as_str()) && !err.contains("cannot read"),
+                "{part}\n{err}"
+            );
+        }
+    }
+    assert_eq!(std::fs::read(dir.join("steps.csv")).unwrap(), steps);
+    assert_eq!(run_files(&dir), ours, "the run's files are as they were");
+    assert_eq!(
+        run_files(&other),
+        theirs,
+        "the other run's files are as they were"
+    );
+    assert_eq!(std::fs::read(dir.join("plots/loss.png")).unwrap(), loss_png);
+    assert_eq!(
+        std::fs::read(other.join("plots/loss.png")).unwrap(),
+        loss_png
+    );
+    assert!(!dir.join("plots/new.npy").exists());
+    assert!(!dir.join("compare.md").exists() && !other.join("compare.md").exists());
+
+    let (kept, exported) = outputs_over_links_elsewhere(run_dir, &links);
+    unwritable_places_are_said_before_anything_is_computed(&dir);
+    assert_eq!(run_files(&dir), ours);
+    the_printed_eval_command_gives_the_directory_as_one_word(run_dir);
+    checked(&[&links, &other, &folder, &kept, &exported]);
+}
+
+/// A command line and what its refusal says.
+type Refusal = (Vec<String>, Vec<String>);
+
+/// A link named `name` in `links` to `to`, as a user's own output name.
+fn link(links: &Path, name: &str, to: &Path) -> String {
+    std::os::unix::fs::symlink(to, links.join(name)).unwrap();
+    links.join(name).to_str().unwrap().to_string()
+}
+
+/// The commands whose outputs land on the files of the run `dir` or of the `other` run
+/// (directly or through links made in `links`), each with what its refusal says; and a folder
+/// named as an export's output.
+fn outputs_onto_the_runs_files(dir: &Path, other: &Path, links: &Path) -> (Vec<Refusal>, PathBuf) {
+    let (run_dir, other_dir) = (dir.to_str().unwrap(), other.to_str().unwrap());
+    let link = |name: &str, to: &Path| link(links, name, to);
     link("a.csv", &dir.join("steps.csv"));
     let npy_to_other_epochs = link("b.npy", &other.join("epochs.csv"));
     let npy_to_recipe = link("c.npy", &dir.join("recipe.toml"));
@@ -622,32 +679,13 @@ fn exports_do_not_write_over_the_runs_files_and_say_where_they_cannot_write() {
             vec![format!("--out {other_dir}: the run directory {other_dir}")],
         ),
     ];
-    for (command, expected) in &cases {
-        let o = run(&as_strs(command));
-        let err = stderr(&o);
-        assert_eq!(check_error_shape(&o, &expected[0]), 2, "{command:?}\n{err}");
-        for part in expected {
-            assert!(
-                err.contains(part.as_str()) && !err.contains("cannot read"),
-                "{part}\n{err}"
-            );
-        }
-    }
-    assert_eq!(std::fs::read(dir.join("steps.csv")).unwrap(), steps);
-    assert_eq!(run_files(&dir), ours, "the run's files are as they were");
-    assert_eq!(
-        run_files(&other),
-        theirs,
-        "the other run's files are as they were"
-    );
-    assert_eq!(std::fs::read(dir.join("plots/loss.png")).unwrap(), loss_png);
-    assert_eq!(
-        std::fs::read(other.join("plots/loss.png")).unwrap(),
-        loss_png
-    );
-    assert!(!dir.join("plots/new.npy").exists());
-    assert!(!dir.join("compare.md").exists() && !other.join("compare.md").exists());
+    (cases, folder)
+}
 
+/// Outputs over links to a file elsewhere (made in `links`) replace the links, not the file,
+/// and no temporary file stays; an export replaces an older one. The file and the export.
+fn outputs_over_links_elsewhere(run_dir: &str, links: &Path) -> (PathBuf, PathBuf) {
+    let link = |name: &str, to: &Path| link(links, name, to);
     // Links elsewhere are replaced by the outputs, not written through; no temporary file stays.
     let kept = scratch().join("export-guard-kept.txt");
     std::fs::write(&kept, "a file of the user's").unwrap();
@@ -697,7 +735,7 @@ fn exports_do_not_write_over_the_runs_files_and_say_where_they_cannot_write() {
     );
     assert!(safetensors_header(&exported).get("conv1.weight").is_some());
     // (In the scratch directory, only this test's names: other tests write there meanwhile.)
-    for (place, prefix) in [(&links, "."), (scratch(), ".export-guard")] {
+    for (place, prefix) in [(links, "."), (scratch().as_path(), ".export-guard")] {
         let left: Vec<String> = std::fs::read_dir(place)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -706,14 +744,22 @@ fn exports_do_not_write_over_the_runs_files_and_say_where_they_cannot_write() {
         assert!(left.is_empty(), "left behind: {left:?}");
     }
 
-    // Places that cannot be written, as a user whom permissions bind.
+    (kept, exported)
+}
+
+/// Places that cannot be written, as a user whom permissions bind: the run `dir` read-only
+/// (eval, export, embed) and a read-only folder (compare, a new run's --run-dir) are said so
+/// with exit 2 before anything is computed.
+fn unwritable_places_are_said_before_anything_is_computed(dir: &Path) {
+    let run_dir = dir.to_str().unwrap();
+    let in_run = |f: &str| format!("{run_dir}/{f}");
     if let Some(user) = Unprivileged::new("recipe-as-nobody-outputs") {
         let locked = scratch().join("export-guard-locked");
         std::fs::create_dir_all(&locked).unwrap();
         let locked = locked.canonicalize().unwrap();
         let locked_dir = locked.to_str().unwrap().to_string();
         chmod(&locked, 0o555);
-        chmod(&dir, 0o555);
+        chmod(dir, 0o555);
         let new_run = locked.join("new-run");
         let data_dir = crate::common::data().to_str().unwrap().to_string();
         let cases: Vec<(Vec<String>, String)> = vec![
@@ -762,7 +808,7 @@ fn exports_do_not_write_over_the_runs_files_and_say_where_they_cannot_write() {
             .iter()
             .map(|(command, _)| user.run(&as_strs(command)))
             .collect();
-        chmod(&dir, 0o755);
+        chmod(dir, 0o755);
         chmod(&locked, 0o755);
         for ((command, expected), o) in cases.iter().zip(outcomes) {
             let err = stderr(&o);
@@ -775,8 +821,11 @@ fn exports_do_not_write_over_the_runs_files_and_say_where_they_cannot_write() {
         assert!(!new_run.exists());
         assert!(!dir.join("evals.csv").exists());
     }
-    assert_eq!(run_files(&dir), ours);
+}
 
+/// The run still extends; the command it prints to evaluate it, pasted into a shell, gives the
+/// binary the run's directory as one word.
+fn the_printed_eval_command_gives_the_directory_as_one_word(run_dir: &str) {
     // The run still extends; the command it prints to evaluate it, pasted into a shell (where
     // `recipe` prints the words it is given), gives the binary its directory as one word.
     let o = run(&["resume", run_dir, "--extend", "--epochs", "2"]);
@@ -800,7 +849,6 @@ fn exports_do_not_write_over_the_runs_files_and_say_where_they_cannot_write() {
         .map(str::to_string)
         .collect();
     assert_eq!(words, ["eval", "--run-dir", run_dir], "{command}");
-    checked(&[&links, &other, &folder, &kept, &exported]);
 }
 
 /// A plot that cannot be drawn after a complete run is a warning, not a failed run (it was exit

@@ -1,5 +1,7 @@
 //! Every recipe, backbone and recipe option runs two steps and logs its knobs.
 
+use std::path::Path;
+
 use crate::common::{
     as_strs, check_error_shape, checked, cifar_records, run, scratch, stderr, tiny,
 };
@@ -170,6 +172,12 @@ fn the_method_table_recipes_run_two_steps() {
     ]);
 }
 
+/// VISReg with two local crops: two steps, a checkpoint, the kNN monitor, its four terms logged.
+#[test]
+fn the_visreg_recipe_runs_two_steps() {
+    table_recipes_run_two_steps(&[("visreg", &["--local-crops", "2"][..])]);
+}
+
 /// MAE and SimMIM, their masking curricula and hard patches mining.
 #[test]
 fn the_pixel_reconstruction_recipes_run_two_steps() {
@@ -234,142 +242,8 @@ fn table_recipes_run_two_steps(recipes: &[(&str, &[&str])]) {
         assert_eq!(steps.lines().count(), 3, "{label}: two steps\n{steps}");
         assert!(dir.join("checkpoints/epoch-0001/meta.json").is_file());
         let header = steps.lines().next().unwrap();
-        if name == "vicreg" {
-            assert!(
-                header.ends_with("vicreg_invariance,vicreg_variance,vicreg_covariance"),
-                "{header}"
-            );
-        }
-        if name == "frossl" {
-            assert!(
-                header.ends_with("frossl_regularisation,frossl_invariance"),
-                "{header}"
-            );
-        }
-        if name == "emp_ssl" {
-            assert!(
-                header.ends_with("emp_ssl_coding_rate,emp_ssl_similarity"),
-                "{header}"
-            );
-        }
-        if name == "lejepa" {
-            assert!(
-                header.ends_with("lejepa_sigreg,lejepa_invariance"),
-                "{header}"
-            );
-        }
-        if name == "directclr" {
-            assert!(header.ends_with("directclr_norm"), "{header}");
-        }
-        if name == "swav" {
-            assert!(header.ends_with("prototypes_frozen,swav_queue"), "{header}");
-        }
-        if name == "dino" {
-            assert!(header.ends_with("teacher_temp,momentum"), "{header}");
-        }
-        if name == "mae" {
-            // A ViT-Tiny by default, the ratio of hidden patches logged.
-            assert!(header.ends_with("mask_ratio"), "{header}");
-            assert!(steps.lines().nth(1).unwrap().ends_with(",0.75"), "{steps}");
-            let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
-            assert!(config.contains("\"backbone\": \"VitTiny\""), "{config}");
-        }
-        if let Some((knob, start, end)) = match name {
-            "mae_ratio_curriculum" => Some(("mask_ratio", 0.5, 0.75)),
-            "simmim_ratio_curriculum" => Some(("mask_ratio", 0.3, 0.6)),
-            "ijepa_scale_curriculum" => Some(("target_scale_factor", 0.5, 1.0)),
-            _ => None,
-        } {
-            // The masking curriculum moves its knob along its line, step by step: steps 0 and
-            // 1 of 2 read the start and the midpoint.
-            let column = header.split(',').position(|c| c == knob).unwrap();
-            let ratios: Vec<f64> = steps
-                .lines()
-                .skip(1)
-                .map(|row| row.split(',').nth(column).unwrap().parse().unwrap())
-                .collect();
-            // (The log writes the shortest decimal of each f32-logged value: 1e-6 apart at most.)
-            let want = [start, start + (end - start) / 2.0];
-            assert!(
-                ratios.iter().zip(want).all(|(r, w)| (r - w).abs() < 1e-6),
-                "{label}: {ratios:?} vs {want:?}\n{steps}"
-            );
-        }
-        if name == "simmim" {
-            // The hidden fraction logged: a 7 × 7 grid in 4 × 4 units of 2 × 2 patches (the
-            // last row and column one patch wide: nine units of 4 patches, six of 2, one of 1);
-            // ⌈16 · 0.6⌉ = 10 hidden hide between 1 + 6·2 + 3·4 = 25 and 9·4 + 2 = 38 of 49.
-            assert!(header.ends_with("mask_ratio,hidden_fraction"), "{header}");
-            let row = steps.lines().nth(1).unwrap();
-            let fraction: f64 = row.rsplit(',').next().unwrap().parse().unwrap();
-            assert!((25.0 / 49.0..=38.0 / 49.0).contains(&fraction), "{steps}");
-        }
-        if name.starts_with("ijepa") {
-            // The shares of the 7 × 7 grid the context and each target block keep: a target
-            // block of ⌊49 · [0.15, 0.2]⌋ = 7..9 patches, sides rounded and below 7, holds
-            // 4..12 (under the curriculum's first step, half that scale: 2..6); the context at
-            // least the 4 of min_keep.
-            assert!(
-                header.ends_with("target_scale_factor,context_fraction,target_fraction,momentum"),
-                "{header}"
-            );
-            let row = first_step(&steps);
-            let n = row.len();
-            let (context, target) = (row[n - 3] * 49.0, row[n - 2] * 49.0);
-            let (least, most) = if name == "ijepa" {
-                (4.0, 12.0)
-            } else {
-                (2.0, 6.0)
-            };
-            assert!((least - 1e-4..=most + 1e-4).contains(&target), "{steps}");
-            assert!((4.0 - 1e-4..=49.0).contains(&context), "{steps}");
-        }
-        if name == "ibot" || name == "dinov2" {
-            // Its terms logged (KoLeo for DINOv2's objective), and the hidden fraction of the
-            // global views' patches: half the views hide ⌊49·u⌋ patches, u in [0.1, 0.5], so
-            // between 4 and 24 of every two views' 98.
-            let terms = "cls_loss,patch_loss,hidden_fraction,teacher_temp,momentum";
-            let want = if name == "dinov2" {
-                format!("koleo,{terms}")
-            } else {
-                terms.to_string()
-            };
-            assert!(header.ends_with(&want), "{header}");
-            let column = header
-                .split(',')
-                .position(|c| c == "hidden_fraction")
-                .unwrap();
-            let row = steps.lines().nth(1).unwrap();
-            let fraction: f64 = row.split(',').nth(column).unwrap().parse().unwrap();
-            assert!(
-                (4.0 / 98.0 - 1e-6..=24.0 / 98.0 + 1e-6).contains(&fraction),
-                "{steps}"
-            );
-        }
-        if name == "mae_hpm" {
-            // Its two terms, the mask ratio and the share of hard patches logged: the share
-            // starts at 0 (epoch 0 of 1), the ratio is MAE's 0.75.
-            assert!(
-                header.ends_with("reconstruction,ranking,mask_ratio,hard_share"),
-                "{header}"
-            );
-            let row = first_step(&steps);
-            let n = row.len();
-            assert_eq!((row[n - 2], row[n - 1]), (0.75, 0.0), "{steps}");
-            assert!(row[n - 3] > 0.0 && row[n - 4] > 0.0, "{steps}");
-        }
-        if name == "msn" || name == "pmsn" {
-            // Its two terms, the drop ratio (15 %) and the target's momentum logged; MSN's
-            // regulariser KL(p̄ ‖ uniform) and PMSN's KL(prior ‖ p̄) are non-negative.
-            assert!(
-                header.ends_with("cross_entropy,regularization,mask_ratio,momentum"),
-                "{header}"
-            );
-            let row = first_step(&steps);
-            let n = row.len();
-            assert!((row[n - 2] - 0.15).abs() < 1e-6, "{steps}");
-            assert!(row[n - 3] >= 0.0 && row[n - 4] > 0.0, "{steps}");
-        }
+        the_recipes_own_columns_are_logged(name, &label, header, &steps, &dir);
+        the_masked_recipes_log_their_masks(name, header, &steps);
         if name == "swav" || name == "dino" {
             // The run records how many local crops it drew.
             let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
@@ -387,6 +261,164 @@ fn table_recipes_run_two_steps(recipes: &[(&str, &[&str])]) {
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(out.contains("kNN (k = 20"), "{label}: {out}");
         checked(&[&dir]);
+    }
+}
+
+/// The columns of recipe `name`'s own terms and knobs in its steps.csv (`steps`, whose first
+/// line is `header`), in the run directory `dir` (the run `label`).
+fn the_recipes_own_columns_are_logged(
+    name: &str,
+    label: &str,
+    header: &str,
+    steps: &str,
+    dir: &Path,
+) {
+    if name == "vicreg" {
+        assert!(
+            header.ends_with("vicreg_invariance,vicreg_variance,vicreg_covariance"),
+            "{header}"
+        );
+    }
+    if name == "frossl" {
+        assert!(
+            header.ends_with("frossl_regularisation,frossl_invariance"),
+            "{header}"
+        );
+    }
+    if name == "emp_ssl" {
+        assert!(
+            header.ends_with("emp_ssl_coding_rate,emp_ssl_similarity"),
+            "{header}"
+        );
+    }
+    if name == "lejepa" {
+        assert!(
+            header.ends_with("lejepa_sigreg,lejepa_invariance"),
+            "{header}"
+        );
+    }
+    if name == "visreg" {
+        assert!(
+            header.ends_with("visreg_invariance,visreg_scale,visreg_shape,visreg_center"),
+            "{header}"
+        );
+    }
+    if name == "directclr" {
+        assert!(header.ends_with("directclr_norm"), "{header}");
+    }
+    if name == "swav" {
+        assert!(header.ends_with("prototypes_frozen,swav_queue"), "{header}");
+    }
+    if name == "dino" {
+        assert!(header.ends_with("teacher_temp,momentum"), "{header}");
+    }
+    if name == "mae" {
+        // A ViT-Tiny by default, the ratio of hidden patches logged.
+        assert!(header.ends_with("mask_ratio"), "{header}");
+        assert!(steps.lines().nth(1).unwrap().ends_with(",0.75"), "{steps}");
+        let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
+        assert!(config.contains("\"backbone\": \"VitTiny\""), "{config}");
+    }
+    if let Some((knob, start, end)) = match name {
+        "mae_ratio_curriculum" => Some(("mask_ratio", 0.5, 0.75)),
+        "simmim_ratio_curriculum" => Some(("mask_ratio", 0.3, 0.6)),
+        "ijepa_scale_curriculum" => Some(("target_scale_factor", 0.5, 1.0)),
+        _ => None,
+    } {
+        // The masking curriculum moves its knob along its line, step by step: steps 0 and
+        // 1 of 2 read the start and the midpoint.
+        let column = header.split(',').position(|c| c == knob).unwrap();
+        let ratios: Vec<f64> = steps
+            .lines()
+            .skip(1)
+            .map(|row| row.split(',').nth(column).unwrap().parse().unwrap())
+            .collect();
+        // (The log writes the shortest decimal of each f32-logged value: 1e-6 apart at most.)
+        let want = [start, start + (end - start) / 2.0];
+        assert!(
+            ratios.iter().zip(want).all(|(r, w)| (r - w).abs() < 1e-6),
+            "{label}: {ratios:?} vs {want:?}\n{steps}"
+        );
+    }
+    if name == "simmim" {
+        // The hidden fraction logged: a 7 × 7 grid in 4 × 4 units of 2 × 2 patches (the
+        // last row and column one patch wide: nine units of 4 patches, six of 2, one of 1);
+        // ⌈16 · 0.6⌉ = 10 hidden hide between 1 + 6·2 + 3·4 = 25 and 9·4 + 2 = 38 of 49.
+        assert!(header.ends_with("mask_ratio,hidden_fraction"), "{header}");
+        let row = steps.lines().nth(1).unwrap();
+        let fraction: f64 = row.rsplit(',').next().unwrap().parse().unwrap();
+        assert!((25.0 / 49.0..=38.0 / 49.0).contains(&fraction), "{steps}");
+    }
+}
+
+/// What the masked-image recipe `name` (I-JEPA, iBOT, DINOv2, MAE-HPM, MSN) logs of its masks
+/// in its steps.csv (`steps`, whose first line is `header`).
+fn the_masked_recipes_log_their_masks(name: &str, header: &str, steps: &str) {
+    if name.starts_with("ijepa") {
+        // The shares of the 7 × 7 grid the context and each target block keep: a target
+        // block of ⌊49 · [0.15, 0.2]⌋ = 7..9 patches, sides rounded and below 7, holds
+        // 4..12 (under the curriculum's first step, half that scale: 2..6); the context at
+        // least the 4 of min_keep.
+        assert!(
+            header.ends_with("target_scale_factor,context_fraction,target_fraction,momentum"),
+            "{header}"
+        );
+        let row = first_step(steps);
+        let n = row.len();
+        let (context, target) = (row[n - 3] * 49.0, row[n - 2] * 49.0);
+        let (least, most) = if name == "ijepa" {
+            (4.0, 12.0)
+        } else {
+            (2.0, 6.0)
+        };
+        assert!((least - 1e-4..=most + 1e-4).contains(&target), "{steps}");
+        assert!((4.0 - 1e-4..=49.0).contains(&context), "{steps}");
+    }
+    if name == "ibot" || name == "dinov2" {
+        // Its terms logged (KoLeo for DINOv2's objective), and the hidden fraction of the
+        // global views' patches: half the views hide ⌊49·u⌋ patches, u in [0.1, 0.5], so
+        // between 4 and 24 of every two views' 98.
+        let terms = "cls_loss,patch_loss,hidden_fraction,teacher_temp,momentum";
+        let want = if name == "dinov2" {
+            format!("koleo,{terms}")
+        } else {
+            terms.to_string()
+        };
+        assert!(header.ends_with(&want), "{header}");
+        let column = header
+            .split(',')
+            .position(|c| c == "hidden_fraction")
+            .unwrap();
+        let row = steps.lines().nth(1).unwrap();
+        let fraction: f64 = row.split(',').nth(column).unwrap().parse().unwrap();
+        assert!(
+            (4.0 / 98.0 - 1e-6..=24.0 / 98.0 + 1e-6).contains(&fraction),
+            "{steps}"
+        );
+    }
+    if name == "mae_hpm" {
+        // Its two terms, the mask ratio and the share of hard patches logged: the share
+        // starts at 0 (epoch 0 of 1), the ratio is MAE's 0.75.
+        assert!(
+            header.ends_with("reconstruction,ranking,mask_ratio,hard_share"),
+            "{header}"
+        );
+        let row = first_step(steps);
+        let n = row.len();
+        assert_eq!((row[n - 2], row[n - 1]), (0.75, 0.0), "{steps}");
+        assert!(row[n - 3] > 0.0 && row[n - 4] > 0.0, "{steps}");
+    }
+    if name == "msn" || name == "pmsn" {
+        // Its two terms, the drop ratio (15 %) and the target's momentum logged; MSN's
+        // regulariser KL(p̄ ‖ uniform) and PMSN's KL(prior ‖ p̄) are non-negative.
+        assert!(
+            header.ends_with("cross_entropy,regularization,mask_ratio,momentum"),
+            "{header}"
+        );
+        let row = first_step(steps);
+        let n = row.len();
+        assert!((row[n - 2] - 0.15).abs() < 1e-6, "{steps}");
+        assert!(row[n - 3] >= 0.0 && row[n - 4] > 0.0, "{steps}");
     }
 }
 
@@ -765,6 +797,14 @@ fn every_backbone_option_runs_two_steps() {
         // CI's disk is small: each run directory goes once it has been checked.
         std::fs::remove_dir_all(scratch().join(&name)).unwrap();
     }
+    the_stem_and_the_pooled_grid_are_recorded_and_refused_off_the_resnets();
+}
+
+/// `--stem` and `--pooled-grid`: recorded by the run (the grid when it is not 1; small-2x's
+/// default 2; runs recorded before the option pooled globally and record none), recipe.toml the
+/// grid option when given; refused off the ResNets, and the grid outside 1..=16 and above the
+/// last map's size (the small ResNet's ImageNet stem leaves 1×1 of a 28-pixel image).
+fn the_stem_and_the_pooled_grid_are_recorded_and_refused_off_the_resnets() {
     let mut args = tiny(
         "stem-resnet",
         &["--backbone", "resnet18", "--stem", "imagenet"],
@@ -1013,7 +1053,12 @@ fn the_supervised_recipes_run_two_epochs() {
         assert_eq!(check_error_shape(&o, args[0]), 2, "{}", stderr(&o));
         assert!(stderr(&o).contains(message), "{}", stderr(&o));
     }
-    // A self-supervised recipe does not resume a supervised run.
+    a_supervised_run_is_read_by_no_self_supervised_command();
+}
+
+/// A self-supervised recipe does not resume a supervised run; nor do eval, export and embed
+/// read it: they say what it is.
+fn a_supervised_run_is_read_by_no_self_supervised_command() {
     let mut args = tiny("supervised-then-ssl", &["--epochs", "1"]);
     args[0] = "random_sampling".into();
     assert_eq!(run(&as_strs(&args)).status.code(), Some(0));

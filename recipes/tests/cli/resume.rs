@@ -1,5 +1,7 @@
 //! Resuming and extending a run, and settings from KEY=VALUE overrides and recipe.toml.
 
+use std::path::Path;
+
 use crate::common::{as_strs, check_error_shape, data, losses, run, scratch, stderr, tiny};
 
 #[test]
@@ -50,6 +52,13 @@ fn resume_names_the_options_that_differ_and_extend_makes_the_run_longer() {
     );
     let run_dir = scratch().join(dir);
     assert!(run_dir.join("checkpoints/epoch-0002/meta.json").is_file());
+    the_evaluations_of_the_run_are_kept_a_row_each(dir);
+}
+
+/// `recipe eval` of the run in `dir` (a probe, then none): its results kept in the run
+/// directory, a row per evaluation; its option checks.
+fn the_evaluations_of_the_run_are_kept_a_row_each(dir: &str) {
+    let run_dir = scratch().join(dir);
     // The evaluation of the run, and its option checks.
     let o = run(&[
         "eval",
@@ -154,42 +163,7 @@ fn settings_come_from_key_value_overrides_and_the_runs_own_recipe_toml() {
     assert_eq!(file["options"]["lr"].as_float(), Some(0.0125));
     assert_eq!(file["augmentation"]["view1"]["blur"].as_str(), Some("none"));
 
-    // The file alone, in a new directory, is the same run.
-    let again = scratch().join("settings-again");
-    let o = run(&[
-        "light_moco",
-        "--config",
-        first.join("recipe.toml").to_str().unwrap(),
-        "--run-dir",
-        again.to_str().unwrap(),
-    ]);
-    assert_eq!(check_error_shape(&o, "from file"), 0, "{}", stderr(&o));
-    assert_eq!(losses(&first), losses(&again));
-    assert_eq!(losses(&first).len(), 4);
-    // The command line wins over the file.
-    let o = run(&[
-        "light_moco",
-        "--config",
-        first.join("recipe.toml").to_str().unwrap(),
-        "--run-dir",
-        scratch().join("settings-other").to_str().unwrap(),
-        "method.queue_size=1024",
-        "--epochs",
-        "1",
-    ]);
-    assert_eq!(
-        check_error_shape(&o, "file and overrides"),
-        0,
-        "{}",
-        stderr(&o)
-    );
-    let other: toml::Table =
-        std::fs::read_to_string(scratch().join("settings-other").join("recipe.toml"))
-            .unwrap()
-            .parse()
-            .unwrap();
-    assert_eq!(other["method"]["queue_size"].as_integer(), Some(1024));
-    assert_eq!(other["options"]["epochs"].as_integer(), Some(1));
+    the_file_alone_is_the_same_run_and_the_command_line_wins(&first);
 
     // Resume and extend with the run directory alone.
     let o = run(&[
@@ -217,7 +191,52 @@ fn settings_come_from_key_value_overrides_and_the_runs_own_recipe_toml() {
     assert_eq!(check_error_shape(&o, "resume no file"), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("no recipe.toml"), "{}", stderr(&o));
 
-    // Bad settings name what is wrong.
+    bad_settings_name_what_is_wrong(&first);
+}
+
+/// The recipe.toml of the run in `first` alone, in a new directory, is the same run; the
+/// command line wins over the file.
+fn the_file_alone_is_the_same_run_and_the_command_line_wins(first: &Path) {
+    let again = scratch().join("settings-again");
+    let o = run(&[
+        "light_moco",
+        "--config",
+        first.join("recipe.toml").to_str().unwrap(),
+        "--run-dir",
+        again.to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "from file"), 0, "{}", stderr(&o));
+    assert_eq!(losses(first), losses(&again));
+    assert_eq!(losses(first).len(), 4);
+    // The command line wins over the file.
+    let o = run(&[
+        "light_moco",
+        "--config",
+        first.join("recipe.toml").to_str().unwrap(),
+        "--run-dir",
+        scratch().join("settings-other").to_str().unwrap(),
+        "method.queue_size=1024",
+        "--epochs",
+        "1",
+    ]);
+    assert_eq!(
+        check_error_shape(&o, "file and overrides"),
+        0,
+        "{}",
+        stderr(&o)
+    );
+    let other: toml::Table =
+        std::fs::read_to_string(scratch().join("settings-other").join("recipe.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
+    assert_eq!(other["method"]["queue_size"].as_integer(), Some(1024));
+    assert_eq!(other["options"]["epochs"].as_integer(), Some(1));
+}
+
+/// Bad settings name what is wrong; the curation's settings are the recipe's that curates; the
+/// recipe.toml of the run in `first` (light_moco's) is refused by another recipe.
+fn bad_settings_name_what_is_wrong(first: &Path) {
     for (extra, expected) in [
         (
             "method.queue_sise=1",

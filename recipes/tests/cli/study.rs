@@ -62,115 +62,8 @@ fn final_knn(dir: &Path, arm: &str, seed: u64) -> f64 {
 fn a_study_runs_every_arm_and_seed_once_resumes_and_reports_paired_differences() {
     let file = study_file("study", "0.5");
     let dir = scratch().join("study");
-    let o = run(&["study", file.to_str().unwrap()]);
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert_eq!(check_error_shape(&o, "study"), 0, "{out}\n{}", stderr(&o));
-    // Seed by seed, every arm of a seed first.
-    let order: Vec<&str> = out
-        .lines()
-        .filter(|l| l.starts_with("study: run "))
-        .collect();
-    assert_eq!(order.len(), 4, "{out}");
-    for (line, want) in order.iter().zip([
-        "run 1 of 4: arm `a`, seed 0",
-        "run 2 of 4: arm `b`, seed 0",
-        "run 3 of 4: arm `a`, seed 1",
-        "run 4 of 4: arm `b`, seed 1",
-    ]) {
-        assert!(line.contains(want), "{line} / {want}");
-    }
-    assert!(order[3].contains("1 left with it; ETA"), "{}", order[3]);
-    for arm in ["a", "b"] {
-        for seed in [0, 1] {
-            let r = record(&dir, arm, seed);
-            let m = &r["result"]["metrics"];
-            // k = 200 is capped at the 64 training images of the tiny data.
-            for metric in ["knn20_top1", "knn64_top1", "probe_top1", "few_label_top1"] {
-                assert!(m[metric].as_f64().is_some(), "{arm} {seed} {metric}: {r}");
-            }
-            assert_eq!(
-                m["knn20_top1"].as_f64().unwrap(),
-                final_knn(&dir, arm, seed)
-            );
-        }
-        let raw = record(&dir, "raw-pixels", 0);
-        assert!(raw["result"]["metrics"]["probe_top1"].is_number(), "{raw}");
-        // `recipe eval --raw-pixels` measures what the run measured of the pixels at its start.
-        let at_start: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(dir.join("runs/a/seed-0/knn_raw_pixels.json")).unwrap(),
-        )
-        .unwrap();
-        let knn = raw["result"]["metrics"]["knn20_top1"].as_f64().unwrap();
-        let want = 100.0 * at_start[0]["accuracy"]["top1"].as_f64().unwrap();
-        assert!((knn - want).abs() < 0.006, "{knn} vs {want} (two decimals)");
-    }
-    // The report's numbers are the runs': arm a's kNN mean and the paired difference b − a.
-    let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
-    let row = |arm: &str| -> Vec<String> {
-        summary
-            .lines()
-            .find(|l| l.starts_with(&format!("{arm},knn20_top1,")))
-            .unwrap_or_else(|| panic!("{arm}\n{summary}"))
-            .split(',')
-            .map(str::to_string)
-            .collect()
-    };
-    let (a0, a1) = (final_knn(&dir, "a", 0), final_knn(&dir, "a", 1));
-    let (b0, b1) = (final_knn(&dir, "b", 0), final_knn(&dir, "b", 1));
-    let a = row("a");
-    assert_eq!(a[2], "2");
-    assert!(
-        (a[3].parse::<f64>().unwrap() - (a0 + a1) / 2.0).abs() < 1e-9,
-        "{a:?}"
-    );
-    let b = row("b");
-    let difference = ((b0 - a0) + (b1 - a1)) / 2.0;
-    assert!(
-        (b[8].parse::<f64>().unwrap() - difference).abs() < 1e-9,
-        "{b:?}"
-    );
-    // Each record names the build that trained its run: this test's `recipe`, by the SHA-256
-    // of its file (computed here), and the report says one build trained all four.
-    let sha256 = {
-        use sha2::Digest;
-        let bytes = std::fs::read(env!("CARGO_BIN_EXE_recipe")).unwrap();
-        format!("{:x}", sha2::Sha256::digest(&bytes))
-    };
-    for (arm, seed) in [("a", 0), ("a", 1), ("b", 0), ("b", 1)] {
-        let binaries = &record(&dir, arm, seed)["binaries"];
-        assert_eq!(binaries.as_array().map(Vec::len), Some(1), "{binaries}");
-        assert_eq!(binaries[0]["sha256"], sha256.as_str(), "{arm} {seed}");
-        assert_eq!(binaries[0]["version"], env!("CARGO_PKG_VERSION"));
-    }
-    let report = std::fs::read_to_string(dir.join("study.md")).unwrap();
-    assert!(
-        report.contains(&format!(
-            "Builds: 4 of the finished runs were trained by one build of `recipe` (SHA-256 of \
-             the program, its version: {} ({}))",
-            &sha256[..12],
-            env!("CARGO_PKG_VERSION")
-        )),
-        "{report}"
-    );
-    for want in [
-        "# alpha",
-        "4 of 4 runs finished",
-        "| a | light_moco | 2 |",
-        "| *raw pixels* |",
-        "| b | kNN k=20 | 2 |",
-        "![curve-knn20_top1.png](curve-knn20_top1.png)",
-    ] {
-        assert!(report.contains(want), "{want}\n{report}");
-    }
-    assert!(dir.join("curve-knn20_top1.png").is_file());
-    assert_eq!(
-        std::fs::read_to_string(dir.join("study.csv"))
-            .unwrap()
-            .lines()
-            .count(),
-        1 + 4 + 2,
-        "a row per run and per seed of the raw pixels"
-    );
+    the_study_runs_seed_by_seed_and_records_every_run(&file, &dir);
+    the_report_has_the_runs_numbers_and_their_build(&dir);
 
     // Again: every run finished, nothing runs.
     let before = std::fs::read(dir.join("runs/a/seed-0.json")).unwrap();
@@ -236,6 +129,122 @@ fn a_study_runs_every_arm_and_seed_once_resumes_and_reports_paired_differences()
             "arm `a`, seed 1 (its run's settings are not the arm's now: options.lr: run 0.5, now "
         ) && !err.contains("seed 0"),
         "{err}"
+    );
+}
+
+/// The study `file` runs seed by seed, every arm of a seed first, and records each run's
+/// metrics in `dir` (the kNN the run's last, the raw pixels' as the run measured them).
+fn the_study_runs_seed_by_seed_and_records_every_run(file: &Path, dir: &Path) {
+    let o = run(&["study", file.to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(check_error_shape(&o, "study"), 0, "{out}\n{}", stderr(&o));
+    // Seed by seed, every arm of a seed first.
+    let order: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("study: run "))
+        .collect();
+    assert_eq!(order.len(), 4, "{out}");
+    for (line, want) in order.iter().zip([
+        "run 1 of 4: arm `a`, seed 0",
+        "run 2 of 4: arm `b`, seed 0",
+        "run 3 of 4: arm `a`, seed 1",
+        "run 4 of 4: arm `b`, seed 1",
+    ]) {
+        assert!(line.contains(want), "{line} / {want}");
+    }
+    assert!(order[3].contains("1 left with it; ETA"), "{}", order[3]);
+    for arm in ["a", "b"] {
+        for seed in [0, 1] {
+            let r = record(dir, arm, seed);
+            let m = &r["result"]["metrics"];
+            // k = 200 is capped at the 64 training images of the tiny data.
+            for metric in ["knn20_top1", "knn64_top1", "probe_top1", "few_label_top1"] {
+                assert!(m[metric].as_f64().is_some(), "{arm} {seed} {metric}: {r}");
+            }
+            assert_eq!(m["knn20_top1"].as_f64().unwrap(), final_knn(dir, arm, seed));
+        }
+        let raw = record(dir, "raw-pixels", 0);
+        assert!(raw["result"]["metrics"]["probe_top1"].is_number(), "{raw}");
+        // `recipe eval --raw-pixels` measures what the run measured of the pixels at its start.
+        let at_start: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(dir.join("runs/a/seed-0/knn_raw_pixels.json")).unwrap(),
+        )
+        .unwrap();
+        let knn = raw["result"]["metrics"]["knn20_top1"].as_f64().unwrap();
+        let want = 100.0 * at_start[0]["accuracy"]["top1"].as_f64().unwrap();
+        assert!((knn - want).abs() < 0.006, "{knn} vs {want} (two decimals)");
+    }
+}
+
+/// The report in `dir`: its numbers are the runs' (arm a's kNN mean and the paired difference
+/// b − a), each record names the build that trained its run, and the report says so.
+fn the_report_has_the_runs_numbers_and_their_build(dir: &Path) {
+    // The report's numbers are the runs': arm a's kNN mean and the paired difference b − a.
+    let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+    let row = |arm: &str| -> Vec<String> {
+        summary
+            .lines()
+            .find(|l| l.starts_with(&format!("{arm},knn20_top1,")))
+            .unwrap_or_else(|| panic!("{arm}\n{summary}"))
+            .split(',')
+            .map(str::to_string)
+            .collect()
+    };
+    let (a0, a1) = (final_knn(dir, "a", 0), final_knn(dir, "a", 1));
+    let (b0, b1) = (final_knn(dir, "b", 0), final_knn(dir, "b", 1));
+    let a = row("a");
+    assert_eq!(a[2], "2");
+    assert!(
+        (a[3].parse::<f64>().unwrap() - (a0 + a1) / 2.0).abs() < 1e-9,
+        "{a:?}"
+    );
+    let b = row("b");
+    let difference = ((b0 - a0) + (b1 - a1)) / 2.0;
+    assert!(
+        (b[8].parse::<f64>().unwrap() - difference).abs() < 1e-9,
+        "{b:?}"
+    );
+    // Each record names the build that trained its run: this test's `recipe`, by the SHA-256
+    // of its file (computed here), and the report says one build trained all four.
+    let sha256 = {
+        use sha2::Digest;
+        let bytes = std::fs::read(env!("CARGO_BIN_EXE_recipe")).unwrap();
+        format!("{:x}", sha2::Sha256::digest(&bytes))
+    };
+    for (arm, seed) in [("a", 0), ("a", 1), ("b", 0), ("b", 1)] {
+        let binaries = &record(dir, arm, seed)["binaries"];
+        assert_eq!(binaries.as_array().map(Vec::len), Some(1), "{binaries}");
+        assert_eq!(binaries[0]["sha256"], sha256.as_str(), "{arm} {seed}");
+        assert_eq!(binaries[0]["version"], env!("CARGO_PKG_VERSION"));
+    }
+    let report = std::fs::read_to_string(dir.join("study.md")).unwrap();
+    assert!(
+        report.contains(&format!(
+            "Builds: 4 of the finished runs were trained by one build of `recipe` (SHA-256 of \
+             the program, its version: {} ({}))",
+            &sha256[..12],
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{report}"
+    );
+    for want in [
+        "# alpha",
+        "4 of 4 runs finished",
+        "| a | light_moco | 2 |",
+        "| *raw pixels* |",
+        "| b | kNN k=20 | 2 |",
+        "![curve-knn20_top1.png](curve-knn20_top1.png)",
+    ] {
+        assert!(report.contains(want), "{want}\n{report}");
+    }
+    assert!(dir.join("curve-knn20_top1.png").is_file());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("study.csv"))
+            .unwrap()
+            .lines()
+            .count(),
+        1 + 4 + 2,
+        "a row per run and per seed of the raw pixels"
     );
 }
 
@@ -479,7 +488,6 @@ fn wait_for(limit: std::time::Duration, what: &str, mut done: impl FnMut() -> bo
 #[cfg(target_os = "linux")]
 #[test]
 fn a_study_killed_with_sigkill_ends_its_run_and_continues_when_run_again() {
-    use std::process::Stdio;
     use std::time::Duration;
     let name = "killed-study";
     // The embedded Fashion-MNIST subset (no data_dir): one epoch of 250 steps, long enough to
@@ -496,14 +504,7 @@ fn a_study_killed_with_sigkill_ends_its_run_and_continues_when_run_again() {
         scratch().join(format!("{name}.out")),
         scratch().join(format!("{name}.err")),
     );
-    let spawn = |out: &Path, err: &Path| {
-        crate::common::recipe(&["study", file.to_str().unwrap()])
-            .stdout(Stdio::from(std::fs::File::create(out).unwrap()))
-            .stderr(Stdio::from(std::fs::File::create(err).unwrap()))
-            .spawn()
-            .unwrap()
-    };
-    let mut study = spawn(&out, &err);
+    let mut study = spawn_study(&file, &out, &err);
     let rows = || {
         std::fs::read_to_string(run_dir.join("steps.csv"))
             .map(|t| t.lines().count().saturating_sub(1))
@@ -540,8 +541,31 @@ fn a_study_killed_with_sigkill_ends_its_run_and_continues_when_run_again() {
     assert!(rows() < 250, "{} steps", rows());
     assert!(record(&dir, "a", 0)["result"].is_null());
 
-    // A process still holding the run directory (as a run finishing its step would): the study
-    // run again waits for it, saying so, and runs once it is released.
+    a_study_run_again_waits_for_the_process_holding_its_run(name, &file, &run_dir, child);
+}
+
+/// `recipe study FILE` started with its standard output and error into `out` and `err`.
+#[cfg(target_os = "linux")]
+fn spawn_study(file: &Path, out: &Path, err: &Path) -> std::process::Child {
+    use std::process::Stdio;
+    crate::common::recipe(&["study", file.to_str().unwrap()])
+        .stdout(Stdio::from(std::fs::File::create(out).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(err).unwrap()))
+        .spawn()
+        .unwrap()
+}
+
+/// A process still holding the run directory `run_dir` (as a run finishing its step would):
+/// the study `file` (of the test `name`) run again waits for it, saying so, and runs once it is
+/// released; its run (another than the killed study's `child`) stops with it on SIGTERM.
+#[cfg(target_os = "linux")]
+fn a_study_run_again_waits_for_the_process_holding_its_run(
+    name: &str,
+    file: &Path,
+    run_dir: &Path,
+    child: u32,
+) {
+    use std::time::Duration;
     let lock = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -553,7 +577,7 @@ fn a_study_killed_with_sigkill_ends_its_run_and_continues_when_run_again() {
         scratch().join(format!("{name}-2.out")),
         scratch().join(format!("{name}-2.err")),
     );
-    let mut again = spawn(&out2, &err2);
+    let mut again = spawn_study(file, &out2, &err2);
     let said = format!(
         "study: {} is in use by process {}",
         run_dir.display(),
@@ -579,7 +603,7 @@ fn a_study_killed_with_sigkill_ends_its_run_and_continues_when_run_again() {
         Duration::from_secs(120),
         "the run of the study run again",
         || {
-            lock_holder(&run_dir).is_some_and(|p| p != child && p != std::process::id())
+            lock_holder(run_dir).is_some_and(|p| p != child && p != std::process::id())
                 || again.try_wait().unwrap().is_some()
         },
     );
@@ -588,7 +612,7 @@ fn a_study_killed_with_sigkill_ends_its_run_and_continues_when_run_again() {
         "{}",
         std::fs::read_to_string(&err2).unwrap()
     );
-    let second = lock_holder(&run_dir).unwrap();
+    let second = lock_holder(run_dir).unwrap();
     let killed = Command::new("kill")
         .args(["-TERM", &again.id().to_string()])
         .status()
@@ -638,11 +662,7 @@ fn a_damaged_or_lost_record_is_rebuilt_from_its_run() {
         serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
     };
     assert!(record(&dir, "a", 0)["result"]["metrics"]["few_label_top1"].is_number());
-    let again = |case: &str| {
-        let o = run(&["study", file]);
-        let (out, err) = (String::from_utf8_lossy(&o.stdout).to_string(), stderr(&o));
-        (check_error_shape(&o, case), out, err)
-    };
+    let again = |case: &str| study_again(file, case);
 
     // Truncated: named, rebuilt from the run's files; nothing runs again.
     std::fs::write(&path, &whole[..whole.len() / 2]).unwrap();
@@ -685,6 +705,27 @@ fn a_damaged_or_lost_record_is_rebuilt_from_its_run() {
     );
     assert!(record(&dir, "raw-pixels", 0)["result"]["metrics"]["probe_top1"].is_number());
 
+    a_run_of_other_settings_is_not_adopted_and_an_unfinished_one_resumes(file, &dir, &whole);
+    crate::common::checked(&[&dir]);
+}
+
+/// The study `file` run again as `case`: its exit code, standard output and error.
+fn study_again(file: &str, case: &str) -> (i32, String, String) {
+    let o = run(&["study", file]);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout).to_string(), stderr(&o));
+    (check_error_shape(&o, case), out, err)
+}
+
+/// The record of the study `file`'s one run in `dir` (`whole`, as written) lost beside a run of
+/// other settings: refused, never adopted; damaged beside it: a changed run; damaged, and its
+/// run stopped before its last epoch: the run resumes and is recorded.
+fn a_run_of_other_settings_is_not_adopted_and_an_unfinished_one_resumes(
+    file: &str,
+    dir: &Path,
+    whole: &[u8],
+) {
+    let path = dir.join("runs/a/seed-0.json");
+    let again = |case: &str| study_again(file, case);
     // Lost beside a run of other settings (its recipe.toml says another learning rate): not
     // the arm's run, refused and left as it is.
     let toml_path = dir.join("runs/a/seed-0/recipe.toml");
@@ -726,8 +767,7 @@ fn a_damaged_or_lost_record_is_rebuilt_from_its_run() {
         "{out}"
     );
     assert!(dir.join("runs/a/seed-0/checkpoints/epoch-0002").is_dir());
-    assert!(record(&dir, "a", 0)["result"]["metrics"]["knn20_top1"].is_number());
-    crate::common::checked(&[&dir]);
+    assert!(record(dir, "a", 0)["result"]["metrics"]["knn20_top1"].is_number());
 }
 
 /// `--dir` on a file, through a file, on a training run's directory or inside one: exit 2

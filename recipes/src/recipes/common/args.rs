@@ -5,7 +5,7 @@ use super::config_file;
 use super::config_file::Overrides;
 use crate::run_files::RECIPE_TOML;
 use anyhow::Result;
-use clap::{Parser, ValueEnum};
+use clap::{Args, Parser, ValueEnum};
 use curriculum_ssl::curriculum::SchedulerConfig;
 use curriculum_ssl::loss::{
     CurricularLossConfig, DclLossConfig, HclLossConfig, HuberNtXentLossConfig, MaclLossConfig,
@@ -31,12 +31,45 @@ pub struct RecipeArgs {
     /// the command line wins over it. --resume and --extend read the run directory's.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// The images and how they are read.
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Where the run goes and how it starts.
+    #[command(flatten)]
+    pub start: StartArgs,
+    /// Epochs, batch and learning rate.
+    #[command(flatten)]
+    pub schedule: ScheduleArgs,
+    /// The backbone.
+    #[command(flatten)]
+    pub backbone: BackboneArgs,
+    /// Seed, monitor, checkpoints and `--check`.
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// The MICO recipes' curricula.
+    #[command(flatten)]
+    pub curriculum: CurriculumArgs,
+    /// Threads, devices, precision and machines.
+    #[command(flatten)]
+    pub compute: ComputeArgs,
+    /// The options of one family of recipes.
+    #[command(flatten)]
+    pub method: MethodArgs,
+}
+
+/// The images a recipe trains on: the dataset, its directory, how its files are read and the
+/// views' normalisation (recorded in recipe.toml; `dataset` resolved, and `stream` as the run
+/// resolved it: prepare.rs's `RecordedOptions`).
+#[derive(Args, Debug, Clone, Serialize)]
+pub struct SourceArgs {
     /// The dataset of --data-dir (default: fashion-mnist, whose IDX files also read MNIST's).
     #[arg(long, value_enum)]
+    #[serde(serialize_with = "recorded::dataset")]
     pub dataset: Option<DatasetChoice>,
     /// The dataset's directory; with neither --dataset nor --data-dir: the embedded
     /// Fashion-MNIST subset (8,000 training and 2,000 test images).
     #[arg(long = "data-dir", alias = "data")]
+    #[serde(rename = "data_dir", serialize_with = "recorded::path")]
     pub data: Option<PathBuf>,
     /// image-folder, folder: resize every image to cover this many pixels square and crop its
     /// centre (default: the size of the first image, which all must then have).
@@ -45,21 +78,25 @@ pub struct RecipeArgs {
     /// image-folder: a class list file (one class folder name per line, e.g. ImageNet-100's
     /// 100 synsets): only those folders of train/ and val/ are read, labelled in sorted order.
     #[arg(long)]
+    #[serde(serialize_with = "recorded::path")]
     pub classes: Option<PathBuf>,
     /// image-folder: the labels of a val/ that holds its images without class folders (the
     /// ImageNet download's): Kaggle's LOC_val_solution.csv, or lines of `FILE SYNSET`.
     #[arg(long)]
+    #[serde(serialize_with = "recorded::path")]
     pub val_labels: Option<PathBuf>,
     /// image-folder, folder: decode the image files anew every epoch on the loader's workers,
     /// the views cut from the original images, instead of decoding them once into memory at
     /// --image-size (`--stream false` keeps them in memory; default: streamed when, decoded,
     /// they would take more than a quarter of the memory available).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    #[serde(skip)] // recorded as resolved: `RecordedOptions`
     pub stream: Option<bool>,
     /// The kNN monitor's labelled images: a folder with a train/ and a val/ tree of class
     /// folders (PNG / JPEG), read at the size of the images trained on; the monitor of a
     /// --dataset folder run, which has no labels of its own.
     #[arg(long)]
+    #[serde(serialize_with = "recorded::path")]
     pub knn_data: Option<PathBuf>,
     /// Per-channel means of the views' normalisation, comma-separated on the [0, 1] scale
     /// (default: computed from the images for image-folder and folder, the dataset's known
@@ -69,6 +106,11 @@ pub struct RecipeArgs {
     /// Per-channel standard deviations of the views' normalisation (with --mean).
     #[arg(long, value_delimiter = ',', requires = "mean")]
     pub std: Option<Vec<f64>>,
+}
+
+/// Where the run goes and how it starts: one invocation's, never recorded in recipe.toml.
+#[derive(Args, Debug, Clone)]
+pub struct StartArgs {
     /// Run directory (config.json, steps.csv, epochs.csv, checkpoints/).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
@@ -82,6 +124,12 @@ pub struct RecipeArgs {
     /// re-planned from the current step to reach its final value at the new end.
     #[arg(long)]
     pub extend: bool,
+}
+
+/// The training schedule: epochs, batch and learning rate, resolved with the recipe's
+/// defaults into a [`super::Schedule`] (what the trainer receives and recipe.toml records).
+#[derive(Args, Debug, Clone)]
+pub struct ScheduleArgs {
     /// Epochs.
     #[arg(long)]
     pub epochs: Option<usize>,
@@ -96,12 +144,20 @@ pub struct RecipeArgs {
     /// warning).
     #[arg(long)]
     pub warmup_epochs: Option<usize>,
+}
+
+/// The backbone and how it is built (recorded; the backbone itself as resolved: prepare.rs's
+/// `RecordedOptions`).
+#[derive(Args, Debug, Clone, Serialize)]
+pub struct BackboneArgs {
     /// Backbone (default: resnet18 on a GPU, small-2x on the CPU).
     #[arg(long, value_enum)]
+    #[serde(skip)] // recorded as resolved: `RecordedOptions`
     pub backbone: Option<BackboneChoice>,
     /// ResNets: the stem (default: cifar for resnet18/34/50, imagenet for small and small-wide,
     /// stride2 for small-2x).
     #[arg(long, value_enum)]
+    #[serde(serialize_with = "recorded::optional_name")]
     pub stem: Option<StemChoice>,
     /// ResNets: average-pool the last map to an N × N grid and flatten it (N² times the
     /// features; default: 2 for small-2x where its last map is at least 2×2, as on 28-pixel
@@ -111,9 +167,17 @@ pub struct RecipeArgs {
     /// Start the backbone from torchvision weights (a safetensors export of its state_dict;
     /// ResNets, EfficientNets, MobileNet-V3s).
     #[arg(long)]
+    #[serde(serialize_with = "recorded::path")]
     pub weights: Option<PathBuf>,
+}
+
+/// The run's seed, its kNN monitor and checkpoints, and `--check` (recorded but for the
+/// baselines and the check, which belong to one invocation).
+#[derive(Args, Debug, Clone, Serialize)]
+pub struct RunArgs {
     /// Seed of the model initialisation, the batch order and the augmentation.
     #[arg(long, default_value_t = 0)]
+    #[serde(serialize_with = "recorded::seed")]
     pub seed: u64,
     /// kNN monitor every N epochs (0: only at the end).
     #[arg(long, default_value_t = 5)]
@@ -123,6 +187,7 @@ pub struct RecipeArgs {
     /// a pass over the training and test images: on the full Fashion-MNIST with a ViT-Tiny
     /// about 5 minutes on 2 cores). The kNN after training is unchanged.
     #[arg(long)]
+    #[serde(skip)]
     pub no_baselines: bool,
     /// Checkpoint every N epochs (0: only at the end).
     #[arg(long, default_value_t = 5)]
@@ -131,17 +196,26 @@ pub struct RecipeArgs {
     /// middle of a long epoch (ImageNet's: hours) resumes there exactly; only the newest such
     /// checkpoint is kept.
     #[arg(long, default_value_t = 0)]
+    #[serde(skip_serializing_if = "recorded::is_zero")]
     pub checkpoint_every_steps: usize,
     /// Check the options, every KEY=VALUE setting, the data and the backbone, print that they
     /// are fine, and stop before anything trains or is written (what `recipe study` asks of
     /// each arm before its first run).
     #[arg(long)]
+    #[serde(skip)]
     pub check: bool,
     /// With --check: print the settings the run would have — recipe.toml's table, as one JSON
     /// line — so that `recipe study` can tell a finished run whose arm now resolves otherwise
     /// (a changed default) from one that still matches.
     #[arg(long, hide = true, requires = "check")]
+    #[serde(skip)]
     pub print_settings: bool,
+}
+
+/// The curricula of the MICO recipes: the mixup's order and the strength curriculum
+/// (recorded).
+#[derive(Args, Debug, Clone, Serialize)]
+pub struct CurriculumArgs {
     /// Curriculum recipes (mico_*): run the schedule from easy to hard (λ 0.8 → 0.2), the
     /// reverse of the paper's order.
     #[arg(long)]
@@ -152,41 +226,60 @@ pub struct RecipeArgs {
     pub strength: Option<f64>,
     /// Strength curricula: how the target is reached.
     #[arg(long, value_enum)]
+    #[serde(serialize_with = "recorded::optional_name")]
     pub schedule: Option<ScheduleChoice>,
+}
+
+/// Where and how the run computes: the loader's threads, the device or devices, the float type
+/// and the machines. Only the precision is recorded (and the loader's threads as resolved:
+/// prepare.rs's `RecordedOptions`); the rest may change from one invocation to the next.
+#[derive(Args, Debug, Clone, Serialize)]
+pub struct ComputeArgs {
     /// Loader threads per replica (at most four per core; default 2, and when a GPU trains on
     /// streamed files, every core but one per replica shared among the replicas, at most 16).
     #[arg(long)]
+    #[serde(skip)] // recorded as resolved: `RecordedOptions`
     pub workers: Option<usize>,
     /// The device to train on: with --features cuda the CUDA device of this index, with
     /// --features wgpu the N-th discrete GPU (default: device 0, or wgpu's default adapter); the
     /// CPU backend has one device, 0. May change on --resume.
     #[arg(long)]
+    #[serde(skip)]
     pub device: Option<usize>,
     /// Data-parallel training: this many replicas on this machine, each on its shard of every
     /// --batch-size batch (the global batch), with averaged gradients, gathered negatives and
     /// synchronised batch norm. On the CPU they share its cores; with --features cuda or wgpu
     /// replica i runs on device --device + i. A run resumes on any number of replicas.
     #[arg(long, default_value_t = 1)]
+    #[serde(skip)]
     pub devices: usize,
     /// The float type of every tensor of the run: parameters, activations, gradients and
     /// optimiser state (burn 0.21 has no automatic mixed precision; docs/gpu.md#precision).
     /// A backend without the type refuses it; f16 is refused everywhere (no loss scaling).
     #[arg(long, value_enum, default_value = "f32")]
+    #[serde(
+        skip_serializing_if = "crate::backend::Precision::is_f32",
+        serialize_with = "recorded::name"
+    )]
     pub precision: crate::backend::Precision,
     /// Several machines: how many take part (each with --devices replicas).
     #[arg(long)]
+    #[serde(skip)]
     pub nodes: Option<u32>,
     /// Several machines: this machine's rank, 0 .. --nodes (machine 0 writes the run
     /// directory).
     #[arg(long)]
+    #[serde(skip)]
     pub node_rank: Option<u32>,
     /// Several machines: the orchestrator's address, ws://HOST:PORT (`recipe orchestrator
     /// --port PORT` on a machine all reach).
     #[arg(long)]
+    #[serde(skip)]
     pub orchestrator: Option<String>,
     /// Several machines: this machine's address as the others reach it, ws://HOST:PORT; its
     /// data service listens on PORT.
     #[arg(long)]
+    #[serde(skip)]
     pub node_address: Option<String>,
     /// Several machines: the longest wait, in seconds, for the other machines (to reach the
     /// orchestrator, for all to register, at every collective operation); past it the run ends
@@ -194,7 +287,15 @@ pub struct RecipeArgs {
     /// between two steps while the others wait (the kNN monitor at the start and every
     /// --knn-every epochs, a checkpoint): raise it when that takes longer.
     #[arg(long, default_value_t = curriculum_ssl::data_parallel::DEFAULT_TIMEOUT_S)]
+    #[serde(skip)]
     pub timeout: u64,
+}
+
+/// The options of one family of recipes (MoCo's shuffling batch norm, multi-crop, the SimCLR
+/// family's losses, HCL, batch curation, PGD), refused by the others, and how a step runs its
+/// augmentation and its views' passes (recorded).
+#[derive(Args, Debug, Clone, Serialize)]
+pub struct MethodArgs {
     /// MoCo recipes on several replicas: MoCo's shuffling BatchNorm (each replica's own batch
     /// statistics, the key encoder on a shuffled global batch) instead of synchronised batch
     /// norm.
@@ -221,6 +322,7 @@ pub struct RecipeArgs {
     /// SimCLR-family recipes: the two-view loss, with its own defaults (the recipe's loss when
     /// not given).
     #[arg(long, value_enum)]
+    #[serde(serialize_with = "recorded::optional_name")]
     pub loss: Option<LossChoice>,
     /// HCL recipes (hcl, hcl_curriculum, or `--loss hcl`): MICO's hard-positive weighting (§3.3
     /// eq. 3) with this `k` in `e^{(k − β)s⁺/τ}`; off when not given.
@@ -373,16 +475,12 @@ impl RecipeArgs {
     /// builds them.
     pub fn parse_with_settings(recipe: &str, args: &[String]) -> Result<(Self, Overrides)> {
         let first: Self = parse_recipe_args(recipe, args)?;
-        let run_dir = first
-            .run_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("runs").join(recipe));
         // The file and how an error names it: the user's `--config`, or the run's own settings
         // (no `--config` was given: naming the option would lead astray).
         let file = match &first.config {
             Some(path) => Some((path.clone(), format!("--config {}", path.display()))),
-            None if first.resume || first.extend => {
-                let own = run_dir.join(RECIPE_TOML);
+            None if first.start.resume || first.start.extend => {
+                let own = first.start.run_dir(recipe).join(RECIPE_TOML);
                 let name = format!(
                     "{} (the run's own settings, read on --resume)",
                     own.display()
@@ -405,6 +503,72 @@ impl RecipeArgs {
             log::info!("settings from {}", file.display());
         }
         Ok((args, overrides))
+    }
+}
+
+impl StartArgs {
+    /// The run directory: `--run-dir`, else `runs/<recipe>`.
+    pub fn run_dir(&self, recipe: &str) -> PathBuf {
+        self.run_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("runs").join(recipe))
+    }
+}
+
+/// How recipe.toml writes the options' values that its types alone would write otherwise
+/// (`serialize_with` of the option groups and of prepare.rs's `RecordedOptions`): as the command
+/// line spells them, since [`config_file`] reads each key back as `--key=value`. An option not
+/// given (`None`) is left out of the table (TOML has no null: `toml` omits it).
+pub(super) mod recorded {
+    use clap::ValueEnum;
+    use serde::Serializer;
+    use std::path::PathBuf;
+
+    /// A value of a `value_enum` option by its name on the command line (`small-2x`, not the
+    /// variant's `Small2x` that the run record writes).
+    pub fn name<V: ValueEnum, S: Serializer>(value: &V, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::value_name(value.clone()))
+    }
+
+    /// An optional [`name`].
+    pub fn optional_name<V: ValueEnum, S: Serializer>(
+        value: &Option<V>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(v) => name(v, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// The dataset, Fashion-MNIST when not given (always written: the data the run read).
+    pub fn dataset<S: Serializer>(
+        value: &Option<super::DatasetChoice>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        name(&value.unwrap_or_default(), s)
+    }
+
+    /// A path as it displays (a path that is not UTF-8 is written lossily, not refused).
+    pub fn path<S: Serializer>(value: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(p) => s.serialize_str(&p.display().to_string()),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// The seed: an integer, or above i64's range (TOML's integers) its digits as text, which
+    /// clap reads back.
+    pub fn seed<S: Serializer>(seed: &u64, s: S) -> Result<S::Ok, S::Error> {
+        match i64::try_from(*seed) {
+            Ok(n) => s.serialize_i64(n),
+            Err(_) => s.serialize_str(&seed.to_string()),
+        }
+    }
+
+    /// Whether a count is 0 (`--checkpoint-every-steps`: written only when on).
+    pub fn is_zero(n: &usize) -> bool {
+        *n == 0
     }
 }
 

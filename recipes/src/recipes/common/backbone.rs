@@ -99,6 +99,11 @@ impl BackboneChoice {
         )
     }
 
+    /// Whether it is one of the Vision Transformers.
+    pub fn is_vit(self) -> bool {
+        matches!(self, Self::VitTiny | Self::VitSmall | Self::VitBase)
+    }
+
     /// Whether `--stem` applies.
     pub fn is_resnet(self) -> bool {
         matches!(

@@ -2,7 +2,7 @@
 //! before anything is read, the splits, and whether a folder's images are decoded into memory
 //! once or streamed from their files every epoch (`--stream`, or chosen when they are large).
 
-use super::args::{value_name, DatasetChoice, RecipeArgs, RecipeRun};
+use super::args::{value_name, DatasetChoice, RecipeRun};
 use crate::usage::usage;
 use anyhow::{Context, Result};
 use curriculum_ssl::data::embedded::load_or_embedded;
@@ -37,18 +37,6 @@ pub struct DataSource {
 }
 
 impl DataSource {
-    /// The source the options name (checked by [`DataSource::validate`]).
-    pub fn from_args(args: &RecipeArgs) -> Self {
-        Self {
-            dataset: args.dataset.unwrap_or_default(),
-            dir: args.data.clone(),
-            image_size: args.image_size,
-            knn_data: args.knn_data.clone(),
-            classes: args.classes.clone(),
-            val_labels: args.val_labels.clone(),
-        }
-    }
-
     /// Checks the combination before anything is read.
     ///
     /// # Errors

@@ -1,7 +1,10 @@
 //! Preparing a run: the recipe's defaults, the resolved settings, the data and the pipeline,
 //! and the method built from its seed (its size checked against the machine first).
 
-use super::args::{value_name, RecipeArgs};
+use super::args::{
+    loader_workers, recorded, value_name, BackboneArgs, ComputeArgs, CurriculumArgs, DatasetChoice,
+    MethodArgs, RecipeArgs, RunArgs, ScheduleArgs, SourceArgs, StartArgs,
+};
 use super::backbone::{BackboneChoice, BackboneSpec, StemChoice};
 use super::config_file::Overrides;
 use super::data::{available_memory, is_inside, DataSource, TrainData};
@@ -9,31 +12,24 @@ use crate::backend;
 use crate::backend::{Device, Train};
 use crate::usage::usage;
 use anyhow::Result;
-use clap::ValueEnum;
 use curriculum_ssl::augment::normalize::Normalize;
 use curriculum_ssl::base::seed;
 use curriculum_ssl::curation::FrechetCurationConfig;
 use curriculum_ssl::curriculum::{MixupCurriculumConfig, StrengthCurriculumConfig};
-use curriculum_ssl::method::pgd::PgdConfig;
+use curriculum_ssl::method::PgdConfig;
 use curriculum_ssl::method::{init_method, MocoConfig, PairLossConfig, SslMethod};
 use curriculum_ssl::pipeline::PipelineConfig;
 use curriculum_ssl::train::DataFingerprint;
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// A recipe's defaults, overridden by the command line.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Recipe name.
     pub recipe: &'static str,
-    /// Epochs.
-    pub epochs: usize,
-    /// Images per step.
-    pub batch_size: usize,
-    /// Peak learning rate.
-    pub lr: f64,
-    /// Warm-up epochs.
-    pub warmup_epochs: usize,
+    /// Epochs, batch and learning rate.
+    pub schedule: Schedule,
     /// Backbone.
     pub backbone: BackboneChoice,
     /// Seed.
@@ -50,6 +46,8 @@ pub struct Settings {
     /// Whether the image files are streamed (`--stream`, or chosen for large data; resolved
     /// once the data is listed).
     pub stream: bool,
+    /// The run directory (`--run-dir`, else `runs/<recipe>`).
+    pub run_dir: PathBuf,
 }
 
 impl Settings {
@@ -68,7 +66,20 @@ impl Settings {
         Some(self.pooled_grid(side)).filter(|&g| g != 1)
     }
 
-    /// The recipe's defaults with the command line applied.
+    /// The backbone for images of `(side, _, channels)`: its configuration with the stem and
+    /// the pooled grid, and its weights.
+    pub fn backbone_spec(&self, (side, _, channels): (usize, usize, usize)) -> BackboneSpec {
+        BackboneSpec {
+            config: self
+                .backbone
+                .config(channels, side, self.stem, self.pooled_grid(side)),
+            weights: self.weights.clone(),
+        }
+    }
+
+    /// The settings of a recipe without a learning-rate rule or a warm-up (the supervised
+    /// recipes'): the options over the defaults `epochs`, `batch_size` and `lr`, on
+    /// `--backbone` or the backend's default.
     pub fn new(
         recipe: &'static str,
         args: &RecipeArgs,
@@ -76,30 +87,135 @@ impl Settings {
         batch_size: usize,
         lr: f64,
     ) -> Self {
+        let defaults = Schedule {
+            epochs,
+            batch_size,
+            lr,
+            warmup_epochs: 0,
+        };
+        // No warm-up: these recipes do not read `--warmup-epochs`.
+        let schedule = Schedule {
+            warmup_epochs: 0,
+            ..Schedule::resolve(&args.schedule, defaults, None)
+        };
         let backbone = args
             .backbone
+            .backbone
             .unwrap_or_else(BackboneChoice::default_for_backend);
+        Self::from_options(recipe, args, schedule, backbone)
+    }
+
+    /// The settings of the options with the schedule and the backbone resolved: the data
+    /// (checked by [`DataSource::validate`]), the seed, the backbone's options and the run
+    /// directory as given.
+    fn from_options(
+        recipe: &'static str,
+        args: &RecipeArgs,
+        schedule: Schedule,
+        backbone: BackboneChoice,
+    ) -> Self {
+        let source = &args.source;
         Self {
             recipe,
-            epochs: args.epochs.unwrap_or(epochs),
-            batch_size: args.batch_size.unwrap_or(batch_size),
-            lr: args.lr.unwrap_or(lr),
-            warmup_epochs: 0,
+            schedule,
             backbone,
-            seed: args.seed,
-            source: DataSource::from_args(args),
-            stem: args.stem,
-            given_pooled_grid: args.pooled_grid.map(|g| g as usize),
-            weights: args.weights.clone(),
+            seed: args.run.seed,
+            source: DataSource {
+                dataset: source.dataset.unwrap_or_default(),
+                dir: source.data.clone(),
+                image_size: source.image_size,
+                knn_data: source.knn_data.clone(),
+                classes: source.classes.clone(),
+                val_labels: source.val_labels.clone(),
+            },
+            stem: args.backbone.stem,
+            given_pooled_grid: args.backbone.pooled_grid.map(|g| g as usize),
+            weights: args.backbone.weights.clone(),
             stream: false,
+            run_dir: args.start.run_dir(recipe),
+        }
+    }
+}
+
+/// A run's schedule as resolved from the options and the recipe's defaults: what the trainer
+/// receives, and what recipe.toml records (`epochs`, `batch_size`, `lr`, `warmup_epochs`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Schedule {
+    /// Epochs.
+    pub epochs: usize,
+    /// Images per step (the global batch).
+    pub batch_size: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Epochs of linear learning-rate warm-up before the cosine decay.
+    pub warmup_epochs: usize,
+}
+
+impl Schedule {
+    /// The schedule the options give over `defaults`: the one place where `--epochs`,
+    /// `--batch-size`, `--lr` and `--warmup-epochs` meet a recipe's defaults. Without `--lr` the
+    /// learning rate follows the batch size by `lr_rule` where the recipe has one
+    /// ([`Defaults::lr_rule_for`]); without `--warmup-epochs` the warm-up is the default's,
+    /// capped at the epochs (one given is checked by [`Schedule::check_warmup`]).
+    pub fn resolve(
+        given: &ScheduleArgs,
+        defaults: Schedule,
+        lr_rule: Option<fn(usize) -> f64>,
+    ) -> Self {
+        let epochs = given.epochs.unwrap_or(defaults.epochs);
+        let batch_size = given.batch_size.unwrap_or(defaults.batch_size);
+        let lr = given
+            .lr
+            .unwrap_or_else(|| lr_rule.map_or(defaults.lr, |rule| rule(batch_size)));
+        Self {
+            epochs,
+            batch_size,
+            lr,
+            warmup_epochs: given
+                .warmup_epochs
+                .unwrap_or(defaults.warmup_epochs.min(epochs)),
         }
     }
 
-    /// The run directory (`runs/<recipe>` by default).
-    pub fn run_dir(&self, args: &RecipeArgs) -> PathBuf {
-        args.run_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("runs").join(self.recipe))
+    /// Checks the epochs, the batch and the learning rate, naming the option at fault.
+    fn validate(&self) -> Result<()> {
+        if self.epochs == 0 {
+            return Err(usage("--epochs: must be at least 1"));
+        }
+        if self.batch_size < 2 {
+            return Err(usage(format!(
+                "--batch-size {}: must be at least 2 (batch norm needs two images per channel, \
+                 and the contrastive losses need negatives)",
+                self.batch_size
+            )));
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return Err(usage(format!(
+                "--lr {}: must be a finite number > 0",
+                self.lr
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks the warm-up against the epochs, and warns of a run that is all warm-up.
+    fn check_warmup(&self) -> Result<()> {
+        if self.warmup_epochs > self.epochs {
+            return Err(usage(format!(
+                "--warmup-epochs {}: more than the run's {} epochs",
+                self.warmup_epochs, self.epochs
+            )));
+        }
+        if self.warmup_epochs > 0 && self.warmup_epochs == self.epochs {
+            log::warn!(
+                "the run is all warm-up: the learning rate rises over all {} epochs and ends at \
+                 its peak, {} (--warmup-epochs below --epochs, or more --epochs, leaves room for \
+                 the decay)",
+                self.epochs,
+                self.lr
+            );
+        }
+        Ok(())
     }
 }
 
@@ -140,7 +256,7 @@ fn pipeline(
 /// folder; of an evenly spread sample of [`STATS_SAMPLE`] files, centre-cut, when streamed),
 /// else `None` (the preset's statistics of the known dataset).
 fn normalization(
-    args: &RecipeArgs,
+    args: &SourceArgs,
     source: &DataSource,
     data: &TrainData,
 ) -> Result<Option<Normalize>> {
@@ -189,6 +305,9 @@ pub struct Defaults {
     /// The peak learning rate as a function of the batch size (the paper's scaling rule), used
     /// when `--lr` is not given ([`Defaults::lr_rule`]).
     pub lr_rule: Option<fn(usize) -> f64>,
+    /// The rule on a ViT backbone, where the recipe's differs (MoCo v3's AdamW rate;
+    /// [`Defaults::vit_lr_rule`]).
+    pub vit_lr_rule: Option<fn(usize) -> f64>,
     /// Warm-up epochs (capped at the epochs).
     pub warmup_epochs: usize,
     /// Augmentation preset.
@@ -226,6 +345,7 @@ impl Defaults {
             batch_size,
             lr,
             lr_rule: None,
+            vit_lr_rule: None,
             warmup_epochs: 0,
             preset,
             mixup: None,
@@ -257,6 +377,33 @@ impl Defaults {
             lr: rule(self.batch_size),
             lr_rule: Some(rule),
             ..self
+        }
+    }
+
+    /// On a ViT backbone the peak learning rate follows the batch size by `rule` instead when
+    /// `--lr` is not given (`lr` stays the other backbones' rate at the default batch).
+    pub fn vit_lr_rule(self, rule: fn(usize) -> f64) -> Self {
+        Self {
+            vit_lr_rule: Some(rule),
+            ..self
+        }
+    }
+
+    /// The schedule when no option changes it.
+    fn schedule(&self) -> Schedule {
+        Schedule {
+            epochs: self.epochs,
+            batch_size: self.batch_size,
+            lr: self.lr,
+            warmup_epochs: self.warmup_epochs,
+        }
+    }
+
+    /// The learning-rate rule for `backbone`: the ViTs' where the recipe has one, else its rule.
+    pub fn lr_rule_for(&self, backbone: BackboneChoice) -> Option<fn(usize) -> f64> {
+        match self.vit_lr_rule {
+            Some(rule) if backbone.is_vit() => Some(rule),
+            _ => self.lr_rule,
         }
     }
 
@@ -346,32 +493,37 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     let (args, overrides) = RecipeArgs::parse_with_settings(defaults.recipe, args)?;
     let recipe = defaults.recipe;
     let mut settings = settings(&args, &defaults)?;
-    let (mixup, strength) = curricula(&args, defaults.mixup, defaults.strength, recipe)?;
-    let pair_loss = pair_loss(&args, defaults.pair_loss, recipe)?;
-    let curation = curation(&args, defaults.curation, defaults.recipe, settings.epochs)?
-        .map(|c| overrides.apply("curation", c))
-        .transpose()?;
+    let (mixup, strength) = curricula(&args.curriculum, defaults.mixup, defaults.strength, recipe)?;
+    let pair_loss = pair_loss(&args.method, defaults.pair_loss, recipe)?;
+    let curation = curation(
+        &args.method,
+        defaults.curation,
+        recipe,
+        settings.schedule.epochs,
+    )?
+    .map(|c| overrides.apply("curation", c))
+    .transpose()?;
     // The settings the policy refuses (a quantile outside (0, 1], an empty window) are usage
     // errors here, before anything is written (`--check` included).
     if let Some(Err(e)) = curation.as_ref().map(|c| c.init()) {
         return Err(usage(format!("curation.{}: {}", e.field, e.reason)));
     }
-    let pgd = pgd(&args, defaults.pgd, pair_loss.as_ref(), recipe)?;
-    let device = backend::open(args.device, args.precision)?;
+    let pgd = pgd(&args.method, defaults.pgd, pair_loss.as_ref(), recipe)?;
+    let device = backend::open(args.compute.device, args.compute.precision)?;
     // A resume streams as its run did (recipe.toml says so since `stream` existed; config.json
     // for the runs before).
-    let stream = match args.stream {
-        None if args.resume || args.extend => {
-            super::data::recorded_stream(&settings.run_dir(&args))
+    let stream = match args.source.stream {
+        None if args.start.resume || args.start.extend => {
+            super::data::recorded_stream(&settings.run_dir)
         }
         given => given,
     };
     let data = settings.source.load_for_training(stream)?;
     settings.stream = matches!(data, TrainData::Stream(_));
     check_backbone(&settings, &data, &device)?;
-    let normalize = normalization(&args, &settings.source, &data)?;
+    let normalize = normalization(&args.source, &settings.source, &data)?;
     let mut pipeline = pipeline(defaults.preset, &data, settings.seed, normalize);
-    local_crops(&args, &mut pipeline, recipe)?;
+    local_crops(&args.method, &mut pipeline, recipe)?;
     pipeline.mixup_curriculum = mixup;
     pipeline.strength_curriculum = strength;
     let pipeline = overrides.apply("augmentation", pipeline)?;
@@ -391,48 +543,29 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     })
 }
 
-/// The run's settings from the options and the recipe's defaults, checked, with the warm-up.
+/// The run's settings from the options and the recipe's defaults, checked: the backbone
+/// (`--backbone`, else the recipe's, else the backend's default) and, for it, the schedule.
 fn settings(args: &RecipeArgs, defaults: &Defaults) -> Result<Settings> {
-    let mut settings = Settings::new(
-        defaults.recipe,
-        args,
-        defaults.epochs,
-        defaults.batch_size,
-        defaults.lr,
+    let backbone = args
+        .backbone
+        .backbone
+        .or(defaults.backbone)
+        .unwrap_or_else(BackboneChoice::default_for_backend);
+    let schedule = Schedule::resolve(
+        &args.schedule,
+        defaults.schedule(),
+        defaults.lr_rule_for(backbone),
     );
-    if let (None, Some(rule)) = (args.lr, defaults.lr_rule) {
-        settings.lr = rule(settings.batch_size);
-    }
-    if let (None, Some(backbone)) = (args.backbone, defaults.backbone) {
-        settings.backbone = backbone;
-    }
-    validate(&settings, args)?;
-    settings.warmup_epochs = match args.warmup_epochs {
-        Some(w) if w > settings.epochs => {
-            return Err(usage(format!(
-                "--warmup-epochs {w}: more than the run's {} epochs",
-                settings.epochs
-            )))
-        }
-        Some(w) => w,
-        None => defaults.warmup_epochs.min(settings.epochs),
-    };
-    if settings.warmup_epochs > 0 && settings.warmup_epochs == settings.epochs {
-        log::warn!(
-            "the run is all warm-up: the learning rate rises over all {} epochs and ends at its \
-             peak, {} (--warmup-epochs below --epochs, or more --epochs, leaves room for the \
-             decay)",
-            settings.epochs,
-            settings.lr
-        );
-    }
+    let settings = Settings::from_options(defaults.recipe, args, schedule, backbone);
+    validate(&settings, &args.start)?;
+    settings.schedule.check_warmup()?;
     Ok(settings)
 }
 
 /// The recipe's mixup and strength curricula with `--easy-to-hard`, `--strength` and
 /// `--schedule` applied (refused by a recipe without them).
 fn curricula(
-    args: &RecipeArgs,
+    args: &CurriculumArgs,
     mut mixup: Option<MixupCurriculumConfig>,
     mut strength: Option<StrengthCurriculumConfig>,
     recipe: &str,
@@ -474,7 +607,7 @@ fn curricula(
 /// The SimCLR family's pair loss with `--loss` and `--hard-positive-k` applied (refused by
 /// another recipe).
 fn pair_loss(
-    args: &RecipeArgs,
+    args: &MethodArgs,
     mut pair_loss: Option<PairLossConfig>,
     recipe: &str,
 ) -> Result<Option<PairLossConfig>> {
@@ -509,7 +642,7 @@ fn pair_loss(
 
 /// The recipe's PGD-hardened negatives with `--pgd-steps` applied, on a loss they harden.
 fn pgd(
-    args: &RecipeArgs,
+    args: &MethodArgs,
     mut pgd: Option<PgdConfig>,
     pair_loss: Option<&PairLossConfig>,
     recipe: &str,
@@ -544,16 +677,7 @@ fn pgd(
 
 /// The backbone checked against the data: a ViT's patches tile the image, the network fits.
 fn check_backbone(settings: &Settings, data: &TrainData, device: &Device) -> Result<()> {
-    let channels = data.shape().2;
-    let spec = BackboneSpec {
-        config: settings.backbone.config(
-            channels,
-            data.shape().0,
-            settings.stem,
-            settings.pooled_grid(data.shape().0),
-        ),
-        weights: settings.weights.clone(),
-    };
+    let spec = settings.backbone_spec(data.shape());
     if let curriculum_ssl_models::AnyBackboneConfig::Vit(vit) = &spec.config {
         // A ViT whose patches do not tile the image (it dropped the edge pixels silently).
         vit.check().map_err(|e| {
@@ -579,7 +703,7 @@ fn check_backbone(settings: &Settings, data: &TrainData, device: &Device) -> Res
 }
 
 /// `--local-crops` applied to a multi-crop recipe's pipeline (refused by another).
-fn local_crops(args: &RecipeArgs, pipeline: &mut PipelineConfig, recipe: &str) -> Result<()> {
+fn local_crops(args: &MethodArgs, pipeline: &mut PipelineConfig, recipe: &str) -> Result<()> {
     if let Some(count) = args.local_crops {
         match &mut pipeline.local_crops {
             None => {
@@ -602,7 +726,7 @@ fn local_crops(args: &RecipeArgs, pipeline: &mut PipelineConfig, recipe: &str) -
 
 /// The recipe's batch curation with `--curation-warmup` and `--curation-retries` applied.
 fn curation(
-    args: &RecipeArgs,
+    args: &MethodArgs,
     curation: Option<FrechetCurationConfig>,
     recipe: &str,
     epochs: usize,
@@ -653,15 +777,7 @@ impl Prepared {
 
     /// The backbone's configuration for the data's channel count.
     pub fn backbone_config(&self) -> BackboneSpec {
-        BackboneSpec {
-            config: self.settings.backbone.config(
-                self.data.shape().2,
-                self.data.shape().0,
-                self.settings.stem,
-                self.settings.pooled_grid(self.data.shape().0),
-            ),
-            weights: self.settings.weights.clone(),
-        }
+        self.settings.backbone_spec(self.data.shape())
     }
 
     /// Builds the method on `device` with the backend's generator seeded by `--seed`, so that
@@ -682,7 +798,7 @@ impl Prepared {
         S: SslMethod<Train>,
         E: Into<anyhow::Error>,
     {
-        let replicas = self.args.devices.max(1);
+        let replicas = self.args.compute.devices.max(1);
         let limit = parameter_limit(replicas);
         let (built, refused) = seed::with_size_limit(limit, || {
             init_method::<Train, S, anyhow::Error>(device, self.settings.seed, |d| {
@@ -701,7 +817,7 @@ impl Prepared {
     pub fn moco(&self, config: MocoConfig) -> MocoConfig {
         self.shuffle_bn_taken
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        config.with_shuffle_bn(self.args.shuffle_bn)
+        config.with_shuffle_bn(self.args.method.shuffle_bn)
     }
 }
 
@@ -764,35 +880,20 @@ fn check_fits(parameters: u64, replicas: usize) -> Result<()> {
 }
 
 /// Checks the settings a training recipe resolved, naming the option at fault.
-pub(crate) fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
-    if settings.epochs == 0 {
-        return Err(usage("--epochs: must be at least 1"));
-    }
-    if settings.batch_size < 2 {
-        return Err(usage(format!(
-            "--batch-size {}: must be at least 2 (batch norm needs two images per channel, and \
-             the contrastive losses need negatives)",
-            settings.batch_size
-        )));
-    }
-    if !(settings.lr.is_finite() && settings.lr > 0.0) {
-        return Err(usage(format!(
-            "--lr {}: must be a finite number > 0",
-            settings.lr
-        )));
-    }
-    if args.extend && args.resume {
+pub(crate) fn validate(settings: &Settings, start: &StartArgs) -> Result<()> {
+    settings.schedule.validate()?;
+    if start.extend && start.resume {
         return Err(usage("--extend resumes by itself: give --extend alone"));
     }
     if settings.source.dataset.is_files() {
         // A folder's images are read at any depth: a run directory inside it would have its
         // plots trained on by the next run (and would change the data of its own resume).
-        let run_dir = settings.run_dir(args);
+        let run_dir = &settings.run_dir;
         for (option, dir) in [
             ("--data-dir", settings.source.dir.as_ref()),
             ("--knn-data", settings.source.knn_data.as_ref()),
         ] {
-            if let Some(dir) = dir.filter(|d| is_inside(&run_dir, d)) {
+            if let Some(dir) = dir.filter(|d| is_inside(run_dir, d)) {
                 return Err(usage(format!(
                     "--run-dir {}: inside {option} {}, whose images are read at any depth (the \
                      run's plots would become training images); choose a run directory outside \
@@ -818,84 +919,240 @@ pub(crate) fn validate(settings: &Settings, args: &RecipeArgs) -> Result<()> {
     settings.source.validate()
 }
 
-/// The options of a run as recipe.toml records them: every setting of the command line that
-/// shapes the run, with the recipe's defaults resolved (the run directory, resuming, the device
-/// and the machines are left out: they belong to one invocation).
-pub fn options_table(args: &RecipeArgs, settings: &Settings) -> toml::Table {
-    use toml::Value as V;
-    fn name(v: impl ValueEnum) -> V {
-        V::String(value_name(v))
-    }
-    let int = |n: usize| V::Integer(n as i64);
-    let path = |p: &Path| V::String(p.display().to_string());
-    let floats = |v: &[f64]| V::Array(v.iter().map(|x| V::Float(*x)).collect());
-    let mut t = toml::Table::new();
-    let mut put = |key: &str, value: Option<V>| {
-        if let Some(v) = value {
-            t.insert(key.to_string(), v);
+/// recipe.toml's `[options]`: every option that shapes the run, under its long name (`batch_size`
+/// is `--batch-size`: [`super::config_file`] reads each back as `--key=value`). The option
+/// groups write themselves (their `Serialize` leaves out what belongs to one invocation: the
+/// run directory, resuming, the device, the machines). The schedule, the backbone, `stream` and
+/// `workers` are the values the run resolved instead of the ones given, so that a resume trains
+/// as the run did whatever default changed since (a recipe's, the backend's, the data's or the
+/// machine's): they are fields of their own here, placed among the groups.
+#[derive(Serialize)]
+struct RecordedOptions<'a> {
+    #[serde(flatten)]
+    source: &'a SourceArgs,
+    /// Whether the files were streamed (chosen from the data's size when `--stream` is not
+    /// given): for the datasets that can stream, and whenever `--stream` was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    /// Epochs, batch and learning rate with the recipe's defaults and rules applied.
+    #[serde(flatten)]
+    schedule: &'a Schedule,
+    /// `--backbone`, else the recipe's or the backend's default.
+    #[serde(serialize_with = "recorded::name")]
+    backbone: BackboneChoice,
+    #[serde(flatten)]
+    backbone_options: &'a BackboneArgs,
+    #[serde(flatten)]
+    run: &'a RunArgs,
+    /// The loader's threads: `--workers`, else chosen from the machine's cores.
+    workers: usize,
+    #[serde(flatten)]
+    curriculum: &'a CurriculumArgs,
+    #[serde(flatten)]
+    method: &'a MethodArgs,
+    #[serde(flatten)]
+    compute: &'a ComputeArgs,
+}
+
+impl<'a> RecordedOptions<'a> {
+    /// The options of `args` with the values `settings` resolved and the loader's `workers`.
+    fn new(args: &'a RecipeArgs, settings: &'a Settings, workers: usize) -> Self {
+        let dataset = settings.source.dataset;
+        let streams = dataset.is_files() || dataset == DatasetChoice::Stl10;
+        Self {
+            source: &args.source,
+            stream: (streams || args.source.stream.is_some()).then_some(settings.stream),
+            schedule: &settings.schedule,
+            backbone: settings.backbone,
+            backbone_options: &args.backbone,
+            run: &args.run,
+            workers,
+            curriculum: &args.curriculum,
+            method: &args.method,
+            compute: &args.compute,
         }
-    };
-    let source = &settings.source;
-    put("dataset", Some(name(source.dataset)));
-    put("data_dir", source.dir.as_deref().map(path));
-    put("image_size", source.image_size.map(int));
-    put("knn_data", source.knn_data.as_deref().map(path));
-    put("classes", source.classes.as_deref().map(path));
-    put("val_labels", source.val_labels.as_deref().map(path));
-    // Resolved (chosen by the data's size when not given): a resume streams as the run did.
-    put(
-        "stream",
-        (source.dataset.is_files()
-            || source.dataset == super::args::DatasetChoice::Stl10
-            || args.stream.is_some())
-        .then_some(V::Boolean(settings.stream)),
-    );
-    put("mean", args.mean.as_deref().map(floats));
-    put("std", args.std.as_deref().map(floats));
-    put("epochs", Some(int(settings.epochs)));
-    put("batch_size", Some(int(settings.batch_size)));
-    put("lr", Some(V::Float(settings.lr)));
-    put("warmup_epochs", Some(int(settings.warmup_epochs)));
-    put("backbone", Some(name(settings.backbone)));
-    put("stem", settings.stem.map(name));
-    put("pooled_grid", settings.given_pooled_grid.map(int));
-    put("weights", settings.weights.as_deref().map(path));
-    // A seed above i64's range is written as text (clap reads it back).
-    put(
-        "seed",
-        Some(i64::try_from(settings.seed).map_or(V::String(settings.seed.to_string()), V::Integer)),
-    );
-    put("knn_every", Some(int(args.knn_every)));
-    put("checkpoint_every", Some(int(args.checkpoint_every)));
-    if args.checkpoint_every_steps > 0 {
-        put(
-            "checkpoint_every_steps",
-            Some(int(args.checkpoint_every_steps)),
-        );
     }
-    put(
-        "workers",
-        Some(int(super::args::loader_workers(
-            args.workers,
-            settings.stream,
+
+    /// The options as a TOML table.
+    ///
+    /// # Errors
+    /// None in practice: every option serialises to TOML.
+    fn table(&self) -> Result<toml::Table> {
+        Ok(toml::Table::try_from(self)?)
+    }
+}
+
+impl Prepared {
+    /// The options of the run as recipe.toml records them ([`RecordedOptions`]).
+    ///
+    /// # Errors
+    /// None in practice: every option serialises to TOML.
+    pub fn recorded_options(&self) -> Result<toml::Table> {
+        RecordedOptions::new(&self.args, &self.settings, self.loader_workers()).table()
+    }
+
+    /// The loader threads of each replica ([`loader_workers`]).
+    pub fn loader_workers(&self) -> usize {
+        loader_workers(
+            self.args.compute.workers,
+            self.settings.stream,
             !backend::on_cpu(),
-            args.devices,
-        ))),
-    );
-    put("easy_to_hard", Some(V::Boolean(args.easy_to_hard)));
-    put("strength", args.strength.map(V::Float));
-    put("schedule", args.schedule.map(name));
-    put("shuffle_bn", Some(V::Boolean(args.shuffle_bn)));
-    put("local_crops", args.local_crops.map(int));
-    put("augment_ahead", args.augment_ahead.map(V::Boolean));
-    put("view_threads", args.view_threads.map(V::Boolean));
-    put("loss", args.loss.map(name));
-    put("hard_positive_k", args.hard_positive_k.map(V::Float));
-    put("curation_warmup", args.curation_warmup.map(int));
-    put("curation_retries", args.curation_retries.map(int));
-    put("pgd_steps", args.pgd_steps.map(int));
-    if args.precision != crate::backend::Precision::F32 {
-        put("precision", Some(name(args.precision)));
+            self.args.compute.devices,
+        )
     }
-    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::args::parse_recipe_args;
+    use super::super::config_file::{self, Overrides, RECIPE_TOML};
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The options of `command` (its words) as recipe.toml records them, with the schedule
+    /// resolved over a recipe's defaults (epochs 20, batch 128, lr 0.1, warm-up 2), `stream`
+    /// the run's and 3 loader threads unless `--workers` says otherwise.
+    fn recorded(command: &str, stream: bool) -> toml::Table {
+        let argv: Vec<String> = command.split_whitespace().map(String::from).collect();
+        recorded_args(&argv, stream)
+    }
+
+    /// [`recorded`] of the arguments `argv`.
+    fn recorded_args(argv: &[String], stream: bool) -> toml::Table {
+        let args: RecipeArgs = parse_recipe_args("t", argv).unwrap();
+        let defaults = Schedule {
+            epochs: 20,
+            batch_size: 128,
+            lr: 0.1,
+            warmup_epochs: 2,
+        };
+        let schedule = Schedule::resolve(&args.schedule, defaults, None);
+        let backbone = args.backbone.backbone.unwrap_or(BackboneChoice::Small);
+        let mut settings = Settings::from_options("t", &args, schedule, backbone);
+        settings.stream = stream;
+        let workers = args.compute.workers.unwrap_or(3);
+        RecordedOptions::new(&args, &settings, workers)
+            .table()
+            .unwrap()
+    }
+
+    fn table(text: &str) -> toml::Table {
+        text.parse().unwrap()
+    }
+
+    /// Every option recipe.toml records, given: each under its key with the value and type
+    /// the file has always had (a seed above i64's range as text, the value enums by their
+    /// command-line names, `checkpoint_every_steps` and `precision` when not their defaults);
+    /// what belongs to one invocation is left out.
+    #[test]
+    fn the_options_are_recorded_under_their_keys_with_their_types() {
+        let command = "--dataset image-folder --data-dir /d --image-size 32 --classes /c.txt \
+             --val-labels /v.csv --stream --knn-data /k --mean 0.5,0.25,0.125 --std \
+             0.2,0.3,0.4 --run-dir /r --epochs 3 --batch-size 16 --lr 0.05 --warmup-epochs \
+             1 --backbone resnet18 --stem imagenet --pooled-grid 2 --weights /w.safetensors \
+             --seed 18446744073709551615 --knn-every 2 --no-baselines --checkpoint-every 3 \
+             --checkpoint-every-steps 7 --check --print-settings --easy-to-hard --strength \
+             1.5 --schedule two-step --workers 5 --device 1 --devices 2 --precision bf16 \
+             --nodes 2 --node-rank 0 --orchestrator ws://a:1 --node-address ws://b:2 \
+             --timeout 9 --shuffle-bn --local-crops 4 --augment-ahead false --view-threads \
+             true --loss hcl --hard-positive-k 2 --curation-warmup 2 --curation-retries 1 \
+             --pgd-steps 3";
+        let expected = table(
+            r#"
+            dataset = "image-folder"
+            data_dir = "/d"
+            image_size = 32
+            knn_data = "/k"
+            classes = "/c.txt"
+            val_labels = "/v.csv"
+            stream = true
+            mean = [0.5, 0.25, 0.125]
+            std = [0.2, 0.3, 0.4]
+            epochs = 3
+            batch_size = 16
+            lr = 0.05
+            warmup_epochs = 1
+            backbone = "resnet18"
+            stem = "imagenet"
+            pooled_grid = 2
+            weights = "/w.safetensors"
+            seed = "18446744073709551615"
+            knn_every = 2
+            checkpoint_every = 3
+            checkpoint_every_steps = 7
+            workers = 5
+            easy_to_hard = true
+            strength = 1.5
+            schedule = "two-step"
+            shuffle_bn = true
+            local_crops = 4
+            augment_ahead = false
+            view_threads = true
+            loss = "hcl"
+            hard_positive_k = 2.0
+            curation_warmup = 2
+            curation_retries = 1
+            pgd_steps = 3
+            precision = "bf16"
+            "#,
+        );
+        let got = recorded(command, true);
+        assert_eq!(got, expected, "{got}");
+    }
+
+    /// With no option given: the resolved values (the dataset, the schedule, the backbone, the
+    /// loader's threads) and the switches; no `stream` for a dataset that cannot stream, no
+    /// `checkpoint_every_steps` at 0, no `precision` in f32, a seed in range as an integer.
+    #[test]
+    fn the_defaults_are_recorded_as_the_run_resolved_them() {
+        let expected = table(
+            r#"
+            dataset = "fashion-mnist"
+            epochs = 20
+            batch_size = 128
+            lr = 0.1
+            warmup_epochs = 2
+            backbone = "small"
+            seed = 0
+            knn_every = 5
+            checkpoint_every = 5
+            workers = 3
+            easy_to_hard = false
+            shuffle_bn = false
+            "#,
+        );
+        let got = recorded("", false);
+        assert_eq!(got, expected, "{got}");
+        // STL-10 and the user's files record whether they streamed, given or not.
+        let got = recorded("--dataset stl10 --data-dir /s", false);
+        assert_eq!(got["stream"].as_bool(), Some(false), "{got}");
+    }
+
+    /// recipe.toml's options read back (as `--config`, `--resume` and `--extend` read them)
+    /// into the same options: every key names an option, every value parses.
+    #[test]
+    fn the_recorded_options_read_back_to_the_same_options() {
+        let command =
+            "--dataset folder --data-dir /d --stream false --mean 0.5 --std 0.25 --epochs 3 \
+             --lr 0.05 --backbone vit-tiny --seed 18446744073709551615 \
+             --checkpoint-every-steps 7 --easy-to-hard --schedule linear --shuffle-bn \
+             --loss dclw --precision bf16 --view-threads false";
+        let written = recorded(command, false);
+        let dir = std::env::temp_dir().join(format!("prepare-options-rt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Overrides::default()
+            .write(&dir, "t", written.clone())
+            .unwrap();
+        let file = dir.join(RECIPE_TOML);
+        let (flags, _) = config_file::resolve(
+            &RecipeArgs::command(),
+            "t",
+            Some((&file, "recipe.toml")),
+            &[],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(recorded_args(&flags, false), written, "{flags:?}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

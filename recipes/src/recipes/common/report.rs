@@ -27,7 +27,7 @@ pub(super) fn result_lines(
     let images = summary.steps.len() * batch_size;
     lines.push(format!(
         "done in {}: {} steps, {:.1} images/s, mean loss of the last epoch {:.4}",
-        curriculum_ssl::train::run_log::format_duration(elapsed),
+        curriculum_ssl::train::format_duration(elapsed),
         summary.steps.len(),
         images as f64 / seconds,
         last.mean_loss,
@@ -94,10 +94,13 @@ pub(super) fn write_summary(
         ("data", source),
         ("backbone", format!("{:?}", settings.backbone)),
         ("backend", backend::NAME.to_string()),
-        ("epochs", settings.epochs.to_string()),
-        ("batch size", settings.batch_size.to_string()),
-        ("learning rate", settings.lr.to_string()),
-        ("warm-up epochs", settings.warmup_epochs.to_string()),
+        ("epochs", settings.schedule.epochs.to_string()),
+        ("batch size", settings.schedule.batch_size.to_string()),
+        ("learning rate", settings.schedule.lr.to_string()),
+        (
+            "warm-up epochs",
+            settings.schedule.warmup_epochs.to_string(),
+        ),
         ("seed", settings.seed.to_string()),
     ] {
         text.push_str(&format!("| {name} | {value} |\n"));

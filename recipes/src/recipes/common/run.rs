@@ -2,9 +2,9 @@
 //! with its hooks, the kNN of the backbone at initialisation and of the raw pixels, and the
 //! report.
 
-use super::args::{RecipeArgs, RecipeRun};
+use super::args::{MethodArgs, RecipeRun, StartArgs};
 use super::data::{raw_pixels_too_large, TrainData};
-use super::prepare::{options_table, Prepared, Settings};
+use super::prepare::{Prepared, Settings};
 use super::report::{print_where, result_lines, write_summary};
 use crate::backend;
 use crate::backend::{Device, Train};
@@ -33,7 +33,7 @@ use serde::Serialize;
 impl Prepared {
     /// The data-parallel layout of `--devices` and `--nodes` (`None`: one device).
     fn data_parallel(&self) -> Result<Option<DataParallelConfig>> {
-        let args = &self.args;
+        let args = &self.args.compute;
         let nodes = match (
             args.nodes,
             args.node_rank,
@@ -73,7 +73,7 @@ impl Prepared {
         if config.replicas() == 1 && config.nodes.is_none() {
             return Ok(None);
         }
-        let batch = self.settings.batch_size;
+        let batch = self.settings.schedule.batch_size;
         if !batch.is_multiple_of(config.replicas()) {
             return Err(usage(format!(
                 "--batch-size {batch}: the global batch must split equally over the {} replicas",
@@ -135,7 +135,7 @@ impl Prepared {
         O: Optimizer<S::Online, Train> + 'static,
     {
         let method_config = serde_json::to_value(method_config)?;
-        if self.args.shuffle_bn
+        if self.args.method.shuffle_bn
             && !self
                 .shuffle_bn_taken
                 .load(std::sync::atomic::Ordering::Relaxed)
@@ -145,7 +145,7 @@ impl Prepared {
                  variants) have a key encoder whose batch can be shuffled",
             ));
         }
-        if self.args.check {
+        if self.args.run.check {
             self.overrides.check_used(self.settings.recipe)?;
             // What the run would refuse, refused here: the augmentation's settings (a crop
             // scale whose bounds are reversed), and the method as the run builds it, its size
@@ -154,8 +154,8 @@ impl Prepared {
             let channels = self.data.shape().2;
             let _: Augmenter = self.pipeline.clone().init(channels)?;
             drop(build(&self, &self.device)?);
-            if self.args.print_settings {
-                let options = options_table(&self.args, &self.settings);
+            if self.args.run.print_settings {
+                let options = self.recorded_options()?;
                 let table = self.overrides.table(self.settings.recipe, options);
                 println!("{}", serde_json::to_string(&table)?);
             }
@@ -169,7 +169,8 @@ impl Prepared {
             let (method, optimizer) = build(&self, &self.device)?;
             return run(&self, method, method_config, optimizer, &self.device, None);
         };
-        let devices = backend::devices(self.args.device, parallel.devices, self.args.precision)?;
+        let compute = &self.args.compute;
+        let devices = backend::devices(compute.device, parallel.devices, compute.precision)?;
         // The replicas' errors themselves, so that the exit code of the first (2 for what the
         // user gave) survives the replicas' threads.
         let errors: std::sync::Mutex<Vec<(usize, anyhow::Error)>> = Default::default();
@@ -290,7 +291,7 @@ where
     let mut lines = result_lines(
         &summary,
         started.elapsed(),
-        settings.batch_size,
+        settings.schedule.batch_size,
         knn_hook(&trainer),
         &at_init,
         &raw,
@@ -351,19 +352,20 @@ where
         .init(channels)?
         .with_host_ops(crate::backend::on_cpu());
     let (feed, monitor, fingerprint) = feed(prepared, &pipeline)?;
+    let schedule = &settings.schedule;
     let train_config = TrainConfig::new()
-        .with_epochs(settings.epochs)
-        .with_lr(settings.lr)
-        .with_warmup_epochs(settings.warmup_epochs)
-        .with_checkpoint_every(args.checkpoint_every)
-        .with_checkpoint_every_steps(args.checkpoint_every_steps)
+        .with_epochs(schedule.epochs)
+        .with_lr(schedule.lr)
+        .with_warmup_epochs(schedule.warmup_epochs)
+        .with_checkpoint_every(args.run.checkpoint_every)
+        .with_checkpoint_every_steps(args.run.checkpoint_every_steps)
         .with_seed(settings.seed);
-    let run_dir = settings.run_dir(args);
+    let run_dir = settings.run_dir.clone();
     crate::run_files::check_run_dir_writable(&run_dir)?;
     let description = description(prepared, method_config);
-    let mode = start_mode(args);
+    let mode = start_mode(&args.start);
     if lead {
-        warn_of_threads_on_a_gpu(args);
+        warn_of_threads_on_a_gpu(&args.method);
     }
     prepared.overrides.check_used(settings.recipe)?;
     let uses_boxes = method.uses_object_boxes();
@@ -389,7 +391,7 @@ where
         builder = builder.hook(SelfPacedAutoAugmentHook::new());
     }
     if let Some(monitor) = monitor {
-        builder = builder.hook(KnnHook::new(monitor, args.knn_every));
+        builder = builder.hook(KnnHook::new(monitor, args.run.knn_every));
     } else if lead {
         log::info!(
             "no labelled images: the kNN monitor is off (--knn-data DIR with a train/ and a val/ \
@@ -398,8 +400,8 @@ where
     }
     let mut builder = builder
         .start(mode)
-        .augment_ahead(args.augment_ahead.unwrap_or(backend::AUGMENT_AHEAD))
-        .view_passes(match args.view_threads {
+        .augment_ahead(args.method.augment_ahead.unwrap_or(backend::AUGMENT_AHEAD))
+        .view_passes(match args.method.view_threads {
             Some(true) => ViewPasses::Threads,
             Some(false) => ViewPasses::Separate,
             None => backend::VIEW_PASSES,
@@ -411,7 +413,7 @@ where
     if lead {
         prepared
             .overrides
-            .write(&run_dir, settings.recipe, options_table(args, settings))?;
+            .write(&run_dir, settings.recipe, prepared.recorded_options()?)?;
     }
     Ok((trainer, mode))
 }
@@ -423,16 +425,11 @@ fn feed(
     prepared: &Prepared,
     pipeline: &PipelineConfig,
 ) -> Result<(Feed, Option<KnnMonitor>, DataFingerprint)> {
-    let (args, settings) = (&prepared.args, &prepared.settings);
+    let settings = &prepared.settings;
     let loader_config = LoaderConfig {
-        batch_size: settings.batch_size,
+        batch_size: settings.schedule.batch_size,
         seed: settings.seed,
-        workers: super::args::loader_workers(
-            args.workers,
-            settings.stream,
-            !crate::backend::on_cpu(),
-            args.devices,
-        ),
+        workers: prepared.loader_workers(),
         ..LoaderConfig::default()
     };
     let normalize = pipeline.view1.normalize.clone();
@@ -510,12 +507,12 @@ fn description(prepared: &Prepared, method_config: serde_json::Value) -> RecipeR
         weights: settings.weights.clone(),
         method: method_config,
         backend: backend::NAME.to_string(),
-        precision: prepared.args.precision,
+        precision: prepared.args.compute.precision,
     }
 }
 
 /// How the run starts: `--extend`, `--resume` or afresh.
-fn start_mode(args: &RecipeArgs) -> StartMode {
+fn start_mode(args: &StartArgs) -> StartMode {
     if args.extend {
         StartMode::Extend
     } else if args.resume {
@@ -526,7 +523,7 @@ fn start_mode(args: &RecipeArgs) -> StartMode {
 }
 
 /// Warns where `--augment-ahead` or `--view-threads` puts two threads on one GPU device.
-fn warn_of_threads_on_a_gpu(args: &RecipeArgs) {
+fn warn_of_threads_on_a_gpu(args: &MethodArgs) {
     if !backend::NAME.starts_with("cpu") {
         for (flag, on) in [
             ("--augment-ahead", args.augment_ahead),
@@ -593,14 +590,14 @@ fn print_start<S, O>(
     println!(
         "{}: {} epochs, batch {}{}, lr {}, backbone {:?}, backend {}, run directory {}",
         settings.recipe,
-        settings.epochs,
-        settings.batch_size,
+        settings.schedule.epochs,
+        settings.schedule.batch_size,
         if replicas > 1 {
             format!(" over {replicas} replicas")
         } else {
             String::new()
         },
-        settings.lr,
+        settings.schedule.lr,
         settings.backbone,
         backend::NAME,
         run_dir.display()
@@ -625,7 +622,7 @@ where
     if trainer.step() > 0 {
         return Ok((read_knn_results(&init_file), read_knn_results(&raw_file)));
     }
-    if prepared.args.no_baselines {
+    if prepared.args.run.no_baselines {
         return Ok(Default::default());
     }
     let Some(hook) = knn_hook(trainer) else {

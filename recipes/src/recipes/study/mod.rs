@@ -408,9 +408,7 @@ fn unfinished(dir: &Path, plan: &[(&Arm, u64)]) -> Result<Vec<bool>> {
 
 /// `seconds` as the run logs write a duration (`1h02m03s`).
 fn hms(seconds: f64) -> String {
-    curriculum_ssl::train::run_log::format_duration(std::time::Duration::from_secs_f64(
-        seconds.max(0.0),
-    ))
+    curriculum_ssl::train::format_duration(std::time::Duration::from_secs_f64(seconds.max(0.0)))
 }
 
 /// Refuses a study directory that cannot hold a study: a file (or a path through one), a
@@ -448,7 +446,7 @@ fn check_study_dir(dir: &Path, given: bool) -> Result<()> {
     }
     let real = std::fs::canonicalize(nearest).unwrap_or_else(|_| nearest.to_path_buf());
     for ancestor in real.ancestors() {
-        use curriculum_ssl::train::run_dir::{inspect, DirState};
+        use curriculum_ssl::train::{inspect, DirState};
         if let Ok(DirState::Run { .. }) = inspect(ancestor) {
             return Err(usage(match ancestor == real && nearest == absolute {
                 true => format!(
@@ -500,8 +498,8 @@ impl Repair {
             false => None,
         };
         let started = matches!(
-            curriculum_ssl::train::run_dir::inspect(&run)?,
-            curriculum_ssl::train::run_dir::DirState::Run { .. }
+            curriculum_ssl::train::inspect(&run)?,
+            curriculum_ssl::train::DirState::Run { .. }
         );
         let what = match &self.damaged {
             Some(why) => damaged(&path, why),
@@ -542,7 +540,7 @@ impl Repair {
 /// Whether the run in `run` trained every epoch it planned (its config.json's `train.epochs`,
 /// the last row of its epochs.csv, and the checkpoint of that epoch): the planned epochs, if so.
 fn complete(run: &Path) -> Option<usize> {
-    use curriculum_ssl::train::checkpoint::files;
+    use curriculum_ssl::train::files;
     let config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(run.join(files::CONFIG)).ok()?).ok()?;
     let epochs = usize::try_from(config.get("train")?.get("epochs")?.as_u64()?).ok()?;
@@ -707,7 +705,7 @@ fn reconcile(
     study: &StudyFile,
     resolved: &BTreeMap<String, serde_json::Value>,
 ) -> Result<Reconciled> {
-    use curriculum_ssl::train::run_dir::{inspect, DirState};
+    use curriculum_ssl::train::{inspect, DirState};
     let mut changed = Vec::new();
     let mut repairs = Vec::new();
     for arm in &study.arms {
@@ -801,7 +799,7 @@ fn adopt_unrecorded(
     seed: u64,
     now: Option<&serde_json::Value>,
 ) -> Result<Option<Repair>> {
-    use curriculum_ssl::train::run_dir::{inspect, DirState};
+    use curriculum_ssl::train::{inspect, DirState};
     match inspect(run)? {
         DirState::Empty => Ok(None),
         DirState::Foreign(names) => Err(usage(format!(
@@ -1022,8 +1020,8 @@ fn run_one(dir: &Path, study: &StudyFile, arm: &Arm, seed: u64) -> Result<bool> 
         "1".to_string(),
     ]);
     if matches!(
-        curriculum_ssl::train::run_dir::inspect(&run)?,
-        curriculum_ssl::train::run_dir::DirState::Run { .. }
+        curriculum_ssl::train::inspect(&run)?,
+        curriculum_ssl::train::DirState::Run { .. }
     ) {
         args.push("--resume".into());
     }
@@ -1071,7 +1069,7 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 /// (its `.lock`): a run still finishing its step after its study was killed. Holding on past
 /// the wait is refused, naming the process.
 fn wait_for_the_run(run: &Path) -> Result<()> {
-    use curriculum_ssl::train::checkpoint::files;
+    use curriculum_ssl::train::files;
     let path = run.join(files::LOCK);
     // No lock file: no process trains there. One that cannot be opened: the run's own lock
     // says why.
