@@ -267,6 +267,18 @@ impl<B: Backend> Replica<B> {
         }
     }
 
+    /// Each of `views` gathered as [`Replica::gather_on`] gathers one (a multi-view loss over
+    /// the global batch).
+    ///
+    /// # Shapes
+    /// - `views`: tensors `[N, D]` → as many `[W·N, D]`
+    pub fn gather_each_on(replica: Option<&Self>, views: Vec<Tensor<B, 2>>) -> Vec<Tensor<B, 2>> {
+        views
+            .into_iter()
+            .map(|rows| Self::gather_on(replica, rows))
+            .collect()
+    }
+
     /// Every replica's `bytes`, in rank order (e.g. their run records, compared before a run
     /// starts). Two all-reduces: the lengths, then the bytes, each replica's row padded to the
     /// longest. Every value summed is an integer below 256 (a length as three base-256 digits)

@@ -109,11 +109,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for EmpSsl<B, M> 
         patches.extend(local);
         let embeddings = [patches[0].clone(), patches[1].clone()];
         // Data-parallel: the coding rates and the images' means are the global batch's.
-        let replica = self.replica.as_ref();
-        let patches: Vec<_> = patches
-            .into_iter()
-            .map(|z| Replica::gather_on(replica, z))
-            .collect();
+        let patches = Replica::gather_each_on(self.replica.as_ref(), patches);
         let terms = self.loss.terms(&patches);
         MethodOutput::new(terms.loss)
             .with_stat("emp_ssl_coding_rate", terms.coding_rate)

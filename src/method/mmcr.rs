@@ -123,11 +123,11 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Mmcr<B, M> {
         let embeddings = [online[0].clone(), online[1].clone()];
         // Data-parallel: the centroids' nuclear norm is the global batch's.
         let replica = self.replica.as_ref();
-        let online = online.into_iter().map(|z| Replica::gather_on(replica, z));
-        let momentum = momentum
+        let online = Replica::gather_each_on(replica, online);
+        let momentum = Replica::gather_each_on(replica, momentum)
             .into_iter()
-            .map(|z| Replica::gather_on(replica, z).detach());
-        let (online, momentum) = (online.collect(), momentum.collect());
+            .map(|z| z.detach())
+            .collect();
         let loss = self.loss.forward(online, momentum);
         MethodOutput::new(loss)
             .with_momentum(self.momentum.momentum_at(progress))

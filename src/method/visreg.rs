@@ -143,14 +143,9 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for VisReg<B, M> 
         let embeddings = [global[0].clone(), global[1].clone()];
         // Data-parallel: the moments, the sorted projections and the invariance are the global
         // batch's.
-        let gather = |views: Vec<_>| -> Vec<_> {
-            let replica = self.replica.as_ref();
-            views
-                .into_iter()
-                .map(|z| Replica::gather_on(replica, z))
-                .collect()
-        };
-        let (global, local) = (gather(global), gather(local));
+        let replica = self.replica.as_ref();
+        let global = Replica::gather_each_on(replica, global);
+        let local = Replica::gather_each_on(replica, local);
         let dim = global[0].dims()[1];
         let slices = self.slices(progress, dim, &global[0].device());
         let terms = self.loss.terms(&global, &local, slices);
