@@ -6,8 +6,9 @@
 //! and the class token's output as the features (timm's `global_pool="token"`).
 //!
 //! Presets: ViT-Tiny (192 wide, 3 heads), ViT-Small (384, 6) and ViT-Base (768, 12), depth 12,
-//! MLP ratio 4, LayerNorm `ε = 1e-6`. The patch size and the image size are parameters; images
-//! of another size than the configured one get positional embeddings interpolated (bicubic,
+//! and ViT-Micro (96 wide, 3 heads, depth 4: CPU demos and smoke tests); MLP ratio 4,
+//! LayerNorm `ε = 1e-6`. The patch size and the image size are parameters; images of another
+//! size than the configured one get positional embeddings interpolated (bicubic,
 //! align-corners off, as timm's `resample_abs_pos_embed` without its antialiasing, which only
 //! matters when shrinking the grid). Weights load from timm state_dicts
 //! ([`crate::import::vit_key`]).
@@ -58,6 +59,17 @@ pub struct VitConfig {
 }
 
 impl VitConfig {
+    /// ViT-Micro: 96 wide, 4 blocks, 3 heads. Not one of the paper's sizes: a ViT for CPU demos
+    /// and smoke tests, as the small ResNets are for the convolutional recipes (about a
+    /// twelfth of ViT-Tiny's multiply-adds per token).
+    pub fn micro(image_size: usize, patch_size: usize) -> Self {
+        Self::new(image_size)
+            .with_patch_size(patch_size)
+            .with_embed_dim(96)
+            .with_depth(4)
+            .with_num_heads(3)
+    }
+
     /// ViT-Tiny: 192 wide, 12 blocks, 3 heads.
     pub fn tiny(image_size: usize, patch_size: usize) -> Self {
         Self::new(image_size)

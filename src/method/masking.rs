@@ -87,7 +87,7 @@ pub(crate) fn require_vit<'a, B: Backend, M: AsVit<B>>(
             "backbone",
             format!(
                 "{needs} a Vision Transformer: train it with a ViT backbone (--backbone \
-                 vit-tiny, vit-small or vit-base)"
+                 vit-micro, vit-tiny, vit-small or vit-base)"
             ),
         )
     })

@@ -62,7 +62,7 @@ fn curricula_on_two_replicas_start_as_one_device() {
         ("auto_augment_self_paced", &[][..]),
         ("bad_batches", &[][..]),
         // The global batch's masks, both centres and KoLeo over the gathered batch.
-        ("dinov2", &["--local-crops", "2"][..]),
+        ("dinov2", &["--local-crops", "2", VIT_MICRO[0], VIT_MICRO[1]][..]),
     ] {
         let first_loss = |devices: &str| -> f64 {
             let dir_name = format!("replicas-{name}-{devices}");
@@ -168,7 +168,7 @@ fn the_method_table_recipes_run_two_steps() {
         ("ressl", &[][..]),
         ("tico", &[][..]),
         ("moco_v3", &[][..]),
-        ("moco_v3", &["--backbone", "vit-tiny"][..]),
+        ("moco_v3", &VIT_MICRO[..]),
     ]);
 }
 
@@ -182,11 +182,12 @@ fn the_visreg_recipe_runs_two_steps() {
 #[test]
 fn the_pixel_reconstruction_recipes_run_two_steps() {
     table_recipes_run_two_steps(&[
+        // MAE on its default ViT-Tiny (its config is checked for it), the others on ViT-Micro.
         ("mae", &[][..]),
-        ("simmim", &[][..]),
-        ("mae_ratio_curriculum", &[][..]),
-        ("simmim_ratio_curriculum", &[][..]),
-        ("mae_hpm", &[][..]),
+        ("simmim", &VIT_MICRO[..]),
+        ("mae_ratio_curriculum", &VIT_MICRO[..]),
+        ("simmim_ratio_curriculum", &VIT_MICRO[..]),
+        ("mae_hpm", &VIT_MICRO[..]),
     ]);
 }
 
@@ -200,7 +201,7 @@ fn the_masked_recipes_seed_their_masks_with_the_runs_seed() {
         ("mae_hpm", "/run/method/mae/seed"),
     ] {
         let dir_name = format!("mask-seed-{name}");
-        let mut args = tiny(&dir_name, &["--seed", "5"]);
+        let mut args = tiny(&dir_name, &["--seed", "5", VIT_MICRO[0], VIT_MICRO[1]]);
         args[0] = name.to_string();
         let o = run(&as_strs(&args));
         assert_eq!(check_error_shape(&o, name), 0, "{name}\n{}", stderr(&o));
@@ -215,29 +216,37 @@ fn the_masked_recipes_seed_their_masks_with_the_runs_seed() {
 }
 
 // The ViT recipes' two-step runs are the cli binary's longest: three tests rather than one, so
-// that the test threads share them (one test of six recipes was the binary's last minute).
+// that the test threads share them (one test of six recipes was the binary's last minute), each
+// on ViT-Micro (4 blocks of 96) rather than the recipes' ViT-Tiny (12 of 192): a run of two steps
+// checks the recipe's wiring, not the width.
+
+/// `--backbone vit-micro`: the smoke runs' ViT.
+const VIT_MICRO: [&str; 2] = ["--backbone", "vit-micro"];
 
 /// iBOT and DINOv2's objective.
 #[test]
 fn the_token_distillation_recipes_run_two_steps() {
     table_recipes_run_two_steps(&[
-        ("ibot", &["--local-crops", "2"][..]),
-        ("dinov2", &["--local-crops", "2"][..]),
+        ("ibot", &["--local-crops", "2", VIT_MICRO[0], VIT_MICRO[1]][..]),
+        ("dinov2", &["--local-crops", "2", VIT_MICRO[0], VIT_MICRO[1]][..]),
     ]);
 }
 
 /// I-JEPA and its curriculum.
 #[test]
 fn the_jepa_recipes_run_two_steps() {
-    table_recipes_run_two_steps(&[("ijepa", &[][..]), ("ijepa_scale_curriculum", &[][..])]);
+    table_recipes_run_two_steps(&[
+        ("ijepa", &VIT_MICRO[..]),
+        ("ijepa_scale_curriculum", &VIT_MICRO[..]),
+    ]);
 }
 
 /// MSN and PMSN.
 #[test]
 fn the_masked_siamese_recipes_run_two_steps() {
     table_recipes_run_two_steps(&[
-        ("msn", &["--local-crops", "2"][..]),
-        ("pmsn", &["--local-crops", "2"][..]),
+        ("msn", &["--local-crops", "2", VIT_MICRO[0], VIT_MICRO[1]][..]),
+        ("pmsn", &["--local-crops", "2", VIT_MICRO[0], VIT_MICRO[1]][..]),
     ]);
 }
 
@@ -1116,7 +1125,13 @@ fn dinov2_trains_with_nothing_hidden() {
     let dir = scratch().join("dinov2-nothing-hidden");
     let mut args = tiny(
         dir.to_str().unwrap(),
-        &["--local-crops", "0", "method.mask_probability=0"],
+        &[
+            "--local-crops",
+            "0",
+            "method.mask_probability=0",
+            VIT_MICRO[0],
+            VIT_MICRO[1],
+        ],
     );
     args[0] = "dinov2".into();
     let o = run(&as_strs(&args));

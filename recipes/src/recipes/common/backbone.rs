@@ -56,6 +56,10 @@ pub enum BackboneChoice {
     /// `--pooled-grid 1`). The CPU default.
     #[value(name = "small-2x")]
     Small2x,
+    /// ViT-Micro (96-d class token, 4 blocks): a fast ViT for CPU demos and CI, as `small` is
+    /// for the ResNets; patches as ViT-Tiny's.
+    #[value(name = "vit-micro")]
+    VitMicro,
     /// ViT-Tiny (192-d class token): patches of 16 pixels on images of 96 and more, 4 below.
     #[value(name = "vit-tiny")]
     VitTiny,
@@ -101,7 +105,10 @@ impl BackboneChoice {
 
     /// Whether it is one of the Vision Transformers.
     pub fn is_vit(self) -> bool {
-        matches!(self, Self::VitTiny | Self::VitSmall | Self::VitBase)
+        matches!(
+            self,
+            Self::VitMicro | Self::VitTiny | Self::VitSmall | Self::VitBase
+        )
     }
 
     /// Whether `--stem` applies.
@@ -220,6 +227,9 @@ impl BackboneChoice {
             Self::Lenet5 => {
                 AnyBackboneConfig::LeNet(LeNetConfig::lenet5().with_in_channels(channels))
             }
+            Self::VitMicro => AnyBackboneConfig::Vit(
+                VitConfig::micro(side, Self::vit_patch(side)).with_in_channels(channels),
+            ),
             Self::VitTiny => AnyBackboneConfig::Vit(
                 VitConfig::tiny(side, Self::vit_patch(side)).with_in_channels(channels),
             ),
