@@ -62,7 +62,7 @@ fn curricula_on_two_replicas_start_as_one_device() {
         ("auto_augment_self_paced", &[][..]),
         ("bad_batches", &[][..]),
         // The global batch's masks, both centres and KoLeo over the gathered batch.
-        ("dinov2", &["--local-crops", "2", VIT_MICRO[0], VIT_MICRO[1]][..]),
+        ("dinov2", &LOCAL_CROPS_ON_VIT_MICRO[..]),
     ] {
         let first_loss = |devices: &str| -> f64 {
             let dir_name = format!("replicas-{name}-{devices}");
@@ -223,12 +223,15 @@ fn the_masked_recipes_seed_their_masks_with_the_runs_seed() {
 /// `--backbone vit-micro`: the smoke runs' ViT.
 const VIT_MICRO: [&str; 2] = ["--backbone", "vit-micro"];
 
+/// Two local crops on the smoke runs' ViT.
+const LOCAL_CROPS_ON_VIT_MICRO: [&str; 4] = ["--local-crops", "2", "--backbone", "vit-micro"];
+
 /// iBOT and DINOv2's objective.
 #[test]
 fn the_token_distillation_recipes_run_two_steps() {
     table_recipes_run_two_steps(&[
-        ("ibot", &["--local-crops", "2", VIT_MICRO[0], VIT_MICRO[1]][..]),
-        ("dinov2", &["--local-crops", "2", VIT_MICRO[0], VIT_MICRO[1]][..]),
+        ("ibot", &LOCAL_CROPS_ON_VIT_MICRO[..]),
+        ("dinov2", &LOCAL_CROPS_ON_VIT_MICRO[..]),
     ]);
 }
 
@@ -245,8 +248,8 @@ fn the_jepa_recipes_run_two_steps() {
 #[test]
 fn the_masked_siamese_recipes_run_two_steps() {
     table_recipes_run_two_steps(&[
-        ("msn", &["--local-crops", "2", VIT_MICRO[0], VIT_MICRO[1]][..]),
-        ("pmsn", &["--local-crops", "2", VIT_MICRO[0], VIT_MICRO[1]][..]),
+        ("msn", &LOCAL_CROPS_ON_VIT_MICRO[..]),
+        ("pmsn", &LOCAL_CROPS_ON_VIT_MICRO[..]),
     ]);
 }
 
