@@ -13,10 +13,10 @@
 
 use burn::backend::Flex;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use curriculum_ssl::augment::crop::CropBox;
 use curriculum_ssl::augment::host::{self, HostImages, HostJitter, HostView};
-use curriculum_ssl::base::geometry::CropBox;
-use curriculum_ssl::base::progress::Progress;
 use curriculum_ssl::data::HostBatch;
+use curriculum_ssl::method::Progress;
 use curriculum_ssl::pipeline::{PipelineConfig, Preset, ViewSource};
 
 type B = Flex;

@@ -4,9 +4,12 @@
 //! [`Backend`](burn::tensor::backend::Backend): the same losses, methods and curricula run on
 //! CUDA, wgpu, the CPU (burn's `Flex`) and, for exact tests, `NdArray<f64>`.
 //!
-//! - [`base`]: the vocabulary under everything: [`Progress`](base::progress::Progress), the
-//!   schedules, crop geometry, configuration errors, and [`seed`]: seeded use of the backend's
-//!   random generator that other threads cannot disturb.
+//! - [`seed`]: seeded use of the backend's random generator that other threads cannot disturb;
+//!   with the training [`Progress`](method::Progress), the schedules
+//!   ([`SchedulerConfig`](curriculum::SchedulerConfig)), the crop geometry
+//!   ([`CropBox`](augment::crop::CropBox), [`ViewGeometry`](pipeline::ViewGeometry)) and
+//!   [`ConfigError`], the vocabulary under everything (a private `base` module; each item has
+//!   one public path, where its users meet it).
 //! - [`loss`]: one file per objective, from NT-Xent and SoftNCE to iBOT's patch loss and MSN's;
 //!   its page is a table of them, each with its paper and its section of `docs/methods.md`.
 //! - [`method`]: every method (SimCLR, the MoCos, BYOL, DINO, MAE, I-JEPA, ...; its page lists
@@ -45,7 +48,7 @@
 #![forbid(unsafe_code)]
 
 pub mod augment;
-pub mod base;
+mod base;
 pub mod curation;
 pub mod curriculum;
 pub mod data;

@@ -751,9 +751,10 @@ fn the_quantile_threshold_is_the_recent_batches_median_in_the_loop() {
 // MICO's crop-and-rotate in the loop: the object boxes, when they are computed, how they reach
 // the method, what the method rotates, and exact resume.
 
+use curriculum_ssl::augment::crop::CropBox;
 use curriculum_ssl::augment::rotate::rot90;
 use curriculum_ssl::curriculum::rotation::{
-    box_in_view, boxes_from_heatmap, channel_mean, CropBox, ObjectBoxes, RotationCurriculumConfig,
+    box_in_view, boxes_from_heatmap, channel_mean, ObjectBoxes, RotationCurriculumConfig,
     DEFAULT_BOX_THRESHOLD,
 };
 use curriculum_ssl::hooks::CurriculumStates;

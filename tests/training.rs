@@ -204,7 +204,7 @@ impl<K: curriculum_ssl::train::Task<Ad>> curriculum_ssl::train::Hook<Ad, K> for 
     fn after_step(
         &mut self,
         _: &mut curriculum_ssl::train::RunView<'_, Ad, K>,
-        progress: curriculum_ssl::base::Progress,
+        progress: curriculum_ssl::method::Progress,
         _: f64,
     ) -> Result<Vec<(String, f64)>, TrainError> {
         if progress.step == self.at {

@@ -1,5 +1,9 @@
 //! The base vocabulary that every other module uses and that uses none of them: configuration
 //! errors, training progress, schedules, image geometry, seeds.
+//!
+//! Private: each item is public at one path, where its users meet it — `ConfigError` and the
+//! `seed` module at the crate root, `Progress` in `method`, the schedules in `curriculum`,
+//! `CropBox` in `augment::crop`, `ViewGeometry` in `pipeline`.
 
 pub mod error;
 pub mod geometry;
@@ -7,7 +11,4 @@ pub mod progress;
 pub mod schedule;
 pub mod seed;
 
-pub use error::ConfigError;
-pub use geometry::{CropBox, ViewGeometry};
 pub use progress::Progress;
-pub use schedule::{Pace, ScheduleFn, Scheduler, SchedulerConfig};

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use curriculum_ssl_models::Backbone;
 
 use crate::base::error::ConfigError;
-pub use crate::base::geometry::CropBox;
+use crate::base::geometry::CropBox;
 use crate::base::geometry::ViewGeometry;
 use crate::base::schedule::{Pace, Scheduler, SchedulerConfig};
 use crate::base::seed::mix_seed;

@@ -9,10 +9,10 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 use super::ssl_method::{online_in, stat, stateless, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::augment::rotate::rotate_k;
 use crate::base::error::{in_range, ConfigError};
+use crate::base::geometry::CropBox;
 use crate::base::Progress;
 use crate::curriculum::rotation::{
-    mix_rotated, rotate_in_boxes, CropBox, RotationCurriculum, RotationCurriculumConfig,
-    NUM_ROTATIONS,
+    mix_rotated, rotate_in_boxes, RotationCurriculum, RotationCurriculumConfig, NUM_ROTATIONS,
 };
 
 /// How the drawn rotation is applied to an image.

@@ -13,7 +13,7 @@ use curriculum_ssl::augment::normalize::{Normalize, CIFAR10_MEAN, CIFAR10_STD};
 use curriculum_ssl::augment::per_sample;
 use curriculum_ssl::augment::rotate::{rot90, RandomRotation90};
 use curriculum_ssl::augment::solarize::{solarize, RandomSolarize};
-use curriculum_ssl::curriculum::rotation::{self, mix_rotated, rotate_in_boxes};
+use curriculum_ssl::curriculum::rotation::{mix_rotated, rotate_in_boxes};
 use curriculum_ssl::curriculum::{posterize, PolicyChoice};
 use curriculum_ssl::curriculum::{
     MixupCurriculumConfig, SchedulerConfig, SelfPacedAutoAugmentConfig, StrengthCurriculumConfig,
@@ -148,8 +148,8 @@ fn all_ops<B: Backend>(device: &B::Device) -> Vec<(String, Vec<f32>)> {
     }
     push("posterize 5.5 bits", posterize(x.clone(), 5.5));
     push("rotate-and-mix", mix_rotated(x.clone(), &ks, 0.5));
-    let object_boxes: Vec<rotation::CropBox> = (0..N)
-        .map(|i| rotation::CropBox {
+    let object_boxes: Vec<CropBox> = (0..N)
+        .map(|i| CropBox {
             top: i % 4,
             left: (i + 2) % 5,
             height: 5 + i % 4,

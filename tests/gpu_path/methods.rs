@@ -7,7 +7,7 @@
 use burn::optim::Optimizer;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl::curriculum::rotation::CropBox;
+use curriculum_ssl::augment::crop::CropBox;
 use curriculum_ssl::curriculum::SchedulerConfig;
 use curriculum_ssl::loss::{
     CurricularLossConfig, HclLossConfig, HuberNtXentLossConfig, NtXentLossConfig,

@@ -35,7 +35,7 @@ use anyhow::Result;
 use burn::optim::Optimizer;
 use burn::prelude::*;
 use clap::{Parser, ValueEnum};
-use curriculum_ssl::base::progress::Progress;
+use curriculum_ssl::method::Progress;
 use curriculum_ssl::method::{
     ByolConfig, MocoConfig, SimClrConfig, SimSiamConfig, SslMethod, ViewPasses,
 };

@@ -454,7 +454,7 @@ const EMBEDDING_STREAM: u64 = 0x0065_6d62_6564;
 
 /// The student (the backbone of `spec` under a linear classifier of `classes`), every weight
 /// drawn now from `seed`, the run's `--seed`
-/// ([`init_module`](curriculum_ssl::base::seed::init_module)): unseeded, its lazily initialised
+/// ([`init_module`](curriculum_ssl::seed::init_module)): unseeded, its lazily initialised
 /// weights were drawn at the first step under the trainer's seed of that step, the same for
 /// every `--seed`.
 fn student(
@@ -463,7 +463,7 @@ fn student(
     seed: u64,
     device: &Device,
 ) -> LinearClassifier<Train, AnyBackbone<Train>> {
-    curriculum_ssl::base::seed::init_module::<Train, _>(device, seed, |d| {
+    curriculum_ssl::seed::init_module::<Train, _>(device, seed, |d| {
         LinearClassifier::new(spec.init::<Train>(d), classes, d)
     })
 }
@@ -475,8 +475,8 @@ fn embedding_net(
     seed: u64,
     device: &Device,
 ) -> EmbeddingNet<Train, AnyBackbone<Train>> {
-    let seed = curriculum_ssl::base::seed::mix_seed(seed, EMBEDDING_STREAM);
-    curriculum_ssl::base::seed::init_module::<Train, _>(device, seed, |d| {
+    let seed = curriculum_ssl::seed::mix_seed(seed, EMBEDDING_STREAM);
+    curriculum_ssl::seed::init_module::<Train, _>(device, seed, |d| {
         EmbeddingNetConfig::new().init(spec.init::<Train>(d), d)
     })
 }
