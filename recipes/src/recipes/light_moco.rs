@@ -122,6 +122,7 @@ pub fn defaults() -> Defaults {
     )
     .lr_rule(lr_for_batch)
     .warmup(warmup)
+    .shuffle_bn()
 }
 
 /// Runs the recipe.

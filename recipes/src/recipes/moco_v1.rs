@@ -34,7 +34,7 @@ fn preset(side: usize, channels: usize) -> PipelineConfig {
 
 /// The recipe's defaults.
 pub fn defaults() -> Defaults {
-    Defaults::new("moco_v1", 20, 128, 0.03, preset)
+    Defaults::new("moco_v1", 20, 128, 0.03, preset).shuffle_bn()
 }
 
 /// Runs the recipe.
@@ -47,9 +47,13 @@ pub fn run(args: &[String]) -> Result<()> {
 /// 800-epoch table (90.54 on CIFAR-10); `--strength 1|1.5|2|3` and `--schedule
 /// none|two-step|four-step|linear|reverse-cosine` select the other rows.
 pub fn strength_curriculum(args: &[String]) -> Result<()> {
-    let defaults = defaults()
-        .named("moco_strength_curriculum")
-        .strength(StrengthCurriculumConfig { target: 2.0, schedule: Some(SchedulerConfig::four_step()), });
+    let defaults =
+        defaults()
+            .named("moco_strength_curriculum")
+            .strength(StrengthCurriculumConfig {
+                target: 2.0,
+                schedule: Some(SchedulerConfig::four_step()),
+            });
     train(common::prepare(args, defaults)?)
 }
 
@@ -60,8 +64,7 @@ pub fn strength_curriculum(args: &[String]) -> Result<()> {
 /// `SelfPacedAutoAugmentConfig` defaults; the paper publishes no values). The sub-policy and
 /// its magnitude are columns of steps.csv (`aa_policy`, `aa_magnitude`).
 pub fn auto_augment_self_paced(args: &[String]) -> Result<()> {
-    let defaults = defaults()
-        .named("auto_augment_self_paced");
+    let defaults = defaults().named("auto_augment_self_paced");
     let mut recipe = common::prepare(args, defaults)?;
     recipe.pipeline.auto_augment = Some(SelfPacedAutoAugmentConfig::new());
     train(recipe)

@@ -24,7 +24,7 @@ use super::common::{self, Defaults, Prepared, Train};
 
 /// The recipe's defaults.
 pub fn defaults() -> Defaults {
-    Defaults::new("moco_v2", 20, 128, 0.06, PipelineConfig::moco_v2)
+    Defaults::new("moco_v2", 20, 128, 0.06, PipelineConfig::moco_v2).shuffle_bn()
 }
 
 /// Runs the recipe.
@@ -47,7 +47,6 @@ pub fn train(recipe: Prepared) -> Result<()> {
         Ok((method, optimizer.init::<Train, _>()?))
     })
 }
-
 
 /// The recipes of this module, as `recipe list` prints them.
 pub const RECIPES: &[RecipeEntry] = &[

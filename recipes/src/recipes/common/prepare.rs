@@ -327,6 +327,9 @@ pub struct Defaults {
     /// The backbone when `--backbone` is not given (`None`: the backend's default), for a
     /// method that needs one kind (MAE: a ViT).
     pub backbone: Option<BackboneChoice>,
+    /// Whether the recipe's method has a key encoder whose batch `--shuffle-bn` shuffles (the
+    /// MoCo recipes, [`Defaults::shuffle_bn`]); another recipe refuses the option.
+    pub shuffle_bn: bool,
 }
 
 impl Defaults {
@@ -354,6 +357,15 @@ impl Defaults {
             curation: None,
             pgd: None,
             backbone: None,
+            shuffle_bn: false,
+        }
+    }
+
+    /// `--shuffle-bn` applies: the method has a MoCo key encoder ([`Prepared::moco`]).
+    pub fn shuffle_bn(self) -> Self {
+        Self {
+            shuffle_bn: true,
+            ..self
         }
     }
 
@@ -479,8 +491,6 @@ pub struct Prepared {
     pub curation: Option<FrechetCurationConfig>,
     /// PGD-hardened negatives, if the recipe uses them, with the views' normalisation.
     pub pgd: Option<PgdConfig>,
-    /// Whether a MoCo recipe took `--shuffle-bn` ([`Prepared::moco`]); another recipe refuses it.
-    pub(super) shuffle_bn_taken: std::sync::atomic::AtomicBool,
     /// The settings file's and the command line's settings of the method, optimiser and
     /// augmentation ([`Prepared::section`]).
     pub overrides: Overrides,
@@ -492,6 +502,12 @@ pub struct Prepared {
 pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     let (args, overrides) = RecipeArgs::parse_with_settings(defaults.recipe, args)?;
     let recipe = defaults.recipe;
+    if args.method.shuffle_bn && !defaults.shuffle_bn {
+        return Err(usage(
+            "--shuffle-bn: only the MoCo recipes (MoCo v1/v2, Light-MoCo and their MICO \
+             variants) have a key encoder whose batch can be shuffled",
+        ));
+    }
     let mut settings = settings(&args, &defaults)?;
     let (mixup, strength) = curricula(&args.curriculum, defaults.mixup, defaults.strength, recipe)?;
     let pair_loss = pair_loss(&args.method, defaults.pair_loss, recipe)?;
@@ -537,7 +553,6 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         pair_loss,
         curation,
         pgd,
-        shuffle_bn_taken: Default::default(),
         overrides,
         fingerprint: Default::default(),
     })
@@ -813,10 +828,9 @@ impl Prepared {
         built
     }
 
-    /// A MoCo recipe's method with the command line's `--shuffle-bn`.
+    /// A MoCo recipe's method with the command line's `--shuffle-bn` (which only the recipes
+    /// whose [`Defaults::shuffle_bn`] is set accept).
     pub fn moco(&self, config: MocoConfig) -> MocoConfig {
-        self.shuffle_bn_taken
-            .store(true, std::sync::atomic::Ordering::Relaxed);
         config.with_shuffle_bn(self.args.method.shuffle_bn)
     }
 }

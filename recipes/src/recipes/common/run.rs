@@ -135,16 +135,6 @@ impl Prepared {
         O: Optimizer<S::Online, Train> + 'static,
     {
         let method_config = serde_json::to_value(method_config)?;
-        if self.args.method.shuffle_bn
-            && !self
-                .shuffle_bn_taken
-                .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            return Err(usage(
-                "--shuffle-bn: only the MoCo recipes (MoCo v1/v2, Light-MoCo and their MICO \
-                 variants) have a key encoder whose batch can be shuffled",
-            ));
-        }
         if self.args.run.check {
             self.overrides.check_used(self.settings.recipe)?;
             // What the run would refuse, refused here: the augmentation's settings (a crop
