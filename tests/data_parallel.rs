@@ -80,6 +80,20 @@ fn shard_of<B: Backend>(
     Tensor::from_data(TensorData::new(data, [n, 3, side, side]), device)
 }
 
+/// The labels of images `start .. start + n` of step `step`'s global batch (three classes), on
+/// `device`.
+fn labels<B: Backend>(
+    step: usize,
+    start: usize,
+    n: usize,
+    device: &B::Device,
+) -> Tensor<B, 1, Int> {
+    let values: Vec<i64> = (start..start + n)
+        .map(|i| ((i + step) % 3) as i64)
+        .collect();
+    Tensor::from_data(TensorData::new(values, [n]), device)
+}
+
 /// Rows `start .. start + n` of a global view, on `device`.
 fn shard<B: Backend>(view: &[f32], start: usize, n: usize, device: &B::Device) -> Tensor<B, 4> {
     shard_of(view, SIDE, start, n, device)
@@ -169,6 +183,9 @@ where
             global: [shard(&v1, start, n, device), shard(&v2, start, n, device)],
             local: locals,
         };
+        if method.uses_labels() {
+            method.set_labels(labels(step, start, n, device));
+        }
         let out = method.forward_views(views, progress);
         let loss = out
             .loss
@@ -512,6 +529,31 @@ fn visreg_two_replicas_equal_one_device() {
         "VISReg (f64)",
         runs::<Exact, _>(&visreg, &|_| Vec::new()),
         1e-10,
+    );
+}
+
+/// SupCon with the runs' two local crops as further views.
+fn supcon<B: Backend>(d: &B::Device, _: usize) -> Result<SupCon<B, ResNet<B>>, ConfigError> {
+    SupConConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .init(|d| resnet(d), d)
+}
+
+/// SupCon: each replica's rows (every view, its labels) against every replica's rows and labels,
+/// gathered; the replicas' mean loss is the one-device loss, and two replicas end where one
+/// device ends (f64; with two local crops, and without).
+#[test]
+fn supcon_two_replicas_equal_one_device() {
+    assert_same(
+        "SupCon (f64)",
+        runs::<Exact, _>(&supcon, &|_| Vec::new()),
+        1e-11,
+    );
+    assert_same(
+        "SupCon, two views (f64)",
+        runs_crops::<Exact, _>(&supcon, &|_| Vec::new(), false),
+        1e-11,
     );
 }
 

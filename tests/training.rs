@@ -450,6 +450,57 @@ fn a_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_checkpoint() {
     assert_eq!(losses(&dir).len(), 6);
 }
 
+/// A method whose loss reads the labels (SupCon) receives each batch's from the trainer: two
+/// steps on the labelled subset, finite losses. On the same images without their labels the
+/// trainer refuses it before a step, the error naming the data and the missing labels.
+#[test]
+fn a_method_that_reads_the_labels_gets_them_and_refuses_data_without() {
+    let device = Default::default();
+    let supcon = || {
+        init_method::<Ad, _, _>(&device, 0, |d| {
+            SupConConfig::new()
+                .with_hidden_dim(32)
+                .with_output_dim(16)
+                .init(lenet, d)
+        })
+        .unwrap()
+    };
+    let images = subset(64);
+    let dir = run_dir("supcon-labels");
+    let optimizer = SgdConfig::new().init::<Ad, _>().unwrap();
+    let mut trainer = Trainer::builder(
+        supcon(),
+        optimizer,
+        augmenter(0),
+        loader(images.clone(), 32, 0),
+    )
+    .config(train_config(1))
+    .run_dir(&dir)
+    .build(&device)
+    .unwrap();
+    trainer.fit().unwrap();
+    let steps = losses(&dir);
+    assert_eq!(steps.len(), 2);
+    assert!(steps
+        .iter()
+        .all(|(_, loss)| loss.parse::<f64>().unwrap().is_finite()));
+
+    let optimizer = SgdConfig::new().init::<Ad, _>().unwrap();
+    let unlabelled = loader(images.unlabeled(), 32, 0);
+    let error = match Trainer::builder(supcon(), optimizer, augmenter(0), unlabelled)
+        .config(train_config(1))
+        .run_dir(run_dir("supcon-no-labels"))
+        .build(&device)
+    {
+        Ok(_) => panic!("SupCon was built on images without labels"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        error.contains("data") && error.contains("labels"),
+        "{error}"
+    );
+}
+
 /// SimCLR's pipeline with crops of at least half the image: 28×28 garments lose what tells
 /// them apart below that (measured: scale 0.2 left the kNN accuracy below its initial value
 /// after 3 epochs, 0.5 raised it).

@@ -279,6 +279,29 @@ impl<B: Backend> Replica<B> {
             .collect()
     }
 
+    /// Every replica's labels, in rank order: `[W·N]` from each replica's `[N]` (class indices
+    /// in `0 .. 2²⁴`), without gradient. Each label travels as three base-256 digits, integers
+    /// below 256 summed with zeros, so the gather is exact in any float type down to bf16 (as
+    /// [`Replica::gather_bytes`]'s lengths).
+    ///
+    /// # Shapes
+    /// - `labels`: `[N]` (the same `N` on every replica) → `[W·N]`
+    pub fn gather_labels(&self, labels: Tensor<B, 1, Int>) -> Tensor<B, 1, Int> {
+        let [n] = labels.dims();
+        let digits = Tensor::stack::<2>(
+            vec![
+                labels.clone().div_scalar(1 << 16),
+                labels.clone().div_scalar(1 << 8).remainder_scalar(1 << 8),
+                labels.remainder_scalar(1 << 8),
+            ],
+            1,
+        );
+        let gathered = self.gather(digits.float()).detach().round().int();
+        let rows = self.replicas * n;
+        let digit = |d: usize| gathered.clone().slice([0..rows, d..d + 1]).reshape([rows]);
+        digit(0).mul_scalar(1 << 16) + digit(1).mul_scalar(1 << 8) + digit(2)
+    }
+
     /// Every replica's `bytes`, in rank order (e.g. their run records, compared before a run
     /// starts). Two all-reduces: the lengths, then the bytes, each replica's row padded to the
     /// longest. Every value summed is an integer below 256 (a length as three base-256 digits)

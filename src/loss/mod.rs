@@ -27,6 +27,7 @@
 //! | [`LeJepaLoss`] | SIGReg (sketched isotropic Gaussian regulariser) plus invariance to the global views' mean (LeJEPA) | <https://arxiv.org/abs/2511.08544> | `#lejepa` |
 //! | [`SwavLoss`] | swapped prediction of Sinkhorn–Knopp codes (SwAV) | <https://arxiv.org/abs/2006.09882> | `#swav-loss` |
 //! | [`MocoV3Loss`] | in-batch InfoNCE scaled by 2τ (MoCo v3) | <https://arxiv.org/abs/2104.02057> | `#moco-v3-loss` |
+//! | [`SupConLoss`] | NT-Xent whose positives are every row of the anchor's label (SupCon, solo-learn's form) | <https://arxiv.org/abs/2004.11362> | `#supcon-loss` |
 //! | [`NnClrLoss`] | nearest neighbour from a support set as the positive (NNCLR) | <https://arxiv.org/abs/2104.14548> | `#nnclr-loss` |
 //! | [`MmcrLoss`] | the centroids' nuclear norm up, each image's views' down (MMCR) | <https://arxiv.org/abs/2303.03307> | `#mmcr-loss` |
 //! | [`ReSslLoss`] | a strong view's relation to a queue learns a weak view's, sharpened (ReSSL) | <https://arxiv.org/abs/2107.09282> | `#ressl-loss` |
@@ -78,6 +79,7 @@ pub(crate) mod shape_checks;
 mod similarity;
 mod soft_nce;
 mod soft_target;
+mod supcon;
 mod swav;
 #[cfg(test)]
 mod testing;
@@ -114,6 +116,7 @@ pub use similarity::l2_normalize;
 pub(crate) use similarity::safe_norm;
 pub use soft_nce::{top_k_indices, AlphaSchedule, SoftNceLoss, SoftNceLossConfig, SoftNceWeights};
 pub use soft_target::{mixup_targets, SoftTargetCrossEntropy, SoftTargetCrossEntropyConfig};
+pub use supcon::{SupConLoss, SupConLossConfig};
 pub use swav::{sinkhorn, sinkhorn_balance, SwavLoss, SwavLossConfig};
 pub use tico::{TicoLoss, TicoLossConfig};
 pub use vibcreg::{VibcRegLoss, VibcRegLossConfig, VibcRegTerms};

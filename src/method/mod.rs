@@ -21,7 +21,8 @@
 //!
 //! The methods:
 //! - [`SimClr`]: SimCLR, with NT-Xent, HCL, curricular weighting, Huber NT-Xent, DCL / DCLW or
-//!   MACL (and PGD-hardened negatives).
+//!   MACL (and PGD-hardened negatives); [`SupCon`]: supervised contrastive learning (the batch's
+//!   labels choose the positives).
 //! - [`Moco`]: MoCo v1 / v2 and Light-MoCo (symmetric SoftNCE); [`MocoV3`]: MoCo v3.
 //! - [`Byol`]: BYOL; [`SimSiam`]: SimSiam; [`NnClr`]: NNCLR; [`NnByol`] and [`NnSiam`]: BYOL
 //!   and SimSiam with NNCLR's nearest-neighbour targets; [`ReSsl`]: ReSSL; [`Tico`]: TiCo.
@@ -89,6 +90,7 @@ mod simclr;
 mod simmim;
 mod simsiam;
 mod ssl_method;
+mod supcon;
 mod swav;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -135,6 +137,7 @@ pub use simmim::{SimMim, SimMimConfig, SimMimNetwork};
 pub use simsiam::{SimSiam, SimSiamConfig};
 pub use ssl_method::{gradients_without, init_method, stat, HasBackbone, MethodOutput, SslMethod};
 pub use ssl_method::{Views, OBJECT_BOXES};
+pub use supcon::{SupCon, SupConConfig};
 pub use swav::{Swav, SwavConfig, SwavNetwork, SwavState};
 pub use tico::{Tico, TicoConfig, TicoState};
 pub use vibcreg::{VibcReg, VibcRegConfig, VibcRegNetwork};

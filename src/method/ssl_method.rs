@@ -376,4 +376,18 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
     fn set_object_boxes(&mut self, boxes: Vec<CropBox>) {
         let _ = boxes;
     }
+
+    /// Whether the loss reads the labels of the batch's images (SupCon). When it does, the
+    /// trainer hands each batch's labels to [`SslMethod::set_labels`] before every forward, and
+    /// refuses data without labels before training. Default: `false`.
+    fn uses_labels(&self) -> bool {
+        false
+    }
+
+    /// The labels of the next forward's images, `[N]` (class indices; on a replica, those of
+    /// its shard), on the device of the views. Called by the trainer before every forward of a
+    /// method that [uses them](SslMethod::uses_labels). Default: ignored.
+    fn set_labels(&mut self, labels: Tensor<B, 1, Int>) {
+        let _ = labels;
+    }
 }

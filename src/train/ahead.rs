@@ -41,6 +41,14 @@ impl FeedBatch {
         }
     }
 
+    /// The images' labels, in batch order, when every image of the batch has one.
+    pub fn labels(&self) -> Option<&[i64]> {
+        match self {
+            Self::Whole(b) => b.labels.as_deref(),
+            Self::Cut(b) => b.labels.as_deref(),
+        }
+    }
+
     /// Files the batch skipped (the streaming loader's unreadable files).
     pub fn skipped(&self) -> usize {
         match self {

@@ -338,10 +338,14 @@ impl<B: AutodiffBackend, M: SslMethod<B> + Send> TrainStep for LearnerMethod<B, 
     type Input = ImageBatch<B>;
     type Output = StepOutput<B>;
 
-    /// One step of the method on two views of `batch` (see [`LearnerMethod`]).
+    /// One step of the method on two views of `batch` (see [`LearnerMethod`]); a method that
+    /// [reads the labels](SslMethod::uses_labels) is handed the batch's.
     ///
     /// # Shapes
-    /// - `batch.images`: `[N, C, H, W]`, values in `[0, 1]`
+    /// - `batch.images`: `[N, C, H, W]`, values in `[0, 1]`; `batch.labels`: `[N]`
+    ///
+    /// # Panics
+    /// For a method that reads the labels, on a batch without them (unlabelled items).
     fn step(&self, batch: ImageBatch<B>) -> TrainOutput<StepOutput<B>> {
         let mut guard = self.shared.lock();
         let shared = &mut *guard;
@@ -362,6 +366,13 @@ impl<B: AutodiffBackend, M: SslMethod<B> + Send> TrainStep for LearnerMethod<B, 
                 .map(Tensor::<B, 4>::from_inner)
                 .collect(),
         };
+        if shared.method.uses_labels() {
+            let labels = batch.labels.expect(
+                "the method reads the images' labels (SupCon) and the batch has none: train it \
+                 on a labelled data set",
+            );
+            shared.method.set_labels(labels);
+        }
         let out = shared.method.forward_views(views, progress);
         let grads = shared.method.gradients(&out.loss);
         shared.pending = Some(progress);

@@ -48,6 +48,7 @@ pub struct SslBatch<B: AutodiffBackend>(ReadyBatch<B::InnerBackend>);
 /// epoch:   the loader's batches, order keyed by (seed, epoch); uploaded and augmented one step
 ///          ahead on a thread of its own when asked (`augment_ahead`)
 /// attempt: view1, view2 = augmenter.redrawn_views(batch, progress, attempt)   # keyed by (step, attempt)
+/// labels:  method.set_labels(the batch's labels), for a method that reads them (SupCon)
 /// forward: out = method.forward_views(Views { global: [view1, view2], local crops }, progress)
 /// apply:   online = fresh_leaves(optimiser.step(lr, online, grad(out.loss))); loss and statistics in one read
 /// after:   method.after_step (EMA, queue); the self-paced AutoAugment learns from the loss
@@ -66,6 +67,9 @@ pub struct SelfSupervised<B: AutodiffBackend, S, O, D> {
     replica: Option<Replica<B>>,
     /// Whether the embeddings the hooks judge are gathered from every replica (a hook reads them).
     gather_embeddings: bool,
+    /// The labels of the attempt's batch, on the device, for a method that
+    /// [uses them](SslMethod::uses_labels); handed to it before the forward.
+    labels: Option<Tensor<B, 1, Int>>,
 }
 
 impl<B, S, O, D> SelfSupervised<B, S, O, D>
@@ -92,6 +96,7 @@ where
             knobs: Vec::new(),
             replica: None,
             gather_embeddings: false,
+            labels: None,
         }
     }
 
@@ -217,6 +222,15 @@ impl<D: Dataset<ImageItem> + 'static> Feed<D> {
         }
     }
 
+    /// Whether the images are labelled, as the first one says (a data set's images all have a
+    /// label or none has).
+    fn is_labelled(&self) -> bool {
+        match self {
+            Self::Memory(l) => l.dataset().get(0).is_some_and(|item| item.label.is_some()),
+            Self::Stream(l) => !l.source().is_empty() && l.source().label(0).is_some(),
+        }
+    }
+
     fn epoch(&self, epoch: u64, pool: Option<&[usize]>, first_batch: usize) -> FeedIter {
         match self {
             Self::Memory(l) => Box::new(
@@ -229,6 +243,15 @@ impl<D: Dataset<ImageItem> + 'static> Feed<D> {
             ),
         }
     }
+}
+
+/// The refusal of data without labels for a method that reads them.
+fn unlabelled() -> ConfigError {
+    ConfigError::new(
+        "data",
+        "the method's loss reads the images' labels (SupCon's positives are the images of the \
+         anchor's class) and these images have none: train it on a labelled data set",
+    )
 }
 
 /// What a hook of self-supervised training may use of the step: the method, the augmentation
@@ -397,6 +420,9 @@ where
             )
             .into());
         }
+        if self.method.uses_labels() && !self.feed.is_labelled() {
+            return Err(unlabelled().into());
+        }
         Ok(())
     }
 
@@ -451,8 +477,14 @@ where
             .then(|| (self.augmenter.clone(), progress_of));
         let host = self.augmenter.host_ops();
         let batches = Batches::<B::InnerBackend>::new(batches, self.device(), ahead, host);
-        Ok(Box::new(batches.map(|ready| {
-            ready.map(SslBatch).map_err(TrainError::from)
+        // A method that reads the labels never meets a batch without them.
+        let needs_labels = self.method.uses_labels();
+        Ok(Box::new(batches.map(move |ready| {
+            let ready = ready.map_err(TrainError::from)?;
+            if needs_labels && ready.batch.labels().is_none() {
+                return Err(unlabelled().into());
+            }
+            Ok(SslBatch(ready))
         })))
     }
 
@@ -479,6 +511,15 @@ where
                 .knobs
                 .push(("skipped_files", batch.0.batch.skipped() as f64));
         }
+        // The batch's labels for a method that reads them (`epoch` let no batch without them
+        // through), on the batch's device.
+        self.labels = match batch.0.batch.labels() {
+            Some(labels) if self.method.uses_labels() => Some(Tensor::from_data(
+                TensorData::new(labels.to_vec(), [labels.len()]),
+                self.device(),
+            )),
+            _ => None,
+        };
         views
     }
 
@@ -489,6 +530,9 @@ where
             global: [views.view1, views.view2].map(Tensor::from_inner),
             local: locals,
         };
+        if let Some(labels) = self.labels.take() {
+            self.method.set_labels(labels);
+        }
         let mut out = self.method.forward_views(views, progress);
         // Data-parallel: a hook that reads the embeddings measures the global batch (Fréchet
         // curation's distance, a user's rule), the same on every replica, so that all decide

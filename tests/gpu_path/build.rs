@@ -340,6 +340,17 @@ pub fn emp_ssl<B: AutodiffBackend>(device: &B::Device) -> EmpSsl<B, TinyConv<B>>
     .unwrap()
 }
 
+/// SupCon at τ = 0.2 (solo-learn's).
+pub fn supcon<B: AutodiffBackend>(device: &B::Device) -> SupCon<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        SupConConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(8)
+            .init(TinyConv::new, d)
+    })
+    .unwrap()
+}
+
 /// MMCR on the two global views: the host SVDs of the device's outputs (the centroids' matrix
 /// 8 × 4, each image's 4 × 4, whose momentum rows equal its online rows at the first step: the
 /// zero singular values' least-norm subgradient).

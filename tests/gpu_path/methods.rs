@@ -61,6 +61,12 @@ fn boxes() -> Vec<CropBox> {
         .collect()
 }
 
+/// The labels of the views' images (SupCon): four classes, one of them a single image.
+fn labels<B: Backend>(device: &B::Device) -> Tensor<B, 1, Int> {
+    let values: Vec<i64> = [0, 1, 0, 2, 1, 0, 3, 1][..BATCH].to_vec();
+    Tensor::from_data(TensorData::new(values, [BATCH]), device)
+}
+
 /// Two steps of `method` with SGD (lr 0.1, momentum 0.9), the trainer's order: forward (under the
 /// step's seed), gradients, optimiser step, `after_step`.
 fn two_steps<B: AutodiffBackend, M: SslMethod<B>>(
@@ -78,6 +84,9 @@ fn two_steps<B: AutodiffBackend, M: SslMethod<B>>(
         let v2 = image_tensor::<B>(&v2, [BATCH, 1, SIDE, SIDE], device);
         if method.uses_object_boxes() {
             method.set_object_boxes(boxes());
+        }
+        if method.uses_labels() {
+            method.set_labels(labels(device));
         }
         let step = curriculum_ssl::seed::with_seed::<B, _>(device, 7 + s as u64, || {
             method.forward(v1, v2, progress(s))
@@ -166,6 +175,22 @@ fn visreg_steps_as_on_the_cpu() {
         &mut seen,
     );
     seen.report("visreg_steps_as_on_the_cpu");
+}
+
+/// SupCon: the labels' masks (integer comparisons on the device), the masked log-sum-exps of
+/// every anchor's positives and candidates; two steps as on the CPU.
+#[test]
+fn supcon_steps_as_on_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let mut seen = Comparisons::default();
+    compare(
+        "SupCon",
+        supcon::<CpuAd>(&CpuDevice::default()),
+        supcon::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    seen.report("supcon_steps_as_on_the_cpu");
 }
 
 /// Batch norm in training on the GPU path is the models crate's own operation

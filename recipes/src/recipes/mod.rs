@@ -53,6 +53,7 @@ recipe_modules!(
     simmim,
     ijepa,
     simclr,
+    supcon,
     directclr,
     rotnet,
     byol,

@@ -334,6 +334,27 @@ fn a_folder_of_unlabelled_images_of_any_size_trains_with_its_own_statistics() {
     a_labelled_knn_tree_turns_the_monitor_on(&root);
 }
 
+/// SupCon's loss reads the labels: a folder of unlabelled images is refused with exit code 2
+/// and a message naming the missing labels, before the run directory is made.
+#[test]
+fn supcon_refuses_images_without_labels() {
+    let root = scratch().join("supcon-unlabelled");
+    let _ = std::fs::remove_dir_all(&root);
+    write_own_images(&root);
+    let mut args = own_images_run(&root, "supcon-unlabelled-run");
+    args[0] = "supcon".to_string();
+    args.extend(["--image-size", "16"].map(String::from));
+    let o = run(&as_strs(&args));
+    assert_eq!(
+        check_error_shape(&o, "supcon unlabelled"),
+        2,
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("have no labels"), "{}", stderr(&o));
+    assert!(!scratch().join("supcon-unlabelled-run").exists());
+}
+
 /// 32 uniform images in `root`: 12 of 16×16 at the top, 10 of 24×16 in a/, 10 of 40×40 in
 /// b/c/, and a text file. Their channels' mean and standard deviation.
 fn write_own_images(root: &Path) -> (Vec<f64>, Vec<f64>) {

@@ -148,6 +148,8 @@ fn the_method_table_recipes_run_two_steps() {
         ("directclr", &[][..]),
         ("simclr", &["--loss", "dcl"][..]),
         ("simclr", &["--loss", "dclw"][..]),
+        // SupCon on the labelled tiny data (its loss reads the labels).
+        ("supcon", &[][..]),
         ("swav", &[][..]),
         ("swav", &["--local-crops", "0"][..]),
         ("dino", &["--local-crops", "2"][..]),

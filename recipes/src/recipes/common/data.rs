@@ -268,6 +268,17 @@ pub enum TrainData {
     Stream(Streamed),
 }
 
+impl TrainData {
+    /// Whether the images trained on have labels (as their first one says: a set's images all
+    /// have one or none has).
+    pub fn is_labelled(&self) -> bool {
+        match self {
+            Self::Memory(data) => data.trained_on().is_labeled(),
+            Self::Stream(s) => !s.files.is_empty() && s.files.label(0).is_some(),
+        }
+    }
+}
+
 /// Image files trained on by streaming them (image-folder's `train/`, a folder, or shards).
 #[derive(Clone)]
 pub struct Streamed {
