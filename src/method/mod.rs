@@ -31,8 +31,9 @@
 //!   [`Wmse`] (W-MSE: sub-batches whitened by a Cholesky factor), [`FroSsl`] and
 //!   [`DirectClr`] (the backbone alone).
 //! - [`EmpSsl`]: EMP-SSL (the coding rate of many patches, each towards its image's mean).
-//! - [`LeJepa`]: LeJEPA (SIGReg and invariance, multi-crop, no teacher); [`VisReg`]: VISReg
-//!   (LeJEPA with centre, scale and a sliced-Wasserstein shape term instead of SIGReg);
+//! - [`SlicedViews`]: every view through one network and an objective of all their projections
+//!   along random directions: [`LeJepa`] (SIGReg and invariance, multi-crop, no teacher) and
+//!   [`VisReg`] (LeJEPA with centre, scale and a sliced-Wasserstein shape term instead of SIGReg);
 //!   [`Mmcr`]: MMCR (nuclear norms of `k` views, momentum network).
 //! - [`Swav`]: SwAV; [`Dino`]: DINO (both with multi-crop); [`Ibot`]: iBOT and DINOv2's
 //!   objective.
@@ -89,6 +90,7 @@ mod running;
 mod simclr;
 mod simmim;
 mod simsiam;
+mod sliced_views;
 mod ssl_method;
 mod supcon;
 mod swav;
@@ -135,6 +137,7 @@ pub use rotnet::{RotNet, RotNetConfig, RotNetNetwork, RotationBatch, RotationMod
 pub use simclr::{PairLossConfig, SimClr, SimClrConfig, SimClrState};
 pub use simmim::{SimMim, SimMimConfig, SimMimNetwork};
 pub use simsiam::{SimSiam, SimSiamConfig};
+pub use sliced_views::{SlicedObjective, SlicedViews};
 pub use ssl_method::{gradients_without, init_method, stat, HasBackbone, MethodOutput, SslMethod};
 pub use ssl_method::{Views, OBJECT_BOXES};
 pub use supcon::{SupCon, SupConConfig};
