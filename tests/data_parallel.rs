@@ -669,6 +669,17 @@ fn msn<B: Backend>(d: &B::Device, _: usize) -> Result<Msn<B, Vit<B>>, ConfigErro
         .with_base_momentum(0.9)
         .init(vit, d)
 }
+/// iBOT++ (the visible tokens weighted 0.5): the patch centre moves by every replica's patch
+/// tokens, hidden and visible.
+fn ibot_plus_plus<B: Backend>(d: &B::Device, _: usize) -> Result<Ibot<B, Vit<B>>, ConfigError> {
+    ibot_on_vit(
+        d,
+        IbotConfig::new().with_patch_loss(
+            curriculum_ssl::loss::IbotPatchLossConfig::new().with_visible_loss_weight(0.5),
+        ),
+    )
+}
+
 
 /// I-JEPA on a ViT of the views' size in 2-pixel patches (a 4 × 4 grid), a one-block predictor:
 /// the replicas must draw the global batch's blocks, cut to its shortest lists.
@@ -1028,6 +1039,17 @@ fn shuffle_bn_encodes_each_slice_of_the_shuffle_with_its_own_statistics() {
     };
     let queues = data_parallel::run::<Exact, _, String, _>(
         &DataParallelConfig::local(2),
+/// iBOT++ on two replicas equals one device (f64, the global crops): each replica's patch loss
+/// over its images' hidden and visible tokens, the patch centre from every replica's tokens.
+#[test]
+fn ibot_plus_plus_on_two_replicas_equals_one_device() {
+    assert_same(
+        "iBOT++ (f64)",
+        runs_crops::<Exact, _>(&ibot_plus_plus, &ibot_extra, false),
+        1e-10,
+    );
+}
+
         &[Default::default(), Default::default()],
         |replica, d| {
             let mut method = init_method::<Exact, _, _>(d, 7, build).map_err(|e| e.to_string())?;

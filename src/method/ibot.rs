@@ -53,8 +53,8 @@ pub struct IbotConfig {
     /// The \[CLS\] loss (temperatures and their warm-up, centre momentum).
     #[config(default = "DinoLossConfig::new()")]
     pub loss: DinoLossConfig,
-    /// The patch loss (student temperature, centre momentum; its teacher temperature follows
-    /// `loss`'s warm-up).
+    /// The patch loss (student temperature, centre momentum, iBOT++'s weight of the visible
+    /// tokens; its teacher temperature follows `loss`'s warm-up).
     #[config(default = "IbotPatchLossConfig::new()")]
     pub patch_loss: IbotPatchLossConfig,
     /// Weight of the patch loss (iBOT's λ₂ = 1, DINOv2's 1).
@@ -90,8 +90,8 @@ impl IbotConfig {
     ///
     /// # Errors
     /// A backbone that is not a ViT, a zero width, a probability or ratio outside `[0, 1]`,
-    /// ratios in the wrong order, a negative weight, an impossible momentum or temperature;
-    /// each named.
+    /// ratios in the wrong order, a negative weight, an impossible momentum or temperature,
+    /// iBOT++'s visible tokens with Sinkhorn–Knopp centring; each named.
     pub fn init<B: Backend, M: Backbone<B> + AsVit<B>>(
         &self,
         backbone: impl Fn(&B::Device) -> M,
@@ -119,6 +119,18 @@ impl IbotConfig {
                     format!("must be 0 or more, got {value}"),
                 ));
             }
+        }
+        if self.sinkhorn_knopp && self.patch_loss.visible_loss_weight > 0.0 {
+            // Neither DINOv2 nor lightly's iBOT++ says over which tokens the visible tokens'
+            // targets would be balanced.
+            return Err(ConfigError::new(
+                "visible_loss_weight",
+                format!(
+                    "iBOT++'s visible tokens ({}) take the centred softmax's targets: set \
+                     sinkhorn_knopp = false, or visible_loss_weight = 0",
+                    self.patch_loss.visible_loss_weight
+                ),
+            ));
         }
         let student_backbone = backbone(device);
         let width = require_vit(&student_backbone, "iBOT masks patch tokens of")?.embed_dim();
@@ -258,11 +270,21 @@ pub struct IbotState<B: Backend, M: Backbone<B>> {
 /// with its last layer frozen for the first `freeze_last_layer_epochs` epochs. The patch loss's
 /// teacher temperature follows the \[CLS\] loss's warm-up.
 ///
+/// iBOT++ (TIPSv2, 2026, <https://arxiv.org/abs/2604.12012>; lightly's `IBOTPlusPlusPatchLoss`)
+/// with `patch_loss.visible_loss_weight = w > 0`: the patch loss also takes the student's
+/// outputs at the patches it sees against the teacher's for the same patches, each image's mean
+/// over its visible tokens weighted by `w`
+/// ([`IbotPatchLoss::forward_with_visible`](crate::loss::IbotPatchLoss::forward_with_visible)),
+/// and the patch centre moves by the mean over every patch token of the global views. The heads
+/// then run on the visible tokens too; at `w = 0` (the default) they do not, and the step is
+/// iBOT's. Not with Sinkhorn–Knopp centring (refused by [`IbotConfig::init`]).
+///
 /// On several replicas each replica draws the global batch's masks and keeps its rows (its two
 /// views' slices); each replica's \[CLS\] and patch losses are means over its own images (their
 /// average over replicas is the one-device loss); the \[CLS\] centre moves by the replicas' mean
 /// teacher output, the patch centre by the mean over every replica's hidden tokens (a sum and a
-/// count all-reduced: replicas hide different numbers); KoLeo runs on the gathered global batch
+/// count all-reduced: replicas hide different numbers; with iBOT++'s visible tokens, over every
+/// replica's patch tokens); KoLeo runs on the gathered global batch
 /// (DINOv2 computes it per GPU; here the replicas equal one device). The math and the defaults are
 /// in `docs/methods.md#ibot`.
 #[derive(Debug, Clone)]
@@ -371,7 +393,26 @@ fn hidden_rows(mask: &UnitMask) -> (Vec<i64>, Vec<usize>) {
     (rows, counts)
 }
 
-/// The hidden patch tokens of `tokens` (the \[CLS\] token first, then `L` patches), `[M, D]`.
+/// The rows `image·L + patch` of the visible patches (image by image), and each image's count.
+fn visible_rows(mask: &UnitMask) -> (Vec<i64>, Vec<usize>) {
+    let (images, patches) = (mask.images(), mask.patches());
+    let mut rows = Vec::new();
+    let counts = (0..images)
+        .map(|i| {
+            let before = rows.len();
+            rows.extend(
+                (0..patches)
+                    .filter(|&p| !mask.is_hidden(i, p))
+                    .map(|p| (i * patches + p) as i64),
+            );
+            rows.len() - before
+        })
+        .collect();
+    (rows, counts)
+}
+
+/// The patch tokens of `tokens` (the \[CLS\] token first, then `L` patches) at `rows` (`image·L +
+/// patch`: the hidden ones, or the visible ones), `[M, D]`.
 fn gather_hidden<B: Backend>(tokens: Tensor<B, 3>, rows: &[i64]) -> Tensor<B, 2> {
     let [n, t, d] = tokens.dims();
     let patches = tokens.slice([0..n, 1..t, 0..d]).reshape([n * (t - 1), d]);
@@ -382,8 +423,9 @@ fn gather_hidden<B: Backend>(tokens: Tensor<B, 3>, rows: &[i64]) -> Tensor<B, 2>
     patches.select(0, index)
 }
 
-/// `head`'s outputs at the hidden patch tokens of `tokens`, `[M, K]`; `[0, K]` when no token is
-/// hidden (a batch of few patches, or `mask_probability` 0: the patch loss is then 0).
+/// `head`'s outputs at the hidden patch tokens of `tokens` (or the visible ones: `rows`), `[M, K]`;
+/// `[0, K]` when no token is hidden (a batch of few patches, or `mask_probability` 0: the patch
+/// loss is then 0).
 fn hidden_outputs<B: Backend>(
     head: &DinoHead<B>,
     tokens: Tensor<B, 3>,
@@ -480,13 +522,15 @@ fn cls<B: Backend>(tokens: Tensor<B, 3>) -> Tensor<B, 2> {
 impl<B: AutodiffBackend, M: Backbone<B> + AsVit<B>> Ibot<B, M> {
     /// Proposes the centres after the step (a redrawn attempt's outputs never move them): the
     /// \[CLS\] centre by the replicas' mean teacher output, the patch centre by the mean over the
-    /// global batch's `global_hidden` hidden tokens — this replica's sum, summed over replicas,
-    /// divided by their count (replicas hide different numbers).
+    /// global batch's `global_tokens` patch tokens whose teacher outputs this replica holds in
+    /// `teacher_patch` (the hidden ones; with iBOT++'s visible tokens, the visible ones too) —
+    /// this replica's sum, summed over replicas, divided by their count (replicas hide
+    /// different numbers).
     fn propose_centers(
         &mut self,
         teacher: &[Tensor<B, 2>],
         teacher_patch: Tensor<B, 2>,
-        global_hidden: usize,
+        global_tokens: usize,
     ) {
         let center = next_center(
             &self.loss,
@@ -506,7 +550,7 @@ impl<B: AutodiffBackend, M: Backbone<B> + AsVit<B>> Ibot<B, M> {
         };
         let patch_center =
             self.patch_loss
-                .moved_center(self.patch_center.value(), patch_sum, global_hidden);
+                .moved_center(self.patch_center.value(), patch_sum, global_tokens);
         self.center.propose(center);
         self.patch_center.propose(patch_center);
     }
@@ -568,6 +612,13 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
         };
         let global_hidden = global.as_ref().unwrap_or(&mask).hidden_count();
         let (rows, counts) = hidden_rows(&mask);
+        // iBOT++'s visible tokens: their outputs are computed only when they weigh.
+        let plus_plus = self.patch_loss.config().visible_loss_weight > 0.0;
+        let (visible, visible_counts) = if plus_plus {
+            visible_rows(&mask)
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let split = |x: Tensor<B, 2>, parts: usize| -> Vec<Tensor<B, 2>> {
             (0..parts)
                 .map(|v| x.clone().slice(v * n..(v + 1) * n))
@@ -580,6 +631,9 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             .head
             .forward(cls(teacher_tokens.clone()))
             .detach();
+        let teacher_visible = plus_plus.then(|| {
+            hidden_outputs(teacher_net.patch_head(), teacher_tokens.clone(), &visible).detach()
+        });
         let teacher_patch =
             hidden_outputs(teacher_net.patch_head(), teacher_tokens, &rows).detach();
 
@@ -589,6 +643,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             .student
             .head
             .forward_with_bottleneck(student_features.clone());
+        let student_visible = plus_plus
+            .then(|| hidden_outputs(self.student.patch_head(), student_tokens.clone(), &visible));
         let student_patch = hidden_outputs(self.student.patch_head(), student_tokens, &rows);
         let embeddings = split(bottleneck.detach(), 2);
         let teacher = split(teacher_cls.clone(), 2);
@@ -630,16 +686,28 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
                     .forward_targets(patch_targets, student_patch, &counts),
             )
         } else {
-            (
-                self.loss
-                    .forward(&teacher, &student, self.center.value(), teacher_temp),
-                self.patch_loss.forward(
+            let patch_loss = match (&teacher_visible, student_visible) {
+                (Some(teacher_visible), Some(student_visible)) => {
+                    self.patch_loss.forward_with_visible(
+                        [teacher_patch.clone(), teacher_visible.clone()],
+                        [student_patch, student_visible],
+                        [&counts, &visible_counts],
+                        self.patch_center.value(),
+                        teacher_temp,
+                    )
+                }
+                _ => self.patch_loss.forward(
                     teacher_patch.clone(),
                     student_patch,
                     &counts,
                     self.patch_center.value(),
                     teacher_temp,
                 ),
+            };
+            (
+                self.loss
+                    .forward(&teacher, &student, self.center.value(), teacher_temp),
+                patch_loss,
             )
         };
         let mut loss =
@@ -663,7 +731,18 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
             stats.push(("koleo", koleo.detach()));
         }
         if !self.config.sinkhorn_knopp {
-            self.propose_centers(&teacher, teacher_patch, global_hidden);
+            // iBOT++'s centre: every patch token of the global batch's global views.
+            let (patch_rows, global_tokens) = match teacher_visible {
+                Some(teacher_visible) => {
+                    let parts: Vec<_> = [teacher_patch, teacher_visible]
+                        .into_iter()
+                        .filter(|t| t.dims()[0] > 0)
+                        .collect();
+                    (Tensor::cat(parts, 0), 2 * n * replicas * patches)
+                }
+                None => (teacher_patch, global_hidden),
+            };
+            self.propose_centers(&teacher, patch_rows, global_tokens);
         }
         let device = loss.device();
         let hidden = rows.len() as f64 / (2 * n * patches).max(1) as f64;
@@ -840,6 +919,82 @@ mod tests {
         }
     }
 
+    /// iBOT++: the step's patch loss takes the visible tokens too — the loss's
+    /// `forward_with_visible` of the hidden and the visible tokens' outputs recomputed from the
+    /// networks — and the patch centre moves by the mean over every patch token of both views.
+    #[test]
+    fn ibot_plus_plus_distils_the_visible_tokens_and_centres_on_every_token() {
+        let w = 0.6;
+        let mut m = ibot(
+            IbotConfig::new()
+                .with_patch_loss(IbotPatchLossConfig::new().with_visible_loss_weight(w)),
+        );
+        let (v1, v2) = (images(3, 0.0), images(3, 1.0));
+        let at = progress(4, 100, 0, 10);
+        let mask = m.masks(at, 3, 16);
+        let (rows, counts) = hidden_rows(&mask);
+        let (visible, visible_counts) = visible_rows(&mask);
+        assert!(!rows.is_empty() && !visible.is_empty());
+        assert_eq!(rows.len() + visible.len(), 6 * 16);
+        assert!(
+            visible_counts.contains(&16),
+            "a view hiding nothing: {visible_counts:?}"
+        );
+        let globals = Tensor::cat(vec![v1.clone(), v2.clone()], 0);
+        let teacher = m.teacher().network();
+        let teacher_tokens = teacher.tokens(globals.clone(), None);
+        let student_tokens = m.online().tokens(globals, Some(&mask));
+        let t_cls = teacher.head.forward(cls(teacher_tokens.clone()));
+        let s_cls = m.online().head.forward(cls(student_tokens.clone()));
+        let outputs = |net: &IbotNetwork<Ad, Vit<Ad>>, tokens: &Tensor<Ad, 3>, at: &[i64]| {
+            net.head.forward(gather_hidden(tokens.clone(), at))
+        };
+        let t_hidden = outputs(teacher, &teacher_tokens, &rows);
+        let t_visible = outputs(teacher, &teacher_tokens, &visible);
+        let s_hidden = outputs(m.online(), &student_tokens, &rows);
+        let s_visible = outputs(m.online(), &student_tokens, &visible);
+        let half = |x: Tensor<Ad, 2>, v: usize| x.slice(v * 3..(v + 1) * 3);
+        let cls_loss: f64 = m
+            .loss
+            .forward(
+                &[half(t_cls.clone(), 0), half(t_cls, 1)],
+                &[half(s_cls.clone(), 0), half(s_cls, 1)],
+                m.center(),
+                0.04,
+            )
+            .into_scalar();
+        let patch_loss: f64 = m
+            .patch_loss
+            .forward_with_visible(
+                [t_hidden.clone(), t_visible.clone()],
+                [s_hidden.clone(), s_visible],
+                [&counts, &visible_counts],
+                m.patch_center(),
+                0.04,
+            )
+            .into_scalar();
+        let ibot_only: f64 = m
+            .patch_loss
+            .forward(t_hidden.clone(), s_hidden, &counts, m.patch_center(), 0.04)
+            .into_scalar();
+        assert!(
+            (patch_loss - ibot_only).abs() > 1e-3,
+            "the visible tokens count"
+        );
+        let out = m.forward_views(Views::pair(v1, v2), at);
+        let total: f64 = out.loss.into_scalar();
+        let expected = cls_loss + patch_loss;
+        assert!((total - expected).abs() < 1e-12, "{total} vs {expected}");
+        m.after_step(at);
+        let t = [host(t_hidden), host(t_visible)].concat();
+        let tokens = t.len() / 6;
+        assert_eq!(tokens, 6 * 16);
+        for (k, ours) in host(m.patch_center()).iter().enumerate() {
+            let mean = (0..tokens).map(|r| t[r * 6 + k]).sum::<f64>() / tokens as f64;
+            assert!((ours - 0.1 * mean).abs() < 1e-12, "patch centre[{k}]");
+        }
+    }
+
     /// DINOv2's `sinkhorn_knopp_teacher`, written out on the host (`Q = exp(t/τ)ᵀ`, divided by
     /// its sum, three times rows to `1/K` and columns to `1/B`, times `B`), equals the
     /// Sinkhorn–Knopp this file uses.
@@ -1002,5 +1157,11 @@ mod tests {
             .init(tiny_vit, &device)
             .unwrap_err();
         assert_eq!(e.field, "koleo_weight");
+        let e = IbotConfig::new()
+            .with_sinkhorn_knopp(true)
+            .with_patch_loss(IbotPatchLossConfig::new().with_visible_loss_weight(1.0))
+            .init(tiny_vit, &device)
+            .unwrap_err();
+        assert_eq!(e.field, "visible_loss_weight");
     }
 }

@@ -228,7 +228,7 @@ const VIT_MICRO: [&str; 2] = ["--backbone", "vit-micro"];
 /// Two local crops on the smoke runs' ViT.
 const LOCAL_CROPS_ON_VIT_MICRO: [&str; 4] = ["--local-crops", "2", "--backbone", "vit-micro"];
 
-/// iBOT and DINOv2's objective.
+/// iBOT, iBOT++ and DINOv2's objective.
 #[test]
 fn the_token_distillation_recipes_run_two_steps() {
     table_recipes_run_two_steps(&[
@@ -236,6 +236,7 @@ fn the_token_distillation_recipes_run_two_steps() {
         ("dinov2", &LOCAL_CROPS_ON_VIT_MICRO[..]),
     ]);
 }
+        ("ibot_plus_plus", &LOCAL_CROPS_ON_VIT_MICRO[..]),
 
 /// I-JEPA and its curriculum.
 #[test]
@@ -379,7 +380,7 @@ fn the_recipes_own_columns_are_logged(
     }
 }
 
-/// What the masked-image recipe `name` (I-JEPA, iBOT, DINOv2, MAE-HPM, MSN) logs of its masks
+/// What the masked-image recipe `name` (I-JEPA, iBOT, iBOT++, DINOv2, MAE-HPM, MSN) logs of its masks
 /// in its steps.csv (`steps`, whose first line is `header`).
 fn the_masked_recipes_log_their_masks(name: &str, header: &str, steps: &str) {
     if name.starts_with("ijepa") {
@@ -402,7 +403,7 @@ fn the_masked_recipes_log_their_masks(name: &str, header: &str, steps: &str) {
         assert!((least - 1e-4..=most + 1e-4).contains(&target), "{steps}");
         assert!((4.0 - 1e-4..=49.0).contains(&context), "{steps}");
     }
-    if name == "ibot" || name == "dinov2" {
+    if name == "ibot" || name == "ibot_plus_plus" || name == "dinov2" {
         // Its terms logged (KoLeo for DINOv2's objective), and the hidden fraction of the
         // global views' patches: half the views hide ⌊49·u⌋ patches, u in [0.1, 0.5], so
         // between 4 and 24 of every two views' 98.
@@ -450,11 +451,20 @@ fn the_masked_recipes_log_their_masks(name: &str, header: &str, steps: &str) {
     }
 }
 
-/// MAE, SimMIM, iBOT, DINOv2's objective, I-JEPA and MSN mask the patch tokens of a ViT:
-/// another backbone is refused, naming the option.
+/// MAE, SimMIM, iBOT, iBOT++, DINOv2's objective, I-JEPA and MSN mask the patch tokens of a
+/// ViT: another backbone is refused, naming the option.
 #[test]
 fn masked_image_modelling_refuses_a_backbone_that_is_not_a_vit() {
-    for name in ["mae", "simmim", "ibot", "dinov2", "ijepa", "msn", "mae_hpm"] {
+    for name in [
+        "mae",
+        "simmim",
+        "ibot",
+        "ibot_plus_plus",
+        "dinov2",
+        "ijepa",
+        "msn",
+        "mae_hpm",
+    ] {
         let mut args = tiny(&format!("{name}-lenet"), &["--backbone", "lenet5"]);
         args[0] = name.into();
         let o = run(&as_strs(&args));
