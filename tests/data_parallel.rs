@@ -18,9 +18,11 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::Optimizer;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl::augment::crop::CropBox;
 use curriculum_ssl::data_parallel::{self, CollectiveBackend, DataParallelConfig, Replica};
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
+use curriculum_ssl::pipeline::ViewGeometry;
 use curriculum_ssl::ConfigError;
 use curriculum_ssl_models::{BlockKind, ResNet, ResNetConfig, Stem, Vit, VitConfig};
 
@@ -92,6 +94,25 @@ fn labels<B: Backend>(
         .map(|i| ((i + step) % 3) as i64)
         .collect();
     Tensor::from_data(TensorData::new(values, [n]), device)
+}
+
+/// Where images `start .. start + n` of step `step`'s two global views came from (VICRegL's
+/// locations): crops of a 12-pixel image of varied sizes and offsets, some flipped.
+fn view_geometry(step: usize, start: usize, n: usize) -> [Vec<ViewGeometry>; 2] {
+    [0, 1].map(|v| {
+        (start..start + n)
+            .map(|i| ViewGeometry {
+                crop: CropBox {
+                    top: (i + step + v) % 4,
+                    left: (2 * i + v) % 5,
+                    height: 6 + (i + v) % 3,
+                    width: 5 + (i + 2 * step) % 4,
+                },
+                flipped: (i + v + step) % 3 == 0,
+                output: [SIDE, SIDE],
+            })
+            .collect()
+    })
 }
 
 /// Rows `start .. start + n` of a global view, on `device`.
@@ -185,6 +206,9 @@ where
         };
         if method.uses_labels() {
             method.set_labels(labels(step, start, n, device));
+        }
+        if method.uses_view_geometry() {
+            method.set_view_geometry(view_geometry(step, start, n));
         }
         let out = method.forward_views(views, progress);
         let loss = out
@@ -532,6 +556,31 @@ fn visreg_two_replicas_equal_one_device() {
     );
 }
 
+/// VICRegL on a ViT of the views' size in 2-pixel patches (its feature map 4 × 4 positions of
+/// 8 features), 5 and 3 matches.
+fn vicregl<B: Backend>(d: &B::Device, _: usize) -> Result<VicRegL<B, Vit<B>>, ConfigError> {
+    VicRegLConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .with_local_hidden_dim(6)
+        .with_local_output_dim(3)
+        .with_loss(curriculum_ssl::loss::VicRegLLossConfig::new().with_num_matches([5, 3]))
+        .init(|d| views_vit(2, d), d)
+}
+
+/// VICRegL: each replica matches its own images' positions (by the local projections and by the
+/// locations of their views' crops and flips), then gathers the global and the matched local
+/// projections, so the variances and covariances are the global batch's and every replica
+/// computes the one-device loss; two replicas end where one device ends (f64).
+#[test]
+fn vicregl_two_replicas_equal_one_device() {
+    assert_same(
+        "VICRegL (f64)",
+        runs::<Exact, _>(&vicregl, &|_| Vec::new()),
+        1e-10,
+    );
+}
+
 /// SupCon with the runs' two local crops as further views.
 fn supcon<B: Backend>(d: &B::Device, _: usize) -> Result<SupCon<B, ResNet<B>>, ConfigError> {
     SupConConfig::new()
@@ -620,6 +669,17 @@ fn ibot_sinkhorn<B: Backend>(d: &B::Device, _: usize) -> Result<Ibot<B, Vit<B>>,
     )
 }
 
+/// iBOT++ (the visible tokens weighted 0.5): the patch centre moves by every replica's patch
+/// tokens, hidden and visible.
+fn ibot_plus_plus<B: Backend>(d: &B::Device, _: usize) -> Result<Ibot<B, Vit<B>>, ConfigError> {
+    ibot_on_vit(
+        d,
+        IbotConfig::new().with_patch_loss(
+            curriculum_ssl::loss::IbotPatchLossConfig::new().with_visible_loss_weight(0.5),
+        ),
+    )
+}
+
 fn ibot_on_vit<B: Backend>(
     d: &B::Device,
     config: IbotConfig,
@@ -669,17 +729,6 @@ fn msn<B: Backend>(d: &B::Device, _: usize) -> Result<Msn<B, Vit<B>>, ConfigErro
         .with_base_momentum(0.9)
         .init(vit, d)
 }
-/// iBOT++ (the visible tokens weighted 0.5): the patch centre moves by every replica's patch
-/// tokens, hidden and visible.
-fn ibot_plus_plus<B: Backend>(d: &B::Device, _: usize) -> Result<Ibot<B, Vit<B>>, ConfigError> {
-    ibot_on_vit(
-        d,
-        IbotConfig::new().with_patch_loss(
-            curriculum_ssl::loss::IbotPatchLossConfig::new().with_visible_loss_weight(0.5),
-        ),
-    )
-}
-
 
 /// I-JEPA on a ViT of the views' size in 2-pixel patches (a 4 × 4 grid), a one-block predictor:
 /// the replicas must draw the global batch's blocks, cut to its shortest lists.
@@ -990,6 +1039,17 @@ fn two_replicas_equal_one_device_with_the_whole_batch() {
     );
 }
 
+/// iBOT++ on two replicas equals one device (f64, the global crops): each replica's patch loss
+/// over its images' hidden and visible tokens, the patch centre from every replica's tokens.
+#[test]
+fn ibot_plus_plus_on_two_replicas_equals_one_device() {
+    assert_same(
+        "iBOT++ (f64)",
+        runs_crops::<Exact, _>(&ibot_plus_plus, &ibot_extra, false),
+        1e-10,
+    );
+}
+
 /// MoCo's shuffling batch norm on two replicas: the keys each replica enqueues are the key
 /// encoder's on the replicas' slices of the shuffled global batch, each slice normalised with its
 /// own statistics, put back in the images' order (computed here on one device); synchronised
@@ -1039,17 +1099,6 @@ fn shuffle_bn_encodes_each_slice_of_the_shuffle_with_its_own_statistics() {
     };
     let queues = data_parallel::run::<Exact, _, String, _>(
         &DataParallelConfig::local(2),
-/// iBOT++ on two replicas equals one device (f64, the global crops): each replica's patch loss
-/// over its images' hidden and visible tokens, the patch centre from every replica's tokens.
-#[test]
-fn ibot_plus_plus_on_two_replicas_equals_one_device() {
-    assert_same(
-        "iBOT++ (f64)",
-        runs_crops::<Exact, _>(&ibot_plus_plus, &ibot_extra, false),
-        1e-10,
-    );
-}
-
         &[Default::default(), Default::default()],
         |replica, d| {
             let mut method = init_method::<Exact, _, _>(d, 7, build).map_err(|e| e.to_string())?;

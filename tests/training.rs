@@ -501,6 +501,92 @@ fn a_method_that_reads_the_labels_gets_them_and_refuses_data_without() {
     );
 }
 
+/// VICRegL recording the views' geometry the trainer hands it.
+struct GeometryRecorder {
+    inner: VicRegL<Ad, LeNet<Ad>>,
+    seen: Vec<[Vec<curriculum_ssl::pipeline::ViewGeometry>; 2]>,
+}
+
+impl SslMethod<Ad> for GeometryRecorder {
+    type Online = VicRegLNetwork<Ad, LeNet<Ad>>;
+    type Backbone = LeNet<Ad>;
+    type State = ();
+
+    fn online(&self) -> &Self::Online {
+        self.inner.online()
+    }
+    fn state(&self) {}
+    fn load_state(&mut self, _: ()) -> Result<(), curriculum_ssl::ConfigError> {
+        Ok(())
+    }
+    fn set_online(&mut self, online: Self::Online) {
+        self.inner.set_online(online)
+    }
+    fn forward_views(&mut self, views: Views<Ad>, p: Progress) -> MethodOutput<Ad> {
+        self.inner.forward_views(views, p)
+    }
+    fn uses_view_geometry(&self) -> bool {
+        true
+    }
+    fn set_view_geometry(&mut self, geometry: [Vec<curriculum_ssl::pipeline::ViewGeometry>; 2]) {
+        self.seen.push(geometry.clone());
+        self.inner.set_view_geometry(geometry);
+    }
+}
+
+/// A method whose loss reads where its views came from (VICRegL's locations) receives each
+/// attempt's crops and flips from the trainer before its forward (VICRegL refuses a forward
+/// without them): two steps of 32 images on LeNet's 4 × 4 map, finite losses, and for each step
+/// both views' geometry, one per image, drawn by SimCLR's pipeline (random resized crops of the
+/// 28-pixel images, half of them flipped).
+#[test]
+fn a_method_that_reads_the_views_geometry_gets_it_every_step() {
+    let device = Default::default();
+    let inner = init_method::<Ad, _, _>(&device, 0, |d| {
+        VicRegLConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .with_local_hidden_dim(16)
+            .with_local_output_dim(8)
+            .with_map_dim(Some(16))
+            .init(lenet, d)
+    })
+    .unwrap();
+    let method = GeometryRecorder {
+        inner,
+        seen: Vec::new(),
+    };
+    let dir = run_dir("vicregl-geometry");
+    let optimizer = SgdConfig::new().init::<Ad, _>().unwrap();
+    let mut trainer = Trainer::builder(method, optimizer, augmenter(0), loader(subset(64), 32, 0))
+        .config(train_config(1))
+        .run_dir(&dir)
+        .build(&device)
+        .unwrap();
+    trainer.fit().unwrap();
+    let steps = losses(&dir);
+    assert_eq!(steps.len(), 2);
+    assert!(steps
+        .iter()
+        .all(|(_, loss)| loss.parse::<f64>().unwrap().is_finite()));
+    let seen = &trainer.method().seen;
+    assert_eq!(seen.len(), 2, "one geometry per step");
+    for step in seen {
+        assert_ne!(step[0], step[1], "the two views' own draws");
+        for g in step.iter().flatten() {
+            assert_eq!(g.output, [28, 28]);
+            let c = g.crop;
+            assert!(
+                c.height > 0 && c.width > 0 && c.top + c.height <= 28 && c.left + c.width <= 28
+            );
+        }
+        assert!(step.iter().all(|view| view.len() == 32));
+    }
+    let all: Vec<_> = seen.iter().flatten().flatten().collect();
+    assert!(all.iter().any(|g| g.flipped) && all.iter().any(|g| !g.flipped));
+    assert!(all.iter().any(|g| g.crop.height < 28 || g.crop.width < 28));
+}
+
 /// SimCLR's pipeline with crops of at least half the image: 28×28 garments lose what tells
 /// them apart below that (measured: scale 0.2 left the kNN accuracy below its initial value
 /// after 3 epochs, 0.5 raised it).

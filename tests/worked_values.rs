@@ -1478,3 +1478,120 @@ fn supcon_equals_solo_learn_values_and_gradients() {
         "SupCon against solo-learn: values within {worst_value:.1e}, gradients {worst_gradient:.1e}"
     );
 }
+
+/// VICRegL's loss equals lightly's `VICRegLLoss` in float64 (`tests/pytorch/vicregl.py` wrote
+/// `tests/fixtures/vicregl.json`, inputs included): six images, two global views (4 global
+/// features, a 3 × 3 map of 3 local features and its grid) and two local views (2 × 2 maps);
+/// lightly's defaults with and without the local views, other weights, α, ε and matches
+/// (5, 2), and matches (3, 9) (the second capped at the searching view's positions). No two
+/// distances tie (the script's grids and features are continuous), so the matches are the
+/// only ones. The value and lightly's global and local parts to 1e-12, the gradients with
+/// respect to every view's global and local projections to 1e-12 relative in the Euclidean
+/// norm (and to [`GRADIENT_TOLERANCE`] by the other losses' check). Measured (printed with
+/// `--nocapture`): the values to 2.0e-16, the gradients to 2.7e-16 (every scalar of the loss's
+/// backward pass is an f64: a `div_scalar` would back-propagate its divisor's f32 inverse).
+#[test]
+fn vicregl_equals_lightly_values_and_gradients() {
+    use burn::prelude::*;
+    use curriculum_ssl::loss::{VicRegLLossConfig, VicRegLView};
+    type Ad = crate::common::ExactAd;
+
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/vicregl.json")).unwrap();
+    let size = |key: &str| fixture[key].as_u64().unwrap() as usize;
+    let (n, d, e) = (size("images"), size("global_dim"), size("local_dim"));
+    let device = Default::default();
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 4);
+    let (mut worst_value, mut worst_gradient) = (0.0f64, 0.0f64);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let setting = |key: &str, default: f64| case["config"][key].as_f64().unwrap_or(default);
+        let matches = match case["config"]["num_matches"].as_array() {
+            Some(m) => [0, 1].map(|i| m[i].as_u64().unwrap() as usize),
+            None => [20, 4],
+        };
+        let loss = VicRegLLossConfig::new()
+            .with_invariance(setting("lambda_param", 25.0))
+            .with_variance(setting("mu_param", 25.0))
+            .with_covariance(setting("nu_param", 1.0))
+            .with_alpha(setting("alpha", 0.75))
+            .with_epsilon(setting("eps", 1e-4))
+            .with_num_matches(matches)
+            .init()
+            .unwrap();
+        let count = if case["local_views"].as_bool().unwrap() {
+            4
+        } else {
+            2
+        };
+        let views: Vec<VicRegLView<Ad>> = fixture["views"].as_array().unwrap()[..count]
+            .iter()
+            .map(|v| {
+                let map = floats(&v["map"]);
+                let p = (map[0] * map[1]) as usize;
+                let grid = floats(&v["grid"]);
+                VicRegLView {
+                    global: Tensor::<Ad, 2>::from_data(
+                        TensorData::new(floats(&v["global"]), [n, d]),
+                        &device,
+                    )
+                    .require_grad(),
+                    local: Tensor::<Ad, 3>::from_data(
+                        TensorData::new(floats(&v["local"]), [n, p, e]),
+                        &device,
+                    )
+                    .require_grad(),
+                    grid: grid.chunks(2).map(|c| [c[0], c[1]]).collect(),
+                }
+            })
+            .collect();
+        let terms = loss.terms(&views[..2], &views[2..]);
+        let value: f64 = terms.loss.clone().into_scalar();
+        for (what, ours) in [
+            ("value", value),
+            ("global_loss", terms.global.into_scalar()),
+            ("local_loss", terms.local.into_scalar()),
+        ] {
+            let theirs = case[what].as_f64().unwrap();
+            worst_value = worst_value.max((ours - theirs).abs() / theirs.abs().max(1.0));
+            assert_value(&format!("{name}: {what}"), ours, theirs);
+        }
+        let grads = terms.loss.backward();
+        for (v, view) in views.iter().enumerate() {
+            let global: Vec<f64> = view
+                .global
+                .grad(&grads)
+                .unwrap()
+                .into_data()
+                .to_vec()
+                .unwrap();
+            let local: Vec<f64> = view
+                .local
+                .grad(&grads)
+                .unwrap()
+                .into_data()
+                .to_vec()
+                .unwrap();
+            for (label, ours, theirs) in [
+                ("global", global, &case["grad_global"][v]),
+                ("local", local, &case["grad_local"][v]),
+            ] {
+                let theirs = floats(theirs);
+                let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+                let error = norm(&mut ours.iter().zip(&theirs).map(|(o, t)| o - t))
+                    / norm(&mut theirs.iter().copied());
+                worst_gradient = worst_gradient.max(error);
+                assert!(
+                    error <= 1e-12,
+                    "{name}: view {v}, {label}: relative error {error:e}"
+                );
+                assert_gradient(&format!("{name}: view {v}, {label}"), &ours, &theirs);
+            }
+        }
+    }
+    // Shown with --nocapture.
+    println!(
+        "VICRegL against lightly: values within {worst_value:.1e}, gradients {worst_gradient:.1e}"
+    );
+}

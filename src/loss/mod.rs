@@ -17,6 +17,7 @@
 //! | [`MagnetLoss`] | magnet loss (SPL-ADVisE embedding network) | <https://arxiv.org/abs/1511.05939> | `#magnet-loss` |
 //! | [`BarlowTwinsLoss`] | cross-correlation towards the identity (Barlow Twins) | <https://arxiv.org/abs/2103.03230> | `#barlow-twins-loss` |
 //! | [`VicRegLoss`] | variance, invariance, covariance (VICReg) | <https://arxiv.org/abs/2105.04906> | `#vicreg-loss` |
+//! | [`VicRegLLoss`] | VICReg on the global projections plus VICReg on local projections matched by feature distance and by location (VICRegL) | <https://arxiv.org/abs/2210.01571> | `#vicregl` |
 //! | [`EmpSslLoss`] | total coding rate of many patches up, each patch towards its image's mean (EMP-SSL) | <https://arxiv.org/abs/2304.03977> | `#emp-ssl-loss` |
 //! | [`WmseLoss`] | whitened sub-batches (Cholesky), cosine distance between the views (W-MSE) | <https://arxiv.org/abs/2007.06346> | `#w-mse-loss` |
 //! | [`VibcRegLoss`] | VICReg's invariance and variance, covariance on the normalised correlation (VIbCReg) | <https://arxiv.org/abs/2109.00783> | `#vibcreg-loss` |
@@ -86,6 +87,7 @@ mod testing;
 mod tico;
 mod vibcreg;
 mod vicreg;
+mod vicregl;
 mod visreg;
 mod wmse;
 mod worked_examples;
@@ -121,6 +123,7 @@ pub use swav::{sinkhorn, sinkhorn_balance, SwavLoss, SwavLossConfig};
 pub use tico::{TicoLoss, TicoLossConfig};
 pub use vibcreg::{VibcRegLoss, VibcRegLossConfig, VibcRegTerms};
 pub use vicreg::{VicRegLoss, VicRegLossConfig, VicRegTerms};
+pub use vicregl::{VicRegLLoss, VicRegLLossConfig, VicRegLTerms, VicRegLView};
 pub use visreg::{VisRegLoss, VisRegLossConfig, VisRegTerms};
 pub use wmse::{WmseLoss, WmseLossConfig};
 #[cfg(test)]

@@ -29,7 +29,8 @@
 //! - [`ProjectedPair`]: two views through one network and a loss of the pair:
 //!   [`BarlowTwins`], [`VicReg`], [`VibcReg`] (its projections whitened),
 //!   [`Wmse`] (W-MSE: sub-batches whitened by a Cholesky factor), [`FroSsl`] and
-//!   [`DirectClr`] (the backbone alone).
+//!   [`DirectClr`] (the backbone alone); [`VicRegL`]: VICRegL (VICReg on the global
+//!   projections and on local ones matched by feature distance and by location).
 //! - [`EmpSsl`]: EMP-SSL (the coding rate of many patches, each towards its image's mean).
 //! - [`SlicedViews`]: every view through one network and an objective of all their projections
 //!   along random directions: [`LeJepa`] (SIGReg and invariance, multi-crop, no teacher) and
@@ -99,6 +100,7 @@ pub(crate) mod testing;
 mod tico;
 mod vibcreg;
 mod vicreg;
+mod vicregl;
 mod visreg;
 mod wmse;
 
@@ -145,6 +147,9 @@ pub use swav::{Swav, SwavConfig, SwavNetwork, SwavState};
 pub use tico::{Tico, TicoConfig, TicoState};
 pub use vibcreg::{VibcReg, VibcRegConfig, VibcRegNetwork};
 pub use vicreg::{VicReg, VicRegConfig};
+pub use vicregl::{
+    grid_unit, location_grid, LocalProjector, VicRegL, VicRegLConfig, VicRegLNetwork,
+};
 pub use visreg::{VisReg, VisRegConfig};
 pub use wmse::{Wmse, WmseConfig};
 

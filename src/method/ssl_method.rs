@@ -11,7 +11,7 @@ use super::branches::ViewPasses;
 use crate::base::Progress;
 
 use crate::base::error::ConfigError;
-use crate::base::geometry::CropBox;
+use crate::base::geometry::{CropBox, ViewGeometry};
 use crate::data_parallel::Replica;
 
 /// The capability a method that [uses object boxes](SslMethod::uses_object_boxes) needs from a
@@ -389,5 +389,22 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
     /// method that [uses them](SslMethod::uses_labels). Default: ignored.
     fn set_labels(&mut self, labels: Tensor<B, 1, Int>) {
         let _ = labels;
+    }
+
+    /// Whether the loss reads where each view's pixels came from in the input image (VICRegL
+    /// matches positions of the two views' feature maps by their locations). When it does, the
+    /// trainer hands each attempt's geometry to [`SslMethod::set_view_geometry`] before every
+    /// forward. Default: `false`.
+    fn uses_view_geometry(&self) -> bool {
+        false
+    }
+
+    /// Where each image of the next forward's two global views came from: `geometry[v][n]` for
+    /// view `v + 1` and image `n` (on a replica, its shard's images), the crop box in input
+    /// pixels and the flip the augmentation drew (the augmenter's `TwoViews::geometry`). Called
+    /// by the trainer before every forward of a method that
+    /// [uses it](SslMethod::uses_view_geometry). Default: ignored.
+    fn set_view_geometry(&mut self, geometry: [Vec<ViewGeometry>; 2]) {
+        let _ = geometry;
     }
 }

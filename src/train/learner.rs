@@ -358,6 +358,9 @@ impl<B: AutodiffBackend, M: SslMethod<B> + Send> TrainStep for LearnerMethod<B, 
         let views = shared
             .augmenter
             .two_views_at(batch.images.inner(), progress);
+        if shared.method.uses_view_geometry() {
+            shared.method.set_view_geometry(views.geometry);
+        }
         let views = Views {
             global: [views.view1, views.view2].map(Tensor::<B, 4>::from_inner),
             local: views

@@ -49,6 +49,8 @@ pub struct SslBatch<B: AutodiffBackend>(ReadyBatch<B::InnerBackend>);
 ///          ahead on a thread of its own when asked (`augment_ahead`)
 /// attempt: view1, view2 = augmenter.redrawn_views(batch, progress, attempt)   # keyed by (step, attempt)
 /// labels:  method.set_labels(the batch's labels), for a method that reads them (SupCon)
+/// geometry: method.set_view_geometry(the views' crops and flips), for a method that reads them
+///          (VICRegL)
 /// forward: out = method.forward_views(Views { global: [view1, view2], local crops }, progress)
 /// apply:   online = fresh_leaves(optimiser.step(lr, online, grad(out.loss))); loss and statistics in one read
 /// after:   method.after_step (EMA, queue); the self-paced AutoAugment learns from the loss
@@ -525,6 +527,8 @@ where
 
     fn forward(&mut self, views: TwoViews<B::InnerBackend>, progress: Progress) -> MethodOutput<B> {
         self.knobs = views.knobs;
+        // Where the views came from, for a method that reads it (VICRegL's locations).
+        let geometry = self.method.uses_view_geometry().then_some(views.geometry);
         let locals = views.locals.into_iter().map(Tensor::from_inner).collect();
         let views = Views {
             global: [views.view1, views.view2].map(Tensor::from_inner),
@@ -532,6 +536,9 @@ where
         };
         if let Some(labels) = self.labels.take() {
             self.method.set_labels(labels);
+        }
+        if let Some(geometry) = geometry {
+            self.method.set_view_geometry(geometry);
         }
         let mut out = self.method.forward_views(views, progress);
         // Data-parallel: a hook that reads the embeddings measures the global batch (Fréchet

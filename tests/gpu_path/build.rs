@@ -12,6 +12,9 @@ use curriculum_ssl::method::PgdConfig;
 use curriculum_ssl::method::*;
 use curriculum_ssl::method::{RotNet, RotNetConfig, RotationMode};
 
+use curriculum_ssl_models::layers::{global_avg_pool, Activation, ConvBnAct, ConvBnActSpec};
+use curriculum_ssl_models::Backbone;
+
 use crate::harness::{params, transfer};
 use crate::{TinyConv, BATCH};
 
@@ -347,6 +350,70 @@ pub fn supcon<B: AutodiffBackend>(device: &B::Device) -> SupCon<B, TinyConv<B>> 
             .with_hidden_dim(16)
             .with_output_dim(8)
             .init(TinyConv::new, d)
+    })
+    .unwrap()
+}
+
+/// TinyConv with 16 channels: `[N, 1, 12, 12]` → a `[N, 16, 6, 6]` map, its mean the features.
+/// VICRegL's local projector starts with a LayerNorm of a bias-free product, blind to a
+/// position's scale: on TinyConv's 4 channels after ReLU, a quarter of the positions have one
+/// channel left, and those of the same channel project to vectors that differ only through the
+/// LayerNorm's ε, so that the CPU's and the GPU's roundings pick different nearest neighbours
+/// among them. With 16 channels no two positions are that close (exact duplicates, such as
+/// positions with every channel at zero, tie exactly on both and go to the lowest index).
+#[derive(Module, Debug)]
+pub struct WideConv<B: burn::prelude::Backend> {
+    unit: ConvBnAct<B>,
+}
+
+impl<B: burn::prelude::Backend> WideConv<B> {
+    /// Builds it on `device`.
+    pub fn new(device: &B::Device) -> Self {
+        Self {
+            unit: ConvBnAct::new(
+                ConvBnActSpec {
+                    in_channels: 1,
+                    out_channels: 16,
+                    kernel: 3,
+                    stride: 2,
+                    groups: 1,
+                    act: Activation::Relu,
+                    bn_eps: 1e-5,
+                    bn_momentum: 0.1,
+                },
+                device,
+            ),
+        }
+    }
+}
+
+impl<B: burn::prelude::Backend> Backbone<B> for WideConv<B> {
+    fn forward_features(&self, images: burn::prelude::Tensor<B, 4>) -> burn::prelude::Tensor<B, 2> {
+        global_avg_pool(self.unit.forward(images))
+    }
+
+    fn feature_dim(&self) -> usize {
+        16
+    }
+
+    fn forward_feature_map(
+        &self,
+        images: burn::prelude::Tensor<B, 4>,
+    ) -> Option<burn::prelude::Tensor<B, 4>> {
+        Some(self.unit.forward(images))
+    }
+}
+
+/// VICRegL on [`WideConv`]'s 6 × 6 map of 16 features, 5 and 3 matches.
+pub fn vicregl<B: AutodiffBackend>(device: &B::Device) -> VicRegL<B, WideConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        VicRegLConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(8)
+            .with_local_hidden_dim(8)
+            .with_local_output_dim(4)
+            .with_loss(curriculum_ssl::loss::VicRegLLossConfig::new().with_num_matches([5, 3]))
+            .init(WideConv::new, d)
     })
     .unwrap()
 }

@@ -59,6 +59,7 @@ recipe_modules!(
     byol,
     simsiam,
     redundancy,
+    vicregl,
     multi_crop,
     lejepa,
     visreg,

@@ -137,6 +137,9 @@ fn the_method_table_recipes_run_two_steps() {
     table_recipes_run_two_steps(&[
         ("barlow_twins", &[][..]),
         ("vicreg", &[][..]),
+        // VICRegL on the default backbone's 2 × 2 map and with `--stem cifar` (4 × 4).
+        ("vicregl", &[][..]),
+        ("vicregl", &["--stem", "cifar"][..]),
         ("vibcreg", &[][..]),
         // Sub-batches of 16 of the 32 images, 8 features (the recipe's 128 and 64 need a batch
         // of 128).
@@ -233,10 +236,10 @@ const LOCAL_CROPS_ON_VIT_MICRO: [&str; 4] = ["--local-crops", "2", "--backbone",
 fn the_token_distillation_recipes_run_two_steps() {
     table_recipes_run_two_steps(&[
         ("ibot", &LOCAL_CROPS_ON_VIT_MICRO[..]),
+        ("ibot_plus_plus", &LOCAL_CROPS_ON_VIT_MICRO[..]),
         ("dinov2", &LOCAL_CROPS_ON_VIT_MICRO[..]),
     ]);
 }
-        ("ibot_plus_plus", &LOCAL_CROPS_ON_VIT_MICRO[..]),
 
 /// I-JEPA and its curriculum.
 #[test]
@@ -307,6 +310,9 @@ fn the_recipes_own_columns_are_logged(
             header.ends_with("vicreg_invariance,vicreg_variance,vicreg_covariance"),
             "{header}"
         );
+    }
+    if name == "vicregl" {
+        assert!(header.ends_with("vicregl_global,vicregl_local"), "{header}");
     }
     if name == "frossl" {
         assert!(
