@@ -108,7 +108,7 @@ fn view_geometry(step: usize, start: usize, n: usize) -> [Vec<ViewGeometry>; 2] 
                     height: 6 + (i + v) % 3,
                     width: 5 + (i + 2 * step) % 4,
                 },
-                flipped: (i + v + step) % 3 == 0,
+                flipped: (i + v + step).is_multiple_of(3),
                 output: [SIDE, SIDE],
             })
             .collect()
