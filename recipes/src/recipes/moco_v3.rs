@@ -144,10 +144,12 @@ mod tests {
             BackboneChoice::Small,
             BackboneChoice::Small2x,
             BackboneChoice::Lenet5,
+            BackboneChoice::VitMicro,
         ] {
             let c = config(backbone);
             assert_eq!((c.hidden_dim, c.output_dim), (512, 128), "{backbone:?}");
         }
+        assert_eq!(config(BackboneChoice::VitMicro).projector_layers, 3);
         let c = config(BackboneChoice::Resnet18);
         assert_eq!(
             (c.hidden_dim, c.output_dim, c.projector_layers),

@@ -130,8 +130,9 @@ fn first_step(steps: &str) -> Vec<f64> {
         .collect()
 }
 
-/// The CNN methods of the table (the test is split in three so that the test threads share
-/// its recipes).
+/// The CNN methods of the table, the redundancy-reduction and contrastive ones (the table's test
+/// is split so that the test threads share its recipes: one test of 24 recipes took 99 s under
+/// load, 2026-12-03).
 #[test]
 fn the_method_table_recipes_run_two_steps() {
     table_recipes_run_two_steps(&[
@@ -153,6 +154,13 @@ fn the_method_table_recipes_run_two_steps() {
         ("simclr", &["--loss", "dclw"][..]),
         // SupCon on the labelled tiny data (its loss reads the labels).
         ("supcon", &[][..]),
+    ]);
+}
+
+/// The CNN methods of the table with multi-crop, nearest neighbours or a momentum encoder.
+#[test]
+fn the_method_table_recipes_with_crops_neighbours_or_momentum_run_two_steps() {
+    table_recipes_run_two_steps(&[
         ("swav", &[][..]),
         ("swav", &["--local-crops", "0"][..]),
         ("dino", &["--local-crops", "2"][..]),
@@ -775,11 +783,51 @@ fn the_pgd_options_are_checked() {
     );
 }
 
-/// Every --backbone runs two steps of SimCLR on 32×32 RGB images (VGG-16's smallest input), and
-/// the run records it; --stem belongs to the ResNets.
+// Every --backbone runs two steps of SimCLR on 32×32 RGB images (VGG-16's smallest input), and
+// the run records it; --stem belongs to the ResNets. Three tests rather than one (the one was the
+// cli binary's longest, 138 s under load, 2026-12-03), so that the test threads share the
+// backbones.
+
+/// The ResNets and wide ResNets, and `--stem` / `--pooled-grid`.
 #[test]
-fn every_backbone_option_runs_two_steps() {
-    let dir = scratch().join("backbone-data");
+fn every_resnet_option_runs_two_steps() {
+    backbones_run_two_steps("resnets", &["resnet18", "resnet34", "resnet50", "wrn-16-8"]);
+    the_stem_and_the_pooled_grid_are_recorded_and_refused_off_the_resnets();
+}
+
+/// The heaviest (WRN-28-10, VGG-16) and the CPU-sized backbones.
+#[test]
+fn every_wide_and_small_backbone_option_runs_two_steps() {
+    backbones_run_two_steps(
+        "wide",
+        &[
+            "wrn-28-10",
+            "vgg16-bn",
+            "lenet5",
+            "small",
+            "small-wide",
+            "small-2x",
+        ],
+    );
+}
+
+/// EfficientNet and MobileNet v3.
+#[test]
+fn every_mobile_backbone_option_runs_two_steps() {
+    backbones_run_two_steps(
+        "mobile",
+        &[
+            "efficientnet-b0",
+            "efficientnet-b1",
+            "mobilenet-v3-large",
+            "mobilenet-v3-small",
+        ],
+    );
+}
+
+/// Two steps of SimCLR on each of `backbones`, the data in a folder of its own (`group`'s).
+fn backbones_run_two_steps(group: &str, backbones: &[&str]) {
+    let dir = scratch().join(format!("backbone-data-{group}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     // Five training images (two steps of two), two test images: the heavy models (WRN-28-10,
@@ -788,22 +836,7 @@ fn every_backbone_option_runs_two_steps() {
         std::fs::write(dir.join(format!("data_batch_{k}.bin")), cifar_records(1, 1)).unwrap();
     }
     std::fs::write(dir.join("test_batch.bin"), cifar_records(2, 1)).unwrap();
-    for backbone in [
-        "resnet18",
-        "resnet34",
-        "resnet50",
-        "wrn-16-8",
-        "wrn-28-10",
-        "efficientnet-b0",
-        "efficientnet-b1",
-        "mobilenet-v3-large",
-        "mobilenet-v3-small",
-        "vgg16-bn",
-        "lenet5",
-        "small",
-        "small-wide",
-        "small-2x",
-    ] {
+    for &backbone in backbones {
         let name = format!("backbone-{backbone}");
         let mut args = tiny(
             &name,
@@ -841,7 +874,6 @@ fn every_backbone_option_runs_two_steps() {
         // CI's disk is small: each run directory goes once it has been checked.
         std::fs::remove_dir_all(scratch().join(&name)).unwrap();
     }
-    the_stem_and_the_pooled_grid_are_recorded_and_refused_off_the_resnets();
 }
 
 /// `--stem` and `--pooled-grid`: recorded by the run (the grid when it is not 1; small-2x's
