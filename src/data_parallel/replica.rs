@@ -267,6 +267,15 @@ impl<B: Backend> Replica<B> {
         }
     }
 
+    /// `tensor` summed over every replica ([`Replica::sum`]) when `replica` is one, `tensor`
+    /// itself on one device: a sum over the global batch of each replica's sum over its rows.
+    pub fn sum_on<const D: usize>(replica: Option<&Self>, tensor: Tensor<B, D>) -> Tensor<B, D> {
+        match replica {
+            Some(r) => r.sum(tensor),
+            None => tensor,
+        }
+    }
+
     /// Each of `views` gathered as [`Replica::gather_on`] gathers one (a multi-view loss over
     /// the global batch).
     ///

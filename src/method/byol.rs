@@ -1,14 +1,12 @@
 //! BYOL (documented on `Byol`).
 
 use burn::prelude::*;
-use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::branches::ViewThreads;
-use super::encoder::{Predicted, Projected};
+use super::encoder::{predicted_with_copy, Predicted, PredictedWithCopy, Projected};
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{momentum_state, online_in, MethodOutput, SslMethod, Views};
+use super::ssl_method::{momentum_state, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -42,29 +40,14 @@ impl ByolConfig {
     ) -> Result<Byol<B, M>, ConfigError> {
         let projector = |width| MlpHeadConfig::new(width, self.hidden_dim, self.output_dim);
         let predictor = MlpHeadConfig::new(self.output_dim, self.hidden_dim, self.output_dim);
-        let (online, target) = Predicted::with_momentum_copy(
-            backbone,
-            projector,
-            &predictor,
-            self.base_momentum,
-            device,
-        )?;
+        let networks =
+            PredictedWithCopy::new(backbone, projector, &predictor, self.base_momentum, device)?;
+        let loss = NegativeCosineLossConfig::new().with_form(self.form);
         Ok(Byol {
-            online,
-            target,
-            loss: NegativeCosineLossConfig::new()
-                .with_form(self.form)
-                .init()?,
-            view_threads: ViewThreads::default(),
+            networks,
+            loss: loss.init()?,
         })
     }
-}
-
-/// The checkpointed state of [`Byol`]: the EMA target (weights and batch-norm statistics).
-#[derive(Record)]
-pub struct ByolState<B: Backend, M: Backbone<B>> {
-    /// The target's record.
-    pub target: <Projected<B, M> as Module<B>>::Record,
 }
 
 /// BYOL. Build it with [`ByolConfig::init`].
@@ -79,17 +62,15 @@ pub struct ByolState<B: Backend, M: Backbone<B>> {
 /// `docs/methods.md#byol`.
 #[derive(Debug, Clone)]
 pub struct Byol<B: Backend, M: Backbone<B>> {
-    online: Predicted<B, M>,
-    target: MomentumEncoder<Projected<B, M>>,
+    /// The online network and the target (the momentum copy of its encoder).
+    networks: PredictedWithCopy<B, M>,
     loss: NegativeCosineLoss,
-    /// The two views' online passes back-propagated on two threads, when on.
-    view_threads: ViewThreads<B, Predicted<B, M>>,
 }
 
 impl<B: Backend, M: Backbone<B>> Byol<B, M> {
     /// The momentum copy (the EMA target): its network and its momentum schedule.
     pub fn target(&self) -> &MomentumEncoder<Projected<B, M>> {
-        &self.target
+        self.networks.copy()
     }
 }
 
@@ -104,24 +85,13 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> Byol<B, M> {
         progress: Progress,
         targets: impl FnOnce([Tensor<B, 2>; 2]) -> [Tensor<B, 2>; 2],
     ) -> MethodOutput<B> {
-        let [view1, view2] = views.two();
-        let ([p1, p2], _) = self.view_threads.passes(
-            &self.online,
-            [view1.clone(), view2.clone()],
-            true,
-            |net, x, groups| (net.forward_grouped(x, groups).1, ()),
-        );
-        let [t1, t2] = self.view_threads.both([view1, view2], |x, groups| {
-            self.target.network().forward_grouped(x, groups).detach()
-        });
-        let embeddings = [t1.clone(), t2.clone()];
-        let [t1, t2] = targets([t1, t2]);
-        // BYOL's symmetrised loss is the sum of the two orderings (§3.1: `L^BYOL = L + L̃`), not
-        // their mean.
-        let loss = self.loss.forward(p1, t2) + self.loss.forward(p2, t1);
-        MethodOutput::new(loss)
-            .with_momentum(self.target.momentum_at(progress))
-            .with_embeddings(embeddings)
+        self.networks
+            .step(views.two(), progress, |[p1, p2], projections| {
+                let [t1, t2] = targets(projections);
+                // BYOL's symmetrised loss is the sum of the two orderings (§3.1:
+                // `L^BYOL = L + L̃`), not their mean.
+                self.loss.forward(p1, t2) + self.loss.forward(p2, t1)
+            })
     }
 }
 
@@ -129,9 +99,9 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Byol<B, M> {
     type Online = Predicted<B, M>;
     type Backbone = M;
 
-    online_in!(online, view_threads);
+    predicted_with_copy!(networks);
 
-    momentum_state!(ByolState { target: target });
+    momentum_state!(target in networks.copy: Projected<B, M>);
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
         self.forward_to(views, progress, |targets| targets)
@@ -141,12 +111,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Byol<B, M> {
     /// average of the replicas' gradients is the one-device gradient (with synchronised batch
     /// norms). Nothing is gathered.
     fn set_replica(&mut self, _: Replica<B>) -> Result<(), ConfigError> {
-        self.view_threads.replicated();
+        self.networks.replicated();
         Ok(())
-    }
-
-    fn after_step(&mut self, progress: Progress) {
-        self.target.update(&self.online, progress);
     }
 }
 

@@ -1,11 +1,14 @@
 //! The two shapes of a method's network (documented on `Projected`).
 
 use burn::prelude::*;
-use curriculum_ssl_models::Backbone;
+use burn::tensor::backend::AutodiffBackend;
+use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
+use super::branches::ViewThreads;
 use super::momentum::MomentumEncoder;
-use super::ssl_method::HasBackbone;
+use super::ssl_method::{HasBackbone, MethodOutput};
 use crate::base::error::ConfigError;
+use crate::base::Progress;
 use crate::head::{MlpHead, MlpHeadConfig};
 
 /// A backbone and a projection head: the projections of a batch.
@@ -138,25 +141,51 @@ impl<B: Backend, M: Backbone<B>> Predicted<B, M> {
         (z, p)
     }
 
+    /// The encoder without its predictor (sharing its tensors: the source of a momentum copy,
+    /// [`MomentumEncoder::new`](super::MomentumEncoder::new)).
+    pub fn encoder(&self) -> Projected<B, M> {
+        Projected {
+            backbone: self.backbone.clone(),
+            projector: self.projector.clone(),
+        }
+    }
+}
+
+/// An online [`Predicted`] network, the momentum copy of its encoder (backbone and projector) and
+/// the two views' passes through them: BYOL's online network and target, MoCo v3's query and
+/// momentum encoders. Build it with [`PredictedWithCopy::new`], run a step with
+/// [`PredictedWithCopy::step`]; `predicted_with_copy!(field)` writes a method's `SslMethod` items
+/// that reach it.
+#[derive(Debug, Clone)]
+pub struct PredictedWithCopy<B: Backend, M: Backbone<B>> {
+    /// The online network.
+    pub(crate) online: Predicted<B, M>,
+    /// The momentum copy of its encoder.
+    pub(crate) copy: MomentumEncoder<Projected<B, M>>,
+    /// The two views' online passes back-propagated on two threads, when on.
+    pub(crate) view_threads: ViewThreads<B, Predicted<B, M>>,
+}
+
+impl<B: Backend, M: Backbone<B>> PredictedWithCopy<B, M> {
     /// An online network of a backbone made by `backbone`, the projector `projector` gives for
     /// the backbone's feature width and the predictor `predictor`, and the momentum copy of its
     /// encoder (backbone and projector, built the same way, the online weights loaded into it;
-    /// momentum `base_momentum` rising to 1 along a cosine): BYOL's and MoCo v3's networks. The
-    /// online network's size is checked and its weights drawn before the copy's.
+    /// momentum `base_momentum` rising to 1 along a cosine). The online network's size is checked
+    /// and its weights drawn before the copy's.
     ///
     /// # Errors
     /// A zero width in a head, a network too large to draw, or a momentum outside `[0, 1]`
     /// (named `base_momentum`).
-    pub fn with_momentum_copy(
+    pub fn new(
         backbone: impl Fn(&B::Device) -> M,
         projector: impl Fn(usize) -> MlpHeadConfig,
         predictor: &MlpHeadConfig,
         base_momentum: f64,
         device: &B::Device,
-    ) -> Result<(Self, MomentumEncoder<Projected<B, M>>), ConfigError> {
+    ) -> Result<Self, ConfigError> {
         let online_backbone = backbone(device);
         let projector = projector(online_backbone.feature_dim());
-        let online = Self {
+        let online = Predicted {
             backbone: online_backbone,
             projector: projector.init(device)?,
             predictor: predictor.init(device)?,
@@ -167,22 +196,80 @@ impl<B: Backend, M: Backbone<B>> Predicted<B, M> {
             backbone: backbone(device),
             projector: projector.init(device)?,
         };
-        let momentum = MomentumEncoder::new(
+        let copy = MomentumEncoder::new(
             &online.encoder(),
             fresh,
             base_momentum,
             true,
             "base_momentum",
         )?;
-        Ok((online, momentum))
+        Ok(Self {
+            online,
+            copy,
+            view_threads: ViewThreads::default(),
+        })
     }
 
-    /// The encoder without its predictor (sharing its tensors: the source of a momentum copy,
-    /// [`MomentumEncoder::new`](super::MomentumEncoder::new)).
-    pub fn encoder(&self) -> Projected<B, M> {
-        Projected {
-            backbone: self.backbone.clone(),
-            projector: self.projector.clone(),
-        }
+    /// The momentum copy: its network and its momentum schedule.
+    pub fn copy(&self) -> &MomentumEncoder<Projected<B, M>> {
+        &self.copy
+    }
+
+    /// After an optimiser step: the copy moves towards the online encoder
+    /// ([`MomentumEncoder::update`]).
+    pub fn update(&mut self, progress: Progress) {
+        self.copy.update(&self.online, progress);
     }
 }
+
+impl<B: AutodiffBackend, M: TrainableBackbone<B>> PredictedWithCopy<B, M> {
+    /// A step on two views: the online predictions of the two views (on the view threads when
+    /// they are on, as `ViewThreads::passes` runs them) and the copy's projections of them
+    /// (detached) into `loss`; the step's output is that loss, the copy's momentum at
+    /// `progress` (the `momentum` column) and the copy's projections as the step's embeddings.
+    ///
+    /// # Shapes
+    /// - `views`: two `[N, C, H, W]`; `loss` receives two `[N, prediction_dim]` and two
+    ///   `[N, output_dim]`
+    pub fn step(
+        &mut self,
+        views: [Tensor<B, 4>; 2],
+        progress: Progress,
+        loss: impl FnOnce([Tensor<B, 2>; 2], [Tensor<B, 2>; 2]) -> Tensor<B, 1>,
+    ) -> MethodOutput<B> {
+        let (predictions, _) =
+            self.view_threads
+                .passes(&self.online, views.clone(), true, |net, x, groups| {
+                    (net.forward_grouped(x, groups).1, ())
+                });
+        let copy = self.copy.network();
+        let projections = self.view_threads.both(views, |x, groups| {
+            copy.forward_grouped(x.detach(), groups).detach()
+        });
+        let embeddings = projections.clone();
+        MethodOutput::new(loss(predictions, projections))
+            .with_momentum(self.copy.momentum_at(progress))
+            .with_embeddings(embeddings)
+    }
+
+    /// The method became one replica of a data-parallel run: the views' passes stay on its
+    /// thread (`ViewThreads::replicated`).
+    pub(crate) fn replicated(&mut self) {
+        self.view_threads.replicated();
+    }
+}
+
+/// The [`SslMethod`](super::SslMethod) items of a method whose networks are the
+/// [`PredictedWithCopy`] in its field `$networks`: `online_in!` on its online network and view
+/// threads, and `after_step` moving the copy ([`PredictedWithCopy::update`]). Written inside the
+/// `impl SslMethod for …` block.
+macro_rules! predicted_with_copy {
+    ($networks:ident) => {
+        $crate::method::ssl_method::online_in!($networks.online, $networks.view_threads);
+
+        fn after_step(&mut self, progress: $crate::base::Progress) {
+            self.$networks.update(progress);
+        }
+    };
+}
+pub(crate) use predicted_with_copy;

@@ -11,7 +11,7 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 
 use super::dino::{next_center, DinoHead, DinoHeadConfig};
-use super::masking::{require_vit, vit, StepMasks, UnitMask};
+use super::masking::{class_token as cls, patch_count, require_vit, vit, StepMasks, UnitMask};
 use super::momentum::MomentumEncoder;
 use super::running::Running;
 use super::ssl_method::{
@@ -513,12 +513,6 @@ fn global_sinkhorn<B: Backend>(
     )
 }
 
-/// The \[CLS\] token, `[N, D]`.
-fn cls<B: Backend>(tokens: Tensor<B, 3>) -> Tensor<B, 2> {
-    let [n, _, d] = tokens.dims();
-    tokens.slice([0..n, 0..1, 0..d]).reshape([n, d])
-}
-
 impl<B: AutodiffBackend, M: Backbone<B> + AsVit<B>> Ibot<B, M> {
     /// Proposes the centres after the step (a redrawn attempt's outputs never move them): the
     /// \[CLS\] centre by the replicas' mean teacher output, the patch centre by the mean over the
@@ -544,10 +538,7 @@ impl<B: AutodiffBackend, M: Backbone<B> + AsVit<B>> Ibot<B, M> {
         } else {
             teacher_patch.sum_dim(0)
         };
-        let patch_sum = match self.step_masks.replica() {
-            Some(r) => r.sum(patch_sum.detach()),
-            None => patch_sum,
-        };
+        let patch_sum = Replica::sum_on(self.step_masks.replica(), patch_sum.detach());
         let patch_center =
             self.patch_loss
                 .moved_center(self.patch_center.value(), patch_sum, global_tokens);
@@ -592,11 +583,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
         self.frozen = progress.epoch < self.config.freeze_last_layer_epochs;
         let n = view1.dims()[0];
         let globals = Tensor::cat(vec![view1, view2], 0);
-        let patches = {
-            let vit = self.student.vit();
-            let [_, _, h, w] = globals.dims();
-            (h / vit.patch_size) * (w / vit.patch_size)
-        };
+        let patches = patch_count(self.student.vit(), &globals);
         // The hidden tokens of the global batch, for the patch centre: known on the host.
         let (replicas, rank) = self
             .step_masks

@@ -6,7 +6,7 @@ use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone};
 
 use super::mae_decoder::MaeDecoder;
 use super::masking::{check_token_transformer, check_visible_ratio, encode_kept, PatchMask};
-use super::masking::{patchify, require_vit, vit, StepMasks};
+use super::masking::{patch_count, patchify, require_vit, vit, StepMasks};
 use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
@@ -163,9 +163,10 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Mae<B, M> {
     /// The masks of the step at `progress` for this method's `n` images of `patches` patches:
     /// the global batch's drawn from `(seed, step)` at the step's ratio, this replica's rows.
     pub fn masks(&self, progress: Progress, n: usize, patches: usize) -> PatchMask {
-        let (total, first) = self.step_masks.global_rows(n);
         let mut rng = self.step_masks.rng(progress);
-        PatchMask::random(total, patches, self.mask_ratio(progress), &mut rng).rows(first, n)
+        let ratio = self.mask_ratio(progress);
+        self.step_masks
+            .patch_masks(&mut rng, (n, 1), patches, ratio)
     }
 
     /// The encoder on the visible patches: the class token and the visible patches' tokens,
@@ -243,9 +244,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ma
     /// MAE's loss on the first global view (the second is not used).
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
         let [images, _] = views.two();
-        let [n, _, h, w] = images.dims();
-        let p = vit(&self.online.backbone).patch_size;
-        let mask = self.masks(progress, n, (h / p) * (w / p));
+        let patches = patch_count(vit(&self.online.backbone), &images);
+        let mask = self.masks(progress, images.dims()[0], patches);
         MethodOutput::new(self.loss(images, &mask))
             .with_value("mask_ratio", self.mask_ratio(progress))
     }

@@ -65,6 +65,25 @@ impl<B: Backend> StepMasks<B> {
     pub fn set_replica(&mut self, replica: Replica<B>) {
         self.replica = Some(replica);
     }
+
+    /// The masks of `views` views (view-major) of this replica's `n` images of `patches` patches
+    /// each: the global batch's, every view's images drawn from `rng` at `ratio`
+    /// ([`PatchMask::random`]), of which this replica keeps its rows of each view (MAE's one
+    /// view, MSN's anchor and focal views).
+    pub fn patch_masks(
+        &self,
+        rng: &mut StdRng,
+        (n, views): (usize, usize),
+        patches: usize,
+        ratio: f64,
+    ) -> PatchMask {
+        let (total, first) = self.global_rows(n);
+        let global = PatchMask::random(total * views, patches, ratio, rng);
+        let rows: Vec<_> = (0..views)
+            .map(|v| global.rows(v * total + first, n))
+            .collect();
+        PatchMask::concat(&rows)
+    }
 }
 
 /// The Vision Transformer inside `backbone`, which the method checked with [`require_vit`] when
@@ -457,6 +476,24 @@ pub(crate) fn check_token_transformer(
         ));
     }
     Ok(())
+}
+
+/// The patches of each of `images` a Vision Transformer `vit` cuts: `(H/p)·(W/p)`.
+///
+/// # Shapes
+/// - `images`: `[N, C, H, W]`
+pub(crate) fn patch_count<B: Backend>(vit: &Vit<B>, images: &Tensor<B, 4>) -> usize {
+    let [_, _, h, w] = images.dims();
+    (h / vit.patch_size) * (w / vit.patch_size)
+}
+
+/// The \[CLS\] token of a transformer's tokens.
+///
+/// # Shapes
+/// - `tokens`: `[N, T, D]` → `[N, D]`
+pub(crate) fn class_token<B: Backend>(tokens: Tensor<B, 3>) -> Tensor<B, 2> {
+    let [n, _, d] = tokens.dims();
+    tokens.slice([0..n, 0..1, 0..d]).reshape([n, d])
 }
 
 /// A Vision Transformer on the patches `mask` keeps: the class token and the kept patches'

@@ -5,10 +5,9 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::branches::ViewThreads;
-use super::encoder::{Predicted, Projected};
+use super::encoder::{predicted_with_copy, Predicted, PredictedWithCopy, Projected};
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
+use super::ssl_method::{MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -59,19 +58,12 @@ impl MocoV3Config {
                 .with_output_batch_norm_affine(false)
         };
         let predictor = MlpHeadConfig::new(self.output_dim, self.hidden_dim, self.output_dim);
-        let (online, momentum) = Predicted::with_momentum_copy(
-            backbone,
-            projector,
-            &predictor,
-            self.base_momentum,
-            device,
-        )?;
+        let networks =
+            PredictedWithCopy::new(backbone, projector, &predictor, self.base_momentum, device)?;
         Ok(MocoV3 {
-            online,
-            momentum,
+            networks,
             loss: self.loss.init()?,
             replica: None,
-            view_threads: ViewThreads::default(),
         })
     }
 }
@@ -104,19 +96,17 @@ pub struct MocoV3State<B: Backend, M: Backbone<B>> {
 /// The math, the defaults and the worked values are in `docs/methods.md#moco-v3`.
 #[derive(Debug, Clone)]
 pub struct MocoV3<B: Backend, M: Backbone<B>> {
-    online: Predicted<B, M>,
-    momentum: MomentumEncoder<Projected<B, M>>,
+    /// The query encoder and the momentum encoder (the momentum copy of its encoder).
+    networks: PredictedWithCopy<B, M>,
     loss: MocoV3Loss,
     /// This method's replica in a data-parallel run: the keys are every replica's.
     replica: Option<Replica<B>>,
-    /// The two views' query passes back-propagated on two threads, when on.
-    view_threads: ViewThreads<B, Predicted<B, M>>,
 }
 
 impl<B: Backend, M: Backbone<B>> MocoV3<B, M> {
     /// The momentum copy (the momentum encoder): its network and its momentum schedule.
     pub fn momentum_encoder(&self) -> &MomentumEncoder<Projected<B, M>> {
-        &self.momentum
+        self.networks.copy()
     }
 }
 
@@ -125,58 +115,40 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for MocoV3<B, M> 
     type Backbone = M;
     type State = MocoV3State<B, M>;
 
-    online_in!(online, view_threads);
+    predicted_with_copy!(networks);
 
     fn state(&self) -> MocoV3State<B, M> {
         MocoV3State {
-            momentum: self.momentum.record(),
+            momentum: self.networks.copy.record(),
         }
     }
 
     fn load_state(&mut self, state: MocoV3State<B, M>) -> Result<(), ConfigError> {
-        self.momentum.load_record(state.momentum);
-        self.view_threads.clear();
+        self.networks.copy.load_record(state.momentum);
+        self.networks.view_threads.clear();
         Ok(())
     }
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
-        let [view1, view2] = views.two();
-        let n = view1.dims()[0];
-        let ([q1, q2], _) = self.view_threads.passes(
-            &self.online,
-            [view1.clone(), view2.clone()],
-            true,
-            |net, x, groups| (net.forward_grouped(x, groups).1, ()),
-        );
-        let [k1, k2] = self.view_threads.both([view1, view2], |x, groups| {
-            self.momentum
-                .network()
-                .forward_grouped(x.detach(), groups)
-                .detach()
-        });
-        let embeddings = [k1.clone(), k2.clone()];
-        let (k1, k2, offset) = match &self.replica {
-            Some(r) => (r.gather(k1).detach(), r.gather(k2).detach(), r.rank() * n),
-            None => (k1, k2, 0),
-        };
-        let loss = self.loss.forward_with_offset(q1, k2, offset)
-            + self.loss.forward_with_offset(q2, k1, offset);
-        MethodOutput::new(loss)
-            .with_momentum(self.momentum.momentum_at(progress))
-            .with_embeddings(embeddings)
+        let (loss, replica) = (&self.loss, self.replica.as_ref());
+        self.networks
+            .step(views.two(), progress, |[q1, q2], [k1, k2]| {
+                let n = k1.dims()[0];
+                let (k1, k2, offset) = match replica {
+                    Some(r) => (r.gather(k1).detach(), r.gather(k2).detach(), r.rank() * n),
+                    None => (k1, k2, 0),
+                };
+                loss.forward_with_offset(q1, k2, offset) + loss.forward_with_offset(q2, k1, offset)
+            })
     }
 
     /// The keys of every replica are gathered (no gradient); each replica's loss is the mean over
     /// its queries, and the average over replicas is the one-device loss and gradient (with
     /// synchronised batch norms).
     fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.view_threads.replicated();
+        self.networks.replicated();
         self.replica = Some(replica);
         Ok(())
-    }
-
-    fn after_step(&mut self, progress: Progress) {
-        self.momentum.update(&self.online, progress);
     }
 }
 

@@ -6,9 +6,11 @@
 //!
 //! The pieces the methods share:
 //! - the networks' two shapes: [`Projected`] (backbone + projector) and [`Predicted`] (with a
-//!   predictor);
+//!   predictor); [`PredictedWithCopy`]: a `Predicted` network, the momentum copy of its encoder
+//!   and the two views' passes (BYOL's and MoCo v3's);
 //! - the momentum copy ([`MomentumEncoder`]), on the EMA update ([`ema_update`],
-//!   [`detached_copy`], [`cosine_momentum`]);
+//!   [`detached_copy`], [`cosine_momentum`]); [`TargetState`], the checkpoint of a method whose
+//!   only state is its copy (BYOL, MSN);
 //! - the key queue ([`KeyQueue`]);
 //! - the masked-image methods' patch masks: which patch tokens of each image the encoder sees,
 //!   the gather of the visible tokens and its inverse ([`PatchMask`], MAE's), and masks of
@@ -106,12 +108,12 @@ mod wmse;
 
 pub use barlow_twins::{BarlowTwins, BarlowTwinsConfig};
 pub use branches::{fresh_leaves, ViewPasses};
-pub use byol::{Byol, ByolConfig, ByolState};
+pub use byol::{Byol, ByolConfig};
 pub use dino::{Dino, DinoConfig, DinoHead, DinoHeadConfig, DinoNetwork, DinoState};
 pub use directclr::{DirectClr, DirectClrConfig, Unprojected};
 pub use ema::{cosine_momentum, detached_copy, ema_update};
 pub use emp_ssl::{EmpSsl, EmpSslConfig};
-pub use encoder::{Predicted, Projected};
+pub use encoder::{Predicted, PredictedWithCopy, Projected};
 pub use frossl::{FroSsl, FroSslConfig};
 pub use hpm::{Hpm, HpmConfig, HpmNetwork};
 pub use ibot::{Ibot, IbotConfig, IbotNetwork, IbotState};
@@ -127,7 +129,7 @@ pub use mmcr::{Mmcr, MmcrConfig, MmcrState};
 pub use moco::{shuffle_permutation, Moco, MocoConfig, MocoState};
 pub use moco_v3::{MocoV3, MocoV3Config, MocoV3State};
 pub use momentum::MomentumEncoder;
-pub use msn::{Msn, MsnConfig, MsnNetwork, MsnState, MsnStudent};
+pub use msn::{Msn, MsnConfig, MsnNetwork, MsnStudent};
 pub use nnbyol::{NnByol, NnByolConfig, NnByolState};
 pub use nnclr::{NnClr, NnClrConfig, NnClrState};
 pub use nnsiam::{NnSiam, NnSiamConfig, NnSiamState};
@@ -141,7 +143,7 @@ pub use simmim::{SimMim, SimMimConfig, SimMimNetwork};
 pub use simsiam::{SimSiam, SimSiamConfig};
 pub use sliced_views::{SlicedObjective, SlicedViews};
 pub use ssl_method::{gradients_without, init_method, stat, HasBackbone, MethodOutput, SslMethod};
-pub use ssl_method::{Views, OBJECT_BOXES};
+pub use ssl_method::{TargetState, Views, OBJECT_BOXES};
 pub use supcon::{SupCon, SupConConfig};
 pub use swav::{Swav, SwavConfig, SwavNetwork, SwavState};
 pub use tico::{Tico, TicoConfig, TicoState};

@@ -2,11 +2,11 @@
 
 use burn::module::{Initializer, Param};
 use burn::prelude::*;
-use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
-use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
+use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone};
 
-use super::masking::{check_visible_ratio, encode_kept, require_vit, vit, PatchMask, StepMasks};
+use super::masking::{check_visible_ratio, class_token, encode_kept, patch_count};
+use super::masking::{require_vit, vit, PatchMask, StepMasks};
 use super::momentum::MomentumEncoder;
 use super::ssl_method::{momentum_state, online_in, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
@@ -108,10 +108,6 @@ pub struct MsnNetwork<B: Backend, M> {
 }
 
 impl<B: Backend, M: Backbone<B> + AsVit<B>> MsnNetwork<B, M> {
-    fn vit(&self) -> &Vit<B> {
-        vit(&self.backbone)
-    }
-
     /// The projections of `images` seen whole.
     ///
     /// # Shapes
@@ -127,12 +123,9 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> MsnNetwork<B, M> {
     /// # Shapes
     /// - `images`: `[N, C, H, W]` → `[N, output_dim]`
     pub fn forward_masked(&self, images: Tensor<B, 4>, mask: &PatchMask) -> Tensor<B, 2> {
-        let tokens = encode_kept(self.vit(), images, mask);
-        let [n, _, d] = tokens.dims();
-        self.projection.forward_with(
-            tokens.slice([0..n, 0..1, 0..d]).reshape([n, d]),
-            HeadActivation::Gelu,
-        )
+        let tokens = encode_kept(vit(&self.backbone), images, mask);
+        self.projection
+            .forward_with(class_token(tokens), HeadActivation::Gelu)
     }
 }
 
@@ -149,13 +142,6 @@ impl<B: Backend, M> HasBackbone<M> for MsnStudent<B, M> {
     fn backbone(&self) -> &M {
         &self.network.backbone
     }
-}
-
-/// The checkpointed state of [`Msn`]: the target network.
-#[derive(Record)]
-pub struct MsnState<B: Backend, M: Backbone<B>> {
-    /// The target network's record.
-    pub target: <MsnNetwork<B, M> as Module<B>>::Record,
 }
 
 /// MSN (and PMSN with a power-law prior). Build it with [`MsnConfig::init`].
@@ -227,17 +213,13 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Msn<B, M> {
         anchor_patches: usize,
         (focal, focal_patches): (usize, usize),
     ) -> (PatchMask, PatchMask) {
-        let (total, first) = self.step_masks.global_rows(n);
-        let mut rng = self.step_masks.rng(progress);
-        let ratio = self.mask_ratio(progress);
-        let anchor = PatchMask::random(total, anchor_patches, ratio, &mut rng).rows(first, n);
-        let focal_mask = PatchMask::random(total * focal, focal_patches.max(1), ratio, &mut rng);
-        let focal_mask = PatchMask::concat(
-            &(0..focal)
-                .map(|v| focal_mask.rows(v * total + first, n))
-                .collect::<Vec<_>>(),
-        );
-        (anchor, focal_mask)
+        let (mut rng, ratio) = (self.step_masks.rng(progress), self.mask_ratio(progress));
+        let masks = &self.step_masks;
+        let anchor = masks.patch_masks(&mut rng, (n, 1), anchor_patches, ratio);
+        (
+            anchor,
+            masks.patch_masks(&mut rng, (n, focal), focal_patches.max(1), ratio),
+        )
     }
 }
 
@@ -247,7 +229,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ms
 
     online_in!(student);
 
-    momentum_state!(MsnState { target: target });
+    momentum_state!(target in target: MsnNetwork<B, M>);
 
     fn takes_local_crops(&self) -> bool {
         true
@@ -258,14 +240,14 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ms
             global: [target_view, anchor_view],
             local: focal,
         } = views;
-        let [n, _, h, w] = anchor_view.dims();
-        let p = self.student.network.vit().patch_size;
-        let focal_patches = focal.first().map_or(0, |f| {
-            let [_, _, fh, fw] = f.dims();
-            (fh / p) * (fw / p)
-        });
-        let (anchor_mask, focal_mask) =
-            self.masks(progress, n, (h / p) * (w / p), (focal.len(), focal_patches));
+        let patches = |x: &Tensor<B, 4>| patch_count(vit(&self.student.network.backbone), x);
+        let (n, focal_patches) = (anchor_view.dims()[0], focal.first().map_or(0, patches));
+        let (anchor_mask, focal_mask) = self.masks(
+            progress,
+            n,
+            patches(&anchor_view),
+            (focal.len(), focal_patches),
+        );
 
         let targets = self.target.network().forward(target_view.detach()).detach();
         let net = &self.student.network;
@@ -287,20 +269,16 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ms
         let cross_entropy = self.loss.cross_entropy(log_anchors.clone(), balanced);
         // The mean assignment over every anchor of the global batch.
         let rows = anchors.dims()[0];
-        let sum = log_anchors.exp().sum_dim(0);
-        let mean = match self.step_masks.replica() {
-            Some(r) => r.sum(sum).mul_scalar(1.0 / (rows * r.replicas()) as f64),
-            None => sum.mul_scalar(1.0 / rows as f64),
-        };
+        let sum = Replica::sum_on(self.step_masks.replica(), log_anchors.exp().sum_dim(0));
+        let mean = sum.mul_scalar(1.0 / (rows * self.step_masks.replicas()) as f64);
         let terms = self
             .loss
             .combine(cross_entropy, self.loss.regularization(mean));
-        let (momentum, value) = self.target.stat(progress, &terms.loss.device());
         MethodOutput::new(terms.loss)
             .with_stat("cross_entropy", terms.cross_entropy)
             .with_stat("regularization", terms.regularization)
             .with_value("mask_ratio", self.mask_ratio(progress))
-            .with_stat(momentum, value)
+            .with_momentum(self.target.momentum_at(progress))
             .with_embeddings([targets, anchor])
     }
 
@@ -320,6 +298,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ms
 mod tests {
     use super::*;
     use crate::method::testing::{host, progress, Ad, Dev};
+    use curriculum_ssl_models::Vit;
 
     /// A ViT of 8 × 8 one-channel images in sixteen 2 × 2 patches, tokens 8 wide, one block of
     /// two heads.

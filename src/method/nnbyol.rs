@@ -130,7 +130,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for NnByol<B, M> 
             "support_set_size",
             "NNBYOL's support set",
         )?;
-        self.byol.load_state(super::byol::ByolState {
+        self.byol.load_state(super::ssl_method::TargetState {
             target: state.target,
         })
     }

@@ -117,40 +117,69 @@ pub fn gradients_without<B: AutodiffBackend, M: AutodiffModule<B>>(
     grads
 }
 
-/// The [`SslMethod`] items of a method whose networks are in its field `$online`:
-/// [`SslMethod::online`] reads it, [`SslMethod::set_online`] puts the optimised networks back.
-/// With a second field, the method's [`ViewThreads`](super::branches::ViewThreads) (the views'
-/// passes back-propagated on threads of their own): [`SslMethod::gradients`] through them and
-/// [`SslMethod::set_view_passes`] switching them. Written inside the `impl SslMethod for …` block.
+/// The [`SslMethod`] items of a method whose networks are in its field `$online` (or a field's
+/// field, `networks.online`): [`SslMethod::online`] reads it, [`SslMethod::set_online`] puts the
+/// optimised networks back. With a second field, the method's
+/// [`ViewThreads`](super::branches::ViewThreads) (the views' passes back-propagated on threads of
+/// their own): [`SslMethod::gradients`] through them and [`SslMethod::set_view_passes`] switching
+/// them. Written inside the `impl SslMethod for …` block.
 macro_rules! online_in {
-    ($online:ident) => {
+    ($($online:ident).+) => {
         fn online(&self) -> &Self::Online {
-            &self.$online
+            &self.$($online).+
         }
 
         fn set_online(&mut self, online: Self::Online) {
-            self.$online = online;
+            self.$($online).+ = online;
         }
     };
-    ($online:ident, $view_threads:ident) => {
-        $crate::method::ssl_method::online_in!($online);
+    ($($online:ident).+, $($view_threads:ident).+) => {
+        $crate::method::ssl_method::online_in!($($online).+);
 
         fn gradients(&mut self, loss: &Tensor<B, 1>) -> burn::optim::GradientsParams {
-            self.$view_threads.gradients(loss, &self.$online)
+            self.$($view_threads).+.gradients(loss, &self.$($online).+)
         }
 
         fn set_view_passes(&mut self, passes: $crate::method::branches::ViewPasses) {
-            self.$view_threads.set(passes);
+            self.$($view_threads).+.set(passes);
         }
     };
 }
 pub(crate) use online_in;
 
+/// The checkpointed state of a method whose only state is its momentum copy (BYOL's target, MSN's
+/// target network): the copy's record (weights and batch-norm statistics) `N::Record`, in the
+/// field `target` (the checkpoint's format).
+#[derive(Record)]
+pub struct TargetState<B: Backend, N: Module<B>> {
+    /// The momentum copy's record.
+    pub target: <N as Module<B>>::Record,
+}
+
 /// [`SslMethod::state`] and [`SslMethod::load_state`] of a method whose only state is the
-/// momentum copy in its field `$encoder` (a [`MomentumEncoder`](super::momentum::MomentumEncoder)),
-/// checkpointed as the field `$field` of the record `$State` (the record's field names are the
+/// momentum copy in its field `$encoder` (a [`MomentumEncoder`](super::momentum::MomentumEncoder),
+/// or a field's field, `networks.copy`): with `target in $encoder: $Network` (`$Network` the
+/// copy's network type), checkpointed as a [`TargetState`]; with a record of the method's own,
+/// `$State { $field: $encoder }`, as its field `$field` (the record's field names are the
 /// checkpoint's format). Written inside the `impl SslMethod for …` block.
 macro_rules! momentum_state {
+    (target in $($encoder:ident).+: $Network:ty) => {
+        type State = $crate::method::ssl_method::TargetState<B, $Network>;
+
+        fn state(&self) -> Self::State {
+            $crate::method::ssl_method::TargetState {
+                target: self.$($encoder).+.record(),
+            }
+        }
+
+        fn load_state(
+            &mut self,
+            state: Self::State,
+        ) -> Result<(), $crate::base::error::ConfigError> {
+            self.$($encoder).+.load_record(state.target);
+            Ok(())
+        }
+    };
     ($State:ident { $field:ident: $encoder:ident }) => {
         type State = $State<B, M>;
 
