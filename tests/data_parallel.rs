@@ -581,6 +581,44 @@ fn vicregl_two_replicas_equal_one_device() {
     );
 }
 
+/// DetCon on a ViT of the views' size in 2-pixel patches (its feature map 4 × 4 positions of 8
+/// features), a 3 × 3 grid of regions; DetConB's target at momentum 0.9.
+fn detcon<B: Backend>(
+    d: &B::Device,
+    variant: DetConVariant,
+) -> Result<DetCon<B, Vit<B>>, ConfigError> {
+    DetConConfig::new()
+        .with_variant(variant)
+        .with_grid([3, 3])
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .with_base_momentum(0.9)
+        .init(|d| views_vit(2, d), d)
+}
+
+fn detcon_s<B: Backend>(d: &B::Device, _: usize) -> Result<DetCon<B, Vit<B>>, ConfigError> {
+    detcon(d, DetConVariant::S)
+}
+
+fn detcon_b<B: Backend>(d: &B::Device, _: usize) -> Result<DetCon<B, Vit<B>>, ConfigError> {
+    detcon(d, DetConVariant::B)
+}
+
+/// DetConS and DetConB: each replica pools its images' regions (through their views' crops and
+/// flips), projects them (batch norms synchronised) and compares its rows with every replica's
+/// targets (gathered); the replicas' mean loss and averaged gradients are one device's, so two
+/// replicas end where one device ends (f64), DetConB's target included.
+#[test]
+fn detcon_two_replicas_equal_one_device() {
+    assert_same(
+        "DetConS (f64)",
+        runs::<Exact, _>(&detcon_s, &|_| Vec::new()),
+        1e-10,
+    );
+    let target = |m: &DetCon<Exact, Vit<Exact>>| values(m.target().unwrap().network());
+    assert_same("DetConB (f64)", runs::<Exact, _>(&detcon_b, &target), 1e-10);
+}
+
 /// SupCon with the runs' two local crops as further views.
 fn supcon<B: Backend>(d: &B::Device, _: usize) -> Result<SupCon<B, ResNet<B>>, ConfigError> {
     SupConConfig::new()

@@ -1595,3 +1595,96 @@ fn vicregl_equals_lightly_values_and_gradients() {
         "VICRegL against lightly: values within {worst_value:.1e}, gradients {worst_gradient:.1e}"
     );
 }
+
+/// DetCon's losses equal lightly's `DetConBLoss` and `DetConSLoss` in float64
+/// (`tests/pytorch/detcon.py` wrote `tests/fixtures/detcon.json`, inputs included): three images,
+/// four mask slots per view, five features; regions the same in both views (lightly's example),
+/// repeated within a view and present in one view only, and an image whose views share no
+/// region; temperatures 0.1, 0.3, 0.5. The value to 1e-12 and the gradients with respect to every
+/// input (DetConB: both views' predictions and targets; DetConS: both views' projections, which
+/// are both sides of the loss) to 1e-12 relative in the Euclidean norm (and to
+/// [`GRADIENT_TOLERANCE`] by the other losses' check). The measured maxima are printed with
+/// `--nocapture`.
+#[test]
+fn detcon_equals_lightly_values_and_gradients() {
+    use burn::prelude::*;
+    use curriculum_ssl::loss::{DetConBLossConfig, DetConSLossConfig};
+    type Ad = crate::common::ExactAd;
+
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/detcon.json")).unwrap();
+    let size = |key: &str| fixture[key].as_u64().unwrap() as usize;
+    let (b, m, d) = (size("images"), size("slots"), size("dim"));
+    let device = Default::default();
+    let inputs: Vec<Vec<f64>> = fixture["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(floats)
+        .collect();
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 5);
+    let (mut worst_value, mut worst_gradient) = (0.0f64, 0.0f64);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let temperature = case["temperature"].as_f64().unwrap();
+        let masks: Vec<Vec<usize>> = fixture["masks"][case["masks"].as_str().unwrap()]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| floats(v).iter().map(|&x| x as usize).collect())
+            .collect();
+        let ids = [masks[0].as_slice(), masks[1].as_slice()];
+        let leaves: Vec<Tensor<Ad, 3>> = inputs
+            .iter()
+            .map(|x| {
+                Tensor::<Ad, 3>::from_data(TensorData::new(x.clone(), [b, m, d]), &device)
+                    .require_grad()
+            })
+            .collect();
+        let (value, used) = match case["variant"].as_str().unwrap() {
+            "B" => (
+                DetConBLossConfig::new()
+                    .with_temperature(temperature)
+                    .init()
+                    .unwrap()
+                    .forward(
+                        [leaves[0].clone(), leaves[1].clone()],
+                        [leaves[2].clone(), leaves[3].clone()],
+                        ids,
+                    ),
+                4,
+            ),
+            _ => (
+                DetConSLossConfig::new()
+                    .with_temperature(temperature)
+                    .init()
+                    .unwrap()
+                    .forward(leaves[0].clone(), leaves[1].clone(), ids),
+                2,
+            ),
+        };
+        let ours: f64 = value.clone().into_scalar();
+        let theirs = case["value"].as_f64().unwrap();
+        worst_value = worst_value.max((ours - theirs).abs() / theirs.abs().max(1.0));
+        assert_value(name, ours, theirs);
+        let grads = value.backward();
+        for (k, leaf) in leaves.iter().enumerate().take(used) {
+            let ours: Vec<f64> = leaf.grad(&grads).unwrap().into_data().to_vec().unwrap();
+            let theirs = floats(&case["grads"][k]);
+            let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+            let error = norm(&mut ours.iter().zip(&theirs).map(|(o, t)| o - t))
+                / norm(&mut theirs.iter().copied());
+            worst_gradient = worst_gradient.max(error);
+            assert!(
+                error <= 1e-12,
+                "{name}: input {k}: relative error {error:e}"
+            );
+            assert_gradient(&format!("{name}: input {k}"), &ours, &theirs);
+        }
+    }
+    // Shown with --nocapture.
+    println!(
+        "DetCon against lightly: values within {worst_value:.1e}, gradients {worst_gradient:.1e}"
+    );
+}

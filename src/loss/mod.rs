@@ -38,6 +38,7 @@
 //! | [`KoLeoLoss`] | nearest-neighbour spreading regulariser (KoLeo, DINOv2) | <https://arxiv.org/abs/1806.03198> | `#koleo` |
 //! | [`MsnLoss`] | masked anchors' prototype assignments against the target's, mean-entropy or power-law prior (MSN, PMSN) | <https://arxiv.org/abs/2204.07141> | `#msn-loss` |
 //! | [`VisRegLoss`] | centre, scale and sliced-Wasserstein shape towards the standard normal, plus invariance to the global views' mean (VISReg) | <https://arxiv.org/abs/2606.02572> | `#visreg` |
+//! | [`DetConSLoss`], [`DetConBLoss`] | contrastive detection: mask-pooled regions against the same region of the same image in the other view, every other region a negative (DetCon) | <https://arxiv.org/abs/2103.10957> | `#detcon` |
 //!
 //! Every objective has a `#[derive(Config)]` config carrying the paper's defaults; `init()`
 //! validates the hyperparameters and returns a [`ConfigError`](crate::base::error::ConfigError) naming
@@ -57,6 +58,7 @@
 mod barlow_twins;
 mod curricular;
 mod dcl;
+mod detcon;
 mod dino;
 mod directclr;
 mod emp_ssl;
@@ -95,6 +97,7 @@ mod worked_examples;
 pub use barlow_twins::{BarlowTwinsLoss, BarlowTwinsLossConfig};
 pub use curricular::{CurricularLoss, CurricularLossConfig, CurricularOutput, CurricularState};
 pub use dcl::{DclLoss, DclLossConfig};
+pub use detcon::{DetConBLoss, DetConBLossConfig, DetConSLoss, DetConSLossConfig};
 pub use dino::{DinoLoss, DinoLossConfig};
 pub use directclr::{DirectClrLoss, DirectClrLossConfig};
 pub use emp_ssl::{EmpSslLoss, EmpSslLossConfig, EmpSslTerms};

@@ -32,7 +32,9 @@
 //!   [`BarlowTwins`], [`VicReg`], [`VibcReg`] (its projections whitened),
 //!   [`Wmse`] (W-MSE: sub-batches whitened by a Cholesky factor), [`FroSsl`] and
 //!   [`DirectClr`] (the backbone alone); [`VicRegL`]: VICRegL (VICReg on the global
-//!   projections and on local ones matched by feature distance and by location).
+//!   projections and on local ones matched by feature distance and by location); [`DetCon`]:
+//!   DetConS and DetConB (contrastive detection: the feature map pooled over the regions of a
+//!   grid carried through each view's crop and flip).
 //! - [`EmpSsl`]: EMP-SSL (the coding rate of many patches, each towards its image's mean).
 //! - [`SlicedViews`]: every view through one network and an objective of all their projections
 //!   along random directions: [`LeJepa`] (SIGReg and invariance, multi-crop, no teacher) and
@@ -60,6 +62,7 @@
 mod barlow_twins;
 mod branches;
 mod byol;
+mod detcon;
 mod dino;
 mod directclr;
 mod ema;
@@ -109,6 +112,10 @@ mod wmse;
 pub use barlow_twins::{BarlowTwins, BarlowTwinsConfig};
 pub use branches::{fresh_leaves, ViewPasses};
 pub use byol::{Byol, ByolConfig};
+pub use detcon::{
+    grid_regions, pooling_weights, region_slots, union_box, DetCon, DetConConfig, DetConEncoder,
+    DetConNetwork, DetConState, DetConVariant,
+};
 pub use dino::{Dino, DinoConfig, DinoHead, DinoHeadConfig, DinoNetwork, DinoState};
 pub use directclr::{DirectClr, DirectClrConfig, Unprojected};
 pub use ema::{cosine_momentum, detached_copy, ema_update};

@@ -39,6 +39,46 @@ impl<B: Backend> Backbone<B> for TinyBackbone<B> {
     }
 }
 
+/// A backbone with a feature map for the dense methods' unit tests (VICRegL, DetCon): one
+/// linear map of each pixel's channels, ReLU; its features are the map's mean.
+#[derive(Module, Debug)]
+pub(crate) struct TinyMap<B: Backend> {
+    fc: Linear<B>,
+}
+
+impl<B: Backend> TinyMap<B> {
+    /// `channels` input channels to `width` channels at every pixel.
+    pub(crate) fn new(channels: usize, width: usize, device: &B::Device) -> Self {
+        Self {
+            fc: LinearConfig::new(channels, width).init(device),
+        }
+    }
+}
+
+impl<B: Backend> Backbone<B> for TinyMap<B> {
+    fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        let map = self.forward_feature_map(images).unwrap();
+        let [n, c, h, w] = map.dims();
+        map.reshape([n, c, h * w]).mean_dim(2).reshape([n, c])
+    }
+
+    fn feature_dim(&self) -> usize {
+        self.fc.weight.dims()[1]
+    }
+
+    fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
+        let [n, c, h, w] = images.dims();
+        let pixels = images.reshape([n, c, h * w]).swap_dims(1, 2);
+        let out = burn::tensor::activation::relu(self.fc.forward(pixels.reshape([n * h * w, c])));
+        let k = out.dims()[1];
+        Some(
+            out.reshape([n, h * w, k])
+                .swap_dims(1, 2)
+                .reshape([n, k, h, w]),
+        )
+    }
+}
+
 /// `n` one-channel 4 × 4 images, `sin(0.41·i + shift)` for the `i`-th value of the batch.
 pub(crate) fn images<B: Backend>(n: usize, shift: f64) -> Tensor<B, 4> {
     let values: Vec<f64> = (0..n * 16)

@@ -345,38 +345,7 @@ pub fn location_grid(geometry: &ViewGeometry, size: [usize; 2]) -> Vec<[f64; 2]>
 mod tests {
     use super::*;
     use crate::base::geometry::CropBox;
-    use crate::method::testing::{host, images, progress, Ad};
-
-    /// A backbone with a feature map: one linear map of each pixel's channels, ReLU; its
-    /// features are the map's mean.
-    #[derive(Module, Debug)]
-    struct TinyMap<B: Backend> {
-        fc: Linear<B>,
-    }
-
-    impl<B: Backend> Backbone<B> for TinyMap<B> {
-        fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-            let map = self.forward_feature_map(images).unwrap();
-            let [n, c, h, w] = map.dims();
-            map.reshape([n, c, h * w]).mean_dim(2).reshape([n, c])
-        }
-
-        fn feature_dim(&self) -> usize {
-            self.fc.weight.dims()[1]
-        }
-
-        fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
-            let [n, c, h, w] = images.dims();
-            let pixels = images.reshape([n, c, h * w]).swap_dims(1, 2);
-            let out = relu(self.fc.forward(pixels.reshape([n * h * w, c])));
-            let k = out.dims()[1];
-            Some(
-                out.reshape([n, h * w, k])
-                    .swap_dims(1, 2)
-                    .reshape([n, k, h, w]),
-            )
-        }
-    }
+    use crate::method::testing::{host, images, progress, Ad, TinyMap};
 
     fn vicregl() -> VicRegL<Ad, TinyMap<Ad>> {
         crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 11, |d| {
@@ -386,12 +355,7 @@ mod tests {
                 .with_local_hidden_dim(6)
                 .with_local_output_dim(3)
                 .with_loss(VicRegLLossConfig::new().with_num_matches([5, 3]))
-                .init(
-                    |d| TinyMap {
-                        fc: LinearConfig::new(1, 5).init(d),
-                    },
-                    d,
-                )
+                .init(|d| TinyMap::new(1, 5, d), d)
         })
         .unwrap()
     }
@@ -494,12 +458,9 @@ mod tests {
     #[test]
     fn a_zero_width_is_named() {
         let e = crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 1, |d| {
-            VicRegLConfig::new().with_local_hidden_dim(0).init(
-                |d| TinyMap {
-                    fc: LinearConfig::new(1, 5).init(d),
-                },
-                d,
-            )
+            VicRegLConfig::new()
+                .with_local_hidden_dim(0)
+                .init(|d| TinyMap::new(1, 5, d), d)
         })
         .unwrap_err();
         assert_eq!(e.field, "local_hidden_dim");

@@ -418,6 +418,24 @@ pub fn vicregl<B: AutodiffBackend>(device: &B::Device) -> VicRegL<B, WideConv<B>
     .unwrap()
 }
 
+/// DetCon (`variant`) on [`WideConv`]'s 6 × 6 map of 16 features, a 3 × 3 grid of regions,
+/// DetConB's target at momentum 0.9.
+pub fn detcon<B: AutodiffBackend>(
+    device: &B::Device,
+    variant: DetConVariant,
+) -> DetCon<B, WideConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        DetConConfig::new()
+            .with_variant(variant)
+            .with_grid([3, 3])
+            .with_hidden_dim(16)
+            .with_output_dim(8)
+            .with_base_momentum(0.9)
+            .init(WideConv::new, d)
+    })
+    .unwrap()
+}
+
 /// MMCR on the two global views: the host SVDs of the device's outputs (the centroids' matrix
 /// 8 × 4, each image's 4 × 4, whose momentum rows equal its online rows at the first step: the
 /// zero singular values' least-norm subgradient).

@@ -239,6 +239,26 @@ fn vicregl_steps_as_on_the_cpu() {
     seen.report("vicregl_steps_as_on_the_cpu");
 }
 
+/// DetConS and DetConB: the regions (on the host, from the views' crops and flips) uploaded as
+/// pooling weights, the feature map pooled by a batched matrix product, the projections (and
+/// DetConB's predictions and target), and the contrastive detection loss's masked log-softmax;
+/// two steps as on the CPU (loss, statistics, every gradient and the weights after each).
+#[test]
+fn detcon_steps_as_on_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let mut seen = Comparisons::default();
+    for (name, variant) in [("DetConS", DetConVariant::S), ("DetConB", DetConVariant::B)] {
+        compare(
+            name,
+            detcon::<CpuAd>(&CpuDevice::default(), variant),
+            detcon::<GpuAd>(&device, variant),
+            &device,
+            &mut seen,
+        );
+    }
+    seen.report("detcon_steps_as_on_the_cpu");
+}
+
 /// Batch norm in training on the GPU path is the models crate's own operation
 /// (`kernels::batch_norm_op`: `batch_norm_train` takes `Autodiff<Wgpu>`), and it equals the
 /// CPU's slice kernels: the output, the gradients of the input, γ and β, and the batch moments,

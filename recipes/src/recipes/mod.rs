@@ -60,6 +60,7 @@ recipe_modules!(
     simsiam,
     redundancy,
     vicregl,
+    detcon,
     multi_crop,
     lejepa,
     visreg,

@@ -130,6 +130,17 @@ fn first_step(steps: &str) -> Vec<f64> {
         .collect()
 }
 
+/// DetConS and DetConB on the default backbone's 2 × 2 map (a 2 × 2 grid) and DetConS with
+/// `--stem cifar` (a 4 × 4 map and grid): two steps each, a checkpoint, the kNN monitor on.
+#[test]
+fn the_detcon_recipes_run_two_steps() {
+    table_recipes_run_two_steps(&[
+        ("detcon_s", &[][..]),
+        ("detcon_b", &[][..]),
+        ("detcon_s", &["--stem", "cifar"][..]),
+    ]);
+}
+
 /// The CNN methods of the table, the redundancy-reduction and contrastive ones (the table's test
 /// is split so that the test threads share its recipes: one test of 24 recipes took 99 s under
 /// load, 2026-12-03).
