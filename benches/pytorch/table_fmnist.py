@@ -138,7 +138,8 @@ src/loss/mmcr.rs; src/method/momentum.rs, ema.rs):
   copy after every step along the cosine (lightly's example: before each step, once an epoch).
   Both sides' losses fall without bound (nothing normalises the outputs, as in lightly's
   example, so the centroids' nuclear norm grows with their scale: -172 at the first step, about
-  -4e11 at the 40th here): expect a non-finite loss within the epoch on both sides.
+  -4e11 at the 40th here, -1.1e26 at step 99, and step 100 stopped on `linalg.svd` of
+  non-finite values): expect both sides to stop about a fifth of the way through the epoch.
 
 emp_ssl (recipes/src/recipes/emp_ssl.rs `patches`, `defaults`, `run`; src/method/emp_ssl.rs;
 src/loss/emp_ssl.rs):
