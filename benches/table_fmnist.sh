@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Six of the method table's newer rows against their lightly + PyTorch replicas (issue 69 item 3):
-# one epoch of the full Fashion-MNIST (60,000 images) per side, one after the other on the same
-# machine, for frossl, wmse, macl, directclr, mmcr and emp_ssl (the recipes' own defaults; the
-# CPU default backbone `small-2x`, named explicitly so that both sides stay on it), then
-# benches/pytorch/table_fmnist.py --recipe NAME, whose docstring lists every setting with the
-# Rust file it mirrors and what differs. Prints each side's training images/s and kNN top-1, then
+# Seven of the method table's newer rows against their lightly + PyTorch replicas (issue 69 item
+# 3): one epoch of the full Fashion-MNIST (60,000 images) per side, one after the other on the
+# same machine, for frossl, wmse, macl, directclr, nnsiam, mmcr and emp_ssl (the recipes' own
+# defaults; the CPU default backbone `small-2x`, named explicitly so that both sides stay on
+# it), then benches/pytorch/table_fmnist.py --recipe NAME, whose docstring lists every setting
+# with the Rust file it mirrors and what differs. Prints each side's training images/s and kNN top-1, then
 # a table of all of them.
 #
 #   cargo build --release --bin recipe
-#   benches/table_fmnist.sh                       # all six
+#   benches/table_fmnist.sh                       # all seven
 #   benches/table_fmnist.sh mmcr frossl           # some of them
 #   EPOCHS=1 DATA=... BIN=... OUT=... THREADS=2 WORKERS=2 SEED=0 SIDES="rust pytorch" \
 #       benches/table_fmnist.sh
@@ -22,7 +22,7 @@
 # compute). The process lines (`/usr/bin/time`) show everything, start-up and kNN included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RECIPES=${*:-"frossl wmse macl directclr mmcr emp_ssl"}
+RECIPES=${*:-"frossl wmse macl directclr nnsiam mmcr emp_ssl"}
 EPOCHS=${EPOCHS:-1}
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 BIN=${BIN:-target/release/recipe}

@@ -1,6 +1,6 @@
-"""Six of the method table's newer rows with lightly + PyTorch on Fashion-MNIST: the replicas of
-the Rust recipes `frossl`, `wmse`, `macl`, `directclr`, `mmcr` and `emp_ssl`, for the
-side-by-side kNN and images/s of one epoch (issue 69 item 3; benches/table_fmnist.sh runs both
+"""Seven of the method table's newer rows with lightly + PyTorch on Fashion-MNIST: the replicas
+of the Rust recipes `frossl`, `wmse`, `macl`, `directclr`, `mmcr`, `emp_ssl` and `nnsiam`, for
+the side-by-side kNN and images/s of one epoch (issue 69 item 3; benches/table_fmnist.sh runs both
 sides, benches/README.md "The rest of the method table against its references").
 
     recipe NAME --dataset fashion-mnist --data-dir /usr/share/datasets/fashion-mnist --epochs 1
@@ -25,12 +25,14 @@ plan, cosine momentum, view pipeline and small ResNet it imports): images_per_s 
 too) over the training wall time, kNN excluded; knn_top1 at k = 20, T = 0.07, knn200_top1 at
 k = 200, T = 0.1, the 60,000 training images as the bank and the 10,000 test images as queries.
 
-Why these six: of the recently added methods (SupCon, NNBYOL, NNSiam, VIbCReg, W-MSE, ReSSL,
-MMCR, MACL, FroSSL, DirectCLR, EMP-SSL, VICRegL, DetCon) they are the ones whose loss lightly
+Why these: of the recently added methods (SupCon, NNBYOL, NNSiam, VIbCReg, W-MSE, ReSSL, MMCR,
+MACL, FroSSL, DirectCLR, EMP-SSL, VICRegL, DetCon) the first six are the ones whose loss lightly
 1.6 ships as a class (`WMSELoss`, `FroSSLLoss`, `MACLLoss`, `DirectCLRLoss`, `MMCRLoss`, and
 EMP-SSL's `tcr_loss` / `invariance_loss`), whose recipe runs on the CPU default backbone as it
 is, and that need no dense machinery (VICRegL's and DetCon's local features / region masks would
-have to be rebuilt here around a feature map; they are left for a later replica).
+have to be rebuilt here around a feature map; they are left for a later replica). MMCR's loss
+diverges on both sides (below), so NNSiam is a seventh, with lightly's SimSiam heads and
+negative cosine and solo-learn's nearest-neighbour search, for six one-epoch results.
 
 Shared by all six (paths in this repository)
 --------------------------------------------
@@ -165,7 +167,27 @@ src/loss/emp_ssl.rs):
   takes each view's log-determinant in the B x B form (100 x 100: the same value as lightly's
   1024 x 1024 one, by Sylvester's identity). Differs: nothing else but the random draws.
 
-Where the two sides knowingly differ (all six): the random streams (weights, batch order,
+nnsiam (recipes/src/recipes/nnsiam.rs `defaults`, `config`, `run`; recipes/src/recipes/
+simsiam.rs `defaults`, `preset`; recipes/src/recipes/nnclr.rs `SUPPORT_SET`; src/method/
+nnsiam.rs; src/method/simsiam.rs `init`, `forward_to`; src/method/queue.rs `neighbours_of_pair`,
+`nearest`, `commit`; src/head.rs `simsiam_projector`):
+  batch 128, lr 0.06, no warm-up, cosine to 0; SGD momentum 0.9, weight decay 5e-4 on every
+  parameter; projector 512 -> 2048 (BN, ReLU) -> 2048 (BN, ReLU) -> 2048 with an affine-free
+  output BatchNorm and no output bias (lightly's SimSiamProjectionHead(512, 2048, 2048), the
+  same layout); predictor 2048 -> 512 (BN, ReLU) -> 2048 with an output bias (lightly's
+  SimSiamPredictionHead(2048, 512, 2048)); each view through the network as its own batch; a
+  support set of 16,384 unit keys (normalised standard Gaussians at the start: lightly's
+  MemoryBankModule((16384, 2048)) as the buffer); each view's L2-normalised, detached
+  projection replaced by its nearest key by cosine (solo-learn's `find_nn`, as
+  tests/pytorch/method_zoo_losses.py: argmax of z @ queue^T) in the set as it was before the
+  step; loss = D(p1, NN(z2)) / 2 + D(p2, NN(z1)) / 2 with lightly's NegativeCosineSimilarity
+  (solo-learn's `simsiam_loss_func`; equal to ours in float64 in that test); after the
+  optimiser step the first view's 128 normalised projections replace the oldest keys (FIFO,
+  128 steps a turn); views `simsiam::preset`: MoCo v2's without blur below 96 px, crop
+  (0.2 -> 0.5, 1), flip, jitter (0.4, 0.4, 0.4, 0.1) p 0.8, grayscale 0.2. Differs: nothing but
+  the random draws (the initial keys among them).
+
+Where the two sides knowingly differ (all of them): the random streams (weights, batch order,
 augmentation draws: the same distributions, different values; losses and accuracies agree only
 statistically); ours augments whole batches with tensor ops on the training thread, here each
 image is augmented by torchvision v2 in DataLoader worker processes; burn's Flex backend on
@@ -194,13 +216,23 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import lightly
-from lightly.loss import DirectCLRLoss, FroSSLLoss, MACLLoss, MMCRLoss, WMSELoss
+from lightly.loss import (
+    DirectCLRLoss,
+    FroSSLLoss,
+    MACLLoss,
+    MMCRLoss,
+    NegativeCosineSimilarity,
+    WMSELoss,
+)
 from lightly.loss.emp_ssl_loss import invariance_loss, tcr_loss
 from lightly.models.modules.heads import (
     MMCRProjectionHead,
     ProjectionHead,
+    SimSiamPredictionHead,
+    SimSiamProjectionHead,
     VICRegProjectionHead,
 )
+from lightly.models.modules.memory_bank import MemoryBankModule
 from lightly.models.utils import deactivate_requires_grad, update_momentum
 from lightly.utils.lars import LARS
 
@@ -262,6 +294,13 @@ def wmse_views():
     return [v, v]
 
 
+def simsiam_views():
+    """simsiam.rs `preset`: `PipelineConfig::moco_v2(28, 1)` without its blur (below 96 px), the
+    floor: crop (0.2 -> 0.5, 1), flip, jitter (0.4, 0.4, 0.4, 0.1) p 0.8, grayscale 0.2."""
+    v = ours_view(SIDE, FLOOR, jitter=(0.4, 0.4, 0.4, 0.1), grayscale=True)
+    return [v, v]
+
+
 def mmcr_views():
     """mmcr.rs `views`: BYOL's first view without blur, 2 global (floored) + 6 local (0.08, 1)."""
     jitter = (0.4, 0.4, 0.2, 0.1)
@@ -318,6 +357,20 @@ class Projected(nn.Module):
         return self.projection_head(self.backbone(x))
 
 
+class Predicted(nn.Module):
+    """Backbone + projector + predictor (src/method/encoder.rs `Predicted`): (z, p)."""
+
+    def __init__(self, projector, predictor):
+        super().__init__()
+        self.backbone = Small2xResNet()
+        self.projection_head = projector(self.backbone.feature_dim)
+        self.prediction_head = predictor
+
+    def forward(self, x):
+        z = self.projection_head(self.backbone(x))
+        return z, self.prediction_head(z)
+
+
 def mlp_head(d: int, hidden: int, out: int, num_layers: int = 2) -> ProjectionHead:
     """src/head.rs `MlpHeadConfig::new(d, hidden, out).with_num_layers(num_layers)`: hidden
     Linear layers without bias + BatchNorm1d + ReLU, the output Linear with a bias and no
@@ -367,6 +420,14 @@ class Method:
             self.momentum_model = copy.deepcopy(self.model)
             deactivate_requires_grad(self.momentum_model)
             self.criterion = MMCRLoss(lmda=5e-3)
+        elif name == "nnsiam":
+            self.model = Predicted(lambda d: SimSiamProjectionHead(d, 2048, 2048),
+                                   SimSiamPredictionHead(2048, 512, 2048))
+            self.criterion = NegativeCosineSimilarity()
+            # src/method/queue.rs `KeyQueue`: 16,384 unit keys (normalised Gaussians at the
+            # start), FIFO of the batch's 128 first-view projections per step
+            self.support = MemoryBankModule(size=(16384, 2048), feature_dim_first=False)
+            self.staged = None
         elif name == "emp_ssl":
             self.model = Projected(lambda d: mlp_head(d, 4096, 1024, num_layers=3))
             self.criterion = None  # -tcr_loss + 200 * invariance_loss (see the docstring)
@@ -387,6 +448,14 @@ class Method:
             with torch.no_grad():
                 momentum = torch.stack([self.momentum_model(x) for x in views], dim=1)
             return self.criterion(online, momentum)
+        if name == "nnsiam":  # src/method/nnsiam.rs, simsiam.rs `forward_to`, queue.rs
+            (z1, p1), (z2, p2) = m(views[0]), m(views[1])
+            z1, z2 = F.normalize(z1.detach(), dim=1), F.normalize(z2.detach(), dim=1)
+            bank = self.support.bank.detach()  # [16384, 2048], as it was before this step
+            nn1 = bank[(z1 @ bank.t()).argmax(dim=1)]
+            nn2 = bank[(z2 @ bank.t()).argmax(dim=1)]
+            self.staged = z1  # enqueued after the step (`KeyQueue::commit`)
+            return 0.5 * (self.criterion(p1, nn2) + self.criterion(p2, nn1))
         if name == "emp_ssl":
             n = views[0].shape[0]
             glob = F.normalize(m(torch.cat(views[:2])), dim=1).split(n)
@@ -402,6 +471,9 @@ class Method:
 
     @torch.no_grad()
     def after_step(self, step: int, total: int):
+        if getattr(self, "staged", None) is not None:  # nnsiam: the support set's FIFO
+            self.support._dequeue_and_enqueue(self.staged)
+            self.staged = None
         if self.momentum_model is not None:  # mmcr: src/method/momentum.rs `update`
             update_momentum(self.model, self.momentum_model,
                             cosine_momentum_at(0.996, step / total))
@@ -427,6 +499,10 @@ RECIPES = {
                  optimizer=lambda p, lr: sgd(p, lr, momentum=0.0, weight_decay=0.0),
                  desc="plain SGD, projector [512, 512] -> 128 no bias, momentum 0.996 -> 1, "
                       "8 views, MMCRLoss(5e-3)"),
+    "nnsiam": dict(batch=128, lr=0.06, warmup=0, views=simsiam_views,
+                   optimizer=lambda p, lr: sgd(p, lr),
+                   desc="SGD (0.9, wd 5e-4), SimSiam projector [2048, 2048] -> 2048 (affine-free "
+                        "BN) and predictor [512] -> 2048, support set 16384, -cos to the NN"),
     "emp_ssl": dict(batch=100, lr=0.3, warmup=0, views=emp_ssl_views,
                     optimizer=lambda p, lr: lars(p, lr, 1e-4, 0.005, nesterov=True),
                     desc="LARS Nesterov (eta 0.005, wd 1e-4), projector [4096, 4096] -> 1024, "
