@@ -88,8 +88,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> Byol<B, M> {
         self.networks
             .step(views.two(), progress, |[p1, p2], projections| {
                 let [t1, t2] = targets(projections);
-                // BYOL's symmetrised loss is the sum of the two orderings (§3.1:
-                // `L^BYOL = L + L̃`), not their mean.
                 self.loss.forward(p1, t2) + self.loss.forward(p2, t1)
             })
     }
