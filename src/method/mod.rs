@@ -42,6 +42,9 @@
 //!   [`Mmcr`]: MMCR (nuclear norms of `k` views, momentum network).
 //! - [`Swav`]: SwAV; [`Dino`]: DINO (both with multi-crop); [`Ibot`]: iBOT and DINOv2's
 //!   objective.
+//! - [`Smog`]: SMoG (synchronous momentum grouping: predictions classified against group
+//!   features moved by the online projections, the momentum projections' groups as targets;
+//!   the groups reset by a [`device_kmeans`] of a memory bank).
 //! - [`RotNet`]: rotation prediction (MICO's rotation curricula).
 //! - [`Mae`]: MAE; [`SimMim`]: SimMIM; [`Hpm`]: hard patches mining on MAE; [`Ijepa`]: I-JEPA
 //!   (joint-embedding prediction); [`Msn`]: MSN and PMSN (masked siamese networks).
@@ -97,6 +100,7 @@ mod simclr;
 mod simmim;
 mod simsiam;
 mod sliced_views;
+mod smog;
 mod ssl_method;
 mod supcon;
 mod swav;
@@ -149,6 +153,7 @@ pub use simclr::{PairLossConfig, SimClr, SimClrConfig, SimClrState};
 pub use simmim::{SimMim, SimMimConfig, SimMimNetwork};
 pub use simsiam::{SimSiam, SimSiamConfig};
 pub use sliced_views::{SlicedObjective, SlicedViews};
+pub use smog::{device_kmeans, Smog, SmogConfig, SmogState};
 pub use ssl_method::{gradients_without, init_method, stat, HasBackbone, MethodOutput, SslMethod};
 pub use ssl_method::{TargetState, Views, OBJECT_BOXES};
 pub use supcon::{SupCon, SupConConfig};
