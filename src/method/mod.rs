@@ -18,6 +18,7 @@
 //!   ([`StepMasks`]); the pixels per patch ([`patchify`]) and the fixed 2-D sine-cosine
 //!   positions ([`sine_cosine_2d`]);
 //! - the views' passes ([`ViewPasses`], on [`fresh_leaves`]);
+//! - SMoG's k-means of its memory bank on the rows' device ([`device_kmeans`]);
 //! - SimCLR's PGD-hardened negatives (MICO: [`Pgd`], from [`PgdConfig`]) and VIbCReg's
 //!   whitening ([`IterNorm`]).
 //!
@@ -44,7 +45,7 @@
 //!   objective.
 //! - [`Smog`]: SMoG (synchronous momentum grouping: predictions classified against group
 //!   features moved by the online projections, the momentum projections' groups as targets;
-//!   the groups reset by a [`device_kmeans`] of a memory bank).
+//!   the groups reset by a k-means of a memory bank on the device).
 //! - [`RotNet`]: rotation prediction (MICO's rotation curricula).
 //! - [`Mae`]: MAE; [`SimMim`]: SimMIM; [`Hpm`]: hard patches mining on MAE; [`Ijepa`]: I-JEPA
 //!   (joint-embedding prediction); [`Msn`]: MSN and PMSN (masked siamese networks).
