@@ -619,6 +619,38 @@ fn detcon_two_replicas_equal_one_device() {
     assert_same("DetConB (f64)", runs::<Exact, _>(&detcon_b, &target), 1e-10);
 }
 
+/// SMoG on the test ResNet: three groups, the momentum copy at 0.9, a reset after the second
+/// step (the memory bank's 16 rows the two steps' global batches, clustered by k-means).
+fn smog<B: Backend>(d: &B::Device, _: usize) -> Result<Smog<B, ResNet<B>>, ConfigError> {
+    SmogConfig::new()
+        .with_hidden_dim(8)
+        .with_predictor_hidden_dim(8)
+        .with_output_dim(4)
+        .with_groups(3)
+        .with_momentum(0.9)
+        .with_reset_interval(2)
+        .with_memory_bank_size(2 * GLOBAL)
+        .init(|d| resnet(d), d)
+}
+
+/// SMoG: each replica moves the groups by every replica's online projections (gathered, their
+/// gradient back to their replica), fills the memory bank with them and clusters it alike at
+/// the reset; each replica's loss is the mean over its images. Two replicas end where one device
+/// ends (f64): the online networks, the copy (reset to the online weights after the second
+/// step), the groups (the k-means centres then) and the bank.
+#[test]
+fn smog_two_replicas_equal_one_device() {
+    let state = |m: &Smog<Exact, ResNet<Exact>>| {
+        let mut v = values(m.copy().network());
+        let (bank, _) = m.memory_bank();
+        for t in [m.groups(), bank] {
+            v.extend(t.into_data().convert::<f64>().to_vec::<f64>().unwrap());
+        }
+        v
+    };
+    assert_same("SMoG (f64)", runs::<Exact, _>(&smog, &state), 1e-10);
+}
+
 /// SupCon with the runs' two local crops as further views.
 fn supcon<B: Backend>(d: &B::Device, _: usize) -> Result<SupCon<B, ResNet<B>>, ConfigError> {
     SupConConfig::new()

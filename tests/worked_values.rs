@@ -1688,3 +1688,90 @@ fn detcon_equals_lightly_values_and_gradients() {
         "DetCon against lightly: values within {worst_value:.1e}, gradients {worst_gradient:.1e}"
     );
 }
+
+/// SMoG's loss equals lightly's in float64 (`tests/pytorch/smog.py` wrote
+/// `tests/fixtures/smog.json`, inputs included): lightly 1.6's `SMoGPrototypes` as its example
+/// steps it (the momentum projections assigned to the groups, the groups moved by the online
+/// projections, the cross-entropy of the online predictions against the moved groups), eight
+/// images, five groups, four features; temperatures 0.1, 0.3, 0.2 with betas 0.99, 0.9, 0.5, the
+/// last with a group no row is assigned to. The value to 1e-12, the targets and the moved groups
+/// (to 1e-12), and the gradients with respect to the online projections (through the moved
+/// groups) and the predictions to 1e-12 relative in the Euclidean norm. The measured maxima are
+/// printed with `--nocapture`.
+#[test]
+fn smog_equals_lightly_values_and_gradients() {
+    use burn::prelude::*;
+    use curriculum_ssl::loss::SmogLossConfig;
+    type Ad = crate::common::ExactAd;
+
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/smog.json")).unwrap();
+    let size = |key: &str| fixture[key].as_u64().unwrap() as usize;
+    let (n, k, d) = (size("images"), size("groups"), size("dim"));
+    let device = Default::default();
+    let inputs: Vec<Vec<f64>> = fixture["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(floats)
+        .collect();
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 3);
+    let matrix = |x: &[f64], rows: usize| {
+        Tensor::<Ad, 2>::from_data(TensorData::new(x.to_vec(), [rows, d]), &device)
+    };
+    let (mut worst_value, mut worst_groups, mut worst_gradient) = (0.0f64, 0.0f64, 0.0f64);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let loss = SmogLossConfig::new()
+            .with_temperature(case["temperature"].as_f64().unwrap())
+            .with_beta(case["beta"].as_f64().unwrap())
+            .init()
+            .unwrap();
+        let encoded = matrix(&inputs[0], n).require_grad();
+        let predicted = matrix(&inputs[1], n).require_grad();
+        let momentum = matrix(&inputs[2], n);
+        let groups = matrix(&floats(&case["group_features"]), k);
+        let out = loss.forward(predicted.clone(), encoded.clone(), momentum, groups);
+        let targets: Vec<i64> = out
+            .assignments
+            .clone()
+            .into_data()
+            .convert::<i64>()
+            .to_vec()
+            .unwrap();
+        let theirs: Vec<i64> = floats(&case["assignments"])
+            .iter()
+            .map(|&x| x as i64)
+            .collect();
+        assert_eq!(targets, theirs, "{name}: targets");
+        let moved: Vec<f64> = out.groups.clone().into_data().to_vec().unwrap();
+        for (o, t) in moved.iter().zip(floats(&case["updated_groups"])) {
+            worst_groups = worst_groups.max((o - t).abs());
+            assert!((o - t).abs() <= 1e-12, "{name}: moved groups {o} vs {t}");
+        }
+        let ours: f64 = out.loss.clone().into_scalar();
+        let theirs = case["value"].as_f64().unwrap();
+        worst_value = worst_value.max((ours - theirs).abs() / theirs.abs().max(1.0));
+        assert_value(name, ours, theirs);
+        let grads = out.loss.backward();
+        for (i, leaf) in [encoded, predicted].iter().enumerate() {
+            let ours: Vec<f64> = leaf.grad(&grads).unwrap().into_data().to_vec().unwrap();
+            let theirs = floats(&case["grads"][i]);
+            let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+            let error = norm(&mut ours.iter().zip(&theirs).map(|(o, t)| o - t))
+                / norm(&mut theirs.iter().copied());
+            worst_gradient = worst_gradient.max(error);
+            assert!(
+                error <= 1e-12,
+                "{name}: input {i}: relative error {error:e}"
+            );
+            assert_gradient(&format!("{name}: input {i}"), &ours, &theirs);
+        }
+    }
+    // Shown with --nocapture.
+    println!(
+        "SMoG against lightly: values within {worst_value:.1e}, moved groups {worst_groups:.1e}, \
+         gradients {worst_gradient:.1e}"
+    );
+}

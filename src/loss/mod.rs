@@ -39,6 +39,7 @@
 //! | [`MsnLoss`] | masked anchors' prototype assignments against the target's, mean-entropy or power-law prior (MSN, PMSN) | <https://arxiv.org/abs/2204.07141> | `#msn-loss` |
 //! | [`VisRegLoss`] | centre, scale and sliced-Wasserstein shape towards the standard normal, plus invariance to the global views' mean (VISReg) | <https://arxiv.org/abs/2606.02572> | `#visreg` |
 //! | [`DetConSLoss`], [`DetConBLoss`] | contrastive detection: mask-pooled regions against the same region of the same image in the other view, every other region a negative (DetCon) | <https://arxiv.org/abs/2103.10957> | `#detcon` |
+//! | [`SmogLoss`] | predictions against synchronously momentum-updated group features, the momentum projections' groups as targets (SMoG) | <https://arxiv.org/abs/2207.06167> | `#smog` |
 //!
 //! Every objective has a `#[derive(Config)]` config carrying the paper's defaults; `init()`
 //! validates the hyperparameters and returns a [`ConfigError`](crate::base::error::ConfigError) naming
@@ -80,6 +81,7 @@ mod nt_xent;
 mod ressl;
 pub(crate) mod shape_checks;
 mod similarity;
+mod smog;
 mod soft_nce;
 mod soft_target;
 mod supcon;
@@ -119,6 +121,7 @@ pub use nt_xent::{NtXentLoss, NtXentLossConfig};
 pub use ressl::{ReSslLoss, ReSslLossConfig};
 pub use similarity::l2_normalize;
 pub(crate) use similarity::safe_norm;
+pub use smog::{SmogLoss, SmogLossConfig, SmogOutput};
 pub use soft_nce::{top_k_indices, AlphaSchedule, SoftNceLoss, SoftNceLossConfig, SoftNceWeights};
 pub use soft_target::{mixup_targets, SoftTargetCrossEntropy, SoftTargetCrossEntropyConfig};
 pub use supcon::{SupConLoss, SupConLossConfig};

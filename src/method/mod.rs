@@ -18,6 +18,7 @@
 //!   ([`StepMasks`]); the pixels per patch ([`patchify`]) and the fixed 2-D sine-cosine
 //!   positions ([`sine_cosine_2d`]);
 //! - the views' passes ([`ViewPasses`], on [`fresh_leaves`]);
+//! - SMoG's k-means of its memory bank on the rows' device ([`device_kmeans`]);
 //! - SimCLR's PGD-hardened negatives (MICO: [`Pgd`], from [`PgdConfig`]) and VIbCReg's
 //!   whitening ([`IterNorm`]).
 //!
@@ -42,6 +43,9 @@
 //!   [`Mmcr`]: MMCR (nuclear norms of `k` views, momentum network).
 //! - [`Swav`]: SwAV; [`Dino`]: DINO (both with multi-crop); [`Ibot`]: iBOT and DINOv2's
 //!   objective.
+//! - [`Smog`]: SMoG (synchronous momentum grouping: predictions classified against group
+//!   features moved by the online projections, the momentum projections' groups as targets;
+//!   the groups reset by a k-means of a memory bank on the device).
 //! - [`RotNet`]: rotation prediction (MICO's rotation curricula).
 //! - [`Mae`]: MAE; [`SimMim`]: SimMIM; [`Hpm`]: hard patches mining on MAE; [`Ijepa`]: I-JEPA
 //!   (joint-embedding prediction); [`Msn`]: MSN and PMSN (masked siamese networks).
@@ -97,6 +101,7 @@ mod simclr;
 mod simmim;
 mod simsiam;
 mod sliced_views;
+mod smog;
 mod ssl_method;
 mod supcon;
 mod swav;
@@ -149,6 +154,7 @@ pub use simclr::{PairLossConfig, SimClr, SimClrConfig, SimClrState};
 pub use simmim::{SimMim, SimMimConfig, SimMimNetwork};
 pub use simsiam::{SimSiam, SimSiamConfig};
 pub use sliced_views::{SlicedObjective, SlicedViews};
+pub use smog::{device_kmeans, Smog, SmogConfig, SmogState};
 pub use ssl_method::{gradients_without, init_method, stat, HasBackbone, MethodOutput, SslMethod};
 pub use ssl_method::{TargetState, Views, OBJECT_BOXES};
 pub use supcon::{SupCon, SupConConfig};

@@ -82,6 +82,16 @@ impl<N> MomentumEncoder<N> {
         self.network = ema_update(self.network.clone(), online, m);
     }
 
+    /// Makes the copy the online network again: `θ ← θ_online` for every trainable parameter
+    /// (an [`ema_update`] of momentum 0; its batch-norm statistics stay its own). SMoG resets its
+    /// momentum encoder so every few hundred steps.
+    pub fn reset_to<B: Backend, O: Module<B>>(&mut self, online: &O)
+    where
+        N: Module<B>,
+    {
+        self.network = ema_update(self.network.clone(), online, 0.0);
+    }
+
     /// The copy's record, for a checkpoint.
     pub fn record<B: Backend>(&self) -> N::Record
     where

@@ -43,6 +43,7 @@ impl<B: Backend> Backbone<B> for TinyBackbone<B> {
 /// linear map of each pixel's channels, ReLU; its features are the map's mean.
 #[derive(Module, Debug)]
 pub(crate) struct TinyMap<B: Backend> {
+    /// The per-pixel linear map (DetCon's tests read its weights).
     pub(crate) fc: Linear<B>,
 }
 

@@ -125,6 +125,23 @@ pub fn byol<B: AutodiffBackend>(device: &B::Device) -> Byol<B, TinyConv<B>> {
     .unwrap()
 }
 
+/// SMoG with three groups, the copy at momentum 0.9 and a reset after the second step (the
+/// memory bank's rows the two steps' projections, clustered by k-means on the device).
+pub fn smog<B: AutodiffBackend>(device: &B::Device) -> Smog<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        SmogConfig::new()
+            .with_hidden_dim(16)
+            .with_predictor_hidden_dim(16)
+            .with_output_dim(8)
+            .with_groups(3)
+            .with_momentum(0.9)
+            .with_reset_interval(2)
+            .with_memory_bank_size(2 * BATCH)
+            .init(TinyConv::new, d)
+    })
+    .unwrap()
+}
+
 /// The ViT every masked-image-modelling test trains: the views' size in patches of 4 (a 3 × 3
 /// grid), width 8, one block of two heads.
 fn small_vit<B: burn::prelude::Backend>(d: &B::Device) -> curriculum_ssl_models::Vit<B> {

@@ -259,6 +259,31 @@ fn detcon_steps_as_on_the_cpu() {
     seen.report("detcon_steps_as_on_the_cpu");
 }
 
+/// SMoG: the groups' cosines and argmax (read back for the one-hot of the groups' update), the
+/// moved groups through a matrix product, the cross-entropy against the momentum projections'
+/// groups, and after the second step the k-means of the memory bank on the device; two steps
+/// as on the CPU (loss, statistics, every gradient and the weights after each), then the groups
+/// after the reset.
+#[test]
+fn smog_steps_as_on_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let mut seen = Comparisons::default();
+    let (on_cpu, on_gpu) = compare(
+        "SMoG",
+        smog::<CpuAd>(&CpuDevice::default()),
+        smog::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    let groups = |v: TensorData| v.convert::<f32>().to_vec::<f32>().unwrap();
+    seen.all(
+        "SMoG groups after the reset",
+        &[groups(on_cpu.groups().into_data())],
+        &[groups(on_gpu.groups().into_data())],
+    );
+    seen.report("smog_steps_as_on_the_cpu");
+}
+
 /// Batch norm in training on the GPU path is the models crate's own operation
 /// (`kernels::batch_norm_op`: `batch_norm_train` takes `Autodiff<Wgpu>`), and it equals the
 /// CPU's slice kernels: the output, the gradients of the input, γ and β, and the batch moments,

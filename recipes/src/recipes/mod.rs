@@ -61,6 +61,7 @@ recipe_modules!(
     redundancy,
     vicregl,
     detcon,
+    smog,
     multi_crop,
     lejepa,
     visreg,

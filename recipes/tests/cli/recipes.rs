@@ -141,6 +141,13 @@ fn the_detcon_recipes_run_two_steps() {
     ]);
 }
 
+/// SMoG on the default backbone: two steps (the views swapped at the second), a checkpoint, the
+/// kNN monitor on.
+#[test]
+fn the_smog_recipe_runs_two_steps() {
+    table_recipes_run_two_steps(&[("smog", &[][..])]);
+}
+
 /// The CNN methods of the table, the redundancy-reduction and contrastive ones (the table's test
 /// is split so that the test threads share its recipes: one test of 24 recipes took 99 s under
 /// load, 2026-12-03).
