@@ -31,7 +31,7 @@ MACL, FroSSL, DirectCLR, EMP-SSL, VICRegL, DetCon) the first six are the ones wh
 EMP-SSL's `tcr_loss` / `invariance_loss`), whose recipe runs on the CPU default backbone as it
 is, and that need no dense machinery (VICRegL's and DetCon's local features / region masks would
 have to be rebuilt here around a feature map; they are left for a later replica). MMCR's loss
-diverges on both sides (below), so NNSiam is a seventh, with lightly's SimSiam heads and
+diverged on both sides before its outputs were normalised (below), so NNSiam is a seventh, with lightly's SimSiam heads and
 negative cosine and solo-learn's nearest-neighbour search, for six one-epoch results.
 
 Shared by all six (paths in this repository)
@@ -131,17 +131,18 @@ src/loss/mmcr.rs; src/method/momentum.rs, ema.rs):
   trainable parameters with m = 1 - (1 - 0.996)(1 + cos(pi s / total)) / 2 (lightly's
   update_momentum with moco_v2_fmnist.py's `cosine_momentum_at`); k = 8 views of every image,
   each through the online and the momentum network as its own batch of 128 (ours: one call per
-  view); loss lightly's MMCRLoss(lmda=5e-3) on the [B, 8, 128] stacks (outputs not normalised,
-  as ours; equal in float64, tests/pytorch/ssl_losses.py); views: BYOL's first view without
+  view); loss lightly's MMCRLoss(lmda=5e-3) on the [B, 8, 128] stacks of outputs projected onto
+  the unit sphere (the paper's, as ours since `MmcrConfig::normalize`; lightly's example leaves
+  them as they are; the loss equal to ours in float64, tests/pytorch/ssl_losses.py); views: BYOL's first view without
   blur (crop (0.08, 1), flip, jitter (0.4, 0.4, 0.2, 0.1) p 0.8, grayscale 0.2, solarisation
   p 0) for all eight, with the small-image floor on the first two (crop (0.5, 1)) and not on the
   six local crops (0.08, 1), all at 28 px. Differs: ours takes the SVDs on the host in f64
   (nalgebra), here torch.linalg.svd in f32 with autograd's backward; ours updates the momentum
   copy after every step along the cosine (lightly's example: before each step, once an epoch).
-  Both sides' losses fall without bound (nothing normalises the outputs, as in lightly's
-  example, so the centroids' nuclear norm grows with their scale: -172 at the first step, about
+  Before the outputs were normalised (lightly's example), both sides' losses fell without bound,
+  the centroids' nuclear norm growing with the outputs' scale: -172 at the first step, about
   -4e11 at the 40th here, -1.1e26 at step 99, and step 100 stopped on `linalg.svd` of
-  non-finite values): expect both sides to stop about a fifth of the way through the epoch.
+  non-finite values.
 
 emp_ssl (recipes/src/recipes/emp_ssl.rs `patches`, `defaults`, `run`; src/method/emp_ssl.rs;
 src/loss/emp_ssl.rs):
@@ -444,9 +445,12 @@ class Method:
         if name == "wmse":
             return self.criterion(torch.cat([m(views[0]), m(views[1])]))
         if name == "mmcr":
-            online = torch.stack([m(x) for x in views], dim=1)  # [B, 8, 128]
+            # Outputs on the unit sphere (the paper's; ours: MmcrConfig::normalize, default true).
+            online = nn.functional.normalize(torch.stack([m(x) for x in views], dim=1), dim=-1)
             with torch.no_grad():
-                momentum = torch.stack([self.momentum_model(x) for x in views], dim=1)
+                momentum = nn.functional.normalize(
+                    torch.stack([self.momentum_model(x) for x in views], dim=1), dim=-1
+                )
             return self.criterion(online, momentum)
         if name == "nnsiam":  # src/method/nnsiam.rs, simsiam.rs `forward_to`, queue.rs
             (z1, p1), (z2, p2) = m(views[0]), m(views[1])
