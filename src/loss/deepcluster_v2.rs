@@ -2,6 +2,7 @@
 
 use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
+use burn::tensor::IndexingUpdateOp;
 
 use super::similarity::l2_normalize;
 use crate::base::error::{positive, ConfigError};
@@ -125,11 +126,69 @@ impl DeepClusterV2Loss {
         prototypes: &[Tensor<B, 2>],
         assignments: &[Tensor<B, 1, Int>],
     ) -> Tensor<B, 1> {
-        Self::combine(
-            self.head_terms(projections, prototypes, assignments),
-            |c| c,
-        )
+        Self::combine(self.head_terms(projections, prototypes, assignments), |c| c)
     }
+}
+
+/// Rows of the memory bank scored against the centroids at once in [`spherical_kmeans`] (the
+/// `[rows, K]` scores of 50 000 projections against 3000 centroids would take 600 MB).
+const KMEANS_CHUNK: usize = 8192;
+
+/// k-means on the unit sphere, as solo-learn's `KMeans.cluster_memory` (`solo/utils/kmeans.py`)
+/// runs it on one process: from the rows `init` of `embeddings` (unit rows) as centroids,
+/// `iters` rounds of assigning each row to its most similar centroid (largest dot product) and
+/// moving each centroid that has rows to their normalised mean (an empty cluster keeps its
+/// centroid), then one last assignment. Returns the centroids `[K, D]` (unit rows) and the
+/// assignments `[M]`. The draw of `init` is the caller's (solo-learn: `randperm(M)[:K]`).
+///
+/// # Shapes
+/// - `embeddings`: `[M, D]`; `init`: `[K]` row indices → (`[K, D]`, `[M]`)
+pub fn spherical_kmeans<B: Backend>(
+    embeddings: Tensor<B, 2>,
+    init: Tensor<B, 1, Int>,
+    iters: usize,
+) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+    let [m, d] = embeddings.dims();
+    let [k] = init.dims();
+    let device = embeddings.device();
+    let mut centroids = embeddings.clone().select(0, init);
+    let assign = |centroids: &Tensor<B, 2>| -> Tensor<B, 1, Int> {
+        let parts: Vec<Tensor<B, 1, Int>> = (0..m)
+            .step_by(KMEANS_CHUNK)
+            .map(|start| {
+                let end = (start + KMEANS_CHUNK).min(m);
+                embeddings
+                    .clone()
+                    .slice(start..end)
+                    .matmul(centroids.clone().transpose())
+                    .argmax(1)
+                    .reshape([end - start])
+            })
+            .collect();
+        Tensor::cat(parts, 0)
+    };
+    for _ in 0..iters {
+        let assignments = assign(&centroids);
+        let sums = Tensor::<B, 2>::zeros([k, d], &device).select_assign(
+            0,
+            assignments.clone(),
+            embeddings.clone(),
+            IndexingUpdateOp::Add,
+        );
+        let counts = Tensor::<B, 1>::zeros([k], &device)
+            .select_assign(
+                0,
+                assignments,
+                Tensor::ones([m], &device),
+                IndexingUpdateOp::Add,
+            )
+            .reshape([k, 1]);
+        let filled = counts.clone().greater_elem(0.0).repeat_dim(1, d);
+        let means = sums / counts.clamp_min(1.0);
+        centroids = l2_normalize(centroids.mask_where(filled, means));
+    }
+    let assignments = assign(&centroids);
+    (centroids, assignments)
 }
 
 #[cfg(test)]
@@ -216,11 +275,7 @@ mod tests {
             &[ints(&a[0]), ints(&a[1])],
         );
         let grads = out.backward();
-        let analytic = [
-            host(p.grad(&grads).unwrap()),
-            host(q.grad(&grads).unwrap()),
-        ]
-        .concat();
+        let analytic = [host(p.grad(&grads).unwrap()), host(q.grad(&grads).unwrap())].concat();
         assert_matches_finite_differences(f, &x, &analytic, 1e-3, "deepcluster_v2");
     }
 
