@@ -53,7 +53,7 @@ pub struct DeepClusterV2Loss {
 /// One head's part of [`DeepClusterV2Loss`]: the summed cross-entropy of its assigned rows and
 /// how many rows it sums.
 #[derive(Debug, Clone)]
-pub struct HeadTerms<B: Backend> {
+pub struct DeepClusterV2Terms<B: Backend> {
     /// `Σ −log softmax(scores / τ)[a]` over the rows with an assignment, `[1]`.
     pub sum: Tensor<B, 1>,
     /// The rows with an assignment (both views count), `[1]`.
@@ -77,7 +77,7 @@ impl DeepClusterV2Loss {
         projections: &[Tensor<B, 2>],
         prototypes: &[Tensor<B, 2>],
         assignments: &[Tensor<B, 1, Int>],
-    ) -> Vec<HeadTerms<B>> {
+    ) -> Vec<DeepClusterV2Terms<B>> {
         let z = l2_normalize(Tensor::cat(projections.to_vec(), 0));
         let views = projections.len();
         prototypes
@@ -87,11 +87,11 @@ impl DeepClusterV2Loss {
                 let targets = Tensor::cat(vec![a.clone(); views], 0);
                 let [rows] = targets.dims();
                 let assigned = targets.clone().greater_equal_elem(0).float();
-                let logits = z.clone().matmul(c.clone().transpose()) / self.temperature;
+                let logits = z.clone().matmul(c.clone().transpose()) * (1.0 / self.temperature);
                 let log_p = log_softmax(logits, 1)
                     .gather(1, targets.clamp_min(0).reshape([rows, 1]))
                     .reshape([rows]);
-                HeadTerms {
+                DeepClusterV2Terms {
                     sum: (log_p * assigned.clone()).sum().neg(),
                     count: assigned.sum(),
                 }
@@ -99,21 +99,22 @@ impl DeepClusterV2Loss {
             .collect()
     }
 
-    /// The loss: each head's mean cross-entropy over its `count(terms)` rows (at least 1),
-    /// averaged over the heads. `count` maps a head's own count of assigned rows to the divisor
-    /// (the identity on one device; on a replica, the count over every replica divided by their
-    /// number, so that the replicas' mean loss is the one-device loss).
+    /// The loss: each head's summed cross-entropy divided by `divisor(count)`, averaged over the
+    /// heads. `divisor` maps a head's own count of assigned rows to a positive divisor: on one
+    /// device the count, at least 1 ([`DeepClusterV2Loss::forward`]); on a replica, the count
+    /// over every replica, at least 1, divided by their number, so that the replicas' mean loss
+    /// is the one-device loss.
     pub fn combine<B: Backend>(
-        terms: Vec<HeadTerms<B>>,
-        count: impl Fn(Tensor<B, 1>) -> Tensor<B, 1>,
+        terms: Vec<DeepClusterV2Terms<B>>,
+        divisor: impl Fn(Tensor<B, 1>) -> Tensor<B, 1>,
     ) -> Tensor<B, 1> {
         let heads = terms.len().max(1);
         terms
             .into_iter()
-            .map(|t| t.sum / count(t.count).clamp_min(1.0))
+            .map(|t| t.sum / divisor(t.count))
             .reduce(|a, b| a + b)
             .expect("at least one head")
-            / heads as f64
+            * (1.0 / heads as f64)
     }
 
     /// The loss on one device (see [`DeepClusterV2Loss`]).
@@ -126,7 +127,9 @@ impl DeepClusterV2Loss {
         prototypes: &[Tensor<B, 2>],
         assignments: &[Tensor<B, 1, Int>],
     ) -> Tensor<B, 1> {
-        Self::combine(self.head_terms(projections, prototypes, assignments), |c| c)
+        Self::combine(self.head_terms(projections, prototypes, assignments), |c| {
+            c.clamp_min(1.0)
+        })
     }
 }
 

@@ -101,7 +101,9 @@ mod worked_examples;
 pub use barlow_twins::{BarlowTwinsLoss, BarlowTwinsLossConfig};
 pub use curricular::{CurricularLoss, CurricularLossConfig, CurricularOutput, CurricularState};
 pub use dcl::{DclLoss, DclLossConfig};
-pub use deepcluster_v2::{spherical_kmeans, DeepClusterV2Loss, DeepClusterV2LossConfig, HeadTerms};
+pub use deepcluster_v2::{
+    spherical_kmeans, DeepClusterV2Loss, DeepClusterV2LossConfig, DeepClusterV2Terms,
+};
 pub use detcon::{DetConBLoss, DetConBLossConfig, DetConSLoss, DetConSLossConfig};
 pub use dino::{DinoLoss, DinoLossConfig};
 pub use directclr::{DirectClrLoss, DirectClrLossConfig};
