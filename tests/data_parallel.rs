@@ -185,11 +185,15 @@ where
     let mut optim = SgdConfig::new().init::<B, S::Online>().unwrap();
     let mut losses = Vec::new();
     for step in 0..STEPS {
+        // A method that reads the images' dataset indexes (DeepCluster v2, which clusters once
+        // per epoch) goes through epochs of one step: the global batch's images are indexes
+        // 0 .. GLOBAL at every step.
+        let indexes = method.uses_indexes();
         let progress = Progress {
             step,
             total_steps: 10,
-            epoch: 0,
-            total_epochs: 1,
+            epoch: if indexes { step } else { 0 },
+            total_epochs: if indexes { STEPS } else { 1 },
         };
         let [v1, v2] = views(step);
         // A multi-crop method gets two local crops as well.
@@ -209,6 +213,9 @@ where
         }
         if method.uses_view_geometry() {
             method.set_view_geometry(view_geometry(step, start, n));
+        }
+        if indexes {
+            method.set_indexes(&(start..start + n).collect::<Vec<_>>());
         }
         let out = method.forward_views(views, progress);
         let loss = out
@@ -649,6 +656,52 @@ fn smog_two_replicas_equal_one_device() {
         v
     };
     assert_same("SMoG (f64)", runs::<Exact, _>(&smog, &state), 1e-10);
+}
+
+/// DeepCluster v2 on the test ResNet: two heads of 3 and 2 prototypes; the first step (epoch 0)
+/// fills the bank, the second (epoch 1) clusters it and learns the clusters.
+fn deepcluster_v2<B: Backend>(
+    d: &B::Device,
+    _: usize,
+) -> Result<DeepClusterV2<B, ResNet<B>>, ConfigError> {
+    DeepClusterV2Config::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .with_prototypes(vec![3, 2])
+        .init(|d| resnet(d), d)
+}
+
+/// DeepCluster v2: each replica writes every replica's normalised projections (gathered) into
+/// the bank under their indexes (gathered), so every replica clusters the same bank alike at the
+/// second epoch's first step; each replica's loss is its rows' share of the global batch's mean
+/// over assigned rows. Two replicas end where one device ends (f64): the online networks, each
+/// head's prototypes, both views' banks and the assignments. The second step's loss is positive
+/// (the clusters are learnt, not the first epoch's 0).
+#[test]
+fn deepcluster_v2_two_replicas_equal_one_device() {
+    // As many values whatever the bank holds (the control run on half the batch holds 4 rows):
+    // the bank's and the assignments' first GLOBAL rows, padded.
+    let state = |m: &DeepClusterV2<Exact, ResNet<Exact>>| {
+        let host = |t: Tensor<Exact, 2>| t.into_data().convert::<f64>().to_vec::<f64>().unwrap();
+        let mut v = Vec::new();
+        for t in m.prototypes() {
+            v.extend(host(t.clone()));
+        }
+        for view in [0, 1] {
+            let mut rows = host(m.bank(view).unwrap());
+            rows.resize(GLOBAL * 4, 0.0);
+            v.extend(rows);
+        }
+        for a in m.assignments() {
+            let mut a: Vec<f64> = a.iter().map(|&a| a as f64).collect();
+            a.resize(GLOBAL, -1.0);
+            v.extend(a);
+        }
+        v
+    };
+    let (whole, half, replicas) = runs::<Exact, _>(&deepcluster_v2, &state);
+    assert!(whole.losses[1] > 0.0, "{:?}", whole.losses);
+    assert_same("DeepCluster v2 (f64)", (whole, half, replicas), 1e-10);
 }
 
 /// SupCon with the runs' two local crops as further views.

@@ -181,3 +181,26 @@ fn the_burn_train_example_runs() {
     // Two steps of 128 keys each (the 17 images past the last whole batch are left out).
     assert_eq!(method.queue().pointer(), 2 * example::BATCH);
 }
+
+/// burn-train's batches carry no dataset indexes: a method that reads them (DeepCluster v2's
+/// bank) is refused when the model is made, naming the method, rather than failing at its first
+/// forward.
+#[test]
+fn a_method_that_reads_dataset_indexes_is_refused() {
+    use curriculum_ssl::method::DeepClusterV2Config;
+    let device = Default::default();
+    let method = init_method::<Ad, _, curriculum_ssl::ConfigError>(&device, 11, |d| {
+        DeepClusterV2Config::new()
+            .with_hidden_dim(16)
+            .with_output_dim(8)
+            .with_prototypes(vec![4])
+            .init(|d| LeNetConfig::lenet5().init(d), d)
+    })
+    .unwrap();
+    assert!(method.uses_indexes());
+    let Err(error) = LearnerMethod::new(method, augmenter(), 2, EPOCHS) else {
+        panic!("DeepCluster v2 was accepted by the Learner");
+    };
+    assert_eq!(error.field, "method");
+    assert!(error.to_string().contains("dataset indexes"), "{error}");
+}

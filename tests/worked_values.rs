@@ -1775,3 +1775,120 @@ fn smog_equals_lightly_values_and_gradients() {
          gradients {worst_gradient:.1e}"
     );
 }
+
+/// DeepCluster v2's loss against solo-learn's `deepclusterv2_loss_func` in float64
+/// (`tests/pytorch/deepcluster_v2.py`, written from solo-learn's source at 9187ea3, wrote
+/// `tests/fixtures/deepcluster_v2.json`, inputs included): four images, five features, two heads
+/// of 3 and 5 prototypes, every image assigned or some left out (`-1`), temperatures 0.1 and 0.3.
+/// The value to 1e-12 and the gradients with respect to both views' projector outputs to 1e-12
+/// relative in the Euclidean norm; and `spherical_kmeans` against solo-learn's `cluster_memory`
+/// from the same initial rows (10 rows, K = 3, 10 iterations): the same assignments, the
+/// centroids to 1e-12. The measured maxima are printed with `--nocapture`.
+#[test]
+fn deepcluster_v2_equals_solo_learn_values_and_gradients() {
+    use burn::prelude::*;
+    use curriculum_ssl::loss::{spherical_kmeans, DeepClusterV2LossConfig};
+    type Ad = crate::common::ExactAd;
+
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/deepcluster_v2.json")).unwrap();
+    let (n, d) = (
+        fixture["images"].as_u64().unwrap() as usize,
+        fixture["dim"].as_u64().unwrap() as usize,
+    );
+    let heads: Vec<usize> = floats(&fixture["heads"])
+        .iter()
+        .map(|&k| k as usize)
+        .collect();
+    let device = Default::default();
+    let prototypes: Vec<Tensor<Ad, 2>> = heads
+        .iter()
+        .enumerate()
+        .map(|(h, &k)| {
+            Tensor::from_data(
+                TensorData::new(floats(&fixture["prototypes"][h]), [k, d]),
+                &device,
+            )
+        })
+        .collect();
+    let cases = fixture["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 3);
+    let (mut worst_value, mut worst_gradient) = (0.0f64, 0.0f64);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let leaves: Vec<Tensor<Ad, 2>> = (0..2)
+            .map(|v| {
+                Tensor::from_data(
+                    TensorData::new(floats(&fixture["inputs"][v]), [n, d]),
+                    &device,
+                )
+                .require_grad()
+            })
+            .collect();
+        let assignments: Vec<Tensor<Ad, 1, Int>> = fixture["assignments"]
+            [case["assignments"].as_str().unwrap()]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let a: Vec<i64> = floats(a).iter().map(|&x| x as i64).collect();
+            Tensor::from_data(TensorData::new(a, [n]), &device)
+        })
+        .collect();
+        let value = DeepClusterV2LossConfig::new()
+            .with_temperature(case["temperature"].as_f64().unwrap())
+            .init()
+            .unwrap()
+            .forward(&leaves, &prototypes, &assignments);
+        let ours: f64 = value.clone().into_scalar();
+        let theirs = case["value"].as_f64().unwrap();
+        worst_value = worst_value.max((ours - theirs).abs() / theirs.abs().max(1.0));
+        assert_value(name, ours, theirs);
+        let grads = value.backward();
+        for (k, leaf) in leaves.iter().enumerate() {
+            let ours: Vec<f64> = leaf.grad(&grads).unwrap().into_data().to_vec().unwrap();
+            let theirs = floats(&case["grads"][k]);
+            let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+            let error = norm(&mut ours.iter().zip(&theirs).map(|(o, t)| o - t))
+                / norm(&mut theirs.iter().copied());
+            worst_gradient = worst_gradient.max(error);
+            assert!(
+                error <= 1e-12,
+                "{name}: input {k}: relative error {error:e}: {ours:?} vs {theirs:?}"
+            );
+            assert_gradient(&format!("{name}: input {k}"), &ours, &theirs);
+        }
+    }
+    // k-means from the same initial rows.
+    let km = &fixture["kmeans"];
+    let rows = floats(&km["rows"]);
+    let m = rows.len() / d;
+    let init: Vec<i64> = floats(&km["init"]).iter().map(|&x| x as i64).collect();
+    let k = init.len();
+    let (centroids, assigned) = spherical_kmeans::<crate::common::Exact>(
+        Tensor::from_data(TensorData::new(rows, [m, d]), &device),
+        Tensor::from_data(TensorData::new(init, [k]), &device),
+        km["iters"].as_u64().unwrap() as usize,
+    );
+    let assigned: Vec<i64> = assigned.into_data().convert::<i64>().to_vec().unwrap();
+    let expected: Vec<i64> = floats(&km["assignments"])
+        .iter()
+        .map(|&x| x as i64)
+        .collect();
+    assert_eq!(assigned, expected, "k-means assignments");
+    let centroids: Vec<f64> = centroids.into_data().to_vec().unwrap();
+    let worst_centroid = centroids
+        .iter()
+        .zip(floats(&km["centroids"]))
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(
+        worst_centroid <= 1e-12,
+        "k-means centroids: {worst_centroid:e}"
+    );
+    // Shown with --nocapture.
+    println!(
+        "DeepCluster v2 against solo-learn: values within {worst_value:.1e}, gradients \
+         {worst_gradient:.1e}, k-means centroids {worst_centroid:.1e}"
+    );
+}

@@ -40,6 +40,7 @@
 //! | [`VisRegLoss`] | centre, scale and sliced-Wasserstein shape towards the standard normal, plus invariance to the global views' mean (VISReg) | <https://arxiv.org/abs/2606.02572> | `#visreg` |
 //! | [`DetConSLoss`], [`DetConBLoss`] | contrastive detection: mask-pooled regions against the same region of the same image in the other view, every other region a negative (DetCon) | <https://arxiv.org/abs/2103.10957> | `#detcon` |
 //! | [`SmogLoss`] | predictions against synchronously momentum-updated group features, the momentum projections' groups as targets (SMoG) | <https://arxiv.org/abs/2207.06167> | `#smog` |
+//! | [`DeepClusterV2Loss`] | each view's projection predicts its image's k-means cluster of the last epoch, per head of prototypes (DeepCluster v2) | <https://arxiv.org/abs/2006.09882> | `#deepcluster-v2` |
 //!
 //! Every objective has a `#[derive(Config)]` config carrying the paper's defaults; `init()`
 //! validates the hyperparameters and returns a [`ConfigError`](crate::base::error::ConfigError) naming
@@ -59,6 +60,7 @@
 mod barlow_twins;
 mod curricular;
 mod dcl;
+mod deepcluster_v2;
 mod detcon;
 mod dino;
 mod directclr;
@@ -99,6 +101,9 @@ mod worked_examples;
 pub use barlow_twins::{BarlowTwinsLoss, BarlowTwinsLossConfig};
 pub use curricular::{CurricularLoss, CurricularLossConfig, CurricularOutput, CurricularState};
 pub use dcl::{DclLoss, DclLossConfig};
+pub use deepcluster_v2::{
+    spherical_kmeans, DeepClusterV2Loss, DeepClusterV2LossConfig, DeepClusterV2Terms,
+};
 pub use detcon::{DetConBLoss, DetConBLossConfig, DetConSLoss, DetConSLossConfig};
 pub use dino::{DinoLoss, DinoLossConfig};
 pub use directclr::{DirectClrLoss, DirectClrLossConfig};

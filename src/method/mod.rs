@@ -46,6 +46,8 @@
 //! - [`Smog`]: SMoG (synchronous momentum grouping: predictions classified against group
 //!   features moved by the online projections, the momentum projections' groups as targets;
 //!   the groups reset by a k-means of a memory bank on the device).
+//! - [`DeepClusterV2`]: DeepCluster v2 (each view's projection classified into its image's
+//!   cluster of a k-means of last epoch's projections, by dataset index, per head of prototypes).
 //! - [`RotNet`]: rotation prediction (MICO's rotation curricula).
 //! - [`Mae`]: MAE; [`SimMim`]: SimMIM; [`Hpm`]: hard patches mining on MAE; [`Ijepa`]: I-JEPA
 //!   (joint-embedding prediction); [`Msn`]: MSN and PMSN (masked siamese networks).
@@ -66,6 +68,7 @@
 mod barlow_twins;
 mod branches;
 mod byol;
+mod deepcluster_v2;
 mod detcon;
 mod dino;
 mod directclr;
@@ -117,6 +120,7 @@ mod wmse;
 pub use barlow_twins::{BarlowTwins, BarlowTwinsConfig};
 pub use branches::{fresh_leaves, ViewPasses};
 pub use byol::{Byol, ByolConfig};
+pub use deepcluster_v2::{DeepClusterV2, DeepClusterV2Config, DeepClusterV2State};
 pub use detcon::{
     grid_regions, pooling_weights, region_slots, union_box, DetCon, DetConConfig, DetConEncoder,
     DetConNetwork, DetConState, DetConVariant,

@@ -420,6 +420,22 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
         let _ = labels;
     }
 
+    /// Whether the method reads the dataset indexes of the batch's images (DeepCluster v2 keeps
+    /// each image's projections and k-means cluster under its index). When it does, the
+    /// trainer hands each batch's indexes to [`SslMethod::set_indexes`] before every forward;
+    /// burn-train's `Learner` ([`crate::train::LearnerMethod`]), whose batches carry none,
+    /// refuses it. Default: `false`.
+    fn uses_indexes(&self) -> bool {
+        false
+    }
+
+    /// The dataset indexes of the next forward's images, in batch order (on a replica, those
+    /// of its shard). Called by the trainer before every forward of a method that
+    /// [uses them](SslMethod::uses_indexes). Default: ignored.
+    fn set_indexes(&mut self, indexes: &[usize]) {
+        let _ = indexes;
+    }
+
     /// Whether the loss reads where each view's pixels came from in the input image (VICRegL
     /// matches positions of the two views' feature maps by their locations). When it does, the
     /// trainer hands each attempt's geometry to [`SslMethod::set_view_geometry`] before every

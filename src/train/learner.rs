@@ -125,8 +125,8 @@ impl<B: AutodiffBackend, M: SslMethod<B> + Send> LearnerMethod<B, M> {
     /// # Errors
     /// If `steps_per_epoch` or `epochs` is 0, or the augmenter or the method needs a hook of
     /// the crate's own loop: an adaptive augmentation (the self-paced AutoAugment learns from
-    /// the loop's losses), object boxes (MICO's crop-and-rotate), or local crops the method
-    /// does not take.
+    /// the loop's losses), object boxes (MICO's crop-and-rotate), the batch's dataset indexes
+    /// (DeepCluster v2), or local crops the method does not take.
     pub fn new(
         method: M,
         augmenter: Augmenter,
@@ -151,6 +151,13 @@ impl<B: AutodiffBackend, M: SslMethod<B> + Send> LearnerMethod<B, M> {
                 "method",
                 "a method that uses object boxes gets them from a hook of the crate's Trainer; \
                  burn-train's Learner has none",
+            ));
+        }
+        if method.uses_indexes() {
+            return Err(ConfigError::new(
+                "method",
+                "the method reads the batch's dataset indexes (DeepCluster v2's memory bank), \
+                 which burn-train's batches do not carry; train it with the crate's Trainer",
             ));
         }
         if augmenter.config().local_crops.is_some() && !method.takes_local_crops() {

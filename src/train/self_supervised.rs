@@ -49,6 +49,8 @@ pub struct SslBatch<B: AutodiffBackend>(ReadyBatch<B::InnerBackend>);
 ///          ahead on a thread of its own when asked (`augment_ahead`)
 /// attempt: view1, view2 = augmenter.redrawn_views(batch, progress, attempt)   # keyed by (step, attempt)
 /// labels:  method.set_labels(the batch's labels), for a method that reads them (SupCon)
+/// indexes: method.set_indexes(the batch's dataset indexes), for a method that reads them
+///          (DeepCluster v2)
 /// geometry: method.set_view_geometry(the views' crops and flips), for a method that reads them
 ///          (VICRegL)
 /// forward: out = method.forward_views(Views { global: [view1, view2], local crops }, progress)
@@ -72,6 +74,9 @@ pub struct SelfSupervised<B: AutodiffBackend, S, O, D> {
     /// The labels of the attempt's batch, on the device, for a method that
     /// [uses them](SslMethod::uses_labels); handed to it before the forward.
     labels: Option<Tensor<B, 1, Int>>,
+    /// The dataset indexes of the attempt's batch, for a method that
+    /// [uses them](SslMethod::uses_indexes); handed to it before the forward.
+    indexes: Option<Vec<usize>>,
 }
 
 impl<B, S, O, D> SelfSupervised<B, S, O, D>
@@ -99,6 +104,7 @@ where
             replica: None,
             gather_embeddings: false,
             labels: None,
+            indexes: None,
         }
     }
 
@@ -522,6 +528,10 @@ where
             )),
             _ => None,
         };
+        self.indexes = self
+            .method
+            .uses_indexes()
+            .then(|| batch.0.batch.indices().to_vec());
         views
     }
 
@@ -539,6 +549,9 @@ where
         }
         if let Some(geometry) = geometry {
             self.method.set_view_geometry(geometry);
+        }
+        if let Some(indexes) = self.indexes.take() {
+            self.method.set_indexes(&indexes);
         }
         let mut out = self.method.forward_views(views, progress);
         // Data-parallel: a hook that reads the embeddings measures the global batch (Fréchet

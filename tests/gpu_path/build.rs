@@ -142,6 +142,19 @@ pub fn smog<B: AutodiffBackend>(device: &B::Device) -> Smog<B, TinyConv<B>> {
     .unwrap()
 }
 
+/// DeepCluster v2 with heads of 3 and 2 prototypes (the bank's rows the first step's
+/// projections, clustered at the second).
+pub fn deepcluster_v2<B: AutodiffBackend>(device: &B::Device) -> DeepClusterV2<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        DeepClusterV2Config::new()
+            .with_hidden_dim(16)
+            .with_output_dim(8)
+            .with_prototypes(vec![3, 2])
+            .init(TinyConv::new, d)
+    })
+    .unwrap()
+}
+
 /// The ViT every masked-image-modelling test trains: the views' size in patches of 4 (a 3 × 3
 /// grid), width 8, one block of two heads.
 fn small_vit<B: burn::prelude::Backend>(d: &B::Device) -> curriculum_ssl_models::Vit<B> {

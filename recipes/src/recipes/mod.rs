@@ -62,6 +62,7 @@ recipe_modules!(
     vicregl,
     detcon,
     smog,
+    deepcluster_v2,
     multi_crop,
     lejepa,
     visreg,

@@ -148,6 +148,31 @@ fn the_smog_recipe_runs_two_steps() {
     table_recipes_run_two_steps(&[("smog", &[][..])]);
 }
 
+/// DeepCluster v2 on the default backbone for two epochs of two steps: the first epoch's loss is
+/// 0 (no image has a cluster yet, as solo-learn's), the second's positive (the 64 images' bank
+/// clustered into 3 prototypes per head, `prototypes_for(64)`), a checkpoint each epoch.
+#[test]
+fn the_deepcluster_v2_recipe_learns_its_clusters_from_the_second_epoch() {
+    let dir_name = "table-deepcluster_v2";
+    let mut args = tiny(dir_name, &["--epochs", "2"]);
+    args[0] = "deepcluster_v2".to_string();
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, dir_name), 0, "{}", stderr(&o));
+    let dir = scratch().join(dir_name);
+    let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = steps.lines().map(|l| l.split(',').collect()).collect();
+    let loss = rows[0].iter().position(|c| *c == "loss").unwrap();
+    let losses: Vec<f64> = rows[1..].iter().map(|r| r[loss].parse().unwrap()).collect();
+    assert_eq!(losses.len(), 4, "{steps}");
+    assert_eq!(&losses[..2], &[0.0, 0.0], "{steps}");
+    assert!(
+        losses[2..].iter().all(|&l| l > 0.0 && l.is_finite()),
+        "{steps}"
+    );
+    assert!(dir.join("checkpoints/epoch-0002/meta.json").is_file());
+    checked(&[&dir]);
+}
+
 /// The CNN methods of the table, the redundancy-reduction and contrastive ones (the table's test
 /// is split so that the test threads share its recipes: one test of 24 recipes took 99 s under
 /// load, 2026-12-03).
