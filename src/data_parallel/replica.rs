@@ -276,6 +276,34 @@ impl<B: Backend> Replica<B> {
         }
     }
 
+    /// The mean of `rows` over every row of the global batch: their sum over the replicas
+    /// ([`Replica::sum_on`]) times `1 / (W·N)` (e.g. MSN's mean assignment, the authors'
+    /// `AllReduce`).
+    ///
+    /// # Shapes
+    /// - `rows`: `[N, D]` (the same `N` on every replica) → `[1, D]`
+    pub fn mean_rows_on(replica: Option<&Self>, rows: Tensor<B, 2>) -> Tensor<B, 2> {
+        let count = rows.dims()[0] * replica.map_or(1, Self::replicas);
+        Self::sum_on(replica, rows.sum_dim(0)).mul_scalar(1.0 / count as f64)
+    }
+
+    /// `f` of the global batch's `rows`, and of its result this replica's rows: on a replica `f`
+    /// of the gathered rows ([`Replica::gather`], [`Replica::own_rows`]), on one device `f(rows)`
+    /// (e.g. MSN's targets balanced over the global batch).
+    ///
+    /// # Shapes
+    /// - `rows`: `[N, D]`, `f`: `[W·N, D]` → `[W·N, E]`; → `[N, E]`
+    pub fn through_gathered_on(
+        replica: Option<&Self>,
+        rows: Tensor<B, 2>,
+        f: impl FnOnce(Tensor<B, 2>) -> Tensor<B, 2>,
+    ) -> Tensor<B, 2> {
+        match replica {
+            Some(r) => r.own_rows(f(r.gather(rows))),
+            None => f(rows),
+        }
+    }
+
     /// Each of `views` gathered as [`Replica::gather_on`] gathers one (a multi-view loss over
     /// the global batch).
     ///

@@ -9,13 +9,12 @@ use rand::SeedableRng;
 
 use super::mae::{hidden_mean, MaeConfig, MaeNetwork};
 use super::mae_decoder::MaeDecoder;
-use super::masking::{encode_kept, vit, PatchMask, StepMasks};
+use super::masking::{encode_kept, vit, MaskRatio, PatchMask, StepMasks};
 use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::schedule::{Pace, SchedulerConfig};
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
-use crate::curriculum::mask_schedule;
 use crate::data_parallel::Replica;
 
 /// The paper's share of hard patches: linear from 0 to 0.5 over the epochs.
@@ -85,6 +84,7 @@ impl HpmConfig {
                 mae,
                 loss_predictor,
             },
+            ratio: MaskRatio::visible(m.mask_ratio, m.mask_ratio_schedule.as_ref())?,
             config: self.clone(),
             step_masks: StepMasks::new(0x4850_4d5f_4d41_534b, self.mae.seed),
         })
@@ -170,6 +170,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> HpmNetwork<B, M> {
 #[derive(Debug, Clone)]
 pub struct Hpm<B: Backend, M: Backbone<B>> {
     online: HpmNetwork<B, M>,
+    ratio: MaskRatio,
     config: HpmConfig,
     step_masks: StepMasks<B>,
 }
@@ -241,8 +242,7 @@ pub(crate) fn ranking_loss<B: Backend>(
 impl<B: Backend, M: Backbone<B> + AsVit<B>> Hpm<B, M> {
     /// The share of patches hidden at `progress` (MAE's ratio, or its schedule's).
     pub fn mask_ratio(&self, progress: Progress) -> f64 {
-        let m = &self.config.mae;
-        mask_schedule::mask_ratio_at(m.mask_ratio, m.mask_ratio_schedule.as_ref(), progress)
+        self.ratio.at(progress)
     }
 
     /// The share of the hidden patches chosen by the predictor at `progress`.
@@ -337,6 +337,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Hp
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::curriculum::mask_schedule;
     use crate::method::testing::{host, progress, tiny_vit, Ad};
     use burn::backend::NdArray;
 

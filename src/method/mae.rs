@@ -6,12 +6,11 @@ use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone};
 
 use super::mae_decoder::MaeDecoder;
 use super::masking::{check_token_transformer, check_visible_ratio, encode_kept, PatchMask};
-use super::masking::{patch_count, patchify, require_vit, vit, StepMasks};
+use super::masking::{patch_count, patchify, require_vit, vit, MaskRatio, StepMasks};
 use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
 use crate::base::Progress;
-use crate::curriculum::mask_schedule;
 use crate::data_parallel::Replica;
 
 /// Configuration of [`Mae`].
@@ -57,8 +56,7 @@ impl MaeConfig {
     ) -> Result<Mae<B, M>, ConfigError> {
         Ok(Mae {
             online: self.network(backbone, device)?,
-            mask_ratio: self.mask_ratio,
-            schedule: self.mask_ratio_schedule.clone(),
+            ratio: MaskRatio::visible(self.mask_ratio, self.mask_ratio_schedule.as_ref())?,
             normalize_targets: self.normalize_targets,
             step_masks: StepMasks::new(0x4d41_455f_4d41_534b, self.seed),
         })
@@ -148,8 +146,7 @@ pub(crate) fn normalize_patches<B: Backend>(patches: Tensor<B, 3>) -> Tensor<B, 
 #[derive(Debug, Clone)]
 pub struct Mae<B: Backend, M: Backbone<B>> {
     online: MaeNetwork<B, M>,
-    mask_ratio: f64,
-    schedule: Option<SchedulerConfig>,
+    ratio: MaskRatio,
     normalize_targets: bool,
     step_masks: StepMasks<B>,
 }
@@ -157,7 +154,7 @@ pub struct Mae<B: Backend, M: Backbone<B>> {
 impl<B: Backend, M: Backbone<B> + AsVit<B>> Mae<B, M> {
     /// The fraction of patches hidden at `progress` (the schedule's, or the constant).
     pub fn mask_ratio(&self, progress: Progress) -> f64 {
-        mask_schedule::mask_ratio_at(self.mask_ratio, self.schedule.as_ref(), progress)
+        self.ratio.at(progress)
     }
 
     /// The masks of the step at `progress` for this method's `n` images of `patches` patches:

@@ -7,8 +7,10 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use crate::base::error::ConfigError;
+use crate::base::schedule::SchedulerConfig;
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
+use crate::curriculum::mask_schedule;
 use crate::data_parallel::Replica;
 
 /// Where a masked-image method's masks come from: a generator seeded by the method's `tag`, the
@@ -433,7 +435,7 @@ impl UnitMask {
 /// The setting out of range, named.
 pub(crate) fn check_visible_ratio(
     ratio: f64,
-    schedule: Option<&crate::base::schedule::SchedulerConfig>,
+    schedule: Option<&SchedulerConfig>,
 ) -> Result<(), ConfigError> {
     if !(0.0..1.0).contains(&ratio) {
         return Err(ConfigError::new(
@@ -441,7 +443,48 @@ pub(crate) fn check_visible_ratio(
             format!("must lie in [0, 1) (the encoder needs a visible patch), got {ratio}"),
         ));
     }
-    crate::curriculum::mask_schedule::validate("mask_ratio_schedule", schedule, 0.0, 0.99)
+    mask_schedule::validate("mask_ratio_schedule", schedule, 0.0, 0.99)
+}
+
+/// A masked-image method's share of patches hidden (MAE's, SimMIM's units, MSN's dropped
+/// tokens): its setting `mask_ratio` throughout, or `mask_ratio_schedule`'s value at the step (a
+/// masking curriculum, [`mask_schedule`]), checked when the method is built.
+#[derive(Debug, Clone)]
+pub(crate) struct MaskRatio {
+    ratio: f64,
+    schedule: Option<SchedulerConfig>,
+}
+
+impl MaskRatio {
+    /// A share of patches the encoder does not see (MAE's, MSN's).
+    ///
+    /// # Errors
+    /// As [`check_visible_ratio`].
+    pub fn visible(ratio: f64, schedule: Option<&SchedulerConfig>) -> Result<Self, ConfigError> {
+        check_visible_ratio(ratio, schedule)?;
+        let schedule = schedule.cloned();
+        Ok(Self { ratio, schedule })
+    }
+
+    /// A share of mask units hidden (SimMIM's): `mask_ratio` in `(0, 1]` (a unit is hidden), a
+    /// scheduled one (`mask_ratio_schedule`) in `[0.01, 1]`.
+    ///
+    /// # Errors
+    /// The setting out of range, named.
+    pub fn hidden(ratio: f64, schedule: Option<&SchedulerConfig>) -> Result<Self, ConfigError> {
+        if !(ratio > 0.0 && ratio <= 1.0) {
+            let reason = format!("must lie in (0, 1], got {ratio}");
+            return Err(ConfigError::new("mask_ratio", reason));
+        }
+        mask_schedule::validate("mask_ratio_schedule", schedule, 0.01, 1.0)?;
+        let schedule = schedule.cloned();
+        Ok(Self { ratio, schedule })
+    }
+
+    /// The share at `progress`: the schedule's value, or the setting.
+    pub fn at(&self, progress: Progress) -> f64 {
+        mask_schedule::mask_ratio_at(self.ratio, self.schedule.as_ref(), progress)
+    }
 }
 
 /// Checks the shape of a narrow transformer over patch tokens (MAE's decoder, I-JEPA's

@@ -5,14 +5,13 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone};
 
-use super::masking::{check_visible_ratio, class_token, encode_kept, patch_count};
-use super::masking::{require_vit, vit, PatchMask, StepMasks};
+use super::masking::{class_token, encode_kept, patch_count, require_vit, vit};
+use super::masking::{MaskRatio, PatchMask, StepMasks};
 use super::momentum::MomentumEncoder;
 use super::ssl_method::{momentum_state, online_in, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
 use crate::base::Progress;
-use crate::curriculum::mask_schedule;
 use crate::data_parallel::Replica;
 use crate::head::{HeadActivation, MlpHead, MlpHeadConfig};
 use crate::loss::{MsnLoss, MsnLossConfig};
@@ -61,7 +60,7 @@ impl MsnConfig {
         backbone: impl Fn(&B::Device) -> M,
         device: &B::Device,
     ) -> Result<Msn<B, M>, ConfigError> {
-        check_visible_ratio(self.mask_ratio, self.mask_ratio_schedule.as_ref())?;
+        let ratio = MaskRatio::visible(self.mask_ratio, self.mask_ratio_schedule.as_ref())?;
         if self.num_prototypes == 0 {
             return Err(ConfigError::new("num_prototypes", "must be at least 1"));
         }
@@ -75,16 +74,12 @@ impl MsnConfig {
                 projection: head.init(device)?,
             })
         };
-        let student = network(student_backbone)?;
-        let fresh = network(backbone(device))?;
+        let (student, fresh) = (network(student_backbone)?, network(backbone(device))?);
         let target =
             MomentumEncoder::new(&student, fresh, self.base_momentum, true, "base_momentum")?;
-        let bound = 1.0 / (self.output_dim as f64).sqrt();
-        let prototypes = Initializer::Uniform {
-            min: -bound,
-            max: bound,
-        }
-        .init([self.num_prototypes, self.output_dim], device);
+        let max = 1.0 / (self.output_dim as f64).sqrt();
+        let shape = [self.num_prototypes, self.output_dim];
+        let prototypes = Initializer::Uniform { min: -max, max }.init(shape, device);
         Ok(Msn {
             student: MsnStudent {
                 network: student,
@@ -92,7 +87,7 @@ impl MsnConfig {
             },
             target,
             loss,
-            config: self.clone(),
+            ratio,
             step_masks: StepMasks::new(0x4d53_4e5f_4d41_534b, self.seed),
         })
     }
@@ -108,24 +103,17 @@ pub struct MsnNetwork<B: Backend, M> {
 }
 
 impl<B: Backend, M: Backbone<B> + AsVit<B>> MsnNetwork<B, M> {
-    /// The projections of `images` seen whole.
+    /// The projections of `images`, seen whole or on the patches `mask` keeps (the \[CLS\]
+    /// token after the encoder sees the kept tokens only).
     ///
     /// # Shapes
     /// - `images`: `[N, C, H, W]` → `[N, output_dim]`
-    pub fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-        self.projection
-            .forward_with(self.backbone.forward_features(images), HeadActivation::Gelu)
-    }
-
-    /// The projections of `images` on the patches `mask` keeps (the \[CLS\] token after the
-    /// encoder sees the kept tokens only).
-    ///
-    /// # Shapes
-    /// - `images`: `[N, C, H, W]` → `[N, output_dim]`
-    pub fn forward_masked(&self, images: Tensor<B, 4>, mask: &PatchMask) -> Tensor<B, 2> {
-        let tokens = encode_kept(vit(&self.backbone), images, mask);
-        self.projection
-            .forward_with(class_token(tokens), HeadActivation::Gelu)
+    pub fn forward(&self, images: Tensor<B, 4>, mask: Option<&PatchMask>) -> Tensor<B, 2> {
+        let x = match mask {
+            Some(mask) => class_token(encode_kept(vit(&self.backbone), images, mask)),
+            None => self.backbone.forward_features(images),
+        };
+        self.projection.forward_with(x, HeadActivation::Gelu)
     }
 }
 
@@ -165,20 +153,15 @@ impl<B: Backend, M> HasBackbone<M> for MsnStudent<B, M> {
 /// ```
 ///
 /// The network is the backbone's \[CLS\] token through [`MlpHeadConfig::msn`]'s projector; the
-/// prototypes (`K × 256`, initialised uniformly in `±1/√256` as the authors') are trained by the
-/// anchors' assignments only. The masks are drawn on the host from `(seed, step)`, so a resumed
-/// run and the replicas of a data-parallel run draw the global batch's masks and keep their own
-/// rows; on replicas the targets are balanced over the global batch (gathered, no gradient) and
-/// the regulariser's mean assignment is summed over replicas (the authors' `AllReduce`), so that
-/// two replicas equal one device. The drop ratio can follow a schedule (a masking curriculum,
-/// [`crate::curriculum::mask_schedule`]). The math, the defaults and what was chosen where paper,
-/// code and lightly differ are in `docs/methods.md#msn`.
+/// prototypes (`K × 256`, `U(±1/√256)`) learn from the anchors' assignments only. The masks come
+/// from `(seed, step)`; the drop ratio can follow a schedule (a masking curriculum). Replicas, the
+/// math, the defaults, the choices where paper, code and lightly differ: `docs/methods.md#msn`.
 #[derive(Debug, Clone)]
 pub struct Msn<B: Backend, M: Backbone<B>> {
     student: MsnStudent<B, M>,
     target: MomentumEncoder<MsnNetwork<B, M>>,
     loss: MsnLoss,
-    config: MsnConfig,
+    ratio: MaskRatio,
     step_masks: StepMasks<B>,
 }
 
@@ -188,38 +171,17 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Msn<B, M> {
         &self.target
     }
 
-    /// The loss.
-    pub fn loss(&self) -> &MsnLoss {
-        &self.loss
-    }
-
-    /// The share of patches dropped at `progress` (the schedule's, or the constant).
-    pub fn mask_ratio(&self, progress: Progress) -> f64 {
-        mask_schedule::mask_ratio_at(
-            self.config.mask_ratio,
-            self.config.mask_ratio_schedule.as_ref(),
-            progress,
-        )
-    }
-
-    /// The masks of the step at `progress` for this method's `n` images: of the anchor view
-    /// (`anchor_patches` patches) and of each of the `focal` focal views (`focal_patches`
-    /// patches, view-major). The global batch's are drawn from `(seed, step)`, this replica's
-    /// rows kept.
-    pub fn masks(
-        &self,
-        progress: Progress,
-        n: usize,
-        anchor_patches: usize,
-        (focal, focal_patches): (usize, usize),
-    ) -> (PatchMask, PatchMask) {
-        let (mut rng, ratio) = (self.step_masks.rng(progress), self.mask_ratio(progress));
-        let masks = &self.step_masks;
-        let anchor = masks.patch_masks(&mut rng, (n, 1), anchor_patches, ratio);
-        (
-            anchor,
-            masks.patch_masks(&mut rng, (n, focal), focal_patches.max(1), ratio),
-        )
+    /// The masks of the step at `progress` of `views`' anchor view (the second global view) and
+    /// of its focal views (the local crops, view-major): the global batch's, drawn from
+    /// `(seed, step)` at the step's ratio, this replica's rows kept.
+    pub fn masks(&self, progress: Progress, views: &Views<B>) -> [PatchMask; 2] {
+        let patches = |x: &Tensor<B, 4>| patch_count(vit(&self.student.network.backbone), x);
+        let (anchor, focal) = (&views.global[1], &views.local);
+        let (n, focal_patches) = (anchor.dims()[0], focal.first().map_or(0, patches));
+        let (masks, mut rng) = (&self.step_masks, self.step_masks.rng(progress));
+        let ratio = self.ratio.at(progress);
+        let mut draw = |v, p: usize| masks.patch_masks(&mut rng, (n, v), p.max(1), ratio);
+        [draw(1, patches(anchor)), draw(focal.len(), focal_patches)]
     }
 }
 
@@ -236,54 +198,33 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ms
     }
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
-        let Views {
-            global: [target_view, anchor_view],
-            local: focal,
-        } = views;
-        let patches = |x: &Tensor<B, 4>| patch_count(vit(&self.student.network.backbone), x);
-        let (n, focal_patches) = (anchor_view.dims()[0], focal.first().map_or(0, patches));
-        let (anchor_mask, focal_mask) = self.masks(
-            progress,
-            n,
-            patches(&anchor_view),
-            (focal.len(), focal_patches),
-        );
-
-        let targets = self.target.network().forward(target_view.detach()).detach();
-        let net = &self.student.network;
-        let anchor = net.forward_masked(anchor_view, &anchor_mask);
+        let [anchor_mask, focal_mask] = self.masks(progress, &views);
+        let ([target_view, anchor_view], focal) = (views.global, views.local);
+        let (net, target) = (&self.student.network, self.target.network());
+        let targets = target.forward(target_view.detach(), None).detach();
+        let anchor = net.forward(anchor_view, Some(&anchor_mask));
         let mut anchors = vec![anchor.clone()];
         if !focal.is_empty() {
-            anchors.push(net.forward_masked(Tensor::cat(focal, 0), &focal_mask));
+            anchors.push(net.forward(Tensor::cat(focal, 0), Some(&focal_mask)));
         }
-        let anchors = Tensor::cat(anchors, 0);
-        let prototypes = self.student.prototypes.val();
-
-        // The targets' assignments, balanced over the global batch.
-        let sharpened = self.loss.sharpened(targets.clone(), prototypes.clone());
-        let balanced = match self.step_masks.replica() {
-            Some(r) => r.own_rows(self.loss.balance(r.gather(sharpened))),
-            None => self.loss.balance(sharpened),
-        };
-        let log_anchors = self.loss.log_assignments(anchors.clone(), prototypes);
-        let cross_entropy = self.loss.cross_entropy(log_anchors.clone(), balanced);
-        // The mean assignment over every anchor of the global batch.
-        let rows = anchors.dims()[0];
-        let sum = Replica::sum_on(self.step_masks.replica(), log_anchors.exp().sum_dim(0));
-        let mean = sum.mul_scalar(1.0 / (rows * self.step_masks.replicas()) as f64);
-        let terms = self
-            .loss
-            .combine(cross_entropy, self.loss.regularization(mean));
+        let (loss, prototypes) = (&self.loss, self.student.prototypes.val());
+        // The targets balanced over the global batch; the mean assignment over all its anchors.
+        let replica = self.step_masks.replica();
+        let sharpened = loss.sharpened(targets.clone(), prototypes.clone());
+        let balanced = Replica::through_gathered_on(replica, sharpened, |t| loss.balance(t));
+        let log_anchors = loss.log_assignments(Tensor::cat(anchors, 0), prototypes);
+        let mean = Replica::mean_rows_on(replica, log_anchors.clone().exp());
+        let cross_entropy = loss.cross_entropy(log_anchors, balanced);
+        let terms = loss.combine(cross_entropy, loss.regularization(mean));
         MethodOutput::new(terms.loss)
             .with_stat("cross_entropy", terms.cross_entropy)
             .with_stat("regularization", terms.regularization)
-            .with_value("mask_ratio", self.mask_ratio(progress))
+            .with_value("mask_ratio", self.ratio.at(progress))
             .with_momentum(self.target.momentum_at(progress))
             .with_embeddings([targets, anchor])
     }
 
-    /// See the module docs: the global batch's masks, the targets balanced over the gathered
-    /// batch, the regulariser's mean assignment summed over replicas.
+    /// The global batch's masks, targets balanced and mean assignment (`docs/methods.md#msn`).
     fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
         self.step_masks.set_replica(replica);
         Ok(())
@@ -297,6 +238,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ms
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::curriculum::mask_schedule;
     use crate::method::testing::{host, progress, Ad, Dev};
     use curriculum_ssl_models::Vit;
 
@@ -333,7 +275,8 @@ mod tests {
     #[test]
     fn dropped_patches_do_not_reach_the_anchors() {
         let m = msn(MsnConfig::new().with_mask_ratio(0.5));
-        let (mask, _) = m.masks(progress(3, 100, 0, 10), 2, 16, (0, 0));
+        let views = Views::pair(images(2, 8, 0.0), images(2, 8, 0.0));
+        let [mask, _] = m.masks(progress(3, 100, 0, 10), &views);
         let hidden = (0..16).find(|&p| mask.is_hidden(0, p)).unwrap();
         let kept = (0..16).find(|&p| !mask.is_hidden(0, p)).unwrap();
         // Patch p of image 0 covers rows 2·(p / 4) .. +2 and columns 2·(p % 4) .. +2.
@@ -343,9 +286,9 @@ mod tests {
             Tensor::<Ad, 4>::from_data(TensorData::new(values, [2, 1, 8, 8]), &Default::default())
         };
         let net = &m.online().network;
-        let base = host(net.forward_masked(images(2, 8, 0.0), &mask));
-        assert_eq!(host(net.forward_masked(poke(hidden), &mask)), base);
-        assert_ne!(host(net.forward_masked(poke(kept), &mask)), base);
+        let base = host(net.forward(images(2, 8, 0.0), Some(&mask)));
+        assert_eq!(host(net.forward(poke(hidden), Some(&mask))), base);
+        assert_ne!(host(net.forward(poke(kept), Some(&mask))), base);
     }
 
     /// The step's loss is the loss recomputed from the networks and the step's masks: the
@@ -357,27 +300,27 @@ mod tests {
         let (v1, v2) = (images(3, 8, 0.0), images(3, 8, 1.0));
         let focal = vec![images(3, 4, 2.0), images(3, 4, 3.0)];
         let at = progress(4, 100, 0, 10);
-        let (anchor_mask, focal_mask) = m.masks(at, 3, 16, (2, 4));
+        let views = Views {
+            global: [v1.clone(), v2.clone()],
+            local: focal.clone(),
+        };
+        let [anchor_mask, focal_mask] = m.masks(at, &views);
         assert_eq!(anchor_mask.visible(), 11);
         assert_eq!((focal_mask.images(), focal_mask.visible()), (6, 2));
         let net = &m.online().network;
         let anchors = Tensor::cat(
             vec![
-                net.forward_masked(v2.clone(), &anchor_mask),
-                net.forward_masked(Tensor::cat(focal.clone(), 0), &focal_mask),
+                net.forward(v2, Some(&anchor_mask)),
+                net.forward(Tensor::cat(focal, 0), Some(&focal_mask)),
             ],
             0,
         );
-        let targets = m.target().network().forward(v1.clone());
+        let targets = m.target().network().forward(v1, None);
         let expected: f64 = m
-            .loss()
+            .loss
             .forward(anchors, targets, m.online().prototypes.val())
             .loss
             .into_scalar();
-        let views = Views {
-            global: [v1, v2],
-            local: focal,
-        };
         let out = m.forward_views(views, at);
         let loss: f64 = out.loss.into_scalar();
         assert!((loss - expected).abs() < 1e-12, "{loss} vs {expected}");
@@ -398,12 +341,12 @@ mod tests {
         let mut m = msn(MsnConfig::new().with_mask_ratio_schedule(Some(ramp)));
         for (step, anchor, focal, ratio) in [(0, 16, 4, 0.0), (50, 12, 3, 0.25), (100, 8, 2, 0.5)] {
             let at = progress(step, 100, 0, 10);
-            let (a, f) = m.masks(at, 2, 16, (1, 4));
-            assert_eq!((a.visible(), f.visible()), (anchor, focal), "step {step}");
             let views = Views {
                 global: [images(2, 8, 0.0), images(2, 8, 1.0)],
                 local: vec![images(2, 4, 2.0)],
             };
+            let [a, f] = m.masks(at, &views);
+            assert_eq!((a.visible(), f.visible()), (anchor, focal), "step {step}");
             let out = m.forward_views(views, at);
             let (_, logged) = out.stats.iter().find(|(n, _)| *n == "mask_ratio").unwrap();
             assert_eq!(host(logged.clone()), vec![ratio]);

@@ -7,12 +7,11 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::layers::linear_tokens;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 
-use super::masking::{patchify, require_vit, vit, StepMasks, UnitMask};
+use super::masking::{patchify, require_vit, vit, MaskRatio, StepMasks, UnitMask};
 use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
 use crate::base::Progress;
-use crate::curriculum::mask_schedule;
 use crate::data_parallel::Replica;
 
 /// Configuration of [`SimMim`].
@@ -48,18 +47,7 @@ impl SimMimConfig {
         device: &B::Device,
     ) -> Result<SimMim<B, M>, ConfigError> {
         let backbone = backbone(device);
-        if !(self.mask_ratio > 0.0 && self.mask_ratio <= 1.0) {
-            return Err(ConfigError::new(
-                "mask_ratio",
-                format!("must lie in (0, 1], got {}", self.mask_ratio),
-            ));
-        }
-        mask_schedule::validate(
-            "mask_ratio_schedule",
-            self.mask_ratio_schedule.as_ref(),
-            0.01,
-            1.0,
-        )?;
+        let ratio = MaskRatio::hidden(self.mask_ratio, self.mask_ratio_schedule.as_ref())?;
         if self.mask_unit == 0 {
             return Err(ConfigError::new("mask_unit", "must be at least one patch"));
         }
@@ -80,8 +68,7 @@ impl SimMimConfig {
         };
         Ok(SimMim {
             online,
-            mask_ratio: self.mask_ratio,
-            schedule: self.mask_ratio_schedule.clone(),
+            ratio,
             mask_unit: self.mask_unit,
             step_masks: StepMasks::new(0x5349_4d4d_494d_4d4b, self.seed),
         })
@@ -122,8 +109,7 @@ impl<B: Backend, M> HasBackbone<M> for SimMimNetwork<B, M> {
 #[derive(Debug, Clone)]
 pub struct SimMim<B: Backend, M: Backbone<B>> {
     online: SimMimNetwork<B, M>,
-    mask_ratio: f64,
-    schedule: Option<SchedulerConfig>,
+    ratio: MaskRatio,
     mask_unit: usize,
     step_masks: StepMasks<B>,
 }
@@ -135,7 +121,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> SimMim<B, M> {
 
     /// The fraction of mask units hidden at `progress` (the schedule's, or the constant).
     pub fn mask_ratio(&self, progress: Progress) -> f64 {
-        mask_schedule::mask_ratio_at(self.mask_ratio, self.schedule.as_ref(), progress)
+        self.ratio.at(progress)
     }
 
     /// The masks of the step at `progress` for the global batch of `images` images on a
