@@ -117,7 +117,7 @@ pub struct DeepClusterV2State<B: Backend> {
     /// Each view's normalised projections by dataset index, `[M, D]` each (empty before the
     /// first step).
     pub bank: Vec<Tensor<B, 2>>,
-    /// Which dataset indexes the bank holds, `[M]`.
+    /// Which dataset indexes had a row written since the last k-means, `[M]`.
     pub seen: Vec<bool>,
     /// Each head's cluster of every dataset index, `−1` for none, `[H][M]`.
     pub assignments: Vec<Vec<i64>>,
@@ -138,8 +138,8 @@ pub struct DeepClusterV2State<B: Backend> {
 /// indexes; at the first step of every epoch after the first, head `h` runs a spherical k-means
 /// ([`spherical_kmeans`]) of view `h mod 2`'s rows of the bank, its centroids become the head's
 /// prototypes and its clusters the images' targets for that epoch. In the first epoch no image
-/// has a target and the loss is 0 (solo-learn's too: its networks then learn only from its
-/// online classifier).
+/// has a target and the loss is 0 (solo-learn's is NaN with zero gradients: its networks do not
+/// learn in the first epoch either). Each k-means clusters the rows written since the last one.
 ///
 /// The method reads the batch's dataset indexes ([`SslMethod::uses_indexes`]). On several
 /// replicas the bank takes every replica's rows and indexes (gathered), so every replica runs
@@ -225,34 +225,40 @@ impl<B: Backend> ClusterMemory<B> {
         };
         let at = int(kept.iter().map(|&(i, _)| i as i64).collect());
         let from = int(kept.iter().map(|&(_, p)| p as i64).collect());
-        for (bank, rows) in self.bank.iter_mut().zip(rows) {
-            // `select_assign` adds on every backend: the old rows are cancelled (x + (−x) = 0
-            // exactly), then the new ones added to zero (exact).
-            let old = bank.clone().select(0, at.clone());
-            *bank = bank
-                .clone()
-                .select_assign(0, at.clone(), old.neg(), IndexingUpdateOp::Add)
-                .select_assign(
-                    0,
-                    at.clone(),
-                    rows.select(0, from.clone()),
-                    IndexingUpdateOp::Add,
-                );
-        }
+        // `select_assign` adds on every backend: the old rows are cancelled (x + (−x) = 0
+        // exactly), then the new ones added to zero (exact). The banks are taken out of `self`
+        // so that no second handle keeps a backend from updating them in place.
+        let banks = std::mem::take(&mut self.bank);
+        self.bank = banks
+            .into_iter()
+            .zip(rows)
+            .map(|(bank, rows)| {
+                let old = bank.clone().select(0, at.clone());
+                bank.select_assign(0, at.clone(), old.neg(), IndexingUpdateOp::Add)
+                    .select_assign(
+                        0,
+                        at.clone(),
+                        rows.select(0, from.clone()),
+                        IndexingUpdateOp::Add,
+                    )
+            })
+            .collect();
         for (index, _) in kept {
             self.seen[index] = true;
         }
     }
 
-    /// The k-means of every head over the bank's rows, for epoch `epoch` (see
-    /// [`DeepClusterV2`]): new prototypes and assignments, `−1` for the indexes the bank does
-    /// not hold.
+    /// The k-means of every head over the bank's rows written since the last one (the last
+    /// epoch's), for epoch `epoch` (see [`DeepClusterV2`]): new prototypes and assignments, `−1`
+    /// for the indexes no row was written for. Then no row counts as written: the next k-means
+    /// clusters this epoch's rows only (solo-learn's bank is rewritten every epoch).
     fn cluster(&mut self, epoch: usize, iterations: usize, seed: u64) {
         self.clustered_for = epoch;
         let rows: Vec<usize> = (0..self.seen.len()).filter(|&i| self.seen[i]).collect();
         if rows.is_empty() {
             return;
         }
+        self.seen.iter_mut().for_each(|s| *s = false);
         let m = rows.len();
         let device = self.bank[0].device();
         let rows_at = Tensor::<B, 1, Int>::from_data(
@@ -338,6 +344,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for DeepClusterV2
             || state.assignments.iter().any(|a| a.len() != rows)
             || !(state.bank.is_empty() || state.bank.len() == 2)
             || state.bank.iter().any(|b| b.dims() != [rows, heads[0][1]])
+            || (state.bank.is_empty() && state.seen.contains(&true))
         {
             return Err(ConfigError::new(
                 "prototypes",
@@ -547,6 +554,10 @@ mod tests {
             ));
             expected_prototypes.push(c);
         }
+        assert!(
+            !m.state().seen.contains(&true),
+            "the next k-means clusters the rows written from now on"
+        );
         let loss = DeepClusterV2LossConfig::new().init().unwrap();
         let expected = host(loss.forward(&[z1, z2], &expected_prototypes, &targets))[0];
         assert!(expected > 0.0);

@@ -3,13 +3,15 @@
 //! (`scripts/pretrain/cifar/deepclusterv2.yaml`) scaled to this batch and data: projector
 //! `[2048, 128]`, three heads of prototypes, τ = 0.1, 10 k-means rounds per epoch, LARS (η =
 //! 0.02, biases and norms excluded, weight decay 1e-6) at lr 0.6 × B/256 (0.3 at the CPU
-//! default's 128), warm-up then cosine, SimCLR's augmentations (solo-learn's symmetric pair).
+//! default's 128), warm-up then cosine, the `simclr` recipe's views (solo-learn's symmetric
+//! pair has stronger colour jitter and blur at p 0.5).
 //!
 //! Each head has [`prototypes_for`] the trained images: solo-learn's 3000 on CIFAR's 50,000
 //! images (one cluster per 16.7 images), as many per image on a smaller set (480 on the embedded
 //! 8,000), 3000 from 50,000 images on (the full Fashion-MNIST, ImageNet). solo-learn clips
-//! LARS's rate (`clip_lr`); this LARS does not. The first epoch's loss is 0 (no image has a
-//! cluster yet), as solo-learn's; its 1000 epochs are the CPU default's 20 here.
+//! LARS's step (`clip_lr`: plain momentum SGD wherever `η·r > lr`); this LARS does not, so the
+//! update differs (docs/methods.md#deepcluster-v2). The first epoch's loss is 0 (no image has a
+//! cluster yet; solo-learn's is NaN with zero gradients); its 1000 epochs are 20 here.
 //!
 //! ```text
 //! at the first step of each epoch e > 0, for each head h:
