@@ -31,6 +31,12 @@ pub struct LarsConfig {
     /// weight decay.
     #[config(default = true)]
     pub exclude_bias_and_norm: bool,
+    /// Clip each layer's rate at the learning rate (solo-learn's `clip_lr`, the setting of all
+    /// its LARS recipes): the trust ratio becomes `min(η·r / lr, 1)`, so a layer steps
+    /// `min(η·r, lr)` — plain momentum SGD wherever `η·r > lr`. Off by default, as in lightly's
+    /// and PyTorch Lightning Bolts' LARS.
+    #[config(default = false)]
+    pub clip_lr: bool,
 }
 
 impl LarsConfig {
@@ -47,6 +53,7 @@ impl LarsConfig {
             eta: self.eta,
             epsilon: self.epsilon,
             exclude_bias_and_norm: self.exclude_bias_and_norm,
+            clip_lr: self.clip_lr,
         })
     }
 
@@ -66,13 +73,15 @@ impl LarsConfig {
 ///
 /// For a parameter `θ` with gradient `g` (PyTorch-style, dampening 0):
 /// ```text
-/// if θ is not excluded:  d = (g + wd·θ) · η‖θ‖ / (‖g‖ + wd‖θ‖ + ε)   (when ‖θ‖ > 0 and ‖g‖ > 0)
-/// else:                  d = g
+/// r = η‖θ‖ / (‖g‖ + wd‖θ‖ + ε)        (clip_lr: r ← min(r / lr, 1))
+/// if θ is not excluded and ‖θ‖ > 0 and ‖g‖ > 0:  d = (g + wd·θ) · r
+/// else:                                          d = g
 /// v ← μ·v + d            (v = d at the first step)
 /// θ ← θ − lr · (Nesterov ? d + μ·v : v)
 /// ```
 /// Biases and normalisation parameters — every 1-D tensor — are excluded when
-/// `exclude_bias_and_norm` is set (the usual choice).
+/// `exclude_bias_and_norm` is set (the usual choice). As in lightly's and solo-learn's LARS, a
+/// parameter whose gradient is zero (or whose norm is zero) gets no weight decay either.
 #[derive(Debug, Clone)]
 pub struct Lars {
     momentum: f64,
@@ -81,6 +90,7 @@ pub struct Lars {
     eta: f64,
     epsilon: f64,
     exclude_bias_and_norm: bool,
+    clip_lr: bool,
 }
 
 /// Per-parameter state of [`Lars`]: the momentum buffer, as SGD's (the same record).
@@ -105,13 +115,22 @@ impl<B: Backend> SimpleOptimizer<B> for Lars {
             let denominator =
                 grad_norm.clone() + param_norm.clone() * self.weight_decay + self.epsilon;
             let ratio = (param_norm.clone() * self.eta) / denominator;
-            // Where either norm is zero the trust ratio is 1 (as in solo-learn).
+            let ratio = match self.clip_lr {
+                // solo-learn's min(r / lr, 1); at lr = 0 that is 1 (r / 0 = ∞).
+                true if lr > 0.0 => ratio.mul_scalar(1.0 / lr).clamp_max(1.0),
+                true => ratio.ones_like(),
+                false => ratio,
+            };
+            // Where either norm is zero the gradient goes through as it is: no trust ratio and
+            // no weight decay (as in solo-learn and lightly).
             let active = param_norm
                 .greater_elem(0.0)
-                .bool_and(grad_norm.greater_elem(0.0));
-            let ratio = ratio.ones_like().mask_where(active, ratio);
-            let shape = [1; D];
-            (grad + tensor.clone() * self.weight_decay) * ratio.reshape(shape)
+                .bool_and(grad_norm.greater_elem(0.0))
+                .reshape([1; D])
+                .expand(grad.shape());
+            let scaled =
+                (grad.clone() + tensor.clone() * self.weight_decay) * ratio.reshape([1; D]);
+            grad.mask_where(active, scaled)
         };
         momentum_update(tensor, update, state, lr, self.momentum, self.nesterov)
     }
