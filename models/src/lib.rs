@@ -48,7 +48,7 @@ pub use lenet::{LeNet, LeNetConfig};
 pub use mobilenet_v3::{MobileNetV3, MobileNetV3Config};
 pub use resnet::{BlockKind, ResNet, ResNetConfig, Stem};
 pub use vgg::{Vgg, VggConfig, VggPooling};
-pub use vit::{AsVit, Vit, VitConfig};
+pub use vit::{AsVit, Vit, VitConfig, VitPool};
 pub use wide_resnet::{WideResNet, WideResNetConfig};
 
 use burn::module::{Module, ModuleVisitor, Param};

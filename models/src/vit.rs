@@ -3,7 +3,9 @@
 //! embedding (a convolution of kernel and stride `patch_size`), a class token, learned absolute
 //! positional embeddings, `depth` pre-norm blocks (LayerNorm → multi-head self-attention with one
 //! fused `qkv` projection → residual; LayerNorm → MLP with GELU → residual), a final LayerNorm,
-//! and the class token's output as the features (timm's `global_pool="token"`).
+//! and the class token's output as the features (timm's `global_pool="token"`; [`VitPool`] can
+//! make them the mean of the patch tokens encoded without it, for a method that never trains
+//! the class token).
 //!
 //! Presets: ViT-Tiny (192 wide, 3 heads), ViT-Small (384, 6) and ViT-Base (768, 12), depth 12,
 //! and ViT-Micro (96 wide, 3 heads, depth 4: CPU demos and smoke tests); MLP ratio 4,
@@ -56,6 +58,40 @@ pub struct VitConfig {
     /// `ε` of the LayerNorms (timm's 1e-6).
     #[config(default = 1e-6)]
     pub layer_norm_eps: f64,
+    /// What the features are ([`VitPool`]): the class token's output (timm's default) or the
+    /// mean of the patch tokens encoded without it (AIM's trunk).
+    #[config(default = "VitPool::Token")]
+    pub pool: VitPool,
+}
+
+/// What a [`Vit`]'s features ([`Backbone::forward_features`]) and feature map are.
+#[derive(Config, Debug, PartialEq, Eq, Copy)]
+pub enum VitPool {
+    /// The class token's output after the final norm (timm's `global_pool="token"`); the
+    /// feature map is the patch tokens of the same pass.
+    Token,
+    /// The patch tokens encoded without the class token (the sequence is the patches alone,
+    /// attending to each other), after the final norm, averaged
+    /// ([`Vit::encode_patches_alone`]): the features of a method that never trains the class
+    /// token (AIM). timm's `global_pool="avg"` with `fc_norm=False` on a ViT without a class
+    /// token; lightly's AIM benchmark averages the same tokens without the final norm. The
+    /// feature map is those patch tokens.
+    PatchMean,
+}
+
+// Written out: `#[derive(Default)]` does not see `#[default]` through burn's `Config` derive.
+#[allow(clippy::derivable_impls)]
+impl Default for VitPool {
+    fn default() -> Self {
+        VitPool::Token
+    }
+}
+
+impl VitPool {
+    /// Whether this is [`VitPool::Token`] (the default, left out of the run records).
+    pub fn is_token(&self) -> bool {
+        *self == VitPool::Token
+    }
 }
 
 impl VitConfig {
@@ -173,6 +209,7 @@ impl VitConfig {
             norm: LayerNormConfig::new(d)
                 .with_epsilon(self.layer_norm_eps)
                 .init(device),
+            pool: self.pool,
             patch_size: self.patch_size,
         }
     }
@@ -199,6 +236,22 @@ impl<B: Backend> Attention<B> {
     /// reshape and permute, without the strided copies of that split on the CPU backend, or
     /// the full-size zeros that its slices' gradients are scattered into.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        self.forward_biased(x, None)
+    }
+
+    /// [`Attention::forward`] with `attn_bias` added to the scaled scores before the softmax (an
+    /// attention mask: 0 where a query may attend a key, −∞ where it may not, as
+    /// [`prefix_causal_bias`] makes; PyTorch's `scaled_dot_product_attention` adds a boolean
+    /// mask so). `None` is [`Attention::forward`]: the same operations, nothing added.
+    ///
+    /// # Shapes
+    /// - `x`: `[N, T, D]` → `[N, T, D]`
+    /// - `attn_bias`: `[N, 1, T, T]` (query, key; the same for every head)
+    pub fn forward_biased(
+        &self,
+        x: Tensor<B, 3>,
+        attn_bias: Option<&Tensor<B, 4>>,
+    ) -> Tensor<B, 3> {
         let [n, t, d] = x.dims();
         let h = self.num_heads;
         let hd = d / h;
@@ -216,7 +269,11 @@ impl<B: Backend> Attention<B> {
             kernels::swap_middle_dims(y.reshape([n, t, h, hd]))
         };
         let (q, k, v) = (part(0), part(1), part(2));
-        let scores = kernels::matmul(q, k.swap_dims(2, 3)).mul_scalar((hd as f64).powf(-0.5));
+        let mut scores: Tensor<B, 4> =
+            kernels::matmul(q, k.swap_dims(2, 3)).mul_scalar((hd as f64).powf(-0.5));
+        if let Some(attn_bias) = attn_bias {
+            scores = scores + attn_bias.clone();
+        }
         let out = kernels::matmul(kernels::softmax(scores, 3), v); // [N, H, T, hd]
         linear_tokens(
             &self.proj,
@@ -292,7 +349,7 @@ impl<B: Backend> VitBlock<B> {
     /// - `x`: `[N, T, D]` → `[N, T, D]`
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let normed = self.norm1.forward(x.clone());
-        let (x, branch) = self.forward_to_last_add(x, normed);
+        let (x, branch) = self.forward_to_last_add(x, normed, None);
         x + branch
     }
 
@@ -308,7 +365,21 @@ impl<B: Backend> VitBlock<B> {
         normed: Tensor<B, 3>,
         next: &LayerNorm<B>,
     ) -> (Tensor<B, 3>, Tensor<B, 3>) {
-        let (x, branch) = self.forward_to_last_add(x, normed);
+        self.forward_normed_biased(x, normed, next, None)
+    }
+
+    /// [`VitBlock::forward_normed`] with an attention `bias` ([`Attention::forward_biased`]).
+    ///
+    /// # Shapes
+    /// - `x`, `normed`: `[N, T, D]`, `bias`: `[N, 1, T, T]` → both outputs `[N, T, D]`
+    pub fn forward_normed_biased(
+        &self,
+        x: Tensor<B, 3>,
+        normed: Tensor<B, 3>,
+        next: &LayerNorm<B>,
+        bias: Option<&Tensor<B, 4>>,
+    ) -> (Tensor<B, 3>, Tensor<B, 3>) {
+        let (x, branch) = self.forward_to_last_add(x, normed, bias);
         next.forward_after_add(x, branch)
     }
 
@@ -318,8 +389,10 @@ impl<B: Backend> VitBlock<B> {
         &self,
         x: Tensor<B, 3>,
         normed: Tensor<B, 3>,
+        bias: Option<&Tensor<B, 4>>,
     ) -> (Tensor<B, 3>, Tensor<B, 3>) {
-        let (x, h) = self.norm2.forward_after_add(x, self.attn.forward(normed));
+        let attended = self.attn.forward_biased(normed, bias);
+        let (x, h) = self.norm2.forward_after_add(x, attended);
         let hidden = gelu(linear_tokens(&self.mlp.fc1, h));
         (x, linear_tokens(&self.mlp.fc2, hidden))
     }
@@ -337,6 +410,21 @@ pub fn forward_blocks<B: Backend>(
     x: Tensor<B, 3>,
     norm: &LayerNorm<B>,
 ) -> Tensor<B, 3> {
+    forward_blocks_biased(blocks, x, norm, None)
+}
+
+/// [`forward_blocks`] with the attention `bias` added to every block's attention scores
+/// ([`Attention::forward_biased`]; e.g. AIM's prefix-causal mask, [`prefix_causal_bias`]).
+/// `None` is [`forward_blocks`].
+///
+/// # Shapes
+/// - `x`: `[N, T, D]`, `bias`: `[N, 1, T, T]` → `[N, T, D]`
+pub fn forward_blocks_biased<B: Backend>(
+    blocks: &[VitBlock<B>],
+    x: Tensor<B, 3>,
+    norm: &LayerNorm<B>,
+    bias: Option<&Tensor<B, 4>>,
+) -> Tensor<B, 3> {
     let Some(first) = blocks.first() else {
         return norm.forward(x);
     };
@@ -344,9 +432,43 @@ pub fn forward_blocks<B: Backend>(
     let mut x = x;
     for (i, block) in blocks.iter().enumerate() {
         let next = blocks.get(i + 1).map_or(norm, |b| &b.norm1);
-        (x, normed) = block.forward_normed(x, normed, next);
+        (x, normed) = block.forward_normed_biased(x, normed, next, bias);
     }
     normed
+}
+
+/// The attention bias of prefix-causal attention (AIM, El-Nouby et al. 2024,
+/// <https://arxiv.org/abs/2401.08541>, §3; lightly's `MaskedCausalAttention`): for a sequence
+/// `n` of `tokens` tokens whose first `prefixes[n]` are its prefix, query `i` may attend key `j`
+/// when `j ≤ i` (causal) or `j < prefixes[n]` (the prefix, seen by every token, so the prefix
+/// attends within itself bidirectionally). Entries 0 where it may, −∞ where it may not; the
+/// diagonal is always allowed, so no row of the softmax is empty. A prefix of 0 is fully causal,
+/// one of `tokens` fully bidirectional.
+///
+/// # Shapes
+/// → `[prefixes.len(), 1, tokens, tokens]` (query, key)
+pub fn prefix_causal_bias<B: Backend>(
+    prefixes: &[usize],
+    tokens: usize,
+    device: &B::Device,
+) -> Tensor<B, 4> {
+    let values: Vec<f32> = prefixes
+        .iter()
+        .flat_map(|&prefix| {
+            (0..tokens * tokens).map(move |e| {
+                let (query, key) = (e / tokens, e % tokens);
+                if key <= query || key < prefix {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+        })
+        .collect();
+    Tensor::from_data(
+        TensorData::new(values, [prefixes.len(), 1, tokens, tokens]),
+        device,
+    )
 }
 
 /// A Vision Transformer. Build it with [`VitConfig::init`].
@@ -364,6 +486,9 @@ pub struct Vit<B: Backend> {
     pub norm: LayerNorm<B>,
     /// Side of a patch.
     pub patch_size: usize,
+    /// What the features are (the configuration's; not in the record).
+    #[module(skip)]
+    pub pool: VitPool,
 }
 
 impl<B: Backend> Vit<B> {
@@ -374,13 +499,27 @@ impl<B: Backend> Vit<B> {
     /// # Errors
     /// [`ModelError::ChannelMismatch`] or [`ModelError::ImageTooSmall`].
     pub fn check_input(&self, shape: [usize; 4]) -> Result<(), ModelError> {
-        let channels = self.patch_embed.weight.dims()[1];
-        check_channels_and_size("ViT", channels, self.patch_size, shape)
+        check_channels_and_size("ViT", self.in_channels(), self.patch_size, shape)
     }
 
     /// Token width.
+    ///
+    /// Read from the parameter's shape without initialising it: a lazily initialised parameter
+    /// would otherwise draw from the backend's generator here, outside any seeded section.
     pub fn embed_dim(&self) -> usize {
-        self.cls_token.dims()[2]
+        self.cls_token.lazy_shape().dims::<3>()[2]
+    }
+
+    /// The image channels it was built for (read without initialising a parameter, as
+    /// [`Vit::embed_dim`]).
+    pub fn in_channels(&self) -> usize {
+        self.patch_embed.weight.lazy_shape().dims::<4>()[1]
+    }
+
+    /// The patch tokens of the configured grid (read without initialising a parameter, as
+    /// [`Vit::embed_dim`]).
+    pub fn grid_tokens(&self) -> usize {
+        self.pos_embed.lazy_shape().dims::<3>()[1] - 1
     }
 
     /// The positional embeddings for a grid of `h × w` patches: the stored ones when the grid is
@@ -445,32 +584,66 @@ impl<B: Backend> Vit<B> {
         let x = Tensor::cat(vec![cls, patches], 1) + self.pos_embed_for(h, w);
         forward_blocks(&self.blocks, x, &self.norm)
     }
+
+    /// The patch tokens alone, without the class token: `patches` with the positional
+    /// embeddings of a `grid` added (and no class token), the blocks with the attention `bias`
+    /// added to their scores if there is one (AIM's prefix-causal mask, [`prefix_causal_bias`];
+    /// `None`: the patches attend to each other), and the final norm.
+    ///
+    /// # Shapes
+    /// - `patches`: `[N, rows·cols, D]`, `bias`: `[N, 1, rows·cols, rows·cols]` →
+    ///   `[N, rows·cols, D]`
+    pub fn encode_patches_alone(
+        &self,
+        patches: Tensor<B, 3>,
+        (h, w): (usize, usize),
+        bias: Option<&Tensor<B, 4>>,
+    ) -> Tensor<B, 3> {
+        let [_, k, d] = patches.dims();
+        let positions = self.pos_embed_for(h, w).slice([0..1, 1..1 + k, 0..d]);
+        forward_blocks_biased(&self.blocks, patches + positions, &self.norm, bias)
+    }
 }
 
 impl<B: Backend> Backbone<B> for Vit<B> {
-    /// The class token's output.
+    /// The class token's output, or the mean of the patch tokens encoded alone ([`VitPool`]).
     fn forward_features(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
-        let tokens = self.forward_tokens(images);
-        let [n, _, d] = tokens.dims();
-        tokens.slice([0..n, 0..1, 0..d]).reshape([n, d])
+        match self.pool {
+            VitPool::Token => {
+                let tokens = self.forward_tokens(images);
+                let [n, _, d] = tokens.dims();
+                tokens.slice([0..n, 0..1, 0..d]).reshape([n, d])
+            }
+            VitPool::PatchMean => {
+                let (patches, grid) = self.patch_tokens(images);
+                let tokens = self.encode_patches_alone(patches, grid, None);
+                let [n, _, d] = tokens.dims();
+                tokens.mean_dim(1).reshape([n, d])
+            }
+        }
     }
 
     fn feature_dim(&self) -> usize {
         self.embed_dim()
     }
 
-    /// The patch tokens on the patch grid, `[N, D, H/p, W/p]`.
+    /// The patch tokens on the patch grid, `[N, D, H/p, W/p]` (of the pass [`VitPool`] says).
     fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {
         let [_, _, height, width] = images.dims();
         let (h, w) = (height / self.patch_size, width / self.patch_size);
-        let tokens = self.forward_tokens(images);
-        let [n, t, d] = tokens.dims();
-        Some(
-            tokens
-                .slice([0..n, 1..t, 0..d])
-                .swap_dims(1, 2)
-                .reshape([n, d, h, w]),
-        )
+        let patches = match self.pool {
+            VitPool::Token => {
+                let tokens = self.forward_tokens(images);
+                let [n, t, d] = tokens.dims();
+                tokens.slice([0..n, 1..t, 0..d])
+            }
+            VitPool::PatchMean => {
+                let (patches, grid) = self.patch_tokens(images);
+                self.encode_patches_alone(patches, grid, None)
+            }
+        };
+        let [n, _, d] = patches.dims();
+        Some(patches.swap_dims(1, 2).reshape([n, d, h, w]))
     }
 }
 

@@ -353,7 +353,7 @@ fn the_kernels_run_exactly_where_they_cover_the_layer() {
     assert_eq!(y.dims(), [2, 4, 6, 6]);
 
     let nd_device = Default::default();
-    let nd_conv = Conv2dConfig::new([3, 4], [3, 3]).init::<NdArray<f32>>(&nd_device);
+    let nd_conv = Conv2dConfig::new([3, 4], [3, 3]).init::<NdArray<f64>>(&nd_device);
     assert!(!kernels::runs_cpu_kernels(
         &nd_conv,
         &Tensor::zeros([2, 3, 8, 8], &nd_device)

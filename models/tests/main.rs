@@ -14,4 +14,5 @@ mod param_counts;
 mod parity;
 mod residual_options;
 mod shapes;
+mod vit_exact;
 mod weight_files;
