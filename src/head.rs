@@ -420,14 +420,14 @@ impl<B: Backend> MlpHead<B> {
 
     /// Output width.
     pub fn output_dim(&self) -> usize {
-        self.output.weight.dims()[1]
+        self.output.weight.lazy_shape().dims::<2>()[1]
     }
 
     /// The widths of the hidden layers, input side first (empty for a single linear layer).
     pub fn hidden_dims(&self) -> Vec<usize> {
         self.hidden
             .iter()
-            .map(|layer| layer.linear.weight.dims()[1])
+            .map(|layer| layer.linear.weight.lazy_shape().dims::<2>()[1])
             .collect()
     }
 

@@ -71,12 +71,12 @@ mod tests {
         let device = Default::default();
         let right = KnnMonitor::new(build(20, 0), build(10, 0), None).unwrap();
         let raw = RawPixels::new((4, 4, 1));
-        assert_eq!(Backbone::<NdArray>::feature_dim(&raw), 16);
-        for r in right.evaluate::<NdArray, _>(&raw, &device).unwrap() {
+        assert_eq!(Backbone::<NdArray<f64>>::feature_dim(&raw), 16);
+        for r in right.evaluate::<NdArray<f64>, _>(&raw, &device).unwrap() {
             assert_eq!(r.accuracy.top1, 1.0, "k = {}", r.k);
         }
         let wrong = KnnMonitor::new(build(20, 1), build(10, 0), None).unwrap();
-        for r in wrong.evaluate::<NdArray, _>(&raw, &device).unwrap() {
+        for r in wrong.evaluate::<NdArray<f64>, _>(&raw, &device).unwrap() {
             assert_eq!(r.accuracy.top1, 0.0, "k = {}", r.k);
         }
     }

@@ -35,7 +35,7 @@ impl<B: Backend> Backbone<B> for TinyBackbone<B> {
     }
 
     fn feature_dim(&self) -> usize {
-        self.fc.weight.dims()[1]
+        self.fc.weight.lazy_shape().dims::<2>()[1]
     }
 }
 
@@ -64,7 +64,7 @@ impl<B: Backend> Backbone<B> for TinyMap<B> {
     }
 
     fn feature_dim(&self) -> usize {
-        self.fc.weight.dims()[1]
+        self.fc.weight.lazy_shape().dims::<2>()[1]
     }
 
     fn forward_feature_map(&self, images: Tensor<B, 4>) -> Option<Tensor<B, 4>> {

@@ -54,7 +54,7 @@ impl<B: Backend, M: Backbone<B>> EmbeddingNet<B, M> {
 
     /// Width of the embedding.
     pub fn dim(&self) -> usize {
-        self.embed.weight.dims()[1]
+        self.embed.weight.lazy_shape().dims::<2>()[1]
     }
 
     /// The embedding of every image of `data`, row-major `N × E`, in chunks of `batch_size`
