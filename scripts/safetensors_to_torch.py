@@ -68,13 +68,26 @@ def build(path):
 
         height = int(meta["input_size"].split("x")[0])
         patch = state["patch_embed.proj.weight"].shape[-1]
-        dim = state["cls_token"].shape[-1]
+        dim = state["patch_embed.proj.weight"].shape[0]
         depth = len({k.split(".")[1] for k in state if k.startswith("blocks.")})
-        heads = {192: 3, 384: 6, 768: 12}.get(dim, max(1, dim // 64))
-        model = timm.models.vision_transformer.VisionTransformer(
-            img_size=height, patch_size=patch, in_chans=in_chans, embed_dim=dim, depth=depth,
-            num_heads=heads, num_classes=0, global_pool="token",
-        )
+        heads = int(meta.get("num_heads", 0)) or {96: 3, 192: 3, 384: 6, 768: 12}.get(dim, max(1, dim // 64))
+        if meta.get("vit_pool") == "PatchMean":
+            # The patch tokens encoded without the class token, the final norm, their mean
+            # (VitPool::PatchMean, AIM's runs): timm's ViT without a class token, average
+            # pooling after its norm (fc_norm off). The untrained class token and its position
+            # are dropped.
+            state.pop("cls_token")
+            state["pos_embed"] = state["pos_embed"][:, 1:]
+            model = timm.models.vision_transformer.VisionTransformer(
+                img_size=height, patch_size=patch, in_chans=in_chans, embed_dim=dim,
+                depth=depth, num_heads=heads, num_classes=0, class_token=False,
+                global_pool="avg", fc_norm=False,
+            )
+        else:
+            model = timm.models.vision_transformer.VisionTransformer(
+                img_size=height, patch_size=patch, in_chans=in_chans, embed_dim=dim,
+                depth=depth, num_heads=heads, num_classes=0, global_pool="token",
+            )
     else:
         sys.exit(f"key names {names!r}: no PyTorch model to load them into (the ResNets, "
                  "EfficientNets, MobileNet-V3s and ViTs have one)")

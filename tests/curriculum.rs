@@ -1806,6 +1806,33 @@ fn visreg_runs_with_every_curriculum_and_selection_piece() {
     }
 }
 
+/// All4One (its default dropout 0.1, drawn in the trainer's seeded forward) with every
+/// curriculum and selection piece, two steps, its three terms and the momentum logged.
+#[test]
+fn all4one_runs_with_every_curriculum_and_selection_piece() {
+    let all4one = init(|d| {
+        All4OneConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .with_predictor_hidden_dim(32)
+            .with_support_set_size(64)
+            .init(lenet, 16, d)
+    });
+    let rows = with_every_piece("all4one", all4one);
+    for column in [
+        "centroid_loss",
+        "neighbour_loss",
+        "feature_loss",
+        "momentum",
+    ] {
+        assert!(
+            rows[0].split(',').any(|c| c == column),
+            "{column}: {}",
+            rows[0]
+        );
+    }
+}
+
 /// A pipeline with local crops and a method whose loss takes two views: refused before any step,
 /// naming the setting.
 #[test]

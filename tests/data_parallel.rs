@@ -496,6 +496,47 @@ fn mae<B: Backend>(d: &B::Device, _: usize) -> Result<Mae<B, Vit<B>>, ConfigErro
         .init(|d| views_vit(4, d), d)
 }
 
+/// AIM on a ViT of the views' size in 2-pixel patches (a 4 × 4 grid), a head 8 wide of one
+/// block: each replica draws the global batch's prefix lengths and keeps its rows.
+fn aim<B: Backend>(d: &B::Device, _: usize) -> Result<Aim<B, Vit<B>>, ConfigError> {
+    AimConfig::new()
+        .with_head_dim(8)
+        .with_head_blocks(1)
+        .init(|d| views_vit(2, d), d)
+}
+
+/// AIM: each replica draws the global batch's prefix lengths and keeps its rows; each image's
+/// loss is its own mean, so the replicas' mean loss is the one-device loss (f64: the
+/// differences are summation order).
+#[test]
+fn aim_two_replicas_equal_one_device() {
+    assert_same("AIM (f64)", runs::<Exact, _>(&aim, &|_| Vec::new()), 1e-11);
+}
+
+/// CAPI on a ViT of 2-pixel patches (16 patches: 10 hidden, a block of 6 visible), 5 clusters:
+/// each replica draws the global batch's masks and keeps its rows; the Sinkhorn's maximum and
+/// batch sums are global, so the teacher's assignments are the one-device ones.
+fn capi<B: Backend>(d: &B::Device, _: usize) -> Result<Capi<B, Vit<B>>, ConfigError> {
+    CapiConfig::new()
+        .with_num_clusters(5)
+        .with_predictor_depth(1)
+        .with_predictor_heads(2)
+        .with_base_momentum(0.9)
+        .init(|d| views_vit(2, d), d)
+}
+
+/// CAPI: both terms are means over as many tokens per replica and the assignments balance the
+/// global batch, so the replicas' mean loss is the one-device loss; the teacher encoder moves
+/// by the averaged weights (f64: the differences are summation order).
+#[test]
+fn capi_two_replicas_equal_one_device() {
+    assert_same(
+        "CAPI (f64)",
+        runs::<Exact, _>(&capi, &|m| values(m.teacher().network())),
+        1e-11,
+    );
+}
+
 /// Hard patches mining on MAE's ViT, in 2-pixel patches (more patches to rank), half of the
 /// hidden patches the hardest predicted from the first step: each replica ranks its own images
 /// and draws their random patches by their global indices.
@@ -656,6 +697,34 @@ fn smog_two_replicas_equal_one_device() {
         v
     };
     assert_same("SMoG (f64)", runs::<Exact, _>(&smog, &state), 1e-10);
+}
+
+/// All4One with dropout 0 (dropout masks are drawn per replica): the support set takes every
+/// replica's momentum projections, and every input of the loss is gathered (the transformer runs
+/// on each replica's rows, its first tokens gathered).
+fn all4one<B: Backend>(d: &B::Device, batch: usize) -> Result<All4One<B, ResNet<B>>, ConfigError> {
+    All4OneConfig::new()
+        .with_hidden_dim(8)
+        .with_output_dim(4)
+        .with_predictor_hidden_dim(8)
+        .with_support_set_size(2 * GLOBAL)
+        .with_neighbours(3)
+        .with_transformer_heads(2)
+        .with_transformer_dropout(0.0)
+        .with_base_momentum(0.9)
+        .init(resnet, batch, d)
+}
+
+/// All4One: two replicas end where one device ends (f64): the online networks, the momentum
+/// copy and the support set.
+#[test]
+fn all4one_two_replicas_equal_one_device() {
+    let state = |m: &All4One<Exact, ResNet<Exact>>| {
+        let mut v = values(m.momentum_encoder().network());
+        v.extend(host_values(m.support_set().keys()));
+        v
+    };
+    assert_same("All4One (f64)", runs::<Exact, _>(&all4one, &state), 1e-10);
 }
 
 /// DeepCluster v2 on the test ResNet: two heads of 3 and 2 prototypes; the first step (epoch 0)

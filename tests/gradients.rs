@@ -898,6 +898,37 @@ fn moco_v3_gradient_and_no_gradient_to_the_keys() {
     );
 }
 
+/// AIM's loss with both targets (the paper's next patch on the non-prefix patches, lightly's
+/// example's same patch everywhere), 5 patches of 3 pixels per image and the prefixes given:
+/// the predictions' gradient equals central differences, the targets get none.
+#[test]
+fn aim_gradient_both_targets_and_no_gradient_to_the_targets() {
+    let (k, p) = (5, 3);
+    let predictions = random_values(BATCH, k * p, 91);
+    let targets = random_values(BATCH, k * p, 92);
+    for (target, prefixes) in [
+        (AimTarget::NextPatch, [1, 2, 4, 3, 1, 2, 3, 4]),
+        (AimTarget::SamePatch, [0, 1, 2, 3, 0, 1, 2, 3]),
+    ] {
+        let loss = AimLossConfig::new().with_target(target).init();
+        check_gradients(
+            &format!("AIM {target:?}"),
+            &[
+                (predictions.clone(), BATCH, k * p),
+                (targets.clone(), BATCH, k * p),
+            ],
+            &[true, false],
+            |x| {
+                loss.forward(
+                    x[0].clone().reshape([BATCH, k, p]),
+                    x[1].clone().reshape([BATCH, k, p]),
+                    &prefixes,
+                )
+            },
+        );
+    }
+}
+
 /// The largest difference between the gradient of `Σ f(x)·w` and its central finite differences
 /// (step 1e-6), over every element of a `[2, 3, 8]` input.
 fn token_gradient_error(f: &dyn Fn(Tensor<ExactAd, 3>) -> Tensor<ExactAd, 3>) -> f64 {

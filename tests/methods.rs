@@ -1076,6 +1076,161 @@ fn mae_matches_lightly_in_f64() {
     }
 }
 
+/// lightly's AIM (its example's `MaskedCausalVisionTransformer` and `AIMPredictionHead`)
+/// wrapped for the importer: `backbone.*` are timm's keys, `head.*` our head's (the script
+/// renames lightly's `Sequential` indices).
+#[derive(Module, Debug)]
+struct LightlyAim<B: Backend> {
+    net: AimNetwork<B, curriculum_ssl_models::Vit<B>>,
+}
+
+impl<B: Backend> curriculum_ssl_models::import::TorchvisionImport<B> for LightlyAim<B> {
+    fn torchvision_key(&self, key: &str) -> Option<String> {
+        if let Some(rest) = key.strip_prefix("backbone.") {
+            return curriculum_ssl_models::import::vit_key(rest)
+                .map(|k| format!("net.backbone.{k}"));
+        }
+        key.strip_prefix("head.")
+            .map(|rest| format!("net.head.{rest}"))
+    }
+}
+
+/// The largest difference between `got` and `want` relative to `want`'s largest magnitude.
+fn relative_error(got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
+    let diff = got
+        .iter()
+        .zip(want)
+        .fold(0.0f64, |m, (g, w)| m.max((g - w).abs()));
+    diff / scale
+}
+
+/// A linear weight's values in PyTorch's `[out, in]` order (burn's is `[in, out]`).
+fn transposed(weight: Vec<f64>, inputs: usize, outputs: usize) -> Vec<f64> {
+    (0..outputs)
+        .flat_map(|o| (0..inputs).map(move |i| (o, i)))
+        .map(|(o, i)| weight[i * outputs + o])
+        .collect()
+}
+
+/// AIM's loss and gradients equal lightly's in float64 (`tests/pytorch/aim.py` wrote
+/// `tests/fixtures/aim_lightly.*`: lightly 1.6's `MaskedCausalVisionTransformer` (16-pixel
+/// images of three channels in 4-pixel patches, width 16, two blocks of two heads, with its
+/// final norm) and `AIMPredictionHead` (width 32, two blocks) with every parameter drawn at
+/// random, prefixes given): lightly's example's loss (each position's own patch, prefixes 0, 6
+/// and 14: a fully causal image among them) and the paper's (the next patch on the non-prefix
+/// patches, prefixes 1, 6 and 15). The loss and the gradients of the input, the patch
+/// embedding, the positions, the first block's qkv weight and the head's first and last layers
+/// within 1e-12 of the largest value, relative: every operation in float64 on both sides, the
+/// differences are summation order (measured about 1e-15).
+#[test]
+fn aim_matches_lightly_in_f64() {
+    use curriculum_ssl::loss::AimTarget;
+    let expected = fixture_json("aim_lightly.json");
+    let device = Default::default();
+    for (case, target) in [
+        ("lightly", AimTarget::SamePatch),
+        ("paper", AimTarget::NextPatch),
+    ] {
+        let want = &expected[case];
+        // Built under the seed lock (loading a record draws the lazy values it replaces).
+        let mut aim = init_method::<ExactAd, _, _>(&device, 0, |d| {
+            AimConfig::new()
+                .with_target(target)
+                .with_head_dim(32)
+                .with_head_blocks(2)
+                .init(
+                    |d| {
+                        curriculum_ssl_models::VitConfig::new(16)
+                            .with_patch_size(4)
+                            .with_embed_dim(16)
+                            .with_depth(2)
+                            .with_num_heads(2)
+                            .init::<ExactAd>(d)
+                    },
+                    d,
+                )
+        })
+        .unwrap();
+        let mut wrapper = LightlyAim {
+            net: aim.online().clone(),
+        };
+        let path = fixture("aim_lightly.safetensors");
+        curriculum_ssl_models::import::load_torchvision(&mut wrapper, None, &path).unwrap();
+        aim.set_online(wrapper.net);
+        let pixels: Vec<f64> = (0..2304)
+            .map(|i| (0.37 * i as f64 + 0.1 * (i / 768) as f64).sin())
+            .collect();
+        let images =
+            Tensor::<ExactAd, 4>::from_data(TensorData::new(pixels, [3, 3, 16, 16]), &device)
+                .require_grad();
+        let prefixes: Vec<usize> = numbers(&want["prefixes"])
+            .iter()
+            .map(|&s| s as usize)
+            .collect();
+        let loss = aim.loss(images.clone(), &prefixes);
+        let value = loss.clone().into_data().to_vec::<f64>().unwrap()[0];
+        let error = relative_error(&[value], &[want["loss"].as_f64().unwrap()]);
+        println!("AIM {case}: loss {value}, relative error {error:e}");
+        assert!(
+            error < 1e-12,
+            "{case}: loss {value}, relative error {error:e}"
+        );
+        let grads = loss.backward();
+        let grad = |t: Tensor<ExactAd, 2>| -> Vec<f64> {
+            t.grad(&grads).unwrap().into_data().to_vec().unwrap()
+        };
+        let online = aim.online();
+        let vit = &online.backbone;
+        let positions: Vec<f64> = vit
+            .pos_embed
+            .val()
+            .grad(&grads)
+            .unwrap()
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let conv = vit.patch_embed.weight.val().grad(&grads).unwrap();
+        let input = images.grad(&grads).unwrap();
+        for (name, got, key) in [
+            (
+                "input",
+                input.into_data().to_vec::<f64>().unwrap(),
+                "grad_input",
+            ),
+            (
+                "patch embedding",
+                conv.into_data().to_vec::<f64>().unwrap(),
+                "grad_patch_embed_weight",
+            ),
+            ("positions", positions[16..].to_vec(), "grad_pos_embed"),
+            (
+                "qkv",
+                transposed(grad(vit.blocks[0].attn.qkv.weight.val()), 16, 48),
+                "grad_qkv_weight_0",
+            ),
+            (
+                "head embed",
+                transposed(grad(online.head.embed.weight.val()), 16, 32),
+                "grad_head_embed_weight",
+            ),
+            (
+                "head pred",
+                transposed(grad(online.head.pred.weight.val()), 32, 48),
+                "grad_head_pred_weight",
+            ),
+        ] {
+            let error = relative_error(&got, &numbers(&want[key]));
+            println!("AIM {case}: {name} gradient, relative error {error:e}");
+            assert!(
+                error < 1e-12,
+                "{case}: {name} gradient, relative error {error:e}"
+            );
+        }
+    }
+}
+
 /// lightly's SimMIM (its example's `MaskedVisionTransformerTIMM` on a timm ViT and a linear
 /// decoder) wrapped for the importer: `backbone.*` are timm's keys.
 #[derive(Module, Debug)]
@@ -1308,4 +1463,230 @@ fn ijepa_matches_lightly_in_f64() {
         1e-12,
         "patch embedding",
     );
+}
+
+/// lightly's CAPI networks (its example's `MaskedVisionTransformerTIMM`, `CAPIPredictorTIMM` and
+/// two `CAPIProjectionHead`s on a timm ViT) wrapped for the importer: `backbone.*` are timm's
+/// keys, `predictor.*` lightly's predictor's (its MLP a `Sequential`: `mlp.0` / `mlp.2`), the
+/// student head's direction `weight_v` its weight (its scale `weight_g` is 1, checked by the
+/// script), the teacher head's `weight` / `bias`.
+#[derive(Module, Debug)]
+struct LightlyCapi<B: Backend> {
+    net: CapiNetwork<B, curriculum_ssl_models::Vit<B>>,
+}
+
+impl<B: Backend> curriculum_ssl_models::import::TorchvisionImport<B> for LightlyCapi<B> {
+    fn torchvision_key(&self, key: &str) -> Option<String> {
+        if let Some(rest) = key.strip_prefix("backbone.") {
+            return curriculum_ssl_models::import::vit_key(rest)
+                .map(|k| format!("net.backbone.{k}"));
+        }
+        if let Some(rest) = key.strip_prefix("predictor.") {
+            let rest = rest
+                .replace(".mlp.0.", ".mlp.fc1.")
+                .replace(".mlp.2.", ".mlp.fc2.");
+            return Some(format!("net.predictor.{rest}"));
+        }
+        match key {
+            "student_head.layer.weight_v" => Some("net.student_head.layer.weight".into()),
+            "teacher_head.layer.weight" | "teacher_head.layer.bias" => Some(format!("net.{key}")),
+            _ => None,
+        }
+    }
+}
+
+/// lightly's `sinkhorn_knopp` (tests/pytorch/capi.py, a seeded `[3, 4, 5]` tensor / 0.06):
+/// [`positionwise_sinkhorn`](curriculum_ssl::loss::positionwise_sinkhorn) within 1e-14 of its
+/// values; and the predictor's rotary table within 1e-15 of timm's formula written in float64.
+#[test]
+fn capi_sinkhorn_and_rotary_table_match_lightly() {
+    let expected = fixture_json("capi_lightly.json");
+    close(
+        rope_table((3, 3), 8),
+        numbers(&expected["rope"]),
+        1e-15,
+        "rotary table",
+    );
+    let input: Tensor<ExactAd, 3> = Tensor::from_data(
+        TensorData::new(numbers(&expected["sinkhorn_input"]), [3, 4, 5]),
+        &Default::default(),
+    );
+    let got = curriculum_ssl::loss::positionwise_sinkhorn(input.div_scalar(0.06), 3, 1e-8, None);
+    close(
+        got.into_data().to_vec::<f64>().unwrap(),
+        numbers(&expected["sinkhorn"]),
+        1e-14,
+        "sinkhorn",
+    );
+}
+
+/// CAPI's losses and gradients equal lightly's in float64 (`tests/pytorch/capi.py` wrote
+/// `tests/fixtures/capi_lightly.*`: lightly 1.6's CAPI networks on a timm ViT (12-pixel
+/// one-channel images in 4-pixel patches, width 16) with every parameter drawn at random, the
+/// teacher encoder the same weights, the masks given), in both of the script's cases (2 of the
+/// 5 hidden patches predicted, in a random order; every hidden patch): the teacher's logits and
+/// Sinkhorn assignments, the student and clustering terms and their sum, and the gradients of
+/// the predictor's mask token, its first block's query weight and second block's key-value
+/// weight, both heads and the encoder's patch embedding and class token, each within 1e-12 of
+/// its largest value, relative (every operation in float64 on both sides; the differences are
+/// summation order).
+#[test]
+fn capi_matches_lightly_in_f64() {
+    let expected = fixture_json("capi_lightly.json");
+    let device = Default::default();
+    let vit = |d: &<ExactAd as burn::tensor::backend::BackendTypes>::Device| {
+        curriculum_ssl_models::VitConfig::new(12)
+            .with_patch_size(4)
+            .with_in_channels(1)
+            .with_embed_dim(16)
+            .with_depth(1)
+            .with_num_heads(2)
+            .init::<ExactAd>(d)
+    };
+    let mut capi = init_method::<ExactAd, _, _>(&device, 0, |d| {
+        CapiConfig::new()
+            .with_num_clusters(6)
+            .with_predictor_depth(2)
+            .with_predictor_heads(2)
+            .init(vit, d)
+    })
+    .unwrap();
+    let mut wrapper = LightlyCapi {
+        net: capi.online().clone(),
+    };
+    let path = fixture("capi_lightly.safetensors");
+    curriculum_ssl_models::import::load_torchvision(&mut wrapper, None, &path).unwrap();
+    // The teacher starts as the student's encoder, as an EMA copy does.
+    capi.load_state(wrapper.net.backbone.clone().into_record())
+        .unwrap();
+    capi.set_online(wrapper.net);
+    let images: Tensor<ExactAd, 4> = Tensor::from_data(
+        TensorData::new(
+            (0..288)
+                .map(|i| (0.37 * i as f64 + 0.1 * (i / 144) as f64).sin())
+                .collect::<Vec<f64>>(),
+            [2, 1, 12, 12],
+        ),
+        &device,
+    );
+    let mask = |lists: Vec<Vec<usize>>| PatchMask::from_visible(9, lists).unwrap();
+    let context = mask(vec![vec![0, 1, 3, 4], vec![0, 2, 6, 8]]);
+    let check = |got: Vec<f64>, want: &serde_json::Value, what: &str| {
+        let want = numbers(want);
+        let e = relative_error(&got, &want);
+        assert!(e < 1e-12, "{what}: {e:e}");
+    };
+    for case in ["subsampled", "all_masked"] {
+        let want = &expected[case];
+        let predict: Vec<Vec<usize>> = want["predict"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| {
+                row.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p.as_u64().unwrap() as usize)
+                    .collect()
+            })
+            .collect();
+        let predict = mask(predict);
+        let online = capi.online();
+        let features = capi.teacher().network().forward_tokens(images.clone());
+        let teacher_logits = online
+            .teacher_head
+            .forward(features.slice([0..2, 1..10, 0..16]));
+        check(
+            teacher_logits.clone().into_data().to_vec().unwrap(),
+            &want["teacher_logits"],
+            "teacher logits",
+        );
+        let assignments = curriculum_ssl::loss::CapiLossConfig::new()
+            .init()
+            .unwrap()
+            .assignments(teacher_logits, None);
+        check(
+            assignments.into_data().to_vec().unwrap(),
+            &want["assignments"],
+            "assignments",
+        );
+        let terms = capi.terms(images.clone(), &context, &predict);
+        let value = |t: &Tensor<ExactAd, 1>| t.clone().into_data().to_vec::<f64>().unwrap()[0];
+        for (got, key) in [
+            (value(&terms.student), "student_loss"),
+            (value(&terms.clustering), "clustering_loss"),
+        ] {
+            let w = want[key].as_f64().unwrap();
+            assert!(
+                (got - w).abs() < 1e-12 * w.abs(),
+                "{case} {key}: {got} vs {w}"
+            );
+        }
+        let loss = terms.student + terms.clustering;
+        let w = want["loss"].as_f64().unwrap();
+        assert!((value(&loss) - w).abs() < 1e-12 * w, "{case} loss");
+        let grads = loss.backward();
+        let grad =
+            |t: Tensor<ExactAd, 1>| t.grad(&grads).unwrap().into_data().to_vec::<f64>().unwrap();
+        let grad2 =
+            |t: Tensor<ExactAd, 2>| t.grad(&grads).unwrap().into_data().to_vec::<f64>().unwrap();
+        let grad3 =
+            |t: Tensor<ExactAd, 3>| t.grad(&grads).unwrap().into_data().to_vec::<f64>().unwrap();
+        let p = &online.predictor;
+        check(
+            grad3(p.mask_token.val()),
+            &want["grad_mask_token"],
+            "mask token",
+        );
+        check(
+            transposed(grad2(p.blocks[0].to_query.weight.val()), 16, 16),
+            &want["grad_block0_to_query_weight"],
+            "block 0 query weight",
+        );
+        check(
+            transposed(grad2(p.blocks[1].to_key_value.weight.val()), 16, 32),
+            &want["grad_block1_to_key_value_weight"],
+            "block 1 key-value weight",
+        );
+        check(
+            transposed(grad2(online.student_head.layer.weight.val()), 16, 6),
+            &want["grad_student_head_weight_v"],
+            "student head",
+        );
+        check(
+            transposed(grad2(online.teacher_head.layer.weight.val()), 16, 6),
+            &want["grad_teacher_head_weight"],
+            "teacher head weight",
+        );
+        check(
+            grad(online.teacher_head.layer.bias.as_ref().unwrap().val()),
+            &want["grad_teacher_head_bias"],
+            "teacher head bias",
+        );
+        let conv = online
+            .backbone
+            .patch_embed
+            .weight
+            .val()
+            .grad(&grads)
+            .unwrap();
+        check(
+            conv.into_data().to_vec().unwrap(),
+            &want["grad_patch_embed_weight"],
+            "patch embedding",
+        );
+        check(
+            grad3(online.backbone.cls_token.val()),
+            &want["grad_cls_token"],
+            "class token",
+        );
+        assert!(capi
+            .teacher()
+            .network()
+            .patch_embed
+            .weight
+            .val()
+            .grad(&grads)
+            .is_none());
+    }
 }

@@ -1892,3 +1892,227 @@ fn deepcluster_v2_equals_solo_learn_values_and_gradients() {
          {worst_gradient:.1e}, k-means centroids {worst_centroid:.1e}"
     );
 }
+
+/// All4One's objective equals solo-learn's in float64 (`tests/pytorch/all4one.py` wrote
+/// `tests/fixtures/all4one.json`: solo-learn's `training_step` from the projections on, with
+/// its `nn.TransformerEncoder` of three distinct seeded layers, dropout 0): the neighbours the
+/// support set's top-5 lookup picks (solo-learn's indices, in order), the positional table, the
+/// three terms and the total to 1e-12, and the gradients with respect to the projections, both
+/// predictors' outputs and every transformer parameter to 1e-12 relative.
+#[test]
+fn all4one_equals_solo_learn_values_and_gradients() {
+    use burn::module::Param;
+    use burn::nn::{DropoutConfig, Linear};
+    use burn::prelude::*;
+    use curriculum_ssl::loss::{All4OneInputs, All4OneLossConfig};
+    use curriculum_ssl::method::{
+        positional_table, sequences, All4OneTransformer, EncoderLayer, KeyQueue,
+    };
+    use curriculum_ssl_models::layers::LayerNorm;
+    type Ad = crate::common::ExactAd;
+
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/all4one.json")).unwrap();
+    let size = |key: &str| fixture[key].as_u64().unwrap() as usize;
+    let (n, d, q, k, heads) = (
+        size("images"),
+        size("dim"),
+        size("queue_size"),
+        size("neighbours"),
+        size("heads"),
+    );
+    let device = Default::default();
+    let matrix = |values: Vec<f64>, rows: usize, cols: usize| -> Tensor<Ad, 2> {
+        Tensor::from_data(TensorData::new(values, [rows, cols]), &device)
+    };
+    let pair = |key: &str| -> [Tensor<Ad, 2>; 2] {
+        [0, 1].map(|v| matrix(floats(&fixture[key][v]), n, d).require_grad())
+    };
+    let weights = &fixture["transformer"];
+    let param = |name: &str| floats(&weights[name]);
+    // PyTorch's [out, in] weight as burn's [in, out].
+    let linear = |prefix: &str, out: usize, inp: usize| -> Linear<Ad> {
+        let w = matrix(param(&format!("{prefix}weight")), out, inp).transpose();
+        let b = Tensor::from_data(
+            TensorData::new(param(&format!("{prefix}bias")), [out]),
+            &device,
+        );
+        Linear {
+            weight: Param::from_tensor(w),
+            bias: Some(Param::from_tensor(b)),
+        }
+    };
+    let norm = |prefix: &str| -> LayerNorm<Ad> {
+        let t = |key: &str| {
+            Param::from_tensor(Tensor::from_data(
+                TensorData::new(param(&format!("{prefix}{key}")), [d]),
+                &device,
+            ))
+        };
+        LayerNorm {
+            gamma: t("weight"),
+            beta: Some(t("bias")),
+            epsilon: 1e-5,
+        }
+    };
+    let transformer = All4OneTransformer {
+        layers: (0..3)
+            .map(|i| {
+                let p = format!("layers.{i}.");
+                EncoderLayer {
+                    in_proj: linear(&format!("{p}self_attn.in_proj_"), 3 * d, d),
+                    out_proj: linear(&format!("{p}self_attn.out_proj."), d, d),
+                    linear1: linear(&format!("{p}linear1."), 2 * d, d),
+                    linear2: linear(&format!("{p}linear2."), d, 2 * d),
+                    norm1: norm(&format!("{p}norm1.")),
+                    norm2: norm(&format!("{p}norm2.")),
+                    dropout: DropoutConfig::new(0.0).init(),
+                    heads,
+                }
+            })
+            .collect(),
+    };
+
+    // The positional table.
+    let table = positional_table::<Ad>(k, d, &device);
+    let worst_table = floats(&fixture["positional_table"])
+        .iter()
+        .zip(table.clone().into_data().to_vec::<f64>().unwrap())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(worst_table <= 1e-15, "positional table: {worst_table:e}");
+
+    // The neighbours, in solo-learn's order.
+    let queue = KeyQueue::from_parts(matrix(floats(&fixture["queue"]), q, d), 0, n).unwrap();
+    let support = floats(&fixture["queue"]);
+    let momentum = [0, 1].map(|v| matrix(floats(&fixture["momentum_z"][v]), n, d));
+    let neighbours = momentum.clone().map(|m| queue.nearest_k(m, k));
+    for (v, nn) in neighbours.iter().enumerate() {
+        let found: Vec<f64> = nn.clone().into_data().to_vec().unwrap();
+        for (slot, index) in fixture["neighbour_indices"][v]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+        {
+            let index = index.as_u64().unwrap() as usize;
+            assert_eq!(
+                &found[slot * d..(slot + 1) * d],
+                &support[index * d..(index + 1) * d],
+                "view {v}: neighbour {slot}"
+            );
+        }
+    }
+
+    let (z, p, second) = (pair("z"), pair("p"), pair("q"));
+    let [nn1, nn2] = neighbours;
+    let first = |nn: &Tensor<Ad, 3>| nn.clone().slice([0..n, 0..1, 0..d]).reshape([n, d]);
+    let nearest = [first(&nn1), first(&nn2)];
+    let (trans1, strange1) = sequences(nn1, second[0].clone(), &table);
+    let (trans2, strange2) = sequences(nn2, second[1].clone(), &table);
+    let terms = All4OneLossConfig::new()
+        .with_temperature(fixture["temperature"].as_f64().unwrap())
+        .init()
+        .unwrap()
+        .forward(All4OneInputs {
+            rich: [
+                transformer.first_token(trans1),
+                transformer.first_token(trans2),
+            ],
+            strange: [
+                transformer.first_token(strange1),
+                transformer.first_token(strange2),
+            ],
+            nearest,
+            predictions: p.clone(),
+            momentum,
+            projections: z.clone(),
+        });
+    let mut worst_value = 0.0f64;
+    for (name, value, key) in [
+        ("centroid", terms.centroid.clone(), "centroid_loss"),
+        ("neighbour", terms.neighbour.clone(), "neighbour_loss"),
+        ("feature", terms.feature.clone(), "feature_loss"),
+        ("total", terms.total.clone(), "loss"),
+    ] {
+        let (ours, theirs) = (value.into_scalar(), fixture[key].as_f64().unwrap());
+        worst_value = worst_value.max((ours - theirs).abs() / theirs.abs().max(1.0));
+        assert_value(&format!("All4One {name}"), ours, theirs);
+    }
+    let grads = terms.total.backward();
+    let relative = |ours: &[f64], theirs: &[f64]| -> f64 {
+        let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+        norm(&mut ours.iter().zip(theirs).map(|(o, t)| o - t)) / norm(&mut theirs.iter().copied())
+    };
+    let mut worst_gradient = 0.0f64;
+    let mut check = |name: String, ours: Vec<f64>, theirs: Vec<f64>| {
+        assert_eq!(ours.len(), theirs.len(), "{name}");
+        let error = relative(&ours, &theirs);
+        worst_gradient = worst_gradient.max(error);
+        assert!(error <= 1e-12, "All4One {name}: relative error {error:e}");
+    };
+    for (key, leaves) in [("grad_z", &z), ("grad_p", &p), ("grad_q", &second)] {
+        for (v, leaf) in leaves.iter().enumerate() {
+            let ours = leaf.grad(&grads).unwrap().into_data().to_vec().unwrap();
+            check(format!("{key}[{v}]"), ours, floats(&fixture[key][v]));
+        }
+    }
+    let expected = &fixture["grad_transformer"];
+    let host = |t: Tensor<<Ad as burn::tensor::backend::AutodiffBackend>::InnerBackend, 2>| {
+        t.into_data().to_vec::<f64>().unwrap()
+    };
+    let host1 = |t: Tensor<<Ad as burn::tensor::backend::AutodiffBackend>::InnerBackend, 1>| {
+        t.into_data().to_vec::<f64>().unwrap()
+    };
+    for (i, layer) in transformer.layers.iter().enumerate() {
+        let p = format!("layers.{i}.");
+        for (name, w, b) in [
+            ("self_attn.in_proj_", &layer.in_proj, true),
+            ("self_attn.out_proj.", &layer.out_proj, true),
+            ("linear1.", &layer.linear1, true),
+            ("linear2.", &layer.linear2, true),
+        ] {
+            let wg = w.weight.val().grad(&grads).unwrap().transpose();
+            check(
+                format!("{p}{name}weight"),
+                host(wg),
+                floats(&expected[format!("{p}{name}weight")]),
+            );
+            if b {
+                let bg = w.bias.as_ref().unwrap().val().grad(&grads).unwrap();
+                check(
+                    format!("{p}{name}bias"),
+                    host1(bg),
+                    floats(&expected[format!("{p}{name}bias")]),
+                );
+            }
+        }
+        for (name, norm) in [("norm1.", &layer.norm1), ("norm2.", &layer.norm2)] {
+            let g = norm.gamma.val().grad(&grads).unwrap();
+            check(
+                format!("{p}{name}weight"),
+                host1(g),
+                floats(&expected[format!("{p}{name}weight")]),
+            );
+            let b = norm.beta.as_ref().unwrap().val().grad(&grads).unwrap();
+            check(
+                format!("{p}{name}bias"),
+                host1(b),
+                floats(&expected[format!("{p}{name}bias")]),
+            );
+        }
+    }
+    // The rows the support set takes: the first view's momentum projections (staged, then
+    // committed after the step).
+    let mut queue = queue;
+    queue.stage(matrix(floats(&fixture["momentum_z"][0]), n, d));
+    queue.commit();
+    let keys: Vec<f64> = queue.keys().into_data().to_vec().unwrap();
+    assert_eq!(keys[..n * d], floats(&fixture["enqueued"])[..]);
+    assert_eq!(queue.pointer(), n);
+    // Shown with --nocapture.
+    println!(
+        "All4One against solo-learn: values within {worst_value:.1e}, gradients \
+         {worst_gradient:.1e}, positional table {worst_table:.1e}"
+    );
+}

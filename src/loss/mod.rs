@@ -41,6 +41,9 @@
 //! | [`DetConSLoss`], [`DetConBLoss`] | contrastive detection: mask-pooled regions against the same region of the same image in the other view, every other region a negative (DetCon) | <https://arxiv.org/abs/2103.10957> | `#detcon` |
 //! | [`SmogLoss`] | predictions against synchronously momentum-updated group features, the momentum projections' groups as targets (SMoG) | <https://arxiv.org/abs/2207.06167> | `#smog` |
 //! | [`DeepClusterV2Loss`] | each view's projection predicts its image's k-means cluster of the last epoch, per head of prototypes (DeepCluster v2) | <https://arxiv.org/abs/2006.09882> | `#deepcluster-v2` |
+//! | [`AimLoss`] | each patch's normalised pixels predicted from the patches before it under prefix-causal attention, on the non-prefix patches (AIM) | <https://arxiv.org/abs/2401.08541> | `#aim` |
+//! | [`All4OneLoss`] | nearest-neighbour contrast, a transformer's centroid of the neighbours contrasted with the shifted sequence's, and a feature-wise redundancy reduction (All4One) | <https://arxiv.org/abs/2303.09417> | `#all4one-loss` |
+//! | [`CapiLoss`] | the teacher's cluster logits balanced by a positionwise Sinkhorn–Knopp, predicted by the student's at the masked patches (CAPI, lightly's) | <https://arxiv.org/abs/2502.08769> | `#capi-loss` |
 //!
 //! Every objective has a `#[derive(Config)]` config carrying the paper's defaults; `init()`
 //! validates the hyperparameters and returns a [`ConfigError`](crate::base::error::ConfigError) naming
@@ -57,7 +60,10 @@
 //! monitor's), [`mixup_targets`] (MixCo's targets for [`SoftTargetCrossEntropy`]) and
 //! [`worked_values`]: every [`WorkedValue`] of `docs/methods.md#worked-values`, on any backend.
 
+mod aim;
+mod all4one;
 mod barlow_twins;
+mod capi;
 mod curricular;
 mod dcl;
 mod deepcluster_v2;
@@ -98,7 +104,10 @@ mod visreg;
 mod wmse;
 mod worked_examples;
 
+pub use aim::{AimLoss, AimLossConfig, AimTarget};
+pub use all4one::{All4OneInputs, All4OneLoss, All4OneLossConfig, All4OneTerms};
 pub use barlow_twins::{BarlowTwinsLoss, BarlowTwinsLossConfig};
+pub use capi::{positionwise_sinkhorn, BatchReductions, CapiLoss, CapiLossConfig};
 pub use curricular::{CurricularLoss, CurricularLossConfig, CurricularOutput, CurricularState};
 pub use dcl::{DclLoss, DclLossConfig};
 pub use deepcluster_v2::{

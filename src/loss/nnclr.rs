@@ -60,10 +60,24 @@ impl NnClrLoss {
     /// # Panics
     /// If the shapes differ.
     pub fn forward<B: Backend>(&self, nn: Tensor<B, 2>, p: Tensor<B, 2>) -> Tensor<B, 1> {
-        assert_same_shape("NnClrLoss", ("nn", nn.dims()), ("p", p.dims()));
-        let [n, _] = nn.dims();
-        let nn = l2_normalize(stop_gradient(nn));
-        let p = l2_normalize(p);
+        self.contrast(stop_gradient(nn), p)
+    }
+
+    /// The same loss with the gradient flowing into both arguments: row `i` of `a` must pick
+    /// out row `i` of `b` among `b`'s rows (solo-learn's `nnclr_loss_func`, which stops no
+    /// gradient itself; All4One's centroid term contrasts two transformer outputs so, both
+    /// trained).
+    ///
+    /// # Shapes
+    /// - `a`, `b`: `[N, D]` → `[1]`
+    ///
+    /// # Panics
+    /// If the shapes differ.
+    pub fn contrast<B: Backend>(&self, a: Tensor<B, 2>, b: Tensor<B, 2>) -> Tensor<B, 1> {
+        assert_same_shape("NnClrLoss", ("nn", a.dims()), ("p", b.dims()));
+        let [n, _] = a.dims();
+        let nn = l2_normalize(a);
+        let p = l2_normalize(b);
         let logits = nn.matmul(p.transpose()).mul_scalar(1.0 / self.temperature);
         let log_p = curriculum_ssl_models::kernels::log_softmax(logits, 1);
         let eye = Tensor::<B, 2>::eye(n, &log_p.device());

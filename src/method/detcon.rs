@@ -6,7 +6,7 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{online_in, HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, replica_in, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::geometry::{CropBox, ViewGeometry};
 use crate::base::Progress;
@@ -529,13 +529,12 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for DetCon<B, M> 
         }
     }
 
-    /// The loss compares regions across the batch: each replica's rows against every replica's
-    /// targets (gathered); the gather's backward and the average over replicas give the
-    /// one-device gradient (`docs/methods.md#on-several-replicas`).
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// The loss compares regions across the batch: each replica's rows against every replica's
+        /// targets (gathered); the gather's backward and the average over replicas give the
+        /// one-device gradient (`docs/methods.md#on-several-replicas`).
+        replica
+    );
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 use super::momentum::MomentumEncoder;
 use super::running::Running;
 use super::ssl_method::{
-    gradients_without, online_in, HasBackbone, MethodOutput, SslMethod, Views,
+    gradients_without, online_in, replica_in, HasBackbone, MethodOutput, SslMethod, Views,
 };
 use crate::base::error::ConfigError;
 use crate::base::Progress;
@@ -127,7 +127,7 @@ impl<B: Backend> DinoHead<B> {
 
     /// Output width `K`.
     pub fn output_dim(&self) -> usize {
-        self.last_layer.dims()[1]
+        self.last_layer.lazy_shape().dims::<2>()[1]
     }
 }
 
@@ -356,12 +356,11 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Dino<B, M> {
         gradients_without(loss, &self.student, frozen)
     }
 
-    /// Each replica's loss is the mean over its images; the centre moves by the replicas' mean
-    /// teacher output (`m·c + (1 − m)·mean`, averaged: the same on every replica).
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// Each replica's loss is the mean over its images; the centre moves by the replicas' mean
+        /// teacher output (`m·c + (1 − m)·mean`, averaged: the same on every replica).
+        replica
+    );
 
     fn after_step(&mut self, progress: Progress) {
         self.center.commit();

@@ -10,12 +10,13 @@ use rand::SeedableRng;
 use super::mae::{hidden_mean, MaeConfig, MaeNetwork};
 use super::mae_decoder::MaeDecoder;
 use super::masking::{encode_kept, vit, MaskRatio, PatchMask, StepMasks};
-use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{
+    online_in, replica_in, stateless, HasBackbone, MethodOutput, SslMethod, Views,
+};
 use crate::base::error::ConfigError;
 use crate::base::schedule::{Pace, SchedulerConfig};
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
-use crate::data_parallel::Replica;
 
 /// The paper's share of hard patches: linear from 0 to 0.5 over the epochs.
 pub(crate) fn paper_hard_share() -> SchedulerConfig {
@@ -326,12 +327,11 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Hp
             .with_value("hard_share", self.hard_share(progress))
     }
 
-    /// Each replica's images draw their masks with their global indices; every image hides as
-    /// many patches, so the replicas' mean loss is the one-device loss.
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.step_masks.set_replica(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// Each replica's images draw their masks with their global indices; every image hides as
+        /// many patches, so the replicas' mean loss is the one-device loss.
+        step_masks
+    );
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use super::masking::{class_token as cls, patch_count, require_vit, vit, StepMask
 use super::momentum::MomentumEncoder;
 use super::running::Running;
 use super::ssl_method::{
-    gradients_without, online_in, stat, HasBackbone, MethodOutput, SslMethod, Views,
+    gradients_without, online_in, replica_in, stat, HasBackbone, MethodOutput, SslMethod, Views,
 };
 use crate::base::error::{in_range, ConfigError};
 use crate::base::Progress;
@@ -754,12 +754,11 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
         gradients_without(loss, &self.student, frozen)
     }
 
-    /// See the module docs: the global batch's masks, each replica's losses over its images,
-    /// the centres from every replica's outputs, KoLeo on the gathered batch.
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.step_masks.set_replica(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// See the module docs: the global batch's masks, each replica's losses over its images,
+        /// the centres from every replica's outputs, KoLeo on the gathered batch.
+        step_masks
+    );
 
     fn after_step(&mut self, progress: Progress) {
         self.center.commit();

@@ -9,12 +9,11 @@ use super::ijepa_predictor::IjepaPredictor;
 use super::masking::{check_token_transformer, encode_kept, require_vit, vit};
 use super::masking::{PatchMask, StepMasks};
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{online_in, HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, replica_in, HasBackbone, MethodOutput, SslMethod, Views};
 use crate::base::error::{in_range, ConfigError};
 use crate::base::schedule::SchedulerConfig;
 use crate::base::Progress;
 use crate::curriculum::mask_schedule;
-use crate::data_parallel::Replica;
 
 /// Configuration of [`Ijepa`].
 #[derive(Config, Debug)]
@@ -107,7 +106,7 @@ impl IjepaConfig {
         // The patches of the configured grid (the positions past the class token), read from
         // the shape without drawing the lazily initialised embedding.
         // A block spans at most `side - 1` rows and columns ([`block_size`]).
-        let patches = vit.pos_embed.lazy_shape().dims::<3>()[1].saturating_sub(1);
+        let patches = vit.grid_tokens();
         let side = patches.isqrt();
         let largest = (side.max(2) - 1).pow(2);
         if self.min_keep > largest {
@@ -346,12 +345,11 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ij
             .with_stat(momentum, value)
     }
 
-    /// Each replica draws the global batch's blocks and keeps its rows: every replica's loss is
-    /// a mean over as many elements, so their average is the one-device loss.
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.step_masks.set_replica(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// Each replica draws the global batch's blocks and keeps its rows: every replica's loss is
+        /// a mean over as many elements, so their average is the one-device loss.
+        step_masks
+    );
 
     fn after_step(&mut self, progress: Progress) {
         self.target.update(&self.online, progress);

@@ -7,11 +7,12 @@ use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone};
 use super::mae_decoder::MaeDecoder;
 use super::masking::{check_token_transformer, check_visible_ratio, encode_kept, PatchMask};
 use super::masking::{patch_count, patchify, require_vit, vit, MaskRatio, StepMasks};
-use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{
+    online_in, replica_in, stateless, HasBackbone, MethodOutput, SslMethod, Views,
+};
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
 use crate::base::Progress;
-use crate::data_parallel::Replica;
 
 /// Configuration of [`Mae`].
 #[derive(Config, Debug)]
@@ -88,11 +89,7 @@ impl MaeConfig {
             (dim, heads, self.decoder_depth),
         )?;
         let vit = require_vit(&backbone, "MAE hides patch tokens from")?;
-        let (width, patch, channels) = (
-            vit.embed_dim(),
-            vit.patch_size,
-            vit.patch_embed.weight.dims()[1],
-        );
+        let (width, patch, channels) = (vit.embed_dim(), vit.patch_size, vit.in_channels());
         let decoder = MaeDecoder::new(
             width,
             (dim, heads, self.decoder_depth),
@@ -247,13 +244,12 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ma
             .with_value("mask_ratio", self.mask_ratio(progress))
     }
 
-    /// Every image hides the same number of patches: each replica's loss is the mean over its
-    /// hidden patches, and the average over replicas is the one-device loss and gradient. The
-    /// masks are the global batch's rows ([`Mae::masks`]).
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.step_masks.set_replica(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// Every image hides the same number of patches: each replica's loss is the mean over its
+        /// hidden patches, and the average over replicas is the one-device loss and gradient. The
+        /// masks are the global batch's rows ([`Mae::masks`]).
+        step_masks
+    );
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ use burn::prelude::*;
 use curriculum_ssl_models::{AsVit, Vit};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
+use rand::Rng;
 use rand::SeedableRng;
 
 use crate::base::error::ConfigError;
@@ -63,11 +64,6 @@ impl<B: Backend> StepMasks<B> {
         self.replica.as_ref()
     }
 
-    /// Makes the masks a replica's: from then on [`StepMasks::global_rows`] places its rows.
-    pub fn set_replica(&mut self, replica: Replica<B>) {
-        self.replica = Some(replica);
-    }
-
     /// The masks of `views` views (view-major) of this replica's `n` images of `patches` patches
     /// each: the global batch's, every view's images drawn from `rng` at `ratio`
     /// ([`PatchMask::random`]), of which this replica keeps its rows of each view (MAE's one
@@ -85,6 +81,13 @@ impl<B: Backend> StepMasks<B> {
             .map(|v| global.rows(v * total + first, n))
             .collect();
         PatchMask::concat(&rows)
+    }
+}
+
+/// Makes the masks a replica's: from then on [`StepMasks::global_rows`] places its rows.
+impl<B: Backend> super::ssl_method::KeepsReplica<B> for StepMasks<B> {
+    fn keep(&mut self, replica: Replica<B>) {
+        self.replica = Some(replica);
     }
 }
 
@@ -179,6 +182,107 @@ impl PatchMask {
             })
             .collect();
         Ok(Self { patches, visible })
+    }
+
+    /// CAPI's inverse-block masks (lightly 1.6's `random_inverse_block_mask`): of each image's
+    /// `rows × cols` patches `⌊L·ratio⌋` are hidden (Python's `int(L·ratio)`, not
+    /// [`PatchMask::visible_count`]'s floor of the visible share) and the `V = L − ⌊L·ratio⌋`
+    /// visible ones form one block. Per image, from `rng`: an aspect ratio
+    /// `a = exp(U(log_lo, log_hi))` with `log_lo = max(log min_aspect, log(V / cols²))` and
+    /// `log_hi = min(−log min_aspect, log(rows² / (V + 1e-5)))`; a block of
+    /// `min(rows, ⌈√(V·a)⌉) × min(cols, ⌈√(V/a)⌉)` patches at a uniform place inside the grid,
+    /// of which the first `V` in row-major order stay visible; with `roll`, the grid then rolled
+    /// by a uniform shift of rows and of columns (the block wraps across the edges). Every patch
+    /// visible when `V = L`.
+    ///
+    /// # Panics
+    /// If no patch would stay visible (`⌊L·ratio⌋ ≥ L`) or `min_aspect` is not positive: the
+    /// method checks both when it is built.
+    pub fn inverse_block(
+        images: usize,
+        (rows, cols): (usize, usize),
+        ratio: f64,
+        (min_aspect, roll): (f64, bool),
+        rng: &mut StdRng,
+    ) -> Self {
+        let patches = rows * cols;
+        let visible_count = patches - Self::inverse_block_hidden(patches, ratio);
+        assert!(
+            visible_count >= 1 && min_aspect > 0.0,
+            "PatchMask::inverse_block: {visible_count} visible of {patches}, min_aspect {min_aspect}"
+        );
+        let visible = (0..images)
+            .map(|_| {
+                if visible_count == patches {
+                    return (0..patches).collect();
+                }
+                let v = visible_count as f64;
+                let low = min_aspect.ln().max((v / (cols * cols) as f64).ln());
+                let high = (1.0 / min_aspect)
+                    .ln()
+                    .min(((rows * rows) as f64 / (v + 1e-5)).ln());
+                let aspect = (low + (high - low) * rng.random::<f64>()).exp();
+                let height = rows.min((v * aspect).sqrt().ceil() as usize);
+                let width = cols.min((v / aspect).sqrt().ceil() as usize);
+                let top = rng.random_range(0..=rows - height);
+                let left = rng.random_range(0..=cols - width);
+                let (down, right) = if roll {
+                    (rng.random_range(0..rows), rng.random_range(0..cols))
+                } else {
+                    (0, 0)
+                };
+                let mut kept: Vec<usize> = (top..top + height)
+                    .flat_map(|r| (left..left + width).map(move |c| (r, c)))
+                    .take(visible_count)
+                    .map(|(r, c)| ((r + down) % rows) * cols + (c + right) % cols)
+                    .collect();
+                kept.sort_unstable();
+                kept
+            })
+            .collect();
+        Self { patches, visible }
+    }
+
+    /// The patches CAPI's inverse-block masks hide of `patches`: `⌊L·ratio⌋` (lightly's
+    /// `int(num_patches · mask_ratio)`).
+    pub fn inverse_block_hidden(patches: usize, ratio: f64) -> usize {
+        ((patches as f64 * ratio).floor() as usize).min(patches)
+    }
+
+    /// The masks that keep, of each image's hidden patches (those `self` hides), `count` drawn
+    /// uniformly from `rng` (CAPI's prediction subsampling: the benchmark's random
+    /// `argsort(rand)[:count]` of the hidden patches), in increasing order.
+    ///
+    /// # Panics
+    /// If `count` is zero or more than an image's hidden patches.
+    pub fn hidden_subset(&self, count: usize, rng: &mut StdRng) -> Self {
+        let visible = self
+            .visible
+            .iter()
+            .map(|kept| {
+                let mut hidden: Vec<usize> = (0..self.patches)
+                    .filter(|p| kept.binary_search(p).is_err())
+                    .collect();
+                assert!(
+                    count >= 1 && count <= hidden.len(),
+                    "PatchMask::hidden_subset: {count} of {} hidden patches",
+                    hidden.len()
+                );
+                hidden.shuffle(rng);
+                hidden.truncate(count);
+                hidden.sort_unstable();
+                hidden
+            })
+            .collect();
+        Self {
+            patches: self.patches,
+            visible,
+        }
+    }
+
+    /// The patches image `image` keeps, in increasing order.
+    pub fn kept(&self, image: usize) -> &[usize] {
+        &self.visible[image]
     }
 
     /// How many of `patches` patches stay visible at `ratio`: `⌊L·(1 − ratio)⌋`, at least one.
@@ -700,6 +804,68 @@ mod tests {
             let e = PatchMask::from_visible(4, bad).unwrap_err();
             assert_eq!(e.field, "visible");
         }
+    }
+
+    /// CAPI's inverse-block masks on a 6 × 6 grid at 0.65 over many draws: ⌊36 · 0.65⌋ = 23
+    /// hidden, 13 visible per image, and the visible patches are the first 13 (row-major) of a
+    /// block placed cyclically (rolled across the edges) whose sides the aspect range allows;
+    /// without `roll` the block never wraps; at ratio 0 every patch stays visible. A subset of
+    /// the hidden patches keeps only hidden ones.
+    #[test]
+    fn inverse_block_masks_keep_one_wrapped_block() {
+        let mut rng = StdRng::seed_from_u64(9);
+        assert_eq!(PatchMask::inverse_block_hidden(256, 0.65), 166);
+        assert_eq!(PatchMask::inverse_block_hidden(9, 0.65), 5);
+        let is_block = |kept: &[usize], wrap: bool| -> bool {
+            for h in 1..=6 {
+                for w in 1..=6 {
+                    if h * w < 13 {
+                        continue;
+                    }
+                    let places = if wrap { 0..6 } else { 0..7 };
+                    for top in places.clone() {
+                        for left in places.clone() {
+                            if !wrap && (top + h > 6 || left + w > 6) {
+                                continue;
+                            }
+                            let mut cells: Vec<usize> = (top..top + h)
+                                .flat_map(|r| (left..left + w).map(move |c| (r, c)))
+                                .take(13)
+                                .map(|(r, c)| (r % 6) * 6 + c % 6)
+                                .collect();
+                            cells.sort_unstable();
+                            if cells == kept {
+                                return true;
+                            }
+                        }
+                    }
+                }
+            }
+            false
+        };
+        for roll in [true, false] {
+            let mask = PatchMask::inverse_block(40, (6, 6), 0.65, (0.5, roll), &mut rng);
+            assert_eq!(mask.visible(), 13);
+            for i in 0..40 {
+                assert!(
+                    is_block(mask.kept(i), roll),
+                    "roll {roll}, image {i}: {:?}",
+                    mask.kept(i)
+                );
+            }
+            let subset = mask.hidden_subset(4, &mut rng);
+            assert_eq!(subset.visible(), 4);
+            for i in 0..40 {
+                assert!(subset.kept(i).iter().all(|&p| mask.is_hidden(i, p)));
+            }
+        }
+        let wrapped = PatchMask::inverse_block(40, (6, 6), 0.65, (0.5, true), &mut rng);
+        assert!(
+            (0..40).any(|i| !is_block(wrapped.kept(i), false)),
+            "some block wraps"
+        );
+        let all = PatchMask::inverse_block(2, (3, 3), 0.0, (0.5, true), &mut rng);
+        assert_eq!(all.visible(), 9);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::encoder::Projected;
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{momentum_state, online_in, MethodOutput, SslMethod, Views};
+use super::ssl_method::{momentum_state, online_in, replica_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -148,13 +148,12 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Mmcr<B, M> {
             .with_embeddings(embeddings)
     }
 
-    /// Every view's outputs are gathered: the loss is the global batch's, the same on every
-    /// replica, and the gather's backward with the average over replicas gives the one-device
-    /// gradient.
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// Every view's outputs are gathered: the loss is the global batch's, the same on every
+        /// replica, and the gather's backward with the average over replicas gives the one-device
+        /// gradient.
+        replica
+    );
 
     fn after_step(&mut self, progress: Progress) {
         self.momentum.update(&self.online, progress);

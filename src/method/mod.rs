@@ -28,7 +28,9 @@
 //!   labels choose the positives).
 //! - [`Moco`]: MoCo v1 / v2 and Light-MoCo (symmetric SoftNCE); [`MocoV3`]: MoCo v3.
 //! - [`Byol`]: BYOL; [`SimSiam`]: SimSiam; [`NnClr`]: NNCLR; [`NnByol`] and [`NnSiam`]: BYOL
-//!   and SimSiam with NNCLR's nearest-neighbour targets; [`ReSsl`]: ReSSL; [`Tico`]: TiCo.
+//!   and SimSiam with NNCLR's nearest-neighbour targets; [`All4One`]: All4One (NNCLR's
+//!   neighbour term, a transformer's centroid of the neighbours, a feature-wise term);
+//!   [`ReSsl`]: ReSSL; [`Tico`]: TiCo.
 //! - [`ProjectedPair`]: two views through one network and a loss of the pair:
 //!   [`BarlowTwins`], [`VicReg`], [`VibcReg`] (its projections whitened),
 //!   [`Wmse`] (W-MSE: sub-batches whitened by a Cholesky factor), [`FroSsl`] and
@@ -50,7 +52,10 @@
 //!   cluster of a k-means of last epoch's projections, by dataset index, per head of prototypes).
 //! - [`RotNet`]: rotation prediction (MICO's rotation curricula).
 //! - [`Mae`]: MAE; [`SimMim`]: SimMIM; [`Hpm`]: hard patches mining on MAE; [`Ijepa`]: I-JEPA
-//!   (joint-embedding prediction); [`Msn`]: MSN and PMSN (masked siamese networks).
+//!   (joint-embedding prediction); [`Msn`]: MSN and PMSN (masked siamese networks);
+//!   [`Aim`]: AIM (autoregressive pixel prediction under prefix-causal attention); [`Capi`]: CAPI
+//!   (the clusters an online-clustering teacher assigns the hidden patches, predicted from one
+//!   visible block by a cross-attention predictor with rotary positions).
 //!
 //! A method owns its networks and states. Its trainable part is one module,
 //! [`SslMethod::online`]; everything else (key / target networks, queue, loss states) is updated
@@ -65,9 +70,15 @@
 //! and never needs to know which method it runs. Any backbone implementing
 //! [`Backbone`](curriculum_ssl_models::Backbone) plugs into any method — a user's own network too.
 
+mod aim;
+mod aim_head;
+mod all4one;
+mod all4one_transformer;
 mod barlow_twins;
 mod branches;
 mod byol;
+mod capi;
+mod capi_predictor;
 mod deepcluster_v2;
 mod detcon;
 mod dino;
@@ -117,9 +128,15 @@ mod vicregl;
 mod visreg;
 mod wmse;
 
+pub use aim::{Aim, AimConfig, AimNetwork};
+pub use aim_head::{AimHead, AimHeadBlock};
+pub use all4one::{All4One, All4OneConfig, All4OneNetwork, All4OneState};
+pub use all4one_transformer::{positional_table, sequences, All4OneTransformer, EncoderLayer};
 pub use barlow_twins::{BarlowTwins, BarlowTwinsConfig};
 pub use branches::{fresh_leaves, ViewPasses};
 pub use byol::{Byol, ByolConfig};
+pub use capi::{Capi, CapiConfig, CapiHead, CapiNetwork, CapiTerms};
+pub use capi_predictor::{rope_table, CapiPredictor, RopeCrossBlock};
 pub use deepcluster_v2::{DeepClusterV2, DeepClusterV2Config, DeepClusterV2State};
 pub use detcon::{
     grid_regions, pooling_weights, region_slots, union_box, DetCon, DetConConfig, DetConEncoder,

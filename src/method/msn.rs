@@ -8,7 +8,9 @@ use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone};
 use super::masking::{class_token, encode_kept, patch_count, require_vit, vit};
 use super::masking::{MaskRatio, PatchMask, StepMasks};
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{momentum_state, online_in, HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{
+    momentum_state, online_in, replica_in, HasBackbone, MethodOutput, SslMethod, Views,
+};
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
 use crate::base::Progress;
@@ -224,11 +226,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ms
             .with_embeddings([targets, anchor])
     }
 
-    /// The global batch's masks, targets balanced and mean assignment (`docs/methods.md#msn`).
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.step_masks.set_replica(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// The global batch's masks, targets balanced and mean assignment (`docs/methods.md#msn`).
+        step_masks
+    );
 
     fn after_step(&mut self, progress: Progress) {
         self.target.update(&self.student.network, progress);

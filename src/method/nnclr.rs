@@ -6,7 +6,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::encoder::Predicted;
 use super::queue::{KeyQueue, KeyQueueConfig, SupportSetState};
-use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, replica_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -155,13 +155,12 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for NnClr<B, M> {
         MethodOutput::new(loss).with_embeddings([z1, z2])
     }
 
-    /// The support set takes every replica's projections; the loss is computed on the gathered
-    /// neighbours and predictions (the same everywhere), and the gather's backward with the
-    /// average over replicas gives the one-device gradient.
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// The support set takes every replica's projections; the loss is computed on the gathered
+        /// neighbours and predictions (the same everywhere), and the gather's backward with the
+        /// average over replicas gives the one-device gradient.
+        replica
+    );
 
     fn after_step(&mut self, _: Progress) {
         self.support.commit();

@@ -178,6 +178,32 @@ impl<B: Backend> KeyQueue<B> {
         self.keys.clone().select(0, index).detach()
     }
 
+    /// The `k` nearest keys (cosine, in descending order of similarity, as `torch.topk`) of
+    /// each row of `z`, without gradient: All4One's support-set lookup (solo-learn's
+    /// `find_nn`: `queue[topk(z · queueᵀ, k).indices]`). [`KeyQueue::nearest`] is its first
+    /// neighbour.
+    ///
+    /// # Shapes
+    /// - `z`: `[N, dim]` → `[N, k, dim]`
+    ///
+    /// # Panics
+    /// If `k` is zero or larger than the queue.
+    pub fn nearest_k(&self, z: Tensor<B, 2>, k: usize) -> Tensor<B, 3> {
+        let [n, _] = z.dims();
+        let [size, dim] = self.keys.dims();
+        assert!(
+            (1..=size).contains(&k),
+            "KeyQueue::nearest_k: {k} neighbours asked of a queue of {size} keys"
+        );
+        let similarity = l2_normalize(z.detach()).matmul(self.keys.clone().transpose());
+        let (_, index) = similarity.topk_with_indices(k, 1);
+        self.keys
+            .clone()
+            .select(0, index.reshape([n * k]))
+            .reshape([n, k, dim])
+            .detach()
+    }
+
     /// The nearest keys of two views' projections `[z1, z2]` (`[N, dim]` each, without
     /// gradient), and `z1`, normalised and gathered over the replicas, staged for the queue:
     /// NNSiam's and NNBYOL's support-set step (solo-learn's `find_nn` and

@@ -8,7 +8,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 use super::encoder::Projected;
 use super::momentum::MomentumEncoder;
 use super::queue::{KeyQueue, KeyQueueConfig};
-use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, replica_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -153,12 +153,11 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for ReSsl<B, M> {
             .with_embeddings(embeddings)
     }
 
-    /// The queue takes every replica's keys; the loss is a mean over images, so the average of
-    /// the replicas' gradients is the one-device gradient.
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// The queue takes every replica's keys; the loss is a mean over images, so the average of
+        /// the replicas' gradients is the one-device gradient.
+        replica
+    );
 
     fn after_step(&mut self, progress: Progress) {
         self.queue.commit();

@@ -8,11 +8,12 @@ use curriculum_ssl_models::layers::linear_tokens;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 
 use super::masking::{patchify, require_vit, vit, MaskRatio, StepMasks, UnitMask};
-use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{
+    online_in, replica_in, stateless, HasBackbone, MethodOutput, SslMethod, Views,
+};
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
 use crate::base::Progress;
-use crate::data_parallel::Replica;
 
 /// Configuration of [`SimMim`].
 #[derive(Config, Debug)]
@@ -52,11 +53,7 @@ impl SimMimConfig {
             return Err(ConfigError::new("mask_unit", "must be at least one patch"));
         }
         let vit = require_vit(&backbone, "SimMIM masks patch tokens of")?;
-        let (width, patch, channels) = (
-            vit.embed_dim(),
-            vit.patch_size,
-            vit.patch_embed.weight.dims()[1],
-        );
+        let (width, patch, channels) = (vit.embed_dim(), vit.patch_size, vit.in_channels());
         let online = SimMimNetwork {
             mask_token: Initializer::Normal {
                 mean: 0.0,
@@ -221,12 +218,11 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Si
             .with_value("hidden_fraction", hidden)
     }
 
-    /// Each replica draws the global batch's masks and keeps its rows; its loss is scaled so
-    /// that the replicas' mean is the one-device loss ([`SimMim::forward_views`]).
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.step_masks.set_replica(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// Each replica draws the global batch's masks and keeps its rows; its loss is scaled so
+        /// that the replicas' mean is the one-device loss ([`SimMim::forward_views`]).
+        step_masks
+    );
 }
 
 #[cfg(test)]

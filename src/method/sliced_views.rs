@@ -5,7 +5,7 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::encoder::Projected;
-use super::ssl_method::{online_in, stateless, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, replica_in, stateless, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
@@ -153,14 +153,13 @@ where
         }
     }
 
-    /// The loss compares images across the batch: every replica computes it on the gathered
-    /// projections (the same value everywhere), and the gather's backward returns each replica
-    /// `W` times its rows' gradient, which the average over replicas brings back to the
-    /// one-device gradient (`docs/methods.md#on-several-replicas`).
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// The loss compares images across the batch: every replica computes it on the gathered
+        /// projections (the same value everywhere), and the gather's backward returns each replica
+        /// `W` times its rows' gradient, which the average over replicas brings back to the
+        /// one-device gradient (`docs/methods.md#on-several-replicas`).
+        replica
+    );
 }
 
 #[cfg(test)]

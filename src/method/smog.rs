@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use super::encoder::{Predicted, Projected};
 use super::momentum::MomentumEncoder;
 use super::running::Running;
-use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, replica_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
@@ -270,15 +270,14 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Smog<B, M> {
             .with_embeddings(embeddings)
     }
 
-    /// The groups move by the global batch's projections (gathered: their gradient returns to
-    /// the replica that computed them) and the memory bank takes every replica's rows, so every
-    /// replica holds the same groups and bank; each replica's loss is the mean over its images,
-    /// and the replicas' average gradient is the one-device gradient (with synchronised batch
-    /// norms).
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// The groups move by the global batch's projections (gathered: their gradient returns to
+        /// the replica that computed them) and the memory bank takes every replica's rows, so every
+        /// replica holds the same groups and bank; each replica's loss is the mean over its images,
+        /// and the replicas' average gradient is the one-device gradient (with synchronised batch
+        /// norms).
+        replica
+    );
 
     /// The step's groups and projections are kept; then, before every `reset_interval`-th step,
     /// the groups become the normalised k-means centres of the memory bank and the copy the

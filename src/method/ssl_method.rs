@@ -147,6 +147,38 @@ macro_rules! online_in {
 }
 pub(crate) use online_in;
 
+/// Where a method keeps its [`Replica`] in a data-parallel run (see [`replica_in`]): a plain
+/// `Option<Replica<B>>`, or the [`StepMasks`](super::masking::StepMasks) that draw the global
+/// batch's masks and keep this replica's rows.
+pub(crate) trait KeepsReplica<B: Backend> {
+    /// Keeps `replica` for the steps to come.
+    fn keep(&mut self, replica: Replica<B>);
+}
+
+impl<B: Backend> KeepsReplica<B> for Option<Replica<B>> {
+    fn keep(&mut self, replica: Replica<B>) {
+        *self = Some(replica);
+    }
+}
+
+/// [`SslMethod::set_replica`] of a method that only keeps its replica, in its field `$replica`
+/// (an `Option<Replica<B>>` or the method's `StepMasks`: [`KeepsReplica`]); the doc comment
+/// written before the field says what the method does with it. Written inside the
+/// `impl SslMethod for …` block.
+macro_rules! replica_in {
+    ($(#[$doc:meta])* $($replica:ident).+) => {
+        $(#[$doc])*
+        fn set_replica(
+            &mut self,
+            replica: $crate::data_parallel::Replica<B>,
+        ) -> Result<(), $crate::base::error::ConfigError> {
+            $crate::method::ssl_method::KeepsReplica::keep(&mut self.$($replica).+, replica);
+            Ok(())
+        }
+    };
+}
+pub(crate) use replica_in;
+
 /// The checkpointed state of a method whose only state is its momentum copy (BYOL's target, MSN's
 /// target network): the copy's record (weights and batch-norm statistics) `N::Record`, in the
 /// field `target` (the checkpoint's format).

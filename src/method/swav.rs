@@ -8,7 +8,7 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::ssl_method::{
-    gradients_without, online_in, HasBackbone, MethodOutput, SslMethod, Views,
+    gradients_without, online_in, replica_in, HasBackbone, MethodOutput, SslMethod, Views,
 };
 use crate::base::error::ConfigError;
 use crate::base::Progress;
@@ -335,13 +335,12 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Swav<B, M> {
         gradients_without(loss, &self.online, frozen)
     }
 
-    /// The codes are computed on every replica's global views (gathered without gradient); each
-    /// replica's loss is the mean over its images, and the average of the replicas' gradients
-    /// is the one-device gradient (with synchronised batch norms).
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// The codes are computed on every replica's global views (gathered without gradient); each
+        /// replica's loss is the mean over its images, and the average of the replicas' gradients
+        /// is the one-device gradient (with synchronised batch norms).
+        replica
+    );
 
     fn after_step(&mut self, _: Progress) {
         self.online.prototypes = normalised_prototypes(self.online.prototypes.clone());

@@ -8,7 +8,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 use super::encoder::Projected;
 use super::momentum::MomentumEncoder;
 use super::running::Running;
-use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, replica_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -137,13 +137,12 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Tico<B, M> {
             .with_embeddings(embeddings)
     }
 
-    /// Both embeddings are gathered: the loss and the running covariance are the global batch's,
-    /// the same on every replica; the gather's backward with the average over replicas gives
-    /// the one-device gradient.
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// Both embeddings are gathered: the loss and the running covariance are the global
+        /// batch's, the same on every replica; the gather's backward with the average over replicas
+        /// gives the one-device gradient.
+        replica
+    );
 
     fn after_step(&mut self, progress: Progress) {
         self.covariance.commit();

@@ -7,7 +7,9 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::layers::{LayerNorm, LayerNormConfig};
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
-use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{
+    online_in, replica_in, stateless, HasBackbone, MethodOutput, SslMethod, Views,
+};
 use crate::base::error::ConfigError;
 use crate::base::geometry::ViewGeometry;
 use crate::base::Progress;
@@ -119,7 +121,7 @@ impl<B: Backend> LocalProjector<B> {
 
     /// The width of the feature vectors it takes.
     pub fn input_dim(&self) -> usize {
-        self.first.weight.dims()[0]
+        self.first.weight.lazy_shape().dims::<2>()[0]
     }
 
     /// The local projections of feature vectors.
@@ -280,14 +282,13 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for VicRegL<B, M>
             .with_embeddings([first.global, second.global])
     }
 
-    /// The loss compares images across the batch: each replica matches its own images'
-    /// positions, gathers the global and matched local projections, and computes the global
-    /// batch's loss (the same on every replica); the gather's backward and the average over
-    /// replicas give the one-device gradient (`docs/methods.md#on-several-replicas`).
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.replica = Some(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// The loss compares images across the batch: each replica matches its own images'
+        /// positions, gathers the global and matched local projections, and computes the global
+        /// batch's loss (the same on every replica); the gather's backward and the average over
+        /// replicas give the one-device gradient (`docs/methods.md#on-several-replicas`).
+        replica
+    );
 }
 
 /// The unit of [`location_grid`]'s coordinates for a feature map of `size = [h, w]`: `1/S`

@@ -180,6 +180,17 @@ pub fn mae<B: AutodiffBackend>(device: &B::Device) -> Mae<B, curriculum_ssl_mode
     .unwrap()
 }
 
+/// AIM on MAE's ViT (a 3 × 3 grid), a head 8 wide of one block.
+pub fn aim<B: AutodiffBackend>(device: &B::Device) -> Aim<B, curriculum_ssl_models::Vit<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        AimConfig::new()
+            .with_head_dim(8)
+            .with_head_blocks(1)
+            .init(|d| small_vit(d), d)
+    })
+    .unwrap()
+}
+
 /// SimMIM on MAE's ViT (a 3 × 3 grid: 2 × 2-patch units clipped at the edges).
 pub fn simmim<B: AutodiffBackend>(device: &B::Device) -> SimMim<B, curriculum_ssl_models::Vit<B>> {
     init_method::<B, _, _>(device, 3, |d| SimMimConfig::new().init(|d| small_vit(d), d)).unwrap()
@@ -238,6 +249,23 @@ pub fn ijepa<B: AutodiffBackend>(device: &B::Device) -> Ijepa<B, curriculum_ssl_
             .with_predictor_depth(1)
             .with_predictor_heads(2)
             .with_min_keep(1)
+            .init(vit, d)
+    })
+    .unwrap()
+}
+
+/// CAPI on MAE's ViT (a 3 × 3 grid: 5 patches hidden, a block of 4 visible, rolled) with a
+/// one-block predictor and six clusters: the masks (drawn on the host from the step), the
+/// context gather, the rotary positions, the cross-attention, both heads (the student's
+/// weight-normalised), the positionwise Sinkhorn–Knopp and the two cross-entropies.
+pub fn capi<B: AutodiffBackend>(device: &B::Device) -> Capi<B, curriculum_ssl_models::Vit<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        let vit = small_vit::<B>;
+        CapiConfig::new()
+            .with_num_clusters(6)
+            .with_predictor_depth(1)
+            .with_predictor_heads(2)
+            .with_base_momentum(0.9)
             .init(vit, d)
     })
     .unwrap()
@@ -308,6 +336,24 @@ pub fn nnbyol<B: AutodiffBackend>(device: &B::Device) -> NnByol<B, TinyConv<B>> 
         NnByolConfig::new()
             .with_byol(ByolConfig::new().with_hidden_dim(16).with_output_dim(8))
             .with_support_set_size(4 * BATCH)
+            .init(TinyConv::new, BATCH, d)
+    })
+    .unwrap()
+}
+
+/// All4One: a support set of four batches, 3 neighbours, a 2-layer transformer of 2 heads,
+/// dropout 0 (the two backends' masks could not match).
+pub fn all4one<B: AutodiffBackend>(device: &B::Device) -> All4One<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        All4OneConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(8)
+            .with_predictor_hidden_dim(16)
+            .with_support_set_size(4 * BATCH)
+            .with_neighbours(3)
+            .with_transformer_layers(2)
+            .with_transformer_heads(2)
+            .with_transformer_dropout(0.0)
             .init(TinyConv::new, BATCH, d)
     })
     .unwrap()

@@ -298,6 +298,35 @@ fn smog_steps_as_on_the_cpu() {
     seen.report("smog_steps_as_on_the_cpu");
 }
 
+/// All4One (dropout 0): the support set's top-k lookup on the device (a sort of the cosines),
+/// the transformer over the neighbours, the three terms; two steps as on the CPU (loss,
+/// statistics, every gradient and the weights after each), then the support set and the
+/// momentum copy.
+#[test]
+fn all4one_steps_as_on_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let mut seen = Comparisons::default();
+    let (cpu, gpu) = compare(
+        "All4One",
+        all4one::<CpuAd>(&CpuDevice::default()),
+        all4one::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    assert_eq!(cpu.support_set().pointer(), gpu.support_set().pointer());
+    seen.close(
+        "All4One support set",
+        &host(cpu.support_set().keys()),
+        &host(gpu.support_set().keys()),
+    );
+    seen.all(
+        "All4One momentum copy",
+        &params(cpu.momentum_encoder().network()),
+        &params(gpu.momentum_encoder().network()),
+    );
+    seen.report("all4one_steps_as_on_the_cpu");
+}
+
 /// DeepCluster v2: the first step (epoch 0) fills the bank by index, the second (epoch 1) runs
 /// the spherical k-means of the bank on the device (chunked scores, argmax, the M-step's
 /// `select_assign` sums) and the cross-entropy towards its clusters; two steps as on the CPU
@@ -689,7 +718,8 @@ fn joint_view_passes_step_as_separate_ones_on_the_cpu() {
 /// gather of the hidden tokens, DINO's head and softmaxes, its centres and KoLeo, DINOv2's
 /// Sinkhorn–Knopp centring; I-JEPA's context gather, predictor and smooth L1; MSN's dropped
 /// tokens, EMA target, prototypes and Sinkhorn–Knopp; hard patches mining's loss predictor,
-/// the masks drawn from its ranking and the ranking loss.
+/// the masks drawn from its ranking and the ranking loss; AIM's prefix-causal attention bias
+/// (−∞ entries through the softmax) and its head.
 #[test]
 fn masked_image_modelling_steps_as_on_the_cpu() {
     let Some(device) = gpu() else { return };
@@ -716,6 +746,15 @@ fn masked_image_modelling_steps_as_on_the_cpu() {
         &mut seen,
     );
     seen.report("MAE, SimMIM and hard patches mining");
+    let mut seen = Comparisons::default();
+    compare(
+        "AIM",
+        aim::<CpuAd>(&CpuDevice::default()),
+        aim::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    seen.report("AIM");
 }
 
 /// iBOT's and DINOv2's objective on the small ViT of [`masked_image_modelling_steps_as_on_the_cpu`].
@@ -777,6 +816,21 @@ fn ijepa_and_msn_step_as_on_the_cpu() {
     seen.report("I-JEPA");
 }
 
+/// CAPI on the small ViT of [`masked_image_modelling_steps_as_on_the_cpu`].
+#[test]
+fn capi_steps_as_on_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let mut seen = Comparisons::default();
+    compare(
+        "CAPI",
+        capi::<CpuAd>(&CpuDevice::default()),
+        capi::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    seen.report("CAPI");
+}
+
 /// RotNet under the angle curriculum: plain rotation, rotate-and-mix and crop-and-rotate (boxes
 /// given, as the trainer gives them).
 #[test]
@@ -798,4 +852,76 @@ fn rotnet_and_the_rotation_curricula_step_as_on_the_cpu() {
         );
     }
     seen.report("RotNet");
+}
+
+/// Four LARS steps of tests/fixtures/lars.json (a matrix, a bias, a matrix whose gradient is
+/// zero at the second step; lr 0.5, 0.05, 0, 0.3) with `clip_lr` on and off and with Nesterov,
+/// on the GPU path against the CPU: the trust ratio's norms are reductions, its clip and the
+/// zero-gradient case masks (`mask_where` on an expanded `[1, 1]` mask), each parameter after
+/// each step within [`TOLERANCE`] (f32 on both sides: sums of 12 terms at most, well inside it).
+#[test]
+fn lars_steps_as_on_the_cpu() {
+    let Some(device) = gpu() else { return };
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("../fixtures/lars.json")).unwrap();
+    let mut checks = Comparisons::default();
+    for case in fixture["cases"].as_array().unwrap() {
+        let name = format!("clip_lr {}, nesterov {}", case["clip_lr"], case["nesterov"]);
+        let gpu_steps = lars_steps::<Gpu>(&fixture, case, &device);
+        let cpu_steps = lars_steps::<Cpu>(&fixture, case, &CpuDevice::default());
+        for (t, (c, g)) in cpu_steps.iter().zip(&gpu_steps).enumerate() {
+            for (p, (c, g)) in c.iter().zip(g).enumerate() {
+                checks.close(&format!("{name}: step {t}, parameter {p}"), c, g);
+            }
+        }
+    }
+    checks.report("LARS");
+}
+
+/// The parameters after each LARS step of `case`, on backend `B`.
+fn lars_steps<B: Backend>(
+    fixture: &serde_json::Value,
+    case: &serde_json::Value,
+    device: &B::Device,
+) -> Vec<Vec<Vec<f32>>> {
+    use burn::optim::SimpleOptimizer;
+    use curriculum_ssl::optim::{LarsConfig, LarsState};
+    let floats = |v: &serde_json::Value| -> Vec<f32> {
+        let values = v.as_array().unwrap().iter();
+        values.map(|x| x.as_f64().unwrap() as f32).collect()
+    };
+    let matrix = |v: &serde_json::Value, shape: [usize; 2]| {
+        Tensor::<B, 2>::from_data(TensorData::new(floats(v), shape), device)
+    };
+    let vector =
+        |v: &serde_json::Value| Tensor::<B, 1>::from_data(TensorData::new(floats(v), [4]), device);
+    let lars = LarsConfig::new()
+        .with_momentum(fixture["momentum"].as_f64().unwrap())
+        .with_weight_decay(fixture["weight_decay"].as_f64().unwrap())
+        .with_eta(fixture["eta"].as_f64().unwrap())
+        .with_epsilon(fixture["eps"].as_f64().unwrap())
+        .with_nesterov(case["nesterov"].as_bool().unwrap())
+        .with_clip_lr(case["clip_lr"].as_bool().unwrap())
+        .build()
+        .unwrap();
+    let init = &fixture["initial"];
+    let (mut w, mut b, mut z) = (
+        matrix(&init["w"], [3, 4]),
+        vector(&init["b"]),
+        matrix(&init["z"], [2, 3]),
+    );
+    let (mut sw, mut sb, mut sz) = (
+        None::<LarsState<B, 2>>,
+        None::<LarsState<B, 1>>,
+        None::<LarsState<B, 2>>,
+    );
+    let mut steps = Vec::new();
+    for (t, lr) in fixture["lrs"].as_array().unwrap().iter().enumerate() {
+        let (lr, g) = (lr.as_f64().unwrap(), &fixture["grads"][t]);
+        (w, sw) = SimpleOptimizer::<B>::step(&lars, lr, w, matrix(&g["w"], [3, 4]), sw);
+        (b, sb) = SimpleOptimizer::<B>::step(&lars, lr, b, vector(&g["b"]), sb);
+        (z, sz) = SimpleOptimizer::<B>::step(&lars, lr, z, matrix(&g["z"], [2, 3]), sz);
+        steps.push(vec![host(w.clone()), host(b.clone()), host(z.clone())]);
+    }
+    steps
 }

@@ -2,15 +2,15 @@
 //! see docs/methods.md#deepcluster-v2) with solo-learn's CIFAR settings
 //! (`scripts/pretrain/cifar/deepclusterv2.yaml`) scaled to this batch and data: projector
 //! `[2048, 128]`, three heads of prototypes, τ = 0.1, 10 k-means rounds per epoch, LARS (η =
-//! 0.02, biases and norms excluded, weight decay 1e-6) at lr 0.6 × B/256 (0.3 at the CPU
+//! 0.02, `clip_lr`, biases and norms excluded, weight decay 1e-6) at lr 0.6 × B/256 (0.3 at the CPU
 //! default's 128), warm-up then cosine, the `simclr` recipe's views (solo-learn's symmetric
 //! pair has stronger colour jitter and blur at p 0.5).
 //!
 //! Each head has [`prototypes_for`] the trained images: solo-learn's 3000 on CIFAR's 50,000
 //! images (one cluster per 16.7 images), as many per image on a smaller set (480 on the embedded
-//! 8,000), 3000 from 50,000 images on (the full Fashion-MNIST, ImageNet). solo-learn clips
-//! LARS's step (`clip_lr`: plain momentum SGD wherever `η·r > lr`); this LARS does not, so the
-//! update differs (docs/methods.md#deepcluster-v2). The first epoch's loss is 0 (no image has a
+//! 8,000), 3000 from 50,000 images on (the full Fashion-MNIST, ImageNet). LARS's step is
+//! clipped as solo-learn's (`clip_lr`: each layer steps `min(η·r, lr)`, plain momentum SGD
+//! wherever `η·r > lr`). The first epoch's loss is 0 (no image has a
 //! cluster yet; solo-learn's is NaN with zero gradients); its 1000 epochs are 20 here.
 //!
 //! ```text
@@ -60,7 +60,8 @@ pub fn run(args: &[String]) -> Result<()> {
         TrainData::Stream(streamed) => streamed.files.len(),
     };
     let config = recipe.section("method", config(images, recipe.settings.seed))?;
-    let lars = recipe.section("optimizer", LarsConfig::new().with_weight_decay(1e-6))?;
+    let lars = recipe.section("optimizer", LarsConfig::new().with_weight_decay(1e-6).with_clip_lr(true),
+    )?;
     recipe.train_method(&config, &lars, |b, d| config.init(b, d))
 }
 

@@ -32,7 +32,7 @@ use curriculum_ssl::data::stream::ImageSource;
 use curriculum_ssl::data::ImageSet;
 use curriculum_ssl::eval::extract_features;
 use curriculum_ssl::train::{load_backbone, resolve_checkpoint, RunRecord};
-use curriculum_ssl_models::{AnyBackbone, Backbone, ExportNames};
+use curriculum_ssl_models::{AnyBackbone, AsVit, Backbone, ExportNames};
 
 use super::common::{self, value_name, Device, RecipeRun};
 use crate::backend::Inner;
@@ -72,11 +72,11 @@ pub fn load_run_backbone(
             .context("reading the run's data for its image size (recorded by newer runs)")?
             .shape(),
     };
-    let fresh = record
+    let config = record
         .run
         .backbone
-        .config(input.2, input.0, record.run.stem, record.run.grid())
-        .init::<Inner>(device);
+        .config(input.2, input.0, record.run.stem, record.run.grid());
+    let fresh = common::with_vit_pool(config, record.run.vit_pool).init::<Inner>(device);
     let model = load_backbone::<Inner, _>(&checkpoint, fresh, device)?;
     Ok(RunBackbone {
         model,
@@ -173,6 +173,17 @@ pub fn export(args: &[String]) -> Result<()> {
     }) {
         metadata.push(("stem".to_string(), value_name(stem)));
         metadata.push(("pooled_grid".to_string(), run.record.run.grid().to_string()));
+    }
+    if let Some(vit) = run.model.as_vit() {
+        // The heads cannot be read from the weights' shapes (ViT-Micro: 3 heads of 32).
+        let heads = vit.blocks.first().map_or(1, |b| b.attn.num_heads);
+        metadata.push(("num_heads".to_string(), heads.to_string()));
+    }
+    if !run.record.run.vit_pool.is_token() {
+        // The features are the patch tokens' mean without the class token (AIM's runs):
+        // scripts/safetensors_to_torch.py builds timm's ViT to match.
+        let pool = format!("{:?}", run.record.run.vit_pool);
+        metadata.push(("vit_pool".to_string(), pool));
     }
     if let Some(n) = &normalize {
         metadata.push(("mean".to_string(), serde_json::to_string(&n.mean)?));

@@ -33,10 +33,16 @@ use super::common::{self, BackboneChoice, Defaults};
 
 /// One view, cropped to 20–100 % of the image and flipped, without colour distortion (MAE's).
 fn preset(side: usize, channels: usize) -> PipelineConfig {
+    crop_and_flip(side, channels, 0.2)
+}
+
+/// Views cropped to `smallest`–100 % of the image and flipped, without colour distortion (MAE's
+/// at 0.2, AIM's at 0.4).
+pub fn crop_and_flip(side: usize, channels: usize, smallest: f64) -> PipelineConfig {
     let mut p = PipelineConfig::simclr(side, channels);
     for v in [&mut p.view1, &mut p.view2] {
         if let Some(crop) = &mut v.crop {
-            crop.scale = (0.2, 1.0);
+            crop.scale = (smallest, 1.0);
         }
         v.jitter = None;
         v.grayscale = None;
@@ -46,8 +52,9 @@ fn preset(side: usize, channels: usize) -> PipelineConfig {
     p
 }
 
-/// The paper's learning rate for a batch of `batch` images: 1.5e-4 × B / 256.
-fn lr(batch: usize) -> f64 {
+/// The paper's learning rate for a batch of `batch` images: 1.5e-4 × B / 256 (AIM's example's
+/// too).
+pub fn lr(batch: usize) -> f64 {
     1.5e-4 * batch as f64 / 256.0
 }
 

@@ -10,7 +10,7 @@ use crate::common::{
 };
 
 /// The header of a safetensors file: its tensors' shapes and its metadata.
-fn safetensors_header(path: &Path) -> serde_json::Value {
+pub(crate) fn safetensors_header(path: &Path) -> serde_json::Value {
     let bytes = std::fs::read(path).unwrap();
     let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
     serde_json::from_slice(&bytes[8..8 + len]).unwrap()
@@ -212,6 +212,10 @@ fn a_mae_run_exports_its_encoder_under_timms_names_and_embeds() {
     assert_eq!(meta["key_names"], "timm-vit");
     assert_eq!(meta["in_chans"], "1");
     assert_eq!(meta["input_size"], "28x28");
+    // ViT-Tiny's 3 heads (not readable from the shapes), and the class token's features: no
+    // `vit_pool` (an AIM run's file says `PatchMean`).
+    assert_eq!(meta["num_heads"], "3");
+    assert!(meta.get("vit_pool").is_none(), "{meta}");
     for (key, shape) in [
         ("patch_embed.proj.weight", serde_json::json!([192, 1, 4, 4])),
         ("cls_token", serde_json::json!([1, 1, 192])),

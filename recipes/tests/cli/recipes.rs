@@ -228,6 +228,13 @@ fn the_method_table_recipes_with_crops_neighbours_or_momentum_run_two_steps() {
     ]);
 }
 
+/// All4One: two steps, a checkpoint, the kNN monitor (support set, momentum encoder and
+/// transformer; its three terms logged).
+#[test]
+fn the_all4one_recipe_runs_two_steps() {
+    table_recipes_run_two_steps(&[("all4one", &[][..])]);
+}
+
 /// VISReg with two local crops: two steps, a checkpoint, the kNN monitor, its four terms logged.
 #[test]
 fn the_visreg_recipe_runs_two_steps() {
@@ -247,6 +254,15 @@ fn the_pixel_reconstruction_recipes_run_two_steps() {
     ]);
 }
 
+/// AIM on ViT-Micro: two steps, a checkpoint, the kNN monitor on; the run records that its
+/// ViT's features are the patch tokens' mean (what the monitor, `eval` and `export` then read:
+/// AIM never trains the class token; the other recipes record no such key, their runs read as
+/// before).
+#[test]
+fn the_aim_recipe_runs_two_steps() {
+    table_recipes_run_two_steps(&[("aim", &VIT_MICRO[..])]);
+}
+
 /// The masked-image recipes draw their masks from `--seed`: the method's seed recorded in
 /// config.json (what the method is built from) is the run's, so a study's seeds do not share
 /// one sequence of masks.
@@ -254,6 +270,8 @@ fn the_pixel_reconstruction_recipes_run_two_steps() {
 fn the_masked_recipes_seed_their_masks_with_the_runs_seed() {
     for (name, pointer) in [
         ("simmim", "/run/method/seed"),
+        ("aim", "/run/method/seed"),
+        ("capi", "/run/method/seed"),
         ("mae_hpm", "/run/method/mae/seed"),
     ] {
         let dir_name = format!("mask-seed-{name}");
@@ -301,6 +319,12 @@ fn the_jepa_recipes_run_two_steps() {
     ]);
 }
 
+/// CAPI on ViT-Micro: two steps, a checkpoint, the kNN monitor on.
+#[test]
+fn the_capi_recipe_runs_two_steps() {
+    table_recipes_run_two_steps(&[("capi", &VIT_MICRO[..])]);
+}
+
 /// MSN and PMSN.
 #[test]
 fn the_masked_siamese_recipes_run_two_steps() {
@@ -327,6 +351,21 @@ fn table_recipes_run_two_steps(recipes: &[(&str, &[&str])]) {
         let header = steps.lines().next().unwrap();
         the_recipes_own_columns_are_logged(name, &label, header, &steps, &dir);
         the_masked_recipes_log_their_masks(name, header, &steps);
+        if name == "aim" {
+            // Its ViT's features are the patch tokens' mean, recorded for eval and export.
+            let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+            let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let pool = config.pointer("/run/vit_pool");
+            assert_eq!(pool, Some(&serde_json::json!("PatchMean")), "{text}");
+            // So does its exported file (scripts/safetensors_to_torch.py builds timm's ViT
+            // without a class token, averaging), with ViT-Micro's 3 heads.
+            let o = run(&["export", "--run-dir", dir.to_str().unwrap()]);
+            assert_eq!(check_error_shape(&o, "export"), 0, "{}", stderr(&o));
+            let header = crate::outputs::safetensors_header(&dir.join("backbone.safetensors"));
+            let meta = &header["__metadata__"];
+            assert_eq!(meta["vit_pool"], "PatchMean", "{meta}");
+            assert_eq!(meta["num_heads"], "3", "{meta}");
+        }
         if name == "swav" || name == "dino" {
             // The run records how many local crops it drew.
             let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
@@ -364,6 +403,12 @@ fn the_recipes_own_columns_are_logged(
     }
     if name == "vicregl" {
         assert!(header.ends_with("vicregl_global,vicregl_local"), "{header}");
+    }
+    if name == "all4one" {
+        assert!(
+            header.contains("centroid_loss,neighbour_loss,feature_loss,momentum"),
+            "{header}"
+        );
     }
     if name == "frossl" {
         assert!(
@@ -508,8 +553,8 @@ fn the_masked_recipes_log_their_masks(name: &str, header: &str, steps: &str) {
     }
 }
 
-/// MAE, SimMIM, iBOT, iBOT++, DINOv2's objective, I-JEPA and MSN mask the patch tokens of a
-/// ViT: another backbone is refused, naming the option.
+/// MAE, SimMIM, iBOT, iBOT++, DINOv2's objective, I-JEPA, MSN and CAPI mask the patch tokens of a
+/// ViT, AIM predicts them: another backbone is refused, naming the option.
 #[test]
 fn masked_image_modelling_refuses_a_backbone_that_is_not_a_vit() {
     for name in [
@@ -521,6 +566,8 @@ fn masked_image_modelling_refuses_a_backbone_that_is_not_a_vit() {
         "ijepa",
         "msn",
         "mae_hpm",
+        "aim",
+        "capi",
     ] {
         let mut args = tiny(&format!("{name}-lenet"), &["--backbone", "lenet5"]);
         args[0] = name.into();

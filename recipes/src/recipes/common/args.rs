@@ -12,6 +12,7 @@ use curriculum_ssl::loss::{
     NtXentLossConfig,
 };
 use curriculum_ssl::method::PairLossConfig;
+use curriculum_ssl_models::VitPool;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -447,6 +448,10 @@ pub struct RecipeRun {
     /// ([`RecipeRun::grid`]), so that those runs resume and compare as they were.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pooled_grid: Option<usize>,
+    /// What the ViT's features are, when not the class token's output (the recipe's: AIM's
+    /// mean of the patch tokens); absent for the class token, as in every run recorded before.
+    #[serde(default, skip_serializing_if = "VitPool::is_token")]
+    pub vit_pool: VitPool,
     /// Torchvision weights the backbone started from.
     #[serde(default)]
     pub weights: Option<PathBuf>,

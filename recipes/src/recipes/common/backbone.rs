@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::ValueEnum;
 use curriculum_ssl_models::{
     AnyBackbone, AnyBackboneConfig, BlockKind, EfficientNetConfig, LeNetConfig, MobileNetV3Config,
-    ResNetConfig, Stem, VggConfig, VitConfig, WideResNetConfig,
+    ResNetConfig, Stem, VggConfig, VitConfig, VitPool, WideResNetConfig,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -242,6 +242,14 @@ impl BackboneChoice {
                 VitConfig::base(side, Self::vit_patch(side)).with_in_channels(channels),
             ),
         }
+    }
+}
+
+/// `config` with a ViT's features pooled by `pool` ([`VitPool`]); any other backbone as it is.
+pub fn with_vit_pool(config: AnyBackboneConfig, pool: VitPool) -> AnyBackboneConfig {
+    match config {
+        AnyBackboneConfig::Vit(vit) => AnyBackboneConfig::Vit(vit.with_pool(pool)),
+        other => other,
     }
 }
 

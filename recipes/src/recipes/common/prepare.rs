@@ -5,7 +5,7 @@ use super::args::{
     loader_workers, recorded, value_name, BackboneArgs, ComputeArgs, CurriculumArgs, DatasetChoice,
     MethodArgs, RecipeArgs, RunArgs, ScheduleArgs, SourceArgs, StartArgs,
 };
-use super::backbone::{BackboneChoice, BackboneSpec, StemChoice};
+use super::backbone::{with_vit_pool, BackboneChoice, BackboneSpec, StemChoice};
 use super::config_file::Overrides;
 use super::data::{available_memory, is_inside, DataSource, TrainData};
 use crate::backend;
@@ -20,6 +20,7 @@ use curriculum_ssl::method::{init_method, MocoConfig, PairLossConfig, SslMethod}
 use curriculum_ssl::pipeline::PipelineConfig;
 use curriculum_ssl::seed;
 use curriculum_ssl::train::DataFingerprint;
+use curriculum_ssl_models::VitPool;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -48,6 +49,8 @@ pub struct Settings {
     pub stream: bool,
     /// The run directory (`--run-dir`, else `runs/<recipe>`).
     pub run_dir: PathBuf,
+    /// What a ViT backbone's features are (the recipe's: [`Defaults::vit_pool`]).
+    pub vit_pool: VitPool,
 }
 
 impl Settings {
@@ -70,9 +73,11 @@ impl Settings {
     /// the pooled grid, and its weights.
     pub fn backbone_spec(&self, (side, _, channels): (usize, usize, usize)) -> BackboneSpec {
         BackboneSpec {
-            config: self
-                .backbone
-                .config(channels, side, self.stem, self.pooled_grid(side)),
+            config: with_vit_pool(
+                self.backbone
+                    .config(channels, side, self.stem, self.pooled_grid(side)),
+                self.vit_pool,
+            ),
             weights: self.weights.clone(),
         }
     }
@@ -133,6 +138,7 @@ impl Settings {
             weights: args.backbone.weights.clone(),
             stream: false,
             run_dir: args.start.run_dir(recipe),
+            vit_pool: VitPool::Token,
         }
     }
 }
@@ -330,6 +336,9 @@ pub struct Defaults {
     /// Whether the recipe's method has a key encoder whose batch `--shuffle-bn` shuffles (the
     /// MoCo recipes, [`Defaults::shuffle_bn`]); another recipe refuses the option.
     pub shuffle_bn: bool,
+    /// What a ViT backbone's features are: the class token's output, or the mean of the patch
+    /// tokens encoded alone for a method that never trains the class token (AIM).
+    pub vit_pool: VitPool,
 }
 
 impl Defaults {
@@ -358,6 +367,15 @@ impl Defaults {
             pgd: None,
             backbone: None,
             shuffle_bn: false,
+            vit_pool: VitPool::Token,
+        }
+    }
+
+    /// A ViT backbone's features pooled by `pool` ([`VitPool`]; other backbones unchanged).
+    pub fn vit_pool(self, pool: VitPool) -> Self {
+        Self {
+            vit_pool: pool,
+            ..self
         }
     }
 
@@ -571,7 +589,10 @@ fn settings(args: &RecipeArgs, defaults: &Defaults) -> Result<Settings> {
         defaults.schedule(),
         defaults.lr_rule_for(backbone),
     );
-    let settings = Settings::from_options(defaults.recipe, args, schedule, backbone);
+    let settings = Settings {
+        vit_pool: defaults.vit_pool,
+        ..Settings::from_options(defaults.recipe, args, schedule, backbone)
+    };
     validate(&settings, &args.start)?;
     settings.schedule.check_warmup()?;
     Ok(settings)

@@ -494,6 +494,7 @@ fn description(prepared: &Prepared, method_config: serde_json::Value) -> RecipeR
         },
         stem: settings.stem,
         pooled_grid: settings.recorded_pooled_grid(prepared.data.shape().0),
+        vit_pool: settings.vit_pool,
         weights: settings.weights.clone(),
         method: method_config,
         backend: backend::NAME.to_string(),
