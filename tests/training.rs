@@ -400,6 +400,48 @@ impl SslMethod<Ad> for NanAt {
     }
 }
 
+/// The trainer steps a method's learning-rate groups at their own rate
+/// (`SslMethod::lr_groups`): All4One with its transformer at a factor of 0 trains two steps of
+/// SGD and its transformer is where it started, to the bit (each step moves it by 0 × lr), while
+/// its projector moved; at the default 0.1 the transformer moves too. Fails if the trainer steps
+/// every parameter at the run's rate, or none of the group's.
+#[test]
+fn the_trainer_steps_a_methods_lr_group_at_its_factor() {
+    let device = Dev::default();
+    for factor in [0.0, 0.1] {
+        let method = init_method::<Ad, _, _>(&device, 3, |d| {
+            All4OneConfig::new()
+                .with_hidden_dim(32)
+                .with_output_dim(16)
+                .with_predictor_hidden_dim(32)
+                .with_support_set_size(32)
+                .with_transformer_lr_factor(factor)
+                .init(lenet, 16, d)
+        })
+        .unwrap();
+        let transformer = params(&method.online().transformer);
+        let projector = params(&method.online().projector);
+        let mut trainer = Trainer::builder(
+            method,
+            SgdConfig::new().init::<Ad, _>().unwrap(),
+            augmenter(5),
+            loader(subset(32), 16, 2),
+        )
+        .config(train_config(1))
+        .run_dir(&run_dir(&format!("lr-group-{factor}")))
+        .build(&device)
+        .unwrap();
+        trainer.fit().unwrap();
+        let online = trainer.method().online();
+        assert_ne!(params(&online.projector), projector, "factor {factor}");
+        assert_eq!(
+            params(&online.transformer) == transformer,
+            factor == 0.0,
+            "factor {factor}: the transformer moved only if its rate is not 0"
+        );
+    }
+}
+
 #[test]
 fn a_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_checkpoint() {
     let device = Default::default();

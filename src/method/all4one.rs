@@ -10,11 +10,12 @@ use super::encoder::Projected;
 use super::momentum::MomentumEncoder;
 use super::queue::{KeyQueue, KeyQueueConfig};
 use super::ssl_method::{online_in, replica_in, HasBackbone, MethodOutput, SslMethod, Views};
-use crate::base::error::ConfigError;
+use crate::base::error::{non_negative, ConfigError};
 use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::{MlpHead, MlpHeadConfig};
 use crate::loss::{l2_normalize, All4OneInputs, All4OneLoss, All4OneLossConfig};
+use crate::optim::LrGroup;
 
 /// Configuration of [`All4One`] (solo-learn's `solo/methods/all4one.py` and its
 /// `scripts/pretrain/cifar/all4one.yaml`).
@@ -50,6 +51,11 @@ pub struct All4OneConfig {
     /// solo-learn's 0.99).
     #[config(default = 0.99)]
     pub base_momentum: f64,
+    /// The transformer's learning rate over the run's (0.1: solo-learn gives the transformer's
+    /// parameter group a literal lr of 0.1 against its recipes' base lr of 1.0 at batch 256;
+    /// 1 steps it with the rest).
+    #[config(default = 0.1)]
+    pub transformer_lr_factor: f64,
     /// The loss (temperatures 0.2 and 0.1, weights ½, feature scale 10).
     #[config(default = "All4OneLossConfig::new()")]
     pub loss: All4OneLossConfig,
@@ -63,7 +69,7 @@ impl All4OneConfig {
     /// # Errors
     /// A zero width, a projection width under 2 (the feature term's off-diagonal), fewer than 2
     /// neighbours or more than the support set holds, heads that do not divide the projection
-    /// width, a dropout outside `[0, 1)`, a momentum outside `[0, 1]`, a support set that is not
+    /// width, a dropout outside `[0, 1)`, a momentum outside `[0, 1]`, a negative `transformer_lr_factor`, a support set that is not
     /// a multiple of the batch size, or a loss setting out of range.
     pub fn init<B: Backend, M: Backbone<B>>(
         &self,
@@ -87,6 +93,7 @@ impl All4OneConfig {
                 ),
             ));
         }
+        non_negative("transformer_lr_factor", self.transformer_lr_factor)?;
         let loss = self.loss.init()?;
         let support = KeyQueueConfig::new(self.support_set_size, self.output_dim)
             .init(batch_size, device)
@@ -133,6 +140,7 @@ impl All4OneConfig {
             support,
             table: positional_table(self.neighbours, self.output_dim, device),
             neighbours: self.neighbours,
+            transformer_lr_factor: self.transformer_lr_factor,
             loss,
             replica: None,
         })
@@ -233,6 +241,7 @@ pub struct All4One<B: Backend, M: Backbone<B>> {
     /// The positional table, `[k, output_dim]`.
     table: Tensor<B, 2>,
     neighbours: usize,
+    transformer_lr_factor: f64,
     loss: All4OneLoss,
     /// This method's replica in a data-parallel run.
     replica: Option<Replica<B>>,
@@ -256,6 +265,14 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for All4One<B, M>
     type State = All4OneState<B, M>;
 
     online_in!(online);
+
+    /// The transformer at `transformer_lr_factor` × the run's rate.
+    fn lr_groups(&self) -> Vec<LrGroup> {
+        vec![LrGroup::of(
+            &self.online.transformer,
+            self.transformer_lr_factor,
+        )]
+    }
 
     fn state(&self) -> All4OneState<B, M> {
         All4OneState {
@@ -628,5 +645,9 @@ mod tests {
         assert_eq!(build(small().with_support_set_size(10)), "support_set_size");
         assert_eq!(build(small().with_output_dim(1)), "output_dim");
         assert_eq!(build(small().with_base_momentum(1.5)), "base_momentum");
+        assert_eq!(
+            build(small().with_transformer_lr_factor(f64::NAN)),
+            "transformer_lr_factor"
+        );
     }
 }

@@ -13,6 +13,7 @@ use crate::base::Progress;
 use crate::base::error::ConfigError;
 use crate::base::geometry::{CropBox, ViewGeometry};
 use crate::data_parallel::Replica;
+use crate::optim::LrGroup;
 
 /// The capability a method that [uses object boxes](SslMethod::uses_object_boxes) needs from a
 /// training hook (`crate::hooks::ObjectBoxesHook` provides it).
@@ -381,6 +382,15 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
     /// must ask for the gradients here rather than call `loss.backward()` itself.
     fn gradients(&mut self, loss: &Tensor<B, 1>) -> GradientsParams {
         GradientsParams::from_grads(loss.backward(), self.online())
+    }
+
+    /// Parameters of [`SslMethod::online`] stepped at a multiple of the run's learning rate
+    /// (PyTorch's parameter groups with an `lr` of their own; the trainer steps them with
+    /// [`step_in_groups`](crate::optim::step_in_groups)). Used by CAPI (the clustering head at
+    /// half the rate, lightly's benchmark) and All4One (the transformer at a tenth, solo-learn).
+    /// Default: none, every parameter at the run's rate.
+    fn lr_groups(&self) -> Vec<LrGroup> {
+        Vec::new()
     }
 
     /// How the method passes its two views through its networks ([`ViewPasses`]): one after

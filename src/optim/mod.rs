@@ -7,13 +7,17 @@
 //! - Learning-rate schedules, evaluated per step: linear warm-up then cosine decay
 //!   ([`WarmupCosine`], from [`WarmupCosineConfig`]; the self-supervised runs'), and step decay at
 //!   epoch milestones ([`StepDecay`], the supervised runs').
+//! - Parameter groups at a learning rate of their own ([`LrGroup`], stepped by
+//!   [`step_in_groups`]): PyTorch's `param_groups` with an `lr`, for any optimiser.
 //! - AdamW is burn's own `burn::optim::AdamWConfig` (its defaults match PyTorch's, apart from
 //!   the weight decay: set it explicitly).
 
+mod groups;
 mod lars;
 mod schedule;
 mod sgd;
 
+pub use groups::{step_in_groups, LrGroup};
 pub use lars::{Lars, LarsConfig, LarsState};
 pub use schedule::{StepDecay, WarmupCosine, WarmupCosineConfig};
 pub use sgd::{Sgd, SgdConfig, SgdState};

@@ -23,6 +23,7 @@ use crate::data::{Dataset, HostBatch, ImageArray, ImageItem, Loader, LoaderConfi
 use crate::data_parallel::Replica;
 use crate::method::fresh_leaves;
 use crate::method::{MethodOutput, SslMethod, Views};
+use crate::optim::step_in_groups;
 use crate::pipeline::{Augmenter, PipelineConfig, TwoViews, LOSS_FEEDBACK};
 
 /// The self-supervised step's settings in the run record: the loader and the augmentation.
@@ -54,7 +55,8 @@ pub struct SslBatch<B: AutodiffBackend>(ReadyBatch<B::InnerBackend>);
 /// geometry: method.set_view_geometry(the views' crops and flips), for a method that reads them
 ///          (VICRegL)
 /// forward: out = method.forward_views(Views { global: [view1, view2], local crops }, progress)
-/// apply:   online = fresh_leaves(optimiser.step(lr, online, grad(out.loss))); loss and statistics in one read
+/// apply:   online = fresh_leaves(optimiser.step(lr, online, grad(out.loss))), the method's
+///          lr_groups at their own rate (CAPI, All4One); loss and statistics in one read
 /// after:   method.after_step (EMA, queue); the self-paced AutoAugment learns from the loss
 ///          through its hook (crate::hooks::SelfPacedAutoAugmentHook)
 /// ```
@@ -583,7 +585,8 @@ where
                 })?;
         }
         let optimizer = self.optimizer.as_mut().expect("put back after every step");
-        let online = optimizer.step(lr, self.method.online().clone(), grads);
+        let groups = self.method.lr_groups();
+        let online = step_in_groups(optimizer, lr, self.method.online().clone(), grads, &groups);
         // Every parameter a new leaf (ids and values kept), including those the optimiser left
         // alone because they had no gradient (a frozen layer): burn-autodiff 0.21 drops a leaf's
         // graph entry when a backward pass consumes it, and the next step's operations on that

@@ -9,9 +9,9 @@
 //!
 //! The support set holds [`SUPPORT_SET`] momentum projections (solo-learn's CIFAR 98,304 is
 //! more than Fashion-MNIST's 60,000 images; the `nnclr` recipe's quarter of it). solo-learn
-//! trains the transformer at a literal lr of 0.1 (its own parameter group, not batch-scaled);
-//! the trainer has one learning rate for every parameter, so here the transformer steps at the
-//! base lr (docs/methods.md#all4one).
+//! trains the transformer at a literal lr of 0.1 (its own parameter group, not batch-scaled):
+//! here at `method.transformer_lr_factor` 0.2 × the base lr of 0.5, the same 0.1 at the
+//! default batch (docs/methods.md#all4one).
 //!
 //! ```text
 //! for each batch x:
@@ -50,7 +50,10 @@ fn defaults() -> Defaults {
 
 /// The recipe's method.
 pub fn config() -> All4OneConfig {
-    All4OneConfig::new().with_support_set_size(SUPPORT_SET)
+    // solo-learn's literal transformer lr of 0.1 against this recipe's base lr of 0.5.
+    All4OneConfig::new()
+        .with_support_set_size(SUPPORT_SET)
+        .with_transformer_lr_factor(0.2)
 }
 
 /// Runs `all4one`.

@@ -13,8 +13,8 @@
 //!
 //! What is scaled, and why: the example's ViT-S/16 at 256 pixels with 7 register tokens becomes
 //! ViT-Tiny without registers (every ViT recipe's CPU default; the repo's ViT has no registers);
-//! its batch of 32 becomes 128 (the learning rate scaled linearly); the teacher head's half
-//! learning rate of the benchmark is not here (one learning rate per run). The benchmark's
+//! its batch of 32 becomes 128 (the learning rate scaled linearly); the teacher head steps at
+//! half the rate, as in the benchmark (`method.clustering_lr_factor`). The benchmark's
 //! subsampling of the predicted patches is `method.prediction_subsampling=0.05`, its clusters
 //! `method.num_clusters=16384`, its predictor `method.predictor_depth=6`.
 //!
