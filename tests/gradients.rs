@@ -546,6 +546,89 @@ fn lejepa_gradient() {
     );
 }
 
+/// iBOT's patch loss with iBOT++'s visible term (weight 0.7): four images hiding 2, 1, 3 and 0
+/// tokens and showing 2, 3, 1 and 4, `K = 16`; the students' hidden and visible outputs
+/// differentiated, the teacher's outputs and the centre checked to get no gradient.
+#[test]
+fn ibot_plus_plus_patch_loss_gradient() {
+    let (hidden, visible) = ([2, 1, 3, 0], [2, 3, 1, 4]);
+    let (m, v) = (6, 10);
+    let loss = IbotPatchLossConfig::new()
+        .with_visible_loss_weight(0.7)
+        .init()
+        .unwrap();
+    check_gradients(
+        "iBOT++ patch loss",
+        &[
+            (random_values(m, DIM, 103), m, DIM),
+            (random_values(v, DIM, 107), v, DIM),
+            (random_values(m, DIM, 109), m, DIM),
+            (random_values(v, DIM, 113), v, DIM),
+            (random_values(1, DIM, 127), 1, DIM),
+        ],
+        &[false, false, true, true, false],
+        |x| {
+            loss.forward_with_visible(
+                [x[0].clone(), x[1].clone()],
+                [x[2].clone(), x[3].clone()],
+                [&hidden, &visible],
+                x[4].clone(),
+                0.04,
+            )
+        },
+    );
+}
+
+/// VICRegL: two global views (global projections `[8, 16]`, local maps of 2 × 2 positions 4
+/// wide) and one local view (1 × 2 positions), all six inputs differentiated, the global and the
+/// local part weighted by α = 0.6. The location matches are fixed by the grids (global view 1
+/// shifted by one pixel, the local view between them) and the feature matches by the local
+/// projections' distances, which a step of 1e-5 does not reorder at this base point (were one
+/// reordered, the difference quotient would jump and the check fail, not pass).
+#[test]
+fn vicregl_gradient() {
+    let (g1, g2) = views(83);
+    let (m1, m2) = views(89);
+    let g3 = random_values(BATCH, DIM, 97);
+    let m3 = random_values(BATCH, 8, 101);
+    let loss = VicRegLLossConfig::new()
+        .with_alpha(0.6)
+        .with_num_matches([3, 2])
+        .init()
+        .unwrap();
+    let grid = |points: &[[f64; 2]]| -> Vec<[f64; 2]> {
+        (0..BATCH).flat_map(|_| points.iter().copied()).collect()
+    };
+    let grids = [
+        grid(&[[0.0, 0.0], [4.0, 0.0], [0.0, 4.0], [4.0, 4.0]]),
+        grid(&[[1.0, 1.0], [5.0, 1.0], [1.0, 5.0], [5.0, 5.0]]),
+        grid(&[[2.0, 2.0], [6.0, 3.0]]),
+    ];
+    check_gradients(
+        "VICRegL",
+        &[
+            (g1, BATCH, DIM),
+            (m1, BATCH, DIM),
+            (g2, BATCH, DIM),
+            (m2, BATCH, DIM),
+            (g3, BATCH, DIM),
+            (m3, BATCH, 8),
+        ],
+        &[true; 6],
+        |x| {
+            let view = |v: usize| {
+                let [n, width] = x[2 * v + 1].dims();
+                VicRegLView {
+                    global: x[2 * v].clone(),
+                    local: x[2 * v + 1].clone().reshape([n, width / 4, 4]),
+                    grid: grids[v].clone(),
+                }
+            };
+            loss.forward(&[view(0), view(1)], &[view(2)])
+        },
+    );
+}
+
 /// VISReg: the centre, the scale, the shape along 8 drawn directions (held fixed) and the
 /// invariance, two global views and one local view, all three differentiated; λ = 0.6 and
 /// weights 2 / 0.5 / 3 so that every term weighs. The shape term divides by the standard

@@ -536,6 +536,34 @@ fn the_readme_lists_every_recipe_and_no_other() {
     );
 }
 
+/// The README's feature table names every recipe of the registry in its `recipes` row, by name
+/// or by a family's pattern (`mixup_*`), and no recipe that is not there.
+#[test]
+fn the_feature_table_names_every_recipe() {
+    let readme = read("README.md");
+    let row = readme
+        .lines()
+        .find(|l| l.starts_with("| recipes | "))
+        .expect("the README's feature table's recipes row");
+    let named: Vec<&str> = row.split('`').skip(1).step_by(2).collect();
+    let known: BTreeSet<&str> = crate::recipes::all().iter().map(|r| r.name).collect();
+    let covers = |name: &str| {
+        named.iter().any(|n| match n.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => *n == name,
+        })
+    };
+    let missing: Vec<_> = known.iter().filter(|&&n| !covers(n)).collect();
+    let stale: Vec<_> = named
+        .iter()
+        .filter(|n| !n.ends_with('*') && !known.contains(*n))
+        .collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "the feature table's recipes row misses {missing:?} and names unknown {stale:?}"
+    );
+}
+
 /// The helpers' own rules, on made-up text.
 #[test]
 fn the_readers_find_what_they_should() {

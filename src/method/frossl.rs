@@ -32,7 +32,8 @@ pub struct FroSslConfig {
 /// the views' distance to their mean (invariance). No negatives, no predictor, no momentum network.
 /// Both terms are logged (`frossl_regularisation`, `frossl_invariance`).
 ///
-/// The math, the defaults and the worked values are in `docs/methods.md#frossl-loss`.
+/// The math, the defaults and the worked values are in `docs/methods.md#frossl` and
+/// `docs/methods.md#frossl-loss`.
 pub type FroSsl<B, M> = ProjectedPair<B, M, FroSslLoss>;
 
 impl FroSslConfig {

@@ -204,7 +204,15 @@ pub fn simmim<B: AutodiffBackend>(device: &B::Device) -> SimMim<B, curriculum_ss
 /// 0.2 here), in a layer norm's scale gradient — a sum over every token of the batch whose
 /// terms, through DINO's weight-normalised heads, nearly cancel.
 pub fn ibot<B: AutodiffBackend>(device: &B::Device) -> Ibot<B, curriculum_ssl_models::Vit<B>> {
-    ibot_with(device, IbotConfig::new().with_koleo_weight(0.1))
+    ibot_with(device, IbotConfig::new().with_koleo_weight(0.1), 0.0)
+}
+
+/// iBOT++: iBOT's patch loss on the visible tokens too (weight 1, lightly's default), the patch
+/// centre moved by every token's teacher output; no KoLeo.
+pub fn ibot_plus_plus<B: AutodiffBackend>(
+    device: &B::Device,
+) -> Ibot<B, curriculum_ssl_models::Vit<B>> {
+    ibot_with(device, IbotConfig::new(), 1.0)
 }
 
 /// iBOT with DINOv2's Sinkhorn–Knopp centring instead of the centres (and no KoLeo): the
@@ -212,12 +220,15 @@ pub fn ibot<B: AutodiffBackend>(device: &B::Device) -> Ibot<B, curriculum_ssl_mo
 pub fn ibot_sinkhorn<B: AutodiffBackend>(
     device: &B::Device,
 ) -> Ibot<B, curriculum_ssl_models::Vit<B>> {
-    ibot_with(device, IbotConfig::new().with_sinkhorn_knopp(true))
+    ibot_with(device, IbotConfig::new().with_sinkhorn_knopp(true), 0.0)
 }
 
+/// iBOT on [`small_vit`] with `config`'s centring and KoLeo, its patch loss's visible tokens at
+/// `visible_weight` (iBOT++ where not 0).
 fn ibot_with<B: AutodiffBackend>(
     device: &B::Device,
     config: IbotConfig,
+    visible_weight: f64,
 ) -> Ibot<B, curriculum_ssl_models::Vit<B>> {
     init_method::<B, _, _>(device, 3, |d| {
         let vit = small_vit::<B>;
@@ -232,7 +243,11 @@ fn ibot_with<B: AutodiffBackend>(
                     .with_warmup_teacher_temp(0.2)
                     .with_student_temp(0.2),
             )
-            .with_patch_loss(IbotPatchLossConfig::new().with_student_temp(0.2))
+            .with_patch_loss(
+                IbotPatchLossConfig::new()
+                    .with_student_temp(0.2)
+                    .with_visible_loss_weight(visible_weight),
+            )
             .init(vit, d)
     })
     .unwrap()
@@ -384,6 +399,18 @@ pub fn vibcreg<B: AutodiffBackend>(device: &B::Device) -> VibcReg<B, TinyConv<B>
             .with_output_dim(8)
             .with_whitening_groups(4)
             .with_loss(VibcRegLossConfig::new().with_weights([1.0, 1.0, 8.0]))
+            .init(|d| TinyConv::new(d), d)
+    })
+    .unwrap()
+}
+
+/// FroSSL: the trace-normalised covariances of eight 8-wide projections per view, their log
+/// Frobenius norms and the views' distance to their mean.
+pub fn frossl<B: AutodiffBackend>(device: &B::Device) -> FroSsl<B, TinyConv<B>> {
+    init_method::<B, _, _>(device, 3, |d| {
+        FroSslConfig::new()
+            .with_hidden_dim(16)
+            .with_output_dim(8)
             .init(|d| TinyConv::new(d), d)
     })
     .unwrap()

@@ -10,7 +10,7 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl::augment::crop::CropBox;
 use curriculum_ssl::curriculum::SchedulerConfig;
 use curriculum_ssl::loss::{
-    CurricularLossConfig, HclLossConfig, HuberNtXentLossConfig, NtXentLossConfig,
+    CurricularLossConfig, HclLossConfig, HuberNtXentLossConfig, MaclLossConfig, NtXentLossConfig,
 };
 use curriculum_ssl::method::PgdConfig;
 use curriculum_ssl::method::RotationMode;
@@ -430,8 +430,9 @@ fn batch_norm_is_one_operation_and_as_on_the_cpu() {
 }
 
 /// Every pair loss of SimCLR (NT-Xent, HCL with a fixed and a scheduled β, curricular weighting,
-/// Huber NT-Xent), PGD-hardened negatives (NT-Xent and HCL), DirectCLR (SimCLR's loss on a
-/// sub-vector of the backbone's features) and LeJEPA.
+/// Huber NT-Xent, MACL), PGD-hardened negatives (NT-Xent and HCL), DirectCLR (SimCLR's loss on a
+/// sub-vector of the backbone's features), the redundancy-reduction and whitening methods
+/// (VIbCReg, W-MSE, FroSSL, EMP-SSL, MMCR) and LeJEPA.
 #[test]
 fn simclr_and_its_curriculum_losses_step_as_on_the_cpu() {
     let Some(device) = gpu() else { return };
@@ -464,6 +465,8 @@ fn simclr_and_its_curriculum_losses_step_as_on_the_cpu() {
             Some(pgd.clone()),
         ),
         ("HCL + PGD", PairLossConfig::Hcl(hcl), Some(pgd)),
+        // MACL: the mean positive cosine sets the temperature, the anchors re-weighted.
+        ("MACL", PairLossConfig::Macl(MaclLossConfig::new()), None),
     ];
     for (name, loss, pgd) in cases {
         compare(
@@ -495,6 +498,14 @@ fn simclr_and_its_curriculum_losses_step_as_on_the_cpu() {
         "W-MSE",
         wmse::<CpuAd>(&cpu_device),
         wmse::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    // FroSSL: the trace-normalised covariances, their Frobenius norms and logarithms.
+    compare(
+        "FroSSL",
+        frossl::<CpuAd>(&cpu_device),
+        frossl::<GpuAd>(&device),
         &device,
         &mut seen,
     );
@@ -757,7 +768,8 @@ fn masked_image_modelling_steps_as_on_the_cpu() {
     seen.report("AIM");
 }
 
-/// iBOT's and DINOv2's objective on the small ViT of [`masked_image_modelling_steps_as_on_the_cpu`].
+/// iBOT's, iBOT++'s and DINOv2's objective on the small ViT of
+/// [`masked_image_modelling_steps_as_on_the_cpu`].
 #[test]
 fn ibot_and_dinov2s_objective_step_as_on_the_cpu() {
     let Some(device) = gpu() else { return };
@@ -784,6 +796,14 @@ fn ibot_and_dinov2s_objective_step_as_on_the_cpu() {
         "iBOT + Sinkhorn-Knopp",
         ibot_sinkhorn::<CpuAd>(&CpuDevice::default()),
         ibot_sinkhorn::<GpuAd>(&device),
+        &device,
+        &mut seen,
+    );
+    // iBOT++: the visible tokens' term and the centre moved by every token.
+    compare(
+        "iBOT++",
+        ibot_plus_plus::<CpuAd>(&CpuDevice::default()),
+        ibot_plus_plus::<GpuAd>(&device),
         &device,
         &mut seen,
     );
