@@ -204,3 +204,31 @@ fn a_method_that_reads_dataset_indexes_is_refused() {
     assert_eq!(error.field, "method");
     assert!(error.to_string().contains("dataset indexes"), "{error}");
 }
+
+/// burn-train's Learner steps every parameter at one learning rate: a method with a parameter
+/// group at a rate of its own (All4One's transformer at 0.1) is refused, naming the method; at a
+/// factor of 1 the same method is accepted.
+#[test]
+fn a_method_with_its_own_learning_rates_is_refused() {
+    use curriculum_ssl::method::All4OneConfig;
+    let device = Default::default();
+    let all4one = |factor: f64| {
+        init_method::<Ad, _, curriculum_ssl::ConfigError>(&device, 11, |d| {
+            All4OneConfig::new()
+                .with_hidden_dim(16)
+                .with_output_dim(8)
+                .with_predictor_hidden_dim(16)
+                .with_transformer_heads(2)
+                .with_support_set_size(32)
+                .with_transformer_lr_factor(factor)
+                .init(|d| LeNetConfig::lenet5().init(d), 16, d)
+        })
+        .unwrap()
+    };
+    let Err(error) = LearnerMethod::new(all4one(0.1), augmenter(), 2, EPOCHS) else {
+        panic!("All4One with its transformer at 0.1 was accepted by the Learner");
+    };
+    assert_eq!(error.field, "method");
+    assert!(error.to_string().contains("learning rate"), "{error}");
+    assert!(LearnerMethod::new(all4one(1.0), augmenter(), 2, EPOCHS).is_ok());
+}

@@ -126,7 +126,8 @@ impl<B: AutodiffBackend, M: SslMethod<B> + Send> LearnerMethod<B, M> {
     /// If `steps_per_epoch` or `epochs` is 0, or the augmenter or the method needs a hook of
     /// the crate's own loop: an adaptive augmentation (the self-paced AutoAugment learns from
     /// the loop's losses), object boxes (MICO's crop-and-rotate), the batch's dataset indexes
-    /// (DeepCluster v2), or local crops the method does not take.
+    /// (DeepCluster v2), parameters at a learning rate of their own ([`SslMethod::lr_groups`]
+    /// at a factor other than 1), or local crops the method does not take.
     pub fn new(
         method: M,
         augmenter: Augmenter,
@@ -158,6 +159,14 @@ impl<B: AutodiffBackend, M: SslMethod<B> + Send> LearnerMethod<B, M> {
                 "method",
                 "the method reads the batch's dataset indexes (DeepCluster v2's memory bank), \
                  which burn-train's batches do not carry; train it with the crate's Trainer",
+            ));
+        }
+        if method.lr_groups().iter().any(|group| group.factor != 1.0) {
+            return Err(ConfigError::new(
+                "method",
+                "the method steps some parameters at their own learning rate (CAPI's clustering \
+                 head, All4One's transformer), which burn-train's one optimiser step cannot: set \
+                 their factor to 1, or train it with the crate's Trainer",
             ));
         }
         if augmenter.config().local_crops.is_some() && !method.takes_local_crops() {
