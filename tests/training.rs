@@ -428,7 +428,7 @@ fn the_trainer_steps_a_methods_lr_group_at_its_factor() {
             loader(subset(32), 16, 2),
         )
         .config(train_config(1))
-        .run_dir(&run_dir(&format!("lr-group-{factor}")))
+        .run_dir(run_dir(&format!("lr-group-{factor}")))
         .build(&device)
         .unwrap();
         trainer.fit().unwrap();
