@@ -48,6 +48,11 @@ where
     })
 }
 
+/// A loss `[1]` and named statistics for logging (each `[1]`, detached): what an objective of a
+/// method's shape ([`PairObjective`](super::PairObjective),
+/// [`SlicedObjective`](super::SlicedObjective)) gives for a step.
+pub type LossAndStats<B> = (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>);
+
 /// The loss of one step and named statistics for logging (detached).
 #[derive(Debug, Clone)]
 pub struct MethodOutput<B: Backend> {
