@@ -6,7 +6,7 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::all4one_transformer::{positional_table, sequences, All4OneTransformer};
-use super::encoder::Projected;
+use super::encoder::{online_with_copy, Projected};
 use super::momentum::MomentumEncoder;
 use super::queue::{KeyQueue, KeyQueueConfig};
 use super::ssl_method::{online_in, replica_in, HasBackbone, MethodOutput, SslMethod, Views};
@@ -105,34 +105,31 @@ impl All4OneConfig {
         };
         let predictor =
             MlpHeadConfig::new(self.output_dim, self.predictor_hidden_dim, self.output_dim);
-        let online_backbone = backbone(device);
-        let projector = projector(online_backbone.feature_dim());
-        let online = All4OneNetwork {
-            backbone: online_backbone,
-            projector: projector.init(device)?,
-            predictor: predictor.init(device)?,
-            predictor2: predictor.init(device)?,
-            transformer: All4OneTransformer::new(
-                self.output_dim,
-                self.transformer_heads,
-                2 * self.output_dim,
-                self.transformer_layers,
-                self.transformer_dropout,
-                device,
-            )?,
+        let network = |backbone, projector| -> Result<All4OneNetwork<B, M>, ConfigError> {
+            Ok(All4OneNetwork {
+                backbone,
+                projector,
+                predictor: predictor.init(device)?,
+                predictor2: predictor.init(device)?,
+                transformer: All4OneTransformer::new(
+                    self.output_dim,
+                    self.transformer_heads,
+                    2 * self.output_dim,
+                    self.transformer_layers,
+                    self.transformer_dropout,
+                    device,
+                )?,
+            })
         };
-        crate::base::seed::check_size(&online, "the online network")?;
-        crate::base::seed::materialise(&online);
-        let fresh = Projected {
-            backbone: backbone(device),
-            projector: projector.init(device)?,
-        };
-        let copy = MomentumEncoder::new(
-            &online.encoder(),
-            fresh,
-            self.base_momentum,
-            true,
-            "base_momentum",
+        let (online, copy) = online_with_copy(
+            backbone,
+            projector,
+            network,
+            |online, fresh| {
+                let encoder = online.encoder();
+                MomentumEncoder::new(&encoder, fresh, self.base_momentum, true, "base_momentum")
+            },
+            device,
         )?;
         Ok(All4One {
             online,

@@ -8,7 +8,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::encoder::{Predicted, Projected};
+use super::encoder::{online_with_copy, Predicted, Projected};
 use super::momentum::MomentumEncoder;
 use super::running::Running;
 use super::ssl_method::{online_in, replica_in, MethodOutput, SslMethod, Views};
@@ -110,21 +110,17 @@ impl SmogConfig {
         };
         let predictor =
             MlpHeadConfig::new(self.output_dim, self.predictor_hidden_dim, self.output_dim);
-        let online_backbone = backbone(device);
-        let projector = projector(online_backbone.feature_dim());
-        let online = Predicted {
-            backbone: online_backbone,
-            projector: projector.init(device)?,
-            predictor: predictor.init(device)?,
-        };
-        crate::base::seed::check_size(&online, "the online network")?;
-        crate::base::seed::materialise(&online);
-        let fresh = Projected {
-            backbone: backbone(device),
-            projector: projector.init(device)?,
-        };
-        let copy =
-            MomentumEncoder::new(&online.encoder(), fresh, self.momentum, false, "momentum")?;
+        let (online, copy) = online_with_copy(
+            backbone,
+            projector,
+            |backbone, projector| {
+                Predicted::with_predictor(backbone, projector, &predictor, device)
+            },
+            |online, fresh| {
+                MomentumEncoder::new(&online.encoder(), fresh, self.momentum, false, "momentum")
+            },
+            device,
+        )?;
         // lightly's example: `torch.rand(n_groups, 128)`.
         let groups = Tensor::random(
             [self.groups, self.output_dim],
