@@ -17,7 +17,7 @@ use crate::base::seed::mix_seed;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::MlpHeadConfig;
-use crate::loss::{l2_normalize, SmogLoss, SmogLossConfig};
+use crate::loss::{assigned_means, host_indices, l2_normalize, SmogLoss, SmogLossConfig};
 
 /// The tag that seeds SMoG's k-means draws (with the run's seed and the step).
 const KMEANS_TAG: u64 = 0x534d_6f47_4b4d_4e53;
@@ -427,30 +427,11 @@ pub fn device_kmeans<B: Backend>(
     for _ in 0..iterations {
         let centre_norms = centres.clone().powf_scalar(2.0).sum_dim(1).transpose(); // [1, k]
         let scores = rows.clone().matmul(centres.clone().transpose()) * (-2.0) + centre_norms;
-        let assigned: Vec<usize> = scores
-            .argmin(1)
-            .reshape([n])
-            .into_data()
-            .convert::<i64>()
-            .to_vec::<i64>()
-            .unwrap()
-            .into_iter()
-            .map(|i| i as usize)
-            .collect();
+        let assigned = host_indices(scores.argmin(1).reshape([n]));
         if previous.as_ref() == Some(&assigned) {
             break;
         }
-        let mut one_hot = vec![0.0; n * k];
-        let mut counts = vec![0usize; k];
-        for (i, &a) in assigned.iter().enumerate() {
-            one_hot[i * k + a] = 1.0;
-            counts[a] += 1;
-        }
-        let one_hot = Tensor::<B, 2>::from_data(TensorData::new(one_hot, [n, k]), &device);
-        let column = |v: Vec<f64>| Tensor::<B, 2>::from_data(TensorData::new(v, [k, 1]), &device);
-        let present = column(counts.iter().map(|&c| f64::from(u8::from(c > 0))).collect());
-        let inverse = column(counts.iter().map(|&c| 1.0 / c.max(1) as f64).collect());
-        let means = one_hot.transpose().matmul(rows.clone()) * inverse;
+        let (means, present) = assigned_means(rows.clone(), &assigned, k);
         centres = means * present.clone() + centres * (present.neg() + 1.0);
         previous = Some(assigned);
     }
