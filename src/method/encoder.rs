@@ -282,9 +282,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> PredictedWithCopy<B, M> {
             copy.forward_grouped(x.detach(), groups).detach()
         });
         let embeddings = projections.clone();
-        MethodOutput::new(loss(predictions, projections))
-            .with_momentum(self.copy.momentum_at(progress))
-            .with_embeddings(embeddings)
+        self.copy
+            .output(loss(predictions, projections), progress, embeddings)
     }
 
     /// The method became one replica of a data-parallel run: the views' passes stay on its

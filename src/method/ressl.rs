@@ -148,9 +148,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for ReSsl<B, M> {
         let k = l2_normalize(k);
         self.queue
             .stage(Replica::gather_on(self.replica.as_ref(), k).detach());
-        MethodOutput::new(loss)
-            .with_momentum(self.momentum.momentum_at(progress))
-            .with_embeddings(embeddings)
+        self.momentum.output(loss, progress, embeddings)
     }
 
     replica_in!(

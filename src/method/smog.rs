@@ -261,9 +261,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Smog<B, M> {
         } else {
             [encoded.detach(), momentum]
         };
-        MethodOutput::new(out.loss)
-            .with_momentum(self.copy.momentum_at(progress))
-            .with_embeddings(embeddings)
+        self.copy.output(out.loss, progress, embeddings)
     }
 
     replica_in!(

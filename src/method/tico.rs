@@ -132,9 +132,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Tico<B, M> {
         let z_b = Replica::gather_on(replica, z_b).detach();
         let (loss, covariance) = self.loss.forward(z_a, z_b, self.covariance.value());
         self.covariance.propose(covariance);
-        MethodOutput::new(loss)
-            .with_momentum(self.momentum.momentum_at(progress))
-            .with_embeddings(embeddings)
+        self.momentum.output(loss, progress, embeddings)
     }
 
     replica_in!(
