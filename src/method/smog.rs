@@ -440,12 +440,12 @@ pub fn device_kmeans<B: Backend>(
 mod tests {
     use super::*;
     use crate::method::testing::TinyBackbone as Tiny;
-    use crate::method::testing::{host, images, progress, Ad};
+    use crate::method::testing::{built, host, images, progress, Ad};
     use crate::optim::SgdConfig;
     use burn::optim::Optimizer;
 
     fn smog(reset_interval: usize) -> Smog<Ad, Tiny<Ad>> {
-        crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 7, |d| {
+        built(7, |d| {
             SmogConfig::new()
                 .with_hidden_dim(8)
                 .with_predictor_hidden_dim(8)
@@ -456,19 +456,23 @@ mod tests {
                 .with_momentum(0.9)
                 .init(|d| Tiny::new(16, 6, d), d)
         })
-        .unwrap()
     }
 
     fn step(m: &mut Smog<Ad, Tiny<Ad>>, at: Progress, shift: f64) -> f64 {
         let out = m.forward(images(4, shift), images(4, shift + 1.0), at);
         let loss = host(out.loss.clone())[0];
+        commit(m, out, at);
+        loss
+    }
+
+    /// An SGD step (rate 0.5) on the loss of `out`, then the method's `after_step`.
+    fn commit(m: &mut Smog<Ad, Tiny<Ad>>, out: MethodOutput<Ad>, at: Progress) {
         let grads = m.gradients(&out.loss);
         let mut optim = SgdConfig::new()
             .init::<Ad, Predicted<Ad, Tiny<Ad>>>()
             .unwrap();
         m.set_online(optim.step(0.5, m.online().clone(), grads));
         m.after_step(at);
-        loss
     }
 
     /// The loss is the [`SmogLoss`] of the online predictions of the first view, the online
@@ -507,12 +511,7 @@ mod tests {
         let copy_before = host(m.copy().network().backbone.fc.weight.val());
         let out = m.forward(images(4, 0.0), images(4, 1.0), at);
         assert_eq!(host(m.groups()), groups, "proposed, not yet kept");
-        let grads = m.gradients(&out.loss);
-        let mut optim = SgdConfig::new()
-            .init::<Ad, Predicted<Ad, Tiny<Ad>>>()
-            .unwrap();
-        m.set_online(optim.step(0.5, m.online().clone(), grads));
-        m.after_step(at);
+        commit(&mut m, out, at);
         assert_ne!(host(m.groups()), groups);
         let (bank_after, pointer) = m.memory_bank();
         assert_eq!(pointer, 4);

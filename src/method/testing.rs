@@ -14,6 +14,16 @@ pub(crate) type Ad = burn::backend::Autodiff<burn::backend::NdArray<f64>>;
 /// [`Ad`]'s device.
 pub(crate) type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
 
+/// The method `build` makes on [`Ad`]'s default device under `seed`
+/// ([`init_method`](super::init_method)), unwrapped.
+pub(crate) fn built<S: super::SslMethod<Ad>>(
+    seed: u64,
+    build: impl FnOnce(&Dev) -> Result<S, crate::base::error::ConfigError>,
+) -> S {
+    super::init_method::<Ad, _, crate::base::error::ConfigError>(&Default::default(), seed, build)
+        .unwrap()
+}
+
 /// A small backbone for the methods' unit tests: flatten, linear, ReLU.
 #[derive(Module, Debug)]
 pub(crate) struct TinyBackbone<B: Backend> {

@@ -151,11 +151,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Tico<B, M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
+    use crate::method::testing::{built, host, images, progress, Ad, TinyBackbone as Tiny};
 
     fn tico() -> Tico<Ad, Tiny<Ad>> {
-        let device = Default::default();
-        crate::method::init_method::<Ad, _, ConfigError>(&device, 9, |d| {
+        built(9, |d| {
             let tiny =
                 |d: &<Ad as burn::tensor::backend::BackendTypes>::Device| Tiny::new(16, 6, d);
             TicoConfig::new()
@@ -163,7 +162,6 @@ mod tests {
                 .with_output_dim(4)
                 .init(tiny, d)
         })
-        .unwrap()
     }
 
     fn at(step: usize) -> Progress {
