@@ -167,7 +167,6 @@ impl SmogLoss {
     }
 }
 
-/// An index tensor's values on the host.
 /// The mean of the rows of `x` assigned to each of `k` clusters (`assigned[i]` the cluster of
 /// row `i`; zero for a cluster without rows) and whether each cluster has rows (1 or 0). The
 /// means carry `x`'s gradient. SMoG's group update and its k-means' step.
@@ -195,7 +194,7 @@ pub(crate) fn assigned_means<B: Backend>(
     (one_hot.transpose().matmul(x) * inverse_counts, present)
 }
 
-/// The values of an index tensor on the host.
+/// An index tensor's values on the host.
 pub(crate) fn host_indices<B: Backend>(indices: Tensor<B, 1, Int>) -> Vec<usize> {
     indices
         .into_data()

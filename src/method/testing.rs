@@ -92,8 +92,9 @@ impl<B: Backend> Backbone<B> for TinyMap<B> {
 }
 
 /// The views' geometry of a batch of `n` images for the dense methods' unit tests (VICRegL,
-/// DetCon): the `i`-th a crop of `(12 − i mod 2) × (10 + i)` pixels at row `i mod 3`, column
-/// `(i + shift) mod 4`, flipped when `flipped` differs from `i` being odd, resized to 4 × 4.
+/// DetCon): the `i`-th a crop `10 + i` pixels high and `12 − i mod 2` wide at row `i mod 3`,
+/// column `(i + shift) mod 4`, flipped when `flipped` differs from `i` being odd, resized to
+/// 4 × 4.
 pub(crate) fn geometry(n: usize, flipped: bool, shift: usize) -> Vec<ViewGeometry> {
     (0..n)
         .map(|i| ViewGeometry {
