@@ -135,6 +135,7 @@ pub use nt_xent::{NtXentLoss, NtXentLossConfig};
 pub use ressl::{ReSslLoss, ReSslLossConfig};
 pub use similarity::l2_normalize;
 pub(crate) use similarity::safe_norm;
+pub(crate) use smog::{assigned_means, host_indices};
 pub use smog::{SmogLoss, SmogLossConfig, SmogOutput};
 pub use soft_nce::{top_k_indices, AlphaSchedule, SoftNceLoss, SoftNceLossConfig, SoftNceWeights};
 pub use soft_target::{mixup_targets, SoftTargetCrossEntropy, SoftTargetCrossEntropyConfig};

@@ -111,21 +111,8 @@ impl SmogLoss {
         groups: Tensor<B, 2>,
     ) -> Tensor<B, 2> {
         let [k, _] = groups.dims();
-        let device = x.device();
         let assigned = host_indices(self.assign(x.clone(), groups.clone()));
-        let n = assigned.len();
-        let mut one_hot = vec![0.0; n * k];
-        let mut counts = vec![0usize; k];
-        for (i, &a) in assigned.iter().enumerate() {
-            one_hot[i * k + a] = 1.0;
-            counts[a] += 1;
-        }
-        let one_hot = Tensor::<B, 2>::from_data(TensorData::new(one_hot, [n, k]), &device);
-        let column =
-            |values: Vec<f64>| Tensor::<B, 2>::from_data(TensorData::new(values, [k, 1]), &device);
-        let present = column(counts.iter().map(|&c| f64::from(u8::from(c > 0))).collect());
-        let inverse_counts = column(counts.iter().map(|&c| 1.0 / c.max(1) as f64).collect());
-        let means = one_hot.transpose().matmul(x) * inverse_counts;
+        let (means, present) = assigned_means(x, &assigned, k);
         let moved = groups.clone() * self.beta + means * (1.0 - self.beta);
         // A 0/1 blend: exact on either side.
         moved * present.clone() + groups * (present.neg() + 1.0)
@@ -180,8 +167,35 @@ impl SmogLoss {
     }
 }
 
+/// The mean of the rows of `x` assigned to each of `k` clusters (`assigned[i]` the cluster of
+/// row `i`; zero for a cluster without rows) and whether each cluster has rows (1 or 0). The
+/// means carry `x`'s gradient. SMoG's group update and its k-means' step.
+///
+/// # Shapes
+/// - `x`: `[N, D]`, `assigned`: `N` clusters below `k` → (`[k, D]`, `[k, 1]`)
+pub(crate) fn assigned_means<B: Backend>(
+    x: Tensor<B, 2>,
+    assigned: &[usize],
+    k: usize,
+) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let device = x.device();
+    let n = assigned.len();
+    let mut one_hot = vec![0.0; n * k];
+    let mut counts = vec![0usize; k];
+    for (i, &a) in assigned.iter().enumerate() {
+        one_hot[i * k + a] = 1.0;
+        counts[a] += 1;
+    }
+    let one_hot = Tensor::<B, 2>::from_data(TensorData::new(one_hot, [n, k]), &device);
+    let column =
+        |values: Vec<f64>| Tensor::<B, 2>::from_data(TensorData::new(values, [k, 1]), &device);
+    let present = column(counts.iter().map(|&c| f64::from(u8::from(c > 0))).collect());
+    let inverse_counts = column(counts.iter().map(|&c| 1.0 / c.max(1) as f64).collect());
+    (one_hot.transpose().matmul(x) * inverse_counts, present)
+}
+
 /// An index tensor's values on the host.
-fn host_indices<B: Backend>(indices: Tensor<B, 1, Int>) -> Vec<usize> {
+pub(crate) fn host_indices<B: Backend>(indices: Tensor<B, 1, Int>) -> Vec<usize> {
     indices
         .into_data()
         .convert::<i64>()

@@ -6,7 +6,7 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::all4one_transformer::{positional_table, sequences, All4OneTransformer};
-use super::encoder::Projected;
+use super::encoder::{online_with_copy, Projected};
 use super::momentum::MomentumEncoder;
 use super::queue::{KeyQueue, KeyQueueConfig};
 use super::ssl_method::{online_in, replica_in, HasBackbone, MethodOutput, SslMethod, Views};
@@ -105,34 +105,31 @@ impl All4OneConfig {
         };
         let predictor =
             MlpHeadConfig::new(self.output_dim, self.predictor_hidden_dim, self.output_dim);
-        let online_backbone = backbone(device);
-        let projector = projector(online_backbone.feature_dim());
-        let online = All4OneNetwork {
-            backbone: online_backbone,
-            projector: projector.init(device)?,
-            predictor: predictor.init(device)?,
-            predictor2: predictor.init(device)?,
-            transformer: All4OneTransformer::new(
-                self.output_dim,
-                self.transformer_heads,
-                2 * self.output_dim,
-                self.transformer_layers,
-                self.transformer_dropout,
-                device,
-            )?,
+        let network = |backbone, projector| -> Result<All4OneNetwork<B, M>, ConfigError> {
+            Ok(All4OneNetwork {
+                backbone,
+                projector,
+                predictor: predictor.init(device)?,
+                predictor2: predictor.init(device)?,
+                transformer: All4OneTransformer::new(
+                    self.output_dim,
+                    self.transformer_heads,
+                    2 * self.output_dim,
+                    self.transformer_layers,
+                    self.transformer_dropout,
+                    device,
+                )?,
+            })
         };
-        crate::base::seed::check_size(&online, "the online network")?;
-        crate::base::seed::materialise(&online);
-        let fresh = Projected {
-            backbone: backbone(device),
-            projector: projector.init(device)?,
-        };
-        let copy = MomentumEncoder::new(
-            &online.encoder(),
-            fresh,
-            self.base_momentum,
-            true,
-            "base_momentum",
+        let (online, copy) = online_with_copy(
+            backbone,
+            projector,
+            network,
+            |online, fresh| {
+                let encoder = online.encoder();
+                MomentumEncoder::new(&encoder, fresh, self.base_momentum, true, "base_momentum")
+            },
+            device,
         )?;
         Ok(All4One {
             online,
@@ -352,25 +349,25 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for All4One<B, M>
 mod tests {
     use super::*;
     use crate::method::testing::TinyBackbone as Tiny;
-    use crate::method::testing::{cosine, host, images, progress, Ad};
+    use crate::method::testing::{built, cosine, host, images, progress, Ad};
     use crate::optim::SgdConfig;
     use burn::module::{ModuleVisitor, Param, ParamId};
     use burn::optim::Optimizer;
 
+    /// The tests' small All4One (the transformer's dropout at its default).
+    fn small_config() -> All4OneConfig {
+        All4OneConfig::new()
+            .with_hidden_dim(8)
+            .with_output_dim(4)
+            .with_predictor_hidden_dim(8)
+            .with_support_set_size(12)
+            .with_neighbours(3)
+            .with_transformer_heads(2)
+    }
+
     fn all4one(dropout: f64) -> All4One<Ad, Tiny<Ad>> {
-        let device = Default::default();
-        crate::method::init_method::<Ad, _, ConfigError>(&device, 11, |d| {
-            All4OneConfig::new()
-                .with_hidden_dim(8)
-                .with_output_dim(4)
-                .with_predictor_hidden_dim(8)
-                .with_support_set_size(12)
-                .with_neighbours(3)
-                .with_transformer_heads(2)
-                .with_transformer_dropout(dropout)
-                .init(|d| Tiny::new(16, 6, d), 4, d)
-        })
-        .unwrap()
+        let config = small_config().with_transformer_dropout(dropout);
+        built(11, |d| config.init(|d| Tiny::new(16, 6, d), 4, d))
     }
 
     /// The `k` nearest keys are the support set's rows in descending order of cosine with the
@@ -553,18 +550,7 @@ mod tests {
         m.forward(images(4, 0.0), images(4, 1.0), at);
         m.after_step(at);
         m.after_step(at);
-        let device = Default::default();
-        let mut other = crate::method::init_method::<Ad, _, ConfigError>(&device, 12, |d| {
-            All4OneConfig::new()
-                .with_hidden_dim(8)
-                .with_output_dim(4)
-                .with_predictor_hidden_dim(8)
-                .with_support_set_size(12)
-                .with_neighbours(3)
-                .with_transformer_heads(2)
-                .init(|d| Tiny::new(16, 6, d), 4, d)
-        })
-        .unwrap();
+        let mut other = built(12, |d| small_config().init(|d| Tiny::new(16, 6, d), 4, d));
         let copy = |m: &All4One<Ad, Tiny<Ad>>| {
             host(m.momentum_encoder().network().backbone.fc.weight.val())
         };
@@ -579,7 +565,7 @@ mod tests {
         let state = m.state();
         let wrong = All4OneState {
             momentum: state.momentum,
-            support: Tensor::zeros([8, 4], &device),
+            support: Tensor::zeros([8, 4], &Default::default()),
             pointer: 0,
         };
         assert_eq!(

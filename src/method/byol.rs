@@ -118,19 +118,17 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Byol<B, M> {
 mod tests {
     use super::*;
     use crate::method::testing::TinyBackbone as Tiny;
-    use crate::method::testing::{cosine, host, images, mean_over_rows, progress, Ad};
+    use crate::method::testing::{built, cosine, host, images, mean_over_rows, progress, Ad};
     use crate::optim::SgdConfig;
     use burn::optim::Optimizer;
 
     fn byol() -> Byol<Ad, Tiny<Ad>> {
-        let device = Default::default();
-        crate::method::init_method::<Ad, _, ConfigError>(&device, 5, |d| {
+        built(5, |d| {
             ByolConfig::new()
                 .with_hidden_dim(8)
                 .with_output_dim(4)
                 .init(|d| Tiny::new(16, 6, d), d)
         })
-        .unwrap()
     }
 
     /// The loss is `2 − 2·cos(p, t)` averaged over the images, summed over both orderings of

@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 
 use super::branches::ViewThreads;
 use super::encoder::Projected;
-use super::ssl_method::{online_in, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, replica_in, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
@@ -413,14 +413,14 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for DeepClusterV2
         MethodOutput::new(loss).with_embeddings([z1, z2])
     }
 
-    /// The bank takes every replica's projections and indexes (gathered), so every replica runs
-    /// the same k-means; each replica's loss is its rows' share of the global mean, and the
-    /// replicas' average gradient is the one-device gradient (with synchronised batch norms).
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.view_threads.replicated();
-        self.replica = Some(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// The bank takes every replica's projections and indexes (gathered), so every replica
+        /// runs the same k-means; each replica's loss is its rows' share of the global mean, and
+        /// the replicas' average gradient is the one-device gradient (with synchronised batch
+        /// norms).
+        replica,
+        view_threads
+    );
 
     /// The step's projections go into the bank.
     fn after_step(&mut self, _: Progress) {

@@ -540,7 +540,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for DetCon<B, M> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, images, progress, Ad, TinyMap};
+    use crate::method::testing::{geometry, host, images, progress, Ad, TinyMap};
 
     fn detcon(variant: DetConVariant) -> DetCon<Ad, TinyMap<Ad>> {
         crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 13, |d| {
@@ -553,21 +553,6 @@ mod tests {
                 .init(|d| TinyMap::new(1, 5, d), d)
         })
         .unwrap()
-    }
-
-    fn geometry(n: usize, flipped: bool, shift: usize) -> Vec<ViewGeometry> {
-        (0..n)
-            .map(|i| ViewGeometry {
-                crop: CropBox {
-                    top: i % 3,
-                    left: (i + shift) % 4,
-                    height: 10 + i,
-                    width: 12 - i % 2,
-                },
-                flipped: flipped ^ (i % 2 == 1),
-                output: [4, 4],
-            })
-            .collect()
     }
 
     /// An independent computation of a position's region: the image box's id at every input

@@ -6,7 +6,7 @@ use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
 
 use super::projected_pair::{PairNetwork, PairObjective, ProjectedPair};
-use super::ssl_method::HasBackbone;
+use super::ssl_method::{HasBackbone, LossAndStats};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::loss::{DirectClrLoss, DirectClrLossConfig};
@@ -85,12 +85,7 @@ impl<B: Backend, M: Backbone<B>> PairNetwork<B> for Unprojected<B, M> {
 pub type DirectClr<B, M> = ProjectedPair<B, M, DirectClrLoss, Unprojected<B, M>>;
 
 impl<B: Backend> PairObjective<B> for DirectClrLoss {
-    fn loss(
-        &self,
-        r1: Tensor<B, 2>,
-        r2: Tensor<B, 2>,
-        _: Progress,
-    ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>) {
+    fn loss(&self, r1: Tensor<B, 2>, r2: Tensor<B, 2>, _: Progress) -> LossAndStats<B> {
         let heads = Tensor::cat(
             vec![self.truncate(r1.clone()), self.truncate(r2.clone())],
             0,

@@ -141,6 +141,23 @@ impl<B: Backend, M: Backbone<B>> Predicted<B, M> {
         (z, p)
     }
 
+    /// The network of `backbone`, `projector` and the predictor `predictor` builds.
+    ///
+    /// # Errors
+    /// A zero width in the predictor.
+    pub(crate) fn with_predictor(
+        backbone: M,
+        projector: MlpHead<B>,
+        predictor: &MlpHeadConfig,
+        device: &B::Device,
+    ) -> Result<Self, ConfigError> {
+        Ok(Self {
+            backbone,
+            projector,
+            predictor: predictor.init(device)?,
+        })
+    }
+
     /// The encoder without its predictor (sharing its tensors: the source of a momentum copy,
     /// [`MomentumEncoder::new`](super::MomentumEncoder::new)).
     pub fn encoder(&self) -> Projected<B, M> {
@@ -149,6 +166,34 @@ impl<B: Backend, M: Backbone<B>> Predicted<B, M> {
             projector: self.projector.clone(),
         }
     }
+}
+
+/// An online network `online` makes of a backbone made by `backbone` and the projector
+/// `projector` gives for the backbone's feature width (its size checked and its weights drawn),
+/// and the momentum copy `copy` makes of it with a fresh encoder (backbone and projector, built
+/// the same way): BYOL's and MoCo v3's networks ([`PredictedWithCopy`]), SMoG's and All4One's.
+///
+/// # Errors
+/// A zero width in the projector, a network too large to draw, or what `online` or `copy`
+/// refuse.
+pub(crate) fn online_with_copy<B: Backend, M: Backbone<B>, N: Module<B>>(
+    backbone: impl Fn(&B::Device) -> M,
+    projector: impl Fn(usize) -> MlpHeadConfig,
+    online: impl FnOnce(M, MlpHead<B>) -> Result<N, ConfigError>,
+    copy: impl FnOnce(&N, Projected<B, M>) -> Result<MomentumEncoder<Projected<B, M>>, ConfigError>,
+    device: &B::Device,
+) -> Result<(N, MomentumEncoder<Projected<B, M>>), ConfigError> {
+    let online_backbone = backbone(device);
+    let projector = projector(online_backbone.feature_dim());
+    let online = online(online_backbone, projector.init(device)?)?;
+    crate::base::seed::check_size(&online, "the online network")?;
+    crate::base::seed::materialise(&online);
+    let fresh = Projected {
+        backbone: backbone(device),
+        projector: projector.init(device)?,
+    };
+    let copy = copy(&online, fresh)?;
+    Ok((online, copy))
 }
 
 /// An online [`Predicted`] network, the momentum copy of its encoder (backbone and projector) and
@@ -183,25 +228,15 @@ impl<B: Backend, M: Backbone<B>> PredictedWithCopy<B, M> {
         base_momentum: f64,
         device: &B::Device,
     ) -> Result<Self, ConfigError> {
-        let online_backbone = backbone(device);
-        let projector = projector(online_backbone.feature_dim());
-        let online = Predicted {
-            backbone: online_backbone,
-            projector: projector.init(device)?,
-            predictor: predictor.init(device)?,
-        };
-        crate::base::seed::check_size(&online, "the online network")?;
-        crate::base::seed::materialise(&online);
-        let fresh = Projected {
-            backbone: backbone(device),
-            projector: projector.init(device)?,
-        };
-        let copy = MomentumEncoder::new(
-            &online.encoder(),
-            fresh,
-            base_momentum,
-            true,
-            "base_momentum",
+        let (online, copy) = online_with_copy(
+            backbone,
+            projector,
+            |backbone, projector| Predicted::with_predictor(backbone, projector, predictor, device),
+            |online, fresh| {
+                let encoder = online.encoder();
+                MomentumEncoder::new(&encoder, fresh, base_momentum, true, "base_momentum")
+            },
+            device,
         )?;
         Ok(Self {
             online,
@@ -247,9 +282,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> PredictedWithCopy<B, M> {
             copy.forward_grouped(x.detach(), groups).detach()
         });
         let embeddings = projections.clone();
-        MethodOutput::new(loss(predictions, projections))
-            .with_momentum(self.copy.momentum_at(progress))
-            .with_embeddings(embeddings)
+        self.copy
+            .output(loss(predictions, projections), progress, embeddings)
     }
 
     /// The method became one replica of a data-parallel run: the views' passes stay on its

@@ -4,6 +4,7 @@ use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
 
 use super::sliced_views::{SlicedObjective, SlicedViews};
+use super::ssl_method::LossAndStats;
 use crate::base::error::ConfigError;
 use crate::head::{HeadActivation, MlpHeadConfig};
 use crate::loss::{LeJepaLoss, LeJepaLossConfig};
@@ -77,7 +78,7 @@ impl<B: Backend> SlicedObjective<B> for LeJepaLoss {
         global: &[Tensor<B, 2>],
         local: &[Tensor<B, 2>],
         directions: Tensor<B, 2>,
-    ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>) {
+    ) -> LossAndStats<B> {
         let terms = self.terms(global, local, directions);
         let stats = vec![
             ("lejepa_sigreg", terms.sigreg),

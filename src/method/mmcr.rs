@@ -143,9 +143,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Mmcr<B, M> {
             .map(|z| z.detach())
             .collect();
         let loss = self.loss.forward(online, momentum);
-        MethodOutput::new(loss)
-            .with_momentum(self.momentum.momentum_at(progress))
-            .with_embeddings(embeddings)
+        self.momentum.output(loss, progress, embeddings)
     }
 
     replica_in!(
@@ -163,18 +161,16 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Mmcr<B, M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
+    use crate::method::testing::{built, host, images, progress, Ad, TinyBackbone as Tiny};
 
     fn mmcr(normalize: bool) -> Mmcr<Ad, Tiny<Ad>> {
-        let device = Default::default();
-        crate::method::init_method::<Ad, _, ConfigError>(&device, 17, |d| {
+        built(17, |d| {
             MmcrConfig::new()
                 .with_hidden_dim(8)
                 .with_output_dim(4)
                 .with_normalize(normalize)
                 .init(|d| Tiny::new(16, 6, d), d)
         })
-        .unwrap()
     }
 
     /// `z`'s rows divided by their norms, computed on the host.

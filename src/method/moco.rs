@@ -397,9 +397,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Moco<B, M> {
         };
         let embeddings = [l2_normalize(q1), k2];
         self.queue.stage(keys);
-        let output = MethodOutput::new(loss)
-            .with_momentum(self.key.momentum_at(progress))
-            .with_embeddings(embeddings);
+        let output = self.key.output(loss, progress, embeddings);
         match &self.loss {
             QueueLoss::Soft(soft) => output.with_value("softnce_alpha", soft.alpha_at(progress)),
             _ => output,

@@ -177,7 +177,7 @@ pub use simsiam::{SimSiam, SimSiamConfig};
 pub use sliced_views::{SlicedObjective, SlicedViews};
 pub use smog::{device_kmeans, Smog, SmogConfig, SmogState};
 pub use ssl_method::{gradients_without, init_method, stat, HasBackbone, MethodOutput, SslMethod};
-pub use ssl_method::{TargetState, Views, OBJECT_BOXES};
+pub use ssl_method::{LossAndStats, TargetState, Views, OBJECT_BOXES};
 pub use supcon::{SupCon, SupConConfig};
 pub use swav::{Swav, SwavConfig, SwavNetwork, SwavState};
 pub use tico::{Tico, TicoConfig, TicoState};

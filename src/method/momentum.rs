@@ -3,7 +3,7 @@
 use burn::prelude::*;
 
 use super::ema::{cosine_momentum, detached_copy, ema_update, validate_momentum};
-use super::ssl_method::stat;
+use super::ssl_method::{stat, MethodOutput};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 
@@ -106,6 +106,19 @@ impl<N> MomentumEncoder<N> {
         N: Module<B>,
     {
         self.network = self.network.clone().load_record(record);
+    }
+
+    /// A step's output: `loss`, the momentum at `progress` (the `momentum` column) and the
+    /// step's `embeddings` ([`MethodOutput::with_embeddings`]).
+    pub fn output<B: Backend>(
+        &self,
+        loss: Tensor<B, 1>,
+        progress: Progress,
+        embeddings: [Tensor<B, 2>; 2],
+    ) -> MethodOutput<B> {
+        MethodOutput::new(loss)
+            .with_momentum(self.momentum_at(progress))
+            .with_embeddings(embeddings)
     }
 
     /// The momentum at `progress` as a statistic of the step (`momentum` in steps.csv).

@@ -7,7 +7,9 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::branches::ViewThreads;
 use super::encoder::Projected;
-use super::ssl_method::{online_in, stateless, HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{
+    online_in, replica_in, stateless, HasBackbone, LossAndStats, MethodOutput, SslMethod, Views,
+};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -21,12 +23,7 @@ pub trait PairObjective<B: Backend>: Clone + std::fmt::Debug + 'static {
     ///
     /// # Shapes
     /// - `z1`, `z2`: `[N, D]` → loss `[1]`
-    fn loss(
-        &self,
-        z1: Tensor<B, 2>,
-        z2: Tensor<B, 2>,
-        progress: Progress,
-    ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>);
+    fn loss(&self, z1: Tensor<B, 2>, z2: Tensor<B, 2>, progress: Progress) -> LossAndStats<B>;
 }
 
 /// The network a [`ProjectedPair`] passes both views through: [`Projected`] (a backbone and a
@@ -148,15 +145,14 @@ where
         }
     }
 
-    /// The loss compares images across the batch: every replica computes it on the gathered
-    /// outputs (the same value everywhere), and the gather's backward returns each replica
-    /// `W` times its rows' gradient, which the average over replicas brings back to the
-    /// one-device gradient (`docs/methods.md#on-several-replicas`).
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.view_threads.replicated();
-        self.replica = Some(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// The loss compares images across the batch: every replica computes it on the gathered
+        /// outputs (the same value everywhere), and the gather's backward returns each replica
+        /// `W` times its rows' gradient, which the average over replicas brings back to the
+        /// one-device gradient (`docs/methods.md#on-several-replicas`).
+        replica,
+        view_threads
+    );
 }
 
 #[cfg(test)]

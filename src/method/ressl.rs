@@ -148,9 +148,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for ReSsl<B, M> {
         let k = l2_normalize(k);
         self.queue
             .stage(Replica::gather_on(self.replica.as_ref(), k).detach());
-        MethodOutput::new(loss)
-            .with_momentum(self.momentum.momentum_at(progress))
-            .with_embeddings(embeddings)
+        self.momentum.output(loss, progress, embeddings)
     }
 
     replica_in!(
@@ -168,18 +166,16 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for ReSsl<B, M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
+    use crate::method::testing::{built, host, images, progress, Ad, TinyBackbone as Tiny};
 
     fn ressl() -> ReSsl<Ad, Tiny<Ad>> {
-        let device = Default::default();
-        crate::method::init_method::<Ad, _, ConfigError>(&device, 11, |d| {
+        built(11, |d| {
             ReSslConfig::new()
                 .with_hidden_dim(8)
                 .with_output_dim(4)
                 .with_queue_size(12)
                 .init(|d| Tiny::new(16, 6, d), 4, d)
         })
-        .unwrap()
     }
 
     /// The loss is the soft cross-entropy of the first view's online relation to the queue

@@ -5,7 +5,9 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::encoder::Projected;
-use super::ssl_method::{online_in, replica_in, stateless, MethodOutput, SslMethod, Views};
+use super::ssl_method::{
+    online_in, replica_in, stateless, LossAndStats, MethodOutput, SslMethod, Views,
+};
 use crate::base::error::ConfigError;
 use crate::base::seed::mix_seed;
 use crate::base::Progress;
@@ -36,7 +38,7 @@ pub trait SlicedObjective<B: Backend>: Clone + std::fmt::Debug + 'static {
         global: &[Tensor<B, 2>],
         local: &[Tensor<B, 2>],
         directions: Tensor<B, 2>,
-    ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>);
+    ) -> LossAndStats<B>;
 }
 
 /// A method made of one network (a backbone and a projector) through which every view passes,

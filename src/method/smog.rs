@@ -8,7 +8,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::encoder::{Predicted, Projected};
+use super::encoder::{online_with_copy, Predicted, Projected};
 use super::momentum::MomentumEncoder;
 use super::running::Running;
 use super::ssl_method::{online_in, replica_in, MethodOutput, SslMethod, Views};
@@ -17,7 +17,7 @@ use crate::base::seed::mix_seed;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
 use crate::head::MlpHeadConfig;
-use crate::loss::{l2_normalize, SmogLoss, SmogLossConfig};
+use crate::loss::{assigned_means, host_indices, l2_normalize, SmogLoss, SmogLossConfig};
 
 /// The tag that seeds SMoG's k-means draws (with the run's seed and the step).
 const KMEANS_TAG: u64 = 0x534d_6f47_4b4d_4e53;
@@ -110,21 +110,17 @@ impl SmogConfig {
         };
         let predictor =
             MlpHeadConfig::new(self.output_dim, self.predictor_hidden_dim, self.output_dim);
-        let online_backbone = backbone(device);
-        let projector = projector(online_backbone.feature_dim());
-        let online = Predicted {
-            backbone: online_backbone,
-            projector: projector.init(device)?,
-            predictor: predictor.init(device)?,
-        };
-        crate::base::seed::check_size(&online, "the online network")?;
-        crate::base::seed::materialise(&online);
-        let fresh = Projected {
-            backbone: backbone(device),
-            projector: projector.init(device)?,
-        };
-        let copy =
-            MomentumEncoder::new(&online.encoder(), fresh, self.momentum, false, "momentum")?;
+        let (online, copy) = online_with_copy(
+            backbone,
+            projector,
+            |backbone, projector| {
+                Predicted::with_predictor(backbone, projector, &predictor, device)
+            },
+            |online, fresh| {
+                MomentumEncoder::new(&online.encoder(), fresh, self.momentum, false, "momentum")
+            },
+            device,
+        )?;
         // lightly's example: `torch.rand(n_groups, 128)`.
         let groups = Tensor::random(
             [self.groups, self.output_dim],
@@ -265,9 +261,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Smog<B, M> {
         } else {
             [encoded.detach(), momentum]
         };
-        MethodOutput::new(out.loss)
-            .with_momentum(self.copy.momentum_at(progress))
-            .with_embeddings(embeddings)
+        self.copy.output(out.loss, progress, embeddings)
     }
 
     replica_in!(
@@ -431,30 +425,11 @@ pub fn device_kmeans<B: Backend>(
     for _ in 0..iterations {
         let centre_norms = centres.clone().powf_scalar(2.0).sum_dim(1).transpose(); // [1, k]
         let scores = rows.clone().matmul(centres.clone().transpose()) * (-2.0) + centre_norms;
-        let assigned: Vec<usize> = scores
-            .argmin(1)
-            .reshape([n])
-            .into_data()
-            .convert::<i64>()
-            .to_vec::<i64>()
-            .unwrap()
-            .into_iter()
-            .map(|i| i as usize)
-            .collect();
+        let assigned = host_indices(scores.argmin(1).reshape([n]));
         if previous.as_ref() == Some(&assigned) {
             break;
         }
-        let mut one_hot = vec![0.0; n * k];
-        let mut counts = vec![0usize; k];
-        for (i, &a) in assigned.iter().enumerate() {
-            one_hot[i * k + a] = 1.0;
-            counts[a] += 1;
-        }
-        let one_hot = Tensor::<B, 2>::from_data(TensorData::new(one_hot, [n, k]), &device);
-        let column = |v: Vec<f64>| Tensor::<B, 2>::from_data(TensorData::new(v, [k, 1]), &device);
-        let present = column(counts.iter().map(|&c| f64::from(u8::from(c > 0))).collect());
-        let inverse = column(counts.iter().map(|&c| 1.0 / c.max(1) as f64).collect());
-        let means = one_hot.transpose().matmul(rows.clone()) * inverse;
+        let (means, present) = assigned_means(rows.clone(), &assigned, k);
         centres = means * present.clone() + centres * (present.neg() + 1.0);
         previous = Some(assigned);
     }
@@ -465,12 +440,12 @@ pub fn device_kmeans<B: Backend>(
 mod tests {
     use super::*;
     use crate::method::testing::TinyBackbone as Tiny;
-    use crate::method::testing::{host, images, progress, Ad};
+    use crate::method::testing::{built, host, images, progress, Ad};
     use crate::optim::SgdConfig;
     use burn::optim::Optimizer;
 
     fn smog(reset_interval: usize) -> Smog<Ad, Tiny<Ad>> {
-        crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 7, |d| {
+        built(7, |d| {
             SmogConfig::new()
                 .with_hidden_dim(8)
                 .with_predictor_hidden_dim(8)
@@ -481,19 +456,23 @@ mod tests {
                 .with_momentum(0.9)
                 .init(|d| Tiny::new(16, 6, d), d)
         })
-        .unwrap()
     }
 
     fn step(m: &mut Smog<Ad, Tiny<Ad>>, at: Progress, shift: f64) -> f64 {
         let out = m.forward(images(4, shift), images(4, shift + 1.0), at);
         let loss = host(out.loss.clone())[0];
+        commit(m, out, at);
+        loss
+    }
+
+    /// An SGD step (rate 0.5) on the loss of `out`, then the method's `after_step`.
+    fn commit(m: &mut Smog<Ad, Tiny<Ad>>, out: MethodOutput<Ad>, at: Progress) {
         let grads = m.gradients(&out.loss);
         let mut optim = SgdConfig::new()
             .init::<Ad, Predicted<Ad, Tiny<Ad>>>()
             .unwrap();
         m.set_online(optim.step(0.5, m.online().clone(), grads));
         m.after_step(at);
-        loss
     }
 
     /// The loss is the [`SmogLoss`] of the online predictions of the first view, the online
@@ -532,12 +511,7 @@ mod tests {
         let copy_before = host(m.copy().network().backbone.fc.weight.val());
         let out = m.forward(images(4, 0.0), images(4, 1.0), at);
         assert_eq!(host(m.groups()), groups, "proposed, not yet kept");
-        let grads = m.gradients(&out.loss);
-        let mut optim = SgdConfig::new()
-            .init::<Ad, Predicted<Ad, Tiny<Ad>>>()
-            .unwrap();
-        m.set_online(optim.step(0.5, m.online().clone(), grads));
-        m.after_step(at);
+        commit(&mut m, out, at);
         assert_ne!(host(m.groups()), groups);
         let (bank_after, pointer) = m.memory_bank();
         assert_eq!(pointer, 4);

@@ -48,6 +48,11 @@ where
     })
 }
 
+/// A loss `[1]` and named statistics for logging (each `[1]`, detached): what an objective of a
+/// method's shape ([`PairObjective`](super::PairObjective),
+/// [`SlicedObjective`](super::SlicedObjective)) gives for a step.
+pub type LossAndStats<B> = (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>);
+
 /// The loss of one step and named statistics for logging (detached).
 #[derive(Debug, Clone)]
 pub struct MethodOutput<B: Backend> {
@@ -163,16 +168,18 @@ impl<B: Backend> KeepsReplica<B> for Option<Replica<B>> {
 }
 
 /// [`SslMethod::set_replica`] of a method that only keeps its replica, in its field `$replica`
-/// (an `Option<Replica<B>>` or the method's `StepMasks`: [`KeepsReplica`]); the doc comment
-/// written before the field says what the method does with it. Written inside the
-/// `impl SslMethod for …` block.
+/// (an `Option<Replica<B>>` or the method's `StepMasks`: [`KeepsReplica`]), and, with
+/// `$replica, $view_threads`, keeps the views' passes of its `ViewThreads` on its thread
+/// (`ViewThreads::replicated`); the doc comment written before the fields says what the method
+/// does with the replica. Written inside the `impl SslMethod for …` block.
 macro_rules! replica_in {
-    ($(#[$doc:meta])* $($replica:ident).+) => {
+    ($(#[$doc:meta])* $($replica:ident).+ $(, $($view_threads:ident).+)?) => {
         $(#[$doc])*
         fn set_replica(
             &mut self,
             replica: $crate::data_parallel::Replica<B>,
         ) -> Result<(), $crate::base::error::ConfigError> {
+            $(self.$($view_threads).+.replicated();)?
             $crate::method::ssl_method::KeepsReplica::keep(&mut self.$($replica).+, replica);
             Ok(())
         }

@@ -6,7 +6,7 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::branches::ViewThreads;
 use super::encoder::Projected;
-use super::ssl_method::{online_in, stateless, MethodOutput, SslMethod, Views};
+use super::ssl_method::{online_in, replica_in, stateless, MethodOutput, SslMethod, Views};
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -163,15 +163,14 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SupCon<B, M> 
         MethodOutput::new(loss).with_embeddings(embeddings)
     }
 
-    /// Each replica's anchors are its own rows, its candidates every replica's (gathered with
-    /// their labels); its loss is the mean over its anchors, and the replicas' mean the
-    /// one-device loss. The gather's backward sums every replica's gradient of a replica's rows,
-    /// and the average over replicas gives the one-device gradient.
-    fn set_replica(&mut self, replica: Replica<B>) -> Result<(), ConfigError> {
-        self.view_threads.replicated();
-        self.replica = Some(replica);
-        Ok(())
-    }
+    replica_in!(
+        /// Each replica's anchors are its own rows, its candidates every replica's (gathered with
+        /// their labels); its loss is the mean over its anchors, and the replicas' mean the
+        /// one-device loss. The gather's backward sums every replica's gradient of a replica's
+        /// rows, and the average over replicas gives the one-device gradient.
+        replica,
+        view_threads
+    );
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
 
+use crate::base::geometry::{CropBox, ViewGeometry};
 use crate::base::Progress;
 
 /// The methods' unit tests' backend: burn's NdArray in f64 under autodiff.
@@ -12,6 +13,16 @@ pub(crate) type Ad = burn::backend::Autodiff<burn::backend::NdArray<f64>>;
 
 /// [`Ad`]'s device.
 pub(crate) type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
+
+/// The method `build` makes on [`Ad`]'s default device under `seed`
+/// ([`init_method`](super::init_method)), unwrapped.
+pub(crate) fn built<S: super::SslMethod<Ad>>(
+    seed: u64,
+    build: impl FnOnce(&Dev) -> Result<S, crate::base::error::ConfigError>,
+) -> S {
+    super::init_method::<Ad, _, crate::base::error::ConfigError>(&Default::default(), seed, build)
+        .unwrap()
+}
 
 /// A small backbone for the methods' unit tests: flatten, linear, ReLU.
 #[derive(Module, Debug)]
@@ -78,6 +89,25 @@ impl<B: Backend> Backbone<B> for TinyMap<B> {
                 .reshape([n, k, h, w]),
         )
     }
+}
+
+/// The views' geometry of a batch of `n` images for the dense methods' unit tests (VICRegL,
+/// DetCon): the `i`-th a crop `10 + i` pixels high and `12 − i mod 2` wide at row `i mod 3`,
+/// column `(i + shift) mod 4`, flipped when `flipped` differs from `i` being odd, resized to
+/// 4 × 4.
+pub(crate) fn geometry(n: usize, flipped: bool, shift: usize) -> Vec<ViewGeometry> {
+    (0..n)
+        .map(|i| ViewGeometry {
+            crop: CropBox {
+                top: i % 3,
+                left: (i + shift) % 4,
+                height: 10 + i,
+                width: 12 - i % 2,
+            },
+            flipped: flipped ^ (i % 2 == 1),
+            output: [4, 4],
+        })
+        .collect()
 }
 
 /// `n` one-channel 4 × 4 images, `sin(0.41·i + shift)` for the `i`-th value of the batch.

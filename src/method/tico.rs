@@ -132,9 +132,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Tico<B, M> {
         let z_b = Replica::gather_on(replica, z_b).detach();
         let (loss, covariance) = self.loss.forward(z_a, z_b, self.covariance.value());
         self.covariance.propose(covariance);
-        MethodOutput::new(loss)
-            .with_momentum(self.momentum.momentum_at(progress))
-            .with_embeddings(embeddings)
+        self.momentum.output(loss, progress, embeddings)
     }
 
     replica_in!(
@@ -153,11 +151,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Tico<B, M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::testing::{host, images, progress, Ad, TinyBackbone as Tiny};
+    use crate::method::testing::{built, host, images, progress, Ad, TinyBackbone as Tiny};
 
     fn tico() -> Tico<Ad, Tiny<Ad>> {
-        let device = Default::default();
-        crate::method::init_method::<Ad, _, ConfigError>(&device, 9, |d| {
+        built(9, |d| {
             let tiny =
                 |d: &<Ad as burn::tensor::backend::BackendTypes>::Device| Tiny::new(16, 6, d);
             TicoConfig::new()
@@ -165,7 +162,6 @@ mod tests {
                 .with_output_dim(4)
                 .init(tiny, d)
         })
-        .unwrap()
     }
 
     fn at(step: usize) -> Progress {

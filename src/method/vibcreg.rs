@@ -5,7 +5,8 @@ use curriculum_ssl_models::Backbone;
 
 use super::iter_norm::{IterNorm, IterNormConfig};
 use super::projected_pair::{PairNetwork, PairObjective, ProjectedPair};
-use super::ssl_method::HasBackbone;
+use super::ssl_method::{HasBackbone, LossAndStats};
+use super::vicreg::logged_terms;
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::head::{HeadActivation, MlpHead, MlpHeadConfig};
@@ -108,21 +109,13 @@ impl<B: Backend, M: Backbone<B>> PairNetwork<B> for VibcRegNetwork<B, M> {
 }
 
 impl<B: Backend> PairObjective<B> for VibcRegLoss {
-    fn loss(
-        &self,
-        z1: Tensor<B, 2>,
-        z2: Tensor<B, 2>,
-        _: Progress,
-    ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>) {
-        let terms = self.terms(z1, z2);
-        (
-            terms.loss,
-            vec![
-                ("vibcreg_invariance", terms.invariance.detach()),
-                ("vibcreg_variance", terms.variance.detach()),
-                ("vibcreg_covariance", terms.covariance.detach()),
-            ],
-        )
+    fn loss(&self, z1: Tensor<B, 2>, z2: Tensor<B, 2>, _: Progress) -> LossAndStats<B> {
+        let names = [
+            "vibcreg_invariance",
+            "vibcreg_variance",
+            "vibcreg_covariance",
+        ];
+        logged_terms(self.terms(z1, z2), names)
     }
 }
 

@@ -4,10 +4,11 @@ use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
 
 use super::projected_pair::{PairObjective, ProjectedPair};
+use super::ssl_method::LossAndStats;
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::head::MlpHeadConfig;
-use crate::loss::{VicRegLoss, VicRegLossConfig};
+use crate::loss::{VicRegLoss, VicRegLossConfig, VicRegTerms};
 
 /// Configuration of [`VicReg`].
 #[derive(Config, Debug)]
@@ -52,20 +53,25 @@ impl VicRegConfig {
 }
 
 impl<B: Backend> PairObjective<B> for VicRegLoss {
-    fn loss(
-        &self,
-        z1: Tensor<B, 2>,
-        z2: Tensor<B, 2>,
-        _: Progress,
-    ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>) {
-        let terms = self.terms(z1, z2);
-        (
-            terms.loss,
-            vec![
-                ("vicreg_invariance", terms.invariance.detach()),
-                ("vicreg_variance", terms.variance.detach()),
-                ("vicreg_covariance", terms.covariance.detach()),
-            ],
-        )
+    fn loss(&self, z1: Tensor<B, 2>, z2: Tensor<B, 2>, _: Progress) -> LossAndStats<B> {
+        let names = ["vicreg_invariance", "vicreg_variance", "vicreg_covariance"];
+        logged_terms(self.terms(z1, z2), names)
     }
+}
+
+/// The loss of `terms` and its three terms, detached, under `names` (invariance, variance,
+/// covariance): VICReg's and VIbCReg's statistics.
+pub(super) fn logged_terms<B: Backend>(
+    terms: VicRegTerms<B>,
+    names: [&'static str; 3],
+) -> LossAndStats<B> {
+    let [invariance, variance, covariance] = names;
+    (
+        terms.loss,
+        vec![
+            (invariance, terms.invariance.detach()),
+            (variance, terms.variance.detach()),
+            (covariance, terms.covariance.detach()),
+        ],
+    )
 }

@@ -346,7 +346,7 @@ pub fn location_grid(geometry: &ViewGeometry, size: [usize; 2]) -> Vec<[f64; 2]>
 mod tests {
     use super::*;
     use crate::base::geometry::CropBox;
-    use crate::method::testing::{host, images, progress, Ad, TinyMap};
+    use crate::method::testing::{geometry, host, images, progress, Ad, TinyMap};
 
     fn vicregl() -> VicRegL<Ad, TinyMap<Ad>> {
         crate::method::init_method::<Ad, _, ConfigError>(&Default::default(), 11, |d| {
@@ -359,21 +359,6 @@ mod tests {
                 .init(|d| TinyMap::new(1, 5, d), d)
         })
         .unwrap()
-    }
-
-    fn geometry(n: usize, flipped: bool, shift: usize) -> Vec<ViewGeometry> {
-        (0..n)
-            .map(|i| ViewGeometry {
-                crop: CropBox {
-                    top: i % 3,
-                    left: (i + shift) % 4,
-                    height: 10 + i,
-                    width: 12 - i % 2,
-                },
-                flipped: flipped ^ (i % 2 == 1),
-                output: [4, 4],
-            })
-            .collect()
     }
 
     /// lightly's grid of a crop, by hand: rows 2 .. 8 and columns 4 .. 13 on a 2 × 3 map put

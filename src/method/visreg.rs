@@ -4,6 +4,7 @@ use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
 
 use super::sliced_views::{SlicedObjective, SlicedViews};
+use super::ssl_method::LossAndStats;
 use crate::base::error::ConfigError;
 use crate::head::{HeadActivation, MlpHeadConfig};
 use crate::loss::{VisRegLoss, VisRegLossConfig};
@@ -82,7 +83,7 @@ impl<B: Backend> SlicedObjective<B> for VisRegLoss {
         global: &[Tensor<B, 2>],
         local: &[Tensor<B, 2>],
         directions: Tensor<B, 2>,
-    ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>) {
+    ) -> LossAndStats<B> {
         let terms = self.terms(global, local, directions);
         let stats = vec![
             ("visreg_invariance", terms.invariance),

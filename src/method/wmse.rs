@@ -4,6 +4,7 @@ use burn::prelude::*;
 use curriculum_ssl_models::Backbone;
 
 use super::projected_pair::{PairObjective, ProjectedPair};
+use super::ssl_method::LossAndStats;
 use crate::base::error::ConfigError;
 use crate::base::Progress;
 use crate::head::MlpHeadConfig;
@@ -67,12 +68,7 @@ impl WmseConfig {
 }
 
 impl<B: Backend> PairObjective<B> for WmseLoss {
-    fn loss(
-        &self,
-        z1: Tensor<B, 2>,
-        z2: Tensor<B, 2>,
-        progress: Progress,
-    ) -> (Tensor<B, 1>, Vec<(&'static str, Tensor<B, 1>)>) {
+    fn loss(&self, z1: Tensor<B, 2>, z2: Tensor<B, 2>, progress: Progress) -> LossAndStats<B> {
         (self.forward(z1, z2, progress.step), Vec::new())
     }
 }
