@@ -194,7 +194,9 @@ pub struct TargetState<B: Backend, N: Module<B>> {
 /// or a field's field, `networks.copy`): with `target in $encoder: $Network` (`$Network` the
 /// copy's network type), checkpointed as a [`TargetState`]; with a record of the method's own,
 /// `$State { $field: $encoder }`, as its field `$field` (the record's field names are the
-/// checkpoint's format). Written inside the `impl SslMethod for …` block.
+/// checkpoint's format); with `record of $encoder`, as the copy's own record
+/// `<M as Module<B>>::Record` (a copy of the backbone alone: I-JEPA's target, CAPI's teacher).
+/// Written inside the `impl SslMethod for …` block.
 macro_rules! momentum_state {
     (target in $($encoder:ident).+: $Network:ty) => {
         type State = $crate::method::ssl_method::TargetState<B, $Network>;
@@ -227,6 +229,21 @@ macro_rules! momentum_state {
             state: $State<B, M>,
         ) -> Result<(), $crate::base::error::ConfigError> {
             self.$encoder.load_record(state.$field);
+            Ok(())
+        }
+    };
+    (record of $encoder:ident) => {
+        type State = <M as burn::module::Module<B>>::Record;
+
+        fn state(&self) -> Self::State {
+            self.$encoder.record()
+        }
+
+        fn load_state(
+            &mut self,
+            state: Self::State,
+        ) -> Result<(), $crate::base::error::ConfigError> {
+            self.$encoder.load_record(state);
             Ok(())
         }
     };
