@@ -178,13 +178,7 @@ fn coding_rate<B: Backend>(z: Tensor<B, 2>, eps: f64) -> Tensor<B, 1> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loss::testing::{assert_matches_finite_differences, host, matrix, Ad, B};
-
-    fn rows(n: usize, d: usize, shift: f64) -> Vec<f64> {
-        (0..n * d)
-            .map(|k| (k as f64 * 0.613 + shift).sin() + 0.2 * (k % d) as f64)
-            .collect()
-    }
+    use crate::loss::testing::{assert_matches_finite_differences, host, matrix, rows, Ad, B};
 
     /// The coding rate by hand: `Z = I₂` (B = D = 2, ε = 0.5, `c = 2`): `½ logdet(3 I) =
     /// ln 3`; and the collapsed `Z = [[1, 0], [1, 0]]`: `ZᵀZ = [[2, 0], [0, 0]]`, `½ ln 5`. The

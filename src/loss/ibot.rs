@@ -283,6 +283,20 @@ mod tests {
         x.into_data().convert::<f64>().to_vec().unwrap()
     }
 
+    /// Token `r`'s cross-entropy on the host: the teacher's `t` centred by `c` in a softmax at
+    /// `tt` against the student's `s` in a log-softmax at `ts`, over `k` prototypes.
+    fn host_cross_entropy(
+        (t, s, c): (&[f64], &[f64], &[f64]),
+        (k, tt, ts): (usize, f64, f64),
+        r: usize,
+    ) -> f64 {
+        let p: Vec<f64> = (0..k).map(|j| ((t[r * k + j] - c[j]) / tt).exp()).collect();
+        let z: f64 = p.iter().sum();
+        let q: Vec<f64> = (0..k).map(|j| s[r * k + j] / ts).collect();
+        let lse = q.iter().map(|x| x.exp()).sum::<f64>().ln();
+        -(0..k).map(|j| p[j] / z * (q[j] - lse)).sum::<f64>()
+    }
+
     /// The loss against a host computation with the weights written out: image 0 hides two
     /// tokens (each weighs ½), image 1 one, image 2 none (it still counts in B = 3).
     #[test]
@@ -298,13 +312,7 @@ mod tests {
         let value: f64 = loss
             .forward(rows(&t, k), rows(&s, k), &[2, 1, 0], rows(&c, k), tt)
             .into_scalar();
-        let ce = |r: usize| {
-            let p: Vec<f64> = (0..k).map(|j| ((t[r * k + j] - c[j]) / tt).exp()).collect();
-            let z: f64 = p.iter().sum();
-            let q: Vec<f64> = (0..k).map(|j| s[r * k + j] / ts).collect();
-            let lse = q.iter().map(|x| x.exp()).sum::<f64>().ln();
-            -(0..k).map(|j| p[j] / z * (q[j] - lse)).sum::<f64>()
-        };
+        let ce = |r: usize| host_cross_entropy((&t, &s, &c), (k, tt, ts), r);
         let expected = (ce(0) / 2.0 + ce(1) / 2.0 + ce(2)) / 3.0;
         assert!((value - expected).abs() < 1e-12, "{value} vs {expected}");
     }
@@ -319,13 +327,7 @@ mod tests {
         let t: Vec<f64> = (0..27).map(|e| (0.7 * e as f64).sin()).collect();
         let s: Vec<f64> = (0..27).map(|e| (0.3 * e as f64).cos()).collect();
         let c = [0.1, -0.2, 0.05];
-        let ce = |r: usize| {
-            let p: Vec<f64> = (0..k).map(|j| ((t[r * k + j] - c[j]) / tt).exp()).collect();
-            let z: f64 = p.iter().sum();
-            let q: Vec<f64> = (0..k).map(|j| s[r * k + j] / ts).collect();
-            let lse = q.iter().map(|x| x.exp()).sum::<f64>().ln();
-            -(0..k).map(|j| p[j] / z * (q[j] - lse)).sum::<f64>()
-        };
+        let ce = |r: usize| host_cross_entropy((&t, &s, &c), (k, tt, ts), r);
         // Tokens r = 3·image + patch.
         let (hidden, visible) = ([0, 2, 6, 7, 8], [1, 3, 4, 5]);
         let pick = |values: &[f64], which: &[usize]| -> Tensor<Ad, 2> {

@@ -156,15 +156,8 @@ fn log_sum_exp<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loss::testing::{assert_matches_finite_differences, host, matrix, Ad, B};
+    use crate::loss::testing::{assert_matches_finite_differences, host, matrix, rows, Ad, B};
     use crate::loss::NtXentLossConfig;
-
-    /// `n` rows of `d` features, smooth in their index.
-    fn rows(n: usize, d: usize, shift: f64) -> Vec<f64> {
-        (0..n * d)
-            .map(|k| (k as f64 * 0.613 + shift).sin() + 0.2 * (k % d) as f64)
-            .collect()
-    }
 
     fn labels<Bk: Backend>(values: &[i64]) -> Tensor<Bk, 1, Int> {
         Tensor::from_data(

@@ -18,6 +18,14 @@ pub(crate) fn matrix<Bk: Backend>(values: &[f64], shape: [usize; 2]) -> Tensor<B
     Tensor::from_data(TensorData::new(values.to_vec(), shape), &Default::default())
 }
 
+/// `n` rows of `d` features, smooth in their index: `sin(0.613·k + shift) + 0.2·(k mod d)` for
+/// the `k`-th value.
+pub(crate) fn rows(n: usize, d: usize, shift: f64) -> Vec<f64> {
+    (0..n * d)
+        .map(|k| (k as f64 * 0.613 + shift).sin() + 0.2 * (k % d) as f64)
+        .collect()
+}
+
 /// A tensor's values on the host, as `f64`.
 pub(crate) fn host<Bk: Backend, const N: usize>(t: Tensor<Bk, N>) -> Vec<f64> {
     t.into_data().convert::<f64>().to_vec().unwrap()

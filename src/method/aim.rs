@@ -8,7 +8,7 @@ use rand::Rng;
 
 use super::aim_head::AimHead;
 use super::mae::normalize_patches;
-use super::masking::{patch_count, patchify, require_vit, vit, StepMasks};
+use super::masking::{first_view, patchify, require_vit, vit, StepMasks};
 use super::ssl_method::{
     online_in, replica_in, stateless, HasBackbone, MethodOutput, SslMethod, Views,
 };
@@ -190,9 +190,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ai
 
     /// AIM's loss on the first global view (the second is not used).
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
-        let [images, _] = views.two();
-        let patches = patch_count(vit(&self.online.backbone), &images);
-        let prefixes = self.prefixes(progress, images.dims()[0], patches);
+        let (images, (rows, cols)) = first_view(views, vit(&self.online.backbone));
+        let prefixes = self.prefixes(progress, images.dims()[0], rows * cols);
         MethodOutput::new(self.loss(images, &prefixes))
     }
 
@@ -223,8 +222,7 @@ mod tests {
     }
 
     fn images(n: usize) -> Tensor<Ad, 4> {
-        let values: Vec<f64> = (0..n * 64).map(|i| (0.37 * i as f64).sin()).collect();
-        Tensor::from_data(TensorData::new(values, [n, 1, 8, 8]), &Default::default())
+        crate::method::testing::square_images(n, 8, 0.0)
     }
 
     /// The prefixes are the step's: the same for the same step, in the target's range, and of

@@ -6,9 +6,10 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone};
 
 use super::capi_predictor::CapiPredictor;
-use super::masking::{encode_kept, require_vit, vit, PatchMask, StepMasks};
+use super::masking::{encode_kept, first_view, patch_grid, require_vit, vit, PatchMask, StepMasks};
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{online_in, replica_in, HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{momentum_state, online_in, replica_in, HasBackbone, MethodOutput};
+use super::ssl_method::{SslMethod, Views};
 use crate::base::error::{in_range, non_negative, ConfigError};
 use crate::base::Progress;
 use crate::data_parallel::Replica;
@@ -333,8 +334,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Capi<B, M> {
         predict: &PatchMask,
     ) -> CapiTerms<B> {
         let student = vit(&self.online.backbone);
-        let [_, _, h, w] = images.dims();
-        let grid = (h / student.patch_size, w / student.patch_size);
+        let grid = patch_grid(student, &images);
         let features = vit(self.teacher.network())
             .forward_tokens(images.clone().detach())
             .detach();
@@ -379,8 +379,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Capi<B, M> {
 impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Capi<B, M> {
     type Online = CapiNetwork<B, M>;
     type Backbone = M;
-    type State = <M as Module<B>>::Record;
-
+    momentum_state!(record of teacher);
     online_in!(online);
 
     /// The clustering head at `clustering_lr_factor` × the run's rate.
@@ -391,32 +390,20 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ca
         )]
     }
 
-    fn state(&self) -> Self::State {
-        self.teacher.record()
-    }
-
-    fn load_state(&mut self, state: Self::State) -> Result<(), ConfigError> {
-        self.teacher.load_record(state);
-        Ok(())
-    }
-
     /// The loss on the first global view (CAPI reads one view of each image).
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
-        let [images, _] = views.two();
-        let [n, _, h, w] = images.dims();
-        let p = vit(&self.online.backbone).patch_size;
-        let grid = (h / p, w / p);
+        let (images, grid) = first_view(views, vit(&self.online.backbone));
+        let n = images.dims()[0];
         // The global batch's masks, this replica's rows.
         let (total, first) = self.step_masks.global_rows(n);
         let (context, predict) = self.masks(progress, total, grid);
         let (context, predict) = (context.rows(first, n), predict.rows(first, n));
         let terms = self.terms(images, &context, &predict);
-        let (momentum, value) = self.teacher.stat(progress, &terms.student.device());
         MethodOutput::new(terms.student.clone() + terms.clustering.clone())
             .with_stat("student_loss", terms.student)
             .with_stat("clustering_loss", terms.clustering)
             .with_value("predicted_patches", predict.visible() as f64)
-            .with_stat(momentum, value)
+            .with_momentum(self.teacher.momentum_at(progress))
     }
 
     replica_in!(
@@ -458,10 +445,7 @@ mod tests {
     }
 
     fn images(n: usize, phase: f64) -> Tensor<Ad, 4> {
-        let values: Vec<f64> = (0..n * 144)
-            .map(|e| (0.37 * e as f64 + phase).sin())
-            .collect();
-        Tensor::from_data(TensorData::new(values, [n, 1, 12, 12]), &Default::default())
+        crate::method::testing::square_images(n, 12, phase)
     }
 
     /// The student's head: its prototypes are unit vectors (each column of the weight divided by

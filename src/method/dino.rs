@@ -12,7 +12,8 @@ use curriculum_ssl_models::{Backbone, TrainableBackbone};
 use super::momentum::MomentumEncoder;
 use super::running::Running;
 use super::ssl_method::{
-    gradients_without, online_in, replica_in, HasBackbone, MethodOutput, SslMethod, Views,
+    gradients_without, locals_through, online_in, replica_in, split_views, HasBackbone,
+    MethodOutput, SslMethod, Views,
 };
 use crate::base::error::ConfigError;
 use crate::base::Progress;
@@ -309,28 +310,14 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Dino<B, M> {
     }
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
-        let Views {
-            global: [view1, view2],
-            local: locals,
-        } = views;
+        let (globals, n, locals) = views.batched();
         self.frozen = progress.epoch < self.freeze_last_layer_epochs;
-        let n = view1.dims()[0];
-        let globals = Tensor::cat(vec![view1, view2], 0);
-        let split = |x: Tensor<B, 2>, parts: usize| -> Vec<Tensor<B, 2>> {
-            (0..parts)
-                .map(|v| x.clone().slice(v * n..(v + 1) * n))
-                .collect()
-        };
         let (_, teacher_out) = self.teacher.network().forward(globals.clone().detach());
-        let teacher = split(teacher_out.detach(), 2);
+        let teacher = split_views(teacher_out.detach(), n, 2);
         let (bottleneck, student_out) = self.student.forward(globals);
-        let embeddings = split(bottleneck.detach(), 2);
-        let mut student = split(student_out, 2);
-        if !locals.is_empty() {
-            let v = locals.len();
-            let (_, local_out) = self.student.forward(Tensor::cat(locals, 0));
-            student.extend(split(local_out, v));
-        }
+        let embeddings = split_views(bottleneck.detach(), n, 2);
+        let mut student = split_views(student_out, n, 2);
+        student.extend(locals_through(locals, n, |x| self.student.forward(x).1));
         let teacher_temp = self.loss.teacher_temp_at(progress.epoch);
         let loss = self
             .loss
@@ -343,10 +330,9 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Dino<B, M> {
         );
         // Moved after the step (a redrawn attempt's outputs never move it).
         self.center.propose(center);
-        let (momentum, value) = self.teacher.stat(progress, &loss.device());
         MethodOutput::new(loss)
             .with_value("teacher_temp", teacher_temp)
-            .with_stat(momentum, value)
+            .with_momentum(self.teacher.momentum_at(progress))
             .with_embeddings([embeddings[0].clone(), embeddings[1].clone()])
     }
 

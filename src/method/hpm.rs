@@ -9,7 +9,7 @@ use rand::SeedableRng;
 
 use super::mae::{hidden_mean, MaeConfig, MaeNetwork};
 use super::mae_decoder::MaeDecoder;
-use super::masking::{encode_kept, vit, MaskRatio, PatchMask, StepMasks};
+use super::masking::{encode_kept, first_view, vit, MaskRatio, PatchMask, StepMasks};
 use super::ssl_method::{
     online_in, replica_in, stateless, HasBackbone, MethodOutput, SslMethod, Views,
 };
@@ -299,10 +299,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Hp
 
     /// On the first global view, as MAE (the second is not used).
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
-        let [images, _] = views.two();
-        let [_, _, h, w] = images.dims();
-        let p = self.online.vit().patch_size;
-        let grid = (h / p, w / p);
+        let (images, grid) = first_view(views, self.online.vit());
         let mask = self.masks(images.clone(), progress);
         let (encoded, errors) =
             self.online
@@ -357,10 +354,7 @@ mod tests {
     }
 
     fn images(n: usize, phase: f64) -> Tensor<Ad, 4> {
-        let values: Vec<f64> = (0..n * 64)
-            .map(|e| (0.37 * e as f64 + phase).sin())
-            .collect();
-        Tensor::from_data(TensorData::new(values, [n, 1, 8, 8]), &Default::default())
+        crate::method::testing::square_images(n, 8, phase)
     }
 
     fn hidden(mask: &PatchMask, image: usize) -> Vec<usize> {

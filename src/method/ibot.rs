@@ -15,7 +15,8 @@ use super::masking::{class_token as cls, patch_count, require_vit, vit, StepMask
 use super::momentum::MomentumEncoder;
 use super::running::Running;
 use super::ssl_method::{
-    gradients_without, online_in, replica_in, stat, HasBackbone, MethodOutput, SslMethod, Views,
+    gradients_without, locals_through, online_in, replica_in, split_views, stat, HasBackbone,
+    MethodOutput, SslMethod, Views,
 };
 use crate::base::error::{in_range, ConfigError};
 use crate::base::Progress;
@@ -377,24 +378,17 @@ fn stack_masks(first: &UnitMask, second: &UnitMask) -> UnitMask {
 
 /// The rows `image·L + patch` of the hidden patches (image by image), and each image's count.
 fn hidden_rows(mask: &UnitMask) -> (Vec<i64>, Vec<usize>) {
-    let (images, patches) = (mask.images(), mask.patches());
-    let mut rows = Vec::new();
-    let counts = (0..images)
-        .map(|i| {
-            let before = rows.len();
-            rows.extend(
-                (0..patches)
-                    .filter(|&p| mask.is_hidden(i, p))
-                    .map(|p| (i * patches + p) as i64),
-            );
-            rows.len() - before
-        })
-        .collect();
-    (rows, counts)
+    rows_where(mask, true)
 }
 
 /// The rows `image·L + patch` of the visible patches (image by image), and each image's count.
 fn visible_rows(mask: &UnitMask) -> (Vec<i64>, Vec<usize>) {
+    rows_where(mask, false)
+}
+
+/// The rows `image·L + patch` of the patches that are hidden (`hidden`) or visible, image by
+/// image, and each image's count.
+fn rows_where(mask: &UnitMask, hidden: bool) -> (Vec<i64>, Vec<usize>) {
     let (images, patches) = (mask.images(), mask.patches());
     let mut rows = Vec::new();
     let counts = (0..images)
@@ -402,7 +396,7 @@ fn visible_rows(mask: &UnitMask) -> (Vec<i64>, Vec<usize>) {
             let before = rows.len();
             rows.extend(
                 (0..patches)
-                    .filter(|&p| !mask.is_hidden(i, p))
+                    .filter(|&p| mask.is_hidden(i, p) == hidden)
                     .map(|p| (i * patches + p) as i64),
             );
             rows.len() - before
@@ -576,13 +570,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
     }
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
-        let Views {
-            global: [view1, view2],
-            local: locals,
-        } = views;
+        let (globals, n, locals) = views.batched();
         self.frozen = progress.epoch < self.config.freeze_last_layer_epochs;
-        let n = view1.dims()[0];
-        let globals = Tensor::cat(vec![view1, view2], 0);
         let patches = patch_count(self.student.vit(), &globals);
         // The hidden tokens of the global batch, for the patch centre: known on the host.
         let (replicas, rank) = self
@@ -606,12 +595,6 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
         } else {
             (Vec::new(), Vec::new())
         };
-        let split = |x: Tensor<B, 2>, parts: usize| -> Vec<Tensor<B, 2>> {
-            (0..parts)
-                .map(|v| x.clone().slice(v * n..(v + 1) * n))
-                .collect()
-        };
-
         let teacher_net = self.teacher.network();
         let teacher_tokens = teacher_net.tokens(globals.clone().detach(), None).detach();
         let teacher_cls = teacher_net
@@ -633,17 +616,13 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
         let student_visible = plus_plus
             .then(|| hidden_outputs(self.student.patch_head(), student_tokens.clone(), &visible));
         let student_patch = hidden_outputs(self.student.patch_head(), student_tokens, &rows);
-        let embeddings = split(bottleneck.detach(), 2);
-        let teacher = split(teacher_cls.clone(), 2);
-        let mut student = split(student_cls, 2);
-        if !locals.is_empty() {
-            let v = locals.len();
-            let local_features = self
-                .student
-                .backbone
-                .forward_features(Tensor::cat(locals, 0));
-            student.extend(split(self.student.head.forward(local_features), v));
-        }
+        let embeddings = split_views(bottleneck.detach(), n, 2);
+        let teacher = split_views(teacher_cls.clone(), n, 2);
+        let mut student = split_views(student_cls, n, 2);
+        student.extend(locals_through(locals, n, |x| {
+            let local_features = self.student.backbone.forward_features(x);
+            self.student.head.forward(local_features)
+        }));
 
         let teacher_temp = self.loss.teacher_temp_at(progress.epoch);
         let (cls_loss, patch_loss) = if self.config.sinkhorn_knopp {
@@ -668,7 +647,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
                 teacher_temp,
             );
             (
-                self.loss.forward_targets(&split(cls_targets, 2), &student),
+                self.loss
+                    .forward_targets(&split_views(cls_targets, n, 2), &student),
                 self.patch_loss
                     .forward_targets(patch_targets, student_patch, &counts),
             )
@@ -702,7 +682,7 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ib
         let mut stats = Vec::new();
         if self.config.koleo_weight > 0.0 {
             // A batch of one image has no nearest neighbour: the term is 0 there.
-            let koleo = split(student_features, 2)
+            let koleo = split_views(student_features, n, 2)
                 .into_iter()
                 .map(|x| {
                     let x = Replica::gather_on(self.step_masks.replica(), x);
@@ -792,10 +772,52 @@ mod tests {
     }
 
     fn images(n: usize, phase: f64) -> Tensor<Ad, 4> {
-        let values: Vec<f64> = (0..n * 64)
-            .map(|e| (0.37 * e as f64 + phase).sin())
-            .collect();
-        Tensor::from_data(TensorData::new(values, [n, 1, 8, 8]), &Default::default())
+        crate::method::testing::square_images(n, 8, phase)
+    }
+
+    /// The loss tests' step: two views of three images at step 4 of 100, its masks, the rows
+    /// and counts of the hidden patches, and the teacher's and the student's tokens of both
+    /// views.
+    struct Step {
+        views: (Tensor<Ad, 4>, Tensor<Ad, 4>),
+        at: Progress,
+        mask: UnitMask,
+        rows: Vec<i64>,
+        counts: Vec<usize>,
+        teacher_tokens: Tensor<Ad, 3>,
+        student_tokens: Tensor<Ad, 3>,
+    }
+
+    fn step(m: &Ibot<Ad, Vit<Ad>>) -> Step {
+        let (v1, v2) = (images(3, 0.0), images(3, 1.0));
+        let at = progress(4, 100, 0, 10);
+        let mask = m.masks(at, 3, 16);
+        let (rows, counts) = hidden_rows(&mask);
+        let globals = Tensor::cat(vec![v1.clone(), v2.clone()], 0);
+        let teacher_tokens = m.teacher().network().tokens(globals.clone(), None);
+        let student_tokens = m.online().tokens(globals, Some(&mask));
+        Step {
+            views: (v1, v2),
+            at,
+            mask,
+            rows,
+            counts,
+            teacher_tokens,
+            student_tokens,
+        }
+    }
+
+    /// DINO's \[CLS\] loss of the teacher's and the student's outputs of both views (three
+    /// images each), at the centre and a teacher temperature of 0.04.
+    fn cls_loss(m: &Ibot<Ad, Vit<Ad>>, t_cls: Tensor<Ad, 2>, s_cls: Tensor<Ad, 2>) -> f64 {
+        m.loss
+            .forward(
+                &split_views(t_cls, 3, 2),
+                &split_views(s_cls, 3, 2),
+                m.center(),
+                0.04,
+            )
+            .into_scalar()
     }
 
     /// DINOv2's collate: ⌊2N·p⌋ views hide patches, the i-th of them a share of the patches
@@ -849,14 +871,16 @@ mod tests {
                 .with_koleo_weight(0.25)
                 .with_patch_loss_weight(0.5),
         );
-        let (v1, v2) = (images(3, 0.0), images(3, 1.0));
-        let at = progress(4, 100, 0, 10);
-        let mask = m.masks(at, 3, 16);
-        let (rows, counts) = hidden_rows(&mask);
+        let Step {
+            views: (v1, v2),
+            at,
+            rows,
+            counts,
+            teacher_tokens,
+            student_tokens,
+            ..
+        } = step(&m);
         assert!(!rows.is_empty());
-        let globals = Tensor::cat(vec![v1.clone(), v2.clone()], 0);
-        let teacher_tokens = m.teacher().network().tokens(globals.clone(), None);
-        let student_tokens = m.online().tokens(globals, Some(&mask));
         let t_cls = m
             .teacher()
             .network()
@@ -873,22 +897,14 @@ mod tests {
             .online()
             .head
             .forward(gather_hidden(student_tokens, &rows));
-        let half = |x: Tensor<Ad, 2>, v: usize| x.slice(v * 3..(v + 1) * 3);
-        let cls_loss: f64 = m
-            .loss
-            .forward(
-                &[half(t_cls.clone(), 0), half(t_cls, 1)],
-                &[half(s_cls.clone(), 0), half(s_cls, 1)],
-                m.center(),
-                0.04,
-            )
-            .into_scalar();
+        let cls_loss = cls_loss(&m, t_cls, s_cls);
         let patch_loss: f64 = m
             .patch_loss
             .forward(t_patch.clone(), s_patch, &counts, m.patch_center(), 0.04)
             .into_scalar();
-        let koleo: f64 = (0..2)
-            .map(|v| m.koleo.forward(half(s_features.clone(), v)).into_scalar())
+        let koleo: f64 = split_views(s_features, 3, 2)
+            .into_iter()
+            .map(|features| m.koleo.forward(features).into_scalar())
             .sum();
         let out = m.forward_views(Views::pair(v1, v2), at);
         let total: f64 = out.loss.into_scalar();
@@ -915,10 +931,10 @@ mod tests {
             IbotConfig::new()
                 .with_patch_loss(IbotPatchLossConfig::new().with_visible_loss_weight(w)),
         );
-        let (v1, v2) = (images(3, 0.0), images(3, 1.0));
-        let at = progress(4, 100, 0, 10);
-        let mask = m.masks(at, 3, 16);
-        let (rows, counts) = hidden_rows(&mask);
+        let step = step(&m);
+        let (v1, v2) = step.views;
+        let (at, mask, rows, counts) = (step.at, step.mask, step.rows, step.counts);
+        let (teacher_tokens, student_tokens) = (step.teacher_tokens, step.student_tokens);
         let (visible, visible_counts) = visible_rows(&mask);
         assert!(!rows.is_empty() && !visible.is_empty());
         assert_eq!(rows.len() + visible.len(), 6 * 16);
@@ -926,10 +942,7 @@ mod tests {
             visible_counts.contains(&16),
             "a view hiding nothing: {visible_counts:?}"
         );
-        let globals = Tensor::cat(vec![v1.clone(), v2.clone()], 0);
         let teacher = m.teacher().network();
-        let teacher_tokens = teacher.tokens(globals.clone(), None);
-        let student_tokens = m.online().tokens(globals, Some(&mask));
         let t_cls = teacher.head.forward(cls(teacher_tokens.clone()));
         let s_cls = m.online().head.forward(cls(student_tokens.clone()));
         let outputs = |net: &IbotNetwork<Ad, Vit<Ad>>, tokens: &Tensor<Ad, 3>, at: &[i64]| {
@@ -939,16 +952,7 @@ mod tests {
         let t_visible = outputs(teacher, &teacher_tokens, &visible);
         let s_hidden = outputs(m.online(), &student_tokens, &rows);
         let s_visible = outputs(m.online(), &student_tokens, &visible);
-        let half = |x: Tensor<Ad, 2>, v: usize| x.slice(v * 3..(v + 1) * 3);
-        let cls_loss: f64 = m
-            .loss
-            .forward(
-                &[half(t_cls.clone(), 0), half(t_cls, 1)],
-                &[half(s_cls.clone(), 0), half(s_cls, 1)],
-                m.center(),
-                0.04,
-            )
-            .into_scalar();
+        let cls_loss = cls_loss(&m, t_cls, s_cls);
         let patch_loss: f64 = m
             .patch_loss
             .forward_with_visible(
@@ -1025,43 +1029,31 @@ mod tests {
     #[test]
     fn sinkhorn_knopp_centring_balances_the_teachers_outputs_and_keeps_the_centres() {
         let mut m = ibot(IbotConfig::new().with_sinkhorn_knopp(true));
-        let (v1, v2) = (images(3, 0.0), images(3, 1.0));
-        let at = progress(4, 100, 0, 10);
-        let mask = m.masks(at, 3, 16);
-        let (rows, counts) = hidden_rows(&mask);
+        let step = step(&m);
+        let (rows, counts) = (step.rows, step.counts);
         assert!(!rows.is_empty());
-        let globals = Tensor::cat(vec![v1.clone(), v2.clone()], 0);
-        let teacher = m.teacher().network();
-        let teacher_tokens = teacher.tokens(globals.clone(), None);
-        let student_tokens = m.online().tokens(globals, Some(&mask));
-        let t_cls = sinkhorn(teacher.head.forward(cls(teacher_tokens.clone())), 3, 0.04);
-        let t_patch = sinkhorn(
-            teacher.head.forward(gather_hidden(teacher_tokens, &rows)),
-            3,
-            0.04,
-        );
-        let s_cls = m.online().head.forward(cls(student_tokens.clone()));
-        let s_patch = m
-            .online()
+        let (teacher, tokens) = (m.teacher().network(), step.teacher_tokens);
+        let t_cls = sinkhorn(teacher.head.forward(cls(tokens.clone())), 3, 0.04);
+        let t_patch = sinkhorn(teacher.head.forward(gather_hidden(tokens, &rows)), 3, 0.04);
+        let student = m.online();
+        let s_cls = student.head.forward(cls(step.student_tokens.clone()));
+        let s_patch = student
             .head
-            .forward(gather_hidden(student_tokens, &rows));
-        let half = |x: Tensor<Ad, 2>, v: usize| x.slice(v * 3..(v + 1) * 3);
+            .forward(gather_hidden(step.student_tokens, &rows));
         let cls_loss: f64 = m
             .loss
-            .forward_targets(
-                &[half(t_cls.clone(), 0), half(t_cls, 1)],
-                &[half(s_cls.clone(), 0), half(s_cls, 1)],
-            )
+            .forward_targets(&split_views(t_cls, 3, 2), &split_views(s_cls, 3, 2))
             .into_scalar();
         let patch_loss: f64 = m
             .patch_loss
             .forward_targets(t_patch, s_patch, &counts)
             .into_scalar();
-        let out = m.forward_views(Views::pair(v1, v2), at);
+        let (v1, v2) = step.views;
+        let out = m.forward_views(Views::pair(v1, v2), step.at);
         let total: f64 = out.loss.into_scalar();
         let expected = cls_loss + patch_loss;
         assert!((total - expected).abs() < 1e-12, "{total} vs {expected}");
-        m.after_step(at);
+        m.after_step(step.at);
         assert_eq!(host(m.center()), vec![0.0; 6]);
         assert_eq!(host(m.patch_center()), vec![0.0; 6]);
     }

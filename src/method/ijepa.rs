@@ -6,10 +6,12 @@ use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone};
 
 use super::ijepa_masks::{BlockSettings, IjepaMasks};
 use super::ijepa_predictor::IjepaPredictor;
-use super::masking::{check_token_transformer, encode_kept, require_vit, vit};
+use super::masking::{check_token_transformer, encode_kept, first_view, patch_grid};
+use super::masking::{require_vit, vit};
 use super::masking::{PatchMask, StepMasks};
 use super::momentum::MomentumEncoder;
-use super::ssl_method::{online_in, replica_in, HasBackbone, MethodOutput, SslMethod, Views};
+use super::ssl_method::{momentum_state, online_in, replica_in, HasBackbone, MethodOutput};
+use super::ssl_method::{SslMethod, Views};
 use crate::base::error::{in_range, ConfigError};
 use crate::base::schedule::SchedulerConfig;
 use crate::base::Progress;
@@ -283,9 +285,7 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> Ijepa<B, M> {
     /// # Shapes
     /// - `images`: `[N, C, H, W]` → `[1]`
     pub fn loss(&self, images: Tensor<B, 4>, masks: &IjepaMasks) -> Tensor<B, 1> {
-        let vit = vit(&self.online.backbone);
-        let [_, _, h, w] = images.dims();
-        let grid = (h / vit.patch_size, w / vit.patch_size);
+        let grid = patch_grid(vit(&self.online.backbone), &images);
         let targets = self.targets(images.clone(), masks);
         let context = self.encode_context(images, &masks.context);
         let predicted =
@@ -309,25 +309,13 @@ fn smooth_l1<B: Backend, const D: usize>(difference: Tensor<B, D>) -> Tensor<B, 
 impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ijepa<B, M> {
     type Online = IjepaNetwork<B, M>;
     type Backbone = M;
-    type State = <M as Module<B>>::Record;
-
+    momentum_state!(record of target);
     online_in!(online);
-
-    fn state(&self) -> Self::State {
-        self.target.record()
-    }
-
-    fn load_state(&mut self, state: Self::State) -> Result<(), ConfigError> {
-        self.target.load_record(state);
-        Ok(())
-    }
 
     /// The loss on the first global view (I-JEPA reads one view of each image).
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
-        let [images, _] = views.two();
-        let [n, _, h, w] = images.dims();
-        let p = vit(&self.online.backbone).patch_size;
-        let grid = (h / p, w / p);
+        let (images, grid) = first_view(views, vit(&self.online.backbone));
+        let n = images.dims()[0];
         // The global batch's blocks (cut to its shortest lists), this replica's rows.
         let (total, first) = self.step_masks.global_rows(n);
         let global = self.masks(progress, total, grid);
@@ -337,12 +325,11 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ij
         };
         let loss = self.loss(images, &masks);
         let l = (grid.0 * grid.1).max(1) as f64;
-        let (momentum, value) = self.target.stat(progress, &loss.device());
         MethodOutput::new(loss)
             .with_value("target_scale_factor", self.target_scale_factor(progress))
             .with_value("context_fraction", masks.context.visible() as f64 / l)
             .with_value("target_fraction", masks.targets[0].visible() as f64 / l)
-            .with_stat(momentum, value)
+            .with_momentum(self.target.momentum_at(progress))
     }
 
     replica_in!(
@@ -383,10 +370,7 @@ mod tests {
     }
 
     fn images(n: usize, phase: f64) -> Tensor<Ad, 4> {
-        let values: Vec<f64> = (0..n * 144)
-            .map(|e| (0.37 * e as f64 + phase).sin())
-            .collect();
-        Tensor::from_data(TensorData::new(values, [n, 1, 12, 12]), &Default::default())
+        crate::method::testing::square_images(n, 12, phase)
     }
 
     /// On a 14 × 14 grid (the authors' 224 px at patch 16) over many draws: every target block

@@ -6,7 +6,7 @@ use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone};
 
 use super::mae_decoder::MaeDecoder;
 use super::masking::{check_token_transformer, check_visible_ratio, encode_kept, PatchMask};
-use super::masking::{patch_count, patchify, require_vit, vit, MaskRatio, StepMasks};
+use super::masking::{first_view, patchify, require_vit, vit, MaskRatio, StepMasks};
 use super::ssl_method::{
     online_in, replica_in, stateless, HasBackbone, MethodOutput, SslMethod, Views,
 };
@@ -237,9 +237,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Ma
 
     /// MAE's loss on the first global view (the second is not used).
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
-        let [images, _] = views.two();
-        let patches = patch_count(vit(&self.online.backbone), &images);
-        let mask = self.masks(progress, images.dims()[0], patches);
+        let (images, (rows, cols)) = first_view(views, vit(&self.online.backbone));
+        let mask = self.masks(progress, images.dims()[0], rows * cols);
         MethodOutput::new(self.loss(images, &mask))
             .with_value("mask_ratio", self.mask_ratio(progress))
     }
@@ -285,10 +284,7 @@ mod tests {
     }
 
     fn images(n: usize, shift: f64) -> Tensor<Ad, 4> {
-        let values: Vec<f64> = (0..n * 64)
-            .map(|i| (0.37 * i as f64 + shift).sin())
-            .collect();
-        Tensor::from_data(TensorData::new(values, [n, 1, 8, 8]), &Default::default())
+        crate::method::testing::square_images(n, 8, shift)
     }
 
     /// The encoder never sees a hidden patch: changing the pixels of the hidden patches leaves

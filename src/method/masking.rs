@@ -7,6 +7,7 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use rand::SeedableRng;
 
+use super::ssl_method::Views;
 use crate::base::error::ConfigError;
 use crate::base::schedule::SchedulerConfig;
 use crate::base::seed::mix_seed;
@@ -630,8 +631,31 @@ pub(crate) fn check_token_transformer(
 /// # Shapes
 /// - `images`: `[N, C, H, W]`
 pub(crate) fn patch_count<B: Backend>(vit: &Vit<B>, images: &Tensor<B, 4>) -> usize {
+    let (rows, cols) = patch_grid(vit, images);
+    rows * cols
+}
+
+/// The grid of patches a Vision Transformer `vit` cuts each of `images` into: `(H/p, W/p)`.
+///
+/// # Shapes
+/// - `images`: `[N, C, H, W]`
+pub(crate) fn patch_grid<B: Backend>(vit: &Vit<B>, images: &Tensor<B, 4>) -> (usize, usize) {
     let [_, _, h, w] = images.dims();
-    (h / vit.patch_size) * (w / vit.patch_size)
+    (h / vit.patch_size, w / vit.patch_size)
+}
+
+/// The first global view of `views` (a masked-image method reads one view of each image; the
+/// second is not used) and its grid of patches under `vit`.
+///
+/// # Shapes
+/// - the view: `[N, C, H, W]`
+pub(crate) fn first_view<B: Backend>(
+    views: Views<B>,
+    vit: &Vit<B>,
+) -> (Tensor<B, 4>, (usize, usize)) {
+    let [images, _] = views.two();
+    let grid = patch_grid(vit, &images);
+    (images, grid)
 }
 
 /// The \[CLS\] token of a transformer's tokens.

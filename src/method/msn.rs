@@ -262,13 +262,7 @@ mod tests {
     }
 
     fn images(n: usize, side: usize, phase: f64) -> Tensor<Ad, 4> {
-        let values: Vec<f64> = (0..n * side * side)
-            .map(|e| (0.37 * e as f64 + phase).sin())
-            .collect();
-        Tensor::from_data(
-            TensorData::new(values, [n, 1, side, side]),
-            &Default::default(),
-        )
+        crate::method::testing::square_images(n, side, phase)
     }
 
     /// The dropped patches never reach the anchors (changing their pixels changes nothing),

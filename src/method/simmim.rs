@@ -7,7 +7,7 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::layers::linear_tokens;
 use curriculum_ssl_models::{AsVit, Backbone, TrainableBackbone, Vit};
 
-use super::masking::{patchify, require_vit, vit, MaskRatio, StepMasks, UnitMask};
+use super::masking::{first_view, patchify, require_vit, vit, MaskRatio, StepMasks, UnitMask};
 use super::ssl_method::{
     online_in, replica_in, stateless, HasBackbone, MethodOutput, SslMethod, Views,
 };
@@ -200,10 +200,8 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B> + AsVit<B>> SslMethod<B> for Si
     /// error over its rows divided by the global batch's hidden pixels, times the replicas: the
     /// replicas' mean is the one-device loss even when images hide different numbers of patches.
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
-        let [images, _] = views.two();
-        let [n, _, h, w] = images.dims();
-        let p = self.vit().patch_size;
-        let grid = (h / p, w / p);
+        let (images, grid) = first_view(views, self.vit());
+        let n = images.dims()[0];
         let (total, first) = self.step_masks.global_rows(n);
         let replicas = self.step_masks.replicas();
         let global = self.global_masks(progress, total, grid);
@@ -247,10 +245,7 @@ mod tests {
     }
 
     fn images(n: usize, shift: f64) -> Tensor<Ad, 4> {
-        let values: Vec<f64> = (0..n * 64)
-            .map(|i| (0.37 * i as f64 + shift).sin())
-            .collect();
-        Tensor::from_data(TensorData::new(values, [n, 1, 8, 8]), &Default::default())
+        crate::method::testing::square_images(n, 8, shift)
     }
 
     /// Adds 1 to the pixels of the hidden (or the visible) patches.

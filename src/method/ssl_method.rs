@@ -201,7 +201,9 @@ pub struct TargetState<B: Backend, N: Module<B>> {
 /// or a field's field, `networks.copy`): with `target in $encoder: $Network` (`$Network` the
 /// copy's network type), checkpointed as a [`TargetState`]; with a record of the method's own,
 /// `$State { $field: $encoder }`, as its field `$field` (the record's field names are the
-/// checkpoint's format). Written inside the `impl SslMethod for …` block.
+/// checkpoint's format); with `record of $encoder`, as the copy's own record
+/// `<M as Module<B>>::Record` (a copy of the backbone alone: I-JEPA's target, CAPI's teacher).
+/// Written inside the `impl SslMethod for …` block.
 macro_rules! momentum_state {
     (target in $($encoder:ident).+: $Network:ty) => {
         type State = $crate::method::ssl_method::TargetState<B, $Network>;
@@ -234,6 +236,21 @@ macro_rules! momentum_state {
             state: $State<B, M>,
         ) -> Result<(), $crate::base::error::ConfigError> {
             self.$encoder.load_record(state.$field);
+            Ok(())
+        }
+    };
+    (record of $encoder:ident) => {
+        type State = <M as burn::module::Module<B>>::Record;
+
+        fn state(&self) -> Self::State {
+            self.$encoder.record()
+        }
+
+        fn load_state(
+            &mut self,
+            state: Self::State,
+        ) -> Result<(), $crate::base::error::ConfigError> {
+            self.$encoder.load_record(state);
             Ok(())
         }
     };
@@ -293,22 +310,54 @@ impl<B: Backend> Views<B> {
     where
         F: Fn(Tensor<B, 4>) -> Tensor<B, 2>,
     {
+        let (globals, n, local) = self.batched();
+        let global = split_views(network(globals), n, 2);
+        let local = locals_through(local, n, &network);
+        (global, local)
+    }
+
+    /// The two global views as one batch (view-major), the images `N` of a view, and the local
+    /// crops (a multi-crop method's one pass per resolution).
+    ///
+    /// # Shapes
+    /// → `[2N, C, H, W]`, `N`, the local crops as they are
+    pub fn batched(self) -> (Tensor<B, 4>, usize, Vec<Tensor<B, 4>>) {
         let Views {
             global: [view1, view2],
             local,
         } = self;
         let n = view1.dims()[0];
-        let split = |z: Tensor<B, 2>, parts: usize| -> Vec<Tensor<B, 2>> {
-            (0..parts)
-                .map(|v| z.clone().slice(v * n..(v + 1) * n))
-                .collect()
-        };
-        let global = split(network(Tensor::cat(vec![view1, view2], 0)), 2);
-        let local = match local.len() {
-            0 => Vec::new(),
-            parts => split(network(Tensor::cat(local, 0)), parts),
-        };
-        (global, local)
+        (Tensor::cat(vec![view1, view2], 0), n, local)
+    }
+}
+
+/// The rows of `x` split into `parts` views of `n` rows each (view-major), in order.
+///
+/// # Shapes
+/// - `x`: `[parts·n, D]` → `parts` × `[n, D]`
+pub(crate) fn split_views<B: Backend>(
+    x: Tensor<B, 2>,
+    n: usize,
+    parts: usize,
+) -> Vec<Tensor<B, 2>> {
+    (0..parts)
+        .map(|v| x.clone().slice(v * n..(v + 1) * n))
+        .collect()
+}
+
+/// The local crops `locals` (of `n` images each) through `network` as one batch, its output
+/// split back into one tensor per crop; none without local crops.
+///
+/// # Shapes
+/// - `network`: `[V·n, C, h, w]` → `[V·n, D]`; each output: `[n, D]`
+pub(crate) fn locals_through<B: Backend>(
+    locals: Vec<Tensor<B, 4>>,
+    n: usize,
+    network: impl FnOnce(Tensor<B, 4>) -> Tensor<B, 2>,
+) -> Vec<Tensor<B, 2>> {
+    match locals.len() {
+        0 => Vec::new(),
+        parts => split_views(network(Tensor::cat(locals, 0)), n, parts),
     }
 }
 

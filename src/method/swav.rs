@@ -8,7 +8,8 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 
 use super::ssl_method::{
-    gradients_without, online_in, replica_in, HasBackbone, MethodOutput, SslMethod, Views,
+    gradients_without, locals_through, online_in, replica_in, split_views, HasBackbone,
+    MethodOutput, SslMethod, Views,
 };
 use crate::base::error::ConfigError;
 use crate::base::Progress;
@@ -262,29 +263,13 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Swav<B, M> {
     }
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
-        let Views {
-            global: [view1, view2],
-            local: locals,
-        } = views;
+        let (globals, n, locals) = views.batched();
         self.frozen = progress.epoch < self.freeze_prototypes_epochs;
-        let n = view1.dims()[0];
         // One pass per resolution, as the authors' multi-crop forward.
-        let (z, scores) = self.online.forward(Tensor::cat(vec![view1, view2], 0));
-        let global: Vec<Tensor<B, 2>> = (0..2)
-            .map(|v| scores.clone().slice(v * n..(v + 1) * n))
-            .collect();
-        let projections: Vec<Tensor<B, 2>> = (0..2)
-            .map(|v| z.clone().slice(v * n..(v + 1) * n).detach())
-            .collect();
-        let local: Vec<Tensor<B, 2>> = if locals.is_empty() {
-            Vec::new()
-        } else {
-            let v = locals.len();
-            let (_, scores) = self.online.forward(Tensor::cat(locals, 0));
-            (0..v)
-                .map(|i| scores.clone().slice(i * n..(i + 1) * n))
-                .collect()
-        };
+        let (z, scores) = self.online.forward(globals);
+        let global = split_views(scores, n, 2);
+        let projections = split_views(z.detach(), n, 2);
+        let local = locals_through(locals, n, |x| self.online.forward(x).1);
         // The codes: Sinkhorn–Knopp over the global batch (every replica's rows) and the full
         // queue, of which this replica keeps its own rows.
         let (all_projections, first) = match &self.replica {

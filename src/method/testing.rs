@@ -118,6 +118,18 @@ pub(crate) fn images<B: Backend>(n: usize, shift: f64) -> Tensor<B, 4> {
     Tensor::from_data(TensorData::new(values, [n, 1, 4, 4]), &Default::default())
 }
 
+/// `n` one-channel `side × side` images, `sin(0.37·i + phase)` for the `i`-th value of the batch
+/// (the masked methods' unit tests).
+pub(crate) fn square_images<B: Backend>(n: usize, side: usize, phase: f64) -> Tensor<B, 4> {
+    let values: Vec<f64> = (0..n * side * side)
+        .map(|i| (0.37 * i as f64 + phase).sin())
+        .collect();
+    Tensor::from_data(
+        TensorData::new(values, [n, 1, side, side]),
+        &Default::default(),
+    )
+}
+
 /// A Vision Transformer of one-channel `side × side` images in 2 × 2 patches, tokens 8 wide,
 /// one block of two heads (the masked methods' unit tests).
 pub(crate) fn tiny_vit<B: Backend>(
