@@ -253,22 +253,8 @@ impl<B: Backend> Attention<B> {
         attn_bias: Option<&Tensor<B, 4>>,
     ) -> Tensor<B, 3> {
         let [n, t, d] = x.dims();
-        let h = self.num_heads;
-        let hd = d / h;
-        let rows = x.reshape([n * t, d]);
-        let weight = self.qkv.weight.val();
-        let bias = self.qkv.bias.as_ref().map(|b| b.val());
-        // Part i of [N·T, 3D] = [N·T, 3, H, hd] → [N, H, T, hd].
-        let part = |i: usize| -> Tensor<B, 4> {
-            let columns = i * d..(i + 1) * d;
-            let y = kernels::linear(
-                rows.clone(),
-                weight.clone().slice([0..d, columns.clone()]),
-                bias.as_ref().map(|b| b.clone().slice([columns])),
-            );
-            kernels::swap_middle_dims(y.reshape([n, t, h, hd]))
-        };
-        let (q, k, v) = (part(0), part(1), part(2));
+        let hd = d / self.num_heads;
+        let [q, k, v] = qkv_heads(&self.qkv, x, self.num_heads);
         let mut scores: Tensor<B, 4> =
             kernels::matmul(q, k.swap_dims(2, 3)).mul_scalar((hd as f64).powf(-0.5));
         if let Some(attn_bias) = attn_bias {
@@ -280,6 +266,32 @@ impl<B: Backend> Attention<B> {
             kernels::swap_middle_dims(out).reshape([n, t, d]),
         )
     }
+}
+
+/// The queries, keys and values of the tokens `x` through the fused projection `qkv` (`[D, 3D]`,
+/// columns `q | k | v`), each laid out per head for `heads` heads: three products with the
+/// column blocks of `qkv`'s weight (views, not copies), each laid out by one copy
+/// ([`kernels::swap_middle_dims`]). What [`Attention`] and other multi-head attentions (All4One's
+/// transformer) project their tokens with.
+///
+/// # Shapes
+/// - `x`: `[N, T, D]` → three `[N, H, T, D/H]`
+pub fn qkv_heads<B: Backend>(qkv: &Linear<B>, x: Tensor<B, 3>, heads: usize) -> [Tensor<B, 4>; 3] {
+    let [n, t, d] = x.dims();
+    let hd = d / heads;
+    let rows = x.reshape([n * t, d]);
+    let weight = qkv.weight.val();
+    let bias = qkv.bias.as_ref().map(|b| b.val());
+    // Part i of [N·T, 3D] = [N·T, 3, H, hd] → [N, H, T, hd].
+    [0, 1, 2].map(|i| {
+        let columns = i * d..(i + 1) * d;
+        let y = kernels::linear(
+            rows.clone(),
+            weight.clone().slice([0..d, columns.clone()]),
+            bias.as_ref().map(|b| b.clone().slice([columns])),
+        );
+        kernels::swap_middle_dims(y.reshape([n, t, heads, hd]))
+    })
 }
 
 /// The MLP of a block: `D → hidden (GELU) → D`.

@@ -5,6 +5,7 @@ use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
 use burn::prelude::*;
 use curriculum_ssl_models::kernels;
 use curriculum_ssl_models::layers::{linear_tokens, linear_zero_bias, LayerNorm, LayerNormConfig};
+use curriculum_ssl_models::vit::qkv_heads;
 
 use crate::base::error::ConfigError;
 
@@ -59,22 +60,8 @@ impl<B: Backend> EncoderLayer<B> {
     /// Multi-head self-attention with dropout on the probabilities, through `out_proj`.
     fn attention(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [n, t, d] = x.dims();
-        let h = self.heads;
-        let hd = d / h;
-        let rows = x.reshape([n * t, d]);
-        let weight = self.in_proj.weight.val();
-        let bias = self.in_proj.bias.as_ref().map(|b| b.val());
-        // Part i of [N·T, 3D] = [N·T, 3, H, hd] → [N, H, T, hd].
-        let part = |i: usize| -> Tensor<B, 4> {
-            let columns = i * d..(i + 1) * d;
-            let y = kernels::linear(
-                rows.clone(),
-                weight.clone().slice([0..d, columns.clone()]),
-                bias.as_ref().map(|b| b.clone().slice([columns])),
-            );
-            kernels::swap_middle_dims(y.reshape([n, t, h, hd]))
-        };
-        let (q, k, v) = (part(0), part(1), part(2));
+        let hd = d / self.heads;
+        let [q, k, v] = qkv_heads(&self.in_proj, x, self.heads);
         let scores = kernels::matmul(q, k.swap_dims(2, 3)).mul_scalar((hd as f64).powf(-0.5));
         let probabilities = self.dropout.forward(kernels::softmax(scores, 3));
         let out = kernels::matmul(probabilities, v); // [N, H, T, hd]
