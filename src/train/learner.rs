@@ -259,51 +259,58 @@ impl<B: AutodiffBackend, M: SslMethod<B>> fmt::Display for LearnerMethod<B, M> {
     }
 }
 
+/// The items of a `Module` impl whose module is the struct's `online` field, the rest of the
+/// struct carried along: [`LearnerMethod`] on `B`, [`LearnerInference`] on `B::InnerBackend`.
+macro_rules! module_of_online {
+    ($backend:ty) => {
+        fn collect_devices(&self, devices: Devices<$backend>) -> Devices<$backend> {
+            self.online.collect_devices(devices)
+        }
+
+        fn fork(self, device: &<$backend as BackendTypes>::Device) -> Self {
+            Self {
+                online: self.online.fork(device),
+                ..self
+            }
+        }
+
+        fn to_device(self, device: &<$backend as BackendTypes>::Device) -> Self {
+            Self {
+                online: self.online.to_device(device),
+                ..self
+            }
+        }
+
+        fn visit<V: ModuleVisitor<$backend>>(&self, visitor: &mut V) {
+            self.online.visit(visitor);
+        }
+
+        fn map<Mp: ModuleMapper<$backend>>(self, mapper: &mut Mp) -> Self {
+            Self {
+                online: self.online.map(mapper),
+                ..self
+            }
+        }
+
+        fn load_record(self, record: Self::Record) -> Self {
+            Self {
+                online: self.online.load_record(record),
+                ..self
+            }
+        }
+
+        fn into_record(self) -> Self::Record {
+            self.online.into_record()
+        }
+    };
+}
+
+/// The module is the online networks: `fork` and `to_device` move the trainable networks, and
+/// the method's own states stay on the device it was built on (build it on the training device).
 impl<B: AutodiffBackend, M: SslMethod<B> + Send> Module<B> for LearnerMethod<B, M> {
     type Record = <M::Online as Module<B>>::Record;
 
-    fn collect_devices(&self, devices: Devices<B>) -> Devices<B> {
-        self.online.collect_devices(devices)
-    }
-
-    /// The trainable networks on `device`; the method's own states stay on the device it was
-    /// built on (build it on the training device).
-    fn fork(self, device: &B::Device) -> Self {
-        Self {
-            online: self.online.fork(device),
-            ..self
-        }
-    }
-
-    /// As [`LearnerMethod::fork`].
-    fn to_device(self, device: &B::Device) -> Self {
-        Self {
-            online: self.online.to_device(device),
-            ..self
-        }
-    }
-
-    fn visit<V: ModuleVisitor<B>>(&self, visitor: &mut V) {
-        self.online.visit(visitor);
-    }
-
-    fn map<Mp: ModuleMapper<B>>(self, mapper: &mut Mp) -> Self {
-        Self {
-            online: self.online.map(mapper),
-            ..self
-        }
-    }
-
-    fn load_record(self, record: Self::Record) -> Self {
-        Self {
-            online: self.online.load_record(record),
-            ..self
-        }
-    }
-
-    fn into_record(self) -> Self::Record {
-        self.online.into_record()
-    }
+    module_of_online!(B);
 }
 
 impl<B: AutodiffBackend, M: SslMethod<B> + Send> AutodiffModule<B> for LearnerMethod<B, M> {
@@ -446,45 +453,7 @@ impl<B: AutodiffBackend, M: SslMethod<B> + Send> Module<B::InnerBackend>
 {
     type Record = <InnerOnline<B, M> as Module<B::InnerBackend>>::Record;
 
-    fn collect_devices(&self, devices: Devices<B::InnerBackend>) -> Devices<B::InnerBackend> {
-        self.online.collect_devices(devices)
-    }
-
-    fn fork(self, device: &<B::InnerBackend as BackendTypes>::Device) -> Self {
-        Self {
-            online: self.online.fork(device),
-            ..self
-        }
-    }
-
-    fn to_device(self, device: &<B::InnerBackend as BackendTypes>::Device) -> Self {
-        Self {
-            online: self.online.to_device(device),
-            ..self
-        }
-    }
-
-    fn visit<V: ModuleVisitor<B::InnerBackend>>(&self, visitor: &mut V) {
-        self.online.visit(visitor);
-    }
-
-    fn map<Mp: ModuleMapper<B::InnerBackend>>(self, mapper: &mut Mp) -> Self {
-        Self {
-            online: self.online.map(mapper),
-            ..self
-        }
-    }
-
-    fn load_record(self, record: Self::Record) -> Self {
-        Self {
-            online: self.online.load_record(record),
-            ..self
-        }
-    }
-
-    fn into_record(self) -> Self::Record {
-        self.online.into_record()
-    }
+    module_of_online!(B::InnerBackend);
 }
 
 /// The backbone's features of a validation batch, and its labels when it has them: what a
