@@ -666,6 +666,13 @@ pub enum DatasetChoice {
     Shards,
 }
 
+/// As on the command line (`fashion-mnist`, `image-folder`), for messages.
+impl std::fmt::Display for DatasetChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&value_name(*self))
+    }
+}
+
 /// The most loader threads per replica chosen without `--workers`: each holds up to
 /// `prefetch + 1` batches (two 224-px views of 256 images are 77 MB), and 16 cut about 6,700
 /// images/s, more than a GPU trains on.

@@ -2,7 +2,7 @@
 //! before anything is read, the splits, and whether a folder's images are decoded into memory
 //! once or streamed from their files every epoch (`--stream`, or chosen when they are large).
 
-use super::args::{value_name, DatasetChoice, RecipeRun};
+use super::args::{DatasetChoice, RecipeRun};
 use crate::usage::usage;
 use anyhow::{Context, Result};
 use curriculum_ssl::data::embedded::load_or_embedded;
@@ -46,8 +46,7 @@ impl DataSource {
         let dataset = self.dataset;
         if self.dir.is_none() && dataset != DatasetChoice::FashionMnist {
             return Err(usage(format!(
-                "--dataset {}: needs --data-dir (only Fashion-MNIST has an embedded subset)",
-                value_name(dataset)
+                "--dataset {dataset}: needs --data-dir (only Fashion-MNIST has an embedded subset)"
             )));
         }
         if let Some(size) = self.image_size {
@@ -451,8 +450,8 @@ pub fn raw_pixels_too_large(images: usize, (h, w, c): (usize, usize, usize)) -> 
 /// run whose `recipe.toml` predates `stream` reads it here instead of deciding by the memory
 /// available now.
 pub fn recorded_stream(run_dir: &Path) -> Option<bool> {
-    let text = std::fs::read(run_dir.join("config.json")).ok()?;
-    let record: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    let text = std::fs::read_to_string(run_dir.join("config.json")).ok()?;
+    let record: serde_json::Value = serde_json::from_str(&text).ok()?;
     Some(record["run"]["stream"].as_bool().unwrap_or(false))
 }
 
@@ -524,7 +523,7 @@ impl DataSource {
                 return Err(usage(format!(
                     "--stream: only for --dataset image-folder, folder, shards or stl10 (the image files a run \
                      decodes every epoch); --dataset {} is read from its own files into memory",
-                    value_name(self.dataset)
+                    self.dataset
                 )));
             }
             return Ok(TrainData::Memory(self.load()?));

@@ -1,16 +1,20 @@
-//! What every training recipe shares: its command-line options ([`args`]), the data
-//! ([`data`]), the backbone ([`backbone`]), the settings file ([`config_file`]), and the run:
-//! preparing it ([`prepare`]: the recipe's defaults, settings, data, pipeline, the method),
-//! running it ([`run`]: one device or replicas, the trainer and its hooks, the baselines) and
-//! its report ([`report`]).
+//! What every training recipe shares: its command-line options ([`args`]), the settings file
+//! ([`config_file`]), the recipe's defaults and the run's settings ([`settings`]), the data
+//! ([`data`]), the backbone ([`backbone`]), the augmentation ([`augmentation`]), and the run:
+//! preparing it ([`prepare`]: the options parsed, the settings resolved, the data loaded, the
+//! pipeline built, in that order), running it ([`run`]: the method's settings and its build,
+//! one device or replicas, the trainer and its hooks, the baselines) and its report
+//! ([`report`]).
 
 mod args;
+mod augmentation;
 mod backbone;
 pub mod config_file;
 mod data;
 mod prepare;
 mod report;
 mod run;
+mod settings;
 
 pub use args::*;
 pub use backbone::*;
@@ -18,5 +22,6 @@ pub use config_file::RECIPE_TOML;
 pub use data::*;
 pub use prepare::*;
 pub(crate) use report::{print_where, shell_command};
+pub use settings::*;
 
 pub use crate::backend::{Device, Train};

@@ -1,7 +1,7 @@
 //! What a finished run reports: `summary.md` (the settings, the results, the plots) and where
 //! its files are.
 
-use super::prepare::Settings;
+use super::settings::Settings;
 use crate::backend;
 use anyhow::Result;
 use curriculum_ssl::eval::KnnResult;

@@ -1,11 +1,15 @@
-//! Running a prepared recipe: on one device or as replicas (`--devices`, `--nodes`), the trainer
-//! with its hooks, the kNN of the backbone at initialisation and of the raw pixels, and the
-//! report.
+//! Running a prepared recipe: its method's and optimiser's settings sections, the method built
+//! from the seed (its size checked against the machine first), training on one device or as
+//! replicas (`--devices`, `--nodes`), the trainer with its hooks, the kNN of the backbone at
+//! initialisation and of the raw pixels, and the report.
 
 use super::args::{MethodArgs, RecipeRun, StartArgs};
+use super::backbone::BackboneSpec;
+use super::data::available_memory;
 use super::data::{raw_pixels_too_large, TrainData};
-use super::prepare::{Prepared, Settings};
+use super::prepare::Prepared;
 use super::report::{print_where, result_lines, write_summary};
+use super::settings::Settings;
 use crate::backend;
 use crate::backend::{Device, Train};
 use crate::run_files::{read_knn_results, KNN_AT_INIT, KNN_RAW_PIXELS};
@@ -23,12 +27,129 @@ use curriculum_ssl::eval::{KnnMonitor, KnnResult, RawPixels};
 use curriculum_ssl::hooks::{
     FrechetCurationHook, KnnHook, ObjectBoxesHook, SelfPacedAutoAugmentHook,
 };
-use curriculum_ssl::method::{SslMethod, ViewPasses};
+use curriculum_ssl::method::{init_method, MocoConfig, SslMethod, ViewPasses};
 use curriculum_ssl::optim::{Lars, LarsConfig, Sgd, SgdConfig};
 use curriculum_ssl::pipeline::{Augmenter, PipelineConfig, ViewConfig};
+use curriculum_ssl::seed;
 use curriculum_ssl::train::{DataFingerprint, SelfSupervised, StartMode, TrainConfig, Trainer};
 use curriculum_ssl_models::AnyBackbone;
 use serde::Serialize;
+
+impl Prepared {
+    /// `config` (of the method, or the optimiser) with the settings file's `[section]` and the
+    /// command line's `section.KEY=VALUE` applied, recorded for the run's recipe.toml.
+    ///
+    /// # Errors
+    /// A key the configuration does not have, or a value of the wrong kind.
+    pub fn section<C>(&self, section: &str, config: C) -> Result<C>
+    where
+        C: Serialize + serde::de::DeserializeOwned,
+    {
+        self.overrides.apply(section, config)
+    }
+
+    /// The backbone's configuration for the data's channel count.
+    pub fn backbone_config(&self) -> BackboneSpec {
+        self.settings.backbone_spec(self.data.shape())
+    }
+
+    /// Builds the method on `device` with the backend's generator seeded by `--seed`, so that
+    /// its initial weights depend on the seed alone (every replica of a data-parallel run starts
+    /// from the same weights).
+    ///
+    /// The networks' size is checked from their shapes before their weights are drawn: a run
+    /// that cannot fit in memory (e.g. `method.hidden_dim=100000000`) is refused naming its size,
+    /// instead of growing until the system kills it. The methods check it themselves before they
+    /// draw or copy a network ([`seed::with_size_limit`]: a momentum encoder's copy drew the
+    /// online network while it was built, before any check after the build).
+    pub fn init<S, E>(
+        &self,
+        device: &Device,
+        build: impl FnOnce(&Device) -> Result<S, E>,
+    ) -> Result<S>
+    where
+        S: SslMethod<Train>,
+        E: Into<anyhow::Error>,
+    {
+        let replicas = self.args.compute.devices.max(1);
+        let limit = parameter_limit(replicas);
+        let (built, refused) = seed::with_size_limit(limit, || {
+            init_method::<Train, S, anyhow::Error>(device, self.settings.seed, |d| {
+                build(d).map_err(Into::into)
+            })
+        });
+        // `init_method` checked the online network against the limit before drawing it: a
+        // refusal is worded with the size and the settings to lower.
+        if let Some(parameters) = refused {
+            check_fits(parameters, replicas)?;
+        }
+        built
+    }
+
+    /// A MoCo recipe's method with the command line's `--shuffle-bn` (which only the recipes
+    /// whose [`Defaults::shuffle_bn`] is set accept).
+    pub fn moco(&self, config: MocoConfig) -> MocoConfig {
+        config.with_shuffle_bn(self.args.method.shuffle_bn)
+    }
+}
+
+/// The most parameters a run may have whatever the machine: 2³² (16 GiB of f32 weights alone).
+const MAX_PARAMETERS: u64 = 1 << 32;
+
+/// Bytes a run needs per parameter at the least: f32 weights, their gradients, the optimiser's
+/// state (momentum; Adam and LARS keep more) and a momentum encoder's copy. Activations come
+/// on top, so a run refused by this bound could never have fitted.
+const BYTES_PER_PARAMETER: u64 = 16;
+
+/// The most parameters [`check_fits`] lets through on `replicas` replicas (a network of more is
+/// refused by it): the limit the methods check before they draw a network.
+fn parameter_limit(replicas: usize) -> u64 {
+    let mut limit = MAX_PARAMETERS;
+    if backend::NAME.starts_with("cpu") {
+        if let Some(available) = available_memory() {
+            limit = limit.min(available / BYTES_PER_PARAMETER / replicas.max(1) as u64);
+        }
+    }
+    limit
+}
+
+/// Refuses networks of `parameters` values (on each of `replicas` replicas) that cannot fit:
+/// above [`MAX_PARAMETERS`], or, on the CPU backend, above the memory the system says is
+/// available.
+fn check_fits(parameters: u64, replicas: usize) -> Result<()> {
+    let needed = parameters
+        .saturating_mul(BYTES_PER_PARAMETER)
+        .saturating_mul(replicas as u64);
+    let gib = |bytes: u64| bytes as f64 / f64::from(1u32 << 30);
+    let refuse = |limit: String| {
+        usage(format!(
+            "the networks have {parameters} parameters: at least {:.1} GiB with their gradients \
+             and optimiser state{}, more than {limit}; lower the method's sizes \
+             (method.hidden_dim, method.output_dim, a queue's method.queue_size) or choose a \
+             smaller --backbone",
+            gib(needed),
+            if replicas > 1 {
+                format!(" on {replicas} replicas")
+            } else {
+                String::new()
+            }
+        ))
+    };
+    if parameters > MAX_PARAMETERS {
+        return Err(refuse(format!("the {MAX_PARAMETERS} a run may have")));
+    }
+    if backend::NAME.starts_with("cpu") {
+        if let Some(available) = available_memory() {
+            if needed > available {
+                return Err(refuse(format!(
+                    "the {:.1} GiB of memory available",
+                    gib(available)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
 
 impl Prepared {
     /// The data-parallel layout of `--devices` and `--nodes` (`None`: one device).
