@@ -66,12 +66,15 @@ pub fn gpu() -> Option<WgpuDevice> {
     PROBE
         .get_or_init(|| {
             // Each new shape compiles and autotunes kernels; on the software device the
-            // minimal autotune keeps that to seconds (CUBECL_AUTOTUNE_LEVEL overrides it).
+            // minimal autotune keeps that to seconds (CUBECL_AUTOTUNE_LEVEL overrides it), and
+            // the seeded cache skips the tuning of the keys it holds.
             if std::env::var_os("CUBECL_AUTOTUNE_LEVEL").is_none() {
                 use burn::cubecl::config::autotune::AutotuneLevel;
+                use burn::cubecl::config::cache::CacheConfig;
                 use burn::cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
                 let mut config = CubeClRuntimeConfig::default();
                 config.autotune.level = AutotuneLevel::Minimal;
+                config.autotune.cache = CacheConfig::File(autotune_cache());
                 CubeClRuntimeConfig::set(config);
             }
             let device = WgpuDevice::Cpu;
@@ -98,6 +101,49 @@ pub fn gpu() -> Option<WgpuDevice> {
             }
         })
         .clone()
+}
+
+/// Where cubecl keeps the tests' autotune results (at the minimal level): a folder of the test
+/// build (`CURRICULUM_SSL_GPU_AUTOTUNE_CACHE` names another), seeded with the choices in
+/// `tests/gpu_path/autotune/` where it has no file of its own yet.
+///
+/// Why: autotune benchmarks every candidate kernel of a new key, and on the software device
+/// that was 167 s of the 356 s these tests took on a fresh checkout (CI's case), against 189 s
+/// with the results of an earlier run (2 cores, 2026-12-04). Which candidate wins changes
+/// nothing the tests assert: each is a correct kernel, and the comparisons hold for any of them
+/// (autotune picks by timing, which differs from machine to machine). The seed holds only
+/// choices of kernels written per unit or fallbacks; plane and cube kernels, whose shape may
+/// follow the device's subgroup width, are tuned where the tests run, as is every key the
+/// seed lacks. `scripts/gpu_path_autotune_seed.py` rewrites the seed from a cold run's cache.
+fn autotune_cache() -> std::path::PathBuf {
+    if let Some(dir) = std::env::var_os("CURRICULUM_SSL_GPU_AUTOTUNE_CACHE") {
+        return dir.into();
+    }
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("gpu_path_autotune");
+    let seed = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_path/autotune");
+    copy_missing(&seed, &root.join("autotune")).unwrap_or_else(|e| {
+        panic!(
+            "seeding the autotune cache {} from {}: {e}",
+            root.display(),
+            seed.display()
+        )
+    });
+    root
+}
+
+/// Copies the files under `from` to the same places under `to`, where `to` has none yet.
+fn copy_missing(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_missing(&entry.path(), &target)?;
+        } else if !target.exists() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
 }
 
 fn recorder() -> NamedMpkBytesRecorder<FullPrecisionSettings> {
