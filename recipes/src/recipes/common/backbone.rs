@@ -1,8 +1,5 @@
-//! The backbone a recipe trains (`--backbone`, `--stem`, `--weights`), its part of the
-//! settings (the pooled grid, the spec for the data) and its checks against the data.
+//! The backbone a recipe trains (`--backbone`, `--stem`, `--weights`) and its checks.
 
-use super::data::TrainData;
-use super::settings::Settings;
 use crate::backend;
 use crate::backend::Device;
 use crate::usage::usage;
@@ -77,7 +74,8 @@ pub enum BackboneChoice {
 /// As on the command line (`resnet18`, `vit-micro`), for messages.
 impl std::fmt::Display for BackboneChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&super::value_name(*self))
+        let value = self.to_possible_value().expect("no skipped variant");
+        f.write_str(value.get_name())
     }
 }
 
@@ -345,59 +343,4 @@ impl BackboneSpec {
             }
         }
     }
-}
-
-/// The backbone part of the settings.
-impl Settings {
-    /// The grid the backbone's features are pooled to on images of `side` pixels:
-    /// `--pooled-grid`, else the backbone's [`BackboneChoice::default_pooled_grid`] (resolved
-    /// here, not when the command line is read, because a recipe may replace the default
-    /// backbone with its own and the images' size is known once they are read).
-    pub fn pooled_grid(&self, side: usize) -> usize {
-        self.given_pooled_grid
-            .unwrap_or(self.backbone.default_pooled_grid(self.stem, side))
-    }
-
-    /// The grid as a run on images of `side` pixels records it: `None` for 1 (global average
-    /// pooling), which is also what every run recorded before `--pooled-grid` existed did.
-    pub fn recorded_pooled_grid(&self, side: usize) -> Option<usize> {
-        Some(self.pooled_grid(side)).filter(|&g| g != 1)
-    }
-
-    /// The backbone for images of `(side, _, channels)`: its configuration with the stem and
-    /// the pooled grid, and its weights.
-    pub fn backbone_spec(&self, (side, _, channels): (usize, usize, usize)) -> BackboneSpec {
-        BackboneSpec {
-            config: with_vit_pool(
-                self.backbone
-                    .config(channels, side, self.stem, self.pooled_grid(side)),
-                self.vit_pool,
-            ),
-            weights: self.weights.clone(),
-        }
-    }
-}
-
-/// The backbone checked against the data: a ViT's patches tile the image, the network fits.
-pub(super) fn check_backbone(settings: &Settings, data: &TrainData, device: &Device) -> Result<()> {
-    let spec = settings.backbone_spec(data.shape());
-    if let curriculum_ssl_models::AnyBackboneConfig::Vit(vit) = &spec.config {
-        // A ViT whose patches do not tile the image (it dropped the edge pixels silently).
-        vit.check().map_err(|e| {
-            let p = vit.patch_size;
-            let hint = if settings.source.dataset.is_files() {
-                let below = vit.image_size / p * p;
-                format!(
-                    "; give --image-size a multiple of {p} (e.g. {} or {})",
-                    below.max(p),
-                    below + p
-                )
-            } else {
-                String::new()
-            };
-            usage(format!("--backbone {}: {e}{hint}", settings.backbone))
-        })?;
-    }
-    spec.check(data.shape(), "--backbone", device)?;
-    Ok(())
 }

@@ -1,6 +1,6 @@
 //! Preparing a run, in order: the options parsed ([`super::args`], with the settings file's),
 //! the settings resolved over the recipe's defaults ([`super::settings`]), the device opened,
-//! the data loaded and the backbone checked against it ([`super::backbone`]), the augmentation
+//! the data loaded and the backbone checked against it ([`super::backbone_fit`]), the augmentation
 //! built ([`super::augmentation`]); and what recipe.toml records of the options.
 
 use super::args::{
@@ -8,7 +8,8 @@ use super::args::{
     RecipeArgs, RunArgs, SourceArgs,
 };
 use super::augmentation::{local_crops, normalization, pipeline};
-use super::backbone::{check_backbone, BackboneChoice};
+use super::backbone::BackboneChoice;
+use super::backbone_fit::check_backbone;
 use super::config_file::Overrides;
 use super::data::TrainData;
 use super::settings::{
