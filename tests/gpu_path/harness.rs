@@ -107,9 +107,10 @@ pub fn gpu() -> Option<WgpuDevice> {
 /// build (`CURRICULUM_SSL_GPU_AUTOTUNE_CACHE` names another), seeded with the choices in
 /// `tests/gpu_path/autotune/` where it has no file of its own yet.
 ///
-/// Why: autotune benchmarks every candidate kernel of a new key, and on the software device
-/// that was 167 s of the 356 s these tests took on a fresh checkout (CI's case), against 189 s
-/// with the results of an earlier run (2 cores, 2026-12-04). Which candidate wins changes
+/// Why: autotune compiles and benchmarks every candidate kernel of a new key, which on the
+/// software device is slow. On a fresh checkout with Mesa's shader cache empty (CI's case) these
+/// tests ran past 720 s without the seed and took 397 s with it; with Mesa's cache warm, 357 s
+/// against 156 s (2 cores, 2026-12-04). Which candidate wins changes
 /// nothing the tests assert: each is a correct kernel, and the comparisons hold for any of them
 /// (autotune picks by timing, which differs from machine to machine). The seed holds only
 /// choices of kernels written per unit or fallbacks; plane and cube kernels, whose shape may
