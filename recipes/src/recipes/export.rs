@@ -152,7 +152,7 @@ pub fn export(args: &[String]) -> Result<()> {
     let mut metadata = vec![
         ("format".to_string(), "curriculum-ssl backbone".to_string()),
         ("recipe".to_string(), run.record.run.recipe.clone()),
-        ("backbone".to_string(), value_name(run.record.run.backbone)),
+        ("backbone".to_string(), run.record.run.backbone.to_string()),
         ("input_size".to_string(), format!("{h}x{w}")),
         ("in_chans".to_string(), c.to_string()),
         (

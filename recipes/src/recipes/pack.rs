@@ -67,7 +67,7 @@ pub fn run(args: &[String]) -> Result<()> {
         return Err(usage(format!(
             "--dataset {}: pack reads image-folder or folder (the other datasets are read from \
              their own files)",
-            super::common::value_name(args.dataset)
+            args.dataset
         )));
     }
     let source = DataSource {

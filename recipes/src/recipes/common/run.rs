@@ -5,8 +5,7 @@
 
 use super::args::{MethodArgs, RecipeRun, StartArgs};
 use super::backbone::BackboneSpec;
-use super::data::available_memory;
-use super::data::{raw_pixels_too_large, TrainData};
+use super::data::{available_memory, raw_pixels_too_large, TrainData};
 use super::prepare::Prepared;
 use super::report::{print_where, result_lines, write_summary};
 use super::settings::Settings;
