@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Writes .ci/mesa_shader_cache.tar.gz: lavapipe's compiled shaders for the GPU-path tests
+# (Mesa's shader cache, filled by a run of tests/gpu_path with the cache empty), which .ci/run
+# unpacks into the cache CI's run of the tests reads. See docs/gpu.md, "Caches worth keeping".
+#
+#   scripts/gpu_path_mesa_cache.sh
+#
+# Mesa (22.3) keys the cache by its own build, LLVM's, and the CPU (its family, model, feature
+# flags and core count): a machine that differs in any misses every entry and compiles as it
+# would without the file. Run it on a machine of CI's kind after the tests' kernels change (a
+# new burn or cubecl, other shapes in the tests): a stale file only makes CI's run slower.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+export MESA_SHADER_CACHE_DIR="$work/mesa"
+export CURRICULUM_SSL_GPU_TESTS=require
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$work}"
+mkdir -p "$MESA_SHADER_CACHE_DIR"
+# Twice, each from the autotune seed alone, as CI runs it: the keys the seed leaves out are tuned
+# by timing, and a second run's choices may lead to kernels the first did not compile.
+for run in 1 2; do
+  rm -rf target/tmp/gpu_path_autotune
+  echo "== run $run"
+  cargo test --test gpu_path
+done
+tar -czf .ci/mesa_shader_cache.tar.gz -C "$MESA_SHADER_CACHE_DIR" .
+echo "wrote .ci/mesa_shader_cache.tar.gz ($(du -h .ci/mesa_shader_cache.tar.gz | cut -f1)," \
+  "$(find "$MESA_SHADER_CACHE_DIR" -type f | wc -l) files)"
