@@ -19,8 +19,10 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$work}"
 mkdir -p "$MESA_SHADER_CACHE_DIR"
 # Twice, each from the autotune seed alone, as CI runs it: the keys the seed leaves out are tuned
 # by timing, and a second run's choices may lead to kernels the first did not compile.
+target="$(cargo metadata --format-version 1 --no-deps |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 for run in 1 2; do
-  rm -rf target/tmp/gpu_path_autotune
+  rm -rf "$target/tmp/gpu_path_autotune"
   echo "== run $run"
   cargo test --test gpu_path
 done
