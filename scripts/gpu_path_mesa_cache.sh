@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes .ci/mesa_shader_cache.tar.gz: lavapipe's compiled shaders for the GPU-path tests
-# (Mesa's shader cache, filled by a run of tests/gpu_path with the cache empty), which .ci/run
+# (Mesa's shader cache, filled by two runs of tests/gpu_path from an empty cache), which .ci/run
 # unpacks into the cache CI's run of the tests reads. See docs/gpu.md, "Caches worth keeping".
 #
 #   scripts/gpu_path_mesa_cache.sh
@@ -17,10 +17,10 @@ export MESA_SHADER_CACHE_DIR="$work/mesa"
 export CURRICULUM_SSL_GPU_TESTS=require
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$work}"
 mkdir -p "$MESA_SHADER_CACHE_DIR"
-# Twice, each from the autotune seed alone, as CI runs it: the keys the seed leaves out are tuned
-# by timing, and a second run's choices may lead to kernels the first did not compile.
 target="$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+# Twice, each from the autotune seed alone, as CI runs it: the keys the seed leaves out are tuned
+# by timing, and a second run's choices may lead to kernels the first did not compile.
 for run in 1 2; do
   rm -rf "$target/tmp/gpu_path_autotune"
   echo "== run $run"
