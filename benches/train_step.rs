@@ -12,8 +12,6 @@
 use std::time::Duration;
 
 use burn::backend::{Autodiff, Flex};
-use burn::optim::Optimizer;
-use burn::prelude::*;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use curriculum_ssl::method::*;
 use curriculum_ssl::optim::SgdConfig;
@@ -23,6 +21,8 @@ type B = Autodiff<Flex>;
 
 #[path = "common/allocator.rs"]
 mod allocator;
+#[path = "common/step.rs"]
+mod step;
 
 fn resnet18(device: &<B as burn::tensor::backend::BackendTypes>::Device) -> ResNet<B> {
     ResNetConfig::resnet18().with_stem(Stem::Cifar).init(device)
@@ -50,16 +50,8 @@ fn run<S: SslMethod<B>>(c: &mut Criterion, name: &str, build: impl FnOnce() -> S
         ViewPasses::Separate
     });
     let mut optimizer = SgdConfig::new().init::<B, S::Online>().unwrap();
-    let views = |seed: u64| {
-        B::seed(&device, seed);
-        Tensor::<B, 4>::random(
-            [n, 3, 32, 32],
-            burn::tensor::Distribution::Uniform(0.0, 1.0),
-            &device,
-        )
-    };
-    let (v1, v2) = (views(1), views(2));
-    let mut step = 0;
+    let views = step::fixed_views::<B>(n, &device);
+    let mut index = 0;
     let mut group = c.benchmark_group("train_step");
     group
         .sample_size(10)
@@ -69,18 +61,8 @@ fn run<S: SslMethod<B>>(c: &mut Criterion, name: &str, build: impl FnOnce() -> S
         .throughput(Throughput::Elements(n as u64));
     group.bench_function(name, |b| {
         b.iter(|| {
-            let progress = Progress {
-                step,
-                total_steps: 1_000,
-                epoch: 0,
-                total_epochs: 1,
-            };
-            let out = method.forward(v1.clone(), v2.clone(), progress);
-            let grads = method.gradients(&out.loss);
-            let online = optimizer.step(0.05, method.online().clone(), grads);
-            method.set_online(online);
-            method.after_step(progress);
-            step += 1;
+            step::train_step(&mut method, &mut optimizer, &views, index);
+            index += 1;
         })
     });
     group.finish();
