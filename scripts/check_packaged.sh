@@ -36,6 +36,9 @@ curriculum-ssl = { path = "$work/crates/curriculum-ssl-0.1.0" }
 curriculum-ssl-models = { path = "$work/crates/curriculum-ssl-models-0.1.0" }
 curriculum-ssl-collective = { path = "$work/crates/curriculum-ssl-collective-0.21.0" }
 curriculum-ssl-communication = { path = "$work/crates/curriculum-ssl-communication-0.21.0" }
+# What vendor/burn-autodiff/PATCHED.md asks a dependent to add (the patched autodiff is not
+# packaged: it keeps burn's name).
+burn-autodiff = { path = "$root/vendor/burn-autodiff" }
 TOML
 echo "fn main() {}" > "$dep/src/main.rs"
 # The README's compiled Rust blocks (rust,no_run), one program each.

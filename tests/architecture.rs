@@ -267,6 +267,8 @@ fn the_recipe_binary_has_no_import_cycle() {
 /// upstream's burn-collective, whose every all-reduce after the first hangs across machines.
 /// The test writes a crate outside the workspace that depends on this one and asks cargo for
 /// its dependency tree (offline, with this workspace's lock: nothing is built or downloaded).
+/// The crate also has the `[patch.crates-io]` entry for the patched burn-autodiff that
+/// vendor/burn-autodiff/PATCHED.md asks dependents to add, and gets that copy.
 #[test]
 fn a_crate_outside_the_workspace_gets_the_patched_collective_layer() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -277,8 +279,10 @@ fn a_crate_outside_the_workspace_gets_the_patched_collective_layer() {
         dir.join("Cargo.toml"),
         format!(
             "[package]\nname = \"dependent\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\
-             publish = false\n\n[workspace]\n\n[dependencies]\ncurriculum-ssl = {{ path = {:?} }}\n",
-            root.display().to_string()
+             publish = false\n\n[workspace]\n\n[dependencies]\ncurriculum-ssl = {{ path = {:?} }}\n\n\
+             [patch.crates-io]\nburn-autodiff = {{ path = {:?} }}\n",
+            root.display().to_string(),
+            root.join("vendor/burn-autodiff").display().to_string()
         ),
     )
     .unwrap();
@@ -318,6 +322,14 @@ fn a_crate_outside_the_workspace_gets_the_patched_collective_layer() {
             vendored("curriculum-ssl-collective").as_str(),
             vendored("curriculum-ssl-communication").as_str(),
         ]),
+        "{tree}"
+    );
+    let autodiff = format!(
+        "burn-autodiff v0.21.0 ({})",
+        root.join("vendor/burn-autodiff").display()
+    );
+    assert!(
+        tree.lines().any(|l| l.trim_end_matches(" (*)") == autodiff),
         "{tree}"
     );
     let _ = std::fs::remove_dir_all(&dir);

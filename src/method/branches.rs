@@ -16,7 +16,8 @@ use burn::tensor::backend::AutodiffBackend;
 /// leaf afterwards can be swept by another thread's `backward()` before its step is registered,
 /// losing the gradient (tracel-ai/burn#5573). Measured: of 300 such second passes through a
 /// small ResNet beside three threads looping on `backward()`, 81 lost the stem's weight
-/// gradient; none through fresh leaves.
+/// gradient; none through fresh leaves. This workspace builds burn-autodiff patched against that
+/// race (`vendor/burn-autodiff/PATCHED.md`); the copy keeps a project on upstream's safe.
 pub fn fresh_leaves<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) -> M {
     module.clone().map(&mut FreshLeaves)
 }

@@ -591,7 +591,8 @@ where
         // alone because they had no gradient (a frozen layer): burn-autodiff 0.21 drops a leaf's
         // graph entry when a backward pass consumes it, and the next step's operations on that
         // leaf can be swept by a backward pass on another thread (view threads, replicas)
-        // before they are registered, losing the gradient (tracel-ai/burn#5573).
+        // before they are registered, losing the gradient (tracel-ai/burn#5573; the workspace's
+        // patched burn-autodiff removes the cause, a project on upstream's still needs this).
         self.method.set_online(fresh_leaves(&online));
         // The loss and the statistics in one transfer: the only synchronisation of the step.
         let mut values = vec![out.loss.inner()];
