@@ -368,64 +368,94 @@ fn deepcluster_v2_steps_as_on_the_cpu() {
 }
 
 /// Batch norm in training on the GPU path is the models crate's own operation
-/// (`kernels::batch_norm_op`: `batch_norm_train` takes `Autodiff<Wgpu>`), and it equals the
-/// CPU's slice kernels: the output, the gradients of the input, γ and β, and the batch moments,
-/// on a map with a mean far from zero and channels of different scales (`[4, 3, 5, 6]`; the
-/// loss weights `r` make every input gradient non-trivial).
+/// (`kernels::batch_norm_op`: `batch_norm_train` takes `Autodiff<Wgpu>`, and runs the `#[cube]`
+/// kernels of `batch_norm_cube.rs`), and it equals the CPU's slice kernels: the output, the
+/// gradients of the input, γ and β, and the batch moments, on maps with a mean far from zero and
+/// channels of different scales (the loss weights `r` make every input gradient non-trivial).
+/// Two groups on the GPU are one call, against one call per group on the CPU (the CPU's slice
+/// kernels take one group). The shapes reach the kernels' edges: 3 and 40 channels (one cube of 32 channels partly
+/// used, two cubes), two groups of 288 rows (two partial chunks of at most 256 rows, the
+/// second short), and 1,152 rows in one group (five partial chunks, three cubes of at most 512
+/// rows writing the output).
 #[test]
 fn batch_norm_is_one_operation_and_as_on_the_cpu() {
     use curriculum_ssl_models::kernels::batch_norm_train;
     let Some(device) = gpu() else { return };
-    let shape = [4, 3, 5, 6];
-    let len: usize = shape.iter().product();
-    let xs: Vec<f32> = pixels(4, 3, 5, 6, 0.3)
-        .iter()
-        .enumerate()
-        .map(|(i, v)| (v * 4.0 + 2.0) * (1 + (i / 30) % 3) as f32)
-        .collect();
-    let rs = pixels(4, 3, 5, 6, 0.7);
-    let (gamma, beta) = ([1.5f32, -0.7, 0.9], [0.2f32, -1.0, 0.4]);
+    /// With `split`, one call per group (the CPU's slice kernels take one group), their
+    /// outputs and moments concatenated; else one call on the stacked groups.
     fn run<B: AutodiffBackend>(
         xs: &[f32],
         rs: &[f32],
         gamma: &[f32],
         beta: &[f32],
-        shape: [usize; 4],
+        (shape, groups, split): ([usize; 4], usize, bool),
         device: &B::Device,
     ) -> [Vec<f32>; 6] {
         let t = |v: &[f32]| Tensor::<B, 1>::from_floats(v, device);
         let x = t(xs).reshape(shape).require_grad();
         let (g, b) = (t(gamma).require_grad(), t(beta).require_grad());
-        let out = batch_norm_train(x.clone(), g.clone(), b.clone(), 1e-5, 1)
-            .unwrap_or_else(|_| panic!("batch_norm_train fell back to the composed form"));
-        let grads = out
-            .output
-            .clone()
-            .mul(t(rs).reshape(shape))
-            .sum()
-            .backward();
+        let call = |x: Tensor<B, 4>, groups| {
+            batch_norm_train(x, g.clone(), b.clone(), 1e-5, groups)
+                .unwrap_or_else(|_| panic!("batch_norm_train fell back to the composed form"))
+        };
+        let (output, mean, var) = if split {
+            let outs: Vec<_> = x
+                .clone()
+                .chunk(groups, 0)
+                .into_iter()
+                .map(|x| call(x, 1))
+                .collect();
+            (
+                Tensor::cat(outs.iter().map(|o| o.output.clone()).collect(), 0),
+                Tensor::cat(outs.iter().map(|o| o.mean.clone()).collect(), 0),
+                Tensor::cat(outs.iter().map(|o| o.var.clone()).collect(), 0),
+            )
+        } else {
+            let out = call(x.clone(), groups);
+            (out.output, out.mean, out.var)
+        };
+        let grads = output.clone().mul(t(rs).reshape(shape)).sum().backward();
         let len = xs.len();
         [
-            host(out.output.reshape([len])),
+            host(output.reshape([len])),
             host(x.grad(&grads).unwrap().reshape([len])),
             host(g.grad(&grads).unwrap()),
             host(b.grad(&grads).unwrap()),
-            host(out.mean.reshape([shape[1]])),
-            host(out.var.reshape([shape[1]])),
+            host(mean.reshape([groups * shape[1]])),
+            host(var.reshape([groups * shape[1]])),
         ]
     }
-    let cpu = run::<CpuAd>(&xs, &rs, &gamma, &beta, shape, &CpuDevice::default());
-    let on_gpu = run::<GpuAd>(&xs, &rs, &gamma, &beta, shape, &device);
     let mut seen = Comparisons::default();
-    for ((name, a), b) in ["output", "∂x", "∂γ", "∂β", "mean", "variance"]
-        .iter()
-        .zip(&cpu)
-        .zip(&on_gpu)
-    {
-        assert_eq!(a.len(), b.len(), "{name}");
-        seen.close(name, a, b);
+    for (shape @ [n, c, h, w], groups) in [
+        ([4, 3, 5, 6], 1),
+        ([4, 40, 12, 12], 2),
+        ([2, 33, 24, 24], 1),
+    ] {
+        let xs: Vec<f32> = pixels(n, c, h, w, 0.3)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v * 4.0 + 2.0) * (1 + (i / (h * w)) % c % 3) as f32)
+            .collect();
+        let rs = pixels(n, c, h, w, 0.7);
+        let gamma: Vec<f32> = (0..c)
+            .map(|i| [1.5f32, -0.7, 0.9][i % 3] + i as f32 * 0.01)
+            .collect();
+        let beta: Vec<f32> = (0..c)
+            .map(|i| [0.2f32, -1.0, 0.4][i % 3] - i as f32 * 0.02)
+            .collect();
+        let (on_cpu, here) = ((shape, groups, true), (shape, groups, false));
+        let cpu = run::<CpuAd>(&xs, &rs, &gamma, &beta, on_cpu, &CpuDevice::default());
+        let on_gpu = run::<GpuAd>(&xs, &rs, &gamma, &beta, here, &device);
+        for ((name, a), b) in ["output", "∂x", "∂γ", "∂β", "mean", "variance"]
+            .iter()
+            .zip(&cpu)
+            .zip(&on_gpu)
+        {
+            assert_eq!(a.len(), b.len(), "{name} of {shape:?} in {groups} groups");
+            seen.close(&format!("{name} of {shape:?} in {groups} groups"), a, b);
+        }
+        assert_eq!(cpu[0].len(), n * c * h * w);
     }
-    assert_eq!(cpu[0].len(), len);
     seen.report("batch_norm_is_one_operation_and_as_on_the_cpu");
 }
 

@@ -1,19 +1,20 @@
-//! Batch normalisation in training as one autodiff operation written in the backend's own tensor
-//! operations, with the backward step derived by hand: what the GPU backends (wgpu, CUDA) run
-//! where the CPU has the slice kernels of [`super::batch_norm`].
+//! Batch normalisation in training as one autodiff operation with its backward step derived by
+//! hand: what the GPU backends (wgpu, CUDA) run where the CPU has the slice kernels of
+//! [`super::batch_norm`].
 //!
 //! Why this file exists: the composed form (`layers::BatchNorm2d`'s fallback) leaves the
 //! gradient to burn-autodiff's rules for each of its dozen operations: every broadcast
 //! multiply and add reduces its operand's gradient back to `[1, c, 1]`, the means are
 //! differentiated through, and each rule is a kernel of its own on a GPU (docs/gpu.md counts
-//! them). Here the forward is two reductions over the activation (`μ`, then `σ²` of the centred
-//! values: the two-pass variance, no cancellation) and one element-wise pass; the backward two
-//! reductions (`S₁ = Σ ∂y`, `S₂ = Σ ∂y·(x − μ)` per channel, as means) and one element-wise
-//! pass: `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, `∂γ = r·S₂`, `∂β = S₁`, with
-//! `r = 1/√(σ² + ε)` and `M = N·H·W` — the exact gradient through the batch moments, as
-//! autodiff derives it from the composed form. Generic over the inner backend, so the same
-//! code is checked in f64 on the CPU (`models/tests/batch_norm.rs`) and on the GPU path
-//! (`tests/gpu_path`).
+//! them). Here the forward is the per-channel moments (`μ`, then `σ²` of the centred values:
+//! the two-pass variance, no cancellation) and one element-wise pass; the backward the sums
+//! `S₁ = Σ ∂y`, `S₂ = Σ ∂y·(x − μ)` per channel and one element-wise pass:
+//! `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, `∂γ = r·S₂`, `∂β = S₁`, with `r = 1/√(σ² + ε)` and
+//! `M = N·H·W` — the exact gradient through the batch moments, as autodiff derives it from the
+//! composed form. The passes are [`BatchNormKernels`]: [`Composed`], in the inner backend's
+//! tensor operations (any backend: checked in f64 on the CPU, `models/tests/batch_norm.rs`),
+//! or on `Autodiff<Wgpu>` and `Autodiff<Cuda>` the two `#[cube]` kernels each way of
+//! `batch_norm_cube.rs` (checked on lavapipe against the CPU, `tests/gpu_path`).
 //!
 //! Groups: the batch may be `G` equal batches stacked (the two views of a method passed through
 //! the network as one batch, `layers::BatchNorm2d::forward_grouped`); each group is normalised
@@ -35,6 +36,7 @@ use burn::backend::Autodiff;
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorPrimitive;
+use std::marker::PhantomData;
 
 /// What [`super::batch_norm_train`] and [`batch_norm_train_op`] compute.
 #[derive(Debug)]
@@ -45,6 +47,108 @@ pub struct TrainingBatchNorm<B: Backend> {
     pub mean: Tensor<B, 2>,
     /// Per-channel biased batch variance of each group, `[groups, c]`, untracked.
     pub var: Tensor<B, 2>,
+}
+
+/// How the operation computes its passes on the inner backend `I`: [`Composed`] in burn's
+/// tensor operations on any backend, or the `#[cube]` kernels of `batch_norm_cube.rs` on the
+/// GPU backends. The activation is the `[groups, M, C]` channels-last matrix of
+/// [`channels_last`].
+pub(crate) trait BatchNormKernels<I: Backend>:
+    'static + Send + Sync + std::fmt::Debug
+{
+    /// `y = γ·x̂ + β`, and per group and channel `μ`, `σ²` (biased) and `r = 1/√(σ² + ε)`.
+    ///
+    /// # Shapes
+    /// - `x`: `[groups, M, C]`, `gamma`, `beta`: `[C]`
+    /// - output `[groups, M, C]`, moments `[groups, 1, C]`
+    fn forward(
+        x: Tensor<I, 3>,
+        gamma: Tensor<I, 1>,
+        beta: Tensor<I, 1>,
+        epsilon: f64,
+    ) -> Moments<I>;
+
+    /// `[∂x, ∂γ, ∂β]` of each group: `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, `∂γ = r·S₂`,
+    /// `∂β = S₁`, with `S₁ = Σ ∂y` and `S₂ = Σ ∂y·(x − μ)` over the group's rows.
+    ///
+    /// # Shapes
+    /// - `dy`, `x`: `[groups, M, C]`, `gamma`: `[C]`, `mean`, `inv_std`: `[groups, 1, C]`
+    /// - `∂x`: `[groups, M, C]`, `∂γ`, `∂β`: `[groups, 1, C]`
+    fn backward(
+        dy: Tensor<I, 3>,
+        x: Tensor<I, 3>,
+        gamma: Tensor<I, 1>,
+        mean: Tensor<I, 3>,
+        inv_std: Tensor<I, 3>,
+    ) -> [Tensor<I, 3>; 3];
+}
+
+/// What [`BatchNormKernels::forward`] returns.
+#[derive(Debug)]
+pub(crate) struct Moments<I: Backend> {
+    /// `γ·x̂ + β`, `[groups, M, C]`.
+    pub output: Tensor<I, 3>,
+    /// `μ`, `[groups, 1, C]`.
+    pub mean: Tensor<I, 3>,
+    /// `σ²` (biased), `[groups, 1, C]`.
+    pub var: Tensor<I, 3>,
+    /// `r = 1/√(σ² + ε)`, `[groups, 1, C]`.
+    pub inv_std: Tensor<I, 3>,
+}
+
+/// [`BatchNormKernels`] in burn's tensor operations, on any backend: the forward two
+/// reductions (`μ`, then `σ²` of `x − μ`: the two-pass variance, no cancellation) and one
+/// element-wise pass, the backward two reductions and one element-wise pass.
+#[derive(Debug)]
+pub(crate) struct Composed;
+
+impl<I: Backend> BatchNormKernels<I> for Composed {
+    fn forward(
+        xm: Tensor<I, 3>,
+        gamma: Tensor<I, 1>,
+        beta: Tensor<I, 1>,
+        epsilon: f64,
+    ) -> Moments<I> {
+        let c = gamma.dims()[0];
+        let (gamma, beta) = (gamma.reshape([1, 1, c]), beta.reshape([1, 1, c]));
+        let mean = xm.clone().mean_dim(1);
+        // `x − μ` is not kept: its square's mean reads it in the reduction's kernel.
+        let var = (xm.clone() - mean.clone()).square().mean_dim(1);
+        let inv_std = var.clone().add_scalar(epsilon).sqrt().recip();
+        let scale = gamma * inv_std.clone();
+        // `y = x·(γ·r) + (β − μ·γ·r)`: one element-wise kernel over `x` (no centred copy).
+        let shift = beta - mean.clone() * scale.clone();
+        Moments {
+            output: xm * scale + shift,
+            mean,
+            var,
+            inv_std,
+        }
+    }
+
+    fn backward(
+        dy: Tensor<I, 3>,
+        x: Tensor<I, 3>,
+        gamma: Tensor<I, 1>,
+        mean: Tensor<I, 3>,
+        inv_std: Tensor<I, 3>,
+    ) -> [Tensor<I, 3>; 3] {
+        let count = x.dims()[1] as f64;
+        let c = gamma.dims()[0];
+        let gamma = gamma.reshape([1, 1, c]);
+        // S₁/M and S₂/M of each group, and from them the gradients of β and γ and the
+        // coefficients of ∂x.
+        let m1 = dy.clone().mean_dim(1);
+        let m2 = (dy.clone() * (x.clone() - mean.clone())).mean_dim(1);
+        let dbeta = m1.clone().mul_scalar(count);
+        let dgamma = m2.clone().mul(inv_std.clone()).mul_scalar(count);
+        let scale = gamma * inv_std.clone();
+        let slope = m2 * inv_std.square();
+        // `x − μ` again rather than kept from above: one element-wise kernel reads `x`, `∂y`
+        // and the per-channel values, and no centred copy is written.
+        let dx = (dy - m1 - (x - mean) * slope) * scale;
+        [dx, dgamma, dbeta]
+    }
 }
 
 /// What the backward step keeps: the input, `γ`, and per group and channel `μ` and `r`
@@ -58,9 +162,9 @@ struct State<I: Backend> {
     inv_std: FloatTensor<I>,
 }
 
-/// The backward step of [`batch_norm_train_op`].
+/// The backward step of [`batch_norm_train_op`], by the kernels `K`.
 #[derive(Debug)]
-struct BatchNormOpBackward;
+struct BatchNormOpBackward<K>(PhantomData<K>);
 
 fn float<I: Backend, const D: usize>(t: FloatTensor<I>) -> Tensor<I, D> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
@@ -92,7 +196,7 @@ fn over_groups<I: Backend>(v: Tensor<I, 3>) -> Tensor<I, 1> {
     }
 }
 
-impl<I: Backend> Backward<I, 3> for BatchNormOpBackward {
+impl<I: Backend, K: BatchNormKernels<I>> Backward<I, 3> for BatchNormOpBackward<K> {
     type State = State<I>;
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -106,33 +210,22 @@ impl<I: Backend> Backward<I, 3> for BatchNormOpBackward {
             inv_std,
         } = ops.state;
         let x: Tensor<I, 4> = float(x);
-        let dims @ [n, c, h, w] = x.dims();
-        let count = (n / groups * h * w) as f64;
-        let gamma = float::<I, 1>(gamma).reshape([1, 1, c]);
+        let dims = x.dims();
         let (dy, x) = (
             channels_last(float::<I, 4>(grad), groups),
             channels_last(x, groups),
         );
-        let (mean, inv_std): (Tensor<I, 3>, Tensor<I, 3>) = (float(mean), float(inv_std));
-        // S₁/M and S₂/M of each group, and from them (per channel) the gradients of β and γ
-        // (summed over the groups, as separate calls' gradients add) and the coefficients of ∂x.
-        let m1 = dy.clone().mean_dim(1);
-        let m2 = (dy.clone() * (x.clone() - mean.clone())).mean_dim(1);
-        let dbeta = over_groups(m1.clone().mul_scalar(count));
-        let dgamma = over_groups(m2.clone().mul(inv_std.clone()).mul_scalar(count));
-        let scale = gamma * inv_std.clone();
-        let slope = m2 * inv_std.square();
+        // The gradients of γ and β summed over the groups, as separate calls' gradients add.
+        let [dx, dgamma, dbeta] = K::backward(dy, x, float(gamma), float(mean), float(inv_std));
         if let Some(node) = node_x {
-            // `x − μ` again rather than kept from above: one element-wise kernel reads `x`,
-            // `∂y` and the per-channel values, and no centred copy is written.
-            let dx = channels_first((dy - m1 - (x - mean) * slope) * scale, dims);
+            let dx = channels_first(dx, dims);
             grads.register::<I>(node.id, dx.into_primitive().tensor());
         }
         if let Some(node) = node_gamma {
-            grads.register::<I>(node.id, dgamma.into_primitive().tensor());
+            grads.register::<I>(node.id, over_groups(dgamma).into_primitive().tensor());
         }
         if let Some(node) = node_beta {
-            grads.register::<I>(node.id, dbeta.into_primitive().tensor());
+            grads.register::<I>(node.id, over_groups(dbeta).into_primitive().tensor());
         }
     }
 }
@@ -156,6 +249,21 @@ pub fn batch_norm_train_op<I: Backend, C: CheckpointStrategy>(
     epsilon: f64,
     groups: usize,
 ) -> TrainingBatchNorm<Autodiff<I, C>> {
+    batch_norm_train_op_with::<I, C, Composed>(x, gamma, beta, epsilon, groups)
+}
+
+/// [`batch_norm_train_op`] by the kernels `K`.
+pub(crate) fn batch_norm_train_op_with<
+    I: Backend,
+    C: CheckpointStrategy,
+    K: BatchNormKernels<I>,
+>(
+    x: Tensor<Autodiff<I, C>, 4>,
+    gamma: Tensor<Autodiff<I, C>, 1>,
+    beta: Tensor<Autodiff<I, C>, 1>,
+    epsilon: f64,
+    groups: usize,
+) -> TrainingBatchNorm<Autodiff<I, C>> {
     let dims @ [n, c, _, _] = x.dims();
     assert!(
         groups > 0 && n.is_multiple_of(groups),
@@ -166,20 +274,20 @@ pub fn batch_norm_train_op<I: Backend, C: CheckpointStrategy>(
         gamma.into_primitive().tensor(),
         beta.into_primitive().tensor(),
     );
-    let gamma2 = float::<I, 1>(gamma.primitive.clone()).reshape([1, 1, c]);
-    let beta2 = float::<I, 1>(beta.primitive.clone()).reshape([1, 1, c]);
     let xm = channels_last(float::<I, 4>(x.primitive.clone()), groups);
-    let mean = xm.clone().mean_dim(1);
-    // `x − μ` is not kept: its square's mean reads it in the reduction's kernel.
-    let var = (xm.clone() - mean.clone()).square().mean_dim(1);
-    let inv_std = var.clone().add_scalar(epsilon).sqrt().recip();
-    let scale = gamma2 * inv_std.clone();
-    // `y = x·(γ·r) + (β − μ·γ·r)`: one element-wise kernel over `x` (no centred copy).
-    let shift = beta2 - mean.clone() * scale.clone();
-    let y = channels_first(xm * scale + shift, dims)
-        .into_primitive()
-        .tensor();
-    let y = match BatchNormOpBackward
+    let Moments {
+        output,
+        mean,
+        var,
+        inv_std,
+    } = K::forward(
+        xm,
+        float(gamma.primitive.clone()),
+        float(beta.primitive.clone()),
+        epsilon,
+    );
+    let y = channels_first(output, dims).into_primitive().tensor();
+    let y = match BatchNormOpBackward::<K>(PhantomData)
         .prepare::<C>([x.node.clone(), gamma.node.clone(), beta.node.clone()])
         .compute_bound()
         .stateful()

@@ -10,7 +10,7 @@
 //! | call | `Flex` / `Autodiff<Flex>` (`f32`, `f64`) | `Autodiff<Wgpu>`, `Autodiff<Cuda>` |
 //! |---|---|---|
 //! | [`conv2d`] | [`conv`]: [`winograd`]'s F(4×4, 3×3) or [`im2col`], forward and backward; a depthwise layer [`depthwise`]'s | burn's |
-//! | [`batch_norm_train`] | the slice kernels of [`batch_norm`](mod@batch_norm), under autodiff | [`batch_norm_op`] |
+//! | [`batch_norm_train`] | the slice kernels of [`batch_norm`](mod@batch_norm), under autodiff | [`batch_norm_op`] with the `#[cube]` kernels of `batch_norm_cube.rs` |
 //! | [`relu`] | [`relu_op`](mod@relu_op) (under autodiff) | [`relu_op`](mod@relu_op) |
 //! | [`gelu()`] | the slice kernels of [`gelu`](mod@gelu) | [`gelu_composed`] |
 //! | [`silu()`] | the slice kernels of [`silu`](mod@silu) | burn's |
@@ -24,11 +24,14 @@
 //! Underneath: the slices' shared arithmetic (`gemm.rs`: the element types ([`Real`]), scratch
 //! buffers, the GEMM call; `sums.rs`: sums in f64 over eight lanes) and a convolution's sizes
 //! (`geometry.rs`: [`ConvGeometry`]). The files on slices know nothing of burn; `flex.rs`
-//! registers them as operations of burn's CPU backend; `on_gpu.rs` holds the GPU backends' route
+//! registers them as operations of burn's CPU backend; `batch_norm_cube.rs` holds the
+//! `#[cube]` kernels (cubecl: one source for wgpu and CUDA); `on_gpu.rs` holds the GPU backends' route
 //! steps as plain functions, so that a crate training on the CPU does not compile the GPU stacks.
 
 #[allow(unsafe_code)]
 pub mod batch_norm;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod batch_norm_cube;
 pub mod batch_norm_op;
 pub mod conv;
 pub mod depthwise;

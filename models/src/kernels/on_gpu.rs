@@ -19,6 +19,8 @@ use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::Autodiff;
 use burn::prelude::*;
 
+use super::batch_norm_op::{batch_norm_train_op_with, BatchNormKernels};
+
 /// A route's input or output with its type erased: a tensor, or a tuple of them.
 pub(crate) type Erased = Box<dyn Any>;
 
@@ -42,7 +44,7 @@ fn relu<I: Backend>(x: Erased) -> Result<Erased, Erased> {
 /// [`batch_norm_train_op`](super::batch_norm_op::batch_norm_train_op) on `(x, γ, β)` on
 /// `Autodiff<I>`: `Ok` with its [`TrainingBatchNorm`](super::batch_norm_op::TrainingBatchNorm),
 /// `Err` with the input when it is not such a triple.
-fn batch_norm_train<I: Backend>(
+fn batch_norm_train<I: Backend, K: BatchNormKernels<I>>(
     input: Erased,
     epsilon: f64,
     groups: usize,
@@ -51,7 +53,7 @@ fn batch_norm_train<I: Backend>(
         .downcast::<(Ad<I, 4>, Ad<I, 1>, Ad<I, 1>)>()
         .map(|input| {
             let (x, gamma, beta) = *input;
-            Box::new(super::batch_norm_op::batch_norm_train_op(
+            Box::new(batch_norm_train_op_with::<I, NoCheckpointing, K>(
                 x, gamma, beta, epsilon, groups,
             )) as Erased
         })
@@ -60,6 +62,7 @@ fn batch_norm_train<I: Backend>(
 /// The steps on `Autodiff<Wgpu>` (the `wgpu` feature).
 #[cfg(feature = "wgpu")]
 pub(crate) mod wgpu {
+    use super::super::batch_norm_cube::CubeKernels;
     use super::Erased;
 
     /// [`relu`](super::relu) on `Autodiff<Wgpu>`.
@@ -75,13 +78,14 @@ pub(crate) mod wgpu {
         epsilon: f64,
         groups: usize,
     ) -> Result<Erased, Erased> {
-        super::batch_norm_train::<burn::backend::Wgpu>(input, epsilon, groups)
+        super::batch_norm_train::<burn::backend::Wgpu, CubeKernels>(input, epsilon, groups)
     }
 }
 
 /// The steps on `Autodiff<Cuda>` (the `cuda` feature).
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda {
+    use super::super::batch_norm_cube::CubeKernels;
     use super::Erased;
 
     /// [`relu`](super::relu) on `Autodiff<Cuda>`.
@@ -97,6 +101,6 @@ pub(crate) mod cuda {
         epsilon: f64,
         groups: usize,
     ) -> Result<Erased, Erased> {
-        super::batch_norm_train::<burn::backend::Cuda>(input, epsilon, groups)
+        super::batch_norm_train::<burn::backend::Cuda, CubeKernels>(input, epsilon, groups)
     }
 }

@@ -1,0 +1,663 @@
+//! Batch norm in training as four `#[cube]` kernels, two passes over the activation each way:
+//! what [`batch_norm_op`](super::batch_norm_op) runs on `Autodiff<Wgpu>` and `Autodiff<Cuda>`
+//! (cubecl compiles the same source for both), where the CPU has its slice kernels.
+//!
+//! Why this file exists: written in burn's tensor operations the operation's forward pass is
+//! two reductions (`μ`, then `σ²` of `x − μ`), a few per-channel kernels and one element-wise
+//! pass, and its backward two reductions and one element-wise pass; burn's fusion merges some
+//! of them, and which ones autotune decides on the device (docs/gpu.md counts them). Here each
+//! way is exactly two kernels, and the per-channel arithmetic rides in the second:
+//!
+//! - forward: [`bn_forward_partials`] reads each chunk of rows of the activation once for its
+//!   per-channel mean and once more (from cache) for its sum of squared deviations from that
+//!   mean; [`bn_forward_apply`] combines the chunks' moments (Chan's formula: no cancellation,
+//!   as the two-pass variance), computes `r = 1/√(σ² + ε)`, `a = γ·r`, `b = β − μ·a` per
+//!   channel in each cube and writes `y = a·x + b`, and the moments for the running averages;
+//! - backward: [`bn_backward_partials`] sums `∂y` and `∂y·(x − μ)` per chunk;
+//!   [`bn_backward_apply`] adds the chunks up (`S₁`, `S₂`) and writes
+//!   `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, and `∂β = S₁`, `∂γ = r·S₂` per group.
+//!
+//! The activation is the `[groups, M, C]` channels-last matrix of
+//! [`batch_norm_op`](super::batch_norm_op) (`M = N·H·W / groups`), row-major. A cube is 32
+//! channels by 8 row lanes: a plane reads 32 neighbouring channels of one row (coalesced), and
+//! the 8 lanes' sums are added in shared memory. The grid is (channel tiles, chunks of rows,
+//! groups); the partial kernels' chunks are at most [`MAX_PARTS`] per group, so each apply
+//! cube combines at most that many partial moments per channel, 8 lanes sharing the work.
+//! Sums accumulate in f32 whatever the element type. The partial moments live in f32 buffers
+//! between the two kernels of a pass.
+//!
+//! burn's fusion runs the kernels as one custom operation each way (`OperationIr::Custom`, as
+//! burn-vision's connected components do): the fusion stream executes what precedes them,
+//! hands over the inner `CubeBackend`'s tensors, and takes the outputs back as fusion tensors.
+//!
+//! Checked on lavapipe against the CPU's slice kernels (`tests/gpu_path`: values, gradients and
+//! moments, one and two groups, channels not a multiple of 32, rows over several chunks), and
+//! by every GPU-path test of a method's two optimiser steps with a batch-norm backbone.
+
+use std::marker::PhantomData;
+
+use burn::prelude::*;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::TensorPrimitive;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::{Fusion, FusionRuntime, FusionTensor};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+
+use super::batch_norm_op::{BatchNormKernels, Moments};
+use device::{backward_cube, forward_cube};
+
+/// The kernels and their launches on the inner backend's tensors (cubecl's prelude has its own
+/// `Tensor` and `Float`, hence a module of their own).
+mod device {
+    use burn_cubecl::kernel::into_contiguous;
+    use burn_cubecl::ops::numeric::empty_device_dtype;
+    use burn_cubecl::tensor::CubeTensor;
+    use burn_cubecl::CubeRuntime;
+    use cubecl::prelude::*;
+
+    /// Channels per cube (the cube's x extent: one plane of 32 reads a row's 32 neighbouring
+    /// channels).
+    const TILE: u32 = 32;
+    /// Row lanes per cube (the cube's y extent).
+    const LANES: u32 = 8;
+    /// At most this many chunks of rows per group in the partial kernels: what each cube of the
+    /// apply kernels combines per channel.
+    pub(super) const MAX_PARTS: usize = 64;
+    /// The fewest rows a partial kernel's chunk has.
+    const MIN_PART_ROWS: usize = 256;
+    /// Rows per cube of the apply kernels (more when a group has more than 32,768 such chunks, to
+    /// keep the grid's y extent within every device's limit).
+    const APPLY_ROWS: usize = 512;
+
+    /// The sum over the cube's 8 row lanes of each lane's `value`, for the cube's channel
+    /// `UNIT_POS_X`; every unit of the column gets the same sum, added in the same order.
+    #[cube]
+    fn lanes_sum(shared: &mut SharedMemory<f32>, value: f32) -> f32 {
+        let x = UNIT_POS_X as usize;
+        shared[UNIT_POS_Y as usize * 32 + x] = value;
+        sync_cube();
+        let mut total = shared[x];
+        for lane in 1..8usize {
+            total += shared[lane * 32 + x];
+        }
+        sync_cube();
+        total
+    }
+
+    /// The rows `[start, end)` of chunk `part` of a group of `rows` rows, chunks of `chunk` rows.
+    #[cube]
+    fn chunk_bounds(part: usize, chunk: usize, rows: usize) -> (usize, usize) {
+        let start = part * chunk;
+        let mut end = start + chunk;
+        if end > rows {
+            end = rows;
+        }
+        (start, end)
+    }
+
+    /// Forward, first pass: per group, chunk of rows and channel, the chunk's mean and its sum of
+    /// squared deviations from that mean (`part_mean`, `part_m2`: `[groups, parts, C]`).
+    #[cube(launch)]
+    fn bn_forward_partials<F: Float>(
+        x: &Tensor<F>,
+        part_mean: &mut Tensor<f32>,
+        part_m2: &mut Tensor<f32>,
+        rows: u32,
+        chunk: u32,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        let channels = x.shape(2);
+        let parts = part_mean.shape(1);
+        let rows = rows as usize;
+        let c = CUBE_POS_X as usize * 32 + UNIT_POS_X as usize;
+        let part = CUBE_POS_Y as usize;
+        let group = CUBE_POS_Z as usize;
+        let (start, end) = chunk_bounds(part, chunk as usize, rows);
+        let base = group * rows * channels;
+        let mut shared = SharedMemory::<f32>::new(256usize);
+
+        let mut sum = 0.0f32;
+        if c < channels {
+            let mut r = start + UNIT_POS_Y as usize;
+            while r < end {
+                sum += f32::cast_from(x[base + r * channels + c]);
+                r += 8;
+            }
+        }
+        let mean = lanes_sum(&mut shared, sum) / ((end - start) as f32);
+
+        let mut m2 = 0.0f32;
+        if c < channels {
+            let mut r = start + UNIT_POS_Y as usize;
+            while r < end {
+                let d = f32::cast_from(x[base + r * channels + c]) - mean;
+                m2 += d * d;
+                r += 8;
+            }
+        }
+        let m2 = lanes_sum(&mut shared, m2);
+
+        if c < channels && UNIT_POS_Y == 0 {
+            let at = (group * parts + part) * channels + c;
+            part_mean[at] = mean;
+            part_m2[at] = m2;
+        }
+    }
+
+    /// Forward, second pass: each cube combines its channels' partial moments (Chan's formula),
+    /// writes `y = γ·r·x + (β − μ·γ·r)` over its chunk of rows, and the cubes of the first chunk
+    /// write the group's `μ`, `σ²` (biased) and `r = 1/√(σ² + ε)` (`[groups, C]`).
+    #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
+    fn bn_forward_apply<F: Float>(
+        x: &Tensor<F>,
+        gamma: &Tensor<F>,
+        beta: &Tensor<F>,
+        part_mean: &Tensor<f32>,
+        part_m2: &Tensor<f32>,
+        y: &mut Tensor<F>,
+        mean_out: &mut Tensor<F>,
+        var_out: &mut Tensor<F>,
+        inv_std_out: &mut Tensor<F>,
+        rows: u32,
+        part_chunk: u32,
+        apply_chunk: u32,
+        epsilon: f32,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        let channels = x.shape(2);
+        let parts = part_mean.shape(1);
+        let rows = rows as usize;
+        let c = CUBE_POS_X as usize * 32 + UNIT_POS_X as usize;
+        let block = CUBE_POS_Y as usize;
+        let group = CUBE_POS_Z as usize;
+        let mut shared = SharedMemory::<f32>::new(256usize);
+        let total = rows as f32;
+
+        // μ = Σ nₚ·μₚ / M, then M₂ = Σ (M₂ₚ + nₚ·(μₚ − μ)²): 8 lanes share the chunks.
+        let mut weighted = 0.0f32;
+        if c < channels {
+            let mut p = UNIT_POS_Y as usize;
+            while p < parts {
+                let (start, end) = chunk_bounds(p, part_chunk as usize, rows);
+                weighted += ((end - start) as f32) * part_mean[(group * parts + p) * channels + c];
+                p += 8;
+            }
+        }
+        let mean = lanes_sum(&mut shared, weighted) / total;
+        let mut m2 = 0.0f32;
+        if c < channels {
+            let mut p = UNIT_POS_Y as usize;
+            while p < parts {
+                let (start, end) = chunk_bounds(p, part_chunk as usize, rows);
+                let at = (group * parts + p) * channels + c;
+                let d = part_mean[at] - mean;
+                m2 += part_m2[at] + ((end - start) as f32) * d * d;
+                p += 8;
+            }
+        }
+        let var = lanes_sum(&mut shared, m2) / total;
+
+        if c < channels {
+            let inv_std = 1.0f32 / (var + epsilon).sqrt();
+            let scale = f32::cast_from(gamma[c]) * inv_std;
+            let shift = f32::cast_from(beta[c]) - mean * scale;
+            if block == 0 && UNIT_POS_Y == 0 {
+                mean_out[group * channels + c] = F::cast_from(mean);
+                var_out[group * channels + c] = F::cast_from(var);
+                inv_std_out[group * channels + c] = F::cast_from(inv_std);
+            }
+            let (start, end) = chunk_bounds(block, apply_chunk as usize, rows);
+            let base = group * rows * channels;
+            let mut r = start + UNIT_POS_Y as usize;
+            while r < end {
+                let at = base + r * channels + c;
+                y[at] = F::cast_from(f32::cast_from(x[at]) * scale + shift);
+                r += 8;
+            }
+        }
+    }
+
+    /// Backward, first pass: per group, chunk of rows and channel, `Σ ∂y` and `Σ ∂y·(x − μ)`
+    /// (`part_s1`, `part_s2`: `[groups, parts, C]`).
+    #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
+    fn bn_backward_partials<F: Float>(
+        dy: &Tensor<F>,
+        x: &Tensor<F>,
+        mean: &Tensor<F>,
+        part_s1: &mut Tensor<f32>,
+        part_s2: &mut Tensor<f32>,
+        rows: u32,
+        chunk: u32,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        let channels = x.shape(2);
+        let parts = part_s1.shape(1);
+        let rows = rows as usize;
+        let c = CUBE_POS_X as usize * 32 + UNIT_POS_X as usize;
+        let part = CUBE_POS_Y as usize;
+        let group = CUBE_POS_Z as usize;
+        let (start, end) = chunk_bounds(part, chunk as usize, rows);
+        let base = group * rows * channels;
+        let mut shared = SharedMemory::<f32>::new(256usize);
+
+        let mut s1 = 0.0f32;
+        let mut s2 = 0.0f32;
+        if c < channels {
+            let mu = f32::cast_from(mean[group * channels + c]);
+            let mut r = start + UNIT_POS_Y as usize;
+            while r < end {
+                let at = base + r * channels + c;
+                let g = f32::cast_from(dy[at]);
+                s1 += g;
+                s2 += g * (f32::cast_from(x[at]) - mu);
+                r += 8;
+            }
+        }
+        let s1 = lanes_sum(&mut shared, s1);
+        let s2 = lanes_sum(&mut shared, s2);
+
+        if c < channels && UNIT_POS_Y == 0 {
+            let at = (group * parts + part) * channels + c;
+            part_s1[at] = s1;
+            part_s2[at] = s2;
+        }
+    }
+
+    /// Backward, second pass: each cube adds its channels' partial sums into `S₁`, `S₂`, writes
+    /// `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)` over its chunk of rows, and the cubes of the first
+    /// chunk write the group's `∂β = S₁` and `∂γ = r·S₂` (`[groups, C]`).
+    #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
+    fn bn_backward_apply<F: Float>(
+        dy: &Tensor<F>,
+        x: &Tensor<F>,
+        gamma: &Tensor<F>,
+        mean: &Tensor<F>,
+        inv_std: &Tensor<F>,
+        part_s1: &Tensor<f32>,
+        part_s2: &Tensor<f32>,
+        dx: &mut Tensor<F>,
+        dgamma: &mut Tensor<F>,
+        dbeta: &mut Tensor<F>,
+        rows: u32,
+        apply_chunk: u32,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        let channels = x.shape(2);
+        let parts = part_s1.shape(1);
+        let rows = rows as usize;
+        let c = CUBE_POS_X as usize * 32 + UNIT_POS_X as usize;
+        let block = CUBE_POS_Y as usize;
+        let group = CUBE_POS_Z as usize;
+        let mut shared = SharedMemory::<f32>::new(256usize);
+
+        let mut s1 = 0.0f32;
+        let mut s2 = 0.0f32;
+        if c < channels {
+            let mut p = UNIT_POS_Y as usize;
+            while p < parts {
+                let at = (group * parts + p) * channels + c;
+                s1 += part_s1[at];
+                s2 += part_s2[at];
+                p += 8;
+            }
+        }
+        let s1 = lanes_sum(&mut shared, s1);
+        let s2 = lanes_sum(&mut shared, s2);
+
+        if c < channels {
+            let total = rows as f32;
+            let mu = f32::cast_from(mean[group * channels + c]);
+            let r_ = f32::cast_from(inv_std[group * channels + c]);
+            let scale = f32::cast_from(gamma[c]) * r_;
+            let m1 = s1 / total;
+            let slope = s2 / total * r_ * r_;
+            if block == 0 && UNIT_POS_Y == 0 {
+                dbeta[group * channels + c] = F::cast_from(s1);
+                dgamma[group * channels + c] = F::cast_from(s2 * r_);
+            }
+            let (start, end) = chunk_bounds(block, apply_chunk as usize, rows);
+            let base = group * rows * channels;
+            let mut r = start + UNIT_POS_Y as usize;
+            while r < end {
+                let at = base + r * channels + c;
+                let centred = f32::cast_from(x[at]) - mu;
+                dx[at] = F::cast_from(scale * (f32::cast_from(dy[at]) - m1 - centred * slope));
+                r += 8;
+            }
+        }
+    }
+
+    /// Rows per chunk of the partial kernels and their count, for a group of `rows` rows.
+    pub(super) fn part_chunks(rows: usize) -> (usize, usize) {
+        let chunk = rows.div_ceil(MAX_PARTS).max(MIN_PART_ROWS);
+        (chunk, rows.div_ceil(chunk).max(1))
+    }
+
+    /// Rows per cube of the apply kernels and their count.
+    pub(super) fn apply_chunks(rows: usize) -> (usize, usize) {
+        let chunk = rows.div_ceil(32_768).max(APPLY_ROWS);
+        (chunk, rows.div_ceil(chunk).max(1))
+    }
+
+    fn tiles(channels: usize) -> u32 {
+        channels.div_ceil(TILE as usize) as u32
+    }
+
+    fn empty_like<R: CubeRuntime>(
+        like: &CubeTensor<R>,
+        shape: Vec<usize>,
+        dtype: burn::tensor::DType,
+    ) -> CubeTensor<R> {
+        empty_device_dtype::<R>(
+            like.client.clone(),
+            like.device.clone(),
+            shape.into(),
+            dtype,
+        )
+    }
+
+    /// The forward kernels on the inner backend's tensors: `x` `[groups, M, C]`, `γ`, `β` `[C]`;
+    /// returns `y` `[groups, M, C]` and `μ`, `σ²`, `r` `[groups, C]`.
+    pub(super) fn forward_cube<R: CubeRuntime>(
+        x: CubeTensor<R>,
+        gamma: CubeTensor<R>,
+        beta: CubeTensor<R>,
+        epsilon: f64,
+    ) -> [CubeTensor<R>; 4] {
+        let (x, gamma, beta) = (
+            into_contiguous(x),
+            into_contiguous(gamma),
+            into_contiguous(beta),
+        );
+        let [groups, rows, channels] = x.meta.shape().dims();
+        let dtype = x.dtype;
+        let (part_chunk, parts) = part_chunks(rows);
+        let (apply_chunk, blocks) = apply_chunks(rows);
+        let f32_dtype = burn::tensor::DType::F32;
+        let part_mean = empty_like(&x, vec![groups, parts, channels], f32_dtype);
+        let part_m2 = empty_like(&x, vec![groups, parts, channels], f32_dtype);
+        let y = empty_like(&x, vec![groups, rows, channels], dtype);
+        let [mean, var, inv_std] = [0; 3].map(|_| empty_like(&x, vec![groups, channels], dtype));
+        let client = x.client.clone();
+        let cube_dim = CubeDim::new_2d(TILE, LANES);
+        bn_forward_partials::launch::<R>(
+            &client,
+            CubeCount::Static(tiles(channels), parts as u32, groups as u32),
+            cube_dim,
+            x.clone().into_tensor_arg(),
+            part_mean.clone().into_tensor_arg(),
+            part_m2.clone().into_tensor_arg(),
+            rows as u32,
+            part_chunk as u32,
+            dtype.into(),
+        );
+        bn_forward_apply::launch::<R>(
+            &client,
+            CubeCount::Static(tiles(channels), blocks as u32, groups as u32),
+            cube_dim,
+            x.into_tensor_arg(),
+            gamma.into_tensor_arg(),
+            beta.into_tensor_arg(),
+            part_mean.into_tensor_arg(),
+            part_m2.into_tensor_arg(),
+            y.clone().into_tensor_arg(),
+            mean.clone().into_tensor_arg(),
+            var.clone().into_tensor_arg(),
+            inv_std.clone().into_tensor_arg(),
+            rows as u32,
+            part_chunk as u32,
+            apply_chunk as u32,
+            epsilon as f32,
+            dtype.into(),
+        );
+        [y, mean, var, inv_std]
+    }
+
+    /// The backward kernels on the inner backend's tensors: `∂y`, `x` `[groups, M, C]`, `γ` `[C]`,
+    /// `μ`, `r` `[groups, C]`; returns `∂x` `[groups, M, C]`, `∂γ`, `∂β` `[groups, C]`.
+    pub(super) fn backward_cube<R: CubeRuntime>(
+        dy: CubeTensor<R>,
+        x: CubeTensor<R>,
+        gamma: CubeTensor<R>,
+        mean: CubeTensor<R>,
+        inv_std: CubeTensor<R>,
+    ) -> [CubeTensor<R>; 3] {
+        let [dy, x, gamma, mean, inv_std] = [dy, x, gamma, mean, inv_std].map(into_contiguous);
+        let [groups, rows, channels] = x.meta.shape().dims();
+        let dtype = x.dtype;
+        let (part_chunk, parts) = part_chunks(rows);
+        let (apply_chunk, blocks) = apply_chunks(rows);
+        let f32_dtype = burn::tensor::DType::F32;
+        let part_s1 = empty_like(&x, vec![groups, parts, channels], f32_dtype);
+        let part_s2 = empty_like(&x, vec![groups, parts, channels], f32_dtype);
+        let dx = empty_like(&x, vec![groups, rows, channels], dtype);
+        let [dgamma, dbeta] = [0; 2].map(|_| empty_like(&x, vec![groups, channels], dtype));
+        let client = x.client.clone();
+        let cube_dim = CubeDim::new_2d(TILE, LANES);
+        bn_backward_partials::launch::<R>(
+            &client,
+            CubeCount::Static(tiles(channels), parts as u32, groups as u32),
+            cube_dim,
+            dy.clone().into_tensor_arg(),
+            x.clone().into_tensor_arg(),
+            mean.clone().into_tensor_arg(),
+            part_s1.clone().into_tensor_arg(),
+            part_s2.clone().into_tensor_arg(),
+            rows as u32,
+            part_chunk as u32,
+            dtype.into(),
+        );
+        bn_backward_apply::launch::<R>(
+            &client,
+            CubeCount::Static(tiles(channels), blocks as u32, groups as u32),
+            cube_dim,
+            dy.into_tensor_arg(),
+            x.into_tensor_arg(),
+            gamma.into_tensor_arg(),
+            mean.into_tensor_arg(),
+            inv_std.into_tensor_arg(),
+            part_s1.into_tensor_arg(),
+            part_s2.into_tensor_arg(),
+            dx.clone().into_tensor_arg(),
+            dgamma.clone().into_tensor_arg(),
+            dbeta.clone().into_tensor_arg(),
+            rows as u32,
+            apply_chunk as u32,
+            dtype.into(),
+        );
+        [dx, dgamma, dbeta]
+    }
+}
+
+/// The inner backend of `Fusion<CubeBackend<…>>`.
+type Inner<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+/// The fusion runtime of `Inner<R, F, I, BT>`.
+type Runtime<R, F, I, BT> = <Inner<R, F, I, BT> as burn_fusion::FusionBackend>::FusionRuntime;
+
+/// The forward kernels as one custom operation of burn's fusion stream.
+#[derive(Clone, Debug)]
+struct ForwardOp<R, F, I, BT> {
+    desc: CustomOpIr,
+    epsilon: f64,
+    _backend: PhantomData<(R, F, I, BT)>,
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<Runtime<R, F, I, BT>> for ForwardOp<R, F, I, BT>
+{
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<<Runtime<R, F, I, BT> as FusionRuntime>::FusionHandle>,
+    ) {
+        let ([x, gamma, beta], outputs) = self.desc.as_fixed::<3, 4>();
+        let results = forward_cube::<R>(
+            handles.get_float_tensor::<Inner<R, F, I, BT>>(x),
+            handles.get_float_tensor::<Inner<R, F, I, BT>>(gamma),
+            handles.get_float_tensor::<Inner<R, F, I, BT>>(beta),
+            self.epsilon,
+        );
+        for (ir, tensor) in outputs.iter().zip(results) {
+            handles.register_float_tensor::<Inner<R, F, I, BT>>(&ir.id, tensor);
+        }
+    }
+}
+
+/// The backward kernels as one custom operation of burn's fusion stream.
+#[derive(Clone, Debug)]
+struct BackwardOp<R, F, I, BT> {
+    desc: CustomOpIr,
+    _backend: PhantomData<(R, F, I, BT)>,
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<Runtime<R, F, I, BT>> for BackwardOp<R, F, I, BT>
+{
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<<Runtime<R, F, I, BT> as FusionRuntime>::FusionHandle>,
+    ) {
+        let ([dy, x, gamma, mean, inv_std], outputs) = self.desc.as_fixed::<5, 3>();
+        let results = backward_cube::<R>(
+            handles.get_float_tensor::<Inner<R, F, I, BT>>(dy),
+            handles.get_float_tensor::<Inner<R, F, I, BT>>(x),
+            handles.get_float_tensor::<Inner<R, F, I, BT>>(gamma),
+            handles.get_float_tensor::<Inner<R, F, I, BT>>(mean),
+            handles.get_float_tensor::<Inner<R, F, I, BT>>(inv_std),
+        );
+        for (ir, tensor) in outputs.iter().zip(results) {
+            handles.register_float_tensor::<Inner<R, F, I, BT>>(&ir.id, tensor);
+        }
+    }
+}
+
+/// A new output of `shape` in the dtype of `like`, for a custom operation.
+fn output<RT: FusionRuntime>(like: &FusionTensor<RT>, shape: Vec<usize>) -> TensorIr {
+    TensorIr::uninit(like.client.create_empty_handle(), shape.into(), like.dtype)
+}
+
+fn tensor<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+/// The `#[cube]` kernels of this file as [`BatchNormKernels`] of `Fusion<CubeBackend<…>>`, the
+/// inner backend of `Autodiff<Wgpu>` and `Autodiff<Cuda>`.
+#[derive(Debug)]
+pub(crate) struct CubeKernels;
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+    BatchNormKernels<Fusion<Inner<R, F, I, BT>>> for CubeKernels
+{
+    fn forward(
+        x: Tensor<Fusion<Inner<R, F, I, BT>>, 3>,
+        gamma: Tensor<Fusion<Inner<R, F, I, BT>>, 1>,
+        beta: Tensor<Fusion<Inner<R, F, I, BT>>, 1>,
+        epsilon: f64,
+    ) -> Moments<Fusion<Inner<R, F, I, BT>>> {
+        let [groups, rows, channels] = x.dims();
+        let (x, gamma, beta) = (
+            x.into_primitive().tensor(),
+            gamma.into_primitive().tensor(),
+            beta.into_primitive().tensor(),
+        );
+        let client = x.client.clone();
+        let outputs = [
+            output(&x, vec![groups, rows, channels]),
+            output(&x, vec![groups, channels]),
+            output(&x, vec![groups, channels]),
+            output(&x, vec![groups, channels]),
+        ];
+        let streams = OperationStreams::with_inputs([&x, &gamma, &beta]);
+        let desc = CustomOpIr::new(
+            "curriculum_ssl_batch_norm_forward",
+            &[x.into_ir(), gamma.into_ir(), beta.into_ir()],
+            &outputs,
+        );
+        let [y, mean, var, inv_std] = client
+            .register(
+                streams,
+                OperationIr::Custom(desc.clone()),
+                ForwardOp::<R, F, I, BT> {
+                    desc,
+                    epsilon,
+                    _backend: PhantomData,
+                },
+            )
+            .outputs();
+        let stat = |t| tensor::<_, 2>(t).reshape([groups, 1, channels]);
+        Moments {
+            output: tensor(y),
+            mean: stat(mean),
+            var: stat(var),
+            inv_std: stat(inv_std),
+        }
+    }
+
+    fn backward(
+        dy: Tensor<Fusion<Inner<R, F, I, BT>>, 3>,
+        x: Tensor<Fusion<Inner<R, F, I, BT>>, 3>,
+        gamma: Tensor<Fusion<Inner<R, F, I, BT>>, 1>,
+        mean: Tensor<Fusion<Inner<R, F, I, BT>>, 3>,
+        inv_std: Tensor<Fusion<Inner<R, F, I, BT>>, 3>,
+    ) -> [Tensor<Fusion<Inner<R, F, I, BT>>, 3>; 3] {
+        let [groups, rows, channels] = x.dims();
+        let stat = |t: Tensor<Fusion<Inner<R, F, I, BT>>, 3>| {
+            t.reshape([groups, channels]).into_primitive().tensor()
+        };
+        let (dy, x, gamma, mean, inv_std) = (
+            dy.into_primitive().tensor(),
+            x.into_primitive().tensor(),
+            gamma.into_primitive().tensor(),
+            stat(mean),
+            stat(inv_std),
+        );
+        let client = x.client.clone();
+        let outputs = [
+            output(&x, vec![groups, rows, channels]),
+            output(&x, vec![groups, channels]),
+            output(&x, vec![groups, channels]),
+        ];
+        let streams = OperationStreams::with_inputs([&dy, &x, &gamma, &mean, &inv_std]);
+        let desc = CustomOpIr::new(
+            "curriculum_ssl_batch_norm_backward",
+            &[
+                dy.into_ir(),
+                x.into_ir(),
+                gamma.into_ir(),
+                mean.into_ir(),
+                inv_std.into_ir(),
+            ],
+            &outputs,
+        );
+        let [dx, dgamma, dbeta] = client
+            .register(
+                streams,
+                OperationIr::Custom(desc.clone()),
+                BackwardOp::<R, F, I, BT> {
+                    desc,
+                    _backend: PhantomData,
+                },
+            )
+            .outputs();
+        let per_group = |t| tensor::<_, 2>(t).reshape([groups, 1, channels]);
+        [tensor(dx), per_group(dgamma), per_group(dbeta)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::device::{apply_chunks, part_chunks, MAX_PARTS};
+
+    #[test]
+    fn chunks_cover_the_rows_within_the_limits() {
+        for rows in [1, 255, 256, 257, 2_048, 16_384, 16_385, 262_144, 6_422_528] {
+            let (chunk, parts) = part_chunks(rows);
+            assert!(parts <= MAX_PARTS && chunk * parts >= rows && chunk * (parts - 1) < rows);
+            let (chunk, blocks) = apply_chunks(rows);
+            assert!(blocks <= 32_768 && chunk * blocks >= rows && chunk * (blocks - 1) < rows);
+        }
+    }
+}
