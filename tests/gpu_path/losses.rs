@@ -369,3 +369,59 @@ fn every_loss_and_its_input_gradients_match_the_cpu() {
     }
     seen.report("losses");
 }
+
+/// The log-softmax along the last axis on the GPU path is the models crate's `#[cube]` kernel
+/// pair (`kernels::log_softmax` on `Autodiff<Wgpu>`: `log_softmax_cube.rs`, one kernel each
+/// way) and equals the CPU's row kernels: values and input gradients, under a loss weighting
+/// each output differently (so the gradient's row sum is not zero). Rows shorter than a cube of
+/// 256 units (`[3, 4, 5]`: units past the row idle) and longer (`[2, 700]`: units take several
+/// entries), logits spread over ±8 (the row maximum's shift matters in f32).
+#[test]
+fn log_softmax_kernels_and_gradient_as_on_the_cpu() {
+    let Some(device) = gpu() else { return };
+    fn run<B: AutodiffBackend, const D: usize>(
+        xs: &[f32],
+        ws: &[f32],
+        shape: [usize; D],
+        device: &B::Device,
+    ) -> [Vec<f32>; 2] {
+        let t = |v: &[f32]| Tensor::<B, 1>::from_floats(v, device).reshape(shape);
+        let x = t(xs).require_grad();
+        let y = curriculum_ssl_models::kernels::log_softmax(x.clone(), D - 1);
+        let grads = (y.clone() * t(ws)).sum().backward();
+        let len = xs.len();
+        [
+            host(y.reshape([len])),
+            host(x.grad(&grads).unwrap().reshape([len])),
+        ]
+    }
+    let mut seen = Comparisons::default();
+    let mut compare = |what: &str, cpu: [Vec<f32>; 2], on_gpu: [Vec<f32>; 2]| {
+        for ((name, a), b) in ["log-softmax", "∂x"].iter().zip(&cpu).zip(&on_gpu) {
+            seen.close(&format!("{name} of {what}"), a, b);
+        }
+    };
+    let (xs, ws) = (
+        random(12, 5, 3).iter().map(|v| v * 8.0).collect::<Vec<_>>(),
+        random(12, 5, 4),
+    );
+    let shape = [3, 4, 5];
+    compare(
+        "[3, 4, 5]",
+        run::<CpuAd, 3>(&xs, &ws, shape, &CpuDevice::default()),
+        run::<GpuAd, 3>(&xs, &ws, shape, &device),
+    );
+    let (xs, ws) = (
+        random(2, 700, 5)
+            .iter()
+            .map(|v| v * 8.0)
+            .collect::<Vec<_>>(),
+        random(2, 700, 6),
+    );
+    compare(
+        "[2, 700]",
+        run::<CpuAd, 2>(&xs, &ws, [2, 700], &CpuDevice::default()),
+        run::<GpuAd, 2>(&xs, &ws, [2, 700], &device),
+    );
+    seen.report("log_softmax_kernels_and_gradient_as_on_the_cpu");
+}

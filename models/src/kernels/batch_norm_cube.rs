@@ -44,7 +44,7 @@ use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionRuntime, FusionTensor};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 
-use super::batch_norm_op::{BatchNormKernels, Moments};
+use super::batch_norm_op::{BatchNormKernels, Composed, Moments};
 use device::{backward_cube, forward_cube};
 
 /// The kernels and their launches on the inner backend's tensors (cubecl's prelude has its own
@@ -544,7 +544,9 @@ fn tensor<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
 }
 
 /// The `#[cube]` kernels of this file as [`BatchNormKernels`] of `Fusion<CubeBackend<…>>`, the
-/// inner backend of `Autodiff<Wgpu>` and `Autodiff<Cuda>`.
+/// inner backend of `Autodiff<Wgpu>` and `Autodiff<Cuda>`, for operands of one element type
+/// (f32, or bf16 under `--precision bf16`, summed in f32); operands of mixed types take
+/// [`Composed`].
 #[derive(Debug)]
 pub(crate) struct CubeKernels;
 
@@ -557,6 +559,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         beta: Tensor<Fusion<Inner<R, F, I, BT>>, 1>,
         epsilon: f64,
     ) -> Moments<Fusion<Inner<R, F, I, BT>>> {
+        if gamma.dtype() != x.dtype() || beta.dtype() != x.dtype() {
+            // The kernels read every operand in one element type.
+            return Composed::forward(x, gamma, beta, epsilon);
+        }
         let [groups, rows, channels] = x.dims();
         let (x, gamma, beta) = (
             x.into_primitive().tensor(),
@@ -603,6 +609,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         mean: Tensor<Fusion<Inner<R, F, I, BT>>, 3>,
         inv_std: Tensor<Fusion<Inner<R, F, I, BT>>, 3>,
     ) -> [Tensor<Fusion<Inner<R, F, I, BT>>, 3>; 3] {
+        let dtype = x.dtype();
+        if [dy.dtype(), gamma.dtype(), mean.dtype(), inv_std.dtype()] != [dtype; 4] {
+            return Composed::backward(dy, x, gamma, mean, inv_std);
+        }
         let [groups, rows, channels] = x.dims();
         let stat = |t: Tensor<Fusion<Inner<R, F, I, BT>>, 3>| {
             t.reshape([groups, channels]).into_primitive().tensor()

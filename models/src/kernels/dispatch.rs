@@ -345,7 +345,8 @@ pub fn softmax<B: Backend, const D: usize>(x: Tensor<B, D>, dim: usize) -> Tenso
 /// The log-softmax of `x` along `dim`, `x − ln Σ e^x`: along the last axis on `Flex` and
 /// `Autodiff<Flex>` with `f32` or `f64` values, [`log_softmax`](mod@super::log_softmax)'s
 /// row-parallel pass (under autodiff with its backward step, one pass from the kept output);
-/// elsewhere `burn::tensor::activation::log_softmax`. The same values and gradient to rounding.
+/// along the last axis on `Autodiff<Wgpu>` and `Autodiff<Cuda>` the `#[cube]` kernels of
+/// `log_softmax_cube.rs` (one kernel each way); elsewhere `burn::tensor::activation::log_softmax`. The same values and gradient to rounding.
 ///
 /// # Shapes
 /// - `x`, output: any, the same
@@ -362,6 +363,14 @@ pub fn log_softmax<B: Backend, const D: usize>(x: Tensor<B, D>, dim: usize) -> T
     };
     #[cfg(not(feature = "cpu"))]
     let route = Route::new(x);
+    #[cfg(all(not(test), feature = "wgpu"))]
+    let route = route.on_erased::<Ad<burn::backend::Wgpu>>(|x| {
+        super::on_gpu::wgpu::log_softmax(x, dim + 1 == D)
+    });
+    #[cfg(all(not(test), feature = "cuda"))]
+    let route = route.on_erased::<Ad<burn::backend::Cuda>>(|x| {
+        super::on_gpu::cuda::log_softmax(x, dim + 1 == D)
+    });
     route.or(|x| burn::tensor::activation::log_softmax(x, dim))
 }
 

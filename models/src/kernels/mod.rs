@@ -16,7 +16,7 @@
 //! | [`silu()`] | the slice kernels of [`silu`](mod@silu) | burn's |
 //! | [`swap_middle_dims`] | [`layout`]'s copy | burn's `swap_dims` |
 //! | [`softmax()`] (last axis) | Flex's fused forward, [`softmax`](mod@softmax)'s backward (under autodiff) | burn's |
-//! | [`log_softmax()`] (last axis) | the row kernels of [`log_softmax`](mod@log_softmax), forward and backward | burn's |
+//! | [`log_softmax()`] (last axis) | the row kernels of [`log_softmax`](mod@log_softmax), forward and backward | the `#[cube]` kernels of `log_softmax_cube.rs` (under autodiff) |
 //! | [`layer_norm()`] | Flex's fused forward, [`layer_norm`](mod@layer_norm)'s backward (under autodiff) | burn's |
 //! | [`add_layer_norm`] (a residual add and the norm after it) | [`layer_norm`](mod@layer_norm)'s one pass for both forward, its backward (under autodiff) | burn's add and norm |
 //! | [`matmul()`] (same leading dimensions), [`linear`] | [`matmul`](mod@matmul)'s products and column sums, forward and backward | burn's |
@@ -24,8 +24,9 @@
 //! Underneath: the slices' shared arithmetic (`gemm.rs`: the element types ([`Real`]), scratch
 //! buffers, the GEMM call; `sums.rs`: sums in f64 over eight lanes) and a convolution's sizes
 //! (`geometry.rs`: [`ConvGeometry`]). The files on slices know nothing of burn; `flex.rs`
-//! registers them as operations of burn's CPU backend; `batch_norm_cube.rs` holds the
-//! `#[cube]` kernels (cubecl: one source for wgpu and CUDA); `on_gpu.rs` holds the GPU backends' route
+//! registers them as operations of burn's CPU backend; `batch_norm_cube.rs` and
+//! `log_softmax_cube.rs` hold `#[cube]` kernels (cubecl: one source for wgpu and CUDA);
+//! `on_gpu.rs` holds the GPU backends' route
 //! steps as plain functions, so that a crate training on the CPU does not compile the GPU stacks.
 
 #[allow(unsafe_code)]
@@ -47,6 +48,8 @@ pub mod layer_norm;
 pub mod layout;
 #[allow(unsafe_code)]
 pub mod log_softmax;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod log_softmax_cube;
 #[allow(unsafe_code)]
 pub mod matmul;
 #[cfg(all(not(test), any(feature = "wgpu", feature = "cuda")))]

@@ -20,6 +20,7 @@ use burn::backend::Autodiff;
 use burn::prelude::*;
 
 use super::batch_norm_op::{batch_norm_train_op_with, BatchNormKernels};
+use super::log_softmax_cube::LogSoftmaxKernels;
 
 /// A route's input or output with its type erased: a tensor, or a tuple of them.
 pub(crate) type Erased = Box<dyn Any>;
@@ -59,6 +60,23 @@ fn batch_norm_train<I: Backend, K: BatchNormKernels<I>>(
         })
 }
 
+/// [`LogSoftmaxKernels::log_softmax_last`] on a tensor of rank 1 to 5 on `Autodiff<I>` when the
+/// call is along the last axis (`last`): `Ok` with the output, `Err` with the input otherwise.
+fn log_softmax<I: LogSoftmaxKernels>(x: Erased, last: bool) -> Result<Erased, Erased> {
+    fn rank<I: LogSoftmaxKernels, const D: usize>(x: Erased) -> Result<Erased, Erased> {
+        x.downcast::<Ad<I, D>>()
+            .map(|x| Box::new(I::log_softmax_last(*x)) as Erased)
+    }
+    if !last {
+        return Err(x);
+    }
+    rank::<I, 1>(x)
+        .or_else(rank::<I, 2>)
+        .or_else(rank::<I, 3>)
+        .or_else(rank::<I, 4>)
+        .or_else(rank::<I, 5>)
+}
+
 /// The steps on `Autodiff<Wgpu>` (the `wgpu` feature).
 #[cfg(feature = "wgpu")]
 pub(crate) mod wgpu {
@@ -79,6 +97,12 @@ pub(crate) mod wgpu {
         groups: usize,
     ) -> Result<Erased, Erased> {
         super::batch_norm_train::<burn::backend::Wgpu, CubeKernels>(input, epsilon, groups)
+    }
+
+    /// [`log_softmax`](super::log_softmax) on `Autodiff<Wgpu>`.
+    #[inline(never)]
+    pub(crate) fn log_softmax(x: Erased, last: bool) -> Result<Erased, Erased> {
+        super::log_softmax::<burn::backend::Wgpu>(x, last)
     }
 }
 
@@ -102,5 +126,11 @@ pub(crate) mod cuda {
         groups: usize,
     ) -> Result<Erased, Erased> {
         super::batch_norm_train::<burn::backend::Cuda, CubeKernels>(input, epsilon, groups)
+    }
+
+    /// [`log_softmax`](super::log_softmax) on `Autodiff<Cuda>`.
+    #[inline(never)]
+    pub(crate) fn log_softmax(x: Erased, last: bool) -> Result<Erased, Erased> {
+        super::log_softmax::<burn::backend::Cuda>(x, last)
     }
 }
