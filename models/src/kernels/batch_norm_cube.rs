@@ -8,20 +8,20 @@
 //! of them, and which ones autotune decides on the device (docs/gpu.md counts them). Here each
 //! way is exactly two kernels, and the per-channel arithmetic rides in the second:
 //!
-//! - forward: [`bn_forward_partials`] reads each chunk of rows of the activation once for its
+//! - forward: `bn_forward_partials` reads each chunk of rows of the activation once for its
 //!   per-channel mean and once more (from cache) for its sum of squared deviations from that
-//!   mean; [`bn_forward_apply`] combines the chunks' moments (Chan's formula: no cancellation,
+//!   mean; `bn_forward_apply` combines the chunks' moments (Chan's formula: no cancellation,
 //!   as the two-pass variance), computes `r = 1/√(σ² + ε)`, `a = γ·r`, `b = β − μ·a` per
 //!   channel in each cube and writes `y = a·x + b`, and the moments for the running averages;
-//! - backward: [`bn_backward_partials`] sums `∂y` and `∂y·(x − μ)` per chunk;
-//!   [`bn_backward_apply`] adds the chunks up (`S₁`, `S₂`) and writes
+//! - backward: `bn_backward_partials` sums `∂y` and `∂y·(x − μ)` per chunk;
+//!   `bn_backward_apply` adds the chunks up (`S₁`, `S₂`) and writes
 //!   `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, and `∂β = S₁`, `∂γ = r·S₂` per group.
 //!
 //! The activation is the `[groups, M, C]` channels-last matrix of
 //! [`batch_norm_op`](super::batch_norm_op) (`M = N·H·W / groups`), row-major. A cube is 32
 //! channels by 8 row lanes: a plane reads 32 neighbouring channels of one row (coalesced), and
 //! the 8 lanes' sums are added in shared memory. The grid is (channel tiles, chunks of rows,
-//! groups); the partial kernels' chunks are at most [`MAX_PARTS`] per group, so each apply
+//! groups); the partial kernels' chunks are at most `MAX_PARTS` (64) per group, so each apply
 //! cube combines at most that many partial moments per channel, 8 lanes sharing the work.
 //! Sums accumulate in f32 whatever the element type. The partial moments live in f32 buffers
 //! between the two kernels of a pass.

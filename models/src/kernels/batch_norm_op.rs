@@ -11,7 +11,7 @@
 //! `S₁ = Σ ∂y`, `S₂ = Σ ∂y·(x − μ)` per channel and one element-wise pass:
 //! `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, `∂γ = r·S₂`, `∂β = S₁`, with `r = 1/√(σ² + ε)` and
 //! `M = N·H·W` — the exact gradient through the batch moments, as autodiff derives it from the
-//! composed form. The passes are [`BatchNormKernels`]: [`Composed`], in the inner backend's
+//! composed form. The passes are `BatchNormKernels`: `Composed`, in the inner backend's
 //! tensor operations (any backend: checked in f64 on the CPU, `models/tests/batch_norm.rs`),
 //! or on `Autodiff<Wgpu>` and `Autodiff<Cuda>` the two `#[cube]` kernels each way of
 //! `batch_norm_cube.rs` (checked on lavapipe against the CPU, `tests/gpu_path`).

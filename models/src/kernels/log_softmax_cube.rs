@@ -9,9 +9,9 @@
 //! subtraction, and its gradient burn-autodiff's rule for each; burn's fusion merges some of
 //! them, the reductions each run alone. Here a cube of 256 units takes a row:
 //!
-//! - forward ([`log_softmax_rows`]): the row's maximum `m` and `s = Σ e^(x − m)` (each reduced
+//! - forward (`log_softmax_rows`): the row's maximum `m` and `s = Σ e^(x − m)` (each reduced
 //!   in shared memory), then `y = x − m − ln s`;
-//! - backward ([`log_softmax_backward_rows`]), from the kept output: `S = Σ ∂y` over the row,
+//! - backward (`log_softmax_backward_rows`), from the kept output: `S = Σ ∂y` over the row,
 //!   then `∂x = ∂y − e^y·S`.
 //!
 //! Sums accumulate in f32 whatever the element type. The rows are the tensor's leading axes

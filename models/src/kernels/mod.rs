@@ -31,7 +31,10 @@
 
 #[allow(unsafe_code)]
 pub mod batch_norm;
+// The `#[cube]` kernels' callers, the GPU routes of `on_gpu.rs`, are not compiled in this
+// crate's unit tests (`on_gpu.rs` says why); the kernels' own unit tests are.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg_attr(test, allow(dead_code))]
 mod batch_norm_cube;
 pub mod batch_norm_op;
 pub mod conv;
@@ -49,6 +52,7 @@ pub mod layout;
 #[allow(unsafe_code)]
 pub mod log_softmax;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg_attr(test, allow(dead_code))]
 mod log_softmax_cube;
 #[allow(unsafe_code)]
 pub mod matmul;
