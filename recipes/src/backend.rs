@@ -212,6 +212,39 @@ pub use selected::{
     memory, Inner, AUGMENT_AHEAD, BANDED_STEM, NAME, VIEW_PASSES, WORKED_VALUE_TOLERANCE,
 };
 
+/// The most independent blocks of operations burn's fusion search follows at once on the GPU
+/// backends (`fusion.beam_search.max_blocks` of burn's configuration; burn's default is 5).
+///
+/// burn's fusion server thread searches every new operation's place in up to that many blocks
+/// (each fuser tried, its trace cloned, blocks merged) before a stored plan takes over, on
+/// every step, and that search is most of the host's work per step: measured with
+/// `benches/host_time.sh` on lavapipe (ResNet-18, batch 8 at 16 px), one block cut the fusion
+/// thread's own work per step from 66.2 to 27.3 ms for SimCLR, 64.4 to 33.4 for MoCo v2 and
+/// 86.8 to 39.1 for BYOL, with kernels per step 559.75 → 536, 612.75 → 629 and 825.75 → 796
+/// (docs/gpu.md, "The host's work per step").
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub const FUSION_MAX_BLOCKS: usize = 1;
+
+/// burn's configuration for a GPU build, set before the first tensor (burn reads it once):
+/// `FUSION_MAX_BLOCKS`, and burn's environment (`BURN_FUSION_LOG`) as burn reads it. A
+/// `burn.toml` (or `Burn.toml`) in the working directory or above is the user's and is left to
+/// burn, which reads it instead. The CPU backend has no fusion: nothing to set.
+pub fn configure_burn() {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        use burn_std::config::{BurnConfig, RuntimeConfig};
+        let users_file = std::env::current_dir().is_ok_and(|dir| {
+            dir.ancestors()
+                .any(|d| d.join("burn.toml").is_file() || d.join("Burn.toml").is_file())
+        });
+        if !users_file {
+            let mut config = BurnConfig::default().override_from_env();
+            config.fusion.beam_search.max_blocks = FUSION_MAX_BLOCKS;
+            BurnConfig::set(config);
+        }
+    }
+}
+
 /// A GPU backend's device memory as cubecl's memory management reports it
 /// (`ComputeClient::memory_usage`), read after a synchronisation: the device memory of the
 /// calling thread's stream (cubecl keeps one memory manager per stream; a single-threaded step

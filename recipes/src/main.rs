@@ -216,6 +216,7 @@ fn command() -> clap::Command {
 fn main() -> ExitCode {
     keep_freed_pages();
     init_logging();
+    backend::configure_burn();
     let parsed = command()
         .try_get_matches()
         .and_then(|m| Cli::from_arg_matches(&m));
