@@ -17,8 +17,8 @@
 //!   `bn_backward_apply` adds the chunks up (`S₁`, `S₂`) and writes
 //!   `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, and `∂β = S₁`, `∂γ = r·S₂` per group.
 //!
-//! The activation is the `[groups, M, C]` channels-last matrix of
-//! [`batch_norm_op`](super::batch_norm_op) (`M = N·H·W / groups`), row-major. A cube is 32
+//! The kernels read the activation as the `[groups, M, C]` channels-last matrix
+//! (`M = N·H·W / groups`), row-major. A cube is 32
 //! channels by 8 row lanes: a plane reads 32 neighbouring channels of one row (coalesced), and
 //! the 8 lanes' sums are added in shared memory. The grid is (channel tiles, chunks of rows,
 //! groups); the partial kernels' chunks are at most `MAX_PARTS` (64) per group, so each apply
@@ -29,6 +29,14 @@
 //! burn's fusion runs the kernels as one custom operation each way (`OperationIr::Custom`, as
 //! burn-vision's connected components do): the fusion stream executes what precedes them,
 //! hands over the inner `CubeBackend`'s tensors, and takes the outputs back as fusion tensors.
+//! The operations' inputs and outputs are what the autodiff operation holds (the `[n, c, h, w]`
+//! activation and its gradient, the `[groups, c]` moments, the `[c]` parameter gradients); the
+//! layout changes between those and the kernels' matrices (the NCHW view to the channels-last
+//! matrix and back, the parameters' gradients summed over the groups) are made on the inner
+//! tensors inside the operation, as changes of a handle's shape and strides where the memory
+//! allows. As operations of the stream they were about two dozen reshapes and permutations per
+//! layer and step, each registered, matched and run by the fusion thread: 23 % of a ResNet-18
+//! SimCLR step's operations (docs/gpu.md, "The fourth cut").
 //!
 //! Checked on lavapipe against the CPU's slice kernels (`tests/gpu_path`: values, gradients and
 //! moments, one and two groups, channels not a multiple of 32, rows over several chunks), and
@@ -38,6 +46,7 @@ use std::marker::PhantomData;
 
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::TensorPrimitive;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
@@ -477,12 +486,52 @@ mod device {
 type Inner<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 /// The fusion runtime of `Inner<R, F, I, BT>`.
 type Runtime<R, F, I, BT> = <Inner<R, F, I, BT> as burn_fusion::FusionBackend>::FusionRuntime;
+/// A float tensor of the inner backend.
+type InnerTensor<R, F, I, BT> = FloatTensor<Inner<R, F, I, BT>>;
 
-/// The forward kernels as one custom operation of burn's fusion stream.
+/// `[n, c, h, w]` as the `[groups, n·h·w / groups, c]` channels-last matrix, on the inner
+/// backend inside the custom operation: a change of the handle's shape and strides when the
+/// memory is channels-last (a cubecl convolution's output), else one copy — what
+/// [`channels_last`](super::batch_norm_op) does in burn's operations, without the two
+/// operations it would add to the fusion stream.
+fn channels_last<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: InnerTensor<R, F, I, BT>,
+    groups: usize,
+) -> InnerTensor<R, F, I, BT> {
+    let [n, c, h, w] = x.meta.shape().dims();
+    let x = Inner::<R, F, I, BT>::float_permute(x, &[0, 2, 3, 1]);
+    Inner::<R, F, I, BT>::float_reshape(x, vec![groups, n / groups * h * w, c].into())
+}
+
+/// The inverse of [`channels_last`]: the matrices as an `[n, c, h, w]` view of their memory.
+fn channels_first<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    m: InnerTensor<R, F, I, BT>,
+    [n, c, h, w]: [usize; 4],
+) -> InnerTensor<R, F, I, BT> {
+    let m = Inner::<R, F, I, BT>::float_reshape(m, vec![n, h, w, c].into());
+    Inner::<R, F, I, BT>::float_permute(m, &[0, 3, 1, 2])
+}
+
+/// The per-group `[groups, c]` gradients of `γ` or `β` summed over the groups, `[c]`.
+fn over_groups<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    v: InnerTensor<R, F, I, BT>,
+) -> InnerTensor<R, F, I, BT> {
+    let [groups, c] = v.meta.shape().dims();
+    let v = if groups == 1 {
+        v
+    } else {
+        Inner::<R, F, I, BT>::float_sum_dim(v, 0)
+    };
+    Inner::<R, F, I, BT>::float_reshape(v, vec![c].into())
+}
+
+/// The forward kernels as one custom operation of burn's fusion stream, the layout changes of
+/// the activation included.
 #[derive(Clone, Debug)]
 struct ForwardOp<R, F, I, BT> {
     desc: CustomOpIr,
     epsilon: f64,
+    groups: usize,
     _backend: PhantomData<(R, F, I, BT)>,
 }
 
@@ -494,22 +543,27 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         handles: &mut HandleContainer<<Runtime<R, F, I, BT> as FusionRuntime>::FusionHandle>,
     ) {
         let ([x, gamma, beta], outputs) = self.desc.as_fixed::<3, 4>();
-        let results = forward_cube::<R>(
-            handles.get_float_tensor::<Inner<R, F, I, BT>>(x),
+        let dims = x.shape.dims();
+        let x = handles.get_float_tensor::<Inner<R, F, I, BT>>(x);
+        let [y, mean, var, inv_std] = forward_cube::<R>(
+            channels_last::<R, F, I, BT>(x, self.groups),
             handles.get_float_tensor::<Inner<R, F, I, BT>>(gamma),
             handles.get_float_tensor::<Inner<R, F, I, BT>>(beta),
             self.epsilon,
         );
-        for (ir, tensor) in outputs.iter().zip(results) {
+        let y = channels_first::<R, F, I, BT>(y, dims);
+        for (ir, tensor) in outputs.iter().zip([y, mean, var, inv_std]) {
             handles.register_float_tensor::<Inner<R, F, I, BT>>(&ir.id, tensor);
         }
     }
 }
 
-/// The backward kernels as one custom operation of burn's fusion stream.
+/// The backward kernels as one custom operation of burn's fusion stream, the layout changes and
+/// the parameters' sums over the groups included.
 #[derive(Clone, Debug)]
 struct BackwardOp<R, F, I, BT> {
     desc: CustomOpIr,
+    groups: usize,
     _backend: PhantomData<(R, F, I, BT)>,
 }
 
@@ -521,13 +575,25 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         handles: &mut HandleContainer<<Runtime<R, F, I, BT> as FusionRuntime>::FusionHandle>,
     ) {
         let ([dy, x, gamma, mean, inv_std], outputs) = self.desc.as_fixed::<5, 3>();
-        let results = backward_cube::<R>(
-            handles.get_float_tensor::<Inner<R, F, I, BT>>(dy),
-            handles.get_float_tensor::<Inner<R, F, I, BT>>(x),
+        let dims = x.shape.dims();
+        let [dy, x] = [dy, x].map(|t| {
+            channels_last::<R, F, I, BT>(
+                handles.get_float_tensor::<Inner<R, F, I, BT>>(t),
+                self.groups,
+            )
+        });
+        let [dx, dgamma, dbeta] = backward_cube::<R>(
+            dy,
+            x,
             handles.get_float_tensor::<Inner<R, F, I, BT>>(gamma),
             handles.get_float_tensor::<Inner<R, F, I, BT>>(mean),
             handles.get_float_tensor::<Inner<R, F, I, BT>>(inv_std),
         );
+        let results = [
+            channels_first::<R, F, I, BT>(dx, dims),
+            over_groups::<R, F, I, BT>(dgamma),
+            over_groups::<R, F, I, BT>(dbeta),
+        ];
         for (ir, tensor) in outputs.iter().zip(results) {
             handles.register_float_tensor::<Inner<R, F, I, BT>>(&ir.id, tensor);
         }
@@ -546,7 +612,9 @@ fn tensor<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
 /// The `#[cube]` kernels of this file as [`BatchNormKernels`] of `Fusion<CubeBackend<…>>`, the
 /// inner backend of `Autodiff<Wgpu>` and `Autodiff<Cuda>`, for operands of one element type
 /// (f32, or bf16 under `--precision bf16`, summed in f32); operands of mixed types take
-/// [`Composed`].
+/// [`Composed`]. Each way is one operation of burn's fusion stream, whose inputs and outputs
+/// have the shapes the autodiff operation hands over and keeps (no reshapes or permutations
+/// around it in the stream: in a ResNet-18 step they were a quarter of its operations).
 #[derive(Debug)]
 pub(crate) struct CubeKernels;
 
@@ -554,16 +622,17 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     BatchNormKernels<Fusion<Inner<R, F, I, BT>>> for CubeKernels
 {
     fn forward(
-        x: Tensor<Fusion<Inner<R, F, I, BT>>, 3>,
+        x: Tensor<Fusion<Inner<R, F, I, BT>>, 4>,
         gamma: Tensor<Fusion<Inner<R, F, I, BT>>, 1>,
         beta: Tensor<Fusion<Inner<R, F, I, BT>>, 1>,
         epsilon: f64,
+        groups: usize,
     ) -> Moments<Fusion<Inner<R, F, I, BT>>> {
         if gamma.dtype() != x.dtype() || beta.dtype() != x.dtype() {
             // The kernels read every operand in one element type.
-            return Composed::forward(x, gamma, beta, epsilon);
+            return Composed::forward(x, gamma, beta, epsilon, groups);
         }
-        let [groups, rows, channels] = x.dims();
+        let [n, c, h, w] = x.dims();
         let (x, gamma, beta) = (
             x.into_primitive().tensor(),
             gamma.into_primitive().tensor(),
@@ -571,10 +640,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         );
         let client = x.client.clone();
         let outputs = [
-            output(&x, vec![groups, rows, channels]),
-            output(&x, vec![groups, channels]),
-            output(&x, vec![groups, channels]),
-            output(&x, vec![groups, channels]),
+            output(&x, vec![n, c, h, w]),
+            output(&x, vec![groups, c]),
+            output(&x, vec![groups, c]),
+            output(&x, vec![groups, c]),
         ];
         let streams = OperationStreams::with_inputs([&x, &gamma, &beta]);
         let desc = CustomOpIr::new(
@@ -589,46 +658,48 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
                 ForwardOp::<R, F, I, BT> {
                     desc,
                     epsilon,
+                    groups,
                     _backend: PhantomData,
                 },
             )
             .outputs();
-        let stat = |t| tensor::<_, 2>(t).reshape([groups, 1, channels]);
         Moments {
             output: tensor(y),
-            mean: stat(mean),
-            var: stat(var),
-            inv_std: stat(inv_std),
+            mean: tensor(mean),
+            var: tensor(var),
+            inv_std: tensor(inv_std),
         }
     }
 
     fn backward(
-        dy: Tensor<Fusion<Inner<R, F, I, BT>>, 3>,
-        x: Tensor<Fusion<Inner<R, F, I, BT>>, 3>,
+        dy: Tensor<Fusion<Inner<R, F, I, BT>>, 4>,
+        x: Tensor<Fusion<Inner<R, F, I, BT>>, 4>,
         gamma: Tensor<Fusion<Inner<R, F, I, BT>>, 1>,
-        mean: Tensor<Fusion<Inner<R, F, I, BT>>, 3>,
-        inv_std: Tensor<Fusion<Inner<R, F, I, BT>>, 3>,
-    ) -> [Tensor<Fusion<Inner<R, F, I, BT>>, 3>; 3] {
+        mean: Tensor<Fusion<Inner<R, F, I, BT>>, 2>,
+        inv_std: Tensor<Fusion<Inner<R, F, I, BT>>, 2>,
+        groups: usize,
+    ) -> (
+        Tensor<Fusion<Inner<R, F, I, BT>>, 4>,
+        Tensor<Fusion<Inner<R, F, I, BT>>, 1>,
+        Tensor<Fusion<Inner<R, F, I, BT>>, 1>,
+    ) {
         let dtype = x.dtype();
         if [dy.dtype(), gamma.dtype(), mean.dtype(), inv_std.dtype()] != [dtype; 4] {
-            return Composed::backward(dy, x, gamma, mean, inv_std);
+            return Composed::backward(dy, x, gamma, mean, inv_std, groups);
         }
-        let [groups, rows, channels] = x.dims();
-        let stat = |t: Tensor<Fusion<Inner<R, F, I, BT>>, 3>| {
-            t.reshape([groups, channels]).into_primitive().tensor()
-        };
+        let [n, c, h, w] = x.dims();
         let (dy, x, gamma, mean, inv_std) = (
             dy.into_primitive().tensor(),
             x.into_primitive().tensor(),
             gamma.into_primitive().tensor(),
-            stat(mean),
-            stat(inv_std),
+            mean.into_primitive().tensor(),
+            inv_std.into_primitive().tensor(),
         );
         let client = x.client.clone();
         let outputs = [
-            output(&x, vec![groups, rows, channels]),
-            output(&x, vec![groups, channels]),
-            output(&x, vec![groups, channels]),
+            output(&x, vec![n, c, h, w]),
+            output(&x, vec![c]),
+            output(&x, vec![c]),
         ];
         let streams = OperationStreams::with_inputs([&dy, &x, &gamma, &mean, &inv_std]);
         let desc = CustomOpIr::new(
@@ -648,12 +719,12 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
                 OperationIr::Custom(desc.clone()),
                 BackwardOp::<R, F, I, BT> {
                     desc,
+                    groups,
                     _backend: PhantomData,
                 },
             )
             .outputs();
-        let per_group = |t| tensor::<_, 2>(t).reshape([groups, 1, channels]);
-        [tensor(dx), per_group(dgamma), per_group(dbeta)]
+        (tensor(dx), tensor(dgamma), tensor(dbeta))
     }
 }
 

@@ -51,49 +51,54 @@ pub struct TrainingBatchNorm<B: Backend> {
 
 /// How the operation computes its passes on the inner backend `I`: [`Composed`] in burn's
 /// tensor operations on any backend, or the `#[cube]` kernels of `batch_norm_cube.rs` on the
-/// GPU backends. The activation is the `[groups, M, C]` channels-last matrix of
-/// [`channels_last`].
+/// GPU backends. Both read the activation as the `[groups, M, C]` channels-last matrix of
+/// [`channels_last`]; the layout changes are each implementation's own, so that the kernels'
+/// implementation makes them on its device's tensors inside its operation instead of as
+/// operations of their own in burn's fusion stream.
 pub(crate) trait BatchNormKernels<I: Backend>:
     'static + Send + Sync + std::fmt::Debug
 {
     /// `y = γ·x̂ + β`, and per group and channel `μ`, `σ²` (biased) and `r = 1/√(σ² + ε)`.
     ///
     /// # Shapes
-    /// - `x`: `[groups, M, C]`, `gamma`, `beta`: `[C]`
-    /// - output `[groups, M, C]`, moments `[groups, 1, C]`
+    /// - `x`: `[n, c, h, w]` (`groups` stacked batches), `gamma`, `beta`: `[c]`
+    /// - output `[n, c, h, w]`, moments `[groups, c]`
     fn forward(
-        x: Tensor<I, 3>,
+        x: Tensor<I, 4>,
         gamma: Tensor<I, 1>,
         beta: Tensor<I, 1>,
         epsilon: f64,
+        groups: usize,
     ) -> Moments<I>;
 
-    /// `[∂x, ∂γ, ∂β]` of each group: `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, `∂γ = r·S₂`,
-    /// `∂β = S₁`, with `S₁ = Σ ∂y` and `S₂ = Σ ∂y·(x − μ)` over the group's rows.
+    /// `[∂x, ∂γ, ∂β]`: per group `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, and `∂γ = Σ r·S₂`,
+    /// `∂β = Σ S₁` summed over the groups (separate calls' gradients add), with `S₁ = Σ ∂y` and
+    /// `S₂ = Σ ∂y·(x − μ)` over each group's rows.
     ///
     /// # Shapes
-    /// - `dy`, `x`: `[groups, M, C]`, `gamma`: `[C]`, `mean`, `inv_std`: `[groups, 1, C]`
-    /// - `∂x`: `[groups, M, C]`, `∂γ`, `∂β`: `[groups, 1, C]`
+    /// - `dy`, `x`: `[n, c, h, w]`, `gamma`: `[c]`, `mean`, `inv_std`: `[groups, c]`
+    /// - `∂x`: `[n, c, h, w]`, `∂γ`, `∂β`: `[c]`
     fn backward(
-        dy: Tensor<I, 3>,
-        x: Tensor<I, 3>,
+        dy: Tensor<I, 4>,
+        x: Tensor<I, 4>,
         gamma: Tensor<I, 1>,
-        mean: Tensor<I, 3>,
-        inv_std: Tensor<I, 3>,
-    ) -> [Tensor<I, 3>; 3];
+        mean: Tensor<I, 2>,
+        inv_std: Tensor<I, 2>,
+        groups: usize,
+    ) -> (Tensor<I, 4>, Tensor<I, 1>, Tensor<I, 1>);
 }
 
 /// What [`BatchNormKernels::forward`] returns.
 #[derive(Debug)]
 pub(crate) struct Moments<I: Backend> {
-    /// `γ·x̂ + β`, `[groups, M, C]`.
-    pub output: Tensor<I, 3>,
-    /// `μ`, `[groups, 1, C]`.
-    pub mean: Tensor<I, 3>,
-    /// `σ²` (biased), `[groups, 1, C]`.
-    pub var: Tensor<I, 3>,
-    /// `r = 1/√(σ² + ε)`, `[groups, 1, C]`.
-    pub inv_std: Tensor<I, 3>,
+    /// `γ·x̂ + β`, `[n, c, h, w]`.
+    pub output: Tensor<I, 4>,
+    /// `μ`, `[groups, c]`.
+    pub mean: Tensor<I, 2>,
+    /// `σ²` (biased), `[groups, c]`.
+    pub var: Tensor<I, 2>,
+    /// `r = 1/√(σ² + ε)`, `[groups, c]`.
+    pub inv_std: Tensor<I, 2>,
 }
 
 /// [`BatchNormKernels`] in burn's tensor operations, on any backend: the forward two
@@ -104,12 +109,14 @@ pub(crate) struct Composed;
 
 impl<I: Backend> BatchNormKernels<I> for Composed {
     fn forward(
-        xm: Tensor<I, 3>,
+        x: Tensor<I, 4>,
         gamma: Tensor<I, 1>,
         beta: Tensor<I, 1>,
         epsilon: f64,
+        groups: usize,
     ) -> Moments<I> {
-        let c = gamma.dims()[0];
+        let dims @ [_, c, _, _] = x.dims();
+        let xm = channels_last(x, groups);
         let (gamma, beta) = (gamma.reshape([1, 1, c]), beta.reshape([1, 1, c]));
         let mean = xm.clone().mean_dim(1);
         // `x − μ` is not kept: its square's mean reads it in the reduction's kernel.
@@ -118,24 +125,31 @@ impl<I: Backend> BatchNormKernels<I> for Composed {
         let scale = gamma * inv_std.clone();
         // `y = x·(γ·r) + (β − μ·γ·r)`: one element-wise kernel over `x` (no centred copy).
         let shift = beta - mean.clone() * scale.clone();
+        let per_group = |t: Tensor<I, 3>| t.reshape([groups, c]);
         Moments {
-            output: xm * scale + shift,
-            mean,
-            var,
-            inv_std,
+            output: channels_first(xm * scale + shift, dims),
+            mean: per_group(mean),
+            var: per_group(var),
+            inv_std: per_group(inv_std),
         }
     }
 
     fn backward(
-        dy: Tensor<I, 3>,
-        x: Tensor<I, 3>,
+        dy: Tensor<I, 4>,
+        x: Tensor<I, 4>,
         gamma: Tensor<I, 1>,
-        mean: Tensor<I, 3>,
-        inv_std: Tensor<I, 3>,
-    ) -> [Tensor<I, 3>; 3] {
+        mean: Tensor<I, 2>,
+        inv_std: Tensor<I, 2>,
+        groups: usize,
+    ) -> (Tensor<I, 4>, Tensor<I, 1>, Tensor<I, 1>) {
+        let dims @ [_, c, _, _] = x.dims();
+        let (dy, x) = (channels_last(dy, groups), channels_last(x, groups));
         let count = x.dims()[1] as f64;
-        let c = gamma.dims()[0];
         let gamma = gamma.reshape([1, 1, c]);
+        let (mean, inv_std) = (
+            mean.reshape([groups, 1, c]),
+            inv_std.reshape([groups, 1, c]),
+        );
         // S₁/M and S₂/M of each group, and from them the gradients of β and γ and the
         // coefficients of ∂x.
         let m1 = dy.clone().mean_dim(1);
@@ -147,12 +161,16 @@ impl<I: Backend> BatchNormKernels<I> for Composed {
         // `x − μ` again rather than kept from above: one element-wise kernel reads `x`, `∂y`
         // and the per-channel values, and no centred copy is written.
         let dx = (dy - m1 - (x - mean) * slope) * scale;
-        [dx, dgamma, dbeta]
+        (
+            channels_first(dx, dims),
+            over_groups(dgamma),
+            over_groups(dbeta),
+        )
     }
 }
 
 /// What the backward step keeps: the input, `γ`, and per group and channel `μ` and `r`
-/// (`[groups, 1, c]`).
+/// (`[groups, c]`).
 #[derive(Debug, Clone)]
 struct State<I: Backend> {
     groups: usize,
@@ -209,23 +227,22 @@ impl<I: Backend, K: BatchNormKernels<I>> Backward<I, 3> for BatchNormOpBackward<
             mean,
             inv_std,
         } = ops.state;
-        let x: Tensor<I, 4> = float(x);
-        let dims = x.dims();
-        let (dy, x) = (
-            channels_last(float::<I, 4>(grad), groups),
-            channels_last(x, groups),
+        let (dx, dgamma, dbeta) = K::backward(
+            float(grad),
+            float(x),
+            float(gamma),
+            float(mean),
+            float(inv_std),
+            groups,
         );
-        // The gradients of γ and β summed over the groups, as separate calls' gradients add.
-        let [dx, dgamma, dbeta] = K::backward(dy, x, float(gamma), float(mean), float(inv_std));
         if let Some(node) = node_x {
-            let dx = channels_first(dx, dims);
             grads.register::<I>(node.id, dx.into_primitive().tensor());
         }
         if let Some(node) = node_gamma {
-            grads.register::<I>(node.id, over_groups(dgamma).into_primitive().tensor());
+            grads.register::<I>(node.id, dgamma.into_primitive().tensor());
         }
         if let Some(node) = node_beta {
-            grads.register::<I>(node.id, over_groups(dbeta).into_primitive().tensor());
+            grads.register::<I>(node.id, dbeta.into_primitive().tensor());
         }
     }
 }
@@ -264,7 +281,7 @@ pub(crate) fn batch_norm_train_op_with<
     epsilon: f64,
     groups: usize,
 ) -> TrainingBatchNorm<Autodiff<I, C>> {
-    let dims @ [n, c, _, _] = x.dims();
+    let n = x.dims()[0];
     assert!(
         groups > 0 && n.is_multiple_of(groups),
         "batch norm over {groups} groups of a batch of {n}"
@@ -274,19 +291,19 @@ pub(crate) fn batch_norm_train_op_with<
         gamma.into_primitive().tensor(),
         beta.into_primitive().tensor(),
     );
-    let xm = channels_last(float::<I, 4>(x.primitive.clone()), groups);
     let Moments {
         output,
         mean,
         var,
         inv_std,
     } = K::forward(
-        xm,
+        float(x.primitive.clone()),
         float(gamma.primitive.clone()),
         float(beta.primitive.clone()),
         epsilon,
+        groups,
     );
-    let y = channels_first(output, dims).into_primitive().tensor();
+    let y = output.into_primitive().tensor();
     let y = match BatchNormOpBackward::<K>(PhantomData)
         .prepare::<C>([x.node.clone(), gamma.node.clone(), beta.node.clone()])
         .compute_bound()
@@ -304,11 +321,9 @@ pub(crate) fn batch_norm_train_op_with<
         }
         OpsKind::UnTracked(prep) => prep.finish(y),
     };
-    let untracked =
-        |t: Tensor<I, 3>| Tensor::<Autodiff<I, C>, 2>::from_inner(t.reshape([groups, c]));
     TrainingBatchNorm {
         output: Tensor::from_primitive(TensorPrimitive::Float(y)),
-        mean: untracked(mean),
-        var: untracked(var),
+        mean: Tensor::from_inner(mean),
+        var: Tensor::from_inner(var),
     }
 }
