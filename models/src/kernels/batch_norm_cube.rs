@@ -60,7 +60,7 @@ use device::{backward_cube, forward_cube};
 /// `Tensor` and `Float`, hence a module of their own).
 mod device {
     use burn_cubecl::kernel::into_contiguous;
-    use burn_cubecl::ops::numeric::empty_device_dtype;
+    use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
     use burn_cubecl::tensor::CubeTensor;
     use burn_cubecl::CubeRuntime;
     use cubecl::prelude::*;
@@ -356,12 +356,16 @@ mod device {
         channels.div_ceil(TILE as usize) as u32
     }
 
+    /// An uninitialised tensor of `shape`, row-major without padding: the kernels index it as
+    /// contiguous. (burn's `empty_device_dtype` lays rows out for the device, and CUDA's layout
+    /// pads each row to an alignment when its bytes are not a multiple of it: `C = 96` in f32
+    /// would be read back with other strides than the kernels wrote.)
     fn empty_like<R: CubeRuntime>(
         like: &CubeTensor<R>,
         shape: Vec<usize>,
         dtype: burn::tensor::DType,
     ) -> CubeTensor<R> {
-        empty_device_dtype::<R>(
+        empty_device_contiguous_dtype::<R>(
             like.client.clone(),
             like.device.clone(),
             shape.into(),
@@ -492,7 +496,7 @@ type InnerTensor<R, F, I, BT> = FloatTensor<Inner<R, F, I, BT>>;
 /// `[n, c, h, w]` as the `[groups, n·h·w / groups, c]` channels-last matrix, on the inner
 /// backend inside the custom operation: a change of the handle's shape and strides when the
 /// memory is channels-last (a cubecl convolution's output), else one copy — what
-/// [`channels_last`](super::batch_norm_op) does in burn's operations, without the two
+/// `batch_norm_op.rs`'s `channels_last` does in burn's operations, without the two
 /// operations it would add to the fusion stream.
 fn channels_last<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: InnerTensor<R, F, I, BT>,

@@ -51,8 +51,9 @@ pub struct TrainingBatchNorm<B: Backend> {
 
 /// How the operation computes its passes on the inner backend `I`: [`Composed`] in burn's
 /// tensor operations on any backend, or the `#[cube]` kernels of `batch_norm_cube.rs` on the
-/// GPU backends. Both read the activation as the `[groups, M, C]` channels-last matrix of
-/// [`channels_last`]; the layout changes are each implementation's own, so that the kernels'
+/// GPU backends. Both read the activation as the `[groups, M, C]` channels-last matrix (this
+/// file's [`channels_last`], or the kernels' own on their device's tensors); the layout changes
+/// are each implementation's own, so that the kernels'
 /// implementation makes them on its device's tensors inside its operation instead of as
 /// operations of their own in burn's fusion stream.
 pub(crate) trait BatchNormKernels<I: Backend>:
@@ -71,7 +72,7 @@ pub(crate) trait BatchNormKernels<I: Backend>:
         groups: usize,
     ) -> Moments<I>;
 
-    /// `[∂x, ∂γ, ∂β]`: per group `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, and `∂γ = Σ r·S₂`,
+    /// `(∂x, ∂γ, ∂β)`: per group `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, and `∂γ = Σ r·S₂`,
     /// `∂β = Σ S₁` summed over the groups (separate calls' gradients add), with `S₁ = Σ ∂y` and
     /// `S₂ = Σ ∂y·(x − μ)` over each group's rows.
     ///

@@ -42,7 +42,7 @@ use device::{backward_cube, forward_cube};
 /// `Tensor` and `Float`, hence a module of their own).
 mod device {
     use burn_cubecl::kernel::into_contiguous;
-    use burn_cubecl::ops::numeric::empty_device_dtype;
+    use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
     use burn_cubecl::tensor::CubeTensor;
     use burn_cubecl::CubeRuntime;
     use cubecl::prelude::*;
@@ -177,11 +177,15 @@ mod device {
         (x as u32, rows.div_ceil(x).max(1) as u32)
     }
 
-    /// The forward kernel on the inner backend's `[rows, n]` tensor.
+    /// The forward kernel on the inner backend's `[rows, n]` tensor. The outputs here are
+    /// allocated row-major without padding (`empty_device_contiguous_dtype`), as the kernels index
+    /// them: burn's `empty_device_dtype` lets CUDA pad each row to an alignment (a row of 1,000
+    /// logits in f32, 4,000 bytes, would be read back with a pitch of 4,096).
     pub(super) fn forward_cube<R: CubeRuntime>(x: CubeTensor<R>) -> CubeTensor<R> {
         let x = into_contiguous(x);
         let shape = x.meta.shape().clone();
-        let y = empty_device_dtype::<R>(x.client.clone(), x.device.clone(), shape, x.dtype);
+        let y =
+            empty_device_contiguous_dtype::<R>(x.client.clone(), x.device.clone(), shape, x.dtype);
         let [rows, _] = x.meta.shape().dims();
         let (gx, gy) = grid(rows);
         let dtype = x.dtype;
@@ -203,7 +207,8 @@ mod device {
     ) -> CubeTensor<R> {
         let (dy, y) = (into_contiguous(dy), into_contiguous(y));
         let shape = y.meta.shape().clone();
-        let dx = empty_device_dtype::<R>(y.client.clone(), y.device.clone(), shape, y.dtype);
+        let dx =
+            empty_device_contiguous_dtype::<R>(y.client.clone(), y.device.clone(), shape, y.dtype);
         let [rows, _] = y.meta.shape().dims();
         let (gx, gy) = grid(rows);
         let dtype = y.dtype;
