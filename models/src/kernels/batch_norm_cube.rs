@@ -46,14 +46,13 @@ use std::marker::PhantomData;
 
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::TensorPrimitive;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionRuntime, FusionTensor};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 
-use super::batch_norm_op::{BatchNormKernels, Composed, Moments};
+use super::batch_norm_op::{self, BatchNormKernels, Composed, Moments};
 use device::{backward_cube, forward_cube};
 
 /// The kernels and their launches on the inner backend's tensors (cubecl's prelude has its own
@@ -490,43 +489,17 @@ mod device {
 type Inner<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 /// The fusion runtime of `Inner<R, F, I, BT>`.
 type Runtime<R, F, I, BT> = <Inner<R, F, I, BT> as burn_fusion::FusionBackend>::FusionRuntime;
-/// A float tensor of the inner backend.
-type InnerTensor<R, F, I, BT> = FloatTensor<Inner<R, F, I, BT>>;
-
-/// `[n, c, h, w]` as the `[groups, n·h·w / groups, c]` channels-last matrix, on the inner
-/// backend inside the custom operation: a change of the handle's shape and strides when the
-/// memory is channels-last (a cubecl convolution's output), else one copy — what
-/// `batch_norm_op.rs`'s `channels_last` does in burn's operations, without the two
-/// operations it would add to the fusion stream.
+/// `batch_norm_op`'s [`channels_last`](super::batch_norm_op::channels_last) on the inner
+/// backend's tensor inside the custom operation: a change of the handle's shape and strides when
+/// the memory is channels-last (a cubecl convolution's output), else one copy, and no operation
+/// of burn's fusion stream.
 fn channels_last<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    x: InnerTensor<R, F, I, BT>,
+    x: FloatTensor<Inner<R, F, I, BT>>,
     groups: usize,
-) -> InnerTensor<R, F, I, BT> {
-    let [n, c, h, w] = x.meta.shape().dims();
-    let x = Inner::<R, F, I, BT>::float_permute(x, &[0, 2, 3, 1]);
-    Inner::<R, F, I, BT>::float_reshape(x, vec![groups, n / groups * h * w, c].into())
-}
-
-/// The inverse of [`channels_last`]: the matrices as an `[n, c, h, w]` view of their memory.
-fn channels_first<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    m: InnerTensor<R, F, I, BT>,
-    [n, c, h, w]: [usize; 4],
-) -> InnerTensor<R, F, I, BT> {
-    let m = Inner::<R, F, I, BT>::float_reshape(m, vec![n, h, w, c].into());
-    Inner::<R, F, I, BT>::float_permute(m, &[0, 3, 1, 2])
-}
-
-/// The per-group `[groups, c]` gradients of `γ` or `β` summed over the groups, `[c]`.
-fn over_groups<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    v: InnerTensor<R, F, I, BT>,
-) -> InnerTensor<R, F, I, BT> {
-    let [groups, c] = v.meta.shape().dims();
-    let v = if groups == 1 {
-        v
-    } else {
-        Inner::<R, F, I, BT>::float_sum_dim(v, 0)
-    };
-    Inner::<R, F, I, BT>::float_reshape(v, vec![c].into())
+) -> FloatTensor<Inner<R, F, I, BT>> {
+    batch_norm_op::channels_last(tensor::<Inner<R, F, I, BT>, 4>(x), groups)
+        .into_primitive()
+        .tensor()
 }
 
 /// The forward kernels as one custom operation of burn's fusion stream, the layout changes of
@@ -555,7 +528,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             handles.get_float_tensor::<Inner<R, F, I, BT>>(beta),
             self.epsilon,
         );
-        let y = channels_first::<R, F, I, BT>(y, dims);
+        let y = batch_norm_op::channels_first(tensor::<Inner<R, F, I, BT>, 3>(y), dims)
+            .into_primitive()
+            .tensor();
         for (ir, tensor) in outputs.iter().zip([y, mean, var, inv_std]) {
             handles.register_float_tensor::<Inner<R, F, I, BT>>(&ir.id, tensor);
         }
@@ -594,9 +569,15 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             handles.get_float_tensor::<Inner<R, F, I, BT>>(inv_std),
         );
         let results = [
-            channels_first::<R, F, I, BT>(dx, dims),
-            over_groups::<R, F, I, BT>(dgamma),
-            over_groups::<R, F, I, BT>(dbeta),
+            batch_norm_op::channels_first(tensor::<Inner<R, F, I, BT>, 3>(dx), dims)
+                .into_primitive()
+                .tensor(),
+            batch_norm_op::over_groups(tensor::<Inner<R, F, I, BT>, 2>(dgamma))
+                .into_primitive()
+                .tensor(),
+            batch_norm_op::over_groups(tensor::<Inner<R, F, I, BT>, 2>(dbeta))
+                .into_primitive()
+                .tensor(),
         ];
         for (ir, tensor) in outputs.iter().zip(results) {
             handles.register_float_tensor::<Inner<R, F, I, BT>>(&ir.id, tensor);

@@ -51,11 +51,9 @@ pub struct TrainingBatchNorm<B: Backend> {
 
 /// How the operation computes its passes on the inner backend `I`: [`Composed`] in burn's
 /// tensor operations on any backend, or the `#[cube]` kernels of `batch_norm_cube.rs` on the
-/// GPU backends. Both read the activation as the `[groups, M, C]` channels-last matrix (this
-/// file's [`channels_last`], or the kernels' own on their device's tensors); the layout changes
-/// are each implementation's own, so that the kernels'
-/// implementation makes them on its device's tensors inside its operation instead of as
-/// operations of their own in burn's fusion stream.
+/// GPU backends. Both read the activation as the `[groups, M, C]` channels-last matrix of
+/// [`channels_last`]; each makes the layout changes itself, so that the kernels make them on the
+/// device's tensors inside their operation instead of as operations of burn's fusion stream.
 pub(crate) trait BatchNormKernels<I: Backend>:
     'static + Send + Sync + std::fmt::Debug
 {
@@ -192,7 +190,7 @@ fn float<I: Backend, const D: usize>(t: FloatTensor<I>) -> Tensor<I, D> {
 /// `[n, c, h, w]` as `groups` stacked `[n·h·w / groups, c]` matrices of its channels-last
 /// order (`[groups, n·h·w / groups, c]`): a view of the memory when that memory is
 /// channels-last (a cubecl convolution's output), else one copy.
-fn channels_last<I: Backend>(x: Tensor<I, 4>, groups: usize) -> Tensor<I, 3> {
+pub(super) fn channels_last<I: Backend>(x: Tensor<I, 4>, groups: usize) -> Tensor<I, 3> {
     let [n, c, h, w] = x.dims();
     x.permute([0, 2, 3, 1])
         .reshape([groups, n / groups * h * w, c])
@@ -200,14 +198,18 @@ fn channels_last<I: Backend>(x: Tensor<I, 4>, groups: usize) -> Tensor<I, 3> {
 
 /// The inverse of [`channels_last`]: the `[groups, n·h·w / groups, c]` matrices as an
 /// `[n, c, h, w]` view of the same memory.
-fn channels_first<I: Backend>(m: Tensor<I, 3>, [n, c, h, w]: [usize; 4]) -> Tensor<I, 4> {
+pub(super) fn channels_first<I: Backend>(
+    m: Tensor<I, 3>,
+    [n, c, h, w]: [usize; 4],
+) -> Tensor<I, 4> {
     m.reshape([n, h, w, c]).permute([0, 3, 1, 2])
 }
 
-/// Per channel, the sum over the groups of `[groups, 1, c]` values, `[c]` (no reduction for
-/// one group).
-fn over_groups<I: Backend>(v: Tensor<I, 3>) -> Tensor<I, 1> {
-    let [groups, _, c] = v.dims();
+/// Per channel, the sum over the groups of `[groups, c]` or `[groups, 1, c]` values, `[c]` (no
+/// reduction for one group).
+pub(super) fn over_groups<I: Backend, const D: usize>(v: Tensor<I, D>) -> Tensor<I, 1> {
+    let dims = v.dims();
+    let (groups, c) = (dims[0], dims[D - 1]);
     if groups == 1 {
         v.reshape([c])
     } else {
