@@ -209,18 +209,13 @@ impl<B: Backend> BatchNorm2d<B> {
             x,
             self.weight.val(),
             self.bias.val(),
+            self.running_averages(),
             self.epsilon,
             groups,
         ) {
             Ok(fused) => {
-                if groups == 1 {
-                    self.update_running(fused.mean.reshape([c]), fused.var.reshape([c]), count);
-                } else {
-                    let moments = fused.mean.iter_dim(0).zip(fused.var.iter_dim(0));
-                    for (mean, var) in moments {
-                        self.update_running(mean.reshape([c]), var.reshape([c]), count);
-                    }
-                }
+                self.running_mean.update(fused.running.mean);
+                self.running_var.update(fused.running.var);
                 return fused.output;
             }
             Err(x) => x,
@@ -248,34 +243,25 @@ impl<B: Backend> BatchNorm2d<B> {
         let centered = x.sub(per_image(mean.clone(), n));
         // Biased, [1, c, 1].
         let (var, replicas) = replica_mean(centered.clone().square().mean_dim(2).mean_dim(0));
-        self.update_running(
-            mean.detach().reshape([c]),
-            var.clone().detach().reshape([c]),
+        let moved = crate::kernels::batch_norm_op::update_running_averages(
+            self.running_averages(),
+            mean.detach().reshape([1, c]),
+            var.clone().detach().reshape([1, c]),
             n * h * w * replicas,
         );
+        self.running_mean.update(moved.mean);
+        self.running_var.update(moved.var);
         self.scale_and_shift(centered, var).reshape([n, c, h, w])
     }
 
-    /// The running averages moved towards the batch mean and the *unbiased* batch variance
-    /// (`var` is the biased one, of `count` values per channel), with the layer's momentum.
-    fn update_running(&self, mean: Tensor<B, 1>, var: Tensor<B, 1>, count: usize) {
-        let m = self.momentum;
-        let unbias = count as f64 / (count - 1) as f64;
-        let running_mean = self.running_mean.value_sync();
-        let running_var = self.running_var.value_sync();
-        let device = running_mean.device();
-        self.running_mean.update(
-            running_mean
-                .mul_scalar(1.0 - m)
-                .add(mean.to_device(&device).mul_scalar(m))
-                .detach(),
-        );
-        self.running_var.update(
-            running_var
-                .mul_scalar(1.0 - m)
-                .add(var.mul_scalar(unbias).to_device(&device).mul_scalar(m))
-                .detach(),
-        );
+    /// The running averages (synchronised with other threads' updates) and the layer's
+    /// momentum, for a training step to move.
+    fn running_averages(&self) -> crate::kernels::RunningAverages<B> {
+        crate::kernels::RunningAverages {
+            mean: self.running_mean.value_sync(),
+            var: self.running_var.value_sync(),
+            momentum: self.momentum,
+        }
     }
 
     /// `centered · γ/√(var + ε) + β` for `centered` of shape `[n, c, h·w]` and `var` of shape

@@ -162,7 +162,12 @@ fn fused_training_step_equals_the_composed_one() {
     let device = Default::default();
     let x = || Tensor::<Ad, 4>::ones(shape, &device);
     let ones = || Tensor::<Ad, 1>::ones([4], &device);
-    assert!(kernels::batch_norm_train(x(), ones(), ones(), 1e-5, 1).is_ok());
+    let running = || kernels::RunningAverages {
+        mean: ones(),
+        var: ones(),
+        momentum: 0.1,
+    };
+    assert!(kernels::batch_norm_train(x(), ones(), ones(), running(), 1e-5, 1).is_ok());
     struct Alone;
     impl curriculum_ssl_models::replica_stats::ReplicaMean<Ad> for Alone {
         fn mean(&self, values: Tensor<Ad, 1>) -> Tensor<Ad, 1> {
@@ -173,7 +178,7 @@ fn fused_training_step_equals_the_composed_one() {
         }
     }
     let _sync = curriculum_ssl_models::replica_stats::install::<Ad>(std::sync::Arc::new(Alone));
-    assert!(kernels::batch_norm_train(x(), ones(), ones(), 1e-5, 1).is_err());
+    assert!(kernels::batch_norm_train(x(), ones(), ones(), running(), 1e-5, 1).is_err());
 }
 
 /// One training step of a `BatchNorm2d` on backend `B` in f64: `L = Σ BN(x) ⊙ r`; the output,
@@ -209,8 +214,9 @@ fn step<B: burn::tensor::backend::AutodiffBackend>(
         v(x.grad(&grads).unwrap().reshape([len_of(shape)])),
         v(bn.weight.grad(&grads).unwrap()),
         v(bn.bias.grad(&grads).unwrap()),
-        v(bn.running_mean.value().inner()),
-        v(bn.running_var.value().inner()),
+        // Synchronised: `value()` would read them before this thread's update is folded in.
+        v(bn.running_mean.value_sync().inner()),
+        v(bn.running_var.value_sync().inner()),
     ]
 }
 
@@ -222,13 +228,16 @@ fn len_of(shape: [usize; 4]) -> usize {
 /// Batch norm in training as one operation in burn's tensor operations
 /// (`kernels::batch_norm_op`, what `Autodiff<Wgpu>` and `Autodiff<Cuda>` run) equals the
 /// composed form (checked against finite differences above) on `Autodiff<NdArray<f64>>`: the
-/// output, the gradients of the input, γ and β, and the batch moments against a plain f64 sum.
+/// output, the gradients of the input, γ and β, and the running averages it moves, and the
+/// batch moments against a plain f64 sum, and the running averages against PyTorch's update
+/// written out (momentum 0.1, the unbiased variance).
 /// f64 sums of at most 60 terms in another order: 1e-12 relative, as above.
 #[test]
 fn tensor_op_training_step_equals_the_composed_one() {
     use burn::backend::{ndarray::NdArray, Autodiff};
     use burn::tensor::{DType, TensorData};
     use curriculum_ssl_models::kernels::batch_norm_op::batch_norm_train_op;
+    use curriculum_ssl_models::kernels::RunningAverages;
     type B = Autodiff<NdArray<f64>>;
 
     let shape = [3, 4, 5, 4];
@@ -247,10 +256,17 @@ fn tensor_op_training_step_equals_the_composed_one() {
     };
     let x = f64s(&xs).reshape(shape).require_grad();
     let (g, b) = (f64s(&gamma).require_grad(), f64s(&beta).require_grad());
-    let out = batch_norm_train_op(x.clone(), g.clone(), b.clone(), 1e-5, 1);
+    let (start_mean, start_var) = ([0.5, -0.5, 0.0, 1.0], [1.0, 2.0, 0.5, 1.5]);
+    let running = RunningAverages {
+        mean: f64s(&start_mean),
+        var: f64s(&start_var),
+        momentum: 0.1,
+    };
+    let out = batch_norm_train_op(x.clone(), g.clone(), b.clone(), running, 1e-5, 1);
     let (y, mean, var) = (out.output, out.mean, out.var);
     let grads = y.clone().mul(f64s(&rs).reshape(shape)).sum().backward();
     let v = |t: Tensor<NdArray<f64>, 1>| -> Vec<f64> { t.into_data().to_vec().unwrap() };
+    let moved = [v(out.running.mean.inner()), v(out.running.var.inner())];
     let op = [
         v(y.inner().reshape([len])),
         v(x.grad(&grads).unwrap().reshape([len])),
@@ -271,6 +287,12 @@ fn tensor_op_training_step_equals_the_composed_one() {
     let vars: Vec<f64> = (0..4)
         .map(|c| channel(c).map(|(_, x)| (x - means[c]).powi(2)).sum::<f64>() / count)
         .collect();
+    let by_hand_mean: Vec<f64> = (0..4)
+        .map(|c| 0.9 * start_mean[c] + 0.1 * means[c])
+        .collect();
+    let by_hand_var: Vec<f64> = (0..4)
+        .map(|c| 0.9 * start_var[c] + 0.1 * vars[c] * count / (count - 1.0))
+        .collect();
     let pairs = [
         ("output", &op[0], &composed[0]),
         ("∂x", &op[1], &composed[1]),
@@ -278,6 +300,10 @@ fn tensor_op_training_step_equals_the_composed_one() {
         ("∂β", &op[3], &composed[3]),
         ("mean", &v(mean.clone().inner().reshape([4])), &means),
         ("variance", &v(var.clone().inner().reshape([4])), &vars),
+        ("running mean", &moved[0], &composed[4]),
+        ("running variance", &moved[1], &composed[5]),
+        ("running mean by hand", &moved[0], &by_hand_mean),
+        ("running variance by hand", &moved[1], &by_hand_var),
     ];
     for (name, a, b) in pairs {
         assert_eq!(a.len(), b.len(), "{name}");
@@ -295,7 +321,8 @@ fn tensor_op_training_step_equals_the_composed_one() {
 /// Batch norm over two stacked groups (`batch_norm_train_op` with `groups` 2: the two views of
 /// a method in one pass, each normalised with its own moments) equals two separate calls, one
 /// per group, on `Autodiff<NdArray<f64>>`: the output and `∂x` of each group, each group's
-/// moments, and `∂γ`, `∂β` as the sum of the two calls' (a parameter used twice). The groups
+/// moments, `∂γ`, `∂β` as the sum of the two calls' (a parameter used twice), and the running
+/// averages as the second call leaves them after the first moved them. The groups
 /// are given different means and scales, so that one set of moments over both would fail.
 /// f64 sums of at most 30 terms, in another order or split in two: 1e-12 relative.
 #[test]
@@ -303,6 +330,7 @@ fn grouped_training_step_equals_one_call_per_group() {
     use burn::backend::{ndarray::NdArray, Autodiff};
     use burn::tensor::{DType, TensorData};
     use curriculum_ssl_models::kernels::batch_norm_op::batch_norm_train_op;
+    use curriculum_ssl_models::kernels::RunningAverages;
     type B = Autodiff<NdArray<f64>>;
 
     let group = [2, 3, 5, 3];
@@ -329,12 +357,19 @@ fn grouped_training_step_equals_one_call_per_group() {
             .require_grad()
     };
     let v = |t: Tensor<NdArray<f64>, 1>| -> Vec<f64> { t.into_data().to_vec().unwrap() };
-    // [output, ∂x, ∂γ, ∂β, mean, variance] of one call on `x` with loss weights `r`.
-    let run = |x: &[f64], r: &[f64], dims: [usize; 4], groups: usize| -> [Vec<f64>; 6] {
+    let running = |mean: &[f64], var: &[f64]| RunningAverages {
+        mean: param(mean).detach(),
+        var: param(var).detach(),
+        momentum: 0.3,
+    };
+    // [output, ∂x, ∂γ, ∂β, mean, variance, running mean, running variance] of one call on `x`
+    // with loss weights `r`, from the running averages `start`.
+    let run = |x: &[f64], r: &[f64], dims: [usize; 4], groups: usize, start: &[Vec<f64>]| {
         let n: usize = dims.iter().product();
         let x = f64s(x, dims).require_grad();
         let (g, b) = (param(&gamma), param(&beta));
-        let out = batch_norm_train_op(x.clone(), g.clone(), b.clone(), 1e-5, groups);
+        let moving = running(&start[0], &start[1]);
+        let out = batch_norm_train_op(x.clone(), g.clone(), b.clone(), moving, 1e-5, groups);
         let grads = out.output.clone().mul(f64s(r, dims)).sum().backward();
         [
             v(out.output.inner().reshape([n])),
@@ -343,11 +378,14 @@ fn grouped_training_step_equals_one_call_per_group() {
             v(b.grad(&grads).unwrap()),
             v(out.mean.inner().reshape([3 * groups])),
             v(out.var.inner().reshape([3 * groups])),
+            v(out.running.mean.inner()),
+            v(out.running.var.inner()),
         ]
     };
-    let joint = run(&xs, &rs, shape, 2);
-    let first = run(&xs[..half], &rs[..half], group, 1);
-    let second = run(&xs[half..], &rs[half..], group, 1);
+    let start = [vec![0.5, -0.5, 1.0], vec![1.0, 2.0, 0.5]];
+    let joint = run(&xs, &rs, shape, 2, &start);
+    let first = run(&xs[..half], &rs[..half], group, 1, &start);
+    let second = run(&xs[half..], &rs[half..], group, 1, &first[6..]);
     let concat = |i: usize| [first[i].clone(), second[i].clone()].concat();
     let sum = |i: usize| -> Vec<f64> {
         first[i]
@@ -356,8 +394,26 @@ fn grouped_training_step_equals_one_call_per_group() {
             .map(|(a, b)| a + b)
             .collect()
     };
-    let expected = [concat(0), concat(1), sum(2), sum(3), concat(4), concat(5)];
-    let names = ["output", "∂x", "∂γ", "∂β", "mean", "variance"];
+    let expected = [
+        concat(0),
+        concat(1),
+        sum(2),
+        sum(3),
+        concat(4),
+        concat(5),
+        second[6].clone(),
+        second[7].clone(),
+    ];
+    let names = [
+        "output",
+        "∂x",
+        "∂γ",
+        "∂β",
+        "mean",
+        "variance",
+        "running mean",
+        "running variance",
+    ];
     for ((name, a), b) in names.iter().zip(&joint).zip(&expected) {
         assert_eq!(a.len(), b.len(), "{name}");
         for (p, q) in a.iter().zip(b) {

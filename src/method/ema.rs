@@ -4,6 +4,9 @@ use std::collections::HashMap;
 
 use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::prelude::*;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::TensorPrimitive;
+use curriculum_ssl_models::kernels::moving_average;
 
 use crate::base::error::{in_range, ConfigError};
 
@@ -76,24 +79,24 @@ pub(crate) fn validate_momentum(field: &'static str, momentum: f64) -> Result<()
     in_range(field, momentum, 0.0, 1.0, false)
 }
 
-/// Collects the online network's trainable tensors by parameter id, flattened to 1-D.
+/// Collects the online network's trainable tensors by parameter id, as burn's primitives of any
+/// rank (no reshape: on a GPU backend each would be an operation of burn's fusion stream).
 #[derive(Default)]
 struct TrainableParams<B: Backend> {
-    tensors: HashMap<ParamId, Tensor<B, 1>>,
+    tensors: HashMap<ParamId, FloatTensor<B>>,
 }
 
 impl<B: Backend> ModuleVisitor<B> for TrainableParams<B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if param.is_require_grad() {
-            let value = param.val().detach();
-            let n = value.shape().num_elements();
-            self.tensors.insert(param.id, value.reshape([n]));
+            let value = param.val().detach().into_primitive().tensor();
+            self.tensors.insert(param.id, value);
         }
     }
 }
 
 struct Average<B: Backend> {
-    online: HashMap<ParamId, Tensor<B, 1>>,
+    online: HashMap<ParamId, FloatTensor<B>>,
     momentum: f64,
 }
 
@@ -103,9 +106,9 @@ impl<B: Backend> ModuleMapper<B> for Average<B> {
             return param;
         };
         let (id, value, mapper) = param.consume();
-        let shape = value.shape();
-        let online = online.clone().reshape(shape);
-        let averaged = (value * self.momentum + online * (1.0 - self.momentum)).detach();
+        let online = Tensor::<B, D>::from_primitive(TensorPrimitive::Float(online.clone()));
+        // One kernel of the models crate's on wgpu and CUDA; burn's operations elsewhere.
+        let averaged = moving_average(value, online, self.momentum);
         Param::from_mapped_value(id, averaged, mapper)
     }
 }

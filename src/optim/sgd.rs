@@ -8,6 +8,7 @@ use burn::record::Record;
 use burn::tensor::backend::AutodiffBackend;
 
 use crate::base::error::{in_range, non_negative, ConfigError};
+use curriculum_ssl_models::kernels::{sgd_momentum_step, SgdSettings};
 
 /// Configuration of [`Sgd`].
 #[derive(Config, Debug)]
@@ -137,6 +138,24 @@ impl<B: Backend> SimpleOptimizer<B> for Sgd {
         grad: Tensor<B, D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<B, D>, Option<Self::State<D>>) {
+        // On wgpu and CUDA one operation and one kernel of the models crate's; elsewhere (and
+        // without momentum) burn's tensor operations below, the same arithmetic.
+        let (tensor, grad, state) = if self.momentum > 0.0 {
+            let settings = SgdSettings {
+                lr,
+                momentum: self.momentum,
+                weight_decay: self.weight_decay,
+                nesterov: self.nesterov,
+            };
+            match sgd_momentum_step(tensor, grad, state.map(|s| s.velocity), settings) {
+                Ok((tensor, velocity)) => return (tensor, Some(SgdState { velocity })),
+                Err((tensor, grad, velocity)) => {
+                    (tensor, grad, velocity.map(|velocity| SgdState { velocity }))
+                }
+            }
+        } else {
+            (tensor, grad, state)
+        };
         let grad = if self.weight_decay > 0.0 {
             grad + tensor.clone() * self.weight_decay
         } else {

@@ -370,16 +370,17 @@ fn deepcluster_v2_steps_as_on_the_cpu() {
 /// Batch norm in training on the GPU path is the models crate's own operation
 /// (`kernels::batch_norm_op`: `batch_norm_train` takes `Autodiff<Wgpu>`, and runs the `#[cube]`
 /// kernels of `batch_norm_cube.rs`), and it equals the CPU's slice kernels: the output, the
-/// gradients of the input, γ and β, and the batch moments, on maps with a mean far from zero and
-/// channels of different scales (the loss weights `r` make every input gradient non-trivial).
-/// Two groups on the GPU are one call, against one call per group on the CPU (the CPU's slice
-/// kernels take one group). The shapes reach the kernels' edges: 3 and 40 channels (one cube of 32 channels partly
-/// used, two cubes), two groups of 288 rows (two partial chunks of at most 256 rows, the
-/// second short), and 1,152 rows in one group (five partial chunks, three cubes of at most 512
-/// rows writing the output).
+/// gradients of the input, γ and β, the batch moments, and the running averages it moves, on
+/// maps with a mean far from zero and channels of different scales (the loss weights `r` make
+/// every input gradient non-trivial). Two groups on the GPU are one call, against one call per
+/// group on the CPU (the CPU's slice kernels take one group), the second moving the running
+/// averages the first left. The shapes reach the kernels' edges: 3 and 40 channels (one cube of
+/// 32 channels partly used, two cubes), two groups of 288 rows (two partial chunks of at most
+/// 256 rows, the second short), and 1,152 rows in one group (five partial chunks, three cubes of
+/// at most 512 rows writing the output).
 #[test]
 fn batch_norm_is_one_operation_and_as_on_the_cpu() {
-    use curriculum_ssl_models::kernels::batch_norm_train;
+    use curriculum_ssl_models::kernels::{batch_norm_train, RunningAverages};
     let Some(device) = gpu() else { return };
     /// With `split`, one call per group (the CPU's slice kernels take one group), their
     /// outputs and moments concatenated; else one call on the stacked groups.
@@ -390,29 +391,37 @@ fn batch_norm_is_one_operation_and_as_on_the_cpu() {
         beta: &[f32],
         (shape, groups, split): ([usize; 4], usize, bool),
         device: &B::Device,
-    ) -> [Vec<f32>; 6] {
+    ) -> [Vec<f32>; 8] {
         let t = |v: &[f32]| Tensor::<B, 1>::from_floats(v, device);
         let x = t(xs).reshape(shape).require_grad();
         let (g, b) = (t(gamma).require_grad(), t(beta).require_grad());
-        let call = |x: Tensor<B, 4>, groups| {
-            batch_norm_train(x, g.clone(), b.clone(), 1e-5, groups)
+        let c = shape[1];
+        let start = RunningAverages {
+            mean: t(&(0..c).map(|i| 0.1 * i as f32 - 1.0).collect::<Vec<_>>()),
+            var: t(&(0..c).map(|i| 0.5 + 0.05 * i as f32).collect::<Vec<_>>()),
+            momentum: 0.1,
+        };
+        let call = |x: Tensor<B, 4>, groups, running| {
+            batch_norm_train(x, g.clone(), b.clone(), running, 1e-5, groups)
                 .unwrap_or_else(|_| panic!("batch_norm_train fell back to the composed form"))
         };
-        let (output, mean, var) = if split {
-            let outs: Vec<_> = x
-                .clone()
-                .chunk(groups, 0)
-                .into_iter()
-                .map(|x| call(x, 1))
-                .collect();
+        let (output, mean, var, running) = if split {
+            let mut running = start;
+            let mut outs = Vec::new();
+            for x in x.clone().chunk(groups, 0) {
+                let out = call(x, 1, running);
+                running = out.running.clone();
+                outs.push(out);
+            }
             (
                 Tensor::cat(outs.iter().map(|o| o.output.clone()).collect(), 0),
                 Tensor::cat(outs.iter().map(|o| o.mean.clone()).collect(), 0),
                 Tensor::cat(outs.iter().map(|o| o.var.clone()).collect(), 0),
+                running,
             )
         } else {
-            let out = call(x.clone(), groups);
-            (out.output, out.mean, out.var)
+            let out = call(x.clone(), groups, start);
+            (out.output, out.mean, out.var, out.running)
         };
         let grads = output.clone().mul(t(rs).reshape(shape)).sum().backward();
         let len = xs.len();
@@ -421,8 +430,10 @@ fn batch_norm_is_one_operation_and_as_on_the_cpu() {
             host(x.grad(&grads).unwrap().reshape([len])),
             host(g.grad(&grads).unwrap()),
             host(b.grad(&grads).unwrap()),
-            host(mean.reshape([groups * shape[1]])),
-            host(var.reshape([groups * shape[1]])),
+            host(mean.reshape([groups * c])),
+            host(var.reshape([groups * c])),
+            host(running.mean),
+            host(running.var),
         ]
     }
     let mut seen = Comparisons::default();
@@ -446,17 +457,149 @@ fn batch_norm_is_one_operation_and_as_on_the_cpu() {
         let (on_cpu, here) = ((shape, groups, true), (shape, groups, false));
         let cpu = run::<CpuAd>(&xs, &rs, &gamma, &beta, on_cpu, &CpuDevice::default());
         let on_gpu = run::<GpuAd>(&xs, &rs, &gamma, &beta, here, &device);
-        for ((name, a), b) in ["output", "∂x", "∂γ", "∂β", "mean", "variance"]
-            .iter()
-            .zip(&cpu)
-            .zip(&on_gpu)
-        {
+        let names = [
+            "output",
+            "∂x",
+            "∂γ",
+            "∂β",
+            "mean",
+            "variance",
+            "running mean",
+            "running variance",
+        ];
+        for ((name, a), b) in names.iter().zip(&cpu).zip(&on_gpu) {
             assert_eq!(a.len(), b.len(), "{name} of {shape:?} in {groups} groups");
             seen.close(&format!("{name} of {shape:?} in {groups} groups"), a, b);
         }
         assert_eq!(cpu[0].len(), n * c * h * w);
     }
     seen.report("batch_norm_is_one_operation_and_as_on_the_cpu");
+}
+
+/// SGD with momentum on the GPU path is one operation of burn's fusion stream and one `#[cube]`
+/// kernel a parameter (`kernels::sgd_momentum_step` takes `Wgpu`, the backend an optimiser steps
+/// on), and its steps equal the CPU's tensor operations: the parameter and the momentum buffer
+/// after the first step (no buffer yet) and after the second, with weight decay and plain
+/// momentum, and without decay and with Nesterov, on a rank-1 parameter whose length is no
+/// multiple of a cube and a rank-4 one.
+#[test]
+fn sgd_step_is_one_operation_and_as_on_the_cpu() {
+    use burn::optim::SimpleOptimizer;
+    use curriculum_ssl_models::kernels::{sgd_momentum_step, SgdSettings};
+    let Some(device) = gpu() else { return };
+    /// The parameter and buffer after each of two steps of `sgd` from `theta` with the
+    /// gradients `grads`.
+    fn run<B: Backend, const D: usize>(
+        sgd: &curriculum_ssl::optim::Sgd,
+        theta: &[f32],
+        grads: [&[f32]; 2],
+        shape: [usize; D],
+        device: &B::Device,
+    ) -> Vec<Vec<f32>> {
+        let t = |v: &[f32]| Tensor::<B, 1>::from_floats(v, device).reshape(shape);
+        let mut param = t(theta);
+        let mut state = None;
+        let mut seen = Vec::new();
+        for g in grads {
+            let (next, next_state) = SimpleOptimizer::<B>::step(sgd, 0.05, param, t(g), state);
+            let velocity = next_state
+                .as_ref()
+                .expect("a momentum buffer")
+                .velocity
+                .clone();
+            seen.extend([host(next.clone()), host(velocity)]);
+            (param, state) = (next, next_state);
+        }
+        seen
+    }
+    let mut seen = Comparisons::default();
+    let values = |len: usize, seed: f32| -> Vec<f32> {
+        (0..len)
+            .map(|i| (i as f32 * 0.37 + seed).sin() * 2.0)
+            .collect()
+    };
+    for (weight_decay, nesterov) in [(5e-4, false), (0.0, true)] {
+        let sgd = SgdConfig::new()
+            .with_weight_decay(weight_decay)
+            .with_nesterov(nesterov)
+            .build()
+            .unwrap();
+        let what = format!("wd {weight_decay}, nesterov {nesterov}");
+        let (theta, g1, g2) = (values(37, 0.1), values(37, 0.5), values(37, 0.9));
+        let cpu = run::<Cpu, 1>(&sgd, &theta, [&g1, &g2], [37], &CpuDevice::default());
+        let on_gpu = run::<Gpu, 1>(&sgd, &theta, [&g1, &g2], [37], &device);
+        seen.all(&format!("rank 1, {what}"), &cpu, &on_gpu);
+        let len = 8 * 3 * 3 * 3;
+        let (theta, g1, g2) = (values(len, 0.2), values(len, 0.6), values(len, 1.1));
+        let shape = [8, 3, 3, 3];
+        let cpu = run::<Cpu, 4>(&sgd, &theta, [&g1, &g2], shape, &CpuDevice::default());
+        let on_gpu = run::<Gpu, 4>(&sgd, &theta, [&g1, &g2], shape, &device);
+        seen.all(&format!("rank 4, {what}"), &cpu, &on_gpu);
+    }
+    // The GPU's step took the kernel (the CPU's declines: its caller's operations run).
+    let settings = SgdSettings {
+        lr: 0.1,
+        momentum: 0.9,
+        weight_decay: 0.0,
+        nesterov: false,
+    };
+    let ones = Tensor::<Gpu, 2>::ones([3, 5], &device);
+    assert!(sgd_momentum_step(ones.clone(), ones.clone(), Some(ones), settings).is_ok());
+    let ones = Tensor::<Cpu, 2>::ones([3, 5], &CpuDevice::default());
+    assert!(sgd_momentum_step(ones.clone(), ones, None, settings).is_err());
+    seen.report("sgd_step_is_one_operation_and_as_on_the_cpu");
+}
+
+/// A momentum copy's update on the GPU path is one operation of burn's fusion stream and one
+/// `#[cube]` kernel a parameter (`kernels::moving_average` takes `Wgpu` and `Autodiff<Wgpu>`),
+/// and it equals the CPU's tensor operations: `m·t + (1 − m)·o` for two momenta, on a rank-1
+/// tensor whose length is no multiple of a cube and a rank-4 one, under autodiff with no
+/// gradient on the result.
+#[test]
+fn moving_average_is_one_operation_and_as_on_the_cpu() {
+    use curriculum_ssl_models::kernels::moving_average;
+    let Some(device) = gpu() else { return };
+    fn run<B: Backend, const D: usize>(
+        target: &[f32],
+        online: &[f32],
+        shape: [usize; D],
+        momentum: f64,
+        device: &B::Device,
+    ) -> Tensor<B, D> {
+        let t = |v: &[f32]| Tensor::<B, 1>::from_floats(v, device).reshape(shape);
+        moving_average(t(target), t(online), momentum)
+    }
+    let values = |len: usize, seed: f32| -> Vec<f32> {
+        (0..len)
+            .map(|i| (i as f32 * 0.29 + seed).cos() * 3.0)
+            .collect()
+    };
+    let mut seen = Comparisons::default();
+    for momentum in [0.99, 0.5] {
+        let (t, o) = (values(37, 0.3), values(37, 1.3));
+        let cpu = host(run::<CpuAd, 1>(
+            &t,
+            &o,
+            [37],
+            momentum,
+            &CpuDevice::default(),
+        ));
+        let on_gpu = run::<GpuAd, 1>(&t, &o, [37], momentum, &device);
+        assert!(!on_gpu.is_require_grad());
+        seen.close(&format!("rank 1, m {momentum}"), &cpu, &host(on_gpu));
+        let (t, o) = (values(216, 0.7), values(216, 2.1));
+        let shape = [8, 3, 3, 3];
+        let cpu = host(run::<Cpu, 4>(
+            &t,
+            &o,
+            shape,
+            momentum,
+            &CpuDevice::default(),
+        ));
+        let on_gpu = host(run::<Gpu, 4>(&t, &o, shape, momentum, &device));
+        seen.close(&format!("rank 4, m {momentum}"), &cpu, &on_gpu);
+    }
+    seen.report("moving_average_is_one_operation_and_as_on_the_cpu");
 }
 
 /// Every pair loss of SimCLR (NT-Xent, HCL with a fixed and a scheduled β, curricular weighting,

@@ -12,7 +12,8 @@
 //!   per-channel mean and once more (from cache) for its sum of squared deviations from that
 //!   mean; `bn_forward_apply` combines the chunks' moments (Chan's formula: no cancellation,
 //!   as the two-pass variance), computes `r = 1/√(σ² + ε)`, `a = γ·r`, `b = β − μ·a` per
-//!   channel in each cube and writes `y = a·x + b`, and the moments for the running averages;
+//!   channel in each cube and writes `y = a·x + b`, the moments, and the running averages
+//!   moved by them (what was a dozen operations of burn's fusion stream a layer and group);
 //! - backward: `bn_backward_partials` sums `∂y` and `∂y·(x − μ)` per chunk;
 //!   `bn_backward_apply` adds the chunks up (`S₁`, `S₂`) and writes
 //!   `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, and `∂β = S₁`, `∂γ = r·S₂` per group.
@@ -52,7 +53,7 @@ use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionRuntime, FusionTensor};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 
-use super::batch_norm_op::{self, BatchNormKernels, Composed, Moments};
+use super::batch_norm_op::{self, BatchNormKernels, Composed, Moments, RunningAverages};
 use device::{backward_cube, forward_cube};
 
 /// The kernels and their launches on the inner backend's tensors (cubecl's prelude has its own
@@ -153,59 +154,127 @@ mod device {
         }
     }
 
-    /// Forward, second pass: each cube combines its channels' partial moments (Chan's formula),
-    /// writes `y = γ·r·x + (β − μ·γ·r)` over its chunk of rows, and the cubes of the first chunk
-    /// write the group's `μ`, `σ²` (biased) and `r = 1/√(σ² + ε)` (`[groups, C]`).
-    #[cube(launch)]
+    /// The group's `μ` and biased `σ²` for the cube's channel `c`, combined from its chunks'
+    /// partial moments (Chan's formula: `μ = Σ nₚ·μₚ / M`, then `M₂ = Σ (M₂ₚ + nₚ·(μₚ − μ)²)`);
+    /// the cube's 8 lanes share the chunks, and every unit of the column gets the same values.
+    #[cube]
     #[allow(clippy::too_many_arguments)]
-    fn bn_forward_apply<F: Float>(
-        x: &Tensor<F>,
-        gamma: &Tensor<F>,
-        beta: &Tensor<F>,
+    fn group_moments(
         part_mean: &Tensor<f32>,
         part_m2: &Tensor<f32>,
-        y: &mut Tensor<F>,
-        mean_out: &mut Tensor<F>,
-        var_out: &mut Tensor<F>,
-        inv_std_out: &mut Tensor<F>,
-        rows: u32,
-        part_chunk: u32,
-        apply_chunk: u32,
-        epsilon: f32,
-        #[define(F)] _dtype: StorageType,
-    ) {
-        let channels = x.shape(2);
+        shared: &mut SharedMemory<f32>,
+        group: usize,
+        c: usize,
+        channels: usize,
+        rows: usize,
+        part_chunk: usize,
+    ) -> (f32, f32) {
         let parts = part_mean.shape(1);
-        let rows = rows as usize;
-        let c = CUBE_POS_X as usize * 32 + UNIT_POS_X as usize;
-        let block = CUBE_POS_Y as usize;
-        let group = CUBE_POS_Z as usize;
-        let mut shared = SharedMemory::<f32>::new(256usize);
         let total = rows as f32;
-
-        // μ = Σ nₚ·μₚ / M, then M₂ = Σ (M₂ₚ + nₚ·(μₚ − μ)²): 8 lanes share the chunks.
         let mut weighted = 0.0f32;
         if c < channels {
             let mut p = UNIT_POS_Y as usize;
             while p < parts {
-                let (start, end) = chunk_bounds(p, part_chunk as usize, rows);
+                let (start, end) = chunk_bounds(p, part_chunk, rows);
                 weighted += ((end - start) as f32) * part_mean[(group * parts + p) * channels + c];
                 p += 8;
             }
         }
-        let mean = lanes_sum(&mut shared, weighted) / total;
+        let mean = lanes_sum(shared, weighted) / total;
         let mut m2 = 0.0f32;
         if c < channels {
             let mut p = UNIT_POS_Y as usize;
             while p < parts {
-                let (start, end) = chunk_bounds(p, part_chunk as usize, rows);
+                let (start, end) = chunk_bounds(p, part_chunk, rows);
                 let at = (group * parts + p) * channels + c;
                 let d = part_mean[at] - mean;
                 m2 += part_m2[at] + ((end - start) as f32) * d * d;
                 p += 8;
             }
         }
-        let var = lanes_sum(&mut shared, m2) / total;
+        let var = lanes_sum(shared, m2) / total;
+        (mean, var)
+    }
+
+    /// Forward, second pass: each cube combines its channels' partial moments
+    /// ([`group_moments`]), writes `y = γ·r·x + (β − μ·γ·r)` over its chunk of rows, and the
+    /// cubes of the first chunk write the group's `μ`, `σ²` (biased) and `r = 1/√(σ² + ε)`
+    /// (`[groups, C]`). The cubes of the first chunk of the first group also move the running
+    /// averages (`[C]`) by each group's moments in turn, as separate calls would:
+    /// `r ← keep·r + m·μ`, `v ← keep·v + (σ²·unbias)·m` (`keep = 1 − m`, `unbias = M/(M − 1)`),
+    /// recomputing the other groups' moments from their partial moments (a few dozen values a
+    /// channel) rather than waiting for their cubes.
+    #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
+    fn bn_forward_apply<F: Float>(
+        x: &Tensor<F>,
+        gamma: &Tensor<F>,
+        beta: &Tensor<F>,
+        running_mean: &Tensor<F>,
+        running_var: &Tensor<F>,
+        part_mean: &Tensor<f32>,
+        part_m2: &Tensor<f32>,
+        y: &mut Tensor<F>,
+        mean_out: &mut Tensor<F>,
+        var_out: &mut Tensor<F>,
+        inv_std_out: &mut Tensor<F>,
+        running_mean_out: &mut Tensor<F>,
+        running_var_out: &mut Tensor<F>,
+        rows: u32,
+        part_chunk: u32,
+        apply_chunk: u32,
+        epsilon: f32,
+        keep: f32,
+        momentum: f32,
+        unbias: f32,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        let channels = x.shape(2);
+        let groups = x.shape(0);
+        let rows = rows as usize;
+        let c = CUBE_POS_X as usize * 32 + UNIT_POS_X as usize;
+        let block = CUBE_POS_Y as usize;
+        let group = CUBE_POS_Z as usize;
+        let mut shared = SharedMemory::<f32>::new(256usize);
+        let (mean, var) = group_moments(
+            part_mean,
+            part_m2,
+            &mut shared,
+            group,
+            c,
+            channels,
+            rows,
+            part_chunk as usize,
+        );
+
+        // The condition is the same for every unit of the cube: all of them reach the
+        // synchronisations inside `group_moments`.
+        if block == 0 && group == 0 {
+            let mut moved_mean = 0.0f32;
+            let mut moved_var = 0.0f32;
+            if c < channels {
+                moved_mean = f32::cast_from(running_mean[c]);
+                moved_var = f32::cast_from(running_var[c]);
+            }
+            for g in 0..groups {
+                let (mu, sigma2) = group_moments(
+                    part_mean,
+                    part_m2,
+                    &mut shared,
+                    g,
+                    c,
+                    channels,
+                    rows,
+                    part_chunk as usize,
+                );
+                moved_mean = moved_mean * keep + mu * momentum;
+                moved_var = moved_var * keep + sigma2 * unbias * momentum;
+            }
+            if c < channels && UNIT_POS_Y == 0 {
+                running_mean_out[c] = F::cast_from(moved_mean);
+                running_var_out[c] = F::cast_from(moved_var);
+            }
+        }
 
         if c < channels {
             let inv_std = 1.0f32 / (var + epsilon).sqrt();
@@ -372,20 +441,21 @@ mod device {
         )
     }
 
-    /// The forward kernels on the inner backend's tensors: `x` `[groups, M, C]`, `γ`, `β` `[C]`;
-    /// returns `y` `[groups, M, C]` and `μ`, `σ²`, `r` `[groups, C]`.
+    /// The forward kernels on the inner backend's tensors: `x` `[groups, M, C]`, `γ`, `β` and
+    /// the running mean and variance `[C]`; returns `y` `[groups, M, C]`, `μ`, `σ²`, `r`
+    /// `[groups, C]` and the running mean and variance moved with `momentum` (`[C]`).
     pub(super) fn forward_cube<R: CubeRuntime>(
         x: CubeTensor<R>,
         gamma: CubeTensor<R>,
         beta: CubeTensor<R>,
+        [running_mean, running_var]: [CubeTensor<R>; 2],
         epsilon: f64,
-    ) -> [CubeTensor<R>; 4] {
-        let (x, gamma, beta) = (
-            into_contiguous(x),
-            into_contiguous(gamma),
-            into_contiguous(beta),
-        );
+        momentum: f64,
+    ) -> [CubeTensor<R>; 6] {
+        let [x, gamma, beta, running_mean, running_var] =
+            [x, gamma, beta, running_mean, running_var].map(into_contiguous);
         let [groups, rows, channels] = x.meta.shape().dims();
+        let unbias = rows as f64 / (rows - 1) as f64;
         let dtype = x.dtype;
         let (part_chunk, parts) = part_chunks(rows);
         let (apply_chunk, blocks) = apply_chunks(rows);
@@ -394,6 +464,7 @@ mod device {
         let part_m2 = empty_like(&x, vec![groups, parts, channels], f32_dtype);
         let y = empty_like(&x, vec![groups, rows, channels], dtype);
         let [mean, var, inv_std] = [0; 3].map(|_| empty_like(&x, vec![groups, channels], dtype));
+        let [moved_mean, moved_var] = [0; 2].map(|_| empty_like(&x, vec![channels], dtype));
         let client = x.client.clone();
         let cube_dim = CubeDim::new_2d(TILE, LANES);
         bn_forward_partials::launch::<R>(
@@ -414,19 +485,26 @@ mod device {
             x.into_tensor_arg(),
             gamma.into_tensor_arg(),
             beta.into_tensor_arg(),
+            running_mean.into_tensor_arg(),
+            running_var.into_tensor_arg(),
             part_mean.into_tensor_arg(),
             part_m2.into_tensor_arg(),
             y.clone().into_tensor_arg(),
             mean.clone().into_tensor_arg(),
             var.clone().into_tensor_arg(),
             inv_std.clone().into_tensor_arg(),
+            moved_mean.clone().into_tensor_arg(),
+            moved_var.clone().into_tensor_arg(),
             rows as u32,
             part_chunk as u32,
             apply_chunk as u32,
             epsilon as f32,
+            (1.0 - momentum) as f32,
+            momentum as f32,
+            unbias as f32,
             dtype.into(),
         );
-        [y, mean, var, inv_std]
+        [y, mean, var, inv_std, moved_mean, moved_var]
     }
 
     /// The backward kernels on the inner backend's tensors: `∂y`, `x` `[groups, M, C]`, `γ` `[C]`,
@@ -503,11 +581,12 @@ fn channels_last<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
 }
 
 /// The forward kernels as one custom operation of burn's fusion stream, the layout changes of
-/// the activation included.
+/// the activation and the running averages' update included.
 #[derive(Clone, Debug)]
 struct ForwardOp<R, F, I, BT> {
     desc: CustomOpIr,
     epsilon: f64,
+    momentum: f64,
     groups: usize,
     _backend: PhantomData<(R, F, I, BT)>,
 }
@@ -519,19 +598,22 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         &self,
         handles: &mut HandleContainer<<Runtime<R, F, I, BT> as FusionRuntime>::FusionHandle>,
     ) {
-        let ([x, gamma, beta], outputs) = self.desc.as_fixed::<3, 4>();
+        let ([x, gamma, beta, running_mean, running_var], outputs) = self.desc.as_fixed::<5, 6>();
         let dims = x.shape.dims();
         let x = handles.get_float_tensor::<Inner<R, F, I, BT>>(x);
-        let [y, mean, var, inv_std] = forward_cube::<R>(
+        let [y, mean, var, inv_std, moved_mean, moved_var] = forward_cube::<R>(
             channels_last::<R, F, I, BT>(x, self.groups),
             handles.get_float_tensor::<Inner<R, F, I, BT>>(gamma),
             handles.get_float_tensor::<Inner<R, F, I, BT>>(beta),
+            [running_mean, running_var].map(|t| handles.get_float_tensor::<Inner<R, F, I, BT>>(t)),
             self.epsilon,
+            self.momentum,
         );
         let y = batch_norm_op::channels_first(tensor::<Inner<R, F, I, BT>, 3>(y), dims)
             .into_primitive()
             .tensor();
-        for (ir, tensor) in outputs.iter().zip([y, mean, var, inv_std]) {
+        let results = [y, mean, var, inv_std, moved_mean, moved_var];
+        for (ir, tensor) in outputs.iter().zip(results) {
             handles.register_float_tensor::<Inner<R, F, I, BT>>(&ir.id, tensor);
         }
     }
@@ -610,39 +692,60 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         x: Tensor<Fusion<Inner<R, F, I, BT>>, 4>,
         gamma: Tensor<Fusion<Inner<R, F, I, BT>>, 1>,
         beta: Tensor<Fusion<Inner<R, F, I, BT>>, 1>,
+        running: RunningAverages<Fusion<Inner<R, F, I, BT>>>,
         epsilon: f64,
         groups: usize,
     ) -> Moments<Fusion<Inner<R, F, I, BT>>> {
-        if gamma.dtype() != x.dtype() || beta.dtype() != x.dtype() {
+        let dtype = x.dtype();
+        if [
+            gamma.dtype(),
+            beta.dtype(),
+            running.mean.dtype(),
+            running.var.dtype(),
+        ] != [dtype; 4]
+        {
             // The kernels read every operand in one element type.
-            return Composed::forward(x, gamma, beta, epsilon, groups);
+            return Composed::forward(x, gamma, beta, running, epsilon, groups);
         }
         let [n, c, h, w] = x.dims();
-        let (x, gamma, beta) = (
+        let momentum = running.momentum;
+        let [x, gamma, beta, running_mean, running_var] = [
             x.into_primitive().tensor(),
             gamma.into_primitive().tensor(),
             beta.into_primitive().tensor(),
-        );
+            running.mean.into_primitive().tensor(),
+            running.var.into_primitive().tensor(),
+        ];
         let client = x.client.clone();
         let outputs = [
             output(&x, vec![n, c, h, w]),
             output(&x, vec![groups, c]),
             output(&x, vec![groups, c]),
             output(&x, vec![groups, c]),
+            output(&x, vec![c]),
+            output(&x, vec![c]),
         ];
-        let streams = OperationStreams::with_inputs([&x, &gamma, &beta]);
+        let streams =
+            OperationStreams::with_inputs([&x, &gamma, &beta, &running_mean, &running_var]);
         let desc = CustomOpIr::new(
             "curriculum_ssl_batch_norm_forward",
-            &[x.into_ir(), gamma.into_ir(), beta.into_ir()],
+            &[
+                x.into_ir(),
+                gamma.into_ir(),
+                beta.into_ir(),
+                running_mean.into_ir(),
+                running_var.into_ir(),
+            ],
             &outputs,
         );
-        let [y, mean, var, inv_std] = client
+        let [y, mean, var, inv_std, moved_mean, moved_var] = client
             .register(
                 streams,
                 OperationIr::Custom(desc.clone()),
                 ForwardOp::<R, F, I, BT> {
                     desc,
                     epsilon,
+                    momentum,
                     groups,
                     _backend: PhantomData,
                 },
@@ -653,6 +756,11 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             mean: tensor(mean),
             var: tensor(var),
             inv_std: tensor(inv_std),
+            running: RunningAverages {
+                mean: tensor(moved_mean),
+                var: tensor(moved_var),
+                momentum,
+            },
         }
     }
 

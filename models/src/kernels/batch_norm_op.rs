@@ -47,6 +47,62 @@ pub struct TrainingBatchNorm<B: Backend> {
     pub mean: Tensor<B, 2>,
     /// Per-channel biased batch variance of each group, `[groups, c]`, untracked.
     pub var: Tensor<B, 2>,
+    /// The running averages given, moved by each group's moments in turn
+    /// ([`update_running_averages`]), `[c]` each, untracked, on the input's device.
+    pub running: RunningAverages<B>,
+}
+
+/// A batch norm's running averages and the weight of a batch's moments in them (PyTorch's
+/// `momentum`, 0.1 by default): what a training step moves.
+#[derive(Debug, Clone)]
+pub struct RunningAverages<B: Backend> {
+    /// Running mean, `[c]`.
+    pub mean: Tensor<B, 1>,
+    /// Running (unbiased) variance, `[c]`.
+    pub var: Tensor<B, 1>,
+    /// Weight of the new batch statistics.
+    pub momentum: f64,
+}
+
+/// The running averages moved towards each group's batch mean and *unbiased* batch variance in
+/// turn, as PyTorch's `BatchNorm2d` moves them (and as `groups` separate calls would):
+/// `r ← (1 − m)·r + m·μ`, `v ← (1 − m)·v + m·σ²·M/(M − 1)`, with `var` the biased variance
+/// of `count` (`M`) values per channel of each group. The result is on the device of the
+/// moments and carries no gradient.
+///
+/// # Shapes
+/// - `running`: `[c]` each; `mean`, `var`: `[groups, c]`
+/// - output: `[c]` each
+pub fn update_running_averages<B: Backend>(
+    running: RunningAverages<B>,
+    mean: Tensor<B, 2>,
+    var: Tensor<B, 2>,
+    count: usize,
+) -> RunningAverages<B> {
+    let RunningAverages {
+        mean: mut running_mean,
+        var: mut running_var,
+        momentum: m,
+    } = running;
+    let unbias = count as f64 / (count - 1) as f64;
+    let device = mean.device();
+    running_mean = running_mean.to_device(&device);
+    running_var = running_var.to_device(&device);
+    let [groups, c] = mean.dims();
+    let group = |t: &Tensor<B, 2>, g: usize| t.clone().narrow(0, g, 1).reshape([c]);
+    for g in 0..groups {
+        running_mean = running_mean
+            .mul_scalar(1.0 - m)
+            .add(group(&mean, g).mul_scalar(m));
+        running_var = running_var
+            .mul_scalar(1.0 - m)
+            .add(group(&var, g).mul_scalar(unbias).mul_scalar(m));
+    }
+    RunningAverages {
+        mean: running_mean.detach(),
+        var: running_var.detach(),
+        momentum: m,
+    }
 }
 
 /// How the operation computes its passes on the inner backend `I`: [`Composed`] in burn's
@@ -57,15 +113,18 @@ pub struct TrainingBatchNorm<B: Backend> {
 pub(crate) trait BatchNormKernels<I: Backend>:
     'static + Send + Sync + std::fmt::Debug
 {
-    /// `y = γ·x̂ + β`, and per group and channel `μ`, `σ²` (biased) and `r = 1/√(σ² + ε)`.
+    /// `y = γ·x̂ + β`, per group and channel `μ`, `σ²` (biased) and `r = 1/√(σ² + ε)`, and the
+    /// running averages moved by each group in turn ([`update_running_averages`]).
     ///
     /// # Shapes
-    /// - `x`: `[n, c, h, w]` (`groups` stacked batches), `gamma`, `beta`: `[c]`
-    /// - output `[n, c, h, w]`, moments `[groups, c]`
+    /// - `x`: `[n, c, h, w]` (`groups` stacked batches), `gamma`, `beta`: `[c]`, running
+    ///   averages `[c]`
+    /// - output `[n, c, h, w]`, moments `[groups, c]`, running averages `[c]`
     fn forward(
         x: Tensor<I, 4>,
         gamma: Tensor<I, 1>,
         beta: Tensor<I, 1>,
+        running: RunningAverages<I>,
         epsilon: f64,
         groups: usize,
     ) -> Moments<I>;
@@ -98,6 +157,8 @@ pub(crate) struct Moments<I: Backend> {
     pub var: Tensor<I, 2>,
     /// `r = 1/√(σ² + ε)`, `[groups, c]`.
     pub inv_std: Tensor<I, 2>,
+    /// The running averages after the step, `[c]` each.
+    pub running: RunningAverages<I>,
 }
 
 /// [`BatchNormKernels`] in burn's tensor operations, on any backend: the forward two
@@ -111,11 +172,13 @@ impl<I: Backend> BatchNormKernels<I> for Composed {
         x: Tensor<I, 4>,
         gamma: Tensor<I, 1>,
         beta: Tensor<I, 1>,
+        running: RunningAverages<I>,
         epsilon: f64,
         groups: usize,
     ) -> Moments<I> {
         let dims @ [_, c, _, _] = x.dims();
         let xm = channels_last(x, groups);
+        let count = xm.dims()[1];
         let (gamma, beta) = (gamma.reshape([1, 1, c]), beta.reshape([1, 1, c]));
         let mean = xm.clone().mean_dim(1);
         // `x − μ` is not kept: its square's mean reads it in the reduction's kernel.
@@ -125,10 +188,12 @@ impl<I: Backend> BatchNormKernels<I> for Composed {
         // `y = x·(γ·r) + (β − μ·γ·r)`: one element-wise kernel over `x` (no centred copy).
         let shift = beta - mean.clone() * scale.clone();
         let per_group = |t: Tensor<I, 3>| t.reshape([groups, c]);
+        let (mean, var) = (per_group(mean), per_group(var));
         Moments {
             output: channels_first(xm * scale + shift, dims),
-            mean: per_group(mean),
-            var: per_group(var),
+            running: update_running_averages(running, mean.clone(), var.clone(), count),
+            mean,
+            var,
             inv_std: per_group(inv_std),
         }
     }
@@ -251,25 +316,30 @@ impl<I: Backend, K: BatchNormKernels<I>> Backward<I, 3> for BatchNormOpBackward<
 }
 
 /// Batch norm in training under autodiff on any backend: `y = γ·x̂ + β` tracked (gradients of
-/// `x`, `γ` and `β` by the backward step above), and the per-channel batch mean and biased
-/// variance of each of the `groups` stacked batches (`[groups, c]`, untracked) for the running
-/// averages. With `groups` > 1 each group is normalised with its own moments: the numbers of
-/// `groups` separate calls on the groups, concatenated (their parameter gradients summed).
+/// `x`, `γ` and `β` by the backward step above), the per-channel batch mean and biased
+/// variance of each of the `groups` stacked batches (`[groups, c]`, untracked), and the
+/// running averages moved by each group's moments in turn ([`update_running_averages`]). With
+/// `groups` > 1 each group is normalised with its own moments: the numbers of `groups` separate
+/// calls on the groups, concatenated (their parameter gradients summed, the running averages
+/// moved by one call after the other).
 ///
 /// # Shapes
-/// - `x`: `[n, c, h, w]` with `n` a multiple of `groups`, `gamma` and `beta`: `[c]`
-/// - output: `[n, c, h, w]`, mean and variance `[groups, c]`
+/// - `x`: `[n, c, h, w]` with `n` a multiple of `groups`, `gamma`, `beta` and the running
+///   averages: `[c]`
+/// - output: `[n, c, h, w]`, mean and variance `[groups, c]`, running averages `[c]`
 ///
 /// # Panics
-/// If `groups` is 0 or does not divide `n`.
+/// If `groups` is 0 or does not divide `n`, or a group has one value per channel (its
+/// unbiased variance is undefined; PyTorch refuses it too).
 pub fn batch_norm_train_op<I: Backend, C: CheckpointStrategy>(
     x: Tensor<Autodiff<I, C>, 4>,
     gamma: Tensor<Autodiff<I, C>, 1>,
     beta: Tensor<Autodiff<I, C>, 1>,
+    running: RunningAverages<Autodiff<I, C>>,
     epsilon: f64,
     groups: usize,
 ) -> TrainingBatchNorm<Autodiff<I, C>> {
-    batch_norm_train_op_with::<I, C, Composed>(x, gamma, beta, epsilon, groups)
+    batch_norm_train_op_with::<I, C, Composed>(x, gamma, beta, running, epsilon, groups)
 }
 
 /// [`batch_norm_train_op`] by the kernels `K`.
@@ -281,14 +351,27 @@ pub(crate) fn batch_norm_train_op_with<
     x: Tensor<Autodiff<I, C>, 4>,
     gamma: Tensor<Autodiff<I, C>, 1>,
     beta: Tensor<Autodiff<I, C>, 1>,
+    running: RunningAverages<Autodiff<I, C>>,
     epsilon: f64,
     groups: usize,
 ) -> TrainingBatchNorm<Autodiff<I, C>> {
-    let n = x.dims()[0];
+    let [n, _, h, w] = x.dims();
     assert!(
         groups > 0 && n.is_multiple_of(groups),
         "batch norm over {groups} groups of a batch of {n}"
     );
+    assert!(
+        n / groups * h * w > 1,
+        "batch norm in training needs more than one value per channel in each of {groups} \
+         groups of an input {:?}",
+        x.dims()
+    );
+    let device = x.device();
+    let running = RunningAverages {
+        mean: running.mean.inner().to_device(&device),
+        var: running.var.inner().to_device(&device),
+        momentum: running.momentum,
+    };
     let (x, gamma, beta) = (
         x.into_primitive().tensor(),
         gamma.into_primitive().tensor(),
@@ -299,10 +382,12 @@ pub(crate) fn batch_norm_train_op_with<
         mean,
         var,
         inv_std,
+        running,
     } = K::forward(
         float(x.primitive.clone()),
         float(gamma.primitive.clone()),
         float(beta.primitive.clone()),
+        running,
         epsilon,
         groups,
     );
@@ -328,5 +413,10 @@ pub(crate) fn batch_norm_train_op_with<
         output: Tensor::from_primitive(TensorPrimitive::Float(y)),
         mean: Tensor::from_inner(mean),
         var: Tensor::from_inner(var),
+        running: RunningAverages {
+            mean: Tensor::from_inner(running.mean),
+            var: Tensor::from_inner(running.var),
+            momentum: running.momentum,
+        },
     }
 }

@@ -22,7 +22,7 @@ use super::batch_norm_op;
 use super::flex;
 #[cfg(feature = "cpu")]
 use super::geometry::{covered_geometry, depthwise_geometry, ConvGeometry};
-use batch_norm_op::TrainingBatchNorm;
+use batch_norm_op::{RunningAverages, TrainingBatchNorm};
 
 /// `value` as a `U` when `T` is `U` (a checked downcast), else `value` back.
 #[cfg_attr(
@@ -58,12 +58,24 @@ impl<B: Backend> OnBackend for TrainingBatchNorm<B> {
     type On<C: Backend> = TrainingBatchNorm<C>;
 }
 
+impl<B: Backend> OnBackend for RunningAverages<B> {
+    type On<C: Backend> = RunningAverages<C>;
+}
+
+impl<X: OnBackend> OnBackend for Option<X> {
+    type On<C: Backend> = Option<X::On<C>>;
+}
+
 impl<X: OnBackend, Y: OnBackend> OnBackend for (X, Y) {
     type On<C: Backend> = (X::On<C>, Y::On<C>);
 }
 
 impl<X: OnBackend, Y: OnBackend, Z: OnBackend> OnBackend for (X, Y, Z) {
     type On<C: Backend> = (X::On<C>, Y::On<C>, Z::On<C>);
+}
+
+impl<W: OnBackend, X: OnBackend, Y: OnBackend, Z: OnBackend> OnBackend for (W, X, Y, Z) {
+    type On<C: Backend> = (W::On<C>, X::On<C>, Y::On<C>, Z::On<C>);
 }
 
 /// A call on the caller's backend, tried against backend types in turn: [`Route::on`] runs its
@@ -176,6 +188,84 @@ pub fn relu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     #[cfg(all(not(test), feature = "cuda"))]
     let route = route.on_erased::<Ad<burn::backend::Cuda>>(super::on_gpu::cuda::relu);
     route.or(burn::tensor::activation::relu)
+}
+
+/// The hyperparameters of one SGD step with momentum, as PyTorch's `torch.optim.SGD` takes
+/// them (in f64; the kernel computes in f32).
+#[derive(Debug, Clone, Copy)]
+pub struct SgdSettings {
+    /// Learning rate `lr`.
+    pub lr: f64,
+    /// Momentum `μ` (> 0: without momentum there is no buffer to keep).
+    pub momentum: f64,
+    /// L2 penalty `wd` added to the gradient (0: none).
+    pub weight_decay: f64,
+    /// Nesterov momentum.
+    pub nesterov: bool,
+}
+
+/// PyTorch's SGD step with momentum on one parameter `θ` with gradient `g` and momentum buffer
+/// `v` (`None` before the first step): `g ← g + wd·θ` (when `wd > 0`), `v ← μ·v + g` (`v = g`
+/// at the first step), `θ ← θ − lr·(Nesterov ? g + μ·v : v)`. On the wgpu and CUDA backends
+/// (the inner backends an optimiser steps on, with this crate's `wgpu` / `cuda` features) one
+/// operation of burn's fusion stream and one `#[cube]` kernel (`sgd_cube.rs`, for operands of
+/// one element type): `Ok((θ, v))`; elsewhere `Err` with the inputs, for the caller's tensor
+/// operations (the same arithmetic: burn's fusion merges them into one kernel on a GPU, but
+/// records each).
+///
+/// # Shapes
+/// - `param`, `grad`, `velocity`: the parameter's (rank 1 to 5)
+#[allow(clippy::type_complexity)]
+pub fn sgd_momentum_step<B: Backend, const D: usize>(
+    param: Tensor<B, D>,
+    grad: Tensor<B, D>,
+    velocity: Option<Tensor<B, D>>,
+    settings: SgdSettings,
+) -> Result<(Tensor<B, D>, Tensor<B, D>), (Tensor<B, D>, Tensor<B, D>, Option<Tensor<B, D>>)> {
+    let route = Route::new((param, grad, velocity));
+    #[cfg(all(not(test), feature = "wgpu"))]
+    let route = route.on_erased::<burn::backend::Wgpu>(|input| {
+        super::on_gpu::wgpu::sgd_momentum_step(input, settings)
+    });
+    #[cfg(all(not(test), feature = "cuda"))]
+    let route = route.on_erased::<burn::backend::Cuda>(|input| {
+        super::on_gpu::cuda::sgd_momentum_step(input, settings)
+    });
+    let _ = settings;
+    route.result()
+}
+
+/// The exponential moving average of a momentum copy's parameter, `m·target + (1 − m)·online`
+/// (MoCo's key encoder, BYOL's target): on the wgpu and CUDA backends, under autodiff or not,
+/// one operation of burn's fusion stream and one `#[cube]` kernel (`moving_average_cube.rs`,
+/// for operands of one element type; the result carries no gradient); elsewhere burn's
+/// operations, detached. The same arithmetic either way.
+///
+/// # Shapes
+/// - `target`, `online`, output: the parameter's (rank 1 to 5)
+pub fn moving_average<B: Backend, const D: usize>(
+    target: Tensor<B, D>,
+    online: Tensor<B, D>,
+    momentum: f64,
+) -> Tensor<B, D> {
+    let route = Route::new((target, online));
+    #[cfg(all(not(test), feature = "wgpu"))]
+    let route = route
+        .on_erased::<burn::backend::Wgpu>(|input| {
+            super::on_gpu::wgpu::moving_average(input, momentum)
+        })
+        .on_erased::<Ad<burn::backend::Wgpu>>(|input| {
+            super::on_gpu::wgpu::moving_average_autodiff(input, momentum)
+        });
+    #[cfg(all(not(test), feature = "cuda"))]
+    let route = route
+        .on_erased::<burn::backend::Cuda>(|input| {
+            super::on_gpu::cuda::moving_average(input, momentum)
+        })
+        .on_erased::<Ad<burn::backend::Cuda>>(|input| {
+            super::on_gpu::cuda::moving_average_autodiff(input, momentum)
+        });
+    route.or(|(target, online)| (target * momentum + online * (1.0 - momentum)).detach())
 }
 
 /// Whether [`conv2d`] runs this module's kernels for `conv` on `x` (the backend is `Flex` or
@@ -580,23 +670,29 @@ pub fn gelu_composed<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D
 /// with `f32` / `f64` tensors through the slice kernels ([`batch_norm`](super::batch_norm)), on
 /// the wgpu and CUDA backends (`Autodiff<Wgpu>`, `Autodiff<Cuda>`, the models crate's `wgpu` /
 /// `cuda` features) through their own tensor operations ([`batch_norm_op`]): `Ok` with the
-/// output and the per-channel batch moments of each of the `groups` stacked batches (each
-/// normalised with its own: [`batch_norm_op::batch_norm_train_op`]); else `Err(x)`, for the
-/// caller's composed path. The CPU's slice kernels take one group only.
+/// output, the per-channel batch moments of each of the `groups` stacked batches (each
+/// normalised with its own: [`batch_norm_op::batch_norm_train_op`]) and the `running`
+/// averages moved by each group in turn; else `Err(x)`, for the caller's composed path, also
+/// when a group has a single value per channel (no unbiased variance). The CPU's slice
+/// kernels take one group only.
 ///
 /// # Shapes
-/// - `x`: `[n, c, h, w]` (`n` a multiple of `groups`), `gamma` and `beta`: `[c]`
+/// - `x`: `[n, c, h, w]` (`n` a multiple of `groups`), `gamma`, `beta` and the running
+///   averages: `[c]`
 /// - moments: `[groups, c]`
 pub fn batch_norm_train<B: Backend>(
     x: Tensor<B, 4>,
     gamma: Tensor<B, 1>,
     beta: Tensor<B, 1>,
+    running: RunningAverages<B>,
     epsilon: f64,
     groups: usize,
 ) -> Result<TrainingBatchNorm<B>, Tensor<B, 4>> {
+    let [n, _, h, w] = x.dims();
     if crate::replica_stats::synchronised::<B>()
         || groups == 0
-        || !x.dims()[0].is_multiple_of(groups)
+        || !n.is_multiple_of(groups)
+        || n / groups * h * w < 2
     {
         return Err(x);
     }
@@ -605,10 +701,10 @@ pub fn batch_norm_train<B: Backend>(
         let dtype = x.dtype();
         groups == 1 && flex::supported(dtype) && gamma.dtype() == dtype && beta.dtype() == dtype
     };
-    let route = Route::new((x, gamma, beta));
+    let route = Route::new((x, gamma, beta, running));
     #[cfg(feature = "cpu")]
-    let route = route.on_if::<Ad<burn::backend::Flex>>(covered, |(x, gamma, beta)| {
-        flex_batch_norm(x, gamma, beta, epsilon)
+    let route = route.on_if::<Ad<burn::backend::Flex>>(covered, |(x, gamma, beta, running)| {
+        flex_batch_norm(x, gamma, beta, running, epsilon)
     });
     #[cfg(all(not(test), feature = "wgpu"))]
     let route = route.on_erased::<Ad<burn::backend::Wgpu>>(|input| {
@@ -619,7 +715,7 @@ pub fn batch_norm_train<B: Backend>(
         super::on_gpu::cuda::batch_norm_train(input, epsilon, groups)
     });
     let _ = (epsilon, groups);
-    route.result().map_err(|(x, _, _)| x)
+    route.result().map_err(|(x, _, _, _)| x)
 }
 
 /// The slice kernels of [`batch_norm`](super::batch_norm) on `Autodiff<Flex>` (`f32` / `f64`
@@ -629,8 +725,10 @@ fn flex_batch_norm(
     x: Tensor<Ad<burn::backend::Flex>, 4>,
     gamma: Tensor<Ad<burn::backend::Flex>, 1>,
     beta: Tensor<Ad<burn::backend::Flex>, 1>,
+    running: RunningAverages<Ad<burn::backend::Flex>>,
     epsilon: f64,
 ) -> TrainingBatchNorm<Ad<burn::backend::Flex>> {
+    let [n, _, h, w] = x.dims();
     let (device, dtype) = (x.device(), x.dtype());
     let (y, mean, var) = flex::batch_norm_autodiff::<NoCheckpointing>(
         primitive(x),
@@ -642,9 +740,16 @@ fn flex_batch_norm(
         let len = values.len();
         Tensor::from_data(TensorData::new(values, [1, len]), (&device, dtype))
     };
+    let (mean, var) = (moment(mean), moment(var));
     TrainingBatchNorm {
         output: float(y),
-        mean: moment(mean),
-        var: moment(var),
+        running: batch_norm_op::update_running_averages(
+            running,
+            mean.clone(),
+            var.clone(),
+            n * h * w,
+        ),
+        mean,
+        var,
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! What a layer calls (`dispatch.rs`): [`conv2d`], [`batch_norm_train`], [`relu`], [`gelu()`], [`silu()`],
 //! [`swap_middle_dims`], [`softmax()`], [`log_softmax()`], [`layer_norm()`], [`add_layer_norm`], [`matmul()`] and
-//! [`linear`]. Each sends the call by the
+//! [`linear`]; and the parameter updates, [`sgd_momentum_step`] and [`moving_average`]. Each sends the call by the
 //! backend's type to the kernels it has, and any other backend, element type or layer keeps
 //! burn's own operation, with the same values and gradients:
 //!
@@ -20,12 +20,14 @@
 //! | [`layer_norm()`] | Flex's fused forward, [`layer_norm`](mod@layer_norm)'s backward (under autodiff) | burn's |
 //! | [`add_layer_norm`] (a residual add and the norm after it) | [`layer_norm`](mod@layer_norm)'s one pass for both forward, its backward (under autodiff) | burn's add and norm |
 //! | [`matmul()`] (same leading dimensions), [`linear`] | [`matmul`](mod@matmul)'s products and column sums, forward and backward | burn's |
+//! | [`sgd_momentum_step`] (an optimiser's step, on the inner backend) | the caller's tensor operations | the `#[cube]` kernel of `sgd_cube.rs` |
+//! | [`moving_average`] (a momentum copy's update) | burn's | the `#[cube]` kernel of `moving_average_cube.rs` (also under autodiff) |
 //!
 //! Underneath: the slices' shared arithmetic (`gemm.rs`: the element types ([`Real`]), scratch
 //! buffers, the GEMM call; `sums.rs`: sums in f64 over eight lanes) and a convolution's sizes
 //! (`geometry.rs`: [`ConvGeometry`]). The files on slices know nothing of burn; `flex.rs`
-//! registers them as operations of burn's CPU backend; `batch_norm_cube.rs` and
-//! `log_softmax_cube.rs` hold `#[cube]` kernels (cubecl: one source for wgpu and CUDA);
+//! registers them as operations of burn's CPU backend; `batch_norm_cube.rs`,
+//! `log_softmax_cube.rs`, `sgd_cube.rs` and `moving_average_cube.rs` hold `#[cube]` kernels (cubecl: one source for wgpu and CUDA);
 //! `on_gpu.rs` holds the GPU backends' route
 //! steps as plain functions, so that a crate training on the CPU does not compile the GPU stacks.
 
@@ -56,19 +58,26 @@ pub mod log_softmax;
 mod log_softmax_cube;
 #[allow(unsafe_code)]
 pub mod matmul;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg_attr(test, allow(dead_code))]
+mod moving_average_cube;
 #[cfg(all(not(test), any(feature = "wgpu", feature = "cuda")))]
 mod on_gpu;
 pub mod relu_op;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg_attr(test, allow(dead_code))]
+mod sgd_cube;
 pub mod silu;
 #[allow(unsafe_code)]
 pub mod softmax;
 mod sums;
 pub mod winograd;
 
-pub use batch_norm_op::TrainingBatchNorm;
+pub use batch_norm_op::{RunningAverages, TrainingBatchNorm};
 pub use dispatch::{
     add_layer_norm, batch_norm_train, conv2d, gelu, gelu_composed, layer_norm, linear, log_softmax,
-    matmul, relu, runs_cpu_kernels, silu, softmax, swap_middle_dims,
+    matmul, moving_average, relu, runs_cpu_kernels, sgd_momentum_step, silu, softmax,
+    swap_middle_dims, SgdSettings,
 };
 pub use gemm::Real;
 pub use geometry::{covered_geometry, depthwise_geometry, ConvGeometry};

@@ -19,8 +19,11 @@ use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::Autodiff;
 use burn::prelude::*;
 
-use super::batch_norm_op::{batch_norm_train_op_with, BatchNormKernels};
+use super::batch_norm_op::{batch_norm_train_op_with, BatchNormKernels, RunningAverages};
 use super::log_softmax_cube::LogSoftmaxKernels;
+use super::moving_average_cube::MovingAverageKernel;
+use super::sgd_cube::SgdKernel;
+use super::SgdSettings;
 
 /// A route's input or output with its type erased: a tensor, or a tuple of them.
 pub(crate) type Erased = Box<dyn Any>;
@@ -42,22 +45,27 @@ fn relu<I: Backend>(x: Erased) -> Result<Erased, Erased> {
         .or_else(rank::<I, 5>)
 }
 
-/// [`batch_norm_train_op`](super::batch_norm_op::batch_norm_train_op) on `(x, γ, β)` on
-/// `Autodiff<I>`: `Ok` with its [`TrainingBatchNorm`](super::batch_norm_op::TrainingBatchNorm),
-/// `Err` with the input when it is not such a triple.
+/// [`batch_norm_train_op`](super::batch_norm_op::batch_norm_train_op) on `(x, γ, β, running
+/// averages)` on `Autodiff<I>`: `Ok` with its
+/// [`TrainingBatchNorm`](super::batch_norm_op::TrainingBatchNorm), `Err` with the input when it
+/// is not such a quadruple.
 fn batch_norm_train<I: Backend, K: BatchNormKernels<I>>(
     input: Erased,
     epsilon: f64,
     groups: usize,
 ) -> Result<Erased, Erased> {
-    input
-        .downcast::<(Ad<I, 4>, Ad<I, 1>, Ad<I, 1>)>()
-        .map(|input| {
-            let (x, gamma, beta) = *input;
-            Box::new(batch_norm_train_op_with::<I, NoCheckpointing, K>(
-                x, gamma, beta, epsilon, groups,
-            )) as Erased
-        })
+    type Input<I> = (
+        Ad<I, 4>,
+        Ad<I, 1>,
+        Ad<I, 1>,
+        RunningAverages<Autodiff<I, NoCheckpointing>>,
+    );
+    input.downcast::<Input<I>>().map(|input| {
+        let (x, gamma, beta, running) = *input;
+        Box::new(batch_norm_train_op_with::<I, NoCheckpointing, K>(
+            x, gamma, beta, running, epsilon, groups,
+        )) as Erased
+    })
 }
 
 /// [`LogSoftmaxKernels::log_softmax_last`] on a tensor of rank 1 to 5 on `Autodiff<I>` when the
@@ -75,6 +83,75 @@ fn log_softmax<I: LogSoftmaxKernels>(x: Erased, last: bool) -> Result<Erased, Er
         .or_else(rank::<I, 3>)
         .or_else(rank::<I, 4>)
         .or_else(rank::<I, 5>)
+}
+
+/// [`SgdKernel::sgd_step`] on a parameter of rank 1 to 5 on `B` with its gradient and buffer:
+/// `Ok` with the new parameter and buffer, `Err` with the input when it is none of these or the
+/// kernel does not take it.
+fn sgd_momentum_step<B: SgdKernel>(input: Erased, settings: SgdSettings) -> Result<Erased, Erased> {
+    fn rank<B: SgdKernel, const D: usize>(
+        input: Erased,
+        settings: SgdSettings,
+    ) -> Result<Erased, Erased> {
+        type Input<B, const D: usize> = (Tensor<B, D>, Tensor<B, D>, Option<Tensor<B, D>>);
+        let (param, grad, velocity) = *input.downcast::<Input<B, D>>()?;
+        match B::sgd_step(param, grad, velocity, settings) {
+            Ok(stepped) => Ok(Box::new(stepped)),
+            Err(input) => Err(Box::new(input)),
+        }
+    }
+    rank::<B, 1>(input, settings)
+        .or_else(|input| rank::<B, 2>(input, settings))
+        .or_else(|input| rank::<B, 3>(input, settings))
+        .or_else(|input| rank::<B, 4>(input, settings))
+        .or_else(|input| rank::<B, 5>(input, settings))
+}
+
+/// [`MovingAverageKernel::moving_average`] on a pair of tensors of rank 1 to 5 on `B`: `Ok`
+/// with the average, `Err` with the input when it is none of these or the kernel does not take
+/// it.
+fn moving_average<B: MovingAverageKernel>(input: Erased, momentum: f64) -> Result<Erased, Erased> {
+    fn rank<B: MovingAverageKernel, const D: usize>(
+        input: Erased,
+        momentum: f64,
+    ) -> Result<Erased, Erased> {
+        let (target, online) = *input.downcast::<(Tensor<B, D>, Tensor<B, D>)>()?;
+        match B::moving_average(target, online, momentum) {
+            Ok(average) => Ok(Box::new(average)),
+            Err(input) => Err(Box::new(input)),
+        }
+    }
+    rank::<B, 1>(input, momentum)
+        .or_else(|input| rank::<B, 2>(input, momentum))
+        .or_else(|input| rank::<B, 3>(input, momentum))
+        .or_else(|input| rank::<B, 4>(input, momentum))
+        .or_else(|input| rank::<B, 5>(input, momentum))
+}
+
+/// [`moving_average`] on `Autodiff<I>`'s tensors: computed on their values (the inner
+/// backend's), the average untracked.
+fn moving_average_autodiff<I: MovingAverageKernel>(
+    input: Erased,
+    momentum: f64,
+) -> Result<Erased, Erased> {
+    fn rank<I: MovingAverageKernel, const D: usize>(
+        input: Erased,
+        momentum: f64,
+    ) -> Result<Erased, Erased> {
+        let (target, online) = *input.downcast::<(Ad<I, D>, Ad<I, D>)>()?;
+        match I::moving_average(target.inner(), online.inner(), momentum) {
+            Ok(average) => Ok(Box::new(Ad::<I, D>::from_inner(average))),
+            Err((target, online)) => Err(Box::new((
+                Ad::<I, D>::from_inner(target),
+                Ad::<I, D>::from_inner(online),
+            ))),
+        }
+    }
+    rank::<I, 1>(input, momentum)
+        .or_else(|input| rank::<I, 2>(input, momentum))
+        .or_else(|input| rank::<I, 3>(input, momentum))
+        .or_else(|input| rank::<I, 4>(input, momentum))
+        .or_else(|input| rank::<I, 5>(input, momentum))
 }
 
 /// The steps on `Autodiff<Wgpu>` (the `wgpu` feature).
@@ -104,6 +181,27 @@ pub(crate) mod wgpu {
     pub(crate) fn log_softmax(x: Erased, last: bool) -> Result<Erased, Erased> {
         super::log_softmax::<burn::backend::Wgpu>(x, last)
     }
+
+    /// [`sgd_momentum_step`](super::sgd_momentum_step) on `Wgpu`.
+    #[inline(never)]
+    pub(crate) fn sgd_momentum_step(
+        input: Erased,
+        settings: super::SgdSettings,
+    ) -> Result<Erased, Erased> {
+        super::sgd_momentum_step::<burn::backend::Wgpu>(input, settings)
+    }
+
+    /// [`moving_average`](super::moving_average) on `Wgpu`.
+    #[inline(never)]
+    pub(crate) fn moving_average(input: Erased, momentum: f64) -> Result<Erased, Erased> {
+        super::moving_average::<burn::backend::Wgpu>(input, momentum)
+    }
+
+    /// [`moving_average_autodiff`](super::moving_average_autodiff) on `Autodiff<Wgpu>`.
+    #[inline(never)]
+    pub(crate) fn moving_average_autodiff(input: Erased, momentum: f64) -> Result<Erased, Erased> {
+        super::moving_average_autodiff::<burn::backend::Wgpu>(input, momentum)
+    }
 }
 
 /// The steps on `Autodiff<Cuda>` (the `cuda` feature).
@@ -132,5 +230,26 @@ pub(crate) mod cuda {
     #[inline(never)]
     pub(crate) fn log_softmax(x: Erased, last: bool) -> Result<Erased, Erased> {
         super::log_softmax::<burn::backend::Cuda>(x, last)
+    }
+
+    /// [`sgd_momentum_step`](super::sgd_momentum_step) on `Cuda`.
+    #[inline(never)]
+    pub(crate) fn sgd_momentum_step(
+        input: Erased,
+        settings: super::SgdSettings,
+    ) -> Result<Erased, Erased> {
+        super::sgd_momentum_step::<burn::backend::Cuda>(input, settings)
+    }
+
+    /// [`moving_average`](super::moving_average) on `Cuda`.
+    #[inline(never)]
+    pub(crate) fn moving_average(input: Erased, momentum: f64) -> Result<Erased, Erased> {
+        super::moving_average::<burn::backend::Cuda>(input, momentum)
+    }
+
+    /// [`moving_average_autodiff`](super::moving_average_autodiff) on `Autodiff<Cuda>`.
+    #[inline(never)]
+    pub(crate) fn moving_average_autodiff(input: Erased, momentum: f64) -> Result<Erased, Erased> {
+        super::moving_average_autodiff::<burn::backend::Cuda>(input, momentum)
     }
 }

@@ -1,0 +1,243 @@
+//! PyTorch's SGD step with momentum on one parameter as one `#[cube]` kernel, run as one
+//! operation of burn's fusion stream: what [`sgd_momentum_step`](super::sgd_momentum_step)
+//! runs on wgpu and CUDA (cubecl compiles the same source for both).
+//!
+//! Why this file exists: written in burn's tensor operations the step is six element-wise
+//! operations a parameter (`g + wd·θ`, `μ·v`, `+ g`, `lr·step`, `θ − …`, and Nesterov's
+//! `g + μ·v`), and burn's fusion merges them into one kernel, but each is still recorded,
+//! matched, run and freed one by one by the host (docs/gpu.md, "The fifth cut"): 372 of a
+//! ResNet-18 step's operations with its 62 parameters, besides the drops of their intermediate
+//! values. Here it is one operation and one kernel a parameter, with the same arithmetic in the
+//! same order (in f32; a bf16 parameter is read and written in bf16).
+//!
+//! Checked on lavapipe against the CPU's tensor operations (`tests/gpu_path`: the first step and
+//! a later one, with and without weight decay and Nesterov, ranks 1 and 4), and by every
+//! GPU-path test of a method's two SGD steps (the weights after each step).
+
+use std::marker::PhantomData;
+
+use burn::prelude::*;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::TensorPrimitive;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+
+use super::SgdSettings;
+
+/// The kernel and its launch on the inner backend's tensors (cubecl's prelude has its own
+/// `Tensor` and `Float`, hence a module of its own).
+mod device {
+    use burn_cubecl::kernel::into_contiguous;
+    use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+    use burn_cubecl::tensor::CubeTensor;
+    use burn_cubecl::CubeRuntime;
+    use cubecl::calculate_cube_count_elemwise;
+    use cubecl::prelude::*;
+
+    use super::SgdSettings;
+
+    /// Where entry `at` of a contiguous tensor of `t`'s shape lies in `t`, by `t`'s strides.
+    #[cube]
+    fn strided_offset<F: Float>(t: &Tensor<F>, at: usize) -> usize {
+        let rank = t.rank();
+        let mut rest = at;
+        let mut offset = 0usize;
+        for i in 0..rank {
+            let d = rank - 1 - i;
+            let extent = t.shape(d);
+            offset += (rest % extent) * t.stride(d);
+            rest /= extent;
+        }
+        offset
+    }
+
+    /// One unit an entry: `g ← g + wd·θ` (with `decay`), `v ← μ·v + g` (`v = g` on the `first`
+    /// step), `s = g + μ·v` with `nesterov` else `v`, `θ ← θ − lr·s`; in f32. The parameter and
+    /// the buffer are contiguous; the gradient is read through its strides unless
+    /// `grad_contiguous` (a convolution's weight gradient comes in the layout of its GEMM).
+    #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
+    fn sgd_step<F: Float>(
+        param: &Tensor<F>,
+        grad: &Tensor<F>,
+        velocity: &Tensor<F>,
+        param_out: &mut Tensor<F>,
+        velocity_out: &mut Tensor<F>,
+        lr: f32,
+        momentum: f32,
+        weight_decay: f32,
+        #[comptime] first: bool,
+        #[comptime] nesterov: bool,
+        #[comptime] decay: bool,
+        #[comptime] grad_contiguous: bool,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        let at = ABSOLUTE_POS;
+        if at < param.len() {
+            let theta = f32::cast_from(param[at]);
+            let mut index = at;
+            if !grad_contiguous {
+                index = strided_offset(grad, at);
+            }
+            let mut g = f32::cast_from(grad[index]);
+            if decay {
+                g += theta * weight_decay;
+            }
+            let mut v = g;
+            if !first {
+                v = f32::cast_from(velocity[at]) * momentum + g;
+            }
+            let mut step = v;
+            if nesterov {
+                step = g + v * momentum;
+            }
+            param_out[at] = F::cast_from(theta - step * lr);
+            velocity_out[at] = F::cast_from(v);
+        }
+    }
+
+    /// The step on the inner backend's tensors: returns the new parameter and momentum buffer,
+    /// shaped as the parameter, without row padding (the kernel indexes them as contiguous).
+    pub(super) fn sgd_cube<R: CubeRuntime>(
+        param: CubeTensor<R>,
+        grad: CubeTensor<R>,
+        velocity: Option<CubeTensor<R>>,
+        settings: SgdSettings,
+    ) -> [CubeTensor<R>; 2] {
+        let param = into_contiguous(param);
+        // Read through its strides rather than copied: one kernel fewer per convolution.
+        let grad_contiguous = grad.is_contiguous();
+        let first = velocity.is_none();
+        // The first step reads no buffer: the gradient stands in for it.
+        let velocity = velocity
+            .map(into_contiguous)
+            .unwrap_or_else(|| grad.clone());
+        let (client, device, dtype) = (param.client.clone(), param.device.clone(), param.dtype);
+        let [param_out, velocity_out] = [0; 2].map(|_| {
+            empty_device_contiguous_dtype::<R>(
+                client.clone(),
+                device.clone(),
+                param.meta.shape().clone(),
+                dtype,
+            )
+        });
+        let units = param.meta.num_elements();
+        let cube_dim = CubeDim::new(&client, units);
+        sgd_step::launch::<R>(
+            &client,
+            calculate_cube_count_elemwise(&client, units, cube_dim),
+            cube_dim,
+            param.into_tensor_arg(),
+            grad.into_tensor_arg(),
+            velocity.into_tensor_arg(),
+            param_out.clone().into_tensor_arg(),
+            velocity_out.clone().into_tensor_arg(),
+            settings.lr as f32,
+            settings.momentum as f32,
+            settings.weight_decay as f32,
+            first,
+            settings.nesterov,
+            settings.weight_decay > 0.0,
+            grad_contiguous,
+            dtype.into(),
+        );
+        [param_out, velocity_out]
+    }
+}
+
+/// The inner backend of `Fusion<CubeBackend<…>>`.
+type Inner<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+/// The fusion runtime of `Inner<R, F, I, BT>`.
+type Runtime<R, F, I, BT> = <Inner<R, F, I, BT> as FusionBackend>::FusionRuntime;
+/// The backend the parameters are on (the inner backend of `Autodiff<Wgpu>`, `Autodiff<Cuda>`).
+type On<R, F, I, BT> = Fusion<Inner<R, F, I, BT>>;
+
+/// The kernel as a custom operation of burn's fusion stream: inputs the parameter, its gradient
+/// and (after the first step) its momentum buffer; outputs the new parameter and buffer.
+#[derive(Clone, Debug)]
+struct SgdOp<R, F, I, BT> {
+    desc: CustomOpIr,
+    settings: SgdSettings,
+    _backend: PhantomData<(R, F, I, BT)>,
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<Runtime<R, F, I, BT>> for SgdOp<R, F, I, BT>
+{
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<<Runtime<R, F, I, BT> as FusionRuntime>::FusionHandle>,
+    ) {
+        let mut input =
+            |at: usize| handles.get_float_tensor::<Inner<R, F, I, BT>>(&self.desc.inputs[at]);
+        let (param, grad) = (input(0), input(1));
+        let velocity = (self.desc.inputs.len() == 3).then(|| input(2));
+        let results = device::sgd_cube::<R>(param, grad, velocity, self.settings);
+        for (ir, tensor) in self.desc.outputs.iter().zip(results) {
+            handles.register_float_tensor::<Inner<R, F, I, BT>>(&ir.id, tensor);
+        }
+    }
+}
+
+/// What [`sgd_momentum_step`](super::sgd_momentum_step) returns: the new parameter and
+/// momentum buffer, or the inputs back.
+pub(crate) type Stepped<B, const D: usize> =
+    Result<(Tensor<B, D>, Tensor<B, D>), (Tensor<B, D>, Tensor<B, D>, Option<Tensor<B, D>>)>;
+
+/// The backends with the kernel: `Fusion<CubeBackend<…>>`, the inner backend of
+/// `Autodiff<Wgpu>` and `Autodiff<Cuda>` on which an optimiser steps.
+pub(crate) trait SgdKernel: Backend {
+    /// [`sgd_momentum_step`](super::sgd_momentum_step) when the parameter, its gradient and its
+    /// buffer share one element type: `Ok((θ, v))`, else `Err` with the inputs.
+    fn sgd_step<const D: usize>(
+        param: Tensor<Self, D>,
+        grad: Tensor<Self, D>,
+        velocity: Option<Tensor<Self, D>>,
+        settings: SgdSettings,
+    ) -> Stepped<Self, D>;
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> SgdKernel
+    for On<R, F, I, BT>
+{
+    fn sgd_step<const D: usize>(
+        param: Tensor<Self, D>,
+        grad: Tensor<Self, D>,
+        velocity: Option<Tensor<Self, D>>,
+        settings: SgdSettings,
+    ) -> Stepped<Self, D> {
+        let dtype = param.dtype();
+        if grad.dtype() != dtype || velocity.as_ref().is_some_and(|v| v.dtype() != dtype) {
+            return Err((param, grad, velocity));
+        }
+        let primitive = |t: Tensor<Self, D>| t.into_primitive().tensor();
+        let mut inputs = vec![primitive(param), primitive(grad)];
+        inputs.extend(velocity.map(primitive));
+        let like = &inputs[0];
+        let client = like.client.clone();
+        let outputs = [0; 2].map(|_| {
+            TensorIr::uninit(client.create_empty_handle(), like.shape.clone(), like.dtype)
+        });
+        let streams = OperationStreams::with_inputs(inputs.iter());
+        let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+        let desc = CustomOpIr::new("curriculum_ssl_sgd_step", &irs, &outputs);
+        let [param, velocity] = client
+            .register(
+                streams,
+                OperationIr::Custom(desc.clone()),
+                SgdOp::<R, F, I, BT> {
+                    desc,
+                    settings,
+                    _backend: PhantomData,
+                },
+            )
+            .outputs();
+        Ok((tensor(param), tensor(velocity)))
+    }
+}
+
+fn tensor<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
