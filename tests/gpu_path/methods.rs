@@ -481,7 +481,8 @@ fn batch_norm_is_one_operation_and_as_on_the_cpu() {
 /// on), and its steps equal the CPU's tensor operations: the parameter and the momentum buffer
 /// after the first step (no buffer yet) and after the second, with weight decay and plain
 /// momentum, and without decay and with Nesterov, on a rank-1 parameter whose length is no
-/// multiple of a cube and a rank-4 one.
+/// multiple of a cube and a rank-4 one; and a step whose gradient is a transposed view (read
+/// through its strides).
 #[test]
 fn sgd_step_is_one_operation_and_as_on_the_cpu() {
     use burn::optim::SimpleOptimizer;
@@ -536,13 +537,41 @@ fn sgd_step_is_one_operation_and_as_on_the_cpu() {
         let on_gpu = run::<Gpu, 4>(&sgd, &theta, [&g1, &g2], shape, &device);
         seen.all(&format!("rank 4, {what}"), &cpu, &on_gpu);
     }
-    // The GPU's step took the kernel (the CPU's declines: its caller's operations run).
+    // A gradient that is not contiguous (a transposed view, as a convolution's weight gradient
+    // comes in its GEMM's layout): the kernel reads it through its strides.
     let settings = SgdSettings {
         lr: 0.1,
         momentum: 0.9,
-        weight_decay: 0.0,
+        weight_decay: 5e-4,
         nesterov: false,
     };
+    fn transposed<B: Backend>(
+        theta: &[f32],
+        g: &[f32],
+        v: &[f32],
+        settings: SgdSettings,
+        device: &B::Device,
+    ) -> [Vec<f32>; 2] {
+        let t = |x: &[f32]| Tensor::<B, 1>::from_floats(x, device).reshape([5, 7]);
+        let grad = Tensor::<B, 1>::from_floats(g, device)
+            .reshape([7, 5])
+            .swap_dims(0, 1);
+        let (param, velocity) = match sgd_momentum_step(t(theta), grad, Some(t(v)), settings) {
+            Ok(stepped) => stepped,
+            // The CPU's caller computes it in burn's operations: here the same, written out.
+            Err((param, grad, velocity)) => {
+                let grad = grad + param.clone() * settings.weight_decay;
+                let velocity = velocity.unwrap() * settings.momentum + grad;
+                (param - velocity.clone() * settings.lr, velocity)
+            }
+        };
+        [host(param), host(velocity)]
+    }
+    let (theta, g, v) = (values(35, 0.4), values(35, 1.7), values(35, 2.3));
+    let cpu = transposed::<Cpu>(&theta, &g, &v, settings, &CpuDevice::default());
+    let on_gpu = transposed::<Gpu>(&theta, &g, &v, settings, &device);
+    seen.all("transposed gradient", &cpu, &on_gpu);
+    // The GPU's step took the kernel (the CPU's declines: its caller's operations run).
     let ones = Tensor::<Gpu, 2>::ones([3, 5], &device);
     assert!(sgd_momentum_step(ones.clone(), ones.clone(), Some(ones), settings).is_ok());
     let ones = Tensor::<Cpu, 2>::ones([3, 5], &CpuDevice::default());

@@ -47,13 +47,13 @@ use std::marker::PhantomData;
 
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::TensorPrimitive;
-use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
-use burn_fusion::{Fusion, FusionRuntime, FusionTensor};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn_fusion::{Fusion, FusionRuntime};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput};
 
 use super::batch_norm_op::{self, BatchNormKernels, Composed, Moments, RunningAverages};
+use super::cube_op::{output, tensor, Inner, Runtime};
 use device::{backward_cube, forward_cube};
 
 /// The kernels and their launches on the inner backend's tensors (cubecl's prelude has its own
@@ -563,10 +563,6 @@ mod device {
     }
 }
 
-/// The inner backend of `Fusion<CubeBackend<…>>`.
-type Inner<R, F, I, BT> = CubeBackend<R, F, I, BT>;
-/// The fusion runtime of `Inner<R, F, I, BT>`.
-type Runtime<R, F, I, BT> = <Inner<R, F, I, BT> as burn_fusion::FusionBackend>::FusionRuntime;
 /// `batch_norm_op`'s [`channels_last`](super::batch_norm_op::channels_last) on the inner
 /// backend's tensor inside the custom operation: a change of the handle's shape and strides when
 /// the memory is channels-last (a cubecl convolution's output), else one copy, and no operation
@@ -665,15 +661,6 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             handles.register_float_tensor::<Inner<R, F, I, BT>>(&ir.id, tensor);
         }
     }
-}
-
-/// A new output of `shape` in the dtype of `like`, for a custom operation.
-fn output<RT: FusionRuntime>(like: &FusionTensor<RT>, shape: Vec<usize>) -> TensorIr {
-    TensorIr::uninit(like.client.create_empty_handle(), shape.into(), like.dtype)
-}
-
-fn tensor<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
 /// The `#[cube]` kernels of this file as [`BatchNormKernels`] of `Fusion<CubeBackend<…>>`, the

@@ -31,10 +31,12 @@ use burn::backend::Autodiff;
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorPrimitive;
-use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
-use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use burn_fusion::FusionRuntime;
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+
+use super::cube_op::{tensor, Inner, On, Runtime};
 
 use device::{backward_cube, forward_cube};
 
@@ -225,13 +227,6 @@ mod device {
     }
 }
 
-/// The inner backend of `Fusion<CubeBackend<…>>`.
-type Inner<R, F, I, BT> = CubeBackend<R, F, I, BT>;
-/// The fusion runtime of `Inner<R, F, I, BT>`.
-type Runtime<R, F, I, BT> = <Inner<R, F, I, BT> as FusionBackend>::FusionRuntime;
-/// The backend the operation's inner tensors are on.
-type On<R, F, I, BT> = Fusion<Inner<R, F, I, BT>>;
-
 /// One of the two kernels as a custom operation of burn's fusion stream (`backward`: the
 /// backward kernel, inputs `∂y`, `y`; else the forward, input `x`).
 #[derive(Clone, Debug)]
@@ -294,10 +289,6 @@ fn run_kernel<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
             },
         )
         .output()
-}
-
-fn tensor<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
 /// A `[..., n]` tensor as `[rows, n]`.

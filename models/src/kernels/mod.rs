@@ -27,8 +27,9 @@
 //! buffers, the GEMM call; `sums.rs`: sums in f64 over eight lanes) and a convolution's sizes
 //! (`geometry.rs`: [`ConvGeometry`]). The files on slices know nothing of burn; `flex.rs`
 //! registers them as operations of burn's CPU backend; `batch_norm_cube.rs`,
-//! `log_softmax_cube.rs`, `sgd_cube.rs` and `moving_average_cube.rs` hold `#[cube]` kernels (cubecl: one source for wgpu and CUDA);
-//! `on_gpu.rs` holds the GPU backends' route
+//! `log_softmax_cube.rs`, `sgd_cube.rs` and `moving_average_cube.rs` hold `#[cube]` kernels
+//! (cubecl: one source for wgpu and CUDA), run as custom operations of burn's fusion stream with
+//! `cube_op.rs`'s types; `on_gpu.rs` holds the GPU backends' route
 //! steps as plain functions, so that a crate training on the CPU does not compile the GPU stacks.
 
 #[allow(unsafe_code)]
@@ -40,6 +41,9 @@ pub mod batch_norm;
 mod batch_norm_cube;
 pub mod batch_norm_op;
 pub mod conv;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg_attr(test, allow(dead_code))]
+mod cube_op;
 pub mod depthwise;
 mod dispatch;
 #[cfg(feature = "cpu")]

@@ -17,11 +17,12 @@ use std::marker::PhantomData;
 
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::TensorPrimitive;
-use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
-use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn_fusion::FusionRuntime;
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput};
+
+use super::cube_op::{output, tensor, Inner, On, Runtime};
 
 /// The kernel and its launch on the inner backend's tensors (cubecl's prelude has its own
 /// `Tensor` and `Float`, hence a module of their own).
@@ -82,14 +83,6 @@ mod device {
     }
 }
 
-/// The inner backend of `Fusion<CubeBackend<…>>`.
-type Inner<R, F, I, BT> = CubeBackend<R, F, I, BT>;
-/// The fusion runtime of `Inner<R, F, I, BT>`.
-type Runtime<R, F, I, BT> = <Inner<R, F, I, BT> as FusionBackend>::FusionRuntime;
-/// The backend the parameters' values are on (the inner backend of `Autodiff<Wgpu>`,
-/// `Autodiff<Cuda>`).
-type On<R, F, I, BT> = Fusion<Inner<R, F, I, BT>>;
-
 /// The kernel as a custom operation of burn's fusion stream: inputs the target's and the online
 /// network's values, output the average.
 #[derive(Clone, Debug)]
@@ -145,16 +138,12 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> MovingAver
             online.into_primitive().tensor(),
         );
         let client = target.client.clone();
-        let output = TensorIr::uninit(
-            client.create_empty_handle(),
-            target.shape.clone(),
-            target.dtype,
-        );
+        let average = output(&target, target.shape.to_vec());
         let streams = OperationStreams::with_inputs([&target, &online]);
         let desc = CustomOpIr::new(
             "curriculum_ssl_moving_average",
             &[target.into_ir(), online.into_ir()],
-            &[output],
+            &[average],
         );
         let average = client
             .register(
@@ -167,6 +156,6 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> MovingAver
                 },
             )
             .output();
-        Ok(Tensor::from_primitive(TensorPrimitive::Float(average)))
+        Ok(tensor(average))
     }
 }

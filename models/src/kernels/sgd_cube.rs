@@ -17,13 +17,12 @@
 use std::marker::PhantomData;
 
 use burn::prelude::*;
-use burn::tensor::ops::FloatTensor;
-use burn::tensor::TensorPrimitive;
-use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
-use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use burn_fusion::FusionRuntime;
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 
+use super::cube_op::{output, tensor, Inner, On, Runtime};
 use super::SgdSettings;
 
 /// The kernel and its launch on the inner backend's tensors (cubecl's prelude has its own
@@ -147,13 +146,6 @@ mod device {
     }
 }
 
-/// The inner backend of `Fusion<CubeBackend<…>>`.
-type Inner<R, F, I, BT> = CubeBackend<R, F, I, BT>;
-/// The fusion runtime of `Inner<R, F, I, BT>`.
-type Runtime<R, F, I, BT> = <Inner<R, F, I, BT> as FusionBackend>::FusionRuntime;
-/// The backend the parameters are on (the inner backend of `Autodiff<Wgpu>`, `Autodiff<Cuda>`).
-type On<R, F, I, BT> = Fusion<Inner<R, F, I, BT>>;
-
 /// The kernel as a custom operation of burn's fusion stream: inputs the parameter, its gradient
 /// and (after the first step) its momentum buffer; outputs the new parameter and buffer.
 #[derive(Clone, Debug)]
@@ -217,9 +209,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> SgdKernel
         inputs.extend(velocity.map(primitive));
         let like = &inputs[0];
         let client = like.client.clone();
-        let outputs = [0; 2].map(|_| {
-            TensorIr::uninit(client.create_empty_handle(), like.shape.clone(), like.dtype)
-        });
+        let outputs = [0; 2].map(|_| output(like, like.shape.to_vec()));
         let streams = OperationStreams::with_inputs(inputs.iter());
         let irs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
         let desc = CustomOpIr::new("curriculum_ssl_sgd_step", &irs, &outputs);
@@ -236,8 +226,4 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> SgdKernel
             .outputs();
         Ok((tensor(param), tensor(velocity)))
     }
-}
-
-fn tensor<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(t))
 }
