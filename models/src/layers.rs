@@ -191,6 +191,71 @@ impl<B: Backend> BatchNorm2d<B> {
         self.forward_train(x, groups)
     }
 
+    /// `max(forward_grouped(x) + residual, 0)` (no residual: the ReLU alone): a batch norm a ReLU
+    /// follows, and a ResNet block's last one with its shortcut. In training on wgpu and CUDA
+    /// one operation for the three (`kernels::batch_norm_relu_train`: the residual and the ReLU
+    /// ride in the batch norm's last pass forward and in its passes backward); elsewhere, and
+    /// in inference, [`BatchNorm2d::forward_grouped`], `add` and `kernels::relu`, with the
+    /// same values and gradients.
+    ///
+    /// # Shapes
+    /// - input, `residual`: `[groups · batch, channels, height, width]`
+    /// - output: same as the input
+    ///
+    /// # Panics
+    /// As [`BatchNorm2d::forward_grouped`], and if the residual's shape is not the input's.
+    pub fn forward_grouped_relu(
+        &self,
+        x: Tensor<B, 4>,
+        groups: usize,
+        residual: Option<Tensor<B, 4>>,
+    ) -> Tensor<B, 4> {
+        let [n, c, _, _] = x.dims();
+        let [features] = self.weight.dims();
+        assert!(
+            groups > 0 && n.is_multiple_of(groups),
+            "BatchNorm2d: a batch of {n} is not {groups} equal groups"
+        );
+        assert_eq!(
+            c,
+            features,
+            "BatchNorm2d built for {features} channels got an input of shape {:?}",
+            x.dims()
+        );
+        if let Some(r) = &residual {
+            assert_eq!(
+                r.dims(),
+                x.dims(),
+                "BatchNorm2d: the residual's shape is not the input's"
+            );
+        }
+        let (x, residual) = if B::ad_enabled(&x.device()) {
+            match crate::kernels::batch_norm_relu_train(
+                x,
+                self.weight.val(),
+                self.bias.val(),
+                self.running_averages(),
+                self.epsilon,
+                groups,
+                residual,
+            ) {
+                Ok(fused) => {
+                    self.running_mean.update(fused.running.mean);
+                    self.running_var.update(fused.running.var);
+                    return fused.output;
+                }
+                Err(unfused) => unfused,
+            }
+        } else {
+            (x, residual)
+        };
+        let y = self.forward_grouped(x, groups);
+        crate::kernels::relu(match residual {
+            Some(residual) => y.add(residual),
+            None => y,
+        })
+    }
+
     /// Training: normalises each of the `groups` stacked batches with its moments and updates
     /// the running averages. Under autodiff on the CPU backend (one group), wgpu and CUDA one
     /// operation with its own backward step computes it (`kernels::batch_norm_train`: the CPU's

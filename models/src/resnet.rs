@@ -265,13 +265,18 @@ impl<B: Backend> ResidualBlock<B> {
             }
             None => x.clone(),
         };
-        let norm = |bn: &BatchNorm2d<B>, y| bn.forward_grouped(y, groups);
-        let mut y = kernels::relu(norm(&self.bn1, kernels::conv2d(&self.conv1, x)));
-        y = norm(&self.bn2, kernels::conv2d(&self.conv2, y));
-        if let (Some(conv3), Some(bn3)) = (&self.conv3, &self.bn3) {
-            y = norm(bn3, kernels::conv2d(conv3, kernels::relu(y)));
+        // Each batch norm with the ReLU after it (and the last with the shortcut added before
+        // its ReLU) as one operation on the GPU backends (`BatchNorm2d::forward_grouped_relu`).
+        let norm_relu =
+            |bn: &BatchNorm2d<B>, y, residual| bn.forward_grouped_relu(y, groups, residual);
+        let y = norm_relu(&self.bn1, kernels::conv2d(&self.conv1, x), None);
+        match (&self.conv3, &self.bn3) {
+            (Some(conv3), Some(bn3)) => {
+                let y = norm_relu(&self.bn2, kernels::conv2d(&self.conv2, y), None);
+                norm_relu(bn3, kernels::conv2d(conv3, y), Some(identity))
+            }
+            _ => norm_relu(&self.bn2, kernels::conv2d(&self.conv2, y), Some(identity)),
         }
-        kernels::relu(y.add(identity))
     }
 }
 
@@ -365,7 +370,7 @@ impl<B: Backend> ResNet<B> {
         } else {
             kernels::conv2d(&self.conv1, images)
         };
-        let mut x = kernels::relu(self.bn1.forward_grouped(stem, groups));
+        let mut x = self.bn1.forward_grouped_relu(stem, groups, None);
         if let Some(pool) = &self.maxpool {
             x = pool.forward(x);
         }

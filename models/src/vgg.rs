@@ -158,7 +158,7 @@ impl<B: Backend> Vgg<B> {
         let mut x = images;
         for layer in &self.layers {
             if let (Some(conv), Some(bn)) = (&layer.conv, &layer.bn) {
-                x = kernels::relu(bn.forward(kernels::conv2d(conv, x)));
+                x = bn.forward_grouped_relu(kernels::conv2d(conv, x), 1, None);
             }
             if let Some(pool) = &layer.pool {
                 x = pool.forward(x);

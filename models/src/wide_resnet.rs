@@ -111,12 +111,14 @@ impl<B: Backend> WideBlock<B> {
     /// # Shapes
     /// - input: `[batch, in, h, w]`; output: `[batch, width, h / stride, w / stride]`
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        let pre = kernels::relu(self.bn1.forward(x.clone()));
+        let pre = self.bn1.forward_grouped_relu(x.clone(), 1, None);
         let residual = match &self.shortcut {
             Some(conv) => kernels::conv2d(conv, pre.clone()),
             None => x,
         };
-        let y = kernels::relu(self.bn2.forward(kernels::conv2d(&self.conv1, pre)));
+        let y = self
+            .bn2
+            .forward_grouped_relu(kernels::conv2d(&self.conv1, pre), 1, None);
         let y = kernels::conv2d(&self.conv2, self.dropout.forward(y));
         y.add(residual)
     }
@@ -159,7 +161,7 @@ impl<B: Backend> WideResNet<B> {
         for block in &self.blocks {
             x = block.forward(x);
         }
-        kernels::relu(self.bn.forward(x))
+        self.bn.forward_grouped_relu(x, 1, None)
     }
 }
 

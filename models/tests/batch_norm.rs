@@ -431,6 +431,107 @@ fn grouped_training_step_equals_one_call_per_group() {
     );
 }
 
+/// `batch_norm_relu_train_op` (the batch norm, a residual added and a ReLU as one operation, what
+/// a ResNet block's `relu(bn(x) + identity)` runs on the GPU backends) equals burn's composition
+/// of `batch_norm_train_op`, `add` and `relu` under autodiff on `Autodiff<NdArray<f64>>`: the
+/// output, the gradients of the input, γ, β and the residual, and the running averages, over
+/// two groups with a residual and one without. About half the outputs are zeroed (asserted), so
+/// the ReLU's mask matters to every gradient. The same f64 operations in the same order but for
+/// the ReLU's mask taken by hand: 1e-12 relative.
+#[test]
+fn relu_epilogue_equals_the_composition() {
+    use burn::backend::{ndarray::NdArray, Autodiff};
+    use burn::tensor::{activation, DType, TensorData};
+    use curriculum_ssl_models::kernels::batch_norm_op::{
+        batch_norm_relu_train_op, batch_norm_train_op,
+    };
+    use curriculum_ssl_models::kernels::RunningAverages;
+    type B = Autodiff<NdArray<f64>>;
+
+    let device = Default::default();
+    let f64s = |v: &[f64]| {
+        Tensor::<B, 1>::from_data(
+            TensorData::new(v.to_vec(), [v.len()]),
+            (&device, DType::F64),
+        )
+    };
+    let v = |t: Tensor<NdArray<f64>, 1>| -> Vec<f64> { t.into_data().to_vec().unwrap() };
+    for (shape, groups, with_residual) in [([4, 3, 5, 3], 2, true), ([3, 4, 5, 4], 1, false)] {
+        let len = len_of(shape);
+        let c = shape[1];
+        let (xs, rs) = (irregular_inputs(len), loss_weights(len));
+        let residual: Vec<f64> = (0..len)
+            .map(|i| ((i * 29 % 17) as f64 - 8.0) / 6.0)
+            .collect();
+        let gamma: Vec<f64> = [1.7, -0.6, 0.9, 1.1][..c].to_vec();
+        let beta: Vec<f64> = [0.3, -0.4, 0.0, 0.2][..c].to_vec();
+        // [output, ∂x, ∂γ, ∂β, ∂residual, running mean, running variance]
+        let run = |fused: bool| {
+            let x = f64s(&xs).reshape(shape).require_grad();
+            let (g, b) = (f64s(&gamma).require_grad(), f64s(&beta).require_grad());
+            let r = with_residual.then(|| f64s(&residual).reshape(shape).require_grad());
+            let running = RunningAverages {
+                mean: f64s(&vec![0.5; c]),
+                var: f64s(&vec![1.5; c]),
+                momentum: 0.1,
+            };
+            let (y, moved) = if fused {
+                let out = batch_norm_relu_train_op(
+                    x.clone(),
+                    g.clone(),
+                    b.clone(),
+                    running,
+                    1e-5,
+                    groups,
+                    r.clone(),
+                );
+                (out.output, out.running)
+            } else {
+                let out =
+                    batch_norm_train_op(x.clone(), g.clone(), b.clone(), running, 1e-5, groups);
+                let y = match &r {
+                    Some(r) => out.output + r.clone(),
+                    None => out.output,
+                };
+                (activation::relu(y), out.running)
+            };
+            let grads = y.clone().mul(f64s(&rs).reshape(shape)).sum().backward();
+            [
+                v(y.inner().reshape([len])),
+                v(x.grad(&grads).unwrap().reshape([len])),
+                v(g.grad(&grads).unwrap()),
+                v(b.grad(&grads).unwrap()),
+                r.map(|r| v(r.grad(&grads).unwrap().reshape([len])))
+                    .unwrap_or_default(),
+                v(moved.mean.inner()),
+                v(moved.var.inner()),
+            ]
+        };
+        let (fused, composed) = (run(true), run(false));
+        let zeros = composed[0].iter().filter(|y| **y == 0.0).count() as f64 / len as f64;
+        assert!((0.2..0.8).contains(&zeros), "{zeros} of the outputs zeroed");
+        let names = [
+            "output",
+            "∂x",
+            "∂γ",
+            "∂β",
+            "∂residual",
+            "running mean",
+            "running variance",
+        ];
+        for ((name, a), b) in names.iter().zip(&fused).zip(&composed) {
+            assert_eq!(a.len(), b.len(), "{name}");
+            for (p, q) in a.iter().zip(b) {
+                assert!(
+                    (p - q).abs() <= 1e-12 * (1.0 + p.abs().max(q.abs())),
+                    "{name} of {shape:?}: {p} against {q}"
+                );
+            }
+        }
+        assert_eq!(fused[4].len(), if with_residual { len } else { 0 });
+    }
+}
+
 /// Fixed, irregular input values (no generator), of several magnitudes.
 fn irregular_inputs(len: usize) -> Vec<f64> {
     (0..len)

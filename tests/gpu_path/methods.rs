@@ -476,6 +476,179 @@ fn batch_norm_is_one_operation_and_as_on_the_cpu() {
     seen.report("batch_norm_is_one_operation_and_as_on_the_cpu");
 }
 
+/// A batch norm with a ReLU after it, and with a residual added before the ReLU, on the GPU path
+/// is one operation (`kernels::batch_norm_relu_train` takes `Autodiff<Wgpu>`: the residual and
+/// the ReLU in the last forward pass of `batch_norm_cube.rs` and in both backward passes), and
+/// equals the CPU's composition (its slice kernels one group at a time, `add`, `relu`): the
+/// output, the gradients of the input, γ, β and the residual, and the running averages. Two
+/// groups with a residual, one group without, and a residual given as a channels-last view (as
+/// a convolution's output is) besides NCHW-contiguous ones. About half the outputs are zeroed
+/// by the ReLU (asserted), and no value before it lies within 1e-3 of zero (the residual is
+/// moved by 4e-3 where it would, and that is asserted on the CPU's values): the CPU's and GPU's
+/// f32 sums differ by about 1e-6, so both take the same mask on any CPU, and the comparison is
+/// of the same function.
+#[test]
+fn batch_norm_relu_is_one_operation_and_as_on_the_cpu() {
+    use curriculum_ssl_models::kernels::RunningAverages;
+    use curriculum_ssl_models::kernels::{batch_norm_relu_train, batch_norm_train, relu};
+    let Some(device) = gpu() else { return };
+    /// On the GPU one call on the stacked groups; on the CPU one `batch_norm_train` per group,
+    /// the residual added, the ReLU. Returns the output, `∂x`, `∂γ`, `∂β`, `∂residual`, the
+    /// running averages and the values before the ReLU (the CPU's only).
+    #[allow(clippy::too_many_arguments)]
+    fn run<B: AutodiffBackend>(
+        xs: &[f32],
+        rs: &[f32],
+        residual: Option<(&[f32], bool)>,
+        gamma: &[f32],
+        beta: &[f32],
+        (shape, groups): ([usize; 4], usize),
+        fused: bool,
+        device: &B::Device,
+    ) -> [Vec<f32>; 8] {
+        let t = |v: &[f32]| Tensor::<B, 1>::from_floats(v, device);
+        let [n, c, h, w] = shape;
+        let x = t(xs).reshape(shape).require_grad();
+        let (g, b) = (t(gamma).require_grad(), t(beta).require_grad());
+        // The residual's leaf, and the `[n, c, h, w]` the batch norm is given: the leaf itself,
+        // or a channels-last one (`[n, h, w, c]` memory) seen through a permutation.
+        let res = residual.map(|(values, channels_last)| {
+            let dims = if channels_last { [n, h, w, c] } else { shape };
+            (t(values).reshape(dims).require_grad(), channels_last)
+        });
+        let residual_view = |(r, channels_last): &(Tensor<B, 4>, bool)| -> Tensor<B, 4> {
+            if *channels_last {
+                r.clone().permute([0, 3, 1, 2])
+            } else {
+                r.clone()
+            }
+        };
+        let start = RunningAverages {
+            mean: t(&(0..c).map(|i| 0.1 * i as f32 - 1.0).collect::<Vec<_>>()),
+            var: t(&(0..c).map(|i| 0.5 + 0.05 * i as f32).collect::<Vec<_>>()),
+            momentum: 0.1,
+        };
+        let (output, running, before) = if fused {
+            let out = batch_norm_relu_train(
+                x.clone(),
+                g.clone(),
+                b.clone(),
+                start,
+                1e-5,
+                groups,
+                res.as_ref().map(residual_view),
+            )
+            .unwrap_or_else(|_| panic!("batch_norm_relu_train fell back to the composition"));
+            (out.output, out.running, Vec::new())
+        } else {
+            let mut running = start;
+            let mut outs = Vec::new();
+            for x in x.clone().chunk(groups, 0) {
+                let out = batch_norm_train(x, g.clone(), b.clone(), running, 1e-5, 1)
+                    .unwrap_or_else(|_| panic!("batch_norm_train fell back"));
+                running = out.running.clone();
+                outs.push(out.output);
+            }
+            let mut y = Tensor::cat(outs, 0);
+            if let Some(r) = &res {
+                y = y + residual_view(r);
+            }
+            let before = host(y.clone().inner().reshape([n * c * h * w]));
+            (relu(y), running, before)
+        };
+        let grads = output.clone().mul(t(rs).reshape(shape)).sum().backward();
+        let len = xs.len();
+        let dres = res
+            .map(|(r, _)| host(r.grad(&grads).unwrap().reshape([len])))
+            .unwrap_or_default();
+        [
+            host(output.reshape([len])),
+            host(x.grad(&grads).unwrap().reshape([len])),
+            host(g.grad(&grads).unwrap()),
+            host(b.grad(&grads).unwrap()),
+            dres,
+            host(running.mean),
+            host(running.var),
+            before,
+        ]
+    }
+    let mut seen = Comparisons::default();
+    for (shape @ [n, c, h, w], groups, residual) in [
+        ([4, 40, 12, 12], 2, Some(false)),
+        ([4, 3, 5, 6], 1, None),
+        ([2, 33, 24, 24], 1, Some(true)),
+    ] {
+        let xs: Vec<f32> = pixels(n, c, h, w, 0.3)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v * 4.0 + 2.0) * (1 + (i / (h * w)) % c % 3) as f32)
+            .collect();
+        let rs = pixels(n, c, h, w, 0.7);
+        let res: Vec<f32> = pixels(n, c, h, w, 1.9)
+            .iter()
+            .map(|v| 2.0 * v - 1.0)
+            .collect();
+        let gamma: Vec<f32> = (0..c)
+            .map(|i| [1.5f32, -0.7, 0.9][i % 3] + i as f32 * 0.01)
+            .collect();
+        let beta: Vec<f32> = (0..c)
+            .map(|i| [0.2f32, -0.3, 0.1][i % 3] - i as f32 * 0.01)
+            .collect();
+        let what = (shape, groups);
+        // The residual moved by 4e-3 where the sum before the ReLU would lie within 1e-3 of 0,
+        // then laid out as its leaf is (`[n, h, w, c]` for the channels-last one).
+        let cpu_device = CpuDevice::default();
+        let plain = run::<CpuAd>(&xs, &rs, None, &gamma, &beta, what, false, &cpu_device);
+        let res: Vec<f32> = res
+            .iter()
+            .zip(&plain[7])
+            .map(|(r, y)| if (r + y).abs() < 1e-3 { r + 4e-3 } else { *r })
+            .collect();
+        let nhwc: Vec<f32> = (0..n * h * w * c)
+            .map(|j| {
+                let (img, y, x, ch) = (j / (h * w * c), j / (w * c) % h, j / c % w, j % c);
+                res[((img * c + ch) * h + y) * w + x]
+            })
+            .collect();
+        let residual = residual.map(|channels_last| {
+            let values = if channels_last { &nhwc[..] } else { &res[..] };
+            (values, channels_last)
+        });
+        let cpu = run::<CpuAd>(&xs, &rs, residual, &gamma, &beta, what, false, &cpu_device);
+        let on_gpu = run::<GpuAd>(&xs, &rs, residual, &gamma, &beta, what, true, &device);
+        let nearest = cpu[7].iter().fold(f32::INFINITY, |m, v| m.min(v.abs()));
+        assert!(
+            nearest > 1e-3,
+            "a value {nearest} before the ReLU is too near 0 for {shape:?}"
+        );
+        let zeros = cpu[0].iter().filter(|v| **v == 0.0).count() as f64 / cpu[0].len() as f64;
+        assert!(
+            (0.2..0.8).contains(&zeros),
+            "{zeros} of the outputs zeroed for {shape:?}"
+        );
+        let names = [
+            "output",
+            "∂x",
+            "∂γ",
+            "∂β",
+            "∂residual",
+            "running mean",
+            "running variance",
+        ];
+        for ((name, a), b) in names.iter().zip(&cpu).zip(&on_gpu) {
+            assert_eq!(a.len(), b.len(), "{name} of {shape:?} in {groups} groups");
+            if !a.is_empty() {
+                seen.close(&format!("{name} of {shape:?} in {groups} groups"), a, b);
+            }
+        }
+        assert_eq!(
+            cpu[4].len(),
+            if residual.is_some() { n * c * h * w } else { 0 }
+        );
+    }
+    seen.report("batch_norm_relu_is_one_operation_and_as_on_the_cpu");
+}
+
 /// SGD with momentum on the GPU path is one operation of burn's fusion stream and one `#[cube]`
 /// kernel a parameter (`kernels::sgd_momentum_step` takes `Wgpu`, the backend an optimiser steps
 /// on), and its steps equal the CPU's tensor operations: the parameter and the momentum buffer

@@ -18,6 +18,13 @@
 //!   `bn_backward_apply` adds the chunks up (`S₁`, `S₂`) and writes
 //!   `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, and `∂β = S₁`, `∂γ = r·S₂` per group.
 //!
+//! With an epilogue (`kernels::batch_norm_relu_train`: a ResNet block's `relu(bn(x) + identity)`)
+//! `bn_forward_apply` adds the residual and applies the ReLU before it writes `y`, and the
+//! backward kernels take `g = ∂y` where the output is positive, 0 elsewhere (burn's
+//! `relu_backward`), in place of `∂y`, the second writing `g` as the residual's gradient. The
+//! residual, the output and the residual's gradient are `ComptimeOption` arguments and the ReLU
+//! a `#[comptime]` flag: a layer without an epilogue compiles to kernels without its reads.
+//!
 //! The kernels read the activation as the `[groups, M, C]` channels-last matrix
 //! (`M = N·H·W / groups`), row-major. A cube is 32
 //! channels by 8 row lanes: a plane reads 32 neighbouring channels of one row (coalesced), and
@@ -52,7 +59,9 @@ use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput};
 
-use super::batch_norm_op::{self, BatchNormKernels, Composed, Moments, RunningAverages};
+use super::batch_norm_op::{
+    self, BatchNormKernels, Composed, Epilogue, Grads, Moments, RunningAverages,
+};
 use super::cube_op::{output, tensor, Inner, Runtime};
 use device::{backward_cube, forward_cube};
 
@@ -92,6 +101,20 @@ mod device {
         }
         sync_cube();
         total
+    }
+
+    /// `∂y` at `at`, or 0 where the fused ReLU's `output` is `≤ 0` (burn's `relu_backward`), in
+    /// f32.
+    #[cube]
+    fn masked<F: Float>(dy: &Tensor<F>, output: &ComptimeOption<Tensor<F>>, at: usize) -> f32 {
+        let mut g = f32::cast_from(dy[at]);
+        #[comptime]
+        if let ComptimeOption::Some(output) = output {
+            if f32::cast_from(output[at]) <= 0.0 {
+                g = 0.0;
+            }
+        }
+        g
     }
 
     /// The rows `[start, end)` of chunk `part` of a group of `rows` rows, chunks of `chunk` rows.
@@ -205,11 +228,14 @@ mod device {
     /// recomputing the other groups' moments from their partial moments (a few dozen values a
     /// channel) rather than waiting for their cubes.
     #[cube(launch)]
-    #[allow(clippy::too_many_arguments)]
+    // `if relu` is resolved when the kernel is expanded, the `if` inside it on the device: not
+    // one condition.
+    #[allow(clippy::too_many_arguments, clippy::collapsible_if)]
     fn bn_forward_apply<F: Float>(
         x: &Tensor<F>,
         gamma: &Tensor<F>,
         beta: &Tensor<F>,
+        residual: &ComptimeOption<Tensor<F>>,
         running_mean: &Tensor<F>,
         running_var: &Tensor<F>,
         part_mean: &Tensor<f32>,
@@ -227,6 +253,7 @@ mod device {
         keep: f32,
         momentum: f32,
         unbias: f32,
+        #[comptime] relu: bool,
         #[define(F)] _dtype: StorageType,
     ) {
         let channels = x.shape(2);
@@ -290,7 +317,18 @@ mod device {
             let mut r = start + UNIT_POS_Y as usize;
             while r < end {
                 let at = base + r * channels + c;
-                y[at] = F::cast_from(f32::cast_from(x[at]) * scale + shift);
+                let mut v = f32::cast_from(x[at]) * scale + shift;
+                #[comptime]
+                if let ComptimeOption::Some(residual) = residual {
+                    v += f32::cast_from(residual[at]);
+                }
+                // As burn's `relu`: 0 where `v ≤ 0` (a mask fill, not a maximum).
+                if relu {
+                    if v <= 0.0 {
+                        v = 0.0;
+                    }
+                }
+                y[at] = F::cast_from(v);
                 r += 8;
             }
         }
@@ -303,6 +341,7 @@ mod device {
     fn bn_backward_partials<F: Float>(
         dy: &Tensor<F>,
         x: &Tensor<F>,
+        output: &ComptimeOption<Tensor<F>>,
         mean: &Tensor<F>,
         part_s1: &mut Tensor<f32>,
         part_s2: &mut Tensor<f32>,
@@ -327,7 +366,7 @@ mod device {
             let mut r = start + UNIT_POS_Y as usize;
             while r < end {
                 let at = base + r * channels + c;
-                let g = f32::cast_from(dy[at]);
+                let g = masked(dy, output, at);
                 s1 += g;
                 s2 += g * (f32::cast_from(x[at]) - mu);
                 r += 8;
@@ -351,12 +390,14 @@ mod device {
     fn bn_backward_apply<F: Float>(
         dy: &Tensor<F>,
         x: &Tensor<F>,
+        output: &ComptimeOption<Tensor<F>>,
         gamma: &Tensor<F>,
         mean: &Tensor<F>,
         inv_std: &Tensor<F>,
         part_s1: &Tensor<f32>,
         part_s2: &Tensor<f32>,
         dx: &mut Tensor<F>,
+        dresidual: &mut ComptimeOption<Tensor<F>>,
         dgamma: &mut Tensor<F>,
         dbeta: &mut Tensor<F>,
         rows: u32,
@@ -401,8 +442,13 @@ mod device {
             let mut r = start + UNIT_POS_Y as usize;
             while r < end {
                 let at = base + r * channels + c;
+                let g = masked(dy, output, at);
+                #[comptime]
+                if let ComptimeOption::Some(dresidual) = dresidual {
+                    dresidual[at] = F::cast_from(g);
+                }
                 let centred = f32::cast_from(x[at]) - mu;
-                dx[at] = F::cast_from(scale * (f32::cast_from(dy[at]) - m1 - centred * slope));
+                dx[at] = F::cast_from(scale * (g - m1 - centred * slope));
                 r += 8;
             }
         }
@@ -442,18 +488,23 @@ mod device {
     }
 
     /// The forward kernels on the inner backend's tensors: `x` `[groups, M, C]`, `γ`, `β` and
-    /// the running mean and variance `[C]`; returns `y` `[groups, M, C]`, `μ`, `σ²`, `r`
-    /// `[groups, C]` and the running mean and variance moved with `momentum` (`[C]`).
+    /// the running mean and variance `[C]`, the epilogue's `residual` (`[groups, M, C]`) and
+    /// `relu`; returns `y` `[groups, M, C]` (`γ·x̂ + β`, plus the residual, through the ReLU), `μ`,
+    /// `σ²`, `r` `[groups, C]` and the running mean and variance moved with `momentum` (`[C]`).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_cube<R: CubeRuntime>(
         x: CubeTensor<R>,
         gamma: CubeTensor<R>,
         beta: CubeTensor<R>,
         [running_mean, running_var]: [CubeTensor<R>; 2],
+        residual: Option<CubeTensor<R>>,
+        relu: bool,
         epsilon: f64,
         momentum: f64,
     ) -> [CubeTensor<R>; 6] {
         let [x, gamma, beta, running_mean, running_var] =
             [x, gamma, beta, running_mean, running_var].map(into_contiguous);
+        let residual = residual.map(into_contiguous);
         let [groups, rows, channels] = x.meta.shape().dims();
         let unbias = rows as f64 / (rows - 1) as f64;
         let dtype = x.dtype;
@@ -485,6 +536,7 @@ mod device {
             x.into_tensor_arg(),
             gamma.into_tensor_arg(),
             beta.into_tensor_arg(),
+            residual.map(|t| t.into_tensor_arg()).into(),
             running_mean.into_tensor_arg(),
             running_var.into_tensor_arg(),
             part_mean.into_tensor_arg(),
@@ -502,21 +554,27 @@ mod device {
             (1.0 - momentum) as f32,
             momentum as f32,
             unbias as f32,
+            relu,
             dtype.into(),
         );
         [y, mean, var, inv_std, moved_mean, moved_var]
     }
 
-    /// The backward kernels on the inner backend's tensors: `∂y`, `x` `[groups, M, C]`, `γ` `[C]`,
-    /// `μ`, `r` `[groups, C]`; returns `∂x` `[groups, M, C]`, `∂γ`, `∂β` `[groups, C]`.
+    /// The backward kernels on the inner backend's tensors: `∂y`, `x` `[groups, M, C]`, the
+    /// fused ReLU's `output` (`[groups, M, C]`, its mask), `γ` `[C]`, `μ`, `r` `[groups, C]`;
+    /// returns `∂x` `[groups, M, C]`, `∂γ`, `∂β` `[groups, C]`, and with `residual` the
+    /// residual's gradient (`∂y` through the ReLU's mask, `[groups, M, C]`).
     pub(super) fn backward_cube<R: CubeRuntime>(
         dy: CubeTensor<R>,
         x: CubeTensor<R>,
+        output: Option<CubeTensor<R>>,
         gamma: CubeTensor<R>,
         mean: CubeTensor<R>,
         inv_std: CubeTensor<R>,
-    ) -> [CubeTensor<R>; 3] {
+        residual: bool,
+    ) -> ([CubeTensor<R>; 3], Option<CubeTensor<R>>) {
         let [dy, x, gamma, mean, inv_std] = [dy, x, gamma, mean, inv_std].map(into_contiguous);
+        let output = output.map(into_contiguous);
         let [groups, rows, channels] = x.meta.shape().dims();
         let dtype = x.dtype;
         let (part_chunk, parts) = part_chunks(rows);
@@ -525,6 +583,7 @@ mod device {
         let part_s1 = empty_like(&x, vec![groups, parts, channels], f32_dtype);
         let part_s2 = empty_like(&x, vec![groups, parts, channels], f32_dtype);
         let dx = empty_like(&x, vec![groups, rows, channels], dtype);
+        let dresidual = residual.then(|| empty_like(&x, vec![groups, rows, channels], dtype));
         let [dgamma, dbeta] = [0; 2].map(|_| empty_like(&x, vec![groups, channels], dtype));
         let client = x.client.clone();
         let cube_dim = CubeDim::new_2d(TILE, LANES);
@@ -534,6 +593,7 @@ mod device {
             cube_dim,
             dy.clone().into_tensor_arg(),
             x.clone().into_tensor_arg(),
+            output.clone().map(|t| t.into_tensor_arg()).into(),
             mean.clone().into_tensor_arg(),
             part_s1.clone().into_tensor_arg(),
             part_s2.clone().into_tensor_arg(),
@@ -547,19 +607,21 @@ mod device {
             cube_dim,
             dy.into_tensor_arg(),
             x.into_tensor_arg(),
+            output.map(|t| t.into_tensor_arg()).into(),
             gamma.into_tensor_arg(),
             mean.into_tensor_arg(),
             inv_std.into_tensor_arg(),
             part_s1.into_tensor_arg(),
             part_s2.into_tensor_arg(),
             dx.clone().into_tensor_arg(),
+            dresidual.clone().map(|t| t.into_tensor_arg()).into(),
             dgamma.clone().into_tensor_arg(),
             dbeta.clone().into_tensor_arg(),
             rows as u32,
             apply_chunk as u32,
             dtype.into(),
         );
-        [dx, dgamma, dbeta]
+        ([dx, dgamma, dbeta], dresidual)
     }
 }
 
@@ -577,13 +639,15 @@ fn channels_last<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
 }
 
 /// The forward kernels as one custom operation of burn's fusion stream, the layout changes of
-/// the activation and the running averages' update included.
+/// the activation and the running averages' update included; its inputs are `x`, `γ`, `β`, the
+/// running averages and, when the epilogue has one, the residual.
 #[derive(Clone, Debug)]
 struct ForwardOp<R, F, I, BT> {
     desc: CustomOpIr,
     epsilon: f64,
     momentum: f64,
     groups: usize,
+    relu: bool,
     _backend: PhantomData<(R, F, I, BT)>,
 }
 
@@ -594,14 +658,21 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         &self,
         handles: &mut HandleContainer<<Runtime<R, F, I, BT> as FusionRuntime>::FusionHandle>,
     ) {
-        let ([x, gamma, beta, running_mean, running_var], outputs) = self.desc.as_fixed::<5, 6>();
+        let (inputs, outputs) = (&self.desc.inputs, &self.desc.outputs);
+        let [x, gamma, beta, running_mean, running_var] = std::array::from_fn(|i| &inputs[i]);
         let dims = x.shape.dims();
-        let x = handles.get_float_tensor::<Inner<R, F, I, BT>>(x);
+        let mut get = |t| handles.get_float_tensor::<Inner<R, F, I, BT>>(t);
+        let x = channels_last::<R, F, I, BT>(get(x), self.groups);
+        let residual = inputs
+            .get(5)
+            .map(|t| channels_last::<R, F, I, BT>(get(t), self.groups));
         let [y, mean, var, inv_std, moved_mean, moved_var] = forward_cube::<R>(
-            channels_last::<R, F, I, BT>(x, self.groups),
-            handles.get_float_tensor::<Inner<R, F, I, BT>>(gamma),
-            handles.get_float_tensor::<Inner<R, F, I, BT>>(beta),
-            [running_mean, running_var].map(|t| handles.get_float_tensor::<Inner<R, F, I, BT>>(t)),
+            x,
+            get(gamma),
+            get(beta),
+            [get(running_mean), get(running_var)],
+            residual,
+            self.relu,
             self.epsilon,
             self.momentum,
         );
@@ -616,7 +687,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
 }
 
 /// The backward kernels as one custom operation of burn's fusion stream, the layout changes and
-/// the parameters' sums over the groups included.
+/// the parameters' sums over the groups included; its inputs are `∂y`, `x`, `γ`, `μ`, `r` and,
+/// with a fused ReLU, its output, and its outputs `∂x`, `∂γ`, `∂β` and, with a residual, its
+/// gradient.
 #[derive(Clone, Debug)]
 struct BackwardOp<R, F, I, BT> {
     desc: CustomOpIr,
@@ -631,32 +704,34 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         &self,
         handles: &mut HandleContainer<<Runtime<R, F, I, BT> as FusionRuntime>::FusionHandle>,
     ) {
-        let ([dy, x, gamma, mean, inv_std], outputs) = self.desc.as_fixed::<5, 3>();
+        let (inputs, outputs) = (&self.desc.inputs, &self.desc.outputs);
+        let [dy, x, gamma, mean, inv_std] = std::array::from_fn(|i| &inputs[i]);
         let dims = x.shape.dims();
-        let [dy, x] = [dy, x].map(|t| {
-            channels_last::<R, F, I, BT>(
-                handles.get_float_tensor::<Inner<R, F, I, BT>>(t),
-                self.groups,
-            )
-        });
-        let [dx, dgamma, dbeta] = backward_cube::<R>(
+        let mut get = |t| handles.get_float_tensor::<Inner<R, F, I, BT>>(t);
+        let mut matrix = |t| channels_last::<R, F, I, BT>(get(t), self.groups);
+        let (dy, x, output) = (matrix(dy), matrix(x), inputs.get(5).map(&mut matrix));
+        let ([dx, dgamma, dbeta], dresidual) = backward_cube::<R>(
             dy,
             x,
-            handles.get_float_tensor::<Inner<R, F, I, BT>>(gamma),
-            handles.get_float_tensor::<Inner<R, F, I, BT>>(mean),
-            handles.get_float_tensor::<Inner<R, F, I, BT>>(inv_std),
+            output,
+            get(gamma),
+            get(mean),
+            get(inv_std),
+            outputs.len() == 4,
         );
-        let results = [
-            batch_norm_op::channels_first(tensor::<Inner<R, F, I, BT>, 3>(dx), dims)
+        let first = |t| {
+            batch_norm_op::channels_first(tensor::<Inner<R, F, I, BT>, 3>(t), dims)
                 .into_primitive()
-                .tensor(),
-            batch_norm_op::over_groups(tensor::<Inner<R, F, I, BT>, 2>(dgamma))
+                .tensor()
+        };
+        let sum = |t| {
+            batch_norm_op::over_groups(tensor::<Inner<R, F, I, BT>, 2>(t))
                 .into_primitive()
-                .tensor(),
-            batch_norm_op::over_groups(tensor::<Inner<R, F, I, BT>, 2>(dbeta))
-                .into_primitive()
-                .tensor(),
-        ];
+                .tensor()
+        };
+        let results = [first(dx), sum(dgamma), sum(dbeta)]
+            .into_iter()
+            .chain(dresidual.map(first));
         for (ir, tensor) in outputs.iter().zip(results) {
             handles.register_float_tensor::<Inner<R, F, I, BT>>(&ir.id, tensor);
         }
@@ -682,6 +757,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         running: RunningAverages<Fusion<Inner<R, F, I, BT>>>,
         epsilon: f64,
         groups: usize,
+        epilogue: Epilogue<Fusion<Inner<R, F, I, BT>>>,
     ) -> Moments<Fusion<Inner<R, F, I, BT>>> {
         let dtype = x.dtype();
         if [
@@ -690,9 +766,13 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             running.mean.dtype(),
             running.var.dtype(),
         ] != [dtype; 4]
+            || epilogue
+                .residual
+                .as_ref()
+                .is_some_and(|r| r.dtype() != dtype)
         {
             // The kernels read every operand in one element type.
-            return Composed::forward(x, gamma, beta, running, epsilon, groups);
+            return Composed::forward(x, gamma, beta, running, epsilon, groups, epilogue);
         }
         let [n, c, h, w] = x.dims();
         let momentum = running.momentum;
@@ -703,6 +783,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             running.mean.into_primitive().tensor(),
             running.var.into_primitive().tensor(),
         ];
+        let residual = epilogue.residual.map(|r| r.into_primitive().tensor());
         let client = x.client.clone();
         let outputs = [
             output(&x, vec![n, c, h, w]),
@@ -712,17 +793,14 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             output(&x, vec![c]),
             output(&x, vec![c]),
         ];
-        let streams =
-            OperationStreams::with_inputs([&x, &gamma, &beta, &running_mean, &running_var]);
+        let inputs: Vec<_> = [x, gamma, beta, running_mean, running_var]
+            .into_iter()
+            .chain(residual)
+            .collect();
+        let streams = OperationStreams::with_inputs(&inputs);
         let desc = CustomOpIr::new(
             "curriculum_ssl_batch_norm_forward",
-            &[
-                x.into_ir(),
-                gamma.into_ir(),
-                beta.into_ir(),
-                running_mean.into_ir(),
-                running_var.into_ir(),
-            ],
+            &inputs.into_iter().map(|t| t.into_ir()).collect::<Vec<_>>(),
             &outputs,
         );
         let [y, mean, var, inv_std, moved_mean, moved_var] = client
@@ -734,6 +812,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
                     epsilon,
                     momentum,
                     groups,
+                    relu: epilogue.relu,
                     _backend: PhantomData,
                 },
             )
@@ -754,46 +833,43 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     fn backward(
         dy: Tensor<Fusion<Inner<R, F, I, BT>>, 4>,
         x: Tensor<Fusion<Inner<R, F, I, BT>>, 4>,
+        relu_output: Option<Tensor<Fusion<Inner<R, F, I, BT>>, 4>>,
         gamma: Tensor<Fusion<Inner<R, F, I, BT>>, 1>,
         mean: Tensor<Fusion<Inner<R, F, I, BT>>, 2>,
         inv_std: Tensor<Fusion<Inner<R, F, I, BT>>, 2>,
         groups: usize,
-    ) -> (
-        Tensor<Fusion<Inner<R, F, I, BT>>, 4>,
-        Tensor<Fusion<Inner<R, F, I, BT>>, 1>,
-        Tensor<Fusion<Inner<R, F, I, BT>>, 1>,
-    ) {
+        residual: bool,
+    ) -> Grads<Fusion<Inner<R, F, I, BT>>> {
         let dtype = x.dtype();
-        if [dy.dtype(), gamma.dtype(), mean.dtype(), inv_std.dtype()] != [dtype; 4] {
-            return Composed::backward(dy, x, gamma, mean, inv_std, groups);
+        if [dy.dtype(), gamma.dtype(), mean.dtype(), inv_std.dtype()] != [dtype; 4]
+            || relu_output.as_ref().is_some_and(|o| o.dtype() != dtype)
+        {
+            return Composed::backward(dy, x, relu_output, gamma, mean, inv_std, groups, residual);
         }
         let [n, c, h, w] = x.dims();
-        let (dy, x, gamma, mean, inv_std) = (
-            dy.into_primitive().tensor(),
-            x.into_primitive().tensor(),
-            gamma.into_primitive().tensor(),
-            mean.into_primitive().tensor(),
-            inv_std.into_primitive().tensor(),
-        );
-        let client = x.client.clone();
-        let outputs = [
-            output(&x, vec![n, c, h, w]),
-            output(&x, vec![c]),
-            output(&x, vec![c]),
+        let inputs: Vec<_> = [dy, x]
+            .into_iter()
+            .map(|t| t.into_primitive().tensor())
+            .chain([gamma].map(|t| t.into_primitive().tensor()))
+            .chain([mean, inv_std].map(|t| t.into_primitive().tensor()))
+            .chain(relu_output.map(|o| o.into_primitive().tensor()))
+            .collect();
+        let client = inputs[0].client.clone();
+        let mut outputs = vec![
+            output(&inputs[0], vec![n, c, h, w]),
+            output(&inputs[0], vec![c]),
+            output(&inputs[0], vec![c]),
         ];
-        let streams = OperationStreams::with_inputs([&dy, &x, &gamma, &mean, &inv_std]);
+        if residual {
+            outputs.push(output(&inputs[0], vec![n, c, h, w]));
+        }
+        let streams = OperationStreams::with_inputs(&inputs);
         let desc = CustomOpIr::new(
             "curriculum_ssl_batch_norm_backward",
-            &[
-                dy.into_ir(),
-                x.into_ir(),
-                gamma.into_ir(),
-                mean.into_ir(),
-                inv_std.into_ir(),
-            ],
+            &inputs.into_iter().map(|t| t.into_ir()).collect::<Vec<_>>(),
             &outputs,
         );
-        let [dx, dgamma, dbeta] = client
+        let mut grads = client
             .register(
                 streams,
                 OperationIr::Custom(desc.clone()),
@@ -803,8 +879,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
                     _backend: PhantomData,
                 },
             )
-            .outputs();
-        (tensor(dx), tensor(dgamma), tensor(dbeta))
+            .into_iter();
+        let mut next = || grads.next().expect("the outputs registered above");
+        let (dx, dgamma, dbeta) = (tensor(next()), tensor(next()), tensor(next()));
+        (dx, dgamma, dbeta, grads.next().map(tensor))
     }
 }
 

@@ -16,6 +16,10 @@
 //! or on `Autodiff<Wgpu>` and `Autodiff<Cuda>` the two `#[cube]` kernels each way of
 //! `batch_norm_cube.rs` (checked on lavapipe against the CPU, `tests/gpu_path`).
 //!
+//! Epilogue: [`batch_norm_relu_train_op`] adds a residual and applies a ReLU inside the same
+//! operation (`max(γ·x̂ + β + residual, 0)`); its backward step masks `∂y` by the kept output
+//! (burn's `relu_backward`) before the sums above and hands the masked `∂y` to the residual.
+//!
 //! Groups: the batch may be `G` equal batches stacked (the two views of a method passed through
 //! the network as one batch, `layers::BatchNorm2d::forward_grouped`); each group is normalised
 //! with its own moments, so the numbers are those of `G` separate calls, in one set of kernels:
@@ -38,10 +42,11 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorPrimitive;
 use std::marker::PhantomData;
 
-/// What [`super::batch_norm_train`] and [`batch_norm_train_op`] compute.
+/// What [`super::batch_norm_train`] and [`batch_norm_train_op`] (and their fused forms
+/// [`super::batch_norm_relu_train`], [`batch_norm_relu_train_op`]) compute.
 #[derive(Debug)]
 pub struct TrainingBatchNorm<B: Backend> {
-    /// `γ·x̂ + β`, shaped as the input.
+    /// `γ·x̂ + β` (the fused forms: `max(γ·x̂ + β + residual, 0)`), shaped as the input.
     pub output: Tensor<B, 4>,
     /// Per-channel batch mean of each group, `[groups, c]`, untracked.
     pub mean: Tensor<B, 2>,
@@ -113,12 +118,13 @@ pub fn update_running_averages<B: Backend>(
 pub(crate) trait BatchNormKernels<I: Backend>:
     'static + Send + Sync + std::fmt::Debug
 {
-    /// `y = γ·x̂ + β`, per group and channel `μ`, `σ²` (biased) and `r = 1/√(σ² + ε)`, and the
-    /// running averages moved by each group in turn ([`update_running_averages`]).
+    /// `y = γ·x̂ + β` followed by the `epilogue` (the residual added, then the ReLU), per group
+    /// and channel `μ`, `σ²` (biased) and `r = 1/√(σ² + ε)`, and the running averages moved by
+    /// each group in turn ([`update_running_averages`]).
     ///
     /// # Shapes
     /// - `x`: `[n, c, h, w]` (`groups` stacked batches), `gamma`, `beta`: `[c]`, running
-    ///   averages `[c]`
+    ///   averages `[c]`, the residual `[n, c, h, w]`
     /// - output `[n, c, h, w]`, moments `[groups, c]`, running averages `[c]`
     fn forward(
         x: Tensor<I, 4>,
@@ -127,24 +133,48 @@ pub(crate) trait BatchNormKernels<I: Backend>:
         running: RunningAverages<I>,
         epsilon: f64,
         groups: usize,
+        epilogue: Epilogue<I>,
     ) -> Moments<I>;
 
-    /// `(∂x, ∂γ, ∂β)`: per group `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, and `∂γ = Σ r·S₂`,
-    /// `∂β = Σ S₁` summed over the groups (separate calls' gradients add), with `S₁ = Σ ∂y` and
-    /// `S₂ = Σ ∂y·(x − μ)` over each group's rows.
+    /// `(∂x, ∂γ, ∂β, ∂residual)`: with `g = ∂y` where the fused ReLU's `output` is positive and
+    /// 0 elsewhere (`g = ∂y` without one), per group `∂x = γ·r·(g − S₁/M − (x − μ)·r²·S₂/M)`,
+    /// and `∂γ = Σ r·S₂`, `∂β = Σ S₁` summed over the groups (separate calls' gradients add),
+    /// with `S₁ = Σ g` and `S₂ = Σ g·(x − μ)` over each group's rows; `∂residual = g` when the
+    /// epilogue added one.
     ///
     /// # Shapes
-    /// - `dy`, `x`: `[n, c, h, w]`, `gamma`: `[c]`, `mean`, `inv_std`: `[groups, c]`
-    /// - `∂x`: `[n, c, h, w]`, `∂γ`, `∂β`: `[c]`
+    /// - `dy`, `x`, `output`: `[n, c, h, w]`, `gamma`: `[c]`, `mean`, `inv_std`: `[groups, c]`
+    /// - `∂x`, `∂residual`: `[n, c, h, w]`, `∂γ`, `∂β`: `[c]`
+    #[allow(clippy::too_many_arguments)]
     fn backward(
         dy: Tensor<I, 4>,
         x: Tensor<I, 4>,
+        output: Option<Tensor<I, 4>>,
         gamma: Tensor<I, 1>,
         mean: Tensor<I, 2>,
         inv_std: Tensor<I, 2>,
         groups: usize,
-    ) -> (Tensor<I, 4>, Tensor<I, 1>, Tensor<I, 1>);
+        residual: bool,
+    ) -> Grads<I>;
 }
+
+/// What follows the normalisation inside the operation (a ResNet's `relu(bn(x) + identity)`):
+/// an optional residual added, then an optional ReLU.
+#[derive(Debug, Clone)]
+pub(crate) struct Epilogue<I: Backend> {
+    /// Added to `γ·x̂ + β`, `[n, c, h, w]`.
+    pub residual: Option<Tensor<I, 4>>,
+    /// `max(·, 0)` last.
+    pub relu: bool,
+}
+
+/// What [`BatchNormKernels::backward`] returns: `(∂x, ∂γ, ∂β, ∂residual)`.
+pub(crate) type Grads<I> = (
+    Tensor<I, 4>,
+    Tensor<I, 1>,
+    Tensor<I, 1>,
+    Option<Tensor<I, 4>>,
+);
 
 /// What [`BatchNormKernels::forward`] returns.
 #[derive(Debug)]
@@ -175,6 +205,7 @@ impl<I: Backend> BatchNormKernels<I> for Composed {
         running: RunningAverages<I>,
         epsilon: f64,
         groups: usize,
+        epilogue: Epilogue<I>,
     ) -> Moments<I> {
         let dims @ [_, c, _, _] = x.dims();
         let xm = channels_last(x, groups);
@@ -189,8 +220,15 @@ impl<I: Backend> BatchNormKernels<I> for Composed {
         let shift = beta - mean.clone() * scale.clone();
         let per_group = |t: Tensor<I, 3>| t.reshape([groups, c]);
         let (mean, var) = (per_group(mean), per_group(var));
+        let mut output = channels_first(xm * scale + shift, dims);
+        if let Some(residual) = epilogue.residual {
+            output = output + residual;
+        }
+        if epilogue.relu {
+            output = burn::tensor::activation::relu(output);
+        }
         Moments {
-            output: channels_first(xm * scale + shift, dims),
+            output,
             running: update_running_averages(running, mean.clone(), var.clone(), count),
             mean,
             var,
@@ -201,12 +239,23 @@ impl<I: Backend> BatchNormKernels<I> for Composed {
     fn backward(
         dy: Tensor<I, 4>,
         x: Tensor<I, 4>,
+        output: Option<Tensor<I, 4>>,
         gamma: Tensor<I, 1>,
         mean: Tensor<I, 2>,
         inv_std: Tensor<I, 2>,
         groups: usize,
-    ) -> (Tensor<I, 4>, Tensor<I, 1>, Tensor<I, 1>) {
+        residual: bool,
+    ) -> Grads<I> {
         let dims @ [_, c, _, _] = x.dims();
+        // The ReLU's backward (burn's: 0 where its output is ≤ 0), the residual's gradient.
+        let dy = match output {
+            Some(output) => float(I::relu_backward(
+                output.into_primitive().tensor(),
+                dy.into_primitive().tensor(),
+            )),
+            None => dy,
+        };
+        let dresidual = residual.then(|| dy.clone());
         let (dy, x) = (channels_last(dy, groups), channels_last(x, groups));
         let count = x.dims()[1] as f64;
         let gamma = gamma.reshape([1, 1, c]);
@@ -229,24 +278,27 @@ impl<I: Backend> BatchNormKernels<I> for Composed {
             channels_first(dx, dims),
             over_groups(dgamma),
             over_groups(dbeta),
+            dresidual,
         )
     }
 }
 
-/// What the backward step keeps: the input, `γ`, and per group and channel `μ` and `r`
-/// (`[groups, c]`).
+/// What the backward step keeps: the input, `γ`, per group and channel `μ` and `r`
+/// (`[groups, c]`), and with a fused ReLU its output (the next layer keeps it anyway).
 #[derive(Debug, Clone)]
 struct State<I: Backend> {
     groups: usize,
     x: FloatTensor<I>,
+    output: Option<FloatTensor<I>>,
     gamma: FloatTensor<I>,
     mean: FloatTensor<I>,
     inv_std: FloatTensor<I>,
 }
 
-/// The backward step of [`batch_norm_train_op`], by the kernels `K`.
+/// The backward step of [`batch_norm_train_op`] and [`batch_norm_relu_train_op`], by the kernels
+/// `K`: `N` = 3 parents (`x`, `γ`, `β`), or 4 with the residual.
 #[derive(Debug)]
-struct BatchNormOpBackward<K>(PhantomData<K>);
+struct BatchNormOpBackward<K, const N: usize>(PhantomData<K>);
 
 fn float<I: Backend, const D: usize>(t: FloatTensor<I>) -> Tensor<I, D> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
@@ -282,27 +334,38 @@ pub(super) fn over_groups<I: Backend, const D: usize>(v: Tensor<I, D>) -> Tensor
     }
 }
 
-impl<I: Backend, K: BatchNormKernels<I>> Backward<I, 3> for BatchNormOpBackward<K> {
+impl<I: Backend, K: BatchNormKernels<I>, const N: usize> Backward<I, N>
+    for BatchNormOpBackward<K, N>
+{
     type State = State<I>;
 
-    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_x, node_gamma, node_beta] = ops.parents;
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let mut parents = ops.parents.into_iter();
+        let mut parent = || parents.next().flatten();
+        let (node_x, node_gamma, node_beta, node_residual) =
+            (parent(), parent(), parent(), parent());
         let grad = grads.consume::<I>(&ops.node);
         let State {
             groups,
             x,
+            output,
             gamma,
             mean,
             inv_std,
         } = ops.state;
-        let (dx, dgamma, dbeta) = K::backward(
+        let (dx, dgamma, dbeta, dresidual) = K::backward(
             float(grad),
             float(x),
+            output.map(float),
             float(gamma),
             float(mean),
             float(inv_std),
             groups,
+            N == 4,
         );
+        if let (Some(node), Some(dresidual)) = (node_residual, dresidual) {
+            grads.register::<I>(node.id, dresidual.into_primitive().tensor());
+        }
         if let Some(node) = node_x {
             grads.register::<I>(node.id, dx.into_primitive().tensor());
         }
@@ -339,10 +402,42 @@ pub fn batch_norm_train_op<I: Backend, C: CheckpointStrategy>(
     epsilon: f64,
     groups: usize,
 ) -> TrainingBatchNorm<Autodiff<I, C>> {
-    batch_norm_train_op_with::<I, C, Composed>(x, gamma, beta, running, epsilon, groups)
+    batch_norm_train_op_with::<I, C, Composed>(x, gamma, beta, running, epsilon, groups, None)
 }
 
-/// [`batch_norm_train_op`] by the kernels `K`.
+/// [`batch_norm_train_op`] with a ReLU after it, and a `residual` added before the ReLU when
+/// given, as one operation: `max(γ·x̂ + β + residual, 0)`, a ResNet block's last batch norm with
+/// its shortcut (`residual`) or any batch norm a ReLU follows. The gradients are those of the
+/// composition (burn's `relu` and `add` after [`batch_norm_train_op`]); the backward step keeps
+/// the output for the ReLU's mask instead of a tensor of its own.
+///
+/// # Shapes
+/// - as [`batch_norm_train_op`]; `residual`: `[n, c, h, w]`
+///
+/// # Panics
+/// As [`batch_norm_train_op`], and if the residual's shape is not the input's.
+pub fn batch_norm_relu_train_op<I: Backend, C: CheckpointStrategy>(
+    x: Tensor<Autodiff<I, C>, 4>,
+    gamma: Tensor<Autodiff<I, C>, 1>,
+    beta: Tensor<Autodiff<I, C>, 1>,
+    running: RunningAverages<Autodiff<I, C>>,
+    epsilon: f64,
+    groups: usize,
+    residual: Option<Tensor<Autodiff<I, C>, 4>>,
+) -> TrainingBatchNorm<Autodiff<I, C>> {
+    batch_norm_train_op_with::<I, C, Composed>(
+        x,
+        gamma,
+        beta,
+        running,
+        epsilon,
+        groups,
+        Some(residual),
+    )
+}
+
+/// [`batch_norm_train_op`] by the kernels `K`; with `relu` = `Some(residual)` the ReLU (and the
+/// residual) of [`batch_norm_relu_train_op`] follow inside the operation.
 pub(crate) fn batch_norm_train_op_with<
     I: Backend,
     C: CheckpointStrategy,
@@ -354,6 +449,7 @@ pub(crate) fn batch_norm_train_op_with<
     running: RunningAverages<Autodiff<I, C>>,
     epsilon: f64,
     groups: usize,
+    relu: Option<Option<Tensor<Autodiff<I, C>, 4>>>,
 ) -> TrainingBatchNorm<Autodiff<I, C>> {
     let [n, _, h, w] = x.dims();
     assert!(
@@ -366,6 +462,13 @@ pub(crate) fn batch_norm_train_op_with<
          groups of an input {:?}",
         x.dims()
     );
+    if let Some(Some(residual)) = &relu {
+        assert_eq!(
+            residual.dims(),
+            x.dims(),
+            "batch norm's residual and input differ in shape"
+        );
+    }
     let device = x.device();
     let running = RunningAverages {
         mean: running.mean.inner().to_device(&device),
@@ -377,6 +480,14 @@ pub(crate) fn batch_norm_train_op_with<
         gamma.into_primitive().tensor(),
         beta.into_primitive().tensor(),
     );
+    let residual = relu
+        .as_ref()
+        .and_then(|r| r.clone())
+        .map(|r| r.into_primitive().tensor());
+    let epilogue = Epilogue {
+        residual: residual.as_ref().map(|r| float(r.primitive.clone())),
+        relu: relu.is_some(),
+    };
     let Moments {
         output,
         mean,
@@ -390,24 +501,37 @@ pub(crate) fn batch_norm_train_op_with<
         running,
         epsilon,
         groups,
+        epilogue,
     );
     let y = output.into_primitive().tensor();
-    let y = match BatchNormOpBackward::<K>(PhantomData)
-        .prepare::<C>([x.node.clone(), gamma.node.clone(), beta.node.clone()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => {
-            let state = State {
-                groups,
-                x: x.primitive,
-                gamma: gamma.primitive,
-                mean: mean.clone().into_primitive().tensor(),
-                inv_std: inv_std.into_primitive().tensor(),
-            };
-            prep.finish(state, y)
-        }
-        OpsKind::UnTracked(prep) => prep.finish(y),
+    // The same step with 3 parents (`x`, `γ`, `β`) or 4 (and the residual); burn-autodiff's node
+    // type is not public, hence a macro rather than a function of the parents.
+    macro_rules! track {
+        ($parents:literal, $nodes:expr) => {
+            match BatchNormOpBackward::<K, $parents>(PhantomData)
+                .prepare::<C>($nodes)
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => {
+                    let state = State {
+                        groups,
+                        x: x.primitive,
+                        output: relu.is_some().then(|| y.clone()),
+                        gamma: gamma.primitive,
+                        mean: mean.clone().into_primitive().tensor(),
+                        inv_std: inv_std.into_primitive().tensor(),
+                    };
+                    prep.finish(state, y)
+                }
+                OpsKind::UnTracked(prep) => prep.finish(y),
+            }
+        };
+    }
+    let (nx, ngamma, nbeta) = (x.node.clone(), gamma.node.clone(), beta.node.clone());
+    let y = match residual {
+        Some(residual) => track!(4, [nx, ngamma, nbeta, residual.node]),
+        None => track!(3, [nx, ngamma, nbeta]),
     };
     TrainingBatchNorm {
         output: Tensor::from_primitive(TensorPrimitive::Float(y)),

@@ -688,24 +688,70 @@ pub fn batch_norm_train<B: Backend>(
     epsilon: f64,
     groups: usize,
 ) -> Result<TrainingBatchNorm<B>, Tensor<B, 4>> {
+    batch_norm_route(x, gamma, beta, running, epsilon, groups, None).map_err(|(x, _)| x)
+}
+
+/// [`batch_norm_train`] followed by a ReLU, with `residual` added before it when given, as one
+/// operation ([`batch_norm_op::batch_norm_relu_train_op`]: a ResNet block's
+/// `relu(bn(x) + identity)`), on the wgpu and CUDA backends under autodiff: `Ok` with
+/// `max(γ·x̂ + β + residual, 0)` as the output, the moments and the running averages moved;
+/// else `Err((x, residual))`, for the caller's composition of [`batch_norm_train`], `add` and
+/// [`relu`] (the CPU's slice kernels have no such epilogue, and the numbers are the same).
+///
+/// # Shapes
+/// - as [`batch_norm_train`]; `residual`: `[n, c, h, w]`
+#[allow(clippy::type_complexity)]
+pub fn batch_norm_relu_train<B: Backend>(
+    x: Tensor<B, 4>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    running: RunningAverages<B>,
+    epsilon: f64,
+    groups: usize,
+    residual: Option<Tensor<B, 4>>,
+) -> Result<TrainingBatchNorm<B>, (Tensor<B, 4>, Option<Tensor<B, 4>>)> {
+    if residual.as_ref().is_some_and(|r| r.dims() != x.dims()) {
+        return Err((x, residual));
+    }
+    batch_norm_route(x, gamma, beta, running, epsilon, groups, Some(residual))
+        .map_err(|(x, relu)| (x, relu.flatten()))
+}
+
+/// The route of [`batch_norm_train`] and, with `relu` = `Some(residual)`,
+/// [`batch_norm_relu_train`] (the GPU backends only).
+#[allow(clippy::type_complexity)]
+fn batch_norm_route<B: Backend>(
+    x: Tensor<B, 4>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    running: RunningAverages<B>,
+    epsilon: f64,
+    groups: usize,
+    relu: Option<Option<Tensor<B, 4>>>,
+) -> Result<TrainingBatchNorm<B>, (Tensor<B, 4>, Option<Option<Tensor<B, 4>>>)> {
     let [n, _, h, w] = x.dims();
     if crate::replica_stats::synchronised::<B>()
         || groups == 0
         || !n.is_multiple_of(groups)
         || n / groups * h * w < 2
     {
-        return Err(x);
+        return Err((x, relu));
     }
     #[cfg(feature = "cpu")]
     let covered = {
         let dtype = x.dtype();
-        groups == 1 && flex::supported(dtype) && gamma.dtype() == dtype && beta.dtype() == dtype
+        groups == 1
+            && relu.is_none()
+            && flex::supported(dtype)
+            && gamma.dtype() == dtype
+            && beta.dtype() == dtype
     };
-    let route = Route::new((x, gamma, beta, running));
+    let route = Route::new(((x, gamma, beta, running), relu));
     #[cfg(feature = "cpu")]
-    let route = route.on_if::<Ad<burn::backend::Flex>>(covered, |(x, gamma, beta, running)| {
-        flex_batch_norm(x, gamma, beta, running, epsilon)
-    });
+    let route = route
+        .on_if::<Ad<burn::backend::Flex>>(covered, |((x, gamma, beta, running), _)| {
+            flex_batch_norm(x, gamma, beta, running, epsilon)
+        });
     #[cfg(all(not(test), feature = "wgpu"))]
     let route = route.on_erased::<Ad<burn::backend::Wgpu>>(|input| {
         super::on_gpu::wgpu::batch_norm_train(input, epsilon, groups)
@@ -715,7 +761,7 @@ pub fn batch_norm_train<B: Backend>(
         super::on_gpu::cuda::batch_norm_train(input, epsilon, groups)
     });
     let _ = (epsilon, groups);
-    route.result().map_err(|(x, _, _, _)| x)
+    route.result().map_err(|((x, _, _, _), relu)| (x, relu))
 }
 
 /// The slice kernels of [`batch_norm`](super::batch_norm) on `Autodiff<Flex>` (`f32` / `f64`

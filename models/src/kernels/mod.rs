@@ -1,7 +1,7 @@
 //! Kernels the backbones' layers call in place of burn's generic rules, where burn 0.21 has
 //! none of its own or keeps more than it needs. Each file says what it computes and why.
 //!
-//! What a layer calls (`dispatch.rs`): [`conv2d`], [`batch_norm_train`], [`relu`], [`gelu()`], [`silu()`],
+//! What a layer calls (`dispatch.rs`): [`conv2d`], [`batch_norm_train`], [`batch_norm_relu_train`], [`relu`], [`gelu()`], [`silu()`],
 //! [`swap_middle_dims`], [`softmax()`], [`log_softmax()`], [`layer_norm()`], [`add_layer_norm`], [`matmul()`] and
 //! [`linear`]; and the parameter updates, [`sgd_momentum_step`] and [`moving_average`]. Each sends the call by the
 //! backend's type to the kernels it has, and any other backend, element type or layer keeps
@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | [`conv2d`] | [`conv`]: [`winograd`]'s F(4×4, 3×3) or [`im2col`], forward and backward; a depthwise layer [`depthwise`]'s | burn's |
 //! | [`batch_norm_train`] | the slice kernels of [`batch_norm`](mod@batch_norm), under autodiff | [`batch_norm_op`] with the `#[cube]` kernels of `batch_norm_cube.rs` |
+//! | [`batch_norm_relu_train`] (a batch norm, a residual added, a ReLU) | the caller's [`batch_norm_train`], `add` and [`relu`] | the same operation and kernels as [`batch_norm_train`], the residual and the ReLU in their last pass forward and their passes backward |
 //! | [`relu`] | [`relu_op`](mod@relu_op) (under autodiff) | [`relu_op`](mod@relu_op) |
 //! | [`gelu()`] | the slice kernels of [`gelu`](mod@gelu) | [`gelu_composed`] |
 //! | [`silu()`] | the slice kernels of [`silu`](mod@silu) | burn's |
@@ -79,9 +80,9 @@ pub mod winograd;
 
 pub use batch_norm_op::{RunningAverages, TrainingBatchNorm};
 pub use dispatch::{
-    add_layer_norm, batch_norm_train, conv2d, gelu, gelu_composed, layer_norm, linear, log_softmax,
-    matmul, moving_average, relu, runs_cpu_kernels, sgd_momentum_step, silu, softmax,
-    swap_middle_dims, SgdSettings,
+    add_layer_norm, batch_norm_relu_train, batch_norm_train, conv2d, gelu, gelu_composed,
+    layer_norm, linear, log_softmax, matmul, moving_average, relu, runs_cpu_kernels,
+    sgd_momentum_step, silu, softmax, swap_middle_dims, SgdSettings,
 };
 pub use gemm::Real;
 pub use geometry::{covered_geometry, depthwise_geometry, ConvGeometry};

@@ -45,25 +45,29 @@ fn relu<I: Backend>(x: Erased) -> Result<Erased, Erased> {
         .or_else(rank::<I, 5>)
 }
 
-/// [`batch_norm_train_op`](super::batch_norm_op::batch_norm_train_op) on `(x, γ, β, running
-/// averages)` on `Autodiff<I>`: `Ok` with its
+/// [`batch_norm_train_op`](super::batch_norm_op::batch_norm_train_op) on `((x, γ, β, running
+/// averages), relu)` on `Autodiff<I>`, followed inside the operation by a ReLU when `relu` is
+/// `Some(residual)` (and the residual added before it when given): `Ok` with its
 /// [`TrainingBatchNorm`](super::batch_norm_op::TrainingBatchNorm), `Err` with the input when it
-/// is not such a quadruple.
+/// is not such a pair.
 fn batch_norm_train<I: Backend, K: BatchNormKernels<I>>(
     input: Erased,
     epsilon: f64,
     groups: usize,
 ) -> Result<Erased, Erased> {
     type Input<I> = (
-        Ad<I, 4>,
-        Ad<I, 1>,
-        Ad<I, 1>,
-        RunningAverages<Autodiff<I, NoCheckpointing>>,
+        (
+            Ad<I, 4>,
+            Ad<I, 1>,
+            Ad<I, 1>,
+            RunningAverages<Autodiff<I, NoCheckpointing>>,
+        ),
+        Option<Option<Ad<I, 4>>>,
     );
     input.downcast::<Input<I>>().map(|input| {
-        let (x, gamma, beta, running) = *input;
+        let ((x, gamma, beta, running), relu) = *input;
         Box::new(batch_norm_train_op_with::<I, NoCheckpointing, K>(
-            x, gamma, beta, running, epsilon, groups,
+            x, gamma, beta, running, epsilon, groups, relu,
         )) as Erased
     })
 }
