@@ -480,9 +480,9 @@ fn batch_norm_is_one_operation_and_as_on_the_cpu() {
 /// is one operation (`kernels::batch_norm_relu_train` takes `Autodiff<Wgpu>`: the residual and
 /// the ReLU in the last forward pass of `batch_norm_cube.rs` and in both backward passes), and
 /// equals the CPU's composition (its slice kernels one group at a time, `add`, `relu`): the
-/// output, the gradients of the input, γ, β and the residual, and the running averages. Two
-/// groups with a residual, one group without, and a residual given as a channels-last view (as
-/// a convolution's output is) besides NCHW-contiguous ones. About half the outputs are zeroed
+/// output, the gradients of the input, γ, β and the residual, and the running averages. One and
+/// two groups, each with and without a residual, the residual given as a channels-last view (as
+/// a convolution's output is) or NCHW-contiguous. About half the outputs are zeroed
 /// by the ReLU (asserted), and no value before it lies within 1e-3 of zero (the residual is
 /// moved by 4e-3 where it would, and that is asserted on the CPU's values): the CPU's and GPU's
 /// f32 sums differ by about 1e-6, so both take the same mask on any CPU, and the comparison is
@@ -576,7 +576,9 @@ fn batch_norm_relu_is_one_operation_and_as_on_the_cpu() {
     for (shape @ [n, c, h, w], groups, residual) in [
         ([4, 40, 12, 12], 2, Some(false)),
         ([4, 3, 5, 6], 1, None),
+        ([4, 35, 6, 5], 2, None),
         ([2, 33, 24, 24], 1, Some(true)),
+        ([4, 5, 6, 4], 2, Some(true)),
     ] {
         let xs: Vec<f32> = pixels(n, c, h, w, 0.3)
             .iter()

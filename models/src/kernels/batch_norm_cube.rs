@@ -798,8 +798,14 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             .chain(residual)
             .collect();
         let streams = OperationStreams::with_inputs(&inputs);
+        // The ReLU is no input or output of its own: its own name tells the two operations apart.
+        let name = if epilogue.relu {
+            "curriculum_ssl_batch_norm_relu_forward"
+        } else {
+            "curriculum_ssl_batch_norm_forward"
+        };
         let desc = CustomOpIr::new(
-            "curriculum_ssl_batch_norm_forward",
+            name,
             &inputs.into_iter().map(|t| t.into_ir()).collect::<Vec<_>>(),
             &outputs,
         );

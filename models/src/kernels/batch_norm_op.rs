@@ -361,7 +361,8 @@ impl<I: Backend, K: BatchNormKernels<I>, const N: usize> Backward<I, N>
             float(mean),
             float(inv_std),
             groups,
-            N == 4,
+            // The residual's gradient only where it is tracked.
+            node_residual.is_some(),
         );
         if let (Some(node), Some(dresidual)) = (node_residual, dresidual) {
             grads.register::<I>(node.id, dresidual.into_primitive().tensor());
