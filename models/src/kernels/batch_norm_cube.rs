@@ -853,13 +853,14 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             return Composed::backward(dy, x, relu_output, gamma, mean, inv_std, groups, residual);
         }
         let [n, c, h, w] = x.dims();
-        let inputs: Vec<_> = [dy, x]
-            .into_iter()
-            .map(|t| t.into_primitive().tensor())
-            .chain([gamma].map(|t| t.into_primitive().tensor()))
-            .chain([mean, inv_std].map(|t| t.into_primitive().tensor()))
-            .chain(relu_output.map(|o| o.into_primitive().tensor()))
-            .collect();
+        let mut inputs = vec![
+            dy.into_primitive().tensor(),
+            x.into_primitive().tensor(),
+            gamma.into_primitive().tensor(),
+            mean.into_primitive().tensor(),
+            inv_std.into_primitive().tensor(),
+        ];
+        inputs.extend(relu_output.map(|o| o.into_primitive().tensor()));
         let client = inputs[0].client.clone();
         let mut outputs = vec![
             output(&inputs[0], vec![n, c, h, w]),
