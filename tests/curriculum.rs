@@ -508,11 +508,7 @@ type CuratedTrainer = Trainer<
     SelfSupervised<
         Ad,
         SimClrLeNet,
-        burn::optim::adaptor::OptimizerAdaptor<
-            curriculum_ssl::optim::Sgd,
-            curriculum_ssl::method::Projected<Ad, LeNet<Ad>>,
-            Ad,
-        >,
+        curriculum_ssl::optim::SgdOptimizer<curriculum_ssl::method::Projected<Ad, LeNet<Ad>>, Ad>,
         ImageArray,
     >,
 >;
@@ -835,11 +831,7 @@ type CropTrainer<M> = Trainer<
     SelfSupervised<
         Ad,
         CropSpy<M>,
-        burn::optim::adaptor::OptimizerAdaptor<
-            curriculum_ssl::optim::Sgd,
-            RotNetNetwork<Ad, M>,
-            Ad,
-        >,
+        curriculum_ssl::optim::SgdOptimizer<RotNetNetwork<Ad, M>, Ad>,
         ImageArray,
     >,
 >;

@@ -1435,11 +1435,7 @@ mod trainer {
     type StepOn<B> = SelfSupervised<
         B,
         MethodOn<B>,
-        burn::optim::adaptor::OptimizerAdaptor<
-            curriculum_ssl::optim::Sgd,
-            <MethodOn<B> as SslMethod<B>>::Online,
-            B,
-        >,
+        curriculum_ssl::optim::SgdOptimizer<<MethodOn<B> as SslMethod<B>>::Online, B>,
         ImageArray,
     >;
     type Step = StepOn<Fast>;

@@ -10,12 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use burn::backend::{Autodiff, Flex};
-use burn::optim::adaptor::OptimizerAdaptor;
 use burn::prelude::*;
 use curriculum_ssl::data::{embedded, ImageArray, Loader, LoaderConfig};
 use curriculum_ssl::method::Progress;
 use curriculum_ssl::method::{init_method, SimClr, SimClrConfig, SslMethod};
-use curriculum_ssl::optim::{Sgd, SgdConfig};
+use curriculum_ssl::optim::{SgdConfig, SgdOptimizer};
 use curriculum_ssl::pipeline::{Augmenter, PipelineConfig};
 use curriculum_ssl::train::{
     files, load_backbone, read_meta, verify, DataFingerprint, Hook, RunRecord, RunView,
@@ -27,7 +26,7 @@ type Ad = Autodiff<Flex>;
 type Dev = <Ad as burn::tensor::backend::BackendTypes>::Device;
 type Method = SimClr<Ad, LeNet<Ad>>;
 type Online = <Method as SslMethod<Ad>>::Online;
-type Run = Trainer<Ad, SelfSupervised<Ad, Method, OptimizerAdaptor<Sgd, Online, Ad>, ImageArray>>;
+type Run = Trainer<Ad, SelfSupervised<Ad, Method, SgdOptimizer<Online, Ad>, ImageArray>>;
 
 fn run_dir(name: &str) -> PathBuf {
     crate::common::run_scratch("curriculum-ssl-reliability", name)
@@ -54,7 +53,7 @@ fn method(device: &Dev, width: usize) -> Method {
     .unwrap()
 }
 
-type Step = SelfSupervised<Ad, Method, OptimizerAdaptor<Sgd, Online, Ad>, ImageArray>;
+type Step = SelfSupervised<Ad, Method, SgdOptimizer<Online, Ad>, ImageArray>;
 
 struct Setup {
     epochs: usize,

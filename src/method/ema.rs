@@ -6,7 +6,7 @@ use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorPrimitive;
-use curriculum_ssl_models::kernels::moving_average;
+use curriculum_ssl_models::kernels::{moving_average, moving_average_all};
 
 use crate::base::error::{in_range, ConfigError};
 
@@ -59,11 +59,29 @@ pub fn ema_update<B: Backend, M: Module<B>, O: Module<B>>(
     );
     let mut collector = TrainableParams::default();
     online.visit(&mut collector);
-    let mut mapper = Average {
-        online: collector.tensors,
+    // Two passes over the target: the first takes out the values to average (the online value
+    // stands in meanwhile: a clone, which records nothing when dropped), so that all of them are
+    // updated by one call, one operation of burn's fusion stream on wgpu and CUDA rather than one
+    // a parameter; the second puts the averages in.
+    let mut take = TakeTargets {
+        online: &collector.tensors,
+        ids: Vec::new(),
+        pairs: Vec::new(),
+    };
+    let target = target.map(&mut take);
+    let TakeTargets { ids, pairs, .. } = take;
+    let averaged = match moving_average_all::<B>(pairs, momentum) {
+        Ok(averages) => averages.into_iter().map(Averaged::Done).collect::<Vec<_>>(),
+        Err(pairs) => pairs
+            .into_iter()
+            .map(|(target, online)| Averaged::Pending(target, online))
+            .collect(),
+    };
+    let mut put = PutAverages {
+        averaged: ids.into_iter().zip(averaged).collect(),
         momentum,
     };
-    target.map(&mut mapper)
+    target.map(&mut put)
 }
 
 /// The momentum at training progress `progress ∈ [0, 1]` when it rises along a cosine from
@@ -95,20 +113,55 @@ impl<B: Backend> ModuleVisitor<B> for TrainableParams<B> {
     }
 }
 
-struct Average<B: Backend> {
-    online: HashMap<ParamId, FloatTensor<B>>,
-    momentum: f64,
+/// The first pass of [`ema_update`]: takes out the target's values that have an online
+/// counterpart, in the order visited, with that counterpart; the online value stands in.
+struct TakeTargets<'a, B: Backend> {
+    online: &'a HashMap<ParamId, FloatTensor<B>>,
+    ids: Vec<ParamId>,
+    pairs: Vec<(FloatTensor<B>, FloatTensor<B>)>,
 }
 
-impl<B: Backend> ModuleMapper<B> for Average<B> {
+impl<B: Backend> ModuleMapper<B> for TakeTargets<'_, B> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         let Some(online) = self.online.get(&param.id) else {
             return param;
         };
         let (id, value, mapper) = param.consume();
-        let online = Tensor::<B, D>::from_primitive(TensorPrimitive::Float(online.clone()));
-        // One kernel of the models crate's on wgpu and CUDA; burn's operations elsewhere.
-        let averaged = moving_average(value, online, self.momentum);
-        Param::from_mapped_value(id, averaged, mapper)
+        self.ids.push(id);
+        self.pairs
+            .push((value.into_primitive().tensor(), online.clone()));
+        let stand_in = Tensor::<B, D>::from_primitive(TensorPrimitive::Float(online.clone()));
+        Param::from_mapped_value(id, stand_in, mapper)
+    }
+}
+
+/// A parameter's average: computed by [`moving_average_all`], or its pair still to average.
+enum Averaged<B: Backend> {
+    Done(FloatTensor<B>),
+    Pending(FloatTensor<B>, FloatTensor<B>),
+}
+
+/// The second pass of [`ema_update`]: puts the averages in (computing each pending one with
+/// [`moving_average`]: one kernel of the models crate's a parameter on wgpu and CUDA, burn's
+/// operations elsewhere).
+struct PutAverages<B: Backend> {
+    averaged: HashMap<ParamId, Averaged<B>>,
+    momentum: f64,
+}
+
+impl<B: Backend> ModuleMapper<B> for PutAverages<B> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let Some(averaged) = self.averaged.remove(&param.id) else {
+            return param;
+        };
+        let (id, _stand_in, mapper) = param.consume();
+        let tensor = |t| Tensor::<B, D>::from_primitive(TensorPrimitive::Float(t));
+        let average = match averaged {
+            Averaged::Done(average) => tensor(average),
+            Averaged::Pending(target, online) => {
+                moving_average(tensor(target), tensor(online), self.momentum)
+            }
+        };
+        Param::from_mapped_value(id, average, mapper)
     }
 }

@@ -1,7 +1,9 @@
 //! Optimisers and learning-rate schedules with PyTorch semantics.
 //!
 //! - [`Sgd`] ([`SgdConfig`]): SGD exactly as PyTorch's (burn's own defaults to
-//!   `dampening = 0.1` and keeps the weight decay in f32).
+//!   `dampening = 0.1` and keeps the weight decay in f32), as the optimiser [`SgdOptimizer`]:
+//!   burn's adaptor of it step for step and record for record, but a step's parameters stepped as
+//!   one list (one operation and kernel on wgpu and CUDA, as PyTorch's multi-tensor `foreach`).
 //! - [`Lars`] ([`LarsConfig`]): LARS (not in burn), excluding biases and normalisation parameters
 //!   (1-D tensors) from the trust ratio and the weight decay, as solo-learn does.
 //! - Learning-rate schedules, evaluated per step: linear warm-up then cosine decay
@@ -20,4 +22,4 @@ mod sgd;
 pub use groups::{step_in_groups, LrGroup};
 pub use lars::{Lars, LarsConfig, LarsState};
 pub use schedule::{StepDecay, WarmupCosine, WarmupCosineConfig};
-pub use sgd::{Sgd, SgdConfig, SgdState};
+pub use sgd::{Sgd, SgdConfig, SgdOptimizer, SgdRecords, SgdState};

@@ -657,11 +657,12 @@ fn batch_norm_relu_is_one_operation_and_as_on_the_cpu() {
 /// after the first step (no buffer yet) and after the second, with weight decay and plain
 /// momentum, and without decay and with Nesterov, on a rank-1 parameter whose length is no
 /// multiple of a cube and a rank-4 one; and a step whose gradient is a transposed view (read
-/// through its strides).
+/// through its strides). `sgd_momentum_step_all` steps 70 parameters as one list (two launches
+/// or more, one gradient transposed) as the per-parameter step does on the CPU.
 #[test]
 fn sgd_step_is_one_operation_and_as_on_the_cpu() {
     use burn::optim::SimpleOptimizer;
-    use curriculum_ssl_models::kernels::{sgd_momentum_step, SgdSettings};
+    use curriculum_ssl_models::kernels::{sgd_momentum_step, sgd_momentum_step_all, SgdSettings};
     let Some(device) = gpu() else { return };
     /// The parameter and buffer after each of two steps of `sgd` from `theta` with the
     /// gradients `grads`.
@@ -746,6 +747,81 @@ fn sgd_step_is_one_operation_and_as_on_the_cpu() {
     let cpu = transposed::<Cpu>(&theta, &g, &v, settings, &CpuDevice::default());
     let on_gpu = transposed::<Gpu>(&theta, &g, &v, settings, &device);
     seen.all("transposed gradient", &cpu, &on_gpu);
+    // A module's parameters as one list (`sgd_momentum_step_all`): 70 parameters of lengths 1 to
+    // 70 (more than one launch takes), one with a transposed gradient, stepped twice (the first
+    // step without buffers); each as the per-parameter step on the CPU.
+    fn all_twice<B: Backend>(
+        params: &[(Vec<f32>, Vec<f32>)],
+        settings: SgdSettings,
+        device: &B::Device,
+    ) -> Vec<[Vec<f32>; 2]> {
+        use burn::tensor::TensorPrimitive;
+        let last = params.len() - 1;
+        // Rank 2: [1, length], the last [5, 7] with its gradient a transposed view of [7, 5].
+        let theta = |i: usize, v: &[f32]| {
+            let shape = if i == last { [5, 7] } else { [1, v.len()] };
+            Tensor::<B, 1>::from_floats(v, device)
+                .reshape(shape)
+                .into_primitive()
+                .tensor()
+        };
+        let grad = |i: usize, g: &[f32]| {
+            let g = Tensor::<B, 1>::from_floats(g, device);
+            let g = if i == last {
+                g.reshape([7, 5]).swap_dims(0, 1)
+            } else {
+                g.reshape([1, params[i].0.len()])
+            };
+            g.into_primitive().tensor()
+        };
+        let list = params
+            .iter()
+            .enumerate()
+            .map(|(i, (t, g))| (theta(i, t), grad(i, g), None))
+            .collect();
+        let Ok(first) = sgd_momentum_step_all::<B>(list, settings) else {
+            panic!("sgd_momentum_step_all did not take the list on the GPU backend");
+        };
+        let list = first
+            .into_iter()
+            .enumerate()
+            .map(|(i, (t, v))| (t, grad(i, &params[i].1), Some(v)))
+            .collect();
+        let Ok(second) = sgd_momentum_step_all::<B>(list, settings) else {
+            panic!("sgd_momentum_step_all did not take the second step");
+        };
+        let host_of = |t| host(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t)));
+        second
+            .into_iter()
+            .map(|(t, v)| [host_of(t), host_of(v)])
+            .collect()
+    }
+    let list_settings = SgdSettings {
+        lr: 0.05,
+        ..settings
+    };
+    let mut params: Vec<(Vec<f32>, Vec<f32>)> = (1..=69)
+        .map(|len| (values(len, len as f32), values(len, 0.3 * len as f32)))
+        .collect();
+    params.push((values(35, 0.4), values(35, 1.7)));
+    let on_gpu = all_twice::<Gpu>(&params, list_settings, &device);
+    assert_eq!(on_gpu.len(), params.len());
+    let sgd = SgdConfig::new().build().unwrap();
+    for (i, ((theta, g), [theta_gpu, v_gpu])) in params.iter().zip(&on_gpu).enumerate() {
+        // Entry (r, c) of the last gradient's [5, 7] view is entry (c, r) of its [7, 5] values.
+        let g: Vec<f32> = if i + 1 == params.len() {
+            (0..35).map(|at| g[(at % 7) * 5 + at / 7]).collect()
+        } else {
+            g.clone()
+        };
+        let cpu = run::<Cpu, 1>(&sgd, theta, [&g, &g], [theta.len()], &CpuDevice::default());
+        // `run` gives each step's θ and v in turn: the second step's are the last two.
+        seen.all(
+            &format!("list, parameter {i}"),
+            &cpu[2..],
+            &[theta_gpu.clone(), v_gpu.clone()],
+        );
+    }
     // The GPU's step took the kernel (the CPU's declines: its caller's operations run).
     let ones = Tensor::<Gpu, 2>::ones([3, 5], &device);
     assert!(sgd_momentum_step(ones.clone(), ones.clone(), Some(ones), settings).is_ok());
@@ -758,10 +834,12 @@ fn sgd_step_is_one_operation_and_as_on_the_cpu() {
 /// `#[cube]` kernel a parameter (`kernels::moving_average` takes `Wgpu` and `Autodiff<Wgpu>`),
 /// and it equals the CPU's tensor operations: `m·t + (1 − m)·o` for two momenta, on a rank-1
 /// tensor whose length is no multiple of a cube and a rank-4 one, under autodiff with no
-/// gradient on the result.
+/// gradient on the result. `moving_average_all` on both as one list (plain and under autodiff)
+/// gives the same averages, and hands a CPU backend's pairs back.
 #[test]
 fn moving_average_is_one_operation_and_as_on_the_cpu() {
-    use curriculum_ssl_models::kernels::moving_average;
+    use burn::tensor::TensorPrimitive;
+    use curriculum_ssl_models::kernels::{moving_average, moving_average_all};
     let Some(device) = gpu() else { return };
     fn run<B: Backend, const D: usize>(
         target: &[f32],
@@ -778,6 +856,29 @@ fn moving_average_is_one_operation_and_as_on_the_cpu() {
             .map(|i| (i as f32 * 0.29 + seed).cos() * 3.0)
             .collect()
     };
+    fn all<B: Backend>(
+        pairs: &[(Vec<f32>, Vec<f32>)],
+        momentum: f64,
+        device: &B::Device,
+    ) -> Vec<Vec<f32>> {
+        let p = |v: &[f32]| {
+            Tensor::<B, 1>::from_floats(v, device)
+                .into_primitive()
+                .tensor()
+        };
+        let pairs = pairs.iter().map(|(t, o)| (p(t), p(o))).collect();
+        let Ok(averages) = moving_average_all::<B>(pairs, momentum) else {
+            panic!("moving_average_all did not take a list of f32 pairs on the GPU backend");
+        };
+        averages
+            .into_iter()
+            .map(|a| {
+                let a = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(a));
+                assert!(!a.is_require_grad());
+                host(a)
+            })
+            .collect()
+    }
     let mut seen = Comparisons::default();
     for momentum in [0.99, 0.5] {
         let (t, o) = (values(37, 0.3), values(37, 1.3));
@@ -802,7 +903,63 @@ fn moving_average_is_one_operation_and_as_on_the_cpu() {
         ));
         let on_gpu = host(run::<Gpu, 4>(&t, &o, shape, momentum, &device));
         seen.close(&format!("rank 4, m {momentum}"), &cpu, &on_gpu);
+        // All of a copy's pairs at once (`moving_average_all`: one operation for the list),
+        // with and without autodiff: each average as the CPU's above.
+        let pairs = [(values(37, 0.3), values(37, 1.3)), (t, o)];
+        for (name, averages) in [
+            ("plain", all::<Gpu>(&pairs, momentum, &device)),
+            ("autodiff", all::<GpuAd>(&pairs, momentum, &device)),
+        ] {
+            assert_eq!(averages.len(), 2);
+            let cpu_first = host(run::<Cpu, 1>(
+                &pairs[0].0,
+                &pairs[0].1,
+                [37],
+                momentum,
+                &CpuDevice::default(),
+            ));
+            seen.close(
+                &format!("all, {name}, first, m {momentum}"),
+                &cpu_first,
+                &averages[0],
+            );
+            seen.close(
+                &format!("all, {name}, second, m {momentum}"),
+                &cpu,
+                &averages[1],
+            );
+        }
     }
+    // More pairs than one launch takes (64 at most): lengths 1 to 70, laid end to end over two
+    // launches or more.
+    let many: Vec<(Vec<f32>, Vec<f32>)> = (1..=70)
+        .map(|len| (values(len, len as f32), values(len, 0.5 * len as f32)))
+        .collect();
+    let averages = all::<Gpu>(&many, 0.9, &device);
+    assert_eq!(averages.len(), many.len());
+    for ((target, online), average) in many.iter().zip(&averages) {
+        let cpu = host(run::<Cpu, 1>(
+            target,
+            online,
+            [target.len()],
+            0.9,
+            &CpuDevice::default(),
+        ));
+        seen.close(
+            &format!("all, 70 pairs, length {}", target.len()),
+            &cpu,
+            average,
+        );
+    }
+    // Not a GPU backend: the pairs come back, for `moving_average` on each.
+    let p = |v: f32| {
+        Tensor::<Cpu, 1>::from_floats([v], &CpuDevice::default())
+            .into_primitive()
+            .tensor()
+    };
+    assert!(
+        moving_average_all::<Cpu>(vec![(p(1.0), p(2.0))], 0.5).is_err_and(|pairs| pairs.len() == 1)
+    );
     seen.report("moving_average_is_one_operation_and_as_on_the_cpu");
 }
 

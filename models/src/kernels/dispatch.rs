@@ -62,6 +62,17 @@ impl<B: Backend> OnBackend for RunningAverages<B> {
     type On<C: Backend> = RunningAverages<C>;
 }
 
+/// A float tensor's primitive (of any rank) on `B`, as a route moves it.
+pub(crate) struct Primitive<B: Backend>(pub(crate) burn::tensor::ops::FloatTensor<B>);
+
+impl<B: Backend> OnBackend for Primitive<B> {
+    type On<C: Backend> = Primitive<C>;
+}
+
+impl<X: OnBackend> OnBackend for Vec<X> {
+    type On<C: Backend> = Vec<X::On<C>>;
+}
+
 impl<X: OnBackend> OnBackend for Option<X> {
     type On<C: Backend> = Option<X::On<C>>;
 }
@@ -235,6 +246,56 @@ pub fn sgd_momentum_step<B: Backend, const D: usize>(
     route.result()
 }
 
+/// A list of parameters to step: each `(θ, g, v)` as burn's primitives (of any rank), `v`
+/// `None` before the first step.
+pub type SgdList<B> = Vec<(
+    burn::tensor::ops::FloatTensor<B>,
+    burn::tensor::ops::FloatTensor<B>,
+    Option<burn::tensor::ops::FloatTensor<B>>,
+)>;
+
+/// [`sgd_momentum_step`] on every parameter of a list (a module's) as ONE operation of burn's
+/// fusion stream and one `#[cube]` kernel launch for up to 64 parameters on the wgpu and CUDA
+/// backends (`sgd_cube.rs`): `Ok` with each new `(θ, v)` in the list's order. Elsewhere, or when
+/// the element types differ or some parameters have a buffer and others none, `Err` with the
+/// list, for [`sgd_momentum_step`] or the caller's tensor operations on each.
+///
+/// # Shapes
+/// - each `θ`, `g`, `v`: one shape, of any rank; each new `θ` and `v`: the same
+#[allow(clippy::type_complexity)]
+pub fn sgd_momentum_step_all<B: Backend>(
+    list: SgdList<B>,
+    settings: SgdSettings,
+) -> Result<
+    Vec<(
+        burn::tensor::ops::FloatTensor<B>,
+        burn::tensor::ops::FloatTensor<B>,
+    )>,
+    SgdList<B>,
+> {
+    let list: Vec<_> = list
+        .into_iter()
+        .map(|(p, g, v)| (Primitive::<B>(p), Primitive::<B>(g), v.map(Primitive::<B>)))
+        .collect();
+    let route: Route<_, Vec<(Primitive<B>, Primitive<B>)>> = Route::new(list);
+    #[cfg(all(not(test), feature = "wgpu"))]
+    let route = route.on_erased::<burn::backend::Wgpu>(|input| {
+        super::on_gpu::wgpu::sgd_momentum_step_all(input, settings)
+    });
+    #[cfg(all(not(test), feature = "cuda"))]
+    let route = route.on_erased::<burn::backend::Cuda>(|input| {
+        super::on_gpu::cuda::sgd_momentum_step_all(input, settings)
+    });
+    let _ = settings;
+    match route.result() {
+        Ok(stepped) => Ok(stepped.into_iter().map(|(p, v)| (p.0, v.0)).collect()),
+        Err(list) => Err(list
+            .into_iter()
+            .map(|(p, g, v)| (p.0, g.0, v.map(|v| v.0)))
+            .collect()),
+    }
+}
+
 /// The exponential moving average of a momentum copy's parameter, `m·target + (1 − m)·online`
 /// (MoCo's key encoder, BYOL's target): on the wgpu and CUDA backends, under autodiff or not,
 /// one operation of burn's fusion stream and one `#[cube]` kernel (`moving_average_cube.rs`,
@@ -266,6 +327,57 @@ pub fn moving_average<B: Backend, const D: usize>(
             super::on_gpu::cuda::moving_average_autodiff(input, momentum)
         });
     route.or(|(target, online)| (target * momentum + online * (1.0 - momentum)).detach())
+}
+
+/// [`moving_average`] of every `(target, online)` pair of a momentum copy's parameters (burn's
+/// primitives, of any rank) as ONE operation of burn's fusion stream on the wgpu and CUDA
+/// backends, under autodiff or not (`moving_average_cube.rs`; the kernel runs once a pair, the
+/// host records and matches one operation instead of one a parameter): `Ok` with the averages in
+/// the pairs' order, untracked. Elsewhere, or when a pair's two element types differ, `Err` with
+/// the pairs, for [`moving_average`] on each.
+///
+/// # Shapes
+/// - each pair's `target` and `online`: one shape, of any rank; its average: the same
+#[allow(clippy::type_complexity)]
+pub fn moving_average_all<B: Backend>(
+    pairs: Vec<(
+        burn::tensor::ops::FloatTensor<B>,
+        burn::tensor::ops::FloatTensor<B>,
+    )>,
+    momentum: f64,
+) -> Result<
+    Vec<burn::tensor::ops::FloatTensor<B>>,
+    Vec<(
+        burn::tensor::ops::FloatTensor<B>,
+        burn::tensor::ops::FloatTensor<B>,
+    )>,
+> {
+    let pairs: Vec<_> = pairs
+        .into_iter()
+        .map(|(t, o)| (Primitive::<B>(t), Primitive::<B>(o)))
+        .collect();
+    let route: Route<_, Vec<Primitive<B>>> = Route::new(pairs);
+    #[cfg(all(not(test), feature = "wgpu"))]
+    let route = route
+        .on_erased::<burn::backend::Wgpu>(|input| {
+            super::on_gpu::wgpu::moving_average_all(input, momentum)
+        })
+        .on_erased::<Ad<burn::backend::Wgpu>>(|input| {
+            super::on_gpu::wgpu::moving_average_all_autodiff(input, momentum)
+        });
+    #[cfg(all(not(test), feature = "cuda"))]
+    let route = route
+        .on_erased::<burn::backend::Cuda>(|input| {
+            super::on_gpu::cuda::moving_average_all(input, momentum)
+        })
+        .on_erased::<Ad<burn::backend::Cuda>>(|input| {
+            super::on_gpu::cuda::moving_average_all_autodiff(input, momentum)
+        });
+    let _ = momentum;
+    match route.result() {
+        Ok(averages) => Ok(averages.into_iter().map(|a| a.0).collect()),
+        Err(pairs) => Err(pairs.into_iter().map(|(t, o)| (t.0, o.0)).collect()),
+    }
 }
 
 /// Whether [`conv2d`] runs this module's kernels for `conv` on `x` (the backend is `Flex` or

@@ -22,7 +22,9 @@
 //! | [`add_layer_norm`] (a residual add and the norm after it) | [`layer_norm`](mod@layer_norm)'s one pass for both forward, its backward (under autodiff) | burn's add and norm |
 //! | [`matmul()`] (same leading dimensions), [`linear`] | [`matmul`](mod@matmul)'s products and column sums, forward and backward | burn's |
 //! | [`sgd_momentum_step`] (an optimiser's step, on the inner backend) | the caller's tensor operations | the `#[cube]` kernel of `sgd_cube.rs` |
+//! | [`sgd_momentum_step_all`] (a module's step) | `Err`: the caller's step of each | one operation of the kernel above on every parameter |
 //! | [`moving_average`] (a momentum copy's update) | burn's | the `#[cube]` kernel of `moving_average_cube.rs` (also under autodiff) |
+//! | [`moving_average_all`] (all of a momentum copy's updates) | `Err`: the caller's [`moving_average`] each | one operation of the kernel above on every pair |
 //!
 //! Underneath: the slices' shared arithmetic (`gemm.rs`: the element types ([`Real`]), scratch
 //! buffers, the GEMM call; `sums.rs`: sums in f64 over eight lanes) and a convolution's sizes
@@ -81,8 +83,9 @@ pub mod winograd;
 pub use batch_norm_op::{RunningAverages, TrainingBatchNorm};
 pub use dispatch::{
     add_layer_norm, batch_norm_relu_train, batch_norm_train, conv2d, gelu, gelu_composed,
-    layer_norm, linear, log_softmax, matmul, moving_average, relu, runs_cpu_kernels,
-    sgd_momentum_step, silu, softmax, swap_middle_dims, SgdSettings,
+    layer_norm, linear, log_softmax, matmul, moving_average, moving_average_all, relu,
+    runs_cpu_kernels, sgd_momentum_step, sgd_momentum_step_all, silu, softmax, swap_middle_dims,
+    SgdList, SgdSettings,
 };
 pub use gemm::Real;
 pub use geometry::{covered_geometry, depthwise_geometry, ConvGeometry};

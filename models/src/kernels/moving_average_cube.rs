@@ -10,6 +10,11 @@
 //! parameter, with the same arithmetic in the same order (in f32; a bf16 parameter is read and
 //! written in bf16).
 //!
+//! [`moving_average_all`](super::moving_average_all) updates a whole momentum copy as one
+//! operation and one kernel launch for up to 64 parameters (a `Sequence` of tensors, as many as
+//! the device's bindings allow): a ResNet-18's 62 parameters were 62 operations and 62 launches
+//! the host recorded, matched, ran and encoded one by one.
+//!
 //! Checked on lavapipe against the CPU's tensor operations (`tests/gpu_path`), and by the
 //! GPU-path tests of MoCo's and BYOL's steps (the key encoder and the target after each step).
 
@@ -20,7 +25,7 @@ use burn::tensor::ops::FloatTensor;
 use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::FusionRuntime;
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 
 use super::cube_op::{output, tensor, Inner, On, Runtime};
 
@@ -49,6 +54,90 @@ mod device {
             output[at] =
                 F::cast_from(f32::cast_from(target[at]) * keep + f32::cast_from(online[at]) * take);
         }
+    }
+
+    /// The kernel above on a list of tensors at once: unit `at` of the launch is entry
+    /// `at − start` of the tensor whose entries `start..start + len` it falls in, the list laid
+    /// end to end (the list's length is a compile-time constant, so the search is unrolled).
+    #[cube(launch)]
+    fn moving_average_many_kernel<F: Float>(
+        targets: &Sequence<Tensor<F>>,
+        onlines: &Sequence<Tensor<F>>,
+        outputs: &mut Sequence<Tensor<F>>,
+        keep: f32,
+        take: f32,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        let at = ABSOLUTE_POS;
+        let count = outputs.len().comptime();
+        let mut start = 0usize;
+        #[unroll]
+        for i in 0..count {
+            let output = outputs.index_mut(i);
+            let len = output.len();
+            if at >= start && at < start + len {
+                let local = at - start;
+                output[local] = F::cast_from(
+                    f32::cast_from(targets.index(i)[local]) * keep
+                        + f32::cast_from(onlines.index(i)[local]) * take,
+                );
+            }
+            start += len;
+        }
+    }
+
+    /// The averages of `pairs` on the inner backend's tensors, each written to a new contiguous
+    /// tensor shaped as its target: one launch for up to `per_launch` pairs.
+    pub(super) fn moving_average_many_cube<R: CubeRuntime>(
+        pairs: Vec<(CubeTensor<R>, CubeTensor<R>)>,
+        momentum: f64,
+        per_launch: usize,
+    ) -> Vec<CubeTensor<R>> {
+        let mut averages = Vec::with_capacity(pairs.len());
+        let mut pairs = pairs.into_iter().peekable();
+        while let Some((first, _)) = pairs.peek() {
+            let (client, device, dtype) = (first.client.clone(), first.device.clone(), first.dtype);
+            let chunk: Vec<_> = pairs
+                .by_ref()
+                .take(per_launch.max(1))
+                .map(|(t, o)| (into_contiguous(t), into_contiguous(o)))
+                .collect();
+            let outputs: Vec<CubeTensor<R>> = chunk
+                .iter()
+                .map(|(t, _)| {
+                    empty_device_contiguous_dtype::<R>(
+                        client.clone(),
+                        device.clone(),
+                        t.meta.shape().clone(),
+                        dtype,
+                    )
+                })
+                .collect();
+            let units: usize = chunk.iter().map(|(t, _)| t.meta.num_elements()).sum();
+            let cube_dim = CubeDim::new(&client, units);
+            moving_average_many_kernel::launch::<R>(
+                &client,
+                calculate_cube_count_elemwise(&client, units, cube_dim),
+                cube_dim,
+                chunk
+                    .iter()
+                    .map(|(t, _)| t.clone().into_tensor_arg())
+                    .collect(),
+                chunk
+                    .iter()
+                    .map(|(_, o)| o.clone().into_tensor_arg())
+                    .collect(),
+                outputs
+                    .iter()
+                    .map(|o| o.clone().into_tensor_arg())
+                    .collect(),
+                momentum as f32,
+                (1.0 - momentum) as f32,
+                dtype.into(),
+            );
+            averages.extend(outputs);
+        }
+        averages
     }
 
     /// The average on the inner backend's tensors, written to a new contiguous tensor shaped as
@@ -109,9 +198,65 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     }
 }
 
+/// The kernel on every pair of a list as one custom operation of burn's fusion stream: inputs
+/// the pairs' target and online values in turn, outputs the averages in the pairs' order.
+#[derive(Clone, Debug)]
+struct MovingAverageAllOp<R, F, I, BT> {
+    desc: CustomOpIr,
+    momentum: f64,
+    _backend: PhantomData<(R, F, I, BT)>,
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<Runtime<R, F, I, BT>> for MovingAverageAllOp<R, F, I, BT>
+{
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<<Runtime<R, F, I, BT> as FusionRuntime>::FusionHandle>,
+    ) {
+        let pairs = self
+            .desc
+            .inputs
+            .chunks_exact(2)
+            .map(|pair| {
+                (
+                    handles.get_float_tensor::<Inner<R, F, I, BT>>(&pair[0]),
+                    handles.get_float_tensor::<Inner<R, F, I, BT>>(&pair[1]),
+                )
+            })
+            .collect::<Vec<_>>();
+        let Some((first, _)) = pairs.first() else {
+            return;
+        };
+        // Three bindings a pair; a few left for cubecl's own (the tensors' metadata, the
+        // scalars). A ResNet-18's 62 parameters are one launch on CUDA (1,024 bindings), as
+        // many as the device allows on wgpu (Vulkan's per-stage limit of storage buffers).
+        let bindings = first.client.properties().hardware.max_bindings as usize;
+        let per_launch = (bindings.saturating_sub(4) / 3).clamp(1, MAX_PAIRS_PER_LAUNCH);
+        let averages = device::moving_average_many_cube::<R>(pairs, self.momentum, per_launch);
+        for (output, average) in self.desc.outputs.iter().zip(averages) {
+            handles.register_float_tensor::<Inner<R, F, I, BT>>(&output.id, average);
+        }
+    }
+}
+
+/// The most pairs one launch of the list's kernel takes: its search for a unit's tensor is
+/// unrolled over them (every unit compares its position with each tensor's range).
+const MAX_PAIRS_PER_LAUNCH: usize = 64;
+
+/// `(target, online)` pairs of parameters, as burn's primitives (of any rank).
+pub(crate) type Pairs<B> = Vec<(FloatTensor<B>, FloatTensor<B>)>;
+
 /// The backends with the kernel: `Fusion<CubeBackend<…>>`, the inner backend of
 /// `Autodiff<Wgpu>` and `Autodiff<Cuda>`.
 pub(crate) trait MovingAverageKernel: Backend {
+    /// [`moving_average_all`](super::moving_average_all) when each pair shares one element
+    /// type: `Ok` with the averages in the pairs' order, else `Err` with the pairs.
+    fn moving_average_all(
+        pairs: Pairs<Self>,
+        momentum: f64,
+    ) -> Result<Vec<FloatTensor<Self>>, Pairs<Self>>;
+
     /// [`moving_average`](super::moving_average) when both tensors share one element type:
     /// `Ok` with the average, else `Err` with the inputs.
     #[allow(clippy::type_complexity)]
@@ -125,6 +270,38 @@ pub(crate) trait MovingAverageKernel: Backend {
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> MovingAverageKernel
     for On<R, F, I, BT>
 {
+    fn moving_average_all(
+        pairs: Pairs<Self>,
+        momentum: f64,
+    ) -> Result<Vec<FloatTensor<Self>>, Pairs<Self>> {
+        if pairs.iter().any(|(t, o)| t.dtype != o.dtype) {
+            return Err(pairs);
+        }
+        let Some(client) = pairs.first().map(|(t, _)| t.client.clone()) else {
+            return Ok(Vec::new());
+        };
+        let outputs: Vec<TensorIr> = pairs
+            .iter()
+            .map(|(t, _)| output(t, t.shape.to_vec()))
+            .collect();
+        let streams = OperationStreams::with_inputs(pairs.iter().flat_map(|(t, o)| [t, o]));
+        let inputs: Vec<TensorIr> = pairs
+            .into_iter()
+            .flat_map(|(t, o)| [t.into_ir(), o.into_ir()])
+            .collect();
+        let desc = CustomOpIr::new("curriculum_ssl_moving_average_all", &inputs, &outputs);
+        let averages = client.register(
+            streams,
+            OperationIr::Custom(desc.clone()),
+            MovingAverageAllOp::<R, F, I, BT> {
+                desc,
+                momentum,
+                _backend: PhantomData,
+            },
+        );
+        Ok(averages)
+    }
+
     fn moving_average<const D: usize>(
         target: Tensor<Self, D>,
         online: Tensor<Self, D>,

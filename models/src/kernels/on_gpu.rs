@@ -19,7 +19,10 @@ use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::Autodiff;
 use burn::prelude::*;
 
+use burn::tensor::backend::AutodiffBackend;
+
 use super::batch_norm_op::{batch_norm_train_op_with, BatchNormKernels, RunningAverages};
+use super::dispatch::Primitive;
 use super::log_softmax_cube::LogSoftmaxKernels;
 use super::moving_average_cube::MovingAverageKernel;
 use super::sgd_cube::SgdKernel;
@@ -158,6 +161,87 @@ fn moving_average_autodiff<I: MovingAverageKernel>(
         .or_else(|input| rank::<I, 5>(input, momentum))
 }
 
+/// [`SgdKernel::sgd_step_all`] on `B`'s list: `Ok` with each new `(θ, v)`, `Err` with the
+/// input when it is not such a list or the kernel does not take it.
+fn sgd_momentum_step_all<B: SgdKernel>(
+    input: Erased,
+    settings: SgdSettings,
+) -> Result<Erased, Erased> {
+    type List<B> = Vec<(Primitive<B>, Primitive<B>, Option<Primitive<B>>)>;
+    let list = *input.downcast::<List<B>>()?;
+    let list = list
+        .into_iter()
+        .map(|(p, g, v)| (p.0, g.0, v.map(|v| v.0)))
+        .collect();
+    match B::sgd_step_all(list, settings) {
+        Ok(stepped) => Ok(Box::new(
+            stepped
+                .into_iter()
+                .map(|(p, v)| (Primitive::<B>(p), Primitive::<B>(v)))
+                .collect::<Vec<_>>(),
+        )),
+        Err(list) => Err(Box::new(
+            list.into_iter()
+                .map(|(p, g, v)| (Primitive::<B>(p), Primitive::<B>(g), v.map(Primitive::<B>)))
+                .collect::<List<B>>(),
+        )),
+    }
+}
+
+/// [`MovingAverageKernel::moving_average_all`] on `B`'s pairs: `Ok` with the averages, `Err`
+/// with the input when it is not such a list or the kernel does not take it.
+fn moving_average_all<B: MovingAverageKernel>(
+    input: Erased,
+    momentum: f64,
+) -> Result<Erased, Erased> {
+    let pairs = *input.downcast::<Vec<(Primitive<B>, Primitive<B>)>>()?;
+    let pairs = pairs.into_iter().map(|(t, o)| (t.0, o.0)).collect();
+    match B::moving_average_all(pairs, momentum) {
+        Ok(averages) => Ok(Box::new(
+            averages.into_iter().map(Primitive::<B>).collect::<Vec<_>>(),
+        )),
+        Err(pairs) => Err(Box::new(
+            pairs
+                .into_iter()
+                .map(|(t, o)| (Primitive::<B>(t), Primitive::<B>(o)))
+                .collect::<Vec<_>>(),
+        )),
+    }
+}
+
+/// [`moving_average_all`] on `Autodiff<I>`'s pairs: computed on their values (the inner
+/// backend's), the averages untracked.
+fn moving_average_all_autodiff<I: MovingAverageKernel>(
+    input: Erased,
+    momentum: f64,
+) -> Result<Erased, Erased> {
+    type A<I> = Autodiff<I, NoCheckpointing>;
+    let pairs = *input.downcast::<Vec<(Primitive<A<I>>, Primitive<A<I>>)>>()?;
+    let pairs = pairs
+        .into_iter()
+        .map(|(t, o)| (A::<I>::inner(t.0), A::<I>::inner(o.0)))
+        .collect();
+    match I::moving_average_all(pairs, momentum) {
+        Ok(averages) => Ok(Box::new(
+            averages
+                .into_iter()
+                .map(|a| Primitive::<A<I>>(A::<I>::from_inner(a)))
+                .collect::<Vec<_>>(),
+        )),
+        Err(pairs) => Err(Box::new(
+            pairs
+                .into_iter()
+                .map(|(t, o)| {
+                    (
+                        Primitive::<A<I>>(A::<I>::from_inner(t)),
+                        Primitive::<A<I>>(A::<I>::from_inner(o)),
+                    )
+                })
+                .collect::<Vec<_>>(),
+        )),
+    }
+}
+
 /// The steps on `Autodiff<Wgpu>` (the `wgpu` feature).
 #[cfg(feature = "wgpu")]
 pub(crate) mod wgpu {
@@ -195,6 +279,15 @@ pub(crate) mod wgpu {
         super::sgd_momentum_step::<burn::backend::Wgpu>(input, settings)
     }
 
+    /// [`sgd_momentum_step_all`](super::sgd_momentum_step_all) on `Wgpu`.
+    #[inline(never)]
+    pub(crate) fn sgd_momentum_step_all(
+        input: Erased,
+        settings: super::SgdSettings,
+    ) -> Result<Erased, Erased> {
+        super::sgd_momentum_step_all::<burn::backend::Wgpu>(input, settings)
+    }
+
     /// [`moving_average`](super::moving_average) on `Wgpu`.
     #[inline(never)]
     pub(crate) fn moving_average(input: Erased, momentum: f64) -> Result<Erased, Erased> {
@@ -205,6 +298,22 @@ pub(crate) mod wgpu {
     #[inline(never)]
     pub(crate) fn moving_average_autodiff(input: Erased, momentum: f64) -> Result<Erased, Erased> {
         super::moving_average_autodiff::<burn::backend::Wgpu>(input, momentum)
+    }
+
+    /// [`moving_average_all`](super::moving_average_all) on `Wgpu`.
+    #[inline(never)]
+    pub(crate) fn moving_average_all(input: Erased, momentum: f64) -> Result<Erased, Erased> {
+        super::moving_average_all::<burn::backend::Wgpu>(input, momentum)
+    }
+
+    /// [`moving_average_all_autodiff`](super::moving_average_all_autodiff) on
+    /// `Autodiff<Wgpu>`.
+    #[inline(never)]
+    pub(crate) fn moving_average_all_autodiff(
+        input: Erased,
+        momentum: f64,
+    ) -> Result<Erased, Erased> {
+        super::moving_average_all_autodiff::<burn::backend::Wgpu>(input, momentum)
     }
 }
 
@@ -245,6 +354,15 @@ pub(crate) mod cuda {
         super::sgd_momentum_step::<burn::backend::Cuda>(input, settings)
     }
 
+    /// [`sgd_momentum_step_all`](super::sgd_momentum_step_all) on `Cuda`.
+    #[inline(never)]
+    pub(crate) fn sgd_momentum_step_all(
+        input: Erased,
+        settings: super::SgdSettings,
+    ) -> Result<Erased, Erased> {
+        super::sgd_momentum_step_all::<burn::backend::Cuda>(input, settings)
+    }
+
     /// [`moving_average`](super::moving_average) on `Cuda`.
     #[inline(never)]
     pub(crate) fn moving_average(input: Erased, momentum: f64) -> Result<Erased, Erased> {
@@ -255,5 +373,21 @@ pub(crate) mod cuda {
     #[inline(never)]
     pub(crate) fn moving_average_autodiff(input: Erased, momentum: f64) -> Result<Erased, Erased> {
         super::moving_average_autodiff::<burn::backend::Cuda>(input, momentum)
+    }
+
+    /// [`moving_average_all`](super::moving_average_all) on `Cuda`.
+    #[inline(never)]
+    pub(crate) fn moving_average_all(input: Erased, momentum: f64) -> Result<Erased, Erased> {
+        super::moving_average_all::<burn::backend::Cuda>(input, momentum)
+    }
+
+    /// [`moving_average_all_autodiff`](super::moving_average_all_autodiff) on
+    /// `Autodiff<Cuda>`.
+    #[inline(never)]
+    pub(crate) fn moving_average_all_autodiff(
+        input: Erased,
+        momentum: f64,
+    ) -> Result<Erased, Erased> {
+        super::moving_average_all_autodiff::<burn::backend::Cuda>(input, momentum)
     }
 }

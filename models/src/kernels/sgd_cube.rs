@@ -10,6 +10,11 @@
 //! values. Here it is one operation and one kernel a parameter, with the same arithmetic in the
 //! same order (in f32; a bf16 parameter is read and written in bf16).
 //!
+//! [`sgd_momentum_step_all`](super::sgd_momentum_step_all) steps a whole module's parameters as
+//! one operation and one launch for up to 64 of them (a `Sequence` of tensors, as many as the
+//! device's bindings allow): what the root crate's `SgdOptimizer` calls: a ResNet-18 step's 62
+//! operations and launches in one.
+//!
 //! Checked on lavapipe against the CPU's tensor operations (`tests/gpu_path`: the first step and
 //! a later one, with and without weight decay and Nesterov, ranks 1 and 4), and by every
 //! GPU-path test of a method's two SGD steps (the weights after each step).
@@ -17,13 +22,14 @@
 use std::marker::PhantomData;
 
 use burn::prelude::*;
+use burn::tensor::ops::FloatTensor;
 use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::FusionRuntime;
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 
 use super::cube_op::{output, tensor, Inner, On, Runtime};
-use super::SgdSettings;
+use super::{SgdList, SgdSettings};
 
 /// The kernel and its launch on the inner backend's tensors (cubecl's prelude has its own
 /// `Tensor` and `Float`, hence a module of its own).
@@ -95,6 +101,133 @@ mod device {
             param_out[at] = F::cast_from(theta - step * lr);
             velocity_out[at] = F::cast_from(v);
         }
+    }
+
+    /// The kernel above on a list of parameters at once: unit `at` of the launch is entry
+    /// `at − start` of the parameter whose entries `start..start + len` it falls in, the list laid
+    /// end to end (the list's length is a compile-time constant, so the search is unrolled). The
+    /// gradients are read through their strides (the same offset where they are contiguous);
+    /// on the `first` step `velocities` are the gradients again.
+    #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
+    fn sgd_step_many<F: Float>(
+        params: &Sequence<Tensor<F>>,
+        grads: &Sequence<Tensor<F>>,
+        velocities: &Sequence<Tensor<F>>,
+        params_out: &mut Sequence<Tensor<F>>,
+        velocities_out: &mut Sequence<Tensor<F>>,
+        lr: f32,
+        momentum: f32,
+        weight_decay: f32,
+        #[comptime] first: bool,
+        #[comptime] nesterov: bool,
+        #[comptime] decay: bool,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        let at = ABSOLUTE_POS;
+        let count = params_out.len().comptime();
+        let mut start = 0usize;
+        #[unroll]
+        for i in 0..count {
+            let param_out = params_out.index_mut(i);
+            let len = param_out.len();
+            if at >= start && at < start + len {
+                let local = at - start;
+                let theta = f32::cast_from(params.index(i)[local]);
+                let grad = grads.index(i);
+                let mut g = f32::cast_from(grad[strided_offset(grad, local)]);
+                if decay {
+                    g += theta * weight_decay;
+                }
+                let mut v = g;
+                if !first {
+                    v = f32::cast_from(velocities.index(i)[local]) * momentum + g;
+                }
+                let mut step = v;
+                if nesterov {
+                    step = g + v * momentum;
+                }
+                param_out[local] = F::cast_from(theta - step * lr);
+                let velocity_out = velocities_out.index_mut(i);
+                velocity_out[local] = F::cast_from(v);
+            }
+            start += len;
+        }
+    }
+
+    /// The step on a list of `(θ, g, v)` on the inner backend's tensors (every `v` given, or
+    /// none: the `first` step), up to `per_launch` a launch: returns each new parameter and
+    /// momentum buffer, shaped as its parameter, without row padding.
+    pub(super) fn sgd_many_cube<R: CubeRuntime>(
+        list: Vec<(CubeTensor<R>, CubeTensor<R>, Option<CubeTensor<R>>)>,
+        settings: SgdSettings,
+        per_launch: usize,
+    ) -> Vec<[CubeTensor<R>; 2]> {
+        let first = list.first().is_some_and(|(_, _, v)| v.is_none());
+        let mut stepped = Vec::with_capacity(list.len());
+        let mut list = list.into_iter().peekable();
+        while let Some((like, _, _)) = list.peek() {
+            let (client, device, dtype) = (like.client.clone(), like.device.clone(), like.dtype);
+            let chunk: Vec<_> = list
+                .by_ref()
+                .take(per_launch.max(1))
+                .map(|(param, grad, velocity)| {
+                    let velocity = velocity
+                        .map(into_contiguous)
+                        .unwrap_or_else(|| grad.clone());
+                    (into_contiguous(param), grad, velocity)
+                })
+                .collect();
+            let outputs: Vec<[CubeTensor<R>; 2]> = chunk
+                .iter()
+                .map(|(param, _, _)| {
+                    [0; 2].map(|_| {
+                        empty_device_contiguous_dtype::<R>(
+                            client.clone(),
+                            device.clone(),
+                            param.meta.shape().clone(),
+                            dtype,
+                        )
+                    })
+                })
+                .collect();
+            let units: usize = chunk.iter().map(|(p, _, _)| p.meta.num_elements()).sum();
+            let cube_dim = CubeDim::new(&client, units);
+            sgd_step_many::launch::<R>(
+                &client,
+                calculate_cube_count_elemwise(&client, units, cube_dim),
+                cube_dim,
+                chunk
+                    .iter()
+                    .map(|(p, _, _)| p.clone().into_tensor_arg())
+                    .collect(),
+                chunk
+                    .iter()
+                    .map(|(_, g, _)| g.clone().into_tensor_arg())
+                    .collect(),
+                chunk
+                    .iter()
+                    .map(|(_, _, v)| v.clone().into_tensor_arg())
+                    .collect(),
+                outputs
+                    .iter()
+                    .map(|[p, _]| p.clone().into_tensor_arg())
+                    .collect(),
+                outputs
+                    .iter()
+                    .map(|[_, v]| v.clone().into_tensor_arg())
+                    .collect(),
+                settings.lr as f32,
+                settings.momentum as f32,
+                settings.weight_decay as f32,
+                first,
+                settings.nesterov,
+                settings.weight_decay > 0.0,
+                dtype.into(),
+            );
+            stepped.extend(outputs);
+        }
+        stepped
     }
 
     /// The step on the inner backend's tensors: returns the new parameter and momentum buffer,
@@ -173,6 +306,53 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     }
 }
 
+/// The kernel on every parameter of a list as one custom operation of burn's fusion stream:
+/// inputs each parameter's `θ`, `g` and (after the first step) `v` in turn, outputs each new `θ`
+/// and `v` in turn.
+#[derive(Clone, Debug)]
+struct SgdAllOp<R, F, I, BT> {
+    desc: CustomOpIr,
+    settings: SgdSettings,
+    _backend: PhantomData<(R, F, I, BT)>,
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+    Operation<Runtime<R, F, I, BT>> for SgdAllOp<R, F, I, BT>
+{
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<<Runtime<R, F, I, BT> as FusionRuntime>::FusionHandle>,
+    ) {
+        let params = self.desc.outputs.len() / 2;
+        let per_param = self.desc.inputs.len() / params.max(1);
+        let list: Vec<_> = self
+            .desc
+            .inputs
+            .chunks_exact(per_param)
+            .map(|ir| {
+                let mut get = |at: usize| handles.get_float_tensor::<Inner<R, F, I, BT>>(&ir[at]);
+                (get(0), get(1), (per_param == 3).then(|| get(2)))
+            })
+            .collect();
+        let Some((like, _, _)) = list.first() else {
+            return;
+        };
+        // Five bindings a parameter; a few left for cubecl's own (the tensors' metadata, the
+        // scalars): a ResNet-18's 62 parameters are one launch on CUDA (1,024 bindings), as
+        // many as the device allows on wgpu.
+        let bindings = like.client.properties().hardware.max_bindings as usize;
+        let per_launch = (bindings.saturating_sub(4) / 5).clamp(1, MAX_PARAMS_PER_LAUNCH);
+        let stepped = device::sgd_many_cube::<R>(list, self.settings, per_launch);
+        for (ir, tensor) in self.desc.outputs.iter().zip(stepped.into_iter().flatten()) {
+            handles.register_float_tensor::<Inner<R, F, I, BT>>(&ir.id, tensor);
+        }
+    }
+}
+
+/// The most parameters one launch of the list's kernel takes: its search for a unit's
+/// parameter is unrolled over them (every unit compares its position with each one's range).
+const MAX_PARAMS_PER_LAUNCH: usize = 64;
+
 /// What [`sgd_momentum_step`](super::sgd_momentum_step) returns: the new parameter and
 /// momentum buffer, or the inputs back.
 pub(crate) type Stepped<B, const D: usize> =
@@ -181,6 +361,15 @@ pub(crate) type Stepped<B, const D: usize> =
 /// The backends with the kernel: `Fusion<CubeBackend<…>>`, the inner backend of
 /// `Autodiff<Wgpu>` and `Autodiff<Cuda>` on which an optimiser steps.
 pub(crate) trait SgdKernel: Backend {
+    /// [`sgd_momentum_step_all`](super::sgd_momentum_step_all) when every parameter, gradient
+    /// and buffer shares one element type and every buffer is given or none: `Ok` with each new
+    /// `(θ, v)` in the list's order, else `Err` with the list.
+    #[allow(clippy::type_complexity)]
+    fn sgd_step_all(
+        list: SgdList<Self>,
+        settings: SgdSettings,
+    ) -> Result<Vec<(FloatTensor<Self>, FloatTensor<Self>)>, SgdList<Self>>;
+
     /// [`sgd_momentum_step`](super::sgd_momentum_step) when the parameter, its gradient and its
     /// buffer share one element type: `Ok((θ, v))`, else `Err` with the inputs.
     fn sgd_step<const D: usize>(
@@ -194,6 +383,58 @@ pub(crate) trait SgdKernel: Backend {
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> SgdKernel
     for On<R, F, I, BT>
 {
+    fn sgd_step_all(
+        list: SgdList<Self>,
+        settings: SgdSettings,
+    ) -> Result<Vec<(FloatTensor<Self>, FloatTensor<Self>)>, SgdList<Self>> {
+        let Some((like, _, first_velocity)) = list.first() else {
+            return Ok(Vec::new());
+        };
+        let (dtype, first) = (like.dtype, first_velocity.is_none());
+        let takes = list.iter().all(|(param, grad, velocity)| {
+            param.dtype == dtype
+                && grad.dtype == dtype
+                && velocity.is_none() == first
+                && velocity.as_ref().is_none_or(|v| v.dtype == dtype)
+        });
+        if !takes {
+            return Err(list);
+        }
+        let client = like.client.clone();
+        let outputs: Vec<TensorIr> = list
+            .iter()
+            .flat_map(|(param, _, _)| [0; 2].map(|_| output(param, param.shape.to_vec())))
+            .collect();
+        let streams = OperationStreams::with_inputs(
+            list.iter()
+                .flat_map(|(param, grad, velocity)| [Some(param), Some(grad), velocity.as_ref()])
+                .flatten(),
+        );
+        let inputs: Vec<TensorIr> = list
+            .into_iter()
+            .flat_map(|(param, grad, velocity)| [Some(param), Some(grad), velocity])
+            .flatten()
+            .map(|t| t.into_ir())
+            .collect();
+        let desc = CustomOpIr::new("curriculum_ssl_sgd_step_all", &inputs, &outputs);
+        let mut stepped = client
+            .register(
+                streams,
+                OperationIr::Custom(desc.clone()),
+                SgdAllOp::<R, F, I, BT> {
+                    desc,
+                    settings,
+                    _backend: PhantomData,
+                },
+            )
+            .into_iter();
+        let mut pairs = Vec::with_capacity(stepped.len() / 2);
+        while let (Some(param), Some(velocity)) = (stepped.next(), stepped.next()) {
+            pairs.push((param, velocity));
+        }
+        Ok(pairs)
+    }
+
     fn sgd_step<const D: usize>(
         param: Tensor<Self, D>,
         grad: Tensor<Self, D>,

@@ -27,7 +27,7 @@ use curriculum_ssl::hooks::{
     FrechetCurationHook, KnnHook, ObjectBoxesHook, SelfPacedAutoAugmentHook,
 };
 use curriculum_ssl::method::{init_method, MocoConfig, SslMethod, ViewPasses};
-use curriculum_ssl::optim::{Lars, LarsConfig, Sgd, SgdConfig};
+use curriculum_ssl::optim::{Lars, LarsConfig, SgdConfig, SgdOptimizer};
 use curriculum_ssl::pipeline::{Augmenter, PipelineConfig, ViewConfig};
 use curriculum_ssl::seed;
 use curriculum_ssl::train::{DataFingerprint, SelfSupervised, StartMode, TrainConfig, Trainer};
@@ -796,7 +796,7 @@ impl<M: AutodiffModule<Train> + 'static> OptimizerSettings<M> for AdamConfig {
 }
 
 impl<M: AutodiffModule<Train> + 'static> OptimizerSettings<M> for SgdConfig {
-    type Optimizer = OptimizerAdaptor<Sgd, M, Train>;
+    type Optimizer = SgdOptimizer<M, Train>;
 
     fn build(&self) -> Result<Self::Optimizer> {
         Ok(self.init()?)
