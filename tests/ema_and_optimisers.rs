@@ -64,6 +64,32 @@ fn ema_update_is_exactly_m_target_plus_one_minus_m_online_for_parameters() {
     );
 }
 
+/// A parameter met at two places of the target (a module holding one head twice: the same
+/// parameter ids) is averaged once and the average put in at both, as a one-place target is.
+#[test]
+fn a_parameter_at_two_places_is_averaged_at_both() {
+    #[derive(Module, Debug)]
+    struct Twice<B: Backend> {
+        first: MlpHead<B>,
+        second: MlpHead<B>,
+    }
+    let (config, online) = head();
+    let target = crate::common::seeded::<ExactAd, _>(|| {
+        detached_copy(&online, config.init(&Default::default()).unwrap())
+    });
+    let online = train_step(online);
+    let before = values(&target);
+    let expected = values(&ema_update(target.clone(), &online, 0.9));
+    let twice = Twice {
+        first: target.clone(),
+        second: target,
+    };
+    let averaged = ema_update(twice, &online, 0.9);
+    assert_eq!(values(&averaged.first), expected);
+    assert_eq!(values(&averaged.second), expected);
+    assert_ne!(expected, before, "the average moved the target");
+}
+
 #[test]
 fn target_running_statistics_are_not_shared_with_the_online_network() {
     let (config, online) = head();

@@ -123,9 +123,14 @@ struct TakeTargets<'a, B: Backend> {
 
 impl<B: Backend> ModuleMapper<B> for TakeTargets<'_, B> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        // A parameter met twice (one shared by two places of the target) is averaged once and
+        // put in at both.
         let Some(online) = self.online.get(&param.id) else {
             return param;
         };
+        if self.ids.contains(&param.id) {
+            return param;
+        }
         let (id, value, mapper) = param.consume();
         self.ids.push(id);
         self.pairs
@@ -135,7 +140,8 @@ impl<B: Backend> ModuleMapper<B> for TakeTargets<'_, B> {
     }
 }
 
-/// A parameter's average: computed by [`moving_average_all`], or its pair still to average.
+/// A parameter's average (computed by [`moving_average_all`], or put in already and kept for
+/// another place of the same parameter), or its pair still to average.
 enum Averaged<B: Backend> {
     Done(FloatTensor<B>),
     Pending(FloatTensor<B>, FloatTensor<B>),
@@ -162,6 +168,9 @@ impl<B: Backend> ModuleMapper<B> for PutAverages<B> {
                 moving_average(tensor(target), tensor(online), self.momentum)
             }
         };
+        // Kept for a second place of the same parameter (a clone: nothing is recorded).
+        let kept = average.clone().into_primitive().tensor();
+        self.averaged.insert(id, Averaged::Done(kept));
         Param::from_mapped_value(id, average, mapper)
     }
 }

@@ -196,10 +196,11 @@ struct TakeParams<'a, M: AutodiffModule<B>, B: AutodiffBackend> {
 
 impl<M: AutodiffModule<B>, B: AutodiffBackend> ModuleMapper<B> for TakeParams<'_, M, B> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
-            return param;
-        };
         let (id, tensor, mapper) = param.consume();
+        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(id) else {
+            // As burn's adaptor: taken and put back (a lazy parameter is initialised here).
+            return Param::from_mapped_value(id, tensor, mapper);
+        };
         let device = grad.device();
         let require_grad = tensor.is_require_grad();
         let tensor = if tensor.device() != device {

@@ -257,8 +257,9 @@ pub type SgdList<B> = Vec<(
 /// [`sgd_momentum_step`] on every parameter of a list (a module's) as ONE operation of burn's
 /// fusion stream and one `#[cube]` kernel launch for up to 64 parameters on the wgpu and CUDA
 /// backends (`sgd_cube.rs`): `Ok` with each new `(θ, v)` in the list's order. Elsewhere, or when
-/// the element types differ or some parameters have a buffer and others none, `Err` with the
-/// list, for [`sgd_momentum_step`] or the caller's tensor operations on each.
+/// the list mixes element types or devices, a parameter's three shapes differ, or some
+/// parameters have a buffer and others none, `Err` with the list, for [`sgd_momentum_step`] or
+/// the caller's tensor operations on each.
 ///
 /// # Shapes
 /// - each `θ`, `g`, `v`: one shape, of any rank; each new `θ` and `v`: the same
@@ -330,11 +331,11 @@ pub fn moving_average<B: Backend, const D: usize>(
 }
 
 /// [`moving_average`] of every `(target, online)` pair of a momentum copy's parameters (burn's
-/// primitives, of any rank) as ONE operation of burn's fusion stream on the wgpu and CUDA
-/// backends, under autodiff or not (`moving_average_cube.rs`; the kernel runs once a pair, the
-/// host records and matches one operation instead of one a parameter): `Ok` with the averages in
-/// the pairs' order, untracked. Elsewhere, or when a pair's two element types differ, `Err` with
-/// the pairs, for [`moving_average`] on each.
+/// primitives, of any rank) as ONE operation of burn's fusion stream and one `#[cube]` kernel
+/// launch for up to 64 pairs (as many as the device's bindings allow) on the wgpu and CUDA
+/// backends, under autodiff or not (`moving_average_cube.rs`): `Ok` with the averages in the
+/// pairs' order, untracked. Elsewhere, or when the list mixes element types or devices or a
+/// pair's two shapes differ, `Err` with the pairs, for [`moving_average`] on each.
 ///
 /// # Shapes
 /// - each pair's `target` and `online`: one shape, of any rank; its average: the same

@@ -56,33 +56,39 @@ mod device {
         }
     }
 
-    /// The kernel above on a list of tensors at once: unit `at` of the launch is entry
-    /// `at − start` of the tensor whose entries `start..start + len` it falls in, the list laid
-    /// end to end (the list's length is a compile-time constant, so the search is unrolled).
+    /// The kernel above on a list of tensors at once, each cube on one tensor: the cubes
+    /// `cube_ends[i − 1]..cube_ends[i]` (compile-time constants: the kernel is compiled once for
+    /// a module's shapes) cover tensor `i`, whose length is `lens[i]`, so every unit of a cube
+    /// takes the same branch of the unrolled search.
     #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
     fn moving_average_many_kernel<F: Float>(
         targets: &Sequence<Tensor<F>>,
         onlines: &Sequence<Tensor<F>>,
         outputs: &mut Sequence<Tensor<F>>,
         keep: f32,
         take: f32,
+        #[comptime] cube_ends: Vec<usize>,
+        #[comptime] lens: Vec<usize>,
         #[define(F)] _dtype: StorageType,
     ) {
-        let at = ABSOLUTE_POS;
-        let count = outputs.len().comptime();
-        let mut start = 0usize;
+        let cube = CUBE_POS;
+        let count = comptime!(cube_ends.len());
         #[unroll]
         for i in 0..count {
-            let output = outputs.index_mut(i);
-            let len = output.len();
-            if at >= start && at < start + len {
-                let local = at - start;
-                output[local] = F::cast_from(
-                    f32::cast_from(targets.index(i)[local]) * keep
-                        + f32::cast_from(onlines.index(i)[local]) * take,
-                );
+            let start = comptime!(if i == 0 { 0 } else { cube_ends[i - 1] });
+            let end = comptime!(cube_ends[i]);
+            let len = comptime!(lens[i]);
+            if cube >= start && cube < end {
+                let local = (cube - start) * CUBE_DIM as usize + UNIT_POS as usize;
+                if local < len {
+                    let output = outputs.index_mut(i);
+                    output[local] = F::cast_from(
+                        f32::cast_from(targets.index(i)[local]) * keep
+                            + f32::cast_from(onlines.index(i)[local]) * take,
+                    );
+                }
             }
-            start += len;
         }
     }
 
@@ -113,11 +119,17 @@ mod device {
                     )
                 })
                 .collect();
-            let units: usize = chunk.iter().map(|(t, _)| t.meta.num_elements()).sum();
-            let cube_dim = CubeDim::new(&client, units);
+            let lens: Vec<usize> = chunk.iter().map(|(t, _)| t.meta.num_elements()).collect();
+            let cube_dim = CubeDim::new(&client, lens.iter().copied().max().unwrap_or(0));
+            let cube_ends = super::super::cube_op::cube_ends(&lens, cube_dim.num_elems() as usize);
+            let cubes = cube_ends.last().copied().unwrap_or(0);
             moving_average_many_kernel::launch::<R>(
                 &client,
-                calculate_cube_count_elemwise(&client, units, cube_dim),
+                calculate_cube_count_elemwise(
+                    &client,
+                    cubes * cube_dim.num_elems() as usize,
+                    cube_dim,
+                ),
                 cube_dim,
                 chunk
                     .iter()
@@ -133,6 +145,8 @@ mod device {
                     .collect(),
                 momentum as f32,
                 (1.0 - momentum) as f32,
+                cube_ends,
+                lens,
                 dtype.into(),
             );
             averages.extend(outputs);
@@ -250,8 +264,9 @@ pub(crate) type Pairs<B> = Vec<(FloatTensor<B>, FloatTensor<B>)>;
 /// The backends with the kernel: `Fusion<CubeBackend<…>>`, the inner backend of
 /// `Autodiff<Wgpu>` and `Autodiff<Cuda>`.
 pub(crate) trait MovingAverageKernel: Backend {
-    /// [`moving_average_all`](super::moving_average_all) when each pair shares one element
-    /// type: `Ok` with the averages in the pairs' order, else `Err` with the pairs.
+    /// [`moving_average_all`](super::moving_average_all) when every tensor of the list shares
+    /// one element type and one device and each pair one shape: `Ok` with the averages in the
+    /// pairs' order, else `Err` with the pairs.
     fn moving_average_all(
         pairs: Pairs<Self>,
         momentum: f64,
@@ -274,12 +289,21 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> MovingAver
         pairs: Pairs<Self>,
         momentum: f64,
     ) -> Result<Vec<FloatTensor<Self>>, Pairs<Self>> {
-        if pairs.iter().any(|(t, o)| t.dtype != o.dtype) {
-            return Err(pairs);
-        }
-        let Some(client) = pairs.first().map(|(t, _)| t.client.clone()) else {
+        let Some((like, _)) = pairs.first() else {
             return Ok(Vec::new());
         };
+        // One launch reads and writes one element type, on one device's server.
+        let (dtype, device) = (like.dtype, like.client.device().clone());
+        let takes = pairs.iter().all(|(t, o)| {
+            [t, o]
+                .iter()
+                .all(|x| x.dtype == dtype && *x.client.device() == device)
+                && t.shape == o.shape
+        });
+        if !takes {
+            return Err(pairs);
+        }
+        let client = like.client.clone();
         let outputs: Vec<TensorIr> = pairs
             .iter()
             .map(|(t, _)| output(t, t.shape.to_vec()))

@@ -103,11 +103,12 @@ mod device {
         }
     }
 
-    /// The kernel above on a list of parameters at once: unit `at` of the launch is entry
-    /// `at − start` of the parameter whose entries `start..start + len` it falls in, the list laid
-    /// end to end (the list's length is a compile-time constant, so the search is unrolled). The
-    /// gradients are read through their strides (the same offset where they are contiguous);
-    /// on the `first` step `velocities` are the gradients again.
+    /// The kernel above on a list of parameters at once, each cube on one parameter: the cubes
+    /// `cube_ends[i − 1]..cube_ends[i]` (compile-time constants: the kernel is compiled once for
+    /// a module's shapes) cover parameter `i`, whose length is `lens[i]`, so every unit of a cube
+    /// takes the same branch of the unrolled search. A gradient is read through its strides
+    /// unless `contiguous` says it is contiguous; on the `first` step `velocities` are the
+    /// gradients again.
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
     fn sgd_step_many<F: Float>(
@@ -119,39 +120,48 @@ mod device {
         lr: f32,
         momentum: f32,
         weight_decay: f32,
+        #[comptime] cube_ends: Vec<usize>,
+        #[comptime] lens: Vec<usize>,
+        #[comptime] contiguous: Vec<bool>,
         #[comptime] first: bool,
         #[comptime] nesterov: bool,
         #[comptime] decay: bool,
         #[define(F)] _dtype: StorageType,
     ) {
-        let at = ABSOLUTE_POS;
-        let count = params_out.len().comptime();
-        let mut start = 0usize;
+        let cube = CUBE_POS;
+        let count = comptime!(cube_ends.len());
         #[unroll]
         for i in 0..count {
-            let param_out = params_out.index_mut(i);
-            let len = param_out.len();
-            if at >= start && at < start + len {
-                let local = at - start;
-                let theta = f32::cast_from(params.index(i)[local]);
-                let grad = grads.index(i);
-                let mut g = f32::cast_from(grad[strided_offset(grad, local)]);
-                if decay {
-                    g += theta * weight_decay;
+            let start = comptime!(if i == 0 { 0 } else { cube_ends[i - 1] });
+            let end = comptime!(cube_ends[i]);
+            let len = comptime!(lens[i]);
+            if cube >= start && cube < end {
+                let local = (cube - start) * CUBE_DIM as usize + UNIT_POS as usize;
+                if local < len {
+                    let theta = f32::cast_from(params.index(i)[local]);
+                    let grad = grads.index(i);
+                    let mut index = local;
+                    if comptime!(!contiguous[i]) {
+                        index = strided_offset(grad, local);
+                    }
+                    let mut g = f32::cast_from(grad[index]);
+                    if decay {
+                        g += theta * weight_decay;
+                    }
+                    let mut v = g;
+                    if !first {
+                        v = f32::cast_from(velocities.index(i)[local]) * momentum + g;
+                    }
+                    let mut step = v;
+                    if nesterov {
+                        step = g + v * momentum;
+                    }
+                    let param_out = params_out.index_mut(i);
+                    param_out[local] = F::cast_from(theta - step * lr);
+                    let velocity_out = velocities_out.index_mut(i);
+                    velocity_out[local] = F::cast_from(v);
                 }
-                let mut v = g;
-                if !first {
-                    v = f32::cast_from(velocities.index(i)[local]) * momentum + g;
-                }
-                let mut step = v;
-                if nesterov {
-                    step = g + v * momentum;
-                }
-                param_out[local] = F::cast_from(theta - step * lr);
-                let velocity_out = velocities_out.index_mut(i);
-                velocity_out[local] = F::cast_from(v);
             }
-            start += len;
         }
     }
 
@@ -191,11 +201,23 @@ mod device {
                     })
                 })
                 .collect();
-            let units: usize = chunk.iter().map(|(p, _, _)| p.meta.num_elements()).sum();
-            let cube_dim = CubeDim::new(&client, units);
+            let lens: Vec<usize> = chunk
+                .iter()
+                .map(|(p, _, _)| p.meta.num_elements())
+                .collect();
+            let cube_dim = CubeDim::new(&client, lens.iter().copied().max().unwrap_or(0));
+            let cube_ends = super::super::cube_op::cube_ends(&lens, cube_dim.num_elems() as usize);
+            let cubes = cube_ends.last().copied().unwrap_or(0);
+            // Read through its strides where it is not contiguous (a convolution's weight
+            // gradient comes in its GEMM's layout), rather than copied.
+            let contiguous: Vec<bool> = chunk.iter().map(|(_, g, _)| g.is_contiguous()).collect();
             sgd_step_many::launch::<R>(
                 &client,
-                calculate_cube_count_elemwise(&client, units, cube_dim),
+                calculate_cube_count_elemwise(
+                    &client,
+                    cubes * cube_dim.num_elems() as usize,
+                    cube_dim,
+                ),
                 cube_dim,
                 chunk
                     .iter()
@@ -220,6 +242,9 @@ mod device {
                 settings.lr as f32,
                 settings.momentum as f32,
                 settings.weight_decay as f32,
+                cube_ends,
+                lens,
+                contiguous,
                 first,
                 settings.nesterov,
                 settings.weight_decay > 0.0,
@@ -362,8 +387,9 @@ pub(crate) type Stepped<B, const D: usize> =
 /// `Autodiff<Wgpu>` and `Autodiff<Cuda>` on which an optimiser steps.
 pub(crate) trait SgdKernel: Backend {
     /// [`sgd_momentum_step_all`](super::sgd_momentum_step_all) when every parameter, gradient
-    /// and buffer shares one element type and every buffer is given or none: `Ok` with each new
-    /// `(θ, v)` in the list's order, else `Err` with the list.
+    /// and buffer shares one element type and one device, each parameter's three one shape, and
+    /// every buffer is given or none: `Ok` with each new `(θ, v)` in the list's order, else `Err`
+    /// with the list.
     #[allow(clippy::type_complexity)]
     fn sgd_step_all(
         list: SgdList<Self>,
@@ -390,12 +416,18 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> SgdKernel
         let Some((like, _, first_velocity)) = list.first() else {
             return Ok(Vec::new());
         };
+        // One launch reads and writes one element type, on one device's server, and is the
+        // first step of all its parameters or of none.
         let (dtype, first) = (like.dtype, first_velocity.is_none());
+        let device = like.client.device().clone();
         let takes = list.iter().all(|(param, grad, velocity)| {
-            param.dtype == dtype
-                && grad.dtype == dtype
-                && velocity.is_none() == first
-                && velocity.as_ref().is_none_or(|v| v.dtype == dtype)
+            velocity.is_none() == first
+                && [Some(param), Some(grad), velocity.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .all(|x| {
+                        x.dtype == dtype && *x.client.device() == device && x.shape == param.shape
+                    })
         });
         if !takes {
             return Err(list);
