@@ -22,6 +22,7 @@ use super::batch_norm_op;
 use super::flex;
 #[cfg(feature = "cpu")]
 use super::geometry::{covered_geometry, depthwise_geometry, ConvGeometry};
+use super::Primitive;
 use batch_norm_op::{RunningAverages, TrainingBatchNorm};
 
 /// `value` as a `U` when `T` is `U` (a checked downcast), else `value` back.
@@ -61,9 +62,6 @@ impl<B: Backend> OnBackend for TrainingBatchNorm<B> {
 impl<B: Backend> OnBackend for RunningAverages<B> {
     type On<C: Backend> = RunningAverages<C>;
 }
-
-/// A float tensor's primitive (of any rank) on `B`, as a route moves it.
-pub(crate) struct Primitive<B: Backend>(pub(crate) burn::tensor::ops::FloatTensor<B>);
 
 impl<B: Backend> OnBackend for Primitive<B> {
     type On<C: Backend> = Primitive<C>;

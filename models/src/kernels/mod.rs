@@ -80,6 +80,13 @@ pub mod softmax;
 mod sums;
 pub mod winograd;
 
+/// A float tensor's primitive (of any rank) on `B`, as a route of `dispatch.rs` moves it to the
+/// GPU steps of `on_gpu.rs` (the lists of `moving_average_all` and `sgd_momentum_step_all`):
+/// here, beside both, so that neither file imports the other for it.
+pub(crate) struct Primitive<B: burn::prelude::Backend>(
+    pub(crate) burn::tensor::ops::FloatTensor<B>,
+);
+
 pub use batch_norm_op::{RunningAverages, TrainingBatchNorm};
 pub use dispatch::{
     add_layer_norm, batch_norm_relu_train, batch_norm_train, conv2d, gelu, gelu_composed,

@@ -22,10 +22,10 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 
 use super::batch_norm_op::{batch_norm_train_op_with, BatchNormKernels, RunningAverages};
-use super::dispatch::Primitive;
 use super::log_softmax_cube::LogSoftmaxKernels;
 use super::moving_average_cube::MovingAverageKernel;
 use super::sgd_cube::SgdKernel;
+use super::Primitive;
 use super::SgdSettings;
 
 /// A route's input or output with its type erased: a tensor, or a tuple of them.
