@@ -127,18 +127,15 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizer<M, B> for SgdOptimizer<
             stand_ins: HashMap::new(),
         };
         let module = module.map(&mut take);
-        let TakeParams { ids, list, .. } = take;
+        let TakeParams {
+            ids: taken, list, ..
+        } = take;
         let settings = SgdSettings {
             lr,
             momentum: self.sgd.momentum,
             weight_decay: self.sgd.weight_decay,
             nesterov: self.sgd.nesterov,
         };
-        let (taken, list): (Vec<_>, SgdList<B::InnerBackend>) = ids
-            .into_iter()
-            .zip(list)
-            .map(|(taken, (param, grad, velocity))| (taken, (param, grad, velocity)))
-            .unzip();
         let stepped: Vec<Stepped<B::InnerBackend>> =
             match sgd_momentum_step_all::<B::InnerBackend>(list, settings) {
                 Ok(stepped) => stepped
@@ -537,7 +534,7 @@ mod tests {
                 m1.b.bias.as_ref().unwrap().id,
             ];
             let g = |i: usize| -> Vec<f64> {
-                if i % 2 == 0 {
+                if i.is_multiple_of(2) {
                     g0.get::<B, 2>(id[i]).unwrap().into_data()
                 } else {
                     g0.get::<B, 1>(id[i]).unwrap().into_data()

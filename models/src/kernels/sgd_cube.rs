@@ -168,6 +168,7 @@ mod device {
     /// The step on a list of `(θ, g, v)` on the inner backend's tensors (every `v` given, or
     /// none: the `first` step), up to `per_launch` a launch: returns each new parameter and
     /// momentum buffer, shaped as its parameter, without row padding.
+    #[allow(clippy::type_complexity)]
     pub(super) fn sgd_many_cube<R: CubeRuntime>(
         list: Vec<(CubeTensor<R>, CubeTensor<R>, Option<CubeTensor<R>>)>,
         settings: SgdSettings,
