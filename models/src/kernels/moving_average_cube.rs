@@ -27,7 +27,7 @@ use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::FusionRuntime;
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 
-use super::cube_op::{output, tensor, Inner, On, Runtime};
+use super::cube_op::{output, tensor, tensors_per_launch, Inner, On, Runtime};
 
 /// The kernel and its launch on the inner backend's tensors (cubecl's prelude has its own
 /// `Tensor` and `Float`, hence a module of their own).
@@ -38,6 +38,8 @@ mod device {
     use burn_cubecl::CubeRuntime;
     use cubecl::calculate_cube_count_elemwise;
     use cubecl::prelude::*;
+
+    use super::super::cube_op::ListLaunch;
 
     /// One unit an entry: `t·keep + o·take` in f32 (`keep = m`, `take = 1 − m`).
     #[cube(launch)]
@@ -119,18 +121,14 @@ mod device {
                     )
                 })
                 .collect();
-            let lens: Vec<usize> = chunk.iter().map(|(t, _)| t.meta.num_elements()).collect();
-            let cube_dim = CubeDim::new(&client, lens.iter().copied().max().unwrap_or(0));
-            let cube_ends = super::super::cube_op::cube_ends(&lens, cube_dim.num_elems() as usize);
-            let cubes = cube_ends.last().copied().unwrap_or(0);
+            let launch = ListLaunch::new(
+                &client,
+                chunk.iter().map(|(t, _)| t.meta.num_elements()).collect(),
+            );
             moving_average_many_kernel::launch::<R>(
                 &client,
-                calculate_cube_count_elemwise(
-                    &client,
-                    cubes * cube_dim.num_elems() as usize,
-                    cube_dim,
-                ),
-                cube_dim,
+                launch.cube_count,
+                launch.cube_dim,
                 chunk
                     .iter()
                     .map(|(t, _)| t.clone().into_tensor_arg())
@@ -145,8 +143,8 @@ mod device {
                     .collect(),
                 momentum as f32,
                 (1.0 - momentum) as f32,
-                cube_ends,
-                lens,
+                launch.cube_ends,
+                launch.lens,
                 dtype.into(),
             );
             averages.extend(outputs);
@@ -242,21 +240,14 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         let Some((first, _)) = pairs.first() else {
             return;
         };
-        // Three bindings a pair; a few left for cubecl's own (the tensors' metadata, the
-        // scalars). A ResNet-18's 62 parameters are one launch on CUDA (1,024 bindings), as
-        // many as the device allows on wgpu (Vulkan's per-stage limit of storage buffers).
-        let bindings = first.client.properties().hardware.max_bindings as usize;
-        let per_launch = (bindings.saturating_sub(4) / 3).clamp(1, MAX_PAIRS_PER_LAUNCH);
+        // Three bindings a pair: the target, the online value, the average.
+        let per_launch = tensors_per_launch(&first.client, 3);
         let averages = device::moving_average_many_cube::<R>(pairs, self.momentum, per_launch);
         for (output, average) in self.desc.outputs.iter().zip(averages) {
             handles.register_float_tensor::<Inner<R, F, I, BT>>(&output.id, average);
         }
     }
 }
-
-/// The most pairs one launch of the list's kernel takes: its search for a unit's tensor is
-/// unrolled over them (every unit compares its position with each tensor's range).
-const MAX_PAIRS_PER_LAUNCH: usize = 64;
 
 /// `(target, online)` pairs of parameters, as burn's primitives (of any rank).
 pub(crate) type Pairs<B> = Vec<(FloatTensor<B>, FloatTensor<B>)>;

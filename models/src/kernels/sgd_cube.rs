@@ -28,7 +28,7 @@ use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::FusionRuntime;
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 
-use super::cube_op::{output, tensor, Inner, On, Runtime};
+use super::cube_op::{output, tensor, tensors_per_launch, Inner, On, Runtime};
 use super::{SgdList, SgdSettings};
 
 /// The kernel and its launch on the inner backend's tensors (cubecl's prelude has its own
@@ -40,6 +40,8 @@ mod device {
     use burn_cubecl::CubeRuntime;
     use cubecl::calculate_cube_count_elemwise;
     use cubecl::prelude::*;
+
+    use super::super::cube_op::ListLaunch;
 
     use super::SgdSettings;
 
@@ -202,24 +204,20 @@ mod device {
                     })
                 })
                 .collect();
-            let lens: Vec<usize> = chunk
-                .iter()
-                .map(|(p, _, _)| p.meta.num_elements())
-                .collect();
-            let cube_dim = CubeDim::new(&client, lens.iter().copied().max().unwrap_or(0));
-            let cube_ends = super::super::cube_op::cube_ends(&lens, cube_dim.num_elems() as usize);
-            let cubes = cube_ends.last().copied().unwrap_or(0);
+            let launch = ListLaunch::new(
+                &client,
+                chunk
+                    .iter()
+                    .map(|(p, _, _)| p.meta.num_elements())
+                    .collect(),
+            );
             // Read through its strides where it is not contiguous (a convolution's weight
             // gradient comes in its GEMM's layout), rather than copied.
             let contiguous: Vec<bool> = chunk.iter().map(|(_, g, _)| g.is_contiguous()).collect();
             sgd_step_many::launch::<R>(
                 &client,
-                calculate_cube_count_elemwise(
-                    &client,
-                    cubes * cube_dim.num_elems() as usize,
-                    cube_dim,
-                ),
-                cube_dim,
+                launch.cube_count,
+                launch.cube_dim,
                 chunk
                     .iter()
                     .map(|(p, _, _)| p.clone().into_tensor_arg())
@@ -243,8 +241,8 @@ mod device {
                 settings.lr as f32,
                 settings.momentum as f32,
                 settings.weight_decay as f32,
-                cube_ends,
-                lens,
+                launch.cube_ends,
+                launch.lens,
                 contiguous,
                 first,
                 settings.nesterov,
@@ -363,21 +361,14 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         let Some((like, _, _)) = list.first() else {
             return;
         };
-        // Five bindings a parameter; a few left for cubecl's own (the tensors' metadata, the
-        // scalars): a ResNet-18's 62 parameters are one launch on CUDA (1,024 bindings), as
-        // many as the device allows on wgpu.
-        let bindings = like.client.properties().hardware.max_bindings as usize;
-        let per_launch = (bindings.saturating_sub(4) / 5).clamp(1, MAX_PARAMS_PER_LAUNCH);
+        // Five bindings a parameter: θ, g, v and the new θ and v.
+        let per_launch = tensors_per_launch(&like.client, 5);
         let stepped = device::sgd_many_cube::<R>(list, self.settings, per_launch);
         for (ir, tensor) in self.desc.outputs.iter().zip(stepped.into_iter().flatten()) {
             handles.register_float_tensor::<Inner<R, F, I, BT>>(&ir.id, tensor);
         }
     }
 }
-
-/// The most parameters one launch of the list's kernel takes: its search for a unit's
-/// parameter is unrolled over them (every unit compares its position with each one's range).
-const MAX_PARAMS_PER_LAUNCH: usize = 64;
 
 /// What [`sgd_momentum_step`](super::sgd_momentum_step) returns: the new parameter and
 /// momentum buffer, or the inputs back.
