@@ -8,10 +8,11 @@
 //! code build it), [`MlpHeadConfig::msn`] (3 layers, BN, GELU). A linear layer followed by a BatchNorm has no bias (it would be cancelled by
 //! the normalisation). See `docs/methods.md#methods`.
 
-use burn::module::{Param, RunningState};
+use burn::module::Param;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 use curriculum_ssl_models::replica_stats::replica_mean;
+use curriculum_ssl_models::running_stat::RunningStat;
 
 use crate::base::error::ConfigError;
 
@@ -151,9 +152,9 @@ pub struct BatchNorm1d<B: Backend> {
     /// The learnable shift `β`.
     pub beta: Param<Tensor<B, 1>>,
     /// The running mean.
-    pub running_mean: RunningState<Tensor<B, 1>>,
+    pub running_mean: RunningStat<Tensor<B, 1>>,
     /// The running (biased) variance.
-    pub running_var: RunningState<Tensor<B, 1>>,
+    pub running_var: RunningStat<Tensor<B, 1>>,
     /// Weight of the batch statistics in the running averages.
     pub momentum: f64,
     /// Added to the variance before the square root.
@@ -166,8 +167,8 @@ impl<B: Backend> BatchNorm1d<B> {
         Self {
             gamma: burn::module::Initializer::Ones.init([channels], device),
             beta: burn::module::Initializer::Zeros.init([channels], device),
-            running_mean: RunningState::new(Tensor::zeros([channels], device)),
-            running_var: RunningState::new(Tensor::ones([channels], device)),
+            running_mean: RunningStat::new(Tensor::zeros([channels], device)),
+            running_var: RunningStat::new(Tensor::ones([channels], device)),
             momentum: 0.1,
             epsilon: 1e-5,
         }
@@ -208,8 +209,8 @@ impl<B: Backend> BatchNorm1d<B> {
 /// burn's `BatchNorm`'s, operation for operation.
 fn moments<B: Backend>(
     x: &Tensor<B, 2>,
-    running_mean: &RunningState<Tensor<B, 1>>,
-    running_var: &RunningState<Tensor<B, 1>>,
+    running_mean: &RunningStat<Tensor<B, 1>>,
+    running_var: &RunningStat<Tensor<B, 1>>,
     momentum: f64,
 ) -> (Tensor<B, 2>, Tensor<B, 2>) {
     let device = x.device();
@@ -234,7 +235,7 @@ fn moments<B: Backend>(
     };
     let (mean, _) = replica_mean(channel_mean(x.clone()));
     let (var, _) = replica_mean(channel_mean(x.clone().sub(mean.clone()).square()));
-    let update = |state: &RunningState<Tensor<B, 1>>, batch: Tensor<B, 2>| {
+    let update = |state: &RunningStat<Tensor<B, 1>>, batch: Tensor<B, 2>| {
         let running = state.value_sync().to_device(&device);
         state.update(
             running
@@ -252,7 +253,7 @@ fn moments<B: Backend>(
 /// averages `[running_mean, running_var]` moved by the batch's in training).
 fn normalised<B: Backend>(
     x: Tensor<B, 2>,
-    [running_mean, running_var]: [&RunningState<Tensor<B, 1>>; 2],
+    [running_mean, running_var]: [&RunningStat<Tensor<B, 1>>; 2],
     momentum: f64,
     epsilon: f64,
 ) -> Tensor<B, 2> {
@@ -267,7 +268,7 @@ fn normalised<B: Backend>(
 fn grouped_normalised<B: Backend>(
     x: Tensor<B, 2>,
     groups: usize,
-    [running_mean, running_var]: [&RunningState<Tensor<B, 1>>; 2],
+    [running_mean, running_var]: [&RunningStat<Tensor<B, 1>>; 2],
     momentum: f64,
     epsilon: f64,
 ) -> Tensor<B, 3> {
@@ -276,7 +277,7 @@ fn grouped_normalised<B: Backend>(
     let x = x.reshape([groups, rows / groups, channels]);
     let (mean, _) = replica_mean(x.clone().mean_dim(1));
     let (var, _) = replica_mean(x.clone().sub(mean.clone()).square().mean_dim(1));
-    // One update per group, as one call per group makes them (burn's `RunningState` keeps the
+    // One update per group, as one call per group makes them (`RunningStat` keeps the
     // newest update pending until the next one or a sync: reading it shows the same state).
     let means = mean.clone().detach().iter_dim(0);
     let vars = var.clone().detach().iter_dim(0);
@@ -301,8 +302,8 @@ fn grouped_normalised<B: Backend>(
 /// batch variance), so the only difference from it is the absence of `γ` and `β`.
 #[derive(Module, Debug)]
 pub struct PlainBatchNorm<B: Backend> {
-    running_mean: RunningState<Tensor<B, 1>>,
-    running_var: RunningState<Tensor<B, 1>>,
+    running_mean: RunningStat<Tensor<B, 1>>,
+    running_var: RunningStat<Tensor<B, 1>>,
     momentum: f64,
     epsilon: f64,
 }
@@ -311,8 +312,8 @@ impl<B: Backend> PlainBatchNorm<B> {
     /// `channels` features, running mean 0 and variance 1.
     pub fn new(channels: usize, device: &B::Device) -> Self {
         Self {
-            running_mean: RunningState::new(Tensor::zeros([channels], device)),
-            running_var: RunningState::new(Tensor::ones([channels], device)),
+            running_mean: RunningStat::new(Tensor::zeros([channels], device)),
+            running_var: RunningStat::new(Tensor::ones([channels], device)),
             momentum: 0.1,
             epsilon: 1e-5,
         }
@@ -517,7 +518,7 @@ mod tests {
             let host = |t: Tensor<B, 2>| -> Vec<f64> { t.into_data().to_vec().unwrap() };
             let running = |h: &MlpHead<Ad>| -> Vec<f64> {
                 let mut v = Vec::new();
-                let mut push = |s: &RunningState<Tensor<Ad, 1>>| {
+                let mut push = |s: &RunningStat<Tensor<Ad, 1>>| {
                     v.extend(s.value_sync().into_data().to_vec::<f64>().unwrap())
                 };
                 for layer in &h.hidden {

@@ -104,7 +104,7 @@ fn target_running_statistics_are_not_shared_with_the_online_network() {
     let _ = online.forward(input(2.0));
     let online_after = values(&online);
     assert_ne!(online_after[3], before[3], "running mean moved");
-    // ... which a plain clone shares (burn's RunningState), but the detached copy does not.
+    // ... which a plain clone shares (`RunningStat`, as burn's `RunningState`), but the detached copy does not.
     assert_eq!(values(&cloned)[3], online_after[3]);
     assert_eq!(values(&target)[3], before[3]);
     assert_eq!(values(&target)[4], before[4]);

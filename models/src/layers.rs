@@ -2,7 +2,7 @@
 //! backward pass of its own on the CPU, activations, squeeze-excitation, conv–norm–activation
 //! units and stochastic depth.
 
-use burn::module::{Initializer, Param, RunningState};
+use burn::module::{Initializer, Param};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
 use burn::prelude::*;
@@ -11,6 +11,7 @@ use burn::tensor::Distribution;
 
 use crate::error::ModelError;
 use crate::replica_stats::replica_mean;
+use crate::running_stat::RunningStat;
 
 /// Configuration of [`BatchNorm2d`].
 #[derive(Config, Debug)]
@@ -31,8 +32,8 @@ impl BatchNorm2dConfig {
         BatchNorm2d {
             weight: Initializer::Ones.init([self.num_features], device),
             bias: Initializer::Zeros.init([self.num_features], device),
-            running_mean: RunningState::new(Tensor::zeros([self.num_features], device)),
-            running_var: RunningState::new(Tensor::ones([self.num_features], device)),
+            running_mean: RunningStat::new(Tensor::zeros([self.num_features], device)),
+            running_var: RunningStat::new(Tensor::ones([self.num_features], device)),
             momentum: self.momentum,
             epsilon: self.epsilon,
         }
@@ -118,7 +119,7 @@ impl<B: Backend> LayerNorm<B> {
 /// Under a data-parallel trainer, the batch moments are averaged over the replicas
 /// ([`crate::replica_stats`]): synchronised batch norm.
 ///
-/// Note: like burn's `RunningState`, a `clone()` of this module shares its running statistics
+/// Note: like burn's `RunningState` ([`RunningStat`]), a `clone()` of this module shares its running statistics
 /// with the original until one of them is re-loaded; build EMA targets from a record instead.
 #[derive(Module, Debug)]
 pub struct BatchNorm2d<B: Backend> {
@@ -127,9 +128,9 @@ pub struct BatchNorm2d<B: Backend> {
     /// Shift (β).
     pub bias: Param<Tensor<B, 1>>,
     /// Running mean, used in inference.
-    pub running_mean: RunningState<Tensor<B, 1>>,
+    pub running_mean: RunningStat<Tensor<B, 1>>,
     /// Running (unbiased) variance, used in inference.
-    pub running_var: RunningState<Tensor<B, 1>>,
+    pub running_var: RunningStat<Tensor<B, 1>>,
     /// Momentum of the running averages.
     pub momentum: f64,
     /// Numerical-stability constant.

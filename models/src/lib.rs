@@ -35,6 +35,7 @@ pub mod lenet;
 pub mod mobilenet_v3;
 pub mod replica_stats;
 pub mod resnet;
+pub mod running_stat;
 pub mod vgg;
 pub mod vit;
 pub mod wide_resnet;

@@ -190,9 +190,10 @@ fn step<B: burn::tensor::backend::AutodiffBackend>(
     beta: &[f64],
     shape: [usize; 4],
 ) -> [Vec<f64>; 6] {
-    use burn::module::{Param, RunningState};
+    use burn::module::Param;
     use burn::tensor::{DType, TensorData};
     use curriculum_ssl_models::layers::BatchNorm2d;
+    use curriculum_ssl_models::running_stat::RunningStat;
     let device = Default::default();
     let f64s = |v: &[f64]| {
         Tensor::<B, 1>::from_data(
@@ -203,8 +204,8 @@ fn step<B: burn::tensor::backend::AutodiffBackend>(
     let mut bn: BatchNorm2d<B> = BatchNorm2dConfig::new(4).init(&device);
     bn.weight = Param::from_tensor(f64s(gamma));
     bn.bias = Param::from_tensor(f64s(beta));
-    bn.running_mean = RunningState::new(f64s(&[0.5, -0.5, 0.0, 1.0]));
-    bn.running_var = RunningState::new(f64s(&[1.0, 2.0, 0.5, 1.5]));
+    bn.running_mean = RunningStat::new(f64s(&[0.5, -0.5, 0.0, 1.0]));
+    bn.running_var = RunningStat::new(f64s(&[1.0, 2.0, 0.5, 1.5]));
     let x = f64s(xs).reshape(shape).require_grad();
     let y = bn.forward(x.clone());
     let grads = y.clone().mul(f64s(rs).reshape(shape)).sum().backward();

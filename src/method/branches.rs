@@ -87,7 +87,7 @@ impl<B: AutodiffBackend> Branch<B> {
 ///
 /// The gradients are therefore the numbers of one backward pass through both views
 /// (`tests/methods.rs` checks this to the last bit in f64). The forward passes stay on the
-/// calling thread, in order, so BatchNorm's running statistics (burn's `RunningState`, shared
+/// calling thread, in order, so BatchNorm's running statistics (`RunningStat`, shared
 /// by the copy) see the same updates in the same order.
 ///
 /// burn has no API for this (a backward pass of a graph with several independent sources on

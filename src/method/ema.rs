@@ -36,7 +36,7 @@ pub fn detached_copy<B: Backend, M: Module<B>>(online: &M, fresh: M) -> M {
 /// cosine momentum schedule.
 ///
 /// Two burn details matter here. Cloning a module SHARES its BatchNorm running statistics (they
-/// sit behind an `Arc<Mutex>` in `RunningState`), so a target made by `online.clone()` would
+/// sit behind an `Arc<Mutex>` in `RunningStat`), so a target made by `online.clone()` would
 /// silently average its running statistics with the online network's and every `map` over it
 /// would write into the online network too. [`detached_copy`] therefore loads the online weights
 /// into a freshly initialised module, whose running statistics are its own. And only trainable

@@ -1,8 +1,9 @@
 //! Iterative normalisation (documented on `IterNorm`).
 
-use burn::module::{Param, RunningState};
+use burn::module::Param;
 use burn::prelude::*;
 use curriculum_ssl_models::replica_stats::replica_mean;
+use curriculum_ssl_models::running_stat::RunningStat;
 
 use crate::base::error::{positive, ConfigError};
 
@@ -54,8 +55,8 @@ impl IterNormConfig {
         Ok(IterNorm {
             gamma: burn::module::Initializer::Ones.init([features], device),
             beta: burn::module::Initializer::Zeros.init([features], device),
-            running_mean: RunningState::new(Tensor::zeros([groups, channels, 1], device)),
-            running_whitening: RunningState::new(
+            running_mean: RunningStat::new(Tensor::zeros([groups, channels, 1], device)),
+            running_whitening: RunningStat::new(
                 Tensor::<B, 2>::eye(channels, device)
                     .unsqueeze::<3>()
                     .repeat_dim(0, groups),
@@ -99,9 +100,9 @@ pub struct IterNorm<B: Backend> {
     /// Shift `β`, one per feature.
     pub beta: Param<Tensor<B, 1>>,
     /// The running mean, `[groups, c, 1]`.
-    pub running_mean: RunningState<Tensor<B, 3>>,
+    pub running_mean: RunningStat<Tensor<B, 3>>,
     /// The running whitening matrices `W`, `[groups, c, c]`.
-    pub running_whitening: RunningState<Tensor<B, 3>>,
+    pub running_whitening: RunningStat<Tensor<B, 3>>,
     /// Groups of features.
     pub groups: usize,
     /// Features per group, `c`.

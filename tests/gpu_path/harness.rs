@@ -202,8 +202,8 @@ pub fn pixels(n: usize, c: usize, h: usize, w: usize, seed: f32) -> Vec<f32> {
 /// Every float parameter of a module, in visit order (the same order on every backend), its
 /// running statistics as a checkpoint holds them.
 ///
-/// Why the record first: a `RunningState` visited reads its value before this thread's last
-/// update is folded in (burn 0.21: "might be outdated by one update"), while a record (and
+/// Why the record first: a `RunningStat` visited reads its value before this thread's last
+/// update is folded in (as burn's `RunningState`: "might be outdated by one update"), while a record (and
 /// `valid()`) folds it in, through the state that clones share. A batch norm of two groups moves
 /// its running averages in one update a step on the GPU backends (one operation) and in one a
 /// group on the CPU (one call per group): their visited values differ by an update, their
