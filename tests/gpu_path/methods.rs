@@ -377,23 +377,39 @@ fn deepcluster_v2_steps_as_on_the_cpu() {
 /// averages the first left. The shapes reach the kernels' edges: 3 and 40 channels (one cube of
 /// 32 channels partly used, two cubes), two groups of 288 rows (two partial chunks of at most
 /// 256 rows, the second short), and 1,152 rows in one group (five partial chunks, three cubes of
-/// at most 512 rows writing the output).
+/// at most 512 rows writing the output). The kernels read the activation and its gradient
+/// where they lie: row-major NCHW, and (`channels_last`) an NHWC buffer seen as NCHW, as a
+/// convolution's output can be, with the loss weights (so `∂y`) in that layout too or in NCHW
+/// (layouts that differ: both copied into NCHW).
 #[test]
 fn batch_norm_is_one_operation_and_as_on_the_cpu() {
     use curriculum_ssl_models::kernels::{batch_norm_train, RunningAverages};
     let Some(device) = gpu() else { return };
     /// With `split`, one call per group (the CPU's slice kernels take one group), their
-    /// outputs and moments concatenated; else one call on the stacked groups.
+    /// outputs and moments concatenated; else one call on the stacked groups. `channels_last`:
+    /// the input and the loss weights as NHWC buffers seen as NCHW (the same values).
     fn run<B: AutodiffBackend>(
         xs: &[f32],
         rs: &[f32],
         gamma: &[f32],
         beta: &[f32],
         (shape, groups, split): ([usize; 4], usize, bool),
+        [x_channels_last, r_channels_last]: [bool; 2],
         device: &B::Device,
     ) -> [Vec<f32>; 8] {
         let t = |v: &[f32]| Tensor::<B, 1>::from_floats(v, device);
-        let x = t(xs).reshape(shape).require_grad();
+        let [n, c, h, w] = shape;
+        let map = |v: &[f32], channels_last: bool| {
+            let nchw = t(v).reshape(shape);
+            if channels_last {
+                // The same values, written NHWC and seen as NCHW.
+                let nhwc = nchw.permute([0, 2, 3, 1]).reshape([n * h * w * c]);
+                t(&host(nhwc)).reshape([n, h, w, c]).permute([0, 3, 1, 2])
+            } else {
+                nchw
+            }
+        };
+        let x = map(xs, x_channels_last).require_grad();
         let (g, b) = (t(gamma).require_grad(), t(beta).require_grad());
         let c = shape[1];
         let start = RunningAverages {
@@ -423,7 +439,11 @@ fn batch_norm_is_one_operation_and_as_on_the_cpu() {
             let out = call(x.clone(), groups, start);
             (out.output, out.mean, out.var, out.running)
         };
-        let grads = output.clone().mul(t(rs).reshape(shape)).sum().backward();
+        let grads = output
+            .clone()
+            .mul(map(rs, r_channels_last))
+            .sum()
+            .backward();
         let len = xs.len();
         [
             host(output.reshape([len])),
@@ -455,8 +475,8 @@ fn batch_norm_is_one_operation_and_as_on_the_cpu() {
             .map(|i| [0.2f32, -1.0, 0.4][i % 3] - i as f32 * 0.02)
             .collect();
         let (on_cpu, here) = ((shape, groups, true), (shape, groups, false));
-        let cpu = run::<CpuAd>(&xs, &rs, &gamma, &beta, on_cpu, &CpuDevice::default());
-        let on_gpu = run::<GpuAd>(&xs, &rs, &gamma, &beta, here, &device);
+        let nchw = [false; 2];
+        let cpu = run::<CpuAd>(&xs, &rs, &gamma, &beta, on_cpu, nchw, &CpuDevice::default());
         let names = [
             "output",
             "∂x",
@@ -467,9 +487,13 @@ fn batch_norm_is_one_operation_and_as_on_the_cpu() {
             "running mean",
             "running variance",
         ];
-        for ((name, a), b) in names.iter().zip(&cpu).zip(&on_gpu) {
-            assert_eq!(a.len(), b.len(), "{name} of {shape:?} in {groups} groups");
-            seen.close(&format!("{name} of {shape:?} in {groups} groups"), a, b);
+        for layouts in [nchw, [true, true], [true, false]] {
+            let on_gpu = run::<GpuAd>(&xs, &rs, &gamma, &beta, here, layouts, &device);
+            for ((name, a), b) in names.iter().zip(&cpu).zip(&on_gpu) {
+                let what = format!("{name} of {shape:?} in {groups} groups, NHWC {layouts:?}");
+                assert_eq!(a.len(), b.len(), "{what}");
+                seen.close(&what, a, b);
+            }
         }
         assert_eq!(cpu[0].len(), n * c * h * w);
     }

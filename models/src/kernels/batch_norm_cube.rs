@@ -25,10 +25,16 @@
 //! residual, the output and the residual's gradient are `ComptimeOption` arguments and the ReLU
 //! a `#[comptime]` flag: a layer without an epilogue compiles to kernels without its reads.
 //!
-//! The kernels read the activation as the `[groups, M, C]` channels-last matrix
-//! (`M = N·H·W / groups`), row-major. A cube is 32
-//! channels by 8 row lanes: a plane reads 32 neighbouring channels of one row (coalesced), and
-//! the 8 lanes' sums are added in shared memory. The grid is (channel tiles, chunks of rows,
+//! The kernels see the activation as a `[groups, M, C]` matrix (`M = N·H·W / groups` rows: an
+//! image's positions, image after image) and read it where it lies, through a [`Layout`]: burn's
+//! row-major NCHW, or the NHWC buffer a cubecl convolution writes and burn sees as NCHW; their
+//! outputs are written in the input's layout. (They read a channels-last copy until the eighth
+//! cut: one copy of the activation into it and, backward, two, per layer and step: a third of a
+//! ResNet-18 step's kernels on lavapipe, docs/gpu.md.) A cube is 32 channels by 8 row lanes:
+//! channels-last, a plane reads 32 neighbouring channels of one row (coalesced); NCHW, the 8
+//! lanes read 8 neighbouring positions of each of the 32 channels (a 32-byte sector each in
+//! f32, shared by the plane's neighbours through the cache). The 8 lanes' sums are added in
+//! shared memory. The grid is (channel tiles, chunks of rows,
 //! groups); the partial kernels' chunks are at most `MAX_PARTS` (64) per group, so each apply
 //! cube combines at most that many partial moments per channel, 8 lanes sharing the work.
 //! Sums accumulate in f32 whatever the element type. The partial moments live in f32 buffers
@@ -39,10 +45,9 @@
 //! hands over the inner `CubeBackend`'s tensors, and takes the outputs back as fusion tensors.
 //! The operations' inputs and outputs are what the autodiff operation holds (the `[n, c, h, w]`
 //! activation and its gradient, the `[groups, c]` moments, the `[c]` parameter gradients); the
-//! layout changes between those and the kernels' matrices (the NCHW view to the channels-last
-//! matrix and back, the parameters' gradients summed over the groups) are made on the inner
-//! tensors inside the operation, as changes of a handle's shape and strides where the memory
-//! allows. As operations of the stream they were about two dozen reshapes and permutations per
+//! parameters' gradients are summed over the groups on the inner tensors inside the operation,
+//! and activations of two layouts (an NHWC residual beside an NCHW input) copied into NCHW
+//! there. As operations of the stream they were about two dozen reshapes and permutations per
 //! layer and step, each registered, matched and run by the fusion thread: 23 % of a ResNet-18
 //! SimCLR step's operations (docs/gpu.md, "The fourth cut").
 //!
@@ -53,7 +58,6 @@
 use std::marker::PhantomData;
 
 use burn::prelude::*;
-use burn::tensor::ops::FloatTensor;
 use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionRuntime};
@@ -70,6 +74,7 @@ use device::{backward_cube, forward_cube};
 mod device {
     use burn_cubecl::kernel::into_contiguous;
     use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+    use burn_cubecl::ops::permute_nhwc_to_nchw;
     use burn_cubecl::tensor::CubeTensor;
     use burn_cubecl::CubeRuntime;
     use cubecl::prelude::*;
@@ -87,6 +92,21 @@ mod device {
     /// Rows per cube of the apply kernels (more when a group has more than 32,768 such chunks, to
     /// keep the grid's y extent within every device's limit).
     const APPLY_ROWS: usize = 512;
+
+    /// How the kernels find an activation `[n, c, h, w]`'s values (`x`, the residual, `y`, `∂y`,
+    /// the ReLU's output, `∂x`: all of one layout): `channels` = `c`, `hw` = `h·w`, and the
+    /// strides of an image, a channel and a position (`h·w` flattened). burn's row-major NCHW is
+    /// `(c·hw, hw, 1)`; the channels-last memory of a cubecl convolution's output (an NHWC buffer
+    /// seen as NCHW) `(hw·c, 1, c)`. Read in place, either needs no copy into the kernels'
+    /// `[groups, M, C]` matrix (row `group · M + r` is image `row / hw`, position `row % hw`).
+    #[derive(CubeLaunch, CubeType)]
+    pub(super) struct Layout {
+        channels: u32,
+        hw: u32,
+        image: u32,
+        channel: u32,
+        position: u32,
+    }
 
     /// The sum over the cube's 8 row lanes of each lane's `value`, for the cube's channel
     /// `UNIT_POS_X`; every unit of the column gets the same sum, added in the same order.
@@ -128,6 +148,16 @@ mod device {
         (start, end)
     }
 
+    /// Where row `row` (over all groups: `group · M + r`) of channel `c` lies in an activation
+    /// of `layout` (see [`Layout`]): the row is image `row / hw`, position `row % hw`.
+    #[cube]
+    fn address(row: usize, c: usize, layout: &Layout) -> usize {
+        let hw = layout.hw as usize;
+        (row / hw) * layout.image as usize
+            + c * layout.channel as usize
+            + (row % hw) * layout.position as usize
+    }
+
     /// Forward, first pass: per group, chunk of rows and channel, the chunk's mean and its sum of
     /// squared deviations from that mean (`part_mean`, `part_m2`: `[groups, parts, C]`).
     #[cube(launch)]
@@ -137,23 +167,24 @@ mod device {
         part_m2: &mut Tensor<f32>,
         rows: u32,
         chunk: u32,
+        layout: Layout,
         #[define(F)] _dtype: StorageType,
     ) {
-        let channels = x.shape(2);
+        let channels = layout.channels as usize;
         let parts = part_mean.shape(1);
         let rows = rows as usize;
         let c = CUBE_POS_X as usize * 32 + UNIT_POS_X as usize;
         let part = CUBE_POS_Y as usize;
         let group = CUBE_POS_Z as usize;
         let (start, end) = chunk_bounds(part, chunk as usize, rows);
-        let base = group * rows * channels;
+        let base = group * rows;
         let mut shared = SharedMemory::<f32>::new(256usize);
 
         let mut sum = 0.0f32;
         if c < channels {
             let mut r = start + UNIT_POS_Y as usize;
             while r < end {
-                sum += f32::cast_from(x[base + r * channels + c]);
+                sum += f32::cast_from(x[address(base + r, c, &layout)]);
                 r += 8;
             }
         }
@@ -163,7 +194,7 @@ mod device {
         if c < channels {
             let mut r = start + UNIT_POS_Y as usize;
             while r < end {
-                let d = f32::cast_from(x[base + r * channels + c]) - mean;
+                let d = f32::cast_from(x[address(base + r, c, &layout)]) - mean;
                 m2 += d * d;
                 r += 8;
             }
@@ -253,11 +284,12 @@ mod device {
         keep: f32,
         momentum: f32,
         unbias: f32,
+        layout: Layout,
         #[comptime] relu: bool,
         #[define(F)] _dtype: StorageType,
     ) {
-        let channels = x.shape(2);
-        let groups = x.shape(0);
+        let channels = layout.channels as usize;
+        let groups = mean_out.shape(0);
         let rows = rows as usize;
         let c = CUBE_POS_X as usize * 32 + UNIT_POS_X as usize;
         let block = CUBE_POS_Y as usize;
@@ -313,10 +345,10 @@ mod device {
                 inv_std_out[group * channels + c] = F::cast_from(inv_std);
             }
             let (start, end) = chunk_bounds(block, apply_chunk as usize, rows);
-            let base = group * rows * channels;
+            let base = group * rows;
             let mut r = start + UNIT_POS_Y as usize;
             while r < end {
-                let at = base + r * channels + c;
+                let at = address(base + r, c, &layout);
                 let mut v = f32::cast_from(x[at]) * scale + shift;
                 #[comptime]
                 if let ComptimeOption::Some(residual) = residual {
@@ -347,16 +379,17 @@ mod device {
         part_s2: &mut Tensor<f32>,
         rows: u32,
         chunk: u32,
+        layout: Layout,
         #[define(F)] _dtype: StorageType,
     ) {
-        let channels = x.shape(2);
+        let channels = layout.channels as usize;
         let parts = part_s1.shape(1);
         let rows = rows as usize;
         let c = CUBE_POS_X as usize * 32 + UNIT_POS_X as usize;
         let part = CUBE_POS_Y as usize;
         let group = CUBE_POS_Z as usize;
         let (start, end) = chunk_bounds(part, chunk as usize, rows);
-        let base = group * rows * channels;
+        let base = group * rows;
         let mut shared = SharedMemory::<f32>::new(256usize);
 
         let mut s1 = 0.0f32;
@@ -365,7 +398,7 @@ mod device {
             let mu = f32::cast_from(mean[group * channels + c]);
             let mut r = start + UNIT_POS_Y as usize;
             while r < end {
-                let at = base + r * channels + c;
+                let at = address(base + r, c, &layout);
                 let g = masked(dy, output, at);
                 s1 += g;
                 s2 += g * (f32::cast_from(x[at]) - mu);
@@ -402,9 +435,10 @@ mod device {
         dbeta: &mut Tensor<F>,
         rows: u32,
         apply_chunk: u32,
+        layout: Layout,
         #[define(F)] _dtype: StorageType,
     ) {
-        let channels = x.shape(2);
+        let channels = layout.channels as usize;
         let parts = part_s1.shape(1);
         let rows = rows as usize;
         let c = CUBE_POS_X as usize * 32 + UNIT_POS_X as usize;
@@ -438,10 +472,10 @@ mod device {
                 dgamma[group * channels + c] = F::cast_from(s2 * r_);
             }
             let (start, end) = chunk_bounds(block, apply_chunk as usize, rows);
-            let base = group * rows * channels;
+            let base = group * rows;
             let mut r = start + UNIT_POS_Y as usize;
             while r < end {
-                let at = base + r * channels + c;
+                let at = address(base + r, c, &layout);
                 let g = masked(dy, output, at);
                 #[comptime]
                 if let ComptimeOption::Some(dresidual) = dresidual {
@@ -487,10 +521,77 @@ mod device {
         )
     }
 
-    /// The forward kernels on the inner backend's tensors: `x` `[groups, M, C]`, `γ`, `β` and
-    /// the running mean and variance `[C]`, the epilogue's `residual` (`[groups, M, C]`) and
-    /// `relu`; returns `y` `[groups, M, C]` (`γ·x̂ + β`, plus the residual, through the ReLU), `μ`,
-    /// `σ²`, `r` `[groups, C]` and the running mean and variance moved with `momentum` (`[C]`).
+    /// The two memory layouts of an activation `[n, c, h, w]` the kernels read in place.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(super) enum Dense {
+        /// burn's row-major NCHW.
+        Nchw,
+        /// An NHWC buffer seen as NCHW (a cubecl convolution's output).
+        Nhwc,
+    }
+
+    /// `t`'s layout, if it is one of [`Dense`] (NCHW where both hold: a channel or a position
+    /// alone). Strides of axes of extent 1 are not looked at.
+    pub(super) fn dense<R: CubeRuntime>(t: &CubeTensor<R>) -> Option<Dense> {
+        let (shape, strides) = (t.meta.shape(), t.meta.strides());
+        let [_, c, h, w] = shape.dims();
+        let has = |expected: [usize; 4]| (0..4).all(|i| shape[i] == 1 || strides[i] == expected[i]);
+        if has([c * h * w, h * w, w, 1]) {
+            Some(Dense::Nchw)
+        } else if has([h * w * c, 1, w * c, c]) {
+            Some(Dense::Nhwc)
+        } else {
+            None
+        }
+    }
+
+    /// The activations `ts` (each `[n, c, h, w]`) as they are when they share one [`Dense`]
+    /// layout, else all made row-major NCHW (a copy of those that are not).
+    fn one_layout<R: CubeRuntime, const K: usize>(
+        ts: [Option<CubeTensor<R>>; K],
+    ) -> (Dense, [Option<CubeTensor<R>>; K]) {
+        let layouts: Vec<_> = ts.iter().flatten().map(dense).collect();
+        match layouts.first() {
+            Some(Some(first)) if layouts.iter().all(|l| *l == Some(*first)) => (*first, ts),
+            _ => (Dense::Nchw, ts.map(|t| t.map(into_contiguous))),
+        }
+    }
+
+    /// The kernels' view of activations of `dims` in `layout`.
+    fn layout_args<R: CubeRuntime>(dense: Dense, [_, c, h, w]: [usize; 4]) -> LayoutLaunch<R> {
+        let hw = h * w;
+        let (channel, position) = match dense {
+            Dense::Nchw => (hw, 1),
+            Dense::Nhwc => (1, c),
+        };
+        LayoutLaunch::new(
+            c as u32,
+            hw as u32,
+            (c * hw) as u32,
+            channel as u32,
+            position as u32,
+        )
+    }
+
+    /// An uninitialised activation of `dims` (`[n, c, h, w]`) in `layout`.
+    fn empty_activation<R: CubeRuntime>(
+        like: &CubeTensor<R>,
+        [n, c, h, w]: [usize; 4],
+        layout: Dense,
+        dtype: burn::tensor::DType,
+    ) -> CubeTensor<R> {
+        match layout {
+            Dense::Nchw => empty_like(like, vec![n, c, h, w], dtype),
+            Dense::Nhwc => permute_nhwc_to_nchw(empty_like(like, vec![n, h, w, c], dtype)),
+        }
+    }
+
+    /// The forward kernels on the inner backend's tensors: `x` `[n, c, h, w]` (`groups` equal
+    /// batches stacked), `γ`, `β` and the running mean and variance `[C]`, the epilogue's
+    /// `residual` (`[n, c, h, w]`) and `relu`; returns `y` `[n, c, h, w]` in `x`'s layout
+    /// (`γ·x̂ + β`, plus the residual, through the ReLU), `μ`, `σ²`, `r` `[groups, C]` and the
+    /// running mean and variance moved with `momentum` (`[C]`). The activations are read where
+    /// they are when they share one [`Dense`] layout, else copied into row-major NCHW.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_cube<R: CubeRuntime>(
         x: CubeTensor<R>,
@@ -501,11 +602,14 @@ mod device {
         relu: bool,
         epsilon: f64,
         momentum: f64,
+        groups: usize,
     ) -> [CubeTensor<R>; 6] {
-        let [x, gamma, beta, running_mean, running_var] =
-            [x, gamma, beta, running_mean, running_var].map(into_contiguous);
-        let residual = residual.map(into_contiguous);
-        let [groups, rows, channels] = x.meta.shape().dims();
+        let [gamma, beta, running_mean, running_var] =
+            [gamma, beta, running_mean, running_var].map(into_contiguous);
+        let (layout, [x, residual]) = one_layout([Some(x), residual]);
+        let x = x.expect("the input is given");
+        let dims @ [n, channels, h, w] = x.meta.shape().dims();
+        let rows = n / groups * h * w;
         let unbias = rows as f64 / (rows - 1) as f64;
         let dtype = x.dtype;
         let (part_chunk, parts) = part_chunks(rows);
@@ -513,7 +617,7 @@ mod device {
         let f32_dtype = burn::tensor::DType::F32;
         let part_mean = empty_like(&x, vec![groups, parts, channels], f32_dtype);
         let part_m2 = empty_like(&x, vec![groups, parts, channels], f32_dtype);
-        let y = empty_like(&x, vec![groups, rows, channels], dtype);
+        let y = empty_activation(&x, dims, layout, dtype);
         let [mean, var, inv_std] = [0; 3].map(|_| empty_like(&x, vec![groups, channels], dtype));
         let [moved_mean, moved_var] = [0; 2].map(|_| empty_like(&x, vec![channels], dtype));
         let client = x.client.clone();
@@ -527,6 +631,7 @@ mod device {
             part_m2.clone().into_tensor_arg(),
             rows as u32,
             part_chunk as u32,
+            layout_args(layout, dims),
             dtype.into(),
         );
         bn_forward_apply::launch::<R>(
@@ -554,16 +659,19 @@ mod device {
             (1.0 - momentum) as f32,
             momentum as f32,
             unbias as f32,
+            layout_args(layout, dims),
             relu,
             dtype.into(),
         );
         [y, mean, var, inv_std, moved_mean, moved_var]
     }
 
-    /// The backward kernels on the inner backend's tensors: `∂y`, `x` `[groups, M, C]`, the
-    /// fused ReLU's `output` (`[groups, M, C]`, its mask), `γ` `[C]`, `μ`, `r` `[groups, C]`;
-    /// returns `∂x` `[groups, M, C]`, `∂γ`, `∂β` `[groups, C]`, and with `residual` the
-    /// residual's gradient (`∂y` through the ReLU's mask, `[groups, M, C]`).
+    /// The backward kernels on the inner backend's tensors: `∂y`, `x` `[n, c, h, w]` (`groups`
+    /// equal batches stacked), the fused ReLU's `output` (`[n, c, h, w]`, its mask), `γ` `[C]`,
+    /// `μ`, `r` `[groups, C]`; returns `∂x` `[n, c, h, w]`, `∂γ`, `∂β` `[groups, C]`, and with
+    /// `residual` the residual's gradient (`∂y` through the ReLU's mask, `[n, c, h, w]`), the
+    /// activations in one layout, as [`forward_cube`] reads and writes them.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn backward_cube<R: CubeRuntime>(
         dy: CubeTensor<R>,
         x: CubeTensor<R>,
@@ -572,18 +680,21 @@ mod device {
         mean: CubeTensor<R>,
         inv_std: CubeTensor<R>,
         residual: bool,
+        groups: usize,
     ) -> ([CubeTensor<R>; 3], Option<CubeTensor<R>>) {
-        let [dy, x, gamma, mean, inv_std] = [dy, x, gamma, mean, inv_std].map(into_contiguous);
-        let output = output.map(into_contiguous);
-        let [groups, rows, channels] = x.meta.shape().dims();
+        let [gamma, mean, inv_std] = [gamma, mean, inv_std].map(into_contiguous);
+        let (layout, [dy, x, output]) = one_layout([Some(dy), Some(x), output]);
+        let (dy, x) = (dy.expect("∂y is given"), x.expect("x is given"));
+        let dims @ [n, channels, h, w] = x.meta.shape().dims();
+        let rows = n / groups * h * w;
         let dtype = x.dtype;
         let (part_chunk, parts) = part_chunks(rows);
         let (apply_chunk, blocks) = apply_chunks(rows);
         let f32_dtype = burn::tensor::DType::F32;
         let part_s1 = empty_like(&x, vec![groups, parts, channels], f32_dtype);
         let part_s2 = empty_like(&x, vec![groups, parts, channels], f32_dtype);
-        let dx = empty_like(&x, vec![groups, rows, channels], dtype);
-        let dresidual = residual.then(|| empty_like(&x, vec![groups, rows, channels], dtype));
+        let dx = empty_activation(&x, dims, layout, dtype);
+        let dresidual = residual.then(|| empty_activation(&x, dims, layout, dtype));
         let [dgamma, dbeta] = [0; 2].map(|_| empty_like(&x, vec![groups, channels], dtype));
         let client = x.client.clone();
         let cube_dim = CubeDim::new_2d(TILE, LANES);
@@ -599,6 +710,7 @@ mod device {
             part_s2.clone().into_tensor_arg(),
             rows as u32,
             part_chunk as u32,
+            layout_args(layout, dims),
             dtype.into(),
         );
         bn_backward_apply::launch::<R>(
@@ -619,23 +731,11 @@ mod device {
             dbeta.clone().into_tensor_arg(),
             rows as u32,
             apply_chunk as u32,
+            layout_args(layout, dims),
             dtype.into(),
         );
         ([dx, dgamma, dbeta], dresidual)
     }
-}
-
-/// `batch_norm_op`'s [`channels_last`](super::batch_norm_op::channels_last) on the inner
-/// backend's tensor inside the custom operation: a change of the handle's shape and strides when
-/// the memory is channels-last (a cubecl convolution's output), else one copy, and no operation
-/// of burn's fusion stream.
-fn channels_last<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    x: FloatTensor<Inner<R, F, I, BT>>,
-    groups: usize,
-) -> FloatTensor<Inner<R, F, I, BT>> {
-    batch_norm_op::channels_last(tensor::<Inner<R, F, I, BT>, 4>(x), groups)
-        .into_primitive()
-        .tensor()
 }
 
 /// The forward kernels as one custom operation of burn's fusion stream, the layout changes of
@@ -660,12 +760,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     ) {
         let (inputs, outputs) = (&self.desc.inputs, &self.desc.outputs);
         let [x, gamma, beta, running_mean, running_var] = std::array::from_fn(|i| &inputs[i]);
-        let dims = x.shape.dims();
         let mut get = |t| handles.get_float_tensor::<Inner<R, F, I, BT>>(t);
-        let x = channels_last::<R, F, I, BT>(get(x), self.groups);
-        let residual = inputs
-            .get(5)
-            .map(|t| channels_last::<R, F, I, BT>(get(t), self.groups));
+        let x = get(x);
+        let residual = inputs.get(5).map(&mut get);
         let [y, mean, var, inv_std, moved_mean, moved_var] = forward_cube::<R>(
             x,
             get(gamma),
@@ -675,10 +772,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             self.relu,
             self.epsilon,
             self.momentum,
+            self.groups,
         );
-        let y = batch_norm_op::channels_first(tensor::<Inner<R, F, I, BT>, 3>(y), dims)
-            .into_primitive()
-            .tensor();
         let results = [y, mean, var, inv_std, moved_mean, moved_var];
         for (ir, tensor) in outputs.iter().zip(results) {
             handles.register_float_tensor::<Inner<R, F, I, BT>>(&ir.id, tensor);
@@ -706,10 +801,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     ) {
         let (inputs, outputs) = (&self.desc.inputs, &self.desc.outputs);
         let [dy, x, gamma, mean, inv_std] = std::array::from_fn(|i| &inputs[i]);
-        let dims = x.shape.dims();
         let mut get = |t| handles.get_float_tensor::<Inner<R, F, I, BT>>(t);
-        let mut matrix = |t| channels_last::<R, F, I, BT>(get(t), self.groups);
-        let (dy, x, output) = (matrix(dy), matrix(x), inputs.get(5).map(&mut matrix));
+        let (dy, x, output) = (get(dy), get(x), inputs.get(5).map(&mut get));
         let ([dx, dgamma, dbeta], dresidual) = backward_cube::<R>(
             dy,
             x,
@@ -718,20 +811,14 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             get(mean),
             get(inv_std),
             outputs.len() == 4,
+            self.groups,
         );
-        let first = |t| {
-            batch_norm_op::channels_first(tensor::<Inner<R, F, I, BT>, 3>(t), dims)
-                .into_primitive()
-                .tensor()
-        };
         let sum = |t| {
             batch_norm_op::over_groups(tensor::<Inner<R, F, I, BT>, 2>(t))
                 .into_primitive()
                 .tensor()
         };
-        let results = [first(dx), sum(dgamma), sum(dbeta)]
-            .into_iter()
-            .chain(dresidual.map(first));
+        let results = [dx, sum(dgamma), sum(dbeta)].into_iter().chain(dresidual);
         for (ir, tensor) in outputs.iter().zip(results) {
             handles.register_float_tensor::<Inner<R, F, I, BT>>(&ir.id, tensor);
         }
