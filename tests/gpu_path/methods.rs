@@ -380,7 +380,7 @@ fn deepcluster_v2_steps_as_on_the_cpu() {
 /// at most 512 rows writing the output). The kernels read the activation and its gradient
 /// where they lie: row-major NCHW, and (`channels_last`) an NHWC buffer seen as NCHW, as a
 /// convolution's output can be, with the loss weights (so `∂y`) in that layout too or in NCHW
-/// (layouts that differ: both copied into NCHW).
+/// (layouts that differ: the NCHW ones copied into NHWC).
 #[test]
 fn batch_norm_is_one_operation_and_as_on_the_cpu() {
     use curriculum_ssl_models::kernels::{batch_norm_train, RunningAverages};

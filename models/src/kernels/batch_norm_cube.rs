@@ -28,9 +28,8 @@
 //! The kernels see the activation as a `[groups, M, C]` matrix (`M = N·H·W / groups` rows: an
 //! image's positions, image after image) and read it where it lies, through a [`Layout`]: burn's
 //! row-major NCHW, or the NHWC buffer a cubecl convolution writes and burn sees as NCHW; their
-//! outputs are written in the input's layout. (They read a channels-last copy until the eighth
-//! cut: one copy of the activation into it and, backward, two, per layer and step: a third of a
-//! ResNet-18 step's kernels on lavapipe, docs/gpu.md.) A cube is 32 channels by 8 row lanes:
+//! outputs are written in the input's layout. (Until the eighth cut they read a channels-last
+//! copy of every activation that was not one already.) A cube is 32 channels by 8 row lanes:
 //! channels-last, a plane reads 32 neighbouring channels of one row (coalesced); NCHW, the 8
 //! lanes read 8 neighbouring positions of each of the 32 channels (a 32-byte sector each in
 //! f32, shared by the plane's neighbours through the cache). The 8 lanes' sums are added in
@@ -46,7 +45,7 @@
 //! The operations' inputs and outputs are what the autodiff operation holds (the `[n, c, h, w]`
 //! activation and its gradient, the `[groups, c]` moments, the `[c]` parameter gradients); the
 //! parameters' gradients are summed over the groups on the inner tensors inside the operation,
-//! and activations of two layouts (an NHWC residual beside an NCHW input) copied into NCHW
+//! and activations of two layouts (an NCHW gradient beside an NHWC input) copied into NHWC
 //! there. As operations of the stream they were about two dozen reshapes and permutations per
 //! layer and step, each registered, matched and run by the fusion thread: 23 % of a ResNet-18
 //! SimCLR step's operations (docs/gpu.md, "The fourth cut").
@@ -74,7 +73,7 @@ use device::{backward_cube, forward_cube};
 mod device {
     use burn_cubecl::kernel::into_contiguous;
     use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
-    use burn_cubecl::ops::permute_nhwc_to_nchw;
+    use burn_cubecl::ops::{permute_nchw_to_nhwc, permute_nhwc_to_nchw};
     use burn_cubecl::tensor::CubeTensor;
     use burn_cubecl::CubeRuntime;
     use cubecl::prelude::*;
@@ -546,14 +545,24 @@ mod device {
     }
 
     /// The activations `ts` (each `[n, c, h, w]`) as they are when they share one [`Dense`]
-    /// layout, else all made row-major NCHW (a copy of those that are not).
+    /// layout, else all in NHWC (a copy of those that are not): what cubecl's convolutions
+    /// write and read, so that the outputs, written in the same layout, go on to the next
+    /// convolution (or its gradients) without a copy of their own.
     fn one_layout<R: CubeRuntime, const K: usize>(
         ts: [Option<CubeTensor<R>>; K],
     ) -> (Dense, [Option<CubeTensor<R>>; K]) {
         let layouts: Vec<_> = ts.iter().flatten().map(dense).collect();
         match layouts.first() {
             Some(Some(first)) if layouts.iter().all(|l| *l == Some(*first)) => (*first, ts),
-            _ => (Dense::Nchw, ts.map(|t| t.map(into_contiguous))),
+            _ => (
+                Dense::Nhwc,
+                ts.map(|t| {
+                    t.map(|t| match dense(&t) {
+                        Some(Dense::Nhwc) => t,
+                        _ => permute_nhwc_to_nchw(into_contiguous(permute_nchw_to_nhwc(t))),
+                    })
+                }),
+            ),
         }
     }
 
@@ -591,7 +600,7 @@ mod device {
     /// `residual` (`[n, c, h, w]`) and `relu`; returns `y` `[n, c, h, w]` in `x`'s layout
     /// (`γ·x̂ + β`, plus the residual, through the ReLU), `μ`, `σ²`, `r` `[groups, C]` and the
     /// running mean and variance moved with `momentum` (`[C]`). The activations are read where
-    /// they are when they share one [`Dense`] layout, else copied into row-major NCHW.
+    /// they are when they share one [`Dense`] layout, else copied into NHWC.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_cube<R: CubeRuntime>(
         x: CubeTensor<R>,

@@ -7,7 +7,8 @@
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorPrimitive;
-use burn_cubecl::CubeBackend;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{CubeBackend, CubeRuntime};
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime, FusionTensor};
 use burn_ir::TensorIr;
 
@@ -83,5 +84,83 @@ impl ListLaunch {
             cube_ends,
             lens,
         }
+    }
+}
+
+/// The axes of `t` from its largest stride to its smallest when its memory is a dense
+/// arrangement of its values (each once, no gaps: row-major, or a transposed or channels-last
+/// view of a row-major buffer), else `None`. Axes of extent 1 are not looked at.
+pub(super) fn dense_order<R: CubeRuntime>(t: &CubeTensor<R>) -> Option<Vec<usize>> {
+    let (shape, strides) = (t.meta.shape(), t.meta.strides());
+    let mut axes: Vec<usize> = (0..shape.num_dims()).collect();
+    axes.sort_by_key(|&a| (std::cmp::Reverse(strides[a]), a));
+    let mut expected = 1;
+    for &a in axes.iter().rev() {
+        if shape[a] != 1 && strides[a] != expected {
+            return None;
+        }
+        expected *= shape[a];
+    }
+    Some(axes)
+}
+
+/// Whether `a` and `b` have one shape and lie alike in memory (equal strides on every axis of
+/// extent above 1): entry `i` of one's buffer is entry `i` of the other's.
+pub(super) fn same_layout<R: CubeRuntime>(a: &CubeTensor<R>, b: &CubeTensor<R>) -> bool {
+    let shape = a.meta.shape();
+    shape == b.meta.shape()
+        && (0..shape.num_dims())
+            .all(|i| shape[i] == 1 || a.meta.strides()[i] == b.meta.strides()[i])
+}
+
+/// A new uninitialised tensor of `like`'s shape and of `dtype`, laid out as `like` when `like` is
+/// dense ([`dense_order`]: e.g. a convolution's weight gradient, channels-last), else row-major.
+/// Why: a parameter written in its gradient's layout is read by the next step's kernels in the
+/// same order as the gradient, and a convolution's weight in the layout its gradient comes in
+/// is the layout cubecl's convolution reads (no copy of the weight at every forward).
+pub(super) fn empty_in_layout<R: CubeRuntime>(
+    like: &CubeTensor<R>,
+    dtype: burn::tensor::DType,
+) -> CubeTensor<R> {
+    let shape = like.meta.shape().clone();
+    let empty = |shape: Vec<usize>| {
+        burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<R>(
+            like.client.clone(),
+            like.device.clone(),
+            shape.into(),
+            dtype,
+        )
+    };
+    match dense_order(like) {
+        Some(order) if order.iter().enumerate().any(|(i, &a)| i != a) => {
+            let mut inverse = vec![0; order.len()];
+            for (position, &axis) in order.iter().enumerate() {
+                inverse[axis] = position;
+            }
+            let buffer = empty(order.iter().map(|&a| shape[a]).collect());
+            burn_cubecl::ops::permute(buffer, &inverse)
+        }
+        _ => empty(shape.to_vec()),
+    }
+}
+
+/// The `#[cube]` helpers the list kernels share (cubecl's prelude has its own `Tensor` and
+/// `Float`, hence a module of their own).
+pub(super) mod device {
+    use cubecl::prelude::*;
+
+    /// Where entry `at` of a row-major tensor of `t`'s shape lies in `t`, by `t`'s strides.
+    #[cube]
+    pub(in super::super) fn strided_offset<F: Float>(t: &Tensor<F>, at: usize) -> usize {
+        let rank = t.rank();
+        let mut rest = at;
+        let mut offset = 0usize;
+        for i in 0..rank {
+            let d = rank - 1 - i;
+            let extent = t.shape(d);
+            offset += (rest % extent) * t.stride(d);
+            rest /= extent;
+        }
+        offset
     }
 }
