@@ -87,23 +87,6 @@ impl ListLaunch {
     }
 }
 
-/// The axes of `t` from its largest stride to its smallest when its memory is a dense
-/// arrangement of its values (each once, no gaps: row-major, or a transposed or channels-last
-/// view of a row-major buffer), else `None`. Axes of extent 1 are not looked at.
-pub(super) fn dense_order<R: CubeRuntime>(t: &CubeTensor<R>) -> Option<Vec<usize>> {
-    let (shape, strides) = (t.meta.shape(), t.meta.strides());
-    let mut axes: Vec<usize> = (0..shape.num_dims()).collect();
-    axes.sort_by_key(|&a| (std::cmp::Reverse(strides[a]), a));
-    let mut expected = 1;
-    for &a in axes.iter().rev() {
-        if shape[a] != 1 && strides[a] != expected {
-            return None;
-        }
-        expected *= shape[a];
-    }
-    Some(axes)
-}
-
 /// Whether `a` and `b` have one shape and lie alike in memory (equal strides on every axis of
 /// extent above 1): entry `i` of one's buffer is entry `i` of the other's.
 pub(super) fn same_layout<R: CubeRuntime>(a: &CubeTensor<R>, b: &CubeTensor<R>) -> bool {
@@ -113,16 +96,19 @@ pub(super) fn same_layout<R: CubeRuntime>(a: &CubeTensor<R>, b: &CubeTensor<R>) 
             .all(|i| shape[i] == 1 || a.meta.strides()[i] == b.meta.strides()[i])
 }
 
-/// A new uninitialised tensor of `like`'s shape and of `dtype`, laid out as `like` when `like` is
-/// dense ([`dense_order`]: e.g. a convolution's weight gradient, channels-last), else row-major.
-/// Why: a parameter written in its gradient's layout is read by the next step's kernels in the
-/// same order as the gradient, and a convolution's weight in the layout its gradient comes in
-/// is the layout cubecl's convolution reads (no copy of the weight at every forward).
-pub(super) fn empty_in_layout<R: CubeRuntime>(
+/// A new uninitialised tensor of `like`'s shape and of `dtype`, for the momentum copy's list
+/// kernel to write a target's parameter to: a 4-D one (a convolution's weight `[out, in, kh,
+/// kw]`) channels-last in memory (`[out, kh, kw, in]`, seen as `[out, in, kh, kw]`), any other
+/// row-major. Why: cubecl's convolutions read the weight channels-last and copy a row-major one
+/// into that layout at every forward; a momentum copy only runs forward (MoCo's key encoder,
+/// BYOL's target), so its weights written so are read where they lie (one copy fewer a
+/// convolution and step). The online network's stay row-major: its gradients' convolutions
+/// would copy a channels-last weight back (measured: as many copies backward as saved forward).
+pub(super) fn empty_target<R: CubeRuntime>(
     like: &CubeTensor<R>,
     dtype: burn::tensor::DType,
 ) -> CubeTensor<R> {
-    let shape = like.meta.shape().clone();
+    let shape = like.meta.shape();
     let empty = |shape: Vec<usize>| {
         burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<R>(
             like.client.clone(),
@@ -131,16 +117,11 @@ pub(super) fn empty_in_layout<R: CubeRuntime>(
             dtype,
         )
     };
-    match dense_order(like) {
-        Some(order) if order.iter().enumerate().any(|(i, &a)| i != a) => {
-            let mut inverse = vec![0; order.len()];
-            for (position, &axis) in order.iter().enumerate() {
-                inverse[axis] = position;
-            }
-            let buffer = empty(order.iter().map(|&a| shape[a]).collect());
-            burn_cubecl::ops::permute(buffer, &inverse)
-        }
-        _ => empty(shape.to_vec()),
+    if shape.num_dims() == 4 {
+        let [o, i, kh, kw] = shape.dims();
+        burn_cubecl::ops::permute_nhwc_to_nchw(empty(vec![o, kh, kw, i]))
+    } else {
+        empty(shape.to_vec())
     }
 }
 

@@ -40,7 +40,7 @@ mod device {
     use cubecl::prelude::*;
 
     use super::super::cube_op::device::strided_offset;
-    use super::super::cube_op::{empty_in_layout, same_layout, ListLaunch};
+    use super::super::cube_op::{empty_target, same_layout, ListLaunch};
 
     /// One unit an entry: `t·keep + o·take` in f32 (`keep = m`, `take = 1 − m`).
     #[cube(launch)]
@@ -106,9 +106,8 @@ mod device {
     }
 
     /// The averages of `pairs` on the inner backend's tensors, each written to a new tensor
-    /// shaped as its target and laid out as its online value where that is dense (after the
-    /// online network's first SGD step, its gradient's layout: [`empty_in_layout`]), else
-    /// row-major: one launch for up to `per_launch` pairs.
+    /// shaped as its target, in [`empty_target`]'s layout: one launch for up to `per_launch`
+    /// pairs.
     pub(super) fn moving_average_many_cube<R: CubeRuntime>(
         pairs: Vec<(CubeTensor<R>, CubeTensor<R>)>,
         momentum: f64,
@@ -121,7 +120,7 @@ mod device {
             let chunk: Vec<_> = pairs.by_ref().take(per_launch.max(1)).collect();
             let outputs: Vec<CubeTensor<R>> = chunk
                 .iter()
-                .map(|(_, online)| empty_in_layout(online, dtype))
+                .map(|(target, _)| empty_target(target, dtype))
                 .collect();
             let direct: Vec<bool> = chunk
                 .iter()

@@ -42,7 +42,7 @@ mod device {
     use cubecl::prelude::*;
 
     use super::super::cube_op::device::strided_offset;
-    use super::super::cube_op::{empty_in_layout, same_layout, ListLaunch};
+    use super::super::cube_op::ListLaunch;
 
     use super::SgdSettings;
 
@@ -94,11 +94,9 @@ mod device {
     /// The kernel above on a list of parameters at once, each cube on one parameter: the cubes
     /// `cube_ends[i − 1]..cube_ends[i]` (compile-time constants: the kernel is compiled once for
     /// a module's shapes) cover parameter `i`, whose length is `lens[i]`, so every unit of a cube
-    /// takes the same branch of the unrolled search. Where `direct[i]`, the parameter, its
-    /// gradient, its momentum buffer and the outputs lie alike in memory and are read and
-    /// written by buffer position; elsewhere each through its strides (the first step of a
-    /// convolution's weight, a row-major parameter beside a channels-last gradient). On the
-    /// `first` step `velocities` are the gradients again.
+    /// takes the same branch of the unrolled search. A gradient is read through its strides
+    /// unless `contiguous` says it is contiguous; on the `first` step `velocities` are the
+    /// gradients again.
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
     fn sgd_step_many<F: Float>(
@@ -112,7 +110,7 @@ mod device {
         weight_decay: f32,
         #[comptime] cube_ends: Vec<usize>,
         #[comptime] lens: Vec<usize>,
-        #[comptime] direct: Vec<bool>,
+        #[comptime] contiguous: Vec<bool>,
         #[comptime] first: bool,
         #[comptime] nesterov: bool,
         #[comptime] decay: bool,
@@ -128,33 +126,28 @@ mod device {
             if cube >= start && cube < end {
                 let local = (cube - start) * CUBE_DIM as usize + UNIT_POS as usize;
                 if local < len {
-                    let (param, grad, velocity) =
-                        (params.index(i), grads.index(i), velocities.index(i));
-                    let (mut at_param, mut at_grad, mut at_velocity) = (local, local, local);
-                    let mut at_out = local;
-                    if comptime!(!direct[i]) {
-                        at_param = strided_offset(param, local);
-                        at_grad = strided_offset(grad, local);
-                        at_velocity = strided_offset(velocity, local);
-                        at_out = strided_offset(params_out.index(i), local);
+                    let theta = f32::cast_from(params.index(i)[local]);
+                    let grad = grads.index(i);
+                    let mut index = local;
+                    if comptime!(!contiguous[i]) {
+                        index = strided_offset(grad, local);
                     }
-                    let theta = f32::cast_from(param[at_param]);
-                    let mut g = f32::cast_from(grad[at_grad]);
+                    let mut g = f32::cast_from(grad[index]);
                     if decay {
                         g += theta * weight_decay;
                     }
                     let mut v = g;
                     if !first {
-                        v = f32::cast_from(velocity[at_velocity]) * momentum + g;
+                        v = f32::cast_from(velocities.index(i)[local]) * momentum + g;
                     }
                     let mut step = v;
                     if nesterov {
                         step = g + v * momentum;
                     }
                     let param_out = params_out.index_mut(i);
-                    param_out[at_out] = F::cast_from(theta - step * lr);
+                    param_out[local] = F::cast_from(theta - step * lr);
                     let velocity_out = velocities_out.index_mut(i);
-                    velocity_out[at_out] = F::cast_from(v);
+                    velocity_out[local] = F::cast_from(v);
                 }
             }
         }
@@ -162,8 +155,7 @@ mod device {
 
     /// The step on a list of `(θ, g, v)` on the inner backend's tensors (every `v` given, or
     /// none: the `first` step), up to `per_launch` a launch: returns each new parameter and
-    /// momentum buffer, shaped as its parameter and laid out as its gradient where that is
-    /// dense ([`empty_in_layout`]), else row-major.
+    /// momentum buffer, shaped as its parameter, without row padding.
     #[allow(clippy::type_complexity)]
     pub(super) fn sgd_many_cube<R: CubeRuntime>(
         list: Vec<(CubeTensor<R>, CubeTensor<R>, Option<CubeTensor<R>>)>,
@@ -174,18 +166,29 @@ mod device {
         let mut stepped = Vec::with_capacity(list.len());
         let mut list = list.into_iter().peekable();
         while let Some((like, _, _)) = list.peek() {
-            let (client, dtype) = (like.client.clone(), like.dtype);
+            let (client, device, dtype) = (like.client.clone(), like.device.clone(), like.dtype);
             let chunk: Vec<_> = list
                 .by_ref()
                 .take(per_launch.max(1))
                 .map(|(param, grad, velocity)| {
-                    let velocity = velocity.unwrap_or_else(|| grad.clone());
-                    (param, grad, velocity)
+                    let velocity = velocity
+                        .map(into_contiguous)
+                        .unwrap_or_else(|| grad.clone());
+                    (into_contiguous(param), grad, velocity)
                 })
                 .collect();
             let outputs: Vec<[CubeTensor<R>; 2]> = chunk
                 .iter()
-                .map(|(_, grad, _)| [0; 2].map(|_| empty_in_layout(grad, dtype)))
+                .map(|(param, _, _)| {
+                    [0; 2].map(|_| {
+                        empty_device_contiguous_dtype::<R>(
+                            client.clone(),
+                            device.clone(),
+                            param.meta.shape().clone(),
+                            dtype,
+                        )
+                    })
+                })
                 .collect();
             let launch = ListLaunch::new(
                 &client,
@@ -194,13 +197,9 @@ mod device {
                     .map(|(p, _, _)| p.meta.num_elements())
                     .collect(),
             );
-            // By buffer position where all four lie alike (every step after a parameter's
-            // first), else through the strides, rather than copied.
-            let direct: Vec<bool> = chunk
-                .iter()
-                .zip(&outputs)
-                .map(|((p, g, v), [out, _])| [p, g, v].iter().all(|t| same_layout(t, out)))
-                .collect();
+            // Read through its strides where it is not contiguous (a convolution's weight
+            // gradient comes in its GEMM's layout), rather than copied.
+            let contiguous: Vec<bool> = chunk.iter().map(|(_, g, _)| g.is_contiguous()).collect();
             sgd_step_many::launch::<R>(
                 &client,
                 launch.cube_count,
@@ -230,7 +229,7 @@ mod device {
                 settings.weight_decay as f32,
                 launch.cube_ends,
                 launch.lens,
-                direct,
+                contiguous,
                 first,
                 settings.nesterov,
                 settings.weight_decay > 0.0,
