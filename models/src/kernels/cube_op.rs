@@ -7,8 +7,7 @@
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorPrimitive;
-use burn_cubecl::tensor::CubeTensor;
-use burn_cubecl::{CubeBackend, CubeRuntime};
+use burn_cubecl::CubeBackend;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime, FusionTensor};
 use burn_ir::TensorIr;
 
@@ -84,64 +83,5 @@ impl ListLaunch {
             cube_ends,
             lens,
         }
-    }
-}
-
-/// Whether `a` and `b` have one shape and lie alike in memory (equal strides on every axis of
-/// extent above 1): entry `i` of one's buffer is entry `i` of the other's.
-pub(super) fn same_layout<R: CubeRuntime>(a: &CubeTensor<R>, b: &CubeTensor<R>) -> bool {
-    let shape = a.meta.shape();
-    shape == b.meta.shape()
-        && (0..shape.num_dims())
-            .all(|i| shape[i] == 1 || a.meta.strides()[i] == b.meta.strides()[i])
-}
-
-/// A new uninitialised tensor of `like`'s shape and of `dtype`, for the momentum copy's list
-/// kernel to write a target's parameter to: a 4-D one (a convolution's weight `[out, in, kh,
-/// kw]`) channels-last in memory (`[out, kh, kw, in]`, seen as `[out, in, kh, kw]`), any other
-/// row-major. Why: cubecl's convolutions read the weight channels-last and copy a row-major one
-/// into that layout at every forward; a momentum copy only runs forward (MoCo's key encoder,
-/// BYOL's target), so its weights written so are read where they lie (one copy fewer a
-/// convolution and step). The online network's stay row-major: its gradients' convolutions
-/// would copy a channels-last weight back (measured: as many copies backward as saved forward).
-pub(super) fn empty_target<R: CubeRuntime>(
-    like: &CubeTensor<R>,
-    dtype: burn::tensor::DType,
-) -> CubeTensor<R> {
-    let shape = like.meta.shape();
-    let empty = |shape: Vec<usize>| {
-        burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<R>(
-            like.client.clone(),
-            like.device.clone(),
-            shape.into(),
-            dtype,
-        )
-    };
-    if shape.num_dims() == 4 {
-        let [o, i, kh, kw] = shape.dims();
-        burn_cubecl::ops::permute_nhwc_to_nchw(empty(vec![o, kh, kw, i]))
-    } else {
-        empty(shape.to_vec())
-    }
-}
-
-/// The `#[cube]` helpers the list kernels share (cubecl's prelude has its own `Tensor` and
-/// `Float`, hence a module of their own).
-pub(super) mod device {
-    use cubecl::prelude::*;
-
-    /// Where entry `at` of a row-major tensor of `t`'s shape lies in `t`, by `t`'s strides.
-    #[cube]
-    pub(in super::super) fn strided_offset<F: Float>(t: &Tensor<F>, at: usize) -> usize {
-        let rank = t.rank();
-        let mut rest = at;
-        let mut offset = 0usize;
-        for i in 0..rank {
-            let d = rank - 1 - i;
-            let extent = t.shape(d);
-            offset += (rest % extent) * t.stride(d);
-            rest /= extent;
-        }
-        offset
     }
 }

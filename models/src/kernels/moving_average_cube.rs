@@ -39,8 +39,7 @@ mod device {
     use cubecl::calculate_cube_count_elemwise;
     use cubecl::prelude::*;
 
-    use super::super::cube_op::device::strided_offset;
-    use super::super::cube_op::{empty_target, same_layout, ListLaunch};
+    use super::super::cube_op::ListLaunch;
 
     /// One unit an entry: `t·keep + o·take` in f32 (`keep = m`, `take = 1 − m`).
     #[cube(launch)]
@@ -62,9 +61,7 @@ mod device {
     /// The kernel above on a list of tensors at once, each cube on one tensor: the cubes
     /// `cube_ends[i − 1]..cube_ends[i]` (compile-time constants: the kernel is compiled once for
     /// a module's shapes) cover tensor `i`, whose length is `lens[i]`, so every unit of a cube
-    /// takes the same branch of the unrolled search. Where `direct[i]` the target, the online
-    /// value and the output lie alike in memory and are read and written by buffer position;
-    /// elsewhere each through its strides.
+    /// takes the same branch of the unrolled search.
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
     fn moving_average_many_kernel<F: Float>(
@@ -75,7 +72,6 @@ mod device {
         take: f32,
         #[comptime] cube_ends: Vec<usize>,
         #[comptime] lens: Vec<usize>,
-        #[comptime] direct: Vec<bool>,
         #[define(F)] _dtype: StorageType,
     ) {
         let cube = CUBE_POS;
@@ -88,26 +84,18 @@ mod device {
             if cube >= start && cube < end {
                 let local = (cube - start) * CUBE_DIM as usize + UNIT_POS as usize;
                 if local < len {
-                    let (target, online) = (targets.index(i), onlines.index(i));
-                    let (mut at_target, mut at_online, mut at_out) = (local, local, local);
-                    if comptime!(!direct[i]) {
-                        at_target = strided_offset(target, local);
-                        at_online = strided_offset(online, local);
-                        at_out = strided_offset(outputs.index(i), local);
-                    }
                     let output = outputs.index_mut(i);
-                    output[at_out] = F::cast_from(
-                        f32::cast_from(target[at_target]) * keep
-                            + f32::cast_from(online[at_online]) * take,
+                    output[local] = F::cast_from(
+                        f32::cast_from(targets.index(i)[local]) * keep
+                            + f32::cast_from(onlines.index(i)[local]) * take,
                     );
                 }
             }
         }
     }
 
-    /// The averages of `pairs` on the inner backend's tensors, each written to a new tensor
-    /// shaped as its target, in [`empty_target`]'s layout: one launch for up to `per_launch`
-    /// pairs.
+    /// The averages of `pairs` on the inner backend's tensors, each written to a new contiguous
+    /// tensor shaped as its target: one launch for up to `per_launch` pairs.
     pub(super) fn moving_average_many_cube<R: CubeRuntime>(
         pairs: Vec<(CubeTensor<R>, CubeTensor<R>)>,
         momentum: f64,
@@ -116,16 +104,22 @@ mod device {
         let mut averages = Vec::with_capacity(pairs.len());
         let mut pairs = pairs.into_iter().peekable();
         while let Some((first, _)) = pairs.peek() {
-            let (client, dtype) = (first.client.clone(), first.dtype);
-            let chunk: Vec<_> = pairs.by_ref().take(per_launch.max(1)).collect();
+            let (client, device, dtype) = (first.client.clone(), first.device.clone(), first.dtype);
+            let chunk: Vec<_> = pairs
+                .by_ref()
+                .take(per_launch.max(1))
+                .map(|(t, o)| (into_contiguous(t), into_contiguous(o)))
+                .collect();
             let outputs: Vec<CubeTensor<R>> = chunk
                 .iter()
-                .map(|(target, _)| empty_target(target, dtype))
-                .collect();
-            let direct: Vec<bool> = chunk
-                .iter()
-                .zip(&outputs)
-                .map(|((t, o), out)| same_layout(t, out) && same_layout(o, out))
+                .map(|(t, _)| {
+                    empty_device_contiguous_dtype::<R>(
+                        client.clone(),
+                        device.clone(),
+                        t.meta.shape().clone(),
+                        dtype,
+                    )
+                })
                 .collect();
             let launch = ListLaunch::new(
                 &client,
@@ -151,7 +145,6 @@ mod device {
                 (1.0 - momentum) as f32,
                 launch.cube_ends,
                 launch.lens,
-                direct,
                 dtype.into(),
             );
             averages.extend(outputs);

@@ -41,10 +41,24 @@ mod device {
     use cubecl::calculate_cube_count_elemwise;
     use cubecl::prelude::*;
 
-    use super::super::cube_op::device::strided_offset;
     use super::super::cube_op::ListLaunch;
 
     use super::SgdSettings;
+
+    /// Where entry `at` of a contiguous tensor of `t`'s shape lies in `t`, by `t`'s strides.
+    #[cube]
+    fn strided_offset<F: Float>(t: &Tensor<F>, at: usize) -> usize {
+        let rank = t.rank();
+        let mut rest = at;
+        let mut offset = 0usize;
+        for i in 0..rank {
+            let d = rank - 1 - i;
+            let extent = t.shape(d);
+            offset += (rest % extent) * t.stride(d);
+            rest /= extent;
+        }
+        offset
+    }
 
     /// One unit an entry: `g ← g + wd·θ` (with `decay`), `v ← μ·v + g` (`v = g` on the `first`
     /// step), `s = g + μ·v` with `nesterov` else `v`, `θ ← θ − lr·s`; in f32. The parameter and
