@@ -119,8 +119,9 @@ impl<B: Backend> LayerNorm<B> {
 /// Under a data-parallel trainer, the batch moments are averaged over the replicas
 /// ([`crate::replica_stats`]): synchronised batch norm.
 ///
-/// Note: like burn's `RunningState` ([`RunningStat`]), a `clone()` of this module shares its running statistics
-/// with the original until one of them is re-loaded; build EMA targets from a record instead.
+/// Note: like burn's `RunningState` ([`RunningStat`]), a `clone()` of this module shares its
+/// running statistics with the original (loading a record into either, or mapping it, writes
+/// into both); build EMA targets from a record instead (a fresh module loaded with it).
 #[derive(Module, Debug)]
 pub struct BatchNorm2d<B: Backend> {
     /// Scale (γ).

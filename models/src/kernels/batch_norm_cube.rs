@@ -26,14 +26,14 @@
 //! a `#[comptime]` flag: a layer without an epilogue compiles to kernels without its reads.
 //!
 //! The kernels see the activation as a `[groups, M, C]` matrix (`M = N·H·W / groups` rows: an
-//! image's positions, image after image) and read it where it lies, through a [`Layout`]: burn's
+//! image's positions, image after image) and read it where it lies, through a `Layout`: burn's
 //! row-major NCHW, or the NHWC buffer a cubecl convolution writes and burn sees as NCHW; their
 //! outputs are written in the input's layout. (Until the eighth cut they read a channels-last
 //! copy of every activation that was not one already.) A cube is 32 channels by 8 row lanes:
-//! channels-last, a plane reads 32 neighbouring channels of one row (coalesced); NCHW, the 8
-//! lanes read 8 neighbouring positions of each of the 32 channels (a 32-byte sector each in
-//! f32, shared by the plane's neighbours through the cache). The 8 lanes' sums are added in
-//! shared memory. The grid is (channel tiles, chunks of rows,
+//! channels-last, a plane reads 32 neighbouring channels of one row (coalesced); NCHW, a plane's
+//! 32 reads are `h·w` apart (not coalesced), and the cube's 8 planes read 8 neighbouring
+//! positions of each channel, one 32-byte sector in f32, shared through the cache (not yet
+//! timed on a GPU). The 8 lanes' sums are added in shared memory. The grid is (channel tiles, chunks of rows,
 //! groups); the partial kernels' chunks are at most `MAX_PARTS` (64) per group, so each apply
 //! cube combines at most that many partial moments per channel, 8 lanes sharing the work.
 //! Sums accumulate in f32 whatever the element type. The partial moments live in f32 buffers

@@ -29,8 +29,8 @@
 //! cubecl convolutions compute in channels-last memory and hand back an NCHW view of it, so
 //! the matrix is that memory as it lies (no copy), each per-channel statistic is one reduction
 //! over its rows, and the output goes back as the same kind of view, which the next
-//! convolution reads without a copy. (An NCHW-contiguous input costs one copy, as any
-//! reshape of it did before.)
+//! convolution reads without a copy. (`Composed` copies an NCHW-contiguous input into that
+//! matrix; the GPU backends' `#[cube]` kernels read either layout where it lies.)
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -112,9 +112,10 @@ pub fn update_running_averages<B: Backend>(
 
 /// How the operation computes its passes on the inner backend `I`: [`Composed`] in burn's
 /// tensor operations on any backend, or the `#[cube]` kernels of `batch_norm_cube.rs` on the
-/// GPU backends. Both read the activation as the `[groups, M, C]` channels-last matrix of
-/// [`channels_last`]; each makes the layout changes itself, so that the kernels make them on the
-/// device's tensors inside their operation instead of as operations of burn's fusion stream.
+/// GPU backends. Both see the activation as a `[groups, M, C]` matrix ([`Composed`] through
+/// [`channels_last`], the `#[cube]` kernels through the strides of its NCHW or NHWC memory);
+/// each makes its layout changes itself, so that the GPU's are made on the device's tensors
+/// inside their operation instead of as operations of burn's fusion stream.
 pub(crate) trait BatchNormKernels<I: Backend>:
     'static + Send + Sync + std::fmt::Debug
 {
