@@ -229,9 +229,9 @@ fn len_of(shape: [usize; 4]) -> usize {
 /// Batch norm in training as one operation in burn's tensor operations
 /// (`kernels::batch_norm_op`, what `Autodiff<Wgpu>` and `Autodiff<Cuda>` run) equals the
 /// composed form (checked against finite differences above) on `Autodiff<NdArray<f64>>`: the
-/// output, the gradients of the input, γ and β, and the running averages it moves, and the
-/// batch moments against a plain f64 sum, and the running averages against PyTorch's update
-/// written out (momentum 0.1, the unbiased variance).
+/// output, the gradients of the input, γ and β, and the running averages it moves, and those
+/// against PyTorch's update written out with the batch moments by plain f64 sums (momentum
+/// 0.1, the unbiased variance); untracked, the same output and running averages.
 /// f64 sums of at most 60 terms in another order: 1e-12 relative, as above.
 #[test]
 fn tensor_op_training_step_equals_the_composed_one() {
@@ -258,13 +258,26 @@ fn tensor_op_training_step_equals_the_composed_one() {
     let x = f64s(&xs).reshape(shape).require_grad();
     let (g, b) = (f64s(&gamma).require_grad(), f64s(&beta).require_grad());
     let (start_mean, start_var) = ([0.5, -0.5, 0.0, 1.0], [1.0, 2.0, 0.5, 1.5]);
-    let running = RunningAverages {
+    let running = || RunningAverages {
         mean: f64s(&start_mean),
         var: f64s(&start_var),
         momentum: 0.1,
     };
-    let out = batch_norm_train_op(x.clone(), g.clone(), b.clone(), running, 1e-5, 1);
-    let (y, mean, var) = (out.output, out.mean, out.var);
+    let out = batch_norm_train_op(x.clone(), g.clone(), b.clone(), running(), 1e-5, 1);
+    // Untracked (nothing asks for a gradient: no backward step, no moments kept), the same
+    // output and running averages.
+    let untracked = batch_norm_train_op(
+        f64s(&xs).reshape(shape),
+        f64s(&gamma),
+        f64s(&beta),
+        running(),
+        1e-5,
+        1,
+    );
+    assert!(!untracked.output.is_require_grad());
+    let y = out.output;
+    // The running averages carry no gradient.
+    assert!(!out.running.mean.is_require_grad() && !out.running.var.is_require_grad());
     let grads = y.clone().mul(f64s(&rs).reshape(shape)).sum().backward();
     let v = |t: Tensor<NdArray<f64>, 1>| -> Vec<f64> { t.into_data().to_vec().unwrap() };
     let moved = [v(out.running.mean.inner()), v(out.running.var.inner())];
@@ -299,12 +312,25 @@ fn tensor_op_training_step_equals_the_composed_one() {
         ("∂x", &op[1], &composed[1]),
         ("∂γ", &op[2], &composed[2]),
         ("∂β", &op[3], &composed[3]),
-        ("mean", &v(mean.clone().inner().reshape([4])), &means),
-        ("variance", &v(var.clone().inner().reshape([4])), &vars),
         ("running mean", &moved[0], &composed[4]),
         ("running variance", &moved[1], &composed[5]),
         ("running mean by hand", &moved[0], &by_hand_mean),
         ("running variance by hand", &moved[1], &by_hand_var),
+        (
+            "untracked output",
+            &v(untracked.output.inner().reshape([len])),
+            &op[0],
+        ),
+        (
+            "untracked running mean",
+            &v(untracked.running.mean.inner()),
+            &moved[0],
+        ),
+        (
+            "untracked running variance",
+            &v(untracked.running.var.inner()),
+            &moved[1],
+        ),
     ];
     for (name, a, b) in pairs {
         assert_eq!(a.len(), b.len(), "{name}");
@@ -315,15 +341,13 @@ fn tensor_op_training_step_equals_the_composed_one() {
             );
         }
     }
-    // The moments carry no gradient.
-    assert!(!mean.is_require_grad() && !var.is_require_grad());
 }
 
 /// Batch norm over two stacked groups (`batch_norm_train_op` with `groups` 2: the two views of
 /// a method in one pass, each normalised with its own moments) equals two separate calls, one
-/// per group, on `Autodiff<NdArray<f64>>`: the output and `∂x` of each group, each group's
-/// moments, `∂γ`, `∂β` as the sum of the two calls' (a parameter used twice), and the running
-/// averages as the second call leaves them after the first moved them. The groups
+/// per group, on `Autodiff<NdArray<f64>>`: the output and `∂x` of each group, `∂γ`, `∂β` as
+/// the sum of the two calls' (a parameter used twice), and the running averages (moved by
+/// each group's moments in turn) as the second call leaves them after the first moved them. The groups
 /// are given different means and scales, so that one set of moments over both would fail.
 /// f64 sums of at most 30 terms, in another order or split in two: 1e-12 relative.
 #[test]
@@ -363,7 +387,7 @@ fn grouped_training_step_equals_one_call_per_group() {
         var: param(var).detach(),
         momentum: 0.3,
     };
-    // [output, ∂x, ∂γ, ∂β, mean, variance, running mean, running variance] of one call on `x`
+    // [output, ∂x, ∂γ, ∂β, running mean, running variance] of one call on `x`
     // with loss weights `r`, from the running averages `start`.
     let run = |x: &[f64], r: &[f64], dims: [usize; 4], groups: usize, start: &[Vec<f64>]| {
         let n: usize = dims.iter().product();
@@ -377,8 +401,6 @@ fn grouped_training_step_equals_one_call_per_group() {
             v(x.grad(&grads).unwrap().reshape([n])),
             v(g.grad(&grads).unwrap()),
             v(b.grad(&grads).unwrap()),
-            v(out.mean.inner().reshape([3 * groups])),
-            v(out.var.inner().reshape([3 * groups])),
             v(out.running.mean.inner()),
             v(out.running.var.inner()),
         ]
@@ -386,7 +408,7 @@ fn grouped_training_step_equals_one_call_per_group() {
     let start = [vec![0.5, -0.5, 1.0], vec![1.0, 2.0, 0.5]];
     let joint = run(&xs, &rs, shape, 2, &start);
     let first = run(&xs[..half], &rs[..half], group, 1, &start);
-    let second = run(&xs[half..], &rs[half..], group, 1, &first[6..]);
+    let second = run(&xs[half..], &rs[half..], group, 1, &first[4..]);
     let concat = |i: usize| [first[i].clone(), second[i].clone()].concat();
     let sum = |i: usize| -> Vec<f64> {
         first[i]
@@ -400,18 +422,14 @@ fn grouped_training_step_equals_one_call_per_group() {
         concat(1),
         sum(2),
         sum(3),
-        concat(4),
-        concat(5),
-        second[6].clone(),
-        second[7].clone(),
+        second[4].clone(),
+        second[5].clone(),
     ];
     let names = [
         "output",
         "∂x",
         "∂γ",
         "∂β",
-        "mean",
-        "variance",
         "running mean",
         "running variance",
     ];
@@ -424,12 +442,14 @@ fn grouped_training_step_equals_one_call_per_group() {
             );
         }
     }
-    // The groups' moments differ (the check above would not see one set for both).
-    assert!(
-        (joint[4][0] - joint[4][3]).abs() > 1.0,
-        "means {:?}",
-        joint[4]
+    // The groups' moments differ (the check above would not see one set for both): each
+    // group's mean of channel 0 from the running mean its call moved (`r ← 0.7·r + 0.3·μ`).
+    let mean_of = |before: f64, after: f64| (after - 0.7 * before) / 0.3;
+    let (mean1, mean2) = (
+        mean_of(start[0][0], first[4][0]),
+        mean_of(first[4][0], second[4][0]),
     );
+    assert!((mean1 - mean2).abs() > 1.0, "means {mean1} and {mean2}");
 }
 
 /// `batch_norm_relu_train_op` (the batch norm, a residual added and a ReLU as one operation, what

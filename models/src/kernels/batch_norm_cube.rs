@@ -12,8 +12,9 @@
 //!   per-channel mean and once more (from cache) for its sum of squared deviations from that
 //!   mean; `bn_forward_apply` combines the chunks' moments (Chan's formula: no cancellation,
 //!   as the two-pass variance), computes `r = 1/√(σ² + ε)`, `a = γ·r`, `b = β − μ·a` per
-//!   channel in each cube and writes `y = a·x + b`, the moments, and the running averages
-//!   moved by them (what was a dozen operations of burn's fusion stream a layer and group);
+//!   channel in each cube and writes `y = a·x + b`, `μ` and `r` (what the backward pass
+//!   reads), and the running averages moved by the moments (what was a dozen operations of
+//!   burn's fusion stream a layer and group);
 //! - backward: `bn_backward_partials` sums `∂y` and `∂y·(x − μ)` per chunk;
 //!   `bn_backward_apply` adds the chunks up (`S₁`, `S₂`) and writes
 //!   `∂x = γ·r·(∂y − S₁/M − (x − μ)·r²·S₂/M)`, and `∂β = S₁`, `∂γ = r·S₂` per group.
@@ -43,7 +44,10 @@
 //! burn-vision's connected components do): the fusion stream executes what precedes them,
 //! hands over the inner `CubeBackend`'s tensors, and takes the outputs back as fusion tensors.
 //! The operations' inputs and outputs are what the autodiff operation holds (the `[n, c, h, w]`
-//! activation and its gradient, the `[groups, c]` moments, the `[c]` parameter gradients); the
+//! activation and its gradient, the `[groups, c]` moments, the `[c]` parameter gradients), and
+//! no more: an output nobody reads is still a fusion tensor, whose drop is one more operation of
+//! the stream (the batch variance was one a layer and step until the ninth cut; an untracked
+//! call, such as a momentum encoder's, returns no moments at all); the
 //! parameters' gradients are summed over the groups on the inner tensors inside the operation,
 //! and activations of two layouts (an NCHW gradient beside an NHWC input) copied into NHWC
 //! there. As operations of the stream they were about two dozen reshapes and permutations per
@@ -60,10 +64,10 @@ use burn::prelude::*;
 use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionRuntime};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr};
 
 use super::batch_norm_op::{
-    self, BatchNormKernels, Composed, Epilogue, Grads, Moments, RunningAverages,
+    self, BatchNormKernels, Composed, Epilogue, Grads, Moments, RunningAverages, Saved,
 };
 use super::cube_op::{output, tensor, Inner, Runtime};
 use device::{backward_cube, forward_cube};
@@ -251,8 +255,8 @@ mod device {
 
     /// Forward, second pass: each cube combines its channels' partial moments
     /// ([`group_moments`]), writes `y = γ·r·x + (β − μ·γ·r)` over its chunk of rows, and the
-    /// cubes of the first chunk write the group's `μ`, `σ²` (biased) and `r = 1/√(σ² + ε)`
-    /// (`[groups, C]`). The cubes of the first chunk of the first group also move the running
+    /// cubes of the first chunk write the group's `μ` and `r = 1/√(σ² + ε)` (`[groups, C]`, what
+    /// the backward pass reads). The cubes of the first chunk of the first group also move the running
     /// averages (`[C]`) by each group's moments in turn, as separate calls would:
     /// `r ← keep·r + m·μ`, `v ← keep·v + (σ²·unbias)·m` (`keep = 1 − m`, `unbias = M/(M − 1)`),
     /// recomputing the other groups' moments from their partial moments (a few dozen values a
@@ -272,7 +276,6 @@ mod device {
         part_m2: &Tensor<f32>,
         y: &mut Tensor<F>,
         mean_out: &mut Tensor<F>,
-        var_out: &mut Tensor<F>,
         inv_std_out: &mut Tensor<F>,
         running_mean_out: &mut Tensor<F>,
         running_var_out: &mut Tensor<F>,
@@ -288,7 +291,7 @@ mod device {
         #[define(F)] _dtype: StorageType,
     ) {
         let channels = layout.channels as usize;
-        let groups = mean_out.shape(0);
+        let groups = part_mean.shape(0);
         let rows = rows as usize;
         let c = CUBE_POS_X as usize * 32 + UNIT_POS_X as usize;
         let block = CUBE_POS_Y as usize;
@@ -340,7 +343,6 @@ mod device {
             let shift = f32::cast_from(beta[c]) - mean * scale;
             if block == 0 && UNIT_POS_Y == 0 {
                 mean_out[group * channels + c] = F::cast_from(mean);
-                var_out[group * channels + c] = F::cast_from(var);
                 inv_std_out[group * channels + c] = F::cast_from(inv_std);
             }
             let (start, end) = chunk_bounds(block, apply_chunk as usize, rows);
@@ -598,7 +600,7 @@ mod device {
     /// The forward kernels on the inner backend's tensors: `x` `[n, c, h, w]` (`groups` equal
     /// batches stacked), `γ`, `β` and the running mean and variance `[C]`, the epilogue's
     /// `residual` (`[n, c, h, w]`) and `relu`; returns `y` `[n, c, h, w]` in `x`'s layout
-    /// (`γ·x̂ + β`, plus the residual, through the ReLU), `μ`, `σ²`, `r` `[groups, C]` and the
+    /// (`γ·x̂ + β`, plus the residual, through the ReLU), `μ`, `r` `[groups, C]` and the
     /// running mean and variance moved with `momentum` (`[C]`). The activations are read where
     /// they are when they share one [`Dense`] layout, else copied into NHWC.
     #[allow(clippy::too_many_arguments)]
@@ -612,7 +614,7 @@ mod device {
         epsilon: f64,
         momentum: f64,
         groups: usize,
-    ) -> [CubeTensor<R>; 6] {
+    ) -> [CubeTensor<R>; 5] {
         let [gamma, beta, running_mean, running_var] =
             [gamma, beta, running_mean, running_var].map(into_contiguous);
         let (layout, [x, residual]) = one_layout([Some(x), residual]);
@@ -627,7 +629,7 @@ mod device {
         let part_mean = empty_like(&x, vec![groups, parts, channels], f32_dtype);
         let part_m2 = empty_like(&x, vec![groups, parts, channels], f32_dtype);
         let y = empty_activation(&x, dims, layout, dtype);
-        let [mean, var, inv_std] = [0; 3].map(|_| empty_like(&x, vec![groups, channels], dtype));
+        let [mean, inv_std] = [0; 2].map(|_| empty_like(&x, vec![groups, channels], dtype));
         let [moved_mean, moved_var] = [0; 2].map(|_| empty_like(&x, vec![channels], dtype));
         let client = x.client.clone();
         let cube_dim = CubeDim::new_2d(TILE, LANES);
@@ -657,7 +659,6 @@ mod device {
             part_m2.into_tensor_arg(),
             y.clone().into_tensor_arg(),
             mean.clone().into_tensor_arg(),
-            var.clone().into_tensor_arg(),
             inv_std.clone().into_tensor_arg(),
             moved_mean.clone().into_tensor_arg(),
             moved_var.clone().into_tensor_arg(),
@@ -672,7 +673,7 @@ mod device {
             relu,
             dtype.into(),
         );
-        [y, mean, var, inv_std, moved_mean, moved_var]
+        [y, mean, inv_std, moved_mean, moved_var]
     }
 
     /// The backward kernels on the inner backend's tensors: `∂y`, `x` `[n, c, h, w]` (`groups`
@@ -772,7 +773,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         let mut get = |t| handles.get_float_tensor::<Inner<R, F, I, BT>>(t);
         let x = get(x);
         let residual = inputs.get(5).map(&mut get);
-        let [y, mean, var, inv_std, moved_mean, moved_var] = forward_cube::<R>(
+        let [y, mean, inv_std, moved_mean, moved_var] = forward_cube::<R>(
             x,
             get(gamma),
             get(beta),
@@ -783,7 +784,11 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             self.momentum,
             self.groups,
         );
-        let results = [y, mean, var, inv_std, moved_mean, moved_var];
+        // Untracked, the moments are no outputs: their buffers go back to the pool here.
+        let results = match outputs.len() {
+            5 => vec![y, mean, inv_std, moved_mean, moved_var],
+            _ => vec![y, moved_mean, moved_var],
+        };
         for (ir, tensor) in outputs.iter().zip(results) {
             handles.register_float_tensor::<Inner<R, F, I, BT>>(&ir.id, tensor);
         }
@@ -854,6 +859,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         epsilon: f64,
         groups: usize,
         epilogue: Epilogue<Fusion<Inner<R, F, I, BT>>>,
+        keep: bool,
     ) -> Moments<Fusion<Inner<R, F, I, BT>>> {
         let dtype = x.dtype();
         if [
@@ -868,7 +874,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
                 .is_some_and(|r| r.dtype() != dtype)
         {
             // The kernels read every operand in one element type.
-            return Composed::forward(x, gamma, beta, running, epsilon, groups, epilogue);
+            return Composed::forward(x, gamma, beta, running, epsilon, groups, epilogue, keep);
         }
         let [n, c, h, w] = x.dims();
         let momentum = running.momentum;
@@ -881,14 +887,13 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
         ];
         let residual = epilogue.residual.map(|r| r.into_primitive().tensor());
         let client = x.client.clone();
-        let outputs = [
-            output(&x, vec![n, c, h, w]),
-            output(&x, vec![groups, c]),
-            output(&x, vec![groups, c]),
-            output(&x, vec![groups, c]),
-            output(&x, vec![c]),
-            output(&x, vec![c]),
-        ];
+        // `y`, then `μ` and `r` for the backward step (when there is one), then the running
+        // averages.
+        let mut outputs = vec![output(&x, vec![n, c, h, w])];
+        if keep {
+            outputs.extend([output(&x, vec![groups, c]), output(&x, vec![groups, c])]);
+        }
+        outputs.extend([output(&x, vec![c]), output(&x, vec![c])]);
         let inputs: Vec<_> = [x, gamma, beta, running_mean, running_var]
             .into_iter()
             .chain(residual)
@@ -905,7 +910,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             &inputs.into_iter().map(|t| t.into_ir()).collect::<Vec<_>>(),
             &outputs,
         );
-        let [y, mean, var, inv_std, moved_mean, moved_var] = client
+        let mut results = client
             .register(
                 streams,
                 OperationIr::Custom(desc.clone()),
@@ -918,15 +923,19 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
                     _backend: PhantomData,
                 },
             )
-            .outputs();
+            .into_iter();
+        let mut next = || results.next().expect("the outputs registered above");
+        let output = tensor(next());
+        let saved = keep.then(|| Saved {
+            mean: tensor(next()),
+            inv_std: tensor(next()),
+        });
         Moments {
-            output: tensor(y),
-            mean: tensor(mean),
-            var: tensor(var),
-            inv_std: tensor(inv_std),
+            output,
+            saved,
             running: RunningAverages {
-                mean: tensor(moved_mean),
-                var: tensor(moved_var),
+                mean: tensor(next()),
+                var: tensor(next()),
                 momentum,
             },
         }

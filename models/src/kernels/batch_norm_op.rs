@@ -48,11 +48,7 @@ use std::marker::PhantomData;
 pub struct TrainingBatchNorm<B: Backend> {
     /// `γ·x̂ + β` (the fused forms: `max(γ·x̂ + β + residual, 0)`), shaped as the input.
     pub output: Tensor<B, 4>,
-    /// Per-channel batch mean of each group, `[groups, c]`, untracked.
-    pub mean: Tensor<B, 2>,
-    /// Per-channel biased batch variance of each group, `[groups, c]`, untracked.
-    pub var: Tensor<B, 2>,
-    /// The running averages given, moved by each group's moments in turn
+    /// The running averages given, moved by each group's batch moments in turn
     /// ([`update_running_averages`]), `[c]` each, untracked, on the input's device.
     pub running: RunningAverages<B>,
 }
@@ -119,14 +115,15 @@ pub fn update_running_averages<B: Backend>(
 pub(crate) trait BatchNormKernels<I: Backend>:
     'static + Send + Sync + std::fmt::Debug
 {
-    /// `y = γ·x̂ + β` followed by the `epilogue` (the residual added, then the ReLU), per group
-    /// and channel `μ`, `σ²` (biased) and `r = 1/√(σ² + ε)`, and the running averages moved by
-    /// each group in turn ([`update_running_averages`]).
+    /// `y = γ·x̂ + β` followed by the `epilogue` (the residual added, then the ReLU), the
+    /// running averages moved by each group in turn ([`update_running_averages`]) and, when
+    /// `keep` (a backward step will read them), per group and channel `μ` and `r = 1/√(σ² + ε)`.
     ///
     /// # Shapes
     /// - `x`: `[n, c, h, w]` (`groups` stacked batches), `gamma`, `beta`: `[c]`, running
     ///   averages `[c]`, the residual `[n, c, h, w]`
-    /// - output `[n, c, h, w]`, moments `[groups, c]`, running averages `[c]`
+    /// - output `[n, c, h, w]`, moments (when `keep`) `[groups, c]`, running averages `[c]`
+    #[allow(clippy::too_many_arguments)]
     fn forward(
         x: Tensor<I, 4>,
         gamma: Tensor<I, 1>,
@@ -135,6 +132,7 @@ pub(crate) trait BatchNormKernels<I: Backend>:
         epsilon: f64,
         groups: usize,
         epilogue: Epilogue<I>,
+        keep: bool,
     ) -> Moments<I>;
 
     /// `(∂x, ∂γ, ∂β, ∂residual)`: with `g = ∂y` where the fused ReLU's `output` is positive and
@@ -182,14 +180,19 @@ pub(crate) type Grads<I> = (
 pub(crate) struct Moments<I: Backend> {
     /// `γ·x̂ + β`, `[n, c, h, w]`.
     pub output: Tensor<I, 4>,
-    /// `μ`, `[groups, c]`.
-    pub mean: Tensor<I, 2>,
-    /// `σ²` (biased), `[groups, c]`.
-    pub var: Tensor<I, 2>,
-    /// `r = 1/√(σ² + ε)`, `[groups, c]`.
-    pub inv_std: Tensor<I, 2>,
+    /// What the backward step reads, when asked for.
+    pub saved: Option<Saved<I>>,
     /// The running averages after the step, `[c]` each.
     pub running: RunningAverages<I>,
+}
+
+/// The per-group moments the backward step reads.
+#[derive(Debug)]
+pub(crate) struct Saved<I: Backend> {
+    /// `μ`, `[groups, c]`.
+    pub mean: Tensor<I, 2>,
+    /// `r = 1/√(σ² + ε)`, `[groups, c]`.
+    pub inv_std: Tensor<I, 2>,
 }
 
 /// [`BatchNormKernels`] in burn's tensor operations, on any backend: the forward two
@@ -207,6 +210,7 @@ impl<I: Backend> BatchNormKernels<I> for Composed {
         epsilon: f64,
         groups: usize,
         epilogue: Epilogue<I>,
+        keep: bool,
     ) -> Moments<I> {
         let dims @ [_, c, _, _] = x.dims();
         let xm = channels_last(x, groups);
@@ -230,10 +234,11 @@ impl<I: Backend> BatchNormKernels<I> for Composed {
         }
         Moments {
             output,
-            running: update_running_averages(running, mean.clone(), var.clone(), count),
-            mean,
-            var,
-            inv_std: per_group(inv_std),
+            running: update_running_averages(running, mean.clone(), var, count),
+            saved: keep.then(|| Saved {
+                mean,
+                inv_std: per_group(inv_std),
+            }),
         }
     }
 
@@ -381,9 +386,8 @@ impl<I: Backend, K: BatchNormKernels<I>, const N: usize> Backward<I, N>
 }
 
 /// Batch norm in training under autodiff on any backend: `y = γ·x̂ + β` tracked (gradients of
-/// `x`, `γ` and `β` by the backward step above), the per-channel batch mean and biased
-/// variance of each of the `groups` stacked batches (`[groups, c]`, untracked), and the
-/// running averages moved by each group's moments in turn ([`update_running_averages`]). With
+/// `x`, `γ` and `β` by the backward step above), and the running averages moved by the batch
+/// moments of each of the `groups` stacked batches in turn ([`update_running_averages`]). With
 /// `groups` > 1 each group is normalised with its own moments: the numbers of `groups` separate
 /// calls on the groups, concatenated (their parameter gradients summed, the running averages
 /// moved by one call after the other).
@@ -391,7 +395,7 @@ impl<I: Backend, K: BatchNormKernels<I>, const N: usize> Backward<I, N>
 /// # Shapes
 /// - `x`: `[n, c, h, w]` with `n` a multiple of `groups`, `gamma`, `beta` and the running
 ///   averages: `[c]`
-/// - output: `[n, c, h, w]`, mean and variance `[groups, c]`, running averages `[c]`
+/// - output: `[n, c, h, w]`, running averages `[c]`
 ///
 /// # Panics
 /// If `groups` is 0 or does not divide `n`, or a group has one value per channel (its
@@ -482,63 +486,89 @@ pub(crate) fn batch_norm_train_op_with<
         gamma.into_primitive().tensor(),
         beta.into_primitive().tensor(),
     );
-    let residual = relu
-        .as_ref()
-        .and_then(|r| r.clone())
-        .map(|r| r.into_primitive().tensor());
-    let epilogue = Epilogue {
-        residual: residual.as_ref().map(|r| float(r.primitive.clone())),
-        relu: relu.is_some(),
+    let (relu, residual) = match relu {
+        Some(residual) => (true, residual.map(|r| r.into_primitive().tensor())),
+        None => (false, None),
     };
-    let Moments {
-        output,
-        mean,
-        var,
-        inv_std,
-        running,
-    } = K::forward(
-        float(x.primitive.clone()),
-        float(gamma.primitive.clone()),
-        float(beta.primitive.clone()),
-        running,
-        epsilon,
-        groups,
-        epilogue,
-    );
-    let y = output.into_primitive().tensor();
+    // Whether a backward step follows is known before the forward runs (burn's own operations
+    // decide it first too): untracked (a momentum encoder), the operation keeps no moments and
+    // takes its operands by move, so that on a fusion backend nothing it reads or writes is
+    // left for a drop of its own.
+    let forward = |x, gamma, beta, residual: Option<FloatTensor<I>>, keep| {
+        K::forward(
+            float(x),
+            float(gamma),
+            float(beta),
+            running,
+            epsilon,
+            groups,
+            Epilogue {
+                residual: residual.map(float),
+                relu,
+            },
+            keep,
+        )
+    };
     // The same step with 3 parents (`x`, `γ`, `β`) or 4 (and the residual); burn-autodiff's node
     // type is not public, hence a macro rather than a function of the parents.
     macro_rules! track {
-        ($parents:literal, $nodes:expr) => {
+        ($parents:literal, $nodes:expr, $residual:expr) => {
             match BatchNormOpBackward::<K, $parents>(PhantomData)
                 .prepare::<C>($nodes)
                 .compute_bound()
                 .stateful()
             {
                 OpsKind::Tracked(prep) => {
+                    let Moments {
+                        output,
+                        saved,
+                        running,
+                    } = forward(
+                        x.primitive.clone(),
+                        gamma.primitive.clone(),
+                        beta.primitive,
+                        $residual,
+                        true,
+                    );
+                    let Saved { mean, inv_std } = saved.expect("the moments were asked for");
+                    let y = output.into_primitive().tensor();
                     let state = State {
                         groups,
                         x: x.primitive,
-                        output: relu.is_some().then(|| y.clone()),
+                        output: relu.then(|| y.clone()),
                         gamma: gamma.primitive,
-                        mean: mean.clone().into_primitive().tensor(),
+                        mean: mean.into_primitive().tensor(),
                         inv_std: inv_std.into_primitive().tensor(),
                     };
-                    prep.finish(state, y)
+                    (prep.finish(state, y), running)
                 }
-                OpsKind::UnTracked(prep) => prep.finish(y),
+                OpsKind::UnTracked(prep) => {
+                    let moments = forward(
+                        x.primitive,
+                        gamma.primitive,
+                        beta.primitive,
+                        $residual,
+                        false,
+                    );
+                    (
+                        prep.finish(moments.output.into_primitive().tensor()),
+                        moments.running,
+                    )
+                }
             }
         };
     }
     let (nx, ngamma, nbeta) = (x.node.clone(), gamma.node.clone(), beta.node.clone());
-    let y = match residual {
-        Some(residual) => track!(4, [nx, ngamma, nbeta, residual.node]),
-        None => track!(3, [nx, ngamma, nbeta]),
+    let (y, running) = match residual {
+        Some(residual) => track!(
+            4,
+            [nx, ngamma, nbeta, residual.node],
+            Some(residual.primitive)
+        ),
+        None => track!(3, [nx, ngamma, nbeta], None),
     };
     TrainingBatchNorm {
         output: Tensor::from_primitive(TensorPrimitive::Float(y)),
-        mean: Tensor::from_inner(mean),
-        var: Tensor::from_inner(var),
         running: RunningAverages {
             mean: Tensor::from_inner(running.mean),
             var: Tensor::from_inner(running.var),

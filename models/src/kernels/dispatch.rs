@@ -781,16 +781,16 @@ pub fn gelu_composed<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D
 /// with `f32` / `f64` tensors through the slice kernels ([`batch_norm`](super::batch_norm)), on
 /// the wgpu and CUDA backends (`Autodiff<Wgpu>`, `Autodiff<Cuda>`, the models crate's `wgpu` /
 /// `cuda` features) through their own tensor operations ([`batch_norm_op`]): `Ok` with the
-/// output, the per-channel batch moments of each of the `groups` stacked batches (each
-/// normalised with its own: [`batch_norm_op::batch_norm_train_op`]) and the `running`
-/// averages moved by each group in turn; else `Err(x)`, for the caller's composed path, also
+/// output (each of the `groups` stacked batches normalised with its own moments:
+/// [`batch_norm_op::batch_norm_train_op`]) and the `running` averages moved by each group's
+/// moments in turn; else `Err(x)`, for the caller's composed path, also
 /// when a group has a single value per channel (no unbiased variance). The CPU's slice
 /// kernels take one group only.
 ///
 /// # Shapes
 /// - `x`: `[n, c, h, w]` (`n` a multiple of `groups`), `gamma`, `beta` and the running
 ///   averages: `[c]`
-/// - moments: `[groups, c]`
+/// - output: as `x`
 pub fn batch_norm_train<B: Backend>(
     x: Tensor<B, 4>,
     gamma: Tensor<B, 1>,
@@ -805,7 +805,7 @@ pub fn batch_norm_train<B: Backend>(
 /// [`batch_norm_train`] followed by a ReLU, with `residual` added before it when given, as one
 /// operation ([`batch_norm_op::batch_norm_relu_train_op`]: a ResNet block's
 /// `relu(bn(x) + identity)`), on the wgpu and CUDA backends under autodiff: `Ok` with
-/// `max(γ·x̂ + β + residual, 0)` as the output, the moments and the running averages moved;
+/// `max(γ·x̂ + β + residual, 0)` as the output and the running averages moved;
 /// else `Err((x, residual))`, for the caller's composition of [`batch_norm_train`], `add` and
 /// [`relu`] (the CPU's slice kernels have no such epilogue, and the numbers are the same).
 ///
@@ -897,16 +897,13 @@ fn flex_batch_norm(
         let len = values.len();
         Tensor::from_data(TensorData::new(values, [1, len]), (&device, dtype))
     };
-    let (mean, var) = (moment(mean), moment(var));
     TrainingBatchNorm {
         output: float(y),
         running: batch_norm_op::update_running_averages(
             running,
-            mean.clone(),
-            var.clone(),
+            moment(mean),
+            moment(var),
             n * h * w,
         ),
-        mean,
-        var,
     }
 }
