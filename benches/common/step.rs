@@ -46,7 +46,7 @@ where
     };
     let out = method.forward(views.0.clone(), views.1.clone(), progress);
     let grads: GradientsParams = method.gradients(&out.loss);
-    let online = optimizer.step(0.05, method.online().clone(), grads);
+    let online = optimizer.step(0.05, method.take_online(), grads);
     method.set_online(online);
     method.after_step(progress);
     out.loss

@@ -64,7 +64,7 @@
 //! ```text
 //! let out = method.forward(views, progress);                  // loss + statistics
 //! let grads = method.gradients(&out.loss);                    // backward
-//! method.set_online(optimiser.step(lr, method.online().clone(), grads));
+//! method.set_online(optimiser.step(lr, method.take_online(), grads)); // handed over
 //! method.after_step(progress);                                  // EMA, queue
 //! ```
 //! and never needs to know which method it runs. Any backbone implementing

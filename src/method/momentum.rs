@@ -23,7 +23,10 @@ use crate::base::Progress;
 /// The math and the worked values are in `docs/methods.md#momentum-ema-update`.
 #[derive(Debug, Clone)]
 pub struct MomentumEncoder<N> {
-    network: N,
+    /// The copy; `None` only inside an update (taken out, so that the update holds its
+    /// parameters' last handles: on a fusion backend a value still held elsewhere when the
+    /// operation that replaces it is registered costs an operation of its own to release later).
+    network: Option<N>,
     base: f64,
     cosine: bool,
 }
@@ -51,7 +54,7 @@ impl<N> MomentumEncoder<N> {
         // Before the online network is drawn and copied.
         crate::base::seed::check_size(online, "the network a momentum encoder copies")?;
         Ok(Self {
-            network: detached_copy(online, fresh),
+            network: Some(detached_copy(online, fresh)),
             base,
             cosine,
         })
@@ -59,7 +62,18 @@ impl<N> MomentumEncoder<N> {
 
     /// The copy.
     pub fn network(&self) -> &N {
-        &self.network
+        self.network
+            .as_ref()
+            .expect("a momentum encoder whose update panicked")
+    }
+
+    /// `f` on the copy, taken out and put back.
+    fn replace(&mut self, f: impl FnOnce(N) -> N) {
+        let network = self
+            .network
+            .take()
+            .expect("a momentum encoder whose update panicked");
+        self.network = Some(f(network));
     }
 
     /// The momentum at `progress`.
@@ -79,7 +93,7 @@ impl<N> MomentumEncoder<N> {
         N: Module<B>,
     {
         let m = self.momentum_at(progress);
-        self.network = ema_update(self.network.clone(), online, m);
+        self.replace(|network| ema_update(network, online, m));
     }
 
     /// Makes the copy the online network again: `θ ← θ_online` for every trainable parameter
@@ -89,7 +103,7 @@ impl<N> MomentumEncoder<N> {
     where
         N: Module<B>,
     {
-        self.network = ema_update(self.network.clone(), online, 0.0);
+        self.replace(|network| ema_update(network, online, 0.0));
     }
 
     /// The copy's record, for a checkpoint.
@@ -97,7 +111,7 @@ impl<N> MomentumEncoder<N> {
     where
         N: Module<B>,
     {
-        self.network.clone().into_record()
+        self.network().clone().into_record()
     }
 
     /// Takes back a checkpoint's record.
@@ -105,7 +119,7 @@ impl<N> MomentumEncoder<N> {
     where
         N: Module<B>,
     {
-        self.network = self.network.clone().load_record(record);
+        self.replace(|network| network.load_record(record));
     }
 
     /// A step's output: `loss`, the momentum at `progress` (the `momentum` column) and the

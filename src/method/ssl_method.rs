@@ -15,6 +15,48 @@ use crate::base::geometry::{CropBox, ViewGeometry};
 use crate::data_parallel::Replica;
 use crate::optim::LrGroup;
 
+/// Replaces every trainable parameter by a one-entry tensor of its rank on its device (one
+/// tensor for all those of a rank and device): what [`SslMethod::take_online`] leaves behind.
+struct StandIns<B: Backend> {
+    made: Vec<(usize, B::Device, burn::tensor::ops::FloatTensor<B>)>,
+}
+
+impl<B: Backend> Default for StandIns<B> {
+    fn default() -> Self {
+        Self { made: Vec::new() }
+    }
+}
+
+impl<B: Backend> burn::module::ModuleMapper<B> for StandIns<B> {
+    fn map_float<const D: usize>(
+        &mut self,
+        param: burn::module::Param<Tensor<B, D>>,
+    ) -> burn::module::Param<Tensor<B, D>> {
+        if !param.is_require_grad() {
+            return param;
+        }
+        let (id, value, mapper) = param.consume();
+        let device = value.device();
+        drop(value);
+        let made = match self
+            .made
+            .iter()
+            .find(|(rank, on, _)| *rank == D && *on == device)
+        {
+            Some((_, _, made)) => made.clone(),
+            None => {
+                let made = Tensor::<B, D>::empty([1; D], &device)
+                    .into_primitive()
+                    .tensor();
+                self.made.push((D, device, made.clone()));
+                made
+            }
+        };
+        let stand_in = Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(made));
+        burn::module::Param::from_mapped_value(id, stand_in, mapper)
+    }
+}
+
 /// The capability a method that [uses object boxes](SslMethod::uses_object_boxes) needs from a
 /// training hook (`crate::hooks::ObjectBoxesHook` provides it).
 pub const OBJECT_BOXES: &str = "object boxes";
@@ -400,6 +442,20 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
 
     /// Puts back the networks after an optimiser step.
     fn set_online(&mut self, online: Self::Online);
+
+    /// The trainable networks handed over for an optimiser step, to be put back with
+    /// [`SslMethod::set_online`]. Meanwhile the method holds a copy whose trainable parameters
+    /// are one-entry stand-ins (its other tensors, such as running statistics, are the same):
+    /// nothing may read it before `set_online` (a forward pass or a checkpoint would see the
+    /// stand-ins). Why: the optimiser's step then holds each parameter's only handle, and on a
+    /// fusion backend (wgpu, CUDA) an operation given a tensor's last handle releases it
+    /// itself, where a value still held elsewhere costs an operation of the fusion stream of
+    /// its own to release later (one a parameter and step, 62 for a ResNet-18).
+    fn take_online(&mut self) -> Self::Online {
+        let online = self.online().clone();
+        self.set_online(online.clone().map(&mut StandIns::<B>::default()));
+        online
+    }
 
     /// The loss of one step on the views of a batch. What the trainer calls; a method that
     /// does not [take local crops](SslMethod::takes_local_crops) is never handed any

@@ -586,7 +586,7 @@ where
         }
         let optimizer = self.optimizer.as_mut().expect("put back after every step");
         let groups = self.method.lr_groups();
-        let online = step_in_groups(optimizer, lr, self.method.online().clone(), grads, &groups);
+        let online = step_in_groups(optimizer, lr, self.method.take_online(), grads, &groups);
         // Every parameter a new leaf (ids and values kept), including those the optimiser left
         // alone because they had no gradient (a frozen layer): burn-autodiff 0.21 drops a leaf's
         // graph entry when a backward pass consumes it, and the next step's operations on that

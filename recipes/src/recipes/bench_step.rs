@@ -403,7 +403,7 @@ fn time<S: SslMethod<Train>>(
         phase_end();
         let grads = method.gradients(&out.loss);
         phase_end();
-        let online = optimizer.step(0.05, method.online().clone(), grads);
+        let online = optimizer.step(0.05, method.take_online(), grads);
         method.set_online(online);
         method.after_step(progress);
         phase_end();
