@@ -152,7 +152,11 @@ impl<B: Backend, const D: usize> Module<B> for RunningStat<Tensor<B, D>> {
 
     fn load_record(mut self, record: Self::Record) -> Self {
         let mut value = lock(&self.value);
-        *value = record.val().to_device(&value.device());
+        // Detached: a record's tensor loads as a trainable parameter (burn's `Param` record
+        // asks for a gradient on autodiff backends), and a statistic that asked for one would
+        // pass for a trainable parameter: averaged by a momentum copy's update, or replaced by
+        // `SslMethod::take_online`'s stand-ins.
+        *value = record.val().detach().to_device(&value.device());
         drop(value);
         self.id = record.id;
         self
@@ -273,5 +277,23 @@ mod tests {
         let inner = stat.valid();
         assert_eq!(inner.id, stat.id);
         assert_eq!(host(inner.value()), vec![0.25, -0.5, 3.0]);
+    }
+
+    /// A record read back through a recorder (as a checkpoint is) loads as a trainable
+    /// parameter on an autodiff backend (burn's `Param` record asks for a gradient: checked
+    /// here); the statistic's value is detached, so that it is not taken for a trainable
+    /// parameter after a resume.
+    #[test]
+    fn a_loaded_record_is_no_trainable_parameter() {
+        use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+        type A = Autodiff<B>;
+        let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+        let saved = RunningStat::new(f64s::<A>(&[1.5, -2.0])).into_record();
+        let bytes = recorder.record(saved, ()).unwrap();
+        let record: Param<Tensor<A, 1>> = recorder.load(bytes, &Default::default()).unwrap();
+        assert!(record.val().is_require_grad());
+        let loaded = RunningStat::new(f64s::<A>(&[0.0, 0.0])).load_record(record);
+        assert!(!loaded.value().is_require_grad());
+        assert_eq!(host(loaded.value().inner()), vec![1.5, -2.0]);
     }
 }
