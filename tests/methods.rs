@@ -450,6 +450,75 @@ fn key_and_target_networks_get_no_gradient() {
     assert!(GradientsParams::from_grads(grads, byol.target().network()).is_empty());
 }
 
+/// Whether each float tensor of a module asks for a gradient, in visiting order (as
+/// `values` lists them).
+fn trainable_flags<M: burn::module::Module<ExactAd>>(module: &M) -> Vec<bool> {
+    struct Flags(Vec<bool>);
+    impl ModuleVisitor<ExactAd> for Flags {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<ExactAd, D>>) {
+            self.0.push(param.is_require_grad());
+        }
+    }
+    let mut flags = Flags(Vec::new());
+    module.visit(&mut flags);
+    flags.0
+}
+
+/// `SslMethod::take_online` hands over the online networks as they were (every float tensor,
+/// the running statistics of BYOL's heads' batch norms included) and leaves one-entry stand-ins
+/// for the trainable parameters only: the running statistics, which the copy left behind shares
+/// with what was handed over, keep their values. Stepped through it, a method's two optimiser
+/// steps give the losses, networks and target of the same method stepped through a clone
+/// (`train_step`), exactly: the same operations in the same order.
+#[test]
+fn take_online_hands_the_networks_over_and_steps_as_a_clone_does() {
+    let byol = || {
+        init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
+            ByolConfig::new()
+                .with_hidden_dim(16)
+                .with_output_dim(4)
+                .init(Tiny::new, d)
+        })
+        .unwrap()
+    };
+    let (mut handed, mut cloned) = (byol(), byol());
+    for step in 0..2 {
+        let progress = Progress {
+            step,
+            total_steps: 10,
+            epoch: 0,
+            total_epochs: 1,
+        };
+        let expected = train_step(&mut cloned, progress);
+        let (v1, v2) = views(step as f64);
+        let out = handed.forward(v1, v2, progress);
+        let loss = out.loss.clone().into_scalar();
+        let grads = handed.gradients(&out.loss);
+        let (before, trainable) = (values(handed.online()), trainable_flags(handed.online()));
+        assert!(trainable.contains(&false) && trainable.contains(&true));
+        let online = handed.take_online();
+        assert_eq!(values(&online), before, "handed over as it was");
+        let left = values(handed.online());
+        assert_eq!(left.len(), before.len());
+        for ((left, was), trainable) in left.iter().zip(&before).zip(&trainable) {
+            if *trainable {
+                assert_eq!(left.len(), 1, "a stand-in");
+            } else {
+                assert_eq!(left, was, "a running statistic kept");
+            }
+        }
+        let mut optim = SgdConfig::new().init::<ExactAd, _>().unwrap();
+        handed.set_online(optim.step(0.1, online, grads));
+        handed.after_step(progress);
+        assert_eq!(loss, expected);
+        assert_eq!(values(handed.online()), values(cloned.online()));
+        assert_eq!(
+            values(handed.target().network()),
+            values(cloned.target().network())
+        );
+    }
+}
+
 #[test]
 fn byol_target_after_one_step_follows_the_cosine_momentum() {
     let mut byol = init_method::<ExactAd, _, _>(&Default::default(), 0, |d| {
