@@ -13,21 +13,14 @@ use crate::base::Progress;
 use crate::base::error::ConfigError;
 use crate::base::geometry::{CropBox, ViewGeometry};
 use crate::data_parallel::Replica;
-use crate::optim::LrGroup;
+use crate::optim::{LrGroup, StandIns};
 
-/// Replaces every trainable parameter by a one-entry tensor of its rank on its device (one
-/// tensor for all those of a rank and device): what [`SslMethod::take_online`] leaves behind.
-struct StandIns<B: Backend> {
-    made: Vec<(usize, B::Device, burn::tensor::ops::FloatTensor<B>)>,
-}
+/// Replaces every trainable parameter by its [stand-in](StandIns) (one `[1; D]` tensor for all
+/// those of a rank and device): what [`SslMethod::take_online`] leaves behind.
+#[derive(Default)]
+struct TakeTrainable<B: Backend>(StandIns<B>);
 
-impl<B: Backend> Default for StandIns<B> {
-    fn default() -> Self {
-        Self { made: Vec::new() }
-    }
-}
-
-impl<B: Backend> burn::module::ModuleMapper<B> for StandIns<B> {
+impl<B: Backend> burn::module::ModuleMapper<B> for TakeTrainable<B> {
     fn map_float<const D: usize>(
         &mut self,
         param: burn::module::Param<Tensor<B, D>>,
@@ -38,22 +31,7 @@ impl<B: Backend> burn::module::ModuleMapper<B> for StandIns<B> {
         let (id, value, mapper) = param.consume();
         let device = value.device();
         drop(value);
-        let made = match self
-            .made
-            .iter()
-            .find(|(rank, on, _)| *rank == D && *on == device)
-        {
-            Some((_, _, made)) => made.clone(),
-            None => {
-                let made = Tensor::<B, D>::empty([1; D], &device)
-                    .into_primitive()
-                    .tensor();
-                self.made.push((D, device, made.clone()));
-                made
-            }
-        };
-        let stand_in = Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(made));
-        burn::module::Param::from_mapped_value(id, stand_in, mapper)
+        burn::module::Param::from_mapped_value(id, self.0.get(&device), mapper)
     }
 }
 
@@ -453,7 +431,7 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
     /// its own to release later (one a parameter and step, 62 for a ResNet-18).
     fn take_online(&mut self) -> Self::Online {
         let online = self.online().clone();
-        self.set_online(online.clone().map(&mut StandIns::<B>::default()));
+        self.set_online(online.clone().map(&mut TakeTrainable::<B>::default()));
         online
     }
 

@@ -13,6 +13,7 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorPrimitive;
 use std::collections::HashMap;
 
+use super::stand_in::StandIns;
 use crate::base::error::{in_range, non_negative, ConfigError};
 use curriculum_ssl_models::kernels::{
     sgd_momentum_step, sgd_momentum_step_all, SgdList, SgdSettings,
@@ -124,7 +125,7 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizer<M, B> for SgdOptimizer<
             records: &mut self.records,
             ids: Vec::new(),
             list: Vec::new(),
-            stand_ins: HashMap::new(),
+            stand_ins: StandIns::default(),
         };
         let module = module.map(&mut take);
         let TakeParams {
@@ -188,7 +189,7 @@ struct TakeParams<'a, M: AutodiffModule<B>, B: AutodiffBackend> {
     records: &'a mut SgdRecords<M, B>,
     ids: Vec<Taken>,
     list: SgdList<B::InnerBackend>,
-    stand_ins: HashMap<usize, FloatTensor<B>>,
+    stand_ins: StandIns<B>,
 }
 
 impl<M: AutodiffModule<B>, B: AutodiffBackend> ModuleMapper<B> for TakeParams<'_, M, B> {
@@ -216,20 +217,7 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> ModuleMapper<B> for TakeParams<'_
             velocity.map(primitive),
         ));
         self.ids.push(Taken { id, require_grad });
-        let stand_in = self
-            .stand_ins
-            .entry(D)
-            .or_insert_with(|| {
-                Tensor::<B, D>::empty([1; D], &device)
-                    .into_primitive()
-                    .tensor()
-            })
-            .clone();
-        Param::from_mapped_value(
-            id,
-            Tensor::from_primitive(TensorPrimitive::Float(stand_in)),
-            mapper,
-        )
+        Param::from_mapped_value(id, self.stand_ins.get(&device), mapper)
     }
 }
 
