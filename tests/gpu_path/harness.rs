@@ -112,10 +112,13 @@ pub fn gpu() -> Option<WgpuDevice> {
 /// tests ran past 720 s without the seed and took 397 s with it; with Mesa's cache warm, 357 s
 /// against 156 s (2 cores, 2026-12-04). Which candidate wins changes
 /// nothing the tests assert: each is a correct kernel, and the comparisons hold for any of them
-/// (autotune picks by timing, which differs from machine to machine). The seed holds only
-/// choices of kernels written per unit or fallbacks; plane and cube kernels, whose shape may
-/// follow the device's subgroup width, are tuned where the tests run, as is every key the
-/// seed lacks. `scripts/gpu_path_autotune_seed.py` rewrites the seed from a cold run's cache.
+/// (autotune picks by timing, which differs from machine to machine). The seed holds every
+/// key's choice, plane (subgroup) and cube kernels' too: Debian 12's lavapipe runs 256-bit
+/// vectors, subgroups of 8, on every x86-64 CPU with AVX, AVX-512 ones included. A key the
+/// seed lacks is tuned where the tests run; `scripts/gpu_path_autotune_seed.py` rewrites the
+/// seed from a run's cache (from an empty Mesa cache, every key seeded: 376 s; the plane and
+/// cube keys and the newer kernels' tuned in the run: 390 s alone, 410 s in a cold `.ci/run`;
+/// 2 cores, 2026-12-06).
 fn autotune_cache() -> std::path::PathBuf {
     if let Some(dir) = std::env::var_os("CURRICULUM_SSL_GPU_AUTOTUNE_CACHE") {
         return dir.into();
