@@ -84,12 +84,7 @@ fn moco_key_encoder_after_one_step_is_m_key_plus_one_minus_m_query() {
         values(moco.online()),
         "the key encoder starts as a copy"
     );
-    let progress = Progress {
-        step: 0,
-        total_steps: 10,
-        epoch: 0,
-        total_epochs: 1,
-    };
+    let progress = of_ten(0);
     train_step(&mut moco, progress);
     let query_after = values(moco.online());
     let key_after = values(moco.key_encoder().network());
@@ -118,12 +113,7 @@ fn moco_loss_uses_the_old_queue_and_enqueues_the_keys_after_the_step() {
         .unwrap()
         .forward(q, k.clone(), queue_before.clone())
         .into_scalar();
-    let progress = Progress {
-        step: 0,
-        total_steps: 10,
-        epoch: 0,
-        total_epochs: 1,
-    };
+    let progress = of_ten(0);
     let out = moco.forward(v1, v2, progress);
     assert!((out.loss.clone().into_scalar() - expected).abs() < 1e-12);
     assert_eq!(
@@ -152,15 +142,7 @@ fn moco_loss_uses_the_old_queue_and_enqueues_the_keys_after_the_step() {
 #[test]
 fn symmetric_moco_enqueues_both_key_sets() {
     let mut moco = moco(true);
-    train_step(
-        &mut moco,
-        Progress {
-            step: 0,
-            total_steps: 10,
-            epoch: 0,
-            total_epochs: 1,
-        },
-    );
+    train_step(&mut moco, of_ten(0));
     assert_eq!(moco.queue().pointer(), 8);
 }
 
@@ -176,12 +158,7 @@ fn symmetric_moco_loss_is_the_sum_of_both_orderings() {
                 .init(Tiny::new, 4, d)
         })
         .unwrap();
-        let progress = Progress {
-            step: 3,
-            total_steps: 10,
-            epoch: 0,
-            total_epochs: 1,
-        };
+        let progress = of_ten(3);
         let (v1, v2) = views(2.0);
         let queue = moco.queue().keys();
         let q = |v: &Tensor<ExactAd, 4>| moco.online().forward(v.clone());
@@ -247,12 +224,7 @@ fn two_steps<S: SslMethod<ExactAd>>(
     method.set_view_passes(passes);
     let mut grads = Vec::new();
     for step in 0..2 {
-        let progress = Progress {
-            step,
-            total_steps: 10,
-            epoch: 0,
-            total_epochs: 1,
-        };
+        let progress = of_ten(step);
         let out = method.forward(image(step as f64), image(step as f64 + 0.5), progress);
         let g = method.gradients(&out.loss);
         let mut visitor = GradientValues(&g, Vec::new());
@@ -427,12 +399,7 @@ fn view_passes_change_no_gradient_and_no_running_statistic() {
 #[test]
 fn key_and_target_networks_get_no_gradient() {
     let (v1, v2) = views(1.0);
-    let progress = Progress {
-        step: 0,
-        total_steps: 10,
-        epoch: 0,
-        total_epochs: 1,
-    };
+    let progress = of_ten(0);
     let mut moco = moco(true);
     let out = moco.forward(v1.clone(), v2.clone(), progress);
     let grads = out.loss.backward();
@@ -483,12 +450,7 @@ fn take_online_hands_the_networks_over_and_steps_as_a_clone_does() {
     };
     let (mut handed, mut cloned) = (byol(), byol());
     for step in 0..2 {
-        let progress = Progress {
-            step,
-            total_steps: 10,
-            epoch: 0,
-            total_epochs: 1,
-        };
+        let progress = of_ten(step);
         let expected = train_step(&mut cloned, progress);
         let (v1, v2) = views(step as f64);
         let out = handed.forward(v1, v2, progress);
@@ -528,12 +490,7 @@ fn byol_target_after_one_step_follows_the_cosine_momentum() {
             .init(Tiny::new, d)
     })
     .unwrap();
-    let progress = Progress {
-        step: 5,
-        total_steps: 10,
-        epoch: 0,
-        total_epochs: 1,
-    };
+    let progress = of_ten(5);
     let m = byol.target().momentum_at(progress);
     assert!(
         (m - 0.995).abs() < 1e-15,
@@ -1757,5 +1714,15 @@ fn capi_matches_lightly_in_f64() {
             .val()
             .grad(&grads)
             .is_none());
+    }
+}
+
+/// Step `step` of a run of 10 steps in one epoch.
+fn of_ten(step: usize) -> Progress {
+    Progress {
+        step,
+        total_steps: 10,
+        epoch: 0,
+        total_epochs: 1,
     }
 }
