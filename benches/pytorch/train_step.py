@@ -5,7 +5,8 @@ on fixed views, on the CPU (default) or a CUDA GPU.
 
     python3 benches/pytorch/train_step.py [--device cpu|cuda] [--threads 2] [--batch 128]
         [--image-size 32] [--precision f32|bf16|f16] [--compile] [--no-tf32]
-        [--iters 3 | --steps N] [--warmup N] [--json] [--count-ops] [--memory] [method ...]
+        [--iters 3 | --steps N] [--warmup N] [--json] [--count-ops] [--memory]
+        [--width-divisor N] [method ...]
 
 Same networks and heads as the Rust methods (defaults of SimClrConfig, MoCoConfig::moco_v2,
 ByolConfig, SimSiamConfig): forward of both views, the loss, backward, SGD (momentum 0.9,
@@ -48,6 +49,15 @@ after_backward, after_optimiser, peak). On cuda from the caching allocator's cou
 (memory_allocated, max_memory_allocated); on the CPU from torch.profiler's record of every
 allocation and free (step_memory says how).
 
+`--width-divisor N` (the host's share of a step, issue 66): every layer's channels and features
+divided by N (ResNet-18's 64..512 channels, the heads' 2048 / 4096 / 128 / 256 features, MoCo's
+queue width), the same layers in the same order, so the step dispatches the same operators
+(`--count-ops` says so) on tensors too small to cost anything. On the CPU with `--threads 1` the
+step's time is then PyTorch's own work per operator: Python, the dispatcher, autograd, the
+optimiser's loop and the CPU kernels' set-up, which a CUDA step also does on its host before
+each launch. Every record carries `cpu_ms_per_step`, the process's CPU time per timed step (all
+threads), for that comparison with `recipe bench_step`'s.
+
 `--json` prints one JSON line per method with the fields of `recipe bench_step` (method,
 backend "pytorch-eager" / "pytorch-compile", precision, batch_size, image_size, steps, warmup_s,
 ms_per_step, images_per_s, first_loss, last_loss) plus peak_alloc_mib / peak_reserved_mib
@@ -76,16 +86,39 @@ import torchvision
 from torch import nn
 
 
+# `--width-divisor`: every layer's channels and features are divided by it (1: the real widths).
+WIDTH_DIVISOR = 1
+
+
+def narrowed(module):
+    """`module` with every convolution, batch norm and linear layer WIDTH_DIVISOR times narrower
+    (an image's 3 channels kept), in place; the layers and their order unchanged."""
+    d = WIDTH_DIVISOR
+    for name, child in module.named_children():
+        if isinstance(child, nn.Conv2d):
+            c_in = child.in_channels if child.in_channels == 3 else child.in_channels // d
+            new = nn.Conv2d(c_in, child.out_channels // d, child.kernel_size, child.stride,
+                            child.padding, bias=child.bias is not None)
+        elif isinstance(child, nn.BatchNorm2d):
+            new = nn.BatchNorm2d(child.num_features // d)
+        else:
+            narrowed(child)
+            continue
+        setattr(module, name, new)
+    return module
+
+
 def resnet18_cifar():
     m = torchvision.models.resnet18()
     m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
     m.maxpool = nn.Identity()
     m.fc = nn.Identity()
-    return m
+    return narrowed(m) if WIDTH_DIVISOR > 1 else m
 
 
 def mlp(dims, bn=True, last_bn=False):
     """Linear (+BN) + ReLU layers, a plain linear output (the heads of src/head.rs)."""
+    dims = [d // WIDTH_DIVISOR for d in dims]
     layers = []
     for a, b in zip(dims[:-2], dims[1:-1]):
         layers += [nn.Linear(a, b, bias=not bn)] + ([nn.BatchNorm1d(b)] if bn else []) + [nn.ReLU()]
@@ -124,7 +157,7 @@ class MoCo(nn.Module):
         for p in self.key.parameters():
             p.requires_grad = False
         self.m, self.t = m, t
-        self.register_buffer("queue", F.normalize(torch.randn(queue, 128), dim=1))
+        self.register_buffer("queue", F.normalize(torch.randn(queue, 128 // WIDTH_DIVISOR), dim=1))
         self.ptr, self.pending = 0, None
 
     def loss(self, x1, x2):
@@ -243,6 +276,7 @@ def time_method(name, args, device, x1, x2):
         losses.append(step())
     sync()
     warmup_s = time.perf_counter() - started
+    cpu_started = time.process_time()
     if args.steps is not None:
         timed = time.perf_counter()
         for _ in range(args.steps):
@@ -259,6 +293,7 @@ def time_method(name, args, device, x1, x2):
             times.append(time.perf_counter() - t0)
         seconds = statistics.median(times)
         steps = args.iters
+    cpu_ms_per_step = (time.process_time() - cpu_started) * 1e3 / steps
     counts = count_ops(step, device) if args.count_ops else {}
     if args.memory:
         counts["run_peaks"], counts["memory_mib"] = step_memory(model, opt, loss_fn, x1, x2, device)
@@ -268,6 +303,7 @@ def time_method(name, args, device, x1, x2):
         steps=steps,
         warmup_s=warmup_s,
         ms_per_step=seconds * 1e3,
+        cpu_ms_per_step=cpu_ms_per_step,
         images_per_s=args.batch / seconds,
         first_loss=first_loss,
         last_loss=last_loss,
@@ -420,6 +456,9 @@ def main():
                          "(memory_mib)")
     ap.add_argument("--count-ops", action="store_true",
                     help="one more step under torch.profiler: operators (and CUDA kernels) by name")
+    ap.add_argument("--width-divisor", type=int, default=1,
+                    help="every layer's channels and features divided by this (a power of two "
+                         "up to 64): the same operators on tiny tensors, the host's share")
     ap.add_argument("methods", nargs="*", metavar="method",
                     help=f"{' | '.join(METHODS)} (default: all four)")
     args = ap.parse_args()
@@ -433,6 +472,11 @@ def main():
         ap.error("--memory measures an f32 step (its step runs without autocast)")
     if (args.steps if args.steps is not None else args.iters) < 1 or args.batch < 2:
         ap.error("--steps / --iters must be at least 1 and --batch at least 2")
+    if args.width_divisor not in (1, 2, 4, 8, 16, 32, 64):
+        ap.error("--width-divisor must be a power of two from 1 to 64 (the narrowest layer, "
+                 "the projection's 128 features, keeps 2)")
+    global WIDTH_DIVISOR
+    WIDTH_DIVISOR = args.width_divisor
     device = torch.device(args.device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
@@ -464,6 +508,7 @@ def main():
             precision=args.precision,
             batch_size=args.batch,
             image_size=args.image_size,
+            width_divisor=args.width_divisor,
         )
         if device.type == "cuda":
             gc.collect()
