@@ -4,9 +4,13 @@
 # the same work, within a time budget, writing one markdown table and one JSON under the output
 # directory. docs/gpu.md#the-gpu-check says what each row means and what it found.
 #
-#   scripts/gpu_check.sh [--recipe PATH] [--data DIR] [--out DIR] [--budget SECONDS] [--quick]
+#   scripts/gpu_check.sh [--recipe PATH] [--recipe-lock PATH] [--data DIR] [--out DIR]
+#                        [--budget SECONDS] [--quick]
 #
 #   --recipe   the recipe binary (default: target/release/recipe)
+#   --recipe-lock  a second build of it with cubecl-common's re-entrant device lock
+#              (scripts/build_device_lock.sh: no server threads, the training thread runs the
+#              fusion and the launches); its f32 steps are timed beside the first's
 #   --data     the full Fashion-MNIST IDX files (default: /usr/share/datasets/fashion-mnist)
 #   --out      where gpu_check.md, gpu_check.json and logs.tar.gz go (default: $OUT, else
 #              ./gpu_check)
@@ -46,8 +50,11 @@
 #   phase 2, one after the other (peak GPU memory read from nvidia-smi as the rise over idle):
 #   step_*               the training step of SimCLR, MoCo v2, BYOL (ResNet-18, CIFAR stem,
 #                        batch 256, 32x32): `recipe bench_step` f32 (with cubecl's memory
-#                        readings), PyTorch eager f32 (with its allocator's, --memory) and bf16
-#                        (autocast; benches/pytorch/train_step.py), ours bf16
+#                        readings), PyTorch eager f32 (with its allocator's, --memory), with
+#                        --recipe-lock ours f32 with the device lock (step_*_ours_f32_lock),
+#                        PyTorch's step with every layer 64 times narrower on one thread (the
+#                        same operators on tiny tensors: its host's pace, step_pytorch_narrow_f32),
+#                        PyTorch bf16 (autocast; benches/pytorch/train_step.py), ours bf16
 #   kernels_*_ours_f32   the same steps with every kernel timed (`--profile-kernels`): kernels
 #                        per step, the device's time in them by name
 #   epoch_light_moco_ours  one epoch of light_moco (the card's recipe) on the 60,000 images,
@@ -63,6 +70,7 @@ set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
 recipe=$repo/target/release/recipe
+recipe_lock=
 data=/usr/share/datasets/fashion-mnist
 out=${OUT:-gpu_check}
 budget=480
@@ -76,6 +84,7 @@ warm_limit=240
 while [ $# -gt 0 ]; do
   case "$1" in
     --recipe) recipe=$2; shift 2 ;;
+    --recipe-lock) recipe_lock=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
@@ -91,6 +100,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -x "$recipe" ] || { echo "gpu_check.sh: no executable recipe binary at $recipe" >&2; exit 2; }
+if [ -n "$recipe_lock" ]; then
+  [ -x "$recipe_lock" ] || { echo "gpu_check.sh: no executable recipe binary at $recipe_lock (--recipe-lock)" >&2; exit 2; }
+  recipe_lock=$(cd "$(dirname "$recipe_lock")" && pwd)/$(basename "$recipe_lock")
+fi
 [ -d "$data" ] || { echo "gpu_check.sh: no data directory $data" >&2; exit 2; }
 # Paths as the caller gave them (relative to the caller's directory), then from the repository.
 recipe=$(cd "$(dirname "$recipe")" && pwd)/$(basename "$recipe")
@@ -130,6 +143,7 @@ EOF
 # kernel again even when cubecl's cache skipped NVRTC).
 export CUDA_CACHE_PATH=$kernel_cache/nv CUDA_CACHE_MAXSIZE=4294967296
 ours=(sh -c 'cd "$0" && exec "$@"' "$work/cwd" "$recipe")
+ours_lock=(sh -c 'cd "$0" && exec "$@"' "$work/cwd" "$recipe_lock")
 # The memory section's directory: the same configuration, and cubecl's memory logger at its full
 # level (every reservation, each new page with the pools' state) into its own log.
 mkdir -p "$work/cwd_memory"
@@ -328,6 +342,15 @@ for m in simclr moco_v2 byol; do
   section "step_${m}_ours_f32" 90 "${ours[@]}" bench_step --method "$m" "${step[@]}"
 done
 section step_pytorch_eager_f32 90 "$python" "${torch_step[@]}" --memory simclr moco_v2 byol
+# Without the server threads (--recipe-lock): the same kernels, from the same caches.
+if [ -n "$recipe_lock" ]; then
+  for m in simclr moco_v2 byol; do
+    section "step_${m}_ours_f32_lock" 90 "${ours_lock[@]}" bench_step --method "$m" "${step[@]}"
+  done
+fi
+# PyTorch's host pace: its step with tiny layers on one CPU thread (docs/gpu.md, "PyTorch's host
+# work per step").
+section step_pytorch_narrow_f32 90 "$python" "${torch_step[@]}" --threads 1 --width-divisor 64 simclr moco_v2 byol
 section step_pytorch_eager_bf16 90 "$python" "${torch_step[@]}" --precision bf16 simclr moco_v2 byol
 for m in simclr moco_v2 byol; do
   section "step_${m}_ours_bf16" 90 "${ours[@]}" bench_step --method "$m" "${step[@]}" --precision bf16

@@ -103,8 +103,12 @@ def main():
             if "_ours_" in name:
                 rec["side"] = "ours"
                 rec["gpu_mib"] = s.get("gpu_mib")
+                if name.endswith("_lock"):
+                    rec["backend"] = f"{rec.get('backend', '?')}, device lock"
             else:
                 rec["side"] = "pytorch"
+                if (rec.get("width_divisor") or 1) > 1:
+                    rec["backend"] = f"{rec.get('backend', '?')}, widths /{rec['width_divisor']}, 1 thread"
             rec["section"] = name
             rec["gpu_busy_end_pct"] = util
             steps.append(rec)
