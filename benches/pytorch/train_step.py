@@ -91,8 +91,9 @@ WIDTH_DIVISOR = 1
 
 
 def narrowed(module):
-    """`module` with every convolution, batch norm and linear layer WIDTH_DIVISOR times narrower
-    (an image's 3 channels kept), in place; the layers and their order unchanged."""
+    """`module` (the backbone) with every convolution and batch norm WIDTH_DIVISOR times
+    narrower (an image's 3 channels kept), in place; the layers and their order unchanged. The
+    heads' linear layers are narrowed by `mlp`."""
     d = WIDTH_DIVISOR
     for name, child in module.named_children():
         if isinstance(child, nn.Conv2d):
