@@ -22,7 +22,11 @@ version=0.10.0
 patch_file=$repo/scripts/device_lock/cubecl-common-$version.patch
 target=$repo/target/device-lock
 # Where cargo keeps cubecl-common's source (fetched if missing).
-source=$(cargo metadata --format-version 1 --locked 2> /dev/null | python3 -c '
+metadata=$(cargo metadata --format-version 1 --locked) || {
+  echo "error: cargo metadata failed (above): cubecl-common's source cannot be found" >&2
+  exit 2
+}
+source=$(printf '%s' "$metadata" | python3 -c '
 import json, os, sys
 version = sys.argv[1]
 for p in json.load(sys.stdin)["packages"]:
