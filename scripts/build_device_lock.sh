@@ -18,6 +18,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 command -v patch > /dev/null || { echo "error: patch is not installed (apt-get install patch)" >&2; exit 2; }
+command -v python3 > /dev/null || { echo "error: python3 is not installed (it reads cargo metadata)" >&2; exit 2; }
 version=0.10.0
 patch_file=$repo/scripts/device_lock/cubecl-common-$version.patch
 target=$repo/target/device-lock
