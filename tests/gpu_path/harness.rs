@@ -116,9 +116,11 @@ pub fn gpu() -> Option<WgpuDevice> {
 /// key's choice, plane (subgroup) and cube kernels' too: Debian 12's lavapipe runs 256-bit
 /// vectors, subgroups of 8, on every x86-64 CPU with AVX, AVX-512 ones included. A key the
 /// seed lacks is tuned where the tests run; `scripts/gpu_path_autotune_seed.py` rewrites the
-/// seed from a run's cache (from an empty Mesa cache, every key seeded: 376 s; the plane and
-/// cube keys and the newer kernels' tuned in the run: 390 s alone, 410 s in a cold `.ci/run`;
-/// 2 cores, 2026-12-06).
+/// seed from a run's cache. For the matrix products (plain and fused) it names burn's fallback
+/// whatever the run chose: the tiled kernels timing picked have a blueprint per shape, and
+/// compiling them was most of the tests' time — from an empty Mesa cache 466 s with the timed
+/// choices, 109 s with the fallbacks (2 cores, 2026-12-06; the script says why no GPU run loses
+/// a kernel by it).
 fn autotune_cache() -> std::path::PathBuf {
     if let Some(dir) = std::env::var_os("CURRICULUM_SSL_GPU_AUTOTUNE_CACHE") {
         return dir.into();
