@@ -235,14 +235,16 @@ fn moments<B: Backend>(
     };
     let (mean, _) = replica_mean(channel_mean(x.clone()));
     let (var, _) = replica_mean(channel_mean(x.clone().sub(mean.clone()).square()));
+    // The running average handed over by move (`RunningStat::step`: no release of its own).
     let update = |state: &RunningStat<Tensor<B, 1>>, batch: Tensor<B, 2>| {
-        let running = state.value_sync().to_device(&device);
-        state.update(
-            running
+        state.step(|running| {
+            let moved = running
+                .to_device(&device)
                 .mul_scalar(1.0 - momentum)
                 .add(batch.detach().mul_scalar(momentum).reshape([channels]))
-                .detach(),
-        );
+                .detach();
+            Ok((moved, ()))
+        })
     };
     update(running_mean, mean.clone());
     update(running_var, var.clone());
@@ -277,19 +279,20 @@ fn grouped_normalised<B: Backend>(
     let x = x.reshape([groups, rows / groups, channels]);
     let (mean, _) = replica_mean(x.clone().mean_dim(1));
     let (var, _) = replica_mean(x.clone().sub(mean.clone()).square().mean_dim(1));
-    // One update per group, as one call per group makes them (`RunningStat` keeps the
-    // newest update pending until the next one or a sync: reading it shows the same state).
+    // One update per group, as one call per group makes them (each `RunningStat::step` reads
+    // the state the one before left).
     let means = mean.clone().detach().iter_dim(0);
     let vars = var.clone().detach().iter_dim(0);
     for (group_mean, group_var) in means.zip(vars) {
         for (state, batch) in [(running_mean, group_mean), (running_var, group_var)] {
-            let running = state.value_sync().to_device(&device);
-            state.update(
-                running
+            state.step(|running| {
+                let moved = running
+                    .to_device(&device)
                     .mul_scalar(1.0 - momentum)
                     .add(batch.mul_scalar(momentum).reshape([channels]))
-                    .detach(),
-            );
+                    .detach();
+                Ok((moved, ()))
+            });
         }
     }
     (x - mean) / var.add_scalar(epsilon).sqrt()

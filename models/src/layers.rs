@@ -232,20 +232,22 @@ impl<B: Backend> BatchNorm2d<B> {
             );
         }
         let (x, residual) = if B::ad_enabled(&x.device()) {
-            match crate::kernels::batch_norm_relu_train(
-                x,
-                self.weight.val(),
-                self.bias.val(),
-                self.running_averages(),
-                self.epsilon,
-                groups,
-                residual,
-            ) {
-                Ok(fused) => {
-                    self.running_mean.update(fused.running.mean);
-                    self.running_var.update(fused.running.var);
-                    return fused.output;
+            let fused = self.step_running_averages(|running| {
+                match crate::kernels::batch_norm_relu_train(
+                    x,
+                    self.weight.val(),
+                    self.bias.val(),
+                    running,
+                    self.epsilon,
+                    groups,
+                    residual,
+                ) {
+                    Ok(fused) => Ok((fused.running, fused.output)),
+                    Err((x, residual, running)) => Err((running, (x, residual))),
                 }
+            });
+            match fused {
+                Ok(output) => return output,
                 Err(unfused) => unfused,
             }
         } else {
@@ -272,19 +274,21 @@ impl<B: Backend> BatchNorm2d<B> {
             "BatchNorm2d in training needs more than one value per channel, got input {:?}",
             [n / groups, c, h, w]
         );
-        let x = match crate::kernels::batch_norm_train(
-            x,
-            self.weight.val(),
-            self.bias.val(),
-            self.running_averages(),
-            self.epsilon,
-            groups,
-        ) {
-            Ok(fused) => {
-                self.running_mean.update(fused.running.mean);
-                self.running_var.update(fused.running.var);
-                return fused.output;
+        let fused = self.step_running_averages(|running| {
+            match crate::kernels::batch_norm_train(
+                x,
+                self.weight.val(),
+                self.bias.val(),
+                running,
+                self.epsilon,
+                groups,
+            ) {
+                Ok(fused) => Ok((fused.running, fused.output)),
+                Err((x, running)) => Err((running, x)),
             }
+        });
+        let x = match fused {
+            Ok(output) => return output,
             Err(x) => x,
         };
         if groups == 1 {
@@ -310,25 +314,51 @@ impl<B: Backend> BatchNorm2d<B> {
         let centered = x.sub(per_image(mean.clone(), n));
         // Biased, [1, c, 1].
         let (var, replicas) = replica_mean(centered.clone().square().mean_dim(2).mean_dim(0));
-        let moved = crate::kernels::batch_norm_op::update_running_averages(
-            self.running_averages(),
-            mean.detach().reshape([1, c]),
-            var.clone().detach().reshape([1, c]),
-            n * h * w * replicas,
-        );
-        self.running_mean.update(moved.mean);
-        self.running_var.update(moved.var);
+        let moved: Result<(), std::convert::Infallible> = self.step_running_averages(|running| {
+            let moved = crate::kernels::batch_norm_op::update_running_averages(
+                running,
+                mean.detach().reshape([1, c]),
+                var.clone().detach().reshape([1, c]),
+                n * h * w * replicas,
+            );
+            Ok((moved, ()))
+        });
+        let Ok(()) = moved;
         self.scale_and_shift(centered, var).reshape([n, c, h, w])
     }
 
-    /// The running averages (synchronised with other threads' updates) and the layer's
-    /// momentum, for a training step to move.
-    fn running_averages(&self) -> crate::kernels::RunningAverages<B> {
-        crate::kernels::RunningAverages {
-            mean: self.running_mean.value_sync(),
-            var: self.running_var.value_sync(),
-            momentum: self.momentum,
-        }
+    /// A training step's operation `op` given the running averages by move (with the layer's
+    /// momentum; [`RunningStat::step`]): `Ok((moved, output))` keeps the moved averages and
+    /// gives `Ok(output)`; `Err((running, rest))`, the averages handed back as they were,
+    /// leaves them and gives `Err(rest)`.
+    fn step_running_averages<T, E>(
+        &self,
+        op: impl FnOnce(
+            crate::kernels::RunningAverages<B>,
+        ) -> Result<
+            (crate::kernels::RunningAverages<B>, T),
+            (crate::kernels::RunningAverages<B>, E),
+        >,
+    ) -> Result<T, E> {
+        let momentum = self.momentum;
+        self.running_mean.step(|mean| {
+            // The variance's step gives back the mean, moved (`Ok`) or as it was (`Err`).
+            let stepped = self.running_var.step(|var| {
+                let running = crate::kernels::RunningAverages {
+                    mean,
+                    var,
+                    momentum,
+                };
+                match op(running) {
+                    Ok((moved, out)) => Ok((moved.var, Ok((moved.mean, out)))),
+                    Err((given, rest)) => Err((given.var, Err((given.mean, rest)))),
+                }
+            });
+            match stepped {
+                Ok((mean, out)) => Ok((mean, Ok(out))),
+                Err((mean, rest)) => Err((mean, Err(rest))),
+            }
+        })
     }
 
     /// `centered · γ/√(var + ε) + β` for `centered` of shape `[n, c, h·w]` and `var` of shape

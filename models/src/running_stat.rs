@@ -1,4 +1,5 @@
-//! A batch norm's running statistic: burn's `RunningState` without its division by one.
+//! A batch norm's running statistic: burn's `RunningState` without its division by one, and
+//! with a training step's read and update in one call.
 //!
 //! Why hand-written: burn's `RunningState` (burn-core 0.21) keeps each thread's newest update
 //! pending and, when it is read in sync, averages the pending updates as `sum / count`, dividing
@@ -8,7 +9,9 @@
 //! each issued by the host one by one (docs/gpu.md, "The eighth cut").
 //! [`RunningStat`] is the same state with the same record (`Param<Tensor<B, D>>`: checkpoints of
 //! either load in the other), the same sharing between clones and the same averaging over
-//! threads; a lone update becomes the value as it is.
+//! threads; a lone update becomes the value as it is. [`RunningStat::step`] hands the value to
+//! the step by move, so that the step's operation frees it instead of a release of its own
+//! (docs/gpu.md, "The tenth cut").
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -27,12 +30,47 @@ use burn::tensor::backend::AutodiffBackend;
 /// As burn's `RunningState`: an update is kept pending per thread until the next update on that
 /// thread, a [`RunningStat::value_sync`] or the record; then the pending updates of every thread
 /// become the value, averaged when several threads updated (e.g. replicas of one module on
-/// several devices). Clones share the state.
+/// several devices). Clones share the state. A [`RunningStat::step`] of the only thread that
+/// updates the statistic makes its update the value at once.
 #[derive(Clone, Debug)]
 pub struct RunningStat<V> {
     id: ParamId,
-    pending: Arc<Mutex<HashMap<ThreadId, V>>>,
-    value: Arc<Mutex<V>>,
+    pending: Arc<Mutex<Pending<V>>>,
+    /// `None` only while a [`RunningStat::step`] holds the value (under both locks), or after
+    /// a step that panicked.
+    value: Arc<Mutex<Option<V>>>,
+}
+
+/// The updates not yet applied, and which threads have updated the statistic.
+#[derive(Debug)]
+struct Pending<V> {
+    /// Each thread's newest update.
+    updates: HashMap<ThreadId, V>,
+    /// Which threads have updated (by [`RunningStat::update`] or [`RunningStat::step`]).
+    updaters: Updaters,
+}
+
+/// The threads that have updated a statistic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Updaters {
+    /// None yet.
+    None,
+    /// One thread, always the same.
+    One(ThreadId),
+    /// Two or more.
+    Many,
+}
+
+impl<V> Pending<V> {
+    /// Counts `thread` among the updaters; true while it is the only one.
+    fn updated_by(&mut self, thread: ThreadId) -> bool {
+        self.updaters = match self.updaters {
+            Updaters::None => Updaters::One(thread),
+            Updaters::One(one) if one == thread => Updaters::One(one),
+            _ => Updaters::Many,
+        };
+        self.updaters == Updaters::One(thread)
+    }
 }
 
 /// A lock that a panicking thread poisoned is taken as it is: the value lock holds a whole
@@ -42,6 +80,19 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The value in `slot`.
+///
+/// # Panics
+/// If a [`RunningStat::step`] panicked while it held the value (the value went with it).
+fn held<V>(slot: &Option<V>) -> &V {
+    slot.as_ref().unwrap_or_else(|| lost())
+}
+
+/// The panic of a statistic whose value went with a panicking [`RunningStat::step`].
+fn lost() -> ! {
+    panic!("a running statistic's value was lost: a training step panicked while it held it")
 }
 
 impl<B: Backend, const D: usize> RunningStat<Tensor<B, D>> {
@@ -54,8 +105,11 @@ impl<B: Backend, const D: usize> RunningStat<Tensor<B, D>> {
     pub fn with_id(id: ParamId, value: Tensor<B, D>) -> Self {
         Self {
             id,
-            pending: Arc::new(Mutex::new(HashMap::new())),
-            value: Arc::new(Mutex::new(value)),
+            pending: Arc::new(Mutex::new(Pending {
+                updates: HashMap::new(),
+                updaters: Updaters::None,
+            })),
+            value: Arc::new(Mutex::new(Some(value))),
         }
     }
 
@@ -63,41 +117,92 @@ impl<B: Backend, const D: usize> RunningStat<Tensor<B, D>> {
     pub fn update(&self, value: Tensor<B, D>) {
         let thread = std::thread::current().id();
         let mut pending = lock(&self.pending);
-        if pending.contains_key(&thread) {
+        pending.updated_by(thread);
+        if pending.updates.contains_key(&thread) {
             self.apply(&mut pending);
         }
-        pending.insert(thread, value);
+        pending.updates.insert(thread, value);
     }
 
     /// The value, without this thread's pending update (one update behind after an
-    /// [`RunningStat::update`]).
+    /// [`RunningStat::update`]; not after a lone thread's [`RunningStat::step`], which leaves
+    /// nothing pending).
     pub fn value(&self) -> Tensor<B, D> {
-        lock(&self.value).clone()
+        held(&lock(&self.value)).clone()
     }
 
     /// The value with this thread's pending update (and every other thread's) applied.
     pub fn value_sync(&self) -> Tensor<B, D> {
         let thread = std::thread::current().id();
         let mut pending = lock(&self.pending);
-        if pending.contains_key(&thread) {
+        if pending.updates.contains_key(&thread) {
             self.apply(&mut pending);
         }
-        lock(&self.value).clone()
+        held(&lock(&self.value)).clone()
+    }
+
+    /// A training step's read and update in one: the value as [`RunningStat::value_sync`]
+    /// reads it is handed to `step` by move; `step` returns `Ok((update, r))` to update the
+    /// statistic, or `Err((value, r))` with the value it was given to leave it as it was.
+    ///
+    /// Why: on a fusion backend (wgpu, CUDA) a tensor handed to an operation by its last
+    /// handle is freed by that operation, while a clone read by `value_sync` and replaced by
+    /// [`RunningStat::update`] is freed later by an operation of its own (a release): one per
+    /// statistic and step (docs/gpu.md, "The tenth cut"). So where this thread is the only one
+    /// that has updated the statistic, the update becomes the value at once: `value_sync`,
+    /// `update` and `value_sync` again, with nothing left pending (burn's `RunningState` keeps
+    /// it pending, [`RunningStat::value`] one update behind, until the next sync). Once a second
+    /// thread has updated it, this is `value_sync` and `update`: every thread's update kept
+    /// pending and the updates averaged, as the type says.
+    ///
+    /// While it holds the value, other threads' reads and updates of this statistic wait for
+    /// `step` to return; `step` must not read or update this statistic itself (it would wait
+    /// for itself).
+    ///
+    /// # Panics
+    /// If `step` panics; the statistic then has no value, and every later use panics.
+    pub fn step<R>(
+        &self,
+        step: impl FnOnce(Tensor<B, D>) -> Result<(Tensor<B, D>, R), (Tensor<B, D>, R)>,
+    ) -> R {
+        let thread = std::thread::current().id();
+        let mut pending = lock(&self.pending);
+        if !pending.updated_by(thread) {
+            drop(pending);
+            return match step(self.value_sync()) {
+                Ok((update, r)) => {
+                    self.update(update);
+                    r
+                }
+                Err((_, r)) => r,
+            };
+        }
+        if !pending.updates.is_empty() {
+            // This thread's own update, the only one there can be.
+            self.apply(&mut pending);
+        }
+        let mut slot = lock(&self.value);
+        let value = slot.take().unwrap_or_else(|| lost());
+        let (value, r) = match step(value) {
+            Ok(stepped) | Err(stepped) => stepped,
+        };
+        *slot = Some(value);
+        r
     }
 
     /// Applies every thread's pending update.
     fn sync(&self) {
         let mut pending = lock(&self.pending);
-        if !pending.is_empty() {
+        if !pending.updates.is_empty() {
             self.apply(&mut pending);
         }
     }
 
     /// The pending updates become the value: the lone one as it is, several averaged (on the
     /// device of the first).
-    fn apply(&self, pending: &mut HashMap<ThreadId, Tensor<B, D>>) {
-        let count = pending.len();
-        let mut updates = pending.drain().map(|(_, value)| value);
+    fn apply(&self, pending: &mut Pending<Tensor<B, D>>) {
+        let count = pending.updates.len();
+        let mut updates = pending.updates.drain().map(|(_, value)| value);
         let Some(first) = updates.next() else {
             return;
         };
@@ -109,7 +214,7 @@ impl<B: Backend, const D: usize> RunningStat<Tensor<B, D>> {
                 .fold(first, |sum, value| value.to_device(&device).add(sum))
                 .div_scalar(count as f64)
         };
-        *lock(&self.value) = value;
+        *lock(&self.value) = Some(value);
     }
 }
 
@@ -131,22 +236,22 @@ impl<B: Backend, const D: usize> Module<B> for RunningStat<Tensor<B, D>> {
     type Record = Param<Tensor<B, D>>;
 
     fn visit<Visitor: ModuleVisitor<B>>(&self, visitor: &mut Visitor) {
-        let param = Param::initialized(self.id, lock(&self.value).clone());
+        let param = Param::initialized(self.id, held(&lock(&self.value)).clone());
         visitor.visit_float(&param)
     }
 
     fn map<Mapper: ModuleMapper<B>>(self, mapper: &mut Mapper) -> Self {
         let mut value = lock(&self.value);
-        let param = Param::initialized(self.id, value.clone());
+        let param = Param::initialized(self.id, held(&value).clone());
         let (_, mapped, _) = mapper.map_float(param).consume();
-        *value = mapped;
+        *value = Some(mapped);
         drop(value);
         self
     }
 
     fn into_record(self) -> Self::Record {
         self.sync();
-        let value = lock(&self.value).clone();
+        let value = held(&lock(&self.value)).clone();
         Param::initialized(self.id, value)
     }
 
@@ -156,7 +261,7 @@ impl<B: Backend, const D: usize> Module<B> for RunningStat<Tensor<B, D>> {
         // asks for a gradient on autodiff backends), and a statistic that asked for one would
         // pass for a trainable parameter: averaged by a momentum copy's update, or replaced by
         // `SslMethod::take_online`'s stand-ins.
-        *value = record.val().detach().to_device(&value.device());
+        *value = Some(record.val().detach().to_device(&held(&value).device()));
         drop(value);
         self.id = record.id;
         self
@@ -164,7 +269,7 @@ impl<B: Backend, const D: usize> Module<B> for RunningStat<Tensor<B, D>> {
 
     fn to_device(self, device: &B::Device) -> Self {
         let mut value = lock(&self.value);
-        *value = value.clone().to_device(device);
+        *value = Some(held(&value).clone().to_device(device));
         drop(value);
         self
     }
@@ -175,7 +280,7 @@ impl<B: Backend, const D: usize> Module<B> for RunningStat<Tensor<B, D>> {
     }
 
     fn collect_devices(&self, mut devices: Vec<B::Device>) -> Vec<B::Device> {
-        let device = lock(&self.value).device();
+        let device = held(&lock(&self.value)).device();
         if !devices.contains(&device) {
             devices.push(device)
         }
@@ -263,6 +368,64 @@ mod tests {
         assert_eq!(loaded.id, burns.id);
         let loaded = RunningState::new(f64s::<B>(&[0.0, 0.0])).load_record(ours);
         assert_eq!(host(loaded.value()), host(burns.val()));
+    }
+
+    /// `step` against burn's `RunningState` fed the same reads and updates: while one thread
+    /// updates, a step is `value_sync`, `update` and `value_sync` again (its update the value
+    /// at once, a pending `update` of the thread applied before it, an `Err` changing nothing);
+    /// once a second thread has updated the statistic, a step is `value_sync` and `update`
+    /// (pending updates averaged). Every value is an integer or a half of one: exact sums.
+    #[test]
+    // The steps' `Err` carries the value back with the read (a `Vec`), as `step` asks.
+    #[allow(clippy::result_large_err)]
+    fn step_reads_and_updates_as_burns_running_state_does() {
+        let ours = RunningStat::new(f64s::<B>(&[1.0, 2.0]));
+        let burns = RunningState::new(f64s::<B>(&[1.0, 2.0]));
+        let burns_step = |update: Tensor<B, 1>| {
+            let read = host(burns.value_sync());
+            burns.update(update);
+            read
+        };
+        // One thread: its update is the value at once.
+        for step in 0..3 {
+            let update = f64s::<B>(&[step as f64, 3.0 - step as f64]);
+            let read = ours.step(|value| Ok((update.clone(), host(value))));
+            assert_eq!(read, burns_step(update));
+            assert_eq!(host(ours.value()), host(burns.value_sync()));
+        }
+        assert_eq!(host(ours.value()), vec![2.0, 1.0]);
+        // An `Err` hands the value back: nothing changes.
+        let read = ours.step(|value| Err((value, 7)));
+        assert_eq!(read, 7);
+        assert_eq!(host(ours.value()), vec![2.0, 1.0]);
+        // A pending update of this thread is applied before the step reads.
+        ours.update(f64s(&[6.0, -4.0]));
+        burns.update(f64s(&[6.0, -4.0]));
+        let read = ours.step(|value| Ok((f64s(&[8.0, 0.0]), host(value))));
+        assert_eq!(read, vec![6.0, -4.0]);
+        assert_eq!(burns_step(f64s(&[8.0, 0.0])), read);
+        assert_eq!(host(burns.value_sync()), vec![8.0, 0.0]);
+        // A second thread's update: from now on every update is pending, the pending averaged.
+        std::thread::scope(|scope| {
+            let (ours, burns) = (ours.clone(), burns.clone());
+            scope.spawn(move || {
+                ours.update(f64s(&[4.0, 2.0]));
+                burns.update(f64s(&[4.0, 2.0]));
+            });
+        });
+        for (values, expected_read) in [([2.0, 6.0], [8.0, 0.0]), ([0.0, 4.0], [3.0, 4.0])] {
+            let update = f64s::<B>(&values);
+            let read = ours.step(|value| Ok((update.clone(), host(value))));
+            assert_eq!(read, burns_step(update));
+            assert_eq!(read, expected_read);
+            assert_eq!(host(ours.value()), host(burns.value()));
+        }
+        // The steps' reads: 8, 0 (the other thread's update still pending, this thread's none);
+        // then (2 + 4) / 2, (6 + 2) / 2; the record applies this thread's last.
+        assert_eq!(
+            host(ours.into_record().val()),
+            host(burns.into_record().val())
+        );
     }
 
     /// A lone pending update becomes the value as it is, and the autodiff round trip

@@ -178,7 +178,103 @@ fn fused_training_step_equals_the_composed_one() {
         }
     }
     let _sync = curriculum_ssl_models::replica_stats::install::<Ad>(std::sync::Arc::new(Alone));
-    assert!(kernels::batch_norm_train(x(), ones(), ones(), running(), 1e-5, 1).is_err());
+    // Not taken: the running averages come back as they were given, for the composed form.
+    let given = kernels::RunningAverages {
+        mean: Tensor::<Ad, 1>::from_floats([0.5, -1.0, 2.0, 0.25], &device),
+        var: Tensor::<Ad, 1>::from_floats([3.0, 1.5, 0.5, 1.0], &device),
+        momentum: 0.1,
+    };
+    let Err((_, back)) = kernels::batch_norm_train(x(), ones(), ones(), given, 1e-5, 1) else {
+        panic!("synchronised batch norm took the fused path");
+    };
+    let v = |t: Tensor<Ad, 1>| t.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+    assert_eq!(v(back.mean), vec![0.5, -1.0, 2.0, 0.25]);
+    assert_eq!(v(back.var), vec![3.0, 1.5, 0.5, 1.0]);
+}
+
+/// The layer's running averages over three training steps of a batch stacked from two groups
+/// (`forward_grouped`), each step moving them by each group's batch moments in turn, against
+/// PyTorch's update written out by plain f64 sums (`r ← 0.9·r + 0.1·μ`,
+/// `v ← 0.9·v + 0.1·σ²·M/(M − 1)`). On `Autodiff<NdArray<f64>>` the operation falls back,
+/// handing the averages back untouched, and the composed form runs; on `Autodiff<Flex>` the
+/// operation falls back for two groups and the slice kernels take one call per group. Read
+/// with `value()`, not `value_sync()`, right after each step: a thread that trains alone leaves
+/// nothing pending (`RunningStat::step`). f64 sums of 6 terms in another order: 1e-12.
+#[test]
+fn running_averages_over_grouped_steps_follow_pytorch() {
+    use burn::backend::{ndarray::NdArray, Autodiff, Flex};
+    fn steps<B: burn::tensor::backend::AutodiffBackend>(shape: [usize; 4]) -> Vec<[Vec<f64>; 2]> {
+        use burn::module::Param;
+        use burn::tensor::{DType, TensorData};
+        use curriculum_ssl_models::layers::BatchNorm2d;
+        use curriculum_ssl_models::running_stat::RunningStat;
+        let device = Default::default();
+        let f64s = |v: Vec<f64>| {
+            let len = v.len();
+            Tensor::<B, 1>::from_data(TensorData::new(v, [len]), (&device, DType::F64))
+        };
+        let c = shape[1];
+        let mut bn: BatchNorm2d<B> = BatchNorm2dConfig::new(c).init(&device);
+        bn.weight = Param::from_tensor(f64s(vec![1.0; c]));
+        bn.bias = Param::from_tensor(f64s(vec![0.0; c]));
+        bn.running_mean = RunningStat::new(f64s(vec![0.0; c]));
+        bn.running_var = RunningStat::new(f64s(vec![1.0; c]));
+        let v = |t: Tensor<B, 1>| t.into_data().convert::<f64>().to_vec::<f64>().unwrap();
+        (0..3)
+            .map(|s| {
+                let x = f64s(step_inputs(s, shape)).reshape(shape).require_grad();
+                let y = bn.forward_grouped(x, 2);
+                let _ = y.sum().backward();
+                [v(bn.running_mean.value()), v(bn.running_var.value())]
+            })
+            .collect()
+    }
+    let shape = [4, 3, 1, 3];
+    let [n, c, _, w] = shape;
+    // By hand: per step, group (two images) and channel, the 6 values' moments.
+    let (mut mean, mut var) = (vec![0.0; c], vec![1.0; c]);
+    let mut expected = Vec::new();
+    for s in 0..3 {
+        let xs = step_inputs(s, shape);
+        for g in 0..2 {
+            for ch in 0..c {
+                let values: Vec<f64> = (g * n / 2..(g + 1) * n / 2)
+                    .flat_map(|i| (0..w).map(move |j| (i * c + ch) * w + j))
+                    .map(|k| xs[k])
+                    .collect();
+                let m = values.len() as f64;
+                let mu = values.iter().sum::<f64>() / m;
+                let unbiased = values.iter().map(|x| (x - mu).powi(2)).sum::<f64>() / (m - 1.0);
+                mean[ch] = 0.9 * mean[ch] + 0.1 * mu;
+                var[ch] = 0.9 * var[ch] + 0.1 * unbiased;
+            }
+        }
+        expected.push([mean.clone(), var.clone()]);
+    }
+    for (backend, got) in [
+        ("NdArray<f64>", steps::<Autodiff<NdArray<f64>>>(shape)),
+        ("Flex", steps::<Autodiff<Flex>>(shape)),
+    ] {
+        for (s, (got, want)) in got.iter().zip(&expected).enumerate() {
+            for (name, got, want) in [("mean", &got[0], &want[0]), ("var", &got[1], &want[1])] {
+                for (p, q) in got.iter().zip(want) {
+                    assert!(
+                        (p - q).abs() <= 1e-12 * (1.0 + q.abs()),
+                        "{backend}, step {s}, running {name}: {got:?} against {want:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Inputs of step `s` for [`running_averages_over_grouped_steps_follow_pytorch`]: halves and
+/// integers of unequal spread per channel.
+fn step_inputs(s: usize, shape: [usize; 4]) -> Vec<f64> {
+    let len: usize = shape.iter().product();
+    (0..len)
+        .map(|i| ((i * 7 + s * 5) % 11) as f64 * 0.5 - 2.0 + (i % 3) as f64 * (s as f64 + 1.0))
+        .collect()
 }
 
 /// One training step of a `BatchNorm2d` on backend `B` in f64: `L = Σ BN(x) ⊙ r`; the output,

@@ -184,13 +184,14 @@ impl<B: Backend> IterNorm<B> {
             (&self.running_mean, mean),
             (&self.running_whitening, whitening.clone()),
         ] {
-            let running = state.value_sync().to_device(&device);
-            state.update(
-                running
+            state.step(|running| {
+                let moved = running
+                    .to_device(&device)
                     .mul_scalar(1.0 - self.momentum)
                     .add(batch.detach().mul_scalar(self.momentum))
-                    .detach(),
-            );
+                    .detach();
+                Ok((moved, ()))
+            });
         }
         (centred, whitening)
     }

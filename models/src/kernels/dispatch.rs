@@ -783,9 +783,9 @@ pub fn gelu_composed<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D
 /// `cuda` features) through their own tensor operations ([`batch_norm_op`]): `Ok` with the
 /// output (each of the `groups` stacked batches normalised with its own moments:
 /// [`batch_norm_op::batch_norm_train_op`]) and the `running` averages moved by each group's
-/// moments in turn; else `Err(x)`, for the caller's composed path, also
-/// when a group has a single value per channel (no unbiased variance). The CPU's slice
-/// kernels take one group only.
+/// moments in turn; else `Err((x, running))`, the input and the running averages as they
+/// were, for the caller's composed path, also when a group has a single value per channel (no
+/// unbiased variance). The CPU's slice kernels take one group only.
 ///
 /// # Shapes
 /// - `x`: `[n, c, h, w]` (`n` a multiple of `groups`), `gamma`, `beta` and the running
@@ -798,15 +798,16 @@ pub fn batch_norm_train<B: Backend>(
     running: RunningAverages<B>,
     epsilon: f64,
     groups: usize,
-) -> Result<TrainingBatchNorm<B>, Tensor<B, 4>> {
-    batch_norm_route(x, gamma, beta, running, epsilon, groups, None).map_err(|(x, _)| x)
+) -> Result<TrainingBatchNorm<B>, (Tensor<B, 4>, RunningAverages<B>)> {
+    batch_norm_route(x, gamma, beta, running, epsilon, groups, None)
+        .map_err(|(x, _, running)| (x, running))
 }
 
 /// [`batch_norm_train`] followed by a ReLU, with `residual` added before it when given, as one
 /// operation ([`batch_norm_op::batch_norm_relu_train_op`]: a ResNet block's
 /// `relu(bn(x) + identity)`), on the wgpu and CUDA backends under autodiff: `Ok` with
 /// `max(γ·x̂ + β + residual, 0)` as the output and the running averages moved;
-/// else `Err((x, residual))`, for the caller's composition of [`batch_norm_train`], `add` and
+/// else `Err((x, residual, running))`, for the caller's composition of [`batch_norm_train`], `add` and
 /// [`relu`] (the CPU's slice kernels have no such epilogue, and the numbers are the same).
 ///
 /// # Shapes
@@ -820,12 +821,12 @@ pub fn batch_norm_relu_train<B: Backend>(
     epsilon: f64,
     groups: usize,
     residual: Option<Tensor<B, 4>>,
-) -> Result<TrainingBatchNorm<B>, (Tensor<B, 4>, Option<Tensor<B, 4>>)> {
+) -> Result<TrainingBatchNorm<B>, (Tensor<B, 4>, Option<Tensor<B, 4>>, RunningAverages<B>)> {
     if residual.as_ref().is_some_and(|r| r.dims() != x.dims()) {
-        return Err((x, residual));
+        return Err((x, residual, running));
     }
     batch_norm_route(x, gamma, beta, running, epsilon, groups, Some(residual))
-        .map_err(|(x, relu)| (x, relu.flatten()))
+        .map_err(|(x, relu, running)| (x, relu.flatten(), running))
 }
 
 /// The route of [`batch_norm_train`] and, with `relu` = `Some(residual)`,
@@ -839,14 +840,21 @@ fn batch_norm_route<B: Backend>(
     epsilon: f64,
     groups: usize,
     relu: Option<Option<Tensor<B, 4>>>,
-) -> Result<TrainingBatchNorm<B>, (Tensor<B, 4>, Option<Option<Tensor<B, 4>>>)> {
+) -> Result<
+    TrainingBatchNorm<B>,
+    (
+        Tensor<B, 4>,
+        Option<Option<Tensor<B, 4>>>,
+        RunningAverages<B>,
+    ),
+> {
     let [n, _, h, w] = x.dims();
     if crate::replica_stats::synchronised::<B>()
         || groups == 0
         || !n.is_multiple_of(groups)
         || n / groups * h * w < 2
     {
-        return Err((x, relu));
+        return Err((x, relu, running));
     }
     #[cfg(feature = "cpu")]
     let covered = {
@@ -872,7 +880,9 @@ fn batch_norm_route<B: Backend>(
         super::on_gpu::cuda::batch_norm_train(input, epsilon, groups)
     });
     let _ = (epsilon, groups);
-    route.result().map_err(|((x, _, _, _), relu)| (x, relu))
+    route
+        .result()
+        .map_err(|((x, _, _, running), relu)| (x, relu, running))
 }
 
 /// The slice kernels of [`batch_norm`](super::batch_norm) on `Autodiff<Flex>` (`f32` / `f64`
