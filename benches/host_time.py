@@ -20,7 +20,9 @@ sample of the timed steps goes to one of the three:
   are mostly Mesa's: the binary allocates with mimalloc, lavapipe with libc's malloc.
 
 The timed steps are the window after the warm-up's last line on stderr (a `write` to fd 2,
-recorded as a tracepoint) for `steps × ms_per_step` of the bench's JSON. Times are the samples'
+recorded as a tracepoint: the last write followed by a whole window of samples, since
+`bench_step` writes one more line when its steps are done) for `steps × ms_per_step` of the
+bench's JSON. Times are the samples'
 periods (cpu-clock: CPU time) summed and divided by the steps. Threads are grouped by name with
 digits dropped: the training thread carries the binary's name, burn's fusion server is `DSU-`,
 cubecl's device thread `DSD-`."""
@@ -66,8 +68,16 @@ def main():
             current["frames"].append((int(m.group(1), 16), m.group(2), m.group(3)))
     if not writes:
         sys.exit("no write to stderr recorded: record with `-e syscalls:sys_enter_write`")
-    start = writes[-1]
-    end = start + bench["steps"] * bench["ms_per_step"] / 1e3
+    # The warm-up's last line is the last write after which a whole timed window was recorded:
+    # `bench_step` also writes `measured steps done` after the timed steps and the step read by
+    # phase, shortly before the run ends.
+    window = bench["steps"] * bench["ms_per_step"] / 1e3
+    last_sample = max((s["t"] for s in samples), default=0.0)
+    fitting = [w for w in writes if w + window <= last_sample]
+    if not fitting:
+        sys.exit("no write to stderr is followed by a whole timed window of samples")
+    start = fitting[-1]
+    end = start + window
 
     def file_offset(ip):
         # perf writes a call chain's addresses as offsets in the file, a lone leaf's as the

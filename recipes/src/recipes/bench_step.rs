@@ -444,6 +444,10 @@ fn time<S: SslMethod<Train>>(
         device,
         kernel_log,
     )?;
+    // What the device ran until here is the measured steps' (burn's fusion log ends with the
+    // releases of the whole model when the run ends: benches/fusion_ops.py stops at this line).
+    sync(device)?;
+    eprintln!("measured steps done");
     let first_loss = first.map(host_scalar).unwrap_or(f32::NAN);
     let last_loss = last.map(host_scalar).unwrap_or(first_loss);
     Ok(Timing {
