@@ -20,9 +20,9 @@ sample of the timed steps goes to one of the three:
   are mostly Mesa's: the binary allocates with mimalloc, lavapipe with libc's malloc.
 
 The timed steps are the window after the warm-up's last line on stderr (a `write` to fd 2,
-recorded as a tracepoint: the last write followed by a whole window of samples, since
-`bench_step` writes one more line when its steps are done) for `steps × ms_per_step` of the
-bench's JSON. Times are the samples'
+recorded as a tracepoint: the last write, or the one before `bench_step`'s `measured steps done`,
+which it writes when its steps are done, recognised by its length) for `steps × ms_per_step` of
+the bench's JSON. Times are the samples'
 periods (cpu-clock: CPU time) summed and divided by the steps. Threads are grouped by name with
 digits dropped: the training thread carries the binary's name, burn's fusion server is `DSU-`,
 cubecl's device thread `DSD-`."""
@@ -32,6 +32,7 @@ import re
 import subprocess
 import sys
 
+STEPS_DONE = b"measured steps done\n"
 WAIT_FRAMES = ("sched_yield", "nanosleep", "futex_wait", "do_epoll_wait")
 DEVICE_DSOS = ("[JIT]", "perf-", "libvulkan_lvp", "libLLVM", "libgallium")
 
@@ -43,7 +44,7 @@ def main():
     code = open(binary, "rb").read()
     script = subprocess.run(
         ["perf", "script", "-i", data, "--show-mmap-events",
-         "-F", "comm,tid,time,event,period,ip,sym,dso"],
+         "-F", "comm,tid,time,event,period,ip,sym,dso,trace"],
         capture_output=True, text=True, check=True).stdout
     base = offset = None
     samples, writes, current = [], [], None
@@ -57,7 +58,8 @@ def main():
         if m and not line.startswith("\t"):
             t, event = float(m.group(3)), m.group(5)
             if "sys_enter_write" in event:
-                writes.append(t)
+                count = re.search(r"count: (0x[0-9a-f]+)", line)
+                writes.append((t, int(count.group(1), 16) if count else None))
                 current = None
             else:
                 current = {"comm": m.group(1), "t": t, "ns": int(m.group(4)), "frames": []}
@@ -68,15 +70,18 @@ def main():
             current["frames"].append((int(m.group(1), 16), m.group(2), m.group(3)))
     if not writes:
         sys.exit("no write to stderr recorded: record with `-e syscalls:sys_enter_write`")
-    # The warm-up's last line is the last write after which a whole timed window was recorded:
-    # `bench_step` also writes `measured steps done` after the timed steps and the step read by
-    # phase, shortly before the run ends.
+    # The warm-up's last line is the last write before the timed steps. `bench_step` writes one
+    # more line after them and the step it reads by phase, `measured steps done` in one write
+    # of its own (a binary from before 2026-12-07 does not): the write before it, then.
     window = bench["steps"] * bench["ms_per_step"] / 1e3
-    last_sample = max((s["t"] for s in samples), default=0.0)
-    fitting = [w for w in writes if w + window <= last_sample]
-    if not fitting:
-        sys.exit("no write to stderr is followed by a whole timed window of samples")
-    start = fitting[-1]
+    if writes[-1][1] == len(STEPS_DONE):
+        if len(writes) < 2:
+            sys.exit("no warm-up line before `measured steps done` (run with --warmup 1 or more)")
+        start = writes[-2][0]
+        if start + window > writes[-1][0]:
+            sys.exit("the timed window runs past `measured steps done`: not a bench_step run?")
+    else:
+        start = writes[-1][0]
     end = start + window
 
     def file_offset(ip):
