@@ -153,14 +153,17 @@ impl<B: Backend, const D: usize> RunningStat<Tensor<B, D>> {
     /// `update` and `value_sync` again, with nothing left pending (burn's `RunningState` keeps
     /// it pending, [`RunningStat::value`] one update behind, until the next sync). Once a second
     /// thread has updated it, this is `value_sync` and `update`: every thread's update kept
-    /// pending and the updates averaged, as the type says.
+    /// pending and the updates averaged, as the type says. (So the round in which a second
+    /// thread joins differs from burn's: that thread's first read finds the first thread's last
+    /// update already the value, where burn's would find the value before it.)
     ///
     /// While it holds the value, other threads' reads and updates of this statistic wait for
     /// `step` to return; `step` must not read or update this statistic itself (it would wait
     /// for itself).
     ///
     /// # Panics
-    /// If `step` panics; the statistic then has no value, and every later use panics.
+    /// If `step` panics; the statistic then has no value, and every later use panics but
+    /// loading a record (`Module::load_record`), which gives it one.
     pub fn step<R>(
         &self,
         step: impl FnOnce(Tensor<B, D>) -> Result<(Tensor<B, D>, R), (Tensor<B, D>, R)>,
@@ -261,7 +264,13 @@ impl<B: Backend, const D: usize> Module<B> for RunningStat<Tensor<B, D>> {
         // asks for a gradient on autodiff backends), and a statistic that asked for one would
         // pass for a trainable parameter: averaged by a momentum copy's update, or replaced by
         // `SslMethod::take_online`'s stand-ins.
-        *value = Some(record.val().detach().to_device(&held(&value).device()));
+        // On the device of the value it replaces, or the record's where a panicking step took
+        // that value with it (a checkpoint still loads).
+        let loaded = record.val().detach();
+        *value = Some(match value.as_ref() {
+            Some(old) => loaded.to_device(&old.device()),
+            None => loaded,
+        });
         drop(value);
         self.id = record.id;
         self
@@ -426,6 +435,24 @@ mod tests {
             host(ours.into_record().val()),
             host(burns.into_record().val())
         );
+    }
+
+    /// A step that panics takes the value with it: a later read panics (the statistic's own
+    /// message), and loading a record gives it a value again, so a checkpoint still loads.
+    #[test]
+    // The step's closure returns `step`'s `Result`, whose `Err` carries a tensor.
+    #[allow(clippy::result_large_err)]
+    fn a_record_loads_into_a_statistic_a_panicking_step_emptied() {
+        use std::panic::{catch_unwind, AssertUnwindSafe};
+        let stat = RunningStat::new(f64s::<B>(&[1.0, 2.0]));
+        let record = RunningStat::new(f64s::<B>(&[5.0, 6.0])).into_record();
+        let stepped = catch_unwind(AssertUnwindSafe(|| {
+            stat.step::<()>(|_| panic!("a training step that fails"))
+        }));
+        assert!(stepped.is_err());
+        assert!(catch_unwind(AssertUnwindSafe(|| stat.value())).is_err());
+        let loaded = stat.load_record(record);
+        assert_eq!(host(loaded.value()), vec![5.0, 6.0]);
     }
 
     /// A lone pending update becomes the value as it is, and the autodiff round trip

@@ -311,7 +311,8 @@ fn step<B: burn::tensor::backend::AutodiffBackend>(
         v(x.grad(&grads).unwrap().reshape([len_of(shape)])),
         v(bn.weight.grad(&grads).unwrap()),
         v(bn.bias.grad(&grads).unwrap()),
-        // Synchronised: `value()` would read them before this thread's update is folded in.
+        // Synchronised, as a reader on any thread would need (a step on one thread leaves
+        // nothing pending: `value()` reads the same here).
         v(bn.running_mean.value_sync().inner()),
         v(bn.running_var.value_sync().inner()),
     ]

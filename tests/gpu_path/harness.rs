@@ -207,12 +207,11 @@ pub fn pixels(n: usize, c: usize, h: usize, w: usize, seed: f32) -> Vec<f32> {
 /// Every float parameter of a module, in visit order (the same order on every backend), its
 /// running statistics as a checkpoint holds them.
 ///
-/// Why the record first: a `RunningStat` visited reads its value before this thread's last
-/// update is folded in (as burn's `RunningState`: "might be outdated by one update"), while a record (and
-/// `valid()`) folds it in, through the state that clones share. A batch norm of two groups moves
-/// its running averages in one update a step on the GPU backends (one operation) and in one a
-/// group on the CPU (one call per group): their visited values differ by an update, their
-/// folded ones agree.
+/// Why the record first: a `RunningStat` visited reads its value without an update still pending
+/// (one `update` made and not yet read in sync, as burn's `RunningState`: "might be outdated by
+/// one update"), while a record (and `valid()`) folds it in, through the state that clones
+/// share. The batch norms' steps (`RunningStat::step`) leave nothing pending on one thread; a
+/// statistic updated by `update`, or from several threads, may.
 pub fn params<B: Backend, M: Module<B>>(module: &M) -> Vec<Vec<f32>> {
     let _folded = module.clone().into_record();
     struct V(Vec<Vec<f32>>);
