@@ -11,6 +11,8 @@
 use burn::module::Param;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
+use curriculum_ssl_models::kernels::batch_norm_1d_train;
+use curriculum_ssl_models::layers::step_running_averages;
 use curriculum_ssl_models::replica_stats::replica_mean;
 use curriculum_ssl_models::running_stat::RunningStat;
 
@@ -177,30 +179,94 @@ impl<B: Backend> BatchNorm1d<B> {
     /// # Shapes
     /// - input: `[N, C]` → `[N, C]`
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let [_, channels] = x.dims();
-        let states = [&self.running_mean, &self.running_var];
-        normalised(x, states, self.momentum, self.epsilon)
-            .mul(self.gamma.val().reshape([1, channels]))
-            .add(self.beta.val().reshape([1, channels]))
+        self.forward_grouped(x, 1)
     }
 
     /// [`BatchNorm1d::forward`] on `groups` equal batches stacked along the first axis, each
     /// normalised with its own moments in training (the running averages moved by each group
-    /// in turn), in one set of operations.
+    /// in turn), in one set of operations: in training on wgpu and CUDA one operation with its
+    /// own backward step (`kernels::batch_norm_1d_train`), elsewhere burn's tensor operations.
     ///
     /// # Shapes
     /// - input: `[groups · N, C]` → `[groups · N, C]`
     pub fn forward_grouped(&self, x: Tensor<B, 2>, groups: usize) -> Tensor<B, 2> {
-        if groups == 1 || !B::ad_enabled(&x.device()) {
-            return self.forward(x);
+        match self.fused(x, groups, false) {
+            Ok(y) => y,
+            Err(x) => self.composed(x, groups),
         }
+    }
+
+    /// `max(forward_grouped(x), 0)`: the batch norm a ReLU follows (a hidden layer's), in
+    /// training on wgpu and CUDA one operation for the two; elsewhere
+    /// [`BatchNorm1d::forward_grouped`] and burn's `relu`, with the same values and gradients.
+    ///
+    /// # Shapes
+    /// - input: `[groups · N, C]` → `[groups · N, C]`
+    pub fn forward_grouped_relu(&self, x: Tensor<B, 2>, groups: usize) -> Tensor<B, 2> {
+        match self.fused(x, groups, true) {
+            Ok(y) => y,
+            Err(x) => burn::tensor::activation::relu(self.composed(x, groups)),
+        }
+    }
+
+    /// In training, the batch norm (and the ReLU, when `relu`) as one operation where
+    /// [`batch_norm_1d_train`] takes it: `Ok` with the output, else `Err` with the input.
+    fn fused(
+        &self,
+        x: Tensor<B, 2>,
+        groups: usize,
+        relu: bool,
+    ) -> Result<Tensor<B, 2>, Tensor<B, 2>> {
+        let parameters = [self.gamma.val(), self.beta.val()];
+        fused_normalised(x, groups, parameters, self.states(), relu)
+    }
+
+    /// [`BatchNorm1d::forward_grouped`] in burn's tensor operations.
+    fn composed(&self, x: Tensor<B, 2>, groups: usize) -> Tensor<B, 2> {
         let [rows, channels] = x.dims();
-        let states = [&self.running_mean, &self.running_var];
-        grouped_normalised(x, groups, states, self.momentum, self.epsilon)
+        let (momentum, epsilon) = (self.momentum, self.epsilon);
+        if groups == 1 || !B::ad_enabled(&x.device()) {
+            return normalised(x, self.states().0, momentum, epsilon)
+                .mul(self.gamma.val().reshape([1, channels]))
+                .add(self.beta.val().reshape([1, channels]));
+        }
+        grouped_normalised(x, groups, self.states().0, momentum, epsilon)
             .mul(self.gamma.val().reshape([1, 1, channels]))
             .add(self.beta.val().reshape([1, 1, channels]))
             .reshape([rows, channels])
     }
+
+    /// The running averages and the constants that move them.
+    fn states(&self) -> NormStates<'_, B> {
+        let stats = [&self.running_mean, &self.running_var];
+        (stats, self.momentum, self.epsilon)
+    }
+}
+
+/// A head's batch norm's `[running_mean, running_var]`, momentum and ε.
+type NormStates<'a, B> = ([&'a RunningStat<Tensor<B, 1>>; 2], f64, f64);
+
+/// In training (an autodiff backend), `x` (`[groups · N, C]`) normalised with each group's
+/// moments, scaled and shifted by `[γ, β]` and, when `relu`, through a ReLU, as one operation
+/// where [`batch_norm_1d_train`] takes it (wgpu and CUDA), the running averages moved towards
+/// the biased variance (burn's `BatchNorm`): `Ok` with the output; else `Err` with `x`, the
+/// running averages left for the composed form.
+fn fused_normalised<B: Backend>(
+    x: Tensor<B, 2>,
+    groups: usize,
+    [gamma, beta]: [Tensor<B, 1>; 2],
+    (stats, momentum, epsilon): NormStates<'_, B>,
+    relu: bool,
+) -> Result<Tensor<B, 2>, Tensor<B, 2>> {
+    if !B::ad_enabled(&x.device()) {
+        return Err(x);
+    }
+    step_running_averages(stats, momentum, false, |running| match batch_norm_1d_train(
+        x, gamma, beta, running, epsilon, groups, relu,
+    ) {
+        Ok(done) => Ok((done.running, done.output)),
+        Err((x, running)) => Err((running, x)),
+    })
 }
 
 /// The per-channel mean and biased variance `[1, C]` to normalise `x` `[N, C]` with: the batch's
@@ -325,22 +391,39 @@ impl<B: Backend> PlainBatchNorm<B> {
     /// # Shapes
     /// - input: `[N, C]` → `[N, C]`
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let states = [&self.running_mean, &self.running_var];
-        normalised(x, states, self.momentum, self.epsilon)
+        self.forward_grouped(x, 1)
     }
 
     /// [`PlainBatchNorm::forward`] on `groups` equal batches stacked along the first axis,
-    /// each normalised with its own moments ([`BatchNorm1d::forward_grouped`]).
+    /// each normalised with its own moments ([`BatchNorm1d::forward_grouped`]; in training on
+    /// wgpu and CUDA one operation, with `γ = 1` and `β = 0` as untracked constants).
     ///
     /// # Shapes
     /// - input: `[groups · N, C]` → `[groups · N, C]`
     pub fn forward_grouped(&self, x: Tensor<B, 2>, groups: usize) -> Tensor<B, 2> {
-        if groups == 1 || !B::ad_enabled(&x.device()) {
-            return self.forward(x);
-        }
         let [rows, channels] = x.dims();
-        let states = [&self.running_mean, &self.running_var];
-        grouped_normalised(x, groups, states, self.momentum, self.epsilon).reshape([rows, channels])
+        let stats = [&self.running_mean, &self.running_var];
+        let (momentum, epsilon) = (self.momentum, self.epsilon);
+        let device = x.device();
+        let identity = || {
+            [
+                Tensor::ones([channels], &device),
+                Tensor::zeros([channels], &device),
+            ]
+        };
+        let x = match B::ad_enabled(&device) {
+            true => {
+                match fused_normalised(x, groups, identity(), (stats, momentum, epsilon), false) {
+                    Ok(y) => return y,
+                    Err(x) => x,
+                }
+            }
+            false => x,
+        };
+        if groups == 1 || !B::ad_enabled(&device) {
+            return normalised(x, stats, momentum, epsilon);
+        }
+        grouped_normalised(x, groups, stats, momentum, epsilon).reshape([rows, channels])
     }
 }
 
@@ -404,12 +487,14 @@ impl<B: Backend> MlpHead<B> {
         let mut x = x;
         for layer in &self.hidden {
             x = layer.linear.forward(x);
-            if let Some(norm) = &layer.norm {
-                x = norm.forward_grouped(x, groups);
-            }
-            x = match activation {
-                HeadActivation::Relu => burn::tensor::activation::relu(x),
-                HeadActivation::Gelu => curriculum_ssl_models::layers::gelu(x),
+            x = match (&layer.norm, activation) {
+                // In training on a GPU backend one operation for the two.
+                (Some(norm), HeadActivation::Relu) => norm.forward_grouped_relu(x, groups),
+                (Some(norm), HeadActivation::Gelu) => {
+                    curriculum_ssl_models::layers::gelu(norm.forward_grouped(x, groups))
+                }
+                (None, HeadActivation::Relu) => burn::tensor::activation::relu(x),
+                (None, HeadActivation::Gelu) => curriculum_ssl_models::layers::gelu(x),
             };
         }
         x = self.output.forward(x);

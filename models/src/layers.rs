@@ -10,6 +10,7 @@ use burn::tensor::activation;
 use burn::tensor::Distribution;
 
 use crate::error::ModelError;
+use crate::kernels::RunningAverages;
 use crate::replica_stats::replica_mean;
 use crate::running_stat::RunningStat;
 
@@ -328,37 +329,13 @@ impl<B: Backend> BatchNorm2d<B> {
     }
 
     /// A training step's operation `op` given the running averages by move (with the layer's
-    /// momentum; [`RunningStat::step`]): `Ok((moved, output))` keeps the moved averages and
-    /// gives `Ok(output)`; `Err((running, rest))`, the averages handed back as they were,
-    /// leaves them and gives `Err(rest)`.
+    /// momentum, the variance unbiased: [`step_running_averages`]).
     fn step_running_averages<T, E>(
         &self,
-        op: impl FnOnce(
-            crate::kernels::RunningAverages<B>,
-        ) -> Result<
-            (crate::kernels::RunningAverages<B>, T),
-            (crate::kernels::RunningAverages<B>, E),
-        >,
+        op: impl FnOnce(RunningAverages<B>) -> Result<(RunningAverages<B>, T), (RunningAverages<B>, E)>,
     ) -> Result<T, E> {
-        let momentum = self.momentum;
-        self.running_mean.step(|mean| {
-            // The variance's step gives back the mean, moved (`Ok`) or as it was (`Err`).
-            let stepped = self.running_var.step(|var| {
-                let running = crate::kernels::RunningAverages {
-                    mean,
-                    var,
-                    momentum,
-                };
-                match op(running) {
-                    Ok((moved, out)) => Ok((moved.var, Ok((moved.mean, out)))),
-                    Err((given, rest)) => Err((given.var, Err((given.mean, rest)))),
-                }
-            });
-            match stepped {
-                Ok((mean, out)) => Ok((mean, Ok(out))),
-                Err((mean, rest)) => Err((mean, Err(rest))),
-            }
-        })
+        let stats = [&self.running_mean, &self.running_var];
+        step_running_averages(stats, self.momentum, true, op)
     }
 
     /// `centered · γ/√(var + ε) + β` for `centered` of shape `[n, c, h·w]` and `var` of shape
@@ -375,6 +352,39 @@ impl<B: Backend> BatchNorm2d<B> {
         let shift = self.bias.val().reshape([1, c, 1]);
         centered.mul(per_image(scale, n)).add(per_image(shift, n))
     }
+}
+
+/// A training step's batch-norm operation `op` given a layer's running mean and variance
+/// (`[running_mean, running_var]`) by move, as [`RunningAverages`] with `momentum` and
+/// `unbiased` ([`RunningStat::step`] on each: the operation frees them on a fusion backend, no
+/// release of their own): `Ok((moved, output))` keeps the moved averages and gives
+/// `Ok(output)`; `Err((running, rest))`, the averages handed back as they were, leaves them and
+/// gives `Err(rest)` (the caller's composed form then moves them).
+pub fn step_running_averages<B: Backend, T, E>(
+    [running_mean, running_var]: [&RunningStat<Tensor<B, 1>>; 2],
+    momentum: f64,
+    unbiased: bool,
+    op: impl FnOnce(RunningAverages<B>) -> Result<(RunningAverages<B>, T), (RunningAverages<B>, E)>,
+) -> Result<T, E> {
+    running_mean.step(|mean| {
+        // The variance's step gives back the mean, moved (`Ok`) or as it was (`Err`).
+        let stepped = running_var.step(|var| {
+            let running = RunningAverages {
+                mean,
+                var,
+                momentum,
+                unbiased,
+            };
+            match op(running) {
+                Ok((moved, out)) => Ok((moved.var, Ok((moved.mean, out)))),
+                Err((given, rest)) => Err((given.var, Err((given.mean, rest)))),
+            }
+        });
+        match stepped {
+            Ok((mean, out)) => Ok((mean, Ok(out))),
+            Err((mean, rest)) => Err((mean, Err(rest))),
+        }
+    })
 }
 
 /// A per-channel value `[1, c, 1]` repeated for each of `n` images, `[n, c, 1]`.

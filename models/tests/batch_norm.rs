@@ -166,6 +166,7 @@ fn fused_training_step_equals_the_composed_one() {
         mean: ones(),
         var: ones(),
         momentum: 0.1,
+        unbiased: true,
     };
     assert!(kernels::batch_norm_train(x(), ones(), ones(), running(), 1e-5, 1).is_ok());
     struct Alone;
@@ -183,6 +184,7 @@ fn fused_training_step_equals_the_composed_one() {
         mean: Tensor::<Ad, 1>::from_floats([0.5, -1.0, 2.0, 0.25], &device),
         var: Tensor::<Ad, 1>::from_floats([3.0, 1.5, 0.5, 1.0], &device),
         momentum: 0.1,
+        unbiased: true,
     };
     let Err((_, back)) = kernels::batch_norm_train(x(), ones(), ones(), given, 1e-5, 1) else {
         panic!("synchronised batch norm took the fused path");
@@ -359,6 +361,7 @@ fn tensor_op_training_step_equals_the_composed_one() {
         mean: f64s(&start_mean),
         var: f64s(&start_var),
         momentum: 0.1,
+        unbiased: true,
     };
     let out = batch_norm_train_op(x.clone(), g.clone(), b.clone(), running(), 1e-5, 1);
     // Untracked (nothing asks for a gradient: no backward step, no moments kept), the same
@@ -483,6 +486,7 @@ fn grouped_training_step_equals_one_call_per_group() {
         mean: param(mean).detach(),
         var: param(var).detach(),
         momentum: 0.3,
+        unbiased: true,
     };
     // [output, ∂x, ∂γ, ∂β, running mean, running variance] of one call on `x`
     // with loss weights `r`, from the running averages `start`.
@@ -549,6 +553,135 @@ fn grouped_training_step_equals_one_call_per_group() {
     assert!((mean1 - mean2).abs() > 1.0, "means {mean1} and {mean2}");
 }
 
+/// The operation with a biased running variance (`RunningAverages::unbiased` false: what an
+/// MLP head's batch norm runs on the GPU backends, `kernels::batch_norm_1d_train`) on features
+/// `[N, C]` seen as `[N, C, 1, 1]` equals burn's own `BatchNorm` on `[N, C]`, one call per group,
+/// on `Autodiff<NdArray<f64>>`: the output, the gradients of the input, γ and β (summed over
+/// the calls), and the running averages burn's leaves after both calls; with the ReLU inside the
+/// operation (`batch_norm_relu_train_op`), burn's `relu` after its `BatchNorm`. Two groups of
+/// different scales, so that one set of moments for both would fail. No value before the ReLU
+/// lies within 1e-6 of zero (asserted): in f64 both take the same mask. f64 sums of 6 terms in
+/// another order: 1e-12 relative.
+#[test]
+fn biased_running_variance_is_burns_batch_norm() {
+    use burn::backend::{ndarray::NdArray, Autodiff};
+    use burn::module::Param;
+    use burn::nn::BatchNormConfig;
+    use burn::tensor::{DType, TensorData};
+    use curriculum_ssl_models::kernels::batch_norm_op::{
+        batch_norm_relu_train_op, batch_norm_train_op,
+    };
+    use curriculum_ssl_models::kernels::RunningAverages;
+    type B = Autodiff<NdArray<f64>>;
+
+    let (n, c, groups) = (12, 3, 2);
+    let xs: Vec<f64> = irregular_inputs(n * c)
+        .iter()
+        .enumerate()
+        .map(|(i, x)| if i < n * c / 2 { *x } else { 2.5 * x + 1.5 })
+        .collect();
+    let rs = loss_weights(n * c);
+    let (gamma, beta) = ([1.7, -0.6, 0.9], [0.3, -1.1, 0.2]);
+    let (start_mean, start_var) = ([0.5, -0.5, 1.0], [1.0, 2.0, 0.5]);
+    let device = Default::default();
+    let f64s = |v: &[f64]| {
+        Tensor::<B, 1>::from_data(
+            TensorData::new(v.to_vec(), [v.len()]),
+            (&device, DType::F64),
+        )
+    };
+    fn v<K: Backend, const D: usize>(t: Tensor<K, D>) -> Vec<f64> {
+        t.into_data().to_vec().unwrap()
+    }
+    for relu in [false, true] {
+        // The operation on the stacked groups.
+        let x = f64s(&xs).reshape([n, c, 1, 1]).require_grad();
+        let (g, b) = (f64s(&gamma).require_grad(), f64s(&beta).require_grad());
+        let running = RunningAverages {
+            mean: f64s(&start_mean),
+            var: f64s(&start_var),
+            momentum: 0.1,
+            unbiased: false,
+        };
+        let out = match relu {
+            true => batch_norm_relu_train_op(
+                x.clone(),
+                g.clone(),
+                b.clone(),
+                running,
+                1e-5,
+                groups,
+                None,
+            ),
+            false => batch_norm_train_op(x.clone(), g.clone(), b.clone(), running, 1e-5, groups),
+        };
+        let grads = out
+            .output
+            .clone()
+            .mul(f64s(&rs).reshape([n, c, 1, 1]))
+            .sum()
+            .backward();
+        let op = [
+            v(out.output.reshape([n * c])),
+            v(x.grad(&grads).unwrap().reshape([n * c])),
+            v(g.grad(&grads).unwrap()),
+            v(b.grad(&grads).unwrap()),
+            v(out.running.mean),
+            v(out.running.var),
+        ];
+        // burn's `BatchNorm`, one call per group, its state carried from one to the next.
+        let mut burn_bn = BatchNormConfig::new(c).init::<B>(&device);
+        burn_bn.gamma = Param::from_tensor(f64s(&gamma));
+        burn_bn.beta = Param::from_tensor(f64s(&beta));
+        burn_bn.running_mean = burn::module::RunningState::new(f64s(&start_mean));
+        burn_bn.running_var = burn::module::RunningState::new(f64s(&start_var));
+        let x = f64s(&xs).reshape([n, c]).require_grad();
+        let mut outputs = Vec::new();
+        let mut nearest = f64::INFINITY;
+        for group in x.clone().chunk(groups, 0) {
+            let y = burn_bn.forward(group);
+            let values: Vec<f64> = y.clone().into_data().to_vec().unwrap();
+            nearest = values.iter().fold(nearest, |m, v| m.min(v.abs()));
+            outputs.push(if relu {
+                burn::tensor::activation::relu(y)
+            } else {
+                y
+            });
+        }
+        assert!(
+            nearest > 1e-6,
+            "a value {nearest} before the ReLU is too near 0"
+        );
+        let y = Tensor::cat(outputs, 0);
+        let grads = y.clone().mul(f64s(&rs).reshape([n, c])).sum().backward();
+        let burns = [
+            v(y.reshape([n * c])),
+            v(x.grad(&grads).unwrap().reshape([n * c])),
+            v(burn_bn.gamma.grad(&grads).unwrap()),
+            v(burn_bn.beta.grad(&grads).unwrap()),
+            v(burn_bn.running_mean.value_sync()),
+            v(burn_bn.running_var.value_sync()),
+        ];
+        let names = [
+            "output",
+            "∂x",
+            "∂γ",
+            "∂β",
+            "running mean",
+            "running variance",
+        ];
+        for ((name, a), b) in names.iter().zip(&op).zip(&burns) {
+            assert_eq!(a.len(), b.len(), "{name}");
+            for (p, q) in a.iter().zip(b) {
+                assert!(
+                    (p - q).abs() <= 1e-12 * (1.0 + p.abs().max(q.abs())),
+                    "{name} (ReLU {relu}): {p} against {q}"
+                );
+            }
+        }
+    }
+}
+
 /// `batch_norm_relu_train_op` (the batch norm, a residual added and a ReLU as one operation, what
 /// a ResNet block's `relu(bn(x) + identity)` runs on the GPU backends) equals burn's composition
 /// of `batch_norm_train_op`, `add` and `relu` under autodiff on `Autodiff<NdArray<f64>>`: the
@@ -592,6 +725,7 @@ fn relu_epilogue_equals_the_composition() {
                 mean: f64s(&vec![0.5; c]),
                 var: f64s(&vec![1.5; c]),
                 momentum: 0.1,
+                unbiased: true,
             };
             let (y, moved) = if fused {
                 let out = batch_norm_relu_train_op(

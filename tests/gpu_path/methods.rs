@@ -424,6 +424,7 @@ fn batch_norm_is_one_operation_and_as_on_the_cpu() {
             mean: t(&(0..c).map(|i| 0.1 * i as f32 - 1.0).collect::<Vec<_>>()),
             var: t(&(0..c).map(|i| 0.5 + 0.05 * i as f32).collect::<Vec<_>>()),
             momentum: 0.5,
+            unbiased: true,
         };
         let call = |x: Tensor<B, 4>, groups, running| {
             batch_norm_train(x, g.clone(), b.clone(), running, 1e-5, groups)
@@ -575,6 +576,7 @@ fn batch_norm_relu_is_one_operation_and_as_on_the_cpu() {
             mean: t(&(0..c).map(|i| 0.1 * i as f32 - 1.0).collect::<Vec<_>>()),
             var: t(&(0..c).map(|i| 0.5 + 0.05 * i as f32).collect::<Vec<_>>()),
             momentum: 0.1,
+            unbiased: true,
         };
         let (output, running, before) = if fused {
             let out = batch_norm_relu_train(
@@ -697,6 +699,172 @@ fn batch_norm_relu_is_one_operation_and_as_on_the_cpu() {
         );
     }
     seen.report("batch_norm_relu_is_one_operation_and_as_on_the_cpu");
+}
+
+/// An MLP head's batch norm (`head::BatchNorm1d`: `[N, C]` features, the running variance
+/// following the biased batch variance, as burn's `BatchNorm`) on the GPU path is one operation
+/// (`kernels::batch_norm_1d_train` takes `Autodiff<Wgpu>`: `batch_norm_cube.rs`'s kernels on an
+/// `[N, C, 1, 1]` activation, `unbias` 1), with a hidden layer's ReLU inside it
+/// (`forward_grouped_relu`), and equals the CPU's composed form (burn's tensor operations, burn's
+/// `BatchNorm`'s arithmetic; `src/head.rs` checks that against burn's `BatchNorm` itself): the
+/// output, the gradients of the input, γ and β, and the running averages. One group and two
+/// stacked groups (of different scales), 300 rows a group (two partial chunks), channels no
+/// multiple of 32. The module's output on the GPU is the direct call's, bit for bit (the same
+/// kernels on the same values: it took the operation). With the ReLU no value before it lies
+/// within 1e-3 of zero (β is moved per channel until none does, and that is asserted on the
+/// CPU's values; the CPU's and GPU's f32 sums differ by about 1e-6), so both take the same mask
+/// on any CPU.
+#[test]
+fn head_batch_norm_is_one_operation_and_as_on_the_cpu() {
+    use burn::module::Param;
+    use curriculum_ssl::head::BatchNorm1d;
+    use curriculum_ssl_models::kernels::{batch_norm_1d_train, RunningAverages};
+    use curriculum_ssl_models::running_stat::RunningStat;
+    let Some(device) = gpu() else { return };
+    /// The module's forward on the stacked groups (through the ReLU when `relu`), the loss
+    /// `Σ y·r`: the output, `∂x`, `∂γ`, `∂β` and the running averages after it. With `direct`
+    /// (the GPU), also `batch_norm_1d_train` on the same values, which must take them, its output
+    /// asserted equal to the module's.
+    #[allow(clippy::too_many_arguments)]
+    fn run<B: AutodiffBackend>(
+        xs: &[f32],
+        rs: &[f32],
+        gamma: &[f32],
+        beta: &[f32],
+        ([n, c], groups, relu): ([usize; 2], usize, bool),
+        direct: bool,
+        device: &B::Device,
+    ) -> [Vec<f32>; 6] {
+        let t = |v: &[f32]| Tensor::<B, 1>::from_floats(v, device);
+        let start_mean: Vec<f32> = (0..c).map(|i| 0.1 * i as f32 - 1.0).collect();
+        let start_var: Vec<f32> = (0..c).map(|i| 0.5 + 0.05 * i as f32).collect();
+        let mut bn = BatchNorm1d::<B>::new(c, device);
+        bn.gamma = Param::from_tensor(t(gamma));
+        bn.beta = Param::from_tensor(t(beta));
+        bn.running_mean = RunningStat::new(t(&start_mean));
+        bn.running_var = RunningStat::new(t(&start_var));
+        let x = t(xs).reshape([n, c]).require_grad();
+        let output = if relu {
+            bn.forward_grouped_relu(x.clone(), groups)
+        } else {
+            bn.forward_grouped(x.clone(), groups)
+        };
+        if direct {
+            let running = RunningAverages {
+                mean: t(&start_mean),
+                var: t(&start_var),
+                momentum: bn.momentum,
+                unbiased: false,
+            };
+            let (g, b) = (t(gamma), t(beta));
+            let by_op =
+                batch_norm_1d_train(t(xs).reshape([n, c]), g, b, running, 1e-5, groups, relu)
+                    .unwrap_or_else(|_| {
+                        panic!("batch_norm_1d_train fell back to the composed form")
+                    });
+            assert_eq!(
+                host(by_op.output.reshape([n * c])),
+                host(output.clone().reshape([n * c])),
+                "the module did not take the operation"
+            );
+        }
+        let grads = output.clone().mul(t(rs).reshape([n, c])).sum().backward();
+        [
+            host(output.reshape([n * c])),
+            host(x.grad(&grads).unwrap().reshape([n * c])),
+            host(bn.gamma.grad(&grads).unwrap()),
+            host(bn.beta.grad(&grads).unwrap()),
+            host(bn.running_mean.value()),
+            host(bn.running_var.value()),
+        ]
+    }
+    let mut seen = Comparisons::default();
+    for (shape @ [n, c], groups, relu) in [
+        ([600, 20], 2, false),
+        ([600, 20], 2, true),
+        ([5, 70], 1, true),
+        ([8, 40], 1, false),
+    ] {
+        // The second group scaled and shifted, so that one set of moments for both would fail.
+        let xs: Vec<f32> = pixels(n, c, 1, 1, 0.3)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match groups > 1 && i >= n * c / 2 {
+                true => v * 3.0 - 1.0,
+                false => v * 2.0 + (i % c % 3) as f32,
+            })
+            .collect();
+        let rs = pixels(n, c, 1, 1, 0.7);
+        let gamma: Vec<f32> = (0..c)
+            .map(|i| [1.5f32, -0.7, 0.9][i % 3] + i as f32 * 0.01)
+            .collect();
+        let beta: Vec<f32> = (0..c)
+            .map(|i| [0.2f32, -0.3, 0.1][i % 3] - i as f32 * 0.01)
+            .collect();
+        let cpu_device = CpuDevice::default();
+        let what = (shape, groups, false);
+        let before = run::<CpuAd>(&xs, &rs, &gamma, &beta, what, false, &cpu_device);
+        // β moved per channel (by a multiple of 7e-4: it shifts every value of the channel,
+        // the moments unchanged) until no value before the ReLU lies within 1e-3 of zero.
+        let beta: Vec<f32> = beta
+            .iter()
+            .enumerate()
+            .map(|(ch, b)| {
+                let values: Vec<f32> = before[0].iter().skip(ch).step_by(c).copied().collect();
+                let clear = |d: f32| values.iter().all(|v| (v + d).abs() > 1.5e-3);
+                let k = (0..100)
+                    .find(|k| clear(*k as f32 * 7e-4))
+                    .expect("a clear shift");
+                b + k as f32 * 7e-4
+            })
+            .collect();
+        let cpu = run::<CpuAd>(
+            &xs,
+            &rs,
+            &gamma,
+            &beta,
+            (shape, groups, relu),
+            false,
+            &cpu_device,
+        );
+        if relu {
+            let what = (shape, groups, false);
+            let before = run::<CpuAd>(&xs, &rs, &gamma, &beta, what, false, &cpu_device);
+            let nearest = before[0].iter().fold(f32::INFINITY, |m, v| m.min(v.abs()));
+            assert!(
+                nearest > 1e-3,
+                "a value {nearest} before the ReLU is too near 0 for {shape:?}"
+            );
+            let zeros = cpu[0].iter().filter(|v| **v == 0.0).count() as f64 / cpu[0].len() as f64;
+            assert!(
+                (0.2..0.8).contains(&zeros),
+                "{zeros} of the outputs zeroed for {shape:?}"
+            );
+        }
+        let on_gpu = run::<GpuAd>(
+            &xs,
+            &rs,
+            &gamma,
+            &beta,
+            (shape, groups, relu),
+            true,
+            &device,
+        );
+        let names = [
+            "output",
+            "∂x",
+            "∂γ",
+            "∂β",
+            "running mean",
+            "running variance",
+        ];
+        for ((name, a), b) in names.iter().zip(&cpu).zip(&on_gpu) {
+            let what = format!("{name} of {shape:?} in {groups} groups, ReLU {relu}");
+            assert_eq!(a.len(), b.len(), "{what}");
+            seen.close(&what, a, b);
+        }
+    }
+    seen.report("head_batch_norm_is_one_operation_and_as_on_the_cpu");
 }
 
 /// SGD with momentum on the GPU path is one operation of burn's fusion stream and one `#[cube]`

@@ -26,6 +26,10 @@
 //! residual, the output and the residual's gradient are `ComptimeOption` arguments and the ReLU
 //! a `#[comptime]` flag: a layer without an epilogue compiles to kernels without its reads.
 //!
+//! An MLP head's batch norm of `[N, C]` features (`kernels::batch_norm_1d_train`) runs through
+//! the same kernels as an `[N, C, 1, 1]` activation (one row an image), its running variance
+//! following the biased batch variance (`unbias` 1: burn's `BatchNorm`, which the heads follow).
+//!
 //! The kernels see the activation as a `[groups, M, C]` matrix (`M = N·H·W / groups` rows: an
 //! image's positions, image after image) and read it where it lies, through a `Layout`: burn's
 //! row-major NCHW, or the NHWC buffer a cubecl convolution writes and burn sees as NCHW; their
@@ -258,7 +262,8 @@ mod device {
     /// cubes of the first chunk write the group's `μ` and `r = 1/√(σ² + ε)` (`[groups, C]`, what
     /// the backward pass reads). The cubes of the first chunk of the first group also move the running
     /// averages (`[C]`) by each group's moments in turn, as separate calls would:
-    /// `r ← keep·r + m·μ`, `v ← keep·v + (σ²·unbias)·m` (`keep = 1 − m`, `unbias = M/(M − 1)`),
+    /// `r ← keep·r + m·μ`, `v ← keep·v + (σ²·unbias)·m` (`keep = 1 − m`, `unbias = M/(M − 1)`
+    /// for an unbiased running variance, 1 for a biased one),
     /// recomputing the other groups' moments from their partial moments (a few dozen values a
     /// channel) rather than waiting for their cubes.
     #[cube(launch)]
@@ -601,8 +606,9 @@ mod device {
     /// batches stacked), `γ`, `β` and the running mean and variance `[C]`, the epilogue's
     /// `residual` (`[n, c, h, w]`) and `relu`; returns `y` `[n, c, h, w]` in `x`'s layout
     /// (`γ·x̂ + β`, plus the residual, through the ReLU), `μ`, `r` `[groups, C]` and the
-    /// running mean and variance moved with `momentum` (`[C]`). The activations are read where
-    /// they are when they share one [`Dense`] layout, else copied into NHWC.
+    /// running mean and variance moved with `momentum` (`[C]`; the variance towards the unbiased
+    /// batch variance when `unbiased`, else the biased). The activations are read where they
+    /// are when they share one [`Dense`] layout, else copied into NHWC.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_cube<R: CubeRuntime>(
         x: CubeTensor<R>,
@@ -613,6 +619,7 @@ mod device {
         relu: bool,
         epsilon: f64,
         momentum: f64,
+        unbiased: bool,
         groups: usize,
     ) -> [CubeTensor<R>; 5] {
         let [gamma, beta, running_mean, running_var] =
@@ -621,7 +628,11 @@ mod device {
         let x = x.expect("the input is given");
         let dims @ [n, channels, h, w] = x.meta.shape().dims();
         let rows = n / groups * h * w;
-        let unbias = rows as f64 / (rows - 1) as f64;
+        let unbias = if unbiased {
+            rows as f64 / (rows - 1) as f64
+        } else {
+            1.0
+        };
         let dtype = x.dtype;
         let (part_chunk, parts) = part_chunks(rows);
         let (apply_chunk, blocks) = apply_chunks(rows);
@@ -756,6 +767,7 @@ struct ForwardOp<R, F, I, BT> {
     desc: CustomOpIr,
     epsilon: f64,
     momentum: f64,
+    unbiased: bool,
     groups: usize,
     relu: bool,
     _backend: PhantomData<(R, F, I, BT)>,
@@ -782,6 +794,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             self.relu,
             self.epsilon,
             self.momentum,
+            self.unbiased,
             self.groups,
         );
         // Untracked, the moments are no outputs: their buffers go back to the pool here.
@@ -877,7 +890,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             return Composed::forward(x, gamma, beta, running, epsilon, groups, epilogue, keep);
         }
         let [n, c, h, w] = x.dims();
-        let momentum = running.momentum;
+        let (momentum, unbiased) = (running.momentum, running.unbiased);
         let [x, gamma, beta, running_mean, running_var] = [
             x.into_primitive().tensor(),
             gamma.into_primitive().tensor(),
@@ -918,6 +931,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
                     desc,
                     epsilon,
                     momentum,
+                    unbiased,
                     groups,
                     relu: epilogue.relu,
                     _backend: PhantomData,
@@ -937,6 +951,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
                 mean: tensor(next()),
                 var: tensor(next()),
                 momentum,
+                unbiased,
             },
         }
     }

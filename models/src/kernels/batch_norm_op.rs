@@ -43,31 +43,40 @@ use burn::tensor::TensorPrimitive;
 use std::marker::PhantomData;
 
 /// What [`super::batch_norm_train`] and [`batch_norm_train_op`] (and their fused forms
-/// [`super::batch_norm_relu_train`], [`batch_norm_relu_train_op`]) compute.
+/// [`super::batch_norm_relu_train`], [`batch_norm_relu_train_op`]) compute, and
+/// [`super::batch_norm_1d_train`] (`D` = 2).
 #[derive(Debug)]
-pub struct TrainingBatchNorm<B: Backend> {
+pub struct TrainingBatchNorm<B: Backend, const D: usize = 4> {
     /// `γ·x̂ + β` (the fused forms: `max(γ·x̂ + β + residual, 0)`), shaped as the input.
-    pub output: Tensor<B, 4>,
+    pub output: Tensor<B, D>,
     /// The running averages given, moved by each group's batch moments in turn
     /// ([`update_running_averages`]), `[c]` each, untracked, on the input's device.
     pub running: RunningAverages<B>,
 }
 
-/// A batch norm's running averages and the weight of a batch's moments in them (PyTorch's
-/// `momentum`, 0.1 by default): what a training step moves.
+/// A batch norm's running averages, the weight of a batch's moments in them (PyTorch's
+/// `momentum`, 0.1 by default) and which batch variance they follow: what a training step
+/// moves.
 #[derive(Debug, Clone)]
 pub struct RunningAverages<B: Backend> {
     /// Running mean, `[c]`.
     pub mean: Tensor<B, 1>,
-    /// Running (unbiased) variance, `[c]`.
+    /// Running variance, `[c]`: of the unbiased or the biased batch variance ([`Self::unbiased`]).
     pub var: Tensor<B, 1>,
     /// Weight of the new batch statistics.
     pub momentum: f64,
+    /// Whether the running variance follows the *unbiased* batch variance (`σ²·M/(M − 1)` for
+    /// `M` values a channel: PyTorch's `BatchNorm1d` / `BatchNorm2d`, this crate's
+    /// [`BatchNorm2d`](crate::layers::BatchNorm2d)) or the biased one (`σ²`: burn's
+    /// `BatchNorm`, which the heads' batch norms follow). The normalisation uses the biased
+    /// variance either way.
+    pub unbiased: bool,
 }
 
-/// The running averages moved towards each group's batch mean and *unbiased* batch variance in
-/// turn, as PyTorch's `BatchNorm2d` moves them (and as `groups` separate calls would):
-/// `r ← (1 − m)·r + m·μ`, `v ← (1 − m)·v + m·σ²·M/(M − 1)`, with `var` the biased variance
+/// The running averages moved towards each group's batch mean and batch variance in turn, as
+/// PyTorch's `BatchNorm2d` (or, not [`RunningAverages::unbiased`], burn's `BatchNorm`) moves
+/// them, and as `groups` separate calls would: `r ← (1 − m)·r + m·μ`,
+/// `v ← (1 − m)·v + m·σ²·M/(M − 1)` (unbiased; biased: `m·σ²`), with `var` the biased variance
 /// of `count` (`M`) values per channel of each group. The result is on the device of the
 /// moments and carries no gradient.
 ///
@@ -84,8 +93,8 @@ pub fn update_running_averages<B: Backend>(
         mean: mut running_mean,
         var: mut running_var,
         momentum: m,
+        unbiased,
     } = running;
-    let unbias = count as f64 / (count - 1) as f64;
     let device = mean.device();
     running_mean = running_mean.to_device(&device);
     running_var = running_var.to_device(&device);
@@ -95,14 +104,17 @@ pub fn update_running_averages<B: Backend>(
         running_mean = running_mean
             .mul_scalar(1.0 - m)
             .add(group(&mean, g).mul_scalar(m));
-        running_var = running_var
-            .mul_scalar(1.0 - m)
-            .add(group(&var, g).mul_scalar(unbias).mul_scalar(m));
+        let batch_var = match unbiased {
+            true => group(&var, g).mul_scalar(count as f64 / (count - 1) as f64),
+            false => group(&var, g),
+        };
+        running_var = running_var.mul_scalar(1.0 - m).add(batch_var.mul_scalar(m));
     }
     RunningAverages {
         mean: running_mean.detach(),
         var: running_var.detach(),
         momentum: m,
+        unbiased,
     }
 }
 
@@ -399,7 +411,7 @@ impl<I: Backend, K: BatchNormKernels<I>, const N: usize> Backward<I, N>
 ///
 /// # Panics
 /// If `groups` is 0 or does not divide `n`, or a group has one value per channel (its
-/// unbiased variance is undefined; PyTorch refuses it too).
+/// unbiased variance is undefined, and PyTorch refuses it; with a biased running variance too).
 pub fn batch_norm_train_op<I: Backend, C: CheckpointStrategy>(
     x: Tensor<Autodiff<I, C>, 4>,
     gamma: Tensor<Autodiff<I, C>, 1>,
@@ -480,6 +492,7 @@ pub(crate) fn batch_norm_train_op_with<
         mean: running.mean.inner().to_device(&device),
         var: running.var.inner().to_device(&device),
         momentum: running.momentum,
+        unbiased: running.unbiased,
     };
     let (x, gamma, beta) = (
         x.into_primitive().tensor(),
@@ -573,6 +586,7 @@ pub(crate) fn batch_norm_train_op_with<
             mean: Tensor::from_inner(running.mean),
             var: Tensor::from_inner(running.var),
             momentum: running.momentum,
+            unbiased: running.unbiased,
         },
     }
 }

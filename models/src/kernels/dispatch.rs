@@ -799,8 +799,51 @@ pub fn batch_norm_train<B: Backend>(
     epsilon: f64,
     groups: usize,
 ) -> Result<TrainingBatchNorm<B>, (Tensor<B, 4>, RunningAverages<B>)> {
-    batch_norm_route(x, gamma, beta, running, epsilon, groups, None)
+    batch_norm_route(x, gamma, beta, running, epsilon, groups, None, true)
         .map_err(|(x, _, running)| (x, running))
+}
+
+/// Batch norm of features `[n, c]` (an MLP head's) in training as one autodiff operation, on
+/// the wgpu and CUDA backends outside a synchronised batch norm: the features normalised as an
+/// `[n, c, 1, 1]` activation by [`batch_norm_train`]'s operation (each of the `groups` stacked
+/// batches with its own moments), followed inside it by a ReLU when `relu`; `Ok` with the
+/// output `[n, c]` and the `running` averages moved by each group's moments in turn (towards
+/// the biased batch variance unless [`RunningAverages::unbiased`]); else `Err((x, running))`,
+/// as given, for the caller's composed form: on the CPU (its slice kernels work per plane of
+/// an image, here one value each: the composed form is the faster there), on other backends,
+/// and when a group has a single row.
+///
+/// # Shapes
+/// - `x`: `[n, c]` (`n` a multiple of `groups`), `gamma`, `beta` and the running averages: `[c]`
+/// - output: as `x`
+#[allow(clippy::type_complexity)]
+pub fn batch_norm_1d_train<B: Backend>(
+    x: Tensor<B, 2>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    running: RunningAverages<B>,
+    epsilon: f64,
+    groups: usize,
+    relu: bool,
+) -> Result<TrainingBatchNorm<B, 2>, (Tensor<B, 2>, RunningAverages<B>)> {
+    let [n, c] = x.dims();
+    let relu = relu.then_some(None);
+    match batch_norm_route(
+        x.reshape([n, c, 1, 1]),
+        gamma,
+        beta,
+        running,
+        epsilon,
+        groups,
+        relu,
+        false,
+    ) {
+        Ok(TrainingBatchNorm { output, running }) => Ok(TrainingBatchNorm {
+            output: output.reshape([n, c]),
+            running,
+        }),
+        Err((x, _, running)) => Err((x.reshape([n, c]), running)),
+    }
 }
 
 /// [`batch_norm_train`] followed by a ReLU, with `residual` added before it when given, as one
@@ -825,13 +868,23 @@ pub fn batch_norm_relu_train<B: Backend>(
     if residual.as_ref().is_some_and(|r| r.dims() != x.dims()) {
         return Err((x, residual, running));
     }
-    batch_norm_route(x, gamma, beta, running, epsilon, groups, Some(residual))
-        .map_err(|(x, relu, running)| (x, relu.flatten(), running))
+    batch_norm_route(
+        x,
+        gamma,
+        beta,
+        running,
+        epsilon,
+        groups,
+        Some(residual),
+        true,
+    )
+    .map_err(|(x, relu, running)| (x, relu.flatten(), running))
 }
 
 /// The route of [`batch_norm_train`] and, with `relu` = `Some(residual)`,
-/// [`batch_norm_relu_train`] (the GPU backends only).
-#[allow(clippy::type_complexity)]
+/// [`batch_norm_relu_train`] (the GPU backends only), and of [`batch_norm_1d_train`]: the CPU's
+/// slice kernels only where `on_cpu`.
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
 fn batch_norm_route<B: Backend>(
     x: Tensor<B, 4>,
     gamma: Tensor<B, 1>,
@@ -840,6 +893,7 @@ fn batch_norm_route<B: Backend>(
     epsilon: f64,
     groups: usize,
     relu: Option<Option<Tensor<B, 4>>>,
+    on_cpu: bool,
 ) -> Result<
     TrainingBatchNorm<B>,
     (
@@ -859,7 +913,8 @@ fn batch_norm_route<B: Backend>(
     #[cfg(feature = "cpu")]
     let covered = {
         let dtype = x.dtype();
-        groups == 1
+        on_cpu
+            && groups == 1
             && relu.is_none()
             && flex::supported(dtype)
             && gamma.dtype() == dtype
@@ -879,7 +934,7 @@ fn batch_norm_route<B: Backend>(
     let route = route.on_erased::<Ad<burn::backend::Cuda>>(|input| {
         super::on_gpu::cuda::batch_norm_train(input, epsilon, groups)
     });
-    let _ = (epsilon, groups);
+    let _ = (epsilon, groups, on_cpu);
     route
         .result()
         .map_err(|((x, _, _, running), relu)| (x, relu, running))

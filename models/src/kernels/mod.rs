@@ -89,10 +89,10 @@ pub(crate) struct Primitive<B: burn::prelude::Backend>(
 
 pub use batch_norm_op::{RunningAverages, TrainingBatchNorm};
 pub use dispatch::{
-    add_layer_norm, batch_norm_relu_train, batch_norm_train, conv2d, gelu, gelu_composed,
-    layer_norm, linear, log_softmax, matmul, moving_average, moving_average_all, relu,
-    runs_cpu_kernels, sgd_momentum_step, sgd_momentum_step_all, silu, softmax, swap_middle_dims,
-    SgdList, SgdSettings,
+    add_layer_norm, batch_norm_1d_train, batch_norm_relu_train, batch_norm_train, conv2d, gelu,
+    gelu_composed, layer_norm, linear, log_softmax, matmul, moving_average, moving_average_all,
+    relu, runs_cpu_kernels, sgd_momentum_step, sgd_momentum_step_all, silu, softmax,
+    swap_middle_dims, SgdList, SgdSettings,
 };
 pub use gemm::Real;
 pub use geometry::{covered_geometry, depthwise_geometry, ConvGeometry};
