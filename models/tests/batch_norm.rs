@@ -320,6 +320,29 @@ fn step<B: burn::tensor::backend::AutodiffBackend>(
     ]
 }
 
+/// Asserts two training steps' `[output, ∂x, ∂γ, ∂β, running mean, running variance]` equal to
+/// 1e-12 relative: f64 sums of a few dozen terms in another order (or split in groups) differ
+/// by far less.
+fn assert_steps_agree(a: &[Vec<f64>; 6], b: &[Vec<f64>; 6], context: &str) {
+    let names = [
+        "output",
+        "∂x",
+        "∂γ",
+        "∂β",
+        "running mean",
+        "running variance",
+    ];
+    for ((name, a), b) in names.iter().zip(a).zip(b) {
+        assert_eq!(a.len(), b.len(), "{name} ({context})");
+        for (p, q) in a.iter().zip(b) {
+            assert!(
+                (p - q).abs() <= 1e-12 * (1.0 + p.abs().max(q.abs())),
+                "{name} ({context}): {p} against {q}"
+            );
+        }
+    }
+}
+
 /// The number of entries of a tensor of this shape.
 fn len_of(shape: [usize; 4]) -> usize {
     shape.iter().product()
@@ -526,23 +549,7 @@ fn grouped_training_step_equals_one_call_per_group() {
         second[4].clone(),
         second[5].clone(),
     ];
-    let names = [
-        "output",
-        "∂x",
-        "∂γ",
-        "∂β",
-        "running mean",
-        "running variance",
-    ];
-    for ((name, a), b) in names.iter().zip(&joint).zip(&expected) {
-        assert_eq!(a.len(), b.len(), "{name}");
-        for (p, q) in a.iter().zip(b) {
-            assert!(
-                (p - q).abs() <= 1e-12 * (1.0 + p.abs().max(q.abs())),
-                "{name}: {p} against {q}"
-            );
-        }
-    }
+    assert_steps_agree(&joint, &expected, "two groups");
     // The groups' moments differ (the check above would not see one set for both): each
     // group's mean of channel 0 from the running mean its call moved (`r ← 0.7·r + 0.3·μ`).
     let mean_of = |before: f64, after: f64| (after - 0.7 * before) / 0.3;
@@ -662,23 +669,7 @@ fn biased_running_variance_is_burns_batch_norm() {
             v(burn_bn.running_mean.value_sync()),
             v(burn_bn.running_var.value_sync()),
         ];
-        let names = [
-            "output",
-            "∂x",
-            "∂γ",
-            "∂β",
-            "running mean",
-            "running variance",
-        ];
-        for ((name, a), b) in names.iter().zip(&op).zip(&burns) {
-            assert_eq!(a.len(), b.len(), "{name}");
-            for (p, q) in a.iter().zip(b) {
-                assert!(
-                    (p - q).abs() <= 1e-12 * (1.0 + p.abs().max(q.abs())),
-                    "{name} (ReLU {relu}): {p} against {q}"
-                );
-            }
-        }
+        assert_steps_agree(&op, &burns, &format!("ReLU {relu}"));
     }
 }
 

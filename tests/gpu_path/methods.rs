@@ -707,9 +707,10 @@ fn batch_norm_relu_is_one_operation_and_as_on_the_cpu() {
 /// `[N, C, 1, 1]` activation, `unbias` 1), with a hidden layer's ReLU inside it
 /// (`forward_grouped_relu`), and equals the CPU's composed form (burn's tensor operations, burn's
 /// `BatchNorm`'s arithmetic; `src/head.rs` checks that against burn's `BatchNorm` itself): the
-/// output, the gradients of the input, γ and β, and the running averages. One group and two
-/// stacked groups (of different scales), 300 rows a group (two partial chunks), channels no
-/// multiple of 32. The module's output on the GPU is the direct call's, bit for bit (the same
+/// output, the gradients of the input, γ and β, and the running averages. One group of 600 rows
+/// and two stacked groups of 300 (of different scales; two partial chunks a group), and one
+/// group of 5 or 8 rows (where a running variance unbiased by mistake would differ by a fifth or
+/// more, beyond the tolerance), channels no multiple of 32. The module's output on the GPU is the direct call's, bit for bit (the same
 /// kernels on the same values: it took the operation). With the ReLU no value before it lies
 /// within 1e-3 of zero (β is moved per channel until none does, and that is asserted on the
 /// CPU's values; the CPU's and GPU's f32 sums differ by about 1e-6), so both take the same mask
@@ -782,6 +783,7 @@ fn head_batch_norm_is_one_operation_and_as_on_the_cpu() {
     for (shape @ [n, c], groups, relu) in [
         ([600, 20], 2, false),
         ([600, 20], 2, true),
+        ([600, 20], 1, true),
         ([5, 70], 1, true),
         ([8, 40], 1, false),
     ] {
