@@ -7,6 +7,7 @@ mod common;
 
 mod banded_stem;
 mod batch_norm;
+mod cosine;
 mod import_errors;
 mod import_keys;
 mod kernels;

@@ -3,7 +3,7 @@
 use burn::prelude::*;
 
 use super::shape_checks::{assert_min_batch, assert_same_shape};
-use super::similarity::{l2_normalize, stop_gradient};
+use super::similarity::{l2_normalize, stop_gradient, NORM_FLOOR};
 use crate::base::error::ConfigError;
 
 /// Which of the two equivalent forms is reported.
@@ -55,9 +55,13 @@ impl NegativeCosineLoss {
     pub fn forward<B: Backend>(&self, p: Tensor<B, 2>, z: Tensor<B, 2>) -> Tensor<B, 1> {
         assert_same_shape("negative cosine", ("p", p.dims()), ("z", z.dims()));
         assert_min_batch("negative cosine", "p", p.dims(), 1);
-        let cosine = (l2_normalize(p) * l2_normalize(stop_gradient(z)))
-            .sum_dim(1)
-            .mean();
+        // On wgpu and CUDA one operation with its gradient written out; elsewhere composed.
+        let cosine = match curriculum_ssl_models::kernels::mean_cosine(p, z, NORM_FLOOR) {
+            Ok(cosine) => cosine,
+            Err((p, z)) => (l2_normalize(p) * l2_normalize(stop_gradient(z)))
+                .sum_dim(1)
+                .mean(),
+        };
         match self.form {
             NegativeCosineForm::NegativeCosine => cosine.neg(),
             NegativeCosineForm::TwoMinusTwoCosine => cosine.mul_scalar(-2.0).add_scalar(2.0),

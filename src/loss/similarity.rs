@@ -19,6 +19,10 @@ pub(crate) fn stop_gradient<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tens
     x.detach().set_require_grad(false)
 }
 
+/// The floor `ε` of a row's norm, `max(‖x‖, ε)`, in [`l2_normalize`] (PyTorch's `F.normalize`'s
+/// default).
+pub(crate) const NORM_FLOOR: f64 = 1e-12;
+
 /// Row-wise L2 normalisation, `x / max(‖x‖, 1e-12)` (PyTorch's `F.normalize`).
 ///
 /// A zero row stays zero and its gradient finite, as PyTorch's: the norm is taken as
@@ -29,7 +33,7 @@ pub(crate) fn stop_gradient<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tens
 /// # Shapes
 /// - `x`: `[n, d]` → `[n, d]`
 pub fn l2_normalize<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
-    x.clone() / safe_norm(x, 1, 1e-12)
+    x.clone() / safe_norm(x, 1, NORM_FLOOR)
 }
 
 /// `max(‖x‖, eps)` along `dim` (kept), as `√max(Σx², eps²)`: the same value, with a zero

@@ -425,3 +425,30 @@ fn log_softmax_kernels_and_gradient_as_on_the_cpu() {
     );
     seen.report("log_softmax_kernels_and_gradient_as_on_the_cpu");
 }
+
+/// The negative cosine loss's mean cosine on the GPU path is one operation
+/// (`kernels::mean_cosine` takes `Autodiff<Wgpu>`: `cosine_op.rs`, its gradient written out),
+/// while the CPU keeps the composed form (`Err`, whose numbers the loss tests fix against
+/// lightly's); their values and gradients agree in
+/// `every_loss_and_its_input_gradients_match_the_cpu` (the "negative cosine symmetric" case:
+/// BYOL's and SimSiam's loss), and the operation equals the composed form in f64 in the models
+/// crate (`models/tests/cosine.rs`).
+#[test]
+fn mean_cosine_is_one_operation_on_the_gpu_path() {
+    use curriculum_ssl_models::kernels::mean_cosine;
+    let Some(device) = gpu() else { return };
+    let (ps, zs) = (random(4, D, 7), random(4, D, 8));
+    let on_gpu = mean_cosine(
+        matrix::<GpuAd>(&ps, 4, D, &device).require_grad(),
+        matrix::<GpuAd>(&zs, 4, D, &device),
+        1e-12,
+    );
+    assert!(on_gpu.is_ok(), "mean_cosine fell back to the composed form");
+    let cpu = CpuDevice::default();
+    let on_cpu = mean_cosine(
+        matrix::<CpuAd>(&ps, 4, D, &cpu).require_grad(),
+        matrix::<CpuAd>(&zs, 4, D, &cpu),
+        1e-12,
+    );
+    assert!(on_cpu.is_err(), "the CPU took the operation");
+}

@@ -776,6 +776,35 @@ pub fn gelu_composed<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D
     x.clone() * (x.mul_scalar(core::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5
 }
 
+/// `mean_i cos(p_i, z_i)` with each norm clamped below at `epsilon` and the gradient reaching
+/// `p` only (`z` a stop-gradient's targets: BYOL's and SimSiam's negative cosine loss), as one
+/// autodiff operation on the wgpu and CUDA backends ([`cosine_op`](super::cosine_op)): `Ok` with
+/// the mean, `[1]`; else `Err((p, z))` for the caller's composed form (the CPU's, whose numbers
+/// the loss tests fix against lightly's).
+///
+/// # Shapes
+/// - `p`, `z`: `[N, D]`; output: `[1]`
+pub fn mean_cosine<B: Backend>(
+    p: Tensor<B, 2>,
+    z: Tensor<B, 2>,
+    epsilon: f64,
+) -> Result<Tensor<B, 1>, (Tensor<B, 2>, Tensor<B, 2>)> {
+    if p.dims() != z.dims() {
+        return Err((p, z));
+    }
+    let route = Route::<_, Tensor<B, 1>>::new((p, z));
+    #[cfg(all(not(test), feature = "wgpu"))]
+    let route = route.on_erased::<Ad<burn::backend::Wgpu>>(|input| {
+        super::on_gpu::wgpu::mean_cosine(input, epsilon)
+    });
+    #[cfg(all(not(test), feature = "cuda"))]
+    let route = route.on_erased::<Ad<burn::backend::Cuda>>(|input| {
+        super::on_gpu::cuda::mean_cosine(input, epsilon)
+    });
+    let _ = epsilon;
+    route.result()
+}
+
 /// Batch norm in training as one autodiff operation with a backward step of its own, outside
 /// a synchronised (data-parallel) batch norm ([`crate::replica_stats`]): on `Autodiff<Flex>`
 /// with `f32` / `f64` tensors through the slice kernels ([`batch_norm`](super::batch_norm)), on

@@ -1,9 +1,9 @@
 //! Kernels the backbones' layers call in place of burn's generic rules, where burn 0.21 has
 //! none of its own or keeps more than it needs. Each file says what it computes and why.
 //!
-//! What a layer calls (`dispatch.rs`): [`conv2d`], [`batch_norm_train`], [`batch_norm_relu_train`], [`relu`], [`gelu()`], [`silu()`],
+//! What a layer calls (`dispatch.rs`): [`conv2d`], [`batch_norm_train`], [`batch_norm_relu_train`], [`batch_norm_1d_train`], [`relu`], [`gelu()`], [`silu()`],
 //! [`swap_middle_dims`], [`softmax()`], [`log_softmax()`], [`layer_norm()`], [`add_layer_norm`], [`matmul()`] and
-//! [`linear`]; and the parameter updates, [`sgd_momentum_step`] and [`moving_average`]. Each sends the call by the
+//! [`linear`]; a loss, [`mean_cosine`]; and the parameter updates, [`sgd_momentum_step`] and [`moving_average`]. Each sends the call by the
 //! backend's type to the kernels it has, and any other backend, element type or layer keeps
 //! burn's own operation, with the same values and gradients:
 //!
@@ -12,6 +12,7 @@
 //! | [`conv2d`] | [`conv`]: [`winograd`]'s F(4×4, 3×3) or [`im2col`], forward and backward; a depthwise layer [`depthwise`]'s | burn's |
 //! | [`batch_norm_train`] | the slice kernels of [`batch_norm`](mod@batch_norm), under autodiff | [`batch_norm_op`] with the `#[cube]` kernels of `batch_norm_cube.rs` |
 //! | [`batch_norm_relu_train`] (a batch norm, a residual added, a ReLU) | the caller's [`batch_norm_train`], `add` and [`relu`] | the same operation and kernels as [`batch_norm_train`], the residual and the ReLU in their last pass forward and their passes backward |
+//! | [`batch_norm_1d_train`] (an MLP head's `[N, C]`, its ReLU inside) | `Err`: the caller's composed form | the same operation and kernels on `[N, C, 1, 1]` |
 //! | [`relu`] | [`relu_op`](mod@relu_op) (under autodiff) | [`relu_op`](mod@relu_op) |
 //! | [`gelu()`] | the slice kernels of [`gelu`](mod@gelu) | [`gelu_composed`] |
 //! | [`silu()`] | the slice kernels of [`silu`](mod@silu) | burn's |
@@ -21,6 +22,7 @@
 //! | [`layer_norm()`] | Flex's fused forward, [`layer_norm`](mod@layer_norm)'s backward (under autodiff) | burn's |
 //! | [`add_layer_norm`] (a residual add and the norm after it) | [`layer_norm`](mod@layer_norm)'s one pass for both forward, its backward (under autodiff) | burn's add and norm |
 //! | [`matmul()`] (same leading dimensions), [`linear`] | [`matmul`](mod@matmul)'s products and column sums, forward and backward | burn's |
+//! | [`mean_cosine`] (the negative cosine loss's mean cosine to stop-gradient targets) | `Err`: the caller's composed form | [`cosine_op`]'s operation (under autodiff) |
 //! | [`sgd_momentum_step`] (an optimiser's step, on the inner backend) | the caller's tensor operations | the `#[cube]` kernel of `sgd_cube.rs` |
 //! | [`sgd_momentum_step_all`] (a module's step) | `Err`: the caller's step of each | one operation of the kernel above on every parameter |
 //! | [`moving_average`] (a momentum copy's update) | burn's | the `#[cube]` kernel of `moving_average_cube.rs` (also under autodiff) |
@@ -44,6 +46,7 @@ pub mod batch_norm;
 mod batch_norm_cube;
 pub mod batch_norm_op;
 pub mod conv;
+pub mod cosine_op;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[cfg_attr(test, allow(dead_code))]
 mod cube_op;
@@ -90,9 +93,9 @@ pub(crate) struct Primitive<B: burn::prelude::Backend>(
 pub use batch_norm_op::{RunningAverages, TrainingBatchNorm};
 pub use dispatch::{
     add_layer_norm, batch_norm_1d_train, batch_norm_relu_train, batch_norm_train, conv2d, gelu,
-    gelu_composed, layer_norm, linear, log_softmax, matmul, moving_average, moving_average_all,
-    relu, runs_cpu_kernels, sgd_momentum_step, sgd_momentum_step_all, silu, softmax,
-    swap_middle_dims, SgdList, SgdSettings,
+    gelu_composed, layer_norm, linear, log_softmax, matmul, mean_cosine, moving_average,
+    moving_average_all, relu, runs_cpu_kernels, sgd_momentum_step, sgd_momentum_step_all, silu,
+    softmax, swap_middle_dims, SgdList, SgdSettings,
 };
 pub use gemm::Real;
 pub use geometry::{covered_geometry, depthwise_geometry, ConvGeometry};

@@ -48,6 +48,15 @@ fn relu<I: Backend>(x: Erased) -> Result<Erased, Erased> {
         .or_else(rank::<I, 5>)
 }
 
+/// [`mean_cosine_op`](super::cosine_op::mean_cosine_op) on `(p, z)` on `Autodiff<I>`: `Ok` with
+/// the output, `Err` with the input when it is no such pair.
+fn mean_cosine<I: Backend>(input: Erased, epsilon: f64) -> Result<Erased, Erased> {
+    input.downcast::<(Ad<I, 2>, Ad<I, 2>)>().map(|input| {
+        let (p, z) = *input;
+        Box::new(super::cosine_op::mean_cosine_op(p, z, epsilon)) as Erased
+    })
+}
+
 /// [`batch_norm_train_op`](super::batch_norm_op::batch_norm_train_op) on `((x, γ, β, running
 /// averages), relu)` on `Autodiff<I>`, followed inside the operation by a ReLU when `relu` is
 /// `Some(residual)` (and the residual added before it when given): `Ok` with its
@@ -264,6 +273,12 @@ pub(crate) mod wgpu {
         super::batch_norm_train::<burn::backend::Wgpu, CubeKernels>(input, epsilon, groups)
     }
 
+    /// [`mean_cosine`](super::mean_cosine) on `Autodiff<Wgpu>`.
+    #[inline(never)]
+    pub(crate) fn mean_cosine(input: Erased, epsilon: f64) -> Result<Erased, Erased> {
+        super::mean_cosine::<burn::backend::Wgpu>(input, epsilon)
+    }
+
     /// [`log_softmax`](super::log_softmax) on `Autodiff<Wgpu>`.
     #[inline(never)]
     pub(crate) fn log_softmax(x: Erased, last: bool) -> Result<Erased, Erased> {
@@ -337,6 +352,12 @@ pub(crate) mod cuda {
         groups: usize,
     ) -> Result<Erased, Erased> {
         super::batch_norm_train::<burn::backend::Cuda, CubeKernels>(input, epsilon, groups)
+    }
+
+    /// [`mean_cosine`](super::mean_cosine) on `Autodiff<Cuda>`.
+    #[inline(never)]
+    pub(crate) fn mean_cosine(input: Erased, epsilon: f64) -> Result<Erased, Erased> {
+        super::mean_cosine::<burn::backend::Cuda>(input, epsilon)
     }
 
     /// [`log_softmax`](super::log_softmax) on `Autodiff<Cuda>`.
