@@ -78,6 +78,9 @@ pub type SgdRecords<M, B> = <OptimizerAdaptor<Sgd, M, B> as Optimizer<M, B>>::Re
 pub struct SgdOptimizer<M: AutodiffModule<B>, B: AutodiffBackend> {
     sgd: Sgd,
     records: SgdRecords<M, B>,
+    /// The stand-ins, kept from step to step: made anew each step, each was one more operation
+    /// of burn's fusion stream to make and one to release, a rank and step.
+    stand_ins: StandIns<B>,
 }
 
 impl<M: AutodiffModule<B>, B: AutodiffBackend> Clone for SgdOptimizer<M, B> {
@@ -85,6 +88,7 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Clone for SgdOptimizer<M, B> {
         Self {
             sgd: self.sgd.clone(),
             records: self.records.clone(),
+            stand_ins: StandIns::default(),
         }
     }
 }
@@ -95,6 +99,7 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> SgdOptimizer<M, B> {
         Self {
             sgd,
             records: Default::default(),
+            stand_ins: StandIns::default(),
         }
     }
 
@@ -125,7 +130,7 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizer<M, B> for SgdOptimizer<
             records: &mut self.records,
             ids: Vec::new(),
             list: Vec::new(),
-            stand_ins: StandIns::default(),
+            stand_ins: &mut self.stand_ins,
         };
         let module = module.map(&mut take);
         let TakeParams {
@@ -189,7 +194,7 @@ struct TakeParams<'a, M: AutodiffModule<B>, B: AutodiffBackend> {
     records: &'a mut SgdRecords<M, B>,
     ids: Vec<Taken>,
     list: SgdList<B::InnerBackend>,
-    stand_ins: StandIns<B>,
+    stand_ins: &'a mut StandIns<B>,
 }
 
 impl<M: AutodiffModule<B>, B: AutodiffBackend> ModuleMapper<B> for TakeParams<'_, M, B> {
