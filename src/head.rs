@@ -217,45 +217,41 @@ impl<B: Backend> BatchNorm1d<B> {
         groups: usize,
         relu: bool,
     ) -> Result<Tensor<B, 2>, Tensor<B, 2>> {
+        let stats = [&self.running_mean, &self.running_var];
         let parameters = [self.gamma.val(), self.beta.val()];
-        fused_normalised(x, groups, parameters, self.states(), relu)
+        fused_normalised(
+            x,
+            groups,
+            parameters,
+            stats,
+            self.momentum,
+            self.epsilon,
+            relu,
+        )
     }
 
     /// [`BatchNorm1d::forward_grouped`] in burn's tensor operations.
     fn composed(&self, x: Tensor<B, 2>, groups: usize) -> Tensor<B, 2> {
-        let [rows, channels] = x.dims();
-        let (momentum, epsilon) = (self.momentum, self.epsilon);
-        if groups == 1 || !B::ad_enabled(&x.device()) {
-            return normalised(x, self.states().0, momentum, epsilon)
-                .mul(self.gamma.val().reshape([1, channels]))
-                .add(self.beta.val().reshape([1, channels]));
-        }
-        grouped_normalised(x, groups, self.states().0, momentum, epsilon)
-            .mul(self.gamma.val().reshape([1, 1, channels]))
-            .add(self.beta.val().reshape([1, 1, channels]))
-            .reshape([rows, channels])
-    }
-
-    /// The running averages and the constants that move them.
-    fn states(&self) -> NormStates<'_, B> {
+        let channels = x.dims()[1];
         let stats = [&self.running_mean, &self.running_var];
-        (stats, self.momentum, self.epsilon)
+        composed_normalised(x, groups, stats, self.momentum, self.epsilon)
+            .mul(self.gamma.val().reshape([1, channels]))
+            .add(self.beta.val().reshape([1, channels]))
     }
 }
 
-/// A head's batch norm's `[running_mean, running_var]`, momentum and ε.
-type NormStates<'a, B> = ([&'a RunningStat<Tensor<B, 1>>; 2], f64, f64);
-
 /// In training (an autodiff backend), `x` (`[groups · N, C]`) normalised with each group's
 /// moments, scaled and shifted by `[γ, β]` and, when `relu`, through a ReLU, as one operation
-/// where [`batch_norm_1d_train`] takes it (wgpu and CUDA), the running averages moved towards
-/// the biased variance (burn's `BatchNorm`): `Ok` with the output; else `Err` with `x`, the
-/// running averages left for the composed form.
+/// where [`batch_norm_1d_train`] takes it (wgpu and CUDA), the running averages
+/// (`[running_mean, running_var]`) moved towards the biased variance (burn's `BatchNorm`): `Ok`
+/// with the output; else `Err` with `x`, the running averages left for the composed form.
 fn fused_normalised<B: Backend>(
     x: Tensor<B, 2>,
     groups: usize,
     [gamma, beta]: [Tensor<B, 1>; 2],
-    (stats, momentum, epsilon): NormStates<'_, B>,
+    stats: [&RunningStat<Tensor<B, 1>>; 2],
+    momentum: f64,
+    epsilon: f64,
     relu: bool,
 ) -> Result<Tensor<B, 2>, Tensor<B, 2>> {
     if !B::ad_enabled(&x.device()) {
@@ -267,6 +263,23 @@ fn fused_normalised<B: Backend>(
         Ok(done) => Ok((done.running, done.output)),
         Err((x, running)) => Err((running, x)),
     })
+}
+
+/// `(x − mean) / √(var + ε)` of each of the `groups` stacked batches of `x` (`[groups · N, C]`)
+/// with its own moments in training ([`grouped_normalised`]; one group: [`normalised`]), with
+/// the running ones otherwise, in burn's tensor operations.
+fn composed_normalised<B: Backend>(
+    x: Tensor<B, 2>,
+    groups: usize,
+    stats: [&RunningStat<Tensor<B, 1>>; 2],
+    momentum: f64,
+    epsilon: f64,
+) -> Tensor<B, 2> {
+    if groups == 1 || !B::ad_enabled(&x.device()) {
+        return normalised(x, stats, momentum, epsilon);
+    }
+    let [rows, channels] = x.dims();
+    grouped_normalised(x, groups, stats, momentum, epsilon).reshape([rows, channels])
 }
 
 /// The per-channel mean and biased variance `[1, C]` to normalise `x` `[N, C]` with: the batch's
@@ -401,29 +414,24 @@ impl<B: Backend> PlainBatchNorm<B> {
     /// # Shapes
     /// - input: `[groups · N, C]` → `[groups · N, C]`
     pub fn forward_grouped(&self, x: Tensor<B, 2>, groups: usize) -> Tensor<B, 2> {
-        let [rows, channels] = x.dims();
         let stats = [&self.running_mean, &self.running_var];
         let (momentum, epsilon) = (self.momentum, self.epsilon);
         let device = x.device();
-        let identity = || {
-            [
+        // In training only: inference builds no constants.
+        let x = if B::ad_enabled(&device) {
+            let channels = x.dims()[1];
+            let identity = [
                 Tensor::ones([channels], &device),
                 Tensor::zeros([channels], &device),
-            ]
-        };
-        let x = match B::ad_enabled(&device) {
-            true => {
-                match fused_normalised(x, groups, identity(), (stats, momentum, epsilon), false) {
-                    Ok(y) => return y,
-                    Err(x) => x,
-                }
+            ];
+            match fused_normalised(x, groups, identity, stats, momentum, epsilon, false) {
+                Ok(y) => return y,
+                Err(x) => x,
             }
-            false => x,
+        } else {
+            x
         };
-        if groups == 1 || !B::ad_enabled(&device) {
-            return normalised(x, stats, momentum, epsilon);
-        }
-        grouped_normalised(x, groups, stats, momentum, epsilon).reshape([rows, channels])
+        composed_normalised(x, groups, stats, momentum, epsilon)
     }
 }
 
