@@ -678,9 +678,19 @@ pub fn stochastic_depth<B: Backend>(x: Tensor<B, 4>, p: f64) -> Tensor<B, 4> {
 }
 
 /// Global average pooling: `[batch, c, h, w]` → `[batch, c]`.
+///
+/// On wgpu and CUDA under autodiff one operation ([`kernels::global_avg_pool`]); elsewhere two
+/// means and a reshape.
+///
+/// [`kernels::global_avg_pool`]: crate::kernels::global_avg_pool
 pub fn global_avg_pool<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 2> {
-    let [n, c, _, _] = x.dims();
-    x.mean_dim(3).mean_dim(2).reshape([n, c])
+    match crate::kernels::global_avg_pool(x) {
+        Ok(pooled) => pooled,
+        Err(x) => {
+            let [n, c, _, _] = x.dims();
+            x.mean_dim(3).mean_dim(2).reshape([n, c])
+        }
+    }
 }
 
 /// Average pooling of a feature map to a `grid × grid` grid (PyTorch's `AdaptiveAvgPool2d`

@@ -7,12 +7,14 @@ mod common;
 
 mod banded_stem;
 mod batch_norm;
+mod contrastive;
 mod cosine;
 mod import_errors;
 mod import_keys;
 mod kernels;
 mod param_counts;
 mod parity;
+mod pool;
 mod residual_options;
 mod shapes;
 mod vit_exact;

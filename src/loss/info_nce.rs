@@ -3,7 +3,7 @@
 use burn::prelude::*;
 
 use super::shape_checks::{assert_min_batch, assert_same_shape};
-use super::similarity::{l2_normalize, stop_gradient};
+use super::similarity::{l2_normalize, stop_gradient, NORM_FLOOR};
 use crate::base::error::{positive, ConfigError};
 
 /// Configuration of [`InfoNceLoss`].
@@ -124,6 +124,17 @@ impl InfoNceLoss {
         k: Tensor<B, 2>,
         queue: Tensor<B, 2>,
     ) -> Tensor<B, 1> {
+        // On wgpu and CUDA one operation with its gradient written out; elsewhere composed.
+        let (q, k, queue) = match curriculum_ssl_models::kernels::info_nce(
+            q,
+            k,
+            queue,
+            self.temperature,
+            NORM_FLOOR,
+        ) {
+            Ok(loss) => return loss,
+            Err(input) => input,
+        };
         let sims = QueueSimilarities::new("InfoNCE", q, k, queue);
         (sims.log_partition(self.temperature) - sims.positive / self.temperature).mean()
     }

@@ -2,7 +2,8 @@
 
 use burn::prelude::*;
 
-use super::similarity::{cross_entropy_at, TwoViewSimilarities, MASKED_LOGIT};
+use super::shape_checks::{assert_min_batch, assert_same_shape};
+use super::similarity::{cross_entropy_at, TwoViewSimilarities, MASKED_LOGIT, NORM_FLOOR};
 use crate::base::error::{positive, ConfigError};
 
 /// Configuration of [`NtXentLoss`].
@@ -48,7 +49,30 @@ impl NtXentLoss {
     /// - `z1`, `z2`: `[B, D]`, row `i` of each being the two views of image `i`
     /// - output: `[1]`
     pub fn forward<B: Backend>(&self, z1: Tensor<B, 2>, z2: Tensor<B, 2>) -> Tensor<B, 1> {
-        self.loss(TwoViewSimilarities::new("NT-Xent", z1, z2))
+        assert_same_shape("NT-Xent", ("z1", z1.dims()), ("z2", z2.dims()));
+        assert_min_batch("NT-Xent", "z1", z1.dims(), 1);
+        self.forward_stacked(Tensor::cat(vec![z1, z2], 0))
+    }
+
+    /// [`NtXentLoss::forward`] of the two views stacked, `z = [z1; z2]`: what a method whose
+    /// views went through its networks as one batch hands over without splitting it.
+    ///
+    /// # Shapes
+    /// - `z`: `[2B, D]`, view 1's rows then view 2's; output: `[1]`
+    ///
+    /// # Panics
+    /// If `z` has an odd number of rows, or none.
+    pub fn forward_stacked<B: Backend>(&self, z: Tensor<B, 2>) -> Tensor<B, 1> {
+        let [rows, _] = z.dims();
+        assert!(
+            rows >= 2 && rows % 2 == 0,
+            "NT-Xent: `z` has {rows} rows; it stacks two views of a batch of at least one image"
+        );
+        // On wgpu and CUDA one operation with its gradient written out; elsewhere composed.
+        match curriculum_ssl_models::kernels::nt_xent(z, self.temperature, NORM_FLOOR) {
+            Ok(loss) => loss,
+            Err(z) => self.loss(TwoViewSimilarities::stacked(z)),
+        }
     }
 
     /// NT-Xent whose negatives come from other batches (e.g. hardened by PGD): each anchor of

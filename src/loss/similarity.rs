@@ -59,14 +59,20 @@ impl<B: Backend> TwoViewSimilarities<B> {
     pub(crate) fn new(loss: &str, z1: Tensor<B, 2>, z2: Tensor<B, 2>) -> Self {
         assert_same_shape(loss, ("z1", z1.dims()), ("z2", z2.dims()));
         assert_min_batch(loss, "z1", z1.dims(), 1);
-        let [batch, _] = z1.dims();
-        let device = z1.device();
-        let z = l2_normalize(Tensor::cat(vec![z1, z2], 0));
+        Self::stacked(Tensor::cat(vec![z1, z2], 0))
+    }
+
+    /// As [`TwoViewSimilarities::new`], the views stacked already: `z = [z1; z2]`, `[2B, D]`
+    /// with `B ≥ 1`.
+    pub(crate) fn stacked(z: Tensor<B, 2>) -> Self {
+        let [rows, _] = z.dims();
+        let device = z.device();
+        let z = l2_normalize(z);
         let sim = z.clone().matmul(z.transpose());
         Self {
             sim,
-            positive_index: positive_index(batch, &device),
-            diagonal: diagonal_mask(2 * batch, &device),
+            positive_index: positive_index(rows / 2, &device),
+            diagonal: diagonal_mask(rows, &device),
         }
     }
 

@@ -452,3 +452,108 @@ fn mean_cosine_is_one_operation_on_the_gpu_path() {
     );
     assert!(on_cpu.is_err(), "the CPU took the operation");
 }
+
+/// SimCLR's NT-Xent and MoCo's InfoNCE on the GPU path are one operation each
+/// (`kernels::nt_xent` and `kernels::info_nce` take `Autodiff<Wgpu>`: `contrastive_op.rs`, the
+/// gradients written out), while the CPU keeps the composed forms (`Err`); their values and
+/// gradients agree in `every_loss_and_its_input_gradients_match_the_cpu` (the "NT-Xent",
+/// "InfoNCE" and "InfoNCE symmetric" cases), and the operations equal the composed forms and
+/// central differences in f64 in the models crate (`models/tests/contrastive.rs`).
+#[test]
+fn nt_xent_and_info_nce_are_one_operation_on_the_gpu_path() {
+    use curriculum_ssl_models::kernels::{info_nce, nt_xent};
+    let Some(device) = gpu() else { return };
+    let cpu = CpuDevice::default();
+    let (zs, ks, queue) = (
+        random(2 * B, D, 9),
+        random(B, D, 10),
+        unit_rows(random(QUEUE, D, 11), D),
+    );
+    assert!(
+        nt_xent(
+            matrix::<GpuAd>(&zs, 2 * B, D, &device).require_grad(),
+            0.2,
+            1e-12
+        )
+        .is_ok(),
+        "nt_xent fell back to the composed form"
+    );
+    assert!(
+        nt_xent(
+            matrix::<CpuAd>(&zs, 2 * B, D, &cpu).require_grad(),
+            0.2,
+            1e-12
+        )
+        .is_err(),
+        "the CPU took the NT-Xent operation"
+    );
+    let queue_loss = |on_gpu: bool| {
+        if on_gpu {
+            info_nce(
+                matrix::<GpuAd>(&zs[..B * D], B, D, &device).require_grad(),
+                matrix::<GpuAd>(&ks, B, D, &device),
+                matrix::<GpuAd>(&queue, QUEUE, D, &device),
+                0.2,
+                1e-12,
+            )
+            .is_ok()
+        } else {
+            info_nce(
+                matrix::<CpuAd>(&zs[..B * D], B, D, &cpu).require_grad(),
+                matrix::<CpuAd>(&ks, B, D, &cpu),
+                matrix::<CpuAd>(&queue, QUEUE, D, &cpu),
+                0.2,
+                1e-12,
+            )
+            .is_ok()
+        }
+    };
+    assert!(queue_loss(true), "info_nce fell back to the composed form");
+    assert!(!queue_loss(false), "the CPU took the InfoNCE operation");
+}
+
+/// The global average pooling of a backbone's last map on the GPU path is one operation
+/// (`kernels::global_avg_pool` takes `Autodiff<Wgpu>`: `pool_op.rs`), while the CPU keeps two
+/// means (`Err`); through `layers::global_avg_pool` the values and the map's gradient (under a
+/// loss weighting every output differently) agree with the CPU's to f32's rounding of a mean
+/// of 20 values, and the operation equals the composed form in f64 in the models crate
+/// (`models/tests/pool.rs`).
+#[test]
+fn global_avg_pool_is_one_operation_on_the_gpu_path() {
+    use curriculum_ssl_models::kernels::global_avg_pool;
+    use curriculum_ssl_models::layers::global_avg_pool as pool;
+    let Some(device) = gpu() else { return };
+    let cpu = CpuDevice::default();
+    let (xs, ws) = (random(2 * 3, 4 * 5, 12), random(2, 3, 13));
+    let taken_on_gpu = global_avg_pool(
+        matrix::<GpuAd>(&xs, 6, 20, &device)
+            .reshape([2, 3, 4, 5])
+            .require_grad(),
+    )
+    .is_ok();
+    assert!(
+        taken_on_gpu,
+        "global_avg_pool fell back to the composed form"
+    );
+    let taken_on_cpu = global_avg_pool(
+        matrix::<CpuAd>(&xs, 6, 20, &cpu)
+            .reshape([2, 3, 4, 5])
+            .require_grad(),
+    )
+    .is_ok();
+    assert!(!taken_on_cpu, "the CPU took the pooling operation");
+    fn layer<B: AutodiffBackend>(xs: &[f32], ws: &[f32], device: &B::Device) -> [Vec<f32>; 2] {
+        let x = matrix::<B>(xs, 6, 20, device)
+            .reshape([2, 3, 4, 5])
+            .require_grad();
+        let y = pool(x.clone());
+        let grads = (y.clone() * matrix::<B>(ws, 2, 3, device)).sum().backward();
+        [host(y), host(x.grad(&grads).unwrap().reshape([6, 20]))]
+    }
+    let on_cpu = layer::<CpuAd>(&xs, &ws, &cpu);
+    let on_gpu = layer::<GpuAd>(&xs, &ws, &device);
+    let mut seen = Comparisons::default();
+    seen.close("pooled", &on_cpu[0], &on_gpu[0]);
+    seen.close("∂x", &on_cpu[1], &on_gpu[1]);
+    seen.report("global_avg_pool_is_one_operation_on_the_gpu_path");
+}

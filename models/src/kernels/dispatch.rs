@@ -805,6 +805,86 @@ pub fn mean_cosine<B: Backend>(
     route.result()
 }
 
+/// Global average pooling, `[N, C, H, W]` → `[N, C]`, as one autodiff operation on the wgpu and
+/// CUDA backends ([`pool_op::global_avg_pool_op`](super::pool_op::global_avg_pool_op)): `Ok`
+/// with the means; else `Err(x)` for the caller's composed form.
+///
+/// # Shapes
+/// - `x`: `[N, C, H, W]`; output: `[N, C]`
+pub fn global_avg_pool<B: Backend>(x: Tensor<B, 4>) -> Result<Tensor<B, 2>, Tensor<B, 4>> {
+    let route = Route::<_, Tensor<B, 2>>::new(x);
+    #[cfg(all(not(test), feature = "wgpu"))]
+    let route = route.on_erased::<Ad<burn::backend::Wgpu>>(super::on_gpu::wgpu::global_avg_pool);
+    #[cfg(all(not(test), feature = "cuda"))]
+    let route = route.on_erased::<Ad<burn::backend::Cuda>>(super::on_gpu::cuda::global_avg_pool);
+    route.result()
+}
+
+/// NT-Xent (SimCLR's loss) over two views stacked as `z = [z1; z2]`, rows normalised with
+/// norms clamped below at `epsilon`, as one autodiff operation on the wgpu and CUDA backends
+/// ([`contrastive_op::nt_xent_op`](super::contrastive_op::nt_xent_op)): `Ok` with the mean over
+/// the `2B` anchors, `[1]`; else `Err(z)` for the caller's composed form (the CPU's, whose
+/// numbers the loss tests fix against lightly's).
+///
+/// # Shapes
+/// - `z`: `[2B, D]`; output: `[1]`
+pub fn nt_xent<B: Backend>(
+    z: Tensor<B, 2>,
+    temperature: f64,
+    epsilon: f64,
+) -> Result<Tensor<B, 1>, Tensor<B, 2>> {
+    let [rows, _] = z.dims();
+    if rows == 0 || rows % 2 != 0 {
+        return Err(z);
+    }
+    let route = Route::<_, Tensor<B, 1>>::new(z);
+    #[cfg(all(not(test), feature = "wgpu"))]
+    let route = route.on_erased::<Ad<burn::backend::Wgpu>>(|input| {
+        super::on_gpu::wgpu::nt_xent(input, temperature, epsilon)
+    });
+    #[cfg(all(not(test), feature = "cuda"))]
+    let route = route.on_erased::<Ad<burn::backend::Cuda>>(|input| {
+        super::on_gpu::cuda::nt_xent(input, temperature, epsilon)
+    });
+    let _ = (temperature, epsilon);
+    route.result()
+}
+
+/// InfoNCE (MoCo's loss) of queries `q` against their keys `k` and a queue, `q` and `k`
+/// normalised with norms clamped below at `epsilon`, the queue's rows as stored, and the
+/// gradient reaching `q` only, as one autodiff operation on the wgpu and CUDA backends
+/// ([`contrastive_op::info_nce_op`](super::contrastive_op::info_nce_op)): `Ok` with the mean
+/// over the rows, `[1]`; else `Err((q, k, queue))` for the caller's composed form.
+///
+/// # Shapes
+/// - `q`, `k`: `[N, D]`; `queue`: `[K, D]`; output: `[1]`
+pub fn info_nce<B: Backend>(
+    q: Tensor<B, 2>,
+    k: Tensor<B, 2>,
+    queue: Tensor<B, 2>,
+    temperature: f64,
+    epsilon: f64,
+) -> InfoNceRoute<B> {
+    let ([rows, width], [queue_len, queue_width]) = (q.dims(), queue.dims());
+    if q.dims() != k.dims() || width != queue_width || rows == 0 || queue_len == 0 {
+        return Err((q, k, queue));
+    }
+    let route = Route::<_, Tensor<B, 1>>::new((q, k, queue));
+    #[cfg(all(not(test), feature = "wgpu"))]
+    let route = route.on_erased::<Ad<burn::backend::Wgpu>>(|input| {
+        super::on_gpu::wgpu::info_nce(input, temperature, epsilon)
+    });
+    #[cfg(all(not(test), feature = "cuda"))]
+    let route = route.on_erased::<Ad<burn::backend::Cuda>>(|input| {
+        super::on_gpu::cuda::info_nce(input, temperature, epsilon)
+    });
+    let _ = (temperature, epsilon);
+    route.result()
+}
+
+/// What [`info_nce`] returns: the loss, or its input handed back (`q`, `k`, the queue).
+pub type InfoNceRoute<B> = Result<Tensor<B, 1>, (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>)>;
+
 /// Batch norm in training as one autodiff operation with a backward step of its own, outside
 /// a synchronised (data-parallel) batch norm ([`crate::replica_stats`]): on `Autodiff<Flex>`
 /// with `f32` / `f64` tensors through the slice kernels ([`batch_norm`](super::batch_norm)), on

@@ -2,8 +2,8 @@
 //! none of its own or keeps more than it needs. Each file says what it computes and why.
 //!
 //! What a layer calls (`dispatch.rs`): [`conv2d`], [`batch_norm_train`], [`batch_norm_relu_train`], [`batch_norm_1d_train`], [`relu`], [`gelu()`], [`silu()`],
-//! [`swap_middle_dims`], [`softmax()`], [`log_softmax()`], [`layer_norm()`], [`add_layer_norm`], [`matmul()`] and
-//! [`linear`]; a loss, [`mean_cosine`]; and the parameter updates, [`sgd_momentum_step`] and [`moving_average`]. Each sends the call by the
+//! [`swap_middle_dims`], [`global_avg_pool`], [`softmax()`], [`log_softmax()`], [`layer_norm()`], [`add_layer_norm`], [`matmul()`] and
+//! [`linear`]; the losses' [`mean_cosine`], [`nt_xent`] and [`info_nce`]; and the parameter updates, [`sgd_momentum_step`] and [`moving_average`]. Each sends the call by the
 //! backend's type to the kernels it has, and any other backend, element type or layer keeps
 //! burn's own operation, with the same values and gradients:
 //!
@@ -17,12 +17,14 @@
 //! | [`gelu()`] | the slice kernels of [`gelu`](mod@gelu) | [`gelu_composed`] |
 //! | [`silu()`] | the slice kernels of [`silu`](mod@silu) | burn's |
 //! | [`swap_middle_dims`] | [`layout`]'s copy | burn's `swap_dims` |
+//! | [`global_avg_pool`] | `Err`: the caller's two means | [`pool_op`]'s operation (under autodiff) |
 //! | [`softmax()`] (last axis) | Flex's fused forward, [`softmax`](mod@softmax)'s backward (under autodiff) | burn's |
 //! | [`log_softmax()`] (last axis) | the row kernels of [`log_softmax`](mod@log_softmax), forward and backward | the `#[cube]` kernels of `log_softmax_cube.rs` (under autodiff) |
 //! | [`layer_norm()`] | Flex's fused forward, [`layer_norm`](mod@layer_norm)'s backward (under autodiff) | burn's |
 //! | [`add_layer_norm`] (a residual add and the norm after it) | [`layer_norm`](mod@layer_norm)'s one pass for both forward, its backward (under autodiff) | burn's add and norm |
 //! | [`matmul()`] (same leading dimensions), [`linear`] | [`matmul`](mod@matmul)'s products and column sums, forward and backward | burn's |
 //! | [`mean_cosine`] (the negative cosine loss's mean cosine to stop-gradient targets) | `Err`: the caller's composed form | [`cosine_op`]'s operation (under autodiff) |
+//! | [`nt_xent`] (SimCLR's loss over the stacked views), [`info_nce`] (MoCo's against a queue) | `Err`: the caller's composed form | [`contrastive_op`]'s operations (under autodiff) |
 //! | [`sgd_momentum_step`] (an optimiser's step, on the inner backend) | the caller's tensor operations | the `#[cube]` kernel of `sgd_cube.rs` |
 //! | [`sgd_momentum_step_all`] (a module's step) | `Err`: the caller's step of each | one operation of the kernel above on every parameter |
 //! | [`moving_average`] (a momentum copy's update) | burn's | the `#[cube]` kernel of `moving_average_cube.rs` (also under autodiff) |
@@ -45,6 +47,7 @@ pub mod batch_norm;
 #[cfg_attr(test, allow(dead_code))]
 mod batch_norm_cube;
 pub mod batch_norm_op;
+pub mod contrastive_op;
 pub mod conv;
 pub mod cosine_op;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -73,6 +76,7 @@ pub mod matmul;
 mod moving_average_cube;
 #[cfg(all(not(test), any(feature = "wgpu", feature = "cuda")))]
 mod on_gpu;
+pub mod pool_op;
 pub mod relu_op;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[cfg_attr(test, allow(dead_code))]
@@ -93,9 +97,9 @@ pub(crate) struct Primitive<B: burn::prelude::Backend>(
 pub use batch_norm_op::{RunningAverages, TrainingBatchNorm};
 pub use dispatch::{
     add_layer_norm, batch_norm_1d_train, batch_norm_relu_train, batch_norm_train, conv2d, gelu,
-    gelu_composed, layer_norm, linear, log_softmax, matmul, mean_cosine, moving_average,
-    moving_average_all, relu, runs_cpu_kernels, sgd_momentum_step, sgd_momentum_step_all, silu,
-    softmax, swap_middle_dims, SgdList, SgdSettings,
+    gelu_composed, global_avg_pool, info_nce, layer_norm, linear, log_softmax, matmul, mean_cosine,
+    moving_average, moving_average_all, nt_xent, relu, runs_cpu_kernels, sgd_momentum_step,
+    sgd_momentum_step_all, silu, softmax, swap_middle_dims, InfoNceRoute, SgdList, SgdSettings,
 };
 pub use gemm::Real;
 pub use geometry::{covered_geometry, depthwise_geometry, ConvGeometry};

@@ -57,6 +57,37 @@ fn mean_cosine<I: Backend>(input: Erased, epsilon: f64) -> Result<Erased, Erased
     })
 }
 
+/// [`global_avg_pool_op`](super::pool_op::global_avg_pool_op) on `x` on `Autodiff<I>`: `Ok`
+/// with the output, `Err` with the input when it is no such tensor.
+fn global_avg_pool<I: Backend>(x: Erased) -> Result<Erased, Erased> {
+    x.downcast::<Ad<I, 4>>()
+        .map(|x| Box::new(super::pool_op::global_avg_pool_op(*x)) as Erased)
+}
+
+/// [`nt_xent_op`](super::contrastive_op::nt_xent_op) on `z` on `Autodiff<I>`: `Ok` with the
+/// output, `Err` with the input when it is no such tensor.
+fn nt_xent<I: Backend>(z: Erased, temperature: f64, epsilon: f64) -> Result<Erased, Erased> {
+    z.downcast::<Ad<I, 2>>()
+        .map(|z| Box::new(super::contrastive_op::nt_xent_op(*z, temperature, epsilon)) as Erased)
+}
+
+/// [`info_nce_op`](super::contrastive_op::info_nce_op) on `(q, k, queue)` on `Autodiff<I>`:
+/// `Ok` with the output, `Err` with the input when it is no such triple.
+fn info_nce<I: Backend>(input: Erased, temperature: f64, epsilon: f64) -> Result<Erased, Erased> {
+    input
+        .downcast::<(Ad<I, 2>, Ad<I, 2>, Ad<I, 2>)>()
+        .map(|input| {
+            let (q, k, queue) = *input;
+            Box::new(super::contrastive_op::info_nce_op(
+                q,
+                k,
+                queue,
+                temperature,
+                epsilon,
+            )) as Erased
+        })
+}
+
 /// [`batch_norm_train_op`](super::batch_norm_op::batch_norm_train_op) on `((x, γ, β, running
 /// averages), relu)` on `Autodiff<I>`, followed inside the operation by a ReLU when `relu` is
 /// `Some(residual)` (and the residual added before it when given): `Ok` with its
@@ -279,6 +310,28 @@ pub(crate) mod wgpu {
         super::mean_cosine::<burn::backend::Wgpu>(input, epsilon)
     }
 
+    /// [`global_avg_pool`](super::global_avg_pool) on `Autodiff<Wgpu>`.
+    #[inline(never)]
+    pub(crate) fn global_avg_pool(x: Erased) -> Result<Erased, Erased> {
+        super::global_avg_pool::<burn::backend::Wgpu>(x)
+    }
+
+    /// [`nt_xent`](super::nt_xent) on `Autodiff<Wgpu>`.
+    #[inline(never)]
+    pub(crate) fn nt_xent(z: Erased, temperature: f64, epsilon: f64) -> Result<Erased, Erased> {
+        super::nt_xent::<burn::backend::Wgpu>(z, temperature, epsilon)
+    }
+
+    /// [`info_nce`](super::info_nce) on `Autodiff<Wgpu>`.
+    #[inline(never)]
+    pub(crate) fn info_nce(
+        input: Erased,
+        temperature: f64,
+        epsilon: f64,
+    ) -> Result<Erased, Erased> {
+        super::info_nce::<burn::backend::Wgpu>(input, temperature, epsilon)
+    }
+
     /// [`log_softmax`](super::log_softmax) on `Autodiff<Wgpu>`.
     #[inline(never)]
     pub(crate) fn log_softmax(x: Erased, last: bool) -> Result<Erased, Erased> {
@@ -358,6 +411,28 @@ pub(crate) mod cuda {
     #[inline(never)]
     pub(crate) fn mean_cosine(input: Erased, epsilon: f64) -> Result<Erased, Erased> {
         super::mean_cosine::<burn::backend::Cuda>(input, epsilon)
+    }
+
+    /// [`global_avg_pool`](super::global_avg_pool) on `Autodiff<Cuda>`.
+    #[inline(never)]
+    pub(crate) fn global_avg_pool(x: Erased) -> Result<Erased, Erased> {
+        super::global_avg_pool::<burn::backend::Cuda>(x)
+    }
+
+    /// [`nt_xent`](super::nt_xent) on `Autodiff<Cuda>`.
+    #[inline(never)]
+    pub(crate) fn nt_xent(z: Erased, temperature: f64, epsilon: f64) -> Result<Erased, Erased> {
+        super::nt_xent::<burn::backend::Cuda>(z, temperature, epsilon)
+    }
+
+    /// [`info_nce`](super::info_nce) on `Autodiff<Cuda>`.
+    #[inline(never)]
+    pub(crate) fn info_nce(
+        input: Erased,
+        temperature: f64,
+        epsilon: f64,
+    ) -> Result<Erased, Erased> {
+        super::info_nce::<burn::backend::Cuda>(input, temperature, epsilon)
     }
 
     /// [`log_softmax`](super::log_softmax) on `Autodiff<Cuda>`.
