@@ -17,10 +17,9 @@ use crate::optim::{LrGroup, StandIns};
 
 /// Replaces every trainable parameter by its [stand-in](StandIns) (one `[1; D]` tensor for all
 /// those of a rank and device): what [`SslMethod::take_online`] leaves behind.
-#[derive(Default)]
-struct TakeTrainable<B: Backend>(StandIns<B>);
+struct TakeTrainable<'a, B: Backend>(&'a mut StandIns<B>);
 
-impl<B: Backend> burn::module::ModuleMapper<B> for TakeTrainable<B> {
+impl<B: Backend> burn::module::ModuleMapper<B> for TakeTrainable<'_, B> {
     fn map_float<const D: usize>(
         &mut self,
         param: burn::module::Param<Tensor<B, D>>,
@@ -429,9 +428,19 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
     /// fusion backend (wgpu, CUDA) an operation given a tensor's last handle releases it
     /// itself, where a value still held elsewhere costs an operation of the fusion stream of
     /// its own to release later (one a parameter and step, 62 for a ResNet-18).
+    ///
+    /// Makes its stand-ins anew at each call (an operation of the fusion stream each on wgpu
+    /// and CUDA, and one more to release it): a training loop calls
+    /// [`SslMethod::take_online_with`] with stand-ins it keeps.
     fn take_online(&mut self) -> Self::Online {
+        self.take_online_with(&mut StandIns::default())
+    }
+
+    /// [`SslMethod::take_online`] with the stand-ins taken from `stand_ins` (made there when
+    /// first needed): a loop that keeps them from step to step makes them once.
+    fn take_online_with(&mut self, stand_ins: &mut StandIns<B>) -> Self::Online {
         let online = self.online().clone();
-        self.set_online(online.clone().map(&mut TakeTrainable::<B>::default()));
+        self.set_online(online.clone().map(&mut TakeTrainable(stand_ins)));
         online
     }
 

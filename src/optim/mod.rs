@@ -24,4 +24,4 @@ pub use groups::{step_in_groups, LrGroup};
 pub use lars::{Lars, LarsConfig, LarsState};
 pub use schedule::{StepDecay, WarmupCosine, WarmupCosineConfig};
 pub use sgd::{Sgd, SgdConfig, SgdOptimizer, SgdRecords, SgdState};
-pub(crate) use stand_in::StandIns;
+pub use stand_in::StandIns;

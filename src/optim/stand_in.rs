@@ -12,8 +12,10 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorPrimitive;
 
 /// Makes the stand-ins: one `[1; D]` tensor for all the parameters of a rank and device,
-/// made on that device when first asked for and shared (by handle) from then on.
-pub(crate) struct StandIns<B: Backend> {
+/// made on that device when first asked for and shared (by handle) from then on. A loop that
+/// keeps one from step to step makes each once: on a fusion backend (wgpu, CUDA) every tensor
+/// made is an operation of the stream, and every one released another.
+pub struct StandIns<B: Backend> {
     made: Vec<(usize, B::Device, FloatTensor<B>)>,
 }
 

@@ -23,7 +23,7 @@ use crate::data::{Dataset, HostBatch, ImageArray, ImageItem, Loader, LoaderConfi
 use crate::data_parallel::Replica;
 use crate::method::fresh_leaves;
 use crate::method::{MethodOutput, SslMethod, Views};
-use crate::optim::step_in_groups;
+use crate::optim::{step_in_groups, StandIns};
 use crate::pipeline::{Augmenter, PipelineConfig, TwoViews, LOSS_FEEDBACK};
 
 /// The self-supervised step's settings in the run record: the loader and the augmentation.
@@ -63,6 +63,9 @@ pub struct SslBatch<B: AutodiffBackend>(ReadyBatch<B::InnerBackend>);
 pub struct SelfSupervised<B: AutodiffBackend, S, O, D> {
     method: S,
     optimizer: Option<O>,
+    /// The stand-ins for the online networks' parameters while the optimiser steps them
+    /// ([`SslMethod::take_online_with`]), kept from step to step.
+    stand_ins: StandIns<B>,
     augmenter: Augmenter,
     feed: Feed<D>,
     device: Option<B::Device>,
@@ -98,6 +101,7 @@ where
         Self {
             method,
             optimizer: Some(optimizer),
+            stand_ins: StandIns::default(),
             augmenter,
             feed,
             device: None,
@@ -586,7 +590,8 @@ where
         }
         let optimizer = self.optimizer.as_mut().expect("put back after every step");
         let groups = self.method.lr_groups();
-        let online = step_in_groups(optimizer, lr, self.method.take_online(), grads, &groups);
+        let online = self.method.take_online_with(&mut self.stand_ins);
+        let online = step_in_groups(optimizer, lr, online, grads, &groups);
         // Every parameter a new leaf (ids and values kept), including those the optimiser left
         // alone because they had no gradient (a frozen layer): burn-autodiff 0.21 drops a leaf's
         // graph entry when a backward pass consumes it, and the next step's operations on that

@@ -39,7 +39,7 @@ use curriculum_ssl::method::Progress;
 use curriculum_ssl::method::{
     ByolConfig, MocoConfig, SimClrConfig, SimSiamConfig, SslMethod, ViewPasses,
 };
-use curriculum_ssl::optim::SgdConfig;
+use curriculum_ssl::optim::{SgdConfig, StandIns};
 use curriculum_ssl_models::{ResNet, ResNetConfig, Stem};
 
 use super::RecipeEntry;
@@ -382,6 +382,8 @@ fn time<S: SslMethod<Train>>(
     let passes = args.view_passes.map_or(backend::VIEW_PASSES, ViewPasses::from);
     method.set_view_passes(passes);
     let mut optimizer = SgdConfig::new().init::<Train, S::Online>()?;
+    // Kept from step to step, as the trainer keeps them.
+    let mut stand_ins = StandIns::default();
     let (v1, v2) = (
         views(args.batch_size, args.image_size, 1, device),
         views(args.batch_size, args.image_size, 2, device),
@@ -403,7 +405,7 @@ fn time<S: SslMethod<Train>>(
         phase_end();
         let grads = method.gradients(&out.loss);
         phase_end();
-        let online = optimizer.step(0.05, method.take_online(), grads);
+        let online = optimizer.step(0.05, method.take_online_with(&mut stand_ins), grads);
         method.set_online(online);
         method.after_step(progress);
         phase_end();
