@@ -223,6 +223,24 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> ViewThreads<B, M> {
         (leaves, [extra1, extra2])
     }
 
+    /// The two views' outputs through `online` stacked, `[2N, D]` (view 1's rows, then view
+    /// 2's), when the views go through it as one batch ([`ViewPasses::Joint`], views of one
+    /// shape): `Ok` with `pass`'s output on the batch of both (`groups` 2), nothing kept for
+    /// [`ViewThreads::gradients`]; else `Err` with the views, for [`ViewThreads::passes`]. For
+    /// a loss that takes the views stacked: no split, and no concatenation in the loss.
+    pub fn stacked(
+        &mut self,
+        online: &M,
+        [view1, view2]: [Tensor<B, 4>; 2],
+        pass: impl Fn(&M, Tensor<B, 4>, usize) -> Tensor<B, 2>,
+    ) -> Result<Tensor<B, 2>, [Tensor<B, 4>; 2]> {
+        if !self.joins(&view1, &view2) {
+            return Err([view1, view2]);
+        }
+        self.pending = None;
+        Ok(pass(online, Tensor::cat(vec![view1, view2], 0), 2))
+    }
+
     /// The gradients of `loss` with respect to `online`: through the last forward's split
     /// passes when it split them, else one backward pass. What the methods'
     /// [`SslMethod::gradients`](super::SslMethod::gradients) return.

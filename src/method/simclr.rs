@@ -6,7 +6,7 @@ use burn::tensor::backend::AutodiffBackend;
 use curriculum_ssl_models::{Backbone, TrainableBackbone};
 use serde::{Deserialize, Serialize};
 
-use super::branches::ViewThreads;
+use super::branches::{ViewRows, ViewThreads};
 use super::encoder::Projected;
 use super::pgd::{attack_copy, Pgd, PgdConfig};
 use super::ssl_method::{online_in, stat, MethodOutput, SslMethod, Views};
@@ -202,6 +202,40 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SimClr<B, M> {
         })
     }
 
+    /// Plain NT-Xent on one device at a step without the attack, the views through the
+    /// networks as one batch: the loss of the stacked projections, never split (on a fusion
+    /// backend the split's two slices, the loss's concatenation of them and the gradient's
+    /// copies back into one tensor were nine operations a step). `Err` with the views otherwise.
+    fn stacked_nt_xent(
+        &mut self,
+        views: [Tensor<B, 4>; 2],
+        attack: bool,
+        progress: Progress,
+    ) -> Result<MethodOutput<B>, [Tensor<B, 4>; 2]> {
+        let PairLoss::NtXent(loss) = &self.loss else {
+            return Err(views);
+        };
+        if attack || self.replica.is_some() {
+            return Err(views);
+        }
+        let z = self
+            .view_threads
+            .stacked(&self.online, views, |net, x, groups| {
+                net.forward_grouped(x, groups)
+            })?;
+        let device = z.device();
+        let embeddings = Some(z.clone().detach().split_views());
+        let mut stats = Vec::new();
+        if let Some(pgd) = &self.pgd {
+            stats.push(("pgd_strength", stat(pgd.strength(progress), &device)));
+        }
+        Ok(MethodOutput {
+            loss: loss.forward_stacked(z),
+            stats,
+            embeddings,
+        })
+    }
+
     /// The projections of the hardened views ([`SimClr::harden`]) by the network itself, with
     /// gradients: view1's and view2's.
     fn hardened_negatives(
@@ -248,12 +282,15 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for SimClr<B, M> 
     }
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
-        let [view1, view2] = views.two();
-        let clean = self
+        let attack = self
             .pgd
             .as_ref()
-            .filter(|pgd| pgd.at(progress).is_on())
-            .map(|_| Tensor::cat(vec![view1.clone(), view2.clone()], 0).detach());
+            .is_some_and(|pgd| pgd.at(progress).is_on());
+        let [view1, view2] = match self.stacked_nt_xent(views.two(), attack, progress) {
+            Ok(output) => return output,
+            Err(views) => views,
+        };
+        let clean = attack.then(|| Tensor::cat(vec![view1.clone(), view2.clone()], 0).detach());
         // No split at a step with the attack: its negatives reach the networks too.
         let ([z1, z2], _) = self.view_threads.passes(
             &self.online,
