@@ -102,7 +102,22 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Byol<B, M> {
     momentum_state!(target in networks.copy: Projected<B, M>);
 
     fn forward_views(&mut self, views: Views<B>, progress: Progress) -> MethodOutput<B> {
-        self.forward_to(views, progress, |targets| targets)
+        // The views as one batch: both orderings in one call of the loss, each view's
+        // predictions against the other view's projections, row for row (twice the mean over
+        // the `2N` rows is the sum of the two means).
+        let loss = &self.loss;
+        let stacked = self
+            .networks
+            .step_stacked(views.two(), progress, |predictions, [t1, t2]| {
+                loss.forward(predictions, Tensor::cat(vec![t2, t1], 0))
+                    .mul_scalar(2.0)
+            });
+        match stacked {
+            Ok(output) => output,
+            Err([view1, view2]) => {
+                self.forward_to(Views::pair(view1, view2), progress, |targets| targets)
+            }
+        }
     }
 
     /// The loss is a mean over images: each replica's is the mean over its shard, and the

@@ -286,6 +286,41 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> PredictedWithCopy<B, M> {
             .output(loss(predictions, projections), progress, embeddings)
     }
 
+    /// [`PredictedWithCopy::step`] with the online predictions stacked, `[p1; p2]`, when the
+    /// views go through the networks as one batch
+    /// ([`ViewThreads::stacked`](super::branches::ViewThreads::stacked)): `loss` receives them
+    /// and the copy's projections of the two views, never split (on a fusion backend the
+    /// split's slices and the gradient's copies back into one tensor cost operations of the
+    /// stream). `Err` with the views otherwise, for [`PredictedWithCopy::step`].
+    ///
+    /// # Shapes
+    /// - `views`: two `[N, C, H, W]`; `loss` receives `[2N, prediction_dim]` and two
+    ///   `[N, output_dim]`
+    pub fn step_stacked(
+        &mut self,
+        views: [Tensor<B, 4>; 2],
+        progress: Progress,
+        loss: impl FnOnce(Tensor<B, 2>, [Tensor<B, 2>; 2]) -> Tensor<B, 1>,
+    ) -> Result<MethodOutput<B>, [Tensor<B, 4>; 2]> {
+        let predictions =
+            match self
+                .view_threads
+                .stacked(&self.online, views.clone(), |net, x, groups| {
+                    net.forward_grouped(x, groups).1
+                }) {
+                Ok(predictions) => predictions,
+                Err(_) => return Err(views),
+            };
+        let copy = self.copy.network();
+        let projections = self.view_threads.both(views, |x, groups| {
+            copy.forward_grouped(x.detach(), groups).detach()
+        });
+        let embeddings = projections.clone();
+        Ok(self
+            .copy
+            .output(loss(predictions, projections), progress, embeddings))
+    }
+
     /// The method became one replica of a data-parallel run: the views' passes stay on its
     /// thread (`ViewThreads::replicated`).
     pub(crate) fn replicated(&mut self) {
