@@ -1,6 +1,7 @@
 //! The two contrastive losses of SimCLR and MoCo, each as one autodiff operation whose backward
 //! step is written out: NT-Xent over a two-view batch ([`nt_xent_op`]) and InfoNCE against a
-//! queue of keys ([`info_nce_op`]). Both normalise their rows as `x / √max(Σx², ε²)` (PyTorch's
+//! queue of keys ([`info_nce_op`]). Both normalise their rows (NT-Xent's projections,
+//! InfoNCE's queries and keys; the queue is used as stored) as `x / √max(Σx², ε²)` (PyTorch's
 //! `F.normalize`), take a cross-entropy over cosine similarities divided by a temperature `τ`,
 //! and average it over the anchors.
 //!
@@ -26,11 +27,12 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
 use burn::prelude::*;
-use burn::tensor::{TensorData, TensorPrimitive};
+use burn::tensor::{DType, TensorData, TensorPrimitive};
 
-/// Added to an anchor's logit with itself in NT-Xent: finite, so that no `inf − inf` appears,
-/// and far enough below every other logit that its exponential is exactly zero in f32 and f64
-/// (as `loss::similarity`'s mask).
+/// An anchor's logit with itself in NT-Xent (filled in, as `loss::similarity`'s mask): finite
+/// in f32 and f64, so that no `inf − inf` appears, and far enough below every other logit that
+/// its exponential is exactly zero (in f16 it rounds to `−∞`, whose exponential is zero too;
+/// nothing multiplies it).
 const MASKED_LOGIT: f64 = -1.0e9;
 
 /// Rows normalised to unit length (`x·r`, `r = 1/√max(Σx², ε²)`), with what their backward
@@ -72,24 +74,16 @@ impl<I: Backend> Normalised<I> {
     }
 }
 
-/// A float tensor of the inner backend from values, in `like`'s element type, on its device.
-fn constant<I: Backend>(values: Vec<f32>, dims: [usize; 2], like: &Tensor<I, 2>) -> Tensor<I, 2> {
-    Tensor::from_data(
-        TensorData::new(values, dims),
-        (&like.device(), like.dtype()),
-    )
-}
-
 /// What NT-Xent's backward step keeps.
 #[derive(Debug, Clone)]
 struct NtXentState<I: Backend> {
     normalised: Normalised<I>,
+    /// `[M, D]`: each anchor's positive, the unit rows with the views' halves swapped.
+    partners: Tensor<I, 2>,
     /// `[M, M]`: `e^(l − m)` a row (zero on the diagonal).
     exponentials: Tensor<I, 2>,
     /// `[M, 1]`: their row sums.
     sums: Tensor<I, 2>,
-    /// `[M, M]`: one at each anchor's positive.
-    positives: Tensor<I, 2>,
     temperature: f64,
 }
 
@@ -106,20 +100,23 @@ impl<I: Backend> Backward<I, 1> for NtXentBackward {
         let Some(node) = node else { return };
         let NtXentState {
             normalised,
+            partners,
             exponentials,
             sums,
-            positives,
             temperature,
         } = ops.state;
-        let anchors = positives.dims()[0];
-        // `∂l = (softmax − y)·g/M`; the logits are `ẑẑᵀ/τ`, so `∂ẑ = (∂l + ∂lᵀ)·ẑ/τ`.
+        let anchors = partners.dims()[0];
+        // `∂l = (softmax − y)·g/M` and the logits are `ẑẑᵀ/τ`, so `∂ẑ = (∂l + ∂lᵀ)·ẑ/τ`; the
+        // one-hot rows `y` swap the views' halves and are symmetric, so their share is
+        // `−2·g/(Mτ)` times the partners.
         let g = Tensor::<I, 1>::from_primitive(TensorPrimitive::Float(grad))
             .mul_scalar(1.0 / (anchors as f64 * temperature))
             .reshape([1, 1]);
-        let dl = (exponentials / sums - positives) * g;
-        let dl = dl.clone() + dl.transpose();
+        let softmax = exponentials / sums * g.clone();
         let rows = normalised.rows.clone();
-        let dz = normalised.backward(dl.matmul(rows));
+        let d_rows =
+            (softmax.clone() + softmax.transpose()).matmul(rows) - partners * g.mul_scalar(2.0);
+        let dz = normalised.backward(d_rows);
         grads.register::<I>(node.id, dz.into_primitive().tensor());
     }
 }
@@ -151,32 +148,38 @@ pub fn nt_xent_op<I: Backend, C: CheckpointStrategy>(
     let z = Tensor::<I, 2>::from_primitive(TensorPrimitive::Float(z.primitive));
     let normalised = Normalised::new(z, epsilon);
     let rows = normalised.rows.clone();
-    // The diagonal masked by a constant added (`MASKED_LOGIT`), the positives picked by a
-    // one-hot product: two tensors from the host, where masks made of burn's operations (`eye`,
-    // a comparison, an index and its reshape) are six.
-    let diagonal: Vec<f32> = (0..anchors * anchors)
-        .map(|e| {
-            if e / anchors == e % anchors {
-                MASKED_LOGIT as f32
-            } else {
-                0.0
-            }
-        })
-        .collect();
-    let positives: Vec<f32> = (0..anchors * anchors)
-        .map(|e| f32::from(e % anchors == (e / anchors + batch) % anchors))
-        .collect();
-    let diagonal = constant(diagonal, [anchors, anchors], &rows);
-    let positives = constant(positives, [anchors, anchors], &rows);
+    let device = rows.device();
+    let inverse = 1.0 / temperature;
+    // Each anchor's positive by a row product with its partner (the views' halves swapped),
+    // and the diagonal's mask from one index of the rows compared with itself: both made on
+    // the device from `M` values, where one-hot or mask matrices from the host would be `M²`.
+    let partners = Tensor::cat(
+        vec![
+            rows.clone().narrow(0, batch, batch),
+            rows.clone().narrow(0, 0, batch),
+        ],
+        0,
+    );
+    let positive = (rows.clone() * partners.clone())
+        .sum_dim(1)
+        .mul_scalar(inverse);
+    let index = Tensor::<I, 1>::from_data(
+        TensorData::new(
+            (0..anchors).map(|i| i as f32).collect::<Vec<_>>(),
+            [anchors],
+        ),
+        (&device, DType::F32),
+    );
+    let diagonal =
+        (index.clone().reshape([anchors, 1]) - index.reshape([1, anchors])).equal_elem(0.0);
     let logits = rows
         .clone()
         .matmul(rows.transpose())
-        .mul_scalar(1.0 / temperature)
-        + diagonal;
+        .mul_scalar(inverse)
+        .mask_fill(diagonal, MASKED_LOGIT);
     let max = logits.clone().max_dim(1);
-    let exponentials = (logits.clone() - max.clone()).exp();
+    let exponentials = (logits - max.clone()).exp();
     let sums = exponentials.clone().sum_dim(1);
-    let positive = (logits * positives.clone()).sum_dim(1);
     let loss = (sums.clone().log() + max - positive)
         .mean()
         .into_primitive()
@@ -189,9 +192,9 @@ pub fn nt_xent_op<I: Backend, C: CheckpointStrategy>(
         OpsKind::Tracked(prep) => prep.finish(
             NtXentState {
                 normalised,
+                partners,
                 exponentials,
                 sums,
-                positives,
                 temperature,
             },
             loss,
@@ -263,7 +266,8 @@ impl<I: Backend> Backward<I, 1> for InfoNceBackward {
 /// - `q`, `k`: `[N, D]`; `queue`: `[K, D]`; output: `[1]`
 ///
 /// # Panics
-/// If `q` and `k` differ in shape or the queue in width.
+/// If `q` and `k` differ in shape or the queue in width. (An empty batch or queue gives a NaN
+/// here; `kernels::info_nce` hands such inputs back to the composed form, which refuses them.)
 pub fn info_nce_op<I: Backend, C: CheckpointStrategy>(
     q: Tensor<Autodiff<I, C>, 2>,
     k: Tensor<Autodiff<I, C>, 2>,
