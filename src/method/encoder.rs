@@ -277,21 +277,18 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> PredictedWithCopy<B, M> {
                 .passes(&self.online, views.clone(), true, |net, x, groups| {
                     (net.forward_grouped(x, groups).1, ())
                 });
-        let copy = self.copy.network();
-        let projections = self.view_threads.both(views, |x, groups| {
-            copy.forward_grouped(x.detach(), groups).detach()
-        });
-        let embeddings = projections.clone();
-        self.copy
-            .output(loss(predictions, projections), progress, embeddings)
+        self.copy_step(views, progress, |projections| {
+            loss(predictions, projections)
+        })
     }
 
     /// [`PredictedWithCopy::step`] with the online predictions stacked, `[p1; p2]`, when the
     /// views go through the networks as one batch
-    /// ([`ViewThreads::stacked`](super::branches::ViewThreads::stacked)): `loss` receives them
-    /// and the copy's projections of the two views, never split (on a fusion backend the
-    /// split's slices and the gradient's copies back into one tensor cost operations of the
-    /// stream). `Err` with the views otherwise, for [`PredictedWithCopy::step`].
+    /// ([`ViewThreads::stacked`](super::branches::ViewThreads::stacked)): `loss` receives them,
+    /// not split (on a fusion backend the split's slices under autodiff and the gradient's
+    /// copies back into one tensor cost operations of the stream), and the copy's projections
+    /// of the two views (detached, split as in [`PredictedWithCopy::step`]). `Err` with the
+    /// views otherwise, for [`PredictedWithCopy::step`].
     ///
     /// # Shapes
     /// - `views`: two `[N, C, H, W]`; `loss` receives `[2N, prediction_dim]` and two
@@ -311,14 +308,25 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> PredictedWithCopy<B, M> {
                 Ok(predictions) => predictions,
                 Err(_) => return Err(views),
             };
+        Ok(self.copy_step(views, progress, |projections| {
+            loss(predictions, projections)
+        }))
+    }
+
+    /// The copy's projections of `views` (detached) into `loss`, and the step's output: that
+    /// loss, the copy's momentum at `progress` and the projections as the step's embeddings.
+    fn copy_step(
+        &mut self,
+        views: [Tensor<B, 4>; 2],
+        progress: Progress,
+        loss: impl FnOnce([Tensor<B, 2>; 2]) -> Tensor<B, 1>,
+    ) -> MethodOutput<B> {
         let copy = self.copy.network();
         let projections = self.view_threads.both(views, |x, groups| {
             copy.forward_grouped(x.detach(), groups).detach()
         });
         let embeddings = projections.clone();
-        Ok(self
-            .copy
-            .output(loss(predictions, projections), progress, embeddings))
+        self.copy.output(loss(projections), progress, embeddings)
     }
 
     /// The method became one replica of a data-parallel run: the views' passes stay on its

@@ -203,9 +203,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SimClr<B, M> {
     }
 
     /// Plain NT-Xent on one device at a step without the attack, the views through the
-    /// networks as one batch: the loss of the stacked projections, never split (on a fusion
-    /// backend the split's two slices, the loss's concatenation of them and the gradient's
-    /// copies back into one tensor were nine operations a step). `Err` with the views otherwise.
+    /// networks as one batch: the loss of the stacked projections, not split for it (on a
+    /// fusion backend the split's two slices under autodiff, the loss's concatenation of them
+    /// and the gradient's copies back into one tensor were nine operations a step; the step's
+    /// embeddings are slices of the detached projections). `Err` with the views otherwise.
     fn stacked_nt_xent(
         &mut self,
         views: [Tensor<B, 4>; 2],
