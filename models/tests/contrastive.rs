@@ -2,27 +2,15 @@
 //! backends) against the composed forms of burn's operations and against central differences
 //! of the losses computed by hand, in f64.
 
-use burn::backend::{ndarray::NdArray, Autodiff};
 use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
-use burn::tensor::{DType, TensorData};
+use burn::tensor::TensorData;
 use curriculum_ssl_models::kernels::contrastive_op::{info_nce_op, nt_xent_op};
 
-type B = Autodiff<NdArray<f64>>;
+use crate::common::{f64s, values, Exact as B};
 
 const EPSILON: f64 = 1e-12;
 const TEMPERATURE: f64 = 0.3;
-
-fn f64s(v: &[f64], dims: [usize; 2]) -> Tensor<B, 2> {
-    Tensor::from_data(
-        TensorData::new(v.to_vec(), dims),
-        (&Default::default(), DType::F64),
-    )
-}
-
-fn values<K: Backend, const D: usize>(t: Tensor<K, D>) -> Vec<f64> {
-    t.into_data().to_vec().unwrap()
-}
 
 /// `x / √max(Σx², ε²)` a row, as `loss::l2_normalize` composes it.
 fn normalise(x: Tensor<B, 2>) -> Tensor<B, 2> {

@@ -1,25 +1,12 @@
 //! `kernels::cosine_op::mean_cosine_op` (the negative cosine loss's operation on the GPU
 //! backends) against the composed form and against central differences, in f64.
 
-use burn::backend::{ndarray::NdArray, Autodiff};
 use burn::prelude::*;
-use burn::tensor::{DType, TensorData};
 use curriculum_ssl_models::kernels::cosine_op::mean_cosine_op;
 
-type B = Autodiff<NdArray<f64>>;
+use crate::common::{f64s, values, Exact as B};
 
 const EPSILON: f64 = 1e-12;
-
-fn f64s(v: &[f64], dims: [usize; 2]) -> Tensor<B, 2> {
-    Tensor::from_data(
-        TensorData::new(v.to_vec(), dims),
-        (&Default::default(), DType::F64),
-    )
-}
-
-fn values<K: Backend, const D: usize>(t: Tensor<K, D>) -> Vec<f64> {
-    t.into_data().to_vec().unwrap()
-}
 
 /// The loss as `loss::NegativeCosineLoss` composes it: `x / √max(Σx², ε²)` a row, the rows'
 /// products summed and averaged, the targets detached.

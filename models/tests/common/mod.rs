@@ -10,6 +10,22 @@ pub type Infer = burn::backend::Flex;
 /// Training backend (autodiff: batch norm uses batch statistics and updates running averages).
 pub type Train = burn::backend::Autodiff<burn::backend::Flex>;
 
+/// Exact-gradient backend of the kernels' operation tests (`contrastive`, `cosine`).
+pub type Exact = burn::backend::Autodiff<burn::backend::ndarray::NdArray<f64>>;
+
+/// A `[rows, cols]` f64 matrix of `v` on [`Exact`].
+pub fn f64s(v: &[f64], dims: [usize; 2]) -> Tensor<Exact, 2> {
+    Tensor::from_data(
+        burn::tensor::TensorData::new(v.to_vec(), dims),
+        (&Default::default(), burn::tensor::DType::F64),
+    )
+}
+
+/// A tensor's values as f64s (of an f64 tensor).
+pub fn values<K: Backend, const D: usize>(t: Tensor<K, D>) -> Vec<f64> {
+    t.into_data().to_vec().unwrap()
+}
+
 /// Largest absolute difference between two tensors of the same shape.
 pub fn max_abs_diff<B: Backend, const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>) -> f32 {
     assert_eq!(a.dims(), b.dims(), "shapes differ");
