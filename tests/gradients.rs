@@ -1063,3 +1063,29 @@ fn a_vit_block_and_its_gelu_have_exact_gradients() {
         "burn's own GELU became exact ({burn_gelu:e}): models/src/layers.rs can use it again"
     );
 }
+
+/// A division by a scalar back-propagates `grad / τ` in f64, not `grad · (1/τ)` with `1/τ`
+/// rounded to f32 as burn-autodiff 0.21.0 does (its third patch in this workspace,
+/// vendor/burn-autodiff/PATCHED.md): every composed loss divides by its temperature. The
+/// gradient of `Σ x/τ` is `1/τ` exactly as IEEE-754 division rounds it, so the check is equality
+/// to the bit on every CPU. Upstream's gives `1/0.07` as 14.285714149475098 (f32's reciprocal of
+/// f32's 0.07), 9.5e-9 relative off; `1/3` as 0.3333333432674408, 3.0e-8 off.
+#[test]
+fn a_division_by_a_scalar_back_propagates_in_f64() {
+    for (temperature, values) in [
+        (0.07_f64, vec![0.3, -1.2, 2.5]),
+        (3.0, vec![1.0, 0.0, -4.0]),
+    ] {
+        let x = tensor::<ExactAd>(&values, 1, 3).require_grad();
+        let gradients = (x.clone() / temperature).sum().backward();
+        let gradient = x.grad(&gradients).expect("x is tracked");
+        for g in gradient.into_data().to_vec::<f64>().unwrap() {
+            assert_eq!(
+                g.to_bits(),
+                (1.0 / temperature).to_bits(),
+                "∂(Σx/{temperature})/∂x = {g:e}, not 1/{temperature} = {:e}",
+                1.0 / temperature
+            );
+        }
+    }
+}

@@ -672,8 +672,8 @@ pub fn stochastic_depth<B: Backend>(x: Tensor<B, 4>, p: f64) -> Tensor<B, 4> {
     let survival = 1.0 - p;
     let [n, ..] = x.dims();
     let mask = Tensor::<B, 4>::random([n, 1, 1, 1], Distribution::Bernoulli(survival), &x.device());
-    // A quotient kept (the mask carries no gradient, so burn's f32 derivative of `div_scalar`
-    // does not apply): not differentiated.
+    // A quotient kept (the mask carries no gradient, so upstream burn-autodiff's f32
+    // derivative of `div_scalar` does not apply): not differentiated.
     x.mul(mask.div_scalar(survival))
 }
 

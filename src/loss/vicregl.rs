@@ -267,8 +267,9 @@ fn local_vicreg<B: Backend>(
 }
 
 /// `mean_{k,e} max(0, 1 − √(Var_n x[·,k,e] + ε))` with the unbiased variance, of `[N, K, E]`.
-/// (The loss multiplies by inverses rather than dividing by scalars: burn 0.21's autodiff
-/// back-propagates a `div_scalar` through its divisor's f32 inverse.)
+/// (The loss multiplies by inverses rather than dividing by scalars: upstream burn-autodiff
+/// 0.21 back-propagates a `div_scalar` through its divisor's f32 inverse; patched in this
+/// workspace, not in one that embeds the crate.)
 fn variance_term<B: Backend>(x: Tensor<B, 3>, eps: f64) -> Tensor<B, 1> {
     let n = x.dims()[0];
     let centred = x.clone() - x.mean_dim(0);

@@ -224,8 +224,8 @@ pub(crate) fn hidden_mean<B: Backend>(errors: Tensor<B, 2>, mask: &PatchMask) ->
     let [n, l] = errors.dims();
     let hidden = mask.hidden_weights::<B>(&errors.device());
     let count = (n * (l - mask.visible())) as f64;
-    // A product, not `div_scalar`: burn-autodiff 0.21 takes a scalar division's derivative
-    // in f32.
+    // A product, not `div_scalar`: upstream burn-autodiff 0.21 takes a scalar division's
+    // derivative in f32 (patched in this workspace, not in one that embeds the crate).
     (errors * hidden).sum().mul_scalar(1.0 / count.max(1.0))
 }
 

@@ -184,8 +184,8 @@ impl<B: Backend, M: Backbone<B> + AsVit<B>> SimMim<B, M> {
     /// - `images`: `[N, C, H, W]` → `[1]`
     pub fn loss(&self, images: Tensor<B, 4>, mask: &UnitMask) -> Tensor<B, 1> {
         let (error, count) = self.hidden_error(images, mask);
-        // A product, not `div_scalar`: burn-autodiff 0.21 takes a scalar division's derivative
-        // in f32.
+        // A product, not `div_scalar`: upstream burn-autodiff 0.21 takes a scalar division's
+        // derivative in f32 (patched in this workspace, not in one that embeds the crate).
         error.mul_scalar(1.0 / count.max(1) as f64)
     }
 }
