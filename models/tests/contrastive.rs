@@ -175,6 +175,8 @@ fn nt_xent_op_equals_the_composed_form_and_central_differences() {
 
 /// As above for InfoNCE: four queries (one zero, one of norm ~1e-14) against their keys and a
 /// queue of six unit rows; `k` and the queue are tracked and get no gradient from either form.
+/// The unit queries the operation hands back are `q / max(‖q‖, ε)` by hand (1e-15; the zero
+/// row stays zero, the tiny one is floored), untracked.
 #[test]
 fn info_nce_op_equals_the_composed_form_and_central_differences() {
     let (rows, d, queue_len) = (4, 5, 6);
@@ -194,7 +196,16 @@ fn info_nce_op_equals_the_composed_form_and_central_differences() {
         let k = f64s(&ks, [rows, d]).require_grad();
         let bank = f64s(&queue, [queue_len, d]).require_grad();
         let out = if op {
-            info_nce_op(q.clone(), k.clone(), bank.clone(), TEMPERATURE, EPSILON)
+            let (out, unit) = info_nce_op(q.clone(), k.clone(), bank.clone(), TEMPERATURE, EPSILON);
+            assert!(!unit.is_require_grad(), "the unit queries are tracked");
+            for (row, got) in values(unit.inner()).chunks(d).enumerate() {
+                let q = &qs[row * d..(row + 1) * d];
+                let norm = q.iter().map(|v| v * v).sum::<f64>().sqrt().max(EPSILON);
+                for (g, v) in got.iter().zip(q) {
+                    assert!((g - v / norm).abs() < 1e-15, "unit query {row}: {got:?}");
+                }
+            }
+            out
         } else {
             info_nce_composed(q.clone(), k.clone(), bank.clone())
         };
@@ -242,7 +253,7 @@ fn untracked_inputs_give_the_same_values() {
     assert_eq!(values(tracked.inner()), values(plain.clone().inner()));
     assert!(!plain.is_require_grad());
     let q = f64s(&zs, [rows, d]);
-    let loss = info_nce_op(
+    let (loss, _) = info_nce_op(
         q.clone(),
         q.clone().add_scalar(0.5),
         q,

@@ -124,6 +124,21 @@ impl InfoNceLoss {
         k: Tensor<B, 2>,
         queue: Tensor<B, 2>,
     ) -> Tensor<B, 1> {
+        self.forward_with_queries(q, k, queue).0
+    }
+
+    /// [`Self::forward`], and the unit queries `q / max(‖q‖, ε)` it compared, detached: the
+    /// normalised projections a caller would otherwise compute a second time (MoCo's step
+    /// embeddings).
+    ///
+    /// # Shapes
+    /// - `q`, `k`: `[B, D]`; `queue`: `[K, D]`; output: `[1]` and `[B, D]`
+    pub fn forward_with_queries<B: Backend>(
+        &self,
+        q: Tensor<B, 2>,
+        k: Tensor<B, 2>,
+        queue: Tensor<B, 2>,
+    ) -> (Tensor<B, 1>, Tensor<B, 2>) {
         // On wgpu and CUDA one operation with its gradient written out; elsewhere composed.
         let (q, k, queue) = match curriculum_ssl_models::kernels::info_nce(
             q,
@@ -132,11 +147,13 @@ impl InfoNceLoss {
             self.temperature,
             NORM_FLOOR,
         ) {
-            Ok(loss) => return loss,
+            Ok(output) => return output,
             Err(input) => input,
         };
         let sims = QueueSimilarities::new("InfoNCE", q, k, queue);
-        (sims.log_partition(self.temperature) - sims.positive / self.temperature).mean()
+        let queries = sims.queries.clone().detach();
+        let loss = (sims.log_partition(self.temperature) - sims.positive / self.temperature).mean();
+        (loss, queries)
     }
 
     /// Symmetric InfoNCE: `forward(q1, k2, queue) + forward(q2, k1, queue)` (a sum, as in the

@@ -175,6 +175,21 @@ impl SoftNceLoss {
         queue: Tensor<B, 2>,
         progress: Progress,
     ) -> Tensor<B, 1> {
+        self.forward_with_queries(q, k, queue, progress).0
+    }
+
+    /// [`Self::forward`], and the unit queries `q / max(‖q‖, ε)` it compared, detached (as
+    /// [`InfoNceLoss::forward_with_queries`](super::InfoNceLoss::forward_with_queries)).
+    ///
+    /// # Shapes
+    /// - `q`, `k`: `[B, D]`; `queue`: `[K_queue, D]`; output: `[1]` and `[B, D]`
+    pub fn forward_with_queries<B: Backend>(
+        &self,
+        q: Tensor<B, 2>,
+        k: Tensor<B, 2>,
+        queue: Tensor<B, 2>,
+        progress: Progress,
+    ) -> (Tensor<B, 1>, Tensor<B, 2>) {
         let queue_len = queue.dims()[0];
         assert!(
             self.top_k <= queue_len,
@@ -183,10 +198,14 @@ impl SoftNceLoss {
             queue.dims()
         );
         let sims = QueueSimilarities::new("SoftNCE", q, k, queue);
+        let queries = sims.queries.clone().detach();
         let alpha = self.alpha_at(progress);
         if alpha >= 1.0 {
             let log_partition = sims.log_partition(self.temperature);
-            return (log_partition - sims.positive / self.temperature).mean();
+            return (
+                (log_partition - sims.positive / self.temperature).mean(),
+                queries,
+            );
         }
         let device = sims.negatives.device();
         // The selection also yields each row's largest similarity, the log-sum-exp's shift.
@@ -213,7 +232,8 @@ impl SoftNceLoss {
             &device,
         )
         .reshape([1, self.top_k]);
-        (per_row - (values * beta).sum_dim(1) / self.temperature).mean()
+        let loss = (per_row - (values * beta).sum_dim(1) / self.temperature).mean();
+        (loss, queries)
     }
 
     /// Symmetric SoftNCE: `forward(q1, k2) + forward(q2, k1)` against the same queue.

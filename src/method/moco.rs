@@ -309,16 +309,18 @@ impl<B: Backend, M: Backbone<B>> Moco<B, M> {
         (replica.own_rows(all.clone()), Some(all))
     }
 
+    /// The queue loss of the queries `q` against their keys `k` and the queue, and the unit
+    /// queries it compared (detached: the step's embeddings).
     fn queue_loss(
         &self,
         q: Tensor<B, 2>,
         k: Tensor<B, 2>,
         queue: Tensor<B, 2>,
         progress: Progress,
-    ) -> Tensor<B, 1> {
+    ) -> (Tensor<B, 1>, Tensor<B, 2>) {
         match &self.loss {
-            QueueLoss::Info(loss) => loss.forward(q, k, queue),
-            QueueLoss::Soft(loss) => loss.forward(q, k, queue, progress),
+            QueueLoss::Info(loss) => loss.forward_with_queries(q, k, queue),
+            QueueLoss::Soft(loss) => loss.forward_with_queries(q, k, queue, progress),
         }
     }
 }
@@ -376,12 +378,15 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Moco<B, M> {
                     });
             // Both orderings in one call: twice the mean over the 2B rows is the sum of the two
             // means, with half the ops and one product against the queue.
-            let loss = self.queue_loss(
-                Tensor::cat(vec![q1.clone(), q2], 0),
+            let [rows, _] = q1.dims();
+            let (loss, queries) = self.queue_loss(
+                Tensor::cat(vec![q1, q2], 0),
                 Tensor::cat(vec![k2.clone(), k1.clone()], 0),
                 queue,
                 progress,
-            ) * 2.0;
+            );
+            let q1 = queries.slice(0..rows);
+            let loss = loss * 2.0;
             let keys = match (all_k1, all_k2) {
                 // The one-device order: every image's first-view keys, then its second-view's.
                 (Some(all_k1), Some(all_k2)) => Tensor::cat(vec![all_k1, all_k2], 0),
@@ -392,10 +397,11 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Moco<B, M> {
             let (k2, all_k2) = self.keys(view2.clone(), progress.step, 2);
             let q1 = self.online.forward(view1);
             let keys = all_k2.unwrap_or_else(|| k2.clone());
-            let loss = self.queue_loss(q1.clone(), k2.clone(), queue, progress);
+            let (loss, q1) = self.queue_loss(q1, k2.clone(), queue, progress);
             (k2, loss, keys, q1)
         };
-        let embeddings = [l2_normalize(q1), k2];
+        // The unit queries the loss compared, detached (not normalised a second time).
+        let embeddings = [q1, k2];
         self.queue.stage(keys);
         let output = self.key.output(loss, progress, embeddings);
         match &self.loss {
@@ -485,5 +491,49 @@ mod tests {
             "the other slots are kept"
         );
         assert_eq!(m.queue().pointer(), 4);
+    }
+
+    /// The step's embeddings are the online projections of the first view as unit rows and
+    /// their keys, detached — with InfoNCE and SoftNCE, one-sided and symmetric (where the
+    /// queries come out of the loss's two-ordering batch): the values by the definition on the
+    /// host, 1e-12.
+    #[test]
+    fn the_embeddings_are_the_unit_queries_and_the_keys_detached() {
+        let device = Default::default();
+        for (symmetric, soft) in [(false, false), (true, false), (false, true), (true, true)] {
+            let mut m = crate::method::init_method::<Ad, _, ConfigError>(&device, 4, |d| {
+                MocoConfig::new()
+                    .with_hidden_dim(Some(8))
+                    .with_output_dim(4)
+                    .with_queue_size(8)
+                    .with_symmetric(symmetric)
+                    .with_soft_nce(soft.then(|| SoftNceLossConfig::new().with_top_k(2)))
+                    .init(|d| Tiny::new(16, 6, d), 4, d)
+            })
+            .unwrap();
+            let (v1, v2) = (images::<Ad>(4, 0.0), images::<Ad>(4, 1.0));
+            let q = host(m.online().forward(v1.clone()));
+            let k = host(l2_normalize(m.key_encoder().network().forward(v2.clone())));
+            let out = m.forward(v1, v2, progress(0, 10, 0, 1));
+            let [queries, keys] = out.embeddings.expect("MoCo gives two embeddings");
+            let case = format!("symmetric {symmetric}, SoftNCE {soft}");
+            assert!(
+                !queries.is_require_grad() && !keys.is_require_grad(),
+                "{case}"
+            );
+            assert_eq!(queries.dims(), [4, 4], "{case}");
+            let unit: Vec<f64> = rows(&q, 4)
+                .into_iter()
+                .flat_map(|row| {
+                    let norm = row.iter().map(|v| v * v).sum::<f64>().sqrt();
+                    row.iter().map(move |v| v / norm)
+                })
+                .collect();
+            for (got, want) in [(host(queries), unit), (host(keys), k)] {
+                for (g, w) in got.iter().zip(&want) {
+                    assert!((g - w).abs() < 1e-12, "{case}: {got:?} vs {want:?}");
+                }
+            }
+        }
     }
 }

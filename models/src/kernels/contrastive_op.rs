@@ -260,10 +260,12 @@ impl<I: Backend> Backward<I, 1> for InfoNceBackward {
 /// `[q̂_i·k̂_i, q̂_i·queue_j] / τ` with the positive at index 0, and the mean over the rows of
 /// `−log softmax` at the positive — `loss::InfoNceLoss`'s value, with its gradient written
 /// out. Only `q` gets a gradient: `k` and the queue are read as constants, their graphs not
-/// followed (the stop-gradient of the composed form).
+/// followed (the stop-gradient of the composed form). Returns the loss and the unit queries
+/// `q̂` it computed, untracked (no graph: what MoCo hands its hooks as the step's embeddings,
+/// without normalising the queries a second time).
 ///
 /// # Shapes
-/// - `q`, `k`: `[N, D]`; `queue`: `[K, D]`; output: `[1]`
+/// - `q`, `k`: `[N, D]`; `queue`: `[K, D]`; output: `[1]` and `[N, D]`
 ///
 /// # Panics
 /// If `q` and `k` differ in shape or the queue in width. (An empty batch or queue gives a NaN
@@ -274,7 +276,7 @@ pub fn info_nce_op<I: Backend, C: CheckpointStrategy>(
     queue: Tensor<Autodiff<I, C>, 2>,
     temperature: f64,
     epsilon: f64,
-) -> Tensor<Autodiff<I, C>, 1> {
+) -> (Tensor<Autodiff<I, C>, 1>, Tensor<Autodiff<I, C>, 2>) {
     assert_eq!(q.dims(), k.dims(), "InfoNCE: q and k differ in shape");
     assert_eq!(
         q.dims()[1],
@@ -288,6 +290,7 @@ pub fn info_nce_op<I: Backend, C: CheckpointStrategy>(
     let q = Tensor::<I, 2>::from_primitive(TensorPrimitive::Float(q.primitive));
     let normalised = Normalised::new(q, epsilon);
     let rows = normalised.rows.clone();
+    let unit_queries = Tensor::from_inner(rows.clone());
     let inverse = 1.0 / temperature;
     let positive = (rows.clone() * keys.clone()).sum_dim(1).mul_scalar(inverse);
     let negatives = rows.matmul(queue.clone().transpose()).mul_scalar(inverse);
@@ -318,5 +321,8 @@ pub fn info_nce_op<I: Backend, C: CheckpointStrategy>(
         ),
         OpsKind::UnTracked(prep) => prep.finish(loss),
     };
-    Tensor::from_primitive(TensorPrimitive::Float(out))
+    (
+        Tensor::from_primitive(TensorPrimitive::Float(out)),
+        unit_queries,
+    )
 }

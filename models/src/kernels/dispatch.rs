@@ -771,8 +771,8 @@ pub fn linear<B: Backend, const D: usize>(
 /// (`tests/methods.rs`, `mae_matches_lightly_in_f64`; `tests/gradients.rs`, the ViT block's).
 /// `erf`'s backward is exact everywhere.
 pub fn gelu_composed<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    // A product, not `div_scalar(√2)`: burn-autodiff 0.21 takes a scalar division's
-    // derivative in f32.
+    // A product, not `div_scalar(√2)`: upstream burn-autodiff 0.21 takes a scalar division's
+    // derivative in f32 (patched in this workspace, not in one that embeds the crate).
     x.clone() * (x.mul_scalar(core::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5
 }
 
@@ -854,10 +854,11 @@ pub fn nt_xent<B: Backend>(
 /// normalised with norms clamped below at `epsilon`, the queue's rows as stored, and the
 /// gradient reaching `q` only, as one autodiff operation on the wgpu and CUDA backends
 /// ([`contrastive_op::info_nce_op`](super::contrastive_op::info_nce_op)): `Ok` with the mean
-/// over the rows, `[1]`; else `Err((q, k, queue))` for the caller's composed form.
+/// over the rows, `[1]`, and the unit queries, untracked; else `Err((q, k, queue))` for the
+/// caller's composed form.
 ///
 /// # Shapes
-/// - `q`, `k`: `[N, D]`; `queue`: `[K, D]`; output: `[1]`
+/// - `q`, `k`: `[N, D]`; `queue`: `[K, D]`; output: `[1]` and `[N, D]`
 pub fn info_nce<B: Backend>(
     q: Tensor<B, 2>,
     k: Tensor<B, 2>,
@@ -869,7 +870,7 @@ pub fn info_nce<B: Backend>(
     if q.dims() != k.dims() || width != queue_width || rows == 0 || queue_len == 0 {
         return Err((q, k, queue));
     }
-    let route = Route::<_, Tensor<B, 1>>::new((q, k, queue));
+    let route = Route::<_, (Tensor<B, 1>, Tensor<B, 2>)>::new((q, k, queue));
     #[cfg(all(not(test), feature = "wgpu"))]
     let route = route.on_erased::<Ad<burn::backend::Wgpu>>(|input| {
         super::on_gpu::wgpu::info_nce(input, temperature, epsilon)
@@ -882,8 +883,10 @@ pub fn info_nce<B: Backend>(
     route.result()
 }
 
-/// What [`info_nce`] returns: the loss, or its input handed back (`q`, `k`, the queue).
-pub type InfoNceRoute<B> = Result<Tensor<B, 1>, (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>)>;
+/// What [`info_nce`] returns: the loss and the unit queries, or its input handed back (`q`,
+/// `k`, the queue).
+pub type InfoNceRoute<B> =
+    Result<(Tensor<B, 1>, Tensor<B, 2>), (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>)>;
 
 /// Batch norm in training as one autodiff operation with a backward step of its own, outside
 /// a synchronised (data-parallel) batch norm ([`crate::replica_stats`]): on `Autodiff<Flex>`
