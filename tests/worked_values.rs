@@ -91,11 +91,14 @@ fn soft_nce_incremental_alpha_follows_a_cosine_from_one() {
     assert!(err.to_string().contains("alpha_schedule"), "{err}");
 }
 
-/// Relative tolerance of the gradients against lightly's: burn 0.21's autodiff rounds the
-/// scalar of a scalar operation's backward pass to f32 (`div_scalar(3.0)` back-propagates
-/// `1/3` with a relative error of 3.0e-8, the means and temperatures likewise), so f64 gradients
-/// carry errors of a few 1e-8 while the values agree to 1e-13.
-const GRADIENT_TOLERANCE: f64 = 1e-7;
+/// Relative tolerance of the gradients against lightly's. Upstream burn-autodiff 0.21
+/// back-propagates a division by a scalar through the divisor's f32 reciprocal (`/ 3.0` as
+/// `· 0.3333333432674408`, 3.0e-8 off; the temperatures likewise), and the tests needed 1e-7
+/// for gradients whose values agree to 1e-13. With this workspace's patch
+/// (vendor/burn-autodiff/PATCHED.md) every gradient check of this file passes at 1e-12 (the
+/// 2-core AMD EPYC, 2026-12-07); 1e-10 leaves a hundredfold for other CPUs' summation orders
+/// and still fails an f32 reciprocal (≥ 9.5e-9 at τ = 0.07).
+const GRADIENT_TOLERANCE: f64 = 1e-10;
 
 /// A loss of two views' projections.
 type PairLoss<B> =
@@ -104,7 +107,7 @@ type PairLoss<B> =
 /// The losses of the method table against lightly's own implementations in float64
 /// (`tests/pytorch/ssl_losses.py` wrote `tests/fixtures/ssl_losses.json`): the value and the
 /// gradients with respect to both views, to 1e-12 and [`GRADIENT_TOLERANCE`] relative (all pass at
-/// 1e-13 and 5e-8).
+/// 1e-13 and 1e-12).
 #[test]
 fn barlow_twins_vicreg_dcl_dclw_macl_frossl_directclr_lejepa_equal_lightly_values_and_gradients() {
     use burn::prelude::*;

@@ -255,6 +255,9 @@ impl<I: Backend> Backward<I, 1> for InfoNceBackward {
     }
 }
 
+/// What [`info_nce_op`] returns: the loss `[1]` and the unit queries `[N, D]`, untracked.
+pub type LossAndUnitQueries<B> = (Tensor<B, 1>, Tensor<B, 2>);
+
 /// InfoNCE against a queue (MoCo's loss) under autodiff on any backend: queries `q` and keys
 /// `k` normalised (norms clamped below at `epsilon`), the queue's rows used as stored, logits
 /// `[q̂_i·k̂_i, q̂_i·queue_j] / τ` with the positive at index 0, and the mean over the rows of
@@ -276,7 +279,7 @@ pub fn info_nce_op<I: Backend, C: CheckpointStrategy>(
     queue: Tensor<Autodiff<I, C>, 2>,
     temperature: f64,
     epsilon: f64,
-) -> (Tensor<Autodiff<I, C>, 1>, Tensor<Autodiff<I, C>, 2>) {
+) -> LossAndUnitQueries<Autodiff<I, C>> {
     assert_eq!(q.dims(), k.dims(), "InfoNCE: q and k differ in shape");
     assert_eq!(
         q.dims()[1],

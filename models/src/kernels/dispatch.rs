@@ -885,8 +885,10 @@ pub fn info_nce<B: Backend>(
 
 /// What [`info_nce`] returns: the loss and the unit queries, or its input handed back (`q`,
 /// `k`, the queue).
-pub type InfoNceRoute<B> =
-    Result<(Tensor<B, 1>, Tensor<B, 2>), (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>)>;
+pub type InfoNceRoute<B> = Result<
+    super::contrastive_op::LossAndUnitQueries<B>,
+    (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>),
+>;
 
 /// Batch norm in training as one autodiff operation with a backward step of its own, outside
 /// a synchronised (data-parallel) batch norm ([`crate::replica_stats`]): on `Autodiff<Flex>`
