@@ -174,9 +174,11 @@ fn nt_xent_op_equals_the_composed_form_and_central_differences() {
 }
 
 /// As above for InfoNCE: four queries (one zero, one of norm ~1e-14) against their keys and a
-/// queue of six unit rows; `k` and the queue are tracked and get no gradient from either form.
-/// The unit queries the operation hands back are `q / max(‖q‖, ε)` by hand (1e-15; the zero
-/// row stays zero, the tiny one is floored), untracked.
+/// queue of six unit rows; the operation takes the keys as unit rows, the composed form
+/// normalises them; the keys (either form's) and the queue are tracked and
+/// get no gradient from either form. The unit queries the operation hands back are
+/// `q / max(‖q‖, ε)` by hand (1e-15; the zero row stays zero, the tiny one is floored),
+/// untracked.
 #[test]
 fn info_nce_op_equals_the_composed_form_and_central_differences() {
     let (rows, d, queue_len) = (4, 5, 6);
@@ -195,8 +197,16 @@ fn info_nce_op_equals_the_composed_form_and_central_differences() {
         let q = f64s(&qs, [rows, d]).require_grad();
         let k = f64s(&ks, [rows, d]).require_grad();
         let bank = f64s(&queue, [queue_len, d]).require_grad();
+        // The operation takes unit keys (`loss::InfoNceLoss` normalises a caller's first).
+        let unit_keys = f64s(&unit_rows(&ks, d).concat(), [rows, d]).require_grad();
         let out = if op {
-            let (out, unit) = info_nce_op(q.clone(), k.clone(), bank.clone(), TEMPERATURE, EPSILON);
+            let (out, unit) = info_nce_op(
+                q.clone(),
+                unit_keys.clone(),
+                bank.clone(),
+                TEMPERATURE,
+                EPSILON,
+            );
             assert!(!unit.is_require_grad(), "the unit queries are tracked");
             for (row, got) in values(unit.inner()).chunks(d).enumerate() {
                 let q = &qs[row * d..(row + 1) * d];
@@ -211,6 +221,10 @@ fn info_nce_op_equals_the_composed_form_and_central_differences() {
         };
         let grads = out.clone().mul_scalar(-2.0).sum().backward();
         assert!(k.grad(&grads).is_none(), "k got a gradient (op: {op})");
+        assert!(
+            unit_keys.grad(&grads).is_none(),
+            "the unit keys got a gradient (op: {op})"
+        );
         assert!(
             bank.grad(&grads).is_none(),
             "the queue got a gradient (op: {op})"
@@ -253,13 +267,8 @@ fn untracked_inputs_give_the_same_values() {
     assert_eq!(values(tracked.inner()), values(plain.clone().inner()));
     assert!(!plain.is_require_grad());
     let q = f64s(&zs, [rows, d]);
-    let (loss, _) = info_nce_op(
-        q.clone(),
-        q.clone().add_scalar(0.5),
-        q,
-        TEMPERATURE,
-        EPSILON,
-    );
-    let expected = info_nce_by_hand(&zs, &zs.iter().map(|v| v + 0.5).collect::<Vec<_>>(), &zs, d);
+    let keys: Vec<f64> = unit_rows(&zs.iter().map(|v| v + 0.5).collect::<Vec<_>>(), d).concat();
+    let (loss, _) = info_nce_op(q.clone(), f64s(&keys, [rows, d]), q, TEMPERATURE, EPSILON);
+    let expected = info_nce_by_hand(&zs, &keys, &zs, d);
     assert!(close(values(loss.inner())[0], expected, 1e-13));
 }

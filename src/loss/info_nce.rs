@@ -57,6 +57,16 @@ impl<B: Backend> QueueSimilarities<B> {
     /// Normalises `q` and `k`, detaches `k` and the queue (they get no gradient) and computes
     /// the similarities. The queue rows are used as stored (keys are stored normalised).
     pub(crate) fn new(loss: &str, q: Tensor<B, 2>, k: Tensor<B, 2>, queue: Tensor<B, 2>) -> Self {
+        Self::of_unit_keys(loss, q, l2_normalize(stop_gradient(k)), queue)
+    }
+
+    /// [`Self::new`] for keys that are unit rows already (used as given, detached).
+    pub(crate) fn of_unit_keys(
+        loss: &str,
+        q: Tensor<B, 2>,
+        k: Tensor<B, 2>,
+        queue: Tensor<B, 2>,
+    ) -> Self {
         assert_same_shape(loss, ("q", q.dims()), ("k", k.dims()));
         assert_min_batch(loss, "q", q.dims(), 1);
         let [_, dim] = q.dims();
@@ -69,7 +79,7 @@ impl<B: Backend> QueueSimilarities<B> {
             q.dims()
         );
         let q = l2_normalize(q);
-        let k = l2_normalize(stop_gradient(k));
+        let k = stop_gradient(k);
         let queue = stop_gradient(queue);
         let positive = (q.clone() * k).sum_dim(1);
         let negatives = q.clone().matmul(queue.clone().transpose());
@@ -139,10 +149,21 @@ impl InfoNceLoss {
         k: Tensor<B, 2>,
         queue: Tensor<B, 2>,
     ) -> (Tensor<B, 1>, Tensor<B, 2>) {
+        self.forward_with_unit_keys(q, l2_normalize(stop_gradient(k)), queue)
+    }
+
+    /// [`Self::forward_with_queries`] for keys that are unit rows already, as MoCo's are (it
+    /// normalises them once, for the loss and for its queue): used as given, detached.
+    pub(crate) fn forward_with_unit_keys<B: Backend>(
+        &self,
+        q: Tensor<B, 2>,
+        unit_keys: Tensor<B, 2>,
+        queue: Tensor<B, 2>,
+    ) -> (Tensor<B, 1>, Tensor<B, 2>) {
         // On wgpu and CUDA one operation with its gradient written out; elsewhere composed.
         let (q, k, queue) = match curriculum_ssl_models::kernels::info_nce(
             q,
-            k,
+            unit_keys,
             queue,
             self.temperature,
             NORM_FLOOR,
@@ -150,7 +171,7 @@ impl InfoNceLoss {
             Ok(output) => return output,
             Err(input) => input,
         };
-        let sims = QueueSimilarities::new("InfoNCE", q, k, queue);
+        let sims = QueueSimilarities::of_unit_keys("InfoNCE", q, k, queue);
         let queries = sims.queries.clone().detach();
         let loss = (sims.log_partition(self.temperature) - sims.positive / self.temperature).mean();
         (loss, queries)

@@ -309,8 +309,9 @@ impl<B: Backend, M: Backbone<B>> Moco<B, M> {
         (replica.own_rows(all.clone()), Some(all))
     }
 
-    /// The queue loss of the queries `q` against their keys `k` and the queue, and the unit
-    /// queries it compared (detached: the step's embeddings).
+    /// The queue loss of the queries `q` against their keys `k` (unit rows: InfoNCE takes them
+    /// as given) and the queue, and the unit queries it compared (detached: the step's
+    /// embeddings).
     fn queue_loss(
         &self,
         q: Tensor<B, 2>,
@@ -319,7 +320,7 @@ impl<B: Backend, M: Backbone<B>> Moco<B, M> {
         progress: Progress,
     ) -> (Tensor<B, 1>, Tensor<B, 2>) {
         match &self.loss {
-            QueueLoss::Info(loss) => loss.forward_with_queries(q, k, queue),
+            QueueLoss::Info(loss) => loss.forward_with_unit_keys(q, k, queue),
             QueueLoss::Soft(loss) => loss.forward_with_queries(q, k, queue, progress),
         }
     }

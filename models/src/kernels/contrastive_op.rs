@@ -1,7 +1,7 @@
 //! The two contrastive losses of SimCLR and MoCo, each as one autodiff operation whose backward
 //! step is written out: NT-Xent over a two-view batch ([`nt_xent_op`]) and InfoNCE against a
 //! queue of keys ([`info_nce_op`]). Both normalise their rows (NT-Xent's projections,
-//! InfoNCE's queries and keys; the queue is used as stored) as `x / √max(Σx², ε²)` (PyTorch's
+//! InfoNCE's queries; its keys and queue are unit rows as given) as `x / √max(Σx², ε²)` (PyTorch's
 //! `F.normalize`), take a cross-entropy over cosine similarities divided by a temperature `τ`,
 //! and average it over the anchors.
 //!
@@ -258,35 +258,42 @@ impl<I: Backend> Backward<I, 1> for InfoNceBackward {
 /// What [`info_nce_op`] returns: the loss `[1]` and the unit queries `[N, D]`, untracked.
 pub type LossAndUnitQueries<B> = (Tensor<B, 1>, Tensor<B, 2>);
 
-/// InfoNCE against a queue (MoCo's loss) under autodiff on any backend: queries `q` and keys
-/// `k` normalised (norms clamped below at `epsilon`), the queue's rows used as stored, logits
-/// `[q̂_i·k̂_i, q̂_i·queue_j] / τ` with the positive at index 0, and the mean over the rows of
-/// `−log softmax` at the positive — `loss::InfoNceLoss`'s value, with its gradient written
-/// out. Only `q` gets a gradient: `k` and the queue are read as constants, their graphs not
-/// followed (the stop-gradient of the composed form). Returns the loss and the unit queries
-/// `q̂` it computed, untracked (no graph: what MoCo hands its hooks as the step's embeddings,
-/// without normalising the queries a second time).
+/// InfoNCE against a queue (MoCo's loss) under autodiff on any backend: queries `q` normalised
+/// (norms clamped below at `epsilon`), the keys `k̂` and the queue's rows used as given (unit
+/// rows: MoCo normalises its keys once, for the loss and for its queue; `loss::InfoNceLoss`
+/// normalises a caller's keys before it calls this), logits `[q̂_i·k̂_i, q̂_i·queue_j] / τ`
+/// with the positive at index 0, and the mean over the rows of `−log softmax` at the positive —
+/// `loss::InfoNceLoss`'s value, with its gradient written out. Only `q` gets a gradient: the
+/// keys and the queue are read as constants, their graphs not followed (the stop-gradient of
+/// the composed form). Returns the loss and the unit queries `q̂` it computed, untracked (no
+/// graph: what MoCo hands its hooks as the step's embeddings, without normalising the queries
+/// a second time).
 ///
 /// # Shapes
-/// - `q`, `k`: `[N, D]`; `queue`: `[K, D]`; output: `[1]` and `[N, D]`
+/// - `q`, `unit_keys`: `[N, D]`; `queue`: `[K, D]`; output: `[1]` and `[N, D]`
 ///
 /// # Panics
-/// If `q` and `k` differ in shape or the queue in width. (An empty batch or queue gives a NaN
-/// here; `kernels::info_nce` hands such inputs back to the composed form, which refuses them.)
+/// If `q` and the keys differ in shape or the queue in width. (An empty batch or queue gives a
+/// NaN here; `kernels::info_nce` hands such inputs back to the composed form, which refuses
+/// them.)
 pub fn info_nce_op<I: Backend, C: CheckpointStrategy>(
     q: Tensor<Autodiff<I, C>, 2>,
-    k: Tensor<Autodiff<I, C>, 2>,
+    unit_keys: Tensor<Autodiff<I, C>, 2>,
     queue: Tensor<Autodiff<I, C>, 2>,
     temperature: f64,
     epsilon: f64,
 ) -> LossAndUnitQueries<Autodiff<I, C>> {
-    assert_eq!(q.dims(), k.dims(), "InfoNCE: q and k differ in shape");
+    assert_eq!(
+        q.dims(),
+        unit_keys.dims(),
+        "InfoNCE: q and the keys differ in shape"
+    );
     assert_eq!(
         q.dims()[1],
         queue.dims()[1],
         "InfoNCE: the queue's width is not the queries'"
     );
-    let keys = Normalised::new(k.inner(), epsilon).rows;
+    let keys = unit_keys.inner();
     let queue = queue.inner();
     let q = q.into_primitive().tensor();
     let node = q.node.clone();

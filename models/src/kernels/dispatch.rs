@@ -850,27 +850,27 @@ pub fn nt_xent<B: Backend>(
     route.result()
 }
 
-/// InfoNCE (MoCo's loss) of queries `q` against their keys `k` and a queue, `q` and `k`
-/// normalised with norms clamped below at `epsilon`, the queue's rows as stored, and the
+/// InfoNCE (MoCo's loss) of queries `q` against their unit keys and a queue of unit rows, `q`
+/// normalised with norms clamped below at `epsilon`, the keys and the queue as given, and the
 /// gradient reaching `q` only, as one autodiff operation on the wgpu and CUDA backends
 /// ([`contrastive_op::info_nce_op`](super::contrastive_op::info_nce_op)): `Ok` with the mean
-/// over the rows, `[1]`, and the unit queries, untracked; else `Err((q, k, queue))` for the
-/// caller's composed form.
+/// over the rows, `[1]`, and the unit queries, untracked; else `Err((q, unit_keys, queue))`
+/// for the caller's composed form.
 ///
 /// # Shapes
-/// - `q`, `k`: `[N, D]`; `queue`: `[K, D]`; output: `[1]` and `[N, D]`
+/// - `q`, `unit_keys`: `[N, D]`; `queue`: `[K, D]`; output: `[1]` and `[N, D]`
 pub fn info_nce<B: Backend>(
     q: Tensor<B, 2>,
-    k: Tensor<B, 2>,
+    unit_keys: Tensor<B, 2>,
     queue: Tensor<B, 2>,
     temperature: f64,
     epsilon: f64,
 ) -> InfoNceRoute<B> {
     let ([rows, width], [queue_len, queue_width]) = (q.dims(), queue.dims());
-    if q.dims() != k.dims() || width != queue_width || rows == 0 || queue_len == 0 {
-        return Err((q, k, queue));
+    if q.dims() != unit_keys.dims() || width != queue_width || rows == 0 || queue_len == 0 {
+        return Err((q, unit_keys, queue));
     }
-    let route = Route::<_, (Tensor<B, 1>, Tensor<B, 2>)>::new((q, k, queue));
+    let route = Route::<_, (Tensor<B, 1>, Tensor<B, 2>)>::new((q, unit_keys, queue));
     #[cfg(all(not(test), feature = "wgpu"))]
     let route = route.on_erased::<Ad<burn::backend::Wgpu>>(|input| {
         super::on_gpu::wgpu::info_nce(input, temperature, epsilon)
@@ -884,7 +884,7 @@ pub fn info_nce<B: Backend>(
 }
 
 /// What [`info_nce`] returns: the loss and the unit queries, or its input handed back (`q`,
-/// `k`, the queue).
+/// the unit keys, the queue).
 pub type InfoNceRoute<B> = Result<
     super::contrastive_op::LossAndUnitQueries<B>,
     (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>),
