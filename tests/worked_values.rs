@@ -1562,7 +1562,8 @@ fn supcon_equals_solo_learn_values_and_gradients() {
 /// respect to every view's global and local projections to 1e-12 relative in the Euclidean
 /// norm (and to [`GRADIENT_TOLERANCE`] by the other losses' check). Measured (printed with
 /// `--nocapture`): the values to 2.0e-16, the gradients to 2.7e-16 (every scalar of the loss's
-/// backward pass is an f64: a `div_scalar` would back-propagate its divisor's f32 inverse).
+/// backward pass is an f64: under upstream burn-autodiff a `div_scalar` would back-propagate its
+/// divisor's f32 inverse).
 #[test]
 fn vicregl_equals_lightly_values_and_gradients() {
     let (worst_value, worst_gradient) = check_vicregl_cases();

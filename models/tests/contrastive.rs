@@ -23,8 +23,9 @@ fn normalise(x: Tensor<B, 2>) -> Tensor<B, 2> {
 
 /// NT-Xent as `loss::NtXentLoss` composes it: unit rows, their similarities over `τ`, the
 /// diagonal masked, `−log softmax` at each anchor's positive, averaged. The similarities are
-/// multiplied by `1/τ`, not divided by `τ`: burn-autodiff 0.21 takes a scalar division's
-/// derivative in f32 (the loss's `/ τ` gives gradients 2e-8 apart from the definition's in f64).
+/// multiplied by `1/τ`, not divided by `τ`, as the library writes it: upstream burn-autodiff 0.21
+/// takes a scalar division's derivative in f32 (`/ τ` gave gradients 2e-8 apart from the
+/// definition's in f64; this workspace's copy is patched, vendor/burn-autodiff/PATCHED.md).
 fn nt_xent_composed(z: Tensor<B, 2>) -> Tensor<B, 1> {
     let [rows, _] = z.dims();
     let device = z.device();

@@ -161,8 +161,9 @@ impl CapiLoss {
             assignments.dims(),
             student_logits.dims()
         );
-        // A product with 1/τ rather than a division: burn 0.21's backward of a scalar division
-        // rounds the divisor through f32.
+        // A product with 1/τ rather than a division: upstream burn-autodiff 0.21's backward of a
+        // scalar division rounds the divisor through f32 (patched in this workspace, not in one
+        // that embeds the crate).
         let log_p = curriculum_ssl_models::kernels::log_softmax(
             student_logits.mul_scalar(1.0 / self.student_temperature),
             2,

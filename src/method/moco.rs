@@ -494,10 +494,11 @@ mod tests {
         assert_eq!(m.queue().pointer(), 4);
     }
 
-    /// The step's embeddings are the online projections of the first view as unit rows and
-    /// their keys, detached — with InfoNCE and SoftNCE, one-sided and symmetric (where the
-    /// queries come out of the loss's two-ordering batch): the values by the definition on the
-    /// host, 1e-12.
+    /// The step's embeddings are the online projections of the first view as unit rows (the
+    /// loss's own, not normalised again) and their keys — with InfoNCE and SoftNCE, one-sided
+    /// and symmetric (where the queries come out of the loss's two-ordering batch: the wrong
+    /// half fails): the values by the definition on the host, 1e-12, and detached (as
+    /// `MethodOutput::with_embeddings` makes them).
     #[test]
     fn the_embeddings_are_the_unit_queries_and_the_keys_detached() {
         let device = Default::default();

@@ -466,7 +466,7 @@ fn nt_xent_and_info_nce_are_one_operation_on_the_gpu_path() {
     let cpu = CpuDevice::default();
     let (zs, ks, queue) = (
         random(2 * B, D, 9),
-        random(B, D, 10),
+        unit_rows(random(B, D, 10), D),
         unit_rows(random(QUEUE, D, 11), D),
     );
     assert!(
