@@ -3,7 +3,11 @@
 # (Mesa's shader cache, filled by two runs of tests/gpu_path from an empty cache), which .ci/run
 # unpacks into the cache CI's run of the tests reads. See docs/gpu.md, "Caches worth keeping".
 #
-#   scripts/gpu_path_mesa_cache.sh
+#   scripts/gpu_path_mesa_cache.sh [--keep]
+#
+# --keep: start from the committed file's entries instead of an empty cache, so that the file
+# keeps the entries of the CPU kinds it was written on before and adds this machine's (CI may
+# run on more than one kind; each kind reads only its own entries).
 #
 # Mesa (22.3) keys the cache by its own build, LLVM's, and the CPU (its family, model, feature
 # flags and core count): a machine that differs in any misses every entry and compiles as it
@@ -17,6 +21,13 @@ export MESA_SHADER_CACHE_DIR="$work/mesa"
 export CURRICULUM_SSL_GPU_TESTS=require
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$work}"
 mkdir -p "$MESA_SHADER_CACHE_DIR"
+if [ "${1:-}" = "--keep" ]; then
+  tar -xzf .ci/mesa_shader_cache.tar.gz -C "$MESA_SHADER_CACHE_DIR"
+  echo "kept $(find "$MESA_SHADER_CACHE_DIR" -type f | wc -l) files of the committed cache"
+elif [ -n "${1:-}" ]; then
+  echo "error: unknown option '$1' (the only option is --keep)" >&2
+  exit 2
+fi
 target="$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 # Twice, each from the autotune seed alone, as CI runs it: the keys the seed leaves out are tuned
