@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Writes .ci/mesa_shader_cache.tar.gz: lavapipe's compiled shaders for the GPU-path tests
-# (Mesa's shader cache, filled by two runs of tests/gpu_path from an empty cache), which .ci/run
+# (Mesa's shader cache, filled by two runs of tests/gpu_path from an empty cache, or from the
+# committed file's with --keep), which .ci/run
 # unpacks into the cache CI's run of the tests reads. See docs/gpu.md, "Caches worth keeping".
 #
 #   scripts/gpu_path_mesa_cache.sh [--keep]
@@ -15,6 +16,10 @@
 # new burn or cubecl, other shapes in the tests): a stale file only makes CI's run slower.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ $# -gt 1 ] || { [ -n "${1:-}" ] && [ "$1" != "--keep" ]; }; then
+  echo "error: unknown arguments '$*' (the only option is --keep)" >&2
+  exit 2
+fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 export MESA_SHADER_CACHE_DIR="$work/mesa"
@@ -24,9 +29,6 @@ mkdir -p "$MESA_SHADER_CACHE_DIR"
 if [ "${1:-}" = "--keep" ]; then
   tar -xzf .ci/mesa_shader_cache.tar.gz -C "$MESA_SHADER_CACHE_DIR"
   echo "kept $(find "$MESA_SHADER_CACHE_DIR" -type f | wc -l) files of the committed cache"
-elif [ -n "${1:-}" ]; then
-  echo "error: unknown option '$1' (the only option is --keep)" >&2
-  exit 2
 fi
 target="$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
