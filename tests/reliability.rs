@@ -624,6 +624,117 @@ fn leftovers_of_an_interrupted_write_are_cleared_on_resume() {
     assert_eq!(names, ["epoch-0001", "epoch-0002", "latest"]);
 }
 
+/// Every file of a run directory below `dir` with its bytes, to show a refused resume
+/// changed nothing (but the lock, which holds the process id of whoever opened the run last).
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().is_some_and(|n| n == ".lock") {
+            continue;
+        }
+        if path.is_dir() {
+            out.extend(snapshot(&path));
+        } else {
+            out.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A checkpoint is renamed into place only once written whole, so one without `meta.json` has
+/// lost files since: damage like a changed byte. With every checkpoint so damaged the resume is
+/// refused naming each (it once saw an empty folder, started afresh and wrote over the intact
+/// model files and the logs); with the newest alone, it falls back to the previous one.
+#[test]
+fn checkpoints_without_meta_json_are_damage_not_an_empty_folder() {
+    let dir = finished_run("no-meta");
+    let checkpoints = dir.join("checkpoints");
+    for name in ["epoch-0001", "epoch-0002"] {
+        std::fs::remove_file(checkpoints.join(name).join("meta.json")).unwrap();
+    }
+    let before = snapshot(&dir);
+    let err = trainer(&dir, StartMode::Resume, Setup::default())
+        .err()
+        .expect("refused");
+    let text = err.to_string();
+    assert!(text.contains("every checkpoint is damaged"), "{text}");
+    for name in ["epoch-0001", "epoch-0002"] {
+        assert!(
+            text.contains(&format!("{name}: holds no meta.json")),
+            "{text}"
+        );
+    }
+    assert_eq!(snapshot(&dir), before, "a refused resume changed the run");
+
+    let dir = finished_run("no-meta-newest");
+    std::fs::remove_file(dir.join("checkpoints/epoch-0002/meta.json")).unwrap();
+    let t = trainer(&dir, StartMode::Resume, Setup::default()).unwrap();
+    assert!(t.resumed_from().unwrap().ends_with("epoch-0001"));
+    assert_eq!(t.step(), 2);
+}
+
+/// `latest` names a checkpoint and the folder holds none: they were removed. A resume refuses
+/// (it once started the run afresh and wrote over steps.csv and epochs.csv), naming the pointer
+/// and what to do, and changes nothing.
+#[test]
+fn a_run_whose_checkpoints_were_removed_is_not_restarted_over_its_logs() {
+    let dir = finished_run("checkpoints-removed");
+    for name in ["epoch-0001", "epoch-0002"] {
+        std::fs::remove_dir_all(dir.join("checkpoints").join(name)).unwrap();
+    }
+    let before = snapshot(&dir);
+    let err = trainer(&dir, StartMode::Resume, Setup::default())
+        .err()
+        .expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("latest")
+            && text.contains("names epoch-0002")
+            && text.contains("holds no checkpoint")
+            && text.contains("new run directory"),
+        "{text}"
+    );
+    assert_eq!(snapshot(&dir), before, "a refused resume changed the run");
+}
+
+/// A log cut short or written over with bytes that are not CSV is damage to the run directory,
+/// the user's to mend: an input error (exit code 2 in the binary) naming the file and what to
+/// do, not a failure of the run (it was `TrainError::Io`, exit code 1).
+#[test]
+fn a_damaged_log_is_an_input_error_naming_it() {
+    let dir = finished_run("damaged-log");
+    let steps = dir.join("steps.csv");
+    let text = std::fs::read_to_string(&steps).unwrap();
+    let second_row = text.match_indices('\n').nth(1).unwrap().0;
+    let damaged = [
+        // The header, the first row and a few bytes of the second: a record with too few
+        // fields.
+        text.as_bytes()[..second_row + 4].to_vec(),
+        // Not UTF-8.
+        vec![0xff, 0xfe, b',', 0x80, b'\n', 0xc3, b'\n'],
+    ];
+    for bytes in damaged {
+        std::fs::write(&steps, &bytes).unwrap();
+        let err = trainer(&dir, StartMode::Resume, Setup::default())
+            .err()
+            .expect("refused");
+        assert!(matches!(err, TrainError::Run { .. }), "{err:?}");
+        assert!(err.is_input_error());
+        let text = err.to_string();
+        assert!(
+            text.contains("steps.csv") && text.contains("is not the log the run wrote"),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::read(&steps).unwrap(),
+            bytes,
+            "the log was rewritten"
+        );
+    }
+}
+
 /// A hook whose checkpoint file cannot be written (its name points into a folder that does
 /// not exist): the write fails and takes its temporary directory with it.
 struct UnwritableFile;

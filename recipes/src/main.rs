@@ -303,6 +303,20 @@ fn run(cli: Cli) -> Result<()> {
                 .recipe
                 .ok_or_else(|| usage(format!("{}: names no recipe", file.display())))?;
             let recipe = recipes::find(&name).map_err(|e| usage(e.to_string()))?;
+            // The run is the directory given; a --run-dir among the options would win over it
+            // (the last of an option counts) and start another run there on the defaults.
+            if let Some(other) = options
+                .iter()
+                .find(|o| *o == "--run-dir" || o.starts_with("--run-dir="))
+            {
+                return Err(usage(format!(
+                    "`recipe resume {}`: {other} is not an option of a resume (the run \
+                     directory is its first argument; to train the run's settings in another \
+                     directory, `recipe {name} --config {} --run-dir NEW_DIR`)",
+                    run_dir.display(),
+                    file.display()
+                )));
+            }
             let mut args = vec!["--run-dir".to_string(), run_dir.display().to_string()];
             if !options.iter().any(|o| o == "--extend") {
                 args.push("--resume".into());

@@ -99,10 +99,10 @@ impl MocoConfig {
     }
 
     /// The keys one step of `batch_size` images enqueues: the batch, twice for the symmetric
-    /// loss.
+    /// loss (`usize::MAX` where that overflows: no queue takes it).
     pub fn keys_per_step(&self, batch_size: usize) -> usize {
         if self.symmetric {
-            2 * batch_size
+            batch_size.saturating_mul(2)
         } else {
             batch_size
         }

@@ -401,7 +401,8 @@ impl CheckpointDir {
                 let target = self.root.join(checkpoint);
                 if files::checkpoint_epoch(checkpoint).is_some() && !target.exists() {
                     log::warn!(
-                        "{}: a rewrite of {checkpoint} was interrupted; putting the previous copy                          back",
+                        "{}: a rewrite of {checkpoint} was interrupted; putting the previous copy \
+                         back",
                         path.display()
                     );
                     fs::rename(&path, &target).map_err(|e| write_error(&target, e))?;
@@ -441,13 +442,21 @@ impl CheckpointDir {
     /// Every complete checkpoint (a directory `epoch-NNNN` or `epoch-NNNN-batch-NNNNNNN` with
     /// `meta.json`), newest first.
     pub(crate) fn complete(&self) -> Result<Vec<PathBuf>, TrainError> {
+        Ok(self
+            .named()?
+            .into_iter()
+            .filter(|path| path.join(files::META).is_file())
+            .collect())
+    }
+
+    /// Everything named as a checkpoint (`epoch-NNNN`, `epoch-NNNN-batch-NNNNNNN`), complete or
+    /// not, newest first. A checkpoint is renamed into place only once written whole
+    /// ([`CheckpointDir::save`]), so one without `meta.json` lost files after it was written.
+    fn named(&self) -> Result<Vec<PathBuf>, TrainError> {
         let mut found: Vec<((usize, usize), PathBuf)> = self
             .entries()?
             .into_iter()
-            .filter_map(|(name, path)| {
-                let position = files::checkpoint_position(&name)?;
-                path.join(files::META).is_file().then_some((position, path))
-            })
+            .filter_map(|(name, path)| Some((files::checkpoint_position(&name)?, path)))
             .collect();
         found.sort_by_key(|f| std::cmp::Reverse(f.0));
         Ok(found.into_iter().map(|(_, p)| p).collect())
@@ -506,17 +515,18 @@ impl CheckpointDir {
         Ok(Some(self.root.join(name)))
     }
 
-    /// Candidates for resuming, best first: every complete checkpoint from the newest. `latest`
-    /// is checked (a pointer outside the folder is refused) and a stale one is said: resuming
-    /// from the checkpoint it names would overwrite the newer ones.
-    fn candidates(&self) -> Result<Vec<PathBuf>, TrainError> {
-        let named = self.pointer()?;
+    /// Candidates for resuming, best first: every checkpoint from the newest, the incomplete
+    /// ones too (they are damage, skipped with a warning, not silently passed over: a folder
+    /// whose every checkpoint lost its `meta.json` must not look empty). `latest` is checked (a
+    /// pointer outside the folder is refused) and a stale one is said: resuming from the
+    /// checkpoint it names would overwrite the newer ones.
+    fn candidates(&self, named: Option<&PathBuf>) -> Result<Vec<PathBuf>, TrainError> {
         let complete = self.complete()?;
         let base = |p: &Path| {
             p.file_name()
                 .map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into())
         };
-        if let (Some(named), Some(newest)) = (&named, complete.first()) {
+        if let (Some(named), Some(newest)) = (named, complete.first()) {
             let pointer = self.root.join(files::LATEST);
             if !complete.contains(named) {
                 log::warn!(
@@ -536,7 +546,7 @@ impl CheckpointDir {
                 );
             }
         }
-        Ok(complete)
+        self.named()
     }
 
     /// The newest checkpoint whose files match their checksums, with its description. A damaged
@@ -544,11 +554,43 @@ impl CheckpointDir {
     /// one is used.
     ///
     /// # Errors
-    /// If `latest` points outside the folder, or every checkpoint is damaged (each is named).
+    /// If `latest` points outside the folder, or every checkpoint is damaged (each is named: one
+    /// without `meta.json` too), or `latest` names a checkpoint and the folder holds none (they
+    /// were removed: a resume would start the run afresh over its logs).
     pub(crate) fn newest_valid(&self) -> Result<Option<(PathBuf, CheckpointMeta)>, TrainError> {
+        let pointer = self.pointer()?;
+        let candidates = self.candidates(pointer.as_ref())?;
+        if let (Some(named), true) = (&pointer, candidates.is_empty()) {
+            let name = named
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            return Err(TrainError::Checkpoint {
+                path: self.root.join(files::LATEST),
+                reason: format!(
+                    "names {name}, but {} holds no checkpoint: they were removed after the run \
+                     wrote them. Resuming would start the run afresh over its logs; to start \
+                     it afresh, use a new run directory (or move this one's logs away and \
+                     remove {})",
+                    self.root.display(),
+                    self.root.display()
+                ),
+            });
+        }
         let mut damaged = Vec::new();
-        for dir in self.candidates()? {
-            match read_meta(&dir).and_then(|meta| verify(&dir, &meta).map(|()| meta)) {
+        for dir in candidates {
+            let meta = if dir.join(files::META).is_file() {
+                read_meta(&dir)
+            } else {
+                Err(TrainError::Checkpoint {
+                    path: dir.clone(),
+                    reason: format!(
+                        "holds no {}: a checkpoint is moved into place only once written \
+                         whole, so its files were removed or lost since",
+                        files::META
+                    ),
+                })
+            };
+            match meta.and_then(|meta| verify(&dir, &meta).map(|()| meta)) {
                 Ok(meta) => {
                     if !damaged.is_empty() {
                         log::warn!("falling back to the previous checkpoint {}", dir.display());

@@ -147,6 +147,22 @@ fn io_error(path: &Path, reason: impl ToString) -> TrainError {
     }
 }
 
+/// An error reading a log back: the disk's is the run's failure ([`TrainError::Io`]), a file
+/// that is not the CSV the run wrote (cut short, written over, not UTF-8) is damage to the run
+/// directory, the user's to mend ([`TrainError::Run`]).
+fn read_error(path: &Path, e: csv::Error) -> TrainError {
+    if e.is_io_error() {
+        return io_error(path, e);
+    }
+    TrainError::Run {
+        path: path.to_path_buf(),
+        reason: format!(
+            "is not the log the run wrote ({e}): move it away to resume (its rows are rebuilt \
+             from the checkpoint's step on)"
+        ),
+    }
+}
+
 /// An append-only CSV file whose first column counts rows (a 1-based step or epoch).
 #[derive(Debug)]
 pub(crate) struct CsvFile {
@@ -176,7 +192,8 @@ impl CsvFile {
     /// the checkpoint covers never reached the file.
     ///
     /// # Errors
-    /// If the file cannot be read or rewritten, or is not CSV.
+    /// If the file cannot be read or rewritten ([`TrainError::Io`]), or is not the CSV the run
+    /// wrote ([`TrainError::Run`]).
     pub(crate) fn truncate_to(&mut self, count: usize) -> Result<usize, TrainError> {
         self.out = None;
         if !self.path.exists() {
@@ -185,10 +202,10 @@ impl CsvFile {
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(true)
             .from_path(&self.path)
-            .map_err(|e| io_error(&self.path, e))?;
+            .map_err(|e| read_error(&self.path, e))?;
         let header: Vec<String> = reader
             .headers()
-            .map_err(|e| io_error(&self.path, e))?
+            .map_err(|e| read_error(&self.path, e))?
             .iter()
             .map(str::to_string)
             .collect();
@@ -197,7 +214,7 @@ impl CsvFile {
             .map_err(|e| io_error(&self.path, e))?;
         let mut last = 0;
         for row in reader.records() {
-            let row = row.map_err(|e| io_error(&self.path, e))?;
+            let row = row.map_err(|e| read_error(&self.path, e))?;
             let first = row.get(0).and_then(|v| v.parse::<usize>().ok());
             if let Some(v) = first.filter(|&v| v <= count) {
                 last = last.max(v);
@@ -224,8 +241,8 @@ impl CsvFile {
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(true)
             .from_path(&self.path)
-            .map_err(|e| io_error(&self.path, e))?;
-        let header = reader.headers().map_err(|e| io_error(&self.path, e))?;
+            .map_err(|e| read_error(&self.path, e))?;
+        let header = reader.headers().map_err(|e| read_error(&self.path, e))?;
         if header.get(0) == Some(first) {
             return Ok(());
         }

@@ -43,7 +43,8 @@ pub fn defaults() -> Defaults {
 /// memory bank of `300 · batch_size` rows, the k-means seeded by `seed`.
 pub fn smog_config(batch_size: usize, seed: u64) -> SmogConfig {
     let config = SmogConfig::new().with_seed(seed);
-    let rows = config.reset_interval * batch_size;
+    // Saturating: a batch so large is refused by the memory bank's size check, not a panic.
+    let rows = config.reset_interval.saturating_mul(batch_size);
     config.with_memory_bank_size(rows)
 }
 

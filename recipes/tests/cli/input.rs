@@ -215,6 +215,30 @@ fn bad_inputs() -> Vec<(Vec<String>, &'static str)> {
             ),
             "parameters: at least 292.1 GiB with their gradients and optimiser state",
         ),
+        // Counts that overflowed: the queue's keys a step (a panic in MoCo's config), SMoG's
+        // memory bank of 300 batches (a panic in its recipe), options recipe.toml cannot hold
+        // (refused after the run directory was made, which then could not be used or resumed),
+        // a seed above them (the run trained and its recipe.toml could not be read back).
+        (
+            tiny("bs-huge", &["--batch-size", "18446744073709551615"]),
+            "--batch-size 18446744073709551615: at most 16777216 images a step",
+        ),
+        (
+            tiny_as("smog", "smog-bs-huge", &["--batch-size", "9223372036854775808"]),
+            "--batch-size 9223372036854775808: at most 16777216 images a step",
+        ),
+        (
+            tiny("knn-huge", &["--knn-every", "9223372036854775808"]),
+            "--knn-every 9223372036854775808: above 9223372036854775807, the largest integer",
+        ),
+        (
+            tiny("ckpt-steps-huge", &["--checkpoint-every-steps", "18446744073709551615"]),
+            "--checkpoint-every-steps 18446744073709551615: above 9223372036854775807",
+        ),
+        (
+            tiny("seed-huge", &["--seed", "9223372036854775808"]),
+            "9223372036854775808 is not in 0..=9223372036854775807",
+        ),
         // W-MSE's sub-batches larger than the batch (its recipe's 128 at the tests' 32).
         (
             tiny_as("wmse", "wmse-small-batch", &[]),

@@ -295,6 +295,28 @@ fn bad_settings_name_what_is_wrong(first: &Path) {
             .parse()
             .unwrap();
     assert_eq!(file["curation"]["max_retries"].as_integer(), Some(1));
+    // A resume's run is its first argument: a --run-dir among its options won (the last of an
+    // option counts) and started another run there on the recipe's defaults.
+    for option in [
+        vec!["--run-dir", "resume-elsewhere"],
+        vec!["--run-dir=resume-elsewhere"],
+    ] {
+        let mut args = vec!["resume", first.to_str().unwrap()];
+        args.extend(option);
+        let o = run(&args);
+        assert_eq!(
+            check_error_shape(&o, "resume --run-dir"),
+            2,
+            "{}",
+            stderr(&o)
+        );
+        assert!(
+            stderr(&o).contains("is not an option of a resume") && stderr(&o).contains("--config"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!scratch().join("resume-elsewhere").exists());
+    }
     let o = run(&[
         "simclr",
         "--config",

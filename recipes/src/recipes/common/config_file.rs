@@ -108,6 +108,12 @@ impl Overrides {
         })?;
         // What was built, as it serialises (a round trip normalises the value).
         let built = serde_json::to_value(&config)?;
+        if let Some((path, n)) = first_too_large(&built, section) {
+            return Err(usage(format!(
+                "{path} = {n}: above {}, the largest integer a run's recipe.toml records",
+                i64::MAX
+            )));
+        }
         self.built
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -439,6 +445,31 @@ fn first_non_finite(value: &toml::Value, at: &str) -> Option<String> {
     }
 }
 
+/// The dotted path and value of the first integer in `value` above `i64::MAX`, if any: TOML's
+/// integers are 64-bit signed, so recipe.toml cannot record it (it would be written as a float
+/// and refused on the way back).
+pub(crate) fn first_too_large(value: &Value, at: &str) -> Option<(String, u64)> {
+    let join = |key: &str| {
+        if at.is_empty() {
+            key.to_string()
+        } else {
+            format!("{at}.{key}")
+        }
+    };
+    match value {
+        Value::Number(n) => n
+            .as_u64()
+            .filter(|&n| i64::try_from(n).is_err())
+            .map(|n| (at.to_string(), n)),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| first_too_large(v, &join(&i.to_string()))),
+        Value::Object(map) => map.iter().find_map(|(k, v)| first_too_large(v, &join(k))),
+        _ => None,
+    }
+}
+
 /// The dotted paths (from `section`) of the leaves of `value` named `key`, at any depth.
 fn leaves_named(value: &Value, key: &str, section: &str) -> Vec<String> {
     let mut found = Vec::new();
@@ -692,6 +723,44 @@ mod tests {
     fn resolved(pairs: &[&str]) -> Result<(Vec<String>, Overrides)> {
         let pairs: Vec<String> = pairs.iter().map(|s| s.to_string()).collect();
         resolve(&command(), "r", None, &pairs, &pairs)
+    }
+
+    /// A built configuration with an integer TOML cannot hold (above `i64::MAX`) is refused
+    /// naming the setting, before any recipe.toml is written: `to_toml` would write it as a
+    /// float, which the resume then refuses for its u64 (a run trained and could not resume).
+    #[test]
+    fn an_integer_recipe_toml_cannot_hold_is_refused_naming_it() {
+        #[derive(Serialize, serde::Deserialize)]
+        struct Seeded {
+            inner: Vec<u64>,
+        }
+        let overrides = Overrides::default();
+        let big = i64::MAX as u64 + 1;
+        let err = overrides
+            .apply(
+                "augmentation",
+                Seeded {
+                    inner: vec![1, big],
+                },
+            )
+            .err()
+            .expect("refused")
+            .to_string();
+        assert_eq!(
+            err,
+            "augmentation.inner.1 = 9223372036854775808: above 9223372036854775807, the largest \
+             integer a run's recipe.toml records"
+        );
+        let built = overrides
+            .apply(
+                "augmentation",
+                Seeded {
+                    inner: vec![1, big - 1],
+                },
+            )
+            .unwrap();
+        assert_eq!(built.inner[1], i64::MAX as u64);
+        assert!(overrides.built.lock().unwrap().contains_key("augmentation"));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::args::{
 use super::augmentation::{local_crops, normalization, pipeline};
 use super::backbone::BackboneChoice;
 use super::backbone_fit::check_backbone;
-use super::config_file::Overrides;
+use super::config_file::{self, Overrides};
 use super::data::TrainData;
 use super::settings::{
     curation, curricula, pair_loss, pgd, settings, Defaults, Schedule, Settings,
@@ -167,8 +167,16 @@ impl<'a> RecordedOptions<'a> {
     /// The options as a TOML table.
     ///
     /// # Errors
-    /// None in practice: every option serialises to TOML.
+    /// An option above `i64::MAX` (TOML's integers are 64-bit signed), named as on the command
+    /// line.
     fn table(&self) -> Result<toml::Table> {
+        if let Some((key, n)) = config_file::first_too_large(&serde_json::to_value(self)?, "") {
+            return Err(usage(format!(
+                "--{} {n}: above {}, the largest integer a run's recipe.toml records",
+                key.replace('_', "-"),
+                i64::MAX
+            )));
+        }
         Ok(toml::Table::try_from(self)?)
     }
 }
@@ -177,7 +185,7 @@ impl Prepared {
     /// The options of the run as recipe.toml records them ([`RecordedOptions`]).
     ///
     /// # Errors
-    /// None in practice: every option serialises to TOML.
+    /// An option above `i64::MAX`, which recipe.toml cannot record.
     pub fn recorded_options(&self) -> Result<toml::Table> {
         RecordedOptions::new(&self.args, &self.settings, self.loader_workers()).table()
     }

@@ -519,11 +519,14 @@ where
     if let Some(replica) = replica {
         builder = builder.replica(replica);
     }
+    // Before the build, which creates the run directory: an option recipe.toml cannot record
+    // is refused with nothing written.
+    let recorded = prepared.recorded_options()?;
     let trainer = builder.build(device)?;
     if lead {
         prepared
             .overrides
-            .write(&run_dir, settings.recipe, prepared.recorded_options()?)?;
+            .write(&run_dir, settings.recipe, recorded)?;
     }
     Ok((trainer, mode))
 }

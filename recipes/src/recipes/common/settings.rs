@@ -158,6 +158,13 @@ impl Schedule {
                 self.batch_size
             )));
         }
+        if self.batch_size > MAX_BATCH_SIZE {
+            return Err(usage(format!(
+                "--batch-size {}: at most {MAX_BATCH_SIZE} images a step (2^24; the batch must \
+                 also fit the data and the device)",
+                self.batch_size
+            )));
+        }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return Err(usage(format!(
                 "--lr {}: must be a finite number > 0",
@@ -187,6 +194,11 @@ impl Schedule {
         Ok(())
     }
 }
+
+/// The largest `--batch-size` taken: 2^24 images a step, far above any device's memory, and
+/// low enough that what the methods size from it (MoCo's keys a step, SMoG's memory bank of
+/// 300 batches) is counted without overflow.
+pub const MAX_BATCH_SIZE: usize = 1 << 24;
 
 /// A recipe's own defaults (the command line overrides them).
 pub struct Defaults {
