@@ -152,6 +152,22 @@ pub fn decode(
     decode_bytes(path, &bytes, channels)
 }
 
+/// Whether `bytes` start like a JPEG file (SOI marker then another marker).
+pub(crate) fn is_jpeg(bytes: &[u8]) -> bool {
+    bytes.len() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF
+}
+
+/// Whether a JPEG stream has an end-of-image marker (`FF D9`) after the start of its last scan
+/// (`FF DA`). Inside entropy-coded data a `FF` byte is always followed by `00` or a restart
+/// marker, so neither marker can occur there by chance; an embedded thumbnail's markers come
+/// before the image's own scans.
+pub(crate) fn ends_its_scan(bytes: &[u8]) -> bool {
+    let Some(sos) = bytes.windows(2).rposition(|w| w == [0xFF, 0xDA]) else {
+        return false;
+    };
+    bytes[sos..].windows(2).any(|w| w == [0xFF, 0xD9])
+}
+
 /// Reads the bytes of one image file: only a regular file (a FIFO named `x.png` would block the
 /// reader forever), and at most [`MAX_FILE_BYTES`].
 pub fn read_image_file(path: &Path) -> Result<Vec<u8>, DataError> {
@@ -176,7 +192,8 @@ pub fn read_image_file(path: &Path) -> Result<Vec<u8>, DataError> {
 }
 
 /// Decodes the bytes of one image file (`path` names it in errors) into `(height, width,
-/// channels, HWC bytes)`, with the bounds of [`decode`] on the declared size.
+/// channels, HWC bytes)`, with the bounds of [`decode`] on the declared size. A truncated JPEG
+/// (no end-of-image marker after its last scan) is an error, as in Pillow.
 pub fn decode_bytes(
     path: &Path,
     bytes: &[u8],
@@ -196,6 +213,13 @@ pub fn decode_bytes(
         .map_err(|e| bad(e.to_string()))?;
     reader.limits(limits);
     let decoder = reader.into_decoder().map_err(|e| bad(e.to_string()))?;
+    // The JPEG decoders fill a scan cut short with grey and carry on; Pillow refuses such a file
+    // ("image file is truncated"), and so do the readers here (in memory and streamed).
+    if is_jpeg(bytes) && !ends_its_scan(bytes) {
+        return Err(bad(
+            "a truncated JPEG: no end-of-image marker after its last scan".into(),
+        ));
+    }
     let declared = decoder.total_bytes();
     if declared > most {
         let (w, h) = decoder.dimensions();
@@ -545,6 +569,35 @@ mod tests {
             .iter()
             .map(|f| f.strip_prefix(root).unwrap().to_string_lossy().into_owned())
             .collect()
+    }
+
+    /// A JPEG cut short in its scan decodes, in the `image` crate as in libjpeg, to an image
+    /// whose missing rows are grey; the in-memory reader refuses it naming the file, as the
+    /// streamed one does (it was loaded silently). The whole file still decodes.
+    #[test]
+    fn a_truncated_jpeg_is_refused_naming_it() {
+        let mut good = Vec::new();
+        image::RgbImage::from_fn(96, 96, |x, y| {
+            image::Rgb([(x * 2) as u8, (y * 2) as u8, 128])
+        })
+        .write_with_encoder(image::codecs::jpeg::JpegEncoder::new_with_quality(
+            &mut good, 95,
+        ))
+        .unwrap();
+        let path = Path::new("train/a/cut.jpg");
+        let (h, w, c, _) = decode_bytes(path, &good, Some(3)).unwrap();
+        assert_eq!((h, w, c), (96, 96, 3));
+        // Past the headers (a few hundred bytes), inside the scan.
+        let cut = &good[..good.len() * 3 / 4];
+        assert!(
+            image::load_from_memory(cut).is_ok(),
+            "the decoder itself accepts the cut file: the check is what refuses it"
+        );
+        let e = decode_bytes(path, cut, Some(3)).unwrap_err().to_string();
+        assert!(
+            e.contains("train/a/cut.jpg") && e.contains("a truncated JPEG"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -735,6 +735,60 @@ fn a_streamed_run_does_not_resume_decoded_into_memory() {
     );
 }
 
+/// A val/ whose class folders are not train/'s (`owl` renamed `emu`: as many classes, so the
+/// counts agree) is refused in memory and streamed, naming the folders on each side only: the
+/// kNN monitor scores a query by its neighbours' labels, positions in train/'s list, so in
+/// memory every `emu` was scored as an `owl` without a word. A truncated JPEG in train/ is
+/// refused in memory naming it (it was loaded with its missing rows grey), as streamed it is
+/// skipped (`a_streamed_image_folder_trains_counts_its_bad_files_and_resumes_only_streamed`).
+#[test]
+fn val_classes_that_are_not_trains_and_a_truncated_jpeg_are_refused_naming_them() {
+    let root = jpeg_folder("val-classes", 8, 0);
+    std::fs::rename(root.join("val/owl"), root.join("val/emu")).unwrap();
+    let data = [
+        "--dataset",
+        "image-folder",
+        "--data-dir",
+        root.to_str().unwrap(),
+    ];
+    for stream in ["false", "true"] {
+        let dir = format!("val-classes-{stream}");
+        let mut args = tiny(&dir, &data);
+        args.extend(
+            [
+                "--image-size",
+                "16",
+                "--batch-size",
+                "16",
+                "--stream",
+                stream,
+            ]
+            .map(String::from),
+        );
+        let o = run(&as_strs(&args));
+        assert_eq!(check_error_shape(&o, &dir), 2, "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("val: its classes (3) are not those of")
+                && stderr(&o).contains("only in the first: emu; only in the second: owl"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!scratch().join(&dir).exists());
+    }
+    std::fs::rename(root.join("val/emu"), root.join("val/owl")).unwrap();
+    let good = std::fs::read(root.join("train/cat/07.jpg")).unwrap();
+    std::fs::write(root.join("train/cat/07.jpg"), &good[..good.len() * 3 / 4]).unwrap();
+    let mut args = tiny("truncated-in-memory", &data);
+    args.extend(["--image-size", "16", "--batch-size", "16"].map(String::from));
+    let o = run(&as_strs(&args));
+    assert_eq!(check_error_shape(&o, "truncated"), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cat/07.jpg") && stderr(&o).contains("a truncated JPEG"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// ImageNet's layouts: a class list (ImageNet-100's kind) reads its class folders alone, and a
 /// `val/` without class folders is labelled by a labels file (lines of `FILE SYNSET`); in memory
 /// and streamed alike, the run trains on the listed classes only and records both files; a

@@ -11,7 +11,9 @@ use crate::augment::crop::RandomResizedCrop;
 use crate::base::error::ConfigError;
 use crate::base::geometry::CropBox;
 use crate::data::error::DataError;
-use crate::data::image_folder::{decode_bytes, MAX_DECODED_PER_FILE_BYTE, MAX_IMAGE_BYTES};
+use crate::data::image_folder::{
+    decode_bytes, ends_its_scan, is_jpeg, MAX_DECODED_PER_FILE_BYTE, MAX_IMAGE_BYTES,
+};
 
 /// A decoded image: `height × width × channels` bytes, channels last.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,22 +108,6 @@ impl ViewCrop {
             }
         }
     }
-}
-
-/// Whether `bytes` start like a JPEG file (SOI marker then another marker).
-fn is_jpeg(bytes: &[u8]) -> bool {
-    bytes.len() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF
-}
-
-/// Whether a JPEG stream has an end-of-image marker (`FF D9`) after the start of its last scan
-/// (`FF DA`). Inside entropy-coded data a `FF` byte is always followed by `00` or a restart
-/// marker, so neither marker can occur there by chance; an embedded thumbnail's markers come
-/// before the image's own scans.
-fn ends_its_scan(bytes: &[u8]) -> bool {
-    let Some(sos) = bytes.windows(2).rposition(|w| w == [0xFF, 0xDA]) else {
-        return false;
-    };
-    bytes[sos..].windows(2).any(|w| w == [0xFF, 0xD9])
 }
 
 /// Decodes an image file's bytes to `channels` (1 or 3) channels; `path` names it in errors.

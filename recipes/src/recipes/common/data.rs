@@ -209,11 +209,14 @@ impl DataSource {
             .context("loading the training images (train/)")?;
         let val = dir.join("val");
         let test = if val.is_dir() {
-            Some(
-                image_folder::load(val, self.folder_options(Some(&train)))
-                    .map_err(|e| size_hint(e, "val/"))
-                    .context("loading the validation images (val/)")?,
-            )
+            let val = image_folder::load(&val, self.folder_options(Some(&train)))
+                .map_err(|e| size_hint(e, "val/"))
+                .context("loading the validation images (val/)")?;
+            same_classes(
+                (&dir.join("val"), val.class_names()),
+                (&dir.join("train"), train.class_names()),
+            )?;
+            Some(val)
         } else if self.knn_data.is_none() {
             log::warn!(
                 "{}: no val/ folder, so the kNN monitor is off (add a val/ tree of the \
@@ -241,6 +244,10 @@ impl DataSource {
             .context("loading the kNN monitor's labelled images (--knn-data …/train)")?;
         let queries = image_folder::load(knn.join("val"), options)
             .context("loading the kNN monitor's labelled images (--knn-data …/val)")?;
+        same_classes(
+            (&knn.join("val"), queries.class_names()),
+            (&knn.join("train"), bank.class_names()),
+        )?;
         let images = match pretrain {
             Some(images) => images,
             None => train.unlabeled(),
@@ -712,18 +719,48 @@ impl DataSource {
         } else {
             return Ok(None);
         };
-        if bank.class_names() != queries.class_names() {
-            return Err(usage(format!(
-                "{}: its classes ({}) are not those of {} ({}): the kNN monitor scores a \
-                 query by its neighbours' classes, which must be the same folders",
-                queries.root().display(),
-                queries.class_names().len(),
-                bank.root().display(),
-                bank.class_names().len()
-            )));
-        }
+        same_classes(
+            (queries.root(), queries.class_names()),
+            (bank.root(), bank.class_names()),
+        )?;
         Ok(Some((bank, queries)))
     }
+}
+
+/// Refuses labelled queries (`val/`) whose class folders are not the bank's (`train/`): the
+/// kNN monitor scores a query by its neighbours' labels, which are positions in the bank's
+/// list of folders, so `val/{a,c}` against `train/{a,b}` would score every `c` as a `b`. The
+/// error names the folders found on one side only.
+fn same_classes(
+    (queries, query_names): (&Path, &[String]),
+    (bank, bank_names): (&Path, &[String]),
+) -> Result<()> {
+    if query_names == bank_names {
+        return Ok(());
+    }
+    let only = |names: &[String], other: &[String]| {
+        let missing: Vec<&str> = names
+            .iter()
+            .filter(|n| !other.contains(n))
+            .map(String::as_str)
+            .collect();
+        match missing.len() {
+            0 => "none".to_string(),
+            n if n > 5 => format!("{} and {} more", missing[..5].join(", "), n - 5),
+            _ => missing.join(", "),
+        }
+    };
+    Err(usage(format!(
+        "{}: its classes ({}) are not those of {} ({}): only in the first: {}; only in the \
+         second: {}. The kNN monitor scores a query by its neighbours' classes, which must be \
+         the same folders",
+        queries.display(),
+        query_names.len(),
+        bank.display(),
+        bank_names.len(),
+        only(query_names, bank_names),
+        only(bank_names, query_names)
+    )))
 }
 
 /// The shards of `--dataset shards`: `dir/train/` and, when there, `dir/val/` (as `recipe
