@@ -51,6 +51,7 @@ pub struct TrainerBuilder<B: AutodiffBackend, K> {
     description: serde_json::Value,
     data: Option<DataFingerprint>,
     machine_specific: Vec<String>,
+    recorded_since: Vec<String>,
     stop: Option<Arc<AtomicBool>>,
     run_dir: PathBuf,
     hooks: Hooks<B, K>,
@@ -107,6 +108,15 @@ impl<B: AutodiffBackend, K: Task<B>> TrainerBuilder<B, K> {
     /// setting that differs (another `--seed` or `--epochs` on one machine).
     pub fn machine_specific(mut self, settings: &[&str]) -> Self {
         self.machine_specific = settings.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// Settings of the run record (dotted paths, e.g. `run.optimizer`) that runs recorded
+    /// before them lack: a resume of such a run takes the given value for the missing one
+    /// (there is nothing to compare it with) and compares it from then on, as every other
+    /// setting. A setting the record holds is compared as ever.
+    pub fn recorded_since(mut self, settings: &[&str]) -> Self {
+        self.recorded_since = settings.iter().map(|s| s.to_string()).collect();
         self
     }
 
@@ -226,6 +236,7 @@ impl<B: AutodiffBackend, K: Task<B>> TrainerBuilder<B, K> {
             checkpoints: CheckpointDir::new(&self.run_dir),
             log: RunLog::new(&self.run_dir, config.progress_bar),
             record: record.clone(),
+            recorded_since: self.recorded_since,
             run_dir: self.run_dir,
             device: device.clone(),
             epoch: 0,
@@ -361,6 +372,8 @@ pub struct Trainer<B: AutodiffBackend, K> {
     schedule: Box<dyn LrPlan>,
     hooks: Hooks<B, K>,
     record: LoopRecord,
+    /// Settings a run recorded before them lacks ([`TrainerBuilder::recorded_since`]).
+    recorded_since: Vec<String>,
     run_dir: PathBuf,
     checkpoints: CheckpointDir,
     log: RunLog,
@@ -425,6 +438,7 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
             description: serde_json::Value::Null,
             data: None,
             machine_specific: Vec::new(),
+            recorded_since: Vec::new(),
             stop: None,
             run_dir: PathBuf::from("runs/run"),
             hooks: Vec::new(),
@@ -548,7 +562,11 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
         }
         let as_json = |r: &LoopRecord| serde_json::to_value(r).expect("JSON value");
         let resumable = self.task.resumable_changes();
-        let differences: Vec<Difference> = differences(&as_json(&saved), &as_json(&given))
+        let (mut saved_json, given_json) = (as_json(&saved), as_json(&given));
+        for setting in &self.recorded_since {
+            adopt_if_absent(&mut saved_json, &given_json, setting);
+        }
+        let differences: Vec<Difference> = differences(&saved_json, &given_json)
             .into_iter()
             .filter(|d| {
                 let setting = d.setting.as_str();
@@ -1104,4 +1122,51 @@ fn same_settings_everywhere<B: AutodiffBackend>(
         }
     }
     Ok(())
+}
+
+/// Copies the setting at `path` (dotted) from `given` into `saved` where `saved` lacks it and
+/// holds the object it would sit in ([`TrainerBuilder::recorded_since`]).
+fn adopt_if_absent(saved: &mut serde_json::Value, given: &serde_json::Value, path: &str) {
+    let keys: Vec<&str> = path.split('.').collect();
+    let Some((last, parents)) = keys.split_last() else {
+        return;
+    };
+    let mut at_saved = saved;
+    let mut at_given = given;
+    for key in parents {
+        match (at_saved.get_mut(*key), at_given.get(*key)) {
+            (Some(s), Some(g)) => (at_saved, at_given) = (s, g),
+            _ => return,
+        }
+    }
+    if let (serde_json::Value::Object(map), Some(value)) = (at_saved, at_given.get(*last)) {
+        map.entry(last.to_string()).or_insert_with(|| value.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::adopt_if_absent;
+    use serde_json::json;
+
+    /// A setting a saved record lacks takes the given value; one it holds keeps its own (so
+    /// that the comparison still sees a change), and a path whose parent the saved record
+    /// lacks is left alone (the comparison names the whole parent).
+    #[test]
+    fn a_setting_recorded_since_is_adopted_only_where_absent() {
+        let given = json!({"run": {"method": {"t": 0.2}, "optimizer": {"wd": 0.5}}});
+        let mut old = json!({"run": {"method": {"t": 0.2}}});
+        adopt_if_absent(&mut old, &given, "run.optimizer");
+        assert_eq!(old, given);
+        let mut recorded = json!({"run": {"method": {"t": 0.2}, "optimizer": {"wd": 0.1}}});
+        let before = recorded.clone();
+        adopt_if_absent(&mut recorded, &given, "run.optimizer");
+        assert_eq!(recorded, before);
+        let mut no_parent = json!({"train": {}});
+        adopt_if_absent(&mut no_parent, &given, "run.optimizer");
+        assert_eq!(no_parent, json!({"train": {}}));
+        let mut empty = json!({"run": {}});
+        adopt_if_absent(&mut empty, &json!({"run": {}}), "run.optimizer");
+        assert_eq!(empty, json!({"run": {}}));
+    }
 }

@@ -143,12 +143,13 @@ fn settings_come_from_key_value_overrides_and_the_runs_own_recipe_toml() {
         ],
     )));
     assert_eq!(check_error_shape(&o, "overrides"), 0, "{}", stderr(&o));
-    // The overrides reached what trained: config.json records the method, optimiser-free
-    // trainer settings and the augmentation as the trainer saw them.
+    // The overrides reached what trained: config.json records the method, the optimiser, the
+    // trainer's settings and the augmentation as the trainer saw them.
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(first.join("config.json")).unwrap()).unwrap();
     assert_eq!(config["run"]["method"]["queue_size"], 2048);
     assert_eq!(config["run"]["method"]["soft_nce"]["temperature"], 0.2);
+    assert_eq!(config["run"]["optimizer"]["weight_decay"], 1e-5);
     assert!(config["augmentation"]["view1"]["blur"].is_null());
     assert!(!config["augmentation"]["view2"]["blur"].is_null());
     assert_eq!(config["train"]["warmup_epochs"], 1);
@@ -187,11 +188,99 @@ fn settings_come_from_key_value_overrides_and_the_runs_own_recipe_toml() {
         stderr(&o)
     );
     assert_eq!(losses(&first).len(), 6);
+    // The optimiser's settings are compared as the method's (a resume took another weight
+    // decay, or the default where the run's recipe.toml had lost its [optimizer], unnoticed).
+    let o = run(&[
+        "resume",
+        first.to_str().unwrap(),
+        "--extend",
+        "--epochs",
+        "4",
+        "optimizer.weight_decay=0.5",
+    ]);
+    assert_eq!(
+        check_error_shape(&o, "optimizer changed"),
+        2,
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("run.optimizer.weight_decay: run 0.00001, given 0.5"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(losses(&first).len(), 6);
+    a_run_recorded_before_the_optimiser_resumes_and_records_it(&first);
     let o = run(&["resume", scratch().to_str().unwrap()]);
     assert_eq!(check_error_shape(&o, "resume no file"), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("no recipe.toml"), "{}", stderr(&o));
 
     bad_settings_name_what_is_wrong(&first);
+}
+
+/// A copy of the run in `first` as a run recorded before `run.optimizer` (the setting taken
+/// out of config.json and of every checkpoint's run.json, their checksums written again) resumes
+/// on the optimiser given and records it; from then on it is compared.
+fn a_run_recorded_before_the_optimiser_resumes_and_records_it(first: &Path) {
+    let old = scratch().join("settings-before-optimizer");
+    let _ = std::fs::remove_dir_all(&old);
+    let copy = std::process::Command::new("cp")
+        .args(["-r", first.to_str().unwrap(), old.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    let strip = |path: &Path| -> Vec<u8> {
+        let mut record: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert!(record["run"]["optimizer"].is_object(), "{record}");
+        record["run"].as_object_mut().unwrap().remove("optimizer");
+        let bytes = serde_json::to_vec_pretty(&record).unwrap();
+        std::fs::write(path, &bytes).unwrap();
+        bytes
+    };
+    strip(&old.join("config.json"));
+    for entry in std::fs::read_dir(old.join("checkpoints")).unwrap() {
+        let checkpoint = entry.unwrap().path();
+        if !checkpoint.is_dir() {
+            continue;
+        }
+        let run_json = strip(&checkpoint.join("run.json"));
+        let mut meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(checkpoint.join("meta.json")).unwrap())
+                .unwrap();
+        meta["checksums"]["run.json"] = curriculum_ssl::train::sha256_hex(&run_json).into();
+        let meta = serde_json::to_vec_pretty(&meta).unwrap();
+        std::fs::write(checkpoint.join("meta.json"), &meta).unwrap();
+        std::fs::write(
+            checkpoint.join("meta.sha256"),
+            curriculum_ssl::train::sha256_hex(&meta),
+        )
+        .unwrap();
+    }
+    let o = run(&["resume", old.to_str().unwrap(), "--extend", "--epochs", "4"]);
+    assert_eq!(
+        check_error_shape(&o, "recorded before"),
+        0,
+        "{}",
+        stderr(&o)
+    );
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(old.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["run"]["optimizer"]["weight_decay"], 1e-5, "{config}");
+    let o = run(&[
+        "resume",
+        old.to_str().unwrap(),
+        "--extend",
+        "--epochs",
+        "5",
+        "optimizer.weight_decay=0.5",
+    ]);
+    assert_eq!(check_error_shape(&o, "then compared"), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("run.optimizer.weight_decay"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// The recipe.toml of the run in `first` alone, in a new directory, is the same run; the

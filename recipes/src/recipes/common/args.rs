@@ -458,6 +458,11 @@ pub struct RecipeRun {
     pub weights: Option<PathBuf>,
     /// The method's configuration.
     pub method: serde_json::Value,
+    /// The optimiser's configuration (recipe.toml's `[optimizer]` as built), compared on resume
+    /// like the method's (absent in runs recorded before it: a resume of one takes the given
+    /// optimiser and records it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer: Option<serde_json::Value>,
     /// The backend it trained on.
     pub backend: String,
     /// The float type of its tensors (`--precision`; absent in f32 runs and in runs recorded

@@ -121,6 +121,15 @@ impl Overrides {
         Ok(config)
     }
 
+    /// The section `section` as the recipe built it ([`Overrides::apply`]), if it did.
+    pub fn built(&self, section: &str) -> Option<Value> {
+        self.built
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(section)
+            .cloned()
+    }
+
     /// Checks that every section given a value was built by the recipe.
     pub fn check_used(&self, recipe: &str) -> Result<()> {
         let built = self.built.lock().unwrap_or_else(|e| e.into_inner());

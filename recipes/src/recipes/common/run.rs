@@ -490,6 +490,7 @@ where
         .describe(&description)
         .data(fingerprint)
         .machine_specific(MACHINE_SPECIFIC)
+        .recorded_since(RECORDED_SINCE)
         .stop_when(crate::signals::stop_flag());
     if let Some(curation) = curation {
         builder = builder.hook(FrechetCurationHook::new(curation)?);
@@ -620,6 +621,7 @@ fn description(prepared: &Prepared, method_config: serde_json::Value) -> RecipeR
         vit_pool: settings.vit_pool,
         weights: settings.weights.clone(),
         method: method_config,
+        optimizer: prepared.overrides.built("optimizer"),
         backend: backend::NAME.to_string(),
         precision: prepared.args.compute.precision,
     }
@@ -758,6 +760,10 @@ where
     }
     Ok((at_init, raw))
 }
+
+/// Settings of the run record that runs recorded before them lack (the optimiser's, since
+/// 2026-12-07: a resume could change it unnoticed): such a run resumes on the given value.
+const RECORDED_SINCE: &[&str] = &["run.optimizer"];
 
 /// The run record's settings that may differ between the machines of a run on several
 /// (paths: each machine reads its own copy of the data; the data's fingerprint is compared).
