@@ -709,9 +709,14 @@ fn a_damaged_log_is_an_input_error_naming_it() {
     let text = std::fs::read_to_string(&steps).unwrap();
     let second_row = text.match_indices('\n').nth(1).unwrap().0;
     let damaged = [
-        // The header, the first row and a few bytes of the second: a record with too few
-        // fields.
-        text.as_bytes()[..second_row + 4].to_vec(),
+        // The header, the first row, a row of two fields, the rest: a record with too few
+        // fields in the middle (a cut last line is a kill's, and dropped: below).
+        [
+            &text.as_bytes()[..second_row + 1],
+            b"1,2\n",
+            &text.as_bytes()[second_row + 1..],
+        ]
+        .concat(),
         // Not UTF-8.
         vec![0xff, 0xfe, b',', 0x80, b'\n', 0xc3, b'\n'],
     ];
@@ -733,6 +738,40 @@ fn a_damaged_log_is_an_input_error_naming_it() {
             "the log was rewritten"
         );
     }
+}
+
+/// A last line cut short (a kill while the writer's buffer reached the file: it lies past the
+/// last checkpoint, whose rows were synced whole) is dropped with a warning, and the resumed
+/// run writes the steps after the checkpoint once each (it was refused, and the advice to move
+/// the log away lost its rows).
+#[test]
+fn a_log_line_cut_by_a_kill_is_dropped_and_the_run_resumes() {
+    let dir = finished_run("cut-line");
+    let steps = dir.join("steps.csv");
+    let mut text = std::fs::read_to_string(&steps).unwrap();
+    let rows = text.lines().count();
+    text.push_str("5,2.07");
+    std::fs::write(&steps, &text).unwrap();
+    let mut t = trainer(
+        &dir,
+        StartMode::Extend,
+        Setup {
+            epochs: 3,
+            ..Setup::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(t.step(), 4);
+    t.fit().unwrap();
+    drop(t);
+    let text = std::fs::read_to_string(&steps).unwrap();
+    let firsts: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').next().unwrap())
+        .collect();
+    assert_eq!(firsts, ["1", "2", "3", "4", "5", "6"], "{text}");
+    assert_eq!(rows, 5, "the finished run's header and four steps");
 }
 
 /// A hook whose checkpoint file cannot be written (its name points into a folder that does

@@ -157,15 +157,35 @@ pub(crate) fn is_jpeg(bytes: &[u8]) -> bool {
     bytes.len() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF
 }
 
-/// Whether a JPEG stream has an end-of-image marker (`FF D9`) after the start of its last scan
-/// (`FF DA`). Inside entropy-coded data a `FF` byte is always followed by `00` or a restart
-/// marker, so neither marker can occur there by chance; an embedded thumbnail's markers come
-/// before the image's own scans.
+/// Whether a JPEG stream has an end-of-image marker (`FF D9`) after the start of its first
+/// scan (`FF DA`), found by walking the marker segments from the start-of-image marker by
+/// their lengths: an embedded thumbnail (inside an APP segment, skipped whole) and data
+/// appended after the image (a Motion Photo's video, whose bytes may hold `FF DA` anywhere)
+/// are not taken for the image's scans. Inside entropy-coded data a `FF` byte is always
+/// followed by `00` or a restart marker, so `FF D9` cannot occur there by chance. A stream
+/// whose segments cannot be walked to a scan is left to the decoder (true here).
 pub(crate) fn ends_its_scan(bytes: &[u8]) -> bool {
-    let Some(sos) = bytes.windows(2).rposition(|w| w == [0xFF, 0xDA]) else {
-        return false;
-    };
-    bytes[sos..].windows(2).any(|w| w == [0xFF, 0xD9])
+    let mut at = 2; // past SOI
+    while at + 1 < bytes.len() {
+        if bytes[at] != 0xFF {
+            return true; // not a marker where one belongs: the decoder's to judge
+        }
+        let marker = bytes[at + 1];
+        match marker {
+            // Fill bytes before a marker.
+            0xFF => at += 1,
+            0xDA => return bytes[at..].windows(2).any(|w| w == [0xFF, 0xD9]),
+            // Markers without a length: TEM, RSTn, SOI, EOI.
+            0x01 | 0xD0..=0xD9 => at += 2,
+            _ => {
+                let Some(len) = bytes.get(at + 2..at + 4) else {
+                    return false; // cut inside the headers
+                };
+                at += 2 + usize::from(u16::from_be_bytes([len[0], len[1]]));
+            }
+        }
+    }
+    false // cut before its first scan
 }
 
 /// Reads the bytes of one image file: only a regular file (a FIFO named `x.png` would block the
@@ -193,7 +213,7 @@ pub fn read_image_file(path: &Path) -> Result<Vec<u8>, DataError> {
 
 /// Decodes the bytes of one image file (`path` names it in errors) into `(height, width,
 /// channels, HWC bytes)`, with the bounds of [`decode`] on the declared size. A truncated JPEG
-/// (no end-of-image marker after its last scan) is an error, as in Pillow.
+/// (no end-of-image marker after its scans) is an error, as in Pillow.
 pub fn decode_bytes(
     path: &Path,
     bytes: &[u8],
@@ -217,7 +237,7 @@ pub fn decode_bytes(
     // ("image file is truncated"), and so do the readers here (in memory and streamed).
     if is_jpeg(bytes) && !ends_its_scan(bytes) {
         return Err(bad(
-            "a truncated JPEG: no end-of-image marker after its last scan".into(),
+            "a truncated JPEG: no end-of-image marker after its scans".into(),
         ));
     }
     let declared = decoder.total_bytes();
@@ -598,6 +618,12 @@ mod tests {
             e.contains("train/a/cut.jpg") && e.contains("a truncated JPEG"),
             "{e}"
         );
+        // A whole image with data appended after its end (a Motion Photo's video) whose bytes
+        // hold a start-of-scan marker and no end-of-image: still whole.
+        let mut trailer = good.clone();
+        trailer.extend_from_slice(b"ftypmp42\xFF\xDA\x00\x0c video bytes \x12\x34");
+        let (h, w, _, _) = decode_bytes(path, &trailer, Some(3)).unwrap();
+        assert_eq!((h, w), (96, 96));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! the `train` module's page).
 
 use std::borrow::Cow;
-use std::fs::{File, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -199,10 +199,29 @@ impl CsvFile {
         if !self.path.exists() {
             return Ok(0);
         }
+        let mut bytes = fs::read(&self.path).map_err(|e| io_error(&self.path, e))?;
+        // A last line without its newline was cut by a kill while the writer's buffer reached
+        // the file (rows are flushed whole and synced before each checkpoint, so it lies past
+        // the checkpoint the run resumes from): dropped, as the rows after it would be.
+        if !bytes.is_empty() && !bytes.ends_with(b"\n") {
+            let kept = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            log::warn!(
+                "{}: its last line was cut short ({} bytes without a newline, a run killed \
+                 while writing it): dropped",
+                self.path.display(),
+                bytes.len() - kept
+            );
+            bytes.truncate(kept);
+            if bytes.is_empty() {
+                // Not even the column names: the file starts again.
+                write_atomic(&self.path, &bytes)?;
+                self.header = None;
+                return Ok(0);
+            }
+        }
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(true)
-            .from_path(&self.path)
-            .map_err(|e| read_error(&self.path, e))?;
+            .from_reader(bytes.as_slice());
         let header: Vec<String> = reader
             .headers()
             .map_err(|e| read_error(&self.path, e))?

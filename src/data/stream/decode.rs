@@ -170,7 +170,7 @@ pub fn decode_image(path: &Path, bytes: &[u8], channels: usize) -> Result<Decode
     // such a file ("image file is truncated"), and so does this reader.
     if !ends_its_scan(bytes) {
         return Err(bad(
-            "a truncated JPEG: no end-of-image marker after its last scan".into(),
+            "a truncated JPEG: no end-of-image marker after its scans".into(),
         ));
     }
     let pixels = decoder

@@ -176,9 +176,8 @@ pub struct BackboneArgs {
 /// baselines and the check, which belong to one invocation).
 #[derive(Args, Debug, Clone, Serialize)]
 pub struct RunArgs {
-    /// Seed of the model initialisation, the batch order and the augmentation (0 to 2^63 − 1,
-    /// the integers recipe.toml holds).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=i64::MAX as u64))]
+    /// Seed of the model initialisation, the batch order and the augmentation.
+    #[arg(long, default_value_t = 0)]
     #[serde(serialize_with = "recorded::seed")]
     pub seed: u64,
     /// kNN monitor every N epochs (0: only at the end).

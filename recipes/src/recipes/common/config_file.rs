@@ -101,6 +101,7 @@ impl Overrides {
                 }
             })?;
         }
+        restore_large_integers(&mut value, &serde_json::to_value(&config)?);
         let config = serde_json::from_value::<C>(value).map_err(|e| {
             usage(format!(
                 "{section}: the settings given do not make a valid configuration: {e}"
@@ -108,12 +109,6 @@ impl Overrides {
         })?;
         // What was built, as it serialises (a round trip normalises the value).
         let built = serde_json::to_value(&config)?;
-        if let Some((path, n)) = first_too_large(&built, section) {
-            return Err(usage(format!(
-                "{path} = {n}: above {}, the largest integer a run's recipe.toml records",
-                i64::MAX
-            )));
-        }
         self.built
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -454,9 +449,40 @@ fn first_non_finite(value: &toml::Value, at: &str) -> Option<String> {
     }
 }
 
-/// The dotted path and value of the first integer in `value` above `i64::MAX`, if any: TOML's
-/// integers are 64-bit signed, so recipe.toml cannot record it (it would be written as a float
-/// and refused on the way back).
+/// Where `value` holds the digits of an integer above `i64::MAX` as text (recipe.toml records
+/// such an integer so: TOML's integers are 64-bit signed; and TOML reads a longer one given as
+/// KEY=VALUE as text) and `default`, the configuration's own value, holds an integer there,
+/// puts the integer back (a seed of 2^64 − 1 written and read back; it was written as a float,
+/// which the resume then refused).
+fn restore_large_integers(value: &mut Value, default: &Value) {
+    match (value, default) {
+        (Value::Object(map), Value::Object(defaults)) => {
+            for (key, v) in map.iter_mut() {
+                if let Some(d) = defaults.get(key) {
+                    restore_large_integers(v, d);
+                }
+            }
+        }
+        (Value::Array(items), Value::Array(defaults)) => {
+            for (v, d) in items.iter_mut().zip(defaults) {
+                restore_large_integers(v, d);
+            }
+        }
+        (value @ Value::String(_), Value::Number(n)) if n.is_u64() => {
+            if let Some(big) = value
+                .as_str()
+                .and_then(|s| s.parse::<u64>().ok())
+                .filter(|&big| i64::try_from(big).is_err())
+            {
+                *value = Value::from(big);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The dotted path and value of the first integer in `value` above `i64::MAX`, if any (the
+/// options recipe.toml records are refused above it: counts so large mean nothing).
 pub(crate) fn first_too_large(value: &Value, at: &str) -> Option<(String, u64)> {
     let join = |key: &str| {
         if at.is_empty() {
@@ -673,6 +699,10 @@ fn to_toml(value: &Value) -> toml::Value {
     match value {
         Value::Null => toml::Value::String("none".into()),
         Value::Bool(b) => toml::Value::Boolean(*b),
+        // An integer above TOML's (64-bit signed) as its digits, which `apply` reads back.
+        Value::Number(n) if n.is_u64() && n.as_i64().is_none() => {
+            toml::Value::String(n.to_string())
+        }
         Value::Number(n) => match (n.as_i64(), n.as_f64()) {
             (Some(i), _) => toml::Value::Integer(i),
             (None, Some(f)) => toml::Value::Float(f),
@@ -734,42 +764,50 @@ mod tests {
         resolve(&command(), "r", None, &pairs, &pairs)
     }
 
-    /// A built configuration with an integer TOML cannot hold (above `i64::MAX`) is refused
-    /// naming the setting, before any recipe.toml is written: `to_toml` would write it as a
-    /// float, which the resume then refuses for its u64 (a run trained and could not resume).
+    /// An integer above TOML's (a seed of 2^64 − 1) is written as its digits and read back as
+    /// the integer, from the file and as KEY=VALUE: it was written as a float, and the resume
+    /// refused "invalid type: floating point, expected u64". Text where the configuration holds
+    /// text stays text.
     #[test]
-    fn an_integer_recipe_toml_cannot_hold_is_refused_naming_it() {
-        #[derive(Serialize, serde::Deserialize)]
+    fn integers_above_tomls_are_written_and_read_back() {
+        #[derive(Serialize, serde::Deserialize, Debug, PartialEq)]
         struct Seeded {
-            inner: Vec<u64>,
+            seed: u64,
+            seeds: Vec<u64>,
+            name: String,
         }
+        let seeded = |seed: u64| Seeded {
+            seed,
+            seeds: vec![1, seed],
+            name: "18446744073709551615".into(),
+        };
         let overrides = Overrides::default();
-        let big = i64::MAX as u64 + 1;
-        let err = overrides
-            .apply(
-                "augmentation",
-                Seeded {
-                    inner: vec![1, big],
-                },
-            )
-            .err()
-            .expect("refused")
-            .to_string();
+        let built = overrides.apply("augmentation", seeded(u64::MAX)).unwrap();
+        assert_eq!(built, seeded(u64::MAX));
+        let dir = std::env::temp_dir().join(format!("config-file-big-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        overrides.write(&dir, "r", toml::Table::new()).unwrap();
+        let text = std::fs::read_to_string(dir.join(RECIPE_TOML)).unwrap();
+        assert!(text.contains("seed = \"18446744073709551615\""), "{text}");
+        let (_, back) = resolve(
+            &command(),
+            "r",
+            Some((&dir.join(RECIPE_TOML), "recipe.toml")),
+            &[],
+            &[],
+        )
+        .unwrap();
+        // The recipe's own default differs: the file's value wins, as an integer.
         assert_eq!(
-            err,
-            "augmentation.inner.1 = 9223372036854775808: above 9223372036854775807, the largest \
-             integer a run's recipe.toml records"
+            back.apply("augmentation", seeded(3)).unwrap(),
+            seeded(u64::MAX)
         );
-        let built = overrides
-            .apply(
-                "augmentation",
-                Seeded {
-                    inner: vec![1, big - 1],
-                },
-            )
-            .unwrap();
-        assert_eq!(built.inner[1], i64::MAX as u64);
-        assert!(overrides.built.lock().unwrap().contains_key("augmentation"));
+        let _ = std::fs::remove_dir_all(dir);
+        let (_, given) = resolved(&["augmentation.seed=9223372036854775808"]).unwrap();
+        assert_eq!(
+            given.apply("augmentation", seeded(3)).unwrap().seed,
+            9_223_372_036_854_775_808
+        );
     }
 
     #[test]
