@@ -699,9 +699,32 @@ fn a_run_whose_checkpoints_were_removed_is_not_restarted_over_its_logs() {
     assert_eq!(snapshot(&dir), before, "a refused resume changed the run");
 }
 
-/// A log cut short or written over with bytes that are not CSV is damage to the run directory,
-/// the user's to mend: an input error (exit code 2 in the binary) naming the file and what to
-/// do, not a failure of the run (it was `TrainError::Io`, exit code 1).
+/// The only checkpoint left as its `.old` copy by a kill between the two renames of a rewrite:
+/// reading it without a resume (eval, export) is refused saying that a resume puts it back, not
+/// that the checkpoints were removed; the resume does put it back.
+#[test]
+fn a_checkpoint_left_as_its_old_copy_is_named_and_put_back_by_a_resume() {
+    let dir = finished_run("only-old");
+    let checkpoints = dir.join("checkpoints");
+    std::fs::remove_dir_all(checkpoints.join("epoch-0001")).unwrap();
+    std::fs::rename(
+        checkpoints.join("epoch-0002"),
+        checkpoints.join(".epoch-0002.old"),
+    )
+    .unwrap();
+    let err = curriculum_ssl::train::resolve_checkpoint(&dir).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("left as .epoch-0002.old") && text.contains("recipe resume"),
+        "{text}"
+    );
+    let t = trainer(&dir, StartMode::Resume, Setup::default()).unwrap();
+    assert!(t.resumed_from().unwrap().ends_with("epoch-0002"));
+}
+
+/// A log with a malformed row, or written over with bytes that are not CSV, is damage to the
+/// run directory, the user's to mend: an input error (exit code 2 in the binary) naming the
+/// file and what to do, not a failure of the run (it was `TrainError::Io`, exit code 1).
 #[test]
 fn a_damaged_log_is_an_input_error_naming_it() {
     let dir = finished_run("damaged-log");

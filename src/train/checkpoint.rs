@@ -564,16 +564,27 @@ impl CheckpointDir {
             let name = named
                 .file_name()
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-            return Err(TrainError::Checkpoint {
-                path: self.root.join(files::LATEST),
-                reason: format!(
+            let old = format!(".{name}.old");
+            let reason = if self.root.join(&old).is_dir() {
+                // A kill between the two renames of a rewrite: a resume, which clears leftovers
+                // first, puts the copy back.
+                format!(
+                    "names {name}, which a rewrite interrupted by a kill left as {old}: resume \
+                     the run (`recipe resume`) to put it back"
+                )
+            } else {
+                format!(
                     "names {name}, but {} holds no checkpoint: they were removed after the run \
                      wrote them. Resuming would start the run afresh over its logs; to start \
                      it afresh, use a new run directory (or move this one's logs away and \
                      remove {})",
                     self.root.display(),
                     self.root.display()
-                ),
+                )
+            };
+            return Err(TrainError::Checkpoint {
+                path: self.root.join(files::LATEST),
+                reason,
             });
         }
         let mut damaged = Vec::new();
