@@ -211,6 +211,19 @@ impl ConfigFile {
                     file.sections
                         .insert(section.to_string(), from_toml(toml::Value::Table(t)));
                 }
+                // A known key with a value of the wrong kind: say so, not that it is unknown.
+                ("recipe", value) => {
+                    return Err(usage(format!(
+                        "{name}: `recipe` must be a recipe's name in quotes (recipe = \
+                         \"light_moco\"), not {value}"
+                    )))
+                }
+                (key, value) if key == "options" || SECTIONS.contains(&key) => {
+                    return Err(usage(format!(
+                        "{name}: `{key}` must be a table of settings ([{key}] with KEY = VALUE \
+                         lines under it), not {value}"
+                    )))
+                }
                 (key, _) => {
                     return Err(usage(format!(
                         "{name}: `{key}` is not a setting of a recipe file (recipe, \
@@ -964,6 +977,37 @@ mod tests {
     /// A settings file is read bounded: a file over the cap, bytes that are not UTF-8 (a run's
     /// `recipe.toml` written over by a binary table), a directory and a device are each named,
     /// never read without bound (`/dev/zero` grew by some 400 MB/s).
+    /// A known key of a recipe file with a value of the wrong kind is named as such (it was
+    /// called "not a setting of a recipe file", which it is).
+    #[test]
+    fn a_known_key_of_the_wrong_kind_is_named_as_such() {
+        let dir = std::env::temp_dir().join(format!("config-file-kind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("r.toml");
+        for (text, expected) in [
+            (
+                "recipe = 5",
+                "r.toml: `recipe` must be a recipe's name in quotes (recipe = \"light_moco\"), not 5",
+            ),
+            (
+                "options = 3",
+                "r.toml: `options` must be a table of settings ([options] with KEY = VALUE lines \
+                 under it), not 3",
+            ),
+            (
+                "method = \"x\"",
+                "r.toml: `method` must be a table of settings ([method] with KEY = VALUE lines \
+                 under it), not \"x\"",
+            ),
+            ("model = 1", "r.toml: `model` is not a setting of a recipe file"),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let err = ConfigFile::read_named(&file, "r.toml").err().unwrap().to_string();
+            assert!(err.starts_with(expected), "{text}: {err}");
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     #[test]
     fn settings_files_are_read_bounded_and_regular() {
         let dir = std::env::temp_dir().join(format!("config-file-bounds-{}", std::process::id()));
