@@ -521,14 +521,19 @@ impl CheckpointDir {
     /// pointer outside the folder is refused) and a stale one is said: resuming from the
     /// checkpoint it names would overwrite the newer ones.
     fn candidates(&self, named: Option<&PathBuf>) -> Result<Vec<PathBuf>, TrainError> {
-        let complete = self.complete()?;
+        // The folder read once: every checkpoint, and the complete ones among them.
+        let all = self.named()?;
+        let complete: Vec<&PathBuf> = all
+            .iter()
+            .filter(|path| path.join(files::META).is_file())
+            .collect();
         let base = |p: &Path| {
             p.file_name()
                 .map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into())
         };
-        if let (Some(named), Some(newest)) = (named, complete.first()) {
+        if let (Some(named), Some(&newest)) = (named, complete.first()) {
             let pointer = self.root.join(files::LATEST);
-            if !complete.contains(named) {
+            if !complete.contains(&named) {
                 log::warn!(
                     "{} names {}, which is missing or incomplete; using the newest complete \
                      checkpoint, {}",
@@ -546,7 +551,7 @@ impl CheckpointDir {
                 );
             }
         }
-        self.named()
+        Ok(all)
     }
 
     /// The newest checkpoint whose files match their checksums, with its description. A damaged

@@ -148,8 +148,9 @@ fn io_error(path: &Path, reason: impl ToString) -> TrainError {
 }
 
 /// An error reading a log back: the disk's is the run's failure ([`TrainError::Io`]), a file
-/// that is not the CSV the run wrote (cut short, written over, not UTF-8) is damage to the run
-/// directory, the user's to mend ([`TrainError::Run`]).
+/// that is not the CSV the run wrote (a malformed row, written over, not UTF-8; a last line cut
+/// by a kill is dropped before, in [`CsvFile::truncate_to`]) is damage to the run directory,
+/// the user's to mend ([`TrainError::Run`]).
 fn read_error(path: &Path, e: csv::Error) -> TrainError {
     if e.is_io_error() {
         return io_error(path, e);
