@@ -569,6 +569,13 @@ fn as_flag(
             known.join(", ")
         )));
     };
+    // A list only for an option that takes one (`mean = [0.5, 0.25]`): `batch_size = [8]` was
+    // read as 8, and `batch_size = [8, 16]` refused as the text "8,16".
+    if matches!(value, toml::Value::Array(_)) && arg.get_value_delimiter().is_none() {
+        return Err(usage(format!(
+            "{origin}: `{key}` takes one value, not a list: {value}"
+        )));
+    }
     let text = match value {
         toml::Value::String(s) => s.clone(),
         toml::Value::Array(items) => items
@@ -764,7 +771,7 @@ mod tests {
             .no_binary_name(true)
             .arg(clap::Arg::new("epochs").long("epochs"))
             .arg(clap::Arg::new("batch").long("batch-size"))
-            .arg(clap::Arg::new("mean").long("mean"))
+            .arg(clap::Arg::new("mean").long("mean").value_delimiter(','))
             .arg(
                 clap::Arg::new("resume")
                     .long("resume")
@@ -891,6 +898,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("written for recipe `r`"), "{e}");
+        // A list for an option of one value is refused, not joined into it.
+        std::fs::write(&file, "recipe = \"r\"\n[options]\nbatch_size = [8]\n").unwrap();
+        let e = resolve(&command(), "r", Some((&file, "--config F")), &[], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`batch_size` takes one value, not a list"),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 
