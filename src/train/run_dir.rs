@@ -172,6 +172,16 @@ impl RunLock {
     pub fn acquire(run_dir: &Path) -> Result<Self, TrainError> {
         fs::create_dir_all(run_dir).map_err(|e| super::checkpoint::write_error(run_dir, e))?;
         let path = run_dir.join(files::LOCK);
+        // Something other than a file in the lock's place is damage to the run directory, named
+        // as such (exit 2), not a failure of the disk.
+        if fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            return Err(TrainError::Run {
+                path,
+                reason: "is a directory where the run's lock file belongs; remove it (it holds \
+                         nothing of the run) and run again"
+                    .into(),
+            });
+        }
         let mut file = fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -474,6 +484,25 @@ pub(crate) fn differences(saved: &serde_json::Value, given: &serde_json::Value) 
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A directory in the lock file's place is named as damage to the run (exit 2), not an
+    /// input/output failure (it was `TrainError::Io`, exit 1); a lock file is taken as before.
+    #[test]
+    fn a_directory_in_the_locks_place_is_named() {
+        let dir = std::env::temp_dir().join(format!("run-lock-dir-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join(files::LOCK)).unwrap();
+        let e = RunLock::acquire(&dir).unwrap_err();
+        assert!(matches!(e, TrainError::Run { .. }), "{e:?}");
+        assert!(
+            e.to_string()
+                .contains("is a directory where the run's lock file"),
+            "{e}"
+        );
+        fs::remove_dir(dir.join(files::LOCK)).unwrap();
+        assert!(RunLock::acquire(&dir).is_ok());
+        let _ = fs::remove_dir_all(&dir);
+    }
 
     /// Two copies of a folder at other paths have one fingerprint; a renamed file, a file of
     /// another size or another view size gives another.
