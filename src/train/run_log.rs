@@ -220,6 +220,11 @@ impl CsvFile {
                 return Ok(0);
             }
         }
+        if bytes.is_empty() {
+            // Made and never written (a kill before the column names): the file starts again.
+            self.header = None;
+            return Ok(0);
+        }
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(true)
             .from_reader(bytes.as_slice());
@@ -256,6 +261,19 @@ impl CsvFile {
     /// If the file cannot be read or its first column is another.
     pub(crate) fn check_first_column(&self, first: &str) -> Result<(), TrainError> {
         if !self.path.exists() {
+            return Ok(());
+        }
+        // The column names themselves cut by a kill in the run's first moments (`ste`, or
+        // nothing): the start of this log's, which `truncate_to` drops. (They were refused as
+        // another file's.) Only the first bytes are read: a log is one line per step.
+        let mut head = Vec::new();
+        {
+            use std::io::Read;
+            File::open(&self.path)
+                .and_then(|f| f.take(4096).read_to_end(&mut head))
+                .map_err(|e| io_error(&self.path, e))?;
+        }
+        if !head.contains(&b'\n') && first.as_bytes().starts_with(&head) {
             return Ok(());
         }
         let mut reader = csv::ReaderBuilder::new()
@@ -723,6 +741,28 @@ mod tests {
             CsvFile::new(dir.join("none.csv")).truncate_to(3).unwrap(),
             0
         );
+    }
+
+    /// A log whose column names a kill cut short (or left empty) passes the check and starts
+    /// again; another file's first line is still refused.
+    #[test]
+    fn column_names_cut_by_a_kill_start_the_log_again() {
+        let dir = scratch("cut-header");
+        let path = dir.join(files::STEPS);
+        for cut in ["", "s", "ste"] {
+            fs::write(&path, cut).unwrap();
+            let mut steps = CsvFile::new(path.clone());
+            steps.check_first_column("step").unwrap();
+            assert_eq!(steps.truncate_to(3).unwrap(), 0);
+            assert_eq!(fs::read(&path).unwrap(), b"");
+        }
+        for other in ["epo", "x,y", "step2"] {
+            fs::write(&path, other).unwrap();
+            let e = CsvFile::new(path.clone())
+                .check_first_column("step")
+                .unwrap_err();
+            assert!(matches!(e, TrainError::Run { .. }), "{other}: {e}");
+        }
     }
 
     #[test]
