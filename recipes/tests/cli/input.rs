@@ -348,6 +348,11 @@ fn settings_that_hang_or_fill_memory(
             tiny("huge-queue", &["method.queue_size=1000000000000"]),
             "parameters: at least",
         ),
+        // SMoG's memory bank is sized by the batch: the refusal names --batch-size.
+        (
+            tiny_as("smog", "smog-bs-large", &["--batch-size", "1000000"]),
+            "SMoG's memory bank of 300 × --batch-size rows",
+        ),
     ]
 }
 

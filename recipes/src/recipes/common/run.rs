@@ -124,8 +124,8 @@ fn check_fits(parameters: u64, replicas: usize) -> Result<()> {
         usage(format!(
             "the networks have {parameters} parameters: at least {:.1} GiB with their gradients \
              and optimiser state{}, more than {limit}; lower the method's sizes \
-             (method.hidden_dim, method.output_dim, a queue's method.queue_size) or choose a \
-             smaller --backbone",
+             (method.hidden_dim, method.output_dim, a queue's method.queue_size, SMoG's memory \
+             bank of 300 × --batch-size rows) or choose a smaller --backbone",
             gib(needed),
             if replicas > 1 {
                 format!(" on {replicas} replicas")
