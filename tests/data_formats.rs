@@ -533,6 +533,12 @@ fn image_folder_bad_input_is_reported() {
     assert_names(&e, "notes.txt", "not a .png");
     std::fs::remove_file(root.join("b").join("notes.txt")).unwrap();
 
+    // A folder in a class folder, though its name ends in .jpg, is named as a folder.
+    std::fs::create_dir_all(root.join("b").join("sub.jpg")).unwrap();
+    let e = image_folder::load(&root, opts).unwrap_err();
+    assert_names(&e, "sub.jpg", "a folder inside a class folder");
+    std::fs::remove_dir(root.join("b").join("sub.jpg")).unwrap();
+
     // An empty class folder.
     std::fs::create_dir_all(root.join("c")).unwrap();
     let e = image_folder::load(&root, opts).unwrap_err();

@@ -108,6 +108,16 @@ pub fn scan(root: &Path) -> Result<Listing, DataError> {
             });
         }
         for f in class_files {
+            if f.is_dir() {
+                // (A folder named `x.jpg` was called "not a .png, .jpg or .jpeg file".)
+                return Err(DataError::Decode {
+                    path: f,
+                    reason: "a folder inside a class folder: the in-memory reader takes a \
+                             class's images from its folder alone (`--stream true` reads them \
+                             at any depth)"
+                        .into(),
+                });
+            }
             if !f.is_file() || !is_image(&f) {
                 return Err(DataError::Decode {
                     path: f,

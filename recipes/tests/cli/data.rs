@@ -966,4 +966,14 @@ fn a_packed_folder_trains_from_its_shards() {
         stderr(&o)
     );
     assert!(stderr(&o).contains("always streams"), "{}", stderr(&o));
+
+    // One split's index deleted: named, not a mismatch of classes "0, 1, 2" against names.
+    std::fs::remove_file(shards.join("val/index.json")).unwrap();
+    let o = run(&as_strs(&tiny("shards-no-index", &data)));
+    assert_eq!(check_error_shape(&o, "no index"), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("val/index.json: missing, while"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -10,7 +10,7 @@ use curriculum_ssl::data::idx::Split;
 use curriculum_ssl::data::stl10::{self, Stl10Images};
 use curriculum_ssl::data::stream::DecodedImage;
 use curriculum_ssl::data::stream::{
-    ImageFiles, ImageSource, SequentialEpoch, Shards, StreamedImages, ViewCrop,
+    ImageFiles, ImageSource, SequentialEpoch, Shards, StreamedImages, ViewCrop, INDEX_FILE,
 };
 use curriculum_ssl::data::LoaderConfig;
 use curriculum_ssl::data::{image_folder, DataError, ImageArray};
@@ -209,13 +209,17 @@ impl DataSource {
             .context("loading the training images (train/)")?;
         let val = dir.join("val");
         let test = if val.is_dir() {
-            let val = image_folder::load(&val, self.folder_options(Some(&train)))
+            // The class folders compared before val/ is decoded (a listing, not the images).
+            let (_, val_classes) = image_folder::scan(&val)
                 .map_err(|e| size_hint(e, "val/"))
                 .context("loading the validation images (val/)")?;
             same_classes(
-                (&dir.join("val"), val.class_names()),
+                (&val, &val_classes),
                 (&dir.join("train"), train.class_names()),
             )?;
+            let val = image_folder::load(&val, self.folder_options(Some(&train)))
+                .map_err(|e| size_hint(e, "val/"))
+                .context("loading the validation images (val/)")?;
             Some(val)
         } else if self.knn_data.is_none() {
             log::warn!(
@@ -240,14 +244,17 @@ impl DataSource {
     ) -> Result<Data> {
         let like = pretrain.as_ref().unwrap_or(&train);
         let options = self.folder_options(Some(like));
-        let bank = image_folder::load(knn.join("train"), options)
+        // The class folders compared before either side is decoded (listings, not images).
+        let (bank_dir, queries_dir) = (knn.join("train"), knn.join("val"));
+        let (_, bank_classes) = image_folder::scan(&bank_dir)
             .context("loading the kNN monitor's labelled images (--knn-data …/train)")?;
-        let queries = image_folder::load(knn.join("val"), options)
+        let (_, query_classes) = image_folder::scan(&queries_dir)
             .context("loading the kNN monitor's labelled images (--knn-data …/val)")?;
-        same_classes(
-            (&knn.join("val"), queries.class_names()),
-            (&knn.join("train"), bank.class_names()),
-        )?;
+        same_classes((&queries_dir, &query_classes), (&bank_dir, &bank_classes))?;
+        let bank = image_folder::load(&bank_dir, options)
+            .context("loading the kNN monitor's labelled images (--knn-data …/train)")?;
+        let queries = image_folder::load(&queries_dir, options)
+            .context("loading the kNN monitor's labelled images (--knn-data …/val)")?;
         let images = match pretrain {
             Some(images) => images,
             None => train.unlabeled(),
@@ -775,6 +782,20 @@ fn shard_splits(dir: &Path) -> Result<(Files, Option<Files>)> {
     let val_dir = dir.join("val");
     let val = if val_dir.is_dir() {
         let val = Shards::open(&val_dir).context("listing the validation shards (val/)")?;
+        // One split's index lost: its classes would be numbers against the other's names.
+        if val.indexed() != train.indexed() {
+            let (lacks, has) = if train.indexed() {
+                (&val_dir, &train_dir)
+            } else {
+                (&train_dir, &val_dir)
+            };
+            return Err(usage(format!(
+                "{}: missing, while {} names the classes; both splits need theirs (`recipe \
+                 pack` writes them) for the kNN monitor to match val/'s classes to train/'s",
+                lacks.join(INDEX_FILE).display(),
+                has.join(INDEX_FILE).display()
+            )));
+        }
         // Without indexes the classes are numbers, and val/ may not hold the last ones.
         let val = if !val.indexed() && !train.indexed() {
             val.with_class_names(train.class_names())
