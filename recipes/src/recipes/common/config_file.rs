@@ -438,15 +438,18 @@ fn option_id<'a>(command: &'a clap::Command, long: &str) -> Option<&'a str> {
         .map(|a| a.get_id().as_str())
 }
 
+/// `at.key`, or `key` at the top (`at` empty): a setting's dotted path.
+fn dotted(at: &str, key: &str) -> String {
+    if at.is_empty() {
+        key.to_string()
+    } else {
+        format!("{at}.{key}")
+    }
+}
+
 /// The dotted path of the first float in `value` that is not finite (NaN, ±inf), if any.
 fn first_non_finite(value: &toml::Value, at: &str) -> Option<String> {
-    let join = |key: &str| {
-        if at.is_empty() {
-            key.to_string()
-        } else {
-            format!("{at}.{key}")
-        }
-    };
+    let join = |key: &str| dotted(at, key);
     match value {
         toml::Value::Float(f) if !f.is_finite() => Some(if at.is_empty() {
             f.to_string()
@@ -497,13 +500,7 @@ fn restore_large_integers(value: &mut Value, default: &Value) {
 /// The dotted path and value of the first integer in `value` above `i64::MAX`, if any (the
 /// options recipe.toml records are refused above it: counts so large mean nothing).
 pub(crate) fn first_too_large(value: &Value, at: &str) -> Option<(String, u64)> {
-    let join = |key: &str| {
-        if at.is_empty() {
-            key.to_string()
-        } else {
-            format!("{at}.{key}")
-        }
-    };
+    let join = |key: &str| dotted(at, key);
     match value {
         Value::Number(n) => n
             .as_u64()
