@@ -796,6 +796,11 @@ fn a_study_directory_that_is_a_file_or_a_run_is_refused() {
     let before = holds(&run_dir);
     let inside = run_dir.join("study");
     let through = std::path::PathBuf::from("dir-checks-file/study");
+    // A folder of the user's own files (no runs/): its study.md was written over, exit 0.
+    let notes = scratch().join("dir-checks-notes");
+    let _ = std::fs::remove_dir_all(&notes);
+    std::fs::create_dir_all(&notes).unwrap();
+    std::fs::write(notes.join("study.md"), "my notes").unwrap();
     for (case, dir, expected) in [
         (
             "file",
@@ -821,6 +826,14 @@ fn a_study_directory_that_is_a_file_or_a_run_is_refused() {
                 std::fs::canonicalize(&run_dir).unwrap().display()
             ),
         ),
+        (
+            "a folder of other files",
+            &notes,
+            format!(
+                "--dir {}: holds study.md and no runs/, so it is not a study's directory",
+                notes.display()
+            ),
+        ),
     ] {
         let o = run(&["study", file, "--dir", dir.to_str().unwrap()]);
         let err = stderr(&o);
@@ -829,7 +842,21 @@ fn a_study_directory_that_is_a_file_or_a_run_is_refused() {
     }
     assert_eq!(std::fs::read_to_string(&afile).unwrap(), "x");
     assert_eq!(holds(&run_dir), before, "nothing written into the run");
-    crate::common::checked(&[&run_dir, &afile]);
+    assert_eq!(holds(&notes), ["study.md"]);
+    assert_eq!(
+        std::fs::read_to_string(notes.join("study.md")).unwrap(),
+        "my notes"
+    );
+    // With --report-only too (it wrote the report over them the same way).
+    let o = run(&[
+        "study",
+        file,
+        "--dir",
+        notes.to_str().unwrap(),
+        "--report-only",
+    ]);
+    assert_eq!(check_error_shape(&o, "report only"), 2, "{}", stderr(&o));
+    crate::common::checked(&[&run_dir, &afile, &notes]);
 }
 
 /// Every committed study still resolves to its runs: `recipe study FILE --check` refuses (exit

@@ -37,7 +37,9 @@
 //! else there is refused, naming the directory and why, never adopted or overwritten.
 //!
 //! The study's directory may not be a file, a training run's directory, or inside one (its
-//! report and runs would mix with a run's files): each is refused before anything runs.
+//! report and runs would mix with a run's files), nor a folder of other files without the
+//! study's `runs/` (its report would be written over them): each is refused before anything
+//! runs.
 
 mod file;
 mod report;
@@ -460,6 +462,30 @@ fn check_study_dir(dir: &Path, given: bool) -> Result<()> {
                     ancestor.display()
                 ),
             }));
+        }
+    }
+    // A folder of other files: the report (study.md, study.csv, summary.csv, the plots) would
+    // be written over files of those names (a user's notes were, exit 0). A study's own folder
+    // holds its runs/.
+    if nearest == absolute && !dir.join("runs").is_dir() {
+        let mut held: Vec<String> = std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !held.is_empty() {
+            held.sort();
+            let shown = match held.len() {
+                n if n > 4 => format!("{} and {} more", held[..4].join(", "), n - 4),
+                _ => held.join(", "),
+            };
+            return Err(usage(format!(
+                "{name}: holds {shown} and no runs/, so it is not a study's directory; a study \
+                 writes its report (study.md, study.csv, summary.csv, the plots) and its runs \
+                 there, over files of those names: choose a new or empty directory"
+            )));
         }
     }
     Ok(())
