@@ -155,6 +155,8 @@ const NOT_TRAINING: &[&str] = &[
     "compare",
     "worked_values",
     "study",
+    "pack",
+    "bench_step",
 ];
 
 impl StudyFile {
@@ -253,7 +255,17 @@ impl StudyFile {
     /// settings.
     pub fn arm_args(&self, arm: &Arm) -> Vec<String> {
         let mut args = vec![arm.recipe.clone()];
-        args.extend(option_args(&self.options).expect("validated"));
+        // An arm's `false` takes the study's setting away: a switch given once is on, and
+        // `false` on a switch gives nothing to come last (`easy_to_hard = true` in [options]
+        // and `false` in an arm trained the arm with it on).
+        let mut options = self.options.clone();
+        for (key, value) in &arm.options {
+            if matches!(value, toml::Value::Boolean(false)) {
+                let long = key.replace('_', "-");
+                options.retain(|k, _| k.replace('_', "-") != long);
+            }
+        }
+        args.extend(option_args(&options).expect("validated"));
         args.extend(option_args(&arm.options).expect("validated"));
         args.extend(arm.set.iter().cloned());
         args
@@ -388,6 +400,15 @@ mod tests {
             ]
         );
         assert_eq!(file.arm_args(file.arm("plain").unwrap())[0], "simclr");
+        // An arm's `false` turns off the study's switch (it stayed on).
+        let text = GOOD
+            .replace("easy_to_hard = false", "easy-to-hard = true")
+            .replace("easy_to_hard = true }", "easy_to_hard = false }");
+        let file_off = parse(&text).unwrap();
+        let mico = file_off.arm_args(file_off.arm("mico").unwrap());
+        assert!(!mico.contains(&"--easy-to-hard".to_string()), "{mico:?}");
+        let plain = file_off.arm_args(file_off.arm("plain").unwrap());
+        assert!(plain.contains(&"--easy-to-hard".to_string()), "{plain:?}");
         assert_ne!(
             file.fingerprint(file.arm("plain").unwrap()),
             file.fingerprint(file.arm("mico").unwrap())
