@@ -210,6 +210,23 @@ fn settings_come_from_key_value_overrides_and_the_runs_own_recipe_toml() {
         stderr(&o)
     );
     assert_eq!(losses(&first).len(), 6);
+    // --mean / --std on a resume: the run's own normalisation (its recipe.toml's augmentation)
+    // came after them, so they were accepted, unused, and recorded beside it.
+    let o = run(&[
+        "resume",
+        first.to_str().unwrap(),
+        "--mean",
+        "0.5",
+        "--std",
+        "0.2",
+    ]);
+    assert_eq!(check_error_shape(&o, "mean on resume"), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--mean [0.5] / --std [0.2]: the views are normalised otherwise"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(losses(&first).len(), 6);
     a_run_recorded_before_the_optimiser_resumes_and_records_it(&first);
     let o = run(&["resume", scratch().to_str().unwrap()]);
     assert_eq!(check_error_shape(&o, "resume no file"), 2, "{}", stderr(&o));

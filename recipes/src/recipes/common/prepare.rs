@@ -19,6 +19,7 @@ use crate::backend;
 use crate::backend::Device;
 use crate::usage::usage;
 use anyhow::Result;
+use curriculum_ssl::augment::normalize::Normalize;
 use curriculum_ssl::curation::FrechetCurationConfig;
 use curriculum_ssl::method::{PairLossConfig, PgdConfig};
 use curriculum_ssl::pipeline::PipelineConfig;
@@ -95,6 +96,7 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
     pipeline.mixup_curriculum = mixup;
     pipeline.strength_curriculum = strength;
     let pipeline = overrides.apply("augmentation", pipeline)?;
+    check_normalization_given(&args.source, &pipeline)?;
     let pgd = pgd.map(|p| p.with_normalize(pipeline.view1.normalize.clone()));
     Ok(Prepared {
         args,
@@ -108,6 +110,31 @@ pub fn prepare(args: &[String], defaults: Defaults) -> Result<Prepared> {
         overrides,
         fingerprint: Default::default(),
     })
+}
+
+/// Refuses `--mean` / `--std` that the views do not normalise with: the augmentation's settings
+/// (a resumed run's recipe.toml, or `augmentation.view1.normalize…` given) came after them and
+/// won, so `recipe resume RUN --mean 0.5 --std 0.2` trained on the run's own normalisation while
+/// recipe.toml recorded the options given beside it.
+fn check_normalization_given(args: &SourceArgs, pipeline: &PipelineConfig) -> Result<()> {
+    let (Some(mean), Some(std)) = (&args.mean, &args.std) else {
+        return Ok(());
+    };
+    let given = Normalize::new(mean, std);
+    for (name, view) in [("view1", &pipeline.view1), ("view2", &pipeline.view2)] {
+        if view.normalize.as_ref() != Some(&given) {
+            let used = view.normalize.as_ref().map_or("none".to_string(), |n| {
+                format!("mean {:?}, std {:?}", n.mean, n.std)
+            });
+            return Err(usage(format!(
+                "--mean {mean:?} / --std {std:?}: the views are normalised otherwise \
+                 (augmentation.{name}.normalize: {used}, from the run's recipe.toml on a resume \
+                 or a setting given); a run keeps its normalisation: train another in a new run \
+                 directory"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// recipe.toml's `[options]`: every option that shapes the run, under its long name (`batch_size`
