@@ -85,6 +85,11 @@ pub fn run(args: &[String]) -> Result<()> {
             args.out.display()
         )));
     }
+    let splits: &[&str] = match args.dataset {
+        DatasetChoice::ImageFolder => &["train", "val"],
+        _ => &[],
+    };
+    check_out(&args.out, splits)?;
     let config = PackConfig {
         samples_per_shard: args.samples_per_shard,
         seed: args.seed,
@@ -102,6 +107,56 @@ pub fn run(args: &[String]) -> Result<()> {
         _ => {
             let files = ImageFiles::unlabeled(&args.data).context("listing the images")?;
             write(&files, &[], &args.out, &config)?;
+        }
+    }
+    Ok(())
+}
+
+/// Refuses an `--out` that is not a new or empty folder, before anything is written: an image
+/// folder's shards go into its `train/` and `val/` (`splits`), which must be new or empty too.
+/// (A folder of other files took the shards beside them, exit 0: an image folder then read its
+/// index.json as a stray file; and a val/ already packed was refused only after train/ was.)
+fn check_out(out: &Path, splits: &[&str]) -> Result<()> {
+    let held = |dir: &Path| -> Result<Vec<String>> {
+        if !dir.exists() {
+            return Ok(Vec::new());
+        }
+        if !dir.is_dir() {
+            return Err(usage(format!("--out {}: not a folder", dir.display())));
+        }
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+            .collect();
+        names.sort();
+        Ok(names)
+    };
+    let shown = |names: &[String]| match names.len() {
+        n if n > 4 => format!("{} and {} more", names[..4].join(", "), n - 4),
+        _ => names.join(", "),
+    };
+    let others: Vec<String> = held(out)?
+        .into_iter()
+        .filter(|n| !splits.contains(&n.as_str()))
+        .collect();
+    if !others.is_empty() {
+        return Err(usage(format!(
+            "--out {}: holds {}; pack into a new or empty folder",
+            out.display(),
+            shown(&others)
+        )));
+    }
+    for split in splits {
+        let dir = out.join(split);
+        let names = held(&dir)?;
+        if !names.is_empty() {
+            return Err(usage(format!(
+                "--out {}: {} holds shards or other files already ({}); pack into a new or \
+                 empty folder",
+                out.display(),
+                dir.display(),
+                shown(&names)
+            )));
         }
     }
     Ok(())

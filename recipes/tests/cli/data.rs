@@ -689,6 +689,26 @@ fn eval_and_embed_read_the_streamed_run_as_it_trained(run_dir: &Path, stdout: &s
         table.contains(",cat/00.jpg,0") && !table.contains("bad"),
         "{table}"
     );
+    // `recipe compare --out` inside the run's data: its PNG plots would be images of a class.
+    let folder = run_dir.parent().unwrap().join("streamed-folder/train/cat");
+    let o = run(&[
+        "compare",
+        run_dir.to_str().unwrap(),
+        "--out",
+        folder.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        check_error_shape(&o, "compare in data"),
+        2,
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("the plots would be read as images there"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!folder.join("compare.md").exists());
 }
 
 /// A clean folder streamed, then resumed decoded into memory: other views of the same files,
@@ -956,6 +976,25 @@ fn a_packed_folder_trains_from_its_shards() {
     let o = run(&pack);
     assert_eq!(check_error_shape(&o, "pack again"), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("holds shards"), "{}", stderr(&o));
+    // A folder of other files (an image folder, a run): the shards went in beside them.
+    let other = scratch().join("pack-into-other");
+    let _ = std::fs::remove_dir_all(&other);
+    std::fs::create_dir_all(other.join("cat")).unwrap();
+    let mut into_other = pack;
+    into_other[4] = other.to_str().unwrap();
+    let o = run(&into_other);
+    assert_eq!(
+        check_error_shape(&o, "pack into other"),
+        2,
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("holds cat; pack into a new or empty folder"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!other.join("train").exists());
     let mut args = tiny("shards-in-memory", &data);
     args.extend(["--stream", "false"].map(String::from));
     let o = run(&as_strs(&args));
