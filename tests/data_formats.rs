@@ -539,6 +539,16 @@ fn image_folder_bad_input_is_reported() {
     assert_names(&e, "sub.jpg", "a folder inside a class folder");
     std::fs::remove_dir(root.join("b").join("sub.jpg")).unwrap();
 
+    // A link to a file that is not there, named as such (it was "not a .png, .jpg or .jpeg").
+    #[cfg(unix)]
+    {
+        let link = root.join("b").join("gone.png");
+        std::os::unix::fs::symlink(root.join("nowhere.png"), &link).unwrap();
+        let e = image_folder::load(&root, opts).unwrap_err();
+        assert_names(&e, "gone.png", "a dangling symbolic link");
+        std::fs::remove_file(&link).unwrap();
+    }
+
     // An empty class folder.
     std::fs::create_dir_all(root.join("c")).unwrap();
     let e = image_folder::load(&root, opts).unwrap_err();

@@ -118,6 +118,12 @@ pub fn scan(root: &Path) -> Result<Listing, DataError> {
                         .into(),
                 });
             }
+            if std::fs::metadata(&f).is_err() && std::fs::symlink_metadata(&f).is_ok() {
+                return Err(DataError::Decode {
+                    path: f,
+                    reason: "a link to a file that is not there (a dangling symbolic link)".into(),
+                });
+            }
             if !f.is_file() || !is_image(&f) {
                 return Err(DataError::Decode {
                     path: f,
