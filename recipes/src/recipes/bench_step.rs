@@ -559,6 +559,36 @@ fn by_phase(
     Ok((kernels_by_phase, memory_mib))
 }
 
+/// The most bytes the two views' images of a step may take (f32): 64 GiB, past any GPU's memory
+/// with the step's activations on top.
+const MAX_VIEW_BYTES: u64 = 64 << 30;
+
+/// Refuses a batch whose two views cannot fit: their images alone above [`MAX_VIEW_BYTES`], or,
+/// on the CPU backend, above half the memory the system says is available (`--image-size
+/// 100000` grew to 6 GB in seconds before anything said so).
+fn check_views_fit(batch_size: usize, image_size: usize) -> Result<()> {
+    let bytes = (2 * 3 * 4u64)
+        .saturating_mul(batch_size as u64)
+        .saturating_mul((image_size as u64).saturating_mul(image_size as u64));
+    let mut limit = MAX_VIEW_BYTES;
+    if backend::NAME.starts_with("cpu") {
+        if let Some(available) = super::common::available_memory() {
+            limit = limit.min(available / 2);
+        }
+    }
+    if bytes > limit {
+        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+        return Err(crate::usage::usage(format!(
+            "--batch-size {batch_size} --image-size {image_size}: the two views' images alone \
+             take {:.1} GiB, more than the {:.1} GiB a step may have here (activations come on \
+             top); lower either",
+            gib(bytes),
+            gib(limit)
+        )));
+    }
+    Ok(())
+}
+
 /// `recipe bench_step [--method M] [--batch-size N] [--image-size S] [--steps N] [--warmup N]
 /// [--precision P] [--device N] [--count-kernels] [--profile-kernels]`.
 pub fn run_cli(args: &[String]) -> Result<()> {
@@ -570,6 +600,7 @@ pub fn run_cli(args: &[String]) -> Result<()> {
             args.steps, args.batch_size, args.image_size
         )));
     }
+    check_views_fit(args.batch_size, args.image_size)?;
     // The kernel log is set up before the first tensor.
     let kernel_log = (args.count_kernels || args.profile_kernels).then(|| {
         std::env::temp_dir().join(format!(
@@ -627,6 +658,20 @@ pub const RECIPES: &[RecipeEntry] = &[RecipeEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Views past 64 GiB are refused naming both options (they grew until the system killed
+    /// the process); the default step's pass, and overflowing sizes saturate into the refusal.
+    #[test]
+    fn views_that_cannot_fit_are_refused() {
+        check_views_fit(256, 32).unwrap();
+        // 2 · 3 · 4 · 2 · 100000² bytes: 447 GiB.
+        let e = check_views_fit(2, 100_000).unwrap_err().to_string();
+        assert!(
+            e.contains("--batch-size 2 --image-size 100000: the two views' images alone take"),
+            "{e}"
+        );
+        assert!(check_views_fit(usize::MAX, usize::MAX).is_err());
+    }
 
     /// Kernel names counted per step from log lines, most launched first; thread CPU grouped by
     /// name without digits, per step.
