@@ -38,7 +38,9 @@ pub struct KnnMonitor {
 
 impl KnnMonitor {
     /// A monitor with the two usual settings (`k = 20, T = 0.07` and `k = 200, T = 0.1`), `k`
-    /// capped at the size of the bank. `normalize` should be the training pipeline's. The sets
+    /// capped at the size of the bank; on a bank of 20 images or fewer both would have its `k`,
+    /// and the second is left out (a setting's columns are named by its `k`: `knn16_top1` was
+    /// written twice). `normalize` should be the training pipeline's. The sets
     /// are held in memory ([`ImageArray`](crate::data::ImageArray)) or read from files at each
     /// evaluation ([`StreamedImages`](crate::data::stream::StreamedImages)).
     ///
@@ -74,10 +76,11 @@ impl KnnMonitor {
             .into());
         }
         let n = train.len();
-        let settings = [(20, 0.07), (200, 0.1)]
+        let mut settings: Vec<KnnConfig> = [(20, 0.07), (200, 0.1)]
             .into_iter()
             .map(|(k, t)| KnnConfig::new().with_k(k.min(n)).with_temperature(t))
             .collect();
+        settings.dedup_by_key(|s| s.k);
         Ok(Self {
             train: Arc::new(train),
             test: Arc::new(test),
@@ -141,5 +144,33 @@ impl KnnMonitor {
             });
         }
         Ok(results)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::ImageArray;
+
+    /// `k` is capped at the bank's size; where both usual settings would have the same `k` (a
+    /// bank of 20 or fewer), one is kept: a setting's columns are named by its `k`.
+    #[test]
+    fn settings_are_capped_at_the_bank_and_never_share_a_k() {
+        let set = |n: usize| {
+            let labels = (0..n).map(|i| (i % 2) as u16).collect();
+            ImageArray::new("mem", 2, 2, 1, vec![7; n * 4], Some(labels), 2).unwrap()
+        };
+        let ks = |bank: usize| {
+            KnnMonitor::new(set(bank), set(4), None)
+                .unwrap()
+                .settings()
+                .iter()
+                .map(|s| (s.k, s.temperature))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ks(1000), [(20, 0.07), (200, 0.1)]);
+        assert_eq!(ks(21), [(20, 0.07), (21, 0.1)]);
+        assert_eq!(ks(20), [(20, 0.07)]);
+        assert_eq!(ks(16), [(16, 0.07)]);
     }
 }
