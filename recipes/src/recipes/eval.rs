@@ -393,37 +393,48 @@ fn check_evals_writable(run_dir: &std::path::Path) -> Result<()> {
                     curriculum_ssl::train::describe_io(&e)
                 ))
             })?;
+        // Its columns, before anything is computed (they were checked after the evaluation).
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() > 0) {
+            let header = csv::Reader::from_path(&path)
+                .and_then(|mut r| Ok(r.headers()?.iter().map(str::to_string).collect::<Vec<_>>()))
+                .map_err(|e| usage(format!("{}: not a CSV file ({e})", path.display())))?;
+            check_evals_header(&header).map_err(|e| usage(format!("{}: {e}", path.display())))?;
+        }
     }
     Ok(())
 }
 
 /// Appends `row` to the CSV file `path` (the `csv` crate quotes a checkpoint path that holds a
-/// comma or a quote), writing the column names first when the file is new or empty. A file
-/// written before the few-label columns existed (its columns a prefix of the row's) is
-/// rewritten with them, its rows' new cells empty.
+/// comma or a quote), writing the column names first when the file is new or empty. Rows name
+/// their columns: a row with columns the file lacks (the few-label ones of a later version, or
+/// a kNN `k` capped at another bank's size: `--knn-data`, `--data-dir`) rewrites the file with
+/// them added after its own, its earlier rows' new cells empty; a column the row lacks is
+/// empty in it. (A row of other kNN columns was refused after the evaluation had run, exit 1.)
 fn append_row(path: &std::path::Path, row: &[(String, String)]) -> Result<()> {
     let names: Vec<&str> = row.iter().map(|(k, _)| k.as_str()).collect();
     let new = std::fs::metadata(path)
         .map(|m| m.len() == 0)
         .unwrap_or(true);
+    let mut header: Vec<String> = names.iter().map(|n| n.to_string()).collect();
     if !new {
         let mut reader = csv::Reader::from_path(path)?;
-        let header: Vec<String> = reader.headers()?.iter().map(str::to_string).collect();
-        if header != names {
-            if header.len() > names.len() || header.iter().zip(&names).any(|(a, b)| a != b) {
-                anyhow::bail!(
-                    "its columns ({}) are not those of this version's evaluations",
-                    header.join(", ")
-                );
+        let held: Vec<String> = reader.headers()?.iter().map(str::to_string).collect();
+        check_evals_header(&held)?;
+        header = held.clone();
+        for name in &names {
+            if !header.iter().any(|h| h == name) {
+                header.push(name.to_string());
             }
+        }
+        if header != held {
             let mut rows = Vec::new();
             for record in reader.records() {
                 let mut record: Vec<String> = record?.iter().map(str::to_string).collect();
-                record.resize(names.len(), String::new());
+                record.resize(header.len(), String::new());
                 rows.push(record);
             }
             let mut out = csv::Writer::from_writer(Vec::new());
-            out.write_record(&names)?;
+            out.write_record(&header)?;
             for r in rows {
                 out.write_record(r)?;
             }
@@ -431,17 +442,34 @@ fn append_row(path: &std::path::Path, row: &[(String, String)]) -> Result<()> {
             curriculum_ssl::train::write_atomic(path, &bytes)?;
         }
     }
+    let cells: Vec<&str> = header
+        .iter()
+        .map(|h| row.iter().find(|(k, _)| k == h).map_or("", |(_, v)| v))
+        .collect();
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)?;
     let mut out = csv::Writer::from_writer(file);
     if new {
-        out.write_record(&names)?;
+        out.write_record(&header)?;
     }
-    out.write_record(row.iter().map(|(_, v)| v))?;
+    out.write_record(&cells)?;
     out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     Ok(())
+}
+
+/// Refuses an evaluations file whose first column is not `checkpoint`: another file written
+/// over it, whose rows an evaluation's would be mixed with.
+fn check_evals_header(header: &[String]) -> Result<()> {
+    if header.first().map(String::as_str) == Some("checkpoint") {
+        return Ok(());
+    }
+    Err(usage(format!(
+        "its columns ({}) are not those of this version's evaluations (the first is \
+         `checkpoint`); move it away to keep it, and evaluate again",
+        header.join(", ")
+    )))
 }
 
 /// The recipes of this module, as `recipe list` prints them.
@@ -463,7 +491,8 @@ mod tests {
     }
 
     /// A file of an earlier version (without the few-label columns) gains them, its rows kept
-    /// with empty cells; a file of other columns is refused, not appended to.
+    /// with empty cells; a row of other kNN columns (a bank of another size) adds its own, the
+    /// cells it lacks empty; a file of other columns is refused, not appended to.
     #[test]
     fn an_older_evals_file_gains_the_new_columns_and_keeps_its_rows() {
         let dir = std::env::temp_dir().join(format!("evals-{}", std::process::id()));
@@ -483,7 +512,22 @@ mod tests {
             std::fs::read_to_string(&path).unwrap(),
             "checkpoint,probe_top1,few_label_top1\nc1,80.00,\nc2,81.00,60.00\n"
         );
-        let e = append_row(&path, &row(&[("other", "1")])).unwrap_err();
+        append_row(
+            &path,
+            &row(&[
+                ("checkpoint", "c3"),
+                ("probe_top1", "82.00"),
+                ("knn16_top1", "0.5"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "checkpoint,probe_top1,few_label_top1,knn16_top1\nc1,80.00,,\nc2,81.00,60.00,\n\
+             c3,82.00,,0.5\n"
+        );
+        std::fs::write(&path, "a,b\n1,2\n").unwrap();
+        let e = append_row(&path, &row(&[("checkpoint", "c4")])).unwrap_err();
         assert!(
             e.to_string().contains("are not those of this version"),
             "{e}"
