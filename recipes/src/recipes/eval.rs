@@ -31,6 +31,7 @@ use super::common::Files;
 use curriculum_ssl::data::ImageSet;
 use curriculum_ssl::eval::{extract_features, KnnMonitor, LinearProbeConfig, ProbeOptimizer};
 use curriculum_ssl::optim::LarsConfig;
+use curriculum_ssl::train::DataFingerprint;
 
 use super::common::{self, Train};
 use crate::usage::usage;
@@ -112,7 +113,10 @@ pub fn run(args: &[String]) -> Result<()> {
     let args: EvalArgs = super::common::parse_args(args)?;
     check_probe_options(&args)?;
     super::export::check_run_dir(&args.run_dir)?;
-    let run_record = super::export::read_recipe_record(&args.run_dir)?.run;
+    let record = super::export::read_recipe_record(&args.run_dir)?;
+    let trained_on = record.data.clone();
+    let run_record = record.run;
+    let data_given = args.data.clone();
     let source = common::DataSource {
         dir: args.data.or(run_record.data.clone()),
         knn_data: args.knn_data.or(run_record.knn_data.clone()),
@@ -120,7 +124,10 @@ pub fn run(args: &[String]) -> Result<()> {
     };
     check_evals_writable(&args.run_dir)?;
     source.validate()?;
-    let (train, test) = labelled_sets(&source, &run_record)?;
+    let (train, test, found) = labelled_sets(&source, &run_record)?;
+    if let Some(found) = &found {
+        check_same_data(trained_on.as_ref(), found, data_given.as_deref())?;
+    }
     let probe = args.protocol.probe(
         train.len(),
         // `--probe-epochs 0` skips the full probe; the few-label one keeps the protocol's epochs.
@@ -264,11 +271,23 @@ impl LabelledSet {
 fn labelled_sets(
     source: &common::DataSource,
     run: &common::RecipeRun,
-) -> Result<(LabelledSet, Arc<dyn ImageSet>)> {
+) -> Result<(LabelledSet, Arc<dyn ImageSet>, Option<DataFingerprint>)> {
     if !run.stream {
         let data = source.load_splits(false)?;
+        // What the run's fingerprint is of: the images it trained on; STL-10's unlabeled split,
+        // which an evaluation does not read (2.8 GB), is not checked.
+        let found = match source.dataset {
+            common::DatasetChoice::Stl10 => None,
+            _ => Some(DataFingerprint::of_images(
+                data.pretrain.as_ref().unwrap_or(&data.train),
+            )),
+        };
         let (train, test) = data.labelled("recipe eval")?;
-        return Ok((LabelledSet::Memory(train.clone()), Arc::new(test.clone())));
+        return Ok((
+            LabelledSet::Memory(train.clone()),
+            Arc::new(test.clone()),
+            found,
+        ));
     }
     let source = common::DataSource {
         image_size: source
@@ -288,7 +307,39 @@ fn labelled_sets(
     };
     let test: Arc<dyn ImageSet> = Arc::new(streamed.eval_set(&queries)?);
     let train: Arc<dyn ImageSet> = Arc::new(streamed.eval_set(&bank)?);
-    Ok((LabelledSet::Stream(Box::new((streamed, bank)), train), test))
+    let side = streamed.side;
+    let found = DataFingerprint::of_files(&streamed.files, streamed.files.root(), [side, side, 3]);
+    let found = Some(found);
+    Ok((
+        LabelledSet::Stream(Box::new((streamed, bank)), train),
+        test,
+        found,
+    ))
+}
+
+/// Refuses data that is not what the run trained on (its record's fingerprint, where it has
+/// one): `--data-dir` is for the run's dataset at another path (a copy has the same
+/// fingerprint), and a dataset changed in place since is not it either. (Another folder was
+/// evaluated, exit 0, and its row in evals.csv did not say so.)
+fn check_same_data(
+    trained_on: Option<&DataFingerprint>,
+    found: &DataFingerprint,
+    data_given: Option<&std::path::Path>,
+) -> Result<()> {
+    match trained_on {
+        Some(then) if then != found => Err(usage(match data_given {
+            Some(dir) => format!(
+                "--data-dir {}: not the data the run trained on ({then} then, {found} here); \
+                 --data-dir is for the run's own data moved to another path",
+                dir.display()
+            ),
+            None => format!(
+                "the run's data changed since it trained ({then} then, {found} now); evaluate \
+                 on the data it trained on"
+            ),
+        })),
+        _ => Ok(()),
+    }
 }
 
 /// The kNN monitor's accuracies, the linear probe's (unless `probe_epochs` is 0) and the

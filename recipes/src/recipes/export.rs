@@ -351,7 +351,8 @@ pub fn embed(args: &[String]) -> Result<()> {
         }
         None if run.record.run.stream => streamed_split(&run.record.run, args.split)?,
         None => {
-            let data = common::DataSource::of_run(&run.record.run).load()?;
+            let source = common::DataSource::of_run(&run.record.run);
+            let data = source.load()?;
             let split = args.split.unwrap_or(Split::Train);
             let images = match split {
                 Split::Train => data.trained_on().clone(),
@@ -360,7 +361,8 @@ pub fn embed(args: &[String]) -> Result<()> {
                 })?,
             };
             let prefix = value_name(split);
-            let names = (0..images.len()).map(|i| format!("{prefix}/{i}")).collect();
+            let names = folder_names(&source, &prefix, images.len())
+                .unwrap_or_else(|| (0..images.len()).map(|i| format!("{prefix}/{i}")).collect());
             (Arc::new(images), names)
         }
     };
@@ -401,6 +403,30 @@ pub fn embed(args: &[String]) -> Result<()> {
         table.display()
     );
     Ok(())
+}
+
+/// The file names (relative to the split's folder: `cat/00.jpg`) of a split of an image-folder
+/// tree decoded into memory, in the order it was decoded (its listing's), where the listing has
+/// `count` files: a row is named by its file as a streamed run's is (they were `train/0`,
+/// `train/1`…). `None` for the other datasets (their images have no files of their own) and for
+/// listings chosen by a class list or a labels file.
+fn folder_names(source: &common::DataSource, split: &str, count: usize) -> Option<Vec<String>> {
+    let dir = source.dir.as_ref()?;
+    let plain = matches!(source.dataset, common::DatasetChoice::ImageFolder)
+        && source.classes.is_none()
+        && source.val_labels.is_none()
+        && source.knn_data.is_none();
+    if !plain {
+        return None;
+    }
+    let split_dir = dir.join(if split == "test" { "val" } else { "train" });
+    let (files, _) = image_folder::scan(&split_dir).ok()?;
+    (files.len() == count).then(|| {
+        files
+            .iter()
+            .map(|(f, _)| f.strip_prefix(&split_dir).unwrap_or(f).display().to_string())
+            .collect()
+    })
 }
 
 /// The split of a run that streamed its files, as the run's kNN monitor read it (centre-cut at

@@ -69,6 +69,24 @@ fn every_dataset_option_runs_two_steps() {
         }
     }
     stl10_streams_and_scores_its_raw_pixels_as_in_memory(&stl, &stl_stdout);
+    // `recipe embed` of the image folder decoded into memory names its rows by their files, in
+    // the listing's order, as a streamed run's are (they were `test/0`, `test/1`…).
+    let out = scratch().join("folder-embed.npy");
+    let o = run(&[
+        "embed",
+        "--run-dir",
+        scratch().join("dataset-image-folder").to_str().unwrap(),
+        "--split",
+        "test",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(check_error_shape(&o, "embed folder"), 0, "{}", stderr(&o));
+    let table = std::fs::read_to_string(out.with_extension("csv")).unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 1 + 40, "{table}");
+    assert_eq!(lines[1], "0,cat/00.png,0", "{table}");
+    assert_eq!(lines[40], "39,dog/19.png,1", "{table}");
     // Light-MoCo's linear protocol: LARS, the batch is the 64 training images, the learning rate
     // scaled from 0.1 at 4096: 0.1 · 64 / 4096 = 0.0015625.
     let o = run(&[
@@ -673,6 +691,26 @@ fn eval_and_embed_read_the_streamed_run_as_it_trained(run_dir: &Path, stdout: &s
     };
     assert_eq!(knn_line(&eval), knn_line(stdout), "{eval}\n{stdout}");
     assert!(eval.contains("linear probe"), "{eval}");
+    // Another folder given as the run's data: refused (it was evaluated, exit 0).
+    let other = jpeg_folder("eval-other-data", 8, 0);
+    let o = run(&[
+        "eval",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--data-dir",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        check_error_shape(&o, "eval other data"),
+        2,
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("not the data the run trained on (32 labelled image files"),
+        "{}",
+        stderr(&o)
+    );
     // `recipe embed` of the streamed split: a row per readable file, named by its path.
     let out = scratch().join("streamed-embed.npy");
     let o = run(&[

@@ -165,6 +165,13 @@ fn the_study_runs_seed_by_seed_and_records_every_run(file: &Path, dir: &Path) {
         }
         let raw = record(dir, "raw-pixels", 0);
         assert!(raw["result"]["metrics"]["probe_top1"].is_number(), "{raw}");
+        // Its definition holds the study's options, the data among them: a study whose data
+        // changed measures the pixels again (it kept the old data's rows beside new runs).
+        assert_eq!(
+            raw["definition"]["options"]["data_dir"].as_str(),
+            Some(data().to_str().unwrap()),
+            "{raw}"
+        );
         // `recipe eval --raw-pixels` measures what the run measured of the pixels at its start.
         let at_start: serde_json::Value = serde_json::from_slice(
             &std::fs::read(dir.join("runs/a/seed-0/knn_raw_pixels.json")).unwrap(),

@@ -1225,10 +1225,15 @@ fn evaluate(
 }
 
 /// The raw pixels' reference numbers for `seed` (the few-label subset depends on it), measured
-/// once on the data of the seed's first finished run.
+/// once on the data of the seed's first finished run, and again when the study's evaluation or
+/// `[options]` (the data among them) change: a study whose `data_dir` changed kept the rows
+/// measured on the old data beside its arms' new runs.
 fn raw_pixels(dir: &Path, study: &StudyFile, seed: u64) -> Result<()> {
     let path = record_path(dir, RAW_PIXELS, seed);
-    let definition = serde_json::json!({ "evaluation": study.evaluation });
+    let definition = serde_json::json!({
+        "evaluation": study.evaluation,
+        "options": study.options,
+    });
     let stored = load_record(&path)?;
     if matches!(&stored, Stored::Record(r) if r.result.is_some() && r.definition == definition) {
         return Ok(());
