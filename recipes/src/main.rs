@@ -303,6 +303,25 @@ fn run(cli: Cli) -> Result<()> {
                 .recipe
                 .ok_or_else(|| usage(format!("{}: names no recipe", file.display())))?;
             let recipe = recipes::find(&name).map_err(|e| usage(e.to_string()))?;
+            // A recipe.toml naming another recipe than the one that trained the run (edited, or
+            // copied from another run) was refused by the other recipe's settings ("method has
+            // no setting `loss`"), not for what it is. A record that cannot be read is left to
+            // the resume, which names the damage.
+            if let Ok(record) = curriculum_ssl::train::RunRecord::<
+                serde_json::Value,
+                serde_json::Value,
+            >::read(&run_dir)
+            {
+                if let Some(trained) = record.run.get("recipe").and_then(|r| r.as_str()) {
+                    if trained != name {
+                        return Err(usage(format!(
+                            "{}: names recipe `{name}`, but the run was trained by `{trained}` \
+                             (its config.json); a run resumes with its own recipe",
+                            file.display()
+                        )));
+                    }
+                }
+            }
             // The run is the directory given; a --run-dir among the options would win over it
             // (the last of an option counts) and start another run there on the defaults.
             if let Some(other) = options

@@ -231,6 +231,24 @@ fn settings_come_from_key_value_overrides_and_the_runs_own_recipe_toml() {
     let o = run(&["resume", scratch().to_str().unwrap()]);
     assert_eq!(check_error_shape(&o, "resume no file"), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("no recipe.toml"), "{}", stderr(&o));
+    // Its recipe.toml edited to name another recipe: named as such (it was refused by the
+    // other recipe's settings, "method has no setting …"), the run unchanged.
+    let recipe_toml = first.join("recipe.toml");
+    let text = std::fs::read_to_string(&recipe_toml).unwrap();
+    std::fs::write(
+        &recipe_toml,
+        text.replace("recipe = \"light_moco\"", "recipe = \"byol\""),
+    )
+    .unwrap();
+    let o = run(&["resume", first.to_str().unwrap()]);
+    assert_eq!(check_error_shape(&o, "other recipe"), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("names recipe `byol`, but the run was trained by `light_moco`"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(&recipe_toml, text).unwrap();
+    assert_eq!(losses(&first).len(), 6);
 
     bad_settings_name_what_is_wrong(&first);
 }

@@ -863,7 +863,30 @@ fn a_study_directory_that_is_a_file_or_a_run_is_refused() {
         "--report-only",
     ]);
     assert_eq!(check_error_shape(&o, "report only"), 2, "{}", stderr(&o));
-    crate::common::checked(&[&run_dir, &afile, &notes]);
+    // A directory another study process holds (here this one, as a second `recipe study`
+    // would find the first): refused naming it, before anything runs (the second planned the
+    // same runs and failed on the first's, exit 1).
+    let locked = scratch().join("dir-checks-locked");
+    let _ = std::fs::remove_dir_all(&locked);
+    std::fs::create_dir_all(&locked).unwrap();
+    let lock = std::fs::File::create(locked.join(".lock")).unwrap();
+    lock.lock().unwrap();
+    std::fs::write(locked.join(".lock"), std::process::id().to_string()).unwrap();
+    let o = run(&["study", file, "--dir", locked.to_str().unwrap()]);
+    assert_eq!(check_error_shape(&o, "locked"), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "another `recipe study` of this directory is running, or it cannot be locked: run \
+             directory {}: is in use by process {}",
+            locked.display(),
+            std::process::id()
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!locked.join("runs").exists());
+    drop(lock);
+    crate::common::checked(&[&run_dir, &afile, &notes, &locked]);
 }
 
 /// Every committed study still resolves to its runs: `recipe study FILE --check` refuses (exit

@@ -242,6 +242,9 @@ impl StudyFile {
                 "[evaluation] probe_epochs 0: say `linear_probe = false` to skip the probe".into(),
             );
         }
+        if self.epoch_columns.iter().any(|c| c.trim().is_empty()) {
+            return Err("epoch_columns: an empty name (a column of the runs' epochs.csv)".into());
+        }
         Ok(())
     }
 
@@ -479,6 +482,14 @@ mod tests {
             (
                 format!("seeds = [1]\nbaseline = \"a\"\n[options.x]\ny = 1\n{arms}"),
                 "option `x`: table is not an option's value",
+            ),
+            (
+                format!("seeds = [1]\nbaseline = \"a\"\nepoch_columns = [\"\"]\n{arms}"),
+                "epoch_columns: an empty name",
+            ),
+            (
+                "seeds = [1]\nbaseline = \"a\"\n[[arm]]\nname = \"a\"\nrecipe = \"pack\"".into(),
+                "`pack` trains nothing",
             ),
         ] {
             let e = parse(&text).unwrap_err();

@@ -301,6 +301,13 @@ pub fn run(args: &[String]) -> Result<()> {
         );
         return Ok(());
     }
+    // One study process at a time in a directory (`.lock`, as a run's): a second one planned
+    // the same runs and failed on the first's, exit 1 "already holds a run".
+    let _lock = curriculum_ssl::train::RunLock::acquire(&dir).map_err(|e| {
+        usage(format!(
+            "another `recipe study` of this directory is running, or it cannot be locked: {e}"
+        ))
+    })?;
     for repair in &repairs {
         repair.apply(&dir, &study)?;
     }
@@ -472,6 +479,8 @@ fn check_study_dir(dir: &Path, given: bool) -> Result<()> {
             .map(|entries| {
                 entries
                     .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                    // (The study's own lock, left by one stopped before its first run.)
+                    .filter(|name| name != ".lock")
                     .collect()
             })
             .unwrap_or_default();

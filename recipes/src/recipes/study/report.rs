@@ -477,7 +477,7 @@ fn builds(dir: &Path, study: &StudyFile) -> Result<String> {
 /// where a run has no value) and a summary over the epochs: the total where every value is a
 /// whole number (a count, such as `curation_rejections`), the mean of the epochs that have a
 /// value otherwise (a rate or a mean, such as `curation_threshold_mean`, whose sum means
-/// nothing). Empty when no run has the column.
+/// nothing). A line saying so when no run has the column; empty when no run has a log yet.
 fn per_epoch(dir: &Path, arms: &[(String, Vec<(u64, RunResult)>)], column: &str) -> Result<String> {
     let show = |v: Option<f64>| match v {
         Some(v) if v.fract() == 0.0 && v.abs() < 1e15 => format!("{v:.0}"),
@@ -486,12 +486,17 @@ fn per_epoch(dir: &Path, arms: &[(String, Vec<(u64, RunResult)>)], column: &str)
     };
     let mut rows = Vec::new();
     let mut last_epoch = 0;
+    // The columns of a run's log, for a name that none has.
+    let mut columns_seen: Option<Vec<String>> = None;
     for (name, runs) in arms {
         // Per seed: epoch (from 1) → value.
         let mut seeds: Vec<BTreeMap<u64, Option<f64>>> = Vec::new();
         for (seed, _) in runs {
             let table = Table::read_if_any(&run_dir(dir, name, *seed).join("epochs.csv"))?;
             if !table.names().iter().any(|n| n == column) {
+                if columns_seen.is_none() && !table.names().is_empty() {
+                    columns_seen = Some(table.names().to_vec());
+                }
                 continue;
             }
             let epochs = table.column("epoch");
@@ -509,7 +514,19 @@ fn per_epoch(dir: &Path, arms: &[(String, Vec<(u64, RunResult)>)], column: &str)
         }
     }
     if rows.is_empty() {
-        return Ok(String::new());
+        // A name no run's log has (a typo, or a column of another recipe's hook) is said, not
+        // left out without a word.
+        return Ok(match columns_seen {
+            Some(columns) => {
+                log::warn!("epoch_columns: no run's epochs.csv has a column `{column}`");
+                format!(
+                    "\n## Per epoch: `{column}`\n\nNo run's epochs.csv has this column (theirs: \
+                     {}).\n",
+                    columns.join(", ")
+                )
+            }
+            None => String::new(),
+        });
     }
     let counts = rows
         .iter()
@@ -811,6 +828,18 @@ mod tests {
             "{md}"
         );
         assert!(!md.contains("| plain | 0 /"), "{md}");
+        // A column no run has is said (it was left out without a word).
+        let mut typo = study.clone();
+        typo.epoch_columns = vec!["curation_rejection".into()];
+        write(&dir, &typo, "t").unwrap();
+        let md = std::fs::read_to_string(dir.join(REPORT)).unwrap();
+        assert!(
+            md.contains(
+                "## Per epoch: `curation_rejection`\n\nNo run's epochs.csv has this column \
+                 (theirs: epoch, mean_loss,"
+            ),
+            "{md}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
