@@ -118,11 +118,14 @@ pub fn scan(root: &Path) -> Result<Listing, DataError> {
                         .into(),
                 });
             }
-            if std::fs::metadata(&f).is_err() && std::fs::symlink_metadata(&f).is_ok() {
-                return Err(DataError::Decode {
-                    path: f,
-                    reason: "a link to a file that is not there (a dangling symbolic link)".into(),
-                });
+            if let (Err(e), Ok(_)) = (std::fs::metadata(&f), std::fs::symlink_metadata(&f)) {
+                let reason = match e.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        "a link to a file that is not there (a dangling symbolic link)".to_string()
+                    }
+                    _ => format!("a link that cannot be followed ({e})"),
+                };
+                return Err(DataError::Decode { path: f, reason });
             }
             if !f.is_file() || !is_image(&f) {
                 return Err(DataError::Decode {

@@ -48,8 +48,7 @@ pub struct MocoConfig {
     /// Symmetric loss: both views serve as queries (losses summed, both key sets enqueued).
     #[config(default = false)]
     pub symmetric: bool,
-    /// InfoNCE temperature. Unused with SoftNCE, which has its own (`soft_nce.temperature`):
-    /// there it must keep this default, or [`MocoConfig::init`] refuses it.
+    /// InfoNCE temperature (unused with SoftNCE, which has its own).
     #[config(default = 0.2)]
     pub temperature: f64,
     /// SoftNCE instead of InfoNCE (Light-MoCo).
@@ -126,22 +125,6 @@ impl MocoConfig {
         batch_size: usize,
         device: &B::Device,
     ) -> Result<Moco<B, M>, ConfigError> {
-        // A temperature set for InfoNCE while SoftNCE, with its own, computes the loss would be
-        // silently unused (`method.temperature=0.1` on light_moco trained at SoftNCE's 0.1 or
-        // whatever it held): only the default, which every recorded configuration holds, passes.
-        let unused = Self::new().temperature;
-        if let Some(soft) = &self.soft_nce {
-            if self.temperature != unused {
-                return Err(ConfigError::new(
-                    "temperature",
-                    format!(
-                        "{} is InfoNCE's temperature, unused with SoftNCE, whose own is \
-                         soft_nce.temperature ({}); set that one, and leave this at {unused}",
-                        self.temperature, soft.temperature
-                    ),
-                ));
-            }
-        }
         let query_backbone = backbone(device);
         let feature_dim = query_backbone.feature_dim();
         let hidden = match self.hidden_dim {
@@ -470,32 +453,6 @@ mod tests {
                 .init(|d| Tiny::new(16, 6, d), 4, d)
         })
         .unwrap()
-    }
-
-    /// InfoNCE's temperature is refused when SoftNCE computes the loss, unless it keeps its
-    /// default (as recorded configurations do): it would be silently unused.
-    #[test]
-    fn an_infonce_temperature_beside_softnce_is_refused() {
-        let device = Default::default();
-        let build = |config: MocoConfig| {
-            crate::method::init_method::<Ad, _, ConfigError>(&device, 4, |d| {
-                config
-                    .with_hidden_dim(Some(8))
-                    .with_output_dim(4)
-                    .with_queue_size(40)
-                    .init(|d| Tiny::new(16, 6, d), 4, d)
-            })
-            .map(|_| ())
-        };
-        let e = build(MocoConfig::light_moco().with_temperature(0.05)).unwrap_err();
-        assert_eq!(e.field, "temperature");
-        assert!(
-            e.reason.contains("soft_nce.temperature (0.1)"),
-            "{}",
-            e.reason
-        );
-        build(MocoConfig::light_moco()).unwrap();
-        build(MocoConfig::new().with_temperature(0.05)).unwrap();
     }
 
     /// The loss is InfoNCE with `τ = 0.2`: each query's key (the key encoder's projection of the

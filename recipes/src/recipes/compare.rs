@@ -75,7 +75,6 @@ fn measured_ks(runs: &[PathBuf]) -> Vec<usize> {
     ks
 }
 
-/// Runs `recipe compare`.
 /// Refuses an output folder inside the data a compared run trained on (its recipe.toml's
 /// `data_dir` or `knn_data`, as recorded; a relative one read from here): the plots are PNG
 /// files, which an image folder would then take for images of a class (a streamed run trained
@@ -105,6 +104,7 @@ fn check_not_in_data(out: &Path, label: &str, runs: &[&Path]) -> Result<()> {
     Ok(())
 }
 
+/// Runs `recipe compare`.
 pub fn run(args: &[String]) -> Result<()> {
     let args: CompareArgs = super::common::parse_args(args)?;
     let records = args

@@ -274,10 +274,13 @@ fn labelled_sets(
 ) -> Result<(LabelledSet, Arc<dyn ImageSet>, Option<DataFingerprint>)> {
     if !run.stream {
         let data = source.load_splits(false)?;
-        // What the run's fingerprint is of: the images it trained on; STL-10's unlabeled split,
-        // which an evaluation does not read (2.8 GB), is not checked.
+        // What the run's fingerprint is of: the images it trained on. Not checked: STL-10's
+        // unlabeled split, which an evaluation does not read (2.8 GB), and a run evaluated with
+        // other `--knn-data` than it trained with (its images are then read without their
+        // labels, which the run's fingerprint holds).
         let found = match source.dataset {
             common::DatasetChoice::Stl10 => None,
+            _ if source.knn_data != run.knn_data => None,
             _ => Some(DataFingerprint::of_images(
                 data.pretrain.as_ref().unwrap_or(&data.train),
             )),

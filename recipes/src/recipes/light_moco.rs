@@ -134,8 +134,7 @@ pub fn run(args: &[String]) -> Result<()> {
 /// follows `--batch-size` by [`lr_for_batch`], through [`defaults`]).
 pub fn train(recipe: Prepared) -> Result<()> {
     let backbone = recipe.settings.backbone;
-    let config = recipe.moco(method_config(backbone));
-    let config = recipe.section("method", config)?;
+    let config = recipe.moco(method_config(backbone))?;
     let optimizer = recipe.section(
         "optimizer",
         SgdConfig::new().with_weight_decay(weight_decay(backbone)),

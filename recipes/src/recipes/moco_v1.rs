@@ -76,8 +76,7 @@ pub fn train(recipe: Prepared) -> Result<()> {
         MocoConfig::moco_v1()
             .with_momentum(0.99)
             .with_queue_size(4096),
-    );
-    let config = recipe.section("method", config)?;
+    )?;
     let optimizer = recipe.section("optimizer", SgdConfig::new().with_weight_decay(1e-4))?;
     recipe.train(&config, |recipe, device| {
         let method = init_moco(recipe, &config, device)?;

@@ -39,8 +39,7 @@ pub fn train(recipe: Prepared) -> Result<()> {
         MocoConfig::moco_v2()
             .with_momentum(0.99)
             .with_queue_size(4096),
-    );
-    let config = recipe.section("method", config)?;
+    )?;
     let optimizer = recipe.section("optimizer", SgdConfig::new())?;
     recipe.train(&config, |recipe, device| {
         let method = super::moco_v1::init_moco(recipe, &config, device)?;

@@ -124,9 +124,12 @@ fn check_out(out: &Path, splits: &[&str]) -> Result<()> {
         if !dir.is_dir() {
             return Err(usage(format!("--out {}: not a folder", dir.display())));
         }
+        // (Hidden files, such as a desktop's `.DS_Store`, and a new disk's `lost+found` do not
+        // count: the shards' names cannot meet them.)
         let mut names: Vec<String> = std::fs::read_dir(dir)
             .with_context(|| format!("reading {}", dir.display()))?
             .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+            .filter(|n| !n.starts_with('.') && n != "lost+found")
             .collect();
         names.sort();
         Ok(names)

@@ -348,6 +348,12 @@ fn settings_that_hang_or_fill_memory(
             tiny("huge-queue", &["method.queue_size=1000000000000"]),
             "parameters: at least",
         ),
+        // InfoNCE's temperature beside SoftNCE's (light_moco): it was silently unused.
+        (
+            tiny("moco-temperature", &["--check", "method.temperature=0.05"]),
+            "method.temperature=0.05: InfoNCE's temperature, unused with SoftNCE, whose own is \
+             method.soft_nce.temperature (0.1)",
+        ),
         // SMoG's memory bank is sized by the batch: the refusal names --batch-size.
         (
             tiny_as("smog", "smog-bs-large", &["--batch-size", "1000000"]),

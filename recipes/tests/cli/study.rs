@@ -165,10 +165,10 @@ fn the_study_runs_seed_by_seed_and_records_every_run(file: &Path, dir: &Path) {
         }
         let raw = record(dir, "raw-pixels", 0);
         assert!(raw["result"]["metrics"]["probe_top1"].is_number(), "{raw}");
-        // Its definition holds the study's options, the data among them: a study whose data
+        // Its definition holds the study's options that choose the data: a study whose data
         // changed measures the pixels again (it kept the old data's rows beside new runs).
         assert_eq!(
-            raw["definition"]["options"]["data_dir"].as_str(),
+            raw["definition"]["data"]["data_dir"].as_str(),
             Some(data().to_str().unwrap()),
             "{raw}"
         );
@@ -886,6 +886,23 @@ fn a_study_directory_that_is_a_file_or_a_run_is_refused() {
     );
     assert!(!locked.join("runs").exists());
     drop(lock);
+    // --report-only before any run: nothing to report, and nothing written (a report alone
+    // made the directory one of other files for the study's first run).
+    let fresh = scratch().join("dir-checks-fresh");
+    let o = run(&[
+        "study",
+        file,
+        "--dir",
+        fresh.to_str().unwrap(),
+        "--report-only",
+    ]);
+    assert_eq!(check_error_shape(&o, "report first"), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no runs/ yet, so nothing to report"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!fresh.exists());
     crate::common::checked(&[&run_dir, &afile, &notes, &locked]);
 }
 

@@ -121,16 +121,26 @@ fn check_normalization_given(args: &SourceArgs, pipeline: &PipelineConfig) -> Re
         return Ok(());
     };
     let given = Normalize::new(mean, std);
-    for (name, view) in [("view1", &pipeline.view1), ("view2", &pipeline.view2)] {
-        if view.normalize.as_ref() != Some(&given) {
-            let used = view.normalize.as_ref().map_or("none".to_string(), |n| {
+    let mut views = vec![
+        ("view1", &pipeline.view1.normalize),
+        ("view2", &pipeline.view2.normalize),
+    ];
+    if let Some(local) = &pipeline.local_crops {
+        views.push(("local_crops.view", &local.view.normalize));
+    }
+    for (name, normalize) in views {
+        if normalize.as_ref() != Some(&given) {
+            let used = normalize.as_ref().map_or("none".to_string(), |n| {
                 format!("mean {:?}, std {:?}", n.mean, n.std)
             });
             return Err(usage(format!(
                 "--mean {mean:?} / --std {std:?}: the views are normalised otherwise \
-                 (augmentation.{name}.normalize: {used}, from the run's recipe.toml on a resume \
-                 or a setting given); a run keeps its normalisation: train another in a new run \
-                 directory"
+                 (augmentation.{name}.normalize: {used}), by an [augmentation] that comes after \
+                 the options: a resumed run's recipe.toml (a run keeps its normalisation; where \
+                 its [options] hold mean and std beside it, as an earlier version's resume \
+                 wrote, delete those two lines) or a --config file's (set its \
+                 augmentation.view1.normalize and view2's instead, or leave --mean and --std \
+                 out)"
             )));
         }
     }

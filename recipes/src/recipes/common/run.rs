@@ -85,10 +85,28 @@ impl Prepared {
         built
     }
 
-    /// A MoCo recipe's method with the command line's `--shuffle-bn` (which only the recipes
-    /// whose [`Defaults::shuffle_bn`] is set accept).
-    pub fn moco(&self, config: MocoConfig) -> MocoConfig {
-        config.with_shuffle_bn(self.args.method.shuffle_bn)
+    /// A MoCo recipe's method: its `preset` with the command line's `--shuffle-bn` (which only
+    /// the recipes whose [`Defaults::shuffle_bn`] is set accept) and the `method` section's
+    /// settings.
+    ///
+    /// # Errors
+    /// As [`Prepared::section`]; and InfoNCE's `method.temperature` changed from the preset's
+    /// while SoftNCE, with its own temperature, computes the loss: it would be unused
+    /// (`method.temperature=0.05` on light_moco trained at SoftNCE's 0.1 without a word).
+    pub fn moco(&self, preset: MocoConfig) -> Result<MocoConfig> {
+        let preset = preset.with_shuffle_bn(self.args.method.shuffle_bn);
+        let built = self.section("method", preset.clone())?;
+        if let Some(soft) = &built.soft_nce {
+            if built.temperature != preset.temperature {
+                return Err(usage(format!(
+                    "method.temperature={}: InfoNCE's temperature, unused with SoftNCE, whose \
+                     own is method.soft_nce.temperature ({}); set that one, and leave this at \
+                     {}",
+                    built.temperature, soft.temperature, preset.temperature
+                )));
+            }
+        }
+        Ok(built)
     }
 }
 

@@ -261,10 +261,12 @@ impl StudyFile {
         // An arm's `false` takes the study's setting away: a switch given once is on, and
         // `false` on a switch gives nothing to come last (`easy_to_hard = true` in [options]
         // and `false` in an arm trained the arm with it on).
+        // (Only for a switch: an option that takes `false` as its value gets it last.)
+        let switches = switches();
         let mut options = self.options.clone();
         for (key, value) in &arm.options {
-            if matches!(value, toml::Value::Boolean(false)) {
-                let long = key.replace('_', "-");
+            let long = key.replace('_', "-");
+            if matches!(value, toml::Value::Boolean(false)) && switches.get(&long) == Some(&true) {
                 options.retain(|k, _| k.replace('_', "-") != long);
             }
         }
@@ -284,6 +286,17 @@ impl StudyFile {
     }
 }
 
+/// The recipes' long options, each with whether it is a switch (takes no value).
+fn switches() -> BTreeMap<String, bool> {
+    RecipeArgs::command()
+        .get_arguments()
+        .filter_map(|a| {
+            let long = a.get_long()?.to_string();
+            Some((long, !a.get_action().takes_values()))
+        })
+        .collect()
+}
+
 /// The command-line options of an `[options]` table: `key = value` becomes `--key value`
 /// (`_` read as `-`), `true` on a switch `--key` and `false` nothing, an array its values
 /// joined by commas.
@@ -292,14 +305,7 @@ impl StudyFile {
 /// An option the study manages (the run directory, seed, resume, checkpoints), a nested table,
 /// or a value of no option's kind.
 pub fn option_args(table: &toml::Table) -> Result<Vec<String>, String> {
-    let command = RecipeArgs::command();
-    let switches: BTreeMap<String, bool> = command
-        .get_arguments()
-        .filter_map(|a| {
-            let long = a.get_long()?.to_string();
-            Some((long, !a.get_action().takes_values()))
-        })
-        .collect();
+    let switches = switches();
     let mut args = Vec::new();
     for (key, value) in table {
         let long = key.replace('_', "-");

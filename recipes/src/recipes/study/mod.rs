@@ -285,6 +285,15 @@ pub fn run(args: &[String]) -> Result<()> {
             .unwrap_or_default()
     });
     if args.report_only {
+        // Nothing to report before a run, and a report alone would make the directory one
+        // of other files (refused above) for the study's first run.
+        if !dir.join("runs").is_dir() {
+            return Err(usage(format!(
+                "{}: no runs/ yet, so nothing to report: run `recipe study {}` first",
+                dir.display(),
+                args.file.display()
+            )));
+        }
         return report::write(&dir, &study, &title);
     }
     let resolved = check_arms(&study)?;
@@ -1233,18 +1242,39 @@ fn evaluate(
     Ok(metrics)
 }
 
+/// The study's `[options]` that choose the data (`data_dir` or `data-dir`), by their
+/// underscored names: what the raw pixels' numbers depend on besides the evaluation.
+const DATA_OPTIONS: [&str; 7] = [
+    "dataset",
+    "data_dir",
+    "image_size",
+    "classes",
+    "val_labels",
+    "knn_data",
+    "stream",
+];
+
 /// The raw pixels' reference numbers for `seed` (the few-label subset depends on it), measured
 /// once on the data of the seed's first finished run, and again when the study's evaluation or
-/// `[options]` (the data among them) change: a study whose `data_dir` changed kept the rows
-/// measured on the old data beside its arms' new runs.
+/// its options that choose the data ([`DATA_OPTIONS`]) change: a study whose `data_dir`
+/// changed kept the rows measured on the old data beside its arms' new runs. A record written
+/// before the data options were part of it (its definition the evaluation's alone) stands while
+/// the evaluation is the same: measuring it again needs a run's checkpoint, which a committed
+/// study does not hold.
 fn raw_pixels(dir: &Path, study: &StudyFile, seed: u64) -> Result<()> {
     let path = record_path(dir, RAW_PIXELS, seed);
-    let definition = serde_json::json!({
-        "evaluation": study.evaluation,
-        "options": study.options,
-    });
+    let data: serde_json::Map<String, serde_json::Value> = study
+        .options
+        .iter()
+        .filter(|(k, _)| DATA_OPTIONS.contains(&k.replace('-', "_").as_str()))
+        .map(|(k, v)| (k.replace('-', "_"), serde_json::to_value(v).unwrap_or_default()))
+        .collect();
+    let definition = serde_json::json!({ "evaluation": study.evaluation, "data": data });
+    let legacy = serde_json::json!({ "evaluation": study.evaluation });
     let stored = load_record(&path)?;
-    if matches!(&stored, Stored::Record(r) if r.result.is_some() && r.definition == definition) {
+    if matches!(&stored, Stored::Record(r)
+        if r.result.is_some() && (r.definition == definition || r.definition == legacy))
+    {
         return Ok(());
     }
     let Some(arm) = study.arms.iter().find(|a| {
