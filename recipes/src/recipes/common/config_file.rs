@@ -669,6 +669,18 @@ fn merge(base: &mut Value, overlay: &Value, origin: &str, walked: &str) -> Resul
     };
     for (key, value) in over {
         if !map.contains_key(key) {
+            // One kind of a setting of several kinds (a loss: `{ NtXent = {…} }`) where the
+            // options chose another (`--loss dcl`): said as such, not as an unknown key.
+            let kind = |k: &str| k.starts_with(|c: char| c.is_ascii_uppercase());
+            if let (1, 1, Some(have)) = (map.len(), over.len(), map.keys().next()) {
+                if kind(key) && kind(have) {
+                    return Err(usage(format!(
+                        "{origin}: {walked} is `{key}` there, but the options chose `{have}` \
+                         (e.g. --loss): leave that option out to keep `{key}` (a resumed run \
+                         keeps its own), or take `{key}` out of the file"
+                    )));
+                }
+            }
             return Err(unknown(origin, walked, key, map));
         }
         let slot = map.get_mut(key).expect("checked");
@@ -992,6 +1004,35 @@ mod tests {
     /// never read without bound (`/dev/zero` grew by some 400 MB/s).
     /// A known key of a recipe file with a value of the wrong kind is named as such (it was
     /// called "not a setting of a recipe file", which it is).
+    /// A file's kind of a setting of several kinds (a loss) where the options chose another is
+    /// named as such (it was "has no setting `NtXent` (it has: Dcl)").
+    #[test]
+    fn a_files_kind_of_a_setting_against_the_options_is_named() {
+        let mut built = serde_json::json!({ "loss": { "Dcl": { "temperature": 0.1 } } });
+        let file = serde_json::json!({ "loss": { "NtXent": { "temperature": 0.2 } } });
+        let e = merge(&mut built, &file, "r.toml", "method")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("r.toml: method.loss is `NtXent` there, but the options chose `Dcl`"),
+            "{e}"
+        );
+        // A key of a plain table is still an unknown key, listing the known ones.
+        let mut plain = serde_json::json!({ "queue_size": 8 });
+        let e = merge(
+            &mut plain,
+            &serde_json::json!({ "Queue": 1 }),
+            "r.toml",
+            "method",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("has no setting `Queue` (it has: queue_size)"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn a_known_key_of_the_wrong_kind_is_named_as_such() {
         let dir = std::env::temp_dir().join(format!("config-file-kind-{}", std::process::id()));
