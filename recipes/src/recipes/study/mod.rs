@@ -39,7 +39,8 @@
 //! The study's directory may not be a file, a training run's directory, or inside one (its
 //! report and runs would mix with a run's files), nor a folder of other files without the
 //! study's `runs/` (its report would be written over them): each is refused before anything
-//! runs.
+//! runs. While it runs, a study holds its directory's `.lock` (as a run holds its own): a second
+//! `recipe study` of the directory is refused, naming the first's process.
 
 mod file;
 mod report;
