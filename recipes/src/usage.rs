@@ -18,6 +18,16 @@ pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
     Usage(message.into()).into()
 }
 
+/// `names` joined by commas for a message, the first `shown` of them and how many more
+/// (`a, b, c and 4 more`).
+pub(crate) fn some_of(names: &[impl AsRef<str>], shown: usize) -> String {
+    let listed: Vec<&str> = names.iter().take(shown).map(AsRef::as_ref).collect();
+    match names.len().saturating_sub(shown) {
+        0 => listed.join(", "),
+        more => format!("{} and {more} more", listed.join(", ")),
+    }
+}
+
 /// A clap error as a usage error, except `--help` / `--version`, which print and exit 0.
 pub(crate) fn help_or_error(e: clap::Error) -> anyhow::Error {
     use clap::error::ErrorKind;
@@ -47,4 +57,20 @@ pub(crate) fn chain_text(error: &anyhow::Error) -> String {
         text.push_str(&cause);
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::some_of;
+
+    #[test]
+    fn a_long_list_is_shortened_with_its_count() {
+        assert_eq!(some_of(&["a", "b"], 4), "a, b");
+        assert_eq!(some_of(&["a", "b", "c", "d"], 4), "a, b, c, d");
+        assert_eq!(
+            some_of(&["a", "b", "c", "d", "e", "f"], 4),
+            "a, b, c, d and 2 more"
+        );
+        assert_eq!(some_of::<&str>(&[], 4), "");
+    }
 }

@@ -214,14 +214,12 @@ impl CsvFile {
             );
             bytes.truncate(kept);
             if bytes.is_empty() {
-                // Not even the column names: the file starts again.
                 write_atomic(&self.path, &bytes)?;
-                self.header = None;
-                return Ok(0);
             }
         }
         if bytes.is_empty() {
-            // Made and never written (a kill before the column names): the file starts again.
+            // Not even the column names (a kill before or while writing them): the file starts
+            // again.
             self.header = None;
             return Ok(0);
         }

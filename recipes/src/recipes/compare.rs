@@ -75,27 +75,19 @@ fn measured_ks(runs: &[PathBuf]) -> Vec<usize> {
     ks
 }
 
-/// Refuses an output folder inside the data a compared run trained on (its recipe.toml's
-/// `data_dir` or `knn_data`, as recorded; a relative one read from here): the plots are PNG
-/// files, which an image folder would then take for images of a class (a streamed run trained
-/// on them, exit 0), as a run directory there is refused.
-fn check_not_in_data(out: &Path, label: &str, runs: &[&Path]) -> Result<()> {
-    for run in runs {
-        let Ok(text) = std::fs::read_to_string(run.join(crate::run_files::RECIPE_TOML)) else {
-            continue;
-        };
-        let Ok(table) = text.parse::<toml::Table>() else {
-            continue;
-        };
-        let options = table.get("options").and_then(toml::Value::as_table);
-        for key in ["data_dir", "knn_data"] {
-            let Some(dir) = options.and_then(|o| o.get(key)).and_then(toml::Value::as_str) else {
-                continue;
-            };
-            if super::common::is_inside(out, Path::new(dir)) {
+/// Refuses an output folder inside the data a compared run trained on (its record's data
+/// directory or `--knn-data`; a relative one read from here): the plots are PNG files, which an
+/// image folder would then take for images of a class (a streamed run trained on them, exit 0),
+/// as a run directory there is refused.
+fn check_not_in_data(out: &Path, label: &str, runs: &[(&Path, &RecipeRun)]) -> Result<()> {
+    for (run, record) in runs {
+        for (dir, option) in [(&record.data, "--data-dir"), (&record.knn_data, "--knn-data")] {
+            let Some(dir) = dir else { continue };
+            if super::common::is_inside(out, dir) {
                 return Err(usage(format!(
-                    "{label}: inside {dir}, the data {} trained on (its {key}); the plots \
-                     would be read as images there: choose another --out",
+                    "{label}: inside {}, the data {} trained on (its {option}); the plots would \
+                     be read as images there: choose another --out",
+                    dir.display(),
                     run.display()
                 )));
             }
@@ -120,7 +112,12 @@ pub fn run(args: &[String]) -> Result<()> {
     if args.out.exists() && !args.out.is_dir() {
         return Err(usage(format!("{label}: not a directory")));
     }
-    check_not_in_data(&args.out, &label, &runs)?;
+    let trained: Vec<(&Path, &RecipeRun)> = runs
+        .iter()
+        .zip(&records)
+        .map(|(run, record)| (*run, &record.run))
+        .collect();
+    check_not_in_data(&args.out, &label, &trained)?;
     crate::run_files::check_can_write_in(&args.out).map_err(|(dir, why)| {
         usage(format!("{label}: cannot write in {}: {why}", dir.display()))
     })?;

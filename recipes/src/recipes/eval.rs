@@ -311,8 +311,11 @@ fn labelled_sets(
     let test: Arc<dyn ImageSet> = Arc::new(streamed.eval_set(&queries)?);
     let train: Arc<dyn ImageSet> = Arc::new(streamed.eval_set(&bank)?);
     let side = streamed.side;
-    let found = DataFingerprint::of_files(&streamed.files, streamed.files.root(), [side, side, 3]);
-    let found = Some(found);
+    let found = Some(DataFingerprint::of_files(
+        &streamed.files,
+        streamed.files.root(),
+        [side, side, 3],
+    ));
     Ok((
         LabelledSet::Stream(Box::new((streamed, bank)), train),
         test,

@@ -361,7 +361,7 @@ pub fn embed(args: &[String]) -> Result<()> {
                 })?,
             };
             let prefix = value_name(split);
-            let names = folder_names(&source, &prefix, images.len())
+            let names = folder_names(&source, split, images.len())
                 .unwrap_or_else(|| (0..images.len()).map(|i| format!("{prefix}/{i}")).collect());
             (Arc::new(images), names)
         }
@@ -410,7 +410,7 @@ pub fn embed(args: &[String]) -> Result<()> {
 /// `count` files: a row is named by its file as a streamed run's is (they were `train/0`,
 /// `train/1`…). `None` for the other datasets (their images have no files of their own) and for
 /// listings chosen by a class list or a labels file.
-fn folder_names(source: &common::DataSource, split: &str, count: usize) -> Option<Vec<String>> {
+fn folder_names(source: &common::DataSource, split: Split, count: usize) -> Option<Vec<String>> {
     let dir = source.dir.as_ref()?;
     let plain = matches!(source.dataset, common::DatasetChoice::ImageFolder)
         && source.classes.is_none()
@@ -419,7 +419,10 @@ fn folder_names(source: &common::DataSource, split: &str, count: usize) -> Optio
     if !plain {
         return None;
     }
-    let split_dir = dir.join(if split == "test" { "val" } else { "train" });
+    let split_dir = dir.join(match split {
+        Split::Train => "train",
+        Split::Test => "val",
+    });
     let (files, _) = image_folder::scan(&split_dir).ok()?;
     (files.len() == count).then(|| {
         files

@@ -134,10 +134,7 @@ fn check_out(out: &Path, splits: &[&str]) -> Result<()> {
         names.sort();
         Ok(names)
     };
-    let shown = |names: &[String]| match names.len() {
-        n if n > 4 => format!("{} and {} more", names[..4].join(", "), n - 4),
-        _ => names.join(", "),
-    };
+    let shown = |names: &[String]| crate::usage::some_of(names, 4);
     let others: Vec<String> = held(out)?
         .into_iter()
         .filter(|n| !splits.contains(&n.as_str()))

@@ -1002,8 +1002,6 @@ mod tests {
     /// A settings file is read bounded: a file over the cap, bytes that are not UTF-8 (a run's
     /// `recipe.toml` written over by a binary table), a directory and a device are each named,
     /// never read without bound (`/dev/zero` grew by some 400 MB/s).
-    /// A known key of a recipe file with a value of the wrong kind is named as such (it was
-    /// called "not a setting of a recipe file", which it is).
     /// A file's kind of a setting of several kinds (a loss) where the options chose another is
     /// named as such (it was "has no setting `NtXent` (it has: Dcl)").
     #[test]
@@ -1033,6 +1031,8 @@ mod tests {
         );
     }
 
+    /// A known key of a recipe file with a value of the wrong kind is named as such (it was
+    /// called "not a setting of a recipe file", which it is).
     #[test]
     fn a_known_key_of_the_wrong_kind_is_named_as_such() {
         let dir = std::env::temp_dir().join(format!("config-file-kind-{}", std::process::id()));

@@ -746,15 +746,10 @@ fn same_classes(
         return Ok(());
     }
     let only = |names: &[String], other: &[String]| {
-        let missing: Vec<&str> = names
-            .iter()
-            .filter(|n| !other.contains(n))
-            .map(String::as_str)
-            .collect();
+        let missing: Vec<&String> = names.iter().filter(|n| !other.contains(n)).collect();
         match missing.len() {
             0 => "none".to_string(),
-            n if n > 5 => format!("{} and {} more", missing[..5].join(", "), n - 5),
-            _ => missing.join(", "),
+            _ => crate::usage::some_of(&missing, 5),
         }
     };
     Err(usage(format!(

@@ -490,16 +490,13 @@ fn check_study_dir(dir: &Path, given: bool) -> Result<()> {
                 entries
                     .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
                     // (The study's own lock, left by one stopped before its first run.)
-                    .filter(|name| name != ".lock")
+                    .filter(|name| name != curriculum_ssl::train::files::LOCK)
                     .collect()
             })
             .unwrap_or_default();
         if !held.is_empty() {
             held.sort();
-            let shown = match held.len() {
-                n if n > 4 => format!("{} and {} more", held[..4].join(", "), n - 4),
-                _ => held.join(", "),
-            };
+            let shown = crate::usage::some_of(&held, 4);
             return Err(usage(format!(
                 "{name}: holds {shown} and no runs/, so it is not a study's directory; a study \
                  writes its report (study.md, study.csv, summary.csv, the plots) and its runs \
