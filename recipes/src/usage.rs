@@ -71,6 +71,6 @@ mod tests {
             some_of(&["a", "b", "c", "d", "e", "f"], 4),
             "a, b, c, d and 2 more"
         );
-        assert_eq!(some_of::<&str>(&[], 4), "");
+        assert_eq!(some_of(&[] as &[&str], 4), "");
     }
 }
