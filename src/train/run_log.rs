@@ -226,12 +226,31 @@ impl CsvFile {
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(true)
             .from_reader(bytes.as_slice());
-        let header: Vec<String> = reader
+        let names: Vec<String> = reader
             .headers()
             .map_err(|e| read_error(&self.path, e))?
             .iter()
             .map(str::to_string)
             .collect();
+        // A column named twice is kept once, its first: on a bank of 16 images the kNN monitor
+        // of runs written before its fix of 2026-12-07 capped both of its usual settings to
+        // k = 16 and named both `knn16_top1` (and `_top5`); the first is T = 0.07's, the one
+        // setting the monitor keeps now, so the resumed run's rows continue that column.
+        let first_of_name: Vec<usize> = (0..names.len())
+            .filter(|&i| !names[..i].contains(&names[i]))
+            .collect();
+        if first_of_name.len() < names.len() {
+            log::warn!(
+                "{}: a column named twice ({}) is kept once, its first",
+                self.path.display(),
+                (0..names.len())
+                    .filter(|i| !first_of_name.contains(i))
+                    .map(|i| names[i].as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        let header: Vec<String> = first_of_name.iter().map(|&i| names[i].clone()).collect();
         let mut kept = csv::Writer::from_writer(Vec::new());
         kept.write_record(&header)
             .map_err(|e| io_error(&self.path, e))?;
@@ -241,7 +260,7 @@ impl CsvFile {
             let first = row.get(0).and_then(|v| v.parse::<usize>().ok());
             if let Some(v) = first.filter(|&v| v <= count) {
                 last = last.max(v);
-                kept.write_record(&row)
+                kept.write_record(first_of_name.iter().map(|&i| row.get(i).unwrap_or("")))
                     .map_err(|e| io_error(&self.path, e))?;
             }
         }
@@ -761,6 +780,42 @@ mod tests {
                 .unwrap_err();
             assert!(matches!(e, TrainError::Run { .. }), "{other}: {e}");
         }
+    }
+
+    /// An epochs.csv written before the kNN monitor named each setting once (`knn16_top1` twice
+    /// on a bank of 16 images) resumes: the column is kept once, its first, and the resumed
+    /// run's rows (which name it once) follow.
+    #[test]
+    fn a_column_named_twice_is_kept_once_on_resume() {
+        let dir = scratch("twice");
+        let path = dir.join(files::EPOCHS);
+        fs::write(
+            &path,
+            "epoch,loss,knn16_top1,knn16_top1,lr\n1,2.5,0.25,0.25,0.1\n2,2.0,0.5,0.5,0.05\n\
+             3,1.5,0.75,0.75,0.01\n",
+        )
+        .unwrap();
+        let mut epochs = CsvFile::new(path.clone());
+        assert_eq!(epochs.truncate_to(2).unwrap(), 2);
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            "epoch,loss,knn16_top1,lr\n1,2.5,0.25,0.1\n2,2.0,0.5,0.05\n"
+        );
+        let row = |epoch: usize| -> Vec<Column> {
+            vec![
+                ("epoch".into(), Cell::Count(epoch)),
+                ("loss".into(), Cell::Value(1.25)),
+                ("knn16_top1".into(), Cell::Value(0.875)),
+                ("lr".into(), Cell::Value(0.01)),
+            ]
+        };
+        epochs.append(&row(3)).unwrap();
+        epochs.flush().unwrap();
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            "epoch,loss,knn16_top1,lr\n1,2.5,0.25,0.1\n2,2.0,0.5,0.05\n3,1.25,0.875,0.01\n"
+        );
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
