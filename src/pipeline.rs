@@ -136,6 +136,9 @@ pub struct PipelineConfig {
     pub seed: u64,
 }
 
+/// The most local crops per image [`PipelineConfig::validate`] takes.
+pub const MAX_LOCAL_CROPS: usize = 32;
+
 /// The local crops of multi-crop (Caron et al., SwAV, NeurIPS 2020, §3.2,
 /// <https://arxiv.org/abs/2006.09882>): `count` small views of every image, each with its own
 /// draws of `view`'s operations (whose random resized crop fixes their size). The colour
@@ -329,6 +332,19 @@ impl PipelineConfig {
                     "must be at least 1 (leave local_crops out for none)",
                 ));
             }
+            // Every local crop is a pass of the network each step: 2³² of them held a run at
+            // its first step (the `recipe` binary's --local-crops took at most 32; the setting
+            // did not).
+            if l.count > MAX_LOCAL_CROPS {
+                return Err(ConfigError::new(
+                    "local_crops.count",
+                    format!(
+                        "at most {MAX_LOCAL_CROPS} local crops per image (SwAV's 6, DINO's 6 to \
+                         10), got {}",
+                        l.count
+                    ),
+                ));
+            }
             if l.view.crop.is_none() {
                 return Err(ConfigError::new(
                     "local_crops.view.crop",
@@ -471,6 +487,11 @@ pub struct Augmenter {
 }
 
 impl Augmenter {
+    /// The channels of the images the pipeline was built for ([`PipelineConfig::init`]).
+    pub fn channels(&self) -> usize {
+        self.channels
+    }
+
     /// Makes this the augmenter of data-parallel replica `rank` of `replicas`, whose batches are
     /// its shard (rows `rank·n .. (rank+1)·n` of each global batch of `replicas·n` images): every
     /// random draw is made for the whole global batch, from the one-device stream, and the

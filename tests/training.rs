@@ -543,6 +543,162 @@ fn a_method_that_reads_the_labels_gets_them_and_refuses_data_without() {
     );
 }
 
+/// A method built for one batch size and a loader of another: MoCo's queue takes each step's
+/// keys, and a queue built for 32 keys a step given 64 panicked at the first step's enqueue,
+/// after its update. `build` refuses it, and a short last batch the queue cannot take
+/// (`drop_last = false`), and a last batch of one image, each naming the setting.
+#[test]
+fn a_queue_built_for_another_batch_size_is_refused_before_the_first_step() {
+    let device = Default::default();
+    let build = |batch: usize, images: usize, drop_last: bool| {
+        let optimizer = SgdConfig::new().init::<Ad, _>().unwrap();
+        let loader = Loader::new(
+            subset(images),
+            "embedded",
+            LoaderConfig {
+                batch_size: batch,
+                drop_last,
+                workers: 1,
+                ..LoaderConfig::default()
+            },
+        )
+        .unwrap();
+        // `moco` builds its queue for 32 keys a step (MoCo v2: one key per image).
+        let method =
+            init_method::<Ad, _, curriculum_ssl::ConfigError>(&device, 0, |d| Ok(moco(d))).unwrap();
+        match Trainer::builder(method, optimizer, augmenter(0), loader)
+            .config(train_config(1))
+            .run_dir(run_dir("queue-batch"))
+            .build(&device)
+        {
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        }
+    };
+    let other = build(64, 128, true).expect("a batch of 64 for a queue built for 32");
+    assert!(
+        other.contains("batch_size")
+            && other.contains("64 images write 64 keys")
+            && other.contains("built for 32 a step"),
+        "{other}"
+    );
+    let short = build(32, 80, false).expect("a last batch of 16 for a queue of 32 a step");
+    assert!(
+        short.contains("drop_last") && short.contains("short batch of 16 images"),
+        "{short}"
+    );
+    let one = build(32, 65, false).expect("a last batch of one image");
+    assert!(
+        one.contains("drop_last") && one.contains("a last batch of one image"),
+        "{one}"
+    );
+    assert_eq!(build(32, 64, false), None, "no short batch: built");
+    assert_eq!(build(32, 80, true), None, "the short batch dropped: built");
+}
+
+/// An augmentation pipeline built for RGB images on one-channel data is refused by `build`,
+/// naming both (it panicked at the first step: "the pipeline was built for 3 channels").
+#[test]
+fn a_pipeline_for_other_channels_than_the_data_is_refused_before_the_first_step() {
+    let device = Default::default();
+    let optimizer = SgdConfig::new().init::<Ad, _>().unwrap();
+    let rgb = PipelineConfig::simclr(28, 3).init(3).unwrap();
+    let method = init_method::<Ad, _, _>(&device, 0, |d| {
+        SimClrConfig::new()
+            .with_hidden_dim(32)
+            .with_output_dim(16)
+            .init(lenet, d)
+    })
+    .unwrap();
+    let err = match Trainer::builder(method, optimizer, rgb, loader(subset(16), 8, 0))
+        .config(train_config(1))
+        .run_dir(run_dir("rgb-pipeline"))
+        .build(&device)
+    {
+        Ok(_) => panic!("a pipeline for 3 channels was built on 1-channel images"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("channels")
+            && err.contains("have 1 channel(s)")
+            && err.contains("built for 3"),
+        "{err}"
+    );
+}
+
+/// Asks for another draw of every attempt, and counts them.
+struct AlwaysRedraw(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl<K: curriculum_ssl::train::Task<Ad>> curriculum_ssl::train::Hook<Ad, K> for AlwaysRedraw {
+    fn name(&self) -> &'static str {
+        "always_redraw"
+    }
+
+    fn after_forward(
+        &mut self,
+        _: &K::Output,
+        _: curriculum_ssl::method::Progress,
+    ) -> Result<curriculum_ssl::train::Verdict, TrainError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(curriculum_ssl::train::Verdict::Redraw)
+    }
+}
+
+/// A hook that never applies an attempt stops the run at its step's `max_attempts`-th attempt,
+/// naming the hook (it held the run at step 1 forever); a description that JSON cannot hold (a
+/// map with keys that are not strings) is refused by `build` (it panicked in `describe`).
+#[test]
+fn a_hook_that_always_redraws_stops_the_run_and_a_description_json_cannot_hold_is_refused() {
+    let device = Default::default();
+    let attempts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let dir = run_dir("always-redraw");
+    let simclr = || {
+        init_method::<Ad, _, _>(&device, 0, |d| {
+            SimClrConfig::new()
+                .with_hidden_dim(32)
+                .with_output_dim(16)
+                .init(lenet, d)
+        })
+        .unwrap()
+    };
+    let optimizer = SgdConfig::new().init::<Ad, _>().unwrap();
+    let mut trainer = Trainer::builder(simclr(), optimizer, augmenter(0), loader(subset(16), 8, 0))
+        .config(train_config(1))
+        .run_dir(&dir)
+        .hook(AlwaysRedraw(attempts.clone()))
+        .max_attempts(3)
+        .build(&device)
+        .unwrap();
+    let Err(err) = trainer.fit() else {
+        panic!("a run that can never apply a step ended");
+    };
+    assert!(
+        matches!(
+            err,
+            TrainError::Hook {
+                hook: "always_redraw",
+                step: 0,
+                ..
+            }
+        ) && err.to_string().contains("3 times in a row"),
+        "{err}"
+    );
+    assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 3);
+
+    let keys: std::collections::BTreeMap<(u8, u8), f64> = [((1, 2), 0.5)].into();
+    let optimizer = SgdConfig::new().init::<Ad, _>().unwrap();
+    let err = match Trainer::builder(simclr(), optimizer, augmenter(0), loader(subset(16), 8, 0))
+        .config(train_config(1))
+        .run_dir(run_dir("undescribable"))
+        .describe(&keys)
+        .build(&device)
+    {
+        Ok(_) => panic!("a description with keys that are not strings was taken"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("describe") && err.contains("JSON"), "{err}");
+}
+
 /// VICRegL recording the views' geometry the trainer hands it.
 struct GeometryRecorder {
     inner: VicRegL<Ad, LeNet<Ad>>,

@@ -184,6 +184,10 @@ impl SchedulerConfig {
     }
 
     /// The value at `progress`.
+    ///
+    /// # Panics
+    /// On a `Steps` schedule without values, which [`SchedulerConfig::validate`] refuses: the
+    /// components that hold a schedule validate it when they are made.
     pub fn value(&self, progress: Progress) -> f64 {
         match self {
             Self::Constant { value } => *value,

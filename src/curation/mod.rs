@@ -91,5 +91,5 @@ pub use frechet::{
 };
 pub use policy::{
     CurationCounters, CurationError, CurationState, Decision, EpochDistances, FrechetCuration,
-    FrechetCurationConfig, ThresholdRule,
+    FrechetCurationConfig, ThresholdRule, MAX_RETRIES,
 };

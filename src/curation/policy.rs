@@ -67,6 +67,10 @@ fn quantile_type7(values: &[f64], q: f64) -> Option<f64> {
     Some(sorted[below] + (h - below as f64) * (sorted[above] - sorted[below]))
 }
 
+/// The most redraws of one batch [`FrechetCurationConfig::init`] takes: below the trainer's
+/// `MAX_ATTEMPTS` attempts of a step, at which it stops the run.
+pub const MAX_RETRIES: usize = 999;
+
 impl FrechetCurationConfig {
     /// Validates the settings and builds the policy in its initial state.
     pub fn init(&self) -> Result<FrechetCuration, ConfigError> {
@@ -75,6 +79,17 @@ impl FrechetCurationConfig {
                 "warmup_epochs",
                 "must be at least 1 (the threshold is the mean FRD of the last warm-up epoch), \
                  got 0",
+            ));
+        }
+        // Each retry is another forward pass of the step (`--curation-retries 100000` trained
+        // at 2 images/s).
+        if self.max_retries > MAX_RETRIES {
+            return Err(ConfigError::new(
+                "max_retries",
+                format!(
+                    "at most {MAX_RETRIES} redraws of a batch (the paper's 3), got {}",
+                    self.max_retries
+                ),
             ));
         }
         if let Some((q, window)) = self.threshold.recent() {
@@ -509,6 +524,19 @@ mod tests {
         assert_eq!(config.max_retries, 3);
         assert_eq!(config.threshold, ThresholdRule::PaperMean);
         assert_eq!(config.init().unwrap().calibration_epoch(), 4);
+    }
+
+    /// More retries than [`MAX_RETRIES`] are refused when the policy is made
+    /// (`--curation-retries 100000` trained at 2 images/s with its memory growing).
+    #[test]
+    fn retries_past_the_trainers_attempts_are_refused() {
+        let most = MAX_RETRIES;
+        let config = FrechetCurationConfig::new().with_max_retries(most + 1);
+        assert_eq!(config.init().err().unwrap().field, "max_retries");
+        assert!(FrechetCurationConfig::new()
+            .with_max_retries(most)
+            .init()
+            .is_ok());
     }
 
     #[test]

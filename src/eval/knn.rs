@@ -53,8 +53,8 @@ impl KnnConfig {
     /// `0..num_classes`).
     ///
     /// # Errors
-    /// If `k` is 0 or larger than `N`, the temperature is not positive, the chunk size is 0, or
-    /// the features and labels disagree in length.
+    /// If `k` is 0 or larger than `N`, the temperature is not positive, the chunk size is 0, the
+    /// features and labels disagree in length, or a label lies outside `0..num_classes`.
     pub fn init<B: Backend>(
         &self,
         features: Tensor<B, 2>,
@@ -83,6 +83,21 @@ impl KnnConfig {
         }
         if num_classes == 0 {
             return Err(ConfigError::new("num_classes", "must be at least 1"));
+        }
+        // A label outside `0..num_classes` would be scattered outside the vote table (a panic on
+        // the CPU, a vote lost or misplaced on a GPU): read once here, before any vote.
+        let (low, high) = labels
+            .clone()
+            .into_data()
+            .iter::<i64>()
+            .fold((i64::MAX, i64::MIN), |(lo, hi), l| (lo.min(l), hi.max(l)));
+        if n > 0 && (low < 0 || high >= num_classes as i64) {
+            return Err(ConfigError::new(
+                "labels",
+                format!(
+                    "must lie in 0..{num_classes} (num_classes), got labels from {low} to {high}"
+                ),
+            ));
         }
         Ok(KnnClassifier {
             bank: l2_normalize(features),
@@ -231,5 +246,24 @@ mod tests {
             )
             .unwrap_err();
         assert_eq!(err.field, "k");
+    }
+
+    /// A label outside `0..num_classes` is refused when the classifier is made (it was scattered
+    /// outside the vote table: a panic on the CPU).
+    #[test]
+    fn labels_outside_the_classes_are_rejected() {
+        let device = Default::default();
+        let make = |labels: [i64; 4]| {
+            KnnConfig::new().with_k(2).init(
+                Tensor::<B, 2>::ones([4, 3], &device),
+                Tensor::<B, 1, Int>::from_data(labels, &device),
+                2,
+            )
+        };
+        for labels in [[0, 1, 2, 0], [0, -1, 1, 1]] {
+            let err = make(labels).err().unwrap();
+            assert_eq!(err.field, "labels", "{labels:?}");
+        }
+        assert!(make([0, 1, 1, 0]).is_ok());
     }
 }

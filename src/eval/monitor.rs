@@ -45,7 +45,8 @@ impl KnnMonitor {
     /// evaluation ([`StreamedImages`](crate::data::stream::StreamedImages)).
     ///
     /// # Errors
-    /// If a set has no labels, the image shapes differ, or the class counts differ.
+    /// If a set has no labels, the image shapes differ, the class counts differ, or
+    /// `normalize` does not hold one positive standard deviation and one mean per channel.
     pub fn new(
         train: impl ImageSet + 'static,
         test: impl ImageSet + 'static,
@@ -74,6 +75,11 @@ impl KnnMonitor {
                 ),
             }
             .into());
+        }
+        if let Some(normalize) = &normalize {
+            // One mean and standard deviation per channel of the images: the features would
+            // otherwise panic at the first evaluation, after an epoch of training.
+            normalize.validate_for(train.image_shape().2)?;
         }
         let n = train.len();
         let mut settings: Vec<KnnConfig> = [(20, 0.07), (200, 0.1)]
@@ -172,5 +178,27 @@ mod tests {
         assert_eq!(ks(21), [(20, 0.07), (21, 0.1)]);
         assert_eq!(ks(20), [(20, 0.07)]);
         assert_eq!(ks(16), [(16, 0.07)]);
+    }
+
+    /// ImageNet's three means and deviations for a bank of one-channel images are refused when
+    /// the monitor is made (they panicked at the first evaluation, after an epoch of training).
+    #[test]
+    fn a_normalisation_of_other_channels_is_refused_when_made() {
+        let set = || {
+            let labels = (0..4).map(|i| (i % 2) as u16).collect();
+            ImageArray::new("mem", 2, 2, 1, vec![7; 16], Some(labels), 2).unwrap()
+        };
+        let rgb = Normalize::new(
+            &crate::augment::normalize::IMAGENET_MEAN,
+            &crate::augment::normalize::IMAGENET_STD,
+        );
+        let err = KnnMonitor::new(set(), set(), Some(rgb)).err().unwrap();
+        assert!(
+            err.to_string().contains("normalize") && err.to_string().contains("needs 1 means"),
+            "{err}"
+        );
+        let zero = Normalize::new(&[0.5], &[0.0]);
+        assert!(KnnMonitor::new(set(), set(), Some(zero)).is_err());
+        assert!(KnnMonitor::new(set(), set(), Some(Normalize::new(&[0.5], &[0.25]))).is_ok());
     }
 }

@@ -263,6 +263,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for All4One<B, M>
 
     online_in!(online);
 
+    fn check_batch_size(&self, batch_size: usize) -> Result<(), ConfigError> {
+        self.support.check_steps(batch_size, batch_size)
+    }
+
     /// The transformer at `transformer_lr_factor` × the run's rate.
     fn lr_groups(&self) -> Vec<LrGroup> {
         vec![LrGroup::of(

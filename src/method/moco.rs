@@ -345,6 +345,15 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for Moco<B, M> {
 
     online_in!(online, view_threads);
 
+    fn check_batch_size(&self, batch_size: usize) -> Result<(), ConfigError> {
+        let keys = if self.symmetric {
+            batch_size.saturating_mul(2)
+        } else {
+            batch_size
+        };
+        self.queue.check_steps(batch_size, keys)
+    }
+
     fn state(&self) -> MocoState<B, M> {
         MocoState {
             key: self.key.record(),

@@ -115,6 +115,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for NnClr<B, M> {
 
     online_in!(online);
 
+    fn check_batch_size(&self, batch_size: usize) -> Result<(), ConfigError> {
+        self.support.check_steps(batch_size, batch_size)
+    }
+
     fn state(&self) -> NnClrState<B> {
         NnClrState {
             support: self.support.keys(),

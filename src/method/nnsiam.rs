@@ -98,6 +98,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for NnSiam<B, M> 
         self.simsiam.online()
     }
 
+    fn check_batch_size(&self, batch_size: usize) -> Result<(), ConfigError> {
+        self.support.check_steps(batch_size, batch_size)
+    }
+
     fn state(&self) -> NnSiamState<B> {
         NnSiamState {
             support: self.support.keys(),

@@ -227,6 +227,27 @@ impl<B: Backend> KeyQueue<B> {
         self.pointer
     }
 
+    /// Checks that steps of `batch_size` images, which write `keys` keys each, are the steps
+    /// the queue was built for: a method built for one batch size and trained with another
+    /// panicked at its first [`KeyQueue::enqueue`], after the step's update.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] on `batch_size` naming both.
+    pub fn check_steps(&self, batch_size: usize, keys: usize) -> Result<(), ConfigError> {
+        if keys == self.keys_per_step {
+            return Ok(());
+        }
+        Err(ConfigError::new(
+            "batch_size",
+            format!(
+                "steps of {batch_size} images write {keys} keys, but the method's queue was built \
+                 for {} a step (its `init` was given another batch size): give the method's \
+                 `init` the loader's batch size (on replicas, the global batch)",
+                self.keys_per_step
+            ),
+        ))
+    }
+
     /// Writes `keys` (detached) over the oldest slots and advances the pointer. Call it after
     /// the loss of the step was computed.
     ///

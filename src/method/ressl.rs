@@ -124,6 +124,10 @@ impl<B: AutodiffBackend, M: TrainableBackbone<B>> SslMethod<B> for ReSsl<B, M> {
 
     online_in!(online);
 
+    fn check_batch_size(&self, batch_size: usize) -> Result<(), ConfigError> {
+        self.queue.check_steps(batch_size, batch_size)
+    }
+
     fn state(&self) -> ReSslState<B, M> {
         ReSslState {
             momentum: self.momentum.record(),

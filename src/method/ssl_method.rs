@@ -466,6 +466,19 @@ pub trait SslMethod<B: AutodiffBackend>: 'static {
         self.forward_views(Views::pair(view1, view2), progress)
     }
 
+    /// Checks that the method can take steps of `batch_size` images (the global batch, over
+    /// every replica). A method built for one batch size (a queue that each step's keys fill:
+    /// MoCo, ReSSL, NNCLR, NNSiam, NNBYOL, All4One) refuses another; the trainer calls it before
+    /// the first step, with the loader's batch and, when the loader keeps a short last batch,
+    /// with that too. Default: any batch.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] on `batch_size` saying what the method was built for.
+    fn check_batch_size(&self, batch_size: usize) -> Result<(), ConfigError> {
+        let _ = batch_size;
+        Ok(())
+    }
+
     /// Whether the loss takes the local crops of multi-crop (SwAV, DINO): the trainer hands
     /// them to [`SslMethod::forward_views`], and refuses a pipeline with local crops for a
     /// method that does not take them. Default: `false`.

@@ -122,6 +122,14 @@ impl Pace {
             return Ok((0..losses.len()).collect());
         }
         if let (Some(q), false) = (self.quantile, self.calibrated) {
+            if losses.is_empty() {
+                return Err(crate::base::error::ConfigError::new(
+                    "losses",
+                    "no losses to calibrate the pace's threshold on (the quantile of an empty \
+                     set)",
+                )
+                .into());
+            }
             let mut sorted: Vec<f64> = losses.iter().map(|&l| f64::from(l)).collect();
             sorted.sort_by(f64::total_cmp);
             let at = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
@@ -818,6 +826,18 @@ fn step_rng(seed: u64, step: usize) -> rand::rngs::StdRng {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A selection to calibrate on no losses is refused (the quantile's index panicked).
+    #[test]
+    fn calibrating_on_no_losses_is_refused() {
+        let mut pace = PaceConfig::new(SpldConfig::new())
+            .with_calibrate_quantile(Some(0.1))
+            .init()
+            .unwrap();
+        // Epoch 1: the first after the warm-up, where the pace calibrates.
+        let err = pace.select(1, &[], &[]).err().unwrap();
+        assert!(err.to_string().contains("no losses to calibrate"), "{err}");
+    }
 
     /// The warm-up keeps everything and leaves the pace alone; the first selection sets `λ` to
     /// the quantile of the losses and `γ` to its multiple, then selects exactly as SPLD does with

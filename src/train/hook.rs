@@ -217,7 +217,11 @@ pub trait Hook<B: AutodiffBackend, K: Task<B>>: Any {
     }
 
     /// After the attempt's forward pass, before anything is applied: [`Verdict::Redraw`] drops
-    /// the attempt and draws the batch's views again.
+    /// the attempt and draws the batch's views again (at most
+    /// [`TrainerBuilder::max_attempts`](super::TrainerBuilder::max_attempts) attempts of a step
+    /// in all, [`MAX_ATTEMPTS`](super::MAX_ATTEMPTS) by default: the run then stops with
+    /// [`TrainError::Hook`](super::TrainError::Hook) naming the first hook that redrew the
+    /// last).
     ///
     /// # Errors
     /// If the hook cannot judge the attempt (e.g. the method gives no embeddings).

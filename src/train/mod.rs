@@ -150,4 +150,4 @@ pub use supervised::{
     TestAccuracy,
 };
 pub use task::{EpochBatches, LrPlan, ProgressOf, Task};
-pub use trainer::{TrainSummary, Trainer, TrainerBuilder};
+pub use trainer::{TrainSummary, Trainer, TrainerBuilder, MAX_ATTEMPTS};

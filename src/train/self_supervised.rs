@@ -229,6 +229,15 @@ impl<D: Dataset<ImageItem> + 'static> Feed<D> {
         }
     }
 
+    /// The channels of the images the batches hold (the first image's, in memory; none for an
+    /// empty set).
+    fn channels(&self) -> Option<usize> {
+        match self {
+            Self::Memory(l) => l.dataset().get(0).map(|item| item.channels),
+            Self::Stream(l) => Some(l.config().channels),
+        }
+    }
+
     fn set_shard(&mut self, rank: usize, replicas: usize) -> Result<(), ConfigError> {
         match self {
             Self::Memory(l) => l.set_shard(rank, replicas),
@@ -436,6 +445,50 @@ where
         }
         if self.method.uses_labels() && !self.feed.is_labelled() {
             return Err(unlabelled().into());
+        }
+        if let Some(channels) = self
+            .feed
+            .channels()
+            .filter(|&c| c != self.augmenter.channels())
+        {
+            return Err(ConfigError::new(
+                "channels",
+                format!(
+                    "the images have {channels} channel(s), but the augmentation pipeline was \
+                     built for {} (`PipelineConfig::init`'s channels; the backbone's \
+                     in_channels must match them too)",
+                    self.augmenter.channels()
+                ),
+            )
+            .into());
+        }
+        self.method.check_batch_size(batch_size)?;
+        // A loader that keeps an epoch's short last batch (`drop_last = false`) takes a step of
+        // that many images too.
+        let last = self.feed.len() % batch_size;
+        if !self.feed.config().drop_last && last > 0 {
+            if last == 1 {
+                return Err(ConfigError::new(
+                    "drop_last",
+                    format!(
+                        "the {} images leave a last batch of one image each epoch (batch norm \
+                         needs two per channel, a contrastive loss negatives): keep drop_last \
+                         or choose a batch size that leaves at least two",
+                        self.feed.len()
+                    ),
+                )
+                .into());
+            }
+            self.method.check_batch_size(last).map_err(|e| {
+                ConfigError::new(
+                    "drop_last",
+                    format!(
+                        "each epoch ends with a short batch of {last} images (drop_last = false), \
+                         which the method cannot take: {}",
+                        e.reason
+                    ),
+                )
+            })?;
         }
         Ok(())
     }

@@ -34,6 +34,11 @@ use crate::pipeline::Augmenter;
 /// The record as the loop keeps it: the caller's description and the step's settings as JSON.
 type LoopRecord = RunRecord<serde_json::Value, serde_json::Value>;
 
+/// Attempts of one step the hooks may ask to redraw, in a row, before the run stops with
+/// [`TrainError::Hook`], unless [`TrainerBuilder::max_attempts`] says otherwise: a hook that
+/// never applies one would hold the run at its step forever.
+pub const MAX_ATTEMPTS: usize = 1000;
+
 /// What one call of [`Trainer::fit`] did.
 #[derive(Debug, Clone, Default)]
 pub struct TrainSummary {
@@ -57,9 +62,20 @@ pub struct TrainerBuilder<B: AutodiffBackend, K> {
     hooks: Hooks<B, K>,
     mode: StartMode,
     replica: Option<Replica<B>>,
+    max_attempts: usize,
+    /// A description that could not be serialised ([`TrainerBuilder::describe`]), refused by
+    /// [`TrainerBuilder::build`].
+    description_error: Option<String>,
 }
 
 impl<B: AutodiffBackend, K: Task<B>> TrainerBuilder<B, K> {
+    /// The attempts of one step the hooks may ask to redraw in a row before the run stops with
+    /// [`TrainError::Hook`] (default [`MAX_ATTEMPTS`]; at least 1).
+    pub fn max_attempts(mut self, attempts: usize) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
     /// Makes this run replica `replica.rank()` of a data-parallel run
     /// ([`crate::data_parallel`]; build it inside [`crate::data_parallel::run`], one
     /// trainer per replica, all with the same settings and the global batch size): the step
@@ -84,13 +100,16 @@ impl<B: AutodiffBackend, K: Task<B>> TrainerBuilder<B, K> {
     }
 
     /// The caller's description of the run (method, backbone, data...), saved in the run
-    /// record and compared on resume.
-    ///
-    /// # Panics
-    /// If `description` cannot be serialised to JSON (a map with non-string keys).
+    /// record and compared on resume. One that cannot be written as JSON (a map with keys that
+    /// are not strings) is refused by [`TrainerBuilder::build`].
     pub fn describe(mut self, description: &impl Serialize) -> Self {
-        self.description =
-            serde_json::to_value(description).expect("a run description serialises to JSON");
+        match serde_json::to_value(description) {
+            Ok(value) => {
+                self.description = value;
+                self.description_error = None;
+            }
+            Err(e) => self.description_error = Some(e.to_string()),
+        }
         self
     }
 
@@ -156,6 +175,13 @@ impl<B: AutodiffBackend, K: Task<B>> TrainerBuilder<B, K> {
     /// this run, or a resume finds other settings or only damaged checkpoints.
     pub fn build(self, device: &B::Device) -> Result<Trainer<B, K>, TrainError> {
         let config = self.config;
+        if let Some(e) = self.description_error {
+            return Err(ConfigError::new(
+                "describe",
+                format!("the run's description cannot be written as JSON: {e}"),
+            )
+            .into());
+        }
         if config.epochs == 0 {
             return Err(ConfigError::new("epochs", "must be at least 1").into());
         }
@@ -251,6 +277,7 @@ impl<B: AutodiffBackend, K: Task<B>> TrainerBuilder<B, K> {
             lead: self.replica.as_ref().is_none_or(|r| r.is_lead()),
             replica: self.replica.clone(),
             stop: self.stop,
+            max_attempts: self.max_attempts,
             _lock: None,
         };
         for (capability, refusal) in trainer.task.needs() {
@@ -400,6 +427,8 @@ pub struct Trainer<B: AutodiffBackend, K> {
     replica: Option<Replica<B>>,
     /// Stops the run when set ([`TrainerBuilder::stop_when`]).
     stop: Option<Arc<AtomicBool>>,
+    /// [`TrainerBuilder::max_attempts`].
+    max_attempts: usize,
     /// The run directory's lock, held by the lead while the trainer lives.
     _lock: Option<RunLock>,
 }
@@ -444,6 +473,8 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
             hooks: Vec::new(),
             mode: StartMode::Fresh,
             replica: None,
+            max_attempts: MAX_ATTEMPTS,
+            description_error: None,
         }
     }
 
@@ -846,15 +877,29 @@ impl<B: AutodiffBackend, K: Task<B>> Trainer<B, K> {
             };
             // Every hook judges the attempt before anything is applied: a rejected attempt's
             // graph is dropped, so the weights never see it.
-            let mut verdict = Verdict::Apply;
+            let mut redraw = None;
             for hook in &mut self.hooks {
                 if hook.after_forward(&out, progress)? == Verdict::Redraw {
-                    verdict = Verdict::Redraw;
+                    redraw = redraw.or(Some(hook.name()));
                 }
             }
-            match verdict {
-                Verdict::Apply => break out,
-                Verdict::Redraw => attempt += 1,
+            match redraw {
+                None => break out,
+                // A hook that never applies an attempt would hold the run at this step forever
+                // (the library's batch curation applies one after its `max_retries`).
+                Some(hook) if attempt + 1 >= self.max_attempts => {
+                    return Err(TrainError::Hook {
+                        hook,
+                        step: progress.step,
+                        reason: format!(
+                            "asked for another draw of the batch {} times in a row; \
+                             a hook that redraws must apply some attempt (e.g. after a number \
+                             of retries, as batch curation's max_retries)",
+                            self.max_attempts
+                        ),
+                    });
+                }
+                Some(_) => attempt += 1,
             }
         };
         let (loss, mut stats) = self.task.apply(out, lr)?;
@@ -1148,6 +1193,13 @@ fn adopt_if_absent(saved: &mut serde_json::Value, given: &serde_json::Value, pat
 mod tests {
     use super::adopt_if_absent;
     use serde_json::json;
+
+    /// Batch curation's most retries stay below the attempts after which the trainer stops a
+    /// step: a run with any retries it takes is never stopped by its own curation.
+    #[test]
+    fn curations_retries_fit_the_trainers_attempts() {
+        const { assert!(crate::curation::MAX_RETRIES < super::MAX_ATTEMPTS) };
+    }
 
     /// A setting a saved record lacks takes the given value; one it holds keeps its own (so
     /// that the comparison still sees a change), and a path whose parent the saved record
