@@ -109,11 +109,39 @@ impl EfficientNetConfig {
 
     /// Builds the network, or says why the configuration is invalid.
     pub fn try_init<B: Backend>(&self, device: &B::Device) -> Result<EfficientNet<B>, ModelError> {
-        if self.in_channels == 0 || self.stages.is_empty() || self.width_mult <= 0.0 {
-            return Err(ModelError::InvalidConfig(
-                "EfficientNet needs in_channels > 0, a non-empty stage table and width_mult > 0"
-                    .into(),
-            ));
+        // Written so that NaN fails too (`NaN <= 0.0` is false).
+        if self.in_channels == 0
+            || self.stages.is_empty()
+            || !(self.width_mult > 0.0 && self.width_mult.is_finite())
+        {
+            return Err(ModelError::InvalidConfig(format!(
+                "EfficientNet needs in_channels > 0, a non-empty stage table and a finite \
+                 width_mult > 0, got {}, {} stages and {}",
+                self.in_channels,
+                self.stages.len(),
+                self.width_mult
+            )));
+        }
+        // A depth multiplier of 0 (or NaN) leaves every stage without blocks: the head would
+        // expect the last stage's channels and get the stem's.
+        if !(self.depth_mult > 0.0 && self.depth_mult.is_finite()) {
+            return Err(ModelError::InvalidConfig(format!(
+                "EfficientNet needs a finite depth_mult > 0, got {}",
+                self.depth_mult
+            )));
+        }
+        if let Some((i, stage)) = self.stages.iter().enumerate().find(|(_, s)| {
+            s.layers == 0
+                || s.kernel == 0
+                || s.stride == 0
+                || s.expand_ratio == 0
+                || s.in_channels == 0
+                || s.out_channels == 0
+        }) {
+            return Err(ModelError::InvalidConfig(format!(
+                "EfficientNet's stage {i} needs layers, kernel, stride, expand_ratio and \
+                 channels of at least 1, got {stage:?}"
+            )));
         }
         if !(0.0..1.0).contains(&self.stochastic_depth_prob) {
             return Err(ModelError::InvalidConfig(format!(

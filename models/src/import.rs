@@ -414,12 +414,61 @@ fn file_keys(path: &Path) -> Result<Vec<String>, ModelError> {
     if !path.exists() {
         return Err(open_error(path, "no such file"));
     }
+    // Opening a FIFO blocks until something writes to it (the import hung), and a directory
+    // failed with "No such device".
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => return Err(open_error(path, "a directory, not a weight file")),
+        Ok(m) if !m.is_file() => {
+            return Err(open_error(
+                path,
+                "not a regular file (a pipe, socket or device); give a .safetensors file",
+            ))
+        }
+        Ok(_) => {}
+        Err(e) => return Err(open_error(path, e)),
+    }
     if is_pth(path) {
         return pth::keys(path);
     }
     SafetensorsStore::from_file(path)
         .keys()
         .map_err(|e| open_error(path, e))
+}
+
+/// Refuses a tensor of the file that would be loaded into one of the model's parameters
+/// (`expected`; a file key `k` lands at `map(k)`, or at `k` where `map` keeps it) but holds no
+/// floating-point values: burn's conversion panicked on it (`Expected float dtype, got I64`).
+/// Integer tensors the model does not take (`num_batches_tracked`) stay allowed. A `.pth`
+/// file's tensors are converted by its own reader.
+fn check_float_tensors(
+    path: &Path,
+    map: impl Fn(&str) -> Option<String>,
+    expected: &[String],
+) -> Result<(), ModelError> {
+    if is_pth(path) {
+        return Ok(());
+    }
+    let mut store = SafetensorsStore::from_file(path);
+    let snapshots = store.get_all_snapshots().map_err(|e| open_error(path, e))?;
+    let mut wrong: Vec<String> = snapshots
+        .iter()
+        .filter(|(key, snapshot)| {
+            let target = map(key).unwrap_or_else(|| key.to_string());
+            !snapshot.dtype.is_float() && expected.contains(&target)
+        })
+        .map(|(key, snapshot)| format!("{key} is {:?}", snapshot.dtype))
+        .collect();
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    wrong.sort();
+    Err(ModelError::WrongTensor {
+        path: path.display().to_string(),
+        message: format!(
+            "{}: the model's parameters take floating-point values (F16, BF16, F32 or F64)",
+            wrong.join(", ")
+        ),
+    })
 }
 
 fn is_pth(path: &Path) -> bool {
@@ -471,6 +520,7 @@ pub fn load_torchvision<B: Backend, M: TorchvisionImport<B>>(
     let keys = file_keys(path)?;
     let expected = module_paths(model);
     let remap = remapper(&keys, |k| model.torchvision_key(k), path)?;
+    check_float_tensors(path, |k| model.torchvision_key(k), &expected)?;
     let adapted = if is_pth(path) {
         None
     } else {
@@ -488,6 +538,7 @@ pub fn load_torchvision<B: Backend, M: TorchvisionImport<B>>(
                 missing: expected,
             });
         }
+        check_float_tensors(path, |k| head_key(layout, k), &expected)?;
         let result = apply_file(head, path, None, remap)?;
         check(result, path, &expected)?;
     }

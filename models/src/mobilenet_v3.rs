@@ -131,11 +131,30 @@ impl MobileNetV3Config {
 
     /// Builds the network, or says why the configuration is invalid.
     pub fn try_init<B: Backend>(&self, device: &B::Device) -> Result<MobileNetV3<B>, ModelError> {
-        if self.in_channels == 0 || self.blocks.is_empty() || self.width_mult <= 0.0 {
-            return Err(ModelError::InvalidConfig(
-                "MobileNetV3 needs in_channels > 0, a non-empty block table and width_mult > 0"
-                    .into(),
-            ));
+        // Written so that NaN fails too (`NaN <= 0.0` is false).
+        if self.in_channels == 0
+            || self.blocks.is_empty()
+            || !(self.width_mult > 0.0 && self.width_mult.is_finite())
+        {
+            return Err(ModelError::InvalidConfig(format!(
+                "MobileNetV3 needs in_channels > 0, a non-empty block table and a finite \
+                 width_mult > 0, got {}, {} blocks and {}",
+                self.in_channels,
+                self.blocks.len(),
+                self.width_mult
+            )));
+        }
+        if let Some((i, block)) = self.blocks.iter().enumerate().find(|(_, b)| {
+            b.kernel == 0
+                || b.stride == 0
+                || b.in_channels == 0
+                || b.expanded == 0
+                || b.out_channels == 0
+        }) {
+            return Err(ModelError::InvalidConfig(format!(
+                "MobileNetV3's block {i} needs kernel, stride and channels of at least 1, got \
+                 {block:?}"
+            )));
         }
         let spec = |i, o, k, s, g, act| ConvBnActSpec {
             in_channels: i,

@@ -121,6 +121,15 @@ impl ResNetConfig {
                 self.in_channels, self.base_width, self.pooled_grid
             )));
         }
+        // A stage of no blocks would leave the features a stage narrower than `feature_dim`
+        // says (`[1, 1, 1, 0]`: 4w channels out, 8w announced), and the head's product would
+        // fail at the first step.
+        if self.layers.contains(&0) {
+            return Err(ModelError::InvalidConfig(format!(
+                "ResNet needs at least one block in every stage, got layers {:?}",
+                self.layers
+            )));
+        }
         let w = self.base_width;
         let (conv1, maxpool) = match self.stem {
             Stem::ImageNet => (

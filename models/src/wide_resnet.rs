@@ -61,6 +61,13 @@ impl WideResNetConfig {
         if self.in_channels == 0 {
             return Err(ModelError::InvalidConfig("in_channels must be > 0".into()));
         }
+        // burn's `DropoutConfig::init` asserts a probability in [0, 1]; NaN would pass it.
+        if !(0.0..=1.0).contains(&self.dropout) {
+            return Err(ModelError::InvalidConfig(format!(
+                "WideResNet's dropout must be a probability in [0, 1], got {}",
+                self.dropout
+            )));
+        }
         let n = (self.depth - 4) / 6;
         let k = self.widen_factor;
         let mut in_c = 16;

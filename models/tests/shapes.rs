@@ -218,3 +218,46 @@ fn resnet_pooled_grid_averages_the_cells_and_flattens_channel_by_channel() {
         .try_init::<Infer>(&device);
     assert!(matches!(zero, Err(ModelError::InvalidConfig(m)) if m.contains("pooled_grid")));
 }
+
+/// Configurations that would build a network whose forward pass fails (or whose features are
+/// narrower than `feature_dim` says) are refused by `try_init`, naming the setting: a ResNet
+/// stage of no blocks (`[1, 1, 1, 0]` gave 4w features where 8w were announced), WideResNet's
+/// dropout outside [0, 1] (burn's `DropoutConfig::init` asserted inside `try_init`; NaN passed),
+/// EfficientNet's and MobileNet-V3's NaN multipliers, a depth multiplier of 0 (every stage
+/// empty) and a stride or kernel of 0.
+#[test]
+fn configurations_that_cannot_train_are_refused_by_try_init() {
+    let device = Default::default();
+    let refused = |r: Result<(), ModelError>, word: &str| match r {
+        Err(ModelError::InvalidConfig(m)) => assert!(m.contains(word), "{word}: {m}"),
+        other => panic!("{word}: {other:?}"),
+    };
+    let mut resnet = ResNetConfig::resnet18();
+    resnet.layers = [1, 1, 1, 0];
+    refused(resnet.try_init::<Infer>(&device).map(drop), "layers");
+    for dropout in [1.5, -0.1, f64::NAN] {
+        refused(
+            WideResNetConfig::wrn_16_8()
+                .with_dropout(dropout)
+                .try_init::<Infer>(&device)
+                .map(drop),
+            "dropout",
+        );
+    }
+    let efficientnet = |edit: &dyn Fn(&mut EfficientNetConfig)| {
+        let mut config = EfficientNetConfig::b0();
+        edit(&mut config);
+        config.try_init::<Infer>(&device).map(drop)
+    };
+    refused(efficientnet(&|c| c.width_mult = f64::NAN), "width_mult");
+    refused(efficientnet(&|c| c.depth_mult = 0.0), "depth_mult");
+    refused(efficientnet(&|c| c.depth_mult = f64::NAN), "depth_mult");
+    refused(efficientnet(&|c| c.stages[2].stride = 0), "stage 2");
+    let mobilenet = |edit: &dyn Fn(&mut MobileNetV3Config)| {
+        let mut config = MobileNetV3Config::small();
+        edit(&mut config);
+        config.try_init::<Infer>(&device).map(drop)
+    };
+    refused(mobilenet(&|c| c.width_mult = f64::NAN), "width_mult");
+    refused(mobilenet(&|c| c.blocks[1].kernel = 0), "block 1");
+}
