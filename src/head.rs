@@ -109,6 +109,44 @@ impl MlpHeadConfig {
                 return Err(ConfigError::new(field, "must be at least 1"));
             }
         }
+        // Sized from the settings before anything is made: a batch norm's running statistics
+        // are allocated when it is made (`hidden_dim=1000000000` took 7.5 GB before the
+        // network's size was checked), and a layer count of 2³² would loop that many times.
+        let wide = |a: usize, b: usize| (a as u64).saturating_mul(b as u64);
+        let (h, out) = (self.hidden_dim as u64, self.output_dim as u64);
+        let hidden_layers = (self.num_layers - 1) as u64;
+        // A hidden layer's bias, or its batch norm's γ, β and two running statistics.
+        let per_hidden = if self.batch_norm {
+            h.saturating_mul(4)
+        } else {
+            h
+        };
+        let hidden = if hidden_layers == 0 {
+            0
+        } else {
+            wide(self.input_dim, self.hidden_dim)
+                .saturating_add(per_hidden)
+                .saturating_add(
+                    wide(self.hidden_dim, self.hidden_dim)
+                        .saturating_add(per_hidden)
+                        .saturating_mul(hidden_layers - 1),
+                )
+        };
+        let width = if hidden_layers == 0 {
+            self.input_dim
+        } else {
+            self.hidden_dim
+        };
+        let output_extra = match (self.output_batch_norm, self.output_batch_norm_affine) {
+            (true, true) => out.saturating_mul(4),
+            (true, false) => out.saturating_mul(2),
+            (false, _) if self.output_bias => out,
+            (false, _) => 0,
+        };
+        let count = hidden
+            .saturating_add(wide(width, self.output_dim))
+            .saturating_add(output_extra);
+        crate::base::seed::check_count(count, "the projection head")?;
         let mut hidden = Vec::new();
         let mut width = self.input_dim;
         for _ in 1..self.num_layers {
@@ -543,6 +581,40 @@ mod tests {
 
     type B = NdArray<f64>;
     type Ad = burn::backend::Autodiff<B>;
+
+    /// The head's size is checked from its settings before any layer is made: a batch norm's
+    /// running statistics are allocated when it is made (SimCLR's `hidden_dim=1000000000` took
+    /// 7.5 GB before the check on the finished network), and a count of layers is checked before
+    /// the loop that makes them.
+    /// Its count is that of the parameters and statistics the head holds (checked against
+    /// `parameter_count` of a small one).
+    #[test]
+    fn a_head_over_the_size_limit_is_refused_before_a_layer_is_made() {
+        let device = Default::default();
+        let config = MlpHeadConfig::new(8, 1_000_000, 8);
+        let (made, refused) =
+            crate::base::seed::with_size_limit(1000, || config.init::<B>(&device).map(drop));
+        assert_eq!(made.unwrap_err().field, crate::base::seed::SIZE_FIELD);
+        assert!(refused.unwrap() >= 16_000_000);
+        // 2²⁰ layers of 8 (about 100 values each), counted before the first is made.
+        let deep = MlpHeadConfig::new(8, 8, 8).with_num_layers(1 << 20);
+        let (made, _) =
+            crate::base::seed::with_size_limit(1 << 20, || deep.init::<B>(&device).map(drop));
+        assert_eq!(made.unwrap_err().field, crate::base::seed::SIZE_FIELD);
+        // The settings' count is the made head's, parameters and running statistics.
+        for config in [
+            MlpHeadConfig::new(6, 10, 4),
+            MlpHeadConfig::new(6, 10, 4).with_num_layers(3),
+            MlpHeadConfig::new(6, 10, 4).with_batch_norm(false),
+            MlpHeadConfig::new(6, 10, 4).with_output_batch_norm(true),
+        ] {
+            let head = config.init::<B>(&device).unwrap();
+            let made = crate::base::seed::parameter_count(&head);
+            let (at, refused) =
+                crate::base::seed::with_size_limit(made, || config.init::<B>(&device).map(drop));
+            assert!(at.is_ok() && refused.is_none(), "{config:?}: {made} values");
+        }
+    }
 
     /// `output_bias` takes the output layer's bias away (lightly's MMCR head); a BatchNorm
     /// after the output layer takes it away whatever it says.

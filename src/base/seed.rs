@@ -197,6 +197,23 @@ pub fn check_size<B: Backend, M: Module<B>>(
     check_count(parameter_count(module), what)
 }
 
+/// The values of `depth` transformer blocks `dim` wide with MLPs `mlp_ratio` times as wide
+/// (attention's four products, the MLP's two, their biases and two layer norms), counted
+/// without overflow: what a method passes to [`check_count`] before it makes them (a block's
+/// layer norms are allocated when it is made, and a depth of 2³² would loop that often).
+pub fn transformer_values(depth: usize, dim: usize, mlp_ratio: f64) -> u64 {
+    let dim = dim as u64;
+    // `as` saturates a float at u64::MAX (and NaN at 0).
+    let hidden = (dim as f64 * mlp_ratio) as u64;
+    let block = dim
+        .saturating_mul(dim)
+        .saturating_mul(4)
+        .saturating_add(dim.saturating_mul(hidden).saturating_mul(2))
+        .saturating_add(dim.saturating_mul(9))
+        .saturating_add(hidden);
+    block.saturating_mul(depth as u64)
+}
+
 /// Reads every float parameter once, which fixes the value of lazily initialised ones.
 pub fn materialise<B: Backend, M: Module<B>>(module: &M) {
     module.visit(&mut Materialise);
@@ -217,7 +234,14 @@ pub fn parameter_count<B: Backend, M: Module<B>>(module: &M) -> u64 {
     struct Count(u64);
     impl<B: Backend> ModuleVisitor<B> for Count {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            self.0 += param.lazy_shape().num_elements() as u64;
+            // Saturating: a size asked for (`method.decoder_dim=4294967296`) can make a shape
+            // whose product overflows, which `num_elements` does (a panic in debug builds,
+            // a small count that passed the check in release ones).
+            let count = param
+                .lazy_shape()
+                .iter()
+                .fold(1u64, |n, &d| n.saturating_mul(d as u64));
+            self.0 = self.0.saturating_add(count);
         }
     }
     let mut count = Count(0);
@@ -304,6 +328,13 @@ mod tests {
             (true, None)
         );
         assert!(check_count(u64::MAX, "anything").is_ok());
+        // A shape whose product overflows (2³² × 2³² weights) counts as the most there can be,
+        // refused by any limit (it panicked in debug builds and wrapped in release ones).
+        let huge = with_seed::<B, _>(&device, 0, || {
+            LinearConfig::new(1 << 32, 1 << 32).init::<B>(&device)
+        });
+        assert_eq!(parameter_count(&huge), u64::MAX);
+        assert!(!huge.weight.is_initialized(), "nothing was drawn");
     }
 
     #[test]

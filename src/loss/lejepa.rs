@@ -40,6 +40,9 @@ impl LeJepaLossConfig {
             ));
         }
         positive("t_max", self.t_max)?;
+        // The grid's knots, their weights and the characteristic function's values are held
+        // on the host (2³² knots filled the machine's memory).
+        crate::base::seed::check_count((self.knots as u64).saturating_mul(3), "the knots' grid")?;
         if self.num_slices == 0 {
             return Err(ConfigError::new("num_slices", "must be at least 1, got 0"));
         }

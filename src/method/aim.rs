@@ -71,6 +71,23 @@ impl AimConfig {
                 format!("must be positive, got {}", self.head_mlp_ratio),
             ));
         }
+        if ((self.head_dim as f64 * self.head_mlp_ratio) as usize) == 0 {
+            return Err(ConfigError::new(
+                "head_mlp_ratio",
+                format!(
+                    "leaves the head's MLPs no width ({} × {})",
+                    self.head_dim, self.head_mlp_ratio
+                ),
+            ));
+        }
+        crate::base::seed::check_count(
+            crate::base::seed::transformer_values(
+                self.head_blocks,
+                self.head_dim,
+                self.head_mlp_ratio,
+            ),
+            "the head's blocks",
+        )?;
         let patch = vit.patch_size;
         let pixels = patch * patch * vit.in_channels();
         let head = AimHead::new(

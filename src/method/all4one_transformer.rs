@@ -143,6 +143,10 @@ impl<B: Backend> All4OneTransformer<B> {
                 format!("{heads} heads do not divide the projection width {d}"),
             ));
         }
+        crate::base::seed::check_count(
+            crate::base::seed::transformer_values(layers, d, feedforward as f64 / d.max(1) as f64),
+            "the transformer's layers",
+        )?;
         if !(0.0..1.0).contains(&dropout) {
             return Err(ConfigError::new(
                 "transformer_dropout",

@@ -143,6 +143,23 @@ impl CapiConfig {
                 ),
             ));
         }
+        if ((width as f64 * self.predictor_mlp_ratio) as usize) == 0 {
+            return Err(ConfigError::new(
+                "predictor_mlp_ratio",
+                format!(
+                    "leaves the predictor's MLPs no width ({width} × {})",
+                    self.predictor_mlp_ratio
+                ),
+            ));
+        }
+        crate::base::seed::check_count(
+            crate::base::seed::transformer_values(
+                self.predictor_depth,
+                width,
+                self.predictor_mlp_ratio,
+            ),
+            "the predictor's blocks",
+        )?;
         let predictor = CapiPredictor::new(
             width,
             (heads, self.predictor_depth),

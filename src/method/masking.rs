@@ -623,7 +623,10 @@ pub(crate) fn check_token_transformer(
             format!("the {what} needs at least one block"),
         ));
     }
-    Ok(())
+    crate::base::seed::check_count(
+        crate::base::seed::transformer_values(depth, dim, 4.0),
+        &format!("the {what}'s blocks"),
+    )
 }
 
 /// The patches of each of `images` a Vision Transformer `vit` cuts: `(H/p)·(W/p)`.

@@ -166,7 +166,7 @@ pub use msn::{Msn, MsnConfig, MsnNetwork, MsnStudent};
 pub use nnbyol::{NnByol, NnByolConfig, NnByolState};
 pub use nnclr::{NnClr, NnClrConfig, NnClrState};
 pub use nnsiam::{NnSiam, NnSiamConfig, NnSiamState};
-pub use pgd::{attack_copy, Pgd, PgdConfig, PgdStep};
+pub use pgd::{attack_copy, Pgd, PgdConfig, PgdStep, MAX_PGD_STEPS};
 pub use projected_pair::{PairNetwork, PairObjective, ProjectedPair};
 pub use queue::{KeyQueue, KeyQueueConfig, QueueFit, SupportSetState};
 pub use ressl::{ReSsl, ReSslConfig, ReSslState};

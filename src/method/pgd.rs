@@ -11,6 +11,9 @@ use crate::base::error::{non_negative, ConfigError};
 use crate::base::schedule::{Pace, Scheduler, SchedulerConfig};
 use crate::base::Progress;
 
+/// The most ascent steps [`PgdConfig::init`] takes.
+pub const MAX_PGD_STEPS: usize = 100;
+
 /// The PGD attack on negatives and its schedule (a burn [`Config`], saved in the run's
 /// configuration).
 #[derive(Config, Debug, PartialEq)]
@@ -59,6 +62,18 @@ impl PgdConfig {
     /// Naming the field: a negative or non-finite step size or ε, a schedule value outside
     /// `[0, 1]`.
     pub fn init(&self) -> Result<Pgd, ConfigError> {
+        // Each ascent step is a forward and backward pass of the whole network: 2³² of them
+        // held a run at its first attacked step (the `recipe` binary's --pgd-steps took at most
+        // 100; `method.pgd.steps` did not).
+        if self.steps > MAX_PGD_STEPS {
+            return Err(ConfigError::new(
+                "pgd.steps",
+                format!(
+                    "at most {MAX_PGD_STEPS} ascent steps (Madry et al.: 7), got {}",
+                    self.steps
+                ),
+            ));
+        }
         non_negative("pgd.step_size", self.step_size)?;
         non_negative("pgd.epsilon", self.epsilon)?;
         if let Some(s) = &self.schedule {

@@ -110,6 +110,17 @@ impl SwavConfig {
         let projector =
             MlpHeadConfig::new(backbone.feature_dim(), self.hidden_dim, self.output_dim)
                 .init(device)?;
+        // The prototypes are normalised (drawn) and the queue made when SwAV is: sized first
+        // (2³² prototypes or queue rows filled the machine's memory).
+        let wide = |a: usize, b: usize| (a as u64).saturating_mul(b as u64);
+        crate::base::seed::check_count(
+            wide(self.output_dim, self.num_prototypes),
+            "the prototypes",
+        )?;
+        crate::base::seed::check_count(
+            wide(self.queue_size, self.output_dim).saturating_mul(2),
+            "the queue of projections",
+        )?;
         let prototypes = LinearConfig::new(self.output_dim, self.num_prototypes)
             .with_bias(false)
             .init(device);
