@@ -168,6 +168,20 @@ fn message(error: &anyhow::Error) -> String {
 fn exit_code(error: &anyhow::Error) -> u8 {
     use curriculum_ssl::data::DataError;
     use curriculum_ssl::train::TrainError;
+    // A file that could not be written (a full disk) failed during the work: 1, though the
+    // library reports it as a data error (`recipe pack`'s shards).
+    let write_failure = |cause: &(dyn std::error::Error + 'static)| {
+        matches!(
+            cause.downcast_ref::<DataError>(),
+            Some(DataError::Write { .. })
+        ) || matches!(
+            cause.downcast_ref::<curriculum_ssl::Error>(),
+            Some(curriculum_ssl::Error::Data(DataError::Write { .. }))
+        )
+    };
+    if error.chain().any(write_failure) {
+        return 1;
+    }
     for cause in error.chain() {
         if cause.is::<signals::Interrupted>() {
             return signals::INTERRUPTED;

@@ -39,6 +39,16 @@ pub enum DataError {
         #[source]
         source: std::io::Error,
     },
+    /// Writing the file failed (a full disk, permissions): a failure of the machine during the
+    /// work, not of what was given (`recipe pack`'s shards and index).
+    #[error("{}: cannot write: {source}", .path.display())]
+    Write {
+        /// The file being written.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The file is shorter than its header (or its format) says it must be.
     #[error("{}: truncated: {what}: expected {expected} bytes, found {found}", .path.display())]
     Truncated {
@@ -181,6 +191,14 @@ impl DataError {
         }
     }
 
+    /// An error writing `path` ([`DataError::Write`]).
+    pub(crate) fn write(path: &Path, source: std::io::Error) -> Self {
+        DataError::Write {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
     /// An error opening or reading `path`: a missing file is `MissingFile`, anything else (a
     /// permission, an I/O failure) is `Io` with its cause.
     pub(crate) fn open(path: &Path, source: std::io::Error) -> Self {
@@ -201,6 +219,7 @@ impl DataError {
             | DataError::NotADirectory { path }
             | DataError::MissingFile { path, .. }
             | DataError::Io { path, .. }
+            | DataError::Write { path, .. }
             | DataError::Truncated { path, .. }
             | DataError::UnexpectedLength { path, .. }
             | DataError::TooLarge { path, .. }

@@ -95,7 +95,17 @@ fn map_shape(recipe: &Prepared) -> (usize, [usize; 2]) {
 
 fn train(recipe: Prepared, variant: DetConVariant) -> Result<()> {
     let (channels, size) = map_shape(&recipe);
-    let config = recipe.section("method", detcon_config(variant, channels, size))?;
+    let preset = detcon_config(variant, channels, size);
+    let config = recipe.section("method", preset.clone())?;
+    // DetConS has no target network: a momentum given to it was unused without a word (every
+    // value trained alike, exit 0).
+    if variant == DetConVariant::S && config.base_momentum != preset.base_momentum {
+        return Err(crate::usage::usage(format!(
+            "method.base_momentum={}: DetConS has no momentum target (detcon_b has); leave it \
+             out",
+            config.base_momentum
+        )));
+    }
     let optimizer = recipe.section("optimizer", SgdConfig::new())?;
     recipe.train_method(&config, &optimizer, |b, d| config.init(b, d))
 }

@@ -386,12 +386,15 @@ pub fn embed(args: &[String]) -> Result<()> {
     run_files::write_replacing(&table, |tmp| {
         let mut csv =
             csv::Writer::from_path(tmp).with_context(|| format!("writing {}", table.display()))?;
-        csv.write_record(["index", "file", "label"])?;
+        let writing = || format!("writing {}", table.display());
+        csv.write_record(["index", "file", "label"])
+            .with_context(writing)?;
         // A row per feature row: a streamed file that could not be read has neither.
         let labels = images.labels();
         for &i in &features.indices {
             let label = labels.map_or(String::new(), |l| l[i].to_string());
-            csv.write_record([i.to_string(), names[i].clone(), label])?;
+            csv.write_record([i.to_string(), names[i].clone(), label])
+                .with_context(writing)?;
         }
         csv.flush()
             .with_context(|| format!("writing {}", table.display()))
@@ -477,15 +480,19 @@ fn write_npy(path: &Path, name: &Path, values: &[f32], n: usize, d: usize) -> Re
     let file =
         std::fs::File::create(path).with_context(|| format!("writing {}", name.display()))?;
     let mut out = std::io::BufWriter::new(file);
+    // Every step names the file (a full disk said only `No space left on device`).
+    let writing = || format!("writing {}", name.display());
     let mut writer = npyz::WriteOptions::<f32>::new()
         .default_dtype()
         .shape(&[n as u64, d as u64])
         .writer(&mut out)
-        .begin_nd()?;
-    writer.extend(values.iter().copied())?;
-    writer.finish()?;
-    out.flush()
-        .with_context(|| format!("writing {}", name.display()))
+        .begin_nd()
+        .with_context(writing)?;
+    writer
+        .extend(values.iter().copied())
+        .with_context(writing)?;
+    writer.finish().with_context(writing)?;
+    out.flush().with_context(writing)
 }
 
 /// The recipes of this module, as `recipe list` prints them.

@@ -149,7 +149,17 @@ fn check_out(out: &Path, splits: &[&str]) -> Result<()> {
     for split in splits {
         let dir = out.join(split);
         let names = held(&dir)?;
-        if !names.is_empty() {
+        // A pack that stopped (a full disk, a kill) left its mark: the library removes its
+        // files and packs the split again.
+        let packing = curriculum_ssl::data::stream::PACKING_FILE;
+        let unfinished = names.iter().any(|n| n == packing)
+            && names.iter().all(|n| {
+                n == packing
+                    || n.starts_with(curriculum_ssl::data::stream::INDEX_FILE)
+                    || n.ends_with(".tar")
+                    || n.ends_with(".partial")
+            });
+        if !names.is_empty() && !unfinished {
             return Err(usage(format!(
                 "--out {}: {} holds shards or other files already ({}); pack into a new or \
                  empty folder",

@@ -359,6 +359,84 @@ fn settings_that_hang_or_fill_memory(
             tiny_as("smog", "smog-bs-large", &["--batch-size", "1000000"]),
             "SMoG's memory bank of 300 × --batch-size rows",
         ),
+        // A projection head's batch norm allocated its running statistics before the size
+        // check (SimCLR: 7.5 GB before the refusal); a shape whose size overflows panicked in
+        // the count (`attempt to multiply with overflow`); 2³² decoder blocks grew without
+        // bound (third audit, 2026-12-08).
+        (
+            tiny_as(
+                "simclr",
+                "huge-simclr",
+                &["--check", "method.hidden_dim=1000000000"],
+            ),
+            "parameters: at least",
+        ),
+        (
+            tiny_as(
+                "mae",
+                "huge-mae-dim",
+                &["--check", "method.decoder_dim=4294967296"],
+            ),
+            "parameters: at least",
+        ),
+        (
+            tiny_as(
+                "mae",
+                "huge-mae-depth",
+                &["--check", "method.decoder_depth=4294967296"],
+            ),
+            "parameters: at least",
+        ),
+        // The settings behind --pgd-steps and --local-crops skipped the options' bounds: 2³²
+        // ascent steps or local crops held a run at its first step.
+        (
+            tiny_as(
+                "simclr_pgd",
+                "pgd-steps",
+                &["--check", "method.pgd.steps=4294967296"],
+            ),
+            "at most 100 ascent steps",
+        ),
+        (
+            tiny_as(
+                "swav",
+                "local-crops",
+                &["--check", "augmentation.local_crops.count=4294967296"],
+            ),
+            "at most 32 local crops per image",
+        ),
+        // DetConS has no momentum target: any value trained alike.
+        (
+            tiny_as(
+                "detcon_s",
+                "detcon-s-momentum",
+                &["--check", "method.base_momentum=0.5"],
+            ),
+            "method.base_momentum=0.5: DetConS has no momentum target",
+        ),
+        // SwAV's queue and prototypes, and LeJEPA's grid, are made when the method is: 2³² rows
+        // filled the machine's memory.
+        (
+            tiny_as(
+                "swav",
+                "swav-queue",
+                &["--check", "method.queue_size=4294967296"],
+            ),
+            "parameters: at least",
+        ),
+        (
+            tiny_as(
+                "lejepa",
+                "lejepa-knots",
+                &["--check", "method.loss.knots=4294967296"],
+            ),
+            "parameters: at least",
+        ),
+        // Adam's settings were not checked: a negative beta_1 trained to a NaN loss.
+        (
+            tiny_as("mae", "adam-beta", &["--check", "optimizer.beta_1=-1"]),
+            "optimizer.beta_1=-1: must lie in [0, 1)",
+        ),
     ]
 }
 

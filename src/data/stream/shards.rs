@@ -724,26 +724,43 @@ pub fn pack(
     if config.samples_per_shard == 0 {
         return Err(refuse("shards of 0 samples".into()));
     }
+    let packed = |p: &PathBuf| {
+        p.file_name()
+            .is_some_and(|n| n == INDEX_FILE || n == PACKING_FILE)
+            || p.extension().is_some_and(|e| e == "tar" || e == "partial")
+    };
     if out.exists() {
         require_dir(out)?;
-        let taken = read_dir_sorted(out)?.into_iter().any(|p| {
-            p.file_name()
-                .is_some_and(|n| n == INDEX_FILE || n == PACKING_FILE)
-                || p.extension().is_some_and(|e| e == "tar" || e == "partial")
-        });
+        // A pack that stopped (a full disk, a kill) left its `PACKING` mark: the shards and the
+        // partial files beside it are its own (it began in a new or empty folder), removed
+        // before it starts again (the folder was refused as holding shards already).
+        if out.join(PACKING_FILE).exists() {
+            let leftovers: Vec<PathBuf> =
+                read_dir_sorted(out)?.into_iter().filter(packed).collect();
+            log::warn!(
+                "{}: an unfinished pack's {} files ({PACKING_FILE} is there) are removed and the \
+                 folder packed again",
+                out.display(),
+                leftovers.len()
+            );
+            for path in leftovers {
+                std::fs::remove_file(&path).map_err(|e| DataError::write(&path, e))?;
+            }
+        }
+        let taken = read_dir_sorted(out)?.into_iter().any(|p| packed(&p));
         if taken {
             return Err(refuse(
                 "holds shards or an index already: pack into a new or empty folder".into(),
             ));
         }
     }
-    std::fs::create_dir_all(out).map_err(|e| DataError::io(out, e))?;
+    std::fs::create_dir_all(out).map_err(|e| DataError::write(out, e))?;
     let packing = out.join(PACKING_FILE);
     std::fs::write(
         &packing,
         "recipe pack is writing this folder; it is removed once index.json is written\n",
     )
-    .map_err(|e| DataError::io(&packing, e))?;
+    .map_err(|e| DataError::write(&packing, e))?;
     let mut order: Vec<usize> = (0..source.len()).collect();
     shuffle(&mut order, mix_seed(config.seed, SHARD_STREAM));
     let threads = match config.threads {
@@ -804,9 +821,9 @@ pub fn pack(
     let text = serde_json::to_string_pretty(&index).expect("an index serialises");
     let path = out.join(INDEX_FILE);
     let partial = out.join(format!("{INDEX_FILE}.partial"));
-    std::fs::write(&partial, text).map_err(|e| DataError::io(&partial, e))?;
-    std::fs::rename(&partial, &path).map_err(|e| DataError::io(&path, e))?;
-    std::fs::remove_file(&packing).map_err(|e| DataError::io(&packing, e))?;
+    std::fs::write(&partial, text).map_err(|e| DataError::write(&partial, e))?;
+    std::fs::rename(&partial, &path).map_err(|e| DataError::write(&path, e))?;
+    std::fs::remove_file(&packing).map_err(|e| DataError::write(&packing, e))?;
     Ok(PackSummary {
         index,
         samples,
@@ -843,7 +860,7 @@ impl ShardWriter {
     fn add(&mut self, name: &Path, bytes: &[u8], label: Option<u16>) -> Result<(), DataError> {
         let path = self.out.join(format!("{}.partial", self.shard_name()));
         if self.current.is_none() {
-            let file = File::create(&path).map_err(|e| DataError::io(&path, e))?;
+            let file = File::create(&path).map_err(|e| DataError::write(&path, e))?;
             let mut builder = tar::Builder::new(BufWriter::new(file));
             builder.mode(tar::HeaderMode::Deterministic);
             self.current = Some((builder, 0));
@@ -869,7 +886,7 @@ impl ShardWriter {
             header.set_entry_type(tar::EntryType::Regular);
             builder
                 .append_data(&mut header, member, data)
-                .map_err(|e| DataError::io(&path, e))
+                .map_err(|e| DataError::write(&path, e))
         };
         append(format!("{key}.{ext}"), bytes)?;
         if let Some(label) = label {
@@ -893,16 +910,16 @@ impl ShardWriter {
         let mut file = builder
             .into_inner()
             .and_then(|w| w.into_inner().map_err(|e| e.into_error()))
-            .map_err(|e| DataError::io(&partial, e))?;
+            .map_err(|e| DataError::write(&partial, e))?;
         file.flush()
             .and_then(|_| file.sync_all())
-            .map_err(|e| DataError::io(&partial, e))?;
+            .map_err(|e| DataError::write(&partial, e))?;
         self.bytes += file
             .metadata()
-            .map_err(|e| DataError::io(&partial, e))?
+            .map_err(|e| DataError::write(&partial, e))?
             .len();
         let path = self.out.join(&name);
-        std::fs::rename(&partial, &path).map_err(|e| DataError::io(&path, e))?;
+        std::fs::rename(&partial, &path).map_err(|e| DataError::write(&path, e))?;
         self.shards.push(ShardEntry {
             file: name,
             samples: count,
@@ -991,6 +1008,20 @@ mod tests {
         std::fs::write(out.join(PACKING_FILE), "").unwrap();
         let e = Shards::open(&out).unwrap_err();
         assert!(e.to_string().contains("an unfinished pack"), "{e}");
+        // Packing into it again (a pack stopped by a full disk or a kill, rerun) removes the
+        // unfinished pack's files and writes the same bytes (it was refused as holding shards).
+        std::fs::write(out.join("shard-000003.tar.partial"), "cut").unwrap();
+        std::fs::remove_file(out.join(INDEX_FILE)).unwrap();
+        pack(&files, files.class_names(), &out, &config).unwrap();
+        assert!(!out.join(PACKING_FILE).exists());
+        assert!(!out.join("shard-000003.tar.partial").exists());
+        for name in ["shard-000000.tar", "shard-000002.tar", INDEX_FILE] {
+            assert_eq!(
+                std::fs::read(out.join(name)).unwrap(),
+                std::fs::read(again.join(name)).unwrap()
+            );
+        }
+        std::fs::write(out.join(PACKING_FILE), "").unwrap();
         // Classes named like another split's, when every class number fits.
         let named = ["a", "b", "c", "d"].map(String::from);
         let renamed = shards.clone().with_class_names(&named).unwrap();

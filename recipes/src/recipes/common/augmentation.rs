@@ -96,9 +96,10 @@ pub(super) fn local_crops(
                 )))
             }
             Some(_) if count == 0 => pipeline.local_crops = None,
-            Some(_) if count > 32 => {
+            Some(_) if count > curriculum_ssl::pipeline::MAX_LOCAL_CROPS => {
                 return Err(usage(format!(
-                    "--local-crops {count}: at most 32 local crops per image"
+                    "--local-crops {count}: at most {} local crops per image",
+                    curriculum_ssl::pipeline::MAX_LOCAL_CROPS
                 )))
             }
             Some(local) => local.count = count,

@@ -806,10 +806,39 @@ pub trait OptimizerSettings<M: AutodiffModule<Train> + 'static> {
     fn build(&self) -> Result<Self::Optimizer>;
 }
 
+/// Refuses Adam's and AdamW's settings that make no optimiser (burn checks none of them; its
+/// configurations keep their fields private, so they are read from the serialised form):
+/// `beta_1`, `beta_2` in [0, 1), `epsilon` > 0, `weight_decay` ≥ 0, all finite. A negative
+/// `beta_1` trained until the loss became NaN, naming no setting.
+fn check_adam(config: &impl Serialize) -> Result<()> {
+    let value = serde_json::to_value(config)?;
+    let read = |key: &str| value.get(key).and_then(serde_json::Value::as_f64);
+    for (key, low, high, rule) in [
+        ("beta_1", 0.0, 1.0, "must lie in [0, 1)"),
+        ("beta_2", 0.0, 1.0, "must lie in [0, 1)"),
+        (
+            "epsilon",
+            f64::MIN_POSITIVE,
+            f64::MAX,
+            "must be a finite number > 0",
+        ),
+        ("weight_decay", 0.0, f64::MAX, "must be a finite number ≥ 0"),
+    ] {
+        if let Some(v) = read(key) {
+            let inside = v.is_finite() && v >= low && (v < high || high == f64::MAX);
+            if !inside {
+                return Err(usage(format!("optimizer.{key}={v}: {rule}")));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl<M: AutodiffModule<Train> + 'static> OptimizerSettings<M> for AdamWConfig {
     type Optimizer = OptimizerAdaptor<AdamW, M, Train>;
 
     fn build(&self) -> Result<Self::Optimizer> {
+        check_adam(self)?;
         Ok(self.init())
     }
 }
@@ -818,6 +847,7 @@ impl<M: AutodiffModule<Train> + 'static> OptimizerSettings<M> for AdamConfig {
     type Optimizer = OptimizerAdaptor<Adam, M, Train>;
 
     fn build(&self) -> Result<Self::Optimizer> {
+        check_adam(self)?;
         Ok(self.init())
     }
 }

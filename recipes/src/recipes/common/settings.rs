@@ -508,8 +508,11 @@ pub(super) fn pgd(
                 recipe
             )));
         };
-        if !(1..=100).contains(&steps) {
-            return Err(usage(format!("--pgd-steps {steps}: must lie in [1, 100]")));
+        let most = curriculum_ssl::method::MAX_PGD_STEPS;
+        if !(1..=most).contains(&steps) {
+            return Err(usage(format!(
+                "--pgd-steps {steps}: must lie in [1, {most}]"
+            )));
         }
         p.steps = steps;
     }
